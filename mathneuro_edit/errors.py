@@ -1,0 +1,27 @@
+"""The package's exception types.
+
+Two kinds, so that callers (and the CLI) can tell them apart:
+
+- :class:`InputError`: the user's input is wrong (a path, a value, a file from another model). The message
+  says what is wrong, where, and how to fix it; the CLI prints it as one line and exits with status 2.
+- :class:`MathNeuroEditError`: the base type; anything else of ours that goes wrong (exit status 1).
+"""
+
+from __future__ import annotations
+
+__all__ = ["MathNeuroEditError", "InputError"]
+
+
+class MathNeuroEditError(Exception):
+    """Base class of every error raised by mathneuro-edit on purpose."""
+
+
+class InputError(MathNeuroEditError, ValueError):
+    """Bad user input: the message names what is wrong, where, and how to fix it.
+
+    Example:
+        >>> raise InputError("top_k: must be in (0, 1], got 1.5; pass a fraction such as 0.05")
+        Traceback (most recent call last):
+        ...
+        mathneuro_edit.errors.InputError: top_k: must be in (0, 1], got 1.5; pass a fraction such as 0.05
+    """
