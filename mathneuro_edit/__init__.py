@@ -1,0 +1,62 @@
+"""mathneuro-edit: find and edit the math-specific weights of language models with MathNeuro.
+
+MathNeuro (Christ et al., arXiv 2410.16930) scores every weight as ``|W_ij| x sum over samples of the L2 norm
+of input feature j`` using forward passes only, keeps the top-K per matrix on math data minus the top-K on
+general data, and prunes (x0) or scales (e.g. x1.1) those weights.
+
+Example:
+    >>> from mathneuro_edit import calibrate, find_math_params, apply_mask  # doctest: +SKIP
+    >>> math = calibrate(model, tok, math_texts)  # doctest: +SKIP
+    >>> general = calibrate(model, tok, general_texts)  # doctest: +SKIP
+    >>> mask = find_math_params(model, math, general, top_k=0.05)  # doctest: +SKIP
+    >>> apply_mask(model, mask, scale=1.1)  # doctest: +SKIP
+
+Heavy dependencies (torch, transformers) load lazily, so ``import mathneuro_edit`` and the CLI's ``--help``
+stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (loaded on first access)
+_LAZY: dict[str, str] = {
+    "calibrate": "calibrate",
+    "texts_sha256": "calibrate",
+    "ActivationStats": "stats",
+    "find_math_params": "mask",
+    "Mask": "mask",
+    "apply_mask": "apply",
+    "scale_masked": "apply",
+    "ReversibleEdit": "apply",
+    "find_targets": "targets",
+    "Target": "targets",
+    "MathNeuroEditError": "errors",
+    "InputError": "errors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+if TYPE_CHECKING:
+    from .apply import ReversibleEdit, apply_mask, scale_masked
+    from .calibrate import calibrate, texts_sha256
+    from .errors import InputError, MathNeuroEditError
+    from .mask import Mask, find_math_params
+    from .stats import ActivationStats
+    from .targets import Target, find_targets
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mathneuro_edit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

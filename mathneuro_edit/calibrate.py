@@ -1,0 +1,287 @@
+"""Calibration: forward passes with hooks that accumulate MathNeuro's per-input-feature statistics.
+
+For every target weight and input feature j we accumulate, in float32 whatever the model's dtype:
+
+- ``norm_sum[j] = sum over samples s of ||X_s[:, j]||_2`` (L2 norm over that sample's tokens; the paper's),
+- ``sq_sum[j] = sum over all tokens of X[t, j]**2`` (Wanda's statistic),
+
+where X is the weight's input. Batches are right-padded and padding tokens are masked out, so with a causal
+model the result equals the batch-size-1 computation up to float32 rounding. Memory is O(d_in) per weight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from . import __version__
+from .errors import InputError
+from .stats import ActivationStats
+from .targets import Target, find_targets, model_fingerprint
+
+__all__ = ["calibrate", "texts_sha256"]
+
+
+def texts_sha256(texts: Sequence[str]) -> str:
+    """sha256 fingerprint of a list of texts, order included.
+
+    Example:
+        >>> texts_sha256(["a", "b"]) != texts_sha256(["b", "a"])
+        True
+    """
+    return hashlib.sha256(json.dumps(list(texts), ensure_ascii=False).encode()).hexdigest()
+
+
+class _Accumulator:
+    """Running sums for one target: ``(groups, d_in)`` float32 plus token counts."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.norm: torch.Tensor | None = None  # allocated on the device of the first input seen
+        self.sq: torch.Tensor | None = None
+        self.count = torch.zeros(target.groups, dtype=torch.int64)
+
+    def add(self, group: int, per_sample_sq: torch.Tensor, n_tokens: int) -> None:
+        """``per_sample_sq``: ``(samples, d_in)`` float32 sums of squares over each sample's tokens."""
+        if per_sample_sq.shape[-1] != self.target.d_in:
+            raise InputError(
+                f"{self.target.name}: its module received inputs with {per_sample_sq.shape[-1]} features but the "
+                f"weight expects {self.target.d_in}; this module is used in a way mathneuro-edit cannot score: "
+                "exclude it"
+            )
+        if self.norm is None:
+            shape = self.target.stat_shape
+            self.norm = torch.zeros(shape, dtype=torch.float32, device=per_sample_sq.device)
+            self.sq = torch.zeros(shape, dtype=torch.float32, device=per_sample_sq.device)
+        assert self.sq is not None
+        dev = self.norm.device
+        self.norm[group] += per_sample_sq.sqrt().sum(0).to(dev)  # sum over samples of per-sample L2 norms
+        self.sq[group] += per_sample_sq.sum(0).to(dev)
+        self.count[group] += n_tokens
+
+
+class _Recorder:
+    """Installs the hooks and holds the current batch's token mask."""
+
+    def __init__(self, model: nn.Module, targets: dict[str, Target]) -> None:
+        self.acc = {name: _Accumulator(t) for name, t in targets.items()}
+        self.token_mask: torch.Tensor | None = None  # (batch, tokens) float32, 1 = real token
+        self.sample_of: torch.Tensor | None = None  # (batch * tokens,) sample index of each flat token
+        self._last: tuple[Any, torch.Tensor] | None = None  # q/k/v share one input: compute its sums once
+        self.handles: list[torch.utils.hooks.RemovableHandle] = []
+        modules = dict(model.named_modules(remove_duplicate=False))
+        by_module: dict[str, list[Target]] = {}
+        for t in targets.values():
+            by_module.setdefault(t.module_name, []).append(t)
+        for mod_name, ts in by_module.items():
+            module = modules[mod_name]
+            if ts[0].kind == "experts":
+                self.handles.append(module.register_forward_pre_hook(self._experts_hook(ts), with_kwargs=True))
+            else:
+                self.handles.append(module.register_forward_pre_hook(self._dense_hook(ts[0])))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+    def set_batch(self, attention_mask: torch.Tensor) -> None:
+        self.token_mask = attention_mask.to(torch.float32)
+        b, t = attention_mask.shape
+        self.sample_of = torch.arange(b, device=attention_mask.device).repeat_interleave(t)
+        self._last = None
+
+    def _per_sample_sq(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """Sum of squares over each sample's real tokens: ``(batch, d_in)`` float32."""
+        if self._last is not None and self._last[0] is x:
+            return self._last[1]
+        m = self.token_mask
+        assert m is not None
+        b, t = m.shape
+        if x.dim() == 3 and tuple(x.shape[:2]) == (b, t):
+            x3 = x
+        elif x.numel() == b * t * x.shape[-1]:
+            x3 = x.reshape(b, t, x.shape[-1])  # modules that flatten (batch * tokens, d_in) first
+        else:
+            raise InputError(
+                f"{name}: input of shape {tuple(x.shape)} does not map to the batch's {b}x{t} tokens; "
+                "this module cannot be scored per token: exclude it"
+            )
+        xf = x3.to(torch.float32)  # (batch, tokens, d_in); float32 whatever the model dtype
+        sq = torch.einsum("bt,btd->bd", m.to(xf.device), xf.square())  # (batch, d_in), padding weighted 0
+        self._last = (x, sq)
+        return sq
+
+    def _dense_hook(self, target: Target):
+        acc = self.acc[target.name]
+
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            x = args[0]
+            sq = self._per_sample_sq(x, target.name)
+            assert self.token_mask is not None
+            acc.add(0, sq, int(self.token_mask.sum()))
+
+        return hook
+
+    def _experts_hook(self, targets: list[Target]):
+        accs = {t.role: self.acc[t.name] for t in targets}
+
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            hidden = args[0] if args else kwargs["hidden_states"]  # (batch * tokens, hidden)
+            top_k_index = args[1] if len(args) > 1 else kwargs["top_k_index"]  # (batch * tokens, k)
+            assert self.token_mask is not None and self.sample_of is not None
+            b, t = self.token_mask.shape
+            if hidden.shape[0] != b * t:
+                raise InputError(
+                    f"{targets[0].module_name}: experts received {hidden.shape[0]} tokens, not the batch's {b * t}; "
+                    "this MoE layout is not supported: exclude its experts"
+                )
+            valid = self.token_mask.reshape(-1).to(hidden.device) > 0
+            sample_of = self.sample_of.to(hidden.device)
+            up_name = "gate_up_proj" if module.has_gate else "up_proj"
+            for e in range(module.num_experts):
+                # only the tokens routed to expert e (and not padding): each expert is scored like its own Linear
+                rows = (((top_k_index == e).any(dim=-1)) & valid).nonzero().squeeze(1)  # (n_e,)
+                if rows.numel() == 0:
+                    continue
+                x = hidden[rows]  # (n_e, hidden)
+                if "up" in accs:
+                    accs["up"].add(e, self._grouped_sq(x, sample_of[rows], b), rows.numel())
+                if "down" in accs:
+                    w = getattr(module, up_name)[e]
+                    h = x @ w if module.is_transposed else nn.functional.linear(x, w)  # (n_e, inter[*2])
+                    if module.has_bias:
+                        h = h + getattr(module, f"{up_name}_bias")[e]
+                    h = module._apply_gate(h) if module.has_gate else module.act_fn(h)  # the down_proj input
+                    accs["down"].add(e, self._grouped_sq(h, sample_of[rows], b), rows.numel())
+
+        return hook
+
+    @staticmethod
+    def _grouped_sq(x: torch.Tensor, sample_ids: torch.Tensor, batch: int) -> torch.Tensor:
+        """Per-sample sums of squares of flat tokens: ``(batch, d)`` float32."""
+        xf = x.to(torch.float32).square()  # (n, d)
+        return torch.zeros(batch, x.shape[-1], dtype=torch.float32, device=x.device).index_add_(0, sample_ids, xf)
+
+
+def _input_device(model: nn.Module) -> torch.device:
+    emb = getattr(model, "get_input_embeddings", lambda: None)()
+    if emb is not None and emb.weight.device.type != "meta":
+        return emb.weight.device
+    dev = getattr(model, "device", None)
+    return dev if isinstance(dev, torch.device) else next(model.parameters()).device
+
+
+def _tokenize(tokenizer: Any, texts: list[str], max_length: int) -> tuple[list[list[int]], int]:
+    ids = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
+    truncated = sum(len(x) > max_length for x in ids)
+    ids = [list(x[:max_length]) for x in ids]
+    for i, x in enumerate(ids):
+        if not x:
+            raise InputError(f"texts[{i}]: tokenizes to no tokens; remove empty texts from the calibration data")
+    return ids, truncated
+
+
+def calibrate(
+    model: nn.Module,
+    tokenizer: Any,
+    texts: Sequence[str],
+    *,
+    max_length: int = 512,
+    batch_size: int = 8,
+    progress: bool = True,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    include_tied_lm_head: bool = False,
+) -> ActivationStats:
+    """Run the calibration texts through the model and accumulate MathNeuro statistics for every target.
+
+    Args:
+        model: a causal LM (transformers); left in the train/eval mode it came in.
+        tokenizer: its tokenizer (not modified; one without a pad token works).
+        texts: calibration samples (one sample = one text).
+        max_length: tokens kept per sample; longer samples are truncated and counted in ``meta``.
+        batch_size: samples per forward pass (right-padded; padding does not count).
+        progress: show a tqdm progress bar over batches.
+        include: regular expressions selecting target parameter names.
+        exclude: regular expressions removing target parameter names.
+        include_tied_lm_head: also score an ``lm_head`` tied to the input embedding.
+
+    Returns:
+        :class:`~mathneuro_edit.stats.ActivationStats`.
+
+    Raises:
+        InputError: empty or non-text input, bad sizes, unsupported parameters.
+
+    Example:
+        >>> stats = calibrate(model, tokenizer, ["Question: 2+3?\\nAnswer: 5"], progress=False)  # doctest: +SKIP
+    """
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise InputError("texts: must be a list of strings, got a single string or non-sequence; wrap it in a list")
+    texts = list(texts)
+    if not texts:
+        raise InputError("texts: the calibration set is empty; give at least one sample")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise InputError(f"texts[{i}]: must be a string, got {type(t).__name__}")
+    if max_length < 1 or batch_size < 1:
+        raise InputError(f"max_length and batch_size must be >= 1 (got {max_length}, {batch_size})")
+
+    targets = find_targets(model, include=include, exclude=exclude, include_tied_lm_head=include_tied_lm_head)
+    ids, truncated = _tokenize(tokenizer, texts, max_length)
+    # Longest first: batches of similar lengths waste little compute on padding; sums do not depend on order
+    # beyond float32 rounding.
+    order = sorted(range(len(ids)), key=lambda i: (-len(ids[i]), i))
+    pad_id = next((v for v in (tokenizer.pad_token_id, tokenizer.eos_token_id) if v is not None), 0)
+    device = _input_device(model)
+
+    recorder = _Recorder(model, targets)
+    was_training = model.training
+    model.eval()  # dropout off: statistics must be deterministic
+    n_tokens = 0
+    try:
+        with torch.no_grad():
+            batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+            for batch in tqdm(batches, desc="calibrate", unit="batch", disable=not progress):
+                width = max(len(ids[i]) for i in batch)
+                input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # (batch, tokens)
+                attention = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, i in enumerate(batch):  # right padding: real tokens keep positions 0..n-1
+                    input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
+                    attention[row, : len(ids[i])] = 1
+                input_ids, attention = input_ids.to(device), attention.to(device)
+                recorder.set_batch(attention)
+                model(input_ids=input_ids, attention_mask=attention, use_cache=False)
+                n_tokens += int(attention.sum())
+    finally:
+        recorder.remove()  # hooks never outlive the call, also on error
+        model.train(was_training)
+
+    norm, sq, count = {}, {}, {}
+    for name, acc in recorder.acc.items():
+        t = acc.target
+        # a target that saw no token (an expert no token was routed to) has zero statistics
+        norm[name] = (acc.norm if acc.norm is not None else torch.zeros(t.stat_shape)).cpu()
+        sq[name] = (acc.sq if acc.sq is not None else torch.zeros(t.stat_shape)).cpu()
+        count[name] = acc.count
+    first = next(p for p in model.parameters() if p.dtype.is_floating_point)
+    import transformers
+
+    meta = {
+        "num_samples": len(texts),
+        "num_tokens": n_tokens,
+        "truncated_samples": truncated,
+        "max_length": max_length,
+        "texts_sha256": texts_sha256(texts),
+        "model_fingerprint": model_fingerprint(model),
+        "model_name": getattr(getattr(model, "config", None), "_name_or_path", "") or "",
+        "dtype": str(first.dtype).removeprefix("torch."),
+        "versions": {"mathneuro_edit": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    return ActivationStats(norm, sq, count, dict(targets), meta)

@@ -1,0 +1,339 @@
+"""Masks: which weights are math-specific, and the :class:`Mask` artifact that carries them.
+
+Selection rule (one matrix at a time; an expert of a fused MoE weight counts as its own matrix):
+
+- score = ``|W| * stat`` in float32, ``stat`` the per-input-feature statistic broadcast over rows;
+- top-k: the ``k = floor(top_k * n + 0.5)`` (at least 1) highest scores of the matrix (``granularity="matrix"``,
+  the paper's) or of each output row (``"row"``, Wanda's per-output comparison), ``n`` the entries compared;
+- ties at the threshold are broken by position: the lower flat index (row-major in the canonical
+  ``(d_out, d_in)`` view) wins, so the same inputs give the same mask bit for bit on any machine;
+- ``mathneuro``: top-k on math minus the union of top-k on every general set; ``wanda``: top-k on math alone;
+  ``random``: as many entries per matrix as ``mathneuro`` selects, uniformly at random from a generator seeded
+  by ``sha256(seed, name, expert)`` (independent of iteration order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from tqdm.auto import tqdm
+
+from .errors import InputError
+from .targets import Target, canonical_view
+
+if TYPE_CHECKING:
+    from .stats import ActivationStats
+
+__all__ = ["Mask", "find_math_params", "top_fraction"]
+
+Method = Literal["mathneuro", "wanda", "random"]
+Granularity = Literal["matrix", "row"]
+_FORMAT = "mathneuro-edit/mask/v1"
+
+
+def _pack(flat: torch.Tensor) -> torch.Tensor:
+    """Bit-pack a flat bool tensor (little bit order) into uint8."""
+    return torch.from_numpy(np.packbits(flat.cpu().numpy(), bitorder="little"))
+
+
+def _unpack(bits: torch.Tensor, numel: int) -> torch.Tensor:
+    return torch.from_numpy(np.unpackbits(bits.numpy(), count=numel, bitorder="little").astype(bool))
+
+
+class Mask(Mapping[str, torch.Tensor]):
+    """A read-only mapping ``parameter name -> bool tensor`` (True = selected), with provenance.
+
+    Stored compactly (per tensor, bit-packed or as flat indices, whichever is smaller); a value is unpacked
+    to a full bool tensor of the parameter's shape on access.
+
+    Example:
+        >>> m = Mask({"w": torch.tensor([[True, False], [False, False]])}, {"method": "mathneuro"})
+        >>> m["w"].sum().item(), m.counts()["w"]
+        (1, (1, 4))
+    """
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> None:
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._store: dict[str, tuple[str, torch.Tensor]] = {}  # name -> ("bits"|"idx", data)
+        self._counts: dict[str, int] = {}
+        for name, t in tensors.items():
+            self._add(name, t.to(torch.bool))
+        self.meta: dict[str, Any] = dict(meta or {})
+        self._sha: str | None = None
+
+    def _add(self, name: str, t: torch.Tensor) -> None:
+        flat = t.reshape(-1).cpu()
+        numel, count = flat.numel(), int(flat.sum())
+        idx_dtype = torch.int32 if numel < 2**31 else torch.int64
+        idx_bytes = count * (4 if idx_dtype == torch.int32 else 8)
+        if idx_bytes < (numel + 7) // 8:  # indices are smaller below ~1/32 (int32) density
+            self._store[name] = ("idx", flat.nonzero().squeeze(1).to(idx_dtype))
+        else:
+            self._store[name] = ("bits", _pack(flat))
+        self._shapes[name] = tuple(t.shape)
+        self._counts[name] = count
+
+    # Mapping protocol
+    def __getitem__(self, name: str) -> torch.Tensor:
+        kind, data = self._store[name]
+        shape = self._shapes[name]
+        numel = int(np.prod(shape)) if shape else 1
+        if kind == "bits":
+            return _unpack(data, numel).reshape(shape)
+        flat = torch.zeros(numel, dtype=torch.bool)
+        flat[data.long()] = True
+        return flat.reshape(shape)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._store)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __repr__(self) -> str:
+        sel, tot = self.total()
+        return f"Mask({len(self)} tensors, {sel}/{tot} selected, method={self.meta.get('method')!r})"
+
+    def shape_of(self, name: str) -> tuple[int, ...]:
+        """Shape of the parameter ``name`` (without unpacking)."""
+        return self._shapes[name]
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Per tensor: ``(selected, total)``."""
+        return {n: (self._counts[n], int(np.prod(s))) for n, s in self._shapes.items()}
+
+    def total(self) -> tuple[int, int]:
+        """``(selected, total)`` over all tensors of the mask."""
+        c = self.counts().values()
+        return sum(a for a, _ in c), sum(b for _, b in c)
+
+    @property
+    def sha256(self) -> str:
+        """Content hash: names, shapes and selected bits (not the provenance metadata)."""
+        if self._sha is None:
+            h = hashlib.sha256(_FORMAT.encode())
+            for name in sorted(self._store):
+                h.update(f"\n{name}:{self._shapes[name]}\n".encode())
+                kind, data = self._store[name]
+                bits = data if kind == "bits" else _pack(self[name].reshape(-1))
+                h.update(bits.numpy().tobytes())
+            self._sha = h.hexdigest()
+        return self._sha
+
+    def save(self, path: str | Path) -> Path:
+        """Write the mask as a safetensors file (compact tensors + JSON metadata); atomic.
+
+        Example:
+            >>> p = Mask({"w": torch.ones(3, dtype=torch.bool)}).save(tmp_path / "m.safetensors")  # doctest: +SKIP
+        """
+        path = Path(path)
+        tensors = {f"{kind}/{name}": data.contiguous() for name, (kind, data) in self._store.items()}
+        header = {"shapes": {n: list(s) for n, s in self._shapes.items()}, "meta": self.meta, "sha256": self.sha256}
+        tmp = path.with_name(f".{path.name}.tmp")
+        save_file(tensors, str(tmp), metadata={"format": _FORMAT, "mathneuro_edit": json.dumps(header)})
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Mask":
+        """Read a mask written by :meth:`save`; verifies its content hash.
+
+        Raises:
+            InputError: missing, corrupt or non-mask file, or a hash mismatch.
+        """
+        from .stats import read_safetensors_with_meta
+
+        tensors, header = read_safetensors_with_meta(path, _FORMAT, "mask")
+        mask = cls.__new__(cls)
+        mask._shapes = {n: tuple(s) for n, s in header["shapes"].items()}
+        mask._store, mask._counts = {}, {}
+        for key, data in tensors.items():
+            kind, name = key.split("/", 1)
+            mask._store[name] = (kind, data)
+        for name in mask._shapes:
+            kind, data = mask._store[name]
+            mask._counts[name] = int(data.numel()) if kind == "idx" else int(mask[name].sum())
+        mask.meta, mask._sha = header["meta"], None
+        if mask.sha256 != header["sha256"]:
+            raise InputError(f"{path}: mask content does not match its recorded sha256; the file is corrupt")
+        # keep the stored order of the original (safetensors sorts keys)
+        mask._store = {n: mask._store[n] for n in mask._shapes}
+        return mask
+
+
+def _k_of(top_k: float, n: int) -> int:
+    # Round half up (not Python's banker's rounding) and keep at least one entry, so tiny matrices still
+    # contribute and the count is a plain function of (top_k, n).
+    return max(1, min(n, int(top_k * n + 0.5)))
+
+
+def top_fraction(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Select the ``k`` highest entries of each row, ties at the threshold going to the lower column index.
+
+    Args:
+        scores: ``(rows, n)`` float tensor, finite.
+        k: entries per row, ``1 <= k <= n``.
+
+    Returns:
+        ``(rows, n)`` bool tensor with exactly ``k`` True per row.
+
+    Example:
+        >>> top_fraction(torch.tensor([[1.0, 3.0, 3.0, 2.0]]), 2)
+        tensor([[False,  True,  True, False]])
+    """
+    n = scores.shape[1]
+    # the k-th largest is the (n - k + 1)-th smallest: an O(n) selection, no full sort
+    kth = torch.kthvalue(scores, n - k + 1, dim=1, keepdim=True).values  # (rows, 1)
+    above = scores > kth  # (rows, n)
+    need = k - above.sum(dim=1, keepdim=True)  # (rows, 1) how many ties to take
+    ties = scores == kth
+    tie_rank = ties.cumsum(dim=1, dtype=torch.int32)  # 1-based rank among ties, by position
+    return above | (ties & (tie_rank <= need))
+
+
+def _top_mask(scores: torch.Tensor, top_k: float, granularity: Granularity) -> torch.Tensor:
+    """``scores`` is one matrix ``(d_out, d_in)``; returns its top-k bool mask of the same shape."""
+    if granularity == "row":
+        return top_fraction(scores, _k_of(top_k, scores.shape[1]))
+    flat = scores.reshape(1, -1)
+    return top_fraction(flat, _k_of(top_k, flat.shape[1])).reshape(scores.shape)
+
+
+def _seed_for(seed: int, name: str, group: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{name}:{group}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def _scores(weight: torch.Tensor, stat: torch.Tensor, name: str) -> torch.Tensor:
+    s = weight.abs().float() * stat.float().to(weight.device).unsqueeze(0)  # (d_out, d_in)
+    if not torch.isfinite(s).all():
+        raise InputError(f"{name}: non-finite importance scores (NaN/inf in the weights or statistics); check the model")
+    return s
+
+
+def _check_stats(
+    targets: Mapping[str, Target], params: Mapping[str, torch.Tensor], stats: "ActivationStats", label: str
+) -> None:
+    for name, t in targets.items():
+        if name not in params:
+            raise InputError(
+                f"{label}: statistics for {name!r}, which is not a parameter of this model; "
+                "the statistics come from another model: recalibrate on this one"
+            )
+        if tuple(params[name].shape) != t.shape:
+            raise InputError(
+                f"{label}: {name!r} has shape {t.shape} in the statistics but {tuple(params[name].shape)} in the "
+                "model; the statistics come from another model: recalibrate on this one"
+            )
+        if name not in stats.norm_sum:
+            raise InputError(f"{label}: no statistics for {name!r}; calibrate all sets with the same targets")
+
+
+def find_math_params(
+    model: nn.Module | Mapping[str, torch.Tensor],
+    math_stats: "ActivationStats",
+    general_stats: "ActivationStats | Sequence[ActivationStats] | None",
+    *,
+    top_k: float,
+    method: Method = "mathneuro",
+    granularity: Granularity = "matrix",
+    seed: int = 0,
+    statistic: Literal["l2", "wanda"] = "l2",
+    progress: bool = False,
+) -> Mask:
+    """Find the math-specific weights (MathNeuro) from saved statistics, without forward passes.
+
+    Args:
+        model: the model the statistics were computed on (or a mapping ``name -> weight``).
+        math_stats: statistics on math text.
+        general_stats: statistics on one or several non-math sets (a weight in the top-k of any is excluded);
+            may be ``None`` for ``method="wanda"``.
+        top_k: fraction of each matrix (or row) in (0, 1].
+        method: ``"mathneuro"``, ``"wanda"`` (math top-k alone) or ``"random"`` (same count per matrix as
+            mathneuro, at random).
+        granularity: ``"matrix"`` (the paper's) or ``"row"``.
+        seed: seed of ``method="random"``.
+        statistic: ``"l2"``, the sum over samples of per-sample L2 norms (the paper's), or ``"wanda"``, the
+            square root of the sum of squares over all tokens.
+        progress: show a progress bar over tensors.
+
+    Returns:
+        A :class:`Mask` with one entry per target, carrying its provenance in ``mask.meta``.
+
+    Example:
+        >>> mask = find_math_params(model, math_stats, general_stats, top_k=0.05)  # doctest: +SKIP
+        >>> mask.total()  # doctest: +SKIP
+    """
+    if not isinstance(top_k, (int, float)) or not 0 < top_k <= 1:
+        raise InputError(f"top_k: must be in (0, 1], got {top_k!r}; pass a fraction such as 0.05")
+    if method not in ("mathneuro", "wanda", "random"):
+        raise InputError(f"method: must be mathneuro, wanda or random, got {method!r}")
+    if granularity not in ("matrix", "row"):
+        raise InputError(f"granularity: must be matrix or row, got {granularity!r}")
+    if statistic not in ("l2", "wanda"):
+        raise InputError(f"statistic: must be l2 or wanda, got {statistic!r}")
+    generals = [] if general_stats is None else (
+        [general_stats] if not isinstance(general_stats, Sequence) else list(general_stats)
+    )
+    if method != "wanda" and not generals:
+        raise InputError(f"method {method!r} needs general_stats (at least one non-math set)")
+    if method == "wanda":
+        generals = []  # the paper's ablation: the math top-k alone, nothing subtracted
+    params = (
+        dict(model.named_parameters(remove_duplicate=False)) if isinstance(model, nn.Module) else dict(model)
+    )
+    targets = math_stats.targets
+    _check_stats(targets, params, math_stats, "math_stats")
+    for i, g in enumerate(generals):
+        if set(g.targets) != set(targets):
+            diff = sorted(set(g.targets) ^ set(targets))[0]
+            raise InputError(
+                f"general_stats[{i}]: targets differ from math_stats (first: {diff!r}); "
+                "calibrate every set with the same include/exclude"
+            )
+        _check_stats(targets, params, g, f"general_stats[{i}]")
+
+    out: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, t in tqdm(targets.items(), desc="masks", disable=not progress, unit="tensor"):
+            view = canonical_view(params[name].detach(), t)  # (groups, d_out, d_in)
+            result = torch.zeros(view.shape, dtype=torch.bool)
+            for g in range(t.groups):
+                w = view[g]  # (d_out, d_in)
+                sel = _top_mask(_scores(w, math_stats.statistic(name, statistic)[g], name), top_k, granularity)
+                for gs in generals:
+                    gen = _top_mask(_scores(w, gs.statistic(name, statistic)[g], name), top_k, granularity)
+                    sel &= ~gen.cpu()
+                if method == "random":
+                    count, n = int(sel.sum()), sel.numel()
+                    gen_rng = torch.Generator().manual_seed(_seed_for(seed, name, g))
+                    sel = torch.zeros(n, dtype=torch.bool)
+                    sel[torch.randperm(n, generator=gen_rng)[:count]] = True
+                    sel = sel.reshape(w.shape)
+                result[g] = sel.cpu()
+            # back from the canonical view to the parameter's own layout
+            if t.kind == "linear":
+                out[name] = result[0]
+            elif t.kind == "conv1d":
+                out[name] = result[0].t().contiguous()
+            else:
+                out[name] = result.transpose(1, 2).contiguous() if t.transposed else result
+    meta = {
+        "method": method,
+        "top_k": top_k,
+        "granularity": granularity,
+        "seed": seed,
+        "statistic": statistic,
+        "model_fingerprint": math_stats.meta.get("model_fingerprint"),
+        "math_stats_sha256": math_stats.sha256,
+        "general_stats_sha256": [g.sha256 for g in generals],
+    }
+    return Mask(out, meta)
