@@ -1,0 +1,335 @@
+"""Core engine against an independent, deliberately simple batch-size-1 implementation of MathNeuro.
+
+The reference here shares no code with the package: its own hooks (one sample at a time, no padding), its own
+expert routing replay, and a full stable sort for the top-k (the package uses kthvalue + tie ranks).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from mathneuro_edit import ActivationStats, InputError, Mask, apply_mask, calibrate, find_math_params, find_targets
+from mathneuro_edit.apply import ReversibleEdit, scale_masked
+
+from ._tiny import FAMILIES, MATH, GENERAL, build, char_tokenizer
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the reference (batch size 1, per-sample norms, sort-based top-k)
+# ----------------------------------------------------------------------------------------------------------
+def reference_stats(model: nn.Module, tokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
+    """name -> (groups, d_in): sum over samples of the per-sample L2 norm of each input feature."""
+    from transformers.pytorch_utils import Conv1D
+
+    out: dict[str, torch.Tensor] = {}
+    handles = []
+
+    def add(name, group, groups, x):  # x: (tokens, d_in) of ONE sample
+        norm = x.double().pow(2).sum(0).sqrt()
+        acc = out.setdefault(name, torch.zeros(groups, x.shape[-1], dtype=torch.float64))
+        acc[group] += norm
+
+    tied = model.get_output_embeddings() is not None and (
+        model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    )
+    for mod_name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, Conv1D)) and not (tied and module is model.get_output_embeddings()):
+            def hook(m, args, name=f"{mod_name}.weight"):
+                add(name, 0, 1, args[0].reshape(-1, args[0].shape[-1]))
+            handles.append(module.register_forward_pre_hook(hook))
+        elif type(module).__name__.endswith("Router"):
+            def hook(m, args, name=f"{mod_name}.weight"):
+                add(name, 0, 1, args[0].reshape(-1, args[0].shape[-1]))
+            handles.append(module.register_forward_pre_hook(hook))
+        elif type(module).__name__.endswith("Experts"):
+            def hook(m, args, name=mod_name):
+                hidden, top_k_index = args[0], args[1]
+                for e in range(m.num_experts):
+                    rows = [i for i in range(hidden.shape[0]) if e in top_k_index[i].tolist()]
+                    if not rows:
+                        continue
+                    x = hidden[rows]
+                    gate, up = nn.functional.linear(x, m.gate_up_proj[e]).chunk(2, dim=-1)  # eager Mixtral math
+                    add(f"{name}.gate_up_proj", e, m.num_experts, x)
+                    add(f"{name}.down_proj", e, m.num_experts, m.act_fn(gate) * up)
+            handles.append(module.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            for text in texts:
+                ids = torch.tensor([tokenizer(text)["input_ids"]])
+                model(input_ids=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return {k: v.float() for k, v in out.items()}
+
+
+def reference_top(weight2d: torch.Tensor, stat: torch.Tensor, top_k: float) -> torch.Tensor:
+    """Top-k of |W| * stat over the whole matrix, ties to the lower flat index, by a full stable sort."""
+    scores = (weight2d.abs().float() * stat.float()[None, :]).flatten()
+    k = max(1, min(scores.numel(), math.floor(top_k * scores.numel() + 0.5)))
+    order = torch.sort(-scores, stable=True).indices[:k]
+    sel = torch.zeros(scores.numel(), dtype=torch.bool)
+    sel[order] = True
+    return sel.reshape(weight2d.shape)
+
+
+def reference_mask(model, math_ref, gen_ref, top_k) -> dict[str, torch.Tensor]:
+    params = dict(model.named_parameters())
+    result = {}
+    for name, stat in math_ref.items():
+        w = params[name].detach()
+        if w.dim() == 2:
+            is_conv1d = type(model.get_submodule(name.rsplit(".", 1)[0])).__name__ == "Conv1D"
+            mats = [w.t()] if is_conv1d else [w]
+        else:
+            mats = list(w)  # (E, d_out, d_in)
+        sels = [reference_top(m, stat[g], top_k) & ~reference_top(m, gen_ref[name][g], top_k) for g, m in enumerate(mats)]
+        if w.dim() == 2:
+            result[name] = sels[0].t() if is_conv1d else sels[0]
+        else:
+            result[name] = torch.stack(sels)
+    return result
+
+
+def jaccard(a: Mask | dict, b: Mask | dict) -> float:
+    inter = sum(int((a[n] & b[n]).sum()) for n in b)
+    union = sum(int((a[n] | b[n]).sum()) for n in b)
+    return inter / union if union else 1.0
+
+
+# ----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+def test_statistics_and_masks_match_reference(family):
+    model, tok = build(family)
+    math_ref = reference_stats(model, tok, MATH)
+    gen_ref = reference_stats(model, tok, GENERAL)
+    ref_mask = reference_mask(model, math_ref, gen_ref, top_k=0.1)
+    for bs in (1, 8):
+        ms = calibrate(model, tok, MATH, batch_size=bs, progress=False)
+        gs = calibrate(model, tok, GENERAL, batch_size=bs, progress=False)
+        assert set(ms.norm_sum) == set(math_ref), f"{family}: targets differ from the reference"
+        for name, ref in math_ref.items():
+            torch.testing.assert_close(ms.norm_sum[name], ref, rtol=1e-5, atol=1e-6, msg=f"{family} bs={bs} {name}")
+            torch.testing.assert_close(gs.norm_sum[name], gen_ref[name], rtol=1e-5, atol=1e-6)
+        mask = find_math_params(model, ms, gs, top_k=0.1)
+        assert jaccard(mask, ref_mask) == 1.0
+        for name in ref_mask:
+            assert torch.equal(mask[name], ref_mask[name]), f"{family} bs={bs}: mask differs at {name}"
+
+
+def test_wanda_statistic_is_sum_of_squares_over_tokens():
+    model, tok = build("llama")
+    stats = calibrate(model, tok, MATH, batch_size=3, progress=False)
+    captured = []
+    h = model.model.layers[0].mlp.down_proj.register_forward_pre_hook(lambda m, a: captured.append(a[0][0]))
+    with torch.no_grad():
+        for t in MATH:
+            model(input_ids=torch.tensor([tok(t)["input_ids"]]), use_cache=False)
+    h.remove()
+    expect = sum(x.double().pow(2).sum(0) for x in captured).float()
+    torch.testing.assert_close(stats.sq_sum["model.layers.0.mlp.down_proj.weight"][0], expect, rtol=1e-5, atol=1e-6)
+    n_tokens = sum(len(tok(t)["input_ids"]) for t in MATH)
+    assert stats.meta["num_tokens"] == n_tokens
+    assert int(stats.token_count["model.layers.0.mlp.down_proj.weight"][0]) == n_tokens
+
+
+def test_moe_token_counts_follow_routing():
+    model, tok = build("mixtral")
+    stats = calibrate(model, tok, MATH, batch_size=4, progress=False)
+    n_tokens = stats.meta["num_tokens"]
+    counts = stats.token_count["model.layers.0.mlp.experts.gate_up_proj"]
+    assert counts.shape == (model.config.num_local_experts,)
+    assert int(counts.sum()) == n_tokens * model.config.num_experts_per_tok  # every real token, top-k experts
+
+
+def test_targets_policy_tied_lm_head_and_filters():
+    gemma, _ = build("gemma2")
+    assert gemma.config.tie_word_embeddings
+    names = find_targets(gemma)
+    assert "lm_head.weight" not in names and not any("embed" in n for n in names)
+    assert "lm_head.weight" in find_targets(gemma, include_tied_lm_head=True)
+    llama, _ = build("llama")  # untied
+    assert "lm_head.weight" in find_targets(llama)
+    only_q = find_targets(llama, include=[r"q_proj"])
+    assert list(only_q) == [f"model.layers.{i}.self_attn.q_proj.weight" for i in range(2)]
+    no_mlp = find_targets(llama, exclude=[r"\.mlp\."])
+    assert no_mlp and not any(".mlp." in n for n in no_mlp)
+    with pytest.raises(InputError, match="not a valid regular expression"):
+        find_targets(llama, include=["("])
+    gpt2, _ = build("gpt2")
+    kinds = {t.kind for t in find_targets(gpt2).values()}
+    assert kinds == {"conv1d"}  # GPT-2's lm_head is tied, its blocks are Conv1D
+
+
+def test_unhandled_parameter_is_an_error_naming_it():
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+            self.mystery = nn.Parameter(torch.zeros(3, 4))
+
+    with pytest.raises(InputError, match="mystery"):
+        find_targets(Odd())
+    assert list(find_targets(Odd(), exclude=["mystery"])) == ["proj.weight"]
+
+
+def test_round_trips_and_determinism(tmp_path):
+    model, tok = build("qwen2")
+    ms = calibrate(model, tok, MATH, progress=False)
+    gs = calibrate(model, tok, GENERAL, progress=False)
+    ms.save(tmp_path / "m.stats.safetensors")
+    back = ActivationStats.load(tmp_path / "m.stats.safetensors")
+    assert back.meta == ms.meta and back.targets == ms.targets and back.sha256 == ms.sha256
+    for n in ms.norm_sum:
+        assert torch.equal(back.norm_sum[n], ms.norm_sum[n]) and torch.equal(back.sq_sum[n], ms.sq_sum[n])
+    mask = find_math_params(model, ms, gs, top_k=0.05)
+    again = find_math_params(model, back, ActivationStats.load(gs.save(tmp_path / "g.stats.safetensors")), top_k=0.05)
+    assert again.sha256 == mask.sha256
+    mask.save(tmp_path / "mask.safetensors")
+    loaded = Mask.load(tmp_path / "mask.safetensors")
+    assert list(loaded) == list(mask) and loaded.meta == mask.meta and loaded.sha256 == mask.sha256
+    for n in mask:
+        assert torch.equal(loaded[n], mask[n])
+    # a second calibration of the same texts is identical bit for bit
+    assert calibrate(model, tok, MATH, progress=False).sha256 == ms.sha256
+    # provenance
+    assert ms.meta["num_samples"] == len(MATH) and len(ms.meta["texts_sha256"]) == 64
+    assert mask.meta["math_stats_sha256"] == ms.sha256 and mask.meta["general_stats_sha256"] == [gs.sha256]
+
+
+def test_mask_compact_encoding_is_smaller_than_bool(tmp_path):
+    dense = torch.rand(64, 64) < 0.6
+    sparse = torch.zeros(64, 64, dtype=torch.bool)
+    sparse[3, 5] = sparse[60, 1] = True
+    m = Mask({"dense": dense, "sparse": sparse})
+    path = m.save(tmp_path / "m.safetensors")
+    assert path.stat().st_size < 64 * 64 // 8 * 2 + 1024  # bits for the dense, 2 indices for the sparse
+    back = Mask.load(path)
+    assert torch.equal(back["dense"], dense) and torch.equal(back["sparse"], sparse)
+
+
+def test_methods_and_granularity():
+    model, tok = build("llama")
+    ms = calibrate(model, tok, MATH, progress=False)
+    gs = calibrate(model, tok, GENERAL, progress=False)
+    gs2 = calibrate(model, tok, ["the cat sat on the mat", "a bird sings"], progress=False)
+    mn = find_math_params(model, ms, gs, top_k=0.1)
+    wanda = find_math_params(model, ms, None, top_k=0.1, method="wanda")
+    rnd = find_math_params(model, ms, gs, top_k=0.1, method="random", seed=1)
+    rnd_again = find_math_params(model, ms, gs, top_k=0.1, method="random", seed=1)
+    rnd_other = find_math_params(model, ms, gs, top_k=0.1, method="random", seed=2)
+    both = find_math_params(model, ms, [gs, gs2], top_k=0.1)
+    for n in mn:
+        numel = mn[n].numel()
+        assert int(wanda[n].sum()) == max(1, math.floor(0.1 * numel + 0.5))
+        assert bool((mn[n] <= wanda[n]).all())  # mathneuro is a subset of the math top-k
+        assert int(rnd[n].sum()) == int(mn[n].sum())  # random: same count per matrix
+        assert bool((both[n] <= mn[n]).all())  # a second general set only removes more
+    assert rnd.sha256 == rnd_again.sha256 and rnd.sha256 != rnd_other.sha256
+    row = find_math_params(model, ms, None, top_k=0.25, method="wanda", granularity="row")
+    for n in row:
+        per_row = row[n].sum(dim=1)
+        assert bool((per_row == max(1, math.floor(0.25 * row[n].shape[1] + 0.5))).all())
+
+
+def test_ties_break_to_lower_index():
+    from mathneuro_edit.mask import top_fraction
+
+    scores = torch.tensor([[5.0, 1.0, 2.0, 2.0, 2.0, 0.0]])
+    assert top_fraction(scores, 3).tolist() == [[True, False, True, True, False, False]]
+    assert top_fraction(torch.ones(2, 4), 2).tolist() == [[True, True, False, False]] * 2
+
+
+def test_apply_mask_matches_formula_and_prunes_exactly():
+    model, tok = build("llama", dtype=torch.bfloat16)
+    ms = calibrate(model, tok, MATH, progress=False)
+    gs = calibrate(model, tok, GENERAL, progress=False)
+    mask = find_math_params(model, ms, gs, top_k=0.1)
+    for scale in (1.1, 0.0):
+        edited = copy.deepcopy(model)
+        apply_mask(edited, mask, scale)
+        base_params = dict(model.named_parameters())
+        for name, p in edited.named_parameters():
+            w = base_params[name].detach()
+            if name not in mask:
+                assert torch.equal(p, w)
+                continue
+            m = mask[name]
+            expect = torch.where(m, (w.float() * scale).to(torch.bfloat16), w)
+            assert torch.equal(p.detach(), expect)
+            assert torch.equal(p.detach(), scale_masked(w, m, scale))
+            if scale == 0:
+                assert not torch.signbit(p.detach()[m]).any()  # +0.0, never -0.0
+    # ReversibleEdit switches on and off exactly
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with ReversibleEdit(model, mask, 0.0):
+        assert all(int((p.detach()[mask[n]] != 0).sum()) == 0 for n, p in model.named_parameters() if n in mask)
+    assert all(torch.equal(p.detach(), before[n]) for n, p in model.named_parameters())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# bad input
+# ----------------------------------------------------------------------------------------------------------
+def test_bad_inputs_raise_clear_errors(tmp_path):
+    model, tok = build("llama")
+    with pytest.raises(InputError, match="empty"):
+        calibrate(model, tok, [], progress=False)
+    with pytest.raises(InputError, match="list of strings"):
+        calibrate(model, tok, "just one string", progress=False)
+    ms = calibrate(model, tok, MATH, progress=False)
+    gs = calibrate(model, tok, GENERAL, progress=False)
+    for bad in (0, 1.5, -0.1, float("nan")):
+        with pytest.raises(InputError, match="top_k"):
+            find_math_params(model, ms, gs, top_k=bad)
+    other, _ = build("llama", hidden_size=48)
+    with pytest.raises(InputError, match=r"model\.layers\.0\.self_attn\.q_proj\.weight.*another model"):
+        find_math_params(other, ms, gs, top_k=0.1)
+    mask = find_math_params(model, ms, gs, top_k=0.1)
+    with pytest.raises(InputError, match="another model"):
+        apply_mask(other, mask, 1.1)
+    for bad_scale in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(InputError, match="scale"):
+            apply_mask(model, mask, bad_scale)
+    (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(InputError, match="corrupt"):
+        Mask.load(tmp_path / "junk.safetensors")
+    with pytest.raises(InputError, match="no such"):
+        ActivationStats.load(tmp_path / "missing.safetensors")
+    with pytest.raises(InputError, match="not a mathneuro-edit statistics file"):
+        ActivationStats.load(mask.save(tmp_path / "mask.safetensors"))
+
+
+def test_tokenizer_without_pad_token_is_not_modified():
+    model, tok = build("llama")
+    assert tok.pad_token is None
+    side = tok.padding_side
+    calibrate(model, tok, MATH, batch_size=8, progress=False)
+    assert tok.pad_token is None and tok.padding_side == side
+
+
+def test_hooks_removed_on_error_and_mode_restored():
+    model, tok = build("llama")
+    model.train()
+
+    def boom(*a, **k):
+        raise RuntimeError("injected")
+
+    h = model.model.layers[1].register_forward_pre_hook(boom)
+    with pytest.raises(RuntimeError, match="injected"):
+        calibrate(model, tok, MATH, progress=False)
+    h.remove()
+    assert all(not m._forward_pre_hooks for m in model.modules())
+    assert model.training
+
+
+def test_truncation_is_recorded():
+    model, tok = build("llama")
+    stats = calibrate(model, tok, MATH, max_length=8, progress=False)
+    assert stats.meta["truncated_samples"] == sum(len(tok(t)["input_ids"]) > 8 for t in MATH)
+    assert stats.meta["num_tokens"] == sum(min(8, len(tok(t)["input_ids"])) for t in MATH)
