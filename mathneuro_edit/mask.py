@@ -71,7 +71,7 @@ class Mask(Mapping[str, torch.Tensor]):
 
     def _add(self, name: str, t: torch.Tensor) -> None:
         flat = t.reshape(-1).cpu()
-        numel, count = flat.numel(), int(flat.sum())
+        numel, count = flat.numel(), int(torch.count_nonzero(flat))
         idx_dtype = torch.int32 if numel < 2**31 else torch.int64
         idx_bytes = count * (4 if idx_dtype == torch.int32 else 8)
         if idx_bytes < (numel + 7) // 8:  # indices are smaller below ~1/32 (int32) density
@@ -192,11 +192,16 @@ def top_fraction(scores: torch.Tensor, k: int) -> torch.Tensor:
     n = scores.shape[1]
     # the k-th largest is the (n - k + 1)-th smallest: an O(n) selection, no full sort
     kth = torch.kthvalue(scores, n - k + 1, dim=1, keepdim=True).values  # (rows, 1)
-    above = scores > kth  # (rows, n)
-    need = k - above.sum(dim=1, keepdim=True)  # (rows, 1) how many ties to take
-    ties = scores == kth
-    tie_rank = ties.cumsum(dim=1, dtype=torch.int32)  # 1-based rank among ties, by position
-    return above | (ties & (tie_rank <= need))
+    sel = scores >= kth  # (rows, n): exactly k per row unless several entries tie with the k-th
+    extra = torch.count_nonzero(sel, dim=1) - k  # (rows,) surplus ties per row
+    if bool((extra > 0).any()):
+        # rare path: keep the ties at the lower column indices
+        above = scores > kth
+        need = k - torch.count_nonzero(above, dim=1).unsqueeze(1)  # (rows, 1) ties to take
+        ties = scores == kth
+        tie_rank = ties.cumsum(dim=1, dtype=torch.int32)  # 1-based rank among ties, by position
+        sel = above | (ties & (tie_rank <= need))
+    return sel
 
 
 def _top_mask(scores: torch.Tensor, top_k: float, granularity: Granularity) -> torch.Tensor:
@@ -213,10 +218,11 @@ def _seed_for(seed: int, name: str, group: int) -> int:
 
 
 def _scores(weight: torch.Tensor, stat: torch.Tensor, name: str) -> torch.Tensor:
-    s = weight.abs().float() * stat.float().to(weight.device).unsqueeze(0)  # (d_out, d_in)
-    if not torch.isfinite(s).all():
+    s = weight.to(torch.float32, copy=True).abs_().mul_(stat.to(weight.device, torch.float32).unsqueeze(0))
+    # one reduction instead of an elementwise isfinite: max() propagates NaN and shows inf
+    if not torch.isfinite(s.max()):
         raise InputError(f"{name}: non-finite importance scores (NaN/inf in the weights or statistics); check the model")
-    return s
+    return s  # (d_out, d_in) float32
 
 
 def _check_stats(
@@ -313,7 +319,7 @@ def find_math_params(
                     gen = _top_mask(_scores(w, gs.statistic(name, statistic)[g], name), top_k, granularity)
                     sel &= ~gen.cpu()
                 if method == "random":
-                    count, n = int(sel.sum()), sel.numel()
+                    count, n = int(torch.count_nonzero(sel)), sel.numel()
                     gen_rng = torch.Generator().manual_seed(_seed_for(seed, name, g))
                     sel = torch.zeros(n, dtype=torch.bool)
                     sel[torch.randperm(n, generator=gen_rng)[:count]] = True
