@@ -1,0 +1,281 @@
+"""The lock file ``mathneuro_recipe.lock.yaml``: the recipe with every default explicit, plus the hashes that pin a run.
+
+It records the resolved recipe (public form), the base model's revision and safetensors hashes, what data was
+sampled (:attr:`mathneuro_edit.data.LoadedTexts.record`), the statistics, mask and output file hashes, and the
+library versions. ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
+
+Privacy: the lock is written into the output folder and embedded in the model card, so it never holds a local
+path. A local base model is written as ``"<local>"`` with its safetensors' sha256 (so a reproducer can check the
+weights); local data files as ``"<local>/NAME"`` with the sampled texts' (and the file's) sha256. To reproduce,
+pass the paths again (``reproduce --base PATH``, or overrides such as ``data.math.path=PATH``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import platform
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import __version__
+from .errors import InputError, MathNeuroEditError
+from .recipe import LOCAL, Recipe, is_local_path, recipe_from_dict, recipe_sha256
+
+__all__ = [
+    "LOCK_NAME", "LOCK_VERSION", "build_lock", "write_lock", "read_lock", "recipe_from_lock", "sha256_file",
+    "weights_sha256", "output_hashes", "write_text_atomic", "library_versions", "check_base_weights",
+    "private_paths", "check_private",
+]
+
+LOCK_NAME = "mathneuro_recipe.lock.yaml"
+LOCK_VERSION = 1
+_CHUNK = 1 << 20  # 1 MiB reads: streamed hashing of multi-GB shards in constant memory
+
+
+def sha256_file(path: str | Path) -> str:
+    """SHA-256 hex digest of a file, read in 1 MiB chunks.
+
+    Example:
+        >>> import tempfile; f = tempfile.NamedTemporaryFile(delete=False); _ = f.write(b"abc"); f.close()
+        >>> sha256_file(f.name)[:12]
+        'ba7816bf8f01'
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def weights_sha256(model_dir: str | Path) -> dict[str, str]:
+    """``{file name: sha256}`` of every ``*.safetensors`` file of a local model folder (sorted by name)."""
+    return {p.name: sha256_file(p) for p in sorted(Path(model_dir).glob("*.safetensors"))}
+
+
+def output_hashes(out_dir: str | Path) -> dict[str, str]:
+    """``{relative posix path: sha256}`` of every file in an output folder, except the card and the lock itself
+    (they embed these hashes) and hidden files/folders.
+
+    Example:
+        >>> output_hashes(tempfile.mkdtemp())
+        {}
+    """
+    root = Path(out_dir)
+    hashes = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and rel.as_posix() not in ("README.md", LOCK_NAME) and not any(
+            part.startswith(".") for part in rel.parts
+        ):
+            hashes[rel.as_posix()] = sha256_file(p)
+    return hashes
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the tool and the libraries that shape the result (``"not installed"`` when missing).
+
+    Example:
+        >>> sorted(library_versions())
+        ['huggingface_hub', 'peft', 'python', 'safetensors', 'tool', 'torch', 'transformers']
+    """
+
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    versions = {"tool": __version__}
+    for name in ("torch", "transformers", "peft", "safetensors", "huggingface_hub"):
+        versions[name] = version(name)
+    versions["python"] = platform.python_version()
+    return versions
+
+
+def private_paths(recipe: Recipe) -> list[str]:
+    """Strings that would reveal a local path of this recipe (raw paths with a folder part, absolute folders).
+
+    Used to check that nothing published (lock, card) contains them.
+    """
+    found: list[str] = []
+    paths = [recipe.base.model, recipe.base.offload_folder or ""]
+    for section in (recipe.data, recipe.evaluation):
+        if section is not None:
+            paths += [s.path for s in (section.math, *section.general)]
+    for p in paths:
+        if p and is_local_path(p):
+            if "/" in p or "\\" in p:
+                found.append(p)
+            folder = str(Path(p).expanduser().resolve().parent)
+            if folder not in ("/", ""):
+                found.append(folder)
+    return found
+
+
+def check_private(text: str, recipe: Recipe, what: str) -> None:
+    """Raise :class:`MathNeuroEditError` if ``text`` contains a local path of the recipe (a bug: never publish)."""
+    leaked = [p for p in private_paths(recipe) if p in text]
+    if leaked:
+        raise MathNeuroEditError(f"{what} would reveal the local path {leaked[0]!r}; not written (please report)")
+
+
+def build_lock(
+    recipe: Recipe,
+    *,
+    base_revision: str | None,
+    data_records: Mapping[str, Any],
+    stats_sha256: str | Mapping[str, str],
+    mask_sha256: str,
+    output_files: Mapping[str, str],
+    versions: Mapping[str, str] | None = None,
+    base_weights: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Assemble the lock of a run (public: no local paths).
+
+    Args:
+        recipe: the recipe that ran.
+        base_revision: the resolved commit of a Hub base (``None`` for a local or organism base).
+        data_records: ``{"math": [record], "general": [records], ...}`` from :mod:`mathneuro_edit.data`.
+        stats_sha256: the statistics' hash, or ``{"math": ..., "general": ...}``.
+        mask_sha256: :attr:`Mask.sha256`.
+        output_files: ``{relative path: sha256}`` of the written files (see :func:`output_hashes`).
+        versions: library versions (default: :func:`library_versions`).
+        base_weights: ``{file: sha256}`` of the base's safetensors; computed from the local folder when ``None``
+            and the base is local (or the organism).
+
+    Returns:
+        The lock as plain data (YAML/JSON types only).
+
+    Example:
+        >>> from mathneuro_edit.recipe import quickstart_recipe
+        >>> lock = build_lock(quickstart_recipe(), base_revision=None, data_records={}, stats_sha256="s",
+        ...                   mask_sha256="m", output_files={})
+        >>> lock["recipe"]["base"]["model"], lock["mask_sha256"]
+        ('organism', 'm')
+    """
+    local_dir = recipe.base.local_dir()
+    if base_weights is None and local_dir is not None and local_dir.is_dir():
+        base_weights = weights_sha256(local_dir)
+    public = recipe.public_dict()
+    lock = {
+        "lock_version": LOCK_VERSION,
+        "recipe_sha256": recipe_sha256(recipe),
+        "recipe": public,
+        "base": {"model": public["base"]["model"], "revision": base_revision,
+                 "weights_sha256": dict(base_weights) if base_weights is not None else None},
+        "data": {k: [dict(r) for r in v] if isinstance(v, Sequence) else dict(v) for k, v in data_records.items()},
+        "stats_sha256": stats_sha256 if isinstance(stats_sha256, str) else dict(stats_sha256),
+        "mask_sha256": mask_sha256,
+        "outputs": dict(sorted(output_files.items())),
+        "versions": dict(versions if versions is not None else library_versions()),
+    }
+    check_private(yaml.safe_dump(lock), recipe, "the lock file")
+    return lock
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a text file atomically: a temp file in the same folder, then a rename (readers never see half a file).
+
+    Raises:
+        InputError: the folder does not exist.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise InputError(f"{path.parent}: output folder does not exist; create it or run the pipeline first")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_lock(out_dir: str | Path, lock: Mapping[str, Any]) -> Path:
+    """Write ``out_dir/mathneuro_recipe.lock.yaml`` atomically.
+
+    Returns:
+        The written path.
+    """
+    text = "# Written by mathneuro-edit: the resolved recipe and the hashes that pin this run. Do not edit.\n"
+    text += yaml.safe_dump(dict(lock), sort_keys=False, allow_unicode=True)
+    return write_text_atomic(Path(out_dir) / LOCK_NAME, text)
+
+
+def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
+    """Read a lock file (or the one inside an output folder).
+
+    Raises:
+        InputError: missing file, invalid YAML, or not a mathneuro-edit lock.
+
+    Example:
+        >>> read_lock("out/")  # doctest: +SKIP
+    """
+    p = Path(path_or_dir)
+    if p.is_dir():
+        p = p / LOCK_NAME
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{p}: lock file not found; pass an output folder written by mathneuro-edit") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"{p}: cannot read the lock file ({e})") from None
+    if not isinstance(data, dict) or "lock_version" not in data or "recipe" not in data:
+        raise InputError(f"{p}: not a mathneuro-edit lock file (no lock_version/recipe)")
+    if data["lock_version"] != LOCK_VERSION:
+        raise InputError(f"{p}: lock_version {data['lock_version']!r} is not supported (this version reads "
+                         f"{LOCK_VERSION}); use the mathneuro-edit version in its versions.tool")
+    return data
+
+
+def recipe_from_lock(lock: Mapping[str, Any], overrides: Sequence[str] = ()) -> Recipe:
+    """The recipe of a lock, with overrides (e.g. ``base.model=PATH`` for a redacted local base).
+
+    Raises:
+        InputError: the recipe is invalid, or a redacted local path (``<local>``) was not given back; the message
+            lists the keys to override.
+
+    Example:
+        >>> from mathneuro_edit.recipe import quickstart_recipe
+        >>> lock = build_lock(quickstart_recipe(), base_revision=None, data_records={}, stats_sha256="s",
+        ...                   mask_sha256="m", output_files={})
+        >>> recipe_from_lock(lock) == quickstart_recipe()
+        True
+    """
+    recipe = recipe_from_dict(dict(lock["recipe"]), overrides, where="lock recipe")
+    missing = []
+    if recipe.base.model == LOCAL:
+        missing.append("base.model (--base PATH)")
+    if recipe.base.offload_folder == LOCAL:
+        missing.append("base.offload_folder")
+    for name in ("data", "evaluation"):
+        section = getattr(recipe, name)
+        if section is not None:
+            missing += [f"{name}.math.path"] if section.math.path.startswith(LOCAL) else []
+            missing += [f"{name}.general.{i}.path" for i, s in enumerate(section.general) if s.path.startswith(LOCAL)]
+    if missing:
+        raise InputError(f"the lock's local paths were redacted for privacy; give them again: {', '.join(missing)} "
+                         "(e.g. data.math.path=PATH; contents are checked against the lock's sha256)")
+    return recipe
+
+
+def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
+    """Check that a local model folder holds the base weights the lock recorded.
+
+    Raises:
+        InputError: a file missing or different (naming it).
+    """
+    expected = (lock.get("base") or {}).get("weights_sha256") or {}
+    actual = weights_sha256(model_dir)
+    for name, sha in expected.items():
+        if actual.get(name) != sha:
+            state = "missing" if name not in actual else f"sha256 {actual[name][:12]}..., expected {sha[:12]}..."
+            raise InputError(f"{Path(model_dir) / name}: {state}; this is not the base model the lock was made from")

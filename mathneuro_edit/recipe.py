@@ -1,0 +1,577 @@
+"""The recipe: one validated description of a MathNeuro run (model, data, mask, edit, outputs, evaluation, Hub).
+
+It is the single source of truth for the YAML files and the CLI options: ``docs/recipes.md`` documents every key
+listed by :func:`recipe_fields`. Every section is a pydantic v2 model that rejects unknown keys; a bad recipe
+raises ONE :class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g.
+``recipe.yaml: 2 problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1]
+(got 1.5)`` (one line).
+
+Special values: ``base.model: organism`` is the model shipped with the package, and a data source path
+``organism:math`` / ``organism:general`` is its synthetic data (:mod:`mathneuro_edit.organism.data`).
+
+Privacy: local paths (a base model folder, a data file, an offload folder) are personal. :meth:`Recipe.public_dict`
+replaces them by ``"<local>"`` (data files keep their file name: ``"<local>/train.jsonl"``); the recipe hash,
+the lock file and the model card only ever see that public form.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import math
+import re
+import string
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import InputError
+
+__all__ = [
+    "Source", "BaseConfig", "DataConfig", "CalibrationConfig", "TargetsConfig", "MaskConfig", "EditConfig",
+    "OutputsConfig", "EvaluationConfig", "HubConfig", "Recipe", "LOCAL", "ORGANISM",
+    "load_recipe", "recipe_from_dict", "quickstart_recipe", "recipe_sha256", "recipe_fields", "is_local_path",
+]
+
+ORGANISM = "organism"
+LOCAL = "<local>"  # stands for a redacted local path in public outputs (lock, card, recipe hash)
+_HUB_DATASET = re.compile(r"^hf://datasets/(?:[\w.-]+/)?[\w.-]+$")
+_SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?)?B$", re.IGNORECASE)
+_DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?)$")
+
+
+def is_local_path(value: str) -> bool:
+    """Whether a model/data string names a local path rather than a Hub id or a special value.
+
+    The rule is transformers' own (an existing path wins over a Hub id), plus strings that are plainly paths.
+
+    Example:
+        >>> is_local_path("/models/llama"), is_local_path("meta-llama/Llama-3.2-1B"), is_local_path("organism")
+        (True, False, False)
+    """
+    if value == ORGANISM or value.startswith(("organism:", "hf://")) or value.startswith(LOCAL):
+        return False
+    return value.startswith(("/", "~", ".", "\\")) or Path(value).expanduser().exists()
+
+
+def _check(ok: typing.Callable[[Any], bool], message: str) -> AfterValidator:
+    """An AfterValidator whose error reads ``<message> (got <value>)``."""
+
+    def validate(value: Any) -> Any:
+        if not ok(value):
+            raise ValueError(f"{message} (got {_show(value)})")
+        return value
+
+    return AfterValidator(validate)
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise ValueError(f"not a valid regular expression: {e} (got {value!r})") from None
+    return value
+
+
+Positive = Annotated[int, _check(lambda v: v >= 1, "must be an integer >= 1")]
+NonNegative = Annotated[int, _check(lambda v: v >= 0, "must be an integer >= 0")]
+Fraction = Annotated[float, _check(lambda v: 0 < v <= 1, "must be in (0, 1]")]
+Scale = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
+Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
+ShardSize = Annotated[str, _check(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
+RepoId = Annotated[str, _check(re.compile(r"^([\w.-]+/)?[\w.-]+$").match, "must be a Hub repo id like user/name")]
+Regex = Annotated[str, AfterValidator(_regex)]
+
+
+class _Model(BaseModel):
+    # Why coerce numbers to str: YAML reads `split: 2021` or `revision: 1234` as ints.
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+
+class Source(_Model):
+    """Where texts come from: ``organism:math|general``, ``hf://datasets/OWNER/NAME`` or a local file.
+
+    A bare string is accepted as shorthand for ``{path: ...}``.
+    """
+
+    path: str = Field(min_length=1, description="organism:math, organism:general, hf://datasets/OWNER/NAME, or "
+                                                "a local .jsonl/.json/.csv/.parquet/.txt file")
+    field: str | None = Field(None, description="record field holding the text (default: question+answer, else text)")
+    template: str | None = Field(None, description='Python format string over record fields, e.g. '
+                                                   '"{question}\\n{answer}"')
+    config: str | None = Field(None, description="Hub dataset config name (gsm8k: main)")
+    split: str | None = Field(None, description="Hub split (default train) or organism split train|test")
+    revision: str | None = Field(None, description="Hub dataset revision (branch, tag or commit)")
+    format: Literal["jsonl", "json", "csv", "parquet", "txt"] | None = Field(
+        None, description="local file format (default: from the extension)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"path": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Source:
+        if self.field is not None and self.template is not None:
+            raise ValueError("set field or template, not both")
+        if self.template is not None:
+            try:
+                names = [f for _, f, _, _ in string.Formatter().parse(self.template) if f is not None]
+            except ValueError as e:
+                raise ValueError(f"template is not a valid format string: {e} (got {self.template!r})") from None
+            if not names:
+                raise ValueError(f"template names no field; use e.g. '{{question}}' (got {self.template!r})")
+        if self.kind == "organism":
+            if self.path not in ("organism:math", "organism:general"):
+                raise ValueError(f"organism sources are organism:math or organism:general (got {self.path!r})")
+            if self.split not in (None, "train", "test"):
+                raise ValueError(f"organism split must be train or test (got {self.split!r})")
+            extra = [k for k in ("field", "template", "config", "revision", "format") if getattr(self, k) is not None]
+        elif self.kind == "hub":
+            if not _HUB_DATASET.match(self.path):
+                raise ValueError(f"Hub sources look like hf://datasets/OWNER/NAME (got {self.path!r})")
+            extra = ["format"] if self.format is not None else []
+        else:
+            extra = [k for k in ("config", "split", "revision") if getattr(self, k) is not None]
+        if extra:
+            raise ValueError(f"{', '.join(extra)} does not apply to a {self.kind} source ({self.path})")
+        return self
+
+    def public_path(self) -> str:
+        """The path as published: a local file becomes ``"<local>/NAME"`` (privacy), others are unchanged."""
+        return f"{LOCAL}/{Path(self.path).name}" if is_local_path(self.path) else self.path
+
+    @property
+    def kind(self) -> Literal["organism", "hub", "local"]:
+        """``"organism"``, ``"hub"`` or ``"local"``."""
+        if self.path.startswith("organism:"):
+            return "organism"
+        return "hub" if self.path.startswith("hf://") else "local"
+
+    @property
+    def hub_id(self) -> str | None:
+        """The Hub dataset id (``openai/gsm8k``) of a ``hf://datasets/...`` source, else ``None``."""
+        return self.path.removeprefix("hf://datasets/") if self.kind == "hub" else None
+
+
+def _one_or_more(value: Any) -> Any:
+    return value if isinstance(value, list) else [value]
+
+
+def _gpu_keys(value: Any) -> Any:
+    """GPU indices as ints (accelerate's convention), also when read back from JSON/YAML as ``"0"``."""
+    return {int(k) if str(k).isdigit() else k: v for k, v in value.items()} if isinstance(value, dict) else value
+
+
+Sources = Annotated[list[Source], BeforeValidator(_one_or_more), _check(len, "must list at least one source")]
+MaxMemory = Annotated[dict[int | str, str], BeforeValidator(_gpu_keys)]
+
+
+class BaseConfig(_Model):
+    """The model to edit."""
+
+    model: str = Field(min_length=1, description="Hub model id, local folder, or organism (the shipped model)")
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of the model")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "auto", description="dtype the model is loaded and edited in (auto: the checkpoint's)")
+    device: Device = Field("auto", description="cpu, cuda, cuda:N, mps or auto")
+    trust_remote_code: bool = Field(False, description="run the model repo's own code (only for repos you trust)")
+    device_map: str | dict[str, int | str] | None = Field(
+        None, description='accelerate device map for big models, e.g. "auto"')
+    max_memory: MaxMemory | None = Field(
+        None, description='per-device memory cap with device_map, e.g. {0: "20GiB", cpu: "60GiB"}')
+    offload_folder: str | None = Field(None, description="folder for weights offloaded to disk with device_map")
+
+    @model_validator(mode="after")
+    def _placement(self) -> BaseConfig:
+        if self.device_map is not None and self.device != "auto":
+            raise ValueError(f"set device or device_map, not both (got device={self.device!r})")
+        if (self.max_memory is not None or self.offload_folder is not None) and self.device_map is None:
+            raise ValueError("max_memory and offload_folder need device_map (e.g. device_map: auto)")
+        return self
+
+    def local_dir(self) -> Path | None:
+        """The model's local folder (the shipped organism's for ``organism``), or ``None`` for a Hub id."""
+        if self.model == ORGANISM:
+            from .organism import organism_path
+
+            return organism_path()
+        return Path(self.model).expanduser() if is_local_path(self.model) else None
+
+
+class DataConfig(_Model):
+    """Calibration data: one math source, one or more general sources."""
+
+    math: Source = Field(description="math texts (GSM8K question/answer records are formatted automatically)")
+    general: Sources = Field(description="general texts: one source or a list (samples are split evenly)")
+    samples: Positive = Field(100, description="texts per set (math and general each)")
+    seed: int = Field(0, description="seed of the sampling (Python random, see docs/recipes.md)")
+
+
+class CalibrationConfig(_Model):
+    """Forward passes that collect activation statistics."""
+
+    max_length: Positive = Field(512, description="tokens per text (longer texts are truncated)")
+    batch_size: Positive = Field(8, description="texts per forward pass")
+
+
+class TargetsConfig(_Model):
+    """Which weight matrices are scored (regular expressions searched in parameter names)."""
+
+    include: list[Regex] = Field(default_factory=list,
+                                 description="only parameters matching one of these (empty: all supported matrices)")
+    exclude: list[Regex] = Field(default_factory=list, description="drop parameters matching one of these")
+
+
+class MaskConfig(_Model):
+    """How the math-specific weights are chosen."""
+
+    method: Literal["mathneuro", "wanda", "random"] = Field(
+        "mathneuro", description="mathneuro (math top-K minus general top-K), wanda (math top-K only) or random")
+    top_k: Fraction = Field(0.05, description="fraction of each matrix (or row) kept in a top-K set")
+    granularity: Literal["matrix", "row"] = Field("matrix", description="top-K per matrix or per output row")
+    seed: int = Field(0, description="seed of the random method")
+
+
+class EditConfig(_Model):
+    """What is done to the selected weights: exactly one of ``scale: X`` or ``prune: true``."""
+
+    scale: Scale | None = Field(None, description="multiply selected weights by this (paper: 1.1)")
+    prune: bool = Field(False, description="set selected weights to 0")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EditConfig:
+        if (self.scale is None) == (not self.prune):
+            got = "both" if self.prune else "neither"
+            raise ValueError(f"set exactly one of scale (a number >= 0) or prune: true (got {got})")
+        return self
+
+    @property
+    def effective_scale(self) -> float:
+        """The factor applied to selected weights: 0.0 when pruning.
+
+        Example:
+            >>> EditConfig(prune=True).effective_scale
+            0.0
+        """
+        return 0.0 if self.prune else float(self.scale)  # type: ignore[arg-type]
+
+
+class OutputsConfig(_Model):
+    """What is written."""
+
+    checkpoint: bool = Field(True, description="a full edited transformers checkpoint")
+    adapter: bool = Field(False, description="a PEFT adapter holding the edit")
+    max_shard_size: ShardSize | None = Field(None, description='checkpoint shard size, e.g. "2GB" (default: '
+                                                               "transformers')")
+
+    @model_validator(mode="after")
+    def _something(self) -> OutputsConfig:
+        if not (self.checkpoint or self.adapter):
+            raise ValueError("at least one of checkpoint or adapter must be true")
+        return self
+
+
+class EvaluationConfig(_Model):
+    """Before/after evaluation (optional)."""
+
+    math: Source = Field(description="math problems with question/answer (GSM8K format, gold after '#### ')")
+    general: Sources = Field(description="general texts for loss and KL: one source or a list")
+    samples: Positive = Field(100, description="problems and texts evaluated")
+    seed: int = Field(0, description="seed of the sampling")
+    n_shot: NonNegative = Field(0, description="worked examples put before each problem")
+    max_new_tokens: Positive = Field(256, description="generation budget per problem")
+
+
+class HubConfig(_Model):
+    """Where ``mathneuro-edit push`` publishes (optional)."""
+
+    repo_id: RepoId = Field(description="target model repo, e.g. user/name")
+    private: bool = Field(False, description="create the repo private")
+    revision: str | None = Field(None, description="branch to push to (created if missing; default main)")
+
+
+class Recipe(_Model):
+    """A full, validated run description. Build it with :func:`load_recipe` or :func:`recipe_from_dict`."""
+
+    base: BaseConfig
+    data: DataConfig
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
+    targets: TargetsConfig = Field(default_factory=TargetsConfig)
+    mask: MaskConfig = Field(default_factory=MaskConfig)
+    edit: EditConfig
+    outputs: OutputsConfig = Field(default_factory=OutputsConfig)
+    evaluation: EvaluationConfig | None = None
+    hub: HubConfig | None = None
+
+    def resolved_dict(self) -> dict[str, Any]:
+        """The recipe as plain data with every default explicit (JSON/YAML types only)."""
+        return self.model_dump(mode="json")
+
+    def public_dict(self) -> dict[str, Any]:
+        """:meth:`resolved_dict` with local paths redacted (``"<local>"``; data files keep their name)."""
+        d = self.resolved_dict()
+        if is_local_path(d["base"]["model"]):
+            d["base"]["model"] = LOCAL
+        if d["base"]["offload_folder"] is not None:
+            d["base"]["offload_folder"] = LOCAL
+        for name in ("data", "evaluation"):
+            section = getattr(self, name)
+            if section is not None:
+                d[name]["math"]["path"] = section.math.public_path()
+                for src, out in zip(section.general, d[name]["general"]):
+                    out["path"] = src.public_path()
+        return d
+
+    def to_yaml(self) -> str:
+        """The resolved recipe as YAML (every default explicit, keys in documentation order)."""
+        return yaml.safe_dump(self.resolved_dict(), sort_keys=False, allow_unicode=True)
+
+
+def recipe_sha256(recipe: Recipe) -> str:
+    """SHA-256 of the recipe's canonical JSON (public form: local paths redacted).
+
+    Why the public form: the hash names the recipe in commits and cards without leaking paths, and is the same on
+    every machine; the base weights and data contents are pinned separately by the lock's own hashes.
+
+    Example:
+        >>> len(recipe_sha256(quickstart_recipe()))
+        64
+    """
+    canonical = json.dumps(recipe.public_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if not isinstance(value, float) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The section model reached by following ``loc`` from :class:`Recipe`."""
+    cls: type[BaseModel] | None = Recipe
+    for part in loc:
+        if isinstance(part, int) or cls is None:
+            continue
+        info = cls.model_fields.get(str(part))
+        cls = _find_model(info.annotation) if info else None
+    return cls
+
+
+def _find_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if (found := _find_model(arg)) is not None:
+            return found
+    return None
+
+
+def _problem(err: Any) -> str:
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "dict")))]
+    where = ".".join(str(p) for p in loc) or "recipe"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        allowed = sorted(parent.model_fields) if parent else []
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f", did you mean {close[0]!r}?" if close else ""
+        return f"{where}: unknown key{hint} (allowed: {' '.join(allowed)})"
+    if kind == "missing":
+        return f"{where}: required key is missing"
+    if kind in ("value_error", "assertion_error"):
+        return f"{where}: {err['ctx']['error']}"
+    return f"{where}: {err['msg'][0].lower()}{err['msg'][1:]} (got {_show(err['input'])})"
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def _apply_overrides(data: dict[str, Any], overrides: Sequence[str], where: str) -> None:
+    """Set ``key.path=value`` overrides (values parsed as YAML scalars) in place."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise InputError(f"{where}: override {item!r} is not key.path=value; e.g. edit.scale=1.2")
+        try:
+            value = yaml.load(raw, Loader=_UniqueKeyLoader)
+        except yaml.YAMLError as e:
+            raise InputError(f"{where}: override {item!r}: value is not valid YAML ({e})") from None
+        node: Any = data
+        for i, part in enumerate(parts):
+            step: Any = part
+            if isinstance(node, list):
+                if not (part.isdigit() and int(part) < len(node)):
+                    where_in = ".".join(parts[: i + 1])
+                    raise InputError(f"{where}: override {item!r}: {where_in} is not an item of the list")
+                step = int(part)
+            if i == len(parts) - 1:
+                node[step] = value
+                break
+            child = node[step] if isinstance(node, list) else node.get(step)
+            if parts[i + 1].isdigit() and not isinstance(child, list):  # one source stands for a list of one
+                child = [] if child is None else [child]
+            elif isinstance(child, str):  # a source given as a bare path: expand it to set one of its keys
+                child = {"path": child}
+            elif not isinstance(child, (dict, list)):
+                child = {}
+            node[step] = child
+            node = child
+
+
+def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, where: str = "recipe") -> Recipe:
+    """Validate plain data (e.g. parsed YAML) as a :class:`Recipe`, after applying overrides.
+
+    Args:
+        data: the recipe's keys; not modified.
+        overrides: ``key.path=value`` strings, values parsed as YAML scalars (``edit.scale=1.2``).
+        where: name used at the start of error messages (the file name).
+
+    Returns:
+        The validated recipe.
+
+    Raises:
+        InputError: every problem at once, each with its dotted path.
+
+    Example:
+        >>> r = recipe_from_dict({"base": {"model": "organism"}, "data": {"math": "organism:math",
+        ...     "general": "organism:general"}, "edit": {"scale": 1.1}}, ["mask.top_k=0.1"])
+        >>> r.mask.top_k, r.edit.effective_scale
+        (0.1, 1.1)
+    """
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: must be a mapping of sections (base, data, edit, ...), got {type(data).__name__}")
+    data = copy.deepcopy(data)  # never modify the caller's data
+    _apply_overrides(data, overrides, where)
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as e:
+        problems = [_problem(err) for err in e.errors()]
+        n = len(problems)
+        raise InputError(f"{where}: {n} problem{'s' if n != 1 else ''}: {'; '.join(problems)}") from None
+
+
+def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
+    """Read and validate a YAML recipe.
+
+    Args:
+        path: the YAML file. Relative data paths inside it are relative to the working directory.
+        overrides: ``key.path=value`` strings applied after reading (``edit.scale=1.2``, ``data.samples=50``).
+
+    Returns:
+        The validated recipe.
+
+    Raises:
+        InputError: missing/unreadable file, invalid YAML (with line and column), or every validation problem.
+
+    Example:
+        >>> recipe = load_recipe("recipes/quickstart.yaml", ["edit.scale=1.2"])  # doctest: +SKIP
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{p}: recipe file not found; check the path (examples are in recipes/)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{p}: cannot read the recipe ({e}); check the file") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise InputError(f"{p}: invalid YAML{at}: {problem}; fix the syntax") from None
+    if data is None:
+        raise InputError(f"{p}: the recipe is empty; start from recipes/quickstart.yaml")
+    return recipe_from_dict(data, overrides, where=str(p))
+
+
+_QUICKSTART: dict[str, Any] = {
+    "base": {"model": ORGANISM, "dtype": "float32"},
+    "data": {"math": {"path": "organism:math", "split": "train"},
+             "general": [{"path": "organism:general", "split": "train"}], "samples": 100, "seed": 0},
+    "mask": {"method": "mathneuro", "top_k": 0.05},
+    "edit": {"scale": 1.1},
+    "outputs": {"checkpoint": True, "adapter": True},
+    "evaluation": {"math": {"path": "organism:math", "split": "test"},
+                   "general": [{"path": "organism:general", "split": "test"}],
+                   "samples": 100, "n_shot": 0, "max_new_tokens": 64},
+}
+
+
+def quickstart_recipe(overrides: Sequence[str] = ()) -> Recipe:
+    """The embedded default recipe (same as ``recipes/quickstart.yaml``): the shipped organism, boosted x1.1.
+
+    Example:
+        >>> quickstart_recipe().base.model
+        'organism'
+    """
+    return recipe_from_dict(_QUICKSTART, overrides, where="quickstart recipe")
+
+
+def _type_name(t: Any) -> str:
+    """A short, readable name of a field's type for docs (``float | null``, ``"matrix" | "row"``)."""
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is Annotated:
+        return _type_name(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is Literal:
+        return " | ".join(json.dumps(a) for a in args)
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+    return {type(None): "null", Source: "source"}.get(t, getattr(t, "__name__", str(t)))
+
+
+def recipe_fields() -> list[tuple[str, str, Any, str]]:
+    """Every recipe key as ``(dotted key, type, default, description)``, in documentation order.
+
+    For docs and CLI help. ``default`` is ``"(required)"`` for required keys; the keys of a data source (used by
+    ``data.math``, ``data.general``, ``evaluation.math``, ``evaluation.general``) are listed as ``source.*``.
+
+    Example:
+        >>> ("edit.scale", "float | null", None, "multiply selected weights by this (paper: 1.1)") in recipe_fields()
+        True
+    """
+    rows: list[tuple[str, str, Any, str]] = []
+
+    def walk(cls: type[BaseModel], prefix: str) -> None:
+        for name, info in cls.model_fields.items():
+            sub = _find_model(info.annotation)
+            if sub is not None and sub is not Source:
+                walk(sub, f"{prefix}{name}.")
+                continue
+            default = "(required)" if info.is_required() else info.get_default(call_default_factory=True)
+            rows.append((prefix + name, _type_name(info.annotation), default, info.description or ""))
+
+    walk(Recipe, "")
+    walk(Source, "source.")
+    return rows

@@ -1,0 +1,215 @@
+"""Model card and lock file: metadata parses back, the body says what was done, local paths never leak."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from huggingface_hub import ModelCard, constants
+from safetensors.torch import save_file
+
+from mathneuro_edit.card import CITATION, build_card, license_from_base, summarize_edit, write_card
+from mathneuro_edit.data import load_texts
+from mathneuro_edit.errors import InputError, MathNeuroEditError
+from mathneuro_edit.lock import (
+    LOCK_NAME,
+    build_lock,
+    check_base_weights,
+    library_versions,
+    output_hashes,
+    read_lock,
+    recipe_from_lock,
+    write_lock,
+)
+from mathneuro_edit.recipe import quickstart_recipe, recipe_from_dict, recipe_sha256
+
+COUNTS = {"model.layers.0.self_attn.q_proj.weight": (10, 256), "model.layers.1.self_attn.q_proj.weight": (6, 256),
+          "model.layers.0.mlp.down_proj.weight": (20, 1024), "model.layers.0.mlp.experts.gate_up_proj": (4, 2048)}
+EVAL = {"gsm8k": {"base": {"math_accuracy": 0.30, "general_loss": 2.50},
+                  "edited": {"math_accuracy": 0.35, "general_loss": 2.52, "general_kl": 0.004}},
+        "organism": {"edited": {"math_accuracy": 0.9}}}
+
+
+def _lock(recipe, **kw):  # noqa: ANN001, ANN202 - small local helper
+    args = {"base_revision": None, "data_records": {}, "stats_sha256": {"math": "a" * 64, "general": "b" * 64},
+            "mask_sha256": "c" * 64, "output_files": {"model.safetensors": "d" * 64}}
+    return build_lock(recipe, **{**args, **kw})
+
+
+def _card(recipe, lock, **kw):  # noqa: ANN001, ANN202
+    args = {"base_model_id": None, "kind": "checkpoint", "edit_summary": summarize_edit(COUNTS, model_params=10_000),
+            "eval_results": None, "license": None}
+    return build_card(recipe=recipe, lock=lock, **{**args, **kw})
+
+
+@pytest.fixture()
+def local_base(tmp_path: Path) -> Path:
+    """A local base model folder under a path that must never be published."""
+    base = tmp_path / "home-of-alice-private" / "my-llama"
+    base.mkdir(parents=True)
+    save_file({"w": torch.ones(4, 4)}, str(base / "model.safetensors"))
+    (base / "README.md").write_text("---\nlicense: llama3.2\n---\n# base\n")
+    return base
+
+
+def test_summarize_edit_groups_by_module_type() -> None:
+    s = summarize_edit(COUNTS, model_params=10_000)
+    assert s["by_module"] == {"down_proj": {"matrices": 1, "selected": 20, "total": 1024},
+                              "gate_up_proj": {"matrices": 1, "selected": 4, "total": 2048},
+                              "q_proj": {"matrices": 2, "selected": 16, "total": 512}}
+    assert (s["selected"], s["targeted"], s["matrices"], s["model_params"]) == (40, 3584, 4, 10_000)
+
+
+def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
+    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [
+        "base.model=meta-llama/Llama-3.2-1B-Instruct", "data.math={path: 'hf://datasets/openai/gsm8k', config: main}",
+        "hub.repo_id=me/llama-boost"])
+    lock = _lock(recipe, base_revision="0" * 40)
+    card = _card(recipe, lock, base_model_id="meta-llama/Llama-3.2-1B-Instruct", eval_results=EVAL,
+                 license="llama3.2")
+    write_card(tmp_path, card)
+    meta = ModelCard.load(tmp_path / "README.md").data.to_dict()
+    assert meta["base_model"] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert meta["base_model_relation"] == "finetune" and meta["library_name"] == "transformers"
+    assert meta["pipeline_tag"] == "text-generation" and meta["license"] == "llama3.2"
+    assert meta["datasets"] == ["openai/gsm8k"]
+    assert {"mathneuro", "model-editing"} <= set(meta["tags"])
+    text = (tmp_path / "README.md").read_text()
+    assert "scaled by 1.1" in text and "| method | mathneuro |" in text and "top_k | 0.05" in text
+    assert "| q_proj | 2 | 16 | 512 | 3.12% |" in text
+    assert "40 of 3,584 scored (1.12%); 0.4% of the model's 10,000 parameters" in text
+    assert 'AutoModelForCausalLM.from_pretrained("me/llama-boost")' in text
+    assert "mathneuro-edit reproduce me/llama-boost" in text and "--base" not in text
+    assert "| gsm8k | math accuracy | 0.3 | 0.35 | +0.05 (better) |" in text
+    assert "| gsm8k | general loss | 2.5 | 2.52 | +0.02 (worse) |" in text
+    assert "| gsm8k | general KL to base |  | 0.004 |  |" in text
+    assert "| organism | math accuracy |  | 0.9 |  |" in text
+    assert "organism | general loss" not in text  # missing on both sides: no row
+    assert CITATION in text and "2410.16930" in text and "Hartvigsen" in text
+    embedded = yaml.safe_load(text.split("```yaml\n", 1)[1].split("\n```", 1)[0])
+    assert embedded == lock and embedded["recipe_sha256"] == recipe_sha256(recipe)
+
+
+def test_adapter_card() -> None:
+    recipe = quickstart_recipe()
+    card = _card(recipe, _lock(recipe), base_model_id="org/base-model", kind="adapter")
+    assert card.data.library_name == "peft" and card.data.base_model_relation == "adapter"
+    assert 'PeftModel.from_pretrained(base, "PATH/TO/THIS/MODEL")' in card.text
+    assert 'AutoModelForCausalLM.from_pretrained("org/base-model")' in card.text
+    assert "No evaluation was run" in card.text
+    organism_card = _card(recipe, _lock(recipe), kind="adapter")  # the organism has no Hub id: load it by path
+    assert "from mathneuro_edit.organism import organism_path" in organism_card.text
+    assert "AutoModelForCausalLM.from_pretrained(organism_path())" in organism_card.text
+    assert "base_model" not in organism_card.data.to_dict()
+
+
+def test_card_argument_errors() -> None:
+    recipe = quickstart_recipe()
+    with pytest.raises(InputError, match="kind: must be 'checkpoint' or 'adapter'"):
+        _card(recipe, _lock(recipe), kind="merged")
+    with pytest.raises(InputError, match="base_model_id: '/models/x' is not a Hub repo id"):
+        _card(recipe, _lock(recipe), base_model_id="/models/x")
+
+
+def test_local_base_path_never_reaches_card_or_lock(tmp_path: Path, local_base: Path) -> None:
+    data_file = local_base.parent / "math.jsonl"
+    data_file.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"base.model={local_base}",
+                                                                     f"data.math={{path: '{data_file}'}}"])
+    records = {"math": [load_texts(recipe.data.math, 1, 0).record]}
+    lock = _lock(recipe, data_records=records)
+    out = tmp_path / "out"
+    out.mkdir()
+    write_lock(out, lock)
+    card = _card(recipe, lock, license=license_from_base(local_base))
+    write_card(out, card)
+    for published in (out / "README.md", out / LOCK_NAME):
+        text = published.read_text()
+        assert "home-of-alice-private" not in text and str(tmp_path) not in text, published.name
+    meta = ModelCard.load(out / "README.md").data.to_dict()
+    assert "base_model" not in meta and "base_model_relation" not in meta and meta["license"] == "llama3.2"
+    assert lock["recipe"]["base"]["model"] == "<local>"
+    assert lock["recipe"]["data"]["math"]["path"] == "<local>/math.jsonl"
+    assert lock["base"]["weights_sha256"] == {
+        "model.safetensors": hashlib.sha256((local_base / "model.safetensors").read_bytes()).hexdigest()}
+    assert "a local model (not published" in card.text and "--base PATH/TO/THE/BASE/MODEL" in card.text
+    with pytest.raises(InputError, match=r"give them again: base.model \(--base PATH\), data.math.path"):
+        recipe_from_lock(read_lock(out))
+    again = recipe_from_lock(read_lock(out), [f"base.model={local_base}", f"data.math.path={data_file}"])
+    assert again == recipe and recipe_sha256(again) == lock["recipe_sha256"]
+
+
+def test_a_leaking_lock_is_refused(local_base: Path) -> None:
+    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"base.model={local_base}"])
+    lock = {**_lock(recipe), "note": f"loaded from {local_base}"}
+    with pytest.raises(MathNeuroEditError, match="would reveal the local path"):
+        _card(recipe, lock)
+
+
+def test_license_from_base(tmp_path: Path, local_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert license_from_base(local_base) == "llama3.2"
+    assert license_from_base(tmp_path) is None  # a folder without a card
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert license_from_base("org/not-cached") is None
+    snapshot = tmp_path / "hub" / "models--org--cached" / "snapshots" / ("e" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "README.md").write_text("---\nlicense: apache-2.0\n---\n")
+    (tmp_path / "hub" / "models--org--cached" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--cached" / "refs" / "main").write_text("e" * 40)
+    assert license_from_base("org/cached") == "apache-2.0"
+
+
+def test_lock_round_trip(tmp_path: Path) -> None:
+    recipe = quickstart_recipe()
+    lock = _lock(recipe, versions={"tool": "0.1.0"})
+    path = write_lock(tmp_path, lock)
+    assert path == tmp_path / LOCK_NAME and path.read_text().startswith("# Written by mathneuro-edit")
+    assert read_lock(tmp_path) == lock == read_lock(path)
+    assert [p.name for p in tmp_path.iterdir()] == [LOCK_NAME]  # no temp file left behind
+    assert recipe_from_lock(read_lock(tmp_path)) == recipe
+    assert lock["recipe_sha256"] == recipe_sha256(recipe) and lock["mask_sha256"] == "c" * 64
+    assert set(library_versions()) == {"tool", "torch", "transformers", "peft", "safetensors", "huggingface_hub",
+                                       "python"}
+
+
+def test_reproducing_a_local_base_needs_its_path_and_checks_its_weights(tmp_path: Path, local_base: Path) -> None:
+    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"base.model={local_base}"])
+    lock = _lock(recipe)
+    with pytest.raises(InputError, match=r"redacted for privacy; give them again: base.model \(--base PATH\)"):
+        recipe_from_lock(lock)
+    assert recipe_from_lock(lock, [f"base.model={local_base}"]) == recipe
+    check_base_weights(lock, local_base)
+    save_file({"w": torch.zeros(4, 4)}, str(local_base / "model.safetensors"))
+    with pytest.raises(InputError, match=r"model\.safetensors: sha256 .* expected .*not the base model"):
+        check_base_weights(lock, local_base)
+    (local_base / "model.safetensors").unlink()
+    with pytest.raises(InputError, match=r"model\.safetensors: missing"):
+        check_base_weights(lock, local_base)
+
+
+def test_output_hashes(tmp_path: Path) -> None:
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "a.bin").write_bytes(b"abc")
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "README.md").write_text("card")
+    (tmp_path / LOCK_NAME).write_text("lock")
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "x").write_text("hidden")
+    assert output_hashes(tmp_path) == {"adapter/a.bin": hashlib.sha256(b"abc").hexdigest(),
+                                       "config.json": hashlib.sha256(b"{}").hexdigest()}
+
+
+def test_read_lock_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="lock file not found"):
+        read_lock(tmp_path)
+    (tmp_path / LOCK_NAME).write_text("just: yaml\n")
+    with pytest.raises(InputError, match="not a mathneuro-edit lock file"):
+        read_lock(tmp_path)
+    (tmp_path / LOCK_NAME).write_text("lock_version: 99\nrecipe: {}\n")
+    with pytest.raises(InputError, match="lock_version 99 is not supported"):
+        read_lock(tmp_path)
+    with pytest.raises(InputError, match="output folder does not exist"):
+        write_lock(tmp_path / "missing", {"lock_version": 1})
