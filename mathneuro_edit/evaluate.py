@@ -1,0 +1,608 @@
+"""Evaluation: judge an edit before publishing it (math accuracy, general-text loss/perplexity, KL side effect).
+
+- math: greedy generation (batched, left-padded) in the GSM8K format, exact match of the integer after ``#### ``;
+- general: mean next-token cross entropy over real tokens, perplexity, and the mean KL(base || edited) of the
+  next-token distribution, on the same texts;
+- optional lm-evaluation-harness tasks (:mod:`mathneuro_edit.lm_eval_bridge`).
+
+With ``edit=ReversibleEdit(model, mask, scale)`` one model in memory is evaluated as base and as edited; it
+always ends in the state it was given in (also on errors), and the user's tokenizer is never modified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+from .apply import ReversibleEdit
+from .errors import InputError
+from .lm_eval_bridge import LmEvalResult, LmEvalTask, require_lm_eval, run_lm_eval
+
+__all__ = [
+    "MathTask", "GeneralTask", "LmEvalTask", "MathPrediction", "MathResult", "GeneralResult", "LmEvalResult",
+    "EvalResults", "extract_answer", "truncate_completion", "math_prompt", "math_accuracy", "general_loss",
+    "evaluate",
+]
+
+# "#### 1,234" / "#### -5" / "#### 42." / "#### 7.00": sign, digits with optional thousands commas, optional decimals
+_ANSWER_RE = re.compile(r"####[ \t]*(-?\d(?:[\d,]*\d)?)(\.\d*)?")
+_NEXT_QUESTION = "\nQuestion:"
+
+
+def extract_answer(text: str) -> int | None:
+    """The integer of the first ``#### <number>`` in ``text`` (GSM8K convention), or ``None``.
+
+    Commas are stripped (``1,000`` -> 1000) and a trailing period or zero decimals are accepted (``42.`` and
+    ``42.00`` -> 42); a number with non-zero decimals is not an integer (``None``).
+
+    Example:
+        >>> extract_answer("3 + 4 = 7\\n#### 1,007."), extract_answer("no answer")
+        (1007, None)
+    """
+    m = _ANSWER_RE.search(text)
+    if m is None or (m.group(2) and m.group(2).strip(".0")):
+        return None
+    return int(m.group(1).replace(",", ""))
+
+
+def truncate_completion(text: str) -> tuple[str, bool]:
+    """Cut a completion where its answer ends; also say whether generation can stop.
+
+    The answer ends at the first ``"\\n\\n"`` or ``"\\nQuestion:"`` after the first complete ``#### <number>``;
+    without one, at the first ``"\\nQuestion:"`` (the model started a new problem: what follows is not an answer
+    to this one). Generation can stop once the number is complete (a character that cannot continue it follows).
+
+    Returns:
+        ``(cut text, done)``.
+
+    Example:
+        >>> truncate_completion("2 + 2 = 4\\n#### 4\\n\\nQuestion: next")
+        ('2 + 2 = 4\\n#### 4', True)
+    """
+    question = text.find(_NEXT_QUESTION)
+    m = _ANSWER_RE.search(text)
+    if m is not None and (question < 0 or m.start() < question):
+        ends = [i for i in (text.find("\n\n", m.end()), text.find(_NEXT_QUESTION, m.end())) if i >= 0]
+        complete = re.match(r"[,.]*[^\d,.]", text[m.end():]) is not None
+        return (text[: min(ends)] if ends else text), complete
+    return (text[:question], True) if question >= 0 else (text, False)
+
+
+def math_prompt(question: str, shots: Sequence[Mapping[str, str]] = ()) -> str:
+    """The prompt (the format the shipped model organism is trained on), few-shot examples first.
+
+    Example:
+        >>> math_prompt("1 + 1?", [{"question": "2 + 2?", "answer": "#### 4"}])
+        'Question: 2 + 2?\\nAnswer: #### 4\\n\\nQuestion: 1 + 1?\\nAnswer:'
+    """
+    parts = [f"Question: {s['question']}\nAnswer: {s['answer']}" for s in shots]
+    return "\n\n".join([*parts, f"Question: {question}\nAnswer:"])
+
+
+def _sha(spec: Any) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise InputError(message)
+
+
+def _is_int(x: Any, lo: int, hi: float = math.inf) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi
+
+
+def _check_problems(where: str, problems: Any) -> tuple[dict[str, str], ...]:
+    _need(isinstance(problems, Sequence) and not isinstance(problems, str),
+          f"{where}: must be a list of {{'question': str, 'answer': str}} dicts, got {type(problems).__name__}")
+    for i, p in enumerate(problems):
+        ok = isinstance(p, Mapping) and isinstance(p.get("question"), str) and isinstance(p.get("answer"), str)
+        _need(ok, f"{where}[{i}]: must be a dict with str 'question' and 'answer', got {p!r:.80}")
+        _need(extract_answer(p["answer"]) is not None,
+              f"{where}[{i}]: the answer has no '#### <integer>' line; GSM8K answers end with '#### 42'")
+    return tuple({"question": p["question"], "answer": p["answer"]} for p in problems)
+
+
+@dataclass(frozen=True)
+class MathTask:
+    """GSM8K-style problems scored by exact match of the ``#### <integer>`` of a greedy completion.
+
+    Args:
+        name: the task's name in the results.
+        problems: ``[{"question": str, "answer": str}]``; the gold is the integer after ``#### `` in the answer.
+        n_shot: how many of ``shots`` precede each prompt.
+        shots: worked examples in the same form (kept apart from ``problems``).
+        max_new_tokens: generation budget per problem.
+
+    Example:
+        >>> MathTask("toy", [{"question": "1 + 1?", "answer": "#### 2"}]).problems[0]["answer"]
+        '#### 2'
+    """
+
+    name: str
+    problems: Sequence[Mapping[str, str]]
+    n_shot: int = 0
+    shots: Sequence[Mapping[str, str]] = ()
+    max_new_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        where = f"MathTask {self.name!r}"
+        object.__setattr__(self, "problems", _check_problems(f"{where}: problems", self.problems))
+        object.__setattr__(self, "shots", _check_problems(f"{where}: shots", self.shots))
+        _need(bool(self.problems), f"{where}: problems is empty; pass at least one problem")
+        _need(_is_int(self.n_shot, 0, len(self.shots)),
+              f"{where}: n_shot={self.n_shot!r} but {len(self.shots)} shots were given; pass n_shot <= len(shots)")
+        _need(_is_int(self.max_new_tokens, 1), f"{where}: max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+
+    @property
+    def sha256(self) -> str:
+        """Fingerprint of the task's content and settings (a cached base result must match it)."""
+        return _sha(["math", list(self.problems), list(self.shots[: self.n_shot]), self.max_new_tokens])
+
+
+@dataclass(frozen=True)
+class GeneralTask:
+    """Non-math texts scored by next-token loss, perplexity and (with an edit) KL(base || edited).
+
+    Args:
+        name: the task's name in the results.
+        texts: the texts (each truncated to ``max_length`` tokens).
+        max_length: tokens per text, >= 2.
+
+    Example:
+        >>> GeneralTask("wiki", ["A quiet morning in the park."]).max_length
+        512
+    """
+
+    name: str
+    texts: Sequence[str]
+    max_length: int = 512
+
+    def __post_init__(self) -> None:
+        ok = not isinstance(self.texts, str) and bool(self.texts) and all(isinstance(t, str) for t in self.texts)
+        _need(ok, f"GeneralTask {self.name!r}: texts must be a non-empty list of str")
+        object.__setattr__(self, "texts", tuple(self.texts))
+        _need(_is_int(self.max_length, 2), f"GeneralTask {self.name!r}: max_length must be an int >= 2, got {self.max_length!r}")
+
+    @property
+    def sha256(self) -> str:
+        """Fingerprint of the texts and settings."""
+        return _sha(["general", list(self.texts), self.max_length])
+
+
+Task = Union[MathTask, GeneralTask, LmEvalTask]
+
+
+@dataclass(frozen=True)
+class MathPrediction:
+    """One problem's outcome: the cut completion and the integer read from it."""
+
+    question: str
+    gold: int
+    completion: str
+    predicted: int | None
+
+    @property
+    def correct(self) -> bool:
+        return self.predicted == self.gold
+
+
+@dataclass(frozen=True)
+class MathResult:
+    """Exact-match accuracy with its counts and the per-problem predictions."""
+
+    correct: int
+    total: int
+    predictions: tuple[MathPrediction, ...] = field(default=(), repr=False)
+    task_sha256: str = ""
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+    def metrics(self) -> dict[str, float]:
+        return {"math_accuracy": self.accuracy, "math_correct": self.correct, "math_total": self.total}
+
+
+@dataclass(frozen=True)
+class GeneralResult:
+    """Mean next-token loss over ``n_tokens`` predicted tokens, its perplexity, and KL(base || this) (0 for base)."""
+
+    loss: float
+    n_tokens: int
+    kl: float = 0.0
+    task_sha256: str = ""
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.loss) if self.loss < 709 else math.inf  # exp overflows a float beyond ~709.78
+
+    def metrics(self) -> dict[str, float]:
+        return {"general_loss": self.loss, "general_perplexity": self.perplexity, "general_kl": self.kl}
+
+
+TaskResult = Union[MathResult, GeneralResult, LmEvalResult]
+
+
+def _json_value(x: Any) -> Any:
+    # strict JSON has no NaN/Infinity: a broken (e.g. over-pruned) model's inf perplexity is written as null
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+@dataclass
+class EvalResults:
+    """Results of :func:`evaluate`: ``base`` (the model as given) and ``edited`` (empty without an edit).
+
+    Example:
+        >>> r = EvalResults({"toy": MathResult(1, 2)}, {"toy": MathResult(2, 2)})
+        >>> r.to_dict()["toy"]["edited"]["math_accuracy"]
+        1.0
+    """
+
+    base: dict[str, TaskResult]
+    edited: dict[str, TaskResult] = field(default_factory=dict)
+
+    def to_dict(self, predictions: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
+        """``{task: {"base": {metric: value}, "edited": {...}}}``; ``predictions=True`` adds per-problem rows."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for name, base in self.base.items():
+            out[name] = {}
+            for label, res in (("base", base), ("edited", self.edited.get(name))):
+                if res is None:
+                    continue
+                row: dict[str, Any] = {k: _json_value(v) for k, v in res.metrics().items()}
+                if predictions and isinstance(res, MathResult):
+                    row["predictions"] = [vars(p) | {"correct": p.correct} for p in res.predictions]
+                out[name][label] = row
+        return out
+
+    def save_json(self, path: str | Path, predictions: bool = False) -> Path:
+        """Write :meth:`to_dict` as JSON atomically (temp file beside it, then rename).
+
+        Args:
+            path: a file path, or an existing folder (writes ``eval.json`` in it).
+            predictions: include the per-problem predictions.
+
+        Returns:
+            The path written.
+        """
+        path = Path(path)
+        if path.is_dir():
+            path = path / "eval.json"
+        if not path.parent.is_dir():
+            raise InputError(f"save_json: folder {path.parent} does not exist; create it first")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.to_dict(predictions), f, indent=2, allow_nan=False, ensure_ascii=False)
+                f.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def to_markdown(self) -> str:
+        """The before/after table of the model card: one row per metric, columns base / edited / change."""
+        edited = bool(self.edited)
+        lines = ["| task | metric | base | edited | change |", "|---|---|---:|---:|---:|"] if edited else [
+            "| task | metric | value |", "|---|---|---:|"]
+        for name, base in self.base.items():
+            b, e = base.metrics(), getattr(self.edited.get(name), "metrics", dict)()
+            for key, value in b.items():
+                if key not in ("math_correct", "math_total"):  # those two are shown inside the accuracy cell
+                    cells = [_cell(key, b), _cell(key, e), _change(key, value, e.get(key))][: 3 if edited else 1]
+                    lines.append(f"| {name} | {key} | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+
+def _cell(key: str, row: Mapping[str, float]) -> str:
+    if key not in row:
+        return "-"
+    if key == "math_accuracy":
+        return f"{row[key]:.1%} ({int(row['math_correct'])}/{int(row['math_total'])})"
+    return f"{row[key]:.4g}"
+
+
+def _change(key: str, before: float, after: float | None) -> str:
+    if after is None or not (math.isfinite(before) and math.isfinite(after)):
+        return "-"
+    if key == "math_accuracy":
+        return f"{(after - before) * 100:+.1f} pp"  # percentage points: the difference of two rates
+    return f"{after - before:+.4g}"
+
+
+# ---------------------------------------------------------------------------------------------------- internals
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """``model.eval()`` and ``no_grad`` inside; every submodule's own training flag restored afterwards."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
+@contextmanager
+def _edit_guard(edit: ReversibleEdit | None) -> Iterator[None]:
+    """Start from the base weights; end in the state the edit was given in (applied or not), even on errors."""
+    if edit is None:
+        yield
+        return
+    was_applied = bool(edit.applied)
+    edit.restore()
+    try:
+        yield
+    finally:
+        edit.restore()
+        if was_applied:
+            edit.apply()  # edited values are a pure function of the saved originals: bit-identical to before
+
+
+def _device(model: nn.Module) -> torch.device:
+    device = getattr(model, "device", None)
+    return device if isinstance(device, torch.device) else next(model.parameters()).device
+
+
+def _special_ids(model: nn.Module, tokenizer: Any) -> tuple[int, list[int]]:
+    """``(pad id, eos ids)``: the tokenizer's pad, else an eos (passed per call, the tokenizer is untouched).
+
+    The eos ids are the tokenizer's and the model's generation config's together (chat models often stop on
+    several, e.g. ``<|eot_id|>`` besides ``<|end_of_text|>``).
+    """
+    eos: list[Any] = [tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)]
+    flat = [e for x in eos for e in (x if isinstance(x, (list, tuple)) else [x]) if e is not None]
+    eos_ids = list(dict.fromkeys(int(e) for e in flat))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_ids[0] if eos_ids else None)
+    _need(pad is not None, "tokenizer: has neither a pad_token nor an eos_token; set tokenizer.eos_token")
+    return int(pad), eos_ids
+
+
+def _pad(rows: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad token-id lists to one length; returns ``(ids, attention_mask)``, both ``(batch, tokens)``."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        sl = slice(width - len(r), width) if side == "left" else slice(0, len(r))
+        ids[i, sl], attn[i, sl] = torch.tensor(list(r), dtype=torch.long), 1
+    return ids.to(device), attn.to(device)
+
+
+class _AnswerStop(StoppingCriteria):
+    """Stops each row once :func:`truncate_completion` says its answer is complete (the text is cut afterwards).
+
+    What a stopped row gets next is padding (a special token, dropped when decoding).
+    """
+
+    def __init__(self, tokenizer: Any, prompt_len: int, batch: int) -> None:
+        self.tokenizer, self.prompt_len = tokenizer, prompt_len
+        self.done = [False] * batch
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        new = input_ids[:, self.prompt_len:]  # (batch, generated so far)
+        for i in range(new.shape[0]):
+            if not self.done[i]:
+                self.done[i] = truncate_completion(self.tokenizer.decode(new[i], skip_special_tokens=True))[1]
+        return torch.tensor(self.done, device=input_ids.device)
+
+
+def _batches(n: int, batch_size: int, desc: str, progress: bool) -> Iterator[range]:
+    starts = range(0, n, batch_size)
+    for s in tqdm(starts, desc=desc, disable=not progress, unit="batch"):
+        yield range(s, min(n, s + batch_size))
+
+
+def _run_math(model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int, progress: bool, desc: str) -> MathResult:
+    pad_id, eos_ids = _special_ids(model, tokenizer)
+    shots = task.shots[: task.n_shot]
+    prompts = [math_prompt(p["question"], shots) for p in task.problems]
+    encoded = tokenizer(prompts)["input_ids"]  # no padding/truncation arguments: we pad, the tokenizer stays as is
+    # longest first: batches of similar length waste less padding (results do not depend on batch composition)
+    order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
+    completions: dict[int, str] = {}
+    for chunk in _batches(len(order), batch_size, desc, progress):
+        idx = [order[j] for j in chunk]
+        # left padding: every row's last prompt token sits at the same position, where generation continues
+        ids, attn = _pad([encoded[i] for i in idx], pad_id, "left", _device(model))  # (batch, prompt tokens)
+        stop = _AnswerStop(tokenizer, ids.shape[1], len(idx))
+        out = model.generate(
+            input_ids=ids, attention_mask=attn, do_sample=False, max_new_tokens=task.max_new_tokens,
+            pad_token_id=pad_id, eos_token_id=eos_ids or None, stopping_criteria=StoppingCriteriaList([stop]),
+        )  # (batch, prompt tokens + generated)
+        for row, i in enumerate(idx):
+            new = out[row, ids.shape[1]:].tolist()
+            cut = next((k for k, t in enumerate(new) if t in eos_ids), len(new))  # after EOS only padding follows
+            completions[i] = tokenizer.decode(new[:cut], skip_special_tokens=True)
+    preds = []
+    for i, p in enumerate(task.problems):
+        text = truncate_completion(completions[i])[0]
+        preds.append(MathPrediction(p["question"], int(extract_answer(p["answer"])), text, extract_answer(text)))
+    return MathResult(sum(p.correct for p in preds), len(preds), tuple(preds), task.sha256)
+
+
+def _run_general(
+    model: nn.Module, tokenizer: Any, task: GeneralTask, edit: ReversibleEdit | None, batch_size: int,
+    progress: bool, desc: str,
+) -> tuple[GeneralResult, GeneralResult | None]:
+    encoded = [ids[: task.max_length] for ids in tokenizer(list(task.texts))["input_ids"]]
+    n_pred = sum(max(len(r) - 1, 0) for r in encoded)
+    if n_pred == 0:
+        raise InputError(f"GeneralTask {task.name!r}: every text is shorter than 2 tokens; nothing to predict")
+    base_loss = edited_loss = kl_sum = 0.0
+    n_dist = 0
+    rows_all = [r for r in encoded if r]
+    for chunk in _batches(len(rows_all), batch_size, desc, progress):
+        rows = [rows_all[i] for i in chunk]
+        # right padding: with causal attention, padding after a text cannot change its real tokens' outputs
+        # (pad id 0: any id would do, padded positions are masked and their outputs never read)
+        ids, attn = _pad(rows, 0, "right", _device(model))  # (batch, tokens)
+        base_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
+        edited_logits = None
+        if edit is not None:
+            edit.apply()
+            try:
+                edited_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+            finally:
+                edit.restore()
+        for b, r in enumerate(rows):
+            n = len(r)
+            target = ids[b, 1:n]  # (n - 1,)
+            # float32 log-softmax: in bf16 a large vocabulary's normaliser loses ~3 digits, and KL of two close
+            # distributions is a small difference of large numbers; one row at a time bounds the float32 copy
+            base_lp = base_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
+            base_loss -= base_lp[:-1].gather(-1, target[:, None]).sum().item()
+            if edited_logits is not None:
+                ed_lp = edited_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
+                edited_loss -= ed_lp[:-1].gather(-1, target[:, None]).sum().item()
+                # KL(base || edited) of every real position's next-token distribution (the last one included)
+                kl_sum += F.kl_div(ed_lp, base_lp, log_target=True, reduction="none").sum(-1).sum().item()
+        n_dist += sum(len(r) for r in rows)
+    base = GeneralResult(base_loss / n_pred, n_pred, 0.0, task.sha256)
+    if edit is None:
+        return base, None
+    return base, GeneralResult(edited_loss / n_pred, n_pred, kl_sum / n_dist, task.sha256)
+
+
+def _check_batch_size(batch_size: Any) -> int:
+    _need(_is_int(batch_size, 1), f"batch_size: must be an int >= 1, got {batch_size!r}")
+    return batch_size
+
+
+# ---------------------------------------------------------------------------------------------------- public API
+
+
+def math_accuracy(
+    model: nn.Module, tokenizer: Any, problems: Sequence[Mapping[str, str]], *, n_shot: int = 0,
+    shots: Sequence[Mapping[str, str]] = (), max_new_tokens: int = 256, batch_size: int = 16, progress: bool = True,
+) -> MathResult:
+    """Exact-match accuracy of greedy completions of the model as it is (see :class:`MathTask` for the arguments).
+
+    Returns:
+        A :class:`MathResult` (``.accuracy``, ``.correct``, ``.total``, ``.predictions``).
+
+    Example:
+        >>> with edit:  # an edited model: wrap the call in a ReversibleEdit  # doctest: +SKIP
+        ...     math_accuracy(model, tok, [{"question": "2 + 3?", "answer": "#### 5"}]).accuracy
+    """
+    task = MathTask("math", problems, n_shot, shots, max_new_tokens)
+    with _eval_mode(model):
+        return _run_math(model, tokenizer, task, _check_batch_size(batch_size), progress, "math")
+
+
+def general_loss(
+    model: nn.Module, tokenizer: Any, texts: Sequence[str], *, edit: ReversibleEdit | None = None,
+    max_length: int = 512, batch_size: int = 16, progress: bool = True,
+) -> GeneralResult:
+    """Mean next-token loss and perplexity on texts; with ``edit``, of the edited model, plus KL(base || edited).
+
+    Args:
+        model: the model (base weights; with ``edit`` it is switched per batch and ends as it was given).
+        tokenizer: its tokenizer (not modified).
+        texts: the texts; each truncated to ``max_length`` tokens.
+        edit: a :class:`~mathneuro_edit.apply.ReversibleEdit` on ``model``, or ``None`` for the model as is.
+        max_length: tokens per text.
+        batch_size: texts per forward pass.
+        progress: show a progress bar.
+
+    Returns:
+        A :class:`GeneralResult`; ``kl`` is 0.0 without an edit.
+
+    Example:
+        >>> general_loss(model, tok, ["The cat sat."], edit=ReversibleEdit(model, mask, 0.0)).kl  # doctest: +SKIP
+    """
+    task = GeneralTask("general", texts, max_length)
+    with _eval_mode(model), _edit_guard(edit):
+        base, edited = _run_general(model, tokenizer, task, edit, _check_batch_size(batch_size), progress, "general")
+    return base if edited is None else edited
+
+
+def evaluate(
+    model: nn.Module, tokenizer: Any, tasks: Sequence[Task], *, edit: ReversibleEdit | None = None,
+    base_results: EvalResults | Mapping[str, TaskResult] | None = None, batch_size: int = 16, progress: bool = True,
+) -> EvalResults:
+    """Evaluate the model on tasks, as base and (with ``edit``) as edited, on one model in memory.
+
+    Args:
+        model: a causal LM with its base weights (``transformers`` ``generate`` and ``logits``).
+        tokenizer: its tokenizer; never modified (padding is done here, eos serves as pad when there is none).
+        tasks: :class:`MathTask`, :class:`GeneralTask` and :class:`LmEvalTask` specs with unique names.
+        edit: a :class:`~mathneuro_edit.apply.ReversibleEdit` on ``model``; ``None`` evaluates the model as is.
+        base_results: earlier results (``previous`` or ``previous.base``) whose base parts are reused for tasks of
+            the same name and content (a sweep: many edits, base computed once). General tasks still run the base
+            forward pass when there is an edit (the KL needs it) but no base generation happens again.
+        batch_size: problems / texts per batch (a general batch holds two ``(batch, tokens, vocab)`` logits
+            tensors at once: lower it for large vocabularies).
+        progress: tqdm progress bars over batches.
+
+    Returns:
+        :class:`EvalResults`; ``edited`` is empty without an edit. The model ends in the state (weights, train/eval
+        modes) it was given in, also when an error is raised.
+
+    Example:
+        >>> tasks = [MathTask("math", problems), GeneralTask("general", texts)]  # doctest: +SKIP
+        >>> res = evaluate(model, tok, tasks, edit=ReversibleEdit(model, mask, 1.1))  # doctest: +SKIP
+        >>> print(res.to_markdown()); res.save_json(out_dir)  # doctest: +SKIP
+    """
+    batch_size = _check_batch_size(batch_size)
+    if isinstance(tasks, (MathTask, GeneralTask, LmEvalTask)) or not isinstance(tasks, Sequence) or not tasks:
+        raise InputError("tasks: must be a non-empty list of MathTask / GeneralTask / LmEvalTask")
+    names = [getattr(t, "name", None) for t in tasks]
+    for t in tasks:
+        if not isinstance(t, (MathTask, GeneralTask, LmEvalTask)):
+            raise InputError(f"tasks: {t!r:.60} is not a MathTask, GeneralTask or LmEvalTask")
+        if names.count(t.name) > 1:
+            raise InputError(f"tasks: the name {t.name!r} is used twice; give every task its own name")
+        if isinstance(t, LmEvalTask):
+            require_lm_eval(t.name)  # fail before hours of other tasks, not after
+    if edit is not None and not all(hasattr(edit, a) for a in ("apply", "restore", "applied")):
+        raise InputError(f"edit: must be a ReversibleEdit(model, mask, scale), got {type(edit).__name__}")
+    cached = dict(base_results.base if isinstance(base_results, EvalResults) else (base_results or {}))
+    for t in tasks:
+        if t.name in cached and getattr(cached[t.name], "task_sha256", None) != t.sha256:
+            raise InputError(f"base_results[{t.name!r}]: computed for a different task content or settings; "
+                             "drop it from base_results to recompute the base")
+    out = EvalResults({}, {})
+    with _eval_mode(model), _edit_guard(edit):
+        for t in tasks:
+            base = cached.get(t.name)
+            if isinstance(t, MathTask):
+                if base is None:
+                    base = _run_math(model, tokenizer, t, batch_size, progress, f"{t.name} [base]")
+                if edit is not None:
+                    edit.apply()
+                    try:
+                        out.edited[t.name] = _run_math(model, tokenizer, t, batch_size, progress, f"{t.name} [edited]")
+                    finally:
+                        edit.restore()
+            elif isinstance(t, GeneralTask):
+                if base is None or edit is not None:
+                    base, edited = _run_general(model, tokenizer, t, edit, batch_size, progress, t.name)
+                    if edited is not None:
+                        out.edited[t.name] = edited
+            else:
+                base, edited = run_lm_eval(model, tokenizer, t, edit=edit, base=base, batch_size=batch_size)
+                if edited is not None:
+                    out.edited[t.name] = edited
+            out.base[t.name] = base
+    return out
