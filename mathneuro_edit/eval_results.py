@@ -1,0 +1,238 @@
+"""Evaluation results and the pure text helpers of the GSM8K format (no model code).
+
+- :func:`extract_answer`, :func:`truncate_completion`, :func:`math_prompt`: the ``#### <integer>`` convention;
+- :class:`MathPrediction`, :class:`MathResult`, :class:`GeneralResult` and :class:`EvalResults` (with
+  :meth:`~EvalResults.to_dict`, :meth:`~EvalResults.save_json`, :meth:`~EvalResults.to_markdown`).
+
+The model-running code is in :mod:`mathneuro_edit.evaluate`, which re-exports every public name here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from .errors import InputError
+from .lm_eval_bridge import LmEvalResult
+
+__all__ = [
+    "MathPrediction", "MathResult", "GeneralResult", "TaskResult", "EvalResults", "extract_answer",
+    "truncate_completion", "math_prompt",
+]
+
+# "#### 1,234" / "#### -5" / "#### 42." / "#### 7.00": sign, digits with optional thousands commas, optional decimals
+_ANSWER_RE = re.compile(r"####[ \t]*(-?\d(?:[\d,]*\d)?)(\.\d*)?")
+_NEXT_QUESTION = "\nQuestion:"
+
+
+def extract_answer(text: str) -> int | None:
+    """The integer of the first ``#### <number>`` in ``text`` (GSM8K convention), or ``None``.
+
+    Commas are stripped (``1,000`` -> 1000) and a trailing period or zero decimals are accepted (``42.`` and
+    ``42.00`` -> 42); a number with non-zero decimals is not an integer (``None``).
+
+    Example:
+        >>> extract_answer("3 + 4 = 7\\n#### 1,007."), extract_answer("no answer")
+        (1007, None)
+    """
+    m = _ANSWER_RE.search(text)
+    if m is None or (m.group(2) and m.group(2).strip(".0")):
+        return None
+    return int(m.group(1).replace(",", ""))
+
+
+def truncate_completion(text: str) -> tuple[str, bool]:
+    """Cut a completion where its answer ends; also say whether generation can stop.
+
+    The answer ends at the first ``"\\n\\n"`` or ``"\\nQuestion:"`` after the first complete ``#### <number>``;
+    without one, at the first ``"\\nQuestion:"`` (the model started a new problem: what follows is not an answer
+    to this one). Generation can stop once the number is complete (a character that cannot continue it follows).
+
+    Returns:
+        ``(cut text, done)``.
+
+    Example:
+        >>> truncate_completion("2 + 2 = 4\\n#### 4\\n\\nQuestion: next")
+        ('2 + 2 = 4\\n#### 4', True)
+    """
+    question = text.find(_NEXT_QUESTION)
+    m = _ANSWER_RE.search(text)
+    if m is not None and (question < 0 or m.start() < question):
+        ends = [i for i in (text.find("\n\n", m.end()), text.find(_NEXT_QUESTION, m.end())) if i >= 0]
+        complete = re.match(r"[,.]*[^\d,.]", text[m.end():]) is not None
+        return (text[: min(ends)] if ends else text), complete
+    return (text[:question], True) if question >= 0 else (text, False)
+
+
+def math_prompt(question: str, shots: Sequence[Mapping[str, str]] = ()) -> str:
+    """The prompt (the format the shipped model organism is trained on), few-shot examples first.
+
+    Example:
+        >>> math_prompt("1 + 1?", [{"question": "2 + 2?", "answer": "#### 4"}])
+        'Question: 2 + 2?\\nAnswer: #### 4\\n\\nQuestion: 1 + 1?\\nAnswer:'
+    """
+    parts = [f"Question: {s['question']}\nAnswer: {s['answer']}" for s in shots]
+    return "\n\n".join([*parts, f"Question: {question}\nAnswer:"])
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise InputError(message)
+
+
+def _check_problems(where: str, problems: Any) -> tuple[dict[str, str], ...]:
+    """Validate ``[{"question": str, "answer": str}]`` with a ``#### <integer>`` in every answer; plain copies."""
+    _need(isinstance(problems, Sequence) and not isinstance(problems, str),
+          f"{where}: must be a list of {{'question': str, 'answer': str}} dicts, got {type(problems).__name__}")
+    for i, p in enumerate(problems):
+        ok = isinstance(p, Mapping) and isinstance(p.get("question"), str) and isinstance(p.get("answer"), str)
+        _need(ok, f"{where}[{i}]: must be a dict with str 'question' and 'answer', got {p!r:.80}")
+        _need(extract_answer(p["answer"]) is not None,
+              f"{where}[{i}]: the answer has no '#### <integer>' line; GSM8K answers end with '#### 42'")
+    return tuple({"question": p["question"], "answer": p["answer"]} for p in problems)
+
+
+@dataclass(frozen=True)
+class MathPrediction:
+    """One problem's outcome: the cut completion and the integer read from it."""
+
+    question: str
+    gold: int
+    completion: str
+    predicted: int | None
+
+    @property
+    def correct(self) -> bool:
+        return self.predicted == self.gold
+
+
+@dataclass(frozen=True)
+class MathResult:
+    """Exact-match accuracy with its counts and the per-problem predictions."""
+
+    correct: int
+    total: int
+    predictions: tuple[MathPrediction, ...] = field(default=(), repr=False)
+    task_sha256: str = ""
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+    def metrics(self) -> dict[str, float]:
+        return {"math_accuracy": self.accuracy, "math_correct": self.correct, "math_total": self.total}
+
+
+@dataclass(frozen=True)
+class GeneralResult:
+    """Mean next-token loss over ``n_tokens`` predicted tokens, its perplexity, and KL(base || this) (0 for base)."""
+
+    loss: float
+    n_tokens: int
+    kl: float = 0.0
+    task_sha256: str = ""
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.loss) if self.loss < 709 else math.inf  # exp overflows a float beyond ~709.78
+
+    def metrics(self) -> dict[str, float]:
+        return {"general_loss": self.loss, "general_perplexity": self.perplexity, "general_kl": self.kl}
+
+
+TaskResult = Union[MathResult, GeneralResult, LmEvalResult]
+
+
+def _json_value(x: Any) -> Any:
+    # strict JSON has no NaN/Infinity: a broken (e.g. over-pruned) model's inf perplexity is written as null
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+@dataclass
+class EvalResults:
+    """Results of :func:`evaluate`: ``base`` (the model as given) and ``edited`` (empty without an edit).
+
+    Example:
+        >>> r = EvalResults({"toy": MathResult(1, 2)}, {"toy": MathResult(2, 2)})
+        >>> r.to_dict()["toy"]["edited"]["math_accuracy"]
+        1.0
+    """
+
+    base: dict[str, TaskResult]
+    edited: dict[str, TaskResult] = field(default_factory=dict)
+
+    def to_dict(self, predictions: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
+        """``{task: {"base": {metric: value}, "edited": {...}}}``; ``predictions=True`` adds per-problem rows."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for name, base in self.base.items():
+            out[name] = {}
+            for label, res in (("base", base), ("edited", self.edited.get(name))):
+                if res is None:
+                    continue
+                row: dict[str, Any] = {k: _json_value(v) for k, v in res.metrics().items()}
+                if predictions and isinstance(res, MathResult):
+                    row["predictions"] = [vars(p) | {"correct": p.correct} for p in res.predictions]
+                out[name][label] = row
+        return out
+
+    def save_json(self, path: str | Path, predictions: bool = False) -> Path:
+        """Write :meth:`to_dict` as JSON atomically (temp file beside it, then rename).
+
+        Args:
+            path: a file path, or an existing folder (writes ``eval.json`` in it).
+            predictions: include the per-problem predictions.
+
+        Returns:
+            The path written.
+        """
+        path = Path(path)
+        if path.is_dir():
+            path = path / "eval.json"
+        if not path.parent.is_dir():
+            raise InputError(f"save_json: folder {path.parent} does not exist; create it first")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.to_dict(predictions), f, indent=2, allow_nan=False, ensure_ascii=False)
+                f.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def to_markdown(self) -> str:
+        """The before/after table of the model card: one row per metric, columns base / edited / change."""
+        edited = bool(self.edited)
+        lines = ["| task | metric | base | edited | change |", "|---|---|---:|---:|---:|"] if edited else [
+            "| task | metric | value |", "|---|---|---:|"]
+        for name, base in self.base.items():
+            b, e = base.metrics(), getattr(self.edited.get(name), "metrics", dict)()
+            for key, value in b.items():
+                if key not in ("math_correct", "math_total"):  # those two are shown inside the accuracy cell
+                    cells = [_cell(key, b), _cell(key, e), _change(key, value, e.get(key))][: 3 if edited else 1]
+                    lines.append(f"| {name} | {key} | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+
+def _cell(key: str, row: Mapping[str, float]) -> str:
+    if key not in row:
+        return "-"
+    if key == "math_accuracy":
+        return f"{row[key]:.1%} ({int(row['math_correct'])}/{int(row['math_total'])})"
+    return f"{row[key]:.4g}"
+
+
+def _change(key: str, before: float, after: float | None) -> str:
+    if after is None or not (math.isfinite(before) and math.isfinite(after)):
+        return "-"
+    if key == "math_accuracy":
+        return f"{(after - before) * 100:+.1f} pp"  # percentage points: the difference of two rates
+    return f"{after - before:+.4g}"
