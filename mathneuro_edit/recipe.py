@@ -210,8 +210,8 @@ class DataConfig(_Model):
     """Calibration data: one math source, one or more general sources."""
 
     math: Source = Field(description="math texts (GSM8K question/answer records are formatted automatically)")
-    general: Sources = Field(description="general texts: one source or a list (samples are split evenly)")
-    samples: Positive = Field(100, description="texts per set (math and general each)")
+    general: Sources = Field(description="general texts: one source or a list; each source is its own set")
+    samples: Positive = Field(100, description="texts per set (math, and each general source)")
     seed: int = Field(0, description="seed of the sampling (Python random, see docs/recipes.md)")
 
 

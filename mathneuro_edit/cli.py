@@ -1,0 +1,357 @@
+"""The ``mathneuro-edit`` command line: thin commands that parse, call the Python API, and report.
+
+Exit status: 0 success; 2 bad input (one line: what, where, how to fix); 1 internal error; 130 interrupted.
+Tracebacks only with ``MATHNEURO_EDIT_DEBUG=1``. Nothing heavy (torch, transformers) is imported before a
+command runs, so ``--help`` is fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import InputError, MathNeuroEditError
+
+DEBUG_ENV = "MATHNEURO_EDIT_DEBUG"
+
+
+def _error_message(exc: BaseException) -> tuple[int, str]:
+    """The one table that maps exceptions to an exit status and a one-line message."""
+    if isinstance(exc, InputError):
+        return 2, str(exc)
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        return 2, f"{exc.filename or exc}: {exc.strerror or 'not found'}; check the path"
+    if isinstance(exc, PermissionError):
+        return 2, f"{exc.filename}: permission denied; choose a writable location"
+    if type(exc).__name__ == "SafetensorError":
+        return 2, f"corrupt or unreadable safetensors file ({exc}); re-download or re-create it"
+    if isinstance(exc, KeyboardInterrupt):
+        return 130, "interrupted; no output was left behind"
+    if isinstance(exc, MathNeuroEditError):
+        return 1, str(exc)
+    return 1, f"internal error: {type(exc).__name__}: {exc}; set {DEBUG_ENV}=1 for the traceback and report it"
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the CLI's one error boundary
+            if os.environ.get(DEBUG_ENV):
+                raise
+            code, message = _error_message(exc)
+            click.echo(f"error: {' '.join(message.split())}", err=True)
+            ctx.exit(code)
+
+
+def _recipe(path: str | None, sets: tuple[str, ...]):
+    from .recipe import load_recipe, quickstart_recipe
+
+    return load_recipe(path, sets) if path else quickstart_recipe(sets)
+
+
+def _echo(quiet: bool):
+    return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
+
+
+recipe_arg = click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                       help="override a recipe key, e.g. --set mask.top_k=0.01 (repeatable)")
+quiet_opt = click.option("--quiet", "-q", is_flag=True, help="no progress bars or stage lines")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="mathneuro-edit")
+def main() -> None:
+    """Find and edit the math-specific weights of language models (MathNeuro, arXiv 2410.16930).
+
+    Without RECIPE, commands use the embedded default (recipes/quickstart.yaml): the shipped model organism
+    and its synthetic data, offline.
+    """
+
+
+@main.command()
+@recipe_arg
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="output folder (must not exist)")
+@click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
+@click.option("--dry-run", is_flag=True, help="print the resource plan and validate the recipe; run nothing")
+@set_opt
+@quiet_opt
+def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, sets: tuple[str, ...], quiet: bool) -> None:
+    """Run a recipe end to end: calibrate, mask, evaluate, export, lock and card."""
+    r = _recipe(recipe, sets)
+    if dry_run:
+        from .plan import plan_recipe
+
+        click.echo(plan_recipe(r).to_text())
+        return
+    from .pipeline import run_recipe
+
+    result = run_recipe(r, out, overwrite=overwrite, progress=not quiet, echo=_echo(quiet))
+    click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} weights")
+
+
+@main.command()
+@recipe_arg
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="folder for *.stats.safetensors")
+@set_opt
+@quiet_opt
+def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool) -> None:
+    """Compute the statistics of the recipe's math set and each general set."""
+    from .pipeline import load_recipe_model, calibrate_recipe
+
+    r = _recipe(recipe, sets)
+    model, tok = load_recipe_model(r)
+    math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=not quiet)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    click.echo(math_stats.save(folder / "math.stats.safetensors"))
+    for i, g in enumerate(generals):
+        click.echo(g.save(folder / f"general-{i}.stats.safetensors"))
+
+
+@main.command()
+@recipe_arg
+@click.option("--stats", "stats_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="folder written by `calibrate` (math.stats.safetensors, general-*.stats.safetensors)")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="mask file to write")
+@set_opt
+@quiet_opt
+def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], quiet: bool) -> None:
+    """Derive a mask from saved statistics (any top_k, no forward pass)."""
+    from .mask import find_math_params
+    from .pipeline import load_recipe_model
+    from .stats import ActivationStats
+
+    r = _recipe(recipe, sets)
+    folder = Path(stats_dir)
+    generals = [ActivationStats.load(p) for p in sorted(folder.glob("general-*.stats.safetensors"))]
+    math_stats = ActivationStats.load(folder / "math.stats.safetensors")
+    model, _ = load_recipe_model(r)
+    m = r.mask
+    result = find_math_params(model, math_stats, generals, top_k=m.top_k, method=m.method,
+                              granularity=m.granularity, seed=m.seed, progress=not quiet)
+    result.save(out)
+    s, t = result.total()
+    click.echo(f"{out}  {s:,}/{t:,} weights ({100 * s / t:.3f}%)  sha256 {result.sha256}")
+
+
+@main.command()
+@recipe_arg
+@click.option("--mask", "mask_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option("--adapter", is_flag=True, help="write a PEFT adapter instead of a full checkpoint")
+@click.option("--overwrite", is_flag=True)
+@set_opt
+@quiet_opt
+def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrite: bool, sets: tuple[str, ...],
+           quiet: bool) -> None:
+    """Bake the recipe's edit into a checkpoint (streamed shard by shard) or an adapter."""
+    from .pipeline import base_reference
+
+    r = _recipe(recipe, sets)
+    scale, base = r.edit.effective_scale, base_reference(r)
+    if adapter:
+        from .adapter import export_adapter
+
+        res = export_adapter(base, mask_path, scale, out, overwrite=overwrite, revision=r.base.revision)
+        click.echo(f"{res.path}  ({100 * res.size_ratio:.2f}% of the checkpoint's size)")
+    else:
+        from .export import export_checkpoint
+
+        click.echo(export_checkpoint(base, mask_path, scale, out, overwrite=overwrite, revision=r.base.revision,
+                                     max_shard_size=r.outputs.max_shard_size, progress=not quiet))
+
+
+@main.command("eval")
+@recipe_arg
+@click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False),
+              help="evaluate base AND edited (with KL); without it, the base only")
+@click.option("--out", type=click.Path(dir_okay=False), help="write the results as JSON (eval.json)")
+@set_opt
+@quiet_opt
+def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: tuple[str, ...], quiet: bool) -> None:
+    """Evaluate math exact match and general loss / KL, before and after an edit."""
+    from .apply import ReversibleEdit
+    from .evaluate import evaluate
+    from .mask import Mask
+    from .pipeline import load_recipe_model, eval_tasks
+
+    r = _recipe(recipe, sets)
+    tasks = eval_tasks(r)
+    if not tasks:
+        raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
+    model, tok = load_recipe_model(r)
+    edit = ReversibleEdit(model, Mask.load(mask_path), r.edit.effective_scale) if mask_path else None
+    results = evaluate(model, tok, tasks, edit=edit, progress=not quiet)
+    if out:
+        results.save_json(out)
+    click.echo(results.to_markdown())
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+def card(run_dir: str) -> None:
+    """Rewrite the model cards of a run folder from its lock, mask and eval.json."""
+    from .checkpoint import open_checkpoint, resolve_base
+    from .lock import read_lock, recipe_from_lock
+    from .mask import Mask
+    from .pipeline import publish_folder, base_reference
+
+    folder = Path(run_dir)
+    lock = read_lock(folder)
+    recipe = recipe_from_lock(lock)
+    mask_ = Mask.load(folder / "mask.safetensors")
+    eval_dict = json.loads((folder / "eval.json").read_text()) if (folder / "eval.json").is_file() else None
+    ckpt = open_checkpoint(resolve_base(base_reference(recipe), revision=recipe.base.revision))
+    n_params = sum(math.prod(e.shape) for e in ckpt.tensors.values())
+    from .card import license_from_base
+
+    license_ = license_from_base(base_reference(recipe), recipe.base.revision)
+    for sub in ("checkpoint", "adapter"):
+        if (folder / sub).is_dir():
+            publish_folder(folder / sub, recipe, lock, sub, mask_, n_params, eval_dict, license_)
+            click.echo(folder / sub / "README.md")
+
+
+@main.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option("--repo-id", required=True, help="target Hub repo, e.g. you/model-math-boost")
+@click.option("--private", is_flag=True, help="create the repo private")
+@click.option("--revision", help="branch to push to (created if missing)")
+@click.option("--adapter", is_flag=True, help="push the run's adapter/ rather than its checkpoint/")
+@click.option("--dry-run", is_flag=True, help="show what would be uploaded; touch nothing")
+def push(out: str, repo_id: str, private: bool, revision: str | None, adapter: bool, dry_run: bool) -> None:
+    """Push an output folder to the Hugging Face Hub (token from HF_TOKEN or `hf auth login`)."""
+    from .hub import push_to_hub
+
+    folder = Path(out)
+    sub = folder / ("adapter" if adapter else "checkpoint")
+    if sub.is_dir():
+        folder = sub
+    elif adapter:
+        raise InputError(f"{out}: no adapter/ folder; run with outputs.adapter: true or push the folder itself")
+    click.echo(push_to_hub(folder, repo_id, private=private, revision=revision, dry_run=dry_run).describe())
+
+
+@main.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option("--base", help="base model folder or Hub id (default: from the run folder's lock)")
+@click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--scale", type=float, help="the applied scale (default: from the lock)")
+def verify(out: str, base: str | None, mask_path: str | None, scale: float | None) -> None:
+    """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch)."""
+    from .lock import read_lock
+    from .recipe import LOCAL
+    from .verify import verify as verify_export
+
+    folder = Path(out)
+    targets = [folder / s for s in ("checkpoint", "adapter") if (folder / s).is_dir()] or [folder]
+    if base is None or scale is None or mask_path is None:
+        run_dir = folder if targets[0] != folder else folder.parent
+        recorded = read_lock(run_dir)["recipe"]  # only base and edit are needed: data paths may stay redacted
+        if base is None:
+            base = recorded["base"]["model"]
+            if base == LOCAL:
+                raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
+            if base == "organism":
+                from .organism import organism_path
+
+                base = str(organism_path())
+        if scale is None:
+            scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
+        mask_path = mask_path or str(run_dir / "mask.safetensors")
+    failed = False
+    for t in targets:
+        report = verify_export(t, base, mask_path, scale)
+        click.echo(report.summary())
+        failed |= not report.ok
+    if failed:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--plot", type=click.Path(dir_okay=False), help="save the per-layer distribution of a mask as PNG")
+def inspect(path: str, plot: str | None) -> None:
+    """Show a mask or statistics file as a per-tensor table."""
+    from .report import load_artifact, mask_table, plot_layer_distribution, stats_table
+
+    kind, obj = load_artifact(path)
+    click.echo(mask_table(obj) if kind == "mask" else stats_table(obj))
+    if plot:
+        if kind != "mask":
+            raise InputError(f"{path}: --plot needs a mask file, this is a statistics file")
+        click.echo(plot_layer_distribution(obj, plot))
+
+
+@main.command()
+@click.argument("source", type=click.Path(exists=True))
+@click.option("--out", type=click.Path(file_okay=False), help="folder for the re-run (default: a temp folder)")
+@click.option("--base", help="local base folder, when the lock's local base path was redacted")
+@set_opt
+@quiet_opt
+def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool) -> None:
+    """Re-run a lock (output folder, lock file or model card) and compare every hash (exit 1 if any differs)."""
+    from .reproduce import reproduce as reproduce_lock
+
+    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=not quiet)
+    click.echo(report.to_text())
+    if not report.ok:
+        sys.exit(1)
+
+
+def _floats(option: str, text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{option}: {text!r} is not a comma-separated list of numbers, e.g. 0.01,0.05") from None
+    if not values:
+        raise InputError(f"{option}: give at least one value")
+    return values
+
+
+@main.command()
+@recipe_arg
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option("--top-k", "top_ks", default="0.001,0.01,0.05,0.1,0.15", show_default=True,
+              help="comma-separated top_k fractions")
+@click.option("--scale", "scales", default="0,1.05,1.1,1.2", show_default=True,
+              help="comma-separated scales (0 prunes)")
+@click.option("--kl-budget", default=0.05, show_default=True, help="largest general KL a recommendation may have")
+@click.option("--overwrite", is_flag=True)
+@set_opt
+@quiet_opt
+def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: float, overwrite: bool,
+          sets: tuple[str, ...], quiet: bool) -> None:
+    """Evaluate many (top_k, scale) edits from one calibration; write sweep.csv/json/png and a recommendation."""
+    from .sweep import run_sweep
+
+    result = run_sweep(_recipe(recipe, sets), out, top_ks=_floats("--top-k", top_ks),
+                       scales=_floats("--scale", scales), kl_budget=kl_budget, overwrite=overwrite,
+                       progress=not quiet)
+    click.echo(result.to_csv().rstrip())
+    click.echo(result.recommendation)
+
+
+@main.command()
+@recipe_arg
+@set_opt
+def plan(recipe: str | None, sets: tuple[str, ...]) -> None:
+    """Estimate parameters, targets, file sizes and peak memory from config.json alone (no weights)."""
+    from .plan import plan_recipe
+
+    click.echo(plan_recipe(_recipe(recipe, sets)).to_text())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,229 @@
+"""The whole pipeline of a recipe: data -> calibrate -> mask -> evaluate -> export -> lock + card.
+
+Output folder (written into a temporary folder beside it and renamed when complete):
+
+```
+OUT/
+  checkpoint/                      plain HF model folder (+ README.md card, lock, eval.json)   outputs.checkpoint
+  adapter/                         stock PEFT SHiRA adapter (+ README.md card, lock, eval.json) outputs.adapter
+  mask.safetensors                 the mask (any top_k can be re-derived from the statistics)
+  stats/math.stats.safetensors     calibration statistics, one file per set
+  stats/general-<i>.stats.safetensors
+  eval.json                        before/after evaluation (when the recipe has an evaluation section)
+  mathneuro_recipe.lock.yaml       the recipe with every default explicit, plus every hash
+```
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .recipe import Recipe
+
+__all__ = [
+    "RunResult", "run_recipe", "load_recipe_model", "calibrate_recipe", "eval_tasks", "publish_folder", "base_reference",
+    "resolved_revision",
+]
+
+LOCK_NAME = "mathneuro_recipe.lock.yaml"
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_recipe` wrote and measured."""
+
+    out_dir: Path
+    mask_sha256: str
+    selected: int
+    total: int
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+    eval_results: dict[str, Any] | None = None
+    adapter_size_ratio: float | None = None
+
+
+def base_reference(recipe: Recipe) -> str:
+    """What export functions take as ``base``: the local folder (the organism's for ``organism``) or the Hub id."""
+    local = recipe.base.local_dir()
+    return str(local) if local is not None else recipe.base.model
+
+
+def resolved_revision(folder: Path) -> str | None:
+    """The commit of a Hub snapshot folder (``.../snapshots/<sha>``), else ``None`` (a local base)."""
+    return folder.name if folder.parent.name == "snapshots" else None
+
+
+def load_recipe_model(recipe: Recipe):
+    """Load the recipe's base model and tokenizer with its dtype, device and placement settings."""
+    from .loading import load_model
+
+    b = recipe.base
+    return load_model(
+        base_reference(recipe), dtype=b.dtype, device=b.device, device_map=b.device_map, max_memory=b.max_memory,
+        offload_folder=b.offload_folder, trust_remote_code=b.trust_remote_code, revision=b.revision,
+    )
+
+
+def calibrate_recipe(recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True):
+    """Calibrate the math set and every general set of a recipe.
+
+    Returns:
+        ``(math_stats, [general_stats...], data_records)`` where ``data_records`` is for the lock.
+    """
+    from .calibrate import calibrate
+    from .data import load_texts
+
+    d, c, t = recipe.data, recipe.calibration, recipe.targets
+    kwargs = dict(max_length=c.max_length, batch_size=c.batch_size, progress=progress,
+                  include=t.include or None, exclude=t.exclude or None)
+    math = load_texts(d.math, d.samples, d.seed)
+    math_stats = calibrate(model, tokenizer, math.texts, **kwargs)
+    general_stats, records = [], []
+    for source in d.general:  # each general source is its own non-math set
+        loaded = load_texts(source, d.samples, d.seed)
+        general_stats.append(calibrate(model, tokenizer, loaded.texts, **kwargs))
+        records.append(loaded.record)
+    return math_stats, general_stats, {"math": [math.record], "general": records}
+
+
+def eval_tasks(recipe: Recipe) -> list[Any]:
+    """The evaluation tasks of a recipe (math exact match + general loss/KL), or ``[]`` without evaluation."""
+    from .data import load_math_problems, load_set
+    from .evaluate import GeneralTask, MathTask
+
+    ev = recipe.evaluation
+    if ev is None:
+        return []
+    problems = load_math_problems(ev.math, ev.samples + ev.n_shot, ev.seed)
+    # the first n_shot sampled problems are the worked examples; the rest are evaluated
+    shots, problems = problems[: ev.n_shot], problems[ev.n_shot :]
+    texts, _ = load_set(ev.general, ev.samples, ev.seed)
+    return [
+        MathTask("math", [{"question": p["question"], "answer": p["answer"]} for p in problems], n_shot=ev.n_shot,
+                 shots=[{"question": p["question"], "answer": p["answer"]} for p in shots],
+                 max_new_tokens=ev.max_new_tokens),
+        GeneralTask("general", texts, max_length=recipe.calibration.max_length),
+    ]
+
+
+def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: Any, n_params: int,
+                    eval_dict: dict | None, license_: str | None) -> None:
+    """Write the lock, eval.json and the model card into one output folder."""
+    import json
+
+    from .card import build_card, summarize_edit, write_card
+    from .lock import write_lock
+
+    write_lock(folder, lock)
+    if eval_dict is not None:
+        (folder / "eval.json").write_text(json.dumps(eval_dict, indent=2) + "\n")
+    hub_id = None if recipe.base.local_dir() is not None else recipe.base.model
+    card = build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,
+                      edit_summary=summarize_edit(mask.counts(), model_params=n_params),
+                      eval_results=eval_dict, license=license_)
+    write_card(folder, card)
+
+
+def run_recipe(
+    recipe: Recipe,
+    out_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    echo: Callable[[str], None] = lambda s: None,
+) -> RunResult:
+    """Run a recipe end to end and write its output folder (atomically).
+
+    Args:
+        recipe: a validated :class:`~mathneuro_edit.recipe.Recipe`.
+        out_dir: the folder to create (see the module docstring for its layout).
+        overwrite: replace an existing ``out_dir`` once the new one is complete.
+        progress: progress bars.
+        echo: receives one line per finished stage (the CLI prints them).
+
+    Returns:
+        A :class:`RunResult`.
+
+    Example:
+        >>> from mathneuro_edit.recipe import quickstart_recipe
+        >>> run_recipe(quickstart_recipe(), "out/quickstart")  # doctest: +SKIP
+    """
+    from .adapter import export_adapter
+    from .apply import ReversibleEdit
+    from .card import license_from_base
+    from .checkpoint import resolve_base
+    from .evaluate import evaluate
+    from .export import export_checkpoint
+    from .lock import build_lock, output_hashes, write_lock
+    from .mask import find_math_params
+
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
+    scale = recipe.edit.effective_scale
+    base = base_reference(recipe)
+    folder = resolve_base(base, revision=recipe.base.revision)  # fails early on a missing/pickle base
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "stats").mkdir(parents=True)
+    try:
+        model, tokenizer = load_recipe_model(recipe)
+        echo(f"loaded {recipe.base.model} ({sum(p.numel() for p in model.parameters()):,} parameters)")
+        math_stats, general_stats, records = calibrate_recipe(recipe, model, tokenizer, progress=progress)
+        math_stats.save(tmp / "stats" / "math.stats.safetensors")
+        for i, g in enumerate(general_stats):
+            g.save(tmp / "stats" / f"general-{i}.stats.safetensors")
+        echo(f"calibrated {math_stats.meta['num_samples']} math and "
+             f"{sum(g.meta['num_samples'] for g in general_stats)} general samples")
+        m = recipe.mask
+        mask = find_math_params(model, math_stats, general_stats, top_k=m.top_k, method=m.method,
+                                granularity=m.granularity, seed=m.seed)
+        mask.save(tmp / "mask.safetensors")
+        selected, total = mask.total()
+        echo(f"mask: {selected:,} of {total:,} target weights ({100 * selected / total:.3f}%) {mask.sha256[:12]}")
+
+        eval_dict = None
+        tasks = eval_tasks(recipe)
+        if tasks:
+            results = evaluate(model, tokenizer, tasks, edit=ReversibleEdit(model, mask, scale), progress=progress)
+            results.save_json(tmp / "eval.json")
+            eval_dict = results.to_dict()
+            echo("evaluation:\n" + results.to_markdown())
+        n_params = sum(p.numel() for p in model.parameters())
+        del model  # the exports stream from the base files: free the in-memory model first
+
+        ratio = None
+        if recipe.outputs.checkpoint:
+            export_checkpoint(folder, mask, scale, tmp / "checkpoint", max_shard_size=recipe.outputs.max_shard_size,
+                              progress=progress)
+            echo("exported checkpoint/")
+        if recipe.outputs.adapter:
+            adapter = export_adapter(folder, mask, scale, tmp / "adapter")
+            ratio = adapter.size_ratio
+            echo(f"exported adapter/ ({100 * ratio:.2f}% of the checkpoint's size)")
+
+        files: dict[str, str] = {}
+        for sub in ("checkpoint", "adapter"):
+            if (tmp / sub).is_dir():
+                files.update({f"{sub}/{k}": v for k, v in output_hashes(tmp / sub).items()})
+        stats_sha = {"math": math_stats.sha256, "general": [g.sha256 for g in general_stats]}
+        lock = build_lock(recipe, base_revision=resolved_revision(folder), data_records=records,
+                          stats_sha256=stats_sha, mask_sha256=mask.sha256, output_files=files)
+        write_lock(tmp, lock)
+        license_ = license_from_base(base, recipe.base.revision)
+        for sub, kind in (("checkpoint", "checkpoint"), ("adapter", "adapter")):
+            if (tmp / sub).is_dir():
+                publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    echo(f"wrote {out}")
+    return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)

@@ -1,0 +1,202 @@
+"""The CLI end to end on a tiny local model: run, stage commands, bad input, lock + reproduce, card."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from mathneuro_edit.cli import main
+
+from ._tiny import GENERAL, MATH, build
+
+pytestmark = pytest.mark.slow
+
+
+def _problems(n: int, offset: int = 0) -> list[dict]:
+    out = []
+    for i in range(n):
+        a, b = 2 + (i + offset) % 7, 3 + (i * 3 + offset) % 5
+        out.append({"question": f"Tom has {a} apples and buys {b} more. How many?",
+                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}"})
+    return out
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    model, tok = build("llama")
+    model.save_pretrained(root / "base", max_shard_size="50KB")
+    tok.save_pretrained(root / "base")
+    with open(root / "math.jsonl", "w") as f:
+        for p in _problems(12):
+            f.write(json.dumps(p) + "\n")
+    with open(root / "eval.jsonl", "w") as f:
+        for p in _problems(6, offset=5):
+            f.write(json.dumps(p) + "\n")
+    (root / "general.txt").write_text("\n\n".join(GENERAL) + "\n")
+    recipe = {
+        "base": {"model": str(root / "base"), "dtype": "float32", "device": "cpu"},
+        "data": {"math": {"path": str(root / "math.jsonl")}, "general": [{"path": str(root / "general.txt")}],
+                 "samples": 8, "seed": 0},
+        "calibration": {"max_length": 64, "batch_size": 4},
+        "mask": {"method": "mathneuro", "top_k": 0.1},
+        "edit": {"scale": 1.1},
+        "outputs": {"checkpoint": True, "adapter": True},
+        "evaluation": {"math": {"path": str(root / "eval.jsonl")}, "general": [{"path": str(root / "general.txt")}],
+                       "samples": 4, "max_new_tokens": 8},
+    }
+    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    return root
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_help_is_fast_and_lists_commands():
+    code = "import time, sys; t=time.time(); from mathneuro_edit.cli import main; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"  # --help never imports torch
+    code, text = _run("--help")
+    assert code == 0
+    for cmd in ("run", "calibrate", "mask", "export", "eval", "card", "push", "verify", "inspect", "reproduce"):
+        assert cmd in text
+
+
+def test_run_end_to_end_then_reproduce_bit_for_bit(workspace):
+    out = workspace / "out"
+    code, text = _run("run", str(workspace / "recipe.yaml"), "--out", str(out), "--quiet")
+    assert code == 0, text
+    for rel in ("checkpoint/config.json", "checkpoint/README.md", "checkpoint/mathneuro_recipe.lock.yaml",
+                "adapter/adapter_config.json", "mask.safetensors", "stats/math.stats.safetensors",
+                "stats/general-0.stats.safetensors", "eval.json", "mathneuro_recipe.lock.yaml"):
+        assert (out / rel).is_file(), rel
+    lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())
+    assert lock["recipe"]["edit"]["scale"] == 1.1 and lock["recipe"]["calibration"]["batch_size"] == 4
+    assert str(workspace) not in (out / "checkpoint" / "README.md").read_text()  # no local path in the card
+    ev = json.loads((out / "eval.json").read_text())
+    assert {"base", "edited"} <= set(ev["math"]) and "general_kl" in ev["general"]["edited"]
+    # the export loads with plain transformers
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(out / "checkpoint") is not None
+    # card metadata parses back
+    from huggingface_hub import ModelCard
+
+    data = ModelCard.load(out / "checkpoint" / "README.md").data.to_dict()
+    assert "mathneuro" in data["tags"] and data.get("base_model") is None  # a local base is never named
+    # inspect shows a table; verify passes
+    code, text = _run("inspect", str(out / "mask.safetensors"))
+    assert code == 0 and "TOTAL" in text
+    code, text = _run("verify", str(out), "--base", str(workspace / "base"))
+    assert code == 0, text
+    # reproduce: same machine, same versions -> identical bytes
+    code, text = _run("reproduce", str(out), "--base", str(workspace / "base"), "--out", str(workspace / "again"),
+                      "--quiet", "--set", f"data.math.path={workspace / 'math.jsonl'}",
+                      "--set", f"data.general.0.path={workspace / 'general.txt'}",
+                      "--set", f"evaluation.math.path={workspace / 'eval.jsonl'}",
+                      "--set", f"evaluation.general.0.path={workspace / 'general.txt'}")
+    assert code == 0, text
+    assert "bit for bit" in text and "differs" not in text
+
+
+def test_stage_commands_match_run(workspace, tmp_path):
+    recipe = str(workspace / "recipe.yaml")
+    assert _run("calibrate", recipe, "--out", str(tmp_path / "stats"), "-q")[0] == 0
+    code, text = _run("mask", recipe, "--stats", str(tmp_path / "stats"), "--out", str(tmp_path / "m.safetensors"), "-q")
+    assert code == 0, text
+    from mathneuro_edit import Mask
+
+    run_out = workspace / "out"
+    if run_out.exists():
+        assert Mask.load(tmp_path / "m.safetensors").sha256 == Mask.load(run_out / "mask.safetensors").sha256
+    code, text = _run("export", recipe, "--mask", str(tmp_path / "m.safetensors"), "--out", str(tmp_path / "ck"), "-q")
+    assert code == 0, text
+    assert (tmp_path / "ck" / "config.json").is_file()
+    code, text = _run("mask", recipe, "--stats", str(tmp_path / "stats"), "--out", str(tmp_path / "m2.safetensors"),
+                      "--set", "mask.top_k=0.01", "-q")
+    assert code == 0 and Mask.load(tmp_path / "m2.safetensors").total()[0] < Mask.load(tmp_path / "m.safetensors").total()[0]
+
+
+BAD = [
+    ("missing model path", {"base.model": "/nonexistent/model"}, r"/nonexistent/model"),
+    ("unknown recipe key", {"mask.topk": "0.1"}, r"mask\.topk"),
+    ("top_k 0", {"mask.top_k": "0"}, r"mask\.top_k"),
+    ("top_k 1.5", {"mask.top_k": "1.5"}, r"mask\.top_k"),
+    ("scale nan", {"edit.scale": ".nan"}, r"edit\.scale"),
+    ("scale negative", {"edit.scale": "-1"}, r"edit\.scale"),
+]
+
+
+@pytest.mark.parametrize("label,sets,pattern", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_exits_2_with_one_line_and_no_output(workspace, tmp_path, label, sets, pattern):
+    import re
+
+    args = ["run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q"]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    code, text = _run(*args)
+    assert code == 2, (label, text)
+    assert "Traceback" not in text and re.search(pattern, text), (label, text)
+    assert not (tmp_path / "o").exists() and not any(p.name.startswith(".o.tmp") for p in tmp_path.iterdir())
+
+
+def test_bad_files_exit_2(workspace, tmp_path):
+    recipe = str(workspace / "recipe.yaml")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, text = _run("run", recipe, "--out", str(tmp_path / "o"), "-q", "--set", f"data.math.path={empty}")
+    assert code == 2 and "empty" in text.lower() and "Traceback" not in text, text
+    nofield = tmp_path / "nofield.jsonl"
+    nofield.write_text(json.dumps({"other": "x"}) + "\n")
+    code, text = _run("run", recipe, "--out", str(tmp_path / "o"), "-q", "--set", f"data.math.path={nofield}",
+                      "--set", "data.math.field=text")
+    assert code == 2 and "text" in text and "Traceback" not in text, text
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    for f in (workspace / "base").iterdir():
+        (corrupt / f.name).write_bytes(f.read_bytes())
+    shard = sorted(corrupt.glob("*.safetensors"))[0]
+    shard.write_bytes(b"\x00garbage" * 10)
+    code, text = _run("run", recipe, "--out", str(tmp_path / "o"), "-q", "--set", f"base.model={corrupt}")
+    assert code == 2 and "Traceback" not in text, text
+    existing = tmp_path / "exists"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("mine")
+    code, text = _run("run", recipe, "--out", str(existing), "-q")
+    assert code == 2 and "exists" in text
+    assert (existing / "keep.txt").read_text() == "mine"
+    assert not (tmp_path / "o").exists()
+
+
+def test_internal_error_exit_1_and_debug_traceback(workspace, tmp_path, monkeypatch):
+    import mathneuro_edit.pipeline as pipeline
+
+    def boom(*a, **k):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(pipeline, "calibrate_recipe", boom)
+    code, text = _run("run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q")
+    assert code == 1 and "internal error" in text and "kaboom" in text and "Traceback" not in text
+    assert not (tmp_path / "o").exists()
+    monkeypatch.setenv("MATHNEURO_EDIT_DEBUG", "1")
+    result = CliRunner().invoke(main, ["run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q"])
+    assert isinstance(result.exception, RuntimeError)
+
+
+def test_subprocess_exit_codes(workspace, tmp_path):
+    env = {**os.environ, "MATHNEURO_EDIT_DEBUG": ""}
+    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", "run", str(workspace / "recipe.yaml"),
+                           "--out", str(tmp_path / "o"), "--set", "mask.top_k=2"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "mask.top_k" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
