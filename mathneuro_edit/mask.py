@@ -32,7 +32,7 @@ from .targets import Target, canonical_view
 if TYPE_CHECKING:
     from .stats import ActivationStats
 
-__all__ = ["Mask", "find_math_params", "top_fraction"]
+__all__ = ["Mask", "find_math_params", "find_math_params_multi", "top_fraction", "top_fraction_flat"]
 
 Method = Literal["mathneuro", "wanda", "random"]
 Granularity = Literal["matrix", "row"]
@@ -204,12 +204,39 @@ def top_fraction(scores: torch.Tensor, k: int) -> torch.Tensor:
     return sel
 
 
-def _top_mask(scores: torch.Tensor, top_k: float, granularity: Granularity) -> torch.Tensor:
-    """``scores`` is one matrix ``(d_out, d_in)``; returns its top-k bool mask of the same shape."""
+def _top_masks(scores: torch.Tensor, top_ks: Sequence[float], granularity: Granularity) -> list[torch.Tensor]:
+    """``scores`` is one matrix ``(d_out, d_in)``; returns its top-k bool mask for each ``top_k``."""
     if granularity == "row":
-        return top_fraction(scores, _k_of(top_k, scores.shape[1]))
-    flat = scores.reshape(1, -1)
-    return top_fraction(flat, _k_of(top_k, flat.shape[1])).reshape(scores.shape)
+        return [top_fraction(scores, _k_of(k, scores.shape[1])) for k in top_ks]
+    flat = scores.reshape(-1)
+    return [m.reshape(scores.shape) for m in top_fraction_flat(flat, [_k_of(k, flat.numel()) for k in top_ks])]
+
+
+def top_fraction_flat(scores: torch.Tensor, ks: Sequence[int]) -> list[torch.Tensor]:
+    """Top-``k`` of a flat tensor of non-negative finite scores, for several ``k``; same rule as :func:`top_fraction`.
+
+    A radix select: non-negative float32 values order like their bit patterns read as int32, so a histogram of
+    the top 16 bits (sign, exponent, 7 mantissa bits) locates the bin holding the k-th largest value in one
+    pass; only that bin's entries are sorted. Every ``k`` reuses the histogram.
+
+    Example:
+        >>> [m.tolist() for m in top_fraction_flat(torch.tensor([1.0, 3.0, 3.0, 2.0]), [1, 2])]
+        [[False, True, False, False], [False, True, True, False]]
+    """
+    high = scores.contiguous().view(torch.int32) >> 16  # (n,) bin of each score, monotonic in the score
+    hist = torch.bincount(high, minlength=1 << 15)  # scores >= 0, so the sign bit is 0: 2**15 bins
+    at_least = hist.flip(0).cumsum(0).flip(0)  # (bins,) at_least[b] = entries in bins >= b
+    out = []
+    for k in ks:
+        b = int((at_least >= k).nonzero()[-1])  # the bin holding the k-th largest
+        n_above = int(at_least[b + 1]) if b + 1 < at_least.numel() else 0
+        in_bin = (high == b).nonzero().squeeze(1)  # (m,) ascending flat indices
+        # stable descending sort: equal scores keep ascending index order, so ties go to the lower index
+        order = torch.sort(scores[in_bin], descending=True, stable=True).indices[: k - n_above]
+        sel = high > b
+        sel[in_bin[order]] = True
+        out.append(sel)
+    return out
 
 
 def _seed_for(seed: int, name: str, group: int) -> int:
@@ -241,6 +268,18 @@ def _check_stats(
             )
         if name not in stats.norm_sum:
             raise InputError(f"{label}: no statistics for {name!r}; calibrate all sets with the same targets")
+
+
+def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
+    for top_k in top_ks:
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not 0 < top_k <= 1:
+            raise InputError(f"top_k: must be in (0, 1], got {top_k!r}; pass a fraction such as 0.05")
+    if method not in ("mathneuro", "wanda", "random"):
+        raise InputError(f"method: must be mathneuro, wanda or random, got {method!r}")
+    if granularity not in ("matrix", "row"):
+        raise InputError(f"granularity: must be matrix or row, got {granularity!r}")
+    if statistic not in ("l2", "wanda"):
+        raise InputError(f"statistic: must be l2 or wanda, got {statistic!r}")
 
 
 def find_math_params(
@@ -278,14 +317,32 @@ def find_math_params(
         >>> mask = find_math_params(model, math_stats, general_stats, top_k=0.05)  # doctest: +SKIP
         >>> mask.total()  # doctest: +SKIP
     """
-    if not isinstance(top_k, (int, float)) or not 0 < top_k <= 1:
-        raise InputError(f"top_k: must be in (0, 1], got {top_k!r}; pass a fraction such as 0.05")
-    if method not in ("mathneuro", "wanda", "random"):
-        raise InputError(f"method: must be mathneuro, wanda or random, got {method!r}")
-    if granularity not in ("matrix", "row"):
-        raise InputError(f"granularity: must be matrix or row, got {granularity!r}")
-    if statistic not in ("l2", "wanda"):
-        raise InputError(f"statistic: must be l2 or wanda, got {statistic!r}")
+    return find_math_params_multi(model, math_stats, general_stats, top_ks=[top_k], method=method,
+                                  granularity=granularity, seed=seed, statistic=statistic, progress=progress)[0]
+
+
+def find_math_params_multi(
+    model: nn.Module | Mapping[str, torch.Tensor],
+    math_stats: "ActivationStats",
+    general_stats: "ActivationStats | Sequence[ActivationStats] | None",
+    *,
+    top_ks: Sequence[float],
+    method: Method = "mathneuro",
+    granularity: Granularity = "matrix",
+    seed: int = 0,
+    statistic: Literal["l2", "wanda"] = "l2",
+    progress: bool = False,
+) -> list[Mask]:
+    """:func:`find_math_params` for several ``top_k`` at once (a sweep): one mask per value, in order.
+
+    Each matrix's scores (and, with ``granularity="matrix"``, its score histogram) are computed once for all
+    values, so 8 values cost little more than one. Every mask is identical to ``find_math_params(top_k=v)``.
+
+    Example:
+        >>> masks = find_math_params_multi(model, ms, gs, top_ks=[0.01, 0.05])  # doctest: +SKIP
+    """
+    top_ks = list(top_ks)
+    _validate(top_ks, method, granularity, statistic)
     generals = [] if general_stats is None else (
         [general_stats] if not isinstance(general_stats, Sequence) else list(general_stats)
     )
@@ -307,39 +364,42 @@ def find_math_params(
             )
         _check_stats(targets, params, g, f"general_stats[{i}]")
 
-    out: dict[str, torch.Tensor] = {}
+    masks = [Mask({}, {}) for _ in top_ks]
     with torch.no_grad():
         for name, t in tqdm(targets.items(), desc="masks", disable=not progress, unit="tensor"):
             view = canonical_view(params[name].detach(), t)  # (groups, d_out, d_in)
-            result = torch.zeros(view.shape, dtype=torch.bool)
+            results = [torch.zeros(view.shape, dtype=torch.bool) for _ in top_ks]
             for g in range(t.groups):
                 w = view[g]  # (d_out, d_in)
-                sel = _top_mask(_scores(w, math_stats.statistic(name, statistic)[g], name), top_k, granularity)
+                sels = _top_masks(_scores(w, math_stats.statistic(name, statistic)[g], name), top_ks, granularity)
                 for gs in generals:
-                    gen = _top_mask(_scores(w, gs.statistic(name, statistic)[g], name), top_k, granularity)
-                    sel &= ~gen.cpu()
-                if method == "random":
-                    count, n = int(torch.count_nonzero(sel)), sel.numel()
-                    gen_rng = torch.Generator().manual_seed(_seed_for(seed, name, g))
-                    sel = torch.zeros(n, dtype=torch.bool)
-                    sel[torch.randperm(n, generator=gen_rng)[:count]] = True
-                    sel = sel.reshape(w.shape)
-                result[g] = sel.cpu()
-            # back from the canonical view to the parameter's own layout
-            if t.kind == "linear":
-                out[name] = result[0]
-            elif t.kind == "conv1d":
-                out[name] = result[0].t().contiguous()
-            else:
-                out[name] = result.transpose(1, 2).contiguous() if t.transposed else result
-    meta = {
-        "method": method,
-        "top_k": top_k,
-        "granularity": granularity,
-        "seed": seed,
-        "statistic": statistic,
-        "model_fingerprint": math_stats.meta.get("model_fingerprint"),
-        "math_stats_sha256": math_stats.sha256,
-        "general_stats_sha256": [g.sha256 for g in generals],
-    }
-    return Mask(out, meta)
+                    gens = _top_masks(_scores(w, gs.statistic(name, statistic)[g], name), top_ks, granularity)
+                    for sel, gen in zip(sels, gens):
+                        sel &= ~gen
+                for i, sel in enumerate(sels):
+                    if method == "random":
+                        count, n = int(torch.count_nonzero(sel)), sel.numel()
+                        rng = torch.Generator().manual_seed(_seed_for(seed, name, g))
+                        sel = torch.zeros(n, dtype=torch.bool)
+                        sel[torch.randperm(n, generator=rng)[:count]] = True
+                    results[i][g] = sel.reshape(w.shape).cpu()
+            for mask, result in zip(masks, results):
+                # back from the canonical view to the parameter's own layout
+                if t.kind == "linear":
+                    mask._add(name, result[0])
+                elif t.kind == "conv1d":
+                    mask._add(name, result[0].t())
+                else:
+                    mask._add(name, result.transpose(1, 2) if t.transposed else result)
+    for mask, top_k in zip(masks, top_ks):
+        mask.meta = {
+            "method": method,
+            "top_k": top_k,
+            "granularity": granularity,
+            "seed": seed,
+            "statistic": statistic,
+            "model_fingerprint": math_stats.meta.get("model_fingerprint"),
+            "math_stats_sha256": math_stats.sha256,
+            "general_stats_sha256": [g.sha256 for g in generals],
+        }
+    return masks

@@ -147,7 +147,7 @@ def run_sweep(
     """
     from .apply import ReversibleEdit, check_scale
     from .evaluate import evaluate
-    from .mask import find_math_params
+    from .mask import find_math_params_multi
     from .pipeline import calibrate_recipe, eval_tasks, load_recipe_model
 
     if recipe.evaluation is None:
@@ -174,9 +174,9 @@ def run_sweep(
         base = evaluate(model, tok, tasks, progress=progress)
         m = recipe.mask
         points = []
-        for k in top_ks:
-            mask = find_math_params(model, math_stats, generals, top_k=k, method=m.method,
-                                    granularity=m.granularity, seed=m.seed)
+        masks = find_math_params_multi(model, math_stats, generals, top_ks=top_ks, method=m.method,
+                                       granularity=m.granularity, seed=m.seed)
+        for k, mask in zip(top_ks, masks):
             for s in scales:
                 if s == 1.0:
                     continue  # the base itself

@@ -333,3 +333,32 @@ def test_truncation_is_recorded():
     stats = calibrate(model, tok, MATH, max_length=8, progress=False)
     assert stats.meta["truncated_samples"] == sum(len(tok(t)["input_ids"]) > 8 for t in MATH)
     assert stats.meta["num_tokens"] == sum(min(8, len(tok(t)["input_ids"])) for t in MATH)
+
+
+def test_radix_select_equals_kthvalue_select_with_many_ties():
+    from mathneuro_edit.mask import top_fraction, top_fraction_flat
+
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(100):
+        n = int(torch.randint(1, 2000, (1,), generator=gen))
+        x = torch.rand(n, generator=gen)
+        if trial % 2:  # heavy ties: few distinct values
+            x = (x * int(torch.randint(1, 20, (1,), generator=gen))).floor() * 0.37
+        ks = sorted({int(v) for v in torch.randint(1, n + 1, (3,), generator=gen)} | {n})
+        for k, got in zip(ks, top_fraction_flat(x, ks)):
+            assert torch.equal(got, top_fraction(x[None], k)[0]), (trial, n, k)
+            assert int(got.sum()) == k
+
+
+def test_multi_top_k_equals_single_calls():
+    from mathneuro_edit.mask import find_math_params_multi
+
+    model, tok = build("gpt2")
+    ms = calibrate(model, tok, MATH, progress=False)
+    gs = calibrate(model, tok, GENERAL, progress=False)
+    ks = [0.01, 0.05, 0.2]
+    for method in ("mathneuro", "random"):
+        multi = find_math_params_multi(model, ms, gs, top_ks=ks, method=method)
+        for k, m in zip(ks, multi):
+            single = find_math_params(model, ms, gs, top_k=k, method=method)
+            assert m.sha256 == single.sha256 and m.meta == single.meta
