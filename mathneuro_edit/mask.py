@@ -160,7 +160,7 @@ class Mask(Mapping[str, torch.Tensor]):
             mask._store[name] = (kind, data)
         for name in mask._shapes:
             kind, data = mask._store[name]
-            mask._counts[name] = int(data.numel()) if kind == "idx" else int(mask[name].sum())
+            mask._counts[name] = int(data.numel()) if kind == "idx" else int(torch.count_nonzero(mask[name]))
         mask.meta, mask._sha = header["meta"], None
         if mask.sha256 != header["sha256"]:
             raise InputError(f"{path}: mask content does not match its recorded sha256; the file is corrupt")

@@ -1,0 +1,399 @@
+"""Reading a base checkpoint without loading the model: folders, shards, and mask-name -> tensor-name mapping.
+
+Mask keys are ``model.named_parameters()`` names of the transformers 5 model in memory, while a checkpoint may
+store a weight under another name or layout. :func:`plan_edits` maps each mask entry to checkpoint tensors by:
+
+1. the same name and shape; 2. with or without the ``base_model_prefix`` (old GPT-2 checkpoints: ``h.0...``);
+3. the same for the parameter's tied aliases (an ``lm_head`` tied to the embedding is saved once);
+4. transformers' own save-time conversion (``revert_weight_conversion``, the function ``save_pretrained`` uses)
+   applied to the mask itself: e.g. a fused ``mlp.experts.gate_up_proj`` mask ``(E, 2I, H)`` becomes the
+   per-expert masks ``block_sparse_moe.experts.{e}.w1/w3.weight`` ``(I, H)`` that transformers 5 writes for
+   Mixtral (``mlp.experts.{e}.gate_proj/up_proj.weight`` for Qwen-MoE). These conversions only move entries,
+   and an edit is elementwise, so editing the converted mask's entries equals editing the fused tensor.
+
+An entry that none of these maps exactly (name, shape, and an entry count that is conserved) raises
+:class:`~mathneuro_edit.errors.InputError` naming the parameter; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from .apply import check_scale, scale_masked
+from .errors import InputError
+
+__all__ = ["TensorEntry", "Checkpoint", "EditPlan", "resolve_base", "open_checkpoint", "plan_edits", "meta_model"]
+
+log = logging.getLogger(__name__)
+
+SAFE_INDEX = "model.safetensors.index.json"
+SAFE_SINGLE = "model.safetensors"
+PICKLE_INDEX = "pytorch_model.bin.index.json"
+PICKLE_SINGLE = "pytorch_model.bin"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+# Weight formats never read or copied: a stale copy in another format would silently disagree with the edit.
+SKIPPED_WEIGHT_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.msgpack", "*.h5", "*.onnx", "*.gguf", "*.tflite")
+
+_DTYPE_CODES: dict[torch.dtype, str] = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2",
+}
+_TORCH_OF_CODE = {code: dtype for dtype, code in _DTYPE_CODES.items()}
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where one checkpoint tensor lives: file and absolute byte range (``start``/``end`` are 0 for pickles)."""
+
+    name: str
+    dtype: str  # safetensors code, e.g. "BF16"
+    shape: tuple[int, ...]
+    file: Path
+    start: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class Checkpoint:
+    """The weight files of a base folder, read lazily (headers only until a tensor is asked for).
+
+    Attributes:
+        folder: the base folder.
+        kind: ``"safetensors"`` or ``"pickle"``.
+        shards: weight file names in order (relative to ``folder``).
+        tensors: ``name -> TensorEntry`` in file order (shard by shard, by offset).
+        shard_metadata: ``shard name -> safetensors metadata`` of the base (empty for pickles).
+        index_metadata: the ``metadata`` block of the base's index file (empty without an index).
+    """
+
+    folder: Path
+    kind: str
+    shards: list[str]
+    tensors: dict[str, TensorEntry]
+    shard_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
+    index_metadata: dict[str, Any] = field(default_factory=dict)
+    _pickle_cache: tuple[Path, dict[str, torch.Tensor]] | None = None
+
+    @property
+    def total_size(self) -> int:
+        """Bytes of tensor data over all shards."""
+        return sum(e.nbytes for e in self.tensors.values())
+
+    def read(self, name: str, rows: slice | None = None) -> torch.Tensor:
+        """Load one tensor, or ``rows`` of its first dimension (reading only those), as a new tensor."""
+        entry = self.tensors[name]
+        rows = rows if rows is not None and entry.shape else None
+        if self.kind == "pickle":
+            t = self._pickle_shard(entry.file)[name]  # memory-mapped: only what is sliced is read
+            return (t if rows is None else t[rows]).clone()
+        if rows is not None and entry.dtype in _TORCH_OF_CODE:  # only these rows' bytes
+            start, stop, _ = rows.indices(entry.shape[0])
+            row = entry.nbytes // max(entry.shape[0], 1)
+            with open(entry.file, "rb") as fh:
+                fh.seek(entry.start + start * row)
+                data = bytearray(fh.read(max(stop - start, 0) * row))
+            dtype = _TORCH_OF_CODE[entry.dtype]
+            flat = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
+            return flat.reshape((max(stop - start, 0), *entry.shape[1:]))
+        with safe_open(str(entry.file), framework="pt") as f:
+            return f.get_tensor(name) if rows is None else f.get_slice(name)[rows]
+
+    def raw_bytes(self, name: str) -> memoryview:
+        """A pickled tensor's contiguous little-endian bytes (what safetensors stores)."""
+        t = self._pickle_shard(self.tensors[name].file)[name].contiguous()
+        return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+    def _pickle_shard(self, path: Path) -> dict[str, torch.Tensor]:
+        # One shard at a time, memory-mapped: peak memory stays about one shard.
+        if self._pickle_cache is None or self._pickle_cache[0] != path:
+            self._pickle_cache = None  # free the previous shard first
+            self._pickle_cache = (path, torch.load(path, map_location="cpu", weights_only=True, mmap=True))
+        return self._pickle_cache[1]
+
+
+def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle: bool = False) -> Path:
+    """A local folder as is, or a Hub id resolved through huggingface_hub's cache (``snapshot_download``).
+
+    Example:
+        >>> resolve_base("/path/to/model")  # doctest: +SKIP
+        PosixPath('/path/to/model')
+    """
+    path = Path(base).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if path.exists():
+        raise InputError(f"base: {path} is a file; pass the model folder (with config.json) or a Hub id")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(str(base))
+    except HFValidationError:
+        raise InputError(f"base: no such folder {str(base)!r} and not a valid Hub id; check the path") from None
+    # Only what an edited export needs: not other frameworks' weights, nor duplicates like consolidated.*.
+    ignore = [p for p in SKIPPED_WEIGHT_PATTERNS if allow_pickle is False or p not in ("*.bin", "*.pt")]
+    try:
+        return Path(snapshot_download(str(base), revision=revision, ignore_patterns=[*ignore, "consolidated*"]))
+    except Exception as e:  # network, auth, missing repo: one clear line
+        why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        raise InputError(f"base: cannot get {str(base)!r} from the Hugging Face Hub ({why}); check the id, your "
+                         "network and HF_TOKEN, or pass a local folder") from None
+
+
+def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        base = 8 + n
+        meta = header.pop("__metadata__", None) or {}
+        entries = {
+            name: TensorEntry(name, d["dtype"], tuple(d["shape"]), path, base + d["data_offsets"][0],
+                              base + d["data_offsets"][1])
+            for name, d in header.items()
+        }
+    except (OSError, ValueError, KeyError, struct.error) as e:
+        raise InputError(f"{path}: not a readable safetensors file ({e}); re-download or re-save the base") from None
+    return dict(sorted(entries.items(), key=lambda kv: kv[1].start)), meta
+
+
+def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
+    """Index the weights of a base folder: ``model.safetensors(.index.json)``, else (if allowed) pickles.
+
+    Raises:
+        InputError: no weights; pickle weights without ``allow_pickle``; a shard named by the index is missing.
+    """
+    folder = Path(folder)
+    if (folder / SAFE_INDEX).is_file() or (folder / SAFE_SINGLE).is_file():
+        kind, index_name, single = "safetensors", SAFE_INDEX, SAFE_SINGLE
+    elif (folder / PICKLE_INDEX).is_file() or (folder / PICKLE_SINGLE).is_file() or any(
+        p.suffix in PICKLE_SUFFIXES for p in folder.iterdir()
+    ):
+        if not allow_pickle:
+            raise InputError(
+                f"base: {folder} has only pickle weights (*.bin/*.pt), which can run code when loaded; convert "
+                "them: AutoModelForCausalLM.from_pretrained(base).save_pretrained(dir, safe_serialization=True), "
+                "or pass allow_pickle=True to read them with torch.load(weights_only=True)"
+            )
+        kind, index_name, single = "pickle", PICKLE_INDEX, PICKLE_SINGLE
+    else:
+        raise InputError(f"base: no model weights (model.safetensors or an index) in {folder}; check the folder "
+                         "(a Hub repo with only *.bin weights needs allow_pickle=True)")
+
+    index_meta: dict[str, Any] = {}
+    if (folder / index_name).is_file():
+        try:
+            index = json.loads((folder / index_name).read_text())
+            shards = list(dict.fromkeys(index["weight_map"].values()))
+        except (ValueError, KeyError, AttributeError) as e:
+            raise InputError(f"{folder / index_name}: unreadable index ({e}); re-download the base") from None
+        index_meta = dict(index.get("metadata") or {})
+    elif (folder / single).is_file():
+        shards = [single]
+    else:  # a lone pickle with another name, e.g. model.pt
+        shards = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)[:1]
+    missing = [s for s in shards if not (folder / s).is_file()]
+    if missing:
+        raise InputError(f"base: shard {missing[0]} named by the index is missing in {folder}; re-download the base")
+
+    tensors: dict[str, TensorEntry] = {}
+    shard_meta: dict[str, dict[str, str]] = {}
+    for shard in shards:
+        if kind == "safetensors":
+            entries, meta = _read_safetensors_header(folder / shard)
+            shard_meta[shard] = meta
+        else:
+            state = torch.load(folder / shard, map_location="cpu", weights_only=True, mmap=True)  # mapped, not read
+            entries = {
+                n: TensorEntry(n, _DTYPE_CODES.get(t.dtype, str(t.dtype)), tuple(t.shape), folder / shard, 0, t.numel() * t.element_size())
+                for n, t in state.items()
+            }
+        for name, entry in entries.items():
+            if name in tensors:
+                raise InputError(f"base: tensor {name} appears in two shards ({tensors[name].file.name}, {shard})")
+            tensors[name] = entry
+    return Checkpoint(folder, kind, shards, tensors, shard_meta, index_meta)
+
+
+def meta_model(folder: Path) -> torch.nn.Module | None:
+    """The model class of ``folder``'s config instantiated on the meta device (no memory), or None if unknown."""
+    import transformers
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(folder)
+        arch = (getattr(config, "architectures", None) or [None])[0]
+        cls = getattr(transformers, arch, None) if arch else None
+        with torch.device("meta"):
+            return cls(config) if cls is not None else transformers.AutoModelForCausalLM.from_config(config)
+    except Exception as e:  # custom code or unknown family: fall back to name matching only
+        log.info("could not build the model class on the meta device (%s); matching names only", e)
+        return None
+
+
+@dataclass
+class EditPlan:
+    """Which checkpoint tensors each mask entry edits.
+
+    Attributes:
+        edits: ``checkpoint tensor -> mask entries`` editing it, in mask order (applied in turn, as
+            :func:`~mathneuro_edit.apply.apply_mask` does).
+        direct: ``mask entry -> checkpoint tensors`` holding it in the same layout (several for tied copies).
+        converted: ``mask entry -> {converted name: checkpoint tensor}`` for entries stored in another layout.
+        model: the meta-device model (None when the family is unknown to transformers).
+    """
+
+    mask: Any
+    edits: dict[str, list[str]]
+    direct: dict[str, list[str]]
+    converted: dict[str, dict[str, str]]
+    model: torch.nn.Module | None
+    _cache: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+    def mask_slice(self, ckpt_name: str, mask_name: str) -> torch.Tensor:
+        """The bool mask of ``mask_name`` laid out like the checkpoint tensor ``ckpt_name``."""
+        if mask_name in self.direct:
+            return self.mask[mask_name]
+        if mask_name not in self._cache:
+            from transformers.core_model_loading import revert_weight_conversion
+
+            out = revert_weight_conversion(self.model, {mask_name: self.mask[mask_name]})
+            self._cache[mask_name] = {self.converted[mask_name][k]: v for k, v in out.items()}
+            if sum(int(torch.count_nonzero(v)) for v in out.values()) != self.mask.counts()[mask_name][0]:
+                raise InputError(f"mask entry {mask_name!r}: converting it to the checkpoint layout lost entries")
+        cache = self._cache[mask_name]
+        result = cache.pop(ckpt_name).contiguous()
+        if not cache:  # every piece used: free the converted mask
+            del self._cache[mask_name]
+        return result
+
+    def edited(self, ckpt: Checkpoint, name: str, scale: float) -> torch.Tensor:
+        """The edited value of checkpoint tensor ``name``: each mask entry's edit applied in turn."""
+        t = ckpt.read(name)
+        for mask_name in self.edits.get(name, ()):
+            t = scale_masked(t, self.mask_slice(name, mask_name), check_scale(scale))
+        return t
+
+
+def _candidates(name: str, prefix: str) -> list[str]:
+    out = [name]
+    if prefix and name.startswith(prefix + "."):
+        out.append(name[len(prefix) + 1 :])
+    elif prefix:
+        out.append(f"{prefix}.{name}")
+    return out
+
+
+def plan_edits(ckpt: Checkpoint, mask: Any, model: torch.nn.Module | None = None) -> EditPlan:
+    """Map every mask entry to the checkpoint tensors it edits (see the module docstring).
+
+    Raises:
+        InputError: an entry that is not a parameter of the base's model class, or that cannot be mapped exactly.
+    """
+    direct: dict[str, list[str]] = {}
+    converted: dict[str, dict[str, str]] = {}
+    lazy = model is None and not _needs_model(ckpt, mask)
+    model = model if model is not None or lazy else meta_model(ckpt.folder)
+    aliases: dict[str, list[str]] = {}
+    params: dict[str, tuple[int, ...]] = {}
+    prefix = ""
+    if model is not None:
+        prefix = getattr(model, "base_model_prefix", "") or ""
+        by_id: dict[int, list[str]] = {}
+        for n, p in model.named_parameters(remove_duplicate=False):
+            by_id.setdefault(id(p), []).append(n)
+            params[n] = tuple(p.shape)
+        for names in by_id.values():
+            for n in names:
+                aliases[n] = [n] + [a for a in names if a != n]
+    for name in mask if not lazy else ():
+        shape = tuple(mask.shape_of(name))
+        if params and params.get(name) != shape:
+            got = "not a parameter" if name not in params else f"shape {params[name]}"
+            raise InputError(
+                f"mask entry {name!r} (shape {shape}) does not fit the base model ({got}); the mask was computed "
+                "for another model: recompute it on this base"
+            )
+        found = [c for a in aliases.get(name, [name]) for c in _candidates(a, prefix) if c in ckpt.tensors]
+        found = list(dict.fromkeys(found))
+        same = [c for c in found if ckpt.tensors[c].shape == shape]
+        if found and not same:
+            raise InputError(
+                f"mask entry {name!r} has shape {shape} but the checkpoint tensor {found[0]} has "
+                f"{ckpt.tensors[found[0]].shape}; the mask was computed for another model: recompute it"
+            )
+        if same:
+            direct[name] = same
+            continue
+        conv = _convert(ckpt, model, name, shape, prefix)
+        if len(conv) == 1 and _is_identity(model, name, shape):
+            direct[name] = list(conv.values())  # a plain rename: same layout
+        else:
+            converted[name] = conv
+    if lazy:  # every entry is stored under its own name and shape
+        direct = {n: [n] for n in mask}
+    edits: dict[str, list[str]] = {}
+    for name in mask:
+        for c in direct.get(name) or converted[name].values():
+            edits.setdefault(c, []).append(name)
+    return EditPlan(mask, edits, direct, converted, model)
+
+
+def _needs_model(ckpt: Checkpoint, mask: Any) -> bool:
+    """Whether mapping needs the model class (skipping it saves seconds and the transformers import): some entry
+    is stored under another name/shape, or the config may tie weights (a tied copy stored twice is edited twice)."""
+    try:
+        tied = json.loads((ckpt.folder / "config.json").read_text()).get("tie_word_embeddings", True)
+    except (OSError, ValueError):
+        tied = True
+    return tied is not False or any(
+        n not in ckpt.tensors or ckpt.tensors[n].shape != tuple(mask.shape_of(n)) for n in mask
+    )
+
+
+def _convert(ckpt: Checkpoint, model: torch.nn.Module | None, name: str, shape: tuple[int, ...], prefix: str) -> dict[str, str]:
+    """Checkpoint tensors of a mask entry stored in another layout, via transformers' save-time conversion."""
+    fail = (
+        f"mask entry {name!r} has no tensor in the checkpoint {ckpt.folder} that it maps to exactly "
+        "(same name, base-model prefix, tied alias, or transformers' weight conversion)"
+    )
+    if model is None:
+        raise InputError(f"{fail}; the model family is unknown to transformers, so only names can be matched")
+    from transformers.core_model_loading import revert_weight_conversion
+
+    try:
+        out = revert_weight_conversion(model, {name: torch.empty(shape, dtype=torch.bool, device="meta")})
+    except Exception as e:
+        raise InputError(f"{fail}; converting it failed ({type(e).__name__}: {e})") from None
+    mapping: dict[str, str] = {}
+    for conv_name, t in out.items():
+        hits = [c for c in _candidates(conv_name, prefix) if c in ckpt.tensors]
+        if not hits or ckpt.tensors[hits[0]].shape != tuple(t.shape):
+            raise InputError(f"{fail}; its converted piece {conv_name!r} {tuple(t.shape)} is not in the checkpoint")
+        mapping[conv_name] = hits[0]
+    # A conversion that duplicated or dropped entries would not be an exact re-layout: refuse it.
+    if sum(t.numel() for t in out.values()) != int(torch.Size(shape).numel()) or len(set(mapping.values())) != len(out):
+        raise InputError(f"{fail}; the conversion does not move each entry to exactly one place")
+    return mapping
+
+
+def _is_identity(model: torch.nn.Module | None, name: str, shape: tuple[int, ...]) -> bool:
+    """Whether transformers' conversion of ``name`` keeps every entry in place (a rename, not a re-layout)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    ids = torch.arange(int(torch.Size(shape).numel())).reshape(shape)  # each entry's own position
+    (out,) = revert_weight_conversion(model, {name: ids}).values()
+    return tuple(out.shape) == shape and torch.equal(out, ids)

@@ -1,0 +1,344 @@
+"""Baked checkpoint: write an edited copy of a Hugging Face model folder, streaming, without loading the model.
+
+The output is a plain Hugging Face folder (``AutoModelForCausalLM.from_pretrained(out)`` loads it; nothing of
+mathneuro-edit is needed):
+
+- the same tensor names, shapes, dtypes and shard layout as the base (``model.safetensors`` or
+  ``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json`` with ``total_size``), unless
+  ``max_shard_size`` asks for a new layout; a pickle base (``allow_pickle=True``) is written as safetensors;
+- unedited tensors byte-identical to the base (their bytes are copied, never decoded);
+- edited tensors = :func:`mathneuro_edit.apply.scale_masked` on the masked entries (the one definition of an
+  edited value), mapped to the checkpoint's names and layout by :func:`mathneuro_edit.checkpoint.plan_edits`;
+- each shard's safetensors metadata keeps the base's (``format: pt``) and adds ``mathneuro_edit_version``,
+  ``mathneuro_edit_mask_sha256`` and ``mathneuro_edit_scale``;
+- every other file of the base folder is copied (config.json, generation_config.json, tokenizer files, chat
+  templates, subfolders), except: names starting with ``.``; the top-level ``README.md`` (the model-card step
+  writes its own); weights in other formats (:data:`~mathneuro_edit.checkpoint.SKIPPED_WEIGHT_PATTERNS`:
+  ``*.bin *.pt *.pth *.ckpt *.msgpack *.h5 *.onnx *.gguf *.tflite``), other ``*.safetensors`` files such as
+  Mistral's ``consolidated.safetensors``, and other ``*.index.json`` files: copies of those would silently
+  disagree with the edited weights. Skipped files are logged (``logging`` at INFO).
+
+Streaming: one tensor at a time. Unedited bytes go file to file (``copy_file_range``); an edited tensor is read,
+edited and written, so peak memory is about the largest edited tensor plus its mask, not a shard or the model.
+
+Atomic: everything is written into a temporary folder beside ``out_dir`` and renamed when complete; on any
+error the temporary folder is removed, and the base is only ever read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import shutil
+import struct
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+from tqdm.auto import tqdm
+
+from .apply import check_scale, edited_values
+from .checkpoint import (
+    PICKLE_INDEX,
+    SAFE_INDEX,
+    SAFE_SINGLE,
+    SKIPPED_WEIGHT_PATTERNS,
+    Checkpoint,
+    EditPlan,
+    open_checkpoint,
+    plan_edits,
+    resolve_base,
+)
+from .errors import InputError
+
+__all__ = ["export_checkpoint", "as_mask", "support_files", "atomic_dir", "write_safetensors", "tensor_bytes"]
+
+log = logging.getLogger(__name__)
+
+
+def export_checkpoint(
+    base: str | Path,
+    mask: Any,
+    scale: float,
+    out_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    max_shard_size: int | str | None = None,
+    allow_pickle: bool = False,
+    revision: str | None = None,
+    progress: bool = False,
+) -> Path:
+    """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
+
+    Args:
+        base: a local model folder or a Hub id (downloaded through huggingface_hub's cache).
+        mask: a :class:`~mathneuro_edit.mask.Mask` (or the path of a saved one) computed on this base.
+        scale: a finite number >= 0; masked weights become ``dtype(float32(w) * float32(scale))``.
+        out_dir: the folder to create.
+        overwrite: replace an existing ``out_dir`` (only once the new one is complete).
+        max_shard_size: ``None`` keeps the base's shard layout; else bytes or a string like ``"5GB"``.
+        allow_pickle: read a ``*.bin``/``*.pt`` base with ``torch.load(weights_only=True)`` (written as safetensors).
+        revision: Hub revision when ``base`` is a Hub id.
+        progress: show a progress bar over tensors.
+
+    Returns:
+        The path of the written folder.
+
+    Raises:
+        InputError: ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without
+            ``allow_pickle``; a mask entry that does not fit the base or cannot be mapped to its tensors.
+
+    Example:
+        >>> export_checkpoint("Qwen/Qwen2.5-Math-1.5B", mask, 1.1, "out/boosted")  # doctest: +SKIP
+        PosixPath('out/boosted')
+    """
+    scale = check_scale(scale)
+    mask = as_mask(mask)
+    folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
+    ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
+    plan = plan_edits(ckpt, mask)
+    layout = _layout(ckpt, max_shard_size)
+    ours = {
+        "mathneuro_edit_version": _version(),
+        "mathneuro_edit_mask_sha256": mask.sha256,
+        "mathneuro_edit_scale": repr(scale),
+    }
+    copied, skipped = support_files(folder, ckpt)
+    if skipped:
+        log.info("not copied from %s: %s", folder, ", ".join(skipped))
+    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
+        bar = tqdm(total=len(ckpt.tensors), desc="export", unit="tensor", disable=not progress)
+        for shard, names in layout.items():
+            first = ckpt.tensors[names[0]].file.name if names else ""
+            meta = {**ckpt.shard_metadata.get(first, {}), "format": "pt", **ours}
+            _write_shard(tmp / shard, names, ckpt, plan, scale, meta)
+            bar.update(len(names))
+        bar.close()
+        if len(layout) > 1 or (max_shard_size is None and (folder / SAFE_INDEX).is_file()):
+            index_meta = {**ckpt.index_metadata, "total_size": ckpt.total_size}
+            weight_map = {n: shard for shard, names in layout.items() for n in names}
+            (tmp / SAFE_INDEX).write_text(json.dumps({"metadata": index_meta, "weight_map": weight_map}, indent=2))
+        for rel in copied:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
+    return Path(out_dir).expanduser().absolute()
+
+
+def as_mask(mask: Any) -> Any:
+    """Accept a :class:`~mathneuro_edit.mask.Mask`, a path to a saved mask, or a mapping of bool tensors."""
+    from .mask import Mask
+
+    if isinstance(mask, Mask):
+        return mask
+    if isinstance(mask, (str, Path)):
+        return Mask.load(mask)
+    if isinstance(mask, Mapping):
+        return Mask(mask)
+    raise InputError(f"mask: expected a Mask, a mask file path or a mapping of bool tensors, got {type(mask).__name__}")
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _layout(ckpt: Checkpoint, max_shard_size: int | str | None) -> dict[str, list[str]]:
+    """Output shard name -> tensor names, in file order."""
+    if max_shard_size is None:
+        out: dict[str, list[str]] = {}
+        for name, e in ckpt.tensors.items():
+            shard = e.file.name
+            if ckpt.kind == "pickle":  # pytorch_model-00001-of-00002.bin -> model-00001-of-00002.safetensors
+                stem = Path(shard).stem.removeprefix("pytorch_")
+                shard = SAFE_SINGLE if stem in ("model", "pytorch_model") else f"{stem}.safetensors"
+            out.setdefault(shard, []).append(name)
+        return out
+    from transformers.utils.hub import convert_file_size_to_int
+
+    try:
+        limit = convert_file_size_to_int(max_shard_size)
+    except (ValueError, TypeError):
+        raise InputError(f"max_shard_size: {max_shard_size!r} is not a size; use bytes or e.g. '5GB'") from None
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name, e in ckpt.tensors.items():  # greedy, in file order; a tensor larger than the limit gets its own shard
+        if groups[-1] and size + e.nbytes > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += e.nbytes
+    if len(groups) == 1:
+        return {SAFE_SINGLE: groups[0]}
+    n = len(groups)
+    return {f"model-{i + 1:05d}-of-{n:05d}.safetensors": g for i, g in enumerate(groups)}
+
+
+def write_all(f: BinaryIO, data: bytes | memoryview) -> None:
+    """Write all of ``data`` (an unbuffered file may take it in several calls)."""
+    view = memoryview(data).cast("B")
+    while view:
+        k = f.write(view)
+        view = view[k:]
+
+
+def _copy_range(src: Path, start: int, length: int, dst: BinaryIO) -> None:
+    """Copy ``length`` bytes of ``src`` from ``start`` to the current position of ``dst`` (kernel-side if possible)."""
+    with open(src, "rb", buffering=0) as fi:
+        fi.seek(start)
+        while length > 0 and hasattr(os, "copy_file_range"):
+            try:
+                k = os.copy_file_range(fi.fileno(), dst.fileno(), min(length, 1 << 30))
+            except OSError:  # e.g. an old kernel or filesystem without support: fall back to read/write
+                break
+            if k == 0:
+                break
+            length -= k
+        while length > 0:
+            chunk = fi.read(min(length, 1 << 24))  # 16 MiB: large enough to be fast, small enough for memory
+            if not chunk:
+                raise InputError(f"{src}: file ended early (truncated download?); re-download the base")
+            write_all(dst, chunk)
+            length -= len(chunk)
+
+
+def write_safetensors(
+    path: Path,
+    specs: Sequence[tuple[str, str, tuple[int, ...], int]],
+    produce: Callable[[str, BinaryIO], None],
+    metadata: dict[str, str],
+) -> None:
+    """Write a safetensors file tensor by tensor: ``produce(name, f)`` writes each tensor's bytes in turn.
+
+    The format is an 8-byte little-endian header size, a JSON header (dtype, shape, data offsets per tensor,
+    and ``__metadata__``), then the data; so the header can be written first when the sizes are known.
+
+    Args:
+        path: the file to write.
+        specs: ``(name, safetensors dtype code, shape, nbytes)`` in the order the data is produced.
+        produce: writes exactly ``nbytes`` for the given tensor at the file's current position.
+        metadata: string key/values for the header.
+    """
+    header: dict[str, Any] = {"__metadata__": metadata}
+    offset = 0
+    for name, dtype, shape, nbytes in specs:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # pad with spaces to 8 bytes, as the reference writer does (aligned data)
+    with open(path, "wb", buffering=0) as f:
+        write_all(f, struct.pack("<Q", len(raw)) + raw)
+        for name, _, _, nbytes in specs:
+            before = f.tell()
+            produce(name, f)
+            if f.tell() - before != nbytes:
+                raise AssertionError(f"{path}: {name} wrote {f.tell() - before} bytes, expected {nbytes}")
+
+
+def tensor_bytes(t: torch.Tensor) -> memoryview:
+    """The raw little-endian bytes of a tensor (as safetensors stores them)."""
+    return memoryview(t.contiguous().reshape(-1).view(torch.uint8).numpy())
+
+
+def _write_edited(plan: EditPlan, ckpt: Checkpoint, name: str, scale: float, write: Callable[[memoryview], None],
+                  block_bytes: int = 1 << 22) -> None:
+    """Stream the edited tensor ``name`` to ``write`` in blocks of rows (~4 MiB: bounded memory).
+
+    Each block is ``where(mask, edited_values(block), block)``: the one definition of an edited value
+    (:func:`~mathneuro_edit.apply.edited_values`), selected by the mask. The edit is elementwise, so this equals
+    :meth:`EditPlan.edited` (``scale_masked``) bit for bit, in about half the time of boolean indexing, which
+    gathers and scatters (:func:`~mathneuro_edit.verify.verify` recomputes with ``scale_masked``: another path).
+    """
+    masks = [plan.mask_slice(name, m) for m in plan.edits.get(name, ())]
+    scale = check_scale(scale)
+    e = ckpt.tensors[name]
+    rows = e.shape[0] if e.shape else 1
+    step = max(1, block_bytes // max(e.nbytes // max(rows, 1), 1))
+    for a in range(0, rows, step):
+        b = min(rows, a + step)
+        t = ckpt.read(name, slice(a, b))
+        for m in masks:
+            t = torch.where(m[a:b] if e.shape else m, edited_values(t, scale), t)
+        write(tensor_bytes(t))
+
+
+def _write_shard(
+    path: Path, names: Sequence[str], ckpt: Checkpoint, plan: EditPlan, scale: float, metadata: dict[str, str]
+) -> None:
+    """Write one output shard: edited tensors from :meth:`EditPlan.edited`, the others copied byte for byte."""
+
+    def produce(name: str, f: BinaryIO) -> None:
+        e = ckpt.tensors[name]
+        if name in plan.edits:
+            _write_edited(plan, ckpt, name, scale, lambda data: write_all(f, data))
+        elif ckpt.kind == "safetensors":
+            _copy_range(e.file, e.start, e.nbytes, f)
+        else:
+            write_all(f, ckpt.raw_bytes(name))
+
+    specs = [(n, ckpt.tensors[n].dtype, ckpt.tensors[n].shape, ckpt.tensors[n].nbytes) for n in names]
+    write_safetensors(path, specs, produce, metadata)
+
+
+def support_files(folder: Path, ckpt: Checkpoint) -> tuple[list[str], list[str]]:
+    """The base's non-weight files to copy, and those skipped (relative POSIX paths; see the module docstring)."""
+    copied: list[str] = []
+    skipped: list[str] = []
+    weights = set(ckpt.shards) | {n for n in (SAFE_INDEX, PICKLE_INDEX) if (folder / n).is_file()}  # rewritten
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for fn in sorted(files):
+            rel = (Path(root) / fn).relative_to(folder).as_posix()
+            if rel in weights:
+                continue
+            if (
+                fn.startswith(".")
+                or rel == "README.md"
+                or fn.endswith((".safetensors", ".index.json"))
+                or any(fnmatch.fnmatch(fn, p) for p in SKIPPED_WEIGHT_PATTERNS)
+            ):
+                skipped.append(rel)
+            else:
+                copied.append(rel)
+    return copied, skipped
+
+
+@contextmanager
+def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] = ()) -> Iterator[Path]:
+    """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` on success, remove it on error.
+
+    Example:
+        >>> with atomic_dir("out", overwrite=False) as tmp:  # doctest: +SKIP
+        ...     (tmp / "config.json").write_text("{}")
+    """
+    out = Path(out_dir).expanduser().absolute()
+    for p in protect:
+        p = Path(p).resolve()
+        r = out.resolve()
+        if r == p or p in r.parents or r in p.parents:
+            raise InputError(f"out_dir: {out} overlaps the base folder {p}; write the output somewhere else")
+    if out.exists() and not overwrite:
+        raise InputError(f"out_dir: {out} already exists; pass overwrite=True or choose another folder")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"out_dir: {out} exists and is not a folder; remove it or choose another path")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a model folder is normally shared-readable
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
