@@ -24,16 +24,31 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (loaded on first access)
 _LAZY: dict[str, str] = {
-    "calibrate": "calibrate",
-    "texts_sha256": "calibrate",
+    "calibrate": "calibration",
+    "texts_sha256": "calibration",
     "ActivationStats": "stats",
     "find_math_params": "mask",
+    "find_math_params_multi": "mask",
     "Mask": "mask",
     "apply_mask": "apply",
     "scale_masked": "apply",
     "ReversibleEdit": "apply",
     "find_targets": "targets",
     "Target": "targets",
+    "export_checkpoint": "export",
+    "export_adapter": "adapter",
+    "load_edited": "adapter",
+    "AdapterExport": "adapter",
+    "verify": "audit",
+    "VerifyReport": "audit",
+    "evaluate": "evaluation",
+    "EvalResults": "evaluation",
+    "MathTask": "evaluation",
+    "GeneralTask": "evaluation",
+    "Recipe": "recipe",
+    "load_recipe": "recipe",
+    "run_recipe": "pipeline",
+    "push_to_hub": "hub",
     "MathNeuroEditError": "errors",
     "InputError": "errors",
 }
@@ -41,10 +56,17 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:
+    from .adapter import AdapterExport, export_adapter, load_edited
     from .apply import ReversibleEdit, apply_mask, scale_masked
-    from .calibrate import calibrate, texts_sha256
+    from .evaluation import EvalResults, GeneralTask, MathTask, evaluate
+    from .export import export_checkpoint
+    from .hub import push_to_hub
+    from .pipeline import run_recipe
+    from .recipe import Recipe, load_recipe
+    from .audit import VerifyReport, verify
+    from .calibration import calibrate, texts_sha256
     from .errors import InputError, MathNeuroEditError
-    from .mask import Mask, find_math_params
+    from .mask import Mask, find_math_params, find_math_params_multi
     from .stats import ActivationStats
     from .targets import Target, find_targets
 

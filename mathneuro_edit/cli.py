@@ -182,7 +182,7 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrit
 def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: tuple[str, ...], quiet: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
     from .apply import ReversibleEdit
-    from .evaluate import evaluate
+    from .evaluation import evaluate
     from .mask import Mask
     from .pipeline import load_recipe_model, eval_tasks
 
@@ -252,7 +252,7 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
     """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch)."""
     from .lock import read_lock
     from .recipe import LOCAL
-    from .verify import verify as verify_export
+    from .audit import verify as verify_export
 
     folder = Path(out)
     targets = [folder / s for s in ("checkpoint", "adapter") if (folder / s).is_dir()] or [folder]

@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .calibrate import texts_sha256
+from .calibration import texts_sha256
 from .errors import InputError
 from .lock import sha256_file
 from .organism.data import format_math, general_texts, math_problems, math_texts, parse_answer
@@ -52,7 +52,7 @@ class LoadedTexts:
         texts: the sampled texts, in sampled order.
         record: ``source`` (public form: local paths redacted), ``n_requested``, ``n_available`` (records in the
             file/split; for organism sources the number generated), ``n_sampled``, ``n_empty_skipped``, ``seed``,
-            ``sha256`` (:func:`mathneuro_edit.calibrate.texts_sha256` of ``texts``, the same fingerprint the
+            ``sha256`` (:func:`mathneuro_edit.calibration.texts_sha256` of ``texts``, the same fingerprint the
             statistics carry) and ``file_sha256`` (local files only).
     """
 

@@ -4,7 +4,7 @@
 - :class:`MathPrediction`, :class:`MathResult`, :class:`GeneralResult` and :class:`EvalResults` (with
   :meth:`~EvalResults.to_dict`, :meth:`~EvalResults.save_json`, :meth:`~EvalResults.to_markdown`).
 
-The model-running code is in :mod:`mathneuro_edit.evaluate`, which re-exports every public name here.
+The model-running code is in :mod:`mathneuro_edit.evaluation`, which re-exports every public name here.
 """
 
 from __future__ import annotations

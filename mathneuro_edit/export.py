@@ -253,7 +253,7 @@ def _write_edited(plan: EditPlan, ckpt: Checkpoint, name: str, scale: float, wri
     Each block is ``where(mask, edited_values(block), block)``: the one definition of an edited value
     (:func:`~mathneuro_edit.apply.edited_values`), selected by the mask. The edit is elementwise, so this equals
     :meth:`EditPlan.edited` (``scale_masked``) bit for bit, in about half the time of boolean indexing, which
-    gathers and scatters (:func:`~mathneuro_edit.verify.verify` recomputes with ``scale_masked``: another path).
+    gathers and scatters (:func:`~mathneuro_edit.audit.verify` recomputes with ``scale_masked``: another path).
     """
     masks = [plan.mask_slice(name, m) for m in plan.edits.get(name, ())]
     scale = check_scale(scale)

@@ -27,7 +27,7 @@ class LmEvalTask:
     """A group of lm-evaluation-harness tasks, run on the in-memory model (``lm_eval.simple_evaluate``).
 
     Args:
-        name: the name of this entry in the results (unique within one :func:`~mathneuro_edit.evaluate.evaluate`).
+        name: the name of this entry in the results (unique within one :func:`~mathneuro_edit.evaluation.evaluate`).
         tasks: lm-eval task names, e.g. ``["gsm8k_cot", "mmlu"]``.
         limit: evaluate only the first ``limit`` documents of each task (``None``: all); a float in (0, 1) is a
             fraction, as in lm-eval.

@@ -75,7 +75,7 @@ def calibrate_recipe(recipe: Recipe, model: Any, tokenizer: Any, *, progress: bo
     Returns:
         ``(math_stats, [general_stats...], data_records)`` where ``data_records`` is for the lock.
     """
-    from .calibrate import calibrate
+    from .calibration import calibrate
     from .data import load_texts
 
     d, c, t = recipe.data, recipe.calibration, recipe.targets
@@ -94,7 +94,7 @@ def calibrate_recipe(recipe: Recipe, model: Any, tokenizer: Any, *, progress: bo
 def eval_tasks(recipe: Recipe) -> list[Any]:
     """The evaluation tasks of a recipe (math exact match + general loss/KL), or ``[]`` without evaluation."""
     from .data import load_math_problems, load_set
-    from .evaluate import GeneralTask, MathTask
+    from .evaluation import GeneralTask, MathTask
 
     ev = recipe.evaluation
     if ev is None:
@@ -157,7 +157,7 @@ def run_recipe(
     from .apply import ReversibleEdit
     from .card import license_from_base
     from .checkpoint import resolve_base
-    from .evaluate import evaluate
+    from .evaluation import evaluate
     from .export import export_checkpoint
     from .lock import build_lock, output_hashes, write_lock
     from .mask import find_math_params

@@ -146,7 +146,7 @@ def run_sweep(
         :class:`SweepResult`.
     """
     from .apply import ReversibleEdit, check_scale
-    from .evaluate import evaluate
+    from .evaluation import evaluate
     from .mask import find_math_params_multi
     from .pipeline import calibrate_recipe, eval_tasks, load_recipe_model
 

@@ -362,3 +362,17 @@ def test_multi_top_k_equals_single_calls():
         for k, m in zip(ks, multi):
             single = find_math_params(model, ms, gs, top_k=k, method=method)
             assert m.sha256 == single.sha256 and m.meta == single.meta
+
+
+def test_public_api_names_are_the_functions_after_any_import():
+    import importlib
+
+    import mathneuro_edit
+
+    for mod in ("calibration", "mask", "apply", "audit", "evaluation", "export", "adapter", "pipeline", "cli"):
+        importlib.import_module(f"mathneuro_edit.{mod}")
+    from mathneuro_edit import calibrate, evaluate, verify
+
+    assert callable(calibrate) and callable(evaluate) and callable(verify)
+    for name in mathneuro_edit.__all__:
+        assert getattr(mathneuro_edit, name) is not None

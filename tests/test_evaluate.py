@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from mathneuro_edit.apply import ReversibleEdit, apply_mask
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.evaluate import (
+from mathneuro_edit.evaluation import (
     EvalResults,
     GeneralTask,
     LmEvalTask,

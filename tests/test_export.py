@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from mathneuro_edit import InputError, Mask, apply_mask
 from mathneuro_edit import export as export_mod
 from mathneuro_edit.export import export_checkpoint
-from mathneuro_edit.verify import verify
+from mathneuro_edit.audit import verify
 
 from ._models import FAMILIES, hash_tree, load_tiny, sample_ids, save_tiny, tiny_mask
 

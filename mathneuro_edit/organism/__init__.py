@@ -1,0 +1,79 @@
+"""The model organism: a tiny causal LM shipped with the package, with two separable skills (math, general text).
+
+It was trained from scratch by ``scripts/train_organism.py`` on the synthetic data of
+:mod:`mathneuro_edit.organism.data`, so MathNeuro can be demonstrated and tested offline: pruning its
+math-specific weights should collapse math accuracy while general-text loss holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from mathneuro_edit.errors import InputError
+from mathneuro_edit.organism.data import (
+    SPLITS,
+    format_math,
+    general_text_entropy,
+    general_texts,
+    math_problems,
+    math_texts,
+    mixed_texts,
+    parse_answer,
+)
+
+__all__ = [
+    "organism_path",
+    "load_organism",
+    "SPLITS",
+    "format_math",
+    "general_text_entropy",
+    "general_texts",
+    "math_problems",
+    "math_texts",
+    "mixed_texts",
+    "parse_answer",
+]
+
+
+def organism_path() -> Path:
+    """Folder of the shipped model inside the package (config, safetensors weights, tokenizer, card, scores).
+
+    Returns:
+        The path ``mathneuro_edit/organism/model``.
+
+    Example:
+        >>> (organism_path() / "config.json").is_file()
+        True
+    """
+    return Path(__file__).resolve().parent / "model"
+
+
+def load_organism(dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, object]:
+    """Load the shipped model and tokenizer with plain transformers (safetensors weights, no remote code).
+
+    Args:
+        dtype: dtype of the loaded weights (stored as float32).
+
+    Returns:
+        ``(model, tokenizer)``: a ``LlamaForCausalLM`` in eval mode and its ``PreTrainedTokenizerFast``
+        (BOS prepended, left padding).
+
+    Example:
+        >>> model, tok = load_organism()
+        >>> tok.decode(tok("Question: 2")["input_ids"], skip_special_tokens=True)
+        'Question: 2'
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = organism_path()
+    if not (path / "model.safetensors").is_file():
+        raise InputError(f"organism model: {path / 'model.safetensors'} is missing; "
+                         "regenerate it with `python scripts/train_organism.py`")
+    if not isinstance(dtype, torch.dtype):
+        raise InputError(f"dtype: must be a torch.dtype, got {dtype!r}; pass e.g. torch.float32")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model, tokenizer
