@@ -345,6 +345,28 @@ def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: flo
 
 @main.command()
 @recipe_arg
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option("--sizes", default="1,4,16", show_default=True, help="comma-separated calibration samples per set")
+@click.option("--repeats", default=3, show_default=True, help="random draws per size")
+@click.option("--overwrite", is_flag=True)
+@set_opt
+@quiet_opt
+def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrite: bool, sets: tuple[str, ...],
+                quiet: bool) -> None:
+    """Mask overlap across random calibration subsets vs the full data (the paper's data-efficiency figure)."""
+    from .consistency import run_consistency
+
+    sizes_ = [int(v) for v in _floats("--sizes", sizes)]
+    rows = run_consistency(_recipe(recipe, sets), out, sizes=sizes_, repeats=repeats, overwrite=overwrite,
+                           progress=not quiet)
+    click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
+    for r in rows:
+        between = "-" if r.overlap_between_draws_mean is None else f"{r.overlap_between_draws_mean:.3f}"
+        click.echo(f"{r.samples:>7}  {r.overlap_with_full_mean:>13.3f}  {r.overlap_with_full_min:>12.3f}  {between:>13}")
+
+
+@main.command()
+@recipe_arg
 @set_opt
 def plan(recipe: str | None, sets: tuple[str, ...]) -> None:
     """Estimate parameters, targets, file sizes and peak memory from config.json alone (no weights)."""

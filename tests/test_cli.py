@@ -200,3 +200,31 @@ def test_subprocess_exit_codes(workspace, tmp_path):
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "mask.top_k" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_sweep_consistency_and_plots(workspace, tmp_path):
+    recipe = str(workspace / "recipe.yaml")
+    code, text = _run("sweep", recipe, "--out", str(tmp_path / "sw"), "--top-k", "0.05,0.2", "--scale", "0,1.1",
+                      "--kl-budget", "10", "-q")
+    assert code == 0, text
+    rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert len(rows["points"]) == 4 and rows["pareto_front"] and rows["recommendation"]
+    assert {(p["top_k"], p["scale"]) for p in rows["points"]} == {(0.05, 0.0), (0.05, 1.1), (0.2, 0.0), (0.2, 1.1)}
+    assert all(p["general_kl"] >= 0 for p in rows["points"])
+    assert (tmp_path / "sw" / "sweep.csv").read_text().startswith("top_k,scale")
+    assert (tmp_path / "sw" / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    # more pruning never selects fewer weights
+    sel = {(p["top_k"], p["scale"]): p["selected"] for p in rows["points"]}
+    assert sel[(0.2, 0.0)] >= sel[(0.05, 0.0)]
+    code, text = _run("consistency", recipe, "--out", str(tmp_path / "co"), "--sizes", "1,8", "--repeats", "2", "-q")
+    assert code == 0, text
+    cons = json.loads((tmp_path / "co" / "consistency.json").read_text())
+    assert [r["samples"] for r in cons] == [1, 8]
+    assert cons[1]["overlap_with_full_mean"] >= 0.99  # all 8 samples drawn (reordered): the full data itself
+    assert 0 <= cons[0]["overlap_with_full_mean"] <= 1
+    code, text = _run("sweep", recipe, "--out", str(tmp_path / "bad"), "--top-k", "0.05,abc")
+    assert code == 2 and "--top-k" in text
+    out = workspace / "out"
+    if (out / "mask.safetensors").exists():
+        code, text = _run("inspect", str(out / "mask.safetensors"), "--plot", str(tmp_path / "layers.png"))
+        assert code == 0 and (tmp_path / "layers.png").read_bytes()[:4] == b"\x89PNG"

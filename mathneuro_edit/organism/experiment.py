@@ -10,17 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["MiniatureResult", "run_miniature", "mask_overlap"]
-
-
-def mask_overlap(a: Any, b: Any) -> float:
-    """Jaccard similarity of two masks over all their tensors (1.0 = identical)."""
-    inter = union = 0
-    for name in a:
-        x, y = a[name], b[name]
-        inter += int((x & y).sum())
-        union += int((x | y).sum())
-    return inter / union if union else 1.0
+__all__ = ["MiniatureResult", "run_miniature"]
 
 
 @dataclass
@@ -72,6 +62,7 @@ def run_miniature(
     from ..apply import ReversibleEdit
     from ..calibration import calibrate
     from ..evaluation import GeneralTask, MathTask, evaluate
+    from ..consistency import jaccard
     from ..mask import find_math_params
     from . import format_math, general_texts, load_organism, math_problems
 
@@ -101,5 +92,5 @@ def run_miniature(
                               "general_loss": res["general"]["edited"]["general_loss"],
                               "general_kl": res["general"]["edited"]["general_kl"],
                               "selected": float(mask.total()[0])}
-    result.one_sample_overlap = mask_overlap(masks["MathNeuro prune"], masks["MathNeuro prune, 1 sample per set"])
+    result.one_sample_overlap = jaccard(masks["MathNeuro prune"], masks["MathNeuro prune, 1 sample per set"])
     return result

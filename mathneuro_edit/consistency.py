@@ -1,0 +1,159 @@
+"""Mask consistency across random calibration subsets (the paper's data-efficiency figure).
+
+For each subset size ``n`` (e.g. 1, 4, 16 samples per set) and ``repeats`` seeded random draws of that many math
+and general texts from the recipe's calibration data, compute the mask and compare it (Jaccard) with the mask of
+the full data and with the other draws of the same size. High overlap at small ``n`` is the paper's claim that a
+handful of samples (even one) finds most of the same math-specific weights.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .recipe import Recipe
+
+__all__ = ["ConsistencyRow", "jaccard", "mask_consistency", "run_consistency"]
+
+
+def jaccard(a: Any, b: Any) -> float:
+    """Jaccard similarity of two masks over all tensors (1.0 when identical, also when both are empty)."""
+    inter = union = 0
+    for name in a:
+        x, y = a[name], b[name]
+        inter += int((x & y).sum())
+        union += int((x | y).sum())
+    return inter / union if union else 1.0
+
+
+@dataclass(frozen=True)
+class ConsistencyRow:
+    """Overlaps for one subset size: with the full-data mask, and between draws of that size."""
+
+    samples: int
+    repeats: int
+    overlap_with_full_mean: float
+    overlap_with_full_min: float
+    overlap_between_draws_mean: float | None
+
+
+def mask_consistency(
+    model: Any,
+    tokenizer: Any,
+    math_texts: Sequence[str],
+    general_texts: Sequence[str],
+    *,
+    sizes: Sequence[int],
+    repeats: int = 3,
+    top_k: float = 0.05,
+    seed: int = 0,
+    calibrate_kwargs: dict[str, Any] | None = None,
+    mask_kwargs: dict[str, Any] | None = None,
+) -> list[ConsistencyRow]:
+    """Compare masks from random calibration subsets with the full-data mask.
+
+    Args:
+        model, tokenizer: the model to calibrate.
+        math_texts, general_texts: the full calibration sets.
+        sizes: subset sizes (texts per set), each <= the size of both sets.
+        repeats: random draws per size.
+        top_k: mask fraction.
+        seed: seed of the draws (``random.Random(seed)``; draw ``r`` of size ``n`` uses ``Random(f"{seed}:{n}:{r}")``).
+        calibrate_kwargs, mask_kwargs: passed to ``calibrate`` / ``find_math_params``.
+
+    Returns:
+        One :class:`ConsistencyRow` per size, in order.
+    """
+    from .calibration import calibrate
+    from .mask import find_math_params
+
+    ck = {"progress": False, **(calibrate_kwargs or {})}
+    mk = dict(mask_kwargs or {})
+    if repeats < 1:
+        raise InputError(f"repeats: must be >= 1, got {repeats}")
+    for n in sizes:
+        if not 1 <= n <= min(len(math_texts), len(general_texts)):
+            raise InputError(f"sizes: {n} is not between 1 and the calibration set size "
+                             f"({min(len(math_texts), len(general_texts))}); lower it or add data")
+
+    def mask_of(m: Sequence[str], g: Sequence[str]) -> Any:
+        return find_math_params(model, calibrate(model, tokenizer, list(m), **ck),
+                                calibrate(model, tokenizer, list(g), **ck), top_k=top_k, **mk)
+
+    full = mask_of(math_texts, general_texts)
+    rows = []
+    for n in sizes:
+        draws = []
+        for r in range(repeats):
+            rng = random.Random(f"{seed}:{n}:{r}")
+            draws.append(mask_of(rng.sample(list(math_texts), n), rng.sample(list(general_texts), n)))
+        with_full = [jaccard(d, full) for d in draws]
+        between = [jaccard(a, b) for a, b in combinations(draws, 2)]
+        rows.append(ConsistencyRow(n, repeats, sum(with_full) / len(with_full), min(with_full),
+                                   sum(between) / len(between) if between else None))
+    return rows
+
+
+def _plot(rows: Sequence[ConsistencyRow], path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None  # the JSON holds the numbers; the PNG needs the plot extra
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    xs = [r.samples for r in rows]
+    ax.plot(xs, [r.overlap_with_full_mean for r in rows], "o-", label="vs full-data mask")
+    between = [(r.samples, r.overlap_between_draws_mean) for r in rows if r.overlap_between_draws_mean is not None]
+    if between:
+        ax.plot([b[0] for b in between], [b[1] for b in between], "s--", label="between random draws")
+    ax.set_xscale("log")
+    ax.set_xlabel("calibration samples per set")
+    ax.set_ylabel("mask overlap (Jaccard)")
+    ax.set_ylim(0, 1)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run_consistency(
+    recipe: Recipe, out_dir: str | Path, *, sizes: Sequence[int], repeats: int = 3, overwrite: bool = False,
+    progress: bool = True,
+) -> list[ConsistencyRow]:
+    """:func:`mask_consistency` on a recipe's model and calibration data; writes ``consistency.json`` / ``.png``."""
+    from .data import load_texts
+    from .pipeline import load_recipe_model
+
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
+    d, c, t, m = recipe.data, recipe.calibration, recipe.targets, recipe.mask
+    model, tok = load_recipe_model(recipe)
+    math_texts = load_texts(d.math, d.samples, d.seed).texts
+    general_texts = load_texts(d.general[0], d.samples, d.seed).texts
+    rows = mask_consistency(
+        model, tok, math_texts, general_texts, sizes=sizes, repeats=repeats, top_k=m.top_k, seed=d.seed,
+        calibrate_kwargs={"max_length": c.max_length, "batch_size": c.batch_size, "progress": progress,
+                          "include": t.include or None, "exclude": t.exclude or None},
+        mask_kwargs={"method": m.method, "granularity": m.granularity, "seed": m.seed},
+    )
+    tmp = out.parent / f".{out.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "consistency.json").write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    _plot(rows, tmp / "consistency.png")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return rows
