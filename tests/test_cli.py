@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from click.testing import CliRunner
 
 from mathneuro_edit.cli import main
 
-from ._tiny import GENERAL, MATH, build
+from ._tiny import GENERAL, build
 
 pytestmark = pytest.mark.slow
 

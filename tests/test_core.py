@@ -16,7 +16,7 @@ from torch import nn
 from mathneuro_edit import ActivationStats, InputError, Mask, apply_mask, calibrate, find_math_params, find_targets
 from mathneuro_edit.apply import ReversibleEdit, scale_masked
 
-from ._tiny import FAMILIES, MATH, GENERAL, build, char_tokenizer
+from ._tiny import FAMILIES, MATH, GENERAL, build
 
 
 # ----------------------------------------------------------------------------------------------------------
