@@ -49,6 +49,11 @@ _LAZY: dict[str, str] = {
     "load_recipe": "recipe",
     "run_recipe": "pipeline",
     "push_to_hub": "hub",
+    "load_model": "loading",
+    "model_weights": "loading",
+    "weights_from_checkpoint": "loading",
+    "calibrate_distributed": "distributed",
+    "plan_from_config": "plan",
     "MathNeuroEditError": "errors",
     "InputError": "errors",
 }
@@ -60,7 +65,10 @@ if TYPE_CHECKING:
     from .apply import ReversibleEdit, apply_mask, scale_masked
     from .evaluation import EvalResults, GeneralTask, MathTask, evaluate
     from .export import export_checkpoint
+    from .distributed import calibrate_distributed
     from .hub import push_to_hub
+    from .loading import load_model, model_weights, weights_from_checkpoint
+    from .plan import plan_from_config
     from .pipeline import run_recipe
     from .recipe import Recipe, load_recipe
     from .audit import VerifyReport, verify

@@ -145,6 +145,9 @@ class _Recorder:
             valid = self.token_mask.reshape(-1).to(hidden.device) > 0
             sample_of = self.sample_of.to(hidden.device)
             up_name = "gate_up_proj" if module.has_gate else "up_proj"
+            if "down" in accs:  # the down_proj input needs the up weights: real tensors, also when offloaded
+                w_up = _live_param(module, up_name)
+                b_up = _live_param(module, f"{up_name}_bias") if module.has_bias else None
             for e in range(module.num_experts):
                 # only the tokens routed to expert e (and not padding): each expert is scored like its own Linear
                 rows = (((top_k_index == e).any(dim=-1)) & valid).nonzero().squeeze(1)  # (n_e,)
@@ -154,10 +157,10 @@ class _Recorder:
                 if "up" in accs:
                     accs["up"].add(e, self._grouped_sq(x, sample_of[rows], b), rows.numel())
                 if "down" in accs:
-                    w = getattr(module, up_name)[e]
+                    w = w_up[e].to(x.device)
                     h = x @ w if module.is_transposed else nn.functional.linear(x, w)  # (n_e, inter[*2])
-                    if module.has_bias:
-                        h = h + getattr(module, f"{up_name}_bias")[e]
+                    if b_up is not None:
+                        h = h + b_up[e].to(x.device)
                     h = module._apply_gate(h) if module.has_gate else module.act_fn(h)  # the down_proj input
                     accs["down"].add(e, self._grouped_sq(h, sample_of[rows], b), rows.numel())
 
@@ -170,12 +173,50 @@ class _Recorder:
         return torch.zeros(batch, x.shape[-1], dtype=torch.float32, device=x.device).index_add_(0, sample_ids, xf)
 
 
+def _accelerate_hooks(module: nn.Module) -> list[Any]:
+    """The accelerate hooks on ``module`` (a ``SequentialHook`` chains several), outermost first."""
+    hook = getattr(module, "_hf_hook", None)
+    return [] if hook is None else list(getattr(hook, "hooks", None) or [hook])
+
+
+def _live_param(module: nn.Module, name: str) -> torch.Tensor:
+    """``module``'s own parameter ``name`` as a real tensor.
+
+    Why: with accelerate's offload (``device_map`` with "cpu"/"disk"), an offloaded module holds meta tensors
+    until its own ``AlignDevicesHook`` loads them inside its forward, which runs after our pre-hook; the hook's
+    ``weights_map`` holds the real values (in RAM, or read from the offload files).
+    """
+    p = getattr(module, name)
+    if p.device.type != "meta":
+        return p
+    for hook in _accelerate_hooks(module):
+        weights = getattr(hook, "weights_map", None)
+        if weights is not None:
+            try:
+                return weights[name]
+            except KeyError:
+                continue
+    raise InputError(
+        f"{type(module).__name__}.{name}: weight is on the meta device and no accelerate offload hook holds it; "
+        "load the model with from_pretrained(device_map=...) rather than on the meta device"
+    )
+
+
 def _input_device(model: nn.Module) -> torch.device:
+    """Where ``input_ids`` go: the input embedding's device, or accelerate's execution device when it is offloaded."""
     emb = getattr(model, "get_input_embeddings", lambda: None)()
     if emb is not None and emb.weight.device.type != "meta":
         return emb.weight.device
-    dev = getattr(model, "device", None)
-    return dev if isinstance(dev, torch.device) else next(model.parameters()).device
+    for module in (emb, model):  # offloaded embedding: accelerate computes it on the hook's execution device
+        for hook in _accelerate_hooks(module) if module is not None else []:
+            dev = getattr(hook, "execution_device", None)
+            if isinstance(dev, int):  # accelerate's accelerator index (cuda:N on NVIDIA)
+                found = torch.accelerator.current_accelerator()
+                return torch.device(found.type if found is not None else "cuda", dev)
+            if dev is not None:
+                return torch.device(dev)
+    real = [p.device for p in model.parameters() if p.device.type != "meta"]
+    return real[0] if real else torch.device("cpu")
 
 
 def _tokenize(tokenizer: Any, texts: list[str], max_length: int) -> tuple[list[list[int]], int]:

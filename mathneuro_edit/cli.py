@@ -106,12 +106,17 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, sets: tupl
 @set_opt
 @quiet_opt
 def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool) -> None:
-    """Compute the statistics of the recipe's math set and each general set."""
+    """Compute the statistics of the recipe's math set and each general set.
+
+    Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli calibrate RECIPE --out DIR`.
+    """
     from .pipeline import load_recipe_model, calibrate_recipe
 
     r = _recipe(recipe, sets)
     model, tok = load_recipe_model(r)
     math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=not quiet)
+    if math_stats is None:
+        return  # a data-parallel rank other than 0: rank 0 writes the files
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     click.echo(math_stats.save(folder / "math.stats.safetensors"))
@@ -128,6 +133,7 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool) 
 @quiet_opt
 def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], quiet: bool) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
+    from .loading import model_weights
     from .mask import find_math_params
     from .pipeline import load_recipe_model
     from .stats import ActivationStats
@@ -138,7 +144,7 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
     math_stats = ActivationStats.load(folder / "math.stats.safetensors")
     model, _ = load_recipe_model(r)
     m = r.mask
-    result = find_math_params(model, math_stats, generals, top_k=m.top_k, method=m.method,
+    result = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
                               granularity=m.granularity, seed=m.seed, progress=not quiet)
     result.save(out)
     s, t = result.total()

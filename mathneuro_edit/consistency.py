@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import combinations
@@ -102,12 +101,10 @@ def mask_consistency(
 
 
 def _plot(rows: Sequence[ConsistencyRow], path: Path) -> Path | None:
-    try:
-        import matplotlib
+    from .report import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot(required=False)
+    if plt is None:
         return None  # the JSON holds the numbers; the PNG needs the plot extra
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     xs = [r.samples for r in rows]
@@ -133,6 +130,7 @@ def run_consistency(
 ) -> list[ConsistencyRow]:
     """:func:`mask_consistency` on a recipe's model and calibration data; writes ``consistency.json`` / ``.png``."""
     from .data import load_texts
+    from .export import atomic_dir
     from .pipeline import load_recipe_model
 
     out = Path(out_dir)
@@ -148,12 +146,7 @@ def run_consistency(
                           "include": t.include or None, "exclude": t.exclude or None},
         mask_kwargs={"method": m.method, "granularity": m.granularity, "seed": m.seed},
     )
-    tmp = out.parent / f".{out.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    (tmp / "consistency.json").write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
-    _plot(rows, tmp / "consistency.png")
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    with atomic_dir(out, overwrite=overwrite) as tmp:  # renamed to `out` only when complete
+        (tmp / "consistency.json").write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+        _plot(rows, tmp / "consistency.png")
     return rows

@@ -19,10 +19,20 @@ mathneuro-edit is needed):
   disagree with the edited weights. Skipped files are logged (``logging`` at INFO).
 
 Streaming: one tensor at a time. Unedited bytes go file to file (``copy_file_range``); an edited tensor is read,
-edited and written, so peak memory is about the largest edited tensor plus its mask, not a shard or the model.
+edited and written in blocks of rows (~4 MiB), so peak memory is about the largest edited tensor's unpacked mask
+(1 byte per entry) plus a few blocks, not a shard or the model.
+
+Parallel: ``workers=N`` writes up to N output shards at once on threads (:func:`~mathneuro_edit.shards.run_jobs`).
+The files are byte-identical to ``workers=1`` (each shard's bytes depend only on the base, the mask and the
+scale; the index is written once all shards are done). Peak memory grows with N: up to N edited tensors are in
+flight, each with its unpacked mask and blocks, so budget about N x (largest edited tensor's entries in bytes
++ ~16 MiB), and plan for N shards' worth of page cache (the base read and the output written); with
+``allow_pickle``, each worker memory-maps its own input shard. The speed-up is bounded by the disk and the
+cores: measure with ``benchmarks/bench_export.py --workers N``.
 
 Atomic: everything is written into a temporary folder beside ``out_dir`` and renamed when complete; on any
-error the temporary folder is removed, and the base is only ever read.
+error (in any worker) the other workers are stopped and joined, then the temporary folder is removed; the base
+is only ever read.
 """
 
 from __future__ import annotations
@@ -32,32 +42,34 @@ import json
 import logging
 import os
 import shutil
-import struct
 import tempfile
+import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-import torch
 from tqdm.auto import tqdm
 
-from .apply import check_scale, edited_values
+from .apply import check_scale
 from .checkpoint import (
     PICKLE_INDEX,
     SAFE_INDEX,
     SAFE_SINGLE,
     SKIPPED_WEIGHT_PATTERNS,
     Checkpoint,
-    EditPlan,
     open_checkpoint,
     plan_edits,
     resolve_base,
 )
 from .errors import InputError
+from .shards import check_workers, run_jobs, tensor_bytes, write_all, write_safetensors
+from .shards import write_shard as _write_shard  # module attribute: tests replace it to inject failures
 
-__all__ = ["export_checkpoint", "as_mask", "support_files", "atomic_dir", "write_safetensors", "tensor_bytes"]
+__all__ = ["export_checkpoint", "as_mask", "support_files", "atomic_dir", "write_safetensors", "tensor_bytes",
+           "write_all"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +85,7 @@ def export_checkpoint(
     allow_pickle: bool = False,
     revision: str | None = None,
     progress: bool = False,
+    workers: int = 1,
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
 
@@ -86,12 +99,14 @@ def export_checkpoint(
         allow_pickle: read a ``*.bin``/``*.pt`` base with ``torch.load(weights_only=True)`` (written as safetensors).
         revision: Hub revision when ``base`` is a Hub id.
         progress: show a progress bar over tensors.
+        workers: output shards written at once (threads); the files are byte-identical whatever the number.
+            Peak memory grows about N-fold (see the module docstring); 1 writes one shard after another.
 
     Returns:
         The path of the written folder.
 
     Raises:
-        InputError: ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without
+        InputError: ``workers`` is not an integer >= 1; ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without
             ``allow_pickle``; a mask entry that does not fit the base or cannot be mapped to its tensors.
 
     Example:
@@ -99,6 +114,7 @@ def export_checkpoint(
         PosixPath('out/boosted')
     """
     scale = check_scale(scale)
+    workers = check_workers(workers)
     mask = as_mask(mask)
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
@@ -114,12 +130,19 @@ def export_checkpoint(
         log.info("not copied from %s: %s", folder, ", ".join(skipped))
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
         bar = tqdm(total=len(ckpt.tensors), desc="export", unit="tensor", disable=not progress)
-        for shard, names in layout.items():
+
+        def write(shard: str, stop: threading.Event) -> None:
+            names = layout[shard]
             first = ckpt.tensors[names[0]].file.name if names else ""
             meta = {**ckpt.shard_metadata.get(first, {}), "format": "pt", **ours}
-            _write_shard(tmp / shard, names, ckpt, plan, scale, meta)
-            bar.update(len(names))
-        bar.close()
+            # a pickle base caches one memory-mapped input shard per Checkpoint: one Checkpoint per thread
+            source = replace(ckpt, _pickle_cache=None) if workers > 1 and ckpt.kind == "pickle" else ckpt
+            _write_shard(tmp / shard, names, source, plan, scale, meta, stop=stop)
+
+        try:
+            run_jobs(list(layout), write, workers=workers, done=lambda shard: bar.update(len(layout[shard])))
+        finally:
+            bar.close()
         if len(layout) > 1 or (max_shard_size is None and (folder / SAFE_INDEX).is_file()):
             index_meta = {**ckpt.index_metadata, "total_size": ckpt.total_size}
             weight_map = {n: shard for shard, names in layout.items() for n in names}
@@ -178,112 +201,6 @@ def _layout(ckpt: Checkpoint, max_shard_size: int | str | None) -> dict[str, lis
         return {SAFE_SINGLE: groups[0]}
     n = len(groups)
     return {f"model-{i + 1:05d}-of-{n:05d}.safetensors": g for i, g in enumerate(groups)}
-
-
-def write_all(f: BinaryIO, data: bytes | memoryview) -> None:
-    """Write all of ``data`` (an unbuffered file may take it in several calls)."""
-    view = memoryview(data).cast("B")
-    while view:
-        k = f.write(view)
-        view = view[k:]
-
-
-def _copy_range(src: Path, start: int, length: int, dst: BinaryIO) -> None:
-    """Copy ``length`` bytes of ``src`` from ``start`` to the current position of ``dst`` (kernel-side if possible)."""
-    with open(src, "rb", buffering=0) as fi:
-        fi.seek(start)
-        while length > 0 and hasattr(os, "copy_file_range"):
-            try:
-                k = os.copy_file_range(fi.fileno(), dst.fileno(), min(length, 1 << 30))
-            except OSError:  # e.g. an old kernel or filesystem without support: fall back to read/write
-                break
-            if k == 0:
-                break
-            length -= k
-        while length > 0:
-            chunk = fi.read(min(length, 1 << 24))  # 16 MiB: large enough to be fast, small enough for memory
-            if not chunk:
-                raise InputError(f"{src}: file ended early (truncated download?); re-download the base")
-            write_all(dst, chunk)
-            length -= len(chunk)
-
-
-def write_safetensors(
-    path: Path,
-    specs: Sequence[tuple[str, str, tuple[int, ...], int]],
-    produce: Callable[[str, BinaryIO], None],
-    metadata: dict[str, str],
-) -> None:
-    """Write a safetensors file tensor by tensor: ``produce(name, f)`` writes each tensor's bytes in turn.
-
-    The format is an 8-byte little-endian header size, a JSON header (dtype, shape, data offsets per tensor,
-    and ``__metadata__``), then the data; so the header can be written first when the sizes are known.
-
-    Args:
-        path: the file to write.
-        specs: ``(name, safetensors dtype code, shape, nbytes)`` in the order the data is produced.
-        produce: writes exactly ``nbytes`` for the given tensor at the file's current position.
-        metadata: string key/values for the header.
-    """
-    header: dict[str, Any] = {"__metadata__": metadata}
-    offset = 0
-    for name, dtype, shape, nbytes in specs:
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # pad with spaces to 8 bytes, as the reference writer does (aligned data)
-    with open(path, "wb", buffering=0) as f:
-        write_all(f, struct.pack("<Q", len(raw)) + raw)
-        for name, _, _, nbytes in specs:
-            before = f.tell()
-            produce(name, f)
-            if f.tell() - before != nbytes:
-                raise AssertionError(f"{path}: {name} wrote {f.tell() - before} bytes, expected {nbytes}")
-
-
-def tensor_bytes(t: torch.Tensor) -> memoryview:
-    """The raw little-endian bytes of a tensor (as safetensors stores them)."""
-    return memoryview(t.contiguous().reshape(-1).view(torch.uint8).numpy())
-
-
-def _write_edited(plan: EditPlan, ckpt: Checkpoint, name: str, scale: float, write: Callable[[memoryview], None],
-                  block_bytes: int = 1 << 22) -> None:
-    """Stream the edited tensor ``name`` to ``write`` in blocks of rows (~4 MiB: bounded memory).
-
-    Each block is ``where(mask, edited_values(block), block)``: the one definition of an edited value
-    (:func:`~mathneuro_edit.apply.edited_values`), selected by the mask. The edit is elementwise, so this equals
-    :meth:`EditPlan.edited` (``scale_masked``) bit for bit, in about half the time of boolean indexing, which
-    gathers and scatters (:func:`~mathneuro_edit.audit.verify` recomputes with ``scale_masked``: another path).
-    """
-    masks = [plan.mask_slice(name, m) for m in plan.edits.get(name, ())]
-    scale = check_scale(scale)
-    e = ckpt.tensors[name]
-    rows = e.shape[0] if e.shape else 1
-    step = max(1, block_bytes // max(e.nbytes // max(rows, 1), 1))
-    for a in range(0, rows, step):
-        b = min(rows, a + step)
-        t = ckpt.read(name, slice(a, b))
-        for m in masks:
-            t = torch.where(m[a:b] if e.shape else m, edited_values(t, scale), t)
-        write(tensor_bytes(t))
-
-
-def _write_shard(
-    path: Path, names: Sequence[str], ckpt: Checkpoint, plan: EditPlan, scale: float, metadata: dict[str, str]
-) -> None:
-    """Write one output shard: edited tensors from :meth:`EditPlan.edited`, the others copied byte for byte."""
-
-    def produce(name: str, f: BinaryIO) -> None:
-        e = ckpt.tensors[name]
-        if name in plan.edits:
-            _write_edited(plan, ckpt, name, scale, lambda data: write_all(f, data))
-        elif ckpt.kind == "safetensors":
-            _copy_range(e.file, e.start, e.nbytes, f)
-        else:
-            write_all(f, ckpt.raw_bytes(name))
-
-    specs = [(n, ckpt.tensors[n].dtype, ckpt.tensors[n].shape, ckpt.tensors[n].nbytes) for n in names]
-    write_safetensors(path, specs, produce, metadata)
 
 
 def support_files(folder: Path, ckpt: Checkpoint) -> tuple[list[str], list[str]]:

@@ -261,9 +261,11 @@ def _check_stats(
                 f"{label}: statistics for {name!r}, which is not a parameter of this model; "
                 "the statistics come from another model: recalibrate on this one"
             )
-        if tuple(params[name].shape) != t.shape:
+        # a lazy mapping (loading.weights_from_checkpoint/model_weights) gives shapes without reading tensors
+        shape = tuple(params.shape_of(name) if hasattr(params, "shape_of") else params[name].shape)
+        if shape != t.shape:
             raise InputError(
-                f"{label}: {name!r} has shape {t.shape} in the statistics but {tuple(params[name].shape)} in the "
+                f"{label}: {name!r} has shape {t.shape} in the statistics but {shape} in the "
                 "model; the statistics come from another model: recalibrate on this one"
             )
         if name not in stats.norm_sum:
@@ -350,8 +352,9 @@ def find_math_params_multi(
         raise InputError(f"method {method!r} needs general_stats (at least one non-math set)")
     if method == "wanda":
         generals = []  # the paper's ablation: the math top-k alone, nothing subtracted
-    params = (
-        dict(model.named_parameters(remove_duplicate=False)) if isinstance(model, nn.Module) else dict(model)
+    # a Mapping is used as it is (not copied into a dict): a lazy one then holds one weight in memory at a time
+    params: Mapping[str, torch.Tensor] = (
+        dict(model.named_parameters(remove_duplicate=False)) if isinstance(model, nn.Module) else model
     )
     targets = math_stats.targets
     _check_stats(targets, params, math_stats, "math_stats")

@@ -17,7 +17,6 @@ OUT/
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,11 +59,15 @@ def resolved_revision(folder: Path) -> str | None:
 
 def load_recipe_model(recipe: Recipe):
     """Load the recipe's base model and tokenizer with its dtype, device and placement settings."""
+    from .distributed import local_device
     from .loading import load_model
 
     b = recipe.base
+    device = b.device
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and device in ("auto", "cuda") and b.device_map is None:
+        device = str(local_device())  # data-parallel: one model copy per rank, on that rank's GPU
     return load_model(
-        base_reference(recipe), dtype=b.dtype, device=b.device, device_map=b.device_map, max_memory=b.max_memory,
+        base_reference(recipe), dtype=b.dtype, device=device, device_map=b.device_map, max_memory=b.max_memory,
         offload_folder=b.offload_folder, trust_remote_code=b.trust_remote_code, revision=b.revision,
     )
 
@@ -72,11 +75,15 @@ def load_recipe_model(recipe: Recipe):
 def calibrate_recipe(recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True):
     """Calibrate the math set and every general set of a recipe.
 
+    Under ``torchrun`` (``WORLD_SIZE > 1``) the samples are split over the ranks and the sums all-reduced
+    (:func:`~mathneuro_edit.distributed.calibrate_distributed`); only rank 0 gets the statistics.
+
     Returns:
-        ``(math_stats, [general_stats...], data_records)`` where ``data_records`` is for the lock.
+        ``(math_stats, [general_stats...], data_records)`` where ``data_records`` is for the lock; on ranks other
+        than 0 of a data-parallel run the statistics are ``None``.
     """
-    from .calibration import calibrate
     from .data import load_texts
+    from .distributed import calibrate_distributed as calibrate  # plain `calibrate` outside torchrun
 
     d, c, t = recipe.data, recipe.calibration, recipe.targets
     kwargs = dict(max_length=c.max_length, batch_size=c.batch_size, progress=progress,
@@ -158,20 +165,22 @@ def run_recipe(
     from .card import license_from_base
     from .checkpoint import resolve_base
     from .evaluation import evaluate
-    from .export import export_checkpoint
+    from .export import atomic_dir, export_checkpoint
+    from .loading import model_weights
     from .lock import build_lock, output_hashes, write_lock
     from .mask import find_math_params
 
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise InputError("run is single-process; under torchrun use `mathneuro-edit calibrate` (data-parallel), "
+                         "then `mask` and `export` in one process (docs/scaling.md)")
     scale = recipe.edit.effective_scale
     base = base_reference(recipe)
     folder = resolve_base(base, revision=recipe.base.revision)  # fails early on a missing/pickle base
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "stats").mkdir(parents=True)
-    try:
+    with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
+        (tmp / "stats").mkdir()
         model, tokenizer = load_recipe_model(recipe)
         echo(f"loaded {recipe.base.model} ({sum(p.numel() for p in model.parameters()):,} parameters)")
         math_stats, general_stats, records = calibrate_recipe(recipe, model, tokenizer, progress=progress)
@@ -181,7 +190,8 @@ def run_recipe(
         echo(f"calibrated {math_stats.meta['num_samples']} math and "
              f"{sum(g.meta['num_samples'] for g in general_stats)} general samples")
         m = recipe.mask
-        mask = find_math_params(model, math_stats, general_stats, top_k=m.top_k, method=m.method,
+        # model_weights: offloaded (device_map) parameters are read back from accelerate's offload one at a time
+        mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=m.top_k, method=m.method,
                                 granularity=m.granularity, seed=m.seed)
         mask.save(tmp / "mask.safetensors")
         selected, total = mask.total()
@@ -219,11 +229,5 @@ def run_recipe(
         for sub, kind in (("checkpoint", "checkpoint"), ("adapter", "adapter")):
             if (tmp / sub).is_dir():
                 publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     echo(f"wrote {out}")
     return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)

@@ -13,9 +13,27 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["load_artifact", "mask_table", "stats_table", "layer_fractions", "plot_layer_distribution"]
+__all__ = ["load_artifact", "mask_table", "stats_table", "layer_fractions", "plot_layer_distribution", "pyplot"]
 
 _LAYER = re.compile(r"\.(\d+)\.")
+
+
+def pyplot(*, required: bool = True) -> Any:
+    """matplotlib.pyplot on the file-only Agg backend; ``None`` when missing and not ``required``.
+
+    Raises:
+        InputError: matplotlib is missing and ``required`` (names the ``plot`` extra).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        if required:
+            raise InputError("plots need matplotlib: pip install 'mathneuro-edit[plot]'") from None
+        return None
+    return plt
 
 
 def load_artifact(path: str | Path) -> tuple[str, Any]:
@@ -109,13 +127,7 @@ def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = 
     Raises:
         InputError: matplotlib is not installed (``pip install mathneuro-edit[plot]``), or the mask has no layers.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: no display needed
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("plots need matplotlib: pip install 'mathneuro-edit[plot]'") from None
+    plt = pyplot()
     fractions = layer_fractions(mask)
     if not fractions:
         raise InputError("the mask has no per-layer tensors to plot")

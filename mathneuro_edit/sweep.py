@@ -13,7 +13,6 @@ import csv
 import io
 import json
 import math
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -95,12 +94,10 @@ def recommend(points: Sequence[SweepPoint], base_accuracy: float, kl_budget: flo
 
 
 def _plot(result: SweepResult, path: Path) -> Path | None:
-    try:
-        import matplotlib
+    from .report import pyplot
 
-        matplotlib.use("Agg")  # files only
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot(required=False)
+    if plt is None:
         return None  # the CSV/JSON are the results; the PNG is a convenience of the plot extra
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     pts = result.points
@@ -147,6 +144,7 @@ def run_sweep(
     """
     from .apply import ReversibleEdit, check_scale
     from .evaluation import evaluate
+    from .export import atomic_dir
     from .mask import find_math_params_multi
     from .pipeline import calibrate_recipe, eval_tasks, load_recipe_model
 
@@ -161,10 +159,7 @@ def run_sweep(
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
-    tmp = out.parent / f".{out.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_dir(out, overwrite=overwrite) as tmp:  # renamed to `out` only when complete
         model, tok = load_recipe_model(recipe)
         math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress)
         math_stats.save(tmp / "math.stats.safetensors")
@@ -193,10 +188,4 @@ def run_sweep(
         (tmp / "sweep.csv").write_text(result.to_csv())
         (tmp / "sweep.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         _plot(result, tmp / "sweep.png")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return result

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from click.testing import CliRunner
 
@@ -227,3 +228,19 @@ def test_sweep_consistency_and_plots(workspace, tmp_path):
     if (out / "mask.safetensors").exists():
         code, text = _run("inspect", str(out / "mask.safetensors"), "--plot", str(tmp_path / "layers.png"))
         assert code == 0 and (tmp_path / "layers.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_data_parallel_calibrate_under_torchrun_matches_single_process(workspace, tmp_path):
+    from mathneuro_edit import ActivationStats
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
+           "-m", "mathneuro_edit.cli", "calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "dp"), "-q"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _run("calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "one"), "-q")[0] == 0
+    for f in ("math.stats.safetensors", "general-0.stats.safetensors"):
+        dp, one = ActivationStats.load(tmp_path / "dp" / f), ActivationStats.load(tmp_path / "one" / f)
+        assert dp.meta["num_samples"] == one.meta["num_samples"] and dp.meta["texts_sha256"] == one.meta["texts_sha256"]
+        for name in one.norm_sum:
+            torch.testing.assert_close(dp.norm_sum[name], one.norm_sum[name], rtol=1e-5, atol=1e-6)

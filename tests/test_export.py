@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from mathneuro_edit import InputError, Mask, apply_mask
 from mathneuro_edit import export as export_mod
 from mathneuro_edit.export import export_checkpoint
 from mathneuro_edit.audit import verify
+from mathneuro_edit.shards import Stopped
 
 from ._models import FAMILIES, hash_tree, load_tiny, sample_ids, save_tiny, tiny_mask
 
@@ -214,6 +217,100 @@ def test_failure_midway_leaves_nothing_and_base_intact(bases, tmp_path, monkeypa
     assert hash_tree(base) == before
 
 
+def _pickle_base(b: Base, folder: Path) -> Path:
+    """The unsharded base's weights saved as one ``pytorch_model.bin`` (plus its support files)."""
+    folder.mkdir()
+    for name in COPIED:
+        (folder / name).write_bytes((b.folders[False] / name).read_bytes())
+    torch.save(load_file(str(b.folders[False] / "model.safetensors")), folder / "pytorch_model.bin")
+    return folder
+
+
+@pytest.mark.parametrize("case", ["qwen2-sharded", "qwen3_moe-sharded", "mixtral-reshard", "llama-pickle-reshard"])
+def test_parallel_export_is_byte_identical_to_sequential(bases, tmp_path, case):
+    """workers=3 writes the same files, bytes and index as workers=1 (fused MoE masks span several shards)."""
+    family, kind = case.split("-", 1)
+    b = bases(family)
+    kwargs: dict = {"max_shard_size": "20KB"} if kind.endswith("reshard") else {}
+    base = b.folders[kind == "sharded"]
+    if kind.startswith("pickle"):
+        base, kwargs["allow_pickle"] = _pickle_base(b, tmp_path / "pickle"), True
+    before = hash_tree(base)
+    seq = export_checkpoint(base, b.mask, SCALE, tmp_path / "seq", **kwargs)
+    par = export_checkpoint(base, b.mask, SCALE, tmp_path / "par", workers=3, **kwargs)
+    assert hash_tree(base) == before
+    assert len(list(seq.glob("model-*.safetensors"))) > 3  # enough shards for 3 workers
+    assert hash_tree(par) == hash_tree(seq)  # same file names, same bytes (shards, index, copied files)
+    state = load_tiny(par).state_dict()
+    assert all(torch.equal(state[k], v) for k, v in b.edited_state.items())
+
+
+def test_parallel_export_runs_at_most_workers_shards_at_once(bases, tmp_path, monkeypatch):
+    b = bases("qwen2")
+    real, lock, calls, active, peak = export_mod._write_shard, threading.Lock(), [], [0], [0]
+    together = threading.Barrier(3, timeout=30)  # breaks (fails the export) unless the first 3 shards run at once
+
+    def counting(*args, **kwargs):
+        with lock:
+            calls.append(args[0].name)
+            k = len(calls)
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            if k <= 3:
+                together.wait()
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(export_mod, "_write_shard", counting)
+    out = export_checkpoint(b.folders[True], b.mask, SCALE, tmp_path / "out", workers=3)
+    assert peak[0] == 3  # 3 at once, never more
+    assert sorted(calls) == sorted(p.name for p in b.folders[True].glob("model-*.safetensors"))  # each shard once
+    assert verify(out, b.folders[True], b.mask, SCALE).ok
+
+
+def test_failure_in_one_worker_stops_the_others_and_leaves_nothing(bases, tmp_path, monkeypatch):
+    b = bases("qwen2")
+    base = b.folders[True]
+    before = hash_tree(base)
+    n_shards = len(list(base.glob("model-*.safetensors")))
+    real, lock, calls, stopped = export_mod._write_shard, threading.Lock(), [], []
+
+    def failing(*args, stop, **kwargs):
+        with lock:
+            calls.append(args[0].name)
+            k = len(calls)
+        if k == 2:
+            time.sleep(0.1)  # let the other workers start their shards
+            raise OSError("disk full (injected)")
+        assert stop.wait(30), "the failure did not stop this worker"
+        try:
+            real(*args, stop=stop, **kwargs)  # sees the stop flag before its first tensor
+        except Stopped:
+            stopped.append(k)
+            raise
+
+    monkeypatch.setattr(export_mod, "_write_shard", failing)
+    with pytest.raises(OSError, match="injected"):
+        export_checkpoint(base, b.mask, SCALE, tmp_path / "out", workers=3)
+    assert n_shards > 4 and 3 <= len(calls) <= 4  # running shards stopped, queued ones never started
+    assert len(stopped) == len(calls) - 1
+    assert not [t for t in threading.enumerate() if t.name.startswith("mathneuro-edit-shard")]  # all joined
+    assert [p.name for p in tmp_path.iterdir()] == []  # no output, no temporary folder left behind
+    assert hash_tree(base) == before
+
+
+@pytest.mark.parametrize("workers", [0, -2, 2.0, "3", True, None])
+def test_bad_workers_is_one_clear_error(bases, tmp_path, workers):
+    b = bases("qwen2")
+    with pytest.raises(InputError, match="workers: must be an integer >= 1") as err:
+        export_checkpoint(b.folders[True], b.mask, SCALE, tmp_path / "out", workers=workers)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_refuses_existing_output_unless_overwrite(bases, tmp_path):
     b = bases("qwen2")
     out = tmp_path / "out"
@@ -230,11 +327,7 @@ def test_refuses_existing_output_unless_overwrite(bases, tmp_path):
 
 def test_pickle_base_refused_unless_allowed(bases, tmp_path):
     b = bases("llama")
-    base = tmp_path / "pickle"
-    base.mkdir()
-    for name in COPIED:
-        (base / name).write_bytes((b.folders[False] / name).read_bytes())
-    torch.save(load_file(str(b.folders[False] / "model.safetensors")), base / "pytorch_model.bin")
+    base = _pickle_base(b, tmp_path / "pickle")
     with pytest.raises(InputError, match="safe_serialization=True"):
         export_checkpoint(base, b.mask, SCALE, tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -31,15 +31,6 @@ from ._tiny import build, char_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 CAL = dict(max_length=64, batch_size=4, progress=False)
-# The exact edit the calibrate.py patch in the scaling report makes possible (see docs/scaling.md).
-NEEDS_PATCH = pytest.mark.xfail(
-    strict=True, reason="needs the calibrate.py offload patch (experts weights / input device); remove once applied"
-)
-NEEDS_MASK_PATCH = pytest.mark.xfail(
-    strict=True, reason="needs the mask.py patch (use a Mapping as is, not dict(model)); remove once applied"
-)
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
@@ -94,14 +85,12 @@ def test_model_weights_reads_offloaded_parameters(folders, tmp_path):
         assert torch.equal(weights[name], p), name
 
 
-@NEEDS_PATCH
 def test_calibrate_everything_on_disk(folders, tmp_path):
     ref = AutoModelForCausalLM.from_pretrained(folders["llama"]).eval()
     off = _offloaded(folders["llama"], tmp_path, device_map={"": "disk"})  # even the embedding: input device
     _assert_same_stats(calibrate(off, char_tokenizer(), MATH, **CAL), calibrate(ref, char_tokenizer(), MATH, **CAL))
 
 
-@NEEDS_PATCH
 def test_calibrate_offloaded_moe_experts(folders, tmp_path):
     ref = AutoModelForCausalLM.from_pretrained(folders["mixtral"]).eval()
     keep = {"model.embed_tokens": "cpu", "model.layers.0": "disk", "model.layers.1": "cpu", "model.norm": "cpu",
@@ -130,7 +119,6 @@ def test_mask_from_checkpoint_weights_is_identical(folders):
     assert weights_from_checkpoint(folders["llama"], dtype="bfloat16")[next(iter(math.targets))].dtype == torch.bfloat16
 
 
-@NEEDS_MASK_PATCH
 def test_mask_step_holds_one_checkpoint_weight_at_a_time(folders):
     model = AutoModelForCausalLM.from_pretrained(folders["llama"]).eval()
     math, general = _stats_pair(model)
