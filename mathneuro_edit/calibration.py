@@ -72,6 +72,7 @@ class _Recorder:
     def __init__(self, model: nn.Module, targets: dict[str, Target]) -> None:
         self.acc = {name: _Accumulator(t) for name, t in targets.items()}
         self.token_mask: torch.Tensor | None = None  # (batch, tokens) float32, 1 = real token
+        self.n_tokens = 0  # real tokens in the current batch
         self.sample_of: torch.Tensor | None = None  # (batch * tokens,) sample index of each flat token
         self._last: tuple[Any, torch.Tensor] | None = None  # q/k/v share one input: compute its sums once
         self.handles: list[torch.utils.hooks.RemovableHandle] = []
@@ -93,6 +94,7 @@ class _Recorder:
 
     def set_batch(self, attention_mask: torch.Tensor) -> None:
         self.token_mask = attention_mask.to(torch.float32)
+        self.n_tokens = int(attention_mask.sum())  # once per batch: one device sync, not one per hooked module
         b, t = attention_mask.shape
         self.sample_of = torch.arange(b, device=attention_mask.device).repeat_interleave(t)
         self._last = None
@@ -123,9 +125,7 @@ class _Recorder:
 
         def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
             x = args[0]
-            sq = self._per_sample_sq(x, target.name)
-            assert self.token_mask is not None
-            acc.add(0, sq, int(self.token_mask.sum()))
+            acc.add(0, self._per_sample_sq(x, target.name), self.n_tokens)
 
         return hook
 
