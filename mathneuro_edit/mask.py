@@ -223,16 +223,21 @@ def top_fraction_flat(scores: torch.Tensor, ks: Sequence[int]) -> list[torch.Ten
         >>> [m.tolist() for m in top_fraction_flat(torch.tensor([1.0, 3.0, 3.0, 2.0]), [1, 2])]
         [[False, True, False, False], [False, True, True, False]]
     """
-    high = scores.contiguous().view(torch.int32) >> 16  # (n,) bin of each score, monotonic in the score
+    # int16 bins: half the bytes of int32 for the per-k comparison passes below
+    high = (scores.contiguous().view(torch.int32) >> 16).to(torch.int16)  # (n,) monotonic in the score
     hist = torch.bincount(high, minlength=1 << 15)  # scores >= 0, so the sign bit is 0: 2**15 bins
     at_least = hist.flip(0).cumsum(0).flip(0)  # (bins,) at_least[b] = entries in bins >= b
+    bins = [int((at_least >= k).nonzero()[-1]) for k in ks]  # the bin holding each k-th largest
+    # one pass gathers the candidates of every k: entries in [min bin, max bin], ascending flat index
+    lo, hi = min(bins), max(bins)
+    cand = ((high >= lo) & (high <= hi)).nonzero().squeeze(1)  # (m,)
+    cand_bin, cand_val = high[cand], scores[cand]
     out = []
-    for k in ks:
-        b = int((at_least >= k).nonzero()[-1])  # the bin holding the k-th largest
+    for k, b in zip(ks, bins):
         n_above = int(at_least[b + 1]) if b + 1 < at_least.numel() else 0
-        in_bin = (high == b).nonzero().squeeze(1)  # (m,) ascending flat indices
+        in_bin = cand[cand_bin == b]  # ascending flat indices
         # stable descending sort: equal scores keep ascending index order, so ties go to the lower index
-        order = torch.sort(scores[in_bin], descending=True, stable=True).indices[: k - n_above]
+        order = torch.sort(cand_val[cand_bin == b], descending=True, stable=True).indices[: k - n_above]
         sel = high > b
         sel[in_bin[order]] = True
         out.append(sel)
@@ -371,29 +376,30 @@ def find_math_params_multi(
     with torch.no_grad():
         for name, t in tqdm(targets.items(), desc="masks", disable=not progress, unit="tensor"):
             view = canonical_view(params[name].detach(), t)  # (groups, d_out, d_in)
-            results = [torch.zeros(view.shape, dtype=torch.bool) for _ in top_ks]
+            per_k: list[list[torch.Tensor]] = [[] for _ in top_ks]  # per top_k: one (d_out, d_in) mask per group
             for g in range(t.groups):
                 w = view[g]  # (d_out, d_in)
                 sels = _top_masks(_scores(w, math_stats.statistic(name, statistic)[g], name), top_ks, granularity)
                 for gs in generals:
                     gens = _top_masks(_scores(w, gs.statistic(name, statistic)[g], name), top_ks, granularity)
                     for sel, gen in zip(sels, gens):
-                        sel &= ~gen
+                        sel &= gen.logical_not_()  # in place: no extra matrix-sized temporary
                 for i, sel in enumerate(sels):
                     if method == "random":
                         count, n = int(torch.count_nonzero(sel)), sel.numel()
                         rng = torch.Generator().manual_seed(_seed_for(seed, name, g))
                         sel = torch.zeros(n, dtype=torch.bool)
                         sel[torch.randperm(n, generator=rng)[:count]] = True
-                    results[i][g] = sel.reshape(w.shape).cpu()
-            for mask, result in zip(masks, results):
+                    per_k[i].append(sel.reshape(w.shape).cpu())
+            for mask, parts in zip(masks, per_k):
                 # back from the canonical view to the parameter's own layout
                 if t.kind == "linear":
-                    mask._add(name, result[0])
+                    mask._add(name, parts[0])
                 elif t.kind == "conv1d":
-                    mask._add(name, result[0].t())
+                    mask._add(name, parts[0].t())
                 else:
-                    mask._add(name, result.transpose(1, 2) if t.transposed else result)
+                    stacked = torch.stack(parts)  # (experts, d_out, d_in)
+                    mask._add(name, stacked.transpose(1, 2) if t.transposed else stacked)
     for mask, top_k in zip(masks, top_ks):
         mask.meta = {
             "method": method,
