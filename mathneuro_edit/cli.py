@@ -67,6 +67,8 @@ recipe_arg = click.argument("recipe", required=False, type=click.Path(dir_okay=F
 set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                        help="override a recipe key, e.g. --set mask.top_k=0.01 (repeatable)")
 quiet_opt = click.option("--quiet", "-q", is_flag=True, help="no progress bars or stage lines")
+workers_opt = click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+                           help="output shards written at once (threads; peak memory grows with N)")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -84,9 +86,11 @@ def main() -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="output folder (must not exist)")
 @click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
 @click.option("--dry-run", is_flag=True, help="print the resource plan and validate the recipe; run nothing")
+@workers_opt
 @set_opt
 @quiet_opt
-def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, sets: tuple[str, ...], quiet: bool) -> None:
+def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, workers: int, sets: tuple[str, ...],
+        quiet: bool) -> None:
     """Run a recipe end to end: calibrate, mask, evaluate, export, lock and card."""
     r = _recipe(recipe, sets)
     if dry_run:
@@ -96,7 +100,7 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, sets: tupl
         return
     from .pipeline import run_recipe
 
-    result = run_recipe(r, out, overwrite=overwrite, progress=not quiet, echo=_echo(quiet))
+    result = run_recipe(r, out, overwrite=overwrite, progress=not quiet, echo=_echo(quiet), workers=workers)
     click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} weights")
 
 
@@ -157,10 +161,11 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option("--adapter", is_flag=True, help="write a PEFT adapter instead of a full checkpoint")
 @click.option("--overwrite", is_flag=True)
+@workers_opt
 @set_opt
 @quiet_opt
-def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrite: bool, sets: tuple[str, ...],
-           quiet: bool) -> None:
+def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrite: bool, workers: int,
+           sets: tuple[str, ...], quiet: bool) -> None:
     """Bake the recipe's edit into a checkpoint (streamed shard by shard) or an adapter."""
     from .pipeline import base_reference
 
@@ -175,7 +180,8 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrit
         from .export import export_checkpoint
 
         click.echo(export_checkpoint(base, mask_path, scale, out, overwrite=overwrite, revision=r.base.revision,
-                                     max_shard_size=r.outputs.max_shard_size, progress=not quiet))
+                                     max_shard_size=r.outputs.max_shard_size, progress=not quiet,
+                                     workers=workers))
 
 
 @main.command("eval")

@@ -25,10 +25,11 @@ edited and written in blocks of rows (~4 MiB), so peak memory is about the large
 Parallel: ``workers=N`` writes up to N output shards at once on threads (:func:`~mathneuro_edit.shards.run_jobs`).
 The files are byte-identical to ``workers=1`` (each shard's bytes depend only on the base, the mask and the
 scale; the index is written once all shards are done). Peak memory grows with N: up to N edited tensors are in
-flight, each with its unpacked mask and blocks, so budget about N x (largest edited tensor's entries in bytes
-+ ~16 MiB), and plan for N shards' worth of page cache (the base read and the output written); with
-``allow_pickle``, each worker memory-maps its own input shard. The speed-up is bounded by the disk and the
-cores: measure with ``benchmarks/bench_export.py --workers N``.
+flight, each with its unpacked mask (1 byte per entry), its blocks and its thread's allocator arena, so budget
+about N x (largest edited tensor's entries in bytes + ~60 MiB); measured: +125 MiB for N=2 on a 0.7 GB bf16
+Llama whose largest edited tensor has 33M entries. The page cache also holds up to N shards being read and
+written; with ``allow_pickle``, each worker memory-maps its own input shard. The speed-up is bounded by the
+disk and the cores: measure with ``benchmarks/bench_export.py --workers N``.
 
 Atomic: everything is written into a temporary folder beside ``out_dir`` and renamed when complete; on any
 error (in any worker) the other workers are stopped and joined, then the temporary folder is removed; the base
@@ -100,14 +101,15 @@ def export_checkpoint(
         revision: Hub revision when ``base`` is a Hub id.
         progress: show a progress bar over tensors.
         workers: output shards written at once (threads); the files are byte-identical whatever the number.
-            Peak memory grows about N-fold (see the module docstring); 1 writes one shard after another.
+            Peak memory grows with N (see the module docstring); 1 writes one shard after another.
 
     Returns:
         The path of the written folder.
 
     Raises:
-        InputError: ``workers`` is not an integer >= 1; ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without
-            ``allow_pickle``; a mask entry that does not fit the base or cannot be mapped to its tensors.
+        InputError: ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without
+            ``allow_pickle``; a mask entry that does not fit the base or cannot be mapped to its tensors;
+            ``workers`` is not an integer >= 1.
 
     Example:
         >>> export_checkpoint("Qwen/Qwen2.5-Math-1.5B", mask, 1.1, "out/boosted")  # doctest: +SKIP

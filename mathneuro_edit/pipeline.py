@@ -143,6 +143,7 @@ def run_recipe(
     overwrite: bool = False,
     progress: bool = True,
     echo: Callable[[str], None] = lambda s: None,
+    workers: int = 1,
 ) -> RunResult:
     """Run a recipe end to end and write its output folder (atomically).
 
@@ -152,6 +153,7 @@ def run_recipe(
         overwrite: replace an existing ``out_dir`` once the new one is complete.
         progress: progress bars.
         echo: receives one line per finished stage (the CLI prints them).
+        workers: checkpoint shards written at once (see :func:`~mathneuro_edit.export.export_checkpoint`).
 
     Returns:
         A :class:`RunResult`.
@@ -210,7 +212,7 @@ def run_recipe(
         ratio = None
         if recipe.outputs.checkpoint:
             export_checkpoint(folder, mask, scale, tmp / "checkpoint", max_shard_size=recipe.outputs.max_shard_size,
-                              progress=progress)
+                              progress=progress, workers=workers)
             echo("exported checkpoint/")
         if recipe.outputs.adapter:
             adapter = export_adapter(folder, mask, scale, tmp / "adapter")

@@ -119,7 +119,8 @@ def test_stage_commands_match_run(workspace, tmp_path):
     run_out = workspace / "out"
     if run_out.exists():
         assert Mask.load(tmp_path / "m.safetensors").sha256 == Mask.load(run_out / "mask.safetensors").sha256
-    code, text = _run("export", recipe, "--mask", str(tmp_path / "m.safetensors"), "--out", str(tmp_path / "ck"), "-q")
+    code, text = _run("export", recipe, "--mask", str(tmp_path / "m.safetensors"), "--out", str(tmp_path / "ck"), "-q",
+                      "--workers", "2")
     assert code == 0, text
     assert (tmp_path / "ck" / "config.json").is_file()
     code, text = _run("mask", recipe, "--stats", str(tmp_path / "stats"), "--out", str(tmp_path / "m2.safetensors"),
