@@ -102,6 +102,7 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     """The evaluation tasks of a recipe (math exact match + general loss/KL), or ``[]`` without evaluation."""
     from .data import load_math_problems, load_set
     from .evaluation import GeneralTask, MathTask
+    from .lm_eval_bridge import LmEvalTask
 
     ev = recipe.evaluation
     if ev is None:
@@ -110,7 +111,8 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     # the first n_shot sampled problems are the worked examples; the rest are evaluated
     shots, problems = problems[: ev.n_shot], problems[ev.n_shot :]
     texts, _ = load_set(ev.general, ev.samples, ev.seed)
-    return [
+    harness = [LmEvalTask("lm_eval", tasks=tuple(ev.lm_eval_tasks), limit=ev.lm_eval_limit)] if ev.lm_eval_tasks else []
+    return harness + [
         MathTask("math", [{"question": p["question"], "answer": p["answer"]} for p in problems], n_shot=ev.n_shot,
                  shots=[{"question": p["question"], "answer": p["answer"]} for p in shots],
                  max_new_tokens=ev.max_new_tokens),

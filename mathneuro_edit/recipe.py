@@ -283,6 +283,9 @@ class EvaluationConfig(_Model):
     seed: int = Field(0, description="seed of the sampling")
     n_shot: NonNegative = Field(0, description="worked examples put before each problem")
     max_new_tokens: Positive = Field(256, description="generation budget per problem")
+    lm_eval_tasks: list[str] = Field(default_factory=list, description="lm-evaluation-harness tasks run too, e.g. "
+                                     "[gsm8k_cot, mmlu] (needs the eval extra)")
+    lm_eval_limit: Positive | None = Field(None, description="documents per lm-eval task (default: all)")
 
 
 class HubConfig(_Model):

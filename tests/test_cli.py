@@ -245,3 +245,15 @@ def test_data_parallel_calibrate_under_torchrun_matches_single_process(workspace
         assert dp.meta["num_samples"] == one.meta["num_samples"] and dp.meta["texts_sha256"] == one.meta["texts_sha256"]
         for name in one.norm_sum:
             torch.testing.assert_close(dp.norm_sum[name], one.norm_sum[name], rtol=1e-5, atol=1e-6)
+
+
+def test_eval_command_and_missing_lm_eval(workspace, tmp_path):
+    recipe = str(workspace / "recipe.yaml")
+    code, text = _run("eval", recipe, "--out", str(tmp_path / "eval.json"), "-q")
+    assert code == 0 and "math" in text, text
+    assert set(json.loads((tmp_path / "eval.json").read_text())) == {"math", "general"}
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        code, text = _run("eval", recipe, "-q", "--set", "evaluation.lm_eval_tasks=[gsm8k_cot]")
+        assert code == 2 and "mathneuro-edit[eval]" in text and "Traceback" not in text
