@@ -11,7 +11,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-if [ -x /work/venv/bin/python ] && [ -z "${PYTHON:-}" ]; then PY=/work/venv/bin/python; fi
 "$PY" - <<'EOF'
 import importlib, sys
 missing = [m for m in ("torch", "transformers", "accelerate", "safetensors", "tqdm") if importlib.util.find_spec(m) is None]
