@@ -81,7 +81,8 @@ class _Picker:
     """``random.Random`` wrapper that also sums the log-probability (nats) of the choices it makes.
 
     The sum over one text is the generator's surprisal of the path that made it; its mean over texts upper-bounds
-    the data's entropy per text (equal when no two paths give the same text), the floor for a model's loss.
+    the data's entropy per text, the floor for a model's loss. The bound is loose: some draws are made but not
+    used by the chosen template (e.g. a second place), so different paths give the same text.
     """
 
     def __init__(self, rng: random.Random) -> None:
@@ -311,8 +312,9 @@ def general_texts(n: int, *, seed: int, split: str = "train") -> list[str]:
 def general_text_entropy(n: int, *, seed: int, split: str = "test") -> float:
     """Mean generator surprisal (nats per text) of ``general_texts(n, seed=seed, split=split)``.
 
-    It upper-bounds the data's entropy per text (the split filter is ignored, a <= 0.11-nat effect), so a model's
-    summed loss per text over the same texts should come close to it from above.
+    It upper-bounds the data's entropy per text, loosely: draws that the chosen template does not use are counted
+    too (and the split filter, a <= 0.11-nat effect, is ignored). A model at the entropy floor can score a little
+    below it: the shipped organism scores 18.73 nats per text against 18.81 on 500 held-out texts.
 
     Args:
         n: number of texts.
