@@ -135,6 +135,7 @@ def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = 
     for module_type, by_layer in sorted(fractions.items()):
         ax.plot(list(by_layer), [100 * v for v in by_layer.values()], marker="o", label=module_type)
     ax.set_xlabel("layer")
+    ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
     ax.set_ylabel("selected (% of the module's weights)")
     ax.set_title(title or f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}")
     ax.legend(fontsize=7, ncol=2)

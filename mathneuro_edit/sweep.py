@@ -102,12 +102,13 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     pts = result.points
     ax.scatter([p.general_kl for p in pts], [100 * p.math_accuracy for p in pts], c="tab:blue", label="edits")
-    for p in pts:
-        ax.annotate(f"k={p.top_k:g},x{p.scale:g}", (p.general_kl, 100 * p.math_accuracy), fontsize=6)
     front = sorted((pts[i] for i in result.front), key=lambda p: p.general_kl)
+    for p in front:  # label the front only: the other points would overlap
+        ax.annotate(f"k={p.top_k:g}, x{p.scale:g}", (p.general_kl, 100 * p.math_accuracy), fontsize=7)
     ax.plot([p.general_kl for p in front], [100 * p.math_accuracy for p in front], "r-o", label="Pareto front")
     ax.axhline(100 * result.base_math_accuracy, color="gray", ls="--", label="base")
-    ax.set_xscale("symlog", linthresh=1e-4)
+    ax.set_xscale("symlog", linthresh=1e-4)  # KL spans decades and can be 0
+    ax.set_xlim(left=0)
     ax.set_xlabel("general KL(base || edited)")
     ax.set_ylabel("math accuracy (%)")
     ax.legend(fontsize=7)
