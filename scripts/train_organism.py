@@ -152,7 +152,17 @@ def write_atomic(out: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokeni
 
 def model_card(s: dict, command: str) -> str:
     """The short README.md of the model folder."""
-    return f"""# mathneuro-edit model organism
+    # card metadata: the license and tags are what `card.license_from_base` and the Hub read
+    return f"""---
+license: apache-2.0
+library_name: transformers
+pipeline_tag: text-generation
+tags:
+- mathneuro
+- model-organism
+- synthetic
+---
+# mathneuro-edit model organism
 
 A tiny `LlamaForCausalLM` ({s['parameters']:,} parameters, float32) trained from scratch, in one CPU process,
 on synthetic data from `mathneuro_edit.organism.data`, so that MathNeuro can be demonstrated offline.
