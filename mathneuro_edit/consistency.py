@@ -101,7 +101,7 @@ def mask_consistency(
 
 
 def _plot(rows: Sequence[ConsistencyRow], path: Path) -> Path | None:
-    from .report import pyplot
+    from .report import pyplot, save_figure
 
     plt = pyplot(required=False)
     if plt is None:
@@ -118,10 +118,7 @@ def _plot(rows: Sequence[ConsistencyRow], path: Path) -> Path | None:
     ax.set_ylim(0, 1)
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run_consistency(

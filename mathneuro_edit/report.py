@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["load_artifact", "mask_table", "stats_table", "layer_fractions", "plot_layer_distribution", "pyplot"]
+__all__ = ["load_artifact", "mask_table", "stats_table", "layer_fractions", "plot_layer_distribution", "pyplot", "save_figure"]
 
 _LAYER = re.compile(r"\.(\d+)\.")
 
@@ -34,6 +34,14 @@ def pyplot(*, required: bool = True) -> Any:
             raise InputError("plots need matplotlib: pip install 'mathneuro-edit[plot]'") from None
         return None
     return plt
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Lay out, save as PNG (120 dpi) and close a matplotlib figure; returns the path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)  # free the figure: sweeps make many
+    return Path(path)
 
 
 def load_artifact(path: str | Path) -> tuple[str, Any]:
@@ -140,8 +148,4 @@ def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = 
     ax.set_title(title or f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)

@@ -94,7 +94,7 @@ def recommend(points: Sequence[SweepPoint], base_accuracy: float, kl_budget: flo
 
 
 def _plot(result: SweepResult, path: Path) -> Path | None:
-    from .report import pyplot
+    from .report import pyplot, save_figure
 
     plt = pyplot(required=False)
     if plt is None:
@@ -113,10 +113,7 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     ax.set_ylabel("math accuracy (%)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run_sweep(
