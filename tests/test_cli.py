@@ -257,3 +257,19 @@ def test_eval_command_and_missing_lm_eval(workspace, tmp_path):
     except ImportError:
         code, text = _run("eval", recipe, "-q", "--set", "evaluation.lm_eval_tasks=[gsm8k_cot]")
         assert code == 2 and "mathneuro-edit[eval]" in text and "Traceback" not in text
+
+
+def test_reproduce_reports_a_different_result(workspace, tmp_path):
+    out = workspace / "out"
+    if not out.exists():
+        assert _run("run", str(workspace / "recipe.yaml"), "--out", str(out), "-q")[0] == 0
+    sets = [f"data.math.path={workspace / 'math.jsonl'}", f"data.general.0.path={workspace / 'general.txt'}",
+            f"evaluation.math.path={workspace / 'eval.jsonl'}", f"evaluation.general.0.path={workspace / 'general.txt'}",
+            "mask.top_k=0.2"]  # a different recipe than the lock's: the hashes must not match
+    args = ["reproduce", str(out / "checkpoint" / "README.md"), "--base", str(workspace / "base"), "--out",
+            str(tmp_path / "again"), "-q"]
+    for s in sets:
+        args += ["--set", s]
+    code, text = _run(*args)
+    assert code == 1, text
+    assert "mask: DIFFERS" in text and "differs" in text and "reproduced: NO" in text
