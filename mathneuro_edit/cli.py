@@ -237,14 +237,16 @@ def card(run_dir: str) -> None:
 
 @main.command()
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
-@click.option("--repo-id", required=True, help="target Hub repo, e.g. you/model-math-boost")
-@click.option("--private", is_flag=True, help="create the repo private")
-@click.option("--revision", help="branch to push to (created if missing)")
+@click.option("--repo-id", help="target Hub repo, e.g. you/model-math-boost (default: the recipe's hub.repo_id)")
+@click.option("--private", is_flag=True, default=None, help="create the repo private (default: the recipe's hub.private)")
+@click.option("--revision", help="branch to push to, created if missing (default: the recipe's hub.revision or main)")
 @click.option("--adapter", is_flag=True, help="push the run's adapter/ rather than its checkpoint/")
 @click.option("--dry-run", is_flag=True, help="show what would be uploaded; touch nothing")
-def push(out: str, repo_id: str, private: bool, revision: str | None, adapter: bool, dry_run: bool) -> None:
+def push(out: str, repo_id: str | None, private: bool | None, revision: str | None, adapter: bool,
+         dry_run: bool) -> None:
     """Push an output folder to the Hugging Face Hub (token from HF_TOKEN or `hf auth login`)."""
     from .hub import push_to_hub
+    from .lock import read_lock
 
     folder = Path(out)
     sub = folder / ("adapter" if adapter else "checkpoint")
@@ -252,6 +254,12 @@ def push(out: str, repo_id: str, private: bool, revision: str | None, adapter: b
         folder = sub
     elif adapter:
         raise InputError(f"{out}: no adapter/ folder; run with outputs.adapter: true or push the folder itself")
+    hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
+    repo_id = repo_id or hub.get("repo_id")
+    if not repo_id:
+        raise InputError("no target repo: pass --repo-id you/name or set hub.repo_id in the recipe")
+    private = bool(hub.get("private", False)) if private is None else private
+    revision = revision or hub.get("revision")
     click.echo(push_to_hub(folder, repo_id, private=private, revision=revision, dry_run=dry_run).describe())
 
 

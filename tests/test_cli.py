@@ -273,3 +273,17 @@ def test_reproduce_reports_a_different_result(workspace, tmp_path):
     code, text = _run(*args)
     assert code == 1, text
     assert "mask: DIFFERS" in text and "differs" in text and "reproduced: NO" in text
+
+
+def test_push_dry_run_touches_nothing(workspace, monkeypatch):
+    out = workspace / "out"
+    if not out.exists():
+        assert _run("run", str(workspace / "recipe.yaml"), "--out", str(out), "-q")[0] == 0
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # any request would fail loudly
+    code, text = _run("push", str(out), "--dry-run")
+    assert code == 2 and "--repo-id" in text  # the recipe has no hub section
+    code, text = _run("push", str(out), "--repo-id", "me/tiny-boost", "--dry-run")
+    assert code == 0 and "DRY RUN" in text and "model.safetensors" in text and "README.md" in text, text
+    code, text = _run("push", str(out), "--repo-id", "me/tiny-boost", "--adapter", "--dry-run")
+    assert code == 0 and "adapter_model.safetensors" in text, text
