@@ -131,13 +131,13 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
         return report
     report.missing += [n for n in ckpt.tensors if n not in got.tensors]
     report.extra += [n for n in got.tensors if n not in ckpt.tensors]
-    for name, e in got.tensors.items():
+    for name, entry in got.tensors.items():
         if name not in ckpt.tensors:
             continue
         b = ckpt.tensors[name]
         report.checked += 1
-        if (e.dtype, e.shape) != (b.dtype, b.shape):
-            report.mismatches.append(f"{name}: {e.dtype}{list(e.shape)} but the base has {b.dtype}{list(b.shape)}")
+        if (entry.dtype, entry.shape) != (b.dtype, b.shape):
+            report.mismatches.append(f"{name}: {entry.dtype}{list(entry.shape)} but the base has {b.dtype}{list(b.shape)}")
         elif name in plan.edits:
             report.edited += 1
             expected, actual = plan.edited(ckpt, name, scale), got.read(name)

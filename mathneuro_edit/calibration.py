@@ -306,10 +306,10 @@ def calibrate(
 
     norm, sq, count = {}, {}, {}
     for name, acc in recorder.acc.items():
-        t = acc.target
+        shape = acc.target.stat_shape
         # a target that saw no token (an expert no token was routed to) has zero statistics
-        norm[name] = (acc.norm if acc.norm is not None else torch.zeros(t.stat_shape)).cpu()
-        sq[name] = (acc.sq if acc.sq is not None else torch.zeros(t.stat_shape)).cpu()
+        norm[name] = (acc.norm if acc.norm is not None else torch.zeros(shape)).cpu()
+        sq[name] = (acc.sq if acc.sq is not None else torch.zeros(shape)).cpu()
         count[name] = acc.count
     first = next(p for p in model.parameters() if p.dtype.is_floating_point)
     import transformers
