@@ -120,6 +120,21 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     ]
 
 
+def _check_adapter_targets(recipe: Recipe, model: Any) -> None:
+    """Refuse ``outputs.adapter`` early when a target is not an ``nn.Linear`` (PEFT cannot express it exactly)."""
+    from torch import nn
+
+    from .targets import find_targets
+
+    t = recipe.targets
+    for name, target in find_targets(model, include=t.include or None, exclude=t.exclude or None).items():
+        if not isinstance(model.get_submodule(target.module_name), nn.Linear):
+            raise InputError(
+                f"outputs.adapter: {name} ({target.kind}) cannot be expressed exactly as a PEFT adapter; set "
+                "outputs.adapter: false (the checkpoint holds the edit) or exclude it with targets.exclude"
+            )
+
+
 def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: Any, n_params: int,
                     eval_dict: dict | None, license_: str | None) -> None:
     """Write the lock, eval.json and the model card into one output folder."""
@@ -186,6 +201,8 @@ def run_recipe(
     with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
         (tmp / "stats").mkdir()
         model, tokenizer = load_recipe_model(recipe)
+        if recipe.outputs.adapter:
+            _check_adapter_targets(recipe, model)  # before the long steps, not after them
         echo(f"loaded {recipe.base.model} ({sum(p.numel() for p in model.parameters()):,} parameters)")
         math_stats, general_stats, records = calibrate_recipe(recipe, model, tokenizer, progress=progress)
         math_stats.save(tmp / "stats" / "math.stats.safetensors")
@@ -196,7 +213,7 @@ def run_recipe(
         m = recipe.mask
         # model_weights: offloaded (device_map) parameters are read back from accelerate's offload one at a time
         mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=m.top_k, method=m.method,
-                                granularity=m.granularity, seed=m.seed)
+                                granularity=m.granularity, seed=m.seed, progress=progress)
         mask.save(tmp / "mask.safetensors")
         selected, total = mask.total()
         echo(f"mask: {selected:,} of {total:,} target weights ({100 * selected / total:.3f}%) {mask.sha256[:12]}")

@@ -143,6 +143,7 @@ def run_sweep(
     from .apply import ReversibleEdit, check_scale
     from .evaluation import evaluate
     from .export import atomic_dir
+    from .loading import model_weights
     from .mask import find_math_params_multi
     from .pipeline import calibrate_recipe, eval_tasks, load_recipe_model
 
@@ -167,8 +168,8 @@ def run_sweep(
         base = evaluate(model, tok, tasks, progress=progress)
         m = recipe.mask
         points = []
-        masks = find_math_params_multi(model, math_stats, generals, top_ks=top_ks, method=m.method,
-                                       granularity=m.granularity, seed=m.seed)
+        masks = find_math_params_multi(model_weights(model), math_stats, generals, top_ks=top_ks, method=m.method,
+                                       granularity=m.granularity, seed=m.seed, progress=progress)
         for k, mask in zip(top_ks, masks):
             for s in scales:
                 if s == 1.0:

@@ -287,3 +287,17 @@ def test_push_dry_run_touches_nothing(workspace, monkeypatch):
     assert code == 0 and "DRY RUN" in text and "model.safetensors" in text and "README.md" in text, text
     code, text = _run("push", str(out), "--repo-id", "me/tiny-boost", "--adapter", "--dry-run")
     assert code == 0 and "adapter_model.safetensors" in text, text
+
+
+def test_adapter_for_conv1d_model_is_refused_before_calibration(workspace, tmp_path, monkeypatch):
+    import mathneuro_edit.pipeline as pipeline
+
+    model, tok = build("gpt2")
+    model.save_pretrained(tmp_path / "gpt2")
+    tok.save_pretrained(tmp_path / "gpt2")
+    called = []
+    monkeypatch.setattr(pipeline, "calibrate_recipe", lambda *a, **k: called.append(1))
+    code, text = _run("run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q",
+                      "--set", f"base.model={tmp_path / 'gpt2'}")
+    assert code == 2 and "outputs.adapter" in text and "conv1d" in text and not called, text
+    assert not (tmp_path / "o").exists()
