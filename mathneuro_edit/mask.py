@@ -363,14 +363,14 @@ def find_math_params_multi(
     )
     targets = math_stats.targets
     _check_stats(targets, params, math_stats, "math_stats")
-    for i, g in enumerate(generals):
-        if set(g.targets) != set(targets):
-            diff = sorted(set(g.targets) ^ set(targets))[0]
+    for i, general in enumerate(generals):
+        if set(general.targets) != set(targets):
+            diff = sorted(set(general.targets) ^ set(targets))[0]
             raise InputError(
                 f"general_stats[{i}]: targets differ from math_stats (first: {diff!r}); "
                 "calibrate every set with the same include/exclude"
             )
-        _check_stats(targets, params, g, f"general_stats[{i}]")
+        _check_stats(targets, params, general, f"general_stats[{i}]")
 
     masks = [Mask({}, {}) for _ in top_ks]
     with torch.no_grad():
@@ -409,6 +409,6 @@ def find_math_params_multi(
             "statistic": statistic,
             "model_fingerprint": math_stats.meta.get("model_fingerprint"),
             "math_stats_sha256": math_stats.sha256,
-            "general_stats_sha256": [g.sha256 for g in generals],
+            "general_stats_sha256": [general.sha256 for general in generals],
         }
     return masks
