@@ -60,6 +60,11 @@ def _recipe(path: str | None, sets: tuple[str, ...]):
 
 
 def _echo(quiet: bool):
+    if quiet:  # also the libraries' own bars (transformers' weight loading, Hub downloads)
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
 
 
@@ -114,6 +119,7 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool) 
 
     Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli calibrate RECIPE --out DIR`.
     """
+    _echo(quiet)  # --quiet silences the libraries' bars too
     from .pipeline import load_recipe_model, calibrate_recipe
 
     r = _recipe(recipe, sets)
@@ -137,6 +143,7 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool) 
 @quiet_opt
 def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], quiet: bool) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
+    _echo(quiet)  # --quiet silences the libraries' bars too
     from .loading import model_weights
     from .mask import find_math_params
     from .pipeline import load_recipe_model
@@ -167,6 +174,7 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
 def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrite: bool, workers: int,
            sets: tuple[str, ...], quiet: bool) -> None:
     """Bake the recipe's edit into a checkpoint (streamed shard by shard) or an adapter."""
+    _echo(quiet)  # --quiet silences the libraries' bars too
     from .pipeline import base_reference
 
     r = _recipe(recipe, sets)
@@ -193,6 +201,7 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrit
 @quiet_opt
 def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: tuple[str, ...], quiet: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
+    _echo(quiet)  # --quiet silences the libraries' bars too
     from .apply import ReversibleEdit
     from .evaluation import evaluate
     from .mask import Mask
@@ -322,6 +331,7 @@ def inspect(path: str, plot: str | None) -> None:
 @quiet_opt
 def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool) -> None:
     """Re-run a lock (output folder, lock file or model card) and compare every hash (exit 1 if any differs)."""
+    _echo(quiet)  # --quiet silences the libraries' bars too
     from .reproduce import reproduce as reproduce_lock
 
     report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=not quiet)
@@ -354,6 +364,7 @@ def _floats(option: str, text: str) -> list[float]:
 def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: float, overwrite: bool,
           sets: tuple[str, ...], quiet: bool) -> None:
     """Evaluate many (top_k, scale) edits from one calibration; write sweep.csv/json/png and a recommendation."""
+    _echo(quiet)  # --quiet silences the libraries' bars too
     from .sweep import run_sweep
 
     result = run_sweep(_recipe(recipe, sets), out, top_ks=_floats("--top-k", top_ks),
@@ -374,6 +385,7 @@ def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: flo
 def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrite: bool, sets: tuple[str, ...],
                 quiet: bool) -> None:
     """Mask overlap across random calibration subsets vs the full data (the paper's data-efficiency figure)."""
+    _echo(quiet)  # --quiet silences the libraries' bars too
     from .consistency import run_consistency
 
     sizes_ = [int(v) for v in _floats("--sizes", sizes)]

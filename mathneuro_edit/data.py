@@ -289,7 +289,7 @@ def load_texts(source: Source | str | dict[str, Any], n: int, seed: int) -> Load
 def load_set(
     sources: Sequence[Source | str | dict[str, Any]], n: int, seed: int
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """Load ``n`` texts split evenly across several sources (e.g. ``data.general``), concatenated in order.
+    """Load ``n`` texts split evenly across several sources (e.g. ``evaluation.general``), concatenated in order.
 
     Args:
         sources: the sources, in order.
