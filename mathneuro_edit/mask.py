@@ -223,23 +223,27 @@ def top_fraction_flat(scores: torch.Tensor, ks: Sequence[int]) -> list[torch.Ten
         >>> [m.tolist() for m in top_fraction_flat(torch.tensor([1.0, 3.0, 3.0, 2.0]), [1, 2])]
         [[False, True, False, False], [False, True, True, False]]
     """
-    # int16 bins: half the bytes of int32 for the per-k comparison passes below
-    high = (scores.contiguous().view(torch.int32) >> 16).to(torch.int16)  # (n,) monotonic in the score
+    high = scores.contiguous().view(torch.int32) >> 16  # (n,) bin of each score, monotonic in the score
     hist = torch.bincount(high, minlength=1 << 15)  # scores >= 0, so the sign bit is 0: 2**15 bins
     at_least = hist.flip(0).cumsum(0).flip(0)  # (bins,) at_least[b] = entries in bins >= b
     bins = [int((at_least >= k).nonzero()[-1]) for k in ks]  # the bin holding each k-th largest
-    # one pass gathers the candidates of every k: entries in [min bin, max bin], ascending flat index
-    lo, hi = min(bins), max(bins)
-    cand = ((high >= lo) & (high <= hi)).nonzero().squeeze(1)  # (m,)
-    cand_bin, cand_val = high[cand], scores[cand]
+    compare = high.to(torch.int16)  # half the bytes for the comparison passes below
+    if len(set(bins)) == 1:
+        cand = (compare == bins[0]).nonzero().squeeze(1)  # (m,) ascending flat indices
+    else:  # one gather finds the candidates of every k: entries in exactly those bins
+        wanted = torch.zeros(1 << 15, dtype=torch.bool)
+        wanted[torch.tensor(bins)] = True
+        cand = wanted[high].nonzero().squeeze(1)
+    del high
+    cand_bin, cand_val = compare[cand], scores[cand]
     out = []
     for k, b in zip(ks, bins):
         n_above = int(at_least[b + 1]) if b + 1 < at_least.numel() else 0
-        in_bin = cand[cand_bin == b]  # ascending flat indices
+        in_b = cand_bin == b
         # stable descending sort: equal scores keep ascending index order, so ties go to the lower index
-        order = torch.sort(cand_val[cand_bin == b], descending=True, stable=True).indices[: k - n_above]
-        sel = high > b
-        sel[in_bin[order]] = True
+        order = torch.sort(cand_val[in_b], descending=True, stable=True).indices[: k - n_above]
+        sel = compare > b
+        sel[cand[in_b][order]] = True
         out.append(sel)
     return out
 
