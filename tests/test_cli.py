@@ -301,3 +301,27 @@ def test_adapter_for_conv1d_model_is_refused_before_calibration(workspace, tmp_p
                       "--set", f"base.model={tmp_path / 'gpt2'}")
     assert code == 2 and "outputs.adapter" in text and "conv1d" in text and not called, text
     assert not (tmp_path / "o").exists()
+
+
+def test_embedded_default_runs_offline(tmp_path, monkeypatch):
+    """The README's main job: the shipped organism on its own data, smaller samples to stay fast."""
+    from mathneuro_edit.organism import organism_path
+
+    if not (organism_path() / "model.safetensors").is_file():
+        pytest.skip("organism model not built")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network may be needed
+    out = tmp_path / "quick"
+    code, text = _run("run", "--out", str(out), "-q", "--set", "data.samples=20", "--set", "evaluation.samples=20")
+    assert code == 0, text
+    ev = json.loads((out / "eval.json").read_text())
+    assert ev["math"]["base"]["math_accuracy"] >= 0.9  # the shipped organism solves its held-out problems
+    card = (out / "checkpoint" / "README.md").read_text()
+    assert "license: apache-2.0" in card and "2410.16930" in card
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(organism_path())
+    merged = PeftModel.from_pretrained(base, out / "adapter").merge_and_unload()
+    baked = AutoModelForCausalLM.from_pretrained(out / "checkpoint")
+    for (n, a), (_, b) in zip(merged.state_dict().items(), baked.state_dict().items()):
+        assert torch.equal(a, b), n  # the adapter and the baked checkpoint are the same edit, bit for bit
