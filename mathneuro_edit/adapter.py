@@ -51,6 +51,7 @@ from .checkpoint import (
     plan_edits,
     resolve_base,
 )
+from . import __version__
 from .errors import InputError
 from .export import as_mask, atomic_dir, tensor_bytes, write_all, write_safetensors
 
@@ -151,7 +152,7 @@ def export_adapter(
         with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
             mask.save(tmp / MATHNEURO_MASK)
             cfg = {"format": _FORMAT, "scale": scale, "mask_file": MATHNEURO_MASK, "mask_sha256": mask.sha256,
-                   "base_model_name_or_path": base_id, "revision": revision, "version": _version()}
+                   "base_model_name_or_path": base_id, "revision": revision, "version": __version__}
             (tmp / MATHNEURO_CONFIG).write_text(json.dumps(cfg, indent=2))
         return _report(out_dir, "mathneuro", None, edited, edited, checkpoint_bytes)
 
@@ -185,7 +186,7 @@ def export_adapter(
 
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
         write_safetensors(tmp / "adapter_model.safetensors", specs, produce,
-                          {"format": "pt", "mathneuro_edit_version": _version(), **meta,
+                          {"format": "pt", "mathneuro_edit_version": __version__, **meta,
                            "mathneuro_edit_base_dtype": ",".join(sorted(dtype))})
         arch = ((json.loads((folder / "config.json").read_text()).get("architectures") or [""])[0]
                 if (folder / "config.json").is_file() else "")
@@ -198,12 +199,6 @@ def export_adapter(
         ).save_pretrained(str(tmp))
     stored = sum(r * (layer.rows + layer.cols) for layer in layers)
     return _report(out_dir, "peft", r, edited, stored, checkpoint_bytes)
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 def _base_id(base: str | Path, folder: Path) -> str | None:

@@ -65,6 +65,7 @@ from .checkpoint import (
     plan_edits,
     resolve_base,
 )
+from . import __version__
 from .errors import InputError
 from .shards import check_workers, run_jobs, tensor_bytes, write_all, write_safetensors
 from .shards import write_shard as _write_shard  # module attribute: tests replace it to inject failures
@@ -123,7 +124,7 @@ def export_checkpoint(
     plan = plan_edits(ckpt, mask)
     layout = _layout(ckpt, max_shard_size)
     ours = {
-        "mathneuro_edit_version": _version(),
+        "mathneuro_edit_version": __version__,
         "mathneuro_edit_mask_sha256": mask.sha256,
         "mathneuro_edit_scale": repr(scale),
     }
@@ -166,12 +167,6 @@ def as_mask(mask: Any) -> Any:
     if isinstance(mask, Mapping):
         return Mask(mask)
     raise InputError(f"mask: expected a Mask, a mask file path or a mapping of bool tensors, got {type(mask).__name__}")
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 def _layout(ckpt: Checkpoint, max_shard_size: int | str | None) -> dict[str, list[str]]:
