@@ -7,6 +7,9 @@ For every target weight and input feature j we accumulate, in float32 whatever t
 
 where X is the weight's input. Batches are right-padded and padding tokens are masked out, so with a causal
 model the result equals the batch-size-1 computation up to float32 rounding. Memory is O(d_in) per weight.
+
+The forward stops once the last scored input has been recorded (:mod:`~mathneuro_edit.forward_stop`): no
+logits are computed, and nothing after the last scored layer runs.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from .errors import InputError
+from .forward_stop import ForwardStop, StopForward
 from .stats import ActivationStats
 from .targets import Target, find_targets, model_fingerprint
 
@@ -283,6 +287,8 @@ def calibrate(
     device = _input_device(model)
 
     recorder = _Recorder(model, targets)
+    # after the recorder: hooks run in registration order, the inputs are recorded before the stop
+    stop = ForwardStop(model, list(dict.fromkeys(t.module_name for t in targets.values())))
     was_training = model.training
     model.eval()  # dropout off: statistics must be deterministic
     n_tokens = 0
@@ -298,9 +304,15 @@ def calibrate(
                     attention[row, : len(ids[i])] = 1
                 input_ids, attention = input_ids.to(device), attention.to(device)
                 recorder.set_batch(attention)
-                model(input_ids=input_ids, attention_mask=attention, use_cache=False)
+                stop.new_batch()
+                try:
+                    model(input_ids=input_ids, attention_mask=attention, use_cache=False)
+                except StopForward:
+                    pass  # every scored input of this batch is recorded: the rest of the forward is not needed
+                stop.batch_done()
                 n_tokens += int(attention.sum())
     finally:
+        stop.remove()
         recorder.remove()  # hooks never outlive the call, also on error
         model.train(was_training)
 

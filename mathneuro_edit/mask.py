@@ -3,8 +3,10 @@
 Selection rule (one matrix at a time; an expert of a fused MoE weight counts as its own matrix):
 
 - score = ``|W| * stat`` in float32, ``stat`` the per-input-feature statistic broadcast over rows;
-- top-k: the ``k = floor(top_k * n + 0.5)`` (at least 1) highest scores of the matrix (``granularity="matrix"``,
-  the paper's) or of each output row (``"row"``, Wanda's per-output comparison), ``n`` the entries compared;
+- top-k: the ``k = int(n * top_k)`` highest scores (the released MathNeuro code's ``keep_num = int(num_params *
+  keep_ratio)``: a Python float multiply, then truncation; ``k = 0`` selects nothing) of the matrix
+  (``granularity="matrix"``, the paper's, ``n = d_out * d_in``) or of each output row (``"row"``, Wanda's
+  per-output comparison, ``n = d_in``: the same expression applied to a row);
 - ties at the threshold are broken by position: the lower flat index (row-major in the canonical
   ``(d_out, d_in)`` view) wins, so the same inputs give the same mask bit for bit on any machine;
 - ``mathneuro``: top-k on math minus the union of top-k on every general set; ``wanda``: top-k on math alone;
@@ -170,9 +172,17 @@ class Mask(Mapping[str, torch.Tensor]):
 
 
 def _k_of(top_k: float, n: int) -> int:
-    # Round half up (not Python's banker's rounding) and keep at least one entry, so tiny matrices still
-    # contribute and the count is a plain function of (top_k, n).
-    return max(1, min(n, int(top_k * n + 0.5)))
+    """Entries kept per matrix (or row) of ``n`` entries: ``int(n * top_k)``, the released code's rule.
+
+    Why this expression exactly: the released MathNeuro code computes ``keep_num = int(num_params * keep_ratio)``
+    (a float64 multiply, then truncation toward zero), so a faithful mask keeps exactly that many entries, and
+    none when the product is below 1 (a matrix smaller than ``1 / top_k`` contributes nothing).
+
+    Example:
+        >>> _k_of(0.05, 4096), _k_of(0.1, 30), _k_of(0.05, 19)
+        (204, 3, 0)
+    """
+    return min(n, int(n * top_k))
 
 
 def top_fraction(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -180,7 +190,7 @@ def top_fraction(scores: torch.Tensor, k: int) -> torch.Tensor:
 
     Args:
         scores: ``(rows, n)`` float tensor, finite.
-        k: entries per row, ``1 <= k <= n``.
+        k: entries per row, ``0 <= k <= n``.
 
     Returns:
         ``(rows, n)`` bool tensor with exactly ``k`` True per row.
@@ -190,6 +200,8 @@ def top_fraction(scores: torch.Tensor, k: int) -> torch.Tensor:
         tensor([[False,  True,  True, False]])
     """
     n = scores.shape[1]
+    if k == 0:  # int(n * top_k) truncates to 0 on small rows: nothing selected
+        return torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
     # the k-th largest is the (n - k + 1)-th smallest: an O(n) selection, no full sort
     kth = torch.kthvalue(scores, n - k + 1, dim=1, keepdim=True).values  # (rows, 1)
     sel = scores >= kth  # (rows, n): exactly k per row unless several entries tie with the k-th
@@ -223,10 +235,13 @@ def top_fraction_flat(scores: torch.Tensor, ks: Sequence[int]) -> list[torch.Ten
         >>> [m.tolist() for m in top_fraction_flat(torch.tensor([1.0, 3.0, 3.0, 2.0]), [1, 2])]
         [[False, True, False, False], [False, True, True, False]]
     """
+    if all(k == 0 for k in ks):  # every k truncated to 0: no histogram needed
+        return [torch.zeros(scores.shape, dtype=torch.bool, device=scores.device) for _ in ks]
     high = scores.contiguous().view(torch.int32) >> 16  # (n,) bin of each score, monotonic in the score
     hist = torch.bincount(high, minlength=1 << 15)  # scores >= 0, so the sign bit is 0: 2**15 bins
     at_least = hist.flip(0).cumsum(0).flip(0)  # (bins,) at_least[b] = entries in bins >= b
-    bins = [int((at_least >= k).nonzero()[-1]) for k in ks]  # the bin holding each k-th largest
+    # the bin holding each k-th largest (k = 0 takes no bin: it selects nothing)
+    bins = [int((at_least >= k).nonzero()[-1]) for k in ks if k > 0]
     compare = high.to(torch.int16)  # half the bytes for the comparison passes below
     if len(set(bins)) == 1:
         cand = (compare == bins[0]).nonzero().squeeze(1)  # (m,) ascending flat indices
@@ -237,7 +252,12 @@ def top_fraction_flat(scores: torch.Tensor, ks: Sequence[int]) -> list[torch.Ten
     del high
     cand_bin, cand_val = compare[cand], scores[cand]
     out = []
-    for k, b in zip(ks, bins):
+    nonzero_bins = iter(bins)
+    for k in ks:
+        if k == 0:
+            out.append(torch.zeros(scores.shape, dtype=torch.bool, device=scores.device))
+            continue
+        b = next(nonzero_bins)
         n_above = int(at_least[b + 1]) if b + 1 < at_least.numel() else 0
         in_b = cand_bin == b
         # stable descending sort: equal scores keep ascending index order, so ties go to the lower index

@@ -7,7 +7,6 @@ expert routing replay, and a full stable sort for the top-k (the package uses kt
 from __future__ import annotations
 
 import copy
-import math
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from torch import nn
 from mathneuro_edit import ActivationStats, InputError, Mask, apply_mask, calibrate, find_math_params, find_targets
 from mathneuro_edit.apply import ReversibleEdit, scale_masked
 
-from ._tiny import FAMILIES, MATH, GENERAL, build
+from ._tiny import FAMILIES, MATH, GENERAL, build, char_tokenizer
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -72,8 +71,8 @@ def reference_stats(model: nn.Module, tokenizer, texts: list[str]) -> dict[str, 
 def reference_top(weight2d: torch.Tensor, stat: torch.Tensor, top_k: float) -> torch.Tensor:
     """Top-k of |W| * stat over the whole matrix, ties to the lower flat index, by a full stable sort."""
     scores = (weight2d.abs().float() * stat.float()[None, :]).flatten()
-    k = max(1, min(scores.numel(), math.floor(top_k * scores.numel() + 0.5)))
-    order = torch.sort(-scores, stable=True).indices[:k]
+    k = int(scores.numel() * top_k)  # the released code's keep_num = int(num_params * keep_ratio)
+    order = torch.sort(-scores, stable=True).indices[:k]  # k = 0: nothing
     sel = torch.zeros(scores.numel(), dtype=torch.bool)
     sel[order] = True
     return sel.reshape(weight2d.shape)
@@ -227,7 +226,7 @@ def test_methods_and_granularity():
     both = find_math_params(model, ms, [gs, gs2], top_k=0.1)
     for n in mn:
         numel = mn[n].numel()
-        assert int(wanda[n].sum()) == max(1, math.floor(0.1 * numel + 0.5))
+        assert int(wanda[n].sum()) == int(numel * 0.1)
         assert bool((mn[n] <= wanda[n]).all())  # mathneuro is a subset of the math top-k
         assert int(rnd[n].sum()) == int(mn[n].sum())  # random: same count per matrix
         assert bool((both[n] <= mn[n]).all())  # a second general set only removes more
@@ -235,7 +234,7 @@ def test_methods_and_granularity():
     row = find_math_params(model, ms, None, top_k=0.25, method="wanda", granularity="row")
     for n in row:
         per_row = row[n].sum(dim=1)
-        assert bool((per_row == max(1, math.floor(0.25 * row[n].shape[1] + 0.5))).all())
+        assert bool((per_row == int(row[n].shape[1] * 0.25)).all())  # the released rule applied to each row
 
 
 def test_ties_break_to_lower_index():
@@ -376,3 +375,139 @@ def test_public_api_names_are_the_functions_after_any_import():
     assert callable(calibrate) and callable(evaluate) and callable(verify)
     for name in mathneuro_edit.__all__:
         assert getattr(mathneuro_edit, name) is not None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# issue 12: the released code's top-K count, and a calibration forward that stops after the last scored input
+# ----------------------------------------------------------------------------------------------------------
+def _synthetic(shapes: dict[str, tuple[int, int]], seed: int = 0):
+    """Random weights and positive statistics for plain (d_out, d_in) matrices, as a mapping + ActivationStats."""
+    from mathneuro_edit.targets import Target
+
+    g = torch.Generator().manual_seed(seed)
+    weights = {n: torch.randn(s, generator=g) for n, s in shapes.items()}
+    targets = {n: Target(n, "linear", n.removesuffix(".weight"), s) for n, s in shapes.items()}
+
+    def stats():
+        norm = {n: torch.rand(1, s[1], generator=g) + 0.1 for n, s in shapes.items()}
+        return ActivationStats(norm, {n: v.square() for n, v in norm.items()},
+                               {n: torch.ones(1, dtype=torch.int64) for n in shapes}, dict(targets), {})
+
+    return weights, stats(), stats()
+
+
+def test_top_k_count_is_the_released_int_of_n_times_top_k():
+    # (d_out, d_in, top_k) where int(n * top_k) differs from the old max(1, floor(top_k * n + 0.5)):
+    # 30 * 0.05 = 1.5 -> 1 (was 2); 19 * 0.05 = 0.95 -> 0 (was 1); 100 * 0.29 = 28.999999999999996 -> 28 (was 29);
+    # 21 * 0.5 = 10.5 -> 10 (was 11); and the whole matrix at top_k = 1
+    cases = {"a.weight": ((5, 6), 0.05), "b.weight": ((19, 1), 0.05), "c.weight": ((10, 10), 0.29),
+             "d.weight": ((7, 3), 0.5), "e.weight": ((4, 8), 1.0)}
+    expected = {"a.weight": 1, "b.weight": 0, "c.weight": 28, "d.weight": 10, "e.weight": 32}
+    for name, ((d_out, d_in), top_k) in cases.items():
+        weights, ms, _ = _synthetic({name: (d_out, d_in)})
+        wanda = find_math_params(weights, ms, None, top_k=top_k, method="wanda")
+        assert int(wanda[name].sum()) == expected[name] == int(d_out * d_in * top_k), name
+        assert torch.equal(wanda[name], reference_top(weights[name], ms.norm_sum[name][0], top_k)), name
+        row = find_math_params(weights, ms, None, top_k=top_k, method="wanda", granularity="row")
+        assert row[name].sum(dim=1).tolist() == [int(d_in * top_k)] * d_out, name  # the same rule per row
+
+
+def test_zero_count_matrices_select_nothing_in_every_method_and_sweep():
+    from mathneuro_edit.mask import find_math_params_multi, top_fraction, top_fraction_flat
+
+    shapes = {"small.weight": (3, 5), "big.weight": (16, 40)}  # 15 * 0.05 = 0.75 -> 0; 640 * 0.05 = 32
+    weights, ms, gs = _synthetic(shapes)
+    for method in ("mathneuro", "wanda", "random"):
+        mask = find_math_params(weights, ms, gs, top_k=0.05, method=method)
+        assert int(mask["small.weight"].sum()) == 0, method
+        assert 0 < int(mask["big.weight"].sum()) <= 32, method
+    ks = [0.05, 0.2, 0.5]  # the small matrix: 0, 3, 7 entries
+    for k, multi in zip(ks, find_math_params_multi(weights, ms, gs, top_ks=ks, method="wanda")):
+        single = find_math_params(weights, ms, gs, top_k=k, method="wanda")
+        assert multi.sha256 == single.sha256 and int(multi["small.weight"].sum()) == int(15 * k)
+    assert not top_fraction(torch.rand(2, 5), 0).any()
+    assert [int(m.sum()) for m in top_fraction_flat(torch.rand(50), [0, 3, 0])] == [0, 3, 0]
+
+
+def _count_forwards(module: nn.Module) -> list[int]:
+    """Count executions of ``module.forward`` itself (pre-hooks run before it, so they do not count)."""
+    calls = [0]
+    inner = module.forward
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return inner(*args, **kwargs)
+
+    module.forward = counted
+    return calls
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])  # untied (scored) and tied (unscored) lm_head
+def test_calibration_never_runs_the_lm_head_and_stops_after_the_last_scored_layer(family):
+    model, tok = build(family)
+    reference = calibrate(model, tok, MATH, batch_size=2, progress=False)  # before any counting wrapper
+    head = _count_forwards(model.lm_head)
+    last_layer = _count_forwards(model.model.layers[1])
+    stats = calibrate(model, tok, MATH, batch_size=2, progress=False)
+    assert head[0] == 0  # no logits: an untied head is scored from its input alone
+    assert last_layer[0] == 5  # 10 texts, batch 2: layer 1 holds scored weights, it runs in every batch
+    assert stats.sha256 == reference.sha256
+    # layer 1 (and the head) unscored: the first batch stops at the head, every later batch after layer 0
+    only_first = calibrate(model, tok, MATH, batch_size=2, progress=False, exclude=[r"layers\.1\.", "lm_head"])
+    assert head[0] == 0 and last_layer[0] == 5 + 1
+    assert set(only_first.norm_sum) == {n for n in stats.norm_sum if n.startswith("model.layers.0.")}
+    for name in only_first.norm_sum:  # the same batches, the same float32 sums: bit for bit
+        assert torch.equal(only_first.norm_sum[name], stats.norm_sum[name]), name
+        assert torch.equal(only_first.sq_sum[name], stats.sq_sum[name]), name
+    # no hook outlives the call, and the model still computes what it computed before
+    assert all(not (m._forward_pre_hooks or m._forward_hooks) for m in model.modules())
+    ids = torch.tensor([tok(MATH[0])["input_ids"]])
+    fresh, _ = build(family)
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True)
+        want = fresh(input_ids=ids, output_hidden_states=True)
+    assert torch.equal(out.logits, want.logits)
+    assert all(torch.equal(a, b) for a, b in zip(out.hidden_states, want.hidden_states))
+
+
+class _RoutedToy(nn.Module):
+    """A toy causal LM whose experts run only when a token is routed to them (expert 3: the token 'Z' only)."""
+
+    def __init__(self, vocab: int, z_id: int, d: int = 8) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList(nn.ModuleDict({"experts": nn.ModuleList(nn.Linear(d, d) for _ in range(4))})
+                                    for _ in range(2))
+        self.lm_head = nn.Linear(d, vocab)
+        self.z_id = z_id
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def forward(self, input_ids, attention_mask=None, use_cache=None):
+        h = self.embed(input_ids)  # (batch, tokens, d)
+        route = torch.where(input_ids == self.z_id, 3, input_ids % 3)  # (batch, tokens)
+        for layer in self.layers:
+            for e, expert in enumerate(layer["experts"]):
+                routed = (route == e).unsqueeze(-1)  # (batch, tokens, 1)
+                if routed.any():  # skipped when no token of the batch is routed to it
+                    h = h + routed * expert(h)
+        return self.lm_head(h)
+
+
+def test_stop_waits_for_experts_that_run_only_when_routed_to():
+    tok = char_tokenizer()
+    z_id = tok.convert_tokens_to_ids("Z")
+    model = _RoutedToy(len(tok), z_id).eval()
+    # longest first: batch 1 (no 'Z') never runs expert 3; batch 2 does, after the last expert batch 1 ran
+    texts = ["abcdefghijkl mnop", "Zabc"]
+    stats = calibrate(model, tok, texts, batch_size=1, progress=False, exclude=["lm_head"])
+    ref = reference_stats(model, tok, texts)
+    name = "layers.1.experts.3.weight"
+    assert float(stats.norm_sum[name].sum()) > 0
+    for n in stats.norm_sum:
+        torch.testing.assert_close(stats.norm_sum[n], ref[n], rtol=1e-5, atol=1e-6, msg=n)
