@@ -10,10 +10,12 @@ vocabulary, ``h`` = attention heads):
 - statistics file: per target ``2 x groups x d_in x 4`` (float32 ``norm_sum``, ``sq_sum``) ``+ groups x 8``
   (int64 ``token_count``);
 - mask file: per target ``min(ceil(numel / 8), selected x 4)`` (bit-packed or int32 indices, the smaller), with
-  ``selected`` the top-K count (an upper bound for mathneuro, exact for wanda);
+  ``selected`` the top-K count ``int(n * top_k)`` per matrix (per row with ``granularity="row"``; an upper bound
+  for mathneuro, exact for wanda);
 - calibration activations (no grad, one layer alive at a time): ``B T (4H + 3W) b`` (residual, norms, q/k/v,
   attention output, MLP gate/up/product) ``+ B h T^2 b`` (attention scores when materialised: eager attention or
-  CPU; SDPA/flash on GPU need less) ``+ B T V b`` (logits) ``+ 2 B T W 4`` (our hooks' float32 copy and square);
+  CPU; SDPA/flash on GPU need less) ``+ 2 B T W 4`` (our hooks' float32 copy and square); no ``B T V`` logits:
+  the calibration forward stops once the last scored input is recorded (:mod:`~mathneuro_edit.forward_stop`);
 - calibration peak on one device: weights + activations + the float32 statistics;
 - mask selection, weights read one tensor at a time (:func:`~mathneuro_edit.loading.weights_from_checkpoint`):
   ``largest target x (b + 3 x 4 + 2)`` (the weight, its float32 copy, two float32 score matrices, bool masks)
@@ -302,7 +304,7 @@ def plan_from_config(
         else:
             selected = t.groups * _k_of(top_k, d_out * t.d_in)
         mask += _mask_bytes(numel, selected)
-        widest = max([widest, *(d for d in (t.d_in, d_out) if d != vocab)])  # the LM head's V is counted below
+        widest = max([widest, *(d for d in (t.d_in, d_out) if d != vocab)])  # the head's V outputs: never computed
     name, largest = max(((n, int(torch.Size(t.shape).numel())) for n, t in targets.items()), key=lambda x: x[1])
 
     text = config.get_text_config()
@@ -311,7 +313,7 @@ def plan_from_config(
     tokens = batch_size * max_length
     activation = (tokens * (4 * hidden + 3 * widest) * nbytes  # one layer's transient tensors
                   + batch_size * heads * max_length**2 * nbytes  # attention scores when materialised
-                  + tokens * vocab * nbytes  # logits
+                  # no logits term: calibration stops before the LM head's matmul
                   + 2 * tokens * widest * 4)  # hooks: float32 copy and its square of the widest input
     weights = n_params * nbytes
     torch_dtype = getattr(torch, dtype)

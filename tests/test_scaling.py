@@ -99,6 +99,36 @@ def test_calibrate_offloaded_moe_experts(folders, tmp_path):
     _assert_same_stats(calibrate(off, char_tokenizer(), MATH, **CAL), calibrate(ref, char_tokenizer(), MATH, **CAL))
 
 
+def test_early_stop_leaves_offloaded_weights_offloaded_and_no_hooks(folders, tmp_path):
+    ref = AutoModelForCausalLM.from_pretrained(folders["llama"]).eval()
+    off = _offloaded(folders["llama"], tmp_path, device_map="auto", max_memory={"cpu": "60KB"})
+    offloaded = {n for n, p in off.named_parameters() if p.device.type == "meta"}
+    tok = char_tokenizer()
+    # lm_head unscored: from the second batch on, the forward stops inside the last (disk-offloaded) layer, whose
+    # accelerate pre_forward has loaded its weights; they must go back to meta as after a complete forward
+    kw = dict(CAL, batch_size=2, exclude=["lm_head"])
+    _assert_same_stats(calibrate(off, tok, MATH, **kw), calibrate(ref, tok, MATH, **kw))
+    assert {n for n, p in off.named_parameters() if p.device.type == "meta"} == offloaded
+    hooks = [m._hf_hook for m in off.modules() if getattr(m, "_hf_hook", None) is not None]
+    assert all(not getattr(h, "tied_pointers_to_remove", None) for h in hooks)
+    assert all(not (m._forward_pre_hooks or m._forward_hooks) for m in off.modules())
+    ids = torch.tensor([tok(MATH[0])["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(off(input_ids=ids).logits, ref(input_ids=ids).logits)
+    # accelerate 1.15 hooks offloaded weights leaf by leaf (never in flight at the stop); a hook on a whole block
+    # (place_submodules) is in flight when the forward stops inside it: its post_forward must still offload
+    from accelerate.hooks import AlignDevicesHook, add_hook_to_module
+
+    block = AutoModelForCausalLM.from_pretrained(folders["llama"]).eval()
+    layer = block.model.layers[1]
+    weights = {n: p.detach().clone() for n, p in layer.named_parameters()}
+    add_hook_to_module(layer, AlignDevicesHook(execution_device="cpu", offload=True, weights_map=weights,
+                                               place_submodules=True))
+    assert all(p.device.type == "meta" for p in layer.parameters())
+    _assert_same_stats(calibrate(block, tok, MATH, **kw), calibrate(ref, tok, MATH, **kw))
+    assert all(p.device.type == "meta" for p in layer.parameters()), "weights left loaded after the stop"
+
+
 # ----------------------------------------------------------------------------------- checkpoint weights
 @pytest.mark.parametrize("family", ["llama", "mixtral"])
 def test_weights_from_checkpoint_equal_loaded_parameters(folders, family):
