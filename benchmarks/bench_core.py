@@ -175,8 +175,13 @@ def _stop_model(variant: str, workdir: str):
                           num_attention_heads=12, num_key_value_heads=12, tie_word_embeddings=(head == "tied"))
         torch.manual_seed(0)
         model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-    else:  # the parent converted the GGUF file once into a plain folder (dequantizing Q4_1 takes minutes)
-        model = AutoModelForCausalLM.from_pretrained(Path(workdir) / "smollm2")
+    else:  # the parent dequantized the GGUF file once (it takes minutes) and saved plain float32 weights
+        from safetensors.torch import load_model
+        from transformers import AutoConfig
+
+        cfg_dict = json.loads((Path(workdir) / "smollm2.json").read_text())
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg_dict))
+        load_model(model, Path(workdir) / "smollm2.safetensors")
         if head == "untied":  # a separate copy of the embedding as the head: now a scored target
             model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
             model.config.tie_word_embeddings = False
@@ -224,7 +229,13 @@ def suite_stop(args) -> dict:
         if (SMOLLM2 / SMOLLM2_GGUF).is_file():
             from transformers import AutoModelForCausalLM
 
-            AutoModelForCausalLM.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF).save_pretrained(Path(wd) / "smollm2")
+            from safetensors.torch import save_model
+
+            real = AutoModelForCausalLM.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)  # not save_pretrained-able
+            save_model(real, str(Path(wd) / "smollm2.safetensors"))  # tied weights stored once
+            cfg = {k: v for k, v in real.config.to_dict().items() if k != "quantization_config"}
+            (Path(wd) / "smollm2.json").write_text(json.dumps(cfg))
+            del real
             variants += ["smollm2-tied", "smollm2-untied"]
         else:
             print(f"skipping SmolLM2-135M: {SMOLLM2 / SMOLLM2_GGUF} not found", file=sys.stderr)
