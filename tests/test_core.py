@@ -442,7 +442,7 @@ def _count_forwards(module: nn.Module) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma2"])  # untied (scored) and tied (unscored) lm_head
+@pytest.mark.parametrize("family", ["llama", "gemma2", "mixtral"])  # untied, tied lm_head; fused experts
 def test_calibration_never_runs_the_lm_head_and_stops_after_the_last_scored_layer(family):
     model, tok = build(family)
     reference = calibrate(model, tok, MATH, batch_size=2, progress=False)  # before any counting wrapper
