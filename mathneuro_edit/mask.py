@@ -138,8 +138,15 @@ class Mask(Mapping[str, torch.Tensor]):
         tensors = {f"{kind}/{name}": data.contiguous() for name, (kind, data) in self._store.items()}
         header = {"shapes": {n: list(s) for n, s in self._shapes.items()}, "meta": self.meta, "sha256": self.sha256}
         tmp = path.with_name(f".{path.name}.tmp")
-        save_file(tensors, str(tmp), metadata={"format": _FORMAT, "mathneuro_edit": json.dumps(header)})
-        tmp.replace(path)
+        from .outdir import disk_errors
+
+        try:
+            needed = sum(t.numel() * t.element_size() for t in tensors.values())
+            with disk_errors(path, needed):  # a full or read-only disk: one line naming the file
+                save_file(tensors, str(tmp), metadata={"format": _FORMAT, "mathneuro_edit": json.dumps(header)})
+                tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)  # nothing half-written is left (a no-op once renamed)
         return path
 
     @classmethod
