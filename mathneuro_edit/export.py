@@ -66,6 +66,7 @@ from .checkpoint import (
 )
 from . import __version__
 from .errors import InputError
+from .remote_code import check_remote_code
 from .outdir import _tree_size, as_space_error, claim, finish_temp_dir, new_temp_dir, refuse_overlap, sweep_stale
 from .shards import check_workers, run_jobs, tensor_bytes, write_all, write_safetensors
 from .shards import write_shard as _write_shard  # module attribute: tests replace it to inject failures
@@ -88,6 +89,7 @@ def export_checkpoint(
     revision: str | None = None,
     progress: bool = False,
     workers: int = 1,
+    trust_remote_code: bool = False,
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
 
@@ -103,6 +105,7 @@ def export_checkpoint(
         progress: show a progress bar over tensors.
         workers: output shards written at once (threads); the files are byte-identical whatever the number.
             Peak memory grows with N (see the module docstring); 1 writes one shard after another.
+        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
 
     Returns:
         The path of the written folder.
@@ -121,7 +124,8 @@ def export_checkpoint(
     mask = as_mask(mask)
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
-    plan = plan_edits(ckpt, mask)
+    check_remote_code(folder, trust_remote_code)  # even when names match: never build an unasked-for class
+    plan = plan_edits(ckpt, mask, trust_remote_code=trust_remote_code)
     layout = _layout(ckpt, max_shard_size)
     ours = {
         "mathneuro_edit_version": __version__,

@@ -269,7 +269,8 @@ def _scores(weight: torch.Tensor, stat: torch.Tensor, name: str) -> torch.Tensor
 
 
 def _check_stats(
-    targets: Mapping[str, Target], params: Mapping[str, torch.Tensor], stats: "ActivationStats", label: str
+    targets: Mapping[str, Target], params: Mapping[str, torch.Tensor], stats: "ActivationStats", label: str,
+    math_norm: Mapping[str, torch.Tensor] | None = None,
 ) -> None:
     for name, t in targets.items():
         if name not in params:
@@ -279,13 +280,21 @@ def _check_stats(
             )
         # a lazy mapping (loading.weights_from_checkpoint/model_weights) gives shapes without reading tensors
         shape = tuple(params.shape_of(name) if hasattr(params, "shape_of") else params[name].shape)
-        if shape != t.shape:
+        own = stats.targets.get(name, t)  # this set's own record: math and general may come from different models
+        if shape != own.shape or shape != t.shape:
+            bad = own.shape if own.shape != shape else t.shape
             raise InputError(
-                f"{label}: {name!r} has shape {t.shape} in the statistics but {shape} in the "
+                f"{label}: {name!r} has shape {bad} in the statistics but {shape} in the "
                 "model; the statistics come from another model: recalibrate on this one"
             )
         if name not in stats.norm_sum:
             raise InputError(f"{label}: no statistics for {name!r}; calibrate all sets with the same targets")
+        ref = math_norm.get(name) if math_norm is not None else None
+        if ref is not None and tuple(stats.norm_sum[name].shape) != tuple(ref.shape):
+            raise InputError(
+                f"{label}: {name!r} has statistics of shape {tuple(stats.norm_sum[name].shape)} but "
+                f"{tuple(ref.shape)} in math_stats; the sets come from different models: calibrate all on this one"
+            )
 
 
 def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
@@ -381,7 +390,7 @@ def find_math_params_multi(
                 f"general_stats[{i}]: targets differ from math_stats (first: {diff!r}); "
                 "calibrate every set with the same include/exclude"
             )
-        _check_stats(targets, params, general, f"general_stats[{i}]")
+        _check_stats(targets, params, general, f"general_stats[{i}]", math_stats.norm_sum)
 
     masks = [Mask({}, {}) for _ in top_ks]
     with torch.no_grad():
