@@ -28,7 +28,8 @@ def _error_message(exc: BaseException) -> tuple[int, str]:
 
     if isinstance(exc, InputError):
         return 2, str(exc)
-    if isinstance(exc, OSError) and (space := as_space_error(exc, exc.filename or "the output", None)):
+    disk = isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError"  # ENOSPC / EDQUOT / EROFS
+    if disk and (space := as_space_error(exc, getattr(exc, "filename", None) or "the output", None)):
         return 2, str(space)
     if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
         return 2, f"{exc.filename or exc}: {exc.strerror or 'not found'}; check the path"
@@ -51,9 +52,9 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from .outdir import install_signal_handlers
 
-        install_signal_handlers()  # SIGTERM / SIGHUP clean up like Ctrl-C
         try:
-            return super().invoke(ctx)
+            with install_signal_handlers():  # SIGTERM / SIGHUP clean up like Ctrl-C
+                return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise  # SystemExit: verify / reproduce already printed their report and chose the status
         except BaseException as exc:  # noqa: BLE001 - the CLI's one error boundary

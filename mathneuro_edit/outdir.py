@@ -64,8 +64,8 @@ def as_space_error(exc: BaseException, out: str | Path, needed: int | None) -> N
     """``exc`` as a :class:`NoSpaceError` naming ``out`` if it is a disk-space / read-only error, else None."""
     os_error = exc.os_error if isinstance(exc, NoSpaceError) else exc
     if type(exc).__name__ == "SafetensorError":  # safetensors' writer wraps the OS error: "... (os error 28)"
-        found = re.search(r"os error (\d+)", str(exc))
-        os_error = OSError(int(found.group(1)), str(exc)) if found else exc
+        found = re.search(r"os error (\d+)|code: (\d+)", str(exc))
+        os_error = OSError(int(found.group(1) or found.group(2)), str(exc)) if found else exc
     if not isinstance(os_error, OSError):
         return None
     text = space_message(os_error, out, needed)
@@ -286,17 +286,31 @@ def refuse_overlap(out: str | Path, protect: Sequence[str | Path], label: str = 
                              "output somewhere else")
 
 
-def install_signal_handlers() -> None:
-    """Make SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (no-op elsewhere)."""
+@contextmanager
+def install_signal_handlers() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (no-op in other threads);
+    the previous handlers come back afterwards.
+
+    Example:
+        >>> with install_signal_handlers():
+        ...     pass  # a `kill PID` here unwinds like Ctrl-C: temporary folders are removed
+    """
     import threading
 
     if threading.current_thread() is not threading.main_thread():
+        yield
         return
 
     def handler(signum: int, frame: Any) -> None:
         raise Terminated(signum)
 
+    previous = {}
     for name in ("SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is not None:
-            signal.signal(sig, handler)
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
