@@ -325,12 +325,14 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
             scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
         mask_path = mask_path or str(run_dir / "mask.safetensors")
     trust = bool(recorded["base"].get("trust_remote_code", False)) if recorded else False
-    failed = False
+    failed = []
     for t in targets:
         report = verify_export(t, base, mask_path, scale, trust_remote_code=trust)
         click.echo(report.summary())
-        failed |= not report.ok
+        if not report.ok:
+            failed.append(t.name)
     if failed:
+        click.echo(f"verify: FAILED: {', '.join(failed)} differ(s) from the base + mask + scale (details above)")
         sys.exit(1)
 
 
