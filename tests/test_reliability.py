@@ -106,7 +106,7 @@ from pathlib import Path
 Path(os.environ["{env}"]).write_text("repository code ran")
 from transformers import LlamaConfig, LlamaForCausalLM
 class EvilConfig(LlamaConfig):
-    model_type = "llama"
+    model_type = "evil_llama"
 class EvilModel(LlamaForCausalLM):
     config_class = EvilConfig
 '''.replace("{env}", MARKER_ENV)
@@ -120,6 +120,8 @@ def evil(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
     (base / "evil.py").write_text(_EVIL)
     cfg = json.loads((base / "config.json").read_text())
     cfg["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
+    cfg.pop("tie_word_embeddings", None)  # the same default (False), but an export then builds the model class
+    cfg["model_type"] = "evil_llama"  # unknown to transformers: only the repository's code can build it
     (base / "config.json").write_text(json.dumps(cfg))
     marker = tmp_path / "MARKER"
     monkeypatch.setenv(MARKER_ENV, str(marker))
@@ -165,8 +167,17 @@ def test_repository_code_with_yes_on_a_real_terminal_stdin(ws: Path, evil: tuple
            f"--out {tmp_path / 'o'} -q")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=300)
+    assert not marker.exists(), "the repository's code ran"
     assert proc.returncode == 2, proc.stderr
-    assert "base.trust_remote_code: true" in proc.stderr and not marker.exists()
+    assert "base.trust_remote_code: true" in proc.stderr
+
+
+def test_opting_in_runs_the_repository_code(ws: Path, evil: tuple[Path, Path], tmp_path: Path) -> None:
+    base, marker = evil
+    code, text = _cli("export", _recipe_for(ws, base, "trusted.yaml", trust_remote_code=True), "--mask",
+                      ws / "mask.safetensors", "--out", tmp_path / "o", "-q")
+    assert code == 0, text
+    assert marker.exists()  # asked for: the repository's class built the model
 
 
 def test_hub_repo_needing_remote_code_is_one_line_with_the_fix() -> None:
