@@ -29,6 +29,7 @@ from safetensors import safe_open
 
 from .apply import check_scale, scale_masked
 from .errors import InputError
+from .headers import check_entries, check_header_length
 
 __all__ = ["TensorEntry", "Checkpoint", "EditPlan", "resolve_base", "open_checkpoint", "plan_edits", "meta_model"]
 
@@ -154,12 +155,6 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
                          "network and HF_TOKEN, or pass a local folder") from None
 
 
-# bytes per element of each safetensors dtype code (sub-byte and unknown codes are not size-checked)
-_ITEM_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
-               "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
-_MAX_HEADER = 100 * 1024 * 1024  # the reference reader's own limit on the JSON header
-
-
 def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """The tensors of a safetensors file, checked against the file: header length, offsets, sizes vs shapes.
 
@@ -172,9 +167,7 @@ def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[s
         size = path.stat().st_size
         with open(path, "rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
-            if n > min(size - 8, _MAX_HEADER):
-                raise InputError(f"{path}: header length {n} exceeds the file ({size} bytes); the file is truncated "
-                                 f"or corrupt: {fix}")
+            check_header_length(path, n, size, fix)
             header = json.loads(f.read(n))
         base = 8 + n
         meta = header.pop("__metadata__", None) or {}
@@ -187,18 +180,7 @@ def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[s
         raise
     except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
         raise InputError(f"{path}: not a readable safetensors file ({e}); {fix}") from None
-    for e in entries.values():
-        numel = 1
-        for d in e.shape:
-            numel *= int(d)
-        if e.end < e.start or e.start < base:
-            raise InputError(f"{path}: tensor {e.name} has invalid data offsets; the file is corrupt: {fix}")
-        if e.end > size:
-            raise InputError(f"{path}: tensor {e.name} ends at byte {e.end} but the file has {size}; the file is "
-                             f"truncated: {fix}")
-        if e.dtype in _ITEM_BYTES and e.nbytes != numel * _ITEM_BYTES[e.dtype]:
-            raise InputError(f"{path}: tensor {e.name} stores {e.nbytes} bytes but {e.dtype} {list(e.shape)} needs "
-                             f"{numel * _ITEM_BYTES[e.dtype]}; the file is corrupt: {fix}")
+    check_entries(path, entries.values(), base, size, fix)
     return dict(sorted(entries.items(), key=lambda kv: kv[1].start)), meta
 
 
