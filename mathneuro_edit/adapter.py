@@ -115,6 +115,7 @@ def export_adapter(
     allow_pickle: bool = False,
     revision: str | None = None,
     base_model_name_or_path: str | None = None,
+    trust_remote_code: bool = False,
 ) -> AdapterExport:
     """Write the edit as an adapter (see the module docstring for the formats and their guarantees).
 
@@ -129,6 +130,7 @@ def export_adapter(
         revision: Hub revision when ``base`` is a Hub id.
         base_model_name_or_path: what the adapter records as its base (default: the Hub id, also for a folder in
             the Hub cache; ``None`` for a plain local folder, whose path is private and never recorded).
+        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
 
     Returns:
         An :class:`AdapterExport` (path, format, r, entry counts, and sizes against the full checkpoint).
@@ -143,7 +145,7 @@ def export_adapter(
         raise InputError(f"format: must be 'peft' or 'mathneuro', got {format!r}")
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
-    plan = plan_edits(ckpt, mask, meta_model(folder))  # also proves the mask fits this base
+    plan = plan_edits(ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code))  # also proves the mask fits this base
     edited = mask.total()[0]
     checkpoint_bytes = sum((folder / s).stat().st_size for s in ckpt.shards)
     meta = {"mathneuro_edit_mask_sha256": mask.sha256, "mathneuro_edit_scale": repr(scale)}
@@ -351,6 +353,10 @@ def load_edited(base: str | Path | nn.Module, adapter_dir: str | Path, **from_pr
     else:
         from transformers import AutoModelForCausalLM
 
+        from .remote_code import check_remote_code
+
+        from_pretrained_kwargs.setdefault("trust_remote_code", False)  # explicit: transformers never prompts
+        check_remote_code(base, from_pretrained_kwargs["trust_remote_code"])
         model = AutoModelForCausalLM.from_pretrained(str(base), **from_pretrained_kwargs)
     if peft_cfg.is_file():
         from peft import PeftModel

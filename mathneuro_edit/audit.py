@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from .apply import check_scale
+from .remote_code import check_remote_code
 from .checkpoint import SAFE_INDEX, Checkpoint, EditPlan, meta_model, open_checkpoint, plan_edits, resolve_base
 from .export import as_mask, tensor_bytes
 from .errors import InputError
@@ -82,6 +83,7 @@ def verify(
     *,
     allow_pickle: bool = False,
     revision: str | None = None,
+    trust_remote_code: bool = False,
 ) -> VerifyReport:
     """Check an export (baked checkpoint or adapter) against the base, the mask and the scale.
 
@@ -92,6 +94,7 @@ def verify(
         scale: the scale that was applied.
         allow_pickle: the base has pickle weights (read with ``torch.load(weights_only=True)``).
         revision: Hub revision of ``base``.
+        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is True when everything matches.
@@ -109,7 +112,9 @@ def verify(
     from .adapter import MATHNEURO_CONFIG
 
     peft = (out / "adapter_config.json").is_file()
-    plan = plan_edits(ckpt, mask, meta_model(folder) if peft else None)
+    check_remote_code(folder, trust_remote_code)
+    plan = plan_edits(ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code) if peft else None,
+                      trust_remote_code=trust_remote_code)
     if peft:
         return _verify_peft(out, ckpt, plan, mask, scale)
     if (out / MATHNEURO_CONFIG).is_file():
@@ -142,7 +147,9 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
             report.edited += 1
             expected, actual = plan.edited(ckpt, name, scale), got.read(name)
             if not torch.equal(_bits(expected), _bits(actual)):
-                n_bad = int((_bits(expected) != _bits(actual)).sum())
+                # per entry, not per byte: an entry differs when any of its bytes does
+                per = max(actual.element_size(), 1)
+                n_bad = int((_bits(expected) != _bits(actual)).reshape(-1, per).any(dim=1).sum())
                 report.mismatches.append(f"{name}: {n_bad} of {actual.numel()} entries differ from the expected edit")
         elif not _same_bytes(ckpt, got, name):
             report.mismatches.append(f"{name}: differs from the base, but the mask does not edit it")

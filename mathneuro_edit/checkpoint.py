@@ -29,6 +29,7 @@ from safetensors import safe_open
 
 from .apply import check_scale, scale_masked
 from .errors import InputError
+from .headers import check_entries, check_header_length
 
 __all__ = ["TensorEntry", "Checkpoint", "EditPlan", "resolve_base", "open_checkpoint", "plan_edits", "meta_model"]
 
@@ -155,9 +156,18 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
 
 
 def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
+    """The tensors of a safetensors file, checked against the file: header length, offsets, sizes vs shapes.
+
+    Raises:
+        InputError: naming the file (and the tensor) for a truncated file, an absurd header length, or a tensor
+            whose stored bytes do not match its dtype and shape.
+    """
+    fix = "re-download or re-save the base"
     try:
+        size = path.stat().st_size
         with open(path, "rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
+            check_header_length(path, n, size, fix)
             header = json.loads(f.read(n))
         base = 8 + n
         meta = header.pop("__metadata__", None) or {}
@@ -166,8 +176,11 @@ def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[s
                               base + d["data_offsets"][1])
             for name, d in header.items()
         }
-    except (OSError, ValueError, KeyError, struct.error) as e:
-        raise InputError(f"{path}: not a readable safetensors file ({e}); re-download or re-save the base") from None
+    except InputError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
+        raise InputError(f"{path}: not a readable safetensors file ({e}); {fix}") from None
+    check_entries(path, entries.values(), base, size, fix)
     return dict(sorted(entries.items(), key=lambda kv: kv[1].start)), meta
 
 
@@ -229,16 +242,25 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
     return Checkpoint(folder, kind, shards, tensors, shard_meta, index_meta)
 
 
-def meta_model(folder: Path) -> torch.nn.Module | None:
-    """The model class of ``folder``'s config instantiated on the meta device (no memory), or None if unknown."""
+def meta_model(folder: Path, *, trust_remote_code: bool = False) -> torch.nn.Module | None:
+    """The model class of ``folder``'s config instantiated on the meta device (no memory), or None if unknown.
+
+    Raises:
+        InputError: the config needs the repository's own code and ``trust_remote_code`` is False.
+    """
     import transformers
 
+    from .remote_code import check_remote_code
+
+    check_remote_code(folder, trust_remote_code)  # never prompt, never run repo code unasked
     try:
-        config = transformers.AutoConfig.from_pretrained(folder)
+        config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
         arch = (getattr(config, "architectures", None) or [None])[0]
         cls = getattr(transformers, arch, None) if arch else None
         with torch.device("meta"):
-            return cls(config) if cls is not None else transformers.AutoModelForCausalLM.from_config(config)
+            if cls is not None:
+                return cls(config)
+            return transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     except Exception as e:  # custom code or unknown family: fall back to name matching only
         log.info("could not build the model class on the meta device (%s); matching names only", e)
         return None
@@ -297,8 +319,11 @@ def _candidates(name: str, prefix: str) -> list[str]:
     return out
 
 
-def plan_edits(ckpt: Checkpoint, mask: Any, model: torch.nn.Module | None = None) -> EditPlan:
+def plan_edits(ckpt: Checkpoint, mask: Any, model: torch.nn.Module | None = None, *,
+               trust_remote_code: bool = False) -> EditPlan:
     """Map every mask entry to the checkpoint tensors it edits (see the module docstring).
+
+    ``trust_remote_code`` is passed to :func:`meta_model` when the model class is needed.
 
     Raises:
         InputError: an entry that is not a parameter of the base's model class, or that cannot be mapped exactly.
@@ -306,7 +331,7 @@ def plan_edits(ckpt: Checkpoint, mask: Any, model: torch.nn.Module | None = None
     direct: dict[str, list[str]] = {}
     converted: dict[str, dict[str, str]] = {}
     lazy = model is None and not _needs_model(ckpt, mask)
-    model = model if model is not None or lazy else meta_model(ckpt.folder)
+    model = model if model is not None or lazy else meta_model(ckpt.folder, trust_remote_code=trust_remote_code)
     aliases: dict[str, list[str]] = {}
     params: dict[str, tuple[int, ...]] = {}
     prefix = ""

@@ -24,14 +24,23 @@ DEBUG_ENV = "MATHNEURO_EDIT_DEBUG"
 
 def _error_message(exc: BaseException) -> tuple[int, str]:
     """The one table that maps exceptions to an exit status and a one-line message."""
+    from .outdir import Terminated, as_space_error
+
     if isinstance(exc, InputError):
         return 2, str(exc)
+    disk = isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError"  # ENOSPC / EDQUOT / EROFS
+    if disk and (space := as_space_error(exc, getattr(exc, "filename", None) or "the output", None)):
+        return 2, str(space)
     if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
         return 2, f"{exc.filename or exc}: {exc.strerror or 'not found'}; check the path"
     if isinstance(exc, PermissionError):
         return 2, f"{exc.filename}: permission denied; choose a writable location"
     if type(exc).__name__ == "SafetensorError":
         return 2, f"corrupt or unreadable safetensors file ({exc}); re-download or re-create it"
+    if isinstance(exc, Terminated):
+        import signal
+
+        return 128 + exc.signum, f"terminated by {signal.Signals(exc.signum).name}; no output was left behind"
     if isinstance(exc, KeyboardInterrupt):
         return 130, "interrupted; no output was left behind"
     if isinstance(exc, MathNeuroEditError):
@@ -41,10 +50,13 @@ def _error_message(exc: BaseException) -> tuple[int, str]:
 
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
+        from .outdir import install_signal_handlers
+
         try:
-            return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
-            raise
+            with install_signal_handlers():  # SIGTERM / SIGHUP clean up like Ctrl-C
+                return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise  # SystemExit: verify / reproduce already printed their report and chose the status
         except BaseException as exc:  # noqa: BLE001 - the CLI's one error boundary
             if os.environ.get(DEBUG_ENV):
                 raise
@@ -57,6 +69,15 @@ def _recipe(path: str | None, sets: tuple[str, ...]):
     from .recipe import load_recipe, quickstart_recipe
 
     return load_recipe(path, sets) if path else quickstart_recipe(sets)
+
+
+def _refuse_base(recipe: Any, out: str) -> None:
+    """Refuse an --out inside the recipe's local base folder (or onto one of its files)."""
+    from .outdir import refuse_overlap
+
+    local = recipe.base.local_dir()
+    if local is not None:
+        refuse_overlap(out, [local], label="--out")
 
 
 def _echo(quiet: bool):
@@ -123,6 +144,7 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool) 
     from .pipeline import load_recipe_model, calibrate_recipe
 
     r = _recipe(recipe, sets)
+    _refuse_base(r, out)
     model, tok = load_recipe_model(r)
     math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=not quiet)
     if math_stats is None:
@@ -150,6 +172,7 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
     from .stats import ActivationStats
 
     r = _recipe(recipe, sets)
+    _refuse_base(r, out)
     folder = Path(stats_dir)
     generals = [ActivationStats.load(p) for p in sorted(folder.glob("general-*.stats.safetensors"))]
     math_stats = ActivationStats.load(folder / "math.stats.safetensors")
@@ -182,14 +205,15 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrit
     if adapter:
         from .adapter import export_adapter
 
-        res = export_adapter(base, mask_path, scale, out, overwrite=overwrite, revision=r.base.revision)
+        res = export_adapter(base, mask_path, scale, out, overwrite=overwrite, revision=r.base.revision,
+                             trust_remote_code=r.base.trust_remote_code)
         click.echo(f"{res.path}  ({100 * res.size_ratio:.2f}% of the checkpoint's size)")
     else:
         from .export import export_checkpoint
 
         click.echo(export_checkpoint(base, mask_path, scale, out, overwrite=overwrite, revision=r.base.revision,
                                      max_shard_size=r.outputs.max_shard_size, progress=not quiet,
-                                     workers=workers))
+                                     workers=workers, trust_remote_code=r.base.trust_remote_code))
 
 
 @main.command("eval")
@@ -285,6 +309,7 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
 
     folder = Path(out)
     targets = [folder / s for s in ("checkpoint", "adapter") if (folder / s).is_dir()] or [folder]
+    recorded: dict = {}
     if base is None or scale is None or mask_path is None:
         run_dir = folder if targets[0] != folder else folder.parent
         recorded = read_lock(run_dir)["recipe"]  # only base and edit are needed: data paths may stay redacted
@@ -299,12 +324,15 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
         if scale is None:
             scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
         mask_path = mask_path or str(run_dir / "mask.safetensors")
-    failed = False
+    trust = bool(recorded["base"].get("trust_remote_code", False)) if recorded else False
+    failed = []
     for t in targets:
-        report = verify_export(t, base, mask_path, scale)
+        report = verify_export(t, base, mask_path, scale, trust_remote_code=trust)
         click.echo(report.summary())
-        failed |= not report.ok
+        if not report.ok:
+            failed.append(t.name)
     if failed:
+        click.echo(f"verify: FAILED: {', '.join(failed)} differ(s) from the base + mask + scale (details above)")
         sys.exit(1)
 
 

@@ -43,7 +43,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -67,6 +66,8 @@ from .checkpoint import (
 )
 from . import __version__
 from .errors import InputError
+from .remote_code import check_remote_code
+from .outdir import _tree_size, as_space_error, claim, finish_temp_dir, new_temp_dir, refuse_overlap, sweep_stale
 from .shards import check_workers, run_jobs, tensor_bytes, write_all, write_safetensors
 from .shards import write_shard as _write_shard  # module attribute: tests replace it to inject failures
 
@@ -88,6 +89,7 @@ def export_checkpoint(
     revision: str | None = None,
     progress: bool = False,
     workers: int = 1,
+    trust_remote_code: bool = False,
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
 
@@ -103,6 +105,7 @@ def export_checkpoint(
         progress: show a progress bar over tensors.
         workers: output shards written at once (threads); the files are byte-identical whatever the number.
             Peak memory grows with N (see the module docstring); 1 writes one shard after another.
+        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
 
     Returns:
         The path of the written folder.
@@ -121,7 +124,8 @@ def export_checkpoint(
     mask = as_mask(mask)
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
-    plan = plan_edits(ckpt, mask)
+    check_remote_code(folder, trust_remote_code)  # even when names match: never build an unasked-for class
+    plan = plan_edits(ckpt, mask, trust_remote_code=trust_remote_code)
     layout = _layout(ckpt, max_shard_size)
     ours = {
         "mathneuro_edit_version": __version__,
@@ -131,7 +135,7 @@ def export_checkpoint(
     copied, skipped = support_files(folder, ckpt)
     if skipped:
         log.info("not copied from %s: %s", folder, ", ".join(skipped))
-    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder], needed=ckpt.total_size) as tmp:
         bar = tqdm(total=len(ckpt.tensors), desc="export", unit="tensor", disable=not progress)
 
         def write(shard: str, stop: threading.Event) -> None:
@@ -224,35 +228,42 @@ def support_files(folder: Path, ckpt: Checkpoint) -> tuple[list[str], list[str]]
 
 
 @contextmanager
-def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] = ()) -> Iterator[Path]:
+def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] = (),
+               needed: int | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` on success, remove it on error.
+
+    The output is claimed first (:func:`~mathneuro_edit.outdir.claim`: a second run to the same ``out_dir``
+    fails naming this one), stale temporary folders of killed runs beside it are removed, and a full or
+    read-only disk becomes one :class:`~mathneuro_edit.errors.InputError` (``needed``: the output's bytes, for
+    the message; default what was written so far).
 
     Example:
         >>> with atomic_dir("out", overwrite=False) as tmp:  # doctest: +SKIP
         ...     (tmp / "config.json").write_text("{}")
     """
     out = Path(out_dir).expanduser().absolute()
-    for p in protect:
-        p = Path(p).resolve()
-        r = out.resolve()
-        if r == p or p in r.parents or r in p.parents:
-            raise InputError(f"out_dir: {out} overlaps the base folder {p}; write the output somewhere else")
-    if out.exists() and not overwrite:
-        raise InputError(f"out_dir: {out} already exists; pass overwrite=True or choose another folder")
-    if out.exists() and not out.is_dir():
-        raise InputError(f"out_dir: {out} exists and is not a folder; remove it or choose another path")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        yield tmp
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a model folder is normally shared-readable
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    refuse_overlap(out, protect)
+    with claim(out):  # one run per output: a second one exits naming this one
+        if out.exists() and not overwrite:
+            raise InputError(f"out_dir: {out} already exists; pass overwrite=True or choose another folder")
+        if out.exists() and not out.is_dir():
+            raise InputError(f"out_dir: {out} exists and is not a folder; remove it or choose another path")
+        sweep_stale(out.parent)  # temporary folders of runs killed with kill -9
+        tmp = new_temp_dir(out)
+        try:
+            yield tmp
+            finish_temp_dir(tmp)
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private; a model folder is normally shared-readable
+            if out.exists():
+                old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+                out.rename(old)
+                tmp.rename(out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(out)
+        except BaseException as e:
+            err = as_space_error(e, out, needed if needed is not None else _tree_size(tmp))
+            shutil.rmtree(tmp, ignore_errors=True)
+            if err is not None:
+                raise err from None
+            raise

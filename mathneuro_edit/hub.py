@@ -16,7 +16,6 @@ returned, or kept in an error message.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -37,6 +36,7 @@ from . import __version__
 from .errors import InputError, MathNeuroEditError
 from .lock import read_lock
 from .recipe import is_local_path
+from .scrub import is_private_path, scrub_json_bytes
 
 __all__ = ["PushResult", "push_to_hub", "commit_message_for"]
 
@@ -110,6 +110,7 @@ class PushResult:
         commit_message: the commit's summary (names the recipe sha256).
         card_metadata: the card's YAML metadata.
         dry_run: ``True`` when nothing was sent.
+        scrubbed: ``"file: key"`` of every local path blanked (``""``) in the uploaded copy of a JSON file.
         repo_url, commit_url, commit_oid: the Hub's answers (``None`` for a dry run).
     """
 
@@ -123,6 +124,7 @@ class PushResult:
     repo_url: str | None = None
     commit_url: str | None = None
     commit_oid: str | None = None
+    scrubbed: tuple[str, ...] = ()  # "file: key" of every local path blanked in the uploaded copy
 
     def describe(self) -> str:
         """A human-readable summary (what the CLI prints)."""
@@ -132,6 +134,8 @@ class PushResult:
                  f"(revision {self.revision}, private={self.private})", f"commit: {self.commit_message}"]
         lines += [f"  {size:>14,}  {path}" for path, size in self.files]
         lines.append("card metadata: " + ", ".join(f"{k}={v}" for k, v in self.card_metadata.items()))
+        if self.scrubbed:
+            lines.append("local paths blanked in the uploaded copy: " + ", ".join(self.scrubbed))
         if self.commit_url:
             lines.append(f"commit url: {self.commit_url}")
         return "\n".join(lines)
@@ -158,24 +162,32 @@ def _folder_files(out: Path) -> list[tuple[str, Path]]:
     return files
 
 
-_PATH_KEYS = ("base_model_name_or_path", "_name_or_path")  # keys PEFT/transformers fill from the load path
 
 
-def _check_no_local_paths(files: list[tuple[str, Path]]) -> None:
-    """Refuse to publish a config that names a local folder (PEFT writes the base's load path into
-    ``adapter_config.json``): it would leak the path and is useless to anyone else."""
+def _check_no_local_paths(files: list[tuple[str, Path]]) -> dict[str, tuple[bytes, list[str]]]:
+    """Refuse an adapter config naming a local base (PEFT needs the base's Hub id: a blank would break loading);
+    blank every other local path in any uploaded JSON file, at any depth (the files on disk stay as they are).
+
+    Returns:
+        ``path in repo -> (scrubbed content, keys blanked)`` for the JSON files that needed it.
+    """
+    scrubbed: dict[str, tuple[bytes, list[str]]] = {}
     for rel, p in files:
-        if not rel.endswith(".json") or p.stat().st_size > 1 << 20:  # configs are small; skip large JSON data
+        if not rel.endswith(".json") or p.stat().st_size > 64 << 20:  # JSON weights-scale data is not a config
             continue
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        for key in _PATH_KEYS:
-            value = data.get(key) if isinstance(data, dict) else None
-            if isinstance(value, str) and (is_local_path(value) or re.match(r"^[A-Za-z]:[\\/]", value)):
-                raise InputError(f"{rel}: {key} is a local path ({value}); it would be published: set it to the "
-                                 "base model's Hub id (or null) before pushing")
+        if rel.rsplit("/", 1)[-1] == "adapter_config.json" and isinstance(data, dict):
+            value = data.get("base_model_name_or_path")
+            if isinstance(value, str) and (is_local_path(value) or is_private_path(value)):
+                raise InputError(f"{rel}: base_model_name_or_path is a local path ({value}); it would be published: "
+                                 "set it to the base model's Hub id (or null) before pushing")
+        content, keys = scrub_json_bytes(p)
+        if content is not None:
+            scrubbed[rel] = (content, keys)
+    return scrubbed
 
 
 def push_to_hub(
@@ -223,10 +235,12 @@ def push_to_hub(
     branch = revision or constants.DEFAULT_REVISION
     message = commit_message_for(str(lock.get("recipe_sha256", "unknown")), commit_message)
     files = _folder_files(out)
-    _check_no_local_paths(files)
+    scrubbed = _check_no_local_paths(files)
     result = PushResult(
-        repo_id=repo_id, revision=branch, private=private, files=[(rel, p.stat().st_size) for rel, p in files],
+        repo_id=repo_id, revision=branch, private=private,
+        files=[(rel, len(scrubbed[rel][0]) if rel in scrubbed else p.stat().st_size) for rel, p in files],
         commit_message=message, card_metadata=ModelCard.load(out / "README.md").data.to_dict(), dry_run=True,
+        scrubbed=tuple(f"{rel}: {key}" for rel, (_, keys) in scrubbed.items() for key in keys),
     )
     if dry_run:
         return result
@@ -239,7 +253,8 @@ def push_to_hub(
         url = api.create_repo(repo_id, private=private, repo_type="model", exist_ok=True)
         if branch != constants.DEFAULT_REVISION:
             api.create_branch(repo_id, branch=branch, repo_type="model", exist_ok=True)
-        operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(p)) for rel, p in files]
+        operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=scrubbed[rel][0] if rel in scrubbed
+                                         else str(p)) for rel, p in files]
         info = api.create_commit(repo_id, operations, commit_message=message, repo_type="model", revision=branch,
                                  commit_description="Made with mathneuro-edit; see README.md and "
                                                     "mathneuro_recipe.lock.yaml.")

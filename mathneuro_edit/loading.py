@@ -144,6 +144,14 @@ def load_model(
     if (max_memory is not None or offload_folder is not None) and device_map is None:
         raise InputError("base: max_memory and offload_folder need device_map (e.g. device_map: auto)")
     path = resolve_model_path(base_cfg_or_path)
+    from .remote_code import check_remote_code, remote_code_error
+
+    check_remote_code(path, bool(trust_remote_code))  # one line instead of transformers' prompt
+    local = Path(path)
+    if local.is_dir() and any(local.glob("*.safetensors")):
+        from .checkpoint import open_checkpoint
+
+        open_checkpoint(local)  # headers only: a truncated or corrupt shard is one line naming file and tensor
     torch_dtype = _torch_dtype(dtype)
     if device_map is None:
         target = _auto_device(device)
@@ -154,18 +162,29 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model, info = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch_dtype, use_safetensors=True, device_map=device_map, max_memory=max_memory,
-            offload_folder=None if offload_folder is None else str(offload_folder), **kwargs,
+            offload_folder=None if offload_folder is None else str(offload_folder), output_loading_info=True,
+            **kwargs,
         )
+    except ValueError as e:  # a Hub repo that needs its own code
+        raise (remote_code_error(base_cfg_or_path, e) or e) from None
     except OSError as e:  # missing safetensors, unknown repo, no network: one clear line
         raise InputError(
             f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check the id or folder, that "
             "it has *.safetensors weights, your network and HF_TOKEN"
         ) from None
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # transformers would only warn and initialise them randomly: an edit of that is meaningless
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise InputError(f"base.model {str(base_cfg_or_path)!r}: the checkpoint lacks {len(missing)} weight(s) of "
+                         f"the model ({', '.join(missing[:3])}{more}); re-download or re-save the base")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as e:
+        err = remote_code_error(base_cfg_or_path, e)
+        if err is not None:
+            raise err from None
         raise InputError(
             f"base.model {str(base_cfg_or_path)!r}: cannot load its tokenizer ({_first_line(e)}); the folder needs "
             "the tokenizer files save_pretrained writes"
@@ -242,14 +261,15 @@ class CheckpointWeights(_LazyWeights):
     stored entry goes (a pure re-layout, checked to cover every position exactly once).
     """
 
-    def __init__(self, folder: Path, names: Iterable[str] | None, dtype: torch.dtype | None) -> None:
+    def __init__(self, folder: Path, names: Iterable[str] | None, dtype: torch.dtype | None,
+                 trust_remote_code: bool = False) -> None:
         from .checkpoint import meta_model, open_checkpoint, plan_edits
         from .targets import find_targets
 
         self.folder = folder
         self.dtype = dtype
         self._ckpt = open_checkpoint(folder)
-        self._model = meta_model(folder)
+        self._model = meta_model(folder, trust_remote_code=trust_remote_code)
         if self._model is None:
             raise InputError(f"{folder}: transformers cannot build this model family from config.json; "
                              "load the model and use model_weights(model) instead")
@@ -260,7 +280,7 @@ class CheckpointWeights(_LazyWeights):
             raise InputError(f"{unknown[0]!r} is not a parameter of the model in {folder}; "
                              "the names come from another model: recalibrate on this one")
         self._shapes = {n: params[n] for n in wanted}
-        self._plan = plan_edits(self._ckpt, _ShapeList(self._shapes), self._model)
+        self._plan = plan_edits(self._ckpt, _ShapeList(self._shapes), self._model, trust_remote_code=trust_remote_code)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         shape = self._shapes[name]
@@ -312,6 +332,7 @@ def weights_from_checkpoint(
     names: Iterable[str] | None = None,
     dtype: str | torch.dtype | None = None,
     revision: str | None = None,
+    trust_remote_code: bool = False,
 ) -> CheckpointWeights:
     """Read target weights from a checkpoint's safetensors files, named as ``from_pretrained`` names them.
 
@@ -324,6 +345,7 @@ def weights_from_checkpoint(
         dtype: cast each weight to this dtype, the one the model was calibrated in (``stats.meta["dtype"]``),
             so that scores equal those of the loaded model; ``None`` keeps the stored dtype.
         revision: Hub revision for a Hub id.
+        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
 
     Returns:
         A lazy :class:`CheckpointWeights` mapping ``name -> tensor`` (read on access, nothing cached).
@@ -339,4 +361,5 @@ def weights_from_checkpoint(
 
     torch_dtype = None if dtype is None else _torch_dtype(dtype)
     folder = resolve_base(resolve_model_path(model_dir), revision=revision)
-    return CheckpointWeights(folder, names, torch_dtype if isinstance(torch_dtype, torch.dtype) else None)
+    return CheckpointWeights(folder, names, torch_dtype if isinstance(torch_dtype, torch.dtype) else None,
+                             trust_remote_code)

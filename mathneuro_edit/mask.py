@@ -140,8 +140,15 @@ class Mask(Mapping[str, torch.Tensor]):
         tensors = {f"{kind}/{name}": data.contiguous() for name, (kind, data) in self._store.items()}
         header = {"shapes": {n: list(s) for n, s in self._shapes.items()}, "meta": self.meta, "sha256": self.sha256}
         tmp = path.with_name(f".{path.name}.tmp")
-        save_file(tensors, str(tmp), metadata={"format": _FORMAT, "mathneuro_edit": json.dumps(header)})
-        tmp.replace(path)
+        from .outdir import disk_errors
+
+        try:
+            needed = sum(t.numel() * t.element_size() for t in tensors.values())
+            with disk_errors(path, needed):  # a full or read-only disk: one line naming the file
+                save_file(tensors, str(tmp), metadata={"format": _FORMAT, "mathneuro_edit": json.dumps(header)})
+                tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)  # nothing half-written is left (a no-op once renamed)
         return path
 
     @classmethod
@@ -282,7 +289,8 @@ def _scores(weight: torch.Tensor, stat: torch.Tensor, name: str) -> torch.Tensor
 
 
 def _check_stats(
-    targets: Mapping[str, Target], params: Mapping[str, torch.Tensor], stats: "ActivationStats", label: str
+    targets: Mapping[str, Target], params: Mapping[str, torch.Tensor], stats: "ActivationStats", label: str,
+    math_norm: Mapping[str, torch.Tensor] | None = None,
 ) -> None:
     for name, t in targets.items():
         if name not in params:
@@ -292,13 +300,21 @@ def _check_stats(
             )
         # a lazy mapping (loading.weights_from_checkpoint/model_weights) gives shapes without reading tensors
         shape = tuple(params.shape_of(name) if hasattr(params, "shape_of") else params[name].shape)
-        if shape != t.shape:
+        own = stats.targets.get(name, t)  # this set's own record: math and general may come from different models
+        if shape != own.shape or shape != t.shape:
+            bad = own.shape if own.shape != shape else t.shape
             raise InputError(
-                f"{label}: {name!r} has shape {t.shape} in the statistics but {shape} in the "
+                f"{label}: {name!r} has shape {bad} in the statistics but {shape} in the "
                 "model; the statistics come from another model: recalibrate on this one"
             )
         if name not in stats.norm_sum:
             raise InputError(f"{label}: no statistics for {name!r}; calibrate all sets with the same targets")
+        ref = math_norm.get(name) if math_norm is not None else None
+        if ref is not None and tuple(stats.norm_sum[name].shape) != tuple(ref.shape):
+            raise InputError(
+                f"{label}: {name!r} has statistics of shape {tuple(stats.norm_sum[name].shape)} but "
+                f"{tuple(ref.shape)} in math_stats; the sets come from different models: calibrate all on this one"
+            )
 
 
 def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
@@ -394,7 +410,7 @@ def find_math_params_multi(
                 f"general_stats[{i}]: targets differ from math_stats (first: {diff!r}); "
                 "calibrate every set with the same include/exclude"
             )
-        _check_stats(targets, params, general, f"general_stats[{i}]")
+        _check_stats(targets, params, general, f"general_stats[{i}]", math_stats.norm_sum)
 
     masks = [Mask({}, {}) for _ in top_ks]
     with torch.no_grad():

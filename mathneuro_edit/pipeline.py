@@ -231,10 +231,11 @@ def run_recipe(
         ratio = None
         if recipe.outputs.checkpoint:
             export_checkpoint(folder, mask, scale, tmp / "checkpoint", max_shard_size=recipe.outputs.max_shard_size,
-                              progress=progress, workers=workers)
+                              progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code)
             echo("exported checkpoint/")
         if recipe.outputs.adapter:
-            adapter = export_adapter(folder, mask, scale, tmp / "adapter")
+            adapter = export_adapter(folder, mask, scale, tmp / "adapter",
+                                     trust_remote_code=recipe.base.trust_remote_code)
             ratio = adapter.size_ratio
             echo(f"exported adapter/ ({100 * ratio:.2f}% of the checkpoint's size)")
 

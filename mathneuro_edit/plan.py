@@ -85,6 +85,9 @@ def load_config(config_or_path: Any, *, revision: str | None = None, trust_remot
                 raise InputError(f"{path}: not a readable config.json ({e}); pass the model's config.json") from None
         else:
             ref = resolve_model_path(text)
+            from .remote_code import check_remote_code
+
+            check_remote_code(ref, trust_remote_code)
             try:
                 return AutoConfig.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
             except (OSError, ValueError) as e:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 
 __all__ = [
@@ -75,8 +75,9 @@ def _regex(value: str) -> str:
     return value
 
 
-Positive = Annotated[int, _check(lambda v: v >= 1, "must be an integer >= 1")]
-NonNegative = Annotated[int, _check(lambda v: v >= 0, "must be an integer >= 0")]
+# Why strict ints and bools: YAML `batch_size: true` or `prune: "yes"` is a mistake, not 1 / True.
+Positive = Annotated[StrictInt, _check(lambda v: v >= 1, "must be an integer >= 1")]
+NonNegative = Annotated[StrictInt, _check(lambda v: v >= 0, "must be an integer >= 0")]
 Fraction = Annotated[float, _check(lambda v: 0 < v <= 1, "must be in (0, 1]")]
 Scale = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
 Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
@@ -177,7 +178,7 @@ class BaseConfig(_Model):
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
         "auto", description="dtype the model is loaded and edited in (auto: the checkpoint's)")
     device: Device = Field("auto", description="cpu, cuda, cuda:N, mps or auto")
-    trust_remote_code: bool = Field(False, description="run the model repo's own code (only for repos you trust)")
+    trust_remote_code: StrictBool = Field(False, description="run the model repo's own code (only for repos you trust)")
     device_map: str | dict[str, int | str] | None = Field(
         None, description='accelerate device map for big models, e.g. "auto"')
     max_memory: MaxMemory | None = Field(
@@ -207,7 +208,7 @@ class DataConfig(_Model):
     math: Source = Field(description="math texts (GSM8K question/answer records are formatted automatically)")
     general: Sources = Field(description="general texts: one source or a list; each source is its own set")
     samples: Positive = Field(100, description="texts per set (math, and each general source)")
-    seed: int = Field(0, description="seed of the sampling (Python random, see docs/recipes.md)")
+    seed: StrictInt = Field(0, description="seed of the sampling (Python random, see docs/recipes.md)")
 
 
 class CalibrationConfig(_Model):
@@ -232,14 +233,14 @@ class MaskConfig(_Model):
         "mathneuro", description="mathneuro (math top-K minus general top-K), wanda (math top-K only) or random")
     top_k: Fraction = Field(0.05, description="fraction of each matrix (or row) kept in a top-K set")
     granularity: Literal["matrix", "row"] = Field("matrix", description="top-K per matrix or per output row")
-    seed: int = Field(0, description="seed of the random method")
+    seed: StrictInt = Field(0, description="seed of the random method")
 
 
 class EditConfig(_Model):
     """What is done to the selected weights: exactly one of ``scale: X`` or ``prune: true``."""
 
     scale: Scale | None = Field(None, description="multiply selected weights by this (paper: 1.1)")
-    prune: bool = Field(False, description="set selected weights to 0")
+    prune: StrictBool = Field(False, description="set selected weights to 0")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> EditConfig:
@@ -262,8 +263,8 @@ class EditConfig(_Model):
 class OutputsConfig(_Model):
     """What is written."""
 
-    checkpoint: bool = Field(True, description="a full edited transformers checkpoint")
-    adapter: bool = Field(False, description="a PEFT adapter holding the edit")
+    checkpoint: StrictBool = Field(True, description="a full edited transformers checkpoint")
+    adapter: StrictBool = Field(False, description="a PEFT adapter holding the edit")
     max_shard_size: ShardSize | None = Field(None, description='checkpoint shard size, e.g. "2GB" (default: '
                                                                "transformers')")
 
@@ -280,7 +281,7 @@ class EvaluationConfig(_Model):
     math: Source = Field(description="math problems with question/answer (GSM8K format, gold after '#### ')")
     general: Sources = Field(description="general texts for loss and KL: one source or a list")
     samples: Positive = Field(100, description="problems and texts evaluated")
-    seed: int = Field(0, description="seed of the sampling")
+    seed: StrictInt = Field(0, description="seed of the sampling")
     n_shot: NonNegative = Field(0, description="worked examples put before each problem")
     max_new_tokens: Positive = Field(256, description="generation budget per problem")
     lm_eval_tasks: list[str] = Field(default_factory=list, description="lm-evaluation-harness tasks run too, e.g. "
@@ -292,7 +293,7 @@ class HubConfig(_Model):
     """Where ``mathneuro-edit push`` publishes (optional)."""
 
     repo_id: RepoId = Field(description="target model repo, e.g. user/name")
-    private: bool = Field(False, description="create the repo private")
+    private: StrictBool = Field(False, description="create the repo private")
     revision: str | None = Field(None, description="branch to push to (created if missing; default main)")
 
 

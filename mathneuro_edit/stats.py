@@ -117,8 +117,15 @@ class ActivationStats:
             tensors[f"sq/{name}"] = self.sq_sum[name].contiguous()
             tensors[f"count/{name}"] = self.token_count[name].contiguous()
         tmp = path.with_name(f".{path.name}.tmp")
-        save_file(tensors, str(tmp), metadata={"format": _FORMAT, "mathneuro_edit": json.dumps(self._header())})
-        tmp.replace(path)
+        from .outdir import disk_errors
+
+        try:
+            needed = sum(t.numel() * t.element_size() for t in tensors.values())
+            with disk_errors(path, needed):  # a full or read-only disk: one line naming the file
+                save_file(tensors, str(tmp), metadata={"format": _FORMAT, "mathneuro_edit": json.dumps(self._header())})
+                tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)  # nothing half-written is left (a no-op once renamed)
         return path
 
     @classmethod

@@ -73,7 +73,7 @@ def load_organism(dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, 
                          "regenerate it with `python scripts/train_organism.py`")
     if not isinstance(dtype, torch.dtype):
         raise InputError(f"dtype: must be a torch.dtype, got {dtype!r}; pass e.g. torch.float32")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
     model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     return model, tokenizer
