@@ -120,7 +120,8 @@ def load_model(
 
     Raises:
         InputError: a missing local folder, an unknown dtype/device, both ``device`` and ``device_map``, a model
-            without safetensors weights, or a Hub id that cannot be fetched.
+            without safetensors weights, a Hub id that cannot be fetched, a base that needs its own code without
+            ``trust_remote_code``, a corrupt shard (naming file and tensor), or weights missing from the checkpoint.
 
     Example:
         >>> model, tok = load_model("organism", dtype="float32", device="cpu")  # doctest: +SKIP

@@ -465,3 +465,15 @@ def test_reproduce_finding_a_difference_exits_1_with_its_report_last(ws: Path, t
     assert code == 1, text
     assert "internal error" not in text and "SystemExit" not in text
     assert text.strip().splitlines()[-1].startswith("reproduced: NO"), text
+
+
+def test_disk_full_reported_by_the_safetensors_writer_is_the_same_line(tmp_path: Path) -> None:
+    from safetensors import SafetensorError
+
+    from mathneuro_edit.outdir import as_space_error
+
+    err = SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                          'left on device" })')
+    got = as_space_error(err, tmp_path / "m.safetensors", 5_000_000)
+    assert got is not None and str(got).startswith(f"no space left on device writing {tmp_path / 'm.safetensors'}")
+    assert as_space_error(SafetensorError("header too large"), tmp_path, None) is None
