@@ -12,9 +12,10 @@ Routes, on one random bf16 Llama (~120M parameters by default) and N samples of 
   ``masks_multi``: the same 8 masks from one ``find_math_params_multi`` call (what ``sweep`` does).
 
 Suite ``--suite stop`` (issue 12): calibrate / plain forward, time and peak memory above the loaded model, on a
-random bf16 Llama with a 32k vocabulary and on SmolLM2-135M (dequantized from its GGUF file, float32; skipped
-when the file is absent), each with a tied and an untied ``lm_head``. Every (model, route) runs in its own
-subprocess, the routes alternate for ``--rounds`` rounds, and the minimum time per route is kept.
+random float32 Llama with a 32k vocabulary and on SmolLM2-135M (dequantized from its GGUF file, float32; skipped
+when the file is absent), each with a tied and an untied ``lm_head``. Every model runs in its own subprocess
+that runs both routes: peaks first, then the routes alternate for ``--rounds`` rounds, and the minimum
+time per route is kept.
 
 Suite ``--suite masks`` (issue 12): ``find_math_params`` (one general set, top_k 0.05) on a random bf16 Llama
 given as a mapping of weights (default ~1.2B parameters), in ns per weight and peak RSS above the weights.
@@ -174,7 +175,7 @@ def _stop_model(variant: str, workdir: str):
         cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
                           num_attention_heads=12, num_key_value_heads=12, tie_word_embeddings=(head == "tied"))
         torch.manual_seed(0)
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+        model = LlamaForCausalLM(cfg)  # float32: bf16 matmuls are emulated (slow) on this CPU
     else:  # the parent dequantized the GGUF file once (it takes minutes) and saved plain float32 weights
         from safetensors.torch import load_model
         from transformers import AutoConfig
@@ -188,7 +189,14 @@ def _stop_model(variant: str, workdir: str):
     return model.eval(), model.config.vocab_size
 
 
-def stop_route(variant: str, name: str, samples: int, tokens: int, repeat: int, workdir: str) -> dict:
+def stop_route(variant: str, samples: int, tokens: int, rounds: int, workdir: str) -> dict:
+    """Both routes on one model in one process: peaks first (calibrate, then forward), then alternating timings.
+
+    Why this order: the peak above the model is measured from a reset counter before each route, calibrate first;
+    memory the allocator kept from it could only make the forward's peak look smaller (a conservative
+    comparison). Timings alternate forward / calibrate ``rounds`` times and keep each route's minimum, so both
+    see the same load on a shared machine.
+    """
     import torch
 
     torch.set_num_threads(2)
@@ -199,26 +207,36 @@ def stop_route(variant: str, name: str, samples: int, tokens: int, repeat: int, 
     ids = [torch.randint(3, vocab, (tokens,), generator=g).tolist() for _ in range(samples)]
     texts = [f"sample {i}" for i in range(samples)]
     tok = _Tok(dict(zip(texts, ids)))
-    base = _rss_kb()
-    peak_ok = _reset_peak()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        if name == "forward":
-            with torch.no_grad():
-                for i in range(0, samples, 8):
-                    batch = torch.tensor(ids[i : i + 8])
-                    model(input_ids=batch, attention_mask=torch.ones_like(batch), use_cache=False)
-        else:
-            calibrate(model, tok, texts, batch_size=8, max_length=tokens, progress=False)
-        best = min(best, time.perf_counter() - t0)
-    return {"variant": variant, "route": name, "seconds": best, "targets": len(find_targets(model)),
-            "peak_above_model_mb": (_peak_kb() - base) / 1024 if peak_ok else None}
+
+    def forward() -> None:
+        with torch.no_grad():
+            for i in range(0, samples, 8):
+                batch = torch.tensor(ids[i : i + 8])
+                out = model(input_ids=batch, attention_mask=torch.ones_like(batch), use_cache=False)
+                del out
+
+    def calib() -> None:
+        calibrate(model, tok, texts, batch_size=8, max_length=tokens, progress=False)
+
+    peaks: dict[str, float | None] = {}
+    for name, fn in (("calibrate", calib), ("forward", forward)):
+        base = _rss_kb()
+        ok = _reset_peak()
+        fn()
+        peaks[name] = (_peak_kb() - base) / 1024 if ok else None
+    best = {"forward": float("inf"), "calibrate": float("inf")}
+    for _ in range(rounds):
+        for name, fn in (("forward", forward), ("calibrate", calib)):
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {"variant": variant, "seconds": best, "peak_above_model_mb": peaks, "targets": len(find_targets(model)),
+            "lm_head_scored": "lm_head.weight" in find_targets(model)}
 
 
 def _child(args, extra: list[str]) -> dict:
     cmd = [sys.executable, __file__, "--samples", str(args.samples), "--tokens", str(args.tokens),
-           "--repeat", str(args.repeat), *extra]
+           "--rounds", str(args.rounds), *extra]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -239,27 +257,15 @@ def suite_stop(args) -> dict:
             variants += ["smollm2-tied", "smollm2-untied"]
         else:
             print(f"skipping SmolLM2-135M: {SMOLLM2 / SMOLLM2_GGUF} not found", file=sys.stderr)
-        best: dict[tuple[str, str], dict] = {}
-        for _ in range(args.rounds):  # alternate the routes: both see the same load on a shared machine
-            for v in variants:
-                for route_name in ("forward", "calibrate"):
-                    r = _child(args, ["--child-stop", v, route_name, "--workdir", wd])
-                    key = (v, route_name)
-                    if key not in best or r["seconds"] < best[key]["seconds"]:
-                        peak = max(best[key]["peak_above_model_mb"], r["peak_above_model_mb"]) if key in best else \
-                            r["peak_above_model_mb"]
-                        best[key] = dict(r, peak_above_model_mb=peak)
-    report = {"setup": {"samples": args.samples, "tokens": args.tokens, "repeat": args.repeat, "rounds": args.rounds,
-                        "load": os.getloadavg()}}
-    for v in variants:
-        f, c = best[(v, "forward")], best[(v, "calibrate")]
-        report[v] = {
-            "forward_s": round(f["seconds"], 3), "calibrate_s": round(c["seconds"], 3),
-            "calibrate_over_forward": round(c["seconds"] / f["seconds"], 3),
-            "peak_above_model_mb": {"forward": round(f["peak_above_model_mb"], 1),
-                                    "calibrate": round(c["peak_above_model_mb"], 1)},
-            "targets": c["targets"],
-        }
+        results = {v: _child(args, ["--child-stop", v, "--workdir", wd]) for v in variants}
+    report: dict = {"setup": {"samples": args.samples, "tokens": args.tokens, "rounds": args.rounds,
+                              "load_at_end": os.getloadavg()}}
+    for v, r in results.items():
+        f, c = r["seconds"]["forward"], r["seconds"]["calibrate"]
+        report[v] = {"forward_s": round(f, 3), "calibrate_s": round(c, 3), "calibrate_over_forward": round(c / f, 3),
+                     "peak_above_model_mb": {k: None if x is None else round(x, 1)
+                                             for k, x in r["peak_above_model_mb"].items()},
+                     "targets": r["targets"], "lm_head_scored": r["lm_head_scored"]}
     return report
 
 
@@ -295,12 +301,13 @@ def masks_route(layers: int, hidden: int, inter: int, vocab: int) -> dict:
     largest = max(w.numel() for w in weights.values())
     base = _rss_kb()
     peak_ok = _reset_peak()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     mask = find_math_params(weights, ms, gs, top_k=0.05)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0  # CPU time: less sensitive to a shared machine
     peak = (_peak_kb() - base) * 1024 if peak_ok else None
     return {"weights": n_weights, "largest_matrix": largest, "seconds": seconds,
-            "ns_per_weight": seconds / n_weights * 1e9, "model_mb": n_weights * 2 / 2**20,
+            "ns_per_weight": seconds / n_weights * 1e9, "cpu_seconds": cpu, "cpu_ns_per_weight": cpu / n_weights * 1e9,
+            "threads": torch.get_num_threads(), "model_mb": n_weights * 2 / 2**20,
             "peak_above_model_mb": peak / 2**20 if peak is not None else None,
             "peak_over_largest_matrix_float32": peak / (4 * largest) if peak is not None else None,
             "selected": mask.total()[0], "load": os.getloadavg()}
@@ -317,11 +324,11 @@ def main() -> None:
     p.add_argument("--masks-shape", default="16,2048,8192,32000",
                    help="masks suite: layers,hidden,intermediate,vocab of the random Llama (default ~1.2B)")
     p.add_argument("--child")
-    p.add_argument("--child-stop", nargs=2)
+    p.add_argument("--child-stop")
     p.add_argument("--workdir")
     args = p.parse_args()
     if args.child_stop:
-        print(json.dumps(stop_route(*args.child_stop, args.samples, args.tokens, args.repeat, args.workdir)))
+        print(json.dumps(stop_route(args.child_stop, args.samples, args.tokens, args.rounds, args.workdir)))
         return
     if args.suite == "stop":
         print(json.dumps(suite_stop(args), indent=2))
