@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -321,8 +322,16 @@ def calibrate(
         "max_length": max_length,
         "texts_sha256": texts_sha256(texts),
         "model_fingerprint": model_fingerprint(model),
-        "model_name": getattr(getattr(model, "config", None), "_name_or_path", "") or "",
+        "model_name": _public_name(getattr(getattr(model, "config", None), "_name_or_path", "") or ""),
         "dtype": str(first.dtype).removeprefix("torch."),
         "versions": {"mathneuro_edit": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
     }
     return ActivationStats(norm, sq, count, dict(targets), meta)
+
+
+def _public_name(name: str) -> str:
+    """A Hub id as is; a local folder as ``<local>``: the same model in another folder gives the same statistics
+    (and no personal path ends up in a file that may be shared)."""
+    from .recipe import LOCAL, is_local_path
+
+    return LOCAL if name and (is_local_path(str(name)) or Path(str(name)).is_absolute()) else str(name)

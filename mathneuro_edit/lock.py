@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import os
 import platform
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ import yaml
 
 from . import __version__
 from .errors import InputError, MathNeuroEditError
+from .files import write_text_atomic  # re-exported: the lock's and cards' atomic writer
 from .recipe import LOCAL, Recipe, is_local_path, recipe_from_dict, recipe_sha256
 
 __all__ = [
@@ -177,26 +177,6 @@ def build_lock(
     }
     check_private(yaml.safe_dump(lock), recipe, "the lock file")
     return lock
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a text file atomically: a temp file in the same folder, then a rename (readers never see half a file).
-
-    Raises:
-        InputError: the folder does not exist.
-    """
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise InputError(f"{path.parent}: output folder does not exist; create it or run the pipeline first")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def write_lock(out_dir: str | Path, lock: Mapping[str, Any]) -> Path:
