@@ -245,9 +245,7 @@ def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         yield tmp
-        from .files import dir_mode
-
-        os.chmod(tmp, dir_mode())  # mkdtemp makes it private (0700); a new folder gets what the umask allows
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a model folder is normally shared-readable
         if out.exists():
             old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
             out.rename(old)
