@@ -2,8 +2,15 @@
 
 Metadata: ``base_model`` (Hub ids only), ``base_model_relation`` (``finetune`` for a checkpoint, ``adapter`` for a
 PEFT adapter), ``library_name`` (``transformers`` / ``peft``), ``tags``, ``datasets`` (Hub ids of the calibration
-data), ``license``, ``pipeline_tag: text-generation``. Body: what was edited, the before/after evaluation, how to
-load it, how to reproduce it (with the full lock file), the paper's citation, and limitations.
+data), ``license``, ``pipeline_tag: text-generation``. Body: what was edited (base, method and paper, top_k, scale,
+% of weights), the data with its sha256, the base (Hub id + revision, or a local base's file hashes), the
+before/after evaluation, how to load it, how to install mathneuro-edit and reproduce the edit (the exact command),
+the library versions, the recipe, the full lock file, the paper's citation, and limitations. The sections drawn
+from the lock alone live in :mod:`mathneuro_edit.card_sections`.
+
+One card per folder, rendered from the folder itself (:func:`card_for_folder`: its lock and ``eval.json``), so
+``push`` renders it again for the target repo: the published card loads ``from_pretrained("user/name")``; a card
+still in a local folder loads ``"."`` (that folder). No placeholder, no timestamp, no local path.
 
 Privacy: a local base path never appears in the card (its lock is the public form, see :mod:`mathneuro_edit.lock`);
 :func:`build_card` checks the finished text and refuses to build a card that would reveal one.

@@ -219,3 +219,44 @@ def test_read_lock_errors(tmp_path: Path) -> None:
         read_lock(tmp_path)
     with pytest.raises(InputError, match="output folder does not exist"):
         write_lock(tmp_path / "missing", {"lock_version": 1})
+
+
+def test_reproduce_reads_the_lock_of_a_hub_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mathneuro-edit reproduce me/name`, as the pushed card says: the lock is downloaded from the repo."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from mathneuro_edit.reproduce import read_any_lock
+
+    lock = _lock(quickstart_recipe())
+    write_lock(tmp_path, lock)
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download",
+                        lambda repo, name, **kw: asked.append((repo, name)) or str(tmp_path / LOCK_NAME))
+    monkeypatch.chdir(tmp_path)  # "me/name" is no local folder here
+    assert read_any_lock("me/name") == lock and asked == [("me/name", LOCK_NAME)]
+
+    def offline(*a, **k):
+        raise LocalEntryNotFoundError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(InputError, match="me/name: not a local path, and the Hub cannot be reached"):
+        read_any_lock("me/name")
+
+
+def test_check_local_files_names_a_wrong_file(tmp_path: Path) -> None:
+    from mathneuro_edit.lock import check_local_files
+
+    right, wrong = tmp_path / "a" / "math.jsonl", tmp_path / "b" / "math.jsonl"
+    for p, answer in ((right, 2), (wrong, 3)):
+        p.parent.mkdir()
+        p.write_text(f'{{"question": "1+1?", "answer": "#### {answer}"}}\n')
+    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"data.math={{path: '{right}'}}"])
+    lock = _lock(recipe)
+    assert lock["files"] == {"data.math.path": {"name": "math.jsonl",
+                                                "sha256": hashlib.sha256(right.read_bytes()).hexdigest()}}
+    check_local_files(lock, recipe)  # the right file: silent, wherever it lives
+    moved = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"data.math={{path: '{wrong}'}}"])
+    with pytest.raises(InputError, match=r"data\.math\.path=.*b/math\.jsonl: sha256 .*the lock expects .*"
+                                         r"\(math\.jsonl\); this is not the file the run used"):
+        check_local_files(lock, moved)

@@ -64,6 +64,16 @@ def _cli(*args: str, seed: str = "0", cwd: Path | None = None, umask: int = 0o02
                           env=full_env, cwd=cwd, preexec_fn=lambda: os.umask(umask))
 
 
+def _inproc(*args: str) -> tuple[int, str]:
+    """The CLI in this process (faster; for checks that do not depend on the hash seed)."""
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli import main
+
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
 def _files(folder: Path) -> dict[str, Path]:
     return {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -161,8 +171,8 @@ def test_card_re_rendered_from_the_folder_is_the_written_card(runs) -> None:
 def test_standalone_export_writes_the_runs_lock_and_card(runs, tmp_path) -> None:
     out = runs["one"] / "out"
     recipe = str(runs["one"] / "recipe.yaml")
-    done = _cli("export", recipe, "--mask", str(out / "mask.safetensors"), "--out", str(tmp_path / "ck"), "-q")
-    assert done.returncode == 0, done.stderr
+    code, text = _inproc("export", recipe, "--mask", str(out / "mask.safetensors"), "--out", str(tmp_path / "ck"), "-q")
+    assert code == 0, text
     run_lock = yaml.safe_load((out / "checkpoint" / "mathneuro_recipe.lock.yaml").read_text())
     lock = yaml.safe_load((tmp_path / "ck" / "mathneuro_recipe.lock.yaml").read_text())
     assert {k: v for k, v in lock.items() if k != "outputs"} == {k: v for k, v in run_lock.items() if k != "outputs"}
@@ -171,26 +181,27 @@ def test_standalone_export_writes_the_runs_lock_and_card(runs, tmp_path) -> None
     card = (tmp_path / "ck" / "README.md").read_text()
     assert "No evaluation was run" in card and lock["mask_sha256"] in card
     # verify finds the lock in the export folder itself and asks for the mask it does not hold
-    v = _cli("verify", str(tmp_path / "ck"), "--base", str(runs["one"] / "base"))
-    assert v.returncode == 2 and "pass --mask MASK" in v.stderr, v.stderr
-    v = _cli("verify", str(tmp_path / "ck"), "--mask", str(out / "mask.safetensors"))
-    assert v.returncode == 2 and "--base PATH" in v.stderr, v.stderr  # local base: redacted in the lock
-    v = _cli("verify", str(tmp_path / "ck"), "--base", str(runs["one"] / "base"), "--mask", str(out / "mask.safetensors"))
-    assert v.returncode == 0, v.stdout + v.stderr
+    code, text = _inproc("verify", str(tmp_path / "ck"), "--base", str(runs["one"] / "base"))
+    assert code == 2 and "pass --mask MASK" in text, text
+    code, text = _inproc("verify", str(tmp_path / "ck"), "--mask", str(out / "mask.safetensors"))
+    assert code == 2 and "--base PATH" in text, text  # local base: redacted in the lock
+    code, text = _inproc("verify", str(tmp_path / "ck"), "--base", str(runs["one"] / "base"), "--mask",
+                         str(out / "mask.safetensors"))
+    assert code == 0, text
 
 
 def test_wrong_folders_say_what_was_expected(runs, tmp_path) -> None:
     out = runs["one"] / "out"
-    done = _cli("card", str(out / "checkpoint"))
-    assert done.returncode == 2 and f"pass the run folder {out}" in done.stderr, done.stderr
+    code, text = _inproc("card", str(out / "checkpoint"))
+    assert code == 2 and f"pass the run folder {out}" in " ".join(text.split()), text
     (tmp_path / "notamodel").mkdir()
-    done = _cli("verify", str(tmp_path / "notamodel"))
-    assert done.returncode == 2 and "not a mathneuro-edit output" in done.stderr
-    assert "pass the run folder" in done.stderr and "Traceback" not in done.stderr
+    code, text = _inproc("verify", str(tmp_path / "notamodel"))
+    assert code == 2 and "not a mathneuro-edit output" in text and "pass the run folder" in text, text
+    assert "Traceback" not in text
     # card on the run folder: no base needed (the lock has what the card shows), same cards as the run wrote
     before = {s: (out / s / "README.md").read_bytes() for s in ("checkpoint", "adapter")}
-    done = _cli("card", str(out))
-    assert done.returncode == 0, done.stderr
+    code, text = _inproc("card", str(out))
+    assert code == 0, text
     assert before == {s: (out / s / "README.md").read_bytes() for s in ("checkpoint", "adapter")}
 
 
@@ -200,7 +211,7 @@ def test_save_file_bytes_do_not_follow_the_hash_seed(tmp_path) -> None:
             "save_file({'b': torch.ones(3), 'a': torch.arange(4)}, sys.argv[1], "
             "{k: str(i) for i, k in enumerate(['format', 'mathneuro_edit', 'zeta', 'alpha', 'k1', 'k2', 'k3'])})")
     blobs = set()
-    for seed in ("1", "2", "3", "4"):
+    for seed in ("1", "2", "3"):
         path = tmp_path / f"x{seed}.safetensors"
         subprocess.run([sys.executable, "-c", code, str(path)], check=True,
                        env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)})
