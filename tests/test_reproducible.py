@@ -211,7 +211,7 @@ def test_save_file_bytes_do_not_follow_the_hash_seed(tmp_path) -> None:
             "save_file({'b': torch.ones(3), 'a': torch.arange(4)}, sys.argv[1], "
             "{k: str(i) for i, k in enumerate(['format', 'mathneuro_edit', 'zeta', 'alpha', 'k1', 'k2', 'k3'])})")
     blobs = set()
-    for seed in ("1", "2", "3"):
+    for seed in ("1", "2"):  # safetensors' writer: a random HashMap order per process, so 2 differ w.p. 1 - 1/7!
         path = tmp_path / f"x{seed}.safetensors"
         subprocess.run([sys.executable, "-c", code, str(path)], check=True,
                        env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)})
