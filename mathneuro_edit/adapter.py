@@ -199,8 +199,24 @@ def export_adapter(
             # entries: seconds per large layer, minutes for a 7B model) only to replace it by the stored indices.
             mask_type="mathneuro_edit", init_weights=True, inference_mode=True,
         ).save_pretrained(str(tmp))
+        _sort_target_modules(tmp / "adapter_config.json")
     stored = sum(r * (layer.rows + layer.cols) for layer in layers)
     return _report(out_dir, "peft", r, edited, stored, checkpoint_bytes)
+
+
+def _sort_target_modules(config_path: Path) -> None:
+    """Rewrite PEFT's ``adapter_config.json`` with ``target_modules`` sorted.
+
+    Why: PEFT keeps ``target_modules`` as a set and writes ``list(set)``, whose order follows ``PYTHONHASHSEED``;
+    the same edit then gave a different file (and lock, and card) in every process. Same format as PEFT's
+    ``save_pretrained`` (``indent=2, sort_keys=True``), so only the order changes.
+    """
+    cfg = json.loads(config_path.read_text(encoding="utf-8"))
+    if isinstance(cfg.get("target_modules"), list):
+        cfg["target_modules"] = sorted(cfg["target_modules"])
+    from .files import write_text_atomic
+
+    write_text_atomic(config_path, json.dumps(cfg, indent=2, sort_keys=True))
 
 
 def _base_id(base: str | Path, folder: Path) -> str | None:

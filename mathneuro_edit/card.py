@@ -2,8 +2,15 @@
 
 Metadata: ``base_model`` (Hub ids only), ``base_model_relation`` (``finetune`` for a checkpoint, ``adapter`` for a
 PEFT adapter), ``library_name`` (``transformers`` / ``peft``), ``tags``, ``datasets`` (Hub ids of the calibration
-data), ``license``, ``pipeline_tag: text-generation``. Body: what was edited, the before/after evaluation, how to
-load it, how to reproduce it (with the full lock file), the paper's citation, and limitations.
+data), ``license``, ``pipeline_tag: text-generation``. Body: what was edited (base, method and paper, top_k, scale,
+% of weights), the data with its sha256, the base (Hub id + revision, or a local base's file hashes), the
+before/after evaluation, how to load it, how to install mathneuro-edit and reproduce the edit (the exact command),
+the library versions, the recipe, the full lock file, the paper's citation, and limitations. The sections drawn
+from the lock alone live in :mod:`mathneuro_edit.card_sections`.
+
+One card per folder, rendered from the folder itself (:func:`card_for_folder`: its lock and ``eval.json``), so
+``push`` renders it again for the target repo: the published card loads ``from_pretrained("user/name")``; a card
+still in a local folder loads ``"."`` (that folder). No placeholder, no timestamp, no local path.
 
 Privacy: a local base path never appears in the card (its lock is the public form, see :mod:`mathneuro_edit.lock`);
 :func:`build_card` checks the finished text and refuses to build a card that would reveal one.
@@ -20,11 +27,13 @@ import yaml
 from huggingface_hub import ModelCard, ModelCardData, try_to_load_from_cache
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from . import card_sections as sections
 from .errors import InputError
 from .lock import check_private, write_text_atomic
-from .recipe import LOCAL, ORGANISM, Recipe, is_local_path
+from .recipe import LOCAL, Recipe, is_local_path
 
-__all__ = ["build_card", "write_card", "summarize_edit", "license_from_base", "CITATION"]
+__all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "license_from_base", "CITATION"]
+PAPER = "https://arxiv.org/abs/2410.16930"
 
 CITATION = """@article{christ2024mathneurosurgery,
   title   = {Math Neurosurgery: Isolating Language Models' Math Reasoning Abilities Using Only Forward Passes},
@@ -119,31 +128,6 @@ def _eval_table(eval_results: Mapping[str, Mapping[str, Mapping[str, float]]]) -
     return "\n".join(rows)
 
 
-def _usage(kind: str, repo: str, base: str | None) -> str:
-    """Loading snippet; ``base`` is the base's Hub id, ``"organism"``, or ``None`` (a local base)."""
-    if kind != "adapter":
-        return f"""```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-model = AutoModelForCausalLM.from_pretrained("{repo}")
-tokenizer = AutoTokenizer.from_pretrained("{repo}")
-```"""
-    imports, base_expr = "", '"PATH/TO/THE/BASE/MODEL"'
-    if base == ORGANISM:
-        imports, base_expr = "from mathneuro_edit.organism import organism_path\n", "organism_path()"
-    elif base is not None:
-        base_expr = f'"{base}"'
-    return f"""```python
-{imports}from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-base = AutoModelForCausalLM.from_pretrained({base_expr})
-model = PeftModel.from_pretrained(base, "{repo}")
-model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
-tokenizer = AutoTokenizer.from_pretrained({base_expr})
-```"""
-
-
 def build_card(
     *,
     recipe: Recipe,
@@ -153,6 +137,7 @@ def build_card(
     edit_summary: Mapping[str, Any],
     eval_results: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
     license: str | None = None,
+    repo_id: str | None = None,
 ) -> ModelCard:
     """Build the model card of an edited model.
 
@@ -165,6 +150,8 @@ def build_card(
         eval_results: ``{task: {"base": {"math_accuracy", "general_loss", "general_kl"}, "edited": {...}}}``;
             any key may be missing.
         license: license id for the metadata (see :func:`license_from_base`).
+        repo_id: the Hub repo the card is published in (``push`` passes it); default the recipe's
+            ``hub.repo_id``; ``None`` for a card in a local folder (its snippets then load ``"."``).
 
     Returns:
         The card; save it with :func:`write_card`.
@@ -196,11 +183,12 @@ def build_card(
         base_model=base_model_id, library_name="peft" if kind == "adapter" else "transformers", tags=tags,
         datasets=datasets or None, license=license, pipeline_tag="text-generation", **extra,
     )
-    repo = recipe.hub.repo_id if recipe.hub else "PATH/TO/THIS/MODEL"
+    repo = repo_id or (recipe.hub.repo_id if recipe.hub else None)
     local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
-    base_text = f"[{base_model_id}](https://huggingface.co/{base_model_id})" if base_model_id else (
-        "the model organism shipped with mathneuro-edit" if recipe.base.model == ORGANISM else
-        "a local model (not published; its safetensors sha256 are in the lock file below)")
+    lock_view = {**lock, "edit_summary": lock.get("edit_summary") or dict(edit_summary)}
+    if base_model_id is not None:  # the caller's Hub id names the base (metadata and snippets agree)
+        lock_view["base"] = {**(lock.get("base") or {}), "model": base_model_id}
+    base_text = sections.base_sentence(lock_view)
     edit, mask, s = recipe.edit, recipe.mask, edit_summary
     action = "pruned (set to 0)" if edit.prune else f"scaled by {edit.effective_scale:g}"
     top = f"top {mask.top_k * 100:g}% of each {mask.granularity}"
@@ -215,25 +203,22 @@ def build_card(
     module_rows = "\n".join(
         f"| {k} | {r['matrices']} | {r['selected']:,} | {r['total']:,} | {_pct(r['selected'], r['total'])} |"
         for k, r in s["by_module"].items())
-    n, k = recipe.data.samples, len(recipe.data.general)
-    data_rows = "\n".join(
-        f"| {name} | `{src.public_path()}` | {src.split or ''} | {count} |"
-        for name, src, count in [("math", recipe.data.math, n), *[
-            ("general", g, n // k + (1 if i < n % k else 0)) for i, g in enumerate(recipe.data.general)]])
     evaluation = (f"## Evaluation\n\nBase vs edited model (math accuracy: higher is better; loss and KL: lower "
                   f"is better).\n\n{_eval_table(eval_results)}\n" if eval_results else
                   "## Evaluation\n\nNo evaluation was run for this model.\n")
     lock_yaml = yaml.safe_dump(dict(lock), sort_keys=False, allow_unicode=True).rstrip()
+    recipe_yaml = yaml.safe_dump(lock.get("recipe") or recipe.public_dict(), sort_keys=False,
+                                 allow_unicode=True).rstrip()
     edited = (f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
               f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters")
     base_name = "local model" if local_base else (base_model_id or recipe.base.model).split("/")[-1]
-    title = repo.split("/")[-1] if recipe.hub else f"{base_name} (MathNeuro edit: {action})"
+    title = repo.split("/")[-1] if repo else f"{base_name} (MathNeuro edit: {action})"
     body = f"""
 # {title}
 
 This {"PEFT adapter holds" if kind == "adapter" else "model is"} a MathNeuro edit of {base_text}: the weights that \
-[MathNeuro](https://arxiv.org/abs/2410.16930) finds math-specific, using only forward passes, were **{action}**. \
-Made with [mathneuro-edit](https://pypi.org/project/mathneuro-edit/).
+[MathNeuro]({PAPER}) finds math-specific, using only forward passes, were **{action}**. \
+Made with mathneuro-edit {lock.get("versions", {}).get("tool", "")} (from the project's source; not on PyPI yet).
 
 ## What was edited
 
@@ -241,12 +226,15 @@ Made with [mathneuro-edit](https://pypi.org/project/mathneuro-edit/).
 
 | setting | value |
 |---|---|
-| method | {mask.method} |
+| base model | {base_text} |
+| method | {mask.method} ([MathNeuro, arXiv 2410.16930]({PAPER})) |
 | top_k | {mask.top_k:g} (per {mask.granularity}) |
+| scale | {edit.effective_scale:g}{" (prune)" if edit.prune else ""} |
 | edit | {action} |
 | weights edited | {edited} |
 | matrices scored | {s["matrices"]} |
 | recipe sha256 | `{lock.get("recipe_sha256", "")}` |
+| mask sha256 | `{lock.get("mask_sha256", "")}` |
 
 Edited weights per module type:
 
@@ -256,23 +244,28 @@ Edited weights per module type:
 
 Calibration data (seed {recipe.data.seed}, {recipe.data.samples} texts per set):
 
-| set | source | split | texts |
-|---|---|---|---|
-{data_rows}
+{sections.data_table(lock)}
+
+{sections.base_section(lock_view)}
 
 {evaluation}
 ## How to use
 
-{_usage(kind, repo, base_model_id or (ORGANISM if recipe.base.model == ORGANISM else None))}
+{sections.usage(kind, repo, lock_view)}
 
-## How to reproduce
+{sections.reproduce_section(repo, lock_view)}
 
-```bash
-pip install mathneuro-edit
-mathneuro-edit reproduce {repo}{" --base PATH/TO/THE/BASE/MODEL" if local_base else ""}
+Made with:
+
+{sections.versions_table(lock)}
+
+The recipe (public form: local paths are `<local>`; save it as a YAML file and `mathneuro-edit run` it):
+
+```yaml
+{recipe_yaml}
 ```
 
-`reproduce` re-runs the recipe below and checks every hash. The lock file (`mathneuro_recipe.lock.yaml`):
+The lock file (`mathneuro_recipe.lock.yaml`): the recipe with every default, and every hash.
 
 ```yaml
 {lock_yaml}
@@ -304,3 +297,50 @@ def write_card(out_dir: str | Path, card: ModelCard) -> Path:
         The written path.
     """
     return write_text_atomic(Path(out_dir) / "README.md", card.content)
+
+
+def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: str | None = None) -> ModelCard:
+    """The card of an output folder (``checkpoint/``, ``adapter/`` or an ``export`` folder), rendered from the
+    folder alone: its lock (public recipe, hashes, ``edit_summary``) and ``eval.json``.
+
+    ``push`` uses it to publish the card rendered for the target repo (``from_pretrained("me/name")``) without
+    changing the local folder; rendered with the local folder's own values it gives the card ``run`` wrote.
+
+    Args:
+        folder: the folder holding ``mathneuro_recipe.lock.yaml``.
+        repo_id: the Hub repo the card is for (``None``: the recipe's ``hub.repo_id``, else a local folder).
+        license: the license id; default: the one of the folder's current card, if any.
+
+    Returns:
+        The card.
+
+    Raises:
+        InputError: no lock, or a lock without ``edit_summary`` (written by an older version: rewrite the
+            cards with ``mathneuro-edit card RUN_DIR`` first).
+
+    Example:
+        >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-boost")  # doctest: +SKIP
+    """
+    import json
+
+    from .adapter import MATHNEURO_CONFIG
+    from .lock import read_lock
+    from .recipe import recipe_from_dict
+
+    folder = Path(folder)
+    lock = read_lock(folder)
+    summary = lock.get("edit_summary")
+    if not isinstance(summary, Mapping):
+        raise InputError(f"{folder}: the lock has no edit_summary (written by an older mathneuro-edit); rewrite "
+                         "the cards with `mathneuro-edit card RUN_DIR`, then retry")
+    recipe = recipe_from_dict(dict(lock["recipe"]), where=f"{folder}: lock recipe")  # public form: paths redacted
+    adapter = (folder / "adapter_config.json").is_file() or (folder / MATHNEURO_CONFIG).is_file()
+    eval_path = folder / "eval.json"
+    eval_dict = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.is_file() else None
+    if license is None and (folder / "README.md").is_file():
+        found = ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.license
+        license = found if isinstance(found, str) else None
+    model = str((lock.get("base") or {}).get("model") or recipe.base.model)
+    hub_id = None if model in (LOCAL, "organism") or is_local_path(model) else model
+    return build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind="adapter" if adapter else "checkpoint",
+                      edit_summary=summary, eval_results=eval_dict, license=license, repo_id=repo_id)

@@ -7,10 +7,7 @@ command runs, so ``--help`` is fast.
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -196,24 +193,13 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
 @quiet_opt
 def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrite: bool, workers: int,
            sets: tuple[str, ...], quiet: bool) -> None:
-    """Bake the recipe's edit into a checkpoint (streamed shard by shard) or an adapter."""
+    """Bake the recipe's edit into a checkpoint (streamed shard by shard) or an adapter, with its lock and card."""
     _echo(quiet)  # --quiet silences the libraries' bars too
-    from .pipeline import base_reference
+    from .pipeline import export_recipe
 
-    r = _recipe(recipe, sets)
-    scale, base = r.edit.effective_scale, base_reference(r)
-    if adapter:
-        from .adapter import export_adapter
-
-        res = export_adapter(base, mask_path, scale, out, overwrite=overwrite, revision=r.base.revision,
-                             trust_remote_code=r.base.trust_remote_code)
-        click.echo(f"{res.path}  ({100 * res.size_ratio:.2f}% of the checkpoint's size)")
-    else:
-        from .export import export_checkpoint
-
-        click.echo(export_checkpoint(base, mask_path, scale, out, overwrite=overwrite, revision=r.base.revision,
-                                     max_shard_size=r.outputs.max_shard_size, progress=not quiet,
-                                     workers=workers, trust_remote_code=r.base.trust_remote_code))
+    folder = export_recipe(_recipe(recipe, sets), mask_path, out, adapter=adapter, overwrite=overwrite,
+                           progress=not quiet, workers=workers)
+    click.echo(folder)
 
 
 @main.command("eval")
@@ -244,99 +230,6 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
-def card(run_dir: str) -> None:
-    """Rewrite the model cards of a run folder from its lock, mask and eval.json."""
-    from .checkpoint import open_checkpoint, resolve_base
-    from .lock import read_lock, recipe_from_lock
-    from .mask import Mask
-    from .pipeline import publish_folder, base_reference
-
-    folder = Path(run_dir)
-    lock = read_lock(folder)
-    recipe = recipe_from_lock(lock)
-    mask_ = Mask.load(folder / "mask.safetensors")
-    eval_dict = json.loads((folder / "eval.json").read_text()) if (folder / "eval.json").is_file() else None
-    ckpt = open_checkpoint(resolve_base(base_reference(recipe), revision=recipe.base.revision))
-    n_params = sum(math.prod(e.shape) for e in ckpt.tensors.values())
-    from .card import license_from_base
-
-    license_ = license_from_base(base_reference(recipe), recipe.base.revision)
-    for sub in ("checkpoint", "adapter"):
-        if (folder / sub).is_dir():
-            publish_folder(folder / sub, recipe, lock, sub, mask_, n_params, eval_dict, license_)
-            click.echo(folder / sub / "README.md")
-
-
-@main.command()
-@click.argument("out", type=click.Path(exists=True, file_okay=False))
-@click.option("--repo-id", help="target Hub repo, e.g. you/model-math-boost (default: the recipe's hub.repo_id)")
-@click.option("--private", is_flag=True, default=None, help="create the repo private (default: the recipe's hub.private)")
-@click.option("--revision", help="branch to push to, created if missing (default: the recipe's hub.revision or main)")
-@click.option("--adapter", is_flag=True, help="push the run's adapter/ rather than its checkpoint/")
-@click.option("--dry-run", is_flag=True, help="show what would be uploaded; touch nothing")
-def push(out: str, repo_id: str | None, private: bool | None, revision: str | None, adapter: bool,
-         dry_run: bool) -> None:
-    """Push an output folder to the Hugging Face Hub (token from HF_TOKEN or `hf auth login`)."""
-    from .hub import push_to_hub
-    from .lock import read_lock
-
-    folder = Path(out)
-    sub = folder / ("adapter" if adapter else "checkpoint")
-    if sub.is_dir():
-        folder = sub
-    elif adapter:
-        raise InputError(f"{out}: no adapter/ folder; run with outputs.adapter: true or push the folder itself")
-    hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
-    repo_id = repo_id or hub.get("repo_id")
-    if not repo_id:
-        raise InputError("no target repo: pass --repo-id you/name or set hub.repo_id in the recipe")
-    private = bool(hub.get("private", False)) if private is None else private
-    revision = revision or hub.get("revision")
-    click.echo(push_to_hub(folder, repo_id, private=private, revision=revision, dry_run=dry_run).describe())
-
-
-@main.command()
-@click.argument("out", type=click.Path(exists=True, file_okay=False))
-@click.option("--base", help="base model folder or Hub id (default: from the run folder's lock)")
-@click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--scale", type=float, help="the applied scale (default: from the lock)")
-def verify(out: str, base: str | None, mask_path: str | None, scale: float | None) -> None:
-    """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch)."""
-    from .lock import read_lock
-    from .recipe import LOCAL
-    from .audit import verify as verify_export
-
-    folder = Path(out)
-    targets = [folder / s for s in ("checkpoint", "adapter") if (folder / s).is_dir()] or [folder]
-    recorded: dict = {}
-    if base is None or scale is None or mask_path is None:
-        run_dir = folder if targets[0] != folder else folder.parent
-        recorded = read_lock(run_dir)["recipe"]  # only base and edit are needed: data paths may stay redacted
-        if base is None:
-            base = recorded["base"]["model"]
-            if base == LOCAL:
-                raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
-            if base == "organism":
-                from .organism import organism_path
-
-                base = str(organism_path())
-        if scale is None:
-            scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
-        mask_path = mask_path or str(run_dir / "mask.safetensors")
-    trust = bool(recorded["base"].get("trust_remote_code", False)) if recorded else False
-    failed = []
-    for t in targets:
-        report = verify_export(t, base, mask_path, scale, trust_remote_code=trust)
-        click.echo(report.summary())
-        if not report.ok:
-            failed.append(t.name)
-    if failed:
-        click.echo(f"verify: FAILED: {', '.join(failed)} differ(s) from the base + mask + scale (details above)")
-        sys.exit(1)
-
-
-@main.command()
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--plot", type=click.Path(dir_okay=False), help="save the per-layer distribution of a mask as PNG")
 def inspect(path: str, plot: str | None) -> None:
@@ -349,23 +242,6 @@ def inspect(path: str, plot: str | None) -> None:
         if kind != "mask":
             raise InputError(f"{path}: --plot needs a mask file, this is a statistics file")
         click.echo(plot_layer_distribution(obj, plot))
-
-
-@main.command()
-@click.argument("source", type=click.Path(exists=True))
-@click.option("--out", type=click.Path(file_okay=False), help="folder for the re-run (default: a temp folder)")
-@click.option("--base", help="local base folder, when the lock's local base path was redacted")
-@set_opt
-@quiet_opt
-def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool) -> None:
-    """Re-run a lock (output folder, lock file or model card) and compare every hash (exit 1 if any differs)."""
-    _echo(quiet)  # --quiet silences the libraries' bars too
-    from .reproduce import reproduce as reproduce_lock
-
-    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=not quiet)
-    click.echo(report.to_text())
-    if not report.ok:
-        sys.exit(1)
 
 
 def _floats(option: str, text: str) -> list[float]:
@@ -434,6 +310,10 @@ def plan(recipe: str | None, sets: tuple[str, ...]) -> None:
 
     click.echo(plan_recipe(_recipe(recipe, sets)).to_text())
 
+
+from .cli_publish import register as _register_publish  # noqa: E402 - card, push, verify, reproduce
+
+_register_publish(main, set_opt=set_opt, quiet_opt=quiet_opt, echo=_echo)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

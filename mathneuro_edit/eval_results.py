@@ -199,6 +199,9 @@ class EvalResults:
             raise InputError(f"save_json: folder {path.parent} does not exist; create it first")
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
+            from .files import file_mode
+
+            os.fchmod(fd, file_mode())  # mkstemp's 0600 would make eval.json private
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(self.to_dict(predictions), f, indent=2, allow_nan=False, ensure_ascii=False)
                 f.write("\n")

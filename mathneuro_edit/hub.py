@@ -8,6 +8,10 @@ commits (by file count, payload size or after 5 minutes), so the repo could brie
 card; one commit publishes the weights, card and lock together or not at all. Large files still go through
 Xet/LFS inside that commit.
 
+The card is rendered again for the target repo (:func:`mathneuro_edit.card.card_for_folder`) and uploaded from
+memory: the published ``README.md`` loads ``from_pretrained("user/name")`` and names the reproduce command for
+that repo, while the local folder is left unchanged.
+
 The token comes from the ``token`` argument, ``HF_TOKEN``, or huggingface_hub's stored login; it is only handed
 to huggingface_hub (which sends it in the ``Authorization`` header) and is never written to disk, logged,
 returned, or kept in an error message.
@@ -22,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, constants, get_token
+from huggingface_hub import CommitOperationAdd, HfApi, constants, get_token
 from huggingface_hub.errors import (
     HfHubHTTPError,
     HFValidationError,
@@ -235,11 +239,17 @@ def push_to_hub(
     branch = revision or constants.DEFAULT_REVISION
     message = commit_message_for(str(lock.get("recipe_sha256", "unknown")), commit_message)
     files = _folder_files(out)
-    scrubbed = _check_no_local_paths(files)
+    scrubbed = _check_no_local_paths(files)  # rel -> (uploaded bytes with local paths blanked, keys)
+    from .card import card_for_folder
+
+    card = card_for_folder(out, repo_id=repo_id)  # for this repo: no placeholder, the right from_pretrained id
+    readme = card.content.encode("utf-8")
+    contents: dict[str, Path | bytes] = {
+        rel: (readme if rel == "README.md" else scrubbed[rel][0] if rel in scrubbed else p) for rel, p in files}
     result = PushResult(
         repo_id=repo_id, revision=branch, private=private,
-        files=[(rel, len(scrubbed[rel][0]) if rel in scrubbed else p.stat().st_size) for rel, p in files],
-        commit_message=message, card_metadata=ModelCard.load(out / "README.md").data.to_dict(), dry_run=True,
+        files=[(rel, len(c) if isinstance(c, bytes) else c.stat().st_size) for rel, c in contents.items()],
+        commit_message=message, card_metadata=card.data.to_dict(), dry_run=True,
         scrubbed=tuple(f"{rel}: {key}" for rel, (_, keys) in scrubbed.items() for key in keys),
     )
     if dry_run:
@@ -253,8 +263,8 @@ def push_to_hub(
         url = api.create_repo(repo_id, private=private, repo_type="model", exist_ok=True)
         if branch != constants.DEFAULT_REVISION:
             api.create_branch(repo_id, branch=branch, repo_type="model", exist_ok=True)
-        operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=scrubbed[rel][0] if rel in scrubbed
-                                         else str(p)) for rel, p in files]
+        operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=c if isinstance(c, bytes) else str(c))
+                      for rel, c in contents.items()]
         info = api.create_commit(repo_id, operations, commit_message=message, repo_type="model", revision=branch,
                                  commit_description="Made with mathneuro-edit; see README.md and "
                                                     "mathneuro_recipe.lock.yaml.")

@@ -4,17 +4,21 @@ It records the resolved recipe (public form), the base model's revision and safe
 sampled (:attr:`mathneuro_edit.data.LoadedTexts.record`), the statistics, mask and output file hashes, and the
 library versions. ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
 
+Machine-independent: every hash in the lock is a content hash, so the same model and data give the same lock
+wherever they live. The base is identified by its Hub id + resolved revision, or (local folder, organism) by the
+sha256 of each ``*.safetensors`` file and of its index, plus its config's architecture; never by a path.
+
 Privacy: the lock is written into the output folder and embedded in the model card, so it never holds a local
-path. A local base model is written as ``"<local>"`` with its safetensors' sha256 (so a reproducer can check the
-weights); local data files as ``"<local>/NAME"`` with the sampled texts' (and the file's) sha256. To reproduce,
-pass the paths again (``reproduce --base PATH``, or overrides such as ``data.math.path=PATH``).
+path. A local base model is written as ``"<local>"`` with those sha256 (so a reproducer can check the weights);
+local data files as ``"<local>/NAME"`` with the sampled texts' sha256, and ``files`` keeps each local file's name
+and sha256 under the recipe key that names it (``data.math.path``). To reproduce, pass the paths again
+(``reproduce --base PATH --set data.math.path=PATH``): each file is checked against its sha256 before the run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import os
 import platform
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -25,12 +29,13 @@ import yaml
 
 from . import __version__
 from .errors import InputError, MathNeuroEditError
+from .files import write_text_atomic  # re-exported: the lock's and cards' atomic writer
 from .recipe import LOCAL, Recipe, is_local_path, recipe_from_dict, recipe_sha256
 
 __all__ = [
     "LOCK_NAME", "LOCK_VERSION", "build_lock", "write_lock", "read_lock", "recipe_from_lock", "sha256_file",
     "weights_sha256", "output_hashes", "write_text_atomic", "library_versions", "check_base_weights",
-    "private_paths", "check_private",
+    "private_paths", "check_private", "local_files", "check_local_files", "base_description",
 ]
 
 LOCK_NAME = "mathneuro_recipe.lock.yaml"
@@ -54,8 +59,68 @@ def sha256_file(path: str | Path) -> str:
 
 
 def weights_sha256(model_dir: str | Path) -> dict[str, str]:
-    """``{file name: sha256}`` of every ``*.safetensors`` file of a local model folder (sorted by name)."""
-    return {p.name: sha256_file(p) for p in sorted(Path(model_dir).glob("*.safetensors"))}
+    """``{file name: sha256}`` of every ``*.safetensors`` file of a local model folder and of its
+    ``*.safetensors.index.json`` (sorted by name): the base's identity by content, wherever it lives."""
+    folder = Path(model_dir)
+    files = [*folder.glob("*.safetensors"), *folder.glob("*.safetensors.index.json")]
+    return {p.name: sha256_file(p) for p in sorted(files, key=lambda p: p.name)}
+
+
+def base_description(model_dir: str | Path) -> dict[str, Any]:
+    """What a local base is, from its ``config.json``: ``{"model_type", "architecture"}`` (``None`` when unknown).
+
+    Example:
+        >>> base_description(tempfile.mkdtemp())
+        {'model_type': None, 'architecture': None}
+    """
+    import json
+
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cfg = {}
+    arch = cfg.get("architectures") or [None]
+    return {"model_type": cfg.get("model_type"), "architecture": arch[0]}
+
+
+def _sources(recipe: Recipe) -> list[tuple[str, str]]:
+    """``(recipe key, path)`` of every data source of the recipe (calibration and evaluation)."""
+    found = []
+    for name in ("data", "evaluation"):
+        section = getattr(recipe, name)
+        if section is not None:
+            found.append((f"{name}.math.path", section.math.path))
+            found += [(f"{name}.general.{i}.path", s.path) for i, s in enumerate(section.general)]
+    return found
+
+
+def local_files(recipe: Recipe) -> dict[str, dict[str, str]]:
+    """``{recipe key: {"name": file name, "sha256": ...}}`` of every local data file (no folder: private).
+
+    Example:
+        >>> from mathneuro_edit.recipe import quickstart_recipe
+        >>> local_files(quickstart_recipe())  # organism data: no local file
+        {}
+    """
+    return {key: {"name": Path(path).name, "sha256": sha256_file(Path(path).expanduser())}
+            for key, path in _sources(recipe) if is_local_path(path) and Path(path).expanduser().is_file()}
+
+
+def check_local_files(lock: Mapping[str, Any], recipe: Recipe) -> None:
+    """Check that the data files given to reproduce a lock are the ones it recorded (by sha256).
+
+    Raises:
+        InputError: a file's content differs (naming the key, the file and both hashes).
+    """
+    recorded = lock.get("files") or {}
+    for key, path in _sources(recipe):
+        want = recorded.get(key)
+        if want is None or not is_local_path(path) or not Path(path).expanduser().is_file():
+            continue
+        got = sha256_file(Path(path).expanduser())
+        if got != want["sha256"]:
+            raise InputError(f"{key}={path}: sha256 {got[:12]}..., the lock expects {want['sha256'][:12]}... "
+                             f"({want['name']}); this is not the file the run used: pass the right copy")
 
 
 def output_hashes(out_dir: str | Path) -> dict[str, str]:
@@ -135,6 +200,7 @@ def build_lock(
     output_files: Mapping[str, str],
     versions: Mapping[str, str] | None = None,
     base_weights: Mapping[str, str] | None = None,
+    edit_summary: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble the lock of a run (public: no local paths).
 
@@ -148,6 +214,8 @@ def build_lock(
         versions: library versions (default: :func:`library_versions`).
         base_weights: ``{file: sha256}`` of the base's safetensors; computed from the local folder when ``None``
             and the base is local (or the organism).
+        edit_summary: :func:`mathneuro_edit.card.summarize_edit` of the mask (what the card shows: counts per
+            module type, % of the model); lets ``push`` and ``card`` render the card from the folder alone.
 
     Returns:
         The lock as plain data (YAML/JSON types only).
@@ -163,40 +231,25 @@ def build_lock(
     if base_weights is None and local_dir is not None and local_dir.is_dir():
         base_weights = weights_sha256(local_dir)
     public = recipe.public_dict()
-    lock = {
+    described = base_description(local_dir) if local_dir is not None and local_dir.is_dir() else None
+    lock: dict[str, Any] = {
         "lock_version": LOCK_VERSION,
         "recipe_sha256": recipe_sha256(recipe),
         "recipe": public,
         "base": {"model": public["base"]["model"], "revision": base_revision,
-                 "weights_sha256": dict(base_weights) if base_weights is not None else None},
+                 "weights_sha256": dict(base_weights) if base_weights is not None else None,
+                 **({"description": described} if described is not None else {})},
         "data": {k: [dict(r) for r in v] if isinstance(v, Sequence) else dict(v) for k, v in data_records.items()},
+        "files": local_files(recipe),
         "stats_sha256": stats_sha256 if isinstance(stats_sha256, str) else dict(stats_sha256),
         "mask_sha256": mask_sha256,
         "outputs": dict(sorted(output_files.items())),
         "versions": dict(versions if versions is not None else library_versions()),
     }
+    if edit_summary is not None:
+        lock["edit_summary"] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in edit_summary.items()}
     check_private(yaml.safe_dump(lock), recipe, "the lock file")
     return lock
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a text file atomically: a temp file in the same folder, then a rename (readers never see half a file).
-
-    Raises:
-        InputError: the folder does not exist.
-    """
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise InputError(f"{path.parent}: output folder does not exist; create it or run the pipeline first")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def write_lock(out_dir: str | Path, lock: Mapping[str, Any]) -> Path:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from .files import save_file  # deterministic bytes, umask permissions (not safetensors' own)
 from torch import nn
 from tqdm.auto import tqdm
 

@@ -27,7 +27,7 @@ from .recipe import Recipe
 
 __all__ = [
     "RunResult", "run_recipe", "load_recipe_model", "calibrate_recipe", "eval_tasks", "publish_folder", "base_reference",
-    "resolved_revision",
+    "resolved_revision", "export_recipe", "data_records",
 ]
 
 LOCK_NAME = "mathneuro_recipe.lock.yaml"
@@ -181,7 +181,7 @@ def run_recipe(
     """
     from .adapter import export_adapter
     from .apply import ReversibleEdit
-    from .card import license_from_base
+    from .card import license_from_base, summarize_edit
     from .checkpoint import resolve_base
     from .evaluation import evaluate
     from .export import atomic_dir, export_checkpoint
@@ -245,7 +245,8 @@ def run_recipe(
                 files.update({f"{sub}/{k}": v for k, v in output_hashes(tmp / sub).items()})
         stats_sha = {"math": math_stats.sha256, "general": [g.sha256 for g in general_stats]}
         lock = build_lock(recipe, base_revision=resolved_revision(folder), data_records=records,
-                          stats_sha256=stats_sha, mask_sha256=mask.sha256, output_files=files)
+                          stats_sha256=stats_sha, mask_sha256=mask.sha256, output_files=files,
+                          edit_summary=summarize_edit(mask.counts(), model_params=n_params))
         write_lock(tmp, lock)
         license_ = license_from_base(base, recipe.base.revision)
         for sub, kind in (("checkpoint", "checkpoint"), ("adapter", "adapter")):
@@ -253,3 +254,60 @@ def run_recipe(
                 publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
     echo(f"wrote {out}")
     return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)
+
+
+def data_records(recipe: Recipe) -> dict[str, Any]:
+    """The lock's ``data`` section without calibrating: each set is sampled again (cheap: no forward pass)."""
+    from .data import load_texts
+
+    d = recipe.data
+    return {"math": [load_texts(d.math, d.samples, d.seed).record],
+            "general": [load_texts(g, d.samples, d.seed).record for g in d.general]}
+
+
+def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *, adapter: bool = False,
+                  overwrite: bool = False, progress: bool = False, workers: int = 1) -> Path:
+    """The standalone ``export``: the recipe's edit from a saved mask, with the same lock and card as ``run``.
+
+    The folder is what ``run`` writes as ``checkpoint/`` (or ``adapter/``): the model files, the lock (its
+    ``outputs`` hold this folder's files under ``checkpoint/`` or ``adapter/``, as in a run's lock) and the card;
+    no evaluation (``eval`` writes it). Written atomically.
+
+    Returns:
+        The written folder.
+
+    Example:
+        >>> export_recipe(quickstart_recipe(), "mask.safetensors", "out/checkpoint")  # doctest: +SKIP
+    """
+    import math
+
+    from .adapter import export_adapter
+    from .card import license_from_base, summarize_edit
+    from .checkpoint import open_checkpoint, resolve_base
+    from .export import as_mask, atomic_dir, export_checkpoint
+    from .lock import build_lock, output_hashes
+
+    mask = as_mask(mask_path)
+    scale, base = recipe.edit.effective_scale, base_reference(recipe)
+    folder = resolve_base(base, revision=recipe.base.revision)
+    sub = "adapter" if adapter else "checkpoint"
+    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
+        inner = tmp / sub
+        if adapter:
+            export_adapter(folder, mask, scale, inner, revision=recipe.base.revision,
+                           trust_remote_code=recipe.base.trust_remote_code)
+        else:
+            export_checkpoint(folder, mask, scale, inner, max_shard_size=recipe.outputs.max_shard_size,
+                              progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code)
+        for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
+            p.rename(tmp / p.name)
+        inner.rmdir()
+        n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
+        files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
+        meta = mask.meta
+        stats = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}
+        lock = build_lock(recipe, base_revision=resolved_revision(folder), data_records=data_records(recipe),
+                          stats_sha256=stats, mask_sha256=mask.sha256, output_files=files,
+                          edit_summary=summarize_edit(mask.counts(), model_params=n_params))
+        publish_folder(tmp, recipe, lock, sub, mask, n_params, None, license_from_base(base, recipe.base.revision))
+    return Path(out_dir)

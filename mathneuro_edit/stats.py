@@ -12,7 +12,7 @@ from typing import Any, Literal
 import torch
 from safetensors import SafetensorError
 from safetensors import safe_open
-from safetensors.torch import save_file
+from .files import save_file  # deterministic bytes, umask permissions (not safetensors' own)
 
 from .errors import InputError
 from .targets import Target

@@ -131,7 +131,7 @@ def write_atomic(out: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokeni
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        (tmp / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
+        (tmp / "organism_training.json").write_text(json.dumps(scores, indent=2) + "\n")  # the base's record, not an edit's
         (tmp / "README.md").write_text(card)
         # Why chmod: mkdtemp makes a 0700 folder; shipped package data must be readable by every user.
         tmp.chmod(0o755)

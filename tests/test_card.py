@@ -78,7 +78,7 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     assert meta["datasets"] == ["openai/gsm8k"]
     assert {"mathneuro", "model-editing"} <= set(meta["tags"])
     text = (tmp_path / "README.md").read_text()
-    assert "scaled by 1.1" in text and "| method | mathneuro |" in text and "top_k | 0.05" in text
+    assert "scaled by 1.1" in text and "| method | mathneuro ([MathNeuro, arXiv 2410.16930]" in text and "top_k | 0.05" in text
     assert "| q_proj | 2 | 16 | 512 | 3.12% |" in text
     assert "40 of 3,584 scored (1.12%); 0.4% of the model's 10,000 parameters" in text
     assert 'AutoModelForCausalLM.from_pretrained("me/llama-boost")' in text
@@ -89,15 +89,20 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     assert "| organism | math accuracy |  | 0.9 |  |" in text
     assert "organism | general loss" not in text  # missing on both sides: no row
     assert CITATION in text and "2410.16930" in text and "Hartvigsen" in text
-    embedded = yaml.safe_load(text.split("```yaml\n", 1)[1].split("\n```", 1)[0])
+    embedded = yaml.safe_load(text.split("```yaml\nlock_version", 1)[1].split("\n```", 1)[0].join(["lock_version", ""]))
     assert embedded == lock and embedded["recipe_sha256"] == recipe_sha256(recipe)
+    recipe_block = yaml.safe_load(text.split("```yaml\n", 1)[1].split("\n```", 1)[0])
+    assert recipe_block == recipe.public_dict()  # the recipe, ready to save and run
+    assert "pip install mathneuro-edit" not in text and "PATH/TO" not in text
 
 
 def test_adapter_card() -> None:
     recipe = quickstart_recipe()
     card = _card(recipe, _lock(recipe), base_model_id="org/base-model", kind="adapter")
     assert card.data.library_name == "peft" and card.data.base_model_relation == "adapter"
-    assert 'PeftModel.from_pretrained(base, "PATH/TO/THIS/MODEL")' in card.text
+    assert 'PeftModel.from_pretrained(base, ".")' in card.text  # this folder, until `push` renders it for a repo
+    assert 'PeftModel.from_pretrained(base, "me/x")' in _card(recipe, _lock(recipe), base_model_id="org/base-model",
+                                                              kind="adapter", repo_id="me/x").text
     assert 'AutoModelForCausalLM.from_pretrained("org/base-model")' in card.text
     assert "No evaluation was run" in card.text
     organism_card = _card(recipe, _lock(recipe), kind="adapter")  # the organism has no Hub id: load it by path
@@ -135,7 +140,8 @@ def test_local_base_path_never_reaches_card_or_lock(tmp_path: Path, local_base: 
     assert lock["recipe"]["data"]["math"]["path"] == "<local>/math.jsonl"
     assert lock["base"]["weights_sha256"] == {
         "model.safetensors": hashlib.sha256((local_base / "model.safetensors").read_bytes()).hexdigest()}
-    assert "a local model (not published" in card.text and "--base PATH/TO/THE/BASE/MODEL" in card.text
+    assert "a local model that is not on the Hub" in card.text and '--base "$BASE_MODEL_DIR"' in card.text
+    assert "--set data.math.path=math.jsonl" in card.text and lock["files"]["data.math.path"]["name"] == "math.jsonl"
     with pytest.raises(InputError, match=r"give them again: base.model \(--base PATH\), data.math.path"):
         recipe_from_lock(read_lock(out))
     again = recipe_from_lock(read_lock(out), [f"base.model={local_base}", f"data.math.path={data_file}"])
@@ -213,3 +219,44 @@ def test_read_lock_errors(tmp_path: Path) -> None:
         read_lock(tmp_path)
     with pytest.raises(InputError, match="output folder does not exist"):
         write_lock(tmp_path / "missing", {"lock_version": 1})
+
+
+def test_reproduce_reads_the_lock_of_a_hub_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mathneuro-edit reproduce me/name`, as the pushed card says: the lock is downloaded from the repo."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from mathneuro_edit.reproduce import read_any_lock
+
+    lock = _lock(quickstart_recipe())
+    write_lock(tmp_path, lock)
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download",
+                        lambda repo, name, **kw: asked.append((repo, name)) or str(tmp_path / LOCK_NAME))
+    monkeypatch.chdir(tmp_path)  # "me/name" is no local folder here
+    assert read_any_lock("me/name") == lock and asked == [("me/name", LOCK_NAME)]
+
+    def offline(*a, **k):
+        raise LocalEntryNotFoundError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(InputError, match="me/name: not a local path, and the Hub cannot be reached"):
+        read_any_lock("me/name")
+
+
+def test_check_local_files_names_a_wrong_file(tmp_path: Path) -> None:
+    from mathneuro_edit.lock import check_local_files
+
+    right, wrong = tmp_path / "a" / "math.jsonl", tmp_path / "b" / "math.jsonl"
+    for p, answer in ((right, 2), (wrong, 3)):
+        p.parent.mkdir()
+        p.write_text(f'{{"question": "1+1?", "answer": "#### {answer}"}}\n')
+    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"data.math={{path: '{right}'}}"])
+    lock = _lock(recipe)
+    assert lock["files"] == {"data.math.path": {"name": "math.jsonl",
+                                                "sha256": hashlib.sha256(right.read_bytes()).hexdigest()}}
+    check_local_files(lock, recipe)  # the right file: silent, wherever it lives
+    moved = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"data.math={{path: '{wrong}'}}"])
+    with pytest.raises(InputError, match=r"data\.math\.path=.*b/math\.jsonl: sha256 .*the lock expects .*"
+                                         r"\(math\.jsonl\); this is not the file the run used"):
+        check_local_files(lock, moved)

@@ -19,7 +19,7 @@ import torch
 from huggingface_hub import ModelCard, constants
 from safetensors.torch import save_file
 
-from mathneuro_edit.card import build_card, summarize_edit, write_card
+from mathneuro_edit.card import build_card, card_for_folder, summarize_edit, write_card
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.hub import push_to_hub
 from mathneuro_edit.lock import build_lock, output_hashes, write_lock
@@ -131,11 +131,12 @@ def out_dir(tmp_path: Path) -> Path:
     (out / "adapter" / "adapter_config.json").write_text('{"peft_type": "LORA"}')
     (out / ".partial.tmp").write_text("temp file: never published")
     recipe = quickstart_recipe()
+    summary = summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64)
     lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="m" * 64,
-                      output_files=output_hashes(out), base_weights={})
+                      output_files=output_hashes(out), base_weights={}, edit_summary=summary)
     write_lock(out, lock)
-    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint",
-                      edit_summary=summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64), license="apache-2.0")
+    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary,
+                      license="apache-2.0")
     write_card(out, card)
     return out
 
@@ -177,7 +178,9 @@ def test_push_sends_one_commit_with_every_file(fake_hub: FakeHub, out_dir: Path)
     files = _committed(fake_hub)
     assert set(files) == EXPECTED_FILES
     for rel, content in files.items():
-        assert content == (out_dir / rel).read_bytes(), rel
+        if rel != "README.md":  # the card is rendered for the target repo (test_pushed_card_...)
+            assert content == (out_dir / rel).read_bytes(), rel
+    assert files["README.md"].decode() == card_for_folder(out_dir, repo_id="me/organism-boost").content
     assert "model.safetensors" in {line["value"]["path"] for line in fake_hub.commits[0] if line["key"] == "lfsFile"}
 
     assert result.dry_run is False and result.commit_oid == "a" * 40 and result.revision == "v1"
@@ -268,3 +271,77 @@ def test_a_config_naming_a_local_path_is_not_published(fake_hub: FakeHub, out_di
     (out_dir / "adapter" / "adapter_config.json").write_text(
         json.dumps({"peft_type": "LORA", "base_model_name_or_path": "meta-llama/Llama-3.2-1B"}))
     assert push_to_hub(out_dir, "me/x", dry_run=True).dry_run
+
+
+PLACEHOLDERS = ("PATH/TO", "THIS/MODEL", "you/name", "<repo", "YOUR_")
+
+
+def _pushed_card(hub: FakeHub) -> ModelCard:
+    """The README.md of the (single) commit, downloaded back and parsed as huggingface_hub renders it."""
+    return ModelCard(_committed(hub)["README.md"].decode("utf-8"))
+
+
+def test_pushed_card_loads_the_repo_and_has_no_placeholder_or_local_path(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """A real run's folders (the organism, a local data file), pushed, downloaded again and rendered."""
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli import main
+
+    private = tmp_path / "home-of-alice" / "data"
+    private.mkdir(parents=True)
+    from mathneuro_edit.organism.data import math_texts
+
+    (private / "math.txt").write_text("\n\n".join(math_texts(12, seed=0, split="train")) + "\n")
+    out = tmp_path / "run"
+    sets = ["data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4", f"data.math={{path: '{private / 'math.txt'}'}}"]
+    result = CliRunner().invoke(main, ["run", "--out", str(out), "-q", *[a for s in sets for a in ("--set", s)]])
+    assert result.exit_code == 0, result.output
+    for sub, flag in (("checkpoint", []), ("adapter", ["--adapter"])):
+        before = (out / sub / "README.md").read_bytes()
+        fake_hub.commits.clear()
+        pushed = CliRunner(env={"HF_TOKEN": TOKEN}).invoke(main, ["push", str(out), "--repo-id", "me/name", *flag])
+        assert pushed.exit_code == 0, pushed.output
+        card = _pushed_card(fake_hub)
+        text = card.content
+        loads = 'PeftModel.from_pretrained(base, "me/name")' if sub == "adapter" else 'from_pretrained("me/name")'
+        assert loads in text, sub
+        assert "mathneuro-edit reproduce me/name --set data.math.path=math.txt" in text
+        assert not [p for p in PLACEHOLDERS if p in text], sub
+        assert str(tmp_path) not in text and "home-of-alice" not in text
+        assert "pip install mathneuro-edit" not in text and "not on PyPI yet" in text
+        for needed in ("2410.16930", "top_k | 0.05", "scale | 1.1", "weights edited", "| torch |",
+                       "texts sha256", "mathneuro-edit reproduce", "```yaml\nbase:\n  model: organism"):
+            assert needed in text, (sub, needed)
+        file_sha = hashlib.sha256((private / "math.txt").read_bytes()).hexdigest()
+        assert f"`{file_sha}`" in text  # the local data file, by content hash
+        assert card.data.to_dict()["library_name"] == ("peft" if sub == "adapter" else "transformers")
+        assert (out / sub / "README.md").read_bytes() == before  # the local folder is not changed
+    assert "organism_path()" in text  # the adapter card names its base and how to load it
+
+
+def test_adapter_card_names_its_base(tmp_path: Path) -> None:
+    """Hub base: base_model metadata; local base: architecture, content hash and how to point PEFT at it."""
+    recipe = quickstart_recipe(["base.model=org/base-model"])
+    summary = summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64)
+    lock = build_lock(recipe, base_revision="f" * 40, data_records={}, stats_sha256="s", mask_sha256="m",
+                      output_files={}, edit_summary=summary)
+    card = build_card(recipe=recipe, lock=lock, base_model_id="org/base-model", kind="adapter", edit_summary=summary,
+                      repo_id="me/name")
+    assert card.data.to_dict()["base_model"] == "org/base-model"
+    assert card.data.to_dict()["base_model_relation"] == "adapter"
+    assert 'AutoModelForCausalLM.from_pretrained("org/base-model")' in card.content
+    assert 'PeftModel.from_pretrained(base, "me/name")' in card.content and "f" * 40 in card.content
+    base = tmp_path / "private" / "my-base"
+    base.mkdir(parents=True)
+    save_file({"w": torch.ones(2)}, str(base / "model.safetensors"))
+    (base / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    recipe = quickstart_recipe([f"base.model={base}"])
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="m",
+                      output_files={}, edit_summary=summary)
+    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="adapter", edit_summary=summary,
+                      repo_id="me/name")
+    sha = hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()
+    assert "base_model" not in card.data.to_dict() and str(base) not in card.content
+    assert "`LlamaForCausalLM`" in card.content and f"`{sha}`" in card.content
+    assert 'base_dir = os.environ["BASE_MODEL_DIR"]' in card.content
+    assert '--base "$BASE_MODEL_DIR"' in card.content

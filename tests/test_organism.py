@@ -104,7 +104,7 @@ def test_shipped_folder_is_small_and_complete() -> None:
     path = organism_path()
     names = {p.name for p in path.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md",
-            "scores.json"} <= names
+            "organism_training.json"} <= names
     assert not any(n.endswith((".bin", ".pt", ".pkl")) for n in names)  # safetensors only
     assert sum(p.stat().st_size for p in path.iterdir()) < 10 * 2**20
 
@@ -123,7 +123,7 @@ def test_tokenizer_round_trips(organism: tuple[torch.nn.Module, object]) -> None
 @torch.no_grad()
 def test_shipped_model_reaches_recorded_math_accuracy(organism: tuple[torch.nn.Module, object]) -> None:
     model, tok = organism
-    scores = json.loads((organism_path() / "scores.json").read_text())
+    scores = json.loads((organism_path() / "organism_training.json").read_text())
     problems = math_problems(50, seed=scores["eval_seed"], split="test")  # a prefix of the recorded eval set
     tok.padding_side = "left"
     enc = tok([format_math(p["question"]) for p in problems], return_tensors="pt", padding=True)
@@ -138,7 +138,7 @@ def test_shipped_model_reaches_recorded_math_accuracy(organism: tuple[torch.nn.M
 @torch.no_grad()
 def test_general_loss_matches_record_and_is_far_below_uniform(organism: tuple[torch.nn.Module, object]) -> None:
     model, tok = organism
-    scores = json.loads((organism_path() / "scores.json").read_text())
+    scores = json.loads((organism_path() / "organism_training.json").read_text())
     texts = general_texts(50, seed=scores["eval_seed"], split="test")
     tok.padding_side = "right"
     enc = tok([t + tok.eos_token for t in texts], return_tensors="pt", padding=True)

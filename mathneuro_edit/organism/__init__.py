@@ -38,7 +38,7 @@ __all__ = [
 
 
 def organism_path() -> Path:
-    """Folder of the shipped model inside the package (config, safetensors weights, tokenizer, card, scores).
+    """Folder of the shipped model inside the package (config, safetensors weights, tokenizer, card, organism_training.json).
 
     Returns:
         The path ``mathneuro_edit/organism/model``.
