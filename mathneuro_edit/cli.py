@@ -292,6 +292,11 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
             base = recorded["base"]["model"]
             if base == LOCAL:
                 raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
+            if recorded["base"].get("gguf_file"):  # a Hub repo's GGUF file: its dequantized folder
+                from .gguf_base import gguf_source, dequantize_gguf
+
+                gguf = gguf_source(base, recorded["base"]["gguf_file"], recorded["base"].get("revision"))[0]
+                base = str(dequantize_gguf(gguf))
             if base == "organism":
                 from .organism import organism_path
 
@@ -395,6 +400,17 @@ def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrit
     for r in rows:
         between = "-" if r.overlap_between_draws_mean is None else f"{r.overlap_between_draws_mean:.3f}"
         click.echo(f"{r.samples:>7}  {r.overlap_with_full_mean:>13.3f}  {r.overlap_with_full_min:>12.3f}  {between:>13}")
+
+
+@main.command()
+@click.argument("model")
+@click.option("--gguf-file", help="the .gguf file inside MODEL when MODEL is a Hub repo or a folder")
+@click.option("--revision", help="Hub revision of MODEL")
+def dequantize(model: str, gguf_file: str | None, revision: str | None) -> None:
+    """Dequantize a GGUF file once into a cached safetensors folder and print its path (docs/gguf.md)."""
+    from .gguf_base import dequantize_gguf, gguf_source
+
+    click.echo(str(dequantize_gguf(gguf_source(model, gguf_file, revision)[0])))
 
 
 @main.command()

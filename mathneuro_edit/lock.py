@@ -135,6 +135,7 @@ def build_lock(
     output_files: Mapping[str, str],
     versions: Mapping[str, str] | None = None,
     base_weights: Mapping[str, str] | None = None,
+    base_gguf: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble the lock of a run (public: no local paths).
 
@@ -147,7 +148,8 @@ def build_lock(
         output_files: ``{relative path: sha256}`` of the written files (see :func:`output_hashes`).
         versions: library versions (default: :func:`library_versions`).
         base_weights: ``{file: sha256}`` of the base's safetensors; computed from the local folder when ``None``
-            and the base is local (or the organism).
+            and the base is local (or the organism). For a GGUF base: the dequantized folder's.
+        base_gguf: ``{"file": NAME, "sha256": ...}`` of a GGUF base (recorded as ``base.gguf``).
 
     Returns:
         The lock as plain data (YAML/JSON types only).
@@ -168,7 +170,8 @@ def build_lock(
         "recipe_sha256": recipe_sha256(recipe),
         "recipe": public,
         "base": {"model": public["base"]["model"], "revision": base_revision,
-                 "weights_sha256": dict(base_weights) if base_weights is not None else None},
+                 "weights_sha256": dict(base_weights) if base_weights is not None else None,
+                 **({"gguf": dict(base_gguf)} if base_gguf is not None else {})},
         "data": {k: [dict(r) for r in v] if isinstance(v, Sequence) else dict(v) for k, v in data_records.items()},
         "stats_sha256": stats_sha256 if isinstance(stats_sha256, str) else dict(stats_sha256),
         "mask_sha256": mask_sha256,
@@ -273,6 +276,13 @@ def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
     Raises:
         InputError: a file missing or different (naming it).
     """
+    gguf = (lock.get("base") or {}).get("gguf")
+    if gguf or str(model_dir).lower().endswith(".gguf"):  # a GGUF base: the file itself is what was pinned
+        sha = sha256_file(model_dir) if Path(model_dir).is_file() else None
+        if not gguf or sha != gguf.get("sha256"):
+            raise InputError(f"{model_dir}: {'not a file' if sha is None else 'sha256 ' + sha[:12] + '...'}, expected "
+                             f"the GGUF file {(gguf or {}).get('file', '(none recorded)')} the lock was made from")
+        return
     expected = (lock.get("base") or {}).get("weights_sha256") or {}
     actual = weights_sha256(model_dir)
     for name, sha in expected.items():

@@ -47,7 +47,14 @@ class RunResult:
 
 
 def base_reference(recipe: Recipe) -> str:
-    """What export functions take as ``base``: the local folder (the organism's for ``organism``) or the Hub id."""
+    """What export functions take as ``base``: the local folder (the organism's for ``organism``) or the Hub id.
+
+    A GGUF base gives its dequantized safetensors folder, created in the cache on first use (docs/gguf.md).
+    """
+    if recipe.base.is_gguf:
+        from .gguf_base import base_folder
+
+        return str(base_folder(recipe.base))
     local = recipe.base.local_dir()
     return str(local) if local is not None else recipe.base.model
 
@@ -243,8 +250,15 @@ def run_recipe(
             if (tmp / sub).is_dir():
                 files.update({f"{sub}/{k}": v for k, v in output_hashes(tmp / sub).items()})
         stats_sha = {"math": math_stats.sha256, "general": [g.sha256 for g in general_stats]}
-        lock = build_lock(recipe, base_revision=resolved_revision(folder), data_records=records,
-                          stats_sha256=stats_sha, mask_sha256=mask.sha256, output_files=files)
+        revision, gguf, weights = resolved_revision(folder), None, None
+        if recipe.base.is_gguf:  # the GGUF's own hash + the dequantized folder's, which the outputs were made from
+            from .gguf_base import gguf_lock_entry
+            from .lock import weights_sha256
+
+            gguf, revision = gguf_lock_entry(recipe.base)
+            weights = weights_sha256(folder)
+        lock = build_lock(recipe, base_revision=revision, data_records=records, stats_sha256=stats_sha,
+                          mask_sha256=mask.sha256, output_files=files, base_weights=weights, base_gguf=gguf)
         write_lock(tmp, lock)
         license_ = license_from_base(base, recipe.base.revision)
         for sub, kind in (("checkpoint", "checkpoint"), ("adapter", "adapter")):
