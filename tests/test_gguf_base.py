@@ -1,4 +1,4 @@
-"""GGUF bases without the real model: a tiny random Llama written as GGUF (tests/_gguf.py), loaded back.
+"""GGUF bases without the real model: a tiny random Llama written as GGUF (tests/_gguf_tiny.py), loaded back.
 
 Checks the dequantized folder against independent references (the original weights for F32 tensors, gguf's own
 ``GGUFReader`` + ``quants.dequantize`` for Q8_0 ones, llama.cpp's q/k permutation undone), the cache (written once,
@@ -21,7 +21,7 @@ from mathneuro_edit import gguf_base
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe import recipe_from_dict
 
-from ._gguf import CHAT_TEMPLATE, expected_weights, tiny_llama, write_gguf
+from ._gguf_tiny import CHAT_TEMPLATE, expected_weights, tiny_llama, write_gguf
 from ._gguf_e2e import check_gguf_outputs, cli, data_overrides, write_recipe
 from ._models import hash_tree
 
