@@ -179,10 +179,23 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
         os.chmod(f, 0o644)
     from importlib.metadata import version
 
+    lic = _gguf_license(path)
+    front = f"---\nlicense: {lic}\n---\n" if lic else ""  # read by card.license_from_base for the edit's card
     (out / "README.md").write_text(
-        f"# Dequantized GGUF base (written by mathneuro-edit)\n\nSource: `{name}`, sha256 `{sha}`.\n"
+        front + f"# Dequantized GGUF base (written by mathneuro-edit)\n\nSource: `{name}`, sha256 `{sha}`.\n"
         f"Dequantized to float32 by transformers {version('transformers')} (gguf {version('gguf')}); "
         "re-create it with `mathneuro-edit dequantize FILE.gguf`.\n")
+
+
+def _gguf_license(path: Path) -> str | None:
+    """The GGUF's ``general.license`` metadata when it is a plain license id (``apache-2.0``), else ``None``."""
+    import re
+
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields.get("general.license")
+    value = str(field.contents()) if field is not None else ""
+    return value if re.fullmatch(r"[\w.+-]{1,64}", value) else None
 
 
 def base_folder(base_cfg: Any) -> Path:

@@ -145,7 +145,7 @@ def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: s
     plain, (tied, chat, dtype) = plain_transformers(ckpt, scratch)
     assert tied and dtype == "torch.float32"
     if chat_template is not None:
-        assert chat.startswith("<|im_start|>user\nhi<|im_end|>")
+        assert "<|im_start|>user\nhi<|im_end|>\n" in chat and chat.endswith("<|im_start|>assistant\n"), chat
     with torch.no_grad():
         logits = model(plain["ids"]).logits
     assert torch.equal(logits, plain["logits"])
@@ -164,6 +164,9 @@ def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: s
     # verify with the GGUF file as the base (the lock redacts the local path)
     code, text = cli("verify", str(out), "--base", str(gguf))
     assert code == 0, text
+    from huggingface_hub import ModelCard
+
+    assert ModelCard.load(ckpt / "README.md").data.license == "apache-2.0"  # the GGUF's general.license
     card = (ckpt / "README.md").read_text()
     assert f"GGUF file `{gguf.name}`" in card and "dequantized to float32" in card
     assert "applies to that dequantized model" in (out / "adapter" / "README.md").read_text()

@@ -69,6 +69,7 @@ def write_gguf(model: torch.nn.Module, path: str | Path) -> dict[str, str]:
     cfg = model.config
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("tiny-llama")
+    w.add_license("apache-2.0")
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_block_count(cfg.num_hidden_layers)
