@@ -278,9 +278,10 @@ def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
     """
     gguf = (lock.get("base") or {}).get("gguf")
     if gguf or str(model_dir).lower().endswith(".gguf"):  # a GGUF base: the file itself is what was pinned
-        sha = sha256_file(model_dir) if Path(model_dir).is_file() else None
+        path = Path(model_dir) / gguf["file"] if gguf and Path(model_dir).is_dir() else Path(model_dir)  # gguf_file
+        sha = sha256_file(path) if path.is_file() else None
         if not gguf or sha != gguf.get("sha256"):
-            raise InputError(f"{model_dir}: {'not a file' if sha is None else 'sha256 ' + sha[:12] + '...'}, expected "
+            raise InputError(f"{path}: {'not a file' if sha is None else 'sha256 ' + sha[:12] + '...'}, expected "
                              f"the GGUF file {(gguf or {}).get('file', '(none recorded)')} the lock was made from")
         return
     expected = (lock.get("base") or {}).get("weights_sha256") or {}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +93,15 @@ def test_dequantize_is_cached_and_byte_identical(tiny, tmp_path, monkeypatch):
     copy = tmp_path / "elsewhere" / "renamed.gguf"  # another folder, another name, another cache
     copy.parent.mkdir()
     copy.write_bytes(path.read_bytes())
-    again = gguf_base.dequantize_gguf(copy, cache_dir=tmp_path / "cache2")
+    # in another process, with another hash seed, from another working directory
+    code = "import sys; from mathneuro_edit.gguf_base import dequantize_gguf; print(dequantize_gguf(*sys.argv[1:2], " \
+           "cache_dir=sys.argv[2]))"
+    env = {**os.environ, "PYTHONHASHSEED": "123", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-c", code, str(copy), str(tmp_path / "cache2")], capture_output=True,
+                          text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = Path(proc.stdout.strip().splitlines()[-1])
+    assert again == tmp_path / "cache2" / "gguf" / first.name
     assert again.name == first.name
     first_tree, again_tree = hash_tree(first), hash_tree(again)
     assert {k for k in first_tree if first_tree[k] != again_tree[k]} <= {"README.md"}  # it names the source file
@@ -147,6 +157,9 @@ def test_run_on_a_gguf_base_end_to_end_then_reproduce(tiny, tmp_path, monkeypatc
     code, text = cli("run", str(recipe), "--out", str(out), "-q")
     assert code == 0, text
     check_gguf_outputs(out, path, tmp_path, chat_template=CHAT_TEMPLATE)
+    code, text = cli("plan", str(recipe))  # the plan reads the dequantized folder's config.json
+    n = sum(p.numel() for p in tiny_llama().parameters())
+    assert code == 0 and f"model: llama, {n / 1000:.1f}K parameters, float32" in text, text
     # reproduce from the GGUF with an empty cache: dequantized again, every output byte-identical
     monkeypatch.setenv("MATHNEURO_EDIT_CACHE", str(tmp_path / "fresh-cache"))
     code, text = cli("reproduce", str(out), "--base", str(path), "--out", str(tmp_path / "again"), "-q",
@@ -159,3 +172,18 @@ def test_run_on_a_gguf_base_end_to_end_then_reproduce(tiny, tmp_path, monkeypatc
     code, text = cli("reproduce", str(out), "--base", str(other), "--out", str(tmp_path / "no"), "-q",
                      *data_overrides(tmp_path))
     assert code == 2 and "expected the GGUF file" in text, text
+
+
+def test_check_base_weights_pins_the_gguf_file(tiny, tmp_path):
+    from mathneuro_edit.lock import check_base_weights
+
+    path, _, _ = tiny
+    lock = {"base": {"gguf": {"file": path.name, "sha256": gguf_base._sha256(path)}}}
+    check_base_weights(lock, path)  # the file itself
+    check_base_weights(lock, path.parent)  # the folder holding it (a base.gguf_file recipe)
+    other = tmp_path / path.name
+    other.write_bytes(path.read_bytes()[:-1] + b"\1")
+    with pytest.raises(InputError, match="expected the GGUF file"):
+        check_base_weights(lock, other)
+    with pytest.raises(InputError, match="none recorded"):  # a lock made from a safetensors base
+        check_base_weights({"base": {"weights_sha256": {}}}, path)

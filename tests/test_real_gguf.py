@@ -83,11 +83,12 @@ def test_pipeline_end_to_end_then_reproduce(smollm2, tmp_path):
     import gguf
 
     template = gguf.GGUFReader(str(smollm2)).fields["tokenizer.chat_template"].contents()
-    recipe = write_recipe(tmp_path, smollm2, samples=8, max_length=48)
+    # no evaluation here: it is covered on the tiny GGUF, and the real-model evaluation is its own tier
+    recipe = write_recipe(tmp_path, smollm2, samples=8, max_length=48, evaluate=False)
     out = tmp_path / "out"
     code, text = cli("run", str(recipe), "--out", str(out), "-q")
     assert code == 0, text
     check_gguf_outputs(out, smollm2, tmp_path, chat_template=template)
     code, text = cli("reproduce", str(out), "--base", str(smollm2), "--out", str(tmp_path / "again"), "-q",
-                     *data_overrides(tmp_path))
+                     *data_overrides(tmp_path, evaluate=False))
     assert code == 0 and "bit for bit" in text and "differs" not in text, text
