@@ -52,6 +52,7 @@ _LAZY: dict[str, str] = {
     "load_model": "loading",
     "model_weights": "loading",
     "weights_from_checkpoint": "loading",
+    "dequantize_gguf": "gguf_base",
     "calibrate_distributed": "distributed",
     "plan_from_config": "plan",
     "MathNeuroEditError": "errors",
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     from .distributed import calibrate_distributed
     from .hub import push_to_hub
     from .loading import load_model, model_weights, weights_from_checkpoint
+    from .gguf_base import dequantize_gguf
     from .plan import plan_from_config
     from .pipeline import run_recipe
     from .recipe import Recipe, load_recipe

@@ -219,7 +219,7 @@ def build_card(
 This {"PEFT adapter holds" if kind == "adapter" else "model is"} a MathNeuro edit of {base_text}: the weights that \
 [MathNeuro]({PAPER}) finds math-specific, using only forward passes, were **{action}**. \
 Made with mathneuro-edit {lock.get("versions", {}).get("tool", "")} (from the project's source; not on PyPI yet).
-
+{_gguf_note(lock, kind)}
 ## What was edited
 
 {method}
@@ -288,6 +288,18 @@ make the model more reliable at arithmetic than its evaluation shows.
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
     check_private(card.content, recipe, "the model card")
     return card
+
+
+def _gguf_note(lock: Mapping[str, Any], kind: str) -> str:
+    """The card's paragraph on a GGUF base (empty for other bases): what the weights are and where the base is."""
+    gguf = (lock.get("base") or {}).get("gguf")
+    if not gguf:
+        return ""
+    what = ("These weights are that dequantized model with the edit (float32 safetensors, not quantized)"
+            if kind != "adapter" else "The adapter applies to that dequantized model (not to a quantized one)")
+    return (f"\nThe base is the GGUF file `{gguf['file']}` (sha256 `{gguf['sha256']}`), dequantized to float32 by "
+            f"transformers. {what}. `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once "
+            "and prints its path; its safetensors sha256 are the lock's `base.weights_sha256`.\n")
 
 
 def write_card(out_dir: str | Path, card: ModelCard) -> Path:

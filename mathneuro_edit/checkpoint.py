@@ -128,6 +128,8 @@ class Checkpoint:
 def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle: bool = False) -> Path:
     """A local folder as is, or a Hub id resolved through huggingface_hub's cache (``snapshot_download``).
 
+    A local ``.gguf`` file gives its dequantized safetensors folder (:func:`~mathneuro_edit.gguf_base.dequantize_gguf`).
+
     Example:
         >>> resolve_base("/path/to/model")  # doctest: +SKIP
         PosixPath('/path/to/model')
@@ -135,6 +137,10 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
     path = Path(base).expanduser()
     if path.is_dir():
         return path.resolve()
+    if path.is_file() and path.suffix.lower() == ".gguf":  # its dequantized safetensors folder (docs/gguf.md)
+        from .gguf_base import dequantize_gguf
+
+        return dequantize_gguf(path).resolve()
     if path.exists():
         raise InputError(f"base: {path} is a file; pass the model folder (with config.json) or a Hub id")
     from huggingface_hub import snapshot_download

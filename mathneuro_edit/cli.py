@@ -302,6 +302,17 @@ def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrit
 
 
 @main.command()
+@click.argument("model")
+@click.option("--gguf-file", help="the .gguf file inside MODEL when MODEL is a Hub repo or a folder")
+@click.option("--revision", help="Hub revision of MODEL")
+def dequantize(model: str, gguf_file: str | None, revision: str | None) -> None:
+    """Dequantize a GGUF file once into a cached safetensors folder and print its path (docs/gguf.md)."""
+    from .gguf_base import dequantize_gguf, gguf_source
+
+    click.echo(str(dequantize_gguf(gguf_source(model, gguf_file, revision)[0])))
+
+
+@main.command()
 @recipe_arg
 @set_opt
 def plan(recipe: str | None, sets: tuple[str, ...]) -> None:

@@ -128,6 +128,11 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
             base = recorded["base"]["model"]
             if base == LOCAL:
                 raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
+            if recorded["base"].get("gguf_file"):  # a Hub repo's GGUF file: its dequantized folder
+                from .gguf_base import dequantize_gguf, gguf_source
+
+                gguf = gguf_source(base, recorded["base"]["gguf_file"], recorded["base"].get("revision"))[0]
+                base = str(dequantize_gguf(gguf))
             if base == "organism":
                 from .organism import organism_path
 

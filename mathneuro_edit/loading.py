@@ -61,6 +61,8 @@ def _auto_device(device: str | None) -> torch.device:
 def resolve_model_path(model: str | Path) -> str:
     """What ``from_pretrained`` gets: the organism's folder, a local folder (checked), or a Hub id unchanged.
 
+    A local ``.gguf`` file gives its dequantized safetensors folder (created in the cache on first use).
+
     Raises:
         InputError: a local path that does not exist or is not a model folder.
 
@@ -81,6 +83,10 @@ def resolve_model_path(model: str | Path) -> str:
     text = str(model)
     if isinstance(model, Path) or is_local_path(text):
         path = Path(text).expanduser()
+        if path.is_file() and path.suffix.lower() == ".gguf":  # its dequantized safetensors folder (docs/gguf.md)
+            from .gguf_base import dequantize_gguf
+
+            return str(dequantize_gguf(path))
         if not path.is_dir():
             raise InputError(f"base.model: no such model folder {text!r}; check the path (or give a Hub id)")
         if not (path / "config.json").is_file():
@@ -140,6 +146,10 @@ def load_model(
         trust_remote_code = b.trust_remote_code if trust_remote_code is None else trust_remote_code
         revision = b.revision if revision is None else revision
         base_cfg_or_path = b.model
+        if b.is_gguf:  # a Hub repo + gguf_file, or a local .gguf: its dequantized folder (docs/gguf.md)
+            from .gguf_base import base_folder
+
+            base_cfg_or_path, revision = str(base_folder(b)), None
     if device_map is not None and device not in (None, "auto"):
         raise InputError(f"base: set device or device_map, not both (got device={device!r}); drop one of them")
     if (max_memory is not None or offload_folder is not None) and device_map is None:

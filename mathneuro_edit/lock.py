@@ -201,6 +201,7 @@ def build_lock(
     versions: Mapping[str, str] | None = None,
     base_weights: Mapping[str, str] | None = None,
     edit_summary: Mapping[str, Any] | None = None,
+    base_gguf: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble the lock of a run (public: no local paths).
 
@@ -213,9 +214,10 @@ def build_lock(
         output_files: ``{relative path: sha256}`` of the written files (see :func:`output_hashes`).
         versions: library versions (default: :func:`library_versions`).
         base_weights: ``{file: sha256}`` of the base's safetensors; computed from the local folder when ``None``
-            and the base is local (or the organism).
+            and the base is local (or the organism). For a GGUF base: the dequantized folder's.
         edit_summary: :func:`mathneuro_edit.card.summarize_edit` of the mask (what the card shows: counts per
             module type, % of the model); lets ``push`` and ``card`` render the card from the folder alone.
+        base_gguf: ``{"file": NAME, "sha256": ...}`` of a GGUF base (recorded as ``base.gguf``).
 
     Returns:
         The lock as plain data (YAML/JSON types only).
@@ -238,7 +240,8 @@ def build_lock(
         "recipe": public,
         "base": {"model": public["base"]["model"], "revision": base_revision,
                  "weights_sha256": dict(base_weights) if base_weights is not None else None,
-                 **({"description": described} if described is not None else {})},
+                 **({"description": described} if described is not None else {}),
+                 **({"gguf": dict(base_gguf)} if base_gguf is not None else {})},
         "data": {k: [dict(r) for r in v] if isinstance(v, Sequence) else dict(v) for k, v in data_records.items()},
         "files": local_files(recipe),
         "stats_sha256": stats_sha256 if isinstance(stats_sha256, str) else dict(stats_sha256),
@@ -326,6 +329,14 @@ def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
     Raises:
         InputError: a file missing or different (naming it).
     """
+    gguf = (lock.get("base") or {}).get("gguf")
+    if gguf or str(model_dir).lower().endswith(".gguf"):  # a GGUF base: the file itself is what was pinned
+        path = Path(model_dir) / gguf["file"] if gguf and Path(model_dir).is_dir() else Path(model_dir)  # gguf_file
+        sha = sha256_file(path) if path.is_file() else None
+        if not gguf or sha != gguf.get("sha256"):
+            raise InputError(f"{path}: {'not a file' if sha is None else 'sha256 ' + sha[:12] + '...'}, expected "
+                             f"the GGUF file {(gguf or {}).get('file', '(none recorded)')} the lock was made from")
+        return
     expected = (lock.get("base") or {}).get("weights_sha256") or {}
     actual = weights_sha256(model_dir)
     for name, sha in expected.items():

@@ -46,8 +46,30 @@ class RunResult:
     adapter_size_ratio: float | None = None
 
 
+def base_lock_fields(recipe: Recipe, folder: Path) -> tuple[str | None, dict | None, dict | None]:
+    """The lock's base fields: ``(revision, gguf entry, weights sha256)``.
+
+    A GGUF base records the GGUF file's own hash and the dequantized folder's, which the outputs were made from;
+    other bases record the resolved Hub revision (weights are hashed by :func:`~mathneuro_edit.lock.build_lock`).
+    """
+    if not recipe.base.is_gguf:
+        return resolved_revision(folder), None, None
+    from .gguf_base import gguf_lock_entry
+    from .lock import weights_sha256
+
+    gguf, revision = gguf_lock_entry(recipe.base)
+    return revision, gguf, weights_sha256(folder)
+
+
 def base_reference(recipe: Recipe) -> str:
-    """What export functions take as ``base``: the local folder (the organism's for ``organism``) or the Hub id."""
+    """What export functions take as ``base``: the local folder (the organism's for ``organism``) or the Hub id.
+
+    A GGUF base gives its dequantized safetensors folder, created in the cache on first use (docs/gguf.md).
+    """
+    if recipe.base.is_gguf:
+        from .gguf_base import base_folder
+
+        return str(base_folder(recipe.base))
     local = recipe.base.local_dir()
     return str(local) if local is not None else recipe.base.model
 
@@ -244,8 +266,9 @@ def run_recipe(
             if (tmp / sub).is_dir():
                 files.update({f"{sub}/{k}": v for k, v in output_hashes(tmp / sub).items()})
         stats_sha = {"math": math_stats.sha256, "general": [g.sha256 for g in general_stats]}
-        lock = build_lock(recipe, base_revision=resolved_revision(folder), data_records=records,
-                          stats_sha256=stats_sha, mask_sha256=mask.sha256, output_files=files,
+        revision, gguf, weights = base_lock_fields(recipe, folder)
+        lock = build_lock(recipe, base_revision=revision, data_records=records, stats_sha256=stats_sha,
+                          mask_sha256=mask.sha256, output_files=files, base_weights=weights, base_gguf=gguf,
                           edit_summary=summarize_edit(mask.counts(), model_params=n_params))
         write_lock(tmp, lock)
         license_ = license_from_base(base, recipe.base.revision)
@@ -306,8 +329,9 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
         files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
         meta = mask.meta
         stats = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}
-        lock = build_lock(recipe, base_revision=resolved_revision(folder), data_records=data_records(recipe),
-                          stats_sha256=stats, mask_sha256=mask.sha256, output_files=files,
-                          edit_summary=summarize_edit(mask.counts(), model_params=n_params))
+        revision, gguf, weights = base_lock_fields(recipe, folder)
+        lock = build_lock(recipe, base_revision=revision, data_records=data_records(recipe),
+                          stats_sha256=stats, mask_sha256=mask.sha256, output_files=files, base_weights=weights,
+                          base_gguf=gguf, edit_summary=summarize_edit(mask.counts(), model_params=n_params))
         publish_folder(tmp, recipe, lock, sub, mask, n_params, None, license_from_base(base, recipe.base.revision))
     return Path(out_dir)

@@ -340,6 +340,10 @@ def plan_recipe(recipe: Any) -> Plan:
     """
     b = recipe.base
     local = b.local_dir()
+    if b.is_gguf:  # its dequantized folder (created in the cache on first use: it holds the config)
+        from .pipeline import base_reference
+
+        local = Path(base_reference(recipe))
     return plan_from_config(
         str(local) if local is not None else b.model, dtype=b.dtype, top_k=recipe.mask.top_k,
         batch_size=recipe.calibration.batch_size, max_length=recipe.calibration.max_length,

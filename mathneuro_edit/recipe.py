@@ -173,7 +173,10 @@ MaxMemory = Annotated[dict[int | str, str], BeforeValidator(_gpu_keys)]
 class BaseConfig(_Model):
     """The model to edit."""
 
-    model: str = Field(min_length=1, description="Hub model id, local folder, or organism (the shipped model)")
+    model: str = Field(min_length=1, description="Hub model id, local folder, a local .gguf file, or organism "
+                                                 "(the shipped model)")
+    gguf_file: str | None = Field(None, description="a .gguf file inside the Hub repo (or local folder) named by "
+                                                    "model; dequantized once (docs/gguf.md)")
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of the model")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
         "auto", description="dtype the model is loaded and edited in (auto: the checkpoint's)")
@@ -191,7 +194,16 @@ class BaseConfig(_Model):
             raise ValueError(f"set device or device_map, not both (got device={self.device!r})")
         if (self.max_memory is not None or self.offload_folder is not None) and self.device_map is None:
             raise ValueError("max_memory and offload_folder need device_map (e.g. device_map: auto)")
+        if self.gguf_file is not None and (not self.gguf_file.lower().endswith(".gguf") or self.model.lower().endswith(
+                ".gguf")):
+            raise ValueError(f"gguf_file names a .gguf file inside the repo or folder given as model (got "
+                             f"model={self.model!r}, gguf_file={self.gguf_file!r}); for a local file set model only")
         return self
+
+    @property
+    def is_gguf(self) -> bool:
+        """Whether the base is a GGUF file (``model: FILE.gguf``, or a repo/folder with ``gguf_file``)."""
+        return self.gguf_file is not None or self.model.lower().endswith(".gguf")
 
     def local_dir(self) -> Path | None:
         """The model's local folder (the shipped organism's for ``organism``), or ``None`` for a Hub id."""
