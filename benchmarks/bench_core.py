@@ -218,6 +218,8 @@ def stop_route(variant: str, samples: int, tokens: int, rounds: int, workdir: st
     def calib() -> None:
         calibrate(model, tok, texts, batch_size=8, max_length=tokens, progress=False)
 
+    with torch.no_grad():  # warm-up: one-time allocations (thread pools, kernels) must not count for either route
+        model(input_ids=torch.tensor([ids[0][:8]]), use_cache=False)
     peaks: dict[str, float | None] = {}
     for name, fn in (("calibrate", calib), ("forward", forward)):
         base = _rss_kb()
