@@ -11,7 +11,6 @@ Privacy: a local base path never appears in the card (its lock is the public for
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from huggingface_hub import ModelCard, ModelCardData, try_to_load_from_cache
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from .errors import InputError
+from .eval_report import eval_markdown, effect_sentence
 from .lock import check_private, write_text_atomic
 from .recipe import LOCAL, ORGANISM, Recipe, is_local_path
 
@@ -33,10 +33,6 @@ CITATION = """@article{christ2024mathneurosurgery,
   year    = {2024},
   url     = {https://arxiv.org/abs/2410.16930}
 }"""
-
-_METRICS = (("math_accuracy", "math accuracy", True), ("general_loss", "general loss", False),
-            ("general_kl", "general KL to base", False))
-
 
 def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) -> dict[str, Any]:
     """Group a mask's ``counts()`` by module type, for the card's "what was edited" table.
@@ -93,30 +89,8 @@ def license_from_base(base: str | Path, revision: str | None = None) -> str | No
     return found if isinstance(found, str) else None
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.4g}"
-    return "" if value is None else str(value)
-
-
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.3g}%" if whole else "n/a"
-
-
-def _eval_table(eval_results: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
-    rows = ["| task | metric | base | edited | change |", "|---|---|---|---|---|"]
-    for task, result in eval_results.items():
-        base, edited = result.get("base") or {}, result.get("edited") or {}
-        for key, label, higher_better in _METRICS:
-            if key not in base and key not in edited:
-                continue
-            b, e = base.get(key), edited.get(key)
-            change = ""
-            if isinstance(b, (int, float)) and isinstance(e, (int, float)):
-                arrow = "" if e == b else (" (better)" if (e > b) == higher_better else " (worse)")
-                change = f"{e - b:+.4g}{arrow}"
-            rows.append(f"| {task} | {label} | {_fmt(b)} | {_fmt(e)} | {change} |")
-    return "\n".join(rows)
 
 
 def _usage(kind: str, repo: str, base: str | None) -> str:
@@ -162,8 +136,9 @@ def build_card(
         base_model_id: the base's Hub id, or ``None`` for a local base (then no ``base_model`` metadata).
         kind: ``"checkpoint"`` (full model) or ``"adapter"`` (PEFT).
         edit_summary: :func:`summarize_edit` output.
-        eval_results: ``{task: {"base": {"math_accuracy", "general_loss", "general_kl"}, "edited": {...}}}``;
-            any key may be missing.
+        eval_results: eval.json's dict (:meth:`~mathneuro_edit.eval_results.EvalResults.to_dict`): ``{task:
+            {"base": {...}, "edited": {...}, "comparison": {...}}}``; any part may be missing. A math comparison
+            that is not significant is said in the card's first paragraph.
         license: license id for the metadata (see :func:`license_from_base`).
 
     Returns:
@@ -220,9 +195,13 @@ def build_card(
         f"| {name} | `{src.public_path()}` | {src.split or ''} | {count} |"
         for name, src, count in [("math", recipe.data.math, n), *[
             ("general", g, n // k + (1 if i < n % k else 0)) for i, g in enumerate(recipe.data.general)]])
-    evaluation = (f"## Evaluation\n\nBase vs edited model (math accuracy: higher is better; loss and KL: lower "
-                  f"is better).\n\n{_eval_table(eval_results)}\n" if eval_results else
+    evaluation = (f"## Evaluation\n\nBase vs edited model, on the same problems and texts. Accuracy: percent "
+                  "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
+                  "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
+                  f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results)}\n" if eval_results else
                   "## Evaluation\n\nNo evaluation was run for this model.\n")
+    effect = effect_sentence(eval_results)
+    effect = f" {effect}" if effect else ""
     lock_yaml = yaml.safe_dump(dict(lock), sort_keys=False, allow_unicode=True).rstrip()
     edited = (f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
               f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters")
@@ -233,7 +212,7 @@ def build_card(
 
 This {"PEFT adapter holds" if kind == "adapter" else "model is"} a MathNeuro edit of {base_text}: the weights that \
 [MathNeuro](https://arxiv.org/abs/2410.16930) finds math-specific, using only forward passes, were **{action}**. \
-Made with [mathneuro-edit](https://pypi.org/project/mathneuro-edit/).
+Made with [mathneuro-edit](https://pypi.org/project/mathneuro-edit/).{effect}
 
 ## What was edited
 
