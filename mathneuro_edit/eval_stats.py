@@ -51,8 +51,10 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    # clamp: at k = 0 or k = n the bound is exactly 0 or 1 in exact arithmetic, rounding can leave 1e-17 outside
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at k = 0 (k = n) the lower (upper) bound is exactly 0 (1) in exact arithmetic; rounding would leave 1e-16
+    low = 0.0 if k == 0 else max(0.0, centre - half)
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return low, high
 
 
 def mcnemar_exact(b: int, c: int) -> float:
