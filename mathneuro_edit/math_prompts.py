@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any, Literal, Union
 
 from .errors import InputError
-from .eval_results import math_prompt, truncate_completion
+from .eval_results import extract_answer, math_prompt, truncate_completion
 
 __all__ = ["ChatSetting", "parse_number", "extract_prediction", "completion_done", "uses_chat_template",
            "render_prompt", "encode_prompts"]
@@ -128,8 +128,6 @@ def uses_chat_template(tokenizer: Any, setting: ChatSetting) -> bool:
 def _shot_answer(shot: Mapping[str, str]) -> str:
     """What the assistant says in a worked example: the prefill and the gold number, or the worked answer."""
     if shot.get("prefill"):
-        from .eval_results import extract_answer
-
         return f"{shot['prefill']}{extract_answer(shot['answer'])}"
     return shot["answer"]
 
