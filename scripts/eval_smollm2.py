@@ -36,7 +36,8 @@ def main() -> None:
     ap.add_argument("--gsm8k", type=int, default=50, help="GSM8K test problems (0: skip)")
     ap.add_argument("--gsm8k-tokens", type=int, default=256)
     ap.add_argument("--plain", action="store_true", help="also the plain Question:/Answer: prompt on arithmetic")
-    ap.add_argument("--threads", type=int, default=2)
+    # why 1: on a shared or small CPU, 2+ OpenMP threads can spin-wait and run several times slower
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, help="write every task's rows (eval.json format)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

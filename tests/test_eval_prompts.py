@@ -220,3 +220,28 @@ def test_smollm2_chat_eval_gives_nontrivial_arithmetic() -> None:
     plain = math_accuracy(model, tok, problems, max_new_tokens=6, batch_size=16, progress=False, chat_template=False)
     assert chat.accuracy >= 0.2, chat  # measured: see docs/evaluation.md
     assert chat.correct > plain.correct
+
+
+def test_real_model_recipe_and_its_vendored_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from mathneuro_edit.data import load_texts
+    from mathneuro_edit.pipeline import eval_tasks
+    from mathneuro_edit.recipe import load_recipe
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)  # the recipe's paths are relative to the repository root
+    r = load_recipe("recipes/smollm2-arithmetic-boost.yaml")
+    assert r.base.model.endswith(".gguf") and r.evaluation.chat_template == "auto"
+    assert r.public_dict()["base"]["model"] == "<local>"  # a local file, never published as a path
+    math_task, general = eval_tasks(r)
+    assert len(math_task.problems) == 300 and all(p["prefill"] for p in math_task.problems)
+    assert len(general.texts) == 300
+    data = root / "recipes" / "data"
+    calib = load_texts(str(data / "wikitext2_test_calib.txt"), 10_000, 0).texts
+    assert len(calib) == 200 and not set(calib) & set(general.texts)  # held-out texts are never calibration texts
+    test_q = {p["question"] for p in load_math_problems(str(data / "gsm8k_test_300.jsonl"), 300, 0)}
+    train_q = {p["question"] for p in load_math_problems(str(data / "gsm8k_train_200.jsonl"), 200, 0)}
+    assert len(test_q) == 300 and len(train_q) == 200 and not test_q & train_q
+    assert (data / "LICENSE.gsm8k").read_text().startswith("MIT License")
+    assert "CC BY-SA 3.0" in (data / "LICENSE.wikitext").read_text()
