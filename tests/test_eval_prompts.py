@@ -238,8 +238,8 @@ def test_real_model_recipe_and_its_vendored_data(monkeypatch: pytest.MonkeyPatch
     assert len(math_task.problems) == 300 and all(p["prefill"] for p in math_task.problems)
     assert len(general.texts) == 300
     data = root / "recipes" / "data"
-    calib = load_texts(str(data / "wikitext2_test_calib.txt"), 10_000, 0).texts
-    assert len(calib) == 200 and not set(calib) & set(general.texts)  # held-out texts are never calibration texts
+    calib = load_texts(str(data / "wikitext2_test_calib.txt"), 200, 0).texts
+    assert len(set(calib)) == 200 and not set(calib) & set(general.texts)  # held-out texts are never calibration texts
     test_q = {p["question"] for p in load_math_problems(str(data / "gsm8k_test_300.jsonl"), 300, 0)}
     train_q = {p["question"] for p in load_math_problems(str(data / "gsm8k_train_200.jsonl"), 200, 0)}
     assert len(test_q) == 300 and len(train_q) == 200 and not test_q & train_q
