@@ -148,6 +148,11 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     pts = result.points
     ax.scatter([p.general_kl for p in pts], [100 * p.math_accuracy for p in pts], c="tab:blue", label="edits")
+    # 95% Wilson intervals: a point whose bar covers the base line is not a demonstrated gain
+    ax.errorbar([p.general_kl for p in pts], [100 * p.math_accuracy for p in pts],
+                yerr=[[100 * (p.math_accuracy - p.math_ci95_low) for p in pts],
+                      [100 * (p.math_ci95_high - p.math_accuracy) for p in pts]],
+                fmt="none", ecolor="tab:blue", alpha=0.35, lw=1)
     front = sorted((pts[i] for i in result.front), key=lambda p: p.general_kl)
     for p in front:  # label the front only: the other points would overlap
         ax.annotate(f"k={p.top_k:g}, x{p.scale:g}", (p.general_kl, 100 * p.math_accuracy), fontsize=7)
