@@ -217,9 +217,9 @@ def test_smollm2_chat_eval_gives_nontrivial_arithmetic() -> None:
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
     problems = [{k: p[k] for k in ("question", "answer", "prefill")} for p in arithmetic_problems(48, seed=0)]
     chat = math_accuracy(model, tok, problems, max_new_tokens=6, batch_size=16, progress=False)
-    plain = math_accuracy(model, tok, problems, max_new_tokens=6, batch_size=16, progress=False, chat_template=False)
-    assert chat.accuracy >= 0.2, chat  # measured: see docs/evaluation.md
-    assert chat.correct > plain.correct
+    # measured on 300 problems: 35.7% (30.5-41.2), see docs/evaluation.md; the old prompt (no prefill) gets ~0%
+    assert chat.accuracy >= 0.2, [(p.completion, p.gold) for p in chat.predictions]
+    assert all(p.prefill for p in chat.predictions) and tok.chat_template
 
 
 def test_real_model_recipe_and_its_vendored_data(monkeypatch: pytest.MonkeyPatch) -> None:
