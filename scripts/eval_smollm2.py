@@ -36,6 +36,8 @@ def main() -> None:
     ap.add_argument("--gsm8k", type=int, default=50, help="GSM8K test problems (0: skip)")
     ap.add_argument("--gsm8k-tokens", type=int, default=256)
     ap.add_argument("--plain", action="store_true", help="also the plain Question:/Answer: prompt on arithmetic")
+    ap.add_argument("--no-prefill", type=int, default=0, metavar="N",
+                    help="also N arithmetic problems without the prefill (chat and plain; 48 new tokens)")
     # why 1: on a shared or small CPU, 2+ OpenMP threads can spin-wait and run several times slower
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, help="write every task's rows (eval.json format)")
@@ -52,6 +54,10 @@ def main() -> None:
         tasks.append(MathTask("arithmetic (chat, prefill)", items, max_new_tokens=8))
         if args.plain:
             tasks.append(MathTask("arithmetic (plain prompt)", items, max_new_tokens=8, chat_template=False))
+    if args.no_prefill:
+        bare = [{k: p[k] for k in ("question", "answer")} for p in arithmetic_problems(args.no_prefill, seed=0)]
+        tasks.append(MathTask("arithmetic (chat, no prefill)", bare, max_new_tokens=48))
+        tasks.append(MathTask("arithmetic (plain prompt, no prefill)", bare, max_new_tokens=48, chat_template=False))
     if args.gsm8k:
         gsm = load_math_problems(str(ROOT / "recipes/data/gsm8k_test_300.jsonl"), args.gsm8k, seed=0)
         tasks.append(MathTask("gsm8k (chat, 0-shot)", [{k: p[k] for k in keys if k in p} for p in gsm],
