@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import StoppingCriteriaList
