@@ -18,7 +18,6 @@ Privacy: a local base path never appears in the card (its lock is the public for
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from . import card_sections as sections
 from .errors import InputError
+from .eval_report import eval_markdown, effect_sentence
 from .lock import check_private, write_text_atomic
 from .recipe import LOCAL, Recipe, is_local_path
 
@@ -42,10 +42,6 @@ CITATION = """@article{christ2024mathneurosurgery,
   year    = {2024},
   url     = {https://arxiv.org/abs/2410.16930}
 }"""
-
-_METRICS = (("math_accuracy", "math accuracy", True), ("general_loss", "general loss", False),
-            ("general_kl", "general KL to base", False))
-
 
 def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) -> dict[str, Any]:
     """Group a mask's ``counts()`` by module type, for the card's "what was edited" table.
@@ -102,30 +98,10 @@ def license_from_base(base: str | Path, revision: str | None = None) -> str | No
     return found if isinstance(found, str) else None
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.4g}"
-    return "" if value is None else str(value)
-
-
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.3g}%" if whole else "n/a"
 
 
-def _eval_table(eval_results: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
-    rows = ["| task | metric | base | edited | change |", "|---|---|---|---|---|"]
-    for task, result in eval_results.items():
-        base, edited = result.get("base") or {}, result.get("edited") or {}
-        for key, label, higher_better in _METRICS:
-            if key not in base and key not in edited:
-                continue
-            b, e = base.get(key), edited.get(key)
-            change = ""
-            if isinstance(b, (int, float)) and isinstance(e, (int, float)):
-                arrow = "" if e == b else (" (better)" if (e > b) == higher_better else " (worse)")
-                change = f"{e - b:+.4g}{arrow}"
-            rows.append(f"| {task} | {label} | {_fmt(b)} | {_fmt(e)} | {change} |")
-    return "\n".join(rows)
 
 
 def build_card(
@@ -147,8 +123,9 @@ def build_card(
         base_model_id: the base's Hub id, or ``None`` for a local base (then no ``base_model`` metadata).
         kind: ``"checkpoint"`` (full model) or ``"adapter"`` (PEFT).
         edit_summary: :func:`summarize_edit` output.
-        eval_results: ``{task: {"base": {"math_accuracy", "general_loss", "general_kl"}, "edited": {...}}}``;
-            any key may be missing.
+        eval_results: eval.json's dict (:meth:`~mathneuro_edit.eval_results.EvalResults.to_dict`): ``{task:
+            {"base": {...}, "edited": {...}, "comparison": {...}}}``; any part may be missing. A math comparison
+            that is not significant is said in the card's first paragraph.
         license: license id for the metadata (see :func:`license_from_base`).
         repo_id: the Hub repo the card is published in (``push`` passes it); default the recipe's
             ``hub.repo_id``; ``None`` for a card in a local folder (its snippets then load ``"."``).
@@ -203,9 +180,13 @@ def build_card(
     module_rows = "\n".join(
         f"| {k} | {r['matrices']} | {r['selected']:,} | {r['total']:,} | {_pct(r['selected'], r['total'])} |"
         for k, r in s["by_module"].items())
-    evaluation = (f"## Evaluation\n\nBase vs edited model (math accuracy: higher is better; loss and KL: lower "
-                  f"is better).\n\n{_eval_table(eval_results)}\n" if eval_results else
+    evaluation = (f"## Evaluation\n\nBase vs edited model, on the same problems and texts. Accuracy: percent "
+                  "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
+                  "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
+                  f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results)}\n" if eval_results else
                   "## Evaluation\n\nNo evaluation was run for this model.\n")
+    effect = effect_sentence(eval_results)
+    effect = f" {effect}" if effect else ""
     lock_yaml = yaml.safe_dump(dict(lock), sort_keys=False, allow_unicode=True).rstrip()
     recipe_yaml = yaml.safe_dump(lock.get("recipe") or recipe.public_dict(), sort_keys=False,
                                  allow_unicode=True).rstrip()
@@ -218,7 +199,7 @@ def build_card(
 
 This {"PEFT adapter holds" if kind == "adapter" else "model is"} a MathNeuro edit of {base_text}: the weights that \
 [MathNeuro]({PAPER}) finds math-specific, using only forward passes, were **{action}**. \
-Made with mathneuro-edit {lock.get("versions", {}).get("tool", "")} (from the project's source; not on PyPI yet).
+Made with mathneuro-edit {lock.get("versions", {}).get("tool", "")} (from the project's source; not on PyPI yet).{effect}
 {_gguf_note(lock, kind)}
 ## What was edited
 

@@ -4,6 +4,8 @@ Sources (see :class:`~mathneuro_edit.recipe.Source`):
 
 - ``organism:math`` / ``organism:general``: the shipped synthetic data, generated from the seed (split ``train``
   by default for calibration, ``test`` for :func:`load_math_problems`).
+- ``arithmetic``: the built-in arithmetic problems (:mod:`mathneuro_edit.arithmetic`), generated from the seed
+  (question, answer and prefill; as calibration texts they read ``"Question: ...\nAnswer: ..."``).
 - ``hf://datasets/OWNER/NAME`` with ``config``/``split`` (default ``train``)/``revision``: read with the optional
   ``datasets`` library (``pip install mathneuro-edit[data]``).
 - local files, format from ``format`` or the extension: ``.jsonl`` (one JSON object or string per line, blank
@@ -35,6 +37,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .arithmetic import arithmetic_problems
 from .calibration import texts_sha256
 from .errors import InputError
 from .lock import sha256_file
@@ -276,6 +279,9 @@ def load_texts(source: Source | str | dict[str, Any], n: int, seed: int) -> Load
         generate = math_texts if src.path == "organism:math" else general_texts
         texts = generate(n, seed=seed, split=src.split or "train")
         available, empty = n, 0
+    elif src.kind == "arithmetic":
+        texts = [format_math(p["question"], p["answer"]) for p in arithmetic_problems(n, seed)]
+        available, empty = n, 0
     else:
         rows, locate, file_sha = _rows(src)
         texts, empty = _sample(rows, locate, n, seed, src.path, lambda row, where: _text_of(row, src, where))
@@ -321,8 +327,9 @@ def load_math_problems(source: Source | str | dict[str, Any], n: int, seed: int)
         seed: sampling seed (same algorithm as :func:`load_texts`).
 
     Returns:
-        ``[{"question": str, "answer": str (the full worked answer), "gold": int}]``; ``gold`` is the integer
-        after ``#### `` with thousands commas stripped.
+        ``[{"question": str, "answer": str (the full worked answer), "gold": int}]``, plus ``"prefill": str`` where
+        the record has one (``arithmetic`` always does); ``gold`` is the integer after ``#### `` with thousands
+        commas stripped.
 
     Example:
         >>> p = load_math_problems("organism:math", 1, seed=0)[0]
@@ -342,8 +349,15 @@ def load_math_problems(source: Source | str | dict[str, Any], n: int, seed: int)
         gold = parse_answer(answer.replace(",", ""))
         if gold is None:
             raise InputError(f"{where}: the answer has no final '#### <integer>' (GSM8K format)")
-        return {"question": str(row["question"]), "answer": answer, "gold": gold}
+        prefill = row.get("prefill")
+        if prefill is not None and not isinstance(prefill, str):
+            raise InputError(f"{where}: prefill must be text (what starts the model's answer), got "
+                             f"{type(prefill).__name__}")
+        return {"question": str(row["question"]), "answer": answer, "gold": gold, **({"prefill": prefill}
+                                                                                     if prefill else {})}
 
+    if src.kind == "arithmetic":
+        return [convert(r, f"arithmetic: problem {i + 1}") for i, r in enumerate(arithmetic_problems(n, seed))]
     if src.kind == "organism":
         if src.path != "organism:math":
             raise InputError(f"{src.path}: has no math problems; use organism:math")

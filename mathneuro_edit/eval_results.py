@@ -4,6 +4,9 @@
 - :class:`MathPrediction`, :class:`MathResult`, :class:`GeneralResult` and :class:`EvalResults` (with
   :meth:`~EvalResults.to_dict`, :meth:`~EvalResults.save_json`, :meth:`~EvalResults.to_markdown`).
 
+Every accuracy carries its 95% Wilson interval, every general loss its standard error over texts, and a base vs
+edited pair its paired test (:mod:`mathneuro_edit.eval_stats`): ``to_dict`` adds a ``comparison`` entry per task.
+
 The model-running code is in :mod:`mathneuro_edit.evaluation`, which re-exports every public name here.
 """
 
@@ -20,11 +23,12 @@ from pathlib import Path
 from typing import Any, Union
 
 from .errors import InputError
+from .eval_stats import discordant_pairs, mcnemar_exact, ratio_se, significant, wilson_interval
 from .lm_eval_bridge import LmEvalResult
 
 __all__ = [
     "MathPrediction", "MathResult", "GeneralResult", "TaskResult", "EvalResults", "extract_answer",
-    "truncate_completion", "math_prompt",
+    "truncate_completion", "math_prompt", "compare",
 ]
 
 # "#### 1,234" / "#### -5" / "#### 42." / "#### 7.00": sign, digits with optional thousands commas, optional decimals
@@ -88,7 +92,8 @@ def _need(ok: bool, message: str) -> None:
 
 
 def _check_problems(where: str, problems: Any) -> tuple[dict[str, str], ...]:
-    """Validate ``[{"question": str, "answer": str}]`` with a ``#### <integer>`` in every answer; plain copies."""
+    """Validate ``[{"question": str, "answer": str, "prefill": str (optional)}]`` with a ``#### <integer>`` in
+    every answer; returns plain copies (``prefill`` only where given)."""
     _need(isinstance(problems, Sequence) and not isinstance(problems, str),
           f"{where}: must be a list of {{'question': str, 'answer': str}} dicts, got {type(problems).__name__}")
     for i, p in enumerate(problems):
@@ -96,21 +101,26 @@ def _check_problems(where: str, problems: Any) -> tuple[dict[str, str], ...]:
         _need(ok, f"{where}[{i}]: must be a dict with str 'question' and 'answer', got {p!r:.80}")
         _need(extract_answer(p["answer"]) is not None,
               f"{where}[{i}]: the answer has no '#### <integer>' line; GSM8K answers end with '#### 42'")
-    return tuple({"question": p["question"], "answer": p["answer"]} for p in problems)
+        _need(p.get("prefill") is None or isinstance(p["prefill"], str),
+              f"{where}[{i}]: prefill must be a string (the text that starts the answer), got {p.get('prefill')!r:.40}")
+    return tuple({"question": p["question"], "answer": p["answer"], **({"prefill": p["prefill"]} if p.get("prefill")
+                                                                      else {})} for p in problems)
 
 
 @dataclass(frozen=True)
 class MathPrediction:
-    """One problem's outcome: the cut completion and the integer read from it."""
+    """One problem's outcome: the raw completion (as generated, up to the end of turn / stop) and the number
+    read from it (:func:`~mathneuro_edit.math_prompts.extract_prediction`); ``prefill`` started the answer."""
 
     question: str
     gold: int
     completion: str
-    predicted: int | None
+    extracted: int | float | None
+    prefill: str | None = None
 
     @property
     def correct(self) -> bool:
-        return self.predicted == self.gold
+        return self.extracted is not None and self.extracted == self.gold  # 12.0 was already read as 12
 
 
 @dataclass(frozen=True)
@@ -126,8 +136,15 @@ class MathResult:
     def accuracy(self) -> float:
         return self.correct / self.total if self.total else 0.0
 
+    @property
+    def ci95(self) -> tuple[float, float]:
+        """95% Wilson interval of the accuracy."""
+        return wilson_interval(self.correct, self.total)
+
     def metrics(self) -> dict[str, float]:
-        return {"math_accuracy": self.accuracy, "math_correct": self.correct, "math_total": self.total}
+        low, high = self.ci95
+        return {"math_accuracy": self.accuracy, "math_correct": self.correct, "math_total": self.total,
+                "math_ci95_low": low, "math_ci95_high": high}
 
 
 @dataclass(frozen=True)
@@ -138,16 +155,50 @@ class GeneralResult:
     n_tokens: int
     kl: float = 0.0
     task_sha256: str = ""
+    # per text with >= 1 predicted token: summed next-token loss and predicted tokens (for the standard errors)
+    text_loss_sums: tuple[float, ...] = field(default=(), repr=False)
+    text_tokens: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def perplexity(self) -> float:
         return math.exp(self.loss) if self.loss < 709 else math.inf  # exp overflows a float beyond ~709.78
 
+    @property
+    def loss_se(self) -> float:
+        """Standard error of :attr:`loss` over texts (:func:`~mathneuro_edit.eval_stats.ratio_se`); nan if unknown."""
+        return ratio_se(self.text_loss_sums, self.text_tokens) if self.text_tokens else math.nan
+
     def metrics(self) -> dict[str, float]:
-        return {"general_loss": self.loss, "general_perplexity": self.perplexity, "general_kl": self.kl}
+        return {"general_loss": self.loss, "general_loss_se": self.loss_se, "general_perplexity": self.perplexity,
+                "general_kl": self.kl, "general_texts": len(self.text_tokens)}
 
 
 TaskResult = Union[MathResult, GeneralResult, LmEvalResult]
+
+
+def compare(base: TaskResult, edited: TaskResult | None) -> dict[str, Any] | None:
+    """The paired comparison of one task, base vs edited (``None`` when there is nothing to pair).
+
+    Math: the discordant counts, the exact McNemar p-value and whether it is significant (p < 0.05), on the
+    same problems. General: the loss change and its paired standard error over the same texts.
+
+    Example:
+        >>> P = lambda ok: MathPrediction("q", 1, "", 1 if ok else 0)
+        >>> compare(MathResult(1, 2, (P(True), P(False))), MathResult(2, 2, (P(True), P(True))))["mcnemar_p"]
+        1.0
+    """
+    if isinstance(base, MathResult) and isinstance(edited, MathResult) and base.predictions and edited.predictions:
+        if [p.question for p in base.predictions] != [p.question for p in edited.predictions]:
+            raise InputError("compare: base and edited were evaluated on different problems; pair the same task")
+        b, c = discordant_pairs([p.correct for p in base.predictions], [p.correct for p in edited.predictions])
+        p = mcnemar_exact(b, c)
+        return {"test": "mcnemar_exact", "accuracy_change": edited.accuracy - base.accuracy, "base_only": b,
+                "edited_only": c, "mcnemar_p": p, "significant": significant(p)}
+    if isinstance(base, GeneralResult) and isinstance(edited, GeneralResult) and base.text_tokens \
+            and base.text_tokens == edited.text_tokens:
+        diffs = [e - b for b, e in zip(base.text_loss_sums, edited.text_loss_sums)]
+        return {"loss_change": edited.loss - base.loss, "loss_change_se": ratio_se(diffs, base.text_tokens)}
+    return None
 
 
 def _json_value(x: Any) -> Any:
@@ -178,16 +229,20 @@ class EvalResults:
                     continue
                 row: dict[str, Any] = {k: _json_value(v) for k, v in res.metrics().items()}
                 if predictions and isinstance(res, MathResult):
-                    row["predictions"] = [vars(p) | {"correct": p.correct} for p in res.predictions]
+                    row["predictions"] = [_prediction_row(p) for p in res.predictions]
                 out[name][label] = row
+            comparison = compare(base, self.edited.get(name))
+            if comparison is not None:
+                out[name]["comparison"] = {k: _json_value(v) for k, v in comparison.items()}
         return out
 
-    def save_json(self, path: str | Path, predictions: bool = False) -> Path:
+    def save_json(self, path: str | Path, predictions: bool = True) -> Path:
         """Write :meth:`to_dict` as JSON atomically (temp file beside it, then rename).
 
         Args:
             path: a file path, or an existing folder (writes ``eval.json`` in it).
-            predictions: include the per-problem predictions.
+            predictions: include the per-problem rows (question, gold, prefill, completion, extracted, correct),
+                so that a reader can audit every score.
 
         Returns:
             The path written.
@@ -212,30 +267,14 @@ class EvalResults:
         return path
 
     def to_markdown(self) -> str:
-        """The before/after table of the model card: one row per metric, columns base / edited / change."""
-        edited = bool(self.edited)
-        lines = ["| task | metric | base | edited | change |", "|---|---|---:|---:|---:|"] if edited else [
-            "| task | metric | value |", "|---|---|---:|"]
-        for name, base in self.base.items():
-            b, e = base.metrics(), getattr(self.edited.get(name), "metrics", dict)()
-            for key, value in b.items():
-                if key not in ("math_correct", "math_total"):  # those two are shown inside the accuracy cell
-                    cells = [_cell(key, b), _cell(key, e), _change(key, value, e.get(key))][: 3 if edited else 1]
-                    lines.append(f"| {name} | {key} | " + " | ".join(cells) + " |")
-        return "\n".join(lines) + "\n"
+        """The before/after table (console and model card, :func:`~mathneuro_edit.eval_report.eval_markdown`):
+        accuracies with n and 95% interval, losses with standard errors, changes with the paired test."""
+        from .eval_report import eval_markdown
+
+        return eval_markdown(self.to_dict())
 
 
-def _cell(key: str, row: Mapping[str, float]) -> str:
-    if key not in row:
-        return "-"
-    if key == "math_accuracy":
-        return f"{row[key]:.1%} ({int(row['math_correct'])}/{int(row['math_total'])})"
-    return f"{row[key]:.4g}"
-
-
-def _change(key: str, before: float, after: float | None) -> str:
-    if after is None or not (math.isfinite(before) and math.isfinite(after)):
-        return "-"
-    if key == "math_accuracy":
-        return f"{(after - before) * 100:+.1f} pp"  # percentage points: the difference of two rates
-    return f"{after - before:+.4g}"
+def _prediction_row(p: MathPrediction) -> dict[str, Any]:
+    """One audit row of eval.json (key order fixed: the file is byte-identical between runs)."""
+    return {"question": p.question, "gold": p.gold, "prefill": p.prefill, "completion": p.completion,
+            "extracted": p.extracted, "correct": p.correct}

@@ -1,8 +1,10 @@
 """Evaluation: judge an edit before publishing it (math accuracy, general-text loss/perplexity, KL side effect).
 
-- math: greedy generation (batched, left-padded) in the GSM8K format, exact match of the integer after ``#### ``;
-- general: mean next-token cross entropy over real tokens, perplexity, and the mean KL(base || edited) of the
-  next-token distribution, on the same texts;
+- math: greedy generation (batched, left-padded) of prompts rendered with the tokenizer's chat template when it
+  has one (:mod:`mathneuro_edit.math_prompts`), exact match of the number read from the completion (after
+  ``####``; else the first number after a prefill; else the last number), with a 95% Wilson interval;
+- general: mean next-token cross entropy over real tokens (with its standard error over texts), perplexity, and
+  the mean KL(base || edited) of the next-token distribution, on the same texts;
 - optional lm-evaluation-harness tasks (:mod:`mathneuro_edit.lm_eval_bridge`).
 
 With ``edit=ReversibleEdit(model, mask, scale)`` one model in memory is evaluated as base and as edited; it
@@ -14,25 +16,24 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import StoppingCriteriaList
 
 from .apply import ReversibleEdit
 from .errors import InputError
+from .eval_runtime import _AnswerStop, _batches, _device, _edit_guard, _eval_mode, _pad, _special_ids
 from .eval_results import _check_problems, _need  # input checks shared with the GSM8K text helpers
 from .eval_results import (  # re-exported: the result types and text helpers are part of this module's API
     EvalResults, GeneralResult, MathPrediction, MathResult, TaskResult, extract_answer, math_prompt,
     truncate_completion,
 )
 from .lm_eval_bridge import LmEvalResult, LmEvalTask, require_lm_eval, run_lm_eval
+from .math_prompts import ChatSetting, encode_prompts, extract_prediction
 
 __all__ = [
     "MathTask", "GeneralTask", "LmEvalTask", "MathPrediction", "MathResult", "GeneralResult", "LmEvalResult",
@@ -51,14 +52,17 @@ def _is_int(x: Any, lo: int, hi: float = math.inf) -> bool:
 
 @dataclass(frozen=True)
 class MathTask:
-    """GSM8K-style problems scored by exact match of the ``#### <integer>`` of a greedy completion.
+    """GSM8K-style problems scored by exact match of the number read from a greedy completion.
 
     Args:
         name: the task's name in the results.
-        problems: ``[{"question": str, "answer": str}]``; the gold is the integer after ``#### `` in the answer.
-        n_shot: how many of ``shots`` precede each prompt.
+        problems: ``[{"question": str, "answer": str, "prefill": str (optional)}]``; the gold is the integer after
+            ``#### `` in the answer; ``prefill`` starts the model's answer (e.g. ``"23 + 45 = "``).
+        n_shot: how many of ``shots`` precede each prompt (as earlier chat turns with a chat template).
         shots: worked examples in the same form (kept apart from ``problems``).
         max_new_tokens: generation budget per problem.
+        chat_template: ``"auto"`` (the tokenizer's chat template when it has one), ``True`` (required) or
+            ``False`` (plain ``Question:/Answer:`` prompts); see :mod:`mathneuro_edit.math_prompts`.
 
     Example:
         >>> MathTask("toy", [{"question": "1 + 1?", "answer": "#### 2"}]).problems[0]["answer"]
@@ -70,9 +74,12 @@ class MathTask:
     n_shot: int = 0
     shots: Sequence[Mapping[str, str]] = ()
     max_new_tokens: int = 256
+    chat_template: ChatSetting = "auto"
 
     def __post_init__(self) -> None:
         where = f"MathTask {self.name!r}"
+        _need(self.chat_template == "auto" or isinstance(self.chat_template, bool),
+              f"{where}: chat_template must be 'auto', True or False, got {self.chat_template!r}")
         object.__setattr__(self, "problems", _check_problems(f"{where}: problems", self.problems))
         object.__setattr__(self, "shots", _check_problems(f"{where}: shots", self.shots))
         _need(bool(self.problems), f"{where}: problems is empty; pass at least one problem")
@@ -83,7 +90,8 @@ class MathTask:
     @property
     def sha256(self) -> str:
         """Fingerprint of the task's content and settings (a cached base result must match it)."""
-        return _sha(["math", list(self.problems), list(self.shots[: self.n_shot]), self.max_new_tokens])
+        return _sha(["math", list(self.problems), list(self.shots[: self.n_shot]), self.max_new_tokens,
+                     self.chat_template])
 
 
 @dataclass(frozen=True)
@@ -122,102 +130,20 @@ Task = Union[MathTask, GeneralTask, LmEvalTask]
 # ---------------------------------------------------------------------------------------------------- internals
 
 
-@contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    """``model.eval()`` and ``no_grad`` inside; every submodule's own training flag restored afterwards."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m, mode in modes:
-            m.training = mode
-
-
-@contextmanager
-def _edit_guard(edit: ReversibleEdit | None) -> Iterator[None]:
-    """Start from the base weights; end in the state the edit was given in (applied or not), even on errors."""
-    if edit is None:
-        yield
-        return
-    was_applied = bool(edit.applied)
-    edit.restore()
-    try:
-        yield
-    finally:
-        edit.restore()
-        if was_applied:
-            edit.apply()  # edited values are a pure function of the saved originals: bit-identical to before
-
-
-def _device(model: nn.Module) -> torch.device:
-    device = getattr(model, "device", None)
-    return device if isinstance(device, torch.device) else next(model.parameters()).device
-
-
-def _special_ids(model: nn.Module, tokenizer: Any) -> tuple[int, list[int]]:
-    """``(pad id, eos ids)``: the tokenizer's pad, else an eos (passed per call, the tokenizer is untouched).
-
-    The eos ids are the tokenizer's and the model's generation config's together (chat models often stop on
-    several, e.g. ``<|eot_id|>`` besides ``<|end_of_text|>``).
-    """
-    eos: list[Any] = [tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)]
-    flat = [e for x in eos for e in (x if isinstance(x, (list, tuple)) else [x]) if e is not None]
-    eos_ids = list(dict.fromkeys(int(e) for e in flat))
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_ids[0] if eos_ids else None)
-    _need(pad is not None, "tokenizer: has neither a pad_token nor an eos_token; set tokenizer.eos_token")
-    return int(pad), eos_ids
-
-
-def _pad(rows: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad token-id lists to one length; returns ``(ids, attention_mask)``, both ``(batch, tokens)``."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        sl = slice(width - len(r), width) if side == "left" else slice(0, len(r))
-        ids[i, sl], attn[i, sl] = torch.tensor(list(r), dtype=torch.long), 1
-    return ids.to(device), attn.to(device)
-
-
-class _AnswerStop(StoppingCriteria):
-    """Stops each row once :func:`truncate_completion` says its answer is complete (the text is cut afterwards).
-
-    What a stopped row gets next is padding (a special token, dropped when decoding).
-    """
-
-    def __init__(self, tokenizer: Any, prompt_len: int, batch: int) -> None:
-        self.tokenizer, self.prompt_len = tokenizer, prompt_len
-        self.done = [False] * batch
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        new = input_ids[:, self.prompt_len:]  # (batch, generated so far)
-        for i in range(new.shape[0]):
-            if not self.done[i]:
-                self.done[i] = truncate_completion(self.tokenizer.decode(new[i], skip_special_tokens=True))[1]
-        return torch.tensor(self.done, device=input_ids.device)
-
-
-def _batches(n: int, batch_size: int, desc: str, progress: bool) -> Iterator[range]:
-    starts = range(0, n, batch_size)
-    for s in tqdm(starts, desc=desc, disable=not progress, unit="batch"):
-        yield range(s, min(n, s + batch_size))
-
-
 def _run_math(model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int, progress: bool, desc: str) -> MathResult:
     pad_id, eos_ids = _special_ids(model, tokenizer)
     shots = task.shots[: task.n_shot]
-    prompts = [math_prompt(p["question"], shots) for p in task.problems]
-    encoded = tokenizer(prompts)["input_ids"]  # no padding/truncation arguments: we pad, the tokenizer stays as is
+    prefills = [p.get("prefill") for p in task.problems]
+    # no padding/truncation arguments: we pad, the tokenizer stays as is
+    encoded = encode_prompts(tokenizer, task.problems, shots, task.chat_template)
     # longest first: batches of similar length waste less padding (results do not depend on batch composition)
-    order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     completions: dict[int, str] = {}
     for chunk in _batches(len(order), batch_size, desc, progress):
         idx = [order[j] for j in chunk]
         # left padding: every row's last prompt token sits at the same position, where generation continues
         ids, attn = _pad([encoded[i] for i in idx], pad_id, "left", _device(model))  # (batch, prompt tokens)
-        stop = _AnswerStop(tokenizer, ids.shape[1], len(idx))
+        stop = _AnswerStop(tokenizer, ids.shape[1], [prefills[i] for i in idx])
         out = model.generate(
             input_ids=ids, attention_mask=attn, do_sample=False, max_new_tokens=task.max_new_tokens,
             pad_token_id=pad_id, eos_token_id=eos_ids or None, stopping_criteria=StoppingCriteriaList([stop]),
@@ -228,8 +154,9 @@ def _run_math(model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int,
             completions[i] = tokenizer.decode(new[:cut], skip_special_tokens=True)
     preds = []
     for i, p in enumerate(task.problems):
-        text = truncate_completion(completions[i])[0]
-        preds.append(MathPrediction(p["question"], int(extract_answer(p["answer"])), text, extract_answer(text)))
+        text = truncate_completion(completions[i])[0]  # drops only a next "Question:" the model made up
+        preds.append(MathPrediction(p["question"], int(extract_answer(p["answer"])), text,
+                                    extract_prediction(text, prefills[i]), prefills[i]))
     return MathResult(sum(p.correct for p in preds), len(preds), tuple(preds), task.sha256)
 
 
@@ -243,6 +170,9 @@ def _run_general(
         raise InputError(f"GeneralTask {task.name!r}: every text is shorter than 2 tokens; nothing to predict")
     base_loss = edited_loss = kl_sum = 0.0
     n_dist = 0
+    base_sums: list[float] = []  # per text with >= 1 prediction: summed loss (for the standard error over texts)
+    edited_sums: list[float] = []
+    counts: list[int] = []
     rows_all = [r for r in encoded if r]
     for chunk in _batches(len(rows_all), batch_size, desc, progress):
         rows = [rows_all[i] for i in chunk]
@@ -263,17 +193,25 @@ def _run_general(
             # float32 log-softmax: in bf16 a large vocabulary's normaliser loses ~3 digits, and KL of two close
             # distributions is a small difference of large numbers; one row at a time bounds the float32 copy
             base_lp = base_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
-            base_loss -= base_lp[:-1].gather(-1, target[:, None]).sum().item()
+            text_loss = -base_lp[:-1].gather(-1, target[:, None]).sum().item()
+            base_loss += text_loss
+            if n > 1:
+                base_sums.append(text_loss)
+                counts.append(n - 1)
             if edited_logits is not None:
                 ed_lp = edited_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
-                edited_loss -= ed_lp[:-1].gather(-1, target[:, None]).sum().item()
+                text_loss = -ed_lp[:-1].gather(-1, target[:, None]).sum().item()
+                edited_loss += text_loss
+                if n > 1:
+                    edited_sums.append(text_loss)
                 # KL(base || edited) of every real position's next-token distribution (the last one included)
                 kl_sum += F.kl_div(ed_lp, base_lp, log_target=True, reduction="none").sum(-1).sum().item()
         n_dist += sum(len(r) for r in rows)
-    base = GeneralResult(base_loss / n_pred, n_pred, 0.0, task.sha256)
+    base = GeneralResult(base_loss / n_pred, n_pred, 0.0, task.sha256, tuple(base_sums), tuple(counts))
     if edit is None:
         return base, None
-    return base, GeneralResult(edited_loss / n_pred, n_pred, kl_sum / n_dist, task.sha256)
+    return base, GeneralResult(edited_loss / n_pred, n_pred, kl_sum / n_dist, task.sha256, tuple(edited_sums),
+                               tuple(counts))
 
 
 def _check_batch_size(batch_size: Any) -> int:
@@ -287,6 +225,7 @@ def _check_batch_size(batch_size: Any) -> int:
 def math_accuracy(
     model: nn.Module, tokenizer: Any, problems: Sequence[Mapping[str, str]], *, n_shot: int = 0,
     shots: Sequence[Mapping[str, str]] = (), max_new_tokens: int = 256, batch_size: int = 16, progress: bool = True,
+    chat_template: ChatSetting = "auto",
 ) -> MathResult:
     """Exact-match accuracy of greedy completions of the model as it is (see :class:`MathTask` for the arguments).
 
@@ -297,7 +236,7 @@ def math_accuracy(
         >>> with edit:  # an edited model: wrap the call in a ReversibleEdit  # doctest: +SKIP
         ...     math_accuracy(model, tok, [{"question": "2 + 3?", "answer": "#### 5"}]).accuracy
     """
-    task = MathTask("math", problems, n_shot, shots, max_new_tokens)
+    task = MathTask("math", problems, n_shot, shots, max_new_tokens, chat_template)
     with _eval_mode(model):
         return _run_math(model, tokenizer, task, _check_batch_size(batch_size), progress, "math")
 

@@ -134,10 +134,11 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     shots, problems = problems[: ev.n_shot], problems[ev.n_shot :]
     texts, _ = load_set(ev.general, ev.samples, ev.seed)
     harness = [LmEvalTask("lm_eval", tasks=tuple(ev.lm_eval_tasks), limit=ev.lm_eval_limit)] if ev.lm_eval_tasks else []
+    keys = ("question", "answer", "prefill")
     return harness + [
-        MathTask("math", [{"question": p["question"], "answer": p["answer"]} for p in problems], n_shot=ev.n_shot,
-                 shots=[{"question": p["question"], "answer": p["answer"]} for p in shots],
-                 max_new_tokens=ev.max_new_tokens),
+        MathTask("math", [{k: p[k] for k in keys if k in p} for p in problems], n_shot=ev.n_shot,
+                 shots=[{k: p[k] for k in keys if k in p} for p in shots], max_new_tokens=ev.max_new_tokens,
+                 chat_template=ev.chat_template),
         GeneralTask("general", texts, max_length=recipe.calibration.max_length),
     ]
 
@@ -167,7 +168,8 @@ def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: An
 
     write_lock(folder, lock)
     if eval_dict is not None:
-        (folder / "eval.json").write_text(json.dumps(eval_dict, indent=2) + "\n")
+        (folder / "eval.json").write_text(json.dumps(eval_dict, indent=2, allow_nan=False, ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
     hub_id = None if recipe.base.local_dir() is not None else recipe.base.model
     card = build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,
                       edit_summary=summarize_edit(mask.counts(), model_params=n_params),
@@ -244,8 +246,8 @@ def run_recipe(
         tasks = eval_tasks(recipe)
         if tasks:
             results = evaluate(model, tokenizer, tasks, edit=ReversibleEdit(model, mask, scale), progress=progress)
+            eval_dict = results.to_dict(predictions=True)  # the per-problem rows, so a reader can audit the scores
             results.save_json(tmp / "eval.json")
-            eval_dict = results.to_dict()
             echo("evaluation:\n" + results.to_markdown())
         n_params = sum(p.numel() for p in model.parameters())
         del model  # the exports stream from the base files: free the in-memory model first

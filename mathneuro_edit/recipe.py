@@ -6,8 +6,9 @@ raises ONE :class:`~mathneuro_edit.errors.InputError` listing every problem with
 ``recipe.yaml: 2 problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1]
 (got 1.5)`` (one line).
 
-Special values: ``base.model: organism`` is the model shipped with the package, and a data source path
-``organism:math`` / ``organism:general`` is its synthetic data (:mod:`mathneuro_edit.organism.data`).
+Special values: ``base.model: organism`` is the model shipped with the package, a data source path
+``organism:math`` / ``organism:general`` is its synthetic data (:mod:`mathneuro_edit.organism.data`), and
+``arithmetic`` is the built-in arithmetic task (:mod:`mathneuro_edit.arithmetic`).
 
 Privacy: local paths (a base model folder, a data file, an offload folder) are personal. :meth:`Recipe.public_dict`
 replaces them by ``"<local>"`` (data files keep their file name: ``"<local>/train.jsonl"``); the recipe hash,
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 ORGANISM = "organism"
+ARITHMETIC = "arithmetic"  # the built-in arithmetic task (mathneuro_edit.arithmetic)
 LOCAL = "<local>"  # stands for a redacted local path in public outputs (lock, card, recipe hash)
 _HUB_DATASET = re.compile(r"^hf://datasets/(?:[\w.-]+/)?[\w.-]+$")
 _SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?)?B$", re.IGNORECASE)
@@ -51,7 +53,7 @@ def is_local_path(value: str) -> bool:
         >>> is_local_path("/models/llama"), is_local_path("meta-llama/Llama-3.2-1B"), is_local_path("organism")
         (True, False, False)
     """
-    if value == ORGANISM or value.startswith(("organism:", "hf://")) or value.startswith(LOCAL):
+    if value in (ORGANISM, ARITHMETIC) or value.startswith(("organism:", "hf://")) or value.startswith(LOCAL):
         return False
     return value.startswith(("/", "~", ".", "\\")) or Path(value).expanduser().exists()
 
@@ -92,13 +94,14 @@ class _Model(BaseModel):
 
 
 class Source(_Model):
-    """Where texts come from: ``organism:math|general``, ``hf://datasets/OWNER/NAME`` or a local file.
+    """Where texts come from: ``organism:math|general``, ``arithmetic``, ``hf://datasets/OWNER/NAME`` or a local file.
 
     A bare string is accepted as shorthand for ``{path: ...}``.
     """
 
-    path: str = Field(min_length=1, description="organism:math, organism:general, hf://datasets/OWNER/NAME, or "
-                                                "a local .jsonl/.json/.csv/.parquet/.txt file")
+    path: str = Field(min_length=1, description="organism:math, organism:general, arithmetic, "
+                                                "hf://datasets/OWNER/NAME, or a local .jsonl/.json/.csv/.parquet/.txt "
+                                                "file")
     field: str | None = Field(None, description="record field holding the text (default: question+answer, else text)")
     template: str | None = Field(None, description='Python format string over record fields, e.g. '
                                                    '"{question}\\n{answer}"')
@@ -130,6 +133,9 @@ class Source(_Model):
             if self.split not in (None, "train", "test"):
                 raise ValueError(f"organism split must be train or test (got {self.split!r})")
             extra = [k for k in ("field", "template", "config", "revision", "format") if getattr(self, k) is not None]
+        elif self.kind == "arithmetic":
+            extra = [k for k in ("field", "template", "config", "split", "revision", "format")
+                     if getattr(self, k) is not None]
         elif self.kind == "hub":
             if not _HUB_DATASET.match(self.path):
                 raise ValueError(f"Hub sources look like hf://datasets/OWNER/NAME (got {self.path!r})")
@@ -145,10 +151,12 @@ class Source(_Model):
         return f"{LOCAL}/{Path(self.path).name}" if is_local_path(self.path) else self.path
 
     @property
-    def kind(self) -> Literal["organism", "hub", "local"]:
-        """``"organism"``, ``"hub"`` or ``"local"``."""
+    def kind(self) -> Literal["organism", "arithmetic", "hub", "local"]:
+        """``"organism"``, ``"arithmetic"``, ``"hub"`` or ``"local"``."""
         if self.path.startswith("organism:"):
             return "organism"
+        if self.path == ARITHMETIC:
+            return "arithmetic"
         return "hub" if self.path.startswith("hf://") else "local"
 
     @property
@@ -290,12 +298,16 @@ class OutputsConfig(_Model):
 class EvaluationConfig(_Model):
     """Before/after evaluation (optional)."""
 
-    math: Source = Field(description="math problems with question/answer (GSM8K format, gold after '#### ')")
+    math: Source = Field(description="math problems with question/answer (GSM8K format, gold after '#### '; "
+                                     "optional prefill), or arithmetic")
     general: Sources = Field(description="general texts for loss and KL: one source or a list")
     samples: Positive = Field(100, description="problems and texts evaluated")
     seed: StrictInt = Field(0, description="seed of the sampling")
     n_shot: NonNegative = Field(0, description="worked examples put before each problem")
     max_new_tokens: Positive = Field(256, description="generation budget per problem")
+    chat_template: bool | Literal["auto"] = Field(
+        "auto", description="render prompts with the tokenizer's chat template: auto (when it has one), true "
+                            "(required), false (plain Question:/Answer:)")
     lm_eval_tasks: list[str] = Field(default_factory=list, description="lm-evaluation-harness tasks run too, e.g. "
                                      "[gsm8k_cot, mmlu] (needs the eval extra)")
     lm_eval_limit: Positive | None = Field(None, description="documents per lm-eval task (default: all)")

@@ -3,8 +3,9 @@
 For every ``(top_k, scale)`` the edit is switched on with :class:`~mathneuro_edit.apply.ReversibleEdit` on one
 model, evaluated (math exact match, general loss, KL(base || edited)), and switched off; the base results are
 computed once. Outputs: ``sweep.csv``, ``sweep.json``, ``sweep.png`` (math accuracy vs general KL, Pareto front
-marked; needs matplotlib) and a recommendation: the best math accuracy within a general-KL budget, or a plain
-statement that no setting improves math.
+marked; needs matplotlib) and a recommendation: the best math accuracy among the settings whose gain over the base
+is significant (paired exact McNemar test on the same problems, p < 0.05) and whose general KL is within the budget,
+or a plain statement that nothing qualifies. Every accuracy carries its 95% Wilson interval.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import io
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .eval_report import format_p
 from .recipe import Recipe
 
 __all__ = ["SweepPoint", "SweepResult", "run_sweep", "pareto_front", "recommend"]
@@ -26,7 +28,11 @@ __all__ = ["SweepPoint", "SweepResult", "run_sweep", "pareto_front", "recommend"
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One evaluated edit (``top_k=0``/``scale=1`` rows never occur: the base is reported separately)."""
+    """One evaluated edit (``top_k=0``/``scale=1`` rows never occur: the base is reported separately).
+
+    ``mcnemar_p`` / ``significant`` compare it with the base on the same problems; a point built without them
+    (the defaults) is never significant.
+    """
 
     top_k: float
     scale: float
@@ -34,6 +40,12 @@ class SweepPoint:
     math_accuracy: float
     general_loss: float
     general_kl: float
+    math_correct: int = 0
+    math_total: int = 0
+    math_ci95_low: float = 0.0
+    math_ci95_high: float = 1.0
+    mcnemar_p: float = 1.0
+    significant: bool = False
 
 
 @dataclass
@@ -47,18 +59,32 @@ class SweepResult:
     recommendation: str
     best: int | None
 
+    base_math: dict[str, Any] = field(default_factory=dict)  # the base's eval row (counts, interval)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"base": {"math_accuracy": self.base_math_accuracy, "general_loss": self.base_general_loss},
+        return {"base": {"math_accuracy": self.base_math_accuracy, "general_loss": self.base_general_loss,
+                         **{k: v for k, v in self.base_math.items() if k != "predictions"}},
                 "points": [asdict(p) for p in self.points], "pareto_front": self.front,
                 "recommendation": self.recommendation, "best": self.best}
 
     def to_csv(self) -> str:
         buf = io.StringIO()
         w = csv.writer(buf)
-        w.writerow(["top_k", "scale", "selected", "math_accuracy", "general_loss", "general_kl", "pareto"])
+        w.writerow(["top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
+                    "math_ci95_high", "mcnemar_p", "significant", "general_loss", "general_kl", "pareto"])
         for i, p in enumerate(self.points):
-            w.writerow([p.top_k, p.scale, p.selected, p.math_accuracy, p.general_loss, p.general_kl, i in self.front])
+            w.writerow([p.top_k, p.scale, p.selected, p.math_accuracy, p.math_correct, p.math_total,
+                        f"{p.math_ci95_low:.4f}", f"{p.math_ci95_high:.4f}", f"{p.mcnemar_p:.4g}", p.significant,
+                        p.general_loss, p.general_kl, i in self.front])
         return buf.getvalue()
+
+
+def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> SweepPoint:
+    """A :class:`SweepPoint` from one edit's eval dict (``to_dict`` of :func:`~mathneuro_edit.evaluation.evaluate`)."""
+    m, g, c = res["math"]["edited"], res["general"]["edited"], res["math"].get("comparison") or {}
+    return SweepPoint(top_k, scale, selected, m["math_accuracy"], g["general_loss"], g["general_kl"],
+                      int(m["math_correct"]), int(m["math_total"]), m["math_ci95_low"], m["math_ci95_high"],
+                      c.get("mcnemar_p", 1.0), bool(c.get("significant", False)))
 
 
 def pareto_front(points: Sequence[SweepPoint]) -> list[int]:
@@ -82,15 +108,35 @@ def pareto_front(points: Sequence[SweepPoint]) -> list[int]:
 
 
 def recommend(points: Sequence[SweepPoint], base_accuracy: float, kl_budget: float) -> tuple[int | None, str]:
-    """The best math accuracy among points with ``general_kl <= kl_budget`` that beat the base (ties: lower KL)."""
-    ok = [i for i, p in enumerate(points) if p.general_kl <= kl_budget and p.math_accuracy > base_accuracy]
+    """The best math accuracy among points that qualify (ties: lower KL), and the sentence that says so.
+
+    A point qualifies when it beats the base, the gain is significant (``significant``: paired exact McNemar
+    p < 0.05 on the same problems) and ``general_kl <= kl_budget``. Why the test: on 100-300 problems a gain of a
+    few points is within noise, and a sweep picks the luckiest of many settings.
+
+    Example:
+        >>> P = lambda a, p, k: SweepPoint(0.05, 1.1, 9, a, 2.0, k, mcnemar_p=p, significant=p < 0.05)
+        >>> recommend([P(0.62, 0.30, 0.01), P(0.60, 0.01, 0.01)], 0.5, 0.05)[0]
+        1
+    """
+    ok = [i for i, p in enumerate(points)
+          if p.general_kl <= kl_budget and p.math_accuracy > base_accuracy and p.significant]
     if not ok:
-        return None, (f"no setting improves math accuracy over the base ({100 * base_accuracy:.1f}%) within the "
-                      f"general-KL budget {kl_budget:g}; do not publish a boost from this sweep")
+        gains = [i for i, p in enumerate(points) if p.math_accuracy > base_accuracy]
+        largest = ""
+        if gains:
+            g = points[max(gains, key=lambda i: (points[i].math_accuracy, -points[i].general_kl))]
+            largest = (f" (largest gain: top_k={g.top_k:g} scale={g.scale:g}, {100 * base_accuracy:.1f}% -> "
+                       f"{100 * g.math_accuracy:.1f}%, {format_p(g.mcnemar_p)}, general KL {g.general_kl:.4g})")
+        return None, (f"nothing qualifies: no setting raises math accuracy over the base ({100 * base_accuracy:.1f}%) "
+                      f"significantly (paired McNemar p < 0.05) within the general-KL budget {kl_budget:g}"
+                      f"{largest}; do not publish a boost from this sweep")
     best = max(ok, key=lambda i: (points[i].math_accuracy, -points[i].general_kl))
     p = points[best]
     return best, (f"recommended: top_k={p.top_k:g} scale={p.scale:g}: math {100 * base_accuracy:.1f}% -> "
-                  f"{100 * p.math_accuracy:.1f}%, general KL {p.general_kl:.4g} (budget {kl_budget:g})")
+                  f"{100 * p.math_accuracy:.1f}% ({p.math_correct}/{p.math_total}, 95% CI {100 * p.math_ci95_low:.1f}-"
+                  f"{100 * p.math_ci95_high:.1f}), {format_p(p.mcnemar_p)} (paired McNemar), general KL "
+                  f"{p.general_kl:.4g} (budget {kl_budget:g})")
 
 
 def _plot(result: SweepResult, path: Path) -> Path | None:
@@ -102,6 +148,11 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     pts = result.points
     ax.scatter([p.general_kl for p in pts], [100 * p.math_accuracy for p in pts], c="tab:blue", label="edits")
+    # 95% Wilson intervals: a point whose bar covers the base line is not a demonstrated gain
+    ax.errorbar([p.general_kl for p in pts], [100 * p.math_accuracy for p in pts],
+                yerr=[[100 * (p.math_accuracy - p.math_ci95_low) for p in pts],
+                      [100 * (p.math_ci95_high - p.math_accuracy) for p in pts]],
+                fmt="none", ecolor="tab:blue", alpha=0.35, lw=1)
     front = sorted((pts[i] for i in result.front), key=lambda p: p.general_kl)
     for p in front:  # label the front only: the other points would overlap
         ax.annotate(f"k={p.top_k:g}, x{p.scale:g}", (p.general_kl, 100 * p.math_accuracy), fontsize=7)
@@ -176,14 +227,12 @@ def run_sweep(
                     continue  # the base itself
                 res = evaluate(model, tok, tasks, edit=ReversibleEdit(model, mask, s), base_results=base,
                                progress=progress).to_dict()
-                points.append(SweepPoint(k, s, mask.total()[0], res["math"]["edited"]["math_accuracy"],
-                                         res["general"]["edited"]["general_loss"],
-                                         res["general"]["edited"]["general_kl"]))
+                points.append(_point(k, s, mask.total()[0], res))
         base_d = base.to_dict()
         base_acc = base_d["math"]["base"]["math_accuracy"]
         best, text = recommend(points, base_acc, kl_budget)
         result = SweepResult(base_acc, base_d["general"]["base"]["general_loss"], points, pareto_front(points),
-                             text, best)
+                             text, best, dict(base_d["math"]["base"]))
         (tmp / "sweep.csv").write_text(result.to_csv())
         (tmp / "sweep.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         _plot(result, tmp / "sweep.png")

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 from mathneuro_edit.card import CITATION, build_card, license_from_base, summarize_edit, write_card
 from mathneuro_edit.data import load_texts
 from mathneuro_edit.errors import InputError, MathNeuroEditError
+from mathneuro_edit.eval_results import EvalResults, GeneralResult, MathPrediction, MathResult
 from mathneuro_edit.lock import (
     LOCK_NAME,
     build_lock,
@@ -28,9 +29,24 @@ from mathneuro_edit.recipe import quickstart_recipe, recipe_from_dict, recipe_sh
 
 COUNTS = {"model.layers.0.self_attn.q_proj.weight": (10, 256), "model.layers.1.self_attn.q_proj.weight": (6, 256),
           "model.layers.0.mlp.down_proj.weight": (20, 1024), "model.layers.0.mlp.experts.gate_up_proj": (4, 2048)}
-EVAL = {"gsm8k": {"base": {"math_accuracy": 0.30, "general_loss": 2.50},
-                  "edited": {"math_accuracy": 0.35, "general_loss": 2.52, "general_kl": 0.004}},
-        "organism": {"edited": {"math_accuracy": 0.9}}}
+
+
+def _math(flags: list[bool]) -> MathResult:
+    preds = tuple(MathPrediction(f"q{i}", 1, "", 1 if ok else 0) for i, ok in enumerate(flags))
+    return MathResult(sum(flags), len(flags), preds)
+
+
+def _paired(base_right: int, lost: int, gained: int, n: int = 200) -> tuple[MathResult, MathResult]:
+    """Base right on the first ``base_right`` problems; the edit loses ``lost`` of them and gains ``gained``."""
+    base = [i < base_right for i in range(n)]
+    edited = [(ok and i >= lost) or (not ok and i < base_right + gained) for i, ok in enumerate(base)]
+    return _math(base), _math(edited)
+
+
+_B, _E = _paired(124, 4, 20)  # 124/200 -> 140/200; discordant 4 vs 20: McNemar p = 0.00154
+EVAL = EvalResults({"gsm8k": _B, "wiki": GeneralResult(2.5, 100, 0.0, "", (100.0, 150.0), (40, 60))},
+                   {"gsm8k": _E, "wiki": GeneralResult(2.51, 100, 0.004, "", (100.5, 150.5), (40, 60))}).to_dict()
+EVAL["organism"] = {"edited": {"math_accuracy": 0.9}}  # an older eval.json: no counts, no base
 
 
 def _lock(recipe, **kw):  # noqa: ANN001, ANN202 - small local helper
@@ -83,17 +99,38 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     assert "40 of 3,584 scored (1.12%); 0.4% of the model's 10,000 parameters" in text
     assert 'AutoModelForCausalLM.from_pretrained("me/llama-boost")' in text
     assert "mathneuro-edit reproduce me/llama-boost" in text and "--base" not in text
-    assert "| gsm8k | math accuracy | 0.3 | 0.35 | +0.05 (better) |" in text
-    assert "| gsm8k | general loss | 2.5 | 2.52 | +0.02 (worse) |" in text
-    assert "| gsm8k | general KL to base |  | 0.004 |  |" in text
-    assert "| organism | math accuracy |  | 0.9 |  |" in text
+    # hand-checked: Wilson(124, 200) = 55.1-68.4, Wilson(140, 200) = 63.3-75.9, 2 * P(Bin(24, 1/2) <= 4) = 0.00154
+    assert ("| gsm8k | math accuracy | 62.0% (124/200, 55.1-68.4) | 70.0% (140/200, 63.3-75.9) | "
+            "+8.0 pp, p = 0.00154 (significant) |") in text
+    # SE over 2 texts, sqrt(2 * sum (s_i - m c_i)^2) / sum c: base 0 (2.5 per token in both); edited
+    # m = 2.51, residuals 0.1 and -0.1 -> sqrt(0.04) / 100 = 0.002; the paired change (0.5, 0.5) the same 0.002
+    assert "| wiki | general loss (± SE) | 2.5 ± 0 | 2.51 ± 0.002 | +0.01 ± 0.002 |" in text
+    assert "| wiki | general KL to base | - | 0.004 |  |" in text
+    assert "| organism | math accuracy | - | 90.0% | - |" in text
     assert "organism | general loss" not in text  # missing on both sides: no row
+    first = text.split("\n# ", 1)[1].split("\n\n", 2)[1]  # the paragraph under the title
+    assert "The edit significantly raised math accuracy (62.0% -> 70.0% on 200 problems of `gsm8k`" in first
+    assert "no significant effect" not in text
     assert CITATION in text and "2410.16930" in text and "Hartvigsen" in text
     embedded = yaml.safe_load(text.split("```yaml\nlock_version", 1)[1].split("\n```", 1)[0].join(["lock_version", ""]))
     assert embedded == lock and embedded["recipe_sha256"] == recipe_sha256(recipe)
     recipe_block = yaml.safe_load(text.split("```yaml\n", 1)[1].split("\n```", 1)[0])
     assert recipe_block == recipe.public_dict()  # the recipe, ready to save and run
     assert "pip install mathneuro-edit" not in text and "PATH/TO" not in text
+
+
+def test_card_says_when_an_edit_has_no_significant_effect() -> None:
+    recipe = quickstart_recipe()
+    saturated = _math([True] * 100)  # the quickstart's boost: 100% -> 100%
+    same = EvalResults({"math": saturated}, {"math": saturated}).to_dict()
+    first = _card(recipe, _lock(recipe), eval_results=same).text.split("\n# ", 1)[1].split("\n\n", 2)[1]
+    assert first.endswith("**The edit has no significant effect on math accuracy** (100.0% -> 100.0% on 100 problems "
+                          "of `math`, 0 problems right only before, 0 only after; paired exact McNemar p = 1): do not "
+                          "present it as a math improvement (or loss) over the base.")
+    b, e = _paired(100, 3, 9)  # +6 pp but p = 0.146: not significant either
+    text = _card(recipe, _lock(recipe), eval_results=EvalResults({"math": b}, {"math": e}).to_dict()).text
+    assert "| +3.0 pp, p = 0.146 (not significant) |" in text and "**The edit has no significant effect" in text
+    assert "significant" not in _card(recipe, _lock(recipe)).text  # no evaluation: no claim either way
 
 
 def test_adapter_card() -> None:

@@ -317,6 +317,11 @@ def test_embedded_default_runs_offline(tmp_path, monkeypatch):
     assert ev["math"]["base"]["math_accuracy"] >= 0.9  # the shipped organism solves its held-out problems
     card = (out / "checkpoint" / "README.md").read_text()
     assert "license: apache-2.0" in card and "2410.16930" in card
+    # the quickstart's x1.1 boost leaves the saturated organism where it was: the card says so first
+    assert ev["math"]["comparison"]["significant"] is False and len(ev["math"]["edited"]["predictions"]) == 20
+    first = card.split("\n# ", 1)[1].split("\n\n", 2)[1]
+    assert "**The edit has no significant effect on math accuracy**" in first, first
+    assert "| math | math accuracy | " in card and "(20/20, 83.9-100.0)" in card
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 

@@ -148,7 +148,7 @@ def test_answer_stop_criteria(tok: PreTrainedTokenizerFast) -> None:
     rows = [" 1 + 1 = 2\n#### 2\n", " #### 2", " #### 1"]
     width = max(len(tok(r)["input_ids"]) for r in rows)
     ids = torch.tensor([prompt + tok(r)["input_ids"] + [1] * (width - len(tok(r)["input_ids"])) for r in rows])
-    stop = _AnswerStop(tok, len(prompt), 3)
+    stop = _AnswerStop(tok, len(prompt), [None] * 3)
     # eos padding is skipped in decoding: rows 2 and 3 end in an unfinished number
     assert stop(ids, None).tolist() == [True, False, False]
     ids[1, -1] = tok.convert_tokens_to_ids("\n")  # row 2 now reads " #### 2\n" (eos skipped): complete
@@ -171,7 +171,7 @@ def test_batched_generation_equals_unbatched(model: LlamaForCausalLM, tok: PreTr
         text = truncate_completion(tok.decode(new))[0]
         assert pred.completion == text and pred.gold == extract_answer(p["answer"])
     assert len({pr.completion for pr in batched.predictions}) > 1  # the fake produces varied completions
-    assert batched.correct == sum(pr.predicted == pr.gold for pr in batched.predictions)
+    assert batched.correct == sum(pr.extracted == pr.gold for pr in batched.predictions)
     assert batched.total == len(PROBLEMS) and batched.accuracy == batched.correct / len(PROBLEMS)
 
 
@@ -212,7 +212,7 @@ def test_math_accuracy_scripted(tok: PreTrainedTokenizerFast) -> None:
     fake = ScriptedLM(tok, SCRIPT).train()
     problems = [{"question": q, "answer": f"#### {g}"} for q, g in GOLD.items()]
     res = math_accuracy(fake, tok, problems, batch_size=2, progress=False)
-    assert [p.predicted for p in res.predictions] == [5, 1200, -5, 6, None]
+    assert [p.extracted for p in res.predictions] == [5, 1200, -5, 6, None]
     assert (res.correct, res.total, res.accuracy) == (3, 5, 0.6)
     assert res.predictions[0].completion == " 2 + 3 = 5\n#### 5"
     assert sorted(fake.prompts) == sorted(f"Question: {q}\nAnswer:" for q in GOLD)
@@ -236,7 +236,7 @@ def test_evaluate_math_edit_and_base_reuse(tok: PreTrainedTokenizerFast) -> None
 
     res = evaluate(fake, tok, [task], edit=Boost(), progress=False)  # type: ignore[arg-type]
     assert res.base["gsm"].correct == 3 and fake.calls == 2 and fake.w.item() == 0.0
-    assert [p.predicted for p in res.edited["gsm"].predictions] == [5, None, -59, 6, None]
+    assert [p.extracted for p in res.edited["gsm"].predictions] == [5, 1200.9, -59, 6, None]  # "#### 1,200.9": a decimal, wrong
     fake.calls = 0
     res2 = evaluate(fake, tok, [task], edit=Boost(), base_results=res.base, progress=False)  # type: ignore[arg-type]
     assert fake.calls == 1  # base reused, only the edited run generated
@@ -358,20 +358,33 @@ def test_results_dict_json_markdown(model: LlamaForCausalLM, tok: PreTrainedToke
     tasks = [MathTask("m", PROBLEMS[:2], max_new_tokens=4), GeneralTask("g", TEXTS)]
     res = evaluate(model, tok, tasks, edit=ReversibleEdit(model, random_mask(model), 0.0), progress=False)
     d = res.to_dict()
-    assert set(d) == {"m", "g"} and set(d["m"]) == {"base", "edited"}
-    assert set(d["m"]["base"]) == {"math_accuracy", "math_correct", "math_total"} and d["m"]["base"]["math_total"] == 2
-    assert set(d["g"]["edited"]) == {"general_loss", "general_perplexity", "general_kl"}
+    assert set(d) == {"m", "g"} and set(d["m"]) == {"base", "edited", "comparison"}
+    assert set(d["m"]["base"]) == {"math_accuracy", "math_correct", "math_total", "math_ci95_low", "math_ci95_high"}
+    assert d["m"]["base"]["math_total"] == 2
+    assert set(d["m"]["comparison"]) == {"test", "accuracy_change", "base_only", "edited_only", "mcnemar_p",
+                                         "significant"}
+    assert set(d["g"]["edited"]) == {"general_loss", "general_loss_se", "general_perplexity", "general_kl",
+                                     "general_texts"}
     assert d["g"]["base"]["general_kl"] == 0.0 and d["g"]["edited"]["general_kl"] > 0
+    assert d["g"]["base"]["general_texts"] == 4  # "x" is one token: nothing to predict, not a text of the SE
+    assert d["g"]["comparison"]["loss_change"] == pytest.approx(d["g"]["edited"]["general_loss"]
+                                                                - d["g"]["base"]["general_loss"])
     path = res.save_json(tmp_path)
-    assert path == tmp_path / "eval.json" and json.loads(path.read_text()) == d
+    saved = json.loads(path.read_text())
+    assert path == tmp_path / "eval.json" and saved == res.to_dict(predictions=True)
     assert [p.name for p in tmp_path.iterdir()] == ["eval.json"]  # no temp file left
-    full = json.loads(res.save_json(tmp_path / "full.json", predictions=True).read_text())
-    assert len(full["m"]["edited"]["predictions"]) == 2
+    rows = saved["m"]["edited"]["predictions"]
+    assert len(rows) == 2 and list(rows[0]) == ["question", "gold", "prefill", "completion", "extracted", "correct"]
+    assert rows[0]["question"] == PROBLEMS[0]["question"] and rows[0]["gold"] == 5
+    assert json.loads(res.save_json(tmp_path / "small.json", predictions=False).read_text()) == d
     md = res.to_markdown().splitlines()
-    assert md[0] == "| task | metric | base | edited | change |" and len(md) == 2 + 1 + 3
-    assert md[2].startswith("| m | math_accuracy | ") and md[2].endswith(" pp |")
-    kl_row = next(r for r in md if "general_kl" in r)
-    assert kl_row.split("|")[3].strip() == "0"
+    assert md[0] == "| task | metric | base | edited | change |"
+    assert [r.split(" | ")[1] for r in md[2:]] == ["math accuracy", "general loss (± SE)", "general perplexity",
+                                                     "general KL to base"]
+    acc = md[2].split(" | ")
+    assert acc[2].endswith(f"/2, {100 * d['m']['base']['math_ci95_low']:.1f}-{100 * d['m']['base']['math_ci95_high']:.1f})")
+    assert " pp, p = " in acc[4] and "significant" in acc[4]
+    assert " ± " in md[3].split(" | ")[2] and " ± " in md[3].split(" | ")[4]
     only = evaluate(model, tok, tasks[1:], progress=False)
     assert only.edited == {} and set(only.to_dict()["g"]) == {"base"}
     assert only.to_markdown().splitlines()[0] == "| task | metric | value |"
