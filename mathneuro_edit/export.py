@@ -66,6 +66,7 @@ from .checkpoint import (
 )
 from . import __version__
 from .errors import InputError
+from .files import dir_mode
 from .remote_code import check_remote_code
 from .outdir import _tree_size, as_space_error, claim, finish_temp_dir, new_temp_dir, refuse_overlap, sweep_stale
 from .shards import check_workers, run_jobs, tensor_bytes, write_all, write_safetensors
@@ -253,7 +254,7 @@ def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] 
         try:
             yield tmp
             finish_temp_dir(tmp)
-            os.chmod(tmp, 0o755)  # mkdtemp makes it private; a model folder is normally shared-readable
+            os.chmod(tmp, dir_mode())  # mkdtemp makes it private; a model folder follows the user's umask
             if out.exists():
                 old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
                 out.rename(old)
