@@ -88,6 +88,8 @@ def export_checkpoint(
     revision: str | None = None,
     progress: bool = False,
     workers: int = 1,
+    gguf: str | None = None,
+    gguf_name: str | None = None,
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
 
@@ -103,6 +105,10 @@ def export_checkpoint(
         progress: show a progress bar over tensors.
         workers: output shards written at once (threads); the files are byte-identical whatever the number.
             Peak memory grows with N (see the module docstring); 1 writes one shard after another.
+        gguf: also write ``model-<TYPE>.gguf`` (a :data:`~mathneuro_edit.gguf_export.GGUF_TYPES` type) into the
+            folder from the written shards (:func:`~mathneuro_edit.gguf_export.write_gguf`), before the rename.
+        gguf_name: the GGUF's ``general.name`` prefix: the base's public name (default: ``base`` when it is a
+            Hub id, else ``"local model"``: never a path).
 
     Returns:
         The path of the written folder.
@@ -120,6 +126,10 @@ def export_checkpoint(
     workers = check_workers(workers)
     mask = as_mask(mask)
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
+    if gguf is not None:  # fail before the long steps: type, package, architecture, tokenizer
+        from .gguf_export import check_gguf
+
+        check_gguf(folder, gguf)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
     plan = plan_edits(ckpt, mask)
     layout = _layout(ckpt, max_shard_size)
@@ -153,7 +163,19 @@ def export_checkpoint(
         for rel in copied:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
+        if gguf is not None:
+            from .gguf_export import gguf_filename, write_gguf
+
+            write_gguf(tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base))
     return Path(out_dir).expanduser().absolute()
+
+
+def _public_name(base: str | Path) -> str:
+    """A GGUF's ``general.name``: the base's Hub id, or ``"local model"`` for a local base (never a path, and the
+    same wherever the base lives: the file's hash must not depend on it)."""
+    from .recipe import is_local_path
+
+    return f"{'local model' if is_local_path(str(base)) else base} (MathNeuro edit)"
 
 
 def as_mask(mask: Any) -> Any:

@@ -46,7 +46,7 @@ import torch
 
 from .errors import InputError
 
-__all__ = ["GGUF_TYPES", "gguf_filename", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
+__all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,15 @@ def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
         del w
 
 
-def _vocab(gguf: Any, writer: Any, folder: Path, n_vocab: int) -> None:
+def check_gguf(folder: str | Path, qtype: str) -> None:
+    """Raise :class:`InputError` now if :func:`write_gguf` would refuse this model folder (type, package,
+    architecture, rope scaling, tensor names, tokenizer); reads config and headers only."""
+    gguf_plan(folder, qtype)
+    _tokens(_gguf(), Path(folder), 0)
+
+
+def _tokens(gguf: Any, folder: Path, n_vocab: int) -> tuple[list[str], list[Any], str]:
+    """(tokens by id, token types, llama.cpp pre-tokenizer name) of a byte-level BPE tokenizer.json."""
     path = folder / "tokenizer.json"
     if not path.is_file():
         raise InputError(f"outputs.gguf: {folder.name} has no tokenizer.json; GGUF needs the tokenizer's vocabulary")
@@ -221,11 +229,22 @@ def _vocab(gguf: Any, writer: Any, folder: Path, n_vocab: int) -> None:
             tokens.append(by_id[i])
             types.append(gguf.TokenType.NORMAL if i not in added else
                          gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
+    return tokens, types, pre
+
+
+def _vocab(gguf: Any, writer: Any, folder: Path, n_vocab: int) -> None:
+    tokens, types, pre = _tokens(gguf, folder, n_vocab)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    gguf.SpecialVocab(folder, load_merges=True, n_vocab=len(tokens)).add_to_gguf(writer, quiet=True)
+    quiet = logging.getLogger("gguf.vocab")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its TemplateProcessing guesses warn on harmless templates
+    try:
+        gguf.SpecialVocab(folder, load_merges=True, n_vocab=len(tokens)).add_to_gguf(writer, quiet=True)
+    finally:
+        quiet.setLevel(level)
 
 
 def _pre_name(p: dict[str, Any]) -> str | None:
