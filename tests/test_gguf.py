@@ -32,6 +32,7 @@ from mathneuro_edit.organism import organism_path  # noqa: E402
 from mathneuro_edit.recipe import OutputsConfig  # noqa: E402
 
 from ._models import CHAT_TEMPLATE, load_tiny, save_tiny, tiny_mask  # noqa: E402
+from .test_hub import fake_hub  # noqa: E402,F401  (the fake Hub server fixture)
 
 SCALE = 1.1
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,3 +304,28 @@ def test_llama_cpp_logits_match_on_random_models(baked, family) -> None:
     hf = ref(torch.tensor([ids])).logits[0]
     assert (cpp - hf).abs().max() < 1e-3 * max(1.0, float(hf.abs().max()))
     assert torch.equal(cpp.argmax(-1), hf.argmax(-1))
+
+
+def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
+    """The lock and card record the GGUF's sha256; push uploads it byte for byte with the card."""
+    from mathneuro_edit.card import build_card, summarize_edit, write_card
+    from mathneuro_edit.hub import push_to_hub
+    from mathneuro_edit.lock import build_lock, output_hashes, sha256_file, write_lock
+    from mathneuro_edit.recipe import quickstart_recipe
+
+    from .test_hub import TOKEN, _committed
+
+    out = shutil.copytree(baked["llama-tied"][0], tmp_path / "checkpoint")
+    recipe = quickstart_recipe(["outputs.gguf=F32"])
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="m" * 64,
+                      output_files={f"checkpoint/{k}": v for k, v in output_hashes(out).items()}, base_weights={})
+    write_lock(out, lock)
+    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint",
+                      edit_summary=summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64))
+    write_card(out, card)
+    sha = sha256_file(out / "model-F32.gguf")
+    assert lock["outputs"]["checkpoint/model-F32.gguf"] == sha
+    assert f"| `model-F32.gguf` | `{sha}` |" in card.content and "gguf" in card.data.tags
+    push_to_hub(out, "me/tiny-gguf", token=TOKEN)
+    files = _committed(fake_hub)
+    assert files["model-F32.gguf"] == (out / "model-F32.gguf").read_bytes()
