@@ -1,29 +1,14 @@
 """GGUF export: write a baked checkpoint as one GGUF file for llama.cpp, Ollama and LM Studio (``outputs.gguf``).
 
-The file follows llama.cpp's own converter (``convert_hf_to_gguf.py``) conventions, written with the ``gguf``
-package (optional extra ``gguf``):
+The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
+``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
+Qwen3 (NeoX rotary: HF's order); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the
+hyperparameters, Llama-3 ``rope_freqs``, linear/YaRN scaling keys; a byte-level BPE tokenizer
+(``tokenizer.ggml.*``, ``gpt2`` model, llama.cpp's pre-tokenizer name) and the chat template. docs/formats.md
+lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the embedding/output at Q8_0).
 
-- architectures: ``llama`` (Llama, Mistral, SmolLM2: arch ``llama``), ``qwen2`` and ``qwen3``;
-- tensor names from gguf's tensor name map (``model.layers.0.self_attn.q_proj.weight`` -> ``blk.0.attn_q.weight``);
-- arch ``llama``: the rows of ``q_proj``/``k_proj`` are permuted from Hugging Face's rotate-half rotary layout to
-  llama.cpp's interleaved one (within each head, row ``2i`` is HF row ``i`` and row ``2i+1`` is HF row
-  ``i + head_dim/2``); Qwen uses llama.cpp's NeoX rotary and keeps HF's order;
-- tied embeddings: no ``output.weight`` (llama.cpp and transformers both reuse ``token_embd.weight``);
-- metadata: context length, embedding length, block count, feed forward length, head counts, rope freq base and
-  dimension count, RMS epsilon, vocab size, file type; Llama-3 rope scaling as llama.cpp's ``rope_freqs``
-  tensor, linear/YaRN scaling as keys;
-- tokenizer (byte-level BPE, ``tokenizer.ggml.model = gpt2``): tokens, token types, merges, bos/eos/unk/pad ids,
-  add_bos, the pre-tokenizer name llama.cpp knows (read from ``tokenizer.json``'s pre-tokenizer) and the chat
-  template (``tokenizer.chat_template``).
-
-Types (:data:`GGUF_TYPES`): 1-D tensors (norms, biases) are always F32 (llama.cpp needs them so); matrices get
-the asked type. Quantized types use ``gguf.quants.quantize``; a matrix whose rows are not a multiple of the
-type's block falls back to F16 (as llama.cpp's converter does); with 4/5-bit types the embedding and output
-matrices are Q8_0 (why: they are the most quantization-sensitive matrices; llama.cpp's quantizer also keeps them
-at a higher type, and the SmolLM2 Q4_1 GGUF stores ``token_embd`` as Q8_0).
-
-Streaming: tensor infos are computed from the shapes, then each tensor is read, converted and written by blocks of
-rows; peak memory is about one tensor of the checkpoint plus ~16 MiB. Deterministic: same checkpoint and type ->
+Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
+rows (peak memory: about one checkpoint tensor plus ~16 MiB). Deterministic: same checkpoint and type ->
 byte-identical file (fixed key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
 
 Example:
@@ -55,10 +40,9 @@ _LOW_BIT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1"}
 _ARCHS = {"llama": ("LLAMA", True), "mistral": ("LLAMA", True), "qwen2": ("QWEN2", False), "qwen3": ("QWEN3", False)}
 _CHUNK = 16 << 20  # bytes of float32 converted at a time: bounds peak memory, any size is byte-identical
 # pre-tokenizer regexes of tokenizer.json -> llama.cpp's tokenizer.ggml.pre name (public tokenizer data)
-_PRE_REGEX = {
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "llama-bpe",
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "qwen2",
-}
+_WORDS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
+_REST = r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_PRE_REGEX = {_WORDS + r"\p{N}{1,3}" + _REST: "llama-bpe", _WORDS + r"\p{N}" + _REST: "qwen2"}
 
 
 def _gguf():
@@ -98,7 +82,7 @@ def _head_dim(cfg: dict[str, Any]) -> int:
 
 
 def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    """(rope theta, scaling dict or {}) from a transformers 4 (rope_theta/rope_scaling) or 5 (rope_parameters) config."""
+    """(rope theta, scaling dict or {}) of a transformers 4 (rope_theta, rope_scaling) or 5 (rope_parameters) config."""
     params = dict(cfg.get("rope_parameters") or {})
     scaling = dict(cfg.get("rope_scaling") or params)
     theta = float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0)
@@ -114,7 +98,8 @@ def _llama3_freqs(cfg: dict[str, Any], s: dict[str, Any]) -> np.ndarray:
     ctx = float(s["original_max_position_embeddings"])
     wavelen = 2 * math.pi / freqs
     smooth = np.clip((ctx / wavelen - low) / (high - low), 0.0, 1.0)
-    out = np.where(wavelen < ctx / high, 1.0, np.where(wavelen > ctx / low, factor, 1.0 / ((1 - smooth) / factor + smooth)))
+    mid = 1.0 / ((1 - smooth) / factor + smooth)  # between the two wavelengths: interpolated
+    out = np.where(wavelen < ctx / high, 1.0, np.where(wavelen > ctx / low, factor, mid))
     return out.astype(np.float32)
 
 
@@ -164,7 +149,7 @@ def _tensor_type(gguf: Any, name: str, shape: tuple[int, ...], qtype: str) -> st
     want = "Q8_0" if qtype in _LOW_BIT and name.split(".")[0] in ("token_embd", "output") else qtype
     block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[want]][0]
     if shape[-1] % block:
-        log.info("gguf: %s rows of %d are not a multiple of %s's block %d: written as F16", name, shape[-1], want, block)
+        log.info("gguf: %s rows of %d are not a multiple of %s's block %d: F16", name, shape[-1], want, block)
         return "F16"
     return want
 
@@ -289,21 +274,19 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     ftype = "ALL_F32" if qtype == "F32" else f"MOSTLY_{qtype}"
     w.add_file_type(int(gguf.LlamaFileType[ftype]))
-    n_head = int(cfg["num_attention_heads"])
-    w.add_context_length(int(cfg["max_position_embeddings"]))
-    w.add_embedding_length(int(cfg["hidden_size"]))
-    w.add_block_count(int(cfg["num_hidden_layers"]))
-    w.add_feed_forward_length(int(cfg["intermediate_size"]))
-    w.add_head_count(n_head)
-    w.add_head_count_kv(int(cfg.get("num_key_value_heads") or n_head))
+    n_head, head_dim = int(cfg["num_attention_heads"]), _head_dim(cfg)
     theta, scaling = _rope(cfg)
-    w.add_rope_freq_base(theta)
-    w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
-    w.add_vocab_size(int(cfg["vocab_size"]))
-    w.add_rope_dimension_count(_head_dim(cfg))
-    if _head_dim(cfg) != int(cfg["hidden_size"]) // n_head:  # Qwen3: head_dim is not hidden/heads
-        w.add_key_length(_head_dim(cfg))
-        w.add_value_length(_head_dim(cfg))
+    for add, value in ((w.add_context_length, int(cfg["max_position_embeddings"])),
+                       (w.add_embedding_length, int(cfg["hidden_size"])),
+                       (w.add_block_count, int(cfg["num_hidden_layers"])),
+                       (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
+                       (w.add_head_count_kv, int(cfg.get("num_key_value_heads") or n_head)),
+                       (w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
+                       (w.add_vocab_size, int(cfg["vocab_size"])), (w.add_rope_dimension_count, head_dim)):
+        add(value)
+    if head_dim != int(cfg["hidden_size"]) // n_head:  # Qwen3: head_dim is not hidden/heads
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     if scaling.get("rope_type") in ("linear", "yarn"):
         w.add_rope_scaling_type(gguf.RopeScalingType[scaling["rope_type"].upper()])
         w.add_rope_scaling_factor(float(scaling["factor"]))
@@ -311,9 +294,8 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
     _vocab(gguf, w, folder, int(cfg["vocab_size"]))
     for gname, _, shape, t in plan:
-        rows = math.prod(shape[:-1])
-        n_bytes = rows * (shape[-1] // gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]][0]) * \
-            gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]][1]
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
+        n_bytes = math.prod(shape[:-1]) * (shape[-1] // block) * size
         w.add_tensor_info(gname, shape, np.dtype(np.float32), n_bytes, raw_dtype=gguf.GGMLQuantizationType[t])
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
@@ -387,7 +369,8 @@ def audit_gguf(path: str | Path, checkpoint: str | Path) -> tuple[int, list[str]
     bad = [f"{n}: missing" for n, *_ in plan if n not in got]
     bad += [f"{n}: not a tensor of this checkpoint" for n in sorted(set(got) - {p[0] for p in plan})]
     checked = 0
-    for (gname, _, shape, t), chunks in _tensors(folder, cfg, [p for p in plan if p[0] in got], _ARCHS[cfg["model_type"]][1]):
+    present = [p for p in plan if p[0] in got]
+    for (gname, _, shape, t), chunks in _tensors(folder, cfg, present, _ARCHS[cfg["model_type"]][1]):
         g = got[gname]
         if g.tensor_type.name != t or [int(s) for s in g.shape] != list(reversed(shape)):
             bad.append(f"{gname}: {g.tensor_type.name}{list(g.shape)} but {t}{list(reversed(shape))} expected")

@@ -48,6 +48,10 @@ def _config(family: str, tied: bool):
                   tie_word_embeddings=tied, rms_norm_eps=1e-5)
     if family == "llama":
         return tf.LlamaConfig(rope_theta=50000.0, **common)
+    if family == "llama3":  # Llama 3.1+ rope scaling: llama.cpp's rope_freqs tensor
+        return tf.LlamaConfig(rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                               "original_max_position_embeddings": 64}, **common)
     if family == "mistral":
         return tf.MistralConfig(sliding_window=None, **common)
     if family == "qwen2":
@@ -81,7 +85,8 @@ def baked(tmp_path_factory):
     """family -> (baked checkpoint folder with model-F32.gguf, its edited state dict)."""
     root = tmp_path_factory.mktemp("gguf")
     out = {}
-    for family, tied in (("llama", False), ("llama-tied", True), ("mistral", False), ("qwen2", True), ("qwen3", False)):
+    for family, tied in (("llama", False), ("llama-tied", True), ("llama3", True), ("mistral", False), ("qwen2", True),
+                         ("qwen3", False)):
         base = save_base(root / f"{family}-base", family.split("-")[0], tied=tied)
         mask = tiny_mask(load_tiny(base), top_k=0.2)
         ckpt = export_checkpoint(base, mask, SCALE, root / family, gguf="F32")
@@ -95,11 +100,11 @@ def _from_gguf(folder: Path, name: str):
     return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name).eval()
 
 
-@pytest.mark.parametrize("family", ["llama", "llama-tied", "mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "llama-tied", "llama3", "mistral", "qwen2", "qwen3"])
 def test_transformers_reads_back_the_edited_weights_exactly(baked, family) -> None:
     ckpt, state = baked[family]
     got = _from_gguf(ckpt, "model-F32.gguf").state_dict()
-    assert set(got) == set(state)
+    assert set(got) == set(state)  # (transformers skips llama3's rope_freqs: it recomputes rotary from config)
     for k, v in state.items():
         assert torch.equal(got[k], v), k  # F32: bit for bit, after transformers' own un-permutation of q/k
     names = {t.name for t in gguf.GGUFReader(str(ckpt / "model-F32.gguf")).tensors}
@@ -161,6 +166,23 @@ def test_metadata_follows_llama_cpp(baked) -> None:
     mine, orig = AutoTokenizer.from_pretrained(ckpt, gguf_file="model-F32.gguf"), AutoTokenizer.from_pretrained(ckpt)
     for text in ["Question: 12 * 34 = 408?\n#### 408", "The quiet river wound through the valley."]:
         assert mine(text).input_ids == orig(text).input_ids
+
+
+def test_llama3_rope_freqs_are_transformers_frequencies(baked) -> None:
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    ckpt = baked["llama3"][0]
+    r = gguf.GGUFReader(str(ckpt / "model-F32.gguf"))
+    factors = next(t for t in r.tensors if t.name == "rope_freqs.weight")
+    assert factors.tensor_type == Q.F32
+    cfg = AutoConfig.from_pretrained(ckpt)
+    scaled = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")[0]
+    plain = 1.0 / 500000.0 ** (torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    # llama.cpp divides each rotary frequency by its factor: plain / factor must be transformers' llama3 frequency
+    assert torch.allclose(plain / torch.from_numpy(np.array(factors.data, dtype=np.float64)), scaled.double(),
+                          rtol=1e-6)
+    assert not torch.allclose(scaled.double(), plain)  # the scaling does something at these sizes
 
 
 def test_qwen3_and_qwen2_keys(baked) -> None:
@@ -293,7 +315,7 @@ def test_llama_cpp_continues_like_transformers(tmp_path, qtype) -> None:
         assert (cpp - hf).abs().max() < (2e-3 if qtype == "F32" else 5e-2) * hf.abs().max()
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize("family", ["llama", "llama3", "qwen2", "qwen3", "mistral"])
 def test_llama_cpp_logits_match_on_random_models(baked, family) -> None:
     """Each architecture (permuted Llama/Mistral q/k, NeoX Qwen, Qwen3 q/k norms): llama.cpp's logits ~ transformers'."""
     llm = _llama(baked[family][0] / "model-F32.gguf")
