@@ -351,3 +351,32 @@ def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
     push_to_hub(out, "me/tiny-gguf", token=TOKEN)
     files = _committed(fake_hub)
     assert files["model-F32.gguf"] == (out / "model-F32.gguf").read_bytes()
+
+
+@pytest.mark.slow
+def test_streaming_peak_memory_is_well_below_the_model(tmp_path) -> None:
+    """Peak RSS of write_gguf (its own process, VmHWM) grows by well under the model's size: one tensor at a time."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(vocab_size=703, hidden_size=512, intermediate_size=2048, num_hidden_layers=6,
+                         num_attention_heads=8, num_key_value_heads=8, tie_word_embeddings=True)
+    model = tf.AutoModelForCausalLM.from_config(cfg)
+    model.save_pretrained(tmp_path / "m")
+    shutil.copy(organism_path() / "tokenizer.json", tmp_path / "m")
+    size = sum(p.numel() * 4 for p in model.parameters())  # ~100 MB of float32
+    del model
+    code = f"""
+import re, numpy, torch, gguf, safetensors
+from mathneuro_edit.gguf_export import write_gguf
+hwm = lambda: int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024
+before = hwm()
+write_gguf({str(tmp_path / "m")!r}, {str(tmp_path / "m.gguf")!r}, "Q8_0")
+print(before, hwm())
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    before, after = map(int, res.stdout.split())
+    largest = 2048 * 512 * 4  # the largest tensor in float32
+    assert after - before < 0.25 * size, (after - before, size)
+    assert after - before < 8 * largest + (64 << 20)
