@@ -21,7 +21,6 @@ import json
 import logging
 import math
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -110,7 +109,8 @@ def _row_perm(rows: int, n_head: int) -> np.ndarray:
 
 
 def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, str | None, tuple[int, ...], str]]:
-    """What :func:`write_gguf` writes: ``(gguf name, checkpoint name or None, HF shape, GGML type)`` in file order.
+    """What :func:`write_gguf` writes: ``(gguf name, checkpoint name or None, HF shape, GGML type)`` in file order
+    (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint).
 
     Raises:
         InputError: unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
@@ -136,11 +136,7 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, str | None, tup
             raise InputError(f"outputs.gguf: {hf} has no GGUF name for {cfg['model_type']}; set outputs.gguf: null")
         rows.append((name, hf, tuple(e.shape), _tensor_type(gguf, name, e.shape, qtype)))
 
-    def order(row: tuple[str, Any, Any, Any]) -> tuple[int, int, str]:  # llama.cpp's: globals, blocks, then output
-        m = re.match(r"blk\.(\d+)\.", row[0])
-        return (1, int(m.group(1)), row[0]) if m else (2 if row[0].startswith("output") else 0, 0, row[0])
-
-    return sorted(rows, key=order)
+    return rows  # llama.cpp's order: extra tensors (rope_freqs) first, then the checkpoint's file order
 
 
 def _tensor_type(gguf: Any, name: str, shape: tuple[int, ...], qtype: str) -> str:

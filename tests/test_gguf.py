@@ -380,3 +380,30 @@ print(before, hwm())
     largest = 2048 * 512 * 4  # the largest tensor in float32
     assert after - before < 0.25 * size, (after - before, size)
     assert after - before < 8 * largest + (64 << 20)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REAL.is_file(), reason="the SmolLM2 Q4_1 GGUF is not on this machine")
+def test_real_smollm2_round_trip_is_llama_cpp_s_own_file(tmp_path) -> None:
+    """SmolLM2-135M-Instruct Q4_1 (written by llama.cpp): transformers loads it, we save it as HF and write it back
+    as Q4_1: every tensor (names, order, types: token_embd Q8_0, shapes, q/k permutation) is byte-identical to
+    llama.cpp's, and so are the vocabulary, merges, token types, special ids, chat template and hyperparameters."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    loaded = AutoModelForCausalLM.from_pretrained(REAL.parent, gguf_file=REAL.name)
+    fresh = AutoModelForCausalLM.from_config(loaded.config)
+    fresh.load_state_dict(loaded.state_dict())
+    fresh.save_pretrained(tmp_path / "hf")
+    AutoTokenizer.from_pretrained(REAL.parent, gguf_file=REAL.name).save_pretrained(tmp_path / "hf")
+    del loaded, fresh
+    ours = gguf.GGUFReader(str(write_gguf(tmp_path / "hf", tmp_path / "ours.gguf", "Q4_1")))
+    theirs = gguf.GGUFReader(str(REAL))
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    for a, b in zip(ours.tensors, theirs.tensors):
+        assert a.tensor_type == b.tensor_type and list(a.shape) == list(b.shape), a.name
+        assert np.array_equal(np.asarray(a.data).view(np.uint8), np.asarray(b.data).view(np.uint8)), a.name
+    same = [k for k in theirs.fields if k.startswith(("llama.", "tokenizer.")) and k in ours.fields]
+    for k in same:
+        if k != "tokenizer.ggml.pre":  # transformers' GGUF tokenizer drops SmolLM2's digit split: we read "gpt-2"
+            assert ours.fields[k].contents() == theirs.fields[k].contents(), k
+    assert len(same) >= 20 and gguf_file_type(tmp_path / "ours.gguf") == "Q4_1"
