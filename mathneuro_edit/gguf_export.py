@@ -212,17 +212,23 @@ def _tokens(gguf: Any, folder: Path, n_vocab: int) -> tuple[list[str], list[Any]
     return tokens, types, pre
 
 
-def _vocab(gguf: Any, writer: Any, folder: Path, n_vocab: int) -> None:
-    tokens, types, pre = _tokens(gguf, folder, n_vocab)
+def _vocab(gguf: Any, writer: Any, folder: Path, n_vocab: int, pre: str | None) -> None:
+    tokens, types, found = _tokens(gguf, folder, n_vocab)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
+    writer.add_tokenizer_pre(pre or found)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     quiet = logging.getLogger("gguf.vocab")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # its TemplateProcessing guesses warn on harmless templates
     try:
-        gguf.SpecialVocab(folder, load_merges=True, n_vocab=len(tokens)).add_to_gguf(writer, quiet=True)
+        special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=len(tokens))
+        if "bos" not in special.add_special_token:  # explicit: llama.cpp's default depends on the pre-tokenizer
+            from tokenizers import Tokenizer
+
+            ids = Tokenizer.from_file(str(folder / "tokenizer.json")).encode("a").ids
+            special.add_special_token["bos"] = bool(ids) and ids[0] == special.special_token_ids.get("bos")
+        special.add_to_gguf(writer, quiet=True)
     finally:
         quiet.setLevel(level)
 
@@ -240,7 +246,8 @@ def _pre_name(p: dict[str, Any]) -> str | None:
     return None
 
 
-def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name: str | None = None) -> Path:
+def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name: str | None = None,
+               pre: str | None = None) -> Path:
     """Write a baked checkpoint folder as one GGUF file of type ``qtype`` (streaming, atomic, deterministic).
 
     Args:
@@ -248,6 +255,8 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         out_path: the ``.gguf`` file to create (replaced when it exists).
         qtype: one of :data:`GGUF_TYPES`.
         name: ``general.name`` (default: the model type); never a local path.
+        pre: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json (e.g. a GGUF base's own:
+            transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``).
 
     Returns:
         The written path.
@@ -287,7 +296,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.add_rope_scaling_factor(float(scaling["factor"]))
         if "original_max_position_embeddings" in scaling:
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
-    _vocab(gguf, w, folder, int(cfg["vocab_size"]))
+    _vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)
     for gname, _, shape, t in plan:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
         n_bytes = math.prod(shape[:-1]) * (shape[-1] // block) * size

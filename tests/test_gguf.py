@@ -159,6 +159,7 @@ def test_metadata_follows_llama_cpp(baked) -> None:
     special = {a["id"] for a in tok["added_tokens"] if a["special"]}
     assert [i for i, t in enumerate(f["tokenizer.ggml.token_type"]) if t == gguf.TokenType.CONTROL] == sorted(special)
     assert (f["tokenizer.ggml.bos_token_id"], f["tokenizer.ggml.eos_token_id"]) == (1, 2)
+    assert f["tokenizer.ggml.add_bos_token"] == True  # noqa: E712  (the organism's tokenizer.json adds <s>)
     assert f["tokenizer.chat_template"] == CHAT_TEMPLATE
     # transformers' GGUF tokenizer (built from these keys alone) tokenizes like the original tokenizer
     from transformers import AutoTokenizer
@@ -400,14 +401,17 @@ def test_real_smollm2_round_trip_is_llama_cpp_s_own_file(tmp_path) -> None:
     fresh.save_pretrained(tmp_path / "hf")
     AutoTokenizer.from_pretrained(REAL.parent, gguf_file=REAL.name).save_pretrained(tmp_path / "hf")
     del loaded, fresh
-    ours = gguf.GGUFReader(str(write_gguf(tmp_path / "hf", tmp_path / "ours.gguf", "Q4_1")))
     theirs = gguf.GGUFReader(str(REAL))
+    # transformers' GGUF tokenizer drops SmolLM2's digit split (its tokenizer.json reads as "gpt-2"): pass the base's
+    pre = theirs.fields["tokenizer.ggml.pre"].contents()
+    assert pre == "smollm"
+    ours = gguf.GGUFReader(str(write_gguf(tmp_path / "hf", tmp_path / "ours.gguf", "Q4_1", pre=pre)))
     assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
     for a, b in zip(ours.tensors, theirs.tensors):
         assert a.tensor_type == b.tensor_type and list(a.shape) == list(b.shape), a.name
         assert np.array_equal(np.asarray(a.data).view(np.uint8), np.asarray(b.data).view(np.uint8)), a.name
     same = [k for k in theirs.fields if k.startswith(("llama.", "tokenizer.")) and k in ours.fields]
     for k in same:
-        if k != "tokenizer.ggml.pre":  # transformers' GGUF tokenizer drops SmolLM2's digit split: we read "gpt-2"
-            assert ours.fields[k].contents() == theirs.fields[k].contents(), k
-    assert len(same) >= 20 and gguf_file_type(tmp_path / "ours.gguf") == "Q4_1"
+        assert ours.fields[k].contents() == theirs.fields[k].contents(), k
+    assert len(same) >= 20 and "tokenizer.ggml.add_bos_token" in same
+    assert gguf_file_type(tmp_path / "ours.gguf") == "Q4_1"
