@@ -6,7 +6,9 @@
   edited tensor must equal the base's with the mask applied (:func:`~mathneuro_edit.apply.scale_masked`) bit for
   bit, each other tensor must be byte-identical to the base's; no tensor missing or extra; the index consistent
   with the shards; every copied non-weight file byte-identical; the shards' metadata recording this mask's hash
-  and scale;
+  and scale; a ``*.gguf`` beside the shards (``outputs.gguf``) is audited against them
+  (:func:`~mathneuro_edit.gguf_export.audit_gguf`: each tensor's bytes are the encoding of the checkpoint's,
+  and dequantized values are within one quantization step);
 - a PEFT SHiRA adapter (:func:`~mathneuro_edit.adapter.export_adapter`): for every layer, the base plus the
   stored delta (PEFT's own ``dense += sparse`` merge) must equal the edited tensor bit for bit, and every masked
   layer must be present;
@@ -173,6 +175,14 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
             report.mismatches.append(f"{rel}: differs from the base's file")
     ours, _ = support_files(out, got)
     report.notes += [f"{rel}: not from the base" for rel in ours if rel not in set(copied)]
+    if not report.mismatches and not report.missing:  # the GGUF is audited against the (now verified) shards
+        for path in sorted(out.glob("*.gguf")):
+            from .gguf_export import audit_gguf
+
+            checked, bad = audit_gguf(path, out)
+            report.checked += checked
+            report.mismatches += [f"{path.name}: {b}" for b in bad]
+            report.notes.append(f"{path.name}: {checked} tensors audited against the checkpoint")
     return report
 
 

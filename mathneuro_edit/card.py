@@ -104,6 +104,26 @@ def _pct(part: int, whole: int) -> str:
 
 
 
+def _gguf_usage(repo: str | None, ggufs: Mapping[str, str]) -> str:
+    """The llama.cpp paragraph of a card whose checkpoint folder holds GGUF files (``{file: sha256}``)."""
+    if not ggufs:
+        return ""
+    rows = "\n".join(f"| `{f}` | `{h}` |" for f, h in ggufs.items())
+    first = next(iter(ggufs))
+    return f"""
+The same weights as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit from this checkpoint;
+`mathneuro-edit verify` audits it):
+
+| file | sha256 |
+|---|---|
+{rows}
+
+```bash
+{f"hf download {repo} {first} --local-dir ." + chr(10) if repo else ""}llama-cli -m {first}
+```
+"""
+
+
 def build_card(
     *,
     recipe: Recipe,
@@ -153,6 +173,9 @@ def build_card(
             raise InputError(f"base_model_id: {base_model_id!r} is a local path; pass None for a local base")
     datasets = sorted({s.hub_id for s in (recipe.data.math, *recipe.data.general) if s.hub_id})
     tags = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if recipe.edit.prune else [])
+    ggufs = {k.removeprefix("checkpoint/"): v for k, v in sorted(lock.get("outputs", {}).items())
+             if kind == "checkpoint" and k.startswith("checkpoint/") and k.endswith(".gguf")}
+    tags += ["gguf"] if ggufs else []
     extra: dict[str, Any] = {}
     if base_model_id is not None:
         extra["base_model_relation"] = "adapter" if kind == "adapter" else "finetune"
@@ -233,6 +256,7 @@ Calibration data (seed {recipe.data.seed}, {recipe.data.samples} texts per set):
 ## How to use
 
 {sections.usage(kind, repo, lock_view)}
+{_gguf_usage(repo, ggufs)}
 
 {sections.reproduce_section(repo, lock_view)}
 

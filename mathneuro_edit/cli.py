@@ -187,18 +187,23 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
 @click.option("--mask", "mask_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option("--adapter", is_flag=True, help="write a PEFT adapter instead of a full checkpoint")
+@click.option("--gguf", "gguf_type", metavar="TYPE", help="also write OUT/model-TYPE.gguf for llama.cpp: F32, F16, "
+              "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (default: the recipe's outputs.gguf)")
 @click.option("--overwrite", is_flag=True)
 @workers_opt
 @set_opt
 @quiet_opt
-def export(recipe: str | None, mask_path: str, out: str, adapter: bool, overwrite: bool, workers: int,
-           sets: tuple[str, ...], quiet: bool) -> None:
-    """Bake the recipe's edit into a checkpoint (streamed shard by shard) or an adapter, with its lock and card."""
+def export(recipe: str | None, mask_path: str, out: str, adapter: bool, gguf_type: str | None, overwrite: bool,
+           workers: int, sets: tuple[str, ...], quiet: bool) -> None:
+    """Bake the recipe's edit into a checkpoint (streamed, + GGUF with --gguf) or an adapter, with its lock and card."""
     _echo(quiet)  # --quiet silences the libraries' bars too
     from .pipeline import export_recipe
 
-    folder = export_recipe(_recipe(recipe, sets), mask_path, out, adapter=adapter, overwrite=overwrite,
-                           progress=not quiet, workers=workers)
+    r = _recipe(recipe, (*sets, f"outputs.gguf={gguf_type}") if gguf_type else sets)  # validated by the recipe
+    if adapter and gguf_type:
+        raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
+    folder = export_recipe(r, mask_path, out, adapter=adapter, overwrite=overwrite, progress=not quiet,
+                           workers=workers)
     click.echo(folder)
 
 

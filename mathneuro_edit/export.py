@@ -91,6 +91,8 @@ def export_checkpoint(
     progress: bool = False,
     workers: int = 1,
     trust_remote_code: bool = False,
+    gguf: str | None = None,
+    gguf_name: str | None = None,
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
 
@@ -107,6 +109,10 @@ def export_checkpoint(
         workers: output shards written at once (threads); the files are byte-identical whatever the number.
             Peak memory grows with N (see the module docstring); 1 writes one shard after another.
         trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
+        gguf: also write ``model-<TYPE>.gguf`` (a :data:`~mathneuro_edit.gguf_export.GGUF_TYPES` type) into the
+            folder from the written shards (:func:`~mathneuro_edit.gguf_export.write_gguf`), before the rename.
+        gguf_name: the GGUF's ``general.name`` prefix: the base's public name (default: ``base`` when it is a
+            Hub id, else ``"local model"``: never a path).
 
     Returns:
         The path of the written folder.
@@ -124,6 +130,10 @@ def export_checkpoint(
     workers = check_workers(workers)
     mask = as_mask(mask)
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
+    if gguf is not None:  # fail before the long steps: type, package, architecture, tokenizer
+        from .gguf_export import check_gguf
+
+        check_gguf(folder, gguf)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
     check_remote_code(folder, trust_remote_code)  # even when names match: never build an unasked-for class
     plan = plan_edits(ckpt, mask, trust_remote_code=trust_remote_code)
@@ -158,7 +168,19 @@ def export_checkpoint(
         for rel in copied:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
+        if gguf is not None:
+            from .gguf_export import gguf_filename, write_gguf
+
+            write_gguf(tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base))
     return Path(out_dir).expanduser().absolute()
+
+
+def _public_name(base: str | Path) -> str:
+    """A GGUF's ``general.name``: the base's Hub id, or ``"local model"`` for a local base (never a path, and the
+    same wherever the base lives: the file's hash must not depend on it)."""
+    from .recipe import is_local_path
+
+    return f"{'local model' if is_local_path(str(base)) else base} (MathNeuro edit)"
 
 
 def as_mask(mask: Any) -> Any:

@@ -5,6 +5,7 @@ Output folder (written into a temporary folder beside it and renamed when comple
 ```
 OUT/
   checkpoint/                      plain HF model folder (+ README.md card, lock, eval.json)   outputs.checkpoint
+  checkpoint/model-TYPE.gguf       the same weights as one GGUF file for llama.cpp             outputs.gguf
   adapter/                         stock PEFT SHiRA adapter (+ README.md card, lock, eval.json) outputs.adapter
   mask.safetensors                 the mask (any top_k can be re-derived from the statistics)
   stats/math.stats.safetensors     calibration statistics, one file per set
@@ -222,6 +223,10 @@ def run_recipe(
     scale = recipe.edit.effective_scale
     base = base_reference(recipe)
     folder = resolve_base(base, revision=recipe.base.revision)  # fails early on a missing/pickle base
+    if recipe.outputs.gguf is not None:  # an unsupported model/tokenizer fails now, not after calibration
+        from .gguf_export import check_gguf
+
+        check_gguf(folder, recipe.outputs.gguf)
     with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
         (tmp / "stats").mkdir()
         model, tokenizer = load_recipe_model(recipe)
@@ -255,8 +260,9 @@ def run_recipe(
         ratio = None
         if recipe.outputs.checkpoint:
             export_checkpoint(folder, mask, scale, tmp / "checkpoint", max_shard_size=recipe.outputs.max_shard_size,
-                              progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code)
-            echo("exported checkpoint/")
+                              progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
+                              gguf=recipe.outputs.gguf, gguf_name=recipe.base.model)
+            echo("exported checkpoint/" + (f" (+ model-{recipe.outputs.gguf}.gguf)" if recipe.outputs.gguf else ""))
         if recipe.outputs.adapter:
             adapter = export_adapter(folder, mask, scale, tmp / "adapter",
                                      trust_remote_code=recipe.base.trust_remote_code)
@@ -323,7 +329,8 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
                            trust_remote_code=recipe.base.trust_remote_code)
         else:
             export_checkpoint(folder, mask, scale, inner, max_shard_size=recipe.outputs.max_shard_size,
-                              progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code)
+                              progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
+                              gguf=recipe.outputs.gguf, gguf_name=recipe.base.model)
         for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
             p.rename(tmp / p.name)
         inner.rmdir()

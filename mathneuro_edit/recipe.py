@@ -287,11 +287,15 @@ class OutputsConfig(_Model):
     adapter: StrictBool = Field(False, description="a PEFT adapter holding the edit")
     max_shard_size: ShardSize | None = Field(None, description='checkpoint shard size, e.g. "2GB" (default: '
                                                                "transformers')")
+    gguf: Literal["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"] | None = Field(
+        None, description="also write checkpoint/model-TYPE.gguf for llama.cpp (needs the gguf extra)")
 
     @model_validator(mode="after")
     def _something(self) -> OutputsConfig:
         if not (self.checkpoint or self.adapter):
             raise ValueError("at least one of checkpoint or adapter must be true")
+        if self.gguf is not None and not self.checkpoint:
+            raise ValueError("gguf is written from the checkpoint: set checkpoint: true or gguf: null")
         return self
 
 
