@@ -116,7 +116,23 @@ def _eval_table(eval_results: Mapping[str, Mapping[str, Mapping[str, float]]]) -
                 arrow = "" if e == b else (" (better)" if (e > b) == higher_better else " (worse)")
                 change = f"{e - b:+.4g}{arrow}"
             rows.append(f"| {task} | {label} | {_fmt(b)} | {_fmt(e)} | {change} |")
+        rows += _lm_eval_rows(task, base, edited)
     return "\n".join(rows)
+
+
+def _lm_eval_rows(task: str, base: Mapping[str, Any], edited: Mapping[str, Any]) -> list[str]:
+    """lm-eval metrics (``"{lm task}/{metric,filter}"``), each with its n; stderr and the counts themselves skipped."""
+    rows = []
+    for key in sorted((set(base) | set(edited))):
+        lm_task, _, metric = key.partition("/")
+        if not metric or metric == "n" or "_stderr" in metric:
+            continue
+        n = base.get(f"{lm_task}/n", edited.get(f"{lm_task}/n"))
+        b, e = base.get(key), edited.get(key)
+        # lm-eval's metrics do not say which direction is better: the change is shown without a verdict
+        change = f"{e - b:+.4g}" if isinstance(b, (int, float)) and isinstance(e, (int, float)) else ""
+        rows.append(f"| {task}: {lm_task} | {metric} (n={_fmt(n)}) | {_fmt(b)} | {_fmt(e)} | {change} |")
+    return rows
 
 
 def _usage(kind: str, repo: str, base: str | None) -> str:

@@ -170,8 +170,8 @@ def _flatten(results: dict[str, dict[str, Any]], n_samples: dict[str, Any]) -> d
         f"{task}/{metric}": float(value)
         for task, metrics in results.items()
         for metric, value in metrics.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and metric != "sample_len"
+    }  # sample_len (lm-eval's own count, a float) is replaced by the int "{task}/n" below
     for task, counts in n_samples.items():  # documents actually scored (after limit): the n of every rate
         if task in results and isinstance(counts, dict) and isinstance(counts.get("effective"), int):
             out[f"{task}/n"] = counts["effective"]
@@ -253,10 +253,17 @@ def run_lm_eval(
     lm_eval, hflm_class = require_lm_eval(task.name)
     from lm_eval.tasks import TaskManager
 
+    if base is not None and edit is None:
+        return base, None  # nothing to run: no task index, no model wrapper
+
     if task.apply_chat_template and not getattr(tokenizer, "chat_template", None):
         raise InputError(f"LmEvalTask {task.name!r}: apply_chat_template is set but the tokenizer has no chat "
                          "template; set apply_chat_template: false for a base (non-chat) model")
-    manager = TaskManager(include_path=str(Path(task.include_path).expanduser()) if task.include_path else None)
+    include = str(Path(task.include_path).expanduser()) if task.include_path else None
+    manager = TaskManager(include_path=include, include_defaults=False) if include else None
+    if manager is None or not all(t in manager.task_index for t in task.tasks):
+        # indexing lm-eval's own ~15k task YAMLs takes ~30 s: only when a task is not in include_path
+        manager = TaskManager(include_path=include)
     specs = _task_specs(task, manager)
     device = getattr(model, "device", None) or next(model.parameters()).device
     lm = hflm_class(pretrained=model, tokenizer=copy.deepcopy(tokenizer), device=str(device),

@@ -111,7 +111,11 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     # the first n_shot sampled problems are the worked examples; the rest are evaluated
     shots, problems = problems[: ev.n_shot], problems[ev.n_shot :]
     texts, _ = load_set(ev.general, ev.samples, ev.seed)
-    harness = [LmEvalTask("lm_eval", tasks=tuple(ev.lm_eval_tasks), limit=ev.lm_eval_limit)] if ev.lm_eval_tasks else []
+    lm = ev.lm_eval
+    harness = [] if lm is None else [LmEvalTask(
+        "lm_eval", tasks=tuple(lm.tasks), limit=lm.limit, include_path=lm.include_path, num_fewshot=lm.num_fewshot,
+        apply_chat_template=lm.apply_chat_template, fewshot_as_multiturn=lm.fewshot_as_multiturn,
+        batch_size=lm.batch_size)]
     return harness + [
         MathTask("math", [{"question": p["question"], "answer": p["answer"]} for p in problems], n_shot=ev.n_shot,
                  shots=[{"question": p["question"], "answer": p["answer"]} for p in shots],
