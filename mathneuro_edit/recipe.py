@@ -291,7 +291,8 @@ class LmEvalConfig(_Model):
     apply_chat_template: bool = Field(False, description="format prompts with the tokenizer's chat template")
     fewshot_as_multiturn: bool | None = Field(None, description="few-shot examples as chat turns (default: on "
                                                                 "exactly when apply_chat_template is)")
-    batch_size: Positive | None = Field(None, description="lm-eval batch size (default: the evaluation's)")
+    batch_size: Positive | None = Field(None, description="lm-eval batch size (default: 16, as the built-in "
+                                                          "evaluation)")
 
     @model_validator(mode="after")
     def _multiturn_needs_chat(self) -> LmEvalConfig:
