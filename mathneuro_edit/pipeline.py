@@ -190,6 +190,7 @@ def run_recipe(
     from .evaluation import evaluate
     from .export import atomic_dir, export_checkpoint
     from .loading import model_weights
+    from .lm_eval_bridge import LmEvalTask, require_lm_eval
     from .lock import build_lock, output_hashes, write_lock
     from .mask import find_math_params
 
@@ -202,6 +203,10 @@ def run_recipe(
     scale = recipe.edit.effective_scale
     base = base_reference(recipe)
     folder = resolve_base(base, revision=recipe.base.revision)  # fails early on a missing/pickle base
+    tasks = eval_tasks(recipe)  # a bad evaluation source or lm-eval setting fails now, not after calibration
+    for t in tasks:
+        if isinstance(t, LmEvalTask):
+            require_lm_eval(t.name)  # lm-eval must be installed
     with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
         (tmp / "stats").mkdir()
         model, tokenizer = load_recipe_model(recipe)
@@ -223,7 +228,6 @@ def run_recipe(
         echo(f"mask: {selected:,} of {total:,} target weights ({100 * selected / total:.3f}%) {mask.sha256[:12]}")
 
         eval_dict = None
-        tasks = eval_tasks(recipe)
         if tasks:
             results = evaluate(model, tokenizer, tasks, edit=ReversibleEdit(model, mask, scale), progress=progress)
             results.save_json(tmp / "eval.json")

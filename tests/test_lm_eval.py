@@ -195,3 +195,18 @@ def test_run_writes_harness_results_to_eval_json_card_and_lock(tmp_path: Path, m
     assert lock["recipe"]["evaluation"]["lm_eval"]["include_path"] == "<local>/lm_eval_tasks"
     for text in (card, yaml.safe_dump(lock)):
         assert str(tmp_path) not in text
+
+
+def test_run_fails_on_a_bad_task_folder_before_calibrating(tmp_path: Path, monkeypatch) -> None:
+    import mathneuro_edit.pipeline as pipeline
+
+    def no_calibration(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise AssertionError("calibrated before the evaluation settings were checked")
+
+    monkeypatch.setattr(pipeline, "calibrate_recipe", no_calibration)
+    d = quickstart_recipe().resolved_dict()
+    d["evaluation"] = {**d["evaluation"], "lm_eval": {"tasks": ["arithmetic_local"],
+                                                      "include_path": str(tmp_path / "missing")}}
+    with pytest.raises(InputError, match="evaluation.lm_eval.include_path: .* is not a folder"):
+        pipeline.run_recipe(recipe_from_dict(d), tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
