@@ -1,6 +1,6 @@
 """Regenerate the vendored JSONL files of this task folder (deterministic: same bytes on every run).
 
-Run from anywhere: ``python recipes/lm_eval_tasks/make_data.py [--gsm8k-dir DIR]``; DIR holds GSM8K's
+Run from anywhere: ``python recipes/lm_eval_tasks/make_data.py --gsm8k-dir DIR``; DIR holds GSM8K's
 ``gsm8k_test.jsonl`` and ``gsm8k_train.jsonl`` (the release's files, MIT). Selection rule (README.md):
 
 - ``gsm8k_test_50.jsonl``: the first 50 lines of GSM8K's test file, byte for byte (keys ``question``, ``answer``);
@@ -35,7 +35,7 @@ def _copy_head(src: Path, name: str, n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gsm8k-dir", default="/work/shared/data", help="folder with GSM8K's jsonl files")
+    parser.add_argument("--gsm8k-dir", required=True, help="folder with GSM8K's gsm8k_test.jsonl and gsm8k_train.jsonl")
     args = parser.parse_args()
     from mathneuro_edit.organism.data import math_problems
 
