@@ -85,6 +85,11 @@ def _change(key: str, base: Row, edited: Row, comparison: Row) -> str:
     return f"{e - b:+.4g}"
 
 
+def _plain(x: Any) -> str:
+    """A number as the card prints it (4 significant digits), ``-`` when missing."""
+    return f"{x:.4g}" if _num(x) else ("-" if x is None else str(x))
+
+
 def eval_markdown(results: Mapping[str, Mapping[str, Row]]) -> str:
     """The table: one row per metric; columns base / edited / change (just ``value`` without an edit).
 
@@ -108,6 +113,17 @@ def eval_markdown(results: Mapping[str, Mapping[str, Row]]) -> str:
         keys = list(dict.fromkeys([*base, *edited]))
         for key in keys:
             if key in _SKIP or key == "predictions":
+                continue
+            if "/" in key:  # an lm-eval metric "{lm task}/{metric,filter}", shown with its n
+                lm_task, _, metric = key.partition("/")
+                if metric == "n" or "_stderr" in metric:
+                    continue
+                n = base.get(f"{lm_task}/n", edited.get(f"{lm_task}/n"))
+                b, e = base.get(key), edited.get(key)
+                # lm-eval's metrics do not say which direction is better: the change is shown without a verdict
+                cells = ([_plain(b), _plain(e), f"{e - b:+.4g}" if _num(b) and _num(e) else "-"] if with_edit
+                         else [_plain(b)])
+                lines.append(f"| {task}: {lm_task} | {metric} (n={_plain(n)}) | " + " | ".join(cells) + " |")
                 continue
             label = _LABELS.get(key, key)
             if key == "general_loss" and not (_num(base.get("general_loss_se")) or _num(edited.get("general_loss_se"))):

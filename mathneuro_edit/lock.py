@@ -173,6 +173,8 @@ def private_paths(recipe: Recipe) -> list[str]:
     for section in (recipe.data, recipe.evaluation):
         if section is not None:
             paths += [s.path for s in (section.math, *section.general)]
+    if recipe.evaluation is not None and recipe.evaluation.lm_eval is not None:
+        paths.append(recipe.evaluation.lm_eval.include_path or "")
     for p in paths:
         if p and is_local_path(p):
             if "/" in p or "\\" in p:
@@ -251,6 +253,11 @@ def build_lock(
     }
     if edit_summary is not None:
         lock["edit_summary"] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in edit_summary.items()}
+    lm = recipe.evaluation.lm_eval if recipe.evaluation is not None else None
+    if lm is not None and lm.include_path is not None:  # the task folder's contents, not its (local) path
+        from .lm_eval_bridge import include_path_hashes
+
+        lock["lm_eval"] = {"include_path_sha256": include_path_hashes(lm.include_path)}
     check_private(yaml.safe_dump(lock), recipe, "the lock file")
     return lock
 
@@ -317,6 +324,9 @@ def recipe_from_lock(lock: Mapping[str, Any], overrides: Sequence[str] = ()) -> 
         if section is not None:
             missing += [f"{name}.math.path"] if section.math.path.startswith(LOCAL) else []
             missing += [f"{name}.general.{i}.path" for i, s in enumerate(section.general) if s.path.startswith(LOCAL)]
+    lm = recipe.evaluation.lm_eval if recipe.evaluation is not None else None
+    if lm is not None and (lm.include_path or "").startswith(LOCAL):
+        missing.append("evaluation.lm_eval.include_path")
     if missing:
         raise InputError(f"the lock's local paths were redacted for privacy; give them again: {', '.join(missing)} "
                          "(e.g. data.math.path=PATH; contents are checked against the lock's sha256)")

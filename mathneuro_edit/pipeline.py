@@ -134,7 +134,11 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     # the first n_shot sampled problems are the worked examples; the rest are evaluated
     shots, problems = problems[: ev.n_shot], problems[ev.n_shot :]
     texts, _ = load_set(ev.general, ev.samples, ev.seed)
-    harness = [LmEvalTask("lm_eval", tasks=tuple(ev.lm_eval_tasks), limit=ev.lm_eval_limit)] if ev.lm_eval_tasks else []
+    lm = ev.lm_eval
+    harness = [] if lm is None else [LmEvalTask(
+        "lm_eval", tasks=tuple(lm.tasks), limit=lm.limit, include_path=lm.include_path, num_fewshot=lm.num_fewshot,
+        apply_chat_template=lm.apply_chat_template, fewshot_as_multiturn=lm.fewshot_as_multiturn,
+        batch_size=lm.batch_size)]
     keys = ("question", "answer", "prefill")
     return harness + [
         MathTask("math", [{k: p[k] for k in keys if k in p} for p in problems], n_shot=ev.n_shot,
@@ -211,6 +215,7 @@ def run_recipe(
     from .evaluation import evaluate
     from .export import atomic_dir, export_checkpoint
     from .loading import model_weights
+    from .lm_eval_bridge import LmEvalTask, require_lm_eval
     from .lock import build_lock, output_hashes, write_lock
     from .mask import find_math_params
 
@@ -227,6 +232,10 @@ def run_recipe(
         from .gguf_export import check_gguf
 
         check_gguf(folder, recipe.outputs.gguf)
+    tasks = eval_tasks(recipe)  # a bad evaluation source or lm-eval setting fails now, not after calibration
+    for t in tasks:
+        if isinstance(t, LmEvalTask):
+            require_lm_eval(t.name)  # lm-eval must be installed
     with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
         (tmp / "stats").mkdir()
         model, tokenizer = load_recipe_model(recipe)
@@ -248,7 +257,6 @@ def run_recipe(
         echo(f"mask: {selected:,} of {total:,} target weights ({100 * selected / total:.3f}%) {mask.sha256[:12]}")
 
         eval_dict = None
-        tasks = eval_tasks(recipe)
         if tasks:
             results = evaluate(model, tokenizer, tasks, edit=ReversibleEdit(model, mask, scale), progress=progress)
             eval_dict = results.to_dict(predictions=True)  # the per-problem rows, so a reader can audit the scores

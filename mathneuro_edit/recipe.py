@@ -23,6 +23,7 @@ import math
 import re
 import string
 import typing
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,7 +33,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 __all__ = [
     "Source", "BaseConfig", "DataConfig", "CalibrationConfig", "TargetsConfig", "MaskConfig", "EditConfig",
-    "OutputsConfig", "EvaluationConfig", "HubConfig", "Recipe", "LOCAL", "ORGANISM",
+    "OutputsConfig", "LmEvalConfig", "EvaluationConfig", "HubConfig", "Recipe", "LOCAL", "ORGANISM",
     "load_recipe", "recipe_from_dict", "quickstart_recipe", "recipe_sha256", "recipe_fields", "is_local_path",
 ]
 
@@ -86,6 +87,9 @@ Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or
 ShardSize = Annotated[str, _check(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
 RepoId = Annotated[str, _check(re.compile(r"^([\w.-]+/)?[\w.-]+$").match, "must be a Hub repo id like user/name")]
 Regex = Annotated[str, AfterValidator(_regex)]
+# an int counts documents, a float in (0, 1) is a fraction of them (lm-eval's own rule for --limit)
+LmEvalLimit = Annotated[typing.Union[int, float], _check(
+    lambda v: v >= 1 if isinstance(v, int) else 0 < v < 1, "must be an integer >= 1 or a fraction in (0, 1)")]
 
 
 class _Model(BaseModel):
@@ -299,6 +303,48 @@ class OutputsConfig(_Model):
         return self
 
 
+class LmEvalConfig(_Model):
+    """lm-evaluation-harness tasks (``lm_eval.simple_evaluate`` on the in-memory model, base and edited)."""
+
+    tasks: list[Annotated[str, Field(min_length=1)]] = Field(
+        min_length=1, description="lm-eval task names, e.g. [arithmetic_local] (from include_path) or [gsm8k_cot]")
+    include_path: str | None = Field(None, description="a folder of task YAMLs, e.g. recipes/lm_eval_tasks (its "
+                                                       "files' sha256 go into the lock)")
+    limit: LmEvalLimit | None = Field(None, description="documents per task: an int, or a fraction in (0, 1) "
+                                                        "(default: all)")
+    num_fewshot: NonNegative | None = Field(None, description="few-shot examples per prompt (default: each task's)")
+    apply_chat_template: bool = Field(False, description="format prompts with the tokenizer's chat template")
+    fewshot_as_multiturn: bool | None = Field(None, description="few-shot examples as chat turns (default: on "
+                                                                "exactly when apply_chat_template is)")
+    batch_size: Positive | None = Field(None, description="lm-eval batch size (default: 16, as the built-in "
+                                                          "evaluation)")
+
+    @model_validator(mode="after")
+    def _multiturn_needs_chat(self) -> LmEvalConfig:
+        if self.fewshot_as_multiturn and not self.apply_chat_template:
+            raise ValueError("fewshot_as_multiturn: true needs apply_chat_template: true")
+        return self
+
+
+def _migrate_lm_eval_keys(data: Any) -> Any:
+    """The keys before ``evaluation.lm_eval`` (``lm_eval_tasks``, ``lm_eval_limit``) still work: moved there.
+
+    Why keep them: every lock written before holds them (at their defaults ``[]`` / ``null``, dropped silently), and
+    recipes that set them keep running, with a FutureWarning naming the new keys.
+    """
+    if not isinstance(data, dict) or not ({"lm_eval_tasks", "lm_eval_limit"} & data.keys()):
+        return data
+    data = dict(data)
+    tasks, limit = data.pop("lm_eval_tasks", None), data.pop("lm_eval_limit", None)
+    if tasks:
+        if data.get("lm_eval") is not None:
+            raise ValueError("lm_eval_tasks: replaced by lm_eval.tasks; set only evaluation.lm_eval")
+        warnings.warn("evaluation.lm_eval_tasks / lm_eval_limit are deprecated: write evaluation.lm_eval.tasks / "
+                      "evaluation.lm_eval.limit (docs/recipes.md)", FutureWarning, stacklevel=2)
+        data["lm_eval"] = {"tasks": tasks, **({"limit": limit} if limit is not None else {})}
+    return data
+
+
 class EvaluationConfig(_Model):
     """Before/after evaluation (optional)."""
 
@@ -312,9 +358,13 @@ class EvaluationConfig(_Model):
     chat_template: bool | Literal["auto"] = Field(
         "auto", description="render prompts with the tokenizer's chat template: auto (when it has one), true "
                             "(required), false (plain Question:/Answer:)")
-    lm_eval_tasks: list[str] = Field(default_factory=list, description="lm-evaluation-harness tasks run too, e.g. "
-                                     "[gsm8k_cot, mmlu] (needs the eval extra)")
-    lm_eval_limit: Positive | None = Field(None, description="documents per lm-eval task (default: all)")
+    lm_eval: LmEvalConfig | None = Field(None, description="lm-evaluation-harness tasks run too (needs the eval "
+                                         "extra; docs/lm-eval-offline.md)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_lm_eval_keys(cls, data: Any) -> Any:
+        return _migrate_lm_eval_keys(data)
 
 
 class HubConfig(_Model):
@@ -355,6 +405,9 @@ class Recipe(_Model):
                 d[name]["math"]["path"] = section.math.public_path()
                 for src, out in zip(section.general, d[name]["general"]):
                     out["path"] = src.public_path()
+        lm = self.evaluation.lm_eval if self.evaluation is not None else None
+        if lm is not None and lm.include_path is not None and is_local_path(lm.include_path):
+            d["evaluation"]["lm_eval"]["include_path"] = f"{LOCAL}/{Path(lm.include_path).name}"  # the lock hashes it
         return d
 
     def to_yaml(self) -> str:

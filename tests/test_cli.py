@@ -252,11 +252,10 @@ def test_eval_command_and_missing_lm_eval(workspace, tmp_path):
     code, text = _run("eval", recipe, "--out", str(tmp_path / "eval.json"), "-q")
     assert code == 0 and "math" in text, text
     assert set(json.loads((tmp_path / "eval.json").read_text())) == {"math", "general"}
-    try:
-        import lm_eval  # noqa: F401
-    except ImportError:
-        code, text = _run("eval", recipe, "-q", "--set", "evaluation.lm_eval_tasks=[gsm8k_cot]")
-        assert code == 2 and "mathneuro-edit[eval]" in text and "Traceback" not in text
+    # a bad lm-eval setting: one clear line naming the key, exit 2, before anything runs
+    code, text = _run("eval", recipe, "-q", "--set", "evaluation.lm_eval.tasks=[arithmetic_local]",
+                      "--set", f"evaluation.lm_eval.include_path={tmp_path / 'no-such-folder'}")
+    assert code == 2 and "evaluation.lm_eval.include_path" in text and "Traceback" not in text, text
 
 
 def test_reproduce_reports_a_different_result(workspace, tmp_path):

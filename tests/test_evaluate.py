@@ -7,7 +7,6 @@ import json
 import math
 import string
 import sys
-import types
 
 import pytest
 import torch
@@ -423,36 +422,4 @@ def test_lm_eval_missing_is_clear(model: LlamaForCausalLM, tok: PreTrainedTokeni
     assert calls == []  # failed before any other task ran
 
 
-def test_lm_eval_bridge_with_fake_harness(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The plumbing only (lm-eval is not installed here): base and edited runs on the in-memory model."""
-    seen = []
-
-    class HFLM:
-        def __init__(self, pretrained, tokenizer, batch_size):  # type: ignore[no-untyped-def]
-            assert pretrained is model and tokenizer is not tok and batch_size == 16
-            self.model = pretrained
-
-    def simple_evaluate(model, tasks, limit):  # type: ignore[no-untyped-def]
-        w = model.model.model.layers[0].mlp.up_proj.weight
-        seen.append((tuple(tasks), limit))
-        return {"results": {"gsm8k_cot": {"alias": "gsm8k_cot", "exact_match,strict-match": float(w.abs().sum()),
-                                          "exact_match_stderr,strict-match": "N/A"}}}
-
-    fake = types.ModuleType("lm_eval")
-    fake.simple_evaluate = simple_evaluate  # type: ignore[attr-defined]
-    hf = types.ModuleType("lm_eval.models.huggingface")
-    hf.HFLM = HFLM  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "lm_eval", fake)
-    monkeypatch.setitem(sys.modules, "lm_eval.models", types.ModuleType("lm_eval.models"))
-    monkeypatch.setitem(sys.modules, "lm_eval.models.huggingface", hf)
-    before = snapshot(model)
-    task = LmEvalTask("harness", ["gsm8k_cot"], limit=5)
-    res = evaluate(model, tok, [task], edit=ReversibleEdit(model, random_mask(model), 0.0), progress=False)
-    assert_identical(model, before)
-    key = "gsm8k_cot/exact_match,strict-match"
-    base, edited = res.to_dict()["harness"]["base"], res.to_dict()["harness"]["edited"]
-    assert list(base) == [key] and base[key] == pytest.approx(float(before["model.layers.0.mlp.up_proj.weight"].abs().sum()))
-    assert edited[key] < base[key] and seen == [(("gsm8k_cot",), 5)] * 2
-    evaluate(model, tok, [task], edit=ReversibleEdit(model, random_mask(model), 0.0), base_results=res,
-             progress=False)
-    assert len(seen) == 3  # the cached base is reused: only the edited run
+# The bridge with the real harness: tests/test_lm_eval.py (base, edited, cached base, agreement with the built-in).

@@ -210,7 +210,8 @@ def test_input_is_never_modified() -> None:
 
 def test_resolved_dict_makes_every_default_explicit_and_round_trips() -> None:
     r = recipe_from_dict({**MINIMAL, "hub": {"repo_id": "me/x"},
-                          "evaluation": {"math": "organism:math", "general": "organism:general"}})
+                          "evaluation": {"math": "organism:math", "general": "organism:general",
+                                         "lm_eval": {"tasks": ["arithmetic_local"]}}})
     resolved = r.resolved_dict()
 
     def keys(d: dict, prefix: str = "") -> set[str]:  # sources ("math") are leaves, like in recipe_fields()
