@@ -118,7 +118,7 @@ def test_harness_exact_match_agrees_with_builtin_on_the_organism(organism_and_ed
             pred = builtin.predictions[s["doc_id"]]
             assert s["doc"]["question"] == pred.question and s["arguments"][0][0] == math_prompt(pred.question)
             got = s["filtered_resps"][0]
-            assert extract_answer(f"#### {got}") == pred.predicted or (got == "[invalid]" and pred.predicted is None), \
+            assert extract_answer(f"#### {got}") == pred.extracted or (got == "[invalid]" and pred.extracted is None), \
                 (side, s["doc_id"], got, pred.completion)
             assert bool(s["exact_match"]) == pred.correct, (side, s["doc_id"], got, pred.gold)
         m = lm.metrics()
