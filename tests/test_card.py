@@ -91,6 +91,7 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     assert CITATION in text and "2410.16930" in text and "Hartvigsen" in text
     embedded = yaml.safe_load(text.split("```yaml\n", 1)[1].split("\n```", 1)[0])
     assert embedded == lock and embedded["recipe_sha256"] == recipe_sha256(recipe)
+    assert f"| recipe sha256 | `{recipe_sha256(recipe)}` |" in text  # the settings table names the recipe too
 
 
 def test_adapter_card() -> None:

@@ -1,0 +1,283 @@
+"""Regression tests for mask selection and consistency, against independent reference code (issue 17).
+
+Each test here was checked to FAIL with one hand-applied mutation of the package that the earlier suite let
+through (see docs/testing.md, "Mutations the suite must catch"):
+
+- row granularity picking the lowest k of each row -> ``test_row_granularity_matches_reference_top_k_per_row``;
+- ``statistic="wanda"`` silently using the L2 statistic -> ``test_wanda_statistic_is_abs_w_times_sqrt_sq_sum``;
+- only the first general set subtracted -> ``test_every_general_set_is_subtracted_union``;
+- consistency's "Jaccard" being containment -> ``test_jaccard_is_intersection_over_union`` and
+  ``test_mask_consistency_overlaps_equal_independent_jaccard``.
+
+The reference shares no code with :mod:`mathneuro_edit.mask`: scores are ``|W| * stat`` (one float32 product,
+the quantity the package ranks), and the top-k is a plain Python sort by ``(-score, flat index)``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from itertools import combinations
+
+import pytest
+import torch
+
+from mathneuro_edit import ActivationStats, Target, calibrate, find_math_params
+from mathneuro_edit.consistency import jaccard, mask_consistency
+from mathneuro_edit.mask import find_math_params_multi, top_fraction, top_fraction_flat
+
+from ._tiny import GENERAL, MATH, build
+
+
+# ----------------------------------------------------------------------------------------------------------
+# THE COUNT RULE, in one place. When the package's rule changes (issue 12: the released code's
+# ``int(n * top_k)``, truncation, zero allowed), change only this function.
+# ----------------------------------------------------------------------------------------------------------
+def _ref_count(n: int, top_k: float) -> int:
+    """Entries kept out of ``n`` compared ones for a fraction ``top_k`` (docs/method.md, step 2)."""
+    return max(1, min(n, math.floor(top_k * n + 0.5)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# reference selection (Python sort; ties to the lower flat index)
+# ----------------------------------------------------------------------------------------------------------
+def _ref_top_list(values: list[float], k: int) -> set[int]:
+    """Indices of the ``k`` largest values, ties to the lower index."""
+    return set(sorted(range(len(values)), key=lambda i: (-values[i], i))[:k])
+
+
+def _ref_top(scores: torch.Tensor, top_k: float, granularity: str) -> torch.Tensor:
+    """``scores`` ``(d_out, d_in)`` -> bool mask of the reference top-k per matrix or per row."""
+    d_out, d_in = scores.shape
+    out = torch.zeros(d_out, d_in, dtype=torch.bool)
+    if granularity == "row":
+        for r in range(d_out):
+            for j in _ref_top_list(scores[r].tolist(), _ref_count(d_in, top_k)):
+                out[r, j] = True
+    else:
+        flat = scores.reshape(-1).tolist()
+        for i in _ref_top_list(flat, _ref_count(len(flat), top_k)):
+            out[i // d_in, i % d_in] = True
+    return out
+
+
+def _ref_scores(w: torch.Tensor, stat: torch.Tensor) -> torch.Tensor:
+    return w.float().abs() * stat.float()[None, :]  # (d_out, d_in) float32, the ranked quantity
+
+
+# ----------------------------------------------------------------------------------------------------------
+# synthetic statistics: a linear, a Conv1D and a transposed fused-experts weight
+# ----------------------------------------------------------------------------------------------------------
+D_OUT, D_IN, EXPERTS = 6, 10, 2
+TARGETS = {
+    "lin.weight": Target("lin.weight", "linear", "lin", (D_OUT, D_IN)),
+    "conv.weight": Target("conv.weight", "conv1d", "conv", (D_IN, D_OUT)),
+    "moe.experts.down_proj": Target("moe.experts.down_proj", "experts", "moe.experts", (EXPERTS, D_IN, D_OUT),
+                                    transposed=True, role="down"),
+}
+
+
+def _canonical(seed: int, ties: bool) -> dict[str, list[torch.Tensor]]:
+    """name -> list over groups of ``(d_out, d_in)`` matrices (the reference's own view)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, t in TARGETS.items():
+        mats = []
+        for _ in range(t.groups):
+            m = torch.randn(D_OUT, D_IN, generator=g)
+            if ties:  # few distinct magnitudes (zeros included): ties everywhere, also at the threshold
+                m = torch.randint(-2, 3, (D_OUT, D_IN), generator=g).float()
+            mats.append(m)
+        out[name] = mats
+    return out
+
+
+def _stored(canon: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The weights in each target's own storage layout."""
+    return {"lin.weight": canon["lin.weight"][0].clone(), "conv.weight": canon["conv.weight"][0].t().contiguous(),
+            "moe.experts.down_proj": torch.stack(canon["moe.experts.down_proj"]).transpose(1, 2).contiguous()}
+
+
+def _stats(seed: int, ties: bool = False) -> ActivationStats:
+    g = torch.Generator().manual_seed(seed)
+    norm, sq, count = {}, {}, {}
+    for name, t in TARGETS.items():
+        if ties:
+            norm[name] = torch.randint(1, 3, t.stat_shape, generator=g).float()
+            sq[name] = torch.randint(1, 5, t.stat_shape, generator=g).float()
+        else:
+            norm[name] = torch.rand(t.stat_shape, generator=g) * 4
+            sq[name] = torch.rand(t.stat_shape, generator=g) * 16
+        count[name] = torch.full((t.groups,), 7, dtype=torch.int64)
+    return ActivationStats(norm, sq, count, dict(TARGETS), {"model_fingerprint": "synthetic"})
+
+
+def _to_stored(name: str, mats: list[torch.Tensor]) -> torch.Tensor:
+    if name == "lin.weight":
+        return mats[0]
+    if name == "conv.weight":
+        return mats[0].t()
+    return torch.stack(mats).transpose(1, 2)
+
+
+def _reference_mask(canon, math_stats, generals, top_k, granularity="matrix", statistic="l2"):
+    """name -> bool tensor in storage layout: top(math) AND NOT (top(g1) OR top(g2) ...)."""
+
+    def stat(s: ActivationStats, name: str, g: int) -> torch.Tensor:
+        return s.norm_sum[name][g] if statistic == "l2" else torch.sqrt(s.sq_sum[name][g])
+
+    result = {}
+    for name, mats in canon.items():
+        sels = []
+        for g, w in enumerate(mats):
+            sel = _ref_top(_ref_scores(w, stat(math_stats, name, g)), top_k, granularity)
+            removed = torch.zeros_like(sel)
+            for gs in generals:
+                removed |= _ref_top(_ref_scores(w, stat(gs, name, g)), top_k, granularity)
+            sels.append(sel & ~removed)
+        result[name] = _to_stored(name, sels)
+    return result
+
+
+def _assert_same(mask, ref) -> None:
+    assert set(mask) == set(ref)
+    for name in ref:
+        assert torch.equal(mask[name], ref[name]), name
+
+
+# ----------------------------------------------------------------------------------------------------------
+# selection
+# ----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "heavy-ties"])
+@pytest.mark.parametrize("granularity", ["matrix", "row"])
+def test_row_granularity_matches_reference_top_k_per_row(granularity, ties):
+    canon = _canonical(1, ties)
+    params = _stored(canon)
+    ms = _stats(2, ties)
+    for top_k in (0.1, 0.3, 0.5):
+        got = find_math_params(params, ms, None, top_k=top_k, method="wanda", granularity=granularity)
+        _assert_same(got, _reference_mask(canon, ms, [], top_k, granularity))
+
+
+@pytest.mark.parametrize("granularity", ["matrix", "row"])
+def test_wanda_statistic_is_abs_w_times_sqrt_sq_sum(granularity):
+    canon = _canonical(3, ties=False)
+    params = _stored(canon)
+    ms, gs = _stats(4), _stats(5)
+    got = find_math_params(params, ms, gs, top_k=0.3, granularity=granularity, statistic="wanda")
+    ref = _reference_mask(canon, ms, [gs], 0.3, granularity, statistic="wanda")
+    _assert_same(got, ref)
+    assert got.meta["statistic"] == "wanda"
+    # the constructed statistics rank differently under L2: the test tells the two statistics apart
+    l2 = _reference_mask(canon, ms, [gs], 0.3, granularity, statistic="l2")
+    assert any(not torch.equal(ref[n], l2[n]) for n in ref)
+    wanda_only = find_math_params(params, ms, None, top_k=0.3, method="wanda", granularity=granularity,
+                                  statistic="wanda")
+    _assert_same(wanda_only, _reference_mask(canon, ms, [], 0.3, granularity, statistic="wanda"))
+
+
+@pytest.mark.parametrize("granularity", ["matrix", "row"])
+def test_every_general_set_is_subtracted_union(granularity):
+    canon = _canonical(6, ties=False)
+    params = _stored(canon)
+    ms, generals = _stats(7), [_stats(8), _stats(9), _stats(10)]
+    got = find_math_params(params, ms, generals, top_k=0.4, granularity=granularity)
+    ref = _reference_mask(canon, ms, generals, 0.4, granularity)
+    _assert_same(got, ref)
+    # the later sets remove weights the first does not: dropping any of them changes the answer
+    for i in range(1, len(generals)):
+        fewer = _reference_mask(canon, ms, generals[:i], 0.4, granularity)
+        assert any(not torch.equal(ref[n], fewer[n]) for n in ref), i
+    assert got.meta["general_stats_sha256"] == [g.sha256 for g in generals]
+
+
+@pytest.mark.parametrize("granularity", ["matrix", "row"])
+def test_multi_top_k_matches_reference_for_each_value(granularity):
+    canon = _canonical(11, ties=True)
+    params = _stored(canon)
+    ms, gs = _stats(12, ties=True), _stats(13, ties=True)
+    ks = [0.05, 0.2, 0.35, 1.0]
+    for k, got in zip(ks, find_math_params_multi(params, ms, gs, top_ks=ks, granularity=granularity)):
+        _assert_same(got, _reference_mask(canon, ms, [gs], k, granularity))
+        assert got.meta["top_k"] == k
+    rnd = find_math_params_multi(params, ms, gs, top_ks=ks, method="random", granularity=granularity, seed=3)
+    for k, got in zip(ks, rnd):  # random: the reference mathneuro count per matrix (per expert)
+        ref = _reference_mask(canon, ms, [gs], k, granularity)
+        for name, t in TARGETS.items():
+            per_group_got = [int(x.sum()) for x in _groups(name, got[name])]
+            per_group_ref = [int(x.sum()) for x in _groups(name, ref[name])]
+            assert per_group_got == per_group_ref, (k, name)
+
+
+def _groups(name: str, stored: torch.Tensor) -> list[torch.Tensor]:
+    return [stored] if TARGETS[name].kind != "experts" else list(stored)
+
+
+def test_reference_tie_breaking_for_each_selector():
+    """Heavy ties: both selectors (per-row kthvalue, flat radix) equal the Python-sort reference exactly."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(60):
+        rows, n = int(torch.randint(1, 5, (1,), generator=gen)), int(torch.randint(1, 300, (1,), generator=gen))
+        levels = int(torch.randint(1, 6, (1,), generator=gen))  # 1 level = every entry ties
+        x = torch.randint(0, levels, (rows, n), generator=gen).float() * 0.25
+        for k in sorted({1, n, int(torch.randint(1, n + 1, (1,), generator=gen))}):
+            ref = torch.zeros(rows, n, dtype=torch.bool)
+            for r in range(rows):
+                for j in _ref_top_list(x[r].tolist(), k):
+                    ref[r, j] = True
+            assert torch.equal(top_fraction(x, k), ref), (trial, k)
+        flat = x.reshape(-1)
+        ks = sorted({1, flat.numel(), int(torch.randint(1, flat.numel() + 1, (1,), generator=gen))})
+        for k, got in zip(ks, top_fraction_flat(flat, ks)):
+            ref = torch.zeros(flat.numel(), dtype=torch.bool)
+            ref[sorted(_ref_top_list(flat.tolist(), k))] = True
+            assert torch.equal(got, ref), (trial, k)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# consistency
+# ----------------------------------------------------------------------------------------------------------
+def _ref_jaccard(a, b) -> float:
+    """|A & B| / |A | B| over sets of (tensor name, flat index); 1.0 for two empty masks."""
+    sa = {(n, i) for n in a for i in a[n].reshape(-1).nonzero().reshape(-1).tolist()}
+    sb = {(n, i) for n in b for i in b[n].reshape(-1).nonzero().reshape(-1).tolist()}
+    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+
+
+def test_jaccard_is_intersection_over_union():
+    a = {"x": torch.tensor([True, True, False, False]), "y": torch.tensor([[True, False], [False, False]])}
+    b = {"x": torch.tensor([True, True, True, False]), "y": torch.tensor([[True, False], [False, True]])}
+    # a is inside b: containment would say 1.0; Jaccard is 3 / 5
+    assert jaccard(a, b) == pytest.approx(3 / 5) == _ref_jaccard(a, b)
+    assert jaccard(b, a) == pytest.approx(3 / 5)
+    c = {"x": torch.tensor([False, True, True, True]), "y": torch.tensor([[False, True], [False, False]])}
+    assert jaccard(a, c) == pytest.approx(_ref_jaccard(a, c)) == pytest.approx(1 / 6)
+    empty = {"x": torch.zeros(4, dtype=torch.bool), "y": torch.zeros(2, 2, dtype=torch.bool)}
+    assert jaccard(empty, empty) == 1.0 and jaccard(a, empty) == 0.0
+
+
+def test_mask_consistency_overlaps_equal_independent_jaccard():
+    model, tok = build("llama")
+    seed, repeats, top_k, sizes = 5, 3, 0.1, [2, 4]
+    rows = mask_consistency(model, tok, MATH, GENERAL, sizes=sizes, repeats=repeats, top_k=top_k, seed=seed)
+
+    def mask_of(m, g):
+        return find_math_params(model, calibrate(model, tok, list(m), progress=False),
+                                calibrate(model, tok, list(g), progress=False), top_k=top_k)
+
+    full = mask_of(MATH, GENERAL)
+    assert [r.samples for r in rows] == sizes
+    some_partial = False
+    for row, n in zip(rows, sizes):
+        draws = []
+        for r in range(repeats):  # the documented draw: Random(f"{seed}:{n}:{r}"), math first, then general
+            rng = random.Random(f"{seed}:{n}:{r}")
+            draws.append(mask_of(rng.sample(list(MATH), n), rng.sample(list(GENERAL), n)))
+        with_full = [_ref_jaccard(d, full) for d in draws]
+        between = [_ref_jaccard(a, b) for a, b in combinations(draws, 2)]
+        assert row.repeats == repeats
+        assert row.overlap_with_full_mean == pytest.approx(sum(with_full) / repeats, abs=1e-12)
+        assert row.overlap_with_full_min == pytest.approx(min(with_full), abs=1e-12)
+        assert row.overlap_between_draws_mean == pytest.approx(sum(between) / len(between), abs=1e-12)
+        some_partial |= any(0 < v < 1 for v in with_full + between)
+    assert some_partial  # partial overlaps exist, so containment and Jaccard would differ
