@@ -71,17 +71,20 @@ def test_pareto_front_is_the_hand_computed_one():
     assert pareto_front([]) == []
     assert pareto_front([POINTS[8]]) == [0]
     assert pareto_front([POINTS[2], POINTS[0]]) == [1]
+    assert pareto_front([P(0.5, 0.02), P(0.6, 0.02)]) == [1]  # equal KL, higher accuracy: that one beats it
+    assert pareto_front([P(0.6, 0.02), P(0.6, 0.01)]) == [1]  # equal accuracy, lower KL
 
 
 def test_recommendation_respects_the_kl_budget():
     best, text = recommend(POINTS, 0.50, 0.05)
     assert best == 6 == reference_best(POINTS, 0.50, 0.05)  # point 1 is better but over the budget
-    assert "top_k=0.07" in text and "62.0%" in text and "budget 0.05" in text
+    assert text == "recommended: top_k=0.07 scale=1.1: math 50.0% -> 62.0%, general KL 0.05 (budget 0.05)"
     assert recommend(POINTS, 0.50, 0.1)[0] == 1  # a larger budget admits point 1
     assert recommend(POINTS, 0.50, 0.049)[0] == 0  # 6 is just over: 0 (tied with 2 and 7 on accuracy: least KL, first)
     assert recommend(POINTS, 0.50, 0.015)[0] == 3
     best, text = recommend(POINTS, 0.50, 0.009)  # only point 4 fits, and it is below the base
-    assert best is None and "no setting improves" in text and "0.009" in text
+    assert best is None and text == ("no setting improves math accuracy over the base (50.0%) within the "
+                                     "general-KL budget 0.009; do not publish a boost from this sweep")
     assert recommend(POINTS, 0.70, 1.0)[0] is None  # equal to the base is no improvement
 
 
@@ -99,6 +102,12 @@ def test_ties_in_accuracy_go_to_the_lower_kl():
 
 def test_csv_marks_the_front():
     result = SweepResult(0.5, 2.0, POINTS, pareto_front(POINTS), "x", 6)
-    rows = list(csv.DictReader(io.StringIO(result.to_csv())))
-    assert [i for i, r in enumerate(rows) if r["pareto"] == "True"] == FRONT
-    assert result.to_dict()["pareto_front"] == FRONT and result.to_dict()["best"] == 6
+    rows = list(csv.reader(io.StringIO(result.to_csv())))
+    assert rows[0] == ["top_k", "scale", "selected", "math_accuracy", "general_loss", "general_kl", "pareto"]
+    assert rows[1:] == [[str(p.top_k), str(p.scale), str(p.selected), str(p.math_accuracy), str(p.general_loss),
+                         str(p.general_kl), str(i in FRONT)] for i, p in enumerate(POINTS)]
+    assert result.to_dict() == {
+        "base": {"math_accuracy": 0.5, "general_loss": 2.0},
+        "points": [{"top_k": p.top_k, "scale": p.scale, "selected": p.selected, "math_accuracy": p.math_accuracy,
+                    "general_loss": p.general_loss, "general_kl": p.general_kl} for p in POINTS],
+        "pareto_front": FRONT, "recommendation": "x", "best": 6}
