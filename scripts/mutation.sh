@@ -19,9 +19,9 @@ JOBS="${MUTATION_JOBS:-2}"
 
 # module -> "files to mutate|fast tests that cover them"
 declare -A SCOPE=(
-  [mask]="mathneuro_edit/mask.py|tests/test_regressions.py tests/test_core.py"
+  [mask]="mathneuro_edit/mask.py|tests/test_regressions.py tests/test_core.py::test_ties_break_to_lower_index tests/test_core.py::test_radix_select_equals_kthvalue_select_with_many_ties"
   [sweep]="mathneuro_edit/sweep.py|tests/test_sweep.py"
-  [consistency]="mathneuro_edit/consistency.py|tests/test_regressions.py"
+  [consistency]="mathneuro_edit/consistency.py|tests/test_consistency.py"
   [calibration]="mathneuro_edit/calibration.py mathneuro_edit/stats.py|tests/test_core.py tests/test_regressions.py"
   [evaluation]="mathneuro_edit/eval_results.py|tests/test_evaluate.py"
   [card]="mathneuro_edit/card.py mathneuro_edit/lock.py|tests/test_card.py tests/test_recipe.py"

@@ -243,7 +243,7 @@ def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
     cons = json.loads((tmp_path / "co" / "consistency.json").read_text())
     assert [r["samples"] for r in cons] == [1, 8]
     assert cons[1]["overlap_with_full_mean"] >= 0.99  # all 8 samples drawn (reordered): the full data itself
-    # the overlaps themselves are checked against an independent Jaccard in test_regressions.py
+    # the overlaps themselves are checked against an independent Jaccard in test_consistency.py
     assert cons[0]["repeats"] == 2 and cons[0]["overlap_between_draws_mean"] is not None
     assert cons[0]["overlap_with_full_min"] <= cons[0]["overlap_with_full_mean"]
     code, text = _run("sweep", recipe, "--out", str(tmp_path / "bad"), "--top-k", "0.05,abc")

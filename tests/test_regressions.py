@@ -5,9 +5,10 @@ through (see docs/testing.md, "Mutations the suite must catch"):
 
 - row granularity picking the lowest k of each row -> ``test_row_granularity_matches_reference_top_k_per_row``;
 - ``statistic="wanda"`` silently using the L2 statistic -> ``test_wanda_statistic_is_abs_w_times_sqrt_sq_sum``;
-- only the first general set subtracted -> ``test_every_general_set_is_subtracted_union``;
-- consistency's "Jaccard" being containment -> ``test_jaccard_is_intersection_over_union`` and
-  ``test_mask_consistency_overlaps_equal_independent_jaccard``.
+- only the first general set subtracted -> ``test_every_general_set_is_subtracted_union``.
+
+(Consistency's Jaccard: tests/test_consistency.py.) Everything here runs in about a second: these are the tests
+that scripts/mutation.sh runs against mask.py.
 
 The reference shares no code with :mod:`mathneuro_edit.mask`: scores are ``|W| * stat`` (one float32 product,
 the quantity the package ranks), and the top-k is a plain Python sort by ``(-score, flat index)``.
@@ -16,17 +17,12 @@ the quantity the package ranks), and the top-k is a plain Python sort by ``(-sco
 from __future__ import annotations
 
 import math
-import random
-from itertools import combinations
 
 import pytest
 import torch
 
-from mathneuro_edit import ActivationStats, Target, calibrate, find_math_params
-from mathneuro_edit.consistency import jaccard, mask_consistency
+from mathneuro_edit import ActivationStats, Target, find_math_params
 from mathneuro_edit.mask import find_math_params_multi, top_fraction, top_fraction_flat
-
-from ._tiny import GENERAL, MATH, build
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -235,49 +231,47 @@ def test_reference_tie_breaking_for_each_selector():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# consistency
+# the Mask artifact: counts, content hash, file round trip
 # ----------------------------------------------------------------------------------------------------------
-def _ref_jaccard(a, b) -> float:
-    """|A & B| / |A | B| over sets of (tensor name, flat index); 1.0 for two empty masks."""
-    sa = {(n, i) for n in a for i in a[n].reshape(-1).nonzero().reshape(-1).tolist()}
-    sb = {(n, i) for n in b for i in b[n].reshape(-1).nonzero().reshape(-1).tolist()}
-    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+def _ref_mask_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """The recorded hash, recomputed: format tag, then per sorted name ``\\n{name}:{shape}\\n`` + packed bits."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256(b"mathneuro-edit/mask/v1")
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"\n{name}:{tuple(t.shape)}\n".encode())
+        h.update(np.packbits(t.reshape(-1).numpy(), bitorder="little").tobytes())
+    return h.hexdigest()
 
 
-def test_jaccard_is_intersection_over_union():
-    a = {"x": torch.tensor([True, True, False, False]), "y": torch.tensor([[True, False], [False, False]])}
-    b = {"x": torch.tensor([True, True, True, False]), "y": torch.tensor([[True, False], [False, True]])}
-    # a is inside b: containment would say 1.0; Jaccard is 3 / 5
-    assert jaccard(a, b) == pytest.approx(3 / 5) == _ref_jaccard(a, b)
-    assert jaccard(b, a) == pytest.approx(3 / 5)
-    c = {"x": torch.tensor([False, True, True, True]), "y": torch.tensor([[False, True], [False, False]])}
-    assert jaccard(a, c) == pytest.approx(_ref_jaccard(a, c)) == pytest.approx(1 / 6)
-    empty = {"x": torch.zeros(4, dtype=torch.bool), "y": torch.zeros(2, 2, dtype=torch.bool)}
-    assert jaccard(empty, empty) == 1.0 and jaccard(a, empty) == 0.0
+def test_mask_counts_hash_and_file_round_trip(tmp_path):
+    from mathneuro_edit import InputError, Mask
 
-
-def test_mask_consistency_overlaps_equal_independent_jaccard():
-    model, tok = build("llama")
-    seed, repeats, top_k, sizes = 5, 3, 0.1, [2, 4]
-    rows = mask_consistency(model, tok, MATH, GENERAL, sizes=sizes, repeats=repeats, top_k=top_k, seed=seed)
-
-    def mask_of(m, g):
-        return find_math_params(model, calibrate(model, tok, list(m), progress=False),
-                                calibrate(model, tok, list(g), progress=False), top_k=top_k)
-
-    full = mask_of(MATH, GENERAL)
-    assert [r.samples for r in rows] == sizes
-    some_partial = False
-    for row, n in zip(rows, sizes):
-        draws = []
-        for r in range(repeats):  # the documented draw: Random(f"{seed}:{n}:{r}"), math first, then general
-            rng = random.Random(f"{seed}:{n}:{r}")
-            draws.append(mask_of(rng.sample(list(MATH), n), rng.sample(list(GENERAL), n)))
-        with_full = [_ref_jaccard(d, full) for d in draws]
-        between = [_ref_jaccard(a, b) for a, b in combinations(draws, 2)]
-        assert row.repeats == repeats
-        assert row.overlap_with_full_mean == pytest.approx(sum(with_full) / repeats, abs=1e-12)
-        assert row.overlap_with_full_min == pytest.approx(min(with_full), abs=1e-12)
-        assert row.overlap_between_draws_mean == pytest.approx(sum(between) / len(between), abs=1e-12)
-        some_partial |= any(0 < v < 1 for v in with_full + between)
-    assert some_partial  # partial overlaps exist, so containment and Jaccard would differ
+    g = torch.Generator().manual_seed(0)
+    tensors = {"b.dense": torch.rand(5, 13, generator=g) < 0.5, "a.sparse": torch.zeros(3, 40, 8, dtype=torch.bool),
+               "c.empty": torch.zeros(7, dtype=torch.bool), "d.full": torch.ones(2, 3, dtype=torch.bool)}
+    tensors["a.sparse"][1, 5, 2] = tensors["a.sparse"][2, 39, 7] = True
+    mask = Mask(tensors, {"method": "mathneuro", "top_k": 0.1})
+    assert list(mask) == list(tensors) and len(mask) == 4
+    for name, t in tensors.items():
+        assert torch.equal(mask[name], t) and mask.shape_of(name) == tuple(t.shape)
+        assert mask.counts()[name] == (int(t.sum()), t.numel())
+    assert mask.total() == (sum(int(t.sum()) for t in tensors.values()), sum(t.numel() for t in tensors.values()))
+    assert mask.sha256 == _ref_mask_sha256(tensors)
+    assert Mask(tensors, {"other": "meta"}).sha256 == mask.sha256  # provenance is not content
+    flipped = dict(tensors, **{"b.dense": tensors["b.dense"].clone()})
+    flipped["b.dense"][4, 12] = ~flipped["b.dense"][4, 12]
+    assert Mask(flipped).sha256 != mask.sha256
+    assert Mask(dict(tensors, **{"d.full": torch.ones(3, 2, dtype=torch.bool)})).sha256 != mask.sha256  # shape counts
+    path = mask.save(tmp_path / "m.safetensors")
+    back = Mask.load(path)
+    assert list(back) == list(mask) and back.meta == mask.meta and back.sha256 == mask.sha256
+    assert back.counts() == mask.counts() and all(torch.equal(back[n], tensors[n]) for n in tensors)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # one stored bit pattern changed: the recorded hash no longer matches
+    (tmp_path / "bad.safetensors").write_bytes(bytes(data))
+    with pytest.raises(InputError, match="corrupt"):
+        Mask.load(tmp_path / "bad.safetensors")
