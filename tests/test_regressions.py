@@ -70,6 +70,8 @@ TARGETS = {
     "conv.weight": Target("conv.weight", "conv1d", "conv", (D_IN, D_OUT)),
     "moe.experts.down_proj": Target("moe.experts.down_proj", "experts", "moe.experts", (EXPERTS, D_IN, D_OUT),
                                     transposed=True, role="down"),
+    "moe.experts.gate_up_proj": Target("moe.experts.gate_up_proj", "experts", "moe.experts",
+                                       (EXPERTS, D_OUT, D_IN), role="up"),
 }
 
 
@@ -91,7 +93,8 @@ def _canonical(seed: int, ties: bool) -> dict[str, list[torch.Tensor]]:
 def _stored(canon: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The weights in each target's own storage layout."""
     return {"lin.weight": canon["lin.weight"][0].clone(), "conv.weight": canon["conv.weight"][0].t().contiguous(),
-            "moe.experts.down_proj": torch.stack(canon["moe.experts.down_proj"]).transpose(1, 2).contiguous()}
+            "moe.experts.down_proj": torch.stack(canon["moe.experts.down_proj"]).transpose(1, 2).contiguous(),
+            "moe.experts.gate_up_proj": torch.stack(canon["moe.experts.gate_up_proj"]).clone()}
 
 
 def _stats(seed: int, ties: bool = False) -> ActivationStats:
@@ -113,7 +116,7 @@ def _to_stored(name: str, mats: list[torch.Tensor]) -> torch.Tensor:
         return mats[0]
     if name == "conv.weight":
         return mats[0].t()
-    return torch.stack(mats).transpose(1, 2)
+    return torch.stack(mats).transpose(1, 2) if TARGETS[name].transposed else torch.stack(mats)
 
 
 def _reference_mask(canon, math_stats, generals, top_k, granularity="matrix", statistic="l2"):
@@ -275,3 +278,125 @@ def test_mask_counts_hash_and_file_round_trip(tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(bytes(data))
     with pytest.raises(InputError, match="corrupt"):
         Mask.load(tmp_path / "bad.safetensors")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# killing the survivors of scripts/mutation.sh (docs/testing.md): defaults, method=random, errors, storage
+# ----------------------------------------------------------------------------------------------------------
+def _ref_seed(seed: int, name: str, group: int) -> int:
+    """docs/method.md: the generator of ``method="random"`` is seeded by ``sha256(f"{seed}:{name}:{expert}")``."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}:{group}".encode()).digest()[:8], "little") % 2**63
+
+
+def test_defaults_meta_and_random_reference(capsys):
+    canon = _canonical(20, ties=False)
+    params = _stored(canon)
+    ms, gs = _stats(21), _stats(22)
+    mask = find_math_params(params, ms, gs, top_k=0.3)  # defaults: mathneuro, matrix, l2, seed 0, no progress
+    _assert_same(mask, _reference_mask(canon, ms, [gs], 0.3, "matrix"))
+    assert mask.meta == {"method": "mathneuro", "top_k": 0.3, "granularity": "matrix", "seed": 0, "statistic": "l2",
+                         "model_fingerprint": "synthetic", "math_stats_sha256": ms.sha256,
+                         "general_stats_sha256": [gs.sha256]}
+    assert capsys.readouterr().err == ""  # no progress bar unless asked
+    find_math_params(params, ms, gs, top_k=0.3, progress=True)
+    assert "masks" in capsys.readouterr().err
+    # wanda ignores general sets even when given
+    _assert_same(find_math_params(params, ms, gs, top_k=0.3, method="wanda"), _reference_mask(canon, ms, [], 0.3))
+    for seed in (0, 3):
+        rnd = find_math_params(params, ms, gs, top_k=0.3, method="random", seed=seed)
+        assert rnd.meta["method"] == "random" and rnd.meta["seed"] == seed
+        ref = _reference_mask(canon, ms, [gs], 0.3)
+        for name in TARGETS:
+            expect = []
+            for g, part in enumerate(_groups(name, ref[name])):
+                count, n = int(part.sum()), part.numel()
+                sel = torch.zeros(n, dtype=torch.bool)
+                sel[torch.randperm(n, generator=torch.Generator().manual_seed(_ref_seed(seed, name, g)))[:count]] = True
+                expect.append(sel.reshape(D_OUT, D_IN))
+            assert torch.equal(rnd[name], _to_stored(name, expect)), (seed, name)
+
+
+def test_low_precision_weights_are_scored_in_float32():
+    canon = {n: [(m * 1.37).bfloat16() for m in mats] for n, mats in _canonical(23, ties=False).items()}
+    params = _stored(canon)
+    ms = _stats(24)
+    for k in (0.1, 0.3):
+        _assert_same(find_math_params(params, ms, None, top_k=k, method="wanda"), _reference_mask(canon, ms, [], k))
+
+
+def test_shared_modules_and_bad_inputs_name_the_problem():
+    from torch import nn
+
+    from mathneuro_edit import InputError
+
+    class Shared(nn.Module):  # one Linear under two names, as a tied head appears twice
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(D_IN, D_OUT, bias=False)
+            self.b = self.a
+
+    model = Shared()
+    t = {n: Target(n, "linear", n[:1], (D_OUT, D_IN)) for n in ("a.weight", "b.weight")}
+    g = torch.Generator().manual_seed(0)
+
+    def stats() -> ActivationStats:
+        return ActivationStats({n: torch.rand(1, D_IN, generator=g) for n in t},
+                               {n: torch.rand(1, D_IN, generator=g) for n in t},
+                               {n: torch.ones(1, dtype=torch.int64) for n in t}, dict(t), {})
+
+    ms, gs = stats(), stats()
+    mask = find_math_params(model, ms, gs, top_k=0.5)
+    assert set(mask) == {"a.weight", "b.weight"}
+    params = {"lin.weight": torch.ones(D_OUT, D_IN)}
+    ghost = ActivationStats({"ghost.weight": torch.ones(1, D_IN)}, {"ghost.weight": torch.ones(1, D_IN)},
+                            {"ghost.weight": torch.ones(1, dtype=torch.int64)},
+                            {"ghost.weight": Target("ghost.weight", "linear", "ghost", (D_OUT, D_IN))}, {})
+    with pytest.raises(InputError, match=r"^math_stats: statistics for 'ghost\.weight'"):
+        find_math_params(params, ghost, None, top_k=0.1, method="wanda")
+    lin_t = {"lin.weight": Target("lin.weight", "linear", "lin", (D_OUT, D_IN))}
+    ok = ActivationStats({"lin.weight": torch.ones(1, D_IN)}, {"lin.weight": torch.ones(1, D_IN)},
+                         {"lin.weight": torch.ones(1, dtype=torch.int64)}, dict(lin_t), {})
+    no_stat = ActivationStats({}, {}, {}, dict(lin_t), {})
+    with pytest.raises(InputError, match=r"^general_stats\[1\]: no statistics for 'lin\.weight'"):
+        find_math_params(params, ok, [ok, no_stat], top_k=0.1)
+    with pytest.raises(InputError, match="needs general_stats"):
+        find_math_params(params, ok, None, top_k=0.1)
+    for bad in (0, 0.0, -0.1, 1.5, 2, True, "0.1", float("nan")):
+        with pytest.raises(InputError, match="^top_k: must be in"):
+            find_math_params(params, ok, ok, top_k=bad)
+    nan_w = {"lin.weight": torch.full((D_OUT, D_IN), float("nan"))}
+    with pytest.raises(InputError, match=r"^lin\.weight: non-finite importance scores"):
+        find_math_params(nan_w, ok, ok, top_k=0.1)
+    inf_g = ActivationStats({"lin.weight": torch.full((1, D_IN), float("inf"))}, {"lin.weight": torch.ones(1, D_IN)},
+                            {"lin.weight": torch.ones(1, dtype=torch.int64)}, dict(lin_t), {})
+    with pytest.raises(InputError, match=r"^lin\.weight: non-finite importance scores"):
+        find_math_params(params, ok, inf_g, top_k=0.1)
+
+
+def test_mask_storage_is_the_smaller_encoding(tmp_path):
+    from safetensors import safe_open
+
+    from mathneuro_edit import InputError, Mask
+
+    tensors = {"few/odd.name": torch.zeros(400, dtype=torch.bool), "many": torch.ones(40, dtype=torch.bool),
+               "edge": torch.zeros(64, dtype=torch.bool), "scalar": torch.tensor(True)}
+    tensors["few/odd.name"][[3, 399]] = True  # 8 bytes of int32 indices < 50 bytes of bits
+    tensors["edge"][5:7] = True  # 8 bytes of indices == 8 bytes of bits: bits (indices only when smaller)
+    mask = Mask(tensors)
+    assert Mask(tensors, {"a": 1}).meta == {"a": 1} and mask.meta == {}
+    path = mask.save(tmp_path / "m.safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        stored = {k: f.get_tensor(k) for k in f.keys()}
+    assert set(stored) == {"idx/few/odd.name", "bits/many", "bits/edge", "bits/scalar"}
+    assert stored["idx/few/odd.name"].dtype == torch.int32 and stored["idx/few/odd.name"].tolist() == [3, 399]
+    assert stored["bits/many"].dtype == torch.uint8 and stored["bits/many"].numel() == 5
+    back = Mask.load(path)
+    for name, t in tensors.items():
+        assert back[name].dtype == torch.bool and mask[name].dtype == torch.bool
+        assert torch.equal(back[name], t) and torch.equal(mask[name], t), name
+    assert back.counts() == mask.counts() == {n: (int(t.sum()), t.numel()) for n, t in tensors.items()}
+    ms = _stats(0)
+    with pytest.raises(InputError, match="not a mathneuro-edit mask file"):
+        Mask.load(ms.save(tmp_path / "s.stats.safetensors"))
