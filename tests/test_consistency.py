@@ -62,3 +62,52 @@ def test_mask_consistency_overlaps_equal_independent_jaccard():
         assert row.overlap_between_draws_mean == pytest.approx(sum(between) / len(between), abs=1e-12)
         some_partial |= any(0 < v < 1 for v in with_full + between)
     assert some_partial  # partial overlaps exist, so containment and Jaccard would differ
+
+
+def test_mask_consistency_defaults_draws_and_arguments(monkeypatch):
+    """With calibrate/find_math_params replaced by recorders: the documented defaults, draws and pass-through."""
+    import mathneuro_edit.calibration as calibration
+    import mathneuro_edit.mask as mask_module
+    from mathneuro_edit import InputError
+
+    calls = {"calibrate": [], "mask": []}
+
+    def fake_calibrate(model, tokenizer, texts, **kwargs):
+        calls["calibrate"].append(kwargs)
+        return tuple(texts)
+
+    def fake_mask(model, math, general, *, top_k, **kwargs):  # a mask determined by the texts drawn
+        calls["mask"].append({"top_k": top_k, **kwargs})
+        bits = torch.zeros(64, dtype=torch.bool)
+        for t in math + general:
+            bits[sum(map(ord, t)) % 64] = True
+        return {"w": bits}
+
+    monkeypatch.setattr(calibration, "calibrate", fake_calibrate)
+    monkeypatch.setattr(mask_module, "find_math_params", fake_mask)
+    math_texts, general_texts = [f"m{i}" for i in range(6)], [f"g{i}" for i in range(5)]
+    rows = mask_consistency(None, None, math_texts, general_texts, sizes=[1, 5])
+    assert [(r.samples, r.repeats) for r in rows] == [(1, 3), (5, 3)]  # default repeats 3; n = 1 and n = min allowed
+    assert all(c == {"progress": False} for c in calls["calibrate"])  # quiet by default
+    assert all(c == {"top_k": 0.05} for c in calls["mask"])  # default top_k
+    full = fake_mask(None, tuple(math_texts), tuple(general_texts), top_k=0.05)
+    for row, n in zip(rows, [1, 5]):
+        draws = []
+        for r in range(3):  # default seed 0
+            rng = random.Random(f"0:{n}:{r}")
+            draws.append(fake_mask(None, tuple(rng.sample(math_texts, n)), tuple(rng.sample(general_texts, n)),
+                                   top_k=0.05))
+        assert row.overlap_with_full_mean == pytest.approx(sum(_ref_jaccard(d, full) for d in draws) / 3)
+        between = [_ref_jaccard(a, b) for a, b in combinations(draws, 2)]
+        assert row.overlap_between_draws_mean == pytest.approx(sum(between) / 3)
+    calls["calibrate"].clear(), calls["mask"].clear()
+    one = mask_consistency(None, None, math_texts, general_texts, sizes=[2], repeats=1, top_k=0.2,
+                           calibrate_kwargs={"max_length": 7}, mask_kwargs={"granularity": "row"})
+    assert one[0].overlap_between_draws_mean is None  # one draw: nothing to compare it with
+    assert all(c == {"progress": False, "max_length": 7} for c in calls["calibrate"])
+    assert all(c == {"top_k": 0.2, "granularity": "row"} for c in calls["mask"])
+    for bad in ([0], [6], [-1]):
+        with pytest.raises(InputError, match="sizes: "):
+            mask_consistency(None, None, math_texts, general_texts, sizes=bad)
+    with pytest.raises(InputError, match="repeats: must be >= 1"):
+        mask_consistency(None, None, math_texts, general_texts, sizes=[1], repeats=0)
