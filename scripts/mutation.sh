@@ -55,6 +55,7 @@ for m in "${modules[@]}"; do
     echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]'
     echo "mutate_only_covered_lines = true"
     echo "use_git_change_detection = false"
+    echo 'also_copy = ["recipes", "docs", "README.md", "LICENSE", "benchmarks", "scripts"]'  # tests read these
     # docstrings, logging text and type-only lines change no result
     echo 'do_not_mutate_patterns = ["^\\s*(raise |from |import )", "__all__"]'
   } >> "$dest/pyproject.toml"
