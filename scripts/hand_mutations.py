@@ -1,7 +1,7 @@
 """Re-apply issue 17's hand mutations, each on its own scratch copy, and check that the named tests fail.
 
 Usage:
-    python scripts/hand_mutations.py            # all of them (about 2 minutes on 2 cores)
+    python scripts/hand_mutations.py            # all of them (3.6 min measured on the shared, loaded 2 cores)
     python scripts/hand_mutations.py front budget
 
 Each mutation is one exact text replacement in one file; a mutation whose text is no longer found is reported as
