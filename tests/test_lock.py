@@ -72,3 +72,33 @@ def test_private_paths_lists_paths_and_their_folders(tmp_path: Path):
     assert str(data) in found and str(data.resolve().parent) in found
     assert "organism:general" not in found and "" not in found and "/" not in found
     assert private_paths(quickstart_recipe()) == []
+
+
+def test_card_tags_prune_text_and_texts_per_general_set():
+    """Card facts derived from the recipe (kills card.py survivors): tags, action, top-k text, data table counts."""
+    from huggingface_hub import ModelCard
+
+    from mathneuro_edit.card import build_card, summarize_edit
+
+    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [
+        "edit={prune: true}", "data.samples=10", "mask.granularity=row",
+        "data.general=[{path: organism:general, split: train}, {path: organism:general, split: test}, "
+        "{path: organism:general, split: train}]"])
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k",
+                      output_files={}, versions={})
+    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint",
+                      edit_summary=summarize_edit({"m.layers.0.mlp.down_proj.weight": (3, 400)}, model_params=1000))
+    meta = ModelCard(card.content).data.to_dict()
+    assert meta["tags"] == ["mathneuro", "mathneuro-edit", "model-editing", "math", "pruning"]
+    text = card.text
+    assert "were **pruned (set to 0)**" in text and "top 5% of each row" in text
+    assert "| edit | pruned (set to 0) |" in text and "| top_k | 0.05 (per row) |" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith(("| math |", "| general |"))]
+    assert rows == ["| math | `organism:math` | train | 10 |", "| general | `organism:general` | train | 4 |",
+                    "| general | `organism:general` | test | 3 |", "| general | `organism:general` | train | 3 |"]
+    assert "| down_proj | 1 | 3 | 400 | 0.75% |" in text
+    assert "# organism (MathNeuro edit: pruned (set to 0))" in text
+    boost = build_card(recipe=quickstart_recipe(), lock=lock, base_model_id=None, kind="adapter",
+                       edit_summary=summarize_edit({}, model_params=1000))
+    assert "pruning" not in ModelCard(boost.content).data.to_dict()["tags"]
+    assert "This PEFT adapter holds a MathNeuro edit of the model organism shipped with mathneuro-edit" in boost.text
