@@ -290,7 +290,7 @@ def _ref_seed(seed: int, name: str, group: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{name}:{group}".encode()).digest()[:8], "little") % 2**63
 
 
-def test_defaults_meta_and_random_reference(capsys):
+def test_defaults_meta_and_random_reference(capsys, monkeypatch):
     canon = _canonical(20, ties=False)
     params = _stored(canon)
     ms, gs = _stats(21), _stats(22)
@@ -300,6 +300,8 @@ def test_defaults_meta_and_random_reference(capsys):
                          "model_fingerprint": "synthetic", "math_stats_sha256": ms.sha256,
                          "general_stats_sha256": [gs.sha256]}
     assert capsys.readouterr().err == ""  # no progress bar unless asked
+    # no tqdm monitor thread: a thread alive at fork time deadlocks mutmut's forked test runs
+    monkeypatch.setattr("tqdm.std.tqdm.monitor_interval", 0)
     find_math_params(params, ms, gs, top_k=0.3, progress=True)
     assert "masks" in capsys.readouterr().err
     # wanda ignores general sets even when given
