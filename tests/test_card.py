@@ -114,6 +114,7 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     assert CITATION in text and "2410.16930" in text and "Hartvigsen" in text
     embedded = yaml.safe_load(text.split("```yaml\nlock_version", 1)[1].split("\n```", 1)[0].join(["lock_version", ""]))
     assert embedded == lock and embedded["recipe_sha256"] == recipe_sha256(recipe)
+    assert f"| recipe sha256 | `{recipe_sha256(recipe)}` |" in text  # the settings table names the recipe too
     recipe_block = yaml.safe_load(text.split("```yaml\n", 1)[1].split("\n```", 1)[0])
     assert recipe_block == recipe.public_dict()  # the recipe, ready to save and run
     assert "pip install mathneuro-edit" not in text and "PATH/TO" not in text

@@ -361,6 +361,13 @@ def test_multi_top_k_equals_single_calls():
         for k, m in zip(ks, multi):
             single = find_math_params(model, ms, gs, top_k=k, method=method)
             assert m.sha256 == single.sha256 and m.meta == single.meta
+            # and against the independent reference (sort-based top-k), not only the code against itself
+            ref = reference_mask(model, ms.norm_sum, gs.norm_sum, top_k=k)
+            for name in ref:
+                if method == "mathneuro":
+                    assert torch.equal(m[name], ref[name]), (k, name)
+                else:  # random: the reference count per matrix
+                    assert int(m[name].sum()) == int(ref[name].sum()), (k, name)
 
 
 def test_public_api_names_are_the_functions_after_any_import():
@@ -373,8 +380,18 @@ def test_public_api_names_are_the_functions_after_any_import():
     from mathneuro_edit import calibrate, evaluate, verify
 
     assert callable(calibrate) and callable(evaluate) and callable(verify)
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert mathneuro_edit.__version__ == pyproject["project"]["version"]
     for name in mathneuro_edit.__all__:
-        assert getattr(mathneuro_edit, name) is not None
+        if name == "__version__":
+            continue
+        obj = getattr(mathneuro_edit, name)
+        # the defined function/class, never a submodule that an import bound to the same name
+        assert not isinstance(obj, type(importlib)) and callable(obj), name
+        assert obj.__name__ == name and obj.__module__.startswith("mathneuro_edit."), (name, obj)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""Re-apply issue 17's hand mutations, each on its own scratch copy, and check that the named tests fail.
+
+Usage:
+    python scripts/hand_mutations.py            # all of them (3.6 min measured on the shared, loaded 2 cores)
+    python scripts/hand_mutations.py front budget
+
+Each mutation is one exact text replacement in one file; a mutation whose text is no longer found is reported as
+STALE (the code moved: update the entry). Exit status 1 when a mutation is MISSED (the tests still pass) or stale.
+Runs in a temporary copy of the working tree (tracked + untracked, not ignored files); the checkout is never
+modified.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# label: (file, original text, mutated text, tests that must fail)
+MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
+    "card-drops-recipe-sha256-row": (
+        "mathneuro_edit/card.py", '| recipe sha256 | `{lock.get("recipe_sha256", "")}` |\n', "",
+        ["tests/test_card.py::test_checkpoint_card_metadata_parses_back"]),
+    "front": ("mathneuro_edit/sweep.py", "if not dominated:", "if True:", ["tests/test_sweep.py"]),
+    "budget": ("mathneuro_edit/sweep.py", "p.general_kl <= kl_budget and ", "", ["tests/test_sweep.py"]),
+    "row-lowest-k": ("mathneuro_edit/mask.py", "return [top_fraction(scores, _k_of",
+                     "return [top_fraction(-scores, _k_of", ["tests/test_regressions.py"]),
+    "wanda-is-l2": ("mathneuro_edit/mask.py", ".statistic(name, statistic)", '.statistic(name, "l2")',
+                    ["tests/test_regressions.py"]),
+    "wanda-stat-is-l2": ("mathneuro_edit/stats.py",
+                         'return self.norm_sum[name] if kind == "l2" else self.sq_sum[name].sqrt()',
+                         "return self.norm_sum[name]", ["tests/test_regressions.py"]),
+    "jaccard-is-containment": ("mathneuro_edit/consistency.py", "union += int((x | y).sum())",
+                               "union += int(x.sum())", ["tests/test_consistency.py"]),
+    "first-general-only": ("mathneuro_edit/mask.py", "for gs in generals:", "for gs in generals[:1]:",
+                           ["tests/test_regressions.py"]),
+}
+
+
+def _copy_tree(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def main(labels: list[str]) -> int:
+    unknown = [x for x in labels if x not in MUTATIONS]
+    if unknown:
+        print(f"unknown mutation(s) {unknown}; choose from: {', '.join(MUTATIONS)}", file=sys.stderr)
+        return 2
+    bad = 0
+    for label in labels or list(MUTATIONS):
+        rel, old, new, tests = MUTATIONS[label]
+        with tempfile.TemporaryDirectory(prefix="mathneuro-hand-mutation-") as tmp:
+            dest = Path(tmp)
+            _copy_tree(dest)
+            path = dest / rel
+            text = path.read_text()
+            if old not in text:
+                print(f"{label}: STALE (text not found in {rel})")
+                bad += 1
+                continue
+            path.write_text(text.replace(old, new))
+            env = {**os.environ, "PYTHONPATH": str(dest), "OMP_NUM_THREADS": "1"}
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                                  cwd=dest, env=env, capture_output=True, text=True)
+            failed = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED")]
+            if proc.returncode == 0:
+                print(f"{label}: MISSED ({' '.join(tests)} still pass)")
+                bad += 1
+            else:
+                print(f"{label}: caught by {failed[0].split(' ')[1] if failed else 'pytest exit ' + str(proc.returncode)}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

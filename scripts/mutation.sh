@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Mutation testing (mutmut) of the modules that decide results, each against the fast tests that cover it.
+#
+#   scripts/mutation.sh                 # every module below, one after the other (~30 min on 2 cores)
+#   scripts/mutation.sh mask sweep      # some of them
+#   MUTATION_JOBS=1 scripts/mutation.sh consistency
+#   MUTATION_SAMPLE='*[05]' scripts/mutation.sh calibration   # a deterministic 1-in-5 sample (mutant numbers
+#                                                              # ending in 0 or 5), for the modules with slow tests
+#
+# Runs in a scratch copy of the working tree (tracked + untracked, not ignored files) under
+# ${MUTATION_DIR:-${TMPDIR:-/tmp}/mathneuro-mutation}/<module>, never in the checkout itself, at the lowest CPU
+# priority (nice -n 19). Only the lines the selected tests execute are mutated (mutate_only_covered_lines):
+# code those fast tests never run is out of scope here (it is covered by the slow CLI tests). Prints the score
+# per module and lists the survivors; `cd <scratch>/<module> && mutmut show <name>` shows one.
+# Not part of CI: run it before closing an issue that touches one of these modules (docs/testing.md).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK="${MUTATION_DIR:-${TMPDIR:-/tmp}/mathneuro-mutation}"
+JOBS="${MUTATION_JOBS:-2}"
+SAMPLE="${MUTATION_SAMPLE:-}"  # an fnmatch pattern on the mutant's name; empty = every mutant
+
+# module -> "files to mutate|fast tests that cover them"
+declare -A SCOPE=(
+  [mask]="mathneuro_edit/mask.py|tests/test_regressions.py tests/test_core.py::test_ties_break_to_lower_index tests/test_core.py::test_radix_select_equals_kthvalue_select_with_many_ties"
+  [sweep]="mathneuro_edit/sweep.py|tests/test_sweep.py"
+  [consistency]="mathneuro_edit/consistency.py|tests/test_consistency.py"
+  [calibration]="mathneuro_edit/calibration.py mathneuro_edit/stats.py|tests/test_core.py tests/test_regressions.py"
+  [evaluation]="mathneuro_edit/eval_results.py|tests/test_evaluate.py"
+  [card]="mathneuro_edit/card.py mathneuro_edit/lock.py|tests/test_card.py tests/test_lock.py tests/test_recipe.py"
+)
+ORDER=(mask sweep consistency calibration evaluation card)
+
+command -v mutmut >/dev/null || { echo "mutmut not found: pip install -e '.[dev]'" >&2; exit 2; }
+modules=("$@")
+[ ${#modules[@]} -eq 0 ] && modules=("${ORDER[@]}")
+for m in "${modules[@]}"; do
+  [ -n "${SCOPE[$m]:-}" ] || { echo "unknown module '$m'; choose from: ${ORDER[*]}" >&2; exit 2; }
+done
+
+for m in "${modules[@]}"; do
+  files="${SCOPE[$m]%%|*}"
+  tests="${SCOPE[$m]##*|}"
+  dest="$WORK/$m"
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$dest")
+  # this module's scope, appended as the scratch copy's [tool.mutmut] table (the checkout's pyproject has none)
+  {
+    echo
+    echo "[tool.mutmut]"
+    echo "source_paths = [\"mathneuro_edit\"]"
+    printf 'only_mutate = [%s]\n' "$(printf '"%s", ' $files | sed 's/, $//')"
+    printf 'pytest_add_cli_args_test_selection = [%s]\n' "$(printf '"%s", ' $tests | sed 's/, $//')"
+    echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]'
+    echo "mutate_only_covered_lines = true"
+    echo "use_git_change_detection = false"
+    echo 'also_copy = ["recipes", "docs", "README.md", "LICENSE", "benchmarks", "scripts"]'  # tests read these
+    # docstrings, logging text and type-only lines change no result
+    echo 'do_not_mutate_patterns = ["^\\s*(raise |from |import )", "__all__"]'
+  } >> "$dest/pyproject.toml"
+  echo "== $m: mutating $files against $tests (scratch: $dest)"
+  # the scratch copy, not an editable install or PYTHONPATH, must provide mathneuro_edit
+  (cd "$dest" && env -u PYTHONPATH OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 19 \
+     mutmut run --max-children "$JOBS" ${SAMPLE:+"mathneuro_edit.$SAMPLE"} >"$dest/mutmut-run.log" 2>&1) || {
+       echo "mutmut failed for $m; see $dest/mutmut-run.log" >&2; tail -20 "$dest/mutmut-run.log" >&2; exit 1; }
+  (cd "$dest" && env -u PYTHONPATH mutmut results --all true >"$dest/results.txt" 2>&1 || true)
+  python3 - "$m" "$dest/results.txt" <<'PY'
+import collections, sys
+module, path = sys.argv[1], sys.argv[2]
+status = collections.Counter()
+survivors = []
+for line in open(path):
+    if ":" not in line:
+        continue
+    if "not checked" in line:  # outside the sample
+        continue
+    name, _, st = line.strip().rpartition(":")
+    st = st.strip()
+    status[st] += 1
+    if st == "survived":
+        survivors.append(name.strip())
+killed = status["killed"] + status["timeout"] + status["segfault"]
+scored = killed + status["survived"]
+score = f"{100 * killed / scored:.1f}%" if scored else "n/a"
+print(f"{module}: {killed}/{scored} killed ({score}); " + ", ".join(f"{k} {v}" for k, v in sorted(status.items())))
+for s in survivors:
+    print(f"  survived: {s}")
+PY
+done
