@@ -16,25 +16,59 @@ from mathneuro_edit.lock import LOCK_NAME, build_lock, private_paths, read_lock,
 from mathneuro_edit.recipe import quickstart_recipe, recipe_from_dict, recipe_sha256
 
 
-def test_build_lock_is_exactly_the_documented_record():
+def test_build_lock_is_exactly_the_documented_record(tmp_path: Path):
+    """Every key of docs/formats.md's lock table, in its order, for the plain run and for one with every option."""
     recipe = quickstart_recipe()
     versions = {"mathneuro_edit": "0.1.0", "torch": "x"}
+    organism = {"model_type": "llama", "architecture": "LlamaForCausalLM"}  # the organism's config.json
     lock = build_lock(recipe, base_revision="abc", data_records={"math": {"sha": "1"}, "general": [{"sha": "2"}]},
                       stats_sha256={"math": "m", "general": "g"}, mask_sha256="k",
                       output_files={"b.txt": "2", "a.txt": "1"}, versions=versions, base_weights={"w": "h"})
     assert lock == {"lock_version": lock["lock_version"], "recipe_sha256": recipe_sha256(recipe),
                     "recipe": recipe.public_dict(),
-                    "base": {"model": "organism", "revision": "abc", "weights_sha256": {"w": "h"}},
+                    "base": {"model": "organism", "revision": "abc", "weights_sha256": {"w": "h"},
+                             "description": organism},
                     "data": {"math": {"sha": "1"}, "general": [{"sha": "2"}]},
+                    "files": {},  # organism data: no local file
                     "stats_sha256": {"math": "m", "general": "g"}, "mask_sha256": "k",
                     "outputs": {"a.txt": "1", "b.txt": "2"}, "versions": versions}
+    assert list(lock) == ["lock_version", "recipe_sha256", "recipe", "base", "data", "files", "stats_sha256",
+                          "mask_sha256", "outputs", "versions"]  # the documented order (write_lock keeps it)
     assert list(lock["outputs"]) == ["a.txt", "b.txt"]  # sorted: the same run gives the same bytes
     assert build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k",
                       output_files={}, versions=versions)["stats_sha256"] == "s"
     default = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k",
                          output_files={})["versions"]
-    assert set(default) >= {"torch", "transformers", "peft", "safetensors", "huggingface_hub", "python"}
+    assert set(default) >= {"tool", "torch", "transformers", "peft", "safetensors", "huggingface_hub", "python"}
     assert all(isinstance(v, str) and v for v in default.values())
+
+    # every optional key: a local data file, an lm-eval task folder, a GGUF base, the edit summary
+    data = tmp_path / "private" / "math.jsonl"
+    data.parent.mkdir()
+    data.write_bytes(b'{"question": "1+1?", "answer": "#### 2"}\n')
+    tasks = tmp_path / "private" / "tasks"
+    (tasks / "sub").mkdir(parents=True)
+    (tasks / "t.yaml").write_bytes(b"task: t\n")
+    (tasks / "sub" / "d.jsonl").write_bytes(b"{}\n")
+    full = recipe_from_dict(recipe.resolved_dict(), [
+        "data.math={path: " + str(data) + "}", "evaluation.lm_eval={tasks: [t], include_path: " + str(tasks) + "}"])
+    summary = {"selected": 3, "targeted": 400, "matrices": 1, "model_params": 1000,
+               "by_module": {"down_proj": {"matrices": 1, "selected": 3, "total": 400}}}
+    lock = build_lock(full, base_revision=None, data_records={"math": {"sha": "1"}}, stats_sha256="s",
+                      mask_sha256="k", output_files={}, versions=versions, base_weights={"w": "h"},
+                      edit_summary=summary, base_gguf={"file": "m.Q8_0.gguf", "sha256": "g"})
+    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    assert lock == {"lock_version": 1, "recipe_sha256": recipe_sha256(full), "recipe": full.public_dict(),
+                    "base": {"model": "organism", "revision": None, "weights_sha256": {"w": "h"},
+                             "description": organism, "gguf": {"file": "m.Q8_0.gguf", "sha256": "g"}},
+                    "data": {"math": {"sha": "1"}},
+                    "files": {"data.math.path": {"name": "math.jsonl", "sha256": sha(data.read_bytes())}},
+                    "stats_sha256": "s", "mask_sha256": "k", "outputs": {}, "versions": versions,
+                    "edit_summary": summary,
+                    "lm_eval": {"include_path_sha256": {"sub/d.jsonl": sha(b"{}\n"), "t.yaml": sha(b"task: t\n")}}}
+    assert list(lock)[-2:] == ["edit_summary", "lm_eval"]
+    assert lock["recipe"]["data"]["math"]["path"] == "<local>/math.jsonl"
+    assert str(tmp_path) not in yaml.safe_dump(lock)  # public: no local folder anywhere
 
 
 def test_write_lock_keeps_order_and_unicode_and_reads_back(tmp_path: Path):
@@ -79,12 +113,14 @@ def test_card_tags_prune_text_and_texts_per_general_set():
     from huggingface_hub import ModelCard
 
     from mathneuro_edit.card import build_card, summarize_edit
+    from mathneuro_edit.pipeline import data_records
 
     recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [
         "edit={prune: true}", "data.samples=10", "mask.granularity=row",
         "data.general=[{path: organism:general, split: train}, {path: organism:general, split: test}, "
         "{path: organism:general, split: train}]"])
-    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k",
+    records = data_records(recipe)  # the lock's data section: the card's data table is built from it alone
+    lock = build_lock(recipe, base_revision=None, data_records=records, stats_sha256="s", mask_sha256="k",
                       output_files={}, versions={})
     card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint",
                       edit_summary=summarize_edit({"m.layers.0.mlp.down_proj.weight": (3, 400)}, model_params=1000))
@@ -94,8 +130,14 @@ def test_card_tags_prune_text_and_texts_per_general_set():
     assert "were **pruned (set to 0)**" in text and "top 5% of each row" in text
     assert "| edit | pruned (set to 0) |" in text and "| top_k | 0.05 (per row) |" in text
     rows = [ln for ln in text.splitlines() if ln.startswith(("| math |", "| general |"))]
-    assert rows == ["| math | `organism:math` | train | 10 |", "| general | `organism:general` | train | 4 |",
-                    "| general | `organism:general` | test | 3 |", "| general | `organism:general` | train | 3 |"]
+    sha = [r["sha256"] for r in (*records["math"], *records["general"])]
+    # data.samples is per set (docs/recipes.md): 10 math texts and 10 of EACH general source, in recipe order;
+    # the same source and seed sample the same texts (sets 1 and 3), the test split others
+    assert sha[1] == sha[3] and len({sha[0], sha[1], sha[2]}) == 3
+    assert rows == [f"| math | `organism:math` | train | 10 | `{sha[0]}` |  |",
+                    f"| general | `organism:general` | train | 10 | `{sha[1]}` |  |",
+                    f"| general | `organism:general` | test | 10 | `{sha[2]}` |  |",
+                    f"| general | `organism:general` | train | 10 | `{sha[3]}` |  |"]
     assert "| down_proj | 1 | 3 | 400 | 0.75% |" in text
     assert "# organism (MathNeuro edit: pruned (set to 0))" in text
     boost = build_card(recipe=quickstart_recipe(), lock=lock, base_model_id=None, kind="adapter",
