@@ -145,8 +145,9 @@ def test_csv_marks_the_front():
     rows = list(csv.reader(io.StringIO(result.to_csv())))
     assert rows[0] == ["top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
                        "math_ci95_high", "mcnemar_p", "significant", "general_loss", "general_kl", "pareto"]
-    assert rows[1:] == [[str(p.top_k), str(p.scale), str(p.selected), str(p.math_accuracy), str(round(100 * p.math_accuracy)),
-                         "100", f"{p.math_ci95_low:.4f}", f"{p.math_ci95_high:.4f}", f"{p.mcnemar_p:g}",
+    assert rows[1:] == [[str(p.top_k), str(p.scale), str(p.selected), str(p.math_accuracy),
+                         str(round(100 * p.math_accuracy)), "100", f"{p.math_ci95_low:.4f}", f"{p.math_ci95_high:.4f}",
+                         f"{p.mcnemar_p:g}",
                          str(SIGNIFICANT[i]), str(p.general_loss), str(p.general_kl), str(i in FRONT)]
                         for i, p in enumerate(POINTS)]
     assert rows[7][6:10] == ["0.5221", "0.7090", "0.004", "True"]  # point 6, by hand (62/100)
