@@ -144,3 +144,24 @@ def test_card_tags_prune_text_and_texts_per_general_set():
                        edit_summary=summarize_edit({}, model_params=1000))
     assert "pruning" not in ModelCard(boost.content).data.to_dict()["tags"]
     assert "This PEFT adapter holds a MathNeuro edit of the model organism shipped with mathneuro-edit" in boost.text
+
+
+def test_card_of_a_gguf_base_names_the_file_and_its_sha256():
+    """The lock's ``base.gguf`` and a GGUF output reach the card (tag, base paragraph, download table)."""
+    from huggingface_hub import ModelCard
+
+    from mathneuro_edit.card import build_card, summarize_edit
+
+    recipe = quickstart_recipe()
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k",
+                      output_files={"checkpoint/model-Q8_0.gguf": "q8"}, versions={},
+                      base_gguf={"file": "base.Q4_1.gguf", "sha256": "b41"})
+    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint",
+                      edit_summary=summarize_edit({}, model_params=1000))
+    assert "gguf" in ModelCard(card.content).data.to_dict()["tags"]
+    assert "The base is the GGUF file `base.Q4_1.gguf` (sha256 `b41`), dequantized to float32" in card.text
+    assert "| `model-Q8_0.gguf` | `q8` |" in card.text
+    plain = build_card(recipe=recipe, lock=build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s",
+                                                      mask_sha256="k", output_files={}, versions={}),
+                       base_model_id=None, kind="checkpoint", edit_summary=summarize_edit({}, model_params=1000))
+    assert "gguf" not in ModelCard(plain.content).data.to_dict()["tags"] and "GGUF file" not in plain.text
