@@ -290,14 +290,16 @@ def _floats(option: str, text: str) -> list[float]:
 def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: float, overwrite: bool,
           sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Evaluate many (top_k, scale) edits from one calibration; write sweep.csv/json/png and a recommendation."""
-    _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from .sweep import run_sweep
 
     result = run_sweep(_recipe(recipe, sets), out, top_ks=_floats("--top-k", top_ks),
                        scales=_floats("--scale", scales), kl_budget=kl_budget, overwrite=overwrite,
-                       progress=_bars(quiet))
-    click.echo(result.to_csv().rstrip())
+                       progress=_bars(quiet), echo=echo)
+    click.echo(result.to_text())
     click.echo(result.recommendation)
+    click.echo(f"wrote {Path(out) / 'sweep.csv'} (every column), sweep.json" +
+               (", sweep.png" if (Path(out) / "sweep.png").is_file() else ""))
 
 
 @main.command()

@@ -28,7 +28,7 @@ from .recipe import Recipe
 
 __all__ = [
     "RunResult", "run_recipe", "load_recipe_model", "load_stage", "calibrate_recipe", "eval_tasks", "publish_folder",
-    "base_reference", "resolved_revision", "export_recipe", "data_records",
+    "base_reference", "resolved_revision", "export_recipe", "data_records", "describe_tasks",
 ]
 
 LOCK_NAME = "mathneuro_recipe.lock.yaml"
@@ -278,7 +278,7 @@ def run_recipe(
 
         eval_dict = None
         if tasks:
-            stages.start(f"evaluate base and edited (x{scale:g}): {_describe_tasks(tasks)}")
+            stages.start(f"evaluate base and edited (x{scale:g}): {describe_tasks(tasks)}")
             results = evaluate(model, tokenizer, tasks, edit=ReversibleEdit(model, mask, scale), progress=progress)
             eval_dict = results.to_dict(predictions=True)  # the per-problem rows, so a reader can audit the scores
             results.save_json(tmp / "eval.json")
@@ -317,7 +317,7 @@ def run_recipe(
     return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)
 
 
-def _describe_tasks(tasks: list[Any]) -> str:
+def describe_tasks(tasks: list[Any]) -> str:
     """``100 math problems, 100 general texts`` (what an evaluation stage runs)."""
     from .evaluation import GeneralTask, MathTask
 
