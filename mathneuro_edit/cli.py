@@ -313,12 +313,12 @@ def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: flo
 def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrite: bool, sets: tuple[str, ...],
                 quiet: bool, verbose: bool) -> None:
     """Mask overlap across random calibration subsets vs the full data (the paper's data-efficiency figure)."""
-    _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from .consistency import run_consistency
 
     sizes_ = [int(v) for v in _floats("--sizes", sizes)]
     rows = run_consistency(_recipe(recipe, sets), out, sizes=sizes_, repeats=repeats, overwrite=overwrite,
-                           progress=_bars(quiet))
+                           progress=_bars(quiet), echo=echo)
     click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
     for r in rows:
         between = "-" if r.overlap_between_draws_mean is None else f"{r.overlap_between_draws_mean:.3f}"
