@@ -153,13 +153,15 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
 
     Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli calibrate RECIPE --out DIR`.
     """
-    _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
-    from .pipeline import load_recipe_model, calibrate_recipe
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from .console import Stages
+    from .pipeline import calibrate_recipe, load_stage
 
     r = _recipe(recipe, sets)
     _refuse_base(r, out)
-    model, tok = load_recipe_model(r)
-    math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=_bars(quiet))
+    stages = Stages(2 + len(r.data.general), echo if os.environ.get("RANK", "0") == "0" else (lambda s: None))
+    model, tok = load_stage(r, stages)
+    math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=_bars(quiet), stages=stages)
     if math_stats is None:
         return  # a data-parallel rank other than 0: rank 0 writes the files
     folder = Path(out)
@@ -178,10 +180,11 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
 @quiet_opt
 def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
-    _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from .console import Stages
     from .loading import model_weights
     from .mask import find_math_params
-    from .pipeline import load_recipe_model
+    from .pipeline import load_stage
     from .stats import ActivationStats
 
     r = _recipe(recipe, sets)
@@ -189,8 +192,10 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
     folder = Path(stats_dir)
     generals = [ActivationStats.load(p) for p in sorted(folder.glob("general-*.stats.safetensors"))]
     math_stats = ActivationStats.load(folder / "math.stats.safetensors")
-    model, _ = load_recipe_model(r)
+    stages = Stages(2, echo)
+    model, _ = load_stage(r, stages)
     m = r.mask
+    stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
     result = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
                               granularity=m.granularity, seed=m.seed, progress=_bars(quiet))
     result.save(out)
@@ -233,18 +238,21 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, gguf_typ
 def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: tuple[str, ...], quiet: bool,
              verbose: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
-    _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from .apply import ReversibleEdit
+    from .console import Stages
     from .evaluation import evaluate
     from .mask import Mask
-    from .pipeline import load_recipe_model, eval_tasks
+    from .pipeline import describe_tasks, eval_tasks, load_stage
 
     r = _recipe(recipe, sets)
     tasks = eval_tasks(r)
     if not tasks:
         raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
-    model, tok = load_recipe_model(r)
+    stages = Stages(2, echo)
+    model, tok = load_stage(r, stages)
     edit = ReversibleEdit(model, Mask.load(mask_path), r.edit.effective_scale) if mask_path else None
+    stages.start(f"evaluate {'base and edited' if edit else 'the base'}: {describe_tasks(tasks)}")
     results = evaluate(model, tok, tasks, edit=edit, progress=_bars(quiet))
     if out:
         results.save_json(out)
