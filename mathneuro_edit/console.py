@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -35,23 +36,14 @@ KNOWN_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
 )
 
 
-def known_warnings_silenced() -> Iterator[None]:
-    """Context manager: ignore only :data:`KNOWN_WARNINGS` (message + category) inside the block."""
-    return _silenced()
-
-
 @contextmanager
-def _silenced() -> Iterator[None]:
-    with warnings.catch_warnings():  # restores the caller's filters on exit
+def known_warnings_silenced() -> Iterator[None]:
+    """Ignore only :data:`KNOWN_WARNINGS` (message start + category) inside the block; the caller's filters are
+    restored on exit (``warnings.catch_warnings``)."""
+    with warnings.catch_warnings():
         for category, message, _why in KNOWN_WARNINGS:
-            warnings.filterwarnings("ignore", message=_regex(message), category=category)
+            warnings.filterwarnings("ignore", message=re.escape(message), category=category)
         yield
-
-
-def _regex(text: str) -> str:
-    import re
-
-    return re.escape(text)
 
 
 @contextmanager
@@ -76,7 +68,7 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
     if tf_log is not None:
         tf_log.disable_progress_bar()
     try:
-        with _silenced():
+        with known_warnings_silenced():
             yield
     finally:
         if not hub_was_disabled and are_progress_bars_disabled():
