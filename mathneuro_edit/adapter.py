@@ -377,7 +377,10 @@ def load_edited(base: str | Path | nn.Module, adapter_dir: str | Path, **from_pr
     if peft_cfg.is_file():
         from peft import PeftModel
 
-        return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+        from .console import known_warnings_silenced
+
+        with known_warnings_silenced():  # PEFT's two harmless warnings (console.KNOWN_WARNINGS), only in here
+            return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     from .apply import apply_mask
     from .mask import Mask
 

@@ -86,6 +86,7 @@ def verify(
     allow_pickle: bool = False,
     revision: str | None = None,
     trust_remote_code: bool = False,
+    progress: bool = False,
 ) -> VerifyReport:
     """Check an export (baked checkpoint or adapter) against the base, the mask and the scale.
 
@@ -97,6 +98,7 @@ def verify(
         allow_pickle: the base has pickle weights (read with ``torch.load(weights_only=True)``).
         revision: Hub revision of ``base``.
         trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
+        progress: a progress bar over the tensors (or adapter layers) being compared.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is True when everything matches.
@@ -118,13 +120,14 @@ def verify(
     plan = plan_edits(ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code) if peft else None,
                       trust_remote_code=trust_remote_code)
     if peft:
-        return _verify_peft(out, ckpt, plan, mask, scale)
+        return _verify_peft(out, ckpt, plan, mask, scale, progress)
     if (out / MATHNEURO_CONFIG).is_file():
         return _verify_mathneuro(out, mask, scale)
-    return _verify_checkpoint(out, folder, ckpt, plan, mask, scale)
+    return _verify_checkpoint(out, folder, ckpt, plan, mask, scale, progress)
 
 
-def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float) -> VerifyReport:
+def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float,
+                       progress: bool = False) -> VerifyReport:
     from .export import support_files
 
     report = VerifyReport(out, "checkpoint")
@@ -138,7 +141,7 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
         return report
     report.missing += [n for n in ckpt.tensors if n not in got.tensors]
     report.extra += [n for n in got.tensors if n not in ckpt.tensors]
-    for name, entry in got.tensors.items():
+    for name, entry in _bar(got.tensors.items(), len(got.tensors), "verify", progress):
         if name not in ckpt.tensors:
             continue
         b = ckpt.tensors[name]
@@ -186,6 +189,15 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
     return report
 
 
+def _bar(items: Any, total: int, desc: str, progress: bool) -> Any:
+    """``items`` with a transient tqdm bar over them when ``progress``."""
+    if not progress:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, total=total, desc=desc, unit="tensor", leave=False)
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """A tensor's bytes as integers, so -0.0 != +0.0 and NaN == NaN (a bit-for-bit comparison)."""
     return t.contiguous().reshape(-1).view(torch.uint8)
@@ -208,7 +220,8 @@ def _same_bytes(a: Checkpoint, b: Checkpoint, name: str, chunk: int = 1 << 24) -
     return True
 
 
-def _verify_peft(out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float) -> VerifyReport:
+def _verify_peft(out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float,
+                 progress: bool = False) -> VerifyReport:
     from safetensors import safe_open
 
     from .adapter import _merge_ok, _peft_layers
@@ -230,7 +243,7 @@ def _verify_peft(out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: 
         report.extra += sorted(keys - expected)
         if set(cfg.get("target_modules") or []) != {layer.module for layer in layers}:
             report.mismatches.append("adapter_config.json: target_modules are not the mask's layers")
-        for layer in layers:
+        for layer in _bar(layers, len(layers), "verify", progress):
             key = f"base_model.model.{layer.module}"
             if f"{key}.shira_indices" not in keys or f"{key}.shira_weight" not in keys:
                 continue

@@ -296,7 +296,7 @@ def calibrate(
     try:
         with torch.no_grad():
             batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-            for batch in tqdm(batches, desc="calibrate", unit="batch", disable=not progress):
+            for batch in tqdm(batches, desc="calibrate", unit="batch", disable=not progress, leave=False):
                 width = max(len(ids[i]) for i in batch)
                 input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # (batch, tokens)
                 attention = torch.zeros((len(batch), width), dtype=torch.long)

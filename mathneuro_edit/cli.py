@@ -77,19 +77,34 @@ def _refuse_base(recipe: Any, out: str) -> None:
         refuse_overlap(out, [local], label="--out")
 
 
-def _echo(quiet: bool):
-    if quiet:  # also the libraries' own bars (transformers' weight loading, Hub downloads)
-        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-        from transformers.utils import logging as hf_logging
+def _echo(quiet: bool, verbose: bool = False):
+    """The stage printer's sink (stderr; nothing under ``--quiet``), with the libraries kept quiet for the rest of
+    the command unless ``--verbose`` (their bars and the known-harmless warnings; restored when it ends)."""
+    from .console import quiet_libraries
 
-        hf_logging.disable_progress_bar()
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.with_resource(quiet_libraries(verbose and not quiet))  # closed when the command's context ends
     return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
+
+
+def _bars(quiet: bool) -> bool:
+    from .console import bars_wanted
+
+    return bars_wanted(quiet)
 
 
 recipe_arg = click.argument("recipe", required=False, type=click.Path(dir_okay=False))
 set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                        help="override a recipe key, e.g. --set mask.top_k=0.01 (repeatable)")
-quiet_opt = click.option("--quiet", "-q", is_flag=True, help="no progress bars or stage lines")
+_quiet = click.option("--quiet", "-q", is_flag=True, help="no progress bars or stage lines")
+_verbose = click.option("--verbose", "-v", is_flag=True,
+                        help="also the libraries' own progress bars and every warning they print")
+
+
+def quiet_opt(f: Any) -> Any:
+    """``--quiet`` and ``--verbose`` (the command receives both)."""
+    return _quiet(_verbose(f))
 workers_opt = click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
                            help="output shards written at once (threads; peak memory grows with N)")
 
@@ -113,7 +128,7 @@ def main() -> None:
 @set_opt
 @quiet_opt
 def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, workers: int, sets: tuple[str, ...],
-        quiet: bool) -> None:
+        quiet: bool, verbose: bool) -> None:
     """Run a recipe end to end: calibrate, mask, evaluate, export, lock and card."""
     r = _recipe(recipe, sets)
     if dry_run:
@@ -123,7 +138,8 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, workers: i
         return
     from .pipeline import run_recipe
 
-    result = run_recipe(r, out, overwrite=overwrite, progress=not quiet, echo=_echo(quiet), workers=workers)
+    echo = _echo(quiet, verbose)
+    result = run_recipe(r, out, overwrite=overwrite, progress=_bars(quiet), echo=echo, workers=workers)
     click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} weights")
 
 
@@ -132,18 +148,20 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, workers: i
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="folder for *.stats.safetensors")
 @set_opt
 @quiet_opt
-def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool) -> None:
+def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Compute the statistics of the recipe's math set and each general set.
 
     Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli calibrate RECIPE --out DIR`.
     """
-    _echo(quiet)  # --quiet silences the libraries' bars too
-    from .pipeline import load_recipe_model, calibrate_recipe
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from .console import Stages
+    from .pipeline import calibrate_recipe, load_stage
 
     r = _recipe(recipe, sets)
     _refuse_base(r, out)
-    model, tok = load_recipe_model(r)
-    math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=not quiet)
+    stages = Stages(2 + len(r.data.general), echo if os.environ.get("RANK", "0") == "0" else (lambda s: None))
+    model, tok = load_stage(r, stages)
+    math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=_bars(quiet), stages=stages)
     if math_stats is None:
         return  # a data-parallel rank other than 0: rank 0 writes the files
     folder = Path(out)
@@ -160,12 +178,13 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool) 
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="mask file to write")
 @set_opt
 @quiet_opt
-def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], quiet: bool) -> None:
+def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
-    _echo(quiet)  # --quiet silences the libraries' bars too
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from .console import Stages
     from .loading import model_weights
     from .mask import find_math_params
-    from .pipeline import load_recipe_model
+    from .pipeline import load_stage
     from .stats import ActivationStats
 
     r = _recipe(recipe, sets)
@@ -173,10 +192,12 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
     folder = Path(stats_dir)
     generals = [ActivationStats.load(p) for p in sorted(folder.glob("general-*.stats.safetensors"))]
     math_stats = ActivationStats.load(folder / "math.stats.safetensors")
-    model, _ = load_recipe_model(r)
+    stages = Stages(2, echo)
+    model, _ = load_stage(r, stages)
     m = r.mask
+    stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
     result = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
-                              granularity=m.granularity, seed=m.seed, progress=not quiet)
+                              granularity=m.granularity, seed=m.seed, progress=_bars(quiet))
     result.save(out)
     s, t = result.total()
     click.echo(f"{out}  {s:,}/{t:,} weights ({100 * s / t:.3f}%)  sha256 {result.sha256}")
@@ -194,15 +215,15 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
 @set_opt
 @quiet_opt
 def export(recipe: str | None, mask_path: str, out: str, adapter: bool, gguf_type: str | None, overwrite: bool,
-           workers: int, sets: tuple[str, ...], quiet: bool) -> None:
+           workers: int, sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Bake the recipe's edit into a checkpoint (streamed, + GGUF with --gguf) or an adapter, with its lock and card."""
-    _echo(quiet)  # --quiet silences the libraries' bars too
+    _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from .pipeline import export_recipe
 
     r = _recipe(recipe, (*sets, f"outputs.gguf={gguf_type}") if gguf_type else sets)  # validated by the recipe
     if adapter and gguf_type:
         raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
-    folder = export_recipe(r, mask_path, out, adapter=adapter, overwrite=overwrite, progress=not quiet,
+    folder = export_recipe(r, mask_path, out, adapter=adapter, overwrite=overwrite, progress=_bars(quiet),
                            workers=workers)
     click.echo(folder)
 
@@ -214,21 +235,25 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, gguf_typ
 @click.option("--out", type=click.Path(dir_okay=False), help="write the results as JSON (eval.json)")
 @set_opt
 @quiet_opt
-def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: tuple[str, ...], quiet: bool) -> None:
+def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: tuple[str, ...], quiet: bool,
+             verbose: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
-    _echo(quiet)  # --quiet silences the libraries' bars too
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from .apply import ReversibleEdit
+    from .console import Stages
     from .evaluation import evaluate
     from .mask import Mask
-    from .pipeline import load_recipe_model, eval_tasks
+    from .pipeline import describe_tasks, eval_tasks, load_stage
 
     r = _recipe(recipe, sets)
     tasks = eval_tasks(r)
     if not tasks:
         raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
-    model, tok = load_recipe_model(r)
+    stages = Stages(2, echo)
+    model, tok = load_stage(r, stages)
     edit = ReversibleEdit(model, Mask.load(mask_path), r.edit.effective_scale) if mask_path else None
-    results = evaluate(model, tok, tasks, edit=edit, progress=not quiet)
+    stages.start(f"evaluate {'base and edited' if edit else 'the base'}: {describe_tasks(tasks)}")
+    results = evaluate(model, tok, tasks, edit=edit, progress=_bars(quiet))
     if out:
         results.save_json(out)
     click.echo(results.to_markdown())
@@ -271,16 +296,18 @@ def _floats(option: str, text: str) -> list[float]:
 @set_opt
 @quiet_opt
 def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: float, overwrite: bool,
-          sets: tuple[str, ...], quiet: bool) -> None:
+          sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Evaluate many (top_k, scale) edits from one calibration; write sweep.csv/json/png and a recommendation."""
-    _echo(quiet)  # --quiet silences the libraries' bars too
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from .sweep import run_sweep
 
     result = run_sweep(_recipe(recipe, sets), out, top_ks=_floats("--top-k", top_ks),
                        scales=_floats("--scale", scales), kl_budget=kl_budget, overwrite=overwrite,
-                       progress=not quiet)
-    click.echo(result.to_csv().rstrip())
+                       progress=_bars(quiet), echo=echo)
+    click.echo(result.to_text())
     click.echo(result.recommendation)
+    click.echo(f"wrote {Path(out) / 'sweep.csv'} (every column), sweep.json" +
+               (", sweep.png" if (Path(out) / "sweep.png").is_file() else ""))
 
 
 @main.command()
@@ -292,14 +319,14 @@ def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: flo
 @set_opt
 @quiet_opt
 def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrite: bool, sets: tuple[str, ...],
-                quiet: bool) -> None:
+                quiet: bool, verbose: bool) -> None:
     """Mask overlap across random calibration subsets vs the full data (the paper's data-efficiency figure)."""
-    _echo(quiet)  # --quiet silences the libraries' bars too
+    echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from .consistency import run_consistency
 
     sizes_ = [int(v) for v in _floats("--sizes", sizes)]
     rows = run_consistency(_recipe(recipe, sets), out, sizes=sizes_, repeats=repeats, overwrite=overwrite,
-                           progress=not quiet)
+                           progress=_bars(quiet), echo=echo)
     click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
     for r in rows:
         between = "-" if r.overlap_between_draws_mean is None else f"{r.overlap_between_draws_mean:.3f}"

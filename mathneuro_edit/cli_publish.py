@@ -102,9 +102,14 @@ def push(out: str, repo_id: str | None, private: bool | None, revision: str | No
     click.echo(push_to_hub(folder, repo_id, private=private, revision=revision, dry_run=dry_run).describe())
 
 
-def verify(out: str, base: str | None, mask_path: str | None, scale: float | None) -> None:
-    """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch)."""
+def verify(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool = False,
+           echo: Callable[[str], None] = lambda s: None) -> None:
+    """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch).
+
+    ``echo`` receives one stage line per audited folder; a bar over its tensors follows on a terminal.
+    """
     from .adapter import MATHNEURO_CONFIG
+    from .console import Stages, bars_wanted
     from .audit import verify as verify_export
     from .lock import LOCK_NAME, read_lock
     from .recipe import LOCAL
@@ -146,8 +151,10 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
                                  "its mask); pass --mask MASK, the file `export` was given")
     trust = bool(recorded["base"].get("trust_remote_code", False)) if recorded else False
     failed = []
+    stages = Stages(len(targets), echo)
     for t in targets:
-        report = verify_export(t, base, mask_path, scale, trust_remote_code=trust)
+        stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
+        report = verify_export(t, base, mask_path, scale, trust_remote_code=trust, progress=bars_wanted(quiet))
         click.echo(report.summary())
         if not report.ok:
             failed.append(t.name)
@@ -157,19 +164,21 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
 
 
 def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
-              echo: Callable[[bool], Any] = lambda quiet: None) -> None:
+              echo: Callable[..., Any] = lambda quiet, verbose=False: None, verbose: bool = False) -> None:
     """Re-run a lock (output folder, lock file, model card or Hub repo) and compare every hash (exit 1 if any
     differs)."""
-    echo(quiet)  # --quiet silences the libraries' bars too
+    echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from .reproduce import reproduce as reproduce_lock
 
-    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=not quiet)
+    from .console import bars_wanted
+
+    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=bars_wanted(quiet))
     click.echo(report.to_text())
     if not report.ok:
         sys.exit(1)
 
 
-def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo: Callable[[bool], Any]) -> None:
+def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo: Callable[..., Any]) -> None:
     """Add ``card``, ``push``, ``verify`` and ``reproduce`` to the CLI group (options shared with the others)."""
     base_opt = click.option("--base", help="local base folder, when the lock's local base path was redacted")
     existing_dir = click.Path(exists=True, file_okay=False)
@@ -207,9 +216,11 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     @click.option("--base", help="base model folder or Hub id (default: from the run folder's lock)")
     @click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False))
     @click.option("--scale", type=float, help="the applied scale (default: from the lock)")
-    def verify_cmd(out: str, base: str | None, mask_path: str | None, scale: float | None) -> None:
+    @quiet_opt
+    def verify_cmd(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool,
+                   verbose: bool) -> None:
         """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch)."""
-        verify(out, base, mask_path, scale)
+        verify(out, base, mask_path, scale, quiet, echo(quiet, verbose))
 
     @group.command("reproduce")
     @click.argument("source")
@@ -217,7 +228,8 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     @base_opt
     @set_opt
     @quiet_opt
-    def reproduce_cmd(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool) -> None:
+    def reproduce_cmd(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
+                      verbose: bool) -> None:
         """Re-run a lock (output folder, lock file, model card or Hub repo id) and compare every hash (exit 1
         if any differs). Local data files the lock redacted: --set data.math.path=FILE (checked by sha256)."""
-        reproduce(source, out, base, sets, quiet, echo)
+        reproduce(source, out, base, sets, quiet, echo, verbose)

@@ -100,5 +100,5 @@ class _AnswerStop(StoppingCriteria):
 
 def _batches(n: int, batch_size: int, desc: str, progress: bool) -> Iterator[range]:
     starts = range(0, n, batch_size)
-    for s in tqdm(starts, desc=desc, disable=not progress, unit="batch"):
+    for s in tqdm(starts, desc=desc, disable=not progress, leave=False, unit="batch"):
         yield range(s, min(n, s + batch_size))

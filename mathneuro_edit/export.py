@@ -147,7 +147,7 @@ def export_checkpoint(
     if skipped:
         log.info("not copied from %s: %s", folder, ", ".join(skipped))
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder], needed=ckpt.total_size) as tmp:
-        bar = tqdm(total=len(ckpt.tensors), desc="export", unit="tensor", disable=not progress)
+        bar = tqdm(total=len(ckpt.tensors), desc="export", unit="tensor", disable=not progress, leave=False)
 
         def write(shard: str, stop: threading.Event) -> None:
             names = layout[shard]

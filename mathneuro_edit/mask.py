@@ -414,7 +414,7 @@ def find_math_params_multi(
 
     masks = [Mask({}, {}) for _ in top_ks]
     with torch.no_grad():
-        for name, t in tqdm(targets.items(), desc="masks", disable=not progress, unit="tensor"):
+        for name, t in tqdm(targets.items(), desc="masks", disable=not progress, leave=False, unit="tensor"):
             view = canonical_view(params[name].detach(), t)  # (groups, d_out, d_in)
             per_k: list[list[torch.Tensor]] = [[] for _ in top_ks]  # per top_k: one (d_out, d_in) mask per group
             for g in range(t.groups):

@@ -27,8 +27,8 @@ from .errors import InputError
 from .recipe import Recipe
 
 __all__ = [
-    "RunResult", "run_recipe", "load_recipe_model", "calibrate_recipe", "eval_tasks", "publish_folder", "base_reference",
-    "resolved_revision", "export_recipe", "data_records",
+    "RunResult", "run_recipe", "load_recipe_model", "load_stage", "calibrate_recipe", "eval_tasks", "publish_folder",
+    "base_reference", "resolved_revision", "export_recipe", "data_records", "describe_tasks",
 ]
 
 LOCK_NAME = "mathneuro_recipe.lock.yaml"
@@ -95,11 +95,14 @@ def load_recipe_model(recipe: Recipe):
     )
 
 
-def calibrate_recipe(recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True):
+def calibrate_recipe(recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True, stages: Any = None):
     """Calibrate the math set and every general set of a recipe.
 
     Under ``torchrun`` (``WORLD_SIZE > 1``) the samples are split over the ranks and the sums all-reduced
     (:func:`~mathneuro_edit.distributed.calibrate_distributed`); only rank 0 gets the statistics.
+
+    Args:
+        stages: a :class:`~mathneuro_edit.console.Stages` that announces each set (one stage per set), or ``None``.
 
     Returns:
         ``(math_stats, [general_stats...], data_records)`` where ``data_records`` is for the lock; on ranks other
@@ -112,13 +115,27 @@ def calibrate_recipe(recipe: Recipe, model: Any, tokenizer: Any, *, progress: bo
     kwargs = dict(max_length=c.max_length, batch_size=c.batch_size, progress=progress,
                   include=t.include or None, exclude=t.exclude or None)
     math = load_texts(d.math, d.samples, d.seed)
+    if stages is not None:
+        stages.start(f"calibrate math ({len(math.texts)} texts)")
     math_stats = calibrate(model, tokenizer, math.texts, **kwargs)
     general_stats, records = [], []
-    for source in d.general:  # each general source is its own non-math set
+    for i, source in enumerate(d.general):  # each general source is its own non-math set
         loaded = load_texts(source, d.samples, d.seed)
+        if stages is not None:
+            which = f" {i + 1}/{len(d.general)}" if len(d.general) > 1 else ""
+            stages.start(f"calibrate general{which} ({len(loaded.texts)} texts)")
         general_stats.append(calibrate(model, tokenizer, loaded.texts, **kwargs))
         records.append(loaded.record)
     return math_stats, general_stats, {"math": [math.record], "general": records}
+
+
+def load_stage(recipe: Recipe, stages: Any):
+    """:func:`load_recipe_model` as a stage: ``[1/n] load organism`` then its parameter count."""
+    b = recipe.base
+    stages.start(f"load {b.model}" + (f" ({b.gguf_file})" if b.gguf_file else ""))
+    model, tok = load_recipe_model(recipe)
+    stages.note(f"{sum(p.numel() for p in model.parameters()):,} parameters")
+    return model, tok
 
 
 def eval_tasks(recipe: Recipe) -> list[Any]:
@@ -198,7 +215,7 @@ def run_recipe(
         out_dir: the folder to create (see the module docstring for its layout).
         overwrite: replace an existing ``out_dir`` once the new one is complete.
         progress: progress bars.
-        echo: receives one line per finished stage (the CLI prints them).
+        echo: receives the stage lines (``[2/7] calibrate math (100 texts)`` and notes; the CLI prints them).
         workers: checkpoint shards written at once (see :func:`~mathneuro_edit.export.export_checkpoint`).
 
     Returns:
@@ -217,6 +234,7 @@ def run_recipe(
     from .loading import model_weights
     from .lm_eval_bridge import LmEvalTask, require_lm_eval
     from .lock import build_lock, output_hashes, write_lock
+    from .console import Stages, markdown_table_text
     from .mask import find_math_params
 
     out = Path(out_dir)
@@ -236,47 +254,52 @@ def run_recipe(
     for t in tasks:
         if isinstance(t, LmEvalTask):
             require_lm_eval(t.name)  # lm-eval must be installed
+    o = recipe.outputs
+    stages = Stages(3 + len(recipe.data.general) + bool(tasks) + bool(o.checkpoint) + bool(o.adapter) + 1, echo)
     with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
         (tmp / "stats").mkdir()
-        model, tokenizer = load_recipe_model(recipe)
+        model, tokenizer = load_stage(recipe, stages)
         if recipe.outputs.adapter:
             _check_adapter_targets(recipe, model)  # before the long steps, not after them
-        echo(f"loaded {recipe.base.model} ({sum(p.numel() for p in model.parameters()):,} parameters)")
-        math_stats, general_stats, records = calibrate_recipe(recipe, model, tokenizer, progress=progress)
+        math_stats, general_stats, records = calibrate_recipe(recipe, model, tokenizer, progress=progress,
+                                                              stages=stages)
         math_stats.save(tmp / "stats" / "math.stats.safetensors")
         for i, g in enumerate(general_stats):
             g.save(tmp / "stats" / f"general-{i}.stats.safetensors")
-        echo(f"calibrated {math_stats.meta['num_samples']} math and "
-             f"{sum(g.meta['num_samples'] for g in general_stats)} general samples")
         m = recipe.mask
+        stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
         # model_weights: offloaded (device_map) parameters are read back from accelerate's offload one at a time
         mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=m.top_k, method=m.method,
                                 granularity=m.granularity, seed=m.seed, progress=progress)
         mask.save(tmp / "mask.safetensors")
         selected, total = mask.total()
-        echo(f"mask: {selected:,} of {total:,} target weights ({100 * selected / total:.3f}%) {mask.sha256[:12]}")
+        stages.note(f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), "
+                    f"sha256 {mask.sha256[:12]}")
 
         eval_dict = None
         if tasks:
+            stages.start(f"evaluate base and edited (x{scale:g}): {describe_tasks(tasks)}")
             results = evaluate(model, tokenizer, tasks, edit=ReversibleEdit(model, mask, scale), progress=progress)
             eval_dict = results.to_dict(predictions=True)  # the per-problem rows, so a reader can audit the scores
             results.save_json(tmp / "eval.json")
-            echo("evaluation:\n" + results.to_markdown())
+            stages.note(markdown_table_text(results.to_markdown()))
         n_params = sum(p.numel() for p in model.parameters())
         del model  # the exports stream from the base files: free the in-memory model first
 
         ratio = None
         if recipe.outputs.checkpoint:
+            stages.start("export checkpoint/" + (f" + model-{recipe.outputs.gguf}.gguf" if recipe.outputs.gguf else ""))
             export_checkpoint(folder, mask, scale, tmp / "checkpoint", max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
                               gguf=recipe.outputs.gguf, gguf_name=recipe.base.model)
-            echo("exported checkpoint/" + (f" (+ model-{recipe.outputs.gguf}.gguf)" if recipe.outputs.gguf else ""))
         if recipe.outputs.adapter:
+            stages.start("export adapter/ (PEFT SHiRA)")
             adapter = export_adapter(folder, mask, scale, tmp / "adapter",
                                      trust_remote_code=recipe.base.trust_remote_code)
             ratio = adapter.size_ratio
-            echo(f"exported adapter/ ({100 * ratio:.2f}% of the checkpoint's size)")
+            stages.note(f"{100 * ratio:.2f}% of the checkpoint's size")
 
+        stages.start("write lock and model cards")
         files: dict[str, str] = {}
         for sub in ("checkpoint", "adapter"):
             if (tmp / sub).is_dir():
@@ -291,8 +314,22 @@ def run_recipe(
         for sub, kind in (("checkpoint", "checkpoint"), ("adapter", "adapter")):
             if (tmp / sub).is_dir():
                 publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
-    echo(f"wrote {out}")
     return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)
+
+
+def describe_tasks(tasks: list[Any]) -> str:
+    """``100 math problems, 100 general texts`` (what an evaluation stage runs)."""
+    from .evaluation import GeneralTask, MathTask
+
+    parts = []
+    for t in tasks:
+        if isinstance(t, MathTask):
+            parts.append(f"{len(t.problems)} {t.name} problems")
+        elif isinstance(t, GeneralTask):
+            parts.append(f"{len(t.texts)} {t.name} texts")
+        else:
+            parts.append(f"{t.name} (lm-eval)")
+    return ", ".join(parts)
 
 
 def data_records(recipe: Recipe) -> dict[str, Any]:

@@ -139,13 +139,22 @@ def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = 
     fractions = layer_fractions(mask)
     if not fractions:
         raise InputError("the mask has no per-layer tensors to plot")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for module_type, by_layer in sorted(fractions.items()):
-        ax.plot(list(by_layer), [100 * v for v in by_layer.values()], marker="o", label=module_type)
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
+    colors = plt.get_cmap("tab10")
+    styles = ["-", "--", "-.", ":"]
+    markers = "osD^vP*Xh<>p"
+    # distinguishable lines: colour, dash and marker all change from one module type to the next
+    for i, (module_type, by_layer) in enumerate(sorted(fractions.items())):
+        ax.plot(list(by_layer), [100 * v for v in by_layer.values()], color=colors(i % 10),
+                ls=styles[i % len(styles)], marker=markers[i % len(markers)], ms=5, lw=1.4, label=module_type)
     ax.set_xlabel("layer")
     ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
     ax.set_ylabel("selected (% of the module's weights)")
-    ax.set_title(title or f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title or f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}: selected weights "
+                 "per layer")
+    # outside the axes, right: the legend never hides a line
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, title="module",
+              title_fontsize=7)
     ax.grid(alpha=0.3)
     return save_figure(fig, path)

@@ -14,7 +14,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,23 @@ class SweepResult:
                         p.general_loss, p.general_kl, i in self.front])
         return buf.getvalue()
 
+    def to_text(self) -> str:
+        """The console table: one row per edit (math accuracy with its 95% CI, McNemar p, general KL), the base
+        first; ``*`` marks the Pareto front, ``<-`` the recommendation (the CSV holds every column)."""
+        from .console import table
+
+        b = self.base_math
+        base_ci = (f" ({100 * b['math_ci95_low']:.1f}-{100 * b['math_ci95_high']:.1f})"
+                   if "math_ci95_low" in b else "")
+        rows = [["base", "", "", f"{100 * self.base_math_accuracy:.1f}%{base_ci}", "", "-", ""]]
+        for i, p in enumerate(self.points):
+            mark = ("*" if i in self.front else "") + (" <- recommended" if i == self.best else "")
+            rows.append([f"{p.top_k:g}", f"{p.scale:g}", f"{p.selected:,}",
+                         f"{100 * p.math_accuracy:.1f}% ({100 * p.math_ci95_low:.1f}-{100 * p.math_ci95_high:.1f})",
+                         f"{p.mcnemar_p:.3g}", f"{p.general_kl:.3g}", mark.strip()])
+        head = ["top_k", "scale", "weights", "math (95% CI)", "p", "general KL", "pareto"]
+        return table(head, rows, right={2, 4, 5})
+
 
 def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> SweepPoint:
     """A :class:`SweepPoint` from one edit's eval dict (``to_dict`` of :func:`~mathneuro_edit.evaluation.evaluate`)."""
@@ -140,29 +157,63 @@ def recommend(points: Sequence[SweepPoint], base_accuracy: float, kl_budget: flo
 
 
 def _plot(result: SweepResult, path: Path) -> Path | None:
+    """Math accuracy vs general KL: one marker shape per top_k and one colour per scale (the legend names each,
+    so every point is identified without labels that overlap), the Pareto front ringed and joined, the base as a
+    dashed line, every point and error bar inside the axes."""
     from .report import pyplot, save_figure
 
     plt = pyplot(required=False)
     if plt is None:
         return None  # the CSV/JSON are the results; the PNG is a convenience of the plot extra
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
     pts = result.points
-    ax.scatter([p.general_kl for p in pts], [100 * p.math_accuracy for p in pts], c="tab:blue", label="edits")
+    ks = sorted({p.top_k for p in pts})
+    ss = sorted({p.scale for p in pts})
+    markers = "osD^vP*Xh<>p"
+    colors = plt.get_cmap("tab10")
+    xs, ys = [p.general_kl for p in pts], [100 * p.math_accuracy for p in pts]
     # 95% Wilson intervals: a point whose bar covers the base line is not a demonstrated gain
-    ax.errorbar([p.general_kl for p in pts], [100 * p.math_accuracy for p in pts],
-                yerr=[[100 * (p.math_accuracy - p.math_ci95_low) for p in pts],
-                      [100 * (p.math_ci95_high - p.math_accuracy) for p in pts]],
-                fmt="none", ecolor="tab:blue", alpha=0.35, lw=1)
+    ax.errorbar(xs, ys, yerr=[[100 * (p.math_accuracy - p.math_ci95_low) for p in pts],
+                              [100 * (p.math_ci95_high - p.math_accuracy) for p in pts]],
+                fmt="none", ecolor="gray", alpha=0.35, lw=1, zorder=1)
+    for p in pts:
+        ax.scatter([p.general_kl], [100 * p.math_accuracy], marker=markers[ks.index(p.top_k) % len(markers)],
+                   color=colors(ss.index(p.scale) % 10), s=36, zorder=3, edgecolors="black", linewidths=0.4)
     front = sorted((pts[i] for i in result.front), key=lambda p: p.general_kl)
-    for p in front:  # label the front only: the other points would overlap
-        ax.annotate(f"k={p.top_k:g}, x{p.scale:g}", (p.general_kl, 100 * p.math_accuracy), fontsize=7)
-    ax.plot([p.general_kl for p in front], [100 * p.math_accuracy for p in front], "r-o", label="Pareto front")
-    ax.axhline(100 * result.base_math_accuracy, color="gray", ls="--", label="base")
-    ax.set_xscale("symlog", linthresh=1e-4)  # KL spans decades and can be 0
-    ax.set_xlim(left=0)
+    ax.plot([p.general_kl for p in front], [100 * p.math_accuracy for p in front], "-", color="red", lw=1,
+            alpha=0.6, zorder=2)
+    ax.scatter([p.general_kl for p in front], [100 * p.math_accuracy for p in front], s=110, facecolors="none",
+               edgecolors="red", linewidths=1, zorder=2)
+    if result.best is not None:
+        p = pts[result.best]
+        ax.annotate("recommended", (p.general_kl, 100 * p.math_accuracy), xytext=(6, 6), fontsize=7,
+                    textcoords="offset points", zorder=4)
+    ax.axhline(100 * result.base_math_accuracy, color="gray", ls="--", lw=1, zorder=0)
+    # every point inside the axes: margins around the points, their error bars and the base line
+    lo = min([100 * p.math_ci95_low for p in pts] + [100 * result.base_math_accuracy])
+    hi = max([100 * p.math_ci95_high for p in pts] + [100 * result.base_math_accuracy])
+    pad = max(3.0, 0.08 * (hi - lo))
+    ax.set_ylim(lo - pad, hi + pad)
+    positive = [x for x in xs if x > 0]
+    if positive and len(positive) == len(xs):  # KL spans decades: log axis, a factor 2 of room each side
+        ax.set_xscale("log")
+        ax.set_xlim(min(positive) / 2, max(positive) * 2)
+    else:  # a KL of exactly 0 (an edit that changes nothing): symlog keeps it, linear up to the smallest KL
+        thresh = 10 ** math.floor(math.log10(min(positive))) if positive else 1e-6  # a decade, so 0 stands apart
+        ax.set_xscale("symlog", linthresh=thresh)
+        ax.set_xlim(-0.3 * thresh, max(xs + [thresh]) * 2)
     ax.set_xlabel("general KL(base || edited)")
     ax.set_ylabel("math accuracy (%)")
-    ax.legend(fontsize=7)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker=markers[i % len(markers)], color="black", label=f"top_k={k:g}")
+               for i, k in enumerate(ks)]
+    handles += [Line2D([], [], ls="", marker="s", color=colors(i % 10), label=f"scale x{s:g}")
+                for i, s in enumerate(ss)]
+    handles += [Line2D([], [], color="red", alpha=0.6, marker="o", mfc="none", label="Pareto front"),
+                Line2D([], [], color="gray", ls="--", label=f"base ({100 * result.base_math_accuracy:.1f}%)")]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.set_title("sweep: math accuracy vs general KL (bars: 95% CI)", fontsize=9)
     ax.grid(alpha=0.3)
     return save_figure(fig, path)
 
@@ -176,6 +227,7 @@ def run_sweep(
     kl_budget: float = 0.05,
     overwrite: bool = False,
     progress: bool = True,
+    echo: Callable[[str], None] = lambda s: None,
 ) -> SweepResult:
     """Sweep ``top_ks x scales`` for a recipe with one calibration and one model in memory.
 
@@ -187,16 +239,18 @@ def run_sweep(
         kl_budget: the largest general KL a recommended setting may have.
         overwrite: replace an existing ``out_dir``.
         progress: progress bars.
+        echo: receives the stage lines and one ``edit 3/8: top_k=0.01 scale=1.1`` line per edit.
 
     Returns:
         :class:`SweepResult`.
     """
     from .apply import ReversibleEdit, check_scale
+    from .console import Stages
     from .evaluation import evaluate
     from .export import atomic_dir
     from .loading import model_weights
     from .mask import find_math_params_multi
-    from .pipeline import calibrate_recipe, eval_tasks, load_recipe_model
+    from .pipeline import describe_tasks, calibrate_recipe, eval_tasks, load_stage
 
     if recipe.evaluation is None:
         raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
@@ -209,22 +263,28 @@ def run_sweep(
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
+    edits = [(k, s) for k in top_ks for s in scales if s != 1.0]  # scale 1.0 is the base itself
+    stages = Stages(5 + len(recipe.data.general), echo)
     with atomic_dir(out, overwrite=overwrite) as tmp:  # renamed to `out` only when complete
-        model, tok = load_recipe_model(recipe)
-        math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress)
+        model, tok = load_stage(recipe, stages)
+        math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress, stages=stages)
         math_stats.save(tmp / "math.stats.safetensors")
         for i, g in enumerate(generals):
             g.save(tmp / f"general-{i}.stats.safetensors")
         tasks = eval_tasks(recipe)
+        stages.start(f"evaluate the base: {describe_tasks(tasks)}")
         base = evaluate(model, tok, tasks, progress=progress)
         m = recipe.mask
         points = []
+        stages.start(f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({m.method})")
         masks = find_math_params_multi(model_weights(model), math_stats, generals, top_ks=top_ks, method=m.method,
                                        granularity=m.granularity, seed=m.seed, progress=progress)
+        stages.start(f"evaluate {len(edits)} edits")
         for k, mask in zip(top_ks, masks):
             for s in scales:
                 if s == 1.0:
                     continue  # the base itself
+                echo(f"      edit {len(points) + 1}/{len(edits)}: top_k={k:g} scale={s:g}")
                 res = evaluate(model, tok, tasks, edit=ReversibleEdit(model, mask, s), base_results=base,
                                progress=progress).to_dict()
                 points.append(_point(k, s, mask.total()[0], res))

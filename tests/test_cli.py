@@ -240,7 +240,9 @@ def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
     assert sel[(0.2, 0.0)] >= sel[(0.05, 0.0)]
     code, text = _run("consistency", recipe, "--out", str(tmp_path / "co"), "--sizes", "1,8", "--repeats", "2", "-q")
     assert code == 0, text
-    cons = json.loads((tmp_path / "co" / "consistency.json").read_text())
+    info = json.loads((tmp_path / "co" / "consistency.json").read_text())
+    assert (info["top_k"], info["sizes"], info["repeats"], info["math_samples"]) == (0.1, [1, 8], 2, 8)
+    cons = info["rows"]
     assert [r["samples"] for r in cons] == [1, 8]
     assert cons[1]["overlap_with_full_mean"] >= 0.99  # all 8 samples drawn (reordered): the full data itself
     # the overlaps themselves are checked against an independent Jaccard in test_consistency.py
