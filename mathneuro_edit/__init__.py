@@ -46,7 +46,7 @@ _LAZY: dict[str, str] = {
     "MathTask": "evaluation",
     "GeneralTask": "evaluation",
     "Recipe": "recipe",
-    "load_recipe": "recipe",
+    "load_recipe": "recipe_io",
     "run_recipe": "pipeline",
     "push_to_hub": "hub",
     "load_model": "loading",
@@ -72,7 +72,8 @@ if TYPE_CHECKING:
     from .gguf_base import dequantize_gguf
     from .plan import plan_from_config
     from .pipeline import run_recipe
-    from .recipe import Recipe, load_recipe
+    from .recipe import Recipe
+    from .recipe_io import load_recipe
     from .audit import VerifyReport, verify
     from .calibration import calibrate, texts_sha256
     from .errors import InputError, MathNeuroEditError

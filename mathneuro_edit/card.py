@@ -342,7 +342,7 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
 
     from .adapter import MATHNEURO_CONFIG
     from .lock import read_lock
-    from .recipe import recipe_from_dict
+    from .recipe_io import recipe_from_dict
 
     folder = Path(folder)
     lock = read_lock(folder)
