@@ -3,9 +3,10 @@
 It is the single source of truth for the YAML files and the CLI options: ``docs/recipes.md`` documents every key
 listed by :func:`~mathneuro_edit.recipe_io.recipe_fields`. Reading recipes (YAML, ``--set`` overrides, the embedded
 quickstart) lives in :mod:`mathneuro_edit.recipe_io`, which imports this module (never the other way round).
-Every section is a pydantic v2 model that rejects unknown keys; a bad recipe raises ONE :class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g.
-``recipe.yaml: 2 problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1]
-(got 1.5), did you mean 0.015?`` (one line).
+Every section is a pydantic v2 model that rejects unknown keys; a bad recipe raises ONE
+:class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g. ``recipe.yaml: 2
+problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1] (got 1.5), did you
+mean 0.015?`` (one line).
 
 Special values: ``base.model: organism`` is the model shipped with the package, a data source path
 ``organism:math`` / ``organism:general`` is its synthetic data (:mod:`mathneuro_edit.organism.data`), and
