@@ -274,7 +274,8 @@ class DataConfig(_Model):
     math: Source = Field(description="math texts (GSM8K question/answer records are formatted automatically)")
     general: Sources = Field(description="general texts: one source or a list; each source is its own set")
     samples: Positive = Field(100, description="texts per set (math, and each general source)")
-    seed: StrictInt = Field(0, description="seed of the sampling (a fixed shuffle: same seed, same texts on every machine)")
+    seed: StrictInt = Field(0, description="seed of the sampling (a fixed shuffle: same seed, same texts on every "
+                                           "machine)")
 
 
 class CalibrationConfig(_Model):
