@@ -82,7 +82,8 @@ def test_summarize_edit_groups_by_module_type() -> None:
 
 def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [
-        "edit.scale=1.1", "base.model=meta-llama/Llama-3.2-1B-Instruct", "data.math={path: 'hf://datasets/openai/gsm8k', config: main}",
+        "edit.scale=1.1", "base.model=meta-llama/Llama-3.2-1B-Instruct",
+        "data.math={path: 'hf://datasets/openai/gsm8k', config: main}",
         "hub.repo_id=me/llama-boost"])
     lock = _lock(recipe, base_revision="0" * 40)
     card = _card(recipe, lock, base_model_id="meta-llama/Llama-3.2-1B-Instruct", eval_results=EVAL,
