@@ -336,7 +336,7 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
             cards with ``mathneuro-edit card RUN_DIR`` first).
 
     Example:
-        >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-boost")  # doctest: +SKIP
+        >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-prune")  # doctest: +SKIP
     """
     import json
 
