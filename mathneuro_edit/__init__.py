@@ -5,9 +5,10 @@ of input feature j`` using forward passes only, keeps the top-K per matrix on ma
 general data, and prunes (x0) or scales (e.g. x1.1) those weights.
 
 Example:
-    >>> from mathneuro_edit import calibrate, find_math_params, apply_mask  # doctest: +SKIP
-    >>> math = calibrate(model, tok, math_texts)  # doctest: +SKIP
-    >>> general = calibrate(model, tok, general_texts)  # doctest: +SKIP
+    >>> from mathneuro_edit import load_model, load_texts, calibrate, find_math_params, apply_mask  # doctest: +SKIP
+    >>> model, tok = load_model("organism", dtype="float32")  # doctest: +SKIP
+    >>> math = calibrate(model, tok, load_texts("organism:math", 100, seed=0).texts)  # doctest: +SKIP
+    >>> general = calibrate(model, tok, load_texts("organism:general", 100, seed=0).texts)  # doctest: +SKIP
     >>> mask = find_math_params(model, math, general, top_k=0.05)  # doctest: +SKIP
     >>> apply_mask(model, mask, scale=1.1)  # doctest: +SKIP
 
@@ -46,10 +47,11 @@ _LAZY: dict[str, str] = {
     "MathTask": "evaluation",
     "GeneralTask": "evaluation",
     "Recipe": "recipe",
-    "load_recipe": "recipe",
+    "load_recipe": "recipe_io",
     "run_recipe": "pipeline",
     "push_to_hub": "hub",
     "load_model": "loading",
+    "load_texts": "data",
     "model_weights": "loading",
     "weights_from_checkpoint": "loading",
     "dequantize_gguf": "gguf_base",
@@ -72,9 +74,11 @@ if TYPE_CHECKING:
     from .gguf_base import dequantize_gguf
     from .plan import plan_from_config
     from .pipeline import run_recipe
-    from .recipe import Recipe, load_recipe
+    from .recipe import Recipe
+    from .recipe_io import load_recipe
     from .audit import VerifyReport, verify
     from .calibration import calibrate, texts_sha256
+    from .data import load_texts
     from .errors import InputError, MathNeuroEditError
     from .mask import Mask, find_math_params, find_math_params_multi
     from .stats import ActivationStats

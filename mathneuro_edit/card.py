@@ -336,13 +336,13 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
             cards with ``mathneuro-edit card RUN_DIR`` first).
 
     Example:
-        >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-boost")  # doctest: +SKIP
+        >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-prune")  # doctest: +SKIP
     """
     import json
 
     from .adapter import MATHNEURO_CONFIG
     from .lock import read_lock
-    from .recipe import recipe_from_dict
+    from .recipe_io import recipe_from_dict
 
     folder = Path(folder)
     lock = read_lock(folder)

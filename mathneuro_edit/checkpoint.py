@@ -128,12 +128,21 @@ class Checkpoint:
 def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle: bool = False) -> Path:
     """A local folder as is, or a Hub id resolved through huggingface_hub's cache (``snapshot_download``).
 
+    ``organism`` is the shipped model's folder. A string that looks like a path (:func:`~mathneuro_edit.recipe.
+    is_local_path`) and does not exist raises "no such local folder" rather than trying the Hub.
+
     A local ``.gguf`` file gives its dequantized safetensors folder (:func:`~mathneuro_edit.gguf_base.dequantize_gguf`).
 
     Example:
         >>> resolve_base("/path/to/model")  # doctest: +SKIP
         PosixPath('/path/to/model')
     """
+    from .recipe import ORGANISM, is_local_path, no_such_local_folder
+
+    if str(base) == ORGANISM:  # the shipped model, as everywhere a base is accepted
+        from .organism import organism_path
+
+        return organism_path().resolve()
     path = Path(base).expanduser()
     if path.is_dir():
         return path.resolve()
@@ -143,6 +152,8 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
         return dequantize_gguf(path).resolve()
     if path.exists():
         raise InputError(f"base: {path} is a file; pass the model folder (with config.json) or a Hub id")
+    if isinstance(base, Path) or is_local_path(str(base)):  # a path is never looked up on the Hub
+        raise no_such_local_folder(str(base), "base")
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id

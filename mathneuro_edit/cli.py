@@ -63,7 +63,7 @@ class _Group(click.Group):
 
 
 def _recipe(path: str | None, sets: tuple[str, ...]):
-    from .recipe import load_recipe, quickstart_recipe
+    from .recipe_io import load_recipe, quickstart_recipe
 
     return load_recipe(path, sets) if path else quickstart_recipe(sets)
 
@@ -267,10 +267,10 @@ def inspect(path: str, plot: str | None) -> None:
     from .report import load_artifact, mask_table, plot_layer_distribution, stats_table
 
     kind, obj = load_artifact(path)
+    if plot and kind != "mask":  # before the table: an error is the only output of a failed command
+        raise InputError(f"{path}: --plot needs a mask file, this is a statistics file; drop --plot or pass a mask")
     click.echo(mask_table(obj) if kind == "mask" else stats_table(obj))
     if plot:
-        if kind != "mask":
-            raise InputError(f"{path}: --plot needs a mask file, this is a statistics file")
         click.echo(plot_layer_distribution(obj, plot))
 
 

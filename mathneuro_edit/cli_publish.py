@@ -37,7 +37,8 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
     from .lock import LOCK_NAME, check_base_weights, check_private, read_lock, write_lock
     from .mask import Mask
     from .pipeline import base_reference
-    from .recipe import LOCAL, recipe_from_dict
+    from .recipe import LOCAL
+    from .recipe_io import recipe_from_dict
 
     folder = Path(run_dir)
     if not (folder / "mask.safetensors").is_file() or not (folder / LOCK_NAME).is_file():

@@ -70,7 +70,7 @@ def resolve_model_path(model: str | Path) -> str:
         >>> resolve_model_path("meta-llama/Llama-3.2-1B")
         'meta-llama/Llama-3.2-1B'
     """
-    from .recipe import ORGANISM, is_local_path
+    from .recipe import ORGANISM, is_local_path, no_such_local_folder
 
     if str(model) == ORGANISM:
         from .organism import organism_path
@@ -87,8 +87,11 @@ def resolve_model_path(model: str | Path) -> str:
             from .gguf_base import dequantize_gguf
 
             return str(dequantize_gguf(path))
+        if not path.exists():
+            raise no_such_local_folder(text)
         if not path.is_dir():
-            raise InputError(f"base.model: no such model folder {text!r}; check the path (or give a Hub id)")
+            raise InputError(f"base.model: {text!r} is a file, not a model folder; pass the folder save_pretrained "
+                             "wrote (or a .gguf file)")
         if not (path / "config.json").is_file():
             raise InputError(f"base.model: {text!r} has no config.json; pass the folder save_pretrained wrote")
         return str(path)

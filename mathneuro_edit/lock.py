@@ -30,7 +30,8 @@ import yaml
 from . import __version__
 from .errors import InputError, MathNeuroEditError
 from .files import write_text_atomic  # re-exported: the lock's and cards' atomic writer
-from .recipe import LOCAL, Recipe, is_local_path, recipe_from_dict, recipe_sha256
+from .recipe import LOCAL, ORGANISM, Recipe, is_local_path, recipe_sha256
+from .recipe_io import recipe_from_dict
 
 __all__ = [
     "LOCK_NAME", "LOCK_VERSION", "build_lock", "write_lock", "read_lock", "recipe_from_lock", "sha256_file",
@@ -98,7 +99,7 @@ def local_files(recipe: Recipe) -> dict[str, dict[str, str]]:
     """``{recipe key: {"name": file name, "sha256": ...}}`` of every local data file (no folder: private).
 
     Example:
-        >>> from mathneuro_edit.recipe import quickstart_recipe
+        >>> from mathneuro_edit.recipe_io import quickstart_recipe
         >>> local_files(quickstart_recipe())  # organism data: no local file
         {}
     """
@@ -225,7 +226,7 @@ def build_lock(
         The lock as plain data (YAML/JSON types only).
 
     Example:
-        >>> from mathneuro_edit.recipe import quickstart_recipe
+        >>> from mathneuro_edit.recipe_io import quickstart_recipe
         >>> lock = build_lock(quickstart_recipe(), base_revision=None, data_records={}, stats_sha256="s",
         ...                   mask_sha256="m", output_files={})
         >>> lock["recipe"]["base"]["model"], lock["mask_sha256"]
@@ -307,7 +308,7 @@ def recipe_from_lock(lock: Mapping[str, Any], overrides: Sequence[str] = ()) -> 
             lists the keys to override.
 
     Example:
-        >>> from mathneuro_edit.recipe import quickstart_recipe
+        >>> from mathneuro_edit.recipe_io import quickstart_recipe
         >>> lock = build_lock(quickstart_recipe(), base_revision=None, data_records={}, stats_sha256="s",
         ...                   mask_sha256="m", output_files={})
         >>> recipe_from_lock(lock) == quickstart_recipe()
@@ -334,11 +335,15 @@ def recipe_from_lock(lock: Mapping[str, Any], overrides: Sequence[str] = ()) -> 
 
 
 def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
-    """Check that a local model folder holds the base weights the lock recorded.
+    """Check that a local model folder (or ``organism``, the shipped model) holds the base weights the lock recorded.
 
     Raises:
         InputError: a file missing or different (naming it).
     """
+    if str(model_dir) == ORGANISM:  # the shipped model, as everywhere a base is accepted
+        from .organism import organism_path
+
+        model_dir = organism_path()
     gguf = (lock.get("base") or {}).get("gguf")
     if gguf or str(model_dir).lower().endswith(".gguf"):  # a GGUF base: the file itself is what was pinned
         path = Path(model_dir) / gguf["file"] if gguf and Path(model_dir).is_dir() else Path(model_dir)  # gguf_file

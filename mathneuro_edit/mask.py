@@ -318,9 +318,12 @@ def _check_stats(
 
 
 def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
+    from .recipe import top_k_hint
+
     for top_k in top_ks:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not 0 < top_k <= 1:
-            raise InputError(f"top_k: must be in (0, 1], got {top_k!r}; pass a fraction such as 0.05")
+            raise InputError(f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such "
+                             "as 0.05")
     if method not in ("mathneuro", "wanda", "random"):
         raise InputError(f"method: must be mathneuro, wanda or random, got {method!r}")
     if granularity not in ("matrix", "row"):

@@ -66,12 +66,20 @@ def base_reference(recipe: Recipe) -> str:
     """What export functions take as ``base``: the local folder (the organism's for ``organism``) or the Hub id.
 
     A GGUF base gives its dequantized safetensors folder, created in the cache on first use (docs/gguf.md).
+
+    Raises:
+        InputError: a local path (``./models/llama``) that does not exist: "no such local folder", never a Hub
+            lookup.
     """
     if recipe.base.is_gguf:
         from .gguf_base import base_folder
 
         return str(base_folder(recipe.base))
     local = recipe.base.local_dir()
+    if local is not None and not local.exists():  # checked here: str(Path("./x/y")) is "x/y", which reads as a Hub id
+        from .recipe import no_such_local_folder
+
+        raise no_such_local_folder(recipe.base.model)
     return str(local) if local is not None else recipe.base.model
 
 
@@ -222,7 +230,7 @@ def run_recipe(
         A :class:`RunResult`.
 
     Example:
-        >>> from mathneuro_edit.recipe import quickstart_recipe
+        >>> from mathneuro_edit.recipe_io import quickstart_recipe
         >>> run_recipe(quickstart_recipe(), "out/quickstart")  # doctest: +SKIP
     """
     from .adapter import export_adapter

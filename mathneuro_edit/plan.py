@@ -277,8 +277,11 @@ def plan_from_config(
     """
     from .targets import find_targets
 
+    from .recipe import top_k_hint
+
     if not 0 < top_k <= 1:
-        raise InputError(f"top_k: must be in (0, 1], got {top_k!r}; pass a fraction such as 0.05")
+        raise InputError(f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such "
+                         "as 0.05")
     if batch_size < 1 or max_length < 1:
         raise InputError(f"batch_size and max_length must be >= 1 (got {batch_size}, {max_length})")
     config = load_config(config_or_path, revision=revision, trust_remote_code=trust_remote_code)
@@ -340,6 +343,10 @@ def plan_recipe(recipe: Any) -> Plan:
     """
     b = recipe.base
     local = b.local_dir()
+    if local is not None and not local.exists():  # never a Hub lookup of a mistyped path
+        from .recipe import no_such_local_folder
+
+        raise no_such_local_folder(b.model)
     if b.is_gguf:  # its dequantized folder (created in the cache on first use: it holds the config)
         from .pipeline import base_reference
 

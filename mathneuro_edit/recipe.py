@@ -1,10 +1,12 @@
 """The recipe: one validated description of a MathNeuro run (model, data, mask, edit, outputs, evaluation, Hub).
 
 It is the single source of truth for the YAML files and the CLI options: ``docs/recipes.md`` documents every key
-listed by :func:`recipe_fields`. Every section is a pydantic v2 model that rejects unknown keys; a bad recipe
-raises ONE :class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g.
-``recipe.yaml: 2 problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1]
-(got 1.5)`` (one line).
+listed by :func:`~mathneuro_edit.recipe_io.recipe_fields`. Reading recipes (YAML, ``--set`` overrides, the embedded
+quickstart) lives in :mod:`mathneuro_edit.recipe_io`, which imports this module (never the other way round).
+Every section is a pydantic v2 model that rejects unknown keys; a bad recipe raises ONE
+:class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g. ``recipe.yaml: 2
+problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1] (got 1.5), did you
+mean 0.015?`` (one line).
 
 Special values: ``base.model: organism`` is the model shipped with the package, a data source path
 ``organism:math`` / ``organism:general`` is its synthetic data (:mod:`mathneuro_edit.organism.data`), and
@@ -30,11 +32,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
+from .errors import InputError
+
 
 __all__ = [
     "Source", "BaseConfig", "DataConfig", "CalibrationConfig", "TargetsConfig", "MaskConfig", "EditConfig",
     "OutputsConfig", "LmEvalConfig", "EvaluationConfig", "HubConfig", "Recipe", "LOCAL", "ORGANISM",
-    "load_recipe", "recipe_from_dict", "quickstart_recipe", "recipe_sha256", "recipe_fields", "is_local_path",
+    "recipe_sha256", "is_local_path", "no_such_local_folder",
 ]
 
 ORGANISM = "organism"
@@ -48,7 +52,9 @@ _DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?)$")
 def is_local_path(value: str) -> bool:
     """Whether a model/data string names a local path rather than a Hub id or a special value.
 
-    The rule is transformers' own (an existing path wins over a Hub id), plus strings that are plainly paths.
+    The rule is transformers' own (an existing path wins over a Hub id), plus strings that are plainly paths: one
+    that starts with ``.``, ``/``, ``~`` or ``\\``, or whose first folder exists here (``models/llama`` when
+    ``models/`` exists). Such a string is never looked up on the Hub, so a typo says "no such local folder".
 
     Example:
         >>> is_local_path("/models/llama"), is_local_path("meta-llama/Llama-3.2-1B"), is_local_path("organism")
@@ -56,7 +62,24 @@ def is_local_path(value: str) -> bool:
     """
     if value in (ORGANISM, ARITHMETIC) or value.startswith(("organism:", "hf://")) or value.startswith(LOCAL):
         return False
-    return value.startswith(("/", "~", ".", "\\")) or Path(value).expanduser().exists()
+    if value.startswith(("/", "~", ".", "\\")):
+        return True
+    path = Path(value).expanduser()
+    return path.exists() or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())
+
+
+def no_such_local_folder(value: str, label: str = "base.model") -> InputError:
+    """The error for a local-looking model path that does not exist (never a Hub lookup of it).
+
+    Example:
+        >>> str(no_such_local_folder("./models/llama"))
+        "base.model: no such local folder './models/llama'; check the path (a Hub id looks like owner/name)"
+    """
+    first = Path(value).expanduser().parts[0] if value else ""
+    why = "" if value.startswith(("/", "~", ".", "\\")) else f" (read as a path because {first}/ exists here)"
+    what = "file" if value.lower().endswith(".gguf") else "folder"
+    return InputError(f"{label}: no such local {what} {value!r}{why}; check the path (a Hub id looks like "
+                      "owner/name)")
 
 
 def _check(ok: typing.Callable[[Any], bool], message: str) -> AfterValidator:
@@ -81,7 +104,26 @@ def _regex(value: str) -> str:
 # Why strict ints and bools: YAML `batch_size: true` or `prune: "yes"` is a mistake, not 1 / True.
 Positive = Annotated[StrictInt, _check(lambda v: v >= 1, "must be an integer >= 1")]
 NonNegative = Annotated[StrictInt, _check(lambda v: v >= 0, "must be an integer >= 0")]
-Fraction = Annotated[float, _check(lambda v: 0 < v <= 1, "must be in (0, 1]")]
+
+
+def top_k_hint(value: Any) -> str:
+    """``", did you mean 0.05?"`` for a top_k given as a percent (``5``), else ``""``.
+
+    Example:
+        >>> top_k_hint(5), top_k_hint(0.05)
+        (', did you mean 0.05?', '')
+    """
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return f", did you mean {value / 100:g}?" if number and 1 < value <= 100 else ""
+
+
+def _top_k(value: float) -> float:
+    if not 0 < value <= 1:
+        raise ValueError(f"must be in (0, 1] (got {_show(value)}){top_k_hint(value)}")
+    return value
+
+
+TopK = Annotated[float, AfterValidator(_top_k)]
 Scale = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
 Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
 ShardSize = Annotated[str, _check(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
@@ -232,7 +274,8 @@ class DataConfig(_Model):
     math: Source = Field(description="math texts (GSM8K question/answer records are formatted automatically)")
     general: Sources = Field(description="general texts: one source or a list; each source is its own set")
     samples: Positive = Field(100, description="texts per set (math, and each general source)")
-    seed: StrictInt = Field(0, description="seed of the sampling (Python random, see docs/recipes.md)")
+    seed: StrictInt = Field(0, description="seed of the sampling (a fixed shuffle: same seed, same texts on every "
+                                           "machine)")
 
 
 class CalibrationConfig(_Model):
@@ -255,7 +298,7 @@ class MaskConfig(_Model):
 
     method: Literal["mathneuro", "wanda", "random"] = Field(
         "mathneuro", description="mathneuro (math top-K minus general top-K), wanda (math top-K only) or random")
-    top_k: Fraction = Field(0.05, description="fraction of each matrix (or row) kept in a top-K set")
+    top_k: TopK = Field(0.05, description="fraction of each matrix (or row) kept in a top-K set")
     granularity: Literal["matrix", "row"] = Field("matrix", description="top-K per matrix or per output row")
     seed: StrictInt = Field(0, description="seed of the random method")
 
@@ -422,6 +465,7 @@ def recipe_sha256(recipe: Recipe) -> str:
     every machine; the base weights and data contents are pinned separately by the lock's own hashes.
 
     Example:
+        >>> from mathneuro_edit.recipe_io import quickstart_recipe
         >>> len(recipe_sha256(quickstart_recipe()))
         64
     """
@@ -435,7 +479,3 @@ def recipe_sha256(recipe: Recipe) -> str:
 def _show(value: Any) -> str:
     text = repr(value) if not isinstance(value, float) else str(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-# re-exported: reading recipes lives in recipe_io (kept apart to keep each module one stage)
-from .recipe_io import load_recipe, quickstart_recipe, recipe_fields, recipe_from_dict  # noqa: E402

@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import InputError
 from .eval_report import format_p
-from .recipe import Recipe
+from .recipe import Recipe, top_k_hint
 
 __all__ = ["SweepPoint", "SweepResult", "run_sweep", "pareto_front", "recommend"]
 
@@ -256,7 +256,7 @@ def run_sweep(
         raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
     for k in top_ks:
         if not 0 < k <= 1:
-            raise InputError(f"--top-k: {k} is not in (0, 1]; pass fractions such as 0.01,0.05")
+            raise InputError(f"--top-k: {k:g} is not in (0, 1]{top_k_hint(k)}; pass fractions such as 0.01,0.05")
     scales = [check_scale(s) for s in scales]
     if not math.isfinite(kl_budget) or kl_budget < 0:
         raise InputError(f"--kl-budget: must be a finite number >= 0, got {kl_budget}")

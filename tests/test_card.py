@@ -25,7 +25,8 @@ from mathneuro_edit.lock import (
     recipe_from_lock,
     write_lock,
 )
-from mathneuro_edit.recipe import quickstart_recipe, recipe_from_dict, recipe_sha256
+from mathneuro_edit.recipe import recipe_sha256
+from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict
 
 COUNTS = {"model.layers.0.self_attn.q_proj.weight": (10, 256), "model.layers.1.self_attn.q_proj.weight": (6, 256),
           "model.layers.0.mlp.down_proj.weight": (20, 1024), "model.layers.0.mlp.experts.gate_up_proj": (4, 2048)}
@@ -81,7 +82,8 @@ def test_summarize_edit_groups_by_module_type() -> None:
 
 def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [
-        "base.model=meta-llama/Llama-3.2-1B-Instruct", "data.math={path: 'hf://datasets/openai/gsm8k', config: main}",
+        "edit.scale=1.1", "base.model=meta-llama/Llama-3.2-1B-Instruct",
+        "data.math={path: 'hf://datasets/openai/gsm8k', config: main}",
         "hub.repo_id=me/llama-boost"])
     lock = _lock(recipe, base_revision="0" * 40)
     card = _card(recipe, lock, base_model_id="meta-llama/Llama-3.2-1B-Instruct", eval_results=EVAL,
@@ -121,8 +123,8 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
 
 
 def test_card_says_when_an_edit_has_no_significant_effect() -> None:
-    recipe = quickstart_recipe()
-    saturated = _math([True] * 100)  # the quickstart's boost: 100% -> 100%
+    recipe = quickstart_recipe(["edit.scale=1.1"])
+    saturated = _math([True] * 100)  # a boost of a model that already solves everything: 100% -> 100%
     same = EvalResults({"math": saturated}, {"math": saturated}).to_dict()
     first = _card(recipe, _lock(recipe), eval_results=same).text.split("\n# ", 1)[1].split("\n\n", 2)[1]
     assert first.endswith("**The edit has no significant effect on math accuracy** (100.0% -> 100.0% on 100 problems "

@@ -343,11 +343,16 @@ def test_embedded_default_runs_offline(tmp_path, monkeypatch):
     assert ev["math"]["base"]["math_accuracy"] >= 0.9  # the shipped organism solves its held-out problems
     card = (out / "checkpoint" / "README.md").read_text()
     assert "license: apache-2.0" in card and "2410.16930" in card
-    # the quickstart's x1.1 boost leaves the saturated organism where it was: the card says so first
-    assert ev["math"]["comparison"]["significant"] is False and len(ev["math"]["edited"]["predictions"]) == 20
+    # the quickstart prunes the math-specific weights: math collapses, significantly, and the card says so first
+    assert ev["math"]["comparison"]["significant"] is True and len(ev["math"]["edited"]["predictions"]) == 20
+    assert ev["math"]["edited"]["math_accuracy"] <= 0.1
+    loss = {k: ev["general"][k]["general_loss"] for k in ("base", "edited")}
+    assert abs(loss["edited"] - loss["base"]) <= 0.05 * loss["base"], loss  # general text barely moves
     first = card.split("\n# ", 1)[1].split("\n\n", 2)[1]
-    assert "**The edit has no significant effect on math accuracy**" in first, first
-    assert "| math | math accuracy | " in card and "(20/20, 83.9-100.0)" in card
+    assert "The edit significantly lowered math accuracy (100.0% -> " in first and "on 20 problems of `math`" in first
+    assert "paired exact McNemar p < 0.001" in first and "no significant effect" not in card, first
+    # Wilson(20, 20) = 83.9-100.0; the change and its paired test in the same row
+    assert "| math | math accuracy | 100.0% (20/20, 83.9-100.0) | " in card and "(significant) |" in card
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 

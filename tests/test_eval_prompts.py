@@ -15,7 +15,7 @@ from mathneuro_edit.errors import InputError
 from mathneuro_edit.eval_results import MathPrediction
 from mathneuro_edit.evaluation import MathTask, evaluate, math_accuracy
 from mathneuro_edit.math_prompts import completion_done, extract_prediction, parse_number, render_prompt
-from mathneuro_edit.recipe import quickstart_recipe, recipe_from_dict
+from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict
 from tests._tiny import char_tokenizer
 
 # a small template in the ChatML spirit; the real SmolLM2 one is checked in the `real` test below
@@ -227,7 +227,7 @@ def test_real_model_recipe_and_its_vendored_data(monkeypatch: pytest.MonkeyPatch
 
     from mathneuro_edit.data import load_texts
     from mathneuro_edit.pipeline import eval_tasks
-    from mathneuro_edit.recipe import load_recipe
+    from mathneuro_edit.recipe_io import load_recipe
 
     root = Path(__file__).resolve().parent.parent
     monkeypatch.chdir(root)  # the recipe's paths are relative to the repository root

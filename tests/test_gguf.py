@@ -338,7 +338,7 @@ def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
     from mathneuro_edit.card import build_card, summarize_edit, write_card
     from mathneuro_edit.hub import push_to_hub
     from mathneuro_edit.lock import build_lock, output_hashes, sha256_file, write_lock
-    from mathneuro_edit.recipe import quickstart_recipe
+    from mathneuro_edit.recipe_io import quickstart_recipe
 
     from .test_hub import TOKEN, _committed
 

@@ -21,7 +21,7 @@ import yaml
 
 from mathneuro_edit import gguf_base
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.recipe import recipe_from_dict
+from mathneuro_edit.recipe_io import recipe_from_dict
 
 from ._gguf_tiny import CHAT_TEMPLATE, expected_weights, tiny_llama, write_gguf
 from ._gguf_e2e import check_gguf_outputs, cli, data_overrides, write_recipe

@@ -23,7 +23,8 @@ from mathneuro_edit.card import build_card, card_for_folder, summarize_edit, wri
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.hub import push_to_hub
 from mathneuro_edit.lock import build_lock, output_hashes, write_lock
-from mathneuro_edit.recipe import quickstart_recipe, recipe_sha256
+from mathneuro_edit.recipe import recipe_sha256
+from mathneuro_edit.recipe_io import quickstart_recipe
 
 TOKEN = "hf_TESTsecretTOKEN0123456789abcdef"
 
@@ -309,7 +310,7 @@ def test_pushed_card_loads_the_repo_and_has_no_placeholder_or_local_path(fake_hu
         assert not [p for p in PLACEHOLDERS if p in text], sub
         assert str(tmp_path) not in text and "home-of-alice" not in text
         assert "pip install mathneuro-edit" not in text and "not on PyPI yet" in text
-        for needed in ("2410.16930", "top_k | 0.05", "scale | 1.1", "weights edited", "| torch |",
+        for needed in ("2410.16930", "top_k | 0.05", "scale | 0 (prune)", "weights edited", "| torch |",
                        "texts sha256", "mathneuro-edit reproduce", "```yaml\nbase:\n  model: organism"):
             assert needed in text, (sub, needed)
         file_sha = hashlib.sha256((private / "math.txt").read_bytes()).hexdigest()

@@ -37,7 +37,7 @@ from mathneuro_edit.evaluation import MathTask, evaluate, extract_answer, math_p
 from mathneuro_edit.lm_eval_bridge import LmEvalTask, _task_specs, include_path_hashes, run_lm_eval  # noqa: E402
 from mathneuro_edit.organism import load_organism  # noqa: E402
 from mathneuro_edit.organism.data import general_texts, math_texts  # noqa: E402
-from mathneuro_edit.recipe import quickstart_recipe, recipe_from_dict  # noqa: E402
+from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict  # noqa: E402
 
 TASKS = Path(__file__).resolve().parents[1] / "recipes" / "lm_eval_tasks"
 N = 30  # items compared: base + edited, built-in + harness, ~1 min of CPU on 2 cores

@@ -11,15 +11,8 @@ import pytest
 import yaml
 
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.recipe import (
-    EditConfig,
-    Recipe,
-    load_recipe,
-    quickstart_recipe,
-    recipe_fields,
-    recipe_from_dict,
-    recipe_sha256,
-)
+from mathneuro_edit.recipe import EditConfig, Recipe, recipe_sha256
+from mathneuro_edit.recipe_io import load_recipe, quickstart_recipe, recipe_fields, recipe_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 MINIMAL = {"base": {"model": "organism"}, "data": {"math": "organism:math", "general": "organism:general"},
@@ -58,7 +51,8 @@ def test_shipped_recipes_are_valid_and_quickstart_matches_code() -> None:
     ("edit.scale", float("inf"), "edit.scale: must be a finite number >= 0 (got inf)"),
     ("edit.scale", -0.5, "edit.scale: must be a finite number >= 0 (got -0.5)"),
     ("edit.scale", "big", "edit.scale: input should be a valid number"),
-    ("mask.top_k", 1.5, "mask.top_k: must be in (0, 1] (got 1.5)"),
+    ("mask.top_k", 1.5, "mask.top_k: must be in (0, 1] (got 1.5), did you mean 0.015?"),
+    ("mask.top_k", 150, "mask.top_k: must be in (0, 1] (got 150.0)"),  # not a percent either: no guess
     ("mask.top_k", 0, "mask.top_k: must be in (0, 1] (got 0.0)"),
     ("mask.method", "magnitude", "mask.method: input should be 'mathneuro', 'wanda' or 'random'"),
     ("mask.granularity", "column", "mask.granularity: input should be 'matrix' or 'row'"),
@@ -178,7 +172,7 @@ def test_validation_errors_from_a_file_name_the_file(tmp_path: Path) -> None:
     p.write_text(yaml.safe_dump({**MINIMAL, "edit": {"scale": float("nan")}, "mask": {"top_k": 1.5}}))
     with pytest.raises(InputError) as info:
         load_recipe(p)
-    assert str(info.value) == (f"{p}: 2 problems: mask.top_k: must be in (0, 1] (got 1.5); "
+    assert str(info.value) == (f"{p}: 2 problems: mask.top_k: must be in (0, 1] (got 1.5), did you mean 0.015?; "
                                "edit.scale: must be a finite number >= 0 (got nan)")
 
 

@@ -91,7 +91,7 @@ def test_recipe_ints_and_bools_are_strict(override: str) -> None:
 
 
 def test_recipe_keeps_ints_for_floats_and_numbers_for_strings() -> None:
-    from mathneuro_edit.recipe import quickstart_recipe
+    from mathneuro_edit.recipe_io import quickstart_recipe
 
     r = quickstart_recipe(("edit.scale=1", "mask.top_k=1", "base.revision=1234"))
     assert r.edit.scale == 1.0 and r.mask.top_k == 1.0 and r.base.revision == "1234"

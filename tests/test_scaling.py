@@ -181,7 +181,7 @@ def test_mask_step_holds_one_checkpoint_weight_at_a_time(folders):
 
 
 def test_loading_errors_are_one_clear_line(tmp_path, folders):
-    with pytest.raises(InputError, match="no such model folder"):
+    with pytest.raises(InputError, match="no such local folder"):
         load_model(str(tmp_path / "missing"), dtype="float32", device="cpu")
     with pytest.raises(InputError, match="device or device_map"):
         load_model(str(folders["llama"]), dtype="float32", device="cpu", device_map="auto")
@@ -297,7 +297,7 @@ def test_plan_counts_match_an_instantiated_model(tmp_path, family):
 
 def test_plan_recipe_reads_the_base_folder_config(folders):
     from mathneuro_edit.plan import plan_recipe
-    from mathneuro_edit.recipe import recipe_from_dict
+    from mathneuro_edit.recipe_io import recipe_from_dict
 
     recipe = recipe_from_dict({"base": {"model": str(folders["mixtral"]), "dtype": "float32"},
                                "data": {"math": "organism:math", "general": ["organism:general"] * 2},
