@@ -230,7 +230,7 @@ def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
     points = [SweepPoint(**p) for p in rows["points"]]  # front and recommendation: the independent references
     assert rows["pareto_front"] == reference_front(points)
     assert rows["best"] == reference_best(points, rows["base"]["math_accuracy"], 10)
-    assert ("recommended: " if rows["best"] is not None else "no setting improves") in rows["recommendation"]
+    assert ("recommended: " if rows["best"] is not None else "nothing qualifies") in rows["recommendation"]
     assert {(p["top_k"], p["scale"]) for p in rows["points"]} == {(0.05, 0.0), (0.05, 1.1), (0.2, 0.0), (0.2, 1.1)}
     assert all(p["general_kl"] >= 0 for p in rows["points"])
     assert (tmp_path / "sw" / "sweep.csv").read_text().startswith("top_k,scale")
@@ -367,6 +367,6 @@ def test_embedded_default_runs_offline(tmp_path, monkeypatch):
     assert mask.total()[0] > 0
     for n, w in base_sd.items():
         assert torch.equal(merged[n], baked[n]), n  # the adapter and the baked checkpoint are the same edit
-        # the edit itself: the quickstart's x1.1 on the mask's entries, every other weight untouched
-        expect = torch.where(mask[n], (w.float() * 1.1).to(w.dtype), w) if n in mask else w
+        # the edit itself: the quickstart's prune (x0) on the mask's entries, every other weight untouched
+        expect = torch.where(mask[n], torch.zeros_like(w), w) if n in mask else w
         assert torch.equal(baked[n], expect), n
