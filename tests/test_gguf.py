@@ -254,7 +254,8 @@ def test_cli_export_gguf(tmp_path) -> None:
 
     base = save_base(tmp_path / "base", "llama", tied=True)
     tiny_mask(load_tiny(base), top_k=0.2).save(tmp_path / "m.mask.safetensors")
-    args = ["export", "--mask", str(tmp_path / "m.mask.safetensors"), "--set", f"base.model={base}"]
+    args = ["export", "--mask", str(tmp_path / "m.mask.safetensors"), "--set", f"base.model={base}",
+            "--set", "edit.scale=1.1"]  # the quickstart prunes: a boost here
     res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "out"), "--gguf", "Q8_0"])
     assert res.exit_code == 0, res.output
     assert gguf_file_type(tmp_path / "out" / "model-Q8_0.gguf") == "Q8_0"
@@ -344,11 +345,12 @@ def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
 
     out = shutil.copytree(baked["llama-tied"][0], tmp_path / "checkpoint")
     recipe = quickstart_recipe(["outputs.gguf=F32"])
+    summary = summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64)
     lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="m" * 64,
-                      output_files={f"checkpoint/{k}": v for k, v in output_hashes(out).items()}, base_weights={})
+                      output_files={f"checkpoint/{k}": v for k, v in output_hashes(out).items()}, base_weights={},
+                      edit_summary=summary)  # push renders the card from the lock: it needs the summary
     write_lock(out, lock)
-    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint",
-                      edit_summary=summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64))
+    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary)
     write_card(out, card)
     sha = sha256_file(out / "model-F32.gguf")
     assert lock["outputs"]["checkpoint/model-F32.gguf"] == sha
