@@ -187,7 +187,7 @@ def test_base_that_is_neither_a_folder_nor_reachable_is_one_clear_error(bases, t
     import huggingface_hub.constants
 
     b = bases("llama")
-    with pytest.raises(InputError, match="no such folder"):
+    with pytest.raises(InputError, match="no such local folder"):
         export_checkpoint(str(tmp_path / "missing" / "dir"), b.mask, SCALE, tmp_path / "out")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # the Hub code path, offline
     with pytest.raises(InputError, match="Hugging Face Hub") as err:
