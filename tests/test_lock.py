@@ -13,7 +13,8 @@ import yaml
 
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.lock import LOCK_NAME, build_lock, private_paths, read_lock, sha256_file, write_lock
-from mathneuro_edit.recipe import quickstart_recipe, recipe_from_dict, recipe_sha256
+from mathneuro_edit.recipe import recipe_sha256
+from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict
 
 
 def test_build_lock_is_exactly_the_documented_record(tmp_path: Path):
@@ -140,7 +141,7 @@ def test_card_tags_prune_text_and_texts_per_general_set():
                     f"| general | `organism:general` | train | 10 | `{sha[3]}` |  |"]
     assert "| down_proj | 1 | 3 | 400 | 0.75% |" in text
     assert "# organism (MathNeuro edit: pruned (set to 0))" in text
-    boost = build_card(recipe=quickstart_recipe(), lock=lock, base_model_id=None, kind="adapter",
+    boost = build_card(recipe=quickstart_recipe(["edit.scale=1.1"]), lock=lock, base_model_id=None, kind="adapter",
                        edit_summary=summarize_edit({}, model_params=1000))
     assert "pruning" not in ModelCard(boost.content).data.to_dict()["tags"]
     assert "This PEFT adapter holds a MathNeuro edit of the model organism shipped with mathneuro-edit" in boost.text
