@@ -380,5 +380,14 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# re-exported: reading recipes lives in recipe_io (kept apart to keep each module one stage)
-from .recipe_io import load_recipe, quickstart_recipe, recipe_fields, recipe_from_dict  # noqa: E402
+# re-exported: reading recipes lives in recipe_io (kept apart to keep each module one stage). Lazily (PEP 562):
+# recipe_io imports this module, so an import here would fail when recipe_io is the first module imported
+_FROM_IO = ("load_recipe", "quickstart_recipe", "recipe_fields", "recipe_from_dict")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_IO:
+        from . import recipe_io
+
+        return getattr(recipe_io, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
