@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes/smollm2-arithmetic-boost.yaml"
 # (top_k, scale) in priority order: the paper's prune and boost at 5%, then the rest of the grid
 DEFAULT_EDITS = ("mathneuro:0.05:0,random:0.05:0,mathneuro:0.05:1.1,wanda:0.05:0,mathneuro:0.01:0,mathneuro:0.1:0,"
-                 "mathneuro:0.05:1.2,mathneuro:0.01:1.1,mathneuro:0.01:1.2,mathneuro:0.05:1.05,mathneuro:0.01:1.05")
+                 "mathneuro:0.05:1.2,mathneuro:0.01:1.1,mathneuro:0.01:1.2,mathneuro:0.05:1.05,mathneuro:0.01:1.05,"
+                 "random:0.01:0")
 
 
 def main() -> None:

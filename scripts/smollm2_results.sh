@@ -7,7 +7,7 @@
 # STEPs (default: all, one after the other; they are independent and may run in parallel shells):
 #   prunes   MathNeuro prune at top_k 1/5/10%            (one sweep: one calibration, base evaluated once)
 #   boosts   MathNeuro boost, top_k 1/5% x scale 1.1/1.2 (one sweep)
-#   random   random prune, as many weights per matrix as the 5% MathNeuro mask (mask.method=random)
+#   random   random prunes, as many weights per matrix as the 1% and 5% MathNeuro masks (mask.method=random)
 #   wanda    Wanda-only prune at 5% (math top-k, no general subtraction; mask.method=wanda)
 # Each step writes OUT/STEP/{sweep.csv,sweep.json} (every accuracy with its 95% Wilson interval and the paired
 # McNemar p vs the base; general loss; KL) and OUT/STEP.log (wall time at the end).
@@ -43,7 +43,7 @@ for s in "${steps[@]}"; do
   case $s in
     prunes) step prunes --top-k 0.01,0.05,0.1 --scale 0 ;;
     boosts) step boosts --top-k 0.01,0.05 --scale 1.1,1.2 ;;
-    random) step random --top-k 0.05 --scale 0 --set mask.method=random ;;
+    random) step random --top-k 0.01,0.05 --scale 0 --set mask.method=random ;;
     wanda)  step wanda  --top-k 0.05 --scale 0 --set mask.method=wanda ;;
     *) echo "unknown step $s (prunes, boosts, random, wanda)" >&2; exit 2 ;;
   esac
