@@ -46,6 +46,11 @@ class SweepPoint:
     math_ci95_high: float = 1.0
     mcnemar_p: float = 1.0
     significant: bool = False
+    # general loss: its standard error over texts, and the paired change vs the base with its standard error
+    # (:func:`~mathneuro_edit.eval_results.compare`); nan in a point built without them
+    general_loss_se: float = math.nan
+    loss_change: float = math.nan
+    loss_change_se: float = math.nan
 
 
 @dataclass
@@ -60,9 +65,11 @@ class SweepResult:
     best: int | None
 
     base_math: dict[str, Any] = field(default_factory=dict)  # the base's eval row (counts, interval)
+    base_general_loss_se: float = math.nan  # standard error of the base's general loss over texts
 
     def to_dict(self) -> dict[str, Any]:
         return {"base": {"math_accuracy": self.base_math_accuracy, "general_loss": self.base_general_loss,
+                         "general_loss_se": self.base_general_loss_se,
                          **{k: v for k, v in self.base_math.items() if k != "predictions"}},
                 "points": [asdict(p) for p in self.points], "pareto_front": self.front,
                 "recommendation": self.recommendation, "best": self.best}
@@ -71,11 +78,13 @@ class SweepResult:
         buf = io.StringIO()
         w = csv.writer(buf)
         w.writerow(["top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
-                    "math_ci95_high", "mcnemar_p", "significant", "general_loss", "general_kl", "pareto"])
+                    "math_ci95_high", "mcnemar_p", "significant", "general_loss", "general_loss_se", "loss_change",
+                    "loss_change_se", "general_kl", "pareto"])
         for i, p in enumerate(self.points):
             w.writerow([p.top_k, p.scale, p.selected, p.math_accuracy, p.math_correct, p.math_total,
                         f"{p.math_ci95_low:.4f}", f"{p.math_ci95_high:.4f}", f"{p.mcnemar_p:.4g}", p.significant,
-                        p.general_loss, p.general_kl, i in self.front])
+                        p.general_loss, f"{p.general_loss_se:.4g}", f"{p.loss_change:.4g}", f"{p.loss_change_se:.4g}",
+                        p.general_kl, i in self.front])
         return buf.getvalue()
 
     def to_text(self) -> str:
@@ -96,12 +105,30 @@ class SweepResult:
         return table(head, rows, right={2, 4, 5})
 
 
+def _num(x: Any) -> float:
+    """An eval dict's number (``None`` where eval.json wrote a non-finite value) as a float."""
+    return math.nan if x is None else float(x)
+
+
+def _strict(x: Any) -> Any:
+    """``x`` with non-finite floats as ``None`` (strict JSON, as eval.json)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_strict(v) for v in x]
+    return x
+
+
 def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> SweepPoint:
     """A :class:`SweepPoint` from one edit's eval dict (``to_dict`` of :func:`~mathneuro_edit.evaluation.evaluate`)."""
     m, g, c = res["math"]["edited"], res["general"]["edited"], res["math"].get("comparison") or {}
+    gc = res["general"].get("comparison") or {}
     return SweepPoint(top_k, scale, selected, m["math_accuracy"], g["general_loss"], g["general_kl"],
                       int(m["math_correct"]), int(m["math_total"]), m["math_ci95_low"], m["math_ci95_high"],
-                      c.get("mcnemar_p", 1.0), bool(c.get("significant", False)))
+                      c.get("mcnemar_p", 1.0), bool(c.get("significant", False)), _num(g.get("general_loss_se")),
+                      _num(gc.get("loss_change")), _num(gc.get("loss_change_se")))
 
 
 def pareto_front(points: Sequence[SweepPoint]) -> list[int]:
@@ -291,9 +318,10 @@ def run_sweep(
         base_d = base.to_dict()
         base_acc = base_d["math"]["base"]["math_accuracy"]
         best, text = recommend(points, base_acc, kl_budget)
-        result = SweepResult(base_acc, base_d["general"]["base"]["general_loss"], points, pareto_front(points),
-                             text, best, dict(base_d["math"]["base"]))
+        base_g = base_d["general"]["base"]
+        result = SweepResult(base_acc, base_g["general_loss"], points, pareto_front(points), text, best,
+                             dict(base_d["math"]["base"]), _num(base_g.get("general_loss_se")))
         (tmp / "sweep.csv").write_text(result.to_csv())
-        (tmp / "sweep.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        (tmp / "sweep.json").write_text(json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
         _plot(result, tmp / "sweep.png")
     return result

@@ -234,6 +234,14 @@ def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
     assert {(p["top_k"], p["scale"]) for p in rows["points"]} == {(0.05, 0.0), (0.05, 1.1), (0.2, 0.0), (0.2, 1.1)}
     assert all(p["general_kl"] >= 0 for p in rows["points"])
     assert (tmp_path / "sw" / "sweep.csv").read_text().startswith("top_k,scale")
+    # the general loss carries its standard error, and each edit its paired change with its standard error
+    # (regression: the sweep reported the losses bare)
+    base = rows["base"]
+    assert base["general_loss_se"] > 0
+    for p in rows["points"]:
+        assert p["general_loss_se"] > 0 and p["loss_change_se"] > 0
+        assert p["loss_change"] == pytest.approx(p["general_loss"] - base["general_loss"], abs=1e-9)
+    assert "general_loss_se,loss_change,loss_change_se" in (tmp_path / "sw" / "sweep.csv").read_text().splitlines()[0]
     assert (tmp_path / "sw" / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     # more pruning never selects fewer weights
     sel = {(p["top_k"], p["scale"]): p["selected"] for p in rows["points"]}

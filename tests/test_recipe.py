@@ -271,3 +271,14 @@ def test_model_is_the_single_schema() -> None:
         model = next((a for a in getattr(sub, "__args__", (sub,)) if isinstance(a, type)), None)
         if model is not None and hasattr(model, "model_config"):
             assert model.model_config["extra"] == "forbid"
+
+
+def test_recipe_io_imports_first():
+    """Regression: ``from mathneuro_edit.recipe_io import load_recipe`` in a fresh interpreter failed (circular import)."""
+    import subprocess
+    import sys
+
+    # (recipe.py does not re-export them: the dependency is one-way, recipe_io -> recipe; tests/test_messages.py)
+    for stmt in ("from mathneuro_edit.recipe_io import load_recipe", "import mathneuro_edit.recipe"):
+        proc = subprocess.run([sys.executable, "-c", stmt], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
