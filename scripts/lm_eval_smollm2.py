@@ -11,22 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
 import torch
 
+from mathneuro_edit.eval_stats import wilson_interval
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval of k successes in n trials (95% by default)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
 
 
 def main() -> None:
@@ -56,7 +48,7 @@ def main() -> None:
     for flt in ("strict-match", "flexible-extract"):
         acc = result.values[f"{args.task}/exact_match,{flt}"]
         k = round(acc * n)
-        lo, hi = wilson(k, n)
+        lo, hi = wilson_interval(k, n)
         out[flt] = {"correct": k, "accuracy": acc, "wilson95": [round(lo, 4), round(hi, 4)]}
     samples = [s for s in result.samples[args.task] if s["filter"] == "strict-match"][:2]
     out["examples"] = [{"prompt_tail": s["arguments"][0][0][-160:], "response": s["resps"][0][0][:200]}
