@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import asdict
 
 import pytest
 
 from mathneuro_edit.eval_stats import wilson_interval
 from mathneuro_edit.sweep import SweepPoint, SweepResult, _point, pareto_front, recommend
+
+NAN = math.nan  # a point built without the loss columns holds nan (the same object, so dicts compare equal)
 
 N = 100  # problems per evaluation: math_correct = accuracy * N
 
@@ -144,21 +147,24 @@ def test_csv_marks_the_front():
     result = SweepResult(0.5, 2.0, POINTS, pareto_front(POINTS), "x", 6)
     rows = list(csv.reader(io.StringIO(result.to_csv())))
     assert rows[0] == ["top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
-                       "math_ci95_high", "mcnemar_p", "significant", "general_loss", "general_kl", "pareto"]
+                       "math_ci95_high", "mcnemar_p", "significant", "general_loss", "general_loss_se", "loss_change",
+                       "loss_change_se", "general_kl", "pareto"]
     assert rows[1:] == [[str(p.top_k), str(p.scale), str(p.selected), str(p.math_accuracy),
                          str(round(100 * p.math_accuracy)), "100", f"{p.math_ci95_low:.4f}", f"{p.math_ci95_high:.4f}",
                          f"{p.mcnemar_p:g}",
-                         str(SIGNIFICANT[i]), str(p.general_loss), str(p.general_kl), str(i in FRONT)]
+                         str(SIGNIFICANT[i]), str(p.general_loss), "nan", "nan", "nan", str(p.general_kl), str(i in FRONT)]
                         for i, p in enumerate(POINTS)]
     assert rows[7][6:10] == ["0.5221", "0.7090", "0.004", "True"]  # point 6, by hand (62/100)
     assert result.to_dict() == {
-        "base": {"math_accuracy": 0.5, "general_loss": 2.0},
+        "base": {"math_accuracy": 0.5, "general_loss": 2.0, "general_loss_se": NAN},
         "points": [{"top_k": p.top_k, "scale": p.scale, "selected": p.selected, "math_accuracy": p.math_accuracy,
                     "general_loss": p.general_loss, "general_kl": p.general_kl, "math_correct": p.math_correct,
                     "math_total": 100, "math_ci95_low": p.math_ci95_low, "math_ci95_high": p.math_ci95_high,
-                    "mcnemar_p": p.mcnemar_p, "significant": SIGNIFICANT[i]} for i, p in enumerate(POINTS)],
+                    "mcnemar_p": p.mcnemar_p, "significant": SIGNIFICANT[i], "general_loss_se": NAN,
+                    "loss_change": NAN, "loss_change_se": NAN} for i, p in enumerate(POINTS)],
         "pareto_front": FRONT, "recommendation": "x", "best": 6}
     base = {"math_accuracy": 0.5, "math_correct": 50, "math_total": 100, "predictions": [{"correct": True}]}
     with_base = SweepResult(0.5, 2.0, POINTS, FRONT, "x", 6, base).to_dict()["base"]
-    assert with_base == {"math_accuracy": 0.5, "general_loss": 2.0, "math_correct": 50, "math_total": 100}
+    assert with_base == {"math_accuracy": 0.5, "general_loss": 2.0, "general_loss_se": NAN, "math_correct": 50,
+                         "math_total": 100}
     assert asdict(POINTS[0])["significant"] is False
