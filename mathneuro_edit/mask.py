@@ -318,7 +318,7 @@ def _check_stats(
 
 
 def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
-    from .recipe import top_k_hint
+    from .recipe_types import top_k_hint
 
     for top_k in top_ks:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not 0 < top_k <= 1:

@@ -277,7 +277,7 @@ def plan_from_config(
     """
     from .targets import find_targets
 
-    from .recipe import top_k_hint
+    from .recipe_types import top_k_hint
 
     if not 0 < top_k <= 1:
         raise InputError(f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such "

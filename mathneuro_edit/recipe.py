@@ -3,6 +3,8 @@
 It is the single source of truth for the YAML files and the CLI options: ``docs/recipes.md`` documents every key
 listed by :func:`~mathneuro_edit.recipe_io.recipe_fields`. Reading recipes (YAML, ``--set`` overrides, the embedded
 quickstart) lives in :mod:`mathneuro_edit.recipe_io`, which imports this module (never the other way round).
+The pieces this module assembles: the constrained value types in :mod:`mathneuro_edit.recipe_types`, the
+``evaluation.lm_eval`` section and its old-key migration in :mod:`mathneuro_edit.recipe_lm_eval`.
 Every section is a pydantic v2 model that rejects unknown keys; a bad recipe raises ONE
 :class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g. ``recipe.yaml: 2
 problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1] (got 1.5), did you
@@ -21,18 +23,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import string
-import typing
-import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import BeforeValidator, Field, StrictBool, StrictInt, model_validator
 
 from .errors import InputError
+from .recipe_lm_eval import LmEvalConfig, _migrate_lm_eval_keys
+from .recipe_types import Device, NonNegative, Positive, Regex, RepoId, Scale, ShardSize, TopK, _check, _Model
 
 
 __all__ = [
@@ -45,8 +46,6 @@ ORGANISM = "organism"
 ARITHMETIC = "arithmetic"  # the built-in arithmetic task (mathneuro_edit.arithmetic)
 LOCAL = "<local>"  # stands for a redacted local path in public outputs (lock, card, recipe hash)
 _HUB_DATASET = re.compile(r"^hf://datasets/(?:[\w.-]+/)?[\w.-]+$")
-_SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?)?B$", re.IGNORECASE)
-_DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?)$")
 
 
 def is_local_path(value: str) -> bool:
@@ -80,63 +79,6 @@ def no_such_local_folder(value: str, label: str = "base.model") -> InputError:
     what = "file" if value.lower().endswith(".gguf") else "folder"
     return InputError(f"{label}: no such local {what} {value!r}{why}; check the path (a Hub id looks like "
                       "owner/name)")
-
-
-def _check(ok: typing.Callable[[Any], bool], message: str) -> AfterValidator:
-    """An AfterValidator whose error reads ``<message> (got <value>)``."""
-
-    def validate(value: Any) -> Any:
-        if not ok(value):
-            raise ValueError(f"{message} (got {_show(value)})")
-        return value
-
-    return AfterValidator(validate)
-
-
-def _regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as e:
-        raise ValueError(f"not a valid regular expression: {e} (got {value!r})") from None
-    return value
-
-
-# Why strict ints and bools: YAML `batch_size: true` or `prune: "yes"` is a mistake, not 1 / True.
-Positive = Annotated[StrictInt, _check(lambda v: v >= 1, "must be an integer >= 1")]
-NonNegative = Annotated[StrictInt, _check(lambda v: v >= 0, "must be an integer >= 0")]
-
-
-def top_k_hint(value: Any) -> str:
-    """``", did you mean 0.05?"`` for a top_k given as a percent (``5``), else ``""``.
-
-    Example:
-        >>> top_k_hint(5), top_k_hint(0.05)
-        (', did you mean 0.05?', '')
-    """
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return f", did you mean {value / 100:g}?" if number and 1 < value <= 100 else ""
-
-
-def _top_k(value: float) -> float:
-    if not 0 < value <= 1:
-        raise ValueError(f"must be in (0, 1] (got {_show(value)}){top_k_hint(value)}")
-    return value
-
-
-TopK = Annotated[float, AfterValidator(_top_k)]
-Scale = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
-Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
-ShardSize = Annotated[str, _check(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
-RepoId = Annotated[str, _check(re.compile(r"^([\w.-]+/)?[\w.-]+$").match, "must be a Hub repo id like user/name")]
-Regex = Annotated[str, AfterValidator(_regex)]
-# an int counts documents, a float in (0, 1) is a fraction of them (lm-eval's own rule for --limit)
-LmEvalLimit = Annotated[typing.Union[int, float], _check(
-    lambda v: v >= 1 if isinstance(v, int) else 0 < v < 1, "must be an integer >= 1 or a fraction in (0, 1)")]
-
-
-class _Model(BaseModel):
-    # Why coerce numbers to str: YAML reads `split: 2021` or `revision: 1234` as ints.
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
 
 class Source(_Model):
@@ -346,48 +288,6 @@ class OutputsConfig(_Model):
         return self
 
 
-class LmEvalConfig(_Model):
-    """lm-evaluation-harness tasks (``lm_eval.simple_evaluate`` on the in-memory model, base and edited)."""
-
-    tasks: list[Annotated[str, Field(min_length=1)]] = Field(
-        min_length=1, description="lm-eval task names, e.g. [arithmetic_local] (from include_path) or [gsm8k_cot]")
-    include_path: str | None = Field(None, description="a folder of task YAMLs, e.g. recipes/lm_eval_tasks (its "
-                                                       "files' sha256 go into the lock)")
-    limit: LmEvalLimit | None = Field(None, description="documents per task: an int, or a fraction in (0, 1) "
-                                                        "(default: all)")
-    num_fewshot: NonNegative | None = Field(None, description="few-shot examples per prompt (default: each task's)")
-    apply_chat_template: bool = Field(False, description="format prompts with the tokenizer's chat template")
-    fewshot_as_multiturn: bool | None = Field(None, description="few-shot examples as chat turns (default: on "
-                                                                "exactly when apply_chat_template is)")
-    batch_size: Positive | None = Field(None, description="lm-eval batch size (default: 16, as the built-in "
-                                                          "evaluation)")
-
-    @model_validator(mode="after")
-    def _multiturn_needs_chat(self) -> LmEvalConfig:
-        if self.fewshot_as_multiturn and not self.apply_chat_template:
-            raise ValueError("fewshot_as_multiturn: true needs apply_chat_template: true")
-        return self
-
-
-def _migrate_lm_eval_keys(data: Any) -> Any:
-    """The keys before ``evaluation.lm_eval`` (``lm_eval_tasks``, ``lm_eval_limit``) still work: moved there.
-
-    Why keep them: every lock written before holds them (at their defaults ``[]`` / ``null``, dropped silently), and
-    recipes that set them keep running, with a FutureWarning naming the new keys.
-    """
-    if not isinstance(data, dict) or not ({"lm_eval_tasks", "lm_eval_limit"} & data.keys()):
-        return data
-    data = dict(data)
-    tasks, limit = data.pop("lm_eval_tasks", None), data.pop("lm_eval_limit", None)
-    if tasks:
-        if data.get("lm_eval") is not None:
-            raise ValueError("lm_eval_tasks: replaced by lm_eval.tasks; set only evaluation.lm_eval")
-        warnings.warn("evaluation.lm_eval_tasks / lm_eval_limit are deprecated: write evaluation.lm_eval.tasks / "
-                      "evaluation.lm_eval.limit (docs/recipes.md)", FutureWarning, stacklevel=2)
-        data["lm_eval"] = {"tasks": tasks, **({"limit": limit} if limit is not None else {})}
-    return data
-
-
 class EvaluationConfig(_Model):
     """Before/after evaluation (optional)."""
 
@@ -471,11 +371,3 @@ def recipe_sha256(recipe: Recipe) -> str:
     """
     canonical = json.dumps(recipe.public_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------- errors
-
-
-def _show(value: Any) -> str:
-    text = repr(value) if not isinstance(value, float) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -19,7 +19,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import InputError
-from .recipe import ORGANISM, Recipe, Source, _show
+from .recipe import ORGANISM, Recipe, Source
+from .recipe_types import _show
 
 __all__ = ["load_recipe", "recipe_from_dict", "quickstart_recipe", "recipe_fields"]
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from .errors import InputError
 from .eval_report import format_p
-from .recipe import Recipe, top_k_hint
+from .recipe import Recipe
+from .recipe_types import top_k_hint
 
 __all__ = ["SweepPoint", "SweepResult", "run_sweep", "pareto_front", "recommend"]
 

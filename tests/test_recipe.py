@@ -279,6 +279,17 @@ def test_recipe_io_imports_first():
     import sys
 
     # (recipe.py does not re-export them: the dependency is one-way, recipe_io -> recipe; tests/test_messages.py)
-    for stmt in ("from mathneuro_edit.recipe_io import load_recipe", "import mathneuro_edit.recipe"):
+    for stmt in ("from mathneuro_edit.recipe_io import load_recipe", "import mathneuro_edit.recipe",
+                 "from mathneuro_edit.recipe_lm_eval import LmEvalConfig"):
         proc = subprocess.run([sys.executable, "-c", stmt], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_recipe_pieces_never_import_recipe() -> None:
+    """recipe.py assembles recipe_types and recipe_lm_eval; they never import it back (no import cycle)."""
+    import ast
+
+    for name in ("recipe_types", "recipe_lm_eval"):
+        tree = ast.parse((ROOT / "mathneuro_edit" / f"{name}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        assert not imported & {"recipe", "recipe_io", "mathneuro_edit.recipe", "mathneuro_edit.recipe_io"}, name
