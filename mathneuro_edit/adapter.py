@@ -45,12 +45,10 @@ from torch import nn
 from .apply import check_scale
 from .checkpoint import (
     Checkpoint,
-    EditPlan,
-    meta_model,
     open_checkpoint,
-    plan_edits,
     resolve_base,
 )
+from .edit_plan import EditPlan, meta_model, plan_edits
 from . import __version__
 from .errors import InputError
 from .export import as_mask, atomic_dir, tensor_bytes, write_all, write_safetensors

@@ -30,7 +30,8 @@ import torch
 
 from .apply import check_scale
 from .remote_code import check_remote_code
-from .checkpoint import SAFE_INDEX, Checkpoint, EditPlan, meta_model, open_checkpoint, plan_edits, resolve_base
+from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint, resolve_base
+from .edit_plan import EditPlan, meta_model, plan_edits
 from .export import as_mask, tensor_bytes
 from .errors import InputError
 

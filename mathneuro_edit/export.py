@@ -8,7 +8,7 @@ mathneuro-edit is needed):
   ``max_shard_size`` asks for a new layout; a pickle base (``allow_pickle=True``) is written as safetensors;
 - unedited tensors byte-identical to the base (their bytes are copied, never decoded);
 - edited tensors = :func:`mathneuro_edit.apply.scale_masked` on the masked entries (the one definition of an
-  edited value), mapped to the checkpoint's names and layout by :func:`mathneuro_edit.checkpoint.plan_edits`;
+  edited value), mapped to the checkpoint's names and layout by :func:`mathneuro_edit.edit_plan.plan_edits`;
 - each shard's safetensors metadata keeps the base's (``format: pt``) and adds ``mathneuro_edit_version``,
   ``mathneuro_edit_mask_sha256`` and ``mathneuro_edit_scale``;
 - every other file of the base folder is copied (config.json, generation_config.json, tokenizer files, chat
@@ -61,9 +61,9 @@ from .checkpoint import (
     SKIPPED_WEIGHT_PATTERNS,
     Checkpoint,
     open_checkpoint,
-    plan_edits,
     resolve_base,
 )
+from .edit_plan import plan_edits
 from . import __version__
 from .errors import InputError
 from .files import dir_mode

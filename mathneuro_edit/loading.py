@@ -277,7 +277,8 @@ class CheckpointWeights(_LazyWeights):
 
     def __init__(self, folder: Path, names: Iterable[str] | None, dtype: torch.dtype | None,
                  trust_remote_code: bool = False) -> None:
-        from .checkpoint import meta_model, open_checkpoint, plan_edits
+        from .checkpoint import open_checkpoint
+        from .edit_plan import meta_model, plan_edits
         from .targets import find_targets
 
         self.folder = folder
@@ -328,7 +329,7 @@ class CheckpointWeights(_LazyWeights):
 
 
 class _ShapeList:
-    """The two things :func:`~mathneuro_edit.checkpoint.plan_edits` asks of a mask: names and shapes."""
+    """The two things :func:`~mathneuro_edit.edit_plan.plan_edits` asks of a mask: names and shapes."""
 
     def __init__(self, shapes: dict[str, tuple[int, ...]]) -> None:
         self._shapes = shapes

@@ -29,7 +29,8 @@ from typing import Any, BinaryIO, TypeVar
 import torch
 
 from .apply import check_scale, edited_values
-from .checkpoint import Checkpoint, EditPlan
+from .checkpoint import Checkpoint
+from .edit_plan import EditPlan
 from .errors import InputError
 
 __all__ = ["write_all", "copy_range", "write_safetensors", "tensor_bytes", "write_edited", "write_shard",
