@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import string
+from pathlib import Path
 
 import torch
+import yaml
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 from transformers import PreTrainedTokenizerFast
 
@@ -83,3 +86,44 @@ def build(family: str, *, dtype: torch.dtype = torch.float32, hidden_size: int =
     torch.manual_seed(seed)
     model = tf.AutoModelForCausalLM.from_config(cfg).to(dtype).eval()
     return model, char_tokenizer()
+
+
+def arithmetic_problems(n: int, offset: int = 0) -> list[dict]:
+    """``n`` GSM8K-style records (question, answer with ``#### gold``) of one-step additions."""
+    out = []
+    for i in range(n):
+        a, b = 2 + (i + offset) % 7, 3 + (i * 3 + offset) % 5
+        out.append({"question": f"Tom has {a} apples and buys {b} more. How many?",
+                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}"})
+    return out
+
+
+def write_workspace(root: Path) -> Path:
+    """The CLI tests' workspace in ``root``: a tiny sharded llama (with an index) in ``base/``, local data files
+    (``math.jsonl``, ``eval.jsonl``, ``general.txt``) and ``recipe.yaml`` naming them by absolute path.
+
+    Returns:
+        The recipe path, ``root / "recipe.yaml"``.
+
+    Example:
+        >>> recipe = write_workspace(tmp_path)  # doctest: +SKIP
+    """
+    model, tok = build("llama")
+    model.save_pretrained(root / "base", max_shard_size="50KB")
+    tok.save_pretrained(root / "base")
+    (root / "math.jsonl").write_text("".join(json.dumps(p) + "\n" for p in arithmetic_problems(12)))
+    (root / "eval.jsonl").write_text("".join(json.dumps(p) + "\n" for p in arithmetic_problems(6, offset=5)))
+    (root / "general.txt").write_text("\n\n".join(GENERAL) + "\n")
+    recipe = {
+        "base": {"model": str(root / "base"), "dtype": "float32", "device": "cpu"},
+        "data": {"math": {"path": str(root / "math.jsonl")}, "general": [{"path": str(root / "general.txt")}],
+                 "samples": 8, "seed": 0},
+        "calibration": {"max_length": 64, "batch_size": 4},
+        "mask": {"method": "mathneuro", "top_k": 0.1},
+        "edit": {"scale": 1.1},
+        "outputs": {"checkpoint": True, "adapter": True},
+        "evaluation": {"math": {"path": str(root / "eval.jsonl")}, "general": [{"path": str(root / "general.txt")}],
+                       "samples": 4, "max_new_tokens": 8},
+    }
+    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    return root / "recipe.yaml"

@@ -15,45 +15,15 @@ from click.testing import CliRunner
 
 from mathneuro_edit.cli import main
 
-from ._tiny import GENERAL, build
+from ._tiny import build, write_workspace
 
 pytestmark = pytest.mark.slow
-
-
-def _problems(n: int, offset: int = 0) -> list[dict]:
-    out = []
-    for i in range(n):
-        a, b = 2 + (i + offset) % 7, 3 + (i * 3 + offset) % 5
-        out.append({"question": f"Tom has {a} apples and buys {b} more. How many?",
-                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}"})
-    return out
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cli")
-    model, tok = build("llama")
-    model.save_pretrained(root / "base", max_shard_size="50KB")
-    tok.save_pretrained(root / "base")
-    with open(root / "math.jsonl", "w") as f:
-        for p in _problems(12):
-            f.write(json.dumps(p) + "\n")
-    with open(root / "eval.jsonl", "w") as f:
-        for p in _problems(6, offset=5):
-            f.write(json.dumps(p) + "\n")
-    (root / "general.txt").write_text("\n\n".join(GENERAL) + "\n")
-    recipe = {
-        "base": {"model": str(root / "base"), "dtype": "float32", "device": "cpu"},
-        "data": {"math": {"path": str(root / "math.jsonl")}, "general": [{"path": str(root / "general.txt")}],
-                 "samples": 8, "seed": 0},
-        "calibration": {"max_length": 64, "batch_size": 4},
-        "mask": {"method": "mathneuro", "top_k": 0.1},
-        "edit": {"scale": 1.1},
-        "outputs": {"checkpoint": True, "adapter": True},
-        "evaluation": {"math": {"path": str(root / "eval.jsonl")}, "general": [{"path": str(root / "general.txt")}],
-                       "samples": 4, "max_new_tokens": 8},
-    }
-    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    write_workspace(root)
     return root
 
 

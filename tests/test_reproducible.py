@@ -21,40 +21,10 @@ import yaml
 
 from mathneuro_edit.files import save_file
 
-from ._tiny import GENERAL, build
+from ._tiny import write_workspace
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _problems(n: int, offset: int = 0) -> list[dict]:
-    return [{"question": f"Tom has {2 + (i + offset) % 7} apples and buys {3 + (i * 3 + offset) % 5} more. How many?",
-             "answer": f"{2 + (i + offset) % 7} + {3 + (i * 3 + offset) % 5} = "
-                       f"{5 + (i + offset) % 7 + (i * 3 + offset) % 5}\n#### {5 + (i + offset) % 7 + (i * 3 + offset) % 5}"}
-            for i in range(n)]
-
-
-def _place(root: Path, base_name: str) -> Path:
-    """A tiny sharded llama (with an index) and local data files in ``root``; returns the recipe path."""
-    model, tok = build("llama")
-    model.save_pretrained(root / base_name, max_shard_size="50KB")
-    tok.save_pretrained(root / base_name)
-    (root / "math.jsonl").write_text("".join(json.dumps(p) + "\n" for p in _problems(12)))
-    (root / "eval.jsonl").write_text("".join(json.dumps(p) + "\n" for p in _problems(6, offset=5)))
-    (root / "general.txt").write_text("\n\n".join(GENERAL) + "\n")
-    recipe = {
-        "base": {"model": str(root / base_name), "dtype": "float32", "device": "cpu"},
-        "data": {"math": {"path": str(root / "math.jsonl")}, "general": [{"path": str(root / "general.txt")}],
-                 "samples": 8, "seed": 0},
-        "calibration": {"max_length": 64, "batch_size": 4},
-        "mask": {"method": "mathneuro", "top_k": 0.1},
-        "edit": {"scale": 1.1},
-        "outputs": {"checkpoint": True, "adapter": True},
-        "evaluation": {"math": {"path": str(root / "eval.jsonl")}, "general": [{"path": str(root / "general.txt")}],
-                       "samples": 4, "max_new_tokens": 8},
-    }
-    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
-    return root / "recipe.yaml"
 
 
 def _cli(*args: str, seed: str = "0", cwd: Path | None = None, umask: int = 0o022,
@@ -83,7 +53,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     """The same recipe run twice in separate processes: other PYTHONHASHSEED, other folders, other umask."""
     torch.manual_seed(0)
     one, two = tmp_path_factory.mktemp("machine-one"), tmp_path_factory.mktemp("machine-two")
-    recipe_one = _place(one, "base")
+    recipe_one = write_workspace(one)
     shutil.copytree(one / "base", two / "a-copy-of-the-base")  # the same model (same bytes) elsewhere
     for name in ("math.jsonl", "eval.jsonl", "general.txt"):
         shutil.copy(one / name, two / name)
