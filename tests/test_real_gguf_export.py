@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from ._gguf_e2e import cli, write_recipe
+from .test_gguf import _llama  # llama.cpp's loader (skips without llama-cpp-python)
 from .test_real_gguf import smollm2  # noqa: F401  (the real-model fixture: fails under CI=true without the file)
 
 pytestmark = pytest.mark.real
@@ -109,17 +110,12 @@ def test_transformers_reads_back_the_edited_weights(edited, qtype) -> None:
         assert float(moved.abs().median()) < 5, float(moved.median())  # finite, not exploding; docs/formats.md
 
 
-def _llama(path: Path):
-    llama_cpp = pytest.importorskip("llama_cpp")
-    return llama_cpp.Llama(model_path=str(path), n_ctx=256, n_threads=2, verbose=False, seed=0)
-
-
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
 def test_llama_cpp_loads_and_continues_like_transformers(edited, qtype) -> None:
     """llama.cpp tokenizes the chat prompt like the checkpoint's tokenizer and greedily continues it like
     transformers on the same GGUF (llama.cpp computes with the quantized blocks and quantized activations,
     transformers with the dequantized float32 weights: the first tokens agree; measured in the assertion)."""
-    llm = _llama(edited[qtype])
+    llm = _llama(edited[qtype], n_ctx=256)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(edited["checkpoint"])
