@@ -3,21 +3,20 @@ written back as GGUF, read back by two independent readers.
 
 - ``run`` with ``outputs.gguf: base`` writes ``checkpoint/model-Q4_1.gguf``: the base's own type, tensor by tensor
   the base's tensor types, and the base's ``tokenizer.ggml.pre`` (``smollm``), which transformers' dequantized
-  tokenizer does not keep; ``export --gguf Q8_0`` writes the same edit as Q8_0.
+  tokenizer does not keep; ``export --gguf Q8_0`` writes the same edit as Q8_0; ``verify`` audits the GGUF.
 - transformers' GGUF loader gives back the edited checkpoint within the type's quantization step (exactly for the
-  F32 norms), and, for Q8_0, the edit itself: the masked entries moved by about the intended amount.
-- llama.cpp (``llama-cpp-python``, the ``gguf-test`` extra; skipped where it is not installed, e.g. CI, whose
-  budget a from-source build would exceed) loads both files, tokenizes like the base GGUF does in llama.cpp and
-  like the checkpoint's tokenizer, and its greedy continuation of math prompts equals transformers' on the same
-  GGUF's weights.
-Budget: ~1 minute on 2 cores after the dequantization (4 calibration texts of 32 tokens; two quantizations).
+  F32 norms), and the edit itself: on the masked entries, the change read back over the intended change.
+- llama.cpp (``llama-cpp-python``, the ``gguf-test`` extra; skipped where it is not installed unless
+  ``MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1``, which .ci/run sets when its cached wheel is there) loads both files,
+  tokenizes the chat prompt like the checkpoint's tokenizer, and greedily continues it like transformers on the
+  same GGUF's weights.
+Budget: ~2 minutes on 2 cores after the dequantization (4 calibration texts of 32 tokens; two quantizations).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -104,17 +103,21 @@ def test_transformers_reads_back_the_edited_weights(edited, qtype) -> None:
         want = ckpt[name][sel]
         ratios.append((read[name][sel] - want / 1.1) / (want - want / 1.1))
     moved = torch.cat(ratios)
-    if qtype == "Q8_0":  # the edit survives Q8_0 (its step is ~1/127 of a block's max: far below a 10% change)
-        assert float(moved.median()) == pytest.approx(1.0, abs=0.1), float(moved.median())
-    else:  # Q4_1's step (2/15 of a block's range) is larger than most 10% changes: the edit is mostly rounded
-        assert float(moved.abs().median()) < 5, float(moved.median())  # finite, not exploding; docs/formats.md
+    lost = float((moved == 0).float().mean())  # entries rounded back to exactly the base's value
+    # measured (2,213,156 edited entries, top_k 0.05 of 4 texts): Q8_0 median 1.000, IQR 0.978-1.021, none lost;
+    # Q4_1 median 1.001, IQR 0.995-1.406, 20.0% lost (its step, up to 2/15 of a block's range, is often larger
+    # than a 10% change; the base's values are on that grid already, so most edits land one step away)
+    if qtype == "Q8_0":  # its step is ~1/127 of a block's max: far below a 10% change
+        assert float(moved.median()) == pytest.approx(1.0, abs=0.02) and lost < 0.01, (float(moved.median()), lost)
+    else:
+        assert float(moved.median()) == pytest.approx(1.0, abs=0.1) and lost < 0.3, (float(moved.median()), lost)
 
 
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
 def test_llama_cpp_loads_and_continues_like_transformers(edited, qtype) -> None:
     """llama.cpp tokenizes the chat prompt like the checkpoint's tokenizer and greedily continues it like
     transformers on the same GGUF (llama.cpp computes with the quantized blocks and quantized activations,
-    transformers with the dequantized float32 weights: the first tokens agree; measured in the assertion)."""
+    transformers with the dequantized float32 weights)."""
     llm = _llama(edited[qtype], n_ctx=256)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -134,5 +137,6 @@ def test_llama_cpp_loads_and_continues_like_transformers(edited, qtype) -> None:
                 break
         same = next((i for i, (a, b) in enumerate(zip(hf, cpp)) if a != b), len(hf))
         agree.append(same)
-    assert min(agree) >= 3 and sum(agree) >= 2 * n_new, agree  # every prompt's first 3 tokens, most of the rest
-    assert np.isfinite(np.asarray(llm.eval_logits if hasattr(llm, "eval_logits") else [0.0])).all()
+    # measured: all 8 tokens agree on all 3 prompts, for Q4_1 and Q8_0; the bound leaves room for another CPU's
+    # SIMD path flipping a near-tie late in a continuation
+    assert min(agree) >= 4 and sum(agree) >= 20, agree
