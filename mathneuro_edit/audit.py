@@ -61,6 +61,7 @@ class VerifyReport:
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    audited: list[str] = field(default_factory=list)  # other files checked, e.g. the GGUF beside the shards
 
     @property
     def ok(self) -> bool:
@@ -71,11 +72,11 @@ class VerifyReport:
         return self.ok
 
     def summary(self) -> str:
-        """One line per problem (or an OK line)."""
+        """One line per problem (or an OK line), then one per other file audited (a GGUF beside the shards)."""
         head = (f"{self.kind} {self.out_dir}: {'OK' if self.ok else 'FAILED'} "
                 f"({self.checked} checked, {self.edited} edited)")
         lines = [head] + [f"mismatch: {m}" for m in self.mismatches] + [f"missing: {m}" for m in self.missing]
-        return "\n".join(lines + [f"extra: {m}" for m in self.extra])
+        return "\n".join(lines + [f"extra: {m}" for m in self.extra] + [f"also audited: {m}" for m in self.audited])
 
 
 def verify(
@@ -187,6 +188,7 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
             report.checked += checked
             report.mismatches += [f"{path.name}: {b}" for b in bad]
             report.notes.append(f"{path.name}: {checked} tensors audited against the checkpoint")
+            report.audited.append(f"{path.name} ({checked} tensors, against the checkpoint)")
     return report
 
 

@@ -209,7 +209,8 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option("--adapter", is_flag=True, help="write a PEFT adapter instead of a full checkpoint")
 @click.option("--gguf", "gguf_type", metavar="TYPE", help="also write OUT/model-TYPE.gguf for llama.cpp: F32, F16, "
-              "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (default: the recipe's outputs.gguf)")
+              "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, or base (a GGUF base's own type; default: the recipe's "
+              "outputs.gguf)")
 @click.option("--overwrite", is_flag=True)
 @workers_opt
 @set_opt

@@ -93,6 +93,7 @@ def export_checkpoint(
     trust_remote_code: bool = False,
     gguf: str | None = None,
     gguf_name: str | None = None,
+    gguf_pre: str | None = None,
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
 
@@ -113,6 +114,8 @@ def export_checkpoint(
             folder from the written shards (:func:`~mathneuro_edit.gguf_export.write_gguf`), before the rename.
         gguf_name: the GGUF's ``general.name`` prefix: the base's public name (default: ``base`` when it is a
             Hub id, else ``"local model"``: never a path).
+        gguf_pre: the GGUF's ``tokenizer.ggml.pre`` (default: read from the tokenizer.json); a GGUF base's own,
+            which its dequantized folder does not keep (:func:`~mathneuro_edit.gguf_base.gguf_output`).
 
     Returns:
         The path of the written folder.
@@ -171,7 +174,7 @@ def export_checkpoint(
         if gguf is not None:
             from .gguf_export import gguf_filename, write_gguf
 
-            write_gguf(tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base))
+            write_gguf(tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base), pre=gguf_pre)
     return Path(out_dir).expanduser().absolute()
 
 

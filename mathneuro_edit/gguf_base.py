@@ -208,3 +208,44 @@ def gguf_lock_entry(base_cfg: Any) -> tuple[dict[str, Any], str | None]:
     """``({"file": NAME, "sha256": ...}, hub commit or None)`` of a recipe's GGUF base, for the lock."""
     path, commit = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
     return {"file": path.name, "sha256": _sha256(path)}, commit
+
+
+def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str | None]:
+    """The GGUF type to write and the ``tokenizer.ggml.pre`` to keep, for a recipe's ``outputs.gguf``.
+
+    ``requested="base"`` becomes the GGUF base's own type (:func:`~mathneuro_edit.gguf_export.gguf_file_type`).
+    A GGUF base also gives its own ``tokenizer.ggml.pre``: transformers' GGUF tokenizer conversion does not keep
+    it (SmolLM2's ``smollm`` comes back as a plain ByteLevel ``gpt-2``), and llama.cpp picks its pre-tokenizer
+    regex by this name, so writing the converted one would change how the edited model splits digits.
+
+    Args:
+        base_cfg: the recipe's ``base`` section.
+        requested: the recipe's ``outputs.gguf`` (a type, ``"base"`` or ``None``).
+
+    Returns:
+        ``(type or None, pre or None)``; ``pre`` is ``None`` for a base that is not a GGUF (read from
+        tokenizer.json then).
+
+    Raises:
+        InputError: ``"base"`` on a base whose type the gguf package cannot write (e.g. ``Q4_K_M``).
+
+    Example:
+        >>> gguf_output(recipe.base, "base")  # doctest: +SKIP
+        ('Q4_1', 'smollm')
+    """
+    if requested is None or not getattr(base_cfg, "is_gguf", False):
+        return requested, None
+    from gguf import GGUFReader
+
+    from .gguf_export import GGUF_TYPES, gguf_file_type
+
+    path, _ = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
+    pre = str(field.contents()) if field is not None else None
+    if requested != "base":
+        return requested, pre
+    own = gguf_file_type(path)
+    if own not in GGUF_TYPES:
+        raise InputError(f"outputs.gguf: base: the base {path.name} is {own}, which the gguf package cannot write; "
+                         f"choose one of {', '.join(GGUF_TYPES)}")
+    return own, pre

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .gguf_base import gguf_output
 from .recipe import Recipe
 
 __all__ = [
@@ -254,10 +255,11 @@ def run_recipe(
     scale = recipe.edit.effective_scale
     base = base_reference(recipe)
     folder = resolve_base(base, revision=recipe.base.revision)  # fails early on a missing/pickle base
-    if recipe.outputs.gguf is not None:  # an unsupported model/tokenizer fails now, not after calibration
+    gguf_type, gguf_pre = gguf_output(recipe.base, recipe.outputs.gguf)  # "base": the GGUF base's own type
+    if gguf_type is not None:  # an unsupported model/tokenizer fails now, not after calibration
         from .gguf_export import check_gguf
 
-        check_gguf(folder, recipe.outputs.gguf)
+        check_gguf(folder, gguf_type)
     tasks = eval_tasks(recipe)  # a bad evaluation source or lm-eval setting fails now, not after calibration
     for t in tasks:
         if isinstance(t, LmEvalTask):
@@ -296,10 +298,10 @@ def run_recipe(
 
         ratio = None
         if recipe.outputs.checkpoint:
-            stages.start("export checkpoint/" + (f" + model-{recipe.outputs.gguf}.gguf" if recipe.outputs.gguf else ""))
+            stages.start("export checkpoint/" + (f" + model-{gguf_type}.gguf" if gguf_type else ""))
             export_checkpoint(folder, mask, scale, tmp / "checkpoint", max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=recipe.outputs.gguf, gguf_name=recipe.base.model)
+                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre)
         if recipe.outputs.adapter:
             stages.start("export adapter/ (PEFT SHiRA)")
             adapter = export_adapter(folder, mask, scale, tmp / "adapter",
@@ -375,6 +377,7 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
     scale, base = recipe.edit.effective_scale, base_reference(recipe)
     folder = resolve_base(base, revision=recipe.base.revision)
     sub = "adapter" if adapter else "checkpoint"
+    gguf_type, gguf_pre = gguf_output(recipe.base, None if adapter else recipe.outputs.gguf)
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
         inner = tmp / sub
         if adapter:
@@ -383,7 +386,7 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
         else:
             export_checkpoint(folder, mask, scale, inner, max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=recipe.outputs.gguf, gguf_name=recipe.base.model)
+                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre)
         for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
             p.rename(tmp / p.name)
         inner.rmdir()

@@ -276,8 +276,9 @@ class OutputsConfig(_Model):
     adapter: StrictBool = Field(False, description="a PEFT adapter holding the edit")
     max_shard_size: ShardSize | None = Field(None, description='checkpoint shard size, e.g. "2GB" (default: '
                                                                "transformers')")
-    gguf: Literal["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"] | None = Field(
-        None, description="also write checkpoint/model-TYPE.gguf for llama.cpp (needs the gguf extra)")
+    gguf: Literal["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "base"] | None = Field(
+        None, description="also write checkpoint/model-TYPE.gguf for llama.cpp (needs the gguf extra); base: the "
+                          "GGUF base's own type")
 
     @model_validator(mode="after")
     def _something(self) -> OutputsConfig:
@@ -330,6 +331,13 @@ class Recipe(_Model):
     outputs: OutputsConfig = Field(default_factory=OutputsConfig)
     evaluation: EvaluationConfig | None = None
     hub: HubConfig | None = None
+
+    @model_validator(mode="after")
+    def _gguf_base_type(self) -> Recipe:
+        if self.outputs.gguf == "base" and not self.base.is_gguf:
+            raise ValueError("outputs.gguf: base means the GGUF base's own type, but base.model is not a GGUF; "
+                             "choose a type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)")
+        return self
 
     def resolved_dict(self) -> dict[str, Any]:
         """The recipe as plain data with every default explicit (JSON/YAML types only)."""

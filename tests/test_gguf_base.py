@@ -151,12 +151,16 @@ def test_bad_gguf_input_is_one_line_exit_2(tiny, tmp_path):
 
 @pytest.mark.slow
 def test_run_on_a_gguf_base_end_to_end_then_reproduce(tiny, tmp_path, monkeypatch):
+    import gguf
+
     path, _, _ = tiny
-    recipe = write_recipe(tmp_path, path)
+    recipe = write_recipe(tmp_path, path, gguf_out="base")  # the base's own type (Q8_0) and pre-tokenizer
     out = tmp_path / "out"
     code, text = cli("run", str(recipe), "--out", str(out), "-q")
     assert code == 0, text
-    check_gguf_outputs(out, path, tmp_path, chat_template=CHAT_TEMPLATE)
+    check_gguf_outputs(out, path, tmp_path, chat_template=CHAT_TEMPLATE)  # verify audits the GGUF too
+    written = gguf.GGUFReader(str(out / "checkpoint" / "model-Q8_0.gguf"))
+    assert written.fields["tokenizer.ggml.pre"].contents() == "smollm"  # not the dequantized tokenizer's gpt-2
     code, text = cli("plan", str(recipe))  # the plan reads the dequantized folder's config.json
     n = sum(p.numel() for p in tiny_llama().parameters())
     assert code == 0 and f"model: llama, {n / 1000:.1f}K parameters, float32" in text, text
@@ -172,6 +176,28 @@ def test_run_on_a_gguf_base_end_to_end_then_reproduce(tiny, tmp_path, monkeypatc
     code, text = cli("reproduce", str(out), "--base", str(other), "--out", str(tmp_path / "no"), "-q",
                      *data_overrides(tmp_path))
     assert code == 2 and "expected the GGUF file" in text, text
+
+
+def test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer(tiny, monkeypatch):
+    from mathneuro_edit import gguf_export
+
+    path, _, _ = tiny
+    data = {"math": "organism:math", "general": "organism:general"}
+    r = recipe_from_dict({"base": {"model": str(path)}, "data": data, "edit": {"scale": 1.1},
+                          "outputs": {"gguf": "base"}})
+    # the tiny file has no general.file_type: its dominant matrix type, Q8_0; its pre-tokenizer, smollm
+    assert gguf_base.gguf_output(r.base, "base") == ("Q8_0", "smollm")
+    assert gguf_base.gguf_output(r.base, "F16") == ("F16", "smollm")  # any type keeps the base's pre-tokenizer
+    assert gguf_base.gguf_output(r.base, None) == (None, None)
+    plain = recipe_from_dict({"base": {"model": "organism"}, "data": data, "edit": {"scale": 1.1},
+                              "outputs": {"gguf": "F16"}})
+    assert gguf_base.gguf_output(plain.base, "F16") == ("F16", None)  # read from tokenizer.json then
+    with pytest.raises(InputError, match=r"outputs.gguf: base means the GGUF base's own type.*choose a type"):
+        recipe_from_dict({"base": {"model": "organism"}, "data": data, "edit": {"scale": 1.1},
+                          "outputs": {"gguf": "base"}})
+    monkeypatch.setattr(gguf_export, "gguf_file_type", lambda p: "Q4_K")  # a k-quant: gguf cannot write it
+    with pytest.raises(InputError, match=r"tiny.Q8_0.gguf is Q4_K, which the gguf package cannot write; choose one"):
+        gguf_base.gguf_output(r.base, "base")
 
 
 def test_check_base_weights_pins_the_gguf_file(tiny, tmp_path):
