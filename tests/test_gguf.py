@@ -244,7 +244,8 @@ def test_refusals_are_one_clear_line(tmp_path) -> None:
         write_gguf(chars, tmp_path / "x.gguf", "Q6_K")
     with pytest.raises(ValueError, match="gguf is written from the checkpoint"):
         OutputsConfig(checkpoint=False, adapter=True, gguf="F16")
-    assert set(OutputsConfig.model_fields["gguf"].annotation.__args__[0].__args__) == set(GGUF_TYPES)
+    # the recipe accepts exactly the types write_gguf writes, plus "base" (a GGUF base's own type, resolved first)
+    assert set(OutputsConfig.model_fields["gguf"].annotation.__args__[0].__args__) == {*GGUF_TYPES, "base"}
 
 
 def test_cli_export_gguf(tmp_path) -> None:
