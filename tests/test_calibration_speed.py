@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import mathneuro_edit.calibration as calibration
+import mathneuro_edit.recorder as recorder
 from mathneuro_edit import calibrate
 
 from ._tiny import MATH, VOCAB, build, char_tokenizer
@@ -147,7 +147,7 @@ class _Reused(nn.Module):
 def test_reused_module_and_varying_call_layouts_match_reference(monkeypatch, max_layouts):
     tok = char_tokenizer()
     model = _Reused(len(tok), tok.convert_tokens_to_ids("Z")).eval()
-    monkeypatch.setattr(calibration, "_MAX_LAYOUTS", max_layouts)
+    monkeypatch.setattr(recorder, "_MAX_LAYOUTS", max_layouts)
     # batch size 1 (the branch depends on the whole batch): texts with a 'Z' run one more scored module
     texts = ["abcdefgh", "Zab", "hello world", "xyZ", "abc", "Z"]
     stats = calibrate(model, tok, texts, batch_size=1, progress=False)
