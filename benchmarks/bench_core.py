@@ -16,15 +16,16 @@ random float32 Llama with a 32k vocabulary and on SmolLM2-135M (dequantized from
 from ``MATHNEURO_EDIT_SMOLLM2_GGUF``; skipped when absent), each with a tied and an untied ``lm_head``. Per
 model, one subprocess alternates the routes (``forward``, ``calibrate``, and both under ``torch.inference_mode``)
 for ``--rounds`` rounds and keeps each route's minimum wall and CPU time; then one fresh subprocess per route
-measures its peak RSS above the model. Children run ``--threads`` torch threads with ``OMP_WAIT_POLICY`` set by
-``--omp-wait-policy`` (default PASSIVE: on a shared machine, spinning OpenMP threads make CPU time count waiting).
+(``--peak-repeats`` of them) measures its peak RSS above the model. Children run ``--threads`` torch threads
+with ``OMP_WAIT_POLICY`` set by ``--omp-wait-policy`` (default PASSIVE: on a shared machine, spinning OpenMP
+threads make CPU time count waiting).
 
 Suite ``--suite masks`` (issue 12): ``find_math_params`` (one general set, top_k 0.05) on a random bf16 Llama
 given as a mapping of weights (default ~1.2B parameters), in ns per weight and peak RSS above the weights.
 
 Usage: ``python benchmarks/bench_core.py [--suite core|stop|masks] [--small] [--samples 8] [--tokens 256]
 [--repeat 2] [--rounds 2] [--threads 2] [--omp-wait-policy PASSIVE|ACTIVE|default] [--variants a,b]
-[--workdir DIR]``
+[--peak-repeats 1] [--workdir DIR]``
 """
 
 from __future__ import annotations
@@ -283,8 +284,9 @@ def suite_stop(args) -> dict:
                 print(f"skipping SmolLM2-135M: {SMOLLM2 / SMOLLM2_GGUF} not found", file=sys.stderr)
                 variants = [v for v in variants if not v.startswith("smollm2")]
         results = {v: _child(args, ["--child-stop", v, "--workdir", wd]) for v in variants}
-        peaks = {v: {r: _child(args, ["--child-stop", v, "--workdir", wd, "--peak", r])["peak_above_model_mb"]
-                     for r in ("forward", "calibrate")} for v in variants}
+        # each peak in a fresh process, --peak-repeats times: the allocator's heap growth varies between processes
+        peaks = {v: {r: [_child(args, ["--child-stop", v, "--workdir", wd, "--peak", r])["peak_above_model_mb"]
+                         for _ in range(args.peak_repeats)] for r in ("forward", "calibrate")} for v in variants}
     report: dict = {"setup": {"samples": args.samples, "tokens": args.tokens, "rounds": args.rounds,
                               "threads": args.threads, "omp_wait_policy": args.omp_wait_policy}}
     for v, r in results.items():
@@ -296,7 +298,8 @@ def suite_stop(args) -> dict:
                      "inference_mode": {"cpu_calibrate_over_forward": round(c["calibrate_im"] / c["forward_im"], 3),
                                         "cpu_forward_im_over_forward": round(c["forward_im"] / c["forward"], 3),
                                         "cpu_calibrate_im_over_calibrate": round(c["calibrate_im"] / c["calibrate"], 3)},
-                     "peak_above_model_mb": {k: None if x is None else round(x, 1) for k, x in peaks[v].items()},
+                     "peak_above_model_mb": {k: [None if x is None else round(x, 1) for x in xs]
+                                             for k, xs in peaks[v].items()},
                      "load": [r["load_at_start"], r["load_at_end"]],
                      "targets": r["targets"], "lm_head_scored": r["lm_head_scored"]}
     return report
@@ -361,6 +364,7 @@ def main() -> None:
     p.add_argument("--variants", default="smollm2-tied,smollm2-untied,llama32k-tied,llama32k-untied",
                    help="stop suite: comma-separated models")
     p.add_argument("--peak", choices=("forward", "calibrate", "forward_im", "calibrate_im"))
+    p.add_argument("--peak-repeats", type=int, default=1, help="stop suite: fresh processes per route's peak")
     p.add_argument("--masks-shape", default="16,2048,8192,32000",
                    help="masks suite: layers,hidden,intermediate,vocab of the random Llama (default ~1.2B)")
     p.add_argument("--child")
