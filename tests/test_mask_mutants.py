@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mathneuro_edit import ActivationStats, InputError, Target
-from mathneuro_edit.mask import Mask, find_math_params_multi
+from mathneuro_edit.mask import Mask, find_math_params_multi, top_fraction_flat
 from tests.test_regressions import D_IN, D_OUT, TARGETS, _assert_same, _canonical, _reference_mask, _stats, _stored
 
 
@@ -109,3 +109,40 @@ def test_multi_defaults_are_matrix_seed_0_and_silent(capfd: pytest.CaptureFixtur
     (rnd0,) = find_math_params_multi(params, ms, gs, top_ks=[0.3], method="random", seed=0)
     assert rnd.meta["seed"] == 0 and rnd.sha256 == rnd0.sha256
     assert capfd.readouterr().err == ""  # no progress bar unless asked
+
+
+def test_a_non_bool_mask_is_read_as_nonzero() -> None:
+    values = torch.tensor([[0.0, 2.5, -1.0, 0.0], [0.0, 0.0, 3.0, 7.0]])  # dense: stored as packed bits
+    as_bool = values != 0
+    mask = Mask({"w": values})
+    assert mask._store["w"][0] == "bits"
+    assert mask["w"].dtype == torch.bool and torch.equal(mask["w"], as_bool)
+    assert mask.counts() == {"w": (4, 8)} and mask.sha256 == Mask({"w": as_bool}).sha256
+
+
+@pytest.mark.parametrize("numel, count, kind", [
+    (513, 16, "idx"),  # 16 int32 indices = 64 bytes < 65 bytes of packed bits
+    (513, 17, "bits"),  # 68 >= 65
+    (512, 15, "idx"),  # 60 < 64
+    (512, 16, "bits"),  # 64 bytes either way: bits (indices only when strictly smaller)
+])
+def test_mask_storage_switches_to_indices_exactly_when_they_are_smaller(numel: int, count: int, kind: str,
+                                                                        tmp_path: Path) -> None:
+    flat = torch.zeros(numel, dtype=torch.bool)
+    flat[torch.randperm(numel, generator=torch.Generator().manual_seed(count))[:count]] = True
+    mask = Mask({"w": flat})
+    assert mask._store["w"][0] == kind
+    back = Mask.load(mask.save(tmp_path / "m.safetensors"))
+    assert back._store["w"][0] == kind and torch.equal(back["w"], flat) and back.counts() == {"w": (count, numel)}
+
+
+def test_flat_top_k_of_one_and_a_zero_k_among_others() -> None:
+    from tests.test_regressions import _ref_top_list
+
+    scores = torch.rand(300, generator=torch.Generator().manual_seed(5))
+    ref = [set(int(i) for i in m.nonzero()) for m in top_fraction_flat(scores, [1])]
+    assert ref == [{int(scores.argmax())}]  # k = 1: the single largest entry, not nothing
+    ks = [0, 7, 0, 40, 1]
+    got = top_fraction_flat(scores, ks)
+    for k, m in zip(ks, got):
+        assert set(int(i) for i in m.nonzero()) == _ref_top_list(scores.tolist(), k), k
