@@ -86,3 +86,129 @@ def test_stats_save_on_a_full_disk_names_the_file_and_the_bytes_it_needs(tmp_pat
     mb = -(-needed // 10**6)
     assert mb >= 7 and str(err.value) == f"no space left on device writing {path}; free {mb} MB or choose another --out"
     assert list(tmp_path.iterdir()) == []
+
+
+def _gpt_oss():
+    import transformers as tf
+
+    from ._tiny import VOCAB, char_tokenizer
+
+    cfg = tf.GptOssConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=8, intermediate_size=24, num_local_experts=4,
+                          num_experts_per_tok=2, bos_token_id=1, eos_token_id=2, pad_token_id=None,
+                          tie_word_embeddings=False, layer_types=["full_attention", "full_attention"])
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():  # biases are zero-initialised: make them count
+        for name, p in model.named_parameters():
+            if name.endswith("_bias"):
+                p.normal_(0, 0.5)
+    return model, char_tokenizer()
+
+
+def test_experts_with_biases_and_transposed_weights_match_a_per_text_reference() -> None:
+    """gpt-oss experts: stored (experts, d_in, d_out) ("transposed") with biases; the down_proj input is the
+    gated activation of ``x @ W_up[e] + b_up[e]``. Reference: each text alone, its routing read from the model."""
+    model, tok = _gpt_oss()
+    texts = MATH[:4]
+    stats = calibrate(model, tok, texts, batch_size=4, progress=False)
+    experts = {n: m for n, m in model.named_modules() if type(m).__name__ == "GptOssExperts"}
+    assert len(experts) == 2
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    handles = [m.register_forward_pre_hook(lambda m, args, n=n: seen.__setitem__(n, (args[0], args[1])))
+               for n, m in experts.items()]
+    ref = {n: (torch.zeros(4, 32, dtype=torch.float64), torch.zeros(4, 24, dtype=torch.float64)) for n in experts}
+    try:
+        with torch.no_grad():
+            for t in texts:
+                model(input_ids=torch.tensor([tok(t)["input_ids"]]), use_cache=False)
+                for n, m in experts.items():
+                    hidden, routed = seen[n]  # (tokens, hidden), (tokens, k)
+                    for e in range(4):
+                        x = hidden[(routed == e).any(dim=-1)]
+                        if len(x) == 0:
+                            continue
+                        h = m._apply_gate(x @ m.gate_up_proj[e] + m.gate_up_proj_bias[e])  # the model's own gate
+                        ref[n][0][e] += x.double().pow(2).sum(0).sqrt()
+                        ref[n][1][e] += h.double().pow(2).sum(0).sqrt()
+    finally:
+        for h in handles:
+            h.remove()
+    for n in experts:
+        assert torch.allclose(stats.norm_sum[f"{n}.gate_up_proj"].double(), ref[n][0], rtol=1e-4, atol=1e-5), n
+        assert torch.allclose(stats.norm_sum[f"{n}.down_proj"].double(), ref[n][1], rtol=1e-4, atol=1e-5), n
+
+
+def test_a_target_no_token_reaches_has_zero_statistics_of_its_shape() -> None:
+    from torch import nn
+
+    model, tok = build("llama")
+    model.model.extra = nn.Linear(32, 16, bias=False)  # a scored Linear that the forward never calls
+    stats = calibrate(model, tok, MATH[:2], progress=False)
+    for table in (stats.norm_sum, stats.sq_sum):
+        assert table["model.extra.weight"].dtype == torch.float32
+        assert torch.equal(table["model.extra.weight"], torch.zeros(1, 32))
+    assert torch.equal(stats.token_count["model.extra.weight"], torch.zeros(1, dtype=torch.int64))
+
+
+def test_meta_records_exact_keys_dtype_and_public_model_name() -> None:
+    import transformers
+
+    import mathneuro_edit
+
+    model, tok = build("llama", dtype=torch.bfloat16)
+    model.config._name_or_path = "org/tiny-llama"
+    texts = MATH[:3]
+    stats = calibrate(model, tok, texts, max_length=20, progress=False)
+    meta = stats.meta
+    assert list(meta) == ["num_samples", "num_tokens", "truncated_samples", "max_length", "texts_sha256",
+                          "model_fingerprint", "model_name", "dtype", "versions"]
+    lengths = [len(tok(t)["input_ids"]) for t in texts]
+    assert (meta["num_samples"], meta["num_tokens"], meta["truncated_samples"], meta["max_length"]) == (
+        3, sum(min(n, 20) for n in lengths), sum(n > 20 for n in lengths), 20)
+    assert meta["texts_sha256"] == texts_sha256(texts) and meta["model_name"] == "org/tiny-llama"
+    assert meta["dtype"] == "bfloat16"
+    assert meta["versions"] == {"mathneuro_edit": mathneuro_edit.__version__, "torch": torch.__version__,
+                                "transformers": transformers.__version__}
+
+
+class _NoPadNoEos:
+    """A tokenizer with neither a pad nor an eos token (padding then uses id 0; it is masked out anyway)."""
+
+    pad_token_id = None
+    eos_token_id = None
+
+    def __init__(self, tok) -> None:  # type: ignore[no-untyped-def]
+        self._tok = tok
+
+    def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return self._tok(*args, **kwargs)
+
+
+def test_a_tokenizer_without_pad_and_eos_pads_with_id_0() -> None:
+    model, tok = build("llama")
+    texts = MATH[:4]  # mixed lengths: padded batches
+    with_eos = calibrate(model, tok, texts, batch_size=4, progress=False)
+    bare = calibrate(model, _NoPadNoEos(tok), texts, batch_size=4, progress=False)
+    for name in with_eos.targets:
+        # right padding under causal attention: the pad id cannot change a real token's input
+        assert torch.allclose(bare.norm_sum[name], with_eos.norm_sum[name], rtol=1e-5, atol=1e-6), name
+
+
+def test_experts_called_with_keyword_arguments_give_the_same_statistics() -> None:
+    model, tok = build("mixtral")
+    texts = MATH[:3]
+    positional = calibrate(model, tok, texts, progress=False)
+    experts = [m for m in model.modules() if type(m).__name__ == "MixtralExperts"]
+
+    def as_keywords(module, args, kwargs):  # type: ignore[no-untyped-def]
+        hidden, index, weights = args
+        return (hidden,), {"top_k_index": index, "top_k_weights": weights, **kwargs}
+
+    handles = [m.register_forward_pre_hook(as_keywords, with_kwargs=True) for m in experts]  # runs before ours
+    try:
+        keywords = calibrate(model, tok, texts, progress=False)
+    finally:
+        for h in handles:
+            h.remove()
+    assert experts and positional.sha256 == keywords.sha256
