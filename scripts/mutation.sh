@@ -27,7 +27,7 @@ declare -A SCOPE=(
   [consistency]="mathneuro_edit/consistency.py|tests/test_consistency.py"
   [calibration]="mathneuro_edit/calibration.py mathneuro_edit/stats.py|tests/test_core.py tests/test_regressions.py tests/test_calibration_mutants.py"
   [evaluation]="mathneuro_edit/eval_results.py mathneuro_edit/eval_stats.py|tests/test_evaluate.py tests/test_eval_stats.py tests/test_eval_results_mutants.py tests/test_eval_stats_mutants.py"
-  [card]="mathneuro_edit/card.py mathneuro_edit/lock.py|tests/test_card.py tests/test_lock.py tests/test_recipe.py tests/test_lock_mutants.py"
+  [card]="mathneuro_edit/card.py mathneuro_edit/lock.py|tests/test_card.py tests/test_lock.py tests/test_recipe.py tests/test_lock_mutants.py tests/test_card_mutants.py"
 )
 ORDER=(mask sweep consistency calibration evaluation card)
 
