@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Mutation testing (mutmut) of the modules that decide results, each against the fast tests that cover it.
 #
-#   scripts/mutation.sh                 # every module below, one after the other (~30 min on 2 cores)
+#   scripts/mutation.sh                 # every module below, one after the other (~60 min on 2 cores: a full
+#                                       # calibration run is ~40 of them; the others 2-6 min each, docs/testing.md)
 #   scripts/mutation.sh mask sweep      # some of them
 #   MUTATION_JOBS=1 scripts/mutation.sh consistency
 #   MUTATION_SAMPLE='*[05]' scripts/mutation.sh calibration   # a deterministic 1-in-5 sample (mutant numbers
 #                                                              # ending in 0 or 5), for the modules with slow tests
+#                                                              # (~8 min for calibration)
 #
 # Runs in a scratch copy of the working tree (tracked + untracked, not ignored files) under
 # ${MUTATION_DIR:-${TMPDIR:-/tmp}/mathneuro-mutation}/<module>, never in the checkout itself, at the lowest CPU
