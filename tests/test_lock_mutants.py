@@ -46,7 +46,8 @@ def test_gguf_base_is_checked_by_the_file_it_pinned(tmp_path: Path) -> None:
                               "was made from")
     with pytest.raises(InputError) as err:
         check_base_weights(lock, tmp_path / "gone.gguf")
-    assert str(err.value) == f"{tmp_path / 'gone.gguf'}: not a file, expected the GGUF file m.gguf the lock was made from"
+    assert str(err.value) == (f"{tmp_path / 'gone.gguf'}: not a file, expected the GGUF file m.gguf the lock was "
+                              "made from")
     # a .gguf base (any case) for a lock made from a safetensors base: refused, not compared as a folder
     upper = tmp_path / "M.GGUF"
     upper.write_bytes(b"GGUF one")

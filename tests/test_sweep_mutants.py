@@ -13,7 +13,8 @@ from mathneuro_edit.sweep import SweepPoint, _num, _point, recommend
 
 
 def _math(flags: list[bool]) -> MathResult:
-    return MathResult(sum(flags), len(flags), tuple(MathPrediction(f"q{i}", 1, "", int(ok)) for i, ok in enumerate(flags)))
+    preds = tuple(MathPrediction(f"q{i}", 1, "", int(ok)) for i, ok in enumerate(flags))
+    return MathResult(sum(flags), len(flags), preds)
 
 
 def test_point_reads_the_general_loss_error_columns() -> None:
