@@ -144,5 +144,6 @@ def test_flat_top_k_of_one_and_a_zero_k_among_others() -> None:
     assert ref == [{int(scores.argmax())}]  # k = 1: the single largest entry, not nothing
     ks = [0, 7, 0, 40, 1]
     got = top_fraction_flat(scores, ks)
+    assert len(got) == len(ks) and all(m.dtype == torch.bool and m.shape == scores.shape for m in got)
     for k, m in zip(ks, got):
         assert set(int(i) for i in m.nonzero()) == _ref_top_list(scores.tolist(), k), k
