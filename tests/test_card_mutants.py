@@ -80,3 +80,30 @@ def test_sections_without_evaluation_and_module_types() -> None:
                               "up_proj": {"matrices": 2, "selected": 3, "total": 8},
                               "weight": {"matrices": 1, "selected": 0, "total": 4}}
     assert _pct(1, 0) == "n/a" and _pct(1, 8) == "12.5%"
+
+
+def _readme(folder, meta: str):  # type: ignore[no-untyped-def]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "README.md").write_text(f"---\n{meta}\n---\n# a model\n", encoding="utf-8")
+
+
+def test_license_from_a_local_folder_and_from_the_hub_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from huggingface_hub import constants
+
+    from mathneuro_edit.card import license_from_base
+
+    _readme(tmp_path / "ok", "license: mit\nmodel-index: 5")  # broken eval metadata is ignored, the license read
+    assert license_from_base(tmp_path / "ok") == "mit"
+    _readme(tmp_path / "two", "license: [mit, apache-2.0]")  # not one license id: none
+    assert license_from_base(tmp_path / "two") is None
+    # the Hub cache (no network): refs/<revision> -> snapshots/<commit>/README.md
+    cache = tmp_path / "hub"
+    repo = cache / "models--org--base"
+    for ref, commit, lic in (("main", "a" * 40, "apache-2.0"), ("v1", "b" * 40, "llama3.2")):
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)
+        _readme(repo / "snapshots" / commit, f"license: {lic}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    assert license_from_base("org/base") == "apache-2.0"
+    assert license_from_base("org/base", revision="v1") == "llama3.2"
+    assert license_from_base("org/missing") is None and license_from_base("not a repo id!") is None
