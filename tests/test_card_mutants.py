@@ -107,3 +107,33 @@ def test_license_from_a_local_folder_and_from_the_hub_cache(tmp_path, monkeypatc
     assert license_from_base("org/base") == "apache-2.0"
     assert license_from_base("org/base", revision="v1") == "llama3.2"
     assert license_from_base("org/missing") is None and license_from_base("not a repo id!") is None
+
+
+def test_card_rows_and_lines_exactly() -> None:
+    recipe = quickstart_recipe()
+    lock = _lock(recipe, {"checkpoint/m-Q8_0.gguf": "q8"}, base_gguf={"file": "base.gguf", "sha256": "b"})
+    summary = summarize_edit({"m.0.mlp.down_proj.weight": (1, 10), "m.0.mlp.up_proj.weight": (3, 10)},
+                             model_params=100)
+    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary,
+                      repo_id="someone/my-edit")
+    text = card.text
+    assert "\nThis model is a MathNeuro edit of " in text
+    assert "Made with mathneuro-edit 0.1.0 (from the project's source; not on PyPI yet).\n" in text  # no effect
+    assert "| scale | 0 (prune) |\n" in text and "| mask sha256 | `k` |\n" in text
+    assert "| down_proj | 1 | 1 | 10 | 10% |\n| up_proj | 1 | 3 | 10 | 30% |\n" in text
+    assert "\n## Evaluation\n\nNo evaluation was run for this model.\n\n## How to use" in text
+    assert "hf download someone/my-edit m-Q8_0.gguf --local-dir ." in text
+    adapter = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="adapter", edit_summary=summary).text
+    assert "\nThis PEFT adapter holds a MathNeuro edit of " in adapter
+    assert "The adapter applies to that dequantized model (not to a quantized one)" in adapter
+    boost = recipe_from_dict(quickstart_recipe().resolved_dict(), ["edit={scale: 1.1, prune: false}"])
+    assert "| scale | 1.1 |\n" in _card(boost, _lock(boost)).text
+    hub = build_card(recipe=recipe, lock=_lock(recipe), base_model_id="org/base-name", kind="checkpoint",
+                     edit_summary=summary).text
+    assert "\n# base-name (MathNeuro edit: pruned (set to 0))\n" in hub
+
+
+def test_a_base_without_description_has_no_description_key() -> None:
+    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), ["base.model=org/not-cached-anywhere"])
+    lock = _lock(recipe)
+    assert "description" not in lock["base"] and lock["base"]["model"] == "org/not-cached-anywhere"
