@@ -212,3 +212,20 @@ def test_experts_called_with_keyword_arguments_give_the_same_statistics() -> Non
         for h in handles:
             h.remove()
     assert experts and positional.sha256 == keywords.sha256
+
+
+def test_calibrate_defaults_bounds_include_and_truncation_count(capfd: pytest.CaptureFixture[str]) -> None:
+    model, tok = build("llama")
+    stats = calibrate(model, tok, MATH[:2])  # defaults: max_length 512, a progress bar
+    assert stats.meta["max_length"] == 512 and stats.meta["model_name"] == ""  # no name: empty, not a placeholder
+    assert "calibrate" in capfd.readouterr().err
+    only_q = calibrate(model, tok, MATH[:2], include=[r"q_proj"], progress=False)
+    assert list(only_q.targets) == [f"model.layers.{i}.self_attn.q_proj.weight" for i in range(2)]
+    n = len(tok(MATH[0])["input_ids"])
+    exact = calibrate(model, tok, [MATH[0]], max_length=n, progress=False)
+    assert exact.meta["truncated_samples"] == 0 and exact.meta["num_tokens"] == n  # exactly max_length: kept whole
+    assert calibrate(model, tok, [MATH[0]], max_length=n - 1, progress=False).meta["truncated_samples"] == 1
+    assert calibrate(model, tok, ["ab"], max_length=1, batch_size=1, progress=False).meta["num_tokens"] == 1
+    for bad in ({"max_length": 0}, {"batch_size": 0}):
+        with pytest.raises(InputError, match="must be >= 1"):
+            calibrate(model, tok, MATH[:1], progress=False, **bad)
