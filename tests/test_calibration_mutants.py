@@ -229,3 +229,11 @@ def test_calibrate_defaults_bounds_include_and_truncation_count(capfd: pytest.Ca
     for bad in ({"max_length": 0}, {"batch_size": 0}):
         with pytest.raises(InputError, match="must be >= 1"):
             calibrate(model, tok, MATH[:1], progress=False, **bad)
+
+
+def test_stats_round_trip_keeps_every_target_record(tmp_path: Path) -> None:
+    model, tok = build("mixtral")  # experts targets carry a role ("up" / "down")
+    stats = calibrate(model, tok, MATH[:2], progress=False)
+    back = type(stats).load(stats.save(tmp_path / "s.safetensors"))
+    assert {t.role for t in stats.targets.values()} >= {"up", "down"}
+    assert back.targets == stats.targets and back.meta == stats.meta and back.sha256 == stats.sha256
