@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Mutation testing (mutmut) of the modules that decide results, each against the fast tests that cover it.
 #
-#   scripts/mutation.sh                 # every module below, one after the other (~30 min on 2 cores)
+#   scripts/mutation.sh                 # every module below, one after the other (~60 min on 2 cores: a full
+#                                       # calibration run is ~40 of them; the others 2-6 min each, docs/testing.md)
 #   scripts/mutation.sh mask sweep      # some of them
 #   MUTATION_JOBS=1 scripts/mutation.sh consistency
 #   MUTATION_SAMPLE='*[05]' scripts/mutation.sh calibration   # a deterministic 1-in-5 sample (mutant numbers
 #                                                              # ending in 0 or 5), for the modules with slow tests
+#                                                              # (~8 min for calibration)
 #
 # Runs in a scratch copy of the working tree (tracked + untracked, not ignored files) under
 # ${MUTATION_DIR:-${TMPDIR:-/tmp}/mathneuro-mutation}/<module>, never in the checkout itself, at the lowest CPU
@@ -22,12 +24,12 @@ SAMPLE="${MUTATION_SAMPLE:-}"  # an fnmatch pattern on the mutant's name; empty 
 
 # module -> "files to mutate|fast tests that cover them"
 declare -A SCOPE=(
-  [mask]="mathneuro_edit/mask.py mathneuro_edit/topk.py|tests/test_regressions.py tests/test_core.py::test_ties_break_to_lower_index tests/test_core.py::test_radix_select_equals_kthvalue_select_with_many_ties"
-  [sweep]="mathneuro_edit/sweep.py|tests/test_sweep.py"
+  [mask]="mathneuro_edit/mask.py mathneuro_edit/topk.py|tests/test_regressions.py tests/test_mask_mutants.py tests/test_core.py::test_ties_break_to_lower_index tests/test_core.py::test_radix_select_equals_kthvalue_select_with_many_ties"
+  [sweep]="mathneuro_edit/sweep.py|tests/test_sweep.py tests/test_eval_stats.py tests/test_sweep_mutants.py"
   [consistency]="mathneuro_edit/consistency.py|tests/test_consistency.py"
-  [calibration]="mathneuro_edit/calibration.py mathneuro_edit/stats.py|tests/test_core.py tests/test_regressions.py"
-  [evaluation]="mathneuro_edit/eval_results.py|tests/test_evaluate.py"
-  [card]="mathneuro_edit/card.py mathneuro_edit/lock.py|tests/test_card.py tests/test_lock.py tests/test_recipe.py"
+  [calibration]="mathneuro_edit/calibration.py mathneuro_edit/recorder.py mathneuro_edit/stats.py|tests/test_core.py tests/test_regressions.py tests/test_calibration_mutants.py tests/test_calibration_speed.py"
+  [evaluation]="mathneuro_edit/eval_results.py mathneuro_edit/eval_stats.py|tests/test_evaluate.py tests/test_eval_stats.py tests/test_eval_results_mutants.py tests/test_eval_stats_mutants.py"
+  [card]="mathneuro_edit/card.py mathneuro_edit/lock.py|tests/test_card.py tests/test_lock.py tests/test_recipe.py tests/test_lock_mutants.py tests/test_card_mutants.py"
 )
 ORDER=(mask sweep consistency calibration evaluation card)
 
