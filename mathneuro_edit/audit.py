@@ -187,7 +187,6 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
             checked, bad = audit_gguf(path, out)
             report.checked += checked
             report.mismatches += [f"{path.name}: {b}" for b in bad]
-            report.notes.append(f"{path.name}: {checked} tensors audited against the checkpoint")
             report.audited.append(f"{path.name} ({checked} tensors, against the checkpoint)")
     return report
 

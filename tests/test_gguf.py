@@ -226,7 +226,7 @@ def test_verify_covers_the_gguf(tmp_path) -> None:
     mask = tiny_mask(load_tiny(base), top_k=0.2)
     out = export_checkpoint(base, mask, SCALE, tmp_path / "out", gguf="Q8_0")
     report = verify(out, base, mask, SCALE)
-    assert report.ok and any("model-Q8_0.gguf" in n for n in report.notes)
+    assert report.ok and any("model-Q8_0.gguf" in n for n in report.audited)
     (out / "model-Q8_0.gguf").write_bytes((out / "model-Q8_0.gguf").read_bytes()[:-64] + bytes(64))
     assert not verify(out, base, mask, SCALE).ok
 
