@@ -17,14 +17,12 @@ Selection rule (one matrix at a time; an expert of a fused MoE weight counts as 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
-from .files import save_file  # deterministic bytes, umask permissions (not safetensors' own)
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -137,20 +135,11 @@ class Mask(Mapping[str, torch.Tensor]):
         Example:
             >>> p = Mask({"w": torch.ones(3, dtype=torch.bool)}).save(tmp_path / "m.safetensors")  # doctest: +SKIP
         """
-        path = Path(path)
+        from .stats import write_safetensors_with_meta
+
         tensors = {f"{kind}/{name}": data.contiguous() for name, (kind, data) in self._store.items()}
         header = {"shapes": {n: list(s) for n, s in self._shapes.items()}, "meta": self.meta, "sha256": self.sha256}
-        tmp = path.with_name(f".{path.name}.tmp")
-        from .outdir import disk_errors
-
-        try:
-            needed = sum(t.numel() * t.element_size() for t in tensors.values())
-            with disk_errors(path, needed):  # a full or read-only disk: one line naming the file
-                save_file(tensors, str(tmp), metadata={"format": _FORMAT, "mathneuro_edit": json.dumps(header)})
-                tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)  # nothing half-written is left (a no-op once renamed)
-        return path
+        return write_safetensors_with_meta(Path(path), tensors, _FORMAT, header)
 
     @classmethod
     def load(cls, path: str | Path) -> "Mask":

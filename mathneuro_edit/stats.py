@@ -22,6 +22,31 @@ __all__ = ["ActivationStats", "read_safetensors_with_meta"]
 _FORMAT = "mathneuro-edit/stats/v1"
 
 
+def write_safetensors_with_meta(path: str | Path, tensors: dict[str, torch.Tensor], fmt: str,
+                                header: dict[str, Any]) -> Path:
+    """Write a mathneuro-edit safetensors artifact (the inverse of :func:`read_safetensors_with_meta`); atomic.
+
+    The tensors and ``{"format": fmt, "mathneuro_edit": json(header)}`` go to a temporary file beside ``path``,
+    renamed onto it when complete; a full or read-only disk is one line naming the file, and nothing
+    half-written is left.
+
+    Returns:
+        ``path``.
+    """
+    from .outdir import disk_errors
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        needed = sum(t.numel() * t.element_size() for t in tensors.values())
+        with disk_errors(path, needed):  # a full or read-only disk: one line naming the file
+            save_file(tensors, str(tmp), metadata={"format": fmt, "mathneuro_edit": json.dumps(header)})
+            tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left (a no-op once renamed)
+    return path
+
+
 def read_safetensors_with_meta(
     path: str | Path, expected_format: str, what: str
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -116,17 +141,7 @@ class ActivationStats:
             tensors[f"norm/{name}"] = self.norm_sum[name].contiguous()
             tensors[f"sq/{name}"] = self.sq_sum[name].contiguous()
             tensors[f"count/{name}"] = self.token_count[name].contiguous()
-        tmp = path.with_name(f".{path.name}.tmp")
-        from .outdir import disk_errors
-
-        try:
-            needed = sum(t.numel() * t.element_size() for t in tensors.values())
-            with disk_errors(path, needed):  # a full or read-only disk: one line naming the file
-                save_file(tensors, str(tmp), metadata={"format": _FORMAT, "mathneuro_edit": json.dumps(self._header())})
-                tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)  # nothing half-written is left (a no-op once renamed)
-        return path
+        return write_safetensors_with_meta(path, tensors, _FORMAT, self._header())
 
     @classmethod
     def load(cls, path: str | Path) -> "ActivationStats":

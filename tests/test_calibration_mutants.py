@@ -4,9 +4,7 @@ through calibrate, and the disk-full message of ActivationStats.save."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
-from collections import namedtuple
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ import torch
 from mathneuro_edit import InputError, calibrate
 from mathneuro_edit.calibration import _public_name, texts_sha256
 
+from ._faults import fill_disk
 from ._tiny import MATH, build
 
 
@@ -74,12 +73,7 @@ def test_stats_save_on_a_full_disk_names_the_file_and_the_bytes_it_needs(tmp_pat
     stats.token_count["pad"] = torch.zeros(1, dtype=torch.int64)
     needed += 2 * big * 4 + 8
 
-    def full(*args: object, **kwargs: object) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr("mathneuro_edit.stats.save_file", full)
-    Usage = namedtuple("Usage", "total used free")
-    monkeypatch.setattr("mathneuro_edit.outdir.shutil.disk_usage", lambda p: Usage(10**9, 10**9, 0))
+    fill_disk(monkeypatch)  # the writer Mask.save and ActivationStats.save share
     path = tmp_path / "math.stats.safetensors"
     with pytest.raises(InputError) as err:
         stats.save(path)

@@ -4,8 +4,6 @@ statistic shapes, a lazy weight mapping read once per tensor, and find_math_para
 
 from __future__ import annotations
 
-import errno
-from collections import namedtuple
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import torch
 
 from mathneuro_edit import ActivationStats, InputError, Target
 from mathneuro_edit.mask import Mask, find_math_params_multi, top_fraction_flat
+from tests._faults import fill_disk
 from tests.test_regressions import D_IN, D_OUT, TARGETS, _assert_same, _canonical, _reference_mask, _stats, _stored
 
 
@@ -25,12 +24,7 @@ def test_mask_save_on_a_full_disk_names_the_file_and_the_bytes_it_needs(tmp_path
     mask = Mask({"w": flat.reshape(2**12, 2**12)})
     assert mask._store["w"][0] == "idx" and mask._store["w"][1].dtype == torch.int32
 
-    def full(*args: object, **kwargs: object) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr("mathneuro_edit.mask.save_file", full)
-    Usage = namedtuple("Usage", "total used free")
-    monkeypatch.setattr("mathneuro_edit.outdir.shutil.disk_usage", lambda p: Usage(10**9, 10**9, 0))
+    fill_disk(monkeypatch)  # the writer Mask.save and ActivationStats.save share
     path = tmp_path / "m.safetensors"
     with pytest.raises(InputError) as err:
         mask.save(path)

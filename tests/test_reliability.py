@@ -414,7 +414,7 @@ def test_statistics_from_mixed_models_name_the_tensor(ws: Path, tmp_path: Path) 
 def test_disk_full_quota_read_only_are_one_line(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 err: int, phrase: str) -> None:
     import mathneuro_edit.export as export_mod
-    import mathneuro_edit.mask as mask_mod
+    import mathneuro_edit.stats as stats_mod
 
     def fail(*args, **kwargs):
         raise OSError(err, os.strerror(err))
@@ -426,7 +426,7 @@ def test_disk_full_quota_read_only_are_one_line(ws: Path, tmp_path: Path, monkey
     assert code == 2 and f"{phrase} {out}" in line and "choose another --out" in line, text
     if err != errno.EROFS:
         assert " MB or choose another --out" in line
-    monkeypatch.setattr(mask_mod, "save_file", fail)
+    monkeypatch.setattr(stats_mod, "save_file", fail)  # the writer of masks (and statistics)
     m = tmp_path / "m.safetensors"
     code, text = _cli("mask", ws / "recipe.yaml", "--stats", ws / "stats", "--out", m, "-q")
     assert code == 2 and f"{phrase} {m}" in _error_line(text), text
