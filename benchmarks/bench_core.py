@@ -85,7 +85,7 @@ def route(name: str, small: bool, samples: int, tokens: int, repeat: int, workdi
 
     torch.set_num_threads(2)
     from mathneuro_edit import ActivationStats, calibrate, find_math_params
-    from mathneuro_edit.mask import find_math_params_multi
+    from mathneuro_edit.engine.mask import find_math_params_multi
 
     model = _model(small)
     texts, tok, ids = _data(samples, tokens)
@@ -313,8 +313,8 @@ def masks_route(layers: int, hidden: int, inter: int, vocab: int) -> dict:
 
     torch.set_num_threads(2)
     from mathneuro_edit import ActivationStats, find_math_params
-    from mathneuro_edit.plan import meta_model_from_config
-    from mathneuro_edit.targets import find_targets
+    from mathneuro_edit.runs.plan import meta_model_from_config
+    from mathneuro_edit.engine.targets import find_targets
 
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                       num_attention_heads=hidden // 128, num_key_value_heads=max(1, hidden // 512),

@@ -75,7 +75,7 @@ print(json.dumps({"seconds": t2 - t0, "route_seconds": t2 - t1, "peak_mib": max(
 """
 
 _STREAM = _MEASURE.replace("ROUTE", """
-from mathneuro_edit.export import export_checkpoint
+from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
 workers = int(sys.argv[4])
 export_checkpoint(sys.argv[1], mask, 1.1, sys.argv[3], overwrite=True, workers=workers)
 """)

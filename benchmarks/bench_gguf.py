@@ -35,7 +35,7 @@ def _peak_rss(folder: Path, out: Path, qtype: str) -> dict:
 import json, re
 def hwm(): return int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024
 import numpy, torch, gguf, safetensors
-from mathneuro_edit.gguf_export import write_gguf
+from mathneuro_edit.weights.gguf_writer import write_gguf
 before = hwm()
 write_gguf({str(folder)!r}, {str(out)!r}, {qtype!r}, name="local model (MathNeuro edit)")
 print(json.dumps({{"baseline_mb": before, "peak_mb": hwm()}}))
@@ -60,7 +60,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from mathneuro_edit import calibrate, find_math_params
-    from mathneuro_edit.export import export_checkpoint
+    from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
 
     torch.set_num_threads(1)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="bench-gguf-"))

@@ -5,7 +5,7 @@ Measured in one short run (a few minutes on one GPU), side by side:
 - ``forward``: plain forward passes over the calibration batches (no hooks): the floor;
 - ``calibrate``: ``mathneuro_edit.calibrate`` on the same texts (target: <= 1.1x the forward time);
 - tokens per second of calibration, peak GPU memory of both (``torch.cuda.max_memory_allocated``), and the
-  planner's estimate of the calibration peak (``mathneuro_edit.plan``) next to the measured one;
+  planner's estimate of the calibration peak (``mathneuro_edit.runs.plan``) next to the measured one;
 - ``data-parallel``: ``calibrate_distributed`` under ``torch.distributed.run --nproc-per-node 1`` (nccl, the
   full collective path with one rank) on the same model saved to a temporary folder, compared with the
   single-process statistics (allclose, float32).
@@ -95,7 +95,7 @@ def _dp_worker(args) -> None:
 
     from transformers import AutoModelForCausalLM
 
-    from mathneuro_edit.distributed import calibrate_distributed, local_device
+    from mathneuro_edit.engine.distributed import calibrate_distributed, local_device
 
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype="auto", use_safetensors=True)
     model = model.to("cpu" if args.cpu_smoke else local_device()).eval()
@@ -113,7 +113,7 @@ def run(args) -> dict:
     from transformers import LlamaForCausalLM
 
     from mathneuro_edit import ActivationStats, calibrate
-    from mathneuro_edit.plan import plan_from_config
+    from mathneuro_edit.runs.plan import plan_from_config
 
     device = torch.device("cpu" if args.cpu_smoke else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -144,7 +144,7 @@ def run(args) -> dict:
                             max_length=args.tokens)
 
     with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)  # safetensors; the worker loads it with mathneuro_edit.loading
+        model.save_pretrained(tmp)  # safetensors; the worker loads it with mathneuro_edit.weights.loading
         out = Path(tmp) / "dp.stats.safetensors"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", __file__,
                "--dp-worker", "--model-dir", tmp, "--stats-out", str(out), "--samples", str(args.samples),

@@ -21,42 +21,42 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # public name -> module that defines it (loaded on first access)
 _LAZY: dict[str, str] = {
-    "calibrate": "calibration",
-    "texts_sha256": "calibration",
-    "ActivationStats": "stats",
-    "find_math_params": "mask",
-    "find_math_params_multi": "mask",
-    "Mask": "mask",
-    "apply_mask": "apply",
-    "scale_masked": "apply",
-    "ReversibleEdit": "apply",
-    "find_targets": "targets",
-    "Target": "targets",
-    "export_checkpoint": "export",
-    "export_adapter": "adapter",
-    "load_edited": "adapter",
-    "AdapterExport": "adapter",
-    "verify": "audit",
-    "VerifyReport": "audit",
-    "evaluate": "evaluation",
-    "EvalResults": "evaluation",
-    "MathTask": "evaluation",
-    "GeneralTask": "evaluation",
-    "Recipe": "recipe",
-    "load_recipe": "recipe_io",
-    "run_recipe": "pipeline",
-    "push_to_hub": "hub",
-    "load_model": "loading",
-    "load_texts": "data",
-    "model_weights": "loading",
-    "weights_from_checkpoint": "loading",
-    "dequantize_gguf": "gguf_base",
-    "calibrate_distributed": "distributed",
-    "plan_from_config": "plan",
+    "calibrate": "engine.calibration",
+    "texts_sha256": "util.hashing",
+    "ActivationStats": "engine.stats",
+    "find_math_params": "engine.mask",
+    "find_math_params_multi": "engine.mask",
+    "Mask": "engine.mask",
+    "apply_mask": "engine.apply",
+    "scale_masked": "engine.apply",
+    "ReversibleEdit": "engine.apply",
+    "find_targets": "engine.targets",
+    "Target": "engine.targets",
+    "export_checkpoint": "weights.checkpoint_writer",
+    "export_adapter": "weights.adapter",
+    "load_edited": "weights.adapter",
+    "AdapterExport": "weights.adapter",
+    "verify": "weights.audit",
+    "VerifyReport": "weights.audit",
+    "evaluate": "evaluation.runner",
+    "EvalResults": "evaluation.results",
+    "MathTask": "evaluation.runner",
+    "GeneralTask": "evaluation.runner",
+    "Recipe": "recipe.schema",
+    "load_recipe": "recipe.io",
+    "run_recipe": "runs.pipeline",
+    "push_to_hub": "publish.hub",
+    "load_model": "weights.loading",
+    "load_texts": "data.sources",
+    "model_weights": "weights.loading",
+    "weights_from_checkpoint": "weights.loading",
+    "dequantize_gguf": "weights.gguf_reader",
+    "calibrate_distributed": "engine.distributed",
+    "plan_from_config": "runs.plan",
     "MathNeuroEditError": "errors",
     "InputError": "errors",
 }
@@ -64,25 +64,27 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:
-    from .adapter import AdapterExport, export_adapter, load_edited
-    from .apply import ReversibleEdit, apply_mask, scale_masked
-    from .evaluation import EvalResults, GeneralTask, MathTask, evaluate
-    from .export import export_checkpoint
-    from .distributed import calibrate_distributed
-    from .hub import push_to_hub
-    from .loading import load_model, model_weights, weights_from_checkpoint
-    from .gguf_base import dequantize_gguf
-    from .plan import plan_from_config
-    from .pipeline import run_recipe
-    from .recipe import Recipe
-    from .recipe_io import load_recipe
-    from .audit import VerifyReport, verify
-    from .calibration import calibrate, texts_sha256
-    from .data import load_texts
+    from .data.sources import load_texts
+    from .engine.apply import ReversibleEdit, apply_mask, scale_masked
+    from .engine.calibration import calibrate
+    from .engine.distributed import calibrate_distributed
+    from .engine.mask import Mask, find_math_params, find_math_params_multi
+    from .engine.stats import ActivationStats
+    from .engine.targets import Target, find_targets
     from .errors import InputError, MathNeuroEditError
-    from .mask import Mask, find_math_params, find_math_params_multi
-    from .stats import ActivationStats
-    from .targets import Target, find_targets
+    from .evaluation.results import EvalResults
+    from .evaluation.runner import GeneralTask, MathTask, evaluate
+    from .publish.hub import push_to_hub
+    from .recipe.io import load_recipe
+    from .recipe.schema import Recipe
+    from .runs.pipeline import run_recipe
+    from .runs.plan import plan_from_config
+    from .util.hashing import texts_sha256
+    from .weights.adapter import AdapterExport, export_adapter, load_edited
+    from .weights.audit import VerifyReport, verify
+    from .weights.checkpoint_writer import export_checkpoint
+    from .weights.gguf_reader import dequantize_gguf
+    from .weights.loading import load_model, model_weights, weights_from_checkpoint
 
 
 def __getattr__(name: str) -> Any:

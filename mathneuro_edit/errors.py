@@ -9,7 +9,7 @@ Two kinds, so that callers (and the CLI) can tell them apart:
 
 from __future__ import annotations
 
-__all__ = ["MathNeuroEditError", "InputError"]
+__all__ = ["MathNeuroEditError", "InputError", "OutputBusyError", "NoSpaceError", "Terminated"]
 
 
 class MathNeuroEditError(Exception):
@@ -25,3 +25,29 @@ class InputError(MathNeuroEditError, ValueError):
         ...
         mathneuro_edit.errors.InputError: top_k: must be in (0, 1], got 1.5; pass a fraction such as 0.05
     """
+
+
+class OutputBusyError(InputError):
+    """Another live run holds the output's lock file."""
+
+
+
+class NoSpaceError(InputError):
+    """A full disk, an exceeded quota or a read-only file system while writing an output.
+
+    Attributes:
+        os_error: the original error (an outer writer re-words the message with its own output's name).
+    """
+
+    def __init__(self, message: str, os_error: OSError) -> None:
+        super().__init__(message)
+        self.os_error = os_error
+
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived; a ``KeyboardInterrupt`` so every cleanup written for Ctrl-C runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

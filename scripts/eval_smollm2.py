@@ -6,7 +6,7 @@ Usage:
         --out smollm2-eval.json
 
 Loads the GGUF straight through transformers (dequantized), evaluates greedy completions with
-mathneuro_edit.evaluation (chat template; prefill for arithmetic; the plain prompt for contrast) and prints every
+mathneuro_edit.evaluation.runner (chat template; prefill for arithmetic; the plain prompt for contrast) and prints every
 accuracy with n and its 95% Wilson interval. The GSM8K problems are recipes/data/gsm8k_test_300.jsonl, sampled
 with the evaluation's own sampler (seed 0).
 """
@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from mathneuro_edit.arithmetic import arithmetic_problems
-from mathneuro_edit.data import load_math_problems
-from mathneuro_edit.eval_report import format_accuracy
-from mathneuro_edit.evaluation import MathTask, evaluate
+from mathneuro_edit.data.arithmetic import arithmetic_problems
+from mathneuro_edit.data.sources import load_math_problems
+from mathneuro_edit.evaluation.report import format_accuracy
+from mathneuro_edit.evaluation.runner import MathTask, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from mathneuro_edit.eval_stats import wilson_interval
+from mathneuro_edit.evaluation.significance import wilson_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mathneuro_edit.lm_eval_bridge import LmEvalTask, run_lm_eval
+    from mathneuro_edit.evaluation.lm_eval_bridge import LmEvalTask, run_lm_eval
 
     gguf = Path(args.gguf)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

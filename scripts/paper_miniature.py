@@ -9,7 +9,7 @@ import argparse
 import json
 import time
 
-from mathneuro_edit.organism.experiment import run_miniature
+from mathneuro_edit.runs.paper_miniature import run_miniature
 
 
 def main() -> None:

@@ -54,14 +54,14 @@ def main() -> None:
                     "mathneuro, random (as many weights per matrix as mathneuro) or wanda (math top-k alone))")
     args = ap.parse_args()
 
-    from mathneuro_edit.apply import ReversibleEdit
-    from mathneuro_edit.eval_results import EvalResults
-    from mathneuro_edit.evaluation import evaluate
-    from mathneuro_edit.loading import model_weights
-    from mathneuro_edit.mask import find_math_params_multi
-    from mathneuro_edit.pipeline import calibrate_recipe, eval_tasks, load_recipe_model
-    from mathneuro_edit.recipe_io import load_recipe
-    from mathneuro_edit.stats import ActivationStats
+    from mathneuro_edit.engine.apply import ReversibleEdit
+    from mathneuro_edit.evaluation.results import EvalResults
+    from mathneuro_edit.evaluation.runner import evaluate
+    from mathneuro_edit.weights.loading import model_weights
+    from mathneuro_edit.engine.mask import find_math_params_multi
+    from mathneuro_edit.runs.pipeline import calibrate_recipe, eval_tasks, load_recipe_model
+    from mathneuro_edit.recipe.io import load_recipe
+    from mathneuro_edit.engine.stats import ActivationStats
 
     recipe = load_recipe(RECIPE, [f"base.model={args.gguf}", f"evaluation.samples={args.n}",
                                   f"data.samples={args.samples}", f"calibration.max_length={args.max_length}",

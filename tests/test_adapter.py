@@ -11,10 +11,10 @@ from peft import PeftModel
 from safetensors.torch import load_file, save_file
 
 from mathneuro_edit import InputError, Mask
-from mathneuro_edit.adapter import export_adapter, exact_delta, load_edited
-from mathneuro_edit.apply import edited_values
-from mathneuro_edit.export import export_checkpoint
-from mathneuro_edit.audit import verify
+from mathneuro_edit.weights.adapter import export_adapter, exact_delta, load_edited
+from mathneuro_edit.engine.apply import edited_values
+from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
+from mathneuro_edit.weights.audit import verify
 
 from ._models import hash_tree, load_tiny, sample_ids, save_tiny, tiny_mask
 

@@ -1,4 +1,4 @@
-"""Edges of mathneuro_edit.calibration / stats that the mutation run (scripts/mutation.sh calibration) found
+"""Edges of mathneuro_edit.engine.calibration / stats that the mutation run (scripts/mutation.sh calibration) found
 unguarded: the texts fingerprint of non-ASCII text, the public model name, the tied lm_head option passed
 through calibrate, and the disk-full message of ActivationStats.save."""
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from mathneuro_edit import InputError, calibrate
-from mathneuro_edit.calibration import _public_name, texts_sha256
+from mathneuro_edit.engine.calibration import _public_name
+from mathneuro_edit.util.hashing import texts_sha256
 
 from ._faults import fill_disk
 from ._tiny import MATH, build
@@ -31,7 +32,7 @@ def test_texts_fingerprint_is_the_sha256_of_the_utf8_json_list() -> None:
     ("/abs/path/model", "<local>"),
 ])
 def test_public_model_name_hides_local_paths(name: str, public: str) -> None:
-    from mathneuro_edit.recipe import LOCAL
+    from mathneuro_edit.util.paths import LOCAL
 
     assert LOCAL == "<local>"
     assert _public_name(name) == public

@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import mathneuro_edit.recorder as recorder
+import mathneuro_edit.engine.recorder as recorder
 from mathneuro_edit import calibrate
 
 from ._tiny import MATH, VOCAB, build, char_tokenizer

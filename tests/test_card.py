@@ -11,11 +11,11 @@ import yaml
 from huggingface_hub import ModelCard, constants
 from safetensors.torch import save_file
 
-from mathneuro_edit.card import CITATION, build_card, license_from_base, summarize_edit, write_card
-from mathneuro_edit.data import load_texts
+from mathneuro_edit.publish.card import CITATION, build_card, license_from_base, summarize_edit, write_card
+from mathneuro_edit.data.sources import load_texts
 from mathneuro_edit.errors import InputError, MathNeuroEditError
-from mathneuro_edit.eval_results import EvalResults, GeneralResult, MathPrediction, MathResult
-from mathneuro_edit.lock import (
+from mathneuro_edit.evaluation.results import EvalResults, GeneralResult, MathPrediction, MathResult
+from mathneuro_edit.publish.lock import (
     LOCK_NAME,
     build_lock,
     check_base_weights,
@@ -25,8 +25,8 @@ from mathneuro_edit.lock import (
     recipe_from_lock,
     write_lock,
 )
-from mathneuro_edit.recipe import recipe_sha256
-from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict
+from mathneuro_edit.recipe.schema import recipe_sha256
+from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 
 COUNTS = {"model.layers.0.self_attn.q_proj.weight": (10, 256), "model.layers.1.self_attn.q_proj.weight": (6, 256),
           "model.layers.0.mlp.down_proj.weight": (20, 1024), "model.layers.0.mlp.experts.gate_up_proj": (4, 2048)}
@@ -266,7 +266,7 @@ def test_reproduce_reads_the_lock_of_a_hub_repo(tmp_path: Path, monkeypatch: pyt
     import huggingface_hub
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    from mathneuro_edit.reproduce import read_any_lock
+    from mathneuro_edit.runs.reproduce import read_any_lock
 
     lock = _lock(quickstart_recipe())
     write_lock(tmp_path, lock)
@@ -285,7 +285,7 @@ def test_reproduce_reads_the_lock_of_a_hub_repo(tmp_path: Path, monkeypatch: pyt
 
 
 def test_check_local_files_names_a_wrong_file(tmp_path: Path) -> None:
-    from mathneuro_edit.lock import check_local_files
+    from mathneuro_edit.publish.lock import check_local_files
 
     right, wrong = tmp_path / "a" / "math.jsonl", tmp_path / "b" / "math.jsonl"
     for p, answer in ((right, 2), (wrong, 3)):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from mathneuro_edit.card import _gguf_note, _gguf_usage, _pct, build_card, summarize_edit
-from mathneuro_edit.lock import build_lock
-from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict
+from mathneuro_edit.publish.card import _gguf_note, _gguf_usage, _pct, build_card, summarize_edit
+from mathneuro_edit.publish.lock import build_lock
+from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 
 
 def _lock(recipe, outputs=None, **kw):  # type: ignore[no-untyped-def]
@@ -90,7 +90,7 @@ def _readme(folder, meta: str):  # type: ignore[no-untyped-def]
 def test_license_from_a_local_folder_and_from_the_hub_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from huggingface_hub import constants
 
-    from mathneuro_edit.card import license_from_base
+    from mathneuro_edit.publish.card import license_from_base
 
     _readme(tmp_path / "ok", "license: mit\nmodel-index: 5")  # broken eval metadata is ignored, the license read
     assert license_from_base(tmp_path / "ok") == "mit"

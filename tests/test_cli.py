@@ -13,7 +13,7 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from mathneuro_edit.cli import main
+from mathneuro_edit.cli.main import main
 
 from ._tiny import build, write_workspace
 
@@ -42,7 +42,7 @@ def run_out(workspace: Path) -> Path:
 
 
 def test_help_is_fast_and_lists_commands():
-    code = "import time, sys; t=time.time(); from mathneuro_edit.cli import main; print('torch' in sys.modules)"
+    code = "import time, sys; t=time.time(); from mathneuro_edit.cli.main import main; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"  # --help never imports torch
     code, text = _run("--help")
@@ -163,7 +163,7 @@ def test_bad_files_exit_2(workspace, tmp_path):
 
 
 def test_internal_error_exit_1_and_debug_traceback(workspace, tmp_path, monkeypatch):
-    import mathneuro_edit.pipeline as pipeline
+    import mathneuro_edit.runs.pipeline as pipeline
 
     def boom(*a, **k):
         raise RuntimeError("kaboom")
@@ -179,7 +179,7 @@ def test_internal_error_exit_1_and_debug_traceback(workspace, tmp_path, monkeypa
 
 def test_subprocess_exit_codes(workspace, tmp_path):
     env = {**os.environ, "MATHNEURO_EDIT_DEBUG": ""}
-    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", "run", str(workspace / "recipe.yaml"),
+    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli.main", "run", str(workspace / "recipe.yaml"),
                            "--out", str(tmp_path / "o"), "--set", "mask.top_k=2"],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "mask.top_k" in proc.stderr and "Traceback" not in proc.stderr
@@ -187,7 +187,7 @@ def test_subprocess_exit_codes(workspace, tmp_path):
 
 
 def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
-    from mathneuro_edit.sweep import SweepPoint
+    from mathneuro_edit.runs.sweep import SweepPoint
 
     from .test_sweep import reference_best, reference_front
 
@@ -237,7 +237,7 @@ def test_data_parallel_calibrate_under_torchrun_matches_single_process(workspace
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
-           "-m", "mathneuro_edit.cli", "calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "dp"), "-q"]
+           "-m", "mathneuro_edit.cli.main", "calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "dp"), "-q"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _run("calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "one"), "-q")[0] == 0
@@ -294,7 +294,7 @@ def test_push_dry_run_touches_nothing(workspace, monkeypatch):
 
 
 def test_adapter_for_conv1d_model_is_refused_before_calibration(workspace, tmp_path, monkeypatch):
-    import mathneuro_edit.pipeline as pipeline
+    import mathneuro_edit.runs.pipeline as pipeline
 
     model, tok = build("gpt2")
     model.save_pretrained(tmp_path / "gpt2")

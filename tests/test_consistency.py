@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mathneuro_edit import calibrate, find_math_params
-from mathneuro_edit.consistency import jaccard, mask_consistency
+from mathneuro_edit.runs.consistency import jaccard, mask_consistency
 
 from ._tiny import GENERAL, MATH, build
 
@@ -66,8 +66,8 @@ def test_mask_consistency_overlaps_equal_independent_jaccard():
 
 def test_mask_consistency_defaults_draws_and_arguments(monkeypatch):
     """With calibrate/find_math_params replaced by recorders: the documented defaults, draws and pass-through."""
-    import mathneuro_edit.calibration as calibration
-    import mathneuro_edit.mask as mask_module
+    import mathneuro_edit.engine.calibration as calibration
+    import mathneuro_edit.engine.mask as mask_module
     from mathneuro_edit import InputError
 
     calls = {"calibrate": [], "mask": []}

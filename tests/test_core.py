@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from mathneuro_edit import ActivationStats, InputError, Mask, apply_mask, calibrate, find_math_params, find_targets
-from mathneuro_edit.apply import ReversibleEdit, scale_masked
+from mathneuro_edit.engine.apply import ReversibleEdit, scale_masked
 
 from ._tiny import FAMILIES, MATH, GENERAL, build, char_tokenizer
 
@@ -238,7 +238,7 @@ def test_methods_and_granularity():
 
 
 def test_ties_break_to_lower_index():
-    from mathneuro_edit.topk import top_fraction
+    from mathneuro_edit.engine.topk import top_fraction
 
     scores = torch.tensor([[5.0, 1.0, 2.0, 2.0, 2.0, 0.0]])
     assert top_fraction(scores, 3).tolist() == [[True, False, True, True, False, False]]
@@ -335,7 +335,7 @@ def test_truncation_is_recorded():
 
 
 def test_radix_select_equals_kthvalue_select_with_many_ties():
-    from mathneuro_edit.topk import top_fraction, top_fraction_flat
+    from mathneuro_edit.engine.topk import top_fraction, top_fraction_flat
 
     gen = torch.Generator().manual_seed(0)
     for trial in range(100):
@@ -350,7 +350,7 @@ def test_radix_select_equals_kthvalue_select_with_many_ties():
 
 
 def test_multi_top_k_equals_single_calls():
-    from mathneuro_edit.mask import find_math_params_multi
+    from mathneuro_edit.engine.mask import find_math_params_multi
 
     model, tok = build("gpt2")
     ms = calibrate(model, tok, MATH, progress=False)
@@ -399,7 +399,7 @@ def test_public_api_names_are_the_functions_after_any_import():
 # ----------------------------------------------------------------------------------------------------------
 def _synthetic(shapes: dict[str, tuple[int, int]], seed: int = 0):
     """Random weights and positive statistics for plain (d_out, d_in) matrices, as a mapping + ActivationStats."""
-    from mathneuro_edit.targets import Target
+    from mathneuro_edit.engine.targets import Target
 
     g = torch.Generator().manual_seed(seed)
     weights = {n: torch.randn(s, generator=g) for n, s in shapes.items()}
@@ -430,8 +430,8 @@ def test_top_k_count_is_the_released_int_of_n_times_top_k():
 
 
 def test_zero_count_matrices_select_nothing_in_every_method_and_sweep():
-    from mathneuro_edit.mask import find_math_params_multi
-    from mathneuro_edit.topk import top_fraction, top_fraction_flat
+    from mathneuro_edit.engine.mask import find_math_params_multi
+    from mathneuro_edit.engine.topk import top_fraction, top_fraction_flat
 
     shapes = {"small.weight": (3, 5), "big.weight": (16, 40)}  # 15 * 0.05 = 0.75 -> 0; 640 * 0.05 = 32
     weights, ms, gs = _synthetic(shapes)

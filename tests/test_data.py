@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mathneuro_edit.data import load_math_problems, load_set, load_texts
+from mathneuro_edit.data.sources import load_math_problems, load_set, load_texts
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.organism import data as organism
 

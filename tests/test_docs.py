@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mathneuro_edit.cli import main
+from mathneuro_edit.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

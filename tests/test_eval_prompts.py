@@ -9,13 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from mathneuro_edit.arithmetic import POOL_SIZE, arithmetic_problems
-from mathneuro_edit.data import load_math_problems, load_texts
+from mathneuro_edit.data.arithmetic import POOL_SIZE, arithmetic_problems
+from mathneuro_edit.data.sources import load_math_problems, load_texts
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.eval_results import MathPrediction
-from mathneuro_edit.evaluation import MathTask, evaluate, math_accuracy
-from mathneuro_edit.math_prompts import completion_done, extract_prediction, parse_number, render_prompt
-from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict
+from mathneuro_edit.evaluation.results import MathPrediction
+from mathneuro_edit.evaluation.runner import MathTask, evaluate, math_accuracy
+from mathneuro_edit.evaluation.prompts import completion_done, extract_prediction, parse_number, render_prompt
+from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 from tests._tiny import char_tokenizer
 
 # a small template in the ChatML spirit; the real SmolLM2 one is checked in the `real` test below
@@ -180,7 +180,7 @@ def test_arithmetic_source() -> None:
     assert texts[0] == f"Question: {problems[0]['question']}\nAnswer: {problems[0]['answer']}"
     r = recipe_from_dict(quickstart_recipe().resolved_dict(), ["evaluation.math=arithmetic", "evaluation.samples=4"])
     assert r.public_dict()["evaluation"]["math"]["path"] == "arithmetic"  # not a local path: never redacted
-    from mathneuro_edit.pipeline import eval_tasks
+    from mathneuro_edit.runs.pipeline import eval_tasks
 
     task = eval_tasks(r)[0]
     assert [p["prefill"] for p in task.problems] == [p["prefill"] for p in arithmetic_problems(4, 0)]
@@ -225,9 +225,9 @@ def test_smollm2_chat_eval_gives_nontrivial_arithmetic() -> None:
 def test_real_model_recipe_and_its_vendored_data(monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
-    from mathneuro_edit.data import load_texts
-    from mathneuro_edit.pipeline import eval_tasks
-    from mathneuro_edit.recipe_io import load_recipe
+    from mathneuro_edit.data.sources import load_texts
+    from mathneuro_edit.runs.pipeline import eval_tasks
+    from mathneuro_edit.recipe.io import load_recipe
 
     root = Path(__file__).resolve().parent.parent
     monkeypatch.chdir(root)  # the recipe's paths are relative to the repository root

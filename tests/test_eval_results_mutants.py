@@ -1,4 +1,4 @@
-"""Edges of mathneuro_edit.eval_results that the mutation run (scripts/mutation.sh evaluation) found unguarded:
+"""Edges of mathneuro_edit.evaluation.results that the mutation run (scripts/mutation.sh evaluation) found unguarded:
 where a completion is cut, the problem checks and their messages, the paired comparison's exact keys, the
 non-finite values of eval.json and its exact bytes, and the atomic write (temp file beside the target)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.eval_results import (
+from mathneuro_edit.evaluation.results import (
     EvalResults,
     GeneralResult,
     MathPrediction,

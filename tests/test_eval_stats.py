@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from mathneuro_edit.eval_results import EvalResults, GeneralResult, MathPrediction, MathResult
-from mathneuro_edit.eval_stats import discordant_pairs, mcnemar_exact, ratio_se, wilson_interval
-from mathneuro_edit.sweep import SweepPoint, _point, recommend
+from mathneuro_edit.evaluation.results import EvalResults, GeneralResult, MathPrediction, MathResult
+from mathneuro_edit.evaluation.significance import discordant_pairs, mcnemar_exact, ratio_se, wilson_interval
+from mathneuro_edit.runs.sweep import SweepPoint, _point, recommend
 
 scipy_stats = pytest.importorskip("scipy.stats")  # the test extra installs it
 

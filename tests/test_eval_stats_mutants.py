@@ -1,4 +1,4 @@
-"""Edges of mathneuro_edit.eval_stats that the mutation run (scripts/mutation.sh evaluation) found unguarded: the
+"""Edges of mathneuro_edit.evaluation.significance that the mutation run (scripts/mutation.sh evaluation) found unguarded: the
 input checks (with their messages, not a math-domain error that happens to be a ValueError too), the exact 0 lower
 bound at k = 0, the zero-count guard of ratio_se and the strict "p < 0.05" of a significance claim."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from mathneuro_edit.eval_stats import ALPHA, ratio_se, significant, wilson_interval
+from mathneuro_edit.evaluation.significance import ALPHA, ratio_se, significant, wilson_interval
 
 scipy_stats = pytest.importorskip("scipy.stats")  # the test extra installs it
 

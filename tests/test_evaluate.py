@@ -14,23 +14,12 @@ from tokenizers import Tokenizer, decoders, models
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from mathneuro_edit.apply import ReversibleEdit, apply_mask
+from mathneuro_edit.engine.apply import ReversibleEdit, apply_mask
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.evaluation import (
-    EvalResults,
-    GeneralTask,
-    LmEvalTask,
-    MathResult,
-    MathTask,
-    _AnswerStop,
-    evaluate,
-    extract_answer,
-    general_loss,
-    math_accuracy,
-    math_prompt,
-    truncate_completion,
-)
-from mathneuro_edit.mask import Mask
+from mathneuro_edit.evaluation.runner import GeneralTask, MathTask, _AnswerStop, evaluate, general_loss, math_accuracy
+from mathneuro_edit.evaluation.results import EvalResults, MathResult, extract_answer, math_prompt, truncate_completion
+from mathneuro_edit.evaluation.lm_eval_bridge import LmEvalTask
+from mathneuro_edit.engine.mask import Mask
 
 CHARS = sorted(set(string.printable) - set("\r\x0b\x0c"))
 

@@ -16,10 +16,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from mathneuro_edit import InputError, Mask, apply_mask
-from mathneuro_edit import export as export_mod
-from mathneuro_edit.export import export_checkpoint
-from mathneuro_edit.audit import verify
-from mathneuro_edit.shards import Stopped
+from mathneuro_edit.weights import checkpoint_writer as export_mod
+from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
+from mathneuro_edit.weights.audit import verify
+from mathneuro_edit.weights.shards import Stopped
 
 from ._models import FAMILIES, hash_tree, load_tiny, sample_ids, save_tiny, tiny_mask
 
@@ -403,7 +403,7 @@ print("OK")
 
 
 def test_outputs_load_in_a_process_without_mathneuro_edit(bases, tmp_path):
-    from mathneuro_edit.adapter import export_adapter
+    from mathneuro_edit.weights.adapter import export_adapter
 
     b = bases("qwen2")
     base = b.folders[True]

@@ -26,11 +26,11 @@ import torch
 gguf = pytest.importorskip("gguf")
 
 from mathneuro_edit import InputError  # noqa: E402
-from mathneuro_edit.audit import verify  # noqa: E402
-from mathneuro_edit.export import export_checkpoint  # noqa: E402
-from mathneuro_edit.gguf_export import GGUF_TYPES, audit_gguf, gguf_file_type, write_gguf  # noqa: E402
+from mathneuro_edit.weights.audit import verify  # noqa: E402
+from mathneuro_edit.weights.checkpoint_writer import export_checkpoint  # noqa: E402
+from mathneuro_edit.weights.gguf_writer import GGUF_TYPES, audit_gguf, gguf_file_type, write_gguf  # noqa: E402
 from mathneuro_edit.organism import organism_path  # noqa: E402
-from mathneuro_edit.recipe import OutputsConfig  # noqa: E402
+from mathneuro_edit.recipe.schema import OutputsConfig  # noqa: E402
 
 from ._models import CHAT_TEMPLATE, load_tiny, save_tiny, tiny_mask  # noqa: E402
 from .test_hub import fake_hub  # noqa: E402,F401  (the fake Hub server fixture)
@@ -199,7 +199,7 @@ def test_same_recipe_same_bytes_anywhere(baked, tmp_path) -> None:
     moved = shutil.copytree(ckpt, tmp_path / "elsewhere" / "other-name")
     a, b = write_gguf(ckpt, tmp_path / "a.gguf", "Q4_1"), write_gguf(moved, tmp_path / "b.gguf", "Q4_1")
     assert a.read_bytes() == b.read_bytes()
-    code = ("import sys; from mathneuro_edit.gguf_export import write_gguf; "
+    code = ("import sys; from mathneuro_edit.weights.gguf_writer import write_gguf; "
             "write_gguf(sys.argv[1], sys.argv[2], 'Q4_1')")
     subprocess.run([sys.executable, "-c", code, str(moved), str(tmp_path / "c.gguf")], check=True, cwd=ROOT,
                    env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
@@ -251,8 +251,8 @@ def test_refusals_are_one_clear_line(tmp_path) -> None:
 def test_cli_export_gguf(tmp_path) -> None:
     from click.testing import CliRunner
 
-    from mathneuro_edit.cli import main
-    from mathneuro_edit.mask import Mask
+    from mathneuro_edit.cli.main import main
+    from mathneuro_edit.engine.mask import Mask
 
     base = save_base(tmp_path / "base", "llama", tied=True)
     tiny_mask(load_tiny(base), top_k=0.2).save(tmp_path / "m.mask.safetensors")
@@ -344,10 +344,11 @@ def test_llama_cpp_logits_match_on_random_models(baked, family) -> None:
 
 def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
     """The lock and card record the GGUF's sha256; push uploads it byte for byte with the card."""
-    from mathneuro_edit.card import build_card, summarize_edit, write_card
-    from mathneuro_edit.hub import push_to_hub
-    from mathneuro_edit.lock import build_lock, output_hashes, sha256_file, write_lock
-    from mathneuro_edit.recipe_io import quickstart_recipe
+    from mathneuro_edit.publish.card import build_card, summarize_edit, write_card
+    from mathneuro_edit.publish.hub import push_to_hub
+    from mathneuro_edit.publish.lock import build_lock, output_hashes, write_lock
+    from mathneuro_edit.util.hashing import sha256_file
+    from mathneuro_edit.recipe.io import quickstart_recipe
 
     from .test_hub import TOKEN, _committed
 
@@ -383,7 +384,7 @@ def test_streaming_peak_memory_is_well_below_the_model(tmp_path) -> None:
     del model
     code = f"""
 import re, numpy, torch, gguf, safetensors
-from mathneuro_edit.gguf_export import write_gguf
+from mathneuro_edit.weights.gguf_writer import write_gguf
 hwm = lambda: int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024
 before = hwm()
 write_gguf({str(tmp_path / "m")!r}, {str(tmp_path / "m.gguf")!r}, "Q8_0")

@@ -19,9 +19,9 @@ import pytest
 import torch
 import yaml
 
-from mathneuro_edit import gguf_base
+from mathneuro_edit.weights import gguf_reader as gguf_base
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.recipe_io import recipe_from_dict
+from mathneuro_edit.recipe.io import recipe_from_dict
 
 from ._gguf_tiny import CHAT_TEMPLATE, expected_weights, tiny_llama, write_gguf
 from ._gguf_e2e import check_gguf_outputs, cli, data_overrides, write_recipe
@@ -94,7 +94,7 @@ def test_dequantize_is_cached_and_byte_identical(tiny, tmp_path, monkeypatch):
     copy.parent.mkdir()
     copy.write_bytes(path.read_bytes())
     # in another process, with another hash seed, from another working directory
-    code = "import sys; from mathneuro_edit.gguf_base import dequantize_gguf; print(dequantize_gguf(*sys.argv[1:2], " \
+    code = "import sys; from mathneuro_edit.weights.gguf_reader import dequantize_gguf; print(dequantize_gguf(*sys.argv[1:2], " \
            "cache_dir=sys.argv[2]))"
     env = {**os.environ, "PYTHONHASHSEED": "123", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run([sys.executable, "-c", code, str(copy), str(tmp_path / "cache2")], capture_output=True,
@@ -179,7 +179,7 @@ def test_run_on_a_gguf_base_end_to_end_then_reproduce(tiny, tmp_path, monkeypatc
 
 
 def test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer(tiny, monkeypatch):
-    from mathneuro_edit import gguf_export
+    from mathneuro_edit.weights import gguf_writer as gguf_export
 
     path, _, _ = tiny
     data = {"math": "organism:math", "general": "organism:general"}
@@ -201,7 +201,7 @@ def test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer(tiny, monkey
 
 
 def test_check_base_weights_pins_the_gguf_file(tiny, tmp_path):
-    from mathneuro_edit.lock import check_base_weights
+    from mathneuro_edit.publish.lock import check_base_weights
 
     path, _, _ = tiny
     lock = {"base": {"gguf": {"file": path.name, "sha256": gguf_base._sha256(path)}}}

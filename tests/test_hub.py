@@ -19,12 +19,12 @@ import torch
 from huggingface_hub import ModelCard, constants
 from safetensors.torch import save_file
 
-from mathneuro_edit.card import build_card, card_for_folder, summarize_edit, write_card
+from mathneuro_edit.publish.card import build_card, card_for_folder, summarize_edit, write_card
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.hub import push_to_hub
-from mathneuro_edit.lock import build_lock, output_hashes, write_lock
-from mathneuro_edit.recipe import recipe_sha256
-from mathneuro_edit.recipe_io import quickstart_recipe
+from mathneuro_edit.publish.hub import push_to_hub
+from mathneuro_edit.publish.lock import build_lock, output_hashes, write_lock
+from mathneuro_edit.recipe.schema import recipe_sha256
+from mathneuro_edit.recipe.io import quickstart_recipe
 
 TOKEN = "hf_TESTsecretTOKEN0123456789abcdef"
 
@@ -286,7 +286,7 @@ def test_pushed_card_loads_the_repo_and_has_no_placeholder_or_local_path(fake_hu
     """A real run's folders (the organism, a local data file), pushed, downloaded again and rendered."""
     from click.testing import CliRunner
 
-    from mathneuro_edit.cli import main
+    from mathneuro_edit.cli.main import main
 
     private = tmp_path / "home-of-alice" / "data"
     private.mkdir(parents=True)

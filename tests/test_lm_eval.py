@@ -1,7 +1,7 @@
 """The lm-evaluation-harness bridge with the REAL harness (the `eval` extra, installed by CI), offline.
 
 The central check: on the shipped organism, base and edited, lm-eval's exact match on the shipped local task
-``arithmetic_local`` agrees item by item with the built-in evaluation (mathneuro_edit.evaluation) on the same
+``arithmetic_local`` agrees item by item with the built-in evaluation (mathneuro_edit.evaluation.runner) on the same
 problems. Why they agree by construction, and where they could still differ:
 
 - prompts: the YAML's ``doc_to_text`` ("Question: {q}\\nAnswer:"), ``target_delimiter`` " " and
@@ -31,13 +31,14 @@ import yaml
 lm_eval = pytest.importorskip("lm_eval", reason="the eval extra (pip install -e .[test]) installs lm-eval")
 
 from mathneuro_edit import calibrate, find_math_params  # noqa: E402
-from mathneuro_edit.apply import ReversibleEdit  # noqa: E402
+from mathneuro_edit.engine.apply import ReversibleEdit  # noqa: E402
 from mathneuro_edit.errors import InputError  # noqa: E402
-from mathneuro_edit.evaluation import MathTask, evaluate, extract_answer, math_prompt  # noqa: E402
-from mathneuro_edit.lm_eval_bridge import LmEvalTask, _task_specs, include_path_hashes, run_lm_eval  # noqa: E402
+from mathneuro_edit.evaluation.runner import MathTask, evaluate
+from mathneuro_edit.evaluation.results import extract_answer, math_prompt  # noqa: E402
+from mathneuro_edit.evaluation.lm_eval_bridge import LmEvalTask, _task_specs, include_path_hashes, run_lm_eval  # noqa: E402
 from mathneuro_edit.organism import load_organism  # noqa: E402
 from mathneuro_edit.organism.data import general_texts, math_texts  # noqa: E402
-from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict  # noqa: E402
+from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict  # noqa: E402
 
 TASKS = Path(__file__).resolve().parents[1] / "recipes" / "lm_eval_tasks"
 N = 30  # items compared: base + edited, built-in + harness, ~1 min of CPU on 2 cores
@@ -173,8 +174,8 @@ def test_recipe_keys_and_the_old_keys(tmp_path: Path) -> None:
 
 
 def test_run_writes_harness_results_to_eval_json_card_and_lock(tmp_path: Path, monkeypatch) -> None:
-    from mathneuro_edit.lock import read_lock
-    from mathneuro_edit.pipeline import run_recipe
+    from mathneuro_edit.publish.lock import read_lock
+    from mathneuro_edit.runs.pipeline import run_recipe
 
     monkeypatch.chdir(tmp_path)
     shutil.copytree(TASKS, tmp_path / "lm_eval_tasks")  # a relative include_path, as a user writes it
@@ -198,7 +199,7 @@ def test_run_writes_harness_results_to_eval_json_card_and_lock(tmp_path: Path, m
 
 
 def test_run_fails_on_a_bad_task_folder_before_calibrating(tmp_path: Path, monkeypatch) -> None:
-    import mathneuro_edit.pipeline as pipeline
+    import mathneuro_edit.runs.pipeline as pipeline
 
     def no_calibration(*args, **kwargs):  # noqa: ANN002, ANN003
         raise AssertionError("calibrated before the evaluation settings were checked")

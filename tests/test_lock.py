@@ -12,9 +12,10 @@ import pytest
 import yaml
 
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.lock import LOCK_NAME, build_lock, private_paths, read_lock, sha256_file, write_lock
-from mathneuro_edit.recipe import recipe_sha256
-from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict
+from mathneuro_edit.publish.lock import LOCK_NAME, build_lock, private_paths, read_lock, write_lock
+from mathneuro_edit.util.hashing import sha256_file
+from mathneuro_edit.recipe.schema import recipe_sha256
+from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 
 
 def test_build_lock_is_exactly_the_documented_record(tmp_path: Path):
@@ -113,8 +114,8 @@ def test_card_tags_prune_text_and_texts_per_general_set():
     """Card facts derived from the recipe (kills card.py survivors): tags, action, top-k text, data table counts."""
     from huggingface_hub import ModelCard
 
-    from mathneuro_edit.card import build_card, summarize_edit
-    from mathneuro_edit.pipeline import data_records
+    from mathneuro_edit.publish.card import build_card, summarize_edit
+    from mathneuro_edit.runs.pipeline import data_records
 
     recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [
         "edit={prune: true}", "data.samples=10", "mask.granularity=row",
@@ -151,7 +152,7 @@ def test_card_of_a_gguf_base_names_the_file_and_its_sha256():
     """The lock's ``base.gguf`` and a GGUF output reach the card (tag, base paragraph, download table)."""
     from huggingface_hub import ModelCard
 
-    from mathneuro_edit.card import build_card, summarize_edit
+    from mathneuro_edit.publish.card import build_card, summarize_edit
 
     recipe = quickstart_recipe()
     lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k",

@@ -1,4 +1,4 @@
-"""Edges of mathneuro_edit.lock that the mutation run (scripts/mutation.sh card) found unguarded: the GGUF and
+"""Edges of mathneuro_edit.publish.lock that the mutation run (scripts/mutation.sh card) found unguarded: the GGUF and
 organism paths of check_base_weights and its exact messages, the weights hash of a sharded folder, which data
 files check_local_files checks, every private path of a recipe, and what build_lock / recipe_from_lock do with a
 recipe without evaluation or with a redacted lm-eval include path."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mathneuro_edit.errors import InputError, MathNeuroEditError
-from mathneuro_edit.lock import (
+from mathneuro_edit.publish.lock import (
     build_lock,
     check_base_weights,
     check_local_files,
@@ -22,7 +22,7 @@ from mathneuro_edit.lock import (
     recipe_from_lock,
     weights_sha256,
 )
-from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict
+from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 
 
 ORGANISM_DATA = {"math": "organism:math", "general": "organism:general"}

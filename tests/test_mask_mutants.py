@@ -1,4 +1,4 @@
-"""Edges of mathneuro_edit.mask that the mutation run (scripts/mutation.sh mask) found unguarded: the disk-full
+"""Edges of mathneuro_edit.engine.mask that the mutation run (scripts/mutation.sh mask) found unguarded: the disk-full
 message of Mask.save, the checks of a general set against its own target records and against the math set's
 statistic shapes, a lazy weight mapping read once per tensor, and find_math_params_multi's own defaults."""
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from mathneuro_edit import ActivationStats, InputError, Target
-from mathneuro_edit.mask import Mask, find_math_params_multi, top_fraction_flat
+from mathneuro_edit.engine.mask import Mask, find_math_params_multi
+from mathneuro_edit.engine.topk import top_fraction_flat
 from tests._faults import fill_disk
 from tests.test_regressions import D_IN, D_OUT, TARGETS, _assert_same, _canonical, _reference_mask, _stats, _stored
 

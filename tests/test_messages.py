@@ -16,9 +16,9 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from mathneuro_edit.cli import main
+from mathneuro_edit.cli.main import main
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.recipe_io import quickstart_recipe, recipe_from_dict
+from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,12 +117,12 @@ def test_missing_local_folder_is_not_looked_up_on_the_hub(command: str, tmp_path
 
 
 def test_missing_local_base_in_verify_and_the_api(tmp_path: Path, no_hub: None) -> None:
-    from mathneuro_edit.export import export_checkpoint
+    from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
 
     folder = tmp_path / "export"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    from mathneuro_edit.mask import Mask
+    from mathneuro_edit.engine.mask import Mask
 
     mask = Mask({"w": torch.zeros(2, 2, dtype=torch.bool)}).save(tmp_path / "m.safetensors")
     code, text = _run("verify", folder, "--base", "./nowhere", "--mask", mask, "--scale", "0")
@@ -157,7 +157,7 @@ def test_organism_works_wherever_a_base_is_accepted(organism_mask: Path, tmp_pat
     from safetensors.torch import load_file
 
     from mathneuro_edit import export_adapter, export_checkpoint
-    from mathneuro_edit.mask import Mask
+    from mathneuro_edit.engine.mask import Mask
     from mathneuro_edit.organism import organism_path
 
     ckpt = export_checkpoint("organism", organism_mask, 0.0, tmp_path / "ckpt")  # used to try the Hub
@@ -177,8 +177,8 @@ def test_organism_works_wherever_a_base_is_accepted(organism_mask: Path, tmp_pat
 
 
 def test_inspect_plot_of_a_stats_file_fails_before_the_table(tmp_path: Path) -> None:
-    from mathneuro_edit.stats import ActivationStats
-    from mathneuro_edit.targets import Target
+    from mathneuro_edit.engine.stats import ActivationStats
+    from mathneuro_edit.engine.targets import Target
 
     target = Target("w", "linear", "m", (2, 3))
     stats = ActivationStats({"w": torch.ones(1, 3)}, {"w": torch.ones(1, 3)}, {"w": torch.tensor([1])},
@@ -198,6 +198,6 @@ def test_recipe_does_not_import_recipe_io() -> None:
     """The dependency is one way: recipe_io reads recipes into the type defined by recipe."""
     tree = ast.parse((ROOT / "mathneuro_edit" / "recipe.py").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert "recipe_io" not in imported and "mathneuro_edit.recipe_io" not in imported
+    assert "recipe_io" not in imported and "mathneuro_edit.recipe.io" not in imported
     io_tree = ast.parse((ROOT / "mathneuro_edit" / "recipe_io.py").read_text())
     assert "recipe" in {n.module for n in ast.walk(io_tree) if isinstance(n, ast.ImportFrom)}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mathneuro_edit.console import KNOWN_WARNINGS, Stages, markdown_table_text, quiet_libraries, table
+from mathneuro_edit.util.console import KNOWN_WARNINGS, Stages, markdown_table_text, quiet_libraries, table
 
 GOLDEN = Path(__file__).parent / "golden" / "new_user_transcript.txt"
 # the quickstart, shrunk to seconds (organism answers fit in 24 tokens)
@@ -31,7 +31,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONWARNINGS", "HF_HUB_DISABLE_PROGRESS"))}
     env.update(MATHNEURO_EDIT_DEBUG="", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", *args], cwd=cwd, env=env,
+    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return proc
@@ -148,7 +148,7 @@ def test_pytest_filters_are_the_known_warnings():
 
 @pytest.mark.slow
 def test_load_edited_shows_no_peft_warning(transcript):
-    from mathneuro_edit.adapter import load_edited
+    from mathneuro_edit.weights.adapter import load_edited
     from mathneuro_edit.organism import organism_path
 
     with warnings.catch_warnings(record=True) as seen:
@@ -171,7 +171,7 @@ def test_stage_printer_and_tables():
 
 
 def _capture(monkeypatch) -> list:
-    import mathneuro_edit.report as report
+    import mathneuro_edit.runs.inspect as report
 
     figs: list = []
 
@@ -185,7 +185,7 @@ def _capture(monkeypatch) -> list:
 
 
 def test_sweep_plot_names_every_point_and_keeps_it_inside(monkeypatch, tmp_path):
-    from mathneuro_edit.sweep import SweepPoint, SweepResult, _plot
+    from mathneuro_edit.runs.sweep import SweepPoint, SweepResult, _plot
 
     P = lambda k, s, a, kl: SweepPoint(k, s, 10, a, 1.0, kl, 10, 10, max(a - 0.2, 0), min(a + 0.1, 1.0))
     pts = [P(0.01, 0.0, 0.0, 2e-3), P(0.01, 1.1, 1.0, 6e-6), P(0.05, 0.0, 0.6, 5e-3), P(0.05, 1.1, 1.0, 0.0)]
@@ -202,7 +202,7 @@ def test_sweep_plot_names_every_point_and_keeps_it_inside(monkeypatch, tmp_path)
 
 
 def test_consistency_plot_ticks_and_title(monkeypatch, tmp_path):
-    from mathneuro_edit.consistency import ConsistencyRow, _plot
+    from mathneuro_edit.runs.consistency import ConsistencyRow, _plot
 
     rows = [ConsistencyRow(n, 3, 0.5, 0.4, 0.3) for n in (1, 2, 4, 16)]
     figs = _capture(monkeypatch)
@@ -217,8 +217,8 @@ def test_consistency_plot_ticks_and_title(monkeypatch, tmp_path):
 def test_layer_plot_legend_outside_and_lines_distinct(monkeypatch, tmp_path):
     import torch
 
-    from mathneuro_edit.mask import Mask
-    from mathneuro_edit.report import plot_layer_distribution
+    from mathneuro_edit.engine.mask import Mask
+    from mathneuro_edit.runs.inspect import plot_layer_distribution
 
     names = [f"model.layers.{i}.{m}.weight" for i in range(3)
              for m in ("self_attn.q_proj", "self_attn.k_proj", "mlp.up_proj", "mlp.down_proj", "mlp.gate_proj")]

@@ -54,7 +54,7 @@ def test_dequantized_base_matches_gguf_reader(smollm2):
     import gguf
     from safetensors import safe_open
 
-    from mathneuro_edit.gguf_base import dequantize_gguf
+    from mathneuro_edit.weights.gguf_reader import dequantize_gguf
 
     folder = dequantize_gguf(smollm2)
     reader = gguf.GGUFReader(str(smollm2))
@@ -108,14 +108,14 @@ def prune_experiment(gguf_path: Path, *, n: int = 80, samples: int = 16, max_len
     Returns the eval dicts (``to_dict``) of both edits, their masks' sizes, and a direct paired test MathNeuro vs
     random on the same problems. Also run by hand to choose the thresholds (see the test).
     """
-    from mathneuro_edit.apply import ReversibleEdit
-    from mathneuro_edit.arithmetic import arithmetic_problems
-    from mathneuro_edit.calibration import calibrate
-    from mathneuro_edit.data import load_texts
-    from mathneuro_edit.eval_stats import discordant_pairs, mcnemar_exact
-    from mathneuro_edit.evaluation import MathTask, evaluate
-    from mathneuro_edit.loading import load_model, model_weights
-    from mathneuro_edit.mask import find_math_params_multi
+    from mathneuro_edit.engine.apply import ReversibleEdit
+    from mathneuro_edit.data.arithmetic import arithmetic_problems
+    from mathneuro_edit.engine.calibration import calibrate
+    from mathneuro_edit.data.sources import load_texts
+    from mathneuro_edit.evaluation.significance import discordant_pairs, mcnemar_exact
+    from mathneuro_edit.evaluation.runner import MathTask, evaluate
+    from mathneuro_edit.weights.loading import load_model, model_weights
+    from mathneuro_edit.engine.mask import find_math_params_multi
 
     model, tok = load_model(str(gguf_path), dtype="float32", device="cpu")
     kw = dict(max_length=max_length, batch_size=8, progress=False)

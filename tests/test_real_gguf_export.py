@@ -48,7 +48,7 @@ def test_base_type_keeps_the_base_s_tensor_types_and_pre_tokenizer(edited, smoll
     import gguf
     import yaml
 
-    from mathneuro_edit.gguf_export import gguf_file_type
+    from mathneuro_edit.weights.gguf_writer import gguf_file_type
 
     ours, theirs = gguf.GGUFReader(str(edited["Q4_1"])), gguf.GGUFReader(str(smollm2))
     assert gguf_file_type(edited["Q4_1"]) == gguf_file_type(smollm2) == "Q4_1"
@@ -81,7 +81,7 @@ STEP = {"Q8_0": 1 / 127, "Q4_1": 2 / 15}
 def test_transformers_reads_back_the_edited_weights(edited, qtype) -> None:
     from safetensors.torch import load_file
 
-    from mathneuro_edit.mask import Mask
+    from mathneuro_edit.engine.mask import Mask
 
     ckpt = load_file(edited["checkpoint"] / "model.safetensors")
     read = _transformers_weights(edited[qtype])

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.recipe import EditConfig, Recipe, recipe_sha256
-from mathneuro_edit.recipe_io import load_recipe, quickstart_recipe, recipe_fields, recipe_from_dict
+from mathneuro_edit.recipe.schema import EditConfig, Recipe, recipe_sha256
+from mathneuro_edit.recipe.io import load_recipe, quickstart_recipe, recipe_fields, recipe_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 MINIMAL = {"base": {"model": "organism"}, "data": {"math": "organism:math", "general": "organism:general"},
@@ -274,13 +274,13 @@ def test_model_is_the_single_schema() -> None:
 
 
 def test_recipe_io_imports_first():
-    """Regression: ``from mathneuro_edit.recipe_io import load_recipe`` in a fresh interpreter failed (circular import)."""
+    """Regression: ``from mathneuro_edit.recipe.io import load_recipe`` in a fresh interpreter failed (circular import)."""
     import subprocess
     import sys
 
     # (recipe.py does not re-export them: the dependency is one-way, recipe_io -> recipe; tests/test_messages.py)
-    for stmt in ("from mathneuro_edit.recipe_io import load_recipe", "import mathneuro_edit.recipe",
-                 "from mathneuro_edit.recipe_lm_eval import LmEvalConfig"):
+    for stmt in ("from mathneuro_edit.recipe.io import load_recipe", "import mathneuro_edit.recipe.schema",
+                 "from mathneuro_edit.recipe.lm_eval_keys import LmEvalConfig"):
         proc = subprocess.run([sys.executable, "-c", stmt], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
 
@@ -292,4 +292,4 @@ def test_recipe_pieces_never_import_recipe() -> None:
     for name in ("recipe_types", "recipe_lm_eval"):
         tree = ast.parse((ROOT / "mathneuro_edit" / f"{name}.py").read_text())
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-        assert not imported & {"recipe", "recipe_io", "mathneuro_edit.recipe", "mathneuro_edit.recipe_io"}, name
+        assert not imported & {"recipe", "recipe_io", "mathneuro_edit.recipe.schema", "mathneuro_edit.recipe.io"}, name

@@ -10,7 +10,7 @@ through (see docs/testing.md, "Mutations the suite must catch"):
 (Consistency's Jaccard: tests/test_consistency.py.) Everything here runs in about a second: these are the tests
 that scripts/mutation.sh runs against mask.py and topk.py.
 
-The reference shares no code with :mod:`mathneuro_edit.mask`: scores are ``|W| * stat`` (one float32 product,
+The reference shares no code with :mod:`mathneuro_edit.engine.mask`: scores are ``|W| * stat`` (one float32 product,
 the quantity the package ranks), and the top-k is a plain Python sort by ``(-score, flat index)``.
 """
 
@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from mathneuro_edit import ActivationStats, Target, find_math_params
-from mathneuro_edit.mask import find_math_params_multi
-from mathneuro_edit.topk import top_fraction, top_fraction_flat
+from mathneuro_edit.engine.mask import find_math_params_multi
+from mathneuro_edit.engine.topk import top_fraction, top_fraction_flat
 
 
 # ----------------------------------------------------------------------------------------------------------

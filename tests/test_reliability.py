@@ -20,7 +20,7 @@ import yaml
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from mathneuro_edit.cli import main
+from mathneuro_edit.cli.main import main
 from mathneuro_edit.errors import InputError
 
 from ._models import hash_tree, save_tiny
@@ -91,7 +91,7 @@ def test_recipe_ints_and_bools_are_strict(override: str) -> None:
 
 
 def test_recipe_keeps_ints_for_floats_and_numbers_for_strings() -> None:
-    from mathneuro_edit.recipe_io import quickstart_recipe
+    from mathneuro_edit.recipe.io import quickstart_recipe
 
     r = quickstart_recipe(("edit.scale=1", "mask.top_k=1", "base.revision=1234"))
     assert r.edit.scale == 1.0 and r.mask.top_k == 1.0 and r.base.revision == "1234"
@@ -163,7 +163,7 @@ def test_repository_code_with_yes_on_a_real_terminal_stdin(ws: Path, evil: tuple
     """The reported case exactly: `yes | mathneuro-edit export ...` in a shell."""
     base, marker = evil
     recipe = _recipe_for(ws, base, "evil2.yaml")
-    cmd = (f"yes | {sys.executable} -m mathneuro_edit.cli export {recipe} --mask {ws / 'mask.safetensors'} "
+    cmd = (f"yes | {sys.executable} -m mathneuro_edit.cli.main export {recipe} --mask {ws / 'mask.safetensors'} "
            f"--out {tmp_path / 'o'} -q")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=300)
@@ -181,7 +181,7 @@ def test_opting_in_runs_the_repository_code(ws: Path, evil: tuple[Path, Path], t
 
 
 def test_hub_repo_needing_remote_code_is_one_line_with_the_fix() -> None:
-    from mathneuro_edit.remote_code import remote_code_error
+    from mathneuro_edit.weights.remote_code import remote_code_error
 
     err = ValueError("The repository x/y contains custom code which must be executed to correctly load the model. "
                      "Please pass the argument `trust_remote_code=True` to allow custom code to be run.")
@@ -194,7 +194,7 @@ def test_hub_repo_needing_remote_code_is_one_line_with_the_fix() -> None:
 
 
 def test_push_blanks_local_paths_at_any_depth(fake_hub, out_dir: Path) -> None:  # noqa: F811
-    from mathneuro_edit.hub import push_to_hub
+    from mathneuro_edit.publish.hub import push_to_hub
 
     home = str(Path.home())
     tok_cfg = {"name_or_path": f"{home}/models/llama", "eos_token": "</s>", "chat_template": "{{ a / b }}",
@@ -222,7 +222,7 @@ def test_push_blanks_local_paths_at_any_depth(fake_hub, out_dir: Path) -> None: 
 
 def test_statistics_do_not_depend_on_the_model_folder(ws: Path, tmp_path: Path) -> None:
     from mathneuro_edit import calibrate
-    from mathneuro_edit.loading import load_model
+    from mathneuro_edit.weights.loading import load_model
 
     shutil.copytree(ws / "base", tmp_path / "elsewhere" / "copy")
     hashes = []
@@ -238,7 +238,7 @@ def test_statistics_do_not_depend_on_the_model_folder(ws: Path, tmp_path: Path) 
 
 
 def _slow_write(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    import mathneuro_edit.export as export_mod
+    import mathneuro_edit.weights.checkpoint_writer as export_mod
 
     real = export_mod._write_shard
 
@@ -317,7 +317,7 @@ def test_sigterm_and_sighup_leave_no_temporary_folder(ws: Path, tmp_path: Path, 
 
 def test_a_temp_folder_left_by_kill_9_is_removed_by_the_next_run(ws: Path, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    import mathneuro_edit.export as export_mod
+    import mathneuro_edit.weights.checkpoint_writer as export_mod
 
     real = export_mod._write_shard
     monkeypatch.setattr(export_mod, "_write_shard", lambda *a, **k: (time.sleep(30), real(*a, **k)))
@@ -413,8 +413,8 @@ def test_statistics_from_mixed_models_name_the_tensor(ws: Path, tmp_path: Path) 
                                         (errno.EROFS, "read-only file system: cannot write")])
 def test_disk_full_quota_read_only_are_one_line(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 err: int, phrase: str) -> None:
-    import mathneuro_edit.export as export_mod
-    import mathneuro_edit.stats as stats_mod
+    import mathneuro_edit.weights.checkpoint_writer as export_mod
+    import mathneuro_edit.engine.stats as stats_mod
 
     def fail(*args, **kwargs):
         raise OSError(err, os.strerror(err))
@@ -470,7 +470,7 @@ def test_reproduce_finding_a_difference_exits_1_with_its_report_last(ws: Path, t
 def test_disk_full_reported_by_the_safetensors_writer_is_the_same_line(tmp_path: Path) -> None:
     from safetensors import SafetensorError
 
-    from mathneuro_edit.outdir import as_space_error
+    from mathneuro_edit.util.outdir import as_space_error
 
     err = SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
                           'left on device" })')

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from mathneuro_edit.files import save_file
+from mathneuro_edit.util.files import save_file
 
 from ._tiny import write_workspace
 
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cli(*args: str, seed: str = "0", cwd: Path | None = None, umask: int = 0o022,
          env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mathneuro_edit.cli.main", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd, preexec_fn=lambda: os.umask(umask))
 
 
@@ -38,7 +38,7 @@ def _inproc(*args: str) -> tuple[int, str]:
     """The CLI in this process (faster; for checks that do not depend on the hash seed)."""
     from click.testing import CliRunner
 
-    from mathneuro_edit.cli import main
+    from mathneuro_edit.cli.main import main
 
     result = CliRunner().invoke(main, list(args))
     return result.exit_code, result.output
@@ -131,7 +131,7 @@ def test_reproduce_after_moving_outputs_and_base_with_the_cards_command(runs, tm
 
 
 def test_card_re_rendered_from_the_folder_is_the_written_card(runs) -> None:
-    from mathneuro_edit.card import card_for_folder
+    from mathneuro_edit.publish.card import card_for_folder
 
     for sub in ("checkpoint", "adapter"):
         folder = runs["one"] / "out" / sub
@@ -177,7 +177,7 @@ def test_wrong_folders_say_what_was_expected(runs, tmp_path) -> None:
 
 def test_save_file_bytes_do_not_follow_the_hash_seed(tmp_path) -> None:
     """safetensors' own writer orders __metadata__ by a Rust HashMap: different bytes per process."""
-    code = ("import sys, torch; from mathneuro_edit.files import save_file; "
+    code = ("import sys, torch; from mathneuro_edit.util.files import save_file; "
             "save_file({'b': torch.ones(3), 'a': torch.arange(4)}, sys.argv[1], "
             "{k: str(i) for i, k in enumerate(['format', 'mathneuro_edit', 'zeta', 'alpha', 'k1', 'k2', 'k3'])})")
     blobs = set()

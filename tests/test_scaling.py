@@ -22,9 +22,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from mathneuro_edit import ActivationStats, InputError, calibrate, find_math_params, find_targets
-from mathneuro_edit.distributed import calibrate_distributed, shard_texts
-from mathneuro_edit.loading import load_model, model_weights, weights_from_checkpoint
-from mathneuro_edit.plan import plan_from_config
+from mathneuro_edit.engine.distributed import calibrate_distributed, shard_texts
+from mathneuro_edit.weights.loading import load_model, model_weights, weights_from_checkpoint
+from mathneuro_edit.runs.plan import plan_from_config
 
 from ._models import GENERAL, MATH, save_tiny
 from ._tiny import build, char_tokenizer
@@ -200,9 +200,9 @@ _WORKER = textwrap.dedent(
     import os, sys, time
     sys.path.insert(0, {repo!r})
     from tests._tiny import MATH, GENERAL
-    from mathneuro_edit.loading import load_model
-    from mathneuro_edit.distributed import calibrate_distributed
-    import mathneuro_edit.calibration as cal
+    from mathneuro_edit.weights.loading import load_model
+    from mathneuro_edit.engine.distributed import calibrate_distributed
+    import mathneuro_edit.engine.calibration as cal
 
     folder, out = sys.argv[1:3]
     rank = int(os.environ["RANK"])
@@ -296,8 +296,8 @@ def test_plan_counts_match_an_instantiated_model(tmp_path, family):
 
 
 def test_plan_recipe_reads_the_base_folder_config(folders):
-    from mathneuro_edit.plan import plan_recipe
-    from mathneuro_edit.recipe_io import recipe_from_dict
+    from mathneuro_edit.runs.plan import plan_recipe
+    from mathneuro_edit.recipe.io import recipe_from_dict
 
     recipe = recipe_from_dict({"base": {"model": str(folders["mixtral"]), "dtype": "float32"},
                                "data": {"math": "organism:math", "general": ["organism:general"] * 2},

@@ -15,8 +15,8 @@ from dataclasses import asdict
 
 import pytest
 
-from mathneuro_edit.eval_stats import wilson_interval
-from mathneuro_edit.sweep import SweepPoint, SweepResult, _point, pareto_front, recommend
+from mathneuro_edit.evaluation.significance import wilson_interval
+from mathneuro_edit.runs.sweep import SweepPoint, SweepResult, _point, pareto_front, recommend
 
 NAN = math.nan  # a point built without the loss columns holds nan (the same object, so dicts compare equal)
 

@@ -1,4 +1,4 @@
-"""Edges of mathneuro_edit.sweep that the mutation run (scripts/mutation.sh sweep) found unguarded: the general
+"""Edges of mathneuro_edit.runs.sweep that the mutation run (scripts/mutation.sh sweep) found unguarded: the general
 loss error columns read from an eval dict, and the "largest gain" named when nothing qualifies (ties: lower KL)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from mathneuro_edit.eval_results import EvalResults, GeneralResult, MathPrediction, MathResult
-from mathneuro_edit.eval_stats import ratio_se
-from mathneuro_edit.sweep import SweepPoint, _num, _point, recommend
+from mathneuro_edit.evaluation.results import EvalResults, GeneralResult, MathPrediction, MathResult
+from mathneuro_edit.evaluation.significance import ratio_se
+from mathneuro_edit.runs.sweep import SweepPoint, _num, _point, recommend
 
 
 def _math(flags: list[bool]) -> MathResult:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from mathneuro_edit.errors import InputError
-from mathneuro_edit.organism.data import (
+from ..errors import InputError
+from .data import (
     SPLITS,
     format_math,
     general_text_entropy,

@@ -22,7 +22,7 @@ import random
 from collections.abc import Sequence
 from typing import TypeVar
 
-from mathneuro_edit.errors import InputError
+from ..errors import InputError
 
 __all__ = [
     "SPLITS",

@@ -1,0 +1,178 @@
+"""Applying a mask: scale (or prune) the selected weights.
+
+The single definition of an edited value lives here (:func:`edited_values`); the in-memory edit, the baked
+checkpoint and the adapter all call it, which is what makes them agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+
+if TYPE_CHECKING:
+    from .mask import Mask
+
+__all__ = ["check_scale", "edited_values", "scale_masked", "apply_mask", "ReversibleEdit"]
+
+
+def check_scale(scale: float) -> float:
+    """Validate an edit's scale: a finite number >= 0 (0 prunes).
+
+    Example:
+        >>> check_scale(1.1)
+        1.1
+    """
+    try:
+        value = float(scale)
+    except (TypeError, ValueError):
+        raise InputError(f"scale: must be a finite number >= 0, got {scale!r}; e.g. 1.1 to boost, 0 to prune") from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"scale: must be a finite number >= 0, got {scale!r}; e.g. 1.1 to boost, 0 to prune")
+    return value
+
+
+def edited_values(values: torch.Tensor, scale: float) -> torch.Tensor:
+    """The edited version of selected weight values: ``dtype(float32(w) * float32(scale))``.
+
+    Computed in float32 (float64 for float64 weights) and rounded once to the weight's dtype, so bf16/fp16
+    weights are not rounded twice. ``scale == 0`` gives exact ``+0.0`` (not ``-0.0`` for negative weights), so
+    a pruned weight has one bit pattern whichever way it is produced.
+
+    Args:
+        values: selected weight values (any shape, floating dtype).
+        scale: a finite number >= 0.
+
+    Returns:
+        A new tensor of the same shape and dtype.
+
+    Example:
+        >>> edited_values(torch.tensor([1.0, -2.0], dtype=torch.bfloat16), 1.1)
+        tensor([ 1.1016, -2.2031], dtype=torch.bfloat16)
+    """
+    if not values.dtype.is_floating_point:
+        raise InputError(
+            f"cannot scale weights of dtype {values.dtype}: only floating-point weights can be edited; "
+            "dequantize the model first"
+        )
+    if scale == 0:
+        return torch.zeros_like(values)
+    compute = torch.float64 if values.dtype == torch.float64 else torch.float32
+    factor = torch.tensor(scale, dtype=compute, device=values.device)
+    return (values.to(compute) * factor).to(values.dtype)
+
+
+def scale_masked(weight: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Return a copy of ``weight`` whose masked entries are :func:`edited_values`; the rest is unchanged.
+
+    Args:
+        weight: the original weight.
+        mask: a bool tensor of the weight's shape.
+        scale: a finite number >= 0.
+
+    Returns:
+        A new tensor (the input is not modified).
+
+    Example:
+        >>> scale_masked(torch.ones(2, 2), torch.eye(2, dtype=torch.bool), 0.0)
+        tensor([[0., 1.],
+                [1., 0.]])
+    """
+    if mask.shape != weight.shape:
+        raise InputError(f"mask of shape {tuple(mask.shape)} does not fit a weight of shape {tuple(weight.shape)}")
+    out = weight.clone()
+    out[mask] = edited_values(weight[mask], scale)
+    return out
+
+
+def _check_mask_fits(model: nn.Module, mask: "Mask") -> dict[str, torch.Tensor]:
+    params = dict(model.named_parameters(remove_duplicate=False))
+    for name in mask:
+        if name not in params:
+            raise InputError(
+                f"mask entry {name!r} is not a parameter of this model; the mask was computed for another "
+                "model: recompute it with find_math_params on this one"
+            )
+        if tuple(params[name].shape) != mask.shape_of(name):
+            raise InputError(
+                f"mask entry {name!r} has shape {mask.shape_of(name)} but the model's parameter has "
+                f"{tuple(params[name].shape)}; the mask was computed for another model: recompute it"
+            )
+    return params
+
+
+@torch.no_grad()
+def apply_mask(model: nn.Module, mask: "Mask", scale: float) -> nn.Module:
+    """Edit a model in place: ``W <- W * scale`` on the masked entries (scale 0 prunes).
+
+    Args:
+        model: the model whose parameters the mask was computed for.
+        mask: a :class:`~mathneuro_edit.engine.mask.Mask`.
+        scale: a finite number >= 0.
+
+    Returns:
+        The same model (edited), for chaining.
+
+    Example:
+        >>> apply_mask(model, mask, 1.1)  # doctest: +SKIP
+    """
+    scale = check_scale(scale)
+    params = _check_mask_fits(model, mask)
+    for name in mask:
+        p = params[name]
+        m = mask[name].to(p.device)
+        p.data[m] = edited_values(p.data[m], scale)
+    return model
+
+
+class ReversibleEdit:
+    """An edit that can be switched on and off on one model in memory (base vs edited without two copies).
+
+    Keeps the original values of the masked entries only (O(masked entries) memory).
+
+    Args:
+        model: the model.
+        mask: the mask to apply.
+        scale: a finite number >= 0.
+
+    Example:
+        >>> with ReversibleEdit(model, mask, 0.0):  # doctest: +SKIP
+        ...     edited_logits = model(ids).logits
+        >>> base_logits = model(ids).logits  # restored  # doctest: +SKIP
+    """
+
+    def __init__(self, model: nn.Module, mask: "Mask", scale: float) -> None:
+        self.scale = check_scale(scale)
+        params = _check_mask_fits(model, mask)
+        # (param, flat indices of its masked entries, their original values)
+        self._entries: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        for name in mask:
+            p = params[name]
+            idx = mask[name].reshape(-1).nonzero().squeeze(1).to(p.device)  # (n_masked,)
+            self._entries.append((p, idx, p.data.reshape(-1)[idx].clone()))
+        self.applied = False
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        """Write the edited values (idempotent)."""
+        for p, idx, original in self._entries:
+            p.data.view(-1)[idx] = edited_values(original, self.scale)
+        self.applied = True
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Write the original values back (idempotent)."""
+        for p, idx, original in self._entries:
+            p.data.view(-1)[idx] = original
+        self.applied = False
+
+    def __enter__(self) -> "ReversibleEdit":
+        self.apply()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()

@@ -1,0 +1,177 @@
+"""Calibration: forward passes with hooks that accumulate MathNeuro's per-input-feature statistics.
+
+For every target weight and input feature j we accumulate, in float32 whatever the model's dtype:
+
+- ``norm_sum[j] = sum over samples s of ||X_s[:, j]||_2`` (L2 norm over that sample's tokens; the paper's),
+- ``sq_sum[j] = sum over all tokens of X[t, j]**2`` (Wanda's statistic),
+
+where X is the weight's input. Batches are right-padded and padding tokens are masked out, so with a causal
+model the result equals the batch-size-1 computation up to float32 rounding. Memory is O(d_in) per weight. The
+hooks and the accumulation are in :mod:`~mathneuro_edit.engine.recorder`.
+
+The forward stops once the last scored input has been recorded (:mod:`~mathneuro_edit.engine.forward_stop`): no
+logits are computed, and nothing after the last scored layer runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .._version import __version__
+from ..errors import InputError
+from ..util.hashing import texts_sha256
+from ..util.paths import LOCAL, is_local_path
+from .forward_stop import ForwardStop, StopForward
+from .recorder import Recorder, accelerate_hooks
+from .stats import ActivationStats
+from .targets import find_targets, model_fingerprint
+
+__all__ = ["calibrate"]
+
+
+def _input_device(model: nn.Module) -> torch.device:
+    """Where ``input_ids`` go: the input embedding's device, or accelerate's execution device when it is offloaded."""
+    emb = getattr(model, "get_input_embeddings", lambda: None)()
+    if emb is not None and emb.weight.device.type != "meta":
+        return emb.weight.device
+    for module in (emb, model):  # offloaded embedding: accelerate computes it on the hook's execution device
+        for hook in accelerate_hooks(module) if module is not None else []:
+            dev = getattr(hook, "execution_device", None)
+            if isinstance(dev, int):  # accelerate's accelerator index (cuda:N on NVIDIA)
+                found = torch.accelerator.current_accelerator()
+                return torch.device(found.type if found is not None else "cuda", dev)
+            if dev is not None:
+                return torch.device(dev)
+    real = [p.device for p in model.parameters() if p.device.type != "meta"]
+    return real[0] if real else torch.device("cpu")
+
+
+def _tokenize(tokenizer: Any, texts: list[str], max_length: int) -> tuple[list[list[int]], int]:
+    ids = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
+    truncated = sum(len(x) > max_length for x in ids)
+    ids = [list(x[:max_length]) for x in ids]
+    for i, x in enumerate(ids):
+        if not x:
+            raise InputError(f"texts[{i}]: tokenizes to no tokens; remove empty texts from the calibration data")
+    return ids, truncated
+
+
+def calibrate(
+    model: nn.Module,
+    tokenizer: Any,
+    texts: Sequence[str],
+    *,
+    max_length: int = 512,
+    batch_size: int = 8,
+    progress: bool = True,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    include_tied_lm_head: bool = False,
+) -> ActivationStats:
+    """Run the calibration texts through the model and accumulate MathNeuro statistics for every target.
+
+    Args:
+        model: a causal LM (transformers); left in the train/eval mode it came in.
+        tokenizer: its tokenizer (not modified; one without a pad token works).
+        texts: calibration samples (one sample = one text).
+        max_length: tokens kept per sample; longer samples are truncated and counted in ``meta``.
+        batch_size: samples per forward pass (right-padded; padding does not count).
+        progress: show a tqdm progress bar over batches.
+        include: regular expressions selecting target parameter names.
+        exclude: regular expressions removing target parameter names.
+        include_tied_lm_head: also score an ``lm_head`` tied to the input embedding.
+
+    Returns:
+        :class:`~mathneuro_edit.engine.stats.ActivationStats`.
+
+    Raises:
+        InputError: empty or non-text input, bad sizes, unsupported parameters.
+
+    Example:
+        >>> stats = calibrate(model, tokenizer, ["Question: 2+3?\\nAnswer: 5"], progress=False)  # doctest: +SKIP
+    """
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise InputError("texts: must be a list of strings, got a single string or non-sequence; wrap it in a list")
+    texts = list(texts)
+    if not texts:
+        raise InputError("texts: the calibration set is empty; give at least one sample")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise InputError(f"texts[{i}]: must be a string, got {type(t).__name__}")
+    if max_length < 1 or batch_size < 1:
+        raise InputError(f"max_length and batch_size must be >= 1 (got {max_length}, {batch_size})")
+
+    targets = find_targets(model, include=include, exclude=exclude, include_tied_lm_head=include_tied_lm_head)
+    ids, truncated = _tokenize(tokenizer, texts, max_length)
+    # Longest first: batches of similar lengths waste little compute on padding; sums do not depend on order
+    # beyond float32 rounding.
+    order = sorted(range(len(ids)), key=lambda i: (-len(ids[i]), i))
+    pad_id = next((v for v in (tokenizer.pad_token_id, tokenizer.eos_token_id) if v is not None), 0)
+    device = _input_device(model)
+
+    recorder = Recorder(model, targets)
+    # after the recorder: hooks run in registration order, the inputs are recorded before the stop
+    stop = ForwardStop(model, list(dict.fromkeys(t.module_name for t in targets.values())))
+    was_training = model.training
+    model.eval()  # dropout off: statistics must be deterministic
+    n_tokens = 0
+    try:
+        with torch.no_grad():
+            batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+            for batch in tqdm(batches, desc="calibrate", unit="batch", disable=not progress, leave=False):
+                width = max(len(ids[i]) for i in batch)
+                input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # (batch, tokens)
+                attention = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, i in enumerate(batch):  # right padding: real tokens keep positions 0..n-1
+                    input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
+                    attention[row, : len(ids[i])] = 1
+                input_ids, attention = input_ids.to(device), attention.to(device)
+                recorder.set_batch(attention)
+                stop.new_batch()
+                try:
+                    model(input_ids=input_ids, attention_mask=attention, use_cache=False)
+                except StopForward:
+                    pass  # every scored input of this batch is recorded: the rest of the forward is not needed
+                stop.batch_done()
+                recorder.batch_done()
+                n_tokens += recorder.n_tokens
+        recorder.finish()
+    finally:
+        stop.remove()
+        recorder.remove()  # hooks never outlive the call, also on error
+        model.train(was_training)
+
+    norm, sq, count = {}, {}, {}
+    for name, acc in recorder.acc.items():
+        shape = acc.target.stat_shape
+        # a target that saw no token (an expert no token was routed to) has zero statistics
+        norm[name] = (acc.norm if acc.norm is not None else torch.zeros(shape)).cpu()
+        sq[name] = (acc.sq if acc.sq is not None else torch.zeros(shape)).cpu()
+        count[name] = acc.count
+    first = next(p for p in model.parameters() if p.dtype.is_floating_point)
+    import transformers
+
+    meta = {
+        "num_samples": len(texts),
+        "num_tokens": n_tokens,
+        "truncated_samples": truncated,
+        "max_length": max_length,
+        "texts_sha256": texts_sha256(texts),
+        "model_fingerprint": model_fingerprint(model),
+        "model_name": _public_name(getattr(getattr(model, "config", None), "_name_or_path", "") or ""),
+        "dtype": str(first.dtype).removeprefix("torch."),
+        "versions": {"mathneuro_edit": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    return ActivationStats(norm, sq, count, dict(targets), meta)
+
+
+def _public_name(name: str) -> str:
+    """A Hub id as is; a local folder as ``<local>``: the same model in another folder gives the same statistics
+    (and no personal path ends up in a file that may be shared)."""
+    return LOCAL if name and (is_local_path(str(name)) or Path(str(name)).is_absolute()) else str(name)

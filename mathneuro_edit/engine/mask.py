@@ -1,0 +1,378 @@
+"""Masks: which weights are math-specific, and the :class:`Mask` artifact that carries them.
+
+Selection rule (one matrix at a time; an expert of a fused MoE weight counts as its own matrix):
+
+- score = ``|W| * stat`` in float32, ``stat`` the per-input-feature statistic broadcast over rows;
+- top-k: the ``k = int(n * top_k)`` highest scores (the released MathNeuro code's ``keep_num = int(num_params *
+  keep_ratio)``: a Python float multiply, then truncation; ``k = 0`` selects nothing) of the matrix
+  (``granularity="matrix"``, the paper's, ``n = d_out * d_in``) or of each output row (``"row"``, Wanda's
+  per-output comparison, ``n = d_in``: the same expression applied to a row);
+- ties at the threshold are broken by position: the lower flat index (row-major in the canonical
+  ``(d_out, d_in)`` view) wins, so the same inputs give the same mask bit for bit on any machine;
+- ``mathneuro``: top-k on math minus the union of top-k on every general set; ``wanda``: top-k on math alone;
+  ``random``: as many entries per matrix as ``mathneuro`` selects, uniformly at random from a generator seeded
+  by ``sha256(seed, name, expert)`` (independent of iteration order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..errors import InputError
+from .stats import read_safetensors_with_meta, write_safetensors_with_meta
+from .targets import Target, canonical_view
+from .topk import top_fraction, top_fraction_flat, top_k_hint
+
+if TYPE_CHECKING:
+    from .stats import ActivationStats
+
+__all__ = ["Mask", "as_mask", "find_math_params", "find_math_params_multi"]
+
+Method = Literal["mathneuro", "wanda", "random"]
+Granularity = Literal["matrix", "row"]
+_FORMAT = "mathneuro-edit/mask/v1"
+
+
+def _pack(flat: torch.Tensor) -> torch.Tensor:
+    """Bit-pack a flat bool tensor (little bit order) into uint8."""
+    return torch.from_numpy(np.packbits(flat.cpu().numpy(), bitorder="little"))
+
+
+def _unpack(bits: torch.Tensor, numel: int) -> torch.Tensor:
+    return torch.from_numpy(np.unpackbits(bits.numpy(), count=numel, bitorder="little").astype(bool))
+
+
+class Mask(Mapping[str, torch.Tensor]):
+    """A read-only mapping ``parameter name -> bool tensor`` (True = selected), with provenance.
+
+    Stored compactly (per tensor, bit-packed or as flat indices, whichever is smaller); a value is unpacked
+    to a full bool tensor of the parameter's shape on access.
+
+    Example:
+        >>> m = Mask({"w": torch.tensor([[True, False], [False, False]])}, {"method": "mathneuro"})
+        >>> m["w"].sum().item(), m.counts()["w"]
+        (1, (1, 4))
+    """
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> None:
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._store: dict[str, tuple[str, torch.Tensor]] = {}  # name -> ("bits"|"idx", data)
+        self._counts: dict[str, int] = {}
+        for name, t in tensors.items():
+            self._add(name, t.to(torch.bool))
+        self.meta: dict[str, Any] = dict(meta or {})
+        self._sha: str | None = None
+
+    def _add(self, name: str, t: torch.Tensor) -> None:
+        flat = t.reshape(-1).cpu()
+        numel, count = flat.numel(), int(torch.count_nonzero(flat))
+        idx_dtype = torch.int32 if numel < 2**31 else torch.int64
+        idx_bytes = count * (4 if idx_dtype == torch.int32 else 8)
+        if idx_bytes < (numel + 7) // 8:  # indices are smaller below ~1/32 (int32) density
+            self._store[name] = ("idx", flat.nonzero().squeeze(1).to(idx_dtype))
+        else:
+            self._store[name] = ("bits", _pack(flat))
+        self._shapes[name] = tuple(t.shape)
+        self._counts[name] = count
+
+    # Mapping protocol
+    def __getitem__(self, name: str) -> torch.Tensor:
+        kind, data = self._store[name]
+        shape = self._shapes[name]
+        numel = int(np.prod(shape)) if shape else 1
+        if kind == "bits":
+            return _unpack(data, numel).reshape(shape)
+        flat = torch.zeros(numel, dtype=torch.bool)
+        flat[data.long()] = True
+        return flat.reshape(shape)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._store)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __repr__(self) -> str:
+        sel, tot = self.total()
+        return f"Mask({len(self)} tensors, {sel}/{tot} selected, method={self.meta.get('method')!r})"
+
+    def shape_of(self, name: str) -> tuple[int, ...]:
+        """Shape of the parameter ``name`` (without unpacking)."""
+        return self._shapes[name]
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Per tensor: ``(selected, total)``."""
+        return {n: (self._counts[n], int(np.prod(s))) for n, s in self._shapes.items()}
+
+    def total(self) -> tuple[int, int]:
+        """``(selected, total)`` over all tensors of the mask."""
+        c = self.counts().values()
+        return sum(a for a, _ in c), sum(b for _, b in c)
+
+    @property
+    def sha256(self) -> str:
+        """Content hash: names, shapes and selected bits (not the provenance metadata)."""
+        if self._sha is None:
+            h = hashlib.sha256(_FORMAT.encode())
+            for name in sorted(self._store):
+                h.update(f"\n{name}:{self._shapes[name]}\n".encode())
+                kind, data = self._store[name]
+                bits = data if kind == "bits" else _pack(self[name].reshape(-1))
+                h.update(bits.numpy().tobytes())
+            self._sha = h.hexdigest()
+        return self._sha
+
+    def save(self, path: str | Path) -> Path:
+        """Write the mask as a safetensors file (compact tensors + JSON metadata); atomic.
+
+        Example:
+            >>> p = Mask({"w": torch.ones(3, dtype=torch.bool)}).save(tmp_path / "m.safetensors")  # doctest: +SKIP
+        """
+        tensors = {f"{kind}/{name}": data.contiguous() for name, (kind, data) in self._store.items()}
+        header = {"shapes": {n: list(s) for n, s in self._shapes.items()}, "meta": self.meta, "sha256": self.sha256}
+        return write_safetensors_with_meta(Path(path), tensors, _FORMAT, header)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Mask":
+        """Read a mask written by :meth:`save`; verifies its content hash.
+
+        Raises:
+            InputError: missing, corrupt or non-mask file, or a hash mismatch.
+        """
+        tensors, header = read_safetensors_with_meta(path, _FORMAT, "mask")
+        mask = cls.__new__(cls)
+        mask._shapes = {n: tuple(s) for n, s in header["shapes"].items()}
+        mask._store, mask._counts = {}, {}
+        for key, data in tensors.items():
+            kind, name = key.split("/", 1)
+            mask._store[name] = (kind, data)
+        for name in mask._shapes:
+            kind, data = mask._store[name]
+            mask._counts[name] = int(data.numel()) if kind == "idx" else int(torch.count_nonzero(mask[name]))
+        mask.meta, mask._sha = header["meta"], None
+        if mask.sha256 != header["sha256"]:
+            raise InputError(f"{path}: mask content does not match its recorded sha256; the file is corrupt")
+        # keep the stored order of the original (safetensors sorts keys)
+        mask._store = {n: mask._store[n] for n in mask._shapes}
+        return mask
+
+
+def k_of(top_k: float, n: int) -> int:
+    """Entries kept per matrix (or row) of ``n`` entries: ``int(n * top_k)``, the released code's rule.
+
+    Why this expression exactly: the released MathNeuro code computes ``keep_num = int(num_params * keep_ratio)``
+    (a float64 multiply, then truncation toward zero), so a faithful mask keeps exactly that many entries, and
+    none when the product is below 1 (a matrix smaller than ``1 / top_k`` contributes nothing).
+
+    Example:
+        >>> k_of(0.05, 4096), k_of(0.1, 30), k_of(0.05, 19)
+        (204, 3, 0)
+    """
+    return min(n, int(n * top_k))
+
+
+def _top_masks(scores: torch.Tensor, top_ks: Sequence[float], granularity: Granularity) -> list[torch.Tensor]:
+    """``scores`` is one matrix ``(d_out, d_in)``; returns its top-k bool mask for each ``top_k``."""
+    if granularity == "row":
+        return [top_fraction(scores, k_of(k, scores.shape[1])) for k in top_ks]
+    flat = scores.reshape(-1)
+    return [m.reshape(scores.shape) for m in top_fraction_flat(flat, [k_of(k, flat.numel()) for k in top_ks])]
+
+
+def _seed_for(seed: int, name: str, group: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{name}:{group}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def _scores(weight: torch.Tensor, stat: torch.Tensor, name: str) -> torch.Tensor:
+    s = weight.to(torch.float32, copy=True).abs_().mul_(stat.to(weight.device, torch.float32).unsqueeze(0))
+    # one reduction instead of an elementwise isfinite: max() propagates NaN and shows inf
+    if not torch.isfinite(s.max()):
+        raise InputError(f"{name}: non-finite importance scores (NaN/inf in the weights or statistics); check the model")
+    return s  # (d_out, d_in) float32
+
+
+def _check_stats(
+    targets: Mapping[str, Target], params: Mapping[str, torch.Tensor], stats: "ActivationStats", label: str,
+    math_norm: Mapping[str, torch.Tensor] | None = None,
+) -> None:
+    for name, t in targets.items():
+        if name not in params:
+            raise InputError(
+                f"{label}: statistics for {name!r}, which is not a parameter of this model; "
+                "the statistics come from another model: recalibrate on this one"
+            )
+        # a lazy mapping (loading.weights_from_checkpoint/model_weights) gives shapes without reading tensors
+        shape = tuple(params.shape_of(name) if hasattr(params, "shape_of") else params[name].shape)
+        own = stats.targets.get(name, t)  # this set's own record: math and general may come from different models
+        if shape != own.shape or shape != t.shape:
+            bad = own.shape if own.shape != shape else t.shape
+            raise InputError(
+                f"{label}: {name!r} has shape {bad} in the statistics but {shape} in the "
+                "model; the statistics come from another model: recalibrate on this one"
+            )
+        if name not in stats.norm_sum:
+            raise InputError(f"{label}: no statistics for {name!r}; calibrate all sets with the same targets")
+        ref = math_norm.get(name) if math_norm is not None else None
+        if ref is not None and tuple(stats.norm_sum[name].shape) != tuple(ref.shape):
+            raise InputError(
+                f"{label}: {name!r} has statistics of shape {tuple(stats.norm_sum[name].shape)} but "
+                f"{tuple(ref.shape)} in math_stats; the sets come from different models: calibrate all on this one"
+            )
+
+
+def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
+    for top_k in top_ks:
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not 0 < top_k <= 1:
+            raise InputError(f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such "
+                             "as 0.05")
+    if method not in ("mathneuro", "wanda", "random"):
+        raise InputError(f"method: must be mathneuro, wanda or random, got {method!r}")
+    if granularity not in ("matrix", "row"):
+        raise InputError(f"granularity: must be matrix or row, got {granularity!r}")
+    if statistic not in ("l2", "wanda"):
+        raise InputError(f"statistic: must be l2 or wanda, got {statistic!r}")
+
+
+def find_math_params(
+    model: nn.Module | Mapping[str, torch.Tensor],
+    math_stats: "ActivationStats",
+    general_stats: "ActivationStats | Sequence[ActivationStats] | None",
+    *,
+    top_k: float,
+    method: Method = "mathneuro",
+    granularity: Granularity = "matrix",
+    seed: int = 0,
+    statistic: Literal["l2", "wanda"] = "l2",
+    progress: bool = False,
+) -> Mask:
+    """Find the math-specific weights (MathNeuro) from saved statistics, without forward passes.
+
+    Args:
+        model: the model the statistics were computed on (or a mapping ``name -> weight``).
+        math_stats: statistics on math text.
+        general_stats: statistics on one or several non-math sets (a weight in the top-k of any is excluded);
+            may be ``None`` for ``method="wanda"``.
+        top_k: fraction of each matrix (or row) in (0, 1].
+        method: ``"mathneuro"``, ``"wanda"`` (math top-k alone) or ``"random"`` (same count per matrix as
+            mathneuro, at random).
+        granularity: ``"matrix"`` (the paper's) or ``"row"``.
+        seed: seed of ``method="random"``.
+        statistic: ``"l2"``, the sum over samples of per-sample L2 norms (the paper's), or ``"wanda"``, the
+            square root of the sum of squares over all tokens.
+        progress: show a progress bar over tensors.
+
+    Returns:
+        A :class:`Mask` with one entry per target, carrying its provenance in ``mask.meta``.
+
+    Example:
+        >>> mask = find_math_params(model, math_stats, general_stats, top_k=0.05)  # doctest: +SKIP
+        >>> mask.total()  # doctest: +SKIP
+    """
+    return find_math_params_multi(model, math_stats, general_stats, top_ks=[top_k], method=method,
+                                  granularity=granularity, seed=seed, statistic=statistic, progress=progress)[0]
+
+
+def find_math_params_multi(
+    model: nn.Module | Mapping[str, torch.Tensor],
+    math_stats: "ActivationStats",
+    general_stats: "ActivationStats | Sequence[ActivationStats] | None",
+    *,
+    top_ks: Sequence[float],
+    method: Method = "mathneuro",
+    granularity: Granularity = "matrix",
+    seed: int = 0,
+    statistic: Literal["l2", "wanda"] = "l2",
+    progress: bool = False,
+) -> list[Mask]:
+    """:func:`find_math_params` for several ``top_k`` at once (a sweep): one mask per value, in order.
+
+    Each matrix's scores (and, with ``granularity="matrix"``, its score histogram) are computed once for all
+    values, so 8 values cost little more than one. Every mask is identical to ``find_math_params(top_k=v)``.
+
+    Example:
+        >>> masks = find_math_params_multi(model, ms, gs, top_ks=[0.01, 0.05])  # doctest: +SKIP
+    """
+    top_ks = list(top_ks)
+    _validate(top_ks, method, granularity, statistic)
+    generals = [] if general_stats is None else (
+        [general_stats] if not isinstance(general_stats, Sequence) else list(general_stats)
+    )
+    if method != "wanda" and not generals:
+        raise InputError(f"method {method!r} needs general_stats (at least one non-math set)")
+    if method == "wanda":
+        generals = []  # the paper's ablation: the math top-k alone, nothing subtracted
+    # a Mapping is used as it is (not copied into a dict): a lazy one then holds one weight in memory at a time
+    params: Mapping[str, torch.Tensor] = (
+        dict(model.named_parameters(remove_duplicate=False)) if isinstance(model, nn.Module) else model
+    )
+    targets = math_stats.targets
+    _check_stats(targets, params, math_stats, "math_stats")
+    for i, general in enumerate(generals):
+        if set(general.targets) != set(targets):
+            diff = sorted(set(general.targets) ^ set(targets))[0]
+            raise InputError(
+                f"general_stats[{i}]: targets differ from math_stats (first: {diff!r}); "
+                "calibrate every set with the same include/exclude"
+            )
+        _check_stats(targets, params, general, f"general_stats[{i}]", math_stats.norm_sum)
+
+    masks = [Mask({}, {}) for _ in top_ks]
+    with torch.no_grad():
+        for name, t in tqdm(targets.items(), desc="masks", disable=not progress, leave=False, unit="tensor"):
+            view = canonical_view(params[name].detach(), t)  # (groups, d_out, d_in)
+            per_k: list[list[torch.Tensor]] = [[] for _ in top_ks]  # per top_k: one (d_out, d_in) mask per group
+            for g in range(t.groups):
+                w = view[g]  # (d_out, d_in)
+                sels = _top_masks(_scores(w, math_stats.statistic(name, statistic)[g], name), top_ks, granularity)
+                for gs in generals:
+                    gens = _top_masks(_scores(w, gs.statistic(name, statistic)[g], name), top_ks, granularity)
+                    for sel, gen in zip(sels, gens):
+                        sel &= gen.logical_not_()  # in place: no extra matrix-sized temporary
+                for i, sel in enumerate(sels):
+                    if method == "random":
+                        count, n = int(torch.count_nonzero(sel)), sel.numel()
+                        rng = torch.Generator().manual_seed(_seed_for(seed, name, g))
+                        sel = torch.zeros(n, dtype=torch.bool)
+                        sel[torch.randperm(n, generator=rng)[:count]] = True
+                    per_k[i].append(sel.reshape(w.shape).cpu())
+            for mask, parts in zip(masks, per_k):
+                # back from the canonical view to the parameter's own layout
+                if t.kind == "linear":
+                    mask._add(name, parts[0])
+                elif t.kind == "conv1d":
+                    mask._add(name, parts[0].t())
+                else:
+                    stacked = torch.stack(parts)  # (experts, d_out, d_in)
+                    mask._add(name, stacked.transpose(1, 2) if t.transposed else stacked)
+    for mask, top_k in zip(masks, top_ks):
+        mask.meta = {
+            "method": method,
+            "top_k": top_k,
+            "granularity": granularity,
+            "seed": seed,
+            "statistic": statistic,
+            "model_fingerprint": math_stats.meta.get("model_fingerprint"),
+            "math_stats_sha256": math_stats.sha256,
+            "general_stats_sha256": [general.sha256 for general in generals],
+        }
+    return masks
+
+
+def as_mask(mask: Any) -> Any:
+    """Accept a :class:`~mathneuro_edit.engine.mask.Mask`, a path to a saved mask, or a mapping of bool tensors."""
+    if isinstance(mask, Mask):
+        return mask
+    if isinstance(mask, (str, Path)):
+        return Mask.load(mask)
+    if isinstance(mask, Mapping):
+        return Mask(mask)
+    raise InputError(f"mask: expected a Mask, a mask file path or a mapping of bool tensors, got {type(mask).__name__}")

@@ -1,0 +1,307 @@
+"""The statistics hooks of :func:`~mathneuro_edit.engine.calibration.calibrate`: per-input sums, accumulated flat.
+
+Each scored module gets a forward pre-hook that reduces its input to per-sample sums of squares over the batch's
+real tokens, ``(batch, d_in)`` float32 (one computation per distinct input tensor: q/k/v, gate/up share theirs).
+At the end of the batch, :meth:`Recorder.batch_done` turns all of them into the running sums in a handful of
+operations (:class:`_Layout`); :meth:`Recorder.finish` hands the sums to the per-target accumulators. MoE experts
+fused into one module are scored per expert from the routed tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+from .targets import Target
+
+__all__ = ["Recorder", "accelerate_hooks"]
+
+
+class _Accumulator:
+    """Running sums for one target: ``(groups, d_in)`` float32 plus token counts."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.norm: torch.Tensor | None = None  # allocated on the device of the first input seen
+        self.sq: torch.Tensor | None = None
+        self.count = torch.zeros(target.groups, dtype=torch.int64)
+
+    def check(self, d_in: int) -> None:
+        if d_in != self.target.d_in:
+            raise InputError(
+                f"{self.target.name}: its module received inputs with {d_in} features but the "
+                f"weight expects {self.target.d_in}; this module is used in a way mathneuro-edit cannot score: "
+                "exclude it"
+            )
+
+    def add(self, group: int, per_sample_sq: torch.Tensor, n_tokens: int) -> None:
+        """``per_sample_sq``: ``(samples, d_in)`` float32 sums of squares over each sample's tokens."""
+        self.check(per_sample_sq.shape[-1])
+        # sum over samples of per-sample L2 norms; sum of squares over all tokens
+        self.add_sums(group, per_sample_sq.sqrt().sum(0), per_sample_sq.sum(0), n_tokens)
+
+    def add_sums(self, group: int, norm: torch.Tensor, sq: torch.Tensor, n_tokens: int) -> None:
+        """Add already reduced sums: ``norm``, ``sq``: ``(d_in,)`` float32."""
+        if self.norm is None:
+            shape = self.target.stat_shape
+            self.norm = torch.zeros(shape, dtype=torch.float32, device=norm.device)
+            self.sq = torch.zeros(shape, dtype=torch.float32, device=norm.device)
+        assert self.sq is not None
+        dev = self.norm.device
+        self.norm[group] += norm.to(dev)
+        self.sq[group] += sq.to(dev)
+        self.count[group] += n_tokens
+
+
+# Distinct call layouts (which inputs a forward records, in which order) kept as flat running sums. One for a
+# static graph; a few when the scored modules that run vary between batches (per-expert modules that run only
+# when routed to); past this, a batch's sums go to the targets directly (memory stays O(this x inputs)).
+_MAX_LAYOUTS = 8
+
+
+class _Layout:
+    """Flat running sums for one call layout: per device, every recorded input's features side by side.
+
+    Why flat: a forward records one ``(batch, d_in)`` tensor per distinct scored input (4 per Llama layer); the
+    per-sample square roots and the sums over samples of all of them are then a handful of operations per batch
+    instead of several per target and batch: on a Llama layer, calibration adds 12 tensor operations per batch
+    to the layer's forward instead of 153 (counted by ``tests/test_calibration_speed.py``). Each operation has a
+    fixed cost (dispatch, and with several threads an OpenMP fork/join), which on a narrow, deep model such as
+    SmolLM2-135M was a visible share of the forward. Each column is reduced over the batch's samples exactly as
+    the per-target code did, and batches are added in the same order, so the float32 results are bit for bit the
+    same as before (checked on every test family, float32 and bf16, batch sizes 1, 3 and 8).
+
+    Memory: the batch's per-sample sums, ``batch x (sum of the distinct inputs' d_in)`` float32, until the end
+    of the batch (SmolLM2-135M, batch 8: 3 MB), plus two such rows per layout.
+
+    Args:
+        pending: the first batch of this layout: ``(per-sample sums of squares (batch, d_in), readers)`` in call
+            order, ``readers`` the indices of the accumulators fed by that input.
+    """
+
+    def __init__(self, pending: list[tuple[torch.Tensor, list[int]]]) -> None:
+        # device -> [(index in pending, offset, d_in)]
+        self.slots: dict[torch.device, list[tuple[int, int, int]]] = {}
+        width: dict[torch.device, int] = {}
+        for i, (sq, _) in enumerate(pending):
+            off = width.get(sq.device, 0)
+            self.slots.setdefault(sq.device, []).append((i, off, sq.shape[-1]))
+            width[sq.device] = off + sq.shape[-1]
+        self.readers = [list(ix) for _, ix in pending]  # accumulator indices reading each input
+        self.norm = {dev: torch.zeros(w, dtype=torch.float32, device=dev) for dev, w in width.items()}
+        self.sq = {dev: torch.zeros(w, dtype=torch.float32, device=dev) for dev, w in width.items()}
+        self.tokens = 0
+
+    def add(self, pending: list[tuple[torch.Tensor, list[int]]], n_tokens: int) -> None:
+        """Add one batch of this layout (``n_tokens`` real tokens); the pending tensors are consumed."""
+        for dev, slots in self.slots.items():
+            parts = [pending[i][0] for i, _, _ in slots]
+            flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (batch, sum of d_in)
+            self.sq[dev] += flat.sum(0)  # sum of squares over all tokens, before the in-place sqrt below
+            self.norm[dev] += flat.sqrt_().sum(0)  # sum over samples of per-sample L2 norms; the tensors are ours
+        self.tokens += n_tokens
+
+    def distribute(self, accs: list[_Accumulator]) -> None:
+        """Add the running sums to the accumulators that read each input (``accs``: by index)."""
+        for dev, slots in self.slots.items():
+            for i, off, d in slots:
+                for a in self.readers[i]:
+                    accs[a].add_sums(0, self.norm[dev][off : off + d], self.sq[dev][off : off + d], self.tokens)
+
+
+class Recorder:
+    """Installs the statistics hooks and holds the current batch's token mask and recorded inputs.
+
+    Use: ``set_batch(attention_mask)``, the forward, ``batch_done()`` per batch; ``finish()`` once; ``remove()``.
+
+    Args:
+        model: the model being calibrated.
+        targets: name -> target, from :func:`~mathneuro_edit.engine.targets.find_targets`.
+
+    Example:
+        >>> rec = Recorder(model, find_targets(model)); rec.set_batch(mask)  # doctest: +SKIP
+        >>> model(ids, attention_mask=mask); rec.batch_done(); rec.finish(); rec.remove()  # doctest: +SKIP
+        >>> rec.acc["model.layers.0.mlp.down_proj.weight"].norm  # (1, d_in) float32  # doctest: +SKIP
+    """
+
+    def __init__(self, model: nn.Module, targets: dict[str, Target]) -> None:
+        self.acc = {name: _Accumulator(t) for name, t in targets.items()}
+        self._accs = list(self.acc.values())
+        self.token_mask: torch.Tensor | None = None  # (batch, tokens) float32, 1 = real token
+        self._mask3: dict[torch.device, torch.Tensor] = {}  # (batch, 1, tokens) float32 per device, for bmm
+        self.n_tokens = 0  # real tokens in the current batch
+        self._sample_of: torch.Tensor | None = None
+        # this batch's dense inputs in call order: (per-sample sums of squares (batch, d_in), readers' indices)
+        self._pending: list[tuple[torch.Tensor, list[int]]] = []
+        self._last_x: torch.Tensor | None = None  # q/k/v (gate/up) share one input: its sums are computed once
+        self._layouts: dict[tuple[Any, ...], _Layout] = {}
+        self.handles: list[torch.utils.hooks.RemovableHandle] = []
+        modules = dict(model.named_modules(remove_duplicate=False))
+        by_module: dict[str, list[Target]] = {}
+        for t in targets.values():
+            by_module.setdefault(t.module_name, []).append(t)
+        index = {name: i for i, name in enumerate(self.acc)}
+        for mod_name, ts in by_module.items():
+            module = modules[mod_name]
+            if ts[0].kind == "experts":
+                self.handles.append(module.register_forward_pre_hook(self._experts_hook(ts), with_kwargs=True))
+            else:
+                self.handles.append(module.register_forward_pre_hook(self._dense_hook(ts[0], index[ts[0].name])))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+    def set_batch(self, attention_mask: torch.Tensor) -> None:
+        self.token_mask = attention_mask.to(torch.float32)
+        self._mask3 = {self.token_mask.device: self.token_mask.unsqueeze(1)}
+        self.n_tokens = int(attention_mask.sum())  # once per batch: one device sync, not one per hooked module
+        self._sample_of = None
+        self._pending = []
+        self._last_x = None
+
+    @property
+    def sample_of(self) -> torch.Tensor:
+        """``(batch * tokens,)`` sample index of each flat token (for experts; built on first use per batch)."""
+        if self._sample_of is None:
+            assert self.token_mask is not None
+            b, t = self.token_mask.shape
+            self._sample_of = torch.arange(b, device=self.token_mask.device).repeat_interleave(t)
+        return self._sample_of
+
+    def batch_done(self) -> None:
+        """Add the batch's recorded inputs to the running sums (call after each forward)."""
+        pending, self._pending, self._last_x = self._pending, [], None
+        if not pending:
+            return
+        key = tuple((sq.device, tuple(ix)) for sq, ix in pending)
+        layout = self._layouts.get(key)
+        if layout is None and len(self._layouts) < _MAX_LAYOUTS:
+            layout = self._layouts[key] = _Layout(pending)
+        if layout is not None:
+            layout.add(pending, self.n_tokens)
+            return
+        for sq, ix in pending:  # one more layout than kept: straight to the targets
+            norm, total = sq.sqrt().sum(0), sq.sum(0)
+            for a in ix:
+                self._accs[a].add_sums(0, norm, total, self.n_tokens)
+
+    def finish(self) -> None:
+        """Move the flat running sums into the per-target accumulators (call once, after the last batch)."""
+        for layout in self._layouts.values():
+            layout.distribute(self._accs)
+        self._layouts.clear()
+
+    def _per_sample_sq(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """Sum of squares over each sample's real tokens: ``(batch, d_in)`` float32."""
+        m = self.token_mask
+        assert m is not None
+        b, t = m.shape
+        if x.dim() == 3 and tuple(x.shape[:2]) == (b, t):
+            x3 = x
+        elif x.numel() == b * t * x.shape[-1]:
+            x3 = x.reshape(b, t, x.shape[-1])  # modules that flatten (batch * tokens, d_in) first
+        else:
+            raise InputError(
+                f"{name}: input of shape {tuple(x.shape)} does not map to the batch's {b}x{t} tokens; "
+                "this module cannot be scored per token: exclude it"
+            )
+        xf = x3.to(torch.float32)  # (batch, tokens, d_in); float32 whatever the model dtype
+        squares = xf.square_() if xf is not x3 else xf.square()  # in place on our own float32 copy only
+        m3 = self._mask3.get(x.device)
+        if m3 is None:
+            m3 = self._mask3[x.device] = m.to(x.device).unsqueeze(1)
+        # (batch, 1, tokens) @ (batch, tokens, d_in): padding weighted 0, float32 accumulation; the same kernel
+        # (and bits) as einsum("bt,btd->bd"), without its reshapes; with or without padding, so that a batch's
+        # sums do not depend on whether it happens to be padded
+        return torch.bmm(m3, squares).squeeze(1)  # (batch, d_in)
+
+    def _dense_hook(self, target: Target, index: int):
+        acc = self.acc[target.name]
+
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            x = args[0]
+            acc.check(x.shape[-1])
+            if x is self._last_x:  # the same tensor as the previous scored input (q/k/v, gate/up): share its sums
+                self._pending[-1][1].append(index)
+                return
+            self._pending.append((self._per_sample_sq(x, target.name), [index]))
+            self._last_x = x
+
+        return hook
+
+    def _experts_hook(self, targets: list[Target]):
+        accs = {t.role: self.acc[t.name] for t in targets}
+
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            hidden = args[0] if args else kwargs["hidden_states"]  # (batch * tokens, hidden)
+            top_k_index = args[1] if len(args) > 1 else kwargs["top_k_index"]  # (batch * tokens, k)
+            assert self.token_mask is not None and self.sample_of is not None
+            b, t = self.token_mask.shape
+            if hidden.shape[0] != b * t:
+                raise InputError(
+                    f"{targets[0].module_name}: experts received {hidden.shape[0]} tokens, not the batch's {b * t}; "
+                    "this MoE layout is not supported: exclude its experts"
+                )
+            valid = self.token_mask.reshape(-1).to(hidden.device) > 0
+            sample_of = self.sample_of.to(hidden.device)
+            up_name = "gate_up_proj" if module.has_gate else "up_proj"
+            if "down" in accs:  # the down_proj input needs the up weights: real tensors, also when offloaded
+                w_up = _live_param(module, up_name)
+                b_up = _live_param(module, f"{up_name}_bias") if module.has_bias else None
+            for e in range(module.num_experts):
+                # only the tokens routed to expert e (and not padding): each expert is scored like its own Linear
+                rows = (((top_k_index == e).any(dim=-1)) & valid).nonzero().squeeze(1)  # (n_e,)
+                if rows.numel() == 0:
+                    continue
+                x = hidden[rows]  # (n_e, hidden)
+                if "up" in accs:
+                    accs["up"].add(e, self._grouped_sq(x, sample_of[rows], b), rows.numel())
+                if "down" in accs:
+                    w = w_up[e].to(x.device)
+                    h = x @ w if module.is_transposed else nn.functional.linear(x, w)  # (n_e, inter[*2])
+                    if b_up is not None:
+                        h = h + b_up[e].to(x.device)
+                    h = module._apply_gate(h) if module.has_gate else module.act_fn(h)  # the down_proj input
+                    accs["down"].add(e, self._grouped_sq(h, sample_of[rows], b), rows.numel())
+
+        return hook
+
+    @staticmethod
+    def _grouped_sq(x: torch.Tensor, sample_ids: torch.Tensor, batch: int) -> torch.Tensor:
+        """Per-sample sums of squares of flat tokens: ``(batch, d)`` float32."""
+        xf = x.to(torch.float32).square()  # (n, d)
+        return torch.zeros(batch, x.shape[-1], dtype=torch.float32, device=x.device).index_add_(0, sample_ids, xf)
+
+
+def accelerate_hooks(module: nn.Module) -> list[Any]:
+    """The accelerate hooks on ``module`` (a ``SequentialHook`` chains several), outermost first."""
+    hook = getattr(module, "_hf_hook", None)
+    return [] if hook is None else list(getattr(hook, "hooks", None) or [hook])
+
+
+def _live_param(module: nn.Module, name: str) -> torch.Tensor:
+    """``module``'s own parameter ``name`` as a real tensor.
+
+    Why: with accelerate's offload (``device_map`` with "cpu"/"disk"), an offloaded module holds meta tensors
+    until its own ``AlignDevicesHook`` loads them inside its forward, which runs after our pre-hook; the hook's
+    ``weights_map`` holds the real values (in RAM, or read from the offload files).
+    """
+    p = getattr(module, name)
+    if p.device.type != "meta":
+        return p
+    for hook in accelerate_hooks(module):
+        weights = getattr(hook, "weights_map", None)
+        if weights is not None:
+            try:
+                return weights[name]
+            except KeyError:
+                continue
+    raise InputError(
+        f"{type(module).__name__}.{name}: weight is on the meta device and no accelerate offload hook holds it; "
+        "load the model with from_pretrained(device_map=...) rather than on the meta device"
+    )

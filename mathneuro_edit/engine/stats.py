@@ -1,0 +1,201 @@
+"""Calibration statistics: the :class:`ActivationStats` artifact (O(d_in) per weight) and its file format."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from ..errors import InputError
+from ..util.files import (
+    save_file,  # deterministic bytes, umask permissions (not safetensors' own)
+)
+from ..util.outdir import disk_errors
+from .targets import Target
+
+__all__ = ["ActivationStats", "read_safetensors_with_meta"]
+
+_FORMAT = "mathneuro-edit/stats/v1"
+
+
+def write_safetensors_with_meta(path: str | Path, tensors: dict[str, torch.Tensor], fmt: str,
+                                header: dict[str, Any]) -> Path:
+    """Write a mathneuro-edit safetensors artifact (the inverse of :func:`read_safetensors_with_meta`); atomic.
+
+    The tensors and ``{"format": fmt, "mathneuro_edit": json(header)}`` go to a temporary file beside ``path``,
+    renamed onto it when complete; a full or read-only disk is one line naming the file, and nothing
+    half-written is left.
+
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        needed = sum(t.numel() * t.element_size() for t in tensors.values())
+        with disk_errors(path, needed):  # a full or read-only disk: one line naming the file
+            save_file(tensors, str(tmp), metadata={"format": fmt, "mathneuro_edit": json.dumps(header)})
+            tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left (a no-op once renamed)
+    return path
+
+
+def read_safetensors_with_meta(
+    path: str | Path, expected_format: str, what: str
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Read a mathneuro-edit safetensors artifact: its tensors and its JSON header.
+
+    Raises:
+        InputError: the file is missing, is not a safetensors file, or is not a ``what`` file of ours.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such {what} file; check the path")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != expected_format:
+                raise InputError(
+                    f"{path}: not a mathneuro-edit {what} file (format {meta.get('format')!r}, "
+                    f"expected {expected_format!r}); pass the file written by the {what} step"
+                )
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        header = json.loads(meta["mathneuro_edit"])
+    except InputError:
+        raise
+    except (SafetensorError, OSError, ValueError, KeyError) as e:
+        raise InputError(f"{path}: unreadable {what} file ({e}); the file is corrupt: recreate it") from None
+    return tensors, header
+
+
+@dataclass
+class ActivationStats:
+    """Per-target input statistics from a calibration run.
+
+    Attributes:
+        norm_sum: ``name -> (groups, d_in)`` float32: ``sum over samples s of ||X_s[:, j]||_2`` (the paper's).
+            For fused experts, each group (expert) sees only the tokens routed to it.
+        sq_sum: ``name -> (groups, d_in)`` float32: sum of squares of X over all tokens (Wanda's).
+        token_count: ``name -> (groups,)`` int64: tokens that reached each group.
+        targets: ``name -> Target`` (kind, shape, layout).
+        meta: provenance: samples, tokens, truncated samples, text and model fingerprints, dtype, versions.
+
+    Example:
+        >>> stats = calibrate(model, tokenizer, ["1 + 1 = 2"])  # doctest: +SKIP
+        >>> stats.save("math.stats.safetensors"); ActivationStats.load("math.stats.safetensors")  # doctest: +SKIP
+    """
+
+    norm_sum: dict[str, torch.Tensor]
+    sq_sum: dict[str, torch.Tensor]
+    token_count: dict[str, torch.Tensor]
+    targets: dict[str, Target]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def statistic(self, name: str, kind: Literal["l2", "wanda"] = "l2") -> torch.Tensor:
+        """The per-feature statistic of ``name`` as ``(groups, d_in)`` float32.
+
+        ``"l2"``: the paper's sum of per-sample L2 norms; ``"wanda"``: ``sqrt(sum of squares)`` over all tokens.
+        """
+        return self.norm_sum[name] if kind == "l2" else self.sq_sum[name].sqrt()
+
+    @property
+    def sha256(self) -> str:
+        """Content hash of the statistics (tensors, targets and provenance)."""
+        h = hashlib.sha256(_FORMAT.encode())
+        for name in sorted(self.norm_sum):
+            for d in (self.norm_sum, self.sq_sum, self.token_count):
+                h.update(name.encode())
+                h.update(d[name].contiguous().numpy().tobytes())
+        h.update(json.dumps(self._header(), sort_keys=True).encode())
+        return h.hexdigest()
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "targets": {
+                n: {"kind": t.kind, "module": t.module_name, "shape": list(t.shape), "transposed": t.transposed,
+                    "role": t.role}
+                for n, t in self.targets.items()
+            },
+            "meta": self.meta,
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write a safetensors file (tensors + JSON metadata); atomic (temp file, then rename).
+
+        Args:
+            path: destination file, conventionally ``*.stats.safetensors``.
+
+        Returns:
+            The path written.
+        """
+        path = Path(path)
+        tensors: dict[str, torch.Tensor] = {}
+        for name in self.norm_sum:
+            tensors[f"norm/{name}"] = self.norm_sum[name].contiguous()
+            tensors[f"sq/{name}"] = self.sq_sum[name].contiguous()
+            tensors[f"count/{name}"] = self.token_count[name].contiguous()
+        return write_safetensors_with_meta(path, tensors, _FORMAT, self._header())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ActivationStats":
+        """Read a file written by :meth:`save` (exact round trip).
+
+        Raises:
+            InputError: missing, corrupt or not a statistics file.
+        """
+        tensors, header = read_safetensors_with_meta(path, _FORMAT, "statistics")
+        targets = {
+            n: Target(n, d["kind"], d["module"], tuple(d["shape"]), d["transposed"], d["role"])
+            for n, d in header["targets"].items()
+        }
+        parts: dict[str, dict[str, torch.Tensor]] = {"norm": {}, "sq": {}, "count": {}}
+        for key, t in tensors.items():
+            kind, name = key.split("/", 1)
+            parts[kind][name] = t
+        order = list(targets)
+        return cls(
+            norm_sum={n: parts["norm"][n] for n in order},
+            sq_sum={n: parts["sq"][n] for n in order},
+            token_count={n: parts["count"][n] for n in order},
+            targets=targets,
+            meta=header["meta"],
+        )
+
+    def merge(self, other: "ActivationStats") -> "ActivationStats":
+        """Sum two runs' statistics over disjoint samples of the same model (e.g. data-parallel ranks).
+
+        The text fingerprint of the result is recorded as the list of both inputs' fingerprints.
+        """
+        if set(self.targets) != set(other.targets) or self.meta.get("model_fingerprint") != other.meta.get(
+            "model_fingerprint"
+        ):
+            raise InputError("cannot merge statistics of different models or targets; calibrate with the same setup")
+        meta = dict(self.meta)
+        for key in ("num_samples", "num_tokens", "truncated_samples"):
+            meta[key] = self.meta.get(key, 0) + other.meta.get(key, 0)
+        meta["texts_sha256"] = [self.meta.get("texts_sha256"), other.meta.get("texts_sha256")]
+        return ActivationStats(
+            norm_sum={n: self.norm_sum[n] + other.norm_sum[n] for n in self.norm_sum},
+            sq_sum={n: self.sq_sum[n] + other.sq_sum[n] for n in self.sq_sum},
+            token_count={n: self.token_count[n] + other.token_count[n] for n in self.token_count},
+            targets=dict(self.targets),
+            meta=meta,
+        )
+
+    def summary(self) -> Mapping[str, Any]:
+        """Counts for display: samples, tokens, targets, and bytes of statistics."""
+        nbytes = sum(t.numel() * t.element_size() for d in (self.norm_sum, self.sq_sum) for t in d.values())
+        return {
+            "samples": self.meta.get("num_samples"),
+            "tokens": self.meta.get("num_tokens"),
+            "truncated": self.meta.get("truncated_samples"),
+            "targets": len(self.targets),
+            "bytes": nbytes,
+        }

@@ -1,0 +1,252 @@
+"""Which parameters of a model MathNeuro scores, and how each one maps inputs to weights.
+
+Contract: a *target* is a weight whose entries multiply input features, so that the MathNeuro importance
+``|W_ij| * stat_j`` is defined. Every target is described by a :class:`Target` that says how to view its
+weight as ``(groups, rows, d_in)`` (its *canonical view*): one group for a plain matrix, one per expert for
+fused MoE experts, and ``rows`` are output features.
+
+Handled:
+
+- ``nn.Linear``: weight ``(d_out, d_in)``.
+- transformers ``Conv1D`` (GPT-2 family): weight stored transposed, ``(d_in, d_out)``.
+- MoE routers (transformers 5 ``*Router`` modules holding a 2-D ``weight`` used as a linear map).
+- fused MoE experts as transformers 5 stores them (modules decorated with ``use_experts_implementation``:
+  3-D ``gate_up_proj`` / ``up_proj`` and ``down_proj``, ``(E, d_out, d_in)`` or transposed ``(E, d_in, d_out)``).
+
+Never targets: embeddings, 1-D parameters (norms, biases), expert biases, and an ``lm_head`` tied to the
+input embedding (editing it would silently edit the embeddings) unless asked for. Any other parameter of two
+or more dimensions is reported by :func:`find_targets` as unhandled (an error naming it), never skipped
+silently: the user can exclude it explicitly with a regular expression.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+
+__all__ = ["Target", "find_targets", "canonical_view", "model_fingerprint"]
+
+TargetKind = Literal["linear", "conv1d", "experts"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One scored weight.
+
+    Attributes:
+        name: the parameter's name in ``model.named_parameters()`` (also the key in statistics and masks).
+        kind: ``"linear"`` (``(d_out, d_in)``), ``"conv1d"`` (``(d_in, d_out)``) or ``"experts"``
+            (``(E, d_out, d_in)``, or ``(E, d_in, d_out)`` when ``transposed``).
+        module_name: the module whose input feeds this weight.
+        shape: the weight's shape.
+        transposed: for experts, whether the per-expert matrices are stored ``(d_in, d_out)``.
+        role: for experts, ``"up"`` (fed by the hidden states) or ``"down"`` (fed by the gated intermediate).
+    """
+
+    name: str
+    kind: TargetKind
+    module_name: str
+    shape: tuple[int, ...]
+    transposed: bool = False
+    role: str = ""
+
+    @property
+    def groups(self) -> int:
+        """Independent matrices in this weight: the number of experts, else 1."""
+        return self.shape[0] if self.kind == "experts" else 1
+
+    @property
+    def d_in(self) -> int:
+        """Number of input features (the length of one group's statistic)."""
+        if self.kind == "linear":
+            return self.shape[1]
+        if self.kind == "conv1d":
+            return self.shape[0]
+        return self.shape[1] if self.transposed else self.shape[2]
+
+    @property
+    def stat_shape(self) -> tuple[int, int]:
+        """Shape of this target's statistics: ``(groups, d_in)``."""
+        return (self.groups, self.d_in)
+
+
+def canonical_view(weight: torch.Tensor, target: Target) -> torch.Tensor:
+    """View a target's weight as ``(groups, rows, d_in)`` without copying.
+
+    Args:
+        weight: the parameter tensor, of shape ``target.shape``.
+        target: its description.
+
+    Returns:
+        A view of ``weight`` with shape ``(groups, d_out, d_in)``; writing to it writes to the weight.
+
+    Example:
+        >>> t = Target("h.0.attn.c_attn.weight", "conv1d", "h.0.attn.c_attn", (4, 12))
+        >>> canonical_view(torch.zeros(4, 12), t).shape
+        torch.Size([1, 12, 4])
+    """
+    if tuple(weight.shape) != target.shape:
+        raise InputError(
+            f"{target.name}: weight has shape {tuple(weight.shape)} but {target.shape} was expected; "
+            "the statistics or mask were computed for another model: recompute them on this one"
+        )
+    if target.kind == "linear":
+        return weight.unsqueeze(0)  # (1, d_out, d_in)
+    if target.kind == "conv1d":
+        return weight.t().unsqueeze(0)  # (1, d_out, d_in): Conv1D stores (d_in, d_out)
+    return weight.transpose(1, 2) if target.transposed else weight  # (E, d_out, d_in)
+
+
+def _is_conv1d(module: nn.Module) -> bool:
+    # Imported lazily by name so that a transformers without Conv1D still works for other models.
+    return type(module).__name__ == "Conv1D" and type(module).__module__.startswith("transformers")
+
+
+def _is_fused_experts(module: nn.Module) -> bool:
+    # transformers 5 decorates every fused-experts class with `use_experts_implementation`, which sets these
+    # attributes; they say how the 3-D weights are laid out, so one code path serves all MoE families.
+    return all(hasattr(module, a) for a in ("has_gate", "is_transposed", "has_bias")) and hasattr(
+        module, "down_proj"
+    )
+
+
+def _is_router(module: nn.Module) -> bool:
+    weight = getattr(module, "weight", None)
+    return (
+        type(module).__name__.endswith("Router")
+        and isinstance(weight, nn.Parameter)
+        and weight.dim() == 2
+        and not isinstance(module, nn.Embedding)
+    )
+
+
+def _tied_lm_head_names(model: nn.Module) -> set[str]:
+    """Names under which an output embedding tied to the input embedding appears."""
+    get_in = getattr(model, "get_input_embeddings", None)
+    get_out = getattr(model, "get_output_embeddings", None)
+    if get_in is None or get_out is None:
+        return set()
+    try:
+        emb_in, emb_out = get_in(), get_out()
+    except (NotImplementedError, AttributeError):
+        return set()
+    if emb_in is None or emb_out is None or emb_out.weight is not emb_in.weight:
+        return set()
+    return {name for name, module in model.named_modules(remove_duplicate=False) if module is emb_out}
+
+
+def _compile(patterns: Iterable[str] | None, what: str) -> list[re.Pattern[str]]:
+    compiled = []
+    for p in patterns or ():
+        try:
+            compiled.append(re.compile(p))
+        except re.error as e:
+            raise InputError(f"{what}: {p!r} is not a valid regular expression ({e}); fix the pattern") from None
+    return compiled
+
+
+def find_targets(
+    model: nn.Module,
+    *,
+    include: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    include_tied_lm_head: bool = False,
+) -> dict[str, Target]:
+    """List the weights MathNeuro scores, in module order.
+
+    Args:
+        model: a transformers model (or any ``nn.Module``).
+        include: regular expressions (``re.search``) over parameter names; when given, only matching targets
+            are kept.
+        exclude: regular expressions over parameter names; matching parameters are dropped (also unhandled ones).
+        include_tied_lm_head: score an ``lm_head`` tied to the input embedding (edits the embedding too).
+
+    Returns:
+        An ordered ``{parameter name: Target}``.
+
+    Raises:
+        InputError: a parameter of 2+ dimensions that is neither a target nor an embedding (a model family
+            this version cannot score); the message names them and how to exclude them.
+
+    Example:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        ...                   num_attention_heads=2, num_key_value_heads=2)
+        >>> list(find_targets(LlamaForCausalLM(cfg), include=[r"q_proj"]))
+        ['model.layers.0.self_attn.q_proj.weight']
+    """
+    inc, exc = _compile(include, "include"), _compile(exclude, "exclude")
+    tied = _tied_lm_head_names(model)
+    found: dict[str, Target] = {}
+    covered: set[str] = set()  # parameters that are targets, embeddings or deliberately not scored
+
+    for mod_name, module in model.named_modules():
+        prefix = f"{mod_name}." if mod_name else ""
+        if isinstance(module, nn.Embedding):
+            covered.add(prefix + "weight")
+        elif isinstance(module, nn.Linear) or _is_router(module):
+            name = prefix + "weight"
+            if mod_name in tied:
+                covered.add(name)
+                if include_tied_lm_head:
+                    found[name] = Target(name, "linear", mod_name, tuple(module.weight.shape))
+            else:
+                found[name] = Target(name, "linear", mod_name, tuple(module.weight.shape))
+        elif _is_conv1d(module):
+            found[prefix + "weight"] = Target(prefix + "weight", "conv1d", mod_name, tuple(module.weight.shape))
+        elif _is_fused_experts(module):
+            up = "gate_up_proj" if module.has_gate else "up_proj"
+            for attr, role in ((up, "up"), ("down_proj", "down")):
+                w = getattr(module, attr)
+                found[prefix + attr] = Target(
+                    prefix + attr, "experts", mod_name, tuple(w.shape), bool(module.is_transposed), role
+                )
+            for pname, _ in module.named_parameters(recurse=False):
+                covered.add(prefix + pname)  # expert biases are not weight matrices: never scored
+
+    names_in_model = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    unhandled = [
+        n
+        for n, p in model.named_parameters()
+        if p.dim() >= 2 and n not in found and n not in covered and not any(r.search(n) for r in exc)
+    ]
+    if unhandled:
+        shown = ", ".join(unhandled[:5]) + (f" and {len(unhandled) - 5} more" if len(unhandled) > 5 else "")
+        raise InputError(
+            f"cannot score {len(unhandled)} parameter(s) of this model family: {shown}; "
+            "exclude them explicitly (e.g. exclude: ['<regex>']) or report the model family"
+        )
+    result = {}
+    for name, t in found.items():
+        if name not in names_in_model:
+            continue
+        if inc and not any(r.search(name) for r in inc):
+            continue
+        if any(r.search(name) for r in exc):
+            continue
+        result[name] = t
+    if not result:
+        raise InputError("no target weights left after include/exclude; loosen the include/exclude patterns")
+    return result
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """sha256 over the model's parameter names, shapes and dtypes (not values), in module order.
+
+    Example:
+        >>> len(model_fingerprint(nn.Linear(2, 3)))
+        64
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(f"{name}:{tuple(p.shape)}:{str(p.dtype).removeprefix('torch.')}\n".encode())
+    return h.hexdigest()

@@ -1,0 +1,293 @@
+"""Bridge to EleutherAI's lm-evaluation-harness: run its tasks on the in-memory model, base and edited, offline.
+
+Installed with ``pip install mathneuro-edit[eval]`` (lm-eval 0.4.13+); without it, an :class:`LmEvalTask` raises an
+:class:`~mathneuro_edit.errors.InputError` that says so before anything is computed.
+
+Offline use: ``include_path`` is a folder of task YAMLs (``lm_eval.tasks.TaskManager(include_path=...)``), e.g. the
+shipped ``recipes/lm_eval_tasks/`` (``dataset_path: json`` over vendored JSONL files). lm-eval hands a relative
+``dataset_kwargs.data_files`` to ``datasets.load_dataset``, which resolves it against the *working directory*; here
+it is resolved against the folder of the YAML that names it, so a task folder works from any working directory.
+Every file of the folder is hashed (:func:`include_path_hashes`): the hash is part of the task's fingerprint and of
+the run's lock.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ..errors import InputError
+
+__all__ = ["LmEvalTask", "LmEvalResult", "require_lm_eval", "run_lm_eval", "include_path_hashes"]
+
+_INSTALL_HINT = "pip install mathneuro-edit[eval]"
+_SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}  # written by Python / Jupyter, not part of a task folder
+
+
+def include_path_hashes(folder: str | Path) -> dict[str, str]:
+    """The sha256 of every file under a task folder, by relative POSIX name, sorted (caches skipped).
+
+    Args:
+        folder: a folder of lm-eval task YAMLs and their data.
+
+    Returns:
+        ``{"arithmetic_local.yaml": "<sha256>", "sub/data.jsonl": ...}`` in sorted order.
+
+    Raises:
+        InputError: ``folder`` is not a folder.
+
+    Example:
+        >>> sorted(include_path_hashes("recipes/lm_eval_tasks"))[:2]  # doctest: +SKIP
+        ['LICENSE.gsm8k', 'README.md']
+    """
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise InputError(f"evaluation.lm_eval.include_path: {folder} is not a folder; give a folder of lm-eval "
+                         "task YAMLs, e.g. recipes/lm_eval_tasks")
+    out = {}
+    for p in root.rglob("*"):
+        rel = p.relative_to(root)
+        if p.is_file() and not (set(rel.parts) & _SKIP_DIRS):
+            out[rel.as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class LmEvalTask:
+    """A group of lm-evaluation-harness tasks, run on the in-memory model (``lm_eval.simple_evaluate``).
+
+    Args:
+        name: the name of this entry in the results (unique within one :func:`~mathneuro_edit.evaluation.runner.evaluate`).
+        tasks: lm-eval task names, e.g. ``["arithmetic_local"]`` (from ``include_path``) or ``["gsm8k_cot"]``.
+        limit: evaluate only the first ``limit`` documents of each task (``None``: all); a float in (0, 1) is a
+            fraction, as in lm-eval.
+        include_path: a folder of task YAMLs (``None``: lm-eval's own tasks only, which need the dataset hub).
+        num_fewshot: few-shot examples per prompt (``None``: each task's own setting).
+        apply_chat_template: format prompts with the tokenizer's chat template (lm-eval's ``--apply_chat_template``).
+        fewshot_as_multiturn: few-shot examples as earlier chat turns; ``None``: on with the chat template, as in
+            lm-eval's CLI.
+        batch_size: lm-eval's batch size (``None``: the batch size given to ``evaluate``).
+
+    Example:
+        >>> LmEvalTask("harness", tasks=["gsm8k_cot"], limit=100).tasks
+        ('gsm8k_cot',)
+    """
+
+    name: str
+    tasks: Sequence[str] = ("gsm8k_cot",)
+    limit: int | float | None = None
+    include_path: str | None = None
+    num_fewshot: int | None = None
+    apply_chat_template: bool = False
+    fewshot_as_multiturn: bool | None = None
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        where = f"LmEvalTask {self.name!r}"
+        if isinstance(self.tasks, str) or not self.tasks or not all(isinstance(t, str) and t for t in self.tasks):
+            raise InputError(f"{where}: tasks must be a non-empty list of lm-eval task names, got {self.tasks!r}; "
+                             "e.g. tasks=['arithmetic_local']")
+        object.__setattr__(self, "tasks", tuple(self.tasks))
+        if self.limit is not None and (isinstance(self.limit, bool) or not self.limit > 0):
+            raise InputError(f"{where}: limit must be > 0 or None, got {self.limit!r}")
+        for key in ("num_fewshot", "batch_size"):
+            v = getattr(self, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (key == "batch_size")):
+                raise InputError(f"{where}: {key} must be an int >= {int(key == 'batch_size')} or None, got {v!r}")
+        if self.fewshot_as_multiturn and not self.apply_chat_template:
+            raise InputError(f"{where}: fewshot_as_multiturn needs apply_chat_template=True (few-shot turns are "
+                             "chat messages); set both or neither")
+        if self.include_path is not None:
+            include_path_hashes(self.include_path)  # fails now on a missing folder, not after other tasks ran
+
+    @property
+    def sha256(self) -> str:
+        """Fingerprint of the settings and the task folder's contents (a cached base result needs the same one)."""
+        spec = {"kind": "lm_eval", "tasks": list(self.tasks), "limit": self.limit, "num_fewshot": self.num_fewshot,
+                "apply_chat_template": self.apply_chat_template, "fewshot_as_multiturn": self.multiturn,
+                "include_path": include_path_hashes(self.include_path) if self.include_path else None}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def multiturn(self) -> bool:
+        """The effective ``fewshot_as_multiturn`` (lm-eval's CLI: on exactly when the chat template is)."""
+        return self.apply_chat_template if self.fewshot_as_multiturn is None else self.fewshot_as_multiturn
+
+
+@dataclass(frozen=True)
+class LmEvalResult:
+    """Numeric metrics of one lm-eval run, flattened as ``"{task}/{metric,filter}"`` -> value, plus ``"{task}/n"``.
+
+    Example:
+        >>> LmEvalResult({"gsm8k_cot/exact_match,strict-match": 0.25, "gsm8k_cot/n": 8}).metrics()["gsm8k_cot/n"]
+        8
+    """
+
+    values: dict[str, float]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # lm-eval's "results" section
+    task_sha256: str = ""
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
+
+    def metrics(self) -> dict[str, float]:
+        """The metrics as a flat dict (the form of ``eval.json``)."""
+        return dict(self.values)
+
+
+def require_lm_eval(task_name: str) -> tuple[Any, Any]:
+    """Import lm-evaluation-harness, or raise a one-line :class:`InputError` saying how to install it.
+
+    Args:
+        task_name: the :class:`LmEvalTask` that needs it (named in the message).
+
+    Returns:
+        ``(lm_eval module, HFLM class)``.
+
+    Example:
+        >>> require_lm_eval("harness")  # doctest: +SKIP
+    """
+    try:
+        import lm_eval
+        from lm_eval.models.huggingface import HFLM
+        from lm_eval.tasks import TaskManager  # noqa: F401  (0.4.x: the include_path API used here)
+    except ImportError:
+        raise InputError(
+            f"LmEvalTask {task_name!r}: lm-evaluation-harness is not installed; install it with "
+            f"`{_INSTALL_HINT}` or remove this task"
+        ) from None
+    return lm_eval, HFLM
+
+
+def _flatten(results: dict[str, dict[str, Any]], n_samples: dict[str, Any]) -> dict[str, float]:
+    # keep numbers only: lm-eval mixes in "alias" strings and "N/A" placeholders for missing stderr
+    out = {
+        f"{task}/{metric}": float(value)
+        for task, metrics in results.items()
+        for metric, value in metrics.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and metric != "sample_len"
+    }  # sample_len (lm-eval's own count, a float) is replaced by the int "{task}/n" below
+    for task, counts in n_samples.items():  # documents actually scored (after limit): the n of every rate
+        if task in results and isinstance(counts, dict) and isinstance(counts.get("effective"), int):
+            out[f"{task}/n"] = counts["effective"]
+    return dict(sorted(out.items()))
+
+
+def _resolve(value: Any, folder: Path) -> Any:
+    """``data_files`` (a str, list or {split: str | list}) with relative local paths made absolute against ``folder``."""
+    if isinstance(value, str):
+        p = Path(value).expanduser()
+        return value if p.is_absolute() or "://" in value else str(folder / p)
+    if isinstance(value, list):
+        return [_resolve(v, folder) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolve(v, folder) for k, v in value.items()}
+    return value
+
+
+def _task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
+    """Task names, or for a YAML task under ``include_path`` its full config with ``data_files`` resolved.
+
+    Raises:
+        InputError: an unknown task name, or a data file that does not exist (naming the YAML and the file).
+    """
+    from lm_eval.tasks._yaml_loader import (
+        load_yaml,  # the loader TaskManager itself uses (with `include:`)
+    )
+
+    root = Path(task.include_path).expanduser().resolve() if task.include_path else None
+    specs: list[Any] = []
+    for name in task.tasks:
+        entry = manager.task_index.get(name)
+        if entry is None:
+            local = sorted(n for n, e in manager.task_index.items() if root and e.yaml_path
+                           and Path(e.yaml_path).resolve().is_relative_to(root))
+            hint = f"tasks in include_path: {', '.join(local)}" if local else "check the name (lm-eval --tasks list)"
+            raise InputError(f"LmEvalTask {task.name!r}: no lm-eval task or group named {name!r}; {hint}")
+        yaml_path = Path(entry.yaml_path).resolve() if entry.yaml_path else None
+        if root is None or yaml_path is None or not yaml_path.is_relative_to(root) \
+                or getattr(entry.kind, "name", "") != "TASK":
+            specs.append(name)  # lm-eval's own tasks, groups and tags: as lm-eval resolves them
+            continue
+        cfg = load_yaml(yaml_path, resolve_func=True, recursive=True)
+        kwargs = dict(cfg.get("dataset_kwargs") or {})
+        if "data_files" not in kwargs:
+            specs.append(name)
+            continue
+        kwargs["data_files"] = _resolve(kwargs["data_files"], yaml_path.parent)
+        files = kwargs["data_files"]
+        for f in (files if isinstance(files, list) else list(files.values()) if isinstance(files, dict) else [files]):
+            for one in (f if isinstance(f, list) else [f]):
+                if isinstance(one, str) and "://" not in one and not any(c in one for c in "*?[") \
+                        and not Path(one).is_file():
+                    raise InputError(f"{yaml_path.name}: data file {one} does not exist; data_files are relative "
+                                     "to the YAML's folder")
+        specs.append({**cfg, "dataset_kwargs": kwargs})
+    return specs
+
+
+def run_lm_eval(
+    model: nn.Module, tokenizer: Any, task: LmEvalTask, *, edit: Any = None, base: LmEvalResult | None = None,
+    batch_size: int = 16,
+) -> tuple[LmEvalResult, LmEvalResult | None]:
+    """Run one :class:`LmEvalTask` on the in-memory model: base (unless given), then edited (with ``edit``).
+
+    Args:
+        model: a ``transformers.PreTrainedModel`` with its base weights (not reloaded from disk).
+        tokenizer: its tokenizer; lm-eval gets a deep copy (it may set a pad token), the caller's is untouched.
+        task: the task group.
+        edit: a :class:`~mathneuro_edit.engine.apply.ReversibleEdit` on ``model`` or ``None``; restored on return.
+        base: a cached base result for this task (skips the base run).
+        batch_size: lm-eval's batch size when ``task.batch_size`` is ``None``.
+
+    Returns:
+        ``(base, edited)``; ``edited`` is ``None`` without an edit.
+
+    Example:
+        >>> task = LmEvalTask("h", ["arithmetic_local"], limit=20, include_path="recipes/lm_eval_tasks")
+        >>> base, edited = run_lm_eval(model, tok, task, edit=edit)  # doctest: +SKIP
+    """
+    lm_eval, hflm_class = require_lm_eval(task.name)
+    from lm_eval.tasks import TaskManager
+
+    if base is not None and edit is None:
+        return base, None  # nothing to run: no task index, no model wrapper
+
+    if task.apply_chat_template and not getattr(tokenizer, "chat_template", None):
+        raise InputError(f"LmEvalTask {task.name!r}: apply_chat_template is set but the tokenizer has no chat "
+                         "template; set apply_chat_template: false for a base (non-chat) model")
+    include = str(Path(task.include_path).expanduser()) if task.include_path else None
+    manager = TaskManager(include_path=include, include_defaults=False) if include else None
+    if manager is None or not all(t in manager.task_index for t in task.tasks):
+        # indexing lm-eval's own ~15k task YAMLs takes ~30 s: only when a task is not in include_path
+        manager = TaskManager(include_path=include)
+    specs = _task_specs(task, manager)
+    device = getattr(model, "device", None) or next(model.parameters()).device
+    lm = hflm_class(pretrained=model, tokenizer=copy.deepcopy(tokenizer), device=str(device),
+                    batch_size=task.batch_size or batch_size)
+
+    def run() -> LmEvalResult:
+        result = lm_eval.simple_evaluate(
+            model=lm, tasks=copy.deepcopy(specs), task_manager=manager, limit=task.limit, num_fewshot=task.num_fewshot,
+            apply_chat_template=task.apply_chat_template, fewshot_as_multiturn=task.multiturn, log_samples=True,
+        )  # simple_evaluate seeds python/numpy/torch itself (0/1234/1234; few-shot sampler 1234): repeatable
+        if result is None:  # non-zero rank of a distributed run: lm-eval returns nothing there
+            raise InputError(f"LmEvalTask {task.name!r}: lm-eval returned no results; run it in a single process")
+        raw = dict(result.get("results", {}))
+        return LmEvalResult(_flatten(raw, result.get("n-samples", {})), raw, task.sha256,
+                            dict(result.get("samples", {})))
+
+    if base is None:
+        base = run()
+    if edit is None:
+        return base, None
+    edit.apply()
+    try:
+        return base, run()
+    finally:
+        edit.restore()

@@ -1,0 +1,163 @@
+"""Math prompts (plain or through the tokenizer's chat template) and the answer read from a completion.
+
+Prompt (see docs/evaluation.md):
+
+- **chat template** (``evaluation.chat_template: auto`` on a tokenizer that has one, or ``true``): every worked
+  example is an earlier user turn (its question) and assistant turn (its answer: ``prefill + gold`` when the
+  example has a prefill, else its GSM8K answer), then the problem as the last user turn; the template's
+  generation prompt follows, then the item's ``prefill``. The text is tokenized without adding special tokens
+  (the template writes them), as ``apply_chat_template(tokenize=True)`` does.
+- **plain** (``false``, or ``auto`` without a template): the organism's ``"Question: ...\\nAnswer:"`` format
+  (:func:`~mathneuro_edit.evaluation.results.math_prompt`), then ``" " + prefill`` when there is one.
+
+Answer (:func:`extract_prediction`), on the completion cut by
+:func:`~mathneuro_edit.evaluation.results.truncate_completion`, first rule that applies:
+
+1. the number after the first ``####``;
+2. with a prefill: the first number of the completion (the prefill asked for exactly one number);
+3. else the last number of the completion (chat models end a worked answer with its result).
+
+A number is ``-?`` + digits with optional thousands commas (``1,234``) + optional decimals; ``12.0`` equals 12
+(compared as numbers), ``12.5`` is wrong for an integer gold, a trailing period is punctuation. A minus counts
+as a sign only when no digit, letter or ``)`` precedes it (``10-5`` has the numbers 10 and 5, not -5).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Literal, Union
+
+from ..errors import InputError
+from .results import extract_answer, math_prompt, truncate_completion
+
+__all__ = ["ChatSetting", "parse_number", "extract_prediction", "completion_done", "uses_chat_template",
+           "render_prompt", "encode_prompts"]
+
+ChatSetting = Union[bool, Literal["auto"]]
+
+# sign only after a non-word, non-')' character; thousands commas only in groups of three; decimals need a digit
+_NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
+_HASHES = re.compile(r"####[ \t]*")
+# a number followed by a character that cannot continue it (what "the number is complete" means while generating)
+_COMPLETE = re.compile(r"[,.]*[^\d,.]")
+
+
+def parse_number(token: str) -> int | float | None:
+    """A number as written (``"1,234"``, ``"-5"``, ``"12.0"``, ``"12.5"``): an int when integral, else a float.
+
+    Why Decimal: ``"12.0"`` must equal the gold 12 exactly, and ``"0.30"`` must not pass through binary rounding
+    before the integral test.
+
+    Example:
+        >>> parse_number("1,234"), parse_number("-12.0"), parse_number("2.5"), parse_number("x")
+        (1234, -12, 2.5, None)
+    """
+    try:
+        value = Decimal(token.replace(",", ""))
+    except ArithmeticError:  # decimal.InvalidOperation
+        return None
+    if not value.is_finite():
+        return None
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
+def extract_prediction(completion: str, prefill: str | None = None) -> int | float | None:
+    """The answer of a completion by the rules of the module docstring (``None``: no number found).
+
+    Args:
+        completion: what the model generated (after the prompt and prefill).
+        prefill: the item's prefill, if it had one.
+
+    Example:
+        >>> extract_prediction("so 3 + 4 = 7\\n#### 7"), extract_prediction("68\\n\\n12 more", "23 + 45 = ")
+        (7, 68)
+        >>> extract_prediction("She has 2 + 3 = 5 apples, so 1,005.00 in all.")
+        1005
+    """
+    text = truncate_completion(completion)[0]
+    hashes = _HASHES.search(text)
+    if hashes is not None:
+        m = _NUMBER.match(text, hashes.end())
+        return parse_number(m.group()) if m else None
+    numbers = _NUMBER.findall(text)
+    if not numbers:
+        return None
+    return parse_number(numbers[0] if prefill else numbers[-1])
+
+
+def completion_done(text: str, prefill: str | None = None) -> bool:
+    """Whether generation can stop: the answer is complete (``####`` rule, a new question, or with a prefill the
+    first number followed by a character that cannot continue it).
+
+    Example:
+        >>> completion_done("68", "23 + 45 = "), completion_done("68\\n", "23 + 45 = "), completion_done("68\\n")
+        (False, True, False)
+    """
+    if truncate_completion(text)[1]:
+        return True
+    if prefill:
+        m = _NUMBER.search(text)
+        return m is not None and _COMPLETE.match(text, m.end()) is not None
+    return False
+
+
+def uses_chat_template(tokenizer: Any, setting: ChatSetting) -> bool:
+    """Resolve ``evaluation.chat_template`` for a tokenizer.
+
+    Raises:
+        InputError: ``True`` but the tokenizer has no chat template.
+
+    Example:
+        >>> class Tok: chat_template = None
+        >>> uses_chat_template(Tok(), "auto"), uses_chat_template(Tok(), False)
+        (False, False)
+    """
+    has = bool(getattr(tokenizer, "chat_template", None))
+    if setting == "auto":
+        return has
+    if setting is True and not has:
+        raise InputError("evaluation.chat_template: true, but the model's tokenizer has no chat template; set "
+                         "evaluation.chat_template: auto (plain 'Question:/Answer:' prompts) or use a chat model")
+    if not isinstance(setting, bool):
+        raise InputError(f"chat_template: must be auto, true or false, got {setting!r}")
+    return setting
+
+
+def _shot_answer(shot: Mapping[str, str]) -> str:
+    """What the assistant says in a worked example: the prefill and the gold number, or the worked answer."""
+    if shot.get("prefill"):
+        return f"{shot['prefill']}{extract_answer(shot['answer'])}"
+    return shot["answer"]
+
+
+def render_prompt(tokenizer: Any, problem: Mapping[str, str], shots: Sequence[Mapping[str, str]], chat: bool) -> str:
+    """The prompt text of one problem (see the module docstring), prefill included.
+
+    Example:
+        >>> render_prompt(None, {"question": "1 + 1?", "prefill": "1 + 1 = "}, [], chat=False)
+        'Question: 1 + 1?\\nAnswer: 1 + 1 = '
+    """
+    prefill = problem.get("prefill") or ""
+    if not chat:
+        plain = math_prompt(problem["question"], [{**s, "answer": _shot_answer(s)} for s in shots])
+        return f"{plain} {prefill}" if prefill else plain
+    messages = []
+    for s in shots:
+        messages += [{"role": "user", "content": s["question"]}, {"role": "assistant", "content": _shot_answer(s)}]
+    messages.append({"role": "user", "content": problem["question"]})
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return text + prefill
+
+
+def encode_prompts(tokenizer: Any, problems: Sequence[Mapping[str, str]], shots: Sequence[Mapping[str, str]],
+                   setting: ChatSetting) -> list[list[int]]:
+    """Token ids of every problem's prompt.
+
+    Plain prompts get the tokenizer's usual special tokens (BOS, as in training); chat prompts none, because the
+    template already wrote them.
+    """
+    chat = uses_chat_template(tokenizer, setting)
+    texts = [render_prompt(tokenizer, p, shots, chat) for p in problems]
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=not chat)["input_ids"]]

@@ -1,0 +1,349 @@
+"""Evaluation: judge an edit before publishing it (math accuracy, general-text loss/perplexity, KL side effect).
+
+- math: greedy generation (batched, left-padded) of prompts rendered with the tokenizer's chat template when it
+  has one (:mod:`mathneuro_edit.evaluation.prompts`), exact match of the number read from the completion (after
+  ``####``; else the first number after a prefill; else the last number), with a 95% Wilson interval;
+- general: mean next-token cross entropy over real tokens (with its standard error over texts), perplexity, and
+  the mean KL(base || edited) of the next-token distribution, on the same texts;
+- optional lm-evaluation-harness tasks (:mod:`mathneuro_edit.evaluation.lm_eval_bridge`).
+
+With ``edit=ReversibleEdit(model, mask, scale)`` one model in memory is evaluated as base and as edited; it
+always ends in the state it was given in (also on errors), and the user's tokenizer is never modified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import torch.nn.functional as F
+from torch import nn
+from transformers import StoppingCriteriaList
+
+from ..engine.apply import ReversibleEdit
+from ..errors import InputError
+from .lm_eval_bridge import LmEvalTask, require_lm_eval, run_lm_eval
+from .prompts import ChatSetting, encode_prompts, extract_prediction
+from .results import (  # input checks shared with the GSM8K text helpers  # re-exported: the result types and text helpers are part of this module's API
+    EvalResults,
+    GeneralResult,
+    MathPrediction,
+    MathResult,
+    TaskResult,
+    _check_problems,
+    _need,
+    extract_answer,
+    truncate_completion,
+)
+from .runtime import (
+    _AnswerStop,
+    _batches,
+    _device,
+    _edit_guard,
+    _eval_mode,
+    _pad,
+    _special_ids,
+)
+
+__all__ = ["MathTask", "GeneralTask", "LmEvalTask", "math_accuracy", "general_loss", "evaluate"]
+
+
+def _sha(spec: Any) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _is_int(x: Any, lo: int, hi: float = math.inf) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi
+
+
+@dataclass(frozen=True)
+class MathTask:
+    """GSM8K-style problems scored by exact match of the number read from a greedy completion.
+
+    Args:
+        name: the task's name in the results.
+        problems: ``[{"question": str, "answer": str, "prefill": str (optional)}]``; the gold is the integer after
+            ``#### `` in the answer; ``prefill`` starts the model's answer (e.g. ``"23 + 45 = "``).
+        n_shot: how many of ``shots`` precede each prompt (as earlier chat turns with a chat template).
+        shots: worked examples in the same form (kept apart from ``problems``).
+        max_new_tokens: generation budget per problem.
+        chat_template: ``"auto"`` (the tokenizer's chat template when it has one), ``True`` (required) or
+            ``False`` (plain ``Question:/Answer:`` prompts); see :mod:`mathneuro_edit.evaluation.prompts`.
+
+    Example:
+        >>> MathTask("toy", [{"question": "1 + 1?", "answer": "#### 2"}]).problems[0]["answer"]
+        '#### 2'
+    """
+
+    name: str
+    problems: Sequence[Mapping[str, str]]
+    n_shot: int = 0
+    shots: Sequence[Mapping[str, str]] = ()
+    max_new_tokens: int = 256
+    chat_template: ChatSetting = "auto"
+
+    def __post_init__(self) -> None:
+        where = f"MathTask {self.name!r}"
+        _need(self.chat_template == "auto" or isinstance(self.chat_template, bool),
+              f"{where}: chat_template must be 'auto', True or False, got {self.chat_template!r}")
+        object.__setattr__(self, "problems", _check_problems(f"{where}: problems", self.problems))
+        object.__setattr__(self, "shots", _check_problems(f"{where}: shots", self.shots))
+        _need(bool(self.problems), f"{where}: problems is empty; pass at least one problem")
+        _need(_is_int(self.n_shot, 0, len(self.shots)),
+              f"{where}: n_shot={self.n_shot!r} but {len(self.shots)} shots were given; pass n_shot <= len(shots)")
+        _need(_is_int(self.max_new_tokens, 1), f"{where}: max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+
+    @property
+    def sha256(self) -> str:
+        """Fingerprint of the task's content and settings (a cached base result must match it)."""
+        return _sha(["math", list(self.problems), list(self.shots[: self.n_shot]), self.max_new_tokens,
+                     self.chat_template])
+
+
+@dataclass(frozen=True)
+class GeneralTask:
+    """Non-math texts scored by next-token loss, perplexity and (with an edit) KL(base || edited).
+
+    Args:
+        name: the task's name in the results.
+        texts: the texts (each truncated to ``max_length`` tokens).
+        max_length: tokens per text, >= 2.
+
+    Example:
+        >>> GeneralTask("wiki", ["A quiet morning in the park."]).max_length
+        512
+    """
+
+    name: str
+    texts: Sequence[str]
+    max_length: int = 512
+
+    def __post_init__(self) -> None:
+        ok = not isinstance(self.texts, str) and bool(self.texts) and all(isinstance(t, str) for t in self.texts)
+        _need(ok, f"GeneralTask {self.name!r}: texts must be a non-empty list of str")
+        object.__setattr__(self, "texts", tuple(self.texts))
+        _need(_is_int(self.max_length, 2), f"GeneralTask {self.name!r}: max_length must be an int >= 2, got {self.max_length!r}")
+
+    @property
+    def sha256(self) -> str:
+        """Fingerprint of the texts and settings."""
+        return _sha(["general", list(self.texts), self.max_length])
+
+
+Task = Union[MathTask, GeneralTask, LmEvalTask]
+
+
+# ---------------------------------------------------------------------------------------------------- internals
+
+
+def _run_math(model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int, progress: bool, desc: str) -> MathResult:
+    pad_id, eos_ids = _special_ids(model, tokenizer)
+    shots = task.shots[: task.n_shot]
+    prefills = [p.get("prefill") for p in task.problems]
+    # no padding/truncation arguments: we pad, the tokenizer stays as is
+    encoded = encode_prompts(tokenizer, task.problems, shots, task.chat_template)
+    # longest first: batches of similar length waste less padding (results do not depend on batch composition)
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    completions: dict[int, str] = {}
+    for chunk in _batches(len(order), batch_size, desc, progress):
+        idx = [order[j] for j in chunk]
+        # left padding: every row's last prompt token sits at the same position, where generation continues
+        ids, attn = _pad([encoded[i] for i in idx], pad_id, "left", _device(model))  # (batch, prompt tokens)
+        stop = _AnswerStop(tokenizer, ids.shape[1], [prefills[i] for i in idx])
+        out = model.generate(
+            input_ids=ids, attention_mask=attn, do_sample=False, max_new_tokens=task.max_new_tokens,
+            pad_token_id=pad_id, eos_token_id=eos_ids or None, stopping_criteria=StoppingCriteriaList([stop]),
+        )  # (batch, prompt tokens + generated)
+        for row, i in enumerate(idx):
+            new = out[row, ids.shape[1]:].tolist()
+            cut = next((k for k, t in enumerate(new) if t in eos_ids), len(new))  # after EOS only padding follows
+            completions[i] = tokenizer.decode(new[:cut], skip_special_tokens=True)
+    preds = []
+    for i, p in enumerate(task.problems):
+        text = truncate_completion(completions[i])[0]  # drops only a next "Question:" the model made up
+        preds.append(MathPrediction(p["question"], int(extract_answer(p["answer"])), text,
+                                    extract_prediction(text, prefills[i]), prefills[i]))
+    return MathResult(sum(p.correct for p in preds), len(preds), tuple(preds), task.sha256)
+
+
+def _run_general(
+    model: nn.Module, tokenizer: Any, task: GeneralTask, edit: ReversibleEdit | None, batch_size: int,
+    progress: bool, desc: str,
+) -> tuple[GeneralResult, GeneralResult | None]:
+    encoded = [ids[: task.max_length] for ids in tokenizer(list(task.texts))["input_ids"]]
+    n_pred = sum(max(len(r) - 1, 0) for r in encoded)
+    if n_pred == 0:
+        raise InputError(f"GeneralTask {task.name!r}: every text is shorter than 2 tokens; nothing to predict")
+    base_loss = edited_loss = kl_sum = 0.0
+    n_dist = 0
+    base_sums: list[float] = []  # per text with >= 1 prediction: summed loss (for the standard error over texts)
+    edited_sums: list[float] = []
+    counts: list[int] = []
+    rows_all = [r for r in encoded if r]
+    for chunk in _batches(len(rows_all), batch_size, desc, progress):
+        rows = [rows_all[i] for i in chunk]
+        # right padding: with causal attention, padding after a text cannot change its real tokens' outputs
+        # (pad id 0: any id would do, padded positions are masked and their outputs never read)
+        ids, attn = _pad(rows, 0, "right", _device(model))  # (batch, tokens)
+        base_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
+        edited_logits = None
+        if edit is not None:
+            edit.apply()
+            try:
+                edited_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+            finally:
+                edit.restore()
+        for b, r in enumerate(rows):
+            n = len(r)
+            target = ids[b, 1:n]  # (n - 1,)
+            # float32 log-softmax: in bf16 a large vocabulary's normaliser loses ~3 digits, and KL of two close
+            # distributions is a small difference of large numbers; one row at a time bounds the float32 copy
+            base_lp = base_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
+            text_loss = -base_lp[:-1].gather(-1, target[:, None]).sum().item()
+            base_loss += text_loss
+            if n > 1:
+                base_sums.append(text_loss)
+                counts.append(n - 1)
+            if edited_logits is not None:
+                ed_lp = edited_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
+                text_loss = -ed_lp[:-1].gather(-1, target[:, None]).sum().item()
+                edited_loss += text_loss
+                if n > 1:
+                    edited_sums.append(text_loss)
+                # KL(base || edited) of every real position's next-token distribution (the last one included)
+                kl_sum += F.kl_div(ed_lp, base_lp, log_target=True, reduction="none").sum(-1).sum().item()
+        n_dist += sum(len(r) for r in rows)
+    base = GeneralResult(base_loss / n_pred, n_pred, 0.0, task.sha256, tuple(base_sums), tuple(counts))
+    if edit is None:
+        return base, None
+    return base, GeneralResult(edited_loss / n_pred, n_pred, kl_sum / n_dist, task.sha256, tuple(edited_sums),
+                               tuple(counts))
+
+
+def _check_batch_size(batch_size: Any) -> int:
+    _need(_is_int(batch_size, 1), f"batch_size: must be an int >= 1, got {batch_size!r}")
+    return batch_size
+
+
+# ---------------------------------------------------------------------------------------------------- public API
+
+
+def math_accuracy(
+    model: nn.Module, tokenizer: Any, problems: Sequence[Mapping[str, str]], *, n_shot: int = 0,
+    shots: Sequence[Mapping[str, str]] = (), max_new_tokens: int = 256, batch_size: int = 16, progress: bool = True,
+    chat_template: ChatSetting = "auto",
+) -> MathResult:
+    """Exact-match accuracy of greedy completions of the model as it is (see :class:`MathTask` for the arguments).
+
+    Returns:
+        A :class:`MathResult` (``.accuracy``, ``.correct``, ``.total``, ``.predictions``).
+
+    Example:
+        >>> with edit:  # an edited model: wrap the call in a ReversibleEdit  # doctest: +SKIP
+        ...     math_accuracy(model, tok, [{"question": "2 + 3?", "answer": "#### 5"}]).accuracy
+    """
+    task = MathTask("math", problems, n_shot, shots, max_new_tokens, chat_template)
+    with _eval_mode(model):
+        return _run_math(model, tokenizer, task, _check_batch_size(batch_size), progress, "math")
+
+
+def general_loss(
+    model: nn.Module, tokenizer: Any, texts: Sequence[str], *, edit: ReversibleEdit | None = None,
+    max_length: int = 512, batch_size: int = 16, progress: bool = True,
+) -> GeneralResult:
+    """Mean next-token loss and perplexity on texts; with ``edit``, of the edited model, plus KL(base || edited).
+
+    Args:
+        model: the model (base weights; with ``edit`` it is switched per batch and ends as it was given).
+        tokenizer: its tokenizer (not modified).
+        texts: the texts; each truncated to ``max_length`` tokens.
+        edit: a :class:`~mathneuro_edit.engine.apply.ReversibleEdit` on ``model``, or ``None`` for the model as is.
+        max_length: tokens per text.
+        batch_size: texts per forward pass.
+        progress: show a progress bar.
+
+    Returns:
+        A :class:`GeneralResult`; ``kl`` is 0.0 without an edit.
+
+    Example:
+        >>> general_loss(model, tok, ["The cat sat."], edit=ReversibleEdit(model, mask, 0.0)).kl  # doctest: +SKIP
+    """
+    task = GeneralTask("general", texts, max_length)
+    with _eval_mode(model), _edit_guard(edit):
+        base, edited = _run_general(model, tokenizer, task, edit, _check_batch_size(batch_size), progress, "general")
+    return base if edited is None else edited
+
+
+def evaluate(
+    model: nn.Module, tokenizer: Any, tasks: Sequence[Task], *, edit: ReversibleEdit | None = None,
+    base_results: EvalResults | Mapping[str, TaskResult] | None = None, batch_size: int = 16, progress: bool = True,
+) -> EvalResults:
+    """Evaluate the model on tasks, as base and (with ``edit``) as edited, on one model in memory.
+
+    Args:
+        model: a causal LM with its base weights (``transformers`` ``generate`` and ``logits``).
+        tokenizer: its tokenizer; never modified (padding is done here, eos serves as pad when there is none).
+        tasks: :class:`MathTask`, :class:`GeneralTask` and :class:`LmEvalTask` specs with unique names.
+        edit: a :class:`~mathneuro_edit.engine.apply.ReversibleEdit` on ``model``; ``None`` evaluates the model as is.
+        base_results: earlier results (``previous`` or ``previous.base``) whose base parts are reused for tasks of
+            the same name and content (a sweep: many edits, base computed once). General tasks still run the base
+            forward pass when there is an edit (the KL needs it) but no base generation happens again.
+        batch_size: problems / texts per batch (a general batch holds two ``(batch, tokens, vocab)`` logits
+            tensors at once: lower it for large vocabularies).
+        progress: tqdm progress bars over batches.
+
+    Returns:
+        :class:`EvalResults`; ``edited`` is empty without an edit. The model ends in the state (weights, train/eval
+        modes) it was given in, also when an error is raised.
+
+    Example:
+        >>> tasks = [MathTask("math", problems), GeneralTask("general", texts)]  # doctest: +SKIP
+        >>> res = evaluate(model, tok, tasks, edit=ReversibleEdit(model, mask, 1.1))  # doctest: +SKIP
+        >>> print(res.to_markdown()); res.save_json(out_dir)  # doctest: +SKIP
+    """
+    batch_size = _check_batch_size(batch_size)
+    if isinstance(tasks, (MathTask, GeneralTask, LmEvalTask)) or not isinstance(tasks, Sequence) or not tasks:
+        raise InputError("tasks: must be a non-empty list of MathTask / GeneralTask / LmEvalTask")
+    names = [getattr(t, "name", None) for t in tasks]
+    for t in tasks:
+        if not isinstance(t, (MathTask, GeneralTask, LmEvalTask)):
+            raise InputError(f"tasks: {t!r:.60} is not a MathTask, GeneralTask or LmEvalTask")
+        if names.count(t.name) > 1:
+            raise InputError(f"tasks: the name {t.name!r} is used twice; give every task its own name")
+        if isinstance(t, LmEvalTask):
+            require_lm_eval(t.name)  # fail before hours of other tasks, not after
+    if edit is not None and not all(hasattr(edit, a) for a in ("apply", "restore", "applied")):
+        raise InputError(f"edit: must be a ReversibleEdit(model, mask, scale), got {type(edit).__name__}")
+    cached = dict(base_results.base if isinstance(base_results, EvalResults) else (base_results or {}))
+    for t in tasks:
+        if t.name in cached and getattr(cached[t.name], "task_sha256", None) != t.sha256:
+            raise InputError(f"base_results[{t.name!r}]: computed for a different task content or settings; "
+                             "drop it from base_results to recompute the base")
+    out = EvalResults({}, {})
+    with _eval_mode(model), _edit_guard(edit):
+        for t in tasks:
+            base = cached.get(t.name)
+            if isinstance(t, MathTask):
+                if base is None:
+                    base = _run_math(model, tokenizer, t, batch_size, progress, f"{t.name} [base]")
+                if edit is not None:
+                    edit.apply()
+                    try:
+                        out.edited[t.name] = _run_math(model, tokenizer, t, batch_size, progress, f"{t.name} [edited]")
+                    finally:
+                        edit.restore()
+            elif isinstance(t, GeneralTask):
+                if base is None or edit is not None:
+                    base, edited = _run_general(model, tokenizer, t, edit, batch_size, progress, t.name)
+                    if edited is not None:
+                        out.edited[t.name] = edited
+            else:
+                base, edited = run_lm_eval(model, tokenizer, t, edit=edit, base=base, batch_size=batch_size)
+                if edited is not None:
+                    out.edited[t.name] = edited
+            out.base[t.name] = base
+    return out

@@ -1,0 +1,363 @@
+"""The model card (README.md) of an edited model, built with huggingface_hub's ``ModelCard``.
+
+Metadata: ``base_model`` (Hub ids only), ``base_model_relation`` (``finetune`` for a checkpoint, ``adapter`` for a
+PEFT adapter), ``library_name`` (``transformers`` / ``peft``), ``tags``, ``datasets`` (Hub ids of the calibration
+data), ``license``, ``pipeline_tag: text-generation``. Body: what was edited (base, method and paper, top_k, scale,
+% of weights), the data with its sha256, the base (Hub id + revision, or a local base's file hashes), the
+before/after evaluation, how to load it, how to install mathneuro-edit and reproduce the edit (the exact command),
+the library versions, the recipe, the full lock file, the paper's citation, and limitations. The sections drawn
+from the lock alone live in :mod:`mathneuro_edit.publish.card_sections`.
+
+One card per folder, rendered from the folder itself (:func:`card_for_folder`: its lock and ``eval.json``), so
+``push`` renders it again for the target repo: the published card loads ``from_pretrained("user/name")``; a card
+still in a local folder loads ``"."`` (that folder). No placeholder, no timestamp, no local path.
+
+Privacy: a local base path never appears in the card (its lock is the public form, see :mod:`mathneuro_edit.publish.lock`);
+:func:`build_card` checks the finished text and refuses to build a card that would reveal one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from huggingface_hub import ModelCard, ModelCardData, try_to_load_from_cache
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+from ..errors import InputError
+from ..evaluation.report import effect_sentence, eval_markdown
+from ..recipe.io import recipe_from_dict
+from ..recipe.schema import Recipe
+from ..util.files import write_text_atomic
+from ..util.paths import LOCAL, is_local_path
+from ..weights.adapter import MATHNEURO_CONFIG
+from . import card_sections as sections
+from .lock import check_private, read_lock
+
+__all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "license_from_base", "CITATION"]
+PAPER = "https://arxiv.org/abs/2410.16930"
+
+CITATION = """@article{christ2024mathneurosurgery,
+  title   = {Math Neurosurgery: Isolating Language Models' Math Reasoning Abilities Using Only Forward Passes},
+  author  = {Christ, Bryan R. and Gottesman, Zack and Kropko, Jonathan and Hartvigsen, Thomas},
+  journal = {arXiv preprint arXiv:2410.16930},
+  year    = {2024},
+  url     = {https://arxiv.org/abs/2410.16930}
+}"""
+
+def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) -> dict[str, Any]:
+    """Group a mask's ``counts()`` by module type, for the card's "what was edited" table.
+
+    The module type is the parameter name's last part without ``.weight``/``.bias``
+    (``model.layers.0.self_attn.q_proj.weight`` -> ``q_proj``; fused experts keep ``gate_up_proj``).
+
+    Args:
+        counts: ``{parameter name: (selected, total)}`` (:meth:`Mask.counts`).
+        model_params: number of parameters of the whole model (for "fraction of the model").
+
+    Returns:
+        ``{"selected", "targeted", "matrices", "model_params", "by_module": {type: {"matrices", "selected",
+        "total"}}}``.
+
+    Example:
+        >>> s = summarize_edit({"m.0.q_proj.weight": (2, 8), "m.1.q_proj.weight": (1, 8)}, model_params=100)
+        >>> s["by_module"]["q_proj"], s["selected"]
+        ({'matrices': 2, 'selected': 3, 'total': 16}, 3)
+    """
+    by_module: dict[str, dict[str, int]] = {}
+    for name, (selected, total) in counts.items():
+        parts = name.split(".")
+        kind = parts[-2] if parts[-1] in ("weight", "bias") and len(parts) > 1 else parts[-1]
+        row = by_module.setdefault(kind, {"matrices": 0, "selected": 0, "total": 0})
+        row["matrices"] += 1
+        row["selected"] += int(selected)
+        row["total"] += int(total)
+    return {"selected": sum(r["selected"] for r in by_module.values()),
+            "targeted": sum(r["total"] for r in by_module.values()), "matrices": len(counts),
+            "model_params": int(model_params), "by_module": dict(sorted(by_module.items()))}
+
+
+def license_from_base(base: str | Path, revision: str | None = None) -> str | None:
+    """The ``license`` of a base model's card, read locally (a model folder, or the Hub cache): no network.
+
+    Returns:
+        The license id (e.g. ``"llama3.2"``), or ``None`` when there is no card or no license.
+
+    Example:
+        >>> license_from_base("/nonexistent/folder") is None
+        True
+    """
+    folder = Path(base).expanduser()
+    readme: Any = folder / "README.md" if folder.is_dir() else None
+    if readme is None and not is_local_path(str(base)):
+        try:
+            readme = try_to_load_from_cache(repo_id=str(base), filename="README.md", revision=revision)
+        except HFValidationError:
+            return None
+    if not isinstance(readme, (str, Path)) or not Path(readme).is_file():
+        return None
+    found = ModelCard.load(readme, ignore_metadata_errors=True).data.license
+    return found if isinstance(found, str) else None
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.3g}%" if whole else "n/a"
+
+
+
+
+def _gguf_usage(repo: str | None, ggufs: Mapping[str, str]) -> str:
+    """The llama.cpp paragraph of a card whose checkpoint folder holds GGUF files (``{file: sha256}``)."""
+    if not ggufs:
+        return ""
+    rows = "\n".join(f"| `{f}` | `{h}` |" for f, h in ggufs.items())
+    first = next(iter(ggufs))
+    return f"""
+The same weights as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit from this checkpoint;
+`mathneuro-edit verify` audits it):
+
+| file | sha256 |
+|---|---|
+{rows}
+
+```bash
+{f"hf download {repo} {first} --local-dir ." + chr(10) if repo else ""}llama-cli -m {first}
+```
+"""
+
+
+def build_card(
+    *,
+    recipe: Recipe,
+    lock: Mapping[str, Any],
+    base_model_id: str | None,
+    kind: Literal["checkpoint", "adapter"],
+    edit_summary: Mapping[str, Any],
+    eval_results: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+    license: str | None = None,
+    repo_id: str | None = None,
+) -> ModelCard:
+    """Build the model card of an edited model.
+
+    Args:
+        recipe: the recipe that ran.
+        lock: the run's lock (:func:`mathneuro_edit.publish.lock.build_lock`), embedded in full.
+        base_model_id: the base's Hub id, or ``None`` for a local base (then no ``base_model`` metadata).
+        kind: ``"checkpoint"`` (full model) or ``"adapter"`` (PEFT).
+        edit_summary: :func:`summarize_edit` output.
+        eval_results: eval.json's dict (:meth:`~mathneuro_edit.evaluation.results.EvalResults.to_dict`): ``{task:
+            {"base": {...}, "edited": {...}, "comparison": {...}}}``; any part may be missing. A math comparison
+            that is not significant is said in the card's first paragraph.
+        license: license id for the metadata (see :func:`license_from_base`).
+        repo_id: the Hub repo the card is published in (``push`` passes it); default the recipe's
+            ``hub.repo_id``; ``None`` for a card in a local folder (its snippets then load ``"."``).
+
+    Returns:
+        The card; save it with :func:`write_card`.
+
+    Raises:
+        InputError: ``kind`` unknown, or ``base_model_id`` not a Hub repo id.
+        MathNeuroEditError: the card would contain a local path of the recipe.
+
+    Example:
+        >>> card = build_card(recipe=r, lock=lock, base_model_id=None, kind="checkpoint",
+        ...                   edit_summary=summarize_edit(mask.counts(), model_params=n))  # doctest: +SKIP
+    """
+    if kind not in ("checkpoint", "adapter"):
+        raise InputError(f"kind: must be 'checkpoint' or 'adapter', got {kind!r}")
+    if base_model_id is not None:
+        try:
+            validate_repo_id(base_model_id)
+        except HFValidationError:
+            raise InputError(f"base_model_id: {base_model_id!r} is not a Hub repo id; "
+                             "pass None for a local base") from None
+        if is_local_path(base_model_id):
+            raise InputError(f"base_model_id: {base_model_id!r} is a local path; pass None for a local base")
+    datasets = sorted({s.hub_id for s in (recipe.data.math, *recipe.data.general) if s.hub_id})
+    tags = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if recipe.edit.prune else [])
+    ggufs = {k.removeprefix("checkpoint/"): v for k, v in sorted(lock.get("outputs", {}).items())
+             if kind == "checkpoint" and k.startswith("checkpoint/") and k.endswith(".gguf")}
+    tags += ["gguf"] if ggufs else []
+    extra: dict[str, Any] = {}
+    if base_model_id is not None:
+        extra["base_model_relation"] = "adapter" if kind == "adapter" else "finetune"
+    data = ModelCardData(
+        base_model=base_model_id, library_name="peft" if kind == "adapter" else "transformers", tags=tags,
+        datasets=datasets or None, license=license, pipeline_tag="text-generation", **extra,
+    )
+    repo = repo_id or (recipe.hub.repo_id if recipe.hub else None)
+    local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
+    lock_view = {**lock, "edit_summary": lock.get("edit_summary") or dict(edit_summary)}
+    if base_model_id is not None:  # the caller's Hub id names the base (metadata and snippets agree)
+        lock_view["base"] = {**(lock.get("base") or {}), "model": base_model_id}
+    base_text = sections.base_sentence(lock_view)
+    edit, mask, s = recipe.edit, recipe.mask, edit_summary
+    action = "pruned (set to 0)" if edit.prune else f"scaled by {edit.effective_scale:g}"
+    top = f"top {mask.top_k * 100:g}% of each {mask.granularity}"
+    method = {
+        "mathneuro": f"MathNeuro scores every weight as `|W_ij| * sum over samples of ||x_j||_2` on math text and on "
+                     f"general text, keeps the {top} for each, and selects the weights in the math set but not in "
+                     "the general one: the math-specific weights.",
+        "wanda": f"Weights were selected as the {top} by the same score on math text only (the paper's Wanda-style "
+                 "baseline, without the general-text subtraction).",
+        "random": f"Weights were selected at random, as many as the {top} (a control for MathNeuro).",
+    }[mask.method]
+    module_rows = "\n".join(
+        f"| {k} | {r['matrices']} | {r['selected']:,} | {r['total']:,} | {_pct(r['selected'], r['total'])} |"
+        for k, r in s["by_module"].items())
+    evaluation = (f"## Evaluation\n\nBase vs edited model, on the same problems and texts. Accuracy: percent "
+                  "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
+                  "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
+                  f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results)}\n" if eval_results else
+                  "## Evaluation\n\nNo evaluation was run for this model.\n")
+    effect = effect_sentence(eval_results)
+    effect = f" {effect}" if effect else ""
+    lock_yaml = yaml.safe_dump(dict(lock), sort_keys=False, allow_unicode=True).rstrip()
+    recipe_yaml = yaml.safe_dump(lock.get("recipe") or recipe.public_dict(), sort_keys=False,
+                                 allow_unicode=True).rstrip()
+    edited = (f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
+              f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters")
+    base_name = "local model" if local_base else (base_model_id or recipe.base.model).split("/")[-1]
+    title = repo.split("/")[-1] if repo else f"{base_name} (MathNeuro edit: {action})"
+    body = f"""
+# {title}
+
+This {"PEFT adapter holds" if kind == "adapter" else "model is"} a MathNeuro edit of {base_text}: the weights that \
+[MathNeuro]({PAPER}) finds math-specific, using only forward passes, were **{action}**. \
+Made with mathneuro-edit {lock.get("versions", {}).get("tool", "")} (from the project's source; not on PyPI yet).{effect}
+{_gguf_note(lock, kind)}
+## What was edited
+
+{method}
+
+| setting | value |
+|---|---|
+| base model | {base_text} |
+| method | {mask.method} ([MathNeuro, arXiv 2410.16930]({PAPER})) |
+| top_k | {mask.top_k:g} (per {mask.granularity}) |
+| scale | {edit.effective_scale:g}{" (prune)" if edit.prune else ""} |
+| edit | {action} |
+| weights edited | {edited} |
+| matrices scored | {s["matrices"]} |
+| recipe sha256 | `{lock.get("recipe_sha256", "")}` |
+| mask sha256 | `{lock.get("mask_sha256", "")}` |
+
+Edited weights per module type:
+
+| module | matrices | edited | total | fraction |
+|---|---|---|---|---|
+{module_rows}
+
+Calibration data (seed {recipe.data.seed}, {recipe.data.samples} texts per set):
+
+{sections.data_table(lock)}
+
+{sections.base_section(lock_view)}
+
+{evaluation}
+## How to use
+
+{sections.usage(kind, repo, lock_view)}
+{_gguf_usage(repo, ggufs)}
+
+{sections.reproduce_section(repo, lock_view)}
+
+Made with:
+
+{sections.versions_table(lock)}
+
+The recipe (public form: local paths are `<local>`; save it as a YAML file and `mathneuro-edit run` it):
+
+```yaml
+{recipe_yaml}
+```
+
+The lock file (`mathneuro_recipe.lock.yaml`): the recipe with every default, and every hash.
+
+```yaml
+{lock_yaml}
+```
+
+## Limitations
+
+- The edit is chosen from {recipe.data.samples} calibration texts per set; other math formats or languages may \
+respond differently, and abilities not covered by the evaluation above were not measured.
+- Scaling or pruning weights changes the model's behaviour beyond math; it is not a safety evaluation and does not \
+make the model more reliable at arithmetic than its evaluation shows.
+- Evaluation numbers come from a small sample and greedy decoding; expect noise of a few points.
+
+## Citation
+
+```bibtex
+{CITATION}
+```
+"""
+    card = ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+    check_private(card.content, recipe, "the model card")
+    return card
+
+
+def _gguf_note(lock: Mapping[str, Any], kind: str) -> str:
+    """The card's paragraph on a GGUF base (empty for other bases): what the weights are and where the base is."""
+    gguf = (lock.get("base") or {}).get("gguf")
+    if not gguf:
+        return ""
+    what = ("These weights are that dequantized model with the edit (float32 safetensors, not quantized)"
+            if kind != "adapter" else "The adapter applies to that dequantized model (not to a quantized one)")
+    return (f"\nThe base is the GGUF file `{gguf['file']}` (sha256 `{gguf['sha256']}`), dequantized to float32 by "
+            f"transformers. {what}. `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once "
+            "and prints its path; its safetensors sha256 are the lock's `base.weights_sha256`.\n")
+
+
+def write_card(out_dir: str | Path, card: ModelCard) -> Path:
+    """Write ``out_dir/README.md`` atomically (temp file in the same folder, then rename).
+
+    Returns:
+        The written path.
+    """
+    return write_text_atomic(Path(out_dir) / "README.md", card.content)
+
+
+def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: str | None = None) -> ModelCard:
+    """The card of an output folder (``checkpoint/``, ``adapter/`` or an ``export`` folder), rendered from the
+    folder alone: its lock (public recipe, hashes, ``edit_summary``) and ``eval.json``.
+
+    ``push`` uses it to publish the card rendered for the target repo (``from_pretrained("me/name")``) without
+    changing the local folder; rendered with the local folder's own values it gives the card ``run`` wrote.
+
+    Args:
+        folder: the folder holding ``mathneuro_recipe.lock.yaml``.
+        repo_id: the Hub repo the card is for (``None``: the recipe's ``hub.repo_id``, else a local folder).
+        license: the license id; default: the one of the folder's current card, if any.
+
+    Returns:
+        The card.
+
+    Raises:
+        InputError: no lock, or a lock without ``edit_summary`` (written by an older version: rewrite the
+            cards with ``mathneuro-edit card RUN_DIR`` first).
+
+    Example:
+        >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-prune")  # doctest: +SKIP
+    """
+    import json
+
+    folder = Path(folder)
+    lock = read_lock(folder)
+    summary = lock.get("edit_summary")
+    if not isinstance(summary, Mapping):
+        raise InputError(f"{folder}: the lock has no edit_summary (written by an older mathneuro-edit); rewrite "
+                         "the cards with `mathneuro-edit card RUN_DIR`, then retry")
+    recipe = recipe_from_dict(dict(lock["recipe"]), where=f"{folder}: lock recipe")  # public form: paths redacted
+    adapter = (folder / "adapter_config.json").is_file() or (folder / MATHNEURO_CONFIG).is_file()
+    eval_path = folder / "eval.json"
+    eval_dict = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.is_file() else None
+    if license is None and (folder / "README.md").is_file():
+        found = ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.license
+        license = found if isinstance(found, str) else None
+    model = str((lock.get("base") or {}).get("model") or recipe.base.model)
+    hub_id = None if model in (LOCAL, "organism") or is_local_path(model) else model
+    return build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind="adapter" if adapter else "checkpoint",
+                      edit_summary=summary, eval_results=eval_dict, license=license, repo_id=repo_id)

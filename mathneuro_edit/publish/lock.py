@@ -1,0 +1,354 @@
+"""The lock file ``mathneuro_recipe.lock.yaml``: the recipe with every default explicit, plus the hashes that pin a run.
+
+It records the resolved recipe (public form), the base model's revision and safetensors hashes, what data was
+sampled (:attr:`mathneuro_edit.data.sources.LoadedTexts.record`), the statistics, mask and output file hashes, and the
+library versions. ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
+
+Machine-independent: every hash in the lock is a content hash, so the same model and data give the same lock
+wherever they live. The base is identified by its Hub id + resolved revision, or (local folder, organism) by the
+sha256 of each ``*.safetensors`` file and of its index, plus its config's architecture; never by a path.
+
+Privacy: the lock is written into the output folder and embedded in the model card, so it never holds a local
+path. A local base model is written as ``"<local>"`` with those sha256 (so a reproducer can check the weights);
+local data files as ``"<local>/NAME"`` with the sampled texts' sha256, and ``files`` keeps each local file's name
+and sha256 under the recipe key that names it (``data.math.path``). To reproduce, pass the paths again
+(``reproduce --base PATH --set data.math.path=PATH``): each file is checked against its sha256 before the run.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .._version import __version__
+from ..errors import InputError, MathNeuroEditError
+from ..evaluation.lm_eval_bridge import include_path_hashes
+from ..organism import organism_path
+from ..recipe.io import recipe_from_dict
+from ..recipe.schema import Recipe, recipe_sha256
+from ..util.files import (
+    write_text_atomic,  # re-exported: the lock's and cards' atomic writer
+)
+from ..util.hashing import sha256_file
+from ..util.paths import LOCAL, ORGANISM, is_local_path
+
+__all__ = [
+    "LOCK_NAME",
+    "LOCK_VERSION",
+    "build_lock",
+    "write_lock",
+    "read_lock",
+    "recipe_from_lock",
+    "weights_sha256",
+    "output_hashes",
+    "library_versions",
+    "check_base_weights",
+    "private_paths",
+    "check_private",
+    "local_files",
+    "check_local_files",
+    "base_description",
+]
+
+LOCK_NAME = "mathneuro_recipe.lock.yaml"
+LOCK_VERSION = 1
+def weights_sha256(model_dir: str | Path) -> dict[str, str]:
+    """``{file name: sha256}`` of every ``*.safetensors`` file of a local model folder and of its
+    ``*.safetensors.index.json`` (sorted by name): the base's identity by content, wherever it lives."""
+    folder = Path(model_dir)
+    files = [*folder.glob("*.safetensors"), *folder.glob("*.safetensors.index.json")]
+    return {p.name: sha256_file(p) for p in sorted(files, key=lambda p: p.name)}
+
+
+def base_description(model_dir: str | Path) -> dict[str, Any]:
+    """What a local base is, from its ``config.json``: ``{"model_type", "architecture"}`` (``None`` when unknown).
+
+    Example:
+        >>> base_description(tempfile.mkdtemp())
+        {'model_type': None, 'architecture': None}
+    """
+    import json
+
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cfg = {}
+    arch = cfg.get("architectures") or [None]
+    return {"model_type": cfg.get("model_type"), "architecture": arch[0]}
+
+
+def _sources(recipe: Recipe) -> list[tuple[str, str]]:
+    """``(recipe key, path)`` of every data source of the recipe (calibration and evaluation)."""
+    found = []
+    for name in ("data", "evaluation"):
+        section = getattr(recipe, name)
+        if section is not None:
+            found.append((f"{name}.math.path", section.math.path))
+            found += [(f"{name}.general.{i}.path", s.path) for i, s in enumerate(section.general)]
+    return found
+
+
+def local_files(recipe: Recipe) -> dict[str, dict[str, str]]:
+    """``{recipe key: {"name": file name, "sha256": ...}}`` of every local data file (no folder: private).
+
+    Example:
+        >>> from mathneuro_edit.recipe.io import quickstart_recipe
+        >>> local_files(quickstart_recipe())  # organism data: no local file
+        {}
+    """
+    return {key: {"name": Path(path).name, "sha256": sha256_file(Path(path).expanduser())}
+            for key, path in _sources(recipe) if is_local_path(path) and Path(path).expanduser().is_file()}
+
+
+def check_local_files(lock: Mapping[str, Any], recipe: Recipe) -> None:
+    """Check that the data files given to reproduce a lock are the ones it recorded (by sha256).
+
+    Raises:
+        InputError: a file's content differs (naming the key, the file and both hashes).
+    """
+    recorded = lock.get("files") or {}
+    for key, path in _sources(recipe):
+        want = recorded.get(key)
+        if want is None or not is_local_path(path) or not Path(path).expanduser().is_file():
+            continue
+        got = sha256_file(Path(path).expanduser())
+        if got != want["sha256"]:
+            raise InputError(f"{key}={path}: sha256 {got[:12]}..., the lock expects {want['sha256'][:12]}... "
+                             f"({want['name']}); this is not the file the run used: pass the right copy")
+
+
+def output_hashes(out_dir: str | Path) -> dict[str, str]:
+    """``{relative posix path: sha256}`` of every file in an output folder, except the card and the lock itself
+    (they embed these hashes) and hidden files/folders.
+
+    Example:
+        >>> output_hashes(tempfile.mkdtemp())
+        {}
+    """
+    root = Path(out_dir)
+    hashes = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and rel.as_posix() not in ("README.md", LOCK_NAME) and not any(
+            part.startswith(".") for part in rel.parts
+        ):
+            hashes[rel.as_posix()] = sha256_file(p)
+    return hashes
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the tool and the libraries that shape the result (``"not installed"`` when missing).
+
+    Example:
+        >>> sorted(library_versions())
+        ['huggingface_hub', 'peft', 'python', 'safetensors', 'tool', 'torch', 'transformers']
+    """
+
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    versions = {"tool": __version__}
+    for name in ("torch", "transformers", "peft", "safetensors", "huggingface_hub"):
+        versions[name] = version(name)
+    versions["python"] = platform.python_version()
+    return versions
+
+
+def private_paths(recipe: Recipe) -> list[str]:
+    """Strings that would reveal a local path of this recipe (raw paths with a folder part, absolute folders).
+
+    Used to check that nothing published (lock, card) contains them.
+    """
+    found: list[str] = []
+    paths = [recipe.base.model, recipe.base.offload_folder or ""]
+    for section in (recipe.data, recipe.evaluation):
+        if section is not None:
+            paths += [s.path for s in (section.math, *section.general)]
+    if recipe.evaluation is not None and recipe.evaluation.lm_eval is not None:
+        paths.append(recipe.evaluation.lm_eval.include_path or "")
+    for p in paths:
+        if p and is_local_path(p):
+            if "/" in p or "\\" in p:
+                found.append(p)
+            folder = str(Path(p).expanduser().resolve().parent)
+            if folder not in ("/", ""):
+                found.append(folder)
+    return found
+
+
+def check_private(text: str, recipe: Recipe, what: str) -> None:
+    """Raise :class:`MathNeuroEditError` if ``text`` contains a local path of the recipe (a bug: never publish)."""
+    leaked = [p for p in private_paths(recipe) if p in text]
+    if leaked:
+        raise MathNeuroEditError(f"{what} would reveal the local path {leaked[0]!r}; not written (please report)")
+
+
+def build_lock(
+    recipe: Recipe,
+    *,
+    base_revision: str | None,
+    data_records: Mapping[str, Any],
+    stats_sha256: str | Mapping[str, str],
+    mask_sha256: str,
+    output_files: Mapping[str, str],
+    versions: Mapping[str, str] | None = None,
+    base_weights: Mapping[str, str] | None = None,
+    edit_summary: Mapping[str, Any] | None = None,
+    base_gguf: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Assemble the lock of a run (public: no local paths).
+
+    Args:
+        recipe: the recipe that ran.
+        base_revision: the resolved commit of a Hub base (``None`` for a local or organism base).
+        data_records: ``{"math": [record], "general": [records], ...}`` from :mod:`mathneuro_edit.data.sources`.
+        stats_sha256: the statistics' hash, or ``{"math": ..., "general": ...}``.
+        mask_sha256: :attr:`Mask.sha256`.
+        output_files: ``{relative path: sha256}`` of the written files (see :func:`output_hashes`).
+        versions: library versions (default: :func:`library_versions`).
+        base_weights: ``{file: sha256}`` of the base's safetensors; computed from the local folder when ``None``
+            and the base is local (or the organism). For a GGUF base: the dequantized folder's.
+        edit_summary: :func:`mathneuro_edit.publish.card.summarize_edit` of the mask (what the card shows: counts per
+            module type, % of the model); lets ``push`` and ``card`` render the card from the folder alone.
+        base_gguf: ``{"file": NAME, "sha256": ...}`` of a GGUF base (recorded as ``base.gguf``).
+
+    Returns:
+        The lock as plain data (YAML/JSON types only).
+
+    Example:
+        >>> from mathneuro_edit.recipe.io import quickstart_recipe
+        >>> lock = build_lock(quickstart_recipe(), base_revision=None, data_records={}, stats_sha256="s",
+        ...                   mask_sha256="m", output_files={})
+        >>> lock["recipe"]["base"]["model"], lock["mask_sha256"]
+        ('organism', 'm')
+    """
+    local_dir = recipe.base.local_dir()
+    if base_weights is None and local_dir is not None and local_dir.is_dir():
+        base_weights = weights_sha256(local_dir)
+    public = recipe.public_dict()
+    described = base_description(local_dir) if local_dir is not None and local_dir.is_dir() else None
+    lock: dict[str, Any] = {
+        "lock_version": LOCK_VERSION,
+        "recipe_sha256": recipe_sha256(recipe),
+        "recipe": public,
+        "base": {"model": public["base"]["model"], "revision": base_revision,
+                 "weights_sha256": dict(base_weights) if base_weights is not None else None,
+                 **({"description": described} if described is not None else {}),
+                 **({"gguf": dict(base_gguf)} if base_gguf is not None else {})},
+        "data": {k: [dict(r) for r in v] if isinstance(v, Sequence) else dict(v) for k, v in data_records.items()},
+        "files": local_files(recipe),
+        "stats_sha256": stats_sha256 if isinstance(stats_sha256, str) else dict(stats_sha256),
+        "mask_sha256": mask_sha256,
+        "outputs": dict(sorted(output_files.items())),
+        "versions": dict(versions if versions is not None else library_versions()),
+    }
+    if edit_summary is not None:
+        lock["edit_summary"] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in edit_summary.items()}
+    lm = recipe.evaluation.lm_eval if recipe.evaluation is not None else None
+    if lm is not None and lm.include_path is not None:  # the task folder's contents, not its (local) path
+        lock["lm_eval"] = {"include_path_sha256": include_path_hashes(lm.include_path)}
+    check_private(yaml.safe_dump(lock), recipe, "the lock file")
+    return lock
+
+
+def write_lock(out_dir: str | Path, lock: Mapping[str, Any]) -> Path:
+    """Write ``out_dir/mathneuro_recipe.lock.yaml`` atomically.
+
+    Returns:
+        The written path.
+    """
+    text = "# Written by mathneuro-edit: the resolved recipe and the hashes that pin this run. Do not edit.\n"
+    text += yaml.safe_dump(dict(lock), sort_keys=False, allow_unicode=True)
+    return write_text_atomic(Path(out_dir) / LOCK_NAME, text)
+
+
+def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
+    """Read a lock file (or the one inside an output folder).
+
+    Raises:
+        InputError: missing file, invalid YAML, or not a mathneuro-edit lock.
+
+    Example:
+        >>> read_lock("out/")  # doctest: +SKIP
+    """
+    p = Path(path_or_dir)
+    if p.is_dir():
+        p = p / LOCK_NAME
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{p}: lock file not found; pass an output folder written by mathneuro-edit") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"{p}: cannot read the lock file ({e})") from None
+    if not isinstance(data, dict) or "lock_version" not in data or "recipe" not in data:
+        raise InputError(f"{p}: not a mathneuro-edit lock file (no lock_version/recipe)")
+    if data["lock_version"] != LOCK_VERSION:
+        raise InputError(f"{p}: lock_version {data['lock_version']!r} is not supported (this version reads "
+                         f"{LOCK_VERSION}); use the mathneuro-edit version in its versions.tool")
+    return data
+
+
+def recipe_from_lock(lock: Mapping[str, Any], overrides: Sequence[str] = ()) -> Recipe:
+    """The recipe of a lock, with overrides (e.g. ``base.model=PATH`` for a redacted local base).
+
+    Raises:
+        InputError: the recipe is invalid, or a redacted local path (``<local>``) was not given back; the message
+            lists the keys to override.
+
+    Example:
+        >>> from mathneuro_edit.recipe.io import quickstart_recipe
+        >>> lock = build_lock(quickstart_recipe(), base_revision=None, data_records={}, stats_sha256="s",
+        ...                   mask_sha256="m", output_files={})
+        >>> recipe_from_lock(lock) == quickstart_recipe()
+        True
+    """
+    recipe = recipe_from_dict(dict(lock["recipe"]), overrides, where="lock recipe")
+    missing = []
+    if recipe.base.model == LOCAL:
+        missing.append("base.model (--base PATH)")
+    if recipe.base.offload_folder == LOCAL:
+        missing.append("base.offload_folder")
+    for name in ("data", "evaluation"):
+        section = getattr(recipe, name)
+        if section is not None:
+            missing += [f"{name}.math.path"] if section.math.path.startswith(LOCAL) else []
+            missing += [f"{name}.general.{i}.path" for i, s in enumerate(section.general) if s.path.startswith(LOCAL)]
+    lm = recipe.evaluation.lm_eval if recipe.evaluation is not None else None
+    if lm is not None and (lm.include_path or "").startswith(LOCAL):
+        missing.append("evaluation.lm_eval.include_path")
+    if missing:
+        raise InputError(f"the lock's local paths were redacted for privacy; give them again: {', '.join(missing)} "
+                         "(e.g. data.math.path=PATH; contents are checked against the lock's sha256)")
+    return recipe
+
+
+def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
+    """Check that a local model folder (or ``organism``, the shipped model) holds the base weights the lock recorded.
+
+    Raises:
+        InputError: a file missing or different (naming it).
+    """
+    if str(model_dir) == ORGANISM:  # the shipped model, as everywhere a base is accepted
+        model_dir = organism_path()
+    gguf = (lock.get("base") or {}).get("gguf")
+    if gguf or str(model_dir).lower().endswith(".gguf"):  # a GGUF base: the file itself is what was pinned
+        path = Path(model_dir) / gguf["file"] if gguf and Path(model_dir).is_dir() else Path(model_dir)  # gguf_file
+        sha = sha256_file(path) if path.is_file() else None
+        if not gguf or sha != gguf.get("sha256"):
+            raise InputError(f"{path}: {'not a file' if sha is None else 'sha256 ' + sha[:12] + '...'}, expected "
+                             f"the GGUF file {(gguf or {}).get('file', '(none recorded)')} the lock was made from")
+        return
+    expected = (lock.get("base") or {}).get("weights_sha256") or {}
+    actual = weights_sha256(model_dir)
+    for name, sha in expected.items():
+        if actual.get(name) != sha:
+            state = "missing" if name not in actual else f"sha256 {actual[name][:12]}..., expected {sha[:12]}..."
+            raise InputError(f"{Path(model_dir) / name}: {state}; this is not the base model the lock was made from")

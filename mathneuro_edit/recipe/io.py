@@ -1,0 +1,282 @@
+"""Reading recipes: YAML (duplicate keys refused), ``--set key=value`` overrides, and one error listing every problem.
+
+Built on :mod:`mathneuro_edit.recipe.schema` (the validated type); the dependency is one way: ``recipe`` never imports
+this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import InputError
+from ..util.paths import ORGANISM
+from .schema import Recipe, Source
+from .types import _show
+
+__all__ = ["load_recipe", "recipe_from_dict", "quickstart_recipe", "recipe_fields"]
+
+
+def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The section model reached by following ``loc`` from :class:`Recipe`."""
+    cls: type[BaseModel] | None = Recipe
+    for part in loc:
+        if isinstance(part, int) or cls is None:
+            continue
+        info = cls.model_fields.get(str(part))
+        cls = _find_model(info.annotation) if info else None
+    return cls
+
+
+def _find_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if (found := _find_model(arg)) is not None:
+            return found
+    return None
+
+
+def _problem(err: Any) -> str:
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "dict")))]
+    where = ".".join(str(p) for p in loc) or "recipe"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        allowed = sorted(parent.model_fields) if parent else []
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f", did you mean {close[0]!r}?" if close else ""
+        return f"{where}: unknown key{hint} (allowed: {' '.join(allowed)})"
+    if kind == "missing":
+        return f"{where}: required key is missing"
+    if kind in ("value_error", "assertion_error"):
+        return f"{where}: {err['ctx']['error']}"
+    return f"{where}: {err['msg'][0].lower()}{err['msg'][1:]} (got {_show(err['input'])})"
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def _apply_overrides(data: dict[str, Any], overrides: Sequence[str], where: str) -> None:
+    """Set ``key.path=value`` overrides (values parsed as YAML scalars) in place.
+
+    An explicit ``edit.prune=true`` or ``edit.scale=X`` replaces the recipe's other edit key (see
+    :func:`_explicit_edit_wins`).
+    """
+    _set_each(data, overrides, where)
+    _explicit_edit_wins(data, overrides, where)
+
+
+def _explicit_edit_wins(data: dict[str, Any], overrides: Sequence[str], where: str) -> None:
+    """``--set edit.prune=true`` on a recipe with ``scale`` clears the scale (and ``edit.scale=X`` the prune).
+
+    Why: an edit is exactly one of scale or prune, and an override is an explicit request for this run; asking
+    the user to also write ``edit.scale=null`` would only repeat it. Setting both in the overrides is refused.
+    """
+    keys = {item.partition("=")[0].strip() for item in overrides}
+    edit = data.get("edit")
+    if not isinstance(edit, dict) or not ({"edit.scale", "edit.prune"} & keys):
+        return
+    scaled, pruned = edit.get("scale") is not None, edit.get("prune") is True
+    if {"edit.scale", "edit.prune"} <= keys and scaled and pruned:
+        raise InputError(f"{where}: overrides edit.scale={edit['scale']} and edit.prune=true conflict (an edit "
+                         "scales or prunes); drop one")
+    if "edit.prune" in keys and pruned:
+        edit["scale"] = None
+    elif "edit.scale" in keys and scaled and "prune" in edit:
+        edit["prune"] = False
+
+
+def _set_each(data: dict[str, Any], overrides: Sequence[str], where: str) -> None:
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise InputError(f"{where}: override {item!r} is not key.path=value; e.g. edit.scale=1.2")
+        try:
+            value = yaml.load(raw, Loader=_UniqueKeyLoader)
+        except yaml.YAMLError as e:
+            raise InputError(f"{where}: override {item!r}: value is not valid YAML ({e})") from None
+        node: Any = data
+        for i, part in enumerate(parts):
+            step: Any = part
+            if isinstance(node, list):
+                if not (part.isdigit() and int(part) < len(node)):
+                    where_in = ".".join(parts[: i + 1])
+                    raise InputError(f"{where}: override {item!r}: {where_in} is not an item of the list")
+                step = int(part)
+            if i == len(parts) - 1:
+                node[step] = value
+                break
+            child = node[step] if isinstance(node, list) else node.get(step)
+            if parts[i + 1].isdigit() and not isinstance(child, list):  # one source stands for a list of one
+                child = [] if child is None else [child]
+            elif isinstance(child, str):  # a source given as a bare path: expand it to set one of its keys
+                child = {"path": child}
+            elif not isinstance(child, (dict, list)):
+                child = {}
+            node[step] = child
+            node = child
+
+
+def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, where: str = "recipe") -> Recipe:
+    """Validate plain data (e.g. parsed YAML) as a :class:`Recipe`, after applying overrides.
+
+    Args:
+        data: the recipe's keys; not modified.
+        overrides: ``key.path=value`` strings, values parsed as YAML scalars (``edit.scale=1.2``).
+        where: name used at the start of error messages (the file name).
+
+    Returns:
+        The validated recipe.
+
+    Raises:
+        InputError: every problem at once, each with its dotted path.
+
+    Example:
+        >>> r = recipe_from_dict({"base": {"model": "organism"}, "data": {"math": "organism:math",
+        ...     "general": "organism:general"}, "edit": {"scale": 1.1}}, ["mask.top_k=0.1"])
+        >>> r.mask.top_k, r.edit.effective_scale
+        (0.1, 1.1)
+    """
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: must be a mapping of sections (base, data, edit, ...), got {type(data).__name__}")
+    data = copy.deepcopy(data)  # never modify the caller's data
+    _apply_overrides(data, overrides, where)
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as e:
+        problems = [_problem(err) for err in e.errors()]
+        n = len(problems)
+        raise InputError(f"{where}: {n} problem{'s' if n != 1 else ''}: {'; '.join(problems)}") from None
+
+
+def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
+    """Read and validate a YAML recipe.
+
+    Args:
+        path: the YAML file. Relative data paths inside it are relative to the working directory.
+        overrides: ``key.path=value`` strings applied after reading (``edit.scale=1.2``, ``data.samples=50``).
+
+    Returns:
+        The validated recipe.
+
+    Raises:
+        InputError: missing/unreadable file, invalid YAML (with line and column), or every validation problem.
+
+    Example:
+        >>> recipe = load_recipe("recipes/quickstart.yaml", ["edit.scale=1.2"])  # doctest: +SKIP
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{p}: recipe file not found; check the path (examples are in recipes/)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{p}: cannot read the recipe ({e}); check the file") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise InputError(f"{p}: invalid YAML{at}: {problem}; fix the syntax") from None
+    if data is None:
+        raise InputError(f"{p}: the recipe is empty; start from recipes/quickstart.yaml")
+    return recipe_from_dict(data, overrides, where=str(p))
+
+
+_QUICKSTART: dict[str, Any] = {
+    "base": {"model": ORGANISM, "dtype": "float32"},
+    "data": {"math": {"path": "organism:math", "split": "train"},
+             "general": [{"path": "organism:general", "split": "train"}], "samples": 100, "seed": 0},
+    "mask": {"method": "mathneuro", "top_k": 0.05},
+    "edit": {"prune": True},
+    "outputs": {"checkpoint": True, "adapter": True},
+    "evaluation": {"math": {"path": "organism:math", "split": "test"},
+                   "general": [{"path": "organism:general", "split": "test"}],
+                   "samples": 100, "n_shot": 0, "max_new_tokens": 64},
+}
+
+
+def quickstart_recipe(overrides: Sequence[str] = ()) -> Recipe:
+    """The embedded default recipe (same as ``recipes/quickstart.yaml``): the shipped organism's math-specific
+    weights pruned (MathNeuro's headline experiment: math accuracy collapses, general text holds).
+
+    Args:
+        overrides: ``key.path=value`` strings, e.g. ``["edit.scale=1.1"]`` to boost instead (replaces the prune).
+
+    Returns:
+        The validated recipe.
+
+    Example:
+        >>> quickstart_recipe().base.model
+        'organism'
+    """
+    return recipe_from_dict(_QUICKSTART, overrides, where="quickstart recipe")
+
+
+def _type_name(t: Any) -> str:
+    """A short, readable name of a field's type for docs (``float | null``, ``"matrix" | "row"``)."""
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is Annotated:
+        return _type_name(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is Literal:
+        return " | ".join(json.dumps(a) for a in args)
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+    return {type(None): "null", Source: "source"}.get(t, getattr(t, "__name__", str(t)))
+
+
+def recipe_fields() -> list[tuple[str, str, Any, str]]:
+    """Every recipe key as ``(dotted key, type, default, description)``, in documentation order.
+
+    For docs and CLI help. ``default`` is ``"(required)"`` for required keys; the keys of a data source (used by
+    ``data.math``, ``data.general``, ``evaluation.math``, ``evaluation.general``) are listed as ``source.*``.
+
+    Example:
+        >>> ("edit.scale", "float | null", None, "multiply selected weights by this (paper: 1.1)") in recipe_fields()
+        True
+    """
+    rows: list[tuple[str, str, Any, str]] = []
+
+    def walk(cls: type[BaseModel], prefix: str) -> None:
+        for name, info in cls.model_fields.items():
+            sub = _find_model(info.annotation)
+            if sub is not None and sub is not Source:
+                walk(sub, f"{prefix}{name}.")
+                continue
+            default = "(required)" if info.is_required() else info.get_default(call_default_factory=True)
+            rows.append((prefix + name, _type_name(info.annotation), default, info.description or ""))
+
+    walk(Recipe, "")
+    walk(Source, "source.")
+    return rows

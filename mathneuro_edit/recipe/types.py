@@ -1,0 +1,68 @@
+"""The building blocks of the recipe's sections: the strict base model and the constrained value types.
+
+Each constrained type rejects a bad value with ``<what is wrong> (got <value>)``, which
+:mod:`mathneuro_edit.recipe.io` puts on the one error line with the key's dotted path. The sections themselves
+are defined in :mod:`mathneuro_edit.recipe.schema` (the single source of truth for recipe keys).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import typing
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt
+
+from ..engine.topk import top_k_hint
+
+_SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?)?B$", re.IGNORECASE)
+_DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?)$")
+
+
+def _check(ok: typing.Callable[[Any], bool], message: str) -> AfterValidator:
+    """An AfterValidator whose error reads ``<message> (got <value>)``."""
+
+    def validate(value: Any) -> Any:
+        if not ok(value):
+            raise ValueError(f"{message} (got {_show(value)})")
+        return value
+
+    return AfterValidator(validate)
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise ValueError(f"not a valid regular expression: {e} (got {value!r})") from None
+    return value
+
+
+# Why strict ints and bools: YAML `batch_size: true` or `prune: "yes"` is a mistake, not 1 / True.
+Positive = Annotated[StrictInt, _check(lambda v: v >= 1, "must be an integer >= 1")]
+NonNegative = Annotated[StrictInt, _check(lambda v: v >= 0, "must be an integer >= 0")]
+
+
+def _top_k(value: float) -> float:
+    if not 0 < value <= 1:
+        raise ValueError(f"must be in (0, 1] (got {_show(value)}){top_k_hint(value)}")
+    return value
+
+
+TopK = Annotated[float, AfterValidator(_top_k)]
+Scale = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
+Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
+ShardSize = Annotated[str, _check(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
+RepoId = Annotated[str, _check(re.compile(r"^([\w.-]+/)?[\w.-]+$").match, "must be a Hub repo id like user/name")]
+Regex = Annotated[str, AfterValidator(_regex)]
+
+
+class _Model(BaseModel):
+    # Why coerce numbers to str: YAML reads `split: 2021` or `revision: 1234` as ints.
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if not isinstance(value, float) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,176 @@
+"""Mask consistency across random calibration subsets (the paper's data-efficiency figure).
+
+For each subset size ``n`` (e.g. 1, 4, 16 samples per set) and ``repeats`` seeded random draws of that many math
+and general texts from the recipe's calibration data, compute the mask and compare it (Jaccard) with the mask of
+the full data and with the other draws of the same size. High overlap at small ``n`` is the paper's claim that a
+handful of samples (even one) finds most of the same math-specific weights.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from ..data.sources import load_texts
+from ..engine.calibration import calibrate
+from ..engine.mask import find_math_params
+from ..errors import InputError
+from ..recipe.schema import Recipe
+from ..util.console import Stages
+from ..util.outdir import atomic_dir
+from .inspect import pyplot, save_figure
+from .pipeline import load_stage
+
+__all__ = ["ConsistencyRow", "jaccard", "mask_consistency", "run_consistency"]
+
+
+def jaccard(a: Any, b: Any) -> float:
+    """Jaccard similarity of two masks over all tensors (1.0 when identical, also when both are empty)."""
+    inter = union = 0
+    for name in a:
+        x, y = a[name], b[name]
+        inter += int((x & y).sum())
+        union += int((x | y).sum())
+    return inter / union if union else 1.0
+
+
+@dataclass(frozen=True)
+class ConsistencyRow:
+    """Overlaps for one subset size: with the full-data mask, and between draws of that size."""
+
+    samples: int
+    repeats: int
+    overlap_with_full_mean: float
+    overlap_with_full_min: float
+    overlap_between_draws_mean: float | None
+
+
+def mask_consistency(
+    model: Any,
+    tokenizer: Any,
+    math_texts: Sequence[str],
+    general_texts: Sequence[str],
+    *,
+    sizes: Sequence[int],
+    repeats: int = 3,
+    top_k: float = 0.05,
+    seed: int = 0,
+    calibrate_kwargs: dict[str, Any] | None = None,
+    mask_kwargs: dict[str, Any] | None = None,
+    stages: Any = None,
+) -> list[ConsistencyRow]:
+    """Compare masks from random calibration subsets with the full-data mask.
+
+    Args:
+        model, tokenizer: the model to calibrate.
+        math_texts, general_texts: the full calibration sets.
+        sizes: subset sizes (texts per set), each <= the size of both sets.
+        repeats: random draws per size.
+        top_k: mask fraction.
+        seed: seed of the draws (``random.Random(seed)``; draw ``r`` of size ``n`` uses ``Random(f"{seed}:{n}:{r}")``).
+        calibrate_kwargs, mask_kwargs: passed to ``calibrate`` / ``find_math_params``.
+        stages: a :class:`~mathneuro_edit.util.console.Stages` announcing the full-data mask and each size, or ``None``.
+
+    Returns:
+        One :class:`ConsistencyRow` per size, in order.
+    """
+    ck = {"progress": False, **(calibrate_kwargs or {})}
+    mk = dict(mask_kwargs or {})
+    if repeats < 1:
+        raise InputError(f"repeats: must be >= 1, got {repeats}")
+    for n in sizes:
+        if not 1 <= n <= min(len(math_texts), len(general_texts)):
+            raise InputError(f"sizes: {n} is not between 1 and the calibration set size "
+                             f"({min(len(math_texts), len(general_texts))}); lower it or add data")
+
+    def mask_of(m: Sequence[str], g: Sequence[str]) -> Any:
+        return find_math_params(model, calibrate(model, tokenizer, list(m), **ck),
+                                calibrate(model, tokenizer, list(g), **ck), top_k=top_k, **mk)
+
+    if stages is not None:
+        stages.start(f"full-data mask ({len(math_texts)} math + {len(general_texts)} general texts, top_k={top_k:g})")
+    full = mask_of(math_texts, general_texts)
+    rows = []
+    for n in sizes:
+        if stages is not None:
+            stages.start(f"{repeats} random draw{'s' * (repeats > 1)} of {n} text{'s' * (n > 1)} per set")
+        draws = []
+        for r in range(repeats):
+            rng = random.Random(f"{seed}:{n}:{r}")
+            draws.append(mask_of(rng.sample(list(math_texts), n), rng.sample(list(general_texts), n)))
+        with_full = [jaccard(d, full) for d in draws]
+        between = [jaccard(a, b) for a, b in combinations(draws, 2)]
+        rows.append(ConsistencyRow(n, repeats, sum(with_full) / len(with_full), min(with_full),
+                                   sum(between) / len(between) if between else None))
+    return rows
+
+
+def _plot(rows: Sequence[ConsistencyRow], path: Path, info: dict[str, Any]) -> Path | None:
+    """Overlap vs subset size on a log axis with plain tick labels (1, 4, 16), titled with top_k and the sizes."""
+    plt = pyplot(required=False)
+    if plt is None:
+        return None  # the JSON holds the numbers; the PNG needs the plot extra
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [r.samples for r in rows]
+    ax.plot(xs, [r.overlap_with_full_mean for r in rows], "o-", label="vs full-data mask (mean)")
+    ax.plot(xs, [r.overlap_with_full_min for r in rows], "v:", color="tab:blue", alpha=0.6,
+            label="vs full-data mask (worst draw)")
+    between = [(r.samples, r.overlap_between_draws_mean) for r in rows if r.overlap_between_draws_mean is not None]
+    if between:
+        ax.plot([b[0] for b in between], [b[1] for b in between], "s--", color="tab:orange",
+                label="between random draws (mean)")
+    ax.set_xscale("log")  # sizes grow geometrically
+    ax.xaxis.set_major_locator(FixedLocator(xs))  # a tick at each measured size, written 1, 4, 16 (not 10^0)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    if len(xs) == 1:
+        ax.set_xlim(xs[0] / 2, xs[0] * 2)
+    else:
+        ax.set_xlim(min(xs) / 1.5, max(xs) * 1.5)
+    ax.set_xlabel("calibration samples per set")
+    ax.set_ylabel("mask overlap (Jaccard)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"mask consistency: {info['method']} top_k={info['top_k']:g}, sizes "
+                 f"{', '.join(str(n) for n in info['sizes'])}\n{info['repeats']} random draws per size vs the full "
+                 f"data ({info['math_samples']} math + {info['general_samples']} general texts)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def run_consistency(
+    recipe: Recipe, out_dir: str | Path, *, sizes: Sequence[int], repeats: int = 3, overwrite: bool = False,
+    progress: bool = True, echo: Callable[[str], None] = lambda s: None,
+) -> list[ConsistencyRow]:
+    """:func:`mask_consistency` on a recipe's model and calibration data; writes ``consistency.json`` / ``.png``.
+
+    ``consistency.json`` is ``{"method", "top_k", "math_samples", "general_samples", "sizes", "repeats", "seed",
+    "rows": [...]}``: the setting that produced the rows, then one row per size. ``echo`` receives the stage lines.
+    """
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
+    d, c, t, m = recipe.data, recipe.calibration, recipe.targets, recipe.mask
+    stages = Stages(2 + len(sizes), echo)
+    model, tok = load_stage(recipe, stages)
+    math_texts = load_texts(d.math, d.samples, d.seed).texts
+    general_texts = load_texts(d.general[0], d.samples, d.seed).texts
+    rows = mask_consistency(
+        model, tok, math_texts, general_texts, sizes=sizes, repeats=repeats, top_k=m.top_k, seed=d.seed,
+        calibrate_kwargs={"max_length": c.max_length, "batch_size": c.batch_size, "progress": progress,
+                          "include": t.include or None, "exclude": t.exclude or None},
+        mask_kwargs={"method": m.method, "granularity": m.granularity, "seed": m.seed}, stages=stages,
+    )
+    info = {"method": m.method, "top_k": m.top_k, "math_samples": len(math_texts),
+            "general_samples": len(general_texts), "sizes": list(sizes), "repeats": repeats, "seed": d.seed}
+    with atomic_dir(out, overwrite=overwrite) as tmp:  # renamed to `out` only when complete
+        (tmp / "consistency.json").write_text(json.dumps({**info, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+        _plot(rows, tmp / "consistency.png", info)
+    return rows

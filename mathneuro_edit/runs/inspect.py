@@ -1,0 +1,158 @@
+"""Human-readable views of artifacts: per-layer tables of masks and statistics, and the layer-distribution plot.
+
+The plot is the paper's layer-distribution figure: the fraction of each layer's target weights a mask selects,
+by layer and module type. It needs matplotlib (the ``plot`` extra).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ..engine.mask import Mask
+from ..engine.stats import ActivationStats
+from ..errors import InputError
+
+__all__ = ["load_artifact", "mask_table", "stats_table", "layer_fractions", "plot_layer_distribution", "pyplot", "save_figure"]
+
+_LAYER = re.compile(r"\.(\d+)\.")
+
+
+def pyplot(*, required: bool = True) -> Any:
+    """matplotlib.pyplot on the file-only Agg backend; ``None`` when missing and not ``required``.
+
+    Raises:
+        InputError: matplotlib is missing and ``required`` (names the ``plot`` extra).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        if required:
+            raise InputError("plots need matplotlib: pip install 'mathneuro-edit[plot]'") from None
+        return None
+    return plt
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Lay out, save as PNG (120 dpi) and close a matplotlib figure; returns the path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)  # free the figure: sweeps make many
+    return Path(path)
+
+
+def load_artifact(path: str | Path) -> tuple[str, Any]:
+    """Open a mask or statistics file: ``("mask", Mask)`` or ``("stats", ActivationStats)``.
+
+    Raises:
+        InputError: neither (names the file and what was found).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such file; pass a *.safetensors mask or statistics file")
+    try:
+        with safe_open(str(p), framework="pt") as f:
+            fmt = (f.metadata() or {}).get("format", "")
+    except (SafetensorError, OSError) as e:
+        raise InputError(f"{p}: not a readable safetensors file ({e}); the file is corrupt") from None
+    if fmt.startswith("mathneuro-edit/mask/"):
+        return "mask", Mask.load(p)
+    if fmt.startswith("mathneuro-edit/stats/"):
+        return "stats", ActivationStats.load(p)
+    raise InputError(f"{p}: not a mathneuro-edit mask or statistics file (format {fmt!r})")
+
+
+def _module_type(name: str) -> str:
+    """``model.layers.3.self_attn.q_proj.weight`` -> ``self_attn.q_proj``; experts keep their parameter name."""
+    parts = name.split(".")
+    if parts[-1] == "weight":
+        parts = parts[:-1]
+    m = _LAYER.search(name)
+    if m:
+        tail = name[m.end():].split(".")
+        parts = tail[:-1] if tail[-1] == "weight" else tail
+    return ".".join(parts[-2:]) if len(parts) >= 2 else ".".join(parts)
+
+
+def _layer(name: str) -> int | None:
+    m = _LAYER.search(name)
+    return int(m.group(1)) if m else None
+
+
+def layer_fractions(mask: Any) -> dict[str, dict[int, float]]:
+    """Selected fraction per module type and layer: ``{module type: {layer: fraction}}`` (layer-less tensors skipped)."""
+    sel: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for name, (s, t) in mask.counts().items():
+        layer = _layer(name)
+        if layer is None:
+            continue
+        cell = sel[_module_type(name)][layer]
+        cell[0] += s
+        cell[1] += t
+    return {mt: {l: s / t for l, (s, t) in sorted(d.items())} for mt, d in sel.items()}
+
+
+def mask_table(mask: Any) -> str:
+    """A text table: one row per tensor (selected, total, percent), then totals and provenance."""
+    counts = mask.counts()
+    width = max((len(n) for n in counts), default=10)
+    lines = [f"{'tensor':<{width}}  {'selected':>10}  {'total':>12}  {'percent':>8}"]
+    for name, (s, t) in counts.items():
+        lines.append(f"{name:<{width}}  {s:>10,}  {t:>12,}  {100 * s / t:>7.3f}%")
+    s, t = mask.total()
+    lines.append(f"{'TOTAL':<{width}}  {s:>10,}  {t:>12,}  {100 * s / max(t, 1):>7.3f}%")
+    meta = ", ".join(f"{k}={v}" for k, v in mask.meta.items() if k in ("method", "top_k", "granularity", "seed"))
+    lines.append(f"mask sha256 {mask.sha256}  ({meta})")
+    return "\n".join(lines)
+
+
+def stats_table(stats: Any) -> str:
+    """A text table: one row per target (kind, groups x d_in, tokens seen, mean L2 statistic), then provenance."""
+    width = max((len(n) for n in stats.targets), default=10)
+    lines = [f"{'target':<{width}}  {'kind':<8}  {'shape':>10}  {'tokens':>10}  {'mean l2':>10}"]
+    for name, t in stats.targets.items():
+        g, d = t.stat_shape
+        lines.append(f"{name:<{width}}  {t.kind:<8}  {f'{g}x{d}':>10}  {int(stats.token_count[name].sum()):>10,}  "
+                     f"{float(stats.norm_sum[name].mean()):>10.4g}")
+    s = stats.summary()
+    lines.append(f"{s['samples']} samples, {s['tokens']} tokens, {s['truncated']} truncated, {s['targets']} targets, "
+                 f"{s['bytes']:,} bytes; sha256 {stats.sha256}")
+    return "\n".join(lines)
+
+
+def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = None) -> Path:
+    """Save a PNG of the selected fraction per layer, one line per module type (the paper's layer figure).
+
+    Raises:
+        InputError: matplotlib is not installed (``pip install mathneuro-edit[plot]``), or the mask has no layers.
+    """
+    plt = pyplot()
+    fractions = layer_fractions(mask)
+    if not fractions:
+        raise InputError("the mask has no per-layer tensors to plot")
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
+    colors = plt.get_cmap("tab10")
+    styles = ["-", "--", "-.", ":"]
+    markers = "osD^vP*Xh<>p"
+    # distinguishable lines: colour, dash and marker all change from one module type to the next
+    for i, (module_type, by_layer) in enumerate(sorted(fractions.items())):
+        ax.plot(list(by_layer), [100 * v for v in by_layer.values()], color=colors(i % 10),
+                ls=styles[i % len(styles)], marker=markers[i % len(markers)], ms=5, lw=1.4, label=module_type)
+    ax.set_xlabel("layer")
+    ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
+    ax.set_ylabel("selected (% of the module's weights)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title or f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}: selected weights "
+                 "per layer")
+    # outside the axes, right: the legend never hides a line
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, title="module",
+              title_fontsize=7)
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)

@@ -1,0 +1,357 @@
+"""Resource planner: what a MathNeuro run on a model needs, from its ``config.json`` alone (no weights).
+
+The model is built on the meta device (``torch.device("meta")`` + ``AutoModelForCausalLM.from_config``: shapes,
+no memory), :func:`~mathneuro_edit.engine.targets.find_targets` lists the scored weights, and the sizes follow from
+the file formats and the algorithms (``b`` = bytes per weight element of the chosen dtype, ``B`` = batch size,
+``T`` = max_length, ``H`` = hidden size, ``W`` = the widest target input or output (the MLP width), ``V`` =
+vocabulary, ``h`` = attention heads):
+
+- weights: ``parameters x b``;
+- statistics file: per target ``2 x groups x d_in x 4`` (float32 ``norm_sum``, ``sq_sum``) ``+ groups x 8``
+  (int64 ``token_count``);
+- mask file: per target ``min(ceil(numel / 8), selected x 4)`` (bit-packed or int32 indices, the smaller), with
+  ``selected`` the top-K count ``int(n * top_k)`` per matrix (per row with ``granularity="row"``; an upper bound
+  for mathneuro, exact for wanda);
+- calibration activations (no grad, one layer alive at a time): ``B T (4H + 3W) b`` (residual, norms, q/k/v,
+  attention output, MLP gate/up/product) ``+ B h T^2 b`` (attention scores when materialised: eager attention or
+  CPU; SDPA/flash on GPU need less) ``+ 2 B T W 4`` (our hooks' float32 copy and square); no ``B T V`` logits:
+  the calibration forward stops once the last scored input is recorded (:mod:`~mathneuro_edit.engine.forward_stop`);
+- calibration peak on one device: weights + activations + the float32 statistics;
+- mask selection, weights read one tensor at a time (:func:`~mathneuro_edit.weights.loading.weights_from_checkpoint`):
+  ``largest target x (b + 3 x 4 + 2)`` (the weight, its float32 copy, two float32 score matrices, bool masks)
+  ``+`` the mask ``+`` the statistics;
+- export (streaming, :mod:`~mathneuro_edit.weights.checkpoint_writer`): ``largest edited tensor x (2b + 1)`` (original, edited
+  copy, bool mask) ``+`` the mask in memory; no accelerator.
+
+Estimates are meant to be within tens of percent; allocator overheads (e.g. ~1 GB of CUDA context) come on top.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..engine.mask import k_of
+from ..engine.targets import find_targets
+from ..engine.topk import top_k_hint
+from ..errors import InputError
+from ..util.paths import no_such_local_folder
+from ..weights.base import base_reference, resolve_model_path
+from ..weights.remote_code import check_remote_code
+
+__all__ = ["Plan", "plan_from_config", "plan_recipe", "load_config", "meta_model_from_config", "format_bytes"]
+
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Common accelerator sizes (GB, 10^9 bytes) used to say what fits where.
+_DEVICE_SIZES_GB = (16, 24, 40, 48, 80, 96, 141, 192)
+
+
+def format_bytes(n: float) -> str:
+    """Human size in decimal units (``GB`` = 10^9 bytes, as model sizes are quoted).
+
+    Example:
+        >>> format_bytes(16_060_522_496), format_bytes(3_500)
+        ('16.1 GB', '3.5 KB')
+    """
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def load_config(config_or_path: Any, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
+    """A transformers config from a config object, a dict, ``config.json``, a model folder, ``organism`` or a Hub id.
+
+    Only ``config.json`` is read (a Hub id fetches that one file).
+
+    Raises:
+        InputError: a missing file or folder, invalid JSON, or a Hub id that cannot be fetched.
+    """
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(config_or_path, PretrainedConfig):
+        return config_or_path
+    if isinstance(config_or_path, dict):
+        data = dict(config_or_path)
+    else:
+        text = str(config_or_path)
+        path = Path(text).expanduser()
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise InputError(f"{path}: not a readable config.json ({e}); pass the model's config.json") from None
+        else:
+            ref = resolve_model_path(text)
+            check_remote_code(ref, trust_remote_code)
+            try:
+                return AutoConfig.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
+            except (OSError, ValueError) as e:
+                raise InputError(f"{text}: cannot read its config.json ({str(e).strip().splitlines()[0]}); check the "
+                                 "id or folder, your network and HF_TOKEN") from None
+    model_type = data.get("model_type")
+    if not model_type:
+        raise InputError("config: no model_type; pass a transformers config.json")
+    try:
+        return AutoConfig.for_model(model_type, **{k: v for k, v in data.items() if k != "model_type"})
+    except ValueError as e:
+        raise InputError(f"config: model_type {model_type!r} is unknown to transformers ({e})") from None
+
+
+def meta_model_from_config(config: Any, *, trust_remote_code: bool = False) -> torch.nn.Module:
+    """The causal-LM class of ``config`` built on the meta device: every shape, no memory, no weights read."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except ValueError as e:
+        raise InputError(f"config: {type(config).__name__} is not a causal LM transformers can build ({e})") from None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and memory needs of a MathNeuro run (all byte counts are estimates unless said exact).
+
+    Attributes:
+        model_type, dtype: the config's family and the dtype planned for.
+        n_params: parameters (tied weights once), exact.
+        n_targets, targets_by_kind: scored weights, exact (``{"linear": 224, ...}``); n_target_params their entries.
+        weights_bytes, stats_bytes, mask_bytes: sizes (stats exact up to the file header; mask an upper bound).
+        activation_bytes, calibration_peak_bytes, mask_peak_bytes, export_peak_bytes: peak memory per step.
+        largest_target: ``(name, entries)`` of the largest scored weight.
+        placement: accelerate's placement ``device -> weight bytes`` when ``max_memory`` or a dict device_map is
+            given, else empty.
+        settings: batch_size, max_length, top_k, granularity, general_sets.
+    """
+
+    model_type: str
+    dtype: str
+    n_params: int
+    n_targets: int
+    targets_by_kind: dict[str, int]
+    n_target_params: int
+    weights_bytes: int
+    stats_bytes: int
+    mask_bytes: int
+    activation_bytes: int
+    calibration_peak_bytes: int
+    mask_peak_bytes: int
+    export_peak_bytes: int
+    largest_target: tuple[str, int]
+    placement: dict[str, int] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for JSON)."""
+        return asdict(self)
+
+    def fits(self) -> str:
+        """Where calibration fits: the smallest common device, and how many 80/141 GB devices when split."""
+        need = self.calibration_peak_bytes / 1e9
+        # why 92%: leave room for the allocator, the CUDA context and accelerate's uneven layer split
+        one = next((size for size in _DEVICE_SIZES_GB if need <= size * 0.92), None)
+        split = " or ".join(f"{math.ceil(need / (size * 0.92))} x {size} GB" for size in (80, 141))
+        if one is not None and one <= 80:
+            return f"fits one {one} GB device"
+        head = f"fits one {one} GB device, or" if one is not None else "needs"
+        return f"{head} {split} with device_map=auto (layers split across devices), or CPU/disk offload"
+
+    def to_text(self) -> str:
+        """A readable summary, ending with e.g. ``8.0B bfloat16: calibration needs ~18.2 GB on one device; ...``."""
+        s, b = self.settings, format_bytes
+        kinds = ", ".join(f"{n} {k}" for k, n in self.targets_by_kind.items())
+        sets = 1 + s.get("general_sets", 1)
+        calib = (f"~{b(self.calibration_peak_bytes)} on one device = weights + ~{b(self.activation_bytes)} "
+                 f"activations + {b(self.stats_bytes)} statistics")
+        lines = [
+            f"model: {self.model_type}, {_count(self.n_params)} parameters, {self.dtype} "
+            f"({b(self.weights_bytes)} of weights)",
+            f"targets: {self.n_targets} weights ({kinds}), {_count(self.n_target_params)} entries; "
+            f"largest {self.largest_target[0]} ({_count(self.largest_target[1])})",
+            f"files: statistics {b(self.stats_bytes)} per set ({sets} sets), mask <= {b(self.mask_bytes)} "
+            f"(top_k={s.get('top_k')})",
+            f"calibration (batch {s.get('batch_size')} x {s.get('max_length')} tokens): {calib}; {self.fits()}",
+            f"mask selection (weights streamed from the checkpoint): ~{b(self.mask_peak_bytes)} of RAM",
+            f"export (streaming, one tensor at a time): ~{b(self.export_peak_bytes)} of RAM, no accelerator",
+        ]
+        if self.placement:
+            where = ", ".join(f"{d}: {b(n)}" for d, n in self.placement.items())
+            lines.append(f"placement of the weights (accelerate): {where}; activations on the first device")
+        peak, export = b(self.calibration_peak_bytes), b(self.export_peak_bytes)
+        lines.append(f"summary: {_count(self.n_params)} {self.dtype}: calibration needs ~{peak} on one device; "
+                     f"export needs ~{export} of RAM")
+        return "\n".join(lines)
+
+
+def _count(n: int) -> str:
+    """``8030261248`` -> ``"8.03B"``, ``52480`` -> ``"52.5K"``."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}" if n < 100 * scale else f"{n / scale:.0f}{unit}"
+    return str(n)
+
+
+def k_of(top_k: float, n: int) -> int:
+    return k_of(top_k, n)
+
+
+def _mask_bytes(numel: int, selected: int) -> int:
+    """Bytes :class:`~mathneuro_edit.engine.mask.Mask` stores for one tensor (its own bits-vs-indices rule)."""
+    idx = selected * (4 if numel < 2**31 else 8)
+    bits = (numel + 7) // 8
+    return idx if idx < bits else bits
+
+
+def _placement(model: torch.nn.Module, dtype: torch.dtype, device_map: Any, max_memory: Any) -> dict[str, int]:
+    """Weight bytes per device as accelerate would place them (empty when it depends on the run machine)."""
+    from accelerate.utils import (
+        compute_module_sizes,
+        convert_file_size_to_int,
+        infer_auto_device_map,
+    )
+
+    sizes = compute_module_sizes(model, dtype=dtype)
+    if isinstance(device_map, dict):
+        placed = device_map
+    elif max_memory is not None:
+        caps = {k: convert_file_size_to_int(v) if isinstance(v, str) else v for k, v in max_memory.items()}
+        quiet = logging.getLogger("accelerate.utils.modeling")  # "Device 0 is not available": planning elsewhere
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            placed = infer_auto_device_map(model, max_memory=caps, dtype=dtype, no_split_module_classes=list(
+                getattr(model, "_no_split_modules", None) or []))
+        finally:
+            quiet.setLevel(level)
+    else:
+        return {}
+    out: dict[str, int] = {}
+    for module, dev in placed.items():
+        key = f"cuda:{dev}" if isinstance(dev, int) else str(dev)
+        out[key] = out.get(key, 0) + int(sizes.get(module, 0))
+    return out
+
+
+def plan_from_config(
+    config_or_path: Any,
+    *,
+    dtype: str = "bfloat16",
+    top_k: float = 0.05,
+    batch_size: int = 8,
+    max_length: int = 512,
+    granularity: str = "matrix",
+    general_sets: int = 1,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    device_map: Any = None,
+    max_memory: dict[Any, Any] | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> Plan:
+    """Plan a run from the model's config alone.
+
+    Args:
+        config_or_path: a transformers config, a dict, a ``config.json`` path, a model folder, ``organism`` or a
+            Hub id (only ``config.json`` is fetched).
+        dtype: ``"bfloat16"``, ``"float16"``, ``"float32"`` or ``"auto"`` (the config's dtype).
+        top_k: the mask fraction (sets the mask size bound).
+        batch_size: calibration batch size.
+        max_length: calibration tokens per text.
+        granularity: ``"matrix"`` or ``"row"`` (top-K per matrix or per output row).
+        general_sets: number of general sets (one statistics file each).
+        include: target name patterns, as for calibrate.
+        exclude: target name patterns, as for calibrate.
+        device_map: a dict placement to sum up (``"auto"`` depends on the run machine: give ``max_memory``).
+        max_memory: per-device caps; accelerate's ``infer_auto_device_map`` then places the weights.
+        revision: Hub revision of the config.
+        trust_remote_code: allow the repository's code (only for repos you trust).
+
+    Returns:
+        A :class:`Plan`.
+
+    Example:
+        >>> print(plan_from_config("meta-llama/Llama-3.1-8B", dtype="bfloat16").to_text())  # doctest: +SKIP
+    """
+
+    if not 0 < top_k <= 1:
+        raise InputError(f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such "
+                         "as 0.05")
+    if batch_size < 1 or max_length < 1:
+        raise InputError(f"batch_size and max_length must be >= 1 (got {batch_size}, {max_length})")
+    config = load_config(config_or_path, revision=revision, trust_remote_code=trust_remote_code)
+    if dtype == "auto":
+        cfg_dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
+        dtype = str(cfg_dtype).removeprefix("torch.")
+    if dtype not in _BYTES:
+        raise InputError(f"dtype: must be float32, bfloat16, float16 or auto, got {dtype!r}")
+    nbytes = _BYTES[dtype]
+    model = meta_model_from_config(config, trust_remote_code=trust_remote_code)
+    targets = find_targets(model, include=include, exclude=exclude)
+
+    n_params = sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
+    kinds: dict[str, int] = {}
+    stats = mask = target_params = 0
+    widest = 0
+    vocab = int(getattr(config.get_text_config(), "vocab_size", 0) or 0)
+    for t in targets.values():
+        kinds[t.kind] = kinds.get(t.kind, 0) + 1
+        numel = int(torch.Size(t.shape).numel())
+        target_params += numel
+        stats += 2 * t.groups * t.d_in * 4 + t.groups * 8  # float32 norm/sq sums + int64 token counts
+        d_out = numel // (t.groups * t.d_in)
+        if granularity == "row":
+            selected = t.groups * d_out * k_of(top_k, t.d_in)
+        else:
+            selected = t.groups * k_of(top_k, d_out * t.d_in)
+        mask += _mask_bytes(numel, selected)
+        widest = max([widest, *(d for d in (t.d_in, d_out) if d != vocab)])  # the head's V outputs: never computed
+    name, largest = max(((n, int(torch.Size(t.shape).numel())) for n, t in targets.items()), key=lambda x: x[1])
+
+    text = config.get_text_config()
+    hidden = int(getattr(text, "hidden_size", 0) or widest)
+    heads = int(getattr(text, "num_attention_heads", 0) or 1)
+    tokens = batch_size * max_length
+    activation = (tokens * (4 * hidden + 3 * widest) * nbytes  # one layer's transient tensors
+                  + batch_size * heads * max_length**2 * nbytes  # attention scores when materialised
+                  # no logits term: calibration stops before the LM head's matmul
+                  + 2 * tokens * widest * 4)  # hooks: float32 copy and its square of the widest input
+    weights = n_params * nbytes
+    torch_dtype = getattr(torch, dtype)
+    return Plan(
+        model_type=str(getattr(config, "model_type", "?")), dtype=dtype, n_params=n_params, n_targets=len(targets),
+        targets_by_kind=kinds, n_target_params=target_params, weights_bytes=weights, stats_bytes=stats,
+        mask_bytes=mask, activation_bytes=activation, calibration_peak_bytes=weights + activation + stats,
+        mask_peak_bytes=largest * (nbytes + 3 * 4 + 2) + mask + (1 + general_sets) * stats,
+        export_peak_bytes=largest * (2 * nbytes + 1) + mask, largest_target=(name, largest),
+        placement=_placement(model, torch_dtype, device_map, max_memory),
+        settings=dict(batch_size=batch_size, max_length=max_length, top_k=top_k, granularity=granularity,
+                      general_sets=general_sets),
+    )
+
+
+def plan_recipe(recipe: Any) -> Plan:
+    """Plan a recipe's run: its base model's config, dtype, placement, calibration and mask settings.
+
+    Example:
+        >>> print(plan_recipe(load_recipe("recipes/quickstart.yaml")).to_text())  # doctest: +SKIP
+    """
+    b = recipe.base
+    local = b.local_dir()
+    if local is not None and not local.exists():  # never a Hub lookup of a mistyped path
+        raise no_such_local_folder(b.model)
+    if b.is_gguf:  # its dequantized folder (created in the cache on first use: it holds the config)
+        local = Path(base_reference(recipe))
+    return plan_from_config(
+        str(local) if local is not None else b.model, dtype=b.dtype, top_k=recipe.mask.top_k,
+        batch_size=recipe.calibration.batch_size, max_length=recipe.calibration.max_length,
+        granularity=recipe.mask.granularity, general_sets=len(recipe.data.general),
+        include=recipe.targets.include or None, exclude=recipe.targets.exclude or None,
+        device_map=b.device_map, max_memory=b.max_memory, revision=b.revision, trust_remote_code=b.trust_remote_code,
+    )

@@ -1,0 +1,142 @@
+"""What the CLI prints while it works: numbered stage lines, and the libraries kept quiet around our own calls.
+
+By default a command prints one line per stage (``[2/6] calibrate math (100 texts)``) on stderr, and a transient
+progress bar under it when stderr is a terminal. The libraries' own bars (transformers' ``Loading weights``,
+Hub downloads) and the warnings listed in :data:`KNOWN_WARNINGS` (understood and harmless) are silenced only
+inside :func:`quiet_libraries`, which restores every setting on exit: a Python caller's own code is never
+affected after we return. ``-v/--verbose`` keeps the libraries' bars and every warning.
+
+Example:
+    >>> lines = []
+    >>> stages = Stages(2, lines.append)
+    >>> stages.start("calibrate math (100 texts)"); stages.note("18,761 weights")
+    >>> lines
+    ['[1/2] calibrate math (100 texts)', '      18,761 weights']
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+__all__ = ["KNOWN_WARNINGS", "Stages", "quiet_libraries", "known_warnings_silenced", "bars_wanted", "table",
+           "markdown_table_text"]
+
+# (category, start of the message, why it is harmless). Each is filtered by both, never by module alone.
+KNOWN_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
+    # PEFT's SHiRA layer builds its sparse delta with torch.sparse_coo_tensor without saying whether to check the
+    # indices; torch asks callers to opt in or out. Our adapters' indices are checked when written and by `verify`
+    # (check_invariants=True in adapter.py / audit.py).
+    (UserWarning, "Sparse invariant checks are implicitly disabled", "PEFT SHiRA merge; indices checked by us"),
+    # transformers 5 deprecates an attribute PEFT 0.21 still reads when it wraps a model; nothing to change on our side.
+    (FutureWarning, "`is_gradient_checkpointing` is deprecated", "PEFT reads a deprecated transformers attribute"),
+)
+
+
+@contextmanager
+def known_warnings_silenced() -> Iterator[None]:
+    """Ignore only :data:`KNOWN_WARNINGS` (message start + category) inside the block; the caller's filters are
+    restored on exit (``warnings.catch_warnings``)."""
+    with warnings.catch_warnings():
+        for category, message, _why in KNOWN_WARNINGS:
+            warnings.filterwarnings("ignore", message=re.escape(message), category=category)
+        yield
+
+
+@contextmanager
+def quiet_libraries(verbose: bool = False) -> Iterator[None]:
+    """Silence the libraries' progress bars and :data:`KNOWN_WARNINGS` inside the block (nothing when ``verbose``).
+
+    transformers reads the Hub's switch once, when it is imported (possibly inside the block), so its own switch
+    is restored explicitly on exit to what it was (or would have been) before.
+    """
+    if verbose:
+        yield
+        return
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    hub_was_disabled = are_progress_bars_disabled()
+    tf_log = sys.modules.get("transformers.utils.logging")
+    tf_was_enabled = tf_log.is_progress_bar_enabled() if tf_log is not None else not hub_was_disabled
+    if not hub_was_disabled:
+        with warnings.catch_warnings():  # the env var HF_HUB_DISABLE_PROGRESS_BARS=0 has priority: keep it
+            warnings.simplefilter("ignore")
+            disable_progress_bars()
+    if tf_log is not None:
+        tf_log.disable_progress_bar()
+    try:
+        with known_warnings_silenced():
+            yield
+    finally:
+        if not hub_was_disabled and are_progress_bars_disabled():
+            enable_progress_bars()
+        tf_log = sys.modules.get("transformers.utils.logging")
+        if tf_log is not None:
+            (tf_log.enable_progress_bar if tf_was_enabled else tf_log.disable_progress_bar)()
+
+
+def bars_wanted(quiet: bool) -> bool:
+    """Our own progress bars: on a terminal only (a log or a pipe gets the stage lines, not bar redraws)."""
+    return not quiet and sys.stderr.isatty()
+
+
+class Stages:
+    """Numbered stage lines: ``[i/n] label``, and indented result notes under them.
+
+    Args:
+        total: the number of stages the command will announce.
+        echo: receives each line (the CLI prints to stderr; a no-op under ``--quiet``).
+    """
+
+    def __init__(self, total: int, echo: Callable[[str], None] = lambda s: None) -> None:
+        self.total, self.echo, self.done = total, echo, 0
+
+    def start(self, label: str) -> None:
+        """Announce the next stage."""
+        self.done += 1
+        self.echo(f"[{self.done}/{self.total}] {label}")
+
+    def note(self, text: str) -> None:
+        """A result line under the current stage (each line of ``text`` indented)."""
+        for line in text.splitlines():
+            self.echo(f"      {line}")
+
+
+def table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
+    """Rows as aligned columns for a terminal (``right``: indices of right-aligned columns, e.g. numbers).
+
+    Example:
+        >>> print(table(["k", "acc"], [["0.01", "50.0%"]], right={1}))
+        k       acc
+        0.01  50.0%
+    """
+    right = right or set()
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             .rstrip() for r in [header, *rows]]
+    return "\n".join(lines)
+
+
+def markdown_table_text(markdown: str) -> str:
+    """A markdown table (``| a | b |`` rows and a ``|---|`` rule) as aligned columns; other lines unchanged."""
+    rows, out = [], []
+    for line in markdown.splitlines():
+        if line.startswith("|") and line.endswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if not all(set(c) <= set("-:") and c for c in cells):  # skip the |---| rule
+                rows.append(cells)
+            continue
+        if rows:
+            out.append(table(rows[0], rows[1:]))
+            rows = []
+        out.append(line)
+    if rows:
+        out.append(table(rows[0], rows[1:]))
+    return "\n".join(out)

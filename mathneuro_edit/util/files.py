@@ -1,0 +1,130 @@
+"""Writing small output files: byte-identical across runs, with the permissions the user's umask gives.
+
+Why this module: ``tempfile.mkstemp`` (used for atomic writes) creates files with mode ``0600`` whatever the
+umask, and safetensors' own ``save_file`` also leaves ``0600`` files; a model folder is normally readable by the
+group/others the umask allows, so every file written here gets ``0666 & ~umask`` (folders ``0777 & ~umask``),
+as ``open()`` would give. And safetensors' ``save_file`` writes its ``__metadata__`` map in the order of a Rust
+``HashMap`` (it changes from process to process), so two runs of the same recipe wrote mask and statistics files
+that differed byte for byte although their content was equal: :func:`save_file` here writes the metadata keys
+sorted and the tensors in a fixed order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from ..errors import InputError
+
+__all__ = ["umask", "file_mode", "dir_mode", "write_text_atomic", "write_bytes_atomic", "save_file"]
+
+_UMASK_LOCK = threading.Lock()
+# safetensors dtype codes (the format's names); bool is stored as one byte per entry
+_CODES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+          torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+          torch.bool: "BOOL"}
+
+
+def umask() -> int:
+    """The process's current umask (read without changing it for longer than the call).
+
+    Example:
+        >>> 0 <= umask() <= 0o777
+        True
+    """
+    with _UMASK_LOCK:  # os.umask can only be read by setting it: keep other threads from seeing the 0
+        current = os.umask(0)
+        os.umask(current)
+    return current
+
+
+def file_mode() -> int:
+    """Mode of a new file under the current umask (``0o644`` for the usual ``022``)."""
+    return 0o666 & ~umask()
+
+
+def dir_mode() -> int:
+    """Mode of a new folder under the current umask (``0o755`` for the usual ``022``)."""
+    return 0o777 & ~umask()
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write a file atomically (a temp file in the same folder, then a rename) with the umask's mode.
+
+    Raises:
+        InputError: the folder does not exist.
+
+    Example:
+        >>> p = write_bytes_atomic(Path(tempfile.mkdtemp()) / "a.txt", b"hi")
+        >>> p.read_bytes(), oct(p.stat().st_mode & 0o777) == oct(file_mode())
+        (b'hi', True)
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise InputError(f"{path.parent}: output folder does not exist; create it or run the pipeline first")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    try:
+        os.fchmod(fd, file_mode())  # mkstemp's 0600 would make the published file private
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """:func:`write_bytes_atomic` of UTF-8 text (newlines written as given).
+
+    Raises:
+        InputError: the folder does not exist.
+    """
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def save_file(tensors: Mapping[str, torch.Tensor], filename: str | Path,
+              metadata: Mapping[str, str] | None = None) -> None:
+    """Drop-in for ``safetensors.torch.save_file`` whose bytes depend only on the content.
+
+    Header: ``__metadata__`` first with its keys sorted, then the tensors ordered as safetensors' reference
+    writer orders them (larger element size first, then by name: the data stays aligned), compact JSON padded
+    with spaces to 8 bytes. The file gets the umask's mode. Any safetensors reader reads it.
+
+    Args:
+        tensors: name -> CPU tensor (any dtype of :data:`_CODES`).
+        filename: the file to write (not atomic: callers write a temp name and rename it).
+        metadata: string key/values.
+
+    Example:
+        >>> d = tempfile.mkdtemp(); save_file({"b": torch.ones(2), "a": torch.zeros(1)}, f"{d}/x", {"z": "1", "a": "2"})
+        >>> from safetensors.torch import load_file; sorted(load_file(f"{d}/x"))
+        ['a', 'b']
+    """
+    order = sorted(tensors, key=lambda n: (-tensors[n].element_size(), n))
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = {k: str(metadata[k]) for k in sorted(metadata)}
+    offset, blobs = 0, []
+    for name in order:
+        t = tensors[name].detach().contiguous().cpu()
+        if t.dtype not in _CODES:
+            raise InputError(f"{name}: dtype {t.dtype} cannot be stored in safetensors; convert it first")
+        blob = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": _CODES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)  # as the reference writer: the data starts 8-byte aligned
+    fd = os.open(filename, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # open() applies the umask
+    with os.fdopen(fd, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for blob in blobs:
+            f.write(blob)

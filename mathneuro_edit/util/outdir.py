@@ -1,0 +1,347 @@
+"""Claiming and writing an output safely: one run per ``--out``, no temporary folder left behind, clear disk errors.
+
+- :func:`claim`: an exclusive lock file ``.<name>.lock`` beside the output (``fcntl.flock``, so a run killed with
+  ``kill -9`` releases it; ``O_EXCL`` where ``flock`` does not exist). It records pid, host, start time and
+  command, so the run that loses names the one that holds it.
+- :func:`new_temp_dir` / :func:`sweep_stale`: temporary folders ``.<name>.tmp-*`` carry an owner marker
+  (pid + host); the next run into the same parent removes those whose process is gone and reports them.
+- :func:`disk_errors`: ENOSPC / EDQUOT / EROFS while writing become one line naming the output and the space
+  needed.
+- :func:`refuse_overlap`: an output inside (or onto) the base model folder is refused before anything is written.
+- :func:`install_signal_handlers`: SIGTERM and SIGHUP raise :class:`Terminated` (a ``KeyboardInterrupt``) in the
+  main thread, so they clean up exactly like Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, NoSpaceError, OutputBusyError, Terminated
+from .files import dir_mode
+
+__all__ = [
+    "atomic_dir",
+    "claim",
+    "as_space_error",
+    "new_temp_dir",
+    "finish_temp_dir",
+    "sweep_stale",
+    "disk_errors",
+    "space_message",
+    "refuse_overlap",
+    "install_signal_handlers",
+    "OWNER_MARKER",
+]
+
+OWNER_MARKER = ".mathneuro-edit-owner.json"  # inside a temporary folder until it is renamed to the output
+_SPACE_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: O_EXCL claim only
+    fcntl = None  # type: ignore[assignment]
+
+
+def as_space_error(exc: BaseException, out: str | Path, needed: int | None) -> NoSpaceError | None:
+    """``exc`` as a :class:`NoSpaceError` naming ``out`` if it is a disk-space / read-only error, else None."""
+    os_error = exc.os_error if isinstance(exc, NoSpaceError) else exc
+    if type(exc).__name__ == "SafetensorError":  # safetensors' writer wraps the OS error: "... (os error 28)"
+        found = re.search(r"os error (\d+)|code: (\d+)", str(exc))
+        os_error = OSError(int(found.group(1) or found.group(2)), str(exc)) if found else exc
+    if not isinstance(os_error, OSError):
+        return None
+    text = space_message(os_error, out, needed)
+    return None if text is None else NoSpaceError(text, os_error)
+
+
+def _record() -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300]}
+
+
+def _alive(rec: dict[str, Any]) -> bool | None:
+    """Whether the process of a record still runs: True/False on this host, None (unknown) on another."""
+    if rec.get("host") != socket.gethostname() or not isinstance(rec.get("pid"), int):
+        return None
+    try:
+        os.kill(rec["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _describe(rec: dict[str, Any] | None) -> str:
+    if not rec:
+        return "another run"
+    return f"another run (pid {rec.get('pid')} on {rec.get('host')}, started {rec.get('started')}: {rec.get('command')})"
+
+
+@contextmanager
+def claim(out: str | Path) -> Iterator[Path]:
+    """Hold ``.<out name>.lock`` beside ``out`` exclusively for the duration of the block.
+
+    Raises:
+        OutputBusyError: another live run holds it (the message names that run's pid, host and command).
+
+    Example:
+        >>> with claim(tmp_path / "out"):  # doctest: +SKIP
+        ...     pass  # write tmp_path / "out" here
+    """
+    out = Path(out).expanduser().absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = out.parent / f".{out.name}.lock"
+    fd = _acquire(lock, out)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps(_record()) + "\n").encode())
+        yield lock
+    finally:
+        try:
+            lock.unlink()  # while still held: a waiting process then re-checks the inode and retries
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def _acquire(lock: Path, out: Path) -> int:
+    if fcntl is None:  # pragma: no cover
+        try:
+            return os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            raise OutputBusyError(f"{out}: {_describe(_read(lock))} is writing it; wait for it or choose another "
+                                  f"--out (if no such run exists, delete {lock})") from None
+    for _ in range(100):
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            rec = None
+            for _ in range(20):  # the holder writes its record right after locking
+                rec = _read(lock)
+                if rec:
+                    break
+                time.sleep(0.01)
+            raise OutputBusyError(f"{out}: {_describe(rec)} is writing it; wait for it to finish or choose "
+                                  "another --out") from None
+        try:  # the holder unlinks the file before releasing it: make sure ours is still the one at the path
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+    raise OutputBusyError(f"{out}: its lock file {lock} keeps changing; another run is writing it")  # pragma: no cover
+
+
+def new_temp_dir(out: Path) -> Path:
+    """A temporary folder ``.<out name>.tmp-XXXX`` beside ``out`` with an owner marker (pid, host)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    (tmp / OWNER_MARKER).write_text(json.dumps(_record()) + "\n")
+    return tmp
+
+
+def finish_temp_dir(tmp: Path) -> None:
+    """Remove the owner marker before the temporary folder becomes the output."""
+    (tmp / OWNER_MARKER).unlink(missing_ok=True)
+
+
+def sweep_stale(parent: Path, echo: Any = None) -> list[Path]:
+    """Remove temporary folders in ``parent`` left by runs of this host that no longer exist; report the others.
+
+    Args:
+        parent: the output's parent folder.
+        echo: receives one line per folder found (default: standard error).
+
+    Returns:
+        The folders removed.
+    """
+    say = echo or (lambda s: print(s, file=sys.stderr))
+    removed: list[Path] = []
+    try:
+        candidates = sorted(p for p in parent.iterdir() if p.name.startswith(".") and ".tmp-" in p.name and p.is_dir())
+    except OSError:
+        return removed
+    for p in candidates:
+        rec = _read(p / OWNER_MARKER)
+        if rec is None:
+            continue  # not ours (no marker), or being renamed right now
+        alive = _alive(rec)
+        if alive is False:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+            say(f"note: removed {p}, a temporary folder left by pid {rec.get('pid')} (no longer running)")
+        elif alive is None:
+            say(f"note: {p} is a temporary folder of a run on host {rec.get('host')} (pid {rec.get('pid')}); "
+                "delete it if that run is over")
+    return removed
+
+
+def _tree_size(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def space_message(exc: OSError, out: str | Path, needed: int | None = None) -> str | None:
+    """The one-line message for a full or read-only disk, or None for any other OSError.
+
+    Args:
+        exc: the error.
+        out: the output being written (named in the message).
+        needed: bytes the whole output needs, when known (else what was written so far counts).
+    """
+    if exc.errno == errno.EROFS:
+        return f"read-only file system: cannot write {out}; choose another --out"
+    if exc.errno not in _SPACE_ERRNOS:
+        return None
+    target = Path(out)
+    probe = next((p for p in (target, *target.parents) if p.exists()), Path("."))
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        free = 0
+    need = needed if needed is not None else (_tree_size(target) if target.is_dir() else 0)
+    mb = max(1, math.ceil((need - free) / 1e6))
+    what = "quota exceeded" if exc.errno != errno.ENOSPC else "no space left on device"
+    return f"{what} writing {out}; free {mb} MB or choose another --out"
+
+
+@contextmanager
+def disk_errors(out: str | Path, needed: int | None = None, measure: Path | None = None) -> Iterator[None]:
+    """Turn ENOSPC / EDQUOT / EROFS raised in the block into one :class:`InputError` naming ``out``.
+
+    Args:
+        out: the output named in the message.
+        needed: bytes the output needs, when known.
+        measure: a folder whose size counts as needed when ``needed`` is unknown (the temporary folder).
+    """
+    try:
+        yield
+    except Exception as e:
+        need = needed if needed is not None else (_tree_size(measure) if measure is not None else None)
+        err = as_space_error(e, out, need)
+        if err is None:
+            raise
+        raise err from None
+
+
+def refuse_overlap(out: str | Path, protect: Sequence[str | Path], label: str = "out_dir") -> None:
+    """Refuse an output that is, contains, or lies inside one of ``protect`` (the base folder).
+
+    Args:
+        out: the output file or folder.
+        protect: folders that must not be written.
+        label: how the message names the output (``--out`` on the command line).
+
+    Raises:
+        InputError: naming both paths.
+    """
+    r = Path(out).expanduser().resolve()
+    for p in protect:
+        p = Path(p).expanduser().resolve()
+        if r == p or p in r.parents or r in p.parents:
+            raise InputError(f"{label}: {Path(out).expanduser().absolute()} overlaps the base folder {p}; write the "
+                             "output somewhere else")
+
+
+@contextmanager
+def install_signal_handlers() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (no-op in other threads);
+    the previous handlers come back afterwards.
+
+    Example:
+        >>> with install_signal_handlers():
+        ...     pass  # a `kill PID` here unwinds like Ctrl-C: temporary folders are removed
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] = (),
+               needed: int | None = None) -> Iterator[Path]:
+    """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` on success, remove it on error.
+
+    The output is claimed first (:func:`~mathneuro_edit.util.outdir.claim`: a second run to the same ``out_dir``
+    fails naming this one), stale temporary folders of killed runs beside it are removed, and a full or
+    read-only disk becomes one :class:`~mathneuro_edit.errors.InputError` (``needed``: the output's bytes, for
+    the message; default what was written so far).
+
+    Example:
+        >>> with atomic_dir("out", overwrite=False) as tmp:  # doctest: +SKIP
+        ...     (tmp / "config.json").write_text("{}")
+    """
+    out = Path(out_dir).expanduser().absolute()
+    refuse_overlap(out, protect)
+    with claim(out):  # one run per output: a second one exits naming this one
+        if out.exists() and not overwrite:
+            raise InputError(f"out_dir: {out} already exists; pass overwrite=True or choose another folder")
+        if out.exists() and not out.is_dir():
+            raise InputError(f"out_dir: {out} exists and is not a folder; remove it or choose another path")
+        sweep_stale(out.parent)  # temporary folders of runs killed with kill -9
+        tmp = new_temp_dir(out)
+        try:
+            yield tmp
+            finish_temp_dir(tmp)
+            os.chmod(tmp, dir_mode())  # mkdtemp makes it private; a model folder follows the user's umask
+            if out.exists():
+                old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+                out.rename(old)
+                tmp.rename(out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(out)
+        except BaseException as e:
+            err = as_space_error(e, out, needed if needed is not None else _tree_size(tmp))
+            shutil.rmtree(tmp, ignore_errors=True)
+            if err is not None:
+                raise err from None
+            raise

@@ -1,0 +1,385 @@
+"""Sparse delta adapter: the edit as a small PEFT adapter on top of the unchanged base model.
+
+Formats (``export_adapter(..., format=...)``):
+
+- ``"peft"`` (default): a stock PEFT SHiRA adapter (``adapter_config.json`` + ``adapter_model.safetensors``;
+  ``PeftModel.from_pretrained(base_model, dir)`` loads it, nothing of ours needed). For every edited
+  ``nn.Linear`` it stores ``shira_indices`` ``(2, r*(m+n))`` int32 and ``shira_weight`` ``(r*(m+n),)`` in the
+  base's dtype; ``mask_type`` is ``"mathneuro_edit"`` (PEFT reads the indices from the file instead of
+  drawing a random mask per layer first, which takes minutes on a 7B model). SHiRA wants exactly ``r*(m+n)`` entries per layer with one ``r`` for all layers, so ``r`` is the
+  smallest that fits every layer's masked count, and each layer is padded with ``-0.0`` at unmasked positions
+  (``x + (-0.0) == x`` bit for bit, also for ``x = -0.0``). Each delta ``d`` is chosen so that ``w + d``
+  rounds to the edited value exactly: ``d = dtype(e - w)`` computed in float64, then checked with the very
+  operation PEFT's merge and forward use (dense ``+=`` sparse COO), both with the adapter in the base dtype and
+  upcast to float32 (PEFT's default ``autocast_adapter_dtype``), with a fix-up of 1-2 ulps where needed. So
+  ``merge_and_unload()`` gives the baked checkpoint's tensors bit for bit, and the unmerged forward adds the same
+  dense delta. An exact delta always exists for ``scale == 0`` (``d = -w``) and for scales in ``[0.5, 2]``
+  (``e - w`` is then exact in the weight's format, Sterbenz's lemma; this covers MathNeuro's 1.1), except a
+  16-bit subnormal weight whose product underflows to ``-0.0``; other scales often have entries with no exact
+  delta (the sum lands on a rounding tie) and are refused. Exactness holds when the base is loaded in its checkpoint dtype (transformers' default
+  ``dtype="auto"``).
+- ``"mathneuro"``: mathneuro-edit's own format, for what PEFT cannot express: ``mathneuro_edit_adapter.json``
+  (format, scale, mask hash, base id) and ``mathneuro_edit_mask.safetensors`` (the mask, bit-packed); loaded
+  with :func:`load_edited`, which loads the base with transformers and applies the mask (so it is exact by
+  construction, and needs mathneuro-edit). Plain PEFT refuses this folder (no ``adapter_config.json``), so it is
+  never half applied.
+
+Refusals (never approximated silently): with ``format="peft"``, a mask entry that is not the weight of an
+``nn.Linear`` (GPT-2's ``Conv1D``, fused MoE experts, MoE routers), a weight stored in another layout, a tensor
+edited by two entries, or an entry for which no exact delta exists in the base dtype, raises
+:class:`~mathneuro_edit.errors.InputError` naming it and pointing to :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`
+(the baked model) or ``format="mathneuro"``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import torch
+from torch import nn
+
+from .._version import __version__
+from ..engine.apply import apply_mask, check_scale
+from ..engine.mask import Mask, as_mask
+from ..errors import InputError
+from ..util.console import known_warnings_silenced
+from ..util.files import write_text_atomic
+from ..util.outdir import atomic_dir
+from .base import resolve_base
+from .checkpoint import Checkpoint, open_checkpoint
+from .edit_plan import EditPlan, meta_model, plan_edits
+from .remote_code import check_remote_code
+from .shards import tensor_bytes, write_all, write_safetensors
+
+__all__ = ["AdapterExport", "export_adapter", "load_edited", "exact_delta"]
+
+MATHNEURO_CONFIG = "mathneuro_edit_adapter.json"
+MATHNEURO_MASK = "mathneuro_edit_mask.safetensors"
+_FORMAT = "mathneuro-edit/adapter/v1"
+_INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@dataclass(frozen=True)
+class AdapterExport:
+    """What :func:`export_adapter` wrote; usable as a path (``os.fspath``).
+
+    Attributes:
+        path: the adapter folder.
+        format: ``"peft"`` or ``"mathneuro"``.
+        r: SHiRA's ``r`` (None for ``"mathneuro"``).
+        edited_entries: weights the mask edits.
+        stored_entries: entries stored (SHiRA: including the zero padding).
+        adapter_bytes: size of the adapter folder's files.
+        checkpoint_bytes: size of the base's weight files (the full checkpoint).
+    """
+
+    path: Path
+    format: str
+    r: int | None
+    edited_entries: int
+    stored_entries: int
+    adapter_bytes: int
+    checkpoint_bytes: int
+
+    @property
+    def size_ratio(self) -> float:
+        """Adapter size / full checkpoint size."""
+        return self.adapter_bytes / max(self.checkpoint_bytes, 1)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+@dataclass(frozen=True)
+class _Layer:
+    name: str  # mask entry (parameter name)
+    module: str
+    ckpt: str  # checkpoint tensor
+    rows: int
+    cols: int
+    count: int
+
+
+def export_adapter(
+    base: str | Path,
+    mask: Any,
+    scale: float,
+    out_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    format: Literal["peft", "mathneuro"] = "peft",
+    allow_pickle: bool = False,
+    revision: str | None = None,
+    base_model_name_or_path: str | None = None,
+    trust_remote_code: bool = False,
+) -> AdapterExport:
+    """Write the edit as an adapter (see the module docstring for the formats and their guarantees).
+
+    Args:
+        base: a local model folder or a Hub id.
+        mask: a :class:`~mathneuro_edit.engine.mask.Mask` (or a saved mask's path) computed on this base.
+        scale: a finite number >= 0 (0 prunes).
+        out_dir: the folder to create.
+        overwrite: replace an existing ``out_dir``.
+        format: ``"peft"`` (stock PEFT SHiRA) or ``"mathneuro"`` (ours, loaded with :func:`load_edited`).
+        allow_pickle: read a ``*.bin`` base with ``torch.load(weights_only=True)``.
+        revision: Hub revision when ``base`` is a Hub id.
+        base_model_name_or_path: what the adapter records as its base (default: the Hub id, also for a folder in
+            the Hub cache; ``None`` for a plain local folder, whose path is private and never recorded).
+        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
+
+    Returns:
+        An :class:`AdapterExport` (path, format, r, entry counts, and sizes against the full checkpoint).
+
+    Example:
+        >>> info = export_adapter("base_dir", mask, 1.1, "adapter_dir")  # doctest: +SKIP
+        >>> model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("base_dir"), info.path)  # doctest: +SKIP
+    """
+    scale = check_scale(scale)
+    mask = as_mask(mask)
+    if format not in ("peft", "mathneuro"):
+        raise InputError(f"format: must be 'peft' or 'mathneuro', got {format!r}")
+    folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
+    ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
+    plan = plan_edits(ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code))  # also proves the mask fits this base
+    edited = mask.total()[0]
+    checkpoint_bytes = sum((folder / s).stat().st_size for s in ckpt.shards)
+    meta = {"mathneuro_edit_mask_sha256": mask.sha256, "mathneuro_edit_scale": repr(scale)}
+    base_id = base_model_name_or_path or _base_id(base, folder)
+    if format == "mathneuro":
+        with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
+            mask.save(tmp / MATHNEURO_MASK)
+            cfg = {"format": _FORMAT, "scale": scale, "mask_file": MATHNEURO_MASK, "mask_sha256": mask.sha256,
+                   "base_model_name_or_path": base_id, "revision": revision, "version": __version__}
+            (tmp / MATHNEURO_CONFIG).write_text(json.dumps(cfg, indent=2))
+        return _report(out_dir, "mathneuro", None, edited, edited, checkpoint_bytes)
+
+    layers = _peft_layers(plan, mask)
+    r = max(math.ceil(layer.count / (layer.rows + layer.cols)) for layer in layers)
+    too_small = [layer for layer in layers if r * (layer.rows + layer.cols) > layer.rows * layer.cols]
+    if too_small:
+        raise InputError(
+            f"SHiRA needs one r for all layers; r={r} (set by the densest layer) exceeds what {too_small[0].name} "
+            f"{(too_small[0].rows, too_small[0].cols)} can hold; use export_checkpoint or format='mathneuro'"
+        )
+    dtype = {ckpt.tensors[layer.ckpt].dtype for layer in layers}
+    specs: list[tuple[str, str, tuple[int, ...], int]] = []
+    for layer in layers:
+        k = r * (layer.rows + layer.cols)
+        e = ckpt.tensors[layer.ckpt]
+        size = (e.nbytes // max(layer.rows * layer.cols, 1)) * k
+        prefix = f"base_model.model.{layer.module}"
+        specs += [(f"{prefix}.shira_indices", "I32", (2, k), 8 * k), (f"{prefix}.shira_weight", e.dtype, (k,), size)]
+    by_key = {f"base_model.model.{layer.module}": layer for layer in layers}
+    current: dict[str, torch.Tensor] = {}
+
+    def produce(key: str, f: BinaryIO) -> None:  # indices then weight of each layer, one layer in memory
+        prefix, _, what = key.rpartition(".")
+        if what == "shira_indices":
+            layer = by_key[prefix]
+            current["idx"], current["val"] = _layer_delta(ckpt, plan, layer, scale, r * (layer.rows + layer.cols))
+        write_all(f, tensor_bytes(current["idx"] if what == "shira_indices" else current["val"]))
+
+    from peft import ShiraConfig
+
+    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
+        write_safetensors(tmp / "adapter_model.safetensors", specs, produce,
+                          {"format": "pt", "mathneuro_edit_version": __version__, **meta,
+                           "mathneuro_edit_base_dtype": ",".join(sorted(dtype))})
+        arch = ((json.loads((folder / "config.json").read_text()).get("architectures") or [""])[0]
+                if (folder / "config.json").is_file() else "")
+        ShiraConfig(
+            r=r, target_modules=[layer.module for layer in layers], base_model_name_or_path=base_id,
+            revision=revision, task_type="CAUSAL_LM" if arch.endswith(("ForCausalLM", "LMHeadModel")) else None,
+            # Not "random": stock PEFT would draw a random mask per layer at load time (a randperm over all m*n
+            # entries: seconds per large layer, minutes for a 7B model) only to replace it by the stored indices.
+            mask_type="mathneuro_edit", init_weights=True, inference_mode=True,
+        ).save_pretrained(str(tmp))
+        _sort_target_modules(tmp / "adapter_config.json")
+    stored = sum(r * (layer.rows + layer.cols) for layer in layers)
+    return _report(out_dir, "peft", r, edited, stored, checkpoint_bytes)
+
+
+def _sort_target_modules(config_path: Path) -> None:
+    """Rewrite PEFT's ``adapter_config.json`` with ``target_modules`` sorted.
+
+    Why: PEFT keeps ``target_modules`` as a set and writes ``list(set)``, whose order follows ``PYTHONHASHSEED``;
+    the same edit then gave a different file (and lock, and card) in every process. Same format as PEFT's
+    ``save_pretrained`` (``indent=2, sort_keys=True``), so only the order changes.
+    """
+    cfg = json.loads(config_path.read_text(encoding="utf-8"))
+    if isinstance(cfg.get("target_modules"), list):
+        cfg["target_modules"] = sorted(cfg["target_modules"])
+    write_text_atomic(config_path, json.dumps(cfg, indent=2, sort_keys=True))
+
+
+def _base_id(base: str | Path, folder: Path) -> str | None:
+    """The Hub id of the base when it has one (a folder of the Hub cache is ``.../models--org--name/...``).
+
+    A plain local folder gives ``None``: a local path is private and would be published with the adapter (PEFT
+    then needs the base model passed explicitly, as ``PeftModel.from_pretrained(base_model, dir)`` does anyway).
+    """
+    if not Path(str(base)).expanduser().exists():
+        return str(base)
+    hub = [p for p in folder.parts if p.startswith("models--")]
+    return hub[-1].removeprefix("models--").replace("--", "/") if hub else None
+
+
+def _report(out_dir: str | Path, fmt: str, r: int | None, edited: int, stored: int, ckpt_bytes: int) -> AdapterExport:
+    path = Path(out_dir).expanduser().absolute()
+    size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return AdapterExport(path, fmt, r, edited, stored, size, ckpt_bytes)
+
+
+def _peft_layers(plan: EditPlan, mask: Any) -> list[_Layer]:
+    """The SHiRA layers, or an InputError listing every entry PEFT cannot express exactly."""
+    fix = "use export_checkpoint (a baked model) or export_adapter(..., format='mathneuro')"
+    if plan.model is None:
+        raise InputError(f"the base's model family is unknown to transformers, so no PEFT adapter can be built; {fix}")
+    modules = dict(plan.model.named_modules(remove_duplicate=False))
+    counts = mask.counts()
+    layers: list[_Layer] = []
+    problems: list[str] = []
+    for name in mask:
+        mod_name, _, attr = name.rpartition(".")
+        module = modules.get(mod_name)
+        if attr != "weight" or not isinstance(module, nn.Linear):
+            problems.append(f"{name} ({type(module).__name__ if attr == 'weight' else 'a fused 3-D weight'})")
+        elif name not in plan.direct:
+            problems.append(f"{name} (stored in another layout)")
+        elif plan.edits[plan.direct[name][0]] != [name]:
+            problems.append(f"{name} (its tensor is also edited by {plan.edits[plan.direct[name][0]]})")
+        elif counts[name][0]:
+            layers.append(_Layer(name, mod_name, plan.direct[name][0], module.out_features, module.in_features,
+                                 counts[name][0]))
+    if problems:
+        shown = ", ".join(problems[:4]) + (f" and {len(problems) - 4} more" if len(problems) > 4 else "")
+        raise InputError(f"{len(problems)} mask entries cannot be a PEFT SHiRA adapter (only nn.Linear): {shown}; {fix}")
+    if not layers:
+        raise InputError("the mask selects no weight: nothing to export; check top_k and the mask")
+    return layers
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    it = _INT_OF_SIZE[a.element_size()]
+    return a.contiguous().view(it) == b.contiguous().view(it)
+
+
+def _merge_ok(w: torch.Tensor, e_vals: torch.Tensor, idx: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Per entry: does PEFT's merge (``dense += sparse_coo``) give exactly ``e_vals``, in every adapter dtype?"""
+    # PEFT keeps 16-bit adapters in float32 by default (autocast_adapter_dtype) and in the base dtype otherwise.
+    adapter_dtypes = {w.dtype, torch.float32} if w.element_size() < 4 else {w.dtype}
+    ok = torch.ones(len(d), dtype=torch.bool)
+    for adt in adapter_dtypes:
+        merged = w.clone()
+        # what SHiRA's merge and forward do; our indices are valid, so checking them is only a small cost
+        merged += torch.sparse_coo_tensor(idx.t(), d.to(adt), w.shape, check_invariants=True)
+        ok &= _same_bits(merged[idx[:, 0], idx[:, 1]], e_vals)
+    return ok
+
+
+def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str = "weight") -> torch.Tensor:
+    """Deltas ``d`` in ``w.dtype`` such that PEFT's ``w += d`` gives ``e`` bit for bit at the positions ``idx``.
+
+    Args:
+        w: base weight ``(rows, cols)``.
+        e: edited weight, same shape and dtype.
+        idx: ``(k, 2)`` int64 positions (row, col).
+        name: the parameter, for the error message.
+
+    Returns:
+        ``(k,)`` deltas in ``w.dtype``.
+
+    Raises:
+        InputError: some entry has no exact delta in the base dtype.
+
+    Example:
+        >>> w = torch.tensor([[1.0, -2.0]], dtype=torch.bfloat16)
+        >>> exact_delta(w, w * 1.1, torch.tensor([[0, 0], [0, 1]]))
+        tensor([ 0.1016, -0.2031], dtype=torch.bfloat16)
+    """
+    w_vals, e_vals = w[idx[:, 0], idx[:, 1]], e[idx[:, 0], idx[:, 1]]
+    # float64 holds e - w exactly for float32/16-bit weights of similar magnitude; rounding once to the weight's
+    # dtype is exact whenever e/2 <= w <= 2e (Sterbenz), i.e. for scales in [0.5, 2], and 0 prunes (d = -w).
+    d0 = (e_vals.to(torch.float64) - w_vals.to(torch.float64)).to(w.dtype)
+    d0 = torch.where(_same_bits(e_vals, w_vals), torch.tensor(-0.0, dtype=w.dtype), d0)  # w + (-0.0) is w
+    d = d0.clone()
+    bad = ~_merge_ok(w, e_vals, idx, d)
+    up, down = torch.full_like(d0, math.inf), torch.full_like(d0, -math.inf)
+    candidates = [torch.nextafter(d0, up), torch.nextafter(d0, down)]
+    candidates += [torch.nextafter(candidates[0], up), torch.nextafter(candidates[1], down), -d0]
+    for cand in candidates:  # fix-up: only the failing entries move, by 1-2 ulps (or a zero's sign)
+        if not bad.any():
+            break
+        d[bad] = cand[bad]
+        bad = ~_merge_ok(w, e_vals, idx, d)
+    if bad.any():
+        i = int(bad.nonzero()[0])
+        raise InputError(
+            f"{name}: {int(bad.sum())} entries have no exact delta in {w.dtype} (e.g. {w_vals[i].item()} -> "
+            f"{e_vals[i].item()}; exact deltas exist for scale 0 and scales in [0.5, 2]); use export_checkpoint "
+            "or export_adapter(..., format='mathneuro')"
+        )
+    return d
+
+
+def _layer_delta(ckpt: Checkpoint, plan: EditPlan, layer: _Layer, scale: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """SHiRA's ``(2, k)`` int32 indices and ``(k,)`` values for one layer, padded with ``-0.0``."""
+    w = ckpt.read(layer.ckpt)  # (rows, cols)
+    e = plan.edited(ckpt, layer.ckpt, scale)
+    m = plan.mask_slice(layer.ckpt, layer.name)
+    idx = m.nonzero()  # (count, 2), row-major
+    d = exact_delta(w, e, idx, layer.name)
+    free = (~m).reshape(-1).nonzero().squeeze(1)[: k - len(idx)]  # first unmasked positions: deterministic
+    flat = torch.cat([idx[:, 0] * layer.cols + idx[:, 1], free])
+    values = torch.cat([d, torch.full((len(free),), -0.0, dtype=w.dtype)])
+    order = flat.argsort()  # row-major, as SHiRA's own mask -> indices conversion (torch.where) orders them
+    flat, values = flat[order], values[order]
+    indices = torch.stack([flat // layer.cols, flat % layer.cols]).to(torch.int32)  # (2, k), as PEFT stores them
+    return indices, values
+
+
+def load_edited(base: str | Path | nn.Module, adapter_dir: str | Path, **from_pretrained_kwargs: Any) -> nn.Module:
+    """Load the base and apply an adapter written by :func:`export_adapter` (either format): the edited model.
+
+    Args:
+        base: a model folder or Hub id (loaded with ``AutoModelForCausalLM.from_pretrained``), or a loaded model
+            (edited in place).
+        adapter_dir: the adapter folder.
+        **from_pretrained_kwargs: passed to ``from_pretrained`` (keep the default ``dtype="auto"`` for exactness).
+
+    Returns:
+        The edited transformers model (PEFT adapters merged and unloaded).
+
+    Example:
+        >>> model = load_edited("base_dir", "adapter_dir")  # doctest: +SKIP
+    """
+    adapter_dir = Path(adapter_dir)
+    peft_cfg, ours = adapter_dir / "adapter_config.json", adapter_dir / MATHNEURO_CONFIG
+    if not peft_cfg.is_file() and not ours.is_file():
+        raise InputError(f"{adapter_dir}: not an adapter folder (no adapter_config.json or {MATHNEURO_CONFIG})")
+    if isinstance(base, nn.Module):
+        model = base
+    else:
+        from transformers import AutoModelForCausalLM
+
+        from_pretrained_kwargs.setdefault("trust_remote_code", False)  # explicit: transformers never prompts
+        check_remote_code(base, from_pretrained_kwargs["trust_remote_code"])
+        model = AutoModelForCausalLM.from_pretrained(str(base), **from_pretrained_kwargs)
+    if peft_cfg.is_file():
+        from peft import PeftModel
+
+        with known_warnings_silenced():  # PEFT's two harmless warnings (console.KNOWN_WARNINGS), only in here
+            return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    cfg = json.loads(ours.read_text())
+    if cfg.get("format") != _FORMAT:
+        raise InputError(f"{ours}: format {cfg.get('format')!r} is not {_FORMAT!r}; re-export with this version")
+    mask = Mask.load(adapter_dir / cfg["mask_file"])
+    if mask.sha256 != cfg["mask_sha256"]:
+        raise InputError(f"{adapter_dir}: the mask file does not match the recorded hash; re-export the adapter")
+    apply_mask(model, mask, cfg["scale"])
+    return model

@@ -1,0 +1,281 @@
+"""Audit an export against its base: recompute every expected tensor and report every difference.
+
+:func:`verify` handles the three outputs of mathneuro-edit, recognised by their files:
+
+- a baked checkpoint (:func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`): tensor by tensor (streaming), each
+  edited tensor must equal the base's with the mask applied (:func:`~mathneuro_edit.engine.apply.scale_masked`) bit for
+  bit, each other tensor must be byte-identical to the base's; no tensor missing or extra; the index consistent
+  with the shards; every copied non-weight file byte-identical; the shards' metadata recording this mask's hash
+  and scale; a ``*.gguf`` beside the shards (``outputs.gguf``) is audited against them
+  (:func:`~mathneuro_edit.weights.gguf_writer.audit_gguf`: each tensor's bytes are the encoding of the checkpoint's,
+  and dequantized values are within one quantization step);
+- a PEFT SHiRA adapter (:func:`~mathneuro_edit.weights.adapter.export_adapter`): for every layer, the base plus the
+  stored delta (PEFT's own ``dense += sparse`` merge) must equal the edited tensor bit for bit, and every masked
+  layer must be present;
+- mathneuro-edit's mask adapter: the stored mask and scale must be these.
+
+Example:
+    >>> report = verify("out/boosted", "Qwen/Qwen2.5-Math-1.5B", "math.mask.safetensors", 1.1)  # doctest: +SKIP
+    >>> report.ok, report.summary()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..engine.apply import check_scale
+from ..engine.mask import Mask, as_mask
+from ..errors import InputError
+from .adapter import MATHNEURO_CONFIG, _merge_ok, _peft_layers
+from .base import resolve_base
+from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint
+from .checkpoint_writer import support_files
+from .edit_plan import EditPlan, meta_model, plan_edits
+from .gguf_writer import audit_gguf
+from .remote_code import check_remote_code
+from .shards import tensor_bytes
+
+__all__ = ["VerifyReport", "verify"]
+
+
+@dataclass
+class VerifyReport:
+    """The result of :func:`verify`.
+
+    Attributes:
+        out_dir: the audited folder.
+        kind: ``"checkpoint"``, ``"peft"`` or ``"mathneuro"``.
+        checked: tensors (or adapter layers) compared.
+        edited: of those, how many carry edits.
+        mismatches: ``"name: why"`` for every tensor/layer whose content is not the expected one.
+        missing: tensors or files of the base absent from the output.
+        extra: tensors in the output that the base does not have.
+        notes: information that is not an error (e.g. files the output adds, such as a model card).
+    """
+
+    out_dir: Path
+    kind: str
+    checked: int = 0
+    edited: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    audited: list[str] = field(default_factory=list)  # other files checked, e.g. the GGUF beside the shards
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing differs from the expectation."""
+        return not (self.mismatches or self.missing or self.extra)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def summary(self) -> str:
+        """One line per problem (or an OK line), then one per other file audited (a GGUF beside the shards)."""
+        head = (f"{self.kind} {self.out_dir}: {'OK' if self.ok else 'FAILED'} "
+                f"({self.checked} checked, {self.edited} edited)")
+        lines = [head] + [f"mismatch: {m}" for m in self.mismatches] + [f"missing: {m}" for m in self.missing]
+        return "\n".join(lines + [f"extra: {m}" for m in self.extra] + [f"also audited: {m}" for m in self.audited])
+
+
+def verify(
+    out_dir: str | Path,
+    base: str | Path,
+    mask: Any,
+    scale: float,
+    *,
+    allow_pickle: bool = False,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    progress: bool = False,
+) -> VerifyReport:
+    """Check an export (baked checkpoint or adapter) against the base, the mask and the scale.
+
+    Args:
+        out_dir: the export to audit.
+        base: the base model folder or Hub id it was made from.
+        mask: the :class:`~mathneuro_edit.engine.mask.Mask` (or its file) that was applied.
+        scale: the scale that was applied.
+        allow_pickle: the base has pickle weights (read with ``torch.load(weights_only=True)``).
+        revision: Hub revision of ``base``.
+        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
+        progress: a progress bar over the tensors (or adapter layers) being compared.
+
+    Returns:
+        A :class:`VerifyReport`; ``report.ok`` is True when everything matches.
+
+    Example:
+        >>> assert verify(out, base, mask, 1.1).ok  # doctest: +SKIP
+    """
+    scale = check_scale(scale)
+    mask = as_mask(mask)
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise InputError(f"out_dir: no such folder {out}; pass the export's folder")
+    folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
+    ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
+    peft = (out / "adapter_config.json").is_file()
+    check_remote_code(folder, trust_remote_code)
+    plan = plan_edits(ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code) if peft else None,
+                      trust_remote_code=trust_remote_code)
+    if peft:
+        return _verify_peft(out, ckpt, plan, mask, scale, progress)
+    if (out / MATHNEURO_CONFIG).is_file():
+        return _verify_mathneuro(out, mask, scale)
+    return _verify_checkpoint(out, folder, ckpt, plan, mask, scale, progress)
+
+
+def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float,
+                       progress: bool = False) -> VerifyReport:
+    report = VerifyReport(out, "checkpoint")
+    try:
+        got = open_checkpoint(out)
+    except InputError as e:
+        report.missing.append(f"weights ({e})")
+        return report
+    if got.kind != "safetensors":
+        report.mismatches.append("weights: the export holds pickle weights, not safetensors")
+        return report
+    report.missing += [n for n in ckpt.tensors if n not in got.tensors]
+    report.extra += [n for n in got.tensors if n not in ckpt.tensors]
+    for name, entry in _bar(got.tensors.items(), len(got.tensors), "verify", progress):
+        if name not in ckpt.tensors:
+            continue
+        b = ckpt.tensors[name]
+        report.checked += 1
+        if (entry.dtype, entry.shape) != (b.dtype, b.shape):
+            report.mismatches.append(f"{name}: {entry.dtype}{list(entry.shape)} but the base has {b.dtype}{list(b.shape)}")
+        elif name in plan.edits:
+            report.edited += 1
+            expected, actual = plan.edited(ckpt, name, scale), got.read(name)
+            if not torch.equal(_bits(expected), _bits(actual)):
+                # per entry, not per byte: an entry differs when any of its bytes does
+                per = max(actual.element_size(), 1)
+                n_bad = int((_bits(expected) != _bits(actual)).reshape(-1, per).any(dim=1).sum())
+                report.mismatches.append(f"{name}: {n_bad} of {actual.numel()} entries differ from the expected edit")
+        elif not _same_bytes(ckpt, got, name):
+            report.mismatches.append(f"{name}: differs from the base, but the mask does not edit it")
+    for shard, meta in got.shard_metadata.items():
+        want = {"format": "pt", "mathneuro_edit_mask_sha256": mask.sha256, "mathneuro_edit_scale": repr(scale)}
+        wrong = [k for k, v in want.items() if meta.get(k) != v]
+        if wrong:
+            report.mismatches.append(f"{shard}: metadata {wrong} do not record this mask/scale")
+    if (out / SAFE_INDEX).is_file():
+        index = json.loads((out / SAFE_INDEX).read_text())
+        where = {n: e.file.name for n, e in got.tensors.items()}
+        if index.get("weight_map") != where:
+            report.mismatches.append(f"{SAFE_INDEX}: weight_map does not match the shards' contents")
+        if index.get("metadata", {}).get("total_size") != got.total_size:
+            report.mismatches.append(f"{SAFE_INDEX}: total_size is not {got.total_size}")
+    copied, _ = support_files(folder, ckpt)
+    for rel in copied:
+        if not (out / rel).is_file():
+            report.missing.append(rel)
+        elif (out / rel).read_bytes() != (folder / rel).read_bytes():
+            report.mismatches.append(f"{rel}: differs from the base's file")
+    ours, _ = support_files(out, got)
+    report.notes += [f"{rel}: not from the base" for rel in ours if rel not in set(copied)]
+    if not report.mismatches and not report.missing:  # the GGUF is audited against the (now verified) shards
+        for path in sorted(out.glob("*.gguf")):
+            checked, bad = audit_gguf(path, out)
+            report.checked += checked
+            report.mismatches += [f"{path.name}: {b}" for b in bad]
+            report.audited.append(f"{path.name} ({checked} tensors, against the checkpoint)")
+    return report
+
+
+def _bar(items: Any, total: int, desc: str, progress: bool) -> Any:
+    """``items`` with a transient tqdm bar over them when ``progress``."""
+    if not progress:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, total=total, desc=desc, unit="tensor", leave=False)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bytes as integers, so -0.0 != +0.0 and NaN == NaN (a bit-for-bit comparison)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _same_bytes(a: Checkpoint, b: Checkpoint, name: str, chunk: int = 1 << 24) -> bool:
+    """Compare a tensor's stored bytes in two checkpoints, 16 MiB at a time (streaming)."""
+    ea, eb = a.tensors[name], b.tensors[name]
+    if a.kind != "safetensors":  # a pickle base: compare its tensor's bytes with the written ones
+        return bytes(a.raw_bytes(name)) == bytes(tensor_bytes(b.read(name)))
+    with open(ea.file, "rb") as fa, open(eb.file, "rb") as fb:
+        fa.seek(ea.start)
+        fb.seek(eb.start)
+        left = ea.nbytes
+        while left > 0:
+            n = min(left, chunk)
+            if fa.read(n) != fb.read(n):
+                return False
+            left -= n
+    return True
+
+
+def _verify_peft(out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float,
+                 progress: bool = False) -> VerifyReport:
+    from safetensors import safe_open
+
+    report = VerifyReport(out, "peft")
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    if cfg.get("peft_type") != "SHIRA":
+        report.mismatches.append(f"adapter_config.json: peft_type {cfg.get('peft_type')!r} is not SHIRA")
+        return report
+    layers = _peft_layers(plan, mask)
+    weights = out / "adapter_model.safetensors"
+    if not weights.is_file():
+        report.missing.append("adapter_model.safetensors")
+        return report
+    with safe_open(str(weights), framework="pt") as f:
+        keys = set(f.keys())
+        expected = {f"base_model.model.{layer.module}.shira_{w}" for layer in layers for w in ("indices", "weight")}
+        report.missing += sorted(expected - keys)
+        report.extra += sorted(keys - expected)
+        if set(cfg.get("target_modules") or []) != {layer.module for layer in layers}:
+            report.mismatches.append("adapter_config.json: target_modules are not the mask's layers")
+        for layer in _bar(layers, len(layers), "verify", progress):
+            key = f"base_model.model.{layer.module}"
+            if f"{key}.shira_indices" not in keys or f"{key}.shira_weight" not in keys:
+                continue
+            report.checked += 1
+            report.edited += 1
+            idx = f.get_tensor(f"{key}.shira_indices").long().t()  # (k, 2)
+            d = f.get_tensor(f"{key}.shira_weight")
+            w, e = ckpt.read(layer.ckpt), plan.edited(ckpt, layer.ckpt, scale)
+            if len(d) != cfg.get("r", 0) * (layer.rows + layer.cols) or d.dtype != w.dtype:
+                report.mismatches.append(f"{layer.name}: {len(d)} {d.dtype} values, not r*(m+n) in {w.dtype}")
+                continue
+            merged = w.clone()
+            try:  # PEFT's own merge: dense += sparse (float32 deltas for 16-bit bases, PEFT's default)
+                merged += torch.sparse_coo_tensor(idx.t(), d.float() if w.element_size() < 4 else d, w.shape,
+                                                  check_invariants=True)
+            except RuntimeError as err:
+                report.mismatches.append(f"{layer.name}: invalid SHiRA indices ({' '.join(str(err).split())[:120]})")
+                continue
+            n_bad = int((_bits(merged) != _bits(e)).sum())
+            if n_bad or not _merge_ok(w, e[idx[:, 0], idx[:, 1]], idx, d).all():
+                report.mismatches.append(f"{layer.name}: base + delta differs from the edit in {n_bad} bytes")
+    return report
+
+
+def _verify_mathneuro(out: Path, mask: Any, scale: float) -> VerifyReport:
+    report = VerifyReport(out, "mathneuro")
+    cfg = json.loads((out / MATHNEURO_CONFIG).read_text())
+    report.checked = report.edited = len(mask)
+    if cfg.get("scale") != scale:
+        report.mismatches.append(f"{MATHNEURO_CONFIG}: scale {cfg.get('scale')!r} is not {scale!r}")
+    stored = out / str(cfg.get("mask_file"))
+    if not stored.is_file():
+        report.missing.append(str(cfg.get("mask_file")))
+    elif Mask.load(stored).sha256 != mask.sha256 or cfg.get("mask_sha256") != mask.sha256:
+        report.mismatches.append(f"{cfg.get('mask_file')}: not this mask (sha256 differs)")
+    return report

@@ -1,0 +1,198 @@
+"""Reading a base checkpoint without loading the model: folders (local or Hub), shards and their headers.
+
+:func:`open_checkpoint` indexes the weight files of a base folder (safetensors, or pickles only when allowed) into
+a :class:`Checkpoint` that reads one tensor, or some rows of it, on demand. Which checkpoint tensors a mask entry
+edits is :mod:`mathneuro_edit.weights.edit_plan`'s part.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from ..errors import InputError
+from .headers import check_entries, check_header_length
+
+__all__ = ["TensorEntry", "Checkpoint", "open_checkpoint"]
+
+SAFE_INDEX = "model.safetensors.index.json"
+SAFE_SINGLE = "model.safetensors"
+PICKLE_INDEX = "pytorch_model.bin.index.json"
+PICKLE_SINGLE = "pytorch_model.bin"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+# Weight formats never read or copied: a stale copy in another format would silently disagree with the edit.
+SKIPPED_WEIGHT_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.msgpack", "*.h5", "*.onnx", "*.gguf", "*.tflite")
+
+_DTYPE_CODES: dict[torch.dtype, str] = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2",
+}
+_TORCH_OF_CODE = {code: dtype for dtype, code in _DTYPE_CODES.items()}
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where one checkpoint tensor lives: file and absolute byte range (``start``/``end`` are 0 for pickles)."""
+
+    name: str
+    dtype: str  # safetensors code, e.g. "BF16"
+    shape: tuple[int, ...]
+    file: Path
+    start: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class Checkpoint:
+    """The weight files of a base folder, read lazily (headers only until a tensor is asked for).
+
+    Attributes:
+        folder: the base folder.
+        kind: ``"safetensors"`` or ``"pickle"``.
+        shards: weight file names in order (relative to ``folder``).
+        tensors: ``name -> TensorEntry`` in file order (shard by shard, by offset).
+        shard_metadata: ``shard name -> safetensors metadata`` of the base (empty for pickles).
+        index_metadata: the ``metadata`` block of the base's index file (empty without an index).
+    """
+
+    folder: Path
+    kind: str
+    shards: list[str]
+    tensors: dict[str, TensorEntry]
+    shard_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
+    index_metadata: dict[str, Any] = field(default_factory=dict)
+    _pickle_cache: tuple[Path, dict[str, torch.Tensor]] | None = None
+
+    @property
+    def total_size(self) -> int:
+        """Bytes of tensor data over all shards."""
+        return sum(e.nbytes for e in self.tensors.values())
+
+    def read(self, name: str, rows: slice | None = None) -> torch.Tensor:
+        """Load one tensor, or ``rows`` of its first dimension (reading only those), as a new tensor."""
+        entry = self.tensors[name]
+        rows = rows if rows is not None and entry.shape else None
+        if self.kind == "pickle":
+            t = self._pickle_shard(entry.file)[name]  # memory-mapped: only what is sliced is read
+            return (t if rows is None else t[rows]).clone()
+        if rows is not None and entry.dtype in _TORCH_OF_CODE:  # only these rows' bytes
+            start, stop, _ = rows.indices(entry.shape[0])
+            row = entry.nbytes // max(entry.shape[0], 1)
+            with open(entry.file, "rb") as fh:
+                fh.seek(entry.start + start * row)
+                data = bytearray(fh.read(max(stop - start, 0) * row))
+            dtype = _TORCH_OF_CODE[entry.dtype]
+            flat = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
+            return flat.reshape((max(stop - start, 0), *entry.shape[1:]))
+        with safe_open(str(entry.file), framework="pt") as f:
+            return f.get_tensor(name) if rows is None else f.get_slice(name)[rows]
+
+    def raw_bytes(self, name: str) -> memoryview:
+        """A pickled tensor's contiguous little-endian bytes (what safetensors stores)."""
+        t = self._pickle_shard(self.tensors[name].file)[name].contiguous()
+        return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+    def _pickle_shard(self, path: Path) -> dict[str, torch.Tensor]:
+        # One shard at a time, memory-mapped: peak memory stays about one shard.
+        if self._pickle_cache is None or self._pickle_cache[0] != path:
+            self._pickle_cache = None  # free the previous shard first
+            self._pickle_cache = (path, torch.load(path, map_location="cpu", weights_only=True, mmap=True))
+        return self._pickle_cache[1]
+
+
+def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
+    """The tensors of a safetensors file, checked against the file: header length, offsets, sizes vs shapes.
+
+    Raises:
+        InputError: naming the file (and the tensor) for a truncated file, an absurd header length, or a tensor
+            whose stored bytes do not match its dtype and shape.
+    """
+    fix = "re-download or re-save the base"
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            check_header_length(path, n, size, fix)
+            header = json.loads(f.read(n))
+        base = 8 + n
+        meta = header.pop("__metadata__", None) or {}
+        entries = {
+            name: TensorEntry(name, d["dtype"], tuple(d["shape"]), path, base + d["data_offsets"][0],
+                              base + d["data_offsets"][1])
+            for name, d in header.items()
+        }
+    except InputError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
+        raise InputError(f"{path}: not a readable safetensors file ({e}); {fix}") from None
+    check_entries(path, entries.values(), base, size, fix)
+    return dict(sorted(entries.items(), key=lambda kv: kv[1].start)), meta
+
+
+def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
+    """Index the weights of a base folder: ``model.safetensors(.index.json)``, else (if allowed) pickles.
+
+    Raises:
+        InputError: no weights; pickle weights without ``allow_pickle``; a shard named by the index is missing.
+    """
+    folder = Path(folder)
+    if (folder / SAFE_INDEX).is_file() or (folder / SAFE_SINGLE).is_file():
+        kind, index_name, single = "safetensors", SAFE_INDEX, SAFE_SINGLE
+    elif (folder / PICKLE_INDEX).is_file() or (folder / PICKLE_SINGLE).is_file() or any(
+        p.suffix in PICKLE_SUFFIXES for p in folder.iterdir()
+    ):
+        if not allow_pickle:
+            raise InputError(
+                f"base: {folder} has only pickle weights (*.bin/*.pt), which can run code when loaded; convert "
+                "them: AutoModelForCausalLM.from_pretrained(base).save_pretrained(dir, safe_serialization=True), "
+                "or pass allow_pickle=True to read them with torch.load(weights_only=True)"
+            )
+        kind, index_name, single = "pickle", PICKLE_INDEX, PICKLE_SINGLE
+    else:
+        raise InputError(f"base: no model weights (model.safetensors or an index) in {folder}; check the folder "
+                         "(a Hub repo with only *.bin weights needs allow_pickle=True)")
+
+    index_meta: dict[str, Any] = {}
+    if (folder / index_name).is_file():
+        try:
+            index = json.loads((folder / index_name).read_text())
+            shards = list(dict.fromkeys(index["weight_map"].values()))
+        except (ValueError, KeyError, AttributeError) as e:
+            raise InputError(f"{folder / index_name}: unreadable index ({e}); re-download the base") from None
+        index_meta = dict(index.get("metadata") or {})
+    elif (folder / single).is_file():
+        shards = [single]
+    else:  # a lone pickle with another name, e.g. model.pt
+        shards = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)[:1]
+    missing = [s for s in shards if not (folder / s).is_file()]
+    if missing:
+        raise InputError(f"base: shard {missing[0]} named by the index is missing in {folder}; re-download the base")
+
+    tensors: dict[str, TensorEntry] = {}
+    shard_meta: dict[str, dict[str, str]] = {}
+    for shard in shards:
+        if kind == "safetensors":
+            entries, meta = _read_safetensors_header(folder / shard)
+            shard_meta[shard] = meta
+        else:
+            state = torch.load(folder / shard, map_location="cpu", weights_only=True, mmap=True)  # mapped, not read
+            entries = {
+                n: TensorEntry(n, _DTYPE_CODES.get(t.dtype, str(t.dtype)), tuple(t.shape), folder / shard, 0, t.numel() * t.element_size())
+                for n, t in state.items()
+            }
+        for name, entry in entries.items():
+            if name in tensors:
+                raise InputError(f"base: tensor {name} appears in two shards ({tensors[name].file.name}, {shard})")
+            tensors[name] = entry
+    return Checkpoint(folder, kind, shards, tensors, shard_meta, index_meta)

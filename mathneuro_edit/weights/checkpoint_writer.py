@@ -1,0 +1,236 @@
+"""Baked checkpoint: write an edited copy of a Hugging Face model folder, streaming, without loading the model.
+
+The output is a plain Hugging Face folder (``AutoModelForCausalLM.from_pretrained(out)`` loads it; nothing of
+mathneuro-edit is needed):
+
+- the same tensor names, shapes, dtypes and shard layout as the base (``model.safetensors`` or
+  ``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json`` with ``total_size``), unless
+  ``max_shard_size`` asks for a new layout; a pickle base (``allow_pickle=True``) is written as safetensors;
+- unedited tensors byte-identical to the base (their bytes are copied, never decoded);
+- edited tensors = :func:`mathneuro_edit.engine.apply.scale_masked` on the masked entries (the one definition of an
+  edited value), mapped to the checkpoint's names and layout by :func:`mathneuro_edit.weights.edit_plan.plan_edits`;
+- each shard's safetensors metadata keeps the base's (``format: pt``) and adds ``mathneuro_edit_version``,
+  ``mathneuro_edit_mask_sha256`` and ``mathneuro_edit_scale``;
+- every other file of the base folder is copied (config.json, generation_config.json, tokenizer files, chat
+  templates, subfolders), except: names starting with ``.``; the top-level ``README.md`` (the model-card step
+  writes its own); weights in other formats (:data:`~mathneuro_edit.weights.checkpoint.SKIPPED_WEIGHT_PATTERNS`:
+  ``*.bin *.pt *.pth *.ckpt *.msgpack *.h5 *.onnx *.gguf *.tflite``), other ``*.safetensors`` files such as
+  Mistral's ``consolidated.safetensors``, and other ``*.index.json`` files: copies of those would silently
+  disagree with the edited weights. Skipped files are logged (``logging`` at INFO).
+
+Streaming: one tensor at a time. Unedited bytes go file to file (``copy_file_range``); an edited tensor is read,
+edited and written in blocks of rows (~4 MiB), so peak memory is about the largest edited tensor's unpacked mask
+(1 byte per entry) plus a few blocks, not a shard or the model.
+
+Parallel: ``workers=N`` writes up to N output shards at once on threads (:func:`~mathneuro_edit.weights.shards.run_jobs`).
+The files are byte-identical to ``workers=1`` (each shard's bytes depend only on the base, the mask and the
+scale; the index is written once all shards are done). Peak memory grows with N: up to N edited tensors are in
+flight, each with its unpacked mask (1 byte per entry), its blocks and its thread's allocator arena, so budget
+about N x (largest edited tensor's entries in bytes + ~60 MiB); measured: +125 MiB for N=2 on a 0.7 GB bf16
+Llama whose largest edited tensor has 33M entries. The page cache also holds up to N shards being read and
+written; with ``allow_pickle``, each worker memory-maps its own input shard. The speed-up is bounded by the
+disk and the cores: measure with ``benchmarks/bench_export.py --workers N``.
+
+Atomic: everything is written into a temporary folder beside ``out_dir`` and renamed when complete; on any
+error (in any worker) the other workers are stopped and joined, then the temporary folder is removed; the base
+is only ever read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import shutil
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from .._version import __version__
+from ..engine.apply import check_scale
+from ..engine.mask import as_mask
+from ..errors import InputError
+from ..util.outdir import atomic_dir
+from ..util.paths import is_local_path
+from .base import resolve_base
+from .checkpoint import (
+    PICKLE_INDEX,
+    SAFE_INDEX,
+    SAFE_SINGLE,
+    SKIPPED_WEIGHT_PATTERNS,
+    Checkpoint,
+    open_checkpoint,
+)
+from .edit_plan import plan_edits
+from .gguf_writer import check_gguf, gguf_filename, write_gguf
+from .remote_code import check_remote_code
+from .shards import check_workers, run_jobs
+from .shards import (
+    write_shard as _write_shard,  # module attribute: tests replace it to inject failures
+)
+
+__all__ = ["export_checkpoint", "support_files"]
+
+log = logging.getLogger(__name__)
+
+
+def export_checkpoint(
+    base: str | Path,
+    mask: Any,
+    scale: float,
+    out_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    max_shard_size: int | str | None = None,
+    allow_pickle: bool = False,
+    revision: str | None = None,
+    progress: bool = False,
+    workers: int = 1,
+    trust_remote_code: bool = False,
+    gguf: str | None = None,
+    gguf_name: str | None = None,
+    gguf_pre: str | None = None,
+) -> Path:
+    """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
+
+    Args:
+        base: a local model folder or a Hub id (downloaded through huggingface_hub's cache).
+        mask: a :class:`~mathneuro_edit.engine.mask.Mask` (or the path of a saved one) computed on this base.
+        scale: a finite number >= 0; masked weights become ``dtype(float32(w) * float32(scale))``.
+        out_dir: the folder to create.
+        overwrite: replace an existing ``out_dir`` (only once the new one is complete).
+        max_shard_size: ``None`` keeps the base's shard layout; else bytes or a string like ``"5GB"``.
+        allow_pickle: read a ``*.bin``/``*.pt`` base with ``torch.load(weights_only=True)`` (written as safetensors).
+        revision: Hub revision when ``base`` is a Hub id.
+        progress: show a progress bar over tensors.
+        workers: output shards written at once (threads); the files are byte-identical whatever the number.
+            Peak memory grows with N (see the module docstring); 1 writes one shard after another.
+        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
+        gguf: also write ``model-<TYPE>.gguf`` (a :data:`~mathneuro_edit.weights.gguf_writer.GGUF_TYPES` type) into the
+            folder from the written shards (:func:`~mathneuro_edit.weights.gguf_writer.write_gguf`), before the rename.
+        gguf_name: the GGUF's ``general.name`` prefix: the base's public name (default: ``base`` when it is a
+            Hub id, else ``"local model"``: never a path).
+        gguf_pre: the GGUF's ``tokenizer.ggml.pre`` (default: read from the tokenizer.json); a GGUF base's own,
+            which its dequantized folder does not keep (:func:`~mathneuro_edit.weights.gguf_reader.gguf_output`).
+
+    Returns:
+        The path of the written folder.
+
+    Raises:
+        InputError: ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without
+            ``allow_pickle``; a mask entry that does not fit the base or cannot be mapped to its tensors;
+            ``workers`` is not an integer >= 1.
+
+    Example:
+        >>> export_checkpoint("Qwen/Qwen2.5-Math-1.5B", mask, 1.1, "out/boosted")  # doctest: +SKIP
+        PosixPath('out/boosted')
+    """
+    scale = check_scale(scale)
+    workers = check_workers(workers)
+    mask = as_mask(mask)
+    folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
+    if gguf is not None:  # fail before the long steps: type, package, architecture, tokenizer
+        check_gguf(folder, gguf)
+    ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
+    check_remote_code(folder, trust_remote_code)  # even when names match: never build an unasked-for class
+    plan = plan_edits(ckpt, mask, trust_remote_code=trust_remote_code)
+    layout = _layout(ckpt, max_shard_size)
+    ours = {
+        "mathneuro_edit_version": __version__,
+        "mathneuro_edit_mask_sha256": mask.sha256,
+        "mathneuro_edit_scale": repr(scale),
+    }
+    copied, skipped = support_files(folder, ckpt)
+    if skipped:
+        log.info("not copied from %s: %s", folder, ", ".join(skipped))
+    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder], needed=ckpt.total_size) as tmp:
+        bar = tqdm(total=len(ckpt.tensors), desc="export", unit="tensor", disable=not progress, leave=False)
+
+        def write(shard: str, stop: threading.Event) -> None:
+            names = layout[shard]
+            first = ckpt.tensors[names[0]].file.name if names else ""
+            meta = {**ckpt.shard_metadata.get(first, {}), "format": "pt", **ours}
+            # a pickle base caches one memory-mapped input shard per Checkpoint: one Checkpoint per thread
+            source = replace(ckpt, _pickle_cache=None) if workers > 1 and ckpt.kind == "pickle" else ckpt
+            _write_shard(tmp / shard, names, source, plan, scale, meta, stop=stop)
+
+        try:
+            run_jobs(list(layout), write, workers=workers, done=lambda shard: bar.update(len(layout[shard])))
+        finally:
+            bar.close()
+        if len(layout) > 1 or (max_shard_size is None and (folder / SAFE_INDEX).is_file()):
+            index_meta = {**ckpt.index_metadata, "total_size": ckpt.total_size}
+            weight_map = {n: shard for shard, names in layout.items() for n in names}
+            (tmp / SAFE_INDEX).write_text(json.dumps({"metadata": index_meta, "weight_map": weight_map}, indent=2))
+        for rel in copied:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
+        if gguf is not None:
+            write_gguf(tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base), pre=gguf_pre)
+    return Path(out_dir).expanduser().absolute()
+
+
+def _public_name(base: str | Path) -> str:
+    """A GGUF's ``general.name``: the base's Hub id, or ``"local model"`` for a local base (never a path, and the
+    same wherever the base lives: the file's hash must not depend on it)."""
+    return f"{'local model' if is_local_path(str(base)) else base} (MathNeuro edit)"
+
+
+def _layout(ckpt: Checkpoint, max_shard_size: int | str | None) -> dict[str, list[str]]:
+    """Output shard name -> tensor names, in file order."""
+    if max_shard_size is None:
+        out: dict[str, list[str]] = {}
+        for name, e in ckpt.tensors.items():
+            shard = e.file.name
+            if ckpt.kind == "pickle":  # pytorch_model-00001-of-00002.bin -> model-00001-of-00002.safetensors
+                stem = Path(shard).stem.removeprefix("pytorch_")
+                shard = SAFE_SINGLE if stem in ("model", "pytorch_model") else f"{stem}.safetensors"
+            out.setdefault(shard, []).append(name)
+        return out
+    from transformers.utils.hub import convert_file_size_to_int
+
+    try:
+        limit = convert_file_size_to_int(max_shard_size)
+    except (ValueError, TypeError):
+        raise InputError(f"max_shard_size: {max_shard_size!r} is not a size; use bytes or e.g. '5GB'") from None
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name, e in ckpt.tensors.items():  # greedy, in file order; a tensor larger than the limit gets its own shard
+        if groups[-1] and size + e.nbytes > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += e.nbytes
+    if len(groups) == 1:
+        return {SAFE_SINGLE: groups[0]}
+    n = len(groups)
+    return {f"model-{i + 1:05d}-of-{n:05d}.safetensors": g for i, g in enumerate(groups)}
+
+
+def support_files(folder: Path, ckpt: Checkpoint) -> tuple[list[str], list[str]]:
+    """The base's non-weight files to copy, and those skipped (relative POSIX paths; see the module docstring)."""
+    copied: list[str] = []
+    skipped: list[str] = []
+    weights = set(ckpt.shards) | {n for n in (SAFE_INDEX, PICKLE_INDEX) if (folder / n).is_file()}  # rewritten
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for fn in sorted(files):
+            rel = (Path(root) / fn).relative_to(folder).as_posix()
+            if rel in weights:
+                continue
+            if (
+                fn.startswith(".")
+                or rel == "README.md"
+                or fn.endswith((".safetensors", ".index.json"))
+                or any(fnmatch.fnmatch(fn, p) for p in SKIPPED_WEIGHT_PATTERNS)
+            ):
+                skipped.append(rel)
+            else:
+                copied.append(rel)
+    return copied, skipped
+
+

@@ -1,0 +1,216 @@
+"""Which checkpoint tensors each mask entry edits: the mask-name -> tensor-name mapping of :func:`plan_edits`.
+
+Mask keys are ``model.named_parameters()`` names of the transformers 5 model in memory, while a checkpoint may
+store a weight under another name or layout. :func:`plan_edits` maps each mask entry to checkpoint tensors by:
+
+1. the same name and shape; 2. with or without the ``base_model_prefix`` (old GPT-2 checkpoints: ``h.0...``);
+3. the same for the parameter's tied aliases (an ``lm_head`` tied to the embedding is saved once);
+4. transformers' own save-time conversion (``revert_weight_conversion``, the function ``save_pretrained`` uses)
+   applied to the mask itself: e.g. a fused ``mlp.experts.gate_up_proj`` mask ``(E, 2I, H)`` becomes the
+   per-expert masks ``block_sparse_moe.experts.{e}.w1/w3.weight`` ``(I, H)`` that transformers 5 writes for
+   Mixtral (``mlp.experts.{e}.gate_proj/up_proj.weight`` for Qwen-MoE). These conversions only move entries,
+   and an edit is elementwise, so editing the converted mask's entries equals editing the fused tensor.
+
+An entry that none of these maps exactly (name, shape, and an entry count that is conserved) raises
+:class:`~mathneuro_edit.errors.InputError` naming the parameter; nothing is skipped silently. The checkpoint
+itself is read by :mod:`mathneuro_edit.weights.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..engine.apply import check_scale, scale_masked
+from ..errors import InputError
+from .checkpoint import Checkpoint
+from .remote_code import check_remote_code
+
+__all__ = ["EditPlan", "plan_edits", "meta_model"]
+
+log = logging.getLogger(__name__)
+
+
+def meta_model(folder: Path, *, trust_remote_code: bool = False) -> torch.nn.Module | None:
+    """The model class of ``folder``'s config instantiated on the meta device (no memory), or None if unknown.
+
+    Raises:
+        InputError: the config needs the repository's own code and ``trust_remote_code`` is False.
+    """
+    import transformers
+
+    check_remote_code(folder, trust_remote_code)  # never prompt, never run repo code unasked
+    try:
+        config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        arch = (getattr(config, "architectures", None) or [None])[0]
+        cls = getattr(transformers, arch, None) if arch else None
+        with torch.device("meta"):
+            if cls is not None:
+                return cls(config)
+            return transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except Exception as e:  # custom code or unknown family: fall back to name matching only
+        log.info("could not build the model class on the meta device (%s); matching names only", e)
+        return None
+
+
+@dataclass
+class EditPlan:
+    """Which checkpoint tensors each mask entry edits.
+
+    Attributes:
+        edits: ``checkpoint tensor -> mask entries`` editing it, in mask order (applied in turn, as
+            :func:`~mathneuro_edit.engine.apply.apply_mask` does).
+        direct: ``mask entry -> checkpoint tensors`` holding it in the same layout (several for tied copies).
+        converted: ``mask entry -> {converted name: checkpoint tensor}`` for entries stored in another layout.
+        model: the meta-device model (None when the family is unknown to transformers).
+    """
+
+    mask: Any
+    edits: dict[str, list[str]]
+    direct: dict[str, list[str]]
+    converted: dict[str, dict[str, str]]
+    model: torch.nn.Module | None
+    _cache: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+    def mask_slice(self, ckpt_name: str, mask_name: str) -> torch.Tensor:
+        """The bool mask of ``mask_name`` laid out like the checkpoint tensor ``ckpt_name``."""
+        if mask_name in self.direct:
+            return self.mask[mask_name]
+        if mask_name not in self._cache:
+            from transformers.core_model_loading import revert_weight_conversion
+
+            out = revert_weight_conversion(self.model, {mask_name: self.mask[mask_name]})
+            self._cache[mask_name] = {self.converted[mask_name][k]: v for k, v in out.items()}
+            if sum(int(torch.count_nonzero(v)) for v in out.values()) != self.mask.counts()[mask_name][0]:
+                raise InputError(f"mask entry {mask_name!r}: converting it to the checkpoint layout lost entries")
+        cache = self._cache[mask_name]
+        result = cache.pop(ckpt_name).contiguous()
+        if not cache:  # every piece used: free the converted mask
+            del self._cache[mask_name]
+        return result
+
+    def edited(self, ckpt: Checkpoint, name: str, scale: float) -> torch.Tensor:
+        """The edited value of checkpoint tensor ``name``: each mask entry's edit applied in turn."""
+        t = ckpt.read(name)
+        for mask_name in self.edits.get(name, ()):
+            t = scale_masked(t, self.mask_slice(name, mask_name), check_scale(scale))
+        return t
+
+
+def _candidates(name: str, prefix: str) -> list[str]:
+    out = [name]
+    if prefix and name.startswith(prefix + "."):
+        out.append(name[len(prefix) + 1 :])
+    elif prefix:
+        out.append(f"{prefix}.{name}")
+    return out
+
+
+def plan_edits(ckpt: Checkpoint, mask: Any, model: torch.nn.Module | None = None, *,
+               trust_remote_code: bool = False) -> EditPlan:
+    """Map every mask entry to the checkpoint tensors it edits (see the module docstring).
+
+    ``trust_remote_code`` is passed to :func:`meta_model` when the model class is needed.
+
+    Raises:
+        InputError: an entry that is not a parameter of the base's model class, or that cannot be mapped exactly.
+    """
+    direct: dict[str, list[str]] = {}
+    converted: dict[str, dict[str, str]] = {}
+    lazy = model is None and not _needs_model(ckpt, mask)
+    model = model if model is not None or lazy else meta_model(ckpt.folder, trust_remote_code=trust_remote_code)
+    aliases: dict[str, list[str]] = {}
+    params: dict[str, tuple[int, ...]] = {}
+    prefix = ""
+    if model is not None:
+        prefix = getattr(model, "base_model_prefix", "") or ""
+        by_id: dict[int, list[str]] = {}
+        for n, p in model.named_parameters(remove_duplicate=False):
+            by_id.setdefault(id(p), []).append(n)
+            params[n] = tuple(p.shape)
+        for names in by_id.values():
+            for n in names:
+                aliases[n] = [n] + [a for a in names if a != n]
+    for name in mask if not lazy else ():
+        shape = tuple(mask.shape_of(name))
+        if params and params.get(name) != shape:
+            got = "not a parameter" if name not in params else f"shape {params[name]}"
+            raise InputError(
+                f"mask entry {name!r} (shape {shape}) does not fit the base model ({got}); the mask was computed "
+                "for another model: recompute it on this base"
+            )
+        found = [c for a in aliases.get(name, [name]) for c in _candidates(a, prefix) if c in ckpt.tensors]
+        found = list(dict.fromkeys(found))
+        same = [c for c in found if ckpt.tensors[c].shape == shape]
+        if found and not same:
+            raise InputError(
+                f"mask entry {name!r} has shape {shape} but the checkpoint tensor {found[0]} has "
+                f"{ckpt.tensors[found[0]].shape}; the mask was computed for another model: recompute it"
+            )
+        if same:
+            direct[name] = same
+            continue
+        conv = _convert(ckpt, model, name, shape, prefix)
+        if len(conv) == 1 and _is_identity(model, name, shape):
+            direct[name] = list(conv.values())  # a plain rename: same layout
+        else:
+            converted[name] = conv
+    if lazy:  # every entry is stored under its own name and shape
+        direct = {n: [n] for n in mask}
+    edits: dict[str, list[str]] = {}
+    for name in mask:
+        for c in direct.get(name) or converted[name].values():
+            edits.setdefault(c, []).append(name)
+    return EditPlan(mask, edits, direct, converted, model)
+
+
+def _needs_model(ckpt: Checkpoint, mask: Any) -> bool:
+    """Whether mapping needs the model class (skipping it saves seconds and the transformers import): some entry
+    is stored under another name/shape, or the config may tie weights (a tied copy stored twice is edited twice)."""
+    try:
+        tied = json.loads((ckpt.folder / "config.json").read_text()).get("tie_word_embeddings", True)
+    except (OSError, ValueError):
+        tied = True
+    return tied is not False or any(
+        n not in ckpt.tensors or ckpt.tensors[n].shape != tuple(mask.shape_of(n)) for n in mask
+    )
+
+
+def _convert(ckpt: Checkpoint, model: torch.nn.Module | None, name: str, shape: tuple[int, ...], prefix: str) -> dict[str, str]:
+    """Checkpoint tensors of a mask entry stored in another layout, via transformers' save-time conversion."""
+    fail = (
+        f"mask entry {name!r} has no tensor in the checkpoint {ckpt.folder} that it maps to exactly "
+        "(same name, base-model prefix, tied alias, or transformers' weight conversion)"
+    )
+    if model is None:
+        raise InputError(f"{fail}; the model family is unknown to transformers, so only names can be matched")
+    from transformers.core_model_loading import revert_weight_conversion
+
+    try:
+        out = revert_weight_conversion(model, {name: torch.empty(shape, dtype=torch.bool, device="meta")})
+    except Exception as e:
+        raise InputError(f"{fail}; converting it failed ({type(e).__name__}: {e})") from None
+    mapping: dict[str, str] = {}
+    for conv_name, t in out.items():
+        hits = [c for c in _candidates(conv_name, prefix) if c in ckpt.tensors]
+        if not hits or ckpt.tensors[hits[0]].shape != tuple(t.shape):
+            raise InputError(f"{fail}; its converted piece {conv_name!r} {tuple(t.shape)} is not in the checkpoint")
+        mapping[conv_name] = hits[0]
+    # A conversion that duplicated or dropped entries would not be an exact re-layout: refuse it.
+    if sum(t.numel() for t in out.values()) != int(torch.Size(shape).numel()) or len(set(mapping.values())) != len(out):
+        raise InputError(f"{fail}; the conversion does not move each entry to exactly one place")
+    return mapping
+
+
+def _is_identity(model: torch.nn.Module | None, name: str, shape: tuple[int, ...]) -> bool:
+    """Whether transformers' conversion of ``name`` keeps every entry in place (a rename, not a re-layout)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    ids = torch.arange(int(torch.Size(shape).numel())).reshape(shape)  # each entry's own position
+    (out,) = revert_weight_conversion(model, {name: ids}).values()
+    return tuple(out.shape) == shape and torch.equal(out, ids)

@@ -1,0 +1,249 @@
+"""GGUF bases: a ``.gguf`` file dequantized once into a plain safetensors Hugging Face folder, then used as any base.
+
+Design: every stage of mathneuro-edit (calibration, mask, evaluation, the streaming checkpoint export, the PEFT
+adapter, ``verify``, ``reproduce``) reads a safetensors folder. A GGUF base is therefore *materialised* first:
+
+1. transformers loads the GGUF (``from_pretrained(folder, gguf_file=NAME, dtype=float32)``; its GGUF support
+   needs the ``gguf`` package, the ``gguf`` extra) and dequantizes every tensor;
+2. transformers marks such a model quantized (``hf_quantizer``), so it cannot be ``save_pretrained`` as is: a plain
+   model of the same config (without ``quantization_config``) is built and the state dict copied into it (tied
+   embeddings stay tied: ``lm_head`` is saved once, as ``embed_tokens``);
+3. the model, its generation config and the tokenizer (with the GGUF's chat template) are saved with
+   ``save_pretrained`` into ``<cache>/gguf/<sha256 of the .gguf>/`` (a temporary folder renamed when complete).
+
+The folder is written ONCE per GGUF file (keyed by its sha256) and reused by every later run; its files are the
+same bytes on every run and machine for the same GGUF file and library versions (float32, the exact dequantized
+values; no path or time is written). The cache root is ``$MATHNEURO_EDIT_CACHE``, else
+``$XDG_CACHE_HOME/mathneuro_edit``, else ``~/.cache/mathneuro_edit``. Its ``README.md`` names the source file and
+sha256 (a top-level README.md is never copied into outputs). PEFT users of an adapter made over a GGUF base point
+``from_pretrained`` at this folder (``mathneuro-edit dequantize FILE.gguf`` prints it, creating it if needed).
+
+Example:
+    >>> folder = dequantize_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
+    >>> AutoModelForCausalLM.from_pretrained(folder)  # a plain float32 model  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..util.hashing import sha256_file
+from .gguf_writer import GGUF_TYPES, gguf_file_type
+
+__all__ = ["is_gguf", "cache_root", "gguf_source", "dequantize_gguf", "base_folder", "gguf_lock_entry"]
+
+_MEMO: dict[tuple[str, int, int], str] = {}  # (resolved path, size, mtime_ns) -> sha256: hash a file once
+
+
+def is_gguf(model: str | Path | None) -> bool:
+    """Whether a model reference names a GGUF file (by its ``.gguf`` extension).
+
+    Example:
+        >>> is_gguf("models/SmolLM2.Q4_1.gguf"), is_gguf("meta-llama/Llama-3.2-1B")
+        (True, False)
+    """
+    return model is not None and str(model).lower().endswith(".gguf")
+
+
+def cache_root() -> Path:
+    """The cache root: ``$MATHNEURO_EDIT_CACHE``, else ``$XDG_CACHE_HOME/mathneuro_edit``, else ``~/.cache/...``."""
+    if os.environ.get("MATHNEURO_EDIT_CACHE"):
+        return Path(os.environ["MATHNEURO_EDIT_CACHE"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "mathneuro_edit"
+
+
+def _sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _MEMO:
+        _MEMO[key] = sha256_file(path)
+    return _MEMO[key]
+
+
+def gguf_source(model: str, gguf_file: str | None = None, revision: str | None = None) -> tuple[Path, str | None]:
+    """The local path of a GGUF base, and the Hub commit it came from (``None`` for a local file).
+
+    Args:
+        model: a local ``.gguf`` file; or, with ``gguf_file``, a Hub repo id or a local folder holding it.
+        gguf_file: the file's name inside ``model`` (the recipe's ``base.gguf_file``).
+        revision: Hub revision of the repo.
+
+    Raises:
+        InputError: a missing file, or a Hub file that cannot be downloaded.
+
+    Example:
+        >>> gguf_source("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q8_0.gguf")  # doctest: +SKIP
+        (PosixPath('.../snapshots/<commit>/smollm2-135m-instruct-q8_0.gguf'), '<commit>')
+    """
+    if gguf_file is None:
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise InputError(f"base.model: no such GGUF file {model!r}; check the path (or give a Hub repo and "
+                             "base.gguf_file)")
+        return path, None
+    local = Path(model).expanduser()
+    if local.is_dir():
+        path = local / gguf_file
+        if not path.is_file():
+            raise InputError(f"base.gguf_file: {gguf_file!r} is not in the folder {model!r}; check the file name")
+        return path, None
+    from huggingface_hub import hf_hub_download
+
+    try:
+        path = Path(hf_hub_download(model, gguf_file, revision=revision))
+    except Exception as e:  # network, auth, missing repo or file: one clear line
+        why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        raise InputError(f"base: cannot get {gguf_file!r} from the Hub repo {model!r} ({why}); check the repo, the "
+                         "file name, your network and HF_TOKEN, or pass a local .gguf file") from None
+    commit = path.parent.name if path.parent.parent.name == "snapshots" else None
+    return path, commit
+
+
+def dequantize_gguf(gguf: str | Path, *, cache_dir: str | Path | None = None) -> Path:
+    """The dequantized safetensors folder of a GGUF file, created in the cache the first time.
+
+    Args:
+        gguf: a local ``.gguf`` file.
+        cache_dir: the cache root (default :func:`cache_root`); the folder is ``<root>/gguf/<sha256>``.
+
+    Returns:
+        The folder (config.json, generation_config.json, model.safetensors, tokenizer files with the chat
+        template, README.md naming the source).
+
+    Raises:
+        InputError: a missing file, a missing ``gguf`` package, or a GGUF transformers cannot read.
+
+    Example:
+        >>> dequantize_gguf("SmolLM2-135M-Instruct.Q4_1.gguf").name  # doctest: +SKIP
+        '3f0c...'
+    """
+    path = Path(gguf).expanduser()
+    if not path.is_file():
+        raise InputError(f"base.model: no such GGUF file {str(gguf)!r}; check the path")
+    sha = _sha256(path)
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+    dest = root / "gguf" / sha
+    if (dest / "config.json").is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}.tmp-", dir=dest.parent))
+    try:
+        _materialise(path, sha, tmp)
+        os.chmod(tmp, 0o755)
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process finished the same folder first: keep theirs (same bytes)
+            if not (dest / "config.json").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def _materialise(path: Path, sha: str, out: Path) -> None:
+    """Dequantize ``path`` with transformers and save it as a plain float32 safetensors folder in ``out``."""
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        raise InputError("base.model: a .gguf base needs the gguf package; pip install 'mathneuro-edit[gguf]'")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(path.parent), path.name
+    try:
+        # why float32: GGUF blocks dequantize to float32 values (scale * q + min); a narrower dtype would round them
+        quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    except Exception as e:  # noqa: BLE001 - any parse failure of a foreign file is bad input: one line
+        text = " ".join(str(e).split())[:300] or type(e).__name__
+        raise InputError(f"base.model {name!r}: transformers cannot read this GGUF file ({text}); check that its "
+                         "architecture is one transformers' GGUF support lists") from None
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # a plain model: saveable, and loaded without the gguf package
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(quantized.state_dict(), strict=True)
+    plain.generation_config = quantized.generation_config
+    del quantized
+    plain.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    for f in out.iterdir():  # save_pretrained may leave a private mode; a model folder is shared-readable
+        os.chmod(f, 0o644)
+    from importlib.metadata import version
+
+    lic = _gguf_license(path)
+    front = f"---\nlicense: {lic}\n---\n" if lic else ""  # read by card.license_from_base for the edit's card
+    (out / "README.md").write_text(
+        front + f"# Dequantized GGUF base (written by mathneuro-edit)\n\nSource: `{name}`, sha256 `{sha}`.\n"
+        f"Dequantized to float32 by transformers {version('transformers')} (gguf {version('gguf')}); "
+        "re-create it with `mathneuro-edit dequantize FILE.gguf`.\n")
+
+
+def _gguf_license(path: Path) -> str | None:
+    """The GGUF's ``general.license`` metadata when it is a plain license id (``apache-2.0``), else ``None``."""
+    import re
+
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields.get("general.license")
+    value = str(field.contents()) if field is not None else ""
+    return value if re.fullmatch(r"[\w.+-]{1,64}", value) else None
+
+
+def base_folder(base_cfg: Any) -> Path:
+    """The dequantized folder of a recipe's GGUF ``base`` section (a local file or Hub repo + ``gguf_file``)."""
+    path, _ = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
+    return dequantize_gguf(path)
+
+
+def gguf_lock_entry(base_cfg: Any) -> tuple[dict[str, Any], str | None]:
+    """``({"file": NAME, "sha256": ...}, hub commit or None)`` of a recipe's GGUF base, for the lock."""
+    path, commit = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
+    return {"file": path.name, "sha256": _sha256(path)}, commit
+
+
+def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str | None]:
+    """The GGUF type to write and the ``tokenizer.ggml.pre`` to keep, for a recipe's ``outputs.gguf``.
+
+    ``requested="base"`` becomes the GGUF base's own type (:func:`~mathneuro_edit.weights.gguf_writer.gguf_file_type`).
+    A GGUF base also gives its own ``tokenizer.ggml.pre``: transformers' GGUF tokenizer conversion does not keep
+    it (SmolLM2's ``smollm`` comes back as a plain ByteLevel ``gpt-2``), and llama.cpp picks its pre-tokenizer
+    regex by this name, so writing the converted one would change how the edited model splits digits.
+
+    Args:
+        base_cfg: the recipe's ``base`` section.
+        requested: the recipe's ``outputs.gguf`` (a type, ``"base"`` or ``None``).
+
+    Returns:
+        ``(type or None, pre or None)``; ``pre`` is ``None`` for a base that is not a GGUF (read from
+        tokenizer.json then).
+
+    Raises:
+        InputError: ``"base"`` on a base whose type the gguf package cannot write (e.g. ``Q4_K_M``).
+
+    Example:
+        >>> gguf_output(recipe.base, "base")  # doctest: +SKIP
+        ('Q4_1', 'smollm')
+    """
+    if requested is None or not getattr(base_cfg, "is_gguf", False):
+        return requested, None
+    from gguf import GGUFReader
+
+    path, _ = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
+    pre = str(field.contents()) if field is not None else None
+    if requested != "base":
+        return requested, pre
+    own = gguf_file_type(path)
+    if own not in GGUF_TYPES:
+        raise InputError(f"outputs.gguf: base: the base {path.name} is {own}, which the gguf package cannot write; "
+                         f"choose one of {', '.join(GGUF_TYPES)}")
+    return own, pre

@@ -1,0 +1,395 @@
+"""GGUF export: write a baked checkpoint as one GGUF file for llama.cpp, Ollama and LM Studio (``outputs.gguf``).
+
+The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
+``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
+Qwen3 (NeoX rotary: HF's order); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the
+hyperparameters, Llama-3 ``rope_freqs``, linear/YaRN scaling keys; a byte-level BPE tokenizer
+(``tokenizer.ggml.*``, ``gpt2`` model, llama.cpp's pre-tokenizer name) and the chat template. docs/formats.md
+lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the embedding/output at Q8_0).
+
+Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
+rows (peak memory: about one checkpoint tensor plus ~16 MiB). Deterministic: same checkpoint and type ->
+byte-identical file (fixed key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
+
+Example:
+    >>> write_gguf("out/run/checkpoint", "out/run/checkpoint/model-Q8_0.gguf", "Q8_0")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from .checkpoint import open_checkpoint
+
+__all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
+
+log = logging.getLogger(__name__)
+
+GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")  # what gguf.quants can write
+_LOW_BIT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1"}
+_ARCHS = {"llama": ("LLAMA", True), "mistral": ("LLAMA", True), "qwen2": ("QWEN2", False), "qwen3": ("QWEN3", False)}
+_CHUNK = 16 << 20  # bytes of float32 converted at a time: bounds peak memory, any size is byte-identical
+# pre-tokenizer regexes of tokenizer.json -> llama.cpp's tokenizer.ggml.pre name (public tokenizer data)
+_WORDS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
+_REST = r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_PRE_REGEX = {_WORDS + r"\p{N}{1,3}" + _REST: "llama-bpe", _WORDS + r"\p{N}" + _REST: "qwen2"}
+
+
+def _gguf():
+    try:
+        import gguf
+    except ImportError:
+        raise InputError("outputs.gguf needs the gguf package: pip install 'mathneuro-edit[gguf]'") from None
+    return gguf
+
+
+def gguf_filename(qtype: str) -> str:
+    """The GGUF's name in an output folder: ``model-<TYPE>.gguf``.
+
+    Example:
+        >>> gguf_filename("Q8_0")
+        'model-Q8_0.gguf'
+    """
+    return f"model-{qtype}.gguf"
+
+
+def _check_type(qtype: str) -> str:
+    if qtype not in GGUF_TYPES:
+        raise InputError(f"outputs.gguf: {qtype!r} is not a type gguf can write; use one of {', '.join(GGUF_TYPES)}")
+    return qtype
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if cfg.get("model_type") not in _ARCHS:
+        raise InputError(f"outputs.gguf: model_type {cfg.get('model_type')!r} is not supported; GGUF export "
+                         f"supports {', '.join(sorted(_ARCHS))} (set outputs.gguf: null)")
+    return cfg
+
+
+def _head_dim(cfg: dict[str, Any]) -> int:
+    return int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+
+
+def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """(rope theta, scaling dict or {}) of a transformers 4 (rope_theta, rope_scaling) or 5 (rope_parameters) config."""
+    params = dict(cfg.get("rope_parameters") or {})
+    scaling = dict(cfg.get("rope_scaling") or params)
+    theta = float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0)
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    return theta, ({} if kind == "default" else {**scaling, "rope_type": kind})
+
+
+def _llama3_freqs(cfg: dict[str, Any], s: dict[str, Any]) -> np.ndarray:
+    """Llama 3's per-frequency rope factors (llama.cpp's ``rope_freqs``: it divides each frequency by its factor)."""
+    theta, dim = _rope(cfg)[0], _head_dim(cfg)
+    freqs = 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    factor, low, high = float(s["factor"]), float(s.get("low_freq_factor", 1.0)), float(s.get("high_freq_factor", 4.0))
+    ctx = float(s["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / freqs
+    smooth = np.clip((ctx / wavelen - low) / (high - low), 0.0, 1.0)
+    mid = 1.0 / ((1 - smooth) / factor + smooth)  # between the two wavelengths: interpolated
+    out = np.where(wavelen < ctx / high, 1.0, np.where(wavelen > ctx / low, factor, mid))
+    return out.astype(np.float32)
+
+
+def _row_perm(rows: int, n_head: int) -> np.ndarray:
+    """Row order of llama.cpp's rotary layout: output row r is HF row perm[r] (per head: 0, d/2, 1, d/2+1, ...)."""
+    d = rows // n_head
+    return np.arange(rows).reshape(n_head, 2, d // 2).transpose(0, 2, 1).reshape(-1)
+
+
+def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, str | None, tuple[int, ...], str]]:
+    """What :func:`write_gguf` writes: ``(gguf name, checkpoint name or None, HF shape, GGML type)`` in file order
+    (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint).
+
+    Raises:
+        InputError: unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
+    """
+    gguf, folder, qtype = _gguf(), Path(folder), _check_type(qtype)
+    cfg = _config(folder)
+    arch = getattr(gguf.MODEL_ARCH, _ARCHS[cfg["model_type"]][0])
+    names = gguf.get_tensor_name_map(arch, int(cfg["num_hidden_layers"]))
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    rows: list[tuple[str, str | None, tuple[int, ...], str]] = []
+    scaling = _rope(cfg)[1]
+    if scaling and scaling["rope_type"] not in ("linear", "yarn", "llama3"):
+        raise InputError(f"outputs.gguf: rope scaling {scaling['rope_type']!r} is not supported (linear, yarn, llama3)")
+    if scaling.get("rope_type") == "llama3":
+        rows.append((gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", None, (_head_dim(cfg) // 2,), "F32"))
+    for hf, e in open_checkpoint(folder).tensors.items():
+        if hf.endswith("rotary_emb.inv_freq") or (tied and hf == "lm_head.weight"):
+            continue  # recomputed by the readers / the tied embedding
+        name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise InputError(f"outputs.gguf: {hf} has no GGUF name for {cfg['model_type']}; set outputs.gguf: null")
+        rows.append((name, hf, tuple(e.shape), _tensor_type(gguf, name, e.shape, qtype)))
+
+    return rows  # llama.cpp's order: extra tensors (rope_freqs) first, then the checkpoint's file order
+
+
+def _tensor_type(gguf: Any, name: str, shape: tuple[int, ...], qtype: str) -> str:
+    if len(shape) < 2:
+        return "F32"
+    want = "Q8_0" if qtype in _LOW_BIT and name.split(".")[0] in ("token_embd", "output") else qtype
+    block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[want]][0]
+    if shape[-1] % block:
+        log.info("gguf: %s rows of %d are not a multiple of %s's block %d: F16", name, shape[-1], want, block)
+        return "F16"
+    return want
+
+
+def _encode(gguf: Any, x: np.ndarray, ggml_type: str) -> np.ndarray:
+    """float32 rows -> the type's bytes (F16: IEEE round to nearest even; BF16 and Q*: gguf.quants)."""
+    if ggml_type == "F32":
+        return x
+    if ggml_type == "F16":
+        return x.astype(np.float16)
+    return gguf.quants.quantize(x, gguf.GGMLQuantizationType[ggml_type])
+
+
+def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
+    """Yield ``(row, float32 rows iterator)`` per planned tensor, one checkpoint tensor in memory at a time."""
+    ckpt = open_checkpoint(folder)
+    heads = {"attn_q": int(cfg["num_attention_heads"]),
+             "attn_k": int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])}
+    for row in plan:
+        name, hf, shape, _ = row
+        if hf is None:
+            yield row, iter([_llama3_freqs(cfg, _rope(cfg)[1])])
+            continue
+        w = ckpt.read(hf).float().numpy()
+        kind = name.split(".")[2] if name.startswith("blk.") else ""
+        if perm and kind in heads:
+            w = w[_row_perm(shape[0], heads[kind])]
+        w = w.reshape(shape[0], -1) if w.ndim > 1 else w
+        step = max(1, _CHUNK // max(4 * (w[0].size if w.ndim > 1 else w.size), 1))
+        yield row, (w[i:i + step] for i in range(0, len(w), step)) if w.ndim > 1 else iter([w])
+        del w
+
+
+def check_gguf(folder: str | Path, qtype: str) -> None:
+    """Raise :class:`InputError` now if :func:`write_gguf` would refuse this model folder (type, package,
+    architecture, rope scaling, tensor names, tokenizer); reads config and headers only."""
+    gguf_plan(folder, qtype)
+    _tokens(_gguf(), Path(folder), 0)
+
+
+def _tokens(gguf: Any, folder: Path, n_vocab: int) -> tuple[list[str], list[Any], str]:
+    """(tokens by id, token types, llama.cpp pre-tokenizer name) of a byte-level BPE tokenizer.json."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise InputError(f"outputs.gguf: {folder.name} has no tokenizer.json; GGUF needs the tokenizer's vocabulary")
+    tok = json.loads(path.read_text(encoding="utf-8"))
+    model, pre = tok.get("model", {}), _pre_name(tok.get("pre_tokenizer") or {})
+    if model.get("type") != "BPE" or pre is None:
+        raise InputError("outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM2, GPT-2) are written; "
+                         f"this tokenizer is {model.get('type')} with pre-tokenizer "
+                         f"{json.dumps(tok.get('pre_tokenizer'))[:80]}; set outputs.gguf: null")
+    added = {a["id"]: a for a in tok.get("added_tokens", [])}
+    by_id = {i: t for t, i in model["vocab"].items()} | {i: a["content"] for i, a in added.items()}
+    tokens, types = [], []
+    for i in range(max(n_vocab, len(by_id))):
+        if i not in by_id:  # ids the model has but the tokenizer lacks (padded embeddings): llama.cpp's filler
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.USER_DEFINED)
+        else:
+            tokens.append(by_id[i])
+            types.append(gguf.TokenType.NORMAL if i not in added else
+                         gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
+    return tokens, types, pre
+
+
+def _vocab(gguf: Any, writer: Any, folder: Path, n_vocab: int, pre: str | None) -> None:
+    tokens, types, found = _tokens(gguf, folder, n_vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre or found)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    quiet = logging.getLogger("gguf.vocab")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its TemplateProcessing guesses warn on harmless templates
+    try:
+        special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=len(tokens))
+        if "bos" not in special.add_special_token:  # explicit: llama.cpp's default depends on the pre-tokenizer
+            from tokenizers import Tokenizer
+
+            ids = Tokenizer.from_file(str(folder / "tokenizer.json")).encode("a").ids
+            special.add_special_token["bos"] = bool(ids) and ids[0] == special.special_token_ids.get("bos")
+        special.add_to_gguf(writer, quiet=True)
+    finally:
+        quiet.setLevel(level)
+
+
+def _pre_name(p: dict[str, Any]) -> str | None:
+    """llama.cpp's name for a byte-level pre-tokenizer (None: not byte-level, or a regex llama.cpp may not know)."""
+    steps = p.get("pretokenizers", [p]) if p.get("type") == "Sequence" else [p]
+    kinds = [s.get("type") for s in steps]
+    if kinds == ["ByteLevel"] and steps[0].get("use_regex", True):
+        return "gpt-2"
+    if kinds == ["Digits", "ByteLevel"] and steps[0].get("individual_digits") and steps[1].get("use_regex", True):
+        return "smollm"
+    if kinds == ["Split", "ByteLevel"] and not steps[1].get("use_regex", True):
+        return _PRE_REGEX.get(steps[0].get("pattern", {}).get("Regex", ""))
+    return None
+
+
+def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name: str | None = None,
+               pre: str | None = None) -> Path:
+    """Write a baked checkpoint folder as one GGUF file of type ``qtype`` (streaming, atomic, deterministic).
+
+    Args:
+        checkpoint: a Hugging Face folder with safetensors weights, config.json and tokenizer.json.
+        out_path: the ``.gguf`` file to create (replaced when it exists).
+        qtype: one of :data:`GGUF_TYPES`.
+        name: ``general.name`` (default: the model type); never a local path.
+        pre: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json (e.g. a GGUF base's own:
+            transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``).
+
+    Returns:
+        The written path.
+
+    Raises:
+        InputError: missing gguf package, unsupported architecture, rope scaling, tokenizer or type.
+
+    Example:
+        >>> write_gguf("out/checkpoint", "out/checkpoint/model-F16.gguf", "F16")  # doctest: +SKIP
+    """
+    gguf, folder, out = _gguf(), Path(checkpoint), Path(out_path)
+    plan = gguf_plan(folder, qtype)
+    cfg = _config(folder)
+    arch_name, perm = _ARCHS[cfg["model_type"]]
+    arch = gguf.MODEL_ARCH_NAMES[getattr(gguf.MODEL_ARCH, arch_name)]
+    w = gguf.GGUFWriter(None, arch)
+    w.add_type("model")
+    w.add_name(name or cfg["model_type"])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    ftype = "ALL_F32" if qtype == "F32" else f"MOSTLY_{qtype}"
+    w.add_file_type(int(gguf.LlamaFileType[ftype]))
+    n_head, head_dim = int(cfg["num_attention_heads"]), _head_dim(cfg)
+    theta, scaling = _rope(cfg)
+    for add, value in ((w.add_context_length, int(cfg["max_position_embeddings"])),
+                       (w.add_embedding_length, int(cfg["hidden_size"])),
+                       (w.add_block_count, int(cfg["num_hidden_layers"])),
+                       (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
+                       (w.add_head_count_kv, int(cfg.get("num_key_value_heads") or n_head)),
+                       (w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
+                       (w.add_vocab_size, int(cfg["vocab_size"])), (w.add_rope_dimension_count, head_dim)):
+        add(value)
+    if head_dim != int(cfg["hidden_size"]) // n_head:  # Qwen3: head_dim is not hidden/heads
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    if scaling.get("rope_type") in ("linear", "yarn"):
+        w.add_rope_scaling_type(gguf.RopeScalingType[scaling["rope_type"].upper()])
+        w.add_rope_scaling_factor(float(scaling["factor"]))
+        if "original_max_position_embeddings" in scaling:
+            w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    _vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)
+    for gname, _, shape, t in plan:
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
+        n_bytes = math.prod(shape[:-1]) * (shape[-1] // block) * size
+        w.add_tensor_info(gname, shape, np.dtype(np.float32), n_bytes, raw_dtype=gguf.GGMLQuantizationType[t])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
+    os.close(fd)
+    try:
+        w.write_header_to_file(path=Path(tmp))
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        f = w.fout[0]
+        for (gname, _, _, t), chunks in _tensors(folder, cfg, plan, perm):
+            w.write_padding(f, f.tell())  # each tensor starts aligned (GGUF's data alignment, 32 bytes)
+            start = f.tell()
+            for x in chunks:
+                _encode(gguf, np.ascontiguousarray(x, dtype=np.float32), t).tofile(f)
+            w.write_padding(f, f.tell() - start)
+        w.close()
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        w.close()
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def gguf_file_type(path: str | Path) -> str:
+    """The dominant tensor type of a GGUF file (``"Q4_1"``, ``"F16"``...): ``general.file_type`` when set, else
+    the type holding most matrix entries. Whether :func:`write_gguf` can write it: ``in GGUF_TYPES``.
+
+    Example:
+        >>> gguf_file_type("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
+        'Q4_1'
+    """
+    gguf = _gguf()
+    r = gguf.GGUFReader(str(path))
+    field = r.fields.get("general.file_type")
+    if field is not None:
+        ft = gguf.LlamaFileType(int(field.contents()))
+        return "F32" if ft == gguf.LlamaFileType.ALL_F32 else ft.name.removeprefix("MOSTLY_")
+    counts: dict[str, int] = {}
+    for t in r.tensors:
+        if len(t.shape) > 1:
+            counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + int(t.n_elements)
+    return max(sorted(counts), key=counts.__getitem__) if counts else "F32"
+
+
+# Why these bounds: a block of 32 entries with largest magnitude A is stored with step A/127 (Q8_0), A/8 (Q4_0,
+# values beyond +7 steps clip), (max-min)/15 <= 2A/15 (Q4_1), A/16 (Q5_0), 2A/31 (Q5_1): the rounding error is at
+# most about one step (half a step plus clipping and the fp16 scale's rounding).
+_STEP = {"Q8_0": 1 / 127, "Q4_0": 1 / 8, "Q4_1": 2 / 15, "Q5_0": 1 / 16, "Q5_1": 2 / 31}
+
+
+def audit_gguf(path: str | Path, checkpoint: str | Path) -> tuple[int, list[str]]:
+    """Check a GGUF against the baked checkpoint it was written from, one tensor at a time.
+
+    Every planned tensor must be present with its shape and type; F32 must equal the checkpoint, F16/BF16 its
+    rounding, quantized tensors must be byte-identical to quantizing the checkpoint's (permuted) tensor and their
+    dequantized values within one quantization step of it (:data:`_STEP`, relative to each block's largest entry).
+
+    Returns:
+        ``(tensors checked, ["name: why" for each mismatch])``.
+    """
+    gguf, folder = _gguf(), Path(checkpoint)
+    r = gguf.GGUFReader(str(path))
+    got = {t.name: t for t in r.tensors}
+    ft = gguf_file_type(path)
+    if ft not in GGUF_TYPES:
+        return 0, [f"{Path(path).name}: file type {ft} is not one mathneuro-edit writes"]
+    cfg = _config(folder)
+    plan = gguf_plan(folder, ft)
+    bad = [f"{n}: missing" for n, *_ in plan if n not in got]
+    bad += [f"{n}: not a tensor of this checkpoint" for n in sorted(set(got) - {p[0] for p in plan})]
+    checked = 0
+    present = [p for p in plan if p[0] in got]
+    for (gname, _, shape, t), chunks in _tensors(folder, cfg, present, _ARCHS[cfg["model_type"]][1]):
+        g = got[gname]
+        if g.tensor_type.name != t or [int(s) for s in g.shape] != list(reversed(shape)):
+            bad.append(f"{gname}: {g.tensor_type.name}{list(g.shape)} but {t}{list(reversed(shape))} expected")
+            continue
+        checked += 1
+        data, row0 = g.data.reshape(-1) if len(shape) == 1 else g.data.reshape(math.prod(shape[:-1]), -1), 0
+        for x in chunks:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+            stored = data[row0:row0 + len(x)] if x.ndim > 1 else data
+            row0 += len(x)
+            if _encode(gguf, x, t).view(np.uint8).tobytes() != np.asarray(stored).view(np.uint8).tobytes():
+                bad.append(f"{gname}: not the {t} encoding of the checkpoint's tensor")
+                break
+            if t in _STEP:
+                deq = gguf.quants.dequantize(np.asarray(stored), gguf.GGMLQuantizationType[t]).reshape(-1, 32)
+                blocks = x.reshape(-1, 32)
+                err = np.abs(deq - blocks).max(axis=1)
+                if (err > _STEP[t] * np.abs(blocks).max(axis=1) * 1.01 + 1e-12).any():
+                    bad.append(f"{gname}: dequantized values differ by more than one {t} step")
+                    break
+    return checked, bad

@@ -1,0 +1,52 @@
+"""Checks of a safetensors header against its file, before any tensor is read.
+
+A truncated download, a header length field of 2^62 or a tensor whose byte range does not match its dtype and
+shape would otherwise surface as a ``MemoryError`` or a ``RuntimeError`` deep inside a reader; here each is one
+:class:`~mathneuro_edit.errors.InputError` naming the file and the tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+__all__ = ["check_header_length", "check_entries", "ITEM_BYTES", "MAX_HEADER"]
+
+# bytes per element of each safetensors dtype code (sub-byte and unknown codes are not size-checked)
+ITEM_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
+              "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+MAX_HEADER = 100 * 1024 * 1024  # the reference reader's own limit on the JSON header
+
+
+def check_header_length(path: Path, n: int, size: int, fix: str) -> None:
+    """Refuse a header length longer than the file (or than the reference reader's 100 MB limit).
+
+    Example:
+        >>> check_header_length(Path("m.safetensors"), 2**62, 1000, "re-save it")
+        Traceback (most recent call last):
+        ...
+        mathneuro_edit.errors.InputError: m.safetensors: header length 4611686018427387904 exceeds the file (1000 bytes); the file is truncated or corrupt: re-save it
+    """
+    if n > min(size - 8, MAX_HEADER):
+        raise InputError(f"{path}: header length {n} exceeds the file ({size} bytes); the file is truncated "
+                         f"or corrupt: {fix}")
+
+
+def check_entries(path: Path, entries: Iterable[Any], base: int, size: int, fix: str) -> None:
+    """Refuse a tensor (``name, dtype, shape, start, end`` as absolute byte offsets) that lies outside the file's
+    data or whose byte count is not ``numel x item size``."""
+    for e in entries:
+        numel = 1
+        for d in e.shape:
+            numel *= int(d)
+        if e.end < e.start or e.start < base:
+            raise InputError(f"{path}: tensor {e.name} has invalid data offsets; the file is corrupt: {fix}")
+        if e.end > size:
+            raise InputError(f"{path}: tensor {e.name} ends at byte {e.end} but the file has {size}; the file is "
+                             f"truncated: {fix}")
+        if e.dtype in ITEM_BYTES and e.end - e.start != numel * ITEM_BYTES[e.dtype]:
+            raise InputError(f"{path}: tensor {e.name} stores {e.end - e.start} bytes but {e.dtype} {list(e.shape)} "
+                             f"needs {numel * ITEM_BYTES[e.dtype]}; the file is corrupt: {fix}")

@@ -1,0 +1,333 @@
+"""Loading a base model (one device, or placed by accelerate) and reading its weights when they are offloaded.
+
+- :func:`load_model`: a recipe's ``base`` section -> ``(model, tokenizer)`` through plain transformers
+  (``from_pretrained`` with ``use_safetensors=True``; ``device_map`` / ``max_memory`` / ``offload_folder`` are
+  handed to accelerate's big-model placement, nothing home-made).
+- :func:`model_weights`: a model's parameters as a lazy ``name -> tensor`` mapping in which parameters offloaded
+  by accelerate (meta tensors in ``named_parameters()``) are read back through transformers' own
+  ``load_offloaded_parameter`` (the function ``save_pretrained`` uses).
+- :func:`weights_from_checkpoint`: the target weights read straight from a checkpoint's safetensors files, under
+  the names transformers gives them once loaded (renamed, and re-laid-out for fused MoE experts), without
+  loading the model at all.
+
+Both mappings can be passed to :func:`~mathneuro_edit.engine.mask.find_math_params` in place of a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..engine.targets import find_targets
+from ..errors import InputError
+from ..recipe.schema import BaseConfig
+from .base import resolve_base, resolve_model_path
+from .checkpoint import open_checkpoint
+from .edit_plan import meta_model, plan_edits
+from .gguf_reader import base_folder
+from .remote_code import check_remote_code, remote_code_error
+
+__all__ = ["load_model", "model_weights", "weights_from_checkpoint", "CheckpointWeights"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
+    """``"bfloat16"`` -> ``torch.bfloat16``; ``"auto"``/``None`` stay ``"auto"`` (the checkpoint's dtype)."""
+    if dtype is None or dtype == "auto":
+        return "auto"
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise InputError(f"dtype: must be float32, bfloat16, float16 or auto, got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def _auto_device(device: str | None) -> torch.device:
+    """``"auto"`` -> the first accelerator present (cuda, then mps), else cpu."""
+    if device in (None, "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise InputError(f"device: {device!r} is not a device; use cpu, cuda, cuda:N, mps or auto") from None
+
+
+def load_model(
+    base_cfg_or_path: Any,
+    *,
+    dtype: str | torch.dtype | None = None,
+    device: str | None = None,
+    device_map: str | dict[str, Any] | None = None,
+    max_memory: dict[Any, str] | None = None,
+    offload_folder: str | Path | None = None,
+    trust_remote_code: bool | None = None,
+    revision: str | None = None,
+) -> tuple[nn.Module, Any]:
+    """Load a causal LM and its tokenizer from a recipe's ``base`` section or a model reference.
+
+    Args:
+        base_cfg_or_path: a :class:`~mathneuro_edit.recipe.schema.BaseConfig`, or a model reference: ``"organism"``
+            (the shipped model), a local folder, or a Hub id. With a ``BaseConfig``, its fields are the defaults
+            of every argument below.
+        dtype: ``"float32"``, ``"bfloat16"``, ``"float16"``, ``"auto"`` (the checkpoint's) or a ``torch.dtype``.
+        device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto`` (first accelerator, else cpu); ignored
+            placement-wise when ``device_map`` is set.
+        device_map: accelerate placement (``"auto"``, ``"balanced"``, or ``{module: device | "cpu" | "disk"}``).
+        max_memory: per-device caps for ``device_map``, e.g. ``{0: "20GiB", "cpu": "60GiB"}``.
+        offload_folder: folder for weights placed on ``"disk"`` that transformers must re-save (fused MoE).
+        trust_remote_code: run the repository's own code (only when asked; default ``False``).
+        revision: Hub branch, tag or commit.
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode.
+
+    Raises:
+        InputError: a missing local folder, an unknown dtype/device, both ``device`` and ``device_map``, a model
+            without safetensors weights, a Hub id that cannot be fetched, a base that needs its own code without
+            ``trust_remote_code``, a corrupt shard (naming file and tensor), or weights missing from the checkpoint.
+
+    Example:
+        >>> model, tok = load_model("organism", dtype="float32", device="cpu")  # doctest: +SKIP
+        >>> big, tok = load_model("meta-llama/Llama-3.1-70B", dtype="bfloat16", device_map="auto",
+        ...     max_memory={0: "70GiB", "cpu": "200GiB"}, offload_folder="/scratch/off")  # doctest: +SKIP
+    """
+    if isinstance(base_cfg_or_path, BaseConfig):
+        b = base_cfg_or_path
+        dtype = b.dtype if dtype is None else dtype
+        device = b.device if device is None else device
+        device_map = b.device_map if device_map is None else device_map
+        max_memory = b.max_memory if max_memory is None else max_memory
+        offload_folder = b.offload_folder if offload_folder is None else offload_folder
+        trust_remote_code = b.trust_remote_code if trust_remote_code is None else trust_remote_code
+        revision = b.revision if revision is None else revision
+        base_cfg_or_path = b.model
+        if b.is_gguf:  # a Hub repo + gguf_file, or a local .gguf: its dequantized folder (docs/gguf.md)
+            base_cfg_or_path, revision = str(base_folder(b)), None
+    if device_map is not None and device not in (None, "auto"):
+        raise InputError(f"base: set device or device_map, not both (got device={device!r}); drop one of them")
+    if (max_memory is not None or offload_folder is not None) and device_map is None:
+        raise InputError("base: max_memory and offload_folder need device_map (e.g. device_map: auto)")
+    path = resolve_model_path(base_cfg_or_path)
+    check_remote_code(path, bool(trust_remote_code))  # one line instead of transformers' prompt
+    local = Path(path)
+    if local.is_dir() and any(local.glob("*.safetensors")):
+        open_checkpoint(local)  # headers only: a truncated or corrupt shard is one line naming file and tensor
+    torch_dtype = _torch_dtype(dtype)
+    if device_map is None:
+        target = _auto_device(device)
+        # why a one-device map for accelerators: the weights go straight to the device, no full copy in RAM first
+        device_map = None if target.type == "cpu" else {"": str(target)}
+    kwargs: dict[str, Any] = dict(revision=revision, trust_remote_code=bool(trust_remote_code))
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch_dtype, use_safetensors=True, device_map=device_map, max_memory=max_memory,
+            offload_folder=None if offload_folder is None else str(offload_folder), output_loading_info=True,
+            **kwargs,
+        )
+    except ValueError as e:  # a Hub repo that needs its own code
+        raise (remote_code_error(base_cfg_or_path, e) or e) from None
+    except OSError as e:  # missing safetensors, unknown repo, no network: one clear line
+        raise InputError(
+            f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check the id or folder, that "
+            "it has *.safetensors weights, your network and HF_TOKEN"
+        ) from None
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # transformers would only warn and initialise them randomly: an edit of that is meaningless
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise InputError(f"base.model {str(base_cfg_or_path)!r}: the checkpoint lacks {len(missing)} weight(s) of "
+                         f"the model ({', '.join(missing[:3])}{more}); re-download or re-save the base")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as e:
+        err = remote_code_error(base_cfg_or_path, e)
+        if err is not None:
+            raise err from None
+        raise InputError(
+            f"base.model {str(base_cfg_or_path)!r}: cannot load its tokenizer ({_first_line(e)}); the folder needs "
+            "the tokenizer files save_pretrained writes"
+        ) from None
+    model.eval()
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------------------------------------- weights
+
+
+class _LazyWeights(Mapping[str, torch.Tensor]):
+    """Base of the lazy weight mappings: values are read on access, never cached (one tensor in memory)."""
+
+    _shapes: dict[str, tuple[int, ...]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shapes)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._shapes
+
+    def shape_of(self, name: str) -> tuple[int, ...]:
+        """The tensor's shape without reading it."""
+        return self._shapes[name]
+
+
+class _ModelWeights(_LazyWeights):
+    def __init__(self, model: nn.Module) -> None:
+        self._model = model
+        self._params = dict(model.named_parameters(remove_duplicate=False))
+        self._shapes = {n: tuple(p.shape) for n, p in self._params.items()}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        p = self._params[name]
+        if p.device.type != "meta":
+            return p.detach()
+        from transformers.integrations.accelerate import load_offloaded_parameter
+
+        try:
+            return load_offloaded_parameter(self._model, name)  # accelerate's offload map: RAM or disk
+        except (ValueError, KeyError) as e:
+            raise InputError(
+                f"{name}: the parameter is on the meta device and no accelerate offload holds it ({e}); load the "
+                "model with from_pretrained(device_map=...) or read the weights with weights_from_checkpoint"
+            ) from None
+
+
+def model_weights(model: nn.Module) -> Mapping[str, torch.Tensor]:
+    """The model's parameters by name, offloaded ones (meta tensors) read back from accelerate's offload.
+
+    Args:
+        model: a transformers model, possibly placed with ``device_map`` and CPU/disk offload.
+
+    Returns:
+        A lazy read-only mapping ``named_parameters() name -> tensor`` (resident parameters as they are;
+        offloaded ones loaded on each access, in the model's dtype); ``.shape_of(name)`` costs nothing.
+
+    Example:
+        >>> mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=0.05)  # doctest: +SKIP
+    """
+    return _ModelWeights(model)
+
+
+class CheckpointWeights(_LazyWeights):
+    """Target weights of a checkpoint folder under their loaded (``named_parameters()``) names, read lazily.
+
+    Built by :func:`weights_from_checkpoint`. Each access reads the tensor from the safetensors files
+    (``safe_open``); a fused-experts weight that the checkpoint stores per expert is assembled exactly:
+    transformers' save-time conversion is applied to the *positions* of the fused tensor, which says where each
+    stored entry goes (a pure re-layout, checked to cover every position exactly once).
+    """
+
+    def __init__(self, folder: Path, names: Iterable[str] | None, dtype: torch.dtype | None,
+                 trust_remote_code: bool = False) -> None:
+        self.folder = folder
+        self.dtype = dtype
+        self._ckpt = open_checkpoint(folder)
+        self._model = meta_model(folder, trust_remote_code=trust_remote_code)
+        if self._model is None:
+            raise InputError(f"{folder}: transformers cannot build this model family from config.json; "
+                             "load the model and use model_weights(model) instead")
+        params = {n: tuple(p.shape) for n, p in self._model.named_parameters(remove_duplicate=False)}
+        wanted = list(find_targets(self._model)) if names is None else list(names)
+        unknown = [n for n in wanted if n not in params]
+        if unknown:
+            raise InputError(f"{unknown[0]!r} is not a parameter of the model in {folder}; "
+                             "the names come from another model: recalibrate on this one")
+        self._shapes = {n: params[n] for n in wanted}
+        self._plan = plan_edits(self._ckpt, _ShapeList(self._shapes), self._model, trust_remote_code=trust_remote_code)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        shape = self._shapes[name]
+        if name in self._plan.direct:
+            t = self._ckpt.read(self._plan.direct[name][0])
+        else:
+            t = self._assemble(name, shape)
+        return t.reshape(shape) if self.dtype is None else t.reshape(shape).to(self.dtype)
+
+    def _assemble(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        from transformers.core_model_loading import revert_weight_conversion
+
+        numel = int(torch.Size(shape).numel())
+        # Why int32 when it fits: the position tensor is the largest temporary here (a fused MoE weight).
+        pos_dtype = torch.int32 if numel < 2**31 else torch.int64
+        positions = torch.arange(numel, dtype=pos_dtype).reshape(shape)
+        pieces = revert_weight_conversion(self._model, {name: positions})  # converted name -> positions
+        sources = self._plan.converted[name]
+        out: torch.Tensor | None = None
+        seen = torch.zeros(numel, dtype=torch.bool)
+        for conv_name, pos in pieces.items():
+            stored = self._ckpt.read(sources[conv_name])
+            if out is None:
+                out = torch.empty(numel, dtype=stored.dtype)
+            idx = pos.reshape(-1).long()
+            out[idx] = stored.reshape(-1).to(out.dtype)
+            seen[idx] = True
+        if out is None or not bool(seen.all()):
+            raise InputError(f"{name}: the checkpoint pieces do not cover the whole fused weight; re-save the base")
+        return out
+
+
+class _ShapeList:
+    """The two things :func:`~mathneuro_edit.weights.edit_plan.plan_edits` asks of a mask: names and shapes."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        self._shapes = shapes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shapes)
+
+    def shape_of(self, name: str) -> tuple[int, ...]:
+        return self._shapes[name]
+
+
+def weights_from_checkpoint(
+    model_dir: str | Path,
+    *,
+    names: Iterable[str] | None = None,
+    dtype: str | torch.dtype | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> CheckpointWeights:
+    """Read target weights from a checkpoint's safetensors files, named as ``from_pretrained`` names them.
+
+    For models too big to hold: the mask step needs each weight once, so it can read them one at a time from
+    disk instead of from a loaded (possibly offloaded) model.
+
+    Args:
+        model_dir: the model folder (``organism``, a local folder, or a Hub id resolved in the Hub cache).
+        names: parameter names to expose (e.g. ``math_stats.targets``); default: every target of the model.
+        dtype: cast each weight to this dtype, the one the model was calibrated in (``stats.meta["dtype"]``),
+            so that scores equal those of the loaded model; ``None`` keeps the stored dtype.
+        revision: Hub revision for a Hub id.
+        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
+
+    Returns:
+        A lazy :class:`CheckpointWeights` mapping ``name -> tensor`` (read on access, nothing cached).
+
+    Raises:
+        InputError: no safetensors weights, a name that is not a parameter, or a weight that cannot be mapped.
+
+    Example:
+        >>> w = weights_from_checkpoint("/models/llama", names=math.targets, dtype=math.meta["dtype"])  # doctest: +SKIP
+        >>> mask = find_math_params(w, math, general, top_k=0.05)  # doctest: +SKIP
+    """
+    torch_dtype = None if dtype is None else _torch_dtype(dtype)
+    folder = resolve_base(resolve_model_path(model_dir), revision=revision)
+    return CheckpointWeights(folder, names, torch_dtype if isinstance(torch_dtype, torch.dtype) else None,
+                             trust_remote_code)

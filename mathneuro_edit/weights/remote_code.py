@@ -1,0 +1,63 @@
+"""Repository code never runs without an explicit opt-in (``base.trust_remote_code: true``).
+
+transformers runs a repository's own Python (``auto_map`` in ``config.json`` or ``tokenizer_config.json``) when
+``trust_remote_code=True``, and *asks on the terminal* when it is left unset. mathneuro-edit always passes an
+explicit value (the recipe's, default ``False``) and checks a local folder first, so the user gets one line
+saying what to do instead of a prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+__all__ = ["check_remote_code", "REMOTE_CODE_FIX", "remote_code_error"]
+
+REMOTE_CODE_FIX = ("pass `base.trust_remote_code: true` (recipe, or --set base.trust_remote_code=true) only if "
+                   "you trust that code")
+_FILES = ("config.json", "tokenizer_config.json")
+
+
+def _auto_map(folder: Path) -> str | None:
+    for name in _FILES:
+        try:
+            data: Any = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("auto_map"):
+            return name
+    return None
+
+
+def check_remote_code(model: str | Path, trust_remote_code: bool) -> None:
+    """Refuse a local model folder whose config asks for its own code, unless ``trust_remote_code``.
+
+    Args:
+        model: a local folder (checked) or a Hub id (transformers refuses it, see :func:`remote_code_error`).
+        trust_remote_code: the user's opt-in.
+
+    Raises:
+        InputError: ``auto_map`` in ``config.json`` / ``tokenizer_config.json`` without the opt-in.
+
+    Example:
+        >>> check_remote_code("/nonexistent", False)
+    """
+    if trust_remote_code:
+        return
+    folder = Path(model).expanduser()
+    found = _auto_map(folder) if folder.is_dir() else None
+    if found:
+        raise InputError(f"base: {folder} needs its own Python code ({found} has auto_map), which is never run "
+                         f"without asking; {REMOTE_CODE_FIX}")
+
+
+def remote_code_error(model: str | Path, exc: BaseException) -> InputError | None:
+    """transformers' refusal of a Hub repo that needs remote code, as one line with the fix (else None)."""
+    text = str(exc)
+    if "trust_remote_code" in text or "custom code" in text:
+        return InputError(f"base: {model} needs its own Python code, which is never run without asking; "
+                          f"{REMOTE_CODE_FIX}")
+    return None
