@@ -1,0 +1,58 @@
+"""The run folder: the one home of its file names, and finding them in a folder.
+
+``mathneuro-edit run`` writes::
+
+    OUT/
+      checkpoint/                      the edited model (README.md card, lock, eval.json inside)
+      adapter/                         the same edit as a PEFT adapter (when outputs.adapter)
+      mask.safetensors                 the math-specific weights
+      stats/math.stats.safetensors     calibration statistics, one file per set
+      stats/general-<i>.stats.safetensors
+      eval.json                        base vs edited, with intervals and paired tests
+      mathneuro_recipe.lock.yaml       the recipe with every default explicit, plus every hash
+
+``calibrate --out`` writes the ``*.stats.safetensors`` files directly; ``sweep --out`` writes ``sweep.json``,
+``sweep.csv`` and the statistics; ``consistency --out`` writes ``consistency.json``. Every writer and reader of
+these names imports them from here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "LOCK_NAME", "MASK_NAME", "EVAL_NAME", "STATS_DIR", "MATH_STATS_NAME", "CHECKPOINT_DIR", "ADAPTER_DIR",
+    "OUTPUT_DIRS", "SWEEP_JSON", "SWEEP_CSV", "CONSISTENCY_JSON", "general_stats_name", "general_stats_files",
+]
+
+LOCK_NAME = "mathneuro_recipe.lock.yaml"
+MASK_NAME = "mask.safetensors"
+EVAL_NAME = "eval.json"
+STATS_DIR = "stats"
+MATH_STATS_NAME = "math.stats.safetensors"
+CHECKPOINT_DIR = "checkpoint"
+ADAPTER_DIR = "adapter"
+OUTPUT_DIRS = (CHECKPOINT_DIR, ADAPTER_DIR)  # the sub-folders a run folder may publish
+SWEEP_JSON = "sweep.json"
+SWEEP_CSV = "sweep.csv"
+CONSISTENCY_JSON = "consistency.json"
+_GENERAL_GLOB = "general-*.stats.safetensors"
+
+
+def general_stats_name(i: int) -> str:
+    """File name of the ``i``-th general statistics set.
+
+    Example:
+        >>> general_stats_name(0)
+        'general-0.stats.safetensors'
+    """
+    return f"general-{i}.stats.safetensors"
+
+
+def general_stats_files(folder: str | Path) -> list[Path]:
+    """The general statistics files of a statistics folder, in set order (``general-0``, ``general-1``, ...)."""
+    def index(p: Path) -> tuple[int, str]:
+        digits = p.name.removeprefix("general-").split(".", 1)[0]
+        return (int(digits), p.name) if digits.isdigit() else (1 << 62, p.name)
+
+    return sorted(Path(folder).glob(_GENERAL_GLOB), key=index)

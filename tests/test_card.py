@@ -15,16 +15,8 @@ from mathneuro_edit.publish.card import CITATION, build_card, license_from_base,
 from mathneuro_edit.data.sources import load_texts
 from mathneuro_edit.errors import InputError, MathNeuroEditError
 from mathneuro_edit.evaluation.results import EvalResults, GeneralResult, MathPrediction, MathResult
-from mathneuro_edit.publish.lock import (
-    LOCK_NAME,
-    build_lock,
-    check_base_weights,
-    library_versions,
-    output_hashes,
-    read_lock,
-    recipe_from_lock,
-    write_lock,
-)
+from mathneuro_edit.publish.lock import build_lock, check_base_weights, library_versions, output_hashes, read_lock, recipe_from_lock, write_lock
+from mathneuro_edit.layout import LOCK_NAME
 from mathneuro_edit.recipe.schema import recipe_sha256
 from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 

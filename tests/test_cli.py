@@ -179,7 +179,7 @@ def test_internal_error_exit_1_and_debug_traceback(workspace, tmp_path, monkeypa
 
 def test_subprocess_exit_codes(workspace, tmp_path):
     env = {**os.environ, "MATHNEURO_EDIT_DEBUG": ""}
-    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli.main", "run", str(workspace / "recipe.yaml"),
+    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", "run", str(workspace / "recipe.yaml"),
                            "--out", str(tmp_path / "o"), "--set", "mask.top_k=2"],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "mask.top_k" in proc.stderr and "Traceback" not in proc.stderr
@@ -237,7 +237,7 @@ def test_data_parallel_calibrate_under_torchrun_matches_single_process(workspace
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
-           "-m", "mathneuro_edit.cli.main", "calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "dp"), "-q"]
+           "-m", "mathneuro_edit.cli", "calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "dp"), "-q"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _run("calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "one"), "-q")[0] == 0

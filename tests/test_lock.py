@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.publish.lock import LOCK_NAME, build_lock, private_paths, read_lock, write_lock
+from mathneuro_edit.publish.lock import build_lock, private_paths, read_lock, write_lock
+from mathneuro_edit.layout import LOCK_NAME
 from mathneuro_edit.util.hashing import sha256_file
 from mathneuro_edit.recipe.schema import recipe_sha256
 from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict

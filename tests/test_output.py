@@ -31,7 +31,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONWARNINGS", "HF_HUB_DISABLE_PROGRESS"))}
     env.update(MATHNEURO_EDIT_DEBUG="", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli.main", *args], cwd=cwd, env=env,
+    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return proc

@@ -163,7 +163,7 @@ def test_repository_code_with_yes_on_a_real_terminal_stdin(ws: Path, evil: tuple
     """The reported case exactly: `yes | mathneuro-edit export ...` in a shell."""
     base, marker = evil
     recipe = _recipe_for(ws, base, "evil2.yaml")
-    cmd = (f"yes | {sys.executable} -m mathneuro_edit.cli.main export {recipe} --mask {ws / 'mask.safetensors'} "
+    cmd = (f"yes | {sys.executable} -m mathneuro_edit.cli export {recipe} --mask {ws / 'mask.safetensors'} "
            f"--out {tmp_path / 'o'} -q")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=300)

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cli(*args: str, seed: str = "0", cwd: Path | None = None, umask: int = 0o022,
          env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "mathneuro_edit.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd, preexec_fn=lambda: os.umask(umask))
 
 

@@ -15,6 +15,7 @@ import click
 
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
+from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
 
 DEBUG_ENV = "MATHNEURO_EDIT_DEBUG"
 
@@ -167,9 +168,9 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
         return  # a data-parallel rank other than 0: rank 0 writes the files
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    click.echo(math_stats.save(folder / "math.stats.safetensors"))
+    click.echo(math_stats.save(folder / MATH_STATS_NAME))
     for i, g in enumerate(generals):
-        click.echo(g.save(folder / f"general-{i}.stats.safetensors"))
+        click.echo(g.save(folder / general_stats_name(i)))
 
 
 @main.command()
@@ -191,8 +192,8 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
     r = _recipe(recipe, sets)
     _refuse_base(r, out)
     folder = Path(stats_dir)
-    generals = [ActivationStats.load(p) for p in sorted(folder.glob("general-*.stats.safetensors"))]
-    math_stats = ActivationStats.load(folder / "math.stats.safetensors")
+    generals = [ActivationStats.load(p) for p in general_stats_files(folder)]
+    math_stats = ActivationStats.load(folder / MATH_STATS_NAME)
     stages = Stages(2, echo)
     model, _ = load_stage(r, stages)
     m = r.mask

@@ -15,15 +15,16 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME, OUTPUT_DIRS
 
 __all__ = ["register"]
 
-_SUBS = ("checkpoint", "adapter")
+_SUBS = OUTPUT_DIRS
 
 
 def _run_folder_hint(folder: Path) -> str:
     """`` (pass the run folder PARENT)`` when ``folder`` is the checkpoint/ or adapter/ of a run, else ``""``."""
-    if folder.name in _SUBS and (folder.parent / "mask.safetensors").is_file():
+    if folder.name in _SUBS and (folder.parent / MASK_NAME).is_file():
         return f"; this is the {folder.name}/ folder of a run: pass the run folder {folder.parent}"
     return ""
 
@@ -33,26 +34,21 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
     import math
 
     from ..engine.mask import Mask
+    from ..layout import LOCK_NAME
     from ..publish.card import (
         card_for_folder,
         license_from_base,
         summarize_edit,
         write_card,
     )
-    from ..publish.lock import (
-        LOCK_NAME,
-        check_base_weights,
-        check_private,
-        read_lock,
-        write_lock,
-    )
+    from ..publish.lock import check_base_weights, check_private, read_lock, write_lock
     from ..recipe.io import recipe_from_dict
     from ..util.paths import LOCAL
     from ..weights.base import base_reference, resolve_base
     from ..weights.checkpoint import open_checkpoint
 
     folder = Path(run_dir)
-    if not (folder / "mask.safetensors").is_file() or not (folder / LOCK_NAME).is_file():
+    if not (folder / MASK_NAME).is_file() or not (folder / LOCK_NAME).is_file():
         raise InputError(f"{folder}: no mask.safetensors and {LOCK_NAME} here{_run_folder_hint(folder)}"
                          if _run_folder_hint(folder) else
                          f"{folder}: no mask.safetensors and {LOCK_NAME} here; pass the run folder written by "
@@ -70,7 +66,7 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
                              "parameter count; pass --base PATH")
         ckpt = open_checkpoint(resolve_base(base_ref, revision=recipe.base.revision))
         n_params = sum(math.prod(e.shape) for e in ckpt.tensors.values())
-        lock = {**lock, "edit_summary": summarize_edit(Mask.load(folder / "mask.safetensors").counts(),
+        lock = {**lock, "edit_summary": summarize_edit(Mask.load(folder / MASK_NAME).counts(),
                                                        model_params=n_params)}
         write_lock(folder, lock)
     license_ = license_from_base(base_ref, recipe.base.revision) if base_ref else None
@@ -93,11 +89,12 @@ def push(out: str, repo_id: str | None, private: bool | None, revision: str | No
     The uploaded card is rendered for the target repo (it loads `from_pretrained("you/name")`); the local
     folder is not changed.
     """
+    from ..layout import LOCK_NAME
     from ..publish.hub import push_to_hub
-    from ..publish.lock import LOCK_NAME, read_lock
+    from ..publish.lock import read_lock
 
     folder = Path(out)
-    sub = folder / ("adapter" if adapter else "checkpoint")
+    sub = folder / (ADAPTER_DIR if adapter else CHECKPOINT_DIR)
     if sub.is_dir():
         folder = sub
     elif adapter:
@@ -120,7 +117,8 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
 
     ``echo`` receives one stage line per audited folder; a bar over its tensors follows on a terminal.
     """
-    from ..publish.lock import LOCK_NAME, read_lock
+    from ..layout import LOCK_NAME
+    from ..publish.lock import read_lock
     from ..util.console import Stages, bars_wanted
     from ..util.paths import LOCAL
     from ..weights.adapter import MATHNEURO_CONFIG
@@ -136,7 +134,7 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
     recorded: dict = {}
     if base is None or scale is None or mask_path is None:
         run_dir = folder if (folder / LOCK_NAME).is_file() and targets == [folder] and not \
-            (folder.parent / "mask.safetensors").is_file() else (folder if targets[0] != folder else folder.parent)
+            (folder.parent / MASK_NAME).is_file() else (folder if targets[0] != folder else folder.parent)
         if not (run_dir / LOCK_NAME).is_file():
             raise InputError(f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "
                              "or give --base, --mask and --scale")
@@ -157,7 +155,7 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
         if scale is None:
             scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
         if mask_path is None:
-            mask_path = str(run_dir / "mask.safetensors")
+            mask_path = str(run_dir / MASK_NAME)
             if not Path(mask_path).is_file():
                 raise InputError(f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
                                  "its mask); pass --mask MASK, the file `export` was given")

@@ -34,7 +34,7 @@ from .topk import top_fraction, top_fraction_flat, top_k_hint
 if TYPE_CHECKING:
     from .stats import ActivationStats
 
-__all__ = ["Mask", "as_mask", "find_math_params", "find_math_params_multi"]
+__all__ = ["Mask", "as_mask", "k_of", "find_math_params", "find_math_params_multi"]
 
 Method = Literal["mathneuro", "wanda", "random"]
 Granularity = Literal["matrix", "row"]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..errors import InputError
+from ..layout import EVAL_NAME
 from ..util.files import file_mode
 from .lm_eval_bridge import LmEvalResult
 from .report import eval_markdown
@@ -257,7 +258,7 @@ class EvalResults:
         """
         path = Path(path)
         if path.is_dir():
-            path = path / "eval.json"
+            path = path / EVAL_NAME
         if not path.parent.is_dir():
             raise InputError(f"save_json: folder {path.parent} does not exist; create it first")
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -28,6 +28,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..errors import InputError
 from ..evaluation.report import effect_sentence, eval_markdown
+from ..layout import EVAL_NAME
 from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe
 from ..util.files import write_text_atomic
@@ -352,7 +353,7 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
                          "the cards with `mathneuro-edit card RUN_DIR`, then retry")
     recipe = recipe_from_dict(dict(lock["recipe"]), where=f"{folder}: lock recipe")  # public form: paths redacted
     adapter = (folder / "adapter_config.json").is_file() or (folder / MATHNEURO_CONFIG).is_file()
-    eval_path = folder / "eval.json"
+    eval_path = folder / EVAL_NAME
     eval_dict = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.is_file() else None
     if license is None and (folder / "README.md").is_file():
         found = ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.license

@@ -28,6 +28,7 @@ import yaml
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
 from ..evaluation.lm_eval_bridge import include_path_hashes
+from ..layout import LOCK_NAME
 from ..organism import organism_path
 from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe, recipe_sha256
@@ -38,7 +39,7 @@ from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, ORGANISM, is_local_path
 
 __all__ = [
-    "LOCK_NAME",
+
     "LOCK_VERSION",
     "build_lock",
     "write_lock",
@@ -55,7 +56,6 @@ __all__ = [
     "base_description",
 ]
 
-LOCK_NAME = "mathneuro_recipe.lock.yaml"
 LOCK_VERSION = 1
 def weights_sha256(model_dir: str | Path) -> dict[str, str]:
     """``{file name: sha256}`` of every ``*.safetensors`` file of a local model folder and of its

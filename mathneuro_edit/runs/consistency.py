@@ -20,6 +20,7 @@ from ..data.sources import load_texts
 from ..engine.calibration import calibrate
 from ..engine.mask import find_math_params
 from ..errors import InputError
+from ..layout import CONSISTENCY_JSON
 from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir
@@ -171,6 +172,6 @@ def run_consistency(
     info = {"method": m.method, "top_k": m.top_k, "math_samples": len(math_texts),
             "general_samples": len(general_texts), "sizes": list(sizes), "repeats": repeats, "seed": d.seed}
     with atomic_dir(out, overwrite=overwrite) as tmp:  # renamed to `out` only when complete
-        (tmp / "consistency.json").write_text(json.dumps({**info, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+        (tmp / CONSISTENCY_JSON).write_text(json.dumps({**info, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
         _plot(rows, tmp / "consistency.png", info)
     return rows

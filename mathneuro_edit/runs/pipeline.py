@@ -32,6 +32,16 @@ from ..engine.targets import find_targets
 from ..errors import InputError
 from ..evaluation.lm_eval_bridge import LmEvalTask, require_lm_eval
 from ..evaluation.runner import GeneralTask, MathTask, evaluate
+from ..layout import (
+    ADAPTER_DIR,
+    CHECKPOINT_DIR,
+    EVAL_NAME,
+    MASK_NAME,
+    MATH_STATS_NAME,
+    OUTPUT_DIRS,
+    STATS_DIR,
+    general_stats_name,
+)
 from ..publish.card import build_card, license_from_base, summarize_edit, write_card
 from ..publish.lock import build_lock, output_hashes, weights_sha256, write_lock
 from ..recipe.schema import Recipe
@@ -58,7 +68,6 @@ __all__ = [
     "describe_tasks",
 ]
 
-LOCK_NAME = "mathneuro_recipe.lock.yaml"
 
 
 @dataclass
@@ -181,7 +190,7 @@ def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: An
 
     write_lock(folder, lock)
     if eval_dict is not None:
-        (folder / "eval.json").write_text(json.dumps(eval_dict, indent=2, allow_nan=False, ensure_ascii=False) + "\n",
+        (folder / EVAL_NAME).write_text(json.dumps(eval_dict, indent=2, allow_nan=False, ensure_ascii=False) + "\n",
                                           encoding="utf-8")
     hub_id = None if recipe.base.local_dir() is not None else recipe.base.model
     card = build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,
@@ -235,21 +244,21 @@ def run_recipe(
     o = recipe.outputs
     stages = Stages(3 + len(recipe.data.general) + bool(tasks) + bool(o.checkpoint) + bool(o.adapter) + 1, echo)
     with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
-        (tmp / "stats").mkdir()
+        (tmp / STATS_DIR).mkdir()
         model, tokenizer = load_stage(recipe, stages)
         if recipe.outputs.adapter:
             _check_adapter_targets(recipe, model)  # before the long steps, not after them
         math_stats, general_stats, records = calibrate_recipe(recipe, model, tokenizer, progress=progress,
                                                               stages=stages)
-        math_stats.save(tmp / "stats" / "math.stats.safetensors")
+        math_stats.save(tmp / STATS_DIR / MATH_STATS_NAME)
         for i, g in enumerate(general_stats):
-            g.save(tmp / "stats" / f"general-{i}.stats.safetensors")
+            g.save(tmp / STATS_DIR / general_stats_name(i))
         m = recipe.mask
         stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
         # model_weights: offloaded (device_map) parameters are read back from accelerate's offload one at a time
         mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=m.top_k, method=m.method,
                                 granularity=m.granularity, seed=m.seed, progress=progress)
-        mask.save(tmp / "mask.safetensors")
+        mask.save(tmp / MASK_NAME)
         selected, total = mask.total()
         stages.note(f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), "
                     f"sha256 {mask.sha256[:12]}")
@@ -259,7 +268,7 @@ def run_recipe(
             stages.start(f"evaluate base and edited (x{scale:g}): {describe_tasks(tasks)}")
             results = evaluate(model, tokenizer, tasks, edit=ReversibleEdit(model, mask, scale), progress=progress)
             eval_dict = results.to_dict(predictions=True)  # the per-problem rows, so a reader can audit the scores
-            results.save_json(tmp / "eval.json")
+            results.save_json(tmp / EVAL_NAME)
             stages.note(markdown_table_text(results.to_markdown()))
         n_params = sum(p.numel() for p in model.parameters())
         del model  # the exports stream from the base files: free the in-memory model first
@@ -267,19 +276,19 @@ def run_recipe(
         ratio = None
         if recipe.outputs.checkpoint:
             stages.start("export checkpoint/" + (f" + model-{gguf_type}.gguf" if gguf_type else ""))
-            export_checkpoint(folder, mask, scale, tmp / "checkpoint", max_shard_size=recipe.outputs.max_shard_size,
+            export_checkpoint(folder, mask, scale, tmp / CHECKPOINT_DIR, max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
                               gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre)
         if recipe.outputs.adapter:
             stages.start("export adapter/ (PEFT SHiRA)")
-            adapter = export_adapter(folder, mask, scale, tmp / "adapter",
+            adapter = export_adapter(folder, mask, scale, tmp / ADAPTER_DIR,
                                      trust_remote_code=recipe.base.trust_remote_code)
             ratio = adapter.size_ratio
             stages.note(f"{100 * ratio:.2f}% of the checkpoint's size")
 
         stages.start("write lock and model cards")
         files: dict[str, str] = {}
-        for sub in ("checkpoint", "adapter"):
+        for sub in OUTPUT_DIRS:
             if (tmp / sub).is_dir():
                 files.update({f"{sub}/{k}": v for k, v in output_hashes(tmp / sub).items()})
         stats_sha = {"math": math_stats.sha256, "general": [g.sha256 for g in general_stats]}
@@ -289,7 +298,7 @@ def run_recipe(
                           edit_summary=summarize_edit(mask.counts(), model_params=n_params))
         write_lock(tmp, lock)
         license_ = license_from_base(base, recipe.base.revision)
-        for sub, kind in (("checkpoint", "checkpoint"), ("adapter", "adapter")):
+        for sub, kind in ((CHECKPOINT_DIR, "checkpoint"), (ADAPTER_DIR, "adapter")):
             if (tmp / sub).is_dir():
                 publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
     return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)
@@ -334,7 +343,7 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
     mask = as_mask(mask_path)
     scale, base = recipe.edit.effective_scale, base_reference(recipe)
     folder = resolve_base(base, revision=recipe.base.revision)
-    sub = "adapter" if adapter else "checkpoint"
+    sub = ADAPTER_DIR if adapter else CHECKPOINT_DIR
     gguf_type, gguf_pre = gguf_output(recipe.base, None if adapter else recipe.outputs.gguf)
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
         inner = tmp / sub

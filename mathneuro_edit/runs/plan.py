@@ -198,10 +198,6 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def k_of(top_k: float, n: int) -> int:
-    return k_of(top_k, n)
-
-
 def _mask_bytes(numel: int, selected: int) -> int:
     """Bytes :class:`~mathneuro_edit.engine.mask.Mask` stores for one tensor (its own bits-vs-indices rule)."""
     idx = selected * (4 if numel < 2**31 else 8)

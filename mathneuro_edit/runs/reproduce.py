@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..layout import LOCK_NAME
 from ..publish.lock import (
-    LOCK_NAME,
     check_base_weights,
     check_local_files,
     library_versions,

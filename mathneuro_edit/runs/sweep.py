@@ -25,6 +25,7 @@ from ..engine.topk import top_k_hint
 from ..errors import InputError
 from ..evaluation.report import format_p
 from ..evaluation.runner import evaluate
+from ..layout import MATH_STATS_NAME, SWEEP_CSV, SWEEP_JSON, general_stats_name
 from ..recipe.schema import Recipe
 from ..util.console import Stages, table
 from ..util.outdir import atomic_dir
@@ -292,9 +293,9 @@ def run_sweep(
     with atomic_dir(out, overwrite=overwrite) as tmp:  # renamed to `out` only when complete
         model, tok = load_stage(recipe, stages)
         math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress, stages=stages)
-        math_stats.save(tmp / "math.stats.safetensors")
+        math_stats.save(tmp / MATH_STATS_NAME)
         for i, g in enumerate(generals):
-            g.save(tmp / f"general-{i}.stats.safetensors")
+            g.save(tmp / general_stats_name(i))
         tasks = eval_tasks(recipe)
         stages.start(f"evaluate the base: {describe_tasks(tasks)}")
         base = evaluate(model, tok, tasks, progress=progress)
@@ -318,7 +319,7 @@ def run_sweep(
         base_g = base_d["general"]["base"]
         result = SweepResult(base_acc, base_g["general_loss"], points, pareto_front(points), text, best,
                              dict(base_d["math"]["base"]), _num(base_g.get("general_loss_se")))
-        (tmp / "sweep.csv").write_text(result.to_csv())
-        (tmp / "sweep.json").write_text(json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
+        (tmp / SWEEP_CSV).write_text(result.to_csv())
+        (tmp / SWEEP_JSON).write_text(json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
         _plot(result, tmp / "sweep.png")
     return result
