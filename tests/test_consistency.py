@@ -66,8 +66,7 @@ def test_mask_consistency_overlaps_equal_independent_jaccard():
 
 def test_mask_consistency_defaults_draws_and_arguments(monkeypatch):
     """With calibrate/find_math_params replaced by recorders: the documented defaults, draws and pass-through."""
-    import mathneuro_edit.engine.calibration as calibration
-    import mathneuro_edit.engine.mask as mask_module
+    import mathneuro_edit.runs.consistency as consistency_mod
     from mathneuro_edit import InputError
 
     calls = {"calibrate": [], "mask": []}
@@ -83,8 +82,8 @@ def test_mask_consistency_defaults_draws_and_arguments(monkeypatch):
             bits[sum(map(ord, t)) % 64] = True
         return {"w": bits}
 
-    monkeypatch.setattr(calibration, "calibrate", fake_calibrate)
-    monkeypatch.setattr(mask_module, "find_math_params", fake_mask)
+    monkeypatch.setattr(consistency_mod, "calibrate", fake_calibrate)  # the names consistency calls
+    monkeypatch.setattr(consistency_mod, "find_math_params", fake_mask)
     math_texts, general_texts = [f"m{i}" for i in range(6)], [f"g{i}" for i in range(5)]
     rows = mask_consistency(None, None, math_texts, general_texts, sizes=[1, 5])
     assert [(r.samples, r.repeats) for r in rows] == [(1, 3), (5, 3)]  # default repeats 3; n = 1 and n = min allowed

@@ -179,8 +179,6 @@ def test_run_on_a_gguf_base_end_to_end_then_reproduce(tiny, tmp_path, monkeypatc
 
 
 def test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer(tiny, monkeypatch):
-    from mathneuro_edit.weights import gguf_writer as gguf_export
-
     path, _, _ = tiny
     data = {"math": "organism:math", "general": "organism:general"}
     r = recipe_from_dict({"base": {"model": str(path)}, "data": data, "edit": {"scale": 1.1},
@@ -195,7 +193,7 @@ def test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer(tiny, monkey
     with pytest.raises(InputError, match=r"outputs.gguf: base means the GGUF base's own type.*choose a type"):
         recipe_from_dict({"base": {"model": "organism"}, "data": data, "edit": {"scale": 1.1},
                           "outputs": {"gguf": "base"}})
-    monkeypatch.setattr(gguf_export, "gguf_file_type", lambda p: "Q4_K")  # a k-quant: gguf cannot write it
+    monkeypatch.setattr(gguf_base, "gguf_file_type", lambda p: "Q4_K")  # a k-quant: gguf cannot write it
     with pytest.raises(InputError, match=r"tiny.Q8_0.gguf is Q4_K, which the gguf package cannot write; choose one"):
         gguf_base.gguf_output(r.base, "base")
 

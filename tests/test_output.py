@@ -171,7 +171,9 @@ def test_stage_printer_and_tables():
 
 
 def _capture(monkeypatch) -> list:
+    import mathneuro_edit.runs.consistency as consistency
     import mathneuro_edit.runs.inspect as report
+    import mathneuro_edit.runs.sweep as sweep
 
     figs: list = []
 
@@ -180,7 +182,8 @@ def _capture(monkeypatch) -> list:
         figs.append(fig)
         return Path(path)
 
-    monkeypatch.setattr(report, "save_figure", keep)
+    for module in (report, sweep, consistency):  # each plotting module's own name for the writer
+        monkeypatch.setattr(module, "save_figure", keep)
     return figs
 
 

@@ -286,10 +286,10 @@ def test_recipe_io_imports_first():
 
 
 def test_recipe_pieces_never_import_recipe() -> None:
-    """recipe.py assembles recipe_types and recipe_lm_eval; they never import it back (no import cycle)."""
+    """recipe/schema.py assembles recipe/types.py and recipe/lm_eval_keys.py; they never import it back."""
     import ast
 
-    for name in ("recipe_types", "recipe_lm_eval"):
-        tree = ast.parse((ROOT / "mathneuro_edit" / f"{name}.py").read_text())
+    for name in ("types", "lm_eval_keys"):
+        tree = ast.parse((ROOT / "mathneuro_edit" / "recipe" / f"{name}.py").read_text())
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-        assert not imported & {"recipe", "recipe_io", "mathneuro_edit.recipe.schema", "mathneuro_edit.recipe.io"}, name
+        assert not imported & {"schema", "io", "mathneuro_edit.recipe.schema", "mathneuro_edit.recipe.io"}, name
