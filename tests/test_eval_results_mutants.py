@@ -120,7 +120,7 @@ def test_save_json_writes_a_hidden_temp_file_beside_the_target_then_renames(tmp_
     (src, dst), = moves
     # same folder: the rename is atomic (never across file systems); hidden, so no reader takes it for eval.json
     assert Path(dst) == path == tmp_path / "eval.json" and Path(src).parent == tmp_path
-    assert Path(src).name.startswith(".eval.json.") and src.endswith(".tmp")
+    assert Path(src).name.startswith(".eval.json-") and src.endswith(".tmp")  # util.files.write_bytes_atomic
 
 
 def test_save_json_refuses_non_finite_numbers_and_leaves_the_old_file(tmp_path: Path) -> None:

@@ -12,11 +12,8 @@ The model-running code is in :mod:`mathneuro_edit.evaluation.runner`, which re-e
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +21,7 @@ from typing import Any, Union
 
 from ..errors import InputError
 from ..layout import EVAL_NAME
-from ..util.files import file_mode
+from ..util.files import write_json_atomic
 from .lm_eval_bridge import LmEvalResult
 from .report import eval_markdown
 from .significance import (
@@ -261,16 +258,7 @@ class EvalResults:
             path = path / EVAL_NAME
         if not path.parent.is_dir():
             raise InputError(f"save_json: folder {path.parent} does not exist; create it first")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            os.fchmod(fd, file_mode())  # mkstemp's 0600 would make eval.json private
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(predictions), f, indent=2, allow_nan=False, ensure_ascii=False)
-                f.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json_atomic(path, self.to_dict(predictions))
         return path
 
     def to_markdown(self) -> str:

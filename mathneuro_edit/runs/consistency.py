@@ -8,7 +8,6 @@ handful of samples (even one) finds most of the same math-specific weights.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -23,6 +22,7 @@ from ..errors import InputError
 from ..layout import CONSISTENCY_JSON
 from ..recipe.schema import Recipe
 from ..util.console import Stages
+from ..util.files import write_json_atomic
 from ..util.outdir import atomic_dir
 from .inspect import pyplot, save_figure
 from .pipeline import load_stage
@@ -172,6 +172,6 @@ def run_consistency(
     info = {"method": m.method, "top_k": m.top_k, "math_samples": len(math_texts),
             "general_samples": len(general_texts), "sizes": list(sizes), "repeats": repeats, "seed": d.seed}
     with atomic_dir(out, overwrite=overwrite) as tmp:  # renamed to `out` only when complete
-        (tmp / CONSISTENCY_JSON).write_text(json.dumps({**info, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+        write_json_atomic(tmp / CONSISTENCY_JSON, {**info, "rows": [asdict(r) for r in rows]})
         _plot(rows, tmp / "consistency.png", info)
     return rows

@@ -46,6 +46,7 @@ from ..publish.card import build_card, license_from_base, summarize_edit, write_
 from ..publish.lock import build_lock, output_hashes, weights_sha256, write_lock
 from ..recipe.schema import Recipe
 from ..util.console import Stages, markdown_table_text
+from ..util.files import write_json_atomic
 from ..util.outdir import atomic_dir
 from ..weights.adapter import export_adapter
 from ..weights.base import base_reference, resolve_base, resolved_revision
@@ -186,12 +187,9 @@ def _check_adapter_targets(recipe: Recipe, model: Any) -> None:
 def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: Any, n_params: int,
                     eval_dict: dict | None, license_: str | None) -> None:
     """Write the lock, eval.json and the model card into one output folder."""
-    import json
-
     write_lock(folder, lock)
     if eval_dict is not None:
-        (folder / EVAL_NAME).write_text(json.dumps(eval_dict, indent=2, allow_nan=False, ensure_ascii=False) + "\n",
-                                          encoding="utf-8")
+        write_json_atomic(folder / EVAL_NAME, eval_dict)
     hub_id = None if recipe.base.local_dir() is not None else recipe.base.model
     card = build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,
                       edit_summary=summarize_edit(mask.counts(), model_params=n_params),

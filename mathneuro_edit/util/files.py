@@ -18,12 +18,13 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..errors import InputError
 
-__all__ = ["umask", "file_mode", "dir_mode", "write_text_atomic", "write_bytes_atomic", "save_file"]
+__all__ = ["umask", "file_mode", "dir_mode", "write_text_atomic", "write_json_atomic", "json_text", "write_bytes_atomic", "save_file"]
 
 _UMASK_LOCK = threading.Lock()
 # safetensors dtype codes (the format's names); bool is stored as one byte per entry
@@ -88,6 +89,26 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         InputError: the folder does not exist.
     """
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def json_text(data: Any) -> str:
+    """The one JSON style of every file we write: 2-space indent, UTF-8 text as is, no NaN/inf, final newline.
+
+    Example:
+        >>> json_text({"a": [1, "é"]})
+        '{\n  "a": [\n    1,\n    "é"\n  ]\n}\n'
+    """
+    return json.dumps(data, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+def write_json_atomic(path: str | Path, data: Any) -> Path:
+    """:func:`write_text_atomic` of :func:`json_text` (eval.json, sweep.json, consistency.json, ...).
+
+    Raises:
+        InputError: the folder does not exist.
+        ValueError: ``data`` holds NaN or infinity (JSON has no such numbers; say ``null`` instead).
+    """
+    return write_text_atomic(path, json_text(data))
 
 
 def save_file(tensors: Mapping[str, torch.Tensor], filename: str | Path,
