@@ -15,7 +15,6 @@ import click
 
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
-from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
 
 DEBUG_ENV = "MATHNEURO_EDIT_DEBUG"
 
@@ -153,24 +152,16 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, workers: i
 def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Compute the statistics of the recipe's math set and each general set.
 
-    Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli.main calibrate RECIPE --out DIR`.
+    Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli calibrate RECIPE --out DIR`.
     """
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
-    from ..runs.pipeline import calibrate_recipe, load_stage
-    from ..util.console import Stages
+    from ..runs.stages import calibrate_to_folder
 
     r = _recipe(recipe, sets)
     _refuse_base(r, out)
-    stages = Stages(2 + len(r.data.general), echo if os.environ.get("RANK", "0") == "0" else (lambda s: None))
-    model, tok = load_stage(r, stages)
-    math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=_bars(quiet), stages=stages)
-    if math_stats is None:
-        return  # a data-parallel rank other than 0: rank 0 writes the files
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    click.echo(math_stats.save(folder / MATH_STATS_NAME))
-    for i, g in enumerate(generals):
-        click.echo(g.save(folder / general_stats_name(i)))
+    for path in calibrate_to_folder(r, out, progress=_bars(quiet), echo=echo,
+                                    rank_zero=os.environ.get("RANK", "0") == "0"):
+        click.echo(path)
 
 
 @main.command()
@@ -183,26 +174,12 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
 def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
-    from ..engine.mask import find_math_params
-    from ..engine.stats import ActivationStats
-    from ..runs.pipeline import load_stage
-    from ..util.console import Stages
-    from ..weights.loading import model_weights
+    from ..runs.stages import mask_from_stats
 
     r = _recipe(recipe, sets)
     _refuse_base(r, out)
-    folder = Path(stats_dir)
-    generals = [ActivationStats.load(p) for p in general_stats_files(folder)]
-    math_stats = ActivationStats.load(folder / MATH_STATS_NAME)
-    stages = Stages(2, echo)
-    model, _ = load_stage(r, stages)
-    m = r.mask
-    stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
-    result = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
-                              granularity=m.granularity, seed=m.seed, progress=_bars(quiet))
-    result.save(out)
-    s, t = result.total()
-    click.echo(f"{out}  {s:,}/{t:,} weights ({100 * s / t:.3f}%)  sha256 {result.sha256}")
+    m = mask_from_stats(r, stats_dir, out, progress=_bars(quiet), echo=echo)
+    click.echo(f"{out}  {m.selected:,}/{m.total:,} weights ({100 * m.selected / m.total:.3f}%)  sha256 {m.sha256}")
 
 
 @main.command()
@@ -242,23 +219,9 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
              verbose: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
-    from ..engine.apply import ReversibleEdit
-    from ..engine.mask import Mask
-    from ..evaluation.runner import evaluate
-    from ..runs.pipeline import describe_tasks, eval_tasks, load_stage
-    from ..util.console import Stages
+    from ..runs.stages import evaluate_recipe
 
-    r = _recipe(recipe, sets)
-    tasks = eval_tasks(r)
-    if not tasks:
-        raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
-    stages = Stages(2, echo)
-    model, tok = load_stage(r, stages)
-    edit = ReversibleEdit(model, Mask.load(mask_path), r.edit.effective_scale) if mask_path else None
-    stages.start(f"evaluate {'base and edited' if edit else 'the base'}: {describe_tasks(tasks)}")
-    results = evaluate(model, tok, tasks, edit=edit, progress=_bars(quiet))
-    if out:
-        results.save_json(out)
+    results = evaluate_recipe(_recipe(recipe, sets), mask_path, out, progress=_bars(quiet), echo=echo)
     click.echo(results.to_markdown())
 
 

@@ -1,0 +1,116 @@
+"""Single stages of a recipe as whole jobs: what ``calibrate``, ``mask`` and ``eval`` run from the command line.
+
+Each function takes a validated :class:`~mathneuro_edit.recipe.schema.Recipe`, composes the stage packages (load the
+model, calibrate / derive the mask / evaluate) and writes its output; the CLI only parses, calls one of these and
+prints what they return. :func:`~mathneuro_edit.runs.pipeline.run_recipe` chains the same steps for a whole run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..engine.apply import ReversibleEdit
+from ..engine.mask import Mask, find_math_params
+from ..engine.stats import ActivationStats
+from ..errors import InputError
+from ..evaluation.results import EvalResults
+from ..evaluation.runner import evaluate
+from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
+from ..recipe.schema import Recipe
+from ..util.console import Stages
+from ..weights.loading import model_weights
+from .pipeline import calibrate_recipe, describe_tasks, eval_tasks, load_stage
+
+__all__ = ["calibrate_to_folder", "mask_from_stats", "evaluate_recipe", "MaskSummary"]
+
+Echo = Callable[[str], None]
+
+
+def calibrate_to_folder(recipe: Recipe, out: str | Path, *, progress: bool = True, echo: Echo = print,
+                        rank_zero: bool = True) -> list[Path]:
+    """Calibrate the recipe's math set and each general set; write ``OUT/math.stats.safetensors`` and
+    ``OUT/general-<i>.stats.safetensors``.
+
+    Args:
+        recipe: the validated recipe (base, data, calibration, targets).
+        out: the statistics folder (created if missing).
+        progress: draw progress bars.
+        echo: where stage lines go.
+        rank_zero: whether this process prints stage lines (under ``torchrun`` only rank 0 does).
+
+    Returns:
+        The files written, math first; ``[]`` on a data-parallel rank other than 0 (rank 0 writes the files).
+    """
+    stages = Stages(2 + len(recipe.data.general), echo if rank_zero else (lambda s: None))
+    model, tok = load_stage(recipe, stages)
+    math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress, stages=stages)
+    if math_stats is None:
+        return []
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [math_stats.save(folder / MATH_STATS_NAME)]
+    written += [g.save(folder / general_stats_name(i)) for i, g in enumerate(generals)]
+    return [Path(p) for p in written]
+
+
+@dataclass(frozen=True)
+class MaskSummary:
+    """What :func:`mask_from_stats` wrote: the file, the selected and scored weight counts, the mask's sha256."""
+
+    path: Path
+    selected: int
+    total: int
+    sha256: str
+
+
+def mask_from_stats(recipe: Recipe, stats_dir: str | Path, out: str | Path, *, progress: bool = True,
+                    echo: Echo = print) -> MaskSummary:
+    """Derive the recipe's mask (method, top_k, granularity, seed) from saved statistics, without a forward pass.
+
+    The model is loaded for its weights only (MathNeuro's score is ``|W| x`` the statistics).
+
+    Raises:
+        InputError: the folder has no math statistics file.
+    """
+    folder = Path(stats_dir)
+    if not (folder / MATH_STATS_NAME).is_file():
+        raise InputError(f"--stats {folder}: no {MATH_STATS_NAME} here; pass the folder written by `calibrate`")
+    math_stats = ActivationStats.load(folder / MATH_STATS_NAME)
+    generals = [ActivationStats.load(p) for p in general_stats_files(folder)]
+    stages = Stages(2, echo)
+    model, _ = load_stage(recipe, stages)
+    m = recipe.mask
+    stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
+    mask = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
+                            granularity=m.granularity, seed=m.seed, progress=progress)
+    mask.save(out)
+    selected, total = mask.total()
+    return MaskSummary(Path(out), selected, total, mask.sha256)
+
+
+def evaluate_recipe(recipe: Recipe, mask_path: str | Path | None = None, out: str | Path | None = None, *,
+                    progress: bool = True, echo: Echo = print) -> EvalResults:
+    """Evaluate the recipe's tasks on the base, and with ``mask_path`` on base and edited (paired, with KL).
+
+    Args:
+        recipe: the validated recipe; its ``evaluation`` section names the tasks and ``edit`` the scale.
+        mask_path: a saved mask; without it the base alone is evaluated.
+        out: write the results there as JSON (a file, or a folder for ``eval.json``).
+
+    Raises:
+        InputError: the recipe has no evaluation section.
+    """
+    tasks = eval_tasks(recipe)
+    if not tasks:
+        raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
+    stages = Stages(2, echo)
+    model, tok = load_stage(recipe, stages)
+    edit: Any = ReversibleEdit(model, Mask.load(mask_path), recipe.edit.effective_scale) if mask_path else None
+    stages.start(f"evaluate {'base and edited' if edit else 'the base'}: {describe_tasks(tasks)}")
+    results = evaluate(model, tok, tasks, edit=edit, progress=progress)
+    if out:
+        results.save_json(out)
+    return results
