@@ -24,20 +24,20 @@ ROOT = Path(__file__).resolve().parents[1]
 # label: (file, original text, mutated text, tests that must fail)
 MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     "card-drops-recipe-sha256-row": (
-        "mathneuro_edit/card.py", '| recipe sha256 | `{lock.get("recipe_sha256", "")}` |\n', "",
+        "mathneuro_edit/publish/card.py", '| recipe sha256 | `{lock.get("recipe_sha256", "")}` |\n', "",
         ["tests/test_card.py::test_checkpoint_card_metadata_parses_back"]),
-    "front": ("mathneuro_edit/sweep.py", "if not dominated:", "if True:", ["tests/test_sweep.py"]),
-    "budget": ("mathneuro_edit/sweep.py", "p.general_kl <= kl_budget and ", "", ["tests/test_sweep.py"]),
-    "row-lowest-k": ("mathneuro_edit/mask.py", "return [top_fraction(scores, k_of",
+    "front": ("mathneuro_edit/runs/sweep.py", "if not dominated:", "if True:", ["tests/test_sweep.py"]),
+    "budget": ("mathneuro_edit/runs/sweep.py", "p.general_kl <= kl_budget and ", "", ["tests/test_sweep.py"]),
+    "row-lowest-k": ("mathneuro_edit/engine/mask.py", "return [top_fraction(scores, k_of",
                      "return [top_fraction(-scores, k_of", ["tests/test_regressions.py"]),
-    "wanda-is-l2": ("mathneuro_edit/mask.py", ".statistic(name, statistic)", '.statistic(name, "l2")',
+    "wanda-is-l2": ("mathneuro_edit/engine/mask.py", ".statistic(name, statistic)", '.statistic(name, "l2")',
                     ["tests/test_regressions.py"]),
-    "wanda-stat-is-l2": ("mathneuro_edit/stats.py",
+    "wanda-stat-is-l2": ("mathneuro_edit/engine/stats.py",
                          'return self.norm_sum[name] if kind == "l2" else self.sq_sum[name].sqrt()',
                          "return self.norm_sum[name]", ["tests/test_regressions.py"]),
-    "jaccard-is-containment": ("mathneuro_edit/consistency.py", "union += int((x | y).sum())",
+    "jaccard-is-containment": ("mathneuro_edit/runs/consistency.py", "union += int((x | y).sum())",
                                "union += int(x.sum())", ["tests/test_consistency.py"]),
-    "first-general-only": ("mathneuro_edit/mask.py", "for gs in generals:", "for gs in generals[:1]:",
+    "first-general-only": ("mathneuro_edit/engine/mask.py", "for gs in generals:", "for gs in generals[:1]:",
                            ["tests/test_regressions.py"]),
 }
 

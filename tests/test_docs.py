@@ -37,3 +37,33 @@ def test_readme_command_table_lists_every_run_option() -> None:
     documented = set(re.findall(r"(--[a-z][a-z-]*)", row))
     options = {opt for p in main.commands["run"].params for opt in p.opts if opt.startswith("--")} - {"--help"}
     assert options <= documented, sorted(options - documented)
+
+
+def _is_module(dotted: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except ModuleNotFoundError:  # a parent is a module, not a package: "mathneuro_edit.engine.mask.Mask"
+        return False
+
+
+def test_module_paths_named_in_the_docs_exist() -> None:
+    """Every ``mathneuro_edit/...py`` path and ``mathneuro_edit.x.y`` module that README.md and docs/ name is real."""
+    import mathneuro_edit
+
+    texts = {"README.md": README, **{f"docs/{p.name}": p.read_text(encoding="utf-8")
+                                     for p in (ROOT / "docs").glob("*.md")}}
+    missing = []
+    for name, text in texts.items():
+        for rel in set(re.findall(r"mathneuro_edit/[\w/]+\.py", text)):
+            if not (ROOT / rel).is_file():
+                missing.append(f"{name}: {rel}")
+        for dotted in set(re.findall(r"\bmathneuro_edit(?:\.[a-z_]+)+", text)):
+            parts = dotted.split(".")
+            while len(parts) > 1 and not _is_module(".".join(parts)):
+                parts.pop()  # mathneuro_edit.engine.mask.Mask: the module part must exist, the rest may be a name
+            public = dotted.split(".")[1] in mathneuro_edit.__all__  # mathneuro_edit.load_edited
+            if len(parts) == 1 and not public:
+                missing.append(f"{name}: {dotted}")
+    assert missing == []

@@ -1,6 +1,6 @@
 """Lock file: the exact keys and hashes it pins, byte-stable writing, and strict reading (issue 17).
 
-Written to kill the surviving mutants of scripts/mutation.sh on lock.py (docs/testing.md).
+Written to kill the surviving mutants of scripts/mutation.sh on publish/lock.py (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def test_private_paths_lists_paths_and_their_folders(tmp_path: Path):
 
 
 def test_card_tags_prune_text_and_texts_per_general_set():
-    """Card facts derived from the recipe (kills card.py survivors): tags, action, top-k text, data table counts."""
+    """Card facts derived from the recipe (kills publish/card.py survivors): tags, action, top-k text, data table counts."""
     from huggingface_hub import ModelCard
 
     from mathneuro_edit.publish.card import build_card, summarize_edit

@@ -278,7 +278,7 @@ def test_recipe_io_imports_first():
     import subprocess
     import sys
 
-    # (recipe.py does not re-export them: the dependency is one-way, recipe_io -> recipe; tests/test_messages.py)
+    # (recipe/schema.py does not re-export them: the dependency is one-way, recipe_io -> recipe; tests/test_messages.py)
     for stmt in ("from mathneuro_edit.recipe.io import load_recipe", "import mathneuro_edit.recipe.schema",
                  "from mathneuro_edit.recipe.lm_eval_keys import LmEvalConfig"):
         proc = subprocess.run([sys.executable, "-c", stmt], capture_output=True, text=True)

@@ -8,7 +8,7 @@ through (see docs/testing.md, "Mutations the suite must catch"):
 - only the first general set subtracted -> ``test_every_general_set_is_subtracted_union``.
 
 (Consistency's Jaccard: tests/test_consistency.py.) Everything here runs in about a second: these are the tests
-that scripts/mutation.sh runs against mask.py and topk.py.
+that scripts/mutation.sh runs against engine/mask.py and engine/topk.py.
 
 The reference shares no code with :mod:`mathneuro_edit.engine.mask`: scores are ``|W| * stat`` (one float32 product,
 the quantity the package ranks), and the top-k is a plain Python sort by ``(-score, flat index)``.

@@ -29,7 +29,7 @@ __all__ = ["KNOWN_WARNINGS", "Stages", "quiet_libraries", "known_warnings_silenc
 KNOWN_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
     # PEFT's SHiRA layer builds its sparse delta with torch.sparse_coo_tensor without saying whether to check the
     # indices; torch asks callers to opt in or out. Our adapters' indices are checked when written and by `verify`
-    # (check_invariants=True in adapter.py / audit.py).
+    # (check_invariants=True in weights/adapter.py / weights/audit.py).
     (UserWarning, "Sparse invariant checks are implicitly disabled", "PEFT SHiRA merge; indices checked by us"),
     # transformers 5 deprecates an attribute PEFT 0.21 still reads when it wraps a model; nothing to change on our side.
     (FutureWarning, "`is_gradient_checkpointing` is deprecated", "PEFT reads a deprecated transformers attribute"),
