@@ -24,9 +24,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import InputError
 
-__all__ = ["arithmetic_problems", "ARITHMETIC", "POOL_SIZE"]
-
-ARITHMETIC = "arithmetic"  # the source path that selects this task
+__all__ = ["arithmetic_problems", "POOL_SIZE"]
 
 _TWO_DIGIT = range(10, 100)
 _ONE_DIGIT = range(1, 10)
