@@ -158,6 +158,10 @@ def _ci(k: int, n: int) -> str:
     return f"{100 * lo:.1f}-{100 * hi:.1f}"
 
 
+def _g(x: Any) -> str:
+    return f"{x:.3g}" if isinstance(x, (int, float)) else "?"
+
+
 def _p(p: Any) -> str:
     return format_p(float(p)) if isinstance(p, (int, float)) else "p = ?"
 
@@ -191,9 +195,10 @@ def sweep_evidence(lock: Mapping[str, Any]) -> str:
         "## Evidence for the boost",
         "",
         f"This setting (top_k {sw.get('top_k')}, scale {sw.get('scale')}) was **chosen** among {sw.get('settings')} "
-        f"settings of a sweep on {ns} selection problems (its selection result: {sel.get('math_correct')}/"
-        f"{sel.get('math_total')}, raw {_p(sel.get('mcnemar_p'))}, Holm-adjusted over the grid "
-        f"{_p(sel.get('holm_p'))}, general KL {sel.get('general_kl')}), and then **confirmed on {nc} other problems** "
+        f"setting{'' if sw.get('settings') == 1 else 's'} of a sweep on {ns} selection problems (its selection "
+        f"result: {sel.get('math_correct')}/{sel.get('math_total')}, raw {_p(sel.get('mcnemar_p'))}, Holm-adjusted "
+        f"over the grid {_p(sel.get('holm_p'))}, general KL {_g(sel.get('general_kl'))}), and then **confirmed on "
+        f"{nc} other problems** "
         "that played no part in choosing it, with one pre-registered paired test:",
         "",
         "| confirmation set | accuracy (correct/n, 95% Wilson interval) |",

@@ -585,6 +585,12 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
         raise InputError(f"{path}: nothing was confirmed ({why}); there is no setting to release from this sweep")
     sel = data["selection"]
     try:
+        b, k, alpha = int(c["base_only"]), int(c["edited_only"]), float(c["alpha"])
+        if not (k > b and mcnemar_exact(b, k) < alpha and set(c["problems_sha256"]).isdisjoint(
+                sel["problems_sha256"])):
+            raise InputError(f"{path}: its confirmation says confirmed, but its counts ({b} right only before, {k} "
+                             f"only after: {format_p(mcnemar_exact(b, k))}, level {alpha:g}) or its problem lists "
+                             "do not; the file was edited: re-run the sweep")
         point = sel["points"][c["point"]]
         return SweepEvidence(float(c["top_k"]), float(c["scale"]), tuple(sel["problems_sha256"]), dict(c),
                              dict(point), len(sel["points"]), hashlib.sha256(raw).hexdigest(), dict(data["recipe"]))
