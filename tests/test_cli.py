@@ -197,11 +197,12 @@ def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
 
     recipe = str(workspace / "recipe.yaml")
     code, text = _run("sweep", recipe, "--out", str(tmp_path / "sw"), "--top-k", "0.05,0.2", "--scale", "0,1.1",
-                      "--kl-budget", "10", *SMALL_SWEEP, "-q")
+                      "--kl-budget", "10", *SMALL_SWEEP, "--set", "sweep.general_samples=3", "-q")
     assert code == 0, text
     rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     sel = rows["selection"]
     assert len(sel["points"]) == 4 and sel["n"] == 3 and rows["kl_budget"] == 10  # --kl-budget = sweep.kl_budget
+    assert sel["general_texts"] == 3  # sweep.general_samples, not evaluation.samples (4)
     points = [SweepPoint(**p) for p in sel["points"]]  # front, Holm and candidate: the independent references
     assert rows["pareto_front"] == reference_front(points)
     assert [p.holm_p for p in points] == holm_adjust([p.mcnemar_p for p in points])

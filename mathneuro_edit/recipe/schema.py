@@ -316,6 +316,8 @@ class SweepConfig(_Model):
                                                          "setting is chosen on them)")
     confirmation_samples: Positive = Field(600, description="other math problems on which only the chosen setting "
                                                             "and the base are evaluated (one paired test)")
+    general_samples: Positive | None = Field(None, description="general texts of the selection's loss and KL (null: "
+                                                               "evaluation.samples); fewer is faster")
     kl_budget: FiniteNonNegative = Field(0.05, description="largest general KL(base || edited) a chosen setting may have")
     alpha: Level = Field(0.05, description="level of the confirmation test (and of the Holm-adjusted selection p)")
 

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import load_math_problems, problem_sha256
+from ..data.sources import load_math_problems, load_set, problem_sha256
 from ..engine.apply import ReversibleEdit, check_scale
 from ..engine.mask import find_math_params_multi
 from ..engine.topk import top_k_hint
@@ -459,6 +459,9 @@ def run_sweep(
     ev, sw = recipe.evaluation, recipe.sweep
     shots, selection, confirmation_problems = sweep_problems(recipe)  # a bad source fails before calibration
     general = [t for t in eval_tasks(recipe) if isinstance(t, GeneralTask)]
+    if sw.general_samples is not None:  # the selection's KL on fewer (or more) texts than a release evaluates
+        texts, _ = load_set(ev.general, sw.general_samples, ev.seed)
+        general = [GeneralTask("general", texts, max_length=recipe.calibration.max_length)]
     settings = dict(n_shot=ev.n_shot, shots=shots, max_new_tokens=ev.max_new_tokens, chat_template=ev.chat_template)
     sel_task = MathTask("math", selection, **settings)
     conf_task = MathTask("math", confirmation_problems, **settings)
@@ -471,6 +474,9 @@ def run_sweep(
         for i, g in enumerate(generals):
             g.save(tmp / general_stats_name(i))
         stages.start(f"evaluate the base on the selection set: {describe_tasks(tasks)}")
+        if sw.general_samples is not None and sw.general_samples != ev.samples:
+            stages.note(f"general loss and KL on {sum(len(t.texts) for t in general)} texts (sweep.general_samples; "
+                        f"a release evaluates evaluation.samples = {ev.samples})")
         if ev.lm_eval is not None:
             stages.note("evaluation.lm_eval is not run by a sweep (run it on the release)")
         base = evaluate(model, tok, tasks, progress=progress)
