@@ -479,7 +479,7 @@ def run_sweep(
                         f"a release evaluates evaluation.samples = {ev.samples})")
         if ev.lm_eval is not None:
             stages.note("evaluation.lm_eval is not run by a sweep (run it on the release)")
-        base = evaluate(model, tok, tasks, progress=progress)
+        base = evaluate(model, tok, tasks, progress=progress, keep_base_logprobs=True)  # each edit's KL reuses them
         m = recipe.mask
         stages.start(f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({m.method})")
         masks = find_math_params_multi(model_weights(model), math_stats, generals, top_ks=top_ks, method=m.method,
