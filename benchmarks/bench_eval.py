@@ -9,8 +9,10 @@ evaluation renders them: chat template when the tokenizer has one, the prefill a
 - ``math_accuracy``: :func:`mathneuro_edit.evaluation.runner.math_accuracy` (the same batches plus its early stop,
   decoding and answer reading);
 - a sweep point (``evaluate`` with a ``ReversibleEdit`` and the base results cached, as ``sweep`` runs it): the
-  edited math pass and the general pass (the base and the edited forward of every text, loss and KL) timed apart;
-  the edit is a random 1% of every targeted matrix scaled by 1.1 (its content does not change the cost).
+  edited math pass and the general pass (loss and KL of every text) timed apart, the general pass twice: reusing
+  the base's kept log-probabilities (``keep_base_logprobs``, what ``sweep`` does: only the edited forward runs) and
+  recomputing the base forward (before issue 21); the edit is a random 1% of every targeted matrix scaled by 1.1
+  (its content does not change the cost).
 
 The two generation routes alternate for ``--rounds`` rounds (after one warm-up batch); the ratio is the sum of the
 CPU times. Torch uses ``--threads`` threads.
@@ -107,14 +109,19 @@ def main() -> None:
                  for name, t in find_targets(model).items()}, {"method": "random", "top_k": 0.01})
     math_task = MathTask("math", problems, max_new_tokens=args.max_new_tokens)
     gen_task = GeneralTask("general", texts, max_length=args.max_length)
-    base = evaluate(model, tok, [math_task, gen_task], batch_size=args.batch, progress=False)
+    base = evaluate(model, tok, [math_task, gen_task], batch_size=args.batch, progress=False,
+                    keep_base_logprobs=True)  # what sweep does
     edit = ReversibleEdit(model, mask, 1.1)
     t0 = time.process_time()
     evaluate(model, tok, [math_task], edit=edit, base_results=base, batch_size=args.batch, progress=False)
     t_point_math = time.process_time() - t0
     t0 = time.process_time()
     evaluate(model, tok, [gen_task], edit=edit, base_results=base, batch_size=args.batch, progress=False)
-    t_point_general = time.process_time() - t0
+    t_point_general = time.process_time() - t0  # the edited forward only: the base log-probabilities are reused
+    plain = {k: v for k, v in base.base.items() if k != "general"}  # the same base without the kept log-probs
+    t0 = time.process_time()
+    evaluate(model, tok, [gen_task], edit=edit, base_results=plain, batch_size=args.batch, progress=False)
+    t_point_general_recomputed = time.process_time() - t0  # base and edited forward (before issue 21)
 
     out = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "model": Path(args.gguf).name if args.gguf else
@@ -124,6 +131,9 @@ def main() -> None:
         "general_texts": len(texts), "general_max_length": args.max_length,
         "cpu_s_point_math": round(t_point_math, 2), "cpu_s_point_general": round(t_point_general, 2),
         "general_share_of_point": round(t_point_general / (t_point_math + t_point_general), 3),
+        "cpu_s_point_general_base_recomputed": round(t_point_general_recomputed, 2),
+        "general_share_of_point_base_recomputed": round(
+            t_point_general_recomputed / (t_point_math + t_point_general_recomputed), 3),
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None, "python": platform.python_version(),
         "torch": torch.__version__,
     }
