@@ -410,6 +410,10 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     assert "two-sided exact McNemar p = 0.0312 (confirmed: p < 0.05)" in card
     assert "**The evaluation below shares 3 of its 4 problems with the selection problems" in card
     assert "is not a confirmation" in card and "significantly raised" not in card
+    code, text = _run("run", recipe, "--out", str(tmp_path / "r1"), "--from-sweep", str(sw), "--set", "edit.scale=2")
+    assert code == 2 and "--from-sweep takes top_k and the edit from the sweep" in text
+    code, text = _run("run", recipe, "--out", str(tmp_path / "r1"), "--from-sweep", str(sw), "--dry-run")
+    assert code == 0 and not (tmp_path / "r1").exists(), text
     # a hand-edited "confirmation" whose counts do not give p < alpha is refused
     rows["confirmation"]["edited_only"] = 4
     (sw / "sweep.json").write_text(json.dumps(rows))

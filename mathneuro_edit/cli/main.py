@@ -134,6 +134,11 @@ def main() -> None:
 def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep: str | None, workers: int,
         sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Run a recipe end to end: calibrate, mask, evaluate, export, lock and card."""
+    if from_sweep:
+        fixed = [item for item in sets if item.partition("=")[0].strip() in ("mask.top_k", "edit.scale", "edit.prune")]
+        if fixed:
+            raise InputError(f"--set {fixed[0]}: --from-sweep takes top_k and the edit from the sweep; drop the --set "
+                             "or drop --from-sweep")
     r = _recipe(recipe, sets)
     if from_sweep:
         from ..runs.sweep import read_sweep, recipe_from_sweep, run_from_sweep
