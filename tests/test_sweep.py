@@ -299,6 +299,7 @@ def test_read_sweep_refuses_anything_but_a_confirmed_setting(tmp_path):
     entry = ev.lock_entry()
     assert entry["confirmation"]["confirmed"] is True and len(entry["confirmation"]["problems_sha256"]) == 200
     assert entry["selection"]["holm_p"] == pytest.approx(0.028) and entry["settings"] == 9
+    assert (entry["selection"]["math_correct"], entry["selection"]["base_correct"]) == (62, BASE)
 
 
 def test_recipe_from_sweep_takes_the_setting_and_refuses_another_recipe(tmp_path):

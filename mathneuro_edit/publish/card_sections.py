@@ -196,7 +196,8 @@ def sweep_evidence(lock: Mapping[str, Any]) -> str:
         "",
         f"This setting (top_k {sw.get('top_k')}, scale {sw.get('scale')}) was **chosen** among {sw.get('settings')} "
         f"setting{'' if sw.get('settings') == 1 else 's'} of a sweep on {ns} selection problems (its selection "
-        f"result: {sel.get('math_correct')}/{sel.get('math_total')}, raw {_p(sel.get('mcnemar_p'))}, Holm-adjusted "
+        f"result: {sel.get('math_correct')}/{sel.get('math_total')} right, base {sel.get('base_correct', '?')}; "
+        f"raw {_p(sel.get('mcnemar_p'))}, Holm-adjusted "
         f"over the grid {_p(sel.get('holm_p'))}, general KL {_g(sel.get('general_kl'))}), and then **confirmed on "
         f"{nc} other problems** "
         "that played no part in choosing it, with one pre-registered paired test:",

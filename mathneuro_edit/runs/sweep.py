@@ -551,6 +551,7 @@ class SweepEvidence:
     n_settings: int
     sweep_sha256: str
     recipe: dict[str, Any]
+    selection_base_correct: int | None = None
 
     def lock_entry(self) -> dict[str, Any]:
         """The lock's ``sweep`` section: the sweep file's hash, the chosen setting, the selection and the
@@ -559,6 +560,7 @@ class SweepEvidence:
         return {"sweep_sha256": self.sweep_sha256, "top_k": self.top_k, "scale": self.scale,
                 "settings": self.n_settings,
                 "selection": {"n": len(self.selection_sha256), "problems_sha256": list(self.selection_sha256),
+                              "base_correct": self.selection_base_correct,
                               **{k: self.selection_point.get(k) for k in ("math_correct", "math_total", "mcnemar_p",
                                                                           "holm_p", "general_kl")}},
                 "confirmation": {k: c.get(k) for k in ("n", "base_correct", "edited_correct", "base_only",
@@ -599,7 +601,8 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
                              "do not; the file was edited: re-run the sweep")
         point = sel["points"][c["point"]]
         return SweepEvidence(float(c["top_k"]), float(c["scale"]), tuple(sel["problems_sha256"]), dict(c),
-                             dict(point), len(sel["points"]), hashlib.sha256(raw).hexdigest(), dict(data["recipe"]))
+                             dict(point), len(sel["points"]), hashlib.sha256(raw).hexdigest(), dict(data["recipe"]),
+                             (sel.get("base") or {}).get("math_correct"))
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise InputError(f"{path}: incomplete sweep.json ({type(e).__name__}: {e}); re-run the sweep") from None
 
