@@ -301,7 +301,8 @@ def recommend(points: Sequence[SweepPoint], base_correct: int, n_selection: int,
                       "the confirmation problems; do not publish a boost from this sweep")
     p = points[candidate]
     chosen = (f"top_k={p.top_k:g} scale={p.scale:g}, chosen among {len(points)} settings on {n_selection} selection "
-              f"problems ({base_pct:.1f}% -> {100 * p.math_accuracy:.1f}%, {p.math_correct - base_correct:+d} problems, "
+              f"problems ({base_pct:.1f}% -> {100 * p.math_accuracy:.1f}%, {p.math_correct - base_correct:+d} "
+              f"problem{'' if abs(p.math_correct - base_correct) == 1 else 's'}, "
               f"raw {format_p(p.mcnemar_p)}, Holm {format_p(p.holm_p)}, general KL {p.general_kl:.4g}, budget "
               f"{kl_budget:g})")
     if confirmation is None:
