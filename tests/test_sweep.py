@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import asdict
 
 import pytest
 
