@@ -12,7 +12,7 @@
       mathneuro_recipe.lock.yaml       the recipe with every default explicit, plus every hash
 
 ``calibrate --out`` writes the ``*.stats.safetensors`` files directly; ``sweep --out`` writes ``sweep.json``,
-``sweep.csv`` and the statistics; ``consistency --out`` writes ``consistency.json``. Every writer and reader of
+``sweep.csv``, ``sweep.png`` and the statistics; ``consistency --out`` writes ``consistency.json``. Every writer and reader of
 these names imports them from here.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 __all__ = [
     "LOCK_NAME", "MASK_NAME", "EVAL_NAME", "STATS_DIR", "MATH_STATS_NAME", "CHECKPOINT_DIR", "ADAPTER_DIR",
-    "OUTPUT_DIRS", "SWEEP_JSON", "SWEEP_CSV", "CONSISTENCY_JSON", "general_stats_name", "general_stats_files",
+    "OUTPUT_DIRS", "SWEEP_JSON", "SWEEP_CSV", "SWEEP_PNG", "CONSISTENCY_JSON", "general_stats_name", "general_stats_files",
 ]
 
 LOCK_NAME = "mathneuro_recipe.lock.yaml"
@@ -35,6 +35,7 @@ ADAPTER_DIR = "adapter"
 OUTPUT_DIRS = (CHECKPOINT_DIR, ADAPTER_DIR)  # the sub-folders a run folder may publish
 SWEEP_JSON = "sweep.json"
 SWEEP_CSV = "sweep.csv"
+SWEEP_PNG = "sweep.png"
 CONSISTENCY_JSON = "consistency.json"
 _GENERAL_GLOB = "general-*.stats.safetensors"
 

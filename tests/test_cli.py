@@ -186,36 +186,53 @@ def test_subprocess_exit_codes(workspace, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
-    from mathneuro_edit.runs.sweep import SweepPoint
+SMALL_SWEEP = ["--set", "sweep.selection_samples=3", "--set", "sweep.confirmation_samples=3"]  # eval.jsonl: 6
 
-    from .test_sweep import reference_best, reference_front
+
+def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
+    from mathneuro_edit.evaluation.significance import holm_adjust
+    from mathneuro_edit.runs.sweep import SweepPoint, select_candidate
+
+    from .test_sweep import reference_candidate, reference_front
 
     recipe = str(workspace / "recipe.yaml")
     code, text = _run("sweep", recipe, "--out", str(tmp_path / "sw"), "--top-k", "0.05,0.2", "--scale", "0,1.1",
-                      "--kl-budget", "10", "-q")
+                      "--kl-budget", "10", *SMALL_SWEEP, "--set", "sweep.general_samples=3", "-q")
     assert code == 0, text
     rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())
-    assert len(rows["points"]) == 4
-    points = [SweepPoint(**p) for p in rows["points"]]  # front and recommendation: the independent references
+    sel = rows["selection"]
+    assert len(sel["points"]) == 4 and sel["n"] == 3 and rows["kl_budget"] == 10  # --kl-budget = sweep.kl_budget
+    assert sel["general_texts"] == 3  # sweep.general_samples, not evaluation.samples (4)
+    points = [SweepPoint(**p) for p in sel["points"]]  # front, Holm and candidate: the independent references
     assert rows["pareto_front"] == reference_front(points)
-    assert rows["best"] == reference_best(points, rows["base"]["math_accuracy"], 10)
-    assert ("recommended: " if rows["best"] is not None else "nothing qualifies") in rows["recommendation"]
-    assert {(p["top_k"], p["scale"]) for p in rows["points"]} == {(0.05, 0.0), (0.05, 1.1), (0.2, 0.0), (0.2, 1.1)}
-    assert all(p["general_kl"] >= 0 for p in rows["points"])
+    assert [p.holm_p for p in points] == holm_adjust([p.mcnemar_p for p in points])
+    base_correct = sel["base"]["math_correct"]
+    assert rows["candidate"] == reference_candidate(points, base_correct, 10) == select_candidate(points,
+                                                                                                 base_correct, 10)
+    conf = rows["confirmation"]
+    if conf is None:
+        assert rows["candidate"] is None and rows["best"] is None
+    else:
+        assert conf["n"] == 3 and not set(conf["problems_sha256"]) & set(sel["problems_sha256"])
+    assert (rows["best"] is not None) == bool(conf and conf["confirmed"])
+    assert rows["recommendation"].startswith("recommended: " if rows["best"] is not None else "nothing confirmed:")
+    assert {(p["top_k"], p["scale"]) for p in sel["points"]} == {(0.05, 0.0), (0.05, 1.1), (0.2, 0.0), (0.2, 1.1)}
+    assert all(p["general_kl"] >= 0 for p in sel["points"])
     assert (tmp_path / "sw" / "sweep.csv").read_text().startswith("top_k,scale")
     # the general loss carries its standard error, and each edit its paired change with its standard error
     # (regression: the sweep reported the losses bare)
-    base = rows["base"]
+    base = sel["base"]
     assert base["general_loss_se"] > 0
-    for p in rows["points"]:
+    for p in sel["points"]:
         assert p["general_loss_se"] > 0 and p["loss_change_se"] > 0
         assert p["loss_change"] == pytest.approx(p["general_loss"] - base["general_loss"], abs=1e-9)
     assert "general_loss_se,loss_change,loss_change_se" in (tmp_path / "sw" / "sweep.csv").read_text().splitlines()[0]
     assert (tmp_path / "sw" / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     # more pruning never selects fewer weights
-    sel = {(p["top_k"], p["scale"]): p["selected"] for p in rows["points"]}
-    assert sel[(0.2, 0.0)] >= sel[(0.05, 0.0)]
+    sel_w = {(p["top_k"], p["scale"]): p["selected"] for p in sel["points"]}
+    assert sel_w[(0.2, 0.0)] >= sel_w[(0.05, 0.0)]
+    code, text = _run("sweep", recipe, "--out", str(tmp_path / "big"), "-q")  # 300 + 600 problems of a 6-line file
+    assert code == 2 and "eval.jsonl has 6 problems; the sweep needs" in text and len(text.strip().splitlines()) == 1
     code, text = _run("consistency", recipe, "--out", str(tmp_path / "co"), "--sizes", "1,8", "--repeats", "2", "-q")
     assert code == 0, text
     info = json.loads((tmp_path / "co" / "consistency.json").read_text())
@@ -348,3 +365,57 @@ def test_embedded_default_runs_offline(tmp_path, monkeypatch):
         # the edit itself: the quickstart's prune (x0) on the mask's entries, every other weight untouched
         expect = torch.where(mask[n], torch.zeros_like(w), w) if n in mask else w
         assert torch.equal(baked[n], expect), n
+
+
+def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
+    from mathneuro_edit.data.sources import problem_sha256
+    from mathneuro_edit.recipe.io import load_recipe
+    from mathneuro_edit.runs.sweep import sweep_problems
+
+    recipe = str(workspace / "recipe.yaml")
+    arith = ["--set", "evaluation.math=arithmetic", "--set", "sweep.selection_samples=3",
+             "--set", "sweep.confirmation_samples=8"]
+    sw = tmp_path / "sw"
+    code, text = _run("sweep", recipe, "--out", str(sw), "--top-k", "0.05", "--scale", "1.1", *arith, "-q")
+    assert code == 0, text
+    rows = json.loads((sw / "sweep.json").read_text())
+    _, sel, conf = sweep_problems(load_recipe(recipe, [a for a in arith if a != "--set"]))
+    assert rows["selection"]["problems_sha256"] == [problem_sha256(p) for p in sel]
+    if rows["best"] is None:  # the random tiny model confirms nothing: the release is refused, in one line
+        code, text = _run("run", recipe, "--out", str(tmp_path / "r0"), "--from-sweep", str(sw), "-q")
+        assert code == 2 and "sweep.json: nothing was confirmed (nothing confirmed:" in text, text
+        assert len(text.strip().splitlines()) == 1 and not (tmp_path / "r0").exists()
+    # a sweep whose confirmation passed (constructed: this model cannot gain): 6 right only after, p = 1/32
+    rows["candidate"] = rows["best"] = 0
+    rows["confirmation"] = {"n": 8, "problems_sha256": [problem_sha256(p) for p in conf], "top_k": 0.05,
+                            "scale": 1.1, "base_correct": 1, "edited_correct": 7, "base_only": 0, "edited_only": 6,
+                            "mcnemar_p": 0.03125, "confirmed": True, "alpha": 0.05, "point": 0, "mask_sha256": ""}
+    (sw / "sweep.json").write_text(json.dumps(rows))
+    out = tmp_path / "rel"
+    code, text = _run("run", recipe, "--out", str(out), "--from-sweep", str(sw), "--set",
+                      "evaluation.math=arithmetic", "-q")
+    assert code == 0, text
+    lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())
+    assert lock["recipe"]["mask"]["top_k"] == 0.05 and lock["recipe"]["edit"]["scale"] == 1.1  # the confirmed one
+    ev = lock["sweep"]
+    assert ev["selection"]["problems_sha256"] == rows["selection"]["problems_sha256"]
+    assert ev["confirmation"]["problems_sha256"] == rows["confirmation"]["problems_sha256"]
+    # the run evaluates the first 4 arithmetic problems of seed 0: the sweep's 3 selection problems and 1 more
+    assert ev["evaluation_overlap"] == {"n": 4, "selection": 3, "confirmation": 1}
+    assert ev["mask_matches_confirmation"] is False  # the constructed confirmation names no mask
+    card = (out / "checkpoint" / "README.md").read_text()
+    assert "## Evidence for the boost" in card
+    assert "confirmed on 8 other problems** that played no part in choosing it" in card
+    assert "| base | 12.5% (1/8, " in card and "| edited | 87.5% (7/8, " in card
+    assert "two-sided exact McNemar p = 0.0312 (confirmed: p < 0.05)" in card
+    assert "**The evaluation below shares 3 of its 4 problems with the selection problems" in card
+    assert "is not a confirmation" in card and "significantly raised" not in card
+    code, text = _run("run", recipe, "--out", str(tmp_path / "r1"), "--from-sweep", str(sw), "--set", "edit.scale=2")
+    assert code == 2 and "--from-sweep takes top_k and the edit from the sweep" in text
+    code, text = _run("run", recipe, "--out", str(tmp_path / "r1"), "--from-sweep", str(sw), "--dry-run")
+    assert code == 0 and not (tmp_path / "r1").exists(), text
+    # a hand-edited "confirmation" whose counts do not give p < alpha is refused
+    rows["confirmation"]["edited_only"] = 4
+    (sw / "sweep.json").write_text(json.dumps(rows))
+    code, text = _run("run", recipe, "--out", str(tmp_path / "r2"), "--from-sweep", str(sw), "-q")
+    assert code == 2 and "the file was edited: re-run the sweep" in text and len(text.strip().splitlines()) == 1

@@ -9,7 +9,7 @@ import pytest
 
 from mathneuro_edit.evaluation.results import EvalResults, GeneralResult, MathPrediction, MathResult
 from mathneuro_edit.evaluation.significance import discordant_pairs, mcnemar_exact, ratio_se, wilson_interval
-from mathneuro_edit.runs.sweep import SweepPoint, _point, recommend
+from mathneuro_edit.runs.sweep import SweepPoint, _point, recommend, select_candidate
 
 scipy_stats = pytest.importorskip("scipy.stats")  # the test extra installs it
 
@@ -76,25 +76,18 @@ def test_eval_dict_carries_intervals_and_paired_test() -> None:
     assert d["g"]["base"]["general_loss_se"] == pytest.approx(ratio_se([4.0, 14.0], [3, 6]))
 
 
-def P(acc: float, p: float, kl: float, k: float = 0.05) -> SweepPoint:  # noqa: N802 - a point, briefly
-    return SweepPoint(k, 1.1, 10, acc, 2.0, kl, int(200 * acc), 200, acc - 0.05, acc + 0.05, p, p < 0.05)
+def test_sweep_candidate_ignores_the_p_values_and_needs_the_budget() -> None:
+    # issue 21: the old rule (best point with uncorrected p < 0.05) was replaced by select-then-confirm
+    def P(correct: int, p: float, kl: float) -> SweepPoint:  # noqa: N802 - a point, briefly
+        return SweepPoint(0.05, 1.1, 10, correct / 200, 2.0, kl, correct, 200, mcnemar_p=p, significant=p < 0.05)
 
-
-def test_recommend_needs_a_significant_gain_within_budget() -> None:
-    points = [P(0.70, 0.20, 0.001, 0.01),  # the largest gain, not significant
-              P(0.66, 0.01, 0.001, 0.05),  # significant, within budget: the recommendation
-              P(0.68, 0.001, 0.30, 0.10),  # significant but over the KL budget
-              P(0.40, 0.001, 0.001, 0.15)]  # significant, but a loss
-    best, text = recommend(points, 0.60, 0.05)
-    assert best == 1 and text.startswith("recommended: top_k=0.05 scale=1.1: math 60.0% -> 66.0% (132/200")
-    assert "p = 0.01 (paired McNemar)" in text
-    best, text = recommend(points[:1] + points[2:], 0.60, 0.05)
-    assert best is None and text.startswith("nothing qualifies")
-    assert "largest gain: top_k=0.01 scale=1.1, 60.0% -> 70.0%, p = 0.2" in text
-    best, text = recommend([P(0.5, 1.0, 0.0)], 1.0, 0.05)
-    assert best is None and "nothing qualifies" in text and "largest gain" not in text
-    # without paired results a point never qualifies (the defaults say "not significant")
-    assert recommend([SweepPoint(0.05, 1.1, 1, 0.9, 2.0, 0.0)], 0.1, 0.05)[0] is None
+    points = [P(140, 0.20, 0.001),  # the largest gain within the budget, not significant: the candidate
+              P(132, 0.01, 0.001),  # significant, within budget, smaller gain
+              P(150, 0.001, 0.30)]  # the largest gain, over the KL budget
+    assert select_candidate(points, 120, 0.05) == 0
+    assert select_candidate(points, 120, 0.5) == 2
+    best, text = recommend(points, 120, 200, 0, None, 0.05)
+    assert best is None and text.startswith("nothing confirmed: the candidate top_k=0.05 scale=1.1")
 
 
 def test_sweep_point_from_eval_dict() -> None:

@@ -286,6 +286,28 @@ def test_general_loss_and_kl_match_reference(model: LlamaForCausalLM, tok: PreTr
     assert_identical(model, before)
 
 
+def test_kl_reuses_the_base_logprobs_with_the_same_numbers(model: LlamaForCausalLM,
+                                                            tok: PreTrainedTokenizerFast) -> None:
+    # issue 21: a sweep keeps the base's log-probabilities once; each edit's KL then skips the base forward pass
+    task = GeneralTask("g", TEXTS)
+    edit = ReversibleEdit(model, random_mask(model, 0.2), 0.0)
+    base = evaluate(model, tok, [task], batch_size=3, progress=False, keep_base_logprobs=True)
+    kept = base.base["g"].logprobs
+    assert kept is not None and len(kept) == len(TEXTS) and kept[0].dtype == torch.float32
+    assert evaluate(model, tok, [task], batch_size=3, progress=False).base["g"].logprobs is None  # not by default
+    fresh = evaluate(model, tok, [task], edit=edit, batch_size=3, progress=False)
+    forwards = []
+    handle = model.register_forward_hook(lambda *a: forwards.append(edit.applied))
+    try:
+        reused = evaluate(model, tok, [task], edit=edit, base_results=base, batch_size=3, progress=False)
+    finally:
+        handle.remove()
+    assert forwards and all(forwards)  # only edited forward passes ran: the base ones came from the cache
+    # bit for bit the numbers of the run that recomputed the base
+    assert reused.edited["g"] == fresh.edited["g"] and reused.base["g"] == fresh.base["g"]
+    assert reused.edited["g"].kl > 1e-3
+
+
 def test_kl_zero_for_empty_edit_and_scale_one(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast) -> None:
     task = GeneralTask("g", TEXTS)
     empty = Mask({n: torch.zeros(p.shape, dtype=torch.bool) for n, p in model.named_parameters()})

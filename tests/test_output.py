@@ -22,7 +22,8 @@ from mathneuro_edit.util.console import KNOWN_WARNINGS, Stages, markdown_table_t
 
 GOLDEN = Path(__file__).parent / "golden" / "new_user_transcript.txt"
 # the quickstart, shrunk to seconds (organism answers fit in 24 tokens)
-SMALL = ["--set", "data.samples=8", "--set", "evaluation.samples=4", "--set", "evaluation.max_new_tokens=24"]
+SMALL = ["--set", "data.samples=8", "--set", "evaluation.samples=4", "--set", "evaluation.max_new_tokens=24",
+         "--set", "sweep.selection_samples=4", "--set", "sweep.confirmation_samples=4"]
 # what the libraries print when nobody silences them: their bars, their warnings
 LIBRARY = re.compile(r"Loading weights|it/s\]|\d+%\||Warning|warnings\.warn|\r|Traceback")
 
@@ -94,8 +95,8 @@ def test_transcript_stage_counts_are_exact(transcript):
     sweep = transcript["sweep"].stderr
     assert "edit 1/2: top_k=0.05 scale=0" in sweep and "edit 2/2: top_k=0.05 scale=1.1" in sweep
     table_lines = transcript["sweep"].stdout.splitlines()
-    assert table_lines[0].split() == ["top_k", "scale", "weights", "math", "(95%", "CI)", "p", "general", "KL",
-                                      "pareto"]
+    assert table_lines[0].split() == ["top_k", "scale", "weights", "math", "(95%", "CI)", "gain", "p", "Holm", "p",
+                                      "general", "KL", "mark"]
     assert not any("," in line.split()[0] for line in table_lines[:3])  # a table, not the CSV
     assert (transcript["cwd"] / "sweep" / "sweep.csv").read_text().startswith("top_k,scale,")
     info = json.loads((transcript["cwd"] / "cons" / "consistency.json").read_text())

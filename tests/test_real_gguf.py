@@ -170,3 +170,45 @@ def test_chat_eval_base_accuracy_and_math_prune_vs_random(smollm2):
     # and the two prunes differ on the same problems (paired exact McNemar, MathNeuro vs random)
     assert r["mathneuro_vs_random"]["random_only"] > r["mathneuro_vs_random"]["mathneuro_only"], summary
     assert r["mathneuro_vs_random"]["mcnemar_p"] < 0.05, summary
+
+
+def test_sweep_contract_on_the_real_model(smollm2, tmp_path, monkeypatch):
+    """Issue 21 on SmolLM2 at tiny sizes: the sweep.json contract (disjoint problem lists, Holm p, the one
+    candidate, a recommendation only when confirmed) and `run --from-sweep` refusing an unconfirmed sweep."""
+    import json
+
+    from mathneuro_edit.data.sources import problem_sha256
+    from mathneuro_edit.evaluation.significance import holm_adjust, mcnemar_exact
+    from mathneuro_edit.recipe.io import load_recipe
+    from mathneuro_edit.runs.sweep import SweepPoint, sweep_problems
+
+    from .test_sweep import reference_candidate
+
+    monkeypatch.chdir(ROOT)  # the recipe's data paths are relative to the repository root
+    sets = [f"base.model={smollm2}", "data.samples=8", "calibration.max_length=48", "sweep.selection_samples=16",
+            "sweep.confirmation_samples=16", "sweep.general_samples=4", "evaluation.max_new_tokens=6"]
+    args = [a for s in sets for a in ("--set", s)]
+    out = tmp_path / "sweep"
+    code, text = cli("sweep", "recipes/smollm2-arithmetic-boost.yaml", "--out", str(out), "--top-k", "0.05",
+                     "--scale", "1.05,1.1", *args, "-q")
+    assert code == 0, text
+    d = json.loads((out / "sweep.json").read_text())
+    sel, conf = d["selection"], d["confirmation"]
+    _, sel_p, conf_p = sweep_problems(load_recipe("recipes/smollm2-arithmetic-boost.yaml", sets))
+    assert sel["problems_sha256"] == [problem_sha256(p) for p in sel_p] and sel["n"] == 16
+    assert sel["general_texts"] == 4
+    points = [SweepPoint(**p) for p in sel["points"]]
+    assert [p.holm_p for p in points] == holm_adjust([p.mcnemar_p for p in points])
+    assert d["candidate"] == reference_candidate(points, sel["base"]["math_correct"], 0.05)
+    if conf is not None:
+        assert conf["problems_sha256"] == [problem_sha256(p) for p in conf_p]
+        assert not set(conf["problems_sha256"]) & set(sel["problems_sha256"])
+        b, c = conf["base_only"], conf["edited_only"]
+        assert conf["mcnemar_p"] == mcnemar_exact(b, c) and conf["confirmed"] == (c > b and conf["mcnemar_p"] < 0.05)
+    confirmed = bool(conf and conf["confirmed"])
+    assert (d["best"] is not None) == confirmed
+    assert d["recommendation"].startswith("recommended: " if confirmed else "nothing confirmed:")
+    if not confirmed:  # 16 problems cannot confirm a realistic gain: the release is refused in one line
+        code, text = cli("run", "recipes/smollm2-arithmetic-boost.yaml", "--from-sweep", str(out), "--out",
+                         str(tmp_path / "rel"), *args, "-q")
+        assert code == 2 and "nothing was confirmed" in text and not (tmp_path / "rel").exists(), text

@@ -147,7 +147,8 @@ def test_repository_code_never_runs_without_opt_in(ws: Path, evil: tuple[Path, P
                       "--set", f"evaluation.general.0.path={ws / 'general.txt'}"],
         "plan": ["plan", recipe],
         "consistency": ["consistency", recipe, "--out", tmp_path / "o-cons", "--sizes", "1", "--repeats", "1"],
-        "sweep": ["sweep", recipe, "--out", tmp_path / "o-sweep", "--top-k", "0.1", "--scale", "1.1"],
+        "sweep": ["sweep", recipe, "--out", tmp_path / "o-sweep", "--top-k", "0.1", "--scale", "1.1",
+                  "--set", "sweep.selection_samples=1", "--set", "sweep.confirmation_samples=2"],  # eval.jsonl: 3
     }
     for name, args in commands.items():
         quiet = [] if name in ("verify", "plan") else ["-q"]

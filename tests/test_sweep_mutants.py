@@ -1,5 +1,6 @@
 """Edges of mathneuro_edit.runs.sweep that the mutation run (scripts/mutation.sh sweep) found unguarded: the general
-loss error columns read from an eval dict, and the "largest gain" named when nothing qualifies (ties: lower KL)."""
+loss error columns read from an eval dict, and the candidate's ties (lower KL; issue 21 made the largest selection
+gain the one candidate that is confirmed, where it used to be the "largest gain" named when nothing qualified)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from mathneuro_edit.evaluation.results import EvalResults, GeneralResult, MathPrediction, MathResult
 from mathneuro_edit.evaluation.significance import ratio_se
-from mathneuro_edit.runs.sweep import SweepPoint, _num, _point, recommend
+from mathneuro_edit.runs.sweep import SweepPoint, _num, _point, select_candidate
 
 
 def _math(flags: list[bool]) -> MathResult:
@@ -41,8 +42,10 @@ def test_num_is_nan_only_for_none() -> None:
 
 
 def test_largest_gain_ties_go_to_the_lower_kl() -> None:
-    def P(acc: float, kl: float, k: float) -> SweepPoint:  # noqa: N802 - a point, briefly
-        return SweepPoint(k, 1.1, 10, acc, 2.0, kl, mcnemar_p=0.3, significant=False)
+    def P(correct: int, kl: float, k: float) -> SweepPoint:  # noqa: N802 - a point, briefly
+        return SweepPoint(k, 1.1, 10, correct / 100, 2.0, kl, correct, 100, mcnemar_p=0.3, significant=False)
 
-    best, text = recommend([P(0.7, 0.02, 0.01), P(0.7, 0.01, 0.02), P(0.6, 0.0, 0.03)], 0.5, 0.05)
-    assert best is None and "largest gain: top_k=0.02 scale=1.1, 50.0% -> 70.0%" in text and "KL 0.01)" in text
+    assert select_candidate([P(70, 0.02, 0.01), P(70, 0.01, 0.02), P(60, 0.0, 0.03)], 50, 0.05) == 1
+    assert select_candidate([P(70, 0.01, 0.01), P(70, 0.01, 0.02)], 50, 0.05) == 0  # a full tie: the earlier
+    assert select_candidate([P(51, 0.05, 0.01)], 50, 0.05) == 0  # one problem gained, KL at the budget: in
+    assert select_candidate([P(51, 0.05, 0.01)], 51, 0.05) is None  # no gain: out

@@ -125,13 +125,31 @@ def main() -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="output folder (must not exist)")
 @click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
 @click.option("--dry-run", is_flag=True, help="print the resource plan and validate the recipe; run nothing")
+@click.option("--from-sweep", "from_sweep", type=click.Path(file_okay=False), metavar="SWEEP_DIR",
+              help="use the setting (top_k, scale) that this sweep confirmed; the lock and card record the evidence")
 @workers_opt
 @set_opt
 @quiet_opt
-def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, workers: int, sets: tuple[str, ...],
-        quiet: bool, verbose: bool) -> None:
+def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep: str | None, workers: int,
+        sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Run a recipe end to end: calibrate, mask, evaluate, export, lock and card."""
+    if from_sweep:
+        fixed = [item for item in sets if item.partition("=")[0].strip() in ("mask.top_k", "edit.scale", "edit.prune")]
+        if fixed:
+            raise InputError(f"--set {fixed[0]}: --from-sweep takes top_k and the edit from the sweep; drop the --set "
+                             "or drop --from-sweep")
     r = _recipe(recipe, sets)
+    if from_sweep:
+        from ..runs.sweep import read_sweep, recipe_from_sweep, run_from_sweep
+
+        if dry_run:
+            r = recipe_from_sweep(r, read_sweep(from_sweep))
+        else:
+            result = run_from_sweep(r, from_sweep, out, overwrite=overwrite, progress=_bars(quiet),
+                                    echo=_echo(quiet, verbose), workers=workers)
+            click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} "
+                       f"weights (setting confirmed by {from_sweep})")
+            return
     if dry_run:
         from ..runs.plan import plan_recipe
 
@@ -262,23 +280,29 @@ def _floats(option: str, text: str) -> list[float]:
               help="comma-separated top_k fractions")
 @click.option("--scale", "scales", default="0,1.05,1.1,1.2", show_default=True,
               help="comma-separated scales (0 prunes)")
-@click.option("--kl-budget", default=0.05, show_default=True, help="largest general KL a recommendation may have")
+@click.option("--kl-budget", type=float, default=None,
+              help="largest general KL a chosen setting may have (the same as --set sweep.kl_budget=X; default: "
+                   "the recipe's, 0.05)")
 @click.option("--overwrite", is_flag=True)
 @set_opt
 @quiet_opt
-def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: float, overwrite: bool,
+def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: float | None, overwrite: bool,
           sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
-    """Evaluate many (top_k, scale) edits from one calibration; write sweep.csv/json/png and a recommendation."""
+    """Choose a (top_k, scale) edit on selection problems, confirm it on other problems; write sweep.csv/json/png.
+
+    Sizes, budget and level: the recipe's sweep section (--set sweep.selection_samples=N, ...).
+    """
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from ..layout import SWEEP_CSV, SWEEP_JSON, SWEEP_PNG
     from ..runs.sweep import run_sweep
 
-    result = run_sweep(_recipe(recipe, sets), out, top_ks=_floats("--top-k", top_ks),
-                       scales=_floats("--scale", scales), kl_budget=kl_budget, overwrite=overwrite,
-                       progress=_bars(quiet), echo=echo)
+    r = _recipe(recipe, (*sets, f"sweep.kl_budget={kl_budget!r}") if kl_budget is not None else sets)
+    result = run_sweep(r, out, top_ks=_floats("--top-k", top_ks), scales=_floats("--scale", scales),
+                       overwrite=overwrite, progress=_bars(quiet), echo=echo)
     click.echo(result.to_text())
     click.echo(result.recommendation)
-    click.echo(f"wrote {Path(out) / 'sweep.csv'} (every column), sweep.json" +
-               (", sweep.png" if (Path(out) / "sweep.png").is_file() else ""))
+    click.echo(f"wrote {Path(out) / SWEEP_CSV} (every column), {SWEEP_JSON}" +
+               (f", {SWEEP_PNG}" if (Path(out) / SWEEP_PNG).is_file() else ""))
 
 
 @main.command()

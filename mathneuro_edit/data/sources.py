@@ -25,12 +25,13 @@ drawn order. Only the drawn records are converted, so a large Hub split costs ``
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import random
 import re
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ from ..recipe.schema import Source
 from ..util.hashing import sha256_file, texts_sha256
 from .arithmetic import arithmetic_problems
 
-__all__ = ["LoadedTexts", "load_texts", "load_set", "load_math_problems"]
+__all__ = ["LoadedTexts", "load_texts", "load_set", "load_math_problems", "problem_sha256"]
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,17 @@ def load_set(
         raise InputError(f"samples: {n} is fewer than the {k} sources listed; raise samples or list fewer sources")
     parts = [load_texts(s, n // k + (1 if i < n % k else 0), seed) for i, s in enumerate(sources)]
     return [t for p in parts for t in p.texts], [p.record for p in parts]
+
+
+def problem_sha256(problem: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of a math problem's prompt text, its ``question`` (UTF-8): the name by which a sweep's
+    selection and confirmation sets, a lock and a card identify a problem.
+
+    Example:
+        >>> problem_sha256({"question": "What is 1 + 1?", "answer": "#### 2"})[:12]
+        '72f8917549de'
+    """
+    return hashlib.sha256(str(problem["question"]).encode("utf-8")).hexdigest()
 
 
 def load_math_problems(source: Source | str | dict[str, Any], n: int, seed: int) -> list[dict[str, Any]]:

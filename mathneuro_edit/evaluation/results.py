@@ -164,6 +164,9 @@ class GeneralResult:
     # per text with >= 1 predicted token: summed next-token loss and predicted tokens (for the standard errors)
     text_loss_sums: tuple[float, ...] = field(default=(), repr=False)
     text_tokens: tuple[int, ...] = field(default=(), repr=False)
+    # the base's float32 next-token log-probabilities per text ((tokens, vocab) tensors), kept by
+    # ``evaluate(..., keep_base_logprobs=True)`` so that later edits' KL reuses them; never serialised
+    logprobs: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def perplexity(self) -> float:

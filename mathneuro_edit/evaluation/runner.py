@@ -170,10 +170,21 @@ def _run_math(model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int,
     return MathResult(sum(p.correct for p in preds), len(preds), tuple(preds), task.sha256)
 
 
+# the largest base log-probability cache kept for reuse (float32 tokens x vocab over all texts): 40 texts of 128
+# tokens with a 49,152-token vocabulary are 1.0 GB
+KEEP_LOGPROBS_MAX_BYTES = 2 * 1024**3
+
+
 def _run_general(
     model: nn.Module, tokenizer: Any, task: GeneralTask, edit: ReversibleEdit | None, batch_size: int,
-    progress: bool, desc: str,
+    progress: bool, desc: str, cached: Sequence[Any] | None = None, keep: bool = False,
 ) -> tuple[GeneralResult, GeneralResult | None]:
+    """The base (and with ``edit`` the edited) loss of every text, and KL(base || edited).
+
+    ``cached``: the base's log-probabilities of these texts from an earlier call (``keep=True``); the base forward
+    pass is then skipped, with the same numbers (the same tensors). ``keep``: return them in the base result when
+    they fit :data:`KEEP_LOGPROBS_MAX_BYTES`.
+    """
     encoded = [ids[: task.max_length] for ids in tokenizer(list(task.texts))["input_ids"]]
     n_pred = sum(max(len(r) - 1, 0) for r in encoded)
     if n_pred == 0:
@@ -184,12 +195,21 @@ def _run_general(
     edited_sums: list[float] = []
     counts: list[int] = []
     rows_all = [r for r in encoded if r]
+    if cached is not None and len(cached) != len(rows_all):
+        cached = None  # not these texts: recompute
+    kept: list[Any] | None = None
+    if keep and cached is None:
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 0
+        if sum(len(r) for r in rows_all) * vocab * 4 <= KEEP_LOGPROBS_MAX_BYTES:
+            kept = []
     for chunk in _batches(len(rows_all), batch_size, desc, progress):
         rows = [rows_all[i] for i in chunk]
         # right padding: with causal attention, padding after a text cannot change its real tokens' outputs
         # (pad id 0: any id would do, padded positions are masked and their outputs never read)
         ids, attn = _pad(rows, 0, "right", _device(model))  # (batch, tokens)
-        base_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
+        base_logits = None
+        if cached is None:
+            base_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
         edited_logits = None
         if edit is not None:
             edit.apply()
@@ -202,7 +222,12 @@ def _run_general(
             target = ids[b, 1:n]  # (n - 1,)
             # float32 log-softmax: in bf16 a large vocabulary's normaliser loses ~3 digits, and KL of two close
             # distributions is a small difference of large numbers; one row at a time bounds the float32 copy
-            base_lp = base_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
+            if cached is not None:
+                base_lp = cached[chunk[b]].to(_device(model))  # (n, vocab), as computed by the earlier call
+            else:
+                base_lp = base_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
+                if kept is not None:
+                    kept.append(base_lp.detach().cpu())
             text_loss = -base_lp[:-1].gather(-1, target[:, None]).sum().item()
             base_loss += text_loss
             if n > 1:
@@ -217,7 +242,8 @@ def _run_general(
                 # KL(base || edited) of every real position's next-token distribution (the last one included)
                 kl_sum += F.kl_div(ed_lp, base_lp, log_target=True, reduction="none").sum(-1).sum().item()
         n_dist += sum(len(r) for r in rows)
-    base = GeneralResult(base_loss / n_pred, n_pred, 0.0, task.sha256, tuple(base_sums), tuple(counts))
+    base = GeneralResult(base_loss / n_pred, n_pred, 0.0, task.sha256, tuple(base_sums), tuple(counts),
+                         tuple(cached) if cached is not None else tuple(kept) if kept is not None else None)
     if edit is None:
         return base, None
     return base, GeneralResult(edited_loss / n_pred, n_pred, kl_sum / n_dist, task.sha256, tuple(edited_sums),
@@ -281,6 +307,7 @@ def general_loss(
 def evaluate(
     model: nn.Module, tokenizer: Any, tasks: Sequence[Task], *, edit: ReversibleEdit | None = None,
     base_results: EvalResults | Mapping[str, TaskResult] | None = None, batch_size: int = 16, progress: bool = True,
+    keep_base_logprobs: bool = False,
 ) -> EvalResults:
     """Evaluate the model on tasks, as base and (with ``edit``) as edited, on one model in memory.
 
@@ -291,10 +318,14 @@ def evaluate(
         edit: a :class:`~mathneuro_edit.engine.apply.ReversibleEdit` on ``model``; ``None`` evaluates the model as is.
         base_results: earlier results (``previous`` or ``previous.base``) whose base parts are reused for tasks of
             the same name and content (a sweep: many edits, base computed once). General tasks still run the base
-            forward pass when there is an edit (the KL needs it) but no base generation happens again.
+            forward pass when there is an edit (the KL needs it), unless the cached result kept its log-probabilities
+            (``keep_base_logprobs``); no base generation happens again.
         batch_size: problems / texts per batch (a general batch holds two ``(batch, tokens, vocab)`` logits
             tensors at once: lower it for large vocabularies).
         progress: tqdm progress bars over batches.
+        keep_base_logprobs: keep the base's next-token log-probabilities of every general text in the base result
+            (in memory, up to :data:`KEEP_LOGPROBS_MAX_BYTES`), so that a later call with these ``base_results``
+            skips the base forward pass of the KL (a sweep: one base, many edits); the numbers are the same.
 
     Returns:
         :class:`EvalResults`; ``edited`` is empty without an edit. The model ends in the state (weights, train/eval
@@ -338,7 +369,9 @@ def evaluate(
                         edit.restore()
             elif isinstance(t, GeneralTask):
                 if base is None or edit is not None:
-                    base, edited = _run_general(model, tokenizer, t, edit, batch_size, progress, t.name)
+                    reuse = getattr(base, "logprobs", None) if edit is not None else None
+                    base, edited = _run_general(model, tokenizer, t, edit, batch_size, progress, t.name,
+                                                cached=reuse, keep=keep_base_logprobs)
                     if edited is not None:
                         out.edited[t.name] = edited
             else:

@@ -3,7 +3,10 @@
 - :func:`wilson_interval`: the 95% Wilson score interval of an accuracy ``k / n``;
 - :func:`mcnemar_exact`: the paired exact McNemar test of base vs edited on the same problems (a two-sided
   binomial test of the discordant pairs against 1/2);
-- :func:`ratio_se`: the standard error, over texts, of a token-weighted mean (the general loss, its change).
+- :func:`ratio_se`: the standard error, over texts, of a token-weighted mean (the general loss, its change);
+- :func:`holm_adjust`: Holm-Bonferroni adjusted p-values over a family of tests (a sweep's grid);
+- :func:`mcnemar_power` / :func:`min_detectable_gain`: the power of one exact McNemar test of a gain, and the
+  smallest gain a sample size detects (the sweep's confirmation set; docs/evaluation.md states the assumptions).
 
 Why these: Wilson's interval keeps its coverage near 0% and 100% (where the textbook ``p +- 1.96 sqrt(p(1-p)/n)``
 collapses to a zero-width interval: 100/100 would read "100-100%"), and McNemar's exact test uses the pairing:
@@ -19,10 +22,12 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
-__all__ = ["Z95", "ALPHA", "wilson_interval", "mcnemar_exact", "discordant_pairs", "ratio_se", "significant"]
+__all__ = ["Z95", "ALPHA", "wilson_interval", "mcnemar_exact", "discordant_pairs", "ratio_se", "significant",
+           "holm_adjust", "mcnemar_critical", "mcnemar_power", "min_detectable_gain"]
 
 Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal: a two-sided 95% interval
 ALPHA = 0.05  # significance level of the paired test (reports say "significant" when p < ALPHA)
@@ -140,3 +145,135 @@ def significant(p: float, alpha: float = ALPHA) -> bool:
         (True, False)
     """
     return p < alpha
+
+
+def holm_adjust(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given (statsmodels' ``multipletests(method="holm")``).
+
+    With the ``m`` p-values sorted ascending, ``p_(1) <= ... <= p_(m)``, the adjusted value of the ``i``-th is
+    ``min(1, max_{j <= i} (m - j + 1) p_(j))``. Rejecting every hypothesis whose adjusted p is below ``alpha``
+    is Holm's step-down procedure: the chance of ANY false rejection in the family stays at most ``alpha``
+    whatever the dependence between the tests (a sweep's points share their problems and are correlated).
+
+    Args:
+        pvalues: p-values in ``[0, 1]``.
+
+    Returns:
+        The adjusted p-values, each ``>=`` its raw value, in the input order.
+
+    Example:
+        >>> holm_adjust([0.01, 0.04, 0.03, 0.005])
+        [0.03, 0.06, 0.06, 0.02]
+    """
+    ps = [float(p) for p in pvalues]
+    for i, p in enumerate(ps):
+        if not 0.0 <= p <= 1.0:  # also nan
+            raise ValueError(f"holm_adjust: p-value {i} is {p!r}; p-values lie in [0, 1]")
+    m = len(ps)
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: ps[i])):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def _log_binom_pmf(k: int, n: int, p: float) -> float:
+    """``log P(X = k)`` for ``X ~ Binomial(n, p)`` (``-inf`` where the probability is 0)."""
+    if p <= 0.0:
+        return 0.0 if k == 0 else -math.inf
+    if p >= 1.0:
+        return 0.0 if k == n else -math.inf
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+            + k * math.log(p) + (n - k) * math.log1p(-p))
+
+
+@functools.lru_cache(maxsize=65536)
+def mcnemar_critical(d: int, alpha: float = ALPHA) -> int:
+    """The smallest ``c`` with ``c > d - c`` and ``mcnemar_exact(d - c, c) < alpha`` (``d + 1`` when none is).
+
+    With ``d`` discordant problems, the exact two-sided McNemar test shows a gain exactly when the edit-only count
+    is at least this (the p-value falls as ``c`` grows). Decided by :func:`mcnemar_exact` itself, started from the
+    normal approximation; cached.
+
+    Example:
+        >>> mcnemar_critical(6), mcnemar_exact(0, 6), mcnemar_exact(1, 5)
+        (6, 0.03125, 0.21875)
+    """
+    if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+        raise ValueError(f"mcnemar_critical: d must be an int >= 0, got {d!r}")
+    c = min(d, max(d // 2 + 1, int(d / 2 + 1.96 * math.sqrt(d) / 2)))
+    while c <= d and mcnemar_exact(d - c, c) >= alpha:
+        c += 1
+    while c - 1 > d - (c - 1) and mcnemar_exact(d - c + 1, c - 1) < alpha:
+        c -= 1
+    return c
+
+
+def mcnemar_power(n: int, gain: float, discordance: float, alpha: float = ALPHA) -> float:
+    """Probability that one two-sided exact McNemar test on ``n`` paired problems shows a gain (``c > b`` and
+    ``p < alpha``), when the edit truly raises accuracy by ``gain``.
+
+    Model: every problem independently is right only with the edit with probability ``(discordance + gain) / 2``
+    and right only with the base with probability ``(discordance - gain) / 2``; ``discordance`` is the expected
+    share of problems whose outcome changes. Then the discordant count ``D`` is Binomial(n, discordance) and, given
+    ``D``, the edit-only count ``c`` is Binomial(D, (discordance + gain) / (2 discordance)). The test decision
+    is :func:`mcnemar_exact` itself (exact, per ``D``), so the power is exact for this model; the base accuracy
+    does not enter except that the shares must be possible (``b <= base``, ``c <= 1 - base``).
+
+    Args:
+        n: problems in the test.
+        gain: the true gain in accuracy as a fraction, ``0 <= gain <= discordance``.
+        discordance: expected fraction of discordant problems, in ``(0, 1]``.
+        alpha: the test's level.
+
+    Returns:
+        The power in ``[0, 1]`` (at ``gain = 0``: the chance of a false "gain", at most ``alpha / 2``).
+
+    Example:
+        >>> round(mcnemar_power(600, 0.04, 0.10), 2)
+        0.86
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"mcnemar_power: n must be an int >= 1, got {n!r}")
+    if not 0.0 < discordance <= 1.0:
+        raise ValueError(f"mcnemar_power: discordance must be in (0, 1], got {discordance!r}")
+    if not 0.0 <= gain <= discordance:
+        raise ValueError(f"mcnemar_power: gain must be in [0, discordance={discordance}], got {gain!r}")
+    q = (discordance + gain) / (2 * discordance)  # P(edit-only | discordant)
+    log_pd = [_log_binom_pmf(d, n, discordance) for d in range(n + 1)]
+    top = max(log_pd)
+    total = 0.0
+    for d in range(1, n + 1):
+        if log_pd[d] - top < -40:  # P(D = d) below 4e-18 of the mode's: nothing to add
+            continue
+        crit = mcnemar_critical(d, alpha)
+        if crit > d:
+            continue  # no outcome of d discordant problems is significant
+        tail = math.fsum(math.exp(_log_binom_pmf(c, d, q)) for c in range(crit, d + 1))
+        total += math.exp(log_pd[d]) * tail
+    return min(1.0, total)
+
+
+def min_detectable_gain(n: int, discordance: float, power: float = 0.8, alpha: float = ALPHA) -> float | None:
+    """The smallest true gain (fraction) that :func:`mcnemar_power` detects with at least ``power``.
+
+    Found by bisection to 1e-5 (the power grows with the gain); ``None`` when even ``gain = discordance`` (every
+    discordant problem goes the edit's way) falls short.
+
+    Example:
+        >>> round(100 * min_detectable_gain(600, 0.10), 1)  # percentage points
+        3.7
+    """
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"min_detectable_gain: power must be in (0, 1), got {power!r}")
+    if mcnemar_power(n, discordance, discordance, alpha) < power:
+        return None
+    lo, hi = 0.0, discordance
+    while hi - lo > 1e-5:
+        mid = (lo + hi) / 2
+        if mcnemar_power(n, mid, discordance, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -213,8 +213,9 @@ def build_card(
                   "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
                   f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results)}\n" if eval_results else
                   "## Evaluation\n\nNo evaluation was run for this model.\n")
-    effect = effect_sentence(eval_results)
+    effect = sections.sweep_effect(lock) or effect_sentence(eval_results)
     effect = f" {effect}" if effect else ""
+    evidence = sections.sweep_evidence(lock)
     lock_yaml = yaml.safe_dump(dict(lock), sort_keys=False, allow_unicode=True).rstrip()
     recipe_yaml = yaml.safe_dump(lock.get("recipe") or recipe.public_dict(), sort_keys=False,
                                  allow_unicode=True).rstrip()
@@ -257,6 +258,7 @@ Calibration data (seed {recipe.data.seed}, {recipe.data.samples} texts per set):
 
 {sections.base_section(lock_view)}
 
+{evidence}
 {evaluation}
 ## How to use
 

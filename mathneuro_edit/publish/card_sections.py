@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._version import __version__
+from ..evaluation.report import format_p
+from ..evaluation.significance import wilson_interval
 from ..util.paths import LOCAL, ORGANISM
 
 __all__ = ["INSTALL", "BASE_ENV", "base_sentence", "base_section", "data_table", "usage", "reproduce_section",
-           "versions_table"]
+           "versions_table", "sweep_evidence", "sweep_effect"]
 
 # Why not `pip install mathneuro-edit`: the package is not published on PyPI yet; this is the line that works.
 # Change it (one place) once a release exists.
@@ -145,3 +147,88 @@ def versions_table(lock: Mapping[str, Any]) -> str:
     rows = ["| library | version |", "|---|---|"]
     rows += [f"| {'mathneuro-edit' if k == 'tool' else k} | {v} |" for k, v in versions.items()]
     return "\n".join(rows)
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{100 * k / n:.1f}%" if n else "-"
+
+
+def _ci(k: int, n: int) -> str:
+    lo, hi = wilson_interval(int(k), int(n))
+    return f"{100 * lo:.1f}-{100 * hi:.1f}"
+
+
+def _g(x: Any) -> str:
+    return f"{x:.3g}" if isinstance(x, (int, float)) else "?"
+
+
+def _p(p: Any) -> str:
+    return format_p(float(p)) if isinstance(p, (int, float)) else "p = ?"
+
+
+def sweep_effect(lock: Mapping[str, Any]) -> str | None:
+    """The first paragraph's sentence on the math effect of a ``run --from-sweep`` release, or ``None`` without
+    one: the confirmation is the evidence; the run's own evaluation is named a confirmation never."""
+    sw = lock.get("sweep")
+    if not isinstance(sw, Mapping):
+        return None
+    c, o = sw.get("confirmation") or {}, sw.get("evaluation_overlap") or {}
+    n = int(c.get("n") or 0)
+    text = (f"**The math gain of this setting was confirmed on {n} problems not used to choose it**: "
+            f"{_pct(c.get('base_correct', 0), n)} -> {_pct(c.get('edited_correct', 0), n)} (paired exact McNemar "
+            f"{_p(c.get('mcnemar_p'))}; see \"Evidence for the boost\").")
+    if o.get("selection"):
+        text += (f" The evaluation below reuses {o['selection']} of the {o.get('n')} problems the setting was chosen "
+                 "on, so its gain is not a confirmation.")
+    return text
+
+
+def sweep_evidence(lock: Mapping[str, Any]) -> str:
+    """The card's "Evidence for the boost" section from the lock's ``sweep`` entry ("" without one)."""
+    sw = lock.get("sweep")
+    if not isinstance(sw, Mapping):
+        return ""
+    sel, c, o = sw.get("selection") or {}, sw.get("confirmation") or {}, sw.get("evaluation_overlap") or {}
+    ns, nc = int(sel.get("n") or 0), int(c.get("n") or 0)
+    bc, ec = int(c.get("base_correct") or 0), int(c.get("edited_correct") or 0)
+    lines = [
+        "## Evidence for the boost",
+        "",
+        f"This setting (top_k {sw.get('top_k')}, scale {sw.get('scale')}) was **chosen** among {sw.get('settings')} "
+        f"setting{'' if sw.get('settings') == 1 else 's'} of a sweep on {ns} selection problems (its selection "
+        f"result: {sel.get('math_correct')}/{sel.get('math_total')} right, base {sel.get('base_correct', '?')}; "
+        f"raw {_p(sel.get('mcnemar_p'))}, Holm-adjusted "
+        f"over the grid {_p(sel.get('holm_p'))}, general KL {_g(sel.get('general_kl'))}), and then **confirmed on "
+        f"{nc} other problems** "
+        "that played no part in choosing it, with one pre-registered paired test:",
+        "",
+        "| confirmation set | accuracy (correct/n, 95% Wilson interval) |",
+        "|---|---|",
+        f"| base | {_pct(bc, nc)} ({bc}/{nc}, {_ci(bc, nc)}) |",
+        f"| edited | {_pct(ec, nc)} ({ec}/{nc}, {_ci(ec, nc)}) |",
+        "",
+        f"Gain {100 * (ec - bc) / nc if nc else 0:+.1f} points; {c.get('base_only')} problems right only before and "
+        f"{c.get('edited_only')} only after the edit; two-sided exact McNemar {_p(c.get('mcnemar_p'))} "
+        f"(confirmed: p < {c.get('alpha')}). This confirmation is the evidence for the boost. The sweep file's "
+        f"sha256 is `{sw.get('sweep_sha256')}`; the lock lists the sha256 of every selection and confirmation "
+        "problem's prompt.",
+        "",
+    ]
+    n_own = o.get("n") or 0
+    if o.get("selection"):
+        lines.append(f"**The evaluation below shares {o['selection']} of its {n_own} problems with the selection "
+                     "problems on which this setting was chosen**: a setting picked for doing well on those problems "
+                     "looks better on them than it is, so that evaluation's gain is biased upward and is not a "
+                     "confirmation.")
+    elif o.get("confirmation"):
+        lines.append(f"The evaluation below uses none of the selection problems; {o['confirmation']} of its {n_own} "
+                     "problems are confirmation problems (it repeats part of the confirmation, it does not add to "
+                     "it).")
+    elif n_own:
+        lines.append(f"The evaluation below ({n_own} problems) uses none of the sweep's selection or confirmation "
+                     "problems.")
+    if sw.get("mask_matches_confirmation") is False:
+        lines.append("")
+        lines.append("Note: this run's mask differs from the mask the confirmation tested (its sha256 is in the "
+                     "lock); the calibration did not reproduce bit for bit.")
+    return "\n".join(lines) + "\n"

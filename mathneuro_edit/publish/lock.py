@@ -18,6 +18,7 @@ and sha256 under the recipe key that names it (``data.math.path``). To reproduce
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -203,6 +204,7 @@ def build_lock(
     base_weights: Mapping[str, str] | None = None,
     edit_summary: Mapping[str, Any] | None = None,
     base_gguf: Mapping[str, Any] | None = None,
+    sweep: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble the lock of a run (public: no local paths).
 
@@ -219,6 +221,10 @@ def build_lock(
         edit_summary: :func:`mathneuro_edit.publish.card.summarize_edit` of the mask (what the card shows: counts per
             module type, % of the model); lets ``push`` and ``card`` render the card from the folder alone.
         base_gguf: ``{"file": NAME, "sha256": ...}`` of a GGUF base (recorded as ``base.gguf``).
+        sweep: the evidence of a release made with ``run --from-sweep`` (recorded as ``sweep``: the sweep file's
+            hash, the setting, the selection and confirmation results with their problems' sha256, and how many
+            of this run's own evaluation problems are among them; see
+            :meth:`mathneuro_edit.runs.sweep.SweepEvidence.lock_entry`).
 
     Returns:
         The lock as plain data (YAML/JSON types only).
@@ -250,6 +256,8 @@ def build_lock(
         "outputs": dict(sorted(output_files.items())),
         "versions": dict(versions if versions is not None else library_versions()),
     }
+    if sweep is not None:
+        lock["sweep"] = json.loads(json.dumps(sweep))  # plain JSON/YAML types
     if edit_summary is not None:
         lock["edit_summary"] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in edit_summary.items()}
     lm = recipe.evaluation.lm_eval if recipe.evaluation is not None else None

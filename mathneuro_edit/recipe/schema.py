@@ -36,6 +36,8 @@ from ..util.paths import ARITHMETIC, LOCAL, ORGANISM, is_local_path
 from .lm_eval_keys import LmEvalConfig, _migrate_lm_eval_keys
 from .types import (
     Device,
+    FiniteNonNegative,
+    Level,
     NonNegative,
     Positive,
     Regex,
@@ -59,6 +61,7 @@ __all__ = [
     "LmEvalConfig",
     "EvaluationConfig",
     "HubConfig",
+    "SweepConfig",
     "Recipe",
     "recipe_sha256",
 ]
@@ -302,6 +305,23 @@ class HubConfig(_Model):
     revision: str | None = Field(None, description="branch to push to (created if missing; default main)")
 
 
+class SweepConfig(_Model):
+    """How ``mathneuro-edit sweep`` chooses and confirms a setting (docs/evaluation.md "Select, then confirm").
+
+    The sweep draws ``selection_samples + confirmation_samples`` problems from ``evaluation.math`` (after the
+    ``n_shot`` worked examples; same seed): the first ``selection_samples`` choose the setting, the rest confirm it.
+    """
+
+    selection_samples: Positive = Field(300, description="math problems every grid point is evaluated on (the "
+                                                         "setting is chosen on them)")
+    confirmation_samples: Positive = Field(600, description="other math problems on which only the chosen setting "
+                                                            "and the base are evaluated (one paired test)")
+    general_samples: Positive | None = Field(None, description="general texts of the selection's loss and KL (null: "
+                                                               "evaluation.samples); fewer is faster")
+    kl_budget: FiniteNonNegative = Field(0.05, description="largest general KL(base || edited) a chosen setting may have")
+    alpha: Level = Field(0.05, description="level of the confirmation test (and of the Holm-adjusted selection p)")
+
+
 class Recipe(_Model):
     """A full, validated run description. Build it with :func:`load_recipe` or :func:`recipe_from_dict`."""
 
@@ -314,6 +334,7 @@ class Recipe(_Model):
     outputs: OutputsConfig = Field(default_factory=OutputsConfig)
     evaluation: EvaluationConfig | None = None
     hub: HubConfig | None = None
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
 
     @model_validator(mode="after")
     def _gguf_base_type(self) -> Recipe:

@@ -52,6 +52,8 @@ def _top_k(value: float) -> float:
 
 TopK = Annotated[float, AfterValidator(_top_k)]
 Scale = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
+FiniteNonNegative = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
+Level = Annotated[float, _check(lambda v: 0 < v < 1, "must be in (0, 1), e.g. 0.05")]
 Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
 ShardSize = Annotated[str, _check(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
 RepoId = Annotated[str, _check(re.compile(r"^([\w.-]+/)?[\w.-]+$").match, "must be a Hub repo id like user/name")]

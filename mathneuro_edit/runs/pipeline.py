@@ -18,12 +18,12 @@ OUT/
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import load_math_problems, load_set, load_texts
+from ..data.sources import load_math_problems, load_set, load_texts, problem_sha256
 from ..engine.apply import ReversibleEdit
 from ..engine.distributed import calibrate_distributed as calibrate
 from ..engine.distributed import local_device
@@ -67,6 +67,7 @@ __all__ = [
     "export_recipe",
     "data_records",
     "describe_tasks",
+    "evidence_with_overlap",
 ]
 
 
@@ -205,6 +206,7 @@ def run_recipe(
     progress: bool = True,
     echo: Callable[[str], None] = lambda s: None,
     workers: int = 1,
+    sweep_evidence: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Run a recipe end to end and write its output folder (atomically).
 
@@ -215,6 +217,10 @@ def run_recipe(
         progress: progress bars.
         echo: receives the stage lines (``[2/7] calibrate math (100 texts)`` and notes; the CLI prints them).
         workers: checkpoint shards written at once (see :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`).
+        sweep_evidence: the sweep's confirmation of this setting (``run --from-sweep``:
+            :meth:`~mathneuro_edit.runs.sweep.SweepEvidence.lock_entry`); recorded in the lock with how many of
+            this run's evaluation problems are among the sweep's selection and confirmation problems, and stated
+            by the card.
 
     Returns:
         A :class:`RunResult`.
@@ -289,17 +295,36 @@ def run_recipe(
         for sub in OUTPUT_DIRS:
             if (tmp / sub).is_dir():
                 files.update({f"{sub}/{k}": v for k, v in output_hashes(tmp / sub).items()})
+        sweep = None if sweep_evidence is None else evidence_with_overlap(sweep_evidence, tasks, mask.sha256)
+        if sweep is not None and sweep["evaluation_overlap"]["selection"]:
+            o_ = sweep["evaluation_overlap"]
+            stages.note(f"{o_['selection']} of this run's {o_['n']} evaluation problems were used to choose the "
+                        "setting: its gain is not a confirmation (the card says so)")
         stats_sha = {"math": math_stats.sha256, "general": [g.sha256 for g in general_stats]}
         revision, gguf, weights = base_lock_fields(recipe, folder)
         lock = build_lock(recipe, base_revision=revision, data_records=records, stats_sha256=stats_sha,
                           mask_sha256=mask.sha256, output_files=files, base_weights=weights, base_gguf=gguf,
-                          edit_summary=summarize_edit(mask.counts(), model_params=n_params))
+                          edit_summary=summarize_edit(mask.counts(), model_params=n_params), sweep=sweep)
         write_lock(tmp, lock)
         license_ = license_from_base(base, recipe.base.revision)
         for sub, kind in ((CHECKPOINT_DIR, "checkpoint"), (ADAPTER_DIR, "adapter")):
             if (tmp / sub).is_dir():
                 publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
     return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)
+
+
+def evidence_with_overlap(evidence: Mapping[str, Any], tasks: list[Any], mask_sha256: str) -> dict[str, Any]:
+    """A sweep's lock entry plus ``evaluation_overlap``: how many of the run's own math evaluation problems (by
+    prompt sha256) are among the sweep's selection and confirmation problems, and whether the run's mask is the one
+    the confirmation tested."""
+    mine = [problem_sha256(p) for t in tasks if isinstance(t, MathTask) for p in t.problems]
+    sel = set(evidence["selection"]["problems_sha256"])
+    conf = set(evidence["confirmation"].get("problems_sha256") or ())
+    out = dict(evidence)
+    out["evaluation_overlap"] = {"n": len(mine), "selection": sum(h in sel for h in mine),
+                                 "confirmation": sum(h in conf for h in mine)}
+    out["mask_matches_confirmation"] = evidence["confirmation"].get("mask_sha256") == mask_sha256
+    return out
 
 
 def describe_tasks(tasks: list[Any]) -> str:

@@ -129,7 +129,7 @@ def reproduce(
         check_base_weights(lock, base)
     check_local_files(lock, recipe)  # a wrong data file is named before the run, not reported as "differs" after
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="mathneuro-reproduce-")) / "out"
-    result = run_recipe(recipe, out, progress=progress)
+    result = run_recipe(recipe, out, progress=progress, sweep_evidence=lock.get("sweep"))  # the card keeps it
     recorded: dict[str, str] = lock.get("outputs", {})
     states = {p: ("match" if result.files.get(p) == sha else "missing" if p not in result.files else "differs")
               for p, sha in recorded.items()}
