@@ -162,7 +162,7 @@ def test_bad_files_exit_2(workspace, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_internal_error_exit_1_and_debug_traceback(workspace, tmp_path, monkeypatch):
+def test_internal_error_exit_3_and_debug_traceback(workspace, tmp_path, monkeypatch):
     import mathneuro_edit.runs.pipeline as pipeline
 
     def boom(*a, **k):
@@ -170,7 +170,7 @@ def test_internal_error_exit_1_and_debug_traceback(workspace, tmp_path, monkeypa
 
     monkeypatch.setattr(pipeline, "calibrate_recipe", boom)
     code, text = _run("run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q")
-    assert code == 1 and "internal error" in text and "kaboom" in text and "Traceback" not in text
+    assert code == 3 and "internal error" in text and "kaboom" in text and "Traceback" not in text
     assert not (tmp_path / "o").exists()
     monkeypatch.setenv("MATHNEURO_EDIT_DEBUG", "1")
     result = CliRunner().invoke(main, ["run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q"])

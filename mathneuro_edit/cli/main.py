@@ -1,7 +1,14 @@
 """The ``mathneuro-edit`` command line: thin commands that parse, call the Python API, and report.
 
-Exit status: 0 success; 2 bad input (one line: what, where, how to fix); 1 internal error; 130 interrupted.
-Tracebacks only with ``MATHNEURO_EDIT_DEBUG=1``. Nothing heavy (torch, transformers) is imported before a
+Exit status (docs/publishing.md), distinct so scripts can tell them apart:
+
+- 0: success;
+- 1: a check found a difference (``verify``, ``reproduce``: the report names what differs);
+- 2: bad input (one line: what, where, how to fix);
+- 3: internal error, or a failure of the environment that is not the input (network, the Hub's 5xx);
+- 130: interrupted (Ctrl-C; 128 + N for signal N, e.g. 143 for SIGTERM).
+
+Tracebacks only with ``MATHNEURO_EDIT_DEBUG=1``; no message ever shows a Hub token. Nothing heavy (torch, transformers) is imported before a
 command runs, so ``--help`` is fast.
 """
 
@@ -18,6 +25,7 @@ from ..errors import InputError, MathNeuroEditError
 from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
 
 DEBUG_ENV = "MATHNEURO_EDIT_DEBUG"
+EXIT_OK, EXIT_DIFFERS, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _error_message(exc: BaseException) -> tuple[int, str]:
@@ -41,10 +49,11 @@ def _error_message(exc: BaseException) -> tuple[int, str]:
 
         return 128 + exc.signum, f"terminated by {signal.Signals(exc.signum).name}; no output was left behind"
     if isinstance(exc, KeyboardInterrupt):
-        return 130, "interrupted; no output was left behind"
+        return EXIT_INTERRUPTED, "interrupted; no output was left behind"
     if isinstance(exc, MathNeuroEditError):
-        return 1, str(exc)
-    return 1, f"internal error: {type(exc).__name__}: {exc}; set {DEBUG_ENV}=1 for the traceback and report it"
+        return EXIT_INTERNAL, str(exc)
+    return EXIT_INTERNAL, (f"internal error: {type(exc).__name__}: {exc}; set {DEBUG_ENV}=1 for the traceback and "
+                           "report it")
 
 
 class _Group(click.Group):
@@ -59,8 +68,10 @@ class _Group(click.Group):
         except BaseException as exc:  # noqa: BLE001 - the CLI's one error boundary
             if os.environ.get(DEBUG_ENV):
                 raise
+            from ..util.scrub import scrub_token
+
             code, message = _error_message(exc)
-            click.echo(f"error: {' '.join(message.split())}", err=True)
+            click.echo(f"error: {scrub_token(' '.join(message.split()))}", err=True)
             ctx.exit(code)
 
 

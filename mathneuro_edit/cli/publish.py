@@ -83,16 +83,20 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
 
 
 def push(out: str, repo_id: str | None, private: bool | None, revision: str | None, adapter: bool,
-         dry_run: bool) -> None:
-    """Push an output folder to the Hugging Face Hub (token from HF_TOKEN or `hf auth login`).
+         dry_run: bool, gguf: bool = False, commit_message: str | None = None, create_pr: bool = False,
+         as_json: bool = False) -> None:
+    """Make a Hub repo equal to one artifact of a run (token from HF_TOKEN or `hf auth login`).
 
     The uploaded card is rendered for the target repo (it loads `from_pretrained("you/name")`); the local
     folder is not changed.
     """
     from ..layout import LOCK_NAME
-    from ..publish.hub import push_to_hub
+    from ..publish.hub import default_repo_id, push_to_hub
     from ..publish.lock import read_lock
 
+    if adapter and gguf:
+        raise InputError("--adapter and --gguf are two repos: push one at a time")
+    kind = "adapter" if adapter else "gguf" if gguf else "checkpoint"
     folder = Path(out)
     sub = folder / (ADAPTER_DIR if adapter else CHECKPOINT_DIR)
     if sub.is_dir():
@@ -102,13 +106,31 @@ def push(out: str, repo_id: str | None, private: bool | None, revision: str | No
     if not (folder / LOCK_NAME).is_file():
         raise InputError(f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
                          "(or a folder written by `export`)")
+    if kind == "checkpoint" and (folder / "adapter_config.json").is_file():
+        kind = "adapter"  # an `export --adapter` folder
     hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
-    repo_id = repo_id or hub.get("repo_id")
-    if not repo_id:
-        raise InputError("no target repo: pass --repo-id you/name or set hub.repo_id in the recipe")
-    private = bool(hub.get("private", False)) if private is None else private
+    if not repo_id and hub.get("repo_id"):
+        repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
+    if not repo_id and not dry_run:
+        raise InputError(f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
+                         "goes to " + {"checkpoint": "<id>", "adapter": "<id>-adapter", "gguf": "<id>-GGUF"}[kind]
+                         + ")")
+    if private is None and hub.get("private"):
+        private = True
     revision = revision or hub.get("revision")
-    click.echo(push_to_hub(folder, repo_id, private=private, revision=revision, dry_run=dry_run).describe())
+    result = push_to_hub(folder, repo_id, kind=kind, private=private, revision=revision, dry_run=dry_run,
+                         commit_message=commit_message, create_pr=create_pr)
+    if as_json:
+        _emit_json(result.to_dict())
+    else:
+        click.echo(result.describe())
+
+
+def _emit_json(data: Any) -> None:
+    """One JSON document on stdout (``--json``)."""
+    import json
+
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
 
 
 def verify(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool = False,
@@ -190,6 +212,7 @@ def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, .
 def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo: Callable[..., Any]) -> None:
     """Add ``card``, ``push``, ``verify`` and ``reproduce`` to the CLI group (options shared with the others)."""
     base_opt = click.option("--base", help="local base folder, when the lock's local base path was redacted")
+    json_opt = click.option("--json", "as_json", is_flag=True, help="print one JSON document on stdout")
     existing_dir = click.Path(exists=True, file_okay=False)
 
     @group.command("card")
@@ -205,20 +228,29 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
 
     @group.command("push")
     @click.argument("out", type=existing_dir)
-    @click.option("--repo-id", help="target Hub repo, e.g. you/model-math-boost (default: the recipe's hub.repo_id)")
-    @click.option("--private", is_flag=True, default=None, help="create the repo private (default: the recipe's "
-                                                                "hub.private)")
-    @click.option("--revision", help="branch to push to, created if missing (default: the recipe's hub.revision "
-                                     "or main)")
-    @click.option("--adapter", is_flag=True, help="push the run's adapter/ rather than its checkpoint/")
-    @click.option("--dry-run", is_flag=True, help="show what would be uploaded; touch nothing")
-    def push_cmd(out: str, repo_id: str | None, private: bool | None, revision: str | None, adapter: bool,
-                 dry_run: bool) -> None:
-        """Push an output folder to the Hugging Face Hub (token from HF_TOKEN or `hf auth login`).
+    @click.option("--adapter", is_flag=True, help="push the run's adapter/ (PEFT) to its own repo")
+    @click.option("--gguf", is_flag=True, help="push the run's GGUF files to their own repo")
+    @click.option("--repo-id", help="target Hub repo (default from the recipe's hub.repo_id: <id> for the "
+                                    "checkpoint, <id>-adapter, <id>-GGUF)")
+    @click.option("--private/--public", default=None, help="set the repo's visibility (default: the recipe's "
+                                                          "hub.private for a new repo; an existing one is left as is)")
+    @click.option("--revision", "--branch", "revision", help="branch to push to, created from main if missing "
+                                                             "(default: the recipe's hub.revision or main)")
+    @click.option("--commit-message", help="the commit's summary (the recipe sha256 is appended)")
+    @click.option("--create-pr", is_flag=True, help="open a pull request instead of committing to the branch")
+    @click.option("--dry-run", is_flag=True, help="show the full plan (adds, deletes, sizes); change nothing")
+    @json_opt
+    def push_cmd(out: str, adapter: bool, gguf: bool, repo_id: str | None, private: bool | None,
+                 revision: str | None, commit_message: str | None, create_pr: bool, dry_run: bool,
+                 as_json: bool) -> None:
+        """Make a Hub repo equal to one artifact of a run: the checkpoint, --adapter or --gguf.
 
-        The uploaded card is rendered for the target repo; the local folder is not changed.
+        One commit adds the artifact's files and deletes every file the repo holds that the artifact does not
+        (.gitattributes is kept). The uploaded card is rendered for the target repo; the local folder is not
+        changed. Token from HF_TOKEN or `hf auth login`; never printed.
         """
-        push(out, repo_id, private, revision, adapter, dry_run)
+        push(out, repo_id, private, revision, adapter, dry_run, gguf=gguf, commit_message=commit_message,
+             create_pr=create_pr, as_json=as_json)
 
     @group.command("verify")
     @click.argument("out", type=existing_dir)

@@ -124,7 +124,11 @@ def _hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
     except Exception as e:  # matched against the table below; anything unknown is re-raised unchanged
         response = getattr(e, "response", None)
         status = getattr(response, "status_code", None)
-        detail = scrub_token((str(e).strip().splitlines() or [type(e).__name__])[0][:300], token)
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        server = (str(getattr(e, "server_message", None) or "").strip().splitlines() or [""])[0][:300]
+        if server and server not in detail:  # the Hub's own words: often the fix (may echo a credential)
+            detail = f"{detail}: {server}"
+        detail = scrub_token(detail, token)
         for types, wanted, error, message in _ERROR_TABLE:
             if isinstance(e, types) and wanted in (None, status):
                 text = message.format(repo_id=repo_id, revision=revision, status=status, detail=detail,
