@@ -37,7 +37,7 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
     from ..layout import LOCK_NAME
     from ..publish.card import (
         card_for_folder,
-        license_from_base,
+        base_card_fields,
         summarize_edit,
         write_card,
     )
@@ -69,7 +69,7 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
         lock = {**lock, "edit_summary": summarize_edit(Mask.load(folder / MASK_NAME).counts(),
                                                        model_params=n_params)}
         write_lock(folder, lock)
-    license_ = license_from_base(base_ref, recipe.base.revision) if base_ref else None
+    license_ = (base_card_fields(base_ref, recipe.base.revision) or None) if base_ref else None
     subs = [folder / s for s in _SUBS if (folder / s).is_dir()]
     if not subs:
         raise InputError(f"{folder}: no checkpoint/ or adapter/ folder; pass the run folder written by "
@@ -134,7 +134,7 @@ def _emit_json(data: Any) -> None:
 
 
 def verify(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool = False,
-           echo: Callable[[str], None] = lambda s: None) -> None:
+           echo: Callable[[str], None] = lambda s: None, as_json: bool = False) -> None:
     """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch).
 
     ``echo`` receives one stage line per audited folder; a bar over its tensors follows on a terminal.
@@ -184,27 +184,53 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
     trust = bool(recorded["base"].get("trust_remote_code", False)) if recorded else False
     failed = []
     stages = Stages(len(targets), echo)
+    say = (lambda s: None) if as_json else click.echo
+    audits = []
     for t in targets:
         stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
         report = verify_export(t, base, mask_path, scale, trust_remote_code=trust, progress=bars_wanted(quiet))
-        click.echo(report.summary())
+        say(report.summary())
+        audits.append(report)
         if not report.ok:
             failed.append(t.name)
+    files = None
+    lock_dir = folder if (folder / LOCK_NAME).is_file() else None
+    if lock_dir is not None:  # the per-file check reproduce makes too: every file against the lock's sha256
+        from ..publish.integrity import check_local_files_against_lock
+
+        files = check_local_files_against_lock(folder, read_lock(lock_dir))
+        say(files.to_text())
+        if not files.ok:
+            failed.append("files")
+    if as_json:
+        _emit_json({"ok": not failed, "failed": failed, "files_checked": files.to_dict() if files else None,
+                    "audits": [{"folder": str(a.out_dir), "kind": a.kind, "ok": a.ok, "checked": a.checked,
+                                "edited": a.edited, "mismatches": a.mismatches, "missing": a.missing,
+                                "extra": a.extra, "also_audited": a.audited} for a in audits]})
+    elif failed:
+        what = [f for f in failed if f != "files"]
+        parts = ([f"{', '.join(what)} differ(s) from the base + mask + scale"] if what else []) + \
+            (["files differ from the lock's sha256"] if "files" in failed else [])
+        click.echo(f"verify: FAILED: {'; '.join(parts)} (details above)")
     if failed:
-        click.echo(f"verify: FAILED: {', '.join(failed)} differ(s) from the base + mask + scale (details above)")
         sys.exit(1)
 
 
 def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
-              echo: Callable[..., Any] = lambda quiet, verbose=False: None, verbose: bool = False) -> None:
-    """Re-run a lock (output folder, lock file, model card or Hub repo) and compare every hash (exit 1 if any
+              echo: Callable[..., Any] = lambda quiet, verbose=False: None, verbose: bool = False,
+              keep: bool = False, as_json: bool = False) -> None:
+    """Check the files of a lock's folder or Hub repo, re-run the lock and compare every hash (exit 1 if any
     differs)."""
-    echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo(quiet or as_json, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.reproduce import reproduce as reproduce_lock
     from ..util.console import bars_wanted
 
-    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=bars_wanted(quiet))
-    click.echo(report.to_text())
+    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=bars_wanted(quiet or as_json),
+                            keep=keep)
+    if as_json:
+        _emit_json(report.to_dict())
+    else:
+        click.echo(report.to_text())
     if not report.ok:
         sys.exit(1)
 
@@ -258,19 +284,28 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     @click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False))
     @click.option("--scale", type=float, help="the applied scale (default: from the lock)")
     @quiet_opt
+    @json_opt
     def verify_cmd(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool,
-                   verbose: bool) -> None:
-        """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch)."""
-        verify(out, base, mask_path, scale, quiet, echo(quiet, verbose))
+                   verbose: bool, as_json: bool) -> None:
+        """Audit an export tensor by tensor against the base, mask and scale, and every file against the lock's
+        sha256 (exit 1 on any mismatch)."""
+        verify(out, base, mask_path, scale, quiet, echo(quiet or as_json, verbose), as_json=as_json)
 
     @group.command("reproduce")
     @click.argument("source")
-    @click.option("--out", type=click.Path(file_okay=False), help="folder for the re-run (default: a temp folder)")
+    @click.option("--out", type=click.Path(file_okay=False), help="folder for the re-run (default: a temporary "
+                                                                  "folder, deleted afterwards)")
+    @click.option("--keep", is_flag=True, help="keep the temporary re-run folder (its path is printed)")
     @base_opt
     @set_opt
     @quiet_opt
-    def reproduce_cmd(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
-                      verbose: bool) -> None:
-        """Re-run a lock (output folder, lock file, model card or Hub repo id) and compare every hash (exit 1
-        if any differs). Local data files the lock redacted: --set data.math.path=FILE (checked by sha256)."""
-        reproduce(source, out, base, sets, quiet, echo, verbose)
+    @json_opt
+    def reproduce_cmd(source: str, out: str | None, keep: bool, base: str | None, sets: tuple[str, ...],
+                      quiet: bool, verbose: bool, as_json: bool) -> None:
+        """Check the files you have against a lock, then re-run it and compare every hash (exit 1 if any
+        differs).
+
+        SOURCE: an output folder, a lock file, a model card or a Hub repo id. A folder's files are checked by
+        sha256, a Hub repo's by the LFS sha256 the Hub reports. Local data files the lock redacted:
+        --set data.math.path=FILE (checked by sha256)."""
+        reproduce(source, out, base, sets, quiet, echo, verbose, keep=keep, as_json=as_json)

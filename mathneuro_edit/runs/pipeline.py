@@ -42,7 +42,7 @@ from ..layout import (
     STATS_DIR,
     general_stats_name,
 )
-from ..publish.card import build_card, license_from_base, summarize_edit, write_card
+from ..publish.card import base_card_fields, build_card, summarize_edit, write_card
 from ..publish.lock import build_lock, output_hashes, weights_sha256, write_lock
 from ..recipe.schema import Recipe
 from ..util.console import Stages, markdown_table_text
@@ -184,7 +184,7 @@ def _check_adapter_targets(recipe: Recipe, model: Any) -> None:
 
 
 def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: Any, n_params: int,
-                    eval_dict: dict | None, license_: str | None) -> None:
+                    eval_dict: dict | None, license_: str | dict | None) -> None:
     """Write the lock, eval.json and the model card into one output folder."""
     import json
 
@@ -274,6 +274,7 @@ def run_recipe(
         del model  # the exports stream from the base files: free the in-memory model first
 
         ratio = None
+        revision, gguf, weights = base_lock_fields(recipe, folder)  # the adapter pins the resolved revision
         if recipe.outputs.checkpoint:
             stages.start("export checkpoint/" + (f" + model-{gguf_type}.gguf" if gguf_type else ""))
             export_checkpoint(folder, mask, scale, tmp / CHECKPOINT_DIR, max_shard_size=recipe.outputs.max_shard_size,
@@ -281,7 +282,7 @@ def run_recipe(
                               gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre)
         if recipe.outputs.adapter:
             stages.start("export adapter/ (PEFT SHiRA)")
-            adapter = export_adapter(folder, mask, scale, tmp / ADAPTER_DIR,
+            adapter = export_adapter(folder, mask, scale, tmp / ADAPTER_DIR, revision=revision,
                                      trust_remote_code=recipe.base.trust_remote_code)
             ratio = adapter.size_ratio
             stages.note(f"{100 * ratio:.2f}% of the checkpoint's size")
@@ -292,12 +293,11 @@ def run_recipe(
             if (tmp / sub).is_dir():
                 files.update({f"{sub}/{k}": v for k, v in output_hashes(tmp / sub).items()})
         stats_sha = {"math": math_stats.sha256, "general": [g.sha256 for g in general_stats]}
-        revision, gguf, weights = base_lock_fields(recipe, folder)
         lock = build_lock(recipe, base_revision=revision, data_records=records, stats_sha256=stats_sha,
                           mask_sha256=mask.sha256, output_files=files, base_weights=weights, base_gguf=gguf,
                           edit_summary=summarize_edit(mask.counts(), model_params=n_params))
         write_lock(tmp, lock)
-        license_ = license_from_base(base, recipe.base.revision)
+        license_ = base_card_fields(base, recipe.base.revision)  # license fields, language, datasets
         for sub, kind in ((CHECKPOINT_DIR, "checkpoint"), (ADAPTER_DIR, "adapter")):
             if (tmp / sub).is_dir():
                 publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
@@ -347,8 +347,9 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
     gguf_type, gguf_pre = gguf_output(recipe.base, None if adapter else recipe.outputs.gguf)
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
         inner = tmp / sub
+        revision, gguf, weights = base_lock_fields(recipe, folder)  # the adapter pins the resolved revision
         if adapter:
-            export_adapter(folder, mask, scale, inner, revision=recipe.base.revision,
+            export_adapter(folder, mask, scale, inner, revision=revision,
                            trust_remote_code=recipe.base.trust_remote_code)
         else:
             export_checkpoint(folder, mask, scale, inner, max_shard_size=recipe.outputs.max_shard_size,
@@ -361,9 +362,8 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
         files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
         meta = mask.meta
         stats = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}
-        revision, gguf, weights = base_lock_fields(recipe, folder)
         lock = build_lock(recipe, base_revision=revision, data_records=data_records(recipe),
                           stats_sha256=stats, mask_sha256=mask.sha256, output_files=files, base_weights=weights,
                           base_gguf=gguf, edit_summary=summarize_edit(mask.counts(), model_params=n_params))
-        publish_folder(tmp, recipe, lock, sub, mask, n_params, None, license_from_base(base, recipe.base.revision))
+        publish_folder(tmp, recipe, lock, sub, mask, n_params, None, base_card_fields(base, recipe.base.revision))
     return Path(out_dir)
