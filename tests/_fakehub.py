@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
-from huggingface_hub import constants
+from huggingface_hub import constants, hf_api
 
 TOKEN = "hf_TESTsecretTOKEN0123456789abcdef"
 LFS_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
@@ -287,6 +287,7 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     thread.start()
     # HfApi() reads constants.ENDPOINT when built; hf_hub_url the URL template; Xet off -> plain LFS protocol.
     monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(hf_api.api, "endpoint", hub.url)  # the module-level client of file_exists() & co (PEFT)
     monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}")
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

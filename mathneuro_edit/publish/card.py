@@ -48,7 +48,7 @@ from . import card_sections as sections
 from .lock import check_private, read_lock
 
 __all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "license_from_base", "base_card_fields",
-           "gguf_repo_name", "eval_results_metadata", "CITATION", "CARD_FIELDS"]
+           "gguf_repo_name", "gguf_naming", "gguf_general", "eval_results_metadata", "CITATION", "CARD_FIELDS"]
 CARD_FIELDS = ("license", "license_name", "license_link", "language", "datasets")  # carried from the base card
 PAPER = "https://arxiv.org/abs/2410.16930"
 
@@ -161,17 +161,10 @@ def _size_label(n: int) -> str:
     return str(n)
 
 
-def gguf_repo_name(lock: Mapping[str, Any], local_name: str) -> str:
-    """The name of a GGUF file in its Hub repo, by llama.cpp's convention ``<Base>-<Size>-<Variant>-<Type>.gguf``
-    (``local_name`` is the run folder's ``model-<TYPE>.gguf``); the same lock always gives the same name.
-
-    Example:
-        >>> lock = {"base": {"model": "HuggingFaceTB/SmolLM2-135M-Instruct"}, "recipe": {"edit": {"prune": True}},
-        ...         "edit_summary": {"model_params": 134515008}}
-        >>> gguf_repo_name(lock, "model-Q8_0.gguf")
-        'SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf'
-    """
-    qtype = local_name.rsplit("/", 1)[-1].removesuffix(".gguf").removeprefix("model-")
+def gguf_naming(lock: Mapping[str, Any]) -> dict[str, str | None]:
+    """``{"basename", "size_label", "finetune"}`` of the edited model, as llama.cpp's converter names a model
+    (``SmolLM2`` / ``135M`` / ``Instruct-MathNeuro-Prune``): from the lock's public base name, parameter count
+    and edit (the same lock always gives the same names; never a local path)."""
     base = lock.get("base") or {}
     model = str(base.get("model") or "model")
     if model == LOCAL:
@@ -189,8 +182,40 @@ def gguf_repo_name(lock: Mapping[str, Any], local_name: str) -> str:
         head, size, rest = name, (_size_label(params) if params else None), None
     edit = (lock.get("recipe") or {}).get("edit") or {}
     variant = "MathNeuro-Prune" if edit.get("prune") else f"MathNeuro-Scale{float(edit.get('scale', 1)):g}"
-    parts = [head, size, rest, variant, qtype]
-    return "-".join(p for p in parts if p) + ".gguf"
+    return {"basename": head, "size_label": size, "finetune": "-".join(p for p in (rest, variant) if p)}
+
+
+def gguf_repo_name(lock: Mapping[str, Any], local_name: str) -> str:
+    """The name of a GGUF file in its Hub repo, by llama.cpp's convention ``<Base>-<Size>-<Variant>-<Type>.gguf``
+    (``local_name`` is the run folder's ``model-<TYPE>.gguf``); the same lock always gives the same name.
+
+    Example:
+        >>> lock = {"base": {"model": "HuggingFaceTB/SmolLM2-135M-Instruct"}, "recipe": {"edit": {"prune": True}},
+        ...         "edit_summary": {"model_params": 134515008}}
+        >>> gguf_repo_name(lock, "model-Q8_0.gguf")
+        'SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf'
+    """
+    qtype = local_name.rsplit("/", 1)[-1].removesuffix(".gguf").removeprefix("model-")
+    n = gguf_naming(lock)
+    return "-".join(p for p in (n["basename"], n["size_label"], n["finetune"], qtype) if p) + ".gguf"
+
+
+def gguf_general(lock: Mapping[str, Any], fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``general.*`` metadata of the run's GGUF (for :func:`~mathneuro_edit.weights.gguf_writer.write_gguf`):
+    the names of :func:`gguf_naming`, the base card's license fields and languages, the base model (a Hub base),
+    and the tags."""
+    fields = _card_fields(dict(fields or {}))
+    meta: dict[str, Any] = dict(gguf_naming(lock))
+    meta.update({k: fields[k] for k in ("license", "license_name", "license_link") if k in fields})
+    if fields.get("language"):
+        meta["languages"] = fields["language"]
+    model = str((lock.get("base") or {}).get("model") or "")
+    if model and model not in (LOCAL, "organism") and not is_local_path(model) and model.count("/") == 1:
+        org, name = model.split("/")
+        meta["base_models"] = [{"name": name, "organization": org, "repo_url": f"https://huggingface.co/{model}"}]
+    edit = (lock.get("recipe") or {}).get("edit") or {}
+    meta["tags"] = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if edit.get("prune") else [])
+    return meta
 
 
 _METRICS = {  # eval.json key of the edited model -> (Hub metric type, name)

@@ -42,8 +42,8 @@ from ..layout import (
     STATS_DIR,
     general_stats_name,
 )
-from ..publish.card import base_card_fields, build_card, summarize_edit, write_card
-from ..publish.lock import build_lock, output_hashes, weights_sha256, write_lock
+from ..publish.card import base_card_fields, build_card, gguf_general, summarize_edit, write_card
+from ..publish.lock import base_description, build_lock, output_hashes, weights_sha256, write_lock
 from ..recipe.schema import Recipe
 from ..util.console import Stages, markdown_table_text
 from ..util.outdir import atomic_dir
@@ -93,6 +93,18 @@ def base_lock_fields(recipe: Recipe, folder: Path) -> tuple[str | None, dict | N
         return resolved_revision(folder), None, None
     gguf, revision = gguf_lock_entry(recipe.base)
     return revision, gguf, weights_sha256(folder)
+
+
+def gguf_meta(recipe: Recipe, n_params: int, fields: dict | None) -> dict[str, Any]:
+    """The ``general.*`` metadata of the run's GGUF, from the same public names the lock and the GGUF repo use
+    (:func:`~mathneuro_edit.publish.card.gguf_general`)."""
+    public = recipe.public_dict()
+    local = recipe.base.local_dir()
+    base: dict[str, Any] = {"model": public["base"]["model"]}
+    if local is not None and local.is_dir():
+        base["description"] = base_description(local)
+    return gguf_general({"base": base, "recipe": {"edit": public["edit"]},
+                         "edit_summary": {"model_params": n_params}}, fields)
 
 
 def load_recipe_model(recipe: Recipe):
@@ -275,11 +287,13 @@ def run_recipe(
 
         ratio = None
         revision, gguf, weights = base_lock_fields(recipe, folder)  # the adapter pins the resolved revision
+        license_ = base_card_fields(base, recipe.base.revision)  # license fields, language, datasets
         if recipe.outputs.checkpoint:
             stages.start("export checkpoint/" + (f" + model-{gguf_type}.gguf" if gguf_type else ""))
             export_checkpoint(folder, mask, scale, tmp / CHECKPOINT_DIR, max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre)
+                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre,
+                              gguf_meta=gguf_meta(recipe, n_params, license_))
         if recipe.outputs.adapter:
             stages.start("export adapter/ (PEFT SHiRA)")
             adapter = export_adapter(folder, mask, scale, tmp / ADAPTER_DIR, revision=revision,
@@ -297,7 +311,6 @@ def run_recipe(
                           mask_sha256=mask.sha256, output_files=files, base_weights=weights, base_gguf=gguf,
                           edit_summary=summarize_edit(mask.counts(), model_params=n_params))
         write_lock(tmp, lock)
-        license_ = base_card_fields(base, recipe.base.revision)  # license fields, language, datasets
         for sub, kind in ((CHECKPOINT_DIR, "checkpoint"), (ADAPTER_DIR, "adapter")):
             if (tmp / sub).is_dir():
                 publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
@@ -348,22 +361,24 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
         inner = tmp / sub
         revision, gguf, weights = base_lock_fields(recipe, folder)  # the adapter pins the resolved revision
+        n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
+        fields = base_card_fields(base, recipe.base.revision)
         if adapter:
             export_adapter(folder, mask, scale, inner, revision=revision,
                            trust_remote_code=recipe.base.trust_remote_code)
         else:
             export_checkpoint(folder, mask, scale, inner, max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre)
+                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre,
+                              gguf_meta=gguf_meta(recipe, n_params, fields))
         for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
             p.rename(tmp / p.name)
         inner.rmdir()
-        n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
         files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
         meta = mask.meta
         stats = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}
         lock = build_lock(recipe, base_revision=revision, data_records=data_records(recipe),
                           stats_sha256=stats, mask_sha256=mask.sha256, output_files=files, base_weights=weights,
                           base_gguf=gguf, edit_summary=summarize_edit(mask.counts(), model_params=n_params))
-        publish_folder(tmp, recipe, lock, sub, mask, n_params, None, base_card_fields(base, recipe.base.revision))
+        publish_folder(tmp, recipe, lock, sub, mask, n_params, None, fields)
     return Path(out_dir)
