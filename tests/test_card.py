@@ -145,7 +145,7 @@ def test_adapter_card() -> None:
 
 def test_card_argument_errors() -> None:
     recipe = quickstart_recipe()
-    with pytest.raises(InputError, match="kind: must be 'checkpoint' or 'adapter'"):
+    with pytest.raises(InputError, match="kind: must be 'checkpoint', 'adapter' or 'gguf'"):
         _card(recipe, _lock(recipe), kind="merged")
     with pytest.raises(InputError, match="base_model_id: '/models/x' is not a Hub repo id"):
         _card(recipe, _lock(recipe), base_model_id="/models/x")

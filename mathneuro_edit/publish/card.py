@@ -195,7 +195,7 @@ def gguf_repo_name(lock: Mapping[str, Any], local_name: str) -> str:
         >>> gguf_repo_name(lock, "model-Q8_0.gguf")
         'SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf'
     """
-    qtype = local_name.rsplit("/", 1)[-1].removesuffix(".gguf").removeprefix("model-")
+    qtype = local_name.rsplit("/", 1)[-1].removesuffix(".gguf").rsplit("-", 1)[-1]  # model-<TYPE>.gguf
     n = gguf_naming(lock)
     return "-".join(p for p in (n["basename"], n["size_label"], n["finetune"], qtype) if p) + ".gguf"
 
@@ -397,9 +397,9 @@ def build_card(
     edited = (f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
               f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters")
     what = {"adapter": "PEFT adapter holds", "gguf": "repo holds, as GGUF files for llama.cpp,"}.get(kind, "model is")
-    usage = (sections.gguf_usage(repo, {gguf_repo_name(lock, f) if repo_id else f: h for f, h in ggufs.items()},
+    usage = (sections.gguf_usage(repo, {gguf_repo_name(lock_view, f) if repo else f: h for f, h in ggufs.items()},
                                  base_repo)
-             if kind == "gguf" else sections.usage(kind, repo, lock_view) + _gguf_usage(repo, ggufs, lock))
+             if kind == "gguf" else sections.usage(kind, repo, lock_view) + _gguf_usage(repo, ggufs, lock_view))
     body = f"""
 # {title}
 

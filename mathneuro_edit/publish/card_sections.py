@@ -170,7 +170,7 @@ def loaders(kind: str, repo: str | None) -> str:
   instead: `config.json` names the architecture (`architectures`, `model_type`) of the base, the weights are
   safetensors only (no pickle) with the base's tensor names, shapes and dtypes, and the tokenizer files are the
   base's.
-- The GGUF files of this edit (for llama.cpp, Ollama, LM Studio), when written, have a repo of their own; the
+- The GGUF version of this edit (for llama.cpp, Ollama, LM Studio), when written, has a repo of its own; the
   PEFT adapter too (PEFT only)."""
 
 
