@@ -231,16 +231,17 @@ def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe
     named by the recipe's evaluation source (public form) and split."""
     if not eval_results or recipe.evaluation is None:
         return []
-    ev = recipe.evaluation
-    sources = {"math": ev.math, "general": ev.general[0] if ev.general else None}
+    ev = recipe.public_dict().get("evaluation") or {}  # public form: a local data file is "<local>/NAME"
+    general = ev.get("general") or []
+    sources = {"math": ev.get("math"), "general": general[0] if general else None}
     found = []
     for task, parts in eval_results.items():
         edited = (parts or {}).get("edited") if isinstance(parts, Mapping) else None
         if not isinstance(edited, Mapping):
             continue
         src = sources.get(task)
-        dataset = (src.hub_id or src.path) if src is not None else task
-        split = src.split if src is not None else None
+        dataset = str(src.get("path")) if src else task
+        split = src.get("split") if src else None
         for key, value in edited.items():
             if key in _METRICS:
                 metric, name = _METRICS[key]
