@@ -273,21 +273,40 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
     click.echo(results.to_markdown())
 
 
+json_opt = click.option("--json", "as_json", is_flag=True, help="print one JSON document on stdout")
+
+
+def emit_json(data: Any) -> None:
+    """One JSON document on stdout (``--json``)."""
+    import json
+
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
+
+
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--plot", type=click.Path(dir_okay=False), help="save the per-layer distribution of a mask as PNG")
-def inspect(path: str, plot: str | None) -> None:
+@json_opt
+def inspect(path: str, plot: str | None, as_json: bool) -> None:
     """Show a mask or statistics file as a per-tensor table."""
     from ..runs.inspect import (
         load_artifact,
+        mask_dict,
         mask_table,
         plot_layer_distribution,
+        stats_dict,
         stats_table,
     )
 
     kind, obj = load_artifact(path)
     if plot and kind != "mask":  # before the table: an error is the only output of a failed command
         raise InputError(f"{path}: --plot needs a mask file, this is a statistics file; drop --plot or pass a mask")
+    if as_json:
+        data = mask_dict(obj) if kind == "mask" else stats_dict(obj)
+        if plot:
+            data["plot"] = str(plot_layer_distribution(obj, plot))
+        emit_json(data)
+        return
     click.echo(mask_table(obj) if kind == "mask" else stats_table(obj))
     if plot:
         click.echo(plot_layer_distribution(obj, plot))
@@ -366,11 +385,16 @@ def dequantize(model: str, gguf_file: str | None, revision: str | None) -> None:
 @main.command()
 @recipe_arg
 @set_opt
-def plan(recipe: str | None, sets: tuple[str, ...]) -> None:
+@json_opt
+def plan(recipe: str | None, sets: tuple[str, ...], as_json: bool) -> None:
     """Estimate parameters, targets, file sizes and peak memory from config.json alone (no weights)."""
     from ..runs.plan import plan_recipe
 
-    click.echo(plan_recipe(_recipe(recipe, sets)).to_text())
+    result = plan_recipe(_recipe(recipe, sets))
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(result.to_text())
 
 
 from .publish import register as _register_publish  # noqa: E402 - card, push, verify, reproduce
