@@ -67,3 +67,18 @@ def test_exit_codes_are_distinct(run_dir: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(inspect_mod, "load_artifact", interrupted)
     ctrl_c = CliRunner().invoke(main, ["inspect", str(run_dir / "mask.safetensors")])
     assert ctrl_c.exit_code == 130 and "interrupted" in ctrl_c.output
+
+
+def test_shell_completion_as_documented() -> None:
+    import os
+    import shutil
+    import subprocess
+
+    exe = shutil.which("mathneuro-edit")
+    if exe is None:
+        pytest.skip("the mathneuro-edit console script is not installed")
+    out = subprocess.run([exe], env={**os.environ, "_MATHNEURO_EDIT_COMPLETE": "bash_source"}, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and "_mathneuro_edit_completion" in out.stdout
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "publishing.md").read_text()
+    assert "_MATHNEURO_EDIT_COMPLETE=bash_source mathneuro-edit" in doc

@@ -259,10 +259,15 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
     from ..runs.pipeline import describe_tasks, eval_tasks, load_stage
     from ..util.console import Stages
 
+    from ..evaluation.lm_eval_bridge import LmEvalTask, check_lm_eval_task
+
     r = _recipe(recipe, sets)
     tasks = eval_tasks(r)
     if not tasks:
         raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
+    for t in tasks:
+        if isinstance(t, LmEvalTask):
+            check_lm_eval_task(t)  # an unknown task is named before the model loads
     stages = Stages(2, echo)
     model, tok = load_stage(r, stages)
     edit = ReversibleEdit(model, Mask.load(mask_path), r.edit.effective_scale) if mask_path else None

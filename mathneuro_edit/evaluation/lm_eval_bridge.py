@@ -25,7 +25,8 @@ from torch import nn
 
 from ..errors import InputError
 
-__all__ = ["LmEvalTask", "LmEvalResult", "require_lm_eval", "run_lm_eval", "include_path_hashes"]
+__all__ = ["LmEvalTask", "LmEvalResult", "require_lm_eval", "run_lm_eval", "include_path_hashes",
+           "check_lm_eval_task", "missing_task_message", "task_manager"]
 
 _INSTALL_HINT = "pip install mathneuro-edit[eval]"
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}  # written by Python / Jupyter, not part of a task folder
@@ -207,8 +208,7 @@ def _task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
         if entry is None:
             local = sorted(n for n, e in manager.task_index.items() if root and e.yaml_path
                            and Path(e.yaml_path).resolve().is_relative_to(root))
-            hint = f"tasks in include_path: {', '.join(local)}" if local else "check the name (lm-eval --tasks list)"
-            raise InputError(f"LmEvalTask {task.name!r}: no lm-eval task or group named {name!r}; {hint}")
+            raise InputError(missing_task_message(task, name, local))
         yaml_path = Path(entry.yaml_path).resolve() if entry.yaml_path else None
         if root is None or yaml_path is None or not yaml_path.is_relative_to(root) \
                 or getattr(entry.kind, "name", "") != "TASK":
@@ -229,6 +229,55 @@ def _task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
                                      "to the YAML's folder")
         specs.append({**cfg, "dataset_kwargs": kwargs})
     return specs
+
+
+def missing_task_message(task: LmEvalTask, name: str, local: list[str]) -> str:
+    """The one line for a task lm-eval does not know: the cause (``include_path`` not set, or the task not in
+    it) and the command that lists the tasks of the installed lm-eval (0.4.13+: ``lm-eval ls tasks``)."""
+    if task.include_path is None:
+        cause = ("evaluation.lm_eval.include_path is not set, so only lm-eval's own tasks are known; set it to "
+                 "the folder of your task YAMLs, or check the name")
+        listing = "lm-eval ls tasks"
+    else:
+        folder = Path(task.include_path).expanduser()
+        there = f" (tasks there: {', '.join(local)})" if local else " (no task YAML found there)"
+        cause = f"it is not in include_path {folder}{there} nor among lm-eval's own tasks"
+        listing = f"lm-eval ls tasks --include_path {folder}"
+    return (f"LmEvalTask {task.name!r}: no lm-eval task or group named {name!r}: {cause}; list the tasks with "
+            f"`{listing}`")
+
+
+_MANAGERS: dict[tuple[str | None, str, bool], Any] = {}  # (include_path, its files' hashes, with lm-eval's own) -> index
+
+
+def task_manager(task: LmEvalTask) -> Any:
+    """lm-eval's task index for ``task``: the ``include_path`` folder alone when it holds every task, else with
+    lm-eval's own ~15k task YAMLs too (~30 s to index; once per process)."""
+    require_lm_eval(task.name)
+    from lm_eval.tasks import TaskManager
+
+    include = str(Path(task.include_path).expanduser()) if task.include_path else None
+    content = json.dumps(include_path_hashes(include), sort_keys=True) if include else ""  # an edited YAML: reindex
+    if include is not None:
+        key = (include, content, False)
+        if key not in _MANAGERS:
+            _MANAGERS[key] = TaskManager(include_path=include, include_defaults=False)
+        if all(t in _MANAGERS[key].task_index for t in task.tasks):
+            return _MANAGERS[key]
+    key = (include, content, True)
+    if key not in _MANAGERS:
+        _MANAGERS[key] = TaskManager(include_path=include)
+    return _MANAGERS[key]
+
+
+def check_lm_eval_task(task: LmEvalTask) -> None:
+    """Check, before any model is loaded, that lm-eval knows every task of ``task`` (and that the data files of
+    the include_path tasks exist).
+
+    Raises:
+        InputError: lm-eval is not installed, or a task is unknown (:func:`missing_task_message`).
+    """
+    _task_specs(task, task_manager(task))
 
 
 def run_lm_eval(
@@ -253,7 +302,6 @@ def run_lm_eval(
         >>> base, edited = run_lm_eval(model, tok, task, edit=edit)  # doctest: +SKIP
     """
     lm_eval, hflm_class = require_lm_eval(task.name)
-    from lm_eval.tasks import TaskManager
 
     if base is not None and edit is None:
         return base, None  # nothing to run: no task index, no model wrapper
@@ -261,11 +309,7 @@ def run_lm_eval(
     if task.apply_chat_template and not getattr(tokenizer, "chat_template", None):
         raise InputError(f"LmEvalTask {task.name!r}: apply_chat_template is set but the tokenizer has no chat "
                          "template; set apply_chat_template: false for a base (non-chat) model")
-    include = str(Path(task.include_path).expanduser()) if task.include_path else None
-    manager = TaskManager(include_path=include, include_defaults=False) if include else None
-    if manager is None or not all(t in manager.task_index for t in task.tasks):
-        # indexing lm-eval's own ~15k task YAMLs takes ~30 s: only when a task is not in include_path
-        manager = TaskManager(include_path=include)
+    manager = task_manager(task)  # lm-eval's own tasks are indexed (~30 s) only when one is not in include_path
     specs = _task_specs(task, manager)
     device = getattr(model, "device", None) or next(model.parameters()).device
     lm = hflm_class(pretrained=model, tokenizer=copy.deepcopy(tokenizer), device=str(device),

@@ -30,7 +30,7 @@ from ..engine.distributed import local_device
 from ..engine.mask import as_mask, find_math_params
 from ..engine.targets import find_targets
 from ..errors import InputError
-from ..evaluation.lm_eval_bridge import LmEvalTask, require_lm_eval
+from ..evaluation.lm_eval_bridge import LmEvalTask, check_lm_eval_task
 from ..evaluation.runner import GeneralTask, MathTask, evaluate
 from ..layout import (
     ADAPTER_DIR,
@@ -252,7 +252,7 @@ def run_recipe(
     tasks = eval_tasks(recipe)  # a bad evaluation source or lm-eval setting fails now, not after calibration
     for t in tasks:
         if isinstance(t, LmEvalTask):
-            require_lm_eval(t.name)  # lm-eval must be installed
+            check_lm_eval_task(t)  # lm-eval installed and every task known: before the model loads
     o = recipe.outputs
     stages = Stages(3 + len(recipe.data.general) + bool(tasks) + bool(o.checkpoint) + bool(o.adapter) + 1, echo)
     with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
