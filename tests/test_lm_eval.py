@@ -235,3 +235,22 @@ def test_a_missing_task_is_named_before_the_model_loads(tmp_path: Path, monkeypa
     assert loaded == [] and not (tmp_path / "o").exists()
     no_path = missing_task_message(LmEvalTask("h", ["x"]), "x", [])
     assert "include_path is not set" in no_path and no_path.endswith("list the tasks with `lm-eval ls tasks`")
+
+
+def test_the_lm_eval_path_is_quiet(tmp_path: Path) -> None:
+    """A run with an lm-eval task prints only its stage lines: no lm-eval log lines or bars, no datasets bars, no
+    generate warning (the HFLM asks for max_new_tokens, not max_length)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONWARNINGS", "HF_HUB_DISABLE_PROGRESS"))}
+    lm = f"evaluation.lm_eval={{tasks: [arithmetic_local], include_path: '{TASKS}', limit: 2}}"
+    sets = ["data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4", "outputs.adapter=false", lm]
+    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", "run", "--out", str(tmp_path / "o"),
+                           *[a for s in sets for a in ("--set", s)]], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    noise = [line for line in proc.stderr.splitlines() if not line.startswith(("[", "    "))]
+    assert noise == [], noise
+    assert "max_new_tokens" not in proc.stderr and "generate_until" not in proc.stderr

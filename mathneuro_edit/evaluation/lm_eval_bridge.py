@@ -13,10 +13,11 @@ the run's lock.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,62 @@ def _task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
     return specs
 
 
+def _libraries_quiet() -> bool:
+    """Whether the command keeps the libraries quiet (the CLI's default; ``--verbose`` turns it off): the same
+    switch as theirs, huggingface_hub's progress bars."""
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    return bool(are_progress_bars_disabled())
+
+
+_TQDM_MODULES = ("lm_eval.api.task", "lm_eval.api.model", "lm_eval.models.huggingface")  # their `tqdm` names
+
+
+@contextlib.contextmanager
+def _quiet_harness(quiet: bool) -> Iterator[None]:
+    """lm-eval, datasets and their bars silenced inside the block when ``quiet`` (restored after): lm-eval's
+    loggers at ERROR, the tqdm bars of lm-eval's task, model and harness modules off, datasets' bars off."""
+    if not quiet:
+        yield
+        return
+    import importlib
+    import logging
+
+    patched = []
+    for name in _TQDM_MODULES:
+        module = importlib.import_module(name)
+        original = getattr(module, "tqdm", None)
+        if original is not None:
+            def silent(*args: Any, _tqdm: Any = original, **kwargs: Any) -> Any:
+                kwargs["disable"] = True
+                return _tqdm(*args, **kwargs)
+
+            module.tqdm = silent  # type: ignore[attr-defined]
+            patched.append((module, original))
+
+    loggers = [logging.getLogger(n) for n in ("lm_eval", "lm-eval", "datasets", "evaluate")]
+    levels = [lg.level for lg in loggers]
+    ds_bars = None
+    try:
+        from datasets.utils import logging as ds_logging
+
+        ds_bars = ds_logging.is_progress_bar_enabled()
+        ds_logging.disable_progress_bar()
+    except ImportError:
+        ds_logging = None  # type: ignore[assignment]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        for module, original in patched:
+            module.tqdm = original  # type: ignore[attr-defined]
+        if ds_logging is not None and ds_bars:
+            ds_logging.enable_progress_bar()
+
+
 def missing_task_message(task: LmEvalTask, name: str, local: list[str]) -> str:
     """The one line for a task lm-eval does not know: the cause (``include_path`` not set, or the task not in
     it) and the command that lists the tasks of the installed lm-eval (0.4.13+: ``lm-eval ls tasks``)."""
@@ -312,10 +369,36 @@ def run_lm_eval(
     manager = task_manager(task)  # lm-eval's own tasks are indexed (~30 s) only when one is not in include_path
     specs = _task_specs(task, manager)
     device = getattr(model, "device", None) or next(model.parameters()).device
-    lm = hflm_class(pretrained=model, tokenizer=copy.deepcopy(tokenizer), device=str(device),
-                    batch_size=task.batch_size or batch_size)
+
+    class NewTokensHFLM(hflm_class):  # type: ignore[misc, valid-type]
+        """lm-eval's HFLM asking ``generate`` for ``max_new_tokens`` (its budget after the context) rather than
+        ``max_length``: a model whose generation_config sets ``max_new_tokens`` would otherwise override lm-eval's
+        ``max_gen_toks`` (and transformers warns that both are set)."""
+
+        def _model_generate(self, context: Any, max_length: int, stop: list[str], **kwargs: Any) -> Any:
+            generate = self.model.generate
+
+            def with_new_tokens(*args: Any, max_length: int | None = None, **kw: Any) -> Any:
+                if max_length is not None:
+                    kw["max_new_tokens"] = max(int(max_length) - int(context.shape[1]), 1)
+                return generate(*args, **kw)
+
+            self.model.generate = with_new_tokens  # an instance attribute over the method, removed below
+            try:
+                return super()._model_generate(context, max_length, stop, **kwargs)
+            finally:
+                del self.model.generate
+
+    quiet = _libraries_quiet()
+    with _quiet_harness(quiet):
+        lm = NewTokensHFLM(pretrained=model, tokenizer=copy.deepcopy(tokenizer), device=str(device),
+                           batch_size=task.batch_size or batch_size)
 
     def run() -> LmEvalResult:
+        with _quiet_harness(quiet):
+            return _run()
+
+    def _run() -> LmEvalResult:
         result = lm_eval.simple_evaluate(
             model=lm, tasks=copy.deepcopy(specs), task_manager=manager, limit=task.limit, num_fewshot=task.num_fewshot,
             apply_chat_template=task.apply_chat_template, fewshot_as_multiturn=task.multiturn, log_samples=True,
