@@ -111,7 +111,7 @@ def check_hub_files_against_lock(repo_id: str, lock: Mapping[str, Any], *, revis
     recorded: dict[str, str] = dict(lock.get("outputs") or {})
     if "adapter_config.json" in siblings:
         wanted = {k.removeprefix(f"{ADAPTER_DIR}/"): v for k, v in recorded.items() if k.startswith(f"{ADAPTER_DIR}/")}
-    elif any(name.endswith(".gguf") for name in siblings):
+    elif "config.json" not in siblings and any(name.endswith(".gguf") for name in siblings):  # the GGUF repo
         wanted = {gguf_repo_name(lock, k): v for k, v in recorded.items()
                   if k.startswith(f"{CHECKPOINT_DIR}/") and k.endswith(".gguf")}
     else:
