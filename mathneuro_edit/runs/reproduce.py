@@ -178,6 +178,12 @@ def reproduce(
     """
     lock = read_any_lock(source)
     extra = tuple(overrides) + ((f"base.model={base}",) if base else ())
+    pinned = (lock.get("base") or {}).get("revision")
+    recorded_base = (lock.get("recipe") or {}).get("base") or {}
+    if (not base and isinstance(pinned, str) and re.fullmatch(r"[0-9a-f]{40}", pinned)
+            and recorded_base.get("revision") is None and not recorded_base.get("gguf_file")
+            and not any(o.startswith(("base.revision=", "base.model=")) for o in overrides)):
+        extra += (f"base.revision={pinned}",)  # the Hub base's commit the run used, not today's main
     recipe = recipe_from_lock(lock, extra)
     if base:
         check_base_weights(lock, base)
