@@ -155,6 +155,19 @@ def test_release_round_trip(fake_hub: FakeHub, tmp_path: Path) -> None:
     lfs = fake_hub.requests
     assert any("blobs=" in r["path"] for r in lfs)  # model_info(files_metadata=True)
 
+    # the base moves on (a new commit on main): reproduce re-runs at the commit the lock records
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(organism_path() / "model.safetensors"))
+    first = next(iter(weights))
+    weights[first] = weights[first] + 1.0
+    moved = tmp_path / "moved.safetensors"
+    save_file(weights, str(moved), metadata={"format": "pt"})
+    HfApi(token=TOKEN).create_commit("org/base", [CommitOperationAdd("model.safetensors", str(moved))],
+                                     commit_message="new weights")
+    code, stdout, text = _cli("reproduce", "me/edit-adapter", "-q")
+    assert code == 0 and stdout.strip().splitlines()[-1].startswith("reproduced: yes"), text
+
     # push again after a change (sharded, and another edit): no stale file remains in any repo
     again = tmp_path / "run2"
     _run(again, "outputs.max_shard_size=2MB", "edit.scale=1.1")
