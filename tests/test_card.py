@@ -331,3 +331,23 @@ def test_base_card_fields_eval_results_and_adapter_tags(tmp_path: Path) -> None:
                                                                "language")} == \
             {k: meta[k] for k in ("license", "license_name", "license_link", "language")}
     assert "PEFT only" in card.text and "use the edited checkpoint" in card.text
+
+
+@pytest.mark.parametrize(("model", "params", "edit", "want"), [
+    ("HuggingFaceTB/SmolLM2-135M-Instruct", 134_515_008, {"prune": True},
+     "SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf"),
+    ("meta-llama/Llama-3.2-1B", 1_235_814_400, {"scale": 1.1}, "Llama-3.2-1B-MathNeuro-Scale1.1-Q8_0.gguf"),
+    ("organism", 1_139_712, {"prune": True}, "Organism-1.1M-MathNeuro-Prune-Q8_0.gguf"),
+    ("<local>", 8_030_261_248, {"scale": 1.05}, "Llama-8.0B-MathNeuro-Scale1.05-Q8_0.gguf"),
+])
+def test_gguf_repo_names_follow_llama_cpp(model: str, params: int, edit: dict, want: str) -> None:
+    """<Base>-<Size>-<Variant>-<Type>.gguf, from the lock's public names only (never a local path)."""
+    from mathneuro_edit.publish.card import gguf_general, gguf_repo_name
+
+    lock = {"base": {"model": model, "description": {"architecture": "LlamaForCausalLM"}},
+            "recipe": {"edit": edit}, "edit_summary": {"model_params": params}}
+    assert gguf_repo_name(lock, "checkpoint/model-Q8_0.gguf") == want
+    meta = gguf_general(lock, {"license": "other", "license_name": "x", "language": "en"})
+    assert "-".join([meta["basename"], meta["size_label"], meta["finetune"], "Q8_0"]) + ".gguf" == want
+    assert meta["license"] == "other" and meta["license_name"] == "x" and meta["languages"] == ["en"]
+    assert ("base_models" in meta) == ("/" in model)
