@@ -4,7 +4,7 @@ Two kinds, so that callers (and the CLI) can tell them apart:
 
 - :class:`InputError`: the user's input is wrong (a path, a value, a file from another model). The message
   says what is wrong, where, and how to fix it; the CLI prints it as one line and exits with status 2.
-- :class:`MathNeuroEditError`: the base type; anything else of ours that goes wrong (exit status 1).
+- :class:`MathNeuroEditError`: the base type; anything else of ours that goes wrong (exit status 3; 1 is kept for a check that found a difference).
 """
 
 from __future__ import annotations

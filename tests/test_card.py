@@ -145,7 +145,7 @@ def test_adapter_card() -> None:
 
 def test_card_argument_errors() -> None:
     recipe = quickstart_recipe()
-    with pytest.raises(InputError, match="kind: must be 'checkpoint' or 'adapter'"):
+    with pytest.raises(InputError, match="kind: must be 'checkpoint', 'adapter' or 'gguf'"):
         _card(recipe, _lock(recipe), kind="merged")
     with pytest.raises(InputError, match="base_model_id: '/models/x' is not a Hub repo id"):
         _card(recipe, _lock(recipe), base_model_id="/models/x")
@@ -292,3 +292,62 @@ def test_check_local_files_names_a_wrong_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"data\.math\.path=.*b/math\.jsonl: sha256 .*the lock expects .*"
                                          r"\(math\.jsonl\); this is not the file the run used"):
         check_local_files(lock, moved)
+
+
+def test_base_card_fields_eval_results_and_adapter_tags(tmp_path: Path) -> None:
+    """license: other + license_name + license_link, language and datasets of the base card are carried; the
+    evaluation is Hub metadata that ModelCard.load parses back; the adapter has PEFT's tags; re-rendering the card
+    from its folder keeps all of it."""
+    from mathneuro_edit.publish.card import base_card_fields, card_for_folder
+
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "README.md").write_text("---\nlicense: other\nlicense_name: my-license\nlicense_link: LICENSE.md\n"
+                                    "language: en\ndatasets:\n- org/corpus\n---\n# base\n")
+    fields = base_card_fields(base)
+    assert fields == {"license": "other", "license_name": "my-license", "license_link": "LICENSE.md",
+                      "language": ["en"], "datasets": ["org/corpus"]}
+    recipe = quickstart_recipe(["base.model=org/base-model"])
+    lock = _lock(recipe, edit_summary=summarize_edit(COUNTS, model_params=10_000))
+    evaluation = {"math": {"edited": {"math_accuracy": 0.75}}, "general": {"edited": {"general_loss": 2.5}}}
+    for kind in ("checkpoint", "adapter"):
+        card = _card(recipe, lock, kind=kind, license=fields, eval_results=evaluation, base_model_id="org/base-model")
+        (tmp_path / kind).mkdir()
+        write_card(tmp_path / kind, card)
+        parsed = ModelCard.load(tmp_path / kind / "README.md")
+        meta = parsed.data.to_dict()
+        assert {k: meta[k] for k in fields if k != "datasets"} == {k: v for k, v in fields.items() if k != "datasets"}
+        assert "org/corpus" in meta["datasets"]
+        results = {(r.dataset_name, r.metric_type): r.metric_value for r in parsed.data.eval_results}
+        assert results == {("math", "accuracy"): 0.75, ("general", "loss"): 2.5}
+        assert all(r.dataset_type == "organism:math" for r in parsed.data.eval_results if r.dataset_name == "math")
+        tags = set(meta["tags"])
+        assert ({"base_model:adapter:org/base-model", "shira", "peft"} <= tags) == (kind == "adapter")
+        write_lock(tmp_path / kind, lock)
+        if kind == "adapter":
+            (tmp_path / kind / "adapter_config.json").write_text("{}")
+        rerendered = card_for_folder(tmp_path / kind)  # no eval.json here: only the license fields must survive
+        assert {k: rerendered.data.to_dict().get(k) for k in ("license", "license_name", "license_link",
+                                                               "language")} == \
+            {k: meta[k] for k in ("license", "license_name", "license_link", "language")}
+    assert "PEFT only" in card.text and "use the edited checkpoint" in card.text
+
+
+@pytest.mark.parametrize(("model", "params", "edit", "want"), [
+    ("HuggingFaceTB/SmolLM2-135M-Instruct", 134_515_008, {"prune": True},
+     "SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf"),
+    ("meta-llama/Llama-3.2-1B", 1_235_814_400, {"scale": 1.1}, "Llama-3.2-1B-MathNeuro-Scale1.1-Q8_0.gguf"),
+    ("organism", 1_139_712, {"prune": True}, "Organism-1.1M-MathNeuro-Prune-Q8_0.gguf"),
+    ("<local>", 8_030_261_248, {"scale": 1.05}, "Llama-8.0B-MathNeuro-Scale1.05-Q8_0.gguf"),
+])
+def test_gguf_repo_names_follow_llama_cpp(model: str, params: int, edit: dict, want: str) -> None:
+    """<Base>-<Size>-<Variant>-<Type>.gguf, from the lock's public names only (never a local path)."""
+    from mathneuro_edit.publish.card import gguf_general, gguf_repo_name
+
+    lock = {"base": {"model": model, "description": {"architecture": "LlamaForCausalLM"}},
+            "recipe": {"edit": edit}, "edit_summary": {"model_params": params}}
+    assert gguf_repo_name(lock, "checkpoint/model-Q8_0.gguf") == want
+    meta = gguf_general(lock, {"license": "other", "license_name": "x", "language": "en"})
+    assert "-".join([meta["basename"], meta["size_label"], meta["finetune"], "Q8_0"]) + ".gguf" == want
+    assert meta["license"] == "other" and meta["license_name"] == "x" and meta["languages"] == ["en"]
+    assert ("base_models" in meta) == ("/" in model)

@@ -37,7 +37,7 @@ def test_gguf_usage_and_note_exact_text() -> None:
     assert _gguf_usage("me/x", {}) == ""
     usage = _gguf_usage("me/x", {"a.gguf": "h1", "b.gguf": "h2"})
     assert "| `a.gguf` | `h1` |\n| `b.gguf` | `h2` |\n" in usage
-    assert "hf download me/x a.gguf --local-dir .\nllama-cli -m a.gguf\n```" in usage
+    assert "hf download me/x-GGUF a.gguf --local-dir .\nllama-cli -m a.gguf\n```" in usage  # the GGUF's own repo
     assert "```bash\nllama-cli -m a.gguf\n```" in _gguf_usage(None, {"a.gguf": "h1"})
     lock = {"base": {"gguf": {"file": "base.gguf", "sha256": "b"}}}
     assert _gguf_note({"base": {}}, "checkpoint") == ""
@@ -122,7 +122,8 @@ def test_card_rows_and_lines_exactly() -> None:
     assert "| scale | 0 (prune) |\n" in text and "| mask sha256 | `k` |\n" in text
     assert "| down_proj | 1 | 1 | 10 | 10% |\n| up_proj | 1 | 3 | 10 | 30% |\n" in text
     assert "\n## Evaluation\n\nNo evaluation was run for this model.\n\n## How to use" in text
-    assert "hf download someone/my-edit m-Q8_0.gguf --local-dir ." in text
+    assert ("hf download someone/my-edit-GGUF Organism-100-MathNeuro-Prune-Q8_0.gguf --local-dir ." in text)
+    assert "published in their own repo, [someone/my-edit-GGUF](https://huggingface.co/someone/my-edit-GGUF)" in text
     adapter = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="adapter", edit_summary=summary).text
     assert "\nThis PEFT adapter holds a MathNeuro edit of " in adapter
     assert "The adapter applies to that dequantized model (not to a quantized one)" in adapter

@@ -162,7 +162,7 @@ def test_bad_files_exit_2(workspace, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_internal_error_exit_1_and_debug_traceback(workspace, tmp_path, monkeypatch):
+def test_internal_error_exit_3_and_debug_traceback(workspace, tmp_path, monkeypatch):
     import mathneuro_edit.runs.pipeline as pipeline
 
     def boom(*a, **k):
@@ -170,7 +170,7 @@ def test_internal_error_exit_1_and_debug_traceback(workspace, tmp_path, monkeypa
 
     monkeypatch.setattr(pipeline, "calibrate_recipe", boom)
     code, text = _run("run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q")
-    assert code == 1 and "internal error" in text and "kaboom" in text and "Traceback" not in text
+    assert code == 3 and "internal error" in text and "kaboom" in text and "Traceback" not in text
     assert not (tmp_path / "o").exists()
     monkeypatch.setenv("MATHNEURO_EDIT_DEBUG", "1")
     result = CliRunner().invoke(main, ["run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q"])
@@ -293,7 +293,8 @@ def test_reproduce_reports_a_different_result(workspace, tmp_path):
         args += ["--set", s]
     code, text = _run(*args)
     assert code == 1, text
-    assert "mask: DIFFERS" in text and "differs" in text and "reproduced: NO" in text
+    assert "re-run against the lock: mask DIFFERS" in text and "differs" in text and "reproduced: NO" in text
+    assert "all match" in text  # the folder itself is intact: the re-run is what differs
 
 
 def test_push_dry_run_touches_nothing(workspace, monkeypatch):
@@ -303,7 +304,10 @@ def test_push_dry_run_touches_nothing(workspace, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # any request would fail loudly
     code, text = _run("push", str(out), "--dry-run")
-    assert code == 2 and "--repo-id" in text  # the recipe has no hub section
+    assert code == 0 and "no repo id: pass --repo-id" in text  # no hub section: the plan still shows
+    assert "DRY RUN" in text and "model.safetensors" in text
+    code, text = _run("push", str(out))
+    assert code == 2 and "--repo-id" in text  # a real push needs a target
     code, text = _run("push", str(out), "--repo-id", "me/tiny-boost", "--dry-run")
     assert code == 0 and "DRY RUN" in text and "model.safetensors" in text and "README.md" in text, text
     code, text = _run("push", str(out), "--repo-id", "me/tiny-boost", "--adapter", "--dry-run")

@@ -343,7 +343,8 @@ def test_llama_cpp_logits_match_on_random_models(baked, family) -> None:
 
 
 def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
-    """The lock and card record the GGUF's sha256; push uploads it byte for byte with the card."""
+    """The lock and card record the GGUF's sha256; `push --gguf` uploads it byte for byte to its own repo, under
+    llama.cpp's naming, with its card; the checkpoint's push leaves it out."""
     from mathneuro_edit.publish.card import build_card, summarize_edit, write_card
     from mathneuro_edit.publish.hub import push_to_hub
     from mathneuro_edit.publish.lock import build_lock, output_hashes, write_lock
@@ -364,9 +365,13 @@ def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
     sha = sha256_file(out / "model-F32.gguf")
     assert lock["outputs"]["checkpoint/model-F32.gguf"] == sha
     assert f"| `model-F32.gguf` | `{sha}` |" in card.content and "gguf" in card.data.tags
-    push_to_hub(out, "me/tiny-gguf", token=TOKEN)
+    push_to_hub(out, "me/tiny", token=TOKEN)
+    assert not any(name.endswith(".gguf") for name in _committed(fake_hub))
+    fake_hub.commits.clear()
+    push_to_hub(out, "me/tiny-GGUF", kind="gguf", token=TOKEN)
     files = _committed(fake_hub)
-    assert files["model-F32.gguf"] == (out / "model-F32.gguf").read_bytes()
+    assert files["Organism-64-MathNeuro-Prune-F32.gguf"] == (out / "model-F32.gguf").read_bytes()
+    assert set(files) == {"Organism-64-MathNeuro-Prune-F32.gguf", "README.md", "mathneuro_recipe.lock.yaml"}
 
 
 @pytest.mark.slow

@@ -1,22 +1,16 @@
-"""push_to_hub against a local fake Hub: the REAL huggingface_hub client, a recording http.server on 127.0.0.1.
-
-The fake speaks the endpoints huggingface_hub 2.x calls for create_repo / create_branch / create_commit with Xet
-disabled: repo creation, branch creation, README metadata validation, preupload (regular vs LFS), the LFS batch
-API with a PUT upload, and the ndjson commit. Every request is recorded, so the tests check what was sent.
-"""
+"""push_to_hub against a local fake Hub (tests/_fakehub.py): the REAL huggingface_hub client, a recording
+http.server on 127.0.0.1 that keeps repo state (adds, deletes, LFS, branches, pull requests, visibility)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import ModelCard, constants
+from huggingface_hub import ModelCard
 from safetensors.torch import save_file
 
 from mathneuro_edit.publish.card import build_card, card_for_folder, summarize_edit, write_card
@@ -26,100 +20,7 @@ from mathneuro_edit.publish.lock import build_lock, output_hashes, write_lock
 from mathneuro_edit.recipe.schema import recipe_sha256
 from mathneuro_edit.recipe.io import quickstart_recipe
 
-TOKEN = "hf_TESTsecretTOKEN0123456789abcdef"
-
-
-class FakeHub:
-    """Recorded requests + server-side state; ``fail`` makes the server refuse paths with a given status."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.lfs: dict[str, bytes] = {}
-        self.commits: list[list[dict]] = []
-        self.fail: dict[str, tuple[int, str | None]] = {}  # path prefix -> (status, X-Error-Code)
-        self.url = ""
-
-
-def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:  # keep pytest output clean
-            pass
-
-        def _body(self) -> bytes:
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                data = b""
-                while (size := int(self.rfile.readline().strip() or b"0", 16)) > 0:
-                    data += self.rfile.read(size)
-                    self.rfile.readline()
-                self.rfile.readline()
-                return data
-            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-        def _send(self, status: int, payload: object, error_code: str | None = None) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            if error_code:
-                self.send_header("X-Error-Code", error_code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _route(self) -> None:
-            body = self._body()
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            hub.requests.append({"method": self.command, "path": self.path, "headers": headers, "body": body})
-            path = self.path.split("?")[0]
-            for prefix, (status, code) in hub.fail.items():
-                if path.startswith(prefix):
-                    return self._send(status, {"error": f"refused with {status}"}, code)
-            if path == "/api/repos/create":
-                req = json.loads(body)
-                return self._send(200, {"url": f"{hub.url}/{req['organization']}/{req['name']}"})
-            if "/branch/" in path or path == "/api/validate-yaml":
-                return self._send(200, {"errors": [], "warnings": []})
-            if "/preupload/" in path:
-                files = json.loads(body)["files"]
-                return self._send(200, {"files": [
-                    {"path": f["path"], "shouldIgnore": False,
-                     "uploadMode": "lfs" if f["path"].endswith(".safetensors") else "regular"} for f in files]})
-            if path.endswith(".git/info/lfs/objects/batch"):
-                objects = json.loads(body)["objects"]
-                return self._send(200, {"transfer": "basic", "objects": [
-                    {"oid": o["oid"], "size": o["size"],
-                     "actions": {"upload": {"href": f"{hub.url}/lfs-upload/{o['oid']}"}}} for o in objects]})
-            if path.startswith("/lfs-upload/"):
-                hub.lfs[path.rsplit("/", 1)[1]] = body
-                return self._send(200, {})
-            if "/commit/" in path:
-                hub.commits.append([json.loads(line) for line in body.splitlines() if line.strip()])
-                repo = path.split("/api/models/")[1].split("/commit/")[0]
-                return self._send(200, {"commitUrl": f"{hub.url}/{repo}/commit/{'a' * 40}", "commitOid": "a" * 40})
-            return self._send(404, {"error": "not found"})
-
-        do_GET = do_POST = do_PUT = _route
-
-    return Handler
-
-
-@pytest.fixture()
-def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    hub = FakeHub()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
-    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    # HfApi() reads constants.ENDPOINT when built (push_to_hub builds it per call); Xet off -> plain LFS protocol.
-    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-stored-token"))
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    yield hub
-    server.shutdown()
-    server.server_close()
+from ._fakehub import TOKEN, FakeHub, fake_hub  # noqa: F401 - the fixture
 
 
 @pytest.fixture()
@@ -154,7 +55,7 @@ def _committed(hub: FakeHub) -> dict[str, bytes]:
         value = line["value"]
         if line["key"] == "file":
             files[value["path"]] = base64.b64decode(value["content"])
-        else:
+        elif line["key"] != "deletedFile":  # a mirror's deletes: tested in test_push_mirrors_the_folder
             assert line["key"] == "lfsFile"
             files[value["path"]] = hub.lfs[value["oid"]]
             assert hashlib.sha256(files[value["path"]]).hexdigest() == value["oid"]
@@ -184,7 +85,9 @@ def test_push_sends_one_commit_with_every_file(fake_hub: FakeHub, out_dir: Path)
     assert files["README.md"].decode() == card_for_folder(out_dir, repo_id="me/organism-boost").content
     assert "model.safetensors" in {line["value"]["path"] for line in fake_hub.commits[0] if line["key"] == "lfsFile"}
 
-    assert result.dry_run is False and result.commit_oid == "a" * 40 and result.revision == "v1"
+    repo = fake_hub.repos["me/organism-boost"]
+    assert result.dry_run is False and result.commit_oid == repo.heads["v1"] and result.revision == "v1"
+    assert repo.private and set(repo.refs["v1"]) == EXPECTED_FILES | {".gitattributes"}
     assert {p for p, _ in result.files} == EXPECTED_FILES and sha in result.commit_message
 
 
@@ -204,7 +107,8 @@ def test_token_only_in_authorization_headers(fake_hub: FakeHub, out_dir: Path, m
     assert not any(TOKEN in p.read_text(errors="ignore") for p in out_dir.rglob("*") if p.is_file())
     # no revision asked: no branch created, commit to main, public repo
     assert not any("/branch/" in r["path"] for r in fake_hub.requests)
-    assert json.loads(fake_hub.requests[0]["body"])["visibility"] == "public"
+    create = [r for r in fake_hub.requests if r["path"] == "/api/repos/create"]
+    assert json.loads(create[0]["body"])["visibility"] == "public"
     assert result.revision == "main" and fake_hub.requests[-1]["path"].endswith("/commit/main")
 
 
@@ -217,7 +121,8 @@ def test_missing_token_fails_before_any_request(fake_hub: FakeHub, out_dir: Path
 def test_dry_run_touches_nothing(fake_hub: FakeHub, out_dir: Path) -> None:
     before = {p: p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
     result = push_to_hub(out_dir, "me/organism-boost", dry_run=True, commit_message="first release")
-    assert fake_hub.requests == []
+    assert {r["method"] for r in fake_hub.requests} == {"GET"} and fake_hub.repos == {}  # it only looked
+    assert result.remote == "new" and result.deletes == []
     assert result.dry_run and result.commit_oid is None
     sizes = dict(result.files)
     assert set(sizes) == EXPECTED_FILES and sizes["model.safetensors"] == (out_dir / "model.safetensors").stat().st_size
@@ -346,3 +251,130 @@ def test_adapter_card_names_its_base(tmp_path: Path) -> None:
     assert "`LlamaForCausalLM`" in card.content and f"`{sha}`" in card.content
     assert 'base_dir = os.environ["BASE_MODEL_DIR"]' in card.content
     assert '--base "$BASE_MODEL_DIR"' in card.content
+
+
+def test_push_mirrors_the_folder_in_one_commit(fake_hub: FakeHub, out_dir: Path) -> None:
+    """A second push deletes what the folder no longer holds (a stale shard), in the same commit as the adds."""
+    (out_dir / "model-00002-of-00002.safetensors").write_bytes(b"stale shard")
+    push_to_hub(out_dir, "me/m", token=TOKEN)
+    assert "model-00002-of-00002.safetensors" in fake_hub.files("me/m")
+    (out_dir / "model-00002-of-00002.safetensors").unlink()
+    (out_dir / "adapter" / "adapter_config.json").unlink()
+    plan = push_to_hub(out_dir, "me/m", dry_run=True)
+    assert [p for p, _ in plan.deletes] == ["adapter/adapter_config.json", "model-00002-of-00002.safetensors"]
+    assert dict(plan.deletes)["model-00002-of-00002.safetensors"] == len(b"stale shard")
+    assert "2 file(s) it holds now are deleted in the same commit" in plan.describe()
+    assert "  delete" in plan.describe() and "model-00002-of-00002.safetensors" in plan.describe()
+    n = len(fake_hub.commits)
+    result = push_to_hub(out_dir, "me/m", token=TOKEN)
+    assert len(fake_hub.commits) == n + 1  # adds and deletes: one commit
+    keys = {line["key"] for line in fake_hub.commits[-1]}
+    assert {"deletedFile", "lfsFile", "file"} <= keys
+    assert set(fake_hub.files("me/m")) == {p for p, _ in result.files} | {".gitattributes"}
+    assert result.deletes == plan.deletes
+
+
+def test_dry_run_without_repo_id_previews_the_plan(fake_hub: FakeHub, out_dir: Path) -> None:
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli.main import main
+
+    result = push_to_hub(out_dir, None, dry_run=True)
+    assert result.repo_id is None and {p for p, _ in result.files} == EXPECTED_FILES and fake_hub.requests == []
+    assert "no repo id" in result.describe()
+    cli = CliRunner().invoke(main, ["push", str(out_dir), "--dry-run", "--json"])
+    assert cli.exit_code == 0, cli.output
+    plan = json.loads(cli.stdout)
+    assert plan["repo_id"] is None and plan["dry_run"] is True
+    assert {a["path"] for a in plan["adds"]} == EXPECTED_FILES
+    assert plan["total_bytes"] == sum(a["size"] for a in plan["adds"])
+    with pytest.raises(InputError, match="no target repo"):
+        push_to_hub(out_dir, None, token=TOKEN)
+
+
+def test_symlink_out_of_the_folder_is_refused(fake_hub: FakeHub, out_dir: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private")
+    (out_dir / "notes.txt").symlink_to(secret)
+    with pytest.raises(InputError, match=r"notes.txt: a symbolic link to .*secret.txt, outside the folder") as e:
+        push_to_hub(out_dir, "me/m", token=TOKEN)
+    assert "\n" not in str(e.value) and fake_hub.requests == []
+    (out_dir / "notes.txt").unlink()
+    (out_dir / "inside.json").symlink_to(out_dir / "config.json")  # a link inside the folder is a file of it
+    assert "inside.json" in dict(push_to_hub(out_dir, "me/m", dry_run=True).files)
+
+
+def test_token_never_in_an_error_message(fake_hub: FakeHub, out_dir: Path) -> None:
+    """The Hub (or a proxy) echoes the token in an error: neither the exception nor the CLI shows it."""
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli.main import main
+    from mathneuro_edit.errors import MathNeuroEditError
+
+    fake_hub.fail["/api/models/me/m"] = (500, None)
+    fake_hub.fail_message = f"internal error while checking token {TOKEN}"
+    with pytest.raises(MathNeuroEditError) as info:
+        push_to_hub(out_dir, "me/m", token=TOKEN)
+    assert TOKEN not in str(info.value) and "***" in str(info.value)
+    cli = CliRunner(env={"HF_TOKEN": TOKEN}).invoke(main, ["push", str(out_dir), "--repo-id", "me/m"])
+    assert cli.exit_code == 3 and TOKEN not in cli.output and "***" in cli.output, cli.output
+    dry = CliRunner(env={"HF_TOKEN": TOKEN}).invoke(main, ["push", str(out_dir), "--repo-id", "me/m", "--dry-run",
+                                                          "--json"])
+    assert dry.exit_code == 0 and TOKEN not in dry.output and "could not" not in json.loads(dry.stdout)["remote"]
+
+
+def test_visibility_branch_commit_message_and_pull_request(fake_hub: FakeHub, out_dir: Path) -> None:
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli.main import main
+
+    run = CliRunner(env={"HF_TOKEN": TOKEN}).invoke
+    assert run(main, ["push", str(out_dir), "--repo-id", "me/m", "--private"]).exit_code == 0
+    assert fake_hub.repos["me/m"].private
+    assert run(main, ["push", str(out_dir), "--repo-id", "me/m"]).exit_code == 0  # no flag: left as is
+    assert fake_hub.repos["me/m"].private
+    assert run(main, ["push", str(out_dir), "--repo-id", "me/m", "--public"]).exit_code == 0
+    assert not fake_hub.repos["me/m"].private
+    main_before = fake_hub.files("me/m")
+    (out_dir / "config.json").write_text('{"model_type": "llama", "changed": true}')
+    pr = run(main, ["push", str(out_dir), "--repo-id", "me/m", "--create-pr", "--commit-message", "Try a change"])
+    assert pr.exit_code == 0, pr.output
+    assert "pull request:" in pr.output and "discussions/1" in pr.output
+    assert fake_hub.files("me/m") == main_before  # main untouched; the change is in the PR
+    assert b'"changed": true' in fake_hub.files("me/m", "refs/pr/1")["config.json"]
+    assert fake_hub.commits[-1][0]["value"]["summary"].startswith("Try a change (recipe sha256 ")
+    br = run(main, ["push", str(out_dir), "--repo-id", "me/m", "--branch", "exp"])
+    assert br.exit_code == 0 and b'"changed"' in fake_hub.files("me/m", "exp")["config.json"]
+
+
+def test_default_repo_ids_differ_per_artifact(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """A run with an adapter and a GGUF: three repos from the recipe's hub.repo_id, each overridable."""
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli.main import main
+
+    out = tmp_path / "run"
+    sets = ["data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4", "outputs.gguf=F32",
+            "hub={repo_id: me/organism-prune}"]
+    made = CliRunner().invoke(main, ["run", "--out", str(out), "-q", *[a for s in sets for a in ("--set", s)]])
+    assert made.exit_code == 0, made.output
+    run = CliRunner(env={"HF_TOKEN": TOKEN}).invoke
+    for flag, repo in (([], "me/organism-prune"), (["--adapter"], "me/organism-prune-adapter"),
+                       (["--gguf"], "me/organism-prune-GGUF")):
+        dry = run(main, ["push", str(out), *flag, "--dry-run", "--json"])
+        assert dry.exit_code == 0, dry.output
+        assert json.loads(dry.stdout)["repo_id"] == repo
+        assert run(main, ["push", str(out), *flag]).exit_code == 0
+    checkpoint, adapter, gguf = (set(fake_hub.files(r)) for r in
+                                 ("me/organism-prune", "me/organism-prune-adapter", "me/organism-prune-GGUF"))
+    assert "model.safetensors" in checkpoint and not any(p.endswith(".gguf") for p in checkpoint)
+    assert "adapter_config.json" not in checkpoint and "adapter_config.json" in adapter
+    assert "model.safetensors" not in adapter and "config.json" not in adapter
+    assert gguf == {".gitattributes", "README.md", "mathneuro_recipe.lock.yaml",
+                    "Organism-1.1M-MathNeuro-Prune-F32.gguf"}
+    meta = ModelCard(fake_hub.files("me/organism-prune-GGUF")["README.md"].decode()).data.to_dict()
+    assert meta["base_model"] == "me/organism-prune" and meta["base_model_relation"] == "quantized"
+    other = run(main, ["push", str(out), "--gguf", "--repo-id", "me/other-GGUF"])
+    assert other.exit_code == 0 and "me/other-GGUF" in fake_hub.repos
+    both = run(main, ["push", str(out), "--gguf", "--adapter", "--dry-run"])
+    assert both.exit_code == 2 and "one at a time" in both.output

@@ -211,3 +211,46 @@ def test_run_fails_on_a_bad_task_folder_before_calibrating(tmp_path: Path, monke
     with pytest.raises(InputError, match="evaluation.lm_eval.include_path: .* is not a folder"):
         pipeline.run_recipe(recipe_from_dict(d), tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_task_is_named_before_the_model_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cause (not in include_path, with the tasks that are there) and the listing command of lm-eval 0.4.13+,
+    from `run` and `eval`, before any model is loaded."""
+    from click.testing import CliRunner
+
+    import mathneuro_edit.runs.pipeline as pipeline
+    from mathneuro_edit.cli.main import main
+    from mathneuro_edit.evaluation.lm_eval_bridge import missing_task_message
+
+    loaded = []
+    monkeypatch.setattr(pipeline, "load_recipe_model", lambda *a, **k: loaded.append(1))
+    lm = f"evaluation.lm_eval={{tasks: [no_such_task], include_path: '{TASKS}', limit: 2}}"
+    for cmd in (["run", "--out", str(tmp_path / "o")], ["eval"]):
+        result = CliRunner().invoke(main, [*cmd, "-q", "--set", lm])
+        assert result.exit_code == 2, result.output
+        line = result.output.strip()
+        assert "\n" not in line and "no lm-eval task or group named 'no_such_task'" in line
+        assert f"not in include_path {TASKS} (tasks there: arithmetic_local" in line
+        assert f"`lm-eval ls tasks --include_path {TASKS}`" in line and "--tasks list" not in line
+    assert loaded == [] and not (tmp_path / "o").exists()
+    no_path = missing_task_message(LmEvalTask("h", ["x"]), "x", [])
+    assert "include_path is not set" in no_path and no_path.endswith("list the tasks with `lm-eval ls tasks`")
+
+
+def test_the_lm_eval_path_is_quiet(tmp_path: Path) -> None:
+    """A run with an lm-eval task prints only its stage lines: no lm-eval log lines or bars, no datasets bars, no
+    generate warning (the HFLM asks for max_new_tokens, not max_length)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONWARNINGS", "HF_HUB_DISABLE_PROGRESS"))}
+    lm = f"evaluation.lm_eval={{tasks: [arithmetic_local], include_path: '{TASKS}', limit: 2}}"
+    sets = ["data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4", "outputs.adapter=false", lm]
+    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", "run", "--out", str(tmp_path / "o"),
+                           *[a for s in sets for a in ("--set", s)]], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    noise = [line for line in proc.stderr.splitlines() if not line.startswith(("[", "    "))]
+    assert noise == [], noise
+    assert "max_new_tokens" not in proc.stderr and "generate_until" not in proc.stderr

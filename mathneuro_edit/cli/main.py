@@ -1,7 +1,14 @@
 """The ``mathneuro-edit`` command line: thin commands that parse, call the Python API, and report.
 
-Exit status: 0 success; 2 bad input (one line: what, where, how to fix); 1 internal error; 130 interrupted.
-Tracebacks only with ``MATHNEURO_EDIT_DEBUG=1``. Nothing heavy (torch, transformers) is imported before a
+Exit status (docs/publishing.md), distinct so scripts can tell them apart:
+
+- 0: success;
+- 1: a check found a difference (``verify``, ``reproduce``: the report names what differs);
+- 2: bad input (one line: what, where, how to fix);
+- 3: internal error, or a failure of the environment that is not the input (network, the Hub's 5xx);
+- 130: interrupted (Ctrl-C; 128 + N for signal N, e.g. 143 for SIGTERM).
+
+Tracebacks only with ``MATHNEURO_EDIT_DEBUG=1``; no message ever shows a Hub token. Nothing heavy (torch, transformers) is imported before a
 command runs, so ``--help`` is fast.
 """
 
@@ -17,6 +24,7 @@ from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
 
 DEBUG_ENV = "MATHNEURO_EDIT_DEBUG"
+EXIT_OK, EXIT_DIFFERS, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _error_message(exc: BaseException) -> tuple[int, str]:
@@ -40,10 +48,11 @@ def _error_message(exc: BaseException) -> tuple[int, str]:
 
         return 128 + exc.signum, f"terminated by {signal.Signals(exc.signum).name}; no output was left behind"
     if isinstance(exc, KeyboardInterrupt):
-        return 130, "interrupted; no output was left behind"
+        return EXIT_INTERRUPTED, "interrupted; no output was left behind"
     if isinstance(exc, MathNeuroEditError):
-        return 1, str(exc)
-    return 1, f"internal error: {type(exc).__name__}: {exc}; set {DEBUG_ENV}=1 for the traceback and report it"
+        return EXIT_INTERNAL, str(exc)
+    return EXIT_INTERNAL, (f"internal error: {type(exc).__name__}: {exc}; set {DEBUG_ENV}=1 for the traceback and "
+                           "report it")
 
 
 class _Group(click.Group):
@@ -58,8 +67,10 @@ class _Group(click.Group):
         except BaseException as exc:  # noqa: BLE001 - the CLI's one error boundary
             if os.environ.get(DEBUG_ENV):
                 raise
+            from ..util.scrub import scrub_token
+
             code, message = _error_message(exc)
-            click.echo(f"error: {' '.join(message.split())}", err=True)
+            click.echo(f"error: {scrub_token(' '.join(message.split()))}", err=True)
             ctx.exit(code)
 
 
@@ -243,21 +254,40 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
     click.echo(results.to_markdown())
 
 
+json_opt = click.option("--json", "as_json", is_flag=True, help="print one JSON document on stdout")
+
+
+def emit_json(data: Any) -> None:
+    """One JSON document on stdout (``--json``)."""
+    import json
+
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
+
+
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--plot", type=click.Path(dir_okay=False), help="save the per-layer distribution of a mask as PNG")
-def inspect(path: str, plot: str | None) -> None:
+@json_opt
+def inspect(path: str, plot: str | None, as_json: bool) -> None:
     """Show a mask or statistics file as a per-tensor table."""
     from ..runs.inspect import (
         load_artifact,
+        mask_dict,
         mask_table,
         plot_layer_distribution,
+        stats_dict,
         stats_table,
     )
 
     kind, obj = load_artifact(path)
     if plot and kind != "mask":  # before the table: an error is the only output of a failed command
         raise InputError(f"{path}: --plot needs a mask file, this is a statistics file; drop --plot or pass a mask")
+    if as_json:
+        data = mask_dict(obj) if kind == "mask" else stats_dict(obj)
+        if plot:
+            data["plot"] = str(plot_layer_distribution(obj, plot))
+        emit_json(data)
+        return
     click.echo(mask_table(obj) if kind == "mask" else stats_table(obj))
     if plot:
         click.echo(plot_layer_distribution(obj, plot))
@@ -342,11 +372,16 @@ def dequantize(model: str, gguf_file: str | None, revision: str | None) -> None:
 @main.command()
 @recipe_arg
 @set_opt
-def plan(recipe: str | None, sets: tuple[str, ...]) -> None:
+@json_opt
+def plan(recipe: str | None, sets: tuple[str, ...], as_json: bool) -> None:
     """Estimate parameters, targets, file sizes and peak memory from config.json alone (no weights)."""
     from ..runs.plan import plan_recipe
 
-    click.echo(plan_recipe(_recipe(recipe, sets)).to_text())
+    result = plan_recipe(_recipe(recipe, sets))
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(result.to_text())
 
 
 from .publish import register as _register_publish  # noqa: E402 - card, push, verify, reproduce

@@ -36,8 +36,8 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
     from ..engine.mask import Mask
     from ..layout import LOCK_NAME
     from ..publish.card import (
+        base_card_fields,
         card_for_folder,
-        license_from_base,
         summarize_edit,
         write_card,
     )
@@ -69,7 +69,7 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
         lock = {**lock, "edit_summary": summarize_edit(Mask.load(folder / MASK_NAME).counts(),
                                                        model_params=n_params)}
         write_lock(folder, lock)
-    license_ = license_from_base(base_ref, recipe.base.revision) if base_ref else None
+    license_ = (base_card_fields(base_ref, recipe.base.revision) or None) if base_ref else None
     subs = [folder / s for s in _SUBS if (folder / s).is_dir()]
     if not subs:
         raise InputError(f"{folder}: no checkpoint/ or adapter/ folder; pass the run folder written by "
@@ -83,16 +83,20 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
 
 
 def push(out: str, repo_id: str | None, private: bool | None, revision: str | None, adapter: bool,
-         dry_run: bool) -> None:
-    """Push an output folder to the Hugging Face Hub (token from HF_TOKEN or `hf auth login`).
+         dry_run: bool, gguf: bool = False, commit_message: str | None = None, create_pr: bool = False,
+         as_json: bool = False) -> None:
+    """Make a Hub repo equal to one artifact of a run (token from HF_TOKEN or `hf auth login`).
 
     The uploaded card is rendered for the target repo (it loads `from_pretrained("you/name")`); the local
     folder is not changed.
     """
     from ..layout import LOCK_NAME
-    from ..publish.hub import push_to_hub
+    from ..publish.hub import default_repo_id, push_to_hub
     from ..publish.lock import read_lock
 
+    if adapter and gguf:
+        raise InputError("--adapter and --gguf are two repos: push one at a time")
+    kind = "adapter" if adapter else "gguf" if gguf else "checkpoint"
     folder = Path(out)
     sub = folder / (ADAPTER_DIR if adapter else CHECKPOINT_DIR)
     if sub.is_dir():
@@ -102,17 +106,35 @@ def push(out: str, repo_id: str | None, private: bool | None, revision: str | No
     if not (folder / LOCK_NAME).is_file():
         raise InputError(f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
                          "(or a folder written by `export`)")
+    if kind == "checkpoint" and (folder / "adapter_config.json").is_file():
+        kind = "adapter"  # an `export --adapter` folder
     hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
-    repo_id = repo_id or hub.get("repo_id")
-    if not repo_id:
-        raise InputError("no target repo: pass --repo-id you/name or set hub.repo_id in the recipe")
-    private = bool(hub.get("private", False)) if private is None else private
+    if not repo_id and hub.get("repo_id"):
+        repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
+    if not repo_id and not dry_run:
+        raise InputError(f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
+                         "goes to " + {"checkpoint": "<id>", "adapter": "<id>-adapter", "gguf": "<id>-GGUF"}[kind]
+                         + ")")
+    if private is None and hub.get("private"):
+        private = True
     revision = revision or hub.get("revision")
-    click.echo(push_to_hub(folder, repo_id, private=private, revision=revision, dry_run=dry_run).describe())
+    result = push_to_hub(folder, repo_id, kind=kind, private=private, revision=revision, dry_run=dry_run,
+                         commit_message=commit_message, create_pr=create_pr)
+    if as_json:
+        _emit_json(result.to_dict())
+    else:
+        click.echo(result.describe())
+
+
+def _emit_json(data: Any) -> None:
+    """One JSON document on stdout (``--json``)."""
+    import json
+
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
 
 
 def verify(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool = False,
-           echo: Callable[[str], None] = lambda s: None) -> None:
+           echo: Callable[[str], None] = lambda s: None, as_json: bool = False) -> None:
     """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch).
 
     ``echo`` receives one stage line per audited folder; a bar over its tensors follows on a terminal.
@@ -162,27 +184,53 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
     trust = bool(recorded["base"].get("trust_remote_code", False)) if recorded else False
     failed = []
     stages = Stages(len(targets), echo)
+    say = (lambda s: None) if as_json else click.echo
+    audits = []
     for t in targets:
         stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
         report = verify_export(t, base, mask_path, scale, trust_remote_code=trust, progress=bars_wanted(quiet))
-        click.echo(report.summary())
+        say(report.summary())
+        audits.append(report)
         if not report.ok:
             failed.append(t.name)
+    files = None
+    lock_dir = folder if (folder / LOCK_NAME).is_file() else None
+    if lock_dir is not None:  # the per-file check reproduce makes too: every file against the lock's sha256
+        from ..publish.integrity import check_local_files_against_lock
+
+        files = check_local_files_against_lock(folder, read_lock(lock_dir))
+        say(files.to_text())
+        if not files.ok:
+            failed.append("files")
+    if as_json:
+        _emit_json({"ok": not failed, "failed": failed, "files_checked": files.to_dict() if files else None,
+                    "audits": [{"folder": str(a.out_dir), "kind": a.kind, "ok": a.ok, "checked": a.checked,
+                                "edited": a.edited, "mismatches": a.mismatches, "missing": a.missing,
+                                "extra": a.extra, "also_audited": a.audited} for a in audits]})
+    elif failed:
+        what = [f for f in failed if f != "files"]
+        parts = ([f"{', '.join(what)} differ(s) from the base + mask + scale"] if what else []) + \
+            (["files differ from the lock's sha256"] if "files" in failed else [])
+        click.echo(f"verify: FAILED: {'; '.join(parts)} (details above)")
     if failed:
-        click.echo(f"verify: FAILED: {', '.join(failed)} differ(s) from the base + mask + scale (details above)")
         sys.exit(1)
 
 
 def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
-              echo: Callable[..., Any] = lambda quiet, verbose=False: None, verbose: bool = False) -> None:
-    """Re-run a lock (output folder, lock file, model card or Hub repo) and compare every hash (exit 1 if any
+              echo: Callable[..., Any] = lambda quiet, verbose=False: None, verbose: bool = False,
+              keep: bool = False, as_json: bool = False) -> None:
+    """Check the files of a lock's folder or Hub repo, re-run the lock and compare every hash (exit 1 if any
     differs)."""
-    echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo(quiet or as_json, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.reproduce import reproduce as reproduce_lock
     from ..util.console import bars_wanted
 
-    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=bars_wanted(quiet))
-    click.echo(report.to_text())
+    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=bars_wanted(quiet or as_json),
+                            keep=keep)
+    if as_json:
+        _emit_json(report.to_dict())
+    else:
+        click.echo(report.to_text())
     if not report.ok:
         sys.exit(1)
 
@@ -190,6 +238,7 @@ def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, .
 def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo: Callable[..., Any]) -> None:
     """Add ``card``, ``push``, ``verify`` and ``reproduce`` to the CLI group (options shared with the others)."""
     base_opt = click.option("--base", help="local base folder, when the lock's local base path was redacted")
+    json_opt = click.option("--json", "as_json", is_flag=True, help="print one JSON document on stdout")
     existing_dir = click.Path(exists=True, file_okay=False)
 
     @group.command("card")
@@ -205,20 +254,29 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
 
     @group.command("push")
     @click.argument("out", type=existing_dir)
-    @click.option("--repo-id", help="target Hub repo, e.g. you/model-math-boost (default: the recipe's hub.repo_id)")
-    @click.option("--private", is_flag=True, default=None, help="create the repo private (default: the recipe's "
-                                                                "hub.private)")
-    @click.option("--revision", help="branch to push to, created if missing (default: the recipe's hub.revision "
-                                     "or main)")
-    @click.option("--adapter", is_flag=True, help="push the run's adapter/ rather than its checkpoint/")
-    @click.option("--dry-run", is_flag=True, help="show what would be uploaded; touch nothing")
-    def push_cmd(out: str, repo_id: str | None, private: bool | None, revision: str | None, adapter: bool,
-                 dry_run: bool) -> None:
-        """Push an output folder to the Hugging Face Hub (token from HF_TOKEN or `hf auth login`).
+    @click.option("--adapter", is_flag=True, help="push the run's adapter/ (PEFT) to its own repo")
+    @click.option("--gguf", is_flag=True, help="push the run's GGUF files to their own repo")
+    @click.option("--repo-id", help="target Hub repo (default from the recipe's hub.repo_id: <id> for the "
+                                    "checkpoint, <id>-adapter, <id>-GGUF)")
+    @click.option("--private/--public", default=None, help="set the repo's visibility (default: the recipe's "
+                                                          "hub.private for a new repo; an existing one is left as is)")
+    @click.option("--revision", "--branch", "revision", help="branch to push to, created from main if missing "
+                                                             "(default: the recipe's hub.revision or main)")
+    @click.option("--commit-message", help="the commit's summary (the recipe sha256 is appended)")
+    @click.option("--create-pr", is_flag=True, help="open a pull request instead of committing to the branch")
+    @click.option("--dry-run", is_flag=True, help="show the full plan (adds, deletes, sizes); change nothing")
+    @json_opt
+    def push_cmd(out: str, adapter: bool, gguf: bool, repo_id: str | None, private: bool | None,
+                 revision: str | None, commit_message: str | None, create_pr: bool, dry_run: bool,
+                 as_json: bool) -> None:
+        """Make a Hub repo equal to one artifact of a run: the checkpoint, --adapter or --gguf.
 
-        The uploaded card is rendered for the target repo; the local folder is not changed.
+        One commit adds the artifact's files and deletes every file the repo holds that the artifact does not
+        (.gitattributes is kept). The uploaded card is rendered for the target repo; the local folder is not
+        changed. Token from HF_TOKEN or `hf auth login`; never printed.
         """
-        push(out, repo_id, private, revision, adapter, dry_run)
+        push(out, repo_id, private, revision, adapter, dry_run, gguf=gguf, commit_message=commit_message,
+             create_pr=create_pr, as_json=as_json)
 
     @group.command("verify")
     @click.argument("out", type=existing_dir)
@@ -226,19 +284,28 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     @click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False))
     @click.option("--scale", type=float, help="the applied scale (default: from the lock)")
     @quiet_opt
+    @json_opt
     def verify_cmd(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool,
-                   verbose: bool) -> None:
-        """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch)."""
-        verify(out, base, mask_path, scale, quiet, echo(quiet, verbose))
+                   verbose: bool, as_json: bool) -> None:
+        """Audit an export tensor by tensor against the base, mask and scale, and every file against the lock's
+        sha256 (exit 1 on any mismatch)."""
+        verify(out, base, mask_path, scale, quiet, echo(quiet or as_json, verbose), as_json=as_json)
 
     @group.command("reproduce")
     @click.argument("source")
-    @click.option("--out", type=click.Path(file_okay=False), help="folder for the re-run (default: a temp folder)")
+    @click.option("--out", type=click.Path(file_okay=False), help="folder for the re-run (default: a temporary "
+                                                                  "folder, deleted afterwards)")
+    @click.option("--keep", is_flag=True, help="keep the temporary re-run folder (its path is printed)")
     @base_opt
     @set_opt
     @quiet_opt
-    def reproduce_cmd(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
-                      verbose: bool) -> None:
-        """Re-run a lock (output folder, lock file, model card or Hub repo id) and compare every hash (exit 1
-        if any differs). Local data files the lock redacted: --set data.math.path=FILE (checked by sha256)."""
-        reproduce(source, out, base, sets, quiet, echo, verbose)
+    @json_opt
+    def reproduce_cmd(source: str, out: str | None, keep: bool, base: str | None, sets: tuple[str, ...],
+                      quiet: bool, verbose: bool, as_json: bool) -> None:
+        """Check the files you have against a lock, then re-run it and compare every hash (exit 1 if any
+        differs).
+
+        SOURCE: an output folder, a lock file, a model card or a Hub repo id. A folder's files are checked by
+        sha256, a Hub repo's by the LFS sha256 the Hub reports. Local data files the lock redacted:
+        --set data.math.path=FILE (checked by sha256)."""
+        reproduce(source, out, base, sets, quiet, echo, verbose, keep=keep, as_json=as_json)

@@ -8,6 +8,12 @@ or problems, sampled reproducibly by seed, with a content fingerprint of what wa
 from __future__ import annotations
 
 from .arithmetic import arithmetic_problems
-from .sources import LoadedTexts, load_math_problems, load_set, load_texts, problem_sha256
+from .sources import (
+    LoadedTexts,
+    load_math_problems,
+    load_set,
+    load_texts,
+    problem_sha256,
+)
 
 __all__ = ["arithmetic_problems", "LoadedTexts", "load_math_problems", "load_set", "load_texts", "problem_sha256"]

@@ -13,10 +13,11 @@ the run's lock.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from torch import nn
 
 from ..errors import InputError
 
-__all__ = ["LmEvalTask", "LmEvalResult", "require_lm_eval", "run_lm_eval", "include_path_hashes"]
+__all__ = ["LmEvalTask", "LmEvalResult", "require_lm_eval", "run_lm_eval", "include_path_hashes",
+           "check_lm_eval_task", "missing_task_message", "task_manager"]
 
 _INSTALL_HINT = "pip install mathneuro-edit[eval]"
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}  # written by Python / Jupyter, not part of a task folder
@@ -207,8 +209,7 @@ def _task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
         if entry is None:
             local = sorted(n for n, e in manager.task_index.items() if root and e.yaml_path
                            and Path(e.yaml_path).resolve().is_relative_to(root))
-            hint = f"tasks in include_path: {', '.join(local)}" if local else "check the name (lm-eval --tasks list)"
-            raise InputError(f"LmEvalTask {task.name!r}: no lm-eval task or group named {name!r}; {hint}")
+            raise InputError(missing_task_message(task, name, local))
         yaml_path = Path(entry.yaml_path).resolve() if entry.yaml_path else None
         if root is None or yaml_path is None or not yaml_path.is_relative_to(root) \
                 or getattr(entry.kind, "name", "") != "TASK":
@@ -229,6 +230,111 @@ def _task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
                                      "to the YAML's folder")
         specs.append({**cfg, "dataset_kwargs": kwargs})
     return specs
+
+
+def _libraries_quiet() -> bool:
+    """Whether the command keeps the libraries quiet (the CLI's default; ``--verbose`` turns it off): the same
+    switch as theirs, huggingface_hub's progress bars."""
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    return bool(are_progress_bars_disabled())
+
+
+_TQDM_MODULES = ("lm_eval.api.task", "lm_eval.api.model", "lm_eval.models.huggingface")  # their `tqdm` names
+
+
+@contextlib.contextmanager
+def _quiet_harness(quiet: bool) -> Iterator[None]:
+    """lm-eval, datasets and their bars silenced inside the block when ``quiet`` (restored after): lm-eval's
+    loggers at ERROR, the tqdm bars of lm-eval's task, model and harness modules off, datasets' bars off."""
+    if not quiet:
+        yield
+        return
+    import importlib
+    import logging
+
+    patched = []
+    for name in _TQDM_MODULES:
+        module = importlib.import_module(name)
+        original = getattr(module, "tqdm", None)
+        if original is not None:
+            def silent(*args: Any, _tqdm: Any = original, **kwargs: Any) -> Any:
+                kwargs["disable"] = True
+                return _tqdm(*args, **kwargs)
+
+            module.tqdm = silent  # type: ignore[attr-defined]
+            patched.append((module, original))
+
+    loggers = [logging.getLogger(n) for n in ("lm_eval", "lm-eval", "datasets", "evaluate")]
+    levels = [lg.level for lg in loggers]
+    ds_bars = None
+    try:
+        from datasets.utils import logging as ds_logging
+
+        ds_bars = ds_logging.is_progress_bar_enabled()
+        ds_logging.disable_progress_bar()
+    except ImportError:
+        ds_logging = None  # type: ignore[assignment]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        for module, original in patched:
+            module.tqdm = original  # type: ignore[attr-defined]
+        if ds_logging is not None and ds_bars:
+            ds_logging.enable_progress_bar()
+
+
+def missing_task_message(task: LmEvalTask, name: str, local: list[str]) -> str:
+    """The one line for a task lm-eval does not know: the cause (``include_path`` not set, or the task not in
+    it) and the command that lists the tasks of the installed lm-eval (0.4.13+: ``lm-eval ls tasks``)."""
+    if task.include_path is None:
+        cause = ("evaluation.lm_eval.include_path is not set, so only lm-eval's own tasks are known; set it to "
+                 "the folder of your task YAMLs, or check the name")
+        listing = "lm-eval ls tasks"
+    else:
+        folder = Path(task.include_path).expanduser()
+        there = f" (tasks there: {', '.join(local)})" if local else " (no task YAML found there)"
+        cause = f"it is not in include_path {folder}{there} nor among lm-eval's own tasks"
+        listing = f"lm-eval ls tasks --include_path {folder}"
+    return (f"LmEvalTask {task.name!r}: no lm-eval task or group named {name!r}: {cause}; list the tasks with "
+            f"`{listing}`")
+
+
+_MANAGERS: dict[tuple[str | None, str, bool], Any] = {}  # (include_path, its files' hashes, with lm-eval's own) -> index
+
+
+def task_manager(task: LmEvalTask) -> Any:
+    """lm-eval's task index for ``task``: the ``include_path`` folder alone when it holds every task, else with
+    lm-eval's own ~15k task YAMLs too (~30 s to index; once per process)."""
+    require_lm_eval(task.name)
+    from lm_eval.tasks import TaskManager
+
+    include = str(Path(task.include_path).expanduser()) if task.include_path else None
+    content = json.dumps(include_path_hashes(include), sort_keys=True) if include else ""  # an edited YAML: reindex
+    if include is not None:
+        key = (include, content, False)
+        if key not in _MANAGERS:
+            _MANAGERS[key] = TaskManager(include_path=include, include_defaults=False)
+        if all(t in _MANAGERS[key].task_index for t in task.tasks):
+            return _MANAGERS[key]
+    key = (include, content, True)
+    if key not in _MANAGERS:
+        _MANAGERS[key] = TaskManager(include_path=include)
+    return _MANAGERS[key]
+
+
+def check_lm_eval_task(task: LmEvalTask) -> None:
+    """Check, before any model is loaded, that lm-eval knows every task of ``task`` (and that the data files of
+    the include_path tasks exist).
+
+    Raises:
+        InputError: lm-eval is not installed, or a task is unknown (:func:`missing_task_message`).
+    """
+    _task_specs(task, task_manager(task))
 
 
 def run_lm_eval(
@@ -253,7 +359,6 @@ def run_lm_eval(
         >>> base, edited = run_lm_eval(model, tok, task, edit=edit)  # doctest: +SKIP
     """
     lm_eval, hflm_class = require_lm_eval(task.name)
-    from lm_eval.tasks import TaskManager
 
     if base is not None and edit is None:
         return base, None  # nothing to run: no task index, no model wrapper
@@ -261,17 +366,39 @@ def run_lm_eval(
     if task.apply_chat_template and not getattr(tokenizer, "chat_template", None):
         raise InputError(f"LmEvalTask {task.name!r}: apply_chat_template is set but the tokenizer has no chat "
                          "template; set apply_chat_template: false for a base (non-chat) model")
-    include = str(Path(task.include_path).expanduser()) if task.include_path else None
-    manager = TaskManager(include_path=include, include_defaults=False) if include else None
-    if manager is None or not all(t in manager.task_index for t in task.tasks):
-        # indexing lm-eval's own ~15k task YAMLs takes ~30 s: only when a task is not in include_path
-        manager = TaskManager(include_path=include)
+    manager = task_manager(task)  # lm-eval's own tasks are indexed (~30 s) only when one is not in include_path
     specs = _task_specs(task, manager)
     device = getattr(model, "device", None) or next(model.parameters()).device
-    lm = hflm_class(pretrained=model, tokenizer=copy.deepcopy(tokenizer), device=str(device),
-                    batch_size=task.batch_size or batch_size)
+
+    class NewTokensHFLM(hflm_class):  # type: ignore[misc, valid-type]
+        """lm-eval's HFLM asking ``generate`` for ``max_new_tokens`` (its budget after the context) rather than
+        ``max_length``: a model whose generation_config sets ``max_new_tokens`` would otherwise override lm-eval's
+        ``max_gen_toks`` (and transformers warns that both are set)."""
+
+        def _model_generate(self, context: Any, max_length: int, stop: list[str], **kwargs: Any) -> Any:
+            generate = self.model.generate
+
+            def with_new_tokens(*args: Any, max_length: int | None = None, **kw: Any) -> Any:
+                if max_length is not None:
+                    kw["max_new_tokens"] = max(int(max_length) - int(context.shape[1]), 1)
+                return generate(*args, **kw)
+
+            self.model.generate = with_new_tokens  # an instance attribute over the method, removed below
+            try:
+                return super()._model_generate(context, max_length, stop, **kwargs)
+            finally:
+                del self.model.generate
+
+    quiet = _libraries_quiet()
+    with _quiet_harness(quiet):
+        lm = NewTokensHFLM(pretrained=model, tokenizer=copy.deepcopy(tokenizer), device=str(device),
+                           batch_size=task.batch_size or batch_size)
 
     def run() -> LmEvalResult:
+        with _quiet_harness(quiet):
+            return _run()
+
+    def _run() -> LmEvalResult:
         result = lm_eval.simple_evaluate(
             model=lm, tasks=copy.deepcopy(specs), task_manager=manager, limit=task.limit, num_fewshot=task.num_fewshot,
             apply_chat_template=task.apply_chat_template, fewshot_as_multiturn=task.multiturn, log_samples=True,

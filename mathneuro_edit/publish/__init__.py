@@ -2,7 +2,9 @@
 
 Contract: :mod:`.lock` writes and reads ``mathneuro_recipe.lock.yaml`` (the recipe with every default explicit and
 every hash); :mod:`.card` and :mod:`.card_sections` build the README.md card from the lock and eval.json alone;
-:mod:`.hub` pushes one output folder in one commit. No local path leaves the machine.
+:mod:`.hub` makes one Hub repo per output (checkpoint, adapter, GGUF) equal to it, in one commit; :mod:`.integrity`
+checks the files you have (a folder, or a Hub repo's LFS sha256) against the lock, for ``verify`` and
+``reproduce``. No local path and no token leaves the machine.
 """
 
 

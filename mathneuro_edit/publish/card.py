@@ -1,8 +1,16 @@
 """The model card (README.md) of an edited model, built with huggingface_hub's ``ModelCard``.
 
+Three kinds, one per Hub repo: ``checkpoint`` (a transformers folder), ``adapter`` (the PEFT SHiRA adapter) and
+``gguf`` (the checkpoint's GGUF files, named by llama.cpp's convention, :func:`gguf_repo_name`).
+
 Metadata: ``base_model`` (Hub ids only), ``base_model_relation`` (``finetune`` for a checkpoint, ``adapter`` for a
-PEFT adapter), ``library_name`` (``transformers`` / ``peft``), ``tags``, ``datasets`` (Hub ids of the calibration
-data), ``license``, ``pipeline_tag: text-generation``. Body: what was edited (base, method and paper, top_k, scale,
+PEFT adapter, ``quantized`` for the GGUF repo, whose ``base_model`` is the edited checkpoint's repo when pushed),
+``library_name`` (``transformers`` / ``peft`` / ``gguf``), ``tags`` (the adapter's as PEFT writes them:
+``base_model:adapter:<id>``, the method), ``datasets`` (Hub ids of the calibration data, and the base card's),
+the base card's ``license``, ``license_name``, ``license_link`` and ``language``
+(:func:`base_card_fields`), ``pipeline_tag: text-generation``, and the evaluation of the edited model as Hub
+evaluation results (``model-index``, built with huggingface_hub's ``EvalResult``; it parses back with
+``ModelCard.load``). Body: what was edited (base, method and paper, top_k, scale,
 % of weights), the data with its sha256, the base (Hub id + revision, or a local base's file hashes), the
 before/after evaluation, how to load it, how to install mathneuro-edit and reproduce the edit (the exact command),
 the library versions, the recipe, the full lock file, the paper's citation, and limitations. The sections drawn
@@ -18,12 +26,13 @@ Privacy: a local base path never appears in the card (its lock is the public for
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from huggingface_hub import ModelCard, ModelCardData, try_to_load_from_cache
+from huggingface_hub import EvalResult, ModelCard, ModelCardData, try_to_load_from_cache
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..errors import InputError
@@ -37,7 +46,9 @@ from ..weights.adapter import MATHNEURO_CONFIG
 from . import card_sections as sections
 from .lock import check_private, read_lock
 
-__all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "license_from_base", "CITATION"]
+__all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "license_from_base", "base_card_fields",
+           "gguf_repo_name", "gguf_naming", "gguf_general", "eval_results_metadata", "CITATION", "CARD_FIELDS"]
+CARD_FIELDS = ("license", "license_name", "license_link", "language", "datasets")  # carried from the base card
 PAPER = "https://arxiv.org/abs/2410.16930"
 
 CITATION = """@article{christ2024mathneurosurgery,
@@ -103,28 +114,175 @@ def license_from_base(base: str | Path, revision: str | None = None) -> str | No
     return found if isinstance(found, str) else None
 
 
+def base_card_fields(base: str | Path, revision: str | None = None) -> dict[str, Any]:
+    """The metadata a derived model's card must carry from its base's card (read locally, as
+    :func:`license_from_base`): ``license``, ``license_name``, ``license_link``, ``language``, ``datasets``
+    (the keys the base card has).
+
+    Example:
+        >>> base_card_fields("/nonexistent/folder")
+        {}
+    """
+    folder = Path(base).expanduser()
+    readme: Any = folder / "README.md" if folder.is_dir() else None
+    if readme is None and not is_local_path(str(base)):
+        try:
+            readme = try_to_load_from_cache(repo_id=str(base), filename="README.md", revision=revision)
+        except HFValidationError:
+            return {}
+    if not isinstance(readme, (str, Path)) or not Path(readme).is_file():
+        return {}
+    return _card_fields(ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict())
+
+
+def _card_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`CARD_FIELDS` of a card's metadata, with strings/lists only (a malformed value is dropped)."""
+    found: dict[str, Any] = {}
+    for key in CARD_FIELDS:
+        value = meta.get(key)
+        if isinstance(value, str) and value:
+            found[key] = [value] if key in ("language", "datasets") else value
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) and key != "license":
+            found[key] = list(value)
+    return found
+
+
+_SIZE = re.compile(r"^(?P<name>.+?)-(?P<size>(?:\d+x)?\d+(?:\.\d+)?[KMBT])(?:-(?P<rest>.+))?$", re.IGNORECASE)
+
+
+def _size_label(n: int) -> str:
+    """llama.cpp's size label of a parameter count (``135M``, ``1.1M``, ``8.0B``)."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            value = n / scale
+            digits = max(2 - len(str(round(value)).lstrip("0")), 0)
+            return f"{value:.{digits}f}{suffix}"
+    return str(n)
+
+
+def gguf_naming(lock: Mapping[str, Any]) -> dict[str, str | None]:
+    """``{"basename", "size_label", "finetune"}`` of the edited model, as llama.cpp's converter names a model
+    (``SmolLM2`` / ``135M`` / ``Instruct-MathNeuro-Prune``): from the lock's public base name, parameter count
+    and edit (the same lock always gives the same names; never a local path)."""
+    base = lock.get("base") or {}
+    model = str(base.get("model") or "model")
+    if model == LOCAL:
+        arch = str((base.get("description") or {}).get("architecture") or "Model")
+        name = re.sub(r"(ForCausalLM|LMHeadModel|Model)$", "", arch) or "Model"
+    else:
+        name = model.rstrip("/").split("/")[-1].removesuffix(".gguf")
+        name = name[:1].upper() + name[1:]
+    name = re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-") or "Model"
+    m = _SIZE.match(name)
+    if m:
+        head, size, rest = m.group("name"), m.group("size"), m.group("rest")
+    else:
+        params = int((lock.get("edit_summary") or {}).get("model_params") or 0)
+        head, size, rest = name, (_size_label(params) if params else None), None
+    edit = (lock.get("recipe") or {}).get("edit") or {}
+    variant = "MathNeuro-Prune" if edit.get("prune") else f"MathNeuro-Scale{float(edit.get('scale', 1)):g}"
+    return {"basename": head, "size_label": size, "finetune": "-".join(p for p in (rest, variant) if p)}
+
+
+def gguf_repo_name(lock: Mapping[str, Any], local_name: str) -> str:
+    """The name of a GGUF file in its Hub repo, by llama.cpp's convention ``<Base>-<Size>-<Variant>-<Type>.gguf``
+    (``local_name`` is the run folder's ``model-<TYPE>.gguf``); the same lock always gives the same name.
+
+    Example:
+        >>> lock = {"base": {"model": "HuggingFaceTB/SmolLM2-135M-Instruct"}, "recipe": {"edit": {"prune": True}},
+        ...         "edit_summary": {"model_params": 134515008}}
+        >>> gguf_repo_name(lock, "model-Q8_0.gguf")
+        'SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf'
+    """
+    qtype = local_name.rsplit("/", 1)[-1].removesuffix(".gguf").rsplit("-", 1)[-1]  # model-<TYPE>.gguf
+    n = gguf_naming(lock)
+    return "-".join(p for p in (n["basename"], n["size_label"], n["finetune"], qtype) if p) + ".gguf"
+
+
+def gguf_general(lock: Mapping[str, Any], fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``general.*`` metadata of the run's GGUF (for :func:`~mathneuro_edit.weights.gguf_writer.write_gguf`):
+    the names of :func:`gguf_naming`, the base card's license fields and languages, the base model (a Hub base),
+    and the tags."""
+    fields = _card_fields(dict(fields or {}))
+    meta: dict[str, Any] = dict(gguf_naming(lock))
+    meta.update({k: fields[k] for k in ("license", "license_name", "license_link") if k in fields})
+    if fields.get("language"):
+        meta["languages"] = fields["language"]
+    model = str((lock.get("base") or {}).get("model") or "")
+    if model and model not in (LOCAL, "organism") and not is_local_path(model) and model.count("/") == 1:
+        org, name = model.split("/")
+        meta["base_models"] = [{"name": name, "organization": org, "repo_url": f"https://huggingface.co/{model}"}]
+    edit = (lock.get("recipe") or {}).get("edit") or {}
+    meta["tags"] = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if edit.get("prune") else [])
+    return meta
+
+
+_METRICS = {  # eval.json key of the edited model -> (Hub metric type, name)
+    "math_accuracy": ("accuracy", "math accuracy (edited)"),
+    "general_loss": ("loss", "general next-token loss (edited)"),
+    "general_perplexity": ("perplexity", "general perplexity (edited)"),
+    "general_kl": ("kl_divergence", "KL(base || edited) per token"),
+}
+
+
+def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe) -> list[EvalResult]:
+    """The edited model's evaluation as Hub evaluation results (``model-index``): one per metric, the dataset
+    named by the recipe's evaluation source (public form) and split."""
+    if not eval_results or recipe.evaluation is None:
+        return []
+    ev = recipe.public_dict().get("evaluation") or {}  # public form: a local data file is "<local>/NAME"
+    general = ev.get("general") or []
+    sources = {"math": ev.get("math"), "general": general[0] if general else None}
+    found = []
+    for task, parts in eval_results.items():
+        edited = (parts or {}).get("edited") if isinstance(parts, Mapping) else None
+        if not isinstance(edited, Mapping):
+            continue
+        src = sources.get(task)
+        dataset = str(src.get("path")) if src else task
+        split = src.get("split") if src else None
+        for key, value in edited.items():
+            if key in _METRICS:
+                metric, name = _METRICS[key]
+            elif task not in sources and isinstance(value, (int, float)) and "stderr" not in key:
+                metric, name = key, f"{task} {key} (edited)"  # lm-eval: the harness's own metric names
+            else:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                continue
+            found.append(EvalResult(task_type="text-generation", dataset_type=dataset, dataset_name=f"{task}",
+                                    dataset_split=split, metric_type=metric, metric_value=round(float(value), 6),
+                                    metric_name=name))
+    return found
+
+
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.3g}%" if whole else "n/a"
 
 
 
 
-def _gguf_usage(repo: str | None, ggufs: Mapping[str, str]) -> str:
-    """The llama.cpp paragraph of a card whose checkpoint folder holds GGUF files (``{file: sha256}``)."""
+def _gguf_usage(repo: str | None, ggufs: Mapping[str, str], lock: Mapping[str, Any] | None = None) -> str:
+    """The llama.cpp paragraph of a checkpoint card whose folder holds GGUF files (``{file: sha256}``): a local
+    card names the files here; a published one names them in the GGUF repo (``<repo>-GGUF``, their own repo)."""
     if not ggufs:
         return ""
-    rows = "\n".join(f"| `{f}` | `{h}` |" for f, h in ggufs.items())
-    first = next(iter(ggufs))
+    gguf_repo = f"{repo}-GGUF" if repo else None
+    names = {(gguf_repo_name(lock, f) if gguf_repo and lock is not None else f): h for f, h in ggufs.items()}
+    rows = "\n".join(f"| `{f}` | `{h}` |" for f, h in names.items())
+    first = next(iter(names))
+    where = (f"published in their own repo, [{gguf_repo}](https://huggingface.co/{gguf_repo})" if gguf_repo else
+             "in this folder (`mathneuro-edit push OUT --gguf` publishes them in a repo of their own)")
     return f"""
 The same weights as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit from this checkpoint;
-`mathneuro-edit verify` audits it):
+`mathneuro-edit verify` audits it), {where}:
 
 | file | sha256 |
 |---|---|
 {rows}
 
 ```bash
-{f"hf download {repo} {first} --local-dir ." + chr(10) if repo else ""}llama-cli -m {first}
+{f"hf download {gguf_repo} {first} --local-dir ." + chr(10) if gguf_repo else ""}llama-cli -m {first}
 ```
 """
 
@@ -134,11 +292,12 @@ def build_card(
     recipe: Recipe,
     lock: Mapping[str, Any],
     base_model_id: str | None,
-    kind: Literal["checkpoint", "adapter"],
+    kind: Literal["checkpoint", "adapter", "gguf"],
     edit_summary: Mapping[str, Any],
     eval_results: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
-    license: str | None = None,
+    license: str | Mapping[str, Any] | None = None,
     repo_id: str | None = None,
+    base_repo: str | None = None,
 ) -> ModelCard:
     """Build the model card of an edited model.
 
@@ -146,14 +305,17 @@ def build_card(
         recipe: the recipe that ran.
         lock: the run's lock (:func:`mathneuro_edit.publish.lock.build_lock`), embedded in full.
         base_model_id: the base's Hub id, or ``None`` for a local base (then no ``base_model`` metadata).
-        kind: ``"checkpoint"`` (full model) or ``"adapter"`` (PEFT).
+        kind: ``"checkpoint"`` (full model), ``"adapter"`` (PEFT) or ``"gguf"`` (the GGUF repo).
         edit_summary: :func:`summarize_edit` output.
         eval_results: eval.json's dict (:meth:`~mathneuro_edit.evaluation.results.EvalResults.to_dict`): ``{task:
             {"base": {...}, "edited": {...}, "comparison": {...}}}``; any part may be missing. A math comparison
             that is not significant is said in the card's first paragraph.
-        license: license id for the metadata (see :func:`license_from_base`).
+        license: license id for the metadata (see :func:`license_from_base`), or the base card's fields
+            (:func:`base_card_fields`: license, license_name, license_link, language, datasets).
         repo_id: the Hub repo the card is published in (``push`` passes it); default the recipe's
             ``hub.repo_id``; ``None`` for a card in a local folder (its snippets then load ``"."``).
+        base_repo: for ``kind="gguf"``: the edited checkpoint's Hub repo (the GGUF's ``base_model``; default the
+            original base).
 
     Returns:
         The card; save it with :func:`write_card`.
@@ -166,8 +328,8 @@ def build_card(
         >>> card = build_card(recipe=r, lock=lock, base_model_id=None, kind="checkpoint",
         ...                   edit_summary=summarize_edit(mask.counts(), model_params=n))  # doctest: +SKIP
     """
-    if kind not in ("checkpoint", "adapter"):
-        raise InputError(f"kind: must be 'checkpoint' or 'adapter', got {kind!r}")
+    if kind not in ("checkpoint", "adapter", "gguf"):
+        raise InputError(f"kind: must be 'checkpoint', 'adapter' or 'gguf', got {kind!r}")
     if base_model_id is not None:
         try:
             validate_repo_id(base_model_id)
@@ -176,26 +338,40 @@ def build_card(
                              "pass None for a local base") from None
         if is_local_path(base_model_id):
             raise InputError(f"base_model_id: {base_model_id!r} is a local path; pass None for a local base")
-    datasets = sorted({s.hub_id for s in (recipe.data.math, *recipe.data.general) if s.hub_id})
+    fields = _card_fields({"license": license} if isinstance(license, str) else dict(license or {}))
+    datasets = sorted({s.hub_id for s in (recipe.data.math, *recipe.data.general) if s.hub_id}
+                      | set(fields.pop("datasets", [])))
     tags = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if recipe.edit.prune else [])
     ggufs = {k.removeprefix("checkpoint/"): v for k, v in sorted(lock.get("outputs", {}).items())
-             if kind == "checkpoint" and k.startswith("checkpoint/") and k.endswith(".gguf")}
+             if kind in ("checkpoint", "gguf") and k.startswith("checkpoint/") and k.endswith(".gguf")}
     tags += ["gguf"] if ggufs else []
     extra: dict[str, Any] = {}
-    if base_model_id is not None:
-        extra["base_model_relation"] = "adapter" if kind == "adapter" else "finetune"
-    data = ModelCardData(
-        base_model=base_model_id, library_name="peft" if kind == "adapter" else "transformers", tags=tags,
-        datasets=datasets or None, license=license, pipeline_tag="text-generation", **extra,
-    )
+    relation_base = base_model_id
+    if kind == "adapter":
+        tags += ["peft", "shira", "transformers"] + ([f"base_model:adapter:{base_model_id}"] if base_model_id else [])
+    if kind == "gguf":
+        tags += ["llama.cpp"]
+        relation_base = base_repo or base_model_id
+    if relation_base is not None:
+        extra["base_model_relation"] = {"adapter": "adapter", "gguf": "quantized"}.get(kind, "finetune")
     repo = repo_id or (recipe.hub.repo_id if recipe.hub else None)
+    if kind == "gguf" and repo_id is None and recipe.hub is not None:
+        repo = recipe.hub.repo_id + "-GGUF"
     local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
+    base_name = "local model" if local_base else (base_model_id or recipe.base.model).split("/")[-1]
+    action = "pruned (set to 0)" if recipe.edit.prune else f"scaled by {recipe.edit.effective_scale:g}"
+    title = repo.split("/")[-1] if repo else f"{base_name} (MathNeuro edit: {action})"
+    results = eval_results_metadata(eval_results, recipe) if kind != "gguf" else []
+    data = ModelCardData(
+        base_model=relation_base, library_name={"adapter": "peft", "gguf": "gguf"}.get(kind, "transformers"),
+        tags=tags, datasets=datasets or None, pipeline_tag="text-generation",
+        eval_results=results or None, model_name=title if results else None, **fields, **extra,
+    )
     lock_view = {**lock, "edit_summary": lock.get("edit_summary") or dict(edit_summary)}
     if base_model_id is not None:  # the caller's Hub id names the base (metadata and snippets agree)
         lock_view["base"] = {**(lock.get("base") or {}), "model": base_model_id}
     base_text = sections.base_sentence(lock_view)
     edit, mask, s = recipe.edit, recipe.mask, edit_summary
-    action = "pruned (set to 0)" if edit.prune else f"scaled by {edit.effective_scale:g}"
     top = f"top {mask.top_k * 100:g}% of each {mask.granularity}"
     method = {
         "mathneuro": f"MathNeuro scores every weight as `|W_ij| * sum over samples of ||x_j||_2` on math text and on "
@@ -221,12 +397,14 @@ def build_card(
                                  allow_unicode=True).rstrip()
     edited = (f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
               f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters")
-    base_name = "local model" if local_base else (base_model_id or recipe.base.model).split("/")[-1]
-    title = repo.split("/")[-1] if repo else f"{base_name} (MathNeuro edit: {action})"
+    what = {"adapter": "PEFT adapter holds", "gguf": "repo holds, as GGUF files for llama.cpp,"}.get(kind, "model is")
+    usage = (sections.gguf_usage(repo, {gguf_repo_name(lock_view, f) if repo else f: h for f, h in ggufs.items()},
+                                 base_repo)
+             if kind == "gguf" else sections.usage(kind, repo, lock_view) + _gguf_usage(repo, ggufs, lock_view))
     body = f"""
 # {title}
 
-This {"PEFT adapter holds" if kind == "adapter" else "model is"} a MathNeuro edit of {base_text}: the weights that \
+This {what} a MathNeuro edit of {base_text}: the weights that \
 [MathNeuro]({PAPER}) finds math-specific, using only forward passes, were **{action}**. \
 Made with mathneuro-edit {lock.get("versions", {}).get("tool", "")} (from the project's source; not on PyPI yet).{effect}
 {_gguf_note(lock, kind)}
@@ -262,8 +440,9 @@ Calibration data (seed {recipe.data.seed}, {recipe.data.samples} texts per set):
 {evaluation}
 ## How to use
 
-{sections.usage(kind, repo, lock_view)}
-{_gguf_usage(repo, ggufs)}
+{usage}
+
+{sections.loaders(kind, repo)}
 
 {sections.reproduce_section(repo, lock_view)}
 
@@ -323,7 +502,8 @@ def write_card(out_dir: str | Path, card: ModelCard) -> Path:
     return write_text_atomic(Path(out_dir) / "README.md", card.content)
 
 
-def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: str | None = None) -> ModelCard:
+def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: str | Mapping[str, Any] | None = None,
+                    kind: str | None = None, base_repo: str | None = None) -> ModelCard:
     """The card of an output folder (``checkpoint/``, ``adapter/`` or an ``export`` folder), rendered from the
     folder alone: its lock (public recipe, hashes, ``edit_summary``) and ``eval.json``.
 
@@ -333,7 +513,11 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
     Args:
         folder: the folder holding ``mathneuro_recipe.lock.yaml``.
         repo_id: the Hub repo the card is for (``None``: the recipe's ``hub.repo_id``, else a local folder).
-        license: the license id; default: the one of the folder's current card, if any.
+        license: the license id or the base card's fields (:func:`base_card_fields`); default: those of the
+            folder's current card, if any.
+        kind: ``gguf`` for the card of the GGUF repo (the folder's ``*.gguf`` files); default: ``adapter`` for an
+            adapter folder, else ``checkpoint``.
+        base_repo: for ``kind="gguf"``: the edited checkpoint's repo (see :func:`build_card`).
 
     Returns:
         The card.
@@ -358,9 +542,10 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
     eval_path = folder / EVAL_NAME
     eval_dict = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.is_file() else None
     if license is None and (folder / "README.md").is_file():
-        found = ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.license
-        license = found if isinstance(found, str) else None
+        license = _card_fields(ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.to_dict())
     model = str((lock.get("base") or {}).get("model") or recipe.base.model)
     hub_id = None if model in (LOCAL, "organism") or is_local_path(model) else model
-    return build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind="adapter" if adapter else "checkpoint",
-                      edit_summary=summary, eval_results=eval_dict, license=license, repo_id=repo_id)
+    kind = kind or ("adapter" if adapter else "checkpoint")
+    return build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,  # type: ignore[arg-type]
+                      edit_summary=summary, eval_results=eval_dict, license=license, repo_id=repo_id,
+                      base_repo=base_repo)

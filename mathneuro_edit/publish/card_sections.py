@@ -17,8 +17,8 @@ from ..evaluation.report import format_p
 from ..evaluation.significance import wilson_interval
 from ..util.paths import LOCAL, ORGANISM
 
-__all__ = ["INSTALL", "BASE_ENV", "base_sentence", "base_section", "data_table", "usage", "reproduce_section",
-           "versions_table", "sweep_evidence", "sweep_effect"]
+__all__ = ["INSTALL", "BASE_ENV", "base_sentence", "base_section", "data_table", "usage", "gguf_usage", "loaders",
+           "reproduce_section", "versions_table", "sweep_evidence", "sweep_effect"]
 
 # Why not `pip install mathneuro-edit`: the package is not published on PyPI yet; this is the line that works.
 # Change it (one place) once a release exists.
@@ -115,6 +115,65 @@ model = PeftModel.from_pretrained(base, {where})
 model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
 tokenizer = AutoTokenizer.from_pretrained({base_expr})
 ```"""
+
+
+def gguf_usage(repo: str | None, ggufs: Mapping[str, str], base_repo: str | None) -> str:
+    """The GGUF repo's files (``{name: sha256}``) and how llama.cpp, Ollama and LM Studio load them."""
+    rows = "\n".join(f"| `{f}` | {f.removesuffix('.gguf').rsplit('-', 1)[-1]} | `{h}` |" for f, h in ggufs.items())
+    first = next(iter(ggufs), "MODEL.gguf")
+    qtype = first.removesuffix(".gguf").rsplit("-", 1)[-1]
+    source = (f"the edited transformers checkpoint [{base_repo}](https://huggingface.co/{base_repo})" if base_repo
+              else "the edited transformers checkpoint of the same run")
+    hub = f"""
+```bash
+llama-cli -hf {repo}:{qtype}          # llama.cpp
+ollama run hf.co/{repo}:{qtype}       # Ollama
+```
+
+LM Studio: search for `{repo}` in its model browser, or `lms get {repo}`.
+""" if repo else ""
+    return f"""Converted by mathneuro-edit from {source}; the same weights as that checkpoint.
+
+| file | type | sha256 |
+|---|---|---|
+{rows}
+{hub}
+```bash
+{f"hf download {repo} {first} --local-dir .{chr(10)}" if repo else ""}llama-cli -m {first}
+```"""
+
+
+def loaders(kind: str, repo: str | None) -> str:
+    """``## Where it loads``: which loaders take this output, and for those not run by mathneuro-edit's tests,
+    what was checked instead (never a claim of a test that did not run)."""
+    if kind == "adapter":
+        checkpoint = f" ([{repo.removesuffix('-adapter')}](https://huggingface.co/{repo.removesuffix('-adapter')}))" \
+            if repo and repo.endswith("-adapter") else ""
+        return f"""## Where it loads
+
+- **PEFT only** (`PeftModel.from_pretrained` or `AutoPeftModelForCausalLM.from_pretrained`): this is a SHiRA
+  (sparse) adapter. mathneuro-edit's tests load it this way and check that the result equals the edited checkpoint.
+- **Not** vLLM, TGI, SGLang or llama.cpp: they load LoRA adapters only. Nor transformers' own adapter loading
+  (`model.load_adapter`, `from_pretrained` on this repo). For those, use the edited checkpoint{checkpoint}, the
+  same weights as a plain transformers folder."""
+    if kind == "gguf":
+        return """## Where it loads
+
+- **llama.cpp** (`llama-cli`, `llama-server`): mathneuro-edit's tests read these files back with llama.cpp
+  (llama-cpp-python, in the optional GGUF test tier) and with the `gguf` package.
+- **Ollama, LM Studio** (both run llama.cpp): not run by the tests. Checked instead: the file is GGUF v3 with the
+  `general.*` metadata llama.cpp's own converter writes (architecture, name, base model, license, file type), the
+  tensor names and types llama.cpp expects for the architecture, and the tokenizer (`tokenizer.ggml.*`)."""
+    return """## Where it loads
+
+- **transformers** (`AutoModelForCausalLM.from_pretrained`): mathneuro-edit's tests load the pushed repo this way
+  and run a forward pass.
+- **vLLM, TGI, SGLang**: they serve plain Hugging Face folders like this one; not run by the tests. Checked
+  instead: `config.json` names the architecture (`architectures`, `model_type`) of the base, the weights are
+  safetensors only (no pickle) with the base's tensor names, shapes and dtypes, and the tokenizer files are the
+  base's.
+- The GGUF version of this edit (for llama.cpp, Ollama, LM Studio), when written, has a repo of its own; the
+  PEFT adapter too (PEFT only)."""
 
 
 def reproduce_section(repo: str | None, lock: Mapping[str, Any]) -> str:

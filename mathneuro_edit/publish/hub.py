@@ -1,8 +1,17 @@
-"""Publish an output folder (checkpoint or adapter, with its card and lock) to the Hugging Face Hub.
+"""Publish one artifact of a run (checkpoint, adapter or GGUF, with its card and lock) to its own Hub repo, mirrored.
 
-One call makes at most three requests that change anything: ``create_repo(exist_ok=True)``,
-``create_branch(exist_ok=True)`` when a revision other than ``main`` is asked for, and ONE commit holding every
-file. Why ``create_commit`` rather than ``upload_folder``: with ``hf_xet`` installed (a huggingface_hub
+One repo per artifact: ``checkpoint`` (a plain transformers folder), ``adapter`` (the PEFT SHiRA adapter) and
+``gguf`` (the checkpoint's ``*.gguf`` files under llama.cpp's naming, with a card of their own); the default repo
+ids differ per kind (:func:`default_repo_id`: ``<id>``, ``<id>-adapter``, ``<id>-GGUF``). A push makes the repo
+EQUAL to the artifact: the files the Hub holds that the artifact does not (a stale shard, an old GGUF) are deleted
+in the same commit, and :class:`PushResult` (the dry run too) lists the adds, deletes and sizes. ``.gitattributes``
+(the Hub's own LFS rules) is kept.
+
+Only files that resolve inside the folder are uploaded: a symbolic link that points outside it is refused.
+
+One call makes at most four requests that change anything: ``create_repo`` (a new repo) or
+``update_repo_settings`` (``private`` asked for and different), ``create_branch(exist_ok=True)`` when a revision
+other than ``main`` is asked for, and ONE commit holding every add and delete (optionally as a pull request). Why ``create_commit`` rather than ``upload_folder``: with ``hf_xet`` installed (a huggingface_hub
 dependency), ``upload_folder`` streams through a multi-commit pipeline that may split a folder into several
 commits (by file count, payload size or after 5 minutes), so the repo could briefly hold weights without their
 card; one commit publishes the weights, card and lock together or not at all. Large files still go through
@@ -22,11 +31,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd, HfApi, constants, get_token
+from huggingface_hub import (
+    CommitOperationAdd,
+    CommitOperationDelete,
+    HfApi,
+    constants,
+    get_token,
+)
 from huggingface_hub.errors import (
     HfHubHTTPError,
     HFValidationError,
@@ -38,12 +53,33 @@ from huggingface_hub.utils import validate_repo_id
 
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
+from ..layout import LOCK_NAME
 from ..util.paths import is_local_path
-from ..util.scrub import is_private_path, scrub_json_bytes
-from .card import card_for_folder
+from ..util.scrub import is_private_path, scrub_json_bytes, scrub_token
+from .card import card_for_folder, gguf_repo_name
 from .lock import read_lock
 
-__all__ = ["PushResult", "push_to_hub", "commit_message_for"]
+__all__ = ["KINDS", "PushResult", "push_to_hub", "commit_message_for", "default_repo_id", "artifact_kind"]
+
+KINDS = ("checkpoint", "adapter", "gguf")
+_REPO_SUFFIX = {"checkpoint": "", "adapter": "-adapter", "gguf": "-GGUF"}
+KEEP = (".gitattributes",)  # the Hub's own files: never deleted by a mirror
+
+
+def default_repo_id(repo_id: str, kind: str) -> str:
+    """The repo an artifact goes to by default, from the recipe's ``hub.repo_id``: one repo per artifact.
+
+    Example:
+        >>> [default_repo_id("me/organism-prune", k) for k in KINDS]
+        ['me/organism-prune', 'me/organism-prune-adapter', 'me/organism-prune-GGUF']
+    """
+    return repo_id + _REPO_SUFFIX[kind]
+
+
+def artifact_kind(folder: Path) -> str:
+    """``adapter`` for a folder holding ``adapter_config.json``, else ``checkpoint``."""
+    return "adapter" if (Path(folder) / "adapter_config.json").is_file() else "checkpoint"
+
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -94,55 +130,96 @@ def _hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
     except Exception as e:  # matched against the table below; anything unknown is re-raised unchanged
         response = getattr(e, "response", None)
         status = getattr(response, "status_code", None)
-        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300].replace(token, "***")
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        server = (str(getattr(e, "server_message", None) or "").strip().splitlines() or [""])[0][:300]
+        if server and server not in detail:  # the Hub's own words: often the fix (may echo a credential)
+            detail = f"{detail}: {server}"
+        detail = scrub_token(detail, token)
         for types, wanted, error, message in _ERROR_TABLE:
             if isinstance(e, types) and wanted in (None, status):
                 text = message.format(repo_id=repo_id, revision=revision, status=status, detail=detail,
                                       endpoint=constants.ENDPOINT)
-                raise error(text.replace(token, "***")) from None
+                raise error(scrub_token(text, token)) from None
         raise
 
 
 @dataclass(frozen=True)
 class PushResult:
-    """What was (or, for a dry run, would be) pushed. Holds no token.
+    """What was (or, for a dry run, would be) pushed: the full plan. Holds no token.
 
     Attributes:
-        repo_id: target repo.
+        repo_id: target repo (``None``: a dry run without one).
+        kind: ``checkpoint``, ``adapter`` or ``gguf``.
         revision: branch pushed to.
-        private: the ``private`` flag asked for (used only when the repo is created).
+        private: the visibility asked for (``None``: unchanged; a new repo is then public).
         files: ``(path in repo, size in bytes)`` of every uploaded file.
+        deletes: ``(path in repo, size)`` of every file the repo holds that the artifact does not: deleted in the
+            same commit.
+        remote: what is known of the repo: ``"new"`` (it does not exist yet), ``"listed"`` (its files were read),
+            or why it could not be read (the dry run: deletes unknown).
         commit_message: the commit's summary (names the recipe sha256).
         card_metadata: the card's YAML metadata.
         dry_run: ``True`` when nothing was sent.
+        create_pr: the commit is (would be) a pull request.
         scrubbed: ``"file: key"`` of every local path blanked (``""``) in the uploaded copy of a JSON file.
-        repo_url, commit_url, commit_oid: the Hub's answers (``None`` for a dry run).
+        repo_url, commit_url, commit_oid, pr_url: the Hub's answers (``None`` for a dry run).
     """
 
-    repo_id: str
+    repo_id: str | None
     revision: str
-    private: bool
+    private: bool | None
     files: list[tuple[str, int]]
     commit_message: str
     card_metadata: dict[str, Any]
     dry_run: bool
+    kind: str = "checkpoint"
+    deletes: list[tuple[str, int]] = field(default_factory=list)
+    remote: str = "listed"
+    create_pr: bool = False
     repo_url: str | None = None
     commit_url: str | None = None
     commit_oid: str | None = None
+    pr_url: str | None = None
     scrubbed: tuple[str, ...] = ()  # "file: key" of every local path blanked in the uploaded copy
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON data (``push --dry-run --json``)."""
+        return {"repo_id": self.repo_id, "kind": self.kind, "revision": self.revision, "private": self.private,
+                "create_pr": self.create_pr, "dry_run": self.dry_run, "remote": self.remote,
+                "commit_message": self.commit_message,
+                "adds": [{"path": p, "size": s} for p, s in self.files],
+                "deletes": [{"path": p, "size": s} for p, s in self.deletes],
+                "total_bytes": sum(s for _, s in self.files), "card_metadata": self.card_metadata,
+                "scrubbed": list(self.scrubbed), "repo_url": self.repo_url, "commit_url": self.commit_url,
+                "commit_oid": self.commit_oid, "pr_url": self.pr_url}
 
     def describe(self) -> str:
         """A human-readable summary (what the CLI prints)."""
         total = sum(size for _, size in self.files)
         head = "DRY RUN: nothing was sent. Would push" if self.dry_run else "Pushed"
-        lines = [f"{head} {len(self.files)} files ({total:,} bytes) to {self.repo_id} "
-                 f"(revision {self.revision}, private={self.private})", f"commit: {self.commit_message}"]
-        lines += [f"  {size:>14,}  {path}" for path, size in self.files]
+        target = self.repo_id or "(no repo id: pass --repo-id or set hub.repo_id)"
+        vis = "unchanged" if self.private is None else "private" if self.private else "public"
+        how = " as a pull request" if self.create_pr else ""
+        lines = [f"{head} the {self.kind} ({len(self.files)} files, {total:,} bytes) to {target}{how} "
+                 f"(revision {self.revision}, visibility {vis})", f"commit: {self.commit_message}"]
+        lines += [f"  add    {size:>14,}  {path}" for path, size in self.files]
+        lines += [f"  delete {size:>14,}  {path}" for path, size in self.deletes]
+        if self.remote == "new":
+            lines.append("the repo does not exist yet: it is created with these files")
+        elif self.remote == "listed":
+            lines.append(f"the repo then holds exactly these files (+ {', '.join(KEEP)}): "
+                         + (f"{len(self.deletes)} file(s) it holds now {'are' if self.dry_run else 'were'} deleted "
+                            "in the same commit" if self.deletes else "nothing to delete"))
+        else:
+            lines.append(f"the repo's files could not be listed ({self.remote}): every file it holds that is not "
+                         f"listed above (except {', '.join(KEEP)}) will be deleted in the same commit")
         lines.append("card metadata: " + ", ".join(f"{k}={v}" for k, v in self.card_metadata.items()))
         if self.scrubbed:
             lines.append("local paths blanked in the uploaded copy: " + ", ".join(self.scrubbed))
         if self.commit_url:
             lines.append(f"commit url: {self.commit_url}")
+        if self.pr_url:
+            lines.append(f"pull request: {self.pr_url}")
         return "\n".join(lines)
 
 
@@ -156,17 +233,28 @@ def commit_message_for(recipe_sha256: str, commit_message: str | None = None) ->
     return f"{commit_message or 'Upload MathNeuro-edited model'} (recipe sha256 {recipe_sha256})"
 
 
-def _folder_files(out: Path) -> list[tuple[str, Path]]:
+def folder_files(out: Path) -> list[tuple[str, Path]]:
     """``(path in repo, local path)`` of every file to publish, sorted; hidden files/folders (temp files,
-    ``.cache``) are left out."""
+    ``.cache``) are left out.
+
+    Raises:
+        InputError: a file or folder is a symbolic link that resolves outside ``out`` (it would publish a file
+            from elsewhere on this machine), naming it.
+    """
+    root = out.resolve()
     files = []
     for p in sorted(out.rglob("*")):
         rel = p.relative_to(out)
-        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        if p.is_symlink() or p.is_file():
+            target = p.resolve()
+            if not target.is_relative_to(root):
+                raise InputError(f"{out / rel}: a symbolic link to {target}, outside the folder; only files inside "
+                                 "it are published: replace the link with the file itself or remove it")
+        if p.is_file():
             files.append((rel.as_posix(), p))
     return files
-
-
 
 
 def _check_no_local_paths(files: list[tuple[str, Path]]) -> dict[str, tuple[bytes, list[str]]]:
@@ -195,37 +283,78 @@ def _check_no_local_paths(files: list[tuple[str, Path]]) -> dict[str, tuple[byte
     return scrubbed
 
 
+def artifact_files(folder: Path, kind: str, lock: dict[str, Any]) -> list[tuple[str, Path]]:
+    """``(path in repo, local path)`` of an artifact: the checkpoint folder without its GGUF files (they have a
+    repo of their own), the adapter folder, or the GGUF files under llama.cpp's naming with the lock (the card
+    is rendered for the repo)."""
+    files = folder_files(folder)
+    if kind == "gguf":
+        ggufs = [(gguf_repo_name(lock, rel), p) for rel, p in files if rel.endswith(".gguf")]
+        if not ggufs:
+            raise InputError(f"{folder}: no .gguf file here; write one with outputs.gguf: TYPE (or export --gguf "
+                             "TYPE), then push --gguf")
+        return sorted(ggufs) + [(rel, p) for rel, p in files if rel == LOCK_NAME]
+    if kind == "checkpoint":
+        return [(rel, p) for rel, p in files if not rel.endswith(".gguf")]
+    return files
+
+
+def _remote_state(api: HfApi, repo_id: str, branch: str) -> tuple[dict[str, int], str]:
+    """``({path: size}, state)`` of the repo at ``branch`` (a missing branch: main, which it is created from);
+    state ``"new"`` for a repo that does not exist."""
+    try:
+        try:
+            info = api.model_info(repo_id, revision=branch, files_metadata=True)
+        except RevisionNotFoundError:
+            info = api.model_info(repo_id, revision=constants.DEFAULT_REVISION, files_metadata=True)
+    except RepositoryNotFoundError:
+        return {}, "new"
+    return {s.rfilename: int(s.size or 0) for s in info.siblings or []}, "listed"
+
+
 def push_to_hub(
     out_dir: str | Path,
-    repo_id: str,
+    repo_id: str | None,
     *,
-    private: bool = False,
+    kind: str | None = None,
+    private: bool | None = None,
     revision: str | None = None,
     commit_message: str | None = None,
+    create_pr: bool = False,
     dry_run: bool = False,
     token: str | None = None,
+    base_repo: str | None = None,
 ) -> PushResult:
-    """Push an output folder to a Hub model repo in one commit.
+    """Make a Hub model repo equal to one artifact of a run, in one commit (adds and deletes).
 
     Args:
-        out_dir: a folder written by mathneuro-edit (holds ``README.md`` and ``mathneuro_recipe.lock.yaml``).
-        repo_id: ``user/name`` (created if missing).
-        private: create the repo private (an existing repo keeps its visibility).
+        out_dir: a folder written by mathneuro-edit (holds ``README.md`` and ``mathneuro_recipe.lock.yaml``): a
+            run's ``checkpoint/`` or ``adapter/``, or an ``export`` folder.
+        repo_id: ``user/name`` (created if missing); ``None`` only for a dry run (the plan without a target).
+        kind: ``checkpoint``, ``adapter`` or ``gguf`` (the folder's ``*.gguf`` files); default: ``adapter`` for a
+            folder holding ``adapter_config.json``, else ``checkpoint``.
+        private: ``True``/``False`` sets the repo's visibility (a new repo, or an existing one that differs);
+            ``None`` leaves an existing repo as it is (a new one is public).
         revision: branch to push to (created from main if missing); default ``main``.
         commit_message: commit summary; the recipe sha256 is always appended.
-        dry_run: only list what would be pushed: no token needed, no network.
+        create_pr: open a pull request with the commit instead of committing to the branch.
+        dry_run: only compute the plan: nothing is changed (with a repo id, its file list is read to name the
+            deletes; no token needed for a public repo).
         token: a Hub token; default ``HF_TOKEN`` or the stored login (``hf auth login``).
+        base_repo: for ``kind="gguf"``: the edited checkpoint's repo, named as the GGUF's ``base_model`` (default:
+            the checkpoint's default repo when it exists on the Hub, else the original base).
 
     Returns:
         :class:`PushResult`.
 
     Raises:
-        InputError: not an output folder, a config naming a local path, bad repo id, no token (all checked
-            before any request), or a Hub answer the user can fix (401, 403, not found); see ``_ERROR_TABLE``.
+        InputError: not an output folder, a config naming a local path, a symbolic link out of the folder, bad
+            repo id, no token (all checked before any request), or a Hub answer the user can fix (401, 403, not
+            found); see ``_ERROR_TABLE``.
         MathNeuroEditError: other Hub or network failures.
 
     Example:
-        >>> print(push_to_hub("out/", "me/organism-boost", dry_run=True).describe())  # doctest: +SKIP
+        >>> print(push_to_hub("out/checkpoint", "me/organism-boost", dry_run=True).describe())  # doctest: +SKIP
     """
     out = Path(out_dir)
     if not out.is_dir():
@@ -233,38 +362,87 @@ def push_to_hub(
     if not (out / "README.md").is_file():
         raise InputError(f"{out}: no README.md (model card); run the pipeline, which writes it, before pushing")
     lock = read_lock(out)
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as e:
-        raise InputError(f"repo_id: {repo_id!r} is not a valid Hub repo id ({e}); use user/name") from None
+    kind = kind or artifact_kind(out)
+    if kind not in KINDS:
+        raise InputError(f"kind: must be one of {', '.join(KINDS)}, got {kind!r}")
+    if repo_id is None and not dry_run:
+        raise InputError("no target repo: pass --repo-id you/name or set hub.repo_id in the recipe")
+    if repo_id is not None:
+        try:
+            validate_repo_id(repo_id)
+        except HFValidationError as e:
+            raise InputError(f"repo_id: {repo_id!r} is not a valid Hub repo id ({e}); use user/name") from None
     branch = revision or constants.DEFAULT_REVISION
     message = commit_message_for(str(lock.get("recipe_sha256", "unknown")), commit_message)
-    files = _folder_files(out)
+    files = artifact_files(out, kind, lock)
     scrubbed = _check_no_local_paths(files)  # rel -> (uploaded bytes with local paths blanked, keys)
-    card = card_for_folder(out, repo_id=repo_id)  # for this repo: no placeholder, the right from_pretrained id
+    token = token or get_token()
+    if not dry_run and not token:
+        raise InputError("no Hugging Face token found; set HF_TOKEN or run `hf auth login` with a token that can "
+                         "write, then retry (nothing was uploaded)")
+    api = HfApi(token=token or False, library_name="mathneuro-edit", library_version=__version__)
+    if kind == "gguf" and base_repo is None:
+        base_repo = _existing_checkpoint_repo(api, lock, dry_run)
+    # for this repo: no placeholder, the right from_pretrained id
+    card = card_for_folder(out, repo_id=repo_id, kind=kind, base_repo=base_repo)
     readme = card.content.encode("utf-8")
-    contents: dict[str, Path | bytes] = {
-        rel: (readme if rel == "README.md" else scrubbed[rel][0] if rel in scrubbed else p) for rel, p in files}
+    contents: dict[str, Path | bytes] = {"README.md": readme}
+    contents.update({rel: scrubbed[rel][0] if rel in scrubbed else p for rel, p in files if rel != "README.md"})
+    contents = dict(sorted(contents.items()))
     result = PushResult(
-        repo_id=repo_id, revision=branch, private=private,
+        repo_id=repo_id, kind=kind, revision=branch, private=private, create_pr=create_pr,
         files=[(rel, len(c) if isinstance(c, bytes) else c.stat().st_size) for rel, c in contents.items()],
-        commit_message=message, card_metadata=card.data.to_dict(), dry_run=True,
+        commit_message=message, card_metadata=card.data.to_dict(), dry_run=True, remote="no repo id",
         scrubbed=tuple(f"{rel}: {key}" for rel, (_, keys) in scrubbed.items() for key in keys),
     )
     if dry_run:
-        return result
-    token = token or get_token()
-    if not token:
-        raise InputError("no Hugging Face token found; set HF_TOKEN or run `hf auth login` with a token that can "
-                         "write, then retry (nothing was uploaded)")
-    api = HfApi(token=token, library_name="mathneuro-edit", library_version=__version__)
+        if repo_id is None:
+            return result
+        try:
+            with _hub_errors(repo_id, branch, token or ""):
+                remote, state = _remote_state(api, repo_id, branch)
+        except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
+            return replace(result, remote=scrub_token(str(e), token))
+        return replace(result, remote=state, deletes=_deletes(remote, contents))
     with _hub_errors(repo_id, branch, token):
-        url = api.create_repo(repo_id, private=private, repo_type="model", exist_ok=True)
+        try:
+            existing = api.model_info(repo_id)
+        except RepositoryNotFoundError:
+            existing = None
+        if existing is None:
+            url = api.create_repo(repo_id, private=bool(private), repo_type="model", exist_ok=True)
+        else:
+            url = f"{constants.ENDPOINT}/{repo_id}"
+            if private is not None and bool(existing.private) != private:
+                api.update_repo_settings(repo_id, private=private, repo_type="model")
         if branch != constants.DEFAULT_REVISION:
             api.create_branch(repo_id, branch=branch, repo_type="model", exist_ok=True)
-        operations = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=c if isinstance(c, bytes) else str(c))
-                      for rel, c in contents.items()]
+        remote, state = _remote_state(api, repo_id, branch)
+        deletes = _deletes(remote, contents)
+        operations: list[Any] = [
+            CommitOperationAdd(path_in_repo=rel, path_or_fileobj=c if isinstance(c, bytes) else str(c))
+            for rel, c in contents.items()]
+        operations += [CommitOperationDelete(path_in_repo=rel) for rel, _ in deletes]
         info = api.create_commit(repo_id, operations, commit_message=message, repo_type="model", revision=branch,
+                                 create_pr=create_pr,
                                  commit_description="Made with mathneuro-edit; see README.md and "
                                                     "mathneuro_recipe.lock.yaml.")
-    return replace(result, dry_run=False, repo_url=str(url), commit_url=info.commit_url, commit_oid=info.oid)
+    return replace(result, dry_run=False, remote="new" if existing is None else state, deletes=deletes,
+                   repo_url=str(url), commit_url=info.commit_url, commit_oid=info.oid, pr_url=info.pr_url)
+
+
+def _deletes(remote: dict[str, int], contents: dict[str, Any]) -> list[tuple[str, int]]:
+    return [(p, s) for p, s in sorted(remote.items()) if p not in contents and p not in KEEP]
+
+
+def _existing_checkpoint_repo(api: HfApi, lock: dict[str, Any], dry_run: bool) -> str | None:
+    """The edited checkpoint's default repo (from the recipe's ``hub.repo_id``) when it exists on the Hub."""
+    hub = (lock.get("recipe") or {}).get("hub") or {}
+    if not hub.get("repo_id"):
+        return None
+    repo = default_repo_id(str(hub["repo_id"]), "checkpoint")
+    try:
+        api.model_info(repo)
+    except Exception:  # noqa: BLE001 - not there, not readable or offline: the GGUF then names the original base
+        return None
+    return repo

@@ -113,6 +113,22 @@ def mask_table(mask: Any) -> str:
     return "\n".join(lines)
 
 
+def mask_dict(mask: Any) -> dict[str, Any]:
+    """The mask as JSON data (``inspect --json``): per tensor selected/total, totals, sha256 and provenance."""
+    s, t = mask.total()
+    return {"kind": "mask", "sha256": mask.sha256, "selected": s, "total": t,
+            "meta": {k: v for k, v in mask.meta.items() if isinstance(v, (str, int, float, bool)) or v is None},
+            "tensors": {name: {"selected": a, "total": b} for name, (a, b) in mask.counts().items()}}
+
+
+def stats_dict(stats: Any) -> dict[str, Any]:
+    """Statistics as JSON data (``inspect --json``): per target kind, shape, tokens and mean L2, then the summary."""
+    return {"kind": "stats", "sha256": stats.sha256, "summary": stats.summary(),
+            "targets": {name: {"kind": t.kind, "shape": list(t.stat_shape),
+                               "tokens": int(stats.token_count[name].sum()),
+                               "mean_l2": float(stats.norm_sum[name].mean())} for name, t in stats.targets.items()}}
+
+
 def stats_table(stats: Any) -> str:
     """A text table: one row per target (kind, groups x d_in, tokens seen, mean L2 statistic), then provenance."""
     width = max((len(n) for n in stats.targets), default=10)

@@ -30,7 +30,7 @@ from ..engine.distributed import local_device
 from ..engine.mask import as_mask, find_math_params
 from ..engine.targets import find_targets
 from ..errors import InputError
-from ..evaluation.lm_eval_bridge import LmEvalTask, require_lm_eval
+from ..evaluation.lm_eval_bridge import LmEvalTask, check_lm_eval_task
 from ..evaluation.runner import GeneralTask, MathTask, evaluate
 from ..layout import (
     ADAPTER_DIR,
@@ -42,8 +42,20 @@ from ..layout import (
     STATS_DIR,
     general_stats_name,
 )
-from ..publish.card import build_card, license_from_base, summarize_edit, write_card
-from ..publish.lock import build_lock, output_hashes, weights_sha256, write_lock
+from ..publish.card import (
+    base_card_fields,
+    build_card,
+    gguf_general,
+    summarize_edit,
+    write_card,
+)
+from ..publish.lock import (
+    base_description,
+    build_lock,
+    output_hashes,
+    weights_sha256,
+    write_lock,
+)
 from ..recipe.schema import Recipe
 from ..util.console import Stages, markdown_table_text
 from ..util.files import write_json_atomic
@@ -95,6 +107,18 @@ def base_lock_fields(recipe: Recipe, folder: Path) -> tuple[str | None, dict | N
         return resolved_revision(folder), None, None
     gguf, revision = gguf_lock_entry(recipe.base)
     return revision, gguf, weights_sha256(folder)
+
+
+def gguf_meta(recipe: Recipe, n_params: int, fields: dict | None) -> dict[str, Any]:
+    """The ``general.*`` metadata of the run's GGUF, from the same public names the lock and the GGUF repo use
+    (:func:`~mathneuro_edit.publish.card.gguf_general`)."""
+    public = recipe.public_dict()
+    local = recipe.base.local_dir()
+    base: dict[str, Any] = {"model": public["base"]["model"]}
+    if local is not None and local.is_dir():
+        base["description"] = base_description(local)
+    return gguf_general({"base": base, "recipe": {"edit": public["edit"]},
+                         "edit_summary": {"model_params": n_params}}, fields)
 
 
 def load_recipe_model(recipe: Recipe):
@@ -186,7 +210,7 @@ def _check_adapter_targets(recipe: Recipe, model: Any) -> None:
 
 
 def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: Any, n_params: int,
-                    eval_dict: dict | None, license_: str | None) -> None:
+                    eval_dict: dict | None, license_: str | dict | None) -> None:
     """Write the lock, eval.json and the model card into one output folder."""
     write_lock(folder, lock)
     if eval_dict is not None:
@@ -244,7 +268,7 @@ def run_recipe(
     tasks = eval_tasks(recipe)  # a bad evaluation source or lm-eval setting fails now, not after calibration
     for t in tasks:
         if isinstance(t, LmEvalTask):
-            require_lm_eval(t.name)  # lm-eval must be installed
+            check_lm_eval_task(t)  # lm-eval installed and every task known: before the model loads
     o = recipe.outputs
     stages = Stages(3 + len(recipe.data.general) + bool(tasks) + bool(o.checkpoint) + bool(o.adapter) + 1, echo)
     with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
@@ -278,14 +302,17 @@ def run_recipe(
         del model  # the exports stream from the base files: free the in-memory model first
 
         ratio = None
+        revision, gguf, weights = base_lock_fields(recipe, folder)  # the adapter pins the resolved revision
+        license_ = base_card_fields(base, recipe.base.revision)  # license fields, language, datasets
         if recipe.outputs.checkpoint:
             stages.start("export checkpoint/" + (f" + model-{gguf_type}.gguf" if gguf_type else ""))
             export_checkpoint(folder, mask, scale, tmp / CHECKPOINT_DIR, max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre)
+                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre,
+                              gguf_meta=gguf_meta(recipe, n_params, license_))
         if recipe.outputs.adapter:
             stages.start("export adapter/ (PEFT SHiRA)")
-            adapter = export_adapter(folder, mask, scale, tmp / ADAPTER_DIR,
+            adapter = export_adapter(folder, mask, scale, tmp / ADAPTER_DIR, revision=revision,
                                      trust_remote_code=recipe.base.trust_remote_code)
             ratio = adapter.size_ratio
             stages.note(f"{100 * ratio:.2f}% of the checkpoint's size")
@@ -301,12 +328,10 @@ def run_recipe(
             stages.note(f"{o_['selection']} of this run's {o_['n']} evaluation problems were used to choose the "
                         "setting: its gain is not a confirmation (the card says so)")
         stats_sha = {"math": math_stats.sha256, "general": [g.sha256 for g in general_stats]}
-        revision, gguf, weights = base_lock_fields(recipe, folder)
         lock = build_lock(recipe, base_revision=revision, data_records=records, stats_sha256=stats_sha,
                           mask_sha256=mask.sha256, output_files=files, base_weights=weights, base_gguf=gguf,
                           edit_summary=summarize_edit(mask.counts(), model_params=n_params), sweep=sweep)
         write_lock(tmp, lock)
-        license_ = license_from_base(base, recipe.base.revision)
         for sub, kind in ((CHECKPOINT_DIR, "checkpoint"), (ADAPTER_DIR, "adapter")):
             if (tmp / sub).is_dir():
                 publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
@@ -370,23 +395,25 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
     gguf_type, gguf_pre = gguf_output(recipe.base, None if adapter else recipe.outputs.gguf)
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
         inner = tmp / sub
+        revision, gguf, weights = base_lock_fields(recipe, folder)  # the adapter pins the resolved revision
+        n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
+        fields = base_card_fields(base, recipe.base.revision)
         if adapter:
-            export_adapter(folder, mask, scale, inner, revision=recipe.base.revision,
+            export_adapter(folder, mask, scale, inner, revision=revision,
                            trust_remote_code=recipe.base.trust_remote_code)
         else:
             export_checkpoint(folder, mask, scale, inner, max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre)
+                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre,
+                              gguf_meta=gguf_meta(recipe, n_params, fields))
         for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
             p.rename(tmp / p.name)
         inner.rmdir()
-        n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
         files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
         meta = mask.meta
         stats = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}
-        revision, gguf, weights = base_lock_fields(recipe, folder)
         lock = build_lock(recipe, base_revision=revision, data_records=data_records(recipe),
                           stats_sha256=stats, mask_sha256=mask.sha256, output_files=files, base_weights=weights,
                           base_gguf=gguf, edit_summary=summarize_edit(mask.counts(), model_params=n_params))
-        publish_folder(tmp, recipe, lock, sub, mask, n_params, None, license_from_base(base, recipe.base.revision))
+        publish_folder(tmp, recipe, lock, sub, mask, n_params, None, fields)
     return Path(out_dir)

@@ -1,13 +1,20 @@
-"""Reproduce a published edit from its lock (an output folder, a lock file, or a model card) and compare hashes.
+"""Reproduce a published edit from its lock (an output folder, a lock file, a model card or a Hub repo): first check
+the files you have, then re-run the lock and compare hashes.
 
-Same machine and library versions: the mask and every output weight file must match bit for bit. Across
-machines or versions, floating-point differences can change near-threshold selections; the report says which
-files differ and which versions changed.
+1. The files you have (:mod:`mathneuro_edit.publish.integrity`, shared with ``verify``): for a local folder the
+   sha256 of every file the lock lists against the files present; for a Hub repo the LFS sha256 the Hub reports.
+   Missing, extra and changed files are named. A tampered folder is never called reproduced.
+2. The re-run: the mask and every output weight file must match the lock bit for bit (same machine and library
+   versions; across machines or versions floating-point differences can change near-threshold selections: the
+   report says which files differ and which versions changed).
+
+Without ``out_dir`` the re-run goes to a temporary folder that is deleted afterwards (``keep=True`` keeps it).
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +22,11 @@ from typing import Any
 
 from ..errors import InputError
 from ..layout import LOCK_NAME
+from ..publish.integrity import (
+    FileCheck,
+    check_hub_files_against_lock,
+    check_local_files_against_lock,
+)
 from ..publish.lock import (
     check_base_weights,
     check_local_files,
@@ -23,9 +35,10 @@ from ..publish.lock import (
     recipe_from_lock,
 )
 from ..util.paths import is_local_path
+from ..util.scrub import scrub_token
 from .pipeline import run_recipe
 
-__all__ = ["ReproduceReport", "read_any_lock", "reproduce"]
+__all__ = ["ReproduceReport", "read_any_lock", "reproduce", "check_source_files", "is_hub_source"]
 
 _LOCK_BLOCK = re.compile(r"```yaml\n(lock_version:.*?)\n```", re.DOTALL)
 
@@ -38,7 +51,7 @@ def read_any_lock(source: str | Path) -> dict[str, Any]:
         InputError: nothing lock-like there.
     """
     p = Path(source)
-    if not p.exists() and not is_local_path(str(source)) and str(source).count("/") == 1:
+    if is_hub_source(source):
         return read_lock(_download_lock(str(source)))
     if p.is_dir():
         if (p / LOCK_NAME).is_file():
@@ -74,13 +87,32 @@ def _download_lock(repo_id: str) -> Path:
     except EntryNotFoundError:
         raise InputError(f"{repo_id}: the Hub repo has no {LOCK_NAME}; it was not pushed by mathneuro-edit") from None
     except (HfHubHTTPError, HFValidationError, OfflineModeIsEnabled, OSError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(f"{repo_id}: not a local path, and its lock cannot be downloaded from the Hub "
-                         f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); pass the output folder") from None
+                         f"({scrub_token(first)}); pass the output folder") from None
+
+
+def is_hub_source(source: str | Path) -> bool:
+    """Whether ``source`` names a Hub repo (``user/name`` that is not a local path)."""
+    return not Path(source).exists() and not is_local_path(str(source)) and str(source).count("/") == 1
+
+
+def check_source_files(source: str | Path, lock: dict[str, Any]) -> FileCheck | None:
+    """The per-file check of what ``source`` names: a Hub repo, a folder, or the folder of a card/lock file that
+    sits beside its outputs; ``None`` for a lock file alone (no files to check)."""
+    if is_hub_source(source):
+        return check_hub_files_against_lock(str(source), lock)
+    p = Path(source)
+    if p.is_file():
+        p = p.parent
+        if not (p / LOCK_NAME).is_file():
+            return None
+    return check_local_files_against_lock(p, lock)
 
 
 @dataclass
 class ReproduceReport:
-    """File-by-file comparison of a re-run against a lock."""
+    """The files you have against the lock, then a re-run against the lock, file by file."""
 
     out_dir: Path
     mask_match: bool
@@ -88,18 +120,41 @@ class ReproduceReport:
     # lock came from a standalone `export` of the checkpoint; listed, but not a failure)
     files: dict[str, str] = field(default_factory=dict)
     version_changes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    present: FileCheck | None = None  # the files you have (None: a lock file alone was given)
+    kept: bool = True  # False: the re-run's temporary folder was deleted
+
+    @property
+    def rerun_ok(self) -> bool:
+        return self.mask_match and all(v in ("match", "extra") for v in self.files.values())
 
     @property
     def ok(self) -> bool:
-        return self.mask_match and all(v in ("match", "extra") for v in self.files.values())
+        return self.rerun_ok and (self.present is None or self.present.ok)
 
     def to_text(self) -> str:
-        lines = [f"mask: {'match' if self.mask_match else 'DIFFERS'}"]
-        lines += [f"{state:8s} {path}" for path, state in sorted(self.files.items())]
+        lines = [self.present.to_text() if self.present is not None else
+                 "files: none checked (a lock file alone was given; pass the folder or repo to check its files)"]
+        lines.append(f"re-run against the lock: mask {'match' if self.mask_match else 'DIFFERS'}")
+        lines += [f"  {state:8s} {path}" for path, state in sorted(self.files.items())]
         for lib, (was, now) in self.version_changes.items():
             lines.append(f"note: {lib} was {was}, now {now}")
-        lines.append(f"reproduced: {'yes, bit for bit' if self.ok else 'NO'} ({self.out_dir})")
+        where = str(self.out_dir) if self.kept else "re-run deleted; --keep or --out keeps it"
+        if self.ok:
+            verdict = "yes, bit for bit"
+        elif self.present is not None and not self.present.ok:
+            bad = ", ".join(f"{p} ({s})" for p, s in sorted(self.present.differences().items()))
+            verdict = f"NO: the files you have differ from the lock: {bad}"
+        else:
+            verdict = "NO"
+        lines.append(f"reproduced: {verdict} ({where})")
         return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "reproduced": self.ok,
+                "files_checked": self.present.to_dict() if self.present is not None else None,
+                "rerun": {"ok": self.rerun_ok, "mask_match": self.mask_match, "files": dict(sorted(self.files.items())),
+                          "out_dir": str(self.out_dir) if self.kept else None},
+                "version_changes": {k: {"was": a, "now": b} for k, (a, b) in self.version_changes.items()}}
 
 
 def reproduce(
@@ -109,32 +164,50 @@ def reproduce(
     base: str | None = None,
     overrides: tuple[str, ...] = (),
     progress: bool = True,
+    keep: bool = False,
 ) -> ReproduceReport:
-    """Re-run the recipe of a lock and compare the mask and output hashes with the recorded ones.
+    """Check the files of ``source`` against its lock, then re-run the lock's recipe and compare the mask and
+    output hashes with the recorded ones.
 
     Args:
-        source: an output folder, a lock file, or a model card.
-        out_dir: where to write the re-run (default: a temporary folder, kept for inspection).
+        source: an output folder, a lock file, a model card, or a Hub repo id.
+        out_dir: where to write the re-run (default: a temporary folder, deleted afterwards unless ``keep``).
         base: a local base folder, for locks whose local base path was redacted (its weights are checked).
         overrides: ``key=value`` for other redacted paths (``data.math.path=...``).
         progress: progress bars.
+        keep: keep the temporary re-run folder (its path is in the report).
 
     Returns:
-        A :class:`ReproduceReport`.
+        A :class:`ReproduceReport`; ``ok`` only when the files you have AND the re-run match the lock.
     """
     lock = read_any_lock(source)
     extra = tuple(overrides) + ((f"base.model={base}",) if base else ())
+    pinned = (lock.get("base") or {}).get("revision")
+    recorded_base = (lock.get("recipe") or {}).get("base") or {}
+    if (not base and isinstance(pinned, str) and re.fullmatch(r"[0-9a-f]{40}", pinned)
+            and recorded_base.get("revision") is None and not recorded_base.get("gguf_file")
+            and not any(o.startswith(("base.revision=", "base.model=")) for o in overrides)):
+        extra += (f"base.revision={pinned}",)  # the Hub base's commit the run used, not today's main
     recipe = recipe_from_lock(lock, extra)
     if base:
         check_base_weights(lock, base)
     check_local_files(lock, recipe)  # a wrong data file is named before the run, not reported as "differs" after
-    out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="mathneuro-reproduce-")) / "out"
-    result = run_recipe(recipe, out, progress=progress, sweep_evidence=lock.get("sweep"))  # the card keeps it
+    present = check_source_files(source, lock)
+    temp = None if out_dir else Path(tempfile.mkdtemp(prefix="mathneuro-reproduce-"))
+    out = Path(out_dir) if out_dir else temp / "out"  # type: ignore[operator]
+    try:
+        result = run_recipe(recipe, out, progress=progress, sweep_evidence=lock.get("sweep"))  # the card keeps it
+    except BaseException:
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+        raise
     recorded: dict[str, str] = lock.get("outputs", {})
     states = {p: ("match" if result.files.get(p) == sha else "missing" if p not in result.files else "differs")
               for p, sha in recorded.items()}
     states.update({p: "extra" for p in result.files if p not in recorded})
     now = library_versions()
     changes = {k: (v, now.get(k, "?")) for k, v in (lock.get("versions") or {}).items() if now.get(k) != v}
-    return ReproduceReport(out, result.mask_sha256 == lock.get("mask_sha256"), states, changes)
-
+    kept = temp is None or keep
+    if not kept:
+        shutil.rmtree(temp, ignore_errors=True)  # type: ignore[arg-type]
+    return ReproduceReport(out, result.mask_sha256 == lock.get("mask_sha256"), states, changes, present, kept)

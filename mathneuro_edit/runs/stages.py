@@ -16,6 +16,7 @@ from ..engine.apply import ReversibleEdit
 from ..engine.mask import Mask, find_math_params
 from ..engine.stats import ActivationStats
 from ..errors import InputError
+from ..evaluation.lm_eval_bridge import LmEvalTask, check_lm_eval_task
 from ..evaluation.results import EvalResults
 from ..evaluation.runner import evaluate
 from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
@@ -106,6 +107,9 @@ def evaluate_recipe(recipe: Recipe, mask_path: str | Path | None = None, out: st
     tasks = eval_tasks(recipe)
     if not tasks:
         raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
+    for task in tasks:
+        if isinstance(task, LmEvalTask):
+            check_lm_eval_task(task)  # an unknown task is named before the model loads
     stages = Stages(2, echo)
     model, tok = load_stage(recipe, stages)
     edit: Any = ReversibleEdit(model, Mask.load(mask_path), recipe.edit.effective_scale) if mask_path else None

@@ -43,14 +43,26 @@ from ..errors import InputError
 from ..evaluation.report import format_p
 from ..evaluation.runner import GeneralTask, MathTask, evaluate
 from ..evaluation.significance import holm_adjust, mcnemar_exact, wilson_interval
-from ..layout import MATH_STATS_NAME, SWEEP_CSV, SWEEP_JSON, SWEEP_PNG, general_stats_name
+from ..layout import (
+    MATH_STATS_NAME,
+    SWEEP_CSV,
+    SWEEP_JSON,
+    SWEEP_PNG,
+    general_stats_name,
+)
 from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe, recipe_sha256
 from ..util.console import Stages, table
 from ..util.outdir import atomic_dir
 from ..weights.loading import model_weights
 from .inspect import pyplot, save_figure
-from .pipeline import calibrate_recipe, describe_tasks, eval_tasks, load_stage, run_recipe
+from .pipeline import (
+    calibrate_recipe,
+    describe_tasks,
+    eval_tasks,
+    load_stage,
+    run_recipe,
+)
 
 __all__ = ["SweepPoint", "Confirmation", "SweepResult", "run_sweep", "sweep_problems", "pareto_front",
            "select_candidate", "confirm", "recommend", "read_sweep", "SweepEvidence"]

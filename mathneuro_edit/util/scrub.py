@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["is_private_path", "scrub_json", "scrub_json_bytes"]
+__all__ = ["is_private_path", "scrub_json", "scrub_json_bytes", "scrub_token"]
 
 _WINDOWS = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
 _POSIX = re.compile(r"^/[^\s/]+(?:/[^\s/]*)+$")  # /a/b..., no whitespace
@@ -68,3 +68,23 @@ def scrub_json_bytes(path: Path) -> tuple[bytes | None, list[str]]:
     if not found:
         return None, []
     return (json.dumps(new, indent=2, ensure_ascii=False) + "\n").encode("utf-8"), found
+
+
+def scrub_token(text: str, token: str | None = None) -> str:
+    """``text`` with a Hugging Face token (the one given, ``HF_TOKEN``, or the stored login huggingface_hub would
+    send) replaced by ``***``: no message, report or JSON document of ours ever shows a token.
+
+    Example:
+        >>> scrub_token("401 for hf_abcdefgh", "hf_abcdefgh")
+        '401 for ***'
+    """
+    tokens = {token, os.environ.get("HF_TOKEN"), os.environ.get("HUGGING_FACE_HUB_TOKEN")}
+    try:
+        from huggingface_hub import get_token
+
+        tokens.add(get_token())
+    except Exception:  # noqa: BLE001 - no stored login readable: nothing more to scrub
+        pass
+    for t in sorted((t for t in tokens if t and len(t) >= 8), key=len, reverse=True):
+        text = text.replace(t, "***")
+    return text

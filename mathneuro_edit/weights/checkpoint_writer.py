@@ -44,6 +44,7 @@ import logging
 import os
 import shutil
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,7 @@ def export_checkpoint(
     gguf: str | None = None,
     gguf_name: str | None = None,
     gguf_pre: str | None = None,
+    gguf_meta: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
 
@@ -116,6 +118,7 @@ def export_checkpoint(
             Hub id, else ``"local model"``: never a path).
         gguf_pre: the GGUF's ``tokenizer.ggml.pre`` (default: read from the tokenizer.json); a GGUF base's own,
             which its dequantized folder does not keep (:func:`~mathneuro_edit.weights.gguf_reader.gguf_output`).
+        gguf_meta: the GGUF's ``general.*`` metadata (see :func:`~mathneuro_edit.weights.gguf_writer.write_gguf`).
 
     Returns:
         The path of the written folder.
@@ -170,7 +173,8 @@ def export_checkpoint(
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
         if gguf is not None:
-            write_gguf(tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base), pre=gguf_pre)
+            write_gguf(tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base), pre=gguf_pre,
+                       meta=gguf_meta)
     return Path(out_dir).expanduser().absolute()
 
 

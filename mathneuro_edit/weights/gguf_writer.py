@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -243,8 +244,31 @@ def _pre_name(p: dict[str, Any]) -> str | None:
     return None
 
 
+def _add_general(w: Any, meta: Mapping[str, Any]) -> None:
+    """The ``general.*`` keys llama.cpp's converter (convert_hf_to_gguf.py) writes, from ``meta``: ``basename``,
+    ``size_label``, ``finetune``, ``license``, ``license_name``, ``license_link``, ``tags``, ``languages`` and
+    ``base_models`` (``[{"name", "organization", "repo_url"}]``); absent keys are not written."""
+    for key, add in (("basename", w.add_basename), ("size_label", w.add_size_label), ("finetune", w.add_finetune),
+                     ("license", w.add_license), ("license_name", w.add_license_name),
+                     ("license_link", w.add_license_link)):
+        if meta.get(key):
+            add(str(meta[key]))
+    bases = list(meta.get("base_models") or [])
+    if bases:
+        w.add_base_model_count(len(bases))
+        for i, b in enumerate(bases):
+            for key, add in (("name", w.add_base_model_name), ("organization", w.add_base_model_organization),
+                             ("repo_url", w.add_base_model_repo_url)):
+                if b.get(key):
+                    add(i, str(b[key]))
+    if meta.get("tags"):
+        w.add_tags([str(t) for t in meta["tags"]])
+    if meta.get("languages"):
+        w.add_languages([str(t) for t in meta["languages"]])
+
+
 def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name: str | None = None,
-               pre: str | None = None) -> Path:
+               pre: str | None = None, meta: Mapping[str, Any] | None = None) -> Path:
     """Write a baked checkpoint folder as one GGUF file of type ``qtype`` (streaming, atomic, deterministic).
 
     Args:
@@ -254,6 +278,8 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         name: ``general.name`` (default: the model type); never a local path.
         pre: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json (e.g. a GGUF base's own:
             transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``).
+        meta: the ``general.*`` metadata llama.cpp's converter writes (see :func:`_add_general`): base name, size
+            label, fine-tune, license fields, base model, tags, languages. Never a local path.
 
     Returns:
         The written path.
@@ -272,6 +298,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     w = gguf.GGUFWriter(None, arch)
     w.add_type("model")
     w.add_name(name or cfg["model_type"])
+    _add_general(w, meta or {})
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     ftype = "ALL_F32" if qtype == "F32" else f"MOSTLY_{qtype}"
     w.add_file_type(int(gguf.LlamaFileType[ftype]))

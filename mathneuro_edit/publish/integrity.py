@@ -1,0 +1,126 @@
+"""The per-file check that ``verify`` and ``reproduce`` share: the files you have against the sha256 in the lock.
+
+The lock's ``outputs`` hold ``{"checkpoint/<file>" | "adapter/<file>": sha256}``. The files checked are:
+
+- a run folder: every file under ``checkpoint/`` and ``adapter/``;
+- an artifact folder (``checkpoint/``, ``adapter/``, an ``export`` folder): its own files, under its kind's prefix;
+- a Hub repo (one artifact, as ``push`` mirrors it): each file's LFS sha256 as the Hub reports it
+  (``model_info(files_metadata=True)``); a small regular file (config, tokenizer) has no LFS sha256, so it is
+  downloaded and hashed. A GGUF repo's files are matched by their llama.cpp names (:func:`gguf_repo_name`).
+
+Each recorded file is ``match``, ``changed`` or ``missing``; a file present but not recorded is ``extra``. The card,
+the lock and ``eval.json`` (written after the lock; they embed its hashes) are not outputs and are not listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, EVAL_NAME, LOCK_NAME, OUTPUT_DIRS
+from ..util.hashing import sha256_file
+from ..util.scrub import scrub_token
+from .card import gguf_repo_name
+
+__all__ = ["FileCheck", "compare_files", "check_local_files_against_lock", "check_hub_files_against_lock",
+           "NOT_OUTPUTS"]
+
+NOT_OUTPUTS = ("README.md", LOCK_NAME, EVAL_NAME, ".gitattributes")  # written after the lock, or the Hub's own
+
+
+@dataclass
+class FileCheck:
+    """The files present against the lock: ``{path: "match" | "changed" | "missing" | "extra"}``."""
+
+    where: str  # the folder or repo checked
+    states: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(v == "match" for v in self.states.values())
+
+    def differences(self) -> dict[str, str]:
+        return {p: s for p, s in self.states.items() if s != "match"}
+
+    def to_text(self) -> str:
+        bad = self.differences()
+        head = (f"files in {self.where}: {len(self.states)} checked against the lock's sha256, "
+                + ("all match" if not bad else f"{len(bad)} differ"))
+        return "\n".join([head] + [f"  {state:8s} {path}" for path, state in sorted(self.states.items())])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"where": self.where, "ok": self.ok, "files": dict(sorted(self.states.items()))}
+
+
+def compare_files(present: Mapping[str, str], recorded: Mapping[str, str]) -> dict[str, str]:
+    """``{path: state}`` of the recorded files against the present ones (both ``{path: sha256}``).
+
+    Example:
+        >>> compare_files({"a": "1", "b": "x", "c": "3"}, {"a": "1", "b": "2", "d": "4"})
+        {'a': 'match', 'b': 'changed', 'd': 'missing', 'c': 'extra'}
+    """
+    states = {p: ("missing" if p not in present else "match" if present[p] == sha else "changed")
+              for p, sha in recorded.items()}
+    states.update({p: "extra" for p in present if p not in recorded})
+    return states
+
+
+def _folder_prefixes(folder: Path) -> list[tuple[str, Path]]:
+    """``(lock prefix, local folder)`` pairs: a run folder's sub-folders, or an artifact folder itself."""
+    subs = [(f"{s}/", folder / s) for s in OUTPUT_DIRS if (folder / s).is_dir()]
+    if subs:
+        return subs
+    kind = ADAPTER_DIR if (folder / "adapter_config.json").is_file() else CHECKPOINT_DIR
+    return [(f"{kind}/", folder)]
+
+
+def check_local_files_against_lock(folder: str | Path, lock: Mapping[str, Any]) -> FileCheck:
+    """Hash every output file of a local folder (run folder or artifact folder) against the lock's ``outputs``."""
+    root = Path(folder)
+    recorded: dict[str, str] = dict(lock.get("outputs") or {})
+    present: dict[str, str] = {}
+    wanted: dict[str, str] = {}
+    for prefix, sub in _folder_prefixes(root):
+        wanted.update({k: v for k, v in recorded.items() if k.startswith(prefix)})
+        for p in sorted(sub.rglob("*")):
+            rel = p.relative_to(sub)
+            if p.is_file() and rel.as_posix() not in NOT_OUTPUTS and not any(x.startswith(".") for x in rel.parts):
+                present[prefix + rel.as_posix()] = sha256_file(p)
+    return FileCheck(str(root), compare_files(present, wanted))
+
+
+def check_hub_files_against_lock(repo_id: str, lock: Mapping[str, Any], *, revision: str | None = None,
+                                 token: str | None = None) -> FileCheck:
+    """Check a Hub repo's files (one artifact, as ``push`` publishes it) against the lock's ``outputs``.
+
+    Raises:
+        InputError: the repo cannot be read (not found, no access, offline), naming the repo.
+    """
+    from huggingface_hub import HfApi, hf_hub_download
+
+    try:
+        info = HfApi(token=token).model_info(repo_id, revision=revision, files_metadata=True)
+    except Exception as e:  # noqa: BLE001 - any failure to read the repo is the user's to fix (id, access, network)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise InputError(f"{repo_id}: cannot read the repo's file list from the Hub ({scrub_token(first, token)}); "
+                         "check the repo id, the token and the network, or pass a local folder") from None
+    siblings = {s.rfilename: s for s in info.siblings or [] if s.rfilename not in NOT_OUTPUTS}
+    recorded: dict[str, str] = dict(lock.get("outputs") or {})
+    if "adapter_config.json" in siblings:
+        wanted = {k.removeprefix(f"{ADAPTER_DIR}/"): v for k, v in recorded.items() if k.startswith(f"{ADAPTER_DIR}/")}
+    elif "config.json" not in siblings and any(name.endswith(".gguf") for name in siblings):  # the GGUF repo
+        wanted = {gguf_repo_name(lock, k): v for k, v in recorded.items()
+                  if k.startswith(f"{CHECKPOINT_DIR}/") and k.endswith(".gguf")}
+    else:
+        wanted = {k.removeprefix(f"{CHECKPOINT_DIR}/"): v for k, v in recorded.items()
+                  if k.startswith(f"{CHECKPOINT_DIR}/") and not k.endswith(".gguf")}
+    present: dict[str, str] = {}
+    for name, s in siblings.items():
+        if s.lfs is not None:
+            present[name] = s.lfs.sha256
+        else:  # a regular (git) file: the Hub gives only its git blob id; hash the downloaded file
+            present[name] = sha256_file(hf_hub_download(repo_id, name, revision=info.sha or revision, token=token))
+    return FileCheck(repo_id + (f"@{revision}" if revision else ""), compare_files(present, wanted))
