@@ -23,7 +23,13 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
+import torch
 from huggingface_hub import constants, hf_api
+from safetensors.torch import save_file
+
+from mathneuro_edit.publish.card import build_card, summarize_edit, write_card
+from mathneuro_edit.publish.lock import build_lock, output_hashes, write_lock
+from mathneuro_edit.recipe.io import quickstart_recipe
 
 TOKEN = "hf_TESTsecretTOKEN0123456789abcdef"
 LFS_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
@@ -300,3 +306,39 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     yield hub
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture()
+def out_dir(tmp_path: Path) -> Path:
+    """A small but real output folder: safetensors weights, config, adapter subfolder, card and lock."""
+    out = tmp_path / "out"
+    (out / "adapter").mkdir(parents=True)
+    save_file({"w": torch.arange(64, dtype=torch.float32).reshape(8, 8)}, str(out / "model.safetensors"))
+    (out / "config.json").write_text('{"model_type": "llama"}')
+    (out / "adapter" / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (out / ".partial.tmp").write_text("temp file: never published")
+    recipe = quickstart_recipe()
+    summary = summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64)
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="m" * 64,
+                      output_files=output_hashes(out), base_weights={}, edit_summary=summary)
+    write_lock(out, lock)
+    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary,
+                      license="apache-2.0")
+    write_card(out, card)
+    return out
+
+
+
+def _committed(hub: FakeHub) -> dict[str, bytes]:
+    """Content of every file in the (single) commit, regular files decoded, LFS files from their PUT upload."""
+    assert len(hub.commits) == 1
+    files = {}
+    for line in hub.commits[0][1:]:
+        value = line["value"]
+        if line["key"] == "file":
+            files[value["path"]] = base64.b64decode(value["content"])
+        elif line["key"] != "deletedFile":  # a mirror's deletes: tested in test_push_mirrors_the_folder
+            assert line["key"] == "lfsFile"
+            files[value["path"]] = hub.lfs[value["oid"]]
+            assert hashlib.sha256(files[value["path"]]).hexdigest() == value["oid"]
+    return files

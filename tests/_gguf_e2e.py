@@ -24,8 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from mathneuro_edit.cli.main import main
-
-from ._tiny import GENERAL, MATH
+from tests._tiny import GENERAL, MATH
 
 PROMPT = "Question: 12 + 7?\nAnswer:"
 
@@ -116,9 +115,9 @@ def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: s
     from transformers import AutoModelForCausalLM
 
     from mathneuro_edit.engine.apply import apply_mask
+    from mathneuro_edit.engine.mask import Mask
     from mathneuro_edit.weights.gguf_reader import dequantize_gguf
     from mathneuro_edit.weights.loading import load_model
-    from mathneuro_edit.engine.mask import Mask
 
     folder = dequantize_gguf(gguf)  # cached: the folder the run used
     lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())

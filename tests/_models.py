@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ._tiny import FAMILIES, GENERAL, MATH, VOCAB, build, char_tokenizer
+from tests._tiny import FAMILIES, GENERAL, MATH, VOCAB, build, char_tokenizer
 
 __all__ = ["FAMILIES", "MATH", "GENERAL", "VOCAB", "CHAT_TEMPLATE", "save_tiny", "load_tiny", "tiny_mask",
            "hash_tree", "sample_ids"]

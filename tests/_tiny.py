@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 import yaml
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 FAMILIES = ["llama", "qwen2", "gemma2", "gpt2", "mixtral", "qwen3_moe"]

@@ -22,10 +22,9 @@ from safetensors.torch import load_file, save_file
 
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.errors import InputError
-
-from ._models import hash_tree, save_tiny
-from ._tiny import GENERAL, MATH
-from .test_hub import TOKEN, _committed, fake_hub, out_dir  # noqa: F401 - fixtures
+from tests._fakehub import TOKEN, _committed
+from tests._models import hash_tree, save_tiny
+from tests._tiny import GENERAL, MATH
 
 MARKER_ENV = "MATHNEURO_TEST_REMOTE_CODE_MARKER"
 
@@ -414,8 +413,8 @@ def test_statistics_from_mixed_models_name_the_tensor(ws: Path, tmp_path: Path) 
                                         (errno.EROFS, "read-only file system: cannot write")])
 def test_disk_full_quota_read_only_are_one_line(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 err: int, phrase: str) -> None:
-    import mathneuro_edit.weights.checkpoint_writer as export_mod
     import mathneuro_edit.engine.stats as stats_mod
+    import mathneuro_edit.weights.checkpoint_writer as export_mod
 
     def fail(*args, **kwargs):
         raise OSError(err, os.strerror(err))

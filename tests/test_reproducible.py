@@ -20,8 +20,7 @@ import torch
 import yaml
 
 from mathneuro_edit.util.files import save_file
-
-from ._tiny import write_workspace
+from tests._tiny import write_workspace
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

@@ -68,7 +68,7 @@ class _Layout:
     Why flat: a forward records one ``(batch, d_in)`` tensor per distinct scored input (4 per Llama layer); the
     per-sample square roots and the sums over samples of all of them are then a handful of operations per batch
     instead of several per target and batch: on a Llama layer, calibration adds 12 tensor operations per batch
-    to the layer's forward instead of 153 (counted by ``tests/test_calibration_speed.py``). Each operation has a
+    to the layer's forward instead of 153 (counted by ``tests/engine/test_calibration_speed.py``). Each operation has a
     fixed cost (dispatch, and with several threads an OpenMP fork/join), which on a narrow, deep model such as
     SmolLM2-135M was a visible share of the forward. Each column is reduced over the batch's samples exactly as
     the per-target code did, and batches are added in the same order, so the float32 results are bit for bit the

@@ -1,7 +1,7 @@
 """The paper's experiment in miniature, on the shipped organism, with the project's own API.
 
 MathNeuro prune vs random prune of the same count vs Wanda-only prune (math top-K without subtracting general),
-and the data-efficiency claim (one calibration sample per set). Used by ``tests/test_paper_miniature.py`` (which
+and the data-efficiency claim (one calibration sample per set). Used by ``tests/runs/test_paper_miniature.py`` (which
 asserts the paper's qualitative claims) and ``scripts/paper_miniature.py`` (which writes ``docs/results.md``).
 """
 

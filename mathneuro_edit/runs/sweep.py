@@ -14,7 +14,7 @@ One calibration, a mask per top_k derived from the saved statistics, each edit s
 A setting is recommended only when that test shows a gain with ``p < sweep.alpha``; otherwise the recommendation
 says that nothing is confirmed. Why: with a 20-point grid, the best of 20 uncorrected tests on the same problems is
 "significant" in about a quarter of sweeps where no edit does anything (25.2% of 1,000 simulated, 300 problems,
-10% discordance: tests/test_sweep_procedure.py); a test on fresh problems of the one setting chosen beforehand
+10% discordance: tests/runs/test_sweep_procedure.py); a test on fresh problems of the one setting chosen beforehand
 has its nominal level.
 
 Outputs (names in :mod:`mathneuro_edit.layout`): ``sweep.json`` (the contract in docs/evaluation.md),
