@@ -9,7 +9,7 @@ Two kinds, so that callers (and the CLI) can tell them apart:
 
 from __future__ import annotations
 
-__all__ = ["MathNeuroEditError", "InputError", "OutputBusyError", "NoSpaceError", "Terminated"]
+__all__ = ["MathNeuroEditError", "InputError", "OutputBusyError", "NoSpaceError", "LockMismatchError", "Terminated"]
 
 
 class MathNeuroEditError(Exception):
@@ -30,6 +30,10 @@ class InputError(MathNeuroEditError, ValueError):
 class OutputBusyError(InputError):
     """Another live run holds the output's lock file."""
 
+
+
+class LockMismatchError(MathNeuroEditError):
+    """A lock whose fields disagree with its recipe hash (edited after the run): exit 1, naming the field."""
 
 
 class NoSpaceError(InputError):

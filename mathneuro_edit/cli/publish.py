@@ -112,13 +112,13 @@ def push(out: str, repo_id: str | None, private: bool | None, revision: str | No
 
 
 def verify(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool = False,
-           echo: Callable[[str], None] = lambda s: None) -> None:
+           echo: Callable[[str], None] = lambda s: None, trust_remote_code: bool = False) -> None:
     """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch).
 
     ``echo`` receives one stage line per audited folder; a bar over its tensors follows on a terminal.
     """
     from ..layout import LOCK_NAME
-    from ..publish.lock import read_lock
+    from ..publish.lock import lock_base, read_lock, validate_lock
     from ..util.console import Stages, bars_wanted
     from ..util.paths import LOCAL
     from ..weights.adapter import MATHNEURO_CONFIG
@@ -138,9 +138,11 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
         if not (run_dir / LOCK_NAME).is_file():
             raise InputError(f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "
                              "or give --base, --mask and --scale")
-        recorded = read_lock(run_dir)["recipe"]  # only base and edit are needed: data paths may stay redacted
+        lock = read_lock(run_dir)
+        validate_lock(lock, f"{run_dir / LOCK_NAME}")  # every field against the recipe hash, before anything runs
+        recorded = lock["recipe"]  # only base and edit are needed: data paths may stay redacted
         if base is None:
-            base = recorded["base"]["model"]
+            base = lock_base(lock, base)  # a lock never names a local folder to read
             if base == LOCAL:
                 raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
             if recorded["base"].get("gguf_file"):  # a Hub repo's GGUF file: its dequantized folder
@@ -159,7 +161,7 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
             if not Path(mask_path).is_file():
                 raise InputError(f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
                                  "its mask); pass --mask MASK, the file `export` was given")
-    trust = bool(recorded["base"].get("trust_remote_code", False)) if recorded else False
+    trust = trust_remote_code  # the command line's, never the lock's
     failed = []
     stages = Stages(len(targets), echo)
     for t in targets:
@@ -174,14 +176,16 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
 
 
 def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
-              echo: Callable[..., Any] = lambda quiet, verbose=False: None, verbose: bool = False) -> None:
+              echo: Callable[..., Any] = lambda quiet, verbose=False: None, verbose: bool = False,
+              trust_remote_code: bool = False) -> None:
     """Re-run a lock (output folder, lock file, model card or Hub repo) and compare every hash (exit 1 if any
     differs)."""
     echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.reproduce import reproduce as reproduce_lock
     from ..util.console import bars_wanted
 
-    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=bars_wanted(quiet))
+    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=bars_wanted(quiet),
+                            trust_remote_code=trust_remote_code)
     click.echo(report.to_text())
     if not report.ok:
         sys.exit(1)
@@ -190,6 +194,8 @@ def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, .
 def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo: Callable[..., Any]) -> None:
     """Add ``card``, ``push``, ``verify`` and ``reproduce`` to the CLI group (options shared with the others)."""
     base_opt = click.option("--base", help="local base folder, when the lock's local base path was redacted")
+    trust_opt = click.option("--trust-remote-code", is_flag=True, help="run the base repository's own Python code "
+                             "(never taken from a lock; only for repositories you trust)")
     existing_dir = click.Path(exists=True, file_okay=False)
 
     @group.command("card")
@@ -225,20 +231,22 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     @click.option("--base", help="base model folder or Hub id (default: from the run folder's lock)")
     @click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False))
     @click.option("--scale", type=float, help="the applied scale (default: from the lock)")
+    @trust_opt
     @quiet_opt
-    def verify_cmd(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool,
-                   verbose: bool) -> None:
+    def verify_cmd(out: str, base: str | None, mask_path: str | None, scale: float | None, trust_remote_code: bool,
+                   quiet: bool, verbose: bool) -> None:
         """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch)."""
-        verify(out, base, mask_path, scale, quiet, echo(quiet, verbose))
+        verify(out, base, mask_path, scale, quiet, echo(quiet, verbose), trust_remote_code)
 
     @group.command("reproduce")
     @click.argument("source")
     @click.option("--out", type=click.Path(file_okay=False), help="folder for the re-run (default: a temp folder)")
     @base_opt
+    @trust_opt
     @set_opt
     @quiet_opt
-    def reproduce_cmd(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
-                      verbose: bool) -> None:
+    def reproduce_cmd(source: str, out: str | None, base: str | None, trust_remote_code: bool, sets: tuple[str, ...],
+                      quiet: bool, verbose: bool) -> None:
         """Re-run a lock (output folder, lock file, model card or Hub repo id) and compare every hash (exit 1
         if any differs). Local data files the lock redacted: --set data.math.path=FILE (checked by sha256)."""
-        reproduce(source, out, base, sets, quiet, echo, verbose)
+        reproduce(source, out, base, sets, quiet, echo, verbose, trust_remote_code)

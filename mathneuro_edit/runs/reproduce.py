@@ -21,6 +21,7 @@ from ..publish.lock import (
     library_versions,
     read_lock,
     recipe_from_lock,
+    validate_lock,
 )
 from ..util.paths import is_local_path
 from .pipeline import run_recipe
@@ -109,6 +110,7 @@ def reproduce(
     base: str | None = None,
     overrides: tuple[str, ...] = (),
     progress: bool = True,
+    trust_remote_code: bool = False,
 ) -> ReproduceReport:
     """Re-run the recipe of a lock and compare the mask and output hashes with the recorded ones.
 
@@ -118,13 +120,16 @@ def reproduce(
         base: a local base folder, for locks whose local base path was redacted (its weights are checked).
         overrides: ``key=value`` for other redacted paths (``data.math.path=...``).
         progress: progress bars.
+        trust_remote_code: the user's own opt-in (``--trust-remote-code``) to run the base repository's code; a
+            lock never turns it on (:func:`~mathneuro_edit.publish.lock.check_lock_settings`).
 
     Returns:
         A :class:`ReproduceReport`.
     """
     lock = read_any_lock(source)
+    validate_lock(lock, f"{source}: lock")  # every field against the recipe hash, before anything runs
     extra = tuple(overrides) + ((f"base.model={base}",) if base else ())
-    recipe = recipe_from_lock(lock, extra)
+    recipe = recipe_from_lock(lock, extra, trust_remote_code=trust_remote_code)
     if base:
         check_base_weights(lock, base)
     check_local_files(lock, recipe)  # a wrong data file is named before the run, not reported as "differs" after

@@ -1,0 +1,222 @@
+"""Hostile input, round 2 (issue 23): a shared lock is data, never code; no command writes onto its inputs; what is
+read is what was checked; every bad input is exit 2 with one line. Written as a stranger attacks the tool.
+docs/reliability.md lists what each test promises."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ._models import hash_tree
+from .test_reliability import _cli, _error_line, evil, ws  # noqa: F401 - fixtures
+
+LOCK = "mathneuro_recipe.lock.yaml"
+
+
+def _data_sets(ws: Path) -> list[str]:
+    return ["--set", f"data.math.path={ws / 'math.txt'}", "--set", f"data.general.0.path={ws / 'general.txt'}",
+            "--set", f"evaluation.math.path={ws / 'eval.jsonl'}",
+            "--set", f"evaluation.general.0.path={ws / 'general.txt'}"]
+
+
+def _hostile_run(ws: Path, tmp_path: Path, edit, rehash: bool = True) -> Path:
+    """A copy of the run folder whose lock's recipe was edited by ``edit(recipe)``; its recipe_sha256 recomputed
+    (a hostile author keeps the lock self-consistent) unless ``rehash`` is False."""
+    run = tmp_path / "hostile-run"
+    shutil.copytree(ws / "run", run)
+    path = run / LOCK
+    lock = yaml.safe_load(path.read_text())
+    edit(lock["recipe"])
+    if rehash:
+        canonical = json.dumps(lock["recipe"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        lock["recipe_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    path.write_text(yaml.safe_dump(lock, sort_keys=False))
+    return run
+
+
+# ------------------------------------------------------------------------------------------- a lock is data
+
+
+def test_reproduce_never_takes_trust_remote_code_from_a_lock(ws: Path, evil, tmp_path: Path) -> None:
+    base, marker = evil
+
+    def trust(r):
+        r["base"]["trust_remote_code"] = True
+
+    run = _hostile_run(ws, tmp_path, trust)
+    code, text = _cli("reproduce", run, "--base", base, "--out", tmp_path / "again", "-q", *_data_sets(ws))
+    assert code == 2, text
+    line = _error_line(text)
+    assert "base.trust_remote_code: true" in line and "--trust-remote-code" in line and "refused" in line, line
+    assert not marker.exists(), "the lock turned on the repository's code"
+    assert not (tmp_path / "again").exists()
+
+
+def test_verify_never_takes_trust_remote_code_from_the_lock(ws: Path, evil, tmp_path: Path) -> None:
+    base, marker = evil
+
+    def trust(r):
+        r["base"]["trust_remote_code"] = True
+
+    run = _hostile_run(ws, tmp_path, trust)
+    code, text = _cli("verify", run, "--base", base)
+    assert code == 2, text
+    assert "base.trust_remote_code" in _error_line(text)
+    assert not marker.exists(), "verify took trust_remote_code from the folder's lock"
+    code, text = _cli("verify", run, "--base", base, "--trust-remote-code")
+    assert marker.exists(), text  # the user's own flag is the opt-in
+
+
+@pytest.mark.parametrize("key,value", [("data.math.path", "/etc/passwd"), ("data.general.0.path", "../../x.txt"),
+                                       ("evaluation.math.path", "/etc/hostname"),
+                                       ("evaluation.general.0.path", "~/.ssh/id_rsa")])
+def test_a_lock_naming_a_local_file_reads_nothing(ws: Path, tmp_path: Path, key: str, value: str) -> None:
+    def point(r):
+        section, *rest = key.split(".")
+        node = r[section]
+        if rest[0] == "general":
+            node["general"][0]["path"] = value
+        else:
+            node["math"]["path"] = value
+
+    run = _hostile_run(ws, tmp_path, point)
+    lock = yaml.safe_load((run / LOCK).read_text())
+    del lock["files"][key]  # self-consistent: the lock records no local file under that key
+    (run / LOCK).write_text(yaml.safe_dump(lock, sort_keys=False))
+    sets = [a for a in _data_sets(ws)]
+    i = sets.index(next(s for s in sets if s.startswith(key + "=")))
+    del sets[i - 1:i + 1]  # the user does not give this one: the lock's value would be read
+    code, text = _cli("reproduce", run, "--base", ws / "base", "--out", tmp_path / "again", "-q", *sets)
+    assert code == 2, text
+    line = _error_line(text)
+    assert f"{key}: {value!r}" in line and f"--set {key}=FILE" in line, line
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_lock_choosing_an_lm_eval_task_folder_is_refused(ws: Path, tmp_path: Path) -> None:
+    tasks = tmp_path / "evil_tasks"
+    tasks.mkdir()
+    (tasks / "t.yaml").write_text("task: t\nprocess_docs: !function evil.run\n")
+    (tasks / "evil.py").write_text("raise SystemExit('ran')\n")
+
+    def include(r):
+        r["evaluation"]["lm_eval"] = {"tasks": ["t"], "include_path": str(tasks), "limit": None, "num_fewshot": None,
+                                      "apply_chat_template": False, "fewshot_as_multiturn": None, "batch_size": None}
+
+    run = _hostile_run(ws, tmp_path, include)
+    lock = yaml.safe_load((run / LOCK).read_text())
+    lock["lm_eval"] = {"include_path_sha256": {"t.yaml": "0" * 64}}
+    (run / LOCK).write_text(yaml.safe_dump(lock, sort_keys=False))
+    code, text = _cli("reproduce", run, "--base", ws / "base", "--out", tmp_path / "again", "-q", *_data_sets(ws))
+    assert code == 2, text
+    assert "--set evaluation.lm_eval.include_path=FOLDER" in _error_line(text)
+
+
+def test_every_refused_setting_is_named_at_once(ws: Path, tmp_path: Path) -> None:
+    from mathneuro_edit.publish.lock import refused_lock_settings
+
+    lock = {"recipe": {"base": {"model": "/srv/models/x", "trust_remote_code": True, "offload_folder": "/tmp/o"},
+                       "data": {"math": {"path": "/etc/passwd"}, "general": "organism:general"}}}
+    got = refused_lock_settings(lock)
+    assert [g.split(":")[0] for g in got] == ["base.trust_remote_code", "base.model", "base.offload_folder",
+                                              "data.math.path"]
+    assert refused_lock_settings(lock, ["base.model=/m", "base.offload_folder=/o", "data.math=/d"],
+                                 trust_remote_code=True) == []
+
+
+def test_verify_does_not_read_a_local_base_named_by_the_lock(ws: Path, tmp_path: Path) -> None:
+    def local(r):
+        r["base"]["model"] = str(ws / "base")
+
+    run = _hostile_run(ws, tmp_path, local)
+    lock = yaml.safe_load((run / LOCK).read_text())
+    lock["base"]["model"] = str(ws / "base")
+    (run / LOCK).write_text(yaml.safe_dump(lock, sort_keys=False))
+    code, text = _cli("verify", run)
+    assert code == 2, text
+    assert "--base PATH" in _error_line(text)
+
+
+def test_an_edited_lock_that_kept_its_hash_is_exit_1_naming_the_field(ws: Path, tmp_path: Path) -> None:
+    def boost(r):
+        r["edit"]["scale"] = 5.0
+
+    run = _hostile_run(ws, tmp_path, boost, rehash=False)
+    for args in (["reproduce", run, "--base", ws / "base", "--out", tmp_path / "again", "-q", *_data_sets(ws)],
+                 ["verify", run, "--base", ws / "base"]):
+        code, text = _cli(*args)
+        assert code == 1, text
+        line = _error_line(text)
+        assert "field recipe:" in line and "recipe_sha256" in line and "internal error" not in line, line
+    assert not (tmp_path / "again").exists()
+    lock = yaml.safe_load((ws / "run" / LOCK).read_text())
+    lock["files"]["data.math.path"]["name"] = "other.txt"  # a field that must agree with the recipe
+    (run / LOCK).write_text(yaml.safe_dump(lock, sort_keys=False))
+    code, text = _cli("reproduce", run, "--base", ws / "base", "--out", tmp_path / "again", "-q", *_data_sets(ws))
+    assert code == 1 and "field files.data.math.path" in _error_line(text), text
+
+
+@pytest.mark.parametrize("field,value", [("recipe", ["a", "list"]), ("recipe", "text"), ("outputs", [1, 2]),
+                                         ("base", "x"), ("recipe_sha256", 5)])
+def test_a_malformed_lock_is_exit_2(ws: Path, tmp_path: Path, field: str, value) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(ws / "run", run)
+    lock = yaml.safe_load((run / LOCK).read_text())
+    lock[field] = value
+    for where in (run, run / "checkpoint", run / "adapter"):
+        (where / LOCK).write_text(yaml.safe_dump(lock, sort_keys=False))
+    for args in (["reproduce", run, "--base", ws / "base", "-q", *_data_sets(ws)], ["verify", run],
+                 ["push", run, "--dry-run"], ["card", run]):
+        code, text = _cli(*args)
+        assert code == 2, (args[0], text)
+        assert field in _error_line(text), text
+
+
+# ------------------------------------------------------------------------------------------- recipe limits
+
+_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" + "".join(
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("bcdefgh", "cdefghi"))
+
+
+@pytest.mark.parametrize("name,text,phrase", [
+    ("deep-flow", "base: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested more than 64 levels"),
+    ("deep-block", "base:\n" + "".join(" " * i + "- \n" for i in range(1, 1000)), "nested more than 64 levels"),
+    ("alias-bomb", _BOMB, "expands to more than"),
+    ("long-int", "base: {model: organism}\ndata: {samples: " + "7" * 5000 + "}\n", "an integer of 5000 digits"),
+    ("huge", "# " + "x" * 2_000_000 + "\n", "more than a recipe may hold"),
+])
+def test_hostile_yaml_is_refused_before_it_expands(tmp_path: Path, name: str, text: str, phrase: str) -> None:
+    import time
+
+    assert name != "alias-bomb" or len(_BOMB) < 400
+    recipe = tmp_path / f"{name}.yaml"
+    recipe.write_text(text)
+    start = time.monotonic()
+    code, out = _cli("plan", recipe)
+    assert code == 2, out
+    assert phrase in _error_line(out) and str(recipe) in _error_line(out), out
+    assert time.monotonic() - start < 5, "the limit was checked after expanding"
+
+
+@pytest.mark.parametrize("value,phrase", [("[" * 5000 + "]" * 5000, "nested more than"),
+                                          ("9" * 5000, "an integer of 5000 digits")])
+def test_hostile_override_values_are_one_line(value: str, phrase: str) -> None:
+    code, out = _cli("plan", "--set", f"data.samples={value}")
+    assert code == 2 and phrase in _error_line(out), out
+
+
+def test_a_hostile_lock_file_is_one_line(ws: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(ws / "run", run)
+    for text, phrase in ((_BOMB + "lock_version: 1\nrecipe: {}\n", "expands to more than"),
+                         ("lock_version: " + "1" * 5000 + "\nrecipe: {}\n", "an integer of 5000 digits"),
+                         ("lock_version: 1\nrecipe: " + "[" * 20000 + "]" * 20000 + "\n", "nested more than")):
+        (run / LOCK).write_text(text)
+        for cmd in (["reproduce", run, "-q"], ["verify", run]):
+            code, out = _cli(*cmd)
+            assert code == 2 and phrase in _error_line(out), out
