@@ -220,3 +220,141 @@ def test_a_hostile_lock_file_is_one_line(ws: Path, tmp_path: Path) -> None:
         for cmd in (["reproduce", run, "-q"], ["verify", run]):
             code, out = _cli(*cmd)
             assert code == 2 and phrase in _error_line(out), out
+
+
+# ------------------------------------------------------------------------------------------- outputs vs inputs
+
+
+@pytest.fixture()
+def mine(ws: Path, tmp_path: Path) -> Path:
+    """A private copy of the workspace's inputs (an attack that succeeds destroys only this copy)."""
+    root = tmp_path / "mine"
+    root.mkdir()
+    for name in ("base", "stats"):
+        shutil.copytree(ws / name, root / name)
+    for name in ("mask.safetensors", "math.txt", "general.txt", "eval.jsonl"):
+        shutil.copy(ws / name, root / name)
+    r = yaml.safe_load((ws / "recipe.yaml").read_text())
+    r["base"]["model"] = str(root / "base")
+    r["data"]["math"]["path"] = str(root / "math.txt")
+    r["data"]["general"][0]["path"] = str(root / "general.txt")
+    r["evaluation"]["math"]["path"] = str(root / "eval.jsonl")
+    r["evaluation"]["general"][0]["path"] = str(root / "general.txt")
+    (root / "recipe.yaml").write_text(yaml.safe_dump(r))
+    return root
+
+
+def _attacks(m: Path) -> dict[str, list]:
+    rec, base, stats, mask = m / "recipe.yaml", m / "base", m / "stats", m / "mask.safetensors"
+    (m / "to-stats.safetensors").symlink_to(stats / "math.stats.safetensors")
+    (m / "to-base").symlink_to(base)
+    (m / "hard-mask.json").hardlink_to(mask)
+    return {
+        "sweep --out BASE --overwrite": ["sweep", rec, "--out", base, "--overwrite", "--top-k", "0.1", "--scale", "1.1"],
+        "consistency --out BASE/.. spelling": ["consistency", rec, "--out", base / ".." / "base", "--overwrite",
+                                               "--sizes", "1", "--repeats", "1"],
+        "consistency --out a symlink to BASE": ["consistency", rec, "--out", m / "to-base", "--overwrite",
+                                                "--sizes", "1", "--repeats", "1"],
+        "eval --out BASE/config.json": ["eval", rec, "--out", base / "config.json"],
+        "eval --mask M --out M": ["eval", rec, "--mask", mask, "--out", mask],
+        "eval --out a hard link of M": ["eval", rec, "--mask", mask, "--out", m / "hard-mask.json"],
+        "mask --out STATS/math.stats": ["mask", rec, "--stats", stats, "--out", stats / "math.stats.safetensors"],
+        "mask --out a symlink to a stats file": ["mask", rec, "--stats", stats, "--out", m / "to-stats.safetensors"],
+        "mask --out the recipe": ["mask", rec, "--stats", stats, "--out", rec],
+        "mask --out a data file": ["mask", rec, "--stats", stats, "--out", m / "math.txt"],
+        "calibrate --out STATS/../base": ["calibrate", rec, "--out", stats / ".." / "base"],
+        "calibrate --out a folder holding the data": ["calibrate", rec, "--out", m],
+        "export --out the folder holding the mask": ["export", rec, "--mask", mask, "--out", m, "--overwrite"],
+        "run --out the folder holding the data": ["run", rec, "--out", m, "--overwrite"],
+        "inspect M --plot M": ["inspect", mask, "--plot", mask],
+    }
+
+
+def test_no_command_writes_onto_its_inputs(mine: Path) -> None:
+    attacks = _attacks(mine)
+    before = hash_tree(mine)
+    for name, args in attacks.items():
+        code, text = _cli(*args, *(["-q"] if args[0] not in ("inspect",) else []))
+        assert code == 2, (name, text)
+        line = _error_line(text)
+        assert "overlaps the" in line or "hard link" in line, (name, line)
+        assert hash_tree(mine) == before, f"{name} changed an input"
+
+
+@pytest.mark.parametrize("how", ["fifo", "symlink to /dev/null"])
+def test_out_must_be_a_regular_file_or_folder_path(mine: Path, tmp_path: Path, how: str) -> None:
+    import os
+
+    target = tmp_path / "special"
+    if how == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/null")
+    rec = mine / "recipe.yaml"
+    for args in (["mask", rec, "--stats", mine / "stats", "--out", target, "-q"],
+                 ["eval", rec, "--out", target, "-q"],
+                 ["inspect", mine / "mask.safetensors", "--plot", target]):
+        code, text = _cli(*args)
+        assert code == 2 and "not a regular file or folder" in _error_line(text), (args[0], text)
+    assert os.path.islink(target) or not target.is_file()
+
+
+def test_recalibrating_with_fewer_sets_leaves_no_stale_statistics(mine: Path, tmp_path: Path) -> None:
+    out = tmp_path / "stats"
+    two = ["--set", f"data.general=[{mine / 'general.txt'}, {mine / 'math.txt'}]"]
+    code, text = _cli("calibrate", mine / "recipe.yaml", "--out", out, "-q", *two)
+    assert code == 0, text
+    assert sorted(p.name for p in out.iterdir()) == ["general-0.stats.safetensors", "general-1.stats.safetensors",
+                                                     "math.stats.safetensors"]
+    code, text = _cli("calibrate", mine / "recipe.yaml", "--out", out, "-q")
+    assert code == 0, text
+    assert sorted(p.name for p in out.iterdir()) == ["general-0.stats.safetensors", "math.stats.safetensors"]
+    (out / "notes.txt").write_text("mine")  # a folder that is not only statistics is never replaced
+    code, text = _cli("calibrate", mine / "recipe.yaml", "--out", out, "-q")
+    assert code == 2 and "holds other files than statistics (notes.txt)" in _error_line(text), text
+    assert (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+_HELD = """
+import os, sys, time
+from pathlib import Path
+import mathneuro_edit.runs.pipeline as p
+real = p.calibrate_recipe
+def held(*a, **k):  # hold --out until the test says go (the other run has finished)
+    deadline = time.time() + 120
+    while not Path(os.environ["GO_FILE"]).exists() and time.time() < deadline:
+        time.sleep(0.05)
+    return real(*a, **k)
+p.calibrate_recipe = held
+from mathneuro_edit.cli.main import main
+main(sys.argv[1:])
+"""
+
+
+def test_two_calibrates_into_one_out_never_both_succeed(mine: Path, tmp_path: Path) -> None:
+    """Two real processes (a forked child of a process that already ran torch's thread pool can hang): the first
+    holds --out while it calibrates; the second, started then, must fail naming it; then the first completes."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1",
+           "GO_FILE": str(go)}
+    out = tmp_path / "s"
+    args = ["calibrate", str(mine / "recipe.yaml"), "--out", str(out), "-q"]
+    first = subprocess.Popen([sys.executable, "-c", _HELD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    deadline = time.time() + 120
+    while not (tmp_path / ".s.lock").exists() and time.time() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    assert (tmp_path / ".s.lock").exists(), first.communicate()
+    second = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", *args], capture_output=True, text=True,
+                            env=env, timeout=300)
+    go.write_text("go")
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert second.returncode == 2 and "is writing it" in _error_line(second.stderr), second.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["general-0.stats.safetensors", "math.stats.safetensors"]

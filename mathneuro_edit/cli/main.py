@@ -70,13 +70,16 @@ def _recipe(path: str | None, sets: tuple[str, ...]):
     return load_recipe(path, sets) if path else quickstart_recipe(sets)
 
 
-def _refuse_base(recipe: Any, out: str) -> None:
-    """Refuse an --out inside the recipe's local base folder (or onto one of its files)."""
-    from ..util.outdir import refuse_overlap
+def _check_out(out: str, recipe: Any, recipe_path: str | None, kind: str, **more: str | None) -> list:
+    """The one output-claiming rule (:func:`~mathneuro_edit.util.outdir.check_output`): ``--out`` may not be,
+    contain or lie inside any input (the recipe's base and data files, the recipe file, and ``more``: statistics,
+    mask, ...), and must be a regular file or folder path. Returns the inputs (for the writer's own check)."""
+    from ..util.outdir import check_output
 
-    local = recipe.base.local_dir()
-    if local is not None:
-        refuse_overlap(out, [local], label="--out")
+    inputs = [*recipe.local_inputs(), *([("recipe", recipe_path)] if recipe_path else []),
+              *[(what.replace("_", " "), p) for what, p in more.items() if p]]
+    check_output(out, inputs, kind=kind)
+    return inputs
 
 
 def _echo(quiet: bool, verbose: bool = False):
@@ -140,6 +143,7 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, workers: i
         return
     from ..runs.pipeline import run_recipe
 
+    _check_out(out, r, recipe, "dir")
     echo = _echo(quiet, verbose)
     result = run_recipe(r, out, overwrite=overwrite, progress=_bars(quiet), echo=echo, workers=workers)
     click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} weights")
@@ -156,21 +160,41 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
     Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli.main calibrate RECIPE --out DIR`.
     """
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from contextlib import nullcontext
+
     from ..runs.pipeline import calibrate_recipe, load_stage
     from ..util.console import Stages
+    from ..util.outdir import atomic_dir
 
     r = _recipe(recipe, sets)
-    _refuse_base(r, out)
-    stages = Stages(2 + len(r.data.general), echo if os.environ.get("RANK", "0") == "0" else (lambda s: None))
-    model, tok = load_stage(r, stages)
-    math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=_bars(quiet), stages=stages)
-    if math_stats is None:
-        return  # a data-parallel rank other than 0: rank 0 writes the files
+    inputs = _check_out(out, r, recipe, "dir")
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    click.echo(math_stats.save(folder / MATH_STATS_NAME))
-    for i, g in enumerate(generals):
-        click.echo(g.save(folder / general_stats_name(i)))
+    _only_statistics(folder)
+    rank0 = os.environ.get("RANK", "0") == "0"
+    # rank 0 claims --out before the forward passes (a second run into it fails now, not after) and writes the
+    # folder as a whole: a re-calibration with fewer general sets leaves no stale general-N behind
+    with (atomic_dir(folder, overwrite=True, inputs=inputs) if rank0 else nullcontext()) as tmp:
+        stages = Stages(2 + len(r.data.general), echo if rank0 else (lambda s: None))
+        model, tok = load_stage(r, stages)
+        math_stats, generals, _ = calibrate_recipe(r, model, tok, progress=_bars(quiet), stages=stages)
+        if math_stats is None or tmp is None:
+            return  # a data-parallel rank other than 0: rank 0 writes the files
+        names = [MATH_STATS_NAME, *[general_stats_name(i) for i in range(len(generals))]]
+        for name, stats in zip(names, [math_stats, *generals]):
+            stats.save(tmp / name)
+    for name in names:
+        click.echo(folder / name)
+
+
+def _only_statistics(folder: Path) -> None:
+    """Refuse to replace an existing ``calibrate --out`` folder that holds anything but statistics files."""
+    if not folder.is_dir():
+        return
+    other = sorted(p.name for p in folder.iterdir() if not p.name.endswith(".stats.safetensors"))
+    if other:
+        raise InputError(f"--out: {folder} holds other files than statistics ({', '.join(other[:3])}"
+                         f"{', ...' if len(other) > 3 else ''}), which replacing it would delete; choose a new or "
+                         "empty folder")
 
 
 @main.command()
@@ -189,18 +213,21 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
     from ..util.console import Stages
     from ..weights.loading import model_weights
 
+    from ..util.outdir import claim
+
     r = _recipe(recipe, sets)
-    _refuse_base(r, out)
+    _check_out(out, r, recipe, "file", statistics=stats_dir)
     folder = Path(stats_dir)
     generals = [ActivationStats.load(p) for p in general_stats_files(folder)]
     math_stats = ActivationStats.load(folder / MATH_STATS_NAME)
-    stages = Stages(2, echo)
-    model, _ = load_stage(r, stages)
-    m = r.mask
-    stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
-    result = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
-                              granularity=m.granularity, seed=m.seed, progress=_bars(quiet))
-    result.save(out)
+    with claim(out):  # one run per --out: a second one fails naming this one
+        stages = Stages(2, echo)
+        model, _ = load_stage(r, stages)
+        m = r.mask
+        stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
+        result = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
+                                  granularity=m.granularity, seed=m.seed, progress=_bars(quiet))
+        result.save(out)
     s, t = result.total()
     click.echo(f"{out}  {s:,}/{t:,} weights ({100 * s / t:.3f}%)  sha256 {result.sha256}")
 
@@ -226,6 +253,7 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, gguf_typ
     r = _recipe(recipe, (*sets, f"outputs.gguf={gguf_type}") if gguf_type else sets)  # validated by the recipe
     if adapter and gguf_type:
         raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
+    _check_out(out, r, recipe, "dir", mask=mask_path)
     folder = export_recipe(r, mask_path, out, adapter=adapter, overwrite=overwrite, progress=_bars(quiet),
                            workers=workers)
     click.echo(folder)
@@ -248,17 +276,25 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
     from ..runs.pipeline import describe_tasks, eval_tasks, load_stage
     from ..util.console import Stages
 
+    from contextlib import nullcontext
+
+    from ..util.outdir import claim
+
     r = _recipe(recipe, sets)
     tasks = eval_tasks(r)
     if not tasks:
         raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
-    stages = Stages(2, echo)
-    model, tok = load_stage(r, stages)
-    edit = ReversibleEdit(model, Mask.load(mask_path), r.edit.effective_scale) if mask_path else None
-    stages.start(f"evaluate {'base and edited' if edit else 'the base'}: {describe_tasks(tasks)}")
-    results = evaluate(model, tok, tasks, edit=edit, progress=_bars(quiet))
     if out:
-        results.save_json(out)
+        target = Path(out) / "eval.json" if Path(out).is_dir() else Path(out)  # a folder: eval.json in it
+        _check_out(str(target), r, recipe, "file", mask=mask_path)
+    with claim(target) if out else nullcontext():  # one run per --out
+        stages = Stages(2, echo)
+        model, tok = load_stage(r, stages)
+        edit = ReversibleEdit(model, Mask.load(mask_path), r.edit.effective_scale) if mask_path else None
+        stages.start(f"evaluate {'base and edited' if edit else 'the base'}: {describe_tasks(tasks)}")
+        results = evaluate(model, tok, tasks, edit=edit, progress=_bars(quiet))
+        if out:
+            results.save_json(target)
     click.echo(results.to_markdown())
 
 
@@ -274,6 +310,10 @@ def inspect(path: str, plot: str | None) -> None:
         stats_table,
     )
 
+    from ..util.outdir import check_output
+
+    if plot:
+        check_output(plot, [("inspected file", path)], kind="file", label="--plot")
     kind, obj = load_artifact(path)
     if plot and kind != "mask":  # before the table: an error is the only output of a failed command
         raise InputError(f"{path}: --plot needs a mask file, this is a statistics file; drop --plot or pass a mask")
@@ -309,7 +349,9 @@ def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: flo
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.sweep import run_sweep
 
-    result = run_sweep(_recipe(recipe, sets), out, top_ks=_floats("--top-k", top_ks),
+    r = _recipe(recipe, sets)
+    _check_out(out, r, recipe, "dir")
+    result = run_sweep(r, out, top_ks=_floats("--top-k", top_ks),
                        scales=_floats("--scale", scales), kl_budget=kl_budget, overwrite=overwrite,
                        progress=_bars(quiet), echo=echo)
     click.echo(result.to_text())
@@ -333,7 +375,9 @@ def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrit
     from ..runs.consistency import run_consistency
 
     sizes_ = [int(v) for v in _floats("--sizes", sizes)]
-    rows = run_consistency(_recipe(recipe, sets), out, sizes=sizes_, repeats=repeats, overwrite=overwrite,
+    r = _recipe(recipe, sets)
+    _check_out(out, r, recipe, "dir")
+    rows = run_consistency(r, out, sizes=sizes_, repeats=repeats, overwrite=overwrite,
                            progress=_bars(quiet), echo=echo)
     click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
     for r in rows:

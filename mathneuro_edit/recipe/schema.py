@@ -344,6 +344,33 @@ class Recipe(_Model):
             d["evaluation"]["lm_eval"]["include_path"] = f"{LOCAL}/{Path(lm.include_path).name}"  # the lock hashes it
         return d
 
+    def local_inputs(self) -> list[tuple[str, Path]]:
+        """``(what, path)`` of every local file or folder the recipe reads: the base (folder or ``.gguf`` file),
+        each local data file (calibration and evaluation) and the lm-eval task folder. No output may be written
+        onto one of them (:func:`mathneuro_edit.util.outdir.check_output`).
+
+        Example:
+            >>> from mathneuro_edit.recipe.io import quickstart_recipe
+            >>> [what for what, _ in quickstart_recipe().local_inputs()]
+            ['base folder']
+        """
+        found: list[tuple[str, Path]] = []
+        if self.base.model == ORGANISM or is_local_path(self.base.model):
+            local = self.base.local_dir()
+            if local is not None:
+                found.append(("base file" if self.base.model.lower().endswith(".gguf") else "base folder", local))
+        for name in ("data", "evaluation"):
+            section = getattr(self, name)
+            if section is not None:
+                for key, src in [(f"{name}.math", section.math),
+                                 *[(f"{name}.general.{i}", g) for i, g in enumerate(section.general)]]:
+                    if src.kind == "local":
+                        found.append((f"data file ({key})", Path(src.path).expanduser()))
+        lm = self.evaluation.lm_eval if self.evaluation is not None else None
+        if lm is not None and lm.include_path is not None:
+            found.append(("lm-eval task folder", Path(lm.include_path).expanduser()))
+        return found
+
     def to_yaml(self) -> str:
         """The resolved recipe as YAML (every default explicit, keys in documentation order)."""
         return yaml.safe_dump(self.resolved_dict(), sort_keys=False, allow_unicode=True)
