@@ -358,3 +358,109 @@ def test_two_calibrates_into_one_out_never_both_succeed(mine: Path, tmp_path: Pa
     assert first.returncode == 0, err
     assert second.returncode == 2 and "is writing it" in _error_line(second.stderr), second.stderr
     assert sorted(p.name for p in out.iterdir()) == ["general-0.stats.safetensors", "math.stats.safetensors"]
+
+
+# ------------------------------------------------------------------------------------------- what is read is checked
+
+
+def test_a_gguf_missing_tensors_its_architecture_needs_is_exit_2(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("gguf")
+    import gguf
+
+    from ._gguf_tiny import tiny_llama, write_gguf
+
+    real = gguf.GGUFWriter.add_block_count
+    monkeypatch.setattr(gguf.GGUFWriter, "add_block_count", lambda self, n: real(self, n + 1))  # promises 3 blocks
+    path = tmp_path / "short.gguf"
+    write_gguf(tiny_llama(), path)
+    monkeypatch.setenv("MATHNEURO_EDIT_CACHE", str(tmp_path / "cache"))
+    code, text = _cli("dequantize", path)
+    assert code == 2, text
+    line = _error_line(text)
+    assert "model.layers.2." in line and "lacks" in line and "newly initialized" not in text, line
+    assert not list((tmp_path / "cache").rglob("config.json"))  # nothing cached from it
+
+
+def _rewrite_header(f: Path, edit) -> None:
+    raw = f.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    edit(header)
+    body = json.dumps(header).encode()
+    body += b" " * (-len(body) % 8)
+    f.write_bytes(len(body).to_bytes(8, "little") + body + raw[8 + n:])
+
+
+def _tensors(header: dict) -> list[str]:
+    return sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+
+
+def _sharded(ws: Path, tmp_path: Path, name: str) -> Path:
+    from ._models import save_tiny
+
+    base = tmp_path / name
+    save_tiny(base, "llama", sharded=True)
+    return base
+
+
+@pytest.mark.parametrize("how", ["../outside", "/absolute", "./spelled-twice", "not-a-weight-file"])
+def test_a_shard_index_names_only_files_inside_the_folder(ws: Path, tmp_path: Path, how: str) -> None:
+    base = _sharded(ws, tmp_path, f"idx-{how.strip('./')}")
+    index = base / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    first = sorted(set(data["weight_map"].values()))[0]
+    outside = tmp_path / "outside.safetensors"
+    shutil.copy(base / first, outside)
+    target = {"../outside": f"../{outside.name}", "/absolute": str(outside), "./spelled-twice": f"./{first}",
+              "not-a-weight-file": "config.json"}[how]
+    name = next(k for k, v in data["weight_map"].items() if v == first)
+    data["weight_map"][name] = target
+    index.write_text(json.dumps(data))
+    for cmd in ("calibrate", "export"):
+        recipe = tmp_path / f"r-{cmd}.yaml"
+        r = yaml.safe_load((ws / "recipe.yaml").read_text())
+        r["base"]["model"] = str(base)
+        recipe.write_text(yaml.safe_dump(r))
+        args = (["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"] if cmd == "export"
+                else ["calibrate", recipe, "--out", tmp_path / "o"])
+        code, text = _cli(*args, "-q")
+        assert code == 2, (cmd, text)
+        line = _error_line(text)
+        assert "model.safetensors.index.json" in line and "inside the model folder" in line, line
+        assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("how", ["overlap", "unknown-dtype", "shape-vs-config", "no-model-type"])
+def test_every_shard_header_is_checked_before_export(ws: Path, tmp_path: Path, how: str) -> None:
+    base = tmp_path / f"base-{how}"
+    shutil.copytree(ws / "base", base)
+    f = base / "model.safetensors"
+    if how == "overlap":  # two tensors of one size share bytes: the second's offsets are the first's
+        def edit(h):
+            names = _tensors(h)
+            a, b = next((a, b) for a in names for b in names if a < b and h[a]["shape"] == h[b]["shape"]
+                        and len(h[a]["shape"]) == 2)
+            h[b]["data_offsets"] = list(h[a]["data_offsets"])
+        _rewrite_header(f, edit)
+    elif how == "unknown-dtype":
+        _rewrite_header(f, lambda h: h[_tensors(h)[0]].update(dtype="Q9_WEIRD"))
+    else:
+        cfg = json.loads((base / "config.json").read_text())
+        if how == "shape-vs-config":
+            cfg["intermediate_size"] *= 2
+        else:
+            cfg.pop("model_type")
+        (base / "config.json").write_text(json.dumps(cfg))
+    r = yaml.safe_load((ws / "recipe.yaml").read_text())
+    r["base"]["model"] = str(base)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(r))
+    phrase = {"overlap": "overlap", "unknown-dtype": "unknown dtype 'Q9_WEIRD'", "shape-vs-config": "config.json "
+              "describes", "no-model-type": "model_type"}[how]
+    for args in (["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"],
+                 ["calibrate", recipe, "--out", tmp_path / "o"]):
+        code, text = _cli(*args, "-q")
+        assert code == 2, (args[0], text)
+        assert phrase in _error_line(text), text
+        assert not (tmp_path / "o").exists()

@@ -160,12 +160,19 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
     folder, name = str(path.parent), path.name
     try:
         # why float32: GGUF blocks dequantize to float32 values (scale * q + min); a narrower dtype would round them
-        quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        quantized, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                               output_loading_info=True)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     except Exception as e:  # noqa: BLE001 - any parse failure of a foreign file is bad input: one line
         text = " ".join(str(e).split())[:300] or type(e).__name__
         raise InputError(f"base.model {name!r}: transformers cannot read this GGUF file ({text}); check that its "
                          "architecture is one transformers' GGUF support lists") from None
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # transformers would initialise them randomly ("newly initialized"): never acceptable
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise InputError(f"base.model {name!r}: the GGUF file lacks {len(missing)} tensor(s) its architecture needs "
+                         f"({', '.join(missing[:3])}{more}; e.g. its header promises more blocks than it holds); "
+                         "re-download or re-convert it")
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # a plain model: saveable, and loaded without the gguf package
