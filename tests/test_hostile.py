@@ -464,3 +464,72 @@ def test_every_shard_header_is_checked_before_export(ws: Path, tmp_path: Path, h
         assert code == 2, (args[0], text)
         assert phrase in _error_line(text), text
         assert not (tmp_path / "o").exists()
+
+
+def test_a_scale_is_checked_in_the_dtype_it_is_applied_in(ws: Path, tmp_path: Path) -> None:
+    import torch
+
+    from mathneuro_edit.engine.apply import check_scale, edited_values
+    from mathneuro_edit.errors import InputError
+
+    code, text = _cli("export", ws / "recipe.yaml", "--mask", ws / "mask.safetensors", "--out", tmp_path / "o",
+                      "--set", "edit.scale=1e39", "-q")  # finite in float64, inf in float32
+    assert code == 2 and "inf in float32" in _error_line(text), text
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(InputError, match="inf in float32"):
+        check_scale(1e39)  # the Python API: the same check
+    with pytest.raises(InputError, match="overflow in float16"):
+        edited_values(torch.tensor([2.0, 300.0], dtype=torch.float16), 1000.0)  # 3e5 > 65504: inf in float16
+    with pytest.raises(InputError, match="overflow in float32"):
+        edited_values(torch.tensor([10.0]), 1e38)
+    assert edited_values(torch.tensor([2.0], dtype=torch.float16), 1000.0).item() == 2000.0
+
+
+def _edit_meta(src: Path, dst: Path, edit) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(src), framework="pt") as f:
+        meta = dict(f.metadata())
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    header = json.loads(meta["mathneuro_edit"])
+    meta["mathneuro_edit"] = json.dumps(edit(header))
+    save_file(tensors, str(dst), metadata=meta)
+
+
+@pytest.mark.parametrize("edit", ["header-list", "no-shapes", "shapes-text", "targets-list", "meta-list",
+                                  "shape-of-strings"])
+def test_malformed_mask_and_statistics_headers_are_exit_2(ws: Path, tmp_path: Path, edit: str) -> None:
+    def change(h):
+        if edit == "header-list":
+            return [1, 2]
+        if edit == "no-shapes":
+            h.pop("shapes", None), h.pop("targets", None)
+        elif edit == "shapes-text":
+            h["shapes"], h["targets"] = "x", "x"
+        elif edit == "targets-list":
+            h["shapes"], h["targets"] = [1], [1]
+        elif edit == "meta-list":
+            h["meta"] = [1]
+        else:
+            for table in ("shapes", "targets"):
+                for k in list(h.get(table, {}))[:1]:
+                    if table == "shapes":
+                        h[table][k] = ["a", "b"]
+                    else:
+                        h[table][k]["shape"] = None
+        return h
+
+    stats = tmp_path / "stats"
+    shutil.copytree(ws / "stats", stats)
+    _edit_meta(ws / "stats" / "math.stats.safetensors", stats / "math.stats.safetensors", change)
+    mask = tmp_path / "m.safetensors"
+    _edit_meta(ws / "mask.safetensors", mask, change)
+    for args in (["inspect", mask], ["inspect", stats / "math.stats.safetensors"],
+                 ["mask", ws / "recipe.yaml", "--stats", stats, "--out", tmp_path / "o.safetensors", "-q"],
+                 ["export", ws / "recipe.yaml", "--mask", mask, "--out", tmp_path / "o", "-q"],
+                 ["eval", ws / "recipe.yaml", "--mask", mask, "-q"]):
+        code, text = _cli(*args)
+        assert code == 2, (args[0], text)
+        assert "internal error" not in text and ("malformed" in _error_line(text) or "unreadable" in _error_line(text)
+                                                 or "corrupt" in _error_line(text)), (args[0], text)

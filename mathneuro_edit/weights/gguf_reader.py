@@ -33,7 +33,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..util.hashing import sha256_file
-from .gguf_writer import GGUF_TYPES, gguf_file_type
+from . import gguf_writer
+from .gguf_writer import GGUF_TYPES
 
 __all__ = ["is_gguf", "cache_root", "gguf_source", "dequantize_gguf", "base_folder", "gguf_lock_entry"]
 
@@ -249,7 +250,7 @@ def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str |
     pre = str(field.contents()) if field is not None else None
     if requested != "base":
         return requested, pre
-    own = gguf_file_type(path)
+    own = gguf_writer.gguf_file_type(path)  # looked up at call time (tests replace it)
     if own not in GGUF_TYPES:
         raise InputError(f"outputs.gguf: base: the base {path.name} is {own}, which the gguf package cannot write; "
                          f"choose one of {', '.join(GGUF_TYPES)}")
