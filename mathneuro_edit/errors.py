@@ -41,11 +41,13 @@ class NoSpaceError(InputError):
 
     Attributes:
         os_error: the original error (an outer writer re-words the message with its own output's name).
+        needed: bytes the failed write needed, when known (an outer writer adds what it wrote before).
     """
 
-    def __init__(self, message: str, os_error: OSError) -> None:
+    def __init__(self, message: str, os_error: OSError, needed: int | None = None) -> None:
         super().__init__(message)
         self.os_error = os_error
+        self.needed = needed
 
 
 

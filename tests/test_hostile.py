@@ -533,3 +533,63 @@ def test_malformed_mask_and_statistics_headers_are_exit_2(ws: Path, tmp_path: Pa
         assert code == 2, (args[0], text)
         assert "internal error" not in text and ("malformed" in _error_line(text) or "unreadable" in _error_line(text)
                                                  or "corrupt" in _error_line(text)), (args[0], text)
+
+
+# ------------------------------------------------------------------------------------------- disk full
+
+
+def _small_disk(monkeypatch: pytest.MonkeyPatch, root: Path, capacity: int) -> None:
+    """A disk of ``capacity`` bytes holding only what is written under ``root``."""
+    import os
+
+    from ._faults import Usage
+
+    def usage(p):
+        used = sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(root) for f in fs)
+        return Usage(capacity, used, max(capacity - used, 0))
+
+    monkeypatch.setattr("mathneuro_edit.util.outdir.shutil.disk_usage", usage)
+
+
+def test_disk_full_names_the_size_the_write_needed(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The partial file is not counted against the free space, and a folder's message counts the file that
+    failed: `calibrate` into a 5 MB disk that needs 6 MB says free 1 MB (not 4: what the partial file took)."""
+    import errno
+
+    import torch
+
+    from mathneuro_edit.engine.stats import ActivationStats
+
+    import mathneuro_edit.engine.stats as stats_mod
+
+    real_load = ActivationStats.load
+    disk = tmp_path / "disk"
+    disk.mkdir()
+
+    def half_then_full(tensors, filename, metadata=None):
+        need = sum(t.numel() * t.element_size() for t in tensors.values())
+        Path(filename).write_bytes(bytes(need // 2))  # the disk fills halfway through the file
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    stats = real_load(ws / "stats" / "math.stats.safetensors")
+    big = 6 * 10**6 // 8
+    stats.norm_sum["pad"], stats.sq_sum["pad"] = torch.zeros(1, big), torch.zeros(1, big)
+    stats.token_count["pad"] = torch.zeros(1, dtype=torch.int64)
+    needed = sum(t.numel() * t.element_size() for d in (stats.norm_sum, stats.sq_sum, stats.token_count)
+                 for t in d.values())
+    monkeypatch.setattr(stats_mod, "save_file", half_then_full)
+    _small_disk(monkeypatch, disk, 5 * 10**6)
+    from mathneuro_edit.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        stats.save(disk / "math.stats.safetensors")
+    mb = -(-(needed - 5 * 10**6) // 10**6)
+    assert str(err.value) == (f"no space left on device writing {disk / 'math.stats.safetensors'}; free {mb} MB or "
+                              "choose another --out")
+    assert list(disk.iterdir()) == []
+    from mathneuro_edit.util.outdir import atomic_dir
+
+    with pytest.raises(InputError) as err:  # inside an output folder: the folder, and the file's bytes
+        with atomic_dir(disk / "out", overwrite=False) as tmp:
+            stats.save(tmp / "math.stats.safetensors")
+    assert str(err.value) == f"no space left on device writing {disk / 'out'}; free {mb} MB or choose another --out"

@@ -39,7 +39,8 @@ def write_safetensors_with_meta(path: str | Path, tensors: dict[str, torch.Tenso
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         needed = sum(t.numel() * t.element_size() for t in tensors.values())
-        with disk_errors(path, needed):  # a full or read-only disk: one line naming the file
+        # a full or read-only disk: one line naming the file and the bytes it needed (the partial file removed first)
+        with disk_errors(path, needed, cleanup=lambda: tmp.unlink(missing_ok=True)):
             save_file(tensors, str(tmp), metadata={"format": fmt, "mathneuro_edit": json.dumps(header)})
             tmp.replace(path)
     finally:

@@ -70,7 +70,7 @@ def as_space_error(exc: BaseException, out: str | Path, needed: int | None) -> N
     if not isinstance(os_error, OSError):
         return None
     text = space_message(os_error, out, needed)
-    return None if text is None else NoSpaceError(text, os_error)
+    return None if text is None else NoSpaceError(text, os_error, needed)
 
 
 def _record() -> dict[str, Any]:
@@ -242,18 +242,22 @@ def space_message(exc: OSError, out: str | Path, needed: int | None = None) -> s
 
 
 @contextmanager
-def disk_errors(out: str | Path, needed: int | None = None, measure: Path | None = None) -> Iterator[None]:
+def disk_errors(out: str | Path, needed: int | None = None, measure: Path | None = None,
+                cleanup: Any = None) -> Iterator[None]:
     """Turn ENOSPC / EDQUOT / EROFS raised in the block into one :class:`InputError` naming ``out``.
 
     Args:
         out: the output named in the message.
         needed: bytes the output needs, when known.
         measure: a folder whose size counts as needed when ``needed`` is unknown (the temporary folder).
+        cleanup: called on an error before the free space is measured (removes the partial file).
     """
     try:
         yield
     except Exception as e:
         need = needed if needed is not None else (_tree_size(measure) if measure is not None else None)
+        if cleanup is not None:  # a partial file is not space the output lacks: removed before free is measured
+            cleanup()
         err = as_space_error(e, out, need)
         if err is None:
             raise
@@ -423,7 +427,8 @@ def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] 
             else:
                 tmp.rename(out)
         except BaseException as e:
-            need = needed if needed is not None else _tree_size(tmp)
+            # unknown size: what this run wrote before the failure, plus what the failed file needed
+            need = needed if needed is not None else _tree_size(tmp) + (getattr(e, "needed", None) or 0)
             shutil.rmtree(tmp, ignore_errors=True)  # first: the free space then counts what this run had written
             err = as_space_error(e, out, need)
             if err is not None:
