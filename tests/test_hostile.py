@@ -593,3 +593,31 @@ def test_disk_full_names_the_size_the_write_needed(ws: Path, tmp_path: Path, mon
         with atomic_dir(disk / "out", overwrite=False) as tmp:
             stats.save(tmp / "math.stats.safetensors")
     assert str(err.value) == f"no space left on device writing {disk / 'out'}; free {mb} MB or choose another --out"
+
+
+# ------------------------------------------------------------------------------------------- text from file names
+
+
+def test_a_data_file_name_cannot_inject_text_into_the_card_or_its_command(mine: Path, tmp_path: Path) -> None:
+    evil_name = "m;touch PWNED\n## Injected heading `x` | y.txt"
+    evil = mine / evil_name
+    shutil.copy(mine / "math.txt", evil)
+    r = yaml.safe_load((mine / "recipe.yaml").read_text())
+    r["data"]["math"]["path"] = str(evil)
+    r["outputs"]["adapter"], r["evaluation"] = False, None
+    (tmp_path / "evil.yaml").write_text(yaml.safe_dump(r))
+    code, text = _cli("run", tmp_path / "evil.yaml", "--out", tmp_path / "o", "-q")
+    assert code == 0, text
+    card = (tmp_path / "o" / "checkpoint" / "README.md").read_text()
+    assert "\n## Injected heading" not in card  # no line of the card starts with the file name's text
+    (command,) = [ln for ln in card.splitlines() if ln.startswith("mathneuro-edit reproduce")]
+    # the printed command, run by bash as a user would paste it (its program replaced by printf): one argument,
+    # exactly the name, and `;` runs nothing
+    import subprocess
+
+    shown = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.removeprefix("mathneuro-edit reproduce ")],
+                           capture_output=True, text=True, cwd=tmp_path, env={"BASE_MODEL_DIR": "b"})
+    assert f"data.math.path={evil_name}" in shown.stdout.split("\0"), shown
+    assert not (tmp_path / "PWNED").exists()
+    (row,) = [ln for ln in card.splitlines() if ln.startswith("| `data.math.path`")]
+    assert row.count(" | ") == 2 and "\\n" in row, row  # three cells; the newline shown escaped
