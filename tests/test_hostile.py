@@ -129,7 +129,7 @@ def test_every_refused_setting_is_named_at_once(ws: Path, tmp_path: Path) -> Non
                                  trust_remote_code=True) == []
 
 
-def test_verify_does_not_read_a_local_base_named_by_the_lock(ws: Path, tmp_path: Path) -> None:
+def test_verify_and_card_do_not_read_a_local_base_named_by_the_lock(ws: Path, tmp_path: Path) -> None:
     def local(r):
         r["base"]["model"] = str(ws / "base")
 
@@ -137,9 +137,10 @@ def test_verify_does_not_read_a_local_base_named_by_the_lock(ws: Path, tmp_path:
     lock = yaml.safe_load((run / LOCK).read_text())
     lock["base"]["model"] = str(ws / "base")
     (run / LOCK).write_text(yaml.safe_dump(lock, sort_keys=False))
-    code, text = _cli("verify", run)
-    assert code == 2, text
-    assert "--base PATH" in _error_line(text)
+    for cmd in ("verify", "card"):
+        code, text = _cli(cmd, run)
+        assert code == 2, (cmd, text)
+        assert "--base PATH" in _error_line(text), (cmd, text)
 
 
 def test_an_edited_lock_that_kept_its_hash_is_exit_1_naming_the_field(ws: Path, tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
         summarize_edit,
         write_card,
     )
-    from ..publish.lock import check_base_weights, check_private, read_lock, write_lock
+    from ..publish.lock import check_base_weights, check_private, lock_base, read_lock, validate_lock, write_lock
     from ..recipe.io import recipe_from_dict
     from ..util.paths import LOCAL
     from ..weights.base import base_reference, resolve_base
@@ -54,6 +54,8 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
                          f"{folder}: no mask.safetensors and {LOCK_NAME} here; pass the run folder written by "
                          "`mathneuro-edit run` (it holds checkpoint/ or adapter/, the mask and the lock)")
     lock = read_lock(folder)
+    validate_lock(lock, str(folder / LOCK_NAME))  # every field against the recipe hash
+    lock_base(lock, base)  # a lock never names a local base folder to read: --base does
     overrides = tuple(sets) + ((f"base.model={base}",) if base else ())
     # the card needs no data file (the lock records them), so redacted paths stay redacted unless given
     recipe = recipe_from_dict(dict(lock["recipe"]), overrides, where=f"{folder / LOCK_NAME}: recipe")
