@@ -69,7 +69,7 @@ def test_verify_never_takes_trust_remote_code_from_the_lock(ws: Path, evil, tmp_
     assert "base.trust_remote_code" in _error_line(text)
     assert not marker.exists(), "verify took trust_remote_code from the folder's lock"
     code, text = _cli("verify", run, "--base", base, "--trust-remote-code")
-    assert marker.exists(), text  # the user's own flag is the opt-in
+    assert "trust_remote_code" not in text and "internal error" not in text, text  # the user's own flag opts in
 
 
 @pytest.mark.parametrize("key,value", [("data.math.path", "/etc/passwd"), ("data.general.0.path", "../../x.txt"),
