@@ -319,7 +319,10 @@ def inspect(path: str, plot: str | None) -> None:
         raise InputError(f"{path}: --plot needs a mask file, this is a statistics file; drop --plot or pass a mask")
     click.echo(mask_table(obj) if kind == "mask" else stats_table(obj))
     if plot:
-        click.echo(plot_layer_distribution(obj, plot))
+        from ..util.outdir import claim
+
+        with claim(plot):  # one writer per --plot; the PNG itself is written atomically
+            click.echo(plot_layer_distribution(obj, plot))
 
 
 def _floats(option: str, text: str) -> list[float]:

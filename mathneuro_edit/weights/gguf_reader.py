@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..util.hashing import sha256_file
+from ..util.outdir import check_output
 from . import gguf_writer
 from .gguf_writer import GGUF_TYPES
 
@@ -132,6 +133,7 @@ def dequantize_gguf(gguf: str | Path, *, cache_dir: str | Path | None = None) ->
     dest = root / "gguf" / sha
     if (dest / "config.json").is_file():
         return dest
+    check_output(dest, [("GGUF file", path)], label="the dequantized folder")  # never onto its own input
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}.tmp-", dir=dest.parent))
     try:
