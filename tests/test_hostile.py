@@ -622,3 +622,9 @@ def test_a_data_file_name_cannot_inject_text_into_the_card_or_its_command(mine: 
     assert not (tmp_path / "PWNED").exists()
     (row,) = [ln for ln in card.splitlines() if ln.startswith("| `data.math.path`")]
     assert row.count(" | ") == 2 and "\\n" in row, row  # three cells; the newline shown escaped
+
+
+@pytest.mark.parametrize("name", ["../../x.gguf", "/abs/x.gguf", "sub/../../x.gguf", "~/x.gguf"])
+def test_a_gguf_file_names_a_file_inside_the_model_folder(name: str) -> None:
+    code, text = _cli("plan", "--set", "base.model=org/repo", "--set", f"base.gguf_file={name}")
+    assert code == 2 and "not a path out of it" in _error_line(text), text

@@ -179,6 +179,10 @@ class BaseConfig(_Model):
                 ".gguf")):
             raise ValueError(f"gguf_file names a .gguf file inside the repo or folder given as model (got "
                              f"model={self.model!r}, gguf_file={self.gguf_file!r}); for a local file set model only")
+        if self.gguf_file is not None and (self.gguf_file.startswith(("/", "\\", "~")) or ".." in re.split(
+                r"[/\\]", self.gguf_file) or ":" in self.gguf_file):
+            raise ValueError(f"gguf_file names a file inside the repo or folder given as model, not a path out of it "
+                             f"(got {self.gguf_file!r}); for a local file elsewhere set model: PATH.gguf")
         return self
 
     @property
