@@ -204,6 +204,15 @@ def test_hostile_yaml_is_refused_before_it_expands(tmp_path: Path, name: str, te
     assert time.monotonic() - start < 5, "the limit was checked after expanding"
 
 
+def test_a_recipe_or_lock_that_is_a_fifo_or_a_device_is_refused(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "fifo.yaml")
+    for args in (["plan", tmp_path / "fifo.yaml"], ["plan", "/dev/zero"], ["reproduce", tmp_path / "fifo.yaml"]):
+        code, out = _cli(*args)
+        assert code == 2 and "not a regular file" in _error_line(out), out
+
+
 @pytest.mark.parametrize("value,phrase", [("[" * 5000 + "]" * 5000, "nested more than"),
                                           ("9" * 5000, "an integer of 5000 digits")])
 def test_hostile_override_values_are_one_line(value: str, phrase: str) -> None:

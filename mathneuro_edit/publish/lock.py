@@ -290,6 +290,8 @@ def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
     if p.is_dir():
         p = p / LOCK_NAME
     try:
+        if p.exists() and not p.is_file():  # a FIFO would block, a device never end
+            raise InputError(f"{p}: not a regular file; pass an output folder written by mathneuro-edit")
         if p.stat().st_size > MAX_LOCK_BYTES:
             raise InputError(f"{p}: {p.stat().st_size} bytes, more than a lock file may hold ({MAX_LOCK_BYTES}); "
                              "this is not a lock written by mathneuro-edit")

@@ -286,6 +286,8 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """
     p = Path(path)
     try:
+        if p.exists() and not p.is_file():  # a FIFO would block, a device never end
+            raise InputError(f"{p}: not a regular file; pass the recipe's YAML file")
         if p.is_file() and p.stat().st_size > MAX_RECIPE_BYTES:  # before reading it: a recipe is a page of YAML
             raise InputError(f"{p}: {p.stat().st_size:,} bytes, more than a recipe may hold ({MAX_RECIPE_BYTES:,}); "
                              "pass the recipe file")
