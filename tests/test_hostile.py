@@ -637,3 +637,24 @@ def test_a_data_file_name_cannot_inject_text_into_the_card_or_its_command(mine: 
 def test_a_gguf_file_names_a_file_inside_the_model_folder(name: str) -> None:
     code, text = _cli("plan", "--set", "base.model=org/repo", "--set", f"base.gguf_file={name}")
     assert code == 2 and "not a path out of it" in _error_line(text), text
+
+
+@pytest.mark.parametrize("how", ["moved", "phantom"])
+def test_a_shard_index_that_contradicts_the_shards_is_exit_2(ws: Path, tmp_path: Path, how: str) -> None:
+    base = _sharded(ws, tmp_path, f"idx-{how}")
+    index = base / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    shards = sorted(set(data["weight_map"].values()))
+    name = next(k for k, v in data["weight_map"].items() if v == shards[0])
+    if how == "moved":
+        data["weight_map"][name] = shards[1]  # the index says another shard holds it
+    else:
+        data["weight_map"]["model.layers.9.mlp.up_proj.weight"] = shards[0]  # a tensor no shard holds
+    index.write_text(json.dumps(data))
+    r = yaml.safe_load((ws / "recipe.yaml").read_text())
+    r["base"]["model"] = str(base)
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(r))
+    for args in (["calibrate", tmp_path / "r.yaml", "--out", tmp_path / "o"],
+                 ["export", tmp_path / "r.yaml", "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"]):
+        code, text = _cli(*args, "-q")
+        assert code == 2 and "the index and the shards are from different saves" in _error_line(text), text

@@ -261,4 +261,11 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
             if name in tensors:
                 raise InputError(f"base: tensor {name} appears in two shards ({tensors[name].file.name}, {shard})")
             tensors[name] = entry
+    if kind == "safetensors" and (folder / index_name).is_file():  # the index and the headers tell one story
+        for name, shard in weight_map.items():
+            held = tensors.get(name)
+            if held is None or held.file.name != shard:
+                where = f"{held.file.name} holds it" if held is not None else "no shard holds it"
+                raise InputError(f"{folder / index_name}: names tensor {name} in {shard}, but {where}; the index and "
+                                 "the shards are from different saves: re-download the base")
     return Checkpoint(folder, kind, shards, tensors, shard_meta, index_meta)
