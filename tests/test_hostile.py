@@ -68,8 +68,14 @@ def test_verify_never_takes_trust_remote_code_from_the_lock(ws: Path, evil, tmp_
     assert code == 2, text
     assert "base.trust_remote_code" in _error_line(text)
     assert not marker.exists(), "verify took trust_remote_code from the folder's lock"
-    code, text = _cli("verify", run, "--base", base, "--trust-remote-code")
-    assert "trust_remote_code" not in text and "internal error" not in text, text  # the user's own flag opts in
+    import sys
+
+    try:
+        code, text = _cli("verify", run, "--base", base, "--trust-remote-code")
+        assert "trust_remote_code" not in text and "internal error" not in text, text  # the user's own flag opts in
+    finally:  # the repository's module, once imported, would hide a later test's run of it
+        for name in [m for m in sys.modules if m.startswith("transformers_modules")]:
+            del sys.modules[name]
 
 
 @pytest.mark.parametrize("key,value", [("data.math.path", "/etc/passwd"), ("data.general.0.path", "../../x.txt"),
