@@ -211,9 +211,8 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
     from ..engine.stats import ActivationStats
     from ..runs.pipeline import load_stage
     from ..util.console import Stages
-    from ..weights.loading import model_weights
-
     from ..util.outdir import claim
+    from ..weights.loading import model_weights
 
     r = _recipe(recipe, sets)
     _check_out(out, r, recipe, "file", statistics=stats_dir)
@@ -270,14 +269,13 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
              verbose: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from contextlib import nullcontext
+
     from ..engine.apply import ReversibleEdit
     from ..engine.mask import Mask
     from ..evaluation.runner import evaluate
     from ..runs.pipeline import describe_tasks, eval_tasks, load_stage
     from ..util.console import Stages
-
-    from contextlib import nullcontext
-
     from ..util.outdir import claim
 
     r = _recipe(recipe, sets)
