@@ -13,6 +13,12 @@ path. A local base model is written as ``"<local>"`` with those sha256 (so a rep
 local data files as ``"<local>/NAME"`` with the sampled texts' sha256, and ``files`` keeps each local file's name
 and sha256 under the recipe key that names it (``data.math.path``). To reproduce, pass the paths again
 (``reproduce --base PATH --set data.math.path=PATH``): each file is checked against its sha256 before the run.
+
+A lock is data (issue 23): :func:`refused_lock_settings` lists what a lock may never choose (running the base's
+code, a local file or folder to read or write, an lm-eval task folder); :func:`recipe_from_lock` takes those only
+from the command line (``--trust-remote-code``, ``--base``, ``--set``). :func:`validate_lock` checks every field
+against the recipe hash before anything runs (a mismatch is :class:`~mathneuro_edit.errors.LockMismatchError`,
+exit 1, naming the field).
 """
 
 from __future__ import annotations
@@ -410,8 +416,8 @@ def refused_lock_settings(lock: Mapping[str, Any], overrides: Sequence[str] = ()
     accepted only when the user gives it again: ``--trust-remote-code``, ``--base PATH``, ``--set KEY=VALUE``.
 
     Example:
-        >>> refused_lock_settings({"recipe": {"base": {"model": "organism", "trust_remote_code": True}}})
-        ['base.trust_remote_code: true (runs the base repository\'s Python; pass --trust-remote-code if you trust it)']
+        >>> [s.split(" (")[0] for s in refused_lock_settings({"recipe": {"base": {"trust_remote_code": True}}})]
+        ['base.trust_remote_code: true']
     """
     recipe = lock.get("recipe")
     if not isinstance(recipe, Mapping):

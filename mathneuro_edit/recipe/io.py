@@ -150,7 +150,7 @@ def load_yaml(text: str, where: str, what: str = "recipe") -> Any:
         InputError: one line naming ``where`` (and the line and column) for any of those, or invalid YAML.
 
     Example:
-        >>> load_yaml("a: &x [1, 2]\nb: *x\n", "r.yaml")
+        >>> load_yaml("{a: &x [1, 2], b: *x}", "r.yaml")
         {'a': [1, 2], 'b': [1, 2]}
     """
     if len(text) > MAX_RECIPE_BYTES and what == "recipe":
