@@ -9,7 +9,7 @@ Two kinds, so that callers (and the CLI) can tell them apart:
 
 from __future__ import annotations
 
-__all__ = ["MathNeuroEditError", "InputError", "OutputBusyError", "NoSpaceError", "Terminated"]
+__all__ = ["MathNeuroEditError", "InputError", "OutputBusyError", "NoSpaceError", "LockMismatchError", "Terminated"]
 
 
 class MathNeuroEditError(Exception):
@@ -32,16 +32,22 @@ class OutputBusyError(InputError):
 
 
 
+class LockMismatchError(MathNeuroEditError):
+    """A lock whose fields disagree with its recipe hash (edited after the run): exit 1, naming the field."""
+
+
 class NoSpaceError(InputError):
     """A full disk, an exceeded quota or a read-only file system while writing an output.
 
     Attributes:
         os_error: the original error (an outer writer re-words the message with its own output's name).
+        needed: bytes the failed write needed, when known (an outer writer adds what it wrote before).
     """
 
-    def __init__(self, message: str, os_error: OSError) -> None:
+    def __init__(self, message: str, os_error: OSError, needed: int | None = None) -> None:
         super().__init__(message)
         self.os_error = os_error
+        self.needed = needed
 
 
 

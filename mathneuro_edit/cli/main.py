@@ -80,13 +80,16 @@ def _recipe(path: str | None, sets: tuple[str, ...]):
     return load_recipe(path, sets) if path else quickstart_recipe(sets)
 
 
-def _refuse_base(recipe: Any, out: str) -> None:
-    """Refuse an --out inside the recipe's local base folder (or onto one of its files)."""
-    from ..util.outdir import refuse_overlap
+def _check_out(out: str, recipe: Any, recipe_path: str | None, kind: str, **more: str | None) -> list:
+    """The one output-claiming rule (:func:`~mathneuro_edit.util.outdir.check_output`): ``--out`` may not be,
+    contain or lie inside any input (the recipe's base and data files, the recipe file, and ``more``: statistics,
+    mask, ...), and must be a regular file or folder path. Returns the inputs (for the writer's own check)."""
+    from ..util.outdir import check_output
 
-    local = recipe.base.local_dir()
-    if local is not None:
-        refuse_overlap(out, [local], label="--out")
+    inputs = [*recipe.local_inputs(), *([("recipe", recipe_path)] if recipe_path else []),
+              *[(what.replace("_", " "), p) for what, p in more.items() if p]]
+    check_output(out, inputs, kind=kind)
+    return inputs
 
 
 def _echo(quiet: bool, verbose: bool = False):
@@ -168,6 +171,7 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep
         return
     from ..runs.pipeline import run_recipe
 
+    _check_out(out, r, recipe, "dir")
     echo = _echo(quiet, verbose)
     result = run_recipe(r, out, overwrite=overwrite, progress=_bars(quiet), echo=echo, workers=workers)
     click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} weights")
@@ -187,8 +191,8 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
     from ..runs.stages import calibrate_to_folder
 
     r = _recipe(recipe, sets)
-    _refuse_base(r, out)
-    for path in calibrate_to_folder(r, out, progress=_bars(quiet), echo=echo,
+    inputs = _check_out(out, r, recipe, "dir")
+    for path in calibrate_to_folder(r, out, inputs=inputs, progress=_bars(quiet), echo=echo,
                                     rank_zero=os.environ.get("RANK", "0") == "0"):
         click.echo(path)
 
@@ -206,7 +210,7 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
     from ..runs.stages import mask_from_stats
 
     r = _recipe(recipe, sets)
-    _refuse_base(r, out)
+    _check_out(out, r, recipe, "file", statistics=stats_dir)
     m = mask_from_stats(r, stats_dir, out, progress=_bars(quiet), echo=echo)
     click.echo(f"{out}  {m.selected:,}/{m.total:,} weights ({100 * m.selected / m.total:.3f}%)  sha256 {m.sha256}")
 
@@ -232,6 +236,7 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, gguf_typ
     r = _recipe(recipe, (*sets, f"outputs.gguf={gguf_type}") if gguf_type else sets)  # validated by the recipe
     if adapter and gguf_type:
         raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
+    _check_out(out, r, recipe, "dir", mask=mask_path)
     folder = export_recipe(r, mask_path, out, adapter=adapter, overwrite=overwrite, progress=_bars(quiet),
                            workers=workers)
     click.echo(folder)
@@ -248,9 +253,15 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
              verbose: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from ..layout import EVAL_NAME
     from ..runs.stages import evaluate_recipe
 
-    results = evaluate_recipe(_recipe(recipe, sets), mask_path, out, progress=_bars(quiet), echo=echo)
+    r = _recipe(recipe, sets)
+    target = None
+    if out:
+        target = Path(out) / EVAL_NAME if Path(out).is_dir() else Path(out)  # a folder: eval.json in it
+        _check_out(str(target), r, recipe, "file", mask=mask_path)
+    results = evaluate_recipe(r, mask_path, target, progress=_bars(quiet), echo=echo)
     click.echo(results.to_markdown())
 
 
@@ -278,7 +289,10 @@ def inspect(path: str, plot: str | None, as_json: bool) -> None:
         stats_dict,
         stats_table,
     )
+    from ..util.outdir import check_output
 
+    if plot:
+        check_output(plot, [("inspected file", path)], kind="file", label="--plot")
     kind, obj = load_artifact(path)
     if plot and kind != "mask":  # before the table: an error is the only output of a failed command
         raise InputError(f"{path}: --plot needs a mask file, this is a statistics file; drop --plot or pass a mask")
@@ -290,7 +304,10 @@ def inspect(path: str, plot: str | None, as_json: bool) -> None:
         return
     click.echo(mask_table(obj) if kind == "mask" else stats_table(obj))
     if plot:
-        click.echo(plot_layer_distribution(obj, plot))
+        from ..util.outdir import claim
+
+        with claim(plot):  # one writer per --plot; the PNG itself is written atomically
+            click.echo(plot_layer_distribution(obj, plot))
 
 
 def _floats(option: str, text: str) -> list[float]:
@@ -327,6 +344,7 @@ def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: flo
     from ..runs.sweep import run_sweep
 
     r = _recipe(recipe, (*sets, f"sweep.kl_budget={kl_budget!r}") if kl_budget is not None else sets)
+    _check_out(out, r, recipe, "dir")
     result = run_sweep(r, out, top_ks=_floats("--top-k", top_ks), scales=_floats("--scale", scales),
                        overwrite=overwrite, progress=_bars(quiet), echo=echo)
     click.echo(result.to_text())
@@ -350,7 +368,9 @@ def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrit
     from ..runs.consistency import run_consistency
 
     sizes_ = [int(v) for v in _floats("--sizes", sizes)]
-    rows = run_consistency(_recipe(recipe, sets), out, sizes=sizes_, repeats=repeats, overwrite=overwrite,
+    r = _recipe(recipe, sets)
+    _check_out(out, r, recipe, "dir")
+    rows = run_consistency(r, out, sizes=sizes_, repeats=repeats, overwrite=overwrite,
                            progress=_bars(quiet), echo=echo)
     click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
     for r in rows:

@@ -41,7 +41,14 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
         summarize_edit,
         write_card,
     )
-    from ..publish.lock import check_base_weights, check_private, read_lock, write_lock
+    from ..publish.lock import (
+        check_base_weights,
+        check_private,
+        lock_base,
+        read_lock,
+        validate_lock,
+        write_lock,
+    )
     from ..recipe.io import recipe_from_dict
     from ..util.paths import LOCAL
     from ..weights.base import base_reference, resolve_base
@@ -54,6 +61,8 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
                          f"{folder}: no mask.safetensors and {LOCK_NAME} here; pass the run folder written by "
                          "`mathneuro-edit run` (it holds checkpoint/ or adapter/, the mask and the lock)")
     lock = read_lock(folder)
+    validate_lock(lock, str(folder / LOCK_NAME))  # every field against the recipe hash
+    lock_base(lock, base)  # a lock never names a local base folder to read: --base does
     overrides = tuple(sets) + ((f"base.model={base}",) if base else ())
     # the card needs no data file (the lock records them), so redacted paths stay redacted unless given
     recipe = recipe_from_dict(dict(lock["recipe"]), overrides, where=f"{folder / LOCK_NAME}: recipe")
@@ -134,13 +143,14 @@ def _emit_json(data: Any) -> None:
 
 
 def verify(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool = False,
-           echo: Callable[[str], None] = lambda s: None, as_json: bool = False) -> None:
+           echo: Callable[[str], None] = lambda s: None, as_json: bool = False,
+           trust_remote_code: bool = False) -> None:
     """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch).
 
     ``echo`` receives one stage line per audited folder; a bar over its tensors follows on a terminal.
     """
     from ..layout import LOCK_NAME
-    from ..publish.lock import read_lock
+    from ..publish.lock import lock_base, read_lock, validate_lock
     from ..util.console import Stages, bars_wanted
     from ..util.paths import LOCAL
     from ..weights.adapter import MATHNEURO_CONFIG
@@ -160,9 +170,11 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
         if not (run_dir / LOCK_NAME).is_file():
             raise InputError(f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "
                              "or give --base, --mask and --scale")
-        recorded = read_lock(run_dir)["recipe"]  # only base and edit are needed: data paths may stay redacted
+        lock = read_lock(run_dir)
+        validate_lock(lock, f"{run_dir / LOCK_NAME}")  # every field against the recipe hash, before anything runs
+        recorded = lock["recipe"]  # only base and edit are needed: data paths may stay redacted
         if base is None:
-            base = recorded["base"]["model"]
+            base = lock_base(lock, base)  # a lock never names a local folder to read
             if base == LOCAL:
                 raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
             if recorded["base"].get("gguf_file"):  # a Hub repo's GGUF file: its dequantized folder
@@ -181,7 +193,7 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
             if not Path(mask_path).is_file():
                 raise InputError(f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
                                  "its mask); pass --mask MASK, the file `export` was given")
-    trust = bool(recorded["base"].get("trust_remote_code", False)) if recorded else False
+    trust = trust_remote_code  # the command line's, never the lock's
     failed = []
     stages = Stages(len(targets), echo)
     say = (lambda s: None) if as_json else click.echo
@@ -218,7 +230,7 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
 
 def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
               echo: Callable[..., Any] = lambda quiet, verbose=False: None, verbose: bool = False,
-              keep: bool = False, as_json: bool = False) -> None:
+              keep: bool = False, as_json: bool = False, trust_remote_code: bool = False) -> None:
     """Check the files of a lock's folder or Hub repo, re-run the lock and compare every hash (exit 1 if any
     differs)."""
     echo(quiet or as_json, verbose)  # the libraries' bars and known warnings: silent unless --verbose
@@ -226,7 +238,7 @@ def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, .
     from ..util.console import bars_wanted
 
     report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=bars_wanted(quiet or as_json),
-                            keep=keep)
+                            keep=keep, trust_remote_code=trust_remote_code)
     if as_json:
         _emit_json(report.to_dict())
     else:
@@ -239,6 +251,8 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     """Add ``card``, ``push``, ``verify`` and ``reproduce`` to the CLI group (options shared with the others)."""
     base_opt = click.option("--base", help="local base folder, when the lock's local base path was redacted")
     json_opt = click.option("--json", "as_json", is_flag=True, help="print one JSON document on stdout")
+    trust_opt = click.option("--trust-remote-code", is_flag=True, help="run the base repository's own Python code "
+                             "(never taken from a lock; only for repositories you trust)")
     existing_dir = click.Path(exists=True, file_okay=False)
 
     @group.command("card")
@@ -283,13 +297,15 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     @click.option("--base", help="base model folder or Hub id (default: from the run folder's lock)")
     @click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False))
     @click.option("--scale", type=float, help="the applied scale (default: from the lock)")
+    @trust_opt
     @quiet_opt
     @json_opt
-    def verify_cmd(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool,
-                   verbose: bool, as_json: bool) -> None:
+    def verify_cmd(out: str, base: str | None, mask_path: str | None, scale: float | None, trust_remote_code: bool,
+                   quiet: bool, verbose: bool, as_json: bool) -> None:
         """Audit an export tensor by tensor against the base, mask and scale, and every file against the lock's
         sha256 (exit 1 on any mismatch)."""
-        verify(out, base, mask_path, scale, quiet, echo(quiet or as_json, verbose), as_json=as_json)
+        verify(out, base, mask_path, scale, quiet, echo(quiet or as_json, verbose), as_json=as_json,
+               trust_remote_code=trust_remote_code)
 
     @group.command("reproduce")
     @click.argument("source")
@@ -297,15 +313,17 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
                                                                   "folder, deleted afterwards)")
     @click.option("--keep", is_flag=True, help="keep the temporary re-run folder (its path is printed)")
     @base_opt
+    @trust_opt
     @set_opt
     @quiet_opt
     @json_opt
-    def reproduce_cmd(source: str, out: str | None, keep: bool, base: str | None, sets: tuple[str, ...],
-                      quiet: bool, verbose: bool, as_json: bool) -> None:
+    def reproduce_cmd(source: str, out: str | None, keep: bool, base: str | None, trust_remote_code: bool,
+                      sets: tuple[str, ...], quiet: bool, verbose: bool, as_json: bool) -> None:
         """Check the files you have against a lock, then re-run it and compare every hash (exit 1 if any
         differs).
 
         SOURCE: an output folder, a lock file, a model card or a Hub repo id. A folder's files are checked by
         sha256, a Hub repo's by the LFS sha256 the Hub reports. Local data files the lock redacted:
         --set data.math.path=FILE (checked by sha256)."""
-        reproduce(source, out, base, sets, quiet, echo, verbose, keep=keep, as_json=as_json)
+        reproduce(source, out, base, sets, quiet, echo, verbose, keep=keep, as_json=as_json,
+                  trust_remote_code=trust_remote_code)

@@ -17,7 +17,9 @@ from ..errors import InputError
 if TYPE_CHECKING:
     from .mask import Mask
 
-__all__ = ["check_scale", "edited_values", "scale_masked", "apply_mask", "ReversibleEdit"]
+__all__ = ["check_scale", "edited_values", "scale_masked", "apply_mask", "ReversibleEdit", "FLOAT32_MAX"]
+
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def check_scale(scale: float) -> float:
@@ -33,6 +35,9 @@ def check_scale(scale: float) -> float:
         raise InputError(f"scale: must be a finite number >= 0, got {scale!r}; e.g. 1.1 to boost, 0 to prune") from None
     if not math.isfinite(value) or value < 0:
         raise InputError(f"scale: must be a finite number >= 0, got {scale!r}; e.g. 1.1 to boost, 0 to prune")
+    if value > FLOAT32_MAX:  # the edit is computed in float32: there this scale is inf, every edited weight inf/NaN
+        raise InputError(f"scale: {value:g} is inf in float32, the dtype the edit is computed in (largest "
+                         f"{FLOAT32_MAX:.4g}); choose a smaller scale, e.g. 1.1")
     return value
 
 
@@ -63,7 +68,13 @@ def edited_values(values: torch.Tensor, scale: float) -> torch.Tensor:
         return torch.zeros_like(values)
     compute = torch.float64 if values.dtype == torch.float64 else torch.float32
     factor = torch.tensor(scale, dtype=compute, device=values.device)
-    return (values.to(compute) * factor).to(values.dtype)
+    out = (values.to(compute) * factor).to(values.dtype)
+    if scale > 1 and not bool(torch.isfinite(out).all()) and bool(torch.isfinite(values).all()):
+        biggest = float(values.abs().max())
+        raise InputError(f"scale: {scale:g} makes weights overflow in {str(values.dtype).removeprefix('torch.')} "
+                         f"(|w| up to {biggest:.4g} x {scale:g} > {torch.finfo(values.dtype).max:.4g}); the edit would "
+                         "write inf: choose a smaller scale")
+    return out
 
 
 def scale_masked(weight: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:

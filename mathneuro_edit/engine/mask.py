@@ -149,16 +149,23 @@ class Mask(Mapping[str, torch.Tensor]):
         """
         tensors, header = read_safetensors_with_meta(path, _FORMAT, "mask")
         mask = cls.__new__(cls)
-        mask._shapes = {n: tuple(s) for n, s in header["shapes"].items()}
-        mask._store, mask._counts = {}, {}
-        for key, data in tensors.items():
-            kind, name = key.split("/", 1)
-            mask._store[name] = (kind, data)
-        for name in mask._shapes:
-            kind, data = mask._store[name]
-            mask._counts[name] = int(data.numel()) if kind == "idx" else int(torch.count_nonzero(mask[name]))
-        mask.meta, mask._sha = header["meta"], None
-        if mask.sha256 != header["sha256"]:
+        try:
+            mask._shapes = {n: tuple(int(d) for d in s) for n, s in header["shapes"].items()}
+            mask._store, mask._counts = {}, {}
+            for key, data in tensors.items():
+                kind, name = key.split("/", 1)
+                mask._store[name] = (kind, data)
+            for name in mask._shapes:
+                kind, data = mask._store[name]
+                mask._counts[name] = int(data.numel()) if kind == "idx" else int(torch.count_nonzero(mask[name]))
+            mask.meta, mask._sha = header["meta"], None
+            if not isinstance(mask.meta, dict):
+                raise TypeError("meta is not a mapping")
+            ok = mask.sha256 == header["sha256"]
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, IndexError) as e:
+            raise InputError(f"{path}: malformed mask header ({type(e).__name__}: {str(e)[:80]}); the file is corrupt "
+                             "or was edited: recreate it with `mathneuro-edit mask`") from None
+        if not ok:
             raise InputError(f"{path}: mask content does not match its recorded sha256; the file is corrupt")
         # keep the stored order of the original (safetensors sorts keys)
         mask._store = {n: mask._store[n] for n in mask._shapes}

@@ -39,7 +39,8 @@ def write_safetensors_with_meta(path: str | Path, tensors: dict[str, torch.Tenso
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         needed = sum(t.numel() * t.element_size() for t in tensors.values())
-        with disk_errors(path, needed):  # a full or read-only disk: one line naming the file
+        # a full or read-only disk: one line naming the file and the bytes it needed (the partial file removed first)
+        with disk_errors(path, needed, cleanup=lambda: tmp.unlink(missing_ok=True)):
             save_file(tensors, str(tmp), metadata={"format": fmt, "mathneuro_edit": json.dumps(header)})
             tmp.replace(path)
     finally:
@@ -68,6 +69,8 @@ def read_safetensors_with_meta(
                 )
             tensors = {k: f.get_tensor(k) for k in f.keys()}
         header = json.loads(meta["mathneuro_edit"])
+        if not isinstance(header, dict):
+            raise ValueError(f"its header is a {type(header).__name__}, not a mapping")
     except InputError:
         raise
     except (SafetensorError, OSError, ValueError, KeyError) as e:
@@ -151,22 +154,29 @@ class ActivationStats:
             InputError: missing, corrupt or not a statistics file.
         """
         tensors, header = read_safetensors_with_meta(path, _FORMAT, "statistics")
-        targets = {
-            n: Target(n, d["kind"], d["module"], tuple(d["shape"]), d["transposed"], d["role"])
-            for n, d in header["targets"].items()
-        }
-        parts: dict[str, dict[str, torch.Tensor]] = {"norm": {}, "sq": {}, "count": {}}
-        for key, t in tensors.items():
-            kind, name = key.split("/", 1)
-            parts[kind][name] = t
-        order = list(targets)
-        return cls(
-            norm_sum={n: parts["norm"][n] for n in order},
-            sq_sum={n: parts["sq"][n] for n in order},
-            token_count={n: parts["count"][n] for n in order},
-            targets=targets,
-            meta=header["meta"],
-        )
+        try:
+            targets = {
+                n: Target(n, d["kind"], d["module"], tuple(d["shape"]), d["transposed"], d["role"])
+                for n, d in header["targets"].items()
+            }
+            parts: dict[str, dict[str, torch.Tensor]] = {"norm": {}, "sq": {}, "count": {}}
+            for key, t in tensors.items():
+                kind, name = key.split("/", 1)
+                parts[kind][name] = t
+            order = list(targets)
+            meta = header["meta"]
+            if not isinstance(meta, dict):
+                raise TypeError("meta is not a mapping")
+            return cls(
+                norm_sum={n: parts["norm"][n] for n in order},
+                sq_sum={n: parts["sq"][n] for n in order},
+                token_count={n: parts["count"][n] for n in order},
+                targets=targets,
+                meta=meta,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a header that is not ours as written
+            raise InputError(f"{path}: malformed statistics header ({type(e).__name__}: {str(e)[:80]}); the file is "
+                             "corrupt or was edited: recreate it with `mathneuro-edit calibrate`") from None
 
     def merge(self, other: "ActivationStats") -> "ActivationStats":
         """Sum two runs' statistics over disjoint samples of the same model (e.g. data-parallel ranks).

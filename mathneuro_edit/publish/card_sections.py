@@ -9,6 +9,7 @@ reads the lock's public form (no local path can reach the card through here) and
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,7 +69,7 @@ def base_section(lock: Mapping[str, Any]) -> str:
     else:
         lines.append(base_sentence(lock)[0].upper() + base_sentence(lock)[1:] + ". Its files:")
         lines += ["", "| file | sha256 |", "|---|---|"]
-        lines += [f"| `{name}` | `{sha}` |" for name, sha in (base.get("weights_sha256") or {}).items()]
+        lines += [f"| `{_cell(name)}` | `{sha}` |" for name, sha in (base.get("weights_sha256") or {}).items()]
         if kind == "local":
             lines += ["", f"To use or reproduce this edit, get that model and point `{BASE_ENV}` at its folder; "
                           "`mathneuro-edit reproduce` checks every sha256 above before it runs."]
@@ -83,7 +84,8 @@ def data_table(lock: Mapping[str, Any]) -> str:
         for rec in data.get(name) or []:
             src = rec.get("source") or {}
             file_sha = f"`{rec['file_sha256']}`" if rec.get("file_sha256") else ""
-            rows.append(f"| {name} | `{src.get('path', '')}` | {src.get('split') or ''} | {rec.get('n_sampled', '')} "
+            rows.append(f"| {name} | `{_cell(src.get('path', ''))}` | {_cell(src.get('split') or '')} | "
+                        f"{rec.get('n_sampled', '')} "
                         f"| `{rec.get('sha256', '')}` | {file_sha} |")
     return "\n".join(rows)
 
@@ -176,13 +178,32 @@ def loaders(kind: str, repo: str | None) -> str:
   PEFT adapter too (PEFT only)."""
 
 
+def _cell(text: Any) -> str:
+    """A file name as the text of a Markdown code span in a table: control characters escaped (a newline cannot
+    start a new line of the card), ``|`` and backticks neutralised."""
+    return str(text).encode("unicode_escape").decode("ascii").replace("|", "\\|").replace("`", "'")
+
+
+def _shell(arg: str) -> str:
+    """One bash argument, quoted: ``shlex.quote``, or ANSI-C ``$'...'`` when it holds a control character (so a
+    newline in a file name keeps the printed command on one line)."""
+    if arg.isprintable():
+        return shlex.quote(arg)
+    body = "".join(c if c.isprintable() and c not in "\\'" else
+                   {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t"}.get(c, f"\\x{ord(c):02x}" if ord(c) < 256
+                                                                             else f"\\u{ord(c):04x}")
+                   for c in arg)
+    return f"$'{body}'"
+
+
 def reproduce_section(repo: str | None, lock: Mapping[str, Any]) -> str:
     """``## How to reproduce``: install, the exact command (with ``--base`` / ``--set`` for redacted local paths)."""
     files = lock.get("files") or {}
     args = [repo or "."]
     if _kind(lock) == "local":
         args.append(f'--base "${BASE_ENV}"')
-    args += [f"--set {key}={entry['name']}" for key, entry in files.items()]
+    # shell-quoted: a data file name holding ';', a space or a newline stays one argument of the printed command
+    args += ["--set " + _shell(f"{key}={entry['name']}") for key, entry in files.items()]
     text = f"""## How to reproduce
 
 ```bash
@@ -196,7 +217,7 @@ and compares the mask and every output file's sha256."""
         text += ("\n\nThe calibration/evaluation files were local, so they are not published; the command passes "
                  "your copies (run it where they are, or give their paths). Each is checked against its sha256 "
                  "before the run:\n\n| recipe key | file | sha256 |\n|---|---|---|\n")
-        text += "\n".join(f"| `{k}` | `{e['name']}` | `{e['sha256']}` |" for k, e in files.items())
+        text += "\n".join(f"| `{k}` | `{_cell(e['name'])}` | `{e['sha256']}` |" for k, e in files.items())
     return text
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -23,7 +24,13 @@ from ..util.paths import ORGANISM
 from .schema import Recipe, Source
 from .types import _show
 
-__all__ = ["load_recipe", "recipe_from_dict", "quickstart_recipe", "recipe_fields"]
+__all__ = ["load_recipe", "load_yaml", "recipe_from_dict", "quickstart_recipe", "recipe_fields", "MAX_RECIPE_BYTES",
+           "MAX_DEPTH", "MAX_NODES", "MAX_INT_DIGITS"]
+
+MAX_RECIPE_BYTES = 1024 * 1024  # a recipe is a page of YAML; a lock (read with its own size limit) holds one
+MAX_DEPTH = 64  # sections nest 4 deep; deeper is a hostile file (PyYAML would recurse until RecursionError)
+MAX_NODES = 200_000  # values after alias expansion: an alias bomb of 300 bytes expands to billions
+MAX_INT_DIGITS = 40  # the largest meaningful integer (a seed) has 20 digits; Python refuses to parse 4,300+
 
 
 def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
@@ -82,6 +89,85 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
+_LONG_INT = re.compile(r"^[-+]?([0-9_]+|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+|[0-9][0-9_]*(:[0-5]?[0-9])+)$")
+
+
+def _check_limits(text: str, where: str) -> None:
+    """Refuse YAML deeper than :data:`MAX_DEPTH`, expanding to more than :data:`MAX_NODES` values (aliases
+    counted as what they expand to) or holding an integer longer than :data:`MAX_INT_DIGITS` digits.
+
+    Checked on the event stream, which PyYAML produces without recursion or expansion, and stopped at the first
+    excess, so a hostile file costs microseconds (composing it would recurse, expanding it would never end).
+    """
+    stack: list[list[Any]] = []  # per open collection: [anchor, values inside so far]
+    anchors: dict[str, int] = {}
+    total = 0
+
+    def add(n: int, mark: Any) -> None:
+        nonlocal total
+        if stack:
+            stack[-1][1] += n
+            size = stack[-1][1]
+        else:
+            total += n
+            size = total
+        if size > MAX_NODES or total + sum(c for _, c in stack) > MAX_NODES:
+            raise InputError(f"{where}: expands to more than {MAX_NODES:,} values{_at(mark)} (aliases are counted as "
+                             "what they repeat); a recipe is a short file: remove the repeated anchors")
+
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        mark = event.start_mark
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            stack.append([event.anchor, 1])
+            if len(stack) > MAX_DEPTH:
+                raise InputError(f"{where}: nested more than {MAX_DEPTH} levels deep{_at(mark)}; a recipe's sections "
+                                 "nest a few levels: fix the file")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, size = stack.pop()
+            if anchor is not None:
+                anchors[anchor] = size
+            add(size, mark)
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.style is None and len(event.value) > MAX_INT_DIGITS and _LONG_INT.match(event.value):
+                raise InputError(f"{where}: an integer of {len(event.value)} digits{_at(mark)}; no recipe value needs "
+                                 f"more than {MAX_INT_DIGITS}: fix the value")
+            if event.anchor is not None:
+                anchors[event.anchor] = 1
+            add(1, mark)
+        elif isinstance(event, yaml.AliasEvent):
+            add(anchors.get(event.anchor, 1), mark)
+
+
+def _at(mark: Any) -> str:
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def load_yaml(text: str, where: str, what: str = "recipe") -> Any:
+    """Parse YAML safely: size, depth, alias expansion and integer size limited before anything is built;
+    duplicate keys refused.
+
+    Raises:
+        InputError: one line naming ``where`` (and the line and column) for any of those, or invalid YAML.
+
+    Example:
+        >>> load_yaml("{a: &x [1, 2], b: *x}", "r.yaml")
+        {'a': [1, 2], 'b': [1, 2]}
+    """
+    if len(text) > MAX_RECIPE_BYTES and what == "recipe":
+        raise InputError(f"{where}: {len(text):,} characters, more than a {what} may hold ({MAX_RECIPE_BYTES:,}); "
+                         "this is not a recipe")
+    try:
+        _check_limits(text, where)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except InputError:
+        raise
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e)
+        raise InputError(f"{where}: invalid YAML{_at(mark)}: {problem}; fix the syntax") from None
+    except (RecursionError, ValueError) as e:  # a limit PyYAML or Python hits first
+        raise InputError(f"{where}: cannot read this {what} ({str(e)[:120]}); fix the file") from None
+
 
 def _apply_overrides(data: dict[str, Any], overrides: Sequence[str], where: str) -> None:
     """Set ``key.path=value`` overrides (values parsed as YAML scalars) in place.
@@ -120,7 +206,12 @@ def _set_each(data: dict[str, Any], overrides: Sequence[str], where: str) -> Non
         if not sep or not all(parts):
             raise InputError(f"{where}: override {item!r} is not key.path=value; e.g. edit.scale=1.2")
         try:
+            _check_limits(raw, f"{where}: override {key.strip()}")
             value = yaml.load(raw, Loader=_UniqueKeyLoader)
+        except InputError:
+            raise
+        except (RecursionError, ValueError) as e:
+            raise InputError(f"{where}: override {key.strip()}: cannot read the value ({str(e)[:120]})") from None
         except yaml.YAMLError as e:
             raise InputError(f"{where}: override {item!r}: value is not valid YAML ({e})") from None
         node: Any = data
@@ -195,18 +286,18 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        if p.exists() and not p.is_file():  # a FIFO would block, a device never end
+            raise InputError(f"{p}: not a regular file; pass the recipe's YAML file")
+        if p.is_file() and p.stat().st_size > MAX_RECIPE_BYTES:  # before reading it: a recipe is a page of YAML
+            raise InputError(f"{p}: {p.stat().st_size:,} bytes, more than a recipe may hold ({MAX_RECIPE_BYTES:,}); "
+                             "pass the recipe file")
+        with open(p, encoding="utf-8") as f:
+            text = f.read(MAX_RECIPE_BYTES + 1)  # a device or pipe given as the recipe is read only so far
     except FileNotFoundError:
         raise InputError(f"{p}: recipe file not found; check the path (examples are in recipes/)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{p}: cannot read the recipe ({e}); check the file") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise InputError(f"{p}: invalid YAML{at}: {problem}; fix the syntax") from None
+    data = load_yaml(text, str(p))
     if data is None:
         raise InputError(f"{p}: the recipe is empty; start from recipes/quickstart.yaml")
     return recipe_from_dict(data, overrides, where=str(p))

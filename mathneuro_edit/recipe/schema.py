@@ -182,6 +182,10 @@ class BaseConfig(_Model):
                 ".gguf")):
             raise ValueError(f"gguf_file names a .gguf file inside the repo or folder given as model (got "
                              f"model={self.model!r}, gguf_file={self.gguf_file!r}); for a local file set model only")
+        if self.gguf_file is not None and (self.gguf_file.startswith(("/", "\\", "~")) or ".." in re.split(
+                r"[/\\]", self.gguf_file) or ":" in self.gguf_file):
+            raise ValueError(f"gguf_file names a file inside the repo or folder given as model, not a path out of it "
+                             f"(got {self.gguf_file!r}); for a local file elsewhere set model: PATH.gguf")
         return self
 
     @property
@@ -364,6 +368,33 @@ class Recipe(_Model):
         if lm is not None and lm.include_path is not None and is_local_path(lm.include_path):
             d["evaluation"]["lm_eval"]["include_path"] = f"{LOCAL}/{Path(lm.include_path).name}"  # the lock hashes it
         return d
+
+    def local_inputs(self) -> list[tuple[str, Path]]:
+        """``(what, path)`` of every local file or folder the recipe reads: the base (folder or ``.gguf`` file),
+        each local data file (calibration and evaluation) and the lm-eval task folder. No output may be written
+        onto one of them (:func:`mathneuro_edit.util.outdir.check_output`).
+
+        Example:
+            >>> from mathneuro_edit.recipe.io import quickstart_recipe
+            >>> [what for what, _ in quickstart_recipe().local_inputs()]
+            ['base folder']
+        """
+        found: list[tuple[str, Path]] = []
+        if self.base.model == ORGANISM or is_local_path(self.base.model):
+            local = self.base.local_dir()
+            if local is not None:
+                found.append(("base file" if self.base.model.lower().endswith(".gguf") else "base folder", local))
+        for name in ("data", "evaluation"):
+            section = getattr(self, name)
+            if section is not None:
+                for key, src in [(f"{name}.math", section.math),
+                                 *[(f"{name}.general.{i}", g) for i, g in enumerate(section.general)]]:
+                    if src.kind == "local":
+                        found.append((f"data file ({key})", Path(src.path).expanduser()))
+        lm = self.evaluation.lm_eval if self.evaluation is not None else None
+        if lm is not None and lm.include_path is not None:
+            found.append(("lm-eval task folder", Path(lm.include_path).expanduser()))
+        return found
 
     def to_yaml(self) -> str:
         """The resolved recipe as YAML (every default explicit, keys in documentation order)."""

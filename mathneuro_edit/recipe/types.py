@@ -51,7 +51,10 @@ def _top_k(value: float) -> float:
 
 
 TopK = Annotated[float, AfterValidator(_top_k)]
-Scale = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
+# the edit is computed in float32 (engine.apply.edited_values): a scale above its largest value is inf there
+Scale = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
+                  _check(lambda v: v <= 3.4028234663852886e38, "is inf in float32, the dtype the edit is computed in "
+                                                                "(at most 3.4e38): choose a smaller scale")]
 FiniteNonNegative = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
 Level = Annotated[float, _check(lambda v: 0 < v < 1, "must be in (0, 1), e.g. 0.05")]
 Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]

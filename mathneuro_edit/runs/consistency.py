@@ -171,7 +171,8 @@ def run_consistency(
     )
     info = {"method": m.method, "top_k": m.top_k, "math_samples": len(math_texts),
             "general_samples": len(general_texts), "sizes": list(sizes), "repeats": repeats, "seed": d.seed}
-    with atomic_dir(out, overwrite=overwrite) as tmp:  # renamed to `out` only when complete
+    # renamed to `out` only when complete; never onto an input (the base, a data file)
+    with atomic_dir(out, overwrite=overwrite, inputs=recipe.local_inputs()) as tmp:
         write_json_atomic(tmp / CONSISTENCY_JSON, {**info, "rows": [asdict(r) for r in rows]})
         _plot(rows, tmp / "consistency.png", info)
     return rows

@@ -39,11 +39,22 @@ def pyplot(*, required: bool = True) -> Any:
 
 
 def save_figure(fig: Any, path: str | Path) -> Path:
-    """Lay out, save as PNG (120 dpi) and close a matplotlib figure; returns the path."""
+    """Lay out, save as PNG (120 dpi) and close a matplotlib figure; returns the path.
+
+    Atomic: written beside ``path`` and renamed onto it when complete (never half a PNG in its place).
+    """
+    import os
+
+    path = Path(path)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    pyplot().close(fig)  # free the figure: sweeps make many
-    return Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        pyplot().close(fig)  # free the figure: sweeps make many
+    return path
 
 
 def load_artifact(path: str | Path) -> tuple[str, Any]:

@@ -271,7 +271,8 @@ def run_recipe(
             check_lm_eval_task(t)  # lm-eval installed and every task known: before the model loads
     o = recipe.outputs
     stages = Stages(3 + len(recipe.data.general) + bool(tasks) + bool(o.checkpoint) + bool(o.adapter) + 1, echo)
-    with atomic_dir(out, overwrite=overwrite, protect=[folder]) as tmp:  # renamed to `out` only when complete
+    with atomic_dir(out, overwrite=overwrite, protect=[folder],  # renamed to `out` only when complete
+                    inputs=recipe.local_inputs()) as tmp:
         (tmp / STATS_DIR).mkdir()
         model, tokenizer = load_stage(recipe, stages)
         if recipe.outputs.adapter:
@@ -393,7 +394,9 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
     folder = resolve_base(base, revision=recipe.base.revision)
     sub = ADAPTER_DIR if adapter else CHECKPOINT_DIR
     gguf_type, gguf_pre = gguf_output(recipe.base, None if adapter else recipe.outputs.gguf)
-    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder],
+                    inputs=[*recipe.local_inputs(), ("mask", mask_path if isinstance(mask_path, (str, Path))
+                                                     else None)]) as tmp:
         inner = tmp / sub
         revision, gguf, weights = base_lock_fields(recipe, folder)  # the adapter pins the resolved revision
         n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())

@@ -33,6 +33,7 @@ from ..publish.lock import (
     library_versions,
     read_lock,
     recipe_from_lock,
+    validate_lock,
 )
 from ..util.paths import is_local_path
 from ..util.scrub import scrub_token
@@ -165,6 +166,7 @@ def reproduce(
     overrides: tuple[str, ...] = (),
     progress: bool = True,
     keep: bool = False,
+    trust_remote_code: bool = False,
 ) -> ReproduceReport:
     """Check the files of ``source`` against its lock, then re-run the lock's recipe and compare the mask and
     output hashes with the recorded ones.
@@ -176,11 +178,14 @@ def reproduce(
         overrides: ``key=value`` for other redacted paths (``data.math.path=...``).
         progress: progress bars.
         keep: keep the temporary re-run folder (its path is in the report).
+        trust_remote_code: the user's own opt-in (``--trust-remote-code``) to run the base repository's code; a
+            lock never turns it on (:func:`~mathneuro_edit.publish.lock.check_lock_settings`).
 
     Returns:
         A :class:`ReproduceReport`; ``ok`` only when the files you have AND the re-run match the lock.
     """
     lock = read_any_lock(source)
+    validate_lock(lock, f"{source}: lock")  # every field against the recipe hash, before anything runs
     extra = tuple(overrides) + ((f"base.model={base}",) if base else ())
     pinned = (lock.get("base") or {}).get("revision")
     recorded_base = (lock.get("recipe") or {}).get("base") or {}
@@ -188,7 +193,7 @@ def reproduce(
             and recorded_base.get("revision") is None and not recorded_base.get("gguf_file")
             and not any(o.startswith(("base.revision=", "base.model=")) for o in overrides)):
         extra += (f"base.revision={pinned}",)  # the Hub base's commit the run used, not today's main
-    recipe = recipe_from_lock(lock, extra)
+    recipe = recipe_from_lock(lock, extra, trust_remote_code=trust_remote_code)
     if base:
         check_base_weights(lock, base)
     check_local_files(lock, recipe)  # a wrong data file is named before the run, not reported as "differs" after

@@ -7,7 +7,8 @@ prints what they return. :func:`~mathneuro_edit.runs.pipeline.run_recipe` chains
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ..evaluation.runner import evaluate
 from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
 from ..recipe.schema import Recipe
 from ..util.console import Stages
+from ..util.outdir import atomic_dir, claim
 from ..weights.loading import model_weights
 from .pipeline import calibrate_recipe, describe_tasks, eval_tasks, load_stage
 
@@ -30,31 +32,49 @@ __all__ = ["calibrate_to_folder", "mask_from_stats", "evaluate_recipe", "MaskSum
 Echo = Callable[[str], None]
 
 
-def calibrate_to_folder(recipe: Recipe, out: str | Path, *, progress: bool = True, echo: Echo = print,
-                        rank_zero: bool = True) -> list[Path]:
+def calibrate_to_folder(recipe: Recipe, out: str | Path, *, inputs: Sequence[tuple[str, str | Path | None]] = (),
+                        progress: bool = True, echo: Echo = print, rank_zero: bool = True) -> list[Path]:
     """Calibrate the recipe's math set and each general set; write ``OUT/math.stats.safetensors`` and
     ``OUT/general-<i>.stats.safetensors``.
 
+    Rank 0 claims ``out`` before the forward passes (a second run into it fails now, not after) and writes the
+    folder as a whole: a re-calibration with fewer general sets leaves no stale ``general-N`` behind. An existing
+    folder that holds anything but statistics files is refused (replacing it would delete them).
+
     Args:
         recipe: the validated recipe (base, data, calibration, targets).
-        out: the statistics folder (created if missing).
+        out: the statistics folder.
+        inputs: ``(what, path)`` of every input, which the output may not be, contain or lie inside.
         progress: draw progress bars.
         echo: where stage lines go.
-        rank_zero: whether this process prints stage lines (under ``torchrun`` only rank 0 does).
+        rank_zero: whether this process is rank 0 (under ``torchrun`` only rank 0 prints and writes).
 
     Returns:
-        The files written, math first; ``[]`` on a data-parallel rank other than 0 (rank 0 writes the files).
+        The files written, math first; ``[]`` on a data-parallel rank other than 0.
     """
-    stages = Stages(2 + len(recipe.data.general), echo if rank_zero else (lambda s: None))
-    model, tok = load_stage(recipe, stages)
-    math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress, stages=stages)
-    if math_stats is None:
-        return []
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    written = [math_stats.save(folder / MATH_STATS_NAME)]
-    written += [g.save(folder / general_stats_name(i)) for i, g in enumerate(generals)]
-    return [Path(p) for p in written]
+    _only_statistics(folder)
+    with (atomic_dir(folder, overwrite=True, inputs=inputs) if rank_zero else nullcontext()) as tmp:
+        stages = Stages(2 + len(recipe.data.general), echo if rank_zero else (lambda s: None))
+        model, tok = load_stage(recipe, stages)
+        math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress, stages=stages)
+        if math_stats is None or tmp is None:
+            return []
+        names = [MATH_STATS_NAME, *[general_stats_name(i) for i in range(len(generals))]]
+        for name, stats in zip(names, [math_stats, *generals]):
+            stats.save(tmp / name)
+    return [folder / name for name in names]
+
+
+def _only_statistics(folder: Path) -> None:
+    """Refuse to replace an existing ``calibrate --out`` folder that holds anything but statistics files."""
+    if not folder.is_dir():
+        return
+    other = sorted(p.name for p in folder.iterdir() if not p.name.endswith(".stats.safetensors"))
+    if other:
+        raise InputError(f"--out: {folder} holds other files than statistics ({', '.join(other[:3])}"
+                         f"{', ...' if len(other) > 3 else ''}), which replacing it would delete; choose a new or "
+                         "empty folder")
 
 
 @dataclass(frozen=True)
@@ -81,13 +101,14 @@ def mask_from_stats(recipe: Recipe, stats_dir: str | Path, out: str | Path, *, p
         raise InputError(f"--stats {folder}: no {MATH_STATS_NAME} here; pass the folder written by `calibrate`")
     math_stats = ActivationStats.load(folder / MATH_STATS_NAME)
     generals = [ActivationStats.load(p) for p in general_stats_files(folder)]
-    stages = Stages(2, echo)
-    model, _ = load_stage(recipe, stages)
-    m = recipe.mask
-    stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
-    mask = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
-                            granularity=m.granularity, seed=m.seed, progress=progress)
-    mask.save(out)
+    with claim(out):  # one run per --out: a second one fails naming this one
+        stages = Stages(2, echo)
+        model, _ = load_stage(recipe, stages)
+        m = recipe.mask
+        stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
+        mask = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
+                                granularity=m.granularity, seed=m.seed, progress=progress)
+        mask.save(out)
     selected, total = mask.total()
     return MaskSummary(Path(out), selected, total, mask.sha256)
 
@@ -110,11 +131,12 @@ def evaluate_recipe(recipe: Recipe, mask_path: str | Path | None = None, out: st
     for task in tasks:
         if isinstance(task, LmEvalTask):
             check_lm_eval_task(task)  # an unknown task is named before the model loads
-    stages = Stages(2, echo)
-    model, tok = load_stage(recipe, stages)
-    edit: Any = ReversibleEdit(model, Mask.load(mask_path), recipe.edit.effective_scale) if mask_path else None
-    stages.start(f"evaluate {'base and edited' if edit else 'the base'}: {describe_tasks(tasks)}")
-    results = evaluate(model, tok, tasks, edit=edit, progress=progress)
-    if out:
-        results.save_json(out)
+    with claim(out) if out else nullcontext():  # one run per output file
+        stages = Stages(2, echo)
+        model, tok = load_stage(recipe, stages)
+        edit: Any = ReversibleEdit(model, Mask.load(mask_path), recipe.edit.effective_scale) if mask_path else None
+        stages.start(f"evaluate {'base and edited' if edit else 'the base'}: {describe_tasks(tasks)}")
+        results = evaluate(model, tok, tasks, edit=edit, progress=progress)
+        if out:
+            results.save_json(out)
     return results

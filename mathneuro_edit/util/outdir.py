@@ -7,7 +7,10 @@
   (pid + host); the next run into the same parent removes those whose process is gone and reports them.
 - :func:`disk_errors`: ENOSPC / EDQUOT / EROFS while writing become one line naming the output and the space
   needed.
-- :func:`refuse_overlap`: an output inside (or onto) the base model folder is refused before anything is written.
+- :func:`check_output`: the one output-claiming rule of every writing command: the output may not be, contain
+  or lie inside any of its inputs (base, statistics, mask, recipe, data), whatever the spelling (symlinks, ``..``,
+  hard links), and must be a regular file or folder path (never a device node such as ``/dev/null``).
+  :func:`refuse_overlap` is its base-folder-only form.
 - :func:`install_signal_handlers`: SIGTERM and SIGHUP raise :class:`Terminated` (a ``KeyboardInterrupt``) in the
   main thread, so they clean up exactly like Ctrl-C.
 """
@@ -44,6 +47,7 @@ __all__ = [
     "disk_errors",
     "space_message",
     "refuse_overlap",
+    "check_output",
     "install_signal_handlers",
     "OWNER_MARKER",
 ]
@@ -66,7 +70,7 @@ def as_space_error(exc: BaseException, out: str | Path, needed: int | None) -> N
     if not isinstance(os_error, OSError):
         return None
     text = space_message(os_error, out, needed)
-    return None if text is None else NoSpaceError(text, os_error)
+    return None if text is None else NoSpaceError(text, os_error, needed)
 
 
 def _record() -> dict[str, Any]:
@@ -238,18 +242,22 @@ def space_message(exc: OSError, out: str | Path, needed: int | None = None) -> s
 
 
 @contextmanager
-def disk_errors(out: str | Path, needed: int | None = None, measure: Path | None = None) -> Iterator[None]:
+def disk_errors(out: str | Path, needed: int | None = None, measure: Path | None = None,
+                cleanup: Any = None) -> Iterator[None]:
     """Turn ENOSPC / EDQUOT / EROFS raised in the block into one :class:`InputError` naming ``out``.
 
     Args:
         out: the output named in the message.
         needed: bytes the output needs, when known.
         measure: a folder whose size counts as needed when ``needed`` is unknown (the temporary folder).
+        cleanup: called on an error before the free space is measured (removes the partial file).
     """
     try:
         yield
     except Exception as e:
         need = needed if needed is not None else (_tree_size(measure) if measure is not None else None)
+        if cleanup is not None:  # a partial file is not space the output lacks: removed before free is measured
+            cleanup()
         err = as_space_error(e, out, need)
         if err is None:
             raise
@@ -273,6 +281,84 @@ def refuse_overlap(out: str | Path, protect: Sequence[str | Path], label: str = 
         if r == p or p in r.parents or r in p.parents:
             raise InputError(f"{label}: {Path(out).expanduser().absolute()} overlaps the base folder {p}; write the "
                              "output somewhere else")
+
+
+def _inodes(path: Path, limit: int = 20_000) -> set[tuple[int, int]]:
+    """``(device, inode)`` of a file, or of every file in a folder (the first ``limit``): to see hard links."""
+    found: set[tuple[int, int]] = set()
+    try:
+        if path.is_file():
+            st = path.stat()
+            return {(st.st_dev, st.st_ino)}
+        for root, _, files in os.walk(path):
+            for f in files:
+                try:
+                    st = os.stat(os.path.join(root, f))
+                except OSError:
+                    continue
+                found.add((st.st_dev, st.st_ino))
+                if len(found) >= limit:
+                    return found
+    except OSError:
+        pass
+    return found
+
+
+def check_output(out: str | Path, inputs: Sequence[tuple[str, str | Path | None]], *, kind: str = "dir",
+                 label: str = "--out") -> Path:
+    """The output-claiming rule of every command that writes: refuse an output that would write onto an input.
+
+    The output may not be, contain, or lie inside any input, compared after resolving symlinks and ``..``; an
+    existing output file may not be a hard link of an input file. It must be a regular file or folder path: an
+    existing device node, FIFO or socket (``/dev/null``, ``/dev/stdout``) is refused, and so is a folder where a
+    file is written (``kind="file"``) or a file where a folder is (``kind="dir"``).
+
+    Args:
+        out: the output file or folder.
+        inputs: ``(what, path)`` of every local input (``("base folder", ...)``, ``("mask", ...)``); ``None``
+            paths are skipped.
+        kind: ``"file"`` or ``"dir"``: what the command writes at ``out``.
+        label: how the message names the output.
+
+    Returns:
+        ``out`` as an absolute path.
+
+    Raises:
+        InputError: naming the output, the input and what to do.
+
+    Example:
+        >>> check_output("/tmp/x/mask.safetensors", [("statistics", "/tmp/x/stats")], kind="file")
+        PosixPath('/tmp/x/mask.safetensors')
+    """
+    shown = Path(out).expanduser().absolute()
+    resolved = Path(out).expanduser().resolve()
+    if os.path.lexists(shown) or resolved.exists():
+        try:
+            st = os.stat(resolved)
+        except OSError:
+            st = None
+        import stat as stat_mod
+
+        if st is not None and not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISDIR(st.st_mode)):
+            raise InputError(f"{label}: {shown} is not a regular file or folder (a device, FIFO or socket); give a "
+                             "file or folder path to write")
+        if st is not None and kind == "file" and stat_mod.S_ISDIR(st.st_mode):
+            raise InputError(f"{label}: {shown} is a folder; give the path of the file to write")
+        if st is not None and kind == "dir" and stat_mod.S_ISREG(st.st_mode):
+            raise InputError(f"{label}: {shown} exists and is not a folder; remove it or choose another path")
+    out_inodes = _inodes(resolved) if resolved.exists() else set()
+    for what, path in inputs:
+        if path is None or str(path) == "":
+            continue
+        p = Path(path).expanduser()
+        r = p.resolve()
+        if resolved == r or r in resolved.parents or resolved in r.parents:
+            raise InputError(f"{label}: {shown} overlaps the {what} {r}; the output may not be, contain or lie inside "
+                             "an input: write it somewhere else")
+        if out_inodes and p.exists() and out_inodes & _inodes(r):
+            raise InputError(f"{label}: {shown} is a hard link of a file of the {what} {r}; writing it would change "
+                             "the input: write it somewhere else")
+    return shown
 
 
 @contextmanager
@@ -307,7 +393,7 @@ def install_signal_handlers() -> Iterator[None]:
 
 @contextmanager
 def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] = (),
-               needed: int | None = None) -> Iterator[Path]:
+               needed: int | None = None, inputs: Sequence[tuple[str, str | Path | None]] = ()) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` on success, remove it on error.
 
     The output is claimed first (:func:`~mathneuro_edit.util.outdir.claim`: a second run to the same ``out_dir``
@@ -321,6 +407,7 @@ def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] 
     """
     out = Path(out_dir).expanduser().absolute()
     refuse_overlap(out, protect)
+    check_output(out, inputs, kind="dir", label="out_dir")
     with claim(out):  # one run per output: a second one exits naming this one
         if out.exists() and not overwrite:
             raise InputError(f"out_dir: {out} already exists; pass overwrite=True or choose another folder")
@@ -340,8 +427,10 @@ def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] 
             else:
                 tmp.rename(out)
         except BaseException as e:
-            err = as_space_error(e, out, needed if needed is not None else _tree_size(tmp))
-            shutil.rmtree(tmp, ignore_errors=True)
+            # unknown size: what this run wrote before the failure, plus what the failed file needed
+            need = needed if needed is not None else _tree_size(tmp) + (getattr(e, "needed", None) or 0)
+            shutil.rmtree(tmp, ignore_errors=True)  # first: the free space then counts what this run had written
+            err = as_space_error(e, out, need)
             if err is not None:
                 raise err from None
             raise

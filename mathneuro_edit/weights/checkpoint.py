@@ -19,7 +19,7 @@ from safetensors import safe_open
 from ..errors import InputError
 from .headers import check_entries, check_header_length
 
-__all__ = ["TensorEntry", "Checkpoint", "open_checkpoint"]
+__all__ = ["TensorEntry", "Checkpoint", "open_checkpoint", "check_config_shapes", "check_config_file"]
 
 SAFE_INDEX = "model.safetensors.index.json"
 SAFE_SINGLE = "model.safetensors"
@@ -140,6 +140,70 @@ def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[s
     return dict(sorted(entries.items(), key=lambda kv: kv[1].start)), meta
 
 
+def _check_shard_names(index: Path, weight_map: dict[Any, Any], shards: list[Any], single: str) -> None:
+    """An index names only plain files of its own folder, each by one spelling, with the weight files' suffix.
+
+    Why: a shard named ``../x`` or ``/abs/x`` would be read (and exported) from outside the folder, where the
+    lock's hashes of the base folder do not reach; ``a.safetensors`` and ``./a.safetensors`` would read one file
+    twice.
+    """
+    suffix = Path(single).suffix
+    for name, shard in weight_map.items():
+        if not isinstance(name, str) or not isinstance(shard, str):
+            raise InputError(f"{index}: weight_map entry {str(name)[:80]!r}: must map a tensor name to a shard file "
+                             "name; re-download the base")
+    for shard in shards:
+        plain = shard and "/" not in shard and "\\" not in shard and shard not in (".", "..") and ":" not in shard
+        if not plain or not shard.endswith(suffix) or shard.startswith("."):
+            raise InputError(f"{index}: shard {shard[:120]!r} is not a {suffix} file inside the model folder (an index "
+                             "may only name files beside it); re-download the base")
+
+
+def check_config_file(folder: Path) -> None:
+    """Refuse a base folder whose ``config.json`` is not a JSON object with a ``model_type`` (what transformers,
+    and every reader of the exported folder, needs to know the model).
+
+    Raises:
+        InputError: naming the file.
+    """
+    path = Path(folder) / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing; a model folder needs its config.json (save_pretrained writes it)") from None
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: not readable JSON ({str(e)[:120]}); re-download the base") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str) or not cfg["model_type"]:
+        raise InputError(f"{path}: no model_type; transformers cannot tell which model this is: re-download the base "
+                         "or add the model_type of its family")
+
+
+def check_config_shapes(ckpt: Checkpoint, model: Any) -> None:
+    """Refuse checkpoint tensors whose shape contradicts the model that ``config.json`` describes.
+
+    Args:
+        ckpt: the base checkpoint.
+        model: the config's model (on the meta device), or ``None`` (unknown family: nothing to compare).
+
+    Raises:
+        InputError: naming the file, the tensor and both shapes.
+    """
+    if model is None:
+        return
+    expected: dict[str, tuple[int, ...]] = {}
+    for n, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        expected[n] = tuple(t.shape)
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    for name, entry in ckpt.tensors.items():
+        want = expected.get(name)
+        if want is None and prefix:  # a checkpoint saved from the inner model (no "model." prefix), or the reverse
+            want = expected.get(f"{prefix}.{name}") or expected.get(name.removeprefix(f"{prefix}."))
+        if want is not None and tuple(entry.shape) != want:
+            raise InputError(f"{entry.file}: tensor {name} has shape {list(entry.shape)} but config.json describes "
+                             f"{list(want)}; the weights and config.json are from different models: re-download the "
+                             "base")
+
+
 def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
     """Index the weights of a base folder: ``model.safetensors(.index.json)``, else (if allowed) pickles.
 
@@ -167,10 +231,12 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
     if (folder / index_name).is_file():
         try:
             index = json.loads((folder / index_name).read_text())
-            shards = list(dict.fromkeys(index["weight_map"].values()))
-        except (ValueError, KeyError, AttributeError) as e:
+            weight_map = index["weight_map"]
+            shards = list(dict.fromkeys(weight_map.values()))
+            index_meta = dict(index.get("metadata") or {})
+        except (ValueError, KeyError, AttributeError, TypeError) as e:
             raise InputError(f"{folder / index_name}: unreadable index ({e}); re-download the base") from None
-        index_meta = dict(index.get("metadata") or {})
+        _check_shard_names(folder / index_name, weight_map, shards, single)
     elif (folder / single).is_file():
         shards = [single]
     else:  # a lone pickle with another name, e.g. model.pt
@@ -195,4 +261,11 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
             if name in tensors:
                 raise InputError(f"base: tensor {name} appears in two shards ({tensors[name].file.name}, {shard})")
             tensors[name] = entry
+    if kind == "safetensors" and (folder / index_name).is_file():  # the index and the headers tell one story
+        for name, shard in weight_map.items():
+            held = tensors.get(name)
+            if held is None or held.file.name != shard:
+                where = f"{held.file.name} holds it" if held is not None else "no shard holds it"
+                raise InputError(f"{folder / index_name}: names tensor {name} in {shard}, but {where}; the index and "
+                                 "the shards are from different saves: re-download the base")
     return Checkpoint(folder, kind, shards, tensors, shard_meta, index_meta)

@@ -64,9 +64,11 @@ from .checkpoint import (
     SAFE_SINGLE,
     SKIPPED_WEIGHT_PATTERNS,
     Checkpoint,
+    check_config_file,
+    check_config_shapes,
     open_checkpoint,
 )
-from .edit_plan import plan_edits
+from .edit_plan import meta_model, plan_edits
 from .gguf_writer import check_gguf, gguf_filename, write_gguf
 from .remote_code import check_remote_code
 from .shards import check_workers, run_jobs
@@ -140,6 +142,9 @@ def export_checkpoint(
         check_gguf(folder, gguf)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
     check_remote_code(folder, trust_remote_code)  # even when names match: never build an unasked-for class
+    # every shard's shapes against config.json, before anything is written
+    check_config_file(folder)
+    check_config_shapes(ckpt, meta_model(folder, trust_remote_code=trust_remote_code))
     plan = plan_edits(ckpt, mask, trust_remote_code=trust_remote_code)
     layout = _layout(ckpt, max_shard_size)
     ours = {

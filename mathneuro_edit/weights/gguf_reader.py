@@ -33,7 +33,9 @@ from typing import Any
 
 from ..errors import InputError
 from ..util.hashing import sha256_file
-from .gguf_writer import GGUF_TYPES, gguf_file_type
+from ..util.outdir import check_output
+from . import gguf_writer
+from .gguf_writer import GGUF_TYPES
 
 __all__ = ["is_gguf", "cache_root", "gguf_source", "dequantize_gguf", "base_folder", "gguf_lock_entry"]
 
@@ -131,6 +133,7 @@ def dequantize_gguf(gguf: str | Path, *, cache_dir: str | Path | None = None) ->
     dest = root / "gguf" / sha
     if (dest / "config.json").is_file():
         return dest
+    check_output(dest, [("GGUF file", path)], label="the dequantized folder")  # never onto its own input
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}.tmp-", dir=dest.parent))
     try:
@@ -160,12 +163,19 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
     folder, name = str(path.parent), path.name
     try:
         # why float32: GGUF blocks dequantize to float32 values (scale * q + min); a narrower dtype would round them
-        quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        quantized, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                               output_loading_info=True)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     except Exception as e:  # noqa: BLE001 - any parse failure of a foreign file is bad input: one line
         text = " ".join(str(e).split())[:300] or type(e).__name__
         raise InputError(f"base.model {name!r}: transformers cannot read this GGUF file ({text}); check that its "
                          "architecture is one transformers' GGUF support lists") from None
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # transformers would initialise them randomly ("newly initialized"): never acceptable
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise InputError(f"base.model {name!r}: the GGUF file lacks {len(missing)} tensor(s) its architecture needs "
+                         f"({', '.join(missing[:3])}{more}; e.g. its header promises more blocks than it holds); "
+                         "re-download or re-convert it")
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # a plain model: saveable, and loaded without the gguf package
@@ -242,7 +252,7 @@ def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str |
     pre = str(field.contents()) if field is not None else None
     if requested != "base":
         return requested, pre
-    own = gguf_file_type(path)
+    own = gguf_writer.gguf_file_type(path)  # looked up at call time (tests replace it)
     if own not in GGUF_TYPES:
         raise InputError(f"outputs.gguf: base: the base {path.name} is {own}, which the gguf package cannot write; "
                          f"choose one of {', '.join(GGUF_TYPES)}")

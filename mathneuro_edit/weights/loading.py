@@ -26,7 +26,7 @@ from ..engine.targets import find_targets
 from ..errors import InputError
 from ..recipe.schema import BaseConfig
 from .base import resolve_base, resolve_model_path
-from .checkpoint import open_checkpoint
+from .checkpoint import check_config_shapes, open_checkpoint
 from .edit_plan import meta_model, plan_edits
 from .gguf_reader import base_folder
 from .remote_code import check_remote_code, remote_code_error
@@ -124,7 +124,9 @@ def load_model(
     check_remote_code(path, bool(trust_remote_code))  # one line instead of transformers' prompt
     local = Path(path)
     if local.is_dir() and any(local.glob("*.safetensors")):
-        open_checkpoint(local)  # headers only: a truncated or corrupt shard is one line naming file and tensor
+        ckpt = open_checkpoint(local)  # headers only: a truncated or corrupt shard is one line naming file and tensor
+        # shapes against config.json (transformers would raise a RuntimeError, or re-initialise the tensor)
+        check_config_shapes(ckpt, meta_model(local, trust_remote_code=bool(trust_remote_code)))
     torch_dtype = _torch_dtype(dtype)
     if device_map is None:
         target = _auto_device(device)
@@ -140,8 +142,12 @@ def load_model(
             offload_folder=None if offload_folder is None else str(offload_folder), output_loading_info=True,
             **kwargs,
         )
-    except ValueError as e:  # a Hub repo that needs its own code
-        raise (remote_code_error(base_cfg_or_path, e) or e) from None
+    except ValueError as e:  # a Hub repo that needs its own code, or a config transformers cannot read
+        err = remote_code_error(base_cfg_or_path, e)
+        if err is not None:
+            raise err from None
+        raise InputError(f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check its "
+                         "config.json (it needs model_type, or architectures transformers knows)") from None
     except OSError as e:  # missing safetensors, unknown repo, no network: one clear line
         raise InputError(
             f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check the id or folder, that "
