@@ -29,9 +29,11 @@ EXIT_OK, EXIT_DIFFERS, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3,
 
 def _error_message(exc: BaseException) -> tuple[int, str]:
     """The one table that maps exceptions to an exit status and a one-line message."""
-    from ..errors import Terminated
+    from ..errors import LockMismatchError, Terminated
     from ..util.outdir import as_space_error
 
+    if isinstance(exc, LockMismatchError):  # a check found a difference (the lock disagrees with its own hash)
+        return EXIT_DIFFERS, str(exc)
     if isinstance(exc, InputError):
         return 2, str(exc)
     disk = isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError"  # ENOSPC / EDQUOT / EROFS

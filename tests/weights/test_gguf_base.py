@@ -22,6 +22,7 @@ import yaml
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import recipe_from_dict
 from mathneuro_edit.weights import gguf_reader as gguf_base
+from mathneuro_edit.weights import gguf_writer
 from tests._gguf_e2e import check_gguf_outputs, cli, data_overrides, write_recipe
 from tests._gguf_tiny import CHAT_TEMPLATE, expected_weights, tiny_llama, write_gguf
 from tests._models import hash_tree
@@ -192,7 +193,7 @@ def test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer(tiny, monkey
     with pytest.raises(InputError, match=r"outputs.gguf: base means the GGUF base's own type.*choose a type"):
         recipe_from_dict({"base": {"model": "organism"}, "data": data, "edit": {"scale": 1.1},
                           "outputs": {"gguf": "base"}})
-    monkeypatch.setattr(gguf_base, "gguf_file_type", lambda p: "Q4_K")  # a k-quant: gguf cannot write it
+    monkeypatch.setattr(gguf_writer, "gguf_file_type", lambda p: "Q4_K")  # a k-quant: gguf cannot write it
     with pytest.raises(InputError, match=r"tiny.Q8_0.gguf is Q4_K, which the gguf package cannot write; choose one"):
         gguf_base.gguf_output(r.base, "base")
 
