@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from .targets import Target
+from .targets import Target, is_dense_dispatch_experts
 
 __all__ = ["Recorder", "accelerate_hooks"]
 
@@ -146,7 +146,9 @@ class Recorder:
         index = {name: i for i, name in enumerate(self.acc)}
         for mod_name, ts in by_module.items():
             module = modules[mod_name]
-            if ts[0].kind == "experts":
+            if ts[0].kind == "experts" and is_dense_dispatch_experts(module):
+                self.handles.append(module.register_forward_pre_hook(self._dense_dispatch_hook(ts), with_kwargs=True))
+            elif ts[0].kind == "experts":
                 self.handles.append(module.register_forward_pre_hook(self._experts_hook(ts), with_kwargs=True))
             else:
                 self.handles.append(module.register_forward_pre_hook(self._dense_hook(ts[0], index[ts[0].name])))
@@ -268,6 +270,39 @@ class Recorder:
                         h = h + b_up[e].to(x.device)
                     h = module._apply_gate(h) if module.has_gate else module.act_fn(h)  # the down_proj input
                     accs["down"].add(e, self._grouped_sq(h, sample_of[rows], b), rows.numel())
+
+        return hook
+
+    def _dense_dispatch_hook(self, targets: list[Target]):
+        """Llama 4's experts: input ``(E * tokens, d_in)``, expert ``e``'s block holds every token times its router
+        score (exactly 0 when not routed). Each expert is scored on its routed tokens (non-zero rows), with the
+        input it really multiplies (the scaled hidden state), and its ``down_proj`` on ``up * act(gate)``."""
+        accs = {t.role: self.acc[t.name] for t in targets}
+
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            hidden = args[0] if args else kwargs["hidden_states"]
+            assert self.token_mask is not None
+            b, t = self.token_mask.shape
+            n_exp = module.num_experts
+            if hidden.shape[0] != n_exp * b * t:
+                raise InputError(
+                    f"{targets[0].module_name}: experts received {hidden.shape[0]} rows, not experts x the batch's "
+                    f"tokens ({n_exp} x {b * t}); this MoE layout is not supported: exclude its experts"
+                )
+            blocks = hidden.reshape(n_exp, b * t, -1)
+            valid = self.token_mask.reshape(-1).to(hidden.device) > 0
+            sample_of = self.sample_of.to(hidden.device)
+            w_up = _live_param(module, "gate_up_proj") if "down" in accs else None
+            for e in range(n_exp):
+                rows = ((blocks[e] != 0).any(dim=-1) & valid).nonzero().squeeze(1)
+                if rows.numel() == 0:
+                    continue
+                x = blocks[e][rows]
+                if "up" in accs:
+                    accs["up"].add(e, self._grouped_sq(x, sample_of[rows], b), rows.numel())
+                if "down" in accs:
+                    gate, up = (x @ w_up[e].to(x.device)).chunk(2, dim=-1)  # the module's own order and math
+                    accs["down"].add(e, self._grouped_sq(up * module.act_fn(gate), sample_of[rows], b), rows.numel())
 
         return hook
 

@@ -44,6 +44,7 @@ from ..errors import InputError
 from ..util.paths import no_such_local_folder
 from ..weights.base import base_reference, resolve_model_path
 from ..weights.remote_code import check_remote_code
+from ..weights.support import output_support
 
 __all__ = ["Plan", "plan_from_config", "plan_recipe", "load_config", "meta_model_from_config", "format_bytes"]
 
@@ -129,6 +130,8 @@ class Plan:
         placement: accelerate's placement ``device -> weight bytes`` when ``max_memory`` or a dict device_map is
             given, else empty.
         settings: batch_size, max_length, top_k, granularity, general_sets.
+        outputs: ``{"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", "gguf": ...}``:
+            None where this family gets the output, else why not and the recipe line (no weights read).
     """
 
     model_type: str
@@ -147,6 +150,8 @@ class Plan:
     largest_target: tuple[str, int]
     placement: dict[str, int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    # output -> None (this family gets it) or the one-line refusal: from the config alone (weights/support.py)
+    outputs: dict[str, str | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for JSON)."""
@@ -184,6 +189,9 @@ class Plan:
         if self.placement:
             where = ", ".join(f"{d}: {b(n)}" for d, n in self.placement.items())
             lines.append(f"placement of the weights (accelerate): {where}; activations on the first device")
+        if self.outputs:
+            lines.append(f"outputs this family ({self.model_type}) supports:")
+            lines += [f"  {k}: {'yes' if v is None else 'no (' + v + ')'}" for k, v in self.outputs.items()]
         peak, export = b(self.calibration_peak_bytes), b(self.export_peak_bytes)
         lines.append(f"summary: {_count(self.n_params)} {self.dtype}: calibration needs ~{peak} on one device; "
                      f"export needs ~{export} of RAM")
@@ -329,7 +337,13 @@ def plan_from_config(
         placement=_placement(model, torch_dtype, device_map, max_memory),
         settings=dict(batch_size=batch_size, max_length=max_length, top_k=top_k, granularity=granularity,
                       general_sets=general_sets),
+        outputs=dict(zip(("checkpoint", "adapter", "gguf"), _support(model, config, include, exclude))),
     )
+
+
+def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) -> tuple[str | None, ...]:
+    s = output_support(model, config.to_dict(), include=include, exclude=exclude)
+    return s.checkpoint, s.adapter, s.gguf
 
 
 def plan_recipe(recipe: Any) -> Plan:

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import InputError
 from .checkpoint import open_checkpoint
+from .gguf_families import GGUF_WRITTEN, gguf_refusal
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")  # what gguf.quants can write
 _LOW_BIT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1"}
-_ARCHS = {"llama": ("LLAMA", True), "mistral": ("LLAMA", True), "qwen2": ("QWEN2", False), "qwen3": ("QWEN3", False)}
+_ARCHS = GGUF_WRITTEN  # model_type -> (gguf arch, q/k permuted); the refusals of the others: gguf_families.py
 _CHUNK = 16 << 20  # bytes of float32 converted at a time: bounds peak memory, any size is byte-identical
 # pre-tokenizer regexes of tokenizer.json -> llama.cpp's tokenizer.ggml.pre name (public tokenizer data)
 _WORDS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
@@ -70,9 +71,9 @@ def _check_type(qtype: str) -> str:
 
 def _config(folder: Path) -> dict[str, Any]:
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    if cfg.get("model_type") not in _ARCHS:
-        raise InputError(f"outputs.gguf: model_type {cfg.get('model_type')!r} is not supported; GGUF export "
-                         f"supports {', '.join(sorted(_ARCHS))} (set outputs.gguf: null)")
+    refusal = gguf_refusal(cfg)
+    if refusal is not None:
+        raise InputError(refusal)
     return cfg
 
 

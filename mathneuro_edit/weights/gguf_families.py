@@ -1,0 +1,60 @@
+"""Which model families the GGUF export writes, and the precise reason for each one it refuses (config only).
+
+:mod:`.gguf_writer` writes the families of :data:`GGUF_WRITTEN`; for the others llama.cpp has an architecture,
+but its conventions (read in llama.cpp's ``convert_hf_to_gguf.py``) are not implemented here, or not yet
+verified against llama.cpp itself (llama-cpp-python loads the file, tokenizes like transformers, and its greedy
+continuation and logits match transformers' on the same weights). A family is only added to
+:data:`GGUF_WRITTEN` with that test. :func:`gguf_refusal` names what is missing, per family, from
+``config.json`` alone (no weights read), so ``plan`` and a run's validation say it before any forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal"]
+
+# model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
+GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
+    "llama": ("LLAMA", True), "mistral": ("LLAMA", True), "qwen2": ("QWEN2", False), "qwen3": ("QWEN3", False),
+}
+
+# model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
+GGUF_PENDING: dict[str, str] = {
+    "gemma2": "llama.cpp's gemma2 needs norm weights stored +1, attention/final logit soft-capping and "
+              "sliding-window keys",
+    "gemma3_text": "llama.cpp's gemma3 needs norm weights stored +1, q/k norms, local/global rope bases and "
+                   "sliding-window keys",
+    "phi3": "llama.cpp's phi3 needs the fused qkv_proj/gate_up_proj layout and partial-rotary/longrope keys",
+    "olmo2": "llama.cpp's olmo2 needs its post-attention/post-MLP norm tensors and whole-projection q/k norms",
+    "granite": "llama.cpp's granite needs the embedding/attention/residual multipliers and logits scaling keys",
+    "mixtral": "llama.cpp's MoE layout needs the experts stacked as ffn_{gate,up,down}_exps and expert-count keys",
+    "qwen2_moe": "llama.cpp's qwen2moe needs the experts stacked as ffn_*_exps plus the shared expert and its gate",
+    "qwen3_moe": "llama.cpp's qwen3moe needs the experts stacked as ffn_*_exps and expert-count keys",
+    "deepseek_v3": "llama.cpp's deepseek2 needs the MLA tensors, kv_b split and the grouped router's keys",
+    "gpt_oss": "llama.cpp's gpt-oss needs the attention sinks, interleaved gate/up experts and MXFP4-aware layout",
+    "llama4_text": "llama.cpp's llama4 needs the stacked experts, shared expert, NoPE layer pattern and "
+                   "temperature tuning keys",
+    "smollm3": "llama.cpp's smollm3 needs its NoPE layer pattern (no_rope_layers)",
+    "gpt2": "llama.cpp's gpt2 needs the transposed Conv1D weights split into q/k/v and learned positions",
+}
+
+
+def gguf_refusal(cfg: dict[str, Any]) -> str | None:
+    """None when :mod:`.gguf_writer` writes this config's family, else one line: what, why, how to proceed.
+
+    Example:
+        >>> gguf_refusal({"model_type": "qwen2"}) is None
+        True
+        >>> gguf_refusal({"model_type": "gemma2"}).startswith("outputs.gguf: model_type 'gemma2'")
+        True
+    """
+    model_type = cfg.get("model_type")
+    if model_type in GGUF_WRITTEN:
+        return None
+    written = ", ".join(sorted(GGUF_WRITTEN))
+    why = GGUF_PENDING.get(str(model_type))
+    detail = (f"{why}, not written yet (not verified against llama.cpp)" if why
+              else "no GGUF conventions are known to mathneuro-edit for it")
+    return (f"outputs.gguf: model_type {model_type!r} is not supported: {detail}; GGUF export supports {written}; "
+            "set outputs.gguf: null (the checkpoint holds the edit; llama.cpp's convert_hf_to_gguf.py can convert it)")
