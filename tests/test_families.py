@@ -158,3 +158,23 @@ def test_llama4_experts_are_scored_per_expert_on_the_tokens_routed_to_them() -> 
         torch.testing.assert_close(stats.norm_sum[f"{n}.down_proj"].double(), ref[n][1], rtol=1e-4, atol=1e-5)
         assert stats.token_count[f"{n}.gate_up_proj"].tolist() == ref[n][2].long().tolist()
         assert 0 < int(ref[n][2].sum()) < 4 * sum(len(tok(t).input_ids) for t in texts)  # top-1: not all experts
+
+
+def test_run_dry_run_refuses_an_output_the_family_does_not_get(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli.main import main
+
+    folder = tmp_path / "mixtral"
+    family_shape("Mixtral").config().save_pretrained(folder)  # config.json only
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"base": {"model": str(folder), "dtype": "float32"},
+                                      "data": {"math": "organism:math", "general": ["organism:general"]},
+                                      "edit": {"scale": 1.1}, "outputs": {"adapter": True}}))
+    res = CliRunner().invoke(main, ["run", str(recipe), "--out", str(tmp_path / "out"), "--dry-run"])
+    assert res.exit_code == 2, res.output
+    assert "outputs.adapter: mixtral gets a checkpoint only" in res.output and "`outputs.adapter: false`" in res.output
+    ok = CliRunner().invoke(main, ["run", str(recipe), "--out", str(tmp_path / "out"), "--dry-run",
+                                   "--set", "outputs.adapter=false"])
+    assert ok.exit_code == 0, ok.output
+    assert not (tmp_path / "out").exists()

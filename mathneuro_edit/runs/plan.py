@@ -157,6 +157,12 @@ class Plan:
         """Plain data (for JSON)."""
         return asdict(self)
 
+    def check_outputs(self, *, adapter: bool, gguf: bool) -> None:
+        """Raise the family's refusal (InputError, one line with the recipe line) for an output it does not get."""
+        for output, asked in (("adapter", adapter), ("gguf", gguf)):
+            if asked and self.outputs.get(output) is not None:
+                raise InputError(str(self.outputs[output]))
+
     def fits(self) -> str:
         """Where calibration fits: the smallest common device, and how many 80/141 GB devices when split."""
         need = self.calibration_peak_bytes / 1e9
