@@ -83,8 +83,8 @@ def test_the_refusal_s_recipe_line_gives_an_adapter_that_plain_peft_loads(name, 
     fam.run_recipe(fam.family_recipe(base, adapter=True, gguf=None, exclude=exclude), out, progress=False)
     mask = fam.Mask.load(out / MASK_NAME)
     assert not any(re.search(p, n) for p in exclude for n in mask)  # experts and routers were not scored
-    baked = fam._check_checkpoint(base, out / "checkpoint", mask)
-    fam._check_adapter(base, out / ADAPTER_DIR, baked)
+    baked = fam.check_checkpoint(base, out / "checkpoint", mask)
+    fam.check_adapter(base, out / ADAPTER_DIR, baked)
 
 
 def test_adapter_refusal_comes_before_any_weight_is_read(tmp_path, monkeypatch) -> None:

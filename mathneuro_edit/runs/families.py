@@ -41,7 +41,8 @@ from .pipeline import run_recipe
 from .plan import plan_recipe
 from .reproduce import reproduce
 
-__all__ = ["CELLS", "FamilyResult", "run_family", "save_family_base", "family_recipe", "matrix_markdown"]
+__all__ = ["CELLS", "FamilyResult", "run_family", "run_all", "save_family_base", "family_recipe", "matrix_markdown",
+           "check_checkpoint", "check_adapter", "check_gguf_readback"]
 
 CELLS = ("calibrate", "mask", "checkpoint", "adapter", "gguf", "verify", "reproduce")
 SCALE = 1.1
@@ -99,7 +100,7 @@ def _expect(ok: bool, what: str) -> None:
         raise AssertionError(what)
 
 
-def _check_checkpoint(base: Path, ckpt: Path, mask: Mask) -> dict[str, torch.Tensor]:
+def check_checkpoint(base: Path, ckpt: Path, mask: Mask) -> dict[str, torch.Tensor]:
     before, after = _load(base), _load(ckpt)
     _expect(set(before) == set(after), "checkpoint: other tensors than the base's")
     for name, w in before.items():
@@ -108,7 +109,7 @@ def _check_checkpoint(base: Path, ckpt: Path, mask: Mask) -> dict[str, torch.Ten
     return after
 
 
-def _check_adapter(base: Path, adapter: Path, baked: dict[str, torch.Tensor]) -> None:
+def check_adapter(base: Path, adapter: Path, baked: dict[str, torch.Tensor]) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -119,7 +120,7 @@ def _check_adapter(base: Path, adapter: Path, baked: dict[str, torch.Tensor]) ->
         _expect(torch.equal(got[name], w), f"adapter: merged {name} differs from the checkpoint's")
 
 
-def _check_gguf(ckpt: Path, qtype: str, baked: dict[str, torch.Tensor]) -> None:
+def check_gguf_readback(ckpt: Path, qtype: str, baked: dict[str, torch.Tensor]) -> None:
     got = _load(ckpt, gguf_file=gguf_filename(qtype))
     for name, w in baked.items():
         if name in got:  # transformers' reader rebuilds rotary buffers from the config
@@ -162,15 +163,15 @@ def run_family(shape: FamilyShape, workdir: str | Path, *, gguf_type: str = "F32
     row.cells["calibrate"] = WORKS
     _expect(mask.total()[0] > 0, "mask: nothing selected")
     row.cells["mask"] = WORKS
-    baked = _check_checkpoint(base, out / CHECKPOINT_DIR, mask)
+    baked = check_checkpoint(base, out / CHECKPOINT_DIR, mask)
     row.cells["checkpoint"] = WORKS
     outputs = [out / CHECKPOINT_DIR]
     if adapter:
-        _check_adapter(base, out / ADAPTER_DIR, baked)
+        check_adapter(base, out / ADAPTER_DIR, baked)
         row.cells["adapter"] = WORKS
         outputs.append(out / ADAPTER_DIR)
     if qtype:
-        _check_gguf(out / CHECKPOINT_DIR, qtype, baked)
+        check_gguf_readback(out / CHECKPOINT_DIR, qtype, baked)
         row.cells["gguf"] = WORKS
     for folder in outputs:
         _expect(verify(folder, base, mask, SCALE).ok, f"verify: {folder.name} does not pass")

@@ -54,7 +54,7 @@ def _what(model: nn.Module, t: Target) -> str:
     kind = type(model.get_submodule(t.module_name)).__name__
     if t.kind == "experts":
         return f"fused 3-D MoE experts, {kind}"
-    return f"{kind}, not an nn.Linear" if t.kind == "conv1d" else f"{kind}: a router"
+    return f"a conv1d weight, {kind}: not an nn.Linear" if t.kind == "conv1d" else f"{kind}: a router"
 
 
 def adapter_refusal(model: nn.Module, targets: dict[str, Target], model_type: str) -> str | None:
