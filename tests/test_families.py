@@ -178,3 +178,45 @@ def test_run_dry_run_refuses_an_output_the_family_does_not_get(tmp_path) -> None
                                    "--set", "outputs.adapter=false"])
     assert ok.exit_code == 0, ok.output
     assert not (tmp_path / "out").exists()
+
+
+def test_jetmoe_parallel_experts_are_scored_on_the_rows_routed_to_each_expert() -> None:
+    """JetMoE's ParallelExperts get their routed rows sorted by expert (``expert_size`` each), in its MLP and in its
+    mixture of attention heads; each expert's statistic is recomputed here text by text with plain torch."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mathneuro_edit import calibrate
+    from mathneuro_edit.organism import organism_path
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(family_shape("JetMoE").config()).eval()
+    tok = AutoTokenizer.from_pretrained(organism_path())
+    texts = ["Question: 12 * 3?\nAnswer: 36", "2 + 2 = 4", "The quiet river wound through the valley."]
+    stats = calibrate(model, tok, texts, max_length=32, batch_size=2, progress=False)  # padded batches
+    ref: dict[str, torch.Tensor] = {}
+    counts: dict[str, torch.Tensor] = {}
+
+    def pre(name):
+        def f(module, args):
+            x, sizes = args
+            start = 0
+            for e, n in enumerate(sizes):
+                ref.setdefault(name, torch.zeros(module.num_experts, x.shape[1], dtype=torch.float64))
+                counts.setdefault(name, torch.zeros(module.num_experts, dtype=torch.long))
+                ref[name][e] += x[start:start + n].double().pow(2).sum(0).sqrt()
+                counts[name][e] += n
+                start += n
+        return f
+
+    handles = [m.register_forward_pre_hook(pre(f"{n}.weight")) for n, m in model.named_modules()
+               if type(m).__name__ == "JetMoeParallelExperts"]
+    with torch.no_grad():
+        for text in texts:
+            model(torch.tensor([tok(text).input_ids]))
+    for h in handles:
+        h.remove()
+    assert len(ref) == 8  # 2 layers x (MLP, attention) x (input, output)
+    for name, want in ref.items():
+        assert stats.targets[name].kind == "experts"
+        torch.testing.assert_close(stats.norm_sum[name].double(), want, rtol=1e-4, atol=1e-5)
+        assert stats.token_count[name].tolist() == counts[name].tolist()

@@ -14,6 +14,9 @@ Handled:
   3-D ``gate_up_proj`` / ``up_proj`` and ``down_proj``, ``(E, d_out, d_in)`` or transposed ``(E, d_in, d_out)``).
 - Llama 4's fused experts (``Llama4TextExperts``, not decorated): every token goes to every expert, scaled by
   its router score (0 when not routed), as ``(E * tokens, d_in)``; weights ``(E, d_in, d_out)`` (transposed).
+- JetMoE's ``ParallelExperts`` (its MoE MLP and its mixture of attention heads): one 3-D ``weight``
+  ``(E, d_out, d_in)`` per module, called with the routed tokens sorted by expert and the count per expert; the
+  token of each row is the ``batch_index`` its sibling ``router`` returned.
 
 Never targets: embeddings, 1-D parameters (norms, biases), expert biases, and an ``lm_head`` tied to the
 input embedding (editing it would silently edit the embeddings) unless asked for. Any other parameter of two
@@ -33,7 +36,8 @@ from torch import nn
 
 from ..errors import InputError
 
-__all__ = ["Target", "find_targets", "canonical_view", "model_fingerprint", "is_dense_dispatch_experts"]
+__all__ = ["Target", "find_targets", "canonical_view", "model_fingerprint", "is_dense_dispatch_experts",
+           "is_parallel_experts"]
 
 TargetKind = Literal["linear", "conv1d", "experts"]
 
@@ -133,6 +137,13 @@ def is_dense_dispatch_experts(module: nn.Module) -> bool:
     )
 
 
+def is_parallel_experts(module: nn.Module) -> bool:
+    """JetMoE's layout: ``weight`` ``(E, d_out, d_in)``, ``forward(inputs, expert_size)`` (rows sorted by expert)."""
+    weight = getattr(module, "weight", None)
+    return (type(module).__name__.endswith("ParallelExperts") and isinstance(weight, nn.Parameter)
+            and weight.dim() == 3 and weight.shape[0] == getattr(module, "num_experts", -1))
+
+
 def _is_router(module: nn.Module) -> bool:
     weight = getattr(module, "weight", None)
     return (
@@ -226,6 +237,8 @@ def find_targets(
                 )
             for pname, _ in module.named_parameters(recurse=False):
                 covered.add(prefix + pname)  # expert biases are not weight matrices: never scored
+        elif is_parallel_experts(module):
+            found[prefix + "weight"] = Target(prefix + "weight", "experts", mod_name, tuple(module.weight.shape))
         elif is_dense_dispatch_experts(module):
             for attr, role in (("gate_up_proj", "up"), ("down_proj", "down")):
                 w = getattr(module, attr)
