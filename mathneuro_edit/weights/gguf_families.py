@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal", "add_family_keys"]
+__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
@@ -59,15 +59,3 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     return (f"outputs.gguf: model_type {model_type!r} is not supported: {detail}; GGUF export supports {written}; "
             "set outputs.gguf: null (the checkpoint holds the edit; llama.cpp's convert_hf_to_gguf.py can convert it)")
 
-
-# Granite's multipliers, under llama.cpp's names (its converter's GraniteModel: *_multiplier -> *_scale)
-_GRANITE_KEYS = (("attention_multiplier", "add_attention_scale"), ("embedding_multiplier", "add_embedding_scale"),
-                 ("residual_multiplier", "add_residual_scale"), ("logits_scaling", "add_logit_scale"))
-
-
-def add_family_keys(writer: Any, cfg: dict[str, Any]) -> None:
-    """The hyperparameters a family has beyond the llama set that :mod:`.gguf_writer` writes for all."""
-    if cfg.get("model_type") == "granite":
-        for key, add in _GRANITE_KEYS:
-            if cfg.get(key) is not None:
-                getattr(writer, add)(float(cfg[key]))

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import InputError
 from .checkpoint import open_checkpoint
-from .gguf_families import GGUF_WRITTEN, add_family_keys, gguf_refusal
+from .gguf_families import GGUF_WRITTEN, gguf_refusal
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -294,7 +294,6 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.add_rope_scaling_factor(float(scaling["factor"]))
         if "original_max_position_embeddings" in scaling:
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
-    add_family_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_families.py
     _vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)
     for gname, _, shape, t in plan:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
