@@ -23,6 +23,9 @@ vocabulary, ``h`` = attention heads):
 - export (streaming, :mod:`~mathneuro_edit.weights.checkpoint_writer`): ``largest edited tensor x (2b + 1)`` (original, edited
   copy, bool mask) ``+`` the mask in memory; no accelerator.
 
+The plan also lists the outputs this family gets (:mod:`~mathneuro_edit.weights.support`: a PEFT adapter needs
+every scored weight to be an ``nn.Linear``; the GGUF families), each ``None`` or its one-line refusal.
+
 Estimates are meant to be within tens of percent; allocator overheads (e.g. ~1 GB of CUDA context) come on top.
 """
 

@@ -31,6 +31,7 @@ GGUF_PENDING: dict[str, str] = {
     "mixtral": "llama.cpp's MoE layout needs the experts stacked as ffn_{gate,up,down}_exps and expert-count keys",
     "qwen2_moe": "llama.cpp's qwen2moe needs the experts stacked as ffn_*_exps plus the shared expert and its gate",
     "qwen3_moe": "llama.cpp's qwen3moe needs the experts stacked as ffn_*_exps and expert-count keys",
+    "olmoe": "llama.cpp's olmoe needs the experts stacked as ffn_*_exps and expert-count keys",
     "deepseek_v3": "llama.cpp's deepseek2 needs the MLA tensors, kv_b split and the grouped router's keys",
     "gpt_oss": "llama.cpp's gpt-oss needs the attention sinks, interleaved gate/up experts and MXFP4-aware layout",
     "llama4_text": "llama.cpp's llama4 needs the stacked experts, shared expert, NoPE layer pattern and "
