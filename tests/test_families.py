@@ -18,9 +18,11 @@ import torch
 import yaml
 
 from mathneuro_edit import InputError
-from mathneuro_edit.layout import ADAPTER_DIR, MASK_NAME
+from mathneuro_edit.engine.mask import Mask
+from mathneuro_edit.layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME
 from mathneuro_edit.runs import families as fam
 from mathneuro_edit.runs.family_shapes import FAMILY_SHAPES, family_shape
+from mathneuro_edit.runs.pipeline import run_recipe
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "families.md"
 
@@ -76,14 +78,14 @@ def test_the_refusal_s_recipe_line_gives_an_adapter_that_plain_peft_loads(name, 
     """The MoE refusal offers `targets.exclude: [...]`: with exactly that line the run writes a PEFT adapter."""
     base = fam.save_family_base(tmp_path / "base", family_shape(name))
     with pytest.raises(InputError) as err:
-        fam.run_recipe(fam.family_recipe(base, adapter=True, gguf=None), tmp_path / "refused", progress=False)
+        run_recipe(fam.family_recipe(base, adapter=True, gguf=None), tmp_path / "refused", progress=False)
     exclude = yaml.safe_load(re.search(r"`targets\.exclude: (\[.*?\])`", str(err.value)).group(1))
     assert exclude and all(isinstance(p, str) for p in exclude)
     out = tmp_path / "run"
-    fam.run_recipe(fam.family_recipe(base, adapter=True, gguf=None, exclude=exclude), out, progress=False)
-    mask = fam.Mask.load(out / MASK_NAME)
+    run_recipe(fam.family_recipe(base, adapter=True, gguf=None, exclude=exclude), out, progress=False)
+    mask = Mask.load(out / MASK_NAME)
     assert not any(re.search(p, n) for p in exclude for n in mask)  # experts and routers were not scored
-    baked = fam.check_checkpoint(base, out / "checkpoint", mask)
+    baked = fam.check_checkpoint(base, out / CHECKPOINT_DIR, mask)
     fam.check_adapter(base, out / ADAPTER_DIR, baked)
 
 
