@@ -24,8 +24,8 @@ def main() -> None:
     transformers.utils.logging.disable_progress_bar()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mathneuro-families-") as work:
-        rows = run_all(work)
-    Path(args.out).write_text(matrix_markdown(rows), encoding="utf-8")
+        rows, tokenizers = run_all(work)
+    Path(args.out).write_text(matrix_markdown(rows, tokenizers), encoding="utf-8")
     print(f"wrote {args.out}: {len(rows)} families ({time.perf_counter() - t0:.0f} s)")
 
 

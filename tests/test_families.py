@@ -222,3 +222,19 @@ def test_jetmoe_parallel_experts_are_scored_on_the_rows_routed_to_each_expert() 
         assert stats.targets[name].kind == "experts"
         torch.testing.assert_close(stats.norm_sum[name].double(), want, rtol=1e-4, atol=1e-5)
         assert stats.token_count[name].tolist() == counts[name].tolist()
+
+
+def test_gguf_tokenizer_rows_are_the_run_s_own_refusal(tmp_path) -> None:
+    """A SentencePiece-style tokenizer.json (Metaspace, byte fallback) is refused by the run, before any forward
+    pass, with the line docs/families.md shows."""
+    cells = fam.tokenizer_rows(tmp_path)
+    text = DOC.read_text(encoding="utf-8")
+    _, notes = _doc()
+    for kind, got in cells.items():
+        shown = re.search(rf"^\| {re.escape(kind)} \| (.*) \|$", text, re.MULTILINE).group(1)
+        if got == fam.WORKS:
+            assert shown == "works (tested)"
+        else:
+            n = int(re.fullmatch(r"refused \[(\d+)\]\(#refusal-\d+\)", shown).group(1))
+            assert notes[n] == got.removeprefix("refused: ")
+            assert "SentencePiece-style" in got and got.endswith("set outputs.gguf: null") and "\n" not in got

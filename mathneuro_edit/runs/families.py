@@ -41,7 +41,7 @@ from .pipeline import run_recipe
 from .plan import plan_recipe
 from .reproduce import reproduce
 
-__all__ = ["CELLS", "FamilyResult", "run_family", "run_all", "save_family_base", "family_recipe", "matrix_markdown",
+__all__ = ["CELLS", "FamilyResult", "run_family", "run_all", "tokenizer_rows", "save_sentencepiece_base", "save_family_base", "family_recipe", "matrix_markdown",
            "check_checkpoint", "check_adapter", "check_gguf_readback"]
 
 CELLS = ("calibrate", "mask", "checkpoint", "adapter", "gguf", "verify", "reproduce")
@@ -184,6 +184,38 @@ def run_family(shape: FamilyShape, workdir: str | Path, *, gguf_type: str = "F32
     return row
 
 
+def save_sentencepiece_base(folder: str | Path) -> Path:
+    """The Llama 3.x tiny model with a SentencePiece-style tokenizer.json (Llama 2, Mistral v0.1, Gemma, Phi-3:
+    BPE with byte fallback over ``▁``-prefixed pieces, a Metaspace pre-tokenizer)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = save_family_base(folder, FAMILY_SHAPES[0])
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+    for piece in ("\u2581", "\u2581a", "a"):
+        vocab.setdefault(piece, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("\u2581", "a")], unk_token="<unk>", byte_fallback=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>") \
+        .save_pretrained(folder)
+    return folder
+
+
+def tokenizer_rows(workdir: str | Path) -> dict[str, str]:
+    """The GGUF tokenizer cells: ``{tokenizer kind: WORKS or "refused: <line>"}`` (the refusal is the run's own,
+    raised before any forward pass: a run that got past it would fail the check)."""
+    base = save_sentencepiece_base(Path(workdir) / "spm-base")
+    try:
+        run_recipe(family_recipe(base, adapter=False, gguf="F32"), Path(workdir) / "spm-run", progress=False)
+    except InputError as e:
+        spm = f"refused: {e}"
+    else:
+        raise AssertionError("gguf: a SentencePiece tokenizer was written, but the writer only knows byte-level BPE")
+    return {"byte-level BPE (Llama 3, Qwen2/3, SmolLM, GPT-2): the rows above": WORKS,
+            "SentencePiece (Llama 2, Mistral v0.1, Gemma, Phi-3)": spm}
+
+
 def _cell(text: str, notes: dict[str, int]) -> str:
     if text == WORKS:
         return "works (tested)"
@@ -191,7 +223,7 @@ def _cell(text: str, notes: dict[str, int]) -> str:
     return f"refused [{n}](#refusal-{n})"
 
 
-def matrix_markdown(rows: list[FamilyResult]) -> str:
+def matrix_markdown(rows: list[FamilyResult], tokenizers: dict[str, str] | None = None) -> str:
     """docs/families.md: the matrix, the refusal lines, and what each tiny config keeps of the released one."""
     notes: dict[str, int] = {}
     lines = [
@@ -215,6 +247,10 @@ def matrix_markdown(rows: list[FamilyResult]) -> str:
     for r in rows:
         cells = [_cell(r.cells[c], notes) for c in CELLS]
         lines.append(f"| {r.shape.name} | `{r.model_type}` | " + " | ".join(cells) + " |")
+    if tokenizers:
+        lines += ["", "GGUF tokenizers (the vocabulary written with the GGUF; `tokenizer.json` decides):", "",
+                  "| tokenizer | gguf |", "|---|---|"]
+        lines += [f"| {k} | {_cell(v, notes)} |" for k, v in tokenizers.items()]
     lines += ["", "## Refusals", ""]
     for text, n in notes.items():
         lines += [f'<a id="refusal-{n}"></a>{n}. {text.removeprefix("refused: ")}', ""]
@@ -223,6 +259,7 @@ def matrix_markdown(rows: list[FamilyResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_all(workdir: str | Path) -> list[FamilyResult]:
-    """:func:`run_family` for every family, in :data:`FAMILY_SHAPES` order."""
-    return [run_family(s, Path(workdir) / f"f{i:02d}") for i, s in enumerate(FAMILY_SHAPES)]
+def run_all(workdir: str | Path) -> tuple[list[FamilyResult], dict[str, str]]:
+    """:func:`run_family` for every family, in :data:`FAMILY_SHAPES` order, and :func:`tokenizer_rows`."""
+    rows = [run_family(s, Path(workdir) / f"f{i:02d}") for i, s in enumerate(FAMILY_SHAPES)]
+    return rows, tokenizer_rows(workdir)

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import InputError
 from .checkpoint import open_checkpoint
-from .gguf_families import GGUF_WRITTEN, gguf_refusal
+from .gguf_families import GGUF_WRITTEN, gguf_refusal, tokenizer_refusal
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -193,9 +193,7 @@ def _tokens(gguf: Any, folder: Path, n_vocab: int) -> tuple[list[str], list[Any]
     tok = json.loads(path.read_text(encoding="utf-8"))
     model, pre = tok.get("model", {}), _pre_name(tok.get("pre_tokenizer") or {})
     if model.get("type") != "BPE" or pre is None:
-        raise InputError("outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM2, GPT-2) are written; "
-                         f"this tokenizer is {model.get('type')} with pre-tokenizer "
-                         f"{json.dumps(tok.get('pre_tokenizer'))[:80]}; set outputs.gguf: null")
+        raise InputError(tokenizer_refusal(model.get("type"), tok.get("pre_tokenizer")))
     added = {a["id"]: a for a in tok.get("added_tokens", [])}
     by_id = {i: t for t, i in model["vocab"].items()} | {i: a["content"] for i, a in added.items()}
     tokens, types = [], []
