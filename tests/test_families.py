@@ -10,9 +10,11 @@ fused experts are scored like an independent per-token implementation.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -23,6 +25,9 @@ from mathneuro_edit.layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME
 from mathneuro_edit.runs import families as fam
 from mathneuro_edit.runs.family_shapes import FAMILY_SHAPES, family_shape
 from mathneuro_edit.runs.pipeline import run_recipe
+from mathneuro_edit.weights.gguf_families import GGUF_WRITTEN
+
+from .test_gguf import _cpp_greedy, _greedy, _llama
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "families.md"
 
@@ -238,3 +243,30 @@ def test_gguf_tokenizer_rows_are_the_run_s_own_refusal(tmp_path) -> None:
             n = int(re.fullmatch(r"refused \[(\d+)\]\(#refusal-\d+\)", shown).group(1))
             assert notes[n] == got.removeprefix("refused: ")
             assert "SentencePiece-style" in got and got.endswith("set outputs.gguf: null") and "\n" not in got
+
+
+@pytest.mark.parametrize("name", [s.name for s in FAMILY_SHAPES if s.config().model_type in GGUF_WRITTEN])
+def test_llama_cpp_runs_the_gguf_of_every_family_marked_works(name, tmp_path) -> None:
+    """The Done-when of issue 24: every family whose GGUF cell is "works" is read by llama.cpp itself: it tokenizes
+    like transformers, and its logits and greedy continuation match transformers' on the baked checkpoint."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
+    base = fam.save_family_base(tmp_path / "base", family_shape(name))
+    out = tmp_path / "run"
+    fam.run_recipe(fam.family_recipe(base, adapter=False, gguf="F32"), out, progress=False)
+    ckpt = out / "checkpoint"
+    llm = _llama(ckpt / "model-F32.gguf")
+    ref = AutoModelForCausalLM.from_pretrained(ckpt).eval()
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    for prompt in ["Question: Tom has 3 apples and buys 4 more.", "The quiet river"]:
+        ids = tok(prompt).input_ids
+        assert llm.tokenize(prompt.encode(), add_bos=True, special=False) == ids
+        llm.reset()
+        llm.eval(ids)
+        cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
+        with torch.no_grad():
+            hf = ref(torch.tensor([ids])).logits[0]
+        assert (cpp - hf).abs().max() < 1e-3 * max(1.0, float(hf.abs().max())), prompt
+        assert _cpp_greedy(llm, ids, 8) == _greedy(ref, ids, 8), prompt

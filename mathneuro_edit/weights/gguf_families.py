@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal", "tokenizer_refusal"]
+__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal", "tokenizer_refusal", "add_family_keys"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     "llama": ("LLAMA", True), "mistral": ("LLAMA", True), "qwen2": ("QWEN2", False), "qwen3": ("QWEN3", False),
+    # verified by llama.cpp itself (tests/test_families.py): Granite is llama + its multipliers (add_family_keys);
+    # OLMo 2 has NeoX rotary (no permutation) and its own post-attention/post-MLP norm tensor names
+    "granite": ("GRANITE", True), "olmo2": ("OLMO2", False),
 }
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
@@ -26,8 +29,6 @@ GGUF_PENDING: dict[str, str] = {
     "gemma3_text": "llama.cpp's gemma3 needs norm weights stored +1, q/k norms, local/global rope bases and "
                    "sliding-window keys",
     "phi3": "llama.cpp's phi3 needs the fused qkv_proj/gate_up_proj layout and partial-rotary/longrope keys",
-    "olmo2": "llama.cpp's olmo2 needs its post-attention/post-MLP norm tensors and whole-projection q/k norms",
-    "granite": "llama.cpp's granite needs the embedding/attention/residual multipliers and logits scaling keys",
     "mixtral": "llama.cpp's MoE layout needs the experts stacked as ffn_{gate,up,down}_exps and expert-count keys",
     "qwen2_moe": "llama.cpp's qwen2moe needs the experts stacked as ffn_*_exps plus the shared expert and its gate",
     "qwen3_moe": "llama.cpp's qwen3moe needs the experts stacked as ffn_*_exps and expert-count keys",
@@ -78,3 +79,16 @@ def tokenizer_refusal(model_type: Any, pre_tokenizer: Any) -> str:
             else "not a pre-tokenizer llama.cpp names")
     return (f"outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM2, GPT-2) are written; this "
             f"tokenizer.json is {model_type} with {kinds} pre-tokenizer, {what}; set outputs.gguf: null")
+
+
+# Granite's multipliers, under llama.cpp's names (its converter's GraniteModel: *_multiplier -> *_scale)
+_GRANITE_KEYS = (("attention_multiplier", "add_attention_scale"), ("embedding_multiplier", "add_embedding_scale"),
+                 ("residual_multiplier", "add_residual_scale"), ("logits_scaling", "add_logit_scale"))
+
+
+def add_family_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """The hyperparameters a family has beyond the llama set that :mod:`.gguf_writer` writes for all."""
+    if cfg.get("model_type") == "granite":
+        for key, add in _GRANITE_KEYS:
+            if cfg.get(key) is not None:
+                getattr(writer, add)(float(cfg[key]))

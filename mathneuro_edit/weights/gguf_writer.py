@@ -2,7 +2,8 @@
 
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
-Qwen3 (NeoX rotary: HF's order); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the
+Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers) and OLMo 2 (NeoX; the per-family conventions
+and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the
 hyperparameters, Llama-3 ``rope_freqs``, linear/YaRN scaling keys; a byte-level BPE tokenizer
 (``tokenizer.ggml.*``, ``gpt2`` model, llama.cpp's pre-tokenizer name) and the chat template. docs/formats.md
 lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the embedding/output at Q8_0).
@@ -29,7 +30,7 @@ import numpy as np
 
 from ..errors import InputError
 from .checkpoint import open_checkpoint
-from .gguf_families import GGUF_WRITTEN, gguf_refusal, tokenizer_refusal
+from .gguf_families import GGUF_WRITTEN, add_family_keys, gguf_refusal, tokenizer_refusal
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -292,6 +293,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.add_rope_scaling_factor(float(scaling["factor"]))
         if "original_max_position_embeddings" in scaling:
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    add_family_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_families.py
     _vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)
     for gname, _, shape, t in plan:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
