@@ -94,7 +94,8 @@ FAMILY_SHAPES: tuple[FamilyShape, ...] = (
                 "q/k norms, local/global layers with their own rope, tied"),
     FamilyShape("Phi-3 / Phi-4", "microsoft/Phi-4-mini-instruct", "Phi3Config",
                 dict(_GQA, intermediate_size=128, tie_word_embeddings=True, partial_rotary_factor=0.75),
-                "fused qkv_proj and gate_up_proj, partial rotary, tied (Phi-4-mini)"),
+                "fused qkv_proj and gate_up_proj, partial rotary, tied (Phi-4-mini); not its longrope scaling, "
+                "which the GGUF export refuses (no rope_factors tensors written)"),
     FamilyShape("OLMo 2", "allenai/OLMo-2-1124-7B-Instruct", "Olmo2Config",
                 dict(_GQA, intermediate_size=128, tie_word_embeddings=False),
                 "q/k norms over the whole projection, norms after attention and MLP, untied"),

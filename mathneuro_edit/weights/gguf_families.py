@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal", "tokenizer_refusal", "add_family_keys"]
+__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal", "tokenizer_refusal", "add_family_keys", "rope_dims"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     "llama": ("LLAMA", True), "mistral": ("LLAMA", True), "qwen2": ("QWEN2", False), "qwen3": ("QWEN3", False),
     # verified by llama.cpp itself (tests/test_families.py): Granite is llama + its multipliers (add_family_keys);
-    # OLMo 2 has NeoX rotary (no permutation) and its own post-attention/post-MLP norm tensor names
-    "granite": ("GRANITE", True), "olmo2": ("OLMO2", False),
+    # OLMo 2 has NeoX rotary (no permutation) and its own post-attention/post-MLP norm tensor names; Phi-3 keeps
+    # its fused qkv/gate_up, NeoX rotary over part of each head (rope_dims) and a sliding-window key
+    "granite": ("GRANITE", True), "olmo2": ("OLMO2", False), "phi3": ("PHI3", False),
 }
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
@@ -28,7 +29,6 @@ GGUF_PENDING: dict[str, str] = {
               "sliding-window keys",
     "gemma3_text": "llama.cpp's gemma3 needs norm weights stored +1, q/k norms, local/global rope bases and "
                    "sliding-window keys",
-    "phi3": "llama.cpp's phi3 needs the fused qkv_proj/gate_up_proj layout and partial-rotary/longrope keys",
     "mixtral": "llama.cpp's MoE layout needs the experts stacked as ffn_{gate,up,down}_exps and expert-count keys",
     "qwen2_moe": "llama.cpp's qwen2moe needs the experts stacked as ffn_*_exps plus the shared expert and its gate",
     "qwen3_moe": "llama.cpp's qwen3moe needs the experts stacked as ffn_*_exps and expert-count keys",
@@ -86,8 +86,20 @@ _GRANITE_KEYS = (("attention_multiplier", "add_attention_scale"), ("embedding_mu
                  ("residual_multiplier", "add_residual_scale"), ("logits_scaling", "add_logit_scale"))
 
 
+def rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
+    """Rotary dimensions per head: Phi-3/Phi-4-mini rotate ``partial_rotary_factor`` of each head (llama.cpp's
+    converter: ``int(factor * hidden) // heads``); the others the whole head."""
+    params = cfg.get("rope_parameters") or {}
+    factor = cfg.get("partial_rotary_factor", params.get("partial_rotary_factor"))
+    if cfg.get("model_type") == "phi3" and factor is not None:
+        return int(float(factor) * int(cfg["hidden_size"])) // int(cfg["num_attention_heads"])
+    return head_dim
+
+
 def add_family_keys(writer: Any, cfg: dict[str, Any]) -> None:
     """The hyperparameters a family has beyond the llama set that :mod:`.gguf_writer` writes for all."""
+    if cfg.get("model_type") == "phi3":  # 0: no sliding window (how llama.cpp tells Phi-4 from other Phi-3)
+        writer.add_sliding_window(int(cfg.get("sliding_window") or 0))
     if cfg.get("model_type") == "granite":
         for key, add in _GRANITE_KEYS:
             if cfg.get(key) is not None:

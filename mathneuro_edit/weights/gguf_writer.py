@@ -2,7 +2,7 @@
 
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
-Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers) and OLMo 2 (NeoX; the per-family conventions
+Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2 and Phi-3 (NeoX; the per-family conventions
 and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the
 hyperparameters, Llama-3 ``rope_freqs``, linear/YaRN scaling keys; a byte-level BPE tokenizer
 (``tokenizer.ggml.*``, ``gpt2`` model, llama.cpp's pre-tokenizer name) and the chat template. docs/formats.md
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import InputError
 from .checkpoint import open_checkpoint
-from .gguf_families import GGUF_WRITTEN, add_family_keys, gguf_refusal, tokenizer_refusal
+from .gguf_families import GGUF_WRITTEN, add_family_keys, gguf_refusal, rope_dims, tokenizer_refusal
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -283,7 +283,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
                        (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
                        (w.add_head_count_kv, int(cfg.get("num_key_value_heads") or n_head)),
                        (w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
-                       (w.add_vocab_size, int(cfg["vocab_size"])), (w.add_rope_dimension_count, head_dim)):
+                       (w.add_vocab_size, int(cfg["vocab_size"])), (w.add_rope_dimension_count, rope_dims(cfg, head_dim))):
         add(value)
     if head_dim != int(cfg["hidden_size"]) // n_head:  # Qwen3: head_dim is not hidden/heads
         w.add_key_length(head_dim)
