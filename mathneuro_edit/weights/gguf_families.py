@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal", "tokenizer_refusal", "add_family_keys", "rope_dims"]
+__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal", "tokenizer_refusal", "add_family_keys", "rope_dims",
+           "tensor_shift"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
@@ -21,12 +22,11 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     # OLMo 2 has NeoX rotary (no permutation) and its own post-attention/post-MLP norm tensor names; Phi-3 keeps
     # its fused qkv/gate_up, NeoX rotary over part of each head (rope_dims) and a sliding-window key
     "granite": ("GRANITE", True), "olmo2": ("OLMO2", False), "phi3": ("PHI3", False),
+    "gemma2": ("GEMMA2", False),
 }
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
 GGUF_PENDING: dict[str, str] = {
-    "gemma2": "llama.cpp's gemma2 needs norm weights stored +1, attention/final logit soft-capping and "
-              "sliding-window keys",
     "gemma3_text": "llama.cpp's gemma3 needs norm weights stored +1, q/k norms, local/global rope bases and "
                    "sliding-window keys",
     "mixtral": "llama.cpp's MoE layout needs the experts stacked as ffn_{gate,up,down}_exps and expert-count keys",
@@ -48,7 +48,7 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     Example:
         >>> gguf_refusal({"model_type": "qwen2"}) is None
         True
-        >>> gguf_refusal({"model_type": "gemma2"}).startswith("outputs.gguf: model_type 'gemma2'")
+        >>> gguf_refusal({"model_type": "mixtral"}).startswith("outputs.gguf: model_type 'mixtral'")
         True
     """
     model_type = cfg.get("model_type")
@@ -96,8 +96,22 @@ def rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
     return head_dim
 
 
+def tensor_shift(cfg: dict[str, Any], hf_name: str) -> float:
+    """What llama.cpp adds to a tensor's values: Gemma's RMSNorm multiplies by ``1 + w``, llama.cpp by its stored
+    weight, so its converter stores ``w + 1`` for every ``*norm.weight``."""
+    return 1.0 if cfg.get("model_type") == "gemma2" and hf_name.endswith("norm.weight") else 0.0
+
+
 def add_family_keys(writer: Any, cfg: dict[str, Any]) -> None:
     """The hyperparameters a family has beyond the llama set that :mod:`.gguf_writer` writes for all."""
+    if cfg.get("model_type") == "gemma2":
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+        if head_dim == int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]):  # else the writer adds them
+            writer.add_key_length(head_dim)
+            writer.add_value_length(head_dim)
+        writer.add_attn_logit_softcapping(float(cfg["attn_logit_softcapping"]))
+        writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
+        writer.add_sliding_window(int(cfg["sliding_window"]))
     if cfg.get("model_type") == "phi3":  # 0: no sliding window (how llama.cpp tells Phi-4 from other Phi-3)
         writer.add_sliding_window(int(cfg.get("sliding_window") or 0))
     if cfg.get("model_type") == "granite":

@@ -2,7 +2,7 @@
 
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
-Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2 and Phi-3 (NeoX; the per-family conventions
+Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2, Phi-3 and Gemma 2 (NeoX; the per-family conventions
 and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the
 hyperparameters, Llama-3 ``rope_freqs``, linear/YaRN scaling keys; a byte-level BPE tokenizer
 (``tokenizer.ggml.*``, ``gpt2`` model, llama.cpp's pre-tokenizer name) and the chat template. docs/formats.md
@@ -30,7 +30,14 @@ import numpy as np
 
 from ..errors import InputError
 from .checkpoint import open_checkpoint
-from .gguf_families import GGUF_WRITTEN, add_family_keys, gguf_refusal, rope_dims, tokenizer_refusal
+from .gguf_families import (
+    GGUF_WRITTEN,
+    add_family_keys,
+    gguf_refusal,
+    rope_dims,
+    tensor_shift,
+    tokenizer_refusal,
+)
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -173,6 +180,7 @@ def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
         kind = name.split(".")[2] if name.startswith("blk.") else ""
         if perm and kind in heads:
             w = w[_row_perm(shape[0], heads[kind])]
+        w = w + np.float32(shift) if (shift := tensor_shift(cfg, hf)) else w  # Gemma's norms: llama.cpp stores 1 + w
         w = w.reshape(shape[0], -1) if w.ndim > 1 else w
         step = max(1, _CHUNK // max(4 * (w[0].size if w.ndim > 1 else w.size), 1))
         yield row, (w[i:i + step] for i in range(0, len(w), step)) if w.ndim > 1 else iter([w])
