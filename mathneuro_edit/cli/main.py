@@ -169,7 +169,9 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep
     if dry_run:
         from ..runs.plan import plan_recipe
 
-        click.echo(plan_recipe(r).to_text())
+        p = plan_recipe(r)
+        click.echo(p.to_text())
+        p.check_outputs(adapter=r.outputs.adapter, gguf=r.outputs.gguf is not None)  # validation: exit 2
         return
     from ..runs.pipeline import run_recipe
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from .targets import Target
+from .targets import Target, is_dense_dispatch_experts, is_parallel_experts
 
 __all__ = ["Recorder", "accelerate_hooks"]
 
@@ -139,6 +139,7 @@ class Recorder:
         self._last_x: torch.Tensor | None = None  # q/k/v (gate/up) share one input: its sums are computed once
         self._layouts: dict[tuple[Any, ...], _Layout] = {}
         self.handles: list[torch.utils.hooks.RemovableHandle] = []
+        self._routed: dict[str, torch.Tensor | None] = {}  # JetMoE: the last batch_index of each MoE block's router
         modules = dict(model.named_modules(remove_duplicate=False))
         by_module: dict[str, list[Target]] = {}
         for t in targets.values():
@@ -146,7 +147,20 @@ class Recorder:
         index = {name: i for i, name in enumerate(self.acc)}
         for mod_name, ts in by_module.items():
             module = modules[mod_name]
-            if ts[0].kind == "experts":
+            if ts[0].kind == "experts" and is_parallel_experts(module):
+                parent, _, _ = mod_name.rpartition(".")
+                router = modules.get(f"{parent}.router" if parent else "router")
+                if router is None:
+                    raise InputError(f"{mod_name}: experts without a sibling router; this MoE layout is not "
+                                     "supported: exclude its experts")
+                if parent not in self._routed:
+                    self._routed[parent] = None
+                    self.handles.append(router.register_forward_hook(self._router_hook(parent)))
+                self.handles.append(module.register_forward_pre_hook(self._parallel_hook(ts[0], parent),
+                                                                     with_kwargs=True))
+            elif ts[0].kind == "experts" and is_dense_dispatch_experts(module):
+                self.handles.append(module.register_forward_pre_hook(self._dense_dispatch_hook(ts), with_kwargs=True))
+            elif ts[0].kind == "experts":
                 self.handles.append(module.register_forward_pre_hook(self._experts_hook(ts), with_kwargs=True))
             else:
                 self.handles.append(module.register_forward_pre_hook(self._dense_hook(ts[0], index[ts[0].name])))
@@ -268,6 +282,71 @@ class Recorder:
                         h = h + b_up[e].to(x.device)
                     h = module._apply_gate(h) if module.has_gate else module.act_fn(h)  # the down_proj input
                     accs["down"].add(e, self._grouped_sq(h, sample_of[rows], b), rows.numel())
+
+        return hook
+
+    def _router_hook(self, parent: str):
+        def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            self._routed[parent] = output[1]  # (index_sorted_experts, batch_index, gates, expert_size, logits)
+
+        return hook
+
+    def _parallel_hook(self, target: Target, parent: str):
+        """JetMoE: rows sorted by expert (``expert_size`` of them each), row ``i`` is token ``batch_index[i]``; the
+        input is what the expert multiplies (the routed hidden state, or the gated intermediate)."""
+        acc = self.acc[target.name]
+
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            inputs = args[0] if args else kwargs["inputs"]
+            sizes = args[1] if len(args) > 1 else kwargs["expert_size"]
+            tokens = self._routed.get(parent)
+            assert self.token_mask is not None
+            b = self.token_mask.shape[0]
+            if tokens is None or tokens.shape[0] != inputs.shape[0]:
+                raise InputError(f"{target.module_name}: its rows do not match its router's tokens; this MoE "
+                                 "layout is not supported: exclude its experts")
+            tokens = tokens.to(inputs.device)
+            valid = self.token_mask.reshape(-1).to(inputs.device)[tokens] > 0
+            sample_of = self.sample_of.to(inputs.device)[tokens]
+            start = 0
+            for e, n in enumerate(int(x) for x in sizes):
+                keep = valid[start:start + n].nonzero().squeeze(1) + start
+                start += n
+                if keep.numel():
+                    acc.add(e, self._grouped_sq(inputs[keep], sample_of[keep], b), keep.numel())
+
+        return hook
+
+    def _dense_dispatch_hook(self, targets: list[Target]):
+        """Llama 4's experts: input ``(E * tokens, d_in)``, expert ``e``'s block holds every token times its router
+        score (exactly 0 when not routed). Each expert is scored on its routed tokens (non-zero rows), with the
+        input it really multiplies (the scaled hidden state), and its ``down_proj`` on ``up * act(gate)``."""
+        accs = {t.role: self.acc[t.name] for t in targets}
+
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            hidden = args[0] if args else kwargs["hidden_states"]
+            assert self.token_mask is not None
+            b, t = self.token_mask.shape
+            n_exp = module.num_experts
+            if hidden.shape[0] != n_exp * b * t:
+                raise InputError(
+                    f"{targets[0].module_name}: experts received {hidden.shape[0]} rows, not experts x the batch's "
+                    f"tokens ({n_exp} x {b * t}); this MoE layout is not supported: exclude its experts"
+                )
+            blocks = hidden.reshape(n_exp, b * t, -1)
+            valid = self.token_mask.reshape(-1).to(hidden.device) > 0
+            sample_of = self.sample_of.to(hidden.device)
+            w_up = _live_param(module, "gate_up_proj") if "down" in accs else None
+            for e in range(n_exp):
+                rows = ((blocks[e] != 0).any(dim=-1) & valid).nonzero().squeeze(1)
+                if rows.numel() == 0:
+                    continue
+                x = blocks[e][rows]
+                if "up" in accs:
+                    accs["up"].add(e, self._grouped_sq(x, sample_of[rows], b), rows.numel())
+                if "down" in accs:
+                    gate, up = (x @ w_up[e].to(x.device)).chunk(2, dim=-1)  # the module's own order and math
+                    accs["down"].add(e, self._grouped_sq(up * module.act_fn(gate), sample_of[rows], b), rows.numel())
 
         return hook
 

@@ -12,6 +12,11 @@ Handled:
 - MoE routers (transformers 5 ``*Router`` modules holding a 2-D ``weight`` used as a linear map).
 - fused MoE experts as transformers 5 stores them (modules decorated with ``use_experts_implementation``:
   3-D ``gate_up_proj`` / ``up_proj`` and ``down_proj``, ``(E, d_out, d_in)`` or transposed ``(E, d_in, d_out)``).
+- Llama 4's fused experts (``Llama4TextExperts``, not decorated): every token goes to every expert, scaled by
+  its router score (0 when not routed), as ``(E * tokens, d_in)``; weights ``(E, d_in, d_out)`` (transposed).
+- JetMoE's ``ParallelExperts`` (its MoE MLP and its mixture of attention heads): one 3-D ``weight``
+  ``(E, d_out, d_in)`` per module, called with the routed tokens sorted by expert and the count per expert; the
+  token of each row is the ``batch_index`` its sibling ``router`` returned.
 
 Never targets: embeddings, 1-D parameters (norms, biases), expert biases, and an ``lm_head`` tied to the
 input embedding (editing it would silently edit the embeddings) unless asked for. Any other parameter of two
@@ -31,7 +36,8 @@ from torch import nn
 
 from ..errors import InputError
 
-__all__ = ["Target", "find_targets", "canonical_view", "model_fingerprint"]
+__all__ = ["Target", "find_targets", "canonical_view", "model_fingerprint", "is_dense_dispatch_experts",
+           "is_parallel_experts"]
 
 TargetKind = Literal["linear", "conv1d", "experts"]
 
@@ -115,6 +121,27 @@ def _is_fused_experts(module: nn.Module) -> bool:
     return all(hasattr(module, a) for a in ("has_gate", "is_transposed", "has_bias")) and hasattr(
         module, "down_proj"
     )
+
+
+def is_dense_dispatch_experts(module: nn.Module) -> bool:
+    """Llama 4's experts layout: 3-D ``gate_up_proj`` ``(E, d_in, 2 * inter)`` and ``down_proj`` ``(E, inter, d_in)``,
+    called with ``(E * tokens, d_in)`` (each expert's block: the tokens times their router score, 0 if not routed)."""
+    up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+    return (
+        not _is_fused_experts(module)
+        and type(module).__name__.endswith("Experts")
+        and isinstance(up, nn.Parameter) and isinstance(down, nn.Parameter)
+        and up.dim() == 3 and down.dim() == 3
+        and up.shape[0] == down.shape[0] == getattr(module, "num_experts", -1)
+        and up.shape[2] == 2 * down.shape[1] and up.shape[1] == down.shape[2]
+    )
+
+
+def is_parallel_experts(module: nn.Module) -> bool:
+    """JetMoE's layout: ``weight`` ``(E, d_out, d_in)``, ``forward(inputs, expert_size)`` (rows sorted by expert)."""
+    weight = getattr(module, "weight", None)
+    return (type(module).__name__.endswith("ParallelExperts") and isinstance(weight, nn.Parameter)
+            and weight.dim() == 3 and weight.shape[0] == getattr(module, "num_experts", -1))
 
 
 def _is_router(module: nn.Module) -> bool:
@@ -210,6 +237,12 @@ def find_targets(
                 )
             for pname, _ in module.named_parameters(recurse=False):
                 covered.add(prefix + pname)  # expert biases are not weight matrices: never scored
+        elif is_parallel_experts(module):
+            found[prefix + "weight"] = Target(prefix + "weight", "experts", mod_name, tuple(module.weight.shape))
+        elif is_dense_dispatch_experts(module):
+            for attr, role in (("gate_up_proj", "up"), ("down_proj", "down")):
+                w = getattr(module, attr)
+                found[prefix + attr] = Target(prefix + attr, "experts", mod_name, tuple(w.shape), True, role)
 
     names_in_model = {n for n, _ in model.named_parameters(remove_duplicate=False)}
     unhandled = [

@@ -64,9 +64,11 @@ from ..weights.adapter import export_adapter
 from ..weights.base import base_reference, resolve_base, resolved_revision
 from ..weights.checkpoint import open_checkpoint
 from ..weights.checkpoint_writer import export_checkpoint
+from ..weights.edit_plan import meta_model
 from ..weights.gguf_reader import gguf_lock_entry, gguf_output
 from ..weights.gguf_writer import check_gguf
 from ..weights.loading import load_model, model_weights
+from ..weights.support import adapter_refusal
 
 __all__ = [
     "RunResult",
@@ -196,17 +198,14 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     ]
 
 
-def _check_adapter_targets(recipe: Recipe, model: Any) -> None:
-    """Refuse ``outputs.adapter`` early when a target is not an ``nn.Linear`` (PEFT cannot express it exactly)."""
-    from torch import nn
-
+def check_adapter_support(recipe: Recipe, model: Any) -> None:
+    """Refuse ``outputs.adapter`` when a target is not a plain ``nn.Linear`` (PEFT cannot express it exactly):
+    the family gets a checkpoint only, and the message names the recipe line. ``model`` may be on the meta device."""
     t = recipe.targets
-    for name, target in find_targets(model, include=t.include or None, exclude=t.exclude or None).items():
-        if not isinstance(model.get_submodule(target.module_name), nn.Linear):
-            raise InputError(
-                f"outputs.adapter: {name} ({target.kind}) cannot be expressed exactly as a PEFT adapter; set "
-                "outputs.adapter: false (the checkpoint holds the edit) or exclude it with targets.exclude"
-            )
+    targets = find_targets(model, include=t.include or None, exclude=t.exclude or None)
+    refusal = adapter_refusal(model, targets, str(getattr(model.config, "model_type", "?")))
+    if refusal is not None:
+        raise InputError(refusal)
 
 
 def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: Any, n_params: int,
@@ -269,6 +268,10 @@ def run_recipe(
     for t in tasks:
         if isinstance(t, LmEvalTask):
             check_lm_eval_task(t)  # lm-eval installed and every task known: before the model loads
+    if recipe.outputs.adapter:  # from config.json alone: before the weights are read or any forward pass
+        meta = meta_model(folder, trust_remote_code=recipe.base.trust_remote_code)
+        if meta is not None:
+            check_adapter_support(recipe, meta)
     o = recipe.outputs
     stages = Stages(3 + len(recipe.data.general) + bool(tasks) + bool(o.checkpoint) + bool(o.adapter) + 1, echo)
     with atomic_dir(out, overwrite=overwrite, protect=[folder],  # renamed to `out` only when complete
@@ -276,7 +279,7 @@ def run_recipe(
         (tmp / STATS_DIR).mkdir()
         model, tokenizer = load_stage(recipe, stages)
         if recipe.outputs.adapter:
-            _check_adapter_targets(recipe, model)  # before the long steps, not after them
+            check_adapter_support(recipe, model)  # a family transformers could not build on meta: now
         math_stats, general_stats, records = calibrate_recipe(recipe, model, tokenizer, progress=progress,
                                                               stages=stages)
         math_stats.save(tmp / STATS_DIR / MATH_STATS_NAME)

@@ -23,6 +23,9 @@ vocabulary, ``h`` = attention heads):
 - export (streaming, :mod:`~mathneuro_edit.weights.checkpoint_writer`): ``largest edited tensor x (2b + 1)`` (original, edited
   copy, bool mask) ``+`` the mask in memory; no accelerator.
 
+The plan also lists the outputs this family gets (:mod:`~mathneuro_edit.weights.support`: a PEFT adapter needs
+every scored weight to be an ``nn.Linear``; the GGUF families), each ``None`` or its one-line refusal.
+
 Estimates are meant to be within tens of percent; allocator overheads (e.g. ~1 GB of CUDA context) come on top.
 """
 
@@ -44,6 +47,7 @@ from ..errors import InputError
 from ..util.paths import no_such_local_folder
 from ..weights.base import base_reference, resolve_model_path
 from ..weights.remote_code import check_remote_code
+from ..weights.support import output_support
 
 __all__ = ["Plan", "plan_from_config", "plan_recipe", "load_config", "meta_model_from_config", "format_bytes"]
 
@@ -129,6 +133,8 @@ class Plan:
         placement: accelerate's placement ``device -> weight bytes`` when ``max_memory`` or a dict device_map is
             given, else empty.
         settings: batch_size, max_length, top_k, granularity, general_sets.
+        outputs: ``{"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", "gguf": ...}``:
+            None where this family gets the output, else why not and the recipe line (no weights read).
     """
 
     model_type: str
@@ -147,10 +153,18 @@ class Plan:
     largest_target: tuple[str, int]
     placement: dict[str, int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    # output -> None (this family gets it) or the one-line refusal: from the config alone (weights/support.py)
+    outputs: dict[str, str | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for JSON)."""
         return asdict(self)
+
+    def check_outputs(self, *, adapter: bool, gguf: bool) -> None:
+        """Raise the family's refusal (InputError, one line with the recipe line) for an output it does not get."""
+        for output, asked in (("adapter", adapter), ("gguf", gguf)):
+            if asked and self.outputs.get(output) is not None:
+                raise InputError(str(self.outputs[output]))
 
     def fits(self) -> str:
         """Where calibration fits: the smallest common device, and how many 80/141 GB devices when split."""
@@ -184,6 +198,9 @@ class Plan:
         if self.placement:
             where = ", ".join(f"{d}: {b(n)}" for d, n in self.placement.items())
             lines.append(f"placement of the weights (accelerate): {where}; activations on the first device")
+        if self.outputs:
+            lines.append(f"outputs this family ({self.model_type}) supports:")
+            lines += [f"  {k}: {'yes' if v is None else 'no (' + v + ')'}" for k, v in self.outputs.items()]
         peak, export = b(self.calibration_peak_bytes), b(self.export_peak_bytes)
         lines.append(f"summary: {_count(self.n_params)} {self.dtype}: calibration needs ~{peak} on one device; "
                      f"export needs ~{export} of RAM")
@@ -329,7 +346,13 @@ def plan_from_config(
         placement=_placement(model, torch_dtype, device_map, max_memory),
         settings=dict(batch_size=batch_size, max_length=max_length, top_k=top_k, granularity=granularity,
                       general_sets=general_sets),
+        outputs=dict(zip(("checkpoint", "adapter", "gguf"), _support(model, config, include, exclude))),
     )
+
+
+def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) -> tuple[str | None, ...]:
+    s = output_support(model, config.to_dict(), include=include, exclude=exclude)
+    return s.checkpoint, s.adapter, s.gguf
 
 
 def plan_recipe(recipe: Any) -> Plan:

@@ -2,7 +2,8 @@
 
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
-Qwen3 (NeoX rotary: HF's order); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the
+Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2, Phi-3 and Gemma 2 (NeoX; the per-family conventions
+and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the
 hyperparameters, Llama-3 ``rope_freqs``, linear/YaRN scaling keys; a byte-level BPE tokenizer
 (``tokenizer.ggml.*``, ``gpt2`` model, llama.cpp's pre-tokenizer name) and the chat template. docs/formats.md
 lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the embedding/output at Q8_0).
@@ -30,6 +31,14 @@ import numpy as np
 
 from ..errors import InputError
 from .checkpoint import open_checkpoint
+from .gguf_families import (
+    GGUF_WRITTEN,
+    add_family_keys,
+    gguf_refusal,
+    rope_dims,
+    tensor_shift,
+    tokenizer_refusal,
+)
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -37,7 +46,7 @@ log = logging.getLogger(__name__)
 
 GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")  # what gguf.quants can write
 _LOW_BIT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1"}
-_ARCHS = {"llama": ("LLAMA", True), "mistral": ("LLAMA", True), "qwen2": ("QWEN2", False), "qwen3": ("QWEN3", False)}
+_ARCHS = GGUF_WRITTEN  # model_type -> (gguf arch, q/k permuted); the refusals of the others: gguf_families.py
 _CHUNK = 16 << 20  # bytes of float32 converted at a time: bounds peak memory, any size is byte-identical
 # pre-tokenizer regexes of tokenizer.json -> llama.cpp's tokenizer.ggml.pre name (public tokenizer data)
 _WORDS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
@@ -71,9 +80,9 @@ def _check_type(qtype: str) -> str:
 
 def _config(folder: Path) -> dict[str, Any]:
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    if cfg.get("model_type") not in _ARCHS:
-        raise InputError(f"outputs.gguf: model_type {cfg.get('model_type')!r} is not supported; GGUF export "
-                         f"supports {', '.join(sorted(_ARCHS))} (set outputs.gguf: null)")
+    refusal = gguf_refusal(cfg)
+    if refusal is not None:
+        raise InputError(refusal)
     return cfg
 
 
@@ -172,6 +181,7 @@ def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
         kind = name.split(".")[2] if name.startswith("blk.") else ""
         if perm and kind in heads:
             w = w[_row_perm(shape[0], heads[kind])]
+        w = w + np.float32(shift) if (shift := tensor_shift(cfg, hf)) else w  # Gemma's norms: llama.cpp stores 1 + w
         w = w.reshape(shape[0], -1) if w.ndim > 1 else w
         step = max(1, _CHUNK // max(4 * (w[0].size if w.ndim > 1 else w.size), 1))
         yield row, (w[i:i + step] for i in range(0, len(w), step)) if w.ndim > 1 else iter([w])
@@ -193,9 +203,7 @@ def _tokens(gguf: Any, folder: Path, n_vocab: int) -> tuple[list[str], list[Any]
     tok = json.loads(path.read_text(encoding="utf-8"))
     model, pre = tok.get("model", {}), _pre_name(tok.get("pre_tokenizer") or {})
     if model.get("type") != "BPE" or pre is None:
-        raise InputError("outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM2, GPT-2) are written; "
-                         f"this tokenizer is {model.get('type')} with pre-tokenizer "
-                         f"{json.dumps(tok.get('pre_tokenizer'))[:80]}; set outputs.gguf: null")
+        raise InputError(tokenizer_refusal(model.get("type"), tok.get("pre_tokenizer")))
     added = {a["id"]: a for a in tok.get("added_tokens", [])}
     by_id = {i: t for t, i in model["vocab"].items()} | {i: a["content"] for i, a in added.items()}
     tokens, types = [], []
@@ -310,7 +318,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
                        (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
                        (w.add_head_count_kv, int(cfg.get("num_key_value_heads") or n_head)),
                        (w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
-                       (w.add_vocab_size, int(cfg["vocab_size"])), (w.add_rope_dimension_count, head_dim)):
+                       (w.add_vocab_size, int(cfg["vocab_size"])), (w.add_rope_dimension_count, rope_dims(cfg, head_dim))):
         add(value)
     if head_dim != int(cfg["hidden_size"]) // n_head:  # Qwen3: head_dim is not hidden/heads
         w.add_key_length(head_dim)
@@ -320,6 +328,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.add_rope_scaling_factor(float(scaling["factor"]))
         if "original_max_position_embeddings" in scaling:
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    add_family_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_families.py
     _vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)
     for gname, _, shape, t in plan:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]

@@ -1,0 +1,281 @@
+"""The family matrix: every output of a whole run on a tiny model of each family, checked independently.
+
+For each :data:`~mathneuro_edit.runs.family_shapes.FAMILY_SHAPES` entry, :func:`run_family` saves a tiny random
+model of the family's real config shape (with the organism's byte-level BPE tokenizer), plans it from its
+config alone (:func:`~mathneuro_edit.runs.plan.plan_recipe`: which outputs this family gets), runs the recipe
+(calibrate -> mask -> checkpoint -> adapter -> GGUF) with every output the plan says it supports, and checks each
+output with plain libraries, not with the code that wrote it:
+
+- calibrate / mask: the statistics cover every scored weight with tokens counted; the mask selects weights;
+- checkpoint: plain transformers loads it, and every tensor equals the base's with the masked entries times the
+  scale (``torch.where``) and the rest unchanged;
+- adapter: plain PEFT loads it on the base, and ``merge_and_unload()`` equals the checkpoint tensor for tensor;
+- gguf: transformers' own GGUF reader loads the file back to the checkpoint's tensors (where it reads the
+  architecture); tests/test_families.py has llama.cpp itself load each one and match transformers' logits;
+- verify: :func:`~mathneuro_edit.weights.audit.verify` passes on each output, and fails for the wrong scale;
+- reproduce: :func:`~mathneuro_edit.runs.reproduce.reproduce` re-runs the lock bit for bit.
+
+An output the plan refuses is recorded with the plan's exact line, and the run is checked to refuse it with the
+same line. ``python scripts/families.py`` writes docs/families.md from the results; tests/test_families.py runs
+the same cells.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..engine.mask import Mask
+from ..engine.stats import ActivationStats
+from ..errors import InputError
+from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME, MATH_STATS_NAME, STATS_DIR
+from ..organism import organism_path
+from ..recipe.io import recipe_from_dict
+from ..weights.audit import verify
+from ..weights.gguf_families import tensor_shift
+from ..weights.gguf_writer import gguf_filename
+from .family_shapes import FAMILY_SHAPES, FamilyShape
+from .pipeline import run_recipe
+from .plan import plan_recipe
+from .reproduce import reproduce
+
+__all__ = ["CELLS", "FamilyResult", "run_family", "run_all", "tokenizer_rows", "save_sentencepiece_base", "save_family_base", "family_recipe", "matrix_markdown",
+           "check_checkpoint", "check_adapter", "check_gguf_readback"]
+
+CELLS = ("calibrate", "mask", "checkpoint", "adapter", "gguf", "verify", "reproduce")
+SCALE = 1.1
+WORKS = "works (tested)"
+
+
+@dataclass
+class FamilyResult:
+    """One row of the matrix: ``cells[name]`` is :data:`WORKS` or ``"refused: <the exact line>"``."""
+
+    shape: FamilyShape
+    model_type: str
+    cells: dict[str, str] = field(default_factory=dict)
+    planned: dict[str, str | None] = field(default_factory=dict)
+
+
+def save_family_base(folder: str | Path, shape: FamilyShape, seed: int = 0) -> Path:
+    """A tiny random model of ``shape`` (1-D weights random around 1) with the organism's tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(folder)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(shape.config()).eval()
+    with torch.no_grad():  # norms away from their init, so that a mixed-up tensor shows
+        for _, p in model.named_parameters():
+            if p.ndim == 1:
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(organism_path()).save_pretrained(folder)
+    return folder
+
+
+def family_recipe(base: Path, *, adapter: bool, gguf: str | None, exclude: list[str] | None = None) -> Any:
+    """The matrix's recipe: the organism's math/general texts, a few samples, every output asked for."""
+    return recipe_from_dict({
+        "base": {"model": str(base), "dtype": "float32", "device": "cpu"},
+        "data": {"math": "organism:math", "general": ["organism:general"], "samples": 8, "seed": 0},
+        "calibration": {"max_length": 48, "batch_size": 4},
+        "targets": {"exclude": exclude or []},
+        "mask": {"method": "mathneuro", "top_k": 0.1},
+        "edit": {"scale": SCALE},
+        "outputs": {"checkpoint": True, "adapter": adapter, "gguf": gguf},
+    })
+
+
+def _load(folder: Path, **kwargs: Any) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _expect(ok: bool, what: str) -> None:
+    if not ok:
+        raise AssertionError(what)
+
+
+def check_checkpoint(base: Path, ckpt: Path, mask: Mask) -> dict[str, torch.Tensor]:
+    before, after = _load(base), _load(ckpt)
+    _expect(set(before) == set(after), "checkpoint: other tensors than the base's")
+    for name, w in before.items():
+        want = torch.where(mask[name], w * torch.tensor(SCALE, dtype=w.dtype), w) if name in mask else w
+        _expect(torch.equal(after[name], want), f"checkpoint: {name} is not the base's with the mask applied")
+    return after
+
+
+def check_adapter(base: Path, adapter: Path, baked: dict[str, torch.Tensor]) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).merge_and_unload()
+    got = merged.state_dict()
+    _expect(set(got) == set(baked), "adapter: the merged model has other tensors than the checkpoint")
+    for name, w in baked.items():
+        _expect(torch.equal(got[name], w), f"adapter: merged {name} differs from the checkpoint's")
+
+
+def check_gguf_readback(ckpt: Path, qtype: str, baked: dict[str, torch.Tensor]) -> None:
+    """transformers' GGUF reader gives back the checkpoint's tensors (for the architectures it reads; the others,
+    Granite and OLMo 2, are read by llama.cpp in tests/test_families.py, and audited by verify)."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    if json.loads((ckpt / "config.json").read_text())["model_type"] not in GGUF_CONFIG_MAPPING:
+        return
+    cfg = json.loads((ckpt / "config.json").read_text())
+    got = _load(ckpt, gguf_file=gguf_filename(qtype))
+    for name, w in baked.items():
+        if name not in got:  # transformers' reader rebuilds rotary buffers from the config
+            continue
+        if tensor_shift(cfg, name):  # stored w + 1 (Gemma's norms), read back as (w + 1) - 1: one float32 rounding
+            same = torch.allclose(got[name], w, rtol=0, atol=float(torch.finfo(torch.float32).eps) * 4)
+        else:
+            same = torch.equal(got[name], w)
+        _expect(same, f"gguf: {name} read back differs from the checkpoint's")
+    missing = [n for n in baked if n not in got and not n.endswith("inv_freq")]
+    _expect(not missing, f"gguf: tensors missing when read back: {missing[:3]}")
+
+
+def run_family(shape: FamilyShape, workdir: str | Path, *, gguf_type: str = "F32") -> FamilyResult:
+    """Run and check every cell of ``shape``'s row (see the module docstring); raises on a failed check.
+
+    Returns:
+        The row: each cell :data:`WORKS` or ``"refused: <line>"`` (the line the plan gave and the run raised).
+    """
+    work = Path(workdir)
+    base = save_family_base(work / "base", shape)
+    model_type = json.loads((base / "config.json").read_text())["model_type"]
+    planned = plan_recipe(family_recipe(base, adapter=True, gguf=gguf_type)).outputs  # config.json alone
+    row = FamilyResult(shape, model_type, planned=dict(planned))
+    for output in ("adapter", "gguf"):
+        line = planned[output]
+        if line is None:
+            continue
+        asked = family_recipe(base, adapter=output == "adapter", gguf=gguf_type if output == "gguf" else None)
+        try:
+            run_recipe(asked, work / f"refused-{output}", progress=False)
+        except InputError as e:
+            _expect(str(e) == line, f"{output}: the run refused with {e!s:.200} but the plan said {line:.200}")
+        else:
+            raise AssertionError(f"{output}: the plan refused it ({line:.200}) but the run wrote it")
+        row.cells[output] = f"refused: {line}"
+    adapter, qtype = planned["adapter"] is None, gguf_type if planned["gguf"] is None else None
+    out = work / "run"
+    result = run_recipe(family_recipe(base, adapter=adapter, gguf=qtype), out, progress=False)
+
+    stats = ActivationStats.load(out / STATS_DIR / MATH_STATS_NAME)
+    mask = Mask.load(out / MASK_NAME)
+    _expect(set(stats.targets) == set(mask), "calibrate: the statistics and the mask cover other weights")
+    _expect(all(int(stats.token_count[n].sum()) > 0 for n in stats.targets), "calibrate: a weight saw no token")
+    row.cells["calibrate"] = WORKS
+    _expect(mask.total()[0] > 0, "mask: nothing selected")
+    row.cells["mask"] = WORKS
+    baked = check_checkpoint(base, out / CHECKPOINT_DIR, mask)
+    row.cells["checkpoint"] = WORKS
+    outputs = [out / CHECKPOINT_DIR]
+    if adapter:
+        check_adapter(base, out / ADAPTER_DIR, baked)
+        row.cells["adapter"] = WORKS
+        outputs.append(out / ADAPTER_DIR)
+    if qtype:
+        check_gguf_readback(out / CHECKPOINT_DIR, qtype, baked)
+        row.cells["gguf"] = WORKS
+    for folder in outputs:
+        _expect(verify(folder, base, mask, SCALE).ok, f"verify: {folder.name} does not pass")
+        _expect(not verify(folder, base, mask, 1.0).ok, f"verify: {folder.name} passes for the wrong scale")
+    row.cells["verify"] = WORKS
+    report = reproduce(out, out_dir=work / "reproduced", base=str(base), progress=False)  # local base: redacted
+    _expect(report.ok, f"reproduce: {report.to_text()}")
+    _expect(result.mask_sha256 == mask.sha256, "reproduce: the run's mask hash is not its file's")
+    row.cells["reproduce"] = WORKS
+    return row
+
+
+def save_sentencepiece_base(folder: str | Path) -> Path:
+    """The Llama 3.x tiny model with a SentencePiece-style tokenizer.json (Llama 2, Mistral v0.1, Gemma, Phi-3:
+    BPE with byte fallback over ``▁``-prefixed pieces, a Metaspace pre-tokenizer)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = save_family_base(folder, FAMILY_SHAPES[0])
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+    for piece in ("\u2581", "\u2581a", "a"):
+        vocab.setdefault(piece, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("\u2581", "a")], unk_token="<unk>", byte_fallback=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>") \
+        .save_pretrained(folder)
+    return folder
+
+
+def tokenizer_rows(workdir: str | Path) -> dict[str, str]:
+    """The GGUF tokenizer cells: ``{tokenizer kind: WORKS or "refused: <line>"}`` (the refusal is the run's own,
+    raised before any forward pass: a run that got past it would fail the check)."""
+    base = save_sentencepiece_base(Path(workdir) / "spm-base")
+    try:
+        run_recipe(family_recipe(base, adapter=False, gguf="F32"), Path(workdir) / "spm-run", progress=False)
+    except InputError as e:
+        spm = f"refused: {e}"
+    else:
+        raise AssertionError("gguf: a SentencePiece tokenizer was written, but the writer only knows byte-level BPE")
+    return {"byte-level BPE (Llama 3, Qwen2/3, SmolLM, GPT-2): the rows above": WORKS,
+            "SentencePiece (Llama 2, Mistral v0.1, Gemma, Phi-3)": spm}
+
+
+def _cell(text: str, notes: dict[str, int]) -> str:
+    if text == WORKS:
+        return "works (tested)"
+    n = notes.setdefault(text, len(notes) + 1)
+    return f"refused [{n}](#refusal-{n})"
+
+
+def matrix_markdown(rows: list[FamilyResult], tokenizers: dict[str, str] | None = None) -> str:
+    """docs/families.md: the matrix, the refusal lines, and what each tiny config keeps of the released one."""
+    notes: dict[str, int] = {}
+    lines = [
+        "# Model families: what each output does on each family",
+        "",
+        "Generated by `python scripts/families.py` (`mathneuro_edit/runs/families.py`); do not edit by hand.",
+        "`tests/test_families.py` runs the same cells: every cell below is a passing test, or a refusal whose",
+        "exact line the test checks (the plan gives it from `config.json` alone, and the run raises it before",
+        "reading any weights).",
+        "",
+        "Each family is a tiny random model (hidden 64, 2-3 layers, 4 experts) built from its released config's",
+        "shape: the same layer types, tying, fused projections, MoE layout and rope settings. A cell is",
+        "`works (tested)` when the run wrote the output and it passed an independent check: plain transformers",
+        "loads the checkpoint and every tensor is the base's with the mask applied; plain PEFT's merge of the",
+        "adapter equals the checkpoint; the GGUF is read back to the checkpoint by transformers' GGUF reader (for",
+        "the architectures it reads) and llama.cpp itself loads it, tokenizes like transformers, and its logits and",
+        "greedy continuation match transformers' (`test_llama_cpp_runs_the_gguf_of_every_family_marked_works`);",
+        "verify passes (and fails for a wrong scale); reproduce re-runs the lock bit for bit.",
+        "",
+        "| family | model_type | " + " | ".join(CELLS) + " |",
+        "|---|---|" + "---|" * len(CELLS),
+    ]
+    for r in rows:
+        cells = [_cell(r.cells[c], notes) for c in CELLS]
+        lines.append(f"| {r.shape.name} | `{r.model_type}` | " + " | ".join(cells) + " |")
+    if tokenizers:
+        lines += ["", "GGUF tokenizers (the vocabulary written with the GGUF; `tokenizer.json` decides):", "",
+                  "| tokenizer | gguf |", "|---|---|"]
+        lines += [f"| {k} | {_cell(v, notes)} |" for k, v in tokenizers.items()]
+    lines += ["", "## Refusals", ""]
+    for text, n in notes.items():
+        lines += [f'<a id="refusal-{n}"></a>{n}. {text.removeprefix("refused: ")}', ""]
+    lines += ["## The tiny configs", "", "| family | follows | kept |", "|---|---|---|"]
+    lines += [f"| {r.shape.name} | `{r.shape.released}` | {r.shape.kept} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def run_all(workdir: str | Path) -> tuple[list[FamilyResult], dict[str, str]]:
+    """:func:`run_family` for every family, in :data:`FAMILY_SHAPES` order, and :func:`tokenizer_rows`."""
+    rows = [run_family(s, Path(workdir) / f"f{i:02d}") for i, s in enumerate(FAMILY_SHAPES)]
+    return rows, tokenizer_rows(workdir)
