@@ -18,7 +18,7 @@ __all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal", "tokenizer_refusal", 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     "llama": ("LLAMA", True), "mistral": ("LLAMA", True), "qwen2": ("QWEN2", False), "qwen3": ("QWEN3", False),
-    # verified by llama.cpp itself (tests/test_families.py): Granite is llama + its multipliers (add_family_keys);
+    # verified by llama.cpp itself (tests/runs/test_families.py): Granite is llama + its multipliers (add_family_keys);
     # OLMo 2 has NeoX rotary (no permutation) and its own post-attention/post-MLP norm tensor names; Phi-3 keeps
     # its fused qkv/gate_up, NeoX rotary over part of each head (rope_dims) and a sliding-window key
     "granite": ("GRANITE", True), "olmo2": ("OLMO2", False), "phi3": ("PHI3", False),

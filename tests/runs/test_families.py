@@ -27,9 +27,9 @@ from mathneuro_edit.runs.family_shapes import FAMILY_SHAPES, family_shape
 from mathneuro_edit.runs.pipeline import run_recipe
 from mathneuro_edit.weights.gguf_families import GGUF_WRITTEN
 
-from .test_gguf import _cpp_greedy, _greedy, _llama
+from tests.weights.test_gguf import _cpp_greedy, _greedy, _llama
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "families.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "families.md"
 
 
 @pytest.fixture(autouse=True)
