@@ -1,134 +1,37 @@
 """The publishing commands of the CLI: ``card``, ``push``, ``verify``, ``reproduce`` (kept apart from
 :mod:`mathneuro_edit.cli.main` so each module stays small; :func:`register` adds them to the ``mathneuro-edit`` group).
 
-Each names what it expected when it is given the wrong folder: the run folder (``OUT``, holding
-``checkpoint/`` or ``adapter/``, ``mask.safetensors`` and the lock), not one of its subfolders.
+Each parses, calls one function of :mod:`mathneuro_edit.runs.release` or :mod:`mathneuro_edit.runs.reproduce`,
+and prints what it returns.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
-from ..errors import InputError
-from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME, OUTPUT_DIRS
-
 __all__ = ["register"]
-
-_SUBS = OUTPUT_DIRS
-
-
-def _run_folder_hint(folder: Path) -> str:
-    """`` (pass the run folder PARENT)`` when ``folder`` is the checkpoint/ or adapter/ of a run, else ``""``."""
-    if folder.name in _SUBS and (folder.parent / MASK_NAME).is_file():
-        return f"; this is the {folder.name}/ folder of a run: pass the run folder {folder.parent}"
-    return ""
 
 
 def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
     """Rewrite the model cards of a run folder from its lock, mask and eval.json."""
-    import math
+    from ..runs.release import rewrite_cards
 
-    from ..engine.mask import Mask
-    from ..layout import LOCK_NAME
-    from ..publish.card import (
-        base_card_fields,
-        card_for_folder,
-        summarize_edit,
-        write_card,
-    )
-    from ..publish.lock import (
-        check_base_weights,
-        check_private,
-        lock_base,
-        read_lock,
-        validate_lock,
-        write_lock,
-    )
-    from ..recipe.io import recipe_from_dict
-    from ..util.paths import LOCAL
-    from ..weights.base import base_reference, resolve_base
-    from ..weights.checkpoint import open_checkpoint
-
-    folder = Path(run_dir)
-    if not (folder / MASK_NAME).is_file() or not (folder / LOCK_NAME).is_file():
-        raise InputError(f"{folder}: no mask.safetensors and {LOCK_NAME} here{_run_folder_hint(folder)}"
-                         if _run_folder_hint(folder) else
-                         f"{folder}: no mask.safetensors and {LOCK_NAME} here; pass the run folder written by "
-                         "`mathneuro-edit run` (it holds checkpoint/ or adapter/, the mask and the lock)")
-    lock = read_lock(folder)
-    validate_lock(lock, str(folder / LOCK_NAME))  # every field against the recipe hash
-    lock_base(lock, base)  # a lock never names a local base folder to read: --base does
-    overrides = tuple(sets) + ((f"base.model={base}",) if base else ())
-    # the card needs no data file (the lock records them), so redacted paths stay redacted unless given
-    recipe = recipe_from_dict(dict(lock["recipe"]), overrides, where=f"{folder / LOCK_NAME}: recipe")
-    if base:
-        check_base_weights(lock, base)
-    base_ref = None if recipe.base.model == LOCAL else base_reference(recipe)
-    if not isinstance(lock.get("edit_summary"), dict):  # a lock of an older version: count from the base
-        if base_ref is None:
-            raise InputError("the lock's base is a local folder (redacted for privacy) and the card needs its "
-                             "parameter count; pass --base PATH")
-        ckpt = open_checkpoint(resolve_base(base_ref, revision=recipe.base.revision))
-        n_params = sum(math.prod(e.shape) for e in ckpt.tensors.values())
-        lock = {**lock, "edit_summary": summarize_edit(Mask.load(folder / MASK_NAME).counts(),
-                                                       model_params=n_params)}
-        write_lock(folder, lock)
-    license_ = (base_card_fields(base_ref, recipe.base.revision) or None) if base_ref else None
-    subs = [folder / s for s in _SUBS if (folder / s).is_dir()]
-    if not subs:
-        raise InputError(f"{folder}: no checkpoint/ or adapter/ folder; pass the run folder written by "
-                         "`mathneuro-edit run`")
-    for sub in subs:
-        write_lock(sub, lock)
-        text = card_for_folder(sub, license=license_)
-        check_private(text.content, recipe, "the model card")
-        write_card(sub, text)
-        click.echo(sub / "README.md")
+    for path in rewrite_cards(run_dir, base, sets):
+        click.echo(path)
 
 
 def push(out: str, repo_id: str | None, private: bool | None, revision: str | None, adapter: bool,
          dry_run: bool, gguf: bool = False, commit_message: str | None = None, create_pr: bool = False,
          as_json: bool = False) -> None:
-    """Make a Hub repo equal to one artifact of a run (token from HF_TOKEN or `hf auth login`).
+    """Make a Hub repo equal to one artifact of a run (token from HF_TOKEN or `hf auth login`)."""
+    from ..runs.release import push_run
 
-    The uploaded card is rendered for the target repo (it loads `from_pretrained("you/name")`); the local
-    folder is not changed.
-    """
-    from ..layout import LOCK_NAME
-    from ..publish.hub import default_repo_id, push_to_hub
-    from ..publish.lock import read_lock
-
-    if adapter and gguf:
-        raise InputError("--adapter and --gguf are two repos: push one at a time")
-    kind = "adapter" if adapter else "gguf" if gguf else "checkpoint"
-    folder = Path(out)
-    sub = folder / (ADAPTER_DIR if adapter else CHECKPOINT_DIR)
-    if sub.is_dir():
-        folder = sub
-    elif adapter:
-        raise InputError(f"{out}: no adapter/ folder; run with outputs.adapter: true or push the folder itself")
-    if not (folder / LOCK_NAME).is_file():
-        raise InputError(f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
-                         "(or a folder written by `export`)")
-    if kind == "checkpoint" and (folder / "adapter_config.json").is_file():
-        kind = "adapter"  # an `export --adapter` folder
-    hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
-    if not repo_id and hub.get("repo_id"):
-        repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
-    if not repo_id and not dry_run:
-        raise InputError(f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
-                         "goes to " + {"checkpoint": "<id>", "adapter": "<id>-adapter", "gguf": "<id>-GGUF"}[kind]
-                         + ")")
-    if private is None and hub.get("private"):
-        private = True
-    revision = revision or hub.get("revision")
-    result = push_to_hub(folder, repo_id, kind=kind, private=private, revision=revision, dry_run=dry_run,
-                         commit_message=commit_message, create_pr=create_pr)
+    result = push_run(out, repo_id, private=private, revision=revision, adapter=adapter, gguf=gguf,
+                      dry_run=dry_run, commit_message=commit_message, create_pr=create_pr)
     if as_json:
         _emit_json(result.to_dict())
     else:
@@ -145,86 +48,18 @@ def _emit_json(data: Any) -> None:
 def verify(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool = False,
            echo: Callable[[str], None] = lambda s: None, as_json: bool = False,
            trust_remote_code: bool = False) -> None:
-    """Audit an export tensor by tensor against the base, mask and scale (exit 1 on any mismatch).
+    """Audit an export tensor by tensor against the base, mask and scale, and its files against the lock
+    (exit 1 on any mismatch)."""
+    from ..runs.release import verify_run
+    from ..util.console import bars_wanted
 
-    ``echo`` receives one stage line per audited folder; a bar over its tensors follows on a terminal.
-    """
-    from ..layout import LOCK_NAME
-    from ..publish.lock import lock_base, read_lock, validate_lock
-    from ..util.console import Stages, bars_wanted
-    from ..util.paths import LOCAL
-    from ..weights.adapter import MATHNEURO_CONFIG
-    from ..weights.audit import verify as verify_export
-
-    folder = Path(out)
-    targets = [folder / s for s in _SUBS if (folder / s).is_dir()] or [folder]
-    expected = (f"expected a run folder (with checkpoint/ or adapter/, mask.safetensors and {LOCK_NAME}) or a "
-                "model folder written by `export`; pass the run folder")
-    if targets == [folder] and not any((folder / n).is_file()
-                                       for n in ("config.json", "adapter_config.json", MATHNEURO_CONFIG)):
-        raise InputError(f"{folder}: not a mathneuro-edit output (no model or adapter files); {expected}")
-    recorded: dict = {}
-    if base is None or scale is None or mask_path is None:
-        run_dir = folder if (folder / LOCK_NAME).is_file() and targets == [folder] and not \
-            (folder.parent / MASK_NAME).is_file() else (folder if targets[0] != folder else folder.parent)
-        if not (run_dir / LOCK_NAME).is_file():
-            raise InputError(f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "
-                             "or give --base, --mask and --scale")
-        lock = read_lock(run_dir)
-        validate_lock(lock, f"{run_dir / LOCK_NAME}")  # every field against the recipe hash, before anything runs
-        recorded = lock["recipe"]  # only base and edit are needed: data paths may stay redacted
-        if base is None:
-            base = lock_base(lock, base)  # a lock never names a local folder to read
-            if base == LOCAL:
-                raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
-            if recorded["base"].get("gguf_file"):  # a Hub repo's GGUF file: its dequantized folder
-                from ..weights.gguf_reader import dequantize_gguf, gguf_source
-
-                gguf = gguf_source(base, recorded["base"]["gguf_file"], recorded["base"].get("revision"))[0]
-                base = str(dequantize_gguf(gguf))
-            if base == "organism":
-                from ..organism import organism_path
-
-                base = str(organism_path())
-        if scale is None:
-            scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
-        if mask_path is None:
-            mask_path = str(run_dir / MASK_NAME)
-            if not Path(mask_path).is_file():
-                raise InputError(f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
-                                 "its mask); pass --mask MASK, the file `export` was given")
-    trust = trust_remote_code  # the command line's, never the lock's
-    failed = []
-    stages = Stages(len(targets), echo)
-    say = (lambda s: None) if as_json else click.echo
-    audits = []
-    for t in targets:
-        stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
-        report = verify_export(t, base, mask_path, scale, trust_remote_code=trust, progress=bars_wanted(quiet))
-        say(report.summary())
-        audits.append(report)
-        if not report.ok:
-            failed.append(t.name)
-    files = None
-    lock_dir = folder if (folder / LOCK_NAME).is_file() else None
-    if lock_dir is not None:  # the per-file check reproduce makes too: every file against the lock's sha256
-        from ..publish.integrity import check_local_files_against_lock
-
-        files = check_local_files_against_lock(folder, read_lock(lock_dir))
-        say(files.to_text())
-        if not files.ok:
-            failed.append("files")
+    result = verify_run(out, base, mask_path, scale, trust_remote_code=trust_remote_code,
+                        progress=bars_wanted(quiet), echo=echo, say=(lambda s: None) if as_json else click.echo)
     if as_json:
-        _emit_json({"ok": not failed, "failed": failed, "files_checked": files.to_dict() if files else None,
-                    "audits": [{"folder": str(a.out_dir), "kind": a.kind, "ok": a.ok, "checked": a.checked,
-                                "edited": a.edited, "mismatches": a.mismatches, "missing": a.missing,
-                                "extra": a.extra, "also_audited": a.audited} for a in audits]})
-    elif failed:
-        what = [f for f in failed if f != "files"]
-        parts = ([f"{', '.join(what)} differ(s) from the base + mask + scale"] if what else []) + \
-            (["files differ from the lock's sha256"] if "files" in failed else [])
-        click.echo(f"verify: FAILED: {'; '.join(parts)} (details above)")
-    if failed:
+        _emit_json(result.to_dict())
+    elif not result.ok:
+        click.echo(result.failure_line())
+    if not result.ok:
         sys.exit(1)
 
 

@@ -101,16 +101,7 @@ def license_from_base(base: str | Path, revision: str | None = None) -> str | No
         >>> license_from_base("/nonexistent/folder") is None
         True
     """
-    folder = Path(base).expanduser()
-    readme: Any = folder / "README.md" if folder.is_dir() else None
-    if readme is None and not is_local_path(str(base)):
-        try:
-            readme = try_to_load_from_cache(repo_id=str(base), filename="README.md", revision=revision)
-        except HFValidationError:
-            return None
-    if not isinstance(readme, (str, Path)) or not Path(readme).is_file():
-        return None
-    found = ModelCard.load(readme, ignore_metadata_errors=True).data.license
+    found = base_card_fields(base, revision).get("license")
     return found if isinstance(found, str) else None
 
 
@@ -123,16 +114,22 @@ def base_card_fields(base: str | Path, revision: str | None = None) -> dict[str,
         >>> base_card_fields("/nonexistent/folder")
         {}
     """
+    readme = _base_card_file(base, revision)
+    if readme is None:
+        return {}
+    return _card_fields(ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict())
+
+
+def _base_card_file(base: str | Path, revision: str | None) -> Path | None:
+    """The base's README.md: in its local folder, or in the Hub cache (never downloaded); ``None`` without one."""
     folder = Path(base).expanduser()
     readme: Any = folder / "README.md" if folder.is_dir() else None
     if readme is None and not is_local_path(str(base)):
         try:
             readme = try_to_load_from_cache(repo_id=str(base), filename="README.md", revision=revision)
         except HFValidationError:
-            return {}
-    if not isinstance(readme, (str, Path)) or not Path(readme).is_file():
-        return {}
-    return _card_fields(ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict())
+            return None
+    return Path(readme) if isinstance(readme, (str, Path)) and Path(readme).is_file() else None
 
 
 def _card_fields(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,228 @@
+"""Releasing a run: rewrite its cards, push one artifact to the Hub, verify what a folder holds.
+
+What ``mathneuro-edit card``, ``push`` and ``verify`` run: each takes the run folder (``OUT``, holding
+``checkpoint/`` or ``adapter/``, ``mask.safetensors`` and the lock) and names what it expected when it is given
+the wrong folder (one of its subfolders, say). The CLI parses, calls one of these and prints what they return.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..engine.mask import Mask
+from ..errors import InputError
+from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, LOCK_NAME, MASK_NAME, OUTPUT_DIRS
+from ..organism import organism_path
+from ..publish.card import base_card_fields, card_for_folder, summarize_edit, write_card
+from ..publish.hub import PushResult, default_repo_id, push_to_hub
+from ..publish.integrity import check_local_files_against_lock
+from ..publish.lock import (
+    check_base_weights,
+    check_private,
+    lock_base,
+    read_lock,
+    validate_lock,
+    write_lock,
+)
+from ..recipe.io import recipe_from_dict
+from ..util.console import Stages
+from ..util.paths import LOCAL
+from ..weights.adapter import MATHNEURO_CONFIG
+from ..weights.audit import VerifyReport
+from ..weights.audit import verify as verify_export
+from ..weights.base import base_reference, resolve_base
+from ..weights.checkpoint import open_checkpoint
+from ..weights.gguf_reader import dequantize_gguf, gguf_source
+
+__all__ = ["rewrite_cards", "push_run", "verify_run", "RunVerification", "run_folder_hint"]
+
+
+def run_folder_hint(folder: Path) -> str:
+    """``; this is the checkpoint/ folder of a run: pass the run folder PARENT`` for a run's sub-folder, else ``""``."""
+    if folder.name in OUTPUT_DIRS and (folder.parent / MASK_NAME).is_file():
+        return f"; this is the {folder.name}/ folder of a run: pass the run folder {folder.parent}"
+    return ""
+
+
+def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[str] = ()) -> list[Path]:
+    """Rewrite the model cards (and locks) of a run folder's outputs from its lock, mask and eval.json.
+
+    Args:
+        run_dir: the run folder.
+        base: a local base folder, when the lock redacted it (only a lock of an older version needs it).
+        sets: recipe overrides (``key=value``) that give back redacted paths.
+
+    Returns:
+        The README.md files written, one per output folder.
+    """
+    folder = Path(run_dir)
+    if not (folder / MASK_NAME).is_file() or not (folder / LOCK_NAME).is_file():
+        raise InputError(f"{folder}: no mask.safetensors and {LOCK_NAME} here{run_folder_hint(folder)}"
+                         if run_folder_hint(folder) else
+                         f"{folder}: no mask.safetensors and {LOCK_NAME} here; pass the run folder written by "
+                         "`mathneuro-edit run` (it holds checkpoint/ or adapter/, the mask and the lock)")
+    lock = read_lock(folder)
+    validate_lock(lock, str(folder / LOCK_NAME))  # every field against the recipe hash
+    lock_base(lock, base)  # a lock never names a local base folder to read: --base does
+    overrides = tuple(sets) + ((f"base.model={base}",) if base else ())
+    # the card needs no data file (the lock records them), so redacted paths stay redacted unless given
+    recipe = recipe_from_dict(dict(lock["recipe"]), overrides, where=f"{folder / LOCK_NAME}: recipe")
+    if base:
+        check_base_weights(lock, base)
+    base_ref = None if recipe.base.model == LOCAL else base_reference(recipe)
+    if not isinstance(lock.get("edit_summary"), dict):  # a lock of an older version: count from the base
+        if base_ref is None:
+            raise InputError("the lock's base is a local folder (redacted for privacy) and the card needs its "
+                             "parameter count; pass --base PATH")
+        ckpt = open_checkpoint(resolve_base(base_ref, revision=recipe.base.revision))
+        n_params = sum(math.prod(e.shape) for e in ckpt.tensors.values())
+        lock = {**lock, "edit_summary": summarize_edit(Mask.load(folder / MASK_NAME).counts(),
+                                                       model_params=n_params)}
+        write_lock(folder, lock)
+    license_ = (base_card_fields(base_ref, recipe.base.revision) or None) if base_ref else None
+    subs = [folder / s for s in OUTPUT_DIRS if (folder / s).is_dir()]
+    if not subs:
+        raise InputError(f"{folder}: no checkpoint/ or adapter/ folder; pass the run folder written by "
+                         "`mathneuro-edit run`")
+    written: list[Path] = []
+    for sub in subs:
+        write_lock(sub, lock)
+        text = card_for_folder(sub, license=license_)
+        check_private(text.content, recipe, "the model card")
+        write_card(sub, text)
+        written.append(sub / "README.md")
+    return written
+
+
+def push_run(out: str | Path, repo_id: str | None = None, *, private: bool | None = None, revision: str | None = None,
+             adapter: bool = False, gguf: bool = False, dry_run: bool = False, commit_message: str | None = None,
+             create_pr: bool = False) -> PushResult:
+    """Make a Hub repo equal to one artifact of a run: its checkpoint, its adapter (``adapter``) or its GGUF files
+    (``gguf``). What the arguments leave out comes from the recipe's ``hub`` section (one repo per artifact:
+    ``<id>``, ``<id>-adapter``, ``<id>-GGUF``). Token from HF_TOKEN or ``hf auth login``.
+    """
+    if adapter and gguf:
+        raise InputError("--adapter and --gguf are two repos: push one at a time")
+    kind = "adapter" if adapter else "gguf" if gguf else "checkpoint"
+    folder = Path(out)
+    sub = folder / (ADAPTER_DIR if adapter else CHECKPOINT_DIR)
+    if sub.is_dir():
+        folder = sub
+    elif adapter:
+        raise InputError(f"{out}: no adapter/ folder; run with outputs.adapter: true or push the folder itself")
+    if not (folder / LOCK_NAME).is_file():
+        raise InputError(f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
+                         "(or a folder written by `export`)")
+    if kind == "checkpoint" and (folder / "adapter_config.json").is_file():
+        kind = "adapter"  # an `export --adapter` folder
+    hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
+    if not repo_id and hub.get("repo_id"):
+        repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
+    if not repo_id and not dry_run:
+        raise InputError(f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
+                         "goes to " + {"checkpoint": "<id>", "adapter": "<id>-adapter", "gguf": "<id>-GGUF"}[kind]
+                         + ")")
+    if private is None and hub.get("private"):
+        private = True
+    revision = revision or hub.get("revision")
+    return push_to_hub(folder, repo_id, kind=kind, private=private, revision=revision, dry_run=dry_run,
+                         commit_message=commit_message, create_pr=create_pr)
+
+
+@dataclass
+class RunVerification:
+    """What :func:`verify_run` found: one audit per output folder, the per-file check against the lock (when the
+    folder holds one), and the names of what failed (output folders, ``"files"``)."""
+
+    audits: list[VerifyReport]
+    files: Any = None
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def failure_line(self) -> str:
+        """``verify: FAILED: ...`` naming what differs (empty when everything matched)."""
+        if not self.failed:
+            return ""
+        what = [f for f in self.failed if f != "files"]
+        parts = ([f"{', '.join(what)} differ(s) from the base + mask + scale"] if what else []) + \
+            (["files differ from the lock's sha256"] if "files" in self.failed else [])
+        return f"verify: FAILED: {'; '.join(parts)} (details above)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "failed": self.failed, "files_checked": self.files.to_dict() if self.files else None,
+                "audits": [{"folder": str(a.out_dir), "kind": a.kind, "ok": a.ok, "checked": a.checked,
+                            "edited": a.edited, "mismatches": a.mismatches, "missing": a.missing,
+                            "extra": a.extra, "also_audited": a.audited} for a in self.audits]}
+
+
+def verify_run(out: str | Path, base: str | None = None, mask_path: str | None = None, scale: float | None = None,
+               *, trust_remote_code: bool = False, progress: bool = True,
+               echo: Callable[[str], None] = lambda s: None,
+               say: Callable[[str], None] = lambda s: None) -> RunVerification:
+    """Audit every output of a run folder tensor by tensor against the base, mask and scale (from the lock unless
+    given), and every file against the lock's sha256.
+
+    Args:
+        trust_remote_code: the command line's own opt-in; never taken from the lock.
+        echo: receives one stage line per audited folder.
+        say: receives each audit's and the file check's report as it is made.
+    """
+    folder = Path(out)
+    targets = [folder / s for s in OUTPUT_DIRS if (folder / s).is_dir()] or [folder]
+    expected = (f"expected a run folder (with checkpoint/ or adapter/, mask.safetensors and {LOCK_NAME}) or a "
+                "model folder written by `export`; pass the run folder")
+    if targets == [folder] and not any((folder / n).is_file()
+                                       for n in ("config.json", "adapter_config.json", MATHNEURO_CONFIG)):
+        raise InputError(f"{folder}: not a mathneuro-edit output (no model or adapter files); {expected}")
+    recorded: dict = {}
+    if base is None or scale is None or mask_path is None:
+        run_dir = folder if (folder / LOCK_NAME).is_file() and targets == [folder] and not \
+            (folder.parent / MASK_NAME).is_file() else (folder if targets[0] != folder else folder.parent)
+        if not (run_dir / LOCK_NAME).is_file():
+            raise InputError(f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "
+                             "or give --base, --mask and --scale")
+        lock = read_lock(run_dir)
+        validate_lock(lock, f"{run_dir / LOCK_NAME}")  # every field against the recipe hash, before anything runs
+        recorded = lock["recipe"]  # only base and edit are needed: data paths may stay redacted
+        if base is None:
+            base = lock_base(lock, base)  # a lock never names a local folder to read
+            if base == LOCAL:
+                raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
+            if recorded["base"].get("gguf_file"):  # a Hub repo's GGUF file: its dequantized folder
+                gguf = gguf_source(base, recorded["base"]["gguf_file"], recorded["base"].get("revision"))[0]
+                base = str(dequantize_gguf(gguf))
+            if base == "organism":
+                base = str(organism_path())
+        if scale is None:
+            scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
+        if mask_path is None:
+            mask_path = str(run_dir / MASK_NAME)
+            if not Path(mask_path).is_file():
+                raise InputError(f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
+                                 "its mask); pass --mask MASK, the file `export` was given")
+    trust = trust_remote_code  # the command line's, never the lock's
+    failed = []
+    stages = Stages(len(targets), echo)
+    audits = []
+    for t in targets:
+        stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
+        report = verify_export(t, base, mask_path, scale, trust_remote_code=trust, progress=progress)
+        say(report.summary())
+        audits.append(report)
+        if not report.ok:
+            failed.append(t.name)
+    files = None
+    lock_dir = folder if (folder / LOCK_NAME).is_file() else None
+    if lock_dir is not None:  # the per-file check reproduce makes too: every file against the lock's sha256
+        files = check_local_files_against_lock(folder, read_lock(lock_dir))
+        say(files.to_text())
+        if not files.ok:
+            failed.append("files")
+    return RunVerification(audits, files, failed)
