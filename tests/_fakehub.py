@@ -68,6 +68,9 @@ class FakeHub:
         self.repos: dict[str, FakeRepo] = {}
         self.fail: dict[str, tuple[int, str | None]] = {}  # path prefix -> (status, X-Error-Code)
         self.fail_message: str | None = None  # body "error" of a refused request (default: "refused with N")
+        # path prefix -> answers served once each, in order, before the path works again: (status, headers)
+        self.fail_times: dict[str, list[tuple[int, dict[str, str]]]] = {}
+        self.delay: dict[str, float] = {}  # path prefix -> seconds to wait before answering (a Hub that stalls)
         self.url = ""
         self._lock = threading.Lock()
         self._n = 0
@@ -137,6 +140,13 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             for prefix, (status, code) in hub.fail.items():
                 if path.startswith(prefix):
                     return self._send(status, {"error": hub.fail_message or f"refused with {status}"}, code)
+            for prefix, seconds in hub.delay.items():
+                if path.startswith(prefix):
+                    threading.Event().wait(seconds)  # not time.sleep: tests may replace the client's sleep
+            for prefix, answers in hub.fail_times.items():
+                if path.startswith(prefix) and answers:
+                    status, extra = answers.pop(0)
+                    return self._send(status, {"error": f"refused with {status}"}, headers=extra)
             with hub._lock:
                 return self._dispatch(path, query, body)
 

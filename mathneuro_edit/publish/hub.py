@@ -29,7 +29,9 @@ returned, or kept in an error message.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +51,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import validate_repo_id
+from huggingface_hub.utils import get_session, validate_repo_id
 
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
@@ -93,6 +95,88 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _timeout_errors() -> tuple[type[BaseException], ...]:
+    """Timeout exception types of the HTTP client huggingface_hub uses (httpx2 in 2.x, httpx in 1.x)."""
+    found: list[type[BaseException]] = [TimeoutError]
+    for module in ("httpx2", "httpx"):
+        try:
+            found.append(__import__(module).TimeoutException)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
+
+
+# Every request of a push has a timeout (huggingface_hub's default client has none: a Hub that never answers
+# would hang `push` forever), and the answers that mean "later" are retried with backoff: 429 (honouring its
+# Retry-After, capped) and 5xx. Then one line names what the Hub answered.
+TIMEOUT_ENV = "MATHNEURO_EDIT_HUB_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0  # per request: connect, each read and write; an LFS upload streams, so only stalls count
+RETRIES = 4  # after the first try: waits of 1, 2, 4, 8 s (or what Retry-After asks, at most MAX_WAIT_S)
+MAX_WAIT_S = 60.0
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+_sleep: Callable[[float], None] = time.sleep  # module attribute: tests record the waits instead of sleeping
+
+
+def hub_timeout() -> float:
+    """Seconds each Hub request may take (``MATHNEURO_EDIT_HUB_TIMEOUT``, default 60)."""
+    raw = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(raw) if raw.strip() else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise InputError(f"{TIMEOUT_ENV}={raw!r}: not a number of seconds; unset it or give e.g. 120") from None
+    if not value > 0:
+        raise InputError(f"{TIMEOUT_ENV}={raw!r}: must be a positive number of seconds, e.g. 120")
+    return value
+
+
+@contextmanager
+def _request_timeouts(seconds: float) -> Iterator[None]:
+    """huggingface_hub's shared HTTP client with a timeout on every request, for the duration of a push (its
+    own timeout again afterwards)."""
+    session = get_session()
+    before = session.timeout
+    session.timeout = seconds  # httpx: connect, read, write and pool timeouts alike
+    try:
+        yield
+    finally:
+        session.timeout = before
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    value = next((str(v).strip() for k, v in dict(headers).items() if k.lower() == "retry-after"), "")
+    return float(value) if value.isdigit() else None
+
+
+def _http_error(exc: BaseException) -> HfHubHTTPError | None:
+    """The Hub's HTTP error behind ``exc``: itself, or the cause huggingface_hub wraps an LFS upload's failure in
+    (``RuntimeError: Error while uploading ...``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, HfHubHTTPError):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
+def _retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, tried again after a 429 or a 5xx (at most :data:`RETRIES` more times); the last
+    failure is raised as it came (``_hub_errors`` words it). Timeouts and dropped connections are not tried again
+    here: the client's own backoff already retries its idempotent requests, and a Hub that never answers must
+    end the push in minutes, not hours."""
+    for attempt in range(RETRIES + 1):
+        try:
+            return call(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - only the Hub's "later" answers are retried; the rest re-raised
+            http = _http_error(e)
+            status = getattr(getattr(http, "response", None), "status_code", None)
+            if status not in RETRY_STATUSES or attempt == RETRIES:
+                raise
+            wait = _retry_after(http)
+        _sleep(min(MAX_WAIT_S, wait if wait is not None else 2.0 ** attempt))
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
 # (exception type, HTTP status or None for any, our error type, message). First match wins, so order matters:
 # specific types before HfHubHTTPError, specific statuses before the catch-all. Placeholders: {repo_id},
 # {revision}, {status}, {detail} (the Hub's first line, token removed), {endpoint}.
@@ -113,8 +197,12 @@ _ERROR_TABLE: list[tuple[tuple[type[BaseException], ...], int | None, type[MathN
     ((HfHubHTTPError,), 409, MathNeuroEditError,
      "{repo_id}: the Hub reported a conflict (409: {detail}); retry, or push to another revision"),
     ((HfHubHTTPError,), 429, MathNeuroEditError,
-     "the Hub is rate-limiting requests (429); wait a few minutes and retry"),
-    ((HfHubHTTPError,), None, MathNeuroEditError, "the Hub answered {status} for {repo_id} ({detail}); retry later"),
+     "the Hub is rate-limiting requests (429, still after {tries} tries); wait a few minutes and retry"),
+    ((HfHubHTTPError,), None, MathNeuroEditError,
+     "the Hub answered {status} for {repo_id} ({detail}; {tries} tries); retry later"),
+    (_timeout_errors(), None, MathNeuroEditError,
+     "the Hub at {endpoint} did not answer within {timeout:g} s ({detail}); check the network, or raise "
+     f"{TIMEOUT_ENV}"),
     (_transport_errors(), None, MathNeuroEditError, "cannot reach the Hub at {endpoint} ({detail}); check the network"),
     ((ValueError,), None, InputError, "the Hub client refused the upload of {repo_id}: {detail}"),
 ]
@@ -127,7 +215,8 @@ def _hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
         yield
     except MathNeuroEditError:
         raise
-    except Exception as e:  # matched against the table below; anything unknown is re-raised unchanged
+    except Exception as caught:  # matched against the table below; anything unknown is re-raised unchanged
+        e = _http_error(caught) or caught  # an LFS upload's failure comes wrapped in a RuntimeError
         response = getattr(e, "response", None)
         status = getattr(response, "status_code", None)
         detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
@@ -138,7 +227,7 @@ def _hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
         for types, wanted, error, message in _ERROR_TABLE:
             if isinstance(e, types) and wanted in (None, status):
                 text = message.format(repo_id=repo_id, revision=revision, status=status, detail=detail,
-                                      endpoint=constants.ENDPOINT)
+                                      endpoint=constants.ENDPOINT, timeout=hub_timeout(), tries=RETRIES + 1)
                 raise error(scrub_token(text, token)) from None
         raise
 
@@ -304,9 +393,9 @@ def _remote_state(api: HfApi, repo_id: str, branch: str) -> tuple[dict[str, int]
     state ``"new"`` for a repo that does not exist."""
     try:
         try:
-            info = api.model_info(repo_id, revision=branch, files_metadata=True)
+            info = _retrying(api.model_info, repo_id, revision=branch, files_metadata=True)
         except RevisionNotFoundError:
-            info = api.model_info(repo_id, revision=constants.DEFAULT_REVISION, files_metadata=True)
+            info = _retrying(api.model_info, repo_id, revision=constants.DEFAULT_REVISION, files_metadata=True)
     except RepositoryNotFoundError:
         return {}, "new"
     return {s.rfilename: int(s.size or 0) for s in info.siblings or []}, "listed"
@@ -382,7 +471,8 @@ def push_to_hub(
                          "write, then retry (nothing was uploaded)")
     api = HfApi(token=token or False, library_name="mathneuro-edit", library_version=__version__)
     if kind == "gguf" and base_repo is None:
-        base_repo = _existing_checkpoint_repo(api, lock, dry_run)
+        with _request_timeouts(hub_timeout()):
+            base_repo = _existing_checkpoint_repo(api, lock, dry_run)
     # for this repo: no placeholder, the right from_pretrained id
     card = card_for_folder(out, repo_id=repo_id, kind=kind, base_repo=base_repo)
     readme = card.content.encode("utf-8")
@@ -399,31 +489,31 @@ def push_to_hub(
         if repo_id is None:
             return result
         try:
-            with _hub_errors(repo_id, branch, token or ""):
+            with _hub_errors(repo_id, branch, token or ""), _request_timeouts(hub_timeout()):
                 remote, state = _remote_state(api, repo_id, branch)
         except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
             return replace(result, remote=scrub_token(str(e), token))
         return replace(result, remote=state, deletes=_deletes(remote, contents))
-    with _hub_errors(repo_id, branch, token):
+    with _hub_errors(repo_id, branch, token), _request_timeouts(hub_timeout()):
         try:
-            existing = api.model_info(repo_id)
+            existing = _retrying(api.model_info, repo_id)
         except RepositoryNotFoundError:
             existing = None
         if existing is None:
-            url = api.create_repo(repo_id, private=bool(private), repo_type="model", exist_ok=True)
+            url = _retrying(api.create_repo, repo_id, private=bool(private), repo_type="model", exist_ok=True)
         else:
             url = f"{constants.ENDPOINT}/{repo_id}"
             if private is not None and bool(existing.private) != private:
-                api.update_repo_settings(repo_id, private=private, repo_type="model")
+                _retrying(api.update_repo_settings, repo_id, private=private, repo_type="model")
         if branch != constants.DEFAULT_REVISION:
-            api.create_branch(repo_id, branch=branch, repo_type="model", exist_ok=True)
+            _retrying(api.create_branch, repo_id, branch=branch, repo_type="model", exist_ok=True)
         remote, state = _remote_state(api, repo_id, branch)
         deletes = _deletes(remote, contents)
         operations: list[Any] = [
             CommitOperationAdd(path_in_repo=rel, path_or_fileobj=c if isinstance(c, bytes) else str(c))
             for rel, c in contents.items()]
         operations += [CommitOperationDelete(path_in_repo=rel) for rel, _ in deletes]
-        info = api.create_commit(repo_id, operations, commit_message=message, repo_type="model", revision=branch,
+        info = _retrying(api.create_commit, repo_id, operations, commit_message=message, repo_type="model", revision=branch,
                                  create_pr=create_pr,
                                  commit_description="Made with mathneuro-edit; see README.md and "
                                                     "mathneuro_recipe.lock.yaml.")

@@ -12,7 +12,7 @@ import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import save_file
 
-from mathneuro_edit.errors import InputError
+from mathneuro_edit.errors import InputError, MathNeuroEditError
 from mathneuro_edit.publish.card import (
     build_card,
     card_for_folder,
@@ -344,3 +344,59 @@ def test_default_repo_ids_differ_per_artifact(fake_hub: FakeHub, tmp_path: Path)
     assert other.exit_code == 0 and "me/other-GGUF" in fake_hub.repos
     both = run(main, ["push", str(out), "--gguf", "--adapter", "--dry-run"])
     assert both.exit_code == 2 and "one at a time" in both.output
+
+
+# ------------------------------------------------------------------ a Hub that is slow, busy or failing (issue 23)
+
+
+def test_push_retries_429_honouring_retry_after_then_5xx_with_backoff(fake_hub: FakeHub, out_dir: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import mathneuro_edit.publish.hub as hub_module
+
+    waits: list[float] = []
+    monkeypatch.setattr(hub_module, "_sleep", waits.append)
+    fake_hub.fail_times["/api/models/me/busy/commit/"] = [(429, {"Retry-After": "7"}), (503, {})]
+    result = push_to_hub(out_dir, "me/busy", token=TOKEN)
+    assert waits == [7.0, 2.0]  # the Hub's Retry-After, then the second backoff step (1, 2, 4, 8 s)
+    assert len(fake_hub.commits) == 1 and result.commit_oid == fake_hub.repos["me/busy"].heads["main"]
+    assert set(fake_hub.files("me/busy")) == EXPECTED_FILES | {".gitattributes"}
+
+
+def test_push_gives_up_on_a_failing_upload_with_one_line_naming_the_status(fake_hub: FakeHub, out_dir: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.utils._http as client_http
+
+    import mathneuro_edit.publish.hub as hub_module
+
+    waits: list[float] = []
+    monkeypatch.setattr(hub_module, "_sleep", waits.append)
+    monkeypatch.setattr(client_http.time, "sleep", lambda s: None)  # the client's own backoff, if it has one
+    fake_hub.fail_times["/lfs-upload/"] = [(500, {})] * 200
+    with pytest.raises(MathNeuroEditError) as caught:
+        push_to_hub(out_dir, "me/broken", token=TOKEN)
+    message = str(caught.value)
+    assert not isinstance(caught.value, InputError)  # the Hub's failure, not the user's input: exit 3
+    assert message.startswith("the Hub answered 500 for me/broken") and "5 tries); retry later" in message
+    assert waits == [1.0, 2.0, 4.0, 8.0] and TOKEN not in message
+    assert fake_hub.commits == []  # nothing half-committed
+
+
+def test_push_times_out_on_a_hub_that_never_answers(fake_hub: FakeHub, out_dir: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import huggingface_hub.utils._http as client_http
+
+    import mathneuro_edit.publish.hub as hub_module
+
+    monkeypatch.setattr(hub_module, "_sleep", lambda s: None)
+    monkeypatch.setattr(client_http.time, "sleep", lambda s: None)  # the client's own backoff between its tries
+    monkeypatch.setenv("MATHNEURO_EDIT_HUB_TIMEOUT", "0.3")
+    fake_hub.delay["/api/models/"] = 2.0
+    start = time.monotonic()
+    with pytest.raises(MathNeuroEditError, match=r"did not answer within 0.3 s .*raise MATHNEURO_EDIT_HUB_TIMEOUT"):
+        push_to_hub(out_dir, "me/silent", token=TOKEN)
+    assert time.monotonic() - start < 20  # the client's few tries of 0.3 s each, never forever
+    monkeypatch.setenv("MATHNEURO_EDIT_HUB_TIMEOUT", "soon")
+    with pytest.raises(InputError, match=r"MATHNEURO_EDIT_HUB_TIMEOUT='soon': not a number of seconds"):
+        push_to_hub(out_dir, "me/silent", token=TOKEN)
