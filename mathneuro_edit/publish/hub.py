@@ -29,10 +29,6 @@ returned, or kept in an error message.
 from __future__ import annotations
 
 import json
-import os
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,13 +41,11 @@ from huggingface_hub import (
     get_token,
 )
 from huggingface_hub.errors import (
-    HfHubHTTPError,
     HFValidationError,
-    OfflineModeIsEnabled,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import get_session, validate_repo_id
+from huggingface_hub.utils import validate_repo_id
 
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
@@ -59,6 +53,7 @@ from ..layout import LOCK_NAME
 from ..util.paths import is_local_path
 from ..util.scrub import is_private_path, scrub_json_bytes, scrub_token
 from .card import card_for_folder, gguf_repo_name
+from .hub_requests import hub_errors, hub_timeout, request_timeouts, retrying
 from .lock import read_lock
 
 __all__ = ["KINDS", "PushResult", "push_to_hub", "commit_message_for", "default_repo_id", "artifact_kind"]
@@ -82,154 +77,6 @@ def artifact_kind(folder: Path) -> str:
     """``adapter`` for a folder holding ``adapter_config.json``, else ``checkpoint``."""
     return "adapter" if (Path(folder) / "adapter_config.json").is_file() else "checkpoint"
 
-
-
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """Network-level exception types of the HTTP client huggingface_hub uses (httpx2 in 2.x, httpx in 1.x)."""
-    found: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    for module in ("httpx2", "httpx"):
-        try:
-            found.append(__import__(module).TransportError)
-        except (ImportError, AttributeError):
-            pass
-    return tuple(found)
-
-
-def _timeout_errors() -> tuple[type[BaseException], ...]:
-    """Timeout exception types of the HTTP client huggingface_hub uses (httpx2 in 2.x, httpx in 1.x)."""
-    found: list[type[BaseException]] = [TimeoutError]
-    for module in ("httpx2", "httpx"):
-        try:
-            found.append(__import__(module).TimeoutException)
-        except (ImportError, AttributeError):
-            pass
-    return tuple(found)
-
-
-# Every request of a push has a timeout (huggingface_hub's default client has none: a Hub that never answers
-# would hang `push` forever), and the answers that mean "later" are retried with backoff: 429 (honouring its
-# Retry-After, capped) and 5xx. Then one line names what the Hub answered.
-TIMEOUT_ENV = "MATHNEURO_EDIT_HUB_TIMEOUT"
-DEFAULT_TIMEOUT_S = 60.0  # per request: connect, each read and write; an LFS upload streams, so only stalls count
-RETRIES = 4  # after the first try: waits of 1, 2, 4, 8 s (or what Retry-After asks, at most MAX_WAIT_S)
-MAX_WAIT_S = 60.0
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-_sleep: Callable[[float], None] = time.sleep  # module attribute: tests record the waits instead of sleeping
-
-
-def hub_timeout() -> float:
-    """Seconds each Hub request may take (``MATHNEURO_EDIT_HUB_TIMEOUT``, default 60)."""
-    raw = os.environ.get(TIMEOUT_ENV, "")
-    try:
-        value = float(raw) if raw.strip() else DEFAULT_TIMEOUT_S
-    except ValueError:
-        raise InputError(f"{TIMEOUT_ENV}={raw!r}: not a number of seconds; unset it or give e.g. 120") from None
-    if not value > 0:
-        raise InputError(f"{TIMEOUT_ENV}={raw!r}: must be a positive number of seconds, e.g. 120")
-    return value
-
-
-@contextmanager
-def _request_timeouts(seconds: float) -> Iterator[None]:
-    """huggingface_hub's shared HTTP client with a timeout on every request, for the duration of a push (its
-    own timeout again afterwards)."""
-    session = get_session()
-    before = session.timeout
-    session.timeout = seconds  # httpx: connect, read, write and pool timeouts alike
-    try:
-        yield
-    finally:
-        session.timeout = before
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-    value = next((str(v).strip() for k, v in dict(headers).items() if k.lower() == "retry-after"), "")
-    return float(value) if value.isdigit() else None
-
-
-def _http_error(exc: BaseException) -> HfHubHTTPError | None:
-    """The Hub's HTTP error behind ``exc``: itself, or the cause huggingface_hub wraps an LFS upload's failure in
-    (``RuntimeError: Error while uploading ...``)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, HfHubHTTPError):
-            return seen
-        seen = seen.__cause__
-    return None
-
-
-def _retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``call(*args, **kwargs)``, tried again after a 429 or a 5xx (at most :data:`RETRIES` more times); the last
-    failure is raised as it came (``_hub_errors`` words it). Timeouts and dropped connections are not tried again
-    here: the client's own backoff already retries its idempotent requests, and a Hub that never answers must
-    end the push in minutes, not hours."""
-    for attempt in range(RETRIES + 1):
-        try:
-            return call(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - only the Hub's "later" answers are retried; the rest re-raised
-            http = _http_error(e)
-            status = getattr(getattr(http, "response", None), "status_code", None)
-            if status not in RETRY_STATUSES or attempt == RETRIES:
-                raise
-            wait = _retry_after(http)
-        _sleep(min(MAX_WAIT_S, wait if wait is not None else 2.0 ** attempt))
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
-
-
-# (exception type, HTTP status or None for any, our error type, message). First match wins, so order matters:
-# specific types before HfHubHTTPError, specific statuses before the catch-all. Placeholders: {repo_id},
-# {revision}, {status}, {detail} (the Hub's first line, token removed), {endpoint}.
-_ERROR_TABLE: list[tuple[tuple[type[BaseException], ...], int | None, type[MathNeuroEditError], str]] = [
-    ((OfflineModeIsEnabled,), None, InputError, "HF_HUB_OFFLINE is set, so nothing can be pushed; unset it and retry"),
-    ((RevisionNotFoundError,), None, InputError,
-     "{repo_id}: revision {revision!r} not found ({detail}); push to a branch name, which is created if missing"),
-    ((RepositoryNotFoundError,), None, InputError,
-     "{repo_id}: repository not found or not accessible with this token ({detail}); check the repo id and that "
-     "the token can write to its namespace"),
-    ((HfHubHTTPError,), 401, InputError,
-     "the Hub rejected the token (401 Unauthorized); log in again with `hf auth login` or set a valid HF_TOKEN"),
-    ((HfHubHTTPError,), 403, InputError,
-     "the token may not write to {repo_id} (403 Forbidden: {detail}); use a token with write access to that "
-     "namespace"),
-    ((HfHubHTTPError,), 404, InputError,
-     "{repo_id}: not found on the Hub (404: {detail}); check the repo id and revision"),
-    ((HfHubHTTPError,), 409, MathNeuroEditError,
-     "{repo_id}: the Hub reported a conflict (409: {detail}); retry, or push to another revision"),
-    ((HfHubHTTPError,), 429, MathNeuroEditError,
-     "the Hub is rate-limiting requests (429, still after {tries} tries); wait a few minutes and retry"),
-    ((HfHubHTTPError,), None, MathNeuroEditError,
-     "the Hub answered {status} for {repo_id} ({detail}; {tries} tries); retry later"),
-    (_timeout_errors(), None, MathNeuroEditError,
-     "the Hub at {endpoint} did not answer within {timeout:g} s ({detail}); check the network, or raise "
-     f"{TIMEOUT_ENV}"),
-    (_transport_errors(), None, MathNeuroEditError, "cannot reach the Hub at {endpoint} ({detail}); check the network"),
-    ((ValueError,), None, InputError, "the Hub client refused the upload of {repo_id}: {detail}"),
-]
-
-
-@contextmanager
-def _hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
-    """Translate huggingface_hub / network exceptions through :data:`_ERROR_TABLE` (token scrubbed)."""
-    try:
-        yield
-    except MathNeuroEditError:
-        raise
-    except Exception as caught:  # matched against the table below; anything unknown is re-raised unchanged
-        e = _http_error(caught) or caught  # an LFS upload's failure comes wrapped in a RuntimeError
-        response = getattr(e, "response", None)
-        status = getattr(response, "status_code", None)
-        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        server = (str(getattr(e, "server_message", None) or "").strip().splitlines() or [""])[0][:300]
-        if server and server not in detail:  # the Hub's own words: often the fix (may echo a credential)
-            detail = f"{detail}: {server}"
-        detail = scrub_token(detail, token)
-        for types, wanted, error, message in _ERROR_TABLE:
-            if isinstance(e, types) and wanted in (None, status):
-                text = message.format(repo_id=repo_id, revision=revision, status=status, detail=detail,
-                                      endpoint=constants.ENDPOINT, timeout=hub_timeout(), tries=RETRIES + 1)
-                raise error(scrub_token(text, token)) from None
-        raise
 
 
 @dataclass(frozen=True)
@@ -393,9 +240,9 @@ def _remote_state(api: HfApi, repo_id: str, branch: str) -> tuple[dict[str, int]
     state ``"new"`` for a repo that does not exist."""
     try:
         try:
-            info = _retrying(api.model_info, repo_id, revision=branch, files_metadata=True)
+            info = retrying(api.model_info, repo_id, revision=branch, files_metadata=True)
         except RevisionNotFoundError:
-            info = _retrying(api.model_info, repo_id, revision=constants.DEFAULT_REVISION, files_metadata=True)
+            info = retrying(api.model_info, repo_id, revision=constants.DEFAULT_REVISION, files_metadata=True)
     except RepositoryNotFoundError:
         return {}, "new"
     return {s.rfilename: int(s.size or 0) for s in info.siblings or []}, "listed"
@@ -471,7 +318,7 @@ def push_to_hub(
                          "write, then retry (nothing was uploaded)")
     api = HfApi(token=token or False, library_name="mathneuro-edit", library_version=__version__)
     if kind == "gguf" and base_repo is None:
-        with _request_timeouts(hub_timeout()):
+        with request_timeouts(hub_timeout()):
             base_repo = _existing_checkpoint_repo(api, lock, dry_run)
     # for this repo: no placeholder, the right from_pretrained id
     card = card_for_folder(out, repo_id=repo_id, kind=kind, base_repo=base_repo)
@@ -489,31 +336,31 @@ def push_to_hub(
         if repo_id is None:
             return result
         try:
-            with _hub_errors(repo_id, branch, token or ""), _request_timeouts(hub_timeout()):
+            with hub_errors(repo_id, branch, token or ""), request_timeouts(hub_timeout()):
                 remote, state = _remote_state(api, repo_id, branch)
         except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
             return replace(result, remote=scrub_token(str(e), token))
         return replace(result, remote=state, deletes=_deletes(remote, contents))
-    with _hub_errors(repo_id, branch, token), _request_timeouts(hub_timeout()):
+    with hub_errors(repo_id, branch, token), request_timeouts(hub_timeout()):
         try:
-            existing = _retrying(api.model_info, repo_id)
+            existing = retrying(api.model_info, repo_id)
         except RepositoryNotFoundError:
             existing = None
         if existing is None:
-            url = _retrying(api.create_repo, repo_id, private=bool(private), repo_type="model", exist_ok=True)
+            url = retrying(api.create_repo, repo_id, private=bool(private), repo_type="model", exist_ok=True)
         else:
             url = f"{constants.ENDPOINT}/{repo_id}"
             if private is not None and bool(existing.private) != private:
-                _retrying(api.update_repo_settings, repo_id, private=private, repo_type="model")
+                retrying(api.update_repo_settings, repo_id, private=private, repo_type="model")
         if branch != constants.DEFAULT_REVISION:
-            _retrying(api.create_branch, repo_id, branch=branch, repo_type="model", exist_ok=True)
+            retrying(api.create_branch, repo_id, branch=branch, repo_type="model", exist_ok=True)
         remote, state = _remote_state(api, repo_id, branch)
         deletes = _deletes(remote, contents)
         operations: list[Any] = [
             CommitOperationAdd(path_in_repo=rel, path_or_fileobj=c if isinstance(c, bytes) else str(c))
             for rel, c in contents.items()]
         operations += [CommitOperationDelete(path_in_repo=rel) for rel, _ in deletes]
-        info = _retrying(api.create_commit, repo_id, operations, commit_message=message, repo_type="model", revision=branch,
+        info = retrying(api.create_commit, repo_id, operations, commit_message=message, repo_type="model", revision=branch,
                                  create_pr=create_pr,
                                  commit_description="Made with mathneuro-edit; see README.md and "
                                                     "mathneuro_recipe.lock.yaml.")

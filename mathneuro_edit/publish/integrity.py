@@ -24,6 +24,7 @@ from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, EVAL_NAME, LOCK_NAME, OUTPUT_D
 from ..util.hashing import sha256_file
 from ..util.scrub import scrub_token
 from .card import gguf_repo_name
+from .lock import output_hashes
 
 __all__ = ["FileCheck", "compare_files", "check_local_files_against_lock", "check_hub_files_against_lock",
            "NOT_OUTPUTS"]
@@ -85,10 +86,7 @@ def check_local_files_against_lock(folder: str | Path, lock: Mapping[str, Any]) 
     wanted: dict[str, str] = {}
     for prefix, sub in _folder_prefixes(root):
         wanted.update({k: v for k, v in recorded.items() if k.startswith(prefix)})
-        for p in sorted(sub.rglob("*")):
-            rel = p.relative_to(sub)
-            if p.is_file() and rel.as_posix() not in NOT_OUTPUTS and not any(x.startswith(".") for x in rel.parts):
-                present[prefix + rel.as_posix()] = sha256_file(p)
+        present.update({prefix + rel: sha for rel, sha in output_hashes(sub, skip=NOT_OUTPUTS).items()})
     return FileCheck(str(root), compare_files(present, wanted))
 
 

@@ -82,7 +82,7 @@ def base_description(model_dir: str | Path) -> dict[str, Any]:
     """What a local base is, from its ``config.json``: ``{"model_type", "architecture"}`` (``None`` when unknown).
 
     Example:
-        >>> base_description(tempfile.mkdtemp())
+        >>> import tempfile; base_description(tempfile.mkdtemp())
         {'model_type': None, 'architecture': None}
     """
     import json
@@ -135,21 +135,19 @@ def check_local_files(lock: Mapping[str, Any], recipe: Recipe) -> None:
                              f"({want['name']}); this is not the file the run used: pass the right copy")
 
 
-def output_hashes(out_dir: str | Path) -> dict[str, str]:
-    """``{relative posix path: sha256}`` of every file in an output folder, except the card and the lock itself
-    (they embed these hashes) and hidden files/folders.
+def output_hashes(out_dir: str | Path, skip: Sequence[str] = ("README.md", LOCK_NAME)) -> dict[str, str]:
+    """``{relative posix path: sha256}`` of every file in an output folder, except ``skip`` (by default the card
+    and the lock itself: they embed these hashes) and hidden files/folders.
 
     Example:
-        >>> output_hashes(tempfile.mkdtemp())
+        >>> import tempfile; output_hashes(tempfile.mkdtemp())
         {}
     """
     root = Path(out_dir)
     hashes = {}
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root)
-        if p.is_file() and rel.as_posix() not in ("README.md", LOCK_NAME) and not any(
-            part.startswith(".") for part in rel.parts
-        ):
+        if p.is_file() and rel.as_posix() not in skip and not any(part.startswith(".") for part in rel.parts):
             hashes[rel.as_posix()] = sha256_file(p)
     return hashes
 

@@ -207,13 +207,13 @@ def verify_run(out: str | Path, base: str | None = None, mask_path: str | None =
             if not Path(mask_path).is_file():
                 raise InputError(f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
                                  "its mask); pass --mask MASK, the file `export` was given")
-    trust = trust_remote_code  # the command line's, never the lock's
     failed = []
     stages = Stages(len(targets), echo)
     audits = []
     for t in targets:
         stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
-        report = verify_export(t, base, mask_path, scale, trust_remote_code=trust, progress=progress)
+        report = verify_export(t, base, mask_path, scale, trust_remote_code=trust_remote_code,  # never the lock's
+                               progress=progress)
         say(report.summary())
         audits.append(report)
         if not report.ok:

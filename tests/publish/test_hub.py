@@ -351,7 +351,7 @@ def test_default_repo_ids_differ_per_artifact(fake_hub: FakeHub, tmp_path: Path)
 
 def test_push_retries_429_honouring_retry_after_then_5xx_with_backoff(fake_hub: FakeHub, out_dir: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    import mathneuro_edit.publish.hub as hub_module
+    import mathneuro_edit.publish.hub_requests as hub_module  # the request layer: its sleep between tries
 
     waits: list[float] = []
     monkeypatch.setattr(hub_module, "_sleep", waits.append)
@@ -366,7 +366,7 @@ def test_push_gives_up_on_a_failing_upload_with_one_line_naming_the_status(fake_
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub.utils._http as client_http
 
-    import mathneuro_edit.publish.hub as hub_module
+    import mathneuro_edit.publish.hub_requests as hub_module  # the request layer: its sleep between tries
 
     waits: list[float] = []
     monkeypatch.setattr(hub_module, "_sleep", waits.append)
@@ -387,7 +387,7 @@ def test_push_times_out_on_a_hub_that_never_answers(fake_hub: FakeHub, out_dir: 
 
     import huggingface_hub.utils._http as client_http
 
-    import mathneuro_edit.publish.hub as hub_module
+    import mathneuro_edit.publish.hub_requests as hub_module  # the request layer: its sleep between tries
 
     monkeypatch.setattr(hub_module, "_sleep", lambda s: None)
     monkeypatch.setattr(client_http.time, "sleep", lambda s: None)  # the client's own backoff between its tries

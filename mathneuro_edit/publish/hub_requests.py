@@ -1,0 +1,168 @@
+"""The Hub request layer of a push: a timeout on every request, retries of the Hub's "later" answers, and one
+line for every failure (the token never in it).
+
+huggingface_hub's own client has no timeout, so a Hub that never answers would hang ``push`` forever; a 429 or a
+5xx is worth trying again; and its exceptions (an LFS upload's failure wrapped in a ``RuntimeError``, the server's
+message, a credential it may echo) are worded through :data:`_ERROR_TABLE` into one line that says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from huggingface_hub import constants
+from huggingface_hub.errors import (
+    HfHubHTTPError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import get_session
+
+from ..errors import InputError, MathNeuroEditError
+from ..util.scrub import scrub_token
+
+__all__ = ["TIMEOUT_ENV", "DEFAULT_TIMEOUT_S", "RETRIES", "RETRY_STATUSES", "hub_timeout", "request_timeouts",
+           "retrying", "hub_errors"]
+
+
+def _client_errors(name: str, *builtin: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """``builtin`` plus the exception class ``name`` of each HTTP client huggingface_hub may use (httpx2 in 2.x,
+    httpx in 1.x) that is installed: ``TransportError`` (network-level) or ``TimeoutException``."""
+    found = list(builtin)
+    for module in ("httpx2", "httpx"):
+        try:
+            found.append(getattr(__import__(module), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
+
+
+# Every request of a push has a timeout (huggingface_hub's default client has none: a Hub that never answers
+# would hang `push` forever), and the answers that mean "later" are retried with backoff: 429 (honouring its
+# Retry-After, capped) and 5xx. Then one line names what the Hub answered.
+TIMEOUT_ENV = "MATHNEURO_EDIT_HUB_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0  # per request: connect, each read and write; an LFS upload streams, so only stalls count
+RETRIES = 4  # after the first try: waits of 1, 2, 4, 8 s (or what Retry-After asks, at most MAX_WAIT_S)
+MAX_WAIT_S = 60.0
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+_sleep: Callable[[float], None] = time.sleep  # module attribute: tests record the waits instead of sleeping
+
+
+def hub_timeout() -> float:
+    """Seconds each Hub request may take (``MATHNEURO_EDIT_HUB_TIMEOUT``, default 60)."""
+    raw = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(raw) if raw.strip() else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise InputError(f"{TIMEOUT_ENV}={raw!r}: not a number of seconds; unset it or give e.g. 120") from None
+    if not value > 0:
+        raise InputError(f"{TIMEOUT_ENV}={raw!r}: must be a positive number of seconds, e.g. 120")
+    return value
+
+
+@contextmanager
+def request_timeouts(seconds: float) -> Iterator[None]:
+    """huggingface_hub's shared HTTP client with a timeout on every request, for the duration of a push (its
+    own timeout again afterwards)."""
+    session = get_session()
+    before = session.timeout
+    session.timeout = seconds  # httpx: connect, read, write and pool timeouts alike
+    try:
+        yield
+    finally:
+        session.timeout = before
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    value = next((str(v).strip() for k, v in dict(headers).items() if k.lower() == "retry-after"), "")
+    return float(value) if value.isdigit() else None
+
+
+def _http_error(exc: BaseException) -> HfHubHTTPError | None:
+    """The Hub's HTTP error behind ``exc``: itself, or the cause huggingface_hub wraps an LFS upload's failure in
+    (``RuntimeError: Error while uploading ...``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, HfHubHTTPError):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
+def retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, tried again after a 429 or a 5xx (at most :data:`RETRIES` more times); the last
+    failure is raised as it came (:func:`hub_errors` words it). Timeouts and dropped connections are not tried again
+    here: the client's own backoff already retries its idempotent requests, and a Hub that never answers must
+    end the push in minutes, not hours."""
+    for attempt in range(RETRIES + 1):
+        try:
+            return call(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - only the Hub's "later" answers are retried; the rest re-raised
+            http = _http_error(e)
+            status = getattr(getattr(http, "response", None), "status_code", None)
+            if status not in RETRY_STATUSES or attempt == RETRIES:
+                raise
+            wait = _retry_after(http)
+        _sleep(min(MAX_WAIT_S, wait if wait is not None else 2.0 ** attempt))
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+# (exception type, HTTP status or None for any, our error type, message). First match wins, so order matters:
+# specific types before HfHubHTTPError, specific statuses before the catch-all. Placeholders: {repo_id},
+# {revision}, {status}, {detail} (the Hub's first line, token removed), {endpoint}.
+_ERROR_TABLE: list[tuple[tuple[type[BaseException], ...], int | None, type[MathNeuroEditError], str]] = [
+    ((OfflineModeIsEnabled,), None, InputError, "HF_HUB_OFFLINE is set, so nothing can be pushed; unset it and retry"),
+    ((RevisionNotFoundError,), None, InputError,
+     "{repo_id}: revision {revision!r} not found ({detail}); push to a branch name, which is created if missing"),
+    ((RepositoryNotFoundError,), None, InputError,
+     "{repo_id}: repository not found or not accessible with this token ({detail}); check the repo id and that "
+     "the token can write to its namespace"),
+    ((HfHubHTTPError,), 401, InputError,
+     "the Hub rejected the token (401 Unauthorized); log in again with `hf auth login` or set a valid HF_TOKEN"),
+    ((HfHubHTTPError,), 403, InputError,
+     "the token may not write to {repo_id} (403 Forbidden: {detail}); use a token with write access to that "
+     "namespace"),
+    ((HfHubHTTPError,), 404, InputError,
+     "{repo_id}: not found on the Hub (404: {detail}); check the repo id and revision"),
+    ((HfHubHTTPError,), 409, MathNeuroEditError,
+     "{repo_id}: the Hub reported a conflict (409: {detail}); retry, or push to another revision"),
+    ((HfHubHTTPError,), 429, MathNeuroEditError,
+     "the Hub is rate-limiting requests (429, still after {tries} tries); wait a few minutes and retry"),
+    ((HfHubHTTPError,), None, MathNeuroEditError,
+     "the Hub answered {status} for {repo_id} ({detail}; {tries} tries); retry later"),
+    (_client_errors("TimeoutException", TimeoutError), None, MathNeuroEditError,
+     "the Hub at {endpoint} did not answer within {timeout:g} s ({detail}); check the network, or raise "
+     f"{TIMEOUT_ENV}"),
+    (_client_errors("TransportError", ConnectionError, TimeoutError), None, MathNeuroEditError, "cannot reach the Hub at {endpoint} ({detail}); check the network"),
+    ((ValueError,), None, InputError, "the Hub client refused the upload of {repo_id}: {detail}"),
+]
+
+
+@contextmanager
+def hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
+    """Translate huggingface_hub / network exceptions through :data:`_ERROR_TABLE` (token scrubbed)."""
+    try:
+        yield
+    except MathNeuroEditError:
+        raise
+    except Exception as caught:  # matched against the table below; anything unknown is re-raised unchanged
+        e = _http_error(caught) or caught  # an LFS upload's failure comes wrapped in a RuntimeError
+        response = getattr(e, "response", None)
+        status = getattr(response, "status_code", None)
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        server = (str(getattr(e, "server_message", None) or "").strip().splitlines() or [""])[0][:300]
+        if server and server not in detail:  # the Hub's own words: often the fix (may echo a credential)
+            detail = f"{detail}: {server}"
+        detail = scrub_token(detail, token)
+        for types, wanted, error, message in _ERROR_TABLE:
+            if isinstance(e, types) and wanted in (None, status):
+                text = message.format(repo_id=repo_id, revision=revision, status=status, detail=detail,
+                                      endpoint=constants.ENDPOINT, timeout=hub_timeout(), tries=RETRIES + 1)
+                raise error(scrub_token(text, token)) from None
+        raise
