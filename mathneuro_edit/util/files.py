@@ -95,8 +95,13 @@ def json_text(data: Any) -> str:
     """The one JSON style of every file we write: 2-space indent, UTF-8 text as is, no NaN/inf, final newline.
 
     Example:
-        >>> json_text({"a": [1, "é"]})
-        '{\n  "a": [\n    1,\n    "é"\n  ]\n}\n'
+        >>> print(json_text({"a": [1, "é"]}), end="")
+        {
+          "a": [
+            1,
+            "é"
+          ]
+        }
     """
     return json.dumps(data, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
 
