@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "gguf_refusal", "tokenizer_refusal", "add_family_keys", "rope_dims",
-           "tensor_shift"]
+__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "MOE_NORM_TOPK", "gguf_refusal", "tokenizer_refusal", "add_family_keys",
+           "rope_dims", "tensor_shift", "expert_count"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
@@ -23,16 +23,17 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     # its fused qkv/gate_up, NeoX rotary over part of each head (rope_dims) and a sliding-window key
     "granite": ("GRANITE", True), "olmo2": ("OLMO2", False), "phi3": ("PHI3", False),
     "gemma2": ("GEMMA2", False),
+    # MoE: llama.cpp stacks each layer's experts into one 3-D tensor per projection (ffn_{gate,up,down}_exps, expert
+    # index outermost), keeps the router (ffn_gate_inp) in F32 and reads the expert counts (add_family_keys).
+    # Mixtral is llama (permuted q/k) with experts; the Qwen MoEs and OLMoE have NeoX rotary (HF's order)
+    "mixtral": ("LLAMA", True), "qwen2_moe": ("QWEN2MOE", False), "qwen3_moe": ("QWEN3MOE", False),
+    "olmoe": ("OLMOE", False),
 }
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
 GGUF_PENDING: dict[str, str] = {
     "gemma3_text": "llama.cpp's gemma3 needs norm weights stored +1, q/k norms, local/global rope bases and "
                    "sliding-window keys",
-    "mixtral": "llama.cpp's MoE layout needs the experts stacked as ffn_{gate,up,down}_exps and expert-count keys",
-    "qwen2_moe": "llama.cpp's qwen2moe needs the experts stacked as ffn_*_exps plus the shared expert and its gate",
-    "qwen3_moe": "llama.cpp's qwen3moe needs the experts stacked as ffn_*_exps and expert-count keys",
-    "olmoe": "llama.cpp's olmoe needs the experts stacked as ffn_*_exps and expert-count keys",
     "deepseek_v3": "llama.cpp's deepseek2 needs the MLA tensors, kv_b split and the grouped router's keys",
     "gpt_oss": "llama.cpp's gpt-oss needs the attention sinks, interleaved gate/up experts and MXFP4-aware layout",
     "llama4_text": "llama.cpp's llama4 needs the stacked experts, shared expert, NoPE layer pattern and "
@@ -42,18 +43,56 @@ GGUF_PENDING: dict[str, str] = {
 }
 
 
+# MoE families: whether llama.cpp renormalizes the top-k router weights. It hard-codes this per architecture
+# (src/models/{llama,qwen2moe,qwen3moe,olmoe}.cpp), so a config that says otherwise would run differently there.
+# Mixtral has no key: transformers always renormalizes, as llama.cpp's llama does.
+MOE_NORM_TOPK: dict[str, bool] = {"mixtral": True, "qwen2_moe": False, "qwen3_moe": True, "olmoe": False}
+
+
+def expert_count(cfg: dict[str, Any]) -> int:
+    """Routed experts per MoE layer (``num_local_experts`` in Mixtral's config, ``num_experts`` in the others);
+    0 for a dense model.
+
+    Example:
+        >>> expert_count({"num_local_experts": 8}), expert_count({"model_type": "llama"})
+        (8, 0)
+    """
+    return int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+
+
+def _moe_refusal(cfg: dict[str, Any]) -> str | None:
+    """What of an MoE config llama.cpp's architecture cannot run as transformers does (None: nothing)."""
+    model_type = str(cfg.get("model_type"))
+    if model_type not in MOE_NORM_TOPK:
+        return None
+    if model_type != "mixtral" and bool(cfg.get("norm_topk_prob", False)) != MOE_NORM_TOPK[model_type]:
+        return (f"norm_topk_prob is {cfg.get('norm_topk_prob', False)!r} but llama.cpp's {GGUF_WRITTEN[model_type][0]} "
+                f"always {'renormalizes' if MOE_NORM_TOPK[model_type] else 'keeps'} the top-k router weights")
+    if cfg.get("mlp_only_layers") or int(cfg.get("decoder_sparse_step") or 1) != 1:
+        return ("some layers have a dense MLP (mlp_only_layers / decoder_sparse_step) but llama.cpp's "
+                f"{GGUF_WRITTEN[model_type][0]} has experts in every layer")
+    if model_type == "qwen2_moe" and not cfg.get("shared_expert_intermediate_size"):
+        return "there is no shared expert (shared_expert_intermediate_size) but llama.cpp's QWEN2MOE needs one"
+    return None
+
+
 def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     """None when :mod:`.gguf_writer` writes this config's family, else one line: what, why, how to proceed.
 
     Example:
         >>> gguf_refusal({"model_type": "qwen2"}) is None
         True
-        >>> gguf_refusal({"model_type": "mixtral"}).startswith("outputs.gguf: model_type 'mixtral'")
+        >>> gguf_refusal({"model_type": "deepseek_v3"}).startswith("outputs.gguf: model_type 'deepseek_v3'")
         True
+        >>> gguf_refusal({"model_type": "qwen3_moe", "norm_topk_prob": False})[:62]
+        'outputs.gguf: this qwen3_moe config cannot be run by llama.cpp'
     """
     model_type = cfg.get("model_type")
     if model_type in GGUF_WRITTEN:
-        return None
+        moe = _moe_refusal(cfg)
+        return None if moe is None else (f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as "
+                                         f"transformers runs it: {moe}; set outputs.gguf: null (the checkpoint "
+                                         "holds the edit)")
     written = ", ".join(sorted(GGUF_WRITTEN))
     why = GGUF_PENDING.get(str(model_type))
     detail = (f"{why}, not written yet (not verified against llama.cpp)" if why
@@ -114,6 +153,13 @@ def add_family_keys(writer: Any, cfg: dict[str, Any]) -> None:
         writer.add_sliding_window(int(cfg["sliding_window"]))
     if cfg.get("model_type") == "phi3":  # 0: no sliding window (how llama.cpp tells Phi-4 from other Phi-3)
         writer.add_sliding_window(int(cfg.get("sliding_window") or 0))
+    if expert_count(cfg):  # MoE: llama.cpp's expert keys (its converter's TextModel / Qwen2MoeModel)
+        writer.add_expert_count(expert_count(cfg))
+        writer.add_expert_used_count(int(cfg["num_experts_per_tok"]))
+        if cfg.get("moe_intermediate_size"):  # the Qwen MoEs: experts narrower than intermediate_size
+            writer.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
+        if cfg.get("shared_expert_intermediate_size"):
+            writer.add_expert_shared_feed_forward_length(int(cfg["shared_expert_intermediate_size"]))
     if cfg.get("model_type") == "granite":
         for key, add in _GRANITE_KEYS:
             if cfg.get(key) is not None:

@@ -2,15 +2,16 @@
 
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
-Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2, Phi-3 and Gemma 2 (NeoX; the per-family conventions
-and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the
-hyperparameters, Llama-3 ``rope_freqs``, linear/YaRN scaling keys; a byte-level BPE tokenizer
+Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2, Phi-3, Gemma 2 and the MoEs Mixtral,
+Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection; the per-family
+conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings
+are tied; the hyperparameters, Llama-3 ``rope_freqs``, linear/YaRN scaling keys; a byte-level BPE tokenizer
 (``tokenizer.ggml.*``, ``gpt2`` model, llama.cpp's pre-tokenizer name) and the chat template. docs/formats.md
 lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the embedding/output at Q8_0).
 
 Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
-rows (peak memory: about one checkpoint tensor plus ~16 MiB). Deterministic: same checkpoint and type ->
-byte-identical file (fixed key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
+rows (peak memory: about one checkpoint tensor plus ~16 MiB; an expert stack is read one expert at a time).
+Deterministic: same checkpoint and type -> byte-identical file (fixed key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
 
 Example:
     >>> write_gguf("out/run/checkpoint", "out/run/checkpoint/model-Q8_0.gguf", "Q8_0")  # doctest: +SKIP
@@ -22,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +36,7 @@ from .checkpoint import open_checkpoint
 from .gguf_families import (
     GGUF_WRITTEN,
     add_family_keys,
+    expert_count,
     gguf_refusal,
     rope_dims,
     tensor_shift,
@@ -118,9 +121,44 @@ def _row_perm(rows: int, n_head: int) -> np.ndarray:
     return np.arange(rows).reshape(n_head, 2, d // 2).transpose(0, 2, 1).reshape(-1)
 
 
-def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, str | None, tuple[int, ...], str]]:
-    """What :func:`write_gguf` writes: ``(gguf name, checkpoint name or None, HF shape, GGML type)`` in file order
-    (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint).
+# one routed expert's projection in a checkpoint: ``<stem>.experts.<index>.<projection>.weight`` (the per-expert
+# layout of Mixtral, the Qwen MoEs and OLMoE on the Hub, and what transformers' save_pretrained writes for them)
+_EXPERT = re.compile(r"^(?P<stem>.+\.experts)\.(?P<index>\d+)\.(?P<proj>[A-Za-z0-9_]+)\.weight$")
+
+Source = str | tuple[str, ...] | None  # a plan row's checkpoint tensor(s): one, the experts stacked, or computed
+
+
+def _stacked_experts(tensors: Mapping[str, Any], n_experts: int) -> dict[str, tuple[str, tuple[str, ...], tuple]]:
+    """Group per-expert tensors as llama.cpp stacks them: ``{first member: (stacked HF name, members by expert
+    index, stacked shape)}``; the stacked name (``<stem>.experts.<projection>.weight``) is the one gguf's name map knows.
+
+    Raises:
+        InputError: a layer whose experts are not exactly 0..n-1 of one shape.
+    """
+    groups: dict[tuple[str, str], dict[int, str]] = {}
+    for hf in tensors:
+        if (m := _EXPERT.match(hf)) is not None:
+            groups.setdefault((m["stem"], m["proj"]), {})[int(m["index"])] = hf
+    out = {}
+    for (stem, proj), members in groups.items():
+        if sorted(members) != list(range(n_experts)):
+            raise InputError(f"outputs.gguf: {stem}.*.{proj} has experts {sorted(members)[:8]} but config.json "
+                             f"says {n_experts} (0..{n_experts - 1}); the checkpoint is not a whole MoE model")
+        names = tuple(members[i] for i in range(n_experts))
+        shapes = {tuple(tensors[n].shape) for n in names}
+        if len(shapes) != 1:
+            raise InputError(f"outputs.gguf: the experts of {stem}.*.{proj} differ in shape ({sorted(shapes)}); "
+                             "llama.cpp stacks them into one tensor")
+        first = min(names, key=list(tensors).index)  # the stacked tensor takes its first member's place
+        out[first] = (f"{stem}.{proj}.weight", names, (n_experts, *shapes.pop()))
+    return out
+
+
+def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[int, ...], str]]:
+    """What :func:`write_gguf` writes: ``(gguf name, checkpoint tensor(s), HF shape, GGML type)`` in file order
+    (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint). The checkpoint tensor
+    is a name, a tuple of names (an MoE layer's experts, stacked expert-major: HF shape ``(experts, rows,
+    cols)``), or None (computed: Llama 3's ``rope_freqs``).
 
     Raises:
         InputError: unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
@@ -130,25 +168,38 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, str | None, tup
     arch = getattr(gguf.MODEL_ARCH, _ARCHS[cfg["model_type"]][0])
     names = gguf.get_tensor_name_map(arch, int(cfg["num_hidden_layers"]))
     tied = bool(cfg.get("tie_word_embeddings", False))
-    rows: list[tuple[str, str | None, tuple[int, ...], str]] = []
+    rows: list[tuple[str, Source, tuple[int, ...], str]] = []
     scaling = _rope(cfg)[1]
     if scaling and scaling["rope_type"] not in ("linear", "yarn", "llama3"):
         raise InputError(f"outputs.gguf: rope scaling {scaling['rope_type']!r} is not supported (linear, yarn, llama3)")
     if scaling.get("rope_type") == "llama3":
         rows.append((gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", None, (_head_dim(cfg) // 2,), "F32"))
-    for hf, e in open_checkpoint(folder).tensors.items():
+    tensors = open_checkpoint(folder).tensors
+    stacked = _stacked_experts(tensors, expert_count(cfg)) if expert_count(cfg) else {}
+    for hf, e in tensors.items():
         if hf.endswith("rotary_emb.inv_freq") or (tied and hf == "lm_head.weight"):
             continue  # recomputed by the readers / the tied embedding
+        source: Source = hf
+        shape = tuple(e.shape)
+        if _EXPERT.match(hf) and stacked:
+            if hf not in stacked:
+                continue  # written with the stack its layer's first expert opened
+            hf, source, shape = stacked[hf]
         name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
         if name is None:
             raise InputError(f"outputs.gguf: {hf} has no GGUF name for {cfg['model_type']}; set outputs.gguf: null")
-        rows.append((name, hf, tuple(e.shape), _tensor_type(gguf, name, e.shape, qtype)))
+        rows.append((name, source, shape, _tensor_type(gguf, name, shape, qtype)))
 
     return rows  # llama.cpp's order: extra tensors (rope_freqs) first, then the checkpoint's file order
 
 
+# tensors llama.cpp's converter always keeps in F32 whatever the file type: the MoE routers (small, and their
+# softmax picks the experts: a rounding could route a token elsewhere)
+_ALWAYS_F32 = ("ffn_gate_inp", "ffn_gate_inp_shexp")
+
+
 def _tensor_type(gguf: Any, name: str, shape: tuple[int, ...], qtype: str) -> str:
-    if len(shape) < 2:
+    if len(shape) < 2 or (name.startswith("blk.") and name.split(".")[2] in _ALWAYS_F32):
         return "F32"
     want = "Q8_0" if qtype in _LOW_BIT and name.split(".")[0] in ("token_embd", "output") else qtype
     block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[want]][0]
@@ -167,25 +218,39 @@ def _encode(gguf: Any, x: np.ndarray, ggml_type: str) -> np.ndarray:
     return gguf.quants.quantize(x, gguf.GGMLQuantizationType[ggml_type])
 
 
+def _rows_of(w: np.ndarray):
+    """A tensor as float32 row blocks of about :data:`_CHUNK` bytes (a 1-D tensor: one block)."""
+    if w.ndim == 1:
+        yield w
+        return
+    w = w.reshape(-1, w.shape[-1])
+    step = max(1, _CHUNK // max(4 * w.shape[-1], 1))
+    for i in range(0, len(w), step):
+        yield w[i:i + step]
+
+
 def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
-    """Yield ``(row, float32 rows iterator)`` per planned tensor, one checkpoint tensor in memory at a time."""
+    """Yield ``(row, float32 rows iterator)`` per planned tensor, one checkpoint tensor in memory at a time (an
+    expert stack: one expert at a time, expert-major as llama.cpp stores it)."""
     ckpt = open_checkpoint(folder)
     heads = {"attn_q": int(cfg["num_attention_heads"]),
              "attn_k": int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])}
-    for row in plan:
-        name, hf, shape, _ = row
-        if hf is None:
-            yield row, iter([_llama3_freqs(cfg, _rope(cfg)[1])])
-            continue
+
+    def read(hf: str, name: str, shape: tuple[int, ...]) -> np.ndarray:
         w = ckpt.read(hf).float().numpy()
         kind = name.split(".")[2] if name.startswith("blk.") else ""
         if perm and kind in heads:
             w = w[_row_perm(shape[0], heads[kind])]
-        w = w + np.float32(shift) if (shift := tensor_shift(cfg, hf)) else w  # Gemma's norms: llama.cpp stores 1 + w
-        w = w.reshape(shape[0], -1) if w.ndim > 1 else w
-        step = max(1, _CHUNK // max(4 * (w[0].size if w.ndim > 1 else w.size), 1))
-        yield row, (w[i:i + step] for i in range(0, len(w), step)) if w.ndim > 1 else iter([w])
-        del w
+        return w + np.float32(shift) if (shift := tensor_shift(cfg, hf)) else w  # Gemma's norms: stored 1 + w
+
+    for row in plan:
+        name, hf, shape, _ = row
+        if hf is None:
+            yield row, iter([_llama3_freqs(cfg, _rope(cfg)[1])])
+        elif isinstance(hf, tuple):
+            yield row, (block for member in hf for block in _rows_of(read(member, name, shape[1:])))
+        else:
+            yield row, _rows_of(read(hf, name, shape))
 
 
 def check_gguf(folder: str | Path, qtype: str) -> None:
