@@ -93,9 +93,15 @@ FAMILY_SHAPES: tuple[FamilyShape, ...] = (
                      layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
                 "q/k norms, local/global layers with their own rope, tied"),
     FamilyShape("Phi-3 / Phi-4", "microsoft/Phi-4-mini-instruct", "Phi3Config",
-                dict(_GQA, intermediate_size=128, tie_word_embeddings=True, partial_rotary_factor=0.75),
-                "fused qkv_proj and gate_up_proj, partial rotary, tied (Phi-4-mini); not its longrope scaling, "
-                "which the GGUF export refuses (no rope_factors tensors written)"),
+                dict(_GQA, intermediate_size=128, tie_word_embeddings=True, partial_rotary_factor=0.75,
+                     max_position_embeddings=1024, original_max_position_embeddings=512,
+                     rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                      "original_max_position_embeddings": 512,
+                                      "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0],
+                                      "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]}),
+                "fused qkv_proj and gate_up_proj, partial rotary, longrope (short and long factors, a context "
+                "twice the original: llama.cpp pads its context to 256, so the original is 512 here), tied "
+                "(Phi-4-mini)"),
     FamilyShape("OLMo 2", "allenai/OLMo-2-1124-7B-Instruct", "Olmo2Config",
                 dict(_GQA, intermediate_size=128, tie_word_embeddings=False),
                 "q/k norms over the whole projection, norms after attention and MLP, untied"),

@@ -5,7 +5,7 @@ The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with
 Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2, Phi-3, Gemma 2 and the MoEs Mixtral,
 Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection; the per-family
 conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings
-are tied; the hyperparameters, Llama-3 ``rope_freqs``, linear/YaRN scaling keys; a byte-level BPE tokenizer
+are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors, linear/YaRN scaling keys; a byte-level BPE tokenizer
 (``tokenizer.ggml.*``, ``gpt2`` model, llama.cpp's pre-tokenizer name) and the chat template. docs/formats.md
 lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the embedding/output at Q8_0).
 
@@ -115,6 +115,39 @@ def _llama3_freqs(cfg: dict[str, Any], s: dict[str, Any]) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def _longrope_factors(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
+    """Phi-3's longrope: (long factors, short factors, attention factor), as transformers computes them.
+
+    transformers multiplies each rotary frequency's wavelength by the short factors up to
+    ``original_max_position_embeddings`` tokens and by the long ones beyond, and cos/sin by the attention factor
+    (given, or ``sqrt(1 + ln(max / original) / ln(original))``). llama.cpp reads both tensors and picks one set
+    for the whole context when it is created (long when ``n_ctx`` exceeds the original context).
+
+    Raises:
+        InputError: factors missing, or not one per rotary frequency.
+    """
+    s = _rope(cfg)[1]
+    original = int(s.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") or 0)
+    half = rope_dims(cfg, _head_dim(cfg)) // 2
+    long, short = s.get("long_factor"), s.get("short_factor")
+    if not original or not isinstance(long, list) or not isinstance(short, list) or not len(long) == len(short) == half:
+        raise InputError(f"outputs.gguf: longrope needs original_max_position_embeddings and {half} long_factor and "
+                         "short_factor values (one per rotary frequency) in config.json; set outputs.gguf: null")
+    factor = float(s.get("factor") or int(cfg["max_position_embeddings"]) / original)
+    attn = s.get("attention_factor")
+    attn = float(attn) if attn is not None else (math.sqrt(1 + math.log(factor) / math.log(original))
+                                                if factor > 1.0 else 1.0)
+    return np.asarray(long, dtype=np.float32), np.asarray(short, dtype=np.float32), attn
+
+
+def _computed(cfg: dict[str, Any], name: str) -> np.ndarray:
+    """The tensors llama.cpp wants that the checkpoint does not hold: rope factors, from config.json."""
+    if name.startswith("rope_freqs"):
+        return _llama3_freqs(cfg, _rope(cfg)[1])
+    long, short, _ = _longrope_factors(cfg)
+    return long if name.startswith("rope_factors_long") else short
+
+
 def _row_perm(rows: int, n_head: int) -> np.ndarray:
     """Row order of llama.cpp's rotary layout: output row r is HF row perm[r] (per head: 0, d/2, 1, d/2+1, ...)."""
     d = rows // n_head
@@ -170,10 +203,16 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
     tied = bool(cfg.get("tie_word_embeddings", False))
     rows: list[tuple[str, Source, tuple[int, ...], str]] = []
     scaling = _rope(cfg)[1]
-    if scaling and scaling["rope_type"] not in ("linear", "yarn", "llama3"):
-        raise InputError(f"outputs.gguf: rope scaling {scaling['rope_type']!r} is not supported (linear, yarn, llama3)")
-    if scaling.get("rope_type") == "llama3":
+    kind = scaling.get("rope_type")
+    if scaling and kind not in ("linear", "yarn", "llama3") and not (kind == "longrope" and cfg["model_type"] == "phi3"):
+        raise InputError(f"outputs.gguf: rope scaling {kind!r} is not supported for {cfg['model_type']} (linear, "
+                         "yarn, llama3; longrope for phi3); set outputs.gguf: null")
+    if kind == "llama3":
         rows.append((gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", None, (_head_dim(cfg) // 2,), "F32"))
+    if kind == "longrope":  # llama.cpp's Phi-3 converter: the per-frequency factors as two F32 tensors
+        n = len(_longrope_factors(cfg)[0])
+        rows += [(gguf.TENSOR_NAMES[t] + ".weight", None, (n,), "F32")
+                 for t in (gguf.MODEL_TENSOR.ROPE_FACTORS_LONG, gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT)]
     tensors = open_checkpoint(folder).tensors
     stacked = _stacked_experts(tensors, expert_count(cfg)) if expert_count(cfg) else {}
     for hf, e in tensors.items():
@@ -246,7 +285,7 @@ def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
     for row in plan:
         name, hf, shape, _ = row
         if hf is None:
-            yield row, iter([_llama3_freqs(cfg, _rope(cfg)[1])])
+            yield row, iter([_computed(cfg, name)])
         elif isinstance(hf, tuple):
             yield row, (block for member in hf for block in _rows_of(read(member, name, shape[1:])))
         else:
@@ -393,6 +432,10 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.add_rope_scaling_factor(float(scaling["factor"]))
         if "original_max_position_embeddings" in scaling:
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    if scaling.get("rope_type") == "longrope":  # the factors themselves are tensors (gguf_plan)
+        w.add_rope_scaling_attn_factors(_longrope_factors(cfg)[2])
+        w.add_rope_scaling_orig_ctx_len(int(scaling.get("original_max_position_embeddings")
+                                            or cfg["original_max_position_embeddings"]))
     add_family_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_families.py
     _vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)
     for gname, _, shape, t in plan:
