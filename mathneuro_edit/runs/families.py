@@ -124,7 +124,8 @@ def check_adapter(base: Path, adapter: Path, baked: dict[str, torch.Tensor]) -> 
 
 def check_gguf_readback(ckpt: Path, qtype: str, baked: dict[str, torch.Tensor]) -> None:
     """transformers' GGUF reader gives back the checkpoint's tensors (for the architectures it reads; the others,
-    Granite and OLMo 2, are read by llama.cpp in tests/runs/test_families.py, and audited by verify)."""
+    Granite, OLMo 2 and Gemma 3 text (transformers reads ``gemma3``, not ``gemma3_text``), are read by llama.cpp in
+    tests/runs/test_families.py, and audited by verify)."""
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
     if json.loads((ckpt / "config.json").read_text())["model_type"] not in GGUF_CONFIG_MAPPING:
