@@ -124,7 +124,8 @@ def check_adapter(base: Path, adapter: Path, baked: dict[str, torch.Tensor]) -> 
 
 def check_gguf_readback(ckpt: Path, qtype: str, baked: dict[str, torch.Tensor]) -> None:
     """transformers' GGUF reader gives back the checkpoint's tensors (for the architectures it reads; the others,
-    Granite, OLMo 2, Mixtral and OLMoE, are read by llama.cpp in tests/runs/test_families.py, and audited by verify).
+    Granite, OLMo 2, Gemma 3 text (transformers reads ``gemma3``, not ``gemma3_text``),
+    Mixtral and OLMoE, are read by llama.cpp in tests/runs/test_families.py, and audited by verify).
 
     Not the Qwen MoEs: transformers' reader maps their ``expert_count`` but not ``expert_feed_forward_length``, so
     it rebuilds the config with its default expert width and cannot load any llama.cpp Qwen MoE GGUF (its

@@ -89,9 +89,10 @@ FAMILY_SHAPES: tuple[FamilyShape, ...] = (
                 "norm +1, embedding scaling, soft-capping, alternating sliding attention, tied"),
     FamilyShape("Gemma 3 (text)", "google/gemma-3-1b-it", "Gemma3TextConfig",
                 dict(_GQA, intermediate_size=128, head_dim=32, query_pre_attn_scalar=32, tie_word_embeddings=True,
-                     sliding_window=16, num_hidden_layers=3,
+                     sliding_window=8, num_hidden_layers=3,
                      layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
-                "q/k norms, local/global layers with their own rope, tied"),
+                "q/k norms, local/global layers with their own rope (window 8: shorter than the test prompts), "
+                "tied"),
     FamilyShape("Phi-3 / Phi-4", "microsoft/Phi-4-mini-instruct", "Phi3Config",
                 dict(_GQA, intermediate_size=128, tie_word_embeddings=True, partial_rotary_factor=0.75,
                      max_position_embeddings=1024, original_max_position_embeddings=512,

@@ -6,6 +6,11 @@ verified against llama.cpp itself (llama-cpp-python loads the file, tokenizes li
 continuation and logits match transformers' on the same weights). A family is only added to
 :data:`GGUF_WRITTEN` with that test. :func:`gguf_refusal` names what is missing, per family, from
 ``config.json`` alone (no weights read), so ``plan`` and a run's validation say it before any forward pass.
+
+Gemma 3 (text) is written with its own keys (:func:`add_family_keys`): the per-layer sliding pattern (from
+``layer_types``), the local layers' rope base (``rope.freq_base_swa``) and final soft-capping; what llama.cpp's
+gemma3 computes from fixed rules instead of reading (the query scale, no attention soft-capping, scaling on the
+global layers only) is refused when a config differs (:func:`gemma3_refusal`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "MOE_NORM_TOPK", "gguf_refusal", "tokenizer_refusal", "add_family_keys",
-           "rope_dims", "tensor_shift", "expert_count"]
+           "rope_dims", "tensor_shift", "expert_count", "gemma3_refusal", "layer_types", "rope_by_layer_type"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
@@ -23,6 +28,9 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     # its fused qkv/gate_up, NeoX rotary over part of each head (rope_dims) and a sliding-window key
     "granite": ("GRANITE", True), "olmo2": ("OLMO2", False), "phi3": ("PHI3", False),
     "gemma2": ("GEMMA2", False),
+    # Gemma 3 (text): Gemma 2's norms (+1, q/k norms too), NeoX rotary, plus the sliding pattern written per layer
+    # (llama.cpp's default is 1-in-6 global) and the local rope base; what llama.cpp fixes: gemma3_refusal
+    "gemma3_text": ("GEMMA3", False),
     # MoE: llama.cpp stacks each layer's experts into one 3-D tensor per projection (ffn_{gate,up,down}_exps, expert
     # index outermost), keeps the router (ffn_gate_inp) in F32 and reads the expert counts (add_family_keys).
     # Mixtral is llama (permuted q/k) with experts; the Qwen MoEs and OLMoE have NeoX rotary (HF's order)
@@ -32,8 +40,6 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
 GGUF_PENDING: dict[str, str] = {
-    "gemma3_text": "llama.cpp's gemma3 needs norm weights stored +1, q/k norms, local/global rope bases and "
-                   "sliding-window keys",
     "deepseek_v3": "llama.cpp's deepseek2 needs the MLA tensors, kv_b split and the grouped router's keys",
     "gpt_oss": "llama.cpp's gpt-oss needs the attention sinks, interleaved gate/up experts and MXFP4-aware layout",
     "llama4_text": "llama.cpp's llama4 needs the stacked experts, shared expert, NoPE layer pattern and "
@@ -88,6 +94,8 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
         'outputs.gguf: this qwen3_moe config cannot be run by llama.cpp'
     """
     model_type = cfg.get("model_type")
+    if model_type == "gemma3_text":
+        return gemma3_refusal(cfg)
     if model_type in GGUF_WRITTEN:
         moe = _moe_refusal(cfg)
         return None if moe is None else (f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as "
@@ -120,6 +128,97 @@ def tokenizer_refusal(model_type: Any, pre_tokenizer: Any) -> str:
             f"tokenizer.json is {model_type} with {kinds} pre-tokenizer, {what}; set outputs.gguf: null")
 
 
+_GEMMA = ("gemma2", "gemma3_text")  # (1 + w) RMSNorms everywhere, q_norm/k_norm included (Gemma 3)
+_SLIDING = "sliding_attention"
+
+
+def layer_types(cfg: dict[str, Any]) -> list[str]:
+    """Each layer's attention type: ``layer_types``, or (Hub configs of transformers 4) every
+    ``sliding_window_pattern``-th layer global and the others sliding, as transformers derives it (default 6)."""
+    if cfg.get("layer_types"):
+        return [str(t) for t in cfg["layer_types"]]
+    n = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6)
+    return [_SLIDING if (i + 1) % n else "full_attention" for i in range(int(cfg["num_hidden_layers"]))]
+
+
+def rope_by_layer_type(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Gemma 3's rope per layer type: ``{"full_attention": {...}, "sliding_attention": {...}}``, each with
+    ``rope_type`` and ``rope_theta``, from transformers 5's ``rope_parameters`` or transformers 4's ``rope_theta``,
+    ``rope_local_base_freq`` and ``rope_scaling`` (which applied to the global layers only), with its defaults.
+
+    Example:
+        >>> rope_by_layer_type({"rope_theta": 1e6, "rope_scaling": {"type": "linear", "factor": 8.0}})["full_attention"]
+        {'type': 'linear', 'factor': 8.0, 'rope_theta': 1000000.0, 'rope_type': 'linear'}
+    """
+    params = cfg.get("rope_parameters") or {}
+    keyed = "full_attention" in params or _SLIDING in params
+    full = dict((params.get("full_attention") or {}) if keyed else (cfg.get("rope_scaling") or params))
+    local = dict((params.get(_SLIDING) or {}) if keyed else {})
+    full.setdefault("rope_theta", cfg.get("rope_theta") or 1_000_000.0)  # transformers' Gemma 3 defaults
+    local.setdefault("rope_theta", cfg.get("rope_local_base_freq") or 10_000.0)
+    for p in (full, local):
+        p["rope_theta"] = float(p["rope_theta"])
+        p["rope_type"] = str(p.get("rope_type", p.get("type", "default")))
+    return {"full_attention": full, _SLIDING: local}
+
+
+def _gemma3_mismatch(cfg: dict[str, Any]) -> str | None:
+    """What of a Gemma 3 config llama.cpp's gemma3 (src/models/gemma3.cpp) cannot represent, in words, or None."""
+    heads = int(cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    # llama.cpp reads no attention scale for gemma3: 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for 62 layers (27B)
+    expect = int(cfg["hidden_size"]) // heads if int(cfg["num_hidden_layers"]) == 62 else head_dim
+    scalar = cfg.get("query_pre_attn_scalar", 256)
+    if float(scalar) != float(expect):
+        return (f"query_pre_attn_scalar {scalar}: llama.cpp's gemma3 scales queries by 1/sqrt({expect}) "
+                f"(head_dim, or hidden/heads for 62 layers) and reads no attention scale")
+    if cfg.get("attn_logit_softcapping") is not None:
+        return "attn_logit_softcapping: llama.cpp's gemma3 has no attention soft-capping"
+    if cfg.get("use_bidirectional_attention"):
+        return "use_bidirectional_attention (EmbeddingGemma): llama.cpp's gemma3 is causal"
+    if cfg.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        return (f"hidden_activation {cfg['hidden_activation']!r}: llama.cpp's gemma3 uses the tanh-approximated "
+                "GELU (gelu_pytorch_tanh)")
+    rope = rope_by_layer_type(cfg)
+    full, local = rope["full_attention"]["rope_type"], rope[_SLIDING]["rope_type"]
+    # llama.cpp's gemma3 gives the sliding layers their own base but never a scaling: scale 1, no YaRN
+    if full not in ("default", "linear") or local != "default":
+        return (f"rope {full!r} on the global and {local!r} on the sliding layers: llama.cpp's gemma3 applies only "
+                "linear scaling, and only to the global layers")
+    if _SLIDING in layer_types(cfg) and not int(cfg.get("sliding_window") or 0):
+        return "sliding layers but no sliding_window"
+    return None
+
+
+def gemma3_refusal(cfg: dict[str, Any]) -> str | None:
+    """None when llama.cpp's gemma3 computes what transformers does for this Gemma 3 (text) config, else one line.
+
+    Example:
+        >>> print(gemma3_refusal({"model_type": "gemma3_text", "hidden_size": 64, "num_attention_heads": 4,
+        ...                       "num_hidden_layers": 3, "head_dim": 32, "query_pre_attn_scalar": 32,
+        ...                       "attn_logit_softcapping": 50.0}))  # doctest: +NORMALIZE_WHITESPACE
+        outputs.gguf: this gemma3_text config is not written: attn_logit_softcapping: llama.cpp's gemma3 has no
+        attention soft-capping; set outputs.gguf: null (the checkpoint holds the edit)
+    """
+    why = _gemma3_mismatch(cfg)
+    if why is None:
+        return None
+    return (f"outputs.gguf: this gemma3_text config is not written: {why}; "
+            "set outputs.gguf: null (the checkpoint holds the edit)")
+
+
+def _add_gemma3_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """Gemma 3's keys beyond Gemma 2's head length: which layers slide (an array, since llama.cpp's default is
+    every 6th layer global), their window and rope base, and the final soft-capping when the config has one."""
+    kinds = layer_types(cfg)
+    if _SLIDING in kinds:  # no sliding_window key: llama.cpp runs every layer as a global one, as transformers does
+        writer.add_sliding_window(int(cfg["sliding_window"]))
+        writer.add_sliding_window_pattern([k == _SLIDING for k in kinds])
+        writer.add_rope_freq_base_swa(rope_by_layer_type(cfg)[_SLIDING]["rope_theta"])
+    if cfg.get("final_logit_softcapping") is not None:
+        writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
+
+
 # Granite's multipliers, under llama.cpp's names (its converter's GraniteModel: *_multiplier -> *_scale)
 _GRANITE_KEYS = (("attention_multiplier", "add_attention_scale"), ("embedding_multiplier", "add_embedding_scale"),
                  ("residual_multiplier", "add_residual_scale"), ("logits_scaling", "add_logit_scale"))
@@ -138,16 +237,19 @@ def rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
 def tensor_shift(cfg: dict[str, Any], hf_name: str) -> float:
     """What llama.cpp adds to a tensor's values: Gemma's RMSNorm multiplies by ``1 + w``, llama.cpp by its stored
     weight, so its converter stores ``w + 1`` for every ``*norm.weight``."""
-    return 1.0 if cfg.get("model_type") == "gemma2" and hf_name.endswith("norm.weight") else 0.0
+    return 1.0 if cfg.get("model_type") in _GEMMA and hf_name.endswith("norm.weight") else 0.0
 
 
 def add_family_keys(writer: Any, cfg: dict[str, Any]) -> None:
     """The hyperparameters a family has beyond the llama set that :mod:`.gguf_writer` writes for all."""
-    if cfg.get("model_type") == "gemma2":
+    if cfg.get("model_type") in _GEMMA:
         head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
         if head_dim == int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]):  # else the writer adds them
             writer.add_key_length(head_dim)
             writer.add_value_length(head_dim)
+    if cfg.get("model_type") == "gemma3_text":
+        _add_gemma3_keys(writer, cfg)
+    if cfg.get("model_type") == "gemma2":
         writer.add_attn_logit_softcapping(float(cfg["attn_logit_softcapping"]))
         writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
         writer.add_sliding_window(int(cfg["sliding_window"]))

@@ -2,7 +2,7 @@
 
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
-Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2, Phi-3, Gemma 2 and the MoEs Mixtral,
+Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2, Phi-3, Gemma 2/3 and the MoEs Mixtral,
 Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection; the per-family
 conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings
 are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors, linear/YaRN scaling keys; a byte-level BPE tokenizer
@@ -96,6 +96,7 @@ def _head_dim(cfg: dict[str, Any]) -> int:
 def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     """(rope theta, scaling dict or {}) of a transformers 4 (rope_theta, rope_scaling) or 5 (rope_parameters) config."""
     params = dict(cfg.get("rope_parameters") or {})
+    params = dict(params.get("full_attention", params))  # Gemma 3: the global layers' (the local: gguf_families)
     scaling = dict(cfg.get("rope_scaling") or params)
     theta = float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0)
     kind = scaling.get("rope_type", scaling.get("type", "default"))

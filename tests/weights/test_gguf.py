@@ -432,3 +432,94 @@ def test_real_smollm2_round_trip_is_llama_cpp_s_own_file(smollm2, tmp_path) -> N
         assert ours.fields[k].contents() == theirs.fields[k].contents(), k
     assert len(same) >= 20 and "tokenizer.ggml.add_bos_token" in same
     assert gguf_file_type(tmp_path / "ours.gguf") == "Q4_1"
+
+
+# ---------------------------------------------------------------------------------------------- Gemma 3
+
+
+def _gemma3_base(folder: Path, **kwargs) -> Path:
+    """The family matrix's tiny Gemma 3 (text) (google/gemma-3-1b-it's shape), with ``kwargs`` over its config."""
+    from dataclasses import replace
+
+    from mathneuro_edit.runs.families import save_family_base
+    from mathneuro_edit.runs.family_shapes import family_shape
+
+    shape = family_shape("Gemma 3 (text)")
+    return save_family_base(folder, replace(shape, kwargs={**shape.kwargs, **kwargs}))
+
+
+def test_llama_cpp_scales_gemma3_s_global_layers_only(tmp_path) -> None:
+    """Gemma 3 4B+ (linear factor 8 on the global layers, none on the sliding ones): llama.cpp applies
+    ``rope.scaling.factor`` to the non-sliding layers only, as transformers does; logits and greedy agree."""
+    from transformers import AutoModelForCausalLM
+
+    rope = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}
+    base = _gemma3_base(tmp_path / "base", rope_parameters=rope)
+    llm = _llama(write_gguf(base, tmp_path / "model-F32.gguf", "F32"))
+    ref = AutoModelForCausalLM.from_pretrained(base).eval()
+    ids = [1, 305, 28, 223, 19, 20, 342, 223, 21, 271, 40, 50, 305, 28, 223, 19]  # longer than the window (8)
+    llm.eval(ids)
+    cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
+    with torch.no_grad():
+        hf = ref(torch.tensor([ids])).logits[0]
+    assert (cpp - hf).abs().max() < 1e-3 * max(1.0, float(hf.abs().max()))
+    assert _cpp_greedy(llm, ids, 8) == _greedy(ref, ids, 8)
+
+
+_G3_FIX = "; set outputs.gguf: null (the checkpoint holds the edit)"
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"query_pre_attn_scalar": 64}, "query_pre_attn_scalar 64: llama.cpp's gemma3 scales queries by 1/sqrt(32) "
+                                    "(head_dim, or hidden/heads for 62 layers) and reads no attention scale"),
+    ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping: llama.cpp's gemma3 has no attention soft-capping"),
+    ({"use_bidirectional_attention": True}, "use_bidirectional_attention (EmbeddingGemma): llama.cpp's gemma3 is "
+                                            "causal"),
+    ({"hidden_activation": "gelu"}, "hidden_activation 'gelu': llama.cpp's gemma3 uses the tanh-approximated GELU "
+                                    "(gelu_pytorch_tanh)"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6,
+                                             "original_max_position_embeddings": 64},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+     "rope 'yarn' on the global and 'default' on the sliding layers: llama.cpp's gemma3 applies only linear "
+     "scaling, and only to the global layers"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                          "sliding_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4}}},
+     "rope 'linear' on the global and 'linear' on the sliding layers: llama.cpp's gemma3 applies only linear "
+     "scaling, and only to the global layers"),
+])
+def test_gemma3_refusals_are_the_exact_line_from_config_alone(tmp_path, change, why) -> None:
+    """What llama.cpp's gemma3 fixes instead of reading is refused, from config.json alone, with one line."""
+    from mathneuro_edit.runs.family_shapes import family_shape
+    from mathneuro_edit.weights.gguf_families import gguf_refusal
+
+    line = f"outputs.gguf: this gemma3_text config is not written: {why}{_G3_FIX}"
+    cfg = {**family_shape("Gemma 3 (text)").config().to_dict(), **change}
+    assert gguf_refusal(cfg) == line
+    folder = tmp_path / "only-config"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(InputError) as err:
+        write_gguf(folder, tmp_path / "x.gguf", "F32")
+    assert str(err.value) == line and not (tmp_path / "x.gguf").exists()
+
+
+def test_gemma3_hub_config_of_transformers_4_is_read_like_transformers() -> None:
+    """A Hub config.json of transformers 4 (google/gemma-3-4b-it's keys): the layer pattern from
+    ``sliding_window_pattern``, the local base from ``rope_local_base_freq``, the scaling on the global layers."""
+    from mathneuro_edit.weights.gguf_families import (
+        gguf_refusal,
+        layer_types,
+        rope_by_layer_type,
+    )
+
+    cfg = {"model_type": "gemma3_text", "hidden_size": 2560, "num_attention_heads": 8, "num_hidden_layers": 34,
+           "head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 1024, "sliding_window_pattern": 6,
+           "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rope_scaling": {"factor": 8.0,
+                                                                                       "rope_type": "linear"}}
+    assert gguf_refusal(cfg) is None
+    kinds = layer_types(cfg)
+    assert [i for i, k in enumerate(kinds) if k == "full_attention"] == [5, 11, 17, 23, 29]
+    rope = rope_by_layer_type(cfg)
+    assert rope["full_attention"] == {"factor": 8.0, "rope_type": "linear", "rope_theta": 1e6}
+    assert rope["sliding_attention"] == {"rope_type": "default", "rope_theta": 1e4}
