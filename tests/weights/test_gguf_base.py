@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import recipe_from_dict

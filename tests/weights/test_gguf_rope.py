@@ -22,7 +22,6 @@ from mathneuro_edit import InputError  # noqa: E402
 from mathneuro_edit.runs import families as fam  # noqa: E402
 from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import gguf_plan, write_gguf  # noqa: E402
-
 from tests.weights.test_gguf import _llama  # noqa: E402
 
 PHI = family_shape("Phi-3 / Phi-4")
