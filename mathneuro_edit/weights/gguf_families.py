@@ -36,6 +36,9 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     # Mixtral is llama (permuted q/k) with experts; the Qwen MoEs and OLMoE have NeoX rotary (HF's order)
     "mixtral": ("LLAMA", True), "qwen2_moe": ("QWEN2MOE", False), "qwen3_moe": ("QWEN3MOE", False),
     "olmoe": ("OLMOE", False),
+    # SmolLM3: llama's tensors and permutation; llama.cpp skips the rotary in every 4th layer (hard-coded: the
+    # released no_rope_layer_interval), so another NoPE pattern is refused (_smollm3_refusal)
+    "smollm3": ("SMOLLM3", True),
 }
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
@@ -44,7 +47,6 @@ GGUF_PENDING: dict[str, str] = {
     "gpt_oss": "llama.cpp's gpt-oss needs the attention sinks, interleaved gate/up experts and MXFP4-aware layout",
     "llama4_text": "llama.cpp's llama4 needs the stacked experts, shared expert, NoPE layer pattern and "
                    "temperature tuning keys",
-    "smollm3": "llama.cpp's smollm3 needs its NoPE layer pattern (no_rope_layers)",
     "gpt2": "llama.cpp's gpt2 needs the transposed Conv1D weights split into q/k/v and learned positions",
 }
 
@@ -82,6 +84,22 @@ def _moe_refusal(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+def _smollm3_refusal(cfg: dict[str, Any]) -> str | None:
+    """What of a SmolLM3 config llama.cpp's smollm3 cannot run as transformers does (None: nothing)."""
+    if cfg.get("model_type") != "smollm3":
+        return None
+    n = int(cfg["num_hidden_layers"])
+    every_4th = [int((i + 1) % 4 != 0) for i in range(n)]  # transformers' no_rope_layers: 1 = rotary, 0 = NoPE
+    got = [int(x) for x in (cfg.get("no_rope_layers") or every_4th)]
+    if got != every_4th:
+        nope = [i for i, x in enumerate(got) if not x]
+        return (f"its NoPE layers are {nope[:8]} but llama.cpp's SMOLLM3 skips the rotary in every 4th layer "
+                f"({[i for i, x in enumerate(every_4th) if not x][:8]})")
+    if cfg.get("use_sliding_window"):
+        return "use_sliding_window is set but llama.cpp's SMOLLM3 attends over the whole context"
+    return None
+
+
 def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     """None when :mod:`.gguf_writer` writes this config's family, else one line: what, why, how to proceed.
 
@@ -97,7 +115,7 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     if model_type == "gemma3_text":
         return gemma3_refusal(cfg)
     if model_type in GGUF_WRITTEN:
-        moe = _moe_refusal(cfg)
+        moe = _moe_refusal(cfg) or _smollm3_refusal(cfg)
         return None if moe is None else (f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as "
                                          f"transformers runs it: {moe}; set outputs.gguf: null (the checkpoint "
                                          "holds the edit)")

@@ -2,7 +2,7 @@
 
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
-Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), OLMo 2, Phi-3, Gemma 2/3 and the MoEs Mixtral,
+Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
 Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection; the per-family
 conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings
 are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors, linear/YaRN scaling keys; a byte-level BPE tokenizer

@@ -1,4 +1,4 @@
-"""GGUF export of Phi-3 / Phi-4-mini's longrope: the short and long factors as llama.cpp reads them.
+"""GGUF export of rope variants: Phi-3 / Phi-4-mini's longrope factors, and SmolLM3's NoPE layers.
 
 transformers rotates with the short factors up to ``original_max_position_embeddings`` tokens and with the long
 ones beyond; llama.cpp picks one set when its context is created (long when the context exceeds the original).
@@ -9,6 +9,7 @@ the attention factor. The tiny model is the family matrix's Phi-4-mini shape (or
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 
@@ -87,3 +88,34 @@ def test_longrope_outside_phi3_is_refused(tmp_path) -> None:
     with pytest.raises(InputError, match=r"^outputs\.gguf: rope scaling 'longrope' is not supported for mistral "
                                          r"\(linear, yarn, llama3; longrope for phi3\); set outputs\.gguf: null$"):
         gguf_plan(base, "F32")
+
+
+def test_smollm3_with_another_nope_pattern_is_refused_and_llama_cpp_would_differ(tmp_path, monkeypatch) -> None:
+    """llama.cpp's smollm3 skips the rotary in every 4th layer whatever the config says: a config with NoPE in
+    layer 1 instead is refused from config.json, and with the refusal bypassed llama.cpp's logits leave the
+    families test's tolerance (the refusal is needed)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mathneuro_edit.weights import gguf_families
+    from mathneuro_edit.weights.gguf_families import gguf_refusal
+
+    shape = family_shape("SmolLM3")
+    assert gguf_refusal(shape.config().to_dict()) is None  # the released pattern (every 4th layer) is written
+    odd = dataclasses.replace(shape, kwargs={**shape.kwargs, "no_rope_layers": [1, 0, 1, 1]})
+    assert gguf_refusal(odd.config().to_dict()) == (
+        "outputs.gguf: this smollm3 config cannot be run by llama.cpp as transformers runs it: its NoPE layers are "
+        "[1] but llama.cpp's SMOLLM3 skips the rotary in every 4th layer ([3]); set outputs.gguf: null (the "
+        "checkpoint holds the edit)")
+    if importlib.util.find_spec("llama_cpp") is None:
+        _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
+    base = fam.save_family_base(tmp_path / "base", odd)
+    monkeypatch.setattr(gguf_families, "_smollm3_refusal", lambda cfg: None)
+    llm = _llama(write_gguf(base, tmp_path / "m.gguf", "F32", name="x"))
+    tok = AutoTokenizer.from_pretrained(base)
+    ref = AutoModelForCausalLM.from_pretrained(base).eval()
+    ids = tok("Question: Tom has 3 apples and buys 4 more.").input_ids
+    llm.eval(ids)
+    cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
+    with torch.no_grad():
+        hf = ref(torch.tensor([ids])).logits[0]
+    assert (cpp - hf).abs().max() > 1e-3 * max(1.0, float(hf.abs().max()))
