@@ -124,7 +124,7 @@ def test_a_lock_choosing_an_lm_eval_task_folder_is_refused(ws: Path, tmp_path: P
 
 
 def test_every_refused_setting_is_named_at_once(ws: Path, tmp_path: Path) -> None:
-    from mathneuro_edit.publish.lock import refused_lock_settings
+    from mathneuro_edit.publish.lock_policy import refused_lock_settings
 
     lock = {"recipe": {"base": {"model": "/srv/models/x", "trust_remote_code": True, "offload_folder": "/tmp/o"},
                        "data": {"math": {"path": "/etc/passwd"}, "general": "organism:general"}}}

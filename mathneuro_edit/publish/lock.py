@@ -14,20 +14,17 @@ local data files as ``"<local>/NAME"`` with the sampled texts' sha256, and ``fil
 and sha256 under the recipe key that names it (``data.math.path``). To reproduce, pass the paths again
 (``reproduce --base PATH --set data.math.path=PATH``): each file is checked against its sha256 before the run.
 
-A lock is data (issue 23): :func:`refused_lock_settings` lists what a lock may never choose (running the base's
-code, a local file or folder to read or write, an lm-eval task folder); :func:`recipe_from_lock` takes those only
-from the command line (``--trust-remote-code``, ``--base``, ``--set``). :func:`validate_lock` checks every field
-against the recipe hash before anything runs (a mismatch is :class:`~mathneuro_edit.errors.LockMismatchError`,
-exit 1, naming the field).
+A lock is data: what a lock may never choose (running the base's code, a local file or folder to read or write,
+an lm-eval task folder) and whether its fields are the ones the run wrote are :mod:`.lock_policy`'s;
+:func:`recipe_from_lock` applies it, taking those settings only from the command line (``--trust-remote-code``,
+``--base``, ``--set``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import platform
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,17 +32,18 @@ from typing import Any
 import yaml
 
 from .._version import __version__
-from ..errors import InputError, LockMismatchError, MathNeuroEditError
+from ..errors import InputError, MathNeuroEditError
 from ..evaluation.lm_eval_bridge import include_path_hashes
 from ..layout import LOCK_NAME
 from ..organism import organism_path
 from ..recipe.io import load_yaml, recipe_from_dict
-from ..recipe.schema import Recipe, Source, recipe_sha256
+from ..recipe.schema import Recipe, recipe_sha256
 from ..util.files import (
     write_text_atomic,  # re-exported: the lock's and cards' atomic writer
 )
 from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, ORGANISM, is_local_path
+from .lock_policy import check_lock_settings
 
 __all__ = [
 
@@ -63,10 +61,6 @@ __all__ = [
     "local_files",
     "check_local_files",
     "base_description",
-    "validate_lock",
-    "refused_lock_settings",
-    "check_lock_settings",
-    "lock_base",
 ]
 
 LOCK_VERSION = 1
@@ -392,172 +386,8 @@ def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
             raise InputError(f"{Path(model_dir) / name}: {state}; this is not the base model the lock was made from")
 
 
-# ---------------------------------------------------------------------------------------------- a lock is data
-
+# what read_lock accepts before any field is trusted (the fields themselves: lock_policy.validate_lock)
 MAX_LOCK_BYTES = 16 * 1024 * 1024  # a lock lists every output file's hash: far less than this
 _LOCK_FIELDS: dict[str, type] = {"recipe_sha256": str, "base": dict, "data": dict, "files": dict, "mask_sha256": str,
                                  "outputs": dict, "versions": dict, "edit_summary": dict, "lm_eval": dict}
 _KIND_NAMES = {str: "string", dict: "mapping"}
-_SHA = re.compile(r"^[0-9a-f]{64}$")
-
-
-def _given(key: str, overrides: Sequence[str]) -> bool:
-    """Whether ``key`` (or a section above it) is set by one of the command line's ``key=value`` overrides."""
-    for item in overrides:
-        k = item.partition("=")[0].strip()
-        if k == key or key.startswith(k + "."):
-            return True
-    return False
-
-
-def refused_lock_settings(lock: Mapping[str, Any], overrides: Sequence[str] = (), *,
-                          trust_remote_code: bool = False) -> list[str]:
-    """The settings of a lock's recipe that a lock may not choose, each with how to opt in on the command line.
-
-    A lock (or a card, or a downloaded repo) is data. It may not turn on code execution
-    (``base.trust_remote_code``), name a local file or folder to read or write (a base folder, a data file, an
-    offload folder: a lock written by mathneuro-edit redacts them all to ``<local>``), or choose an lm-eval task
-    folder (``evaluation.lm_eval.include_path``, whose task YAMLs can run Python with ``!function``). Each is
-    accepted only when the user gives it again: ``--trust-remote-code``, ``--base PATH``, ``--set KEY=VALUE``.
-
-    Example:
-        >>> [s.split(" (")[0] for s in refused_lock_settings({"recipe": {"base": {"trust_remote_code": True}}})]
-        ['base.trust_remote_code: true']
-    """
-    recipe = lock.get("recipe")
-    if not isinstance(recipe, Mapping):
-        return []
-    refused: list[str] = []
-    base = recipe.get("base") if isinstance(recipe.get("base"), Mapping) else {}
-    if base.get("trust_remote_code") not in (None, False) and not trust_remote_code and not _given(
-            "base.trust_remote_code", overrides):
-        refused.append("base.trust_remote_code: true (runs the base repository's Python; pass --trust-remote-code "
-                       "if you trust it)")
-    model = base.get("model")
-    if isinstance(model, str) and model != LOCAL and is_local_path(model):
-        if not _given("base.model", overrides):
-            refused.append(f"base.model: {model[:80]!r} (a local folder; pass --base PATH)")
-    if base.get("offload_folder") not in (None, LOCAL) and not _given("base.offload_folder", overrides):
-        refused.append(f"base.offload_folder: {str(base['offload_folder'])[:80]!r} (a local folder written to; "
-                       "pass --set base.offload_folder=PATH)")
-    for name in ("data", "evaluation"):
-        section = recipe.get(name)
-        if not isinstance(section, Mapping):
-            continue
-        sources: list[tuple[str, Any]] = [(f"{name}.math", section.get("math"))]
-        general = section.get("general")
-        general = general if isinstance(general, list) else [general] if general is not None else []
-        sources += [(f"{name}.general.{i}", g) for i, g in enumerate(general)]
-        for key, src in sources:
-            path = src.get("path") if isinstance(src, Mapping) else src
-            if not isinstance(path, str) or path.startswith(LOCAL) or _given(f"{key}.path", overrides):
-                continue
-            try:
-                kind = Source(path=path).kind
-            except ValueError:  # an invalid source: the recipe's validation names it
-                continue
-            if kind == "local":
-                refused.append(f"{key}.path: {path[:80]!r} (a local file; pass --set {key}.path=FILE)")
-        lm = section.get("lm_eval") if name == "evaluation" else None
-        include = lm.get("include_path") if isinstance(lm, Mapping) else None
-        if include is not None and not str(include).startswith(LOCAL) and not _given(
-                "evaluation.lm_eval.include_path", overrides):
-            refused.append(f"evaluation.lm_eval.include_path: {str(include)[:80]!r} (an lm-eval task folder, whose "
-                           "tasks can run Python; pass --set evaluation.lm_eval.include_path=FOLDER)")
-    return refused
-
-
-def check_lock_settings(lock: Mapping[str, Any], overrides: Sequence[str] = (), *,
-                        trust_remote_code: bool = False) -> None:
-    """Raise :class:`InputError` listing every setting :func:`refused_lock_settings` finds (exit 2), and how to
-    opt in to each."""
-    refused = refused_lock_settings(lock, overrides, trust_remote_code=trust_remote_code)
-    if refused:
-        raise InputError(f"the lock asks for {len(refused)} setting(s) a lock may not choose (a lock is data: it "
-                         f"never runs code or names a file to read); refused: {'; '.join(refused)}")
-
-
-def _canonical_sha(data: Any) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
-    """Check every field of a lock against its recipe hash before anything runs.
-
-    The recipe must hash to ``recipe_sha256`` (as written, or validated with today's defaults); ``base.model``,
-    ``files`` and ``lm_eval`` must agree with that recipe; hashes must look like sha256.
-
-    Raises:
-        InputError: a field of the wrong type (exit 2).
-        LockMismatchError: a field that disagrees with the recipe hash (exit 1), naming it.
-    """
-    def mismatch(field: str, why: str) -> LockMismatchError:
-        return LockMismatchError(f"{where}: field {field}: {why}; the lock was edited after the run: use the lock "
-                                 "the run wrote (or re-run the recipe to get a new one)")
-
-    recorded = lock.get("recipe_sha256")
-    if not isinstance(recorded, str) or not _SHA.match(recorded):
-        raise InputError(f"{where}: recipe_sha256: must be a sha256 (64 hex digits), got "
-                         f"{str(recorded)[:40]!r}; this lock file is corrupt: use the one the run wrote")
-    public = lock["recipe"]
-    if _canonical_sha(public) != recorded:
-        try:
-            again = recipe_sha256(recipe_from_dict(dict(public), where=f"{where}: recipe"))
-        except InputError:
-            again = None
-        if again != recorded:
-            raise mismatch("recipe", f"it hashes to {(again or _canonical_sha(public))[:12]}..., not the recorded "
-                                     f"recipe_sha256 {recorded[:12]}...")
-    for key in ("mask_sha256",):
-        if key in lock and not (isinstance(lock[key], str) and _SHA.match(lock[key])):
-            raise InputError(f"{where}: {key}: must be a sha256 (64 hex digits), got {str(lock[key])[:40]!r}")
-    for rel, sha in (lock.get("outputs") or {}).items():
-        if not isinstance(rel, str) or not isinstance(sha, str) or not _SHA.match(sha) or rel.startswith(
-                ("/", "\\")) or ".." in Path(rel).parts:
-            raise InputError(f"{where}: outputs: {str(rel)[:80]!r}: must be a relative file path inside the run and "
-                             "its sha256")
-    base = lock.get("base") or {}
-    base_model = (public.get("base") or {}).get("model") if isinstance(public.get("base"), dict) else None
-    if "model" in base and base["model"] != base_model:
-        raise mismatch("base.model", f"{str(base['model'])[:80]!r} is not the recipe's base.model "
-                                     f"{str(base_model)[:80]!r}")
-    keys: dict[str, str] = {}
-    for name in ("data", "evaluation"):
-        section = public.get(name)
-        if isinstance(section, dict):
-            general = section.get("general")
-            general = general if isinstance(general, list) else [general]
-            for key, src in [(f"{name}.math.path", section.get("math")),
-                             *[(f"{name}.general.{i}.path", g) for i, g in enumerate(general)]]:
-                path = src.get("path") if isinstance(src, dict) else src
-                if isinstance(path, str):
-                    keys[key] = path
-    for key, rec in (lock.get("files") or {}).items():
-        if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str) or not _SHA.match(rec["sha256"]):
-            raise InputError(f"{where}: files.{key}: must hold a file name and its sha256")
-        if key not in keys or keys[key] != f"{LOCAL}/{rec.get('name')}":
-            raise mismatch(f"files.{key}", f"names {str(rec.get('name'))[:80]!r}, but the recipe's {key} is "
-                                           f"{str(keys.get(key))[:80]!r}")
-    lm = ((public.get("evaluation") or {}).get("lm_eval") or {}) if isinstance(public.get("evaluation"), dict) else {}
-    has_include = isinstance(lm, dict) and lm.get("include_path") is not None
-    if has_include != bool((lock.get("lm_eval") or {}).get("include_path_sha256")):
-        raise mismatch("lm_eval.include_path_sha256", "it must be recorded exactly when the recipe has "
-                                                      "evaluation.lm_eval.include_path")
-
-
-def lock_base(lock: Mapping[str, Any], base: str | None) -> str | None:
-    """The base a command may read for a lock: ``--base`` when given, else the lock's Hub id or ``organism``.
-
-    Raises:
-        InputError: the lock names a local folder (a lock written by mathneuro-edit redacts it to ``<local>``):
-            a lock never chooses a local path to read; pass ``--base PATH``.
-    """
-    if base is not None:
-        return base
-    recipe = lock.get("recipe") if isinstance(lock.get("recipe"), Mapping) else {}
-    model = (recipe.get("base") or {}).get("model") if isinstance(recipe.get("base"), Mapping) else None
-    if model == LOCAL:
-        return LOCAL
-    check_lock_settings({"recipe": {"base": {"model": model}}})
-    return model

@@ -23,11 +23,10 @@ from ..publish.integrity import check_local_files_against_lock
 from ..publish.lock import (
     check_base_weights,
     check_private,
-    lock_base,
     read_lock,
-    validate_lock,
     write_lock,
 )
+from ..publish.lock_policy import lock_base, validate_lock
 from ..recipe.io import recipe_from_dict
 from ..util.console import Stages
 from ..util.paths import LOCAL

@@ -33,8 +33,8 @@ from ..publish.lock import (
     library_versions,
     read_lock,
     recipe_from_lock,
-    validate_lock,
 )
+from ..publish.lock_policy import validate_lock
 from ..util.paths import is_local_path
 from ..util.scrub import scrub_token
 from .pipeline import run_recipe
@@ -179,7 +179,7 @@ def reproduce(
         progress: progress bars.
         keep: keep the temporary re-run folder (its path is in the report).
         trust_remote_code: the user's own opt-in (``--trust-remote-code``) to run the base repository's code; a
-            lock never turns it on (:func:`~mathneuro_edit.publish.lock.check_lock_settings`).
+            lock never turns it on (:func:`~mathneuro_edit.publish.lock_policy.check_lock_settings`).
 
     Returns:
         A :class:`ReproduceReport`; ``ok`` only when the files you have AND the re-run match the lock.
