@@ -26,9 +26,9 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     "card-drops-recipe-sha256-row": (
         "mathneuro_edit/publish/card.py", '| recipe sha256 | `{lock.get("recipe_sha256", "")}` |\n', "",
         ["tests/publish/test_card.py::test_checkpoint_card_metadata_parses_back"]),
-    "front": ("mathneuro_edit/runs/sweep.py", "if not dominated:", "if True:", ["tests/runs/test_sweep.py"]),
-    "budget": ("mathneuro_edit/runs/sweep.py", "p.general_kl <= kl_budget and ", "", ["tests/runs/test_sweep.py"]),
-    "confirm-either-direction": ("mathneuro_edit/runs/sweep.py", "return b, c, p, c > b and p < alpha",
+    "front": ("mathneuro_edit/runs/sweep_procedure.py", "if not dominated:", "if True:", ["tests/runs/test_sweep.py"]),
+    "budget": ("mathneuro_edit/runs/sweep_procedure.py", "p.general_kl <= kl_budget and ", "", ["tests/runs/test_sweep.py"]),
+    "confirm-either-direction": ("mathneuro_edit/runs/sweep_procedure.py", "return b, c, p, c > b and p < alpha",
                                  "return b, c, p, p < alpha", ["tests/runs/test_sweep_procedure.py", "tests/runs/test_sweep.py"]),
     "holm-without-running-max": ("mathneuro_edit/evaluation/significance.py",
                                  "running = max(running, min(1.0, (m - rank) * ps[i]))",

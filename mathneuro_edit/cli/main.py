@@ -156,7 +156,7 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep
                              "or drop --from-sweep")
     r = _recipe(recipe, sets)
     if from_sweep:
-        from ..runs.sweep import read_sweep, recipe_from_sweep, run_from_sweep
+        from ..runs.sweep_release import read_sweep, recipe_from_sweep, run_from_sweep
 
         if dry_run:
             r = recipe_from_sweep(r, read_sweep(from_sweep))

@@ -8,8 +8,8 @@ One calibration, a mask per top_k derived from the saved statistics, each edit s
   (math exact match, general loss, KL(base || edited)); each point gets its raw exact McNemar p against the base
   and its Holm-Bonferroni adjusted p over the grid (:func:`~mathneuro_edit.evaluation.significance.holm_adjust`);
 - **confirmation** (``sweep.confirmation_samples``), never used for choosing: only the single candidate
-  (:func:`select_candidate`: the largest selection gain within ``sweep.kl_budget``) and the base are evaluated on
-  it, with ONE paired exact McNemar test (:func:`confirm`).
+  (:func:`~.sweep_procedure.select_candidate`: the largest selection gain within ``sweep.kl_budget``) and the base are evaluated on
+  it, with ONE paired exact McNemar test (:func:`~.sweep_procedure.confirm`).
 
 A setting is recommended only when that test shows a gain with ``p < sweep.alpha``; otherwise the recommendation
 says that nothing is confirmed. Why: with a 20-point grid, the best of 20 uncorrected tests on the same problems is
@@ -19,19 +19,19 @@ has its nominal level.
 
 Outputs (names in :mod:`mathneuro_edit.layout`): ``sweep.json`` (the contract in docs/evaluation.md),
 ``sweep.csv`` (one row per point, raw and Holm p), ``sweep.png`` (math accuracy vs general KL, Pareto front; needs
-matplotlib) and the statistics. Every accuracy carries its 95% Wilson interval.
+matplotlib) and the statistics. Every accuracy carries its 95% Wilson interval. The procedure itself (pure
+functions of the counts): :mod:`.sweep_procedure`; from a confirmed sweep to a release: :mod:`.sweep_release`.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,8 @@ from ..engine.apply import ReversibleEdit, check_scale
 from ..engine.mask import find_math_params_multi
 from ..engine.topk import top_k_hint
 from ..errors import InputError
-from ..evaluation.report import format_p
 from ..evaluation.runner import GeneralTask, MathTask, evaluate
-from ..evaluation.significance import holm_adjust, mcnemar_exact, wilson_interval
+from ..evaluation.significance import wilson_interval
 from ..layout import (
     MATH_STATS_NAME,
     SWEEP_CSV,
@@ -50,7 +49,6 @@ from ..layout import (
     SWEEP_PNG,
     general_stats_name,
 )
-from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe, recipe_sha256
 from ..util.console import Stages, table
 from ..util.outdir import atomic_dir
@@ -61,73 +59,20 @@ from .pipeline import (
     describe_tasks,
     eval_tasks,
     load_stage,
-    run_recipe,
+)
+from .sweep_procedure import (
+    Confirmation,
+    SweepPoint,
+    confirm,
+    pareto_front,
+    recommend,
+    select_candidate,
+    with_holm,
 )
 
-__all__ = ["SweepPoint", "Confirmation", "SweepResult", "run_sweep", "sweep_problems", "pareto_front",
-           "select_candidate", "confirm", "recommend", "read_sweep", "SweepEvidence"]
+__all__ = ["SweepResult", "run_sweep", "sweep_problems"]
 
 _KEYS = ("question", "answer", "prefill")
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One edit evaluated on the selection problems (the base is reported separately).
-
-    ``mcnemar_p`` compares it with the base on the same problems (raw: one test of the grid), ``significant`` is
-    ``mcnemar_p < 0.05`` as the evaluation reports it, ``holm_p`` the Holm-Bonferroni adjusted p over the grid. A
-    point built without them (the defaults) has p = 1.
-    """
-
-    top_k: float
-    scale: float
-    selected: int
-    math_accuracy: float
-    general_loss: float
-    general_kl: float
-    math_correct: int = 0
-    math_total: int = 0
-    math_ci95_low: float = 0.0
-    math_ci95_high: float = 1.0
-    mcnemar_p: float = 1.0
-    significant: bool = False
-    # general loss: its standard error over texts, and the paired change vs the base with its standard error
-    # (:func:`~mathneuro_edit.evaluation.results.compare`); nan in a point built without them
-    general_loss_se: float = math.nan
-    loss_change: float = math.nan
-    loss_change_se: float = math.nan
-    holm_p: float = 1.0
-
-
-@dataclass(frozen=True)
-class Confirmation:
-    """The one pre-registered test: the candidate and the base on the confirmation problems.
-
-    ``confirmed`` is ``edited_correct > base_correct and mcnemar_p < alpha`` (:func:`confirm`).
-    """
-
-    n: int
-    problems_sha256: tuple[str, ...]
-    top_k: float
-    scale: float
-    base_correct: int
-    edited_correct: int
-    base_only: int
-    edited_only: int
-    mcnemar_p: float
-    confirmed: bool
-    alpha: float
-    point: int  # index of the candidate in the selection points
-    mask_sha256: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        lo_b, hi_b = wilson_interval(self.base_correct, self.n)
-        lo_e, hi_e = wilson_interval(self.edited_correct, self.n)
-        return {"n": self.n, "problems_sha256": list(self.problems_sha256), "top_k": self.top_k, "scale": self.scale,
-                "base_correct": self.base_correct, "edited_correct": self.edited_correct,
-                "mcnemar_p": self.mcnemar_p, "confirmed": self.confirmed, "alpha": self.alpha, "point": self.point,
-                "base_only": self.base_only, "edited_only": self.edited_only,
-                "base_ci95": [lo_b, hi_b], "edited_ci95": [lo_e, hi_e], "mask_sha256": self.mask_sha256}
 
 
 @dataclass
@@ -233,108 +178,6 @@ def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> Sw
                       int(m["math_correct"]), int(m["math_total"]), m["math_ci95_low"], m["math_ci95_high"],
                       c.get("mcnemar_p", 1.0), bool(c.get("significant", False)), _num(g.get("general_loss_se")),
                       _num(gc.get("loss_change")), _num(gc.get("loss_change_se")))
-
-
-def with_holm(points: Sequence[SweepPoint]) -> list[SweepPoint]:
-    """The points with ``holm_p`` set: Holm-Bonferroni over the raw McNemar p of the whole grid."""
-    return [replace(p, holm_p=h) for p, h in zip(points, holm_adjust([p.mcnemar_p for p in points]))]
-
-
-def pareto_front(points: Sequence[SweepPoint]) -> list[int]:
-    """Indices of points no other point beats (higher or equal accuracy with lower or equal KL, one strictly).
-
-    Example:
-        >>> P = lambda a, k: SweepPoint(0.1, 1.1, 1, a, 1.0, k)
-        >>> pareto_front([P(0.5, 0.1), P(0.6, 0.2), P(0.4, 0.3)])
-        [0, 1]
-    """
-    front = []
-    for i, p in enumerate(points):
-        dominated = any(
-            q.math_accuracy >= p.math_accuracy and q.general_kl <= p.general_kl
-            and (q.math_accuracy > p.math_accuracy or q.general_kl < p.general_kl)
-            for j, q in enumerate(points) if j != i
-        )
-        if not dominated:
-            front.append(i)
-    return front
-
-
-def select_candidate(points: Sequence[SweepPoint], base_correct: int, kl_budget: float) -> int | None:
-    """The one point to confirm: the largest selection gain (``math_correct - base_correct > 0``) among the points
-    with ``general_kl <= kl_budget``; ties go to the lower KL, then the earlier point. ``None`` when no point
-    within the budget gains at all.
-
-    The p-values play no part: the confirmation test decides, and choosing by gain alone keeps the choice free of
-    the test's level.
-
-    Example:
-        >>> P = lambda k, kl: SweepPoint(0.05, 1.1, 9, k / 100, 2.0, kl, math_correct=k, math_total=100)
-        >>> select_candidate([P(40, 0.01), P(45, 0.2), P(43, 0.02), P(43, 0.01)], 35, 0.05)
-        3
-    """
-    best = None
-    for i, p in enumerate(points):
-        if not (p.general_kl <= kl_budget and p.math_correct > base_correct):
-            continue
-        if best is None or (p.math_correct, -p.general_kl) > (points[best].math_correct, -points[best].general_kl):
-            best = i
-    return best
-
-
-def confirm(base: Sequence[bool], edited: Sequence[bool], alpha: float) -> tuple[int, int, float, bool]:
-    """The confirmation test on paired outcomes of the same problems.
-
-    Returns:
-        ``(base_only, edited_only, p, confirmed)``: the discordant counts, the two-sided exact McNemar p and
-        whether it shows a gain (``edited_only > base_only and p < alpha``).
-
-    Example:
-        >>> confirm([False] * 10, [True] * 8 + [False] * 2, 0.05)
-        (0, 8, 0.0078125, True)
-    """
-    if len(base) != len(edited):
-        raise ValueError(f"confirm: {len(base)} base vs {len(edited)} edited outcomes; pair the same problems")
-    b = sum(1 for x, y in zip(base, edited) if x and not y)
-    c = sum(1 for x, y in zip(base, edited) if y and not x)
-    p = mcnemar_exact(b, c)
-    return b, c, p, c > b and p < alpha
-
-
-def recommend(points: Sequence[SweepPoint], base_correct: int, n_selection: int, candidate: int | None,
-              confirmation: Confirmation | None, kl_budget: float) -> tuple[int | None, str]:
-    """``(best, sentence)``: the confirmed point and what the selection and the confirmation showed, or ``None``
-    and a sentence that starts ``nothing confirmed:``.
-
-    Example:
-        >>> recommend([SweepPoint(0.05, 1.1, 9, 0.3, 2.0, 0.0, 30, 100)], 35, 100, None, None, 0.05)[1][:18]
-        'nothing confirmed:'
-    """
-    base_pct = 100 * base_correct / n_selection if n_selection else 0.0
-    if candidate is None:
-        return None, (f"nothing confirmed: no setting within the general-KL budget {kl_budget:g} raises math accuracy "
-                      f"over the base ({base_pct:.1f}% on {n_selection} selection problems), so none was tested on "
-                      "the confirmation problems; do not publish a boost from this sweep")
-    p = points[candidate]
-    chosen = (f"top_k={p.top_k:g} scale={p.scale:g}, chosen among {len(points)} settings on {n_selection} selection "
-              f"problems ({base_pct:.1f}% -> {100 * p.math_accuracy:.1f}%, {p.math_correct - base_correct:+d} "
-              f"problem{'' if abs(p.math_correct - base_correct) == 1 else 's'}, "
-              f"raw {format_p(p.mcnemar_p)}, Holm {format_p(p.holm_p)}, general KL {p.general_kl:.4g}, budget "
-              f"{kl_budget:g})")
-    if confirmation is None:
-        return None, f"nothing confirmed: the candidate {chosen} was not tested on confirmation problems"
-    c = confirmation
-    lo_b, hi_b = wilson_interval(c.base_correct, c.n)
-    lo_e, hi_e = wilson_interval(c.edited_correct, c.n)
-    measured = (f"on {c.n} other problems: base {100 * c.base_correct / c.n:.1f}% ({c.base_correct}/{c.n}, "
-                f"{100 * lo_b:.1f}-{100 * hi_b:.1f}) -> {100 * c.edited_correct / c.n:.1f}% ({c.edited_correct}/"
-                f"{c.n}, {100 * lo_e:.1f}-{100 * hi_e:.1f}), {100 * (c.edited_correct - c.base_correct) / c.n:+.1f} "
-                f"points, {c.base_only} right only before and {c.edited_only} only after, exact McNemar "
-                f"{format_p(c.mcnemar_p)}")
-    if c.confirmed:
-        return candidate, f"recommended: {chosen}; confirmed {measured} (< {c.alpha:g})"
-    return None, (f"nothing confirmed: the candidate {chosen} did not confirm {measured} (a confirmed gain needs "
-                  f"p < {c.alpha:g}); do not publish a boost from this sweep")
 
 
 def _plot(result: SweepResult, path: Path) -> Path | None:
@@ -539,105 +382,3 @@ def run_sweep(
         (tmp / SWEEP_JSON).write_text(json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
         _plot(result, tmp / SWEEP_PNG)
     return result
-
-
-# ------------------------------------------------------------------------------------ from a sweep to a release
-
-# the recipe keys that define which weights a setting edits: a release must share them with its sweep
-_SAME = ("base.model", "base.gguf_file", "base.revision", "base.dtype", "data", "calibration", "targets",
-         "mask.method", "mask.granularity", "mask.seed")
-
-
-def _at(d: Mapping[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        d = d.get(part) if isinstance(d, Mapping) else None  # type: ignore[assignment]
-    return d
-
-
-@dataclass(frozen=True)
-class SweepEvidence:
-    """What a release takes from a sweep whose candidate was confirmed (read with :func:`read_sweep`)."""
-
-    top_k: float
-    scale: float
-    selection_sha256: tuple[str, ...]
-    confirmation: dict[str, Any]
-    selection_point: dict[str, Any]
-    n_settings: int
-    sweep_sha256: str
-    recipe: dict[str, Any]
-    selection_base_correct: int | None = None
-
-    def lock_entry(self) -> dict[str, Any]:
-        """The lock's ``sweep`` section: the sweep file's hash, the chosen setting, the selection and the
-        confirmation (each with its problems' sha256)."""
-        c = self.confirmation
-        return {"sweep_sha256": self.sweep_sha256, "top_k": self.top_k, "scale": self.scale,
-                "settings": self.n_settings,
-                "selection": {"n": len(self.selection_sha256), "problems_sha256": list(self.selection_sha256),
-                              "base_correct": self.selection_base_correct,
-                              **{k: self.selection_point.get(k) for k in ("math_correct", "math_total", "mcnemar_p",
-                                                                          "holm_p", "general_kl")}},
-                "confirmation": {k: c.get(k) for k in ("n", "base_correct", "edited_correct", "base_only",
-                                                       "edited_only", "mcnemar_p", "alpha", "confirmed",
-                                                       "mask_sha256", "problems_sha256")}}
-
-
-def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
-    """The confirmed setting of a sweep folder.
-
-    Raises:
-        InputError: no readable ``sweep.json`` of this contract, or nothing confirmed (one line that says so).
-    """
-    path = Path(sweep_dir) / SWEEP_JSON
-    try:
-        raw = path.read_bytes()
-        data = json.loads(raw)
-    except FileNotFoundError:
-        raise InputError(f"{path}: not found; pass the --out folder of a `mathneuro-edit sweep`") from None
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read it as JSON ({e}); re-run the sweep") from None
-    if not isinstance(data, dict) or not isinstance(data.get("selection"), dict) or "confirmation" not in data:
-        raise InputError(f"{path}: not a sweep.json with selection and confirmation (written before select-then-"
-                         "confirm?); re-run the sweep")
-    c = data["confirmation"]
-    if not (isinstance(c, dict) and c.get("confirmed") is True):
-        why = str(data.get("recommendation") or "nothing confirmed").split(";")[0]
-        raise InputError(f"{path}: nothing was confirmed ({why}); there is no setting to release from this sweep")
-    sel = data["selection"]
-    try:
-        b, k, alpha = int(c["base_only"]), int(c["edited_only"]), float(c["alpha"])
-        if not (k > b and mcnemar_exact(b, k) < alpha and set(c["problems_sha256"]).isdisjoint(
-                sel["problems_sha256"])):
-            raise InputError(f"{path}: its confirmation says confirmed, but its counts ({b} right only before, {k} "
-                             f"only after: {format_p(mcnemar_exact(b, k))}, level {alpha:g}) or its problem lists "
-                             "do not; the file was edited: re-run the sweep")
-        point = sel["points"][c["point"]]
-        return SweepEvidence(float(c["top_k"]), float(c["scale"]), tuple(sel["problems_sha256"]), dict(c),
-                             dict(point), len(sel["points"]), hashlib.sha256(raw).hexdigest(), dict(data["recipe"]),
-                             (sel.get("base") or {}).get("math_correct"))
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise InputError(f"{path}: incomplete sweep.json ({type(e).__name__}: {e}); re-run the sweep") from None
-
-
-def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--from-sweep") -> Recipe:
-    """``recipe`` with the confirmed ``mask.top_k`` and edit (``scale``, or ``prune`` for 0).
-
-    Raises:
-        InputError: the recipe differs from the sweep's in a key that decides which weights are edited.
-    """
-    mine = recipe.public_dict()
-    for key in _SAME:
-        if _at(mine, key) != _at(evidence.recipe, key):
-            raise InputError(f"{where}: the recipe's {key} differs from the sweep's ({_at(mine, key)!r} vs "
-                             f"{_at(evidence.recipe, key)!r}); the confirmed setting holds only for the sweep's "
-                             "recipe: use it, or sweep this one")
-    edit = ["edit.prune=true"] if evidence.scale == 0 else [f"edit.scale={evidence.scale!r}"]
-    return recipe_from_dict(recipe.resolved_dict(), [f"mask.top_k={evidence.top_k!r}", *edit], where=where)
-
-
-def run_from_sweep(recipe: Recipe, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):
-    """``run`` with the setting a sweep confirmed: the lock records the sweep's evidence and the card states it
-    (:func:`~mathneuro_edit.runs.pipeline.run_recipe` with ``sweep_evidence``)."""
-    evidence = read_sweep(sweep_dir)
-    return run_recipe(recipe_from_sweep(recipe, evidence), out_dir, sweep_evidence=evidence.lock_entry(), **kwargs)

@@ -190,7 +190,7 @@ SMALL_SWEEP = ["--set", "sweep.selection_samples=3", "--set", "sweep.confirmatio
 
 def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
     from mathneuro_edit.evaluation.significance import holm_adjust
-    from mathneuro_edit.runs.sweep import SweepPoint, select_candidate
+    from mathneuro_edit.runs.sweep_procedure import SweepPoint, select_candidate
     from tests.runs.test_sweep import reference_candidate, reference_front
 
     recipe = str(workspace / "recipe.yaml")

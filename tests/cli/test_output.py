@@ -195,7 +195,8 @@ def _capture(monkeypatch) -> list:
 
 
 def test_sweep_plot_names_every_point_and_keeps_it_inside(monkeypatch, tmp_path):
-    from mathneuro_edit.runs.sweep import SweepPoint, SweepResult, _plot
+    from mathneuro_edit.runs.sweep import SweepResult, _plot
+    from mathneuro_edit.runs.sweep_procedure import SweepPoint
 
     P = lambda k, s, a, kl: SweepPoint(k, s, 10, a, 1.0, kl, 10, 10, max(a - 0.2, 0), min(a + 0.1, 1.0))
     pts = [P(0.01, 0.0, 0.0, 2e-3), P(0.01, 1.1, 1.0, 6e-6), P(0.05, 0.0, 0.6, 5e-3), P(0.05, 1.1, 1.0, 0.0)]

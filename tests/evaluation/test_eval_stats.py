@@ -19,7 +19,8 @@ from mathneuro_edit.evaluation.significance import (
     ratio_se,
     wilson_interval,
 )
-from mathneuro_edit.runs.sweep import SweepPoint, _point, recommend, select_candidate
+from mathneuro_edit.runs.sweep import _point
+from mathneuro_edit.runs.sweep_procedure import SweepPoint, recommend, select_candidate
 
 scipy_stats = pytest.importorskip("scipy.stats")  # the test extra installs it
 

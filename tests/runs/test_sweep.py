@@ -24,20 +24,17 @@ from mathneuro_edit.evaluation.significance import (
     wilson_interval,
 )
 from mathneuro_edit.recipe.io import quickstart_recipe
-from mathneuro_edit.runs.sweep import (
+from mathneuro_edit.runs.sweep import SweepResult, _point, sweep_problems
+from mathneuro_edit.runs.sweep_procedure import (
     Confirmation,
     SweepPoint,
-    SweepResult,
-    _point,
     confirm,
     pareto_front,
-    read_sweep,
-    recipe_from_sweep,
     recommend,
     select_candidate,
-    sweep_problems,
     with_holm,
 )
+from mathneuro_edit.runs.sweep_release import read_sweep, recipe_from_sweep
 
 NAN = math.nan  # a point built without the loss columns holds nan (the same object, so dicts compare equal)
 

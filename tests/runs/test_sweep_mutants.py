@@ -15,7 +15,8 @@ from mathneuro_edit.evaluation.results import (
     MathResult,
 )
 from mathneuro_edit.evaluation.significance import ratio_se
-from mathneuro_edit.runs.sweep import SweepPoint, _num, _point, select_candidate
+from mathneuro_edit.runs.sweep import _num, _point
+from mathneuro_edit.runs.sweep_procedure import SweepPoint, select_candidate
 
 
 def _math(flags: list[bool]) -> MathResult:

@@ -23,7 +23,7 @@ from mathneuro_edit.evaluation.significance import (
     min_detectable_gain,
 )
 from mathneuro_edit.recipe.schema import SweepConfig
-from mathneuro_edit.runs.sweep import SweepPoint, confirm, select_candidate
+from mathneuro_edit.runs.sweep_procedure import SweepPoint, confirm, select_candidate
 
 # ------------------------------------------------------------------------------------------------------ Holm
 

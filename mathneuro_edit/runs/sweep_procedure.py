@@ -1,0 +1,181 @@
+"""The select-then-confirm procedure of a sweep, as pure functions of evaluated counts (no model, no files).
+
+:func:`select_candidate` picks ONE setting from the selection problems (the largest gain within the general-KL
+budget), :func:`confirm` tests it once on other problems (paired exact McNemar), :func:`recommend` says what the
+two showed; :func:`with_holm` and :func:`pareto_front` describe the grid. :mod:`.sweep` evaluates the settings and
+calls these; tests/runs/test_sweep_procedure.py simulates the procedure's false-recommendation rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..evaluation.report import format_p
+from ..evaluation.significance import holm_adjust, mcnemar_exact, wilson_interval
+
+__all__ = ["SweepPoint", "Confirmation", "with_holm", "pareto_front", "select_candidate", "confirm", "recommend"]
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One edit evaluated on the selection problems (the base is reported separately).
+
+    ``mcnemar_p`` compares it with the base on the same problems (raw: one test of the grid), ``significant`` is
+    ``mcnemar_p < 0.05`` as the evaluation reports it, ``holm_p`` the Holm-Bonferroni adjusted p over the grid. A
+    point built without them (the defaults) has p = 1.
+    """
+
+    top_k: float
+    scale: float
+    selected: int
+    math_accuracy: float
+    general_loss: float
+    general_kl: float
+    math_correct: int = 0
+    math_total: int = 0
+    math_ci95_low: float = 0.0
+    math_ci95_high: float = 1.0
+    mcnemar_p: float = 1.0
+    significant: bool = False
+    # general loss: its standard error over texts, and the paired change vs the base with its standard error
+    # (:func:`~mathneuro_edit.evaluation.results.compare`); nan in a point built without them
+    general_loss_se: float = math.nan
+    loss_change: float = math.nan
+    loss_change_se: float = math.nan
+    holm_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The one pre-registered test: the candidate and the base on the confirmation problems.
+
+    ``confirmed`` is ``edited_correct > base_correct and mcnemar_p < alpha`` (:func:`confirm`).
+    """
+
+    n: int
+    problems_sha256: tuple[str, ...]
+    top_k: float
+    scale: float
+    base_correct: int
+    edited_correct: int
+    base_only: int
+    edited_only: int
+    mcnemar_p: float
+    confirmed: bool
+    alpha: float
+    point: int  # index of the candidate in the selection points
+    mask_sha256: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        lo_b, hi_b = wilson_interval(self.base_correct, self.n)
+        lo_e, hi_e = wilson_interval(self.edited_correct, self.n)
+        return {"n": self.n, "problems_sha256": list(self.problems_sha256), "top_k": self.top_k, "scale": self.scale,
+                "base_correct": self.base_correct, "edited_correct": self.edited_correct,
+                "mcnemar_p": self.mcnemar_p, "confirmed": self.confirmed, "alpha": self.alpha, "point": self.point,
+                "base_only": self.base_only, "edited_only": self.edited_only,
+                "base_ci95": [lo_b, hi_b], "edited_ci95": [lo_e, hi_e], "mask_sha256": self.mask_sha256}
+
+
+def with_holm(points: Sequence[SweepPoint]) -> list[SweepPoint]:
+    """The points with ``holm_p`` set: Holm-Bonferroni over the raw McNemar p of the whole grid."""
+    return [replace(p, holm_p=h) for p, h in zip(points, holm_adjust([p.mcnemar_p for p in points]))]
+
+
+def pareto_front(points: Sequence[SweepPoint]) -> list[int]:
+    """Indices of points no other point beats (higher or equal accuracy with lower or equal KL, one strictly).
+
+    Example:
+        >>> P = lambda a, k: SweepPoint(0.1, 1.1, 1, a, 1.0, k)
+        >>> pareto_front([P(0.5, 0.1), P(0.6, 0.2), P(0.4, 0.3)])
+        [0, 1]
+    """
+    front = []
+    for i, p in enumerate(points):
+        dominated = any(
+            q.math_accuracy >= p.math_accuracy and q.general_kl <= p.general_kl
+            and (q.math_accuracy > p.math_accuracy or q.general_kl < p.general_kl)
+            for j, q in enumerate(points) if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def select_candidate(points: Sequence[SweepPoint], base_correct: int, kl_budget: float) -> int | None:
+    """The one point to confirm: the largest selection gain (``math_correct - base_correct > 0``) among the points
+    with ``general_kl <= kl_budget``; ties go to the lower KL, then the earlier point. ``None`` when no point
+    within the budget gains at all.
+
+    The p-values play no part: the confirmation test decides, and choosing by gain alone keeps the choice free of
+    the test's level.
+
+    Example:
+        >>> P = lambda k, kl: SweepPoint(0.05, 1.1, 9, k / 100, 2.0, kl, math_correct=k, math_total=100)
+        >>> select_candidate([P(40, 0.01), P(45, 0.2), P(43, 0.02), P(43, 0.01)], 35, 0.05)
+        3
+    """
+    best = None
+    for i, p in enumerate(points):
+        if not (p.general_kl <= kl_budget and p.math_correct > base_correct):
+            continue
+        if best is None or (p.math_correct, -p.general_kl) > (points[best].math_correct, -points[best].general_kl):
+            best = i
+    return best
+
+
+def confirm(base: Sequence[bool], edited: Sequence[bool], alpha: float) -> tuple[int, int, float, bool]:
+    """The confirmation test on paired outcomes of the same problems.
+
+    Returns:
+        ``(base_only, edited_only, p, confirmed)``: the discordant counts, the two-sided exact McNemar p and
+        whether it shows a gain (``edited_only > base_only and p < alpha``).
+
+    Example:
+        >>> confirm([False] * 10, [True] * 8 + [False] * 2, 0.05)
+        (0, 8, 0.0078125, True)
+    """
+    if len(base) != len(edited):
+        raise ValueError(f"confirm: {len(base)} base vs {len(edited)} edited outcomes; pair the same problems")
+    b = sum(1 for x, y in zip(base, edited) if x and not y)
+    c = sum(1 for x, y in zip(base, edited) if y and not x)
+    p = mcnemar_exact(b, c)
+    return b, c, p, c > b and p < alpha
+
+
+def recommend(points: Sequence[SweepPoint], base_correct: int, n_selection: int, candidate: int | None,
+              confirmation: Confirmation | None, kl_budget: float) -> tuple[int | None, str]:
+    """``(best, sentence)``: the confirmed point and what the selection and the confirmation showed, or ``None``
+    and a sentence that starts ``nothing confirmed:``.
+
+    Example:
+        >>> recommend([SweepPoint(0.05, 1.1, 9, 0.3, 2.0, 0.0, 30, 100)], 35, 100, None, None, 0.05)[1][:18]
+        'nothing confirmed:'
+    """
+    base_pct = 100 * base_correct / n_selection if n_selection else 0.0
+    if candidate is None:
+        return None, (f"nothing confirmed: no setting within the general-KL budget {kl_budget:g} raises math accuracy "
+                      f"over the base ({base_pct:.1f}% on {n_selection} selection problems), so none was tested on "
+                      "the confirmation problems; do not publish a boost from this sweep")
+    p = points[candidate]
+    chosen = (f"top_k={p.top_k:g} scale={p.scale:g}, chosen among {len(points)} settings on {n_selection} selection "
+              f"problems ({base_pct:.1f}% -> {100 * p.math_accuracy:.1f}%, {p.math_correct - base_correct:+d} "
+              f"problem{'' if abs(p.math_correct - base_correct) == 1 else 's'}, "
+              f"raw {format_p(p.mcnemar_p)}, Holm {format_p(p.holm_p)}, general KL {p.general_kl:.4g}, budget "
+              f"{kl_budget:g})")
+    if confirmation is None:
+        return None, f"nothing confirmed: the candidate {chosen} was not tested on confirmation problems"
+    c = confirmation
+    lo_b, hi_b = wilson_interval(c.base_correct, c.n)
+    lo_e, hi_e = wilson_interval(c.edited_correct, c.n)
+    measured = (f"on {c.n} other problems: base {100 * c.base_correct / c.n:.1f}% ({c.base_correct}/{c.n}, "
+                f"{100 * lo_b:.1f}-{100 * hi_b:.1f}) -> {100 * c.edited_correct / c.n:.1f}% ({c.edited_correct}/"
+                f"{c.n}, {100 * lo_e:.1f}-{100 * hi_e:.1f}), {100 * (c.edited_correct - c.base_correct) / c.n:+.1f} "
+                f"points, {c.base_only} right only before and {c.edited_only} only after, exact McNemar "
+                f"{format_p(c.mcnemar_p)}")
+    if c.confirmed:
+        return candidate, f"recommended: {chosen}; confirmed {measured} (< {c.alpha:g})"
+    return None, (f"nothing confirmed: the candidate {chosen} did not confirm {measured} (a confirmed gain needs "
+                  f"p < {c.alpha:g}); do not publish a boost from this sweep")
