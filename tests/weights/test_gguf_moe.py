@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 gguf = pytest.importorskip("gguf")
 
@@ -28,6 +27,7 @@ from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
 from mathneuro_edit.weights import gguf_families  # noqa: E402
 from mathneuro_edit.weights.gguf_families import gguf_refusal  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import audit_gguf, gguf_plan, write_gguf  # noqa: E402
+from tests._llama_cpp import logit_gap  # noqa: E402
 from tests.weights.test_gguf import _llama  # noqa: E402
 
 # family -> (GGUF projection -> the per-expert checkpoint name of expert {e} in layer {b})
@@ -128,8 +128,4 @@ def test_the_norm_topk_refusal_is_needed_llama_cpp_would_differ(name, overrides,
     tok = AutoTokenizer.from_pretrained(base)
     ref = AutoModelForCausalLM.from_pretrained(base).eval()
     ids = tok("Question: Tom has 3 apples and buys 4 more.").input_ids
-    llm.eval(ids)
-    cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
-    with torch.no_grad():
-        hf = ref(torch.tensor([ids])).logits[0]
-    assert (cpp - hf).abs().max() > 1e-3 * max(1.0, float(hf.abs().max()))
+    assert logit_gap(llm, ref, ids) > 1e-3

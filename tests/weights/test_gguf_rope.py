@@ -15,7 +15,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 gguf = pytest.importorskip("gguf")
 
@@ -23,6 +22,7 @@ from mathneuro_edit import InputError  # noqa: E402
 from mathneuro_edit.runs import families as fam  # noqa: E402
 from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import gguf_plan, write_gguf  # noqa: E402
+from tests._llama_cpp import logit_gap  # noqa: E402
 from tests.weights.test_gguf import _llama  # noqa: E402
 
 PHI = family_shape("Phi-3 / Phi-4")
@@ -58,11 +58,7 @@ def test_llama_cpp_gives_transformers_logits_beyond_the_original_context(tmp_pat
     ref = AutoModelForCausalLM.from_pretrained(base).eval()
     ids = (tok("Question: Tom has 3 apples and buys 4 more. How many now? Answer: 7.").input_ids * 40)[:560]
     assert len(ids) == 560
-    llm.eval(ids)
-    cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
-    with torch.no_grad():
-        hf = ref(torch.tensor([ids])).logits[0]
-    assert (cpp - hf).abs().max() < 1e-3 * max(1.0, float(hf.abs().max()))
+    assert logit_gap(llm, ref, ids) < 1e-3
 
 
 def test_longrope_without_one_factor_per_rotary_frequency_is_refused(tmp_path) -> None:
@@ -114,8 +110,4 @@ def test_smollm3_with_another_nope_pattern_is_refused_and_llama_cpp_would_differ
     tok = AutoTokenizer.from_pretrained(base)
     ref = AutoModelForCausalLM.from_pretrained(base).eval()
     ids = tok("Question: Tom has 3 apples and buys 4 more.").input_ids
-    llm.eval(ids)
-    cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
-    with torch.no_grad():
-        hf = ref(torch.tensor([ids])).logits[0]
-    assert (cpp - hf).abs().max() > 1e-3 * max(1.0, float(hf.abs().max()))
+    assert logit_gap(llm, ref, ids) > 1e-3
