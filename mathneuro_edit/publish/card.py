@@ -1,14 +1,14 @@
 """The model card (README.md) of an edited model, built with huggingface_hub's ``ModelCard``.
 
 Three kinds, one per Hub repo: ``checkpoint`` (a transformers folder), ``adapter`` (the PEFT SHiRA adapter) and
-``gguf`` (the checkpoint's GGUF files, named by llama.cpp's convention, :func:`gguf_repo_name`).
+``gguf`` (the checkpoint's GGUF files, named by llama.cpp's convention, :func:`~.gguf_naming.gguf_repo_name`).
 
 Metadata: ``base_model`` (Hub ids only), ``base_model_relation`` (``finetune`` for a checkpoint, ``adapter`` for a
 PEFT adapter, ``quantized`` for the GGUF repo, whose ``base_model`` is the edited checkpoint's repo when pushed),
 ``library_name`` (``transformers`` / ``peft`` / ``gguf``), ``tags`` (the adapter's as PEFT writes them:
 ``base_model:adapter:<id>``, the method), ``datasets`` (Hub ids of the calibration data, and the base card's),
 the base card's ``license``, ``license_name``, ``license_link`` and ``language``
-(:func:`base_card_fields`), ``pipeline_tag: text-generation``, and the evaluation of the edited model as Hub
+(:func:`~.base_card.base_card_fields`), ``pipeline_tag: text-generation``, and the evaluation of the edited model as Hub
 evaluation results (``model-index``, built with huggingface_hub's ``EvalResult``; it parses back with
 ``ModelCard.load``). Body: what was edited (base, method and paper, top_k, scale,
 % of weights), the data with its sha256, the base (Hub id + revision, or a local base's file hashes), the
@@ -26,13 +26,12 @@ Privacy: a local base path never appears in the card (its lock is the public for
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from huggingface_hub import EvalResult, ModelCard, ModelCardData, try_to_load_from_cache
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..errors import InputError
@@ -44,11 +43,11 @@ from ..util.files import write_text_atomic
 from ..util.paths import LOCAL, is_local_path
 from ..weights.adapter import MATHNEURO_CONFIG
 from . import card_sections as sections
+from .base_card import card_fields
+from .gguf_naming import gguf_repo_name
 from .lock import check_private, read_lock
 
-__all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "license_from_base", "base_card_fields",
-           "gguf_repo_name", "gguf_naming", "gguf_general", "eval_results_metadata", "CITATION", "CARD_FIELDS"]
-CARD_FIELDS = ("license", "license_name", "license_link", "language", "datasets")  # carried from the base card
+__all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "eval_results_metadata", "CITATION"]
 PAPER = "https://arxiv.org/abs/2410.16930"
 
 CITATION = """@article{christ2024mathneurosurgery,
@@ -89,129 +88,6 @@ def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) 
     return {"selected": sum(r["selected"] for r in by_module.values()),
             "targeted": sum(r["total"] for r in by_module.values()), "matrices": len(counts),
             "model_params": int(model_params), "by_module": dict(sorted(by_module.items()))}
-
-
-def license_from_base(base: str | Path, revision: str | None = None) -> str | None:
-    """The ``license`` of a base model's card, read locally (a model folder, or the Hub cache): no network.
-
-    Returns:
-        The license id (e.g. ``"llama3.2"``), or ``None`` when there is no card or no license.
-
-    Example:
-        >>> license_from_base("/nonexistent/folder") is None
-        True
-    """
-    found = base_card_fields(base, revision).get("license")
-    return found if isinstance(found, str) else None
-
-
-def base_card_fields(base: str | Path, revision: str | None = None) -> dict[str, Any]:
-    """The metadata a derived model's card must carry from its base's card (read locally, as
-    :func:`license_from_base`): ``license``, ``license_name``, ``license_link``, ``language``, ``datasets``
-    (the keys the base card has).
-
-    Example:
-        >>> base_card_fields("/nonexistent/folder")
-        {}
-    """
-    readme = _base_card_file(base, revision)
-    if readme is None:
-        return {}
-    return _card_fields(ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict())
-
-
-def _base_card_file(base: str | Path, revision: str | None) -> Path | None:
-    """The base's README.md: in its local folder, or in the Hub cache (never downloaded); ``None`` without one."""
-    folder = Path(base).expanduser()
-    readme: Any = folder / "README.md" if folder.is_dir() else None
-    if readme is None and not is_local_path(str(base)):
-        try:
-            readme = try_to_load_from_cache(repo_id=str(base), filename="README.md", revision=revision)
-        except HFValidationError:
-            return None
-    return Path(readme) if isinstance(readme, (str, Path)) and Path(readme).is_file() else None
-
-
-def _card_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The :data:`CARD_FIELDS` of a card's metadata, with strings/lists only (a malformed value is dropped)."""
-    found: dict[str, Any] = {}
-    for key in CARD_FIELDS:
-        value = meta.get(key)
-        if isinstance(value, str) and value:
-            found[key] = [value] if key in ("language", "datasets") else value
-        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) and key != "license":
-            found[key] = list(value)
-    return found
-
-
-_SIZE = re.compile(r"^(?P<name>.+?)-(?P<size>(?:\d+x)?\d+(?:\.\d+)?[KMBT])(?:-(?P<rest>.+))?$", re.IGNORECASE)
-
-
-def _size_label(n: int) -> str:
-    """llama.cpp's size label of a parameter count (``135M``, ``1.1M``, ``8.0B``)."""
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= scale:
-            value = n / scale
-            digits = max(2 - len(str(round(value)).lstrip("0")), 0)
-            return f"{value:.{digits}f}{suffix}"
-    return str(n)
-
-
-def gguf_naming(lock: Mapping[str, Any]) -> dict[str, str | None]:
-    """``{"basename", "size_label", "finetune"}`` of the edited model, as llama.cpp's converter names a model
-    (``SmolLM2`` / ``135M`` / ``Instruct-MathNeuro-Prune``): from the lock's public base name, parameter count
-    and edit (the same lock always gives the same names; never a local path)."""
-    base = lock.get("base") or {}
-    model = str(base.get("model") or "model")
-    if model == LOCAL:
-        arch = str((base.get("description") or {}).get("architecture") or "Model")
-        name = re.sub(r"(ForCausalLM|LMHeadModel|Model)$", "", arch) or "Model"
-    else:
-        name = model.rstrip("/").split("/")[-1].removesuffix(".gguf")
-        name = name[:1].upper() + name[1:]
-    name = re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-") or "Model"
-    m = _SIZE.match(name)
-    if m:
-        head, size, rest = m.group("name"), m.group("size"), m.group("rest")
-    else:
-        params = int((lock.get("edit_summary") or {}).get("model_params") or 0)
-        head, size, rest = name, (_size_label(params) if params else None), None
-    edit = (lock.get("recipe") or {}).get("edit") or {}
-    variant = "MathNeuro-Prune" if edit.get("prune") else f"MathNeuro-Scale{float(edit.get('scale', 1)):g}"
-    return {"basename": head, "size_label": size, "finetune": "-".join(p for p in (rest, variant) if p)}
-
-
-def gguf_repo_name(lock: Mapping[str, Any], local_name: str) -> str:
-    """The name of a GGUF file in its Hub repo, by llama.cpp's convention ``<Base>-<Size>-<Variant>-<Type>.gguf``
-    (``local_name`` is the run folder's ``model-<TYPE>.gguf``); the same lock always gives the same name.
-
-    Example:
-        >>> lock = {"base": {"model": "HuggingFaceTB/SmolLM2-135M-Instruct"}, "recipe": {"edit": {"prune": True}},
-        ...         "edit_summary": {"model_params": 134515008}}
-        >>> gguf_repo_name(lock, "model-Q8_0.gguf")
-        'SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf'
-    """
-    qtype = local_name.rsplit("/", 1)[-1].removesuffix(".gguf").rsplit("-", 1)[-1]  # model-<TYPE>.gguf
-    n = gguf_naming(lock)
-    return "-".join(p for p in (n["basename"], n["size_label"], n["finetune"], qtype) if p) + ".gguf"
-
-
-def gguf_general(lock: Mapping[str, Any], fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``general.*`` metadata of the run's GGUF (for :func:`~mathneuro_edit.weights.gguf_writer.write_gguf`):
-    the names of :func:`gguf_naming`, the base card's license fields and languages, the base model (a Hub base),
-    and the tags."""
-    fields = _card_fields(dict(fields or {}))
-    meta: dict[str, Any] = dict(gguf_naming(lock))
-    meta.update({k: fields[k] for k in ("license", "license_name", "license_link") if k in fields})
-    if fields.get("language"):
-        meta["languages"] = fields["language"]
-    model = str((lock.get("base") or {}).get("model") or "")
-    if model and model not in (LOCAL, "organism") and not is_local_path(model) and model.count("/") == 1:
-        org, name = model.split("/")
-        meta["base_models"] = [{"name": name, "organization": org, "repo_url": f"https://huggingface.co/{model}"}]
-    edit = (lock.get("recipe") or {}).get("edit") or {}
-    meta["tags"] = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if edit.get("prune") else [])
-    return meta
 
 
 _METRICS = {  # eval.json key of the edited model -> (Hub metric type, name)
@@ -335,7 +211,7 @@ def build_card(
                              "pass None for a local base") from None
         if is_local_path(base_model_id):
             raise InputError(f"base_model_id: {base_model_id!r} is a local path; pass None for a local base")
-    fields = _card_fields({"license": license} if isinstance(license, str) else dict(license or {}))
+    fields = card_fields({"license": license} if isinstance(license, str) else dict(license or {}))
     datasets = sorted({s.hub_id for s in (recipe.data.math, *recipe.data.general) if s.hub_id}
                       | set(fields.pop("datasets", [])))
     tags = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if recipe.edit.prune else [])
@@ -539,7 +415,7 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
     eval_path = folder / EVAL_NAME
     eval_dict = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.is_file() else None
     if license is None and (folder / "README.md").is_file():
-        license = _card_fields(ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.to_dict())
+        license = card_fields(ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.to_dict())
     model = str((lock.get("base") or {}).get("model") or recipe.base.model)
     hub_id = None if model in (LOCAL, "organism") or is_local_path(model) else model
     kind = kind or ("adapter" if adapter else "checkpoint")

@@ -52,7 +52,8 @@ from ..errors import InputError, MathNeuroEditError
 from ..layout import LOCK_NAME
 from ..util.paths import is_local_path
 from ..util.scrub import is_private_path, scrub_json_bytes, scrub_token
-from .card import card_for_folder, gguf_repo_name
+from .card import card_for_folder
+from .gguf_naming import gguf_repo_name
 from .hub_requests import hub_errors, hub_timeout, request_timeouts, retrying
 from .lock import read_lock
 

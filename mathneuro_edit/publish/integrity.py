@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, EVAL_NAME, LOCK_NAME, OUTPUT_DIRS
 from ..util.hashing import sha256_file
 from ..util.scrub import scrub_token
-from .card import gguf_repo_name
+from .gguf_naming import gguf_repo_name
 from .lock import output_hashes
 
 __all__ = ["FileCheck", "compare_files", "check_local_files_against_lock", "check_hub_files_against_lock",

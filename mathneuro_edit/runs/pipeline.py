@@ -42,13 +42,9 @@ from ..layout import (
     STATS_DIR,
     general_stats_name,
 )
-from ..publish.card import (
-    base_card_fields,
-    build_card,
-    gguf_general,
-    summarize_edit,
-    write_card,
-)
+from ..publish.base_card import base_card_fields
+from ..publish.card import build_card, summarize_edit, write_card
+from ..publish.gguf_naming import gguf_general
 from ..publish.lock import (
     base_description,
     build_lock,

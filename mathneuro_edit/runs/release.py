@@ -17,7 +17,8 @@ from ..engine.mask import Mask
 from ..errors import InputError
 from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, LOCK_NAME, MASK_NAME, OUTPUT_DIRS
 from ..organism import organism_path
-from ..publish.card import base_card_fields, card_for_folder, summarize_edit, write_card
+from ..publish.base_card import base_card_fields
+from ..publish.card import card_for_folder, summarize_edit, write_card
 from ..publish.hub import PushResult, default_repo_id, push_to_hub
 from ..publish.integrity import check_local_files_against_lock
 from ..publish.lock import (

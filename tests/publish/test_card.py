@@ -20,10 +20,10 @@ from mathneuro_edit.evaluation.results import (
     MathResult,
 )
 from mathneuro_edit.layout import LOCK_NAME
+from mathneuro_edit.publish.base_card import license_from_base
 from mathneuro_edit.publish.card import (
     CITATION,
     build_card,
-    license_from_base,
     summarize_edit,
     write_card,
 )
@@ -317,7 +317,8 @@ def test_base_card_fields_eval_results_and_adapter_tags(tmp_path: Path) -> None:
     """license: other + license_name + license_link, language and datasets of the base card are carried; the
     evaluation is Hub metadata that ModelCard.load parses back; the adapter has PEFT's tags; re-rendering the card
     from its folder keeps all of it."""
-    from mathneuro_edit.publish.card import base_card_fields, card_for_folder
+    from mathneuro_edit.publish.base_card import base_card_fields
+    from mathneuro_edit.publish.card import card_for_folder
 
     base = tmp_path / "base"
     base.mkdir()
@@ -361,7 +362,7 @@ def test_base_card_fields_eval_results_and_adapter_tags(tmp_path: Path) -> None:
 ])
 def test_gguf_repo_names_follow_llama_cpp(model: str, params: int, edit: dict, want: str) -> None:
     """<Base>-<Size>-<Variant>-<Type>.gguf, from the lock's public names only (never a local path)."""
-    from mathneuro_edit.publish.card import gguf_general, gguf_repo_name
+    from mathneuro_edit.publish.gguf_naming import gguf_general, gguf_repo_name
 
     lock = {"base": {"model": model, "description": {"architecture": "LlamaForCausalLM"}},
             "recipe": {"edit": edit}, "edit_summary": {"model_params": params}}

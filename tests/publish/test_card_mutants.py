@@ -96,7 +96,7 @@ def _readme(folder, meta: str):  # type: ignore[no-untyped-def]
 def test_license_from_a_local_folder_and_from_the_hub_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from huggingface_hub import constants
 
-    from mathneuro_edit.publish.card import license_from_base
+    from mathneuro_edit.publish.base_card import license_from_base
 
     _readme(tmp_path / "ok", "license: mit\nmodel-index: 5")  # broken eval metadata is ignored, the license read
     assert license_from_base(tmp_path / "ok") == "mit"

@@ -1,0 +1,74 @@
+"""What a derived model's card carries from its base's card: license, license name and link, language, datasets.
+
+Read locally only (a model folder's README.md, or the Hub cache; never downloaded), with huggingface_hub's
+``ModelCard``: :func:`base_card_fields` for the card and the GGUF metadata, :func:`license_from_base` for the
+license alone. A malformed value is dropped, not guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCard, try_to_load_from_cache
+from huggingface_hub.utils import HFValidationError
+
+from ..util.paths import is_local_path
+
+__all__ = ["CARD_FIELDS", "license_from_base", "base_card_fields", "card_fields"]
+
+CARD_FIELDS = ("license", "license_name", "license_link", "language", "datasets")  # carried from the base card
+
+
+def license_from_base(base: str | Path, revision: str | None = None) -> str | None:
+    """The ``license`` of a base model's card, read locally (a model folder, or the Hub cache): no network.
+
+    Returns:
+        The license id (e.g. ``"llama3.2"``), or ``None`` when there is no card or no license.
+
+    Example:
+        >>> license_from_base("/nonexistent/folder") is None
+        True
+    """
+    found = base_card_fields(base, revision).get("license")
+    return found if isinstance(found, str) else None
+
+
+def base_card_fields(base: str | Path, revision: str | None = None) -> dict[str, Any]:
+    """The metadata a derived model's card must carry from its base's card (read locally, as
+    :func:`license_from_base`): ``license``, ``license_name``, ``license_link``, ``language``, ``datasets``
+    (the keys the base card has).
+
+    Example:
+        >>> base_card_fields("/nonexistent/folder")
+        {}
+    """
+    readme = _base_card_file(base, revision)
+    if readme is None:
+        return {}
+    return card_fields(ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict())
+
+
+def _base_card_file(base: str | Path, revision: str | None) -> Path | None:
+    """The base's README.md: in its local folder, or in the Hub cache (never downloaded); ``None`` without one."""
+    folder = Path(base).expanduser()
+    readme: Any = folder / "README.md" if folder.is_dir() else None
+    if readme is None and not is_local_path(str(base)):
+        try:
+            readme = try_to_load_from_cache(repo_id=str(base), filename="README.md", revision=revision)
+        except HFValidationError:
+            return None
+    return Path(readme) if isinstance(readme, (str, Path)) and Path(readme).is_file() else None
+
+
+def card_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`CARD_FIELDS` of a card's metadata, with strings/lists only (a malformed value is dropped)."""
+    found: dict[str, Any] = {}
+    for key in CARD_FIELDS:
+        value = meta.get(key)
+        if isinstance(value, str) and value:
+            found[key] = [value] if key in ("language", "datasets") else value
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) and key != "license":
+            found[key] = list(value)
+    return found
