@@ -174,6 +174,7 @@ def _stacked_experts(tensors: Mapping[str, Any], n_experts: int) -> dict[str, tu
         if (m := _EXPERT.match(hf)) is not None:
             groups.setdefault((m["stem"], m["proj"]), {})[int(m["index"])] = hf
     out = {}
+    order = {name: i for i, name in enumerate(tensors)}  # the checkpoint's file order
     for (stem, proj), members in groups.items():
         if sorted(members) != list(range(n_experts)):
             raise InputError(f"outputs.gguf: {stem}.*.{proj} has experts {sorted(members)[:8]} but config.json "
@@ -183,7 +184,7 @@ def _stacked_experts(tensors: Mapping[str, Any], n_experts: int) -> dict[str, tu
         if len(shapes) != 1:
             raise InputError(f"outputs.gguf: the experts of {stem}.*.{proj} differ in shape ({sorted(shapes)}); "
                              "llama.cpp stacks them into one tensor")
-        first = min(names, key=list(tensors).index)  # the stacked tensor takes its first member's place
+        first = min(names, key=order.__getitem__)  # the stacked tensor takes its first member's place
         out[first] = (f"{stem}.{proj}.weight", names, (n_experts, *shapes.pop()))
     return out
 
