@@ -21,7 +21,6 @@ from mathneuro_edit.organism import general_texts, math_texts
 from mathneuro_edit.runs import families as fam
 from mathneuro_edit.weights import gguf_vocab
 from mathneuro_edit.weights.gguf_writer import check_gguf, write_gguf
-
 from tests.weights.test_gguf import _llama
 
 PROMPTS = ["Question: Tom has 3 apples and buys 4 more.", "The quiet river", " a leading space",
