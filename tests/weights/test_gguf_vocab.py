@@ -56,8 +56,23 @@ def _vocab_only(path: Path):
     return llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
 
 
+def _cpp_text(llm, ids: list[int]) -> str:
+    """llama.cpp's own detokenizer (llama_detokenize: its SPM leading-space rule, byte tokens as raw bytes), not
+    llama-cpp-python's wrapper, which drops a leading space after ``<s>`` whatever the model."""
+    import ctypes
+
+    import llama_cpp
+
+    arr = (llama_cpp.llama_token * len(ids))(*ids)
+    buf = ctypes.create_string_buffer(8192)
+    n = llama_cpp.llama_detokenize(llm._model.vocab, arr, len(ids), buf, len(buf), False, False)
+    assert n >= 0
+    return buf.raw[:n].decode("utf-8")
+
+
 @pytest.mark.parametrize("style", list(fam.SPM_WORKS))
 def test_llama_cpp_tokenizes_like_transformers(bases, style) -> None:
+    """Both ways: llama.cpp's ids are transformers', and its text of those ids (without ``<s>``) is theirs."""
     from transformers import AutoTokenizer
 
     base = bases[style]
@@ -65,7 +80,9 @@ def test_llama_cpp_tokenizes_like_transformers(bases, style) -> None:
     llm = _vocab_only(base / "model-F32.gguf")
     texts = PROMPTS + math_texts(150, seed=7, split="test") + general_texts(150, seed=7, split="test")
     for text in texts:
-        assert llm.tokenize(text.encode(), add_bos=True, special=False) == tok(text).input_ids, text
+        ids = tok(text).input_ids
+        assert llm.tokenize(text.encode(), add_bos=True, special=False) == ids, text
+        assert _cpp_text(llm, ids[1:]) == tok.decode(ids[1:]), text
     byte_ids = {tok.convert_tokens_to_ids(f"<0x{b:02X}>") for b in range(256)}
     assert byte_ids & set(tok(PROMPTS[4]).input_ids)  # the unicode prompt needs byte fallback
 
