@@ -377,7 +377,10 @@ def matrix_markdown(rows: list[FamilyResult], tokenizers: dict[str, str] | None 
         cells = [_cell(r.cells[c], notes) for c in CELLS]
         lines.append(f"| {r.shape.name} | `{r.model_type}` | " + " | ".join(cells) + " |")
     if tokenizers:
-        lines += ["", "GGUF tokenizers (the vocabulary written with the GGUF; `tokenizer.json` decides):", "",
+        lines += ["", "GGUF tokenizers (the vocabulary written with the GGUF; `tokenizer.json` decides). The",
+                  "SentencePiece rows are a BPE with byte fallback trained on the organism's texts, laid out like",
+                  "Llama 2's and Gemma's tokenizer.json; llama.cpp itself tokenizes, detokenizes and runs their",
+                  "GGUF like transformers (`tests/weights/test_gguf_vocab.py`, `tests/runs/test_families.py`):", "",
                   "| tokenizer | gguf |", "|---|---|"]
         lines += [f"| {k} | {_cell(v, notes)} |" for k, v in tokenizers.items()]
     lines += ["", "## Refusals", ""]
