@@ -176,7 +176,8 @@ def spm_refusal(tok: dict[str, Any]) -> str | None:
     model = tok.get("model", {})
     if model.get("type") == "Unigram":
         return ("a Unigram model (llama.cpp's SPM tokenizer merges pairs by score, a Unigram model picks the "
-                "most likely segmentation: T5's 'ugm' tokenizer, not written here)")
+                "most likely segmentation: llama.cpp's 't5' tokenizer model, with the normalizer's "
+                "precompiled_charsmap, is not written here)")
     if model.get("type") != "BPE" or not model.get("byte_fallback"):
         return f"a {model.get('type')} model without byte_fallback (llama.cpp's SPM falls back to <0xXX> bytes)"
     for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
