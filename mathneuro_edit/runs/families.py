@@ -38,13 +38,14 @@ from ..recipe.io import recipe_from_dict
 from ..weights.audit import verify
 from ..weights.gguf_families import tensor_shift
 from ..weights.gguf_writer import gguf_filename
-from .family_shapes import FAMILY_SHAPES, FamilyShape
+from .family_shapes import FAMILY_SHAPES, VOCAB, FamilyShape, family_shape
 from .pipeline import run_recipe
 from .plan import plan_recipe
 from .reproduce import reproduce
 
-__all__ = ["CELLS", "FamilyResult", "run_family", "run_all", "tokenizer_rows", "save_sentencepiece_base", "save_family_base", "family_recipe", "matrix_markdown",
-           "check_checkpoint", "check_adapter", "check_gguf_readback"]
+__all__ = ["CELLS", "FamilyResult", "run_family", "run_all", "tokenizer_rows", "save_sentencepiece_base",
+           "sentencepiece_tokenizer", "sentencepiece_checkpoint", "SPM_WORKS", "SPM_REFUSED", "save_family_base",
+           "family_recipe", "matrix_markdown", "check_checkpoint", "check_adapter", "check_gguf_readback"]
 
 CELLS = ("calibrate", "mask", "checkpoint", "adapter", "gguf", "verify", "reproduce")
 SCALE = 1.1
@@ -205,36 +206,148 @@ def run_family(shape: FamilyShape, workdir: str | Path, *, gguf_type: str = "F32
     return row
 
 
-def save_sentencepiece_base(folder: str | Path) -> Path:
-    """The Llama 3.x tiny model with a SentencePiece-style tokenizer.json (Llama 2, Mistral v0.1, Gemma, Phi-3:
-    BPE with byte fallback over ``▁``-prefixed pieces, a Metaspace pre-tokenizer)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+_SPM_SPECIALS = {"llama": ("<unk>", "<s>", "</s>"), "gemma": ("<pad>", "<bos>", "<eos>", "<unk>")}
+
+
+def _spm_corpus() -> list[str]:
+    """The organism's math and general texts (vendored, seeded): what the test tokenizers are trained on."""
+    from ..organism import general_texts, math_texts
+
+    return math_texts(300, seed=0) + general_texts(300, seed=0)
+
+
+def sentencepiece_tokenizer(style: str = "llama", size: int = VOCAB) -> Any:
+    """A SentencePiece-style BPE tokenizer trained on the organism's texts, laid out like the released ones.
+
+    ``"llama"`` (Llama 2, Mistral v0.1, Phi-3): ``<unk> <s> </s>``, the 256 ``<0xXX>`` byte tokens, then the
+    pieces; normalizer Prepend("▁") + Replace(" ", "▁"); ``<s>`` added in front. ``"gemma"``: ``<pad> <bos> <eos>
+    <unk>``, normalizer Replace(" ", "▁") alone (no space prefix). Both: byte fallback, and every split of a piece
+    into two pieces is a merge, ranked by the piece's id, as transformers' SentencePiece conversion writes them.
+    Deterministic (one training thread's result, sorted ties): the same tokenizer.json each time.
+
+    Args:
+        style: ``"llama"`` or ``"gemma"``.
+        size: the vocabulary size (at most the tiny model's :data:`~.family_shapes.VOCAB`).
+
+    Returns:
+        A ``tokenizers.Tokenizer``.
+
+    Example:
+        >>> sentencepiece_tokenizer().get_vocab_size()  # doctest: +SKIP
+        703
+    """
+    import tokenizers as tk
+
+    specials = _SPM_SPECIALS[style]
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = tk.trainers.BpeTrainer(vocab_size=size - len(bytes_), special_tokens=list(specials),
+                                     show_progress=False)
+    learner = tk.Tokenizer(tk.models.BPE(unk_token="<unk>"))
+    # Why split on "▁" while training: SentencePiece's pieces never hold a space past their first character
+    learner.pre_tokenizer = tk.pre_tokenizers.Metaspace(prepend_scheme="always" if style == "llama" else "never")
+    learner.train_from_iterator(_spm_corpus(), trainer)
+    learned = sorted(learner.get_vocab().items(), key=lambda kv: kv[1])
+    pieces = list(specials) + bytes_ + [t for t, _ in learned if t not in specials]
+    vocab = {t: i for i, t in enumerate(pieces)}
+    merges = []
+    for piece in pieces[len(specials) + 256:]:  # every split into two pieces, by the piece's rank
+        splits = [(piece[:i], piece[i:]) for i in range(1, len(piece)) if piece[:i] in vocab and piece[i:] in vocab]
+        merges += sorted(splits, key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
+    tok = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True,
+                                     fuse_unk=True))
+    tok.add_special_tokens(list(specials))
+    replace = tk.normalizers.Replace(" ", "\u2581")
+    prefix = [tk.normalizers.Prepend("\u2581")] if style == "llama" else []  # Gemma: no space prefix
+    tok.normalizer = tk.normalizers.Sequence(prefix + [replace])
+    steps = [tk.decoders.Replace("\u2581", " "), tk.decoders.ByteFallback(), tk.decoders.Fuse()]
+    tok.decoder = tk.decoders.Sequence(steps + ([tk.decoders.Strip(" ", 1, 0)] if style == "llama" else []))
+    bos = specials[1]
+    tok.post_processor = tk.processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                                          special_tokens=[(bos, vocab[bos])])
+    return tok
+
+
+def save_sentencepiece_base(folder: str | Path, style: str = "llama") -> Path:
+    """A tiny model with a SentencePiece-style tokenizer.json (:func:`sentencepiece_tokenizer`): the Llama 3.x
+    shape for ``"llama"``, Gemma 2's for ``"gemma"``."""
     from transformers import PreTrainedTokenizerFast
 
-    folder = save_family_base(folder, FAMILY_SHAPES[0])
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
-    for piece in ("\u2581", "\u2581a", "a"):
-        vocab.setdefault(piece, len(vocab))
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("\u2581", "a")], unk_token="<unk>", byte_fallback=True))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>") \
-        .save_pretrained(folder)
+    folder = save_family_base(folder, FAMILY_SHAPES[0] if style == "llama" else family_shape("Gemma 2"))
+    specials = _SPM_SPECIALS[style]
+    names = dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), specials)) if style == "gemma" else \
+        dict(zip(("unk_token", "bos_token", "eos_token"), specials))
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        (folder / name).unlink(missing_ok=True)  # the organism's, saved by save_family_base
+    PreTrainedTokenizerFast(tokenizer_object=sentencepiece_tokenizer(style), **names).save_pretrained(folder)
     return folder
 
 
+# the GGUF tokenizer table: style -> its row (what sentencepiece_tokenizer lays out, and the releases that do)
+SPM_WORKS = {"llama": "SentencePiece BPE, space prefix (Llama 2, Mistral v0.1, Phi-3)",
+             "gemma": "SentencePiece BPE, no space prefix (Gemma)"}
+SPM_REFUSED = {"first": "SentencePiece BPE, Metaspace prepend_scheme 'first' (transformers' non-legacy conversion)",
+               "unigram": "SentencePiece Unigram (T5, ALBERT)"}
+
+
+def _spm_variant(folder: Path, kind: str) -> None:
+    """Rewrite the Llama-style tokenizer.json of ``folder`` as a variant llama.cpp's SPM cannot reproduce."""
+    path = folder / "tokenizer.json"
+    tok = json.loads(path.read_text(encoding="utf-8"))
+    if kind == "first":  # transformers' LlamaConverter with legacy=False: a Metaspace pre-tokenizer, no normalizer
+        tok["normalizer"] = None
+        tok["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                "split": False}
+    else:  # the same pieces as a Unigram model, scored by rank (SentencePiece's unigram layout)
+        vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+        tok["model"] = {"type": "Unigram", "unk_id": 0, "byte_fallback": True,
+                        "vocab": [[t, 0.0 if i < 259 else -float(i)] for t, i in vocab]}
+    path.write_text(json.dumps(tok, ensure_ascii=False, indent=2), encoding="utf-8")
+
+
+def sentencepiece_checkpoint(workdir: str | Path, style: str) -> Path:
+    """Where :func:`tokenizer_rows` leaves the baked checkpoint (and its ``model-F32.gguf``) of ``style``."""
+    return Path(workdir) / f"spm-{style}-run" / CHECKPOINT_DIR
+
+
+def _check_spm_gguf(ckpt: Path) -> None:
+    """The GGUF holds llama.cpp's SPM vocabulary of the checkpoint's tokenizer.json: every piece at its id."""
+    import gguf
+
+    r = gguf.GGUFReader(str(ckpt / gguf_filename("F32")))
+    _expect(r.fields["tokenizer.ggml.model"].contents() == "llama", "gguf: not llama.cpp's SPM tokenizer model")
+    tokens = r.fields["tokenizer.ggml.tokens"].contents()
+    vocab = json.loads((ckpt / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    _expect(all(tokens[i] == t for t, i in vocab.items()), "gguf: a piece is not at its tokenizer.json id")
+
+
 def tokenizer_rows(workdir: str | Path) -> dict[str, str]:
-    """The GGUF tokenizer cells: ``{tokenizer kind: WORKS or "refused: <line>"}`` (the refusal is the run's own,
-    raised before any forward pass: a run that got past it would fail the check)."""
-    base = save_sentencepiece_base(Path(workdir) / "spm-base")
-    try:
-        run_recipe(family_recipe(base, adapter=False, gguf="F32"), Path(workdir) / "spm-run", progress=False)
-    except InputError as e:
-        spm = f"refused: {e}"
-    else:
-        raise AssertionError("gguf: a SentencePiece tokenizer was written, but the writer only knows byte-level BPE")
-    return {"byte-level BPE (Llama 3, Qwen2/3, SmolLM, GPT-2): the rows above": WORKS,
-            "SentencePiece (Llama 2, Mistral v0.1, Gemma, Phi-3)": spm}
+    """The GGUF tokenizer cells: ``{tokenizer kind: WORKS or "refused: <line>"}``.
+
+    Each SentencePiece style of :data:`SPM_WORKS` is a whole run (GGUF F32) whose file holds llama.cpp's SPM
+    vocabulary and passes verify (tests/runs/test_families.py has llama.cpp itself tokenize like transformers and
+    match its logits on :func:`sentencepiece_checkpoint`); each of :data:`SPM_REFUSED` is the run's own refusal,
+    raised before any forward pass.
+    """
+    work = Path(workdir)
+    rows = {"byte-level BPE (Llama 3, Qwen2/3, SmolLM, GPT-2): the rows above": WORKS}
+    for style, kind in SPM_WORKS.items():
+        base = save_sentencepiece_base(work / f"spm-{style}-base", style)
+        out = sentencepiece_checkpoint(work, style).parent
+        run_recipe(family_recipe(base, adapter=False, gguf="F32"), out, progress=False)
+        _check_spm_gguf(out / CHECKPOINT_DIR)
+        mask = Mask.load(out / MASK_NAME)
+        _expect(verify(out / CHECKPOINT_DIR, base, mask, SCALE).ok, f"verify: the {style} checkpoint does not pass")
+        rows[kind] = WORKS
+    for variant, kind in SPM_REFUSED.items():
+        base = save_sentencepiece_base(work / f"spm-{variant}-base")
+        _spm_variant(base, variant)
+        try:
+            run_recipe(family_recipe(base, adapter=False, gguf="F32"), work / f"spm-{variant}-run", progress=False)
+        except InputError as e:
+            rows[kind] = f"refused: {e}"
+        else:
+            raise AssertionError(f"gguf: the {variant} tokenizer was written, but llama.cpp tokenizes it otherwise")
+    return rows
 
 
 def _cell(text: str, notes: dict[str, int]) -> str:
@@ -271,7 +384,10 @@ def matrix_markdown(rows: list[FamilyResult], tokenizers: dict[str, str] | None 
         cells = [_cell(r.cells[c], notes) for c in CELLS]
         lines.append(f"| {r.shape.name} | `{r.model_type}` | " + " | ".join(cells) + " |")
     if tokenizers:
-        lines += ["", "GGUF tokenizers (the vocabulary written with the GGUF; `tokenizer.json` decides):", "",
+        lines += ["", "GGUF tokenizers (the vocabulary written with the GGUF; `tokenizer.json` decides). The",
+                  "SentencePiece rows are a BPE with byte fallback trained on the organism's texts, laid out like",
+                  "Llama 2's and Gemma's tokenizer.json; llama.cpp itself tokenizes, detokenizes and runs their",
+                  "GGUF like transformers (`tests/weights/test_gguf_vocab.py`, `tests/runs/test_families.py`):", "",
                   "| tokenizer | gguf |", "|---|---|"]
         lines += [f"| {k} | {_cell(v, notes)} |" for k, v in tokenizers.items()]
     lines += ["", "## Refusals", ""]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "MOE_NORM_TOPK", "gguf_refusal", "tokenizer_refusal", "add_family_keys",
+__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "MOE_NORM_TOPK", "gguf_refusal", "add_family_keys",
            "rope_dims", "tensor_shift", "expert_count", "gemma3_refusal", "layer_types", "rope_by_layer_type"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
@@ -126,24 +126,6 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     return (f"outputs.gguf: model_type {model_type!r} is not supported: {detail}; GGUF export supports {written}; "
             "set outputs.gguf: null (the checkpoint holds the edit; llama.cpp's convert_hf_to_gguf.py can convert it)")
 
-
-
-def tokenizer_refusal(model_type: Any, pre_tokenizer: Any) -> str:
-    """The refusal of a tokenizer.json that is not byte-level BPE, naming its model and pre-tokenizer types.
-
-    Example:
-        >>> tokenizer_refusal("BPE", {"type": "Metaspace"})[:60]
-        'outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2'
-    """
-    p = pre_tokenizer if isinstance(pre_tokenizer, dict) else {}
-    steps = p.get("pretokenizers", [p]) if p.get("type") == "Sequence" else [p]
-    kinds = "+".join(str(s.get("type")) for s in steps if isinstance(s, dict)) or "no"
-    spm = "Metaspace" in kinds or (model_type == "Unigram")
-    what = ("a SentencePiece-style tokenizer (Llama 2, Mistral v0.1, Gemma, Phi-3): llama.cpp's 'llama' tokenizer "
-            "model (scores, byte-fallback token types) is not written yet (not verified against llama.cpp)" if spm
-            else "not a pre-tokenizer llama.cpp names")
-    return (f"outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM2, GPT-2) are written; this "
-            f"tokenizer.json is {model_type} with {kinds} pre-tokenizer, {what}; set outputs.gguf: null")
 
 
 _GEMMA = ("gemma2", "gemma3_text")  # (1 + w) RMSNorms everywhere, q_norm/k_norm included (Gemma 3)

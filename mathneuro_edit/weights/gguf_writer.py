@@ -5,8 +5,8 @@ The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with
 Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
 Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection; the per-family
 conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings
-are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors, linear/YaRN scaling keys; a byte-level BPE tokenizer
-(``tokenizer.ggml.*``, ``gpt2`` model, llama.cpp's pre-tokenizer name) and the chat template. docs/formats.md
+are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors, linear/YaRN scaling keys; the tokenizer
+(``tokenizer.ggml.*``, :mod:`.gguf_vocab`: byte-level BPE or SentencePiece-style) and the chat template. docs/formats.md
 lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the embedding/output at Q8_0).
 
 Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
@@ -40,8 +40,8 @@ from .gguf_families import (
     gguf_refusal,
     rope_dims,
     tensor_shift,
-    tokenizer_refusal,
 )
+from .gguf_vocab import add_vocab, check_vocab
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -51,10 +51,6 @@ GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")  # w
 _LOW_BIT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1"}
 _ARCHS = GGUF_WRITTEN  # model_type -> (gguf arch, q/k permuted); the refusals of the others: gguf_families.py
 _CHUNK = 16 << 20  # bytes of float32 converted at a time: bounds peak memory, any size is byte-identical
-# pre-tokenizer regexes of tokenizer.json -> llama.cpp's tokenizer.ggml.pre name (public tokenizer data)
-_WORDS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
-_REST = r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-_PRE_REGEX = {_WORDS + r"\p{N}{1,3}" + _REST: "llama-bpe", _WORDS + r"\p{N}" + _REST: "qwen2"}
 
 
 def _gguf():
@@ -298,64 +294,7 @@ def check_gguf(folder: str | Path, qtype: str) -> None:
     """Raise :class:`InputError` now if :func:`write_gguf` would refuse this model folder (type, package,
     architecture, rope scaling, tensor names, tokenizer); reads config and headers only."""
     gguf_plan(folder, qtype)
-    _tokens(_gguf(), Path(folder), 0)
-
-
-def _tokens(gguf: Any, folder: Path, n_vocab: int) -> tuple[list[str], list[Any], str]:
-    """(tokens by id, token types, llama.cpp pre-tokenizer name) of a byte-level BPE tokenizer.json."""
-    path = folder / "tokenizer.json"
-    if not path.is_file():
-        raise InputError(f"outputs.gguf: {folder.name} has no tokenizer.json; GGUF needs the tokenizer's vocabulary")
-    tok = json.loads(path.read_text(encoding="utf-8"))
-    model, pre = tok.get("model", {}), _pre_name(tok.get("pre_tokenizer") or {})
-    if model.get("type") != "BPE" or pre is None:
-        raise InputError(tokenizer_refusal(model.get("type"), tok.get("pre_tokenizer")))
-    added = {a["id"]: a for a in tok.get("added_tokens", [])}
-    by_id = {i: t for t, i in model["vocab"].items()} | {i: a["content"] for i, a in added.items()}
-    tokens, types = [], []
-    for i in range(max(n_vocab, len(by_id))):
-        if i not in by_id:  # ids the model has but the tokenizer lacks (padded embeddings): llama.cpp's filler
-            tokens.append(f"[PAD{i}]")
-            types.append(gguf.TokenType.USER_DEFINED)
-        else:
-            tokens.append(by_id[i])
-            types.append(gguf.TokenType.NORMAL if i not in added else
-                         gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
-    return tokens, types, pre
-
-
-def _vocab(gguf: Any, writer: Any, folder: Path, n_vocab: int, pre: str | None) -> None:
-    tokens, types, found = _tokens(gguf, folder, n_vocab)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre or found)
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    quiet = logging.getLogger("gguf.vocab")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # its TemplateProcessing guesses warn on harmless templates
-    try:
-        special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=len(tokens))
-        if "bos" not in special.add_special_token:  # explicit: llama.cpp's default depends on the pre-tokenizer
-            from tokenizers import Tokenizer
-
-            ids = Tokenizer.from_file(str(folder / "tokenizer.json")).encode("a").ids
-            special.add_special_token["bos"] = bool(ids) and ids[0] == special.special_token_ids.get("bos")
-        special.add_to_gguf(writer, quiet=True)
-    finally:
-        quiet.setLevel(level)
-
-
-def _pre_name(p: dict[str, Any]) -> str | None:
-    """llama.cpp's name for a byte-level pre-tokenizer (None: not byte-level, or a regex llama.cpp may not know)."""
-    steps = p.get("pretokenizers", [p]) if p.get("type") == "Sequence" else [p]
-    kinds = [s.get("type") for s in steps]
-    if kinds == ["ByteLevel"] and steps[0].get("use_regex", True):
-        return "gpt-2"
-    if kinds == ["Digits", "ByteLevel"] and steps[0].get("individual_digits") and steps[1].get("use_regex", True):
-        return "smollm"
-    if kinds == ["Split", "ByteLevel"] and not steps[1].get("use_regex", True):
-        return _PRE_REGEX.get(steps[0].get("pattern", {}).get("Regex", ""))
-    return None
+    check_vocab(folder)  # the tokenizer side: weights/gguf_vocab.py
 
 
 def _add_general(w: Any, meta: Mapping[str, Any]) -> None:
@@ -439,7 +378,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.add_rope_scaling_orig_ctx_len(int(scaling.get("original_max_position_embeddings")
                                             or cfg["original_max_position_embeddings"]))
     add_family_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_families.py
-    _vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)
+    add_vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)  # tokenizer.ggml.*: weights/gguf_vocab.py
     for gname, _, shape, t in plan:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
         n_bytes = math.prod(shape[:-1]) * (shape[-1] // block) * size

@@ -26,7 +26,6 @@ from mathneuro_edit.runs import families as fam
 from mathneuro_edit.runs.family_shapes import FAMILY_SHAPES, family_shape
 from mathneuro_edit.runs.pipeline import run_recipe
 from mathneuro_edit.weights.gguf_families import GGUF_WRITTEN
-
 from tests.weights.test_gguf import _cpp_greedy, _greedy, _llama
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "families.md"
@@ -230,12 +229,17 @@ def test_jetmoe_parallel_experts_are_scored_on_the_rows_routed_to_each_expert() 
         assert stats.token_count[name].tolist() == counts[name].tolist()
 
 
-def test_gguf_tokenizer_rows_are_the_run_s_own_refusal(tmp_path) -> None:
-    """A SentencePiece-style tokenizer.json (Metaspace, byte fallback) is refused by the run, before any forward
-    pass, with the line docs/families.md shows."""
+def test_gguf_tokenizer_rows_are_run_and_checked_by_llama_cpp(tmp_path) -> None:
+    """The GGUF tokenizer table of docs/families.md: each SentencePiece row marked works is a whole run whose GGUF
+    llama.cpp itself loads, tokenizes like transformers (spaces, digits, a leading space, unicode needing byte
+    fallback, newlines) and runs with transformers' logits and greedy continuation on the baked checkpoint; each
+    refused row is the run's own one-line refusal, raised before any forward pass."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     cells = fam.tokenizer_rows(tmp_path)
     text = DOC.read_text(encoding="utf-8")
     _, notes = _doc()
+    assert set(cells) == {next(iter(cells)), *fam.SPM_WORKS.values(), *fam.SPM_REFUSED.values()}
     for kind, got in cells.items():
         shown = re.search(rf"^\| {re.escape(kind)} \| (.*) \|$", text, re.MULTILINE).group(1)
         if got == fam.WORKS:
@@ -244,6 +248,26 @@ def test_gguf_tokenizer_rows_are_the_run_s_own_refusal(tmp_path) -> None:
             n = int(re.fullmatch(r"refused \[(\d+)\]\(#refusal-\d+\)", shown).group(1))
             assert notes[n] == got.removeprefix("refused: ")
             assert "SentencePiece-style" in got and got.endswith("set outputs.gguf: null") and "\n" not in got
+    assert all(cells[kind] == fam.WORKS for kind in fam.SPM_WORKS.values())
+    prompts = ["Question: Tom has 3 apples and buys 4 more.", " a leading space", "two  spaces and 12345",
+               "na\u00efve caf\u00e9 \u65e5\u672c \U0001f642", "line one\nline two\n\nend"]
+    for style in fam.SPM_WORKS:
+        ckpt = fam.sentencepiece_checkpoint(tmp_path, style)
+        if importlib.util.find_spec("llama_cpp") is None:
+            _llama(ckpt / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
+        llm = _llama(ckpt / "model-F32.gguf")
+        ref = AutoModelForCausalLM.from_pretrained(ckpt).eval()
+        tok = AutoTokenizer.from_pretrained(ckpt)
+        for prompt in prompts:
+            ids = tok(prompt).input_ids
+            assert llm.tokenize(prompt.encode(), add_bos=True, special=False) == ids, (style, prompt)
+            llm.reset()
+            llm.eval(ids)
+            cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
+            with torch.no_grad():
+                hf = ref(torch.tensor([ids])).logits[0]
+            assert (cpp - hf).abs().max() < 1e-3 * max(1.0, float(hf.abs().max())), (style, prompt)
+            assert _cpp_greedy(llm, ids, 8) == _greedy(ref, ids, 8), (style, prompt)
 
 
 @pytest.mark.parametrize("name", [s.name for s in FAMILY_SHAPES if s.config().model_type in GGUF_WRITTEN])

@@ -1,0 +1,345 @@
+"""GGUF vocabulary: the ``tokenizer.ggml.*`` keys of :mod:`.gguf_writer`, read from ``tokenizer.json`` alone.
+
+Two kinds are written, each in the form llama.cpp's own tokenizer reproduces exactly (tested: llama-cpp-python
+tokenizes like transformers, tests/weights/test_gguf_vocab.py and tests/runs/test_families.py):
+
+- byte-level BPE (Llama 3, Qwen2/3, SmolLM2, GPT-2): llama.cpp's ``gpt2`` model, ``tokens``, ``token_type``,
+  ``merges`` and ``pre``, llama.cpp's name for the pre-tokenizer regex;
+- SentencePiece-style BPE with byte fallback over ``▁``-prefixed pieces (Llama 2, Mistral v0.1, Gemma, Phi-3):
+  llama.cpp's ``llama`` (SPM) model, ``tokens``, ``scores``, ``token_type`` (NORMAL, CONTROL, BYTE, UNKNOWN,
+  USER_DEFINED, UNUSED), ``pre = default`` and ``add_space_prefix``.
+
+Why scores from the merges: llama.cpp's SPM tokenizer merges, among adjacent symbols, the pair whose
+concatenation is the vocabulary token of highest score (llama-vocab.cpp, ``llm_tokenizer_spm_session``);
+transformers' BPE merges the pair of lowest merge rank. With ``score = -(rank of the first merge producing the
+token)`` both pick the same pair whenever every split of a token into two vocabulary tokens is itself a merge
+(true of every tokenizer.json converted from a SentencePiece model: transformers' converter lists all of them).
+A tokenizer where that, or anything else llama.cpp's SPM tokenizer cannot reproduce, does not hold is refused
+with one line (:func:`spm_refusal`). gguf's ``LlamaHfVocab`` is not used: it gives every token the score -1000,
+so llama.cpp would merge left to right instead of by rank, and marks the unknown token CONTROL.
+
+Special ids, ``add_bos_token``/``add_eos_token`` and the chat template come from gguf's ``SpecialVocab`` for both.
+
+Example:
+    >>> check_vocab("out/run/checkpoint")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+__all__ = ["add_vocab", "check_vocab", "read_tokenizer", "tokenizer_model", "spm_refusal", "spm_space_prefix",
+           "spm_vocab", "bpe_vocab", "pre_name"]
+
+SPACE = "\u2581"  # SentencePiece's whitespace mark "▁"
+_BYTE = re.compile(r"<0x[0-9A-F]{2}>")
+_NULL = "; set outputs.gguf: null"
+# pre-tokenizer regexes of tokenizer.json -> llama.cpp's tokenizer.ggml.pre name (public tokenizer data)
+_WORDS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
+_REST = r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_PRE_REGEX = {_WORDS + r"\p{N}{1,3}" + _REST: "llama-bpe", _WORDS + r"\p{N}" + _REST: "qwen2"}
+
+
+def read_tokenizer(folder: str | Path) -> dict[str, Any]:
+    """The parsed ``tokenizer.json`` of a model folder.
+
+    Raises:
+        InputError: the folder has no tokenizer.json.
+    """
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        raise InputError(f"outputs.gguf: {Path(folder).name} has no tokenizer.json; GGUF needs the tokenizer's "
+                         "vocabulary; add the base's tokenizer.json or set outputs.gguf: null")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _steps(p: Any) -> list[dict[str, Any]]:
+    """The steps of a normalizer or pre-tokenizer (a Sequence's, or the one), ``[]`` for none."""
+    if not isinstance(p, dict):
+        return []
+    key = "pretokenizers" if "pretokenizers" in p else "normalizers"
+    return [s for s in p.get(key, [])] if p.get("type") == "Sequence" else [p]
+
+
+def pre_name(p: dict[str, Any]) -> str | None:
+    """llama.cpp's name for a byte-level pre-tokenizer (None: not byte-level, or a regex llama.cpp may not know).
+
+    Example:
+        >>> pre_name({"type": "ByteLevel"})
+        'gpt-2'
+    """
+    steps = _steps(p)
+    kinds = [s.get("type") for s in steps]
+    if kinds == ["ByteLevel"] and steps[0].get("use_regex", True):
+        return "gpt-2"
+    if kinds == ["Digits", "ByteLevel"] and steps[0].get("individual_digits") and steps[1].get("use_regex", True):
+        return "smollm"
+    if kinds == ["Split", "ByteLevel"] and not steps[1].get("use_regex", True):
+        return _PRE_REGEX.get(steps[0].get("pattern", {}).get("Regex", ""))
+    return None
+
+
+def _is_spm(tok: dict[str, Any]) -> bool:
+    """A SentencePiece-style tokenizer.json: Unigram, or BPE over ``▁`` (Metaspace, or a Replace(" ", "▁"))."""
+    if tok.get("model", {}).get("type") == "Unigram":
+        return True
+    kinds = [s.get("type") for s in _steps(tok.get("pre_tokenizer")) + _steps(tok.get("normalizer"))]
+    replaced = any(s.get("type") == "Replace" and s.get("content") == SPACE for s in _steps(tok.get("normalizer")))
+    return "Metaspace" in kinds or replaced or bool(tok.get("model", {}).get("byte_fallback"))
+
+
+def tokenizer_model(tok: dict[str, Any]) -> str:
+    """llama.cpp's tokenizer model for a tokenizer.json: ``"gpt2"`` (byte-level BPE) or ``"llama"`` (SPM).
+
+    Raises:
+        InputError: neither, or a SentencePiece-style one llama.cpp would tokenize differently (one line).
+
+    Example:
+        >>> tokenizer_model({"model": {"type": "BPE"}, "pre_tokenizer": {"type": "ByteLevel"}})
+        'gpt2'
+    """
+    model = tok.get("model", {})
+    if model.get("type") == "BPE" and pre_name(tok.get("pre_tokenizer") or {}) is not None:
+        return "gpt2"
+    if _is_spm(tok):
+        why = spm_refusal(tok)
+        if why is not None:
+            raise InputError(f"outputs.gguf: this SentencePiece-style tokenizer.json cannot be written for "
+                             f"llama.cpp: {why}{_NULL}")
+        return "llama"
+    kinds = "+".join(str(s.get("type")) for s in _steps(tok.get("pre_tokenizer"))) or "no"
+    raise InputError(f"outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM2, GPT-2) and "
+                     f"SentencePiece-style BPE with byte fallback (Llama 2, Mistral v0.1, Gemma, Phi-3) are written; "
+                     f"this tokenizer.json is {model.get('type')} with {kinds} pre-tokenizer, not a pre-tokenizer "
+                     f"llama.cpp names{_NULL}")
+
+
+def spm_space_prefix(tok: dict[str, Any]) -> bool | None:
+    """llama.cpp's ``add_space_prefix`` for a SentencePiece-style layout, None for a layout it does not reproduce.
+
+    Llama 2 / Mistral v0.1 / Phi-3: normalizer Prepend("▁") + Replace(" ", "▁") (True); Gemma: Replace alone (its
+    Split at " " then finds no space), or a Metaspace pre-tokenizer with ``prepend_scheme`` "never" (False). Why
+    not Metaspace "always"/"first": it does not prefix text that already starts with a space, llama.cpp does
+    (``" hi"``: ``▁hi`` there, ``▁▁hi`` here).
+
+    Example:
+        >>> spm_space_prefix({"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}})
+        False
+    """
+    norm, pre = _steps(tok.get("normalizer")), _steps(tok.get("pre_tokenizer"))
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": SPACE}
+    if replace in norm:  # Gemma's Split at " " after the normalizer has replaced every " ": nothing to split
+        pre = [s for s in pre if not (s.get("type") == "Split" and s.get("pattern") == {"String": " "})]
+    if not pre and norm in ([{"type": "Prepend", "prepend": SPACE}, replace], [replace]):
+        return len(norm) == 2
+    if not norm and len(pre) == 1 and pre[0].get("type") == "Metaspace" and pre[0].get("replacement") == SPACE:
+        scheme = pre[0].get("prepend_scheme", "always" if pre[0].get("add_prefix_space", True) else "never")
+        return False if scheme == "never" else None
+    return None
+
+
+def _layout(tok: dict[str, Any]) -> str:
+    """The normalizer and pre-tokenizer types, for a refusal: ``"Prepend+Replace normalizer, no pre-tokenizer"``."""
+    pre = _steps(tok.get("pre_tokenizer"))
+    norm = "+".join(str(s.get("type")) for s in _steps(tok.get("normalizer"))) or "no"
+    kinds = "+".join(str(s.get("type")) for s in pre) or "no"
+    schemes = [s.get("prepend_scheme") for s in pre if s.get("type") == "Metaspace" and s.get("prepend_scheme")]
+    return f"{norm} normalizer, {kinds} pre-tokenizer" + (f" (prepend_scheme {schemes[0]!r})" if schemes else "")
+
+
+def _merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
+    """The merges as pairs (tokenizer.json writes ``"a b"`` or ``["a", "b"]``)."""
+    return [tuple(m.split(" ", 1)) if isinstance(m, str) else (m[0], m[1]) for m in model.get("merges", [])]
+
+
+def _first_rank(pairs: list[tuple[str, str]]) -> dict[str, int]:
+    """Each merge product -> the rank of the first merge producing it."""
+    ranks: dict[str, int] = {}
+    for r, (a, b) in enumerate(pairs):
+        ranks.setdefault(a + b, r)
+    return ranks
+
+
+def spm_refusal(tok: dict[str, Any]) -> str | None:
+    """Why llama.cpp's SPM tokenizer would not tokenize like this tokenizer.json (None: it would), one phrase.
+
+    Example:
+        >>> spm_refusal({"model": {"type": "Unigram"}}).startswith("a Unigram model")
+        True
+    """
+    model = tok.get("model", {})
+    if model.get("type") == "Unigram":
+        return ("a Unigram model (llama.cpp's SPM tokenizer merges pairs by score, a Unigram model picks the "
+                "most likely segmentation: llama.cpp's 't5' tokenizer model, with the normalizer's "
+                "precompiled_charsmap, is not written here)")
+    if model.get("type") != "BPE" or not model.get("byte_fallback"):
+        return f"a {model.get('type')} model without byte_fallback (llama.cpp's SPM falls back to <0xXX> bytes)"
+    for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            return f"BPE {key}={model[key]!r} (llama.cpp's SPM tokenizer has none)"
+    if model.get("ignore_merges"):
+        return "BPE ignore_merges (whole-word vocabulary lookups llama.cpp's SPM tokenizer does not do)"
+    if spm_space_prefix(tok) is None:
+        pre = _steps(tok.get("pre_tokenizer"))
+        if not _steps(tok.get("normalizer")) and [s.get("type") for s in pre] == ["Metaspace"]:
+            return (f"{_layout(tok)}: it adds no '\u2581' to text that starts with a space, llama.cpp's "
+                    "add_space_prefix adds one to any text (written: normalizer Prepend+Replace or Replace alone, "
+                    "or Metaspace with prepend_scheme 'never')")
+        return (f"{_layout(tok)}: llama.cpp's SPM tokenizer only replaces spaces by '\u2581' and may prefix one "
+                "(written: normalizer Prepend+Replace or Replace alone, or Metaspace with prepend_scheme 'never')")
+    vocab: dict[str, int] = model["vocab"]
+    inner = [t for t in vocab if SPACE in t[1:]]
+    if inner and any(s.get("type") == "Metaspace" and s.get("split", True) for s in _steps(tok.get("pre_tokenizer"))):
+        return f"Metaspace splits at '\u2581' but token {inner[0]!r} spans one (llama.cpp does not split)"
+    missing = [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in vocab]
+    if missing:
+        return f"{len(missing)} of the 256 byte tokens are missing ({missing[0]}...; llama.cpp falls back to them)"
+    pairs = _merge_pairs(model)
+    known = set(pairs)
+    added = {a["content"] for a in tok.get("added_tokens", [])}
+    for t in _first_rank(pairs):  # llama.cpp forms t from any two adjacent tokens; transformers from merges only
+        for i in range(1, len(t)):
+            if t[:i] in vocab and t[i:] in vocab and (t[:i], t[i:]) not in known:
+                return (f"token {t!r} can be split into {t[:i]!r} + {t[i:]!r}, which is not a merge (llama.cpp "
+                        "would merge them; transformers' SentencePiece conversion lists every such split)")
+    products = {a + b for a, b in pairs}
+    for t in vocab:  # no merge makes t, yet llama.cpp would make it from two adjacent tokens
+        if t in products or t in added or _BYTE.fullmatch(t):
+            continue
+        for i in range(1, len(t)):
+            if t[:i] in vocab and t[i:] in vocab:
+                return (f"token {t!r} is no merge's product but {t[:i]!r} + {t[i:]!r} (llama.cpp would merge "
+                        "them, transformers not)")
+    return None
+
+
+def spm_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], list[float], list[Any]]:
+    """(tokens, scores, token types) by id of a SentencePiece-style BPE tokenizer.json, for llama.cpp's SPM.
+
+    Scores: ``-rank`` of the first merge producing the token (see the module docstring); 0 for the others
+    (characters, bytes, special tokens: SentencePiece's own scores of those); -1000 for non-special added tokens,
+    -10000 for padding ids, as llama.cpp's converter writes them. Types: UNKNOWN for ``unk_token``, CONTROL for
+    special added tokens, BYTE for ``<0xXX>``, USER_DEFINED for other added tokens (llama.cpp matches them in the
+    raw text, as transformers does) except those holding "▁" that are also pieces (NORMAL: llama.cpp would print
+    their "▁" as is), UNUSED for padding, NORMAL for the rest.
+
+    Args:
+        gguf: the gguf module.
+        tok: the parsed tokenizer.json (:func:`spm_refusal` is None for it).
+        n_vocab: the model's vocabulary size (ids past the tokenizer's are ``[PAD<id>]``, UNUSED).
+
+    Returns:
+        Three lists of ``max(n_vocab, tokenizer size)`` entries.
+    """
+    model = tok["model"]
+    ranks = _first_rank(_merge_pairs(model))
+    added = {a["id"]: a for a in tok.get("added_tokens", [])}
+    by_id = {i: t for t, i in model["vocab"].items()} | {i: a["content"] for i, a in added.items()}
+    unk = model["vocab"].get(model.get("unk_token")) if model.get("unk_token") else None
+    tokens, scores, types = [], [], []
+    for i in range(max(n_vocab, len(by_id))):
+        t = by_id.get(i)
+        if t is None:  # ids the model has but the tokenizer lacks (padded embeddings): llama.cpp's converter's
+            tokens.append(f"[PAD{i}]")
+            scores.append(-10000.0)
+            types.append(gguf.TokenType.UNUSED)
+            continue
+        tokens.append(t)
+        if i == unk:
+            kind, score = gguf.TokenType.UNKNOWN, 0.0
+        elif i in added and added[i].get("special"):
+            kind, score = gguf.TokenType.CONTROL, 0.0
+        elif i in added and not (SPACE in t and model["vocab"].get(t) == i):
+            kind, score = gguf.TokenType.USER_DEFINED, -1000.0
+        elif _BYTE.fullmatch(t):
+            kind, score = gguf.TokenType.BYTE, 0.0
+        else:  # a piece; also an added "▁▁" (Gemma's whitespace runs) that is a piece: llama.cpp renders
+            # USER_DEFINED text as it is, NORMAL with "▁" as spaces (transformers' decoder does); merges reach both
+            kind, score = gguf.TokenType.NORMAL, -float(ranks[t]) if t in ranks else 0.0
+        scores.append(score)
+        types.append(kind)
+    return tokens, scores, types
+
+
+def bpe_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], list[Any]]:
+    """(tokens by id, token types) of a byte-level BPE tokenizer.json (padding ids: ``[PAD<id>]``, USER_DEFINED)."""
+    added = {a["id"]: a for a in tok.get("added_tokens", [])}
+    by_id = {i: t for t, i in tok["model"]["vocab"].items()} | {i: a["content"] for i, a in added.items()}
+    tokens, types = [], []
+    for i in range(max(n_vocab, len(by_id))):
+        if i not in by_id:  # ids the model has but the tokenizer lacks (padded embeddings): llama.cpp's filler
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.USER_DEFINED)
+        else:
+            tokens.append(by_id[i])
+            types.append(gguf.TokenType.NORMAL if i not in added else
+                         gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
+    return tokens, types
+
+
+def check_vocab(folder: str | Path) -> str:
+    """Raise :class:`InputError` now if :func:`add_vocab` would refuse this folder's tokenizer.json.
+
+    Returns:
+        llama.cpp's tokenizer model: ``"gpt2"`` or ``"llama"``.
+    """
+    return tokenizer_model(read_tokenizer(folder))
+
+
+def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) -> None:
+    """Special ids, add_bos/add_eos and the chat template, read by gguf's SpecialVocab."""
+    quiet = logging.getLogger("gguf.vocab")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its TemplateProcessing guesses warn on harmless templates
+    try:
+        special = gguf.SpecialVocab(folder, load_merges=merges, n_vocab=n_tokens)
+        if "bos" not in special.add_special_token:  # explicit: llama.cpp's default depends on the tokenizer model
+            from tokenizers import Tokenizer
+
+            ids = Tokenizer.from_file(str(folder / "tokenizer.json")).encode("a").ids
+            special.add_special_token["bos"] = bool(ids) and ids[0] == special.special_token_ids.get("bos")
+        special.add_to_gguf(writer, quiet=True)
+    finally:
+        quiet.setLevel(level)
+
+
+def add_vocab(gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None = None) -> None:
+    """Write the ``tokenizer.ggml.*`` keys (and the chat template) of ``folder``'s tokenizer.json.
+
+    Args:
+        gguf: the gguf module.
+        writer: the ``gguf.GGUFWriter``.
+        folder: the model folder (tokenizer.json, tokenizer_config.json).
+        n_vocab: the model's vocabulary size.
+        pre: byte-level BPE only: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json.
+
+    Raises:
+        InputError: no tokenizer.json, or one llama.cpp would tokenize differently (:func:`tokenizer_model`).
+
+    Example:
+        >>> add_vocab(gguf, writer, "out/run/checkpoint", 49152)  # doctest: +SKIP
+    """
+    folder = Path(folder)
+    tok = read_tokenizer(folder)
+    if tokenizer_model(tok) == "gpt2":
+        tokens, types = bpe_vocab(gguf, tok, n_vocab)
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre(pre or pre_name(tok.get("pre_tokenizer") or {}))
+        writer.add_token_list(tokens)
+        writer.add_token_types(types)
+        _special(gguf, writer, folder, len(tokens), merges=True)
+        return
+    tokens, scores, types = spm_vocab(gguf, tok, n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_add_space_prefix(bool(spm_space_prefix(tok)))  # explicit: llama.cpp's SPM default is True
+    _special(gguf, writer, folder, len(tokens), merges=False)
