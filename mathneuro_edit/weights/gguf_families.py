@@ -11,6 +11,13 @@ Gemma 3 (text) is written with its own keys (:func:`add_family_keys`): the per-l
 ``layer_types``), the local layers' rope base (``rope.freq_base_swa``) and final soft-capping; what llama.cpp's
 gemma3 computes from fixed rules instead of reading (the query scale, no attention soft-capping, scaling on the
 global layers only) is refused when a config differs (:func:`gemma3_refusal`).
+
+gpt-oss is written as llama.cpp's converter writes it: :func:`tensor_views` says how each fused expert tensor
+becomes llama.cpp's (gate/up de-interleaved, transposed: a :class:`View`), the sinks and biases keep F32, and
+:func:`add_family_keys` writes the per-layer sliding pattern. llama.cpp's openai-moe hard-codes the swiglu
+(:data:`GPT_OSS_SWIGLU`) and YaRN's attention factor, so other values are refused; it also always rounds YaRN's
+correction range (:func:`yarn_ramp_bounds`), which the released ``truncate: false`` does not: written, with a
+warning, since no GGUF key can express it and llama.cpp's own conversion differs from transformers the same way.
 """
 
 from __future__ import annotations
