@@ -231,3 +231,18 @@ def test_a_yarn_attention_factor_equal_to_llama_cpp_s_is_written() -> None:
     cfg = family_shape("gpt-oss").config().to_dict()
     rope = {**cfg["rope_parameters"], "attention_factor": 0.1 * np.log(4.0) + 1}
     assert gguf_refusal({**cfg, "rope_parameters": rope}) is None
+
+
+def test_a_bf16_checkpoint_is_split_one_expert_at_a_time_and_audited(tmp_path) -> None:
+    """The released weights are bf16 (the MXFP4 experts dequantized): each expert is read by its own byte range."""
+    from safetensors.torch import load_file as load_torch
+    from safetensors.torch import save_file as save_torch
+
+    base = _base(tmp_path, strong=True)
+    path = base / "model.safetensors"
+    save_torch({k: v.to(torch.bfloat16) for k, v in load_torch(str(path)).items()}, str(path), metadata={"format": "pt"})
+    out = write_gguf(base, tmp_path / "m.gguf", "F32")
+    gate_up = load_torch(str(path))["model.layers.0.mlp.experts.gate_up_proj"].float().numpy()
+    got = _reader(out)["blk.0.ffn_up_exps.weight"]
+    np.testing.assert_array_equal(np.asarray(got.data).reshape(E, 64, 64), np.transpose(gate_up[:, :, 1::2], (0, 2, 1)))
+    assert audit_gguf(out, base)[1] == []
