@@ -131,11 +131,14 @@ def check_gguf_readback(ckpt: Path, qtype: str, baked: dict[str, torch.Tensor]) 
     Not the Qwen MoEs: transformers' reader maps their ``expert_count`` but not ``expert_feed_forward_length``, so
     it rebuilds the config with its default expert width and cannot load any llama.cpp Qwen MoE GGUF (its
     converter writes the same keys); tests/weights/test_gguf_moe.py reads their stacked experts with gguf's reader.
+    Not gpt-oss: transformers' reader takes each ``gpt-oss.rope.scaling.*`` key's first field part (the key's
+    length, not its value) and fails converting it, so it loads no llama.cpp gpt-oss GGUF with YaRN (its converter
+    writes the same keys); tests/weights/test_gguf_gpt_oss.py reads the split experts with gguf's reader.
     """
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
     model_type = json.loads((ckpt / "config.json").read_text())["model_type"]
-    if model_type not in GGUF_CONFIG_MAPPING or model_type in ("qwen2_moe", "qwen3_moe"):
+    if model_type not in GGUF_CONFIG_MAPPING or model_type in ("qwen2_moe", "qwen3_moe", "gpt_oss"):
         return
     cfg = json.loads((ckpt / "config.json").read_text())
     got = _load(ckpt, gguf_file=gguf_filename(qtype))

@@ -11,14 +11,24 @@ Gemma 3 (text) is written with its own keys (:func:`add_family_keys`): the per-l
 ``layer_types``), the local layers' rope base (``rope.freq_base_swa``) and final soft-capping; what llama.cpp's
 gemma3 computes from fixed rules instead of reading (the query scale, no attention soft-capping, scaling on the
 global layers only) is refused when a config differs (:func:`gemma3_refusal`).
+
+gpt-oss is written as llama.cpp's converter writes it: :func:`tensor_views` says how each fused expert tensor
+becomes llama.cpp's (gate/up de-interleaved, transposed: a :class:`View`), the sinks and biases keep F32, and
+:func:`add_family_keys` writes the per-layer sliding pattern. llama.cpp's openai-moe hard-codes the swiglu
+(:data:`GPT_OSS_SWIGLU`) and YaRN's attention factor, so other values are refused; it also always rounds YaRN's
+correction range (:func:`yarn_ramp_bounds`), which the released ``truncate: false`` does not: written, with a
+warning, since no GGUF key can express it and llama.cpp's own conversion differs from transformers the same way.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "MOE_NORM_TOPK", "gguf_refusal", "add_family_keys",
-           "rope_dims", "tensor_shift", "expert_count", "gemma3_refusal", "layer_types", "rope_by_layer_type"]
+           "rope_dims", "tensor_shift", "expert_count", "gemma3_refusal", "layer_types", "rope_by_layer_type",
+           "View", "tensor_views", "GPT_OSS_SWIGLU", "yarn_ramp_bounds"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
@@ -39,12 +49,16 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     # SmolLM3: llama's tensors and permutation; llama.cpp skips the rotary in every 4th layer (hard-coded: the
     # released no_rope_layer_interval), so another NoPE pattern is refused (_smollm3_refusal)
     "smollm3": ("SMOLLM3", True),
+    # gpt-oss (verified by llama.cpp itself): its fused experts are split and transposed to llama.cpp's stacks
+    # (tensor_views: gate/up de-interleaved, [experts, in, out] -> [experts, out, in]), their biases and the router's
+    # kept F32, the attention sinks as attn_sinks.weight, NeoX rotary with YaRN, the sliding pattern per layer;
+    # what llama.cpp's openai-moe hard-codes (the swiglu clamp and slope, YaRN's attention factor): _gpt_oss_refusal
+    "gpt_oss": ("GPT_OSS", False),
 }
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
 GGUF_PENDING: dict[str, str] = {
     "deepseek_v3": "llama.cpp's deepseek2 needs the MLA tensors, kv_b split and the grouped router's keys",
-    "gpt_oss": "llama.cpp's gpt-oss needs the attention sinks, interleaved gate/up experts and MXFP4-aware layout",
     "llama4_text": "llama.cpp's llama4 needs the stacked experts, shared expert, NoPE layer pattern and "
                    "temperature tuning keys",
     "gpt2": "llama.cpp's gpt2 needs the transposed Conv1D weights split into q/k/v and learned positions",
@@ -100,6 +114,75 @@ def _smollm3_refusal(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+# llama.cpp's gpt-oss activation (src/llama-graph.cpp, LLM_FFN_SWIGLU_OAI_MOE) is a constant, not a key:
+# (min(gate, limit) * sigmoid(alpha * min(gate, limit))) * (clamp(up, -limit, limit) + 1) with these two values
+GPT_OSS_SWIGLU = {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}
+
+
+def yarn_ramp_bounds(cfg: dict[str, Any]) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """YaRN's correction range (the rotary dimensions where it blends interpolation and extrapolation) as
+    transformers computes it for this config, and as llama.cpp does: ``((low, high) of transformers, (low, high)
+    of llama.cpp)``; None without YaRN. llama.cpp always rounds the range outwards (floor/ceil: transformers'
+    ``truncate: true``); gpt-oss is released with ``truncate: false`` (OpenAI's reference, vLLM and SGLang do
+    not round), so llama.cpp's rotary frequencies differ there in the dimensions of the range.
+
+    Example:
+        >>> yarn_ramp_bounds({"head_dim": 64, "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0,
+        ...     "factor": 32.0, "original_max_position_embeddings": 4096, "truncate": False}})  # gpt-oss-20b
+        ((8.092779115512402, 17.39802450158856), (8.0, 18.0))
+    """
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    if params.get("rope_type", params.get("type")) != "yarn":
+        return None
+    dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+    base = float(params.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
+    ctx = float(params["original_max_position_embeddings"])
+
+    def corr(rotations: float) -> float:
+        return dim * math.log(ctx / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = corr(float(params.get("beta_fast") or 32.0)), corr(float(params.get("beta_slow") or 1.0))
+    rounded = (float(max(0, math.floor(low))), float(min(dim - 1, math.ceil(high))))
+    exact = rounded if params.get("truncate", True) else (max(low, 0.0), min(high, dim - 1.0))
+    return exact, rounded
+
+
+def _mscale(factor: float, mscale: float = 1.0) -> float:
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def _yarn_attention_factor(params: dict[str, Any]) -> float:
+    """transformers' YaRN cos/sin scale: ``attention_factor``, else from ``mscale``/``mscale_all_dim`` when both
+    are set, else ``0.1 ln(factor) + 1`` (what llama.cpp always uses without a yarn_log_multiplier key)."""
+    factor = float(params["factor"])
+    if params.get("attention_factor") is not None:
+        return float(params["attention_factor"])
+    if params.get("mscale") and params.get("mscale_all_dim"):
+        return _mscale(factor, float(params["mscale"])) / _mscale(factor, float(params["mscale_all_dim"]))
+    return _mscale(factor)
+
+
+def _gpt_oss_refusal(cfg: dict[str, Any]) -> str | None:
+    """What of a gpt-oss config llama.cpp's openai-moe (src/models/openai-moe.cpp) cannot run as transformers does."""
+    if cfg.get("model_type") != "gpt_oss":
+        return None
+    for key, fixed in GPT_OSS_SWIGLU.items():
+        if float(cfg.get(key, fixed)) != fixed:
+            return f"{key} is {cfg[key]} but llama.cpp's GPT_OSS hard-codes {fixed} in its swiglu"
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ("default", "yarn"):
+        return f"rope {kind!r}: only default and YaRN rope are written for gpt-oss (verified against llama.cpp)"
+    if kind == "yarn" and not math.isclose(_yarn_attention_factor(params), _mscale(float(params["factor"])),
+                                           rel_tol=1e-6):
+        # llama.cpp recomputes YaRN's cos/sin scale from the factor alone and ignores a given one
+        return (f"its YaRN scales attention by {_yarn_attention_factor(params):.6g} (attention_factor/mscale) but "
+                f"llama.cpp's GPT_OSS computes 0.1 ln(factor) + 1 = {_mscale(float(params['factor'])):.6g}")
+    if cfg.get("sliding_window") is None and "sliding_attention" in layer_types(cfg):
+        return "sliding layers but no sliding_window"
+    return None
+
+
 def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     """None when :mod:`.gguf_writer` writes this config's family, else one line: what, why, how to proceed.
 
@@ -115,7 +198,7 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     if model_type == "gemma3_text":
         return gemma3_refusal(cfg)
     if model_type in GGUF_WRITTEN:
-        moe = _moe_refusal(cfg) or _smollm3_refusal(cfg)
+        moe = _moe_refusal(cfg) or _smollm3_refusal(cfg) or _gpt_oss_refusal(cfg)
         return None if moe is None else (f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as "
                                          f"transformers runs it: {moe}; set outputs.gguf: null (the checkpoint "
                                          "holds the edit)")
@@ -134,10 +217,12 @@ _SLIDING = "sliding_attention"
 
 def layer_types(cfg: dict[str, Any]) -> list[str]:
     """Each layer's attention type: ``layer_types``, or (Hub configs of transformers 4) every
-    ``sliding_window_pattern``-th layer global and the others sliding, as transformers derives it (default 6)."""
+    ``sliding_window_pattern``-th layer global and the others sliding, as transformers derives it (default 6;
+    gpt-oss: 2)."""
     if cfg.get("layer_types"):
         return [str(t) for t in cfg["layer_types"]]
-    n = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6)
+    default = 2 if cfg.get("model_type") == "gpt_oss" else 6  # gpt-oss: every other layer (transformers, llama.cpp)
+    n = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or default)
     return [_SLIDING if (i + 1) % n else "full_attention" for i in range(int(cfg["num_hidden_layers"]))]
 
 
@@ -219,6 +304,65 @@ def _add_gemma3_keys(writer: Any, cfg: dict[str, Any]) -> None:
         writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
 
 
+@dataclass(frozen=True)
+class View:
+    """Part of one checkpoint tensor as llama.cpp stores it: the entries ``start::step`` of its last axis, then its
+    last two axes swapped when ``transpose``. gpt-oss's fused ``gate_up_proj`` ``[experts, hidden, 2 * ff]``
+    interleaves gate (even columns) and up (odd): llama.cpp's ``ffn_gate_exps`` is ``View(t, 0, 2, True)``
+    (``[experts, ff, hidden]``), ``ffn_up_exps`` ``View(t, 1, 2, True)``. A tensor of 3 or more axes is read and
+    written one index of its first axis (one expert) at a time.
+
+    Example:
+        >>> View("gate_up_proj", 1, 2, True).shape((4, 64, 128))
+        (4, 64, 64)
+    """
+
+    tensor: str
+    start: int = 0
+    step: int = 1
+    transpose: bool = False
+
+    def shape(self, hf_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The viewed shape of a checkpoint tensor of shape ``hf_shape``."""
+        *lead, last = hf_shape
+        out = (*lead, len(range(self.start, last, self.step)))
+        return (*out[:-2], out[-1], out[-2]) if self.transpose else out
+
+    def apply(self, w: Any) -> Any:
+        """The view of an array (numpy or torch) holding the checkpoint tensor, or its trailing axes."""
+        w = w[..., self.start::self.step]
+        return w.swapaxes(-1, -2) if self.transpose else w
+
+
+def tensor_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | None:
+    """How a family's checkpoint tensor becomes llama.cpp's tensors, when not one to one: ``[(HF-style name that
+    gguf's name map knows, source)]``, the source a checkpoint name or a :class:`View`; None: the tensor as it is.
+
+    gpt-oss (llama.cpp's converter, GptOssModel.modify_tensors): ``gate_up_proj`` -> ``gate_proj.weight`` (even
+    columns) and ``up_proj.weight`` (odd), transposed; ``gate_up_proj_bias`` -> their biases; ``down_proj`` ->
+    ``down_proj.weight`` transposed; ``down_proj_bias`` -> ``down_proj.bias``; ``sinks`` -> ``sinks.weight``.
+
+    Example:
+        >>> [n.split(".")[-2] for n, _ in tensor_views({"model_type": "gpt_oss"}, "m.experts.gate_up_proj")]
+        ['gate_proj', 'up_proj']
+    """
+    if cfg.get("model_type") != "gpt_oss":
+        return None
+    stem, _, last = hf_name.rpartition(".")
+    if last == "gate_up_proj":
+        return [(f"{stem}.gate_proj.weight", View(hf_name, 0, 2, True)),
+                (f"{stem}.up_proj.weight", View(hf_name, 1, 2, True))]
+    if last == "gate_up_proj_bias":
+        return [(f"{stem}.gate_proj.bias", View(hf_name, 0, 2)), (f"{stem}.up_proj.bias", View(hf_name, 1, 2))]
+    if last == "down_proj":
+        return [(f"{stem}.down_proj.weight", View(hf_name, transpose=True))]
+    if last == "down_proj_bias":
+        return [(f"{stem}.down_proj.bias", hf_name)]
+    if last == "sinks":
+        return [(f"{hf_name}.weight", hf_name)]
+    return None
+
+
 # Granite's multipliers, under llama.cpp's names (its converter's GraniteModel: *_multiplier -> *_scale)
 _GRANITE_KEYS = (("attention_multiplier", "add_attention_scale"), ("embedding_multiplier", "add_embedding_scale"),
                  ("residual_multiplier", "add_residual_scale"), ("logits_scaling", "add_logit_scale"))
@@ -260,8 +404,13 @@ def add_family_keys(writer: Any, cfg: dict[str, Any]) -> None:
         writer.add_expert_used_count(int(cfg["num_experts_per_tok"]))
         if cfg.get("moe_intermediate_size"):  # the Qwen MoEs: experts narrower than intermediate_size
             writer.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
+        if cfg.get("model_type") == "gpt_oss":  # every MLP is routed experts of intermediate_size
+            writer.add_expert_feed_forward_length(int(cfg["intermediate_size"]))
         if cfg.get("shared_expert_intermediate_size"):
             writer.add_expert_shared_feed_forward_length(int(cfg["shared_expert_intermediate_size"]))
+    if cfg.get("model_type") == "gpt_oss":  # the window (llama.cpp needs the key) and which layers slide
+        writer.add_sliding_window(int(cfg.get("sliding_window") or 0))
+        writer.add_sliding_window_pattern([k == _SLIDING for k in layer_types(cfg)])
     if cfg.get("model_type") == "granite":
         for key, add in _GRANITE_KEYS:
             if cfg.get(key) is not None:

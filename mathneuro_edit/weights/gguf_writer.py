@@ -3,14 +3,17 @@
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
 Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
-Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection; the per-family
-conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings
-are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors, linear/YaRN scaling keys; the tokenizer
-(``tokenizer.ggml.*``, :mod:`.gguf_vocab`: byte-level BPE or SentencePiece-style) and the chat template. docs/formats.md
+Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection), gpt-oss (its fused
+experts split into gate and up and transposed: a plan row's source may be a :class:`~.gguf_families.View` of a
+checkpoint tensor; the per-family conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no
+``output.weight`` when embeddings are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors,
+linear/YaRN scaling keys; the tokenizer (``tokenizer.ggml.*``, :mod:`.gguf_vocab`: byte-level BPE or
+SentencePiece-style) and the chat template. docs/formats.md
 lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the embedding/output at Q8_0).
 
 Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
-rows (peak memory: about one checkpoint tensor plus ~16 MiB; an expert stack is read one expert at a time).
+rows (peak memory: about one checkpoint tensor plus ~16 MiB; an expert stack, and a View of a 3-D expert tensor,
+is read one expert at a time).
 Deterministic: same checkpoint and type -> byte-identical file (fixed key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
 
 Example:
@@ -35,11 +38,14 @@ from ..errors import InputError
 from .checkpoint import open_checkpoint
 from .gguf_families import (
     GGUF_WRITTEN,
+    View,
     add_family_keys,
     expert_count,
     gguf_refusal,
     rope_dims,
     tensor_shift,
+    tensor_views,
+    yarn_ramp_bounds,
 )
 from .gguf_vocab import add_vocab, check_vocab
 
@@ -155,7 +161,9 @@ def _row_perm(rows: int, n_head: int) -> np.ndarray:
 # layout of Mixtral, the Qwen MoEs and OLMoE on the Hub, and what transformers' save_pretrained writes for them)
 _EXPERT = re.compile(r"^(?P<stem>.+\.experts)\.(?P<index>\d+)\.(?P<proj>[A-Za-z0-9_]+)\.weight$")
 
-Source = str | tuple[str, ...] | None  # a plan row's checkpoint tensor(s): one, the experts stacked, or computed
+# a plan row's checkpoint tensor(s): one, the experts stacked, a View of one (gpt-oss's split fused experts), or
+# None (computed)
+Source = str | tuple[str, ...] | View | None
 
 
 def _stacked_experts(tensors: Mapping[str, Any], n_experts: int) -> dict[str, tuple[str, tuple[str, ...], tuple]]:
@@ -189,7 +197,9 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
     """What :func:`write_gguf` writes: ``(gguf name, checkpoint tensor(s), HF shape, GGML type)`` in file order
     (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint). The checkpoint tensor
     is a name, a tuple of names (an MoE layer's experts, stacked expert-major: HF shape ``(experts, rows,
-    cols)``), or None (computed: Llama 3's ``rope_freqs``).
+    cols)``), a :class:`~.gguf_families.View` of one (a slice and/or transposition: gpt-oss's fused experts
+    split into gate and up, :func:`~.gguf_families.tensor_views`; HF shape: the view's), or None (computed:
+    Llama 3's ``rope_freqs``).
 
     Raises:
         InputError: unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
@@ -222,21 +232,27 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
             if hf not in stacked:
                 continue  # written with the stack its layer's first expert opened
             hf, source, shape = stacked[hf]
-        name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
-        if name is None:
-            raise InputError(f"outputs.gguf: {hf} has no GGUF name for {cfg['model_type']}; set outputs.gguf: null")
-        rows.append((name, source, shape, _tensor_type(gguf, name, shape, qtype)))
+        views = tensor_views(cfg, hf)  # a family's one-to-many or renamed tensors (gpt-oss)
+        for mapped, src in views or [(hf, source)]:
+            out_shape = src.shape(shape) if isinstance(src, View) else shape
+            name = names.get_name(mapped, try_suffixes=(".weight", ".bias"))
+            if name is None:
+                raise InputError(f"outputs.gguf: {hf} has no GGUF name for {cfg['model_type']}; "
+                                 "set outputs.gguf: null")
+            rows.append((name, src, out_shape, _tensor_type(gguf, name, out_shape, qtype)))
 
     return rows  # llama.cpp's order: extra tensors (rope_freqs) first, then the checkpoint's file order
 
 
 # tensors llama.cpp's converter always keeps in F32 whatever the file type: the MoE routers (small, and their
-# softmax picks the experts: a rounding could route a token elsewhere)
+# softmax picks the experts: a rounding could route a token elsewhere); and every 1-D tensor and every bias
+# (its converter quantizes only names ending in .weight: gpt-oss's 2-D expert biases stay F32)
 _ALWAYS_F32 = ("ffn_gate_inp", "ffn_gate_inp_shexp")
 
 
 def _tensor_type(gguf: Any, name: str, shape: tuple[int, ...], qtype: str) -> str:
-    if len(shape) < 2 or (name.startswith("blk.") and name.split(".")[2] in _ALWAYS_F32):
+    if (len(shape) < 2 or not name.endswith(".weight")
+            or (name.startswith("blk.") and name.split(".")[2] in _ALWAYS_F32)):
         return "F32"
     want = "Q8_0" if qtype in _LOW_BIT and name.split(".")[0] in ("token_embd", "output") else qtype
     block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[want]][0]
@@ -280,10 +296,21 @@ def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
             w = w[_row_perm(shape[0], heads[kind])]
         return w + np.float32(shift) if (shift := tensor_shift(cfg, hf)) else w  # Gemma's norms: stored 1 + w
 
+    def viewed(v: View, name: str, shape: tuple[int, ...]):
+        """A View's float32 rows; a 3-D (expert) tensor one expert at a time, expert-major."""
+        if len(shape) < 3:
+            yield from _rows_of(np.ascontiguousarray(v.apply(read(v.tensor, name, shape))))
+            return
+        for e in range(shape[0]):
+            w = ckpt.read(v.tensor, rows=slice(e, e + 1)).float().numpy()[0]
+            yield from _rows_of(np.ascontiguousarray(v.apply(w)))
+
     for row in plan:
         name, hf, shape, _ = row
         if hf is None:
             yield row, iter([_computed(cfg, name)])
+        elif isinstance(hf, View):
+            yield row, viewed(hf, name, shape)
         elif isinstance(hf, tuple):
             yield row, (block for member in hf for block in _rows_of(read(member, name, shape[1:])))
         else:
@@ -373,6 +400,16 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.add_rope_scaling_factor(float(scaling["factor"]))
         if "original_max_position_embeddings" in scaling:
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+        if scaling["rope_type"] == "yarn":  # the ramp's bounds, when given (llama.cpp's defaults: 32 and 1)
+            for key, add in (("beta_fast", w.add_rope_scaling_yarn_beta_fast),
+                             ("beta_slow", w.add_rope_scaling_yarn_beta_slow)):
+                if scaling.get(key) is not None:
+                    add(float(scaling[key]))
+            exact, rounded = yarn_ramp_bounds(cfg) or ((0.0, 0.0), (0.0, 0.0))
+            if exact != rounded:  # gpt-oss's truncate: false; no GGUF key can say it (gguf_families.yarn_ramp_bounds)
+                log.warning("gguf: llama.cpp rounds YaRN's correction range to [%g, %g] where transformers uses "
+                            "[%.4g, %.4g] (rope truncate: false): llama.cpp's rotary frequencies differ in those "
+                            "dimensions, as in llama.cpp's own conversion", *rounded, *exact)
     if scaling.get("rope_type") == "longrope":  # the factors themselves are tensors (gguf_plan)
         w.add_rope_scaling_attn_factors(_longrope_factors(cfg)[2])
         w.add_rope_scaling_orig_ctx_len(int(scaling.get("original_max_position_embeddings")
