@@ -134,11 +134,14 @@ def check_gguf_readback(ckpt: Path, qtype: str, baked: dict[str, torch.Tensor]) 
     Not gpt-oss: transformers' reader takes each ``gpt-oss.rope.scaling.*`` key's first field part (the key's
     length, not its value) and fails converting it, so it loads no llama.cpp gpt-oss GGUF with YaRN (its converter
     writes the same keys); tests/weights/test_gguf_gpt_oss.py reads the split experts with gguf's reader.
+    Not GPT-2: transformers' reader maps ``context_length`` to the legacy ``n_ctx``, not ``n_positions``, so it
+    rebuilds 1024 learned positions and loads no GPT-2 GGUF of another length;
+    tests/weights/test_gguf_gpt2.py reads the transposed weights with gguf's reader.
     """
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
     model_type = json.loads((ckpt / "config.json").read_text())["model_type"]
-    if model_type not in GGUF_CONFIG_MAPPING or model_type in ("qwen2_moe", "qwen3_moe", "gpt_oss"):
+    if model_type not in GGUF_CONFIG_MAPPING or model_type in ("qwen2_moe", "qwen3_moe", "gpt_oss", "gpt2"):
         return
     cfg = json.loads((ckpt / "config.json").read_text())
     got = _load(ckpt, gguf_file=gguf_filename(qtype))

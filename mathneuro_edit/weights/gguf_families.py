@@ -28,7 +28,7 @@ from typing import Any
 
 __all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "MOE_NORM_TOPK", "gguf_refusal", "add_family_keys",
            "rope_dims", "tensor_shift", "expert_count", "gemma3_refusal", "layer_types", "rope_by_layer_type",
-           "View", "tensor_views", "GPT_OSS_SWIGLU", "yarn_ramp_bounds"]
+           "View", "tensor_views", "GPT_OSS_SWIGLU", "yarn_ramp_bounds", "llama_names", "has_rotary", "NO_LLAMA_CPP"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
@@ -49,6 +49,9 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     # SmolLM3: llama's tensors and permutation; llama.cpp skips the rotary in every 4th layer (hard-coded: the
     # released no_rope_layer_interval), so another NoPE pattern is refused (_smollm3_refusal)
     "smollm3": ("SMOLLM3", True),
+    # GPT-2: Conv1D weights stored (in, out), llama.cpp's as Linear (out, in): transposed (tensor_views); fused
+    # attn_qkv kept fused, learned positions (position_embd, F32), LayerNorm with biases, no rotary
+    "gpt2": ("GPT2", False),
     # gpt-oss (verified by llama.cpp itself): its fused experts are split and transposed to llama.cpp's stacks
     # (tensor_views: gate/up de-interleaved, [experts, in, out] -> [experts, out, in]), their biases and the router's
     # kept F32, the attention sinks as attn_sinks.weight, NeoX rotary with YaRN, the sliding pattern per layer;
@@ -61,7 +64,6 @@ GGUF_PENDING: dict[str, str] = {
     "deepseek_v3": "llama.cpp's deepseek2 needs the MLA tensors, kv_b split and the grouped router's keys",
     "llama4_text": "llama.cpp's llama4 needs the stacked experts, shared expert, NoPE layer pattern and "
                    "temperature tuning keys",
-    "gpt2": "llama.cpp's gpt2 needs the transposed Conv1D weights split into q/k/v and learned positions",
 }
 
 
@@ -183,6 +185,47 @@ def _gpt_oss_refusal(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+def llama_names(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``config.json`` with the names :mod:`.gguf_writer` reads (``hidden_size``, ``num_hidden_layers``, ...) for a
+    family that spells them otherwise: GPT-2's ``n_embd``, ``n_layer``, ``n_head``, ``n_positions``, and its MLP
+    width ``n_inner`` (``None``: 4 x ``n_embd``, as transformers builds it).
+
+    Example:
+        >>> llama_names({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 256})["intermediate_size"]
+        256
+    """
+    if cfg.get("model_type") != "gpt2":
+        return cfg
+    return {**cfg, "hidden_size": cfg["n_embd"], "num_hidden_layers": cfg["n_layer"],
+            "num_attention_heads": cfg["n_head"], "max_position_embeddings": cfg["n_positions"],
+            "intermediate_size": cfg.get("n_inner") or 4 * int(cfg["n_embd"])}
+
+
+def has_rotary(cfg: dict[str, Any]) -> bool:
+    """Whether the family rotates q/k (every written family but GPT-2, whose positions are learned)."""
+    return cfg.get("model_type") != "gpt2"
+
+
+def _gpt2_refusal(cfg: dict[str, Any]) -> str | None:
+    """What of a GPT-2 config llama.cpp's gpt2 cannot run as transformers does (None: nothing)."""
+    if cfg.get("model_type") != "gpt2":
+        return None
+    if cfg.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        return (f"activation_function {cfg['activation_function']!r}: llama.cpp's GPT2 uses the tanh-approximated "
+                "GELU (gelu_new)")
+    if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("scale_attn_weights") is False:
+        return "its attention scale is not 1/sqrt(head_dim) (scale_attn_by_inverse_layer_idx / scale_attn_weights)"
+    return None
+
+
+# model_type -> why no GGUF can be run: llama.cpp has no architecture for the family (gguf-py's MODEL_ARCH and its
+# converter know none), so there is nothing to write it for
+NO_LLAMA_CPP: dict[str, str] = {
+    "jetmoe": "llama.cpp has no JetMoE architecture (neither its mixture of attention heads nor its ParallelExperts "
+              "MLP), so no llama.cpp build can run it",
+}
+
+
 def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     """None when :mod:`.gguf_writer` writes this config's family, else one line: what, why, how to proceed.
 
@@ -198,10 +241,13 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     if model_type == "gemma3_text":
         return gemma3_refusal(cfg)
     if model_type in GGUF_WRITTEN:
-        moe = _moe_refusal(cfg) or _smollm3_refusal(cfg) or _gpt_oss_refusal(cfg)
+        moe = _moe_refusal(cfg) or _smollm3_refusal(cfg) or _gpt2_refusal(cfg) or _gpt_oss_refusal(cfg)
         return None if moe is None else (f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as "
                                          f"transformers runs it: {moe}; set outputs.gguf: null (the checkpoint "
                                          "holds the edit)")
+    if model_type in NO_LLAMA_CPP:
+        return (f"outputs.gguf: model_type {model_type!r} has no GGUF: {NO_LLAMA_CPP[model_type]}; set outputs.gguf: "
+                "null (the checkpoint holds the edit)")
     written = ", ".join(sorted(GGUF_WRITTEN))
     why = GGUF_PENDING.get(str(model_type))
     detail = (f"{why}, not written yet (not verified against llama.cpp)" if why
@@ -346,6 +392,10 @@ def tensor_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | Vie
         >>> [n.split(".")[-2] for n, _ in tensor_views({"model_type": "gpt_oss"}, "m.experts.gate_up_proj")]
         ['gate_proj', 'up_proj']
     """
+    if cfg.get("model_type") == "gpt2":  # Conv1D (in, out) -> Linear (out, in), as llama.cpp's GPT2Model does
+        if hf_name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
+            return [(hf_name, View(hf_name, transpose=True))]
+        return None
     if cfg.get("model_type") != "gpt_oss":
         return None
     stem, _, last = hf_name.rpartition(".")

@@ -2,7 +2,7 @@
 
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
-Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
+Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, GPT-2, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
 Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection), gpt-oss (its fused
 experts split into gate and up and transposed: a plan row's source may be a :class:`~.gguf_families.View` of a
 checkpoint tensor; the per-family conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no
@@ -42,6 +42,8 @@ from .gguf_families import (
     add_family_keys,
     expert_count,
     gguf_refusal,
+    has_rotary,
+    llama_names,
     rope_dims,
     tensor_shift,
     tensor_views,
@@ -84,7 +86,7 @@ def _check_type(qtype: str) -> str:
 
 
 def _config(folder: Path) -> dict[str, Any]:
-    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    cfg = llama_names(json.loads((folder / "config.json").read_text(encoding="utf-8")))
     refusal = gguf_refusal(cfg)
     if refusal is not None:
         raise InputError(refusal)
@@ -247,12 +249,12 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
 # tensors llama.cpp's converter always keeps in F32 whatever the file type: the MoE routers (small, and their
 # softmax picks the experts: a rounding could route a token elsewhere); and every 1-D tensor and every bias
 # (its converter quantizes only names ending in .weight: gpt-oss's 2-D expert biases stay F32)
-_ALWAYS_F32 = ("ffn_gate_inp", "ffn_gate_inp_shexp")
+_ALWAYS_F32 = ("ffn_gate_inp", "ffn_gate_inp_shexp", "position_embd")  # GPT-2's learned positions too
 
 
 def _tensor_type(gguf: Any, name: str, shape: tuple[int, ...], qtype: str) -> str:
     if (len(shape) < 2 or not name.endswith(".weight")
-            or (name.startswith("blk.") and name.split(".")[2] in _ALWAYS_F32)):
+            or name.split(".")[2 if name.startswith("blk.") else 0] in _ALWAYS_F32):
         return "F32"
     want = "Q8_0" if qtype in _LOW_BIT and name.split(".")[0] in ("token_embd", "output") else qtype
     block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[want]][0]
@@ -384,13 +386,17 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     w.add_file_type(int(gguf.LlamaFileType[ftype]))
     n_head, head_dim = int(cfg["num_attention_heads"]), _head_dim(cfg)
     theta, scaling = _rope(cfg)
-    for add, value in ((w.add_context_length, int(cfg["max_position_embeddings"])),
-                       (w.add_embedding_length, int(cfg["hidden_size"])),
-                       (w.add_block_count, int(cfg["num_hidden_layers"])),
-                       (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
-                       (w.add_head_count_kv, int(cfg.get("num_key_value_heads") or n_head)),
-                       (w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
-                       (w.add_vocab_size, int(cfg["vocab_size"])), (w.add_rope_dimension_count, rope_dims(cfg, head_dim))):
+    keys = [(w.add_context_length, int(cfg["max_position_embeddings"])),
+            (w.add_embedding_length, int(cfg["hidden_size"])), (w.add_block_count, int(cfg["num_hidden_layers"])),
+            (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
+            (w.add_head_count_kv, int(cfg.get("num_key_value_heads") or n_head)),
+            (w.add_vocab_size, int(cfg["vocab_size"]))]
+    if has_rotary(cfg):  # GPT-2 has learned positions (position_embd) and LayerNorm
+        keys += [(w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
+                 (w.add_rope_dimension_count, rope_dims(cfg, head_dim))]
+    else:
+        keys.append((w.add_layer_norm_eps, float(cfg["layer_norm_epsilon"])))
+    for add, value in keys:
         add(value)
     if head_dim != int(cfg["hidden_size"]) // n_head:  # Qwen3: head_dim is not hidden/heads
         w.add_key_length(head_dim)

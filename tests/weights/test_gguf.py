@@ -234,10 +234,14 @@ def test_verify_covers_the_gguf(tmp_path) -> None:
 
 
 def test_refusals_are_one_clear_line(tmp_path) -> None:
-    gpt2 = save_tiny(tmp_path / "gpt2", "gpt2")
-    mask = tiny_mask(load_tiny(gpt2))
-    with pytest.raises(InputError, match="model_type 'gpt2' is not supported"):
-        export_checkpoint(gpt2, mask, SCALE, tmp_path / "o1", gguf="F16")
+    from mathneuro_edit.runs.families import save_family_base
+    from mathneuro_edit.runs.family_shapes import family_shape
+
+    jetmoe = save_family_base(tmp_path / "jetmoe", family_shape("JetMoE"))  # llama.cpp has no such architecture
+    mask = tiny_mask(load_tiny(jetmoe))
+    with pytest.raises(InputError, match=r"^outputs\.gguf: model_type 'jetmoe' has no GGUF: llama\.cpp has no JetMoE "
+                                         r"architecture .*; set outputs\.gguf: null \(the checkpoint holds the edit\)$"):
+        export_checkpoint(jetmoe, mask, SCALE, tmp_path / "o1", gguf="F16")
     chars = save_tiny(tmp_path / "llama-chars", "llama")  # a character BPE: llama.cpp would mis-tokenize it
     with pytest.raises(InputError, match="only byte-level BPE tokenizers"):
         export_checkpoint(chars, tiny_mask(load_tiny(chars)), SCALE, tmp_path / "o2", gguf="F16")
