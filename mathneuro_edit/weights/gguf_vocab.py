@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import InputError
 
-__all__ = ["add_vocab", "check_vocab", "read_tokenizer", "tokenizer_model", "spm_refusal", "spm_space_prefix",
+__all__ = ["add_vocab", "check_vocab", "name_refusal", "read_tokenizer", "tokenizer_model", "spm_refusal", "spm_space_prefix",
            "spm_vocab", "bpe_vocab", "pre_name"]
 
 SPACE = "\u2581"  # SentencePiece's whitespace mark "▁"
@@ -281,6 +281,32 @@ def bpe_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], 
             types.append(gguf.TokenType.NORMAL if i not in added else
                          gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
     return tokens, types
+
+
+# llama.cpp's vocabulary loader gives these tokens Phi-3's strip attributes when general.name (lowercased) holds
+# "phi-3" or "phi3", and fails to load the file when one of them is not in the vocabulary (llama-vocab.cpp)
+_PHI3_TOKENS = ("</s>", "<unk>", "<s>", "<|endoftext|>")
+
+
+def name_refusal(name: str, tok: dict[str, Any]) -> str | None:
+    """None when llama.cpp loads a GGUF called ``name`` with this tokenizer.json, else one line: a name holding
+    ``phi-3`` / ``phi3`` makes llama.cpp look up Phi-3's special tokens, and a vocabulary without one of them
+    (e.g. a Phi-3 family model with another tokenizer) cannot be loaded.
+
+    Example:
+        >>> name_refusal("phi3", {"model": {"vocab": {"a": 0}}, "added_tokens": []})[:52]
+        "outputs.gguf: general.name 'phi3' makes llama.cpp lo"
+    """
+    if not any(k in name.lower() for k in ("phi-3", "phi3")):
+        return None
+    vocab = set((tok.get("model") or {}).get("vocab") or {}) | {a.get("content") for a in tok.get("added_tokens", [])}
+    missing = [t for t in _PHI3_TOKENS if t not in vocab]
+    if not missing:
+        return None
+    return (f"outputs.gguf: general.name {name!r} makes llama.cpp look up Phi-3's special tokens "
+            f"{', '.join(_PHI3_TOKENS)}, and this tokenizer lacks {', '.join(missing)}: llama.cpp would fail to "
+            "load the file; set outputs.gguf: null, or write the GGUF under a name without 'phi3' / 'phi-3' "
+            "(write_gguf(name=...))")
 
 
 def check_vocab(folder: str | Path) -> str:

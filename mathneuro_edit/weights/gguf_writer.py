@@ -49,7 +49,7 @@ from .gguf_families import (
     tensor_views,
     yarn_ramp_bounds,
 )
-from .gguf_vocab import add_vocab, check_vocab
+from .gguf_vocab import add_vocab, check_vocab, name_refusal, read_tokenizer
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -357,7 +357,9 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         checkpoint: a Hugging Face folder with safetensors weights, config.json and tokenizer.json.
         out_path: the ``.gguf`` file to create (replaced when it exists).
         qtype: one of :data:`GGUF_TYPES`.
-        name: ``general.name`` (default: the model type); never a local path.
+        name: ``general.name`` (default: ``"local model"``, as a run names a local base); never a local path. A
+            name holding ``phi3`` / ``phi-3`` makes llama.cpp look up Phi-3's special tokens
+            (:func:`~.gguf_vocab.name_refusal`).
         pre: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json (e.g. a GGUF base's own:
             transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``).
         meta: the ``general.*`` metadata llama.cpp's converter writes (see :func:`_add_general`): base name, size
@@ -379,7 +381,10 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     arch = gguf.MODEL_ARCH_NAMES[getattr(gguf.MODEL_ARCH, arch_name)]
     w = gguf.GGUFWriter(None, arch)
     w.add_type("model")
-    w.add_name(name or cfg["model_type"])
+    general_name = name or "local model"  # not the model type: "phi3" would trip llama.cpp's Phi-3 name check
+    if (why := name_refusal(general_name, read_tokenizer(folder))) is not None:
+        raise InputError(why)
+    w.add_name(general_name)
     _add_general(w, meta or {})
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     ftype = "ALL_F32" if qtype == "F32" else f"MOSTLY_{qtype}"

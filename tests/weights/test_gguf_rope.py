@@ -111,3 +111,22 @@ def test_smollm3_with_another_nope_pattern_is_refused_and_llama_cpp_would_differ
     ref = AutoModelForCausalLM.from_pretrained(base).eval()
     ids = tok("Question: Tom has 3 apples and buys 4 more.").input_ids
     assert logit_gap(llm, ref, ids) > 1e-3
+
+
+def test_a_phi3_name_without_phi3_s_special_tokens_is_refused_and_llama_cpp_would_not_load_it(tmp_path,
+                                                                                            monkeypatch) -> None:
+    """llama.cpp gives Phi-3's special tokens strip attributes when general.name holds "phi3" / "phi-3", and fails
+    to load a file whose vocabulary lacks one of them: such a name is refused; the default name loads."""
+    from mathneuro_edit.weights import gguf_writer
+
+    base = _phi(tmp_path)  # the organism's byte-level BPE: no <unk>, no <|endoftext|>
+    with pytest.raises(InputError, match=r"^outputs\.gguf: general\.name 'my-phi3-math' makes llama\.cpp look up "
+                                         r"Phi-3's special tokens </s>, <unk>, <s>, <\|endoftext\|>, and this "
+                                         r"tokenizer lacks <unk>, <\|endoftext\|>: llama\.cpp would fail to load the file"):
+        write_gguf(base, tmp_path / "m.gguf", "F32", name="my-phi3-math")
+    if importlib.util.find_spec("llama_cpp") is None:
+        _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
+    _llama(write_gguf(base, tmp_path / "default.gguf", "F32"))  # the default name: "local model"
+    monkeypatch.setattr(gguf_writer, "name_refusal", lambda name, tok: None)
+    with pytest.raises(ValueError, match="Failed to load model"):
+        _llama(write_gguf(base, tmp_path / "phi3.gguf", "F32", name="my-phi3-math"))
