@@ -38,6 +38,7 @@ from ..errors import InputError
 from .checkpoint import open_checkpoint
 from .gguf_families import (
     GGUF_WRITTEN,
+    MLA,
     View,
     add_family_keys,
     expert_count,
@@ -298,7 +299,7 @@ def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
 
     def viewed(v: View, name: str, shape: tuple[int, ...]):
         """A View's float32 rows; a 3-D (expert) tensor one expert at a time, expert-major."""
-        if len(shape) < 3:
+        if len(shape) < 3 or v.heads:  # heads: a 2-D tensor viewed per head (DeepSeek's kv_b), read whole
             yield from _rows_of(np.ascontiguousarray(v.apply(read(v.tensor, name, shape))))
             return
         for e in range(shape[0]):
@@ -383,16 +384,17 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     ftype = "ALL_F32" if qtype == "F32" else f"MOSTLY_{qtype}"
     w.add_file_type(int(gguf.LlamaFileType[ftype]))
     n_head, head_dim = int(cfg["num_attention_heads"]), _head_dim(cfg)
+    mla = cfg["model_type"] in MLA  # DeepSeek: one KV head (MQA) and MLA's lengths, from add_family_keys
     theta, scaling = _rope(cfg)
     for add, value in ((w.add_context_length, int(cfg["max_position_embeddings"])),
                        (w.add_embedding_length, int(cfg["hidden_size"])),
                        (w.add_block_count, int(cfg["num_hidden_layers"])),
                        (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
-                       (w.add_head_count_kv, int(cfg.get("num_key_value_heads") or n_head)),
+                       (w.add_head_count_kv, 1 if mla else int(cfg.get("num_key_value_heads") or n_head)),
                        (w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
                        (w.add_vocab_size, int(cfg["vocab_size"])), (w.add_rope_dimension_count, rope_dims(cfg, head_dim))):
         add(value)
-    if head_dim != int(cfg["hidden_size"]) // n_head:  # Qwen3: head_dim is not hidden/heads
+    if head_dim != int(cfg["hidden_size"]) // n_head and not mla:  # Qwen3: head_dim is not hidden/heads
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     if scaling.get("rope_type") in ("linear", "yarn"):
