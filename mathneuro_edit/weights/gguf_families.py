@@ -18,6 +18,15 @@ becomes llama.cpp's (gate/up de-interleaved, transposed: a :class:`View`), the s
 (:data:`GPT_OSS_SWIGLU`) and YaRN's attention factor, so other values are refused; it also always rounds YaRN's
 correction range (:func:`yarn_ramp_bounds`), which the released ``truncate: false`` does not: written, with a
 warning, since no GGUF key can express it and llama.cpp's own conversion differs from transformers the same way.
+
+DeepSeek-V3 is written for llama.cpp's deepseek2, which runs MLA absorbed: :func:`tensor_views` splits each
+``kv_b_proj`` per head into ``k_b`` (transposed) and ``v_b`` (a :class:`View` with ``heads``), and
+:func:`add_family_keys` writes MLA as one KV head of ``kv_lora + rope`` keys (:data:`MLA`: the writer leaves its
+own KV head count and lengths to these), the real head lengths as ``*_mla``, the leading dense layers and the
+router (sigmoid, selection bias, groups, normalization, routed scaling). transformers' interleaved rotary
+(``rope_interleave``) is llama.cpp's: no permutation. What llama.cpp's deepseek2 hard-codes (silu, no attention
+biases, interleaved rotary, the low-rank q, its Lite layer counts, YaRN with ``mscale == mscale_all_dim``) is
+refused otherwise (:func:`_deepseek_refusal`).
 """
 
 from __future__ import annotations

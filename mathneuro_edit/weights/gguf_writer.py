@@ -5,7 +5,10 @@ The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with
 Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
 Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection), gpt-oss (its fused
 experts split into gate and up and transposed: a plan row's source may be a :class:`~.gguf_families.View` of a
-checkpoint tensor; the per-family conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no
+checkpoint tensor), DeepSeek-V3 (llama.cpp's deepseek2: MLA's ``kv_b_proj`` split per head into ``attn_k_b``,
+transposed, and ``attn_v_b``, a View with ``heads``; one KV head and MLA's lengths instead of the writer's
+``head_count_kv`` / key and value lengths, :data:`~.gguf_families.MLA`; the per-family conventions and refusals:
+:mod:`.gguf_families`); gguf's tensor name map; no
 ``output.weight`` when embeddings are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors,
 linear/YaRN scaling keys; the tokenizer (``tokenizer.ggml.*``, :mod:`.gguf_vocab`: byte-level BPE or
 SentencePiece-style) and the chat template. docs/formats.md
@@ -13,7 +16,7 @@ lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the e
 
 Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
 rows (peak memory: about one checkpoint tensor plus ~16 MiB; an expert stack, and a View of a 3-D expert tensor,
-is read one expert at a time).
+is read one expert at a time; a per-head View of a 2-D tensor, DeepSeek's kv_b, whole).
 Deterministic: same checkpoint and type -> byte-identical file (fixed key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
 
 Example:
@@ -199,7 +202,8 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
     (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint). The checkpoint tensor
     is a name, a tuple of names (an MoE layer's experts, stacked expert-major: HF shape ``(experts, rows,
     cols)``), a :class:`~.gguf_families.View` of one (a slice and/or transposition: gpt-oss's fused experts
-    split into gate and up, :func:`~.gguf_families.tensor_views`; HF shape: the view's), or None (computed:
+    split into gate and up, DeepSeek's kv_b into k_b and v_b per head, :func:`~.gguf_families.tensor_views`;
+    HF shape: the view's), or None (computed:
     Llama 3's ``rope_freqs``).
 
     Raises:
