@@ -198,12 +198,15 @@ def _gaps(tmp_path: Path, base: Path, *, greedy: bool = False) -> list[float]:
     return gaps
 
 
-@pytest.mark.parametrize("rope", [None, YARN], ids=["default-rope", "yarn"])
-def test_llama_cpp_matches_transformers_where_mla_routing_and_experts_matter(rope, tmp_path) -> None:
+@pytest.mark.parametrize("overrides", [{}, {"rope_parameters": YARN},
+                                       {"norm_topk_prob": False, "routed_scaling_factor": 1.0}, {"topk_group": 2}],
+                         ids=["released", "yarn", "no-renormalization-no-scaling", "every-group-kept"])
+def test_llama_cpp_matches_transformers_where_mla_routing_and_experts_matter(overrides, tmp_path) -> None:
     """The families test's base has tiny logits (transformers' init); here attention, the grouped biased routing
-    and the experts all move them by units, and llama.cpp still computes transformers' logits and continuation."""
+    and the experts all move them by units, and llama.cpp still computes transformers' logits and continuation
+    (also with YaRN, with the router's keys at their other values, and with every group kept: no group keys)."""
     _need_llama_cpp(tmp_path)
-    base = _base(tmp_path, strong=True, **({"rope_parameters": rope} if rope else {}))
+    base = _base(tmp_path, strong=True, **overrides)
     assert max(_gaps(tmp_path, base, greedy=True)) < 1e-3
 
 
