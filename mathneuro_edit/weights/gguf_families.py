@@ -18,6 +18,15 @@ becomes llama.cpp's (gate/up de-interleaved, transposed: a :class:`View`), the s
 (:data:`GPT_OSS_SWIGLU`) and YaRN's attention factor, so other values are refused; it also always rounds YaRN's
 correction range (:func:`yarn_ramp_bounds`), which the released ``truncate: false`` does not: written, with a
 warning, since no GGUF key can express it and llama.cpp's own conversion differs from transformers the same way.
+
+DeepSeek-V3 is written for llama.cpp's deepseek2, which runs MLA absorbed: :func:`tensor_views` splits each
+``kv_b_proj`` per head into ``k_b`` (transposed) and ``v_b`` (a :class:`View` with ``heads``), and
+:func:`add_family_keys` writes MLA as one KV head of ``kv_lora + rope`` keys (:data:`MLA`: the writer leaves its
+own KV head count and lengths to these), the real head lengths as ``*_mla``, the leading dense layers and the
+router (sigmoid, selection bias, groups, normalization, routed scaling). transformers' interleaved rotary
+(``rope_interleave``) is llama.cpp's: no permutation. What llama.cpp's deepseek2 hard-codes (silu, no attention
+biases, interleaved rotary, the low-rank q, its Lite layer counts, YaRN with ``mscale == mscale_all_dim``) is
+refused otherwise (:func:`_deepseek_refusal`).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from typing import Any
 
 __all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "MOE_NORM_TOPK", "gguf_refusal", "add_family_keys",
            "rope_dims", "tensor_shift", "expert_count", "gemma3_refusal", "layer_types", "rope_by_layer_type",
-           "View", "tensor_views", "GPT_OSS_SWIGLU", "yarn_ramp_bounds", "llama_names", "has_rotary", "NO_LLAMA_CPP"]
+           "View", "tensor_views", "GPT_OSS_SWIGLU", "yarn_ramp_bounds", "llama_names", "has_rotary", "NO_LLAMA_CPP", "MLA"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
@@ -57,11 +66,17 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     # kept F32, the attention sinks as attn_sinks.weight, NeoX rotary with YaRN, the sliding pattern per layer;
     # what llama.cpp's openai-moe hard-codes (the swiglu clamp and slope, YaRN's attention factor): _gpt_oss_refusal
     "gpt_oss": ("GPT_OSS", False),
+    # DeepSeek-V3 (verified by llama.cpp itself): MLA as llama.cpp's deepseek2 runs it absorbed, kv_b_proj split per
+    # head into k_b (transposed) and v_b (tensor_views), one KV head (MQA) of kv_lora + rope lengths, the first
+    # layers dense, sigmoid routing with the selection bias, groups and routed scaling as keys; transformers'
+    # rope_interleave weights are already llama.cpp's interleaved (NORM) rotary: no permutation; what llama.cpp
+    # hard-codes (silu, no attention biases, interleaved rotary, q_lora, YaRN mscale == mscale_all_dim, the Lite
+    # layer counts): _deepseek_refusal
+    "deepseek_v3": ("DEEPSEEK2", False),
 }
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
 GGUF_PENDING: dict[str, str] = {
-    "deepseek_v3": "llama.cpp's deepseek2 needs the MLA tensors, kv_b split and the grouped router's keys",
     "llama4_text": "llama.cpp's llama4 needs the stacked experts, shared expert, NoPE layer pattern and "
                    "temperature tuning keys",
 }
@@ -81,7 +96,7 @@ def expert_count(cfg: dict[str, Any]) -> int:
         >>> expert_count({"num_local_experts": 8}), expert_count({"model_type": "llama"})
         (8, 0)
     """
-    return int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+    return int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
 
 
 def _moe_refusal(cfg: dict[str, Any]) -> str | None:
@@ -136,7 +151,8 @@ def yarn_ramp_bounds(cfg: dict[str, Any]) -> tuple[tuple[float, float], tuple[fl
     params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
     if params.get("rope_type", params.get("type")) != "yarn":
         return None
-    dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+    dim = int(cfg.get("qk_rope_head_dim") or cfg.get("head_dim")
+              or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
     base = float(params.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
     ctx = float(params["original_max_position_embeddings"])
 
@@ -226,13 +242,46 @@ NO_LLAMA_CPP: dict[str, str] = {
 }
 
 
+def _deepseek_refusal(cfg: dict[str, Any]) -> str | None:
+    """What of a DeepSeek-V3 config llama.cpp's deepseek2 (src/models/deepseek2.cpp) cannot run as transformers
+    does (None: nothing)."""
+    if cfg.get("model_type") != "deepseek_v3":
+        return None
+    if cfg.get("hidden_act", "silu") != "silu":
+        return f"hidden_act {cfg['hidden_act']!r}: llama.cpp's DEEPSEEK2 hard-codes silu in every MLP and expert"
+    if cfg.get("attention_bias"):
+        return "attention_bias is set but llama.cpp's DEEPSEEK2 has no attention biases"
+    if not cfg.get("rope_interleave", True):
+        return ("rope_interleave is false (rotate-half rotary) but llama.cpp's DEEPSEEK2 rotates interleaved pairs "
+                "(the released weights' order)")
+    if not cfg.get("q_lora_rank"):
+        return "q_lora_rank is null (a full q_proj): only the low-rank q (q_a/q_b) is written for DEEPSEEK2"
+    n, vocab = int(cfg["num_hidden_layers"]), int(cfg.get("vocab_size") or 0)
+    if n in (26, 27) or (n == 48 and vocab == 128256):
+        return (f"{n} layers (vocab {vocab}): llama.cpp's DEEPSEEK2 takes a 26/27-layer model (48 with vocab 128256) "
+                "for a Lite one without q_lora_rank and would not load its q_a/q_b")
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ("default", "yarn"):
+        return f"rope {kind!r}: only default and YaRN rope are written for deepseek_v3 (verified against llama.cpp)"
+    if kind == "yarn":
+        m, mad = params.get("mscale"), params.get("mscale_all_dim")
+        # llama.cpp scales q.k by mscale(factor, mscale_all_dim)^2 and the rotary by 1 (its mscale := mscale_all_dim);
+        # transformers scales the rotary by mscale(factor, mscale) / mscale(factor, mscale_all_dim)
+        if not mad or not m or float(m) != float(mad) or params.get("attention_factor") not in (None, 1, 1.0):
+            return (f"its YaRN has mscale {m} and mscale_all_dim {mad} (attention_factor "
+                    f"{params.get('attention_factor')}) but llama.cpp's DEEPSEEK2 assumes mscale == mscale_all_dim "
+                    "(released: 1.0 and 1.0) and no attention_factor")
+    return None
+
+
 def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     """None when :mod:`.gguf_writer` writes this config's family, else one line: what, why, how to proceed.
 
     Example:
         >>> gguf_refusal({"model_type": "qwen2"}) is None
         True
-        >>> gguf_refusal({"model_type": "deepseek_v3"}).startswith("outputs.gguf: model_type 'deepseek_v3'")
+        >>> gguf_refusal({"model_type": "gpt2"}).startswith("outputs.gguf: model_type 'gpt2'")
         True
         >>> gguf_refusal({"model_type": "qwen3_moe", "norm_topk_prob": False})[:62]
         'outputs.gguf: this qwen3_moe config cannot be run by llama.cpp'
@@ -241,7 +290,8 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     if model_type == "gemma3_text":
         return gemma3_refusal(cfg)
     if model_type in GGUF_WRITTEN:
-        moe = _moe_refusal(cfg) or _smollm3_refusal(cfg) or _gpt2_refusal(cfg) or _gpt_oss_refusal(cfg)
+        moe = (_moe_refusal(cfg) or _smollm3_refusal(cfg) or _gpt2_refusal(cfg) or _gpt_oss_refusal(cfg)
+               or _deepseek_refusal(cfg))
         return None if moe is None else (f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as "
                                          f"transformers runs it: {moe}; set outputs.gguf: null (the checkpoint "
                                          "holds the edit)")
@@ -352,31 +402,47 @@ def _add_gemma3_keys(writer: Any, cfg: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class View:
-    """Part of one checkpoint tensor as llama.cpp stores it: the entries ``start::step`` of its last axis, then its
-    last two axes swapped when ``transpose``. gpt-oss's fused ``gate_up_proj`` ``[experts, hidden, 2 * ff]``
+    """Part of one checkpoint tensor as llama.cpp stores it: the entries ``start:stop:step`` of its last axis, then
+    its last two axes swapped when ``transpose``. gpt-oss's fused ``gate_up_proj`` ``[experts, hidden, 2 * ff]``
     interleaves gate (even columns) and up (odd): llama.cpp's ``ffn_gate_exps`` is ``View(t, 0, 2, True)``
     (``[experts, ff, hidden]``), ``ffn_up_exps`` ``View(t, 1, 2, True)``. A tensor of 3 or more axes is read and
     written one index of its first axis (one expert) at a time.
 
+    ``heads`` > 0: a 2-D ``[heads * r, c]`` tensor is viewed as ``[heads, r, c]`` and the slice is of each head's
+    ``r`` rows instead (read whole). DeepSeek's ``kv_b_proj`` ``[heads * (nope + v), kv_lora]``: llama.cpp's
+    ``attn_k_b`` is ``View(t, 0, 1, True, heads, nope)`` (``[heads, kv_lora, nope]``), ``attn_v_b``
+    ``View(t, nope, heads=heads)`` (``[heads, v, kv_lora]``).
+
     Example:
         >>> View("gate_up_proj", 1, 2, True).shape((4, 64, 128))
         (4, 64, 64)
+        >>> View("kv_b_proj", 0, 1, True, heads=4, stop=8).shape((96, 16))
+        (4, 16, 8)
     """
 
     tensor: str
     start: int = 0
     step: int = 1
     transpose: bool = False
+    heads: int = 0
+    stop: int | None = None
 
     def shape(self, hf_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The viewed shape of a checkpoint tensor of shape ``hf_shape``."""
-        *lead, last = hf_shape
-        out = (*lead, len(range(self.start, last, self.step)))
+        if self.heads:
+            rows, cols = hf_shape
+            out: tuple[int, ...] = (self.heads, len(range(rows // self.heads)[self.start:self.stop:self.step]), cols)
+        else:
+            *lead, last = hf_shape
+            out = (*lead, len(range(last)[self.start:self.stop:self.step]))
         return (*out[:-2], out[-1], out[-2]) if self.transpose else out
 
     def apply(self, w: Any) -> Any:
         """The view of an array (numpy or torch) holding the checkpoint tensor, or its trailing axes."""
-        w = w[..., self.start::self.step]
+        if self.heads:
+            w = w.reshape(self.heads, -1, w.shape[-1])[:, self.start:self.stop:self.step]
+        else:
+            w = w[..., self.start:self.stop:self.step]
         return w.swapaxes(-1, -2) if self.transpose else w
 
 
@@ -388,6 +454,10 @@ def tensor_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | Vie
     columns) and ``up_proj.weight`` (odd), transposed; ``gate_up_proj_bias`` -> their biases; ``down_proj`` ->
     ``down_proj.weight`` transposed; ``down_proj_bias`` -> ``down_proj.bias``; ``sinks`` -> ``sinks.weight``.
 
+    DeepSeek-V3 (DeepseekV2Model.modify_tensors): ``kv_b_proj.weight`` -> ``k_b_proj.weight`` (each head's first
+    ``qk_nope_head_dim`` rows, transposed) and ``v_b_proj.weight`` (its last ``v_head_dim`` rows), for llama.cpp's
+    absorbed MLA; ``gate.e_score_correction_bias`` -> ``gate.e_score_correction.bias`` (``exp_probs_b.bias``).
+
     Example:
         >>> [n.split(".")[-2] for n, _ in tensor_views({"model_type": "gpt_oss"}, "m.experts.gate_up_proj")]
         ['gate_proj', 'up_proj']
@@ -396,6 +466,8 @@ def tensor_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | Vie
         if hf_name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
             return [(hf_name, View(hf_name, transpose=True))]
         return None
+    if cfg.get("model_type") == "deepseek_v3":
+        return _deepseek_views(cfg, hf_name)
     if cfg.get("model_type") != "gpt_oss":
         return None
     stem, _, last = hf_name.rpartition(".")
@@ -413,6 +485,51 @@ def tensor_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | Vie
     return None
 
 
+def _deepseek_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | None:
+    stem, _, last = hf_name.rpartition(".")
+    if hf_name.endswith("self_attn.kv_b_proj.weight"):
+        heads, nope = int(cfg["num_attention_heads"]), int(cfg["qk_nope_head_dim"])
+        attn = stem.rpartition(".")[0]
+        return [(f"{attn}.k_b_proj.weight", View(hf_name, 0, 1, True, heads, nope)),
+                (f"{attn}.v_b_proj.weight", View(hf_name, nope, heads=heads))]
+    if last == "e_score_correction_bias":
+        return [(f"{stem}.e_score_correction.bias", hf_name)]
+    return None
+
+
+# model_types whose attention is DeepSeek's MLA: llama.cpp's own head count and lengths (add_family_keys), not
+# the writer's num_key_value_heads / head_dim
+MLA = ("deepseek_v3",)
+
+
+def _add_deepseek_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """llama.cpp's deepseek2 keys (its converter's DeepseekV2Model.set_gguf_parameters): MLA as MQA of
+    ``kv_lora + rope`` keys and ``kv_lora`` values, the real head lengths as ``*_mla``, the leading dense layers,
+    the shared experts, the router (sigmoid, selection bias, groups, normalization, routed scaling) and YaRN's
+    mscale_all_dim (as llama.cpp's converter writes it: times 0.1)."""
+    import gguf
+
+    kv, rope = int(cfg["kv_lora_rank"]), int(cfg["qk_rope_head_dim"])
+    writer.add_leading_dense_block_count(int(cfg.get("first_k_dense_replace") or 0))
+    writer.add_q_lora_rank(int(cfg["q_lora_rank"]))
+    writer.add_kv_lora_rank(kv)
+    writer.add_key_length(kv + rope)
+    writer.add_value_length(kv)
+    writer.add_key_length_mla(int(cfg["qk_nope_head_dim"]) + rope)
+    writer.add_value_length_mla(int(cfg["v_head_dim"]))
+    writer.add_expert_shared_count(int(cfg.get("n_shared_experts") or 0))
+    writer.add_expert_weights_scale(float(cfg.get("routed_scaling_factor", 1.0)))
+    writer.add_expert_weights_norm(bool(cfg.get("norm_topk_prob", False)))
+    writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)  # transformers' DeepseekV3TopkRouter
+    groups, used = int(cfg.get("n_group") or 1), int(cfg.get("topk_group") or 1)
+    if 1 < groups and used < groups:  # else every group is kept: no grouping (llama.cpp asserts used < groups)
+        writer.add_expert_group_count(groups)
+        writer.add_expert_group_used_count(used)
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    if params.get("rope_type", params.get("type")) == "yarn" and params.get("mscale_all_dim"):
+        writer.add_rope_scaling_yarn_log_mul(0.1 * float(params["mscale_all_dim"]))
+
+
 # Granite's multipliers, under llama.cpp's names (its converter's GraniteModel: *_multiplier -> *_scale)
 _GRANITE_KEYS = (("attention_multiplier", "add_attention_scale"), ("embedding_multiplier", "add_embedding_scale"),
                  ("residual_multiplier", "add_residual_scale"), ("logits_scaling", "add_logit_scale"))
@@ -421,6 +538,8 @@ _GRANITE_KEYS = (("attention_multiplier", "add_attention_scale"), ("embedding_mu
 def rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
     """Rotary dimensions per head: Phi-3/Phi-4-mini rotate ``partial_rotary_factor`` of each head (llama.cpp's
     converter: ``int(factor * hidden) // heads``); the others the whole head."""
+    if cfg.get("model_type") in MLA:  # DeepSeek: only the qk_rope_head_dim part of each query/key rotates
+        return int(cfg["qk_rope_head_dim"])
     params = cfg.get("rope_parameters") or {}
     factor = cfg.get("partial_rotary_factor", params.get("partial_rotary_factor"))
     if cfg.get("model_type") == "phi3" and factor is not None:
@@ -458,6 +577,8 @@ def add_family_keys(writer: Any, cfg: dict[str, Any]) -> None:
             writer.add_expert_feed_forward_length(int(cfg["intermediate_size"]))
         if cfg.get("shared_expert_intermediate_size"):
             writer.add_expert_shared_feed_forward_length(int(cfg["shared_expert_intermediate_size"]))
+    if cfg.get("model_type") == "deepseek_v3":
+        _add_deepseek_keys(writer, cfg)
     if cfg.get("model_type") == "gpt_oss":  # the window (llama.cpp needs the key) and which layers slide
         writer.add_sliding_window(int(cfg.get("sliding_window") or 0))
         writer.add_sliding_window_pattern([k == _SLIDING for k in layer_types(cfg)])

@@ -5,7 +5,10 @@ The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with
 Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, GPT-2, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
 Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection), gpt-oss (its fused
 experts split into gate and up and transposed: a plan row's source may be a :class:`~.gguf_families.View` of a
-checkpoint tensor; the per-family conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no
+checkpoint tensor), DeepSeek-V3 (llama.cpp's deepseek2: MLA's ``kv_b_proj`` split per head into ``attn_k_b``,
+transposed, and ``attn_v_b``, a View with ``heads``; one KV head and MLA's lengths instead of the writer's
+``head_count_kv`` / key and value lengths, :data:`~.gguf_families.MLA`; the per-family conventions and refusals:
+:mod:`.gguf_families`); gguf's tensor name map; no
 ``output.weight`` when embeddings are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors,
 linear/YaRN scaling keys; the tokenizer (``tokenizer.ggml.*``, :mod:`.gguf_vocab`: byte-level BPE or
 SentencePiece-style) and the chat template. docs/formats.md
@@ -13,7 +16,7 @@ lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the e
 
 Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
 rows (peak memory: about one checkpoint tensor plus ~16 MiB; an expert stack, and a View of a 3-D expert tensor,
-is read one expert at a time).
+is read one expert at a time; a per-head View of a 2-D tensor, DeepSeek's kv_b, whole).
 Deterministic: same checkpoint and type -> byte-identical file (fixed key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
 
 Example:
@@ -38,6 +41,7 @@ from ..errors import InputError
 from .checkpoint import open_checkpoint
 from .gguf_families import (
     GGUF_WRITTEN,
+    MLA,
     View,
     add_family_keys,
     expert_count,
@@ -200,7 +204,8 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
     (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint). The checkpoint tensor
     is a name, a tuple of names (an MoE layer's experts, stacked expert-major: HF shape ``(experts, rows,
     cols)``), a :class:`~.gguf_families.View` of one (a slice and/or transposition: gpt-oss's fused experts
-    split into gate and up, :func:`~.gguf_families.tensor_views`; HF shape: the view's), or None (computed:
+    split into gate and up, DeepSeek's kv_b into k_b and v_b per head, :func:`~.gguf_families.tensor_views`;
+    HF shape: the view's), or None (computed:
     Llama 3's ``rope_freqs``).
 
     Raises:
@@ -300,7 +305,7 @@ def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
 
     def viewed(v: View, name: str, shape: tuple[int, ...]):
         """A View's float32 rows; a 3-D (expert) tensor one expert at a time, expert-major."""
-        if len(shape) < 3:
+        if len(shape) < 3 or v.heads:  # heads: a 2-D tensor viewed per head (DeepSeek's kv_b), read whole
             yield from _rows_of(np.ascontiguousarray(v.apply(read(v.tensor, name, shape))))
             return
         for e in range(shape[0]):
@@ -390,11 +395,12 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     ftype = "ALL_F32" if qtype == "F32" else f"MOSTLY_{qtype}"
     w.add_file_type(int(gguf.LlamaFileType[ftype]))
     n_head, head_dim = int(cfg["num_attention_heads"]), _head_dim(cfg)
+    mla = cfg["model_type"] in MLA  # DeepSeek: one KV head (MQA) and MLA's lengths, from add_family_keys
     theta, scaling = _rope(cfg)
     keys = [(w.add_context_length, int(cfg["max_position_embeddings"])),
             (w.add_embedding_length, int(cfg["hidden_size"])), (w.add_block_count, int(cfg["num_hidden_layers"])),
             (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
-            (w.add_head_count_kv, int(cfg.get("num_key_value_heads") or n_head)),
+            (w.add_head_count_kv, 1 if mla else int(cfg.get("num_key_value_heads") or n_head)),
             (w.add_vocab_size, int(cfg["vocab_size"]))]
     if has_rotary(cfg):  # GPT-2 has learned positions (position_embd) and LayerNorm
         keys += [(w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
@@ -403,7 +409,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         keys.append((w.add_layer_norm_eps, float(cfg["layer_norm_epsilon"])))
     for add, value in keys:
         add(value)
-    if head_dim != int(cfg["hidden_size"]) // n_head:  # Qwen3: head_dim is not hidden/heads
+    if head_dim != int(cfg["hidden_size"]) // n_head and not mla:  # Qwen3: head_dim is not hidden/heads
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     if scaling.get("rope_type") in ("linear", "yarn"):

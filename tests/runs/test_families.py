@@ -110,7 +110,8 @@ def test_cli_plan_lists_the_outputs_from_config_json_alone(tmp_path) -> None:
 
     from mathneuro_edit.cli.main import main
 
-    for name, adapter, gguf in (("DeepSeek-V3", "no (outputs.adapter: deepseek_v3 gets a checkpoint only", "no ("),
+    for name, adapter, gguf in (("DeepSeek-V3", "no (outputs.adapter: deepseek_v3 gets a checkpoint only", "yes"),
+                                ("JetMoE", "no (outputs.adapter: jetmoe gets a checkpoint only", "no ("),
                                 ("Qwen3-MoE", "no (outputs.adapter: qwen3_moe gets a checkpoint only", "yes"),
                                 ("Llama 3.x", "yes", "yes")):
         folder = tmp_path / name.split()[0]
