@@ -41,6 +41,7 @@ from .gguf_families import (
     View,
     add_family_keys,
     expert_count,
+    feed_forward_length,
     gguf_refusal,
     rope_dims,
     tensor_shift,
@@ -387,7 +388,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     for add, value in ((w.add_context_length, int(cfg["max_position_embeddings"])),
                        (w.add_embedding_length, int(cfg["hidden_size"])),
                        (w.add_block_count, int(cfg["num_hidden_layers"])),
-                       (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
+                       (w.add_feed_forward_length, feed_forward_length(cfg)), (w.add_head_count, n_head),
                        (w.add_head_count_kv, int(cfg.get("num_key_value_heads") or n_head)),
                        (w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
                        (w.add_vocab_size, int(cfg["vocab_size"])), (w.add_rope_dimension_count, rope_dims(cfg, head_dim))):
