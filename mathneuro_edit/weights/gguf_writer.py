@@ -113,7 +113,8 @@ def _llama3_freqs(cfg: dict[str, Any], s: dict[str, Any]) -> np.ndarray:
     factor, low, high = float(s["factor"]), float(s.get("low_freq_factor", 1.0)), float(s.get("high_freq_factor", 4.0))
     ctx = float(s["original_max_position_embeddings"])
     wavelen = 2 * math.pi / freqs
-    smooth = np.clip((ctx / wavelen - low) / (high - low), 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # low == high (Llama 4 Scout): no band between, unused
+        smooth = np.clip((ctx / wavelen - low) / (high - low), 0.0, 1.0)
     mid = 1.0 / ((1 - smooth) / factor + smooth)  # between the two wavelengths: interpolated
     out = np.where(wavelen < ctx / high, 1.0, np.where(wavelen > ctx / low, factor, mid))
     return out.astype(np.float32)
