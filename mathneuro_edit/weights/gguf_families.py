@@ -18,6 +18,13 @@ becomes llama.cpp's (gate/up de-interleaved, transposed: a :class:`View`), the s
 (:data:`GPT_OSS_SWIGLU`) and YaRN's attention factor, so other values are refused; it also always rounds YaRN's
 correction range (:func:`yarn_ramp_bounds`), which the released ``truncate: false`` does not: written, with a
 warning, since no GGUF key can express it and llama.cpp's own conversion differs from transformers the same way.
+
+Llama 4 (text) is written as llama.cpp's converter writes it: its fused experts split in halves (gate, up) and
+transposed (:func:`tensor_views`), the dense layers' width from ``intermediate_size_mlp``
+(:func:`feed_forward_length`), the interleave step and expert width keys (:func:`add_family_keys`). llama.cpp's
+llama4 hard-codes the NoPE period (:data:`LLAMA4_NOPE_PERIOD`), the chunk size and temperature tuning
+(:data:`LLAMA4_FIXED`), q/k norm unless 128 experts, and experts every ``interleave_moe_layer_step``-th layer, so
+other values are refused (:func:`_llama4_refusal`).
 """
 
 from __future__ import annotations

@@ -152,8 +152,8 @@ def test_the_audit_catches_a_corrupted_expert_in_the_half_it_belongs_to(tmp_path
     ({"attn_temperature_tuning": False},
      "attn_temperature_tuning is false but llama.cpp's LLAMA4 always scales its NoPE layers' queries"),
     ({"moe_layers": [0, 2]},
-     "its moe_layers are [0, 2] but llama.cpp's LLAMA4 puts the experts in every interleave_moe_layer_step-th "
-     "layer ([0, 1, 2, 3])"),
+     ("its moe_layers are [0, 2] but llama.cpp's LLAMA4 puts the experts in every interleave_moe_layer_step-th "
+      "layer ([0, 1, 2, 3])")),
     ({"use_qk_norm": False},
      "use_qk_norm is False but llama.cpp's LLAMA4 normalizes q and k exactly when there are not 128 experts (here 4)"),
     ({"attention_bias": True}, "attention_bias is set but llama.cpp's LLAMA4 has no attention biases"),
