@@ -5,9 +5,9 @@ The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with
 Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
 Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection), gpt-oss and Llama 4
 (text) (their fused experts split into gate and up and transposed: a plan row's source may be a
-:class:`~.gguf_families.View` of a checkpoint tensor; the per-family conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no
-``output.weight`` when embeddings are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors,
-linear/YaRN scaling keys; the tokenizer (``tokenizer.ggml.*``, :mod:`.gguf_vocab`: byte-level BPE or
+:class:`~.gguf_families.View` of a checkpoint tensor; the per-family conventions and refusals:
+:mod:`.gguf_families`); gguf's tensor name map; no ``output.weight`` when embeddings are tied; the hyperparameters,
+Llama-3 ``rope_freqs``, Phi-3's longrope factors, linear/YaRN scaling keys; the tokenizer (``tokenizer.ggml.*``, :mod:`.gguf_vocab`: byte-level BPE or
 SentencePiece-style) and the chat template. docs/formats.md
 lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the embedding/output at Q8_0).
 
@@ -200,8 +200,8 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
     (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint). The checkpoint tensor
     is a name, a tuple of names (an MoE layer's experts, stacked expert-major: HF shape ``(experts, rows,
     cols)``), a :class:`~.gguf_families.View` of one (a slice and/or transposition: gpt-oss's and Llama 4's
-    fused experts split into gate and up, :func:`~.gguf_families.tensor_views`; HF shape: the view's), or None (computed:
-    Llama 3's ``rope_freqs``).
+    fused experts split into gate and up, :func:`~.gguf_families.tensor_views`; HF shape: the view's), or None
+    (computed: Llama 3's ``rope_freqs``).
 
     Raises:
         InputError: unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
