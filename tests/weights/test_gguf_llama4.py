@@ -220,3 +220,22 @@ def test_each_refusal_is_needed_llama_cpp_would_differ(overrides, tmp_path, monk
     monkeypatch.setattr(gguf_families, "_llama4_refusal", lambda cfg: None)
     gap, *_ = _gap(tmp_path, base)
     assert gap > 1e-3
+
+
+def test_plan_prints_the_refusal_from_config_json_alone(tmp_path) -> None:
+    import yaml
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli.main import main
+
+    shape = family_shape("Llama 4 (text)")
+    folder = tmp_path / "base"
+    dataclasses.replace(shape, kwargs={**shape.kwargs, "floor_scale": 2}).config().save_pretrained(folder)
+    recipe = tmp_path / "r.yaml"  # config.json only: no weights to read
+    recipe.write_text(yaml.safe_dump({"base": {"model": str(folder), "dtype": "float32"},
+                                      "data": {"math": "organism:math", "general": ["organism:general"]},
+                                      "edit": {"scale": 1.1}, "outputs": {"adapter": False, "gguf": "Q8_0"}}))
+    res = CliRunner().invoke(main, ["plan", str(recipe)])
+    assert res.exit_code == 0, res.output
+    assert ("  gguf: no (outputs.gguf: this llama4_text config cannot be run by llama.cpp as transformers runs it: "
+            "floor_scale is 2 but llama.cpp's LLAMA4 hard-codes 8192; set outputs.gguf: null") in res.output
