@@ -126,9 +126,10 @@ FAMILY_SHAPES: tuple[FamilyShape, ...] = (
                 "shorter than the test prompts), yarn rope (truncate false, as released)"),
     FamilyShape("Llama 4 (text)", "meta-llama/Llama-4-Scout-17B-16E-Instruct", "Llama4TextConfig",
                 dict(_GQA, intermediate_size=64, intermediate_size_mlp=128, head_dim=16, num_local_experts=4,
-                     num_experts_per_tok=1, interleave_moe_layer_step=1, no_rope_layers=[1, 0],
-                     attn_temperature_tuning=True, tie_word_embeddings=False),
-                "fused experts + shared expert, sigmoid top-1 router, NoPE layers, q/k L2 norm"),
+                     num_experts_per_tok=1, interleave_moe_layer_step=1, num_hidden_layers=4,
+                     no_rope_layer_interval=4, attn_temperature_tuning=True, tie_word_embeddings=False),
+                "fused experts + shared expert, sigmoid top-1 router, NoPE every 4th layer (the released interval, "
+                "which llama.cpp hard-codes: layer 3 of 4), q/k L2 norm, chunked attention (8192 > test prompts)"),
     FamilyShape("JetMoE", "jetmoe/jetmoe-8b", "JetMoeConfig",
                 dict(num_key_value_heads=2, kv_channels=16, intermediate_size=32, num_local_experts=4,
                      num_experts_per_tok=2, tie_word_embeddings=True),

@@ -27,6 +27,13 @@ router (sigmoid, selection bias, groups, normalization, routed scaling). transfo
 (``rope_interleave``) is llama.cpp's: no permutation. What llama.cpp's deepseek2 hard-codes (silu, no attention
 biases, interleaved rotary, the low-rank q, its Lite layer counts, YaRN with ``mscale == mscale_all_dim``) is
 refused otherwise (:func:`_deepseek_refusal`).
+
+Llama 4 (text) is written as llama.cpp's converter writes it: its fused experts split in halves (gate, up) and
+transposed (:func:`tensor_views`), the dense layers' width from ``intermediate_size_mlp``
+(:func:`feed_forward_length`), the interleave step and expert width keys (:func:`add_family_keys`). llama.cpp's
+llama4 hard-codes the NoPE period (:data:`LLAMA4_NOPE_PERIOD`), the chunk size and temperature tuning
+(:data:`LLAMA4_FIXED`), q/k norm unless 128 experts, and experts every ``interleave_moe_layer_step``-th layer, so
+other values are refused (:func:`_llama4_refusal`).
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from typing import Any
 
 __all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "MOE_NORM_TOPK", "gguf_refusal", "add_family_keys",
            "rope_dims", "tensor_shift", "expert_count", "gemma3_refusal", "layer_types", "rope_by_layer_type",
-           "View", "tensor_views", "GPT_OSS_SWIGLU", "yarn_ramp_bounds", "llama_names", "has_rotary", "NO_LLAMA_CPP", "MLA"]
+           "View", "tensor_views", "GPT_OSS_SWIGLU", "yarn_ramp_bounds", "llama_names", "has_rotary", "NO_LLAMA_CPP", "MLA",
+           "LLAMA4_FIXED", "LLAMA4_NOPE_PERIOD", "feed_forward_length"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
@@ -73,13 +81,16 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     # hard-codes (silu, no attention biases, interleaved rotary, q_lora, YaRN mscale == mscale_all_dim, the Lite
     # layer counts): _deepseek_refusal
     "deepseek_v3": ("DEEPSEEK2", False),
+    # Llama 4 (text; verified by llama.cpp itself): HF's complex rotary is llama.cpp's interleaved one (no
+    # permutation); the fused experts are split into halves (gate, up) and transposed (tensor_views), the router kept
+    # F32, the shared expert as *_shexp; the keys: interleave step, expert width (add_family_keys). What llama4
+    # hard-codes (NoPE every 4th layer, chunked attention of 8192 elsewhere, the temperature tuning's 8192 and 0.1,
+    # q/k norm unless 128 experts): _llama4_refusal
+    "llama4_text": ("LLAMA4", False),
 }
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
-GGUF_PENDING: dict[str, str] = {
-    "llama4_text": "llama.cpp's llama4 needs the stacked experts, shared expert, NoPE layer pattern and "
-                   "temperature tuning keys",
-}
+GGUF_PENDING: dict[str, str] = {}  # empty: every family of docs/families.md that llama.cpp runs is written
 
 
 # MoE families: whether llama.cpp renormalizes the top-k router weights. It hard-codes this per architecture
@@ -275,13 +286,59 @@ def _deepseek_refusal(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+# what llama.cpp's llama4 (src/models/llama4.cpp) fixes rather than reads: the rotary is skipped in every 4th layer
+# (n_no_rope_layer_step 4), the other layers attend in chunks of 8192 (load_swa_pattern(4): 3 chunked, 1 full),
+# and the NoPE layers' queries are scaled by log(floor((pos + 1) / 8192) + 1) * 0.1 + 1 (temperature tuning)
+LLAMA4_FIXED = {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1}
+LLAMA4_NOPE_PERIOD = 4
+
+
+def _llama4_refusal(cfg: dict[str, Any]) -> str | None:
+    """What of a Llama 4 (text) config llama.cpp's llama4 cannot run as transformers does (None: nothing)."""
+    if cfg.get("model_type") != "llama4_text":
+        return None
+    n, period = int(cfg["num_hidden_layers"]), LLAMA4_NOPE_PERIOD
+    rope = [int((i + 1) % period != 0) for i in range(n)]  # llama.cpp's use_rope; transformers' no_rope_layers
+    got = [int(x) for x in (cfg.get("no_rope_layers") or
+                            [int((i + 1) % int(cfg.get("no_rope_layer_interval") or 4) != 0) for i in range(n)])]
+    if got != rope:
+        return (f"its NoPE layers are {[i for i, x in enumerate(got) if not x][:8]} but llama.cpp's LLAMA4 skips the "
+                f"rotary in every {period}th layer ({[i for i, x in enumerate(rope) if not x][:8]})")
+    for key, fixed in LLAMA4_FIXED.items():
+        if key in cfg and (cfg[key] is None or float(cfg[key]) != fixed):
+            return f"{key} is {cfg[key]} but llama.cpp's LLAMA4 hard-codes {fixed}"
+    chunked = ["chunked_attention" if r else "full_attention" for r in rope]
+    if cfg.get("layer_types") and list(cfg["layer_types"]) != chunked:
+        return (f"its layer_types are {list(cfg['layer_types'])[:8]} but llama.cpp's LLAMA4 attends in chunks in "
+                f"every layer but each {period}th ({chunked[:8]})")
+    if not cfg.get("attn_temperature_tuning", True) and 0 in rope:
+        return "attn_temperature_tuning is false but llama.cpp's LLAMA4 always scales its NoPE layers' queries"
+    step = int(cfg.get("interleave_moe_layer_step") or 1)
+    moe = list(range(step - 1, n, step))  # llama.cpp: layer i has experts when (i + 1) % step == 0
+    if cfg.get("moe_layers") is not None and [int(i) for i in cfg["moe_layers"]] != moe:
+        return (f"its moe_layers are {list(cfg['moe_layers'])[:8]} but llama.cpp's LLAMA4 puts the experts in "
+                f"every interleave_moe_layer_step-th layer ({moe[:8]})")
+    if bool(cfg.get("use_qk_norm", True)) != (expert_count(cfg) != 128):
+        return (f"use_qk_norm is {cfg.get('use_qk_norm', True)} but llama.cpp's LLAMA4 normalizes q and k exactly "
+                f"when there are not 128 experts (here {expert_count(cfg)})")
+    if cfg.get("attention_bias"):
+        return "attention_bias is set but llama.cpp's LLAMA4 has no attention biases"
+    if cfg.get("hidden_act", "silu") != "silu":
+        return f"hidden_act is {cfg['hidden_act']!r} but llama.cpp's LLAMA4 uses silu"
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ("default", "llama3"):
+        return f"rope {kind!r}: only default and llama3 rope are written for llama4_text (verified against llama.cpp)"
+    return None
+
+
 def gguf_refusal(cfg: dict[str, Any]) -> str | None:
     """None when :mod:`.gguf_writer` writes this config's family, else one line: what, why, how to proceed.
 
     Example:
         >>> gguf_refusal({"model_type": "qwen2"}) is None
         True
-        >>> gguf_refusal({"model_type": "gpt2"}).startswith("outputs.gguf: model_type 'gpt2'")
+        >>> gguf_refusal({"model_type": "jetmoe"}).startswith("outputs.gguf: model_type 'jetmoe' has no GGUF")
         True
         >>> gguf_refusal({"model_type": "qwen3_moe", "norm_topk_prob": False})[:62]
         'outputs.gguf: this qwen3_moe config cannot be run by llama.cpp'
@@ -291,7 +348,7 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
         return gemma3_refusal(cfg)
     if model_type in GGUF_WRITTEN:
         moe = (_moe_refusal(cfg) or _smollm3_refusal(cfg) or _gpt2_refusal(cfg) or _gpt_oss_refusal(cfg)
-               or _deepseek_refusal(cfg))
+               or _deepseek_refusal(cfg) or _llama4_refusal(cfg))
         return None if moe is None else (f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as "
                                          f"transformers runs it: {moe}; set outputs.gguf: null (the checkpoint "
                                          "holds the edit)")
@@ -405,7 +462,8 @@ class View:
     """Part of one checkpoint tensor as llama.cpp stores it: the entries ``start:stop:step`` of its last axis, then
     its last two axes swapped when ``transpose``. gpt-oss's fused ``gate_up_proj`` ``[experts, hidden, 2 * ff]``
     interleaves gate (even columns) and up (odd): llama.cpp's ``ffn_gate_exps`` is ``View(t, 0, 2, True)``
-    (``[experts, ff, hidden]``), ``ffn_up_exps`` ``View(t, 1, 2, True)``. A tensor of 3 or more axes is read and
+    (``[experts, ff, hidden]``), ``ffn_up_exps`` ``View(t, 1, 2, True)``; Llama 4's puts gate and up in halves:
+    ``View(t, 0, 1, True, stop=ff)`` and ``View(t, ff, 1, True)``. A tensor of 3 or more axes is read and
     written one index of its first axis (one expert) at a time.
 
     ``heads`` > 0: a 2-D ``[heads * r, c]`` tensor is viewed as ``[heads, r, c]`` and the slice is of each head's
@@ -468,9 +526,17 @@ def tensor_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | Vie
         return None
     if cfg.get("model_type") == "deepseek_v3":
         return _deepseek_views(cfg, hf_name)
+    stem, _, last = hf_name.rpartition(".")
+    if cfg.get("model_type") == "llama4_text":  # llama.cpp's converter, Llama4Model.modify_tensors
+        ff = int(cfg["intermediate_size"])  # transformers' Llama4TextExperts: gate_up.chunk(2, dim=-1)
+        if last == "gate_up_proj":
+            return [(f"{stem}.gate_proj.weight", View(hf_name, 0, 1, True, stop=ff)),
+                    (f"{stem}.up_proj.weight", View(hf_name, ff, 1, True))]
+        if last == "down_proj" and stem.endswith(".experts"):
+            return [(f"{stem}.down_proj.weight", View(hf_name, transpose=True))]
+        return None
     if cfg.get("model_type") != "gpt_oss":
         return None
-    stem, _, last = hf_name.rpartition(".")
     if last == "gate_up_proj":
         return [(f"{stem}.gate_proj.weight", View(hf_name, 0, 2, True)),
                 (f"{stem}.up_proj.weight", View(hf_name, 1, 2, True))]
@@ -547,6 +613,14 @@ def rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
     return head_dim
 
 
+def feed_forward_length(cfg: dict[str, Any]) -> int:
+    """The dense MLP's width (``feed_forward_length``): ``intermediate_size``, but Llama 4's ``intermediate_size_mlp``
+    (its ``intermediate_size`` is the experts'; llama.cpp's converter swaps them back the same way)."""
+    if cfg.get("model_type") == "llama4_text":
+        return int(cfg.get("intermediate_size_mlp") or cfg["intermediate_size"])
+    return int(cfg["intermediate_size"])
+
+
 def tensor_shift(cfg: dict[str, Any], hf_name: str) -> float:
     """What llama.cpp adds to a tensor's values: Gemma's RMSNorm multiplies by ``1 + w``, llama.cpp by its stored
     weight, so its converter stores ``w + 1`` for every ``*norm.weight``."""
@@ -573,8 +647,10 @@ def add_family_keys(writer: Any, cfg: dict[str, Any]) -> None:
         writer.add_expert_used_count(int(cfg["num_experts_per_tok"]))
         if cfg.get("moe_intermediate_size"):  # the Qwen MoEs: experts narrower than intermediate_size
             writer.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
-        if cfg.get("model_type") == "gpt_oss":  # every MLP is routed experts of intermediate_size
-            writer.add_expert_feed_forward_length(int(cfg["intermediate_size"]))
+        if cfg.get("model_type") in ("gpt_oss", "llama4_text"):  # experts of intermediate_size (Llama 4's shared
+            writer.add_expert_feed_forward_length(int(cfg["intermediate_size"]))  # expert too; dense: *_mlp)
+        if cfg.get("model_type") == "llama4_text":  # llama.cpp: layer i has experts when (i + 1) % step == 0
+            writer.add_interleave_moe_layer_step(int(cfg.get("interleave_moe_layer_step") or 1))
         if cfg.get("shared_expert_intermediate_size"):
             writer.add_expert_shared_feed_forward_length(int(cfg["shared_expert_intermediate_size"]))
     if cfg.get("model_type") == "deepseek_v3":

@@ -3,12 +3,12 @@
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
 ``gguf``): Llama/Mistral/SmolLM2 (arch ``llama``, q/k rows permuted to llama.cpp's interleaved rotary), Qwen2 and
 Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, GPT-2, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
-Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection), gpt-oss (its fused
-experts split into gate and up and transposed: a plan row's source may be a :class:`~.gguf_families.View` of a
-checkpoint tensor), DeepSeek-V3 (llama.cpp's deepseek2: MLA's ``kv_b_proj`` split per head into ``attn_k_b``,
-transposed, and ``attn_v_b``, a View with ``heads``; one KV head and MLA's lengths instead of the writer's
-``head_count_kv`` / key and value lengths, :data:`~.gguf_families.MLA`; the per-family conventions and refusals:
-:mod:`.gguf_families`); gguf's tensor name map; no
+Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection), gpt-oss and Llama 4
+(text) (their fused experts split into gate and up and transposed: a plan row's source may be a
+:class:`~.gguf_families.View` of a checkpoint tensor), DeepSeek-V3 (llama.cpp's deepseek2: MLA's ``kv_b_proj``
+split per head into ``attn_k_b``, transposed, and ``attn_v_b``, a View with ``heads``; one KV head and MLA's
+lengths instead of the writer's ``head_count_kv`` / key and value lengths, :data:`~.gguf_families.MLA`; the
+per-family conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no
 ``output.weight`` when embeddings are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors,
 linear/YaRN scaling keys; the tokenizer (``tokenizer.ggml.*``, :mod:`.gguf_vocab`: byte-level BPE or
 SentencePiece-style) and the chat template. docs/formats.md
@@ -45,6 +45,7 @@ from .gguf_families import (
     View,
     add_family_keys,
     expert_count,
+    feed_forward_length,
     gguf_refusal,
     has_rotary,
     llama_names,
@@ -118,7 +119,8 @@ def _llama3_freqs(cfg: dict[str, Any], s: dict[str, Any]) -> np.ndarray:
     factor, low, high = float(s["factor"]), float(s.get("low_freq_factor", 1.0)), float(s.get("high_freq_factor", 4.0))
     ctx = float(s["original_max_position_embeddings"])
     wavelen = 2 * math.pi / freqs
-    smooth = np.clip((ctx / wavelen - low) / (high - low), 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # low == high (Llama 4 Scout): no band between, unused
+        smooth = np.clip((ctx / wavelen - low) / (high - low), 0.0, 1.0)
     mid = 1.0 / ((1 - smooth) / factor + smooth)  # between the two wavelengths: interpolated
     out = np.where(wavelen < ctx / high, 1.0, np.where(wavelen > ctx / low, factor, mid))
     return out.astype(np.float32)
@@ -203,10 +205,9 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
     """What :func:`write_gguf` writes: ``(gguf name, checkpoint tensor(s), HF shape, GGML type)`` in file order
     (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint). The checkpoint tensor
     is a name, a tuple of names (an MoE layer's experts, stacked expert-major: HF shape ``(experts, rows,
-    cols)``), a :class:`~.gguf_families.View` of one (a slice and/or transposition: gpt-oss's fused experts
-    split into gate and up, DeepSeek's kv_b into k_b and v_b per head, :func:`~.gguf_families.tensor_views`;
-    HF shape: the view's), or None (computed:
-    Llama 3's ``rope_freqs``).
+    cols)``), a :class:`~.gguf_families.View` of one (a slice and/or transposition: gpt-oss's and Llama 4's
+    fused experts split into gate and up, DeepSeek's kv_b into k_b and v_b per head,
+    :func:`~.gguf_families.tensor_views`; HF shape: the view's), or None (computed: Llama 3's ``rope_freqs``).
 
     Raises:
         InputError: unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
@@ -399,7 +400,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     theta, scaling = _rope(cfg)
     keys = [(w.add_context_length, int(cfg["max_position_embeddings"])),
             (w.add_embedding_length, int(cfg["hidden_size"])), (w.add_block_count, int(cfg["num_hidden_layers"])),
-            (w.add_feed_forward_length, int(cfg["intermediate_size"])), (w.add_head_count, n_head),
+            (w.add_feed_forward_length, feed_forward_length(cfg)), (w.add_head_count, n_head),
             (w.add_head_count_kv, 1 if mla else int(cfg.get("num_key_value_heads") or n_head)),
             (w.add_vocab_size, int(cfg["vocab_size"]))]
     if has_rotary(cfg):  # GPT-2 has learned positions (position_embd) and LayerNorm
