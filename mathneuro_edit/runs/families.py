@@ -36,7 +36,7 @@ from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME, MATH_STATS_NAME, ST
 from ..organism import organism_path
 from ..recipe.io import recipe_from_dict
 from ..weights.audit import verify
-from ..weights.gguf_families import tensor_shift
+from ..weights.gguf_arch import tensor_shift
 from ..weights.gguf_writer import gguf_filename
 from .family_shapes import FAMILY_SHAPES, VOCAB, FamilyShape, family_shape
 from .pipeline import run_recipe

@@ -5,10 +5,10 @@ The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with
 Qwen3 (NeoX rotary: HF's order), Granite (llama + its multipliers), SmolLM3, GPT-2, OLMo 2, Phi-3, Gemma 2/3, the MoEs Mixtral,
 Qwen2-MoE, Qwen3-MoE and OLMoE (each layer's experts stacked into one tensor per projection), gpt-oss and Llama 4
 (text) (their fused experts split into gate and up and transposed: a plan row's source may be a
-:class:`~.gguf_families.View` of a checkpoint tensor), DeepSeek-V3 (llama.cpp's deepseek2: MLA's ``kv_b_proj``
+:class:`~.gguf_arch.View` of a checkpoint tensor), DeepSeek-V3 (llama.cpp's deepseek2: MLA's ``kv_b_proj``
 split per head into ``attn_k_b``, transposed, and ``attn_v_b``, a View with ``heads``; one KV head and MLA's
-lengths instead of the writer's ``head_count_kv`` / key and value lengths, :data:`~.gguf_families.MLA`; the
-per-family conventions and refusals: :mod:`.gguf_families`); gguf's tensor name map; no
+lengths instead of the writer's ``head_count_kv`` / key and value lengths, :data:`~.gguf_arch.MLA`; the
+per-family conventions and refusals: :mod:`.gguf_arch`); gguf's tensor name map; no
 ``output.weight`` when embeddings are tied; the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors,
 linear/YaRN scaling keys; the tokenizer (``tokenizer.ggml.*``, :mod:`.gguf_vocab`: byte-level BPE or
 SentencePiece-style) and the chat template. docs/formats.md
@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import InputError
 from .checkpoint import open_checkpoint
-from .gguf_families import (
+from .gguf_arch import (
     GGUF_WRITTEN,
     MLA,
     View,
@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")  # what gguf.quants can write
 _LOW_BIT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1"}
-_ARCHS = GGUF_WRITTEN  # model_type -> (gguf arch, q/k permuted); the refusals of the others: gguf_families.py
+_ARCHS = GGUF_WRITTEN  # model_type -> (gguf arch, q/k permuted); the refusals of the others: weights/gguf_arch/
 _CHUNK = 16 << 20  # bytes of float32 converted at a time: bounds peak memory, any size is byte-identical
 
 
@@ -105,7 +105,7 @@ def _head_dim(cfg: dict[str, Any]) -> int:
 def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     """(rope theta, scaling dict or {}) of a transformers 4 (rope_theta, rope_scaling) or 5 (rope_parameters) config."""
     params = dict(cfg.get("rope_parameters") or {})
-    params = dict(params.get("full_attention", params))  # Gemma 3: the global layers' (the local: gguf_families)
+    params = dict(params.get("full_attention", params))  # Gemma 3: the global layers' (the local: gguf_arch.gemma)
     scaling = dict(cfg.get("rope_scaling") or params)
     theta = float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0)
     kind = scaling.get("rope_type", scaling.get("type", "default"))
@@ -205,9 +205,9 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
     """What :func:`write_gguf` writes: ``(gguf name, checkpoint tensor(s), HF shape, GGML type)`` in file order
     (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint). The checkpoint tensor
     is a name, a tuple of names (an MoE layer's experts, stacked expert-major: HF shape ``(experts, rows,
-    cols)``), a :class:`~.gguf_families.View` of one (a slice and/or transposition: gpt-oss's and Llama 4's
+    cols)``), a :class:`~.gguf_arch.View` of one (a slice and/or transposition: gpt-oss's and Llama 4's
     fused experts split into gate and up, DeepSeek's kv_b into k_b and v_b per head,
-    :func:`~.gguf_families.tensor_views`; HF shape: the view's), or None (computed: Llama 3's ``rope_freqs``).
+    :func:`~.gguf_arch.tensor_views`; HF shape: the view's), or None (computed: Llama 3's ``rope_freqs``).
 
     Raises:
         InputError: unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
@@ -424,7 +424,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
                 if scaling.get(key) is not None:
                     add(float(scaling[key]))
             exact, rounded = yarn_ramp_bounds(cfg) or ((0.0, 0.0), (0.0, 0.0))
-            if exact != rounded:  # gpt-oss's truncate: false; no GGUF key can say it (gguf_families.yarn_ramp_bounds)
+            if exact != rounded:  # gpt-oss's truncate: false; no GGUF key can say it (gguf_arch.yarn_ramp_bounds)
                 log.warning("gguf: llama.cpp rounds YaRN's correction range to [%g, %g] where transformers uses "
                             "[%.4g, %.4g] (rope truncate: false): llama.cpp's rotary frequencies differ in those "
                             "dimensions, as in llama.cpp's own conversion", *rounded, *exact)
@@ -432,7 +432,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.add_rope_scaling_attn_factors(_longrope_factors(cfg)[2])
         w.add_rope_scaling_orig_ctx_len(int(scaling.get("original_max_position_embeddings")
                                             or cfg["original_max_position_embeddings"]))
-    add_family_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_families.py
+    add_family_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_arch/
     add_vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)  # tokenizer.ggml.*: weights/gguf_vocab.py
     for gname, _, shape, t in plan:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]

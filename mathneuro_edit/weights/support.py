@@ -6,7 +6,7 @@
   ``nn.Linear``; PEFT cannot hold an exact delta of GPT-2's ``Conv1D``, fused 3-D MoE experts or a router
   module (a ``*Router`` that returns routing scores, even when it subclasses ``nn.Linear``). Such a family gets
   a checkpoint only, and the refusal names the recipe lines that give a run that works.
-- ``gguf``: the families :mod:`.gguf_writer` writes (:func:`~mathneuro_edit.weights.gguf_families.gguf_refusal`).
+- ``gguf``: the families :mod:`.gguf_writer` writes (:func:`~mathneuro_edit.weights.gguf_arch.gguf_refusal`).
 
 ``plan`` prints this before any weights are read; a run checks it before loading the model.
 """
@@ -21,7 +21,7 @@ from typing import Any
 from torch import nn
 
 from ..engine.targets import Target, find_targets
-from .gguf_families import gguf_refusal
+from .gguf_arch import gguf_refusal
 
 __all__ = ["OutputSupport", "output_support", "adapter_refusal", "peft_expressible"]
 

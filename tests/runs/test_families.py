@@ -25,7 +25,7 @@ from mathneuro_edit.layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME
 from mathneuro_edit.runs import families as fam
 from mathneuro_edit.runs.family_shapes import FAMILY_SHAPES, family_shape
 from mathneuro_edit.runs.pipeline import run_recipe
-from mathneuro_edit.weights.gguf_families import GGUF_WRITTEN
+from mathneuro_edit.weights.gguf_arch import GGUF_WRITTEN
 from tests.weights.test_gguf import _cpp_greedy, _greedy, _llama
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "families.md"

@@ -495,7 +495,7 @@ _G3_FIX = "; set outputs.gguf: null (the checkpoint holds the edit)"
 def test_gemma3_refusals_are_the_exact_line_from_config_alone(tmp_path, change, why) -> None:
     """What llama.cpp's gemma3 fixes instead of reading is refused, from config.json alone, with one line."""
     from mathneuro_edit.runs.family_shapes import family_shape
-    from mathneuro_edit.weights.gguf_families import gguf_refusal
+    from mathneuro_edit.weights.gguf_arch import gguf_refusal
 
     line = f"outputs.gguf: this gemma3_text config is not written: {why}{_G3_FIX}"
     cfg = {**family_shape("Gemma 3 (text)").config().to_dict(), **change}
@@ -511,7 +511,7 @@ def test_gemma3_refusals_are_the_exact_line_from_config_alone(tmp_path, change, 
 def test_gemma3_hub_config_of_transformers_4_is_read_like_transformers() -> None:
     """A Hub config.json of transformers 4 (google/gemma-3-4b-it's keys): the layer pattern from
     ``sliding_window_pattern``, the local base from ``rope_local_base_freq``, the scaling on the global layers."""
-    from mathneuro_edit.weights.gguf_families import (
+    from mathneuro_edit.weights.gguf_arch import (
         gguf_refusal,
         layer_types,
         rope_by_layer_type,

@@ -21,8 +21,8 @@ from safetensors.numpy import load_file  # noqa: E402
 
 from mathneuro_edit.runs import families as fam  # noqa: E402
 from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
-from mathneuro_edit.weights import gguf_families  # noqa: E402
-from mathneuro_edit.weights.gguf_families import gguf_refusal  # noqa: E402
+from mathneuro_edit.weights import gguf_arch  # noqa: E402
+from mathneuro_edit.weights.gguf_arch import gguf_refusal  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import audit_gguf, write_gguf  # noqa: E402
 from tests._llama_cpp import logit_gap  # noqa: E402
 from tests.weights.test_gguf import _llama  # noqa: E402
@@ -75,7 +75,7 @@ def test_the_activation_refusal_is_needed_llama_cpp_would_differ(tmp_path, monke
         _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
     shape = dataclasses.replace(GPT2, kwargs={**GPT2.kwargs, "activation_function": "relu"})
     base = fam.save_family_base(tmp_path / "base", shape)
-    monkeypatch.setattr(gguf_families, "_gpt2_refusal", lambda cfg: None)
+    monkeypatch.setattr(gguf_arch.dense, "gpt2_refusal", lambda cfg: None)
     llm = _llama(write_gguf(base, tmp_path / "m.gguf", "F32", name="gpt2-test"))
     ref = AutoModelForCausalLM.from_pretrained(base).eval()
     ids = AutoTokenizer.from_pretrained(base)("Question: Tom has 3 apples and buys 4 more.").input_ids

@@ -26,8 +26,8 @@ from safetensors.numpy import load_file, save_file  # noqa: E402
 
 from mathneuro_edit.runs import families as fam  # noqa: E402
 from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
-from mathneuro_edit.weights import gguf_families  # noqa: E402
-from mathneuro_edit.weights.gguf_families import gguf_refusal  # noqa: E402
+from mathneuro_edit.weights import gguf_arch  # noqa: E402
+from mathneuro_edit.weights.gguf_arch import gguf_refusal  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import audit_gguf, gguf_plan, write_gguf  # noqa: E402
 from tests.weights.test_gguf import _llama  # noqa: E402
 
@@ -192,7 +192,7 @@ def test_each_refusal_is_needed_llama_cpp_would_differ(overrides, tmp_path, monk
     families to: the refused configs really run differently there."""
     _need_llama_cpp(tmp_path)
     base = _base(tmp_path, strong=True, **overrides)
-    monkeypatch.setattr(gguf_families, "_gpt_oss_refusal", lambda cfg: None)
+    monkeypatch.setattr(gguf_arch.gpt_oss, "refusal", lambda cfg: None)
     cpp, hf, _, _ = _logits(tmp_path, base)
     assert (cpp - hf).abs().max() > 1e-3 * max(1.0, float(hf.abs().max()))
 

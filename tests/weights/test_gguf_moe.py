@@ -24,8 +24,8 @@ from safetensors.numpy import load_file, save_file  # noqa: E402
 from mathneuro_edit import InputError  # noqa: E402
 from mathneuro_edit.runs import families as fam  # noqa: E402
 from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
-from mathneuro_edit.weights import gguf_families  # noqa: E402
-from mathneuro_edit.weights.gguf_families import gguf_refusal  # noqa: E402
+from mathneuro_edit.weights import gguf_arch  # noqa: E402
+from mathneuro_edit.weights.gguf_arch import gguf_refusal  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import audit_gguf, gguf_plan, write_gguf  # noqa: E402
 from tests._llama_cpp import logit_gap  # noqa: E402
 from tests.weights.test_gguf import _llama  # noqa: E402
@@ -122,7 +122,7 @@ def test_the_norm_topk_refusal_is_needed_llama_cpp_would_differ(name, overrides,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = _base(tmp_path, name, **overrides)
-    monkeypatch.setattr(gguf_families, "_moe_refusal", lambda cfg: None)
+    monkeypatch.setattr(gguf_arch.moe, "refusal", lambda cfg: None)
     path = write_gguf(base, tmp_path / "m.gguf", "F32")
     llm = _llama(path)
     tok = AutoTokenizer.from_pretrained(base)

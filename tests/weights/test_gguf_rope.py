@@ -92,8 +92,8 @@ def test_smollm3_with_another_nope_pattern_is_refused_and_llama_cpp_would_differ
     families test's tolerance (the refusal is needed)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mathneuro_edit.weights import gguf_families
-    from mathneuro_edit.weights.gguf_families import gguf_refusal
+    from mathneuro_edit.weights import gguf_arch
+    from mathneuro_edit.weights.gguf_arch import gguf_refusal
 
     shape = family_shape("SmolLM3")
     assert gguf_refusal(shape.config().to_dict()) is None  # the released pattern (every 4th layer) is written
@@ -105,7 +105,7 @@ def test_smollm3_with_another_nope_pattern_is_refused_and_llama_cpp_would_differ
     if importlib.util.find_spec("llama_cpp") is None:
         _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
     base = fam.save_family_base(tmp_path / "base", odd)
-    monkeypatch.setattr(gguf_families, "_smollm3_refusal", lambda cfg: None)
+    monkeypatch.setattr(gguf_arch.dense, "smollm3_refusal", lambda cfg: None)
     llm = _llama(write_gguf(base, tmp_path / "m.gguf", "F32", name="x"))
     tok = AutoTokenizer.from_pretrained(base)
     ref = AutoModelForCausalLM.from_pretrained(base).eval()

@@ -1,0 +1,116 @@
+"""Gemma 2 and Gemma 3 (text): norms stored ``w + 1`` (:func:`tensor_shift`), their keys, and what llama.cpp's
+gemma3 computes from fixed rules instead of reading (the query scale, no attention soft-capping, rope scaling
+on the global layers only), refused when a config differs (:func:`gemma3_refusal`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .common import SLIDING, layer_types
+
+__all__ = ["GEMMA", "tensor_shift", "rope_by_layer_type", "gemma3_refusal", "add_keys"]
+
+
+GEMMA = ("gemma2", "gemma3_text")  # (1 + w) RMSNorms everywhere, q_norm/k_norm included (Gemma 3)
+
+
+def tensor_shift(cfg: dict[str, Any], hf_name: str) -> float:
+    """What llama.cpp adds to a tensor's values: Gemma's RMSNorm multiplies by ``1 + w``, llama.cpp by its stored
+    weight, so its converter stores ``w + 1`` for every ``*norm.weight``."""
+    return 1.0 if cfg.get("model_type") in GEMMA and hf_name.endswith("norm.weight") else 0.0
+
+
+def rope_by_layer_type(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Gemma 3's rope per layer type: ``{"full_attention": {...}, "sliding_attention": {...}}``, each with
+    ``rope_type`` and ``rope_theta``, from transformers 5's ``rope_parameters`` or transformers 4's ``rope_theta``,
+    ``rope_local_base_freq`` and ``rope_scaling`` (which applied to the global layers only), with its defaults.
+
+    Example:
+        >>> rope_by_layer_type({"rope_theta": 1e6, "rope_scaling": {"type": "linear", "factor": 8.0}})["full_attention"]
+        {'type': 'linear', 'factor': 8.0, 'rope_theta': 1000000.0, 'rope_type': 'linear'}
+    """
+    params = cfg.get("rope_parameters") or {}
+    keyed = "full_attention" in params or SLIDING in params
+    full = dict((params.get("full_attention") or {}) if keyed else (cfg.get("rope_scaling") or params))
+    local = dict((params.get(SLIDING) or {}) if keyed else {})
+    full.setdefault("rope_theta", cfg.get("rope_theta") or 1_000_000.0)  # transformers' Gemma 3 defaults
+    local.setdefault("rope_theta", cfg.get("rope_local_base_freq") or 10_000.0)
+    for p in (full, local):
+        p["rope_theta"] = float(p["rope_theta"])
+        p["rope_type"] = str(p.get("rope_type", p.get("type", "default")))
+    return {"full_attention": full, SLIDING: local}
+
+
+def _gemma3_mismatch(cfg: dict[str, Any]) -> str | None:
+    """What of a Gemma 3 config llama.cpp's gemma3 (src/models/gemma3.cpp) cannot represent, in words, or None."""
+    heads = int(cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    # llama.cpp reads no attention scale for gemma3: 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for 62 layers (27B)
+    expect = int(cfg["hidden_size"]) // heads if int(cfg["num_hidden_layers"]) == 62 else head_dim
+    scalar = cfg.get("query_pre_attn_scalar", 256)
+    if float(scalar) != float(expect):
+        return (f"query_pre_attn_scalar {scalar}: llama.cpp's gemma3 scales queries by 1/sqrt({expect}) "
+                f"(head_dim, or hidden/heads for 62 layers) and reads no attention scale")
+    if cfg.get("attn_logit_softcapping") is not None:
+        return "attn_logit_softcapping: llama.cpp's gemma3 has no attention soft-capping"
+    if cfg.get("use_bidirectional_attention"):
+        return "use_bidirectional_attention (EmbeddingGemma): llama.cpp's gemma3 is causal"
+    if cfg.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        return (f"hidden_activation {cfg['hidden_activation']!r}: llama.cpp's gemma3 uses the tanh-approximated "
+                "GELU (gelu_pytorch_tanh)")
+    rope = rope_by_layer_type(cfg)
+    full, local = rope["full_attention"]["rope_type"], rope[SLIDING]["rope_type"]
+    # llama.cpp's gemma3 gives the sliding layers their own base but never a scaling: scale 1, no YaRN
+    if full not in ("default", "linear") or local != "default":
+        return (f"rope {full!r} on the global and {local!r} on the sliding layers: llama.cpp's gemma3 applies only "
+                "linear scaling, and only to the global layers")
+    if SLIDING in layer_types(cfg) and not int(cfg.get("sliding_window") or 0):
+        return "sliding layers but no sliding_window"
+    return None
+
+
+def gemma3_refusal(cfg: dict[str, Any]) -> str | None:
+    """None when llama.cpp's gemma3 computes what transformers does for this Gemma 3 (text) config, else one line.
+
+    Example:
+        >>> print(gemma3_refusal({"model_type": "gemma3_text", "hidden_size": 64, "num_attention_heads": 4,
+        ...                       "num_hidden_layers": 3, "head_dim": 32, "query_pre_attn_scalar": 32,
+        ...                       "attn_logit_softcapping": 50.0}))  # doctest: +NORMALIZE_WHITESPACE
+        outputs.gguf: this gemma3_text config is not written: attn_logit_softcapping: llama.cpp's gemma3 has no
+        attention soft-capping; set outputs.gguf: null (the checkpoint holds the edit)
+    """
+    why = _gemma3_mismatch(cfg)
+    if why is None:
+        return None
+    return (f"outputs.gguf: this gemma3_text config is not written: {why}; "
+            "set outputs.gguf: null (the checkpoint holds the edit)")
+
+
+def _add_gemma3_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """Gemma 3's keys beyond Gemma 2's head length: which layers slide (an array, since llama.cpp's default is
+    every 6th layer global), their window and rope base, and the final soft-capping when the config has one."""
+    kinds = layer_types(cfg)
+    if SLIDING in kinds:  # no sliding_window key: llama.cpp runs every layer as a global one, as transformers does
+        writer.add_sliding_window(int(cfg["sliding_window"]))
+        writer.add_sliding_window_pattern([k == SLIDING for k in kinds])
+        writer.add_rope_freq_base_swa(rope_by_layer_type(cfg)[SLIDING]["rope_theta"])
+    if cfg.get("final_logit_softcapping") is not None:
+        writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
+
+
+def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """Gemma 2's and 3's keys: the key/value length (``head_dim``), Gemma 2's soft-capping and window, Gemma 3's
+    sliding pattern, local rope base and final soft-capping."""
+    if cfg.get("model_type") not in GEMMA:
+        return
+    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+    if head_dim == int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]):  # else the writer adds them
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    if cfg.get("model_type") == "gemma3_text":
+        _add_gemma3_keys(writer, cfg)
+    if cfg.get("model_type") == "gemma2":
+        writer.add_attn_logit_softcapping(float(cfg["attn_logit_softcapping"]))
+        writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
+        writer.add_sliding_window(int(cfg["sliding_window"]))

@@ -1,0 +1,76 @@
+"""gpt-oss, written as llama.cpp's converter writes it: the fused experts split (gate/up de-interleaved) and
+transposed (:func:`views`), sinks and biases F32, the per-layer sliding pattern (:func:`add_keys`). llama.cpp's
+openai-moe hard-codes the swiglu (:data:`GPT_OSS_SWIGLU`) and YaRN's attention factor, so other values are
+refused (:func:`refusal`); it also always rounds YaRN's correction range (:func:`~.rope.yarn_ramp_bounds`),
+which the released ``truncate: false`` does not: written, with a warning, since no GGUF key can express it and
+llama.cpp's own conversion differs from transformers the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .common import SLIDING, View, layer_types
+from .rope import yarn_attention_factor, yarn_mscale
+
+__all__ = ["GPT_OSS_SWIGLU", "refusal", "views", "add_keys"]
+
+
+# llama.cpp's gpt-oss activation (src/llama-graph.cpp, LLM_FFN_SWIGLU_OAI_MOE) is a constant, not a key:
+# (min(gate, limit) * sigmoid(alpha * min(gate, limit))) * (clamp(up, -limit, limit) + 1) with these two values
+GPT_OSS_SWIGLU = {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}
+
+
+def refusal(cfg: dict[str, Any]) -> str | None:
+    """What of a gpt-oss config llama.cpp's openai-moe (src/models/openai-moe.cpp) cannot run as transformers does."""
+    if cfg.get("model_type") != "gpt_oss":
+        return None
+    for key, fixed in GPT_OSS_SWIGLU.items():
+        if float(cfg.get(key, fixed)) != fixed:
+            return f"{key} is {cfg[key]} but llama.cpp's GPT_OSS hard-codes {fixed} in its swiglu"
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ("default", "yarn"):
+        return f"rope {kind!r}: only default and YaRN rope are written for gpt-oss (verified against llama.cpp)"
+    if kind == "yarn" and not math.isclose(yarn_attention_factor(params), yarn_mscale(float(params["factor"])),
+                                           rel_tol=1e-6):
+        # llama.cpp recomputes YaRN's cos/sin scale from the factor alone and ignores a given one
+        return (f"its YaRN scales attention by {yarn_attention_factor(params):.6g} (attention_factor/mscale) but "
+                f"llama.cpp's GPT_OSS computes 0.1 ln(factor) + 1 = {yarn_mscale(float(params['factor'])):.6g}")
+    if cfg.get("sliding_window") is None and "sliding_attention" in layer_types(cfg):
+        return "sliding layers but no sliding_window"
+    return None
+
+
+def views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | None:
+    """gpt-oss's tensors as llama.cpp's converter writes them (GptOssModel.modify_tensors): ``gate_up_proj`` ->
+    ``gate_proj.weight`` (even columns) and ``up_proj.weight`` (odd), transposed; ``gate_up_proj_bias`` -> their
+    biases; ``down_proj`` -> ``down_proj.weight`` transposed; ``down_proj_bias`` -> ``down_proj.bias``; ``sinks``
+    -> ``sinks.weight``.
+
+    Example:
+        >>> [n.split(".")[-2] for n, _ in views({"model_type": "gpt_oss"}, "m.experts.gate_up_proj")]
+        ['gate_proj', 'up_proj']
+    """
+    stem, _, last = hf_name.rpartition(".")
+    if last == "gate_up_proj":
+        return [(f"{stem}.gate_proj.weight", View(hf_name, 0, 2, True)),
+                (f"{stem}.up_proj.weight", View(hf_name, 1, 2, True))]
+    if last == "gate_up_proj_bias":
+        return [(f"{stem}.gate_proj.bias", View(hf_name, 0, 2)), (f"{stem}.up_proj.bias", View(hf_name, 1, 2))]
+    if last == "down_proj":
+        return [(f"{stem}.down_proj.weight", View(hf_name, transpose=True))]
+    if last == "down_proj_bias":
+        return [(f"{stem}.down_proj.bias", hf_name)]
+    if last == "sinks":
+        return [(f"{hf_name}.weight", hf_name)]
+    return None
+
+
+def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """gpt-oss's keys beyond the experts': their width (``intermediate_size``), the window (llama.cpp needs the
+    key) and which layers slide."""
+    writer.add_expert_feed_forward_length(int(cfg["intermediate_size"]))
+    writer.add_sliding_window(int(cfg.get("sliding_window") or 0))
+    writer.add_sliding_window_pattern([k == SLIDING for k in layer_types(cfg)])
