@@ -374,7 +374,7 @@ def matrix_markdown(rows: list[FamilyResult], tokenizers: dict[str, str] | None 
         "exact line the test checks (the plan gives it from `config.json` alone, and the run raises it before",
         "reading any weights).",
         "",
-        "Each family is a tiny random model (hidden 64, 2-3 layers, 4 experts) built from its released config's",
+        "Each family is a tiny random model (hidden 64, 2-4 layers, 4 experts) built from its released config's",
         "shape: the same layer types, tying, fused projections, MoE layout and rope settings. A cell is",
         "`works (tested)` when the run wrote the output and it passed an independent check: plain transformers",
         "loads the checkpoint and every tensor is the base's with the mask applied; plain PEFT's merge of the",
