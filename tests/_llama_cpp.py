@@ -15,3 +15,36 @@ def logit_gap(llm, model, ids: list[int]) -> float:
     with torch.no_grad():
         hf = model(torch.tensor([ids])).logits[0]
     return float((cpp - hf).abs().max()) / max(1.0, float(hf.abs().max()))
+
+
+def family_base(folder, name: str, reweigh=None, **overrides):
+    """The family matrix's tiny base of ``name`` (docs/families.md) with config ``overrides``, saved in ``folder``;
+    ``reweigh(tensor_name, array) -> array or None`` rewrites its weights (None: unchanged), e.g. larger matrices
+    so that every family-specific tensor moves the logits llama.cpp is compared on."""
+    import dataclasses
+
+    from safetensors.numpy import load_file, save_file
+
+    from mathneuro_edit.runs.families import save_family_base
+    from mathneuro_edit.runs.family_shapes import family_shape
+
+    shape = family_shape(name)
+    if overrides:
+        shape = dataclasses.replace(shape, kwargs={**shape.kwargs, **overrides})
+    base = save_family_base(folder, shape)
+    if reweigh is not None:
+        path = base / "model.safetensors"
+        weights = load_file(str(path))
+        for key, value in weights.items():
+            new = reweigh(key, value)
+            if new is not None:
+                weights[key] = np.asarray(new, dtype=np.float32)
+        save_file(weights, str(path), metadata={"format": "pt"})
+    return base
+
+
+def gguf_tensors(path) -> dict:
+    """``{name: tensor}`` of a GGUF file, read with gguf's own reader."""
+    import gguf
+
+    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors}

@@ -14,7 +14,6 @@ import importlib.util
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
@@ -26,6 +25,7 @@ from mathneuro_edit.runs import families as fam
 from mathneuro_edit.runs.family_shapes import FAMILY_SHAPES, family_shape
 from mathneuro_edit.runs.pipeline import run_recipe
 from mathneuro_edit.weights.gguf_arch import GGUF_WRITTEN
+from tests._llama_cpp import logit_gap
 from tests.weights.test_gguf import _cpp_greedy, _greedy, _llama
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "families.md"
@@ -262,12 +262,7 @@ def test_gguf_tokenizer_rows_are_run_and_checked_by_llama_cpp(tmp_path) -> None:
         for prompt in prompts:
             ids = tok(prompt).input_ids
             assert llm.tokenize(prompt.encode(), add_bos=True, special=False) == ids, (style, prompt)
-            llm.reset()
-            llm.eval(ids)
-            cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
-            with torch.no_grad():
-                hf = ref(torch.tensor([ids])).logits[0]
-            assert (cpp - hf).abs().max() < 1e-3 * max(1.0, float(hf.abs().max())), (style, prompt)
+            assert logit_gap(llm, ref, ids) < 1e-3, (style, prompt)
             assert _cpp_greedy(llm, ids, 8) == _greedy(ref, ids, 8), (style, prompt)
 
 
@@ -289,10 +284,5 @@ def test_llama_cpp_runs_the_gguf_of_every_family_marked_works(name, tmp_path) ->
     for prompt in ["Question: Tom has 3 apples and buys 4 more.", "The quiet river"]:
         ids = tok(prompt).input_ids
         assert llm.tokenize(prompt.encode(), add_bos=True, special=False) == ids
-        llm.reset()
-        llm.eval(ids)
-        cpp = torch.tensor(np.array(llm.scores[: len(ids)]))
-        with torch.no_grad():
-            hf = ref(torch.tensor([ids])).logits[0]
-        assert (cpp - hf).abs().max() < 1e-3 * max(1.0, float(hf.abs().max())), prompt
+        assert logit_gap(llm, ref, ids) < 1e-3, prompt
         assert _cpp_greedy(llm, ids, 8) == _greedy(ref, ids, 8), prompt

@@ -13,7 +13,6 @@ tolerance).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -25,11 +24,11 @@ gguf = pytest.importorskip("gguf")
 
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
-from mathneuro_edit.runs import families as fam  # noqa: E402
 from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
 from mathneuro_edit.weights import gguf_arch  # noqa: E402
 from mathneuro_edit.weights.gguf_arch import gguf_refusal  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import audit_gguf, gguf_plan, write_gguf  # noqa: E402
+from tests._llama_cpp import family_base, gguf_tensors  # noqa: E402
 from tests.weights.test_gguf import _llama  # noqa: E402
 
 HEADS, NOPE, ROPE, V, KV_LORA, LAYERS = 4, 8, 8, 16, 16, 2
@@ -42,36 +41,25 @@ def _base(tmp_path: Path, *, strong: bool = False, **overrides) -> Path:
     """The family's tiny base; ``strong``: matrices scaled up (logits of a few units), norms and the selection
     bias random (ones and zeros at init), the router 5x (large enough that groups and bias change the experts
     picked, small enough that the sigmoid does not saturate into ties)."""
-    shape = family_shape("DeepSeek-V3")
-    if overrides:
-        shape = dataclasses.replace(shape, kwargs={**shape.kwargs, **overrides})
-    base = fam.save_family_base(tmp_path / "base", shape)
-    if strong:
-        path = base / "model.safetensors"
-        w = load_file(str(path))
-        rng = np.random.default_rng(0)
-        for k, v in w.items():
-            if k.endswith("e_score_correction_bias"):
-                w[k] = rng.normal(0, 0.3, v.shape).astype(np.float32)
-            elif k.endswith("norm.weight"):
-                w[k] = (1 + rng.normal(0, 0.2, v.shape)).astype(np.float32)
-            elif k.endswith("mlp.gate.weight"):
-                w[k] = (v * 5).astype(np.float32)
-            elif v.ndim == 2:
-                w[k] = (v * 8).astype(np.float32)
-        save_file(w, str(path), metadata={"format": "pt"})
-    return base
+    rng = np.random.default_rng(0)
 
+    def reweigh(k, v):
+        if k.endswith("e_score_correction_bias"):
+            return rng.normal(0, 0.3, v.shape)
+        if k.endswith("norm.weight"):
+            return 1 + rng.normal(0, 0.2, v.shape)
+        if k.endswith("mlp.gate.weight"):
+            return v * 5
+        return v * 8 if v.ndim == 2 else None
 
-def _reader(path: Path) -> dict:
-    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    return family_base(tmp_path / "base", "DeepSeek-V3", reweigh if strong else None, **overrides)
 
 
 @pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
 def test_kv_b_is_split_per_head_as_numpy_computes_it(qtype, tmp_path) -> None:
     base = _base(tmp_path, strong=True)
     path = write_gguf(base, tmp_path / "m.gguf", qtype)
-    ckpt, got = load_file(str(base / "model.safetensors")), _reader(path)
+    ckpt, got = load_file(str(base / "model.safetensors")), gguf_tensors(path)
     for b in range(LAYERS):
         kv_b = ckpt[f"model.layers.{b}.self_attn.kv_b_proj.weight"]
         assert kv_b.shape == (HEADS * (NOPE + V), KV_LORA)

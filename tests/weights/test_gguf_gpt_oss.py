@@ -11,7 +11,6 @@ to be needed (bypassed, llama.cpp's logits leave the tolerance).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import logging
 from pathlib import Path
@@ -24,11 +23,11 @@ gguf = pytest.importorskip("gguf")
 
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
-from mathneuro_edit.runs import families as fam  # noqa: E402
 from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
 from mathneuro_edit.weights import gguf_arch  # noqa: E402
 from mathneuro_edit.weights.gguf_arch import gguf_refusal  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import audit_gguf, gguf_plan, write_gguf  # noqa: E402
+from tests._llama_cpp import family_base, gguf_tensors  # noqa: E402
 from tests.weights.test_gguf import _llama  # noqa: E402
 
 E, LAYERS = 4, 2
@@ -38,27 +37,14 @@ PROMPT = "Question: Tom has 3 apples and buys 4 more."
 def _base(tmp_path: Path, *, strong: bool = False, **overrides) -> Path:
     """The family's tiny base; ``strong``: random expert biases (zero at init) and expert weights large enough
     that the swiglu clamp (7) is reached, so that every gpt-oss-specific tensor and constant shows in the logits."""
-    shape = family_shape("gpt-oss")
-    if overrides:
-        shape = dataclasses.replace(shape, kwargs={**shape.kwargs, **overrides})
-    base = fam.save_family_base(tmp_path / "base", shape)
-    if strong:
-        path = base / "model.safetensors"
-        w = load_file(str(path))
-        rng = np.random.default_rng(0)
-        for k, v in w.items():
-            if k.endswith("_bias"):
-                w[k] = rng.normal(0, 0.5, v.shape).astype(np.float32)
-            elif k.endswith("gate_up_proj"):
-                w[k] = (v * 40).astype(np.float32)
-            elif k.endswith("down_proj"):
-                w[k] = (v * 5).astype(np.float32)
-        save_file(w, str(path), metadata={"format": "pt"})
-    return base
+    rng = np.random.default_rng(0)
 
+    def reweigh(k, v):
+        if k.endswith("_bias"):
+            return rng.normal(0, 0.5, v.shape)
+        return v * 40 if k.endswith("gate_up_proj") else v * 5 if k.endswith("down_proj") else None
 
-def _reader(path: Path) -> dict:
-    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    return family_base(tmp_path / "base", "gpt-oss", reweigh if strong else None, **overrides)
 
 
 @pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
@@ -66,7 +52,7 @@ def test_experts_are_split_and_transposed_as_numpy_computes_them(qtype, tmp_path
     """ff (32) != hidden (64) here, so that a tensor left untransposed would have the wrong shape."""
     base = _base(tmp_path, strong=True, intermediate_size=32)
     path = write_gguf(base, tmp_path / "m.gguf", qtype)
-    ckpt, got = load_file(str(base / "model.safetensors")), _reader(path)
+    ckpt, got = load_file(str(base / "model.safetensors")), gguf_tensors(path)
     q = gguf.GGMLQuantizationType[qtype]
 
     def stored(name: str, want: np.ndarray) -> np.ndarray:
@@ -243,6 +229,6 @@ def test_a_bf16_checkpoint_is_split_one_expert_at_a_time_and_audited(tmp_path) -
     save_torch({k: v.to(torch.bfloat16) for k, v in load_torch(str(path)).items()}, str(path), metadata={"format": "pt"})
     out = write_gguf(base, tmp_path / "m.gguf", "F32")
     gate_up = load_torch(str(path))["model.layers.0.mlp.experts.gate_up_proj"].float().numpy()
-    got = _reader(out)["blk.0.ffn_up_exps.weight"]
+    got = gguf_tensors(out)["blk.0.ffn_up_exps.weight"]
     np.testing.assert_array_equal(np.asarray(got.data).reshape(E, 64, 64), np.transpose(gate_up[:, :, 1::2], (0, 2, 1)))
     assert audit_gguf(out, base)[1] == []

@@ -24,12 +24,15 @@ gguf = pytest.importorskip("gguf")
 
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
-from mathneuro_edit.runs import families as fam  # noqa: E402
 from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
 from mathneuro_edit.weights import gguf_arch  # noqa: E402
 from mathneuro_edit.weights.gguf_arch import gguf_refusal  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import audit_gguf, gguf_plan, write_gguf  # noqa: E402
-from tests._llama_cpp import logit_gap  # noqa: E402
+from tests._llama_cpp import (  # noqa: E402
+    family_base,
+    gguf_tensors,
+    logit_gap,  # noqa: E402
+)
 from tests.weights.test_gguf import _llama  # noqa: E402
 
 E, LAYERS, FF = 4, 4, 32
@@ -45,31 +48,20 @@ LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_fr
 def _base(tmp_path: Path, *, strong: bool = False, **overrides) -> Path:
     """The family's tiny base; ``strong``: q/k/v and the experts scaled up so that attention (the rotary, the NoPE
     layer's temperature, the chunks) and the routing decide the logits, not only the embeddings."""
-    shape = family_shape("Llama 4 (text)")
-    if overrides:
-        shape = dataclasses.replace(shape, kwargs={**shape.kwargs, **overrides})
-    base = fam.save_family_base(tmp_path / "base", shape)
-    if strong:
-        path = base / "model.safetensors"
-        w = load_file(str(path))
-        for k, v in w.items():
-            if k.endswith(("q_proj.weight", "k_proj.weight")):
-                w[k] = (v * 12).astype(np.float32)
-            elif k.endswith(("v_proj.weight", "gate_up_proj", "down_proj", "router.weight")):
-                w[k] = (v * 4).astype(np.float32)
-        save_file(w, str(path), metadata={"format": "pt"})
-    return base
 
+    def reweigh(k, v):
+        if k.endswith(("q_proj.weight", "k_proj.weight")):
+            return v * 12
+        return v * 4 if k.endswith(("v_proj.weight", "gate_up_proj", "down_proj", "router.weight")) else None
 
-def _reader(path: Path) -> dict:
-    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    return family_base(tmp_path / "base", "Llama 4 (text)", reweigh if strong else None, **overrides)
 
 
 @pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
 def test_experts_are_split_in_halves_and_transposed_as_numpy_computes_them(qtype, tmp_path) -> None:
     base = _base(tmp_path, **MAVERICK)
     path = write_gguf(base, tmp_path / "m.gguf", qtype)
-    ckpt, got = load_file(str(base / "model.safetensors")), _reader(path)
+    ckpt, got = load_file(str(base / "model.safetensors")), gguf_tensors(path)
     q = gguf.GGMLQuantizationType[qtype]
 
     def check(name: str, want: np.ndarray) -> None:
