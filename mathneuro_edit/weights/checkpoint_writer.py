@@ -139,7 +139,7 @@ def export_checkpoint(
     mask = as_mask(mask)
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
     if gguf is not None:  # fail before the long steps: type, package, architecture, tokenizer
-        check_gguf(folder, gguf)
+        check_gguf(folder, gguf, name=_public_name(gguf_name or base))
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
     check_remote_code(folder, trust_remote_code)  # even when names match: never build an unasked-for class
     # every shard's shapes against config.json, before anything is written

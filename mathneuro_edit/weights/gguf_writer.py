@@ -325,11 +325,14 @@ def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
             yield row, _rows_of(read(hf, name, shape))
 
 
-def check_gguf(folder: str | Path, qtype: str) -> None:
+def check_gguf(folder: str | Path, qtype: str, name: str | None = None) -> None:
     """Raise :class:`InputError` now if :func:`write_gguf` would refuse this model folder (type, package,
-    architecture, rope scaling, tensor names, tokenizer); reads config and headers only."""
+    architecture, rope scaling, tensor names, tokenizer, and ``name`` as ``general.name``); reads config and
+    headers only."""
     gguf_plan(folder, qtype)
     check_vocab(folder)  # the tokenizer side: weights/gguf_vocab.py
+    if (why := name_refusal(name or "local model", read_tokenizer(folder))) is not None:
+        raise InputError(why)
 
 
 def _add_general(w: Any, meta: Mapping[str, Any]) -> None:
