@@ -135,7 +135,6 @@ def test_a_phi3_name_without_phi3_s_special_tokens_is_refused_and_llama_cpp_woul
 def test_export_refuses_a_phi3_name_before_writing_anything(tmp_path) -> None:
     """The run's GGUF name (the base's Hub id) is checked with the other GGUF refusals, before the checkpoint."""
     from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
-
     from tests._models import load_tiny, tiny_mask
 
     base = _phi(tmp_path)
