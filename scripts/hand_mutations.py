@@ -44,6 +44,28 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
                                "union += int(x.sum())", ["tests/runs/test_consistency.py"]),
     "first-general-only": ("mathneuro_edit/engine/mask.py", "for gs in generals:", "for gs in generals[:1]:",
                            ["tests/engine/test_regressions.py"]),
+    # issue 24: the GGUF of every family (tests that fail without llama.cpp too, so the run needs no build)
+    "gguf-experts-stacked-reversed": ("mathneuro_edit/weights/gguf_writer.py",
+                                      "names = tuple(members[i] for i in range(n_experts))",
+                                      "names = tuple(members[i] for i in reversed(range(n_experts)))",
+                                      ["tests/weights/test_gguf_moe.py"]),
+    "gguf-longrope-factors-swapped": ("mathneuro_edit/weights/gguf_writer.py",
+                                      'return long if name.startswith("rope_factors_long") else short',
+                                      'return short if name.startswith("rope_factors_long") else long',
+                                      ["tests/weights/test_gguf_rope.py"]),
+    "gguf-gpt2-c-proj-not-transposed": ("mathneuro_edit/weights/gguf_arch/dense.py",
+                                        '".c_attn.weight", ".c_proj.weight", ".c_fc.weight"',
+                                        '".c_attn.weight", ".c_fc.weight"', ["tests/weights/test_gguf_gpt2.py"]),
+    "gguf-gemma-norms-not-shifted": ("mathneuro_edit/weights/gguf_arch/gemma.py", "return 1.0 if cfg.get(",
+                                     "return 0.0 if cfg.get(", ["tests/runs/test_families.py::"
+                                                                "test_family_row_is_run_and_matches_the_doc"]),
+    "gguf-spm-scores-flat": ("mathneuro_edit/weights/gguf_vocab.py",
+                             "kind, score = gguf.TokenType.NORMAL, -float(ranks[t]) if t in ranks else 0.0",
+                             "kind, score = gguf.TokenType.NORMAL, -1000.0", ["tests/weights/test_gguf_vocab.py"]),
+    "gguf-moe-norm-topk-not-refused": ("mathneuro_edit/weights/gguf_arch/moe.py",
+                                       'if model_type != "mixtral" and bool(cfg.get("norm_topk_prob", False))',
+                                       'if False and bool(cfg.get("norm_topk_prob", False))',
+                                       ["tests/weights/test_gguf_moe.py"]),
 }
 
 
