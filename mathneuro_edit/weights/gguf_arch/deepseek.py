@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .common import View
+from .rope import rope_scaling
 
 __all__ = ["MLA", "refusal", "views", "add_keys"]
 
@@ -39,8 +40,7 @@ def refusal(cfg: dict[str, Any]) -> str | None:
     if n in (26, 27) or (n == 48 and vocab == 128256):
         return (f"{n} layers (vocab {vocab}): llama.cpp's DEEPSEEK2 takes a 26/27-layer model (48 with vocab 128256) "
                 "for a Lite one without q_lora_rank and would not load its q_a/q_b")
-    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-    kind = params.get("rope_type", params.get("type", "default"))
+    kind, params = rope_scaling(cfg)
     if kind not in ("default", "yarn"):
         return f"rope {kind!r}: only default and YaRN rope are written for deepseek_v3 (verified against llama.cpp)"
     if kind == "yarn":
@@ -91,6 +91,6 @@ def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
     if 1 < groups and used < groups:  # else every group is kept: no grouping (llama.cpp asserts used < groups)
         writer.add_expert_group_count(groups)
         writer.add_expert_group_used_count(used)
-    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-    if params.get("rope_type", params.get("type")) == "yarn" and params.get("mscale_all_dim"):
+    kind, params = rope_scaling(cfg)
+    if kind == "yarn" and params.get("mscale_all_dim"):
         writer.add_rope_scaling_yarn_log_mul(0.1 * float(params["mscale_all_dim"]))

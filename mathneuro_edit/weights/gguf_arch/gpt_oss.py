@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from .common import SLIDING, View, layer_types
-from .rope import yarn_attention_factor, yarn_mscale
+from .rope import rope_scaling, yarn_attention_factor, yarn_mscale
 
 __all__ = ["GPT_OSS_SWIGLU", "refusal", "views", "add_keys"]
 
@@ -29,8 +29,7 @@ def refusal(cfg: dict[str, Any]) -> str | None:
     for key, fixed in GPT_OSS_SWIGLU.items():
         if float(cfg.get(key, fixed)) != fixed:
             return f"{key} is {cfg[key]} but llama.cpp's GPT_OSS hard-codes {fixed} in its swiglu"
-    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-    kind = params.get("rope_type", params.get("type", "default"))
+    kind, params = rope_scaling(cfg)
     if kind not in ("default", "yarn"):
         return f"rope {kind!r}: only default and YaRN rope are written for gpt-oss (verified against llama.cpp)"
     if kind == "yarn" and not math.isclose(yarn_attention_factor(params), yarn_mscale(float(params["factor"])),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .common import View, expert_count
+from .rope import rope_scaling
 
 __all__ = ["LLAMA4_FIXED", "LLAMA4_NOPE_PERIOD", "refusal", "views", "add_keys", "feed_forward_length"]
 
@@ -55,8 +56,7 @@ def refusal(cfg: dict[str, Any]) -> str | None:
         return "attention_bias is set but llama.cpp's LLAMA4 has no attention biases"
     if cfg.get("hidden_act", "silu") != "silu":
         return f"hidden_act is {cfg['hidden_act']!r} but llama.cpp's LLAMA4 uses silu"
-    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-    kind = params.get("rope_type", params.get("type", "default"))
+    kind, params = rope_scaling(cfg)
     if kind not in ("default", "llama3"):
         return f"rope {kind!r}: only default and llama3 rope are written for llama4_text (verified against llama.cpp)"
     return None

@@ -7,7 +7,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["yarn_ramp_bounds", "yarn_mscale", "yarn_attention_factor"]
+__all__ = ["rope_scaling", "yarn_ramp_bounds", "yarn_mscale", "yarn_attention_factor"]
+
+
+def rope_scaling(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(rope type, its parameters)`` of a transformers 5 (``rope_parameters``) or 4 (``rope_scaling``) config;
+    ``"default"`` when it has no scaling.
+
+    Example:
+        >>> rope_scaling({"rope_scaling": {"type": "yarn", "factor": 4.0}})
+        ('yarn', {'type': 'yarn', 'factor': 4.0})
+    """
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    return str(params.get("rope_type", params.get("type", "default"))), params
 
 
 def yarn_ramp_bounds(cfg: dict[str, Any]) -> tuple[tuple[float, float], tuple[float, float]] | None:
@@ -22,8 +34,8 @@ def yarn_ramp_bounds(cfg: dict[str, Any]) -> tuple[tuple[float, float], tuple[fl
         ...     "factor": 32.0, "original_max_position_embeddings": 4096, "truncate": False}})  # gpt-oss-20b
         ((8.092779115512402, 17.39802450158856), (8.0, 18.0))
     """
-    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-    if params.get("rope_type", params.get("type")) != "yarn":
+    kind, params = rope_scaling(cfg)
+    if kind != "yarn":
         return None
     dim = int(cfg.get("qk_rope_head_dim") or cfg.get("head_dim")
               or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
