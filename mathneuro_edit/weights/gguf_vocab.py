@@ -309,13 +309,22 @@ def name_refusal(name: str, tok: dict[str, Any]) -> str | None:
             "(write_gguf(name=...))")
 
 
-def check_vocab(folder: str | Path) -> str:
-    """Raise :class:`InputError` now if :func:`add_vocab` would refuse this folder's tokenizer.json.
+def _checked(tok: dict[str, Any], name: str) -> str:
+    """llama.cpp's tokenizer model of ``tok``, after the refusals of the tokenizer and of ``name`` with it."""
+    model = tokenizer_model(tok)
+    if (why := name_refusal(name, tok)) is not None:
+        raise InputError(why)
+    return model
+
+
+def check_vocab(folder: str | Path, name: str = "local model") -> str:
+    """Raise :class:`InputError` now if :func:`add_vocab` would refuse this folder's tokenizer.json, or the GGUF's
+    ``general.name`` with it (:func:`name_refusal`).
 
     Returns:
         llama.cpp's tokenizer model: ``"gpt2"`` or ``"llama"``.
     """
-    return tokenizer_model(read_tokenizer(folder))
+    return _checked(read_tokenizer(folder), name)
 
 
 def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) -> None:
@@ -335,7 +344,8 @@ def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) 
         quiet.setLevel(level)
 
 
-def add_vocab(gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None = None) -> None:
+def add_vocab(gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None = None,
+              name: str = "local model") -> None:
     """Write the ``tokenizer.ggml.*`` keys (and the chat template) of ``folder``'s tokenizer.json.
 
     Args:
@@ -344,16 +354,18 @@ def add_vocab(gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str
         folder: the model folder (tokenizer.json, tokenizer_config.json).
         n_vocab: the model's vocabulary size.
         pre: byte-level BPE only: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json.
+        name: the GGUF's ``general.name``, which llama.cpp reads with the vocabulary (:func:`name_refusal`).
 
     Raises:
-        InputError: no tokenizer.json, or one llama.cpp would tokenize differently (:func:`tokenizer_model`).
+        InputError: no tokenizer.json, one llama.cpp would tokenize differently (:func:`tokenizer_model`), or a
+            name llama.cpp cannot load with it.
 
     Example:
         >>> add_vocab(gguf, writer, "out/run/checkpoint", 49152)  # doctest: +SKIP
     """
     folder = Path(folder)
     tok = read_tokenizer(folder)
-    if tokenizer_model(tok) == "gpt2":
+    if _checked(tok, name) == "gpt2":
         tokens, types = bpe_vocab(gguf, tok, n_vocab)
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre(pre or pre_name(tok.get("pre_tokenizer") or {}))

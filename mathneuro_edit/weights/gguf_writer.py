@@ -54,7 +54,7 @@ from .gguf_arch import (
     tensor_views,
     yarn_ramp_bounds,
 )
-from .gguf_vocab import add_vocab, check_vocab, name_refusal, read_tokenizer
+from .gguf_vocab import add_vocab, check_vocab
 
 __all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
 
@@ -330,9 +330,7 @@ def check_gguf(folder: str | Path, qtype: str, name: str | None = None) -> None:
     architecture, rope scaling, tensor names, tokenizer, and ``name`` as ``general.name``); reads config and
     headers only."""
     gguf_plan(folder, qtype)
-    check_vocab(folder)  # the tokenizer side: weights/gguf_vocab.py
-    if (why := name_refusal(name or "local model", read_tokenizer(folder))) is not None:
-        raise InputError(why)
+    check_vocab(folder, name or "local model")  # the tokenizer side, and the name with it: weights/gguf_vocab.py
 
 
 def _add_general(w: Any, meta: Mapping[str, Any]) -> None:
@@ -391,8 +389,6 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     w = gguf.GGUFWriter(None, arch)
     w.add_type("model")
     general_name = name or "local model"  # not the model type: "phi3" would trip llama.cpp's Phi-3 name check
-    if (why := name_refusal(general_name, read_tokenizer(folder))) is not None:
-        raise InputError(why)
     w.add_name(general_name)
     _add_general(w, meta or {})
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -436,7 +432,7 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.add_rope_scaling_orig_ctx_len(int(scaling.get("original_max_position_embeddings")
                                             or cfg["original_max_position_embeddings"]))
     add_family_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_arch/
-    add_vocab(gguf, w, folder, int(cfg["vocab_size"]), pre)  # tokenizer.ggml.*: weights/gguf_vocab.py
+    add_vocab(gguf, w, folder, int(cfg["vocab_size"]), pre, general_name)  # tokenizer.ggml.*: weights/gguf_vocab.py
     for gname, _, shape, t in plan:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
         n_bytes = math.prod(shape[:-1]) * (shape[-1] // block) * size

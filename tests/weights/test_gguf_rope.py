@@ -117,7 +117,7 @@ def test_a_phi3_name_without_phi3_s_special_tokens_is_refused_and_llama_cpp_woul
                                                                                             monkeypatch) -> None:
     """llama.cpp gives Phi-3's special tokens strip attributes when general.name holds "phi3" / "phi-3", and fails
     to load a file whose vocabulary lacks one of them: such a name is refused; the default name loads."""
-    from mathneuro_edit.weights import gguf_writer
+    from mathneuro_edit.weights import gguf_vocab
 
     base = _phi(tmp_path)  # the organism's byte-level BPE: no <unk>, no <|endoftext|>
     with pytest.raises(InputError, match=r"^outputs\.gguf: general\.name 'my-phi3-math' makes llama\.cpp look up "
@@ -127,7 +127,7 @@ def test_a_phi3_name_without_phi3_s_special_tokens_is_refused_and_llama_cpp_woul
     if importlib.util.find_spec("llama_cpp") is None:
         _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
     _llama(write_gguf(base, tmp_path / "default.gguf", "F32"))  # the default name: "local model"
-    monkeypatch.setattr(gguf_writer, "name_refusal", lambda name, tok: None)
+    monkeypatch.setattr(gguf_vocab, "name_refusal", lambda name, tok: None)
     with pytest.raises(ValueError, match="Failed to load model"):
         _llama(write_gguf(base, tmp_path / "phi3.gguf", "F32", name="my-phi3-math"))
 
