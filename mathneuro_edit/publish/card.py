@@ -36,18 +36,20 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..errors import InputError
 from ..evaluation.report import effect_sentence, eval_markdown
-from ..layout import EVAL_NAME
+from ..layout import EVAL_NAME, LOCK_NAME
 from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe
 from ..util.files import write_text_atomic
+from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, is_local_path
 from ..weights.adapter import MATHNEURO_CONFIG
 from . import card_sections as sections
 from .base_card import card_fields
-from .gguf_naming import gguf_repo_name
+from .gguf_naming import gguf_repo_name, hub_origin
 from .lock import check_private, read_lock
 
-__all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "eval_results_metadata", "CITATION"]
+__all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "eval_results_metadata", "CITATION",
+           "lock_file_sha256", "folder_dtype"]
 PAPER = "https://arxiv.org/abs/2410.16930"
 
 CITATION = """@article{christ2024mathneurosurgery,
@@ -90,17 +92,49 @@ def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) 
             "model_params": int(model_params), "by_module": dict(sorted(by_module.items()))}
 
 
-_METRICS = {  # eval.json key of the edited model -> (Hub metric type, name)
-    "math_accuracy": ("accuracy", "math accuracy (edited)"),
-    "general_loss": ("loss", "general next-token loss (edited)"),
-    "general_perplexity": ("perplexity", "general perplexity (edited)"),
+_METRICS = {  # eval.json key -> (Hub metric type, name); the model-index describes this (the edited) model
+    "math_accuracy": ("accuracy", "math accuracy"),
+    "general_loss": ("loss", "general next-token loss"),
+    "general_perplexity": ("perplexity", "general perplexity"),
     "general_kl": ("kl_divergence", "KL(base || edited) per token"),
+}
+BASE_SUFFIX = " of the base model, before the edit"  # the base's values, beside this model's, for comparison
+SOURCE_URL = "https://github.com/mathneuro-edit/mathneuro-edit/blob/main/"
+# the built-in sources are not Hub datasets: each is named, and its generator (which documents it) linked
+BUILT_IN = {
+    "arithmetic": ("mathneuro-edit-arithmetic", "mathneuro-edit built-in arithmetic (two-digit + and -, one-digit *)",
+                   "mathneuro_edit/data/arithmetic.py"),
+    "organism:math": ("mathneuro-edit-organism-math", "mathneuro-edit organism: synthetic GSM8K-style problems",
+                      "mathneuro_edit/organism/data.py"),
+    "organism:general": ("mathneuro-edit-organism-general", "mathneuro-edit organism: synthetic general text",
+                         "mathneuro_edit/organism/data.py"),
 }
 
 
+def _dataset(src: Mapping[str, Any] | None, task: str, seed: int | None) -> dict[str, Any]:
+    """The ``dataset_*`` (and ``source_*``) fields of one model-index entry for an evaluation source (public
+    form): a Hub dataset by its id (``openai/gsm8k``, config, split, revision); a built-in source by a name and
+    the generator that documents it, with its seed; a local file by its name (its sha256 is in the lock)."""
+    if src is None:  # lm-eval tasks: the harness's task name
+        return {"dataset_type": task, "dataset_name": task}
+    path = str(src.get("path"))
+    if path.startswith("hf://datasets/"):
+        hub_id = path.removeprefix("hf://datasets/")
+        return {"dataset_type": hub_id, "dataset_name": hub_id, "dataset_config": src.get("config"),
+                "dataset_split": src.get("split") or "train", "dataset_revision": src.get("revision")}
+    if path in BUILT_IN:
+        kind, name, code = BUILT_IN[path]
+        return {"dataset_type": kind, "dataset_name": name, "dataset_split": src.get("split"),
+                "dataset_args": {"seed": seed} if seed is not None else None,
+                "source_name": "mathneuro-edit", "source_url": SOURCE_URL + code}
+    return {"dataset_type": "local-file", "dataset_name": f"{path.rsplit('/', 1)[-1]} (a local file; its sha256 is "
+                                                           "in the lock)"}
+
+
 def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe) -> list[EvalResult]:
-    """The edited model's evaluation as Hub evaluation results (``model-index``): one per metric, the dataset
-    named by the recipe's evaluation source (public form) and split."""
+    """The evaluation as Hub evaluation results (``model-index``): per metric, this (edited) model's value under
+    the metric's plain name, then the base model's under the same name + :data:`BASE_SUFFIX` (KL compares the two,
+    so it has one value); each dataset named by :func:`_dataset` (a Hub dataset by its id)."""
     if not eval_results or recipe.evaluation is None:
         return []
     ev = recipe.public_dict().get("evaluation") or {}  # public form: a local data file is "<local>/NAME"
@@ -108,24 +142,27 @@ def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe
     sources = {"math": ev.get("math"), "general": general[0] if general else None}
     found = []
     for task, parts in eval_results.items():
-        edited = (parts or {}).get("edited") if isinstance(parts, Mapping) else None
-        if not isinstance(edited, Mapping):
+        if not isinstance(parts, Mapping):
             continue
-        src = sources.get(task)
-        dataset = str(src.get("path")) if src else task
-        split = src.get("split") if src else None
-        for key, value in edited.items():
-            if key in _METRICS:
-                metric, name = _METRICS[key]
-            elif task not in sources and isinstance(value, (int, float)) and "stderr" not in key:
-                metric, name = key, f"{task} {key} (edited)"  # lm-eval: the harness's own metric names
-            else:
+        dataset = _dataset(sources.get(task), task, ev.get("seed"))
+        for label in ("edited", "base"):
+            values = parts.get(label)
+            if not isinstance(values, Mapping):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-                continue
-            found.append(EvalResult(task_type="text-generation", dataset_type=dataset, dataset_name=f"{task}",
-                                    dataset_split=split, metric_type=metric, metric_value=round(float(value), 6),
-                                    metric_name=name))
+            for key, value in values.items():
+                if key in _METRICS:
+                    metric, name = _METRICS[key]
+                elif task not in sources and isinstance(value, (int, float)) and "stderr" not in key:
+                    metric, name = key, f"{task} {key}"  # lm-eval: the harness's own metric names
+                else:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                    continue
+                if label == "base" and key == "general_kl":
+                    continue
+                found.append(EvalResult(task_type="text-generation", **dataset, metric_type=metric,
+                                        metric_value=round(float(value), 6),
+                                        metric_name=name + (BASE_SUFFIX if label == "base" else "")))
     return found
 
 
@@ -171,6 +208,8 @@ def build_card(
     license: str | Mapping[str, Any] | None = None,
     repo_id: str | None = None,
     base_repo: str | None = None,
+    lock_sha256: str | None = None,
+    weights_dtype: str | None = None,
 ) -> ModelCard:
     """Build the model card of an edited model.
 
@@ -189,6 +228,10 @@ def build_card(
             ``hub.repo_id``; ``None`` for a card in a local folder (its snippets then load ``"."``).
         base_repo: for ``kind="gguf"``: the edited checkpoint's Hub repo (the GGUF's ``base_model``; default the
             original base).
+        lock_sha256: the sha256 of the folder's ``mathneuro_recipe.lock.yaml`` (the card names the file and this
+            hash instead of embedding the lock).
+        weights_dtype: the dtype the checkpoint's config.json names (:func:`folder_dtype`), for the sentence on
+            ``outputs.dtype``.
 
     Returns:
         The card; save it with :func:`write_card`.
@@ -231,7 +274,11 @@ def build_card(
     if kind == "gguf" and repo_id is None and recipe.hub is not None:
         repo = recipe.hub.repo_id + "-GGUF"
     local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
-    base_name = "local model" if local_base else (base_model_id or recipe.base.model).split("/")[-1]
+    origin = hub_origin(lock)
+    gguf_base = (lock.get("base") or {}).get("gguf") or {}
+    base_name = (origin.split("/")[-1] if origin else
+                 str(gguf_base.get("file", "local GGUF")).removesuffix(".gguf") if local_base and gguf_base else
+                 "local model" if local_base else (base_model_id or recipe.base.model).split("/")[-1])
     action = "pruned (set to 0)" if recipe.edit.prune else f"scaled by {recipe.edit.effective_scale:g}"
     title = repo.split("/")[-1] if repo else f"{base_name} (MathNeuro edit: {action})"
     results = eval_results_metadata(eval_results, recipe) if kind != "gguf" else []
@@ -241,8 +288,8 @@ def build_card(
         eval_results=results or None, model_name=title if results else None, **fields, **extra,
     )
     lock_view = {**lock, "edit_summary": lock.get("edit_summary") or dict(edit_summary)}
-    if base_model_id is not None:  # the caller's Hub id names the base (metadata and snippets agree)
-        lock_view["base"] = {**(lock.get("base") or {}), "model": base_model_id}
+    if base_model_id is not None and base_model_id != origin:  # the caller's Hub id names the base (metadata and
+        lock_view["base"] = {**(lock.get("base") or {}), "model": base_model_id}  # snippets agree)
     base_text = sections.base_sentence(lock_view)
     edit, mask, s = recipe.edit, recipe.mask, edit_summary
     top = f"top {mask.top_k * 100:g}% of each {mask.granularity}"
@@ -265,7 +312,6 @@ def build_card(
     effect = sections.sweep_effect(lock) or effect_sentence(eval_results)
     effect = f" {effect}" if effect else ""
     evidence = sections.sweep_evidence(lock)
-    lock_yaml = yaml.safe_dump(dict(lock), sort_keys=False, allow_unicode=True).rstrip()
     recipe_yaml = yaml.safe_dump(lock.get("recipe") or recipe.public_dict(), sort_keys=False,
                                  allow_unicode=True).rstrip()
     edited = (f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
@@ -279,8 +325,8 @@ def build_card(
 
 This {what} a MathNeuro edit of {base_text}: the weights that \
 [MathNeuro]({PAPER}) finds math-specific, using only forward passes, were **{action}**. \
-Made with mathneuro-edit {lock.get("versions", {}).get("tool", "")} (from the project's source; not on PyPI yet).{effect}
-{_gguf_note(lock, kind)}
+Made with [mathneuro-edit]({sections.PROJECT_URL}) {lock.get("versions", {}).get("tool", "")}.{effect}
+{_gguf_note(lock, kind, weights_dtype)}{_dtype_note(lock, kind, weights_dtype)}
 ## What was edited
 
 {method}
@@ -329,11 +375,7 @@ The recipe (public form: local paths are `<local>`; save it as a YAML file and `
 {recipe_yaml}
 ```
 
-The lock file (`mathneuro_recipe.lock.yaml`): the recipe with every default, and every hash.
-
-```yaml
-{lock_yaml}
-```
+{sections.lock_sentence(lock_sha256)}
 
 ## Limitations
 
@@ -354,13 +396,27 @@ make the model more reliable at arithmetic than its evaluation shows.
     return card
 
 
-def _gguf_note(lock: Mapping[str, Any], kind: str) -> str:
+def _dtype_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None) -> str:
+    """The card's sentence on ``outputs.dtype`` (empty when the checkpoint keeps the base's own dtype)."""
+    dtype = ((lock.get("recipe") or {}).get("outputs") or {}).get("dtype")
+    if kind == "adapter" or (lock.get("base") or {}).get("gguf") or dtype in (None, "auto") or not weights_dtype:
+        return ""
+    return (f"\nThe weights are stored in {weights_dtype} (`outputs.dtype`): the edit was computed in the base's own "
+            "dtype and the result cast; the evaluation below ran before that cast.\n")
+
+
+def _gguf_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None = None) -> str:
     """The card's paragraph on a GGUF base (empty for other bases): what the weights are and where the base is."""
     gguf = (lock.get("base") or {}).get("gguf")
     if not gguf:
         return ""
-    what = ("These weights are that dequantized model with the edit (float32 safetensors, not quantized)"
-            if kind != "adapter" else "The adapter applies to that dequantized model (not to a quantized one)")
+    stored = weights_dtype or "float32"
+    cast = "" if stored == "float32" else (f", then stored in {stored} (`outputs.dtype`; the evaluation below ran "
+                                           "in float32, before that cast)")
+    what = (f"These weights are that dequantized model with the edit (computed in float32{cast}; safetensors, "
+            "not quantized)"
+            if kind != "adapter" else "The adapter applies to that dequantized model (not to a quantized one, nor "
+                                      "to the Hub model it was converted from)")
     return (f"\nThe base is the GGUF file `{gguf['file']}` (sha256 `{gguf['sha256']}`), dequantized to float32 by "
             f"transformers. {what}. `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once "
             "and prints its path; its safetensors sha256 are the lock's `base.weights_sha256`.\n")
@@ -417,8 +473,27 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
     if license is None and (folder / "README.md").is_file():
         license = card_fields(ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.to_dict())
     model = str((lock.get("base") or {}).get("model") or recipe.base.model)
-    hub_id = None if model in (LOCAL, "organism") or is_local_path(model) else model
+    hub_id = hub_origin(lock) or (None if model in (LOCAL, "organism") or is_local_path(model) else model)
     kind = kind or ("adapter" if adapter else "checkpoint")
     return build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,  # type: ignore[arg-type]
                       edit_summary=summary, eval_results=eval_dict, license=license, repo_id=repo_id,
-                      base_repo=base_repo)
+                      base_repo=base_repo, lock_sha256=lock_file_sha256(folder), weights_dtype=folder_dtype(folder))
+
+
+def folder_dtype(folder: str | Path) -> str | None:
+    """The dtype a model folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
+    import json
+
+    path = Path(folder) / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        return None
+    value = cfg.get("dtype") or cfg.get("torch_dtype") if isinstance(cfg, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def lock_file_sha256(folder: str | Path) -> str | None:
+    """The sha256 of ``folder``'s lock file (what the card names), or ``None`` without one."""
+    path = Path(folder) / LOCK_NAME
+    return sha256_file(path) if path.is_file() else None

@@ -18,18 +18,37 @@ from ..evaluation.report import format_p
 from ..evaluation.significance import wilson_interval
 from ..util.paths import LOCAL, ORGANISM
 
-__all__ = ["INSTALL", "BASE_ENV", "base_sentence", "base_section", "data_table", "usage", "gguf_usage", "loaders",
+__all__ = ["INSTALL", "BASE_ENV", "PROJECT_URL", "lock_sentence", "hub_origin_of", "base_sentence", "base_section", "data_table", "usage", "gguf_usage", "loaders",
            "reproduce_section", "versions_table", "sweep_evidence", "sweep_effect"]
 
-# Why not `pip install mathneuro-edit`: the package is not published on PyPI yet; this is the line that works.
-# Change it (one place) once a release exists.
-INSTALL = (f"# mathneuro-edit {__version__} is not on PyPI yet: install it from a checkout of the project's source\n"
-           "pip install -e ./mathneuro-edit")
+PROJECT_URL = "https://github.com/mathneuro-edit/mathneuro-edit"  # pyproject.toml's [project.urls] Repository
+# Why not `pip install mathneuro-edit`: the package is not published on PyPI yet; pip installs it from the
+# repository (its pyproject.toml). Change it (one place) once a release exists.
+INSTALL = (f"# mathneuro-edit {__version__} is not on PyPI yet: pip installs it from its repository\n"
+           f'pip install "mathneuro-edit[gguf] @ git+{PROJECT_URL}"')
 BASE_ENV = "BASE_MODEL_DIR"  # the variable the snippets read a local base's folder from (no placeholder path)
 
 
 def _base(lock: Mapping[str, Any]) -> Mapping[str, Any]:
     return lock.get("base") or {}
+
+
+def hub_origin_of(lock: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """``(base.hub_id, base.hub_revision)`` of the lock's recipe: the Hub origin a local base names, if any."""
+    b = (lock.get("recipe") or {}).get("base") or {}
+    return (str(b["hub_id"]) if b.get("hub_id") else None), (str(b["hub_revision"]) if b.get("hub_revision") else None)
+
+
+def _hub_link(hub_id: str, revision: str | None) -> str:
+    return f"[{hub_id}](https://huggingface.co/{hub_id})" + (f" (revision `{revision}`)" if revision else "")
+
+
+def lock_sentence(lock_sha256: str | None) -> str:
+    """Where the lock is: a file beside the card, named with its sha256 (the card does not embed it)."""
+    sha = f" (sha256 `{lock_sha256}`)" if lock_sha256 else ""
+    return (f"The lock file, `mathneuro_recipe.lock.yaml` in this repo{sha}, holds this recipe with every default "
+            "and every hash (base weights, sampled data, statistics, mask, output files); `mathneuro-edit reproduce` "
+            "reads it.")
 
 
 def _kind(lock: Mapping[str, Any]) -> str:
@@ -55,8 +74,19 @@ def base_sentence(lock: Mapping[str, Any]) -> str:
     what = _described(lock)
     if kind == "organism":
         return "the model organism shipped with mathneuro-edit" + (f" ({what})" if what else "")
-    return "a local model that is not on the Hub" + (f" ({what})" if what else "") + \
-        ", identified by the sha256 of its weight files (see *Base model*)"
+    origin, revision = hub_origin_of(lock)
+    gguf = base.get("gguf") or {}
+    if origin:  # the recipe's base.hub_id: what the local folder or GGUF file is a copy or conversion of
+        copy = f"the GGUF file `{_cell(gguf.get('file'))}` of" if gguf else "a local copy of"
+        return f"{copy} {_hub_link(origin, revision)} (named by the recipe's `base.hub_id`)"
+    if gguf:
+        own = gguf.get("general") or {}
+        said = (f"; its own metadata names it `{_cell(own['name'])}`" if own.get("name") else "") + \
+            (f" by `{_cell(own['organization'])}`" if own.get("organization") else "")
+        return (f"the local GGUF file `{_cell(gguf.get('file'))}`{said} (its Hub origin is not recorded: the recipe "
+                "has no `base.hub_id`)")
+    return "a local model folder whose Hub origin is not recorded (the recipe has no `base.hub_id`)" + \
+        (f" ({what})" if what else "") + ", identified by the sha256 of its weight files (see *Base model*)"
 
 
 def base_section(lock: Mapping[str, Any]) -> str:
@@ -73,6 +103,9 @@ def base_section(lock: Mapping[str, Any]) -> str:
         if kind == "local":
             lines += ["", f"To use or reproduce this edit, get that model and point `{BASE_ENV}` at its folder; "
                           "`mathneuro-edit reproduce` checks every sha256 above before it runs."]
+            if hub_origin_of(lock)[0]:
+                lines += ["", "The Hub id is the recipe's `base.hub_id`, recorded as given: mathneuro-edit did not "
+                              "compare these files with the Hub's."]
     return "\n".join(lines)
 
 
@@ -108,6 +141,13 @@ tokenizer = AutoTokenizer.from_pretrained({where})
         setup = f'base_dir = os.environ["{BASE_ENV}"]  # your copy of the base model (sha256 under "Base model")\n'
     else:
         imports, setup, base_expr = "", "", f'"{_base(lock)["model"]}"'
+    origin, revision = hub_origin_of(lock)
+    if base_kind == "local" and origin and not _base(lock).get("gguf"):  # the adapter names base.hub_id
+        rev = f', revision="{revision}"' if revision else ""
+        imports, setup, base_expr = "", "", f'"{origin}"{rev}'
+    elif base_kind == "local" and _base(lock).get("gguf"):
+        setup = (f'base_dir = os.environ["{BASE_ENV}"]  # the folder `mathneuro-edit dequantize FILE.gguf` prints '
+                 "(not the Hub model: the adapter holds deltas to the dequantized GGUF)\n")
     return f"""```python
 {imports}from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer

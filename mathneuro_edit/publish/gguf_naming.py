@@ -15,7 +15,7 @@ from typing import Any
 from ..util.paths import LOCAL, is_local_path
 from .base_card import card_fields
 
-__all__ = ["gguf_naming", "gguf_repo_name", "gguf_general"]
+__all__ = ["gguf_naming", "gguf_repo_name", "gguf_general", "hub_origin"]
 
 
 _SIZE = re.compile(r"^(?P<name>.+?)-(?P<size>(?:\d+x)?\d+(?:\.\d+)?[KMBT])(?:-(?P<rest>.+))?$", re.IGNORECASE)
@@ -31,12 +31,28 @@ def _size_label(n: int) -> str:
     return str(n)
 
 
+def hub_origin(lock: Mapping[str, Any]) -> str | None:
+    """The Hub id the lock's recipe names as the origin of a local base (``base.hub_id``), else ``None``."""
+    hub_id = ((lock.get("recipe") or {}).get("base") or {}).get("hub_id")
+    return str(hub_id) if hub_id else None
+
+
 def gguf_naming(lock: Mapping[str, Any]) -> dict[str, str | None]:
     """``{"basename", "size_label", "finetune"}`` of the edited model, as llama.cpp's converter names a model
-    (``SmolLM2`` / ``135M`` / ``Instruct-MathNeuro-Prune``): from the lock's public base name, parameter count
-    and edit (the same lock always gives the same names; never a local path)."""
+    (``SmolLM2`` / ``135M`` / ``Instruct-MathNeuro-Prune``): from the lock's public base name (``base.hub_id`` for
+    a local folder or GGUF file that names its Hub origin; else a GGUF base's own ``general.basename``,
+    ``size_label`` and ``finetune``), parameter count and edit (the same lock always gives the same names; never a
+    local path)."""
     base = lock.get("base") or {}
-    model = str(base.get("model") or "model")
+    model = hub_origin(lock) or str(base.get("model") or "model")
+    own = (base.get("gguf") or {}).get("general") or {}
+    edit = (lock.get("recipe") or {}).get("edit") or {}
+    variant = "MathNeuro-Prune" if edit.get("prune") else f"MathNeuro-Scale{float(edit.get('scale', 1)):g}"
+    if model == LOCAL and own.get("basename"):  # the GGUF's own names, as its converter wrote them
+        parts = {k: re.sub(r"[^A-Za-z0-9.-]+", "-", str(own[k])).strip("-") or None
+                 for k in ("basename", "size_label", "finetune") if own.get(k)}
+        return {"basename": parts.get("basename") or "Model", "size_label": parts.get("size_label"),
+                "finetune": "-".join(p for p in (parts.get("finetune"), variant) if p)}
     if model == LOCAL:
         arch = str((base.get("description") or {}).get("architecture") or "Model")
         name = re.sub(r"(ForCausalLM|LMHeadModel|Model)$", "", arch) or "Model"
@@ -50,8 +66,6 @@ def gguf_naming(lock: Mapping[str, Any]) -> dict[str, str | None]:
     else:
         params = int((lock.get("edit_summary") or {}).get("model_params") or 0)
         head, size, rest = name, (_size_label(params) if params else None), None
-    edit = (lock.get("recipe") or {}).get("edit") or {}
-    variant = "MathNeuro-Prune" if edit.get("prune") else f"MathNeuro-Scale{float(edit.get('scale', 1)):g}"
     return {"basename": head, "size_label": size, "finetune": "-".join(p for p in (rest, variant) if p)}
 
 
@@ -72,14 +86,20 @@ def gguf_repo_name(lock: Mapping[str, Any], local_name: str) -> str:
 
 def gguf_general(lock: Mapping[str, Any], fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``general.*`` metadata of the run's GGUF (for :func:`~mathneuro_edit.weights.gguf_writer.write_gguf`):
-    the names of :func:`gguf_naming`, the base card's license fields and languages, the base model (a Hub base),
-    and the tags."""
+    the names of :func:`gguf_naming`, the organization (the Hub owner of the base or of ``base.hub_id``, else a
+    GGUF base's own), the base card's license fields and languages (else a GGUF base's own languages), the base
+    model (a Hub base, or ``base.hub_id``), and the tags."""
     fields = card_fields(dict(fields or {}))
     meta: dict[str, Any] = dict(gguf_naming(lock))
+    own = ((lock.get("base") or {}).get("gguf") or {}).get("general") or {}
     meta.update({k: fields[k] for k in ("license", "license_name", "license_link") if k in fields})
-    if fields.get("language"):
-        meta["languages"] = fields["language"]
-    model = str((lock.get("base") or {}).get("model") or "")
+    if fields.get("language") or own.get("languages"):
+        meta["languages"] = fields.get("language") or own["languages"]
+    model = hub_origin(lock) or str((lock.get("base") or {}).get("model") or "")
+    if model.count("/") == 1 and not is_local_path(model):
+        meta["organization"] = model.split("/")[0]
+    elif own.get("organization"):
+        meta["organization"] = own["organization"]
     if model and model not in (LOCAL, "organism") and not is_local_path(model) and model.count("/") == 1:
         org, name = model.split("/")
         meta["base_models"] = [{"name": name, "organization": org, "repo_url": f"https://huggingface.co/{model}"}]

@@ -171,6 +171,11 @@ class BaseConfig(_Model):
     max_memory: MaxMemory | None = Field(
         None, description='per-device memory cap with device_map, e.g. {0: "20GiB", cpu: "60GiB"}')
     offload_folder: str | None = Field(None, description="folder for weights offloaded to disk with device_map")
+    hub_id: RepoId | None = Field(None, description="the Hub model a local folder or GGUF file came from, e.g. "
+                                                    "HuggingFaceTB/SmolLM2-135M-Instruct (card base_model, title, "
+                                                    "GGUF name)")
+    hub_revision: str | None = Field(None, description="the revision of hub_id the local copy is (branch, tag or "
+                                                       "commit)")
 
     @model_validator(mode="after")
     def _placement(self) -> BaseConfig:
@@ -186,6 +191,12 @@ class BaseConfig(_Model):
                 r"[/\\]", self.gguf_file) or ":" in self.gguf_file):
             raise ValueError(f"gguf_file names a file inside the repo or folder given as model, not a path out of it "
                              f"(got {self.gguf_file!r}); for a local file elsewhere set model: PATH.gguf")
+        if self.hub_revision is not None and self.hub_id is None:
+            raise ValueError("hub_revision needs hub_id (the Hub model whose revision it is)")
+        if self.hub_id is not None and not self.is_gguf and not is_local_path(self.model) and self.model != LOCAL:
+            raise ValueError(f"hub_id names the Hub origin of a local folder or GGUF file; model {self.model!r} "
+                             "is " + ("the shipped organism" if self.model == ORGANISM else "a Hub id already")
+                             + ": remove hub_id")
         return self
 
     @property
@@ -269,6 +280,9 @@ class OutputsConfig(_Model):
     gguf: Literal["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "base"] | None = Field(
         None, description="also write checkpoint/model-TYPE.gguf for llama.cpp (needs the gguf extra); base: the "
                           "GGUF base's own type")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="dtype of the checkpoint's floating-point weights (auto: the base's own; a GGUF base: "
+                            "the GGUF's when it is F32/F16/BF16, else bfloat16)")
 
     @model_validator(mode="after")
     def _something(self) -> OutputsConfig:

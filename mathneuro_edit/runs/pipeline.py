@@ -43,7 +43,7 @@ from ..layout import (
     general_stats_name,
 )
 from ..publish.base_card import base_card_fields
-from ..publish.card import build_card, summarize_edit, write_card
+from ..publish.card import build_card, folder_dtype, lock_file_sha256, summarize_edit, write_card
 from ..publish.gguf_naming import gguf_general
 from ..publish.lock import (
     base_description,
@@ -61,7 +61,7 @@ from ..weights.base import base_reference, resolve_base, resolved_revision
 from ..weights.checkpoint import open_checkpoint
 from ..weights.checkpoint_writer import export_checkpoint
 from ..weights.edit_plan import meta_model
-from ..weights.gguf_reader import gguf_lock_entry, gguf_output
+from ..weights.gguf_reader import gguf_lock_entry, gguf_output, gguf_source_dtype
 from ..weights.gguf_writer import check_gguf
 from ..weights.loading import load_model, model_weights
 from ..weights.support import adapter_refusal
@@ -107,16 +107,44 @@ def base_lock_fields(recipe: Recipe, folder: Path) -> tuple[str | None, dict | N
     return revision, gguf, weights_sha256(folder)
 
 
-def gguf_meta(recipe: Recipe, n_params: int, fields: dict | None) -> dict[str, Any]:
+def gguf_meta(recipe: Recipe, n_params: int, fields: dict | None, gguf: dict | None = None) -> dict[str, Any]:
     """The ``general.*`` metadata of the run's GGUF, from the same public names the lock and the GGUF repo use
-    (:func:`~mathneuro_edit.publish.card.gguf_general`)."""
+    (:func:`~mathneuro_edit.publish.card.gguf_general`); ``gguf`` is a GGUF base's lock entry (its own names)."""
     public = recipe.public_dict()
     local = recipe.base.local_dir()
-    base: dict[str, Any] = {"model": public["base"]["model"]}
+    base: dict[str, Any] = {"model": public["base"]["model"], **({"gguf": gguf} if gguf else {})}
     if local is not None and local.is_dir():
         base["description"] = base_description(local)
-    return gguf_general({"base": base, "recipe": {"edit": public["edit"]},
+    return gguf_general({"base": base, "recipe": {"edit": public["edit"], "base": public["base"]},
                          "edit_summary": {"model_params": n_params}}, fields)
+
+
+def output_dtype(recipe: Recipe) -> str | None:
+    """The checkpoint's dtype (``outputs.dtype``): as set; ``auto`` is the base's own (``None``: every tensor
+    keeps its type), or for a GGUF base its source's (:func:`~mathneuro_edit.weights.gguf_reader.gguf_source_dtype`:
+    bfloat16 unless the GGUF holds F32/F16/BF16 weights), never the float32 of its dequantized folder."""
+    if recipe.outputs.dtype != "auto":
+        return recipe.outputs.dtype
+    return gguf_source_dtype(recipe.base) if recipe.base.is_gguf else None
+
+
+def gguf_name(recipe: Recipe) -> str:
+    """What a GGUF output's ``general.name`` starts with: ``base.hub_id`` when set, else ``base.model`` (a local
+    path becomes "local model" in :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`)."""
+    return recipe.base.hub_id or recipe.base.model
+
+
+def adapter_base(recipe: Recipe, revision: str | None) -> tuple[str | None, str | None]:
+    """``(base_model_name_or_path, revision)`` an adapter records: ``base.hub_id`` (and ``hub_revision``) for a
+    local folder that names its Hub origin; ``(None, revision)`` for the default (the Hub id of a Hub base).
+
+    Not for a GGUF base: its adapter holds deltas to the *dequantized GGUF* weights, and the Hub model's own
+    weights are other numbers; naming the Hub id would let ``AutoPeftModelForCausalLM`` load the adapter onto
+    the wrong weights without an error. Its card names the dequantized folder instead."""
+    b = recipe.base
+    if b.hub_id is not None and not b.is_gguf:
+        return b.hub_id, b.hub_revision
+    return None, revision
 
 
 def load_recipe_model(recipe: Recipe):
@@ -210,10 +238,11 @@ def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: An
     write_lock(folder, lock)
     if eval_dict is not None:
         write_json_atomic(folder / EVAL_NAME, eval_dict)
-    hub_id = None if recipe.base.local_dir() is not None else recipe.base.model
+    hub_id = recipe.base.hub_id or (None if recipe.base.local_dir() is not None else recipe.base.model)
     card = build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,
                       edit_summary=summarize_edit(mask.counts(), model_params=n_params),
-                      eval_results=eval_dict, license=license_)
+                      eval_results=eval_dict, license=license_, lock_sha256=lock_file_sha256(folder),
+                      weights_dtype=folder_dtype(folder))
     write_card(folder, card)
 
 
@@ -308,12 +337,13 @@ def run_recipe(
             stages.start("export checkpoint/" + (f" + model-{gguf_type}.gguf" if gguf_type else ""))
             export_checkpoint(folder, mask, scale, tmp / CHECKPOINT_DIR, max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre,
-                              gguf_meta=gguf_meta(recipe, n_params, license_))
+                              gguf=gguf_type, gguf_name=gguf_name(recipe), gguf_pre=gguf_pre,
+                              gguf_meta=gguf_meta(recipe, n_params, license_, gguf), dtype=output_dtype(recipe))
         if recipe.outputs.adapter:
             stages.start("export adapter/ (PEFT SHiRA)")
-            adapter = export_adapter(folder, mask, scale, tmp / ADAPTER_DIR, revision=revision,
-                                     trust_remote_code=recipe.base.trust_remote_code)
+            named, pinned = adapter_base(recipe, revision)
+            adapter = export_adapter(folder, mask, scale, tmp / ADAPTER_DIR, revision=pinned,
+                                     base_model_name_or_path=named, trust_remote_code=recipe.base.trust_remote_code)
             ratio = adapter.size_ratio
             stages.note(f"{100 * ratio:.2f}% of the checkpoint's size")
 
@@ -401,13 +431,14 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
         n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
         fields = base_card_fields(base, recipe.base.revision)
         if adapter:
-            export_adapter(folder, mask, scale, inner, revision=revision,
+            named, pinned = adapter_base(recipe, revision)
+            export_adapter(folder, mask, scale, inner, revision=pinned, base_model_name_or_path=named,
                            trust_remote_code=recipe.base.trust_remote_code)
         else:
             export_checkpoint(folder, mask, scale, inner, max_shard_size=recipe.outputs.max_shard_size,
                               progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=gguf_type, gguf_name=recipe.base.model, gguf_pre=gguf_pre,
-                              gguf_meta=gguf_meta(recipe, n_params, fields))
+                              gguf=gguf_type, gguf_name=gguf_name(recipe), gguf_pre=gguf_pre,
+                              gguf_meta=gguf_meta(recipe, n_params, fields, gguf), dtype=output_dtype(recipe))
         for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
             p.rename(tmp / p.name)
         inner.rmdir()

@@ -34,11 +34,11 @@ from ..errors import InputError
 from .adapter import MATHNEURO_CONFIG, _merge_ok, _peft_layers
 from .base import resolve_base
 from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint
-from .checkpoint_writer import support_files
+from .checkpoint_writer import published_bytes, support_files
 from .edit_plan import EditPlan, meta_model, plan_edits
 from .gguf_writer import audit_gguf
 from .remote_code import check_remote_code
-from .shards import tensor_bytes
+from .shards import DTYPE_CODES, cast_code, tensor_bytes
 
 __all__ = ["VerifyReport", "verify"]
 
@@ -144,21 +144,33 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
         return report
     report.missing += [n for n in ckpt.tensors if n not in got.tensors]
     report.extra += [n for n in got.tensors if n not in ckpt.tensors]
+    # outputs.dtype, as the shards record it: every F32/BF16/F16 tensor cast to it after the edit
+    codes = {m.get("mathneuro_edit_dtype") for m in got.shard_metadata.values()}
+    code = next(iter(codes)) if len(codes) == 1 else None
+    if len(codes) > 1 or (code is not None and code not in DTYPE_CODES.values()):
+        report.mismatches.append(f"shards: mathneuro_edit_dtype {sorted(map(str, codes))} is not one dtype")
+    dtype = next((k for k, v in DTYPE_CODES.items() if v == code), None)
     for name, entry in _bar(got.tensors.items(), len(got.tensors), "verify", progress):
         if name not in ckpt.tensors:
             continue
         b = ckpt.tensors[name]
         report.checked += 1
-        if (entry.dtype, entry.shape) != (b.dtype, b.shape):
-            report.mismatches.append(f"{name}: {entry.dtype}{list(entry.shape)} but the base has {b.dtype}{list(b.shape)}")
-        elif name in plan.edits:
-            report.edited += 1
-            expected, actual = plan.edited(ckpt, name, scale), got.read(name)
+        cast = cast_code(b.dtype, code)
+        if (entry.dtype, entry.shape) != (cast or b.dtype, b.shape):
+            report.mismatches.append(f"{name}: {entry.dtype}{list(entry.shape)} but the base has {b.dtype}{list(b.shape)}"
+                                     + (f" (cast to {cast})" if cast else ""))
+        elif name in plan.edits or cast is not None:
+            report.edited += name in plan.edits
+            expected = plan.edited(ckpt, name, scale) if name in plan.edits else ckpt.read(name)
+            if cast is not None:
+                expected = expected.to(entry_dtype(cast))
+            actual = got.read(name)
             if not torch.equal(_bits(expected), _bits(actual)):
                 # per entry, not per byte: an entry differs when any of its bytes does
                 per = max(actual.element_size(), 1)
                 n_bad = int((_bits(expected) != _bits(actual)).reshape(-1, per).any(dim=1).sum())
-                report.mismatches.append(f"{name}: {n_bad} of {actual.numel()} entries differ from the expected edit")
+                report.mismatches.append(f"{name}: {n_bad} of {actual.numel()} entries differ from the expected "
+                                         + ("edit" if name in plan.edits else f"cast to {cast}"))
         elif not _same_bytes(ckpt, got, name):
             report.mismatches.append(f"{name}: differs from the base, but the mask does not edit it")
     for shard, meta in got.shard_metadata.items():
@@ -177,8 +189,10 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
     for rel in copied:
         if not (out / rel).is_file():
             report.missing.append(rel)
-        elif (out / rel).read_bytes() != (folder / rel).read_bytes():
-            report.mismatches.append(f"{rel}: differs from the base's file")
+            continue
+        want = published_bytes(folder, rel, dtype)
+        if (out / rel).read_bytes() != (want if want is not None else (folder / rel).read_bytes()):
+            report.mismatches.append(f"{rel}: differs from the base's file" + (" (as published)" if want else ""))
     ours, _ = support_files(out, got)
     report.notes += [f"{rel}: not from the base" for rel in ours if rel not in set(copied)]
     if not report.mismatches and not report.missing:  # the GGUF is audited against the (now verified) shards
@@ -188,6 +202,11 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
             report.mismatches += [f"{path.name}: {b}" for b in bad]
             report.audited.append(f"{path.name} ({checked} tensors, against the checkpoint)")
     return report
+
+
+def entry_dtype(code: str) -> torch.dtype:
+    """The torch dtype of a castable safetensors code (``"BF16"`` -> ``torch.bfloat16``)."""
+    return {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}[code]
 
 
 def _bar(items: Any, total: int, desc: str, progress: bool) -> Any:

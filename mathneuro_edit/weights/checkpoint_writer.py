@@ -11,8 +11,13 @@ mathneuro-edit is needed):
   edited value), mapped to the checkpoint's names and layout by :func:`mathneuro_edit.weights.edit_plan.plan_edits`;
 - each shard's safetensors metadata keeps the base's (``format: pt``) and adds ``mathneuro_edit_version``,
   ``mathneuro_edit_mask_sha256`` and ``mathneuro_edit_scale``;
+- ``dtype`` (``outputs.dtype``) casts every F32/BF16/F16 tensor to that type after the edit (made in the base's
+  own type), and ``config.json`` then names that dtype; without it every tensor keeps its type;
 - every other file of the base folder is copied (config.json, generation_config.json, tokenizer files, chat
-  templates, subfolders), except: names starting with ``.``; the top-level ``README.md`` (the model-card step
+  templates, subfolders), byte for byte, except that :func:`published_bytes` removes the keys of a
+  ``tokenizer_config.json`` that only describe the local copy it was saved from (``is_local``,
+  ``local_files_only``, transformers' "no limit" ``model_max_length`` of 1e30), and sets ``config.json``'s dtype
+  under ``dtype``; not copied: names starting with ``.``; the top-level ``README.md`` (the model-card step
   writes its own); weights in other formats (:data:`~mathneuro_edit.weights.checkpoint.SKIPPED_WEIGHT_PATTERNS`:
   ``*.bin *.pt *.pth *.ckpt *.msgpack *.h5 *.onnx *.gguf *.tflite``), other ``*.safetensors`` files such as
   Mistral's ``consolidated.safetensors``, and other ``*.index.json`` files: copies of those would silently
@@ -71,12 +76,16 @@ from .checkpoint import (
 from .edit_plan import meta_model, plan_edits
 from .gguf_writer import check_gguf, gguf_filename, write_gguf
 from .remote_code import check_remote_code
-from .shards import check_workers, run_jobs
+from .shards import DTYPE_CODES, check_workers, run_jobs, written_type
 from .shards import (
     write_shard as _write_shard,  # module attribute: tests replace it to inject failures
 )
 
-__all__ = ["export_checkpoint", "support_files"]
+__all__ = ["export_checkpoint", "support_files", "published_bytes", "LOCAL_ONLY_TOKENIZER_KEYS"]
+
+# keys transformers writes into a tokenizer_config.json saved from a local or cached copy: true of that copy only
+LOCAL_ONLY_TOKENIZER_KEYS = ("is_local", "local_files_only")
+_NO_LIMIT = 1e29  # transformers' VERY_LARGE_INTEGER (int(1e30)) as model_max_length means "no limit recorded"
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +107,7 @@ def export_checkpoint(
     gguf_name: str | None = None,
     gguf_pre: str | None = None,
     gguf_meta: Mapping[str, Any] | None = None,
+    dtype: str | None = None,
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
 
@@ -121,6 +131,9 @@ def export_checkpoint(
         gguf_pre: the GGUF's ``tokenizer.ggml.pre`` (default: read from the tokenizer.json); a GGUF base's own,
             which its dequantized folder does not keep (:func:`~mathneuro_edit.weights.gguf_reader.gguf_output`).
         gguf_meta: the GGUF's ``general.*`` metadata (see :func:`~mathneuro_edit.weights.gguf_writer.write_gguf`).
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``: every F32/BF16/F16 tensor is written in that type
+            (the edit is made in the base's type, then cast) and config.json names it; ``None`` keeps each
+            tensor's type (unedited tensors byte-identical to the base's).
 
     Returns:
         The path of the written folder.
@@ -135,6 +148,9 @@ def export_checkpoint(
         PosixPath('out/boosted')
     """
     scale = check_scale(scale)
+    if dtype is not None and dtype not in DTYPE_CODES:
+        raise InputError(f"dtype: must be one of {', '.join(DTYPE_CODES)} or None, got {dtype!r}")
+    code = DTYPE_CODES[dtype] if dtype is not None else None
     workers = check_workers(workers)
     mask = as_mask(mask)
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
@@ -146,16 +162,18 @@ def export_checkpoint(
     check_config_file(folder)
     check_config_shapes(ckpt, meta_model(folder, trust_remote_code=trust_remote_code))
     plan = plan_edits(ckpt, mask, trust_remote_code=trust_remote_code)
-    layout = _layout(ckpt, max_shard_size)
+    layout = _layout(ckpt, max_shard_size, code)
     ours = {
         "mathneuro_edit_version": __version__,
         "mathneuro_edit_mask_sha256": mask.sha256,
         "mathneuro_edit_scale": repr(scale),
+        **({"mathneuro_edit_dtype": code} if code is not None else {}),
     }
+    total_size = sum(written_type(ckpt, n, code)[2] for n in ckpt.tensors)
     copied, skipped = support_files(folder, ckpt)
     if skipped:
         log.info("not copied from %s: %s", folder, ", ".join(skipped))
-    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder], needed=ckpt.total_size) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder], needed=total_size) as tmp:
         bar = tqdm(total=len(ckpt.tensors), desc="export", unit="tensor", disable=not progress, leave=False)
 
         def write(shard: str, stop: threading.Event) -> None:
@@ -164,19 +182,23 @@ def export_checkpoint(
             meta = {**ckpt.shard_metadata.get(first, {}), "format": "pt", **ours}
             # a pickle base caches one memory-mapped input shard per Checkpoint: one Checkpoint per thread
             source = replace(ckpt, _pickle_cache=None) if workers > 1 and ckpt.kind == "pickle" else ckpt
-            _write_shard(tmp / shard, names, source, plan, scale, meta, stop=stop)
+            _write_shard(tmp / shard, names, source, plan, scale, meta, stop=stop, dtype=code)
 
         try:
             run_jobs(list(layout), write, workers=workers, done=lambda shard: bar.update(len(layout[shard])))
         finally:
             bar.close()
         if len(layout) > 1 or (max_shard_size is None and (folder / SAFE_INDEX).is_file()):
-            index_meta = {**ckpt.index_metadata, "total_size": ckpt.total_size}
+            index_meta = {**ckpt.index_metadata, "total_size": total_size}
             weight_map = {n: shard for shard, names in layout.items() for n in names}
             (tmp / SAFE_INDEX).write_text(json.dumps({"metadata": index_meta, "weight_map": weight_map}, indent=2))
         for rel in copied:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
+            data = published_bytes(folder, rel, dtype)
+            if data is None:
+                shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
+            else:
+                (tmp / rel).write_bytes(data)
         if gguf is not None:
             write_gguf(tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base), pre=gguf_pre,
                        meta=gguf_meta)
@@ -189,7 +211,53 @@ def _public_name(base: str | Path) -> str:
     return f"{'local model' if is_local_path(str(base)) else base} (MathNeuro edit)"
 
 
-def _layout(ckpt: Checkpoint, max_shard_size: int | str | None) -> dict[str, list[str]]:
+def published_bytes(folder: Path, rel: str, dtype: str | None) -> bytes | None:
+    """The bytes a copied support file is published with, or ``None`` when it is copied as it is.
+
+    ``tokenizer_config.json`` loses :data:`LOCAL_ONLY_TOKENIZER_KEYS` and a ``model_max_length`` of 1e30 or more
+    (what transformers writes when it saves a tokenizer loaded from a local copy or a GGUF: true of that copy, noise
+    for a reader); ``config.json`` names ``dtype`` (``outputs.dtype``) in ``dtype`` (and ``torch_dtype`` when it
+    has one), at any depth (a multimodal model's ``text_config``). A file that needs no change is ``None`` (copied
+    byte for byte). ``verify`` expects exactly these bytes.
+
+    Example:
+        >>> published_bytes(Path("no-such-folder"), "generation_config.json", None) is None
+        True
+    """
+    if rel not in ("tokenizer_config.json", "config.json") or (rel == "config.json" and dtype is None):
+        return None
+    try:
+        data = json.loads((folder / rel).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # not JSON we can read: copied as it is (transformers reports it to whoever loads it)
+    if not isinstance(data, dict):
+        return None
+    if rel == "tokenizer_config.json":
+        drop = [k for k in LOCAL_ONLY_TOKENIZER_KEYS if k in data]
+        limit = data.get("model_max_length")
+        if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit >= _NO_LIMIT:
+            drop.append("model_max_length")
+        if not drop:
+            return None
+        for k in drop:
+            del data[k]
+    else:
+        _set_dtype(data, dtype)
+        data.setdefault("dtype", dtype)
+    return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _set_dtype(node: Any, dtype: str | None) -> None:
+    """Set every ``dtype`` / ``torch_dtype`` that names a floating dtype, in a config and its sub-configs."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in ("dtype", "torch_dtype") and v in ("float32", "bfloat16", "float16", "float64", "auto"):
+                node[k] = dtype
+            else:
+                _set_dtype(v, dtype)
+
+
+def _layout(ckpt: Checkpoint, max_shard_size: int | str | None, code: str | None = None) -> dict[str, list[str]]:
     """Output shard name -> tensor names, in file order."""
     if max_shard_size is None:
         out: dict[str, list[str]] = {}
@@ -208,12 +276,13 @@ def _layout(ckpt: Checkpoint, max_shard_size: int | str | None) -> dict[str, lis
         raise InputError(f"max_shard_size: {max_shard_size!r} is not a size; use bytes or e.g. '5GB'") from None
     groups: list[list[str]] = [[]]
     size = 0
-    for name, e in ckpt.tensors.items():  # greedy, in file order; a tensor larger than the limit gets its own shard
-        if groups[-1] and size + e.nbytes > limit:
+    for name in ckpt.tensors:  # greedy, in file order; a tensor larger than the limit gets its own shard
+        nbytes = written_type(ckpt, name, code)[2]
+        if groups[-1] and size + nbytes > limit:
             groups.append([])
             size = 0
         groups[-1].append(name)
-        size += e.nbytes
+        size += nbytes
     if len(groups) == 1:
         return {SAFE_SINGLE: groups[0]}
     n = len(groups)

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -37,7 +38,8 @@ from ..util.outdir import check_output
 from . import gguf_writer
 from .gguf_writer import GGUF_TYPES
 
-__all__ = ["is_gguf", "cache_root", "gguf_source", "dequantize_gguf", "base_folder", "gguf_lock_entry"]
+__all__ = ["is_gguf", "cache_root", "gguf_source", "dequantize_gguf", "base_folder", "gguf_lock_entry",
+           "gguf_identity", "gguf_source_dtype"]
 
 _MEMO: dict[tuple[str, int, int], str] = {}  # (resolved path, size, mtime_ns) -> sha256: hash a file once
 
@@ -215,9 +217,57 @@ def base_folder(base_cfg: Any) -> Path:
 
 
 def gguf_lock_entry(base_cfg: Any) -> tuple[dict[str, Any], str | None]:
-    """``({"file": NAME, "sha256": ...}, hub commit or None)`` of a recipe's GGUF base, for the lock."""
+    """``({"file": NAME, "sha256": ..., "general": {...}}, hub commit or None)`` of a recipe's GGUF base, for the
+    lock; ``general`` is :func:`gguf_identity` (absent when the file names nothing)."""
     path, commit = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
-    return {"file": path.name, "sha256": _sha256(path)}, commit
+    general = gguf_identity(path)
+    return {"file": path.name, "sha256": _sha256(path), **({"general": general} if general else {})}, commit
+
+
+_IDENTITY = ("name", "organization", "basename", "size_label", "finetune", "languages")
+_ID_VALUE = re.compile(r"^[\w .+-]{1,80}$")
+
+
+def gguf_identity(path: str | Path) -> dict[str, Any]:
+    """What a GGUF file's own ``general.*`` metadata says the model is: ``name``, ``organization``, ``basename``,
+    ``size_label``, ``finetune`` and ``languages``, as llama.cpp's converter wrote them (SmolLM2's Q4_1:
+    ``smollm2`` / ``135M`` / ``HuggingFaceTB`` / ``["en"]``). Plain short values only: a value with a ``/`` (a
+    path) or control characters is dropped, never published.
+
+    Example:
+        >>> gguf_identity("SmolLM2-135M-Instruct.Q4_1.gguf")["organization"]  # doctest: +SKIP
+        'HuggingFaceTB'
+    """
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(path)).fields
+    found: dict[str, Any] = {}
+    for key in _IDENTITY:
+        field = fields.get(f"general.{key}")
+        if field is None:
+            continue
+        try:
+            value = field.contents()
+        except Exception:  # noqa: BLE001 - a malformed field is dropped, not guessed
+            continue
+        if key == "languages":
+            value = [str(v) for v in value] if isinstance(value, list) else []
+            value = [v for v in value if _ID_VALUE.match(v)]
+            if value:
+                found[key] = value
+        elif isinstance(value, str) and _ID_VALUE.match(value):
+            found[key] = value
+    return found
+
+
+def gguf_source_dtype(base_cfg: Any) -> str:
+    """The dtype a GGUF base's checkpoint is written in by default (``outputs.dtype: auto``): the GGUF's own when
+    it holds unquantized weights (``F32``, ``F16``, ``BF16`` file types: the converter's output type), else
+    ``bfloat16`` (a quantized file does not say what it was quantized from; bfloat16 has float32's range, so no
+    dequantized value overflows, at half float32's size)."""
+    path, _ = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
+    own = gguf_writer.gguf_file_type(path)
+    return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}.get(own, "bfloat16")
 
 
 def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str | None]:

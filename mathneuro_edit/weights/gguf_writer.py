@@ -335,10 +335,10 @@ def check_gguf(folder: str | Path, qtype: str, name: str | None = None) -> None:
 
 def _add_general(w: Any, meta: Mapping[str, Any]) -> None:
     """The ``general.*`` keys llama.cpp's converter (convert_hf_to_gguf.py) writes, from ``meta``: ``basename``,
-    ``size_label``, ``finetune``, ``license``, ``license_name``, ``license_link``, ``tags``, ``languages`` and
+    ``size_label``, ``finetune``, ``organization``, ``license``, ``license_name``, ``license_link``, ``tags``, ``languages`` and
     ``base_models`` (``[{"name", "organization", "repo_url"}]``); absent keys are not written."""
     for key, add in (("basename", w.add_basename), ("size_label", w.add_size_label), ("finetune", w.add_finetune),
-                     ("license", w.add_license), ("license_name", w.add_license_name),
+                     ("organization", w.add_organization), ("license", w.add_license), ("license_name", w.add_license_name),
                      ("license_link", w.add_license_link)):
         if meta.get(key):
             add(str(meta[key]))

@@ -34,7 +34,13 @@ from .checkpoint import Checkpoint
 from .edit_plan import EditPlan
 
 __all__ = ["write_all", "copy_range", "write_safetensors", "tensor_bytes", "write_edited", "write_shard",
-           "run_jobs", "check_workers", "Stopped"]
+           "run_jobs", "check_workers", "Stopped", "CASTABLE", "DTYPE_CODES", "cast_code"]
+
+# outputs.dtype: the floating-point formats a checkpoint's weights may be cast between (other tensors, such as
+# integer buffers or float64 ones, keep their type and bytes)
+DTYPE_CODES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
+CASTABLE = frozenset(DTYPE_CODES.values())
+_TORCH_OF = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 Job = TypeVar("Job")
 
@@ -142,15 +148,29 @@ def _mask_slice(plan: EditPlan, name: str, mask_name: str) -> torch.Tensor:
         return plan.mask_slice(name, mask_name)
 
 
+def cast_code(stored: str, dtype: str | None) -> str | None:
+    """The safetensors code a tensor stored as ``stored`` is written as under ``outputs.dtype`` code ``dtype``
+    (``None``: keep it): only F32/BF16/F16 tensors are cast, and only to another of those.
+
+    Example:
+        >>> cast_code("F32", "BF16"), cast_code("I64", "BF16"), cast_code("BF16", "BF16"), cast_code("F32", None)
+        ('BF16', None, None, None)
+    """
+    return dtype if dtype is not None and stored in CASTABLE and stored != dtype else None
+
+
 def write_edited(plan: EditPlan, ckpt: Checkpoint, name: str, scale: float, write: Callable[[memoryview], None],
-                 block_bytes: int = 1 << 22, stop: threading.Event | None = None) -> None:
+                 block_bytes: int = 1 << 22, stop: threading.Event | None = None, cast: str | None = None) -> None:
     """Stream the edited tensor ``name`` to ``write`` in blocks of rows (~4 MiB: bounded memory).
 
     Each block is ``where(mask, edited_values(block), block)``: the one definition of an edited value
     (:func:`~mathneuro_edit.engine.apply.edited_values`), selected by the mask. The edit is elementwise, so this equals
     :meth:`EditPlan.edited` (``scale_masked``) bit for bit, in about half the time of boolean indexing, which
     gathers and scatters (:func:`~mathneuro_edit.weights.audit.verify` recomputes with ``scale_masked``: another path).
-    ``stop`` (set when another job failed) is checked before each block.
+    ``stop`` (set when another job failed) is checked before each block. ``cast`` (a safetensors code, e.g.
+    ``"BF16"``; ``outputs.dtype``) rounds each finished block to that type: the edit is made in the base's own
+    type (a dequantized GGUF's float32) and the result cast, so an adapter over the base, merged and cast, equals
+    the checkpoint bit for bit.
     """
     masks = [_mask_slice(plan, name, m) for m in plan.edits.get(name, ())]  # each (*shape) bool
     scale = check_scale(scale)
@@ -163,7 +183,7 @@ def write_edited(plan: EditPlan, ckpt: Checkpoint, name: str, scale: float, writ
         t = ckpt.read(name, slice(a, b))  # (rows b-a, *shape[1:])
         for m in masks:
             t = torch.where(m[a:b] if e.shape else m, edited_values(t, scale), t)
-        write(tensor_bytes(t))
+        write(tensor_bytes(t if cast is None else t.to(_TORCH_OF[cast])))
 
 
 def write_shard(
@@ -174,8 +194,10 @@ def write_shard(
     scale: float,
     metadata: dict[str, str],
     stop: threading.Event | None = None,
+    dtype: str | None = None,
 ) -> None:
-    """Write one output shard: edited tensors via :func:`write_edited`, the others copied byte for byte.
+    """Write one output shard: edited tensors via :func:`write_edited`, the others copied byte for byte (or, when
+    ``dtype`` casts them, read and rounded block by block).
 
     Args:
         path: the shard file to write.
@@ -185,20 +207,34 @@ def write_shard(
         scale: the edit's scale.
         metadata: the shard's safetensors metadata.
         stop: when set (another job failed), raise :class:`Stopped` before the next tensor or block.
+        dtype: ``outputs.dtype`` as a safetensors code (``"BF16"``), or ``None`` to keep every tensor's type.
     """
 
     def produce(name: str, f: BinaryIO) -> None:
         _check(stop)
         e = ckpt.tensors[name]
-        if name in plan.edits:
-            write_edited(plan, ckpt, name, scale, lambda data: write_all(f, data), stop=stop)
+        cast = cast_code(e.dtype, dtype)
+        if name in plan.edits or cast is not None:
+            write_edited(plan, ckpt, name, scale, lambda data: write_all(f, data), stop=stop, cast=cast)
         elif ckpt.kind == "safetensors":
             copy_range(e.file, e.start, e.nbytes, f)
         else:
             write_all(f, ckpt.raw_bytes(name))
 
-    specs = [(n, ckpt.tensors[n].dtype, ckpt.tensors[n].shape, ckpt.tensors[n].nbytes) for n in names]
+    specs = [(n, *written_type(ckpt, n, dtype)) for n in names]
     write_safetensors(path, specs, produce, metadata)
+
+
+def written_type(ckpt: Checkpoint, name: str, dtype: str | None) -> tuple[str, tuple[int, ...], int]:
+    """``(safetensors code, shape, nbytes)`` of tensor ``name`` as written under ``dtype`` (see :func:`cast_code`)."""
+    e = ckpt.tensors[name]
+    cast = cast_code(e.dtype, dtype)
+    if cast is None:
+        return e.dtype, e.shape, e.nbytes
+    numel = 1
+    for n in e.shape:
+        numel *= n
+    return cast, e.shape, numel * _TORCH_OF[cast].itemsize
 
 
 def run_jobs(

@@ -125,8 +125,9 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     assert "The edit significantly raised math accuracy (62.0% -> 70.0% on 200 problems of `gsm8k`" in first
     assert "no significant effect" not in text
     assert CITATION in text and "2410.16930" in text and "Hartvigsen" in text
-    embedded = yaml.safe_load(text.split("```yaml\nlock_version", 1)[1].split("\n```", 1)[0].join(["lock_version", ""]))
-    assert embedded == lock and embedded["recipe_sha256"] == recipe_sha256(recipe)
+    # shorter cards (issue 30): the recipe once, the lock as a file named with its sha256, not embedded
+    assert text.count("```yaml\n") == 1 and "lock_version" not in text
+    assert "`mathneuro_recipe.lock.yaml` in this repo" in text
     assert f"| recipe sha256 | `{recipe_sha256(recipe)}` |" in text  # the settings table names the recipe too
     recipe_block = yaml.safe_load(text.split("```yaml\n", 1)[1].split("\n```", 1)[0])
     assert recipe_block == recipe.public_dict()  # the recipe, ready to save and run
@@ -191,7 +192,8 @@ def test_local_base_path_never_reaches_card_or_lock(tmp_path: Path, local_base: 
     assert lock["recipe"]["data"]["math"]["path"] == "<local>/math.jsonl"
     assert lock["base"]["weights_sha256"] == {
         "model.safetensors": hashlib.sha256((local_base / "model.safetensors").read_bytes()).hexdigest()}
-    assert "a local model that is not on the Hub" in card.text and '--base "$BASE_MODEL_DIR"' in card.text
+    assert ("a local model folder whose Hub origin is not recorded (the recipe has no `base.hub_id`)" in card.text
+            and '--base "$BASE_MODEL_DIR"' in card.text)
     assert "--set data.math.path=math.jsonl" in card.text and lock["files"]["data.math.path"]["name"] == "math.jsonl"
     with pytest.raises(InputError, match=r"give them again: base.model \(--base PATH\), data.math.path"):
         recipe_from_lock(read_lock(out))
@@ -201,9 +203,12 @@ def test_local_base_path_never_reaches_card_or_lock(tmp_path: Path, local_base: 
 
 def test_a_leaking_lock_is_refused(local_base: Path) -> None:
     recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"base.model={local_base}"])
-    lock = {**_lock(recipe), "note": f"loaded from {local_base}"}
+    # a data record naming the local path (the card's data table prints each source's path)
+    records = {"math": [{"source": {"path": str(local_base / "math.jsonl")}, "n_sampled": 1, "sha256": "e" * 64}]}
     with pytest.raises(MathNeuroEditError, match="would reveal the local path"):
-        _card(recipe, lock)
+        _card(recipe, _lock(recipe, data_records=records))
+    lock = {**_lock(recipe), "note": f"loaded from {local_base}"}  # the lock is a file, not in the card (issue 30)
+    assert str(local_base) not in _card(recipe, lock).text
 
 
 def test_license_from_base(tmp_path: Path, local_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -338,9 +343,9 @@ def test_base_card_fields_eval_results_and_adapter_tags(tmp_path: Path) -> None:
         meta = parsed.data.to_dict()
         assert {k: meta[k] for k in fields if k != "datasets"} == {k: v for k, v in fields.items() if k != "datasets"}
         assert "org/corpus" in meta["datasets"]
-        results = {(r.dataset_name, r.metric_type): r.metric_value for r in parsed.data.eval_results}
-        assert results == {("math", "accuracy"): 0.75, ("general", "loss"): 2.5}
-        assert all(r.dataset_type == "organism:math" for r in parsed.data.eval_results if r.dataset_name == "math")
+        results = {(r.dataset_type, r.metric_name): r.metric_value for r in parsed.data.eval_results}
+        assert results == {("mathneuro-edit-organism-math", "math accuracy"): 0.75,
+                           ("mathneuro-edit-organism-general", "general next-token loss"): 2.5}
         tags = set(meta["tags"])
         assert ({"base_model:adapter:org/base-model", "shira", "peft"} <= tags) == (kind == "adapter")
         write_lock(tmp_path / kind, lock)

@@ -50,10 +50,16 @@ def test_gguf_usage_and_note_exact_text() -> None:
     start = "\nThe base is the GGUF file `base.gguf` (sha256 `b`), dequantized to float32 by transformers. "
     end = (". `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once and prints its path; its "
            "safetensors sha256 are the lock's `base.weights_sha256`.\n")
-    assert _gguf_note(lock, "checkpoint") == (
-        start + "These weights are that dequantized model with the edit (float32 safetensors, not quantized)" + end)
+    assert _gguf_note(lock, "checkpoint", "float32") == (
+        start + "These weights are that dequantized model with the edit (computed in float32; safetensors, not "
+                "quantized)" + end)
+    assert _gguf_note(lock, "checkpoint", "bfloat16") == (  # outputs.dtype: auto on a quantized GGUF
+        start + "These weights are that dequantized model with the edit (computed in float32, then stored in "
+                "bfloat16 (`outputs.dtype`; the evaluation below ran in float32, before that cast); safetensors, "
+                "not quantized)" + end)
     assert _gguf_note(lock, "adapter") == (
-        start + "The adapter applies to that dequantized model (not to a quantized one)" + end)
+        start + "The adapter applies to that dequantized model (not to a quantized one, nor to the Hub model it "
+                "was converted from)" + end)
 
 
 def test_title_for_a_local_base_and_for_a_hub_repo() -> None:
@@ -124,7 +130,8 @@ def test_card_rows_and_lines_exactly() -> None:
                       repo_id="someone/my-edit")
     text = card.text
     assert "\nThis model is a MathNeuro edit of " in text
-    assert "Made with mathneuro-edit 0.1.0 (from the project's source; not on PyPI yet).\n" in text  # no effect
+    assert ("Made with [mathneuro-edit](https://github.com/mathneuro-edit/mathneuro-edit) 0.1.0.\n"
+            in text)  # no effect sentence
     assert "| scale | 0 (prune) |\n" in text and "| mask sha256 | `k` |\n" in text
     assert "| down_proj | 1 | 1 | 10 | 10% |\n| up_proj | 1 | 3 | 10 | 30% |\n" in text
     assert "\n## Evaluation\n\nNo evaluation was run for this model.\n\n## How to use" in text
@@ -132,7 +139,7 @@ def test_card_rows_and_lines_exactly() -> None:
     assert "published in their own repo, [someone/my-edit-GGUF](https://huggingface.co/someone/my-edit-GGUF)" in text
     adapter = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="adapter", edit_summary=summary).text
     assert "\nThis PEFT adapter holds a MathNeuro edit of " in adapter
-    assert "The adapter applies to that dequantized model (not to a quantized one)" in adapter
+    assert "The adapter applies to that dequantized model (not to a quantized one, nor to the Hub" in adapter
     boost = recipe_from_dict(quickstart_recipe().resolved_dict(), ["edit={scale: 1.1, prune: false}"])
     assert "| scale | 1.1 |\n" in _card(boost, _lock(boost)).text
     hub = build_card(recipe=recipe, lock=_lock(recipe), base_model_id="org/base-name", kind="checkpoint",
