@@ -2,10 +2,11 @@
 
 :func:`run_gguf_pipeline` runs ``mathneuro-edit run`` on a recipe whose ``base.model`` is a ``.gguf`` file;
 :func:`check_gguf_outputs` then checks what a user relies on, against independent references: the lock pins the
-GGUF's sha256 and the dequantized folder's; the baked checkpoint loads with plain transformers in a subprocess
-that cannot import mathneuro_edit and gives the same logits as the in-memory edited model (bit for bit); tied
+GGUF's sha256 and the dequantized folder's; the baked checkpoint (bfloat16 by default: ``outputs.dtype: auto`` on a quantized GGUF) loads with plain
+transformers in a subprocess that cannot import mathneuro_edit and gives the same logits as the in-memory edited
+model cast to that dtype (bit for bit); tied
 embeddings are still tied; the chat template is in the exported tokenizer files; stock PEFT's ``merge_and_unload``
-of the adapter equals the checkpoint bit for bit; ``verify`` passes; the card says the base was a GGUF.
+of the adapter, cast to the checkpoint's dtype, equals the checkpoint bit for bit; ``verify`` passes; the card says the base was a GGUF.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def plain_transformers(folder: Path, scratch: Path) -> tuple[dict, tuple]:
     return load_file(out), ast.literal_eval(lines[-1])
 
 
-def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: str | None) -> None:
+def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: str | None,
+                       dtype_of_checkpoint: str = "bfloat16") -> None:
     """Every check of the module docstring on a finished ``run`` folder."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -122,7 +124,8 @@ def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: s
     folder = dequantize_gguf(gguf)  # cached: the folder the run used
     lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())
     assert lock["recipe"]["base"]["model"] == "<local>"
-    assert lock["base"]["gguf"] == {"file": gguf.name, "sha256": sha256(gguf)}
+    assert {k: lock["base"]["gguf"][k] for k in ("file", "sha256")} == {"file": gguf.name, "sha256": sha256(gguf)}
+    assert set(lock["base"]["gguf"]) <= {"file", "sha256", "general"}  # general: what the GGUF names itself
     assert lock["base"]["weights_sha256"] == {"model.safetensors": sha256(folder / "model.safetensors")}
     assert str(gguf.parent) not in (out / "checkpoint" / "README.md").read_text()
 
@@ -138,28 +141,43 @@ def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: s
         assert (ckpt / "chat_template.jinja").read_text() == chat_template
         assert (out / "adapter").is_dir() and (folder / "chat_template.jinja").read_text() == chat_template
 
-    # the in-memory edited model (loaded from the GGUF path, edited by apply_mask) == plain transformers' load
+    # the in-memory edited model (loaded from the GGUF path, edited by apply_mask in float32, then cast to the
+    # checkpoint's dtype: outputs.dtype auto on a quantized GGUF is bfloat16) == plain transformers' load
     mask = Mask.load(out / "mask.safetensors")
     scale = 1.1
     model, tok = load_model(str(gguf), dtype="float32", device="cpu")
     apply_mask(model, mask, scale)
+    stored = json.loads((ckpt / "config.json").read_text())["dtype"]
+    assert stored == dtype_of_checkpoint and json.loads((folder / "config.json").read_text())["dtype"] == "float32"
+    model = model.to(getattr(torch, stored))
     plain, (tied, chat, dtype) = plain_transformers(ckpt, scratch)
-    assert tied and dtype == "torch.float32"
+    assert tied and dtype == f"torch.{stored}"
+    assert (ckpt / "model.safetensors").stat().st_size < 0.6 * (folder / "model.safetensors").stat().st_size \
+        if stored != "float32" else True  # half the dequantized float32 folder, plus the header
     if chat_template is not None:
         assert "<|im_start|>user\nhi<|im_end|>\n" in chat and chat.endswith("<|im_start|>assistant\n"), chat
     with torch.no_grad():
         logits = model(plain["ids"]).logits
-    assert torch.equal(logits, plain["logits"])
+    if stored == "float32":
+        assert torch.equal(logits, plain["logits"])
+    else:  # the weights are compared bit for bit below; here the whole forward agrees within 16-bit rounding
+        # (model.to() also casts the rotary buffer, which a 16-bit from_pretrained keeps in float32)
+        diff = (logits.float() - plain["logits"].float()).abs().max().item()
+        assert diff <= 0.05 * plain["logits"].float().abs().max().item(), diff
     baked = AutoModelForCausalLM.from_pretrained(ckpt).state_dict()
     edited = model.state_dict()
     assert baked.keys() == edited.keys() and all(torch.equal(baked[k], edited[k]) for k in baked)
     del model
 
-    # stock PEFT over the dequantized base folder: merge_and_unload == the baked checkpoint, bit for bit
+    # stock PEFT over the dequantized base folder: merge_and_unload, cast to the checkpoint's dtype == the baked
+    # checkpoint, bit for bit (the edit is made in float32 and cast, by the export as here)
     merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(folder), out / "adapter").merge_and_unload()
-    merged_sd = merged.state_dict()
+    merged_sd = merged.to(getattr(torch, stored)).state_dict()
     assert merged_sd.keys() == baked.keys()
-    bad = [k for k in baked if not torch.equal(merged_sd[k].view(torch.int32), baked[k].view(torch.int32))]
+    bad = [k for k in baked if not torch.equal(merged_sd[k].view(torch.int16 if merged_sd[k].element_size() == 2
+                                                                   else torch.int32),
+                                               baked[k].view(torch.int16 if baked[k].element_size() == 2
+                                                             else torch.int32))]
     assert not bad, bad[:3]
 
     # verify with the GGUF file as the base (the lock redacts the local path)

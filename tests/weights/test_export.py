@@ -128,7 +128,14 @@ def test_unedited_tensors_byte_identical_and_files_copied(bases, tmp_path):
     (extra / "sub" / "params.json").write_text("{}")
     out = export_checkpoint(extra, b.mask, SCALE, tmp_path / "out")
     for name in COPIED + ["sub/params.json"]:
-        assert (out / name).read_bytes() == (extra / name).read_bytes(), name
+        if name != "tokenizer_config.json":
+            assert (out / name).read_bytes() == (extra / name).read_bytes(), name
+    # the published tokenizer config is the base's without what only described its local copy (issue 30)
+    base_tok = json.loads((extra / "tokenizer_config.json").read_text())
+    assert base_tok.get("is_local") is not None or base_tok.get("model_max_length", 0) >= 1e29  # the fixture has some
+    want = {k: v for k, v in base_tok.items() if k not in ("is_local", "local_files_only")
+            and not (k == "model_max_length" and v >= 1e29)}
+    assert json.loads((out / "tokenizer_config.json").read_text()) == want
     for name in ("README.md", "pytorch_model.bin", "consolidated.safetensors"):
         assert not (out / name).exists(), name
     base_t, out_t = _tensors(extra), _tensors(out)
