@@ -329,14 +329,26 @@ def out_dir(tmp_path: Path) -> Path:
     (out / ".partial.tmp").write_text("temp file: never published")
     recipe = quickstart_recipe()
     summary = summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64)
-    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="m" * 64,
-                      output_files=output_hashes(out), base_weights={}, edit_summary=summary)
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="d" * 64,
+                      output_files={f"checkpoint/{k}": v for k, v in output_hashes(out).items()}, base_weights={},
+                      edit_summary=summary)  # as a run records them: push checks the folder against them
     write_lock(out, lock)
     card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary,
                       license="apache-2.0")
     write_card(out, card)
     return out
 
+
+
+def relock(out: Path) -> None:
+    """Record the folder's files as they are now in its lock (a test that changes a file on purpose before a push)."""
+    from mathneuro_edit.publish.lock import read_lock
+
+    from mathneuro_edit.publish.integrity import NOT_OUTPUTS
+
+    lock = read_lock(out)
+    lock["outputs"] = {f"checkpoint/{k}": v for k, v in output_hashes(out, skip=NOT_OUTPUTS).items()}
+    write_lock(out, lock)
 
 
 def _committed(hub: FakeHub) -> dict[str, bytes]:

@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.errors import InputError
-from tests._fakehub import TOKEN, _committed
+from tests._fakehub import TOKEN, _committed, relock
 from tests._models import hash_tree, save_tiny
 from tests._tiny import GENERAL, MATH
 
@@ -204,6 +204,7 @@ def test_push_blanks_local_paths_at_any_depth(fake_hub, out_dir: Path) -> None: 
            "text_config": {"_name_or_path": "/data/me/llava/text", "layers": [{"path": "~/x"}]}}
     for name, data in (("tokenizer_config.json", tok_cfg), ("generation_config.json", gen_cfg), ("config.json", cfg)):
         (out_dir / name).write_text(json.dumps(data))
+    relock(out_dir)  # as a run would have written them
     before = hash_tree(out_dir)
     dry = push_to_hub(out_dir, "me/x", dry_run=True)
     assert set(dry.scrubbed) == {"tokenizer_config.json: name_or_path", "generation_config.json: extra.source",

@@ -33,16 +33,21 @@ def push(out: str, repo_id: str | None, private: bool | None, revision: str | No
     result = push_run(out, repo_id, private=private, revision=revision, adapter=adapter, gguf=gguf,
                       dry_run=dry_run, commit_message=commit_message, create_pr=create_pr)
     if as_json:
-        _emit_json(result.to_dict())
+        _emit_json(result.to_dict(), scrub=True)
     else:
         click.echo(result.describe())
 
 
-def _emit_json(data: Any) -> None:
-    """One JSON document on stdout (``--json``)."""
+def _emit_json(data: Any, scrub: bool = False) -> None:
+    """One JSON document on stdout (``--json``); ``scrub``: a Hub token anywhere in it (a file name) is ``***``."""
     import json
 
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str)
+    if scrub:
+        from ..util.scrub import scrub_token
+
+        text = scrub_token(text)
+    click.echo(text)
 
 
 def verify(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool = False,

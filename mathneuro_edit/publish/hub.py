@@ -50,14 +50,19 @@ from huggingface_hub.utils import validate_repo_id
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
 from ..layout import LOCK_NAME
+from ..recipe.types import is_branch_name
+from ..util.hashing import sha256_file
 from ..util.paths import is_local_path
 from ..util.scrub import is_private_path, scrub_json_bytes, scrub_token
 from .card import card_for_folder
 from .gguf_naming import gguf_repo_name
 from .hub_requests import hub_errors, hub_timeout, request_timeouts, retrying
+from .integrity import NOT_OUTPUTS, compare_files
 from .lock import read_lock
+from .lock_policy import validate_lock
 
-__all__ = ["KINDS", "PushResult", "push_to_hub", "commit_message_for", "default_repo_id", "artifact_kind"]
+__all__ = ["KINDS", "PushResult", "push_to_hub", "commit_message_for", "default_repo_id", "artifact_kind",
+           "check_branch", "check_artifact_against_lock"]
 
 KINDS = ("checkpoint", "adapter", "gguf")
 _REPO_SUFFIX = {"checkpoint": "", "adapter": "-adapter", "gguf": "-GGUF"}
@@ -157,7 +162,7 @@ class PushResult:
             lines.append(f"commit url: {self.commit_url}")
         if self.pr_url:
             lines.append(f"pull request: {self.pr_url}")
-        return "\n".join(lines)
+        return scrub_token("\n".join(lines))  # a file name may hold the token: never printed
 
 
 def commit_message_for(recipe_sha256: str, commit_message: str | None = None) -> str:
@@ -185,7 +190,11 @@ def folder_files(out: Path) -> list[tuple[str, Path]]:
         if any(part.startswith(".") for part in rel.parts):
             continue
         if p.is_symlink() or p.is_file():
-            target = p.resolve()
+            try:
+                target = p.resolve(strict=True)
+            except (OSError, RuntimeError) as e:  # a dangling link, or a loop (RuntimeError before Python 3.13)
+                raise InputError(f"{out / rel}: a symbolic link that leads nowhere ({type(e).__name__}: "
+                                 f"{str(e)[:100]}); replace it with the file itself or remove it") from None
             if not target.is_relative_to(root):
                 raise InputError(f"{out / rel}: a symbolic link to {target}, outside the folder; only files inside "
                                  "it are published: replace the link with the file itself or remove it")
@@ -234,6 +243,48 @@ def artifact_files(folder: Path, kind: str, lock: dict[str, Any]) -> list[tuple[
     if kind == "checkpoint":
         return [(rel, p) for rel, p in files if not rel.endswith(".gguf")]
     return files
+
+
+def check_branch(branch: str, where: str = "--branch") -> str:
+    """``branch`` when it is a plain branch name (``main``, ``v1``, ``exp/boost-1.1``, ``refs/pr/3``), else
+    :class:`InputError`: no ``..``, no component starting with ``.`` or ``-``, no control, space or bidi character,
+    no ``.lock`` ending, at most 200 characters.
+
+    Example:
+        >>> check_branch("exp/boost-1.1")
+        'exp/boost-1.1'
+    """
+    if not is_branch_name(branch):
+        shown = repr(branch)[:80].encode("ascii", "backslashreplace").decode()
+        raise InputError(f"{where}: {shown} is not a branch name the Hub takes as written (letters, digits, "
+                         "'.', '_', '-' and '/' between parts that do not start with '.' or '-'; no '..'); "
+                         "use e.g. main or exp/boost-1.1")
+    return branch
+
+
+def check_artifact_against_lock(folder: Path, kind: str, lock: dict[str, Any],
+                                files: list[tuple[str, Path]]) -> None:
+    """The files a push would upload against the lock's sha256, as ``verify`` checks them: every recorded output
+    of this artifact present and unchanged, and no file the lock does not list (the card, the lock and
+    ``eval.json`` are written after the lock and are not outputs).
+
+    Raises:
+        InputError: naming each file that is ``changed``, ``missing`` or ``extra``; nothing was sent.
+    """
+    prefix = "adapter/" if kind == "adapter" else "checkpoint/"
+    recorded = {k: v for k, v in (lock.get("outputs") or {}).items() if isinstance(k, str) and k.startswith(prefix)}
+    if kind == "gguf":
+        recorded = {k: v for k, v in recorded.items() if k.endswith(".gguf")}
+    elif kind == "checkpoint":
+        recorded = {k: v for k, v in recorded.items() if not k.endswith(".gguf")}
+    present = {prefix + p.relative_to(folder).as_posix(): sha256_file(p) for _, p in files
+               if p.relative_to(folder).as_posix() not in NOT_OUTPUTS}
+    bad = {p: s for p, s in compare_files(present, recorded).items() if s != "match"}
+    if bad:
+        listed = ", ".join(f"{p} ({s})" for p, s in sorted(bad.items())[:10]) + (" ..." if len(bad) > 10 else "")
+        raise InputError(f"{folder}: {len(bad)} file(s) differ from the lock's sha256: {listed}; the folder was "
+                         "changed after the run (`mathneuro-edit verify` shows it): push the folder the run wrote, or "
+                         "re-run the recipe; nothing was uploaded")
 
 
 def _remote_state(api: HfApi, repo_id: str, branch: str) -> tuple[dict[str, int], str]:
@@ -299,6 +350,7 @@ def push_to_hub(
     if not (out / "README.md").is_file():
         raise InputError(f"{out}: no README.md (model card); run the pipeline, which writes it, before pushing")
     lock = read_lock(out)
+    validate_lock(lock, f"{out / LOCK_NAME}")  # every field against the recipe hash, as verify and reproduce do
     kind = kind or artifact_kind(out)
     if kind not in KINDS:
         raise InputError(f"kind: must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -309,17 +361,19 @@ def push_to_hub(
             validate_repo_id(repo_id)
         except HFValidationError as e:
             raise InputError(f"repo_id: {repo_id!r} is not a valid Hub repo id ({e}); use user/name") from None
-    branch = revision or constants.DEFAULT_REVISION
+    branch = check_branch(revision) if revision is not None else constants.DEFAULT_REVISION
     message = commit_message_for(str(lock.get("recipe_sha256", "unknown")), commit_message)
     files = artifact_files(out, kind, lock)
+    check_artifact_against_lock(out, kind, lock, files)  # what leaves is what the run wrote, before any request
     scrubbed = _check_no_local_paths(files)  # rel -> (uploaded bytes with local paths blanked, keys)
+    timeout = hub_timeout()  # MATHNEURO_EDIT_HUB_TIMEOUT checked before any request, the dry run's too
     token = token or get_token()
     if not dry_run and not token:
         raise InputError("no Hugging Face token found; set HF_TOKEN or run `hf auth login` with a token that can "
                          "write, then retry (nothing was uploaded)")
     api = HfApi(token=token or False, library_name="mathneuro-edit", library_version=__version__)
     if kind == "gguf" and base_repo is None:
-        with request_timeouts(hub_timeout()):
+        with request_timeouts(timeout):
             base_repo = _existing_checkpoint_repo(api, lock, dry_run)
     # for this repo: no placeholder, the right from_pretrained id
     card = card_for_folder(out, repo_id=repo_id, kind=kind, base_repo=base_repo)
@@ -337,12 +391,12 @@ def push_to_hub(
         if repo_id is None:
             return result
         try:
-            with hub_errors(repo_id, branch, token or ""), request_timeouts(hub_timeout()):
+            with hub_errors(repo_id, branch, token or ""), request_timeouts(timeout):
                 remote, state = _remote_state(api, repo_id, branch)
         except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
             return replace(result, remote=scrub_token(str(e), token))
         return replace(result, remote=state, deletes=_deletes(remote, contents))
-    with hub_errors(repo_id, branch, token), request_timeouts(hub_timeout()):
+    with hub_errors(repo_id, branch, token), request_timeouts(timeout):
         try:
             existing = retrying(api.model_info, repo_id)
         except RepositoryNotFoundError:

@@ -8,6 +8,7 @@ message, a credential it may echo) are worded through :data:`_ERROR_TABLE` into 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -60,8 +61,8 @@ def hub_timeout() -> float:
         value = float(raw) if raw.strip() else DEFAULT_TIMEOUT_S
     except ValueError:
         raise InputError(f"{TIMEOUT_ENV}={raw!r}: not a number of seconds; unset it or give e.g. 120") from None
-    if not value > 0:
-        raise InputError(f"{TIMEOUT_ENV}={raw!r}: must be a positive number of seconds, e.g. 120")
+    if not (value > 0 and math.isfinite(value)):  # 0 would fail every request at once, inf wait forever
+        raise InputError(f"{TIMEOUT_ENV}={raw!r}: must be a positive, finite number of seconds, e.g. 120")
     return value
 
 

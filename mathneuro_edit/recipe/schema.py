@@ -35,6 +35,7 @@ from ..organism import organism_path
 from ..util.paths import ARITHMETIC, LOCAL, ORGANISM, is_local_path
 from .lm_eval_keys import LmEvalConfig, _migrate_lm_eval_keys
 from .types import (
+    Branch,
     Device,
     FiniteNonNegative,
     Level,
@@ -320,7 +321,7 @@ class HubConfig(_Model):
 
     repo_id: RepoId = Field(description="target model repo, e.g. user/name")
     private: StrictBool = Field(False, description="create the repo private")
-    revision: str | None = Field(None, description="branch to push to (created if missing; default main)")
+    revision: Branch | None = Field(None, description="branch to push to (created if missing; default main)")
 
 
 class SweepConfig(_Model):

@@ -59,7 +59,30 @@ FiniteNonNegative = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 
 Level = Annotated[float, _check(lambda v: 0 < v < 1, "must be in (0, 1), e.g. 0.05")]
 Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
 ShardSize = Annotated[str, _check(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
-RepoId = Annotated[str, _check(re.compile(r"^([\w.-]+/)?[\w.-]+$").match, "must be a Hub repo id like user/name")]
+_REPO_PART = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
+
+
+def _repo_id_ok(value: str) -> bool:
+    """A Hub repo id the Hub takes as written: ``name`` or ``user/name``, parts of letters, digits and ``._-`` that
+    neither start nor end with ``.`` or ``-``, no ``..`` or ``--`` (``../..`` is a path, not a repo), at most 96."""
+    parts = value.split("/")
+    return (len(parts) <= 2 and len(value) <= 96 and ".." not in value and "--" not in value
+            and all(_REPO_PART.fullmatch(p) for p in parts))
+
+
+# a branch name the Hub takes as written (publish.hub.check_branch applies it to --branch and a lock's)
+_BRANCH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+
+
+def is_branch_name(value: str) -> bool:
+    return (isinstance(value, str) and 0 < len(value) <= 200 and ".." not in value and not value.endswith((".lock", "."))
+            and all(_BRANCH_PART.fullmatch(p) for p in value.split("/")))
+
+
+RepoId = Annotated[str, _check(_repo_id_ok, "must be a Hub repo id like user/name (letters, digits, '.', '_', '-'; "
+                                            "no '..', no part starting or ending with '.' or '-')")]
+Branch = Annotated[str, _check(is_branch_name, "must be a branch name such as main or exp/boost-1.1 (letters, digits, "
+                                           "'.', '_', '-', '/' between parts not starting with '.' or '-'; no '..')")]
 Regex = Annotated[str, AfterValidator(_regex)]
 
 

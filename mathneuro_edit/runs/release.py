@@ -19,7 +19,7 @@ from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, LOCK_NAME, MASK_NAME, OUTPUT_D
 from ..organism import organism_path
 from ..publish.base_card import base_card_fields
 from ..publish.card import card_for_folder, summarize_edit, write_card
-from ..publish.hub import PushResult, default_repo_id, push_to_hub
+from ..publish.hub import PushResult, check_branch, default_repo_id, push_to_hub
 from ..publish.integrity import check_local_files_against_lock
 from ..publish.lock import (
     check_base_weights,
@@ -120,6 +120,7 @@ def push_run(out: str | Path, repo_id: str | None = None, *, private: bool | Non
     if kind == "checkpoint" and (folder / "adapter_config.json").is_file():
         kind = "adapter"  # an `export --adapter` folder
     hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
+    hub = hub if isinstance(hub, dict) else {}  # a malformed section: validate_lock in push_to_hub names it
     if not repo_id and hub.get("repo_id"):
         repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
     if not repo_id and not dry_run:
@@ -128,7 +129,8 @@ def push_run(out: str | Path, repo_id: str | None = None, *, private: bool | Non
                          + ")")
     if private is None and hub.get("private"):
         private = True
-    revision = revision or hub.get("revision")
+    if revision is None and hub.get("revision") is not None:  # a lock's branch is data: checked as --branch is
+        revision = check_branch(str(hub["revision"]), f"{folder / LOCK_NAME}: recipe hub.revision")
     return push_to_hub(folder, repo_id, kind=kind, private=private, revision=revision, dry_run=dry_run,
                          commit_message=commit_message, create_pr=create_pr)
 

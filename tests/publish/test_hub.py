@@ -22,7 +22,7 @@ from mathneuro_edit.publish.hub import push_to_hub
 from mathneuro_edit.publish.lock import build_lock
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.recipe.schema import recipe_sha256
-from tests._fakehub import TOKEN, FakeHub, _committed
+from tests._fakehub import TOKEN, FakeHub, _committed, relock
 
 EXPECTED_FILES = {"README.md", "adapter/adapter_config.json", "config.json", "mathneuro_recipe.lock.yaml",
                   "model.safetensors"}
@@ -137,11 +137,13 @@ def test_bad_repo_id(out_dir: Path, fake_hub: FakeHub) -> None:
 def test_a_config_naming_a_local_path_is_not_published(fake_hub: FakeHub, out_dir: Path) -> None:
     (out_dir / "adapter" / "adapter_config.json").write_text(
         json.dumps({"peft_type": "LORA", "base_model_name_or_path": "/home/alice/models/llama"}))
+    relock(out_dir)  # as if the run had written it
     with pytest.raises(InputError, match=r"adapter/adapter_config.json: base_model_name_or_path is a local path"):
         push_to_hub(out_dir, "me/x", token=TOKEN)
     assert fake_hub.requests == []
     (out_dir / "adapter" / "adapter_config.json").write_text(
         json.dumps({"peft_type": "LORA", "base_model_name_or_path": "meta-llama/Llama-3.2-1B"}))
+    relock(out_dir)
     assert push_to_hub(out_dir, "me/x", dry_run=True).dry_run
 
 
@@ -222,10 +224,12 @@ def test_adapter_card_names_its_base(tmp_path: Path) -> None:
 def test_push_mirrors_the_folder_in_one_commit(fake_hub: FakeHub, out_dir: Path) -> None:
     """A second push deletes what the folder no longer holds (a stale shard), in the same commit as the adds."""
     (out_dir / "model-00002-of-00002.safetensors").write_bytes(b"stale shard")
+    relock(out_dir)  # each push is of a run's folder as the run wrote it
     push_to_hub(out_dir, "me/m", token=TOKEN)
     assert "model-00002-of-00002.safetensors" in fake_hub.files("me/m")
     (out_dir / "model-00002-of-00002.safetensors").unlink()
     (out_dir / "adapter" / "adapter_config.json").unlink()
+    relock(out_dir)
     plan = push_to_hub(out_dir, "me/m", dry_run=True)
     assert [p for p, _ in plan.deletes] == ["adapter/adapter_config.json", "model-00002-of-00002.safetensors"]
     assert dict(plan.deletes)["model-00002-of-00002.safetensors"] == len(b"stale shard")
@@ -267,6 +271,7 @@ def test_symlink_out_of_the_folder_is_refused(fake_hub: FakeHub, out_dir: Path, 
     assert "\n" not in str(e.value) and fake_hub.requests == []
     (out_dir / "notes.txt").unlink()
     (out_dir / "inside.json").symlink_to(out_dir / "config.json")  # a link inside the folder is a file of it
+    relock(out_dir)
     assert "inside.json" in dict(push_to_hub(out_dir, "me/m", dry_run=True).files)
 
 
@@ -303,6 +308,7 @@ def test_visibility_branch_commit_message_and_pull_request(fake_hub: FakeHub, ou
     assert not fake_hub.repos["me/m"].private
     main_before = fake_hub.files("me/m")
     (out_dir / "config.json").write_text('{"model_type": "llama", "changed": true}')
+    relock(out_dir)  # a new run's output
     pr = run(main, ["push", str(out_dir), "--repo-id", "me/m", "--create-pr", "--commit-message", "Try a change"])
     assert pr.exit_code == 0, pr.output
     assert "pull request:" in pr.output and "discussions/1" in pr.output

@@ -359,7 +359,7 @@ def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
     out = shutil.copytree(baked["llama-tied"][0], tmp_path / "checkpoint")
     recipe = quickstart_recipe(["outputs.gguf=F32"])
     summary = summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64)
-    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="m" * 64,
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="d" * 64,
                       output_files={f"checkpoint/{k}": v for k, v in output_hashes(out).items()}, base_weights={},
                       edit_summary=summary)  # what push renders the card for the target repo from
     write_lock(out, lock)
