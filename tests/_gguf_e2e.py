@@ -36,21 +36,22 @@ def cli(*args: str) -> tuple[int, str]:
 
 
 def write_recipe(root: Path, gguf: Path, *, samples: int = 8, max_length: int = 48, evaluate: bool = True,
-                 gguf_out: str | None = None, adapter: bool = True) -> Path:
+                 gguf_out: str | None = None, adapter: bool = True, dtype: str = "auto",
+                 hub_id: str | None = None) -> Path:
     """Data files (the tiny test texts) and a recipe over ``gguf`` (``gguf_out``: its ``outputs.gguf``); returns
-    the recipe's path."""
+    the recipe's path; ``dtype`` is its ``outputs.dtype``, ``hub_id`` its ``base.hub_id``."""
     with open(root / "math.jsonl", "w") as f:
         for i, text in enumerate(MATH):
             f.write(json.dumps({"question": f"Question {i}: {text}", "answer": f"{text}\n#### {i}"}) + "\n")
     (root / "general.txt").write_text("\n\n".join(GENERAL) + "\n")
     recipe = {
-        "base": {"model": str(gguf), "dtype": "float32", "device": "cpu"},
+        "base": {"model": str(gguf), "dtype": "float32", "device": "cpu", "hub_id": hub_id},
         "data": {"math": {"path": str(root / "math.jsonl")}, "general": [{"path": str(root / "general.txt")}],
                  "samples": samples, "seed": 0},
         "calibration": {"max_length": max_length, "batch_size": 4},
         "mask": {"method": "mathneuro", "top_k": 0.05},
         "edit": {"scale": 1.1},
-        "outputs": {"checkpoint": True, "adapter": adapter, "gguf": gguf_out},
+        "outputs": {"checkpoint": True, "adapter": adapter, "gguf": gguf_out, "dtype": dtype},
     }
     if evaluate:
         recipe["evaluation"] = {"math": {"path": str(root / "math.jsonl")},

@@ -7,7 +7,7 @@ Sources (see :class:`~mathneuro_edit.recipe.schema.Source`):
 - ``arithmetic``: the built-in arithmetic problems (:mod:`mathneuro_edit.data.arithmetic`), generated from the seed
   (question, answer and prefill; as calibration texts they read ``"Question: ...\nAnswer: ..."``).
 - ``hf://datasets/OWNER/NAME`` with ``config``/``split`` (default ``train``)/``revision``: read with the optional
-  ``datasets`` library (``pip install mathneuro-edit[data]``).
+  ``datasets`` library (``pip install 'datasets>=2.18' (the data extra)``).
 - local files, format from ``format`` or the extension: ``.jsonl`` (one JSON object or string per line, blank
   lines skipped), ``.json`` (a list of objects or strings), ``.csv`` (header row), ``.parquet`` (pyarrow or
   pandas), ``.txt``: if the file has a blank line, each blank-line-separated block is one sample, otherwise each
@@ -156,7 +156,7 @@ def _read_parquet(path: Path) -> Rows:
             import pandas as pd
         except ImportError:
             raise InputError(f"{path}: reading .parquet needs pyarrow or pandas; "
-                             "pip install mathneuro-edit[data]") from None
+                             "pip install 'datasets>=2.18' (the data extra)") from None
         try:
             return pd.read_parquet(path).to_dict("records")
         except Exception as e:  # pandas/pyarrow raise library-specific types for corrupt files
@@ -172,7 +172,7 @@ def _read_hub(source: Source) -> tuple[Rows, Locate]:
     try:
         import datasets
     except ImportError:
-        raise InputError(f"{source.path}: Hub datasets need the datasets library; pip install mathneuro-edit[data], "
+        raise InputError(f"{source.path}: Hub datasets need the datasets library; pip install 'datasets>=2.18' (the data extra), "
                          "or save the data as a local .jsonl and use its path") from None
     split = source.split or "train"
     try:

@@ -263,8 +263,12 @@ def build_card(
     tags += ["gguf"] if ggufs else []
     extra: dict[str, Any] = {}
     relation_base = base_model_id
+    origin = hub_origin(lock)
+    gguf_base = (lock.get("base") or {}).get("gguf") or {}
+    if kind == "adapter" and origin is not None and gguf_base:  # its deltas are to the dequantized GGUF, not to
+        relation_base = None  # the Hub model's weights: it is no adapter OF that model (the body says which folder)
     if kind == "adapter":
-        tags += ["peft", "shira", "transformers"] + ([f"base_model:adapter:{base_model_id}"] if base_model_id else [])
+        tags += ["peft", "shira", "transformers"] + ([f"base_model:adapter:{relation_base}"] if relation_base else [])
     if kind == "gguf":
         tags += ["llama.cpp"]
         relation_base = base_repo or base_model_id
@@ -274,8 +278,6 @@ def build_card(
     if kind == "gguf" and repo_id is None and recipe.hub is not None:
         repo = recipe.hub.repo_id + "-GGUF"
     local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
-    origin = hub_origin(lock)
-    gguf_base = (lock.get("base") or {}).get("gguf") or {}
     base_name = (origin.split("/")[-1] if origin else
                  str(gguf_base.get("file", "local GGUF")).removesuffix(".gguf") if local_base and gguf_base else
                  "local model" if local_base else (base_model_id or recipe.base.model).split("/")[-1])

@@ -33,7 +33,7 @@ def pyplot(*, required: bool = True) -> Any:
         import matplotlib.pyplot as plt
     except ImportError:
         if required:
-            raise InputError("plots need matplotlib: pip install 'mathneuro-edit[plot]'") from None
+            raise InputError("plots need matplotlib: pip install matplotlib (the plot extra)") from None
         return None
     return plt
 
@@ -158,7 +158,7 @@ def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = 
     """Save a PNG of the selected fraction per layer, one line per module type (the paper's layer figure).
 
     Raises:
-        InputError: matplotlib is not installed (``pip install mathneuro-edit[plot]``), or the mask has no layers.
+        InputError: matplotlib is not installed (``pip install matplotlib``), or the mask has no layers.
     """
     plt = pyplot()
     fractions = layer_fractions(mask)

@@ -158,7 +158,7 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
     import importlib.util
 
     if importlib.util.find_spec("gguf") is None:
-        raise InputError("base.model: a .gguf base needs the gguf package; pip install 'mathneuro-edit[gguf]'")
+        raise InputError("base.model: a .gguf base needs the gguf package; pip install 'gguf>=0.17' (the gguf extra)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

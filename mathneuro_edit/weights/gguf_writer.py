@@ -70,7 +70,7 @@ def _gguf():
     try:
         import gguf
     except ImportError:
-        raise InputError("outputs.gguf needs the gguf package: pip install 'mathneuro-edit[gguf]'") from None
+        raise InputError("outputs.gguf needs the gguf package: pip install 'gguf>=0.17' (the gguf extra)") from None
     return gguf
 
 

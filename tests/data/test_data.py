@@ -198,7 +198,7 @@ def test_hub_dataset_goes_through_datasets(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_hub_dataset_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` raise ImportError
-    with pytest.raises(InputError, match=r"Hub datasets need the datasets library; pip install mathneuro-edit\[data\]"):
+    with pytest.raises(InputError, match=r"Hub datasets need the datasets library; pip install 'datasets>=2.18' \(the data extra\)"):
         load_texts("hf://datasets/openai/gsm8k", 1, 0)
 
     def offline(*args: object, **kwargs: object) -> None:

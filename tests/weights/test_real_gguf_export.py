@@ -35,7 +35,9 @@ PROMPTS = ["What is 12 + 7?", "Tom has 3 apples and buys 4 more. How many apples
 def edited(smollm2, tmp_path_factory) -> dict[str, Path]:  # noqa: F811
     """``{"Q4_1": gguf, "Q8_0": gguf, "checkpoint": folder, "run": run folder}`` of one x1.1 edit of SmolLM2."""
     root = tmp_path_factory.mktemp("real-gguf-export")
-    recipe = write_recipe(root, smollm2, samples=4, max_length=32, evaluate=False, gguf_out="base", adapter=False)
+    # float32 checkpoint (not the bf16 default): the GGUF is compared with the checkpoint's exact dequantized values
+    recipe = write_recipe(root, smollm2, samples=4, max_length=32, evaluate=False, gguf_out="base", adapter=False,
+                          dtype="float32")
     code, text = cli("run", str(recipe), "--out", str(root / "run"), "-q")
     assert code == 0, text
     code, text = cli("export", str(recipe), "--mask", str(root / "run" / "mask.safetensors"), "--out",
