@@ -127,8 +127,11 @@ def _dataset(src: Mapping[str, Any] | None, task: str, seed: int | None) -> dict
         return {"dataset_type": kind, "dataset_name": name, "dataset_split": src.get("split"),
                 "dataset_args": {"seed": seed} if seed is not None else None,
                 "source_name": "mathneuro-edit", "source_url": SOURCE_URL + code}
-    return {"dataset_type": "local-file", "dataset_name": f"{path.rsplit('/', 1)[-1]} (a local file; its sha256 is "
-                                                           "in the lock)"}
+    name = path.rsplit("/", 1)[-1]
+    if src.get("hub_dataset"):  # a local subset of a Hub dataset: named by the dataset's id
+        return {"dataset_type": src["hub_dataset"], "dataset_name": f"{src['hub_dataset']} ({name}: a local subset; "
+                                                                  "its sha256 is in the lock)"}
+    return {"dataset_type": "local-file", "dataset_name": f"{name} (a local file; its sha256 is in the lock)"}
 
 
 def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe) -> list[EvalResult]:
@@ -255,8 +258,8 @@ def build_card(
         if is_local_path(base_model_id):
             raise InputError(f"base_model_id: {base_model_id!r} is a local path; pass None for a local base")
     fields = card_fields({"license": license} if isinstance(license, str) else dict(license or {}))
-    datasets = sorted({s.hub_id for s in (recipe.data.math, *recipe.data.general) if s.hub_id}
-                      | set(fields.pop("datasets", [])))
+    datasets = sorted({s.hub_id or s.hub_dataset for s in (recipe.data.math, *recipe.data.general)
+                       if s.hub_id or s.hub_dataset} | set(fields.pop("datasets", [])))
     tags = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if recipe.edit.prune else [])
     ggufs = {k.removeprefix("checkpoint/"): v for k, v in sorted(lock.get("outputs", {}).items())
              if kind in ("checkpoint", "gguf") and k.startswith("checkpoint/") and k.endswith(".gguf")}

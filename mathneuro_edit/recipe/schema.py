@@ -87,6 +87,9 @@ class Source(_Model):
     revision: str | None = Field(None, description="Hub dataset revision (branch, tag or commit)")
     format: Literal["jsonl", "json", "csv", "parquet", "txt"] | None = Field(
         None, description="local file format (default: from the extension)")
+    hub_dataset: RepoId | None = Field(None, description="the Hub dataset a local file was taken from, e.g. "
+                                                         "Salesforce/wikitext (the card's datasets and model-index "
+                                                         "name it)")
 
     @model_validator(mode="before")
     @classmethod
@@ -119,6 +122,8 @@ class Source(_Model):
             extra = ["format"] if self.format is not None else []
         else:
             extra = [k for k in ("config", "split", "revision") if getattr(self, k) is not None]
+        if self.hub_dataset is not None and self.kind != "local":
+            extra.append("hub_dataset")
         if extra:
             raise ValueError(f"{', '.join(extra)} does not apply to a {self.kind} source ({self.path})")
         return self

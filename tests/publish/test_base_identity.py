@@ -168,3 +168,36 @@ def test_outputs_dtype_casts_after_the_edit_and_verify_checks_it(tmp_path: Path)
     save_file(tensors, str(ckpt / "model.safetensors"), metadata=meta)
     code, text = _cli("verify", out)
     assert code == 1 and f"{name}: 1 of" in text and "cast to BF16" in text, text
+
+
+def test_model_index_names_hub_datasets_and_the_hub_reads_it_back(tmp_path: Path) -> None:
+    """GSM8K by its Hub id (config, split), a local WikiText subset by the Hub dataset it was taken from
+    (``hub_dataset``); this model's value and the base's under plain metric names; KL once."""
+    from mathneuro_edit.publish.card import build_card, summarize_edit, write_card
+    from mathneuro_edit.publish.lock import build_lock
+
+    for name in ("calib.txt", "valid.txt"):
+        (tmp_path / name).write_text("some general text\n\nmore of it\n")
+    recipe = quickstart_recipe([
+        "evaluation.math={path: 'hf://datasets/openai/gsm8k', config: main, split: test}",
+        f"evaluation.general=[{{path: '{tmp_path / 'valid.txt'}', hub_dataset: Salesforce/wikitext}}]",
+        f"data.general=[{{path: '{tmp_path / 'calib.txt'}', hub_dataset: Salesforce/wikitext}}]"])
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="a" * 64, mask_sha256="b" * 64,
+                      output_files={})
+    evaluation = {"math": {"base": {"math_accuracy": 0.3}, "edited": {"math_accuracy": 0.35}},
+                  "general": {"base": {"general_loss": 3.0}, "edited": {"general_loss": 3.01, "general_kl": 0.002}}}
+    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", eval_results=evaluation,
+                      edit_summary=summarize_edit({"m.q_proj.weight": (1, 4)}, model_params=10))
+    write_card(tmp_path, card)
+    data = ModelCard.load(tmp_path / "README.md").data
+    got = {(r.dataset_type, r.dataset_config, r.dataset_split, r.metric_name, r.metric_value)
+           for r in data.eval_results}
+    assert got == {
+        ("openai/gsm8k", "main", "test", "math accuracy", 0.35),
+        ("openai/gsm8k", "main", "test", "math accuracy of the base model, before the edit", 0.3),
+        ("Salesforce/wikitext", None, None, "general next-token loss", 3.01),
+        ("Salesforce/wikitext", None, None, "general next-token loss of the base model, before the edit", 3.0),
+        ("Salesforce/wikitext", None, None, "KL(base || edited) per token", 0.002)}
+    assert "Salesforce/wikitext" in data.datasets and str(tmp_path) not in card.text
+    with pytest.raises(InputError, match=r"hub_dataset does not apply to a organism source"):
+        quickstart_recipe(["data.math.hub_dataset=openai/gsm8k"])
