@@ -147,12 +147,14 @@ def official_set_masks(
     exclude: Sequence[str] | None = None,
     progress: bool = False,
     label: str = "texts",
+    keep_sums: dict[str, torch.Tensor] | None = None,
 ) -> tuple[list[Mask], dict[str, Any]]:
     """One set's top-k selections by the released script's arithmetic, one :class:`Mask` per ``top_k``.
 
     Args:
         texts: the set, in the order the sums are taken (one sample per forward, no padding).
         top_ks: fractions in (0, 1].
+        keep_sums: for analysis (scripts/official_jaccard.py): receives every weight's sums ``A`` (weight-sized).
 
     Returns:
         ``(masks, meta)``: ``masks[i][name]`` is the top-``top_ks[i]`` of ``|A|`` of that weight (ties to the
@@ -188,6 +190,8 @@ def official_set_masks(
     masks = [Mask({}, {}) for _ in top_ks]
     for name in list(sums.sums):
         acc = sums.sums.pop(name)  # freed as soon as its selections are taken
+        if keep_sums is not None:
+            keep_sums[name] = acc
         flat = acc.reshape(-1).abs().to(torch.float32)  # bf16 -> float32 is exact and keeps the order; abs: -0 -> +0
         if not torch.isfinite(flat.max()):
             raise InputError(f"{name}: non-finite sums (NaN/inf in the weights or activations); check the model")

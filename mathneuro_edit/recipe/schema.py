@@ -250,6 +250,16 @@ class MaskConfig(_Model):
     top_k: TopK = Field(0.05, description="fraction of each matrix (or row) kept in a top-K set")
     granularity: Literal["matrix", "row"] = Field("matrix", description="top-K per matrix or per output row")
     seed: StrictInt = Field(0, description="seed of the random method")
+    reference: Literal["official"] | None = Field(
+        None, description="official: the released MathNeuro.py's selection bit for bit (per-sample products summed "
+                          "in the model's dtype, batch 1; docs/method.md); null: float32 statistics")
+
+    @model_validator(mode="after")
+    def _official_is_per_matrix(self) -> MaskConfig:
+        if self.reference == "official" and self.granularity != "matrix":
+            raise ValueError("reference official selects per matrix (the released script has no per-row top-K): "
+                             "set granularity: matrix")
+        return self
 
 
 class EditConfig(_Model):

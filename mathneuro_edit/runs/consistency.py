@@ -25,6 +25,7 @@ from ..util.console import Stages
 from ..util.files import write_json_atomic
 from ..util.outdir import atomic_dir
 from .inspect import pyplot, save_figure
+from .official import refuse_official
 from .pipeline import load_stage
 
 __all__ = ["ConsistencyRow", "jaccard", "mask_consistency", "run_consistency"]
@@ -155,6 +156,7 @@ def run_consistency(
     ``consistency.json`` is ``{"method", "top_k", "math_samples", "general_samples", "sizes", "repeats", "seed",
     "rows": [...]}``: the setting that produced the rows, then one row per size. ``echo`` receives the stage lines.
     """
+    refuse_official(recipe, "consistency")  # its masks come from statistics
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")

@@ -65,6 +65,7 @@ from ..weights.gguf_reader import gguf_lock_entry, gguf_output, gguf_source_dtyp
 from ..weights.gguf_writer import check_gguf
 from ..weights.loading import load_model, model_weights
 from ..weights.support import adapter_refusal
+from .official import official_recipe_mask
 
 __all__ = [
     "RunResult",
@@ -311,10 +312,14 @@ def run_recipe(
         for i, g in enumerate(general_stats):
             g.save(tmp / STATS_DIR / general_stats_name(i))
         m = recipe.mask
-        stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
-        # model_weights: offloaded (device_map) parameters are read back from accelerate's offload one at a time
-        mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=m.top_k, method=m.method,
-                                granularity=m.granularity, seed=m.seed, progress=progress)
+        stages.start(f"mask ({m.method}, top_k={m.top_k:g}" + (", the released script's rule: one text per forward"
+                                                              if m.reference == "official" else "") + ")")
+        if m.reference == "official":  # its own batch-1 pass: sums in the model's dtype are not statistics
+            mask = official_recipe_mask(recipe, model, tokenizer, progress=progress, stages=stages)
+        else:
+            # model_weights: offloaded (device_map) parameters are read back from accelerate's offload one at a time
+            mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=m.top_k, method=m.method,
+                                    granularity=m.granularity, seed=m.seed, progress=progress)
         mask.save(tmp / MASK_NAME)
         selected, total = mask.total()
         stages.note(f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), "

@@ -25,6 +25,7 @@ from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir, claim
 from ..weights.loading import model_weights
+from .official import refuse_official
 from .pipeline import calibrate_recipe, describe_tasks, eval_tasks, load_stage
 
 __all__ = ["calibrate_to_folder", "mask_from_stats", "evaluate_recipe", "MaskSummary"]
@@ -96,6 +97,7 @@ def mask_from_stats(recipe: Recipe, stats_dir: str | Path, out: str | Path, *, p
     Raises:
         InputError: the folder has no math statistics file.
     """
+    refuse_official(recipe, "mask")  # the official selection is not a function of the statistics
     folder = Path(stats_dir)
     if not (folder / MATH_STATS_NAME).is_file():
         raise InputError(f"--stats {folder}: no {MATH_STATS_NAME} here; pass the folder written by `calibrate`")
