@@ -133,10 +133,13 @@ def test_release_round_trip(fake_hub: FakeHub, tmp_path: Path) -> None:
         assert "org/organism-corpus" in meta["datasets"], repo
     ckpt_meta = cards["me/edit"].data
     assert ckpt_meta.base_model == "org/base" and ckpt_meta.to_dict()["base_model_relation"] == "finetune"
-    metrics = {(r.dataset_name, r.metric_type): r.metric_value for r in ckpt_meta.eval_results}
+    metrics = {(r.dataset_type, r.metric_name): r.metric_value for r in ckpt_meta.eval_results}
     eval_json = json.loads((out / "eval.json").read_text())
-    assert metrics[("math", "accuracy")] == round(eval_json["math"]["edited"]["math_accuracy"], 6)
-    assert ("general", "loss") in metrics and ("general", "kl_divergence") in metrics
+    math, general = "mathneuro-edit-organism-math", "mathneuro-edit-organism-general"
+    assert metrics[(math, "math accuracy")] == round(eval_json["math"]["edited"]["math_accuracy"], 6)
+    assert metrics[(math, "math accuracy of the base model, before the edit")] == \
+        round(eval_json["math"]["base"]["math_accuracy"], 6)
+    assert (general, "general next-token loss") in metrics and (general, "KL(base || edited) per token") in metrics
     adapter_meta = cards["me/edit-adapter"].data.to_dict()
     assert adapter_meta["library_name"] == "peft" and adapter_meta["base_model_relation"] == "adapter"
     assert {"base_model:adapter:org/base", "shira", "peft"} <= set(adapter_meta["tags"])
