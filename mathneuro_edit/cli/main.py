@@ -22,6 +22,7 @@ import click
 
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
+from .publish import JSON_META, json_requested
 
 DEBUG_ENV = "MATHNEURO_EDIT_DEBUG"
 EXIT_OK, EXIT_DIFFERS, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -67,12 +68,20 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise  # SystemExit: verify / reproduce already printed their report and chose the status
         except BaseException as exc:  # noqa: BLE001 - the CLI's one error boundary
-            if os.environ.get(DEBUG_ENV):
-                raise
+            from ..util.console import terminal_safe
             from ..util.scrub import scrub_token
 
             code, message = _error_message(exc)
-            click.echo(f"error: {scrub_token(' '.join(message.split()))}", err=True)
+            if os.environ.get(DEBUG_ENV):  # the traceback too, and the same exit status
+                import traceback
+
+                click.echo(scrub_token("".join(traceback.format_exception(exc))).rstrip(), err=True)
+            line = terminal_safe(scrub_token(" ".join(message.split())))  # printed, never obeyed (ESC, bidi)
+            if ctx.meta.get(JSON_META):  # --json: stdout holds one JSON document, the error's too
+                import json
+
+                click.echo(json.dumps({"ok": False, "error": line, "exit_status": code}))
+            click.echo(f"error: {line}", err=True)
             ctx.exit(code)
 
 
@@ -269,7 +278,8 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
     click.echo(results.to_markdown())
 
 
-json_opt = click.option("--json", "as_json", is_flag=True, help="print one JSON document on stdout")
+json_opt = click.option("--json", "as_json", is_flag=True, callback=json_requested,
+                        help="print one JSON document on stdout")
 
 
 def emit_json(data: Any) -> None:
@@ -372,6 +382,9 @@ def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrit
     from ..runs.consistency import run_consistency
 
     sizes_ = [int(v) for v in _floats("--sizes", sizes)]
+    if any(v < 1 or v != int(v) for v in _floats("--sizes", sizes)):  # 1.5 is not a number of samples
+        raise InputError(f"--sizes: {sizes!r}: each size is a number of calibration samples, an integer >= 1, "
+                         "e.g. 1,4,16")
     r = _recipe(recipe, sets)
     _check_out(out, r, recipe, "dir")
     rows = run_consistency(r, out, sizes=sizes_, repeats=repeats, overwrite=overwrite,

@@ -13,7 +13,16 @@ from typing import Any
 
 import click
 
-__all__ = ["register"]
+__all__ = ["register", "JSON_META", "json_requested"]
+
+JSON_META = "mathneuro_edit.json"  # ctx.meta (shared by a command's context and the group's): --json was given
+
+
+def json_requested(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """``--json``'s callback: tells the CLI's error boundary to print an error as JSON on stdout too."""
+    if value:
+        ctx.meta[JSON_META] = True
+    return value
 
 
 def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
@@ -90,7 +99,8 @@ def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, .
 def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo: Callable[..., Any]) -> None:
     """Add ``card``, ``push``, ``verify`` and ``reproduce`` to the CLI group (options shared with the others)."""
     base_opt = click.option("--base", help="local base folder, when the lock's local base path was redacted")
-    json_opt = click.option("--json", "as_json", is_flag=True, help="print one JSON document on stdout")
+    json_opt = click.option("--json", "as_json", is_flag=True, callback=json_requested,
+                            help="print one JSON document on stdout")
     trust_opt = click.option("--trust-remote-code", is_flag=True, help="run the base repository's own Python code "
                              "(never taken from a lock; only for repositories you trust)")
     existing_dir = click.Path(exists=True, file_okay=False)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +20,6 @@ from typing import Any
 
 from ..errors import InputError
 from ..evaluation.report import format_p
-from ..evaluation.significance import mcnemar_exact
 from ..layout import SWEEP_JSON
 from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe
@@ -66,41 +68,168 @@ class SweepEvidence:
                                                        "mask_sha256", "problems_sha256")}}
 
 
-def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
-    """The confirmed setting of a sweep folder.
+MAX_SWEEP_BYTES = 64 * 1024 * 1024  # a sweep.json lists its points and each problem's sha256: a few MB
+MAX_PROBLEMS = 20_000  # problems of a selection or a confirmation (the recipe's default confirms on 600)
+MAX_POINTS = 10_000  # grid points of one sweep
+_SHA = re.compile(r"[0-9a-f]{64}")
+_POINT_NUMBERS = ("top_k", "scale", "selected", "math_correct", "math_total", "math_accuracy", "mcnemar_p", "holm_p",
+                  "general_kl", "general_loss")
 
-    Raises:
-        InputError: no readable ``sweep.json`` of this contract, or nothing confirmed (one line that says so).
-    """
-    path = Path(sweep_dir) / SWEEP_JSON
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value of a shared file as one safe line of at most ``limit`` characters: ``repr`` escapes every character
+    that is not printable (ESC, the other controls, bidi overrides), so none is shown raw."""
+    return repr(value)[:limit]
+
+
+def _count(c: Mapping[str, Any], key: str, most: int, where: str) -> int:
+    v = c.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= most:
+        raise InputError(f"{where}.{key}: must be an integer in [0, {most}], got {_shown(v)}; the file was edited: "
+                         "re-run the sweep")
+    return v
+
+
+def _fraction(v: Any, where: str, low_open: bool = False, high_open: bool = False, optional: bool = False) -> Any:
+    if v is None and optional:
+        return v
+    ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+          and (0 < v if low_open else 0 <= v) and (v < 1 if high_open else v <= 1))
+    if not ok:
+        interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+        raise InputError(f"{where}: must be a number in {interval}, got {_shown(v)}; the file was edited: re-run "
+                         "the sweep")
+    return v
+
+
+def _hashes(v: Any, where: str) -> list[str]:
+    if not isinstance(v, list) or len(v) > MAX_PROBLEMS or not all(isinstance(h, str) and _SHA.fullmatch(h)
+                                                                     for h in v):
+        raise InputError(f"{where}: must be a list of at most {MAX_PROBLEMS:,} sha256 (64 hex digits); the file "
+                         "was edited: re-run the sweep")
+    return v
+
+
+def _point(p: Any, where: str) -> dict[str, Any]:
+    if not isinstance(p, dict):
+        raise InputError(f"{where}: must be a mapping of a grid point's results, got {type(p).__name__}; the file "
+                         "was edited: re-run the sweep")
+    for key in _POINT_NUMBERS:
+        v = p.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                              or v < 0):
+            raise InputError(f"{where}.{key}: must be a finite number >= 0, got {_shown(v)}; the file was edited: "
+                             "re-run the sweep")
+    return p
+
+
+def _exact_p(b: int, k: int) -> float:
+    """Two-sided exact McNemar p of ``b`` / ``k`` discordant problems (as
+    :func:`~mathneuro_edit.evaluation.significance.mcnemar_exact`), with the binomial terms built one from the
+    other: milliseconds at the :data:`MAX_PROBLEMS` bound, where a fresh ``comb`` per term takes minutes."""
+    n, term, tail = b + k, 1, 1
+    if n == 0:
+        return 1.0
+    for i in range(min(b, k)):
+        term = term * (n - i) // (i + 1)
+        tail += term
+    return min(1.0, 2 * tail / 2**n)
+
+
+def _load(path: Path) -> tuple[bytes, Any]:
+    """The bytes and JSON of a shared ``sweep.json``: a regular file (a FIFO would block, a device never end) of at
+    most :data:`MAX_SWEEP_BYTES`, nested no deeper than the parser allows."""
     try:
-        raw = path.read_bytes()
-        data = json.loads(raw)
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: not a regular file (a FIFO, device or folder); pass the --out folder of a "
+                             "`mathneuro-edit sweep`")
+        if st.st_size > MAX_SWEEP_BYTES:
+            raise InputError(f"{path}: {st.st_size:,} bytes, more than a sweep.json holds ({MAX_SWEEP_BYTES:,}); "
+                             "re-run the sweep")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SWEEP_BYTES + 1)
+        if len(raw) > MAX_SWEEP_BYTES:
+            raise InputError(f"{path}: more than a sweep.json holds ({MAX_SWEEP_BYTES:,} bytes); re-run the sweep")
+        return raw, json.loads(raw)
+    except InputError:
+        raise
     except FileNotFoundError:
         raise InputError(f"{path}: not found; pass the --out folder of a `mathneuro-edit sweep`") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deep to be a sweep.json; re-run the sweep") from None
     except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read it as JSON ({e}); re-run the sweep") from None
+        raise InputError(f"{path}: cannot read it as JSON ({_shown(str(e), 120)}); re-run the sweep") from None
+
+
+def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
+    """The confirmed setting of a sweep folder. A sweep.json may come from someone else: it is data, checked
+    before use (:func:`_load`: a regular file of bounded size; every field the release takes of the right type and
+    range: counts within the problems, ``alpha`` in (0, 1), p-values in [0, 1], points of non-negative numbers,
+    problem lists of sha256 that do not overlap), and nothing of it is shown unescaped.
+
+    Raises:
+        InputError: no readable ``sweep.json`` of this contract, a field out of range, or nothing confirmed (one
+            line that says so).
+    """
+    path = Path(sweep_dir) / SWEEP_JSON
+    raw, data = _load(path)
     if not isinstance(data, dict) or not isinstance(data.get("selection"), dict) or "confirmation" not in data:
         raise InputError(f"{path}: not a sweep.json with selection and confirmation (written before select-then-"
                          "confirm?); re-run the sweep")
     c = data["confirmation"]
     if not (isinstance(c, dict) and c.get("confirmed") is True):
-        why = str(data.get("recommendation") or "nothing confirmed").split(";")[0]
+        why = _shown(str(data.get("recommendation") or "nothing confirmed").split(";")[0], 120).strip("'\"")
         raise InputError(f"{path}: nothing was confirmed ({why}); there is no setting to release from this sweep")
     sel = data["selection"]
-    try:
-        b, k, alpha = int(c["base_only"]), int(c["edited_only"]), float(c["alpha"])
-        if not (k > b and mcnemar_exact(b, k) < alpha and set(c["problems_sha256"]).isdisjoint(
-                sel["problems_sha256"])):
-            raise InputError(f"{path}: its confirmation says confirmed, but its counts ({b} right only before, {k} "
-                             f"only after: {format_p(mcnemar_exact(b, k))}, level {alpha:g}) or its problem lists "
-                             "do not; the file was edited: re-run the sweep")
-        point = sel["points"][c["point"]]
-        return SweepEvidence(float(c["top_k"]), float(c["scale"]), tuple(sel["problems_sha256"]), dict(c),
-                             dict(point), len(sel["points"]), hashlib.sha256(raw).hexdigest(), dict(data["recipe"]),
-                             (sel.get("base") or {}).get("math_correct"))
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise InputError(f"{path}: incomplete sweep.json ({type(e).__name__}: {e}); re-run the sweep") from None
+    where = f"{path}: confirmation"
+    selection = _hashes(sel.get("problems_sha256"), f"{path}: selection.problems_sha256")
+    problems = _hashes(c.get("problems_sha256"), f"{where}.problems_sha256")
+    n = _count(c, "n", MAX_PROBLEMS, where)
+    if n != len(problems):
+        raise InputError(f"{where}.n: {n}, but it lists {len(problems)} problems; the file was edited: re-run the "
+                         "sweep")
+    b, k = _count(c, "base_only", n, where), _count(c, "edited_only", n, where)
+    for key in ("base_correct", "edited_correct"):
+        _count(c, key, n, where)
+    if b + k > n:
+        raise InputError(f"{where}: {b} + {k} discordant problems of {n}; the file was edited: re-run the sweep")
+    alpha = _fraction(c.get("alpha"), f"{where}.alpha", low_open=True, high_open=True)
+    _fraction(c.get("mcnemar_p"), f"{where}.mcnemar_p", optional=True)
+    mask = c.get("mask_sha256")
+    if mask not in (None, "") and not (isinstance(mask, str) and _SHA.fullmatch(mask)):
+        raise InputError(f"{where}.mask_sha256: must be a sha256 (64 hex digits) or empty; the file was edited: "
+                         "re-run the sweep")
+    points = sel.get("points")
+    if not isinstance(points, list) or not 0 < len(points) <= MAX_POINTS:
+        raise InputError(f"{path}: selection.points: must be a list of 1 to {MAX_POINTS:,} grid points; the file "
+                         "was edited: re-run the sweep")
+    for i, p in enumerate(points):
+        _point(p, f"{path}: selection.points[{i}]")
+    chosen = c.get("point")
+    if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < len(points):
+        raise InputError(f"{where}.point: must be the index of a selection point (0 to {len(points) - 1}), got "
+                         f"{_shown(chosen)}; the file was edited: re-run the sweep")
+    top_k = _fraction(c.get("top_k"), f"{where}.top_k", low_open=True)
+    scale = c.get("scale")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale >= 0):
+        raise InputError(f"{where}.scale: must be a finite number >= 0, got {_shown(scale)}; the file was edited: "
+                         "re-run the sweep")
+    base = sel.get("base") if isinstance(sel.get("base"), dict) else {}
+    base_correct = base.get("math_correct")
+    if base_correct is not None and (isinstance(base_correct, bool) or not isinstance(base_correct, int)
+                                     or not 0 <= base_correct <= len(selection)):
+        raise InputError(f"{path}: selection.base.math_correct: must be an integer in [0, {len(selection)}], got "
+                         f"{_shown(base_correct)}; the file was edited: re-run the sweep")
+    if not isinstance(data.get("recipe"), dict):
+        raise InputError(f"{path}: recipe: must be the sweep's recipe (a mapping); re-run the sweep")
+    p = _exact_p(b, k)
+    if not (k > b and p < alpha and set(problems).isdisjoint(selection)):
+        raise InputError(f"{path}: its confirmation says confirmed, but its counts ({b} right only before, {k} "
+                         f"only after: {format_p(p)}, level {alpha:g}) or its problem lists do not; the file was "
+                         "edited: re-run the sweep")
+    return SweepEvidence(float(top_k), float(scale), tuple(selection), dict(c), dict(points[chosen]), len(points),
+                         hashlib.sha256(raw).hexdigest(), dict(data["recipe"]), base_correct)
 
 
 def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--from-sweep") -> Recipe:
@@ -112,8 +241,8 @@ def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--f
     mine = recipe.public_dict()
     for key in _SAME:
         if _at(mine, key) != _at(evidence.recipe, key):
-            raise InputError(f"{where}: the recipe's {key} differs from the sweep's ({_at(mine, key)!r} vs "
-                             f"{_at(evidence.recipe, key)!r}); the confirmed setting holds only for the sweep's "
+            raise InputError(f"{where}: the recipe's {key} differs from the sweep's ({_shown(_at(mine, key))} vs "
+                             f"{_shown(_at(evidence.recipe, key))}); the confirmed setting holds only for the sweep's "
                              "recipe: use it, or sweep this one")
     edit = ["edit.prune=true"] if evidence.scale == 0 else [f"edit.scale={evidence.scale!r}"]
     return recipe_from_dict(recipe.resolved_dict(), [f"mask.top_k={evidence.top_k!r}", *edit], where=where)

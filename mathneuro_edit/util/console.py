@@ -23,7 +23,24 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["KNOWN_WARNINGS", "Stages", "quiet_libraries", "known_warnings_silenced", "bars_wanted", "table",
-           "markdown_table_text"]
+           "markdown_table_text", "terminal_safe"]
+
+# what a terminal (or a rendered card) would act on rather than show: C0 and C1 controls (ESC starts a colour,
+# cursor or title sequence), DEL, and the bidi marks, embeddings, overrides and isolates that reorder a line
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    r"""``text`` with every character a terminal would act on shown escaped (``\x1b``, ``\u202e``), so a value
+    from a file or the command line is printed, never obeyed.
+
+    Example:
+        >>> terminal_safe("a\x1b[2Jb\u202ec")
+        'a\\x1b[2Jb\\u202ec'
+    """
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                       text)
+
 
 # (category, start of the message, why it is harmless). Each is filtered by both, never by module alone.
 KNOWN_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (

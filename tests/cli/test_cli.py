@@ -173,7 +173,8 @@ def test_internal_error_exit_3_and_debug_traceback(workspace, tmp_path, monkeypa
     assert not (tmp_path / "o").exists()
     monkeypatch.setenv("MATHNEURO_EDIT_DEBUG", "1")
     result = CliRunner().invoke(main, ["run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q"])
-    assert isinstance(result.exception, RuntimeError)
+    assert result.exit_code == 3  # the traceback, and the same status
+    assert "Traceback (most recent call last)" in result.output and "RuntimeError: kaboom" in result.output
 
 
 def test_subprocess_exit_codes(workspace, tmp_path):
