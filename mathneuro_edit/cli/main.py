@@ -337,17 +337,19 @@ def _floats(option: str, text: str) -> list[float]:
 @main.command()
 @recipe_arg
 @click.option("--out", required=True, type=click.Path(file_okay=False))
-@click.option("--top-k", "top_ks", default="0.001,0.01,0.05,0.1,0.15", show_default=True,
-              help="comma-separated top_k fractions")
-@click.option("--scale", "scales", default="0,1.05,1.1,1.2", show_default=True,
-              help="comma-separated scales (0 prunes)")
+@click.option("--top-k", "top_ks", default=None,
+              help="comma-separated top_k fractions (the same as --set 'sweep.top_k=[...]'; default: the recipe's "
+                   "sweep.top_k, else 0.001,0.01,0.05,0.1,0.15)")
+@click.option("--scale", "scales", default=None,
+              help="comma-separated scales, 0 prunes (the same as --set 'sweep.scale=[...]'; default: the recipe's "
+                   "sweep.scale, else 0,1.05,1.1,1.2)")
 @click.option("--kl-budget", type=float, default=None,
               help="largest general KL a chosen setting may have (the same as --set sweep.kl_budget=X; default: "
                    "the recipe's, 0.05)")
 @click.option("--overwrite", is_flag=True)
 @set_opt
 @quiet_opt
-def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: float | None, overwrite: bool,
+def sweep(recipe: str | None, out: str, top_ks: str | None, scales: str | None, kl_budget: float | None, overwrite: bool,
           sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """Choose a (top_k, scale) edit on selection problems, confirm it on other problems; write sweep.csv/json/png.
 
@@ -359,7 +361,8 @@ def sweep(recipe: str | None, out: str, top_ks: str, scales: str, kl_budget: flo
 
     r = _recipe(recipe, (*sets, f"sweep.kl_budget={kl_budget!r}") if kl_budget is not None else sets)
     _check_out(out, r, recipe, "dir")
-    result = run_sweep(r, out, top_ks=_floats("--top-k", top_ks), scales=_floats("--scale", scales),
+    result = run_sweep(r, out, top_ks=None if top_ks is None else _floats("--top-k", top_ks),
+                       scales=None if scales is None else _floats("--scale", scales),
                        overwrite=overwrite, progress=_bars(quiet), echo=echo)
     click.echo(result.to_text())
     click.echo(result.recommendation)

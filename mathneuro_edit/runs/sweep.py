@@ -26,45 +26,55 @@ functions of the counts): :mod:`.sweep_procedure`; from a confirmed sweep to a r
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import load_math_problems, load_set, problem_sha256
+import torch
+
+from ..data.sources import load_math_problems, load_set, load_texts, problem_sha256
 from ..engine.apply import ReversibleEdit, check_scale
+from ..engine.distributed import calibrate_distributed as calibrate
 from ..engine.mask import find_math_params_multi
+from ..engine.targets import find_targets
 from ..engine.topk import top_k_hint
 from ..errors import InputError
-from ..evaluation.runner import GeneralTask, MathTask, evaluate
-from ..evaluation.significance import wilson_interval
+from ..evaluation.general_kl import BaseSupport, base_support, edited_general
+from ..evaluation.greedy import math_outcomes
+from ..evaluation.prompts import uses_chat_template
+from ..evaluation.results import GeneralResult, compare
+from ..evaluation.significance import discordant_pairs, mcnemar_exact, significant, wilson_interval
 from ..layout import (
     MATH_STATS_NAME,
+    STATS_DIR,
     SWEEP_CSV,
     SWEEP_JSON,
     SWEEP_PNG,
     general_stats_name,
 )
+from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe, recipe_sha256
 from ..util.console import Stages, table
-from ..util.outdir import atomic_dir
+from ..util.files import write_json_atomic, write_text_atomic
+from ..util.outdir import claim
 from ..weights.loading import model_weights
 from .inspect import pyplot, save_figure
-from .pipeline import (
-    calibrate_recipe,
-    describe_tasks,
-    eval_tasks,
-    load_stage,
-)
+from .pipeline import load_stage
+from .sweep_cache import CACHE_DIR, ResultCache, key_sha256
 from .sweep_procedure import (
     Confirmation,
     SweepPoint,
     confirm,
+    halving_schedule,
     pareto_front,
+    promote,
     recommend,
     select_candidate,
     with_holm,
@@ -96,6 +106,12 @@ class SweepResult:
     general_texts: int = 0
     recipe: dict[str, Any] = field(default_factory=dict)  # the public recipe the sweep ran
     recipe_sha256: str = ""
+    # the adaptive selection: one entry per round (its problems [start, end), the points evaluated, their counts
+    # on every problem seen so far); the variants (name and recipe overrides); per point the base's mean mass
+    # outside the KL support (the KL is a lower bound that leaves this mass's inner divergence out)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    variants: list[dict[str, Any]] = field(default_factory=list)
+    general_tail_mass: list[float | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``sweep.json`` contract (docs/evaluation.md)."""
@@ -108,17 +124,18 @@ class SweepResult:
                 "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
                 "candidate": self.candidate, "recommendation": self.recommendation, "best": self.best,
                 "pareto_front": self.front, "kl_budget": self.kl_budget, "alpha": self.alpha,
-                "recipe_sha256": self.recipe_sha256, "recipe": self.recipe}
+                "recipe_sha256": self.recipe_sha256, "recipe": self.recipe, "rounds": self.rounds,
+                "variants": self.variants, "general_kl_tail_mass": self.general_tail_mass}
 
     def to_csv(self) -> str:
         buf = io.StringIO()
         w = csv.writer(buf)
-        w.writerow(["top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
+        w.writerow(["variant", "round", "top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
                     "math_ci95_high", "mcnemar_p", "holm_p", "significant", "general_loss", "general_loss_se",
                     "loss_change", "loss_change_se", "general_kl", "pareto", "candidate", "confirmed"])
         c = self.confirmation
         for i, p in enumerate(self.points):
-            w.writerow([p.top_k, p.scale, p.selected, p.math_accuracy, p.math_correct, p.math_total,
+            w.writerow([p.variant, p.round, p.top_k, p.scale, p.selected, p.math_accuracy, p.math_correct, p.math_total,
                         f"{p.math_ci95_low:.4f}", f"{p.math_ci95_high:.4f}", f"{p.mcnemar_p:.4g}", f"{p.holm_p:.4g}",
                         p.significant, p.general_loss, f"{p.general_loss_se:.4g}", f"{p.loss_change:.4g}",
                         f"{p.loss_change_se:.4g}", p.general_kl, i in self.front, i == self.candidate,
@@ -126,32 +143,36 @@ class SweepResult:
         return buf.getvalue()
 
     def to_text(self) -> str:
-        """The console table: the base, one row per edit on the selection problems (math with its 95% CI, gain in
-        problems, raw and Holm-adjusted McNemar p, general KL; ``*`` the Pareto front, ``?`` the candidate), then
-        the confirmation row (the CSV holds every column)."""
+        """The console table: the base, one row per point (its variant, the problems it was evaluated on, math with
+        its 95% CI, the gain over the base on those same problems in percentage points, raw and Holm-adjusted
+        McNemar p, general KL; mark ``*``: on the Pareto front of accuracy vs KL, ``?``: the candidate), then the
+        confirmation row (the CSV holds every column)."""
         b = self.base_math
         base_ci = (f" ({100 * b['math_ci95_low']:.1f}-{100 * b['math_ci95_high']:.1f})"
                    if "math_ci95_low" in b else "")
-        base_k = int(b.get("math_correct", 0))
         n = len(self.selection_sha256)
-        rows = [[f"base (selection, n={n})", "", "", f"{100 * self.base_math_accuracy:.1f}%{base_ci}", "", "-", "-",
-                 "", ""]]
+        rows = [["base", "", "", "", f"{n}", f"{100 * self.base_math_accuracy:.1f}%{base_ci}", "", "-", "-", "", ""]]
         for i, p in enumerate(self.points):
             mark = ("*" if i in self.front else "") + (" ? candidate" if i == self.candidate else "")
-            rows.append([f"{p.top_k:g}", f"{p.scale:g}", f"{p.selected:,}",
+            gain = p.gain_points if p.base_correct is not None else (
+                100 * (p.math_correct - int(b.get("math_correct", 0))) / p.math_total if p.math_total else math.nan)
+            rows.append([p.variant or "-", f"{p.top_k:g}", f"{p.scale:g}", f"{p.selected:,}", f"{p.math_total}",
                          f"{100 * p.math_accuracy:.1f}% ({100 * p.math_ci95_low:.1f}-{100 * p.math_ci95_high:.1f})",
-                         f"{p.math_correct - base_k:+d}", f"{p.mcnemar_p:.3g}", f"{p.holm_p:.3g}",
-                         f"{p.general_kl:.3g}", mark.strip()])
+                         f"{gain:+.1f}", f"{p.mcnemar_p:.3g}", f"{p.holm_p:.3g}", f"{p.general_kl:.3g}",
+                         mark.strip()])
         c = self.confirmation
         if c is not None:
             lo, hi = wilson_interval(c.edited_correct, c.n)
-            rows.append([f"confirm (n={c.n})", f"{c.scale:g}", f"top_k={c.top_k:g}",
+            rows.append(["confirm", f"{c.top_k:g}", f"{c.scale:g}", "", f"{c.n}",
                          f"{100 * c.edited_correct / c.n:.1f}% ({100 * lo:.1f}-{100 * hi:.1f})",
-                         f"{c.edited_correct - c.base_correct:+d}", f"{c.mcnemar_p:.3g}", "-", "",
+                         f"{100 * (c.edited_correct - c.base_correct) / c.n:+.1f}", f"{c.mcnemar_p:.3g}", "-", "",
                          ("confirmed" if c.confirmed else "not confirmed")
                          + f" (base {100 * c.base_correct / c.n:.1f}%)"])
-        head = ["top_k", "scale", "weights", "math (95% CI)", "gain", "p", "Holm p", "general KL", "mark"]
-        return table(head, rows, right={2, 4, 5, 6, 7})
+        head = ["variant", "top_k", "scale", "weights", "n", "math (95% CI)", "gain (pp)", "p", "Holm p",
+                "general KL", "mark"]
+        legend = ("gain: percentage points over the base on the same n problems; p: exact McNemar vs the base; "
+                  "mark *: Pareto front (no point has both higher accuracy and lower KL), ?: the candidate")
+        return table(head, rows, right={3, 4, 6, 7, 8, 9}) + "\n" + legend
 
 
 def _num(x: Any) -> float:
@@ -277,108 +298,371 @@ def sweep_problems(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str,
     return shots, selection, confirmation
 
 
+DEFAULT_TOP_KS = (0.001, 0.01, 0.05, 0.1, 0.15)
+DEFAULT_SCALES = (0.0, 1.05, 1.1, 1.2)
+# problems per cached block: a kill loses at most one block per point in progress; round boundaries also cut blocks
+BLOCK = 128
+
+
+@dataclass
+class _Variant:
+    """One calibration / target choice: its recipe, its statistics group and its target names."""
+
+    name: str
+    overrides: tuple[str, ...]
+    recipe: Recipe
+    group: int  # index of its statistics (variants that differ in targets only share one calibration)
+
+
+@dataclass
+class _Arm:
+    """One grid point: a variant, top_k, scale and its mask."""
+
+    variant: int
+    top_k: float
+    scale: float
+    mask: Any = None
+    correct: list[bool] = field(default_factory=list)  # on the selection problems seen so far, in order
+    general: dict[str, Any] | None = None
+    round: int = 0
+
+
+def model_fingerprint(model: Any) -> str:
+    """sha256 of the model's parameters and buffers (names, dtypes, shapes, bytes): the cache's model key,
+    independent of where the files were."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _blocks(start: int, end: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` cut at every multiple of :data:`BLOCK` and at ``cuts``: the same blocks in every run."""
+    edges = sorted({start, end, *[c for c in cuts if start < c < end],
+                    *range((start // BLOCK + 1) * BLOCK, end, BLOCK)})
+    return list(zip(edges[:-1], edges[1:]))
+
+
+class _Evaluator:
+    """Evaluates the base or an edit on blocks of problems and the general texts, through the result cache."""
+
+    def __init__(self, model: Any, tok: Any, recipe: Recipe, shots: list[dict[str, Any]], texts: Sequence[str],
+                 fingerprint: str, cache: ResultCache, progress: bool) -> None:
+        ev, sw = recipe.evaluation, recipe.sweep
+        assert ev is not None
+        self.model, self.tok, self.cache, self.progress = model, tok, cache, progress
+        self.shots, self.n_shot, self.max_new = shots, ev.n_shot, ev.max_new_tokens
+        self.chat = uses_chat_template(tok, ev.chat_template)
+        self.batch_size, self.k = sw.batch_size, sw.kl_support
+        self.texts, self.max_length = list(texts), recipe.calibration.max_length
+        self.prompt_key = {"model": fingerprint, "shots": [problem_sha256(s) for s in shots[: self.n_shot]],
+                           "chat_template": self.chat, "max_new_tokens": self.max_new, "batch_size": self.batch_size,
+                           "engine": "greedy-shared-prefix/1"}
+        self.general_key = {"model": fingerprint, "texts": hashlib.sha256(json.dumps(self.texts).encode()).hexdigest(),
+                            "max_length": self.max_length, "kl_support": self.k, "engine": "general-support/1"}
+        self._support: BaseSupport | None = None
+
+    def _state(self, mask: Any, scale: float) -> dict[str, Any]:
+        return {"base": True} if mask is None else {"mask": mask.sha256, "scale": scale}
+
+    def math(self, problems: Sequence[dict[str, Any]], mask: Any = None, scale: float = 1.0) -> list[bool]:
+        """Correct flags of the base (``mask=None``) or the edit on ``problems`` (one block), cached."""
+        key = {"what": "math", **self.prompt_key, **self._state(mask, scale),
+               "problems": [problem_sha256(p) for p in problems]}
+        hit = self.cache.get(key)
+        if hit is None:
+            with ReversibleEdit(self.model, mask, scale) if mask is not None else nullcontext():
+                correct, completions = math_outcomes(self.model, self.tok, problems, shots=self.shots[: self.n_shot],
+                                                     chat_template=self.chat, max_new_tokens=self.max_new,
+                                                     batch_size=self.batch_size)
+            hit = {"correct": correct, "completions": completions}
+            self.cache.put(key, hit)
+        return [bool(c) for c in hit["correct"]]
+
+    def base_general(self) -> dict[str, Any]:
+        key = {"what": "general-base", **self.general_key}
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = {"loss_sums": self.support().loss_sums, "tokens": [len(r) - 1 for r in self.support().rows]}
+            self.cache.put(key, hit)
+        return hit
+
+    def support(self) -> BaseSupport:
+        if self._support is None:
+            self._support = base_support(self.model, self.tok, self.texts, max_length=self.max_length, k=self.k)
+        return self._support
+
+    def general(self, mask: Any, scale: float) -> dict[str, Any]:
+        """Loss sums per text, coarse KL and tail mass of an edit on the general texts, cached."""
+        key = {"what": "general", **self.general_key, **self._state(mask, scale)}
+        hit = self.cache.get(key)
+        if hit is None:
+            support = self.support()
+            with ReversibleEdit(self.model, mask, scale):
+                g = edited_general(self.model, support)
+            hit = {"loss_sums": list(g.loss_sums), "kl": g.kl, "tail_mass": g.tail_mass}
+            self.cache.put(key, hit)
+        return hit
+
+
+def _general_result(sums: Sequence[float], tokens: Sequence[int], kl: float = 0.0) -> GeneralResult:
+    pairs = [(s, t) for s, t in zip(sums, tokens) if t > 0]
+    n = sum(t for _, t in pairs)
+    return GeneralResult(sum(s for s, _ in pairs) / n if n else math.nan, n, kl, "",
+                         tuple(s for s, _ in pairs), tuple(t for _, t in pairs))
+
+
+def _sweep_point(arm: _Arm, name: str, base_correct: Sequence[bool], base_general: dict[str, Any]) -> SweepPoint:
+    """A :class:`SweepPoint` from an arm's flags (paired with the base's first ``len(flags)``) and general result."""
+    n = len(arm.correct)
+    k = sum(arm.correct)
+    b, c = discordant_pairs(list(base_correct[:n]), arm.correct)
+    p = mcnemar_exact(b, c)
+    lo, hi = wilson_interval(k, n)
+    g = arm.general or {}
+    base_g = _general_result(base_general["loss_sums"], base_general["tokens"])
+    ed_g = _general_result(g.get("loss_sums", []), base_general["tokens"], float(g.get("kl", math.nan)))
+    cmp_ = compare(base_g, ed_g) or {}
+    return SweepPoint(arm.top_k, arm.scale, arm.mask.total()[0], k / n if n else 0.0, ed_g.loss, ed_g.kl, k, n, lo,
+                      hi, p, significant(p), ed_g.loss_se, _num(cmp_.get("loss_change")),
+                      _num(cmp_.get("loss_change_se")), variant=name, round=arm.round,
+                      base_correct=sum(base_correct[:n]))
+
+
+def _variants(recipe: Recipe) -> list[_Variant]:
+    """The recipe itself and each ``sweep.variants`` entry, grouped by calibration (data and calibration keys)."""
+    out: list[_Variant] = []
+    groups: list[str] = []
+    for name, sets in [("", ()), *[(v.name, tuple(v.set)) for v in recipe.sweep.variants]]:
+        r = recipe if not sets else recipe_from_dict(recipe.resolved_dict(), list(sets),
+                                                     where=f"sweep.variants[{name}]")
+        d = r.resolved_dict()
+        g = json.dumps([d["data"], d["calibration"]], sort_keys=True)
+        if g not in groups:
+            groups.append(g)
+        out.append(_Variant(name, sets, r, groups.index(g)))
+    names = [v.name for v in out]
+    if len(set(names)) != len(names):
+        raise InputError("sweep.variants: two variants have the same name; give each its own")
+    return out
+
+
+def _calibrated_set(recipe: Recipe, source: Any, what: str, model: Any, tok: Any, folder: Path, fingerprint: str,
+                    progress: bool, stages: Stages) -> Any:
+    """One calibration set's statistics, computed once and kept in ``folder`` under its content key (model,
+    texts, calibration settings, targets): variants that share a set (the general texts) share its statistics."""
+    from ..engine.stats import ActivationStats
+
+    d, c, t = recipe.data, recipe.calibration, recipe.targets
+    loaded = load_texts(source, d.samples, d.seed)
+    key = {"model": fingerprint, "texts": loaded.record["sha256"], "calibration": recipe.resolved_dict()["calibration"],
+           "targets": recipe.resolved_dict()["targets"], "format": "stats/1"}
+    sha = key_sha256(key)
+    path, key_file = folder / f"{sha[:16]}.stats.safetensors", folder / f"{sha[:16]}.key.json"
+    if key_file.is_file():
+        try:
+            saved = json.loads(key_file.read_text())
+            ok = saved.get("key") == key and hashlib.sha256(path.read_bytes()).hexdigest() == saved["sha256"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            ok = False
+        if not ok:
+            raise InputError(f"sweep cache: {path} does not match {key_file.name} (edited or corrupted); delete both "
+                             "and run the same command again")
+        stages.start(f"calibrate {what}: reused ({len(loaded.texts)} texts)")
+        return ActivationStats.load(path)
+    stages.start(f"calibrate {what} ({len(loaded.texts)} texts)")
+    stats = calibrate(model, tok, loaded.texts, max_length=c.max_length, batch_size=c.batch_size, progress=progress,
+                      include=t.include or None, exclude=t.exclude or None)
+    folder.mkdir(parents=True, exist_ok=True)
+    stats.save(path)
+    write_json_atomic(key_file, {"key": key, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+    return stats
+
+
+def _variant_mask(mask: Any, keep: set[str]) -> Any:
+    """``mask`` restricted to the parameter names a variant targets."""
+    from ..engine.mask import Mask
+
+    return Mask({n: mask[n] for n in mask if n in keep}, dict(mask.meta))
+
+
 def run_sweep(
     recipe: Recipe,
     out_dir: str | Path,
     *,
-    top_ks: Sequence[float],
-    scales: Sequence[float],
+    top_ks: Sequence[float] | None = None,
+    scales: Sequence[float] | None = None,
     overwrite: bool = False,
     progress: bool = True,
     echo: Callable[[str], None] = lambda s: None,
 ) -> SweepResult:
-    """Sweep ``top_ks x scales`` for a recipe with one calibration and one model in memory: select, then confirm.
+    """Sweep a grid of edits with one model in memory: select (adaptively), then confirm on other problems.
+
+    The grid is ``variants x top_ks x scales``: the recipe itself and each ``sweep.variants`` entry (another
+    calibration set or target restriction), each with every ``(top_k, scale)``. Each point gets a mask from its
+    variant's statistics and is switched on with :class:`~mathneuro_edit.engine.apply.ReversibleEdit`.
+
+    Selection (``sweep.selection_samples`` problems): with ``sweep.first_round`` unset every point is evaluated on
+    every selection problem; with it, successive halving (:func:`~.sweep_procedure.halving_schedule`,
+    :func:`~.sweep_procedure.promote`). The candidate is the largest gain over the base among the points that
+    reached the last round, within ``sweep.kl_budget``; it and the base are then evaluated on
+    ``sweep.confirmation_samples`` other problems, with one exact McNemar test.
+
+    Resumable: every block of work (the base or a point, on <= 128 problems or on the general texts) is kept in
+    ``out_dir/cache`` keyed by its content (:mod:`.sweep_cache`); the same command run again after a kill
+    continues where it stopped and writes the same ``sweep.json`` as an uninterrupted run. ``sweep.json``,
+    ``sweep.csv`` and ``sweep.png`` are written (atomically) when the sweep is complete.
 
     Args:
-        recipe: a recipe with an ``evaluation`` section; its ``sweep`` section sets the sizes, the KL budget and
-            the level.
-        out_dir: folder for ``sweep.json``, ``sweep.csv``, ``sweep.png`` and the statistics.
-        top_ks: fractions in (0, 1].
-        scales: finite numbers >= 0 (0 prunes; 1.0 is the base and is skipped).
-        overwrite: replace an existing ``out_dir``.
+        recipe: a recipe with an ``evaluation`` section; its ``sweep`` section sets sizes, grid, rounds, budget.
+        out_dir: the sweep folder (created; an existing one is resumed if it holds a sweep cache).
+        top_ks: fractions in (0, 1] (default: ``sweep.top_k``, else :data:`DEFAULT_TOP_KS`).
+        scales: numbers >= 0 (0 prunes; 1.0 is the base and is skipped; default ``sweep.scale``, else
+            :data:`DEFAULT_SCALES`).
+        overwrite: allow an existing ``out_dir`` that is not a sweep folder to be written into.
         progress: progress bars.
-        echo: receives the stage lines and one ``edit 3/8: top_k=0.01 scale=1.1`` line per edit.
+        echo: receives the stage lines and one line per evaluated point.
 
     Returns:
         :class:`SweepResult`.
     """
     if recipe.evaluation is None:
         raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
+    ev, sw = recipe.evaluation, recipe.sweep
+    top_ks = list(top_ks if top_ks is not None else (sw.top_k or DEFAULT_TOP_KS))
+    scales = list(scales if scales is not None else (sw.scale or DEFAULT_SCALES))
     for k in top_ks:
         if not 0 < k <= 1:
             raise InputError(f"--top-k: {k:g} is not in (0, 1]{top_k_hint(k)}; pass fractions such as 0.01,0.05")
     scales = [check_scale(s) for s in scales]
-    edits = [(k, s) for k in top_ks for s in scales if s != 1.0]  # scale 1.0 is the base itself
-    if not edits:
+    grid = [(k, s) for k in top_ks for s in scales if s != 1.0]  # scale 1.0 is the base itself
+    if not grid:
         raise InputError("--scale: only 1 (the base itself) was given; pass other scales, e.g. 1.05,1.1")
     out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
-    ev, sw = recipe.evaluation, recipe.sweep
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: is a file; choose a folder for --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / CACHE_DIR).is_dir() and not overwrite:
+        raise InputError(f"{out}: already exists and is not a sweep folder; choose another --out or pass --overwrite")
+    variants = _variants(recipe)
     shots, selection, confirmation_problems = sweep_problems(recipe)  # a bad source fails before calibration
-    general = [t for t in eval_tasks(recipe) if isinstance(t, GeneralTask)]
-    if sw.general_samples is not None:  # the selection's KL on fewer (or more) texts than a release evaluates
-        texts, _ = load_set(ev.general, sw.general_samples, ev.seed)
-        general = [GeneralTask("general", texts, max_length=recipe.calibration.max_length)]
-    settings = dict(n_shot=ev.n_shot, shots=shots, max_new_tokens=ev.max_new_tokens, chat_template=ev.chat_template)
-    sel_task = MathTask("math", selection, **settings)
-    conf_task = MathTask("math", confirmation_problems, **settings)
-    tasks = [sel_task, *general]
-    stages = Stages(6 + len(recipe.data.general), echo)
-    with atomic_dir(out, overwrite=overwrite) as tmp:  # renamed to `out` only when complete
+    texts, _ = load_set(ev.general, sw.general_samples or ev.samples, ev.seed)
+    if ev.lm_eval is not None:
+        echo("      evaluation.lm_eval is not run by a sweep (run it on the release)")
+    n_sets = len({json.dumps([src.model_dump(mode="json"), v.recipe.data.samples, v.recipe.data.seed], sort_keys=True)
+                  for v in variants for src in [v.recipe.data.math, *v.recipe.data.general]})
+    stages = Stages(6 + n_sets, echo)
+    with claim(out):
+        out.mkdir(parents=True, exist_ok=True)
+        cache = ResultCache(out)
+        cache.clean_temporary()
         model, tok = load_stage(recipe, stages)
-        math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress, stages=stages)
-        math_stats.save(tmp / MATH_STATS_NAME)
-        for i, g in enumerate(generals):
-            g.save(tmp / general_stats_name(i))
-        stages.start(f"evaluate the base on the selection set: {describe_tasks(tasks)}")
-        if sw.general_samples is not None and sw.general_samples != ev.samples:
-            stages.note(f"general loss and KL on {sum(len(t.texts) for t in general)} texts (sweep.general_samples; "
-                        f"a release evaluates evaluation.samples = {ev.samples})")
-        if ev.lm_eval is not None:
-            stages.note("evaluation.lm_eval is not run by a sweep (run it on the release)")
-        base = evaluate(model, tok, tasks, progress=progress, keep_base_logprobs=True)  # each edit's KL reuses them
+        fingerprint = model_fingerprint(model)
+        stats: dict[int, tuple[Any, list[Any]]] = {}
+        done: dict[str, Any] = {}  # one computation per distinct set
+        for v in variants:
+            if v.group in stats:
+                continue
+            sets = []
+            for what, src in [("math", v.recipe.data.math), *[("general", g) for g in v.recipe.data.general]]:
+                label = json.dumps([src.model_dump(mode="json"), v.recipe.resolved_dict()["data"]["samples"],
+                                    v.recipe.resolved_dict()["data"]["seed"]], sort_keys=True)
+                if label not in done:
+                    name = f"{what} ({v.name})" if v.name and what == "math" else what
+                    done[label] = _calibrated_set(v.recipe, src, name, model, tok, out / STATS_DIR, fingerprint,
+                                                  progress, stages)
+                sets.append(done[label])
+            stats[v.group] = (sets[0], sets[1:])
         m = recipe.mask
-        stages.start(f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({m.method})")
-        masks = find_math_params_multi(model_weights(model), math_stats, generals, top_ks=top_ks, method=m.method,
-                                       granularity=m.granularity, seed=m.seed, progress=progress)
-        stages.start(f"evaluate {len(edits)} edits on {len(selection)} selection problems")
-        points, point_masks = [], []
-        for k, mask in zip(top_ks, masks):
-            for s in scales:
-                if s == 1.0:
-                    continue  # the base itself
-                echo(f"      edit {len(points) + 1}/{len(edits)}: top_k={k:g} scale={s:g}")
-                res = evaluate(model, tok, tasks, edit=ReversibleEdit(model, mask, s), base_results=base,
-                               progress=progress).to_dict()
-                points.append(_point(k, s, mask.total()[0], res))
-                point_masks.append(mask)
-        points = with_holm(points)
-        base_d = base.to_dict()
-        base_row = base_d["math"]["base"]
-        base_correct = int(base_row["math_correct"])
-        candidate = select_candidate(points, base_correct, sw.kl_budget)
+        stages.start(f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({m.method}), {len(variants)} "
+                     f"variant{'s' if len(variants) > 1 else ''}")
+        weights = model_weights(model)
+        group_masks = {g: find_math_params_multi(weights, ms, gs, top_ks=top_ks, method=m.method,
+                                                 granularity=m.granularity, seed=m.seed, progress=progress)
+                       for g, (ms, gs) in stats.items()}
+        arms: list[_Arm] = []
+        for vi, v in enumerate(variants):
+            t = v.recipe.targets
+            keep = set(find_targets(model, include=t.include or None, exclude=t.exclude or None))
+            for ki, k in enumerate(top_ks):
+                mask = group_masks[v.group][ki]
+                if v.overrides:
+                    extra = keep - set(mask)
+                    if extra:
+                        raise InputError(f"sweep.variants[{v.name}]: targets {sorted(extra)[:2]} are not among the "
+                                         "recipe's own targets; a variant may only restrict them")
+                    mask = _variant_mask(mask, keep)
+                arms += [_Arm(vi, k, s, mask) for s in scales if s != 1.0]
+        evaluator = _Evaluator(model, tok, recipe, shots, texts, fingerprint, cache, progress)
+        schedule = halving_schedule(len(arms), len(selection), sw.first_round, sw.eta)
+        cuts = [end for _, end in schedule]
+        stages.start(f"the base on {len(selection)} selection problems and {len(texts)} general texts")
+        base_sel: list[bool] = []
+        for a, b in _blocks(0, len(selection), cuts):
+            base_sel += evaluator.math(selection[a:b])
+        base_general = evaluator.base_general()
+        stages.note(f"math {sum(base_sel)}/{len(base_sel)}; cache {cache.hits} reused, {cache.misses} computed")
+        rounds: list[dict[str, Any]] = []
+        active = list(range(len(arms)))
+        start = 0
+        stages.start(f"select among {len(arms)} points in {len(schedule)} round{'s' if len(schedule) > 1 else ''} "
+                     f"({', '.join(f'{n} on {e}' for n, e in schedule)})")
+        for r, (n_points, end) in enumerate(schedule):
+            if r > 0:
+                kl = [arms[i].general["kl"] if arms[i].general else math.inf for i in range(len(arms))]
+                seen = [sum(arms[i].correct) if i in active else None for i in range(len(arms))]
+                active = promote(seen, kl, sw.kl_budget, n_points)
+            for j, i in enumerate(active):
+                arm = arms[i]
+                name = variants[arm.variant].name
+                echo(f"      round {r + 1}/{len(schedule)}, point {j + 1}/{len(active)}: "
+                     + (f"{name} " if name else "") + f"top_k={arm.top_k:g} scale={arm.scale:g} "
+                     f"(problems {start + 1}-{end})")
+                if arm.general is None:
+                    arm.general = evaluator.general(arm.mask, arm.scale)
+                for a, b in _blocks(start, end, cuts):
+                    arm.correct += evaluator.math(selection[a:b], arm.mask, arm.scale)
+                arm.round = r + 1
+            rounds.append({"round": r + 1, "problems": [start, end], "points": list(active),
+                           "correct": [sum(arms[i].correct) for i in active]})
+            start = end
+        names = [variants[a.variant].name for a in arms]
+        points = with_holm([_sweep_point(a, n, base_sel, base_general) for a, n in zip(arms, names)])
+        base_correct = sum(base_sel)
+        finalists = [i for i in range(len(arms)) if arms[i].round == len(schedule)]
+        pick = select_candidate([points[i] for i in finalists], base_correct, sw.kl_budget)
+        candidate = None if pick is None else finalists[pick]
         confirmation = None
         if candidate is None:
-            stages.start("confirm: no candidate (no gain within the KL budget); nothing is tested")
+            stages.start("confirm: no candidate (no finalist gains within the KL budget); nothing is tested")
         else:
-            p = points[candidate]
-            stages.start(f"confirm top_k={p.top_k:g} scale={p.scale:g} on {len(confirmation_problems)} other problems")
-            res = evaluate(model, tok, [conf_task], edit=ReversibleEdit(model, point_masks[candidate], p.scale),
-                           progress=progress)
-            b, c, pval, ok = confirm([x.correct for x in res.base["math"].predictions],
-                                     [x.correct for x in res.edited["math"].predictions], sw.alpha)
+            p, arm = points[candidate], arms[candidate]
+            stages.start(f"confirm {(names[candidate] + ' ') if names[candidate] else ''}top_k={p.top_k:g} "
+                         f"scale={p.scale:g} on {len(confirmation_problems)} other problems")
+            base_c: list[bool] = []
+            edit_c: list[bool] = []
+            for a, b in _blocks(0, len(confirmation_problems), []):
+                base_c += evaluator.math(confirmation_problems[a:b])
+                edit_c += evaluator.math(confirmation_problems[a:b], arm.mask, arm.scale)
+            b_, c_, pval, ok = confirm(base_c, edit_c, sw.alpha)
+            v = variants[arm.variant]
             confirmation = Confirmation(len(confirmation_problems),
                                         tuple(problem_sha256(q) for q in confirmation_problems), p.top_k, p.scale,
-                                        res.base["math"].correct, res.edited["math"].correct, b, c, pval, ok,
-                                        sw.alpha, candidate, point_masks[candidate].sha256)
+                                        sum(base_c), sum(edit_c), b_, c_, pval, ok, sw.alpha, candidate,
+                                        arm.mask.sha256, v.name, v.overrides)
         best, text = recommend(points, base_correct, len(selection), candidate, confirmation, sw.kl_budget)
-        base_g = base_d["general"]["base"]
-        result = SweepResult(base_row["math_accuracy"], base_g["general_loss"], points, pareto_front(points), text,
-                             best, dict(base_row), _num(base_g.get("general_loss_se")),
-                             [problem_sha256(q) for q in selection], confirmation, candidate, sw.kl_budget, sw.alpha,
-                             sum(len(t.texts) for t in general), recipe.public_dict(), recipe_sha256(recipe))
-        (tmp / SWEEP_CSV).write_text(result.to_csv())
-        (tmp / SWEEP_JSON).write_text(json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
-        _plot(result, tmp / SWEEP_PNG)
+        base_row = {"math_correct": base_correct, "math_total": len(base_sel),
+                    "math_accuracy": base_correct / len(base_sel)}
+        lo, hi = wilson_interval(base_correct, len(base_sel))
+        base_row.update(math_ci95_low=lo, math_ci95_high=hi)
+        bg = _general_result(base_general["loss_sums"], base_general["tokens"])
+        result = SweepResult(base_row["math_accuracy"], bg.loss, points, pareto_front(points), text, best, base_row,
+                             bg.loss_se, [problem_sha256(q) for q in selection], confirmation, candidate,
+                             sw.kl_budget, sw.alpha, len(texts), recipe.public_dict(), recipe_sha256(recipe),
+                             rounds=rounds, variants=[{"name": v.name, "set": list(v.overrides)} for v in variants],
+                             general_tail_mass=[(a.general or {}).get("tail_mass") for a in arms])
+        write_text_atomic(out / SWEEP_CSV, result.to_csv())
+        write_text_atomic(out / SWEEP_JSON, json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
+        _plot(result, out / SWEEP_PNG)
+        stages.note(f"cache: {cache.hits} blocks reused, {cache.misses} computed")
     return result

@@ -16,7 +16,8 @@ from typing import Any
 from ..evaluation.report import format_p
 from ..evaluation.significance import holm_adjust, mcnemar_exact, wilson_interval
 
-__all__ = ["SweepPoint", "Confirmation", "with_holm", "pareto_front", "select_candidate", "confirm", "recommend"]
+__all__ = ["SweepPoint", "Confirmation", "with_holm", "pareto_front", "select_candidate", "confirm", "recommend",
+           "halving_schedule", "promote"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,18 @@ class SweepPoint:
     loss_change: float = math.nan
     loss_change_se: float = math.nan
     holm_p: float = 1.0
+    # which calibration / target variant of the recipe the point belongs to ("" for the recipe itself), and the
+    # round of the adaptive selection it reached (1: the first slice only; the finalists reached the last)
+    variant: str = ""
+    round: int = 1
+    base_correct: int | None = None  # the base's count on the same math_total problems (None: not recorded)
+
+    @property
+    def gain_points(self) -> float:
+        """Accuracy change over the base on the same problems, in percentage points (nan when not recorded)."""
+        if self.base_correct is None or not self.math_total:
+            return math.nan
+        return 100 * (self.math_correct - self.base_correct) / self.math_total
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,8 @@ class Confirmation:
     alpha: float
     point: int  # index of the candidate in the selection points
     mask_sha256: str = ""
+    variant: str = ""
+    variant_set: tuple[str, ...] = ()  # the recipe overrides of the candidate's variant
 
     def to_dict(self) -> dict[str, Any]:
         lo_b, hi_b = wilson_interval(self.base_correct, self.n)
@@ -76,7 +91,8 @@ class Confirmation:
                 "base_correct": self.base_correct, "edited_correct": self.edited_correct,
                 "mcnemar_p": self.mcnemar_p, "confirmed": self.confirmed, "alpha": self.alpha, "point": self.point,
                 "base_only": self.base_only, "edited_only": self.edited_only,
-                "base_ci95": [lo_b, hi_b], "edited_ci95": [lo_e, hi_e], "mask_sha256": self.mask_sha256}
+                "base_ci95": [lo_b, hi_b], "edited_ci95": [lo_e, hi_e], "mask_sha256": self.mask_sha256,
+                "variant": self.variant, "variant_set": list(self.variant_set)}
 
 
 def with_holm(points: Sequence[SweepPoint]) -> list[SweepPoint]:
@@ -179,3 +195,44 @@ def recommend(points: Sequence[SweepPoint], base_correct: int, n_selection: int,
         return candidate, f"recommended: {chosen}; confirmed {measured} (< {c.alpha:g})"
     return None, (f"nothing confirmed: the candidate {chosen} did not confirm {measured} (a confirmed gain needs "
                   f"p < {c.alpha:g}); do not publish a boost from this sweep")
+
+
+def halving_schedule(n_points: int, n_selection: int, first: int | None, eta: int) -> list[tuple[int, int]]:
+    """The rounds of successive halving: ``(points evaluated, problems seen at the round's end)`` per round.
+
+    Round 1 evaluates every point on the first ``first`` selection problems; each next round keeps the best
+    ``ceil(points / eta)`` and extends them to ``eta`` times as many problems, until the last round, which ends
+    on all ``n_selection``. ``first=None`` (or ``>= n_selection``) is one round: every point on every problem.
+
+    Why this rule: most of a grid is clearly worse than the best after a few dozen problems (a scale of 2 or a
+    large top_k breaks arithmetic), and the confirmation set, never used for choosing, keeps the final test
+    valid whatever the rule did (tests/runs/test_sweep_procedure.py simulates it under the null).
+
+    Example:
+        >>> halving_schedule(72, 1000, 40, 3)
+        [(72, 40), (24, 120), (8, 360), (3, 1000)]
+        >>> halving_schedule(8, 300, None, 3)
+        [(8, 300)]
+    """
+    if first is None or first >= n_selection or n_points <= 1:
+        return [(n_points, n_selection)]
+    rounds, points, end = [], n_points, first
+    while end < n_selection and points > 1:
+        rounds.append((points, end))
+        points, end = -(-points // eta), end * eta
+    rounds.append((points, n_selection))
+    return rounds
+
+
+def promote(correct: Sequence[int | None], kl: Sequence[float], kl_budget: float, keep: int) -> list[int]:
+    """The ``keep`` points that continue: most problems right on the problems every candidate has seen, then the
+    lower general KL, then the earlier point; a point over the KL budget (or not evaluated: ``None``) never
+    continues, since it could not be chosen. Returned in grid order.
+
+    Example:
+        >>> promote([30, 34, None, 34, 20], [0.01, 0.02, 0.0, 0.01, 0.09], 0.05, 2)
+        [1, 3]
+    """
+    ok = [i for i, c in enumerate(correct) if c is not None and kl[i] <= kl_budget]
+    ranked = sorted(ok, key=lambda i: (-int(correct[i] or 0), kl[i], i))
+    return sorted(ranked[:keep])

@@ -1,0 +1,160 @@
+"""Greedy completions with the prompts' shared prefix encoded once (the sweep's generation engine).
+
+Every prompt of a math task starts with the same tokens: the chat template's system turn, the few-shot examples,
+the task's fixed wording. :func:`greedy_completions` runs them once per model state (batch 1), copies their keys
+and values to every row of a batch, and feeds only each prompt's own tokens and the generated ones. The layout of
+a batch row is ``[shared prefix | left padding | own tokens | generated]``: the padding is masked and the position
+ids count real tokens only, so row ``i`` sees exactly the sequence of its prompt at positions ``0 .. len - 1``, as
+in :func:`~mathneuro_edit.evaluation.runner.math_accuracy`'s ``generate`` with left padding.
+
+Why a loop of its own instead of ``generate(past_key_values=...)``: the answer is a few tokens, so per-step
+overhead (logits processors, stopping criteria, cache bookkeeping) is a large share of the time on a CPU, and
+``generate`` cannot take a batch-1 cache for a batch of prompts. What is computed per row is the same function of
+the same tokens; only matrix shapes (and so float rounding) differ, which tests/evaluation/test_greedy.py shows
+does not change a prediction on the real models.
+
+Cost (benchmarks/bench_search.py): the prompt part shrinks from ``len(prompt)`` to ``len(prompt) - len(prefix)``
+tokens per row (a SmolLM2 chat prompt: 46 -> 11).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from .prompts import ChatSetting, completion_done, encode_prompts, extract_prediction, uses_chat_template
+from .results import extract_answer, truncate_completion
+from .runtime import _eval_mode, _special_ids
+
+__all__ = ["shared_prefix_length", "greedy_completions", "math_outcomes"]
+
+
+def shared_prefix_length(rows: Sequence[Sequence[int]]) -> int:
+    """Tokens every row starts with, leaving each row at least one token of its own (the last prompt token must
+    be fed with the row, since its logits give the first generated token).
+
+    Example:
+        >>> shared_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
+        2
+    """
+    if not rows:
+        return 0
+    first = rows[0]
+    n = min(len(r) for r in rows) - 1
+    for i in range(max(n, 0)):
+        if any(r[i] != first[i] for r in rows):
+            return i
+    return max(n, 0)
+
+
+def _cache_kwarg(model: nn.Module, cache: DynamicCache) -> dict[str, Any]:
+    """The cache argument under the name this transformers version takes (``cache``; ``past_key_values`` before)."""
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
+def _repeat_cache(prefix: DynamicCache, n: int) -> DynamicCache:
+    """A batch-``n`` copy of a batch-1 cache (the prefix's keys and values are never written to)."""
+    cache = copy.deepcopy(prefix)
+    cache.batch_repeat_interleave(n)
+    return cache
+
+
+def greedy_completions(
+    model: nn.Module, tokenizer: object, rows: Sequence[Sequence[int]], prefills: Sequence[str | None], *,
+    max_new_tokens: int, pad_id: int, eos_ids: Sequence[int], batch_size: int = 64,
+) -> list[str]:
+    """Greedy completion text of every prompt (token ids), stopped per row as ``generate`` with the evaluation's
+    stopping rule would (an EOS id, or :func:`~mathneuro_edit.evaluation.prompts.completion_done`).
+
+    Args:
+        model: a causal LM in eval mode under ``torch.no_grad``.
+        tokenizer: decodes the generated ids (special tokens skipped).
+        rows: the prompts' token ids.
+        prefills: each prompt's prefill (the stopping rule reads the first number after it).
+        max_new_tokens: generation budget per row.
+        pad_id, eos_ids: as :func:`~mathneuro_edit.evaluation.runtime._special_ids` returns them.
+        batch_size: rows per batch.
+
+    Returns:
+        One completion per row, in order (the text up to the first EOS, special tokens skipped).
+    """
+    if not rows:
+        return []
+    device = next(model.parameters()).device
+    p = shared_prefix_length(rows)
+    prefix_cache = DynamicCache(config=model.config)
+    if p:
+        ids = torch.tensor([list(rows[0][:p])], dtype=torch.long, device=device)  # (1, p)
+        model(input_ids=ids, use_cache=True, logits_to_keep=1, **_cache_kwarg(model, prefix_cache))
+    eos = set(int(e) for e in eos_ids)
+    # longest first: rows of similar length share a batch (less padding); results do not depend on the order
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+    out: dict[int, str] = {}
+    for s in range(0, len(order), batch_size):
+        idx = order[s: s + batch_size]
+        own = [list(rows[i][p:]) for i in idx]
+        width, n = max(len(r) for r in own), len(idx)
+        ids = torch.full((n, width), pad_id, dtype=torch.long)  # (batch, own tokens), left-padded
+        attn = torch.zeros((n, p + width), dtype=torch.long)  # (batch, prefix + own tokens)
+        pos = torch.zeros((n, width), dtype=torch.long)
+        attn[:, :p] = 1
+        for b, r in enumerate(own):
+            ids[b, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            attn[b, p + width - len(r):] = 1
+            pos[b, width - len(r):] = torch.arange(p, p + len(r))  # real tokens only are counted
+        nxt_pos = torch.tensor([p + len(r) for r in own], dtype=torch.long)  # (batch,) next real position
+        cache = _repeat_cache(prefix_cache, n) if p else DynamicCache(config=model.config)
+        ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
+        new: list[list[int]] = [[] for _ in idx]
+        done = [False] * n
+        for _step in range(max_new_tokens):
+            # the cache's length is the index of the first new column (the model derives cache positions from it)
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1,
+                           **_cache_kwarg(model, cache)).logits  # (batch, 1, vocab)
+            tok = logits[:, -1].argmax(-1)  # (batch,) greedy: the first maximum, as generate's argmax
+            for b in range(n):
+                if done[b]:
+                    continue
+                t = int(tok[b])
+                if t in eos:
+                    done[b] = True
+                    continue
+                new[b].append(t)
+                done[b] = completion_done(tokenizer.decode(new[b], skip_special_tokens=True), prefills[idx[b]])
+            if all(done):
+                break
+            ids = tok[:, None].masked_fill(torch.tensor(done, device=device)[:, None], pad_id)  # (batch, 1)
+            attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype, device=device)], dim=1)
+            pos = nxt_pos.to(device)[:, None]
+            nxt_pos = nxt_pos + 1
+        for b, i in enumerate(idx):
+            out[i] = tokenizer.decode(new[b], skip_special_tokens=True)
+    return [out[i] for i in range(len(rows))]
+
+
+def math_outcomes(
+    model: nn.Module, tokenizer: object, problems: Sequence[dict[str, str]], *, shots: Sequence[dict[str, str]] = (),
+    chat_template: ChatSetting = "auto", max_new_tokens: int = 256, batch_size: int = 64,
+) -> tuple[list[bool], list[str]]:
+    """``(correct, completions)`` of the model as it is on ``problems``: the prompts of
+    :func:`~mathneuro_edit.evaluation.runner.math_accuracy` (``shots`` are all put before each problem), generated
+    by :func:`greedy_completions`, read by the same rules (:func:`~mathneuro_edit.evaluation.prompts.extract_prediction`).
+    """
+    chat = uses_chat_template(tokenizer, chat_template)
+    rows = encode_prompts(tokenizer, problems, shots, chat)
+    prefills = [p.get("prefill") for p in problems]
+    pad_id, eos_ids = _special_ids(model, tokenizer)
+    with _eval_mode(model):
+        texts = greedy_completions(model, tokenizer, rows, prefills, max_new_tokens=max_new_tokens, pad_id=pad_id,
+                                   eos_ids=eos_ids, batch_size=batch_size)
+    completions = [truncate_completion(t)[0] for t in texts]
+    preds = [extract_prediction(c, f) for c, f in zip(completions, prefills)]
+    correct = [x is not None and x == extract_answer(p["answer"]) for x, p in zip(preds, problems)]
+    return correct, completions
