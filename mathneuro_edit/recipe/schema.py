@@ -339,12 +339,45 @@ class HubConfig(_Model):
     revision: Branch | None = Field(None, description="branch to push to (created if missing; default main)")
 
 
+_VARIANT_KEYS = ("data.", "calibration.", "targets.")
+
+
+class SweepVariant(_Model):
+    """Another calibration or target choice of the same recipe, swept over the same grid (``--set`` overrides of
+    ``data.*``, ``calibration.*`` or ``targets.*`` only: the evaluation is the same for every point)."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,39}$", description="short label (lowercase, digits, - _ .)")
+    set: list[str] = Field(min_length=1, description="recipe overrides, e.g. targets.include=[mlp]")
+
+    @model_validator(mode="after")
+    def _only_weights_keys(self) -> SweepVariant:
+        for item in self.set:
+            key = item.partition("=")[0].strip()
+            if "=" not in item or not key.startswith(_VARIANT_KEYS):
+                raise ValueError(f"{item!r}: a variant sets data.*, calibration.* or targets.* keys only "
+                                 "(key=value)")
+        return self
+
+
 class SweepConfig(_Model):
     """How ``mathneuro-edit sweep`` chooses and confirms a setting (docs/evaluation.md "Select, then confirm").
 
     The sweep draws ``selection_samples + confirmation_samples`` problems from ``evaluation.math`` (after the
     ``n_shot`` worked examples; same seed): the first ``selection_samples`` choose the setting, the rest confirm it.
+    With ``first_round`` the choice is adaptive (successive halving): every point on the first ``first_round``
+    problems, the best ``1/eta`` of them on ``eta`` times as many, ..., the finalists on all selection problems.
     """
+
+    top_k: list[TopK] | None = Field(None, description="top_k values of the grid (null: the command's --top-k)")
+    scale: list[Scale] | None = Field(None, description="scales of the grid (null: the command's --scale)")
+    variants: list[SweepVariant] = Field(default_factory=list, description="other calibration / target choices, "
+                                         "each swept over the same grid besides the recipe's own")
+    first_round: Positive | None = Field(None, description="problems of the first round of successive halving "
+                                                           "(null: every point on every selection problem)")
+    eta: StrictInt = Field(3, ge=2, description="each round keeps 1/eta of the points on eta times the problems")
+    batch_size: Positive = Field(64, description="problems generated at once (one shared prompt prefix per batch)")
+    kl_support: Positive = Field(256, description="base tokens kept per position for the general KL (a lower "
+                                                  "bound of the exact KL; docs/evaluation.md)")
 
     selection_samples: Positive = Field(300, description="math problems every grid point is evaluated on (the "
                                                          "setting is chosen on them)")
