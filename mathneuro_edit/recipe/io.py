@@ -89,6 +89,18 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
+# YAML 1.1 reads `1:30` as the base-60 integer 90 (and `1:30.5` as 90.5): `samples: 1:30` would silently be 90.
+# Our loader resolves ints and floats without the base-60 forms, so such a value stays the string it looks like
+# (and a number key refuses it); every other YAML 1.1 number reads as before.
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(
+    r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"), list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
+    r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+
 _LONG_INT = re.compile(r"^[-+]?([0-9_]+|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+|[0-9][0-9_]*(:[0-5]?[0-9])+)$")
 
 
@@ -236,6 +248,23 @@ def _set_each(data: dict[str, Any], overrides: Sequence[str], where: str) -> Non
             node = child
 
 
+def _refuse_nul(data: Any, where: str, at: str = "") -> None:
+    """Refuse a NUL character in any key or value: no path or name holds one (the OS refuses it as a path, which
+    would otherwise surface as an internal error when the file is opened)."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            key = f"{at}.{k}" if at else str(k)
+            if isinstance(k, str) and "\x00" in k:
+                raise InputError(f"{where}: {key!r}: a key holding a NUL character; fix the recipe")
+            _refuse_nul(v, where, key)
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            _refuse_nul(v, where, f"{at}.{i}")
+    elif isinstance(data, str) and "\x00" in data:
+        raise InputError(f"{where}: {at}: {data[:80]!r} holds a NUL character, which no path or name may hold; fix "
+                         "the value")
+
+
 def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, where: str = "recipe") -> Recipe:
     """Validate plain data (e.g. parsed YAML) as a :class:`Recipe`, after applying overrides.
 
@@ -260,6 +289,7 @@ def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, whe
         raise InputError(f"{where}: must be a mapping of sections (base, data, edit, ...), got {type(data).__name__}")
     data = copy.deepcopy(data)  # never modify the caller's data
     _apply_overrides(data, overrides, where)
+    _refuse_nul(data, where)
     try:
         return Recipe.model_validate(data)
     except ValidationError as e:

@@ -44,6 +44,7 @@ from ..engine.mask import k_of
 from ..engine.targets import find_targets
 from ..engine.topk import top_k_hint
 from ..errors import InputError
+from ..util.config_sizes import check_config_file_sizes, check_config_sizes
 from ..util.paths import no_such_local_folder
 from ..weights.base import base_reference, resolve_model_path
 from ..weights.remote_code import check_remote_code
@@ -77,28 +78,38 @@ def load_config(config_or_path: Any, *, revision: str | None = None, trust_remot
     Raises:
         InputError: a missing file or folder, invalid JSON, or a Hub id that cannot be fetched.
     """
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, PretrainedConfig
 
     if isinstance(config_or_path, PretrainedConfig):
         return config_or_path
     if isinstance(config_or_path, dict):
         data = dict(config_or_path)
+        check_config_sizes(data)
     else:
         text = str(config_or_path)
         path = Path(text).expanduser()
         if path.is_file():
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as e:
-                raise InputError(f"{path}: not a readable config.json ({e}); pass the model's config.json") from None
+            except (OSError, ValueError, RecursionError) as e:
+                raise InputError(f"{path}: not a readable config.json ({str(e)[:120]}); pass the model's "
+                                 "config.json") from None
+            if not isinstance(data, dict):
+                raise InputError(f"{path}: not a config.json (a JSON object); pass the model's config.json")
+            check_config_sizes(data, str(path))
         else:
             ref = resolve_model_path(text)
             check_remote_code(ref, trust_remote_code)
+            check_config_file_sizes(ref)  # a local folder's sizes, before transformers validates or builds anything
             try:
-                return AutoConfig.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
-            except (OSError, ValueError) as e:
-                raise InputError(f"{text}: cannot read its config.json ({str(e).strip().splitlines()[0]}); check the "
-                                 "id or folder, your network and HF_TOKEN") from None
+                config = AutoConfig.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
+            except (OSError, ValueError, TypeError, StrictDataclassError) as e:  # transformers validates fields too
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                raise InputError(f"{text}: cannot read its config.json ({first}); check the id or folder, your "
+                                 "network and HF_TOKEN") from None
+            check_config_sizes(config.to_dict(), f"{text}: config.json")  # a Hub config: checked once fetched
+            return config
     model_type = data.get("model_type")
     if not model_type:
         raise InputError("config: no model_type; pass a transformers config.json")
@@ -106,6 +117,9 @@ def load_config(config_or_path: Any, *, revision: str | None = None, trust_remot
         return AutoConfig.for_model(model_type, **{k: v for k, v in data.items() if k != "model_type"})
     except ValueError as e:
         raise InputError(f"config: model_type {model_type!r} is unknown to transformers ({e})") from None
+    except (TypeError, StrictDataclassError) as e:  # transformers 5 validates each field's type
+        raise InputError(f"config: transformers cannot read this {model_type!r} config ({str(e)[:200]}); fix its "
+                         "config.json") from None
 
 
 def meta_model_from_config(config: Any, *, trust_remote_code: bool = False) -> torch.nn.Module:

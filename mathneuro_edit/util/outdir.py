@@ -331,6 +331,12 @@ def check_output(out: str | Path, inputs: Sequence[tuple[str, str | Path | None]
         PosixPath('/tmp/x/mask.safetensors')
     """
     shown = Path(out).expanduser().absolute()
+    for folder in reversed(shown.parents):  # every folder above the output must be one (mkdir would fail on it)
+        if os.path.lexists(folder) and not folder.is_dir():
+            what = ("a symbolic link to a missing folder" if folder.is_symlink() and not folder.exists()
+                    else "not a folder")
+            raise InputError(f"{label}: {folder} is {what}, so {shown} cannot be written there; create the folder "
+                             "or choose another path")
     resolved = Path(out).expanduser().resolve()
     if os.path.lexists(shown) or resolved.exists():
         try:

@@ -28,6 +28,7 @@ import torch
 
 from ..engine.apply import check_scale, scale_masked
 from ..errors import InputError
+from ..util.config_sizes import check_config_file_sizes
 from .checkpoint import Checkpoint
 from .remote_code import check_remote_code
 
@@ -45,6 +46,7 @@ def meta_model(folder: Path, *, trust_remote_code: bool = False) -> torch.nn.Mod
     import transformers
 
     check_remote_code(folder, trust_remote_code)  # never prompt, never run repo code unasked
+    check_config_file_sizes(folder)  # sizes a model has, before a layer is built from them
     try:
         config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
         arch = (getattr(config, "architectures", None) or [None])[0]

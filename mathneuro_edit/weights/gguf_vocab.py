@@ -46,6 +46,9 @@ _REST = r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 _PRE_REGEX = {_WORDS + r"\p{N}{1,3}" + _REST: "llama-bpe", _WORDS + r"\p{N}" + _REST: "qwen2"}
 
 
+MAX_TOKENIZER_BYTES = 512 * 1024 * 1024
+
+
 def read_tokenizer(folder: str | Path) -> dict[str, Any]:
     """The parsed ``tokenizer.json`` of a model folder.
 
@@ -56,7 +59,18 @@ def read_tokenizer(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"outputs.gguf: {Path(folder).name} has no tokenizer.json; GGUF needs the tokenizer's "
                          "vocabulary; add the base's tokenizer.json or set outputs.gguf: null")
-    return json.loads(path.read_text(encoding="utf-8"))
+    if path.stat().st_size > MAX_TOKENIZER_BYTES:  # Gemma 3's, among the largest released, is 33 MB
+        raise InputError(f"{path}: {path.stat().st_size:,} bytes, more than a tokenizer.json holds "
+                         f"({MAX_TOKENIZER_BYTES:,}); use the base's own tokenizer.json or set outputs.gguf: null")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise InputError(f"{path}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:100]}); use the "
+                         "base's own tokenizer.json or set outputs.gguf: null") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a tokenizer.json (a JSON object); use the base's own tokenizer.json or set "
+                         "outputs.gguf: null")
+    return data
 
 
 def _steps(p: Any) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..util.config_sizes import check_config_file_sizes
 from .checkpoint import open_checkpoint
 from .gguf_arch import (
     GGUF_WRITTEN,
@@ -91,6 +92,7 @@ def _check_type(qtype: str) -> str:
 
 
 def _config(folder: Path) -> dict[str, Any]:
+    check_config_file_sizes(folder)  # a layer count of 10**9 would loop here: sizes a model has, first
     cfg = llama_names(json.loads((folder / "config.json").read_text(encoding="utf-8")))
     refusal = gguf_refusal(cfg)
     if refusal is not None:

@@ -1,0 +1,78 @@
+"""The sizes a model's ``config.json`` may state, checked before anything is built from them.
+
+A ``config.json`` may come from someone else. Its sizes decide how many layers a meta-device model gets, how much
+memory the plan promises and how many tensors a GGUF writer loops over: ``num_hidden_layers: 1000000000`` makes
+building the model hang, ``hidden_size: 1099511627776`` an internal error. :func:`check_config_sizes` refuses, in
+one line naming the key, any size that is not an integer in the range a real model has (the largest released
+models are two orders of magnitude inside every bound).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+__all__ = ["SIZE_LIMITS", "MAX_CONFIG_BYTES", "check_config_sizes", "check_config_file_sizes"]
+
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest released config.json files are tens of KB
+# key -> (smallest, largest) a model may state; the same keys in a sub-config (text_config, ...) too
+SIZE_LIMITS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 10_000), "n_layer": (1, 10_000), "num_layers": (1, 10_000),
+    "hidden_size": (1, 1 << 20), "n_embd": (1, 1 << 20), "d_model": (1, 1 << 20),
+    "intermediate_size": (1, 1 << 22), "moe_intermediate_size": (1, 1 << 22), "n_inner": (1, 1 << 22),
+    "vocab_size": (1, 1 << 24),
+    "num_attention_heads": (1, 1 << 14), "n_head": (1, 1 << 14), "num_key_value_heads": (1, 1 << 14),
+    "head_dim": (1, 1 << 14),
+    "num_local_experts": (0, 1 << 16), "num_experts": (0, 1 << 16), "n_routed_experts": (0, 1 << 16),
+    "num_experts_per_tok": (0, 1 << 16),
+}
+
+
+def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") -> None:
+    """Refuse a size of ``config`` (or of a sub-config, e.g. ``text_config``) outside :data:`SIZE_LIMITS`.
+
+    Raises:
+        InputError: one line naming the key, its value and the range a model has.
+
+    Example:
+        >>> check_config_sizes({"num_hidden_layers": 1e9})
+        Traceback (most recent call last):
+        ...
+        mathneuro_edit.errors.InputError: config.json: num_hidden_layers: 1000000000.0 is not a size a model has (an integer from 1 to 10,000); this config.json is corrupt or edited: use the model's own
+    """
+    stack: list[tuple[str, Mapping[str, Any], int]] = [("", config, 0)]
+    while stack:
+        prefix, node, depth = stack.pop()
+        for key, value in node.items():
+            if isinstance(value, Mapping) and depth < 8:
+                stack.append((f"{prefix}{key}.", value, depth + 1))
+            elif key in SIZE_LIMITS and value is not None:
+                low, high = SIZE_LIMITS[key]
+                if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                    raise InputError(f"{where}: {prefix}{key}: {repr(value)[:40]} is not a size a model has (an "
+                                     f"integer from {low} to {high:,}); this config.json is corrupt or edited: use "
+                                     "the model's own")
+
+
+def check_config_file_sizes(folder: str | Path) -> None:
+    """:func:`check_config_sizes` of ``folder/config.json`` when there is one, which must be a regular file of at
+    most :data:`MAX_CONFIG_BYTES` (a FIFO would block the reader, a device never end). A file that is not JSON is
+    left to the reader that follows, which names it."""
+    path = Path(folder) / "config.json"
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file (a FIFO, device or folder); a model's config.json is a file")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise InputError(f"{path}: {path.stat().st_size:,} bytes, more than a config.json holds "
+                         f"({MAX_CONFIG_BYTES:,}); use the model's own config.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return
+    if isinstance(data, Mapping):
+        check_config_sizes(data, str(path))
