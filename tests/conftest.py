@@ -19,7 +19,7 @@ import tqdm.std
 
 # the fixtures that tests in several folders use, in one place (pytest finds them here)
 from tests._fakehub import fake_hub, out_dir  # noqa: F401
-from tests._real_model import smollm2  # noqa: F401
+from tests._real_model import gemma3, smollm2  # noqa: F401
 
 tqdm.std.tqdm.monitor_interval = 0
 tqdm.std.tqdm.set_lock(threading.RLock())

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from .prompts import ChatSetting, completion_done, encode_prompts, extract_prediction, uses_chat_template
+from .prompts import ChatSetting, PromptStyle, completion_done, encode_prompts, extract_prediction, uses_chat_template
 from .results import extract_answer, truncate_completion
 from .runtime import _eval_mode, _special_ids
 
@@ -141,14 +141,15 @@ def greedy_completions(
 
 def math_outcomes(
     model: nn.Module, tokenizer: object, problems: Sequence[dict[str, str]], *, shots: Sequence[dict[str, str]] = (),
-    chat_template: ChatSetting = "auto", max_new_tokens: int = 256, batch_size: int = 64,
+    chat_template: ChatSetting = "auto", prompt_style: PromptStyle = "question-answer", max_new_tokens: int = 256,
+    batch_size: int = 64,
 ) -> tuple[list[bool], list[str]]:
     """``(correct, completions)`` of the model as it is on ``problems``: the prompts of
     :func:`~mathneuro_edit.evaluation.runner.math_accuracy` (``shots`` are all put before each problem), generated
     by :func:`greedy_completions`, read by the same rules (:func:`~mathneuro_edit.evaluation.prompts.extract_prediction`).
     """
     chat = uses_chat_template(tokenizer, chat_template)
-    rows = encode_prompts(tokenizer, problems, shots, chat)
+    rows = encode_prompts(tokenizer, problems, shots, chat, prompt_style)
     prefills = [p.get("prefill") for p in problems]
     pad_id, eos_ids = _special_ids(model, tokenizer)
     with _eval_mode(model):

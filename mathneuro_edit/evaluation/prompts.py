@@ -32,10 +32,15 @@ from typing import Any, Literal, Union
 from ..errors import InputError
 from .results import extract_answer, math_prompt, truncate_completion
 
-__all__ = ["ChatSetting", "parse_number", "extract_prediction", "completion_done", "uses_chat_template",
+__all__ = ["ChatSetting", "PromptStyle", "PROMPT_STYLES", "parse_number", "extract_prediction", "completion_done", "uses_chat_template",
            "render_prompt", "encode_prompts"]
 
 ChatSetting = Union[bool, Literal["auto"]]
+# plain prompts (no chat template): "question-answer" is the organism's "Question: ...\nAnswer:" format;
+# "equations" writes each worked example as its bare equation line ("12 + 34 = 46") and the problem as its
+# prefill ("23 + 45 = "): the format a pretrained base continues best (docs/evaluation.md "Prompt formats")
+PromptStyle = Literal["question-answer", "equations"]
+PROMPT_STYLES = ("question-answer", "equations")
 
 # sign only after a non-word, non-')' character; thousands commas only in groups of three; decimals need a digit
 _NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
@@ -132,14 +137,25 @@ def _shot_answer(shot: Mapping[str, str]) -> str:
     return shot["answer"]
 
 
-def render_prompt(tokenizer: Any, problem: Mapping[str, str], shots: Sequence[Mapping[str, str]], chat: bool) -> str:
+def render_prompt(tokenizer: Any, problem: Mapping[str, str], shots: Sequence[Mapping[str, str]], chat: bool,
+                  style: PromptStyle = "question-answer") -> str:
     """The prompt text of one problem (see the module docstring), prefill included.
 
     Example:
         >>> render_prompt(None, {"question": "1 + 1?", "prefill": "1 + 1 = "}, [], chat=False)
         'Question: 1 + 1?\\nAnswer: 1 + 1 = '
+        >>> shot = {"question": "2 + 2?", "answer": "#### 4", "prefill": "2 + 2 = "}
+        >>> render_prompt(None, {"question": "1 + 1?", "prefill": "1 + 1 = "}, [shot], chat=False, style="equations")
+        '2 + 2 = 4\\n1 + 1 = '
     """
     prefill = problem.get("prefill") or ""
+    if not chat and style == "equations":
+        if not prefill or not all(s.get("prefill") for s in shots):
+            raise InputError("evaluation.prompt_style: equations needs a prefill on every problem and worked example "
+                             "(the arithmetic task has one); use question-answer for other problems")
+        return "".join(f"{_shot_answer(s)}\n" for s in shots) + prefill
+    if style not in PROMPT_STYLES:
+        raise InputError(f"prompt_style: must be one of {', '.join(PROMPT_STYLES)}, got {style!r}")
     if not chat:
         plain = math_prompt(problem["question"], [{**s, "answer": _shot_answer(s)} for s in shots])
         return f"{plain} {prefill}" if prefill else plain
@@ -152,12 +168,12 @@ def render_prompt(tokenizer: Any, problem: Mapping[str, str], shots: Sequence[Ma
 
 
 def encode_prompts(tokenizer: Any, problems: Sequence[Mapping[str, str]], shots: Sequence[Mapping[str, str]],
-                   setting: ChatSetting) -> list[list[int]]:
+                   setting: ChatSetting, style: PromptStyle = "question-answer") -> list[list[int]]:
     """Token ids of every problem's prompt.
 
     Plain prompts get the tokenizer's usual special tokens (BOS, as in training); chat prompts none, because the
     template already wrote them.
     """
     chat = uses_chat_template(tokenizer, setting)
-    texts = [render_prompt(tokenizer, p, shots, chat) for p in problems]
+    texts = [render_prompt(tokenizer, p, shots, chat, style) for p in problems]
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=not chat)["input_ids"]]

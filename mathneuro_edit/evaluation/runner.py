@@ -27,7 +27,7 @@ from transformers import StoppingCriteriaList
 from ..engine.apply import ReversibleEdit
 from ..errors import InputError
 from .lm_eval_bridge import LmEvalTask, require_lm_eval, run_lm_eval
-from .prompts import ChatSetting, encode_prompts, extract_prediction
+from .prompts import ChatSetting, PromptStyle, encode_prompts, extract_prediction
 from .results import (  # input checks shared with the GSM8K text helpers  # re-exported: the result types and text helpers are part of this module's API
     EvalResults,
     GeneralResult,
@@ -72,7 +72,9 @@ class MathTask:
         shots: worked examples in the same form (kept apart from ``problems``).
         max_new_tokens: generation budget per problem.
         chat_template: ``"auto"`` (the tokenizer's chat template when it has one), ``True`` (required) or
-            ``False`` (plain ``Question:/Answer:`` prompts); see :mod:`mathneuro_edit.evaluation.prompts`.
+            ``False`` (plain prompts); see :mod:`mathneuro_edit.evaluation.prompts`.
+        prompt_style: the plain prompts' format: ``"question-answer"`` or ``"equations"`` (worked examples as
+            bare ``12 + 34 = 46`` lines, the problem as its prefill; for pretrained bases).
 
     Example:
         >>> MathTask("toy", [{"question": "1 + 1?", "answer": "#### 2"}]).problems[0]["answer"]
@@ -85,6 +87,7 @@ class MathTask:
     shots: Sequence[Mapping[str, str]] = ()
     max_new_tokens: int = 256
     chat_template: ChatSetting = "auto"
+    prompt_style: PromptStyle = "question-answer"
 
     def __post_init__(self) -> None:
         where = f"MathTask {self.name!r}"
@@ -100,8 +103,9 @@ class MathTask:
     @property
     def sha256(self) -> str:
         """Fingerprint of the task's content and settings (a cached base result must match it)."""
+        style = [] if self.prompt_style == "question-answer" else [self.prompt_style]  # old fingerprints unchanged
         return _sha(["math", list(self.problems), list(self.shots[: self.n_shot]), self.max_new_tokens,
-                     self.chat_template])
+                     self.chat_template, *style])
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ def _run_math(model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int,
     shots = task.shots[: task.n_shot]
     prefills = [p.get("prefill") for p in task.problems]
     # no padding/truncation arguments: we pad, the tokenizer stays as is
-    encoded = encode_prompts(tokenizer, task.problems, shots, task.chat_template)
+    encoded = encode_prompts(tokenizer, task.problems, shots, task.chat_template, task.prompt_style)
     # longest first: batches of similar length waste less padding (results do not depend on batch composition)
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     completions: dict[int, str] = {}

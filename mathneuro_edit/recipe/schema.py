@@ -322,6 +322,9 @@ class EvaluationConfig(_Model):
     chat_template: bool | Literal["auto"] = Field(
         "auto", description="render prompts with the tokenizer's chat template: auto (when it has one), true "
                             "(required), false (plain Question:/Answer:)")
+    prompt_style: Literal["question-answer", "equations"] = Field(
+        "question-answer", description="plain prompts: question-answer (Question:/Answer:) or equations (worked "
+                                       "examples as '12 + 34 = 46' lines, the problem as its prefill; for bases)")
     lm_eval: LmEvalConfig | None = Field(None, description="lm-evaluation-harness tasks run too (needs the eval "
                                          "extra; docs/lm-eval-offline.md)")
 

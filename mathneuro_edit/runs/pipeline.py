@@ -218,7 +218,7 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     return harness + [
         MathTask("math", [{k: p[k] for k in keys if k in p} for p in problems], n_shot=ev.n_shot,
                  shots=[{k: p[k] for k in keys if k in p} for p in shots], max_new_tokens=ev.max_new_tokens,
-                 chat_template=ev.chat_template),
+                 chat_template=ev.chat_template, prompt_style=ev.prompt_style),
         GeneralTask("general", texts, max_length=recipe.calibration.max_length),
     ]
 

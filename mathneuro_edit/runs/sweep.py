@@ -354,10 +354,13 @@ class _Evaluator:
         self.model, self.tok, self.cache, self.progress = model, tok, cache, progress
         self.shots, self.n_shot, self.max_new = shots, ev.n_shot, ev.max_new_tokens
         self.chat = uses_chat_template(tok, ev.chat_template)
+        self.style = ev.prompt_style
         self.batch_size, self.k = sw.batch_size, sw.kl_support
         self.texts, self.max_length = list(texts), recipe.calibration.max_length
         self.prompt_key = {"model": fingerprint, "shots": [problem_sha256(s) for s in shots[: self.n_shot]],
-                           "chat_template": self.chat, "max_new_tokens": self.max_new, "batch_size": self.batch_size,
+                           "chat_template": self.chat, **({} if self.style == "question-answer" else
+                                                           {"prompt_style": self.style}),
+                           "max_new_tokens": self.max_new, "batch_size": self.batch_size,
                            "engine": "greedy-shared-prefix/1"}
         self.general_key = {"model": fingerprint, "texts": hashlib.sha256(json.dumps(self.texts).encode()).hexdigest(),
                             "max_length": self.max_length, "kl_support": self.k, "engine": "general-support/1"}
@@ -374,7 +377,8 @@ class _Evaluator:
         if hit is None:
             with ReversibleEdit(self.model, mask, scale) if mask is not None else nullcontext():
                 correct, completions = math_outcomes(self.model, self.tok, problems, shots=self.shots[: self.n_shot],
-                                                     chat_template=self.chat, max_new_tokens=self.max_new,
+                                                     chat_template=self.chat, prompt_style=self.style,
+                                                     max_new_tokens=self.max_new,
                                                      batch_size=self.batch_size)
             hit = {"correct": correct, "completions": completions}
             self.cache.put(key, hit)
@@ -542,7 +546,8 @@ def run_sweep(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: is a file; choose a folder for --out")
-    if out.is_dir() and any(out.iterdir()) and not (out / CACHE_DIR).is_dir() and not overwrite:
+    is_sweep = (out / CACHE_DIR).is_dir() or any((out / STATS_DIR).glob("*.key.json"))
+    if out.is_dir() and any(out.iterdir()) and not is_sweep and not overwrite:
         raise InputError(f"{out}: already exists and is not a sweep folder; choose another --out or pass --overwrite")
     variants = _variants(recipe)
     shots, selection, confirmation_problems = sweep_problems(recipe)  # a bad source fails before calibration
@@ -555,6 +560,7 @@ def run_sweep(
     with claim(out):
         out.mkdir(parents=True, exist_ok=True)
         cache = ResultCache(out)
+        cache.folder.mkdir(exist_ok=True)  # marks a sweep folder from the start: a kill during calibration resumes
         cache.clean_temporary()
         model, tok = load_stage(recipe, stages)
         fingerprint = model_fingerprint(model)
