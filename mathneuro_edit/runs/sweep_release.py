@@ -58,6 +58,8 @@ class SweepEvidence:
         confirmation (each with its problems' sha256)."""
         c = self.confirmation
         return {"sweep_sha256": self.sweep_sha256, "top_k": self.top_k, "scale": self.scale,
+                "variant": self.confirmation.get("variant") or "",
+                "variant_set": list(self.confirmation.get("variant_set") or []),
                 "settings": self.n_settings,
                 "selection": {"n": len(self.selection_sha256), "problems_sha256": list(self.selection_sha256),
                               "base_correct": self.selection_base_correct,
@@ -245,7 +247,15 @@ def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--f
                              f"{_shown(_at(evidence.recipe, key))}); the confirmed setting holds only for the sweep's "
                              "recipe: use it, or sweep this one")
     edit = ["edit.prune=true"] if evidence.scale == 0 else [f"edit.scale={evidence.scale!r}"]
-    return recipe_from_dict(recipe.resolved_dict(), [f"mask.top_k={evidence.top_k!r}", *edit], where=where)
+    # the confirmed point's variant (another calibration set or target restriction of the same recipe): its
+    # overrides, which only data.*, calibration.* and targets.* keys may be (as sweep.variants validates them)
+    variant = evidence.confirmation.get("variant_set") or []
+    if not (isinstance(variant, list) and all(isinstance(v, str) and "=" in v and v.split("=", 1)[0].strip()
+                                              .startswith(("data.", "calibration.", "targets.")) for v in variant)):
+        raise InputError(f"{where}: the sweep's confirmation.variant_set is not a list of data.*, calibration.* or "
+                         "targets.* overrides; re-run the sweep")
+    return recipe_from_dict(recipe.resolved_dict(), [*variant, f"mask.top_k={evidence.top_k!r}", *edit],
+                            where=where)
 
 
 def run_from_sweep(recipe: Recipe, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):

@@ -221,17 +221,21 @@ def test_sweep_json_contract():
 def test_csv_and_table_show_raw_and_holm_p():
     result = _result(_conf(70, 90, 5, 25), 6)
     rows = list(csv.reader(io.StringIO(result.to_csv())))
-    assert rows[0] == ["top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
+    assert rows[0] == ["variant", "round", "top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
                        "math_ci95_high", "mcnemar_p", "holm_p", "significant", "general_loss", "general_loss_se",
                        "loss_change", "loss_change_se", "general_kl", "pareto", "candidate", "confirmed"]
     assert len(rows) == 1 + len(POINTS)
-    assert rows[7][6:11] == ["0.5221", "0.7090", "0.004", "0.028", "True"]  # point 6, by hand (62/100)
+    assert rows[7][8:13] == ["0.5221", "0.7090", "0.004", "0.028", "True"]  # point 6, by hand (62/100)
     assert rows[7][-3:] == ["True", "True", "True"] and rows[1][-3:] == ["True", "False", "False"]
     text = result.to_text()
     assert "Holm p" in text.splitlines()[0]
     row6 = text.splitlines()[8].split()
-    assert row6[:2] == ["0.07", "1.1"] and "+12" in row6 and "0.004" in row6 and "0.028" in row6
-    assert text.splitlines()[-1].split()[:2] == ["confirm", "(n=200)"] and "confirmed" in text.splitlines()[-1]
+    # variant, top_k, scale, ..., n, gain in percentage points over the base on the same problems
+    assert row6[:3] == ["-", "0.07", "1.1"] and "100" in row6 and "+12.0" in row6 and "0.004" in row6
+    assert "0.028" in row6
+    confirm_row = text.splitlines()[-2].split()
+    assert confirm_row[:3] == ["confirm", "0.07", "1.1"] and "200" in confirm_row and "confirmed" in confirm_row
+    assert text.splitlines()[-1].startswith("gain: percentage points")  # the legend explains gain and marks
 
 
 def _arith(*sets: str):
@@ -313,3 +317,17 @@ def test_recipe_from_sweep_takes_the_setting_and_refuses_another_recipe(tmp_path
         recipe_from_sweep(other, ev)
     pruned = ev.__class__(**{**ev.__dict__, "scale": 0.0})
     assert recipe_from_sweep(quickstart_recipe(["edit.scale=1.2"]), pruned).edit.prune is True
+
+
+def test_recipe_from_sweep_applies_the_confirmed_variant_and_refuses_other_keys(tmp_path):
+    _write_sweep(tmp_path / "yes", True)
+    ev = read_sweep(tmp_path / "yes")
+    mlp = ev.__class__(**{**ev.__dict__, "confirmation": {**ev.confirmation, "variant": "mlp-only",
+                                                          "variant_set": ["targets.include=[mlp]"]}})
+    r = recipe_from_sweep(quickstart_recipe(), mlp)
+    assert r.targets.include == ["mlp"] and (r.mask.top_k, r.edit.scale) == (0.07, 1.1)
+    assert mlp.lock_entry()["variant"] == "mlp-only"
+    assert recipe_from_sweep(quickstart_recipe(), ev).targets.include == []  # no variant: the recipe's own
+    hostile = ev.__class__(**{**ev.__dict__, "confirmation": {**ev.confirmation, "variant_set": ["edit.scale=9"]}})
+    with pytest.raises(InputError, match="variant_set"):
+        recipe_from_sweep(quickstart_recipe(), hostile)
