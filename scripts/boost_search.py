@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -34,7 +35,14 @@ def main() -> int:
     cmd = [sys.executable, "-m", "mathneuro_edit.cli", "sweep", RECIPES[a.model], "--out", str(out),
            "--set", f"base.model={a.gguf}", *[x for s in a.sets for x in ("--set", s)]]
     t0 = time.time()
-    rc = subprocess.call(cmd)
+    child = subprocess.Popen(cmd)
+
+    def stop(signum, _frame):  # a kill of this script stops the sweep cleanly and still logs its CPU time
+        child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    rc = child.wait()
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "runs.jsonl", "a", encoding="utf-8") as f:
