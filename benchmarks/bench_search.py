@@ -3,7 +3,7 @@
     python benchmarks/bench_search.py --gguf PATH/SmolLM2-135M-Instruct.Q4_1.gguf [--recipe R] [--n 64]
         [--search docs/data/search-smollm2]
 
-1. Generation engines on the same ``n`` arithmetic problems (the recipe's prompt format, problems apart from the
+1. Generation engines (one torch thread each) on the same ``n`` arithmetic problems (the recipe's prompt format, problems apart from the
    sweep's): transformers' batched ``generate`` as a release's evaluation runs it (batch 64), and the sweep's
    shared-prefix greedy loop (batch 64). CPU seconds per problem in this process, and their ratio; the
    predictions must be identical (the script exits 1 otherwise).
@@ -117,7 +117,7 @@ def main() -> int:
     recipe = load_recipe(args.recipe, [f"base.model={args.gguf}"])
     ev = recipe.evaluation
     shots, problems = _problems(recipe, args.n)
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # the engines side by side on one thread (2 threads: part 2)
     model, tok = load_model(args.gguf, dtype="float32")
     task = MathTask("m", problems, n_shot=len(shots), shots=shots, max_new_tokens=ev.max_new_tokens,
                     chat_template=ev.chat_template, prompt_style=ev.prompt_style)
