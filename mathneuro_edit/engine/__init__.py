@@ -8,6 +8,8 @@ a run folder or a model folder; :mod:`~mathneuro_edit.recipe`, :mod:`~mathneuro_
 - :mod:`.recorder`, :mod:`.forward_stop`, :mod:`.calibration`, :mod:`.distributed`: forward passes with hooks
   that accumulate the per-input-feature statistics (:class:`~.stats.ActivationStats`);
 - :mod:`.topk`, :mod:`.mask`: top-K per matrix on math minus top-K on general (:class:`~.mask.Mask`);
+- :mod:`.official`: the released MathNeuro script's selection, bit for bit (its own batch-1 pass; sums in the
+  model's dtype);
 - :mod:`.apply`: scaling or pruning the selected weights in memory (the one definition of an edited value).
 """
 
