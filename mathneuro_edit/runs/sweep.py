@@ -561,7 +561,7 @@ def run_sweep(
         echo("      evaluation.lm_eval is not run by a sweep (run it on the release)")
     n_sets = len({json.dumps([src.model_dump(mode="json"), v.recipe.data.samples, v.recipe.data.seed], sort_keys=True)
                   for v in variants for src in [v.recipe.data.math, *v.recipe.data.general]})
-    stages = Stages(6 + n_sets, echo)
+    stages = Stages(5 + n_sets, echo)  # load, each set, masks, base, rounds, confirm
     with claim(out):
         out.mkdir(parents=True, exist_ok=True)
         cache = ResultCache(out)

@@ -99,12 +99,13 @@ def test_transcript_stage_counts_are_exact(transcript):
         n = len(stages)
         assert [s.split("]")[0] for s in stages] == [f"[{i}/{n}" for i in range(1, n + 1)], (name, stages)
     sweep = transcript["sweep"].stderr
-    assert "edit 1/2: top_k=0.05 scale=0" in sweep and "edit 2/2: top_k=0.05 scale=1.1" in sweep
+    assert "round 1/1, point 1/2: top_k=0.05 scale=0 (problems 1-4)" in sweep
+    assert "round 1/1, point 2/2: top_k=0.05 scale=1.1 (problems 1-4)" in sweep
     table_lines = transcript["sweep"].stdout.splitlines()
-    assert table_lines[0].split() == ["top_k", "scale", "weights", "math", "(95%", "CI)", "gain", "p", "Holm", "p",
-                                      "general", "KL", "mark"]
+    assert table_lines[0].split() == ["variant", "top_k", "scale", "weights", "n", "math", "(95%", "CI)", "gain",
+                                      "(pp)", "p", "Holm", "p", "general", "KL", "mark"]
     assert not any("," in line.split()[0] for line in table_lines[:3])  # a table, not the CSV
-    assert (transcript["cwd"] / "sweep" / "sweep.csv").read_text().startswith("top_k,scale,")
+    assert (transcript["cwd"] / "sweep" / "sweep.csv").read_text().startswith("variant,round,top_k,scale,")
     info = json.loads((transcript["cwd"] / "cons" / "consistency.json").read_text())
     assert (info["top_k"], info["sizes"], info["repeats"], info["math_samples"]) == (0.05, [1, 2, 8], 2, 8)
 
