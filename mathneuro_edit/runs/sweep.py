@@ -67,6 +67,7 @@ from ..util.files import write_json_atomic, write_text_atomic
 from ..util.outdir import claim
 from ..weights.loading import model_weights
 from .inspect import pyplot, save_figure
+from .official import refuse_official
 from .pipeline import load_stage
 from .sweep_cache import CACHE_DIR, ResultCache, key_sha256
 from .sweep_procedure import (
@@ -536,6 +537,7 @@ def run_sweep(
     Returns:
         :class:`SweepResult`.
     """
+    refuse_official(recipe, "sweep")  # its masks come from float32 statistics
     if recipe.evaluation is None:
         raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
     ev, sw = recipe.evaluation, recipe.sweep

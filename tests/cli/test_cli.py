@@ -217,7 +217,7 @@ def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
     assert rows["recommendation"].startswith("recommended: " if rows["best"] is not None else "nothing confirmed:")
     assert {(p["top_k"], p["scale"]) for p in sel["points"]} == {(0.05, 0.0), (0.05, 1.1), (0.2, 0.0), (0.2, 1.1)}
     assert all(p["general_kl"] >= 0 for p in sel["points"])
-    assert (tmp_path / "sw" / "sweep.csv").read_text().startswith("top_k,scale")
+    assert (tmp_path / "sw" / "sweep.csv").read_text().startswith("variant,round,top_k,scale")
     # the general loss carries its standard error, and each edit its paired change with its standard error
     # (regression: the sweep reported the losses bare)
     base = sel["base"]

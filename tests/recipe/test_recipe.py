@@ -225,9 +225,11 @@ def test_resolved_dict_makes_every_default_explicit_and_round_trips() -> None:
     # a list of sections (sweep.variants) is one value of the resolved recipe, and its item keys in the docs
     listed = {"sweep.variants" if k.startswith("sweep.variants.") else k for k, *_ in recipe_fields()}
     assert keys(resolved) == {k for k in listed if not k.startswith("source.")}
-    assert resolved["mask"] == {"method": "mathneuro", "top_k": 0.05, "granularity": "matrix", "seed": 0}
+    assert resolved["mask"] == {"method": "mathneuro", "top_k": 0.05, "granularity": "matrix", "seed": 0,
+                                "reference": None}
     assert resolved["data"]["general"] == [{"path": "organism:general", "field": None, "template": None,
-                                            "config": None, "split": None, "revision": None, "format": None}]
+                                            "config": None, "split": None, "revision": None, "format": None,
+                                            "hub_dataset": None}]
     assert resolved["evaluation"]["max_new_tokens"] == 256 and resolved["hub"]["private"] is False
     assert recipe_from_dict(yaml.safe_load(r.to_yaml())) == r
     assert recipe_from_dict(json.loads(json.dumps(resolved))) == r
