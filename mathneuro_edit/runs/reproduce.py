@@ -35,6 +35,7 @@ from ..publish.lock import (
     recipe_from_lock,
 )
 from ..publish.lock_policy import validate_lock
+from ..util.hashing import sha256_file
 from ..util.paths import is_local_path
 from ..util.scrub import scrub_token
 from .pipeline import run_recipe
@@ -60,13 +61,31 @@ def read_any_lock(source: str | Path) -> dict[str, Any]:
         if (p / "README.md").is_file():
             p = p / "README.md"
     if p.suffix.lower() == ".md" and p.is_file():
-        m = _LOCK_BLOCK.search(p.read_text(encoding="utf-8"))
-        if not m:
-            raise InputError(f"{p}: this model card holds no mathneuro-edit lock block; pass the output folder")
+        text = p.read_text(encoding="utf-8")
+        m = _LOCK_BLOCK.search(text)
+        if not m:  # today's cards name the lock file beside them, with its sha256
+            return _lock_beside_card(p, text)
         tmp = Path(tempfile.mkdtemp()) / LOCK_NAME
         tmp.write_text(m.group(1))
         return read_lock(tmp)
     return read_lock(p)
+
+
+_LOCK_NAMED = re.compile(r"`mathneuro_recipe\.lock\.yaml` in this repo \(sha256 `([0-9a-f]{64})`\)")
+
+
+def _lock_beside_card(card: Path, text: str) -> dict[str, Any]:
+    """The lock file a card names, beside it, checked against the sha256 the card states."""
+    named = _LOCK_NAMED.search(text)
+    lock = card.parent / LOCK_NAME
+    if named is None:
+        raise InputError(f"{card}: this model card names no mathneuro-edit lock; pass the output folder")
+    if not lock.is_file():
+        raise InputError(f"{card}: the card names {LOCK_NAME}, which is not beside it; pass the output folder")
+    if sha256_file(lock) != named.group(1):
+        raise InputError(f"{lock}: its sha256 is not the one the card states ({named.group(1)[:12]}...); the lock "
+                         "or the card was changed after the run")
+    return read_lock(lock)
 
 
 def _download_lock(repo_id: str) -> Path:

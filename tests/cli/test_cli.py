@@ -296,6 +296,23 @@ def test_reproduce_reports_a_different_result(workspace, tmp_path):
     assert "all match" in text  # the folder itself is intact: the re-run is what differs
 
 
+def test_reproduce_of_a_card_reads_the_lock_it_names_and_refuses_a_changed_one(workspace, tmp_path):
+    out = workspace / "out"
+    if not out.exists():
+        assert _run("run", str(workspace / "recipe.yaml"), "--out", str(out), "-q")[0] == 0
+    from mathneuro_edit.runs.reproduce import read_any_lock
+
+    card = tmp_path / "card"
+    card.mkdir()
+    for name in ("README.md", "mathneuro_recipe.lock.yaml"):
+        (card / name).write_bytes((out / "checkpoint" / name).read_bytes())
+    assert read_any_lock(card / "README.md")["mask_sha256"] == read_any_lock(out)["mask_sha256"]
+    lock = card / "mathneuro_recipe.lock.yaml"
+    lock.write_text(lock.read_text().replace("top_k: 0.", "top_k: 0.0", 1))
+    code, text = _run("reproduce", str(card / "README.md"), "-q")
+    assert code == 2 and "changed after the run" in text, text
+
+
 def test_push_dry_run_touches_nothing(workspace, monkeypatch):
     out = workspace / "out"
     if not out.exists():
