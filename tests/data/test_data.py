@@ -96,7 +96,7 @@ def test_parquet_without_libraries_says_what_to_install(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(builtins, "__import__", no_arrow)
     with pytest.raises(InputError, match=r"d\.parquet: reading \.parquet needs pyarrow or pandas; "
-                                         r"pip install mathneuro-edit\[data\]"):
+                                         r"pip install 'datasets>=2\.18' \(the data extra\)"):
         load_texts(str(tmp_path / "d.parquet"), 1, 0)
 
 
