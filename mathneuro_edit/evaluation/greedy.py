@@ -29,7 +29,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from .prompts import ChatSetting, PromptStyle, completion_done, encode_prompts, extract_prediction, uses_chat_template
-from .results import extract_answer, truncate_completion
+from .results import MathPrediction, extract_answer, truncate_completion
 from .runtime import _eval_mode, _special_ids
 
 __all__ = ["shared_prefix_length", "greedy_completions", "math_outcomes"]
@@ -53,10 +53,9 @@ def shared_prefix_length(rows: Sequence[Sequence[int]]) -> int:
     return max(n, 0)
 
 
-def _cache_kwarg(model: nn.Module, cache: DynamicCache) -> dict[str, Any]:
-    """The cache argument under the name this transformers version takes (``cache``; ``past_key_values`` before)."""
-    params = inspect.signature(model.forward).parameters
-    return {"cache" if "cache" in params else "past_key_values": cache}
+def _cache_name(model: nn.Module) -> str:
+    """The cache argument's name in this transformers version (``cache``; ``past_key_values`` before)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _repeat_cache(prefix: DynamicCache, n: int) -> DynamicCache:
@@ -89,10 +88,11 @@ def greedy_completions(
         return []
     device = next(model.parameters()).device
     p = shared_prefix_length(rows)
+    cache_arg = _cache_name(model)  # looked up once, not per generated token
     prefix_cache = DynamicCache(config=model.config)
     if p:
         ids = torch.tensor([list(rows[0][:p])], dtype=torch.long, device=device)  # (1, p)
-        model(input_ids=ids, use_cache=True, logits_to_keep=1, **_cache_kwarg(model, prefix_cache))
+        model(input_ids=ids, use_cache=True, logits_to_keep=1, **{cache_arg: prefix_cache})
     eos = set(int(e) for e in eos_ids)
     # longest first: rows of similar length share a batch (less padding); results do not depend on the order
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
@@ -117,7 +117,7 @@ def greedy_completions(
         for _step in range(max_new_tokens):
             # the cache's length is the index of the first new column (the model derives cache positions from it)
             logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1,
-                           **_cache_kwarg(model, cache)).logits  # (batch, 1, vocab)
+                           **{cache_arg: cache}).logits  # (batch, 1, vocab)
             tok = logits[:, -1].argmax(-1)  # (batch,) greedy: the first maximum, as generate's argmax
             for b in range(n):
                 if done[b]:
@@ -156,6 +156,7 @@ def math_outcomes(
         texts = greedy_completions(model, tokenizer, rows, prefills, max_new_tokens=max_new_tokens, pad_id=pad_id,
                                    eos_ids=eos_ids, batch_size=batch_size)
     completions = [truncate_completion(t)[0] for t in texts]
-    preds = [extract_prediction(c, f) for c, f in zip(completions, prefills)]
-    correct = [x is not None and x == extract_answer(p["answer"]) for x, p in zip(preds, problems)]
+    # the evaluation's own rule (MathPrediction.correct), so a sweep and a release score an answer alike
+    correct = [MathPrediction(p["question"], int(extract_answer(p["answer"])), c, extract_prediction(c, f), f).correct
+               for c, f, p in zip(completions, prefills, problems)]
     return correct, completions

@@ -329,9 +329,10 @@ class _Arm:
     round: int = 0
 
 
-def model_fingerprint(model: Any) -> str:
-    """sha256 of the model's parameters and buffers (names, dtypes, shapes, bytes): the cache's model key,
-    independent of where the files were."""
+def model_weights_sha256(model: Any) -> str:
+    """sha256 of the model's parameters and buffers (names, dtypes, shapes and their bytes): the cache's model key,
+    independent of where the files were. (:func:`~mathneuro_edit.engine.targets.model_fingerprint` hashes the
+    shapes only: two checkpoints of one architecture share it, and must not share cached results.)"""
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
@@ -490,6 +491,11 @@ def _calibrated_set(recipe: Recipe, source: Any, what: str, model: Any, tok: Any
     return stats
 
 
+def _set_label(recipe: Recipe, source: Any) -> str:
+    """What makes two calibration sets the same set: the source and how it is sampled."""
+    return json.dumps([source.model_dump(mode="json"), recipe.data.samples, recipe.data.seed], sort_keys=True)
+
+
 def _variant_mask(mask: Any, keep: set[str]) -> Any:
     """``mask`` restricted to the parameter names a variant targets."""
     from ..engine.mask import Mask
@@ -561,7 +567,7 @@ def run_sweep(
     texts, _ = load_set(ev.general, sw.general_samples or ev.samples, ev.seed)
     if ev.lm_eval is not None:
         echo("      evaluation.lm_eval is not run by a sweep (run it on the release)")
-    n_sets = len({json.dumps([src.model_dump(mode="json"), v.recipe.data.samples, v.recipe.data.seed], sort_keys=True)
+    n_sets = len({_set_label(v.recipe, src)
                   for v in variants for src in [v.recipe.data.math, *v.recipe.data.general]})
     stages = Stages(5 + n_sets, echo)  # load, each set, masks, base, rounds, confirm
     with claim(out):
@@ -570,7 +576,7 @@ def run_sweep(
         cache.folder.mkdir(exist_ok=True)  # marks a sweep folder from the start: a kill during calibration resumes
         cache.clean_temporary()
         model, tok = load_stage(recipe, stages)
-        fingerprint = model_fingerprint(model)
+        fingerprint = model_weights_sha256(model)
         stats: dict[int, tuple[Any, list[Any]]] = {}
         done: dict[str, Any] = {}  # one computation per distinct set
         for v in variants:
@@ -578,8 +584,7 @@ def run_sweep(
                 continue
             sets = []
             for what, src in [("math", v.recipe.data.math), *[("general", g) for g in v.recipe.data.general]]:
-                label = json.dumps([src.model_dump(mode="json"), v.recipe.resolved_dict()["data"]["samples"],
-                                    v.recipe.resolved_dict()["data"]["seed"]], sort_keys=True)
+                label = _set_label(v.recipe, src)
                 if label not in done:
                     name = f"{what} ({v.name})" if v.name and what == "math" else what
                     done[label] = _calibrated_set(v.recipe, src, name, model, tok, out / STATS_DIR, fingerprint,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,7 @@ def _state(model) -> str:
                           ).hexdigest()
 
 
-@pytest.fixture()
-def fake(monkeypatch):
+def _patch_outcomes(mp: pytest.MonkeyPatch) -> None:
     """Right or wrong by a hash of the model's current weights and the problem: an edit changes some answers,
     deterministically; edits are right a little more often than the base (60% vs 66%), so a candidate is tested."""
     from mathneuro_edit.weights.loading import load_model
@@ -46,7 +46,27 @@ def fake(monkeypatch):
                for p in problems]
         return out, ["x"] * len(problems)
 
-    monkeypatch.setattr(sweep_mod, "math_outcomes", fake_outcomes)
+    mp.setattr(sweep_mod, "math_outcomes", fake_outcomes)
+
+
+@pytest.fixture()
+def fake(monkeypatch):
+    _patch_outcomes(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """One complete sweep of SETS, run once for the module; tests that tamper with it work on a copy."""
+    out = tmp_path_factory.mktemp("finished") / "s"
+    with pytest.MonkeyPatch.context() as mp:
+        _patch_outcomes(mp)
+        run_sweep(quickstart_recipe(SETS), out, progress=False)
+    return out
+
+
+def copy_of(finished: Path, tmp_path: Path) -> Path:
+    shutil.copytree(finished, tmp_path / "s")
+    return tmp_path / "s"
 
 
 class Killed(BaseException):
@@ -67,12 +87,13 @@ def killing_put(monkeypatch, after: int):
     return real
 
 
-def test_a_sweep_killed_twice_and_resumed_writes_the_uninterrupted_sweep_json(fake, monkeypatch, tmp_path):
+def test_a_sweep_killed_twice_and_resumed_writes_the_uninterrupted_sweep_json(fake, finished, monkeypatch,
+                                                                              tmp_path):
     recipe = quickstart_recipe(SETS)
-    straight = run_sweep(recipe, tmp_path / "straight", progress=False)
-    assert straight.rounds and len(straight.rounds) == 3  # 12 points on 20, 4 on 60, 2 on 150
-    assert [r["problems"] for r in straight.rounds] == [[0, 20], [20, 60], [60, 150]]
-    assert [len(r["points"]) for r in straight.rounds] == [12, 4, 2]
+    straight = json.loads((finished / "sweep.json").read_text())  # the uninterrupted run
+    assert straight["rounds"] and len(straight["rounds"]) == 3  # 12 points on 20, 4 on 60, 2 on 150
+    assert [r["problems"] for r in straight["rounds"]] == [[0, 20], [20, 60], [60, 150]]
+    assert [len(r["points"]) for r in straight["rounds"]] == [12, 4, 2]
     for after in (5, 9):  # two kills at different places
         real = killing_put(monkeypatch, after)
         with pytest.raises(Killed):
@@ -80,7 +101,7 @@ def test_a_sweep_killed_twice_and_resumed_writes_the_uninterrupted_sweep_json(fa
         monkeypatch.setattr(ResultCache, "put", real)
         assert not (tmp_path / "resumed" / "sweep.json").exists()  # written only when complete
     resumed = run_sweep(recipe, tmp_path / "resumed", progress=False)
-    a = (tmp_path / "straight" / "sweep.json").read_bytes()
+    a = (finished / "sweep.json").read_bytes()
     b = (tmp_path / "resumed" / "sweep.json").read_bytes()
     assert a == b
     assert resumed.confirmation is not None  # the confirmation path ran (a candidate gained on the selection)
@@ -91,18 +112,18 @@ def test_a_sweep_killed_twice_and_resumed_writes_the_uninterrupted_sweep_json(fa
     assert data["variants"] == [{"name": "", "set": []}, {"name": "mlp", "set": ["targets.include=[mlp]"]}]
 
 
-def test_a_resumed_sweep_reuses_every_block(fake, tmp_path):
+def test_a_resumed_sweep_reuses_every_block(fake, finished, tmp_path):
     recipe = quickstart_recipe(SETS)
-    run_sweep(recipe, tmp_path / "s", progress=False)
+    folder = copy_of(finished, tmp_path)
     lines: list[str] = []
-    run_sweep(recipe, tmp_path / "s", progress=False, echo=lines.append)
+    run_sweep(recipe, folder, progress=False, echo=lines.append)
     text = "\n".join(lines)
     assert "0 computed" in text and "reused (6 texts)" in text
 
 
-def test_a_tampered_cache_entry_is_refused(fake, tmp_path):
+def test_a_tampered_cache_entry_is_refused(fake, finished, tmp_path):
     recipe = quickstart_recipe(SETS)
-    run_sweep(recipe, tmp_path / "s", progress=False)
+    copy_of(finished, tmp_path)
     entry = next(p for p in sorted((tmp_path / "s" / "cache").glob("*.json"))
                  if json.loads(p.read_text())["key"]["what"] == "math")
     body = json.loads(entry.read_text())
@@ -119,9 +140,9 @@ def test_a_tampered_cache_entry_is_refused(fake, tmp_path):
         run_sweep(recipe, tmp_path / "s", progress=False)
 
 
-def test_tampered_statistics_are_refused(fake, tmp_path):
+def test_tampered_statistics_are_refused(fake, finished, tmp_path):
     recipe = quickstart_recipe(SETS)
-    run_sweep(recipe, tmp_path / "s", progress=False)
+    copy_of(finished, tmp_path)
     stats = sorted((tmp_path / "s" / "stats").glob("*.stats.safetensors"))[0]
     raw = bytearray(stats.read_bytes())
     raw[-1] ^= 1
@@ -130,13 +151,12 @@ def test_tampered_statistics_are_refused(fake, tmp_path):
         run_sweep(recipe, tmp_path / "s", progress=False)
 
 
-def test_the_cli_refuses_a_tampered_cache_in_one_line(fake, tmp_path):
+def test_the_cli_refuses_a_tampered_cache_in_one_line(fake, finished, tmp_path):
     from click.testing import CliRunner
 
     from mathneuro_edit.cli.main import main
 
-    recipe = quickstart_recipe(SETS)
-    run_sweep(recipe, tmp_path / "s", progress=False)
+    copy_of(finished, tmp_path)
     entry = sorted((tmp_path / "s" / "cache").glob("*.json"))[0]
     entry.write_text(entry.read_text()[:-20])  # truncated
     args = ["sweep", "--out", str(tmp_path / "s"), "-q"] + [x for s in SETS for x in ("--set", s)]
