@@ -140,7 +140,7 @@ class SweepResult:
             w.writerow([p.variant, p.round, p.top_k, p.scale, p.selected, p.math_accuracy, p.math_correct, p.math_total,
                         f"{p.math_ci95_low:.4f}", f"{p.math_ci95_high:.4f}", f"{p.mcnemar_p:.4g}", f"{p.holm_p:.4g}",
                         p.significant, p.general_loss, f"{p.general_loss_se:.4g}", f"{p.loss_change:.4g}",
-                        f"{p.loss_change_se:.4g}", p.general_kl, i in self.front, i == self.candidate,
+                        f"{p.loss_change_se:.4g}", p.general_kl if math.isfinite(p.general_kl) else "", i in self.front, i == self.candidate,
                         bool(c is not None and c.point == i and c.confirmed)])
         return buf.getvalue()
 
@@ -160,7 +160,7 @@ class SweepResult:
                 100 * (p.math_correct - int(b.get("math_correct", 0))) / p.math_total if p.math_total else math.nan)
             rows.append([p.variant or "-", f"{p.top_k:g}", f"{p.scale:g}", f"{p.selected:,}", f"{p.math_total}",
                          f"{100 * p.math_accuracy:.1f}% ({100 * p.math_ci95_low:.1f}-{100 * p.math_ci95_high:.1f})",
-                         f"{gain:+.1f}", f"{p.mcnemar_p:.3g}", f"{p.holm_p:.3g}", f"{p.general_kl:.3g}",
+                         f"{gain:+.1f}", f"{p.mcnemar_p:.3g}", f"{p.holm_p:.3g}", _kl_text(p.general_kl),
                          mark.strip()])
         c = self.confirmation
         if c is not None:
@@ -173,8 +173,13 @@ class SweepResult:
         head = ["variant", "top_k", "scale", "weights", "n", "math (95% CI)", "gain (pp)", "p", "Holm p",
                 "general KL", "mark"]
         legend = ("gain: percentage points over the base on the same n problems; p: exact McNemar vs the base; "
+                  "general KL -: not needed (ranked out by its math counts before its KL could matter); "
                   "mark *: Pareto front (no point has both higher accuracy and lower KL), ?: the candidate")
         return table(head, rows, right={3, 4, 6, 7, 8, 9}) + "\n" + legend
+
+
+def _kl_text(kl: float) -> str:
+    return f"{kl:.3g}" if math.isfinite(kl) else "-"
 
 
 def _num(x: Any) -> float:
@@ -211,9 +216,12 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     if plt is None:
         return None  # the CSV/JSON are the results; the PNG is a convenience of the plot extra
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    pts = result.points
-    ks = sorted({p.top_k for p in pts})
-    ss = sorted({p.scale for p in pts})
+    ks = sorted({p.top_k for p in result.points})
+    ss = sorted({p.scale for p in result.points})
+    pts = [p for p in result.points if math.isfinite(p.general_kl)]  # a point without a KL has no x
+    if not pts:
+        plt.close(fig)
+        return None
     markers = "osD^vP*Xh<>p"
     colors = plt.get_cmap("tab10")
     xs, ys = [p.general_kl for p in pts], [100 * p.math_accuracy for p in pts]
@@ -224,13 +232,13 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     for p in pts:
         ax.scatter([p.general_kl], [100 * p.math_accuracy], marker=markers[ks.index(p.top_k) % len(markers)],
                    color=colors(ss.index(p.scale) % 10), s=36, zorder=3, edgecolors="black", linewidths=0.4)
-    front = sorted((pts[i] for i in result.front), key=lambda p: p.general_kl)
+    front = sorted((result.points[i] for i in result.front), key=lambda p: p.general_kl)
     ax.plot([p.general_kl for p in front], [100 * p.math_accuracy for p in front], "-", color="red", lw=1,
             alpha=0.6, zorder=2)
     ax.scatter([p.general_kl for p in front], [100 * p.math_accuracy for p in front], s=110, facecolors="none",
                edgecolors="red", linewidths=1, zorder=2)
     if result.best is not None:
-        p = pts[result.best]
+        p = result.points[result.best]
         ax.annotate("recommended", (p.general_kl, 100 * p.math_accuracy), xytext=(6, 6), fontsize=7,
                     textcoords="offset points", zorder=4)
     ax.axhline(100 * result.base_math_accuracy, color="gray", ls="--", lw=1, zorder=0)
@@ -258,7 +266,10 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     handles += [Line2D([], [], color="red", alpha=0.6, marker="o", mfc="none", label="Pareto front"),
                 Line2D([], [], color="gray", ls="--", label=f"base ({100 * result.base_math_accuracy:.1f}%)")]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.set_title("sweep: math accuracy vs general KL (bars: 95% CI)", fontsize=9)
+    left_out = len(result.points) - len(pts)
+    ax.set_title("sweep: math accuracy vs general KL (bars: 95% CI)"
+                 + (f"; {left_out} points ranked out before their KL was needed are not drawn" if left_out else ""),
+                 fontsize=9)
     ax.grid(alpha=0.3)
     return save_figure(fig, path)
 
@@ -625,29 +636,39 @@ def run_sweep(
         start = 0
         stages.start(f"select among {len(arms)} points in {len(schedule)} round{'s' if len(schedule) > 1 else ''} "
                      f"({', '.join(f'{n} on {e}' for n, e in schedule)})")
+
+        def kl_of(i: int) -> float:
+            """Point ``i``'s general KL, computed (and cached) the first time the selection needs it."""
+            arm = arms[i]
+            if arm.general is None:
+                name = variants[arm.variant].name
+                echo("      general KL of " + (f"{name} " if name else "") + f"top_k={arm.top_k:g} "
+                     f"scale={arm.scale:g} on {len(texts)} texts")
+                arm.general = evaluator.general(arm.mask, arm.scale)
+            return float(arm.general["kl"])
+
         for r, (n_points, end) in enumerate(schedule):
             if r > 0:
-                kl = [arms[i].general["kl"] if arms[i].general else math.inf for i in range(len(arms))]
                 seen = [sum(arms[i].correct) if i in active else None for i in range(len(arms))]
-                active = promote(seen, kl, sw.kl_budget, n_points)
+                active = promote(seen, kl_of, sw.kl_budget, n_points)
             for j, i in enumerate(active):
                 arm = arms[i]
                 name = variants[arm.variant].name
                 echo(f"      round {r + 1}/{len(schedule)}, point {j + 1}/{len(active)}: "
                      + (f"{name} " if name else "") + f"top_k={arm.top_k:g} scale={arm.scale:g} "
                      f"(problems {start + 1}-{end})")
-                if arm.general is None:
-                    arm.general = evaluator.general(arm.mask, arm.scale)
                 for a, b in _blocks(start, end, cuts):
                     arm.correct += evaluator.math(selection[a:b], arm.mask, arm.scale)
                 arm.round = r + 1
             rounds.append({"round": r + 1, "problems": [start, end], "points": list(active),
                            "correct": [sum(arms[i].correct) for i in active]})
             start = end
+        finalists = [i for i in range(len(arms)) if arms[i].round == len(schedule)]
+        for i in finalists:  # the candidate must be within the KL budget
+            kl_of(i)
         names = [variants[a.variant].name for a in arms]
         points = with_holm([_sweep_point(a, n, base_sel, base_general) for a, n in zip(arms, names)])
         base_correct = sum(base_sel)
-        finalists = [i for i in range(len(arms)) if arms[i].round == len(schedule)]
         pick = select_candidate([points[i] for i in finalists], base_correct, sw.kl_budget)
         candidate = None if pick is None else finalists[pick]
         confirmation = None

@@ -238,3 +238,34 @@ def test_halving_schedule_and_promotion_by_hand() -> None:
     assert halving_schedule(1, 1000, 40, 3) == [(1, 1000)]
     # the KL budget excludes a point whatever its count; ties: lower KL first, then grid order
     assert promote([9, 9, 9, 12], [0.02, 0.01, 0.01, 0.06], 0.05, 2) == [1, 2]
+
+
+def _promote_by_sorting(correct: list[int | None], kl: list[float], budget: float, keep: int) -> list[int]:
+    """An independent statement of the promotion rule: sort every eligible point, take the first ``keep``."""
+    ok = [i for i, c in enumerate(correct) if c is not None and kl[i] <= budget]
+    return sorted(sorted(ok, key=lambda i: (-(correct[i] or 0), kl[i], i))[:keep])
+
+
+def test_promotion_asks_only_the_kl_it_needs_and_promotes_as_if_it_had_all() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        correct = [None if rng.random() < 0.2 else int(rng.integers(0, 12)) for _ in range(n)]
+        kl = [float(x) for x in np.round(rng.random(n) * 0.08, 2)]  # rounded: ties in KL too
+        keep = int(rng.integers(1, n + 1))
+        asked: set[int] = set()
+        got = promote(correct, lambda i: asked.add(i) or kl[i], 0.05, keep)
+        assert got == _promote_by_sorting(correct, kl, 0.05, keep) == promote(correct, kl, 0.05, keep)
+        assert all(correct[i] is not None for i in asked)
+        # a point is asked only when every point with a higher count was asked and fewer than keep were in budget
+        for i in asked:
+            above = [j for j, c in enumerate(correct) if c is not None and c > correct[i]]
+            assert sum(kl[j] <= 0.05 for j in above) < keep
+
+
+def test_promotion_of_a_third_of_72_points_asks_about_a_third_of_their_kl() -> None:
+    rng = np.random.default_rng(11)
+    correct = [int(x) for x in rng.binomial(40, 0.5, 72)]
+    asked: set[int] = set()
+    promote(correct, lambda i: asked.add(i) or 0.01, 0.05, 24)
+    assert 24 <= len(asked) < 36, len(asked)  # whole tie groups, not all 72

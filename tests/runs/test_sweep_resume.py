@@ -110,6 +110,12 @@ def test_a_sweep_killed_twice_and_resumed_writes_the_uninterrupted_sweep_json(fa
     pts = data["selection"]["points"]
     assert all(p["round"] >= 1 for p in pts) and max(p["round"] for p in pts) == 3
     assert data["variants"] == [{"name": "", "set": []}, {"name": "mlp", "set": ["targets.include=[mlp]"]}]
+    # a KL is computed only where the promotion or the candidate needed it: every point of a later round has one,
+    # and a point ranked out of round 1 by its count alone has none (and is on no Pareto front)
+    later = {i for r in data["rounds"][1:] for i in r["points"]}
+    assert all(pts[i]["general_kl"] is not None for i in later)
+    without = [i for i, p in enumerate(pts) if p["general_kl"] is None]
+    assert without and not set(without) & later and not set(without) & set(data["pareto_front"])
 
 
 def test_a_resumed_sweep_reuses_every_block(fake, finished, tmp_path):
