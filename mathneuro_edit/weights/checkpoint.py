@@ -125,8 +125,11 @@ def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[s
             (n,) = struct.unpack("<Q", f.read(8))
             check_header_length(path, n, size, fix)
             header = json.loads(f.read(n))
+        if not isinstance(header, dict):
+            raise InputError(f"{path}: the safetensors header is a JSON {_json_kind(header)}, not an object of "
+                             f"tensors; {fix}")
         base = 8 + n
-        meta = header.pop("__metadata__", None) or {}
+        meta = _string_metadata(path, header.pop("__metadata__", None), fix)
         entries = {
             name: TensorEntry(name, d["dtype"], tuple(d["shape"]), path, base + d["data_offsets"][0],
                               base + d["data_offsets"][1])
@@ -138,6 +141,28 @@ def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[s
         raise InputError(f"{path}: not a readable safetensors file ({e}); {fix}") from None
     check_entries(path, entries.values(), base, size, fix)
     return dict(sorted(entries.items(), key=lambda kv: kv[1].start)), meta
+
+
+def _string_metadata(path: Path, meta: Any, fix: str) -> dict[str, str]:
+    """A header's ``__metadata__``: absent, or an object of string values (the safetensors format's rule).
+
+    Why: the export copies a shard's metadata into its own shards; a number or an object there is written out
+    as it came, and every safetensors reader (``safe_open``, transformers) then refuses the exported file.
+    """
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: __metadata__ is a JSON {_json_kind(meta)}, not an object of strings; {fix}")
+    for key, value in meta.items():
+        if not isinstance(value, str):
+            raise InputError(f"{path}: __metadata__ {key[:80]!r} is a JSON {_json_kind(value)}, not a string "
+                             f"(safetensors readers refuse such a file); {fix}")
+    return meta
+
+
+def _json_kind(value: Any) -> str:
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(
+        type(value), "null")
 
 
 def _check_shard_names(index: Path, weight_map: dict[Any, Any], shards: list[Any], single: str) -> None:
