@@ -131,6 +131,17 @@ _verbose = click.option("--verbose", "-v", is_flag=True,
 def quiet_opt(f: Any) -> Any:
     """``--quiet`` and ``--verbose`` (the command receives both)."""
     return _quiet(_verbose(f))
+json_opt = click.option("--json", "as_json", is_flag=True, callback=json_requested,
+                        help="print one JSON document on stdout (stage lines stay on stderr)")
+
+
+def emit_json(data: Any) -> None:
+    """One JSON document on stdout (``--json``)."""
+    import json
+
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
+
+
 workers_opt = click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
                            help="output shards written at once (threads; peak memory grows with N)")
 
@@ -155,8 +166,9 @@ def main() -> None:
 @workers_opt
 @set_opt
 @quiet_opt
+@json_opt
 def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep: str | None, workers: int,
-        sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
+        sets: tuple[str, ...], quiet: bool, verbose: bool, as_json: bool) -> None:
     """Run a recipe end to end: calibrate, mask, evaluate, export, lock and card."""
     if from_sweep:
         fixed = [item for item in sets if item.partition("=")[0].strip() in ("mask.top_k", "edit.scale", "edit.prune")]
@@ -172,6 +184,9 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep
         else:
             result = run_from_sweep(r, from_sweep, out, overwrite=overwrite, progress=_bars(quiet),
                                     echo=_echo(quiet, verbose), workers=workers)
+            if as_json:
+                emit_json({"ok": True, **result.to_dict(), "from_sweep": from_sweep})
+                return
             click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} "
                        f"weights (setting confirmed by {from_sweep})")
             return
@@ -179,14 +194,20 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep
         from ..runs.plan import plan_recipe
 
         p = plan_recipe(r)
-        click.echo(p.to_text())
         p.check_outputs(adapter=r.outputs.adapter, gguf=r.outputs.gguf is not None)  # validation: exit 2
+        if as_json:
+            emit_json({"ok": True, "dry_run": True, "plan": p.to_dict()})
+        else:
+            click.echo(p.to_text())
         return
     from ..runs.pipeline import run_recipe
 
     _check_out(out, r, recipe, "dir")
     echo = _echo(quiet, verbose)
     result = run_recipe(r, out, overwrite=overwrite, progress=_bars(quiet), echo=echo, workers=workers)
+    if as_json:
+        emit_json({"ok": True, **result.to_dict()})
+        return
     click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} weights")
 
 
@@ -262,8 +283,9 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, gguf_typ
 @click.option("--out", type=click.Path(dir_okay=False), help="write the results as JSON (eval.json)")
 @set_opt
 @quiet_opt
+@json_opt
 def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: tuple[str, ...], quiet: bool,
-             verbose: bool) -> None:
+             verbose: bool, as_json: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..layout import EVAL_NAME
@@ -275,18 +297,10 @@ def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: t
         target = Path(out) / EVAL_NAME if Path(out).is_dir() else Path(out)  # a folder: eval.json in it
         _check_out(str(target), r, recipe, "file", mask=mask_path)
     results = evaluate_recipe(r, mask_path, target, progress=_bars(quiet), echo=echo)
+    if as_json:  # the eval.json document (without per-problem predictions)
+        emit_json({"ok": True, "eval_json": None if target is None else str(target), "results": results.to_dict()})
+        return
     click.echo(results.to_markdown())
-
-
-json_opt = click.option("--json", "as_json", is_flag=True, callback=json_requested,
-                        help="print one JSON document on stdout")
-
-
-def emit_json(data: Any) -> None:
-    """One JSON document on stdout (``--json``)."""
-    import json
-
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
 
 
 @main.command()
@@ -349,8 +363,9 @@ def _floats(option: str, text: str) -> list[float]:
 @click.option("--overwrite", is_flag=True)
 @set_opt
 @quiet_opt
+@json_opt
 def sweep(recipe: str | None, out: str, top_ks: str | None, scales: str | None, kl_budget: float | None, overwrite: bool,
-          sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
+          sets: tuple[str, ...], quiet: bool, verbose: bool, as_json: bool) -> None:
     """Choose a (top_k, scale) edit on selection problems, confirm it on other problems; write sweep.csv/json/png.
 
     Sizes, budget and level: the recipe's sweep section (--set sweep.selection_samples=N, ...).
@@ -364,6 +379,13 @@ def sweep(recipe: str | None, out: str, top_ks: str | None, scales: str | None, 
     result = run_sweep(r, out, top_ks=None if top_ks is None else _floats("--top-k", top_ks),
                        scales=None if scales is None else _floats("--scale", scales),
                        overwrite=overwrite, progress=_bars(quiet), echo=echo)
+    if as_json:  # the sweep.json document as written (NaN-free), and where the files are
+        import json
+
+        files = [str(Path(out) / f) for f in (SWEEP_CSV, SWEEP_JSON, SWEEP_PNG) if (Path(out) / f).is_file()]
+        emit_json({"ok": True, "out_dir": str(out), "files": files, "recommendation": result.recommendation,
+                   "sweep": json.loads((Path(out) / SWEEP_JSON).read_text(encoding="utf-8"))})
+        return
     click.echo(result.to_text())
     click.echo(result.recommendation)
     click.echo(f"wrote {Path(out) / SWEEP_CSV} (every column), {SWEEP_JSON}" +

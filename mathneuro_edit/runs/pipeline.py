@@ -95,6 +95,12 @@ class RunResult:
     eval_results: dict[str, Any] | None = None
     adapter_size_ratio: float | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (``run --json``): the folder, the mask, every output file's sha256 and the evaluation."""
+        return {"out_dir": str(self.out_dir), "mask_sha256": self.mask_sha256, "selected": self.selected,
+                "total": self.total, "files": dict(self.files), "eval": self.eval_results,
+                "adapter_size_ratio": self.adapter_size_ratio}
+
 
 def base_lock_fields(recipe: Recipe, folder: Path) -> tuple[str | None, dict | None, dict | None]:
     """The lock's base fields: ``(revision, gguf entry, weights sha256)``.

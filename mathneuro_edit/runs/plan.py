@@ -49,6 +49,7 @@ from ..util.paths import no_such_local_folder
 from ..weights.base import base_reference, resolve_model_path
 from ..weights.remote_code import check_remote_code
 from ..weights.support import output_support
+from .pipeline import output_dtype
 
 __all__ = ["Plan", "plan_from_config", "plan_recipe", "load_config", "meta_model_from_config", "format_bytes"]
 
@@ -149,6 +150,8 @@ class Plan:
         settings: batch_size, max_length, top_k, granularity, general_sets.
         outputs: ``{"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", "gguf": ...}``:
             None where this family gets the output, else why not and the recipe line (no weights read).
+        output_dtype, checkpoint_bytes: the dtype the edited checkpoint is written in (``outputs.dtype``; ``auto``
+            resolved: the base's own, a GGUF base's source's) and the checkpoint's size at that dtype.
     """
 
     model_type: str
@@ -169,10 +172,18 @@ class Plan:
     settings: dict[str, Any] = field(default_factory=dict)
     # output -> None (this family gets it) or the one-line refusal: from the config alone (weights/support.py)
     outputs: dict[str, str | None] = field(default_factory=dict)
+    output_dtype: str = ""
+    checkpoint_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (for JSON)."""
-        return asdict(self)
+        """Plain data (``plan --json``), with what the text says in words too: each output as
+        ``{"supported": true|false, "why_not": null|"..."}`` (the text's yes / no (...)), where calibration fits,
+        and the summary line."""
+        data = asdict(self)
+        data["outputs"] = {k: {"supported": v is None, "why_not": v} for k, v in self.outputs.items()}
+        data["fits"] = self.fits()
+        data["summary"] = self.to_text().splitlines()[-1]
+        return data
 
     def check_outputs(self, *, adapter: bool, gguf: bool) -> None:
         """Raise the family's refusal (InputError, one line with the recipe line) for an output it does not get."""
@@ -204,7 +215,8 @@ class Plan:
             f"targets: {self.n_targets} weights ({kinds}), {_count(self.n_target_params)} entries; "
             f"largest {self.largest_target[0]} ({_count(self.largest_target[1])})",
             f"files: statistics {b(self.stats_bytes)} per set ({sets} sets), mask <= {b(self.mask_bytes)} "
-            f"(top_k={s.get('top_k')})",
+            f"(top_k={s.get('top_k')})" + (f", edited checkpoint ~{b(self.checkpoint_bytes)} "
+                                           f"({self.output_dtype}, outputs.dtype)" if self.output_dtype else ""),
             f"calibration (batch {s.get('batch_size')} x {s.get('max_length')} tokens): {calib}; {self.fits()}",
             f"mask selection (weights streamed from the checkpoint): ~{b(self.mask_peak_bytes)} of RAM",
             f"export (streaming, one tensor at a time): ~{b(self.export_peak_bytes)} of RAM, no accelerator",
@@ -270,6 +282,7 @@ def plan_from_config(
     config_or_path: Any,
     *,
     dtype: str = "bfloat16",
+    output_dtype: str | None = None,
     top_k: float = 0.05,
     batch_size: int = 8,
     max_length: int = 512,
@@ -288,6 +301,7 @@ def plan_from_config(
         config_or_path: a transformers config, a dict, a ``config.json`` path, a model folder, ``organism`` or a
             Hub id (only ``config.json`` is fetched).
         dtype: ``"bfloat16"``, ``"float16"``, ``"float32"`` or ``"auto"`` (the config's dtype).
+        output_dtype: the edited checkpoint's dtype (``outputs.dtype``); ``None`` or ``"auto"``: the config's.
         top_k: the mask fraction (sets the mask size bound).
         batch_size: calibration batch size.
         max_length: calibration tokens per text.
@@ -319,6 +333,11 @@ def plan_from_config(
     if dtype not in _BYTES:
         raise InputError(f"dtype: must be float32, bfloat16, float16 or auto, got {dtype!r}")
     nbytes = _BYTES[dtype]
+    if output_dtype in (None, "auto"):  # the checkpoint keeps the base's own dtype (its config's)
+        own = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
+        output_dtype = str(own).removeprefix("torch.")
+    if output_dtype not in _BYTES:
+        raise InputError(f"outputs.dtype: must be float32, bfloat16, float16 or auto, got {output_dtype!r}")
     model = meta_model_from_config(config, trust_remote_code=trust_remote_code)
     targets = find_targets(model, include=include, exclude=exclude)
 
@@ -361,12 +380,19 @@ def plan_from_config(
         settings=dict(batch_size=batch_size, max_length=max_length, top_k=top_k, granularity=granularity,
                       general_sets=general_sets),
         outputs=dict(zip(("checkpoint", "adapter", "gguf"), _support(model, config, include, exclude))),
+        output_dtype=output_dtype, checkpoint_bytes=n_params * _BYTES[output_dtype],
     )
 
 
 def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) -> tuple[str | None, ...]:
     s = output_support(model, config.to_dict(), include=include, exclude=exclude)
     return s.checkpoint, s.adapter, s.gguf
+
+
+def _output_dtype(recipe: Any) -> str | None:
+    """``outputs.dtype`` as the run resolves it (:func:`~mathneuro_edit.runs.pipeline.output_dtype`); ``None``: the
+    base's own (its config's dtype)."""
+    return output_dtype(recipe)
 
 
 def plan_recipe(recipe: Any) -> Plan:
@@ -382,7 +408,8 @@ def plan_recipe(recipe: Any) -> Plan:
     if b.is_gguf:  # its dequantized folder (created in the cache on first use: it holds the config)
         local = Path(base_reference(recipe))
     return plan_from_config(
-        str(local) if local is not None else b.model, dtype=b.dtype, top_k=recipe.mask.top_k,
+        str(local) if local is not None else b.model, dtype=b.dtype, output_dtype=_output_dtype(recipe),
+        top_k=recipe.mask.top_k,
         batch_size=recipe.calibration.batch_size, max_length=recipe.calibration.max_length,
         granularity=recipe.mask.granularity, general_sets=len(recipe.data.general),
         include=recipe.targets.include or None, exclude=recipe.targets.exclude or None,
