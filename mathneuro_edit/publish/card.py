@@ -39,6 +39,7 @@ from ..evaluation.report import effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
 from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe
+from ..util.console import document_safe
 from ..util.files import write_text_atomic
 from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, is_local_path
@@ -127,7 +128,7 @@ def _dataset(src: Mapping[str, Any] | None, task: str, seed: int | None) -> dict
         return {"dataset_type": kind, "dataset_name": name, "dataset_split": src.get("split"),
                 "dataset_args": {"seed": seed} if seed is not None else None,
                 "source_name": "mathneuro-edit", "source_url": SOURCE_URL + code}
-    name = path.rsplit("/", 1)[-1]
+    name = document_safe(path.rsplit("/", 1)[-1])  # the metadata's value, not only the card's text, shows it escaped
     if src.get("hub_dataset"):  # a local subset of a Hub dataset: named by the dataset's id
         return {"dataset_type": src["hub_dataset"], "dataset_name": f"{src['hub_dataset']} ({name}: a local subset; "
                                                                   "its sha256 is in the lock)"}
@@ -396,7 +397,9 @@ make the model more reliable at arithmetic than its evaluation shows.
 {CITATION}
 ```
 """
-    card = ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+    # every text the card shows from a file or a recipe (data file names, the recipe block, a base card's fields)
+    # with its control and bidi characters escaped: the card shows them, a renderer never acts on them
+    card = ModelCard(document_safe(f"---\n{data.to_yaml()}\n---\n{body}"))
     check_private(card.content, recipe, "the model card")
     return card
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["KNOWN_WARNINGS", "Stages", "quiet_libraries", "known_warnings_silenced", "bars_wanted", "table",
-           "markdown_table_text", "terminal_safe"]
+           "markdown_table_text", "terminal_safe", "document_safe"]
 
 # what a terminal (or a rendered card) would act on rather than show: C0 and C1 controls (ESC starts a colour,
 # cursor or title sequence), DEL, and the bidi marks, embeddings, overrides and isolates that reorder a line
@@ -40,6 +40,18 @@ def terminal_safe(text: str) -> str:
     """
     return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
                        text)
+
+
+def document_safe(text: str) -> str:
+    r"""``text`` (a Markdown document: a model card) with the same characters escaped as :func:`terminal_safe`
+    but its line breaks and tabs kept: a data file's name holding a right-to-left override or an ESC sequence is
+    shown, never reorders or colours what the reader of the card sees.
+
+    Example:
+        >>> document_safe("a\u202eb\x1b[31m\n\tc")
+        'a\\u202eb\\x1b[31m\n\tc'
+    """
+    return _UNSAFE.sub(lambda m: m.group() if m.group() in "\t\n" else terminal_safe(m.group()), text)
 
 
 # (category, start of the message, why it is harmless). Each is filtered by both, never by module alone.
