@@ -12,6 +12,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..organism import organism_path
 from ..recipe.schema import Recipe
+from ..util.hub_online import require_hub
 from ..util.paths import ORGANISM, is_local_path, no_such_local_folder
 from ..weights.gguf_reader import base_folder
 from .checkpoint import SKIPPED_WEIGHT_PATTERNS
@@ -51,6 +52,7 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
         raise InputError(f"base: no such folder {str(base)!r} and not a valid Hub id; check the path") from None
     # Only what an edited export needs: not other frameworks' weights, nor duplicates like consolidated.*.
     ignore = [p for p in SKIPPED_WEIGHT_PATTERNS if allow_pickle is False or p not in ("*.bin", "*.pt")]
+    require_hub(str(base), what="base", revision=revision)  # offline: one line now, not ~40 s of retries
     try:
         return Path(snapshot_download(str(base), revision=revision, ignore_patterns=[*ignore, "consolidated*"]))
     except Exception as e:  # network, auth, missing repo: one clear line
@@ -60,12 +62,15 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
 
 
 def resolve_model_path(model: str | Path) -> str:
-    """What ``from_pretrained`` gets: the organism's folder, a local folder (checked), or a Hub id unchanged.
+    """What ``from_pretrained`` gets: the organism's folder, a local folder (checked), or a Hub id unchanged (in
+    the local Hub cache or with the Hub reachable: :func:`~mathneuro_edit.util.hub_online.require_hub`).
 
     A local ``.gguf`` file gives its dequantized safetensors folder (created in the cache on first use).
 
     Raises:
-        InputError: a local path that does not exist or is not a model folder.
+        InputError: a local path that does not exist or is not a model folder; a Hub id not in the cache while
+            ``HF_HUB_OFFLINE`` is set.
+        MathNeuroEditError: a Hub id not in the cache while the Hub cannot be reached.
 
     Example:
         >>> resolve_model_path("meta-llama/Llama-3.2-1B")
@@ -90,6 +95,7 @@ def resolve_model_path(model: str | Path) -> str:
         if not (path / "config.json").is_file():
             raise InputError(f"base.model: {text!r} has no config.json; pass the folder save_pretrained wrote")
         return str(path)
+    require_hub(text, what="base.model")  # offline: one line now, not ~40 s of retries
     return text
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..util.hashing import sha256_file
+from ..util.hub_online import require_hub
 from ..util.outdir import check_output
 from . import gguf_writer
 from .gguf_writer import GGUF_TYPES
@@ -99,6 +100,7 @@ def gguf_source(model: str, gguf_file: str | None = None, revision: str | None =
         return path, None
     from huggingface_hub import hf_hub_download
 
+    require_hub(model, what="base.model", filename=gguf_file, revision=revision)  # offline: one line, at once
     try:
         path = Path(hf_hub_download(model, gguf_file, revision=revision))
     except Exception as e:  # network, auth, missing repo or file: one clear line
