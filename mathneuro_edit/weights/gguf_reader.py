@@ -25,10 +25,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +157,30 @@ def dequantize_gguf(gguf: str | Path, *, cache_dir: str | Path | None = None) ->
     return dest
 
 
+@contextlib.contextmanager
+def _libraries_bar_switch() -> Iterator[None]:
+    """transformers' GGUF loader draws its own tqdm bar (one update per tensor: 272 for SmolLM2) whatever the
+    libraries' progress-bar switch says; inside the block it follows that switch (huggingface_hub's, which the CLI
+    turns off unless ``--verbose``), so a run's first line on stderr is its first stage line."""
+    from huggingface_hub.utils import are_progress_bars_disabled
+    from transformers import modeling_gguf_pytorch_utils as loader
+
+    original = getattr(loader, "tqdm", None)
+    if original is None or not are_progress_bars_disabled():
+        yield
+        return
+
+    def silent(*args: Any, **kwargs: Any) -> Any:
+        kwargs["disable"] = True
+        return original(*args, **kwargs)
+
+    loader.tqdm = silent  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        loader.tqdm = original  # type: ignore[attr-defined]
+
+
 def _materialise(path: Path, sha: str, out: Path) -> None:
     """Dequantize ``path`` with transformers and save it as a plain float32 safetensors folder in ``out``."""
     import importlib.util
@@ -166,10 +192,11 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
 
     folder, name = str(path.parent), path.name
     try:
-        # why float32: GGUF blocks dequantize to float32 values (scale * q + min); a narrower dtype would round them
-        quantized, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                                               output_loading_info=True)
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        with _libraries_bar_switch():  # transformers' "de-quantizing GGUF tensors" bar: quiet unless --verbose
+            # why float32: GGUF blocks dequantize to float32 values (scale * q + min); a narrower dtype would round
+            quantized, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                                   output_loading_info=True)
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     except Exception as e:  # noqa: BLE001 - any parse failure of a foreign file is bad input: one line
         text = " ".join(str(e).split())[:300] or type(e).__name__
         raise InputError(f"base.model {name!r}: transformers cannot read this GGUF file ({text}); check that its "

@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
 
+from mathneuro_edit.cli.main import main
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import recipe_from_dict
 from mathneuro_edit.weights import gguf_reader as gguf_base
@@ -210,3 +212,18 @@ def test_check_base_weights_pins_the_gguf_file(tiny, tmp_path):
         check_base_weights(lock, other)
     with pytest.raises(InputError, match="none recorded"):  # a lock made from a safetensors base
         check_base_weights({"base": {"weights_sha256": {}}}, path)
+
+
+def test_dequantizing_a_gguf_base_prints_nothing_before_the_first_stage_line(tiny, tmp_path, monkeypatch):
+    """transformers draws a bar per GGUF tensor while it dequantizes (272 updates for SmolLM2); a run's stderr
+    starts with its first stage line, the bar only under --verbose (the libraries' own bars)."""
+    path, _, _ = tiny
+    recipe = write_recipe(tmp_path, path, evaluate=False, adapter=False)
+    for verbose in (False, True):
+        monkeypatch.setenv("MATHNEURO_EDIT_CACHE", str(tmp_path / f"cache-{verbose}"))  # dequantized afresh
+        result = CliRunner().invoke(main, ["run", str(recipe), "--out", str(tmp_path / f"out-{verbose}"),
+                                           *(["--verbose"] if verbose else [])])
+        assert result.exit_code == 0, result.output
+        assert ("de-quantizing GGUF tensors" in result.stderr) is verbose, result.stderr[:300]
+        if not verbose:
+            assert result.stderr.startswith("[1/"), result.stderr[:300]
