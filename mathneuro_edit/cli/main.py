@@ -59,6 +59,19 @@ def _error_message(exc: BaseException) -> tuple[int, str]:
 
 
 class _Group(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as exc:
+            import sys
+
+            hub = sys.modules.get("mathneuro_edit.publish.hub_requests")
+            if hub is not None and hub.requests_left_running():  # an interrupted push: its stalled upload threads
+                sys.stdout.flush()  # would hold the process open until they time out (65 s); the line is printed
+                sys.stderr.flush()
+                os._exit(exc.code if isinstance(exc.code, int) else EXIT_INTERNAL)
+            raise
+
     def invoke(self, ctx: click.Context) -> Any:
         from ..util.outdir import install_signal_handlers
 

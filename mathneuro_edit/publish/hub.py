@@ -56,7 +56,14 @@ from ..util.paths import is_local_path
 from ..util.scrub import is_private_path, scrub_json_bytes, scrub_token
 from .card import card_for_folder
 from .gguf_naming import gguf_repo_name
-from .hub_requests import hub_errors, hub_timeout, request_timeouts, retrying
+from .hub_requests import (
+    hub_errors,
+    hub_timeout,
+    interruptible,
+    progress_bars_on_a_terminal_only,
+    request_timeouts,
+    retrying,
+)
 from .integrity import NOT_OUTPUTS, compare_files
 from .lock import read_lock
 from .lock_policy import validate_lock
@@ -396,6 +403,16 @@ def push_to_hub(
         except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
             return replace(result, remote=scrub_token(str(e), token))
         return replace(result, remote=state, deletes=_deletes(remote, contents))
+    with progress_bars_on_a_terminal_only():  # a Ctrl-C or SIGTERM ends the push at once, whatever it waits for
+        existing, url, state, deletes, info = interruptible(
+            _commit, api, repo_id, branch, token, timeout, private, contents, message, create_pr)
+    return replace(result, dry_run=False, remote="new" if existing is None else state, deletes=deletes,
+                   repo_url=str(url), commit_url=info.commit_url, commit_oid=info.oid, pr_url=info.pr_url)
+
+
+def _commit(api: HfApi, repo_id: str, branch: str, token: str, timeout: float, private: bool | None,
+            contents: dict[str, Path | bytes], message: str, create_pr: bool) -> tuple[Any, str, str, list, Any]:
+    """The push's requests: the repo (created, its visibility, the branch), its files, then one commit."""
     with hub_errors(repo_id, branch, token), request_timeouts(timeout):
         try:
             existing = retrying(api.model_info, repo_id)
@@ -419,8 +436,7 @@ def push_to_hub(
                                  create_pr=create_pr,
                                  commit_description="Made with mathneuro-edit; see README.md and "
                                                     "mathneuro_recipe.lock.yaml.")
-    return replace(result, dry_run=False, remote="new" if existing is None else state, deletes=deletes,
-                   repo_url=str(url), commit_url=info.commit_url, commit_oid=info.oid, pr_url=info.pr_url)
+    return existing, str(url), state, deletes, info
 
 
 def _deletes(remote: dict[str, int], contents: dict[str, Any]) -> list[tuple[str, int]]:

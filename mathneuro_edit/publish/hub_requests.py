@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ from ..errors import InputError, MathNeuroEditError
 from ..util.scrub import scrub_token
 
 __all__ = ["TIMEOUT_ENV", "DEFAULT_TIMEOUT_S", "RETRIES", "RETRY_STATUSES", "hub_timeout", "request_timeouts",
-           "retrying", "hub_errors"]
+           "retrying", "hub_errors", "interruptible", "requests_left_running", "progress_bars_on_a_terminal_only"]
 
 
 def _client_errors(name: str, *builtin: type[BaseException]) -> tuple[type[BaseException], ...]:
@@ -112,6 +113,66 @@ def retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             wait = _retry_after(http)
         _sleep(min(MAX_WAIT_S, wait if wait is not None else 2.0 ** attempt))
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+_LEFT_RUNNING: list[threading.Event] = []  # the "done" events of calls an interrupt stopped waiting for
+
+
+def interruptible(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)`` in a daemon thread, waited for from the calling (main) thread in short waits.
+
+    Why: huggingface_hub uploads several LFS files from worker threads; a main thread blocked on them cannot run
+    a signal handler until a stalled upload times out (a SIGTERM then took 65 s). Here Ctrl-C or SIGTERM ends
+    the wait at once; the abandoned call is recorded (:func:`requests_left_running`) so that the CLI exits
+    without waiting for it. Nothing is committed by an abandoned push: the Hub's commit is one request, last.
+    (An ``Event``, not ``Thread.join``: a join interrupted by a signal marks the live thread as stopped.)
+    """
+    if threading.current_thread() is not threading.main_thread():  # signals reach only the main thread
+        return call(*args, **kwargs)
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = call(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread as it came
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="mathneuro-edit-hub", daemon=True).start()
+    try:
+        while not done.wait(0.1):  # a timed wait is interrupted by a signal's handler
+            pass
+    except BaseException:
+        _LEFT_RUNNING.append(done)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def requests_left_running() -> bool:
+    """Whether an interrupted push left a Hub request running in a thread (the process should not wait for it)."""
+    return any(not done.is_set() for done in _LEFT_RUNNING)
+
+
+@contextmanager
+def progress_bars_on_a_terminal_only() -> Iterator[None]:
+    """huggingface_hub's upload bars only when stderr is a terminal (restored after): in a log, every retry of a
+    failing upload added bar lines (445 of them) and the error was not the last line."""
+    import sys
+
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    if sys.stderr.isatty() or are_progress_bars_disabled():
+        yield
+        return
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        enable_progress_bars()
 
 
 # (exception type, HTTP status or None for any, our error type, message). First match wins, so order matters:
