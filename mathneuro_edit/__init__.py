@@ -12,6 +12,14 @@ Example:
     >>> mask = find_math_params(model, math, general, top_k=0.05)  # doctest: +SKIP
     >>> apply_mask(model, mask, scale=1.1)  # doctest: +SKIP
 
+Every command has its function here: ``run`` -> :func:`run_recipe` (``--from-sweep``: :func:`run_from_sweep`),
+``sweep`` -> :func:`run_sweep`, ``calibrate`` -> :func:`calibrate`, ``mask`` -> :func:`find_math_params`, ``export``
+-> :func:`export_checkpoint`, :func:`export_adapter`, :func:`export_gguf`, ``eval`` -> :func:`evaluate`, ``card`` ->
+:func:`rewrite_cards` (:func:`build_card` + :func:`write_card` for one folder), ``push`` -> :func:`push_to_hub`,
+``verify`` -> :func:`verify`, ``reproduce`` -> :func:`reproduce`, ``plan`` -> :func:`plan_from_config`,
+``dequantize`` -> :func:`dequantize_gguf`, ``consistency`` -> :func:`run_consistency`, ``inspect`` ->
+:meth:`Mask.load` / :meth:`ActivationStats.load`.
+
 Heavy dependencies (torch, transformers) load lazily, so ``import mathneuro_edit`` and the CLI's ``--help``
 stay fast.
 """
@@ -38,6 +46,7 @@ _LAZY: dict[str, str] = {
     "Target": "engine.targets",
     "export_checkpoint": "weights.checkpoint_writer",
     "export_adapter": "weights.adapter",
+    "export_gguf": "weights.gguf_writer",
     "load_edited": "weights.adapter",
     "AdapterExport": "weights.adapter",
     "verify": "weights.audit",
@@ -49,6 +58,15 @@ _LAZY: dict[str, str] = {
     "Recipe": "recipe.schema",
     "load_recipe": "recipe.io",
     "run_recipe": "runs.pipeline",
+    "run_sweep": "runs.sweep",
+    "SweepResult": "runs.sweep",
+    "run_from_sweep": "runs.sweep_release",
+    "reproduce": "runs.reproduce",
+    "ReproduceReport": "runs.reproduce",
+    "build_card": "publish.card",
+    "write_card": "publish.card",
+    "rewrite_cards": "runs.release",
+    "run_consistency": "runs.consistency",
     "push_to_hub": "publish.hub",
     "load_model": "weights.loading",
     "load_texts": "data.sources",
@@ -74,16 +92,23 @@ if TYPE_CHECKING:
     from .errors import InputError, MathNeuroEditError
     from .evaluation.results import EvalResults
     from .evaluation.runner import GeneralTask, MathTask, evaluate
+    from .publish.card import build_card, write_card
     from .publish.hub import push_to_hub
     from .recipe.io import load_recipe
     from .recipe.schema import Recipe
     from .runs.pipeline import run_recipe
+    from .runs.consistency import run_consistency
     from .runs.plan import plan_from_config
+    from .runs.release import rewrite_cards
+    from .runs.reproduce import ReproduceReport, reproduce
+    from .runs.sweep import SweepResult, run_sweep
+    from .runs.sweep_release import run_from_sweep
     from .util.hashing import texts_sha256
     from .weights.adapter import AdapterExport, export_adapter, load_edited
     from .weights.audit import VerifyReport, verify
     from .weights.checkpoint_writer import export_checkpoint
     from .weights.gguf_reader import dequantize_gguf
+    from .weights.gguf_writer import export_gguf
     from .weights.loading import load_model, model_weights, weights_from_checkpoint
 
 

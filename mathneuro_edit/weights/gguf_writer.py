@@ -463,6 +463,39 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     return out
 
 
+def export_gguf(checkpoint: str | Path, qtype: str = "Q8_0", out_path: str | Path | None = None, *,
+                name: str | None = None, pre: str | None = None, meta: Mapping[str, Any] | None = None) -> Path:
+    """Write a checkpoint folder (an edited one: :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`'s
+    output) as a GGUF file for llama.cpp, Ollama and LM Studio: the sibling of ``export_checkpoint`` and
+    ``export_adapter`` (``run`` with ``outputs.gguf`` and ``export --gguf TYPE`` call the same writer).
+
+    Args:
+        checkpoint: a Hugging Face folder with safetensors weights, config.json and tokenizer.json.
+        qtype: one of :data:`GGUF_TYPES` (``F32``, ``F16``, ``BF16``, ``Q8_0``, ``Q4_0``, ...).
+        out_path: the ``.gguf`` file to create (default: ``<checkpoint>/model-<TYPE>.gguf``, the name a run
+            writes, :func:`gguf_filename`).
+        name, pre, meta: ``general.name``, ``tokenizer.ggml.pre`` and ``general.*`` metadata (see
+            :func:`write_gguf`).
+
+    Returns:
+        The written path.
+
+    Raises:
+        InputError: an unknown type, a missing gguf package, or an architecture, rope scaling or tokenizer the
+            writer does not support (checked before any tensor is written).
+
+    Example:
+        >>> from mathneuro_edit import export_gguf
+        >>> export_gguf("out/quickstart/checkpoint", "Q8_0")  # doctest: +SKIP
+        PosixPath('out/quickstart/checkpoint/model-Q8_0.gguf')
+    """
+    folder = Path(checkpoint)
+    _check_type(qtype)
+    check_gguf(folder, qtype, name=name)
+    out = Path(out_path) if out_path is not None else folder / gguf_filename(qtype)
+    return write_gguf(folder, out, qtype, name=name, pre=pre, meta=meta)
+
+
 def gguf_file_type(path: str | Path) -> str:
     """The dominant tensor type of a GGUF file (``"Q4_1"``, ``"F16"``...): ``general.file_type`` when set, else
     the type holding most matrix entries. Whether :func:`write_gguf` can write it: ``in GGUF_TYPES``.

