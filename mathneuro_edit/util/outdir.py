@@ -433,8 +433,9 @@ def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] 
             else:
                 tmp.rename(out)
         except BaseException as e:
-            # unknown size: what this run wrote before the failure, plus what the failed file needed
-            need = needed if needed is not None else _tree_size(tmp) + (getattr(e, "needed", None) or 0)
+            # the output's known size (else what this run wrote before the failure), plus what a failed file
+            # that size did not count needed (a GGUF written into an export folder, a statistics file)
+            need = (needed if needed is not None else _tree_size(tmp)) + (getattr(e, "needed", None) or 0)
             shutil.rmtree(tmp, ignore_errors=True)  # first: the free space then counts what this run had written
             err = as_space_error(e, out, need)
             if err is not None:

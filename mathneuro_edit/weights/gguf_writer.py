@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..util.config_sizes import check_config_file_sizes
+from ..util.outdir import as_space_error
 from .checkpoint import open_checkpoint
 from .gguf_arch import (
     GGUF_WRITTEN,
@@ -442,11 +443,13 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
     os.close(fd)
+    size: int | None = None  # the whole file's bytes, once its metadata is written (a full disk's message needs it)
     try:
         w.write_header_to_file(path=Path(tmp))
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         f = w.fout[0]
+        size = _file_size(f.tell(), [n for n, _, _, _ in plan], w, gguf)
         for (gname, _, _, t), chunks in _tensors(folder, cfg, plan, perm):
             w.write_padding(f, f.tell())  # each tensor starts aligned (GGUF's data alignment, 32 bytes)
             start = f.tell()
@@ -456,11 +459,26 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         w.close()
         os.chmod(tmp, 0o644)
         os.replace(tmp, out)
-    except BaseException:
-        w.close()
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as e:
+        try:
+            w.close()  # on a full disk its flush fails too: the partial file goes all the same
+        except OSError:
+            pass
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        space = as_space_error(e, out, size) if isinstance(e, OSError) else None
+        if space is not None:  # one line naming the file and what it lacks (free measured without the partial)
+            raise space from None
         raise
     return out
+
+
+def _file_size(metadata_end: int, names: list[str], w: Any, gguf: Any) -> int:
+    """The GGUF file's size: its metadata, then each tensor's bytes padded to the data alignment."""
+    align = int(getattr(w, "data_alignment", None) or gguf.GGUF_DEFAULT_ALIGNMENT)
+    pad = lambda n: -(-n // align) * align  # noqa: E731
+    infos = w.tensors[0] if getattr(w, "tensors", None) else {}
+    return pad(metadata_end) + sum(pad(int(infos[n].nbytes)) for n in names if n in infos)
 
 
 def export_gguf(checkpoint: str | Path, qtype: str = "Q8_0", out_path: str | Path | None = None, *,
