@@ -193,11 +193,17 @@ def loaders(kind: str, repo: str | None) -> str:
             if repo and repo.endswith("-adapter") else ""
         return f"""## Where it loads
 
-- **PEFT only** (`PeftModel.from_pretrained` or `AutoPeftModelForCausalLM.from_pretrained`): this is a SHiRA
-  (sparse) adapter. mathneuro-edit's tests load it this way and check that the result equals the edited checkpoint.
-- **Not** vLLM, TGI, SGLang or llama.cpp: they load LoRA adapters only. Nor transformers' own adapter loading
-  (`model.load_adapter`, `from_pretrained` on this repo). For those, use the edited checkpoint{checkpoint}, the
-  same weights as a plain transformers folder."""
+- **PEFT only**, with `PeftModel.from_pretrained(base, adapter)` as in the code above: this is a SHiRA (sparse)
+  adapter. mathneuro-edit's tests run that code and check that the result equals the edited checkpoint.
+  `AutoPeftModelForCausalLM.from_pretrained(adapter)` works only when `adapter_config.json` names a Hub base
+  (`base_model_name_or_path`): an adapter of a local folder or GGUF base without `base.hub_id` names none, and
+  PEFT then asks the Hub for `None`; load the base yourself and use `PeftModel` as above.
+- **Not transformers' own adapter loading** (`model.load_adapter(adapter)`, `from_pretrained` on this repo): it
+  does not fail on this adapter, it reports every `shira_indices` key as UNEXPECTED, leaves the weights
+  **unedited**, and the model's next forward pass fails with `KeyError: 'default'` (mathneuro-edit's tests check
+  this symptom, so a change in transformers is noticed).
+- **Not** vLLM, TGI, SGLang or llama.cpp: they load LoRA adapters only. For those,
+  use the edited checkpoint{checkpoint}, the same weights as a plain transformers folder."""
     if kind == "gguf":
         return """## Where it loads
 
