@@ -29,7 +29,7 @@ from ..errors import InputError, MathNeuroEditError
 from ..util.scrub import scrub_token
 
 __all__ = ["TIMEOUT_ENV", "DEFAULT_TIMEOUT_S", "RETRIES", "RETRY_STATUSES", "hub_timeout", "request_timeouts",
-           "retrying", "hub_errors", "interruptible", "requests_left_running", "progress_bars_on_a_terminal_only"]
+           "retrying", "hub_errors", "interruptible", "requests_left_running", "progress_bars_on_a_terminal_only", "hub_fault"]
 
 
 def _client_errors(name: str, *builtin: type[BaseException]) -> tuple[type[BaseException], ...]:
@@ -206,6 +206,45 @@ _ERROR_TABLE: list[tuple[tuple[type[BaseException], ...], int | None, type[MathN
 ]
 
 
+def hub_fault(repo_id: str, exc: BaseException, doing: str, token: str | None = None) -> MathNeuroEditError | None:
+    """A failed read from the Hub (``hf_hub_download``, ``model_info``) as one exit-3 line when it is the Hub's or
+    the network's fault, else ``None`` (the caller's own exit-2 line: not found, no access, offline mode).
+
+    The Hub's fault: a 5xx or 429 answer (huggingface_hub wraps it in ``LocalEntryNotFoundError``, which reads
+    "offline?"), no connection or a timeout, or an answer it cannot read (a redirect without a ``Location``
+    header: a ``KeyError``; a file answer without its metadata).
+    """
+    from huggingface_hub.errors import FileMetadataError
+
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and all(seen is not c for c in chain):
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    if any(isinstance(e, OfflineModeIsEnabled) for e in chain):
+        return None
+
+    def said(e: BaseException) -> str:
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return scrub_token(f"{type(e).__name__}: {first}" if first else type(e).__name__, token)
+
+    for e in chain:
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        if isinstance(e, HfHubHTTPError) and isinstance(status, int) and (status >= 500 or status == 429):
+            return MathNeuroEditError(f"{repo_id}: the Hub answered {status} while {doing} ({said(e)}); retry later")
+    network = _client_errors("TransportError", ConnectionError, TimeoutError)
+    for e in chain:
+        if isinstance(e, network):
+            return MathNeuroEditError(f"{repo_id}: cannot reach the Hub at {constants.ENDPOINT} while {doing} "
+                                      f"({said(e)}); check the network and retry")
+    for e in chain:
+        if isinstance(e, (KeyError, FileMetadataError)) or (isinstance(e, ValueError) and not isinstance(
+                e, HfHubHTTPError) and "json" in type(e).__name__.lower()):
+            return MathNeuroEditError(f"{repo_id}: the Hub's answer while {doing} could not be read ({said(e)}); "
+                                      "retry later, or check HF_ENDPOINT and any proxy")
+    return None
+
+
 @contextmanager
 def hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
     """Translate huggingface_hub / network exceptions through :data:`_ERROR_TABLE` (token scrubbed)."""
@@ -227,4 +266,7 @@ def hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
                 text = message.format(repo_id=repo_id, revision=revision, status=status, detail=detail,
                                       endpoint=constants.ENDPOINT, timeout=hub_timeout(), tries=RETRIES + 1)
                 raise error(scrub_token(text, token)) from None
+        fault = hub_fault(repo_id, caught, "pushing", token)  # an answer it cannot read (a bare redirect): exit 3
+        if fault is not None:
+            raise fault from None
         raise

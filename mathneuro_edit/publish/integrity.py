@@ -99,9 +99,14 @@ def check_hub_files_against_lock(repo_id: str, lock: Mapping[str, Any], *, revis
     """
     from huggingface_hub import HfApi, hf_hub_download
 
+    from .hub_requests import hub_fault
+
     try:
         info = HfApi(token=token).model_info(repo_id, revision=revision, files_metadata=True)
-    except Exception as e:  # noqa: BLE001 - any failure to read the repo is the user's to fix (id, access, network)
+    except Exception as e:  # noqa: BLE001 - the Hub's fault (5xx, network) is exit 3; the rest the user's to fix
+        fault = hub_fault(repo_id, e, "reading the repo's file list", token)
+        if fault is not None:
+            raise fault from None
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         raise InputError(f"{repo_id}: cannot read the repo's file list from the Hub ({scrub_token(first, token)}); "
                          "check the repo id, the token and the network, or pass a local folder") from None
@@ -120,5 +125,13 @@ def check_hub_files_against_lock(repo_id: str, lock: Mapping[str, Any], *, revis
         if s.lfs is not None:
             present[name] = s.lfs.sha256
         else:  # a regular (git) file: the Hub gives only its git blob id; hash the downloaded file
-            present[name] = sha256_file(hf_hub_download(repo_id, name, revision=info.sha or revision, token=token))
+            try:
+                present[name] = sha256_file(hf_hub_download(repo_id, name, revision=info.sha or revision,
+                                                            token=token))
+            except Exception as e:  # noqa: BLE001 - one line: the Hub's fault exit 3, the rest exit 2
+                fault = hub_fault(repo_id, e, f"downloading {name}", token)
+                if fault is not None:
+                    raise fault from None
+                raise InputError(f"{repo_id}: cannot download {name} from the Hub ({scrub_token(str(e), token)[:200]}); "
+                                 "check the repo id, the token and the network, or pass a local folder") from None
     return FileCheck(repo_id + (f"@{revision}" if revision else ""), compare_files(present, wanted))

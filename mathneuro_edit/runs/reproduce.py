@@ -99,17 +99,29 @@ def _download_lock(repo_id: str) -> Path:
         OfflineModeIsEnabled,
     )
 
+    from ..publish.hub_requests import hub_fault
+
+    def the_hubs_fault(e: BaseException) -> None:  # a 5xx, no network, an unreadable answer: exit 3, one line
+        fault = hub_fault(repo_id, e, f"downloading its {LOCK_NAME}")
+        if fault is not None:
+            raise fault from None
+
     try:
         return Path(hf_hub_download(repo_id, LOCK_NAME, repo_type="model"))
-    except LocalEntryNotFoundError:
+    except LocalEntryNotFoundError as e:  # huggingface_hub's word for a 5xx too, not only for offline
+        the_hubs_fault(e)
         raise InputError(f"{repo_id}: not a local path, and the Hub cannot be reached (offline?) nor is its lock in "
                          "the cache; connect, or pass the output folder") from None
     except EntryNotFoundError:
         raise InputError(f"{repo_id}: the Hub repo has no {LOCK_NAME}; it was not pushed by mathneuro-edit") from None
     except (HfHubHTTPError, HFValidationError, OfflineModeIsEnabled, OSError) as e:
+        the_hubs_fault(e)
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(f"{repo_id}: not a local path, and its lock cannot be downloaded from the Hub "
                          f"({scrub_token(first)}); pass the output folder") from None
+    except (KeyError, ValueError) as e:  # an answer huggingface_hub cannot read (a redirect without Location)
+        the_hubs_fault(e)
+        raise
 
 
 def is_hub_source(source: str | Path) -> bool:
