@@ -201,3 +201,18 @@ def test_push_dry_run_never_prints_the_token(fake_hub: FakeHub, run: Path) -> No
         code, stdout, text = _cli("push", run, "--repo-id", "me/edit", "--dry-run", *flags, env={"HF_TOKEN": TOKEN})
         assert code == 0, text
         assert TOKEN not in text and "notes-***.txt" in stdout, stdout
+
+
+def test_reproduce_json_of_an_edited_folder_prints_its_report_as_json_on_stdout(ws: Path, run: Path,
+                                                                                tmp_path: Path) -> None:
+    edited = tmp_path / "edited"
+    shutil.copytree(run, edited)
+    shard = next((edited / "checkpoint").glob("*.safetensors"))
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 1  # one weight's last byte changed after the run
+    shard.write_bytes(bytes(data))
+    result = CliRunner().invoke(main, ["reproduce", str(edited), "--base", str(ws / "base"), "--json",
+                                       *_data_sets(ws)])
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)  # stdout is one JSON document, nothing else
+    assert doc["ok"] is False and f"checkpoint/{shard.name}" in json.dumps(doc), doc
