@@ -3,7 +3,8 @@
     python scripts/search_table.py docs/data/search-smollm2/sweep.json
 
 One row per point (variant, top_k, scale, the round it reached, n, accuracy with its 95% Wilson interval, the
-gain over the base on the same problems in percentage points, raw and Holm-adjusted exact McNemar p, general KL),
+gain over the base on the same problems in percentage points, raw and Holm-adjusted exact McNemar p, general KL
+(- where the selection never needed it)),
 the base row first and the confirmation row last; then the recommendation sentence.
 """
 
@@ -12,6 +13,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+
+def _kl(kl: float | None) -> str:
+    return "-" if kl is None else f"{kl:.3g}"  # null: ranked out before its KL was needed
 
 
 def table(data: dict) -> str:
@@ -25,7 +30,7 @@ def table(data: dict) -> str:
         gain = 100 * (p["math_correct"] - p["base_correct"]) / p["math_total"]
         rows.append(f"| {p['variant'] or 'recipe'} | {p['top_k']:g} | {p['scale']:g} | {p['round']} | {p['math_total']} "
                     f"| {100 * p['math_accuracy']:.1f}% ({100 * p['math_ci95_low']:.1f}-{100 * p['math_ci95_high']:.1f}) "
-                    f"| {gain:+.1f} | {p['mcnemar_p']:.3g} | {p['holm_p']:.3g} | {p['general_kl']:.3g} |")
+                    f"| {gain:+.1f} | {p['mcnemar_p']:.3g} | {p['holm_p']:.3g} | {_kl(p['general_kl'])} |")
     c = data.get("confirmation")
     if c:
         rows.append(f"| **confirmation** ({c['variant'] or 'recipe'}) | {c['top_k']:g} | {c['scale']:g} | | {c['n']} | "

@@ -647,10 +647,11 @@ def run_sweep(
                 arm.general = evaluator.general(arm.mask, arm.scale)
             return float(arm.general["kl"])
 
+        sizes = [a.mask.total()[0] * abs(a.scale - 1.0) for a in arms]  # promotion's tie-break: the smaller edit
         for r, (n_points, end) in enumerate(schedule):
             if r > 0:
                 seen = [sum(arms[i].correct) if i in active else None for i in range(len(arms))]
-                active = promote(seen, kl_of, sw.kl_budget, n_points)
+                active = promote(seen, kl_of, sw.kl_budget, n_points, size=sizes)
             for j, i in enumerate(active):
                 arm = arms[i]
                 name = variants[arm.variant].name

@@ -236,14 +236,16 @@ def test_halving_schedule_and_promotion_by_hand() -> None:
     assert halving_schedule(5, 100, 10, 2) == [(5, 10), (3, 20), (2, 40), (1, 100)]
     assert halving_schedule(72, 1000, 2000, 3) == [(72, 1000)]
     assert halving_schedule(1, 1000, 40, 3) == [(1, 1000)]
-    # the KL budget excludes a point whatever its count; ties: lower KL first, then grid order
-    assert promote([9, 9, 9, 12], [0.02, 0.01, 0.01, 0.06], 0.05, 2) == [1, 2]
+    # the KL budget excludes a point whatever its count; ties: the smaller edit first, then grid order
+    assert promote([9, 9, 9, 12], [0.02, 0.01, 0.01, 0.06], 0.05, 2, size=[3.0, 1.0, 2.0, 0.0]) == [1, 2]
+    assert promote([9, 9, 9, 12], [0.02, 0.01, 0.01, 0.06], 0.05, 2) == [0, 1]
 
 
-def _promote_by_sorting(correct: list[int | None], kl: list[float], budget: float, keep: int) -> list[int]:
+def _promote_by_sorting(correct: list[int | None], kl: list[float], budget: float, keep: int,
+                        size: list[float]) -> list[int]:
     """An independent statement of the promotion rule: sort every eligible point, take the first ``keep``."""
     ok = [i for i, c in enumerate(correct) if c is not None and kl[i] <= budget]
-    return sorted(sorted(ok, key=lambda i: (-(correct[i] or 0), kl[i], i))[:keep])
+    return sorted(sorted(ok, key=lambda i: (-(correct[i] or 0), size[i], i))[:keep])
 
 
 def test_promotion_asks_only_the_kl_it_needs_and_promotes_as_if_it_had_all() -> None:
@@ -251,21 +253,23 @@ def test_promotion_asks_only_the_kl_it_needs_and_promotes_as_if_it_had_all() -> 
     for _ in range(300):
         n = int(rng.integers(1, 40))
         correct = [None if rng.random() < 0.2 else int(rng.integers(0, 12)) for _ in range(n)]
-        kl = [float(x) for x in np.round(rng.random(n) * 0.08, 2)]  # rounded: ties in KL too
+        kl = [float(x) for x in rng.random(n) * 0.08]
+        size = [float(x) for x in rng.integers(0, 4, n)]  # ties in size too: then grid order
         keep = int(rng.integers(1, n + 1))
         asked: set[int] = set()
-        got = promote(correct, lambda i: asked.add(i) or kl[i], 0.05, keep)
-        assert got == _promote_by_sorting(correct, kl, 0.05, keep) == promote(correct, kl, 0.05, keep)
+        got = promote(correct, lambda i: asked.add(i) or kl[i], 0.05, keep, size=size)
+        assert got == _promote_by_sorting(correct, kl, 0.05, keep, size) == promote(correct, kl, 0.05, keep, size)
         assert all(correct[i] is not None for i in asked)
-        # a point is asked only when every point with a higher count was asked and fewer than keep were in budget
+        # a point is asked only when fewer than keep points ranked above it are within the budget
+        rank = {i: (-(correct[i] or 0), size[i], i) for i in asked}
         for i in asked:
-            above = [j for j, c in enumerate(correct) if c is not None and c > correct[i]]
+            above = [j for j, c in enumerate(correct) if c is not None and (-c, size[j], j) < rank[i]]
             assert sum(kl[j] <= 0.05 for j in above) < keep
 
 
-def test_promotion_of_a_third_of_72_points_asks_about_a_third_of_their_kl() -> None:
+def test_promotion_of_a_third_of_72_tied_points_asks_only_the_kl_of_those_it_keeps() -> None:
     rng = np.random.default_rng(11)
     correct = [int(x) for x in rng.binomial(40, 0.5, 72)]
     asked: set[int] = set()
-    promote(correct, lambda i: asked.add(i) or 0.01, 0.05, 24)
-    assert 24 <= len(asked) < 36, len(asked)  # whole tie groups, not all 72
+    kept = promote(correct, lambda i: asked.add(i) or 0.01, 0.05, 24, size=[1.0] * 72)
+    assert sorted(asked) == kept and len(kept) == 24

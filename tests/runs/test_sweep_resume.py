@@ -105,7 +105,7 @@ def test_a_sweep_killed_twice_and_resumed_writes_the_uninterrupted_sweep_json(fa
     b = (tmp_path / "resumed" / "sweep.json").read_bytes()
     assert a == b
     assert resumed.confirmation is not None  # the confirmation path ran (a candidate gained on the selection)
-    # every round's points are the best of the previous round's by count (ties: lower KL, then grid order)
+    # every round's points are the best of the previous round's by count (ties: the smaller edit, then grid order)
     data = json.loads(a)
     pts = data["selection"]["points"]
     assert all(p["round"] >= 1 for p in pts) and max(p["round"] for p in pts) == 3
