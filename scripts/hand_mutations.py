@@ -181,7 +181,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ["tests/runs/test_reproduce_files.py"]),
     "out-hard-link-accepted": ("mathneuro_edit/util/outdir.py",
         "found.add((st.st_dev, st.st_ino))", "pass",
-        ["tests/test_hostile.py::test_no_command_writes_onto_its_inputs"]),
+        ["tests/test_bad_input_is_one_line.py::test_an_output_folder_holding_a_hard_link_of_an_input_is_refused"]),
 }
 
 

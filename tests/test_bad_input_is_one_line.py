@@ -193,3 +193,19 @@ def test_a_tokenizer_json_that_is_not_json_is_one_line(ws: Path, tmp_path: Path)
     assert code == 2, text
     assert f"{base / 'tokenizer.json'}: not a readable tokenizer.json (JSONDecodeError" in _error_line(text), text
     assert not (tmp_path / "out").exists()
+
+
+def test_an_output_folder_holding_a_hard_link_of_an_input_is_refused(ws: Path, tmp_path: Path) -> None:
+    data = tmp_path / "math.txt"
+    shutil.copy(ws / "math.txt", data)
+    r = yaml.safe_load((ws / "recipe.yaml").read_text())
+    r["data"]["math"]["path"] = str(data)
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(r))
+    out = tmp_path / "o"
+    (out / "sub").mkdir(parents=True)
+    (out / "sub" / "copy.txt").hardlink_to(data)  # the old output folder holds the input's inode
+    before = data.read_bytes()
+    code, _, text = _cli("export", tmp_path / "r.yaml", "--mask", ws / "mask.safetensors", "--out", out, "--overwrite", "-q")
+    assert code == 2, text
+    assert f"--out: {out} is a hard link of a file of the" in _error_line(text), text
+    assert data.read_bytes() == before and (out / "sub" / "copy.txt").exists()
