@@ -21,13 +21,15 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
-    "LOCK_NAME", "MASK_NAME", "EVAL_NAME", "STATS_DIR", "MATH_STATS_NAME", "CHECKPOINT_DIR", "ADAPTER_DIR",
+    "LOCK_NAME", "MASK_NAME", "EVAL_NAME", "LM_EVAL_RESULTS", "STATS_DIR", "MATH_STATS_NAME", "CHECKPOINT_DIR", "ADAPTER_DIR",
     "OUTPUT_DIRS", "SWEEP_JSON", "SWEEP_CSV", "SWEEP_PNG", "CONSISTENCY_JSON", "general_stats_name", "general_stats_files",
 ]
 
 LOCK_NAME = "mathneuro_recipe.lock.yaml"
 MASK_NAME = "mask.safetensors"
 EVAL_NAME = "eval.json"
+# lm-eval's own results file, one per model evaluated (base, edited), beside eval.json
+LM_EVAL_RESULTS = ("lm_eval_results.base.json", "lm_eval_results.edited.json")
 STATS_DIR = "stats"
 MATH_STATS_NAME = "math.stats.safetensors"
 CHECKPOINT_DIR = "checkpoint"

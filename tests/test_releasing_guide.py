@@ -5,7 +5,9 @@ What differs from a real release is only the model and the sizes: the GGUF at th
 Llama of tests/_gguf_tiny.py (Q8_0), and the copied recipe gets, besides the keys the page's table sets, small
 sample counts (a test must finish in seconds). The tiny random model confirms no boost, so ``run --from-sweep``
 must refuse as the page says (exit 2), and the page's command for that case releases the recipe's own setting.
-The page's shell lines that are not ``mathneuro-edit`` (clone, venv, pip, llama-cli, ollama) are not run here;
+The page's ``lm_eval`` command on the released repo runs in this process on the shipped offline task (no network
+for GSM8K here; the base's line is not run: the base is not on the fake Hub). The page's other shell lines that are
+not ``mathneuro-edit`` (clone, venv, pip, llama-cli, ollama) are not run here;
 installing is tested by tests/test_wheel_install.py, and the GGUF repo's file is checked by the name those
 commands' ``:Q8_0`` tag selects.
 """
@@ -91,6 +93,31 @@ def _cli(line: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def _lm_eval(line: str, work: Path) -> None:
+    """The page's lm-eval command, in this process (so it reaches the fake Hub), on the shipped offline task
+    instead of GSM8K (no network here), 2 documents: the part under test is ``--model hf --model_args
+    pretrained=REPO,...`` loading the released checkpoint, and the results file it writes."""
+    from lm_eval.__main__ import cli_evaluate
+
+    args = shlex.split(line)[1:]
+    args[args.index("--tasks") + 1] = "arithmetic_local"
+    out = work / args[args.index("--output_path") + 1]
+    args[args.index("--output_path") + 1] = str(out)
+    args += ["--include_path", ".", "--limit", "2"]
+    here = Path.cwd()
+    os.chdir(work / "recipes" / "lm_eval_tasks")  # lm-eval's CLI resolves data_files against the working directory
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sys, "argv", ["lm_eval", *args])
+            cli_evaluate()
+    finally:
+        os.chdir(here)
+    (written,) = list(out.rglob("results_*.json"))
+    doc = json.loads(written.read_text())
+    assert "exact_match_stderr,strict-match" in doc["results"]["arithmetic_local"]
+    assert REPO in json.dumps(doc["config"])
+
+
 def test_the_page_s_worked_example_names_its_outcome_as_pending_without_numbers() -> None:
     text = PAGE.read_text(encoding="utf-8")
     section = text.split("### The worked example's outcome", 1)[1].split("\n## ", 1)[0]
@@ -142,6 +169,10 @@ def test_the_releasing_guide_runs_as_written_and_each_repo_loads_as_it_says(
             elif line.startswith("python -c "):
                 exec(shlex.split(line)[2], {})  # noqa: S102
                 ran.append(line)
+            elif line.startswith("lm_eval "):
+                if f"pretrained={REPO}," in line:  # the released checkpoint, by repo id (the base is not on this Hub)
+                    _lm_eval(line, work)
+                    ran.append(line)
             elif line.startswith("mathneuro-edit "):
                 out = re.search(r"--out (\S+)", line)
                 if "--from-sweep" not in line and out and line.split()[1] == "run" and Path(out.group(1)).exists():
@@ -159,6 +190,7 @@ def test_the_releasing_guide_runs_as_written_and_each_repo_loads_as_it_says(
     commands = [r for r in ran if r.startswith("mathneuro-edit")]
     for step in ("plan", "sweep", "run", "verify", "push", "reproduce"):
         assert any(c.split()[1] == step for c in commands), step
+    assert any(r.startswith("lm_eval --model hf --model_args pretrained=") for r in ran)
     assert sum(c.startswith("mathneuro-edit push") for c in commands) == 4  # --dry-run, checkpoint, adapter, gguf
 
     # the three repos, as the page's loading code left them

@@ -17,6 +17,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +26,10 @@ from typing import Any
 from torch import nn
 
 from ..errors import InputError
+from ..util.paths import LOCAL, is_local_path
 
 __all__ = ["LmEvalTask", "LmEvalResult", "require_lm_eval", "run_lm_eval", "include_path_hashes",
-           "check_lm_eval_task", "missing_task_message", "task_manager"]
+           "check_lm_eval_task", "missing_task_message", "task_manager", "harness_report", "REPORT_KEYS"]
 
 _INSTALL_HINT = "pip install mathneuro-edit[eval]"
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}  # written by Python / Jupyter, not part of a task folder
@@ -136,10 +138,54 @@ class LmEvalResult:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # lm-eval's "results" section
     task_sha256: str = ""
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
+    # lm-eval's own results document (:func:`harness_report`): what `lm_eval --output_path` writes
+    report: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def metrics(self) -> dict[str, float]:
         """The metrics as a flat dict (the form of ``eval.json``)."""
         return dict(self.values)
+
+
+# the keys of lm-eval's results file (`lm_eval --output_path`, EvaluationTracker.save_results_aggregated) that
+# describe the evaluation itself; left out: date, timings, git hashes and pretty_env_info (the machine, the time)
+REPORT_KEYS = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
+               "n-samples", "config", "lm_eval_version", "transformers_version", "tokenizer_pad_token",
+               "tokenizer_eos_token", "tokenizer_bos_token", "eot_token_id", "max_length")
+
+
+def _redact(value: Any, root: str | None, public_root: str) -> Any:
+    """JSON data: the task folder's path public, NaN/inf as null, anything else JSON lacks as its text."""
+    if isinstance(value, str):
+        return value.replace(root, public_root) if root and root in value else value
+    if isinstance(value, dict):
+        return {str(k): _redact(v, root, public_root) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(v, root, public_root) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _redact(str(value), root, public_root)
+
+
+def harness_report(result: dict[str, Any], task: LmEvalTask) -> dict[str, Any]:
+    """lm-eval's own results document for one run (the format ``lm_eval --output_path`` writes: ``results`` with
+    every metric and its ``_stderr``, ``configs``, ``versions``, ``n-shot``, ``n-samples``, ``higher_is_better``,
+    ``config``, ...), without the keys that describe the machine or the time, and without local paths: the task
+    folder is ``<local>/<its name>`` (as in the lock), a local model path ``<local>``.
+
+    Example:
+        >>> r = {"results": {"t": {"acc,none": 0.5, "acc_stderr,none": 0.1}}, "date": 1.0, "config": {"model": "/m"}}
+        >>> harness_report(r, LmEvalTask("h", ["t"]))
+        {'results': {'t': {'acc,none': 0.5, 'acc_stderr,none': 0.1}}, 'config': {'model': '<local>'}}
+    """
+    out = {k: copy.deepcopy(result[k]) for k in REPORT_KEYS if k in result}
+    config = out.get("config")
+    if isinstance(config, dict) and isinstance(config.get("model"), str) and is_local_path(config["model"]):
+        config["model"] = LOCAL  # the in-memory model: lm-eval names its local folder
+    root = str(Path(task.include_path).expanduser().resolve()) if task.include_path else None
+    name = Path(task.include_path).expanduser().name if task.include_path else ""
+    return _redact(out, root, f"{LOCAL}/{name}")
 
 
 def require_lm_eval(task_name: str) -> tuple[Any, Any]:
@@ -407,7 +453,7 @@ def run_lm_eval(
             raise InputError(f"LmEvalTask {task.name!r}: lm-eval returned no results; run it in a single process")
         raw = dict(result.get("results", {}))
         return LmEvalResult(_flatten(raw, result.get("n-samples", {})), raw, task.sha256,
-                            dict(result.get("samples", {})))
+                            dict(result.get("samples", {})), harness_report(result, task))
 
     if base is None:
         base = run()

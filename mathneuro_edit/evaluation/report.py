@@ -120,9 +120,16 @@ def eval_markdown(results: Mapping[str, Mapping[str, Row]]) -> str:
                     continue
                 n = base.get(f"{lm_task}/n", edited.get(f"{lm_task}/n"))
                 b, e = base.get(key), edited.get(key)
+                name, _, filt = metric.partition(",")  # lm-eval's standard error: "{metric}_stderr,{filter}"
+                se_key = f"{lm_task}/{name}_stderr" + (f",{filt}" if filt else "")
+
+                def with_se(row: Row, value: Any) -> str:
+                    se = row.get(se_key)
+                    return f"{_plain(value)} ± {_plain(se)}" if _num(value) and _num(se) else _plain(value)
+
                 # lm-eval's metrics do not say which direction is better: the change is shown without a verdict
-                cells = ([_plain(b), _plain(e), f"{e - b:+.4g}" if _num(b) and _num(e) else "-"] if with_edit
-                         else [_plain(b)])
+                cells = ([with_se(base, b), with_se(edited, e), f"{e - b:+.4g}" if _num(b) and _num(e) else "-"]
+                         if with_edit else [with_se(base, b)])
                 lines.append(f"| {task}: {lm_task} | {metric} (n={_plain(n)}) | " + " | ".join(cells) + " |")
                 continue
             label = _LABELS.get(key, key)

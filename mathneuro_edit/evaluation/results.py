@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..errors import InputError
-from ..layout import EVAL_NAME
+from ..layout import EVAL_NAME, LM_EVAL_RESULTS
 from ..util.files import write_json_atomic
 from .lm_eval_bridge import LmEvalResult
 from .report import eval_markdown
@@ -263,6 +263,26 @@ class EvalResults:
             raise InputError(f"save_json: folder {path.parent} does not exist; create it first")
         write_json_atomic(path, self.to_dict(predictions))
         return path
+
+    def lm_eval_reports(self) -> dict[str, dict[str, Any]]:
+        """lm-eval's own results documents (:func:`~mathneuro_edit.evaluation.lm_eval_bridge.harness_report`), by
+        file name (:data:`~mathneuro_edit.layout.LM_EVAL_RESULTS`: base, edited); empty without an lm-eval task.
+        Several lm-eval entries are merged per model, as one ``lm_eval`` call over their tasks would report them."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, side in zip(LM_EVAL_RESULTS, (self.base, self.edited)):
+            for res in side.values():
+                if isinstance(res, LmEvalResult) and res.report:
+                    doc = out.setdefault(name, {})
+                    for key, value in res.report.items():
+                        if isinstance(value, dict):
+                            doc.setdefault(key, {}).update(value)
+                        else:
+                            doc.setdefault(key, value)
+        return out
+
+    def save_lm_eval(self, folder: str | Path) -> list[Path]:
+        """Write :meth:`lm_eval_reports` into ``folder`` (beside eval.json); returns the paths (none without lm-eval)."""
+        return [write_json_atomic(Path(folder) / name, doc) for name, doc in self.lm_eval_reports().items()]
 
     def to_markdown(self) -> str:
         """The before/after table (console and model card, :func:`~mathneuro_edit.evaluation.report.eval_markdown`):

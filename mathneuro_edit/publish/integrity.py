@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, EVAL_NAME, LOCK_NAME, OUTPUT_DIRS
+from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, EVAL_NAME, LM_EVAL_RESULTS, LOCK_NAME, OUTPUT_DIRS
 from ..util.hashing import sha256_file
 from ..util.scrub import scrub_token
 from .gguf_naming import gguf_repo_name
@@ -29,7 +29,8 @@ from .lock import output_hashes
 __all__ = ["FileCheck", "compare_files", "check_local_files_against_lock", "check_hub_files_against_lock",
            "NOT_OUTPUTS"]
 
-NOT_OUTPUTS = ("README.md", LOCK_NAME, EVAL_NAME, ".gitattributes")  # written after the lock, or the Hub's own
+# written after the lock (the card, the evaluation: eval.json and lm-eval's own results files), or the Hub's own
+NOT_OUTPUTS = ("README.md", LOCK_NAME, EVAL_NAME, *LM_EVAL_RESULTS, ".gitattributes")
 
 
 @dataclass

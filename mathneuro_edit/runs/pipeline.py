@@ -240,11 +240,14 @@ def check_adapter_support(recipe: Recipe, model: Any) -> None:
 
 
 def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: Any, n_params: int,
-                    eval_dict: dict | None, license_: str | dict | None) -> None:
-    """Write the lock, eval.json and the model card into one output folder."""
+                    eval_dict: dict | None, license_: str | dict | None,
+                    lm_eval_docs: Mapping[str, Any] | None = None) -> None:
+    """Write the lock, eval.json (and lm-eval's own results files) and the model card into one output folder."""
     write_lock(folder, lock)
     if eval_dict is not None:
         write_json_atomic(folder / EVAL_NAME, eval_dict)
+    for name, doc in (lm_eval_docs or {}).items():
+        write_json_atomic(folder / name, doc)
     hub_id = recipe.base.hub_id or (None if recipe.base.local_dir() is not None else recipe.base.model)
     card = build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,
                       edit_summary=summarize_edit(mask.counts(), model_params=n_params),
@@ -331,12 +334,15 @@ def run_recipe(
         stages.note(f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), "
                     f"sha256 {mask.sha256[:12]}")
 
-        eval_dict = None
+        eval_dict, lm_eval_docs = None, {}
         if tasks:
             stages.start(f"evaluate base and edited (x{scale:g}): {describe_tasks(tasks)}")
             results = evaluate(model, tokenizer, tasks, edit=ReversibleEdit(model, mask, scale), progress=progress)
             eval_dict = results.to_dict(predictions=True)  # the per-problem rows, so a reader can audit the scores
             results.save_json(tmp / EVAL_NAME)
+            lm_eval_docs = results.lm_eval_reports()  # lm-eval's own results files, beside every eval.json
+            for name, doc in lm_eval_docs.items():
+                write_json_atomic(tmp / name, doc)
             stages.note(markdown_table_text(results.to_markdown()))
         n_params = sum(p.numel() for p in model.parameters())
         del model  # the exports stream from the base files: free the in-memory model first
@@ -375,7 +381,7 @@ def run_recipe(
         write_lock(tmp, lock)
         for sub, kind in ((CHECKPOINT_DIR, "checkpoint"), (ADAPTER_DIR, "adapter")):
             if (tmp / sub).is_dir():
-                publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_)
+                publish_folder(tmp / sub, recipe, lock, kind, mask, n_params, eval_dict, license_, lm_eval_docs)
     return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)
 
 

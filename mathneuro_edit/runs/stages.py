@@ -141,4 +141,5 @@ def evaluate_recipe(recipe: Recipe, mask_path: str | Path | None = None, out: st
         results = evaluate(model, tok, tasks, edit=edit, progress=progress)
         if out:
             results.save_json(out)
+            results.save_lm_eval(Path(out).parent)  # lm-eval's own results files beside it
     return results

@@ -259,3 +259,45 @@ def test_the_lm_eval_path_is_quiet(tmp_path: Path) -> None:
     noise = [line for line in proc.stderr.splitlines() if not line.startswith(("[", "    "))]
     assert noise == [], noise
     assert "max_new_tokens" not in proc.stderr and "generate_until" not in proc.stderr
+
+
+def test_run_writes_lm_eval_s_own_results_files_and_the_card_shows_stderr(tmp_path: Path, monkeypatch) -> None:
+    """Beside every eval.json: lm-eval's own results document for the base and for the edited model (the format
+    `lm_eval --output_path` writes: results with each metric's stderr, configs, versions, n-shot, n-samples),
+    without the machine's or the time's keys and without a local path; verify and push accept the folder; the
+    card's lm-eval rows show value ± stderr."""
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli.main import main
+    from mathneuro_edit.layout import LM_EVAL_RESULTS
+    from mathneuro_edit.runs.pipeline import run_recipe
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(TASKS, tmp_path / "lm_eval_tasks")
+    d = quickstart_recipe().resolved_dict()
+    d["data"]["samples"] = 16
+    d["evaluation"] = {**d["evaluation"], "samples": 4, "max_new_tokens": 32,
+                       "lm_eval": {"tasks": ["arithmetic_local"], "include_path": "lm_eval_tasks", "limit": 6}}
+    run_recipe(recipe_from_dict(d), tmp_path / "out", progress=False)
+    out = tmp_path / "out"
+    flat = json.loads((out / "eval.json").read_text())["lm_eval"]
+    for name, side in zip(LM_EVAL_RESULTS, ("base", "edited")):
+        text = (out / name).read_text()
+        assert str(tmp_path) not in text
+        doc = json.loads(text)
+        assert {"results", "configs", "versions", "n-shot", "n-samples", "higher_is_better", "config"} <= set(doc)
+        assert not {"date", "pretty_env_info", "git_hash", "start_time"} & set(doc)
+        res = doc["results"]["arithmetic_local"]
+        assert res["exact_match,strict-match"] == flat[side]["arithmetic_local/exact_match,strict-match"]
+        assert isinstance(res["exact_match_stderr,strict-match"], float)
+        assert doc["n-samples"]["arithmetic_local"]["effective"] == 6 and doc["n-shot"]["arithmetic_local"] == 0
+        files = doc["configs"]["arithmetic_local"]["dataset_kwargs"]["data_files"]
+        assert files["test"] == "<local>/lm_eval_tasks/arithmetic_test_100.jsonl"
+        for sub in ("checkpoint", "adapter"):  # beside each output's eval.json too, the same bytes
+            assert (out / sub / name).read_text() == text
+    card = (out / "checkpoint" / "README.md").read_text()
+    (row,) = [ln for ln in card.splitlines() if ln.startswith("| lm_eval: arithmetic_local | exact_match,strict-match")]
+    base_se = flat["base"]["arithmetic_local/exact_match_stderr,strict-match"]
+    assert f"{flat['base']['arithmetic_local/exact_match,strict-match']:.4g} ± {base_se:.4g}" in row, row
+    result = CliRunner().invoke(main, ["verify", str(out), "-q"])  # files written after the lock: not outputs
+    assert result.exit_code == 0, result.output
