@@ -1,7 +1,8 @@
 """Bridge to EleutherAI's lm-evaluation-harness: run its tasks on the in-memory model, base and edited, offline.
 
-Installed with ``pip install mathneuro-edit[eval]`` (lm-eval 0.4.13+); without it, an :class:`LmEvalTask` raises an
-:class:`~mathneuro_edit.errors.InputError` that says so before anything is computed.
+Installed with ``pip install 'lm-eval>=0.4.13,<0.5'`` (the eval extra: ``pip install -e ".[eval]"`` in a checkout);
+without it, an :class:`LmEvalTask` raises an :class:`~mathneuro_edit.errors.InputError` that says so before
+anything is computed.
 
 Offline use: ``include_path`` is a folder of task YAMLs (``lm_eval.tasks.TaskManager(include_path=...)``), e.g. the
 shipped ``recipes/lm_eval_tasks/`` (``dataset_path: json`` over vendored JSONL files). lm-eval hands a relative
@@ -31,7 +32,7 @@ from ..util.paths import LOCAL, is_local_path
 __all__ = ["LmEvalTask", "LmEvalResult", "require_lm_eval", "run_lm_eval", "include_path_hashes",
            "check_lm_eval_task", "missing_task_message", "task_manager", "harness_report", "REPORT_KEYS"]
 
-_INSTALL_HINT = "pip install mathneuro-edit[eval]"
+_INSTALL_HINT = "pip install 'lm-eval>=0.4.13,<0.5'"  # the eval extra's package (mathneuro-edit is not on PyPI)
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}  # written by Python / Jupyter, not part of a task folder
 
 
@@ -207,7 +208,7 @@ def require_lm_eval(task_name: str) -> tuple[Any, Any]:
     except ImportError:
         raise InputError(
             f"LmEvalTask {task_name!r}: lm-evaluation-harness is not installed; install it with "
-            f"`{_INSTALL_HINT}` or remove this task"
+            f"`{_INSTALL_HINT}` (the eval extra) or remove this task"
         ) from None
     return lm_eval, HFLM
 

@@ -276,7 +276,7 @@ def test_eval_command_and_missing_lm_eval(workspace, tmp_path, monkeypatch):
     # lm-eval missing: one line naming the extra (the import fails even where lm-eval is installed)
     monkeypatch.setitem(sys.modules, "lm_eval", None)
     code, text = _run("eval", recipe, "-q", "--set", "evaluation.lm_eval.tasks=[gsm8k_cot]")
-    assert code == 2 and "mathneuro-edit[eval]" in text and "Traceback" not in text, text
+    assert code == 2 and "pip install 'lm-eval>=0.4.13,<0.5'" in text and "Traceback" not in text, text
 
 
 def test_reproduce_reports_a_different_result(workspace, tmp_path):

@@ -442,7 +442,7 @@ def test_lm_eval_missing_is_clear(model: LlamaForCausalLM, tok: PreTrainedTokeni
     finally:
         handle.remove()
     msg = str(err.value)
-    assert "pip install mathneuro-edit[eval]" in msg and "harness" in msg and "\n" not in msg
+    assert "pip install 'lm-eval>=0.4.13,<0.5'" in msg and "harness" in msg and "\n" not in msg
     assert calls == []  # failed before any other task ran
 
 
