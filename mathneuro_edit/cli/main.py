@@ -437,9 +437,12 @@ def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrit
 @click.argument("model")
 @click.option("--gguf-file", help="the .gguf file inside MODEL when MODEL is a Hub repo or a folder")
 @click.option("--revision", help="Hub revision of MODEL")
-def dequantize(model: str, gguf_file: str | None, revision: str | None) -> None:
+@_verbose
+def dequantize(model: str, gguf_file: str | None, revision: str | None, verbose: bool) -> None:
     """Dequantize a GGUF file once into a cached safetensors folder and print its path (docs/gguf.md)."""
     from ..weights.gguf_reader import dequantize_gguf, gguf_source
+
+    _echo(False, verbose)  # the libraries' bars and load report only with --verbose
 
     click.echo(str(dequantize_gguf(gguf_source(model, gguf_file, revision)[0])))
 

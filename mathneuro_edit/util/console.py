@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import sys
 import warnings
@@ -23,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["KNOWN_WARNINGS", "Stages", "quiet_libraries", "known_warnings_silenced", "bars_wanted", "table",
-           "markdown_table_text", "terminal_safe", "document_safe"]
+           "markdown_table_text", "terminal_safe", "document_safe", "HeldLog", "library_log_held"]
 
 # what a terminal (or a rendered card) would act on rather than show: C0 and C1 controls (ESC starts a colour,
 # cursor or title sequence), DEL, and the bidi marks, embeddings, overrides and isolates that reorder a line
@@ -94,6 +96,8 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
     hub_was_disabled = are_progress_bars_disabled()
     tf_log = sys.modules.get("transformers.utils.logging")
     tf_was_enabled = tf_log.is_progress_bar_enabled() if tf_log is not None else not hub_was_disabled
+    global _HOLDING
+    _HOLDING += 1  # library_log_held: the libraries' log records held back while a load may still fail
     if not hub_was_disabled:
         with warnings.catch_warnings():  # the env var HF_HUB_DISABLE_PROGRESS_BARS=0 has priority: keep it
             warnings.simplefilter("ignore")
@@ -104,11 +108,98 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
         with known_warnings_silenced():
             yield
     finally:
+        _HOLDING -= 1
         if not hub_was_disabled and are_progress_bars_disabled():
             enable_progress_bars()
         tf_log = sys.modules.get("transformers.utils.logging")
         if tf_log is not None:
             (tf_log.enable_progress_bar if tf_was_enabled else tf_log.disable_progress_bar)()
+
+
+_HOLDING = 0  # > 0 inside quiet_libraries (the CLI without --verbose)
+_REPORT_ROW = re.compile(r"^\s*([^|\s][^|]*?)\s*\|\s*(MISSING|MISMATCH|UNEXPECTED|CONVERSION|ERROR)\s*\|\s*(.*?)\s*$")
+
+
+class HeldLog:
+    """What transformers logged inside :func:`library_log_held` (its ``LOAD REPORT`` and warnings)."""
+
+    def __init__(self) -> None:
+        self.records: list[logging.LogRecord] = []
+
+    def report_rows(self) -> list[tuple[str, str, str]]:
+        """The rows of transformers' load report: ``(key, status, details)``, e.g. ``("model.norm.weight",
+        "MISMATCH", "Reinit due to size mismatch - ckpt: torch.Size([64]) vs model:torch.Size([128])")``."""
+        rows = []
+        for record in self.records:
+            for line in record.getMessage().splitlines():
+                if m := _REPORT_ROW.match(line):
+                    rows.append((m.group(1), m.group(2), m.group(3)))
+        return rows
+
+    def gist(self) -> str:
+        """The load report in a few words (its first row by key, and how many more), or ``""`` when there is
+        none; transformers' own row order varies from run to run."""
+        rows = sorted(self.report_rows())
+        if not rows:
+            return ""
+        key, status, details = rows[0]
+        more = f" and {len(rows) - 1} more" if len(rows) > 1 else ""
+        return f"{key}: {status}{f' ({details})' if details else ''}{more}"
+
+
+class _Collect(logging.Handler):
+    def __init__(self, held: HeldLog) -> None:
+        super().__init__(logging.NOTSET)
+        self.held = held
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.held.records.append(record)
+
+
+@contextmanager
+def library_log_held() -> Iterator[HeldLog]:
+    """Hold what transformers logs inside the block (its 15-line ``LOAD REPORT``, its warnings) while the CLI keeps
+    the libraries quiet (:func:`quiet_libraries`): shown when the block ends normally, dropped when it raises, so
+    a failed load is the error's one line, the last one. The records stay readable in the yielded
+    :class:`HeldLog` (an error message can name the report's first row). ``--verbose`` and
+    ``MATHNEURO_EDIT_DEBUG`` show everything as it comes; a Python caller outside the CLI is not affected.
+
+    Example:
+        >>> with library_log_held() as held:
+        ...     pass
+        >>> held.gist()
+        ''
+    """
+    held = HeldLog()
+    logger = logging.getLogger("transformers")
+    collect = _Collect(held)
+    hold = _HOLDING > 0 and not os.environ.get("MATHNEURO_EDIT_DEBUG")
+    handlers, propagate = list(logger.handlers), logger.propagate
+    if hold:
+        for h in handlers:
+            logger.removeHandler(h)
+        logger.propagate = False
+        catcher = warnings.catch_warnings(record=True)
+        shown: list[warnings.WarningMessage] = catcher.__enter__()
+    logger.addHandler(collect)
+    failed = False
+    try:
+        yield held
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        logger.removeHandler(collect)
+        if hold:
+            catcher.__exit__(None, None, None)
+            for h in handlers:
+                logger.addHandler(h)
+            logger.propagate = propagate
+            if not failed:  # nothing went wrong: what the libraries said is shown, as it would have been
+                for record in held.records:
+                    logger.handle(record)
+                for w in shown:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
 
 
 def bars_wanted(quiet: bool) -> bool:

@@ -37,6 +37,7 @@ from typing import Any
 from ..errors import InputError
 from ..util.hashing import sha256_file
 from ..util.hub_online import require_hub
+from ..util.console import library_log_held
 from ..util.outdir import check_output
 from . import gguf_writer
 from .gguf_writer import GGUF_TYPES
@@ -191,22 +192,27 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(path.parent), path.name
-    try:
-        with _libraries_bar_switch():  # transformers' "de-quantizing GGUF tensors" bar: quiet unless --verbose
-            # why float32: GGUF blocks dequantize to float32 values (scale * q + min); a narrower dtype would round
-            quantized, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                                                   output_loading_info=True)
-            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    except Exception as e:  # noqa: BLE001 - any parse failure of a foreign file is bad input: one line
-        text = " ".join(str(e).split())[:300] or type(e).__name__
-        raise InputError(f"base.model {name!r}: transformers cannot read this GGUF file ({text}); check that its "
-                         "architecture is one transformers' GGUF support lists") from None
-    missing = sorted(info.get("missing_keys") or [])
-    if missing:  # transformers would initialise them randomly ("newly initialized"): never acceptable
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        raise InputError(f"base.model {name!r}: the GGUF file lacks {len(missing)} tensor(s) its architecture needs "
-                         f"({', '.join(missing[:3])}{more}; e.g. its header promises more blocks than it holds); "
-                         "re-download or re-convert it")
+    # transformers' load report (15 lines for a GGUF short of a block) is held: a failed load is our one line
+    with library_log_held() as held:
+        try:
+            with _libraries_bar_switch():  # transformers' "de-quantizing GGUF tensors" bar: quiet unless --verbose
+                # why float32: GGUF blocks dequantize to float32 values (scale * q + min); a narrower dtype rounds
+                quantized, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                                       output_loading_info=True)
+                tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        except Exception as e:  # noqa: BLE001 - any parse failure of a foreign file is bad input: one line
+            text = " ".join(str(e).split())[:300] or type(e).__name__
+            if "above report" in text and held.gist():  # the report is not shown: its first row, in the line
+                raise InputError(f"base.model {name!r}: the GGUF file's tensors do not fit the sizes its header "
+                                 f"gives ({held.gist()[:300]}); re-download or re-convert it") from None
+            raise InputError(f"base.model {name!r}: transformers cannot read this GGUF file ({text}); check that "
+                             "its architecture is one transformers' GGUF support lists") from None
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:  # transformers would initialise them randomly ("newly initialized"): never acceptable
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise InputError(f"base.model {name!r}: the GGUF file lacks {len(missing)} tensor(s) its architecture "
+                             f"needs ({', '.join(missing[:3])}{more}; e.g. its header promises more blocks than it "
+                             "holds); re-download or re-convert it")
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # a plain model: saveable, and loaded without the gguf package

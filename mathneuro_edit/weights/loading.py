@@ -25,6 +25,7 @@ from torch import nn
 from ..engine.targets import find_targets
 from ..errors import InputError
 from ..recipe.schema import BaseConfig
+from ..util.console import library_log_held
 from .base import resolve_base, resolve_model_path
 from .checkpoint import check_config_shapes, open_checkpoint
 from .edit_plan import meta_model, plan_edits
@@ -136,28 +137,30 @@ def load_model(
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        model, info = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch_dtype, use_safetensors=True, device_map=device_map, max_memory=max_memory,
-            offload_folder=None if offload_folder is None else str(offload_folder), output_loading_info=True,
-            **kwargs,
-        )
-    except ValueError as e:  # a Hub repo that needs its own code, or a config transformers cannot read
-        err = remote_code_error(base_cfg_or_path, e)
-        if err is not None:
-            raise err from None
-        raise InputError(f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check its "
-                         "config.json (it needs model_type, or architectures transformers knows)") from None
-    except OSError as e:  # missing safetensors, unknown repo, no network: one clear line
-        raise InputError(
-            f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check the id or folder, that "
-            "it has *.safetensors weights, your network and HF_TOKEN"
-        ) from None
-    missing = sorted(info.get("missing_keys") or [])
-    if missing:  # transformers would only warn and initialise them randomly: an edit of that is meaningless
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        raise InputError(f"base.model {str(base_cfg_or_path)!r}: the checkpoint lacks {len(missing)} weight(s) of "
-                         f"the model ({', '.join(missing[:3])}{more}); re-download or re-save the base")
+    # transformers' load report (a table of MISSING keys) is held: a failed load is our one line, the last
+    with library_log_held():
+        try:
+            model, info = AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch_dtype, use_safetensors=True, device_map=device_map, max_memory=max_memory,
+                offload_folder=None if offload_folder is None else str(offload_folder), output_loading_info=True,
+                **kwargs,
+            )
+        except ValueError as e:  # a Hub repo that needs its own code, or a config transformers cannot read
+            err = remote_code_error(base_cfg_or_path, e)
+            if err is not None:
+                raise err from None
+            raise InputError(f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check "
+                             "its config.json (it needs model_type, or architectures transformers knows)") from None
+        except OSError as e:  # missing safetensors, unknown repo, no network: one clear line
+            raise InputError(
+                f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check the id or folder, "
+                "that it has *.safetensors weights, your network and HF_TOKEN"
+            ) from None
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:  # transformers would only warn and initialise them randomly: an edit of that is meaningless
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise InputError(f"base.model {str(base_cfg_or_path)!r}: the checkpoint lacks {len(missing)} weight(s) "
+                             f"of the model ({', '.join(missing[:3])}{more}); re-download or re-save the base")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as e:
