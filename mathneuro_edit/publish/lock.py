@@ -36,7 +36,7 @@ from ..errors import InputError, MathNeuroEditError
 from ..evaluation.lm_eval_bridge import include_path_hashes
 from ..layout import LOCK_NAME
 from ..organism import organism_path
-from ..recipe.io import load_yaml, recipe_from_dict
+from ..recipe.io import dump_yaml, load_yaml, recipe_from_dict
 from ..recipe.schema import Recipe, recipe_sha256
 from ..util.files import (
     write_text_atomic,  # re-exported: the lock's and cards' atomic writer
@@ -278,7 +278,7 @@ def write_lock(out_dir: str | Path, lock: Mapping[str, Any]) -> Path:
         The written path.
     """
     text = "# Written by mathneuro-edit: the resolved recipe and the hashes that pin this run. Do not edit.\n"
-    text += yaml.safe_dump(dict(lock), sort_keys=False, allow_unicode=True)
+    text += dump_yaml(dict(lock))  # control and bidi characters (a data file's name) as escapes, never raw
     return write_text_atomic(Path(out_dir) / LOCK_NAME, text)
 
 

@@ -24,7 +24,7 @@ from ..util.paths import ORGANISM
 from .schema import Recipe, Source
 from .types import _show
 
-__all__ = ["load_recipe", "load_yaml", "recipe_from_dict", "quickstart_recipe", "recipe_fields", "MAX_RECIPE_BYTES",
+__all__ = ["load_recipe", "load_yaml", "dump_yaml", "recipe_from_dict", "quickstart_recipe", "recipe_fields", "MAX_RECIPE_BYTES",
            "MAX_DEPTH", "MAX_NODES", "MAX_INT_DIGITS"]
 
 MAX_RECIPE_BYTES = 1024 * 1024  # a recipe is a page of YAML; a lock (read with its own size limit) holds one
@@ -150,6 +150,51 @@ def _check_limits(text: str, where: str) -> None:
             add(anchors.get(event.anchor, 1), mark)
 
 
+# what a terminal or an editor would act on rather than show (util/console.py's set, line breaks and tabs aside)
+_SHOWN_ESCAPED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+class _EscapingDumper(yaml.SafeDumper):
+    r"""PyYAML's safe dumper, but a string holding a control or bidi character is written double-quoted with that
+    character as an escape (``"math\u202Etxt"``, ``"\e[31m"``): PyYAML counts the bidi overrides as printable
+    and writes them raw, so a file name could reorder what ``cat`` shows of a lock. The value read back is the
+    same string; a string without such characters is written as before (UTF-8 letters kept)."""
+
+    def analyze_scalar(self, scalar: str) -> Any:
+        if not _SHOWN_ESCAPED.search(scalar):
+            return super().analyze_scalar(scalar)
+        keep, self.allow_unicode = self.allow_unicode, False  # "special characters": double-quoted, escaped
+        try:
+            return super().analyze_scalar(scalar)
+        finally:
+            self.allow_unicode = keep
+
+    def process_scalar(self) -> None:
+        if self.analysis is None:
+            self.analysis = self.analyze_scalar(self.event.value)
+        if not _SHOWN_ESCAPED.search(self.analysis.scalar):
+            return super().process_scalar()
+        keep, self.allow_unicode = self.allow_unicode, False  # write_double_quoted escapes every non-ASCII then
+        try:
+            super().process_scalar()
+        finally:
+            self.allow_unicode = keep
+
+
+def dump_yaml(data: Any) -> str:
+    r"""``data`` as YAML (keys in their order, UTF-8 letters as they are), with every control or bidi character
+    written as an escape, so the file's bytes hold none raw; :func:`load_yaml` reads back the same data.
+
+    Example:
+        >>> print(dump_yaml({"path": "math\u202etxt.exe.txt", "name": "café"}), end="")
+        path: "math\u202Etxt.exe.txt"
+        name: café
+        >>> load_yaml(dump_yaml({"p": "a\x1b[31m\u2066b"}), "x")["p"] == "a\x1b[31m\u2066b"
+        True
+    """
+    return yaml.dump(data, Dumper=_EscapingDumper, sort_keys=False, allow_unicode=True)
+
+
 def _at(mark: Any) -> str:
     return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
 
@@ -224,6 +269,8 @@ def _set_each(data: dict[str, Any], overrides: Sequence[str], where: str) -> Non
             raise
         except (RecursionError, ValueError) as e:
             raise InputError(f"{where}: override {key.strip()}: cannot read the value ({str(e)[:120]})") from None
+        except yaml.reader.ReaderError:  # a control character YAML cannot hold (ESC in a file name): that text
+            value = raw
         except yaml.YAMLError as e:
             raise InputError(f"{where}: override {item!r}: value is not valid YAML ({e})") from None
         node: Any = data
