@@ -123,11 +123,17 @@ def test_recipe_key_gguf_file_and_sources(tiny, tmp_path, monkeypatch):
                               "edit": {"scale": 1.1}})
     with pytest.raises(InputError, match="not in the folder"):
         gguf_base.gguf_source(str(tmp_path), "missing.gguf")
-    # a Hub repo: hf_hub_download's snapshot path gives the commit recorded in the lock
+    # a Hub repo: hf_hub_download's snapshot path gives the commit recorded in the lock (the file already in the
+    # Hub cache, as after a first download: no connection is needed to use it)
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     snap = tmp_path / "models--org--repo" / "snapshots" / ("c" * 40)
     snap.mkdir(parents=True)
     (snap / "m.gguf").write_bytes(b"x")
-    import huggingface_hub
+    (tmp_path / "models--org--repo" / "refs").mkdir()
+    (tmp_path / "models--org--repo" / "refs" / "main").write_text("c" * 40)
 
     calls = []
     monkeypatch.setattr(huggingface_hub, "hf_hub_download",
