@@ -24,7 +24,7 @@ def install_lines() -> list[tuple[str, str]]:
     from mathneuro_edit.evaluation.lm_eval_bridge import _INSTALL_HINT
     from mathneuro_edit.publish.card_sections import INSTALL
 
-    sources = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "mathneuro_edit").rglob("*.py"))]
+    sources = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "recipes").glob("*.yaml")), *sorted((ROOT / "mathneuro_edit").rglob("*.py"))]
     found = []
     for path in sources:
         text = path.read_text(encoding="utf-8")
