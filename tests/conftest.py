@@ -13,6 +13,7 @@ looks at either.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import tqdm.std
@@ -23,3 +24,13 @@ from tests._real_model import gemma3, smollm2  # noqa: F401
 
 tqdm.std.tqdm.monitor_interval = 0
 tqdm.std.tqdm.set_lock(threading.RLock())
+
+# Under pytest-xdist (the README's `-n 2`), each worker gets its share of the cores: torch's default of one thread
+# per core in every worker oversubscribes them (two threads in one process were slower than one on this 2-core
+# machine: docs/performance.md "The boost search"); the CLI subprocesses tests start inherit the same limit.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
+    torch.set_num_threads(_threads)
