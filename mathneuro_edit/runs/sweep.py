@@ -268,7 +268,7 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     left_out = len(result.points) - len(pts)
     ax.set_title("sweep: math accuracy vs general KL (bars: 95% CI)"
-                 + (f"; {left_out} points ranked out before their KL was needed are not drawn" if left_out else ""),
+                 + (f"\n{left_out} points ranked out before their KL was needed are not drawn" if left_out else ""),
                  fontsize=9)
     ax.grid(alpha=0.3)
     return save_figure(fig, path)
