@@ -134,7 +134,9 @@ def test_huge_counts_are_bounded_and_the_exact_test_stays_fast(tmp_path: Path) -
     start = time.monotonic()
     code, text = _from_sweep(_write(tmp_path, data), tmp_path)
     assert code == 0, text  # 9,000 vs 11,000 of 20,000: a real gain, p far below 0.05
-    assert time.monotonic() - start < 20, "the exact test took minutes on large counts"
+    # a bound on a regression, not a benchmark: with a fresh comb per term the exact test alone took many minutes;
+    # the whole run (a tiny release) takes 5-30 s depending on the machine's load, so the bound leaves room for it
+    assert time.monotonic() - start < 150, "the exact test took minutes on large counts"
 
 
 def test_a_sweep_json_that_is_a_fifo_or_a_device_is_refused(tmp_path: Path) -> None:
