@@ -32,7 +32,7 @@ import yaml
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt, model_validator
 
 from ..organism import organism_path
-from ..util.paths import ARITHMETIC, LOCAL, ORGANISM, is_local_path
+from ..util.paths import ARITHMETIC, LOCAL, ORGANISM, is_local_path, public_override
 from .lm_eval_keys import LmEvalConfig, _migrate_lm_eval_keys
 from .types import (
     Branch,
@@ -430,6 +430,8 @@ class Recipe(_Model):
                 d[name]["math"]["path"] = section.math.public_path()
                 for src, out in zip(section.general, d[name]["general"]):
                     out["path"] = src.public_path()
+        for variant in (d.get("sweep") or {}).get("variants") or []:  # an override may name a local data file
+            variant["set"] = [public_override(o) for o in variant.get("set") or []]
         lm = self.evaluation.lm_eval if self.evaluation is not None else None
         if lm is not None and lm.include_path is not None and is_local_path(lm.include_path):
             d["evaluation"]["lm_eval"]["include_path"] = f"{LOCAL}/{Path(lm.include_path).name}"  # the lock hashes it

@@ -23,7 +23,7 @@ from ..evaluation.report import format_p
 from ..layout import SWEEP_JSON
 from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe
-from ..util.paths import LOCAL, is_local_path
+from ..util.paths import public_override
 from .pipeline import run_recipe
 
 __all__ = ["SweepEvidence", "read_sweep", "recipe_from_sweep", "run_from_sweep"]
@@ -60,7 +60,7 @@ class SweepEvidence:
         c = self.confirmation
         return {"sweep_sha256": self.sweep_sha256, "top_k": self.top_k, "scale": self.scale,
                 "variant": self.confirmation.get("variant") or "",
-                "variant_set": [_public_override(o) for o in self.confirmation.get("variant_set") or []],
+                "variant_set": [public_override(o) for o in self.confirmation.get("variant_set") or []],
                 "settings": self.n_settings,
                 "selection": {"n": len(self.selection_sha256), "problems_sha256": list(self.selection_sha256),
                               "base_correct": self.selection_base_correct,
@@ -77,23 +77,6 @@ MAX_POINTS = 10_000  # grid points of one sweep
 _SHA = re.compile(r"[0-9a-f]{64}")
 _POINT_NUMBERS = ("top_k", "scale", "selected", "math_correct", "math_total", "math_accuracy", "mcnemar_p", "holm_p",
                   "general_kl", "general_loss")
-
-
-def _public_override(override: Any) -> Any:
-    """A variant's ``KEY=VALUE`` override as the lock publishes it: a local file's path becomes ``<local>/NAME``,
-    as the recipe's own data paths do (the sweep.json keeps the path: ``run --from-sweep`` applies it).
-
-    Example:
-        >>> _public_override("data.math.path=recipes/data/a.jsonl"), _public_override("targets.include=[mlp]")
-        ('data.math.path=<local>/a.jsonl', 'targets.include=[mlp]')
-    """
-    if not isinstance(override, str) or "=" not in override:
-        return override
-    key, value = override.split("=", 1)
-    path = value.strip().strip("'\"")
-    if key.strip().endswith(".path") and path and is_local_path(path):
-        return f"{key}={LOCAL}/{Path(path).name}"
-    return override
 
 
 def _shown(value: Any, limit: int = 80) -> str:

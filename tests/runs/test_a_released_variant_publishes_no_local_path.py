@@ -4,7 +4,7 @@ lock's privacy check refused the release before: "would reveal the local path", 
 
 from __future__ import annotations
 
-from mathneuro_edit.runs.sweep_release import _public_override
+from mathneuro_edit.util.paths import public_override as _public_override
 
 
 def test_a_variant_s_local_data_path_is_published_as_its_file_name_only() -> None:
