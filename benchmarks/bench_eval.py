@@ -70,8 +70,10 @@ def main() -> None:
     recipe = quickstart_recipe(sets)
     model, tok = load_recipe_model(recipe)
     model.eval()
-    problems = [{k: p[k] for k in ("question", "answer", "prefill") if k in p}
-                for p in load_math_problems("arithmetic", args.n, 0)]
+    problems = [
+        {k: p[k] for k in ("question", "answer", "prefill") if k in p}
+        for p in load_math_problems("arithmetic", args.n, 0)
+    ]
 
     def bare_generate() -> float:
         pad_id, eos_ids = _special_ids(model, tok)
@@ -80,20 +82,33 @@ def main() -> None:
         t0 = time.process_time()
         with torch.no_grad():
             for s in range(0, len(order), args.batch):
-                ids, attn = _pad([encoded[i] for i in order[s: s + args.batch]], pad_id, "left", torch.device("cpu"))
-                model.generate(input_ids=ids, attention_mask=attn, do_sample=False,
-                               max_new_tokens=args.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_ids or None)
+                ids, attn = _pad([encoded[i] for i in order[s : s + args.batch]], pad_id, "left", torch.device("cpu"))
+                model.generate(
+                    input_ids=ids,
+                    attention_mask=attn,
+                    do_sample=False,
+                    max_new_tokens=args.max_new_tokens,
+                    pad_token_id=pad_id,
+                    eos_token_id=eos_ids or None,
+                )
         return time.process_time() - t0
 
     def ours() -> tuple[float, int]:
         t0 = time.process_time()
-        res = math_accuracy(model, tok, problems, max_new_tokens=args.max_new_tokens, batch_size=args.batch,
-                            progress=False)
+        res = math_accuracy(
+            model, tok, problems, max_new_tokens=args.max_new_tokens, batch_size=args.batch, progress=False
+        )
         return time.process_time() - t0, res.correct
 
     with torch.no_grad():  # warm-up: one batch through both paths
-        math_accuracy(model, tok, problems[: args.batch], max_new_tokens=args.max_new_tokens,
-                      batch_size=args.batch, progress=False)
+        math_accuracy(
+            model,
+            tok,
+            problems[: args.batch],
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch,
+            progress=False,
+        )
     t_gen = t_ours = 0.0
     correct = 0
     for _ in range(args.rounds):
@@ -105,12 +120,15 @@ def main() -> None:
     texts_file = Path(args.general_file)
     texts = load_texts(str(texts_file) if texts_file.is_file() else "organism:general", args.general, 0).texts
     g = torch.Generator().manual_seed(0)
-    mask = Mask({name: torch.rand(tuple(t.shape), generator=g) < 0.01
-                 for name, t in find_targets(model).items()}, {"method": "random", "top_k": 0.01})
+    mask = Mask(
+        {name: torch.rand(tuple(t.shape), generator=g) < 0.01 for name, t in find_targets(model).items()},
+        {"method": "random", "top_k": 0.01},
+    )
     math_task = MathTask("math", problems, max_new_tokens=args.max_new_tokens)
     gen_task = GeneralTask("general", texts, max_length=args.max_length)
-    base = evaluate(model, tok, [math_task, gen_task], batch_size=args.batch, progress=False,
-                    keep_base_logprobs=True)  # what sweep does
+    base = evaluate(
+        model, tok, [math_task, gen_task], batch_size=args.batch, progress=False, keep_base_logprobs=True
+    )  # what sweep does
     edit = ReversibleEdit(model, mask, 1.1)
     t0 = time.process_time()
     evaluate(model, tok, [math_task], edit=edit, base_results=base, batch_size=args.batch, progress=False)
@@ -124,17 +142,28 @@ def main() -> None:
     t_point_general_recomputed = time.process_time() - t0  # base and edited forward (before issue 21)
 
     out = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "model": Path(args.gguf).name if args.gguf else
-        "organism", "n": args.n, "max_new_tokens": args.max_new_tokens, "batch": args.batch, "rounds": args.rounds,
-        "threads": args.threads, "correct": correct, "cpu_s_generate": round(t_gen, 2),
-        "cpu_s_math_accuracy": round(t_ours, 2), "ratio_math_accuracy_to_generate": round(t_ours / t_gen, 3),
-        "general_texts": len(texts), "general_max_length": args.max_length,
-        "cpu_s_point_math": round(t_point_math, 2), "cpu_s_point_general": round(t_point_general, 2),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "model": Path(args.gguf).name if args.gguf else "organism",
+        "n": args.n,
+        "max_new_tokens": args.max_new_tokens,
+        "batch": args.batch,
+        "rounds": args.rounds,
+        "threads": args.threads,
+        "correct": correct,
+        "cpu_s_generate": round(t_gen, 2),
+        "cpu_s_math_accuracy": round(t_ours, 2),
+        "ratio_math_accuracy_to_generate": round(t_ours / t_gen, 3),
+        "general_texts": len(texts),
+        "general_max_length": args.max_length,
+        "cpu_s_point_math": round(t_point_math, 2),
+        "cpu_s_point_general": round(t_point_general, 2),
         "general_share_of_point": round(t_point_general / (t_point_math + t_point_general), 3),
         "cpu_s_point_general_base_recomputed": round(t_point_general_recomputed, 2),
         "general_share_of_point_base_recomputed": round(
-            t_point_general_recomputed / (t_point_math + t_point_general_recomputed), 3),
-        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None, "python": platform.python_version(),
+            t_point_general_recomputed / (t_point_math + t_point_general_recomputed), 3
+        ),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
         "torch": torch.__version__,
     }
     print(json.dumps(out, indent=2))

@@ -74,19 +74,25 @@ print(json.dumps({"seconds": t2 - t0, "route_seconds": t2 - t1, "peak_mib": max(
                   "imports_mib": imports, "mask_load_peak_mib": after_mask, "route_peak_mib": hwm_mib()}))
 """
 
-_STREAM = _MEASURE.replace("ROUTE", """
+_STREAM = _MEASURE.replace(
+    "ROUTE",
+    """
 from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
 workers = int(sys.argv[4])
 export_checkpoint(sys.argv[1], mask, 1.1, sys.argv[3], overwrite=True, workers=workers)
-""")
+""",
+)
 
-_NAIVE = _MEASURE.replace("ROUTE", """
+_NAIVE = _MEASURE.replace(
+    "ROUTE",
+    """
 from transformers import AutoModelForCausalLM
 from mathneuro_edit import apply_mask
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
 apply_mask(model, mask, 1.1)
 model.save_pretrained(sys.argv[3])
-""")
+""",
+)
 
 _COMPARE = r"""
 import sys, torch
@@ -116,8 +122,11 @@ def _run(code: str, *args: str) -> str:
 
 def _hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file under ``folder`` (the parallel export must be byte-identical to the sequential one)."""
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def main() -> None:
@@ -142,8 +151,10 @@ def main() -> None:
         n_params = int(_run(_BUILD, "1" if args.small else "0", str(base), str(mask), str(n_shards)))
         shards = sorted(base.glob("*.safetensors"))
         size = sum(p.stat().st_size for p in shards)
-        print(f"base: {n_params / 1e6:.0f}M parameters, {size / 2**20:.0f} MiB in {len(shards)} shards "
-              f"(built in {time.perf_counter() - t:.0f} s)")
+        print(
+            f"base: {n_params / 1e6:.0f}M parameters, {size / 2**20:.0f} MiB in {len(shards)} shards "
+            f"(built in {time.perf_counter() - t:.0f} s)"
+        )
         for p in shards:  # warm the page cache: both routes then read from memory
             p.read_bytes()
 
@@ -157,26 +168,34 @@ def main() -> None:
         print(f"outputs identical: {n} tensors compared bit for bit")
 
         for route, r in results.items():
-            print(f"{route:>9}: {r['seconds']:6.1f} s (after loading the mask {r['route_seconds']:.1f} s), "
-                  f"peak RSS {r['peak_mib']:6.0f} MiB (imports {r['imports_mib']:.0f}, "
-                  f"Mask.load peak {r['mask_load_peak_mib']:.0f}, peak after loading the mask {r['route_peak_mib']:.0f})")
+            print(
+                f"{route:>9}: {r['seconds']:6.1f} s (after loading the mask {r['route_seconds']:.1f} s), "
+                f"peak RSS {r['peak_mib']:6.0f} MiB (imports {r['imports_mib']:.0f}, "
+                f"Mask.load peak {r['mask_load_peak_mib']:.0f}, peak after loading the mask {r['route_peak_mib']:.0f})"
+            )
         s, nv = results["stream"], results["naive"]
         budget = (0.25 * size + 300 * 10**6) / 2**20
         print(f"time ratio stream/naive: {s['seconds'] / nv['seconds']:.2f} (target <= 1.0)")
-        print(f"peak RSS ratio stream/naive: {s['peak_mib'] / nv['peak_mib']:.2f}; after loading the mask: "
-              f"{s['route_peak_mib'] / nv['route_peak_mib']:.2f}")
+        print(
+            f"peak RSS ratio stream/naive: {s['peak_mib'] / nv['peak_mib']:.2f}; after loading the mask: "
+            f"{s['route_peak_mib'] / nv['route_peak_mib']:.2f}"
+        )
         for what in ("peak_mib", "route_peak_mib"):
-            print(f"stream {what}: {s[what]:.0f} MiB = {s[what] * 2**20 / size:.2f} x checkpoint; target <= 0.25 x "
-                  f"size + 300 MB = {budget:.0f} MiB: {'met' if s[what] <= budget else 'NOT met'}")
+            print(
+                f"stream {what}: {s[what]:.0f} MiB = {s[what] * 2**20 / size:.2f} x checkpoint; target <= 0.25 x "
+                f"size + 300 MB = {budget:.0f} MiB: {'met' if s[what] <= budget else 'NOT met'}"
+            )
         if args.workers > 1:
             w = results[f"stream-w{args.workers}"]
             same = _hashes(work / "stream") == _hashes(work / f"stream-w{args.workers}")
             print(f"workers={args.workers} output byte-identical to workers=1: {same}")
-            print(f"time ratio workers={args.workers}/workers=1: {w['seconds'] / s['seconds']:.2f}; after loading the "
-                  f"mask: {w['route_seconds'] / s['route_seconds']:.2f} (speed-up "
-                  f"{s['route_seconds'] / w['route_seconds']:.2f}x); "
-                  f"peak RSS ratio: {w['peak_mib'] / s['peak_mib']:.2f}, "
-                  f"after loading the mask: {w['route_peak_mib'] / s['route_peak_mib']:.2f}")
+            print(
+                f"time ratio workers={args.workers}/workers=1: {w['seconds'] / s['seconds']:.2f}; after loading the "
+                f"mask: {w['route_seconds'] / s['route_seconds']:.2f} (speed-up "
+                f"{s['route_seconds'] / w['route_seconds']:.2f}x); "
+                f"peak RSS ratio: {w['peak_mib'] / s['peak_mib']:.2f}, "
+                f"after loading the mask: {w['route_peak_mib'] / s['route_peak_mib']:.2f}"
+            )
             if not same:
                 raise SystemExit("parallel export differs from the sequential one")
     finally:

@@ -26,8 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-PROMPTS = ["Question: Tom has 3 apples and buys 4 more. How many apples does he have?\nAnswer:",
-           "The capital of France is", "12 * 7 ="]
+PROMPTS = [
+    "Question: Tom has 3 apples and buys 4 more. How many apples does he have?\nAnswer:",
+    "The capital of France is",
+    "12 * 7 =",
+]
 
 
 def _peak_rss(folder: Path, out: Path, qtype: str) -> dict:
@@ -76,8 +79,10 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(base)
     size_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
     print(f"base: {sum(p.numel() for p in model.parameters()):,} parameters, {size_mb:.0f} MiB in memory")
-    math = [(lambda r: r["question"] + "\n" + r["answer"])(json.loads(line))
-            for line in Path(a.math).read_text().splitlines()[: a.samples]]
+    math = [
+        (lambda r: r["question"] + "\n" + r["answer"])(json.loads(line))
+        for line in Path(a.math).read_text().splitlines()[: a.samples]
+    ]
     general = [t for t in Path(a.general).read_text().split("\n") if len(t) > 200][: a.samples]
     kw = dict(max_length=128, batch_size=4, progress=False)
     mask = find_math_params(model, calibrate(model, tok, math, **kw), calibrate(model, tok, general, **kw), top_k=0.05)
@@ -91,9 +96,11 @@ def main() -> None:
         path = out / f"model-{qtype}.gguf"
         rss = _peak_rss(out, work / f"alone-{qtype}.gguf", qtype)
         same = (work / f"alone-{qtype}.gguf").read_bytes() == path.read_bytes()
-        print(f"\n{qtype}: {path.stat().st_size / 2**20:.1f} MiB, export+gguf {dt:.1f} s; gguf alone: peak RSS "
-              f"{rss['peak_mb']:.0f} MiB (baseline after imports {rss['baseline_mb']:.0f} MiB, model {size_mb:.0f} MiB);"
-              f" re-written file byte-identical: {same}")
+        print(
+            f"\n{qtype}: {path.stat().st_size / 2**20:.1f} MiB, export+gguf {dt:.1f} s; gguf alone: peak RSS "
+            f"{rss['peak_mb']:.0f} MiB (baseline after imports {rss['baseline_mb']:.0f} MiB, model {size_mb:.0f} MiB);"
+            f" re-written file byte-identical: {same}"
+        )
         baked = AutoModelForCausalLM.from_pretrained(out).eval()
         got = AutoModelForCausalLM.from_pretrained(out, gguf_file=path.name).eval()
         exact, worst = True, 0.0
@@ -102,13 +109,16 @@ def main() -> None:
             if v.ndim == 1:
                 want = v
             else:
-                t = gguf.GGMLQuantizationType["Q8_0" if qtype.startswith(("Q4", "Q5")) and ("embed" in k or "lm_head" in k)
-                                                 else qtype]
+                t = gguf.GGMLQuantizationType[
+                    "Q8_0" if qtype.startswith(("Q4", "Q5")) and ("embed" in k or "lm_head" in k) else qtype
+                ]
                 want = torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(v.float().numpy(), t), t))
             exact &= torch.equal(gs[k].float(), want.float())
             worst = max(worst, float((gs[k].float() - v.float()).abs().max() / v.float().abs().max()))
-        print(f"transformers: {len(gs)} tensors == quantize->dequantize of the baked ones: {exact}; "
-              f"max |GGUF - baked| / max|baked| = {worst:.4f}")
+        print(
+            f"transformers: {len(gs)} tensors == quantize->dequantize of the baked ones: {exact}; "
+            f"max |GGUF - baked| / max|baked| = {worst:.4f}"
+        )
         try:
             import llama_cpp
         except ImportError:
@@ -116,11 +126,12 @@ def main() -> None:
             continue
         llm = llama_cpp.Llama(model_path=str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
         for prompt in PROMPTS:
-            text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                           add_generation_prompt=True)
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
             ids = tok(text, add_special_tokens=False).input_ids
             cpp_ids = llm.tokenize(text.encode(), add_bos=False, special=True)
-            hf_out = got.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)[0, len(ids):].tolist()
+            hf_out = got.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)[0, len(ids) :].tolist()
             cpp_out = []
             for t in llm.generate(ids, temp=0.0, top_k=1, reset=True):
                 cpp_out.append(int(t))
@@ -131,9 +142,11 @@ def main() -> None:
             llm.eval(ids)
             cpp = np.array(llm.scores[: len(ids)])
             hf = got(torch.tensor([ids])).logits[0].detach().numpy()
-            print(f"llama.cpp {prompt[:30]!r}: tokens equal {cpp_ids == ids}; greedy equal {cpp_out == hf_out} "
-                  f"({tok.decode(cpp_out)!r}); max |logit diff| {np.abs(cpp - hf).max():.4f} (logit range "
-                  f"{np.abs(hf).max():.1f})")
+            print(
+                f"llama.cpp {prompt[:30]!r}: tokens equal {cpp_ids == ids}; greedy equal {cpp_out == hf_out} "
+                f"({tok.decode(cpp_out)!r}); max |logit diff| {np.abs(cpp - hf).max():.4f} (logit range "
+                f"{np.abs(hf).max():.1f})"
+            )
 
 
 if __name__ == "__main__":

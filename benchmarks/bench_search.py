@@ -37,7 +37,7 @@ def _problems(recipe, n):
 
     pool = arithmetic_problems(POOL_SIZE, seed=0)
     ev = recipe.evaluation
-    return pool[10_000 - ev.n_shot: 10_000], pool[10_000: 10_000 + n]
+    return pool[10_000 - ev.n_shot : 10_000], pool[10_000 : 10_000 + n]
 
 
 def _engine_child(args) -> None:
@@ -52,14 +52,37 @@ def _engine_child(args) -> None:
     model, tok = load_model(args.gguf, dtype="float32")
     ev = recipe.evaluation
     t, c = time.time(), time.process_time()
-    math_outcomes(model, tok, problems[args.a: args.b], shots=shots, chat_template=ev.chat_template,
-                  prompt_style=ev.prompt_style, max_new_tokens=ev.max_new_tokens, batch_size=64)
+    math_outcomes(
+        model,
+        tok,
+        problems[args.a : args.b],
+        shots=shots,
+        chat_template=ev.chat_template,
+        prompt_style=ev.prompt_style,
+        max_new_tokens=ev.max_new_tokens,
+        batch_size=64,
+    )
     print(json.dumps({"wall": time.time() - t, "cpu": time.process_time() - c}))
 
 
 def _child(args, threads: int, a: int, b: int) -> subprocess.Popen:
-    cmd = [sys.executable, __file__, "--child", "--gguf", args.gguf, "--recipe", args.recipe, "--n", str(args.n),
-           "--threads", str(threads), "--a", str(a), "--b", str(b)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--gguf",
+        args.gguf,
+        "--recipe",
+        args.recipe,
+        "--n",
+        str(args.n),
+        "--threads",
+        str(threads),
+        "--a",
+        str(a),
+        "--b",
+        str(b),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
 
@@ -90,8 +113,14 @@ def search_cost(folder: Path) -> dict | None:
     block_cpu = sum(b.get("cpu_s", 0.0) for b in blocks)
     unrecorded = sum(1 for b in blocks if "cpu_s" not in b)
     naive = data["selection"]["n"] * (points + 1) + (2 * conf["n"] if conf else 0)
-    return {"cpu_s": cpu, "evals": evals, "naive_evals": naive, "points": points, "block_cpu_s": block_cpu,
-            "unrecorded_blocks": unrecorded}
+    return {
+        "cpu_s": cpu,
+        "evals": evals,
+        "naive_evals": naive,
+        "points": points,
+        "block_cpu_s": block_cpu,
+        "unrecorded_blocks": unrecorded,
+    }
 
 
 def main() -> int:
@@ -119,15 +148,30 @@ def main() -> int:
     shots, problems = _problems(recipe, args.n)
     torch.set_num_threads(1)  # the engines side by side on one thread (2 threads: part 2)
     model, tok = load_model(args.gguf, dtype="float32")
-    task = MathTask("m", problems, n_shot=len(shots), shots=shots, max_new_tokens=ev.max_new_tokens,
-                    chat_template=ev.chat_template, prompt_style=ev.prompt_style)
+    task = MathTask(
+        "m",
+        problems,
+        n_shot=len(shots),
+        shots=shots,
+        max_new_tokens=ev.max_new_tokens,
+        chat_template=ev.chat_template,
+        prompt_style=ev.prompt_style,
+    )
     c = time.process_time()
     with _eval_mode(model):
         ref = _run_math(model, tok, task, 64, False, "generate")
     gen_cpu = time.process_time() - c
     c = time.process_time()
-    correct, completions = math_outcomes(model, tok, problems, shots=shots, chat_template=ev.chat_template,
-                                         prompt_style=ev.prompt_style, max_new_tokens=ev.max_new_tokens, batch_size=64)
+    correct, completions = math_outcomes(
+        model,
+        tok,
+        problems,
+        shots=shots,
+        chat_template=ev.chat_template,
+        prompt_style=ev.prompt_style,
+        max_new_tokens=ev.max_new_tokens,
+        batch_size=64,
+    )
     fast_cpu = time.process_time() - c
     same = completions == [p.completion for p in ref.predictions]
     n = len(problems)
@@ -155,8 +199,10 @@ def main() -> int:
             per = gen_cpu / n
             print(f"\n| full search | value |\n|---|---|")
             print(f"| CPU minutes (all logged invocations, runs.jsonl) | {cost['cpu_s'] / 60:.1f} |")
-            print(f"| CPU minutes of the evaluated blocks (cache) | {cost['block_cpu_s'] / 60:.1f} "
-                  f"({cost['unrecorded_blocks']} blocks without a recorded cost) |")
+            print(
+                f"| CPU minutes of the evaluated blocks (cache) | {cost['block_cpu_s'] / 60:.1f} "
+                f"({cost['unrecorded_blocks']} blocks without a recorded cost) |"
+            )
             print(f"| problem evaluations (base, rounds, confirmation) | {cost['evals']:,} |")
             print(f"| the same grid without successive halving | {cost['naive_evals']:,} |")
             print(f"| as bare generate would cost (this run's rate) | {cost['evals'] * per / 60:.1f} CPU min |")

@@ -36,12 +36,27 @@ def _config(smoke: bool):
     from transformers import LlamaConfig
 
     if smoke:
-        return LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+        return LlamaConfig(
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=False,
+        )
     # Llama-3.2-1B's shape (1.24B parameters, tied embeddings)
-    return LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                       num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=True,
-                       rope_theta=500000.0, max_position_embeddings=4096)
+    return LlamaConfig(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=True,
+        rope_theta=500000.0,
+        max_position_embeddings=4096,
+    )
 
 
 class _Tok:
@@ -101,8 +116,16 @@ def _dp_worker(args) -> None:
     model = model.to("cpu" if args.cpu_smoke else local_device()).eval()
     texts, tok, _ = _data(args.samples, args.tokens, model.config.vocab_size)
     t0 = time.perf_counter()
-    calibrate_distributed(model, tok, texts, out=args.stats_out, max_length=args.tokens, batch_size=args.batch,
-                          progress=False, timeout_s=300)
+    calibrate_distributed(
+        model,
+        tok,
+        texts,
+        out=args.stats_out,
+        max_length=args.tokens,
+        batch_size=args.batch,
+        progress=False,
+        timeout_s=300,
+    )
     _sync(next(model.parameters()).device)
     print(json.dumps({"dp_seconds": time.perf_counter() - t0, "backend": torch.distributed.get_backend()}))
 
@@ -140,15 +163,33 @@ def run(args) -> dict:
     forward(), calib()  # warm-up: kernels, allocator, lazy imports
     t_fwd, mem_fwd = _timed(forward, device, args.repeat)
     t_cal, mem_cal = _timed(calib, device, args.repeat)
-    plan = plan_from_config(cfg.to_dict(), dtype=str(dtype).removeprefix("torch."), batch_size=args.batch,
-                            max_length=args.tokens)
+    plan = plan_from_config(
+        cfg.to_dict(), dtype=str(dtype).removeprefix("torch."), batch_size=args.batch, max_length=args.tokens
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)  # safetensors; the worker loads it with mathneuro_edit.weights.loading
         out = Path(tmp) / "dp.stats.safetensors"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", __file__,
-               "--dp-worker", "--model-dir", tmp, "--stats-out", str(out), "--samples", str(args.samples),
-               "--tokens", str(args.tokens), "--batch", str(args.batch)] + (["--cpu-smoke"] if args.cpu_smoke else [])
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "1",
+            __file__,
+            "--dp-worker",
+            "--model-dir",
+            tmp,
+            "--stats-out",
+            str(out),
+            "--samples",
+            str(args.samples),
+            "--tokens",
+            str(args.tokens),
+            "--batch",
+            str(args.batch),
+        ] + (["--cpu-smoke"] if args.cpu_smoke else [])
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         dp_wall = time.perf_counter() - t0
@@ -157,8 +198,11 @@ def run(args) -> dict:
         dp = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
         dp_stats = ActivationStats.load(out)
     ref = stats[0]
-    dp_equal = all(torch.allclose(dp_stats.norm_sum[n], ref.norm_sum[n], rtol=1e-4, atol=1e-4)
-                   and torch.equal(dp_stats.token_count[n], ref.token_count[n]) for n in ref.targets)
+    dp_equal = all(
+        torch.allclose(dp_stats.norm_sum[n], ref.norm_sum[n], rtol=1e-4, atol=1e-4)
+        and torch.equal(dp_stats.token_count[n], ref.token_count[n])
+        for n in ref.targets
+    )
     tokens = args.samples * args.tokens
     return {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -166,30 +210,51 @@ def run(args) -> dict:
         "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
         "model": f"random Llama, {n_params / 1e6:,.1f}M parameters, {str(dtype).removeprefix('torch.')}",
         "workload": f"{args.samples} samples x {args.tokens} tokens, batch {args.batch}, best of {args.repeat}",
-        "forward_s": round(t_fwd, 4), "calibrate_s": round(t_cal, 4), "ratio": round(t_cal / t_fwd, 3),
-        "calibrate_tokens_per_s": round(tokens / t_cal), "forward_tokens_per_s": round(tokens / t_fwd),
-        "peak_mem_forward_gb": round(mem_fwd / 1e9, 2), "peak_mem_calibrate_gb": round(mem_cal / 1e9, 2),
+        "forward_s": round(t_fwd, 4),
+        "calibrate_s": round(t_cal, 4),
+        "ratio": round(t_cal / t_fwd, 3),
+        "calibrate_tokens_per_s": round(tokens / t_cal),
+        "forward_tokens_per_s": round(tokens / t_fwd),
+        "peak_mem_forward_gb": round(mem_fwd / 1e9, 2),
+        "peak_mem_calibrate_gb": round(mem_cal / 1e9, 2),
         "planner_calibration_peak_gb": round(plan.calibration_peak_bytes / 1e9, 2),
-        "dp_backend": dp["backend"], "dp_calibrate_s": round(dp["dp_seconds"], 4),
-        "dp_wall_s_with_startup": round(dp_wall, 1), "dp_equals_single_process": dp_equal,
+        "dp_backend": dp["backend"],
+        "dp_calibrate_s": round(dp["dp_seconds"], 4),
+        "dp_wall_s_with_startup": round(dp_wall, 1),
+        "dp_equals_single_process": dp_equal,
     }
 
 
 def to_markdown(r: dict) -> str:
     target = "meets" if r["ratio"] <= 1.1 else "MISSES"
     rows = [
-        ("calibrate / forward time", f"{r['ratio']}x ({target} the <= 1.1x target); "
-                                     f"{r['calibrate_s']} s vs {r['forward_s']} s"),
+        (
+            "calibrate / forward time",
+            f"{r['ratio']}x ({target} the <= 1.1x target); {r['calibrate_s']} s vs {r['forward_s']} s",
+        ),
         ("tokens per second", f"calibrate {r['calibrate_tokens_per_s']:,}, forward {r['forward_tokens_per_s']:,}"),
-        ("peak GPU memory", "n/a on CPU" if r["device"].startswith("cpu") else
-         f"calibrate {r['peak_mem_calibrate_gb']} GB, forward {r['peak_mem_forward_gb']} GB; "
-         f"planner estimate {r['planner_calibration_peak_gb']} GB"),
-        ("data-parallel, 1 rank", f"{r['dp_backend']}, calibrate {r['dp_calibrate_s']} s "
-                                  f"({r['dp_wall_s_with_startup']} s with torchrun start-up); equals single "
-                                  f"process: {r['dp_equals_single_process']}"),
+        (
+            "peak GPU memory",
+            "n/a on CPU"
+            if r["device"].startswith("cpu")
+            else f"calibrate {r['peak_mem_calibrate_gb']} GB, forward {r['peak_mem_forward_gb']} GB; "
+            f"planner estimate {r['planner_calibration_peak_gb']} GB",
+        ),
+        (
+            "data-parallel, 1 rank",
+            f"{r['dp_backend']}, calibrate {r['dp_calibrate_s']} s "
+            f"({r['dp_wall_s_with_startup']} s with torchrun start-up); equals single "
+            f"process: {r['dp_equals_single_process']}",
+        ),
     ]
-    lines = [f"## gpu_check, {r['date']}, {r['device']}", "",
-             f"{r['model']}; {r['workload']}; {r['versions']}.", "", "| measure | result |", "|---|---|"]
+    lines = [
+        f"## gpu_check, {r['date']}, {r['device']}",
+        "",
+        f"{r['model']}; {r['workload']}; {r['versions']}.",
+        "",
+        "| measure | result |",
+        "|---|---|",
+    ]
     lines += [f"| {a} | {b} |" for a, b in rows]
     return "\n".join(lines) + "\n"
 

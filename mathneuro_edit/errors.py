@@ -31,7 +31,6 @@ class OutputBusyError(InputError):
     """Another live run holds the output's lock file."""
 
 
-
 class LockMismatchError(MathNeuroEditError):
     """A lock whose fields disagree with its recipe hash (edited after the run): exit 1, naming the field."""
 
@@ -48,7 +47,6 @@ class NoSpaceError(InputError):
         super().__init__(message)
         self.os_error = os_error
         self.needed = needed
-
 
 
 class Terminated(KeyboardInterrupt):

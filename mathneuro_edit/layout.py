@@ -21,8 +21,21 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
-    "LOCK_NAME", "MASK_NAME", "EVAL_NAME", "LM_EVAL_RESULTS", "STATS_DIR", "MATH_STATS_NAME", "CHECKPOINT_DIR", "ADAPTER_DIR",
-    "OUTPUT_DIRS", "SWEEP_JSON", "SWEEP_CSV", "SWEEP_PNG", "CONSISTENCY_JSON", "general_stats_name", "general_stats_files",
+    "LOCK_NAME",
+    "MASK_NAME",
+    "EVAL_NAME",
+    "LM_EVAL_RESULTS",
+    "STATS_DIR",
+    "MATH_STATS_NAME",
+    "CHECKPOINT_DIR",
+    "ADAPTER_DIR",
+    "OUTPUT_DIRS",
+    "SWEEP_JSON",
+    "SWEEP_CSV",
+    "SWEEP_PNG",
+    "CONSISTENCY_JSON",
+    "general_stats_name",
+    "general_stats_files",
 ]
 
 LOCK_NAME = "mathneuro_recipe.lock.yaml"
@@ -54,6 +67,7 @@ def general_stats_name(i: int) -> str:
 
 def general_stats_files(folder: str | Path) -> list[Path]:
     """The general statistics files of a statistics folder, in set order (``general-0``, ``general-1``, ...)."""
+
     def index(p: Path) -> tuple[int, str]:
         digits = p.name.removeprefix("general-").split(".", 1)[0]
         return (int(digits), p.name) if digits.isdigit() else (1 << 62, p.name)

@@ -32,8 +32,18 @@ def main() -> int:
     ap.add_argument("sets", nargs="*", help="extra key=value overrides")
     a = ap.parse_args()
     out = Path(a.out or f"docs/data/search-{a.model}")
-    cmd = [sys.executable, "-m", "mathneuro_edit.cli", "sweep", RECIPES[a.model], "--out", str(out),
-           "--set", f"base.model={a.gguf}", *[x for s in a.sets for x in ("--set", s)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mathneuro_edit.cli",
+        "sweep",
+        RECIPES[a.model],
+        "--out",
+        str(out),
+        "--set",
+        f"base.model={a.gguf}",
+        *[x for s in a.sets for x in ("--set", s)],
+    ]
     t0 = time.time()
     child = subprocess.Popen(cmd)
 
@@ -46,9 +56,18 @@ def main() -> int:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "runs.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
-                            "wall_s": round(time.time() - t0, 1), "cpu_s": round(ru.ru_utime + ru.ru_stime, 1),
-                            "exit": rc, "threads": os.environ.get("OMP_NUM_THREADS", "default")}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+                    "wall_s": round(time.time() - t0, 1),
+                    "cpu_s": round(ru.ru_utime + ru.ru_stime, 1),
+                    "exit": rc,
+                    "threads": os.environ.get("OMP_NUM_THREADS", "default"),
+                }
+            )
+            + "\n"
+        )
     return rc
 
 

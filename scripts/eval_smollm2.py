@@ -36,8 +36,13 @@ def main() -> None:
     ap.add_argument("--gsm8k", type=int, default=50, help="GSM8K test problems (0: skip)")
     ap.add_argument("--gsm8k-tokens", type=int, default=256)
     ap.add_argument("--plain", action="store_true", help="also the plain Question:/Answer: prompt on arithmetic")
-    ap.add_argument("--no-prefill", type=int, default=0, metavar="N",
-                    help="also N arithmetic problems without the prefill (chat and plain; 48 new tokens)")
+    ap.add_argument(
+        "--no-prefill",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N arithmetic problems without the prefill (chat and plain; 48 new tokens)",
+    )
     # why 1: on a shared or small CPU, 2+ OpenMP threads can spin-wait and run several times slower
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, help="write every task's rows (eval.json format)")
@@ -60,8 +65,13 @@ def main() -> None:
         tasks.append(MathTask("arithmetic (plain prompt, no prefill)", bare, max_new_tokens=48, chat_template=False))
     if args.gsm8k:
         gsm = load_math_problems(str(ROOT / "recipes/data/gsm8k_test_300.jsonl"), args.gsm8k, seed=0)
-        tasks.append(MathTask("gsm8k (chat, 0-shot)", [{k: p[k] for k in keys if k in p} for p in gsm],
-                              max_new_tokens=args.gsm8k_tokens))
+        tasks.append(
+            MathTask(
+                "gsm8k (chat, 0-shot)",
+                [{k: p[k] for k in keys if k in p} for p in gsm],
+                max_new_tokens=args.gsm8k_tokens,
+            )
+        )
     out = {}
     for task in tasks:
         t = time.time()

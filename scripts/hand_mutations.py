@@ -24,170 +24,319 @@ ROOT = Path(__file__).resolve().parents[1]
 # label: (file, original text, mutated text, tests that must fail)
 MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     "card-drops-recipe-sha256-row": (
-        "mathneuro_edit/publish/card.py", '| recipe sha256 | `{lock.get("recipe_sha256", "")}` |\n', "",
-        ["tests/publish/test_card.py::test_checkpoint_card_metadata_parses_back"]),
+        "mathneuro_edit/publish/card.py",
+        '| recipe sha256 | `{lock.get("recipe_sha256", "")}` |\n',
+        "",
+        ["tests/publish/test_card.py::test_checkpoint_card_metadata_parses_back"],
+    ),
     "front": ("mathneuro_edit/runs/sweep_procedure.py", "if not dominated:", "if True:", ["tests/runs/test_sweep.py"]),
-    "budget": ("mathneuro_edit/runs/sweep_procedure.py", "p.general_kl <= kl_budget and ", "", ["tests/runs/test_sweep.py"]),
-    "confirm-either-direction": ("mathneuro_edit/runs/sweep_procedure.py", "return b, c, p, c > b and p < alpha",
-                                 "return b, c, p, p < alpha", ["tests/runs/test_sweep_procedure.py", "tests/runs/test_sweep.py"]),
-    "holm-without-running-max": ("mathneuro_edit/evaluation/significance.py",
-                                 "running = max(running, min(1.0, (m - rank) * ps[i]))",
-                                 "running = min(1.0, (m - rank) * ps[i])", ["tests/runs/test_sweep_procedure.py"]),
-    "row-lowest-k": ("mathneuro_edit/engine/mask.py", "return [top_fraction(scores, k_of",
-                     "return [top_fraction(-scores, k_of", ["tests/engine/test_regressions.py"]),
-    "wanda-is-l2": ("mathneuro_edit/engine/mask.py", ".statistic(name, statistic)", '.statistic(name, "l2")',
-                    ["tests/engine/test_regressions.py"]),
-    "wanda-stat-is-l2": ("mathneuro_edit/engine/stats.py",
-                         'return self.norm_sum[name] if kind == "l2" else self.sq_sum[name].sqrt()',
-                         "return self.norm_sum[name]", ["tests/engine/test_regressions.py"]),
-    "jaccard-is-containment": ("mathneuro_edit/runs/consistency.py", "union += int((x | y).sum())",
-                               "union += int(x.sum())", ["tests/runs/test_consistency.py"]),
-    "first-general-only": ("mathneuro_edit/engine/mask.py", "for gs in generals:", "for gs in generals[:1]:",
-                           ["tests/engine/test_regressions.py"]),
+    "budget": (
+        "mathneuro_edit/runs/sweep_procedure.py",
+        "p.general_kl <= kl_budget and ",
+        "",
+        ["tests/runs/test_sweep.py"],
+    ),
+    "confirm-either-direction": (
+        "mathneuro_edit/runs/sweep_procedure.py",
+        "return b, c, p, c > b and p < alpha",
+        "return b, c, p, p < alpha",
+        ["tests/runs/test_sweep_procedure.py", "tests/runs/test_sweep.py"],
+    ),
+    "holm-without-running-max": (
+        "mathneuro_edit/evaluation/significance.py",
+        "running = max(running, min(1.0, (m - rank) * ps[i]))",
+        "running = min(1.0, (m - rank) * ps[i])",
+        ["tests/runs/test_sweep_procedure.py"],
+    ),
+    "row-lowest-k": (
+        "mathneuro_edit/engine/mask.py",
+        "return [top_fraction(scores, k_of",
+        "return [top_fraction(-scores, k_of",
+        ["tests/engine/test_regressions.py"],
+    ),
+    "wanda-is-l2": (
+        "mathneuro_edit/engine/mask.py",
+        ".statistic(name, statistic)",
+        '.statistic(name, "l2")',
+        ["tests/engine/test_regressions.py"],
+    ),
+    "wanda-stat-is-l2": (
+        "mathneuro_edit/engine/stats.py",
+        'return self.norm_sum[name] if kind == "l2" else self.sq_sum[name].sqrt()',
+        "return self.norm_sum[name]",
+        ["tests/engine/test_regressions.py"],
+    ),
+    "jaccard-is-containment": (
+        "mathneuro_edit/runs/consistency.py",
+        "union += int((x | y).sum())",
+        "union += int(x.sum())",
+        ["tests/runs/test_consistency.py"],
+    ),
+    "first-general-only": (
+        "mathneuro_edit/engine/mask.py",
+        "for gs in generals:",
+        "for gs in generals[:1]:",
+        ["tests/engine/test_regressions.py"],
+    ),
     # issue 28 item 5: mask.reference official (the released script's arithmetic)
-    "official-sums-in-float32": ("mathneuro_edit/engine/official.py", "torch.zeros_like(w, memory_format",
-                                 "torch.zeros_like(w, dtype=torch.float32, memory_format",
-        ["tests/engine/test_official.py"]),
-    "official-fused-product-and-sum": ("mathneuro_edit/engine/official.py",
-                                       "tmp.mul_(self.norms[name].to(w.device))  #",
-                                       "acc.addcmul_(tmp, self.norms[name].to(w.device)); continue  #",
-        ["tests/engine/test_official.py"]),
-    "official-norm-in-float32": ("mathneuro_edit/engine/official.py", "x.norm(p=2, dim=1).to(torch.bfloat16)",
-                                 "x.float().norm(p=2, dim=1)",
-        ["tests/engine/test_official.py"]),
-    "official-longest-first": ("mathneuro_edit/engine/official.py",
-                               "ids, truncated = _tokenize(tokenizer, texts, max_length)\n",
-                               "ids, truncated = _tokenize(tokenizer, texts, max_length)\n"
-                               "    ids = sorted(ids, key=len, reverse=True)\n",
-        ["tests/engine/test_official.py"]),
-    "official-ties-to-higher-index": ("mathneuro_edit/engine/official.py",
-                                      "top_fraction_flat(flat, [k_of(k, flat.numel()) for k in top_ks])):",
-                                      "[s.flip(0) for s in top_fraction_flat(flat.flip(0), "
-                                      "[k_of(k, flat.numel()) for k in top_ks])]):",
-        ["tests/engine/test_official.py"]),
-    "official-tied-head-scored": ("mathneuro_edit/engine/official.py",
-                                  "find_targets(model, include=include, exclude=exclude).items()",
-                                  "find_targets(model, include=include, exclude=exclude, "
-                                  "include_tied_lm_head=True).items()",
-        ["tests/engine/test_official.py"]),
-    "official-embed-scored": ("mathneuro_edit/engine/official.py", ' and "embed" not in name\n', "\n",
-        ["tests/engine/test_official.py"]),
-    "run-ignores-official": ("mathneuro_edit/runs/pipeline.py", 'if m.reference == "official":  # its own',
-                             'if False:  # its own', ["tests/runs/test_official_recipe.py"]),
+    "official-sums-in-float32": (
+        "mathneuro_edit/engine/official.py",
+        "torch.zeros_like(w, memory_format",
+        "torch.zeros_like(w, dtype=torch.float32, memory_format",
+        ["tests/engine/test_official.py"],
+    ),
+    "official-fused-product-and-sum": (
+        "mathneuro_edit/engine/official.py",
+        "tmp.mul_(self.norms[name].to(w.device))  #",
+        "acc.addcmul_(tmp, self.norms[name].to(w.device)); continue  #",
+        ["tests/engine/test_official.py"],
+    ),
+    "official-norm-in-float32": (
+        "mathneuro_edit/engine/official.py",
+        "x.norm(p=2, dim=1).to(torch.bfloat16)",
+        "x.float().norm(p=2, dim=1)",
+        ["tests/engine/test_official.py"],
+    ),
+    "official-longest-first": (
+        "mathneuro_edit/engine/official.py",
+        "ids, truncated = _tokenize(tokenizer, texts, max_length)\n",
+        "ids, truncated = _tokenize(tokenizer, texts, max_length)\n    ids = sorted(ids, key=len, reverse=True)\n",
+        ["tests/engine/test_official.py"],
+    ),
+    "official-ties-to-higher-index": (
+        "mathneuro_edit/engine/official.py",
+        "top_fraction_flat(flat, [k_of(k, flat.numel()) for k in top_ks])):",
+        "[s.flip(0) for s in top_fraction_flat(flat.flip(0), [k_of(k, flat.numel()) for k in top_ks])]):",
+        ["tests/engine/test_official.py"],
+    ),
+    "official-tied-head-scored": (
+        "mathneuro_edit/engine/official.py",
+        "find_targets(model, include=include, exclude=exclude).items()",
+        "find_targets(model, include=include, exclude=exclude, include_tied_lm_head=True).items()",
+        ["tests/engine/test_official.py"],
+    ),
+    "official-embed-scored": (
+        "mathneuro_edit/engine/official.py",
+        ' and "embed" not in name\n',
+        "\n",
+        ["tests/engine/test_official.py"],
+    ),
+    "run-ignores-official": (
+        "mathneuro_edit/runs/pipeline.py",
+        'if m.reference == "official":  # its own',
+        "if False:  # its own",
+        ["tests/runs/test_official_recipe.py"],
+    ),
     # issue 24: the GGUF of every family (tests that fail without llama.cpp too, so the run needs no build)
-    "gguf-experts-stacked-reversed": ("mathneuro_edit/weights/gguf_writer.py",
-                                      "names = tuple(members[i] for i in range(n_experts))",
-                                      "names = tuple(members[i] for i in reversed(range(n_experts)))",
-                                      ["tests/weights/test_gguf_moe.py"]),
-    "gguf-longrope-factors-swapped": ("mathneuro_edit/weights/gguf_writer.py",
-                                      'return long if name.startswith("rope_factors_long") else short',
-                                      'return short if name.startswith("rope_factors_long") else long',
-                                      ["tests/weights/test_gguf_rope.py"]),
-    "gguf-gpt2-c-proj-not-transposed": ("mathneuro_edit/weights/gguf_arch/dense.py",
-                                        '".c_attn.weight", ".c_proj.weight", ".c_fc.weight"',
-                                        '".c_attn.weight", ".c_fc.weight"', ["tests/weights/test_gguf_gpt2.py"]),
-    "gguf-gemma-norms-not-shifted": ("mathneuro_edit/weights/gguf_arch/gemma.py", "return 1.0 if cfg.get(",
-                                     "return 0.0 if cfg.get(", ["tests/runs/test_families.py::"
-                                                                "test_family_row_is_run_and_matches_the_doc"]),
-    "gguf-spm-scores-flat": ("mathneuro_edit/weights/gguf_vocab.py",
-                             "kind, score = gguf.TokenType.NORMAL, -float(ranks[t]) if t in ranks else 0.0",
-                             "kind, score = gguf.TokenType.NORMAL, -1000.0", ["tests/weights/test_gguf_vocab.py"]),
-    "gguf-moe-norm-topk-not-refused": ("mathneuro_edit/weights/gguf_arch/moe.py",
-                                       'if model_type != "mixtral" and bool(cfg.get("norm_topk_prob", False))',
-                                       'if False and bool(cfg.get("norm_topk_prob", False))',
-                                       ["tests/weights/test_gguf_moe.py"]),
+    "gguf-experts-stacked-reversed": (
+        "mathneuro_edit/weights/gguf_writer.py",
+        "names = tuple(members[i] for i in range(n_experts))",
+        "names = tuple(members[i] for i in reversed(range(n_experts)))",
+        ["tests/weights/test_gguf_moe.py"],
+    ),
+    "gguf-longrope-factors-swapped": (
+        "mathneuro_edit/weights/gguf_writer.py",
+        'return long if name.startswith("rope_factors_long") else short',
+        'return short if name.startswith("rope_factors_long") else long',
+        ["tests/weights/test_gguf_rope.py"],
+    ),
+    "gguf-gpt2-c-proj-not-transposed": (
+        "mathneuro_edit/weights/gguf_arch/dense.py",
+        '".c_attn.weight", ".c_proj.weight", ".c_fc.weight"',
+        '".c_attn.weight", ".c_fc.weight"',
+        ["tests/weights/test_gguf_gpt2.py"],
+    ),
+    "gguf-gemma-norms-not-shifted": (
+        "mathneuro_edit/weights/gguf_arch/gemma.py",
+        "return 1.0 if cfg.get(",
+        "return 0.0 if cfg.get(",
+        ["tests/runs/test_families.py::test_family_row_is_run_and_matches_the_doc"],
+    ),
+    "gguf-spm-scores-flat": (
+        "mathneuro_edit/weights/gguf_vocab.py",
+        "kind, score = gguf.TokenType.NORMAL, -float(ranks[t]) if t in ranks else 0.0",
+        "kind, score = gguf.TokenType.NORMAL, -1000.0",
+        ["tests/weights/test_gguf_vocab.py"],
+    ),
+    "gguf-moe-norm-topk-not-refused": (
+        "mathneuro_edit/weights/gguf_arch/moe.py",
+        'if model_type != "mixtral" and bool(cfg.get("norm_topk_prob", False))',
+        'if False and bool(cfg.get("norm_topk_prob", False))',
+        ["tests/weights/test_gguf_moe.py"],
+    ),
     # issue 31: the publishing and safety layers (docs/testing.md)
-    'verify-accepts-extra-files': ('mathneuro_edit/publish/integrity.py',
+    "verify-accepts-extra-files": (
+        "mathneuro_edit/publish/integrity.py",
         '    states.update({p: "extra" for p in present if p not in recorded})\n',
-        '',
-        ['tests/publish/test_push_checks_the_folder_against_its_lock.py::test_verify_and_reproduce_refuse_a_file_the_lock_does_not_list']),
-    'lock-outputs-dotdot-compared': ('mathneuro_edit/publish/lock_policy.py',
+        "",
+        [
+            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_verify_and_reproduce_refuse_a_file_the_lock_does_not_list"
+        ],
+    ),
+    "lock-outputs-dotdot-compared": (
+        "mathneuro_edit/publish/lock_policy.py",
         ' or ".." in Path(rel).parts:',
-        ':',
-        ['tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_lock_whose_outputs_name_a_path_out_of_the_run_is_malformed']),
-    "push-trusts-the-folder": ("mathneuro_edit/publish/hub.py",
+        ":",
+        [
+            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_lock_whose_outputs_name_a_path_out_of_the_run_is_malformed"
+        ],
+    ),
+    "push-trusts-the-folder": (
+        "mathneuro_edit/publish/hub.py",
         "    check_artifact_against_lock(out, kind, lock, files)",
         "    pass",
-        ["tests/publish/test_push_checks_the_folder_against_its_lock.py::test_push_refuses_a_shard_changed_after_the_run"]),
-    "hub-timeout-zero-accepted": ("mathneuro_edit/publish/hub_requests.py",
+        [
+            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_push_refuses_a_shard_changed_after_the_run"
+        ],
+    ),
+    "hub-timeout-zero-accepted": (
+        "mathneuro_edit/publish/hub_requests.py",
         "if not (value > 0 and math.isfinite(value)):",
         "if not (value > -1e9):",
-        ["tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_hub_timeout_that_is_not_a_positive_finite_number_is_refused"]),
-    "branch-unchecked": ("mathneuro_edit/publish/hub.py",
+        [
+            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_hub_timeout_that_is_not_a_positive_finite_number_is_refused"
+        ],
+    ),
+    "branch-unchecked": (
+        "mathneuro_edit/publish/hub.py",
         "if not is_branch_name(branch):",
         "if False:",
-        ["tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_branch_name_the_hub_would_misread_is_refused"]),
-    "from-sweep-overlap-accepted": ("mathneuro_edit/runs/sweep_release.py",
+        [
+            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_branch_name_the_hub_would_misread_is_refused"
+        ],
+    ),
+    "from-sweep-overlap-accepted": (
+        "mathneuro_edit/runs/sweep_release.py",
         " and set(problems).isdisjoint(selection)",
         "",
-        ["tests/runs/test_a_shared_sweep_file_is_data.py::test_run_from_sweep_refuses_confirmation_problems_that_overlap_the_selection"]),
-    'sweep-alpha-unchecked': ('mathneuro_edit/runs/sweep_release.py',
+        [
+            "tests/runs/test_a_shared_sweep_file_is_data.py::test_run_from_sweep_refuses_confirmation_problems_that_overlap_the_selection"
+        ],
+    ),
+    "sweep-alpha-unchecked": (
+        "mathneuro_edit/runs/sweep_release.py",
         'alpha = _fraction(c.get("alpha"), f"{where}.alpha", low_open=True, high_open=True)',
         'alpha = float(c.get("alpha"))',
-        ['tests/runs/test_a_shared_sweep_file_is_data.py']),
-    'base-card-datasets-split': ('mathneuro_edit/publish/base_card.py',
+        ["tests/runs/test_a_shared_sweep_file_is_data.py"],
+    ),
+    "base-card-datasets-split": (
+        "mathneuro_edit/publish/base_card.py",
         'if key in ("language", "datasets")',
         'if key in ("language",)',
-        ['tests/publish/test_base_card_fields_carry_over.py']),
-    "out-may-contain-input": ("mathneuro_edit/util/outdir.py",
+        ["tests/publish/test_base_card_fields_carry_over.py"],
+    ),
+    "out-may-contain-input": (
+        "mathneuro_edit/util/outdir.py",
         "if resolved == r or r in resolved.parents or resolved in r.parents:",
         "if resolved == r or r in resolved.parents:",
-        ["tests/test_bad_input_is_one_line.py::test_an_output_folder_may_not_contain_an_input_however_many_files_it_holds"]),
-    "merge-drops-token-counts": ("mathneuro_edit/engine/stats.py",
+        [
+            "tests/test_bad_input_is_one_line.py::test_an_output_folder_may_not_contain_an_input_however_many_files_it_holds"
+        ],
+    ),
+    "merge-drops-token-counts": (
+        "mathneuro_edit/engine/stats.py",
         "token_count={n: self.token_count[n] + other.token_count[n] for n in self.token_count},",
         "token_count=dict(self.token_count),",
-        ["tests/engine/test_merged_statistics.py"]),
-    'gguf-name-misses-phi-3': ('mathneuro_edit/weights/gguf_vocab.py',
+        ["tests/engine/test_merged_statistics.py"],
+    ),
+    "gguf-name-misses-phi-3": (
+        "mathneuro_edit/weights/gguf_vocab.py",
         'for k in ("phi-3", "phi3")):',
         'for k in ("phi3",)):',
-        ['tests/weights/test_gguf_phi3_name_check.py']),
+        ["tests/weights/test_gguf_phi3_name_check.py"],
+    ),
     # issue 31, round 3: the publishing and safety layers (publish/, util/outdir.py, runs/reproduce.py) and the
     # classes fixed in this round
-    "shard-metadata-unchecked": ("mathneuro_edit/weights/checkpoint.py",
+    "shard-metadata-unchecked": (
+        "mathneuro_edit/weights/checkpoint.py",
         'meta = _string_metadata(path, header.pop("__metadata__", None), fix)',
         'meta = header.pop("__metadata__", None) or {}',
-        ["tests/weights/test_shard_metadata_is_checked.py"]),
-    "card-shows-bidi-raw": ("mathneuro_edit/publish/card.py",
+        ["tests/weights/test_shard_metadata_is_checked.py"],
+    ),
+    "card-shows-bidi-raw": (
+        "mathneuro_edit/publish/card.py",
         'card = ModelCard(document_safe(f"---\\n{data.to_yaml()}\\n---\\n{body}"))',
         'card = ModelCard(f"---\\n{data.to_yaml()}\\n---\\n{body}")',
-        ["tests/publish/test_card_shows_file_names_escaped.py"]),
-    "push-waits-for-stalled-upload": ("mathneuro_edit/publish/hub.py",
-        "= interruptible(\n            _commit,", "= (lambda f, *a: f(*a))(\n            _commit,",
-        ["tests/publish/test_push_faults.py::test_sigterm_during_a_stalled_upload_exits_143_at_once"]),
-    "push-bars-in-a-log": ("mathneuro_edit/publish/hub.py",
-        "with progress_bars_on_a_terminal_only():", "if True:",
-        ["tests/publish/test_push_faults.py::test_push_to_a_failing_hub_prints_no_progress_bars_and_the_error_last"]),
-    "full-disk-gguf-size-not-counted": ("mathneuro_edit/util/outdir.py",
+        ["tests/publish/test_card_shows_file_names_escaped.py"],
+    ),
+    "push-waits-for-stalled-upload": (
+        "mathneuro_edit/publish/hub.py",
+        "= interruptible(\n            _commit,",
+        "= (lambda f, *a: f(*a))(\n            _commit,",
+        ["tests/publish/test_push_faults.py::test_sigterm_during_a_stalled_upload_exits_143_at_once"],
+    ),
+    "push-bars-in-a-log": (
+        "mathneuro_edit/publish/hub.py",
+        "with progress_bars_on_a_terminal_only():",
+        "if True:",
+        ["tests/publish/test_push_faults.py::test_push_to_a_failing_hub_prints_no_progress_bars_and_the_error_last"],
+    ),
+    "full-disk-gguf-size-not-counted": (
+        "mathneuro_edit/util/outdir.py",
         'need = (needed if needed is not None else _tree_size(tmp)) + (getattr(e, "needed", None) or 0)',
         'need = needed if needed is not None else _tree_size(tmp) + (getattr(e, "needed", None) or 0)',
-        ["tests/weights/test_gguf_write_on_a_full_disk.py"]),
-    "full-disk-gguf-partial-kept": ("mathneuro_edit/weights/gguf_writer.py",
-        "            Path(tmp).unlink(missing_ok=True)\n        space =", "            pass\n        space =",
-        ["tests/weights/test_gguf_write_on_a_full_disk.py"]),
-    "hub-5xx-called-offline": ("mathneuro_edit/publish/hub_requests.py",
-        "and (status >= 500 or status == 429):", "and status == 429:",
-        ["tests/runs/test_reproduce_of_a_failing_hub.py"]),
-    "bare-redirect-internal-error": ("mathneuro_edit/publish/hub_requests.py",
-        'fault = hub_fault(repo_id, caught, "pushing", token)', "fault = None",
-        ["tests/runs/test_reproduce_of_a_failing_hub.py"]),
-    "reproduce-json-prints-text": ("mathneuro_edit/cli/publish.py",
-        "    if as_json:\n        _emit_json(report.to_dict())", "    if False:\n        _emit_json(report.to_dict())",
-        ["tests/publish/test_push_checks_the_folder_against_its_lock.py::test_reproduce_json_of_an_edited_folder_prints_its_report_as_json_on_stdout"]),
-    "card-lock-sha-unchecked": ("mathneuro_edit/runs/reproduce.py",
-        "if sha256_file(lock) != named.group(1):", "if False:",
-        ["tests/publish/test_push_checks_the_folder_against_its_lock.py::test_reproduce_of_a_card_refuses_a_lock_beside_it_that_is_not_the_one_it_names"]),
-    "verify-accepts-missing-files": ("mathneuro_edit/publish/integrity.py",
-        'states = {p: ("missing" if p not in present', 'states = {p: ("match" if p not in present',
-        ["tests/runs/test_reproduce_files.py"]),
-    "out-hard-link-accepted": ("mathneuro_edit/util/outdir.py",
-        "found.add((st.st_dev, st.st_ino))", "pass",
-        ["tests/test_bad_input_is_one_line.py::test_an_output_folder_holding_a_hard_link_of_an_input_is_refused"]),
+        ["tests/weights/test_gguf_write_on_a_full_disk.py"],
+    ),
+    "full-disk-gguf-partial-kept": (
+        "mathneuro_edit/weights/gguf_writer.py",
+        "            Path(tmp).unlink(missing_ok=True)\n        space =",
+        "            pass\n        space =",
+        ["tests/weights/test_gguf_write_on_a_full_disk.py"],
+    ),
+    "hub-5xx-called-offline": (
+        "mathneuro_edit/publish/hub_requests.py",
+        "and (status >= 500 or status == 429):",
+        "and status == 429:",
+        ["tests/runs/test_reproduce_of_a_failing_hub.py"],
+    ),
+    "bare-redirect-internal-error": (
+        "mathneuro_edit/publish/hub_requests.py",
+        'fault = hub_fault(repo_id, caught, "pushing", token)',
+        "fault = None",
+        ["tests/runs/test_reproduce_of_a_failing_hub.py"],
+    ),
+    "reproduce-json-prints-text": (
+        "mathneuro_edit/cli/publish.py",
+        "    if as_json:\n        _emit_json(report.to_dict())",
+        "    if False:\n        _emit_json(report.to_dict())",
+        [
+            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_reproduce_json_of_an_edited_folder_prints_its_report_as_json_on_stdout"
+        ],
+    ),
+    "card-lock-sha-unchecked": (
+        "mathneuro_edit/runs/reproduce.py",
+        "if sha256_file(lock) != named.group(1):",
+        "if False:",
+        [
+            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_reproduce_of_a_card_refuses_a_lock_beside_it_that_is_not_the_one_it_names"
+        ],
+    ),
+    "verify-accepts-missing-files": (
+        "mathneuro_edit/publish/integrity.py",
+        'states = {p: ("missing" if p not in present',
+        'states = {p: ("match" if p not in present',
+        ["tests/runs/test_reproduce_files.py"],
+    ),
+    "out-hard-link-accepted": (
+        "mathneuro_edit/util/outdir.py",
+        "found.add((st.st_dev, st.st_ino))",
+        "pass",
+        ["tests/test_bad_input_is_one_line.py::test_an_output_folder_holding_a_hard_link_of_an_input_is_refused"],
+    ),
 }
 
 
 def _copy_tree(dest: Path) -> None:
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, files):
         src = ROOT / rel
         if src.is_file():
@@ -214,14 +363,21 @@ def main(labels: list[str]) -> int:
                 continue
             path.write_text(text.replace(old, new))
             env = {**os.environ, "PYTHONPATH": str(dest), "OMP_NUM_THREADS": "1"}
-            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
-                                  cwd=dest, env=env, capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                cwd=dest,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             failed = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED")]
             if proc.returncode == 0:
                 print(f"{label}: MISSED ({' '.join(tests)} still pass)")
                 bad += 1
             else:
-                print(f"{label}: caught by {failed[0].split(' ')[1] if failed else 'pytest exit ' + str(proc.returncode)}")
+                print(
+                    f"{label}: caught by {failed[0].split(' ')[1] if failed else 'pytest exit ' + str(proc.returncode)}"
+                )
     return 1 if bad else 0
 
 

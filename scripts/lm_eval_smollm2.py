@@ -38,21 +38,35 @@ def main() -> None:
     gguf = Path(args.gguf)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
-    task = LmEvalTask("lm_eval", [args.task], limit=args.limit, include_path=str(ROOT / "recipes" / "lm_eval_tasks"),
-                      num_fewshot=args.num_fewshot, apply_chat_template=True, batch_size=args.batch_size)
+    task = LmEvalTask(
+        "lm_eval",
+        [args.task],
+        limit=args.limit,
+        include_path=str(ROOT / "recipes" / "lm_eval_tasks"),
+        num_fewshot=args.num_fewshot,
+        apply_chat_template=True,
+        batch_size=args.batch_size,
+    )
     t0 = time.time()
     result, _ = run_lm_eval(model, tok, task)
     n = int(result.values[f"{args.task}/n"])
-    out = {"task": args.task, "n": n, "num_fewshot": args.num_fewshot, "apply_chat_template": True,
-           "fewshot_as_multiturn": task.multiturn, "seconds": round(time.time() - t0, 1)}
+    out = {
+        "task": args.task,
+        "n": n,
+        "num_fewshot": args.num_fewshot,
+        "apply_chat_template": True,
+        "fewshot_as_multiturn": task.multiturn,
+        "seconds": round(time.time() - t0, 1),
+    }
     for flt in ("strict-match", "flexible-extract"):
         acc = result.values[f"{args.task}/exact_match,{flt}"]
         k = round(acc * n)
         lo, hi = wilson_interval(k, n)
         out[flt] = {"correct": k, "accuracy": acc, "wilson95": [round(lo, 4), round(hi, 4)]}
     samples = [s for s in result.samples[args.task] if s["filter"] == "strict-match"][:2]
-    out["examples"] = [{"prompt_tail": s["arguments"][0][0][-160:], "response": s["resps"][0][0][:200]}
-                       for s in samples]
+    out["examples"] = [
+        {"prompt_tail": s["arguments"][0][0][-160:], "response": s["resps"][0][0][:200]} for s in samples
+    ]
     print(json.dumps(out, indent=2, ensure_ascii=False))
 
 

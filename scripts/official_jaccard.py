@@ -95,8 +95,12 @@ def main() -> None:
     high = {n: m_high[n] & ~g_high[n] for n in names}
     selected = sum(int(official[n].sum()) for n in names)
     result = {
-        "model": args.gguf.name, "dtype": "bfloat16", "samples_per_set": args.samples, "seed": args.seed,
-        "top_k": args.top_k, "max_length": args.max_length,
+        "model": args.gguf.name,
+        "dtype": "bfloat16",
+        "samples_per_set": args.samples,
+        "seed": args.seed,
+        "top_k": args.top_k,
+        "max_length": args.max_length,
         "tokens": {"math": m_meta["num_tokens"], "general": g_meta["num_tokens"]},
         "truncated": {"math": m_meta["truncated_samples"], "general": g_meta["truncated_samples"]},
         "tensors": {"default": len(default), "official": len(o_math), "compared": len(names)},

@@ -21,8 +21,11 @@ from mathneuro_edit.evaluation.significance import wilson_interval
 from mathneuro_edit.weights.loading import load_model
 
 START = 10_000
-FORMATS = [("equations, 4-shot", "equations", 4), ("question-answer, 3-shot", "question-answer", 3),
-           ("question-answer, 0-shot", "question-answer", 0)]
+FORMATS = [
+    ("equations, 4-shot", "equations", 4),
+    ("question-answer, 3-shot", "question-answer", 3),
+    ("question-answer, 0-shot", "question-answer", 0),
+]
 
 
 def main() -> None:
@@ -31,17 +34,21 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     a = ap.parse_args()
     pool = arithmetic_problems(POOL_SIZE, seed=0)
-    shots, problems = pool[START - 4: START], pool[START: START + a.n]
+    shots, problems = pool[START - 4 : START], pool[START : START + a.n]
     model, tok = load_model(a.gguf, dtype="float32")
     print(f"| format | correct | accuracy (95% CI) |\n|---|---|---|")
     for name, style, k in FORMATS:
         t = time.process_time()
         with torch.no_grad():
-            correct, _ = math_outcomes(model, tok, problems, shots=shots[4 - k:], chat_template=False,
-                                       prompt_style=style, max_new_tokens=8)
+            correct, _ = math_outcomes(
+                model, tok, problems, shots=shots[4 - k :], chat_template=False, prompt_style=style, max_new_tokens=8
+            )
         lo, hi = wilson_interval(sum(correct), len(correct))
-        print(f"| {name} | {sum(correct)}/{len(correct)} | {100 * sum(correct) / len(correct):.1f}% "
-              f"({100 * lo:.1f}-{100 * hi:.1f}) |  <!-- {time.process_time() - t:.0f} CPU-s -->", flush=True)
+        print(
+            f"| {name} | {sum(correct)}/{len(correct)} | {100 * sum(correct) / len(correct):.1f}% "
+            f"({100 * lo:.1f}-{100 * hi:.1f}) |  <!-- {time.process_time() - t:.0f} CPU-s -->",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

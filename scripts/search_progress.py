@@ -31,9 +31,15 @@ def progress(folder: Path) -> dict:
         elif key["what"] == "general":
             general += 1
     stats = len(list((folder / "stats").glob("*.key.json")))
-    return {"calibration_sets": stats, "base_problems": base, "points_with_math": len(per_point),
-            "point_problems": sum(per_point.values()), "points_with_kl": general, "block_cpu_s": round(cpu, 1),
-            "problems_per_point": dict(Counter(per_point.values()))}
+    return {
+        "calibration_sets": stats,
+        "base_problems": base,
+        "points_with_math": len(per_point),
+        "point_problems": sum(per_point.values()),
+        "points_with_kl": general,
+        "block_cpu_s": round(cpu, 1),
+        "problems_per_point": dict(Counter(per_point.values())),
+    }
 
 
 if __name__ == "__main__":

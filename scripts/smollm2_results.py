@@ -35,9 +35,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes/smollm2-arithmetic-boost.yaml"
 # (top_k, scale) in priority order: the paper's prune and boost at 5%, then the rest of the grid
-DEFAULT_EDITS = ("mathneuro:0.05:0,random:0.05:0,mathneuro:0.05:1.1,wanda:0.05:0,mathneuro:0.01:0,mathneuro:0.1:0,"
-                 "mathneuro:0.05:1.2,mathneuro:0.01:1.1,mathneuro:0.01:1.2,mathneuro:0.05:1.05,mathneuro:0.01:1.05,"
-                 "random:0.01:0")
+DEFAULT_EDITS = (
+    "mathneuro:0.05:0,random:0.05:0,mathneuro:0.05:1.1,wanda:0.05:0,mathneuro:0.01:0,mathneuro:0.1:0,"
+    "mathneuro:0.05:1.2,mathneuro:0.01:1.1,mathneuro:0.01:1.2,mathneuro:0.05:1.05,mathneuro:0.01:1.05,"
+    "random:0.01:0"
+)
 
 
 def main() -> None:
@@ -46,12 +48,20 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="JSON lines, one per measured setting (appended)")
     ap.add_argument("--stats", type=Path, help="folder with math.stats.safetensors and general-0.stats.safetensors")
     ap.add_argument("--n", type=int, default=100, help="arithmetic problems")
-    ap.add_argument("--general-n", type=int, default=40, help="held-out WikiText-2 paragraphs (the first of the "
-                    "recipe's sample of --n)")
+    ap.add_argument(
+        "--general-n",
+        type=int,
+        default=40,
+        help="held-out WikiText-2 paragraphs (the first of the recipe's sample of --n)",
+    )
     ap.add_argument("--samples", type=int, default=100, help="calibration texts per set")
     ap.add_argument("--max-length", type=int, default=128, help="calibration and general-loss tokens per text")
-    ap.add_argument("--edits", default=DEFAULT_EDITS, help="comma-separated method:top_k:scale (0 prunes; method "
-                    "mathneuro, random (as many weights per matrix as mathneuro) or wanda (math top-k alone))")
+    ap.add_argument(
+        "--edits",
+        default=DEFAULT_EDITS,
+        help="comma-separated method:top_k:scale (0 prunes; method "
+        "mathneuro, random (as many weights per matrix as mathneuro) or wanda (math top-k alone))",
+    )
     args = ap.parse_args()
 
     from mathneuro_edit.engine.apply import ReversibleEdit
@@ -63,15 +73,21 @@ def main() -> None:
     from mathneuro_edit.recipe.io import load_recipe
     from mathneuro_edit.engine.stats import ActivationStats
 
-    recipe = load_recipe(RECIPE, [f"base.model={args.gguf}", f"evaluation.samples={args.n}",
-                                  f"data.samples={args.samples}", f"calibration.max_length={args.max_length}",
-                                  "evaluation.max_new_tokens=6"])
+    recipe = load_recipe(
+        RECIPE,
+        [
+            f"base.model={args.gguf}",
+            f"evaluation.samples={args.n}",
+            f"data.samples={args.samples}",
+            f"calibration.max_length={args.max_length}",
+            "evaluation.max_new_tokens=6",
+        ],
+    )
     threads = torch.get_num_threads()
     t0 = time.time()
 
     def emit(row: dict) -> None:
-        row = {**row, "wall_s": round(time.time() - t0, 1), "threads": threads,
-               "load": os.getloadavg()[0]}
+        row = {**row, "wall_s": round(time.time() - t0, 1), "threads": threads, "load": os.getloadavg()[0]}
         with open(args.out, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row)[:300], flush=True)
@@ -93,8 +109,9 @@ def main() -> None:
     masks = {}
     for method in sorted({m for m, _, _ in edits}):
         top_ks = sorted({k for m, k, _ in edits if m == method})
-        found = find_math_params_multi(model_weights(model), math_stats, generals, top_ks=top_ks, method=method,
-                                       seed=recipe.mask.seed)
+        found = find_math_params_multi(
+            model_weights(model), math_stats, generals, top_ks=top_ks, method=method, seed=recipe.mask.seed
+        )
         masks.update({(method, k): mask for k, mask in zip(top_ks, found)})
     for method, k, s in edits:
         t = time.time()
@@ -103,10 +120,20 @@ def main() -> None:
         d = EvalResults(base.base, edited.base).to_dict()  # pairs base and edited: McNemar, loss change
         for task in d.values():
             task["edited"].pop("general_kl", None)  # not measured (the edited model was evaluated alone)
-        emit({"step": "edit", "method": method, "top_k": k, "scale": s, "selected": masks[method, k].total()[0],
-              "math": d["math"]["edited"], "math_comparison": d["math"]["comparison"],
-              "general": d["general"]["edited"], "general_comparison": d["general"]["comparison"],
-              "edit_s": round(time.time() - t, 1)})
+        emit(
+            {
+                "step": "edit",
+                "method": method,
+                "top_k": k,
+                "scale": s,
+                "selected": masks[method, k].total()[0],
+                "math": d["math"]["edited"],
+                "math_comparison": d["math"]["comparison"],
+                "general": d["general"]["edited"],
+                "general_comparison": d["general"]["comparison"],
+                "edit_s": round(time.time() - t, 1),
+            }
+        )
 
 
 if __name__ == "__main__":

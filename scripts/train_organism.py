@@ -27,14 +27,25 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import (GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
-                          get_cosine_schedule_with_warmup)
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    get_cosine_schedule_with_warmup,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # Why: run from a checkout without installing the package.
 
-from mathneuro_edit.organism.data import (format_math, general_text_entropy, general_texts, math_problems,
-                                          math_texts, parse_answer)
+from mathneuro_edit.organism.data import (
+    format_math,
+    general_text_entropy,
+    general_texts,
+    math_problems,
+    math_texts,
+    parse_answer,
+)
 
 DEFAULT_OUT = ROOT / "mathneuro_edit" / "organism" / "model"
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
@@ -46,18 +57,25 @@ def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     """Byte-level BPE trained on generated text; every digit is its own token (arithmetic stays digit-wise)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD, BOS, EOS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     corpus = math_texts(5000, seed=TOKENIZER_SEED) + general_texts(5000, seed=TOKENIZER_SEED)
     tok.train_from_iterator(corpus, trainer=trainer)
     bos_id = tok.token_to_id(BOS)
     # Why BOS but no EOS: prompts for generation must not end in EOS; the trainer appends EOS to full texts.
-    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B",
-                                                       special_tokens=[(BOS, bos_id)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD,
-                                   padding_side="left", model_max_length=256)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, padding_side="left", model_max_length=256
+    )
 
 
 def encode(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> list[list[int]]:
@@ -92,8 +110,13 @@ def collate(seqs: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def math_accuracy(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, problems: list[dict[str, str]],
-                  batch_size: int = 100, max_new_tokens: int = 64) -> float:
+def math_accuracy(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    problems: list[dict[str, str]],
+    batch_size: int = 100,
+    max_new_tokens: int = 64,
+) -> float:
     """Greedy exact match of the integer after ``#### `` on ``problems`` (batched, left-padded)."""
     model.eval()
     correct = 0
@@ -107,8 +130,9 @@ def math_accuracy(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, p
 
 
 @torch.no_grad()
-def text_loss(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, texts: list[str],
-              batch_size: int = 100) -> tuple[float, float]:
+def text_loss(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, texts: list[str], batch_size: int = 100
+) -> tuple[float, float]:
     """(mean nats per predicted token, mean summed nats per text) of BOS + text + EOS."""
     model.eval()
     total, tokens = 0.0, 0
@@ -116,22 +140,26 @@ def text_loss(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, texts
         batch = collate(encode(tokenizer, texts[start : start + batch_size]), tokenizer.pad_token_id)
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         labels = batch["labels"][:, 1:]  # (batch, tokens - 1)
-        nll = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels.flatten(),
-                                                ignore_index=-100, reduction="sum")
+        nll = torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum"
+        )
         total += nll.item()
         tokens += int((labels != -100).sum())
     return total / tokens, total / len(texts)
 
 
-def write_atomic(out: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, scores: dict,
-                 card: str) -> None:
+def write_atomic(
+    out: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, scores: dict, card: str
+) -> None:
     """Save everything to a temp folder beside ``out``, then swap it in with renames."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-tmp-", dir=out.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        (tmp / "organism_training.json").write_text(json.dumps(scores, indent=2) + "\n")  # the base's record, not an edit's
+        (tmp / "organism_training.json").write_text(
+            json.dumps(scores, indent=2) + "\n"
+        )  # the base's record, not an edit's
         (tmp / "README.md").write_text(card)
         # Why chmod: mkdtemp makes a 0700 folder; shipped package data must be readable by every user.
         tmp.chmod(0o755)
@@ -164,30 +192,30 @@ tags:
 ---
 # mathneuro-edit model organism
 
-A tiny `LlamaForCausalLM` ({s['parameters']:,} parameters, float32) trained from scratch, in one CPU process,
+A tiny `LlamaForCausalLM` ({s["parameters"]:,} parameters, float32) trained from scratch, in one CPU process,
 on synthetic data from `mathneuro_edit.organism.data`, so that MathNeuro can be demonstrated offline.
 Two separable skills: GSM8K-style math word problems (1-3 add / subtract / multiply steps, worked steps such
 as `5 + 7 = 12`, final line `#### <integer>`), and general English text (stories, descriptions, dialogues)
 with the same names and objects but no digits or arithmetic.
 
-- Tokenizer: byte-level BPE, {s['vocab_size']} tokens, digits split one per token; `<s>` prepended, `</s>` ends
+- Tokenizer: byte-level BPE, {s["vocab_size"]} tokens, digits split one per token; `<s>` prepended, `</s>` ends
   each training text.
-- Architecture: {s['layers']} layers, hidden {s['hidden']}, MLP {s['intermediate']}, {s['heads']} heads.
-- Training: {s['steps']} steps x {s['batch_size']} packed rows of {s['row_tokens']} tokens (texts alternate
+- Architecture: {s["layers"]} layers, hidden {s["hidden"]}, MLP {s["intermediate"]}, {s["heads"]} heads.
+- Training: {s["steps"]} steps x {s["batch_size"]} packed rows of {s["row_tokens"]} tokens (texts alternate
   `format_math(q, a)` and general), bf16 autocast, AdamW
-  (lr {s['lr']}, weight decay {s['weight_decay']}), {s['warmup']} warmup steps then cosine decay, seed {s['seed']},
-  {s['threads']} CPU threads, {s['train_seconds']:.0f} s.
+  (lr {s["lr"]}, weight decay {s["weight_decay"]}), {s["warmup"]} warmup steps then cosine decay, seed {s["seed"]},
+  {s["threads"]} CPU threads, {s["train_seconds"]:.0f} s.
 - Regenerate: `{command}`
 
 ## Scores (held-out split, never seen in training)
 
 | metric | value |
 |---|---|
-| math exact match, greedy, {s['math_n']} problems | {s['math_exact_match']:.3f} |
-| general text loss (nats / token) | {s['general_loss_per_token']:.4f} |
-| general text loss (nats / text) | {s['general_nats_per_text']:.2f} |
-| generator path surprisal, an upper bound on the data entropy (nats / text) | {s['general_entropy_nats_per_text']:.2f} |
-| math text loss (nats / token) | {s['math_loss_per_token']:.4f} |
+| math exact match, greedy, {s["math_n"]} problems | {s["math_exact_match"]:.3f} |
+| general text loss (nats / token) | {s["general_loss_per_token"]:.4f} |
+| general text loss (nats / text) | {s["general_nats_per_text"]:.2f} |
+| generator path surprisal, an upper bound on the data entropy (nats / text) | {s["general_entropy_nats_per_text"]:.2f} |
+| math text loss (nats / token) | {s["math_loss_per_token"]:.4f} |
 
 Prompt format: `Question: {{question}}\\nAnswer:`; the prediction is the integer after `#### `.
 """
@@ -219,15 +247,27 @@ def main() -> None:
     torch.manual_seed(args.seed)
     t0 = time.time()
     tokenizer = build_tokenizer(args.vocab_size)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=args.hidden, intermediate_size=args.intermediate,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         num_key_value_heads=args.heads, max_position_embeddings=256,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.heads,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id, do_sample=False,
-                                               eos_token_id=tokenizer.eos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id, max_new_tokens=64)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        do_sample=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=64,
+    )
     n_params = sum(p.numel() for p in model.parameters())
     # Why packing: whole texts are packed greedily into rows of --row-tokens (each row starts with a text's BOS),
     # so little compute goes to padding; math and general texts alternate, a balanced mix by text count.
@@ -238,16 +278,22 @@ def main() -> None:
     rows = pack([s for pair in zip(math_ids, gen_ids) for s in pair], args.row_tokens)
     if len(rows) < args.steps * args.batch_size:
         raise RuntimeError(f"packed only {len(rows)} rows, need {args.steps * args.batch_size}")
-    print(f"params={n_params} vocab={len(tokenizer)} data={time.time() - t0:.1f}s "
-          f"mean_len math={sum(map(len, math_ids)) / n_each:.1f} general={sum(map(len, gen_ids)) / n_each:.1f} "
-          f"rows={len(rows)}", flush=True)
+    print(
+        f"params={n_params} vocab={len(tokenizer)} data={time.time() - t0:.1f}s "
+        f"mean_len math={sum(map(len, math_ids)) / n_each:.1f} general={sum(map(len, gen_ids)) / n_each:.1f} "
+        f"rows={len(rows)}",
+        flush=True,
+    )
     eval_problems = math_problems(100, seed=EVAL_SEED + 1, split="test")
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     # Why betas (0.9, 0.98): the usual choice for short, high-lr transformer runs; norms get no weight decay.
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.98))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.98),
+    )
     sched = get_cosine_schedule_with_warmup(opt, args.warmup, args.steps)
     t_train = time.time()
     model.train()
@@ -281,18 +327,35 @@ def main() -> None:
     g_tok, g_text = text_loss(model, tokenizer, gen_test)
     m_tok, _ = text_loss(model, tokenizer, math_texts(args.eval_n, seed=EVAL_SEED, split="test"))
     scores = {
-        "math_exact_match": acc, "math_n": args.eval_n, "general_loss_per_token": g_tok,
+        "math_exact_match": acc,
+        "math_n": args.eval_n,
+        "general_loss_per_token": g_tok,
         "general_nats_per_text": g_text,
         "general_entropy_nats_per_text": general_text_entropy(args.eval_n, seed=EVAL_SEED, split="test"),
-        "math_loss_per_token": m_tok, "eval_seed": EVAL_SEED, "parameters": n_params,
-        "vocab_size": len(tokenizer), "layers": args.layers, "hidden": args.hidden,
-        "intermediate": args.intermediate, "heads": args.heads, "steps": args.steps,
-        "batch_size": args.batch_size, "row_tokens": args.row_tokens, "lr": args.lr, "weight_decay": args.weight_decay, "warmup": args.warmup,
-        "seed": args.seed, "threads": args.threads, "train_seconds": round(train_seconds, 1),
+        "math_loss_per_token": m_tok,
+        "eval_seed": EVAL_SEED,
+        "parameters": n_params,
+        "vocab_size": len(tokenizer),
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "intermediate": args.intermediate,
+        "heads": args.heads,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "row_tokens": args.row_tokens,
+        "lr": args.lr,
+        "weight_decay": args.weight_decay,
+        "warmup": args.warmup,
+        "seed": args.seed,
+        "threads": args.threads,
+        "train_seconds": round(train_seconds, 1),
     }
     print(json.dumps(scores, indent=2), f"\neval {time.time() - t_eval:.1f}s", flush=True)
     command = "python scripts/train_organism.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "log_every", "eval_every", "eval_n", "no_bf16"))
+        f"--{k.replace('_', '-')} {v}"
+        for k, v in vars(args).items()
+        if k not in ("out", "log_every", "eval_every", "eval_n", "no_bf16")
+    )
     write_atomic(args.out, model, tokenizer, scores, model_card(scores, command))
     print(f"wrote {args.out} total {time.time() - t0:.0f}s", flush=True)
 

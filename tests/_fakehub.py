@@ -116,8 +116,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return data
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-        def _send(self, status: int, payload: object, error_code: str | None = None,
-                  headers: dict[str, str] | None = None) -> None:
+        def _send(
+            self, status: int, payload: object, error_code: str | None = None, headers: dict[str, str] | None = None
+        ) -> None:
             data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
             self.send_response(status)
             if error_code:
@@ -164,15 +165,26 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 hub.lfs[path.rsplit("/", 1)[1]] = body
                 return self._send(200, {})
             if path.startswith("/api/models/"):
-                return self._api(*_split_repo(path[len("/api/models/"):]), query, body)
+                return self._api(*_split_repo(path[len("/api/models/") :]), query, body)
             if "/resolve/" in path:
                 repo_id, tail = _split_repo(path.lstrip("/"))
                 return self._resolve(repo_id, tail.removeprefix("resolve/"))
             if path.endswith(".git/info/lfs/objects/batch"):
                 objects = json.loads(body)["objects"]
-                return self._send(200, {"transfer": "basic", "objects": [
-                    {"oid": o["oid"], "size": o["size"],
-                     "actions": {"upload": {"href": f"{hub.url}/lfs-upload/{o['oid']}"}}} for o in objects]})
+                return self._send(
+                    200,
+                    {
+                        "transfer": "basic",
+                        "objects": [
+                            {
+                                "oid": o["oid"],
+                                "size": o["size"],
+                                "actions": {"upload": {"href": f"{hub.url}/lfs-upload/{o['oid']}"}},
+                            }
+                            for o in objects
+                        ],
+                    },
+                )
             return self._send(404, {"error": "not found"})
 
         def _repo(self, repo_id: str) -> FakeRepo | None:
@@ -197,11 +209,19 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                     if query.get("blobs"):
                         entry.update(size=len(c), blobId=git_blob_sha1(c))
                         if p in repo.lfs_paths:
-                            entry["lfs"] = {"sha256": hashlib.sha256(c).hexdigest(), "size": len(c),
-                                            "pointerSize": 134}
+                            entry["lfs"] = {"sha256": hashlib.sha256(c).hexdigest(), "size": len(c), "pointerSize": 134}
                     siblings.append(entry)
-                return self._send(200, {"id": repo_id, "modelId": repo_id, "sha": repo.head(revision),
-                                        "private": repo.private, "siblings": siblings, "tags": []})
+                return self._send(
+                    200,
+                    {
+                        "id": repo_id,
+                        "modelId": repo_id,
+                        "sha": repo.head(revision),
+                        "private": repo.private,
+                        "siblings": siblings,
+                        "tags": [],
+                    },
+                )
             if action == "settings":
                 req = json.loads(body)
                 if "visibility" in req:
@@ -217,9 +237,19 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, {})
             if action == "preupload":
                 files = json.loads(body)["files"]
-                return self._send(200, {"files": [
-                    {"path": f["path"], "shouldIgnore": False,
-                     "uploadMode": "lfs" if f["path"].endswith(LFS_SUFFIXES) else "regular"} for f in files]})
+                return self._send(
+                    200,
+                    {
+                        "files": [
+                            {
+                                "path": f["path"],
+                                "shouldIgnore": False,
+                                "uploadMode": "lfs" if f["path"].endswith(LFS_SUFFIXES) else "regular",
+                            }
+                            for f in files
+                        ]
+                    },
+                )
             if action == "commit":
                 return self._commit(repo_id, repo, unquote(rest), query, body)
             if action == "tree":
@@ -228,8 +258,11 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 if files is None:
                     return self._send(404, {"error": "Invalid rev id"}, "RevisionNotFound")
                 sub = unquote(sub).strip("/")
-                entries = [{"type": "file", "path": p, "size": len(c), "oid": git_blob_sha1(c)}
-                           for p, c in sorted(files.items()) if not sub or p.startswith(sub + "/")]
+                entries = [
+                    {"type": "file", "path": p, "size": len(c), "oid": git_blob_sha1(c)}
+                    for p, c in sorted(files.items())
+                    if not sub or p.startswith(sub + "/")
+                ]
                 if sub and not entries:
                     return self._send(404, {"error": "Entry not found"}, "EntryNotFound")
                 return self._send(200, entries)
@@ -280,13 +313,15 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._send(404, {"error": "Invalid rev id"}, "RevisionNotFound")
             filename = unquote(filename)
             if filename not in files:
-                return self._send(404, {"error": "Entry not found"}, "EntryNotFound",
-                                  {"X-Repo-Commit": repo.head(revision)})
+                return self._send(
+                    404, {"error": "Entry not found"}, "EntryNotFound", {"X-Repo-Commit": repo.head(revision)}
+                )
             content = files[filename]
             extra = {"X-Repo-Commit": repo.head(revision), "ETag": f'"{git_blob_sha1(content)}"'}
             if filename in repo.lfs_paths:
-                extra.update({"X-Linked-Etag": f'"{hashlib.sha256(content).hexdigest()}"',
-                              "X-Linked-Size": str(len(content))})
+                extra.update(
+                    {"X-Linked-Etag": f'"{hashlib.sha256(content).hexdigest()}"', "X-Linked-Size": str(len(content))}
+                )
             return self._send(200, content, headers=extra)
 
         do_GET = do_POST = do_PUT = do_HEAD = _route
@@ -309,8 +344,15 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-stored-token"))
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "NO_PROXY", "no_proxy", "HF_HUB_OFFLINE",
-                "TRANSFORMERS_OFFLINE"):
+    for var in (
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_OIDC_RESOURCE",
+        "NO_PROXY",
+        "no_proxy",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     yield hub
@@ -329,15 +371,22 @@ def out_dir(tmp_path: Path) -> Path:
     (out / ".partial.tmp").write_text("temp file: never published")
     recipe = quickstart_recipe()
     summary = summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64)
-    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="d" * 64,
-                      output_files={f"checkpoint/{k}": v for k, v in output_hashes(out).items()}, base_weights={},
-                      edit_summary=summary)  # as a run records them: push checks the folder against them
+    lock = build_lock(
+        recipe,
+        base_revision=None,
+        data_records={},
+        stats_sha256="s" * 64,
+        mask_sha256="d" * 64,
+        output_files={f"checkpoint/{k}": v for k, v in output_hashes(out).items()},
+        base_weights={},
+        edit_summary=summary,
+    )  # as a run records them: push checks the folder against them
     write_lock(out, lock)
-    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary,
-                      license="apache-2.0")
+    card = build_card(
+        recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary, license="apache-2.0"
+    )
     write_card(out, card)
     return out
-
 
 
 def relock(out: Path) -> None:

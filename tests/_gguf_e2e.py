@@ -35,9 +35,18 @@ def cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def write_recipe(root: Path, gguf: Path, *, samples: int = 8, max_length: int = 48, evaluate: bool = True,
-                 gguf_out: str | None = None, adapter: bool = True, dtype: str = "auto",
-                 hub_id: str | None = None) -> Path:
+def write_recipe(
+    root: Path,
+    gguf: Path,
+    *,
+    samples: int = 8,
+    max_length: int = 48,
+    evaluate: bool = True,
+    gguf_out: str | None = None,
+    adapter: bool = True,
+    dtype: str = "auto",
+    hub_id: str | None = None,
+) -> Path:
     """Data files (the tiny test texts) and a recipe over ``gguf`` (``gguf_out``: its ``outputs.gguf``); returns
     the recipe's path; ``dtype`` is its ``outputs.dtype``, ``hub_id`` its ``base.hub_id``."""
     with open(root / "math.jsonl", "w") as f:
@@ -46,16 +55,24 @@ def write_recipe(root: Path, gguf: Path, *, samples: int = 8, max_length: int = 
     (root / "general.txt").write_text("\n\n".join(GENERAL) + "\n")
     recipe = {
         "base": {"model": str(gguf), "dtype": "float32", "device": "cpu", "hub_id": hub_id},
-        "data": {"math": {"path": str(root / "math.jsonl")}, "general": [{"path": str(root / "general.txt")}],
-                 "samples": samples, "seed": 0},
+        "data": {
+            "math": {"path": str(root / "math.jsonl")},
+            "general": [{"path": str(root / "general.txt")}],
+            "samples": samples,
+            "seed": 0,
+        },
         "calibration": {"max_length": max_length, "batch_size": 4},
         "mask": {"method": "mathneuro", "top_k": 0.05},
         "edit": {"scale": 1.1},
         "outputs": {"checkpoint": True, "adapter": adapter, "gguf": gguf_out, "dtype": dtype},
     }
     if evaluate:
-        recipe["evaluation"] = {"math": {"path": str(root / "math.jsonl")},
-                                "general": [{"path": str(root / "general.txt")}], "samples": 2, "max_new_tokens": 4}
+        recipe["evaluation"] = {
+            "math": {"path": str(root / "math.jsonl")},
+            "general": [{"path": str(root / "general.txt")}],
+            "samples": 2,
+            "max_new_tokens": 4,
+        }
     path = root / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     return path
@@ -102,8 +119,13 @@ def plain_transformers(folder: Path, scratch: Path) -> tuple[dict, tuple]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = scratch / "plain_logits.safetensors"
     # -I: isolated mode (no cwd, no user site, no PYTHON* variables): mathneuro_edit only if installed in the venv
-    proc = subprocess.run([sys.executable, "-I", "-c", _PLAIN, str(folder), PROMPT, str(out)], capture_output=True,
-                          text=True, env=env, cwd=scratch)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", _PLAIN, str(folder), PROMPT, str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=scratch,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     import ast
@@ -111,8 +133,9 @@ def plain_transformers(folder: Path, scratch: Path) -> tuple[dict, tuple]:
     return load_file(out), ast.literal_eval(lines[-1])
 
 
-def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: str | None,
-                       dtype_of_checkpoint: str = "bfloat16") -> None:
+def check_gguf_outputs(
+    out: Path, gguf: Path, scratch: Path, *, chat_template: str | None, dtype_of_checkpoint: str = "bfloat16"
+) -> None:
     """Every check of the module docstring on a finished ``run`` folder."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -153,8 +176,11 @@ def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: s
     model = model.to(getattr(torch, stored))
     plain, (tied, chat, dtype) = plain_transformers(ckpt, scratch)
     assert tied and dtype == f"torch.{stored}"
-    assert (ckpt / "model.safetensors").stat().st_size < 0.6 * (folder / "model.safetensors").stat().st_size \
-        if stored != "float32" else True  # half the dequantized float32 folder, plus the header
+    assert (
+        (ckpt / "model.safetensors").stat().st_size < 0.6 * (folder / "model.safetensors").stat().st_size
+        if stored != "float32"
+        else True
+    )  # half the dequantized float32 folder, plus the header
     if chat_template is not None:
         assert "<|im_start|>user\nhi<|im_end|>\n" in chat and chat.endswith("<|im_start|>assistant\n"), chat
     with torch.no_grad():
@@ -175,10 +201,14 @@ def check_gguf_outputs(out: Path, gguf: Path, scratch: Path, *, chat_template: s
     merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(folder), out / "adapter").merge_and_unload()
     merged_sd = merged.to(getattr(torch, stored)).state_dict()
     assert merged_sd.keys() == baked.keys()
-    bad = [k for k in baked if not torch.equal(merged_sd[k].view(torch.int16 if merged_sd[k].element_size() == 2
-                                                                   else torch.int32),
-                                               baked[k].view(torch.int16 if baked[k].element_size() == 2
-                                                             else torch.int32))]
+    bad = [
+        k
+        for k in baked
+        if not torch.equal(
+            merged_sd[k].view(torch.int16 if merged_sd[k].element_size() == 2 else torch.int32),
+            baked[k].view(torch.int16 if baked[k].element_size() == 2 else torch.int32),
+        )
+    ]
     assert not bad, bad[:3]
 
     # verify with the GGUF file as the base (the lock redacts the local path)

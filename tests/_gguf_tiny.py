@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-CHAT_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-                 "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = ["Ġ t", "h e", "Ġt he"]
 LAYERS, HIDDEN, FFN, HEADS, KV_HEADS = 2, 64, 128, 4, 2  # multiples of 32: Q8_0 blocks are 32 entries
@@ -45,10 +47,21 @@ def tiny_llama(seed: int = 0) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tokens()), hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
-                      num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HIDDEN // HEADS,
-                      max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=len(tokens()),
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HIDDEN // HEADS,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # norms away from 1.0 so that a wrong mapping shows
         for n, p in model.named_parameters():
@@ -107,14 +120,31 @@ def write_gguf(model: torch.nn.Module, path: str | Path) -> dict[str, str]:
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         put(f"blk.{i}.attn_norm.weight", p + "input_layernorm.weight", sd[p + "input_layernorm.weight"], False)
-        put(f"blk.{i}.ffn_norm.weight", p + "post_attention_layernorm.weight",
-            sd[p + "post_attention_layernorm.weight"], False)
-        put(f"blk.{i}.attn_q.weight", p + "self_attn.q_proj.weight",
-            _permute(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads), False)
-        put(f"blk.{i}.attn_k.weight", p + "self_attn.k_proj.weight",
-            _permute(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads), False)
-        for g, h in (("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"), ("ffn_gate", "mlp.gate_proj"),
-                     ("ffn_up", "mlp.up_proj"), ("ffn_down", "mlp.down_proj")):
+        put(
+            f"blk.{i}.ffn_norm.weight",
+            p + "post_attention_layernorm.weight",
+            sd[p + "post_attention_layernorm.weight"],
+            False,
+        )
+        put(
+            f"blk.{i}.attn_q.weight",
+            p + "self_attn.q_proj.weight",
+            _permute(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads),
+            False,
+        )
+        put(
+            f"blk.{i}.attn_k.weight",
+            p + "self_attn.k_proj.weight",
+            _permute(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads),
+            False,
+        )
+        for g, h in (
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_output", "self_attn.o_proj"),
+            ("ffn_gate", "mlp.gate_proj"),
+            ("ffn_up", "mlp.up_proj"),
+            ("ffn_down", "mlp.down_proj"),
+        ):
             put(f"blk.{i}.{g}.weight", p + h + ".weight", sd[p + h + ".weight"], True)
     w.write_header_to_file()
     w.write_kv_data_to_file()

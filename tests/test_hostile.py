@@ -19,9 +19,16 @@ LOCK = "mathneuro_recipe.lock.yaml"
 
 
 def _data_sets(ws: Path) -> list[str]:
-    return ["--set", f"data.math.path={ws / 'math.txt'}", "--set", f"data.general.0.path={ws / 'general.txt'}",
-            "--set", f"evaluation.math.path={ws / 'eval.jsonl'}",
-            "--set", f"evaluation.general.0.path={ws / 'general.txt'}"]
+    return [
+        "--set",
+        f"data.math.path={ws / 'math.txt'}",
+        "--set",
+        f"data.general.0.path={ws / 'general.txt'}",
+        "--set",
+        f"evaluation.math.path={ws / 'eval.jsonl'}",
+        "--set",
+        f"evaluation.general.0.path={ws / 'general.txt'}",
+    ]
 
 
 def _hostile_run(ws: Path, tmp_path: Path, edit, rehash: bool = True) -> Path:
@@ -78,9 +85,15 @@ def test_verify_never_takes_trust_remote_code_from_the_lock(ws: Path, evil, tmp_
             del sys.modules[name]
 
 
-@pytest.mark.parametrize("key,value", [("data.math.path", "/etc/passwd"), ("data.general.0.path", "../../x.txt"),
-                                       ("evaluation.math.path", "/etc/hostname"),
-                                       ("evaluation.general.0.path", "~/.ssh/id_rsa")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("data.math.path", "/etc/passwd"),
+        ("data.general.0.path", "../../x.txt"),
+        ("evaluation.math.path", "/etc/hostname"),
+        ("evaluation.general.0.path", "~/.ssh/id_rsa"),
+    ],
+)
 def test_a_lock_naming_a_local_file_reads_nothing(ws: Path, tmp_path: Path, key: str, value: str) -> None:
     def point(r):
         section, *rest = key.split(".")
@@ -96,7 +109,7 @@ def test_a_lock_naming_a_local_file_reads_nothing(ws: Path, tmp_path: Path, key:
     (run / LOCK).write_text(yaml.safe_dump(lock, sort_keys=False))
     sets = [a for a in _data_sets(ws)]
     i = sets.index(next(s for s in sets if s.startswith(key + "=")))
-    del sets[i - 1:i + 1]  # the user does not give this one: the lock's value would be read
+    del sets[i - 1 : i + 1]  # the user does not give this one: the lock's value would be read
     code, text = _cli("reproduce", run, "--base", ws / "base", "--out", tmp_path / "again", "-q", *sets)
     assert code == 2, text
     line = _error_line(text)
@@ -111,8 +124,15 @@ def test_a_lock_choosing_an_lm_eval_task_folder_is_refused(ws: Path, tmp_path: P
     (tasks / "evil.py").write_text("raise SystemExit('ran')\n")
 
     def include(r):
-        r["evaluation"]["lm_eval"] = {"tasks": ["t"], "include_path": str(tasks), "limit": None, "num_fewshot": None,
-                                      "apply_chat_template": False, "fewshot_as_multiturn": None, "batch_size": None}
+        r["evaluation"]["lm_eval"] = {
+            "tasks": ["t"],
+            "include_path": str(tasks),
+            "limit": None,
+            "num_fewshot": None,
+            "apply_chat_template": False,
+            "fewshot_as_multiturn": None,
+            "batch_size": None,
+        }
 
     run = _hostile_run(ws, tmp_path, include)
     lock = yaml.safe_load((run / LOCK).read_text())
@@ -126,13 +146,23 @@ def test_a_lock_choosing_an_lm_eval_task_folder_is_refused(ws: Path, tmp_path: P
 def test_every_refused_setting_is_named_at_once(ws: Path, tmp_path: Path) -> None:
     from mathneuro_edit.publish.lock_policy import refused_lock_settings
 
-    lock = {"recipe": {"base": {"model": "/srv/models/x", "trust_remote_code": True, "offload_folder": "/tmp/o"},
-                       "data": {"math": {"path": "/etc/passwd"}, "general": "organism:general"}}}
+    lock = {
+        "recipe": {
+            "base": {"model": "/srv/models/x", "trust_remote_code": True, "offload_folder": "/tmp/o"},
+            "data": {"math": {"path": "/etc/passwd"}, "general": "organism:general"},
+        }
+    }
     got = refused_lock_settings(lock)
-    assert [g.split(":")[0] for g in got] == ["base.trust_remote_code", "base.model", "base.offload_folder",
-                                              "data.math.path"]
-    assert refused_lock_settings(lock, ["base.model=/m", "base.offload_folder=/o", "data.math=/d"],
-                                 trust_remote_code=True) == []
+    assert [g.split(":")[0] for g in got] == [
+        "base.trust_remote_code",
+        "base.model",
+        "base.offload_folder",
+        "data.math.path",
+    ]
+    assert (
+        refused_lock_settings(lock, ["base.model=/m", "base.offload_folder=/o", "data.math=/d"], trust_remote_code=True)
+        == []
+    )
 
 
 def test_verify_and_card_do_not_read_a_local_base_named_by_the_lock(ws: Path, tmp_path: Path) -> None:
@@ -154,8 +184,10 @@ def test_an_edited_lock_that_kept_its_hash_is_exit_1_naming_the_field(ws: Path, 
         r["edit"]["scale"] = 5.0
 
     run = _hostile_run(ws, tmp_path, boost, rehash=False)
-    for args in (["reproduce", run, "--base", ws / "base", "--out", tmp_path / "again", "-q", *_data_sets(ws)],
-                 ["verify", run, "--base", ws / "base"]):
+    for args in (
+        ["reproduce", run, "--base", ws / "base", "--out", tmp_path / "again", "-q", *_data_sets(ws)],
+        ["verify", run, "--base", ws / "base"],
+    ):
         code, text = _cli(*args)
         assert code == 1, text
         line = _error_line(text)
@@ -168,8 +200,10 @@ def test_an_edited_lock_that_kept_its_hash_is_exit_1_naming_the_field(ws: Path, 
     assert code == 1 and "field files.data.math.path" in _error_line(text), text
 
 
-@pytest.mark.parametrize("field,value", [("recipe", ["a", "list"]), ("recipe", "text"), ("outputs", [1, 2]),
-                                         ("base", "x"), ("recipe_sha256", 5)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("recipe", ["a", "list"]), ("recipe", "text"), ("outputs", [1, 2]), ("base", "x"), ("recipe_sha256", 5)],
+)
 def test_a_malformed_lock_is_exit_2(ws: Path, tmp_path: Path, field: str, value) -> None:
     run = tmp_path / "run"
     shutil.copytree(ws / "run", run)
@@ -177,8 +211,12 @@ def test_a_malformed_lock_is_exit_2(ws: Path, tmp_path: Path, field: str, value)
     lock[field] = value
     for where in (run, run / "checkpoint", run / "adapter"):
         (where / LOCK).write_text(yaml.safe_dump(lock, sort_keys=False))
-    for args in (["reproduce", run, "--base", ws / "base", "-q", *_data_sets(ws)], ["verify", run],
-                 ["push", run, "--dry-run"], ["card", run]):
+    for args in (
+        ["reproduce", run, "--base", ws / "base", "-q", *_data_sets(ws)],
+        ["verify", run],
+        ["push", run, "--dry-run"],
+        ["card", run],
+    ):
         code, text = _cli(*args)
         assert code == 2, (args[0], text)
         assert field in _error_line(text), text
@@ -187,16 +225,20 @@ def test_a_malformed_lock_is_exit_2(ws: Path, tmp_path: Path, field: str, value)
 # ------------------------------------------------------------------------------------------- recipe limits
 
 _BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" + "".join(
-    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("bcdefgh", "cdefghi"))
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("bcdefgh", "cdefghi")
+)
 
 
-@pytest.mark.parametrize("name,text,phrase", [
-    ("deep-flow", "base: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested more than 64 levels"),
-    ("deep-block", "base:\n" + "".join(" " * i + "- \n" for i in range(1, 1000)), "nested more than 64 levels"),
-    ("alias-bomb", _BOMB, "expands to more than"),
-    ("long-int", "base: {model: organism}\ndata: {samples: " + "7" * 5000 + "}\n", "an integer of 5000 digits"),
-    ("huge", "# " + "x" * 2_000_000 + "\n", "more than a recipe may hold"),
-])
+@pytest.mark.parametrize(
+    "name,text,phrase",
+    [
+        ("deep-flow", "base: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested more than 64 levels"),
+        ("deep-block", "base:\n" + "".join(" " * i + "- \n" for i in range(1, 1000)), "nested more than 64 levels"),
+        ("alias-bomb", _BOMB, "expands to more than"),
+        ("long-int", "base: {model: organism}\ndata: {samples: " + "7" * 5000 + "}\n", "an integer of 5000 digits"),
+        ("huge", "# " + "x" * 2_000_000 + "\n", "more than a recipe may hold"),
+    ],
+)
 def test_hostile_yaml_is_refused_before_it_expands(tmp_path: Path, name: str, text: str, phrase: str) -> None:
     import time
 
@@ -219,8 +261,9 @@ def test_a_recipe_or_lock_that_is_a_fifo_or_a_device_is_refused(tmp_path: Path) 
         assert code == 2 and "not a regular file" in _error_line(out), out
 
 
-@pytest.mark.parametrize("value,phrase", [("[" * 5000 + "]" * 5000, "nested more than"),
-                                          ("9" * 5000, "an integer of 5000 digits")])
+@pytest.mark.parametrize(
+    "value,phrase", [("[" * 5000 + "]" * 5000, "nested more than"), ("9" * 5000, "an integer of 5000 digits")]
+)
 def test_hostile_override_values_are_one_line(value: str, phrase: str) -> None:
     code, out = _cli("plan", "--set", f"data.samples={value}")
     assert code == 2 and phrase in _error_line(out), out
@@ -229,9 +272,11 @@ def test_hostile_override_values_are_one_line(value: str, phrase: str) -> None:
 def test_a_hostile_lock_file_is_one_line(ws: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(ws / "run", run)
-    for text, phrase in ((_BOMB + "lock_version: 1\nrecipe: {}\n", "expands to more than"),
-                         ("lock_version: " + "1" * 5000 + "\nrecipe: {}\n", "an integer of 5000 digits"),
-                         ("lock_version: 1\nrecipe: " + "[" * 20000 + "]" * 20000 + "\n", "nested more than")):
+    for text, phrase in (
+        (_BOMB + "lock_version: 1\nrecipe: {}\n", "expands to more than"),
+        ("lock_version: " + "1" * 5000 + "\nrecipe: {}\n", "an integer of 5000 digits"),
+        ("lock_version: 1\nrecipe: " + "[" * 20000 + "]" * 20000 + "\n", "nested more than"),
+    ):
         (run / LOCK).write_text(text)
         for cmd in (["reproduce", run, "-q"], ["verify", run]):
             code, out = _cli(*cmd)
@@ -266,11 +311,39 @@ def _attacks(m: Path) -> dict[str, list]:
     (m / "to-base").symlink_to(base)
     (m / "hard-mask.json").hardlink_to(mask)
     return {
-        "sweep --out BASE --overwrite": ["sweep", rec, "--out", base, "--overwrite", "--top-k", "0.1", "--scale", "1.1"],
-        "consistency --out BASE/.. spelling": ["consistency", rec, "--out", base / ".." / "base", "--overwrite",
-                                               "--sizes", "1", "--repeats", "1"],
-        "consistency --out a symlink to BASE": ["consistency", rec, "--out", m / "to-base", "--overwrite",
-                                                "--sizes", "1", "--repeats", "1"],
+        "sweep --out BASE --overwrite": [
+            "sweep",
+            rec,
+            "--out",
+            base,
+            "--overwrite",
+            "--top-k",
+            "0.1",
+            "--scale",
+            "1.1",
+        ],
+        "consistency --out BASE/.. spelling": [
+            "consistency",
+            rec,
+            "--out",
+            base / ".." / "base",
+            "--overwrite",
+            "--sizes",
+            "1",
+            "--repeats",
+            "1",
+        ],
+        "consistency --out a symlink to BASE": [
+            "consistency",
+            rec,
+            "--out",
+            m / "to-base",
+            "--overwrite",
+            "--sizes",
+            "1",
+            "--repeats",
+            "1",
+        ],
         "eval --out BASE/config.json": ["eval", rec, "--out", base / "config.json"],
         "eval --mask M --out M": ["eval", rec, "--mask", mask, "--out", mask],
         "eval --out a hard link of M": ["eval", rec, "--mask", mask, "--out", m / "hard-mask.json"],
@@ -307,9 +380,11 @@ def test_out_must_be_a_regular_file_or_folder_path(mine: Path, tmp_path: Path, h
     else:
         target.symlink_to("/dev/null")
     rec = mine / "recipe.yaml"
-    for args in (["mask", rec, "--stats", mine / "stats", "--out", target, "-q"],
-                 ["eval", rec, "--out", target, "-q"],
-                 ["inspect", mine / "mask.safetensors", "--plot", target]):
+    for args in (
+        ["mask", rec, "--stats", mine / "stats", "--out", target, "-q"],
+        ["eval", rec, "--out", target, "-q"],
+        ["inspect", mine / "mask.safetensors", "--plot", target],
+    ):
         code, text = _cli(*args)
         assert code == 2 and "not a regular file or folder" in _error_line(text), (args[0], text)
     assert os.path.islink(target) or not target.is_file()
@@ -320,8 +395,11 @@ def test_recalibrating_with_fewer_sets_leaves_no_stale_statistics(mine: Path, tm
     two = ["--set", f"data.general=[{mine / 'general.txt'}, {mine / 'math.txt'}]"]
     code, text = _cli("calibrate", mine / "recipe.yaml", "--out", out, "-q", *two)
     assert code == 0, text
-    assert sorted(p.name for p in out.iterdir()) == ["general-0.stats.safetensors", "general-1.stats.safetensors",
-                                                     "math.stats.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "general-0.stats.safetensors",
+        "general-1.stats.safetensors",
+        "math.stats.safetensors",
+    ]
     code, text = _cli("calibrate", mine / "recipe.yaml", "--out", out, "-q")
     assert code == 0, text
     assert sorted(p.name for p in out.iterdir()) == ["general-0.stats.safetensors", "math.stats.safetensors"]
@@ -357,18 +435,24 @@ def test_two_calibrates_into_one_out_never_both_succeed(mine: Path, tmp_path: Pa
     import time
 
     go = tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1",
-           "GO_FILE": str(go)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "OMP_NUM_THREADS": "1",
+        "GO_FILE": str(go),
+    }
     out = tmp_path / "s"
     args = ["calibrate", str(mine / "recipe.yaml"), "--out", str(out), "-q"]
-    first = subprocess.Popen([sys.executable, "-c", _HELD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env)
+    first = subprocess.Popen(
+        [sys.executable, "-c", _HELD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     deadline = time.time() + 120
     while not (tmp_path / ".s.lock").exists() and time.time() < deadline and first.poll() is None:
         time.sleep(0.05)
     assert (tmp_path / ".s.lock").exists(), first.communicate()
-    second = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", *args], capture_output=True, text=True,
-                            env=env, timeout=300)
+    second = subprocess.run(
+        [sys.executable, "-m", "mathneuro_edit.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
     go.write_text("go")
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
@@ -379,8 +463,9 @@ def test_two_calibrates_into_one_out_never_both_succeed(mine: Path, tmp_path: Pa
 # ------------------------------------------------------------------------------------------- what is read is checked
 
 
-def test_a_gguf_missing_tensors_its_architecture_needs_is_exit_2(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gguf_missing_tensors_its_architecture_needs_is_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("gguf")
     import gguf
 
@@ -401,11 +486,11 @@ def test_a_gguf_missing_tensors_its_architecture_needs_is_exit_2(tmp_path: Path,
 def _rewrite_header(f: Path, edit) -> None:
     raw = f.read_bytes()
     n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     edit(header)
     body = json.dumps(header).encode()
     body += b" " * (-len(body) % 8)
-    f.write_bytes(len(body).to_bytes(8, "little") + body + raw[8 + n:])
+    f.write_bytes(len(body).to_bytes(8, "little") + body + raw[8 + n :])
 
 
 def _tensors(header: dict) -> list[str]:
@@ -428,8 +513,12 @@ def test_a_shard_index_names_only_files_inside_the_folder(ws: Path, tmp_path: Pa
     first = sorted(set(data["weight_map"].values()))[0]
     outside = tmp_path / "outside.safetensors"
     shutil.copy(base / first, outside)
-    target = {"../outside": f"../{outside.name}", "/absolute": str(outside), "./spelled-twice": f"./{first}",
-              "not-a-weight-file": "config.json"}[how]
+    target = {
+        "../outside": f"../{outside.name}",
+        "/absolute": str(outside),
+        "./spelled-twice": f"./{first}",
+        "not-a-weight-file": "config.json",
+    }[how]
     name = next(k for k, v in data["weight_map"].items() if v == first)
     data["weight_map"][name] = target
     index.write_text(json.dumps(data))
@@ -438,8 +527,11 @@ def test_a_shard_index_names_only_files_inside_the_folder(ws: Path, tmp_path: Pa
         r = yaml.safe_load((ws / "recipe.yaml").read_text())
         r["base"]["model"] = str(base)
         recipe.write_text(yaml.safe_dump(r))
-        args = (["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"] if cmd == "export"
-                else ["calibrate", recipe, "--out", tmp_path / "o"])
+        args = (
+            ["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"]
+            if cmd == "export"
+            else ["calibrate", recipe, "--out", tmp_path / "o"]
+        )
         code, text = _cli(*args, "-q")
         assert code == 2, (cmd, text)
         line = _error_line(text)
@@ -453,11 +545,17 @@ def test_every_shard_header_is_checked_before_export(ws: Path, tmp_path: Path, h
     shutil.copytree(ws / "base", base)
     f = base / "model.safetensors"
     if how == "overlap":  # two tensors of one size share bytes: the second's offsets are the first's
+
         def edit(h):
             names = _tensors(h)
-            a, b = next((a, b) for a in names for b in names if a < b and h[a]["shape"] == h[b]["shape"]
-                        and len(h[a]["shape"]) == 2)
+            a, b = next(
+                (a, b)
+                for a in names
+                for b in names
+                if a < b and h[a]["shape"] == h[b]["shape"] and len(h[a]["shape"]) == 2
+            )
             h[b]["data_offsets"] = list(h[a]["data_offsets"])
+
         _rewrite_header(f, edit)
     elif how == "unknown-dtype":
         _rewrite_header(f, lambda h: h[_tensors(h)[0]].update(dtype="Q9_WEIRD"))
@@ -472,10 +570,16 @@ def test_every_shard_header_is_checked_before_export(ws: Path, tmp_path: Path, h
     r["base"]["model"] = str(base)
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump(r))
-    phrase = {"overlap": "overlap", "unknown-dtype": "unknown dtype 'Q9_WEIRD'", "shape-vs-config": "config.json "
-              "describes", "no-model-type": "model_type"}[how]
-    for args in (["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"],
-                 ["calibrate", recipe, "--out", tmp_path / "o"]):
+    phrase = {
+        "overlap": "overlap",
+        "unknown-dtype": "unknown dtype 'Q9_WEIRD'",
+        "shape-vs-config": "config.json describes",
+        "no-model-type": "model_type",
+    }[how]
+    for args in (
+        ["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"],
+        ["calibrate", recipe, "--out", tmp_path / "o"],
+    ):
         code, text = _cli(*args, "-q")
         assert code == 2, (args[0], text)
         assert phrase in _error_line(text), text
@@ -488,8 +592,17 @@ def test_a_scale_is_checked_in_the_dtype_it_is_applied_in(ws: Path, tmp_path: Pa
     from mathneuro_edit.engine.apply import check_scale, edited_values
     from mathneuro_edit.errors import InputError
 
-    code, text = _cli("export", ws / "recipe.yaml", "--mask", ws / "mask.safetensors", "--out", tmp_path / "o",
-                      "--set", "edit.scale=1e39", "-q")  # finite in float64, inf in float32
+    code, text = _cli(
+        "export",
+        ws / "recipe.yaml",
+        "--mask",
+        ws / "mask.safetensors",
+        "--out",
+        tmp_path / "o",
+        "--set",
+        "edit.scale=1e39",
+        "-q",
+    )  # finite in float64, inf in float32
     assert code == 2 and "inf in float32" in _error_line(text), text
     assert not (tmp_path / "o").exists()
     with pytest.raises(InputError, match="inf in float32"):
@@ -513,8 +626,9 @@ def _edit_meta(src: Path, dst: Path, edit) -> None:
     save_file(tensors, str(dst), metadata=meta)
 
 
-@pytest.mark.parametrize("edit", ["header-list", "no-shapes", "shapes-text", "targets-list", "meta-list",
-                                  "shape-of-strings"])
+@pytest.mark.parametrize(
+    "edit", ["header-list", "no-shapes", "shapes-text", "targets-list", "meta-list", "shape-of-strings"]
+)
 def test_malformed_mask_and_statistics_headers_are_exit_2(ws: Path, tmp_path: Path, edit: str) -> None:
     def change(h):
         if edit == "header-list":
@@ -541,14 +655,18 @@ def test_malformed_mask_and_statistics_headers_are_exit_2(ws: Path, tmp_path: Pa
     _edit_meta(ws / "stats" / "math.stats.safetensors", stats / "math.stats.safetensors", change)
     mask = tmp_path / "m.safetensors"
     _edit_meta(ws / "mask.safetensors", mask, change)
-    for args in (["inspect", mask], ["inspect", stats / "math.stats.safetensors"],
-                 ["mask", ws / "recipe.yaml", "--stats", stats, "--out", tmp_path / "o.safetensors", "-q"],
-                 ["export", ws / "recipe.yaml", "--mask", mask, "--out", tmp_path / "o", "-q"],
-                 ["eval", ws / "recipe.yaml", "--mask", mask, "-q"]):
+    for args in (
+        ["inspect", mask],
+        ["inspect", stats / "math.stats.safetensors"],
+        ["mask", ws / "recipe.yaml", "--stats", stats, "--out", tmp_path / "o.safetensors", "-q"],
+        ["export", ws / "recipe.yaml", "--mask", mask, "--out", tmp_path / "o", "-q"],
+        ["eval", ws / "recipe.yaml", "--mask", mask, "-q"],
+    ):
         code, text = _cli(*args)
         assert code == 2, (args[0], text)
-        assert "internal error" not in text and ("malformed" in _error_line(text) or "unreadable" in _error_line(text)
-                                                 or "corrupt" in _error_line(text)), (args[0], text)
+        assert "internal error" not in text and (
+            "malformed" in _error_line(text) or "unreadable" in _error_line(text) or "corrupt" in _error_line(text)
+        ), (args[0], text)
 
 
 # ------------------------------------------------------------------------------------------- disk full
@@ -591,8 +709,9 @@ def test_disk_full_names_the_size_the_write_needed(ws: Path, tmp_path: Path, mon
     big = 6 * 10**6 // 8
     stats.norm_sum["pad"], stats.sq_sum["pad"] = torch.zeros(1, big), torch.zeros(1, big)
     stats.token_count["pad"] = torch.zeros(1, dtype=torch.int64)
-    needed = sum(t.numel() * t.element_size() for d in (stats.norm_sum, stats.sq_sum, stats.token_count)
-                 for t in d.values())
+    needed = sum(
+        t.numel() * t.element_size() for d in (stats.norm_sum, stats.sq_sum, stats.token_count) for t in d.values()
+    )
     monkeypatch.setattr(stats_mod, "save_file", half_then_full)
     _small_disk(monkeypatch, disk, 5 * 10**6)
     from mathneuro_edit.errors import InputError
@@ -600,8 +719,9 @@ def test_disk_full_names_the_size_the_write_needed(ws: Path, tmp_path: Path, mon
     with pytest.raises(InputError) as err:
         stats.save(disk / "math.stats.safetensors")
     mb = -(-(needed - 5 * 10**6) // 10**6)
-    assert str(err.value) == (f"no space left on device writing {disk / 'math.stats.safetensors'}; free {mb} MB or "
-                              "choose another --out")
+    assert str(err.value) == (
+        f"no space left on device writing {disk / 'math.stats.safetensors'}; free {mb} MB or choose another --out"
+    )
     assert list(disk.iterdir()) == []
     from mathneuro_edit.util.outdir import atomic_dir
 
@@ -631,8 +751,13 @@ def test_a_data_file_name_cannot_inject_text_into_the_card_or_its_command(mine: 
     # exactly the name, and `;` runs nothing
     import subprocess
 
-    shown = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.removeprefix("mathneuro-edit reproduce ")],
-                           capture_output=True, text=True, cwd=tmp_path, env={"BASE_MODEL_DIR": "b"})
+    shown = subprocess.run(
+        ["bash", "-c", "printf '%s\\0' " + command.removeprefix("mathneuro-edit reproduce ")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"BASE_MODEL_DIR": "b"},
+    )
     assert f"data.math.path={evil_name}" in shown.stdout.split("\0"), shown
     assert not (tmp_path / "PWNED").exists()
     (row,) = [ln for ln in card.splitlines() if ln.startswith("| `data.math.path`")]
@@ -660,7 +785,9 @@ def test_a_shard_index_that_contradicts_the_shards_is_exit_2(ws: Path, tmp_path:
     r = yaml.safe_load((ws / "recipe.yaml").read_text())
     r["base"]["model"] = str(base)
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(r))
-    for args in (["calibrate", tmp_path / "r.yaml", "--out", tmp_path / "o"],
-                 ["export", tmp_path / "r.yaml", "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"]):
+    for args in (
+        ["calibrate", tmp_path / "r.yaml", "--out", tmp_path / "o"],
+        ["export", tmp_path / "r.yaml", "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"],
+    ):
         code, text = _cli(*args, "-q")
         assert code == 2 and "the index and the shards are from different saves" in _error_line(text), text

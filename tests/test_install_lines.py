@@ -24,7 +24,12 @@ def install_lines() -> list[tuple[str, str]]:
     from mathneuro_edit.evaluation.lm_eval_bridge import _INSTALL_HINT
     from mathneuro_edit.publish.card_sections import INSTALL
 
-    sources = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "recipes").glob("*.yaml")), *sorted((ROOT / "mathneuro_edit").rglob("*.py"))]
+    sources = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "recipes").glob("*.yaml")),
+        *sorted((ROOT / "mathneuro_edit").rglob("*.py")),
+    ]
     found = []
     for path in sources:
         text = path.read_text(encoding="utf-8")
@@ -70,8 +75,12 @@ def test_every_install_line_names_an_installable_requirement() -> None:
 
 
 def test_the_check_refuses_what_does_not_install() -> None:
-    for args in ("mathneuro-edit[eval]", '-e ".[nosuchextra]"', '"mathneuro-edit[gguf] @ git+https://x/y"  ',
-                 "mathneuro-edit"):
+    for args in (
+        "mathneuro-edit[eval]",
+        '-e ".[nosuchextra]"',
+        '"mathneuro-edit[gguf] @ git+https://x/y"  ',
+        "mathneuro-edit",
+    ):
         try:
             check(args)
         except AssertionError:

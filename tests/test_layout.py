@@ -68,8 +68,10 @@ def test_import_linter_contract_holds() -> None:
     """pyproject.toml's layers / independence / forbidden contracts (the same check as ``lint-imports``), in a
     child process: import-linter configures logging with ``dictConfig``, which disables every logger that exists
     (mathneuro-edit's included), and later tests read their warnings."""
-    code = ("import sys; from importlinter.cli import lint_imports; "
-            f"sys.exit(lint_imports(config_filename={str(ROOT / 'pyproject.toml')!r}, no_cache=True, no_logo=True))")
+    code = (
+        "import sys; from importlinter.cli import lint_imports; "
+        f"sys.exit(lint_imports(config_filename={str(ROOT / 'pyproject.toml')!r}, no_cache=True, no_logo=True))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
 
@@ -77,8 +79,13 @@ def test_import_linter_contract_holds() -> None:
 def test_the_contract_lists_every_stage() -> None:
     """A new sub-package must take a place in the layers, or the rule silently does not cover it."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    layered = {name.strip() for contract in config["contracts"] if contract["type"] == "layers"
-               for layer in contract["layers"] for name in layer.split("|")}
+    layered = {
+        name.strip()
+        for contract in config["contracts"]
+        if contract["type"] == "layers"
+        for layer in contract["layers"]
+        for name in layer.split("|")
+    }
     stages = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
     stages |= {p.stem for p in PKG.glob("*.py") if p.name != "__init__.py"}
     assert stages == layered
@@ -152,16 +159,27 @@ def test_imports_sit_at_module_level() -> None:
 
 def test_run_folder_names_have_one_home() -> None:
     """The run folder's file names are typed only in layout.py (docstrings and comments aside)."""
-    names = ("mask.safetensors", "eval.json", "math.stats.safetensors", "mathneuro_recipe.lock.yaml", "sweep.json",
-             "consistency.json")
+    names = (
+        "mask.safetensors",
+        "eval.json",
+        "math.stats.safetensors",
+        "mathneuro_recipe.lock.yaml",
+        "sweep.json",
+        "consistency.json",
+    )
     found = []
     for path in PKG.rglob("*.py"):
         if path.name == "layout.py":
             continue
         tree = ast.parse(path.read_text())
-        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-                      and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        docstrings = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                 found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if node.value == n]
@@ -181,8 +199,12 @@ def test_a_lock_from_before_the_restructure_reproduces_bit_for_bit(tmp_path: Pat
     """tests/golden/quickstart-0.1.0-before-restructure.lock.yaml was written by the flat-package code (commit
     4f7b9f4): the restructured package must rebuild every file it lists, byte for byte."""
     lock = ROOT / "tests" / "golden" / "quickstart-0.1.0-before-restructure.lock.yaml"
-    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", "reproduce", str(lock), "--out",
-                           str(tmp_path / "again")], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mathneuro_edit.cli", "reproduce", str(lock), "--out", str(tmp_path / "again")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "reproduced: yes, bit for bit" in proc.stdout
     assert "differs" not in proc.stdout.lower()

@@ -14,11 +14,20 @@ from mathneuro_edit.cli.main import main
 
 # command -> the top-level functions it calls (the module docstring of mathneuro_edit says the same)
 COMMAND_API = {
-    "run": ("run_recipe", "run_from_sweep"), "sweep": ("run_sweep",), "calibrate": ("calibrate",),
-    "mask": ("find_math_params",), "export": ("export_checkpoint", "export_adapter", "export_gguf"),
-    "eval": ("evaluate",), "card": ("rewrite_cards", "build_card", "write_card"), "push": ("push_to_hub",),
-    "verify": ("verify",), "reproduce": ("reproduce",), "plan": ("plan_from_config",),
-    "dequantize": ("dequantize_gguf",), "consistency": ("run_consistency",), "inspect": ("Mask", "ActivationStats"),
+    "run": ("run_recipe", "run_from_sweep"),
+    "sweep": ("run_sweep",),
+    "calibrate": ("calibrate",),
+    "mask": ("find_math_params",),
+    "export": ("export_checkpoint", "export_adapter", "export_gguf"),
+    "eval": ("evaluate",),
+    "card": ("rewrite_cards", "build_card", "write_card"),
+    "push": ("push_to_hub",),
+    "verify": ("verify",),
+    "reproduce": ("reproduce",),
+    "plan": ("plan_from_config",),
+    "dequantize": ("dequantize_gguf",),
+    "consistency": ("run_consistency",),
+    "inspect": ("Mask", "ActivationStats"),
 }
 
 

@@ -41,14 +41,28 @@ REPO = "you/SmolLM2-135M-Instruct-MathNeuro"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 # the page's table (step 2), as the YAML the page describes
-PAGE_KEYS = {"base.hub_id": "HuggingFaceTB/SmolLM2-135M-Instruct", "data.math.hub_dataset": "openai/gsm8k",
-             "data.general.0.hub_dataset": "Salesforce/wikitext",
-             "evaluation.general.0.hub_dataset": "Salesforce/wikitext", "outputs.gguf": "Q8_0",
-             "hub.repo_id": REPO}
+PAGE_KEYS = {
+    "base.hub_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "data.math.hub_dataset": "openai/gsm8k",
+    "data.general.0.hub_dataset": "Salesforce/wikitext",
+    "evaluation.general.0.hub_dataset": "Salesforce/wikitext",
+    "outputs.gguf": "Q8_0",
+    "hub.repo_id": REPO,
+}
 # only for the test's time: the tiny model, few samples, no variants
-SMALL = {"data.samples": 8, "calibration.max_length": 48, "calibration.batch_size": 4, "evaluation.samples": 8,
-         "evaluation.max_new_tokens": 4, "sweep.selection_samples": 6, "sweep.confirmation_samples": 6,
-         "sweep.general_samples": 2, "sweep.variants": [], "sweep.first_round": None, "sweep.batch_size": 8}
+SMALL = {
+    "data.samples": 8,
+    "calibration.max_length": 48,
+    "calibration.batch_size": 4,
+    "evaluation.samples": 8,
+    "evaluation.max_new_tokens": 4,
+    "sweep.selection_samples": 6,
+    "sweep.confirmation_samples": 6,
+    "sweep.general_samples": 2,
+    "sweep.variants": [],
+    "sweep.first_round": None,
+    "sweep.batch_size": 8,
+}
 
 
 def page_blocks() -> list[tuple[str, str]]:
@@ -127,11 +141,16 @@ def test_the_page_s_worked_example_outcome_points_to_results_and_while_pending_s
 
 
 def test_the_page_s_gguf_name_is_what_its_recipe_gives() -> None:
-    recipe = load_recipe(str(ROOT / "recipes" / "smollm2-arithmetic-boost.yaml"),
-                         [f"base.hub_id={PAGE_KEYS['base.hub_id']}", "outputs.gguf=Q8_0"])
+    recipe = load_recipe(
+        str(ROOT / "recipes" / "smollm2-arithmetic-boost.yaml"),
+        [f"base.hub_id={PAGE_KEYS['base.hub_id']}", "outputs.gguf=Q8_0"],
+    )
     public = recipe.resolved_dict()
-    lock = {"base": {"model": "<local>"}, "recipe": {"base": public["base"], "edit": public["edit"]},
-            "edit_summary": {"model_params": 134_515_008}}
+    lock = {
+        "base": {"model": "<local>"},
+        "recipe": {"base": public["base"], "edit": public["edit"]},
+        "edit_summary": {"model_params": 134_515_008},
+    }
     name = gguf_repo_name(lock, "model-Q8_0.gguf")
     assert f"`{name}`" in PAGE.read_text(encoding="utf-8")
     assert f"`{name}`" in (ROOT / "docs" / "publishing.md").read_text(encoding="utf-8")
@@ -139,7 +158,8 @@ def test_the_page_s_gguf_name_is_what_its_recipe_gives() -> None:
 
 @pytest.mark.slow
 def test_the_releasing_guide_runs_as_written_and_each_repo_loads_as_it_says(
-        fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests._gguf_tiny import tiny_llama, write_gguf
 
     work = tmp_path / "mathneuro-edit"  # the page runs from the repository root

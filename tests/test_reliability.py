@@ -52,14 +52,22 @@ def ws(tmp_path_factory) -> Path:
             f.write(json.dumps({"question": f"{a} + 2?", "answer": f"{a} + 2 = {a + 2}\n#### {a + 2}"}) + "\n")
     recipe = {
         "base": {"model": str(root / "base"), "dtype": "float32", "device": "cpu"},
-        "data": {"math": {"path": str(root / "math.txt")}, "general": [{"path": str(root / "general.txt")}],
-                 "samples": 4, "seed": 0},
+        "data": {
+            "math": {"path": str(root / "math.txt")},
+            "general": [{"path": str(root / "general.txt")}],
+            "samples": 4,
+            "seed": 0,
+        },
         "calibration": {"max_length": 32, "batch_size": 4},
         "mask": {"top_k": 0.1},
         "edit": {"scale": 1.1},
         "outputs": {"checkpoint": True, "adapter": True},
-        "evaluation": {"math": {"path": str(root / "eval.jsonl")}, "general": [{"path": str(root / "general.txt")}],
-                       "samples": 2, "max_new_tokens": 4},
+        "evaluation": {
+            "math": {"path": str(root / "eval.jsonl")},
+            "general": [{"path": str(root / "general.txt")}],
+            "samples": 2,
+            "max_new_tokens": 4,
+        },
     }
     (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     code, text = _cli("run", root / "recipe.yaml", "--out", root / "run", "--quiet")
@@ -81,8 +89,17 @@ def _recipe_for(ws: Path, base: Path, name: str, **base_extra) -> Path:
 # ------------------------------------------------------------------------------------------- recipe types
 
 
-@pytest.mark.parametrize("override", ["calibration.batch_size=true", "data.samples=true", 'edit.prune="yes"',
-                                      "data.seed=1.5", 'outputs.adapter="no"', "hub.private=1"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "calibration.batch_size=true",
+        "data.samples=true",
+        'edit.prune="yes"',
+        "data.seed=1.5",
+        'outputs.adapter="no"',
+        "hub.private=1",
+    ],
+)
 def test_recipe_ints_and_bools_are_strict(override: str) -> None:
     code, text = _cli("plan", "--set", override)
     assert code == 2, text
@@ -99,7 +116,7 @@ def test_recipe_keeps_ints_for_floats_and_numbers_for_strings() -> None:
 # ------------------------------------------------------------------------------------------- remote code
 
 
-_EVIL = '''
+_EVIL = """
 import os
 from pathlib import Path
 Path(os.environ["{env}"]).write_text("repository code ran")
@@ -108,7 +125,7 @@ class EvilConfig(LlamaConfig):
     model_type = "evil_llama"
 class EvilModel(LlamaForCausalLM):
     config_class = EvilConfig
-'''.replace("{env}", MARKER_ENV)
+""".replace("{env}", MARKER_ENV)
 
 
 @pytest.fixture()
@@ -136,18 +153,49 @@ def test_repository_code_never_runs_without_opt_in(ws: Path, evil: tuple[Path, P
         "calibrate": ["calibrate", recipe, "--out", tmp_path / "o-stats"],
         "mask": ["mask", recipe, "--stats", ws / "stats", "--out", tmp_path / "o-mask.safetensors"],
         "export": ["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o-ckpt"],
-        "export --adapter": ["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o-ad",
-                             "--adapter"],
+        "export --adapter": [
+            "export",
+            recipe,
+            "--mask",
+            ws / "mask.safetensors",
+            "--out",
+            tmp_path / "o-ad",
+            "--adapter",
+        ],
         "eval": ["eval", recipe],
         "verify": ["verify", ws / "run", "--base", base],
-        "reproduce": ["reproduce", ws / "run", "--base", base, "--out", tmp_path / "o-repro",
-                      "--set", f"data.math.path={ws / 'math.txt'}", "--set", f"data.general.0.path={ws / 'general.txt'}",
-                      "--set", f"evaluation.math.path={ws / 'eval.jsonl'}",
-                      "--set", f"evaluation.general.0.path={ws / 'general.txt'}"],
+        "reproduce": [
+            "reproduce",
+            ws / "run",
+            "--base",
+            base,
+            "--out",
+            tmp_path / "o-repro",
+            "--set",
+            f"data.math.path={ws / 'math.txt'}",
+            "--set",
+            f"data.general.0.path={ws / 'general.txt'}",
+            "--set",
+            f"evaluation.math.path={ws / 'eval.jsonl'}",
+            "--set",
+            f"evaluation.general.0.path={ws / 'general.txt'}",
+        ],
         "plan": ["plan", recipe],
         "consistency": ["consistency", recipe, "--out", tmp_path / "o-cons", "--sizes", "1", "--repeats", "1"],
-        "sweep": ["sweep", recipe, "--out", tmp_path / "o-sweep", "--top-k", "0.1", "--scale", "1.1",
-                  "--set", "sweep.selection_samples=1", "--set", "sweep.confirmation_samples=2"],  # eval.jsonl: 3
+        "sweep": [
+            "sweep",
+            recipe,
+            "--out",
+            tmp_path / "o-sweep",
+            "--top-k",
+            "0.1",
+            "--scale",
+            "1.1",
+            "--set",
+            "sweep.selection_samples=1",
+            "--set",
+            "sweep.confirmation_samples=2",
+        ],  # eval.jsonl: 3
     }
     for name, args in commands.items():
         quiet = [] if name in ("verify", "plan") else ["-q"]
@@ -155,16 +203,20 @@ def test_repository_code_never_runs_without_opt_in(ws: Path, evil: tuple[Path, P
         assert code == 2, (name, text)
         assert "base.trust_remote_code: true" in _error_line(text), (name, text)
         assert not marker.exists(), f"{name} ran the repository's code"
-    assert hash_tree(base) == hash_tree(ws / "base") | {"evil.py": hash_tree(base)["evil.py"],
-                                                       "config.json": hash_tree(base)["config.json"]}
+    assert hash_tree(base) == hash_tree(ws / "base") | {
+        "evil.py": hash_tree(base)["evil.py"],
+        "config.json": hash_tree(base)["config.json"],
+    }
 
 
 def test_repository_code_with_yes_on_a_real_terminal_stdin(ws: Path, evil: tuple[Path, Path], tmp_path: Path) -> None:
     """The reported case exactly: `yes | mathneuro-edit export ...` in a shell."""
     base, marker = evil
     recipe = _recipe_for(ws, base, "evil2.yaml")
-    cmd = (f"yes | {sys.executable} -m mathneuro_edit.cli export {recipe} --mask {ws / 'mask.safetensors'} "
-           f"--out {tmp_path / 'o'} -q")
+    cmd = (
+        f"yes | {sys.executable} -m mathneuro_edit.cli export {recipe} --mask {ws / 'mask.safetensors'} "
+        f"--out {tmp_path / 'o'} -q"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=300)
     assert not marker.exists(), "the repository's code ran"
@@ -174,8 +226,15 @@ def test_repository_code_with_yes_on_a_real_terminal_stdin(ws: Path, evil: tuple
 
 def test_opting_in_runs_the_repository_code(ws: Path, evil: tuple[Path, Path], tmp_path: Path) -> None:
     base, marker = evil
-    code, text = _cli("export", _recipe_for(ws, base, "trusted.yaml", trust_remote_code=True), "--mask",
-                      ws / "mask.safetensors", "--out", tmp_path / "o", "-q")
+    code, text = _cli(
+        "export",
+        _recipe_for(ws, base, "trusted.yaml", trust_remote_code=True),
+        "--mask",
+        ws / "mask.safetensors",
+        "--out",
+        tmp_path / "o",
+        "-q",
+    )
     assert code == 0, text
     assert marker.exists()  # asked for: the repository's class built the model
 
@@ -183,8 +242,10 @@ def test_opting_in_runs_the_repository_code(ws: Path, evil: tuple[Path, Path], t
 def test_hub_repo_needing_remote_code_is_one_line_with_the_fix() -> None:
     from mathneuro_edit.weights.remote_code import remote_code_error
 
-    err = ValueError("The repository x/y contains custom code which must be executed to correctly load the model. "
-                     "Please pass the argument `trust_remote_code=True` to allow custom code to be run.")
+    err = ValueError(
+        "The repository x/y contains custom code which must be executed to correctly load the model. "
+        "Please pass the argument `trust_remote_code=True` to allow custom code to be run."
+    )
     got = remote_code_error("x/y", err)
     assert isinstance(got, InputError) and "base.trust_remote_code: true" in str(got)
     assert remote_code_error("x/y", ValueError("something else")) is None
@@ -197,19 +258,30 @@ def test_push_blanks_local_paths_at_any_depth(fake_hub, out_dir: Path) -> None: 
     from mathneuro_edit.publish.hub import push_to_hub
 
     home = str(Path.home())
-    tok_cfg = {"name_or_path": f"{home}/models/llama", "eos_token": "</s>", "chat_template": "{{ a / b }}",
-               "added_tokens_decoder": {"1": {"content": "/s"}}}
+    tok_cfg = {
+        "name_or_path": f"{home}/models/llama",
+        "eos_token": "</s>",
+        "chat_template": "{{ a / b }}",
+        "added_tokens_decoder": {"1": {"content": "/s"}},
+    }
     gen_cfg = {"bos_token_id": 1, "extra": {"source": "/srv/models/base/generation_config.json"}}
-    cfg = {"model_type": "llava", "_name_or_path": "/data/me/llava",
-           "text_config": {"_name_or_path": "/data/me/llava/text", "layers": [{"path": "~/x"}]}}
+    cfg = {
+        "model_type": "llava",
+        "_name_or_path": "/data/me/llava",
+        "text_config": {"_name_or_path": "/data/me/llava/text", "layers": [{"path": "~/x"}]},
+    }
     for name, data in (("tokenizer_config.json", tok_cfg), ("generation_config.json", gen_cfg), ("config.json", cfg)):
         (out_dir / name).write_text(json.dumps(data))
     relock(out_dir)  # as a run would have written them
     before = hash_tree(out_dir)
     dry = push_to_hub(out_dir, "me/x", dry_run=True)
-    assert set(dry.scrubbed) == {"tokenizer_config.json: name_or_path", "generation_config.json: extra.source",
-                                 "config.json: _name_or_path", "config.json: text_config._name_or_path",
-                                 "config.json: text_config.layers[0].path"}
+    assert set(dry.scrubbed) == {
+        "tokenizer_config.json: name_or_path",
+        "generation_config.json: extra.source",
+        "config.json: _name_or_path",
+        "config.json: text_config._name_or_path",
+        "config.json: text_config.layers[0].path",
+    }
     push_to_hub(out_dir, "me/x", token=TOKEN)
     sent = _committed(fake_hub)
     for name in ("tokenizer_config.json", "generation_config.json", "config.json"):
@@ -299,12 +371,14 @@ def test_out_inside_the_base_folder_is_refused(ws: Path, cmd: str) -> None:
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
-def test_sigterm_and_sighup_leave_no_temporary_folder(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      sig: str) -> None:
+def test_sigterm_and_sighup_leave_no_temporary_folder(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: str
+) -> None:
     _slow_write(monkeypatch, 30)
     out = tmp_path / "o"
-    p = _fork(["export", ws / "recipe.yaml", "--mask", ws / "mask.safetensors", "--out", out, "-q"],
-              tmp_path / "r.json")
+    p = _fork(
+        ["export", ws / "recipe.yaml", "--mask", ws / "mask.safetensors", "--out", out, "-q"], tmp_path / "r.json"
+    )
     deadline = time.time() + 60
     while not list(tmp_path.glob(".o.tmp-*")) and time.time() < deadline:
         time.sleep(0.05)
@@ -316,14 +390,17 @@ def test_sigterm_and_sighup_leave_no_temporary_folder(ws: Path, tmp_path: Path, 
     assert sorted(x.name for x in tmp_path.iterdir()) == ["r.json"]  # no temp folder, no lock, no output
 
 
-def test_a_temp_folder_left_by_kill_9_is_removed_by_the_next_run(ws: Path, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_temp_folder_left_by_kill_9_is_removed_by_the_next_run(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import mathneuro_edit.weights.checkpoint_writer as export_mod
 
     real = export_mod._write_shard
     monkeypatch.setattr(export_mod, "_write_shard", lambda *a, **k: (time.sleep(30), real(*a, **k)))
-    p = _fork(["export", ws / "recipe.yaml", "--mask", ws / "mask.safetensors", "--out", tmp_path / "a", "-q"],
-              tmp_path / "r.json")
+    p = _fork(
+        ["export", ws / "recipe.yaml", "--mask", ws / "mask.safetensors", "--out", tmp_path / "a", "-q"],
+        tmp_path / "r.json",
+    )
     deadline = time.time() + 60
     while not list(tmp_path.glob(".a.tmp-*")) and time.time() < deadline:
         time.sleep(0.05)
@@ -334,7 +411,8 @@ def test_a_temp_folder_left_by_kill_9_is_removed_by_the_next_run(ws: Path, tmp_p
     monkeypatch.setattr(export_mod, "_write_shard", real)
     (tmp_path / ".b.tmp-live").mkdir()  # a folder of a live run on this host is left alone
     (tmp_path / ".b.tmp-live" / ".mathneuro-edit-owner.json").write_text(
-        json.dumps({"pid": os.getpid(), "host": os.uname().nodename}))
+        json.dumps({"pid": os.getpid(), "host": os.uname().nodename})
+    )
     code, text = _cli("export", ws / "recipe.yaml", "--mask", ws / "mask.safetensors", "--out", tmp_path / "a", "-q")
     assert code == 0, text
     assert f"removed {left}" in text and not left.exists() and (tmp_path / ".b.tmp-live").is_dir()
@@ -351,7 +429,7 @@ def _broken_base(ws: Path, tmp_path: Path, how: str) -> Path:
     f = base / "model.safetensors"
     raw = f.read_bytes()
     n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     if how == "truncated":
         f.write_bytes(raw[: len(raw) - 100])
     elif how == "header-2^62":
@@ -361,7 +439,7 @@ def _broken_base(ws: Path, tmp_path: Path, how: str) -> Path:
         header[name]["shape"] = [header[name]["shape"][0] * 2, header[name]["shape"][1]]
         body = json.dumps(header).encode()
         body += b" " * (-len(body) % 8)
-        f.write_bytes(len(body).to_bytes(8, "little") + body + raw[8 + n:])
+        f.write_bytes(len(body).to_bytes(8, "little") + body + raw[8 + n :])
     elif how == "missing-tensor":
         sd = load_file(str(f))
         del sd["model.layers.1.mlp.up_proj.weight"]
@@ -374,8 +452,11 @@ def _broken_base(ws: Path, tmp_path: Path, how: str) -> Path:
 def test_corrupt_shard_is_one_line_naming_file_and_tensor(ws: Path, tmp_path: Path, how: str, cmd: str) -> None:
     base = _broken_base(ws, tmp_path, how)
     recipe = _recipe_for(ws, base, f"broken-{how}.yaml")
-    args = (["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"] if cmd == "export"
-            else ["calibrate", recipe, "--out", tmp_path / "o"])
+    args = (
+        ["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"]
+        if cmd == "export"
+        else ["calibrate", recipe, "--out", tmp_path / "o"]
+    )
     code, text = _cli(*args, "-q")
     assert code == 2, text
     line = _error_line(text)
@@ -400,7 +481,8 @@ def test_statistics_from_mixed_models_name_the_tensor(ws: Path, tmp_path: Path) 
     stats = tmp_path / "mixed"
     shutil.copytree(ws / "stats", stats)
     calibrate(other, char_tokenizer(), GENERAL[:3], max_length=32, progress=False).save(
-        stats / "general-0.stats.safetensors")
+        stats / "general-0.stats.safetensors"
+    )
     code, text = _cli("mask", ws / "recipe.yaml", "--stats", stats, "--out", tmp_path / "m.safetensors", "-q")
     assert code == 2, text
     assert "general_stats[0]: 'model.layers.0.self_attn.q_proj.weight'" in _error_line(text)
@@ -409,11 +491,17 @@ def test_statistics_from_mixed_models_name_the_tensor(ws: Path, tmp_path: Path) 
 # ------------------------------------------------------------------------------------------- disk faults
 
 
-@pytest.mark.parametrize("err,phrase", [(errno.ENOSPC, "no space left on device writing"),
-                                        (errno.EDQUOT, "quota exceeded writing"),
-                                        (errno.EROFS, "read-only file system: cannot write")])
-def test_disk_full_quota_read_only_are_one_line(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                err: int, phrase: str) -> None:
+@pytest.mark.parametrize(
+    "err,phrase",
+    [
+        (errno.ENOSPC, "no space left on device writing"),
+        (errno.EDQUOT, "quota exceeded writing"),
+        (errno.EROFS, "read-only file system: cannot write"),
+    ],
+)
+def test_disk_full_quota_read_only_are_one_line(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int, phrase: str
+) -> None:
     import mathneuro_edit.engine.stats as stats_mod
     import mathneuro_edit.weights.checkpoint_writer as export_mod
 
@@ -459,10 +547,23 @@ def test_reproduce_finding_a_difference_exits_1_with_its_report_last(ws: Path, t
     data = yaml.safe_load(lock.read_text())
     data["mask_sha256"] = "0" * 64  # as if the recorded run had selected other weights
     lock.write_text(yaml.safe_dump(data, sort_keys=False))
-    code, text = _cli("reproduce", run, "--base", ws / "base", "--out", tmp_path / "again", "-q",
-                      "--set", f"data.math.path={ws / 'math.txt'}", "--set", f"data.general.0.path={ws / 'general.txt'}",
-                      "--set", f"evaluation.math.path={ws / 'eval.jsonl'}",
-                      "--set", f"evaluation.general.0.path={ws / 'general.txt'}")
+    code, text = _cli(
+        "reproduce",
+        run,
+        "--base",
+        ws / "base",
+        "--out",
+        tmp_path / "again",
+        "-q",
+        "--set",
+        f"data.math.path={ws / 'math.txt'}",
+        "--set",
+        f"data.general.0.path={ws / 'general.txt'}",
+        "--set",
+        f"evaluation.math.path={ws / 'eval.jsonl'}",
+        "--set",
+        f"evaluation.general.0.path={ws / 'general.txt'}",
+    )
     assert code == 1, text
     assert "internal error" not in text and "SystemExit" not in text
     assert text.strip().splitlines()[-1].startswith("reproduced: NO"), text
@@ -473,8 +574,9 @@ def test_disk_full_reported_by_the_safetensors_writer_is_the_same_line(tmp_path:
 
     from mathneuro_edit.util.outdir import as_space_error
 
-    err = SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
-                          'left on device" })')
+    err = SafetensorError(
+        'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+    )
     got = as_space_error(err, tmp_path / "m.safetensors", 5_000_000)
     assert got is not None and str(got).startswith(f"no space left on device writing {tmp_path / 'm.safetensors'}")
     assert as_space_error(SafetensorError("header too large"), tmp_path, None) is None

@@ -26,11 +26,18 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cli(*args: str, seed: str = "0", cwd: Path | None = None, umask: int = 0o022,
-         env: dict | None = None) -> subprocess.CompletedProcess:
+def _cli(
+    *args: str, seed: str = "0", cwd: Path | None = None, umask: int = 0o022, env: dict | None = None
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", *args], capture_output=True, text=True,
-                          env=full_env, cwd=cwd, preexec_fn=lambda: os.umask(umask))
+    return subprocess.run(
+        [sys.executable, "-m", "mathneuro_edit.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        preexec_fn=lambda: os.umask(umask),
+    )
 
 
 def _inproc(*args: str) -> tuple[int, str]:
@@ -98,8 +105,12 @@ def test_lock_identifies_base_and_data_by_content(runs) -> None:
 
     want = hashlib.sha256((runs["one"] / "math.jsonl").read_bytes()).hexdigest()
     assert lock["files"]["data.math.path"] == {"name": "math.jsonl", "sha256": want}
-    assert set(lock["files"]) == {"data.math.path", "data.general.0.path", "evaluation.math.path",
-                                  "evaluation.general.0.path"}
+    assert set(lock["files"]) == {
+        "data.math.path",
+        "data.general.0.path",
+        "evaluation.math.path",
+        "evaluation.general.0.path",
+    }
 
 
 def test_reproduce_after_moving_outputs_and_base_with_the_cards_command(runs, tmp_path) -> None:
@@ -120,10 +131,22 @@ def test_reproduce_after_moving_outputs_and_base_with_the_cards_command(runs, tm
     # a wrong file under a right name is reported as such, before anything runs
     wrong = tmp_path / "math.jsonl"
     wrong.write_text((runs["one"] / "eval.jsonl").read_text())
-    args = ["reproduce", str(moved_out), "--base", str(moved_base), "--set", f"data.math.path={wrong}",
-            "--set", f"data.general.0.path={runs['two'] / 'general.txt'}",
-            "--set", f"evaluation.math.path={runs['two'] / 'eval.jsonl'}",
-            "--set", f"evaluation.general.0.path={runs['two'] / 'general.txt'}", "--out", str(tmp_path / "no")]
+    args = [
+        "reproduce",
+        str(moved_out),
+        "--base",
+        str(moved_base),
+        "--set",
+        f"data.math.path={wrong}",
+        "--set",
+        f"data.general.0.path={runs['two'] / 'general.txt'}",
+        "--set",
+        f"evaluation.math.path={runs['two'] / 'eval.jsonl'}",
+        "--set",
+        f"evaluation.general.0.path={runs['two'] / 'general.txt'}",
+        "--out",
+        str(tmp_path / "no"),
+    ]
     bad = _cli(*args, seed="4")
     assert bad.returncode == 2 and "data.math.path=" in bad.stderr and "the lock expects" in bad.stderr, bad.stderr
     assert "not the file the run used" in bad.stderr and not (tmp_path / "no").exists()
@@ -145,8 +168,9 @@ def test_standalone_export_writes_the_runs_lock_and_card(runs, tmp_path) -> None
     run_lock = yaml.safe_load((out / "checkpoint" / "mathneuro_recipe.lock.yaml").read_text())
     lock = yaml.safe_load((tmp_path / "ck" / "mathneuro_recipe.lock.yaml").read_text())
     assert {k: v for k, v in lock.items() if k != "outputs"} == {k: v for k, v in run_lock.items() if k != "outputs"}
-    assert lock["outputs"] == {k: v for k, v in run_lock["outputs"].items()
-                               if k.startswith("checkpoint/") and k != "checkpoint/eval.json"}
+    assert lock["outputs"] == {
+        k: v for k, v in run_lock["outputs"].items() if k.startswith("checkpoint/") and k != "checkpoint/eval.json"
+    }
     card = (tmp_path / "ck" / "README.md").read_text()
     assert "No evaluation was run" in card and lock["mask_sha256"] in card
     # verify finds the lock in the export folder itself and asks for the mask it does not hold
@@ -154,8 +178,9 @@ def test_standalone_export_writes_the_runs_lock_and_card(runs, tmp_path) -> None
     assert code == 2 and "pass --mask MASK" in text, text
     code, text = _inproc("verify", str(tmp_path / "ck"), "--mask", str(out / "mask.safetensors"))
     assert code == 2 and "--base PATH" in text, text  # local base: redacted in the lock
-    code, text = _inproc("verify", str(tmp_path / "ck"), "--base", str(runs["one"] / "base"), "--mask",
-                         str(out / "mask.safetensors"))
+    code, text = _inproc(
+        "verify", str(tmp_path / "ck"), "--base", str(runs["one"] / "base"), "--mask", str(out / "mask.safetensors")
+    )
     assert code == 0, text
 
 
@@ -176,14 +201,19 @@ def test_wrong_folders_say_what_was_expected(runs, tmp_path) -> None:
 
 def test_save_file_bytes_do_not_follow_the_hash_seed(tmp_path) -> None:
     """safetensors' own writer orders __metadata__ by a Rust HashMap: different bytes per process."""
-    code = ("import sys, torch; from mathneuro_edit.util.files import save_file; "
-            "save_file({'b': torch.ones(3), 'a': torch.arange(4)}, sys.argv[1], "
-            "{k: str(i) for i, k in enumerate(['format', 'mathneuro_edit', 'zeta', 'alpha', 'k1', 'k2', 'k3'])})")
+    code = (
+        "import sys, torch; from mathneuro_edit.util.files import save_file; "
+        "save_file({'b': torch.ones(3), 'a': torch.arange(4)}, sys.argv[1], "
+        "{k: str(i) for i, k in enumerate(['format', 'mathneuro_edit', 'zeta', 'alpha', 'k1', 'k2', 'k3'])})"
+    )
     blobs = set()
     for seed in ("1", "2"):  # safetensors' writer: a random HashMap order per process, so 2 differ w.p. 1 - 1/7!
         path = tmp_path / f"x{seed}.safetensors"
-        subprocess.run([sys.executable, "-c", code, str(path)], check=True,
-                       env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)})
+        subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)},
+        )
         blobs.add(path.read_bytes())
     assert len(blobs) == 1
     from safetensors import safe_open

@@ -35,15 +35,34 @@ main(sys.argv[1:])
 
 def test_sigterm_during_the_gguf_write_exits_143_and_leaves_nothing(tmp_path: Path) -> None:
     sd = load_file(str(organism_path() / "model.safetensors"))
-    mask = {k: torch.zeros_like(v, dtype=torch.bool).index_fill_(0, torch.tensor([0]), True)
-            for k, v in sd.items() if v.ndim == 2 and k.endswith("proj.weight")}
+    mask = {
+        k: torch.zeros_like(v, dtype=torch.bool).index_fill_(0, torch.tensor([0]), True)
+        for k, v in sd.items()
+        if v.ndim == 2 and k.endswith("proj.weight")
+    }
     Mask(mask, {"method": "mathneuro"}).save(tmp_path / "mask.safetensors")
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "MATHNEURO_EDIT_DEBUG": "", "OMP_NUM_THREADS": "1"}
-    p = subprocess.Popen([sys.executable, "-c", _CHILD, "export", "--mask", str(tmp_path / "mask.safetensors"),
-                          "--out", str(work / "o"), "--gguf", "F32", "-q"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            "export",
+            "--mask",
+            str(tmp_path / "mask.safetensors"),
+            "--out",
+            str(work / "o"),
+            "--gguf",
+            "F32",
+            "-q",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 240
         while not list(work.glob("**/*.gguf*")) and time.time() < deadline and p.poll() is None:

@@ -39,8 +39,16 @@ def _run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess:
 def _clean_copy(dest: Path) -> Path:
     """The checkout's files as git sees them (tracked, and untracked but not ignored), nothing else: no stale
     ``*.egg-info`` whose SOURCES.txt would put files into the sdist that the package data no longer names."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, listed):
         src = ROOT / rel
         if src.is_file() and not rel.startswith("docs/data/"):
@@ -62,8 +70,9 @@ def test_the_built_wheel_installs_into_a_fresh_environment_and_runs_the_quicksta
     venv = tmp_path / "fresh"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"
-    fresh_site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
-                      .stdout.strip())
+    fresh_site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip()
+    )
     # the dependencies: this environment's site-packages, after the fresh one's (a plain path line: its .pth files,
     # such as this checkout's editable install, are not processed)
     ours = [p for p in {sysconfig.get_path("purelib"), *site.getsitepackages()} if Path(p).is_dir()]
@@ -72,8 +81,15 @@ def test_the_built_wheel_installs_into_a_fresh_environment_and_runs_the_quicksta
 
     where = tmp_path / "elsewhere"  # no recipes/ folder here: the embedded default and the packaged organism
     where.mkdir()
-    found = _run([str(python), "-c", "import mathneuro_edit; from mathneuro_edit.organism import organism_path; "
-                                     "print(mathneuro_edit.__file__); print(organism_path())"], cwd=where)
+    found = _run(
+        [
+            str(python),
+            "-c",
+            "import mathneuro_edit; from mathneuro_edit.organism import organism_path; "
+            "print(mathneuro_edit.__file__); print(organism_path())",
+        ],
+        cwd=where,
+    )
     package, organism = (Path(line) for line in found.stdout.split())
     assert package.is_relative_to(venv) and organism.is_relative_to(venv), found.stdout
     assert (organism / "model.safetensors").is_file() and (organism / "tokenizer.json").is_file()
@@ -84,6 +100,13 @@ def test_the_built_wheel_installs_into_a_fresh_environment_and_runs_the_quicksta
     summary = json.loads(result.stdout)
     assert summary["ok"] is True and 0 < summary["selected"] < summary["total"]
     assert (where / "out" / "quickstart" / "checkpoint" / "README.md").is_file()
-    _run([str(python), "-c", "from transformers import AutoModelForCausalLM; "
-                             "AutoModelForCausalLM.from_pretrained('out/quickstart/checkpoint')"], cwd=where)
+    _run(
+        [
+            str(python),
+            "-c",
+            "from transformers import AutoModelForCausalLM; "
+            "AutoModelForCausalLM.from_pretrained('out/quickstart/checkpoint')",
+        ],
+        cwd=where,
+    )
     _run([str(cli), "verify", "out/quickstart", "-q"], cwd=where)

@@ -54,8 +54,9 @@ def _error_message(exc: BaseException) -> tuple[int, str]:
         return EXIT_INTERRUPTED, "interrupted; no output was left behind"
     if isinstance(exc, MathNeuroEditError):
         return EXIT_INTERNAL, str(exc)
-    return EXIT_INTERNAL, (f"internal error: {type(exc).__name__}: {exc}; set {DEBUG_ENV}=1 for the traceback and "
-                           "report it")
+    return EXIT_INTERNAL, (
+        f"internal error: {type(exc).__name__}: {exc}; set {DEBUG_ENV}=1 for the traceback and report it"
+    )
 
 
 class _Group(click.Group):
@@ -110,8 +111,11 @@ def _check_out(out: str, recipe: Any, recipe_path: str | None, kind: str, **more
     mask, ...), and must be a regular file or folder path. Returns the inputs (for the writer's own check)."""
     from ..util.outdir import check_output
 
-    inputs = [*recipe.local_inputs(), *([("recipe", recipe_path)] if recipe_path else []),
-              *[(what.replace("_", " "), p) for what, p in more.items() if p]]
+    inputs = [
+        *recipe.local_inputs(),
+        *([("recipe", recipe_path)] if recipe_path else []),
+        *[(what.replace("_", " "), p) for what, p in more.items() if p],
+    ]
     check_output(out, inputs, kind=kind)
     return inputs
 
@@ -134,18 +138,31 @@ def _bars(quiet: bool) -> bool:
 
 
 recipe_arg = click.argument("recipe", required=False, type=click.Path(dir_okay=False))
-set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                       help="override a recipe key, e.g. --set mask.top_k=0.01 (repeatable)")
+set_opt = click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="override a recipe key, e.g. --set mask.top_k=0.01 (repeatable)",
+)
 _quiet = click.option("--quiet", "-q", is_flag=True, help="no progress bars or stage lines")
-_verbose = click.option("--verbose", "-v", is_flag=True,
-                        help="also the libraries' own progress bars and every warning they print")
+_verbose = click.option(
+    "--verbose", "-v", is_flag=True, help="also the libraries' own progress bars and every warning they print"
+)
 
 
 def quiet_opt(f: Any) -> Any:
     """``--quiet`` and ``--verbose`` (the command receives both)."""
     return _quiet(_verbose(f))
-json_opt = click.option("--json", "as_json", is_flag=True, callback=json_requested,
-                        help="print one JSON document on stdout (stage lines stay on stderr)")
+
+
+json_opt = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=json_requested,
+    help="print one JSON document on stdout (stage lines stay on stderr)",
+)
 
 
 def emit_json(data: Any) -> None:
@@ -155,8 +172,13 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
 
 
-workers_opt = click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-                           help="output shards written at once (threads; peak memory grows with N)")
+workers_opt = click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="output shards written at once (threads; peak memory grows with N)",
+)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -174,20 +196,37 @@ def main() -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="output folder (must not exist)")
 @click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
 @click.option("--dry-run", is_flag=True, help="print the resource plan and validate the recipe; run nothing")
-@click.option("--from-sweep", "from_sweep", type=click.Path(file_okay=False), metavar="SWEEP_DIR",
-              help="use the setting (top_k, scale) that this sweep confirmed; the lock and card record the evidence")
+@click.option(
+    "--from-sweep",
+    "from_sweep",
+    type=click.Path(file_okay=False),
+    metavar="SWEEP_DIR",
+    help="use the setting (top_k, scale) that this sweep confirmed; the lock and card record the evidence",
+)
 @workers_opt
 @set_opt
 @quiet_opt
 @json_opt
-def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep: str | None, workers: int,
-        sets: tuple[str, ...], quiet: bool, verbose: bool, as_json: bool) -> None:
+def run(
+    recipe: str | None,
+    out: str,
+    overwrite: bool,
+    dry_run: bool,
+    from_sweep: str | None,
+    workers: int,
+    sets: tuple[str, ...],
+    quiet: bool,
+    verbose: bool,
+    as_json: bool,
+) -> None:
     """Run a recipe end to end: calibrate, mask, evaluate, export, lock and card."""
     if from_sweep:
         fixed = [item for item in sets if item.partition("=")[0].strip() in ("mask.top_k", "edit.scale", "edit.prune")]
         if fixed:
-            raise InputError(f"--set {fixed[0]}: --from-sweep takes top_k and the edit from the sweep; drop the --set "
-                             "or drop --from-sweep")
+            raise InputError(
+                f"--set {fixed[0]}: --from-sweep takes top_k and the edit from the sweep; drop the --set "
+                "or drop --from-sweep"
+            )
     r = _recipe(recipe, sets)
     if from_sweep:
         from ..runs.sweep_release import read_sweep, recipe_from_sweep, run_from_sweep
@@ -195,13 +234,22 @@ def run(recipe: str | None, out: str, overwrite: bool, dry_run: bool, from_sweep
         if dry_run:
             r = recipe_from_sweep(r, read_sweep(from_sweep))
         else:
-            result = run_from_sweep(r, from_sweep, out, overwrite=overwrite, progress=_bars(quiet),
-                                    echo=_echo(quiet, verbose), workers=workers)
+            result = run_from_sweep(
+                r,
+                from_sweep,
+                out,
+                overwrite=overwrite,
+                progress=_bars(quiet),
+                echo=_echo(quiet, verbose),
+                workers=workers,
+            )
             if as_json:
                 emit_json({"ok": True, **result.to_dict(), "from_sweep": from_sweep})
                 return
-            click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} "
-                       f"weights (setting confirmed by {from_sweep})")
+            click.echo(
+                f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} "
+                f"weights (setting confirmed by {from_sweep})"
+            )
             return
     if dry_run:
         from ..runs.plan import plan_recipe
@@ -239,15 +287,21 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
 
     r = _recipe(recipe, sets)
     inputs = _check_out(out, r, recipe, "dir")
-    for path in calibrate_to_folder(r, out, inputs=inputs, progress=_bars(quiet), echo=echo,
-                                    rank_zero=os.environ.get("RANK", "0") == "0"):
+    for path in calibrate_to_folder(
+        r, out, inputs=inputs, progress=_bars(quiet), echo=echo, rank_zero=os.environ.get("RANK", "0") == "0"
+    ):
         click.echo(path)
 
 
 @main.command()
 @recipe_arg
-@click.option("--stats", "stats_dir", required=True, type=click.Path(exists=True, file_okay=False),
-              help="folder written by `calibrate` (math.stats.safetensors, general-*.stats.safetensors)")
+@click.option(
+    "--stats",
+    "stats_dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="folder written by `calibrate` (math.stats.safetensors, general-*.stats.safetensors)",
+)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="mask file to write")
 @set_opt
 @quiet_opt
@@ -267,15 +321,30 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
 @click.option("--mask", "mask_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option("--adapter", is_flag=True, help="write a PEFT adapter instead of a full checkpoint")
-@click.option("--gguf", "gguf_type", metavar="TYPE", help="also write OUT/model-TYPE.gguf for llama.cpp: F32, F16, "
-              "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, or base (a GGUF base's own type; default: the recipe's "
-              "outputs.gguf)")
+@click.option(
+    "--gguf",
+    "gguf_type",
+    metavar="TYPE",
+    help="also write OUT/model-TYPE.gguf for llama.cpp: F32, F16, "
+    "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, or base (a GGUF base's own type; default: the recipe's "
+    "outputs.gguf)",
+)
 @click.option("--overwrite", is_flag=True)
 @workers_opt
 @set_opt
 @quiet_opt
-def export(recipe: str | None, mask_path: str, out: str, adapter: bool, gguf_type: str | None, overwrite: bool,
-           workers: int, sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
+def export(
+    recipe: str | None,
+    mask_path: str,
+    out: str,
+    adapter: bool,
+    gguf_type: str | None,
+    overwrite: bool,
+    workers: int,
+    sets: tuple[str, ...],
+    quiet: bool,
+    verbose: bool,
+) -> None:
     """Bake the recipe's edit into a checkpoint (streamed, + GGUF with --gguf) or an adapter, with its lock and card."""
     _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.pipeline import export_recipe
@@ -284,21 +353,33 @@ def export(recipe: str | None, mask_path: str, out: str, adapter: bool, gguf_typ
     if adapter and gguf_type:
         raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
     _check_out(out, r, recipe, "dir", mask=mask_path)
-    folder = export_recipe(r, mask_path, out, adapter=adapter, overwrite=overwrite, progress=_bars(quiet),
-                           workers=workers)
+    folder = export_recipe(
+        r, mask_path, out, adapter=adapter, overwrite=overwrite, progress=_bars(quiet), workers=workers
+    )
     click.echo(folder)
 
 
 @main.command("eval")
 @recipe_arg
-@click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False),
-              help="evaluate base AND edited (with KL); without it, the base only")
+@click.option(
+    "--mask",
+    "mask_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="evaluate base AND edited (with KL); without it, the base only",
+)
 @click.option("--out", type=click.Path(dir_okay=False), help="write the results as JSON (eval.json)")
 @set_opt
 @quiet_opt
 @json_opt
-def eval_cmd(recipe: str | None, mask_path: str | None, out: str | None, sets: tuple[str, ...], quiet: bool,
-             verbose: bool, as_json: bool) -> None:
+def eval_cmd(
+    recipe: str | None,
+    mask_path: str | None,
+    out: str | None,
+    sets: tuple[str, ...],
+    quiet: bool,
+    verbose: bool,
+    as_json: bool,
+) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..layout import EVAL_NAME
@@ -364,21 +445,43 @@ def _floats(option: str, text: str) -> list[float]:
 @main.command()
 @recipe_arg
 @click.option("--out", required=True, type=click.Path(file_okay=False))
-@click.option("--top-k", "top_ks", default=None,
-              help="comma-separated top_k fractions (the same as --set 'sweep.top_k=[...]'; default: the recipe's "
-                   "sweep.top_k, else 0.001,0.01,0.05,0.1,0.15)")
-@click.option("--scale", "scales", default=None,
-              help="comma-separated scales, 0 prunes (the same as --set 'sweep.scale=[...]'; default: the recipe's "
-                   "sweep.scale, else 0,1.05,1.1,1.2)")
-@click.option("--kl-budget", type=float, default=None,
-              help="largest general KL a chosen setting may have (the same as --set sweep.kl_budget=X; default: "
-                   "the recipe's, 0.05)")
+@click.option(
+    "--top-k",
+    "top_ks",
+    default=None,
+    help="comma-separated top_k fractions (the same as --set 'sweep.top_k=[...]'; default: the recipe's "
+    "sweep.top_k, else 0.001,0.01,0.05,0.1,0.15)",
+)
+@click.option(
+    "--scale",
+    "scales",
+    default=None,
+    help="comma-separated scales, 0 prunes (the same as --set 'sweep.scale=[...]'; default: the recipe's "
+    "sweep.scale, else 0,1.05,1.1,1.2)",
+)
+@click.option(
+    "--kl-budget",
+    type=float,
+    default=None,
+    help="largest general KL a chosen setting may have (the same as --set sweep.kl_budget=X; default: "
+    "the recipe's, 0.05)",
+)
 @click.option("--overwrite", is_flag=True)
 @set_opt
 @quiet_opt
 @json_opt
-def sweep(recipe: str | None, out: str, top_ks: str | None, scales: str | None, kl_budget: float | None, overwrite: bool,
-          sets: tuple[str, ...], quiet: bool, verbose: bool, as_json: bool) -> None:
+def sweep(
+    recipe: str | None,
+    out: str,
+    top_ks: str | None,
+    scales: str | None,
+    kl_budget: float | None,
+    overwrite: bool,
+    sets: tuple[str, ...],
+    quiet: bool,
+    verbose: bool,
+    as_json: bool,
+) -> None:
     """Choose a (top_k, scale) edit on selection problems, confirm it on other problems; write sweep.csv/json/png.
 
     Sizes, budget and level: the recipe's sweep section (--set sweep.selection_samples=N, ...).
@@ -389,20 +492,35 @@ def sweep(recipe: str | None, out: str, top_ks: str | None, scales: str | None, 
 
     r = _recipe(recipe, (*sets, f"sweep.kl_budget={kl_budget!r}") if kl_budget is not None else sets)
     _check_out(out, r, recipe, "dir")
-    result = run_sweep(r, out, top_ks=None if top_ks is None else _floats("--top-k", top_ks),
-                       scales=None if scales is None else _floats("--scale", scales),
-                       overwrite=overwrite, progress=_bars(quiet), echo=echo)
+    result = run_sweep(
+        r,
+        out,
+        top_ks=None if top_ks is None else _floats("--top-k", top_ks),
+        scales=None if scales is None else _floats("--scale", scales),
+        overwrite=overwrite,
+        progress=_bars(quiet),
+        echo=echo,
+    )
     if as_json:  # the sweep.json document as written (NaN-free), and where the files are
         import json
 
         files = [str(Path(out) / f) for f in (SWEEP_CSV, SWEEP_JSON, SWEEP_PNG) if (Path(out) / f).is_file()]
-        emit_json({"ok": True, "out_dir": str(out), "files": files, "recommendation": result.recommendation,
-                   "sweep": json.loads((Path(out) / SWEEP_JSON).read_text(encoding="utf-8"))})
+        emit_json(
+            {
+                "ok": True,
+                "out_dir": str(out),
+                "files": files,
+                "recommendation": result.recommendation,
+                "sweep": json.loads((Path(out) / SWEEP_JSON).read_text(encoding="utf-8")),
+            }
+        )
         return
     click.echo(result.to_text())
     click.echo(result.recommendation)
-    click.echo(f"wrote {Path(out) / SWEEP_CSV} (every column), {SWEEP_JSON}" +
-               (f", {SWEEP_PNG}" if (Path(out) / SWEEP_PNG).is_file() else ""))
+    click.echo(
+        f"wrote {Path(out) / SWEEP_CSV} (every column), {SWEEP_JSON}"
+        + (f", {SWEEP_PNG}" if (Path(out) / SWEEP_PNG).is_file() else "")
+    )
 
 
 @main.command()
@@ -413,24 +531,34 @@ def sweep(recipe: str | None, out: str, top_ks: str | None, scales: str | None, 
 @click.option("--overwrite", is_flag=True)
 @set_opt
 @quiet_opt
-def consistency(recipe: str | None, out: str, sizes: str, repeats: int, overwrite: bool, sets: tuple[str, ...],
-                quiet: bool, verbose: bool) -> None:
+def consistency(
+    recipe: str | None,
+    out: str,
+    sizes: str,
+    repeats: int,
+    overwrite: bool,
+    sets: tuple[str, ...],
+    quiet: bool,
+    verbose: bool,
+) -> None:
     """Mask overlap across random calibration subsets vs the full data (the paper's data-efficiency figure)."""
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.consistency import run_consistency
 
     sizes_ = [int(v) for v in _floats("--sizes", sizes)]
     if any(v < 1 or v != int(v) for v in _floats("--sizes", sizes)):  # 1.5 is not a number of samples
-        raise InputError(f"--sizes: {sizes!r}: each size is a number of calibration samples, an integer >= 1, "
-                         "e.g. 1,4,16")
+        raise InputError(
+            f"--sizes: {sizes!r}: each size is a number of calibration samples, an integer >= 1, e.g. 1,4,16"
+        )
     r = _recipe(recipe, sets)
     _check_out(out, r, recipe, "dir")
-    rows = run_consistency(r, out, sizes=sizes_, repeats=repeats, overwrite=overwrite,
-                           progress=_bars(quiet), echo=echo)
+    rows = run_consistency(r, out, sizes=sizes_, repeats=repeats, overwrite=overwrite, progress=_bars(quiet), echo=echo)
     click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
     for r in rows:
         between = "-" if r.overlap_between_draws_mean is None else f"{r.overlap_between_draws_mean:.3f}"
-        click.echo(f"{r.samples:>7}  {r.overlap_with_full_mean:>13.3f}  {r.overlap_with_full_min:>12.3f}  {between:>13}")
+        click.echo(
+            f"{r.samples:>7}  {r.overlap_with_full_mean:>13.3f}  {r.overlap_with_full_min:>12.3f}  {between:>13}"
+        )
 
 
 @main.command()

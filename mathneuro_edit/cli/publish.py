@@ -33,14 +33,32 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
         click.echo(path)
 
 
-def push(out: str, repo_id: str | None, private: bool | None, revision: str | None, adapter: bool,
-         dry_run: bool, gguf: bool = False, commit_message: str | None = None, create_pr: bool = False,
-         as_json: bool = False) -> None:
+def push(
+    out: str,
+    repo_id: str | None,
+    private: bool | None,
+    revision: str | None,
+    adapter: bool,
+    dry_run: bool,
+    gguf: bool = False,
+    commit_message: str | None = None,
+    create_pr: bool = False,
+    as_json: bool = False,
+) -> None:
     """Make a Hub repo equal to one artifact of a run (token from HF_TOKEN or `hf auth login`)."""
     from ..runs.release import push_run
 
-    result = push_run(out, repo_id, private=private, revision=revision, adapter=adapter, gguf=gguf,
-                      dry_run=dry_run, commit_message=commit_message, create_pr=create_pr)
+    result = push_run(
+        out,
+        repo_id,
+        private=private,
+        revision=revision,
+        adapter=adapter,
+        gguf=gguf,
+        dry_run=dry_run,
+        commit_message=commit_message,
+        create_pr=create_pr,
+    )
     if as_json:
         _emit_json(result.to_dict(), scrub=True)
     else:
@@ -59,16 +77,31 @@ def _emit_json(data: Any, scrub: bool = False) -> None:
     click.echo(text)
 
 
-def verify(out: str, base: str | None, mask_path: str | None, scale: float | None, quiet: bool = False,
-           echo: Callable[[str], None] = lambda s: None, as_json: bool = False,
-           trust_remote_code: bool = False) -> None:
+def verify(
+    out: str,
+    base: str | None,
+    mask_path: str | None,
+    scale: float | None,
+    quiet: bool = False,
+    echo: Callable[[str], None] = lambda s: None,
+    as_json: bool = False,
+    trust_remote_code: bool = False,
+) -> None:
     """Audit an export tensor by tensor against the base, mask and scale, and its files against the lock
     (exit 1 on any mismatch)."""
     from ..runs.release import verify_run
     from ..util.console import bars_wanted
 
-    result = verify_run(out, base, mask_path, scale, trust_remote_code=trust_remote_code,
-                        progress=bars_wanted(quiet), echo=echo, say=(lambda s: None) if as_json else click.echo)
+    result = verify_run(
+        out,
+        base,
+        mask_path,
+        scale,
+        trust_remote_code=trust_remote_code,
+        progress=bars_wanted(quiet),
+        echo=echo,
+        say=(lambda s: None) if as_json else click.echo,
+    )
     if as_json:
         _emit_json(result.to_dict())
     elif not result.ok:
@@ -77,17 +110,33 @@ def verify(out: str, base: str | None, mask_path: str | None, scale: float | Non
         sys.exit(1)
 
 
-def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, ...], quiet: bool,
-              echo: Callable[..., Any] = lambda quiet, verbose=False: None, verbose: bool = False,
-              keep: bool = False, as_json: bool = False, trust_remote_code: bool = False) -> None:
+def reproduce(
+    source: str,
+    out: str | None,
+    base: str | None,
+    sets: tuple[str, ...],
+    quiet: bool,
+    echo: Callable[..., Any] = lambda quiet, verbose=False: None,
+    verbose: bool = False,
+    keep: bool = False,
+    as_json: bool = False,
+    trust_remote_code: bool = False,
+) -> None:
     """Check the files of a lock's folder or Hub repo, re-run the lock and compare every hash (exit 1 if any
     differs)."""
     echo(quiet or as_json, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.reproduce import reproduce as reproduce_lock
     from ..util.console import bars_wanted
 
-    report = reproduce_lock(source, out_dir=out, base=base, overrides=sets, progress=bars_wanted(quiet or as_json),
-                            keep=keep, trust_remote_code=trust_remote_code)
+    report = reproduce_lock(
+        source,
+        out_dir=out,
+        base=base,
+        overrides=sets,
+        progress=bars_wanted(quiet or as_json),
+        keep=keep,
+        trust_remote_code=trust_remote_code,
+    )
     if as_json:
         _emit_json(report.to_dict())
     else:
@@ -99,10 +148,14 @@ def reproduce(source: str, out: str | None, base: str | None, sets: tuple[str, .
 def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo: Callable[..., Any]) -> None:
     """Add ``card``, ``push``, ``verify`` and ``reproduce`` to the CLI group (options shared with the others)."""
     base_opt = click.option("--base", help="local base folder, when the lock's local base path was redacted")
-    json_opt = click.option("--json", "as_json", is_flag=True, callback=json_requested,
-                            help="print one JSON document on stdout")
-    trust_opt = click.option("--trust-remote-code", is_flag=True, help="run the base repository's own Python code "
-                             "(never taken from a lock; only for repositories you trust)")
+    json_opt = click.option(
+        "--json", "as_json", is_flag=True, callback=json_requested, help="print one JSON document on stdout"
+    )
+    trust_opt = click.option(
+        "--trust-remote-code",
+        is_flag=True,
+        help="run the base repository's own Python code (never taken from a lock; only for repositories you trust)",
+    )
     existing_dir = click.Path(exists=True, file_okay=False)
 
     @group.command("card")
@@ -120,27 +173,57 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     @click.argument("out", type=existing_dir)
     @click.option("--adapter", is_flag=True, help="push the run's adapter/ (PEFT) to its own repo")
     @click.option("--gguf", is_flag=True, help="push the run's GGUF files to their own repo")
-    @click.option("--repo-id", help="target Hub repo (default from the recipe's hub.repo_id: <id> for the "
-                                    "checkpoint, <id>-adapter, <id>-GGUF)")
-    @click.option("--private/--public", default=None, help="set the repo's visibility (default: the recipe's "
-                                                          "hub.private for a new repo; an existing one is left as is)")
-    @click.option("--revision", "--branch", "revision", help="branch to push to, created from main if missing "
-                                                             "(default: the recipe's hub.revision or main)")
+    @click.option(
+        "--repo-id",
+        help="target Hub repo (default from the recipe's hub.repo_id: <id> for the "
+        "checkpoint, <id>-adapter, <id>-GGUF)",
+    )
+    @click.option(
+        "--private/--public",
+        default=None,
+        help="set the repo's visibility (default: the recipe's "
+        "hub.private for a new repo; an existing one is left as is)",
+    )
+    @click.option(
+        "--revision",
+        "--branch",
+        "revision",
+        help="branch to push to, created from main if missing (default: the recipe's hub.revision or main)",
+    )
     @click.option("--commit-message", help="the commit's summary (the recipe sha256 is appended)")
     @click.option("--create-pr", is_flag=True, help="open a pull request instead of committing to the branch")
     @click.option("--dry-run", is_flag=True, help="show the full plan (adds, deletes, sizes); change nothing")
     @json_opt
-    def push_cmd(out: str, adapter: bool, gguf: bool, repo_id: str | None, private: bool | None,
-                 revision: str | None, commit_message: str | None, create_pr: bool, dry_run: bool,
-                 as_json: bool) -> None:
+    def push_cmd(
+        out: str,
+        adapter: bool,
+        gguf: bool,
+        repo_id: str | None,
+        private: bool | None,
+        revision: str | None,
+        commit_message: str | None,
+        create_pr: bool,
+        dry_run: bool,
+        as_json: bool,
+    ) -> None:
         """Make a Hub repo equal to one artifact of a run: the checkpoint, --adapter or --gguf.
 
         One commit adds the artifact's files and deletes every file the repo holds that the artifact does not
         (.gitattributes is kept). The uploaded card is rendered for the target repo; the local folder is not
         changed. Token from HF_TOKEN or `hf auth login`; never printed.
         """
-        push(out, repo_id, private, revision, adapter, dry_run, gguf=gguf, commit_message=commit_message,
-             create_pr=create_pr, as_json=as_json)
+        push(
+            out,
+            repo_id,
+            private,
+            revision,
+            adapter,
+            dry_run,
+            gguf=gguf,
+            commit_message=commit_message,
+            create_pr=create_pr,
+            as_json=as_json,
+        )
 
     @group.command("verify")
     @click.argument("out", type=existing_dir)
@@ -150,30 +233,68 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     @trust_opt
     @quiet_opt
     @json_opt
-    def verify_cmd(out: str, base: str | None, mask_path: str | None, scale: float | None, trust_remote_code: bool,
-                   quiet: bool, verbose: bool, as_json: bool) -> None:
+    def verify_cmd(
+        out: str,
+        base: str | None,
+        mask_path: str | None,
+        scale: float | None,
+        trust_remote_code: bool,
+        quiet: bool,
+        verbose: bool,
+        as_json: bool,
+    ) -> None:
         """Audit an export tensor by tensor against the base, mask and scale, and every file against the lock's
         sha256 (exit 1 on any mismatch)."""
-        verify(out, base, mask_path, scale, quiet, echo(quiet or as_json, verbose), as_json=as_json,
-               trust_remote_code=trust_remote_code)
+        verify(
+            out,
+            base,
+            mask_path,
+            scale,
+            quiet,
+            echo(quiet or as_json, verbose),
+            as_json=as_json,
+            trust_remote_code=trust_remote_code,
+        )
 
     @group.command("reproduce")
     @click.argument("source")
-    @click.option("--out", type=click.Path(file_okay=False), help="folder for the re-run (default: a temporary "
-                                                                  "folder, deleted afterwards)")
+    @click.option(
+        "--out",
+        type=click.Path(file_okay=False),
+        help="folder for the re-run (default: a temporary folder, deleted afterwards)",
+    )
     @click.option("--keep", is_flag=True, help="keep the temporary re-run folder (its path is printed)")
     @base_opt
     @trust_opt
     @set_opt
     @quiet_opt
     @json_opt
-    def reproduce_cmd(source: str, out: str | None, keep: bool, base: str | None, trust_remote_code: bool,
-                      sets: tuple[str, ...], quiet: bool, verbose: bool, as_json: bool) -> None:
+    def reproduce_cmd(
+        source: str,
+        out: str | None,
+        keep: bool,
+        base: str | None,
+        trust_remote_code: bool,
+        sets: tuple[str, ...],
+        quiet: bool,
+        verbose: bool,
+        as_json: bool,
+    ) -> None:
         """Check the files you have against a lock, then re-run it and compare every hash (exit 1 if any
         differs).
 
         SOURCE: an output folder, a lock file, a model card or a Hub repo id. A folder's files are checked by
         sha256, a Hub repo's by the LFS sha256 the Hub reports. Local data files the lock redacted:
         --set data.math.path=FILE (checked by sha256)."""
-        reproduce(source, out, base, sets, quiet, echo, verbose, keep=keep, as_json=as_json,
-                  trust_remote_code=trust_remote_code)
+        reproduce(
+            source,
+            out,
+            base,
+            sets,
+            quiet,
+            echo,
+            verbose,
+            keep=keep,
+            as_json=as_json,
+            trust_remote_code=trust_remote_code,
+        )

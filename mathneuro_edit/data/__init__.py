@@ -4,7 +4,6 @@ Contract: a source string (``organism:math``, ``arithmetic``, a local file, ``hf
 or problems, sampled reproducibly by seed, with a content fingerprint of what was used.
 """
 
-
 from __future__ import annotations
 
 from .arithmetic import arithmetic_problems

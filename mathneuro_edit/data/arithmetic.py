@@ -77,6 +77,11 @@ def arithmetic_problems(n: int, seed: int) -> list[dict[str, str]]:
         symbol, pairs, result = _KINDS[k]
         a, b = pairs[next(streams[k])]
         prefill = f"{a} {symbol} {b} = "
-        out.append({"question": f"What is {a} {symbol} {b}?", "answer": f"{prefill}{result(a, b)}\n#### {result(a, b)}",
-                    "prefill": prefill})
+        out.append(
+            {
+                "question": f"What is {a} {symbol} {b}?",
+                "answer": f"{prefill}{result(a, b)}\n#### {result(a, b)}",
+                "prefill": prefill,
+            }
+        )
     return out

@@ -99,11 +99,18 @@ _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
 
 def _read_local(path: Path, fmt: str | None) -> tuple[Rows, Locate]:
     """All records of a local file and a function naming record ``i``'s place (``line 7``) for errors."""
-    fmt = fmt or {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet",
-                  ".txt": "txt"}.get(path.suffix.lower())
+    fmt = fmt or {
+        ".jsonl": "jsonl",
+        ".ndjson": "jsonl",
+        ".json": "json",
+        ".csv": "csv",
+        ".parquet": "parquet",
+        ".txt": "txt",
+    }.get(path.suffix.lower())
     if fmt is None:
-        raise InputError(f"{path}: unknown data format {path.suffix!r}; use .jsonl, .json, .csv, .parquet or .txt, "
-                         "or set format:")
+        raise InputError(
+            f"{path}: unknown data format {path.suffix!r}; use .jsonl, .json, .csv, .parquet or .txt, or set format:"
+        )
     if not path.is_file():
         raise InputError(f"{path}: data file not found; check the path (relative paths start at the working directory)")
     if fmt == "parquet":
@@ -119,8 +126,9 @@ def _read_local(path: Path, fmt: str | None) -> tuple[Rows, Locate]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as e:
-                    raise InputError(f"{path}: line {number}: invalid JSON ({e.msg}); each line must be one JSON "
-                                     "object") from None
+                    raise InputError(
+                        f"{path}: line {number}: invalid JSON ({e.msg}); each line must be one JSON object"
+                    ) from None
                 lines.append(number)
         return rows, lambda i: f"line {lines[i]}"
     if fmt == "json":
@@ -155,8 +163,9 @@ def _read_parquet(path: Path) -> Rows:
         try:
             import pandas as pd
         except ImportError:
-            raise InputError(f"{path}: reading .parquet needs pyarrow or pandas; "
-                             "pip install 'datasets>=2.18' (the data extra)") from None
+            raise InputError(
+                f"{path}: reading .parquet needs pyarrow or pandas; pip install 'datasets>=2.18' (the data extra)"
+            ) from None
         try:
             return pd.read_parquet(path).to_dict("records")
         except Exception as e:  # pandas/pyarrow raise library-specific types for corrupt files
@@ -172,16 +181,20 @@ def _read_hub(source: Source) -> tuple[Rows, Locate]:
     try:
         import datasets
     except ImportError:
-        raise InputError(f"{source.path}: Hub datasets need the datasets library; pip install 'datasets>=2.18' (the data extra), "
-                         "or save the data as a local .jsonl and use its path") from None
+        raise InputError(
+            f"{source.path}: Hub datasets need the datasets library; pip install 'datasets>=2.18' (the data extra), "
+            "or save the data as a local .jsonl and use its path"
+        ) from None
     split = source.split or "train"
     try:
         ds = datasets.load_dataset(source.hub_id, source.config, split=split, revision=source.revision)
     except Exception as e:  # datasets raises many types (ConnectionError, DatasetNotFoundError, ValueError, ...)
         reason = (str(e).strip().splitlines() or [""])[0][:300]
-        raise InputError(f"{source.path} (config={source.config}, split={split}): cannot load: {type(e).__name__}: "
-                         f"{reason}; check the name, config and split, or your network (offline: set "
-                         "HF_DATASETS_OFFLINE=1 with a cached copy, or use a local file)") from None
+        raise InputError(
+            f"{source.path} (config={source.config}, split={split}): cannot load: {type(e).__name__}: "
+            f"{reason}; check the name, config and split, or your network (offline: set "
+            "HF_DATASETS_OFFLINE=1 with a cached copy, or use a local file)"
+        ) from None
     return ds, lambda i: f"row {i + 1}"
 
 
@@ -198,13 +211,15 @@ def _text_of(row: Any, source: Source, where: str) -> str:
         try:
             return source.template.format_map(row)
         except (KeyError, IndexError, AttributeError, ValueError) as e:
-            raise InputError(f"{where}: template {source.template!r} failed ({type(e).__name__}: {e}); "
-                             f"record fields: {fields}") from None
+            raise InputError(
+                f"{where}: template {source.template!r} failed ({type(e).__name__}: {e}); record fields: {fields}"
+            ) from None
     if source.field is not None:
         name = source.field
     elif "question" in row and "answer" in row:
         return format_math(  # the single definition of the math prompt format
-str(row["question"]), str(row["answer"]))
+            str(row["question"]), str(row["answer"])
+        )
     elif "text" in row:
         name = "text"
     else:
@@ -219,8 +234,9 @@ str(row["question"]), str(row["answer"]))
     return value
 
 
-def _sample(rows: Rows, locate: Locate, n: int, seed: int, label: str,
-            convert: Callable[[Any, str], Any]) -> tuple[list[Any], int]:
+def _sample(
+    rows: Rows, locate: Locate, n: int, seed: int, label: str, convert: Callable[[Any, str], Any]
+) -> tuple[list[Any], int]:
     """The first ``n`` non-empty converted records in shuffled order, and how many empty ones were skipped."""
     if len(rows) == 0:
         raise InputError(f"{label}: no records (the file or split is empty)")
@@ -236,8 +252,9 @@ def _sample(rows: Rows, locate: Locate, n: int, seed: int, label: str,
     if not kept:
         raise InputError(f"{label}: all {len(rows)} records are empty")
     if len(kept) < n:
-        warnings.warn(f"{label}: {n} samples requested, only {len(kept)} non-empty records; using them all",
-                      stacklevel=3)
+        warnings.warn(
+            f"{label}: {n} samples requested, only {len(kept)} non-empty records; using them all", stacklevel=3
+        )
     return kept, empty
 
 
@@ -292,9 +309,16 @@ def load_texts(source: Source | str | dict[str, Any], n: int, seed: int) -> Load
         rows, locate, file_sha = _rows(src)
         texts, empty = _sample(rows, locate, n, seed, src.path, lambda row, where: _text_of(row, src, where))
         available = len(rows)
-    record = {"source": {**src.model_dump(mode="json"), "path": src.public_path()}, "n_requested": n,
-              "n_available": available, "n_sampled": len(texts), "n_empty_skipped": empty, "seed": seed,
-              "sha256": texts_sha256(texts), "file_sha256": file_sha}
+    record = {
+        "source": {**src.model_dump(mode="json"), "path": src.public_path()},
+        "n_requested": n,
+        "n_available": available,
+        "n_sampled": len(texts),
+        "n_empty_skipped": empty,
+        "seed": seed,
+        "sha256": texts_sha256(texts),
+        "file_sha256": file_sha,
+    }
     return LoadedTexts(texts=texts, record=record)
 
 
@@ -368,10 +392,15 @@ def load_math_problems(source: Source | str | dict[str, Any], n: int, seed: int)
             raise InputError(f"{where}: the answer has no final '#### <integer>' (GSM8K format)")
         prefill = row.get("prefill")
         if prefill is not None and not isinstance(prefill, str):
-            raise InputError(f"{where}: prefill must be text (what starts the model's answer), got "
-                             f"{type(prefill).__name__}")
-        return {"question": str(row["question"]), "answer": answer, "gold": gold, **({"prefill": prefill}
-                                                                                     if prefill else {})}
+            raise InputError(
+                f"{where}: prefill must be text (what starts the model's answer), got {type(prefill).__name__}"
+            )
+        return {
+            "question": str(row["question"]),
+            "answer": answer,
+            "gold": gold,
+            **({"prefill": prefill} if prefill else {}),
+        }
 
     if src.kind == "arithmetic":
         return [convert(r, f"arithmetic: problem {i + 1}") for i, r in enumerate(arithmetic_problems(n, seed))]

@@ -13,7 +13,6 @@ a run folder or a model folder; :mod:`~mathneuro_edit.recipe`, :mod:`~mathneuro_
 - :mod:`.apply`: scaling or pruning the selected weights in memory (the one definition of an edited value).
 """
 
-
 from __future__ import annotations
 
 from .apply import ReversibleEdit, apply_mask, check_scale, scale_masked
@@ -24,4 +23,22 @@ from .stats import ActivationStats
 from .targets import Target, find_targets, model_fingerprint
 from .topk import top_fraction, top_fraction_flat
 
-__all__ = ["ReversibleEdit", "apply_mask", "check_scale", "scale_masked", "calibrate", "calibrate_distributed", "Mask", "as_mask", "find_math_params", "find_math_params_multi", "k_of", "ActivationStats", "Target", "find_targets", "model_fingerprint", "top_fraction", "top_fraction_flat"]
+__all__ = [
+    "ReversibleEdit",
+    "apply_mask",
+    "check_scale",
+    "scale_masked",
+    "calibrate",
+    "calibrate_distributed",
+    "Mask",
+    "as_mask",
+    "find_math_params",
+    "find_math_params_multi",
+    "k_of",
+    "ActivationStats",
+    "Target",
+    "find_targets",
+    "model_fingerprint",
+    "top_fraction",
+    "top_fraction_flat",
+]

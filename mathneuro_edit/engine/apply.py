@@ -36,8 +36,10 @@ def check_scale(scale: float) -> float:
     if not math.isfinite(value) or value < 0:
         raise InputError(f"scale: must be a finite number >= 0, got {scale!r}; e.g. 1.1 to boost, 0 to prune")
     if value > FLOAT32_MAX:  # the edit is computed in float32: there this scale is inf, every edited weight inf/NaN
-        raise InputError(f"scale: {value:g} is inf in float32, the dtype the edit is computed in (largest "
-                         f"{FLOAT32_MAX:.4g}); choose a smaller scale, e.g. 1.1")
+        raise InputError(
+            f"scale: {value:g} is inf in float32, the dtype the edit is computed in (largest "
+            f"{FLOAT32_MAX:.4g}); choose a smaller scale, e.g. 1.1"
+        )
     return value
 
 
@@ -71,9 +73,11 @@ def edited_values(values: torch.Tensor, scale: float) -> torch.Tensor:
     out = (values.to(compute) * factor).to(values.dtype)
     if scale > 1 and not bool(torch.isfinite(out).all()) and bool(torch.isfinite(values).all()):
         biggest = float(values.abs().max())
-        raise InputError(f"scale: {scale:g} makes weights overflow in {str(values.dtype).removeprefix('torch.')} "
-                         f"(|w| up to {biggest:.4g} x {scale:g} > {torch.finfo(values.dtype).max:.4g}); the edit would "
-                         "write inf: choose a smaller scale")
+        raise InputError(
+            f"scale: {scale:g} makes weights overflow in {str(values.dtype).removeprefix('torch.')} "
+            f"(|w| up to {biggest:.4g} x {scale:g} > {torch.finfo(values.dtype).max:.4g}); the edit would "
+            "write inf: choose a smaller scale"
+        )
     return out
 
 

@@ -166,7 +166,11 @@ def calibrate(
         "model_fingerprint": model_fingerprint(model),
         "model_name": _public_name(getattr(getattr(model, "config", None), "_name_or_path", "") or ""),
         "dtype": str(first.dtype).removeprefix("torch."),
-        "versions": {"mathneuro_edit": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
+        "versions": {
+            "mathneuro_edit": __version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
     }
     return ActivationStats(norm, sq, count, dict(targets), meta)
 

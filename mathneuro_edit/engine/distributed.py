@@ -228,8 +228,10 @@ def calibrate_distributed(
     names = list(local.targets)
     floats = torch.cat([local.norm_sum[n].reshape(-1) for n in names] + [local.sq_sum[n].reshape(-1) for n in names])
     meta = local.meta
-    counts = torch.cat([local.token_count[n].reshape(-1) for n in names]
-                       + [torch.tensor([meta["num_tokens"], meta["truncated_samples"]], dtype=torch.int64)])
+    counts = torch.cat(
+        [local.token_count[n].reshape(-1) for n in names]
+        + [torch.tensor([meta["num_tokens"], meta["truncated_samples"]], dtype=torch.int64)]
+    )
     floats, counts = floats.to(device), counts.to(device)
     _collective(lambda: dist.reduce(floats, dst=0), "summing statistics", rank)
     _collective(lambda: dist.reduce(counts, dst=0), "summing statistics", rank)
@@ -248,9 +250,7 @@ def calibrate_distributed(
     return result
 
 
-def _unflatten(
-    local: ActivationStats, names: list[str], floats: torch.Tensor, counts: torch.Tensor
-) -> ActivationStats:
+def _unflatten(local: ActivationStats, names: list[str], floats: torch.Tensor, counts: torch.Tensor) -> ActivationStats:
     """Rebuild per-target tensors from the reduced flat buffers (inverse of the concatenation above)."""
     norm, sq, count = {}, {}, {}
     off = 0

@@ -163,8 +163,10 @@ class Mask(Mapping[str, torch.Tensor]):
                 raise TypeError("meta is not a mapping")
             ok = mask.sha256 == header["sha256"]
         except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, IndexError) as e:
-            raise InputError(f"{path}: malformed mask header ({type(e).__name__}: {str(e)[:80]}); the file is corrupt "
-                             "or was edited: recreate it with `mathneuro-edit mask`") from None
+            raise InputError(
+                f"{path}: malformed mask header ({type(e).__name__}: {str(e)[:80]}); the file is corrupt "
+                "or was edited: recreate it with `mathneuro-edit mask`"
+            ) from None
         if not ok:
             raise InputError(f"{path}: mask content does not match its recorded sha256; the file is corrupt")
         # keep the stored order of the original (safetensors sorts keys)
@@ -203,12 +205,17 @@ def _scores(weight: torch.Tensor, stat: torch.Tensor, name: str) -> torch.Tensor
     s = weight.to(torch.float32, copy=True).abs_().mul_(stat.to(weight.device, torch.float32).unsqueeze(0))
     # one reduction instead of an elementwise isfinite: max() propagates NaN and shows inf
     if not torch.isfinite(s.max()):
-        raise InputError(f"{name}: non-finite importance scores (NaN/inf in the weights or statistics); check the model")
+        raise InputError(
+            f"{name}: non-finite importance scores (NaN/inf in the weights or statistics); check the model"
+        )
     return s  # (d_out, d_in) float32
 
 
 def _check_stats(
-    targets: Mapping[str, Target], params: Mapping[str, torch.Tensor], stats: "ActivationStats", label: str,
+    targets: Mapping[str, Target],
+    params: Mapping[str, torch.Tensor],
+    stats: "ActivationStats",
+    label: str,
     math_norm: Mapping[str, torch.Tensor] | None = None,
 ) -> None:
     for name, t in targets.items():
@@ -239,8 +246,9 @@ def _check_stats(
 def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
     for top_k in top_ks:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not 0 < top_k <= 1:
-            raise InputError(f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such "
-                             "as 0.05")
+            raise InputError(
+                f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such as 0.05"
+            )
     if method not in ("mathneuro", "wanda", "random"):
         raise InputError(f"method: must be mathneuro, wanda or random, got {method!r}")
     if granularity not in ("matrix", "row"):
@@ -284,8 +292,17 @@ def find_math_params(
         >>> mask = find_math_params(model, math_stats, general_stats, top_k=0.05)  # doctest: +SKIP
         >>> mask.total()  # doctest: +SKIP
     """
-    return find_math_params_multi(model, math_stats, general_stats, top_ks=[top_k], method=method,
-                                  granularity=granularity, seed=seed, statistic=statistic, progress=progress)[0]
+    return find_math_params_multi(
+        model,
+        math_stats,
+        general_stats,
+        top_ks=[top_k],
+        method=method,
+        granularity=granularity,
+        seed=seed,
+        statistic=statistic,
+        progress=progress,
+    )[0]
 
 
 def find_math_params_multi(
@@ -310,8 +327,10 @@ def find_math_params_multi(
     """
     top_ks = list(top_ks)
     _validate(top_ks, method, granularity, statistic)
-    generals = [] if general_stats is None else (
-        [general_stats] if not isinstance(general_stats, Sequence) else list(general_stats)
+    generals = (
+        []
+        if general_stats is None
+        else ([general_stats] if not isinstance(general_stats, Sequence) else list(general_stats))
     )
     if method != "wanda" and not generals:
         raise InputError(f"method {method!r} needs general_stats (at least one non-math set)")

@@ -45,14 +45,14 @@ from .mask import Mask, _seed_for, k_of
 from .targets import Target, find_targets, model_fingerprint
 from .topk import top_fraction_flat
 
-__all__ = ["official_targets", "official_set_masks", "find_math_params_official",
-           "find_math_params_official_multi"]
+__all__ = ["official_targets", "official_set_masks", "find_math_params_official", "find_math_params_official_multi"]
 
 REFERENCE = "official"
 
 
-def official_targets(model: nn.Module, *, include: Sequence[str] | None = None,
-                     exclude: Sequence[str] | None = None) -> dict[str, Target]:
+def official_targets(
+    model: nn.Module, *, include: Sequence[str] | None = None, exclude: Sequence[str] | None = None
+) -> dict[str, Target]:
     """The weights the released script scores: ``nn.Linear`` weights, not a tied ``lm_head``, no ``embed`` in the name.
 
     ``include``/``exclude`` (regular expressions over parameter names) narrow them further, as for the default rule.
@@ -62,13 +62,16 @@ def official_targets(model: nn.Module, *, include: Sequence[str] | None = None,
     """
     modules = dict(model.named_modules(remove_duplicate=False))
     found = {
-        name: t for name, t in find_targets(model, include=include, exclude=exclude).items()
+        name: t
+        for name, t in find_targets(model, include=include, exclude=exclude).items()
         if t.kind == "linear" and isinstance(modules[t.module_name], nn.Linear) and "embed" not in name
     }
     if not found:
-        raise InputError("mask.reference official: no nn.Linear weight to score (the released script scores "
-                         "nn.Linear modules only, not Conv1D, fused experts or an embedding-tied lm_head); "
-                         "use the default reference for this model")
+        raise InputError(
+            "mask.reference official: no nn.Linear weight to score (the released script scores "
+            "nn.Linear modules only, not Conv1D, fused experts or an embedding-tied lm_head); "
+            "use the default reference for this model"
+        )
     return found
 
 
@@ -90,8 +93,10 @@ class _Sums:
         for name, t in targets.items():
             w = modules[t.module_name].weight
             if w.device.type == "meta":
-                raise InputError(f"{name}: weight is offloaded (meta device); mask.reference official needs every "
-                                 "scored weight in memory: load the model without offload (base.device_map)")
+                raise InputError(
+                    f"{name}: weight is offloaded (meta device); mask.reference official needs every "
+                    "scored weight in memory: load the model without offload (base.device_map)"
+                )
             self.weights[name] = w
         # A in the weight's dtype and on its device (the script: zeros_like(param))
         self.sums = {n: torch.zeros_like(w, memory_format=torch.contiguous_format) for n, w in self.weights.items()}
@@ -108,8 +113,10 @@ class _Sums:
         def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
             x = args[0]
             if x.dim() != 3 or x.shape[0] != 1:
-                raise InputError(f"{name}: input of shape {tuple(x.shape)}, not (1, tokens, d_in); "
-                                 "mask.reference official cannot score this module: exclude it")
+                raise InputError(
+                    f"{name}: input of shape {tuple(x.shape)}, not (1, tokens, d_in); "
+                    "mask.reference official cannot score this module: exclude it"
+                )
             # the script's norm, over dim 1 (the tokens), then bfloat16 whatever the model's dtype
             self.norms[name] = x.norm(p=2, dim=1).to(torch.bfloat16)  # (1, d_in)
 
@@ -119,9 +126,11 @@ class _Sums:
         """Add this sample's products ``n_s * |W|`` (rounded to the weight's dtype) to the sums (one rounding)."""
         missing = [n for n in self.sums if n not in self.norms]
         if missing:
-            raise InputError(f"{missing[0]}: its module did not run on calibration text {index}; the released script "
-                             "would re-add an earlier sample's product there, which mask.reference official does not "
-                             "reproduce: exclude it (targets.exclude) or use the default reference")
+            raise InputError(
+                f"{missing[0]}: its module did not run on calibration text {index}; the released script "
+                "would re-add an earlier sample's product there, which mask.reference official does not "
+                "reproduce: exclude it (targets.exclude) or use the default reference"
+            )
         for name, acc in self.sums.items():
             w = self.weights[name]
             tmp = self.scratch[(w.device, w.dtype)][: w.numel()].view(w.shape)
@@ -198,8 +207,13 @@ def official_set_masks(
         for mask, sel in zip(masks, top_fraction_flat(flat, [k_of(k, flat.numel()) for k in top_ks])):
             mask._add(name, sel.reshape(acc.shape))
         del acc, flat
-    meta = {"num_samples": len(texts), "num_tokens": n_tokens, "truncated_samples": truncated,
-            "max_length": max_length, "texts_sha256": texts_sha256(texts)}
+    meta = {
+        "num_samples": len(texts),
+        "num_tokens": n_tokens,
+        "truncated_samples": truncated,
+        "max_length": max_length,
+        "texts_sha256": texts_sha256(texts),
+    }
     return masks, meta
 
 
@@ -227,8 +241,9 @@ def find_math_params_official_multi(
     top_ks = list(top_ks)
     _validate(top_ks, method, "matrix", "l2")
     generals = [] if general_texts is None or method == "wanda" else list(general_texts)
-    if general_texts is not None and (isinstance(general_texts, str) or (
-            len(general_texts) and isinstance(general_texts[0], str))):
+    if general_texts is not None and (
+        isinstance(general_texts, str) or (len(general_texts) and isinstance(general_texts[0], str))
+    ):
         raise InputError("general_texts: a list of sets (each a list of strings), e.g. [general]")
     if method != "wanda" and not generals:
         raise InputError(f"method {method!r} needs general_texts (at least one non-math set)")
@@ -255,10 +270,16 @@ def find_math_params_official_multi(
                 sel = flat.reshape(sel.shape)
             mask._add(name, sel)
         mask.meta = {
-            "method": method, "top_k": top_k, "granularity": "matrix", "seed": seed, "statistic": "l2",
-            "reference": REFERENCE, "dtype": str(first.dtype).removeprefix("torch."),
+            "method": method,
+            "top_k": top_k,
+            "granularity": "matrix",
+            "seed": seed,
+            "statistic": "l2",
+            "reference": REFERENCE,
+            "dtype": str(first.dtype).removeprefix("torch."),
             "model_fingerprint": model_fingerprint(model),
-            "math": math_meta, "general": general_meta,
+            "math": math_meta,
+            "general": general_meta,
         }
         out.append(mask)
     return out
@@ -297,6 +318,16 @@ def find_math_params_official(
     Example:
         >>> mask = find_math_params_official(model, tok, math, [general], top_k=0.05)  # doctest: +SKIP
     """
-    return find_math_params_official_multi(model, tokenizer, math_texts, general_texts, top_ks=[top_k], method=method,
-                                           seed=seed, max_length=max_length, include=include, exclude=exclude,
-                                           progress=progress)[0]
+    return find_math_params_official_multi(
+        model,
+        tokenizer,
+        math_texts,
+        general_texts,
+        top_ks=[top_k],
+        method=method,
+        seed=seed,
+        max_length=max_length,
+        include=include,
+        exclude=exclude,
+        progress=progress,
+    )[0]

@@ -151,13 +151,16 @@ class Recorder:
                 parent, _, _ = mod_name.rpartition(".")
                 router = modules.get(f"{parent}.router" if parent else "router")
                 if router is None:
-                    raise InputError(f"{mod_name}: experts without a sibling router; this MoE layout is not "
-                                     "supported: exclude its experts")
+                    raise InputError(
+                        f"{mod_name}: experts without a sibling router; this MoE layout is not "
+                        "supported: exclude its experts"
+                    )
                 if parent not in self._routed:
                     self._routed[parent] = None
                     self.handles.append(router.register_forward_hook(self._router_hook(parent)))
-                self.handles.append(module.register_forward_pre_hook(self._parallel_hook(ts[0], parent),
-                                                                     with_kwargs=True))
+                self.handles.append(
+                    module.register_forward_pre_hook(self._parallel_hook(ts[0], parent), with_kwargs=True)
+                )
             elif ts[0].kind == "experts" and is_dense_dispatch_experts(module):
                 self.handles.append(module.register_forward_pre_hook(self._dense_dispatch_hook(ts), with_kwargs=True))
             elif ts[0].kind == "experts":
@@ -303,14 +306,16 @@ class Recorder:
             assert self.token_mask is not None
             b = self.token_mask.shape[0]
             if tokens is None or tokens.shape[0] != inputs.shape[0]:
-                raise InputError(f"{target.module_name}: its rows do not match its router's tokens; this MoE "
-                                 "layout is not supported: exclude its experts")
+                raise InputError(
+                    f"{target.module_name}: its rows do not match its router's tokens; this MoE "
+                    "layout is not supported: exclude its experts"
+                )
             tokens = tokens.to(inputs.device)
             valid = self.token_mask.reshape(-1).to(inputs.device)[tokens] > 0
             sample_of = self.sample_of.to(inputs.device)[tokens]
             start = 0
             for e, n in enumerate(int(x) for x in sizes):
-                keep = valid[start:start + n].nonzero().squeeze(1) + start
+                keep = valid[start : start + n].nonzero().squeeze(1) + start
                 start += n
                 if keep.numel():
                     acc.add(e, self._grouped_sq(inputs[keep], sample_of[keep], b), keep.numel())

@@ -24,8 +24,9 @@ __all__ = ["ActivationStats", "read_safetensors_with_meta"]
 _FORMAT = "mathneuro-edit/stats/v1"
 
 
-def write_safetensors_with_meta(path: str | Path, tensors: dict[str, torch.Tensor], fmt: str,
-                                header: dict[str, Any]) -> Path:
+def write_safetensors_with_meta(
+    path: str | Path, tensors: dict[str, torch.Tensor], fmt: str, header: dict[str, Any]
+) -> Path:
     """Write a mathneuro-edit safetensors artifact (the inverse of :func:`read_safetensors_with_meta`); atomic.
 
     The tensors and ``{"format": fmt, "mathneuro_edit": json(header)}`` go to a temporary file beside ``path``,
@@ -122,8 +123,13 @@ class ActivationStats:
     def _header(self) -> dict[str, Any]:
         return {
             "targets": {
-                n: {"kind": t.kind, "module": t.module_name, "shape": list(t.shape), "transposed": t.transposed,
-                    "role": t.role}
+                n: {
+                    "kind": t.kind,
+                    "module": t.module_name,
+                    "shape": list(t.shape),
+                    "transposed": t.transposed,
+                    "role": t.role,
+                }
                 for n, t in self.targets.items()
             },
             "meta": self.meta,
@@ -175,8 +181,10 @@ class ActivationStats:
                 meta=meta,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:  # a header that is not ours as written
-            raise InputError(f"{path}: malformed statistics header ({type(e).__name__}: {str(e)[:80]}); the file is "
-                             "corrupt or was edited: recreate it with `mathneuro-edit calibrate`") from None
+            raise InputError(
+                f"{path}: malformed statistics header ({type(e).__name__}: {str(e)[:80]}); the file is "
+                "corrupt or was edited: recreate it with `mathneuro-edit calibrate`"
+            ) from None
 
     def merge(self, other: "ActivationStats") -> "ActivationStats":
         """Sum two runs' statistics over disjoint samples of the same model (e.g. data-parallel ranks).

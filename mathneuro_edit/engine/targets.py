@@ -36,8 +36,14 @@ from torch import nn
 
 from ..errors import InputError
 
-__all__ = ["Target", "find_targets", "canonical_view", "model_fingerprint", "is_dense_dispatch_experts",
-           "is_parallel_experts"]
+__all__ = [
+    "Target",
+    "find_targets",
+    "canonical_view",
+    "model_fingerprint",
+    "is_dense_dispatch_experts",
+    "is_parallel_experts",
+]
 
 TargetKind = Literal["linear", "conv1d", "experts"]
 
@@ -118,9 +124,7 @@ def _is_conv1d(module: nn.Module) -> bool:
 def _is_fused_experts(module: nn.Module) -> bool:
     # transformers 5 decorates every fused-experts class with `use_experts_implementation`, which sets these
     # attributes; they say how the 3-D weights are laid out, so one code path serves all MoE families.
-    return all(hasattr(module, a) for a in ("has_gate", "is_transposed", "has_bias")) and hasattr(
-        module, "down_proj"
-    )
+    return all(hasattr(module, a) for a in ("has_gate", "is_transposed", "has_bias")) and hasattr(module, "down_proj")
 
 
 def is_dense_dispatch_experts(module: nn.Module) -> bool:
@@ -130,18 +134,25 @@ def is_dense_dispatch_experts(module: nn.Module) -> bool:
     return (
         not _is_fused_experts(module)
         and type(module).__name__.endswith("Experts")
-        and isinstance(up, nn.Parameter) and isinstance(down, nn.Parameter)
-        and up.dim() == 3 and down.dim() == 3
+        and isinstance(up, nn.Parameter)
+        and isinstance(down, nn.Parameter)
+        and up.dim() == 3
+        and down.dim() == 3
         and up.shape[0] == down.shape[0] == getattr(module, "num_experts", -1)
-        and up.shape[2] == 2 * down.shape[1] and up.shape[1] == down.shape[2]
+        and up.shape[2] == 2 * down.shape[1]
+        and up.shape[1] == down.shape[2]
     )
 
 
 def is_parallel_experts(module: nn.Module) -> bool:
     """JetMoE's layout: ``weight`` ``(E, d_out, d_in)``, ``forward(inputs, expert_size)`` (rows sorted by expert)."""
     weight = getattr(module, "weight", None)
-    return (type(module).__name__.endswith("ParallelExperts") and isinstance(weight, nn.Parameter)
-            and weight.dim() == 3 and weight.shape[0] == getattr(module, "num_experts", -1))
+    return (
+        type(module).__name__.endswith("ParallelExperts")
+        and isinstance(weight, nn.Parameter)
+        and weight.dim() == 3
+        and weight.shape[0] == getattr(module, "num_experts", -1)
+    )
 
 
 def _is_router(module: nn.Module) -> bool:

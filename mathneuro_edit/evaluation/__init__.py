@@ -8,7 +8,6 @@ generation, general-text loss and KL, lm-eval tasks through :mod:`.lm_eval_bridg
 ``evaluate``) so that ``from mathneuro_edit import evaluate`` is always the function.
 """
 
-
 from __future__ import annotations
 
 from .lm_eval_bridge import LmEvalTask

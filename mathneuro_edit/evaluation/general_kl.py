@@ -69,8 +69,9 @@ def _rows(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[list[in
     return [list(r) for r in enc]
 
 
-def base_support(model: nn.Module, tokenizer: Any, texts: Sequence[str], *, max_length: int, k: int = 256,
-                 batch_size: int = 8) -> BaseSupport:
+def base_support(
+    model: nn.Module, tokenizer: Any, texts: Sequence[str], *, max_length: int, k: int = 256, batch_size: int = 8
+) -> BaseSupport:
     """The base's top-``k`` next-token support and exact loss on every text (model in eval mode, no grad)."""
     with _eval_mode(model):
         return _base_support(model, _rows(tokenizer, texts, max_length), k, batch_size)
@@ -82,7 +83,7 @@ def _base_support(model: nn.Module, rows: list[list[int]], k: int, batch_size: i
     tails: list[torch.Tensor] = []
     loss: list[float] = []
     for s in range(0, len(rows), batch_size):
-        chunk = rows[s: s + batch_size]
+        chunk = rows[s : s + batch_size]
         ids, attn = _pad(chunk, 0, "right", _device(model))  # right padding cannot change a text's own outputs
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
         for b, r in enumerate(chunk):
@@ -114,7 +115,7 @@ def _edited_general(model: nn.Module, support: BaseSupport, batch_size: int) -> 
     kl_sum, tail_sum, positions = 0.0, 0.0, 0
     rows = support.rows
     for s in range(0, len(rows), batch_size):
-        chunk = rows[s: s + batch_size]
+        chunk = rows[s : s + batch_size]
         ids, attn = _pad(chunk, 0, "right", _device(model))
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
         for b, r in enumerate(chunk):
@@ -131,5 +132,6 @@ def _edited_general(model: nn.Module, support: BaseSupport, batch_size: int) -> 
             kl_sum += float((head + tail).sum())
             tail_sum += float(pt.exp().sum())
             positions += n
-    return EditedGeneral(tuple(loss), kl_sum / positions if positions else math.nan,
-                         tail_sum / positions if positions else math.nan)
+    return EditedGeneral(
+        tuple(loss), kl_sum / positions if positions else math.nan, tail_sum / positions if positions else math.nan
+    )

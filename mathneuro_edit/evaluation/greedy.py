@@ -66,8 +66,15 @@ def _repeat_cache(prefix: DynamicCache, n: int) -> DynamicCache:
 
 
 def greedy_completions(
-    model: nn.Module, tokenizer: object, rows: Sequence[Sequence[int]], prefills: Sequence[str | None], *,
-    max_new_tokens: int, pad_id: int, eos_ids: Sequence[int], batch_size: int = 64,
+    model: nn.Module,
+    tokenizer: object,
+    rows: Sequence[Sequence[int]],
+    prefills: Sequence[str | None],
+    *,
+    max_new_tokens: int,
+    pad_id: int,
+    eos_ids: Sequence[int],
+    batch_size: int = 64,
 ) -> list[str]:
     """Greedy completion text of every prompt (token ids), stopped per row as ``generate`` with the evaluation's
     stopping rule would (an EOS id, or :func:`~mathneuro_edit.evaluation.prompts.completion_done`).
@@ -98,7 +105,7 @@ def greedy_completions(
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
     out: dict[int, str] = {}
     for s in range(0, len(order), batch_size):
-        idx = order[s: s + batch_size]
+        idx = order[s : s + batch_size]
         own = [list(rows[i][p:]) for i in idx]
         width, n = max(len(r) for r in own), len(idx)
         ids = torch.full((n, width), pad_id, dtype=torch.long)  # (batch, own tokens), left-padded
@@ -106,9 +113,9 @@ def greedy_completions(
         pos = torch.zeros((n, width), dtype=torch.long)
         attn[:, :p] = 1
         for b, r in enumerate(own):
-            ids[b, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            attn[b, p + width - len(r):] = 1
-            pos[b, width - len(r):] = torch.arange(p, p + len(r))  # real tokens only are counted
+            ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            attn[b, p + width - len(r) :] = 1
+            pos[b, width - len(r) :] = torch.arange(p, p + len(r))  # real tokens only are counted
         nxt_pos = torch.tensor([p + len(r) for r in own], dtype=torch.long)  # (batch,) next real position
         cache = _repeat_cache(prefix_cache, n) if p else DynamicCache(config=model.config)
         ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
@@ -116,8 +123,14 @@ def greedy_completions(
         done = [False] * n
         for _step in range(max_new_tokens):
             # the cache's length is the index of the first new column (the model derives cache positions from it)
-            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1,
-                           **{cache_arg: cache}).logits  # (batch, 1, vocab)
+            logits = model(
+                input_ids=ids,
+                attention_mask=attn,
+                position_ids=pos,
+                use_cache=True,
+                logits_to_keep=1,
+                **{cache_arg: cache},
+            ).logits  # (batch, 1, vocab)
             tok = logits[:, -1].argmax(-1)  # (batch,) greedy: the first maximum, as generate's argmax
             for b in range(n):
                 if done[b]:
@@ -140,8 +153,14 @@ def greedy_completions(
 
 
 def math_outcomes(
-    model: nn.Module, tokenizer: object, problems: Sequence[dict[str, str]], *, shots: Sequence[dict[str, str]] = (),
-    chat_template: ChatSetting = "auto", prompt_style: PromptStyle = "question-answer", max_new_tokens: int = 256,
+    model: nn.Module,
+    tokenizer: object,
+    problems: Sequence[dict[str, str]],
+    *,
+    shots: Sequence[dict[str, str]] = (),
+    chat_template: ChatSetting = "auto",
+    prompt_style: PromptStyle = "question-answer",
+    max_new_tokens: int = 256,
     batch_size: int = 64,
 ) -> tuple[list[bool], list[str]]:
     """``(correct, completions)`` of the model as it is on ``problems``: the prompts of
@@ -153,10 +172,20 @@ def math_outcomes(
     prefills = [p.get("prefill") for p in problems]
     pad_id, eos_ids = _special_ids(model, tokenizer)
     with _eval_mode(model):
-        texts = greedy_completions(model, tokenizer, rows, prefills, max_new_tokens=max_new_tokens, pad_id=pad_id,
-                                   eos_ids=eos_ids, batch_size=batch_size)
+        texts = greedy_completions(
+            model,
+            tokenizer,
+            rows,
+            prefills,
+            max_new_tokens=max_new_tokens,
+            pad_id=pad_id,
+            eos_ids=eos_ids,
+            batch_size=batch_size,
+        )
     completions = [truncate_completion(t)[0] for t in texts]
     # the evaluation's own rule (MathPrediction.correct), so a sweep and a release score an answer alike
-    correct = [MathPrediction(p["question"], int(extract_answer(p["answer"])), c, extract_prediction(c, f), f).correct
-               for c, f, p in zip(completions, prefills, problems)]
+    correct = [
+        MathPrediction(p["question"], int(extract_answer(p["answer"])), c, extract_prediction(c, f), f).correct
+        for c, f, p in zip(completions, prefills, problems)
+    ]
     return correct, completions

@@ -29,8 +29,18 @@ from torch import nn
 from ..errors import InputError
 from ..util.paths import LOCAL, is_local_path
 
-__all__ = ["LmEvalTask", "LmEvalResult", "require_lm_eval", "run_lm_eval", "include_path_hashes",
-           "check_lm_eval_task", "missing_task_message", "task_manager", "harness_report", "REPORT_KEYS"]
+__all__ = [
+    "LmEvalTask",
+    "LmEvalResult",
+    "require_lm_eval",
+    "run_lm_eval",
+    "include_path_hashes",
+    "check_lm_eval_task",
+    "missing_task_message",
+    "task_manager",
+    "harness_report",
+    "REPORT_KEYS",
+]
 
 _INSTALL_HINT = "pip install 'lm-eval>=0.4.13,<0.5'"  # the eval extra's package (mathneuro-edit is not on PyPI)
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}  # written by Python / Jupyter, not part of a task folder
@@ -54,8 +64,10 @@ def include_path_hashes(folder: str | Path) -> dict[str, str]:
     """
     root = Path(folder).expanduser()
     if not root.is_dir():
-        raise InputError(f"evaluation.lm_eval.include_path: {folder} is not a folder; give a folder of lm-eval "
-                         "task YAMLs, e.g. recipes/lm_eval_tasks")
+        raise InputError(
+            f"evaluation.lm_eval.include_path: {folder} is not a folder; give a folder of lm-eval "
+            "task YAMLs, e.g. recipes/lm_eval_tasks"
+        )
     out = {}
     for p in root.rglob("*"):
         rel = p.relative_to(root)
@@ -97,8 +109,10 @@ class LmEvalTask:
     def __post_init__(self) -> None:
         where = f"LmEvalTask {self.name!r}"
         if isinstance(self.tasks, str) or not self.tasks or not all(isinstance(t, str) and t for t in self.tasks):
-            raise InputError(f"{where}: tasks must be a non-empty list of lm-eval task names, got {self.tasks!r}; "
-                             "e.g. tasks=['arithmetic_local']")
+            raise InputError(
+                f"{where}: tasks must be a non-empty list of lm-eval task names, got {self.tasks!r}; "
+                "e.g. tasks=['arithmetic_local']"
+            )
         object.__setattr__(self, "tasks", tuple(self.tasks))
         if self.limit is not None and (isinstance(self.limit, bool) or not self.limit > 0):
             raise InputError(f"{where}: limit must be > 0 or None, got {self.limit!r}")
@@ -107,17 +121,25 @@ class LmEvalTask:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (key == "batch_size")):
                 raise InputError(f"{where}: {key} must be an int >= {int(key == 'batch_size')} or None, got {v!r}")
         if self.fewshot_as_multiturn and not self.apply_chat_template:
-            raise InputError(f"{where}: fewshot_as_multiturn needs apply_chat_template=True (few-shot turns are "
-                             "chat messages); set both or neither")
+            raise InputError(
+                f"{where}: fewshot_as_multiturn needs apply_chat_template=True (few-shot turns are "
+                "chat messages); set both or neither"
+            )
         if self.include_path is not None:
             include_path_hashes(self.include_path)  # fails now on a missing folder, not after other tasks ran
 
     @property
     def sha256(self) -> str:
         """Fingerprint of the settings and the task folder's contents (a cached base result needs the same one)."""
-        spec = {"kind": "lm_eval", "tasks": list(self.tasks), "limit": self.limit, "num_fewshot": self.num_fewshot,
-                "apply_chat_template": self.apply_chat_template, "fewshot_as_multiturn": self.multiturn,
-                "include_path": include_path_hashes(self.include_path) if self.include_path else None}
+        spec = {
+            "kind": "lm_eval",
+            "tasks": list(self.tasks),
+            "limit": self.limit,
+            "num_fewshot": self.num_fewshot,
+            "apply_chat_template": self.apply_chat_template,
+            "fewshot_as_multiturn": self.multiturn,
+            "include_path": include_path_hashes(self.include_path) if self.include_path else None,
+        }
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
     @property
@@ -149,9 +171,24 @@ class LmEvalResult:
 
 # the keys of lm-eval's results file (`lm_eval --output_path`, EvaluationTracker.save_results_aggregated) that
 # describe the evaluation itself; left out: date, timings, git hashes and pretty_env_info (the machine, the time)
-REPORT_KEYS = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
-               "n-samples", "config", "lm_eval_version", "transformers_version", "tokenizer_pad_token",
-               "tokenizer_eos_token", "tokenizer_bos_token", "eot_token_id", "max_length")
+REPORT_KEYS = (
+    "results",
+    "groups",
+    "group_subtasks",
+    "configs",
+    "versions",
+    "n-shot",
+    "higher_is_better",
+    "n-samples",
+    "config",
+    "lm_eval_version",
+    "transformers_version",
+    "tokenizer_pad_token",
+    "tokenizer_eos_token",
+    "tokenizer_bos_token",
+    "eot_token_id",
+    "max_length",
+)
 
 
 def _redact(value: Any, root: str | None, public_root: str) -> Any:
@@ -254,12 +291,19 @@ def _task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
     for name in task.tasks:
         entry = manager.task_index.get(name)
         if entry is None:
-            local = sorted(n for n, e in manager.task_index.items() if root and e.yaml_path
-                           and Path(e.yaml_path).resolve().is_relative_to(root))
+            local = sorted(
+                n
+                for n, e in manager.task_index.items()
+                if root and e.yaml_path and Path(e.yaml_path).resolve().is_relative_to(root)
+            )
             raise InputError(missing_task_message(task, name, local))
         yaml_path = Path(entry.yaml_path).resolve() if entry.yaml_path else None
-        if root is None or yaml_path is None or not yaml_path.is_relative_to(root) \
-                or getattr(entry.kind, "name", "") != "TASK":
+        if (
+            root is None
+            or yaml_path is None
+            or not yaml_path.is_relative_to(root)
+            or getattr(entry.kind, "name", "") != "TASK"
+        ):
             specs.append(name)  # lm-eval's own tasks, groups and tags: as lm-eval resolves them
             continue
         cfg = load_yaml(yaml_path, resolve_func=True, recursive=True)
@@ -269,12 +313,18 @@ def _task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
             continue
         kwargs["data_files"] = _resolve(kwargs["data_files"], yaml_path.parent)
         files = kwargs["data_files"]
-        for f in (files if isinstance(files, list) else list(files.values()) if isinstance(files, dict) else [files]):
-            for one in (f if isinstance(f, list) else [f]):
-                if isinstance(one, str) and "://" not in one and not any(c in one for c in "*?[") \
-                        and not Path(one).is_file():
-                    raise InputError(f"{yaml_path.name}: data file {one} does not exist; data_files are relative "
-                                     "to the YAML's folder")
+        for f in files if isinstance(files, list) else list(files.values()) if isinstance(files, dict) else [files]:
+            for one in f if isinstance(f, list) else [f]:
+                if (
+                    isinstance(one, str)
+                    and "://" not in one
+                    and not any(c in one for c in "*?[")
+                    and not Path(one).is_file()
+                ):
+                    raise InputError(
+                        f"{yaml_path.name}: data file {one} does not exist; data_files are relative "
+                        "to the YAML's folder"
+                    )
         specs.append({**cfg, "dataset_kwargs": kwargs})
     return specs
 
@@ -305,6 +355,7 @@ def _quiet_harness(quiet: bool) -> Iterator[None]:
         module = importlib.import_module(name)
         original = getattr(module, "tqdm", None)
         if original is not None:
+
             def silent(*args: Any, _tqdm: Any = original, **kwargs: Any) -> Any:
                 kwargs["disable"] = True
                 return _tqdm(*args, **kwargs)
@@ -339,19 +390,24 @@ def missing_task_message(task: LmEvalTask, name: str, local: list[str]) -> str:
     """The one line for a task lm-eval does not know: the cause (``include_path`` not set, or the task not in
     it) and the command that lists the tasks of the installed lm-eval (0.4.13+: ``lm-eval ls tasks``)."""
     if task.include_path is None:
-        cause = ("evaluation.lm_eval.include_path is not set, so only lm-eval's own tasks are known; set it to "
-                 "the folder of your task YAMLs, or check the name")
+        cause = (
+            "evaluation.lm_eval.include_path is not set, so only lm-eval's own tasks are known; set it to "
+            "the folder of your task YAMLs, or check the name"
+        )
         listing = "lm-eval ls tasks"
     else:
         folder = Path(task.include_path).expanduser()
         there = f" (tasks there: {', '.join(local)})" if local else " (no task YAML found there)"
         cause = f"it is not in include_path {folder}{there} nor among lm-eval's own tasks"
         listing = f"lm-eval ls tasks --include_path {folder}"
-    return (f"LmEvalTask {task.name!r}: no lm-eval task or group named {name!r}: {cause}; list the tasks with "
-            f"`{listing}`")
+    return (
+        f"LmEvalTask {task.name!r}: no lm-eval task or group named {name!r}: {cause}; list the tasks with `{listing}`"
+    )
 
 
-_MANAGERS: dict[tuple[str | None, str, bool], Any] = {}  # (include_path, its files' hashes, with lm-eval's own) -> index
+_MANAGERS: dict[
+    tuple[str | None, str, bool], Any
+] = {}  # (include_path, its files' hashes, with lm-eval's own) -> index
 
 
 def task_manager(task: LmEvalTask) -> Any:
@@ -385,7 +441,12 @@ def check_lm_eval_task(task: LmEvalTask) -> None:
 
 
 def run_lm_eval(
-    model: nn.Module, tokenizer: Any, task: LmEvalTask, *, edit: Any = None, base: LmEvalResult | None = None,
+    model: nn.Module,
+    tokenizer: Any,
+    task: LmEvalTask,
+    *,
+    edit: Any = None,
+    base: LmEvalResult | None = None,
     batch_size: int = 16,
 ) -> tuple[LmEvalResult, LmEvalResult | None]:
     """Run one :class:`LmEvalTask` on the in-memory model: base (unless given), then edited (with ``edit``).
@@ -411,8 +472,10 @@ def run_lm_eval(
         return base, None  # nothing to run: no task index, no model wrapper
 
     if task.apply_chat_template and not getattr(tokenizer, "chat_template", None):
-        raise InputError(f"LmEvalTask {task.name!r}: apply_chat_template is set but the tokenizer has no chat "
-                         "template; set apply_chat_template: false for a base (non-chat) model")
+        raise InputError(
+            f"LmEvalTask {task.name!r}: apply_chat_template is set but the tokenizer has no chat "
+            "template; set apply_chat_template: false for a base (non-chat) model"
+        )
     manager = task_manager(task)  # lm-eval's own tasks are indexed (~30 s) only when one is not in include_path
     specs = _task_specs(task, manager)
     device = getattr(model, "device", None) or next(model.parameters()).device
@@ -438,8 +501,12 @@ def run_lm_eval(
 
     quiet = _libraries_quiet()
     with _quiet_harness(quiet):
-        lm = NewTokensHFLM(pretrained=model, tokenizer=copy.deepcopy(tokenizer), device=str(device),
-                           batch_size=task.batch_size or batch_size)
+        lm = NewTokensHFLM(
+            pretrained=model,
+            tokenizer=copy.deepcopy(tokenizer),
+            device=str(device),
+            batch_size=task.batch_size or batch_size,
+        )
 
     def run() -> LmEvalResult:
         with _quiet_harness(quiet):
@@ -447,14 +514,25 @@ def run_lm_eval(
 
     def _run() -> LmEvalResult:
         result = lm_eval.simple_evaluate(
-            model=lm, tasks=copy.deepcopy(specs), task_manager=manager, limit=task.limit, num_fewshot=task.num_fewshot,
-            apply_chat_template=task.apply_chat_template, fewshot_as_multiturn=task.multiturn, log_samples=True,
+            model=lm,
+            tasks=copy.deepcopy(specs),
+            task_manager=manager,
+            limit=task.limit,
+            num_fewshot=task.num_fewshot,
+            apply_chat_template=task.apply_chat_template,
+            fewshot_as_multiturn=task.multiturn,
+            log_samples=True,
         )  # simple_evaluate seeds python/numpy/torch itself (0/1234/1234; few-shot sampler 1234): repeatable
         if result is None:  # non-zero rank of a distributed run: lm-eval returns nothing there
             raise InputError(f"LmEvalTask {task.name!r}: lm-eval returned no results; run it in a single process")
         raw = dict(result.get("results", {}))
-        return LmEvalResult(_flatten(raw, result.get("n-samples", {})), raw, task.sha256,
-                            dict(result.get("samples", {})), harness_report(result, task))
+        return LmEvalResult(
+            _flatten(raw, result.get("n-samples", {})),
+            raw,
+            task.sha256,
+            dict(result.get("samples", {})),
+            harness_report(result, task),
+        )
 
     if base is None:
         base = run()

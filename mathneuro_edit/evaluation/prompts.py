@@ -32,8 +32,17 @@ from typing import Any, Literal, Union
 from ..errors import InputError
 from .results import extract_answer, math_prompt, truncate_completion
 
-__all__ = ["ChatSetting", "PromptStyle", "PROMPT_STYLES", "parse_number", "extract_prediction", "completion_done", "uses_chat_template",
-           "render_prompt", "encode_prompts"]
+__all__ = [
+    "ChatSetting",
+    "PromptStyle",
+    "PROMPT_STYLES",
+    "parse_number",
+    "extract_prediction",
+    "completion_done",
+    "uses_chat_template",
+    "render_prompt",
+    "encode_prompts",
+]
 
 ChatSetting = Union[bool, Literal["auto"]]
 # plain prompts (no chat template): "question-answer" is the organism's "Question: ...\nAnswer:" format;
@@ -123,8 +132,10 @@ def uses_chat_template(tokenizer: Any, setting: ChatSetting) -> bool:
     if setting == "auto":
         return has
     if setting is True and not has:
-        raise InputError("evaluation.chat_template: true, but the model's tokenizer has no chat template; set "
-                         "evaluation.chat_template: auto (plain 'Question:/Answer:' prompts) or use a chat model")
+        raise InputError(
+            "evaluation.chat_template: true, but the model's tokenizer has no chat template; set "
+            "evaluation.chat_template: auto (plain 'Question:/Answer:' prompts) or use a chat model"
+        )
     if not isinstance(setting, bool):
         raise InputError(f"chat_template: must be auto, true or false, got {setting!r}")
     return setting
@@ -137,8 +148,13 @@ def _shot_answer(shot: Mapping[str, str]) -> str:
     return shot["answer"]
 
 
-def render_prompt(tokenizer: Any, problem: Mapping[str, str], shots: Sequence[Mapping[str, str]], chat: bool,
-                  style: PromptStyle = "question-answer") -> str:
+def render_prompt(
+    tokenizer: Any,
+    problem: Mapping[str, str],
+    shots: Sequence[Mapping[str, str]],
+    chat: bool,
+    style: PromptStyle = "question-answer",
+) -> str:
     """The prompt text of one problem (see the module docstring), prefill included.
 
     Example:
@@ -151,8 +167,10 @@ def render_prompt(tokenizer: Any, problem: Mapping[str, str], shots: Sequence[Ma
     prefill = problem.get("prefill") or ""
     if not chat and style == "equations":
         if not prefill or not all(s.get("prefill") for s in shots):
-            raise InputError("evaluation.prompt_style: equations needs a prefill on every problem and worked example "
-                             "(the arithmetic task has one); use question-answer for other problems")
+            raise InputError(
+                "evaluation.prompt_style: equations needs a prefill on every problem and worked example "
+                "(the arithmetic task has one); use question-answer for other problems"
+            )
         return "".join(f"{_shot_answer(s)}\n" for s in shots) + prefill
     if style not in PROMPT_STYLES:
         raise InputError(f"prompt_style: must be one of {', '.join(PROMPT_STYLES)}, got {style!r}")
@@ -167,8 +185,13 @@ def render_prompt(tokenizer: Any, problem: Mapping[str, str], shots: Sequence[Ma
     return text + prefill
 
 
-def encode_prompts(tokenizer: Any, problems: Sequence[Mapping[str, str]], shots: Sequence[Mapping[str, str]],
-                   setting: ChatSetting, style: PromptStyle = "question-answer") -> list[list[int]]:
+def encode_prompts(
+    tokenizer: Any,
+    problems: Sequence[Mapping[str, str]],
+    shots: Sequence[Mapping[str, str]],
+    setting: ChatSetting,
+    style: PromptStyle = "question-answer",
+) -> list[list[int]]:
     """Token ids of every problem's prompt.
 
     Plain prompts get the tokenizer's usual special tokens (BOS, as in training); chat prompts none, because the

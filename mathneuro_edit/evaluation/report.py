@@ -20,8 +20,12 @@ __all__ = ["eval_markdown", "effect_sentence", "format_accuracy", "format_p"]
 
 Row = Mapping[str, Any]
 _SKIP = {"math_correct", "math_total", "math_ci95_low", "math_ci95_high", "general_loss_se", "general_texts"}
-_LABELS = {"math_accuracy": "math accuracy", "general_loss": "general loss (± SE)",
-           "general_perplexity": "general perplexity", "general_kl": "general KL to base"}
+_LABELS = {
+    "math_accuracy": "math accuracy",
+    "general_loss": "general loss (± SE)",
+    "general_perplexity": "general perplexity",
+    "general_kl": "general KL to base",
+}
 
 
 def _num(x: Any) -> bool:
@@ -106,8 +110,11 @@ def eval_markdown(results: Mapping[str, Mapping[str, Row]]) -> str:
         | m | math accuracy | 50.0% (1/2) |
     """
     with_edit = any(r.get("edited") for r in results.values())
-    lines = (["| task | metric | base | edited | change |", "|---|---|---:|---:|---|"] if with_edit else
-             ["| task | metric | value |", "|---|---|---:|"])
+    lines = (
+        ["| task | metric | base | edited | change |", "|---|---|---:|---:|---|"]
+        if with_edit
+        else ["| task | metric | value |", "|---|---|---:|"]
+    )
     for task, r in results.items():
         base, edited, comparison = r.get("base") or {}, r.get("edited") or {}, r.get("comparison") or {}
         keys = list(dict.fromkeys([*base, *edited]))
@@ -128,8 +135,11 @@ def eval_markdown(results: Mapping[str, Mapping[str, Row]]) -> str:
                     return f"{_plain(value)} ± {_plain(se)}" if _num(value) and _num(se) else _plain(value)
 
                 # lm-eval's metrics do not say which direction is better: the change is shown without a verdict
-                cells = ([with_se(base, b), with_se(edited, e), f"{e - b:+.4g}" if _num(b) and _num(e) else "-"]
-                         if with_edit else [with_se(base, b)])
+                cells = (
+                    [with_se(base, b), with_se(edited, e), f"{e - b:+.4g}" if _num(b) and _num(e) else "-"]
+                    if with_edit
+                    else [with_se(base, b)]
+                )
                 lines.append(f"| {task}: {lm_task} | {metric} (n={_plain(n)}) | " + " | ".join(cells) + " |")
                 continue
             label = _LABELS.get(key, key)
@@ -164,12 +174,16 @@ def effect_sentence(results: Mapping[str, Mapping[str, Row]] | None) -> str:
             continue
         n = base.get("math_total")
         moved = f"{c.get('base_only', '?')} problems right only before, {c.get('edited_only', '?')} only after"
-        how = (f"{100 * base['math_accuracy']:.1f}% -> {100 * edited['math_accuracy']:.1f}% on "
-               f"{int(n) if _num(n) else '?'} problems of `{task}`, {moved}; paired exact McNemar {format_p(p)}")
+        how = (
+            f"{100 * base['math_accuracy']:.1f}% -> {100 * edited['math_accuracy']:.1f}% on "
+            f"{int(n) if _num(n) else '?'} problems of `{task}`, {moved}; paired exact McNemar {format_p(p)}"
+        )
         if c.get("significant"):
             word = "raised" if edited["math_accuracy"] > base["math_accuracy"] else "lowered"
             parts.append(f"The edit significantly {word} math accuracy ({how}).")
         else:
-            parts.append(f"**The edit has no significant effect on math accuracy** ({how}): do not present it as a "
-                         "math improvement (or loss) over the base.")
+            parts.append(
+                f"**The edit has no significant effect on math accuracy** ({how}): do not present it as a "
+                "math improvement (or loss) over the base."
+            )
     return " ".join(parts)

@@ -33,8 +33,15 @@ from .significance import (
 )
 
 __all__ = [
-    "MathPrediction", "MathResult", "GeneralResult", "TaskResult", "EvalResults", "extract_answer",
-    "truncate_completion", "math_prompt", "compare",
+    "MathPrediction",
+    "MathResult",
+    "GeneralResult",
+    "TaskResult",
+    "EvalResults",
+    "extract_answer",
+    "truncate_completion",
+    "math_prompt",
+    "compare",
 ]
 
 # "#### 1,234" / "#### -5" / "#### 42." / "#### 7.00": sign, digits with optional thousands commas, optional decimals
@@ -76,7 +83,7 @@ def truncate_completion(text: str) -> tuple[str, bool]:
     m = _ANSWER_RE.search(text)
     if m is not None and (question < 0 or m.start() < question):
         ends = [i for i in (text.find("\n\n", m.end()), text.find(_NEXT_QUESTION, m.end())) if i >= 0]
-        complete = re.match(r"[,.]*[^\d,.]", text[m.end():]) is not None
+        complete = re.match(r"[,.]*[^\d,.]", text[m.end() :]) is not None
         return (text[: min(ends)] if ends else text), complete
     return (text[:question], True) if question >= 0 else (text, False)
 
@@ -100,17 +107,25 @@ def _need(ok: bool, message: str) -> None:
 def _check_problems(where: str, problems: Any) -> tuple[dict[str, str], ...]:
     """Validate ``[{"question": str, "answer": str, "prefill": str (optional)}]`` with a ``#### <integer>`` in
     every answer; returns plain copies (``prefill`` only where given)."""
-    _need(isinstance(problems, Sequence) and not isinstance(problems, str),
-          f"{where}: must be a list of {{'question': str, 'answer': str}} dicts, got {type(problems).__name__}")
+    _need(
+        isinstance(problems, Sequence) and not isinstance(problems, str),
+        f"{where}: must be a list of {{'question': str, 'answer': str}} dicts, got {type(problems).__name__}",
+    )
     for i, p in enumerate(problems):
         ok = isinstance(p, Mapping) and isinstance(p.get("question"), str) and isinstance(p.get("answer"), str)
         _need(ok, f"{where}[{i}]: must be a dict with str 'question' and 'answer', got {p!r:.80}")
-        _need(extract_answer(p["answer"]) is not None,
-              f"{where}[{i}]: the answer has no '#### <integer>' line; GSM8K answers end with '#### 42'")
-        _need(p.get("prefill") is None or isinstance(p["prefill"], str),
-              f"{where}[{i}]: prefill must be a string (the text that starts the answer), got {p.get('prefill')!r:.40}")
-    return tuple({"question": p["question"], "answer": p["answer"], **({"prefill": p["prefill"]} if p.get("prefill")
-                                                                      else {})} for p in problems)
+        _need(
+            extract_answer(p["answer"]) is not None,
+            f"{where}[{i}]: the answer has no '#### <integer>' line; GSM8K answers end with '#### 42'",
+        )
+        _need(
+            p.get("prefill") is None or isinstance(p["prefill"], str),
+            f"{where}[{i}]: prefill must be a string (the text that starts the answer), got {p.get('prefill')!r:.40}",
+        )
+    return tuple(
+        {"question": p["question"], "answer": p["answer"], **({"prefill": p["prefill"]} if p.get("prefill") else {})}
+        for p in problems
+    )
 
 
 @dataclass(frozen=True)
@@ -149,8 +164,13 @@ class MathResult:
 
     def metrics(self) -> dict[str, float]:
         low, high = self.ci95
-        return {"math_accuracy": self.accuracy, "math_correct": self.correct, "math_total": self.total,
-                "math_ci95_low": low, "math_ci95_high": high}
+        return {
+            "math_accuracy": self.accuracy,
+            "math_correct": self.correct,
+            "math_total": self.total,
+            "math_ci95_low": low,
+            "math_ci95_high": high,
+        }
 
 
 @dataclass(frozen=True)
@@ -178,8 +198,13 @@ class GeneralResult:
         return ratio_se(self.text_loss_sums, self.text_tokens) if self.text_tokens else math.nan
 
     def metrics(self) -> dict[str, float]:
-        return {"general_loss": self.loss, "general_loss_se": self.loss_se, "general_perplexity": self.perplexity,
-                "general_kl": self.kl, "general_texts": len(self.text_tokens)}
+        return {
+            "general_loss": self.loss,
+            "general_loss_se": self.loss_se,
+            "general_perplexity": self.perplexity,
+            "general_kl": self.kl,
+            "general_texts": len(self.text_tokens),
+        }
 
 
 TaskResult = Union[MathResult, GeneralResult, LmEvalResult]
@@ -201,10 +226,20 @@ def compare(base: TaskResult, edited: TaskResult | None) -> dict[str, Any] | Non
             raise InputError("compare: base and edited were evaluated on different problems; pair the same task")
         b, c = discordant_pairs([p.correct for p in base.predictions], [p.correct for p in edited.predictions])
         p = mcnemar_exact(b, c)
-        return {"test": "mcnemar_exact", "accuracy_change": edited.accuracy - base.accuracy, "base_only": b,
-                "edited_only": c, "mcnemar_p": p, "significant": significant(p)}
-    if isinstance(base, GeneralResult) and isinstance(edited, GeneralResult) and base.text_tokens \
-            and base.text_tokens == edited.text_tokens:
+        return {
+            "test": "mcnemar_exact",
+            "accuracy_change": edited.accuracy - base.accuracy,
+            "base_only": b,
+            "edited_only": c,
+            "mcnemar_p": p,
+            "significant": significant(p),
+        }
+    if (
+        isinstance(base, GeneralResult)
+        and isinstance(edited, GeneralResult)
+        and base.text_tokens
+        and base.text_tokens == edited.text_tokens
+    ):
         diffs = [e - b for b, e in zip(base.text_loss_sums, edited.text_loss_sums)]
         return {"loss_change": edited.loss - base.loss, "loss_change_se": ratio_se(diffs, base.text_tokens)}
     return None
@@ -292,5 +327,11 @@ class EvalResults:
 
 def _prediction_row(p: MathPrediction) -> dict[str, Any]:
     """One audit row of eval.json (key order fixed: the file is byte-identical between runs)."""
-    return {"question": p.question, "gold": p.gold, "prefill": p.prefill, "completion": p.completion,
-            "extracted": p.extracted, "correct": p.correct}
+    return {
+        "question": p.question,
+        "gold": p.gold,
+        "prefill": p.prefill,
+        "completion": p.completion,
+        "extracted": p.extracted,
+        "correct": p.correct,
+    }

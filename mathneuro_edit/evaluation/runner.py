@@ -91,21 +91,35 @@ class MathTask:
 
     def __post_init__(self) -> None:
         where = f"MathTask {self.name!r}"
-        _need(self.chat_template == "auto" or isinstance(self.chat_template, bool),
-              f"{where}: chat_template must be 'auto', True or False, got {self.chat_template!r}")
+        _need(
+            self.chat_template == "auto" or isinstance(self.chat_template, bool),
+            f"{where}: chat_template must be 'auto', True or False, got {self.chat_template!r}",
+        )
         object.__setattr__(self, "problems", _check_problems(f"{where}: problems", self.problems))
         object.__setattr__(self, "shots", _check_problems(f"{where}: shots", self.shots))
         _need(bool(self.problems), f"{where}: problems is empty; pass at least one problem")
-        _need(_is_int(self.n_shot, 0, len(self.shots)),
-              f"{where}: n_shot={self.n_shot!r} but {len(self.shots)} shots were given; pass n_shot <= len(shots)")
-        _need(_is_int(self.max_new_tokens, 1), f"{where}: max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+        _need(
+            _is_int(self.n_shot, 0, len(self.shots)),
+            f"{where}: n_shot={self.n_shot!r} but {len(self.shots)} shots were given; pass n_shot <= len(shots)",
+        )
+        _need(
+            _is_int(self.max_new_tokens, 1), f"{where}: max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}"
+        )
 
     @property
     def sha256(self) -> str:
         """Fingerprint of the task's content and settings (a cached base result must match it)."""
         style = [] if self.prompt_style == "question-answer" else [self.prompt_style]  # old fingerprints unchanged
-        return _sha(["math", list(self.problems), list(self.shots[: self.n_shot]), self.max_new_tokens,
-                     self.chat_template, *style])
+        return _sha(
+            [
+                "math",
+                list(self.problems),
+                list(self.shots[: self.n_shot]),
+                self.max_new_tokens,
+                self.chat_template,
+                *style,
+            ]
+        )
 
 
 @dataclass(frozen=True)
@@ -130,7 +144,10 @@ class GeneralTask:
         ok = not isinstance(self.texts, str) and bool(self.texts) and all(isinstance(t, str) for t in self.texts)
         _need(ok, f"GeneralTask {self.name!r}: texts must be a non-empty list of str")
         object.__setattr__(self, "texts", tuple(self.texts))
-        _need(_is_int(self.max_length, 2), f"GeneralTask {self.name!r}: max_length must be an int >= 2, got {self.max_length!r}")
+        _need(
+            _is_int(self.max_length, 2),
+            f"GeneralTask {self.name!r}: max_length must be an int >= 2, got {self.max_length!r}",
+        )
 
     @property
     def sha256(self) -> str:
@@ -144,7 +161,9 @@ Task = Union[MathTask, GeneralTask, LmEvalTask]
 # ---------------------------------------------------------------------------------------------------- internals
 
 
-def _run_math(model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int, progress: bool, desc: str) -> MathResult:
+def _run_math(
+    model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int, progress: bool, desc: str
+) -> MathResult:
     pad_id, eos_ids = _special_ids(model, tokenizer)
     shots = task.shots[: task.n_shot]
     prefills = [p.get("prefill") for p in task.problems]
@@ -159,18 +178,30 @@ def _run_math(model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int,
         ids, attn = _pad([encoded[i] for i in idx], pad_id, "left", _device(model))  # (batch, prompt tokens)
         stop = _AnswerStop(tokenizer, ids.shape[1], [prefills[i] for i in idx])
         out = model.generate(
-            input_ids=ids, attention_mask=attn, do_sample=False, max_new_tokens=task.max_new_tokens,
-            pad_token_id=pad_id, eos_token_id=eos_ids or None, stopping_criteria=StoppingCriteriaList([stop]),
+            input_ids=ids,
+            attention_mask=attn,
+            do_sample=False,
+            max_new_tokens=task.max_new_tokens,
+            pad_token_id=pad_id,
+            eos_token_id=eos_ids or None,
+            stopping_criteria=StoppingCriteriaList([stop]),
         )  # (batch, prompt tokens + generated)
         for row, i in enumerate(idx):
-            new = out[row, ids.shape[1]:].tolist()
+            new = out[row, ids.shape[1] :].tolist()
             cut = next((k for k, t in enumerate(new) if t in eos_ids), len(new))  # after EOS only padding follows
             completions[i] = tokenizer.decode(new[:cut], skip_special_tokens=True)
     preds = []
     for i, p in enumerate(task.problems):
         text = truncate_completion(completions[i])[0]  # drops only a next "Question:" the model made up
-        preds.append(MathPrediction(p["question"], int(extract_answer(p["answer"])), text,
-                                    extract_prediction(text, prefills[i]), prefills[i]))
+        preds.append(
+            MathPrediction(
+                p["question"],
+                int(extract_answer(p["answer"])),
+                text,
+                extract_prediction(text, prefills[i]),
+                prefills[i],
+            )
+        )
     return MathResult(sum(p.correct for p in preds), len(preds), tuple(preds), task.sha256)
 
 
@@ -180,8 +211,15 @@ KEEP_LOGPROBS_MAX_BYTES = 2 * 1024**3
 
 
 def _run_general(
-    model: nn.Module, tokenizer: Any, task: GeneralTask, edit: ReversibleEdit | None, batch_size: int,
-    progress: bool, desc: str, cached: Sequence[Any] | None = None, keep: bool = False,
+    model: nn.Module,
+    tokenizer: Any,
+    task: GeneralTask,
+    edit: ReversibleEdit | None,
+    batch_size: int,
+    progress: bool,
+    desc: str,
+    cached: Sequence[Any] | None = None,
+    keep: bool = False,
 ) -> tuple[GeneralResult, GeneralResult | None]:
     """The base (and with ``edit`` the edited) loss of every text, and KL(base || edited).
 
@@ -246,12 +284,20 @@ def _run_general(
                 # KL(base || edited) of every real position's next-token distribution (the last one included)
                 kl_sum += F.kl_div(ed_lp, base_lp, log_target=True, reduction="none").sum(-1).sum().item()
         n_dist += sum(len(r) for r in rows)
-    base = GeneralResult(base_loss / n_pred, n_pred, 0.0, task.sha256, tuple(base_sums), tuple(counts),
-                         tuple(cached) if cached is not None else tuple(kept) if kept is not None else None)
+    base = GeneralResult(
+        base_loss / n_pred,
+        n_pred,
+        0.0,
+        task.sha256,
+        tuple(base_sums),
+        tuple(counts),
+        tuple(cached) if cached is not None else tuple(kept) if kept is not None else None,
+    )
     if edit is None:
         return base, None
-    return base, GeneralResult(edited_loss / n_pred, n_pred, kl_sum / n_dist, task.sha256, tuple(edited_sums),
-                               tuple(counts))
+    return base, GeneralResult(
+        edited_loss / n_pred, n_pred, kl_sum / n_dist, task.sha256, tuple(edited_sums), tuple(counts)
+    )
 
 
 def _check_batch_size(batch_size: Any) -> int:
@@ -263,8 +309,15 @@ def _check_batch_size(batch_size: Any) -> int:
 
 
 def math_accuracy(
-    model: nn.Module, tokenizer: Any, problems: Sequence[Mapping[str, str]], *, n_shot: int = 0,
-    shots: Sequence[Mapping[str, str]] = (), max_new_tokens: int = 256, batch_size: int = 16, progress: bool = True,
+    model: nn.Module,
+    tokenizer: Any,
+    problems: Sequence[Mapping[str, str]],
+    *,
+    n_shot: int = 0,
+    shots: Sequence[Mapping[str, str]] = (),
+    max_new_tokens: int = 256,
+    batch_size: int = 16,
+    progress: bool = True,
     chat_template: ChatSetting = "auto",
 ) -> MathResult:
     """Exact-match accuracy of greedy completions of the model as it is (see :class:`MathTask` for the arguments).
@@ -282,8 +335,14 @@ def math_accuracy(
 
 
 def general_loss(
-    model: nn.Module, tokenizer: Any, texts: Sequence[str], *, edit: ReversibleEdit | None = None,
-    max_length: int = 512, batch_size: int = 16, progress: bool = True,
+    model: nn.Module,
+    tokenizer: Any,
+    texts: Sequence[str],
+    *,
+    edit: ReversibleEdit | None = None,
+    max_length: int = 512,
+    batch_size: int = 16,
+    progress: bool = True,
 ) -> GeneralResult:
     """Mean next-token loss and perplexity on texts; with ``edit``, of the edited model, plus KL(base || edited).
 
@@ -309,8 +368,14 @@ def general_loss(
 
 
 def evaluate(
-    model: nn.Module, tokenizer: Any, tasks: Sequence[Task], *, edit: ReversibleEdit | None = None,
-    base_results: EvalResults | Mapping[str, TaskResult] | None = None, batch_size: int = 16, progress: bool = True,
+    model: nn.Module,
+    tokenizer: Any,
+    tasks: Sequence[Task],
+    *,
+    edit: ReversibleEdit | None = None,
+    base_results: EvalResults | Mapping[str, TaskResult] | None = None,
+    batch_size: int = 16,
+    progress: bool = True,
     keep_base_logprobs: bool = False,
 ) -> EvalResults:
     """Evaluate the model on tasks, as base and (with ``edit``) as edited, on one model in memory.
@@ -356,8 +421,10 @@ def evaluate(
     cached = dict(base_results.base if isinstance(base_results, EvalResults) else (base_results or {}))
     for t in tasks:
         if t.name in cached and getattr(cached[t.name], "task_sha256", None) != t.sha256:
-            raise InputError(f"base_results[{t.name!r}]: computed for a different task content or settings; "
-                             "drop it from base_results to recompute the base")
+            raise InputError(
+                f"base_results[{t.name!r}]: computed for a different task content or settings; "
+                "drop it from base_results to recompute the base"
+            )
     out = EvalResults({}, {})
     with _eval_mode(model), _edit_guard(edit):
         for t in tasks:
@@ -374,8 +441,9 @@ def evaluate(
             elif isinstance(t, GeneralTask):
                 if base is None or edit is not None:
                     reuse = getattr(base, "logprobs", None) if edit is not None else None
-                    base, edited = _run_general(model, tokenizer, t, edit, batch_size, progress, t.name,
-                                                cached=reuse, keep=keep_base_logprobs)
+                    base, edited = _run_general(
+                        model, tokenizer, t, edit, batch_size, progress, t.name, cached=reuse, keep=keep_base_logprobs
+                    )
                     if edited is not None:
                         out.edited[t.name] = edited
             else:

@@ -67,7 +67,9 @@ def _special_ids(model: nn.Module, tokenizer: Any) -> tuple[int, list[int]]:
     return int(pad), eos_ids
 
 
-def _pad(rows: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _pad(
+    rows: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad token-id lists to one length; returns ``(ids, attention_mask)``, both ``(batch, tokens)``."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -90,7 +92,7 @@ class _AnswerStop(StoppingCriteria):
         self.done = [False] * len(self.prefills)
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        new = input_ids[:, self.prompt_len:]  # (batch, generated so far)
+        new = input_ids[:, self.prompt_len :]  # (batch, generated so far)
         for i in range(new.shape[0]):
             if not self.done[i]:
                 text = self.tokenizer.decode(new[i], skip_special_tokens=True)

@@ -26,8 +26,19 @@ import functools
 import math
 from collections.abc import Sequence
 
-__all__ = ["Z95", "ALPHA", "wilson_interval", "mcnemar_exact", "discordant_pairs", "ratio_se", "significant",
-           "holm_adjust", "mcnemar_critical", "mcnemar_power", "min_detectable_gain"]
+__all__ = [
+    "Z95",
+    "ALPHA",
+    "wilson_interval",
+    "mcnemar_exact",
+    "discordant_pairs",
+    "ratio_se",
+    "significant",
+    "holm_adjust",
+    "mcnemar_critical",
+    "mcnemar_power",
+    "min_detectable_gain",
+]
 
 Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal: a two-sided 95% interval
 ALPHA = 0.05  # significance level of the paired test (reports say "significant" when p < ALPHA)
@@ -98,8 +109,7 @@ def discordant_pairs(base: Sequence[bool], edited: Sequence[bool]) -> tuple[int,
         (1, 2)
     """
     if len(base) != len(edited):
-        raise ValueError(f"discordant_pairs: {len(base)} base vs {len(edited)} edited outcomes; pair the same "
-                         "problems")
+        raise ValueError(f"discordant_pairs: {len(base)} base vs {len(edited)} edited outcomes; pair the same problems")
     b = sum(1 for x, y in zip(base, edited) if x and not y)
     c = sum(1 for x, y in zip(base, edited) if y and not x)
     return b, c
@@ -184,8 +194,7 @@ def _log_binom_pmf(k: int, n: int, p: float) -> float:
         return 0.0 if k == 0 else -math.inf
     if p >= 1.0:
         return 0.0 if k == n else -math.inf
-    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-            + k * math.log(p) + (n - k) * math.log1p(-p))
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p) + (n - k) * math.log1p(-p)
 
 
 @functools.lru_cache(maxsize=65536)

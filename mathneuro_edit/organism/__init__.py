@@ -69,8 +69,10 @@ def load_organism(dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, 
 
     path = organism_path()
     if not (path / "model.safetensors").is_file():
-        raise InputError(f"organism model: {path / 'model.safetensors'} is missing; "
-                         "regenerate it with `python scripts/train_organism.py`")
+        raise InputError(
+            f"organism model: {path / 'model.safetensors'} is missing; "
+            "regenerate it with `python scripts/train_organism.py`"
+        )
     if not isinstance(dtype, torch.dtype):
         raise InputError(f"dtype: must be a torch.dtype, got {dtype!r}; pass e.g. torch.float32")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)

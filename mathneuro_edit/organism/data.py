@@ -49,13 +49,36 @@ _MUL = (2, 4)
 _MAX_VALUE = 999
 
 NAMES = [
-    ("Tom", "he", "his"), ("Mia", "she", "her"), ("Sam", "he", "his"), ("Lily", "she", "her"),
-    ("Ben", "he", "his"), ("Emma", "she", "her"), ("Leo", "he", "his"), ("Anna", "she", "her"),
-    ("Jack", "he", "his"), ("Sara", "she", "her"), ("Noah", "he", "his"), ("Zoe", "she", "her"),
+    ("Tom", "he", "his"),
+    ("Mia", "she", "her"),
+    ("Sam", "he", "his"),
+    ("Lily", "she", "her"),
+    ("Ben", "he", "his"),
+    ("Emma", "she", "her"),
+    ("Leo", "he", "his"),
+    ("Anna", "she", "her"),
+    ("Jack", "he", "his"),
+    ("Sara", "she", "her"),
+    ("Noah", "he", "his"),
+    ("Zoe", "she", "her"),
 ]
 OBJECTS = [
-    "apples", "books", "cookies", "marbles", "pencils", "stickers", "shells", "cards",
-    "flowers", "coins", "eggs", "toys", "stamps", "candies", "balloons", "cupcakes",
+    "apples",
+    "books",
+    "cookies",
+    "marbles",
+    "pencils",
+    "stickers",
+    "shells",
+    "cards",
+    "flowers",
+    "coins",
+    "eggs",
+    "toys",
+    "stamps",
+    "candies",
+    "balloons",
+    "cupcakes",
 ]
 PLACES = ["park", "market", "school", "garden", "library", "kitchen", "beach", "forest", "farm", "shop"]
 ADJECTIVES = ["red", "small", "old", "shiny", "green", "soft", "big", "bright", "quiet", "warm"]
@@ -150,8 +173,11 @@ def _math_problem(pick: _Picker) -> tuple[str, dict[str, str]]:
     friend = pick.choice([f for f in NAMES if f[0] != name])[0]
     obj = pick.choice(OBJECTS)
     value = pick.randint(*_START)
-    sentences = [pick.choice([f"{name} has {value} {obj}.", f"{name} starts with {value} {obj}.",
-                              f"{name} collects {value} {obj}."])]
+    sentences = [
+        pick.choice(
+            [f"{name} has {value} {obj}.", f"{name} starts with {value} {obj}.", f"{name} collects {value} {obj}."]
+        )
+    ]
     steps: list[str] = []
     key = [str(value)]
     n_ops = pick.randint(1, 3)
@@ -162,27 +188,37 @@ def _math_problem(pick: _Picker) -> tuple[str, dict[str, str]]:
         if op == "+":
             num = pick.randint(*_ADD)
             new = value + num
-            text = pick.choice([f"{he.capitalize()} buys {num} more.", f"{friend} gives {_him(he)} {num} more.",
-                                f"{he.capitalize()} finds {num} more."])
+            text = pick.choice(
+                [
+                    f"{he.capitalize()} buys {num} more.",
+                    f"{friend} gives {_him(he)} {num} more.",
+                    f"{he.capitalize()} finds {num} more.",
+                ]
+            )
         elif op == "-":
             # Why <= _ADD[1]: subtrahends as small as addends keep borrows learnable (no 3-digit minus 3-digit).
             num = pick.randint(1, min(value - 1, _ADD[1]))
             new = value - num
-            text = pick.choice([f"{he.capitalize()} gives {num} to {friend}.", f"{he.capitalize()} loses {num}.",
-                                f"{he.capitalize()} sells {num} of them."])
+            text = pick.choice(
+                [
+                    f"{he.capitalize()} gives {num} to {friend}.",
+                    f"{he.capitalize()} loses {num}.",
+                    f"{he.capitalize()} sells {num} of them.",
+                ]
+            )
         else:
             hi = min(_MUL[1], _MAX_VALUE // value)
             num = pick.randint(_MUL[0], hi)
             new = value * num
             used_mul = True
-            text = pick.choice([f"Then {he} has {num} times as many.",
-                                f"{his.capitalize()} {obj} multiply by {num}."])
+            text = pick.choice([f"Then {he} has {num} times as many.", f"{his.capitalize()} {obj} multiply by {num}."])
         sentences.append(text)
         steps.append(f"{value} {op} {num} = {new}")
         key.append(f"{op}{num}")
         value = new
-    sentences.append(pick.choice([f"How many {obj} does {name} have now?",
-                                  f"How many {obj} does {he} have in the end?"]))
+    sentences.append(
+        pick.choice([f"How many {obj} does {name} have now?", f"How many {obj} does {he} have in the end?"])
+    )
     answer = "\n".join(steps + [f"#### {value}"])
     return " ".join(key), {"question": " ".join(sentences), "answer": answer}
 
@@ -240,27 +276,57 @@ def _story(pick: _Picker) -> str:
     (a, he, his), b = pick.choice(NAMES), None
     b = pick.choice([f for f in NAMES if f[0] != a])
     obj, place, adj = pick.choice(OBJECTS), pick.choice(PLACES), pick.choice(ADJECTIVES)
-    s1 = pick.choice([f"{a} walks to the {place} with {b[0]}.", f"One morning {a} goes to the {place}.",
-                      f"{a} and {b[0]} spend the day at the {place}."])
-    s2 = pick.choice([f"{he.capitalize()} sees some {adj} {obj} near the gate.",
-                      f"There {he} finds a box of {adj} {obj}.", f"{b[0]} shows {_him(he)} the {adj} {obj}."])
-    s3 = pick.choice([f"{b[0]} smiles and says that the {obj} are lovely.",
-                      f"They talk about the weather and the {pick.choice(PLACES)}.",
-                      f"{a} puts the {obj} in {his} bag and sings a song."])
-    s4 = pick.choice(["Later they go home for dinner.", f"{a} is happy.", "The sun sets behind the hills.",
-                      f"{b[0]} waves goodbye."])
+    s1 = pick.choice(
+        [
+            f"{a} walks to the {place} with {b[0]}.",
+            f"One morning {a} goes to the {place}.",
+            f"{a} and {b[0]} spend the day at the {place}.",
+        ]
+    )
+    s2 = pick.choice(
+        [
+            f"{he.capitalize()} sees some {adj} {obj} near the gate.",
+            f"There {he} finds a box of {adj} {obj}.",
+            f"{b[0]} shows {_him(he)} the {adj} {obj}.",
+        ]
+    )
+    s3 = pick.choice(
+        [
+            f"{b[0]} smiles and says that the {obj} are lovely.",
+            f"They talk about the weather and the {pick.choice(PLACES)}.",
+            f"{a} puts the {obj} in {his} bag and sings a song.",
+        ]
+    )
+    s4 = pick.choice(
+        ["Later they go home for dinner.", f"{a} is happy.", "The sun sets behind the hills.", f"{b[0]} waves goodbye."]
+    )
     return " ".join([s1, s2, s3, s4])
 
 
 def _description(pick: _Picker) -> str:
     place, adj, obj = pick.choice(PLACES), pick.choice(ADJECTIVES), pick.choice(OBJECTS)
     name, he, _ = pick.choice(NAMES)
-    s1 = pick.choice([f"The {place} is {adj} in the morning.", f"The {place} near the river is very {adj}.",
-                      f"Everyone likes the {adj} {place}."])
-    s2 = pick.choice([f"Its paths are lined with {obj} and tall trees.", f"People come here to look at the {obj}.",
-                      f"Birds sing above the {pick.choice(ADJECTIVES)} {obj}."])
-    s3 = pick.choice([f"{name} visits it when {he} wants to rest.", f"{name} often reads there after school.",
-                      f"{name} says it is the best place in town."])
+    s1 = pick.choice(
+        [
+            f"The {place} is {adj} in the morning.",
+            f"The {place} near the river is very {adj}.",
+            f"Everyone likes the {adj} {place}.",
+        ]
+    )
+    s2 = pick.choice(
+        [
+            f"Its paths are lined with {obj} and tall trees.",
+            f"People come here to look at the {obj}.",
+            f"Birds sing above the {pick.choice(ADJECTIVES)} {obj}.",
+        ]
+    )
+    s3 = pick.choice(
+        [
+            f"{name} visits it when {he} wants to rest.",
+            f"{name} often reads there after school.",
+            f"{name} says it is the best place in town.",
+        ]
+    )
     return " ".join([s1, s2, s3])
 
 
@@ -268,8 +334,13 @@ def _dialogue(pick: _Picker) -> str:
     (a, _, _), obj, place = pick.choice(NAMES), pick.choice(OBJECTS), pick.choice(PLACES)
     b = pick.choice([f for f in NAMES if f[0] != a])[0]
     q = pick.choice([f"Where are the {obj}?", f"Do you like the {obj}?", f"Shall we go to the {place}?"])
-    r = pick.choice([f"They are in the {place}, next to the {pick.choice(OBJECTS)}.",
-                     f"Yes, they are {pick.choice(ADJECTIVES)} and nice.", "Not today, it is raining."])
+    r = pick.choice(
+        [
+            f"They are in the {place}, next to the {pick.choice(OBJECTS)}.",
+            f"Yes, they are {pick.choice(ADJECTIVES)} and nice.",
+            "Not today, it is raining.",
+        ]
+    )
     e = pick.choice(["Thank you!", "Let us go then.", "Oh, I see."])
     return f"{a}: {q}\n{b}: {r}\n{a}: {e}"
 

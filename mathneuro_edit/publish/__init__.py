@@ -7,7 +7,6 @@ checks the files you have (a folder, or a Hub repo's LFS sha256) against the loc
 ``reproduce``. No local path and no token leaves the machine.
 """
 
-
 from __future__ import annotations
 
 from .card import build_card, write_card

@@ -49,8 +49,16 @@ from .base_card import card_fields
 from .gguf_naming import gguf_repo_name, hub_origin
 from .lock import check_private, read_lock
 
-__all__ = ["build_card", "write_card", "card_for_folder", "summarize_edit", "eval_results_metadata", "CITATION",
-           "lock_file_sha256", "folder_dtype"]
+__all__ = [
+    "build_card",
+    "write_card",
+    "card_for_folder",
+    "summarize_edit",
+    "eval_results_metadata",
+    "CITATION",
+    "lock_file_sha256",
+    "folder_dtype",
+]
 PAPER = "https://arxiv.org/abs/2410.16930"
 
 CITATION = """@article{christ2024mathneurosurgery,
@@ -60,6 +68,7 @@ CITATION = """@article{christ2024mathneurosurgery,
   year    = {2024},
   url     = {https://arxiv.org/abs/2410.16930}
 }"""
+
 
 def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) -> dict[str, Any]:
     """Group a mask's ``counts()`` by module type, for the card's "what was edited" table.
@@ -88,9 +97,13 @@ def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) 
         row["matrices"] += 1
         row["selected"] += int(selected)
         row["total"] += int(total)
-    return {"selected": sum(r["selected"] for r in by_module.values()),
-            "targeted": sum(r["total"] for r in by_module.values()), "matrices": len(counts),
-            "model_params": int(model_params), "by_module": dict(sorted(by_module.items()))}
+    return {
+        "selected": sum(r["selected"] for r in by_module.values()),
+        "targeted": sum(r["total"] for r in by_module.values()),
+        "matrices": len(counts),
+        "model_params": int(model_params),
+        "by_module": dict(sorted(by_module.items())),
+    }
 
 
 _METRICS = {  # eval.json key -> (Hub metric type, name); the model-index describes this (the edited) model
@@ -103,12 +116,21 @@ BASE_SUFFIX = " of the base model, before the edit"  # the base's values, beside
 SOURCE_URL = "https://github.com/mathneuro-edit/mathneuro-edit/blob/main/"
 # the built-in sources are not Hub datasets: each is named, and its generator (which documents it) linked
 BUILT_IN = {
-    "arithmetic": ("mathneuro-edit-arithmetic", "mathneuro-edit built-in arithmetic (two-digit + and -, one-digit *)",
-                   "mathneuro_edit/data/arithmetic.py"),
-    "organism:math": ("mathneuro-edit-organism-math", "mathneuro-edit organism: synthetic GSM8K-style problems",
-                      "mathneuro_edit/organism/data.py"),
-    "organism:general": ("mathneuro-edit-organism-general", "mathneuro-edit organism: synthetic general text",
-                         "mathneuro_edit/organism/data.py"),
+    "arithmetic": (
+        "mathneuro-edit-arithmetic",
+        "mathneuro-edit built-in arithmetic (two-digit + and -, one-digit *)",
+        "mathneuro_edit/data/arithmetic.py",
+    ),
+    "organism:math": (
+        "mathneuro-edit-organism-math",
+        "mathneuro-edit organism: synthetic GSM8K-style problems",
+        "mathneuro_edit/organism/data.py",
+    ),
+    "organism:general": (
+        "mathneuro-edit-organism-general",
+        "mathneuro-edit organism: synthetic general text",
+        "mathneuro_edit/organism/data.py",
+    ),
 }
 
 
@@ -121,17 +143,29 @@ def _dataset(src: Mapping[str, Any] | None, task: str, seed: int | None) -> dict
     path = str(src.get("path"))
     if path.startswith("hf://datasets/"):
         hub_id = path.removeprefix("hf://datasets/")
-        return {"dataset_type": hub_id, "dataset_name": hub_id, "dataset_config": src.get("config"),
-                "dataset_split": src.get("split") or "train", "dataset_revision": src.get("revision")}
+        return {
+            "dataset_type": hub_id,
+            "dataset_name": hub_id,
+            "dataset_config": src.get("config"),
+            "dataset_split": src.get("split") or "train",
+            "dataset_revision": src.get("revision"),
+        }
     if path in BUILT_IN:
         kind, name, code = BUILT_IN[path]
-        return {"dataset_type": kind, "dataset_name": name, "dataset_split": src.get("split"),
-                "dataset_args": {"seed": seed} if seed is not None else None,
-                "source_name": "mathneuro-edit", "source_url": SOURCE_URL + code}
+        return {
+            "dataset_type": kind,
+            "dataset_name": name,
+            "dataset_split": src.get("split"),
+            "dataset_args": {"seed": seed} if seed is not None else None,
+            "source_name": "mathneuro-edit",
+            "source_url": SOURCE_URL + code,
+        }
     name = document_safe(path.rsplit("/", 1)[-1])  # the metadata's value, not only the card's text, shows it escaped
     if src.get("hub_dataset"):  # a local subset of a Hub dataset: named by the dataset's id
-        return {"dataset_type": src["hub_dataset"], "dataset_name": f"{src['hub_dataset']} ({name}: a local subset; "
-                                                                  "its sha256 is in the lock)"}
+        return {
+            "dataset_type": src["hub_dataset"],
+            "dataset_name": f"{src['hub_dataset']} ({name}: a local subset; its sha256 is in the lock)",
+        }
     return {"dataset_type": "local-file", "dataset_name": f"{name} (a local file; its sha256 is in the lock)"}
 
 
@@ -164,16 +198,20 @@ def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe
                     continue
                 if label == "base" and key == "general_kl":
                     continue
-                found.append(EvalResult(task_type="text-generation", **dataset, metric_type=metric,
-                                        metric_value=round(float(value), 6),
-                                        metric_name=name + (BASE_SUFFIX if label == "base" else "")))
+                found.append(
+                    EvalResult(
+                        task_type="text-generation",
+                        **dataset,
+                        metric_type=metric,
+                        metric_value=round(float(value), 6),
+                        metric_name=name + (BASE_SUFFIX if label == "base" else ""),
+                    )
+                )
     return found
 
 
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.3g}%" if whole else "n/a"
-
-
 
 
 def _gguf_usage(repo: str | None, ggufs: Mapping[str, str], lock: Mapping[str, Any] | None = None) -> str:
@@ -185,8 +223,11 @@ def _gguf_usage(repo: str | None, ggufs: Mapping[str, str], lock: Mapping[str, A
     names = {(gguf_repo_name(lock, f) if gguf_repo and lock is not None else f): h for f, h in ggufs.items()}
     rows = "\n".join(f"| `{f}` | `{h}` |" for f, h in names.items())
     first = next(iter(names))
-    where = (f"published in their own repo, [{gguf_repo}](https://huggingface.co/{gguf_repo})" if gguf_repo else
-             "in this folder (`mathneuro-edit push OUT --gguf` publishes them in a repo of their own)")
+    where = (
+        f"published in their own repo, [{gguf_repo}](https://huggingface.co/{gguf_repo})"
+        if gguf_repo
+        else "in this folder (`mathneuro-edit push OUT --gguf` publishes them in a repo of their own)"
+    )
     return f"""
 The same weights as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit from this checkpoint;
 `mathneuro-edit verify` audits it), {where}:
@@ -254,16 +295,22 @@ def build_card(
         try:
             validate_repo_id(base_model_id)
         except HFValidationError:
-            raise InputError(f"base_model_id: {base_model_id!r} is not a Hub repo id; "
-                             "pass None for a local base") from None
+            raise InputError(
+                f"base_model_id: {base_model_id!r} is not a Hub repo id; pass None for a local base"
+            ) from None
         if is_local_path(base_model_id):
             raise InputError(f"base_model_id: {base_model_id!r} is a local path; pass None for a local base")
     fields = card_fields({"license": license} if isinstance(license, str) else dict(license or {}))
-    datasets = sorted({s.hub_id or s.hub_dataset for s in (recipe.data.math, *recipe.data.general)
-                       if s.hub_id or s.hub_dataset} | set(fields.pop("datasets", [])))
+    datasets = sorted(
+        {s.hub_id or s.hub_dataset for s in (recipe.data.math, *recipe.data.general) if s.hub_id or s.hub_dataset}
+        | set(fields.pop("datasets", []))
+    )
     tags = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if recipe.edit.prune else [])
-    ggufs = {k.removeprefix("checkpoint/"): v for k, v in sorted(lock.get("outputs", {}).items())
-             if kind in ("checkpoint", "gguf") and k.startswith("checkpoint/") and k.endswith(".gguf")}
+    ggufs = {
+        k.removeprefix("checkpoint/"): v
+        for k, v in sorted(lock.get("outputs", {}).items())
+        if kind in ("checkpoint", "gguf") and k.startswith("checkpoint/") and k.endswith(".gguf")
+    }
     tags += ["gguf"] if ggufs else []
     extra: dict[str, Any] = {}
     relation_base = base_model_id
@@ -282,16 +329,28 @@ def build_card(
     if kind == "gguf" and repo_id is None and recipe.hub is not None:
         repo = recipe.hub.repo_id + "-GGUF"
     local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
-    base_name = (origin.split("/")[-1] if origin else
-                 str(gguf_base.get("file", "local GGUF")).removesuffix(".gguf") if local_base and gguf_base else
-                 "local model" if local_base else (base_model_id or recipe.base.model).split("/")[-1])
+    base_name = (
+        origin.split("/")[-1]
+        if origin
+        else str(gguf_base.get("file", "local GGUF")).removesuffix(".gguf")
+        if local_base and gguf_base
+        else "local model"
+        if local_base
+        else (base_model_id or recipe.base.model).split("/")[-1]
+    )
     action = "pruned (set to 0)" if recipe.edit.prune else f"scaled by {recipe.edit.effective_scale:g}"
     title = repo.split("/")[-1] if repo else f"{base_name} (MathNeuro edit: {action})"
     results = eval_results_metadata(eval_results, recipe) if kind != "gguf" else []
     data = ModelCardData(
-        base_model=relation_base, library_name={"adapter": "peft", "gguf": "gguf"}.get(kind, "transformers"),
-        tags=tags, datasets=datasets or None, pipeline_tag="text-generation",
-        eval_results=results or None, model_name=title if results else None, **fields, **extra,
+        base_model=relation_base,
+        library_name={"adapter": "peft", "gguf": "gguf"}.get(kind, "transformers"),
+        tags=tags,
+        datasets=datasets or None,
+        pipeline_tag="text-generation",
+        eval_results=results or None,
+        model_name=title if results else None,
+        **fields,
+        **extra,
     )
     lock_view = {**lock, "edit_summary": lock.get("edit_summary") or dict(edit_summary)}
     if base_model_id is not None and base_model_id != origin:  # the caller's Hub id names the base (metadata and
@@ -301,31 +360,40 @@ def build_card(
     top = f"top {mask.top_k * 100:g}% of each {mask.granularity}"
     method = {
         "mathneuro": f"MathNeuro scores every weight as `|W_ij| * sum over samples of ||x_j||_2` on math text and on "
-                     f"general text, keeps the {top} for each, and selects the weights in the math set but not in "
-                     "the general one: the math-specific weights.",
+        f"general text, keeps the {top} for each, and selects the weights in the math set but not in "
+        "the general one: the math-specific weights.",
         "wanda": f"Weights were selected as the {top} by the same score on math text only (the paper's Wanda-style "
-                 "baseline, without the general-text subtraction).",
+        "baseline, without the general-text subtraction).",
         "random": f"Weights were selected at random, as many as the {top} (a control for MathNeuro).",
     }[mask.method]
     module_rows = "\n".join(
         f"| {k} | {r['matrices']} | {r['selected']:,} | {r['total']:,} | {_pct(r['selected'], r['total'])} |"
-        for k, r in s["by_module"].items())
-    evaluation = (f"## Evaluation\n\nBase vs edited model, on the same problems and texts. Accuracy: percent "
-                  "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
-                  "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
-                  f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results)}\n" if eval_results else
-                  "## Evaluation\n\nNo evaluation was run for this model.\n")
+        for k, r in s["by_module"].items()
+    )
+    evaluation = (
+        f"## Evaluation\n\nBase vs edited model, on the same problems and texts. Accuracy: percent "
+        "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
+        "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
+        f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results)}\n"
+        if eval_results
+        else "## Evaluation\n\nNo evaluation was run for this model.\n"
+    )
     effect = sections.sweep_effect(lock) or effect_sentence(eval_results)
     effect = f" {effect}" if effect else ""
     evidence = sections.sweep_evidence(lock)
-    recipe_yaml = yaml.safe_dump(lock.get("recipe") or recipe.public_dict(), sort_keys=False,
-                                 allow_unicode=True).rstrip()
-    edited = (f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
-              f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters")
+    recipe_yaml = yaml.safe_dump(
+        lock.get("recipe") or recipe.public_dict(), sort_keys=False, allow_unicode=True
+    ).rstrip()
+    edited = (
+        f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
+        f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters"
+    )
     what = {"adapter": "PEFT adapter holds", "gguf": "repo holds, as GGUF files for llama.cpp,"}.get(kind, "model is")
-    usage = (sections.gguf_usage(repo, {gguf_repo_name(lock_view, f) if repo else f: h for f, h in ggufs.items()},
-                                 base_repo)
-             if kind == "gguf" else sections.usage(kind, repo, lock_view) + _gguf_usage(repo, ggufs, lock_view))
+    usage = (
+        sections.gguf_usage(repo, {gguf_repo_name(lock_view, f) if repo else f: h for f, h in ggufs.items()}, base_repo)
+        if kind == "gguf"
+        else sections.usage(kind, repo, lock_view) + _gguf_usage(repo, ggufs, lock_view)
+    )
     body = f"""
 # {title}
 
@@ -409,8 +477,10 @@ def _dtype_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None) -
     dtype = ((lock.get("recipe") or {}).get("outputs") or {}).get("dtype")
     if kind == "adapter" or (lock.get("base") or {}).get("gguf") or dtype in (None, "auto") or not weights_dtype:
         return ""
-    return (f"\nThe weights are stored in {weights_dtype} (`outputs.dtype`): the edit was computed in the base's own "
-            "dtype and the result cast; the evaluation below ran before that cast.\n")
+    return (
+        f"\nThe weights are stored in {weights_dtype} (`outputs.dtype`): the edit was computed in the base's own "
+        "dtype and the result cast; the evaluation below ran before that cast.\n"
+    )
 
 
 def _gguf_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None = None) -> str:
@@ -419,15 +489,23 @@ def _gguf_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None = N
     if not gguf:
         return ""
     stored = weights_dtype or "float32"
-    cast = "" if stored == "float32" else (f", then stored in {stored} (`outputs.dtype`; the evaluation below ran "
-                                           "in float32, before that cast)")
-    what = (f"These weights are that dequantized model with the edit (computed in float32{cast}; safetensors, "
-            "not quantized)"
-            if kind != "adapter" else "The adapter applies to that dequantized model (not to a quantized one, nor "
-                                      "to the Hub model it was converted from)")
-    return (f"\nThe base is the GGUF file `{gguf['file']}` (sha256 `{gguf['sha256']}`), dequantized to float32 by "
-            f"transformers. {what}. `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once "
-            "and prints its path; its safetensors sha256 are the lock's `base.weights_sha256`.\n")
+    cast = (
+        ""
+        if stored == "float32"
+        else (f", then stored in {stored} (`outputs.dtype`; the evaluation below ran in float32, before that cast)")
+    )
+    what = (
+        f"These weights are that dequantized model with the edit (computed in float32{cast}; safetensors, "
+        "not quantized)"
+        if kind != "adapter"
+        else "The adapter applies to that dequantized model (not to a quantized one, nor "
+        "to the Hub model it was converted from)"
+    )
+    return (
+        f"\nThe base is the GGUF file `{gguf['file']}` (sha256 `{gguf['sha256']}`), dequantized to float32 by "
+        f"transformers. {what}. `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once "
+        "and prints its path; its safetensors sha256 are the lock's `base.weights_sha256`.\n"
+    )
 
 
 def write_card(out_dir: str | Path, card: ModelCard) -> Path:
@@ -439,8 +517,14 @@ def write_card(out_dir: str | Path, card: ModelCard) -> Path:
     return write_text_atomic(Path(out_dir) / "README.md", card.content)
 
 
-def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: str | Mapping[str, Any] | None = None,
-                    kind: str | None = None, base_repo: str | None = None) -> ModelCard:
+def card_for_folder(
+    folder: str | Path,
+    *,
+    repo_id: str | None = None,
+    license: str | Mapping[str, Any] | None = None,
+    kind: str | None = None,
+    base_repo: str | None = None,
+) -> ModelCard:
     """The card of an output folder (``checkpoint/``, ``adapter/`` or an ``export`` folder), rendered from the
     folder alone: its lock (public recipe, hashes, ``edit_summary``) and ``eval.json``.
 
@@ -472,8 +556,10 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
     lock = read_lock(folder)
     summary = lock.get("edit_summary")
     if not isinstance(summary, Mapping):
-        raise InputError(f"{folder}: the lock has no edit_summary (written by an older mathneuro-edit); rewrite "
-                         "the cards with `mathneuro-edit card RUN_DIR`, then retry")
+        raise InputError(
+            f"{folder}: the lock has no edit_summary (written by an older mathneuro-edit); rewrite "
+            "the cards with `mathneuro-edit card RUN_DIR`, then retry"
+        )
     recipe = recipe_from_dict(dict(lock["recipe"]), where=f"{folder}: lock recipe")  # public form: paths redacted
     adapter = (folder / "adapter_config.json").is_file() or (folder / MATHNEURO_CONFIG).is_file()
     eval_path = folder / EVAL_NAME
@@ -483,9 +569,19 @@ def card_for_folder(folder: str | Path, *, repo_id: str | None = None, license: 
     model = str((lock.get("base") or {}).get("model") or recipe.base.model)
     hub_id = hub_origin(lock) or (None if model in (LOCAL, "organism") or is_local_path(model) else model)
     kind = kind or ("adapter" if adapter else "checkpoint")
-    return build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,  # type: ignore[arg-type]
-                      edit_summary=summary, eval_results=eval_dict, license=license, repo_id=repo_id,
-                      base_repo=base_repo, lock_sha256=lock_file_sha256(folder), weights_dtype=folder_dtype(folder))
+    return build_card(
+        recipe=recipe,
+        lock=lock,
+        base_model_id=hub_id,
+        kind=kind,  # type: ignore[arg-type]
+        edit_summary=summary,
+        eval_results=eval_dict,
+        license=license,
+        repo_id=repo_id,
+        base_repo=base_repo,
+        lock_sha256=lock_file_sha256(folder),
+        weights_dtype=folder_dtype(folder),
+    )
 
 
 def folder_dtype(folder: str | Path) -> str | None:

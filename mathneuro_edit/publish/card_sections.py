@@ -18,14 +18,31 @@ from ..evaluation.report import format_p
 from ..evaluation.significance import wilson_interval
 from ..util.paths import LOCAL, ORGANISM
 
-__all__ = ["INSTALL", "BASE_ENV", "PROJECT_URL", "lock_sentence", "hub_origin_of", "base_sentence", "base_section", "data_table", "usage", "gguf_usage", "loaders",
-           "reproduce_section", "versions_table", "sweep_evidence", "sweep_effect"]
+__all__ = [
+    "INSTALL",
+    "BASE_ENV",
+    "PROJECT_URL",
+    "lock_sentence",
+    "hub_origin_of",
+    "base_sentence",
+    "base_section",
+    "data_table",
+    "usage",
+    "gguf_usage",
+    "loaders",
+    "reproduce_section",
+    "versions_table",
+    "sweep_evidence",
+    "sweep_effect",
+]
 
 PROJECT_URL = "https://github.com/mathneuro-edit/mathneuro-edit"  # pyproject.toml's [project.urls] Repository
 # Why not `pip install mathneuro-edit`: the package is not published on PyPI yet; pip installs it from the
 # repository (its pyproject.toml). Change it (one place) once a release exists.
-INSTALL = (f"# mathneuro-edit {__version__} is not on PyPI yet: pip installs it from its repository\n"
-           f'pip install "mathneuro-edit[gguf] @ git+{PROJECT_URL}"')
+INSTALL = (
+    f"# mathneuro-edit {__version__} is not on PyPI yet: pip installs it from its repository\n"
+    f'pip install "mathneuro-edit[gguf] @ git+{PROJECT_URL}"'
+)
 BASE_ENV = "BASE_MODEL_DIR"  # the variable the snippets read a local base's folder from (no placeholder path)
 
 
@@ -46,9 +63,11 @@ def _hub_link(hub_id: str, revision: str | None) -> str:
 def lock_sentence(lock_sha256: str | None) -> str:
     """Where the lock is: a file beside the card, named with its sha256 (the card does not embed it)."""
     sha = f" (sha256 `{lock_sha256}`)" if lock_sha256 else ""
-    return (f"The lock file, `mathneuro_recipe.lock.yaml` in this repo{sha}, holds this recipe with every default "
-            "and every hash (base weights, sampled data, statistics, mask, output files); `mathneuro-edit reproduce` "
-            "reads it.")
+    return (
+        f"The lock file, `mathneuro_recipe.lock.yaml` in this repo{sha}, holds this recipe with every default "
+        "and every hash (base weights, sampled data, statistics, mask, output files); `mathneuro-edit reproduce` "
+        "reads it."
+    )
 
 
 def _kind(lock: Mapping[str, Any]) -> str:
@@ -60,8 +79,11 @@ def _described(lock: Mapping[str, Any]) -> str:
     desc = _base(lock).get("description") or {}
     arch, mtype = desc.get("architecture"), desc.get("model_type")
     params = (lock.get("edit_summary") or {}).get("model_params")
-    parts = [f"`{arch}`" if arch else "", f"model type `{mtype}`" if mtype else "",
-             f"{params:,} parameters" if params else ""]
+    parts = [
+        f"`{arch}`" if arch else "",
+        f"model type `{mtype}`" if mtype else "",
+        f"{params:,} parameters" if params else "",
+    ]
     return ", ".join(p for p in parts if p)
 
 
@@ -81,12 +103,18 @@ def base_sentence(lock: Mapping[str, Any]) -> str:
         return f"{copy} {_hub_link(origin, revision)} (named by the recipe's `base.hub_id`)"
     if gguf:
         own = gguf.get("general") or {}
-        said = (f"; its own metadata names it `{_cell(own['name'])}`" if own.get("name") else "") + \
-            (f" by `{_cell(own['organization'])}`" if own.get("organization") else "")
-        return (f"the local GGUF file `{_cell(gguf.get('file'))}`{said} (its Hub origin is not recorded: the recipe "
-                "has no `base.hub_id`)")
-    return "a local model folder whose Hub origin is not recorded (the recipe has no `base.hub_id`)" + \
-        (f" ({what})" if what else "") + ", identified by the sha256 of its weight files (see *Base model*)"
+        said = (f"; its own metadata names it `{_cell(own['name'])}`" if own.get("name") else "") + (
+            f" by `{_cell(own['organization'])}`" if own.get("organization") else ""
+        )
+        return (
+            f"the local GGUF file `{_cell(gguf.get('file'))}`{said} (its Hub origin is not recorded: the recipe "
+            "has no `base.hub_id`)"
+        )
+    return (
+        "a local model folder whose Hub origin is not recorded (the recipe has no `base.hub_id`)"
+        + (f" ({what})" if what else "")
+        + ", identified by the sha256 of its weight files (see *Base model*)"
+    )
 
 
 def base_section(lock: Mapping[str, Any]) -> str:
@@ -94,18 +122,26 @@ def base_section(lock: Mapping[str, Any]) -> str:
     base, kind = _base(lock), _kind(lock)
     lines = ["## Base model", ""]
     if kind == "hub":
-        lines.append(f"[{base['model']}](https://huggingface.co/{base['model']}), revision "
-                     f"`{base.get('revision') or 'main (not resolved)'}`.")
+        lines.append(
+            f"[{base['model']}](https://huggingface.co/{base['model']}), revision "
+            f"`{base.get('revision') or 'main (not resolved)'}`."
+        )
     else:
         lines.append(base_sentence(lock)[0].upper() + base_sentence(lock)[1:] + ". Its files:")
         lines += ["", "| file | sha256 |", "|---|---|"]
         lines += [f"| `{_cell(name)}` | `{sha}` |" for name, sha in (base.get("weights_sha256") or {}).items()]
         if kind == "local":
-            lines += ["", f"To use or reproduce this edit, get that model and point `{BASE_ENV}` at its folder; "
-                          "`mathneuro-edit reproduce` checks every sha256 above before it runs."]
+            lines += [
+                "",
+                f"To use or reproduce this edit, get that model and point `{BASE_ENV}` at its folder; "
+                "`mathneuro-edit reproduce` checks every sha256 above before it runs.",
+            ]
             if hub_origin_of(lock)[0]:
-                lines += ["", "The Hub id is the recipe's `base.hub_id`, recorded as given: mathneuro-edit did not "
-                              "compare these files with the Hub's."]
+                lines += [
+                    "",
+                    "The Hub id is the recipe's `base.hub_id`, recorded as given: mathneuro-edit did not "
+                    "compare these files with the Hub's.",
+                ]
     return "\n".join(lines)
 
 
@@ -117,9 +153,11 @@ def data_table(lock: Mapping[str, Any]) -> str:
         for rec in data.get(name) or []:
             src = rec.get("source") or {}
             file_sha = f"`{rec['file_sha256']}`" if rec.get("file_sha256") else ""
-            rows.append(f"| {name} | `{_cell(src.get('path', ''))}` | {_cell(src.get('split') or '')} | "
-                        f"{rec.get('n_sampled', '')} "
-                        f"| `{rec.get('sha256', '')}` | {file_sha} |")
+            rows.append(
+                f"| {name} | `{_cell(src.get('path', ''))}` | {_cell(src.get('split') or '')} | "
+                f"{rec.get('n_sampled', '')} "
+                f"| `{rec.get('sha256', '')}` | {file_sha} |"
+            )
     return "\n".join(rows)
 
 
@@ -146,8 +184,10 @@ tokenizer = AutoTokenizer.from_pretrained({where})
         rev = f', revision="{revision}"' if revision else ""
         imports, setup, base_expr = "", "", f'"{origin}"{rev}'
     elif base_kind == "local" and _base(lock).get("gguf"):
-        setup = (f'base_dir = os.environ["{BASE_ENV}"]  # the folder `mathneuro-edit dequantize FILE.gguf` prints '
-                 "(not the Hub model: the adapter holds deltas to the dequantized GGUF)\n")
+        setup = (
+            f'base_dir = os.environ["{BASE_ENV}"]  # the folder `mathneuro-edit dequantize FILE.gguf` prints '
+            "(not the Hub model: the adapter holds deltas to the dequantized GGUF)\n"
+        )
     return f"""```python
 {imports}from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -164,16 +204,23 @@ def gguf_usage(repo: str | None, ggufs: Mapping[str, str], base_repo: str | None
     rows = "\n".join(f"| `{f}` | {f.removesuffix('.gguf').rsplit('-', 1)[-1]} | `{h}` |" for f, h in ggufs.items())
     first = next(iter(ggufs), "MODEL.gguf")
     qtype = first.removesuffix(".gguf").rsplit("-", 1)[-1]
-    source = (f"the edited transformers checkpoint [{base_repo}](https://huggingface.co/{base_repo})" if base_repo
-              else "the edited transformers checkpoint of the same run")
-    hub = f"""
+    source = (
+        f"the edited transformers checkpoint [{base_repo}](https://huggingface.co/{base_repo})"
+        if base_repo
+        else "the edited transformers checkpoint of the same run"
+    )
+    hub = (
+        f"""
 ```bash
 llama-cli -hf {repo}:{qtype}          # llama.cpp
 ollama run hf.co/{repo}:{qtype}       # Ollama
 ```
 
 LM Studio: search for `{repo}` in its model browser, or `lms get {repo}`.
-""" if repo else ""
+"""
+        if repo
+        else ""
+    )
     return f"""Converted by mathneuro-edit from {source}; the same weights as that checkpoint.
 
 | file | type | sha256 |
@@ -189,8 +236,11 @@ def loaders(kind: str, repo: str | None) -> str:
     """``## Where it loads``: which loaders take this output, and for those not run by mathneuro-edit's tests,
     what was checked instead (never a claim of a test that did not run)."""
     if kind == "adapter":
-        checkpoint = f" ([{repo.removesuffix('-adapter')}](https://huggingface.co/{repo.removesuffix('-adapter')}))" \
-            if repo and repo.endswith("-adapter") else ""
+        checkpoint = (
+            f" ([{repo.removesuffix('-adapter')}](https://huggingface.co/{repo.removesuffix('-adapter')}))"
+            if repo and repo.endswith("-adapter")
+            else ""
+        )
         return f"""## Where it loads
 
 - **PEFT only**, with `PeftModel.from_pretrained(base, adapter)` as in the code above: this is a SHiRA (sparse)
@@ -235,10 +285,14 @@ def _shell(arg: str) -> str:
     newline in a file name keeps the printed command on one line)."""
     if arg.isprintable():
         return shlex.quote(arg)
-    body = "".join(c if c.isprintable() and c not in "\\'" else
-                   {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t"}.get(c, f"\\x{ord(c):02x}" if ord(c) < 256
-                                                                             else f"\\u{ord(c):04x}")
-                   for c in arg)
+    body = "".join(
+        c
+        if c.isprintable() and c not in "\\'"
+        else {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t"}.get(
+            c, f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
+        )
+        for c in arg
+    )
     return f"$'{body}'"
 
 
@@ -254,15 +308,17 @@ def reproduce_section(repo: str | None, lock: Mapping[str, Any]) -> str:
 
 ```bash
 {INSTALL}
-mathneuro-edit reproduce {' '.join(args)}
+mathneuro-edit reproduce {" ".join(args)}
 ```
 
-`reproduce` reads the lock file below ({'from the Hub repo' if repo else 'from this folder'}), re-runs its recipe \
+`reproduce` reads the lock file below ({"from the Hub repo" if repo else "from this folder"}), re-runs its recipe \
 and compares the mask and every output file's sha256."""
     if files:
-        text += ("\n\nThe calibration/evaluation files were local, so they are not published; the command passes "
-                 "your copies (run it where they are, or give their paths). Each is checked against its sha256 "
-                 "before the run:\n\n| recipe key | file | sha256 |\n|---|---|---|\n")
+        text += (
+            "\n\nThe calibration/evaluation files were local, so they are not published; the command passes "
+            "your copies (run it where they are, or give their paths). Each is checked against its sha256 "
+            "before the run:\n\n| recipe key | file | sha256 |\n|---|---|---|\n"
+        )
         text += "\n".join(f"| `{k}` | `{_cell(e['name'])}` | `{e['sha256']}` |" for k, e in files.items())
     return text
 
@@ -300,12 +356,16 @@ def sweep_effect(lock: Mapping[str, Any]) -> str | None:
         return None
     c, o = sw.get("confirmation") or {}, sw.get("evaluation_overlap") or {}
     n = int(c.get("n") or 0)
-    text = (f"**The math gain of this setting was confirmed on {n} problems not used to choose it**: "
-            f"{_pct(c.get('base_correct', 0), n)} -> {_pct(c.get('edited_correct', 0), n)} (paired exact McNemar "
-            f"{_p(c.get('mcnemar_p'))}; see \"Evidence for the boost\").")
+    text = (
+        f"**The math gain of this setting was confirmed on {n} problems not used to choose it**: "
+        f"{_pct(c.get('base_correct', 0), n)} -> {_pct(c.get('edited_correct', 0), n)} (paired exact McNemar "
+        f'{_p(c.get("mcnemar_p"))}; see "Evidence for the boost").'
+    )
     if o.get("selection"):
-        text += (f" The evaluation below reuses {o['selection']} of the {o.get('n')} problems the setting was chosen "
-                 "on, so its gain is not a confirmation.")
+        text += (
+            f" The evaluation below reuses {o['selection']} of the {o.get('n')} problems the setting was chosen "
+            "on, so its gain is not a confirmation."
+        )
     return text
 
 
@@ -342,19 +402,26 @@ def sweep_evidence(lock: Mapping[str, Any]) -> str:
     ]
     n_own = o.get("n") or 0
     if o.get("selection"):
-        lines.append(f"**The evaluation below shares {o['selection']} of its {n_own} problems with the selection "
-                     "problems on which this setting was chosen**: a setting picked for doing well on those problems "
-                     "looks better on them than it is, so that evaluation's gain is biased upward and is not a "
-                     "confirmation.")
+        lines.append(
+            f"**The evaluation below shares {o['selection']} of its {n_own} problems with the selection "
+            "problems on which this setting was chosen**: a setting picked for doing well on those problems "
+            "looks better on them than it is, so that evaluation's gain is biased upward and is not a "
+            "confirmation."
+        )
     elif o.get("confirmation"):
-        lines.append(f"The evaluation below uses none of the selection problems; {o['confirmation']} of its {n_own} "
-                     "problems are confirmation problems (it repeats part of the confirmation, it does not add to "
-                     "it).")
+        lines.append(
+            f"The evaluation below uses none of the selection problems; {o['confirmation']} of its {n_own} "
+            "problems are confirmation problems (it repeats part of the confirmation, it does not add to "
+            "it)."
+        )
     elif n_own:
-        lines.append(f"The evaluation below ({n_own} problems) uses none of the sweep's selection or confirmation "
-                     "problems.")
+        lines.append(
+            f"The evaluation below ({n_own} problems) uses none of the sweep's selection or confirmation problems."
+        )
     if sw.get("mask_matches_confirmation") is False:
         lines.append("")
-        lines.append("Note: this run's mask differs from the mask the confirmation tested (its sha256 is in the "
-                     "lock); the calibration did not reproduce bit for bit.")
+        lines.append(
+            "Note: this run's mask differs from the mask the confirmation tested (its sha256 is in the "
+            "lock); the calibration did not reproduce bit for bit."
+        )
     return "\n".join(lines) + "\n"

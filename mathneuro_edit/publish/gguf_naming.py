@@ -49,10 +49,16 @@ def gguf_naming(lock: Mapping[str, Any]) -> dict[str, str | None]:
     edit = (lock.get("recipe") or {}).get("edit") or {}
     variant = "MathNeuro-Prune" if edit.get("prune") else f"MathNeuro-Scale{float(edit.get('scale', 1)):g}"
     if model == LOCAL and own.get("basename"):  # the GGUF's own names, as its converter wrote them
-        parts = {k: re.sub(r"[^A-Za-z0-9.-]+", "-", str(own[k])).strip("-") or None
-                 for k in ("basename", "size_label", "finetune") if own.get(k)}
-        return {"basename": parts.get("basename") or "Model", "size_label": parts.get("size_label"),
-                "finetune": "-".join(p for p in (parts.get("finetune"), variant) if p)}
+        parts = {
+            k: re.sub(r"[^A-Za-z0-9.-]+", "-", str(own[k])).strip("-") or None
+            for k in ("basename", "size_label", "finetune")
+            if own.get(k)
+        }
+        return {
+            "basename": parts.get("basename") or "Model",
+            "size_label": parts.get("size_label"),
+            "finetune": "-".join(p for p in (parts.get("finetune"), variant) if p),
+        }
     if model == LOCAL:
         arch = str((base.get("description") or {}).get("architecture") or "Model")
         name = re.sub(r"(ForCausalLM|LMHeadModel|Model)$", "", arch) or "Model"

@@ -68,8 +68,16 @@ from .integrity import NOT_OUTPUTS, compare_files
 from .lock import read_lock
 from .lock_policy import validate_lock
 
-__all__ = ["KINDS", "PushResult", "push_to_hub", "commit_message_for", "default_repo_id", "artifact_kind",
-           "check_branch", "check_artifact_against_lock"]
+__all__ = [
+    "KINDS",
+    "PushResult",
+    "push_to_hub",
+    "commit_message_for",
+    "default_repo_id",
+    "artifact_kind",
+    "check_branch",
+    "check_artifact_against_lock",
+]
 
 KINDS = ("checkpoint", "adapter", "gguf")
 _REPO_SUFFIX = {"checkpoint": "", "adapter": "-adapter", "gguf": "-GGUF"}
@@ -89,7 +97,6 @@ def default_repo_id(repo_id: str, kind: str) -> str:
 def artifact_kind(folder: Path) -> str:
     """``adapter`` for a folder holding ``adapter_config.json``, else ``checkpoint``."""
     return "adapter" if (Path(folder) / "adapter_config.json").is_file() else "checkpoint"
-
 
 
 @dataclass(frozen=True)
@@ -133,14 +140,25 @@ class PushResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON data (``push --dry-run --json``)."""
-        return {"repo_id": self.repo_id, "kind": self.kind, "revision": self.revision, "private": self.private,
-                "create_pr": self.create_pr, "dry_run": self.dry_run, "remote": self.remote,
-                "commit_message": self.commit_message,
-                "adds": [{"path": p, "size": s} for p, s in self.files],
-                "deletes": [{"path": p, "size": s} for p, s in self.deletes],
-                "total_bytes": sum(s for _, s in self.files), "card_metadata": self.card_metadata,
-                "scrubbed": list(self.scrubbed), "repo_url": self.repo_url, "commit_url": self.commit_url,
-                "commit_oid": self.commit_oid, "pr_url": self.pr_url}
+        return {
+            "repo_id": self.repo_id,
+            "kind": self.kind,
+            "revision": self.revision,
+            "private": self.private,
+            "create_pr": self.create_pr,
+            "dry_run": self.dry_run,
+            "remote": self.remote,
+            "commit_message": self.commit_message,
+            "adds": [{"path": p, "size": s} for p, s in self.files],
+            "deletes": [{"path": p, "size": s} for p, s in self.deletes],
+            "total_bytes": sum(s for _, s in self.files),
+            "card_metadata": self.card_metadata,
+            "scrubbed": list(self.scrubbed),
+            "repo_url": self.repo_url,
+            "commit_url": self.commit_url,
+            "commit_oid": self.commit_oid,
+            "pr_url": self.pr_url,
+        }
 
     def describe(self) -> str:
         """A human-readable summary (what the CLI prints)."""
@@ -149,19 +167,30 @@ class PushResult:
         target = self.repo_id or "(no repo id: pass --repo-id or set hub.repo_id)"
         vis = "unchanged" if self.private is None else "private" if self.private else "public"
         how = " as a pull request" if self.create_pr else ""
-        lines = [f"{head} the {self.kind} ({len(self.files)} files, {total:,} bytes) to {target}{how} "
-                 f"(revision {self.revision}, visibility {vis})", f"commit: {self.commit_message}"]
+        lines = [
+            f"{head} the {self.kind} ({len(self.files)} files, {total:,} bytes) to {target}{how} "
+            f"(revision {self.revision}, visibility {vis})",
+            f"commit: {self.commit_message}",
+        ]
         lines += [f"  add    {size:>14,}  {path}" for path, size in self.files]
         lines += [f"  delete {size:>14,}  {path}" for path, size in self.deletes]
         if self.remote == "new":
             lines.append("the repo does not exist yet: it is created with these files")
         elif self.remote == "listed":
-            lines.append(f"the repo then holds exactly these files (+ {', '.join(KEEP)}): "
-                         + (f"{len(self.deletes)} file(s) it holds now {'are' if self.dry_run else 'were'} deleted "
-                            "in the same commit" if self.deletes else "nothing to delete"))
+            lines.append(
+                f"the repo then holds exactly these files (+ {', '.join(KEEP)}): "
+                + (
+                    f"{len(self.deletes)} file(s) it holds now {'are' if self.dry_run else 'were'} deleted "
+                    "in the same commit"
+                    if self.deletes
+                    else "nothing to delete"
+                )
+            )
         else:
-            lines.append(f"the repo's files could not be listed ({self.remote}): every file it holds that is not "
-                         f"listed above (except {', '.join(KEEP)}) will be deleted in the same commit")
+            lines.append(
+                f"the repo's files could not be listed ({self.remote}): every file it holds that is not "
+                f"listed above (except {', '.join(KEEP)}) will be deleted in the same commit"
+            )
         lines.append("card metadata: " + ", ".join(f"{k}={v}" for k, v in self.card_metadata.items()))
         if self.scrubbed:
             lines.append("local paths blanked in the uploaded copy: " + ", ".join(self.scrubbed))
@@ -200,11 +229,15 @@ def folder_files(out: Path) -> list[tuple[str, Path]]:
             try:
                 target = p.resolve(strict=True)
             except (OSError, RuntimeError) as e:  # a dangling link, or a loop (RuntimeError before Python 3.13)
-                raise InputError(f"{out / rel}: a symbolic link that leads nowhere ({type(e).__name__}: "
-                                 f"{str(e)[:100]}); replace it with the file itself or remove it") from None
+                raise InputError(
+                    f"{out / rel}: a symbolic link that leads nowhere ({type(e).__name__}: "
+                    f"{str(e)[:100]}); replace it with the file itself or remove it"
+                ) from None
             if not target.is_relative_to(root):
-                raise InputError(f"{out / rel}: a symbolic link to {target}, outside the folder; only files inside "
-                                 "it are published: replace the link with the file itself or remove it")
+                raise InputError(
+                    f"{out / rel}: a symbolic link to {target}, outside the folder; only files inside "
+                    "it are published: replace the link with the file itself or remove it"
+                )
         if p.is_file():
             files.append((rel.as_posix(), p))
     return files
@@ -228,8 +261,10 @@ def _check_no_local_paths(files: list[tuple[str, Path]]) -> dict[str, tuple[byte
         if rel.rsplit("/", 1)[-1] == "adapter_config.json" and isinstance(data, dict):
             value = data.get("base_model_name_or_path")
             if isinstance(value, str) and (is_local_path(value) or is_private_path(value)):
-                raise InputError(f"{rel}: base_model_name_or_path is a local path ({value}); it would be published: "
-                                 "set it to the base model's Hub id (or null) before pushing")
+                raise InputError(
+                    f"{rel}: base_model_name_or_path is a local path ({value}); it would be published: "
+                    "set it to the base model's Hub id (or null) before pushing"
+                )
         content, keys = scrub_json_bytes(p)
         if content is not None:
             scrubbed[rel] = (content, keys)
@@ -244,8 +279,10 @@ def artifact_files(folder: Path, kind: str, lock: dict[str, Any]) -> list[tuple[
     if kind == "gguf":
         ggufs = [(gguf_repo_name(lock, rel), p) for rel, p in files if rel.endswith(".gguf")]
         if not ggufs:
-            raise InputError(f"{folder}: no .gguf file here; write one with outputs.gguf: TYPE (or export --gguf "
-                             "TYPE), then push --gguf")
+            raise InputError(
+                f"{folder}: no .gguf file here; write one with outputs.gguf: TYPE (or export --gguf "
+                "TYPE), then push --gguf"
+            )
         return sorted(ggufs) + [(rel, p) for rel, p in files if rel == LOCK_NAME]
     if kind == "checkpoint":
         return [(rel, p) for rel, p in files if not rel.endswith(".gguf")]
@@ -263,14 +300,15 @@ def check_branch(branch: str, where: str = "--branch") -> str:
     """
     if not is_branch_name(branch):
         shown = repr(branch)[:80].encode("ascii", "backslashreplace").decode()
-        raise InputError(f"{where}: {shown} is not a branch name the Hub takes as written (letters, digits, "
-                         "'.', '_', '-' and '/' between parts that do not start with '.' or '-'; no '..'); "
-                         "use e.g. main or exp/boost-1.1")
+        raise InputError(
+            f"{where}: {shown} is not a branch name the Hub takes as written (letters, digits, "
+            "'.', '_', '-' and '/' between parts that do not start with '.' or '-'; no '..'); "
+            "use e.g. main or exp/boost-1.1"
+        )
     return branch
 
 
-def check_artifact_against_lock(folder: Path, kind: str, lock: dict[str, Any],
-                                files: list[tuple[str, Path]]) -> None:
+def check_artifact_against_lock(folder: Path, kind: str, lock: dict[str, Any], files: list[tuple[str, Path]]) -> None:
     """The files a push would upload against the lock's sha256, as ``verify`` checks them: every recorded output
     of this artifact present and unchanged, and no file the lock does not list (the card, the lock and
     ``eval.json`` are written after the lock and are not outputs).
@@ -284,14 +322,19 @@ def check_artifact_against_lock(folder: Path, kind: str, lock: dict[str, Any],
         recorded = {k: v for k, v in recorded.items() if k.endswith(".gguf")}
     elif kind == "checkpoint":
         recorded = {k: v for k, v in recorded.items() if not k.endswith(".gguf")}
-    present = {prefix + p.relative_to(folder).as_posix(): sha256_file(p) for _, p in files
-               if p.relative_to(folder).as_posix() not in NOT_OUTPUTS}
+    present = {
+        prefix + p.relative_to(folder).as_posix(): sha256_file(p)
+        for _, p in files
+        if p.relative_to(folder).as_posix() not in NOT_OUTPUTS
+    }
     bad = {p: s for p, s in compare_files(present, recorded).items() if s != "match"}
     if bad:
         listed = ", ".join(f"{p} ({s})" for p, s in sorted(bad.items())[:10]) + (" ..." if len(bad) > 10 else "")
-        raise InputError(f"{folder}: {len(bad)} file(s) differ from the lock's sha256: {listed}; the folder was "
-                         "changed after the run (`mathneuro-edit verify` shows it): push the folder the run wrote, or "
-                         "re-run the recipe; nothing was uploaded")
+        raise InputError(
+            f"{folder}: {len(bad)} file(s) differ from the lock's sha256: {listed}; the folder was "
+            "changed after the run (`mathneuro-edit verify` shows it): push the folder the run wrote, or "
+            "re-run the recipe; nothing was uploaded"
+        )
 
 
 def _remote_state(api: HfApi, repo_id: str, branch: str) -> tuple[dict[str, int], str]:
@@ -376,8 +419,10 @@ def push_to_hub(
     timeout = hub_timeout()  # MATHNEURO_EDIT_HUB_TIMEOUT checked before any request, the dry run's too
     token = token or get_token()
     if not dry_run and not token:
-        raise InputError("no Hugging Face token found; set HF_TOKEN or run `hf auth login` with a token that can "
-                         "write, then retry (nothing was uploaded)")
+        raise InputError(
+            "no Hugging Face token found; set HF_TOKEN or run `hf auth login` with a token that can "
+            "write, then retry (nothing was uploaded)"
+        )
     api = HfApi(token=token or False, library_name="mathneuro-edit", library_version=__version__)
     if kind == "gguf" and base_repo is None:
         with request_timeouts(timeout):
@@ -389,9 +434,16 @@ def push_to_hub(
     contents.update({rel: scrubbed[rel][0] if rel in scrubbed else p for rel, p in files if rel != "README.md"})
     contents = dict(sorted(contents.items()))
     result = PushResult(
-        repo_id=repo_id, kind=kind, revision=branch, private=private, create_pr=create_pr,
+        repo_id=repo_id,
+        kind=kind,
+        revision=branch,
+        private=private,
+        create_pr=create_pr,
         files=[(rel, len(c) if isinstance(c, bytes) else c.stat().st_size) for rel, c in contents.items()],
-        commit_message=message, card_metadata=card.data.to_dict(), dry_run=True, remote="no repo id",
+        commit_message=message,
+        card_metadata=card.data.to_dict(),
+        dry_run=True,
+        remote="no repo id",
         scrubbed=tuple(f"{rel}: {key}" for rel, (_, keys) in scrubbed.items() for key in keys),
     )
     if dry_run:
@@ -405,13 +457,31 @@ def push_to_hub(
         return replace(result, remote=state, deletes=_deletes(remote, contents))
     with progress_bars_on_a_terminal_only():  # a Ctrl-C or SIGTERM ends the push at once, whatever it waits for
         existing, url, state, deletes, info = interruptible(
-            _commit, api, repo_id, branch, token, timeout, private, contents, message, create_pr)
-    return replace(result, dry_run=False, remote="new" if existing is None else state, deletes=deletes,
-                   repo_url=str(url), commit_url=info.commit_url, commit_oid=info.oid, pr_url=info.pr_url)
+            _commit, api, repo_id, branch, token, timeout, private, contents, message, create_pr
+        )
+    return replace(
+        result,
+        dry_run=False,
+        remote="new" if existing is None else state,
+        deletes=deletes,
+        repo_url=str(url),
+        commit_url=info.commit_url,
+        commit_oid=info.oid,
+        pr_url=info.pr_url,
+    )
 
 
-def _commit(api: HfApi, repo_id: str, branch: str, token: str, timeout: float, private: bool | None,
-            contents: dict[str, Path | bytes], message: str, create_pr: bool) -> tuple[Any, str, str, list, Any]:
+def _commit(
+    api: HfApi,
+    repo_id: str,
+    branch: str,
+    token: str,
+    timeout: float,
+    private: bool | None,
+    contents: dict[str, Path | bytes],
+    message: str,
+    create_pr: bool,
+) -> tuple[Any, str, str, list, Any]:
     """The push's requests: the repo (created, its visibility, the branch), its files, then one commit."""
     with hub_errors(repo_id, branch, token), request_timeouts(timeout):
         try:
@@ -430,12 +500,19 @@ def _commit(api: HfApi, repo_id: str, branch: str, token: str, timeout: float, p
         deletes = _deletes(remote, contents)
         operations: list[Any] = [
             CommitOperationAdd(path_in_repo=rel, path_or_fileobj=c if isinstance(c, bytes) else str(c))
-            for rel, c in contents.items()]
+            for rel, c in contents.items()
+        ]
         operations += [CommitOperationDelete(path_in_repo=rel) for rel, _ in deletes]
-        info = retrying(api.create_commit, repo_id, operations, commit_message=message, repo_type="model", revision=branch,
-                                 create_pr=create_pr,
-                                 commit_description="Made with mathneuro-edit; see README.md and "
-                                                    "mathneuro_recipe.lock.yaml.")
+        info = retrying(
+            api.create_commit,
+            repo_id,
+            operations,
+            commit_message=message,
+            repo_type="model",
+            revision=branch,
+            create_pr=create_pr,
+            commit_description="Made with mathneuro-edit; see README.md and mathneuro_recipe.lock.yaml.",
+        )
     return existing, str(url), state, deletes, info
 
 

@@ -28,8 +28,20 @@ from huggingface_hub.utils import get_session
 from ..errors import InputError, MathNeuroEditError
 from ..util.scrub import scrub_token
 
-__all__ = ["TIMEOUT_ENV", "DEFAULT_TIMEOUT_S", "RETRIES", "RETRY_STATUSES", "hub_timeout", "request_timeouts",
-           "retrying", "hub_errors", "interruptible", "requests_left_running", "progress_bars_on_a_terminal_only", "hub_fault"]
+__all__ = [
+    "TIMEOUT_ENV",
+    "DEFAULT_TIMEOUT_S",
+    "RETRIES",
+    "RETRY_STATUSES",
+    "hub_timeout",
+    "request_timeouts",
+    "retrying",
+    "hub_errors",
+    "interruptible",
+    "requests_left_running",
+    "progress_bars_on_a_terminal_only",
+    "hub_fault",
+]
 
 
 def _client_errors(name: str, *builtin: type[BaseException]) -> tuple[type[BaseException], ...]:
@@ -111,7 +123,7 @@ def retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             if status not in RETRY_STATUSES or attempt == RETRIES:
                 raise
             wait = _retry_after(http)
-        _sleep(min(MAX_WAIT_S, wait if wait is not None else 2.0 ** attempt))
+        _sleep(min(MAX_WAIT_S, wait if wait is not None else 2.0**attempt))
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
@@ -180,28 +192,69 @@ def progress_bars_on_a_terminal_only() -> Iterator[None]:
 # {revision}, {status}, {detail} (the Hub's first line, token removed), {endpoint}.
 _ERROR_TABLE: list[tuple[tuple[type[BaseException], ...], int | None, type[MathNeuroEditError], str]] = [
     ((OfflineModeIsEnabled,), None, InputError, "HF_HUB_OFFLINE is set, so nothing can be pushed; unset it and retry"),
-    ((RevisionNotFoundError,), None, InputError,
-     "{repo_id}: revision {revision!r} not found ({detail}); push to a branch name, which is created if missing"),
-    ((RepositoryNotFoundError,), None, InputError,
-     "{repo_id}: repository not found or not accessible with this token ({detail}); check the repo id and that "
-     "the token can write to its namespace"),
-    ((HfHubHTTPError,), 401, InputError,
-     "the Hub rejected the token (401 Unauthorized); log in again with `hf auth login` or set a valid HF_TOKEN"),
-    ((HfHubHTTPError,), 403, InputError,
-     "the token may not write to {repo_id} (403 Forbidden: {detail}); use a token with write access to that "
-     "namespace"),
-    ((HfHubHTTPError,), 404, InputError,
-     "{repo_id}: not found on the Hub (404: {detail}); check the repo id and revision"),
-    ((HfHubHTTPError,), 409, MathNeuroEditError,
-     "{repo_id}: the Hub reported a conflict (409: {detail}); retry, or push to another revision"),
-    ((HfHubHTTPError,), 429, MathNeuroEditError,
-     "the Hub is rate-limiting requests (429, still after {tries} tries); wait a few minutes and retry"),
-    ((HfHubHTTPError,), None, MathNeuroEditError,
-     "the Hub answered {status} for {repo_id} ({detail}; {tries} tries); retry later"),
-    (_client_errors("TimeoutException", TimeoutError), None, MathNeuroEditError,
-     "the Hub at {endpoint} did not answer within {timeout:g} s ({detail}); check the network, or raise "
-     f"{TIMEOUT_ENV}"),
-    (_client_errors("TransportError", ConnectionError, TimeoutError), None, MathNeuroEditError, "cannot reach the Hub at {endpoint} ({detail}); check the network"),
+    (
+        (RevisionNotFoundError,),
+        None,
+        InputError,
+        "{repo_id}: revision {revision!r} not found ({detail}); push to a branch name, which is created if missing",
+    ),
+    (
+        (RepositoryNotFoundError,),
+        None,
+        InputError,
+        "{repo_id}: repository not found or not accessible with this token ({detail}); check the repo id and that "
+        "the token can write to its namespace",
+    ),
+    (
+        (HfHubHTTPError,),
+        401,
+        InputError,
+        "the Hub rejected the token (401 Unauthorized); log in again with `hf auth login` or set a valid HF_TOKEN",
+    ),
+    (
+        (HfHubHTTPError,),
+        403,
+        InputError,
+        "the token may not write to {repo_id} (403 Forbidden: {detail}); use a token with write access to that "
+        "namespace",
+    ),
+    (
+        (HfHubHTTPError,),
+        404,
+        InputError,
+        "{repo_id}: not found on the Hub (404: {detail}); check the repo id and revision",
+    ),
+    (
+        (HfHubHTTPError,),
+        409,
+        MathNeuroEditError,
+        "{repo_id}: the Hub reported a conflict (409: {detail}); retry, or push to another revision",
+    ),
+    (
+        (HfHubHTTPError,),
+        429,
+        MathNeuroEditError,
+        "the Hub is rate-limiting requests (429, still after {tries} tries); wait a few minutes and retry",
+    ),
+    (
+        (HfHubHTTPError,),
+        None,
+        MathNeuroEditError,
+        "the Hub answered {status} for {repo_id} ({detail}; {tries} tries); retry later",
+    ),
+    (
+        _client_errors("TimeoutException", TimeoutError),
+        None,
+        MathNeuroEditError,
+        "the Hub at {endpoint} did not answer within {timeout:g} s ({detail}); check the network, or raise "
+        f"{TIMEOUT_ENV}",
+    ),
+    (
+        _client_errors("TransportError", ConnectionError, TimeoutError),
+        None,
+        MathNeuroEditError,
+        "cannot reach the Hub at {endpoint} ({detail}); check the network",
+    ),
     ((ValueError,), None, InputError, "the Hub client refused the upload of {repo_id}: {detail}"),
 ]
 
@@ -235,13 +288,18 @@ def hub_fault(repo_id: str, exc: BaseException, doing: str, token: str | None = 
     network = _client_errors("TransportError", ConnectionError, TimeoutError)
     for e in chain:
         if isinstance(e, network):
-            return MathNeuroEditError(f"{repo_id}: cannot reach the Hub at {constants.ENDPOINT} while {doing} "
-                                      f"({said(e)}); check the network and retry")
+            return MathNeuroEditError(
+                f"{repo_id}: cannot reach the Hub at {constants.ENDPOINT} while {doing} "
+                f"({said(e)}); check the network and retry"
+            )
     for e in chain:
-        if isinstance(e, (KeyError, FileMetadataError)) or (isinstance(e, ValueError) and not isinstance(
-                e, HfHubHTTPError) and "json" in type(e).__name__.lower()):
-            return MathNeuroEditError(f"{repo_id}: the Hub's answer while {doing} could not be read ({said(e)}); "
-                                      "retry later, or check HF_ENDPOINT and any proxy")
+        if isinstance(e, (KeyError, FileMetadataError)) or (
+            isinstance(e, ValueError) and not isinstance(e, HfHubHTTPError) and "json" in type(e).__name__.lower()
+        ):
+            return MathNeuroEditError(
+                f"{repo_id}: the Hub's answer while {doing} could not be read ({said(e)}); "
+                "retry later, or check HF_ENDPOINT and any proxy"
+            )
     return None
 
 
@@ -263,8 +321,15 @@ def hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
         detail = scrub_token(detail, token)
         for types, wanted, error, message in _ERROR_TABLE:
             if isinstance(e, types) and wanted in (None, status):
-                text = message.format(repo_id=repo_id, revision=revision, status=status, detail=detail,
-                                      endpoint=constants.ENDPOINT, timeout=hub_timeout(), tries=RETRIES + 1)
+                text = message.format(
+                    repo_id=repo_id,
+                    revision=revision,
+                    status=status,
+                    detail=detail,
+                    endpoint=constants.ENDPOINT,
+                    timeout=hub_timeout(),
+                    tries=RETRIES + 1,
+                )
                 raise error(scrub_token(text, token)) from None
         fault = hub_fault(repo_id, caught, "pushing", token)  # an answer it cannot read (a bare redirect): exit 3
         if fault is not None:

@@ -26,8 +26,13 @@ from ..util.scrub import scrub_token
 from .gguf_naming import gguf_repo_name
 from .lock import output_hashes
 
-__all__ = ["FileCheck", "compare_files", "check_local_files_against_lock", "check_hub_files_against_lock",
-           "NOT_OUTPUTS"]
+__all__ = [
+    "FileCheck",
+    "compare_files",
+    "check_local_files_against_lock",
+    "check_hub_files_against_lock",
+    "NOT_OUTPUTS",
+]
 
 # written after the lock (the card, the evaluation: eval.json and lm-eval's own results files), or the Hub's own
 NOT_OUTPUTS = ("README.md", LOCK_NAME, EVAL_NAME, *LM_EVAL_RESULTS, ".gitattributes")
@@ -49,8 +54,9 @@ class FileCheck:
 
     def to_text(self) -> str:
         bad = self.differences()
-        head = (f"files in {self.where}: {len(self.states)} checked against the lock's sha256, "
-                + ("all match" if not bad else f"{len(bad)} differ"))
+        head = f"files in {self.where}: {len(self.states)} checked against the lock's sha256, " + (
+            "all match" if not bad else f"{len(bad)} differ"
+        )
         return "\n".join([head] + [f"  {state:8s} {path}" for path, state in sorted(self.states.items())])
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,8 +70,10 @@ def compare_files(present: Mapping[str, str], recorded: Mapping[str, str]) -> di
         >>> compare_files({"a": "1", "b": "x", "c": "3"}, {"a": "1", "b": "2", "d": "4"})
         {'a': 'match', 'b': 'changed', 'd': 'missing', 'c': 'extra'}
     """
-    states = {p: ("missing" if p not in present else "match" if present[p] == sha else "changed")
-              for p, sha in recorded.items()}
+    states = {
+        p: ("missing" if p not in present else "match" if present[p] == sha else "changed")
+        for p, sha in recorded.items()
+    }
     states.update({p: "extra" for p in present if p not in recorded})
     return states
 
@@ -91,8 +99,9 @@ def check_local_files_against_lock(folder: str | Path, lock: Mapping[str, Any]) 
     return FileCheck(str(root), compare_files(present, wanted))
 
 
-def check_hub_files_against_lock(repo_id: str, lock: Mapping[str, Any], *, revision: str | None = None,
-                                 token: str | None = None) -> FileCheck:
+def check_hub_files_against_lock(
+    repo_id: str, lock: Mapping[str, Any], *, revision: str | None = None, token: str | None = None
+) -> FileCheck:
     """Check a Hub repo's files (one artifact, as ``push`` publishes it) against the lock's ``outputs``.
 
     Raises:
@@ -109,30 +118,39 @@ def check_hub_files_against_lock(repo_id: str, lock: Mapping[str, Any], *, revis
         if fault is not None:
             raise fault from None
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        raise InputError(f"{repo_id}: cannot read the repo's file list from the Hub ({scrub_token(first, token)}); "
-                         "check the repo id, the token and the network, or pass a local folder") from None
+        raise InputError(
+            f"{repo_id}: cannot read the repo's file list from the Hub ({scrub_token(first, token)}); "
+            "check the repo id, the token and the network, or pass a local folder"
+        ) from None
     siblings = {s.rfilename: s for s in info.siblings or [] if s.rfilename not in NOT_OUTPUTS}
     recorded: dict[str, str] = dict(lock.get("outputs") or {})
     if "adapter_config.json" in siblings:
         wanted = {k.removeprefix(f"{ADAPTER_DIR}/"): v for k, v in recorded.items() if k.startswith(f"{ADAPTER_DIR}/")}
     elif "config.json" not in siblings and any(name.endswith(".gguf") for name in siblings):  # the GGUF repo
-        wanted = {gguf_repo_name(lock, k): v for k, v in recorded.items()
-                  if k.startswith(f"{CHECKPOINT_DIR}/") and k.endswith(".gguf")}
+        wanted = {
+            gguf_repo_name(lock, k): v
+            for k, v in recorded.items()
+            if k.startswith(f"{CHECKPOINT_DIR}/") and k.endswith(".gguf")
+        }
     else:
-        wanted = {k.removeprefix(f"{CHECKPOINT_DIR}/"): v for k, v in recorded.items()
-                  if k.startswith(f"{CHECKPOINT_DIR}/") and not k.endswith(".gguf")}
+        wanted = {
+            k.removeprefix(f"{CHECKPOINT_DIR}/"): v
+            for k, v in recorded.items()
+            if k.startswith(f"{CHECKPOINT_DIR}/") and not k.endswith(".gguf")
+        }
     present: dict[str, str] = {}
     for name, s in siblings.items():
         if s.lfs is not None:
             present[name] = s.lfs.sha256
         else:  # a regular (git) file: the Hub gives only its git blob id; hash the downloaded file
             try:
-                present[name] = sha256_file(hf_hub_download(repo_id, name, revision=info.sha or revision,
-                                                            token=token))
+                present[name] = sha256_file(hf_hub_download(repo_id, name, revision=info.sha or revision, token=token))
             except Exception as e:  # noqa: BLE001 - one line: the Hub's fault exit 3, the rest exit 2
                 fault = hub_fault(repo_id, e, f"downloading {name}", token)
                 if fault is not None:
                     raise fault from None
-                raise InputError(f"{repo_id}: cannot download {name} from the Hub ({scrub_token(str(e), token)[:200]}); "
-                                 "check the repo id, the token and the network, or pass a local folder") from None
+                raise InputError(
+                    f"{repo_id}: cannot download {name} from the Hub ({scrub_token(str(e), token)[:200]}); "
+                    "check the repo id, the token and the network, or pass a local folder"
+                ) from None
     return FileCheck(repo_id + (f"@{revision}" if revision else ""), compare_files(present, wanted))

@@ -46,7 +46,6 @@ from ..util.paths import LOCAL, ORGANISM, is_local_path
 from .lock_policy import check_lock_settings
 
 __all__ = [
-
     "LOCK_VERSION",
     "build_lock",
     "write_lock",
@@ -64,6 +63,8 @@ __all__ = [
 ]
 
 LOCK_VERSION = 1
+
+
 def weights_sha256(model_dir: str | Path) -> dict[str, str]:
     """``{file name: sha256}`` of every ``*.safetensors`` file of a local model folder and of its
     ``*.safetensors.index.json`` (sorted by name): the base's identity by content, wherever it lives."""
@@ -108,8 +109,11 @@ def local_files(recipe: Recipe) -> dict[str, dict[str, str]]:
         >>> local_files(quickstart_recipe())  # organism data: no local file
         {}
     """
-    return {key: {"name": Path(path).name, "sha256": sha256_file(Path(path).expanduser())}
-            for key, path in _sources(recipe) if is_local_path(path) and Path(path).expanduser().is_file()}
+    return {
+        key: {"name": Path(path).name, "sha256": sha256_file(Path(path).expanduser())}
+        for key, path in _sources(recipe)
+        if is_local_path(path) and Path(path).expanduser().is_file()
+    }
 
 
 def check_local_files(lock: Mapping[str, Any], recipe: Recipe) -> None:
@@ -125,8 +129,10 @@ def check_local_files(lock: Mapping[str, Any], recipe: Recipe) -> None:
             continue
         got = sha256_file(Path(path).expanduser())
         if got != want["sha256"]:
-            raise InputError(f"{key}={path}: sha256 {got[:12]}..., the lock expects {want['sha256'][:12]}... "
-                             f"({want['name']}); this is not the file the run used: pass the right copy")
+            raise InputError(
+                f"{key}={path}: sha256 {got[:12]}..., the lock expects {want['sha256'][:12]}... "
+                f"({want['name']}); this is not the file the run used: pass the right copy"
+            )
 
 
 def output_hashes(out_dir: str | Path, skip: Sequence[str] = ("README.md", LOCK_NAME)) -> dict[str, str]:
@@ -249,10 +255,13 @@ def build_lock(
         "lock_version": LOCK_VERSION,
         "recipe_sha256": recipe_sha256(recipe),
         "recipe": public,
-        "base": {"model": public["base"]["model"], "revision": base_revision,
-                 "weights_sha256": dict(base_weights) if base_weights is not None else None,
-                 **({"description": described} if described is not None else {}),
-                 **({"gguf": dict(base_gguf)} if base_gguf is not None else {})},
+        "base": {
+            "model": public["base"]["model"],
+            "revision": base_revision,
+            "weights_sha256": dict(base_weights) if base_weights is not None else None,
+            **({"description": described} if described is not None else {}),
+            **({"gguf": dict(base_gguf)} if base_gguf is not None else {}),
+        },
         "data": {k: [dict(r) for r in v] if isinstance(v, Sequence) else dict(v) for k, v in data_records.items()},
         "files": local_files(recipe),
         "stats_sha256": stats_sha256 if isinstance(stats_sha256, str) else dict(stats_sha256),
@@ -298,8 +307,10 @@ def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
         if p.exists() and not p.is_file():  # a FIFO would block, a device never end
             raise InputError(f"{p}: not a regular file; pass an output folder written by mathneuro-edit")
         if p.stat().st_size > MAX_LOCK_BYTES:
-            raise InputError(f"{p}: {p.stat().st_size} bytes, more than a lock file may hold ({MAX_LOCK_BYTES}); "
-                             "this is not a lock written by mathneuro-edit")
+            raise InputError(
+                f"{p}: {p.stat().st_size} bytes, more than a lock file may hold ({MAX_LOCK_BYTES}); "
+                "this is not a lock written by mathneuro-edit"
+            )
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{p}: lock file not found; pass an output folder written by mathneuro-edit") from None
@@ -309,20 +320,27 @@ def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict) or "lock_version" not in data or "recipe" not in data:
         raise InputError(f"{p}: not a mathneuro-edit lock file (no lock_version/recipe)")
     if data["lock_version"] != LOCK_VERSION:
-        raise InputError(f"{p}: lock_version {repr(data['lock_version'])[:40]} is not supported (this version "
-                         f"reads {LOCK_VERSION}); use the mathneuro-edit version in its versions.tool")
+        raise InputError(
+            f"{p}: lock_version {repr(data['lock_version'])[:40]} is not supported (this version "
+            f"reads {LOCK_VERSION}); use the mathneuro-edit version in its versions.tool"
+        )
     if not isinstance(data["recipe"], dict):
-        raise InputError(f"{p}: recipe: must be a mapping of sections (base, data, edit, ...), got "
-                         f"{type(data['recipe']).__name__}; this lock file is corrupt: use the one the run wrote")
+        raise InputError(
+            f"{p}: recipe: must be a mapping of sections (base, data, edit, ...), got "
+            f"{type(data['recipe']).__name__}; this lock file is corrupt: use the one the run wrote"
+        )
     for key, kind in _LOCK_FIELDS.items():
         if data.get(key) is not None and not isinstance(data[key], kind):
-            raise InputError(f"{p}: {key}: must be a {_KIND_NAMES[kind]}, got {type(data[key]).__name__}; this lock "
-                             "file is corrupt: use the one the run wrote")
+            raise InputError(
+                f"{p}: {key}: must be a {_KIND_NAMES[kind]}, got {type(data[key]).__name__}; this lock "
+                "file is corrupt: use the one the run wrote"
+            )
     return data
 
 
-def recipe_from_lock(lock: Mapping[str, Any], overrides: Sequence[str] = (), *,
-                     trust_remote_code: bool = False) -> Recipe:
+def recipe_from_lock(
+    lock: Mapping[str, Any], overrides: Sequence[str] = (), *, trust_remote_code: bool = False
+) -> Recipe:
     """The recipe of a lock, with overrides (e.g. ``base.model=PATH`` for a redacted local base).
 
     A lock is data: a setting that would run code, read a local file or choose an lm-eval task folder is taken
@@ -357,8 +375,10 @@ def recipe_from_lock(lock: Mapping[str, Any], overrides: Sequence[str] = (), *,
     if lm is not None and (lm.include_path or "").startswith(LOCAL):
         missing.append("evaluation.lm_eval.include_path")
     if missing:
-        raise InputError(f"the lock's local paths were redacted for privacy; give them again: {', '.join(missing)} "
-                         "(e.g. data.math.path=PATH; contents are checked against the lock's sha256)")
+        raise InputError(
+            f"the lock's local paths were redacted for privacy; give them again: {', '.join(missing)} "
+            "(e.g. data.math.path=PATH; contents are checked against the lock's sha256)"
+        )
     return recipe
 
 
@@ -375,8 +395,10 @@ def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
         path = Path(model_dir) / gguf["file"] if gguf and Path(model_dir).is_dir() else Path(model_dir)  # gguf_file
         sha = sha256_file(path) if path.is_file() else None
         if not gguf or sha != gguf.get("sha256"):
-            raise InputError(f"{path}: {'not a file' if sha is None else 'sha256 ' + sha[:12] + '...'}, expected "
-                             f"the GGUF file {(gguf or {}).get('file', '(none recorded)')} the lock was made from")
+            raise InputError(
+                f"{path}: {'not a file' if sha is None else 'sha256 ' + sha[:12] + '...'}, expected "
+                f"the GGUF file {(gguf or {}).get('file', '(none recorded)')} the lock was made from"
+            )
         return
     expected = (lock.get("base") or {}).get("weights_sha256") or {}
     actual = weights_sha256(model_dir)
@@ -388,6 +410,15 @@ def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
 
 # what read_lock accepts before any field is trusted (the fields themselves: lock_policy.validate_lock)
 MAX_LOCK_BYTES = 16 * 1024 * 1024  # a lock lists every output file's hash: far less than this
-_LOCK_FIELDS: dict[str, type] = {"recipe_sha256": str, "base": dict, "data": dict, "files": dict, "mask_sha256": str,
-                                 "outputs": dict, "versions": dict, "edit_summary": dict, "lm_eval": dict}
+_LOCK_FIELDS: dict[str, type] = {
+    "recipe_sha256": str,
+    "base": dict,
+    "data": dict,
+    "files": dict,
+    "mask_sha256": str,
+    "outputs": dict,
+    "versions": dict,
+    "edit_summary": dict,
+    "lm_eval": dict,
+}
 _KIND_NAMES = {str: "string", dict: "mapping"}

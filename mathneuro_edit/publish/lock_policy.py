@@ -37,8 +37,9 @@ def _given(key: str, overrides: Sequence[str]) -> bool:
     return False
 
 
-def refused_lock_settings(lock: Mapping[str, Any], overrides: Sequence[str] = (), *,
-                          trust_remote_code: bool = False) -> list[str]:
+def refused_lock_settings(
+    lock: Mapping[str, Any], overrides: Sequence[str] = (), *, trust_remote_code: bool = False
+) -> list[str]:
     """The settings of a lock's recipe that a lock may not choose, each with how to opt in on the command line.
 
     A lock (or a card, or a downloaded repo) is data. It may not turn on code execution
@@ -56,17 +57,23 @@ def refused_lock_settings(lock: Mapping[str, Any], overrides: Sequence[str] = ()
         return []
     refused: list[str] = []
     base = recipe.get("base") if isinstance(recipe.get("base"), Mapping) else {}
-    if base.get("trust_remote_code") not in (None, False) and not trust_remote_code and not _given(
-            "base.trust_remote_code", overrides):
-        refused.append("base.trust_remote_code: true (runs the base repository's Python; pass --trust-remote-code "
-                       "if you trust it)")
+    if (
+        base.get("trust_remote_code") not in (None, False)
+        and not trust_remote_code
+        and not _given("base.trust_remote_code", overrides)
+    ):
+        refused.append(
+            "base.trust_remote_code: true (runs the base repository's Python; pass --trust-remote-code if you trust it)"
+        )
     model = base.get("model")
     if isinstance(model, str) and model != LOCAL and is_local_path(model):
         if not _given("base.model", overrides):
             refused.append(f"base.model: {model[:80]!r} (a local folder; pass --base PATH)")
     if base.get("offload_folder") not in (None, LOCAL) and not _given("base.offload_folder", overrides):
-        refused.append(f"base.offload_folder: {str(base['offload_folder'])[:80]!r} (a local folder written to; "
-                       "pass --set base.offload_folder=PATH)")
+        refused.append(
+            f"base.offload_folder: {str(base['offload_folder'])[:80]!r} (a local folder written to; "
+            "pass --set base.offload_folder=PATH)"
+        )
     for name in ("data", "evaluation"):
         section = recipe.get(name)
         if not isinstance(section, Mapping):
@@ -87,21 +94,29 @@ def refused_lock_settings(lock: Mapping[str, Any], overrides: Sequence[str] = ()
                 refused.append(f"{key}.path: {path[:80]!r} (a local file; pass --set {key}.path=FILE)")
         lm = section.get("lm_eval") if name == "evaluation" else None
         include = lm.get("include_path") if isinstance(lm, Mapping) else None
-        if include is not None and not str(include).startswith(LOCAL) and not _given(
-                "evaluation.lm_eval.include_path", overrides):
-            refused.append(f"evaluation.lm_eval.include_path: {str(include)[:80]!r} (an lm-eval task folder, whose "
-                           "tasks can run Python; pass --set evaluation.lm_eval.include_path=FOLDER)")
+        if (
+            include is not None
+            and not str(include).startswith(LOCAL)
+            and not _given("evaluation.lm_eval.include_path", overrides)
+        ):
+            refused.append(
+                f"evaluation.lm_eval.include_path: {str(include)[:80]!r} (an lm-eval task folder, whose "
+                "tasks can run Python; pass --set evaluation.lm_eval.include_path=FOLDER)"
+            )
     return refused
 
 
-def check_lock_settings(lock: Mapping[str, Any], overrides: Sequence[str] = (), *,
-                        trust_remote_code: bool = False) -> None:
+def check_lock_settings(
+    lock: Mapping[str, Any], overrides: Sequence[str] = (), *, trust_remote_code: bool = False
+) -> None:
     """Raise :class:`InputError` listing every setting :func:`refused_lock_settings` finds (exit 2), and how to
     opt in to each."""
     refused = refused_lock_settings(lock, overrides, trust_remote_code=trust_remote_code)
     if refused:
-        raise InputError(f"the lock asks for {len(refused)} setting(s) a lock may not choose (a lock is data: it "
-                         f"never runs code or names a file to read); refused: {'; '.join(refused)}")
+        raise InputError(
+            f"the lock asks for {len(refused)} setting(s) a lock may not choose (a lock is data: it "
+            f"never runs code or names a file to read); refused: {'; '.join(refused)}"
+        )
 
 
 def _canonical_sha(data: Any) -> str:
@@ -119,14 +134,19 @@ def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
         InputError: a field of the wrong type (exit 2).
         LockMismatchError: a field that disagrees with the recipe hash (exit 1), naming it.
     """
+
     def mismatch(field: str, why: str) -> LockMismatchError:
-        return LockMismatchError(f"{where}: field {field}: {why}; the lock was edited after the run: use the lock "
-                                 "the run wrote (or re-run the recipe to get a new one)")
+        return LockMismatchError(
+            f"{where}: field {field}: {why}; the lock was edited after the run: use the lock "
+            "the run wrote (or re-run the recipe to get a new one)"
+        )
 
     recorded = lock.get("recipe_sha256")
     if not isinstance(recorded, str) or not _SHA.match(recorded):
-        raise InputError(f"{where}: recipe_sha256: must be a sha256 (64 hex digits), got "
-                         f"{str(recorded)[:40]!r}; this lock file is corrupt: use the one the run wrote")
+        raise InputError(
+            f"{where}: recipe_sha256: must be a sha256 (64 hex digits), got "
+            f"{str(recorded)[:40]!r}; this lock file is corrupt: use the one the run wrote"
+        )
     public = lock["recipe"]
     if _canonical_sha(public) != recorded:
         try:
@@ -134,29 +154,41 @@ def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
         except InputError:
             again = None
         if again != recorded:
-            raise mismatch("recipe", f"it hashes to {(again or _canonical_sha(public))[:12]}..., not the recorded "
-                                     f"recipe_sha256 {recorded[:12]}...")
+            raise mismatch(
+                "recipe",
+                f"it hashes to {(again or _canonical_sha(public))[:12]}..., not the recorded "
+                f"recipe_sha256 {recorded[:12]}...",
+            )
     for key in ("mask_sha256",):
         if key in lock and not (isinstance(lock[key], str) and _SHA.match(lock[key])):
             raise InputError(f"{where}: {key}: must be a sha256 (64 hex digits), got {str(lock[key])[:40]!r}")
     for rel, sha in (lock.get("outputs") or {}).items():
-        if not isinstance(rel, str) or not isinstance(sha, str) or not _SHA.match(sha) or rel.startswith(
-                ("/", "\\")) or ".." in Path(rel).parts:
-            raise InputError(f"{where}: outputs: {str(rel)[:80]!r}: must be a relative file path inside the run and "
-                             "its sha256")
+        if (
+            not isinstance(rel, str)
+            or not isinstance(sha, str)
+            or not _SHA.match(sha)
+            or rel.startswith(("/", "\\"))
+            or ".." in Path(rel).parts
+        ):
+            raise InputError(
+                f"{where}: outputs: {str(rel)[:80]!r}: must be a relative file path inside the run and its sha256"
+            )
     base = lock.get("base") or {}
     base_model = (public.get("base") or {}).get("model") if isinstance(public.get("base"), dict) else None
     if "model" in base and base["model"] != base_model:
-        raise mismatch("base.model", f"{str(base['model'])[:80]!r} is not the recipe's base.model "
-                                     f"{str(base_model)[:80]!r}")
+        raise mismatch(
+            "base.model", f"{str(base['model'])[:80]!r} is not the recipe's base.model {str(base_model)[:80]!r}"
+        )
     keys: dict[str, str] = {}
     for name in ("data", "evaluation"):
         section = public.get(name)
         if isinstance(section, dict):
             general = section.get("general")
             general = general if isinstance(general, list) else [general]
-            for key, src in [(f"{name}.math.path", section.get("math")),
-                             *[(f"{name}.general.{i}.path", g) for i, g in enumerate(general)]]:
+            for key, src in [
+                (f"{name}.math.path", section.get("math")),
+                *[(f"{name}.general.{i}.path", g) for i, g in enumerate(general)],
+            ]:
                 path = src.get("path") if isinstance(src, dict) else src
                 if isinstance(path, str):
                     keys[key] = path
@@ -164,13 +196,17 @@ def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
         if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str) or not _SHA.match(rec["sha256"]):
             raise InputError(f"{where}: files.{key}: must hold a file name and its sha256")
         if key not in keys or keys[key] != f"{LOCAL}/{rec.get('name')}":
-            raise mismatch(f"files.{key}", f"names {str(rec.get('name'))[:80]!r}, but the recipe's {key} is "
-                                           f"{str(keys.get(key))[:80]!r}")
+            raise mismatch(
+                f"files.{key}",
+                f"names {str(rec.get('name'))[:80]!r}, but the recipe's {key} is {str(keys.get(key))[:80]!r}",
+            )
     lm = ((public.get("evaluation") or {}).get("lm_eval") or {}) if isinstance(public.get("evaluation"), dict) else {}
     has_include = isinstance(lm, dict) and lm.get("include_path") is not None
     if has_include != bool((lock.get("lm_eval") or {}).get("include_path_sha256")):
-        raise mismatch("lm_eval.include_path_sha256", "it must be recorded exactly when the recipe has "
-                                                      "evaluation.lm_eval.include_path")
+        raise mismatch(
+            "lm_eval.include_path_sha256",
+            "it must be recorded exactly when the recipe has evaluation.lm_eval.include_path",
+        )
 
 
 def lock_base(lock: Mapping[str, Any], base: str | None) -> str | None:

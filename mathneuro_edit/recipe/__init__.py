@@ -5,7 +5,6 @@ reads YAML (duplicate keys refused) and applies overrides; :mod:`.types` holds t
 :mod:`.lm_eval_keys` the ``evaluation.lm_eval`` section. Recipes never load a model or read data.
 """
 
-
 from __future__ import annotations
 
 from .io import load_recipe, quickstart_recipe, recipe_from_dict

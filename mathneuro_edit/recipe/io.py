@@ -24,8 +24,18 @@ from ..util.paths import ORGANISM
 from .schema import Recipe, Source
 from .types import _show
 
-__all__ = ["load_recipe", "load_yaml", "dump_yaml", "recipe_from_dict", "quickstart_recipe", "recipe_fields", "MAX_RECIPE_BYTES",
-           "MAX_DEPTH", "MAX_NODES", "MAX_INT_DIGITS"]
+__all__ = [
+    "load_recipe",
+    "load_yaml",
+    "dump_yaml",
+    "recipe_from_dict",
+    "quickstart_recipe",
+    "recipe_fields",
+    "MAX_RECIPE_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_INT_DIGITS",
+]
 
 MAX_RECIPE_BYTES = 1024 * 1024  # a recipe is a page of YAML; a lock (read with its own size limit) holds one
 MAX_DEPTH = 64  # sections nest 4 deep; deeper is a hostile file (PyYAML would recurse until RecursionError)
@@ -94,12 +104,21 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 # (and a number key refuses it); every other YAML 1.1 number reads as before.
 _UniqueKeyLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(
-    r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"), list("-+0123456789"))
-_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
-    r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
 
 _LONG_INT = re.compile(r"^[-+]?([0-9_]+|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+|[0-9][0-9_]*(:[0-5]?[0-9])+)$")
 
@@ -124,16 +143,20 @@ def _check_limits(text: str, where: str) -> None:
             total += n
             size = total
         if size > MAX_NODES or total + sum(c for _, c in stack) > MAX_NODES:
-            raise InputError(f"{where}: expands to more than {MAX_NODES:,} values{_at(mark)} (aliases are counted as "
-                             "what they repeat); a recipe is a short file: remove the repeated anchors")
+            raise InputError(
+                f"{where}: expands to more than {MAX_NODES:,} values{_at(mark)} (aliases are counted as "
+                "what they repeat); a recipe is a short file: remove the repeated anchors"
+            )
 
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         mark = event.start_mark
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             stack.append([event.anchor, 1])
             if len(stack) > MAX_DEPTH:
-                raise InputError(f"{where}: nested more than {MAX_DEPTH} levels deep{_at(mark)}; a recipe's sections "
-                                 "nest a few levels: fix the file")
+                raise InputError(
+                    f"{where}: nested more than {MAX_DEPTH} levels deep{_at(mark)}; a recipe's sections "
+                    "nest a few levels: fix the file"
+                )
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             anchor, size = stack.pop()
             if anchor is not None:
@@ -141,8 +164,10 @@ def _check_limits(text: str, where: str) -> None:
             add(size, mark)
         elif isinstance(event, yaml.ScalarEvent):
             if event.style is None and len(event.value) > MAX_INT_DIGITS and _LONG_INT.match(event.value):
-                raise InputError(f"{where}: an integer of {len(event.value)} digits{_at(mark)}; no recipe value needs "
-                                 f"more than {MAX_INT_DIGITS}: fix the value")
+                raise InputError(
+                    f"{where}: an integer of {len(event.value)} digits{_at(mark)}; no recipe value needs "
+                    f"more than {MAX_INT_DIGITS}: fix the value"
+                )
             if event.anchor is not None:
                 anchors[event.anchor] = 1
             add(1, mark)
@@ -211,8 +236,10 @@ def load_yaml(text: str, where: str, what: str = "recipe") -> Any:
         {'a': [1, 2], 'b': [1, 2]}
     """
     if len(text) > MAX_RECIPE_BYTES and what == "recipe":
-        raise InputError(f"{where}: {len(text):,} characters, more than a {what} may hold ({MAX_RECIPE_BYTES:,}); "
-                         "this is not a recipe")
+        raise InputError(
+            f"{where}: {len(text):,} characters, more than a {what} may hold ({MAX_RECIPE_BYTES:,}); "
+            "this is not a recipe"
+        )
     try:
         _check_limits(text, where)
         return yaml.load(text, Loader=_UniqueKeyLoader)
@@ -248,8 +275,10 @@ def _explicit_edit_wins(data: dict[str, Any], overrides: Sequence[str], where: s
         return
     scaled, pruned = edit.get("scale") is not None, edit.get("prune") is True
     if {"edit.scale", "edit.prune"} <= keys and scaled and pruned:
-        raise InputError(f"{where}: overrides edit.scale={edit['scale']} and edit.prune=true conflict (an edit "
-                         "scales or prunes); drop one")
+        raise InputError(
+            f"{where}: overrides edit.scale={edit['scale']} and edit.prune=true conflict (an edit "
+            "scales or prunes); drop one"
+        )
     if "edit.prune" in keys and pruned:
         edit["scale"] = None
     elif "edit.scale" in keys and scaled and "prune" in edit:
@@ -308,8 +337,9 @@ def _refuse_nul(data: Any, where: str, at: str = "") -> None:
         for i, v in enumerate(data):
             _refuse_nul(v, where, f"{at}.{i}")
     elif isinstance(data, str) and "\x00" in data:
-        raise InputError(f"{where}: {at}: {data[:80]!r} holds a NUL character, which no path or name may hold; fix "
-                         "the value")
+        raise InputError(
+            f"{where}: {at}: {data[:80]!r} holds a NUL character, which no path or name may hold; fix the value"
+        )
 
 
 def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, where: str = "recipe") -> Recipe:
@@ -366,8 +396,10 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
         if p.exists() and not p.is_file():  # a FIFO would block, a device never end
             raise InputError(f"{p}: not a regular file; pass the recipe's YAML file")
         if p.is_file() and p.stat().st_size > MAX_RECIPE_BYTES:  # before reading it: a recipe is a page of YAML
-            raise InputError(f"{p}: {p.stat().st_size:,} bytes, more than a recipe may hold ({MAX_RECIPE_BYTES:,}); "
-                             "pass the recipe file")
+            raise InputError(
+                f"{p}: {p.stat().st_size:,} bytes, more than a recipe may hold ({MAX_RECIPE_BYTES:,}); "
+                "pass the recipe file"
+            )
         with open(p, encoding="utf-8") as f:
             text = f.read(MAX_RECIPE_BYTES + 1)  # a device or pipe given as the recipe is read only so far
     except FileNotFoundError:
@@ -382,14 +414,22 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
 
 _QUICKSTART: dict[str, Any] = {
     "base": {"model": ORGANISM, "dtype": "float32"},
-    "data": {"math": {"path": "organism:math", "split": "train"},
-             "general": [{"path": "organism:general", "split": "train"}], "samples": 100, "seed": 0},
+    "data": {
+        "math": {"path": "organism:math", "split": "train"},
+        "general": [{"path": "organism:general", "split": "train"}],
+        "samples": 100,
+        "seed": 0,
+    },
     "mask": {"method": "mathneuro", "top_k": 0.05},
     "edit": {"prune": True},
     "outputs": {"checkpoint": True, "adapter": True},
-    "evaluation": {"math": {"path": "organism:math", "split": "test"},
-                   "general": [{"path": "organism:general", "split": "test"}],
-                   "samples": 100, "n_shot": 0, "max_new_tokens": 64},
+    "evaluation": {
+        "math": {"path": "organism:math", "split": "test"},
+        "general": [{"path": "organism:general", "split": "test"}],
+        "samples": 100,
+        "n_shot": 0,
+        "max_new_tokens": 64,
+    },
 }
 
 

@@ -18,25 +18,32 @@ from .types import NonNegative, Positive, _check, _Model
 __all__ = ["LmEvalConfig"]
 
 # an int counts documents, a float in (0, 1) is a fraction of them (lm-eval's own rule for --limit)
-LmEvalLimit = Annotated[typing.Union[int, float], _check(
-    lambda v: v >= 1 if isinstance(v, int) else 0 < v < 1, "must be an integer >= 1 or a fraction in (0, 1)")]
+LmEvalLimit = Annotated[
+    typing.Union[int, float],
+    _check(lambda v: v >= 1 if isinstance(v, int) else 0 < v < 1, "must be an integer >= 1 or a fraction in (0, 1)"),
+]
 
 
 class LmEvalConfig(_Model):
     """lm-evaluation-harness tasks (``lm_eval.simple_evaluate`` on the in-memory model, base and edited)."""
 
     tasks: list[Annotated[str, Field(min_length=1)]] = Field(
-        min_length=1, description="lm-eval task names, e.g. [arithmetic_local] (from include_path) or [gsm8k_cot]")
-    include_path: str | None = Field(None, description="a folder of task YAMLs, e.g. recipes/lm_eval_tasks (its "
-                                                       "files' sha256 go into the lock)")
-    limit: LmEvalLimit | None = Field(None, description="documents per task: an int, or a fraction in (0, 1) "
-                                                        "(default: all)")
+        min_length=1, description="lm-eval task names, e.g. [arithmetic_local] (from include_path) or [gsm8k_cot]"
+    )
+    include_path: str | None = Field(
+        None, description="a folder of task YAMLs, e.g. recipes/lm_eval_tasks (its files' sha256 go into the lock)"
+    )
+    limit: LmEvalLimit | None = Field(
+        None, description="documents per task: an int, or a fraction in (0, 1) (default: all)"
+    )
     num_fewshot: NonNegative | None = Field(None, description="few-shot examples per prompt (default: each task's)")
     apply_chat_template: bool = Field(False, description="format prompts with the tokenizer's chat template")
-    fewshot_as_multiturn: bool | None = Field(None, description="few-shot examples as chat turns (default: on "
-                                                                "exactly when apply_chat_template is)")
-    batch_size: Positive | None = Field(None, description="lm-eval batch size (default: 16, as the built-in "
-                                                          "evaluation)")
+    fewshot_as_multiturn: bool | None = Field(
+        None, description="few-shot examples as chat turns (default: on exactly when apply_chat_template is)"
+    )
+    batch_size: Positive | None = Field(
+        None, description="lm-eval batch size (default: 16, as the built-in evaluation)"
+    )
 
     @model_validator(mode="after")
     def _multiturn_needs_chat(self) -> LmEvalConfig:
@@ -58,7 +65,11 @@ def _migrate_lm_eval_keys(data: Any) -> Any:
     if tasks:
         if data.get("lm_eval") is not None:
             raise ValueError("lm_eval_tasks: replaced by lm_eval.tasks; set only evaluation.lm_eval")
-        warnings.warn("evaluation.lm_eval_tasks / lm_eval_limit are deprecated: write evaluation.lm_eval.tasks / "
-                      "evaluation.lm_eval.limit (docs/recipes.md)", FutureWarning, stacklevel=2)
+        warnings.warn(
+            "evaluation.lm_eval_tasks / lm_eval_limit are deprecated: write evaluation.lm_eval.tasks / "
+            "evaluation.lm_eval.limit (docs/recipes.md)",
+            FutureWarning,
+            stacklevel=2,
+        )
         data["lm_eval"] = {"tasks": tasks, **({"limit": limit} if limit is not None else {})}
     return data

@@ -76,20 +76,28 @@ class Source(_Model):
     A bare string is accepted as shorthand for ``{path: ...}``.
     """
 
-    path: str = Field(min_length=1, description="organism:math, organism:general, arithmetic, "
-                                                "hf://datasets/OWNER/NAME, or a local .jsonl/.json/.csv/.parquet/.txt "
-                                                "file")
+    path: str = Field(
+        min_length=1,
+        description="organism:math, organism:general, arithmetic, "
+        "hf://datasets/OWNER/NAME, or a local .jsonl/.json/.csv/.parquet/.txt "
+        "file",
+    )
     field: str | None = Field(None, description="record field holding the text (default: question+answer, else text)")
-    template: str | None = Field(None, description='Python format string over record fields, e.g. '
-                                                   '"{question}\\n{answer}"')
+    template: str | None = Field(
+        None, description='Python format string over record fields, e.g. "{question}\\n{answer}"'
+    )
     config: str | None = Field(None, description="Hub dataset config name (gsm8k: main)")
     split: str | None = Field(None, description="Hub split (default train) or organism split train|test")
     revision: str | None = Field(None, description="Hub dataset revision (branch, tag or commit)")
     format: Literal["jsonl", "json", "csv", "parquet", "txt"] | None = Field(
-        None, description="local file format (default: from the extension)")
-    hub_dataset: RepoId | None = Field(None, description="the Hub dataset a local file was taken from, e.g. "
-                                                         "Salesforce/wikitext (the card's datasets and model-index "
-                                                         "name it)")
+        None, description="local file format (default: from the extension)"
+    )
+    hub_dataset: RepoId | None = Field(
+        None,
+        description="the Hub dataset a local file was taken from, e.g. "
+        "Salesforce/wikitext (the card's datasets and model-index "
+        "name it)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -114,8 +122,11 @@ class Source(_Model):
                 raise ValueError(f"organism split must be train or test (got {self.split!r})")
             extra = [k for k in ("field", "template", "config", "revision", "format") if getattr(self, k) is not None]
         elif self.kind == "arithmetic":
-            extra = [k for k in ("field", "template", "config", "split", "revision", "format")
-                     if getattr(self, k) is not None]
+            extra = [
+                k
+                for k in ("field", "template", "config", "split", "revision", "format")
+                if getattr(self, k) is not None
+            ]
         elif self.kind == "hub":
             if not _HUB_DATASET.match(self.path):
                 raise ValueError(f"Hub sources look like hf://datasets/OWNER/NAME (got {self.path!r})")
@@ -163,25 +174,36 @@ MaxMemory = Annotated[dict[int | str, str], BeforeValidator(_gpu_keys)]
 class BaseConfig(_Model):
     """The model to edit."""
 
-    model: str = Field(min_length=1, description="Hub model id, local folder, a local .gguf file, or organism "
-                                                 "(the shipped model)")
-    gguf_file: str | None = Field(None, description="a .gguf file inside the Hub repo (or local folder) named by "
-                                                    "model; dequantized once (docs/gguf.md)")
+    model: str = Field(
+        min_length=1, description="Hub model id, local folder, a local .gguf file, or organism (the shipped model)"
+    )
+    gguf_file: str | None = Field(
+        None,
+        description="a .gguf file inside the Hub repo (or local folder) named by "
+        "model; dequantized once (docs/gguf.md)",
+    )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of the model")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
-        "auto", description="dtype the model is loaded and edited in (auto: the checkpoint's)")
+        "auto", description="dtype the model is loaded and edited in (auto: the checkpoint's)"
+    )
     device: Device = Field("auto", description="cpu, cuda, cuda:N, mps or auto")
     trust_remote_code: StrictBool = Field(False, description="run the model repo's own code (only for repos you trust)")
     device_map: str | dict[str, int | str] | None = Field(
-        None, description='accelerate device map for big models, e.g. "auto"')
+        None, description='accelerate device map for big models, e.g. "auto"'
+    )
     max_memory: MaxMemory | None = Field(
-        None, description='per-device memory cap with device_map, e.g. {0: "20GiB", cpu: "60GiB"}')
+        None, description='per-device memory cap with device_map, e.g. {0: "20GiB", cpu: "60GiB"}'
+    )
     offload_folder: str | None = Field(None, description="folder for weights offloaded to disk with device_map")
-    hub_id: RepoId | None = Field(None, description="the Hub model a local folder or GGUF file came from, e.g. "
-                                                    "HuggingFaceTB/SmolLM2-135M-Instruct (card base_model, title, "
-                                                    "GGUF name)")
-    hub_revision: str | None = Field(None, description="the revision of hub_id the local copy is (branch, tag or "
-                                                       "commit)")
+    hub_id: RepoId | None = Field(
+        None,
+        description="the Hub model a local folder or GGUF file came from, e.g. "
+        "HuggingFaceTB/SmolLM2-135M-Instruct (card base_model, title, "
+        "GGUF name)",
+    )
+    hub_revision: str | None = Field(
+        None, description="the revision of hub_id the local copy is (branch, tag or commit)"
+    )
 
     @model_validator(mode="after")
     def _placement(self) -> BaseConfig:
@@ -189,20 +211,29 @@ class BaseConfig(_Model):
             raise ValueError(f"set device or device_map, not both (got device={self.device!r})")
         if (self.max_memory is not None or self.offload_folder is not None) and self.device_map is None:
             raise ValueError("max_memory and offload_folder need device_map (e.g. device_map: auto)")
-        if self.gguf_file is not None and (not self.gguf_file.lower().endswith(".gguf") or self.model.lower().endswith(
-                ".gguf")):
-            raise ValueError(f"gguf_file names a .gguf file inside the repo or folder given as model (got "
-                             f"model={self.model!r}, gguf_file={self.gguf_file!r}); for a local file set model only")
-        if self.gguf_file is not None and (self.gguf_file.startswith(("/", "\\", "~")) or ".." in re.split(
-                r"[/\\]", self.gguf_file) or ":" in self.gguf_file):
-            raise ValueError(f"gguf_file names a file inside the repo or folder given as model, not a path out of it "
-                             f"(got {self.gguf_file!r}); for a local file elsewhere set model: PATH.gguf")
+        if self.gguf_file is not None and (
+            not self.gguf_file.lower().endswith(".gguf") or self.model.lower().endswith(".gguf")
+        ):
+            raise ValueError(
+                f"gguf_file names a .gguf file inside the repo or folder given as model (got "
+                f"model={self.model!r}, gguf_file={self.gguf_file!r}); for a local file set model only"
+            )
+        if self.gguf_file is not None and (
+            self.gguf_file.startswith(("/", "\\", "~"))
+            or ".." in re.split(r"[/\\]", self.gguf_file)
+            or ":" in self.gguf_file
+        ):
+            raise ValueError(
+                f"gguf_file names a file inside the repo or folder given as model, not a path out of it "
+                f"(got {self.gguf_file!r}); for a local file elsewhere set model: PATH.gguf"
+            )
         if self.hub_revision is not None and self.hub_id is None:
             raise ValueError("hub_revision needs hub_id (the Hub model whose revision it is)")
         if self.hub_id is not None and not self.is_gguf and not is_local_path(self.model) and self.model != LOCAL:
-            raise ValueError(f"hub_id names the Hub origin of a local folder or GGUF file; model {self.model!r} "
-                             "is " + ("the shipped organism" if self.model == ORGANISM else "a Hub id already")
-                             + ": remove hub_id")
+            raise ValueError(
+                f"hub_id names the Hub origin of a local folder or GGUF file; model {self.model!r} "
+                "is " + ("the shipped organism" if self.model == ORGANISM else "a Hub id already") + ": remove hub_id"
+            )
         return self
 
     @property
@@ -223,8 +254,9 @@ class DataConfig(_Model):
     math: Source = Field(description="math texts (GSM8K question/answer records are formatted automatically)")
     general: Sources = Field(description="general texts: one source or a list; each source is its own set")
     samples: Positive = Field(100, description="texts per set (math, and each general source)")
-    seed: StrictInt = Field(0, description="seed of the sampling (a fixed shuffle: same seed, same texts on every "
-                                           "machine)")
+    seed: StrictInt = Field(
+        0, description="seed of the sampling (a fixed shuffle: same seed, same texts on every machine)"
+    )
 
 
 class CalibrationConfig(_Model):
@@ -237,8 +269,9 @@ class CalibrationConfig(_Model):
 class TargetsConfig(_Model):
     """Which weight matrices are scored (regular expressions searched in parameter names)."""
 
-    include: list[Regex] = Field(default_factory=list,
-                                 description="only parameters matching one of these (empty: all supported matrices)")
+    include: list[Regex] = Field(
+        default_factory=list, description="only parameters matching one of these (empty: all supported matrices)"
+    )
     exclude: list[Regex] = Field(default_factory=list, description="drop parameters matching one of these")
 
 
@@ -246,19 +279,24 @@ class MaskConfig(_Model):
     """How the math-specific weights are chosen."""
 
     method: Literal["mathneuro", "wanda", "random"] = Field(
-        "mathneuro", description="mathneuro (math top-K minus general top-K), wanda (math top-K only) or random")
+        "mathneuro", description="mathneuro (math top-K minus general top-K), wanda (math top-K only) or random"
+    )
     top_k: TopK = Field(0.05, description="fraction of each matrix (or row) kept in a top-K set")
     granularity: Literal["matrix", "row"] = Field("matrix", description="top-K per matrix or per output row")
     seed: StrictInt = Field(0, description="seed of the random method")
     reference: Literal["official"] | None = Field(
-        None, description="official: the released MathNeuro.py's selection bit for bit (per-sample products summed "
-                          "in the model's dtype, batch 1; docs/method.md); null: float32 statistics")
+        None,
+        description="official: the released MathNeuro.py's selection bit for bit (per-sample products summed "
+        "in the model's dtype, batch 1; docs/method.md); null: float32 statistics",
+    )
 
     @model_validator(mode="after")
     def _official_is_per_matrix(self) -> MaskConfig:
         if self.reference == "official" and self.granularity != "matrix":
-            raise ValueError("reference official selects per matrix (the released script has no per-row top-K): "
-                             "set granularity: matrix")
+            raise ValueError(
+                "reference official selects per matrix (the released script has no per-row top-K): "
+                "set granularity: matrix"
+            )
         return self
 
 
@@ -291,14 +329,19 @@ class OutputsConfig(_Model):
 
     checkpoint: StrictBool = Field(True, description="a full edited transformers checkpoint")
     adapter: StrictBool = Field(False, description="a PEFT adapter holding the edit")
-    max_shard_size: ShardSize | None = Field(None, description='checkpoint shard size, e.g. "2GB" (default: '
-                                                               "transformers')")
+    max_shard_size: ShardSize | None = Field(
+        None, description='checkpoint shard size, e.g. "2GB" (default: transformers\')'
+    )
     gguf: Literal["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "base"] | None = Field(
-        None, description="also write checkpoint/model-TYPE.gguf for llama.cpp (needs the gguf extra); base: the "
-                          "GGUF base's own type")
+        None,
+        description="also write checkpoint/model-TYPE.gguf for llama.cpp (needs the gguf extra); base: the "
+        "GGUF base's own type",
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="dtype of the checkpoint's floating-point weights (auto: the base's own; a GGUF base: "
-                            "the GGUF's when it is F32/F16/BF16, else bfloat16)")
+        "auto",
+        description="dtype of the checkpoint's floating-point weights (auto: the base's own; a GGUF base: "
+        "the GGUF's when it is F32/F16/BF16, else bfloat16)",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> OutputsConfig:
@@ -312,21 +355,28 @@ class OutputsConfig(_Model):
 class EvaluationConfig(_Model):
     """Before/after evaluation (optional)."""
 
-    math: Source = Field(description="math problems with question/answer (GSM8K format, gold after '#### '; "
-                                     "optional prefill), or arithmetic")
+    math: Source = Field(
+        description="math problems with question/answer (GSM8K format, gold after '#### '; "
+        "optional prefill), or arithmetic"
+    )
     general: Sources = Field(description="general texts for loss and KL: one source or a list")
     samples: Positive = Field(100, description="problems and texts evaluated")
     seed: StrictInt = Field(0, description="seed of the sampling")
     n_shot: NonNegative = Field(0, description="worked examples put before each problem")
     max_new_tokens: Positive = Field(256, description="generation budget per problem")
     chat_template: bool | Literal["auto"] = Field(
-        "auto", description="render prompts with the tokenizer's chat template: auto (when it has one), true "
-                            "(required), false (plain Question:/Answer:)")
+        "auto",
+        description="render prompts with the tokenizer's chat template: auto (when it has one), true "
+        "(required), false (plain Question:/Answer:)",
+    )
     prompt_style: Literal["question-answer", "equations"] = Field(
-        "question-answer", description="plain prompts: question-answer (Question:/Answer:) or equations (worked "
-                                       "examples as '12 + 34 = 46' lines, the problem as its prefill; for bases)")
-    lm_eval: LmEvalConfig | None = Field(None, description="lm-evaluation-harness tasks run too (needs the eval "
-                                         "extra; docs/lm-eval-offline.md)")
+        "question-answer",
+        description="plain prompts: question-answer (Question:/Answer:) or equations (worked "
+        "examples as '12 + 34 = 46' lines, the problem as its prefill; for bases)",
+    )
+    lm_eval: LmEvalConfig | None = Field(
+        None, description="lm-evaluation-harness tasks run too (needs the eval extra; docs/lm-eval-offline.md)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -357,8 +407,7 @@ class SweepVariant(_Model):
         for item in self.set:
             key = item.partition("=")[0].strip()
             if "=" not in item or not key.startswith(_VARIANT_KEYS):
-                raise ValueError(f"{item!r}: a variant sets data.*, calibration.* or targets.* keys only "
-                                 "(key=value)")
+                raise ValueError(f"{item!r}: a variant sets data.*, calibration.* or targets.* keys only (key=value)")
         return self
 
 
@@ -373,22 +422,35 @@ class SweepConfig(_Model):
 
     top_k: list[TopK] | None = Field(None, description="top_k values of the grid (null: the command's --top-k)")
     scale: list[Scale] | None = Field(None, description="scales of the grid (null: the command's --scale)")
-    variants: list[SweepVariant] = Field(default_factory=list, description="other calibration / target choices, "
-                                         "each swept over the same grid besides the recipe's own")
-    first_round: Positive | None = Field(None, description="problems of the first round of successive halving "
-                                                           "(null: every point on every selection problem)")
+    variants: list[SweepVariant] = Field(
+        default_factory=list,
+        description="other calibration / target choices, each swept over the same grid besides the recipe's own",
+    )
+    first_round: Positive | None = Field(
+        None,
+        description="problems of the first round of successive halving (null: every point on every selection problem)",
+    )
     eta: StrictInt = Field(3, ge=2, description="each round keeps 1/eta of the points on eta times the problems")
     batch_size: Positive = Field(64, description="problems generated at once (one shared prompt prefix per batch)")
-    kl_support: Positive = Field(256, description="base tokens kept per position for the general KL (a lower "
-                                                  "bound of the exact KL; docs/evaluation.md)")
+    kl_support: Positive = Field(
+        256,
+        description="base tokens kept per position for the general KL (a lower "
+        "bound of the exact KL; docs/evaluation.md)",
+    )
 
-    selection_samples: Positive = Field(300, description="math problems every grid point is evaluated on (the "
-                                                         "setting is chosen on them)")
-    confirmation_samples: Positive = Field(600, description="other math problems on which only the chosen setting "
-                                                            "and the base are evaluated (one paired test)")
-    general_samples: Positive | None = Field(None, description="general texts of the selection's loss and KL (null: "
-                                                               "evaluation.samples); fewer is faster")
-    kl_budget: FiniteNonNegative = Field(0.05, description="largest general KL(base || edited) a chosen setting may have")
+    selection_samples: Positive = Field(
+        300, description="math problems every grid point is evaluated on (the setting is chosen on them)"
+    )
+    confirmation_samples: Positive = Field(
+        600,
+        description="other math problems on which only the chosen setting and the base are evaluated (one paired test)",
+    )
+    general_samples: Positive | None = Field(
+        None, description="general texts of the selection's loss and KL (null: evaluation.samples); fewer is faster"
+    )
+    kl_budget: FiniteNonNegative = Field(
+        0.05, description="largest general KL(base || edited) a chosen setting may have"
+    )
     alpha: Level = Field(0.05, description="level of the confirmation test (and of the Holm-adjusted selection p)")
 
 
@@ -409,8 +471,10 @@ class Recipe(_Model):
     @model_validator(mode="after")
     def _gguf_base_type(self) -> Recipe:
         if self.outputs.gguf == "base" and not self.base.is_gguf:
-            raise ValueError("outputs.gguf: base means the GGUF base's own type, but base.model is not a GGUF; "
-                             "choose a type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)")
+            raise ValueError(
+                "outputs.gguf: base means the GGUF base's own type, but base.model is not a GGUF; "
+                "choose a type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)"
+            )
         return self
 
     def resolved_dict(self) -> dict[str, Any]:
@@ -455,8 +519,10 @@ class Recipe(_Model):
         for name in ("data", "evaluation"):
             section = getattr(self, name)
             if section is not None:
-                for key, src in [(f"{name}.math", section.math),
-                                 *[(f"{name}.general.{i}", g) for i, g in enumerate(section.general)]]:
+                for key, src in [
+                    (f"{name}.math", section.math),
+                    *[(f"{name}.general.{i}", g) for i, g in enumerate(section.general)],
+                ]:
                     if src.kind == "local":
                         found.append((f"data file ({key})", Path(src.path).expanduser()))
         lm = self.evaluation.lm_eval if self.evaluation is not None else None

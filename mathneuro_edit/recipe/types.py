@@ -52,9 +52,14 @@ def _top_k(value: float) -> float:
 
 TopK = Annotated[float, AfterValidator(_top_k)]
 # the edit is computed in float32 (engine.apply.edited_values): a scale above its largest value is inf there
-Scale = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
-                  _check(lambda v: v <= 3.4028234663852886e38, "is inf in float32, the dtype the edit is computed in "
-                                                                "(at most 3.4e38): choose a smaller scale")]
+Scale = Annotated[
+    float,
+    _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
+    _check(
+        lambda v: v <= 3.4028234663852886e38,
+        "is inf in float32, the dtype the edit is computed in (at most 3.4e38): choose a smaller scale",
+    ),
+]
 FiniteNonNegative = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
 Level = Annotated[float, _check(lambda v: 0 < v < 1, "must be in (0, 1), e.g. 0.05")]
 Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
@@ -66,8 +71,13 @@ def _repo_id_ok(value: str) -> bool:
     """A Hub repo id the Hub takes as written: ``name`` or ``user/name``, parts of letters, digits and ``._-`` that
     neither start nor end with ``.`` or ``-``, no ``..`` or ``--`` (``../..`` is a path, not a repo), at most 96."""
     parts = value.split("/")
-    return (len(parts) <= 2 and len(value) <= 96 and ".." not in value and "--" not in value
-            and all(_REPO_PART.fullmatch(p) for p in parts))
+    return (
+        len(parts) <= 2
+        and len(value) <= 96
+        and ".." not in value
+        and "--" not in value
+        and all(_REPO_PART.fullmatch(p) for p in parts)
+    )
 
 
 # a branch name the Hub takes as written (publish.hub.check_branch applies it to --branch and a lock's)
@@ -75,14 +85,31 @@ _BRANCH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
 
 def is_branch_name(value: str) -> bool:
-    return (isinstance(value, str) and 0 < len(value) <= 200 and ".." not in value and not value.endswith((".lock", "."))
-            and all(_BRANCH_PART.fullmatch(p) for p in value.split("/")))
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 200
+        and ".." not in value
+        and not value.endswith((".lock", "."))
+        and all(_BRANCH_PART.fullmatch(p) for p in value.split("/"))
+    )
 
 
-RepoId = Annotated[str, _check(_repo_id_ok, "must be a Hub repo id like user/name (letters, digits, '.', '_', '-'; "
-                                            "no '..', no part starting or ending with '.' or '-')")]
-Branch = Annotated[str, _check(is_branch_name, "must be a branch name such as main or exp/boost-1.1 (letters, digits, "
-                                           "'.', '_', '-', '/' between parts not starting with '.' or '-'; no '..')")]
+RepoId = Annotated[
+    str,
+    _check(
+        _repo_id_ok,
+        "must be a Hub repo id like user/name (letters, digits, '.', '_', '-'; "
+        "no '..', no part starting or ending with '.' or '-')",
+    ),
+]
+Branch = Annotated[
+    str,
+    _check(
+        is_branch_name,
+        "must be a branch name such as main or exp/boost-1.1 (letters, digits, "
+        "'.', '_', '-', '/' between parts not starting with '.' or '-'; no '..')",
+    ),
+]
 Regex = Annotated[str, AfterValidator(_regex)]
 
 

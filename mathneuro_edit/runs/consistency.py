@@ -87,12 +87,19 @@ def mask_consistency(
         raise InputError(f"repeats: must be >= 1, got {repeats}")
     for n in sizes:
         if not 1 <= n <= min(len(math_texts), len(general_texts)):
-            raise InputError(f"sizes: {n} is not between 1 and the calibration set size "
-                             f"({min(len(math_texts), len(general_texts))}); lower it or add data")
+            raise InputError(
+                f"sizes: {n} is not between 1 and the calibration set size "
+                f"({min(len(math_texts), len(general_texts))}); lower it or add data"
+            )
 
     def mask_of(m: Sequence[str], g: Sequence[str]) -> Any:
-        return find_math_params(model, calibrate(model, tokenizer, list(m), **ck),
-                                calibrate(model, tokenizer, list(g), **ck), top_k=top_k, **mk)
+        return find_math_params(
+            model,
+            calibrate(model, tokenizer, list(m), **ck),
+            calibrate(model, tokenizer, list(g), **ck),
+            top_k=top_k,
+            **mk,
+        )
 
     if stages is not None:
         stages.start(f"full-data mask ({len(math_texts)} math + {len(general_texts)} general texts, top_k={top_k:g})")
@@ -107,8 +114,15 @@ def mask_consistency(
             draws.append(mask_of(rng.sample(list(math_texts), n), rng.sample(list(general_texts), n)))
         with_full = [jaccard(d, full) for d in draws]
         between = [jaccard(a, b) for a, b in combinations(draws, 2)]
-        rows.append(ConsistencyRow(n, repeats, sum(with_full) / len(with_full), min(with_full),
-                                   sum(between) / len(between) if between else None))
+        rows.append(
+            ConsistencyRow(
+                n,
+                repeats,
+                sum(with_full) / len(with_full),
+                min(with_full),
+                sum(between) / len(between) if between else None,
+            )
+        )
     return rows
 
 
@@ -122,12 +136,23 @@ def _plot(rows: Sequence[ConsistencyRow], path: Path, info: dict[str, Any]) -> P
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [r.samples for r in rows]
     ax.plot(xs, [r.overlap_with_full_mean for r in rows], "o-", label="vs full-data mask (mean)")
-    ax.plot(xs, [r.overlap_with_full_min for r in rows], "v:", color="tab:blue", alpha=0.6,
-            label="vs full-data mask (worst draw)")
+    ax.plot(
+        xs,
+        [r.overlap_with_full_min for r in rows],
+        "v:",
+        color="tab:blue",
+        alpha=0.6,
+        label="vs full-data mask (worst draw)",
+    )
     between = [(r.samples, r.overlap_between_draws_mean) for r in rows if r.overlap_between_draws_mean is not None]
     if between:
-        ax.plot([b[0] for b in between], [b[1] for b in between], "s--", color="tab:orange",
-                label="between random draws (mean)")
+        ax.plot(
+            [b[0] for b in between],
+            [b[1] for b in between],
+            "s--",
+            color="tab:orange",
+            label="between random draws (mean)",
+        )
     ax.set_xscale("log")  # sizes grow geometrically
     ax.xaxis.set_major_locator(FixedLocator(xs))  # a tick at each measured size, written 1, 4, 16 (not 10^0)
     ax.xaxis.set_major_formatter(ScalarFormatter())
@@ -139,17 +164,26 @@ def _plot(rows: Sequence[ConsistencyRow], path: Path, info: dict[str, Any]) -> P
     ax.set_xlabel("calibration samples per set")
     ax.set_ylabel("mask overlap (Jaccard)")
     ax.set_ylim(0, 1.05)
-    ax.set_title(f"mask consistency: {info['method']} top_k={info['top_k']:g}, sizes "
-                 f"{', '.join(str(n) for n in info['sizes'])}\n{info['repeats']} random draws per size vs the full "
-                 f"data ({info['math_samples']} math + {info['general_samples']} general texts)", fontsize=9)
+    ax.set_title(
+        f"mask consistency: {info['method']} top_k={info['top_k']:g}, sizes "
+        f"{', '.join(str(n) for n in info['sizes'])}\n{info['repeats']} random draws per size vs the full "
+        f"data ({info['math_samples']} math + {info['general_samples']} general texts)",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     return save_figure(fig, path)
 
 
 def run_consistency(
-    recipe: Recipe, out_dir: str | Path, *, sizes: Sequence[int], repeats: int = 3, overwrite: bool = False,
-    progress: bool = True, echo: Callable[[str], None] = lambda s: None,
+    recipe: Recipe,
+    out_dir: str | Path,
+    *,
+    sizes: Sequence[int],
+    repeats: int = 3,
+    overwrite: bool = False,
+    progress: bool = True,
+    echo: Callable[[str], None] = lambda s: None,
 ) -> list[ConsistencyRow]:
     """:func:`mask_consistency` on a recipe's model and calibration data; writes ``consistency.json`` / ``.png``.
 
@@ -166,13 +200,33 @@ def run_consistency(
     math_texts = load_texts(d.math, d.samples, d.seed).texts
     general_texts = load_texts(d.general[0], d.samples, d.seed).texts
     rows = mask_consistency(
-        model, tok, math_texts, general_texts, sizes=sizes, repeats=repeats, top_k=m.top_k, seed=d.seed,
-        calibrate_kwargs={"max_length": c.max_length, "batch_size": c.batch_size, "progress": progress,
-                          "include": t.include or None, "exclude": t.exclude or None},
-        mask_kwargs={"method": m.method, "granularity": m.granularity, "seed": m.seed}, stages=stages,
+        model,
+        tok,
+        math_texts,
+        general_texts,
+        sizes=sizes,
+        repeats=repeats,
+        top_k=m.top_k,
+        seed=d.seed,
+        calibrate_kwargs={
+            "max_length": c.max_length,
+            "batch_size": c.batch_size,
+            "progress": progress,
+            "include": t.include or None,
+            "exclude": t.exclude or None,
+        },
+        mask_kwargs={"method": m.method, "granularity": m.granularity, "seed": m.seed},
+        stages=stages,
     )
-    info = {"method": m.method, "top_k": m.top_k, "math_samples": len(math_texts),
-            "general_samples": len(general_texts), "sizes": list(sizes), "repeats": repeats, "seed": d.seed}
+    info = {
+        "method": m.method,
+        "top_k": m.top_k,
+        "math_samples": len(math_texts),
+        "general_samples": len(general_texts),
+        "sizes": list(sizes),
+        "repeats": repeats,
+        "seed": d.seed,
+    }
     # renamed to `out` only when complete; never onto an input (the base, a data file)
     with atomic_dir(out, overwrite=overwrite, inputs=recipe.local_inputs()) as tmp:
         write_json_atomic(tmp / CONSISTENCY_JSON, {**info, "rows": [asdict(r) for r in rows]})

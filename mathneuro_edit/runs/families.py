@@ -43,9 +43,24 @@ from .pipeline import run_recipe
 from .plan import plan_recipe
 from .reproduce import reproduce
 
-__all__ = ["CELLS", "FamilyResult", "run_family", "run_all", "tokenizer_rows", "save_sentencepiece_base",
-           "sentencepiece_tokenizer", "sentencepiece_checkpoint", "SPM_WORKS", "SPM_REFUSED", "save_family_base",
-           "family_recipe", "matrix_markdown", "check_checkpoint", "check_adapter", "check_gguf_readback"]
+__all__ = [
+    "CELLS",
+    "FamilyResult",
+    "run_family",
+    "run_all",
+    "tokenizer_rows",
+    "save_sentencepiece_base",
+    "sentencepiece_tokenizer",
+    "sentencepiece_checkpoint",
+    "SPM_WORKS",
+    "SPM_REFUSED",
+    "save_family_base",
+    "family_recipe",
+    "matrix_markdown",
+    "check_checkpoint",
+    "check_adapter",
+    "check_gguf_readback",
+]
 
 CELLS = ("calibrate", "mask", "checkpoint", "adapter", "gguf", "verify", "reproduce")
 SCALE = 1.1
@@ -80,15 +95,17 @@ def save_family_base(folder: str | Path, shape: FamilyShape, seed: int = 0) -> P
 
 def family_recipe(base: Path, *, adapter: bool, gguf: str | None, exclude: list[str] | None = None) -> Any:
     """The matrix's recipe: the organism's math/general texts, a few samples, every output asked for."""
-    return recipe_from_dict({
-        "base": {"model": str(base), "dtype": "float32", "device": "cpu"},
-        "data": {"math": "organism:math", "general": ["organism:general"], "samples": 8, "seed": 0},
-        "calibration": {"max_length": 48, "batch_size": 4},
-        "targets": {"exclude": exclude or []},
-        "mask": {"method": "mathneuro", "top_k": 0.1},
-        "edit": {"scale": SCALE},
-        "outputs": {"checkpoint": True, "adapter": adapter, "gguf": gguf},
-    })
+    return recipe_from_dict(
+        {
+            "base": {"model": str(base), "dtype": "float32", "device": "cpu"},
+            "data": {"math": "organism:math", "general": ["organism:general"], "samples": 8, "seed": 0},
+            "calibration": {"max_length": 48, "batch_size": 4},
+            "targets": {"exclude": exclude or []},
+            "mask": {"method": "mathneuro", "top_k": 0.1},
+            "edit": {"scale": SCALE},
+            "outputs": {"checkpoint": True, "adapter": adapter, "gguf": gguf},
+        }
+    )
 
 
 def _load(folder: Path, **kwargs: Any) -> dict[str, torch.Tensor]:
@@ -246,8 +263,7 @@ def sentencepiece_tokenizer(style: str = "llama", size: int = VOCAB) -> Any:
 
     specials = _SPM_SPECIALS[style]
     bytes_ = [f"<0x{b:02X}>" for b in range(256)]
-    trainer = tk.trainers.BpeTrainer(vocab_size=size - len(bytes_), special_tokens=list(specials),
-                                     show_progress=False)
+    trainer = tk.trainers.BpeTrainer(vocab_size=size - len(bytes_), special_tokens=list(specials), show_progress=False)
     learner = tk.Tokenizer(tk.models.BPE(unk_token="<unk>"))
     # Why split on "▁" while training: SentencePiece's pieces never hold a space past their first character
     learner.pre_tokenizer = tk.pre_tokenizers.Metaspace(prepend_scheme="always" if style == "llama" else "never")
@@ -256,11 +272,10 @@ def sentencepiece_tokenizer(style: str = "llama", size: int = VOCAB) -> Any:
     pieces = list(specials) + bytes_ + [t for t, _ in learned if t not in specials]
     vocab = {t: i for i, t in enumerate(pieces)}
     merges = []
-    for piece in pieces[len(specials) + 256:]:  # every split into two pieces, by the piece's rank
+    for piece in pieces[len(specials) + 256 :]:  # every split into two pieces, by the piece's rank
         splits = [(piece[:i], piece[i:]) for i in range(1, len(piece)) if piece[:i] in vocab and piece[i:] in vocab]
         merges += sorted(splits, key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
-    tok = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True,
-                                     fuse_unk=True))
+    tok = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     tok.add_special_tokens(list(specials))
     replace = tk.normalizers.Replace(" ", "\u2581")
     prefix = [tk.normalizers.Prepend("\u2581")] if style == "llama" else []  # Gemma: no space prefix
@@ -268,8 +283,9 @@ def sentencepiece_tokenizer(style: str = "llama", size: int = VOCAB) -> Any:
     steps = [tk.decoders.Replace("\u2581", " "), tk.decoders.ByteFallback(), tk.decoders.Fuse()]
     tok.decoder = tk.decoders.Sequence(steps + ([tk.decoders.Strip(" ", 1, 0)] if style == "llama" else []))
     bos = specials[1]
-    tok.post_processor = tk.processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
-                                                          special_tokens=[(bos, vocab[bos])])
+    tok.post_processor = tk.processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, vocab[bos])]
+    )
     return tok
 
 
@@ -280,8 +296,11 @@ def save_sentencepiece_base(folder: str | Path, style: str = "llama") -> Path:
 
     folder = save_family_base(folder, FAMILY_SHAPES[0] if style == "llama" else family_shape("Gemma 2"))
     specials = _SPM_SPECIALS[style]
-    names = dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), specials)) if style == "gemma" else \
-        dict(zip(("unk_token", "bos_token", "eos_token"), specials))
+    names = (
+        dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), specials))
+        if style == "gemma"
+        else dict(zip(("unk_token", "bos_token", "eos_token"), specials))
+    )
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
         (folder / name).unlink(missing_ok=True)  # the organism's, saved by save_family_base
     PreTrainedTokenizerFast(tokenizer_object=sentencepiece_tokenizer(style), **names).save_pretrained(folder)
@@ -289,10 +308,14 @@ def save_sentencepiece_base(folder: str | Path, style: str = "llama") -> Path:
 
 
 # the GGUF tokenizer table: style -> its row (what sentencepiece_tokenizer lays out, and the releases that do)
-SPM_WORKS = {"llama": "SentencePiece BPE, space prefix (Llama 2, Mistral v0.1, Phi-3)",
-             "gemma": "SentencePiece BPE, no space prefix (Gemma)"}
-SPM_REFUSED = {"first": "SentencePiece BPE, Metaspace prepend_scheme 'first' (transformers' non-legacy conversion)",
-               "unigram": "SentencePiece Unigram (T5, ALBERT)"}
+SPM_WORKS = {
+    "llama": "SentencePiece BPE, space prefix (Llama 2, Mistral v0.1, Phi-3)",
+    "gemma": "SentencePiece BPE, no space prefix (Gemma)",
+}
+SPM_REFUSED = {
+    "first": "SentencePiece BPE, Metaspace prepend_scheme 'first' (transformers' non-legacy conversion)",
+    "unigram": "SentencePiece Unigram (T5, ALBERT)",
+}
 
 
 def _spm_variant(folder: Path, kind: str) -> None:
@@ -301,12 +324,15 @@ def _spm_variant(folder: Path, kind: str) -> None:
     tok = json.loads(path.read_text(encoding="utf-8"))
     if kind == "first":  # transformers' LlamaConverter with legacy=False: a Metaspace pre-tokenizer, no normalizer
         tok["normalizer"] = None
-        tok["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
-                                "split": False}
+        tok["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
     else:  # the same pieces as a Unigram model, scored by rank (SentencePiece's unigram layout)
         vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
-        tok["model"] = {"type": "Unigram", "unk_id": 0, "byte_fallback": True,
-                        "vocab": [[t, 0.0 if i < 259 else -float(i)] for t, i in vocab]}
+        tok["model"] = {
+            "type": "Unigram",
+            "unk_id": 0,
+            "byte_fallback": True,
+            "vocab": [[t, 0.0 if i < 259 else -float(i)] for t, i in vocab],
+        }
     path.write_text(json.dumps(tok, ensure_ascii=False, indent=2), encoding="utf-8")
 
 
@@ -390,11 +416,16 @@ def matrix_markdown(rows: list[FamilyResult], tokenizers: dict[str, str] | None 
         cells = [_cell(r.cells[c], notes) for c in CELLS]
         lines.append(f"| {r.shape.name} | `{r.model_type}` | " + " | ".join(cells) + " |")
     if tokenizers:
-        lines += ["", "GGUF tokenizers (the vocabulary written with the GGUF; `tokenizer.json` decides). The",
-                  "SentencePiece rows are a BPE with byte fallback trained on the organism's texts, laid out like",
-                  "Llama 2's and Gemma's tokenizer.json; llama.cpp itself tokenizes, detokenizes and runs their",
-                  "GGUF like transformers (`tests/weights/test_gguf_vocab.py`, `tests/runs/test_families.py`):", "",
-                  "| tokenizer | gguf |", "|---|---|"]
+        lines += [
+            "",
+            "GGUF tokenizers (the vocabulary written with the GGUF; `tokenizer.json` decides). The",
+            "SentencePiece rows are a BPE with byte fallback trained on the organism's texts, laid out like",
+            "Llama 2's and Gemma's tokenizer.json; llama.cpp itself tokenizes, detokenizes and runs their",
+            "GGUF like transformers (`tests/weights/test_gguf_vocab.py`, `tests/runs/test_families.py`):",
+            "",
+            "| tokenizer | gguf |",
+            "|---|---|",
+        ]
         lines += [f"| {k} | {_cell(v, notes)} |" for k, v in tokenizers.items()]
     lines += ["", "## Refusals", ""]
     for text, n in notes.items():

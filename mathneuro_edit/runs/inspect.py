@@ -15,7 +15,15 @@ from ..engine.mask import Mask
 from ..engine.stats import ActivationStats
 from ..errors import InputError
 
-__all__ = ["load_artifact", "mask_table", "stats_table", "layer_fractions", "plot_layer_distribution", "pyplot", "save_figure"]
+__all__ = [
+    "load_artifact",
+    "mask_table",
+    "stats_table",
+    "layer_fractions",
+    "plot_layer_distribution",
+    "pyplot",
+    "save_figure",
+]
 
 _LAYER = re.compile(r"\.(\d+)\.")
 
@@ -87,7 +95,7 @@ def _module_type(name: str) -> str:
         parts = parts[:-1]
     m = _LAYER.search(name)
     if m:
-        tail = name[m.end():].split(".")
+        tail = name[m.end() :].split(".")
         parts = tail[:-1] if tail[-1] == "weight" else tail
     return ".".join(parts[-2:]) if len(parts) >= 2 else ".".join(parts)
 
@@ -127,17 +135,32 @@ def mask_table(mask: Any) -> str:
 def mask_dict(mask: Any) -> dict[str, Any]:
     """The mask as JSON data (``inspect --json``): per tensor selected/total, totals, sha256 and provenance."""
     s, t = mask.total()
-    return {"kind": "mask", "sha256": mask.sha256, "selected": s, "total": t,
-            "meta": {k: v for k, v in mask.meta.items() if isinstance(v, (str, int, float, bool)) or v is None},
-            "tensors": {name: {"selected": a, "total": b} for name, (a, b) in mask.counts().items()}}
+    return {
+        "kind": "mask",
+        "sha256": mask.sha256,
+        "selected": s,
+        "total": t,
+        "meta": {k: v for k, v in mask.meta.items() if isinstance(v, (str, int, float, bool)) or v is None},
+        "tensors": {name: {"selected": a, "total": b} for name, (a, b) in mask.counts().items()},
+    }
 
 
 def stats_dict(stats: Any) -> dict[str, Any]:
     """Statistics as JSON data (``inspect --json``): per target kind, shape, tokens and mean L2, then the summary."""
-    return {"kind": "stats", "sha256": stats.sha256, "summary": stats.summary(),
-            "targets": {name: {"kind": t.kind, "shape": list(t.stat_shape),
-                               "tokens": int(stats.token_count[name].sum()),
-                               "mean_l2": float(stats.norm_sum[name].mean())} for name, t in stats.targets.items()}}
+    return {
+        "kind": "stats",
+        "sha256": stats.sha256,
+        "summary": stats.summary(),
+        "targets": {
+            name: {
+                "kind": t.kind,
+                "shape": list(t.stat_shape),
+                "tokens": int(stats.token_count[name].sum()),
+                "mean_l2": float(stats.norm_sum[name].mean()),
+            }
+            for name, t in stats.targets.items()
+        },
+    }
 
 
 def stats_table(stats: Any) -> str:
@@ -146,11 +169,15 @@ def stats_table(stats: Any) -> str:
     lines = [f"{'target':<{width}}  {'kind':<8}  {'shape':>10}  {'tokens':>10}  {'mean l2':>10}"]
     for name, t in stats.targets.items():
         g, d = t.stat_shape
-        lines.append(f"{name:<{width}}  {t.kind:<8}  {f'{g}x{d}':>10}  {int(stats.token_count[name].sum()):>10,}  "
-                     f"{float(stats.norm_sum[name].mean()):>10.4g}")
+        lines.append(
+            f"{name:<{width}}  {t.kind:<8}  {f'{g}x{d}':>10}  {int(stats.token_count[name].sum()):>10,}  "
+            f"{float(stats.norm_sum[name].mean()):>10.4g}"
+        )
     s = stats.summary()
-    lines.append(f"{s['samples']} samples, {s['tokens']} tokens, {s['truncated']} truncated, {s['targets']} targets, "
-                 f"{s['bytes']:,} bytes; sha256 {stats.sha256}")
+    lines.append(
+        f"{s['samples']} samples, {s['tokens']} tokens, {s['truncated']} truncated, {s['targets']} targets, "
+        f"{s['bytes']:,} bytes; sha256 {stats.sha256}"
+    )
     return "\n".join(lines)
 
 
@@ -170,16 +197,26 @@ def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = 
     markers = "osD^vP*Xh<>p"
     # distinguishable lines: colour, dash and marker all change from one module type to the next
     for i, (module_type, by_layer) in enumerate(sorted(fractions.items())):
-        ax.plot(list(by_layer), [100 * v for v in by_layer.values()], color=colors(i % 10),
-                ls=styles[i % len(styles)], marker=markers[i % len(markers)], ms=5, lw=1.4, label=module_type)
+        ax.plot(
+            list(by_layer),
+            [100 * v for v in by_layer.values()],
+            color=colors(i % 10),
+            ls=styles[i % len(styles)],
+            marker=markers[i % len(markers)],
+            ms=5,
+            lw=1.4,
+            label=module_type,
+        )
     ax.set_xlabel("layer")
     ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
     ax.set_ylabel("selected (% of the module's weights)")
     ax.set_ylim(bottom=0)
-    ax.set_title(title or f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}: selected weights "
-                 "per layer")
+    ax.set_title(
+        title or f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}: selected weights per layer"
+    )
     # outside the axes, right: the legend never hides a line
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, title="module",
-              title_fontsize=7)
+    ax.legend(
+        fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, title="module", title_fontsize=7
+    )
     ax.grid(alpha=0.3)
     return save_figure(fig, path)

@@ -23,13 +23,16 @@ __all__ = ["official_recipe_mask", "refuse_official"]
 def refuse_official(recipe: Recipe, command: str) -> None:
     """Raise when the recipe asks for the official selection and ``command`` can only make the default one."""
     if recipe.mask.reference == "official":
-        raise InputError(f"mask.reference: official: `{command}` derives masks from saved float32 statistics, which "
-                         "cannot reproduce the released script's per-sample sums in the model's dtype; make this mask "
-                         "with `mathneuro-edit run`, or set mask.reference: null")
+        raise InputError(
+            f"mask.reference: official: `{command}` derives masks from saved float32 statistics, which "
+            "cannot reproduce the released script's per-sample sums in the model's dtype; make this mask "
+            "with `mathneuro-edit run`, or set mask.reference: null"
+        )
 
 
-def official_recipe_mask(recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True,
-                         stages: Any = None) -> Mask:
+def official_recipe_mask(
+    recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True, stages: Any = None
+) -> Mask:
     """The recipe's mask by the released script's rule: the recipe's texts (same sampling), ``top_k``, method, seed,
     targets and ``max_length``; one text per forward in sampled order (``calibration.batch_size`` does not apply).
 
@@ -42,6 +45,16 @@ def official_recipe_mask(recipe: Recipe, model: Any, tokenizer: Any, *, progress
         stages.note(f"the model is in {dtype}; the released script loads bfloat16 (base.dtype: bfloat16 to match it)")
     math = load_texts(d.math, d.samples, d.seed).texts
     generals = [load_texts(source, d.samples, d.seed).texts for source in d.general]
-    return find_math_params_official(model, tokenizer, math, generals, top_k=m.top_k, method=m.method, seed=m.seed,
-                                     max_length=c.max_length, include=t.include or None,
-                                     exclude=t.exclude or None, progress=progress)
+    return find_math_params_official(
+        model,
+        tokenizer,
+        math,
+        generals,
+        top_k=m.top_k,
+        method=m.method,
+        seed=m.seed,
+        max_length=c.max_length,
+        include=t.include or None,
+        exclude=t.exclude or None,
+        progress=progress,
+    )

@@ -41,13 +41,17 @@ class MiniatureResult:
         return asdict(self)
 
     def to_markdown(self) -> str:
-        rows = [f"| edit (top_k {self.top_k:g}) | weights pruned | math accuracy | general loss | general KL |",
-                "|---|---|---|---|---|",
-                f"| none (base) | 0 | {100 * self.base_accuracy:.1f}% | {self.base_general_loss:.4f} | 0 |"]
+        rows = [
+            f"| edit (top_k {self.top_k:g}) | weights pruned | math accuracy | general loss | general KL |",
+            "|---|---|---|---|---|",
+            f"| none (base) | 0 | {100 * self.base_accuracy:.1f}% | {self.base_general_loss:.4f} | 0 |",
+        ]
         for name, e in self.edits.items():
-            rows.append(f"| {name} | {int(e['selected']):,} | {100 * e['math_accuracy']:.1f}% | "
-                        f"{e['general_loss']:.4f} ({100 * (e['general_loss'] / self.base_general_loss - 1):+.1f}%) | "
-                        f"{e['general_kl']:.4f} |")
+            rows.append(
+                f"| {name} | {int(e['selected']):,} | {100 * e['math_accuracy']:.1f}% | "
+                f"{e['general_loss']:.4f} ({100 * (e['general_loss'] / self.base_general_loss - 1):+.1f}%) | "
+                f"{e['general_kl']:.4f} |"
+            )
         return "\n".join(rows)
 
 
@@ -79,18 +83,24 @@ def run_miniature(
         "Wanda-only prune (math top-K)": find_math_params(model, ms, None, top_k=top_k, method="wanda"),
         "MathNeuro prune, 1 sample per set": find_math_params(model, ms1, gs1, top_k=top_k),
     }
-    tasks = [MathTask("math", math_problems(n_eval, seed=seed + 1, split="test"), max_new_tokens=96),
-             GeneralTask("general", general_texts(n_eval, seed=seed + 1, split="test"))]
+    tasks = [
+        MathTask("math", math_problems(n_eval, seed=seed + 1, split="test"), max_new_tokens=96),
+        GeneralTask("general", general_texts(n_eval, seed=seed + 1, split="test")),
+    ]
     base = evaluate(model, tok, tasks, progress=progress)
     base_d = base.to_dict()
-    result = MiniatureResult(top_k, n_eval, base_d["math"]["base"]["math_accuracy"],
-                             base_d["general"]["base"]["general_loss"])
+    result = MiniatureResult(
+        top_k, n_eval, base_d["math"]["base"]["math_accuracy"], base_d["general"]["base"]["general_loss"]
+    )
     for name, mask in masks.items():
-        res = evaluate(model, tok, tasks, edit=ReversibleEdit(model, mask, 0.0), base_results=base,
-                       progress=progress).to_dict()
-        result.edits[name] = {"math_accuracy": res["math"]["edited"]["math_accuracy"],
-                              "general_loss": res["general"]["edited"]["general_loss"],
-                              "general_kl": res["general"]["edited"]["general_kl"],
-                              "selected": float(mask.total()[0])}
+        res = evaluate(
+            model, tok, tasks, edit=ReversibleEdit(model, mask, 0.0), base_results=base, progress=progress
+        ).to_dict()
+        result.edits[name] = {
+            "math_accuracy": res["math"]["edited"]["math_accuracy"],
+            "general_loss": res["general"]["edited"]["general_loss"],
+            "general_kl": res["general"]["edited"]["general_kl"],
+            "selected": float(mask.total()[0]),
+        }
     result.one_sample_overlap = jaccard(masks["MathNeuro prune"], masks["MathNeuro prune, 1 sample per set"])
     return result

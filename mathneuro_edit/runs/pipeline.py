@@ -82,7 +82,6 @@ __all__ = [
 ]
 
 
-
 @dataclass
 class RunResult:
     """What :func:`run_recipe` wrote and measured."""
@@ -97,9 +96,15 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (``run --json``): the folder, the mask, every output file's sha256 and the evaluation."""
-        return {"out_dir": str(self.out_dir), "mask_sha256": self.mask_sha256, "selected": self.selected,
-                "total": self.total, "files": dict(self.files), "eval": self.eval_results,
-                "adapter_size_ratio": self.adapter_size_ratio}
+        return {
+            "out_dir": str(self.out_dir),
+            "mask_sha256": self.mask_sha256,
+            "selected": self.selected,
+            "total": self.total,
+            "files": dict(self.files),
+            "eval": self.eval_results,
+            "adapter_size_ratio": self.adapter_size_ratio,
+        }
 
 
 def base_lock_fields(recipe: Recipe, folder: Path) -> tuple[str | None, dict | None, dict | None]:
@@ -122,8 +127,14 @@ def gguf_meta(recipe: Recipe, n_params: int, fields: dict | None, gguf: dict | N
     base: dict[str, Any] = {"model": public["base"]["model"], **({"gguf": gguf} if gguf else {})}
     if local is not None and local.is_dir():
         base["description"] = base_description(local)
-    return gguf_general({"base": base, "recipe": {"edit": public["edit"], "base": public["base"]},
-                         "edit_summary": {"model_params": n_params}}, fields)
+    return gguf_general(
+        {
+            "base": base,
+            "recipe": {"edit": public["edit"], "base": public["base"]},
+            "edit_summary": {"model_params": n_params},
+        },
+        fields,
+    )
 
 
 def output_dtype(recipe: Recipe) -> str | None:
@@ -161,8 +172,14 @@ def load_recipe_model(recipe: Recipe):
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and device in ("auto", "cuda") and b.device_map is None:
         device = str(local_device())  # data-parallel: one model copy per rank, on that rank's GPU
     return load_model(
-        base_reference(recipe), dtype=b.dtype, device=device, device_map=b.device_map, max_memory=b.max_memory,
-        offload_folder=b.offload_folder, trust_remote_code=b.trust_remote_code, revision=b.revision,
+        base_reference(recipe),
+        dtype=b.dtype,
+        device=device,
+        device_map=b.device_map,
+        max_memory=b.max_memory,
+        offload_folder=b.offload_folder,
+        trust_remote_code=b.trust_remote_code,
+        revision=b.revision,
     )
 
 
@@ -180,8 +197,13 @@ def calibrate_recipe(recipe: Recipe, model: Any, tokenizer: Any, *, progress: bo
         than 0 of a data-parallel run the statistics are ``None``.
     """
     d, c, t = recipe.data, recipe.calibration, recipe.targets
-    kwargs = dict(max_length=c.max_length, batch_size=c.batch_size, progress=progress,
-                  include=t.include or None, exclude=t.exclude or None)
+    kwargs = dict(
+        max_length=c.max_length,
+        batch_size=c.batch_size,
+        progress=progress,
+        include=t.include or None,
+        exclude=t.exclude or None,
+    )
     math = load_texts(d.math, d.samples, d.seed)
     if stages is not None:
         stages.start(f"calibrate math ({len(math.texts)} texts)")
@@ -216,15 +238,33 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     shots, problems = problems[: ev.n_shot], problems[ev.n_shot :]
     texts, _ = load_set(ev.general, ev.samples, ev.seed)
     lm = ev.lm_eval
-    harness = [] if lm is None else [LmEvalTask(
-        "lm_eval", tasks=tuple(lm.tasks), limit=lm.limit, include_path=lm.include_path, num_fewshot=lm.num_fewshot,
-        apply_chat_template=lm.apply_chat_template, fewshot_as_multiturn=lm.fewshot_as_multiturn,
-        batch_size=lm.batch_size)]
+    harness = (
+        []
+        if lm is None
+        else [
+            LmEvalTask(
+                "lm_eval",
+                tasks=tuple(lm.tasks),
+                limit=lm.limit,
+                include_path=lm.include_path,
+                num_fewshot=lm.num_fewshot,
+                apply_chat_template=lm.apply_chat_template,
+                fewshot_as_multiturn=lm.fewshot_as_multiturn,
+                batch_size=lm.batch_size,
+            )
+        ]
+    )
     keys = ("question", "answer", "prefill")
     return harness + [
-        MathTask("math", [{k: p[k] for k in keys if k in p} for p in problems], n_shot=ev.n_shot,
-                 shots=[{k: p[k] for k in keys if k in p} for p in shots], max_new_tokens=ev.max_new_tokens,
-                 chat_template=ev.chat_template, prompt_style=ev.prompt_style),
+        MathTask(
+            "math",
+            [{k: p[k] for k in keys if k in p} for p in problems],
+            n_shot=ev.n_shot,
+            shots=[{k: p[k] for k in keys if k in p} for p in shots],
+            max_new_tokens=ev.max_new_tokens,
+            chat_template=ev.chat_template,
+            prompt_style=ev.prompt_style,
+        ),
         GeneralTask("general", texts, max_length=recipe.calibration.max_length),
     ]
 
@@ -239,9 +279,17 @@ def check_adapter_support(recipe: Recipe, model: Any) -> None:
         raise InputError(refusal)
 
 
-def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: Any, n_params: int,
-                    eval_dict: dict | None, license_: str | dict | None,
-                    lm_eval_docs: Mapping[str, Any] | None = None) -> None:
+def publish_folder(
+    folder: Path,
+    recipe: Recipe,
+    lock: dict,
+    kind: str,
+    mask: Any,
+    n_params: int,
+    eval_dict: dict | None,
+    license_: str | dict | None,
+    lm_eval_docs: Mapping[str, Any] | None = None,
+) -> None:
     """Write the lock, eval.json (and lm-eval's own results files) and the model card into one output folder."""
     write_lock(folder, lock)
     if eval_dict is not None:
@@ -249,10 +297,17 @@ def publish_folder(folder: Path, recipe: Recipe, lock: dict, kind: str, mask: An
     for name, doc in (lm_eval_docs or {}).items():
         write_json_atomic(folder / name, doc)
     hub_id = recipe.base.hub_id or (None if recipe.base.local_dir() is not None else recipe.base.model)
-    card = build_card(recipe=recipe, lock=lock, base_model_id=hub_id, kind=kind,
-                      edit_summary=summarize_edit(mask.counts(), model_params=n_params),
-                      eval_results=eval_dict, license=license_, lock_sha256=lock_file_sha256(folder),
-                      weights_dtype=folder_dtype(folder))
+    card = build_card(
+        recipe=recipe,
+        lock=lock,
+        base_model_id=hub_id,
+        kind=kind,
+        edit_summary=summarize_edit(mask.counts(), model_params=n_params),
+        eval_results=eval_dict,
+        license=license_,
+        lock_sha256=lock_file_sha256(folder),
+        weights_dtype=folder_dtype(folder),
+    )
     write_card(folder, card)
 
 
@@ -291,8 +346,10 @@ def run_recipe(
     if out.exists() and not overwrite:
         raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise InputError("run is single-process; under torchrun use `mathneuro-edit calibrate` (data-parallel), "
-                         "then `mask` and `export` in one process (docs/scaling.md)")
+        raise InputError(
+            "run is single-process; under torchrun use `mathneuro-edit calibrate` (data-parallel), "
+            "then `mask` and `export` in one process (docs/scaling.md)"
+        )
     scale = recipe.edit.effective_scale
     base = base_reference(recipe)
     folder = resolve_base(base, revision=recipe.base.revision)  # fails early on a missing/pickle base
@@ -309,30 +366,47 @@ def run_recipe(
             check_adapter_support(recipe, meta)
     o = recipe.outputs
     stages = Stages(3 + len(recipe.data.general) + bool(tasks) + bool(o.checkpoint) + bool(o.adapter) + 1, echo)
-    with atomic_dir(out, overwrite=overwrite, protect=[folder],  # renamed to `out` only when complete
-                    inputs=recipe.local_inputs()) as tmp:
+    with atomic_dir(
+        out,
+        overwrite=overwrite,
+        protect=[folder],  # renamed to `out` only when complete
+        inputs=recipe.local_inputs(),
+    ) as tmp:
         (tmp / STATS_DIR).mkdir()
         model, tokenizer = load_stage(recipe, stages)
         if recipe.outputs.adapter:
             check_adapter_support(recipe, model)  # a family transformers could not build on meta: now
-        math_stats, general_stats, records = calibrate_recipe(recipe, model, tokenizer, progress=progress,
-                                                              stages=stages)
+        math_stats, general_stats, records = calibrate_recipe(
+            recipe, model, tokenizer, progress=progress, stages=stages
+        )
         math_stats.save(tmp / STATS_DIR / MATH_STATS_NAME)
         for i, g in enumerate(general_stats):
             g.save(tmp / STATS_DIR / general_stats_name(i))
         m = recipe.mask
-        stages.start(f"mask ({m.method}, top_k={m.top_k:g}" + (", the released script's rule: one text per forward"
-                                                              if m.reference == "official" else "") + ")")
+        stages.start(
+            f"mask ({m.method}, top_k={m.top_k:g}"
+            + (", the released script's rule: one text per forward" if m.reference == "official" else "")
+            + ")"
+        )
         if m.reference == "official":  # its own batch-1 pass: sums in the model's dtype are not statistics
             mask = official_recipe_mask(recipe, model, tokenizer, progress=progress, stages=stages)
         else:
             # model_weights: offloaded (device_map) parameters are read back from accelerate's offload one at a time
-            mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=m.top_k, method=m.method,
-                                    granularity=m.granularity, seed=m.seed, progress=progress)
+            mask = find_math_params(
+                model_weights(model),
+                math_stats,
+                general_stats,
+                top_k=m.top_k,
+                method=m.method,
+                granularity=m.granularity,
+                seed=m.seed,
+                progress=progress,
+            )
         mask.save(tmp / MASK_NAME)
         selected, total = mask.total()
-        stages.note(f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), "
-                    f"sha256 {mask.sha256[:12]}")
+        stages.note(
+            f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), sha256 {mask.sha256[:12]}"
+        )
 
         eval_dict, lm_eval_docs = None, {}
         if tasks:
@@ -352,15 +426,33 @@ def run_recipe(
         license_ = base_card_fields(base, recipe.base.revision)  # license fields, language, datasets
         if recipe.outputs.checkpoint:
             stages.start("export checkpoint/" + (f" + model-{gguf_type}.gguf" if gguf_type else ""))
-            export_checkpoint(folder, mask, scale, tmp / CHECKPOINT_DIR, max_shard_size=recipe.outputs.max_shard_size,
-                              progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=gguf_type, gguf_name=gguf_name(recipe), gguf_pre=gguf_pre,
-                              gguf_meta=gguf_meta(recipe, n_params, license_, gguf), dtype=output_dtype(recipe))
+            export_checkpoint(
+                folder,
+                mask,
+                scale,
+                tmp / CHECKPOINT_DIR,
+                max_shard_size=recipe.outputs.max_shard_size,
+                progress=progress,
+                workers=workers,
+                trust_remote_code=recipe.base.trust_remote_code,
+                gguf=gguf_type,
+                gguf_name=gguf_name(recipe),
+                gguf_pre=gguf_pre,
+                gguf_meta=gguf_meta(recipe, n_params, license_, gguf),
+                dtype=output_dtype(recipe),
+            )
         if recipe.outputs.adapter:
             stages.start("export adapter/ (PEFT SHiRA)")
             named, pinned = adapter_base(recipe, revision)
-            adapter = export_adapter(folder, mask, scale, tmp / ADAPTER_DIR, revision=pinned,
-                                     base_model_name_or_path=named, trust_remote_code=recipe.base.trust_remote_code)
+            adapter = export_adapter(
+                folder,
+                mask,
+                scale,
+                tmp / ADAPTER_DIR,
+                revision=pinned,
+                base_model_name_or_path=named,
+                trust_remote_code=recipe.base.trust_remote_code,
+            )
             ratio = adapter.size_ratio
             stages.note(f"{100 * ratio:.2f}% of the checkpoint's size")
 
@@ -372,12 +464,23 @@ def run_recipe(
         sweep = None if sweep_evidence is None else evidence_with_overlap(sweep_evidence, tasks, mask.sha256)
         if sweep is not None and sweep["evaluation_overlap"]["selection"]:
             o_ = sweep["evaluation_overlap"]
-            stages.note(f"{o_['selection']} of this run's {o_['n']} evaluation problems were used to choose the "
-                        "setting: its gain is not a confirmation (the card says so)")
+            stages.note(
+                f"{o_['selection']} of this run's {o_['n']} evaluation problems were used to choose the "
+                "setting: its gain is not a confirmation (the card says so)"
+            )
         stats_sha = {"math": math_stats.sha256, "general": [g.sha256 for g in general_stats]}
-        lock = build_lock(recipe, base_revision=revision, data_records=records, stats_sha256=stats_sha,
-                          mask_sha256=mask.sha256, output_files=files, base_weights=weights, base_gguf=gguf,
-                          edit_summary=summarize_edit(mask.counts(), model_params=n_params), sweep=sweep)
+        lock = build_lock(
+            recipe,
+            base_revision=revision,
+            data_records=records,
+            stats_sha256=stats_sha,
+            mask_sha256=mask.sha256,
+            output_files=files,
+            base_weights=weights,
+            base_gguf=gguf,
+            edit_summary=summarize_edit(mask.counts(), model_params=n_params),
+            sweep=sweep,
+        )
         write_lock(tmp, lock)
         for sub, kind in ((CHECKPOINT_DIR, "checkpoint"), (ADAPTER_DIR, "adapter")):
             if (tmp / sub).is_dir():
@@ -393,8 +496,11 @@ def evidence_with_overlap(evidence: Mapping[str, Any], tasks: list[Any], mask_sh
     sel = set(evidence["selection"]["problems_sha256"])
     conf = set(evidence["confirmation"].get("problems_sha256") or ())
     out = dict(evidence)
-    out["evaluation_overlap"] = {"n": len(mine), "selection": sum(h in sel for h in mine),
-                                 "confirmation": sum(h in conf for h in mine)}
+    out["evaluation_overlap"] = {
+        "n": len(mine),
+        "selection": sum(h in sel for h in mine),
+        "confirmation": sum(h in conf for h in mine),
+    }
     out["mask_matches_confirmation"] = evidence["confirmation"].get("mask_sha256") == mask_sha256
     return out
 
@@ -415,12 +521,22 @@ def describe_tasks(tasks: list[Any]) -> str:
 def data_records(recipe: Recipe) -> dict[str, Any]:
     """The lock's ``data`` section without calibrating: each set is sampled again (cheap: no forward pass)."""
     d = recipe.data
-    return {"math": [load_texts(d.math, d.samples, d.seed).record],
-            "general": [load_texts(g, d.samples, d.seed).record for g in d.general]}
+    return {
+        "math": [load_texts(d.math, d.samples, d.seed).record],
+        "general": [load_texts(g, d.samples, d.seed).record for g in d.general],
+    }
 
 
-def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *, adapter: bool = False,
-                  overwrite: bool = False, progress: bool = False, workers: int = 1) -> Path:
+def export_recipe(
+    recipe: Recipe,
+    mask_path: str | Path,
+    out_dir: str | Path,
+    *,
+    adapter: bool = False,
+    overwrite: bool = False,
+    progress: bool = False,
+    workers: int = 1,
+) -> Path:
     """The standalone ``export``: the recipe's edit from a saved mask, with the same lock and card as ``run``.
 
     The folder is what ``run`` writes as ``checkpoint/`` (or ``adapter/``): the model files, the lock (its
@@ -440,30 +556,59 @@ def export_recipe(recipe: Recipe, mask_path: str | Path, out_dir: str | Path, *,
     folder = resolve_base(base, revision=recipe.base.revision)
     sub = ADAPTER_DIR if adapter else CHECKPOINT_DIR
     gguf_type, gguf_pre = gguf_output(recipe.base, None if adapter else recipe.outputs.gguf)
-    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder],
-                    inputs=[*recipe.local_inputs(), ("mask", mask_path if isinstance(mask_path, (str, Path))
-                                                     else None)]) as tmp:
+    with atomic_dir(
+        out_dir,
+        overwrite=overwrite,
+        protect=[folder],
+        inputs=[*recipe.local_inputs(), ("mask", mask_path if isinstance(mask_path, (str, Path)) else None)],
+    ) as tmp:
         inner = tmp / sub
         revision, gguf, weights = base_lock_fields(recipe, folder)  # the adapter pins the resolved revision
         n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
         fields = base_card_fields(base, recipe.base.revision)
         if adapter:
             named, pinned = adapter_base(recipe, revision)
-            export_adapter(folder, mask, scale, inner, revision=pinned, base_model_name_or_path=named,
-                           trust_remote_code=recipe.base.trust_remote_code)
+            export_adapter(
+                folder,
+                mask,
+                scale,
+                inner,
+                revision=pinned,
+                base_model_name_or_path=named,
+                trust_remote_code=recipe.base.trust_remote_code,
+            )
         else:
-            export_checkpoint(folder, mask, scale, inner, max_shard_size=recipe.outputs.max_shard_size,
-                              progress=progress, workers=workers, trust_remote_code=recipe.base.trust_remote_code,
-                              gguf=gguf_type, gguf_name=gguf_name(recipe), gguf_pre=gguf_pre,
-                              gguf_meta=gguf_meta(recipe, n_params, fields, gguf), dtype=output_dtype(recipe))
+            export_checkpoint(
+                folder,
+                mask,
+                scale,
+                inner,
+                max_shard_size=recipe.outputs.max_shard_size,
+                progress=progress,
+                workers=workers,
+                trust_remote_code=recipe.base.trust_remote_code,
+                gguf=gguf_type,
+                gguf_name=gguf_name(recipe),
+                gguf_pre=gguf_pre,
+                gguf_meta=gguf_meta(recipe, n_params, fields, gguf),
+                dtype=output_dtype(recipe),
+            )
         for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
             p.rename(tmp / p.name)
         inner.rmdir()
         files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
         meta = mask.meta
         stats = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}
-        lock = build_lock(recipe, base_revision=revision, data_records=data_records(recipe),
-                          stats_sha256=stats, mask_sha256=mask.sha256, output_files=files, base_weights=weights,
-                          base_gguf=gguf, edit_summary=summarize_edit(mask.counts(), model_params=n_params))
+        lock = build_lock(
+            recipe,
+            base_revision=revision,
+            data_records=data_records(recipe),
+            stats_sha256=stats,
+            mask_sha256=mask.sha256,
+            output_files=files,
+            base_weights=weights,
+            base_gguf=gguf,
+            edit_summary=summarize_edit(mask.counts(), model_params=n_params),
+        )
         publish_folder(tmp, recipe, lock, sub, mask, n_params, None, fields)
     return Path(out_dir)

@@ -94,8 +94,9 @@ def load_config(config_or_path: Any, *, revision: str | None = None, trust_remot
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError, RecursionError) as e:
-                raise InputError(f"{path}: not a readable config.json ({str(e)[:120]}); pass the model's "
-                                 "config.json") from None
+                raise InputError(
+                    f"{path}: not a readable config.json ({str(e)[:120]}); pass the model's config.json"
+                ) from None
             if not isinstance(data, dict):
                 raise InputError(f"{path}: not a config.json (a JSON object); pass the model's config.json")
             check_config_sizes(data, str(path))
@@ -107,8 +108,9 @@ def load_config(config_or_path: Any, *, revision: str | None = None, trust_remot
                 config = AutoConfig.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
             except (OSError, ValueError, TypeError, StrictDataclassError) as e:  # transformers validates fields too
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                raise InputError(f"{text}: cannot read its config.json ({first}); check the id or folder, your "
-                                 "network and HF_TOKEN") from None
+                raise InputError(
+                    f"{text}: cannot read its config.json ({first}); check the id or folder, your network and HF_TOKEN"
+                ) from None
             check_config_sizes(config.to_dict(), f"{text}: config.json")  # a Hub config: checked once fetched
             return config
     model_type = data.get("model_type")
@@ -119,8 +121,9 @@ def load_config(config_or_path: Any, *, revision: str | None = None, trust_remot
     except ValueError as e:
         raise InputError(f"config: model_type {model_type!r} is unknown to transformers ({e})") from None
     except (TypeError, StrictDataclassError) as e:  # transformers 5 validates each field's type
-        raise InputError(f"config: transformers cannot read this {model_type!r} config ({str(e)[:200]}); fix its "
-                         "config.json") from None
+        raise InputError(
+            f"config: transformers cannot read this {model_type!r} config ({str(e)[:200]}); fix its config.json"
+        ) from None
 
 
 def meta_model_from_config(config: Any, *, trust_remote_code: bool = False) -> torch.nn.Module:
@@ -207,16 +210,22 @@ class Plan:
         s, b = self.settings, format_bytes
         kinds = ", ".join(f"{n} {k}" for k, n in self.targets_by_kind.items())
         sets = 1 + s.get("general_sets", 1)
-        calib = (f"~{b(self.calibration_peak_bytes)} on one device = weights + ~{b(self.activation_bytes)} "
-                 f"activations + {b(self.stats_bytes)} statistics")
+        calib = (
+            f"~{b(self.calibration_peak_bytes)} on one device = weights + ~{b(self.activation_bytes)} "
+            f"activations + {b(self.stats_bytes)} statistics"
+        )
         lines = [
             f"model: {self.model_type}, {_count(self.n_params)} parameters, {self.dtype} "
             f"({b(self.weights_bytes)} of weights)",
             f"targets: {self.n_targets} weights ({kinds}), {_count(self.n_target_params)} entries; "
             f"largest {self.largest_target[0]} ({_count(self.largest_target[1])})",
             f"files: statistics {b(self.stats_bytes)} per set ({sets} sets), mask <= {b(self.mask_bytes)} "
-            f"(top_k={s.get('top_k')})" + (f", edited checkpoint ~{b(self.checkpoint_bytes)} "
-                                           f"({self.output_dtype}, outputs.dtype)" if self.output_dtype else ""),
+            f"(top_k={s.get('top_k')})"
+            + (
+                f", edited checkpoint ~{b(self.checkpoint_bytes)} ({self.output_dtype}, outputs.dtype)"
+                if self.output_dtype
+                else ""
+            ),
             f"calibration (batch {s.get('batch_size')} x {s.get('max_length')} tokens): {calib}; {self.fits()}",
             f"mask selection (weights streamed from the checkpoint): ~{b(self.mask_peak_bytes)} of RAM",
             f"export (streaming, one tensor at a time): ~{b(self.export_peak_bytes)} of RAM, no accelerator",
@@ -228,8 +237,10 @@ class Plan:
             lines.append(f"outputs this family ({self.model_type}) supports:")
             lines += [f"  {k}: {'yes' if v is None else 'no (' + v + ')'}" for k, v in self.outputs.items()]
         peak, export = b(self.calibration_peak_bytes), b(self.export_peak_bytes)
-        lines.append(f"summary: {_count(self.n_params)} {self.dtype}: calibration needs ~{peak} on one device; "
-                     f"export needs ~{export} of RAM")
+        lines.append(
+            f"summary: {_count(self.n_params)} {self.dtype}: calibration needs ~{peak} on one device; "
+            f"export needs ~{export} of RAM"
+        )
         return "\n".join(lines)
 
 
@@ -265,8 +276,12 @@ def _placement(model: torch.nn.Module, dtype: torch.dtype, device_map: Any, max_
         level = quiet.level
         quiet.setLevel(logging.ERROR)
         try:
-            placed = infer_auto_device_map(model, max_memory=caps, dtype=dtype, no_split_module_classes=list(
-                getattr(model, "_no_split_modules", None) or []))
+            placed = infer_auto_device_map(
+                model,
+                max_memory=caps,
+                dtype=dtype,
+                no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []),
+            )
         finally:
             quiet.setLevel(level)
     else:
@@ -322,8 +337,7 @@ def plan_from_config(
     """
 
     if not 0 < top_k <= 1:
-        raise InputError(f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such "
-                         "as 0.05")
+        raise InputError(f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such as 0.05")
     if batch_size < 1 or max_length < 1:
         raise InputError(f"batch_size and max_length must be >= 1 (got {batch_size}, {max_length})")
     config = load_config(config_or_path, revision=revision, trust_remote_code=trust_remote_code)
@@ -364,23 +378,40 @@ def plan_from_config(
     hidden = int(getattr(text, "hidden_size", 0) or widest)
     heads = int(getattr(text, "num_attention_heads", 0) or 1)
     tokens = batch_size * max_length
-    activation = (tokens * (4 * hidden + 3 * widest) * nbytes  # one layer's transient tensors
-                  + batch_size * heads * max_length**2 * nbytes  # attention scores when materialised
-                  # no logits term: calibration stops before the LM head's matmul
-                  + 2 * tokens * widest * 4)  # hooks: float32 copy and its square of the widest input
+    activation = (
+        tokens * (4 * hidden + 3 * widest) * nbytes  # one layer's transient tensors
+        + batch_size * heads * max_length**2 * nbytes  # attention scores when materialised
+        # no logits term: calibration stops before the LM head's matmul
+        + 2 * tokens * widest * 4
+    )  # hooks: float32 copy and its square of the widest input
     weights = n_params * nbytes
     torch_dtype = getattr(torch, dtype)
     return Plan(
-        model_type=str(getattr(config, "model_type", "?")), dtype=dtype, n_params=n_params, n_targets=len(targets),
-        targets_by_kind=kinds, n_target_params=target_params, weights_bytes=weights, stats_bytes=stats,
-        mask_bytes=mask, activation_bytes=activation, calibration_peak_bytes=weights + activation + stats,
+        model_type=str(getattr(config, "model_type", "?")),
+        dtype=dtype,
+        n_params=n_params,
+        n_targets=len(targets),
+        targets_by_kind=kinds,
+        n_target_params=target_params,
+        weights_bytes=weights,
+        stats_bytes=stats,
+        mask_bytes=mask,
+        activation_bytes=activation,
+        calibration_peak_bytes=weights + activation + stats,
         mask_peak_bytes=largest * (nbytes + 3 * 4 + 2) + mask + (1 + general_sets) * stats,
-        export_peak_bytes=largest * (2 * nbytes + 1) + mask, largest_target=(name, largest),
+        export_peak_bytes=largest * (2 * nbytes + 1) + mask,
+        largest_target=(name, largest),
         placement=_placement(model, torch_dtype, device_map, max_memory),
-        settings=dict(batch_size=batch_size, max_length=max_length, top_k=top_k, granularity=granularity,
-                      general_sets=general_sets),
+        settings=dict(
+            batch_size=batch_size,
+            max_length=max_length,
+            top_k=top_k,
+            granularity=granularity,
+            general_sets=general_sets,
+        ),
         outputs=dict(zip(("checkpoint", "adapter", "gguf"), _support(model, config, include, exclude))),
-        output_dtype=output_dtype, checkpoint_bytes=n_params * _BYTES[output_dtype],
+        output_dtype=output_dtype,
+        checkpoint_bytes=n_params * _BYTES[output_dtype],
     )
 
 
@@ -408,10 +439,18 @@ def plan_recipe(recipe: Any) -> Plan:
     if b.is_gguf:  # its dequantized folder (created in the cache on first use: it holds the config)
         local = Path(base_reference(recipe))
     return plan_from_config(
-        str(local) if local is not None else b.model, dtype=b.dtype, output_dtype=_output_dtype(recipe),
+        str(local) if local is not None else b.model,
+        dtype=b.dtype,
+        output_dtype=_output_dtype(recipe),
         top_k=recipe.mask.top_k,
-        batch_size=recipe.calibration.batch_size, max_length=recipe.calibration.max_length,
-        granularity=recipe.mask.granularity, general_sets=len(recipe.data.general),
-        include=recipe.targets.include or None, exclude=recipe.targets.exclude or None,
-        device_map=b.device_map, max_memory=b.max_memory, revision=b.revision, trust_remote_code=b.trust_remote_code,
+        batch_size=recipe.calibration.batch_size,
+        max_length=recipe.calibration.max_length,
+        granularity=recipe.mask.granularity,
+        general_sets=len(recipe.data.general),
+        include=recipe.targets.include or None,
+        exclude=recipe.targets.exclude or None,
+        device_map=b.device_map,
+        max_memory=b.max_memory,
+        revision=b.revision,
+        trust_remote_code=b.trust_remote_code,
     )

@@ -61,10 +61,12 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
     """
     folder = Path(run_dir)
     if not (folder / MASK_NAME).is_file() or not (folder / LOCK_NAME).is_file():
-        raise InputError(f"{folder}: no mask.safetensors and {LOCK_NAME} here{run_folder_hint(folder)}"
-                         if run_folder_hint(folder) else
-                         f"{folder}: no mask.safetensors and {LOCK_NAME} here; pass the run folder written by "
-                         "`mathneuro-edit run` (it holds checkpoint/ or adapter/, the mask and the lock)")
+        raise InputError(
+            f"{folder}: no mask.safetensors and {LOCK_NAME} here{run_folder_hint(folder)}"
+            if run_folder_hint(folder)
+            else f"{folder}: no mask.safetensors and {LOCK_NAME} here; pass the run folder written by "
+            "`mathneuro-edit run` (it holds checkpoint/ or adapter/, the mask and the lock)"
+        )
     lock = read_lock(folder)
     validate_lock(lock, str(folder / LOCK_NAME))  # every field against the recipe hash
     lock_base(lock, base)  # a lock never names a local base folder to read: --base does
@@ -76,18 +78,20 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
     base_ref = None if recipe.base.model == LOCAL else base_reference(recipe)
     if not isinstance(lock.get("edit_summary"), dict):  # a lock of an older version: count from the base
         if base_ref is None:
-            raise InputError("the lock's base is a local folder (redacted for privacy) and the card needs its "
-                             "parameter count; pass --base PATH")
+            raise InputError(
+                "the lock's base is a local folder (redacted for privacy) and the card needs its "
+                "parameter count; pass --base PATH"
+            )
         ckpt = open_checkpoint(resolve_base(base_ref, revision=recipe.base.revision))
         n_params = sum(math.prod(e.shape) for e in ckpt.tensors.values())
-        lock = {**lock, "edit_summary": summarize_edit(Mask.load(folder / MASK_NAME).counts(),
-                                                       model_params=n_params)}
+        lock = {**lock, "edit_summary": summarize_edit(Mask.load(folder / MASK_NAME).counts(), model_params=n_params)}
         write_lock(folder, lock)
     license_ = (base_card_fields(base_ref, recipe.base.revision) or None) if base_ref else None
     subs = [folder / s for s in OUTPUT_DIRS if (folder / s).is_dir()]
     if not subs:
-        raise InputError(f"{folder}: no checkpoint/ or adapter/ folder; pass the run folder written by "
-                         "`mathneuro-edit run`")
+        raise InputError(
+            f"{folder}: no checkpoint/ or adapter/ folder; pass the run folder written by `mathneuro-edit run`"
+        )
     written: list[Path] = []
     for sub in subs:
         write_lock(sub, lock)
@@ -98,9 +102,18 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
     return written
 
 
-def push_run(out: str | Path, repo_id: str | None = None, *, private: bool | None = None, revision: str | None = None,
-             adapter: bool = False, gguf: bool = False, dry_run: bool = False, commit_message: str | None = None,
-             create_pr: bool = False) -> PushResult:
+def push_run(
+    out: str | Path,
+    repo_id: str | None = None,
+    *,
+    private: bool | None = None,
+    revision: str | None = None,
+    adapter: bool = False,
+    gguf: bool = False,
+    dry_run: bool = False,
+    commit_message: str | None = None,
+    create_pr: bool = False,
+) -> PushResult:
     """Make a Hub repo equal to one artifact of a run: its checkpoint, its adapter (``adapter``) or its GGUF files
     (``gguf``). What the arguments leave out comes from the recipe's ``hub`` section (one repo per artifact:
     ``<id>``, ``<id>-adapter``, ``<id>-GGUF``). Token from HF_TOKEN or ``hf auth login``.
@@ -115,8 +128,10 @@ def push_run(out: str | Path, repo_id: str | None = None, *, private: bool | Non
     elif adapter:
         raise InputError(f"{out}: no adapter/ folder; run with outputs.adapter: true or push the folder itself")
     if not (folder / LOCK_NAME).is_file():
-        raise InputError(f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
-                         "(or a folder written by `export`)")
+        raise InputError(
+            f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
+            "(or a folder written by `export`)"
+        )
     if kind == "checkpoint" and (folder / "adapter_config.json").is_file():
         kind = "adapter"  # an `export --adapter` folder
     hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
@@ -124,15 +139,24 @@ def push_run(out: str | Path, repo_id: str | None = None, *, private: bool | Non
     if not repo_id and hub.get("repo_id"):
         repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
     if not repo_id and not dry_run:
-        raise InputError(f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
-                         "goes to " + {"checkpoint": "<id>", "adapter": "<id>-adapter", "gguf": "<id>-GGUF"}[kind]
-                         + ")")
+        raise InputError(
+            f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
+            "goes to " + {"checkpoint": "<id>", "adapter": "<id>-adapter", "gguf": "<id>-GGUF"}[kind] + ")"
+        )
     if private is None and hub.get("private"):
         private = True
     if revision is None and hub.get("revision") is not None:  # a lock's branch is data: checked as --branch is
         revision = check_branch(str(hub["revision"]), f"{folder / LOCK_NAME}: recipe hub.revision")
-    return push_to_hub(folder, repo_id, kind=kind, private=private, revision=revision, dry_run=dry_run,
-                         commit_message=commit_message, create_pr=create_pr)
+    return push_to_hub(
+        folder,
+        repo_id,
+        kind=kind,
+        private=private,
+        revision=revision,
+        dry_run=dry_run,
+        commit_message=commit_message,
+        create_pr=create_pr,
+    )
 
 
 @dataclass
@@ -153,21 +177,44 @@ class RunVerification:
         if not self.failed:
             return ""
         what = [f for f in self.failed if f != "files"]
-        parts = ([f"{', '.join(what)} differ(s) from the base + mask + scale"] if what else []) + \
-            (["files differ from the lock's sha256"] if "files" in self.failed else [])
+        parts = ([f"{', '.join(what)} differ(s) from the base + mask + scale"] if what else []) + (
+            ["files differ from the lock's sha256"] if "files" in self.failed else []
+        )
         return f"verify: FAILED: {'; '.join(parts)} (details above)"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "failed": self.failed, "files_checked": self.files.to_dict() if self.files else None,
-                "audits": [{"folder": str(a.out_dir), "kind": a.kind, "ok": a.ok, "checked": a.checked,
-                            "edited": a.edited, "mismatches": a.mismatches, "missing": a.missing,
-                            "extra": a.extra, "also_audited": a.audited} for a in self.audits]}
+        return {
+            "ok": self.ok,
+            "failed": self.failed,
+            "files_checked": self.files.to_dict() if self.files else None,
+            "audits": [
+                {
+                    "folder": str(a.out_dir),
+                    "kind": a.kind,
+                    "ok": a.ok,
+                    "checked": a.checked,
+                    "edited": a.edited,
+                    "mismatches": a.mismatches,
+                    "missing": a.missing,
+                    "extra": a.extra,
+                    "also_audited": a.audited,
+                }
+                for a in self.audits
+            ],
+        }
 
 
-def verify_run(out: str | Path, base: str | None = None, mask_path: str | None = None, scale: float | None = None,
-               *, trust_remote_code: bool = False, progress: bool = True,
-               echo: Callable[[str], None] = lambda s: None,
-               say: Callable[[str], None] = lambda s: None) -> RunVerification:
+def verify_run(
+    out: str | Path,
+    base: str | None = None,
+    mask_path: str | None = None,
+    scale: float | None = None,
+    *,
+    trust_remote_code: bool = False,
+    progress: bool = True,
+    echo: Callable[[str], None] = lambda s: None,
+    say: Callable[[str], None] = lambda s: None,
+) -> RunVerification:
     """Audit every output of a run folder tensor by tensor against the base, mask and scale (from the lock unless
     given), and every file against the lock's sha256.
 
@@ -178,18 +225,26 @@ def verify_run(out: str | Path, base: str | None = None, mask_path: str | None =
     """
     folder = Path(out)
     targets = [folder / s for s in OUTPUT_DIRS if (folder / s).is_dir()] or [folder]
-    expected = (f"expected a run folder (with checkpoint/ or adapter/, mask.safetensors and {LOCK_NAME}) or a "
-                "model folder written by `export`; pass the run folder")
-    if targets == [folder] and not any((folder / n).is_file()
-                                       for n in ("config.json", "adapter_config.json", MATHNEURO_CONFIG)):
+    expected = (
+        f"expected a run folder (with checkpoint/ or adapter/, mask.safetensors and {LOCK_NAME}) or a "
+        "model folder written by `export`; pass the run folder"
+    )
+    if targets == [folder] and not any(
+        (folder / n).is_file() for n in ("config.json", "adapter_config.json", MATHNEURO_CONFIG)
+    ):
         raise InputError(f"{folder}: not a mathneuro-edit output (no model or adapter files); {expected}")
     recorded: dict = {}
     if base is None or scale is None or mask_path is None:
-        run_dir = folder if (folder / LOCK_NAME).is_file() and targets == [folder] and not \
-            (folder.parent / MASK_NAME).is_file() else (folder if targets[0] != folder else folder.parent)
+        run_dir = (
+            folder
+            if (folder / LOCK_NAME).is_file() and targets == [folder] and not (folder.parent / MASK_NAME).is_file()
+            else (folder if targets[0] != folder else folder.parent)
+        )
         if not (run_dir / LOCK_NAME).is_file():
-            raise InputError(f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "
-                             "or give --base, --mask and --scale")
+            raise InputError(
+                f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "
+                "or give --base, --mask and --scale"
+            )
         lock = read_lock(run_dir)
         validate_lock(lock, f"{run_dir / LOCK_NAME}")  # every field against the recipe hash, before anything runs
         recorded = lock["recipe"]  # only base and edit are needed: data paths may stay redacted
@@ -207,15 +262,23 @@ def verify_run(out: str | Path, base: str | None = None, mask_path: str | None =
         if mask_path is None:
             mask_path = str(run_dir / MASK_NAME)
             if not Path(mask_path).is_file():
-                raise InputError(f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
-                                 "its mask); pass --mask MASK, the file `export` was given")
+                raise InputError(
+                    f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
+                    "its mask); pass --mask MASK, the file `export` was given"
+                )
     failed = []
     stages = Stages(len(targets), echo)
     audits = []
     for t in targets:
         stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
-        report = verify_export(t, base, mask_path, scale, trust_remote_code=trust_remote_code,  # never the lock's
-                               progress=progress)
+        report = verify_export(
+            t,
+            base,
+            mask_path,
+            scale,
+            trust_remote_code=trust_remote_code,  # never the lock's
+            progress=progress,
+        )
         say(report.summary())
         audits.append(report)
         if not report.ok:

@@ -83,8 +83,10 @@ def _lock_beside_card(card: Path, text: str) -> dict[str, Any]:
     if not lock.is_file():
         raise InputError(f"{card}: the card names {LOCK_NAME}, which is not beside it; pass the output folder")
     if sha256_file(lock) != named.group(1):
-        raise InputError(f"{lock}: its sha256 is not the one the card states ({named.group(1)[:12]}...); the lock "
-                         "or the card was changed after the run")
+        raise InputError(
+            f"{lock}: its sha256 is not the one the card states ({named.group(1)[:12]}...); the lock "
+            "or the card was changed after the run"
+        )
     return read_lock(lock)
 
 
@@ -110,15 +112,19 @@ def _download_lock(repo_id: str) -> Path:
         return Path(hf_hub_download(repo_id, LOCK_NAME, repo_type="model"))
     except LocalEntryNotFoundError as e:  # huggingface_hub's word for a 5xx too, not only for offline
         the_hubs_fault(e)
-        raise InputError(f"{repo_id}: not a local path, and the Hub cannot be reached (offline?) nor is its lock in "
-                         "the cache; connect, or pass the output folder") from None
+        raise InputError(
+            f"{repo_id}: not a local path, and the Hub cannot be reached (offline?) nor is its lock in "
+            "the cache; connect, or pass the output folder"
+        ) from None
     except EntryNotFoundError:
         raise InputError(f"{repo_id}: the Hub repo has no {LOCK_NAME}; it was not pushed by mathneuro-edit") from None
     except (HfHubHTTPError, HFValidationError, OfflineModeIsEnabled, OSError) as e:
         the_hubs_fault(e)
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InputError(f"{repo_id}: not a local path, and its lock cannot be downloaded from the Hub "
-                         f"({scrub_token(first)}); pass the output folder") from None
+        raise InputError(
+            f"{repo_id}: not a local path, and its lock cannot be downloaded from the Hub "
+            f"({scrub_token(first)}); pass the output folder"
+        ) from None
     except (KeyError, ValueError) as e:  # an answer huggingface_hub cannot read (a redirect without Location)
         the_hubs_fault(e)
         raise
@@ -164,8 +170,11 @@ class ReproduceReport:
         return self.rerun_ok and (self.present is None or self.present.ok)
 
     def to_text(self) -> str:
-        lines = [self.present.to_text() if self.present is not None else
-                 "files: none checked (a lock file alone was given; pass the folder or repo to check its files)"]
+        lines = [
+            self.present.to_text()
+            if self.present is not None
+            else "files: none checked (a lock file alone was given; pass the folder or repo to check its files)"
+        ]
         lines.append(f"re-run against the lock: mask {'match' if self.mask_match else 'DIFFERS'}")
         lines += [f"  {state:8s} {path}" for path, state in sorted(self.files.items())]
         for lib, (was, now) in self.version_changes.items():
@@ -182,11 +191,18 @@ class ReproduceReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "reproduced": self.ok,
-                "files_checked": self.present.to_dict() if self.present is not None else None,
-                "rerun": {"ok": self.rerun_ok, "mask_match": self.mask_match, "files": dict(sorted(self.files.items())),
-                          "out_dir": str(self.out_dir) if self.kept else None},
-                "version_changes": {k: {"was": a, "now": b} for k, (a, b) in self.version_changes.items()}}
+        return {
+            "ok": self.ok,
+            "reproduced": self.ok,
+            "files_checked": self.present.to_dict() if self.present is not None else None,
+            "rerun": {
+                "ok": self.rerun_ok,
+                "mask_match": self.mask_match,
+                "files": dict(sorted(self.files.items())),
+                "out_dir": str(self.out_dir) if self.kept else None,
+            },
+            "version_changes": {k: {"was": a, "now": b} for k, (a, b) in self.version_changes.items()},
+        }
 
 
 def reproduce(
@@ -220,9 +236,14 @@ def reproduce(
     extra = tuple(overrides) + ((f"base.model={base}",) if base else ())
     pinned = (lock.get("base") or {}).get("revision")
     recorded_base = (lock.get("recipe") or {}).get("base") or {}
-    if (not base and isinstance(pinned, str) and re.fullmatch(r"[0-9a-f]{40}", pinned)
-            and recorded_base.get("revision") is None and not recorded_base.get("gguf_file")
-            and not any(o.startswith(("base.revision=", "base.model=")) for o in overrides)):
+    if (
+        not base
+        and isinstance(pinned, str)
+        and re.fullmatch(r"[0-9a-f]{40}", pinned)
+        and recorded_base.get("revision") is None
+        and not recorded_base.get("gguf_file")
+        and not any(o.startswith(("base.revision=", "base.model=")) for o in overrides)
+    ):
         extra += (f"base.revision={pinned}",)  # the Hub base's commit the run used, not today's main
     recipe = recipe_from_lock(lock, extra, trust_remote_code=trust_remote_code)
     if base:
@@ -238,8 +259,10 @@ def reproduce(
             shutil.rmtree(temp, ignore_errors=True)
         raise
     recorded: dict[str, str] = lock.get("outputs", {})
-    states = {p: ("match" if result.files.get(p) == sha else "missing" if p not in result.files else "differs")
-              for p, sha in recorded.items()}
+    states = {
+        p: ("match" if result.files.get(p) == sha else "missing" if p not in result.files else "differs")
+        for p, sha in recorded.items()
+    }
     states.update({p: "extra" for p in result.files if p not in recorded})
     now = library_versions()
     changes = {k: (v, now.get(k, "?")) for k, v in (lock.get("versions") or {}).items() if now.get(k) != v}

@@ -33,8 +33,15 @@ __all__ = ["calibrate_to_folder", "mask_from_stats", "evaluate_recipe", "MaskSum
 Echo = Callable[[str], None]
 
 
-def calibrate_to_folder(recipe: Recipe, out: str | Path, *, inputs: Sequence[tuple[str, str | Path | None]] = (),
-                        progress: bool = True, echo: Echo = print, rank_zero: bool = True) -> list[Path]:
+def calibrate_to_folder(
+    recipe: Recipe,
+    out: str | Path,
+    *,
+    inputs: Sequence[tuple[str, str | Path | None]] = (),
+    progress: bool = True,
+    echo: Echo = print,
+    rank_zero: bool = True,
+) -> list[Path]:
     """Calibrate the recipe's math set and each general set; write ``OUT/math.stats.safetensors`` and
     ``OUT/general-<i>.stats.safetensors``.
 
@@ -55,7 +62,7 @@ def calibrate_to_folder(recipe: Recipe, out: str | Path, *, inputs: Sequence[tup
     """
     folder = Path(out)
     _only_statistics(folder)
-    with (atomic_dir(folder, overwrite=True, inputs=inputs) if rank_zero else nullcontext()) as tmp:
+    with atomic_dir(folder, overwrite=True, inputs=inputs) if rank_zero else nullcontext() as tmp:
         stages = Stages(2 + len(recipe.data.general), echo if rank_zero else (lambda s: None))
         model, tok = load_stage(recipe, stages)
         math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress, stages=stages)
@@ -73,9 +80,11 @@ def _only_statistics(folder: Path) -> None:
         return
     other = sorted(p.name for p in folder.iterdir() if not p.name.endswith(".stats.safetensors"))
     if other:
-        raise InputError(f"--out: {folder} holds other files than statistics ({', '.join(other[:3])}"
-                         f"{', ...' if len(other) > 3 else ''}), which replacing it would delete; choose a new or "
-                         "empty folder")
+        raise InputError(
+            f"--out: {folder} holds other files than statistics ({', '.join(other[:3])}"
+            f"{', ...' if len(other) > 3 else ''}), which replacing it would delete; choose a new or "
+            "empty folder"
+        )
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,9 @@ class MaskSummary:
     sha256: str
 
 
-def mask_from_stats(recipe: Recipe, stats_dir: str | Path, out: str | Path, *, progress: bool = True,
-                    echo: Echo = print) -> MaskSummary:
+def mask_from_stats(
+    recipe: Recipe, stats_dir: str | Path, out: str | Path, *, progress: bool = True, echo: Echo = print
+) -> MaskSummary:
     """Derive the recipe's mask (method, top_k, granularity, seed) from saved statistics, without a forward pass.
 
     The model is loaded for its weights only (MathNeuro's score is ``|W| x`` the statistics).
@@ -108,15 +118,29 @@ def mask_from_stats(recipe: Recipe, stats_dir: str | Path, out: str | Path, *, p
         model, _ = load_stage(recipe, stages)
         m = recipe.mask
         stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
-        mask = find_math_params(model_weights(model), math_stats, generals, top_k=m.top_k, method=m.method,
-                                granularity=m.granularity, seed=m.seed, progress=progress)
+        mask = find_math_params(
+            model_weights(model),
+            math_stats,
+            generals,
+            top_k=m.top_k,
+            method=m.method,
+            granularity=m.granularity,
+            seed=m.seed,
+            progress=progress,
+        )
         mask.save(out)
     selected, total = mask.total()
     return MaskSummary(Path(out), selected, total, mask.sha256)
 
 
-def evaluate_recipe(recipe: Recipe, mask_path: str | Path | None = None, out: str | Path | None = None, *,
-                    progress: bool = True, echo: Echo = print) -> EvalResults:
+def evaluate_recipe(
+    recipe: Recipe,
+    mask_path: str | Path | None = None,
+    out: str | Path | None = None,
+    *,
+    progress: bool = True,
+    echo: Echo = print,
+) -> EvalResults:
     """Evaluate the recipe's tasks on the base, and with ``mask_path`` on base and edited (paired, with KL).
 
     Args:

@@ -117,31 +117,89 @@ class SweepResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``sweep.json`` contract (docs/evaluation.md)."""
-        base = {"math_accuracy": self.base_math_accuracy, "general_loss": self.base_general_loss,
-                "general_loss_se": self.base_general_loss_se,
-                **{k: v for k, v in self.base_math.items() if k != "predictions"}}
-        return {"selection": {"n": len(self.selection_sha256), "problems_sha256": list(self.selection_sha256),
-                              "base": base, "points": [asdict(p) for p in self.points],
-                              "general_texts": self.general_texts},
-                "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
-                "candidate": self.candidate, "recommendation": self.recommendation, "best": self.best,
-                "pareto_front": self.front, "kl_budget": self.kl_budget, "alpha": self.alpha,
-                "recipe_sha256": self.recipe_sha256, "recipe": self.recipe, "rounds": self.rounds,
-                "variants": self.variants, "general_kl_tail_mass": self.general_tail_mass}
+        base = {
+            "math_accuracy": self.base_math_accuracy,
+            "general_loss": self.base_general_loss,
+            "general_loss_se": self.base_general_loss_se,
+            **{k: v for k, v in self.base_math.items() if k != "predictions"},
+        }
+        return {
+            "selection": {
+                "n": len(self.selection_sha256),
+                "problems_sha256": list(self.selection_sha256),
+                "base": base,
+                "points": [asdict(p) for p in self.points],
+                "general_texts": self.general_texts,
+            },
+            "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
+            "candidate": self.candidate,
+            "recommendation": self.recommendation,
+            "best": self.best,
+            "pareto_front": self.front,
+            "kl_budget": self.kl_budget,
+            "alpha": self.alpha,
+            "recipe_sha256": self.recipe_sha256,
+            "recipe": self.recipe,
+            "rounds": self.rounds,
+            "variants": self.variants,
+            "general_kl_tail_mass": self.general_tail_mass,
+        }
 
     def to_csv(self) -> str:
         buf = io.StringIO()
         w = csv.writer(buf)
-        w.writerow(["variant", "round", "top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
-                    "math_ci95_high", "mcnemar_p", "holm_p", "significant", "general_loss", "general_loss_se",
-                    "loss_change", "loss_change_se", "general_kl", "pareto", "candidate", "confirmed"])
+        w.writerow(
+            [
+                "variant",
+                "round",
+                "top_k",
+                "scale",
+                "selected",
+                "math_accuracy",
+                "math_correct",
+                "math_total",
+                "math_ci95_low",
+                "math_ci95_high",
+                "mcnemar_p",
+                "holm_p",
+                "significant",
+                "general_loss",
+                "general_loss_se",
+                "loss_change",
+                "loss_change_se",
+                "general_kl",
+                "pareto",
+                "candidate",
+                "confirmed",
+            ]
+        )
         c = self.confirmation
         for i, p in enumerate(self.points):
-            w.writerow([p.variant, p.round, p.top_k, p.scale, p.selected, p.math_accuracy, p.math_correct, p.math_total,
-                        f"{p.math_ci95_low:.4f}", f"{p.math_ci95_high:.4f}", f"{p.mcnemar_p:.4g}", f"{p.holm_p:.4g}",
-                        p.significant, p.general_loss, f"{p.general_loss_se:.4g}", f"{p.loss_change:.4g}",
-                        f"{p.loss_change_se:.4g}", p.general_kl if math.isfinite(p.general_kl) else "", i in self.front, i == self.candidate,
-                        bool(c is not None and c.point == i and c.confirmed)])
+            w.writerow(
+                [
+                    p.variant,
+                    p.round,
+                    p.top_k,
+                    p.scale,
+                    p.selected,
+                    p.math_accuracy,
+                    p.math_correct,
+                    p.math_total,
+                    f"{p.math_ci95_low:.4f}",
+                    f"{p.math_ci95_high:.4f}",
+                    f"{p.mcnemar_p:.4g}",
+                    f"{p.holm_p:.4g}",
+                    p.significant,
+                    p.general_loss,
+                    f"{p.general_loss_se:.4g}",
+                    f"{p.loss_change:.4g}",
+                    f"{p.loss_change_se:.4g}",
+                    p.general_kl if math.isfinite(p.general_kl) else "",
+                    i in self.front,
+                    i == self.candidate,
+                    bool(c is not None and c.point == i and c.confirmed),
+                ]
+            )
         return buf.getvalue()
 
     def to_text(self) -> str:
@@ -150,31 +208,69 @@ class SweepResult:
         McNemar p, general KL; mark ``*``: on the Pareto front of accuracy vs KL, ``?``: the candidate), then the
         confirmation row (the CSV holds every column)."""
         b = self.base_math
-        base_ci = (f" ({100 * b['math_ci95_low']:.1f}-{100 * b['math_ci95_high']:.1f})"
-                   if "math_ci95_low" in b else "")
+        base_ci = f" ({100 * b['math_ci95_low']:.1f}-{100 * b['math_ci95_high']:.1f})" if "math_ci95_low" in b else ""
         n = len(self.selection_sha256)
         rows = [["base", "", "", "", f"{n}", f"{100 * self.base_math_accuracy:.1f}%{base_ci}", "", "-", "-", "", ""]]
         for i, p in enumerate(self.points):
             mark = ("*" if i in self.front else "") + (" ? candidate" if i == self.candidate else "")
-            gain = p.gain_points if p.base_correct is not None else (
-                100 * (p.math_correct - int(b.get("math_correct", 0))) / p.math_total if p.math_total else math.nan)
-            rows.append([p.variant or "-", f"{p.top_k:g}", f"{p.scale:g}", f"{p.selected:,}", f"{p.math_total}",
-                         f"{100 * p.math_accuracy:.1f}% ({100 * p.math_ci95_low:.1f}-{100 * p.math_ci95_high:.1f})",
-                         f"{gain:+.1f}", f"{p.mcnemar_p:.3g}", f"{p.holm_p:.3g}", _kl_text(p.general_kl),
-                         mark.strip()])
+            gain = (
+                p.gain_points
+                if p.base_correct is not None
+                else (
+                    100 * (p.math_correct - int(b.get("math_correct", 0))) / p.math_total if p.math_total else math.nan
+                )
+            )
+            rows.append(
+                [
+                    p.variant or "-",
+                    f"{p.top_k:g}",
+                    f"{p.scale:g}",
+                    f"{p.selected:,}",
+                    f"{p.math_total}",
+                    f"{100 * p.math_accuracy:.1f}% ({100 * p.math_ci95_low:.1f}-{100 * p.math_ci95_high:.1f})",
+                    f"{gain:+.1f}",
+                    f"{p.mcnemar_p:.3g}",
+                    f"{p.holm_p:.3g}",
+                    _kl_text(p.general_kl),
+                    mark.strip(),
+                ]
+            )
         c = self.confirmation
         if c is not None:
             lo, hi = wilson_interval(c.edited_correct, c.n)
-            rows.append(["confirm", f"{c.top_k:g}", f"{c.scale:g}", "", f"{c.n}",
-                         f"{100 * c.edited_correct / c.n:.1f}% ({100 * lo:.1f}-{100 * hi:.1f})",
-                         f"{100 * (c.edited_correct - c.base_correct) / c.n:+.1f}", f"{c.mcnemar_p:.3g}", "-", "",
-                         ("confirmed" if c.confirmed else "not confirmed")
-                         + f" (base {100 * c.base_correct / c.n:.1f}%)"])
-        head = ["variant", "top_k", "scale", "weights", "n", "math (95% CI)", "gain (pp)", "p", "Holm p",
-                "general KL", "mark"]
-        legend = ("gain: percentage points over the base on the same n problems; p: exact McNemar vs the base; "
-                  "general KL -: not needed (ranked out by its math counts before its KL could matter); "
-                  "mark *: Pareto front (no point has both higher accuracy and lower KL), ?: the candidate")
+            rows.append(
+                [
+                    "confirm",
+                    f"{c.top_k:g}",
+                    f"{c.scale:g}",
+                    "",
+                    f"{c.n}",
+                    f"{100 * c.edited_correct / c.n:.1f}% ({100 * lo:.1f}-{100 * hi:.1f})",
+                    f"{100 * (c.edited_correct - c.base_correct) / c.n:+.1f}",
+                    f"{c.mcnemar_p:.3g}",
+                    "-",
+                    "",
+                    ("confirmed" if c.confirmed else "not confirmed") + f" (base {100 * c.base_correct / c.n:.1f}%)",
+                ]
+            )
+        head = [
+            "variant",
+            "top_k",
+            "scale",
+            "weights",
+            "n",
+            "math (95% CI)",
+            "gain (pp)",
+            "p",
+            "Holm p",
+            "general KL",
+            "mark",
+        ]
+        legend = (
+            "gain: percentage points over the base on the same n problems; p: exact McNemar vs the base; "
+            "general KL -: not needed (ranked out by its math counts before its KL could matter); "
+            "mark *: Pareto front (no point has both higher accuracy and lower KL), ?: the candidate"
+        )
         return table(head, rows, right={3, 4, 6, 7, 8, 9}) + "\n" + legend
 
 
@@ -202,10 +298,23 @@ def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> Sw
     """A :class:`SweepPoint` from one edit's eval dict (``to_dict`` of :func:`~mathneuro_edit.evaluation.runner.evaluate`)."""
     m, g, c = res["math"]["edited"], res["general"]["edited"], res["math"].get("comparison") or {}
     gc = res["general"].get("comparison") or {}
-    return SweepPoint(top_k, scale, selected, m["math_accuracy"], g["general_loss"], g["general_kl"],
-                      int(m["math_correct"]), int(m["math_total"]), m["math_ci95_low"], m["math_ci95_high"],
-                      c.get("mcnemar_p", 1.0), bool(c.get("significant", False)), _num(g.get("general_loss_se")),
-                      _num(gc.get("loss_change")), _num(gc.get("loss_change_se")))
+    return SweepPoint(
+        top_k,
+        scale,
+        selected,
+        m["math_accuracy"],
+        g["general_loss"],
+        g["general_kl"],
+        int(m["math_correct"]),
+        int(m["math_total"]),
+        m["math_ci95_low"],
+        m["math_ci95_high"],
+        c.get("mcnemar_p", 1.0),
+        bool(c.get("significant", False)),
+        _num(g.get("general_loss_se")),
+        _num(gc.get("loss_change")),
+        _num(gc.get("loss_change_se")),
+    )
 
 
 def _plot(result: SweepResult, path: Path) -> Path | None:
@@ -226,21 +335,59 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     colors = plt.get_cmap("tab10")
     xs, ys = [p.general_kl for p in pts], [100 * p.math_accuracy for p in pts]
     # 95% Wilson intervals: a point whose bar covers the base line is not a demonstrated gain
-    ax.errorbar(xs, ys, yerr=[[100 * (p.math_accuracy - p.math_ci95_low) for p in pts],
-                              [100 * (p.math_ci95_high - p.math_accuracy) for p in pts]],
-                fmt="none", ecolor="gray", alpha=0.35, lw=1, zorder=1)
+    ax.errorbar(
+        xs,
+        ys,
+        yerr=[
+            [100 * (p.math_accuracy - p.math_ci95_low) for p in pts],
+            [100 * (p.math_ci95_high - p.math_accuracy) for p in pts],
+        ],
+        fmt="none",
+        ecolor="gray",
+        alpha=0.35,
+        lw=1,
+        zorder=1,
+    )
     for p in pts:
-        ax.scatter([p.general_kl], [100 * p.math_accuracy], marker=markers[ks.index(p.top_k) % len(markers)],
-                   color=colors(ss.index(p.scale) % 10), s=36, zorder=3, edgecolors="black", linewidths=0.4)
+        ax.scatter(
+            [p.general_kl],
+            [100 * p.math_accuracy],
+            marker=markers[ks.index(p.top_k) % len(markers)],
+            color=colors(ss.index(p.scale) % 10),
+            s=36,
+            zorder=3,
+            edgecolors="black",
+            linewidths=0.4,
+        )
     front = sorted((result.points[i] for i in result.front), key=lambda p: p.general_kl)
-    ax.plot([p.general_kl for p in front], [100 * p.math_accuracy for p in front], "-", color="red", lw=1,
-            alpha=0.6, zorder=2)
-    ax.scatter([p.general_kl for p in front], [100 * p.math_accuracy for p in front], s=110, facecolors="none",
-               edgecolors="red", linewidths=1, zorder=2)
+    ax.plot(
+        [p.general_kl for p in front],
+        [100 * p.math_accuracy for p in front],
+        "-",
+        color="red",
+        lw=1,
+        alpha=0.6,
+        zorder=2,
+    )
+    ax.scatter(
+        [p.general_kl for p in front],
+        [100 * p.math_accuracy for p in front],
+        s=110,
+        facecolors="none",
+        edgecolors="red",
+        linewidths=1,
+        zorder=2,
+    )
     if result.best is not None:
         p = result.points[result.best]
-        ax.annotate("recommended", (p.general_kl, 100 * p.math_accuracy), xytext=(6, 6), fontsize=7,
-                    textcoords="offset points", zorder=4)
+        ax.annotate(
+            "recommended",
+            (p.general_kl, 100 * p.math_accuracy),
+            xytext=(6, 6),
+            fontsize=7,
+            textcoords="offset points",
+            zorder=4,
+        )
     ax.axhline(100 * result.base_math_accuracy, color="gray", ls="--", lw=1, zorder=0)
     # every point inside the axes: margins around the points, their error bars and the base line
     lo = min([100 * p.math_ci95_low for p in pts] + [100 * result.base_math_accuracy])
@@ -259,17 +406,24 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     ax.set_ylabel("math accuracy (%)")
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], ls="", marker=markers[i % len(markers)], color="black", label=f"top_k={k:g}")
-               for i, k in enumerate(ks)]
-    handles += [Line2D([], [], ls="", marker="s", color=colors(i % 10), label=f"scale x{s:g}")
-                for i, s in enumerate(ss)]
-    handles += [Line2D([], [], color="red", alpha=0.6, marker="o", mfc="none", label="Pareto front"),
-                Line2D([], [], color="gray", ls="--", label=f"base ({100 * result.base_math_accuracy:.1f}%)")]
+    handles = [
+        Line2D([], [], ls="", marker=markers[i % len(markers)], color="black", label=f"top_k={k:g}")
+        for i, k in enumerate(ks)
+    ]
+    handles += [
+        Line2D([], [], ls="", marker="s", color=colors(i % 10), label=f"scale x{s:g}") for i, s in enumerate(ss)
+    ]
+    handles += [
+        Line2D([], [], color="red", alpha=0.6, marker="o", mfc="none", label="Pareto front"),
+        Line2D([], [], color="gray", ls="--", label=f"base ({100 * result.base_math_accuracy:.1f}%)"),
+    ]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     left_out = len(result.points) - len(pts)
-    ax.set_title("sweep: math accuracy vs general KL (bars: 95% CI)"
-                 + (f"\n{left_out} points ranked out before their KL was needed are not drawn" if left_out else ""),
-                 fontsize=9)
+    ax.set_title(
+        "sweep: math accuracy vs general KL (bars: 95% CI)"
+        + (f"\n{left_out} points ranked out before their KL was needed are not drawn" if left_out else ""),
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     return save_figure(fig, path)
 
@@ -294,16 +448,18 @@ def sweep_problems(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str,
         warnings.simplefilter("ignore")  # "fewer records than requested": refused below, with the keys to change
         problems = load_math_problems(ev.math, want, ev.seed)
     if len(problems) < want:
-        raise InputError(f"evaluation.math: {ev.math.public_path()} has {len(problems)} problems; the sweep needs "
-                         f"evaluation.n_shot + sweep.selection_samples + sweep.confirmation_samples = {ev.n_shot} + "
-                         f"{sw.selection_samples} + {sw.confirmation_samples} = {want}; lower "
-                         "sweep.selection_samples or sweep.confirmation_samples (--set)")
+        raise InputError(
+            f"evaluation.math: {ev.math.public_path()} has {len(problems)} problems; the sweep needs "
+            f"evaluation.n_shot + sweep.selection_samples + sweep.confirmation_samples = {ev.n_shot} + "
+            f"{sw.selection_samples} + {sw.confirmation_samples} = {want}; lower "
+            "sweep.selection_samples or sweep.confirmation_samples (--set)"
+        )
     strip = [{k: p[k] for k in _KEYS if k in p} for p in problems]
     shots = strip[: ev.n_shot]
-    selection = strip[ev.n_shot: ev.n_shot + sw.selection_samples]
+    selection = strip[ev.n_shot : ev.n_shot + sw.selection_samples]
     seen = {problem_sha256(p) for p in shots + selection}
     confirmation = []
-    for p in strip[ev.n_shot + sw.selection_samples:]:
+    for p in strip[ev.n_shot + sw.selection_samples :]:
         h = problem_sha256(p)
         if h not in seen:
             seen.add(h)
@@ -353,16 +509,26 @@ def model_weights_sha256(model: Any) -> str:
 
 def _blocks(start: int, end: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
     """``[start, end)`` cut at every multiple of :data:`BLOCK` and at ``cuts``: the same blocks in every run."""
-    edges = sorted({start, end, *[c for c in cuts if start < c < end],
-                    *range((start // BLOCK + 1) * BLOCK, end, BLOCK)})
+    edges = sorted(
+        {start, end, *[c for c in cuts if start < c < end], *range((start // BLOCK + 1) * BLOCK, end, BLOCK)}
+    )
     return list(zip(edges[:-1], edges[1:]))
 
 
 class _Evaluator:
     """Evaluates the base or an edit on blocks of problems and the general texts, through the result cache."""
 
-    def __init__(self, model: Any, tok: Any, recipe: Recipe, shots: list[dict[str, Any]], texts: Sequence[str],
-                 fingerprint: str, cache: ResultCache, progress: bool) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tok: Any,
+        recipe: Recipe,
+        shots: list[dict[str, Any]],
+        texts: Sequence[str],
+        fingerprint: str,
+        cache: ResultCache,
+        progress: bool,
+    ) -> None:
         ev, sw = recipe.evaluation, recipe.sweep
         assert ev is not None
         self.model, self.tok, self.cache, self.progress = model, tok, cache, progress
@@ -371,13 +537,22 @@ class _Evaluator:
         self.style = ev.prompt_style
         self.batch_size, self.k = sw.batch_size, sw.kl_support
         self.texts, self.max_length = list(texts), recipe.calibration.max_length
-        self.prompt_key = {"model": fingerprint, "shots": [problem_sha256(s) for s in shots[: self.n_shot]],
-                           "chat_template": self.chat, **({} if self.style == "question-answer" else
-                                                           {"prompt_style": self.style}),
-                           "max_new_tokens": self.max_new, "batch_size": self.batch_size,
-                           "engine": "greedy-shared-prefix/1"}
-        self.general_key = {"model": fingerprint, "texts": hashlib.sha256(json.dumps(self.texts).encode()).hexdigest(),
-                            "max_length": self.max_length, "kl_support": self.k, "engine": "general-support/1"}
+        self.prompt_key = {
+            "model": fingerprint,
+            "shots": [problem_sha256(s) for s in shots[: self.n_shot]],
+            "chat_template": self.chat,
+            **({} if self.style == "question-answer" else {"prompt_style": self.style}),
+            "max_new_tokens": self.max_new,
+            "batch_size": self.batch_size,
+            "engine": "greedy-shared-prefix/1",
+        }
+        self.general_key = {
+            "model": fingerprint,
+            "texts": hashlib.sha256(json.dumps(self.texts).encode()).hexdigest(),
+            "max_length": self.max_length,
+            "kl_support": self.k,
+            "engine": "general-support/1",
+        }
         self._support: BaseSupport | None = None
 
     def _state(self, mask: Any, scale: float) -> dict[str, Any]:
@@ -385,16 +560,26 @@ class _Evaluator:
 
     def math(self, problems: Sequence[dict[str, Any]], mask: Any = None, scale: float = 1.0) -> list[bool]:
         """Correct flags of the base (``mask=None``) or the edit on ``problems`` (one block), cached."""
-        key = {"what": "math", **self.prompt_key, **self._state(mask, scale),
-               "problems": [problem_sha256(p) for p in problems]}
+        key = {
+            "what": "math",
+            **self.prompt_key,
+            **self._state(mask, scale),
+            "problems": [problem_sha256(p) for p in problems],
+        }
         hit = self.cache.get(key)
         if hit is None:
             cpu = time.process_time()
             with ReversibleEdit(self.model, mask, scale) if mask is not None else nullcontext():
-                correct, completions = math_outcomes(self.model, self.tok, problems, shots=self.shots[: self.n_shot],
-                                                     chat_template=self.chat, prompt_style=self.style,
-                                                     max_new_tokens=self.max_new,
-                                                     batch_size=self.batch_size)
+                correct, completions = math_outcomes(
+                    self.model,
+                    self.tok,
+                    problems,
+                    shots=self.shots[: self.n_shot],
+                    chat_template=self.chat,
+                    prompt_style=self.style,
+                    max_new_tokens=self.max_new,
+                    batch_size=self.batch_size,
+                )
             # the CPU seconds this block took (benchmarks/bench_search.py sums them: a search's cost survives kills)
             hit = {"correct": correct, "completions": completions, "cpu_s": round(time.process_time() - cpu, 3)}
             self.cache.put(key, hit)
@@ -422,8 +607,12 @@ class _Evaluator:
             support = self.support()
             with ReversibleEdit(self.model, mask, scale):
                 g = edited_general(self.model, support)
-            hit = {"loss_sums": list(g.loss_sums), "kl": g.kl, "tail_mass": g.tail_mass,
-                   "cpu_s": round(time.process_time() - cpu, 3)}
+            hit = {
+                "loss_sums": list(g.loss_sums),
+                "kl": g.kl,
+                "tail_mass": g.tail_mass,
+                "cpu_s": round(time.process_time() - cpu, 3),
+            }
             self.cache.put(key, hit)
         return hit
 
@@ -431,8 +620,14 @@ class _Evaluator:
 def _general_result(sums: Sequence[float], tokens: Sequence[int], kl: float = 0.0) -> GeneralResult:
     pairs = [(s, t) for s, t in zip(sums, tokens) if t > 0]
     n = sum(t for _, t in pairs)
-    return GeneralResult(sum(s for s, _ in pairs) / n if n else math.nan, n, kl, "",
-                         tuple(s for s, _ in pairs), tuple(t for _, t in pairs))
+    return GeneralResult(
+        sum(s for s, _ in pairs) / n if n else math.nan,
+        n,
+        kl,
+        "",
+        tuple(s for s, _ in pairs),
+        tuple(t for _, t in pairs),
+    )
 
 
 def _sweep_point(arm: _Arm, name: str, base_correct: Sequence[bool], base_general: dict[str, Any]) -> SweepPoint:
@@ -446,10 +641,26 @@ def _sweep_point(arm: _Arm, name: str, base_correct: Sequence[bool], base_genera
     base_g = _general_result(base_general["loss_sums"], base_general["tokens"])
     ed_g = _general_result(g.get("loss_sums", []), base_general["tokens"], float(g.get("kl", math.nan)))
     cmp_ = compare(base_g, ed_g) or {}
-    return SweepPoint(arm.top_k, arm.scale, arm.mask.total()[0], k / n if n else 0.0, ed_g.loss, ed_g.kl, k, n, lo,
-                      hi, p, significant(p), ed_g.loss_se, _num(cmp_.get("loss_change")),
-                      _num(cmp_.get("loss_change_se")), variant=name, round=arm.round,
-                      base_correct=sum(base_correct[:n]))
+    return SweepPoint(
+        arm.top_k,
+        arm.scale,
+        arm.mask.total()[0],
+        k / n if n else 0.0,
+        ed_g.loss,
+        ed_g.kl,
+        k,
+        n,
+        lo,
+        hi,
+        p,
+        significant(p),
+        ed_g.loss_se,
+        _num(cmp_.get("loss_change")),
+        _num(cmp_.get("loss_change_se")),
+        variant=name,
+        round=arm.round,
+        base_correct=sum(base_correct[:n]),
+    )
 
 
 def _variants(recipe: Recipe) -> list[_Variant]:
@@ -457,8 +668,11 @@ def _variants(recipe: Recipe) -> list[_Variant]:
     out: list[_Variant] = []
     groups: list[str] = []
     for name, sets in [("", ()), *[(v.name, tuple(v.set)) for v in recipe.sweep.variants]]:
-        r = recipe if not sets else recipe_from_dict(recipe.resolved_dict(), list(sets),
-                                                     where=f"sweep.variants[{name}]")
+        r = (
+            recipe
+            if not sets
+            else recipe_from_dict(recipe.resolved_dict(), list(sets), where=f"sweep.variants[{name}]")
+        )
         d = r.resolved_dict()
         g = json.dumps([d["data"], d["calibration"]], sort_keys=True)
         if g not in groups:
@@ -470,16 +684,30 @@ def _variants(recipe: Recipe) -> list[_Variant]:
     return out
 
 
-def _calibrated_set(recipe: Recipe, source: Any, what: str, model: Any, tok: Any, folder: Path, fingerprint: str,
-                    progress: bool, stages: Stages) -> Any:
+def _calibrated_set(
+    recipe: Recipe,
+    source: Any,
+    what: str,
+    model: Any,
+    tok: Any,
+    folder: Path,
+    fingerprint: str,
+    progress: bool,
+    stages: Stages,
+) -> Any:
     """One calibration set's statistics, computed once and kept in ``folder`` under its content key (model,
     texts, calibration settings, targets): variants that share a set (the general texts) share its statistics."""
     from ..engine.stats import ActivationStats
 
     d, c, t = recipe.data, recipe.calibration, recipe.targets
     loaded = load_texts(source, d.samples, d.seed)
-    key = {"model": fingerprint, "texts": loaded.record["sha256"], "calibration": recipe.resolved_dict()["calibration"],
-           "targets": recipe.resolved_dict()["targets"], "format": "stats/1"}
+    key = {
+        "model": fingerprint,
+        "texts": loaded.record["sha256"],
+        "calibration": recipe.resolved_dict()["calibration"],
+        "targets": recipe.resolved_dict()["targets"],
+        "format": "stats/1",
+    }
     sha = key_sha256(key)
     path, key_file = folder / f"{sha[:16]}.stats.safetensors", folder / f"{sha[:16]}.key.json"
     if key_file.is_file():
@@ -489,13 +717,23 @@ def _calibrated_set(recipe: Recipe, source: Any, what: str, model: Any, tok: Any
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             ok = False
         if not ok:
-            raise InputError(f"sweep cache: {path} does not match {key_file.name} (edited or corrupted); delete both "
-                             "and run the same command again")
+            raise InputError(
+                f"sweep cache: {path} does not match {key_file.name} (edited or corrupted); delete both "
+                "and run the same command again"
+            )
         stages.start(f"calibrate {what}: reused ({len(loaded.texts)} texts)")
         return ActivationStats.load(path)
     stages.start(f"calibrate {what} ({len(loaded.texts)} texts)")
-    stats = calibrate(model, tok, loaded.texts, max_length=c.max_length, batch_size=c.batch_size, progress=progress,
-                      include=t.include or None, exclude=t.exclude or None)
+    stats = calibrate(
+        model,
+        tok,
+        loaded.texts,
+        max_length=c.max_length,
+        batch_size=c.batch_size,
+        progress=progress,
+        include=t.include or None,
+        exclude=t.exclude or None,
+    )
     folder.mkdir(parents=True, exist_ok=True)
     stats.save(path)
     write_json_atomic(key_file, {"key": key, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
@@ -578,8 +816,7 @@ def run_sweep(
     texts, _ = load_set(ev.general, sw.general_samples or ev.samples, ev.seed)
     if ev.lm_eval is not None:
         echo("      evaluation.lm_eval is not run by a sweep (run it on the release)")
-    n_sets = len({_set_label(v.recipe, src)
-                  for v in variants for src in [v.recipe.data.math, *v.recipe.data.general]})
+    n_sets = len({_set_label(v.recipe, src) for v in variants for src in [v.recipe.data.math, *v.recipe.data.general]})
     stages = Stages(5 + n_sets, echo)  # load, each set, masks, base, rounds, confirm
     with claim(out):
         out.mkdir(parents=True, exist_ok=True)
@@ -598,17 +835,30 @@ def run_sweep(
                 label = _set_label(v.recipe, src)
                 if label not in done:
                     name = f"{what} ({v.name})" if v.name and what == "math" else what
-                    done[label] = _calibrated_set(v.recipe, src, name, model, tok, out / STATS_DIR, fingerprint,
-                                                  progress, stages)
+                    done[label] = _calibrated_set(
+                        v.recipe, src, name, model, tok, out / STATS_DIR, fingerprint, progress, stages
+                    )
                 sets.append(done[label])
             stats[v.group] = (sets[0], sets[1:])
         m = recipe.mask
-        stages.start(f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({m.method}), {len(variants)} "
-                     f"variant{'s' if len(variants) > 1 else ''}")
+        stages.start(
+            f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({m.method}), {len(variants)} "
+            f"variant{'s' if len(variants) > 1 else ''}"
+        )
         weights = model_weights(model)
-        group_masks = {g: find_math_params_multi(weights, ms, gs, top_ks=top_ks, method=m.method,
-                                                 granularity=m.granularity, seed=m.seed, progress=progress)
-                       for g, (ms, gs) in stats.items()}
+        group_masks = {
+            g: find_math_params_multi(
+                weights,
+                ms,
+                gs,
+                top_ks=top_ks,
+                method=m.method,
+                granularity=m.granularity,
+                seed=m.seed,
+                progress=progress,
+            )
+            for g, (ms, gs) in stats.items()
+        }
         arms: list[_Arm] = []
         for vi, v in enumerate(variants):
             t = v.recipe.targets
@@ -618,8 +868,10 @@ def run_sweep(
                 if v.overrides:
                     extra = keep - set(mask)
                     if extra:
-                        raise InputError(f"sweep.variants[{v.name}]: targets {sorted(extra)[:2]} are not among the "
-                                         "recipe's own targets; a variant may only restrict them")
+                        raise InputError(
+                            f"sweep.variants[{v.name}]: targets {sorted(extra)[:2]} are not among the "
+                            "recipe's own targets; a variant may only restrict them"
+                        )
                     mask = _variant_mask(mask, keep)
                 arms += [_Arm(vi, k, s, mask) for s in scales if s != 1.0]
         evaluator = _Evaluator(model, tok, recipe, shots, texts, fingerprint, cache, progress)
@@ -634,16 +886,20 @@ def run_sweep(
         rounds: list[dict[str, Any]] = []
         active = list(range(len(arms)))
         start = 0
-        stages.start(f"select among {len(arms)} points in {len(schedule)} round{'s' if len(schedule) > 1 else ''} "
-                     f"({', '.join(f'{n} on {e}' for n, e in schedule)})")
+        stages.start(
+            f"select among {len(arms)} points in {len(schedule)} round{'s' if len(schedule) > 1 else ''} "
+            f"({', '.join(f'{n} on {e}' for n, e in schedule)})"
+        )
 
         def kl_of(i: int) -> float:
             """Point ``i``'s general KL, computed (and cached) the first time the selection needs it."""
             arm = arms[i]
             if arm.general is None:
                 name = variants[arm.variant].name
-                echo("      general KL of " + (f"{name} " if name else "") + f"top_k={arm.top_k:g} "
-                     f"scale={arm.scale:g} on {len(texts)} texts")
+                echo(
+                    "      general KL of " + (f"{name} " if name else "") + f"top_k={arm.top_k:g} "
+                    f"scale={arm.scale:g} on {len(texts)} texts"
+                )
                 arm.general = evaluator.general(arm.mask, arm.scale)
             return float(arm.general["kl"])
 
@@ -655,14 +911,23 @@ def run_sweep(
             for j, i in enumerate(active):
                 arm = arms[i]
                 name = variants[arm.variant].name
-                echo(f"      round {r + 1}/{len(schedule)}, point {j + 1}/{len(active)}: "
-                     + (f"{name} " if name else "") + f"top_k={arm.top_k:g} scale={arm.scale:g} "
-                     f"(problems {start + 1}-{end})")
+                echo(
+                    f"      round {r + 1}/{len(schedule)}, point {j + 1}/{len(active)}: "
+                    + (f"{name} " if name else "")
+                    + f"top_k={arm.top_k:g} scale={arm.scale:g} "
+                    f"(problems {start + 1}-{end})"
+                )
                 for a, b in _blocks(start, end, cuts):
                     arm.correct += evaluator.math(selection[a:b], arm.mask, arm.scale)
                 arm.round = r + 1
-            rounds.append({"round": r + 1, "problems": [start, end], "points": list(active),
-                           "correct": [sum(arms[i].correct) for i in active]})
+            rounds.append(
+                {
+                    "round": r + 1,
+                    "problems": [start, end],
+                    "points": list(active),
+                    "correct": [sum(arms[i].correct) for i in active],
+                }
+            )
             start = end
         finalists = [i for i in range(len(arms)) if arms[i].round == len(schedule)]
         for i in finalists:  # the candidate must be within the KL budget
@@ -677,8 +942,10 @@ def run_sweep(
             stages.start("confirm: no candidate (no finalist gains within the KL budget); nothing is tested")
         else:
             p, arm = points[candidate], arms[candidate]
-            stages.start(f"confirm {(names[candidate] + ' ') if names[candidate] else ''}top_k={p.top_k:g} "
-                         f"scale={p.scale:g} on {len(confirmation_problems)} other problems")
+            stages.start(
+                f"confirm {(names[candidate] + ' ') if names[candidate] else ''}top_k={p.top_k:g} "
+                f"scale={p.scale:g} on {len(confirmation_problems)} other problems"
+            )
             base_c: list[bool] = []
             edit_c: list[bool] = []
             for a, b in _blocks(0, len(confirmation_problems), []):
@@ -686,21 +953,53 @@ def run_sweep(
                 edit_c += evaluator.math(confirmation_problems[a:b], arm.mask, arm.scale)
             b_, c_, pval, ok = confirm(base_c, edit_c, sw.alpha)
             v = variants[arm.variant]
-            confirmation = Confirmation(len(confirmation_problems),
-                                        tuple(problem_sha256(q) for q in confirmation_problems), p.top_k, p.scale,
-                                        sum(base_c), sum(edit_c), b_, c_, pval, ok, sw.alpha, candidate,
-                                        arm.mask.sha256, v.name, v.overrides)
+            confirmation = Confirmation(
+                len(confirmation_problems),
+                tuple(problem_sha256(q) for q in confirmation_problems),
+                p.top_k,
+                p.scale,
+                sum(base_c),
+                sum(edit_c),
+                b_,
+                c_,
+                pval,
+                ok,
+                sw.alpha,
+                candidate,
+                arm.mask.sha256,
+                v.name,
+                v.overrides,
+            )
         best, text = recommend(points, base_correct, len(selection), candidate, confirmation, sw.kl_budget)
-        base_row = {"math_correct": base_correct, "math_total": len(base_sel),
-                    "math_accuracy": base_correct / len(base_sel)}
+        base_row = {
+            "math_correct": base_correct,
+            "math_total": len(base_sel),
+            "math_accuracy": base_correct / len(base_sel),
+        }
         lo, hi = wilson_interval(base_correct, len(base_sel))
         base_row.update(math_ci95_low=lo, math_ci95_high=hi)
         bg = _general_result(base_general["loss_sums"], base_general["tokens"])
-        result = SweepResult(base_row["math_accuracy"], bg.loss, points, pareto_front(points), text, best, base_row,
-                             bg.loss_se, [problem_sha256(q) for q in selection], confirmation, candidate,
-                             sw.kl_budget, sw.alpha, len(texts), recipe.public_dict(), recipe_sha256(recipe),
-                             rounds=rounds, variants=[{"name": v.name, "set": list(v.overrides)} for v in variants],
-                             general_tail_mass=[(a.general or {}).get("tail_mass") for a in arms])
+        result = SweepResult(
+            base_row["math_accuracy"],
+            bg.loss,
+            points,
+            pareto_front(points),
+            text,
+            best,
+            base_row,
+            bg.loss_se,
+            [problem_sha256(q) for q in selection],
+            confirmation,
+            candidate,
+            sw.kl_budget,
+            sw.alpha,
+            len(texts),
+            recipe.public_dict(),
+            recipe_sha256(recipe),
+            rounds=rounds,
+            variants=[{"name": v.name, "set": list(v.overrides)} for v in variants],
+            general_tail_mass=[(a.general or {}).get("tail_mass") for a in arms],
+        )
         write_text_atomic(out / SWEEP_CSV, result.to_csv())
         write_text_atomic(out / SWEEP_JSON, json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
         _plot(result, out / SWEEP_PNG)

@@ -78,9 +78,12 @@ class ResultCache:
             if path.stat().st_size > _MAX_ENTRY_BYTES:
                 raise ValueError("too large")
             entry = json.loads(path.read_text(encoding="utf-8"))
-            ok = (isinstance(entry, dict) and _canonical(entry.get("key")) == _canonical(key)
-                  and entry.get("result_sha256") == hashlib.sha256(
-                      _canonical(entry.get("result"), True).encode()).hexdigest())
+            ok = (
+                isinstance(entry, dict)
+                and _canonical(entry.get("key")) == _canonical(key)
+                and entry.get("result_sha256")
+                == hashlib.sha256(_canonical(entry.get("result"), True).encode()).hexdigest()
+            )
         except (OSError, ValueError, TypeError, RecursionError):
             ok = False
         if not ok:
@@ -92,8 +95,11 @@ class ResultCache:
         """Store ``result`` under ``key`` atomically (a kill leaves the whole entry or none)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(key)
-        body = {"key": key, "result": result,
-                "result_sha256": hashlib.sha256(_canonical(result, True).encode()).hexdigest()}
+        body = {
+            "key": key,
+            "result": result,
+            "result_sha256": hashlib.sha256(_canonical(result, True).encode()).hexdigest(),
+        }
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(_canonical(body, True) + "\n")

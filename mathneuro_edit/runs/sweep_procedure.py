@@ -16,8 +16,17 @@ from typing import Any
 from ..evaluation.report import format_p
 from ..evaluation.significance import holm_adjust, mcnemar_exact, wilson_interval
 
-__all__ = ["SweepPoint", "Confirmation", "with_holm", "pareto_front", "select_candidate", "confirm", "recommend",
-           "halving_schedule", "promote"]
+__all__ = [
+    "SweepPoint",
+    "Confirmation",
+    "with_holm",
+    "pareto_front",
+    "select_candidate",
+    "confirm",
+    "recommend",
+    "halving_schedule",
+    "promote",
+]
 
 
 @dataclass(frozen=True)
@@ -87,12 +96,25 @@ class Confirmation:
     def to_dict(self) -> dict[str, Any]:
         lo_b, hi_b = wilson_interval(self.base_correct, self.n)
         lo_e, hi_e = wilson_interval(self.edited_correct, self.n)
-        return {"n": self.n, "problems_sha256": list(self.problems_sha256), "top_k": self.top_k, "scale": self.scale,
-                "base_correct": self.base_correct, "edited_correct": self.edited_correct,
-                "mcnemar_p": self.mcnemar_p, "confirmed": self.confirmed, "alpha": self.alpha, "point": self.point,
-                "base_only": self.base_only, "edited_only": self.edited_only,
-                "base_ci95": [lo_b, hi_b], "edited_ci95": [lo_e, hi_e], "mask_sha256": self.mask_sha256,
-                "variant": self.variant, "variant_set": list(self.variant_set)}
+        return {
+            "n": self.n,
+            "problems_sha256": list(self.problems_sha256),
+            "top_k": self.top_k,
+            "scale": self.scale,
+            "base_correct": self.base_correct,
+            "edited_correct": self.edited_correct,
+            "mcnemar_p": self.mcnemar_p,
+            "confirmed": self.confirmed,
+            "alpha": self.alpha,
+            "point": self.point,
+            "base_only": self.base_only,
+            "edited_only": self.edited_only,
+            "base_ci95": [lo_b, hi_b],
+            "edited_ci95": [lo_e, hi_e],
+            "mask_sha256": self.mask_sha256,
+            "variant": self.variant,
+            "variant_set": list(self.variant_set),
+        }
 
 
 def with_holm(points: Sequence[SweepPoint]) -> list[SweepPoint]:
@@ -114,9 +136,11 @@ def pareto_front(points: Sequence[SweepPoint]) -> list[int]:
         if not math.isfinite(p.general_kl):
             continue
         dominated = any(
-            q.math_accuracy >= p.math_accuracy and q.general_kl <= p.general_kl
+            q.math_accuracy >= p.math_accuracy
+            and q.general_kl <= p.general_kl
             and (q.math_accuracy > p.math_accuracy or q.general_kl < p.general_kl)
-            for j, q in enumerate(points) if j != i and math.isfinite(q.general_kl)
+            for j, q in enumerate(points)
+            if j != i and math.isfinite(q.general_kl)
         )
         if not dominated:
             front.append(i)
@@ -164,8 +188,14 @@ def confirm(base: Sequence[bool], edited: Sequence[bool], alpha: float) -> tuple
     return b, c, p, c > b and p < alpha
 
 
-def recommend(points: Sequence[SweepPoint], base_correct: int, n_selection: int, candidate: int | None,
-              confirmation: Confirmation | None, kl_budget: float) -> tuple[int | None, str]:
+def recommend(
+    points: Sequence[SweepPoint],
+    base_correct: int,
+    n_selection: int,
+    candidate: int | None,
+    confirmation: Confirmation | None,
+    kl_budget: float,
+) -> tuple[int | None, str]:
     """``(best, sentence)``: the confirmed point and what the selection and the confirmation showed, or ``None``
     and a sentence that starts ``nothing confirmed:``.
 
@@ -175,29 +205,37 @@ def recommend(points: Sequence[SweepPoint], base_correct: int, n_selection: int,
     """
     base_pct = 100 * base_correct / n_selection if n_selection else 0.0
     if candidate is None:
-        return None, (f"nothing confirmed: no setting within the general-KL budget {kl_budget:g} raises math accuracy "
-                      f"over the base ({base_pct:.1f}% on {n_selection} selection problems), so none was tested on "
-                      "the confirmation problems; do not publish a boost from this sweep")
+        return None, (
+            f"nothing confirmed: no setting within the general-KL budget {kl_budget:g} raises math accuracy "
+            f"over the base ({base_pct:.1f}% on {n_selection} selection problems), so none was tested on "
+            "the confirmation problems; do not publish a boost from this sweep"
+        )
     p = points[candidate]
-    chosen = (f"top_k={p.top_k:g} scale={p.scale:g}, chosen among {len(points)} settings on {n_selection} selection "
-              f"problems ({base_pct:.1f}% -> {100 * p.math_accuracy:.1f}%, {p.math_correct - base_correct:+d} "
-              f"problem{'' if abs(p.math_correct - base_correct) == 1 else 's'}, "
-              f"raw {format_p(p.mcnemar_p)}, Holm {format_p(p.holm_p)}, general KL {p.general_kl:.4g}, budget "
-              f"{kl_budget:g})")
+    chosen = (
+        f"top_k={p.top_k:g} scale={p.scale:g}, chosen among {len(points)} settings on {n_selection} selection "
+        f"problems ({base_pct:.1f}% -> {100 * p.math_accuracy:.1f}%, {p.math_correct - base_correct:+d} "
+        f"problem{'' if abs(p.math_correct - base_correct) == 1 else 's'}, "
+        f"raw {format_p(p.mcnemar_p)}, Holm {format_p(p.holm_p)}, general KL {p.general_kl:.4g}, budget "
+        f"{kl_budget:g})"
+    )
     if confirmation is None:
         return None, f"nothing confirmed: the candidate {chosen} was not tested on confirmation problems"
     c = confirmation
     lo_b, hi_b = wilson_interval(c.base_correct, c.n)
     lo_e, hi_e = wilson_interval(c.edited_correct, c.n)
-    measured = (f"on {c.n} other problems: base {100 * c.base_correct / c.n:.1f}% ({c.base_correct}/{c.n}, "
-                f"{100 * lo_b:.1f}-{100 * hi_b:.1f}) -> {100 * c.edited_correct / c.n:.1f}% ({c.edited_correct}/"
-                f"{c.n}, {100 * lo_e:.1f}-{100 * hi_e:.1f}), {100 * (c.edited_correct - c.base_correct) / c.n:+.1f} "
-                f"points, {c.base_only} right only before and {c.edited_only} only after, exact McNemar "
-                f"{format_p(c.mcnemar_p)}")
+    measured = (
+        f"on {c.n} other problems: base {100 * c.base_correct / c.n:.1f}% ({c.base_correct}/{c.n}, "
+        f"{100 * lo_b:.1f}-{100 * hi_b:.1f}) -> {100 * c.edited_correct / c.n:.1f}% ({c.edited_correct}/"
+        f"{c.n}, {100 * lo_e:.1f}-{100 * hi_e:.1f}), {100 * (c.edited_correct - c.base_correct) / c.n:+.1f} "
+        f"points, {c.base_only} right only before and {c.edited_only} only after, exact McNemar "
+        f"{format_p(c.mcnemar_p)}"
+    )
     if c.confirmed:
         return candidate, f"recommended: {chosen}; confirmed {measured} (< {c.alpha:g})"
-    return None, (f"nothing confirmed: the candidate {chosen} did not confirm {measured} (a confirmed gain needs "
-                  f"p < {c.alpha:g}); do not publish a boost from this sweep")
+    return None, (
+        f"nothing confirmed: the candidate {chosen} did not confirm {measured} (a confirmed gain needs "
+        f"p < {c.alpha:g}); do not publish a boost from this sweep"
+    )
 
 
 def halving_schedule(n_points: int, n_selection: int, first: int | None, eta: int) -> list[tuple[int, int]]:
@@ -227,8 +265,13 @@ def halving_schedule(n_points: int, n_selection: int, first: int | None, eta: in
     return rounds
 
 
-def promote(correct: Sequence[int | None], kl: Sequence[float] | Callable[[int], float], kl_budget: float,
-            keep: int, size: Sequence[float] | None = None) -> list[int]:
+def promote(
+    correct: Sequence[int | None],
+    kl: Sequence[float] | Callable[[int], float],
+    kl_budget: float,
+    keep: int,
+    size: Sequence[float] | None = None,
+) -> list[int]:
     """The ``keep`` points that continue: most problems right on the problems every candidate has seen, then the
     smaller edit (``size``: weights edited x ``|scale - 1|``; none given: all equal), then the earlier point; a
     point over the KL budget (or not evaluated: ``None``) never continues, since it could not be chosen. Returned in
@@ -248,8 +291,10 @@ def promote(correct: Sequence[int | None], kl: Sequence[float] | Callable[[int],
         ([1, 2], [1, 2])
     """
     kl_of = kl if callable(kl) else kl.__getitem__
-    order = sorted((i for i, c in enumerate(correct) if c is not None),
-                   key=lambda i: (-int(correct[i] or 0), size[i] if size is not None else 0.0, i))
+    order = sorted(
+        (i for i, c in enumerate(correct) if c is not None),
+        key=lambda i: (-int(correct[i] or 0), size[i] if size is not None else 0.0, i),
+    )
     chosen: list[int] = []
     for i in order:
         if len(chosen) >= keep:

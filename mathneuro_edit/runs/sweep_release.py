@@ -30,8 +30,18 @@ __all__ = ["SweepEvidence", "read_sweep", "recipe_from_sweep", "run_from_sweep"]
 
 
 # the recipe keys that define which weights a setting edits: a release must share them with its sweep
-_SAME = ("base.model", "base.gguf_file", "base.revision", "base.dtype", "data", "calibration", "targets",
-         "mask.method", "mask.granularity", "mask.seed")
+_SAME = (
+    "base.model",
+    "base.gguf_file",
+    "base.revision",
+    "base.dtype",
+    "data",
+    "calibration",
+    "targets",
+    "mask.method",
+    "mask.granularity",
+    "mask.seed",
+)
 
 
 def _at(d: Mapping[str, Any], key: str) -> Any:
@@ -58,25 +68,56 @@ class SweepEvidence:
         """The lock's ``sweep`` section: the sweep file's hash, the chosen setting, the selection and the
         confirmation (each with its problems' sha256)."""
         c = self.confirmation
-        return {"sweep_sha256": self.sweep_sha256, "top_k": self.top_k, "scale": self.scale,
-                "variant": self.confirmation.get("variant") or "",
-                "variant_set": [public_override(o) for o in self.confirmation.get("variant_set") or []],
-                "settings": self.n_settings,
-                "selection": {"n": len(self.selection_sha256), "problems_sha256": list(self.selection_sha256),
-                              "base_correct": self.selection_base_correct,
-                              **{k: self.selection_point.get(k) for k in ("math_correct", "math_total", "mcnemar_p",
-                                                                          "holm_p", "general_kl")}},
-                "confirmation": {k: c.get(k) for k in ("n", "base_correct", "edited_correct", "base_only",
-                                                       "edited_only", "mcnemar_p", "alpha", "confirmed",
-                                                       "mask_sha256", "problems_sha256")}}
+        return {
+            "sweep_sha256": self.sweep_sha256,
+            "top_k": self.top_k,
+            "scale": self.scale,
+            "variant": self.confirmation.get("variant") or "",
+            "variant_set": [public_override(o) for o in self.confirmation.get("variant_set") or []],
+            "settings": self.n_settings,
+            "selection": {
+                "n": len(self.selection_sha256),
+                "problems_sha256": list(self.selection_sha256),
+                "base_correct": self.selection_base_correct,
+                **{
+                    k: self.selection_point.get(k)
+                    for k in ("math_correct", "math_total", "mcnemar_p", "holm_p", "general_kl")
+                },
+            },
+            "confirmation": {
+                k: c.get(k)
+                for k in (
+                    "n",
+                    "base_correct",
+                    "edited_correct",
+                    "base_only",
+                    "edited_only",
+                    "mcnemar_p",
+                    "alpha",
+                    "confirmed",
+                    "mask_sha256",
+                    "problems_sha256",
+                )
+            },
+        }
 
 
 MAX_SWEEP_BYTES = 64 * 1024 * 1024  # a sweep.json lists its points and each problem's sha256: a few MB
 MAX_PROBLEMS = 20_000  # problems of a selection or a confirmation (the recipe's default confirms on 600)
 MAX_POINTS = 10_000  # grid points of one sweep
 _SHA = re.compile(r"[0-9a-f]{64}")
-_POINT_NUMBERS = ("top_k", "scale", "selected", "math_correct", "math_total", "math_accuracy", "mcnemar_p", "holm_p",
-                  "general_kl", "general_loss")
+_POINT_NUMBERS = (
+    "top_k",
+    "scale",
+    "selected",
+    "math_correct",
+    "math_total",
+    "math_accuracy",
+    "mcnemar_p",
+    "holm_p",
+    "general_kl",
+    "general_loss",
+)
 
 
 def _shown(value: Any, limit: int = 80) -> str:
@@ -88,41 +129,51 @@ def _shown(value: Any, limit: int = 80) -> str:
 def _count(c: Mapping[str, Any], key: str, most: int, where: str) -> int:
     v = c.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= most:
-        raise InputError(f"{where}.{key}: must be an integer in [0, {most}], got {_shown(v)}; the file was edited: "
-                         "re-run the sweep")
+        raise InputError(
+            f"{where}.{key}: must be an integer in [0, {most}], got {_shown(v)}; the file was edited: re-run the sweep"
+        )
     return v
 
 
 def _fraction(v: Any, where: str, low_open: bool = False, high_open: bool = False, optional: bool = False) -> Any:
     if v is None and optional:
         return v
-    ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-          and (0 < v if low_open else 0 <= v) and (v < 1 if high_open else v <= 1))
+    ok = (
+        not isinstance(v, bool)
+        and isinstance(v, (int, float))
+        and math.isfinite(v)
+        and (0 < v if low_open else 0 <= v)
+        and (v < 1 if high_open else v <= 1)
+    )
     if not ok:
         interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise InputError(f"{where}: must be a number in {interval}, got {_shown(v)}; the file was edited: re-run "
-                         "the sweep")
+        raise InputError(
+            f"{where}: must be a number in {interval}, got {_shown(v)}; the file was edited: re-run the sweep"
+        )
     return v
 
 
 def _hashes(v: Any, where: str) -> list[str]:
-    if not isinstance(v, list) or len(v) > MAX_PROBLEMS or not all(isinstance(h, str) and _SHA.fullmatch(h)
-                                                                     for h in v):
-        raise InputError(f"{where}: must be a list of at most {MAX_PROBLEMS:,} sha256 (64 hex digits); the file "
-                         "was edited: re-run the sweep")
+    if not isinstance(v, list) or len(v) > MAX_PROBLEMS or not all(isinstance(h, str) and _SHA.fullmatch(h) for h in v):
+        raise InputError(
+            f"{where}: must be a list of at most {MAX_PROBLEMS:,} sha256 (64 hex digits); the file "
+            "was edited: re-run the sweep"
+        )
     return v
 
 
 def _point(p: Any, where: str) -> dict[str, Any]:
     if not isinstance(p, dict):
-        raise InputError(f"{where}: must be a mapping of a grid point's results, got {type(p).__name__}; the file "
-                         "was edited: re-run the sweep")
+        raise InputError(
+            f"{where}: must be a mapping of a grid point's results, got {type(p).__name__}; the file "
+            "was edited: re-run the sweep"
+        )
     for key in _POINT_NUMBERS:
         v = p.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                              or v < 0):
-            raise InputError(f"{where}.{key}: must be a finite number >= 0, got {_shown(v)}; the file was edited: "
-                             "re-run the sweep")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            raise InputError(
+                f"{where}.{key}: must be a finite number >= 0, got {_shown(v)}; the file was edited: re-run the sweep"
+            )
     return p
 
 
@@ -145,11 +196,14 @@ def _load(path: Path) -> tuple[bytes, Any]:
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{path}: not a regular file (a FIFO, device or folder); pass the --out folder of a "
-                             "`mathneuro-edit sweep`")
+            raise InputError(
+                f"{path}: not a regular file (a FIFO, device or folder); pass the --out folder of a "
+                "`mathneuro-edit sweep`"
+            )
         if st.st_size > MAX_SWEEP_BYTES:
-            raise InputError(f"{path}: {st.st_size:,} bytes, more than a sweep.json holds ({MAX_SWEEP_BYTES:,}); "
-                             "re-run the sweep")
+            raise InputError(
+                f"{path}: {st.st_size:,} bytes, more than a sweep.json holds ({MAX_SWEEP_BYTES:,}); re-run the sweep"
+            )
         with open(path, "rb") as f:
             raw = f.read(MAX_SWEEP_BYTES + 1)
         if len(raw) > MAX_SWEEP_BYTES:
@@ -178,8 +232,10 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     path = Path(sweep_dir) / SWEEP_JSON
     raw, data = _load(path)
     if not isinstance(data, dict) or not isinstance(data.get("selection"), dict) or "confirmation" not in data:
-        raise InputError(f"{path}: not a sweep.json with selection and confirmation (written before select-then-"
-                         "confirm?); re-run the sweep")
+        raise InputError(
+            f"{path}: not a sweep.json with selection and confirmation (written before select-then-"
+            "confirm?); re-run the sweep"
+        )
     c = data["confirmation"]
     if not (isinstance(c, dict) and c.get("confirmed") is True):
         why = _shown(str(data.get("recommendation") or "nothing confirmed").split(";")[0], 120).strip("'\"")
@@ -190,8 +246,9 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     problems = _hashes(c.get("problems_sha256"), f"{where}.problems_sha256")
     n = _count(c, "n", MAX_PROBLEMS, where)
     if n != len(problems):
-        raise InputError(f"{where}.n: {n}, but it lists {len(problems)} problems; the file was edited: re-run the "
-                         "sweep")
+        raise InputError(
+            f"{where}.n: {n}, but it lists {len(problems)} problems; the file was edited: re-run the sweep"
+        )
     b, k = _count(c, "base_only", n, where), _count(c, "edited_only", n, where)
     for key in ("base_correct", "edited_correct"):
         _count(c, key, n, where)
@@ -201,38 +258,58 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     _fraction(c.get("mcnemar_p"), f"{where}.mcnemar_p", optional=True)
     mask = c.get("mask_sha256")
     if mask not in (None, "") and not (isinstance(mask, str) and _SHA.fullmatch(mask)):
-        raise InputError(f"{where}.mask_sha256: must be a sha256 (64 hex digits) or empty; the file was edited: "
-                         "re-run the sweep")
+        raise InputError(
+            f"{where}.mask_sha256: must be a sha256 (64 hex digits) or empty; the file was edited: re-run the sweep"
+        )
     points = sel.get("points")
     if not isinstance(points, list) or not 0 < len(points) <= MAX_POINTS:
-        raise InputError(f"{path}: selection.points: must be a list of 1 to {MAX_POINTS:,} grid points; the file "
-                         "was edited: re-run the sweep")
+        raise InputError(
+            f"{path}: selection.points: must be a list of 1 to {MAX_POINTS:,} grid points; the file "
+            "was edited: re-run the sweep"
+        )
     for i, p in enumerate(points):
         _point(p, f"{path}: selection.points[{i}]")
     chosen = c.get("point")
     if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < len(points):
-        raise InputError(f"{where}.point: must be the index of a selection point (0 to {len(points) - 1}), got "
-                         f"{_shown(chosen)}; the file was edited: re-run the sweep")
+        raise InputError(
+            f"{where}.point: must be the index of a selection point (0 to {len(points) - 1}), got "
+            f"{_shown(chosen)}; the file was edited: re-run the sweep"
+        )
     top_k = _fraction(c.get("top_k"), f"{where}.top_k", low_open=True)
     scale = c.get("scale")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale >= 0):
-        raise InputError(f"{where}.scale: must be a finite number >= 0, got {_shown(scale)}; the file was edited: "
-                         "re-run the sweep")
+        raise InputError(
+            f"{where}.scale: must be a finite number >= 0, got {_shown(scale)}; the file was edited: re-run the sweep"
+        )
     base = sel.get("base") if isinstance(sel.get("base"), dict) else {}
     base_correct = base.get("math_correct")
-    if base_correct is not None and (isinstance(base_correct, bool) or not isinstance(base_correct, int)
-                                     or not 0 <= base_correct <= len(selection)):
-        raise InputError(f"{path}: selection.base.math_correct: must be an integer in [0, {len(selection)}], got "
-                         f"{_shown(base_correct)}; the file was edited: re-run the sweep")
+    if base_correct is not None and (
+        isinstance(base_correct, bool) or not isinstance(base_correct, int) or not 0 <= base_correct <= len(selection)
+    ):
+        raise InputError(
+            f"{path}: selection.base.math_correct: must be an integer in [0, {len(selection)}], got "
+            f"{_shown(base_correct)}; the file was edited: re-run the sweep"
+        )
     if not isinstance(data.get("recipe"), dict):
         raise InputError(f"{path}: recipe: must be the sweep's recipe (a mapping); re-run the sweep")
     p = _exact_p(b, k)
     if not (k > b and p < alpha and set(problems).isdisjoint(selection)):
-        raise InputError(f"{path}: its confirmation says confirmed, but its counts ({b} right only before, {k} "
-                         f"only after: {format_p(p)}, level {alpha:g}) or its problem lists do not; the file was "
-                         "edited: re-run the sweep")
-    return SweepEvidence(float(top_k), float(scale), tuple(selection), dict(c), dict(points[chosen]), len(points),
-                         hashlib.sha256(raw).hexdigest(), dict(data["recipe"]), base_correct)
+        raise InputError(
+            f"{path}: its confirmation says confirmed, but its counts ({b} right only before, {k} "
+            f"only after: {format_p(p)}, level {alpha:g}) or its problem lists do not; the file was "
+            "edited: re-run the sweep"
+        )
+    return SweepEvidence(
+        float(top_k),
+        float(scale),
+        tuple(selection),
+        dict(c),
+        dict(points[chosen]),
+        len(points),
+        hashlib.sha256(raw).hexdigest(),
+        dict(data["recipe"]),
+        base_correct,
+    )
 
 
 def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--from-sweep") -> Recipe:
@@ -244,19 +321,29 @@ def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--f
     mine = recipe.public_dict()
     for key in _SAME:
         if _at(mine, key) != _at(evidence.recipe, key):
-            raise InputError(f"{where}: the recipe's {key} differs from the sweep's ({_shown(_at(mine, key))} vs "
-                             f"{_shown(_at(evidence.recipe, key))}); the confirmed setting holds only for the sweep's "
-                             "recipe: use it, or sweep this one")
+            raise InputError(
+                f"{where}: the recipe's {key} differs from the sweep's ({_shown(_at(mine, key))} vs "
+                f"{_shown(_at(evidence.recipe, key))}); the confirmed setting holds only for the sweep's "
+                "recipe: use it, or sweep this one"
+            )
     edit = ["edit.prune=true"] if evidence.scale == 0 else [f"edit.scale={evidence.scale!r}"]
     # the confirmed point's variant (another calibration set or target restriction of the same recipe): its
     # overrides, which only data.*, calibration.* and targets.* keys may be (as sweep.variants validates them)
     variant = evidence.confirmation.get("variant_set") or []
-    if not (isinstance(variant, list) and all(isinstance(v, str) and "=" in v and v.split("=", 1)[0].strip()
-                                              .startswith(("data.", "calibration.", "targets.")) for v in variant)):
-        raise InputError(f"{where}: the sweep's confirmation.variant_set is not a list of data.*, calibration.* or "
-                         "targets.* overrides; re-run the sweep")
-    return recipe_from_dict(recipe.resolved_dict(), [*variant, f"mask.top_k={evidence.top_k!r}", *edit],
-                            where=where)
+    if not (
+        isinstance(variant, list)
+        and all(
+            isinstance(v, str)
+            and "=" in v
+            and v.split("=", 1)[0].strip().startswith(("data.", "calibration.", "targets."))
+            for v in variant
+        )
+    ):
+        raise InputError(
+            f"{where}: the sweep's confirmation.variant_set is not a list of data.*, calibration.* or "
+            "targets.* overrides; re-run the sweep"
+        )
+    return recipe_from_dict(recipe.resolved_dict(), [*variant, f"mask.top_k={evidence.top_k!r}", *edit], where=where)
 
 
 def run_from_sweep(recipe: Recipe, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):

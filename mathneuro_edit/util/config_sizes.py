@@ -21,13 +21,23 @@ __all__ = ["SIZE_LIMITS", "MAX_CONFIG_BYTES", "check_config_sizes", "check_confi
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest released config.json files are tens of KB
 # key -> (smallest, largest) a model may state; the same keys in a sub-config (text_config, ...) too
 SIZE_LIMITS: dict[str, tuple[int, int]] = {
-    "num_hidden_layers": (1, 10_000), "n_layer": (1, 10_000), "num_layers": (1, 10_000),
-    "hidden_size": (1, 1 << 20), "n_embd": (1, 1 << 20), "d_model": (1, 1 << 20),
-    "intermediate_size": (1, 1 << 22), "moe_intermediate_size": (1, 1 << 22), "n_inner": (1, 1 << 22),
+    "num_hidden_layers": (1, 10_000),
+    "n_layer": (1, 10_000),
+    "num_layers": (1, 10_000),
+    "hidden_size": (1, 1 << 20),
+    "n_embd": (1, 1 << 20),
+    "d_model": (1, 1 << 20),
+    "intermediate_size": (1, 1 << 22),
+    "moe_intermediate_size": (1, 1 << 22),
+    "n_inner": (1, 1 << 22),
     "vocab_size": (1, 1 << 24),
-    "num_attention_heads": (1, 1 << 14), "n_head": (1, 1 << 14), "num_key_value_heads": (1, 1 << 14),
+    "num_attention_heads": (1, 1 << 14),
+    "n_head": (1, 1 << 14),
+    "num_key_value_heads": (1, 1 << 14),
     "head_dim": (1, 1 << 14),
-    "num_local_experts": (0, 1 << 16), "num_experts": (0, 1 << 16), "n_routed_experts": (0, 1 << 16),
+    "num_local_experts": (0, 1 << 16),
+    "num_experts": (0, 1 << 16),
+    "n_routed_experts": (0, 1 << 16),
     "num_experts_per_tok": (0, 1 << 16),
 }
 
@@ -53,9 +63,11 @@ def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") ->
             elif key in SIZE_LIMITS and value is not None:
                 low, high = SIZE_LIMITS[key]
                 if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                    raise InputError(f"{where}: {prefix}{key}: {repr(value)[:40]} is not a size a model has (an "
-                                     f"integer from {low} to {high:,}); this config.json is corrupt or edited: use "
-                                     "the model's own")
+                    raise InputError(
+                        f"{where}: {prefix}{key}: {repr(value)[:40]} is not a size a model has (an "
+                        f"integer from {low} to {high:,}); this config.json is corrupt or edited: use "
+                        "the model's own"
+                    )
 
 
 def check_config_file_sizes(folder: str | Path) -> None:
@@ -68,8 +80,10 @@ def check_config_file_sizes(folder: str | Path) -> None:
     if not path.is_file():
         raise InputError(f"{path}: not a regular file (a FIFO, device or folder); a model's config.json is a file")
     if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise InputError(f"{path}: {path.stat().st_size:,} bytes, more than a config.json holds "
-                         f"({MAX_CONFIG_BYTES:,}); use the model's own config.json")
+        raise InputError(
+            f"{path}: {path.stat().st_size:,} bytes, more than a config.json holds "
+            f"({MAX_CONFIG_BYTES:,}); use the model's own config.json"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):

@@ -24,8 +24,19 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["KNOWN_WARNINGS", "Stages", "quiet_libraries", "known_warnings_silenced", "bars_wanted", "table",
-           "markdown_table_text", "terminal_safe", "document_safe", "HeldLog", "library_log_held"]
+__all__ = [
+    "KNOWN_WARNINGS",
+    "Stages",
+    "quiet_libraries",
+    "known_warnings_silenced",
+    "bars_wanted",
+    "table",
+    "markdown_table_text",
+    "terminal_safe",
+    "document_safe",
+    "HeldLog",
+    "library_log_held",
+]
 
 # what a terminal (or a rendered card) would act on rather than show: C0 and C1 controls (ESC starts a colour,
 # cursor or title sequence), DEL, and the bidi marks, embeddings, overrides and isolates that reorder a line
@@ -40,8 +51,9 @@ def terminal_safe(text: str) -> str:
         >>> terminal_safe("a\x1b[2Jb\u202ec")
         'a\\x1b[2Jb\\u202ec'
     """
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                       text)
+    return _UNSAFE.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
 
 
 def document_safe(text: str) -> str:
@@ -239,8 +251,12 @@ def table(header: list[str], rows: list[list[str]], right: set[int] | None = Non
     """
     right = right or set()
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-             .rstrip() for r in [header, *rows]]
+    lines = [
+        "  ".join(
+            str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))
+        ).rstrip()
+        for r in [header, *rows]
+    ]
     return "\n".join(lines)
 
 

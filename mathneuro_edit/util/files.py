@@ -24,13 +24,31 @@ import torch
 
 from ..errors import InputError
 
-__all__ = ["umask", "file_mode", "dir_mode", "write_text_atomic", "write_json_atomic", "json_text", "write_bytes_atomic", "save_file"]
+__all__ = [
+    "umask",
+    "file_mode",
+    "dir_mode",
+    "write_text_atomic",
+    "write_json_atomic",
+    "json_text",
+    "write_bytes_atomic",
+    "save_file",
+]
 
 _UMASK_LOCK = threading.Lock()
 # safetensors dtype codes (the format's names); bool is stored as one byte per entry
-_CODES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-          torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-          torch.bool: "BOOL"}
+_CODES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
 
 
 def umask() -> int:
@@ -116,8 +134,9 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
     return write_text_atomic(path, json_text(data))
 
 
-def save_file(tensors: Mapping[str, torch.Tensor], filename: str | Path,
-              metadata: Mapping[str, str] | None = None) -> None:
+def save_file(
+    tensors: Mapping[str, torch.Tensor], filename: str | Path, metadata: Mapping[str, str] | None = None
+) -> None:
     """Drop-in for ``safetensors.torch.save_file`` whose bytes depend only on the content.
 
     Header: ``__metadata__`` first with its keys sorted, then the tensors ordered as safetensors' reference

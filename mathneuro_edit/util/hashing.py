@@ -16,7 +16,6 @@ __all__ = ["sha256_file", "texts_sha256"]
 _CHUNK = 1 << 20  # 1 MiB reads: streamed hashing of multi-GB shards in constant memory
 
 
-
 def sha256_file(path: str | Path) -> str:
     """SHA-256 hex digest of a file, read in 1 MiB chunks.
 

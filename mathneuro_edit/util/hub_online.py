@@ -44,8 +44,14 @@ def _probe_target(endpoint: str) -> tuple[str, int, str]:
     return host, url.port or (443 if scheme == "https" else 80), host
 
 
-def require_hub(repo_id: str, *, what: str, filename: str | None = "config.json", revision: str | None = None,
-                repo_type: str = "model") -> None:
+def require_hub(
+    repo_id: str,
+    *,
+    what: str,
+    filename: str | None = "config.json",
+    revision: str | None = None,
+    repo_type: str = "model",
+) -> None:
     """Raise one line now when ``repo_id`` would have to be fetched and the Hub cannot be reached.
 
     Args:
@@ -68,15 +74,18 @@ def require_hub(repo_id: str, *, what: str, filename: str | None = "config.json"
     if _cached(repo_id, filename, revision, repo_type):
         return
     if constants.HF_HUB_OFFLINE:
-        raise InputError(f"{what} {repo_id!r}: HF_HUB_OFFLINE is set and {repo_id} is not in the local Hugging Face "
-                         f"Hub cache ({constants.HF_HUB_CACHE}); unset HF_HUB_OFFLINE to download it, or pass a "
-                         "local folder")
+        raise InputError(
+            f"{what} {repo_id!r}: HF_HUB_OFFLINE is set and {repo_id} is not in the local Hugging Face "
+            f"Hub cache ({constants.HF_HUB_CACHE}); unset HF_HUB_OFFLINE to download it, or pass a "
+            "local folder"
+        )
     host, port, label = _probe_target(constants.ENDPOINT)
     try:
         socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
     except OSError as e:
         why = " ".join((e.strerror or str(e) or type(e).__name__).split())[:120]
-        raise MathNeuroEditError(f"{what} {repo_id!r}: cannot reach the Hugging Face Hub at {constants.ENDPOINT} "
-                                 f"({label}:{port}: {why}) and {repo_id} is not in the local Hub cache; check the "
-                                 "network (or set HF_HUB_OFFLINE=1 to use the cache only), or pass a local folder") \
-            from None
+        raise MathNeuroEditError(
+            f"{what} {repo_id!r}: cannot reach the Hugging Face Hub at {constants.ENDPOINT} "
+            f"({label}:{port}: {why}) and {repo_id} is not in the local Hub cache; check the "
+            "network (or set HF_HUB_OFFLINE=1 to use the cache only), or pass a local folder"
+        ) from None

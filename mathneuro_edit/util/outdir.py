@@ -74,8 +74,12 @@ def as_space_error(exc: BaseException, out: str | Path, needed: int | None) -> N
 
 
 def _record() -> dict[str, Any]:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300]}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300],
+    }
 
 
 def _alive(rec: dict[str, Any]) -> bool | None:
@@ -102,7 +106,9 @@ def _read(path: Path) -> dict[str, Any] | None:
 def _describe(rec: dict[str, Any] | None) -> str:
     if not rec:
         return "another run"
-    return f"another run (pid {rec.get('pid')} on {rec.get('host')}, started {rec.get('started')}: {rec.get('command')})"
+    return (
+        f"another run (pid {rec.get('pid')} on {rec.get('host')}, started {rec.get('started')}: {rec.get('command')})"
+    )
 
 
 @contextmanager
@@ -137,8 +143,10 @@ def _acquire(lock: Path, out: Path) -> int:
         try:
             return os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            raise OutputBusyError(f"{out}: {_describe(_read(lock))} is writing it; wait for it or choose another "
-                                  f"--out (if no such run exists, delete {lock})") from None
+            raise OutputBusyError(
+                f"{out}: {_describe(_read(lock))} is writing it; wait for it or choose another "
+                f"--out (if no such run exists, delete {lock})"
+            ) from None
     for _ in range(100):
         fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
         try:
@@ -151,8 +159,9 @@ def _acquire(lock: Path, out: Path) -> int:
                 if rec:
                     break
                 time.sleep(0.01)
-            raise OutputBusyError(f"{out}: {_describe(rec)} is writing it; wait for it to finish or choose "
-                                  "another --out") from None
+            raise OutputBusyError(
+                f"{out}: {_describe(rec)} is writing it; wait for it to finish or choose another --out"
+            ) from None
         try:  # the holder unlinks the file before releasing it: make sure ours is still the one at the path
             same = os.stat(lock).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -201,8 +210,10 @@ def sweep_stale(parent: Path, echo: Any = None) -> list[Path]:
             removed.append(p)
             say(f"note: removed {p}, a temporary folder left by pid {rec.get('pid')} (no longer running)")
         elif alive is None:
-            say(f"note: {p} is a temporary folder of a run on host {rec.get('host')} (pid {rec.get('pid')}); "
-                "delete it if that run is over")
+            say(
+                f"note: {p} is a temporary folder of a run on host {rec.get('host')} (pid {rec.get('pid')}); "
+                "delete it if that run is over"
+            )
     return removed
 
 
@@ -242,8 +253,9 @@ def space_message(exc: OSError, out: str | Path, needed: int | None = None) -> s
 
 
 @contextmanager
-def disk_errors(out: str | Path, needed: int | None = None, measure: Path | None = None,
-                cleanup: Any = None) -> Iterator[None]:
+def disk_errors(
+    out: str | Path, needed: int | None = None, measure: Path | None = None, cleanup: Any = None
+) -> Iterator[None]:
     """Turn ENOSPC / EDQUOT / EROFS raised in the block into one :class:`InputError` naming ``out``.
 
     Args:
@@ -279,8 +291,10 @@ def refuse_overlap(out: str | Path, protect: Sequence[str | Path], label: str = 
     for p in protect:
         p = Path(p).expanduser().resolve()
         if r == p or p in r.parents or r in p.parents:
-            raise InputError(f"{label}: {Path(out).expanduser().absolute()} overlaps the base folder {p}; write the "
-                             "output somewhere else")
+            raise InputError(
+                f"{label}: {Path(out).expanduser().absolute()} overlaps the base folder {p}; write the "
+                "output somewhere else"
+            )
 
 
 def _inodes(path: Path, limit: int = 20_000) -> set[tuple[int, int]]:
@@ -304,8 +318,9 @@ def _inodes(path: Path, limit: int = 20_000) -> set[tuple[int, int]]:
     return found
 
 
-def check_output(out: str | Path, inputs: Sequence[tuple[str, str | Path | None]], *, kind: str = "dir",
-                 label: str = "--out") -> Path:
+def check_output(
+    out: str | Path, inputs: Sequence[tuple[str, str | Path | None]], *, kind: str = "dir", label: str = "--out"
+) -> Path:
     """The output-claiming rule of every command that writes: refuse an output that would write onto an input.
 
     The output may not be, contain, or lie inside any input, compared after resolving symlinks and ``..``; an
@@ -333,10 +348,13 @@ def check_output(out: str | Path, inputs: Sequence[tuple[str, str | Path | None]
     shown = Path(out).expanduser().absolute()
     for folder in reversed(shown.parents):  # every folder above the output must be one (mkdir would fail on it)
         if os.path.lexists(folder) and not folder.is_dir():
-            what = ("a symbolic link to a missing folder" if folder.is_symlink() and not folder.exists()
-                    else "not a folder")
-            raise InputError(f"{label}: {folder} is {what}, so {shown} cannot be written there; create the folder "
-                             "or choose another path")
+            what = (
+                "a symbolic link to a missing folder" if folder.is_symlink() and not folder.exists() else "not a folder"
+            )
+            raise InputError(
+                f"{label}: {folder} is {what}, so {shown} cannot be written there; create the folder "
+                "or choose another path"
+            )
     resolved = Path(out).expanduser().resolve()
     if os.path.lexists(shown) or resolved.exists():
         try:
@@ -346,8 +364,10 @@ def check_output(out: str | Path, inputs: Sequence[tuple[str, str | Path | None]
         import stat as stat_mod
 
         if st is not None and not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISDIR(st.st_mode)):
-            raise InputError(f"{label}: {shown} is not a regular file or folder (a device, FIFO or socket); give a "
-                             "file or folder path to write")
+            raise InputError(
+                f"{label}: {shown} is not a regular file or folder (a device, FIFO or socket); give a "
+                "file or folder path to write"
+            )
         if st is not None and kind == "file" and stat_mod.S_ISDIR(st.st_mode):
             raise InputError(f"{label}: {shown} is a folder; give the path of the file to write")
         if st is not None and kind == "dir" and stat_mod.S_ISREG(st.st_mode):
@@ -359,11 +379,15 @@ def check_output(out: str | Path, inputs: Sequence[tuple[str, str | Path | None]
         p = Path(path).expanduser()
         r = p.resolve()
         if resolved == r or r in resolved.parents or resolved in r.parents:
-            raise InputError(f"{label}: {shown} overlaps the {what} {r}; the output may not be, contain or lie inside "
-                             "an input: write it somewhere else")
+            raise InputError(
+                f"{label}: {shown} overlaps the {what} {r}; the output may not be, contain or lie inside "
+                "an input: write it somewhere else"
+            )
         if out_inodes and p.exists() and out_inodes & _inodes(r):
-            raise InputError(f"{label}: {shown} is a hard link of a file of the {what} {r}; writing it would change "
-                             "the input: write it somewhere else")
+            raise InputError(
+                f"{label}: {shown} is a hard link of a file of the {what} {r}; writing it would change "
+                "the input: write it somewhere else"
+            )
     return shown
 
 
@@ -398,8 +422,14 @@ def install_signal_handlers() -> Iterator[None]:
 
 
 @contextmanager
-def atomic_dir(out_dir: str | Path, *, overwrite: bool, protect: Sequence[Path] = (),
-               needed: int | None = None, inputs: Sequence[tuple[str, str | Path | None]] = ()) -> Iterator[Path]:
+def atomic_dir(
+    out_dir: str | Path,
+    *,
+    overwrite: bool,
+    protect: Sequence[Path] = (),
+    needed: int | None = None,
+    inputs: Sequence[tuple[str, str | Path | None]] = (),
+) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` on success, remove it on error.
 
     The output is claimed first (:func:`~mathneuro_edit.util.outdir.claim`: a second run to the same ``out_dir``

@@ -17,13 +17,10 @@ __all__ = ["ORGANISM", "ARITHMETIC", "LOCAL", "is_local_path", "no_such_local_fo
 ORGANISM = "organism"
 
 
-
 ARITHMETIC = "arithmetic"  # the built-in arithmetic task (mathneuro_edit.data.arithmetic)
 
 
-
 LOCAL = "<local>"  # stands for a redacted local path in public outputs (lock, card, recipe hash)
-
 
 
 def is_local_path(value: str) -> bool:
@@ -45,7 +42,6 @@ def is_local_path(value: str) -> bool:
     return path.exists() or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())
 
 
-
 def no_such_local_folder(value: str, label: str = "base.model") -> InputError:
     """The error for a local-looking model path that does not exist (never a Hub lookup of it).
 
@@ -56,8 +52,7 @@ def no_such_local_folder(value: str, label: str = "base.model") -> InputError:
     first = Path(value).expanduser().parts[0] if value else ""
     why = "" if value.startswith(("/", "~", ".", "\\")) else f" (read as a path because {first}/ exists here)"
     what = "file" if value.lower().endswith(".gguf") else "folder"
-    return InputError(f"{label}: no such local {what} {value!r}{why}; check the path (a Hub id looks like "
-                      "owner/name)")
+    return InputError(f"{label}: no such local {what} {value!r}{why}; check the path (a Hub id looks like owner/name)")
 
 
 def public_override(override: object) -> object:

@@ -9,7 +9,6 @@ tokenizer keys :mod:`.gguf_vocab` writes);
 evaluation; :mod:`.remote_code` refuses repository code without an explicit opt-in.
 """
 
-
 from __future__ import annotations
 
 from .adapter import AdapterExport, export_adapter, load_edited
@@ -21,4 +20,21 @@ from .gguf_reader import dequantize_gguf
 from .gguf_writer import write_gguf
 from .loading import load_model, model_weights, weights_from_checkpoint
 
-__all__ = ["AdapterExport", "export_adapter", "load_edited", "VerifyReport", "verify", "base_reference", "resolve_base", "resolve_model_path", "Checkpoint", "open_checkpoint", "export_checkpoint", "dequantize_gguf", "write_gguf", "load_model", "model_weights", "weights_from_checkpoint"]
+__all__ = [
+    "AdapterExport",
+    "export_adapter",
+    "load_edited",
+    "VerifyReport",
+    "verify",
+    "base_reference",
+    "resolve_base",
+    "resolve_model_path",
+    "Checkpoint",
+    "open_checkpoint",
+    "export_checkpoint",
+    "dequantize_gguf",
+    "write_gguf",
+    "load_model",
+    "model_weights",
+    "weights_from_checkpoint",
+]

@@ -145,7 +145,9 @@ def export_adapter(
         raise InputError(f"format: must be 'peft' or 'mathneuro', got {format!r}")
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
-    plan = plan_edits(ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code))  # also proves the mask fits this base
+    plan = plan_edits(
+        ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code)
+    )  # also proves the mask fits this base
     edited = mask.total()[0]
     checkpoint_bytes = sum((folder / s).stat().st_size for s in ckpt.shards)
     meta = {"mathneuro_edit_mask_sha256": mask.sha256, "mathneuro_edit_scale": repr(scale)}
@@ -153,8 +155,15 @@ def export_adapter(
     if format == "mathneuro":
         with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
             mask.save(tmp / MATHNEURO_MASK)
-            cfg = {"format": _FORMAT, "scale": scale, "mask_file": MATHNEURO_MASK, "mask_sha256": mask.sha256,
-                   "base_model_name_or_path": base_id, "revision": revision, "version": __version__}
+            cfg = {
+                "format": _FORMAT,
+                "scale": scale,
+                "mask_file": MATHNEURO_MASK,
+                "mask_sha256": mask.sha256,
+                "base_model_name_or_path": base_id,
+                "revision": revision,
+                "version": __version__,
+            }
             (tmp / MATHNEURO_CONFIG).write_text(json.dumps(cfg, indent=2))
         return _report(out_dir, "mathneuro", None, edited, edited, checkpoint_bytes)
 
@@ -187,17 +196,33 @@ def export_adapter(
     from peft import ShiraConfig
 
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
-        write_safetensors(tmp / "adapter_model.safetensors", specs, produce,
-                          {"format": "pt", "mathneuro_edit_version": __version__, **meta,
-                           "mathneuro_edit_base_dtype": ",".join(sorted(dtype))})
-        arch = ((json.loads((folder / "config.json").read_text()).get("architectures") or [""])[0]
-                if (folder / "config.json").is_file() else "")
+        write_safetensors(
+            tmp / "adapter_model.safetensors",
+            specs,
+            produce,
+            {
+                "format": "pt",
+                "mathneuro_edit_version": __version__,
+                **meta,
+                "mathneuro_edit_base_dtype": ",".join(sorted(dtype)),
+            },
+        )
+        arch = (
+            (json.loads((folder / "config.json").read_text()).get("architectures") or [""])[0]
+            if (folder / "config.json").is_file()
+            else ""
+        )
         ShiraConfig(
-            r=r, target_modules=[layer.module for layer in layers], base_model_name_or_path=base_id,
-            revision=revision, task_type="CAUSAL_LM" if arch.endswith(("ForCausalLM", "LMHeadModel")) else None,
+            r=r,
+            target_modules=[layer.module for layer in layers],
+            base_model_name_or_path=base_id,
+            revision=revision,
+            task_type="CAUSAL_LM" if arch.endswith(("ForCausalLM", "LMHeadModel")) else None,
             # Not "random": stock PEFT would draw a random mask per layer at load time (a randperm over all m*n
             # entries: seconds per large layer, minutes for a 7B model) only to replace it by the stored indices.
-            mask_type="mathneuro_edit", init_weights=True, inference_mode=True,
+            mask_type="mathneuro_edit",
+            init_weights=True,
+            inference_mode=True,
         ).save_pretrained(str(tmp))
         _sort_target_modules(tmp / "adapter_config.json")
     stored = sum(r * (layer.rows + layer.cols) for layer in layers)
@@ -254,11 +279,14 @@ def _peft_layers(plan: EditPlan, mask: Any) -> list[_Layer]:
         elif plan.edits[plan.direct[name][0]] != [name]:
             problems.append(f"{name} (its tensor is also edited by {plan.edits[plan.direct[name][0]]})")
         elif counts[name][0]:
-            layers.append(_Layer(name, mod_name, plan.direct[name][0], module.out_features, module.in_features,
-                                 counts[name][0]))
+            layers.append(
+                _Layer(name, mod_name, plan.direct[name][0], module.out_features, module.in_features, counts[name][0])
+            )
     if problems:
         shown = ", ".join(problems[:4]) + (f" and {len(problems) - 4} more" if len(problems) > 4 else "")
-        raise InputError(f"{len(problems)} mask entries cannot be a PEFT SHiRA adapter (only nn.Linear): {shown}; {fix}")
+        raise InputError(
+            f"{len(problems)} mask entries cannot be a PEFT SHiRA adapter (only nn.Linear): {shown}; {fix}"
+        )
     if not layers:
         raise InputError("the mask selects no weight: nothing to export; check top_k and the mask")
     return layers
@@ -327,7 +355,9 @@ def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str =
     return d
 
 
-def _layer_delta(ckpt: Checkpoint, plan: EditPlan, layer: _Layer, scale: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _layer_delta(
+    ckpt: Checkpoint, plan: EditPlan, layer: _Layer, scale: float, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """SHiRA's ``(2, k)`` int32 indices and ``(k,)`` values for one layer, padded with ``-0.0``."""
     w = ckpt.read(layer.ckpt)  # (rows, cols)
     e = plan.edited(ckpt, layer.ckpt, scale)

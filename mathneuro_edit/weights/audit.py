@@ -78,8 +78,10 @@ class VerifyReport:
 
     def summary(self) -> str:
         """One line per problem (or an OK line), then one per other file audited (a GGUF beside the shards)."""
-        head = (f"{self.kind} {self.out_dir}: {'OK' if self.ok else 'FAILED'} "
-                f"({self.checked} checked, {self.edited} edited)")
+        head = (
+            f"{self.kind} {self.out_dir}: {'OK' if self.ok else 'FAILED'} "
+            f"({self.checked} checked, {self.edited} edited)"
+        )
         lines = [head] + [f"mismatch: {m}" for m in self.mismatches] + [f"missing: {m}" for m in self.missing]
         return "\n".join(lines + [f"extra: {m}" for m in self.extra] + [f"also audited: {m}" for m in self.audited])
 
@@ -122,8 +124,12 @@ def verify(
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
     peft = (out / "adapter_config.json").is_file()
     check_remote_code(folder, trust_remote_code)
-    plan = plan_edits(ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code) if peft else None,
-                      trust_remote_code=trust_remote_code)
+    plan = plan_edits(
+        ckpt,
+        mask,
+        meta_model(folder, trust_remote_code=trust_remote_code) if peft else None,
+        trust_remote_code=trust_remote_code,
+    )
     if peft:
         return _verify_peft(out, ckpt, plan, mask, scale, progress)
     if (out / MATHNEURO_CONFIG).is_file():
@@ -131,8 +137,9 @@ def verify(
     return _verify_checkpoint(out, folder, ckpt, plan, mask, scale, progress)
 
 
-def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float,
-                       progress: bool = False) -> VerifyReport:
+def _verify_checkpoint(
+    out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float, progress: bool = False
+) -> VerifyReport:
     report = VerifyReport(out, "checkpoint")
     try:
         got = open_checkpoint(out)
@@ -157,8 +164,10 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
         report.checked += 1
         cast = cast_code(b.dtype, code)
         if (entry.dtype, entry.shape) != (cast or b.dtype, b.shape):
-            report.mismatches.append(f"{name}: {entry.dtype}{list(entry.shape)} but the base has {b.dtype}{list(b.shape)}"
-                                     + (f" (cast to {cast})" if cast else ""))
+            report.mismatches.append(
+                f"{name}: {entry.dtype}{list(entry.shape)} but the base has {b.dtype}{list(b.shape)}"
+                + (f" (cast to {cast})" if cast else "")
+            )
         elif name in plan.edits or cast is not None:
             report.edited += name in plan.edits
             expected = plan.edited(ckpt, name, scale) if name in plan.edits else ckpt.read(name)
@@ -169,8 +178,10 @@ def _verify_checkpoint(out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan
                 # per entry, not per byte: an entry differs when any of its bytes does
                 per = max(actual.element_size(), 1)
                 n_bad = int((_bits(expected) != _bits(actual)).reshape(-1, per).any(dim=1).sum())
-                report.mismatches.append(f"{name}: {n_bad} of {actual.numel()} entries differ from the expected "
-                                         + ("edit" if name in plan.edits else f"cast to {cast}"))
+                report.mismatches.append(
+                    f"{name}: {n_bad} of {actual.numel()} entries differ from the expected "
+                    + ("edit" if name in plan.edits else f"cast to {cast}")
+                )
         elif not _same_bytes(ckpt, got, name):
             report.mismatches.append(f"{name}: differs from the base, but the mask does not edit it")
     for shard, meta in got.shard_metadata.items():
@@ -240,8 +251,9 @@ def _same_bytes(a: Checkpoint, b: Checkpoint, name: str, chunk: int = 1 << 24) -
     return True
 
 
-def _verify_peft(out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float,
-                 progress: bool = False) -> VerifyReport:
+def _verify_peft(
+    out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float, progress: bool = False
+) -> VerifyReport:
     from safetensors import safe_open
 
     report = VerifyReport(out, "peft")
@@ -275,8 +287,9 @@ def _verify_peft(out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: 
                 continue
             merged = w.clone()
             try:  # PEFT's own merge: dense += sparse (float32 deltas for 16-bit bases, PEFT's default)
-                merged += torch.sparse_coo_tensor(idx.t(), d.float() if w.element_size() < 4 else d, w.shape,
-                                                  check_invariants=True)
+                merged += torch.sparse_coo_tensor(
+                    idx.t(), d.float() if w.element_size() < 4 else d, w.shape, check_invariants=True
+                )
             except RuntimeError as err:
                 report.mismatches.append(f"{layer.name}: invalid SHiRA indices ({' '.join(str(err).split())[:120]})")
                 continue

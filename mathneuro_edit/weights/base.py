@@ -57,8 +57,10 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
         return Path(snapshot_download(str(base), revision=revision, ignore_patterns=[*ignore, "consolidated*"]))
     except Exception as e:  # network, auth, missing repo: one clear line
         why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
-        raise InputError(f"base: cannot get {str(base)!r} from the Hugging Face Hub ({why}); check the id, your "
-                         "network and HF_TOKEN, or pass a local folder") from None
+        raise InputError(
+            f"base: cannot get {str(base)!r} from the Hugging Face Hub ({why}); check the id, your "
+            "network and HF_TOKEN, or pass a local folder"
+        ) from None
 
 
 def resolve_model_path(model: str | Path) -> str:
@@ -79,8 +81,10 @@ def resolve_model_path(model: str | Path) -> str:
     if str(model) == ORGANISM:
         path = organism_path()
         if not (path / "config.json").is_file():
-            raise InputError(f"base.model organism: {path} is missing; regenerate it with "
-                             "`python scripts/train_organism.py --threads 2`")
+            raise InputError(
+                f"base.model organism: {path} is missing; regenerate it with "
+                "`python scripts/train_organism.py --threads 2`"
+            )
         return str(path)
     text = str(model)
     if isinstance(model, Path) or is_local_path(text):
@@ -90,8 +94,10 @@ def resolve_model_path(model: str | Path) -> str:
         if not path.exists():
             raise no_such_local_folder(text)
         if not path.is_dir():
-            raise InputError(f"base.model: {text!r} is a file, not a model folder; pass the folder save_pretrained "
-                             "wrote (or a .gguf file)")
+            raise InputError(
+                f"base.model: {text!r} is a file, not a model folder; pass the folder save_pretrained "
+                "wrote (or a .gguf file)"
+            )
         if not (path / "config.json").is_file():
             raise InputError(f"base.model: {text!r} has no config.json; pass the folder save_pretrained wrote")
         return str(path)
@@ -114,7 +120,6 @@ def base_reference(recipe: Recipe) -> str:
     if local is not None and not local.exists():  # checked here: str(Path("./x/y")) is "x/y", which reads as a Hub id
         raise no_such_local_folder(recipe.base.model)
     return str(local) if local is not None else recipe.base.model
-
 
 
 def resolved_revision(folder: Path) -> str | None:

@@ -30,9 +30,18 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 SKIPPED_WEIGHT_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.msgpack", "*.h5", "*.onnx", "*.gguf", "*.tflite")
 
 _DTYPE_CODES: dict[torch.dtype, str] = {
-    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-    torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2",
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
 }
 _TORCH_OF_CODE = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 
@@ -126,13 +135,15 @@ def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[s
             check_header_length(path, n, size, fix)
             header = json.loads(f.read(n))
         if not isinstance(header, dict):
-            raise InputError(f"{path}: the safetensors header is a JSON {_json_kind(header)}, not an object of "
-                             f"tensors; {fix}")
+            raise InputError(
+                f"{path}: the safetensors header is a JSON {_json_kind(header)}, not an object of tensors; {fix}"
+            )
         base = 8 + n
         meta = _string_metadata(path, header.pop("__metadata__", None), fix)
         entries = {
-            name: TensorEntry(name, d["dtype"], tuple(d["shape"]), path, base + d["data_offsets"][0],
-                              base + d["data_offsets"][1])
+            name: TensorEntry(
+                name, d["dtype"], tuple(d["shape"]), path, base + d["data_offsets"][0], base + d["data_offsets"][1]
+            )
             for name, d in header.items()
         }
     except InputError:
@@ -155,14 +166,17 @@ def _string_metadata(path: Path, meta: Any, fix: str) -> dict[str, str]:
         raise InputError(f"{path}: __metadata__ is a JSON {_json_kind(meta)}, not an object of strings; {fix}")
     for key, value in meta.items():
         if not isinstance(value, str):
-            raise InputError(f"{path}: __metadata__ {key[:80]!r} is a JSON {_json_kind(value)}, not a string "
-                             f"(safetensors readers refuse such a file); {fix}")
+            raise InputError(
+                f"{path}: __metadata__ {key[:80]!r} is a JSON {_json_kind(value)}, not a string "
+                f"(safetensors readers refuse such a file); {fix}"
+            )
     return meta
 
 
 def _json_kind(value: Any) -> str:
     return {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(
-        type(value), "null")
+        type(value), "null"
+    )
 
 
 def _check_shard_names(index: Path, weight_map: dict[Any, Any], shards: list[Any], single: str) -> None:
@@ -175,13 +189,17 @@ def _check_shard_names(index: Path, weight_map: dict[Any, Any], shards: list[Any
     suffix = Path(single).suffix
     for name, shard in weight_map.items():
         if not isinstance(name, str) or not isinstance(shard, str):
-            raise InputError(f"{index}: weight_map entry {str(name)[:80]!r}: must map a tensor name to a shard file "
-                             "name; re-download the base")
+            raise InputError(
+                f"{index}: weight_map entry {str(name)[:80]!r}: must map a tensor name to a shard file "
+                "name; re-download the base"
+            )
     for shard in shards:
         plain = shard and "/" not in shard and "\\" not in shard and shard not in (".", "..") and ":" not in shard
         if not plain or not shard.endswith(suffix) or shard.startswith("."):
-            raise InputError(f"{index}: shard {shard[:120]!r} is not a {suffix} file inside the model folder (an index "
-                             "may only name files beside it); re-download the base")
+            raise InputError(
+                f"{index}: shard {shard[:120]!r} is not a {suffix} file inside the model folder (an index "
+                "may only name files beside it); re-download the base"
+            )
 
 
 def check_config_file(folder: Path) -> None:
@@ -199,8 +217,10 @@ def check_config_file(folder: Path) -> None:
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: not readable JSON ({str(e)[:120]}); re-download the base") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str) or not cfg["model_type"]:
-        raise InputError(f"{path}: no model_type; transformers cannot tell which model this is: re-download the base "
-                         "or add the model_type of its family")
+        raise InputError(
+            f"{path}: no model_type; transformers cannot tell which model this is: re-download the base "
+            "or add the model_type of its family"
+        )
 
 
 def check_config_shapes(ckpt: Checkpoint, model: Any) -> None:
@@ -224,9 +244,11 @@ def check_config_shapes(ckpt: Checkpoint, model: Any) -> None:
         if want is None and prefix:  # a checkpoint saved from the inner model (no "model." prefix), or the reverse
             want = expected.get(f"{prefix}.{name}") or expected.get(name.removeprefix(f"{prefix}."))
         if want is not None and tuple(entry.shape) != want:
-            raise InputError(f"{entry.file}: tensor {name} has shape {list(entry.shape)} but config.json describes "
-                             f"{list(want)}; the weights and config.json are from different models: re-download the "
-                             "base")
+            raise InputError(
+                f"{entry.file}: tensor {name} has shape {list(entry.shape)} but config.json describes "
+                f"{list(want)}; the weights and config.json are from different models: re-download the "
+                "base"
+            )
 
 
 def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
@@ -238,8 +260,10 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
     folder = Path(folder)
     if (folder / SAFE_INDEX).is_file() or (folder / SAFE_SINGLE).is_file():
         kind, index_name, single = "safetensors", SAFE_INDEX, SAFE_SINGLE
-    elif (folder / PICKLE_INDEX).is_file() or (folder / PICKLE_SINGLE).is_file() or any(
-        p.suffix in PICKLE_SUFFIXES for p in folder.iterdir()
+    elif (
+        (folder / PICKLE_INDEX).is_file()
+        or (folder / PICKLE_SINGLE).is_file()
+        or any(p.suffix in PICKLE_SUFFIXES for p in folder.iterdir())
     ):
         if not allow_pickle:
             raise InputError(
@@ -249,8 +273,10 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
             )
         kind, index_name, single = "pickle", PICKLE_INDEX, PICKLE_SINGLE
     else:
-        raise InputError(f"base: no model weights (model.safetensors or an index) in {folder}; check the folder "
-                         "(a Hub repo with only *.bin weights needs allow_pickle=True)")
+        raise InputError(
+            f"base: no model weights (model.safetensors or an index) in {folder}; check the folder "
+            "(a Hub repo with only *.bin weights needs allow_pickle=True)"
+        )
 
     index_meta: dict[str, Any] = {}
     if (folder / index_name).is_file():
@@ -279,7 +305,14 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
         else:
             state = torch.load(folder / shard, map_location="cpu", weights_only=True, mmap=True)  # mapped, not read
             entries = {
-                n: TensorEntry(n, _DTYPE_CODES.get(t.dtype, str(t.dtype)), tuple(t.shape), folder / shard, 0, t.numel() * t.element_size())
+                n: TensorEntry(
+                    n,
+                    _DTYPE_CODES.get(t.dtype, str(t.dtype)),
+                    tuple(t.shape),
+                    folder / shard,
+                    0,
+                    t.numel() * t.element_size(),
+                )
                 for n, t in state.items()
             }
         for name, entry in entries.items():
@@ -291,6 +324,8 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
             held = tensors.get(name)
             if held is None or held.file.name != shard:
                 where = f"{held.file.name} holds it" if held is not None else "no shard holds it"
-                raise InputError(f"{folder / index_name}: names tensor {name} in {shard}, but {where}; the index and "
-                                 "the shards are from different saves: re-download the base")
+                raise InputError(
+                    f"{folder / index_name}: names tensor {name} in {shard}, but {where}; the index and "
+                    "the shards are from different saves: re-download the base"
+                )
     return Checkpoint(folder, kind, shards, tensors, shard_meta, index_meta)

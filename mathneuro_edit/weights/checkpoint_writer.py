@@ -200,8 +200,9 @@ def export_checkpoint(
             else:
                 (tmp / rel).write_bytes(data)
         if gguf is not None:
-            write_gguf(tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base), pre=gguf_pre,
-                       meta=gguf_meta)
+            write_gguf(
+                tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base), pre=gguf_pre, meta=gguf_meta
+            )
     return Path(out_dir).expanduser().absolute()
 
 
@@ -310,5 +311,3 @@ def support_files(folder: Path, ckpt: Checkpoint) -> tuple[list[str], list[str]]
             else:
                 copied.append(rel)
     return copied, skipped
-
-

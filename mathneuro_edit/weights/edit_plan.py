@@ -113,8 +113,9 @@ def _candidates(name: str, prefix: str) -> list[str]:
     return out
 
 
-def plan_edits(ckpt: Checkpoint, mask: Any, model: torch.nn.Module | None = None, *,
-               trust_remote_code: bool = False) -> EditPlan:
+def plan_edits(
+    ckpt: Checkpoint, mask: Any, model: torch.nn.Module | None = None, *, trust_remote_code: bool = False
+) -> EditPlan:
     """Map every mask entry to the checkpoint tensors it edits (see the module docstring).
 
     ``trust_remote_code`` is passed to :func:`meta_model` when the model class is needed.
@@ -183,7 +184,9 @@ def _needs_model(ckpt: Checkpoint, mask: Any) -> bool:
     )
 
 
-def _convert(ckpt: Checkpoint, model: torch.nn.Module | None, name: str, shape: tuple[int, ...], prefix: str) -> dict[str, str]:
+def _convert(
+    ckpt: Checkpoint, model: torch.nn.Module | None, name: str, shape: tuple[int, ...], prefix: str
+) -> dict[str, str]:
     """Checkpoint tensors of a mask entry stored in another layout, via transformers' save-time conversion."""
     fail = (
         f"mask entry {name!r} has no tensor in the checkpoint {ckpt.folder} that it maps to exactly "

@@ -42,8 +42,16 @@ from ..util.outdir import check_output
 from . import gguf_writer
 from .gguf_writer import GGUF_TYPES
 
-__all__ = ["is_gguf", "cache_root", "gguf_source", "dequantize_gguf", "base_folder", "gguf_lock_entry",
-           "gguf_identity", "gguf_source_dtype"]
+__all__ = [
+    "is_gguf",
+    "cache_root",
+    "gguf_source",
+    "dequantize_gguf",
+    "base_folder",
+    "gguf_lock_entry",
+    "gguf_identity",
+    "gguf_source_dtype",
+]
 
 _MEMO: dict[tuple[str, int, int], str] = {}  # (resolved path, size, mtime_ns) -> sha256: hash a file once
 
@@ -92,8 +100,9 @@ def gguf_source(model: str, gguf_file: str | None = None, revision: str | None =
     if gguf_file is None:
         path = Path(model).expanduser()
         if not path.is_file():
-            raise InputError(f"base.model: no such GGUF file {model!r}; check the path (or give a Hub repo and "
-                             "base.gguf_file)")
+            raise InputError(
+                f"base.model: no such GGUF file {model!r}; check the path (or give a Hub repo and base.gguf_file)"
+            )
         return path, None
     local = Path(model).expanduser()
     if local.is_dir():
@@ -108,8 +117,10 @@ def gguf_source(model: str, gguf_file: str | None = None, revision: str | None =
         path = Path(hf_hub_download(model, gguf_file, revision=revision))
     except Exception as e:  # network, auth, missing repo or file: one clear line
         why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
-        raise InputError(f"base: cannot get {gguf_file!r} from the Hub repo {model!r} ({why}); check the repo, the "
-                         "file name, your network and HF_TOKEN, or pass a local .gguf file") from None
+        raise InputError(
+            f"base: cannot get {gguf_file!r} from the Hub repo {model!r} ({why}); check the repo, the "
+            "file name, your network and HF_TOKEN, or pass a local .gguf file"
+        ) from None
     commit = path.parent.name if path.parent.parent.name == "snapshots" else None
     return path, commit
 
@@ -197,22 +208,29 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
         try:
             with _libraries_bar_switch():  # transformers' "de-quantizing GGUF tensors" bar: quiet unless --verbose
                 # why float32: GGUF blocks dequantize to float32 values (scale * q + min); a narrower dtype rounds
-                quantized, info = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                                                       output_loading_info=True)
+                quantized, info = AutoModelForCausalLM.from_pretrained(
+                    folder, gguf_file=name, dtype=torch.float32, output_loading_info=True
+                )
                 tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         except Exception as e:  # noqa: BLE001 - any parse failure of a foreign file is bad input: one line
             text = " ".join(str(e).split())[:300] or type(e).__name__
             if "above report" in text and held.gist():  # the report is not shown: its first row, in the line
-                raise InputError(f"base.model {name!r}: the GGUF file's tensors do not fit the sizes its header "
-                                 f"gives ({held.gist()[:300]}); re-download or re-convert it") from None
-            raise InputError(f"base.model {name!r}: transformers cannot read this GGUF file ({text}); check that "
-                             "its architecture is one transformers' GGUF support lists") from None
+                raise InputError(
+                    f"base.model {name!r}: the GGUF file's tensors do not fit the sizes its header "
+                    f"gives ({held.gist()[:300]}); re-download or re-convert it"
+                ) from None
+            raise InputError(
+                f"base.model {name!r}: transformers cannot read this GGUF file ({text}); check that "
+                "its architecture is one transformers' GGUF support lists"
+            ) from None
         missing = sorted(info.get("missing_keys") or [])
         if missing:  # transformers would initialise them randomly ("newly initialized"): never acceptable
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            raise InputError(f"base.model {name!r}: the GGUF file lacks {len(missing)} tensor(s) its architecture "
-                             f"needs ({', '.join(missing[:3])}{more}; e.g. its header promises more blocks than it "
-                             "holds); re-download or re-convert it")
+            raise InputError(
+                f"base.model {name!r}: the GGUF file lacks {len(missing)} tensor(s) its architecture "
+                f"needs ({', '.join(missing[:3])}{more}; e.g. its header promises more blocks than it "
+                "holds); re-download or re-convert it"
+            )
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # a plain model: saveable, and loaded without the gguf package
@@ -231,7 +249,8 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
     (out / "README.md").write_text(
         front + f"# Dequantized GGUF base (written by mathneuro-edit)\n\nSource: `{name}`, sha256 `{sha}`.\n"
         f"Dequantized to float32 by transformers {version('transformers')} (gguf {version('gguf')}); "
-        "re-create it with `mathneuro-edit dequantize FILE.gguf`.\n")
+        "re-create it with `mathneuro-edit dequantize FILE.gguf`.\n"
+    )
 
 
 def _gguf_license(path: Path) -> str | None:
@@ -339,6 +358,8 @@ def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str |
         return requested, pre
     own = gguf_writer.gguf_file_type(path)  # looked up at call time (tests replace it)
     if own not in GGUF_TYPES:
-        raise InputError(f"outputs.gguf: base: the base {path.name} is {own}, which the gguf package cannot write; "
-                         f"choose one of {', '.join(GGUF_TYPES)}")
+        raise InputError(
+            f"outputs.gguf: base: the base {path.name} is {own}, which the gguf package cannot write; "
+            f"choose one of {', '.join(GGUF_TYPES)}"
+        )
     return own, pre

@@ -34,8 +34,18 @@ from typing import Any
 
 from ..errors import InputError
 
-__all__ = ["add_vocab", "check_vocab", "name_refusal", "read_tokenizer", "tokenizer_model", "spm_refusal", "spm_space_prefix",
-           "spm_vocab", "bpe_vocab", "pre_name"]
+__all__ = [
+    "add_vocab",
+    "check_vocab",
+    "name_refusal",
+    "read_tokenizer",
+    "tokenizer_model",
+    "spm_refusal",
+    "spm_space_prefix",
+    "spm_vocab",
+    "bpe_vocab",
+    "pre_name",
+]
 
 SPACE = "\u2581"  # SentencePiece's whitespace mark "▁"
 _BYTE = re.compile(r"<0x[0-9A-F]{2}>")
@@ -57,19 +67,26 @@ def read_tokenizer(folder: str | Path) -> dict[str, Any]:
     """
     path = Path(folder) / "tokenizer.json"
     if not path.is_file():
-        raise InputError(f"outputs.gguf: {Path(folder).name} has no tokenizer.json; GGUF needs the tokenizer's "
-                         "vocabulary; add the base's tokenizer.json or set outputs.gguf: null")
+        raise InputError(
+            f"outputs.gguf: {Path(folder).name} has no tokenizer.json; GGUF needs the tokenizer's "
+            "vocabulary; add the base's tokenizer.json or set outputs.gguf: null"
+        )
     if path.stat().st_size > MAX_TOKENIZER_BYTES:  # Gemma 3's, among the largest released, is 33 MB
-        raise InputError(f"{path}: {path.stat().st_size:,} bytes, more than a tokenizer.json holds "
-                         f"({MAX_TOKENIZER_BYTES:,}); use the base's own tokenizer.json or set outputs.gguf: null")
+        raise InputError(
+            f"{path}: {path.stat().st_size:,} bytes, more than a tokenizer.json holds "
+            f"({MAX_TOKENIZER_BYTES:,}); use the base's own tokenizer.json or set outputs.gguf: null"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise InputError(f"{path}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:100]}); use the "
-                         "base's own tokenizer.json or set outputs.gguf: null") from None
+        raise InputError(
+            f"{path}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:100]}); use the "
+            "base's own tokenizer.json or set outputs.gguf: null"
+        ) from None
     if not isinstance(data, dict):
-        raise InputError(f"{path}: not a tokenizer.json (a JSON object); use the base's own tokenizer.json or set "
-                         "outputs.gguf: null")
+        raise InputError(
+            f"{path}: not a tokenizer.json (a JSON object); use the base's own tokenizer.json or set outputs.gguf: null"
+        )
     return data
 
 
@@ -124,14 +141,17 @@ def tokenizer_model(tok: dict[str, Any]) -> str:
     if _is_spm(tok):
         why = spm_refusal(tok)
         if why is not None:
-            raise InputError(f"outputs.gguf: this SentencePiece-style tokenizer.json cannot be written for "
-                             f"llama.cpp: {why}{_NULL}")
+            raise InputError(
+                f"outputs.gguf: this SentencePiece-style tokenizer.json cannot be written for llama.cpp: {why}{_NULL}"
+            )
         return "llama"
     kinds = "+".join(str(s.get("type")) for s in _steps(tok.get("pre_tokenizer"))) or "no"
-    raise InputError(f"outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM2, GPT-2) and "
-                     f"SentencePiece-style BPE with byte fallback (Llama 2, Mistral v0.1, Gemma, Phi-3) are written; "
-                     f"this tokenizer.json is {model.get('type')} with {kinds} pre-tokenizer, not a pre-tokenizer "
-                     f"llama.cpp names{_NULL}")
+    raise InputError(
+        f"outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM2, GPT-2) and "
+        f"SentencePiece-style BPE with byte fallback (Llama 2, Mistral v0.1, Gemma, Phi-3) are written; "
+        f"this tokenizer.json is {model.get('type')} with {kinds} pre-tokenizer, not a pre-tokenizer "
+        f"llama.cpp names{_NULL}"
+    )
 
 
 def spm_space_prefix(tok: dict[str, Any]) -> bool | None:
@@ -189,9 +209,11 @@ def spm_refusal(tok: dict[str, Any]) -> str | None:
     """
     model = tok.get("model", {})
     if model.get("type") == "Unigram":
-        return ("a Unigram model (llama.cpp's SPM tokenizer merges pairs by score, a Unigram model picks the "
-                "most likely segmentation: llama.cpp's 't5' tokenizer model, with the normalizer's "
-                "precompiled_charsmap, is not written here)")
+        return (
+            "a Unigram model (llama.cpp's SPM tokenizer merges pairs by score, a Unigram model picks the "
+            "most likely segmentation: llama.cpp's 't5' tokenizer model, with the normalizer's "
+            "precompiled_charsmap, is not written here)"
+        )
     if model.get("type") != "BPE" or not model.get("byte_fallback"):
         return f"a {model.get('type')} model without byte_fallback (llama.cpp's SPM falls back to <0xXX> bytes)"
     for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
@@ -202,11 +224,15 @@ def spm_refusal(tok: dict[str, Any]) -> str | None:
     if spm_space_prefix(tok) is None:
         pre = _steps(tok.get("pre_tokenizer"))
         if not _steps(tok.get("normalizer")) and [s.get("type") for s in pre] == ["Metaspace"]:
-            return (f"{_layout(tok)}: it adds no '\u2581' to text that starts with a space, llama.cpp's "
-                    "add_space_prefix adds one to any text (written: normalizer Prepend+Replace or Replace alone, "
-                    "or Metaspace with prepend_scheme 'never')")
-        return (f"{_layout(tok)}: llama.cpp's SPM tokenizer only replaces spaces by '\u2581' and may prefix one "
-                "(written: normalizer Prepend+Replace or Replace alone, or Metaspace with prepend_scheme 'never')")
+            return (
+                f"{_layout(tok)}: it adds no '\u2581' to text that starts with a space, llama.cpp's "
+                "add_space_prefix adds one to any text (written: normalizer Prepend+Replace or Replace alone, "
+                "or Metaspace with prepend_scheme 'never')"
+            )
+        return (
+            f"{_layout(tok)}: llama.cpp's SPM tokenizer only replaces spaces by '\u2581' and may prefix one "
+            "(written: normalizer Prepend+Replace or Replace alone, or Metaspace with prepend_scheme 'never')"
+        )
     vocab: dict[str, int] = model["vocab"]
     inner = [t for t in vocab if SPACE in t[1:]]
     if inner and any(s.get("type") == "Metaspace" and s.get("split", True) for s in _steps(tok.get("pre_tokenizer"))):
@@ -220,16 +246,20 @@ def spm_refusal(tok: dict[str, Any]) -> str | None:
     for t in _first_rank(pairs):  # llama.cpp forms t from any two adjacent tokens; transformers from merges only
         for i in range(1, len(t)):
             if t[:i] in vocab and t[i:] in vocab and (t[:i], t[i:]) not in known:
-                return (f"token {t!r} can be split into {t[:i]!r} + {t[i:]!r}, which is not a merge (llama.cpp "
-                        "would merge them; transformers' SentencePiece conversion lists every such split)")
+                return (
+                    f"token {t!r} can be split into {t[:i]!r} + {t[i:]!r}, which is not a merge (llama.cpp "
+                    "would merge them; transformers' SentencePiece conversion lists every such split)"
+                )
     products = {a + b for a, b in pairs}
     for t in vocab:  # no merge makes t, yet llama.cpp would make it from two adjacent tokens
         if t in products or t in added or _BYTE.fullmatch(t):
             continue
         for i in range(1, len(t)):
             if t[:i] in vocab and t[i:] in vocab:
-                return (f"token {t!r} is no merge's product but {t[:i]!r} + {t[i:]!r} (llama.cpp would merge "
-                        "them, transformers not)")
+                return (
+                    f"token {t!r} is no merge's product but {t[:i]!r} + {t[i:]!r} (llama.cpp would merge "
+                    "them, transformers not)"
+                )
     return None
 
 
@@ -292,8 +322,13 @@ def bpe_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], 
             types.append(gguf.TokenType.USER_DEFINED)
         else:
             tokens.append(by_id[i])
-            types.append(gguf.TokenType.NORMAL if i not in added else
-                         gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
+            types.append(
+                gguf.TokenType.NORMAL
+                if i not in added
+                else gguf.TokenType.CONTROL
+                if added[i].get("special")
+                else gguf.TokenType.USER_DEFINED
+            )
     return tokens, types
 
 
@@ -317,10 +352,12 @@ def name_refusal(name: str, tok: dict[str, Any]) -> str | None:
     missing = [t for t in _PHI3_TOKENS if t not in vocab]
     if not missing:
         return None
-    return (f"outputs.gguf: general.name {name!r} makes llama.cpp look up Phi-3's special tokens "
-            f"{', '.join(_PHI3_TOKENS)}, and this tokenizer lacks {', '.join(missing)}: llama.cpp would fail to "
-            "load the file; set outputs.gguf: null, or write the GGUF under a name without 'phi3' / 'phi-3' "
-            "(write_gguf(name=...))")
+    return (
+        f"outputs.gguf: general.name {name!r} makes llama.cpp look up Phi-3's special tokens "
+        f"{', '.join(_PHI3_TOKENS)}, and this tokenizer lacks {', '.join(missing)}: llama.cpp would fail to "
+        "load the file; set outputs.gguf: null, or write the GGUF under a name without 'phi3' / 'phi-3' "
+        "(write_gguf(name=...))"
+    )
 
 
 def _checked(tok: dict[str, Any], name: str) -> str:
@@ -358,8 +395,9 @@ def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) 
         quiet.setLevel(level)
 
 
-def add_vocab(gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None = None,
-              name: str = "local model") -> None:
+def add_vocab(
+    gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None = None, name: str = "local model"
+) -> None:
     """Write the ``tokenizer.ggml.*`` keys (and the chat template) of ``folder``'s tokenizer.json.
 
     Args:

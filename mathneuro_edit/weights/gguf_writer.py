@@ -145,12 +145,17 @@ def _longrope_factors(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, floa
     half = rope_dims(cfg, _head_dim(cfg)) // 2
     long, short = s.get("long_factor"), s.get("short_factor")
     if not original or not isinstance(long, list) or not isinstance(short, list) or not len(long) == len(short) == half:
-        raise InputError(f"outputs.gguf: longrope needs original_max_position_embeddings and {half} long_factor and "
-                         "short_factor values (one per rotary frequency) in config.json; set outputs.gguf: null")
+        raise InputError(
+            f"outputs.gguf: longrope needs original_max_position_embeddings and {half} long_factor and "
+            "short_factor values (one per rotary frequency) in config.json; set outputs.gguf: null"
+        )
     factor = float(s.get("factor") or int(cfg["max_position_embeddings"]) / original)
     attn = s.get("attention_factor")
-    attn = float(attn) if attn is not None else (math.sqrt(1 + math.log(factor) / math.log(original))
-                                                if factor > 1.0 else 1.0)
+    attn = (
+        float(attn)
+        if attn is not None
+        else (math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1.0 else 1.0)
+    )
     return np.asarray(long, dtype=np.float32), np.asarray(short, dtype=np.float32), attn
 
 
@@ -192,13 +197,17 @@ def _stacked_experts(tensors: Mapping[str, Any], n_experts: int) -> dict[str, tu
     order = {name: i for i, name in enumerate(tensors)}  # the checkpoint's file order
     for (stem, proj), members in groups.items():
         if sorted(members) != list(range(n_experts)):
-            raise InputError(f"outputs.gguf: {stem}.*.{proj} has experts {sorted(members)[:8]} but config.json "
-                             f"says {n_experts} (0..{n_experts - 1}); the checkpoint is not a whole MoE model")
+            raise InputError(
+                f"outputs.gguf: {stem}.*.{proj} has experts {sorted(members)[:8]} but config.json "
+                f"says {n_experts} (0..{n_experts - 1}); the checkpoint is not a whole MoE model"
+            )
         names = tuple(members[i] for i in range(n_experts))
         shapes = {tuple(tensors[n].shape) for n in names}
         if len(shapes) != 1:
-            raise InputError(f"outputs.gguf: the experts of {stem}.*.{proj} differ in shape ({sorted(shapes)}); "
-                             "llama.cpp stacks them into one tensor")
+            raise InputError(
+                f"outputs.gguf: the experts of {stem}.*.{proj} differ in shape ({sorted(shapes)}); "
+                "llama.cpp stacks them into one tensor"
+            )
         first = min(names, key=order.__getitem__)  # the stacked tensor takes its first member's place
         out[first] = (f"{stem}.{proj}.weight", names, (n_experts, *shapes.pop()))
     return out
@@ -223,15 +232,23 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
     rows: list[tuple[str, Source, tuple[int, ...], str]] = []
     scaling = _rope(cfg)[1]
     kind = scaling.get("rope_type")
-    if scaling and kind not in ("linear", "yarn", "llama3") and not (kind == "longrope" and cfg["model_type"] == "phi3"):
-        raise InputError(f"outputs.gguf: rope scaling {kind!r} is not supported for {cfg['model_type']} (linear, "
-                         "yarn, llama3; longrope for phi3); set outputs.gguf: null")
+    if (
+        scaling
+        and kind not in ("linear", "yarn", "llama3")
+        and not (kind == "longrope" and cfg["model_type"] == "phi3")
+    ):
+        raise InputError(
+            f"outputs.gguf: rope scaling {kind!r} is not supported for {cfg['model_type']} (linear, "
+            "yarn, llama3; longrope for phi3); set outputs.gguf: null"
+        )
     if kind == "llama3":
         rows.append((gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", None, (_head_dim(cfg) // 2,), "F32"))
     if kind == "longrope":  # llama.cpp's Phi-3 converter: the per-frequency factors as two F32 tensors
         n = len(_longrope_factors(cfg)[0])
-        rows += [(gguf.TENSOR_NAMES[t] + ".weight", None, (n,), "F32")
-                 for t in (gguf.MODEL_TENSOR.ROPE_FACTORS_LONG, gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT)]
+        rows += [
+            (gguf.TENSOR_NAMES[t] + ".weight", None, (n,), "F32")
+            for t in (gguf.MODEL_TENSOR.ROPE_FACTORS_LONG, gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT)
+        ]
     tensors = open_checkpoint(folder).tensors
     stacked = _stacked_experts(tensors, expert_count(cfg)) if expert_count(cfg) else {}
     for hf, e in tensors.items():
@@ -248,8 +265,7 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[tuple[str, Source, tuple[i
             out_shape = src.shape(shape) if isinstance(src, View) else shape
             name = names.get_name(mapped, try_suffixes=(".weight", ".bias"))
             if name is None:
-                raise InputError(f"outputs.gguf: {hf} has no GGUF name for {cfg['model_type']}; "
-                                 "set outputs.gguf: null")
+                raise InputError(f"outputs.gguf: {hf} has no GGUF name for {cfg['model_type']}; set outputs.gguf: null")
             rows.append((name, src, out_shape, _tensor_type(gguf, name, out_shape, qtype)))
 
     return rows  # llama.cpp's order: extra tensors (rope_freqs) first, then the checkpoint's file order
@@ -262,8 +278,11 @@ _ALWAYS_F32 = ("ffn_gate_inp", "ffn_gate_inp_shexp", "position_embd")  # GPT-2's
 
 
 def _tensor_type(gguf: Any, name: str, shape: tuple[int, ...], qtype: str) -> str:
-    if (len(shape) < 2 or not name.endswith(".weight")
-            or name.split(".")[2 if name.startswith("blk.") else 0] in _ALWAYS_F32):
+    if (
+        len(shape) < 2
+        or not name.endswith(".weight")
+        or name.split(".")[2 if name.startswith("blk.") else 0] in _ALWAYS_F32
+    ):
         return "F32"
     want = "Q8_0" if qtype in _LOW_BIT and name.split(".")[0] in ("token_embd", "output") else qtype
     block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[want]][0]
@@ -290,15 +309,17 @@ def _rows_of(w: np.ndarray):
     w = w.reshape(-1, w.shape[-1])
     step = max(1, _CHUNK // max(4 * w.shape[-1], 1))
     for i in range(0, len(w), step):
-        yield w[i:i + step]
+        yield w[i : i + step]
 
 
 def _tensors(folder: Path, cfg: dict[str, Any], plan: list, perm: bool):
     """Yield ``(row, float32 rows iterator)`` per planned tensor, one checkpoint tensor in memory at a time (an
     expert stack: one expert at a time, expert-major as llama.cpp stores it)."""
     ckpt = open_checkpoint(folder)
-    heads = {"attn_q": int(cfg["num_attention_heads"]),
-             "attn_k": int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])}
+    heads = {
+        "attn_q": int(cfg["num_attention_heads"]),
+        "attn_k": int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"]),
+    }
 
     def read(hf: str, name: str, shape: tuple[int, ...]) -> np.ndarray:
         w = ckpt.read(hf).float().numpy()
@@ -340,17 +361,26 @@ def _add_general(w: Any, meta: Mapping[str, Any]) -> None:
     """The ``general.*`` keys llama.cpp's converter (convert_hf_to_gguf.py) writes, from ``meta``: ``basename``,
     ``size_label``, ``finetune``, ``organization``, ``license``, ``license_name``, ``license_link``, ``tags``, ``languages`` and
     ``base_models`` (``[{"name", "organization", "repo_url"}]``); absent keys are not written."""
-    for key, add in (("basename", w.add_basename), ("size_label", w.add_size_label), ("finetune", w.add_finetune),
-                     ("organization", w.add_organization), ("license", w.add_license), ("license_name", w.add_license_name),
-                     ("license_link", w.add_license_link)):
+    for key, add in (
+        ("basename", w.add_basename),
+        ("size_label", w.add_size_label),
+        ("finetune", w.add_finetune),
+        ("organization", w.add_organization),
+        ("license", w.add_license),
+        ("license_name", w.add_license_name),
+        ("license_link", w.add_license_link),
+    ):
         if meta.get(key):
             add(str(meta[key]))
     bases = list(meta.get("base_models") or [])
     if bases:
         w.add_base_model_count(len(bases))
         for i, b in enumerate(bases):
-            for key, add in (("name", w.add_base_model_name), ("organization", w.add_base_model_organization),
-                             ("repo_url", w.add_base_model_repo_url)):
+            for key, add in (
+                ("name", w.add_base_model_name),
+                ("organization", w.add_base_model_organization),
+                ("repo_url", w.add_base_model_repo_url),
+            ):
                 if b.get(key):
                     add(i, str(b[key]))
     if meta.get("tags"):
@@ -359,8 +389,15 @@ def _add_general(w: Any, meta: Mapping[str, Any]) -> None:
         w.add_languages([str(t) for t in meta["languages"]])
 
 
-def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name: str | None = None,
-               pre: str | None = None, meta: Mapping[str, Any] | None = None) -> Path:
+def write_gguf(
+    checkpoint: str | Path,
+    out_path: str | Path,
+    qtype: str,
+    *,
+    name: str | None = None,
+    pre: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> Path:
     """Write a baked checkpoint folder as one GGUF file of type ``qtype`` (streaming, atomic, deterministic).
 
     Args:
@@ -400,14 +437,21 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
     n_head, head_dim = int(cfg["num_attention_heads"]), _head_dim(cfg)
     mla = cfg["model_type"] in MLA  # DeepSeek: one KV head (MQA) and MLA's lengths, from add_family_keys
     theta, scaling = _rope(cfg)
-    keys = [(w.add_context_length, int(cfg["max_position_embeddings"])),
-            (w.add_embedding_length, int(cfg["hidden_size"])), (w.add_block_count, int(cfg["num_hidden_layers"])),
-            (w.add_feed_forward_length, feed_forward_length(cfg)), (w.add_head_count, n_head),
-            (w.add_head_count_kv, 1 if mla else int(cfg.get("num_key_value_heads") or n_head)),
-            (w.add_vocab_size, int(cfg["vocab_size"]))]
+    keys = [
+        (w.add_context_length, int(cfg["max_position_embeddings"])),
+        (w.add_embedding_length, int(cfg["hidden_size"])),
+        (w.add_block_count, int(cfg["num_hidden_layers"])),
+        (w.add_feed_forward_length, feed_forward_length(cfg)),
+        (w.add_head_count, n_head),
+        (w.add_head_count_kv, 1 if mla else int(cfg.get("num_key_value_heads") or n_head)),
+        (w.add_vocab_size, int(cfg["vocab_size"])),
+    ]
     if has_rotary(cfg):  # GPT-2 has learned positions (position_embd) and LayerNorm
-        keys += [(w.add_rope_freq_base, theta), (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
-                 (w.add_rope_dimension_count, rope_dims(cfg, head_dim))]
+        keys += [
+            (w.add_rope_freq_base, theta),
+            (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
+            (w.add_rope_dimension_count, rope_dims(cfg, head_dim)),
+        ]
     else:
         keys.append((w.add_layer_norm_eps, float(cfg["layer_norm_epsilon"])))
     for add, value in keys:
@@ -421,19 +465,26 @@ def write_gguf(checkpoint: str | Path, out_path: str | Path, qtype: str, *, name
         if "original_max_position_embeddings" in scaling:
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
         if scaling["rope_type"] == "yarn":  # the ramp's bounds, when given (llama.cpp's defaults: 32 and 1)
-            for key, add in (("beta_fast", w.add_rope_scaling_yarn_beta_fast),
-                             ("beta_slow", w.add_rope_scaling_yarn_beta_slow)):
+            for key, add in (
+                ("beta_fast", w.add_rope_scaling_yarn_beta_fast),
+                ("beta_slow", w.add_rope_scaling_yarn_beta_slow),
+            ):
                 if scaling.get(key) is not None:
                     add(float(scaling[key]))
             exact, rounded = yarn_ramp_bounds(cfg) or ((0.0, 0.0), (0.0, 0.0))
             if exact != rounded:  # gpt-oss's truncate: false; no GGUF key can say it (gguf_arch.yarn_ramp_bounds)
-                log.warning("gguf: llama.cpp rounds YaRN's correction range to [%g, %g] where transformers uses "
-                            "[%.4g, %.4g] (rope truncate: false): llama.cpp's rotary frequencies differ in those "
-                            "dimensions, as in llama.cpp's own conversion", *rounded, *exact)
+                log.warning(
+                    "gguf: llama.cpp rounds YaRN's correction range to [%g, %g] where transformers uses "
+                    "[%.4g, %.4g] (rope truncate: false): llama.cpp's rotary frequencies differ in those "
+                    "dimensions, as in llama.cpp's own conversion",
+                    *rounded,
+                    *exact,
+                )
     if scaling.get("rope_type") == "longrope":  # the factors themselves are tensors (gguf_plan)
         w.add_rope_scaling_attn_factors(_longrope_factors(cfg)[2])
-        w.add_rope_scaling_orig_ctx_len(int(scaling.get("original_max_position_embeddings")
-                                            or cfg["original_max_position_embeddings"]))
+        w.add_rope_scaling_orig_ctx_len(
+            int(scaling.get("original_max_position_embeddings") or cfg["original_max_position_embeddings"])
+        )
     add_family_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_arch/
     add_vocab(gguf, w, folder, int(cfg["vocab_size"]), pre, general_name)  # tokenizer.ggml.*: weights/gguf_vocab.py
     for gname, _, shape, t in plan:
@@ -481,8 +532,15 @@ def _file_size(metadata_end: int, names: list[str], w: Any, gguf: Any) -> int:
     return pad(metadata_end) + sum(pad(int(infos[n].nbytes)) for n in names if n in infos)
 
 
-def export_gguf(checkpoint: str | Path, qtype: str = "Q8_0", out_path: str | Path | None = None, *,
-                name: str | None = None, pre: str | None = None, meta: Mapping[str, Any] | None = None) -> Path:
+def export_gguf(
+    checkpoint: str | Path,
+    qtype: str = "Q8_0",
+    out_path: str | Path | None = None,
+    *,
+    name: str | None = None,
+    pre: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> Path:
     """Write a checkpoint folder (an edited one: :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`'s
     output) as a GGUF file for llama.cpp, Ollama and LM Studio: the sibling of ``export_checkpoint`` and
     ``export_adapter`` (``run`` with ``outputs.gguf`` and ``export --gguf TYPE`` call the same writer).
@@ -572,7 +630,7 @@ def audit_gguf(path: str | Path, checkpoint: str | Path) -> tuple[int, list[str]
         data, row0 = g.data.reshape(-1) if len(shape) == 1 else g.data.reshape(math.prod(shape[:-1]), -1), 0
         for x in chunks:
             x = np.ascontiguousarray(x, dtype=np.float32)
-            stored = data[row0:row0 + len(x)] if x.ndim > 1 else data
+            stored = data[row0 : row0 + len(x)] if x.ndim > 1 else data
             row0 += len(x)
             if _encode(gguf, x, t).view(np.uint8).tobytes() != np.asarray(stored).view(np.uint8).tobytes():
                 bad.append(f"{gname}: not the {t} encoding of the checkpoint's tensor")

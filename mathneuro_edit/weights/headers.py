@@ -16,8 +16,23 @@ from ..errors import InputError
 __all__ = ["check_header_length", "check_entries", "ITEM_BYTES", "KNOWN_DTYPES", "MAX_HEADER"]
 
 # bytes per element of each safetensors dtype code (sub-byte and unknown codes are not size-checked)
-ITEM_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
-              "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+ITEM_BYTES = {
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
+    "F32": 4,
+    "I32": 4,
+    "U32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I16": 2,
+    "U16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 MAX_HEADER = 100 * 1024 * 1024  # the reference reader's own limit on the JSON header
 # every dtype code the safetensors format defines (sub-byte ones are not size-checked); any other is refused
 KNOWN_DTYPES = set(ITEM_BYTES) | {"F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64", "U4", "I4"}
@@ -33,8 +48,9 @@ def check_header_length(path: Path, n: int, size: int, fix: str) -> None:
         mathneuro_edit.errors.InputError: m.safetensors: header length 4611686018427387904 exceeds the file (1000 bytes); the file is truncated or corrupt: re-save it
     """
     if n > min(size - 8, MAX_HEADER):
-        raise InputError(f"{path}: header length {n} exceeds the file ({size} bytes); the file is truncated "
-                         f"or corrupt: {fix}")
+        raise InputError(
+            f"{path}: header length {n} exceeds the file ({size} bytes); the file is truncated or corrupt: {fix}"
+        )
 
 
 def check_entries(path: Path, entries: Iterable[Any], base: int, size: int, fix: str) -> None:
@@ -46,22 +62,30 @@ def check_entries(path: Path, entries: Iterable[Any], base: int, size: int, fix:
     for e in entries:
         numel = 1
         if not isinstance(e.dtype, str) or e.dtype not in KNOWN_DTYPES:
-            raise InputError(f"{path}: tensor {e.name} has the unknown dtype {str(e.dtype)[:40]!r}; the file is corrupt "
-                             f"or not a safetensors file: {fix}")
+            raise InputError(
+                f"{path}: tensor {e.name} has the unknown dtype {str(e.dtype)[:40]!r}; the file is corrupt "
+                f"or not a safetensors file: {fix}"
+            )
         for d in e.shape:
             if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-                raise InputError(f"{path}: tensor {e.name} has an invalid shape {list(e.shape)[:8]}; the file is "
-                                 f"corrupt: {fix}")
+                raise InputError(
+                    f"{path}: tensor {e.name} has an invalid shape {list(e.shape)[:8]}; the file is corrupt: {fix}"
+                )
             numel *= int(d)
         if not isinstance(e.start, int) or not isinstance(e.end, int) or e.end < e.start or e.start < base:
             raise InputError(f"{path}: tensor {e.name} has invalid data offsets; the file is corrupt: {fix}")
         if e.end > size:
-            raise InputError(f"{path}: tensor {e.name} ends at byte {e.end} but the file has {size}; the file is "
-                             f"truncated: {fix}")
+            raise InputError(
+                f"{path}: tensor {e.name} ends at byte {e.end} but the file has {size}; the file is truncated: {fix}"
+            )
         if e.dtype in ITEM_BYTES and e.end - e.start != numel * ITEM_BYTES[e.dtype]:
-            raise InputError(f"{path}: tensor {e.name} stores {e.end - e.start} bytes but {e.dtype} {list(e.shape)} "
-                             f"needs {numel * ITEM_BYTES[e.dtype]}; the file is corrupt: {fix}")
+            raise InputError(
+                f"{path}: tensor {e.name} stores {e.end - e.start} bytes but {e.dtype} {list(e.shape)} "
+                f"needs {numel * ITEM_BYTES[e.dtype]}; the file is corrupt: {fix}"
+            )
         if previous is not None and e.start < previous.end:
-            raise InputError(f"{path}: tensors {previous.name} and {e.name} overlap (bytes {e.start - base}..."
-                             f"{previous.end - base} of the data); the file is corrupt: {fix}")
+            raise InputError(
+                f"{path}: tensors {previous.name} and {e.name} overlap (bytes {e.start - base}..."
+                f"{previous.end - base} of the data); the file is corrupt: {fix}"
+            )
         previous = e

@@ -141,16 +141,23 @@ def load_model(
     with library_log_held():
         try:
             model, info = AutoModelForCausalLM.from_pretrained(
-                path, dtype=torch_dtype, use_safetensors=True, device_map=device_map, max_memory=max_memory,
-                offload_folder=None if offload_folder is None else str(offload_folder), output_loading_info=True,
+                path,
+                dtype=torch_dtype,
+                use_safetensors=True,
+                device_map=device_map,
+                max_memory=max_memory,
+                offload_folder=None if offload_folder is None else str(offload_folder),
+                output_loading_info=True,
                 **kwargs,
             )
         except ValueError as e:  # a Hub repo that needs its own code, or a config transformers cannot read
             err = remote_code_error(base_cfg_or_path, e)
             if err is not None:
                 raise err from None
-            raise InputError(f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check "
-                             "its config.json (it needs model_type, or architectures transformers knows)") from None
+            raise InputError(
+                f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check "
+                "its config.json (it needs model_type, or architectures transformers knows)"
+            ) from None
         except OSError as e:  # missing safetensors, unknown repo, no network: one clear line
             raise InputError(
                 f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check the id or folder, "
@@ -159,8 +166,10 @@ def load_model(
         missing = sorted(info.get("missing_keys") or [])
         if missing:  # transformers would only warn and initialise them randomly: an edit of that is meaningless
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            raise InputError(f"base.model {str(base_cfg_or_path)!r}: the checkpoint lacks {len(missing)} weight(s) "
-                             f"of the model ({', '.join(missing[:3])}{more}); re-download or re-save the base")
+            raise InputError(
+                f"base.model {str(base_cfg_or_path)!r}: the checkpoint lacks {len(missing)} weight(s) "
+                f"of the model ({', '.join(missing[:3])}{more}); re-download or re-save the base"
+            )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as e:
@@ -243,21 +252,26 @@ class CheckpointWeights(_LazyWeights):
     stored entry goes (a pure re-layout, checked to cover every position exactly once).
     """
 
-    def __init__(self, folder: Path, names: Iterable[str] | None, dtype: torch.dtype | None,
-                 trust_remote_code: bool = False) -> None:
+    def __init__(
+        self, folder: Path, names: Iterable[str] | None, dtype: torch.dtype | None, trust_remote_code: bool = False
+    ) -> None:
         self.folder = folder
         self.dtype = dtype
         self._ckpt = open_checkpoint(folder)
         self._model = meta_model(folder, trust_remote_code=trust_remote_code)
         if self._model is None:
-            raise InputError(f"{folder}: transformers cannot build this model family from config.json; "
-                             "load the model and use model_weights(model) instead")
+            raise InputError(
+                f"{folder}: transformers cannot build this model family from config.json; "
+                "load the model and use model_weights(model) instead"
+            )
         params = {n: tuple(p.shape) for n, p in self._model.named_parameters(remove_duplicate=False)}
         wanted = list(find_targets(self._model)) if names is None else list(names)
         unknown = [n for n in wanted if n not in params]
         if unknown:
-            raise InputError(f"{unknown[0]!r} is not a parameter of the model in {folder}; "
-                             "the names come from another model: recalibrate on this one")
+            raise InputError(
+                f"{unknown[0]!r} is not a parameter of the model in {folder}; "
+                "the names come from another model: recalibrate on this one"
+            )
         self._shapes = {n: params[n] for n in wanted}
         self._plan = plan_edits(self._ckpt, _ShapeList(self._shapes), self._model, trust_remote_code=trust_remote_code)
 
@@ -338,5 +352,6 @@ def weights_from_checkpoint(
     """
     torch_dtype = None if dtype is None else _torch_dtype(dtype)
     folder = resolve_base(resolve_model_path(model_dir), revision=revision)
-    return CheckpointWeights(folder, names, torch_dtype if isinstance(torch_dtype, torch.dtype) else None,
-                             trust_remote_code)
+    return CheckpointWeights(
+        folder, names, torch_dtype if isinstance(torch_dtype, torch.dtype) else None, trust_remote_code
+    )

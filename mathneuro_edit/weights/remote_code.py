@@ -16,8 +16,9 @@ from ..errors import InputError
 
 __all__ = ["check_remote_code", "REMOTE_CODE_FIX", "remote_code_error"]
 
-REMOTE_CODE_FIX = ("pass `base.trust_remote_code: true` (recipe, or --set base.trust_remote_code=true) only if "
-                   "you trust that code")
+REMOTE_CODE_FIX = (
+    "pass `base.trust_remote_code: true` (recipe, or --set base.trust_remote_code=true) only if you trust that code"
+)
 _FILES = ("config.json", "tokenizer_config.json")
 
 
@@ -50,14 +51,17 @@ def check_remote_code(model: str | Path, trust_remote_code: bool) -> None:
     folder = Path(model).expanduser()
     found = _auto_map(folder) if folder.is_dir() else None
     if found:
-        raise InputError(f"base: {folder} needs its own Python code ({found} has auto_map), which is never run "
-                         f"without asking; {REMOTE_CODE_FIX}")
+        raise InputError(
+            f"base: {folder} needs its own Python code ({found} has auto_map), which is never run "
+            f"without asking; {REMOTE_CODE_FIX}"
+        )
 
 
 def remote_code_error(model: str | Path, exc: BaseException) -> InputError | None:
     """transformers' refusal of a Hub repo that needs remote code, as one line with the fix (else None)."""
     text = str(exc)
     if "trust_remote_code" in text or "custom code" in text:
-        return InputError(f"base: {model} needs its own Python code, which is never run without asking; "
-                          f"{REMOTE_CODE_FIX}")
+        return InputError(
+            f"base: {model} needs its own Python code, which is never run without asking; {REMOTE_CODE_FIX}"
+        )
     return None

@@ -33,8 +33,20 @@ from ..errors import InputError
 from .checkpoint import Checkpoint
 from .edit_plan import EditPlan
 
-__all__ = ["write_all", "copy_range", "write_safetensors", "tensor_bytes", "write_edited", "write_shard",
-           "run_jobs", "check_workers", "Stopped", "CASTABLE", "DTYPE_CODES", "cast_code"]
+__all__ = [
+    "write_all",
+    "copy_range",
+    "write_safetensors",
+    "tensor_bytes",
+    "write_edited",
+    "write_shard",
+    "run_jobs",
+    "check_workers",
+    "Stopped",
+    "CASTABLE",
+    "DTYPE_CODES",
+    "cast_code",
+]
 
 # outputs.dtype: the floating-point formats a checkpoint's weights may be cast between (other tensors, such as
 # integer buffers or float64 ones, keep their type and bytes)
@@ -159,8 +171,16 @@ def cast_code(stored: str, dtype: str | None) -> str | None:
     return dtype if dtype is not None and stored in CASTABLE and stored != dtype else None
 
 
-def write_edited(plan: EditPlan, ckpt: Checkpoint, name: str, scale: float, write: Callable[[memoryview], None],
-                 block_bytes: int = 1 << 22, stop: threading.Event | None = None, cast: str | None = None) -> None:
+def write_edited(
+    plan: EditPlan,
+    ckpt: Checkpoint,
+    name: str,
+    scale: float,
+    write: Callable[[memoryview], None],
+    block_bytes: int = 1 << 22,
+    stop: threading.Event | None = None,
+    cast: str | None = None,
+) -> None:
     """Stream the edited tensor ``name`` to ``write`` in blocks of rows (~4 MiB: bounded memory).
 
     Each block is ``where(mask, edited_values(block), block)``: the one definition of an edited value

@@ -39,15 +39,16 @@ class OutputSupport:
 
     def lines(self) -> list[str]:
         """``checkpoint: yes`` / ``adapter: no (...)`` / ``gguf: ...``, one line per output."""
-        return [f"{k}: {'yes' if v is None else 'no: ' + v}" for k, v in
-                (("checkpoint", self.checkpoint), ("adapter", self.adapter), ("gguf", self.gguf))]
+        return [
+            f"{k}: {'yes' if v is None else 'no: ' + v}"
+            for k, v in (("checkpoint", self.checkpoint), ("adapter", self.adapter), ("gguf", self.gguf))
+        ]
 
 
 def peft_expressible(model: nn.Module, target: Target) -> bool:
     """Whether PEFT's SHiRA can hold an exact delta of ``target``: a plain ``nn.Linear``, not a router."""
     module = model.get_submodule(target.module_name)
-    return (target.kind == "linear" and isinstance(module, nn.Linear)
-            and not type(module).__name__.endswith("Router"))
+    return target.kind == "linear" and isinstance(module, nn.Linear) and not type(module).__name__.endswith("Router")
 
 
 def _what(model: nn.Module, t: Target) -> str:
@@ -66,13 +67,20 @@ def adapter_refusal(model: nn.Module, targets: dict[str, Target], model_type: st
     left = [n for n in targets if not any(re.search(p, n) for p in patterns)]
     shown = "[" + ", ".join(f"'{p}'" for p in patterns) + "]"  # YAML: single quotes keep the backslashes
     alt = f", or `targets.exclude: {shown}` (an adapter of the other {len(left)} weights)" if left else ""
-    return (f"outputs.adapter: {model_type} gets a checkpoint only: {len(bad)} scored weights, e.g. {bad[0].name} "
-            f"({_what(model, bad[0])}), cannot be a PEFT adapter exactly; set `outputs.adapter: false` in the "
-            f"recipe (the checkpoint holds the edit){alt}")
+    return (
+        f"outputs.adapter: {model_type} gets a checkpoint only: {len(bad)} scored weights, e.g. {bad[0].name} "
+        f"({_what(model, bad[0])}), cannot be a PEFT adapter exactly; set `outputs.adapter: false` in the "
+        f"recipe (the checkpoint holds the edit){alt}"
+    )
 
 
-def output_support(model: nn.Module, config: dict[str, Any], *, include: Iterable[str] | None = None,
-                   exclude: Iterable[str] | None = None) -> OutputSupport:
+def output_support(
+    model: nn.Module,
+    config: dict[str, Any],
+    *,
+    include: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+) -> OutputSupport:
     """The outputs ``model`` (built from ``config``, on the meta device: no weights) supports.
 
     Args:

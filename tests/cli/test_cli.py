@@ -52,9 +52,17 @@ def test_help_is_fast_and_lists_commands():
 
 def test_run_end_to_end_then_reproduce_bit_for_bit(workspace, run_out):
     out = run_out
-    for rel in ("checkpoint/config.json", "checkpoint/README.md", "checkpoint/mathneuro_recipe.lock.yaml",
-                "adapter/adapter_config.json", "mask.safetensors", "stats/math.stats.safetensors",
-                "stats/general-0.stats.safetensors", "eval.json", "mathneuro_recipe.lock.yaml"):
+    for rel in (
+        "checkpoint/config.json",
+        "checkpoint/README.md",
+        "checkpoint/mathneuro_recipe.lock.yaml",
+        "adapter/adapter_config.json",
+        "mask.safetensors",
+        "stats/math.stats.safetensors",
+        "stats/general-0.stats.safetensors",
+        "eval.json",
+        "mathneuro_recipe.lock.yaml",
+    ):
         assert (out / rel).is_file(), rel
     lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())
     assert lock["recipe"]["edit"]["scale"] == 1.1 and lock["recipe"]["calibration"]["batch_size"] == 4
@@ -84,11 +92,23 @@ def test_run_end_to_end_then_reproduce_bit_for_bit(workspace, run_out):
     code, text = _run("verify", str(out), "--base", str(workspace / "base"))
     assert code == 0, text
     # reproduce: same machine, same versions -> identical bytes
-    code, text = _run("reproduce", str(out), "--base", str(workspace / "base"), "--out", str(workspace / "again"),
-                      "--quiet", "--set", f"data.math.path={workspace / 'math.jsonl'}",
-                      "--set", f"data.general.0.path={workspace / 'general.txt'}",
-                      "--set", f"evaluation.math.path={workspace / 'eval.jsonl'}",
-                      "--set", f"evaluation.general.0.path={workspace / 'general.txt'}")
+    code, text = _run(
+        "reproduce",
+        str(out),
+        "--base",
+        str(workspace / "base"),
+        "--out",
+        str(workspace / "again"),
+        "--quiet",
+        "--set",
+        f"data.math.path={workspace / 'math.jsonl'}",
+        "--set",
+        f"data.general.0.path={workspace / 'general.txt'}",
+        "--set",
+        f"evaluation.math.path={workspace / 'eval.jsonl'}",
+        "--set",
+        f"evaluation.general.0.path={workspace / 'general.txt'}",
+    )
     assert code == 0, text
     assert "bit for bit" in text and "differs" not in text
 
@@ -96,18 +116,41 @@ def test_run_end_to_end_then_reproduce_bit_for_bit(workspace, run_out):
 def test_stage_commands_match_run(workspace, run_out, tmp_path):
     recipe = str(workspace / "recipe.yaml")
     assert _run("calibrate", recipe, "--out", str(tmp_path / "stats"), "-q")[0] == 0
-    code, text = _run("mask", recipe, "--stats", str(tmp_path / "stats"), "--out", str(tmp_path / "m.safetensors"), "-q")
+    code, text = _run(
+        "mask", recipe, "--stats", str(tmp_path / "stats"), "--out", str(tmp_path / "m.safetensors"), "-q"
+    )
     assert code == 0, text
     from mathneuro_edit import Mask
 
     assert Mask.load(tmp_path / "m.safetensors").sha256 == Mask.load(run_out / "mask.safetensors").sha256
-    code, text = _run("export", recipe, "--mask", str(tmp_path / "m.safetensors"), "--out", str(tmp_path / "ck"), "-q",
-                      "--workers", "2")
+    code, text = _run(
+        "export",
+        recipe,
+        "--mask",
+        str(tmp_path / "m.safetensors"),
+        "--out",
+        str(tmp_path / "ck"),
+        "-q",
+        "--workers",
+        "2",
+    )
     assert code == 0, text
     assert (tmp_path / "ck" / "config.json").is_file()
-    code, text = _run("mask", recipe, "--stats", str(tmp_path / "stats"), "--out", str(tmp_path / "m2.safetensors"),
-                      "--set", "mask.top_k=0.01", "-q")
-    assert code == 0 and Mask.load(tmp_path / "m2.safetensors").total()[0] < Mask.load(tmp_path / "m.safetensors").total()[0]
+    code, text = _run(
+        "mask",
+        recipe,
+        "--stats",
+        str(tmp_path / "stats"),
+        "--out",
+        str(tmp_path / "m2.safetensors"),
+        "--set",
+        "mask.top_k=0.01",
+        "-q",
+    )
+    assert (
+        code == 0
+        and Mask.load(tmp_path / "m2.safetensors").total()[0] < Mask.load(tmp_path / "m.safetensors").total()[0]
+    )
 
 
 BAD = [
@@ -141,8 +184,17 @@ def test_bad_files_exit_2(workspace, tmp_path):
     assert code == 2 and "empty" in text.lower() and "Traceback" not in text, text
     nofield = tmp_path / "nofield.jsonl"
     nofield.write_text(json.dumps({"other": "x"}) + "\n")
-    code, text = _run("run", recipe, "--out", str(tmp_path / "o"), "-q", "--set", f"data.math.path={nofield}",
-                      "--set", "data.math.field=text")
+    code, text = _run(
+        "run",
+        recipe,
+        "--out",
+        str(tmp_path / "o"),
+        "-q",
+        "--set",
+        f"data.math.path={nofield}",
+        "--set",
+        "data.math.field=text",
+    )
     assert code == 2 and "text" in text and "Traceback" not in text, text
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
@@ -179,9 +231,22 @@ def test_internal_error_exit_3_and_debug_traceback(workspace, tmp_path, monkeypa
 
 def test_subprocess_exit_codes(workspace, tmp_path):
     env = {**os.environ, "MATHNEURO_EDIT_DEBUG": ""}
-    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", "run", str(workspace / "recipe.yaml"),
-                           "--out", str(tmp_path / "o"), "--set", "mask.top_k=2"],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mathneuro_edit.cli",
+            "run",
+            str(workspace / "recipe.yaml"),
+            "--out",
+            str(tmp_path / "o"),
+            "--set",
+            "mask.top_k=2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 2 and "mask.top_k" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -195,8 +260,22 @@ def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
     from tests.runs.test_sweep import reference_candidate, reference_front
 
     recipe = str(workspace / "recipe.yaml")
-    code, text = _run("sweep", recipe, "--out", str(tmp_path / "sw"), "--top-k", "0.05,0.2", "--scale", "0,1.1",
-                      "--kl-budget", "10", *SMALL_SWEEP, "--set", "sweep.general_samples=3", "-q")
+    code, text = _run(
+        "sweep",
+        recipe,
+        "--out",
+        str(tmp_path / "sw"),
+        "--top-k",
+        "0.05,0.2",
+        "--scale",
+        "0,1.1",
+        "--kl-budget",
+        "10",
+        *SMALL_SWEEP,
+        "--set",
+        "sweep.general_samples=3",
+        "-q",
+    )
     assert code == 0, text
     rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     sel = rows["selection"]
@@ -206,8 +285,9 @@ def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
     assert rows["pareto_front"] == reference_front(points)
     assert [p.holm_p for p in points] == holm_adjust([p.mcnemar_p for p in points])
     base_correct = sel["base"]["math_correct"]
-    assert rows["candidate"] == reference_candidate(points, base_correct, 10) == select_candidate(points,
-                                                                                                 base_correct, 10)
+    assert (
+        rows["candidate"] == reference_candidate(points, base_correct, 10) == select_candidate(points, base_correct, 10)
+    )
     conf = rows["confirmation"]
     if conf is None:
         assert rows["candidate"] is None and rows["best"] is None
@@ -252,8 +332,22 @@ def test_data_parallel_calibrate_under_torchrun_matches_single_process(workspace
     from mathneuro_edit import ActivationStats
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
-           "-m", "mathneuro_edit.cli", "calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "dp"), "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29533",
+        "-m",
+        "mathneuro_edit.cli",
+        "calibrate",
+        str(workspace / "recipe.yaml"),
+        "--out",
+        str(tmp_path / "dp"),
+        "-q",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _run("calibrate", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "one"), "-q")[0] == 0
@@ -270,8 +364,15 @@ def test_eval_command_and_missing_lm_eval(workspace, tmp_path, monkeypatch):
     assert code == 0 and "math" in text, text
     assert set(json.loads((tmp_path / "eval.json").read_text())) == {"math", "general"}
     # a bad lm-eval setting: one clear line naming the key, exit 2, before anything runs
-    code, text = _run("eval", recipe, "-q", "--set", "evaluation.lm_eval.tasks=[arithmetic_local]",
-                      "--set", f"evaluation.lm_eval.include_path={tmp_path / 'no-such-folder'}")
+    code, text = _run(
+        "eval",
+        recipe,
+        "-q",
+        "--set",
+        "evaluation.lm_eval.tasks=[arithmetic_local]",
+        "--set",
+        f"evaluation.lm_eval.include_path={tmp_path / 'no-such-folder'}",
+    )
     assert code == 2 and "evaluation.lm_eval.include_path" in text and "Traceback" not in text, text
     # lm-eval missing: one line naming the extra (the import fails even where lm-eval is installed)
     monkeypatch.setitem(sys.modules, "lm_eval", None)
@@ -283,11 +384,22 @@ def test_reproduce_reports_a_different_result(workspace, tmp_path):
     out = workspace / "out"
     if not out.exists():
         assert _run("run", str(workspace / "recipe.yaml"), "--out", str(out), "-q")[0] == 0
-    sets = [f"data.math.path={workspace / 'math.jsonl'}", f"data.general.0.path={workspace / 'general.txt'}",
-            f"evaluation.math.path={workspace / 'eval.jsonl'}", f"evaluation.general.0.path={workspace / 'general.txt'}",
-            "mask.top_k=0.2"]  # a different recipe than the lock's: the hashes must not match
-    args = ["reproduce", str(out / "checkpoint" / "README.md"), "--base", str(workspace / "base"), "--out",
-            str(tmp_path / "again"), "-q"]
+    sets = [
+        f"data.math.path={workspace / 'math.jsonl'}",
+        f"data.general.0.path={workspace / 'general.txt'}",
+        f"evaluation.math.path={workspace / 'eval.jsonl'}",
+        f"evaluation.general.0.path={workspace / 'general.txt'}",
+        "mask.top_k=0.2",
+    ]  # a different recipe than the lock's: the hashes must not match
+    args = [
+        "reproduce",
+        str(out / "checkpoint" / "README.md"),
+        "--base",
+        str(workspace / "base"),
+        "--out",
+        str(tmp_path / "again"),
+        "-q",
+    ]
     for s in sets:
         args += ["--set", s]
     code, text = _run(*args)
@@ -338,8 +450,15 @@ def test_adapter_for_conv1d_model_is_refused_before_calibration(workspace, tmp_p
     tok.save_pretrained(tmp_path / "gpt2")
     called = []
     monkeypatch.setattr(pipeline, "calibrate_recipe", lambda *a, **k: called.append(1))
-    code, text = _run("run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q",
-                      "--set", f"base.model={tmp_path / 'gpt2'}")
+    code, text = _run(
+        "run",
+        str(workspace / "recipe.yaml"),
+        "--out",
+        str(tmp_path / "o"),
+        "-q",
+        "--set",
+        f"base.model={tmp_path / 'gpt2'}",
+    )
     assert code == 2 and "outputs.adapter" in text and "conv1d" in text and not called, text
     assert not (tmp_path / "o").exists()
 
@@ -374,8 +493,11 @@ def test_embedded_default_runs_offline(tmp_path, monkeypatch):
     from mathneuro_edit import Mask
 
     base_sd = {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(organism_path()).state_dict().items()}
-    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(organism_path()),
-                                       out / "adapter").merge_and_unload().state_dict()
+    merged = (
+        PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(organism_path()), out / "adapter")
+        .merge_and_unload()
+        .state_dict()
+    )
     baked = AutoModelForCausalLM.from_pretrained(out / "checkpoint").state_dict()
     assert set(merged) == set(baked) == set(base_sd)
     mask = Mask.load(out / "mask.safetensors")
@@ -393,8 +515,14 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     from mathneuro_edit.runs.sweep import sweep_problems
 
     recipe = str(workspace / "recipe.yaml")
-    arith = ["--set", "evaluation.math=arithmetic", "--set", "sweep.selection_samples=3",
-             "--set", "sweep.confirmation_samples=8"]
+    arith = [
+        "--set",
+        "evaluation.math=arithmetic",
+        "--set",
+        "sweep.selection_samples=3",
+        "--set",
+        "sweep.confirmation_samples=8",
+    ]
     sw = tmp_path / "sw"
     code, text = _run("sweep", recipe, "--out", str(sw), "--top-k", "0.05", "--scale", "1.1", *arith, "-q")
     assert code == 0, text
@@ -407,13 +535,26 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
         assert len(text.strip().splitlines()) == 1 and not (tmp_path / "r0").exists()
     # a sweep whose confirmation passed (constructed: this model cannot gain): 6 right only after, p = 1/32
     rows["candidate"] = rows["best"] = 0
-    rows["confirmation"] = {"n": 8, "problems_sha256": [problem_sha256(p) for p in conf], "top_k": 0.05,
-                            "scale": 1.1, "base_correct": 1, "edited_correct": 7, "base_only": 0, "edited_only": 6,
-                            "mcnemar_p": 0.03125, "confirmed": True, "alpha": 0.05, "point": 0, "mask_sha256": ""}
+    rows["confirmation"] = {
+        "n": 8,
+        "problems_sha256": [problem_sha256(p) for p in conf],
+        "top_k": 0.05,
+        "scale": 1.1,
+        "base_correct": 1,
+        "edited_correct": 7,
+        "base_only": 0,
+        "edited_only": 6,
+        "mcnemar_p": 0.03125,
+        "confirmed": True,
+        "alpha": 0.05,
+        "point": 0,
+        "mask_sha256": "",
+    }
     (sw / "sweep.json").write_text(json.dumps(rows))
     out = tmp_path / "rel"
-    code, text = _run("run", recipe, "--out", str(out), "--from-sweep", str(sw), "--set",
-                      "evaluation.math=arithmetic", "-q")
+    code, text = _run(
+        "run", recipe, "--out", str(out), "--from-sweep", str(sw), "--set", "evaluation.math=arithmetic", "-q"
+    )
     assert code == 0, text
     lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())
     assert lock["recipe"]["mask"]["top_k"] == 0.05 and lock["recipe"]["edit"]["scale"] == 1.1  # the confirmed one

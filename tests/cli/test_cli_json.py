@@ -29,7 +29,11 @@ def _json(*args: object) -> tuple[int, dict]:
 
 def test_inspect_and_plan_json(run_dir: Path) -> None:
     code, mask = _json("inspect", run_dir / "mask.safetensors", "--json")
-    assert code == 0 and mask["kind"] == "mask" and mask["selected"] == sum(t["selected"] for t in mask["tensors"].values())
+    assert (
+        code == 0
+        and mask["kind"] == "mask"
+        and mask["selected"] == sum(t["selected"] for t in mask["tensors"].values())
+    )
     code, stats = _json("inspect", run_dir / "stats" / "math.stats.safetensors", "--json")
     assert code == 0 and stats["kind"] == "stats" and stats["summary"]["samples"] == 4
     code, plan = _json("plan", "--json")
@@ -77,8 +81,9 @@ def test_shell_completion_as_documented() -> None:
     exe = shutil.which("mathneuro-edit")
     if exe is None:
         pytest.skip("the mathneuro-edit console script is not installed")
-    out = subprocess.run([exe], env={**os.environ, "_MATHNEURO_EDIT_COMPLETE": "bash_source"}, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [exe], env={**os.environ, "_MATHNEURO_EDIT_COMPLETE": "bash_source"}, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and "_mathneuro_edit_completion" in out.stdout
     doc = (Path(__file__).resolve().parents[2] / "docs" / "publishing.md").read_text()
     assert "_MATHNEURO_EDIT_COMPLETE=bash_source mathneuro-edit" in doc

@@ -12,8 +12,16 @@ from click.testing import CliRunner
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.runs.plan import format_bytes
 
-SMALL = ["--set", "data.samples=4", "--set", "evaluation.samples=3", "--set", "evaluation.max_new_tokens=4",
-         "--set", "evaluation.math=arithmetic"]
+SMALL = [
+    "--set",
+    "data.samples=4",
+    "--set",
+    "evaluation.samples=3",
+    "--set",
+    "evaluation.max_new_tokens=4",
+    "--set",
+    "evaluation.math=arithmetic",
+]
 
 
 def _invoke(*args: object) -> tuple[int, dict, str]:
@@ -53,9 +61,23 @@ def test_run_eval_and_sweep_json_print_one_summary_on_stdout_and_stages_on_stder
         assert ev["results"]["math"][label] == ran
     assert "evaluate" in err
 
-    _, sw, err = _invoke("sweep", "--out", tmp_path / "sw", "--top-k", "0.05", "--scale", "1.1", *SMALL,
-                         "--set", "sweep.selection_samples=3", "--set", "sweep.confirmation_samples=3",
-                         "--set", "sweep.general_samples=3", "--json")
+    _, sw, err = _invoke(
+        "sweep",
+        "--out",
+        tmp_path / "sw",
+        "--top-k",
+        "0.05",
+        "--scale",
+        "1.1",
+        *SMALL,
+        "--set",
+        "sweep.selection_samples=3",
+        "--set",
+        "sweep.confirmation_samples=3",
+        "--set",
+        "sweep.general_samples=3",
+        "--json",
+    )
     assert sw["ok"] is True and sw["sweep"] == json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert sw["recommendation"] == sw["sweep"]["recommendation"]
     assert str(tmp_path / "sw" / "sweep.csv") in sw["files"] and err.startswith("[1/")

@@ -65,11 +65,15 @@ def no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_top_k_given_as_a_percent_suggests_the_fraction(tmp_path: Path) -> None:
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({**quickstart_recipe().resolved_dict(), "mask": {"top_k": 5}}))
-    _one_line_error(*_run("run", recipe, "--out", tmp_path / "o"), "mask.top_k: must be in (0, 1] (got 5.0)",
-                    "did you mean 0.05?")
+    _one_line_error(
+        *_run("run", recipe, "--out", tmp_path / "o"), "mask.top_k: must be in (0, 1] (got 5.0)", "did you mean 0.05?"
+    )
     _one_line_error(*_run("plan", "--set", "mask.top_k=10"), "did you mean 0.1?")
-    _one_line_error(*_run("sweep", "--out", tmp_path / "s", "--top-k", "0.01,5"), "--top-k: 5 is not in (0, 1]",
-                    "did you mean 0.05?")
+    _one_line_error(
+        *_run("sweep", "--out", tmp_path / "s", "--top-k", "0.01,5"),
+        "--top-k: 5 is not in (0, 1]",
+        "did you mean 0.05?",
+    )
     assert not (tmp_path / "o").exists() and not (tmp_path / "s").exists()
     code, text = _run("plan", "--set", "mask.top_k=0")  # not a percent: no guess
     _one_line_error(code, text, "mask.top_k: must be in (0, 1] (got 0.0)")
@@ -92,8 +96,11 @@ def test_explicit_prune_override_replaces_the_recipes_scale(tmp_path: Path) -> N
     recipe.write_text(yaml.safe_dump(quickstart_recipe(["edit.scale=1.1"]).resolved_dict()))
     code, text = _run("plan", recipe, "--set", "edit.prune=true")  # used to be "got both"
     assert code == 0 and "mask <=" in text, text
-    _one_line_error(*_run("plan", recipe, "--set", "edit.prune=true", "--set", "edit.scale=1.2"),
-                    "overrides edit.scale=1.2 and edit.prune=true conflict", "drop one")
+    _one_line_error(
+        *_run("plan", recipe, "--set", "edit.prune=true", "--set", "edit.scale=1.2"),
+        "overrides edit.scale=1.2 and edit.prune=true conflict",
+        "drop one",
+    )
     # in the recipe file itself both stay an error: only an override is an explicit request for this run
     recipe.write_text(yaml.safe_dump({**quickstart_recipe().resolved_dict(), "edit": {"scale": 1.1, "prune": True}}))
     _one_line_error(*_run("plan", recipe), "edit: set exactly one of scale", "(got both)")
@@ -103,15 +110,21 @@ def test_explicit_prune_override_replaces_the_recipes_scale(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("command", ["run", "plan", "calibrate"])
-def test_missing_local_folder_is_not_looked_up_on_the_hub(command: str, tmp_path: Path, no_hub: None,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_local_folder_is_not_looked_up_on_the_hub(
+    command: str, tmp_path: Path, no_hub: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     out = ["--out", str(tmp_path / "o")] if command != "plan" else []
-    _one_line_error(*_run(command, *out, "--set", "base.model=./models/llama"),
-                    "base.model: no such local folder './models/llama'", "check the path")
+    _one_line_error(
+        *_run(command, *out, "--set", "base.model=./models/llama"),
+        "base.model: no such local folder './models/llama'",
+        "check the path",
+    )
     (tmp_path / "models").mkdir()  # a name whose first folder exists here is a path too
-    _one_line_error(*_run(command, *out, "--set", "base.model=models/llama"),
-                    "base.model: no such local folder 'models/llama' (read as a path because models/ exists here)")
+    _one_line_error(
+        *_run(command, *out, "--set", "base.model=models/llama"),
+        "base.model: no such local folder 'models/llama' (read as a path because models/ exists here)",
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -180,13 +193,13 @@ def test_inspect_plot_of_a_stats_file_fails_before_the_table(tmp_path: Path) -> 
     from mathneuro_edit.engine.targets import Target
 
     target = Target("w", "linear", "m", (2, 3))
-    stats = ActivationStats({"w": torch.ones(1, 3)}, {"w": torch.ones(1, 3)}, {"w": torch.tensor([1])},
-                            {"w": target})
+    stats = ActivationStats({"w": torch.ones(1, 3)}, {"w": torch.ones(1, 3)}, {"w": torch.tensor([1])}, {"w": target})
     path = stats.save(tmp_path / "math.stats.safetensors")
     code, text = _run("inspect", path)
     assert code == 0 and "w" in text  # the table alone works
-    _one_line_error(*_run("inspect", path, "--plot", tmp_path / "x.png"), "--plot needs a mask file",
-                    "drop --plot or pass a mask")
+    _one_line_error(
+        *_run("inspect", path, "--plot", tmp_path / "x.png"), "--plot needs a mask file", "drop --plot or pass a mask"
+    )
     assert not (tmp_path / "x.png").exists()
 
 

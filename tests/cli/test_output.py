@@ -28,18 +28,39 @@ from mathneuro_edit.util.console import (
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "new_user_transcript.txt"
 # the quickstart, shrunk to seconds (organism answers fit in 24 tokens)
-SMALL = ["--set", "data.samples=8", "--set", "evaluation.samples=4", "--set", "evaluation.max_new_tokens=24",
-         "--set", "sweep.selection_samples=4", "--set", "sweep.confirmation_samples=4"]
+SMALL = [
+    "--set",
+    "data.samples=8",
+    "--set",
+    "evaluation.samples=4",
+    "--set",
+    "evaluation.max_new_tokens=24",
+    "--set",
+    "sweep.selection_samples=4",
+    "--set",
+    "sweep.confirmation_samples=4",
+]
 # what the libraries print when nobody silences them: their bars, their warnings
 LIBRARY = re.compile(r"Loading weights|it/s\]|\d+%\||Warning|warnings\.warn|\r|Traceback")
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONWARNINGS", "HF_HUB_DISABLE_PROGRESS"))}
-    env.update(MATHNEURO_EDIT_DEBUG="", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env.update(
+        MATHNEURO_EDIT_DEBUG="",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "mathneuro_edit.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -65,8 +86,9 @@ def transcript(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
         "run": _cli("run", "--out", "out", *SMALL, cwd=cwd),
         "sweep": _cli("sweep", "--out", "sweep", "--top-k", "0.05", "--scale", "0,1.1", *SMALL, cwd=cwd),
         "inspect": _cli("inspect", "out/mask.safetensors", "--plot", "layers.png", cwd=cwd),
-        "consistency": _cli("consistency", "--out", "cons", "--sizes", "1,2,8", "--repeats", "2",
-                            "--set", "data.samples=8", cwd=cwd),
+        "consistency": _cli(
+            "consistency", "--out", "cons", "--sizes", "1,2,8", "--repeats", "2", "--set", "data.samples=8", cwd=cwd
+        ),
         "verify": _cli("verify", "out", cwd=cwd),
         "cwd": cwd,  # type: ignore[dict-item]
     }
@@ -102,8 +124,24 @@ def test_transcript_stage_counts_are_exact(transcript):
     assert "round 1/1, point 1/2: top_k=0.05 scale=0 (problems 1-4)" in sweep
     assert "round 1/1, point 2/2: top_k=0.05 scale=1.1 (problems 1-4)" in sweep
     table_lines = transcript["sweep"].stdout.splitlines()
-    assert table_lines[0].split() == ["variant", "top_k", "scale", "weights", "n", "math", "(95%", "CI)", "gain",
-                                      "(pp)", "p", "Holm", "p", "general", "KL", "mark"]
+    assert table_lines[0].split() == [
+        "variant",
+        "top_k",
+        "scale",
+        "weights",
+        "n",
+        "math",
+        "(95%",
+        "CI)",
+        "gain",
+        "(pp)",
+        "p",
+        "Holm",
+        "p",
+        "general",
+        "KL",
+        "mark",
+    ]
     assert not any("," in line.split()[0] for line in table_lines[:3])  # a table, not the CSV
     assert (transcript["cwd"] / "sweep" / "sweep.csv").read_text().startswith("variant,round,top_k,scale,")
     info = json.loads((transcript["cwd"] / "cons" / "consistency.json").read_text())
@@ -120,7 +158,10 @@ def test_known_warnings_silenced_only_inside_and_only_by_message_and_category():
             warnings.warn("something else", category)  # other text: shown
         warnings.warn(f"{message} (x)", category)  # after the block: the caller's filters again
     assert [(w.category, str(w.message)[:14]) for w in seen] == [
-        (RuntimeWarning, message[:14]), (category, "something else"), (category, message[:14])]
+        (RuntimeWarning, message[:14]),
+        (category, "something else"),
+        (category, message[:14]),
+    ]
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with quiet_libraries(verbose=True):
@@ -151,7 +192,8 @@ def test_pytest_filters_are_the_known_warnings():
     cfg = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     filters = cfg["tool"]["pytest"]["ini_options"]["filterwarnings"]
     assert {f for f in filters if f != "ignore::DeprecationWarning"} == {
-        f"ignore:{m}:{c.__name__}" for c, m, _ in KNOWN_WARNINGS}
+        f"ignore:{m}:{c.__name__}" for c, m, _ in KNOWN_WARNINGS
+    }
 
 
 @pytest.mark.slow
@@ -218,8 +260,14 @@ def test_consistency_plot_ticks_and_title(monkeypatch, tmp_path):
 
     rows = [ConsistencyRow(n, 3, 0.5, 0.4, 0.3) for n in (1, 2, 4, 16)]
     figs = _capture(monkeypatch)
-    info = {"method": "mathneuro", "top_k": 0.05, "math_samples": 100, "general_samples": 100,
-            "sizes": [1, 2, 4, 16], "repeats": 3}
+    info = {
+        "method": "mathneuro",
+        "top_k": 0.05,
+        "math_samples": 100,
+        "general_samples": 100,
+        "sizes": [1, 2, 4, 16],
+        "repeats": 3,
+    }
     _plot(rows, tmp_path / "c.png", info)
     ax = figs[0].axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "16"]  # not 2x10^0
@@ -232,8 +280,11 @@ def test_layer_plot_legend_outside_and_lines_distinct(monkeypatch, tmp_path):
     from mathneuro_edit.engine.mask import Mask
     from mathneuro_edit.runs.inspect import plot_layer_distribution
 
-    names = [f"model.layers.{i}.{m}.weight" for i in range(3)
-             for m in ("self_attn.q_proj", "self_attn.k_proj", "mlp.up_proj", "mlp.down_proj", "mlp.gate_proj")]
+    names = [
+        f"model.layers.{i}.{m}.weight"
+        for i in range(3)
+        for m in ("self_attn.q_proj", "self_attn.k_proj", "mlp.up_proj", "mlp.down_proj", "mlp.gate_proj")
+    ]
     g = torch.Generator().manual_seed(0)
     mask = Mask({n: torch.rand(4, 4, generator=g) < 0.3 for n in names}, {"method": "mathneuro", "top_k": 0.05})
     figs = _capture(monkeypatch)

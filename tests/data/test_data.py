@@ -95,8 +95,11 @@ def test_parquet_without_libraries_says_what_to_install(tmp_path: Path, monkeypa
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_arrow)
-    with pytest.raises(InputError, match=r"d\.parquet: reading \.parquet needs pyarrow or pandas; "
-                                         r"pip install 'datasets>=2\.18' \(the data extra\)"):
+    with pytest.raises(
+        InputError,
+        match=r"d\.parquet: reading \.parquet needs pyarrow or pandas; "
+        r"pip install 'datasets>=2\.18' \(the data extra\)",
+    ):
         load_texts(str(tmp_path / "d.parquet"), 1, 0)
 
 
@@ -109,23 +112,35 @@ def test_empty_records_are_skipped_and_short_sources_warn(tmp_path: Path) -> Non
     assert (loaded.record["n_sampled"], loaded.record["n_empty_skipped"], loaded.record["n_available"]) == (2, 3, 5)
 
 
-@pytest.mark.parametrize(("name", "content", "source_extra", "pattern"), [
-    ("empty.jsonl", "", {}, r"empty\.jsonl: no records"),
-    ("blank.jsonl", '{"text": ""}\n', {}, r"blank\.jsonl: all 1 records are empty"),
-    ("bad.jsonl", '{"text": "ok"}\n\n{"text": oops}\n', {}, r"bad\.jsonl: line 3: invalid JSON"),
-    ("nofield.jsonl", '{"body": "x"}\n', {},
-     r"nofield\.jsonl: line 1: no text field \(fields: body\); set field: or template:"),
-    ("wrongfield.jsonl", '{"body": "x"}\n', {"field": "text2"},
-     r"wrongfield\.jsonl: line 1: no field 'text2' \(fields: body\)"),
-    ("number.jsonl", '{"body": 3}\n', {"field": "body"}, r"number\.jsonl: line 1: field 'body' is int, not text"),
-    ("tmpl.jsonl", '{"body": "x"}\n', {"template": "{title}"}, r"tmpl\.jsonl: line 1: template '\{title\}' failed"),
-    ("strings.json", '["a"]', {"field": "x"}, r"strings\.json: item 1: records are plain strings"),
-    ("obj.json", '{"a": 1}', {}, r"obj\.json: must be a JSON list"),
-    ("badjson.json", '[1,', {}, r"badjson\.json: invalid JSON at line 1"),
-    ("data.xml", "<a/>", {}, r"data\.xml: unknown data format '\.xml'"),
-])
-def test_errors_name_the_file_and_the_place(tmp_path: Path, name: str, content: str, source_extra: dict,
-                                             pattern: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "content", "source_extra", "pattern"),
+    [
+        ("empty.jsonl", "", {}, r"empty\.jsonl: no records"),
+        ("blank.jsonl", '{"text": ""}\n', {}, r"blank\.jsonl: all 1 records are empty"),
+        ("bad.jsonl", '{"text": "ok"}\n\n{"text": oops}\n', {}, r"bad\.jsonl: line 3: invalid JSON"),
+        (
+            "nofield.jsonl",
+            '{"body": "x"}\n',
+            {},
+            r"nofield\.jsonl: line 1: no text field \(fields: body\); set field: or template:",
+        ),
+        (
+            "wrongfield.jsonl",
+            '{"body": "x"}\n',
+            {"field": "text2"},
+            r"wrongfield\.jsonl: line 1: no field 'text2' \(fields: body\)",
+        ),
+        ("number.jsonl", '{"body": 3}\n', {"field": "body"}, r"number\.jsonl: line 1: field 'body' is int, not text"),
+        ("tmpl.jsonl", '{"body": "x"}\n', {"template": "{title}"}, r"tmpl\.jsonl: line 1: template '\{title\}' failed"),
+        ("strings.json", '["a"]', {"field": "x"}, r"strings\.json: item 1: records are plain strings"),
+        ("obj.json", '{"a": 1}', {}, r"obj\.json: must be a JSON list"),
+        ("badjson.json", "[1,", {}, r"badjson\.json: invalid JSON at line 1"),
+        ("data.xml", "<a/>", {}, r"data\.xml: unknown data format '\.xml'"),
+    ],
+)
+def test_errors_name_the_file_and_the_place(
+    tmp_path: Path, name: str, content: str, source_extra: dict, pattern: str
+) -> None:
     (tmp_path / name).write_text(content)
     with pytest.raises(InputError, match=pattern):
         load_texts({"path": str(tmp_path / name), **source_extra}, 1, 0)
@@ -158,8 +173,10 @@ def test_load_set_splits_samples_across_sources(tmp_path: Path) -> None:
 
 
 def test_math_problems_gold_and_errors(tmp_path: Path) -> None:
-    src = _jsonl(tmp_path / "gsm.jsonl", [{"question": "q1", "answer": "big\n#### 1,234"},
-                                           {"question": "q2", "answer": "neg\n#### -5"}])
+    src = _jsonl(
+        tmp_path / "gsm.jsonl",
+        [{"question": "q1", "answer": "big\n#### 1,234"}, {"question": "q2", "answer": "neg\n#### -5"}],
+    )
     problems = load_math_problems(str(src), 2, seed=0)
     assert sorted(p["gold"] for p in problems) == [-5, 1234]
     assert {p["answer"] for p in problems} == {"big\n#### 1,234", "neg\n#### -5"}
@@ -192,19 +209,25 @@ def test_hub_dataset_goes_through_datasets(monkeypatch: pytest.MonkeyPatch) -> N
     assert loaded.texts == [organism.format_math(r["question"], r["answer"]) for r in _reference_sample(rows, 2, 5)]
     assert loaded.record["source"]["path"] == "hf://datasets/openai/gsm8k" and loaded.record["file_sha256"] is None
     assert [p["gold"] for p in load_math_problems({"path": "hf://datasets/a/b"}, 6, 0)] == [
-        int(r["answer"][5:]) for r in _reference_sample(rows, 6, 0)]
+        int(r["answer"][5:]) for r in _reference_sample(rows, 6, 0)
+    ]
     assert calls[-1] == ("a/b", None, "train", None)
 
 
 def test_hub_dataset_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` raise ImportError
-    with pytest.raises(InputError, match=r"Hub datasets need the datasets library; pip install 'datasets>=2.18' \(the data extra\)"):
+    with pytest.raises(
+        InputError, match=r"Hub datasets need the datasets library; pip install 'datasets>=2.18' \(the data extra\)"
+    ):
         load_texts("hf://datasets/openai/gsm8k", 1, 0)
 
     def offline(*args: object, **kwargs: object) -> None:
         raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
-    with pytest.raises(InputError, match=r"hf://datasets/openai/gsm8k \(config=main, split=train\): cannot load: "
-                                         r"ConnectionError: Couldn't reach.*HF_DATASETS_OFFLINE=1"):
+    with pytest.raises(
+        InputError,
+        match=r"hf://datasets/openai/gsm8k \(config=main, split=train\): cannot load: "
+        r"ConnectionError: Couldn't reach.*HF_DATASETS_OFFLINE=1",
+    ):
         load_texts({"path": "hf://datasets/openai/gsm8k", "config": "main"}, 1, 0)

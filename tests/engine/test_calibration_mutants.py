@@ -23,13 +23,16 @@ def test_texts_fingerprint_is_the_sha256_of_the_utf8_json_list() -> None:
     assert texts_sha256(["a", "b"]) != texts_sha256(["b", "a"])
 
 
-@pytest.mark.parametrize("name, public", [
-    ("", ""),
-    ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
-    ("./models/mine", "<local>"),
-    ("~/models/mine", "<local>"),
-    ("/abs/path/model", "<local>"),
-])
+@pytest.mark.parametrize(
+    "name, public",
+    [
+        ("", ""),
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+        ("./models/mine", "<local>"),
+        ("~/models/mine", "<local>"),
+        ("/abs/path/model", "<local>"),
+    ],
+)
 def test_public_model_name_hides_local_paths(name: str, public: str) -> None:
     from mathneuro_edit.util.paths import LOCAL
 
@@ -61,12 +64,15 @@ def test_calibrate_passes_include_tied_lm_head_through() -> None:
         assert torch.equal(stats.norm_sum[name], plain.norm_sum[name]), name
 
 
-def test_stats_save_on_a_full_disk_names_the_file_and_the_bytes_it_needs(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stats_save_on_a_full_disk_names_the_file_and_the_bytes_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, tok = build("llama")
     stats = calibrate(model, tok, MATH[:2], progress=False)
-    needed = sum(stats.norm_sum[n].numel() * 4 + stats.sq_sum[n].numel() * 4 + stats.token_count[n].numel() * 8
-                 for n in stats.norm_sum)  # float32, float32, int64
+    needed = sum(
+        stats.norm_sum[n].numel() * 4 + stats.sq_sum[n].numel() * 4 + stats.token_count[n].numel() * 8
+        for n in stats.norm_sum
+    )  # float32, float32, int64
     # make it need more than 1 MB, so the message's number tells the sizes apart
     big = 3 * 10**6 // 4
     stats.norm_sum["pad"], stats.sq_sum["pad"] = torch.zeros(1, big), torch.zeros(1, big)
@@ -87,10 +93,22 @@ def _gpt_oss():
 
     from tests._tiny import VOCAB, char_tokenizer
 
-    cfg = tf.GptOssConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=2, head_dim=8, intermediate_size=24, num_local_experts=4,
-                          num_experts_per_tok=2, bos_token_id=1, eos_token_id=2, pad_token_id=None,
-                          tie_word_embeddings=False, layer_types=["full_attention", "full_attention"])
+    cfg = tf.GptOssConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=24,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+        layer_types=["full_attention", "full_attention"],
+    )
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(cfg).eval()
     with torch.no_grad():  # biases are zero-initialised: make them count
@@ -109,8 +127,10 @@ def test_experts_with_biases_and_transposed_weights_match_a_per_text_reference()
     experts = {n: m for n, m in model.named_modules() if type(m).__name__ == "GptOssExperts"}
     assert len(experts) == 2
     seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    handles = [m.register_forward_pre_hook(lambda m, args, n=n: seen.__setitem__(n, (args[0], args[1])))
-               for n, m in experts.items()]
+    handles = [
+        m.register_forward_pre_hook(lambda m, args, n=n: seen.__setitem__(n, (args[0], args[1])))
+        for n, m in experts.items()
+    ]
     ref = {n: (torch.zeros(4, 32, dtype=torch.float64), torch.zeros(4, 24, dtype=torch.float64)) for n in experts}
     try:
         with torch.no_grad():
@@ -155,15 +175,31 @@ def test_meta_records_exact_keys_dtype_and_public_model_name() -> None:
     texts = MATH[:3]
     stats = calibrate(model, tok, texts, max_length=20, progress=False)
     meta = stats.meta
-    assert list(meta) == ["num_samples", "num_tokens", "truncated_samples", "max_length", "texts_sha256",
-                          "model_fingerprint", "model_name", "dtype", "versions"]
+    assert list(meta) == [
+        "num_samples",
+        "num_tokens",
+        "truncated_samples",
+        "max_length",
+        "texts_sha256",
+        "model_fingerprint",
+        "model_name",
+        "dtype",
+        "versions",
+    ]
     lengths = [len(tok(t)["input_ids"]) for t in texts]
     assert (meta["num_samples"], meta["num_tokens"], meta["truncated_samples"], meta["max_length"]) == (
-        3, sum(min(n, 20) for n in lengths), sum(n > 20 for n in lengths), 20)
+        3,
+        sum(min(n, 20) for n in lengths),
+        sum(n > 20 for n in lengths),
+        20,
+    )
     assert meta["texts_sha256"] == texts_sha256(texts) and meta["model_name"] == "org/tiny-llama"
     assert meta["dtype"] == "bfloat16"
-    assert meta["versions"] == {"mathneuro_edit": mathneuro_edit.__version__, "torch": torch.__version__,
-                                "transformers": transformers.__version__}
+    assert meta["versions"] == {
+        "mathneuro_edit": mathneuro_edit.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
 
 
 class _NoPadNoEos:

@@ -33,8 +33,11 @@ def reference_stats(model: nn.Module, tokenizer, texts: list[str]) -> tuple[dict
         sq[name] = sq.get(name, 0) + x.pow(2).sum(0)
         count[name] = count.get(name, 0) + x.shape[0]
 
-    handles = [m.register_forward_pre_hook(lambda m, a, n=f"{n}.weight": hook(m, a, n))
-               for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    handles = [
+        m.register_forward_pre_hook(lambda m, a, n=f"{n}.weight": hook(m, a, n))
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Linear)
+    ]
     try:
         with torch.no_grad():
             for text in texts:
@@ -69,8 +72,16 @@ class _CountOps(TorchDispatchMode):
 
 
 def _llama(layers: int) -> LlamaForCausalLM:
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False, pad_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+        pad_token_id=None,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg).eval()
 

@@ -45,14 +45,19 @@ def reference_stats(model: nn.Module, tokenizer, texts: list[str]) -> dict[str, 
     )
     for mod_name, module in model.named_modules():
         if isinstance(module, (nn.Linear, Conv1D)) and not (tied and module is model.get_output_embeddings()):
+
             def hook(m, args, name=f"{mod_name}.weight"):
                 add(name, 0, 1, args[0].reshape(-1, args[0].shape[-1]))
+
             handles.append(module.register_forward_pre_hook(hook))
         elif type(module).__name__.endswith("Router"):
+
             def hook(m, args, name=f"{mod_name}.weight"):
                 add(name, 0, 1, args[0].reshape(-1, args[0].shape[-1]))
+
             handles.append(module.register_forward_pre_hook(hook))
         elif type(module).__name__.endswith("Experts"):
+
             def hook(m, args, name=mod_name):
                 hidden, top_k_index = args[0], args[1]
                 for e in range(m.num_experts):
@@ -63,6 +68,7 @@ def reference_stats(model: nn.Module, tokenizer, texts: list[str]) -> dict[str, 
                     gate, up = nn.functional.linear(x, m.gate_up_proj[e]).chunk(2, dim=-1)  # eager Mixtral math
                     add(f"{name}.gate_up_proj", e, m.num_experts, x)
                     add(f"{name}.down_proj", e, m.num_experts, m.act_fn(gate) * up)
+
             handles.append(module.register_forward_pre_hook(hook))
     try:
         with torch.no_grad():
@@ -95,7 +101,9 @@ def reference_mask(model, math_ref, gen_ref, top_k) -> dict[str, torch.Tensor]:
             mats = [w.t()] if is_conv1d else [w]
         else:
             mats = list(w)  # (E, d_out, d_in)
-        sels = [reference_top(m, stat[g], top_k) & ~reference_top(m, gen_ref[name][g], top_k) for g, m in enumerate(mats)]
+        sels = [
+            reference_top(m, stat[g], top_k) & ~reference_top(m, gen_ref[name][g], top_k) for g, m in enumerate(mats)
+        ]
         if w.dim() == 2:
             result[name] = sels[0].t() if is_conv1d else sels[0]
         else:
@@ -417,8 +425,13 @@ def _synthetic(shapes: dict[str, tuple[int, int]], seed: int = 0):
 
     def stats():
         norm = {n: torch.rand(1, s[1], generator=g) + 0.1 for n, s in shapes.items()}
-        return ActivationStats(norm, {n: v.square() for n, v in norm.items()},
-                               {n: torch.ones(1, dtype=torch.int64) for n in shapes}, dict(targets), {})
+        return ActivationStats(
+            norm,
+            {n: v.square() for n, v in norm.items()},
+            {n: torch.ones(1, dtype=torch.int64) for n in shapes},
+            dict(targets),
+            {},
+        )
 
     return weights, stats(), stats()
 
@@ -427,8 +440,13 @@ def test_top_k_count_is_the_released_int_of_n_times_top_k():
     # (d_out, d_in, top_k) where int(n * top_k) differs from the old max(1, floor(top_k * n + 0.5)):
     # 30 * 0.05 = 1.5 -> 1 (was 2); 19 * 0.05 = 0.95 -> 0 (was 1); 100 * 0.29 = 28.999999999999996 -> 28 (was 29);
     # 21 * 0.5 = 10.5 -> 10 (was 11); and the whole matrix at top_k = 1
-    cases = {"a.weight": ((5, 6), 0.05), "b.weight": ((19, 1), 0.05), "c.weight": ((10, 10), 0.29),
-             "d.weight": ((7, 3), 0.5), "e.weight": ((4, 8), 1.0)}
+    cases = {
+        "a.weight": ((5, 6), 0.05),
+        "b.weight": ((19, 1), 0.05),
+        "c.weight": ((10, 10), 0.29),
+        "d.weight": ((7, 3), 0.5),
+        "e.weight": ((4, 8), 1.0),
+    }
     expected = {"a.weight": 1, "b.weight": 0, "c.weight": 28, "d.weight": 10, "e.weight": 32}
     for name, ((d_out, d_in), top_k) in cases.items():
         weights, ms, _ = _synthetic({name: (d_out, d_in)})
@@ -505,8 +523,9 @@ class _RoutedToy(nn.Module):
         super().__init__()
         torch.manual_seed(0)
         self.embed = nn.Embedding(vocab, d)
-        self.layers = nn.ModuleList(nn.ModuleDict({"experts": nn.ModuleList(nn.Linear(d, d) for _ in range(4))})
-                                    for _ in range(2))
+        self.layers = nn.ModuleList(
+            nn.ModuleDict({"experts": nn.ModuleList(nn.Linear(d, d) for _ in range(4))}) for _ in range(2)
+        )
         self.lm_head = nn.Linear(d, vocab)
         self.z_id = z_id
 

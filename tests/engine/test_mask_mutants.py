@@ -26,8 +26,9 @@ from tests.engine.test_regressions import (
 )
 
 
-def test_mask_save_on_a_full_disk_names_the_file_and_the_bytes_it_needs(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mask_save_on_a_full_disk_names_the_file_and_the_bytes_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # 2**24 entries, 2**18 selected: stored as int32 indices (1 MiB < 2 MiB of bits), so it needs 1048576 bytes
     flat = torch.zeros(2**24, dtype=torch.bool)
     flat[:: 2**6] = True
@@ -43,10 +44,16 @@ def test_mask_save_on_a_full_disk_names_the_file_and_the_bytes_it_needs(tmp_path
     assert list(tmp_path.iterdir()) == []  # no temp file left behind
 
 
-def _with(stats: ActivationStats, *, targets: dict[str, Target] | None = None,
-          norm: dict[str, torch.Tensor] | None = None) -> ActivationStats:
-    return ActivationStats({**stats.norm_sum, **(norm or {})}, stats.sq_sum, stats.token_count,
-                           {**stats.targets, **(targets or {})}, stats.meta)
+def _with(
+    stats: ActivationStats, *, targets: dict[str, Target] | None = None, norm: dict[str, torch.Tensor] | None = None
+) -> ActivationStats:
+    return ActivationStats(
+        {**stats.norm_sum, **(norm or {})},
+        stats.sq_sum,
+        stats.token_count,
+        {**stats.targets, **(targets or {})},
+        stats.meta,
+    )
 
 
 def test_a_general_set_is_checked_against_its_own_target_records() -> None:
@@ -56,16 +63,19 @@ def test_a_general_set_is_checked_against_its_own_target_records() -> None:
     other = Target("lin.weight", "linear", "lin", (D_OUT + 1, D_IN))
     with pytest.raises(InputError) as err:
         find_math_params_multi(params, ms, _with(gs, targets={"lin.weight": other}), top_ks=[0.3])
-    assert str(err.value) == (f"general_stats[0]: 'lin.weight' has shape {(D_OUT + 1, D_IN)} in the statistics but "
-                              f"{(D_OUT, D_IN)} in the model; the statistics come from another model: recalibrate on "
-                              "this one")
+    assert str(err.value) == (
+        f"general_stats[0]: 'lin.weight' has shape {(D_OUT + 1, D_IN)} in the statistics but "
+        f"{(D_OUT, D_IN)} in the model; the statistics come from another model: recalibrate on "
+        "this one"
+    )
     # same records, but statistics of another width than the math set's
     with pytest.raises(InputError) as err:
-        find_math_params_multi(params, ms, [gs, _with(gs, norm={"lin.weight": torch.ones(1, D_IN + 1)})],
-                               top_ks=[0.3])
-    assert str(err.value) == (f"general_stats[1]: 'lin.weight' has statistics of shape (1, {D_IN + 1}) but "
-                              f"(1, {D_IN}) in math_stats; the sets come from different models: calibrate all on "
-                              "this one")
+        find_math_params_multi(params, ms, [gs, _with(gs, norm={"lin.weight": torch.ones(1, D_IN + 1)})], top_ks=[0.3])
+    assert str(err.value) == (
+        f"general_stats[1]: 'lin.weight' has statistics of shape (1, {D_IN + 1}) but "
+        f"(1, {D_IN}) in math_stats; the sets come from different models: calibrate all on "
+        "this one"
+    )
 
 
 class _Lazy(Mapping[str, torch.Tensor]):
@@ -107,7 +117,11 @@ def test_multi_defaults_are_matrix_seed_0_and_silent(capfd: pytest.CaptureFixtur
     ms, gs = _stats(38), _stats(39)
     (mask,) = find_math_params_multi(params, ms, gs, top_ks=[0.3])
     assert (mask.meta["granularity"], mask.meta["seed"], mask.meta["method"], mask.meta["statistic"]) == (
-        "matrix", 0, "mathneuro", "l2")
+        "matrix",
+        0,
+        "mathneuro",
+        "l2",
+    )
     _assert_same(mask, _reference_mask(canon, ms, [gs], 0.3, "matrix"))
     (rnd,) = find_math_params_multi(params, ms, gs, top_ks=[0.3], method="random")
     (rnd0,) = find_math_params_multi(params, ms, gs, top_ks=[0.3], method="random", seed=0)
@@ -124,14 +138,18 @@ def test_a_non_bool_mask_is_read_as_nonzero() -> None:
     assert mask.counts() == {"w": (4, 8)} and mask.sha256 == Mask({"w": as_bool}).sha256
 
 
-@pytest.mark.parametrize("numel, count, kind", [
-    (513, 16, "idx"),  # 16 int32 indices = 64 bytes < 65 bytes of packed bits
-    (513, 17, "bits"),  # 68 >= 65
-    (512, 15, "idx"),  # 60 < 64
-    (512, 16, "bits"),  # 64 bytes either way: bits (indices only when strictly smaller)
-])
-def test_mask_storage_switches_to_indices_exactly_when_they_are_smaller(numel: int, count: int, kind: str,
-                                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "numel, count, kind",
+    [
+        (513, 16, "idx"),  # 16 int32 indices = 64 bytes < 65 bytes of packed bits
+        (513, 17, "bits"),  # 68 >= 65
+        (512, 15, "idx"),  # 60 < 64
+        (512, 16, "bits"),  # 64 bytes either way: bits (indices only when strictly smaller)
+    ],
+)
+def test_mask_storage_switches_to_indices_exactly_when_they_are_smaller(
+    numel: int, count: int, kind: str, tmp_path: Path
+) -> None:
     flat = torch.zeros(numel, dtype=torch.bool)
     flat[torch.randperm(numel, generator=torch.Generator().manual_seed(count))[:count]] = True
     mask = Mask({"w": flat})

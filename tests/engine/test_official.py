@@ -41,8 +41,11 @@ def ref_sums(model: nn.Module, tokenizer, texts: list[str]) -> dict[str, torch.T
         n = inputs[0].norm(p=2, dim=1).to(torch.bfloat16)  # (1, d_in): L2 over the sample's tokens
         last[name] = n * torch.abs(module.weight.data)  # promoted, rounded once to the weight's dtype
 
-    handles = [m.register_forward_hook(lambda m_, i, o, name=name: hook(m_, i, o, name))
-               for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    handles = [
+        m.register_forward_hook(lambda m_, i, o, name=name: hook(m_, i, o, name))
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear)
+    ]
     sums = {name: torch.zeros_like(p) for name, p in model.named_parameters()}
     try:
         with torch.no_grad():
@@ -97,8 +100,9 @@ def test_official_differs_from_the_default_rule_in_bf16():
     """Why the setting exists: bf16 sums and products select other weights than float32 statistics do."""
     model, tok = build("llama", dtype=torch.bfloat16, hidden_size=64)
     official = find_math_params_official(model, tok, MATH, [GENERAL], top_k=TOP_K)
-    default = find_math_params(model, calibrate(model, tok, MATH, progress=False),
-                               calibrate(model, tok, GENERAL, progress=False), top_k=TOP_K)
+    default = find_math_params(
+        model, calibrate(model, tok, MATH, progress=False), calibrate(model, tok, GENERAL, progress=False), top_k=TOP_K
+    )
     assert 0.5 < jaccard(official, default) < 1.0
 
 

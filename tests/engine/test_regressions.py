@@ -70,10 +70,12 @@ D_OUT, D_IN, EXPERTS = 6, 10, 2
 TARGETS = {
     "lin.weight": Target("lin.weight", "linear", "lin", (D_OUT, D_IN)),
     "conv.weight": Target("conv.weight", "conv1d", "conv", (D_IN, D_OUT)),
-    "moe.experts.down_proj": Target("moe.experts.down_proj", "experts", "moe.experts", (EXPERTS, D_IN, D_OUT),
-                                    transposed=True, role="down"),
-    "moe.experts.gate_up_proj": Target("moe.experts.gate_up_proj", "experts", "moe.experts",
-                                       (EXPERTS, D_OUT, D_IN), role="up"),
+    "moe.experts.down_proj": Target(
+        "moe.experts.down_proj", "experts", "moe.experts", (EXPERTS, D_IN, D_OUT), transposed=True, role="down"
+    ),
+    "moe.experts.gate_up_proj": Target(
+        "moe.experts.gate_up_proj", "experts", "moe.experts", (EXPERTS, D_OUT, D_IN), role="up"
+    ),
 }
 
 
@@ -94,9 +96,12 @@ def _canonical(seed: int, ties: bool) -> dict[str, list[torch.Tensor]]:
 
 def _stored(canon: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The weights in each target's own storage layout."""
-    return {"lin.weight": canon["lin.weight"][0].clone(), "conv.weight": canon["conv.weight"][0].t().contiguous(),
-            "moe.experts.down_proj": torch.stack(canon["moe.experts.down_proj"]).transpose(1, 2).contiguous(),
-            "moe.experts.gate_up_proj": torch.stack(canon["moe.experts.gate_up_proj"]).clone()}
+    return {
+        "lin.weight": canon["lin.weight"][0].clone(),
+        "conv.weight": canon["conv.weight"][0].t().contiguous(),
+        "moe.experts.down_proj": torch.stack(canon["moe.experts.down_proj"]).transpose(1, 2).contiguous(),
+        "moe.experts.gate_up_proj": torch.stack(canon["moe.experts.gate_up_proj"]).clone(),
+    }
 
 
 def _stats(seed: int, ties: bool = False) -> ActivationStats:
@@ -172,8 +177,9 @@ def test_wanda_statistic_is_abs_w_times_sqrt_sq_sum(granularity):
     # the constructed statistics rank differently under L2: the test tells the two statistics apart
     l2 = _reference_mask(canon, ms, [gs], 0.3, granularity, statistic="l2")
     assert any(not torch.equal(ref[n], l2[n]) for n in ref)
-    wanda_only = find_math_params(params, ms, None, top_k=0.3, method="wanda", granularity=granularity,
-                                  statistic="wanda")
+    wanda_only = find_math_params(
+        params, ms, None, top_k=0.3, method="wanda", granularity=granularity, statistic="wanda"
+    )
     _assert_same(wanda_only, _reference_mask(canon, ms, [], 0.3, granularity, statistic="wanda"))
 
 
@@ -256,8 +262,12 @@ def test_mask_counts_hash_and_file_round_trip(tmp_path):
     from mathneuro_edit import InputError, Mask
 
     g = torch.Generator().manual_seed(0)
-    tensors = {"b.dense": torch.rand(5, 13, generator=g) < 0.5, "a.sparse": torch.zeros(3, 40, 8, dtype=torch.bool),
-               "c.empty": torch.zeros(7, dtype=torch.bool), "d.full": torch.ones(2, 3, dtype=torch.bool)}
+    tensors = {
+        "b.dense": torch.rand(5, 13, generator=g) < 0.5,
+        "a.sparse": torch.zeros(3, 40, 8, dtype=torch.bool),
+        "c.empty": torch.zeros(7, dtype=torch.bool),
+        "d.full": torch.ones(2, 3, dtype=torch.bool),
+    }
     tensors["a.sparse"][1, 5, 2] = tensors["a.sparse"][2, 39, 7] = True
     mask = Mask(tensors, {"method": "mathneuro", "top_k": 0.1})
     assert list(mask) == list(tensors) and len(mask) == 4
@@ -298,9 +308,16 @@ def test_defaults_meta_and_random_reference(capsys, monkeypatch):
     ms, gs = _stats(21), _stats(22)
     mask = find_math_params(params, ms, gs, top_k=0.3)  # defaults: mathneuro, matrix, l2, seed 0, no progress
     _assert_same(mask, _reference_mask(canon, ms, [gs], 0.3, "matrix"))
-    assert mask.meta == {"method": "mathneuro", "top_k": 0.3, "granularity": "matrix", "seed": 0, "statistic": "l2",
-                         "model_fingerprint": "synthetic", "math_stats_sha256": ms.sha256,
-                         "general_stats_sha256": [gs.sha256]}
+    assert mask.meta == {
+        "method": "mathneuro",
+        "top_k": 0.3,
+        "granularity": "matrix",
+        "seed": 0,
+        "statistic": "l2",
+        "model_fingerprint": "synthetic",
+        "math_stats_sha256": ms.sha256,
+        "general_stats_sha256": [gs.sha256],
+    }
     assert capsys.readouterr().err == ""  # no progress bar unless asked
     # no tqdm monitor thread: a thread alive at fork time deadlocks mutmut's forked test runs
     monkeypatch.setattr("tqdm.std.tqdm.monitor_interval", 0)
@@ -346,22 +363,35 @@ def test_shared_modules_and_bad_inputs_name_the_problem():
     g = torch.Generator().manual_seed(0)
 
     def stats() -> ActivationStats:
-        return ActivationStats({n: torch.rand(1, D_IN, generator=g) for n in t},
-                               {n: torch.rand(1, D_IN, generator=g) for n in t},
-                               {n: torch.ones(1, dtype=torch.int64) for n in t}, dict(t), {})
+        return ActivationStats(
+            {n: torch.rand(1, D_IN, generator=g) for n in t},
+            {n: torch.rand(1, D_IN, generator=g) for n in t},
+            {n: torch.ones(1, dtype=torch.int64) for n in t},
+            dict(t),
+            {},
+        )
 
     ms, gs = stats(), stats()
     mask = find_math_params(model, ms, gs, top_k=0.5)
     assert set(mask) == {"a.weight", "b.weight"}
     params = {"lin.weight": torch.ones(D_OUT, D_IN)}
-    ghost = ActivationStats({"ghost.weight": torch.ones(1, D_IN)}, {"ghost.weight": torch.ones(1, D_IN)},
-                            {"ghost.weight": torch.ones(1, dtype=torch.int64)},
-                            {"ghost.weight": Target("ghost.weight", "linear", "ghost", (D_OUT, D_IN))}, {})
+    ghost = ActivationStats(
+        {"ghost.weight": torch.ones(1, D_IN)},
+        {"ghost.weight": torch.ones(1, D_IN)},
+        {"ghost.weight": torch.ones(1, dtype=torch.int64)},
+        {"ghost.weight": Target("ghost.weight", "linear", "ghost", (D_OUT, D_IN))},
+        {},
+    )
     with pytest.raises(InputError, match=r"^math_stats: statistics for 'ghost\.weight'"):
         find_math_params(params, ghost, None, top_k=0.1, method="wanda")
     lin_t = {"lin.weight": Target("lin.weight", "linear", "lin", (D_OUT, D_IN))}
-    ok = ActivationStats({"lin.weight": torch.ones(1, D_IN)}, {"lin.weight": torch.ones(1, D_IN)},
-                         {"lin.weight": torch.ones(1, dtype=torch.int64)}, dict(lin_t), {})
+    ok = ActivationStats(
+        {"lin.weight": torch.ones(1, D_IN)},
+        {"lin.weight": torch.ones(1, D_IN)},
+        {"lin.weight": torch.ones(1, dtype=torch.int64)},
+        dict(lin_t),
+        {},
+    )
     no_stat = ActivationStats({}, {}, {}, dict(lin_t), {})
     with pytest.raises(InputError, match=r"^general_stats\[1\]: no statistics for 'lin\.weight'"):
         find_math_params(params, ok, [ok, no_stat], top_k=0.1)
@@ -373,8 +403,13 @@ def test_shared_modules_and_bad_inputs_name_the_problem():
     nan_w = {"lin.weight": torch.full((D_OUT, D_IN), float("nan"))}
     with pytest.raises(InputError, match=r"^lin\.weight: non-finite importance scores"):
         find_math_params(nan_w, ok, ok, top_k=0.1)
-    inf_g = ActivationStats({"lin.weight": torch.full((1, D_IN), float("inf"))}, {"lin.weight": torch.ones(1, D_IN)},
-                            {"lin.weight": torch.ones(1, dtype=torch.int64)}, dict(lin_t), {})
+    inf_g = ActivationStats(
+        {"lin.weight": torch.full((1, D_IN), float("inf"))},
+        {"lin.weight": torch.ones(1, D_IN)},
+        {"lin.weight": torch.ones(1, dtype=torch.int64)},
+        dict(lin_t),
+        {},
+    )
     with pytest.raises(InputError, match=r"^lin\.weight: non-finite importance scores"):
         find_math_params(params, ok, inf_g, top_k=0.1)
 
@@ -384,8 +419,12 @@ def test_mask_storage_is_the_smaller_encoding(tmp_path):
 
     from mathneuro_edit import InputError, Mask
 
-    tensors = {"few/odd.name": torch.zeros(400, dtype=torch.bool), "many": torch.ones(40, dtype=torch.bool),
-               "edge": torch.zeros(64, dtype=torch.bool), "scalar": torch.tensor(True)}
+    tensors = {
+        "few/odd.name": torch.zeros(400, dtype=torch.bool),
+        "many": torch.ones(40, dtype=torch.bool),
+        "edge": torch.zeros(64, dtype=torch.bool),
+        "scalar": torch.tensor(True),
+    }
     tensors["few/odd.name"][[3, 399]] = True  # 8 bytes of int32 indices < 50 bytes of bits
     tensors["edge"][5:7] = True  # 8 bytes of indices == 8 bytes of bits: bits (indices only when smaller)
     mask = Mask(tensors)

@@ -24,8 +24,10 @@ from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 from tests._tiny import char_tokenizer
 
 # a small template in the ChatML spirit; the real SmolLM2 one is checked in the `real` test below
-TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}<assistant>{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
 
 
 def chat_tokenizer():  # noqa: ANN201
@@ -37,25 +39,28 @@ def chat_tokenizer():  # noqa: ANN201
 # ------------------------------------------------------------------------------------------------- extraction
 
 
-@pytest.mark.parametrize("completion, prefill, expected", [
-    ("3 + 4 = 7\n#### 7", None, 7),  # rule 1: after ####
-    ("#### 1,234.", None, 1234),
-    ("The total is 8 + 4 = 12. #### 13 more text 99", None, 13),  # #### wins over the last number
-    ("#### about 5", None, None),  # #### without a number right after it: no answer
-    ("68", "23 + 45 = ", 68),  # rule 2: the first number after a prefill
-    ("68\n\nThat is 12 more than 56", "23 + 45 = ", 68),
-    ("-5, since 3 - 8 is negative", "3 - 8 = ", -5),
-    ("12.0", "6 * 2 = ", 12),  # decimals equal to an integer are that integer
-    ("She had 5 apples and ate 2, so 3 are left.", None, 3),  # rule 3: the last number
-    ("Total: $1,250.50 then 1,000,000.", None, 1000000),
-    ("10-5 = 5", None, 5),  # a minus after a digit is an operator, not a sign
-    ("the result is -17.", None, -17),
-    ("half of 7 is 3.5", None, 3.5),
-    ("a list 1,2,3", None, 3),  # commas not in groups of three are separators
-    ("3 apples\nQuestion: how about 9?", None, 3),  # a question the model made up is cut first
-    ("no number here", None, None),
-    ("", "1 + 1 = ", None),
-])
+@pytest.mark.parametrize(
+    "completion, prefill, expected",
+    [
+        ("3 + 4 = 7\n#### 7", None, 7),  # rule 1: after ####
+        ("#### 1,234.", None, 1234),
+        ("The total is 8 + 4 = 12. #### 13 more text 99", None, 13),  # #### wins over the last number
+        ("#### about 5", None, None),  # #### without a number right after it: no answer
+        ("68", "23 + 45 = ", 68),  # rule 2: the first number after a prefill
+        ("68\n\nThat is 12 more than 56", "23 + 45 = ", 68),
+        ("-5, since 3 - 8 is negative", "3 - 8 = ", -5),
+        ("12.0", "6 * 2 = ", 12),  # decimals equal to an integer are that integer
+        ("She had 5 apples and ate 2, so 3 are left.", None, 3),  # rule 3: the last number
+        ("Total: $1,250.50 then 1,000,000.", None, 1000000),
+        ("10-5 = 5", None, 5),  # a minus after a digit is an operator, not a sign
+        ("the result is -17.", None, -17),
+        ("half of 7 is 3.5", None, 3.5),
+        ("a list 1,2,3", None, 3),  # commas not in groups of three are separators
+        ("3 apples\nQuestion: how about 9?", None, 3),  # a question the model made up is cut first
+        ("no number here", None, None),
+        ("", "1 + 1 = ", None),
+    ],
+)
 def test_extract_prediction(completion: str, prefill: str | None, expected: int | float | None) -> None:
     got = extract_prediction(completion, prefill)
     assert got == expected and type(got) is type(expected)
@@ -68,15 +73,18 @@ def test_decimal_gold_comparison() -> None:
     assert parse_number("0.30") == 0.3 and parse_number("-0.0") == 0 and parse_number("1e5") == 100000
 
 
-@pytest.mark.parametrize("text, prefill, done", [
-    ("68", "23 + 45 = ", False),  # the number may continue
-    ("68.", "23 + 45 = ", False),  # 68.5 is possible
-    ("68<", "23 + 45 = ", True),
-    ("68\n", "23 + 45 = ", True),
-    ("The sum is", "23 + 45 = ", False),
-    ("I think 68 is", None, False),  # without a prefill only #### or a new question ends the answer
-    ("#### 68\n", None, True),
-])
+@pytest.mark.parametrize(
+    "text, prefill, done",
+    [
+        ("68", "23 + 45 = ", False),  # the number may continue
+        ("68.", "23 + 45 = ", False),  # 68.5 is possible
+        ("68<", "23 + 45 = ", True),
+        ("68\n", "23 + 45 = ", True),
+        ("The sum is", "23 + 45 = ", False),
+        ("I think 68 is", None, False),  # without a prefill only #### or a new question ends the answer
+        ("#### 68\n", None, True),
+    ],
+)
 def test_completion_done(text: str, prefill: str | None, done: bool) -> None:
     assert completion_done(text, prefill) is done
 
@@ -84,8 +92,10 @@ def test_completion_done(text: str, prefill: str | None, done: bool) -> None:
 # ---------------------------------------------------------------------------------------------------- prompts
 
 
-SHOTS = [{"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5", "prefill": "2 + 3 = "},
-         {"question": "Tom has 4 cards and gets 1. How many?", "answer": "4 + 1 = 5\n#### 5"}]
+SHOTS = [
+    {"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5", "prefill": "2 + 3 = "},
+    {"question": "Tom has 4 cards and gets 1. How many?", "answer": "4 + 1 = 5\n#### 5"},
+]
 ITEM = {"question": "What is 23 + 45?", "answer": "#### 68", "prefill": "23 + 45 = "}
 
 
@@ -93,8 +103,10 @@ def test_chat_prompt_has_shots_as_turns_and_prefill_last() -> None:
     tok = chat_tokenizer()
     prompt = render_prompt(tok, ITEM, SHOTS, chat=True)
     # written out by hand: a shot with a prefill answers "prefill + gold", one without its worked answer
-    assert prompt == ("<user>What is 2 + 3?\n<assistant>2 + 3 = 5\n<user>Tom has 4 cards and gets 1. How many?\n"
-                      "<assistant>4 + 1 = 5\n#### 5\n<user>What is 23 + 45?\n<assistant>23 + 45 = ")
+    assert prompt == (
+        "<user>What is 2 + 3?\n<assistant>2 + 3 = 5\n<user>Tom has 4 cards and gets 1. How many?\n"
+        "<assistant>4 + 1 = 5\n#### 5\n<user>What is 23 + 45?\n<assistant>23 + 45 = "
+    )
     assert render_prompt(tok, ITEM, [], chat=False) == "Question: What is 23 + 45?\nAnswer: 23 + 45 = "
 
 
@@ -120,16 +132,28 @@ class ChatFake(nn.Module):
 
 def test_chat_evaluation_end_to_end() -> None:
     tok = chat_tokenizer()
-    problems = [ITEM, {"question": "What is 9 - 4?", "answer": "#### 5", "prefill": "9 - 4 = "},
-                {"question": "Mia has 3 pens and buys 2. How many?", "answer": "3 + 2 = 5\n#### 5"}]
-    fake = ChatFake(tok, {"What is 23 + 45?": "68\n\nso 68 it is 99", "What is 9 - 4?": "6",
-                          "Mia has 3 pens and buys 2. How many?": "She buys 2, so 3 + 2 = 5 pens."})
+    problems = [
+        ITEM,
+        {"question": "What is 9 - 4?", "answer": "#### 5", "prefill": "9 - 4 = "},
+        {"question": "Mia has 3 pens and buys 2. How many?", "answer": "3 + 2 = 5\n#### 5"},
+    ]
+    fake = ChatFake(
+        tok,
+        {
+            "What is 23 + 45?": "68\n\nso 68 it is 99",
+            "What is 9 - 4?": "6",
+            "Mia has 3 pens and buys 2. How many?": "She buys 2, so 3 + 2 = 5 pens.",
+        },
+    )
     res = math_accuracy(fake, tok, problems, n_shot=1, shots=SHOTS[:1], batch_size=2, progress=False)
     assert [p.extracted for p in res.predictions] == [68, 6, 5] and res.correct == 2
     assert res.predictions[0].prefill == "23 + 45 = " and res.predictions[2].prefill is None
     assert res.predictions[2].completion == "She buys 2, so 3 + 2 = 5 pens."  # the raw answer is kept
     assert all(not p.startswith("<s>") for p in fake.prompts)  # the chat prompt gets no extra BOS
-    assert sorted(fake.prompts)[0] == "<user>What is 2 + 3?\n<assistant>2 + 3 = 5\n<user>Mia has 3 pens and buys 2. How many?\n<assistant>"
+    assert (
+        sorted(fake.prompts)[0]
+        == "<user>What is 2 + 3?\n<assistant>2 + 3 = 5\n<user>Mia has 3 pens and buys 2. How many?\n<assistant>"
+    )
     # plain prompts on the same tokenizer when asked: the organism's format, with the tokenizer's BOS
     plain = MathTask("m", problems, chat_template=False)
     assert plain.sha256 != MathTask("m", problems).sha256  # a cached base is never reused across prompt formats
@@ -137,7 +161,9 @@ def test_chat_evaluation_end_to_end() -> None:
 
 def test_chat_template_true_needs_a_template() -> None:
     tok = char_tokenizer()  # no chat template
-    with pytest.raises(InputError, match="evaluation.chat_template: true, but the model's tokenizer has no chat template"):
+    with pytest.raises(
+        InputError, match="evaluation.chat_template: true, but the model's tokenizer has no chat template"
+    ):
         evaluate(ChatFake(tok, {}), tok, [MathTask("m", [ITEM], chat_template=True)], progress=False)
     with pytest.raises(InputError, match="chat_template must be"):
         MathTask("m", [ITEM], chat_template="yes")  # type: ignore[arg-type]
@@ -195,10 +221,14 @@ def test_arithmetic_source() -> None:
 
 def test_gsm8k_file_with_prefill(tmp_path) -> None:  # noqa: ANN001
     f = tmp_path / "p.jsonl"
-    f.write_text('{"question": "2 + 2?", "answer": "#### 4", "prefill": "2 + 2 = "}\n{"question": "3 + 3?", "answer": "#### 6"}\n')
+    f.write_text(
+        '{"question": "2 + 2?", "answer": "#### 4", "prefill": "2 + 2 = "}\n{"question": "3 + 3?", "answer": "#### 6"}\n'
+    )
     got = sorted(load_math_problems(str(f), 2, seed=0), key=lambda p: p["gold"])
-    assert got == [{"question": "2 + 2?", "answer": "#### 4", "gold": 4, "prefill": "2 + 2 = "},
-                   {"question": "3 + 3?", "answer": "#### 6", "gold": 6}]
+    assert got == [
+        {"question": "2 + 2?", "answer": "#### 4", "gold": 4, "prefill": "2 + 2 = "},
+        {"question": "3 + 3?", "answer": "#### 6", "gold": 6},
+    ]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "x", "answer": "#### 1", "prefill": 5}\n')
     with pytest.raises(InputError, match="line 1: prefill must be text"):

@@ -44,7 +44,8 @@ def test_wilson_hand_values_and_errors() -> None:
 def test_mcnemar_matches_scipy_binomial() -> None:
     rng = random.Random(0)
     cases = [(0, 0), (0, 1), (0, 6), (1, 1), (2, 10), (4, 20), (10, 2), (30, 31), (0, 50)] + [
-        (rng.randrange(60), rng.randrange(60)) for _ in range(20)]
+        (rng.randrange(60), rng.randrange(60)) for _ in range(20)
+    ]
     for b, c in cases:
         expected = 1.0 if b + c == 0 else scipy_stats.binomtest(min(b, c), b + c, 0.5).pvalue
         assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12), (b, c)
@@ -63,7 +64,7 @@ def test_discordant_pairs() -> None:
 def test_ratio_se_against_plain_formulas() -> None:
     # equal counts: the standard error of the per-text means, stdev / sqrt(n)
     means = [2.0, 3.5, 1.0, 4.0, 2.5]
-    plain = (sum((m - sum(means) / 5) ** 2 for m in means) / 4) ** 0.5 / 5 ** 0.5
+    plain = (sum((m - sum(means) / 5) ** 2 for m in means) / 4) ** 0.5 / 5**0.5
     assert ratio_se([10 * m for m in means], [10] * 5) == pytest.approx(plain, rel=1e-12)
     # unequal counts, hand-computed: sums (100, 150.5) over (40, 60): m = 2.505, residuals -0.2, 0.2
     assert ratio_se([100.0, 150.5], [40, 60]) == pytest.approx(math.sqrt(2 * 0.08) / 100, rel=1e-12)
@@ -71,14 +72,18 @@ def test_ratio_se_against_plain_formulas() -> None:
 
 
 def _math(flags: list[bool]) -> MathResult:
-    return MathResult(sum(flags), len(flags), tuple(MathPrediction(f"q{i}", 1, "", int(ok)) for i, ok in enumerate(flags)))
+    return MathResult(
+        sum(flags), len(flags), tuple(MathPrediction(f"q{i}", 1, "", int(ok)) for i, ok in enumerate(flags))
+    )
 
 
 def test_eval_dict_carries_intervals_and_paired_test() -> None:
     base = [i % 2 == 0 for i in range(40)]  # 20/40
     edited = [ok or i % 4 == 1 for i, ok in enumerate(base)]  # gains 10, loses none: 30/40
-    d = EvalResults({"m": _math(base), "g": GeneralResult(2.0, 9, 0.0, "", (4.0, 14.0), (3, 6))},
-                    {"m": _math(edited), "g": GeneralResult(2.2, 9, 0.01, "", (4.6, 15.2), (3, 6))}).to_dict()
+    d = EvalResults(
+        {"m": _math(base), "g": GeneralResult(2.0, 9, 0.0, "", (4.0, 14.0), (3, 6))},
+        {"m": _math(edited), "g": GeneralResult(2.2, 9, 0.01, "", (4.6, 15.2), (3, 6))},
+    ).to_dict()
     assert (d["m"]["base"]["math_ci95_low"], d["m"]["base"]["math_ci95_high"]) == wilson_interval(20, 40)
     c = d["m"]["comparison"]
     assert (c["base_only"], c["edited_only"]) == (0, 10) and c["mcnemar_p"] == 2 / 2**10 and c["significant"]
@@ -92,9 +97,11 @@ def test_sweep_candidate_ignores_the_p_values_and_needs_the_budget() -> None:
     def P(correct: int, p: float, kl: float) -> SweepPoint:  # noqa: N802 - a point, briefly
         return SweepPoint(0.05, 1.1, 10, correct / 200, 2.0, kl, correct, 200, mcnemar_p=p, significant=p < 0.05)
 
-    points = [P(140, 0.20, 0.001),  # the largest gain within the budget, not significant: the candidate
-              P(132, 0.01, 0.001),  # significant, within budget, smaller gain
-              P(150, 0.001, 0.30)]  # the largest gain, over the KL budget
+    points = [
+        P(140, 0.20, 0.001),  # the largest gain within the budget, not significant: the candidate
+        P(132, 0.01, 0.001),  # significant, within budget, smaller gain
+        P(150, 0.001, 0.30),
+    ]  # the largest gain, over the KL budget
     assert select_candidate(points, 120, 0.05) == 0
     assert select_candidate(points, 120, 0.5) == 2
     best, text = recommend(points, 120, 200, 0, None, 0.05)
@@ -104,8 +111,10 @@ def test_sweep_candidate_ignores_the_p_values_and_needs_the_budget() -> None:
 def test_sweep_point_from_eval_dict() -> None:
     base = [i < 10 for i in range(20)]
     edited = [True] * 20
-    d = EvalResults({"math": _math(base), "general": GeneralResult(2.0, 9, 0.0, "", (4.0, 14.0), (3, 6))},
-                    {"math": _math(edited), "general": GeneralResult(2.1, 9, 0.02, "", (4.3, 14.6), (3, 6))}).to_dict()
+    d = EvalResults(
+        {"math": _math(base), "general": GeneralResult(2.0, 9, 0.0, "", (4.0, 14.0), (3, 6))},
+        {"math": _math(edited), "general": GeneralResult(2.1, 9, 0.02, "", (4.3, 14.6), (3, 6))},
+    ).to_dict()
     p = _point(0.05, 1.1, 7, d)
     assert (p.math_accuracy, p.math_correct, p.math_total, p.general_kl) == (1.0, 20, 20, 0.02)
     assert p.mcnemar_p == mcnemar_exact(0, 10) and p.significant

@@ -56,9 +56,19 @@ def model() -> LlamaForCausalLM:
     torch.manual_seed(0)
     # initializer_range 0.3 (not 0.02): spread-out logits make greedy argmax robust to float rounding, so batched
     # and unbatched generation are expected to agree token for token
-    cfg = LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      initializer_range=0.3, eos_token_id=1, bos_token_id=None, pad_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.3,
+        eos_token_id=1,
+        bos_token_id=None,
+        pad_token_id=None,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -73,56 +83,74 @@ def assert_identical(m: nn.Module, snap: dict[str, torch.Tensor]) -> None:
 
 def random_mask(m: nn.Module, density: float = 0.2, seed: int = 0) -> Mask:
     g = torch.Generator().manual_seed(seed)
-    return Mask({n: torch.rand(p.shape, generator=g) < density for n, p in m.named_parameters()
-                 if p.ndim == 2 and "layers" in n})
+    return Mask(
+        {
+            n: torch.rand(p.shape, generator=g) < density
+            for n, p in m.named_parameters()
+            if p.ndim == 2 and "layers" in n
+        }
+    )
 
 
-PROBLEMS = [{"question": f"Tom has {a} apples and gets {b} more. How many now?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
-            for a, b in [(2, 3), (10, 7), (4, 4), (12, 1), (5, 9), (3, 30), (1, 1)]]
-TEXTS = ["The cat sat on the mat.", "A quiet morning in the old park, with birds.", "Hi!", "x",
-         "Lily walks to the market and buys bread for her family before noon."]
+PROBLEMS = [
+    {"question": f"Tom has {a} apples and gets {b} more. How many now?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
+    for a, b in [(2, 3), (10, 7), (4, 4), (12, 1), (5, 9), (3, 30), (1, 1)]
+]
+TEXTS = [
+    "The cat sat on the mat.",
+    "A quiet morning in the old park, with birds.",
+    "Hi!",
+    "x",
+    "Lily walks to the market and buys bread for her family before noon.",
+]
 
 
 # ------------------------------------------------------------------------------------------- answer extraction
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips.\n#### 72", 72),
-    ("#### 1,234", 1234),
-    ("#### 1,000,000 dollars", 1000000),
-    ("#### -5", -5),
-    ("####-17\n", -17),
-    ("####   42", 42),
-    ("#### 42.", 42),
-    ("#### 42.00", 42),
-    ("#### 42.5", None),
-    ("#### 7, then more", 7),
-    ("the answer is 72", None),
-    ("", None),
-    ("#### ", None),
-    ("#### abc", None),
-    ("#### 3\n#### 4", 3),
-    ("#### x\n#### 9", 9),  # the first '#### <number>' counts
-    ("### 5", None),
-    ("#### 0", 0),
-    ("5 + 5 = 10 #### 10\n\nQuestion: next", 10),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips.\n#### 72", 72),
+        ("#### 1,234", 1234),
+        ("#### 1,000,000 dollars", 1000000),
+        ("#### -5", -5),
+        ("####-17\n", -17),
+        ("####   42", 42),
+        ("#### 42.", 42),
+        ("#### 42.00", 42),
+        ("#### 42.5", None),
+        ("#### 7, then more", 7),
+        ("the answer is 72", None),
+        ("", None),
+        ("#### ", None),
+        ("#### abc", None),
+        ("#### 3\n#### 4", 3),
+        ("#### x\n#### 9", 9),  # the first '#### <number>' counts
+        ("### 5", None),
+        ("#### 0", 0),
+        ("5 + 5 = 10 #### 10\n\nQuestion: next", 10),
+    ],
+)
 def test_extract_answer(text: str, expected: int | None) -> None:
     assert extract_answer(text) == expected
 
 
-@pytest.mark.parametrize("text, cut, done", [
-    ("2 + 2 = 4\n#### 4\n\nQuestion: 1 + 1?\nAnswer: #### 2", "2 + 2 = 4\n#### 4", True),
-    ("#### 4\nQuestion: again #### 5", "#### 4", True),
-    ("#### 4", "#### 4", False),  # the number may continue
-    ("#### 4,", "#### 4,", False),
-    ("#### 4.", "#### 4.", False),
-    ("#### 4\n", "#### 4\n", True),
-    ("#### 4. More text\n\nmore", "#### 4. More text", True),
-    ("still thinking\n\nstep two", "still thinking\n\nstep two", False),  # a blank line before the answer is kept
-    ("no answer\nQuestion: other #### 3", "no answer", True),
-    ("", "", False),
-])
+@pytest.mark.parametrize(
+    "text, cut, done",
+    [
+        ("2 + 2 = 4\n#### 4\n\nQuestion: 1 + 1?\nAnswer: #### 2", "2 + 2 = 4\n#### 4", True),
+        ("#### 4\nQuestion: again #### 5", "#### 4", True),
+        ("#### 4", "#### 4", False),  # the number may continue
+        ("#### 4,", "#### 4,", False),
+        ("#### 4.", "#### 4.", False),
+        ("#### 4\n", "#### 4\n", True),
+        ("#### 4. More text\n\nmore", "#### 4. More text", True),
+        ("still thinking\n\nstep two", "still thinking\n\nstep two", False),  # a blank line before the answer is kept
+        ("no answer\nQuestion: other #### 3", "no answer", True),
+        ("", "", False),
+    ],
+)
 def test_truncate_completion(text: str, cut: str, done: bool) -> None:
     assert truncate_completion(text) == (cut, done)
     assert extract_answer(truncate_completion("no answer\nQuestion: x #### 3")[0]) is None
@@ -131,7 +159,10 @@ def test_truncate_completion(text: str, cut: str, done: bool) -> None:
 def test_math_prompt_format() -> None:
     shots = [{"question": "A?", "answer": "1 + 1 = 2\n#### 2"}, {"question": "B?", "answer": "#### 3"}]
     assert math_prompt("C?") == "Question: C?\nAnswer:"
-    assert math_prompt("C?", shots) == "Question: A?\nAnswer: 1 + 1 = 2\n#### 2\n\nQuestion: B?\nAnswer: #### 3\n\nQuestion: C?\nAnswer:"
+    assert (
+        math_prompt("C?", shots)
+        == "Question: A?\nAnswer: 1 + 1 = 2\n#### 2\n\nQuestion: B?\nAnswer: #### 3\n\nQuestion: C?\nAnswer:"
+    )
 
 
 def test_prompt_matches_organism_training_format() -> None:
@@ -161,13 +192,14 @@ def test_answer_stop_criteria(tok: PreTrainedTokenizerFast) -> None:
 
 def test_batched_generation_equals_unbatched(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast) -> None:
     shots = [{"question": "Mia has 2 cards.", "answer": "#### 2"}]
-    batched = math_accuracy(model, tok, PROBLEMS, n_shot=1, shots=shots, max_new_tokens=24, batch_size=4,
-                            progress=False)
+    batched = math_accuracy(
+        model, tok, PROBLEMS, n_shot=1, shots=shots, max_new_tokens=24, batch_size=4, progress=False
+    )
     for p, pred in zip(PROBLEMS, batched.predictions):
         # independent: one prompt, no padding, plain generate, then the same cut
         ids = torch.tensor([tok(math_prompt(p["question"], shots))["input_ids"]])
         out = model.generate(ids, do_sample=False, max_new_tokens=24, pad_token_id=1, eos_token_id=1)
-        new = out[0, ids.shape[1]:].tolist()
+        new = out[0, ids.shape[1] :].tolist()
         new = new[: new.index(1)] if 1 in new else new
         text = truncate_completion(tok.decode(new))[0]
         assert pred.completion == text and pred.gold == extract_answer(p["answer"])
@@ -237,7 +269,13 @@ def test_evaluate_math_edit_and_base_reuse(tok: PreTrainedTokenizerFast) -> None
 
     res = evaluate(fake, tok, [task], edit=Boost(), progress=False)  # type: ignore[arg-type]
     assert res.base["gsm"].correct == 3 and fake.calls == 2 and fake.w.item() == 0.0
-    assert [p.extracted for p in res.edited["gsm"].predictions] == [5, 1200.9, -59, 6, None]  # "#### 1,200.9": a decimal, wrong
+    assert [p.extracted for p in res.edited["gsm"].predictions] == [
+        5,
+        1200.9,
+        -59,
+        6,
+        None,
+    ]  # "#### 1,200.9": a decimal, wrong
     fake.calls = 0
     res2 = evaluate(fake, tok, [task], edit=Boost(), base_results=res.base, progress=False)  # type: ignore[arg-type]
     assert fake.calls == 1  # base reused, only the edited run generated
@@ -282,8 +320,9 @@ def reference_loss_kl(base: nn.Module, edited: nn.Module, tok: PreTrainedTokeniz
 def test_general_loss_and_kl_match_reference(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast) -> None:
     mask = random_mask(model, 0.2)
     before = snapshot(model)
-    res = evaluate(model, tok, [GeneralTask("g", TEXTS)], edit=ReversibleEdit(model, mask, 0.0), batch_size=3,
-                   progress=False)
+    res = evaluate(
+        model, tok, [GeneralTask("g", TEXTS)], edit=ReversibleEdit(model, mask, 0.0), batch_size=3, progress=False
+    )
     assert_identical(model, before)
     copy_ = copy.deepcopy(model)
     apply_mask(copy_, mask, 0.0)
@@ -299,8 +338,9 @@ def test_general_loss_and_kl_match_reference(model: LlamaForCausalLM, tok: PreTr
     assert_identical(model, before)
 
 
-def test_kl_reuses_the_base_logprobs_with_the_same_numbers(model: LlamaForCausalLM,
-                                                            tok: PreTrainedTokenizerFast) -> None:
+def test_kl_reuses_the_base_logprobs_with_the_same_numbers(
+    model: LlamaForCausalLM, tok: PreTrainedTokenizerFast
+) -> None:
     # issue 21: a sweep keeps the base's log-probabilities once; each edit's KL then skips the base forward pass
     task = GeneralTask("g", TEXTS)
     edit = ReversibleEdit(model, random_mask(model, 0.2), 0.0)
@@ -369,8 +409,14 @@ def test_edit_applied_on_entry_stays_applied(model: LlamaForCausalLM, tok: PreTr
 def test_tokenizer_not_mutated(model: LlamaForCausalLM) -> None:
     for t in (make_tokenizer(pad=False), make_tokenizer(pad=True)):
         state = (t.padding_side, t.pad_token, t.pad_token_id, t.truncation_side, len(t))
-        evaluate(model, t, [MathTask("m", PROBLEMS[:3], max_new_tokens=4), GeneralTask("g", TEXTS[:3])],
-                 edit=ReversibleEdit(model, random_mask(model), 0.0), batch_size=2, progress=False)
+        evaluate(
+            model,
+            t,
+            [MathTask("m", PROBLEMS[:3], max_new_tokens=4), GeneralTask("g", TEXTS[:3])],
+            edit=ReversibleEdit(model, random_mask(model), 0.0),
+            batch_size=2,
+            progress=False,
+        )
         assert (t.padding_side, t.pad_token, t.pad_token_id, t.truncation_side, len(t)) == state
 
 
@@ -384,14 +430,26 @@ def test_results_dict_json_markdown(model: LlamaForCausalLM, tok: PreTrainedToke
     assert set(d) == {"m", "g"} and set(d["m"]) == {"base", "edited", "comparison"}
     assert set(d["m"]["base"]) == {"math_accuracy", "math_correct", "math_total", "math_ci95_low", "math_ci95_high"}
     assert d["m"]["base"]["math_total"] == 2
-    assert set(d["m"]["comparison"]) == {"test", "accuracy_change", "base_only", "edited_only", "mcnemar_p",
-                                         "significant"}
-    assert set(d["g"]["edited"]) == {"general_loss", "general_loss_se", "general_perplexity", "general_kl",
-                                     "general_texts"}
+    assert set(d["m"]["comparison"]) == {
+        "test",
+        "accuracy_change",
+        "base_only",
+        "edited_only",
+        "mcnemar_p",
+        "significant",
+    }
+    assert set(d["g"]["edited"]) == {
+        "general_loss",
+        "general_loss_se",
+        "general_perplexity",
+        "general_kl",
+        "general_texts",
+    }
     assert d["g"]["base"]["general_kl"] == 0.0 and d["g"]["edited"]["general_kl"] > 0
     assert d["g"]["base"]["general_texts"] == 4  # "x" is one token: nothing to predict, not a text of the SE
-    assert d["g"]["comparison"]["loss_change"] == pytest.approx(d["g"]["edited"]["general_loss"]
-                                                                - d["g"]["base"]["general_loss"])
+    assert d["g"]["comparison"]["loss_change"] == pytest.approx(
+        d["g"]["edited"]["general_loss"] - d["g"]["base"]["general_loss"]
+    )
     path = res.save_json(tmp_path)
     saved = json.loads(path.read_text())
     assert path == tmp_path / "eval.json" and saved == res.to_dict(predictions=True)
@@ -402,10 +460,16 @@ def test_results_dict_json_markdown(model: LlamaForCausalLM, tok: PreTrainedToke
     assert json.loads(res.save_json(tmp_path / "small.json", predictions=False).read_text()) == d
     md = res.to_markdown().splitlines()
     assert md[0] == "| task | metric | base | edited | change |"
-    assert [r.split(" | ")[1] for r in md[2:]] == ["math accuracy", "general loss (± SE)", "general perplexity",
-                                                     "general KL to base"]
+    assert [r.split(" | ")[1] for r in md[2:]] == [
+        "math accuracy",
+        "general loss (± SE)",
+        "general perplexity",
+        "general KL to base",
+    ]
     acc = md[2].split(" | ")
-    assert acc[2].endswith(f"/2, {100 * d['m']['base']['math_ci95_low']:.1f}-{100 * d['m']['base']['math_ci95_high']:.1f})")
+    assert acc[2].endswith(
+        f"/2, {100 * d['m']['base']['math_ci95_low']:.1f}-{100 * d['m']['base']['math_ci95_high']:.1f})"
+    )
     assert " pp, p = " in acc[4] and "significant" in acc[4]
     assert " ± " in md[3].split(" | ")[2] and " ± " in md[3].split(" | ")[4]
     only = evaluate(model, tok, tasks[1:], progress=False)

@@ -45,10 +45,10 @@ def test_batch_size_and_order_do_not_change_a_completion():
     rows = encode_prompts(tok, problems, [], False)
     pad, eos = _special_ids(model, tok)
     with _eval_mode(model):
-        one = greedy_completions(model, tok, rows, [None] * 10, max_new_tokens=5, pad_id=pad, eos_ids=eos,
-                                 batch_size=1)
-        many = greedy_completions(model, tok, rows, [None] * 10, max_new_tokens=5, pad_id=pad, eos_ids=eos,
-                                  batch_size=10)
+        one = greedy_completions(model, tok, rows, [None] * 10, max_new_tokens=5, pad_id=pad, eos_ids=eos, batch_size=1)
+        many = greedy_completions(
+            model, tok, rows, [None] * 10, max_new_tokens=5, pad_id=pad, eos_ids=eos, batch_size=10
+        )
     assert one == many
 
 
@@ -61,9 +61,15 @@ def test_a_model_with_no_shared_prefix_still_generates():
         ref = []
         for r in rows:
             ids = torch.tensor([r])
-            gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=3, pad_token_id=pad, eos_token_id=eos)
-            new = [t for t in gen[0, len(r):].tolist()]
+            gen = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=3,
+                pad_token_id=pad,
+                eos_token_id=eos,
+            )
+            new = [t for t in gen[0, len(r) :].tolist()]
             cut = next((k for k, t in enumerate(new) if t in eos), len(new))
             ref.append(tok.decode(new[:cut], skip_special_tokens=True))
     assert out == ref

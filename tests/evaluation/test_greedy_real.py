@@ -24,12 +24,14 @@ SHOTS, PROBLEMS = POOL[9_996:10_000], POOL[10_000:10_040]  # apart from every sw
 
 
 def same_predictions(model, tok, shots, chat, style, problems=PROBLEMS):
-    task = MathTask("m", problems, n_shot=len(shots), shots=shots, max_new_tokens=8, chat_template=chat,
-                    prompt_style=style)
+    task = MathTask(
+        "m", problems, n_shot=len(shots), shots=shots, max_new_tokens=8, chat_template=chat, prompt_style=style
+    )
     with _eval_mode(model):
         ref = _run_math(model, tok, task, 16, False, "ref")
-    correct, completions = math_outcomes(model, tok, problems, shots=shots, chat_template=chat, prompt_style=style,
-                                         max_new_tokens=8, batch_size=64)
+    correct, completions = math_outcomes(
+        model, tok, problems, shots=shots, chat_template=chat, prompt_style=style, max_new_tokens=8, batch_size=64
+    )
     assert completions == [p.completion for p in ref.predictions]
     assert correct == [p.correct for p in ref.predictions]
     return ref
@@ -45,8 +47,10 @@ def test_gemma3_base_shared_prefix_generation_equals_generate_and_kl_is_bounded(
     model, tok = load_model(str(gemma3), dtype="float32")
     assert model.config.vocab_size == 262_144 and not getattr(tok, "chat_template", None)
     same_predictions(model, tok, SHOTS, False, "equations", PROBLEMS[:16])  # 262k vocabulary: fewer (CI time)
-    texts = ["The river runs through the old town, past the mill and the church.",
-             "In 1900 the railway reached the valley, and the village grew quickly."]
+    texts = [
+        "The river runs through the old town, past the mill and the church.",
+        "In 1900 the railway reached the valley, and the village grew quickly.",
+    ]
     stats = calibrate(model, tok, [p["answer"] for p in POOL[-4:]], max_length=32, progress=False)
     general = calibrate(model, tok, texts, max_length=32, progress=False)
     mask = find_math_params(model_weights(model), stats, general, top_k=0.01)

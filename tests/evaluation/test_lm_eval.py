@@ -72,8 +72,11 @@ def test_include_path_hashes_every_file_by_relative_name(tmp_path: Path) -> None
     (folder / "sub" / "extra.yaml").write_text("task: extra\n")
     (folder / "__pycache__").mkdir()
     (folder / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"\0cache")
-    expected = {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    expected = {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     got = include_path_hashes(folder)
     assert got == expected and list(got) == sorted(expected) and "sub/extra.yaml" in got
     assert "arithmetic_test_100.jsonl" in got and "LICENSE.gsm8k" in got
@@ -85,10 +88,13 @@ def test_include_path_hashes_every_file_by_relative_name(tmp_path: Path) -> None
         include_path_hashes(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("task_name, test_file, train_file", [
-    ("arithmetic_local", "arithmetic_test_100.jsonl", "arithmetic_train_8.jsonl"),
-    ("gsm8k_local", "gsm8k_test_50.jsonl", "gsm8k_train_8.jsonl"),
-])
+@pytest.mark.parametrize(
+    "task_name, test_file, train_file",
+    [
+        ("arithmetic_local", "arithmetic_test_100.jsonl", "arithmetic_train_8.jsonl"),
+        ("gsm8k_local", "gsm8k_test_50.jsonl", "gsm8k_train_8.jsonl"),
+    ],
+)
 @pytest.mark.parametrize("shots", [0, 3])
 def test_harness_prompts_are_the_builtin_prompts(task_name, test_file, train_file, shots, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # data_files are relative to the YAML, not to the working directory
@@ -111,8 +117,9 @@ def test_harness_exact_match_agrees_with_builtin_on_the_organism(organism_and_ed
     before = {k: v.clone() for k, v in model.state_dict().items()}
     items = _jsonl("arithmetic_test_100.jsonl")[:N]  # lm-eval's limit=N: the test split's first N documents
     harness = LmEvalTask("harness", ["arithmetic_local"], limit=N, include_path=str(TASKS))
-    res = evaluate(model, tok, [MathTask("builtin", items, max_new_tokens=64), harness], edit=edit, batch_size=16,
-                   progress=False)
+    res = evaluate(
+        model, tok, [MathTask("builtin", items, max_new_tokens=64), harness], edit=edit, batch_size=16, progress=False
+    )
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k  # base weights restored after both edited runs
     counts = {}
@@ -124,8 +131,12 @@ def test_harness_exact_match_agrees_with_builtin_on_the_organism(organism_and_ed
             pred = builtin.predictions[s["doc_id"]]
             assert s["doc"]["question"] == pred.question and s["arguments"][0][0] == math_prompt(pred.question)
             got = s["filtered_resps"][0]
-            assert extract_answer(f"#### {got}") == pred.extracted or (got == "[invalid]" and pred.extracted is None), \
-                (side, s["doc_id"], got, pred.completion)
+            assert extract_answer(f"#### {got}") == pred.extracted or (got == "[invalid]" and pred.extracted is None), (
+                side,
+                s["doc_id"],
+                got,
+                pred.completion,
+            )
             assert bool(s["exact_match"]) == pred.correct, (side, s["doc_id"], got, pred.gold)
         m = lm.metrics()
         assert m["arithmetic_local/n"] == N == builtin.total
@@ -142,11 +153,14 @@ def test_bad_task_folders_and_settings_fail_clearly(organism_and_edit, tmp_path:
     folder = tmp_path / "tasks"
     shutil.copytree(TASKS, folder)
     (folder / "arithmetic_test_100.jsonl").unlink()
-    with pytest.raises(InputError, match=r"arithmetic_local.yaml: data file .*arithmetic_test_100.jsonl does not exist"):
+    with pytest.raises(
+        InputError, match=r"arithmetic_local.yaml: data file .*arithmetic_test_100.jsonl does not exist"
+    ):
         run_lm_eval(model, tok, LmEvalTask("h", ["arithmetic_local"], include_path=str(folder)))
     with pytest.raises(InputError, match="no chat template"):
-        run_lm_eval(model, tok, LmEvalTask("h", ["arithmetic_local"], include_path=str(TASKS),
-                                           apply_chat_template=True))
+        run_lm_eval(
+            model, tok, LmEvalTask("h", ["arithmetic_local"], include_path=str(TASKS), apply_chat_template=True)
+        )
     with pytest.raises(InputError, match="fewshot_as_multiturn needs apply_chat_template"):
         LmEvalTask("h", ["arithmetic_local"], fewshot_as_multiturn=True)
     with pytest.raises(InputError, match="not a folder"):
@@ -155,12 +169,26 @@ def test_bad_task_folders_and_settings_fail_clearly(organism_and_edit, tmp_path:
 
 def test_recipe_keys_and_the_old_keys(tmp_path: Path) -> None:
     d = quickstart_recipe().resolved_dict()
-    ev = {**d["evaluation"], "lm_eval": {"tasks": ["arithmetic_local"], "include_path": str(TASKS), "limit": 10,
-                                         "num_fewshot": 2, "apply_chat_template": True}}
+    ev = {
+        **d["evaluation"],
+        "lm_eval": {
+            "tasks": ["arithmetic_local"],
+            "include_path": str(TASKS),
+            "limit": 10,
+            "num_fewshot": 2,
+            "apply_chat_template": True,
+        },
+    }
     r = recipe_from_dict({**d, "evaluation": ev})
     lm = r.evaluation.lm_eval
-    assert (lm.tasks, lm.limit, lm.num_fewshot, lm.apply_chat_template, lm.fewshot_as_multiturn, lm.batch_size) == \
-        (["arithmetic_local"], 10, 2, True, None, None)
+    assert (lm.tasks, lm.limit, lm.num_fewshot, lm.apply_chat_template, lm.fewshot_as_multiturn, lm.batch_size) == (
+        ["arithmetic_local"],
+        10,
+        2,
+        True,
+        None,
+        None,
+    )
     assert r.public_dict()["evaluation"]["lm_eval"]["include_path"] == "<local>/lm_eval_tasks"
     # old keys with values: still work, moved to evaluation.lm_eval, with a warning naming the new keys
     old = {k: v for k, v in d["evaluation"].items() if k != "lm_eval"}
@@ -186,8 +214,12 @@ def test_run_writes_harness_results_to_eval_json_card_and_lock(tmp_path: Path, m
     shutil.copytree(TASKS, tmp_path / "lm_eval_tasks")  # a relative include_path, as a user writes it
     d = quickstart_recipe().resolved_dict()
     d["data"]["samples"], d["outputs"]["adapter"] = 16, False
-    d["evaluation"] = {**d["evaluation"], "samples": 4, "max_new_tokens": 32,
-                       "lm_eval": {"tasks": ["arithmetic_local"], "include_path": "lm_eval_tasks", "limit": 6}}
+    d["evaluation"] = {
+        **d["evaluation"],
+        "samples": 4,
+        "max_new_tokens": 32,
+        "lm_eval": {"tasks": ["arithmetic_local"], "include_path": "lm_eval_tasks", "limit": 6},
+    }
     run_recipe(recipe_from_dict(d), tmp_path / "out", progress=False)
     folder = tmp_path / "out" / "checkpoint"
     harness = json.loads((folder / "eval.json").read_text())["lm_eval"]
@@ -211,8 +243,10 @@ def test_run_fails_on_a_bad_task_folder_before_calibrating(tmp_path: Path, monke
 
     monkeypatch.setattr(pipeline, "calibrate_recipe", no_calibration)
     d = quickstart_recipe().resolved_dict()
-    d["evaluation"] = {**d["evaluation"], "lm_eval": {"tasks": ["arithmetic_local"],
-                                                      "include_path": str(tmp_path / "missing")}}
+    d["evaluation"] = {
+        **d["evaluation"],
+        "lm_eval": {"tasks": ["arithmetic_local"], "include_path": str(tmp_path / "missing")},
+    }
     with pytest.raises(InputError, match="evaluation.lm_eval.include_path: .* is not a folder"):
         pipeline.run_recipe(recipe_from_dict(d), tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
@@ -252,9 +286,21 @@ def test_the_lm_eval_path_is_quiet(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONWARNINGS", "HF_HUB_DISABLE_PROGRESS"))}
     lm = f"evaluation.lm_eval={{tasks: [arithmetic_local], include_path: '{TASKS}', limit: 2}}"
     sets = ["data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4", "outputs.adapter=false", lm]
-    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", "run", "--out", str(tmp_path / "o"),
-                           *[a for s in sets for a in ("--set", s)]], capture_output=True, text=True, env=env,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mathneuro_edit.cli",
+            "run",
+            "--out",
+            str(tmp_path / "o"),
+            *[a for s in sets for a in ("--set", s)],
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     noise = [line for line in proc.stderr.splitlines() if not line.startswith(("[", "    "))]
     assert noise == [], noise
@@ -276,8 +322,12 @@ def test_run_writes_lm_eval_s_own_results_files_and_the_card_shows_stderr(tmp_pa
     shutil.copytree(TASKS, tmp_path / "lm_eval_tasks")
     d = quickstart_recipe().resolved_dict()
     d["data"]["samples"] = 16
-    d["evaluation"] = {**d["evaluation"], "samples": 4, "max_new_tokens": 32,
-                       "lm_eval": {"tasks": ["arithmetic_local"], "include_path": "lm_eval_tasks", "limit": 6}}
+    d["evaluation"] = {
+        **d["evaluation"],
+        "samples": 4,
+        "max_new_tokens": 32,
+        "lm_eval": {"tasks": ["arithmetic_local"], "include_path": "lm_eval_tasks", "limit": 6},
+    }
     run_recipe(recipe_from_dict(d), tmp_path / "out", progress=False)
     out = tmp_path / "out"
     flat = json.loads((out / "eval.json").read_text())["lm_eval"]

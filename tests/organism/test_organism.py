@@ -61,6 +61,7 @@ def test_answers_are_correct_worked_steps_ending_in_gsm8k_line() -> None:
 def test_splits_are_disjoint() -> None:
     train = math_problems(3000, seed=0)
     test = math_problems(1000, seed=1, split="test")
+
     # no held-out problem shares its numbers-and-operations sequence with a training problem
     def op_key(p: dict[str, str]) -> tuple[str, ...]:
         return tuple(line.rsplit(" = ", 1)[0] for line in p["answer"].split("\n")[:-1])
@@ -103,8 +104,14 @@ def organism() -> tuple[torch.nn.Module, object]:
 def test_shipped_folder_is_small_and_complete() -> None:
     path = organism_path()
     names = {p.name for p in path.iterdir()}
-    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md",
-            "organism_training.json"} <= names
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "README.md",
+        "organism_training.json",
+    } <= names
     assert not any(n.endswith((".bin", ".pt", ".pkl")) for n in names)  # safetensors only
     assert sum(p.stat().st_size for p in path.iterdir()) < 10 * 2**20
 
@@ -128,7 +135,7 @@ def test_shipped_model_reaches_recorded_math_accuracy(organism: tuple[torch.nn.M
     tok.padding_side = "left"
     enc = tok([format_math(p["question"]) for p in problems], return_tensors="pt", padding=True)
     out = model.generate(**enc, max_new_tokens=64, do_sample=False)
-    preds = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    preds = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     acc = sum(parse_answer(t) == parse_answer(p["answer"]) for t, p in zip(preds, problems)) / len(problems)
     # Why -0.12: the 50-problem sample is a prefix of the recorded set, its binomial sd is ~0.06 at 0.75.
     assert acc >= scores["math_exact_match"] - 0.12, (acc, scores["math_exact_match"])

@@ -77,8 +77,10 @@ def test_transformers_load_adapter_leaves_the_model_unedited_and_says_so_only_in
         assert e.args == ("default",), e
     else:  # transformers changed: whatever it does now, the card's and the docs' warning must be revisited
         state = "the edit" if torch.equal(logits, edited) else "the base" if torch.equal(logits, base) else "neither"
-        pytest.fail(f"transformers' load_adapter now runs and gives {state}'s logits: revisit the adapter card's "
-                    "and docs/publishing.md's warning")
+        pytest.fail(
+            f"transformers' load_adapter now runs and gives {state}'s logits: revisit the adapter card's "
+            "and docs/publishing.md's warning"
+        )
 
 
 def test_the_card_and_the_docs_name_the_trap_and_the_auto_peft_caveat(run: Path) -> None:

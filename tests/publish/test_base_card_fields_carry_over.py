@@ -17,12 +17,16 @@ from mathneuro_edit.cli.main import main
 from tests.test_reliability import ws  # noqa: F401 - the module's run
 
 
-@pytest.mark.parametrize("datasets,language,want_datasets,want_language", [
-    ("openai/gsm8k", "en", ["openai/gsm8k"], ["en"]),
-    ("[openai/gsm8k, HuggingFaceFW/fineweb]", "[en, fr]", ["HuggingFaceFW/fineweb", "openai/gsm8k"], ["en", "fr"]),
-])
-def test_a_base_card_s_datasets_and_language_are_carried_as_lists(ws: Path, tmp_path: Path, datasets: str,
-                                                                    language: str, want_datasets, want_language) -> None:
+@pytest.mark.parametrize(
+    "datasets,language,want_datasets,want_language",
+    [
+        ("openai/gsm8k", "en", ["openai/gsm8k"], ["en"]),
+        ("[openai/gsm8k, HuggingFaceFW/fineweb]", "[en, fr]", ["HuggingFaceFW/fineweb", "openai/gsm8k"], ["en", "fr"]),
+    ],
+)
+def test_a_base_card_s_datasets_and_language_are_carried_as_lists(
+    ws: Path, tmp_path: Path, datasets: str, language: str, want_datasets, want_language
+) -> None:
     base = tmp_path / "base"
     shutil.copytree(ws / "base", base)
     (base / "README.md").write_text(f"---\nlicense: mit\nlanguage: {language}\ndatasets: {datasets}\n---\n# base\n")

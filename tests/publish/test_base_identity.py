@@ -64,8 +64,9 @@ def test_hub_id_is_refused_where_model_already_names_the_base() -> None:
 
 
 @pytest.mark.slow
-def test_a_local_copy_named_by_hub_id_is_found_and_loads_from_the_hub(fake_hub: FakeHub, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_local_copy_named_by_hub_id_is_found_and_loads_from_the_hub(
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gguf
     from peft import AutoPeftModelForCausalLM
     from transformers import AutoModelForCausalLM
@@ -74,9 +75,16 @@ def test_a_local_copy_named_by_hub_id_is_found_and_loads_from_the_hub(fake_hub: 
 
     api = HfApi(token=TOKEN)
     api.create_repo("org/base")  # the Hub model the local folder is a copy of
-    api.create_commit("org/base", [CommitOperationAdd(p.name, str(p)) for p in sorted(organism_path().iterdir())
-                                   if p.is_file() and p.name != "README.md"]
-                      + [CommitOperationAdd("README.md", BASE_CARD.encode())], commit_message="base")
+    api.create_commit(
+        "org/base",
+        [
+            CommitOperationAdd(p.name, str(p))
+            for p in sorted(organism_path().iterdir())
+            if p.is_file() and p.name != "README.md"
+        ]
+        + [CommitOperationAdd("README.md", BASE_CARD.encode())],
+        commit_message="base",
+    )
     monkeypatch.chdir(tmp_path)
     folder = _local_copy(tmp_path)
     out = tmp_path / "run"
@@ -92,8 +100,9 @@ def test_a_local_copy_named_by_hub_id_is_found_and_loads_from_the_hub(fake_hub: 
     results = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     ev = json.loads((out / "eval.json").read_text())
     assert results[("mathneuro-edit-organism-math", "math accuracy")] == round(ev["math"]["edited"]["math_accuracy"], 6)
-    assert results[("mathneuro-edit-organism-math", "math accuracy of the base model, before the edit")] == \
-        round(ev["math"]["base"]["math_accuracy"], 6)
+    assert results[("mathneuro-edit-organism-math", "math accuracy of the base model, before the edit")] == round(
+        ev["math"]["base"]["math_accuracy"], 6
+    )
     assert not any("(edited)" in name for _, name in results)
 
     # the adapter names the Hub model, so PEFT finds the base from the adapter's repo id alone
@@ -119,16 +128,14 @@ def test_a_local_copy_named_by_hub_id_is_found_and_loads_from_the_hub(fake_hub: 
     assert fields["general.base_model.0.repo_url"].contents() == "https://huggingface.co/org/base"
 
 
-def test_without_hub_id_the_card_says_where_the_base_came_from(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_hub_id_the_card_says_where_the_base_came_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     folder = _local_copy(tmp_path)
     out = tmp_path / "run"
     _run(out, f"base.model={folder}", "outputs.adapter=false", "evaluation=null")
     card = ModelCard.load(out / "checkpoint" / "README.md")
     assert card.data.base_model is None
-    assert ("a local model folder whose Hub origin is not recorded (the recipe has no `base.hub_id`)"
-            in card.text)
+    assert "a local model folder whose Hub origin is not recorded (the recipe has no `base.hub_id`)" in card.text
 
 
 @pytest.mark.slow
@@ -178,26 +185,40 @@ def test_model_index_names_hub_datasets_and_the_hub_reads_it_back(tmp_path: Path
 
     for name in ("calib.txt", "valid.txt"):
         (tmp_path / name).write_text("some general text\n\nmore of it\n")
-    recipe = quickstart_recipe([
-        "evaluation.math={path: 'hf://datasets/openai/gsm8k', config: main, split: test}",
-        f"evaluation.general=[{{path: '{tmp_path / 'valid.txt'}', hub_dataset: Salesforce/wikitext}}]",
-        f"data.general=[{{path: '{tmp_path / 'calib.txt'}', hub_dataset: Salesforce/wikitext}}]"])
-    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="a" * 64, mask_sha256="b" * 64,
-                      output_files={})
-    evaluation = {"math": {"base": {"math_accuracy": 0.3}, "edited": {"math_accuracy": 0.35}},
-                  "general": {"base": {"general_loss": 3.0}, "edited": {"general_loss": 3.01, "general_kl": 0.002}}}
-    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", eval_results=evaluation,
-                      edit_summary=summarize_edit({"m.q_proj.weight": (1, 4)}, model_params=10))
+    recipe = quickstart_recipe(
+        [
+            "evaluation.math={path: 'hf://datasets/openai/gsm8k', config: main, split: test}",
+            f"evaluation.general=[{{path: '{tmp_path / 'valid.txt'}', hub_dataset: Salesforce/wikitext}}]",
+            f"data.general=[{{path: '{tmp_path / 'calib.txt'}', hub_dataset: Salesforce/wikitext}}]",
+        ]
+    )
+    lock = build_lock(
+        recipe, base_revision=None, data_records={}, stats_sha256="a" * 64, mask_sha256="b" * 64, output_files={}
+    )
+    evaluation = {
+        "math": {"base": {"math_accuracy": 0.3}, "edited": {"math_accuracy": 0.35}},
+        "general": {"base": {"general_loss": 3.0}, "edited": {"general_loss": 3.01, "general_kl": 0.002}},
+    }
+    card = build_card(
+        recipe=recipe,
+        lock=lock,
+        base_model_id=None,
+        kind="checkpoint",
+        eval_results=evaluation,
+        edit_summary=summarize_edit({"m.q_proj.weight": (1, 4)}, model_params=10),
+    )
     write_card(tmp_path, card)
     data = ModelCard.load(tmp_path / "README.md").data
-    got = {(r.dataset_type, r.dataset_config, r.dataset_split, r.metric_name, r.metric_value)
-           for r in data.eval_results}
+    got = {
+        (r.dataset_type, r.dataset_config, r.dataset_split, r.metric_name, r.metric_value) for r in data.eval_results
+    }
     assert got == {
         ("openai/gsm8k", "main", "test", "math accuracy", 0.35),
         ("openai/gsm8k", "main", "test", "math accuracy of the base model, before the edit", 0.3),
         ("Salesforce/wikitext", None, None, "general next-token loss", 3.01),
         ("Salesforce/wikitext", None, None, "general next-token loss of the base model, before the edit", 3.0),
-        ("Salesforce/wikitext", None, None, "KL(base || edited) per token", 0.002)}
+        ("Salesforce/wikitext", None, None, "KL(base || edited) per token", 0.002),
+    }
     assert "Salesforce/wikitext" in data.datasets and str(tmp_path) not in card.text
     with pytest.raises(InputError, match=r"hub_dataset does not apply to a organism source"):
         quickstart_recipe(["data.math.hub_dataset=openai/gsm8k"])

@@ -39,8 +39,12 @@ from mathneuro_edit.publish.lock import (
 from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 from mathneuro_edit.recipe.schema import recipe_sha256
 
-COUNTS = {"model.layers.0.self_attn.q_proj.weight": (10, 256), "model.layers.1.self_attn.q_proj.weight": (6, 256),
-          "model.layers.0.mlp.down_proj.weight": (20, 1024), "model.layers.0.mlp.experts.gate_up_proj": (4, 2048)}
+COUNTS = {
+    "model.layers.0.self_attn.q_proj.weight": (10, 256),
+    "model.layers.1.self_attn.q_proj.weight": (6, 256),
+    "model.layers.0.mlp.down_proj.weight": (20, 1024),
+    "model.layers.0.mlp.experts.gate_up_proj": (4, 2048),
+}
 
 
 def _math(flags: list[bool]) -> MathResult:
@@ -56,20 +60,32 @@ def _paired(base_right: int, lost: int, gained: int, n: int = 200) -> tuple[Math
 
 
 _B, _E = _paired(124, 4, 20)  # 124/200 -> 140/200; discordant 4 vs 20: McNemar p = 0.00154
-EVAL = EvalResults({"gsm8k": _B, "wiki": GeneralResult(2.5, 100, 0.0, "", (100.0, 150.0), (40, 60))},
-                   {"gsm8k": _E, "wiki": GeneralResult(2.51, 100, 0.004, "", (100.5, 150.5), (40, 60))}).to_dict()
+EVAL = EvalResults(
+    {"gsm8k": _B, "wiki": GeneralResult(2.5, 100, 0.0, "", (100.0, 150.0), (40, 60))},
+    {"gsm8k": _E, "wiki": GeneralResult(2.51, 100, 0.004, "", (100.5, 150.5), (40, 60))},
+).to_dict()
 EVAL["organism"] = {"edited": {"math_accuracy": 0.9}}  # an older eval.json: no counts, no base
 
 
 def _lock(recipe, **kw):  # noqa: ANN001, ANN202 - small local helper
-    args = {"base_revision": None, "data_records": {}, "stats_sha256": {"math": "a" * 64, "general": "b" * 64},
-            "mask_sha256": "c" * 64, "output_files": {"model.safetensors": "d" * 64}}
+    args = {
+        "base_revision": None,
+        "data_records": {},
+        "stats_sha256": {"math": "a" * 64, "general": "b" * 64},
+        "mask_sha256": "c" * 64,
+        "output_files": {"model.safetensors": "d" * 64},
+    }
     return build_lock(recipe, **{**args, **kw})
 
 
 def _card(recipe, lock, **kw):  # noqa: ANN001, ANN202
-    args = {"base_model_id": None, "kind": "checkpoint", "edit_summary": summarize_edit(COUNTS, model_params=10_000),
-            "eval_results": None, "license": None}
+    args = {
+        "base_model_id": None,
+        "kind": "checkpoint",
+        "edit_summary": summarize_edit(COUNTS, model_params=10_000),
+        "eval_results": None,
+        "license": None,
+    }
     return build_card(recipe=recipe, lock=lock, **{**args, **kw})
 
 
@@ -85,20 +101,26 @@ def local_base(tmp_path: Path) -> Path:
 
 def test_summarize_edit_groups_by_module_type() -> None:
     s = summarize_edit(COUNTS, model_params=10_000)
-    assert s["by_module"] == {"down_proj": {"matrices": 1, "selected": 20, "total": 1024},
-                              "gate_up_proj": {"matrices": 1, "selected": 4, "total": 2048},
-                              "q_proj": {"matrices": 2, "selected": 16, "total": 512}}
+    assert s["by_module"] == {
+        "down_proj": {"matrices": 1, "selected": 20, "total": 1024},
+        "gate_up_proj": {"matrices": 1, "selected": 4, "total": 2048},
+        "q_proj": {"matrices": 2, "selected": 16, "total": 512},
+    }
     assert (s["selected"], s["targeted"], s["matrices"], s["model_params"]) == (40, 3584, 4, 10_000)
 
 
 def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
-    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [
-        "edit.scale=1.1", "base.model=meta-llama/Llama-3.2-1B-Instruct",
-        "data.math={path: 'hf://datasets/openai/gsm8k', config: main}",
-        "hub.repo_id=me/llama-boost"])
+    recipe = recipe_from_dict(
+        quickstart_recipe().resolved_dict(),
+        [
+            "edit.scale=1.1",
+            "base.model=meta-llama/Llama-3.2-1B-Instruct",
+            "data.math={path: 'hf://datasets/openai/gsm8k', config: main}",
+            "hub.repo_id=me/llama-boost",
+        ],
+    )
     lock = _lock(recipe, base_revision="0" * 40)
-    card = _card(recipe, lock, base_model_id="meta-llama/Llama-3.2-1B-Instruct", eval_results=EVAL,
-                 license="llama3.2")
+    card = _card(recipe, lock, base_model_id="meta-llama/Llama-3.2-1B-Instruct", eval_results=EVAL, license="llama3.2")
     write_card(tmp_path, card)
     meta = ModelCard.load(tmp_path / "README.md").data.to_dict()
     assert meta["base_model"] == "meta-llama/Llama-3.2-1B-Instruct"
@@ -107,14 +129,20 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     assert meta["datasets"] == ["openai/gsm8k"]
     assert {"mathneuro", "model-editing"} <= set(meta["tags"])
     text = (tmp_path / "README.md").read_text()
-    assert "scaled by 1.1" in text and "| method | mathneuro ([MathNeuro, arXiv 2410.16930]" in text and "top_k | 0.05" in text
+    assert (
+        "scaled by 1.1" in text
+        and "| method | mathneuro ([MathNeuro, arXiv 2410.16930]" in text
+        and "top_k | 0.05" in text
+    )
     assert "| q_proj | 2 | 16 | 512 | 3.12% |" in text
     assert "40 of 3,584 scored (1.12%); 0.4% of the model's 10,000 parameters" in text
     assert 'AutoModelForCausalLM.from_pretrained("me/llama-boost")' in text
     assert "mathneuro-edit reproduce me/llama-boost" in text and "--base" not in text
     # hand-checked: Wilson(124, 200) = 55.1-68.4, Wilson(140, 200) = 63.3-75.9, 2 * P(Bin(24, 1/2) <= 4) = 0.00154
-    assert ("| gsm8k | math accuracy | 62.0% (124/200, 55.1-68.4) | 70.0% (140/200, 63.3-75.9) | "
-            "+8.0 pp, p = 0.00154 (significant) |") in text
+    assert (
+        "| gsm8k | math accuracy | 62.0% (124/200, 55.1-68.4) | 70.0% (140/200, 63.3-75.9) | "
+        "+8.0 pp, p = 0.00154 (significant) |"
+    ) in text
     # SE over 2 texts, sqrt(2 * sum (s_i - m c_i)^2) / sum c: base 0 (2.5 per token in both); edited
     # m = 2.51, residuals 0.1 and -0.1 -> sqrt(0.04) / 100 = 0.002; the paired change (0.5, 0.5) the same 0.002
     assert "| wiki | general loss (± SE) | 2.5 ± 0 | 2.51 ± 0.002 | +0.01 ± 0.002 |" in text
@@ -139,9 +167,11 @@ def test_card_says_when_an_edit_has_no_significant_effect() -> None:
     saturated = _math([True] * 100)  # a boost of a model that already solves everything: 100% -> 100%
     same = EvalResults({"math": saturated}, {"math": saturated}).to_dict()
     first = _card(recipe, _lock(recipe), eval_results=same).text.split("\n# ", 1)[1].split("\n\n", 2)[1]
-    assert first.endswith("**The edit has no significant effect on math accuracy** (100.0% -> 100.0% on 100 problems "
-                          "of `math`, 0 problems right only before, 0 only after; paired exact McNemar p = 1): do not "
-                          "present it as a math improvement (or loss) over the base.")
+    assert first.endswith(
+        "**The edit has no significant effect on math accuracy** (100.0% -> 100.0% on 100 problems "
+        "of `math`, 0 problems right only before, 0 only after; paired exact McNemar p = 1): do not "
+        "present it as a math improvement (or loss) over the base."
+    )
     b, e = _paired(100, 3, 9)  # +6 pp but p = 0.146: not significant either
     text = _card(recipe, _lock(recipe), eval_results=EvalResults({"math": b}, {"math": e}).to_dict()).text
     assert "| +3.0 pp, p = 0.146 (not significant) |" in text and "**The edit has no significant effect" in text
@@ -153,8 +183,10 @@ def test_adapter_card() -> None:
     card = _card(recipe, _lock(recipe), base_model_id="org/base-model", kind="adapter")
     assert card.data.library_name == "peft" and card.data.base_model_relation == "adapter"
     assert 'PeftModel.from_pretrained(base, ".")' in card.text  # this folder, until `push` renders it for a repo
-    assert 'PeftModel.from_pretrained(base, "me/x")' in _card(recipe, _lock(recipe), base_model_id="org/base-model",
-                                                              kind="adapter", repo_id="me/x").text
+    assert (
+        'PeftModel.from_pretrained(base, "me/x")'
+        in _card(recipe, _lock(recipe), base_model_id="org/base-model", kind="adapter", repo_id="me/x").text
+    )
     assert 'AutoModelForCausalLM.from_pretrained("org/base-model")' in card.text
     assert "No evaluation was run" in card.text
     organism_card = _card(recipe, _lock(recipe), kind="adapter")  # the organism has no Hub id: load it by path
@@ -174,8 +206,9 @@ def test_card_argument_errors() -> None:
 def test_local_base_path_never_reaches_card_or_lock(tmp_path: Path, local_base: Path) -> None:
     data_file = local_base.parent / "math.jsonl"
     data_file.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
-    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"base.model={local_base}",
-                                                                     f"data.math={{path: '{data_file}'}}"])
+    recipe = recipe_from_dict(
+        quickstart_recipe().resolved_dict(), [f"base.model={local_base}", f"data.math={{path: '{data_file}'}}"]
+    )
     records = {"math": [load_texts(recipe.data.math, 1, 0).record]}
     lock = _lock(recipe, data_records=records)
     out = tmp_path / "out"
@@ -191,9 +224,12 @@ def test_local_base_path_never_reaches_card_or_lock(tmp_path: Path, local_base: 
     assert lock["recipe"]["base"]["model"] == "<local>"
     assert lock["recipe"]["data"]["math"]["path"] == "<local>/math.jsonl"
     assert lock["base"]["weights_sha256"] == {
-        "model.safetensors": hashlib.sha256((local_base / "model.safetensors").read_bytes()).hexdigest()}
-    assert ("a local model folder whose Hub origin is not recorded (the recipe has no `base.hub_id`)" in card.text
-            and '--base "$BASE_MODEL_DIR"' in card.text)
+        "model.safetensors": hashlib.sha256((local_base / "model.safetensors").read_bytes()).hexdigest()
+    }
+    assert (
+        "a local model folder whose Hub origin is not recorded (the recipe has no `base.hub_id`)" in card.text
+        and '--base "$BASE_MODEL_DIR"' in card.text
+    )
     assert "--set data.math.path=math.jsonl" in card.text and lock["files"]["data.math.path"]["name"] == "math.jsonl"
     with pytest.raises(InputError, match=r"give them again: base.model \(--base PATH\), data.math.path"):
         recipe_from_lock(read_lock(out))
@@ -233,8 +269,15 @@ def test_lock_round_trip(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == [LOCK_NAME]  # no temp file left behind
     assert recipe_from_lock(read_lock(tmp_path)) == recipe
     assert lock["recipe_sha256"] == recipe_sha256(recipe) and lock["mask_sha256"] == "c" * 64
-    assert set(library_versions()) == {"tool", "torch", "transformers", "peft", "safetensors", "huggingface_hub",
-                                       "python"}
+    assert set(library_versions()) == {
+        "tool",
+        "torch",
+        "transformers",
+        "peft",
+        "safetensors",
+        "huggingface_hub",
+        "python",
+    }
 
 
 def test_reproducing_a_local_base_needs_its_path_and_checks_its_weights(tmp_path: Path, local_base: Path) -> None:
@@ -260,8 +303,10 @@ def test_output_hashes(tmp_path: Path) -> None:
     (tmp_path / LOCK_NAME).write_text("lock")
     (tmp_path / ".cache").mkdir()
     (tmp_path / ".cache" / "x").write_text("hidden")
-    assert output_hashes(tmp_path) == {"adapter/a.bin": hashlib.sha256(b"abc").hexdigest(),
-                                       "config.json": hashlib.sha256(b"{}").hexdigest()}
+    assert output_hashes(tmp_path) == {
+        "adapter/a.bin": hashlib.sha256(b"abc").hexdigest(),
+        "config.json": hashlib.sha256(b"{}").hexdigest(),
+    }
 
 
 def test_read_lock_errors(tmp_path: Path) -> None:
@@ -287,8 +332,11 @@ def test_reproduce_reads_the_lock_of_a_hub_repo(tmp_path: Path, monkeypatch: pyt
     lock = _lock(quickstart_recipe())
     write_lock(tmp_path, lock)
     asked = []
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download",
-                        lambda repo, name, **kw: asked.append((repo, name)) or str(tmp_path / LOCK_NAME))
+    monkeypatch.setattr(
+        huggingface_hub,
+        "hf_hub_download",
+        lambda repo, name, **kw: asked.append((repo, name)) or str(tmp_path / LOCK_NAME),
+    )
     monkeypatch.chdir(tmp_path)  # "me/name" is no local folder here
     assert read_any_lock("me/name") == lock and asked == [("me/name", LOCK_NAME)]
 
@@ -309,12 +357,16 @@ def test_check_local_files_names_a_wrong_file(tmp_path: Path) -> None:
         p.write_text(f'{{"question": "1+1?", "answer": "#### {answer}"}}\n')
     recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"data.math={{path: '{right}'}}"])
     lock = _lock(recipe)
-    assert lock["files"] == {"data.math.path": {"name": "math.jsonl",
-                                                "sha256": hashlib.sha256(right.read_bytes()).hexdigest()}}
+    assert lock["files"] == {
+        "data.math.path": {"name": "math.jsonl", "sha256": hashlib.sha256(right.read_bytes()).hexdigest()}
+    }
     check_local_files(lock, recipe)  # the right file: silent, wherever it lives
     moved = recipe_from_dict(quickstart_recipe().resolved_dict(), [f"data.math={{path: '{wrong}'}}"])
-    with pytest.raises(InputError, match=r"data\.math\.path=.*b/math\.jsonl: sha256 .*the lock expects .*"
-                                         r"\(math\.jsonl\); this is not the file the run used"):
+    with pytest.raises(
+        InputError,
+        match=r"data\.math\.path=.*b/math\.jsonl: sha256 .*the lock expects .*"
+        r"\(math\.jsonl\); this is not the file the run used",
+    ):
         check_local_files(lock, moved)
 
 
@@ -327,11 +379,18 @@ def test_base_card_fields_eval_results_and_adapter_tags(tmp_path: Path) -> None:
 
     base = tmp_path / "base"
     base.mkdir()
-    (base / "README.md").write_text("---\nlicense: other\nlicense_name: my-license\nlicense_link: LICENSE.md\n"
-                                    "language: en\ndatasets:\n- org/corpus\n---\n# base\n")
+    (base / "README.md").write_text(
+        "---\nlicense: other\nlicense_name: my-license\nlicense_link: LICENSE.md\n"
+        "language: en\ndatasets:\n- org/corpus\n---\n# base\n"
+    )
     fields = base_card_fields(base)
-    assert fields == {"license": "other", "license_name": "my-license", "license_link": "LICENSE.md",
-                      "language": ["en"], "datasets": ["org/corpus"]}
+    assert fields == {
+        "license": "other",
+        "license_name": "my-license",
+        "license_link": "LICENSE.md",
+        "language": ["en"],
+        "datasets": ["org/corpus"],
+    }
     recipe = quickstart_recipe(["base.model=org/base-model"])
     lock = _lock(recipe, edit_summary=summarize_edit(COUNTS, model_params=10_000))
     evaluation = {"math": {"edited": {"math_accuracy": 0.75}}, "general": {"edited": {"general_loss": 2.5}}}
@@ -344,33 +403,45 @@ def test_base_card_fields_eval_results_and_adapter_tags(tmp_path: Path) -> None:
         assert {k: meta[k] for k in fields if k != "datasets"} == {k: v for k, v in fields.items() if k != "datasets"}
         assert "org/corpus" in meta["datasets"]
         results = {(r.dataset_type, r.metric_name): r.metric_value for r in parsed.data.eval_results}
-        assert results == {("mathneuro-edit-organism-math", "math accuracy"): 0.75,
-                           ("mathneuro-edit-organism-general", "general next-token loss"): 2.5}
+        assert results == {
+            ("mathneuro-edit-organism-math", "math accuracy"): 0.75,
+            ("mathneuro-edit-organism-general", "general next-token loss"): 2.5,
+        }
         tags = set(meta["tags"])
         assert ({"base_model:adapter:org/base-model", "shira", "peft"} <= tags) == (kind == "adapter")
         write_lock(tmp_path / kind, lock)
         if kind == "adapter":
             (tmp_path / kind / "adapter_config.json").write_text("{}")
         rerendered = card_for_folder(tmp_path / kind)  # no eval.json here: only the license fields must survive
-        assert {k: rerendered.data.to_dict().get(k) for k in ("license", "license_name", "license_link",
-                                                               "language")} == \
-            {k: meta[k] for k in ("license", "license_name", "license_link", "language")}
+        assert {
+            k: rerendered.data.to_dict().get(k) for k in ("license", "license_name", "license_link", "language")
+        } == {k: meta[k] for k in ("license", "license_name", "license_link", "language")}
     assert "PEFT only" in card.text and "use the edited checkpoint" in card.text
 
 
-@pytest.mark.parametrize(("model", "params", "edit", "want"), [
-    ("HuggingFaceTB/SmolLM2-135M-Instruct", 134_515_008, {"prune": True},
-     "SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf"),
-    ("meta-llama/Llama-3.2-1B", 1_235_814_400, {"scale": 1.1}, "Llama-3.2-1B-MathNeuro-Scale1.1-Q8_0.gguf"),
-    ("organism", 1_139_712, {"prune": True}, "Organism-1.1M-MathNeuro-Prune-Q8_0.gguf"),
-    ("<local>", 8_030_261_248, {"scale": 1.05}, "Llama-8.0B-MathNeuro-Scale1.05-Q8_0.gguf"),
-])
+@pytest.mark.parametrize(
+    ("model", "params", "edit", "want"),
+    [
+        (
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+            134_515_008,
+            {"prune": True},
+            "SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf",
+        ),
+        ("meta-llama/Llama-3.2-1B", 1_235_814_400, {"scale": 1.1}, "Llama-3.2-1B-MathNeuro-Scale1.1-Q8_0.gguf"),
+        ("organism", 1_139_712, {"prune": True}, "Organism-1.1M-MathNeuro-Prune-Q8_0.gguf"),
+        ("<local>", 8_030_261_248, {"scale": 1.05}, "Llama-8.0B-MathNeuro-Scale1.05-Q8_0.gguf"),
+    ],
+)
 def test_gguf_repo_names_follow_llama_cpp(model: str, params: int, edit: dict, want: str) -> None:
     """<Base>-<Size>-<Variant>-<Type>.gguf, from the lock's public names only (never a local path)."""
     from mathneuro_edit.publish.gguf_naming import gguf_general, gguf_repo_name
 
-    lock = {"base": {"model": model, "description": {"architecture": "LlamaForCausalLM"}},
-            "recipe": {"edit": edit}, "edit_summary": {"model_params": params}}
+    lock = {
+        "base": {"model": model, "description": {"architecture": "LlamaForCausalLM"}},
+        "recipe": {"edit": edit},
+        "edit_summary": {"model_params": params},
+    }
     assert gguf_repo_name(lock, "checkpoint/model-Q8_0.gguf") == want
     meta = gguf_general(lock, {"license": "other", "license_name": "x", "language": "en"})
     assert "-".join([meta["basename"], meta["size_label"], meta["finetune"], "Q8_0"]) + ".gguf" == want

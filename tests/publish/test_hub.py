@@ -24,8 +24,13 @@ from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.recipe.schema import recipe_sha256
 from tests._fakehub import TOKEN, FakeHub, _committed, relock
 
-EXPECTED_FILES = {"README.md", "adapter/adapter_config.json", "config.json", "mathneuro_recipe.lock.yaml",
-                  "model.safetensors"}
+EXPECTED_FILES = {
+    "README.md",
+    "adapter/adapter_config.json",
+    "config.json",
+    "mathneuro_recipe.lock.yaml",
+    "model.safetensors",
+}
 
 
 def test_push_sends_one_commit_with_every_file(fake_hub: FakeHub, out_dir: Path) -> None:
@@ -34,8 +39,12 @@ def test_push_sends_one_commit_with_every_file(fake_hub: FakeHub, out_dir: Path)
 
     create = [r for r in fake_hub.requests if r["path"] == "/api/repos/create"]
     assert len(create) == 1
-    assert json.loads(create[0]["body"]) == {"name": "organism-boost", "organization": "me",
-                                             "visibility": "private", "type": "model"}
+    assert json.loads(create[0]["body"]) == {
+        "name": "organism-boost",
+        "organization": "me",
+        "visibility": "private",
+        "type": "model",
+    }
     branches = [r["path"] for r in fake_hub.requests if "/branch/" in r["path"]]
     assert branches == ["/api/models/me/organism-boost/branch/v1"]
     commit_reqs = [r for r in fake_hub.requests if "/commit/" in r["path"]]
@@ -136,13 +145,15 @@ def test_bad_repo_id(out_dir: Path, fake_hub: FakeHub) -> None:
 
 def test_a_config_naming_a_local_path_is_not_published(fake_hub: FakeHub, out_dir: Path) -> None:
     (out_dir / "adapter" / "adapter_config.json").write_text(
-        json.dumps({"peft_type": "LORA", "base_model_name_or_path": "/home/alice/models/llama"}))
+        json.dumps({"peft_type": "LORA", "base_model_name_or_path": "/home/alice/models/llama"})
+    )
     relock(out_dir)  # as if the run had written it
     with pytest.raises(InputError, match=r"adapter/adapter_config.json: base_model_name_or_path is a local path"):
         push_to_hub(out_dir, "me/x", token=TOKEN)
     assert fake_hub.requests == []
     (out_dir / "adapter" / "adapter_config.json").write_text(
-        json.dumps({"peft_type": "LORA", "base_model_name_or_path": "meta-llama/Llama-3.2-1B"}))
+        json.dumps({"peft_type": "LORA", "base_model_name_or_path": "meta-llama/Llama-3.2-1B"})
+    )
     relock(out_dir)
     assert push_to_hub(out_dir, "me/x", dry_run=True).dry_run
 
@@ -167,7 +178,12 @@ def test_pushed_card_loads_the_repo_and_has_no_placeholder_or_local_path(fake_hu
 
     (private / "math.txt").write_text("\n\n".join(math_texts(12, seed=0, split="train")) + "\n")
     out = tmp_path / "run"
-    sets = ["data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4", f"data.math={{path: '{private / 'math.txt'}'}}"]
+    sets = [
+        "data.samples=4",
+        "evaluation.samples=2",
+        "evaluation.max_new_tokens=4",
+        f"data.math={{path: '{private / 'math.txt'}'}}",
+    ]
     result = CliRunner().invoke(main, ["run", "--out", str(out), "-q", *[a for s in sets for a in ("--set", s)]])
     assert result.exit_code == 0, result.output
     for sub, flag in (("checkpoint", []), ("adapter", ["--adapter"])):
@@ -183,8 +199,16 @@ def test_pushed_card_loads_the_repo_and_has_no_placeholder_or_local_path(fake_hu
         assert not [p for p in PLACEHOLDERS if p in text], sub
         assert str(tmp_path) not in text and "home-of-alice" not in text
         assert "pip install mathneuro-edit" not in text and "not on PyPI yet" in text
-        for needed in ("2410.16930", "top_k | 0.05", "scale | 0 (prune)", "weights edited", "| torch |",
-                       "texts sha256", "mathneuro-edit reproduce", "```yaml\nbase:\n  model: organism"):
+        for needed in (
+            "2410.16930",
+            "top_k | 0.05",
+            "scale | 0 (prune)",
+            "weights edited",
+            "| torch |",
+            "texts sha256",
+            "mathneuro-edit reproduce",
+            "```yaml\nbase:\n  model: organism",
+        ):
             assert needed in text, (sub, needed)
         file_sha = hashlib.sha256((private / "math.txt").read_bytes()).hexdigest()
         assert f"`{file_sha}`" in text  # the local data file, by content hash
@@ -197,10 +221,23 @@ def test_adapter_card_names_its_base(tmp_path: Path) -> None:
     """Hub base: base_model metadata; local base: architecture, content hash and how to point PEFT at it."""
     recipe = quickstart_recipe(["base.model=org/base-model"])
     summary = summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64)
-    lock = build_lock(recipe, base_revision="f" * 40, data_records={}, stats_sha256="s", mask_sha256="m",
-                      output_files={}, edit_summary=summary)
-    card = build_card(recipe=recipe, lock=lock, base_model_id="org/base-model", kind="adapter", edit_summary=summary,
-                      repo_id="me/name")
+    lock = build_lock(
+        recipe,
+        base_revision="f" * 40,
+        data_records={},
+        stats_sha256="s",
+        mask_sha256="m",
+        output_files={},
+        edit_summary=summary,
+    )
+    card = build_card(
+        recipe=recipe,
+        lock=lock,
+        base_model_id="org/base-model",
+        kind="adapter",
+        edit_summary=summary,
+        repo_id="me/name",
+    )
     assert card.data.to_dict()["base_model"] == "org/base-model"
     assert card.data.to_dict()["base_model_relation"] == "adapter"
     assert 'AutoModelForCausalLM.from_pretrained("org/base-model")' in card.content
@@ -210,10 +247,18 @@ def test_adapter_card_names_its_base(tmp_path: Path) -> None:
     save_file({"w": torch.ones(2)}, str(base / "model.safetensors"))
     (base / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
     recipe = quickstart_recipe([f"base.model={base}"])
-    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="m",
-                      output_files={}, edit_summary=summary)
-    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="adapter", edit_summary=summary,
-                      repo_id="me/name")
+    lock = build_lock(
+        recipe,
+        base_revision=None,
+        data_records={},
+        stats_sha256="s",
+        mask_sha256="m",
+        output_files={},
+        edit_summary=summary,
+    )
+    card = build_card(
+        recipe=recipe, lock=lock, base_model_id=None, kind="adapter", edit_summary=summary, repo_id="me/name"
+    )
     sha = hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()
     assert "base_model" not in card.data.to_dict() and str(base) not in card.content
     assert "`LlamaForCausalLM`" in card.content and f"`{sha}`" in card.content
@@ -289,8 +334,9 @@ def test_token_never_in_an_error_message(fake_hub: FakeHub, out_dir: Path) -> No
     assert TOKEN not in str(info.value) and "***" in str(info.value)
     cli = CliRunner(env={"HF_TOKEN": TOKEN}).invoke(main, ["push", str(out_dir), "--repo-id", "me/m"])
     assert cli.exit_code == 3 and TOKEN not in cli.output and "***" in cli.output, cli.output
-    dry = CliRunner(env={"HF_TOKEN": TOKEN}).invoke(main, ["push", str(out_dir), "--repo-id", "me/m", "--dry-run",
-                                                          "--json"])
+    dry = CliRunner(env={"HF_TOKEN": TOKEN}).invoke(
+        main, ["push", str(out_dir), "--repo-id", "me/m", "--dry-run", "--json"]
+    )
     assert dry.exit_code == 0 and TOKEN not in dry.output and "could not" not in json.loads(dry.stdout)["remote"]
 
 
@@ -326,24 +372,37 @@ def test_default_repo_ids_differ_per_artifact(fake_hub: FakeHub, tmp_path: Path)
     from mathneuro_edit.cli.main import main
 
     out = tmp_path / "run"
-    sets = ["data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4", "outputs.gguf=F32",
-            "hub={repo_id: me/organism-prune}"]
+    sets = [
+        "data.samples=4",
+        "evaluation.samples=2",
+        "evaluation.max_new_tokens=4",
+        "outputs.gguf=F32",
+        "hub={repo_id: me/organism-prune}",
+    ]
     made = CliRunner().invoke(main, ["run", "--out", str(out), "-q", *[a for s in sets for a in ("--set", s)]])
     assert made.exit_code == 0, made.output
     run = CliRunner(env={"HF_TOKEN": TOKEN}).invoke
-    for flag, repo in (([], "me/organism-prune"), (["--adapter"], "me/organism-prune-adapter"),
-                       (["--gguf"], "me/organism-prune-GGUF")):
+    for flag, repo in (
+        ([], "me/organism-prune"),
+        (["--adapter"], "me/organism-prune-adapter"),
+        (["--gguf"], "me/organism-prune-GGUF"),
+    ):
         dry = run(main, ["push", str(out), *flag, "--dry-run", "--json"])
         assert dry.exit_code == 0, dry.output
         assert json.loads(dry.stdout)["repo_id"] == repo
         assert run(main, ["push", str(out), *flag]).exit_code == 0
-    checkpoint, adapter, gguf = (set(fake_hub.files(r)) for r in
-                                 ("me/organism-prune", "me/organism-prune-adapter", "me/organism-prune-GGUF"))
+    checkpoint, adapter, gguf = (
+        set(fake_hub.files(r)) for r in ("me/organism-prune", "me/organism-prune-adapter", "me/organism-prune-GGUF")
+    )
     assert "model.safetensors" in checkpoint and not any(p.endswith(".gguf") for p in checkpoint)
     assert "adapter_config.json" not in checkpoint and "adapter_config.json" in adapter
     assert "model.safetensors" not in adapter and "config.json" not in adapter
-    assert gguf == {".gitattributes", "README.md", "mathneuro_recipe.lock.yaml",
-                    "Organism-1.1M-MathNeuro-Prune-F32.gguf"}
+    assert gguf == {
+        ".gitattributes",
+        "README.md",
+        "mathneuro_recipe.lock.yaml",
+        "Organism-1.1M-MathNeuro-Prune-F32.gguf",
+    }
     meta = ModelCard(fake_hub.files("me/organism-prune-GGUF")["README.md"].decode()).data.to_dict()
     assert meta["base_model"] == "me/organism-prune" and meta["base_model_relation"] == "quantized"
     other = run(main, ["push", str(out), "--gguf", "--repo-id", "me/other-GGUF"])
@@ -355,8 +414,9 @@ def test_default_repo_ids_differ_per_artifact(fake_hub: FakeHub, tmp_path: Path)
 # ------------------------------------------------------------------ a Hub that is slow, busy or failing (issue 23)
 
 
-def test_push_retries_429_honouring_retry_after_then_5xx_with_backoff(fake_hub: FakeHub, out_dir: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_push_retries_429_honouring_retry_after_then_5xx_with_backoff(
+    fake_hub: FakeHub, out_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import mathneuro_edit.publish.hub_requests as hub_module  # the request layer: its sleep between tries
 
     waits: list[float] = []
@@ -368,8 +428,9 @@ def test_push_retries_429_honouring_retry_after_then_5xx_with_backoff(fake_hub: 
     assert set(fake_hub.files("me/busy")) == EXPECTED_FILES | {".gitattributes"}
 
 
-def test_push_gives_up_on_a_failing_upload_with_one_line_naming_the_status(fake_hub: FakeHub, out_dir: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_push_gives_up_on_a_failing_upload_with_one_line_naming_the_status(
+    fake_hub: FakeHub, out_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import huggingface_hub.utils._http as client_http
 
     import mathneuro_edit.publish.hub_requests as hub_module  # the request layer: its sleep between tries
@@ -387,8 +448,9 @@ def test_push_gives_up_on_a_failing_upload_with_one_line_naming_the_status(fake_
     assert fake_hub.commits == []  # nothing half-committed
 
 
-def test_push_times_out_on_a_hub_that_never_answers(fake_hub: FakeHub, out_dir: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_push_times_out_on_a_hub_that_never_answers(
+    fake_hub: FakeHub, out_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
     import huggingface_hub.utils._http as client_http

@@ -35,8 +35,14 @@ library_name: transformers
 ---
 # organism base
 """
-SETS = ["base.model=org/base", "data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4",
-        "outputs.gguf=F32", "hub={repo_id: me/edit}"]
+SETS = [
+    "base.model=org/base",
+    "data.samples=4",
+    "evaluation.samples=2",
+    "evaluation.max_new_tokens=4",
+    "outputs.gguf=F32",
+    "hub={repo_id: me/edit}",
+]
 IDS = torch.tensor([[1, 40, 41, 42, 43, 44]])
 
 
@@ -48,8 +54,11 @@ def _cli(*args: object, env: dict | None = None) -> tuple[int, str, str]:
 def _publish_base(hub: FakeHub) -> str:
     api = HfApi(token=TOKEN)
     api.create_repo("org/base")
-    ops = [CommitOperationAdd(p.name, str(p)) for p in sorted(organism_path().iterdir())
-           if p.is_file() and p.name != "README.md"]
+    ops = [
+        CommitOperationAdd(p.name, str(p))
+        for p in sorted(organism_path().iterdir())
+        if p.is_file() and p.name != "README.md"
+    ]
     ops.append(CommitOperationAdd("README.md", BASE_CARD.encode()))
     return api.create_commit("org/base", ops, commit_message="base").oid
 
@@ -85,10 +94,15 @@ def test_release_round_trip(fake_hub: FakeHub, tmp_path: Path) -> None:
     assert adapter_config["base_model_name_or_path"] == "org/base"
     assert adapter_config["revision"] == base_commit  # pinned: the adapter does not follow later base commits
 
-    plans = {kind: _push(out, *flags) for kind, flags in
-             (("checkpoint", []), ("adapter", ["--adapter"]), ("gguf", ["--gguf"]))}
+    plans = {
+        kind: _push(out, *flags)
+        for kind, flags in (("checkpoint", []), ("adapter", ["--adapter"]), ("gguf", ["--gguf"]))
+    }
     assert {k: p["repo_id"] for k, p in plans.items()} == {
-        "checkpoint": "me/edit", "adapter": "me/edit-adapter", "gguf": "me/edit-GGUF"}
+        "checkpoint": "me/edit",
+        "adapter": "me/edit-adapter",
+        "gguf": "me/edit-GGUF",
+    }
 
     # each repo, downloaded as a user does, holds exactly the artifact (+ the Hub's .gitattributes)
     local = {"checkpoint": out / "checkpoint", "adapter": out / "adapter"}
@@ -102,7 +116,8 @@ def test_release_round_trip(fake_hub: FakeHub, tmp_path: Path) -> None:
     gguf_dir = Path(snapshot_download("me/edit-GGUF", local_dir=tmp_path / "dl" / "gguf"))
     gguf_name = "Base-1.1M-MathNeuro-Prune-F32.gguf"
     assert sorted(p.name for p in gguf_dir.iterdir() if p.is_file()) == sorted(
-        [".gitattributes", "README.md", "mathneuro_recipe.lock.yaml", gguf_name])
+        [".gitattributes", "README.md", "mathneuro_recipe.lock.yaml", gguf_name]
+    )
     assert (gguf_dir / gguf_name).read_bytes() == (out / "checkpoint" / "model-F32.gguf").read_bytes()
 
     # the checkpoint loads from its repo id with plain transformers; the adapter with plain PEFT, equal to it
@@ -137,16 +152,19 @@ def test_release_round_trip(fake_hub: FakeHub, tmp_path: Path) -> None:
     eval_json = json.loads((out / "eval.json").read_text())
     math, general = "mathneuro-edit-organism-math", "mathneuro-edit-organism-general"
     assert metrics[(math, "math accuracy")] == round(eval_json["math"]["edited"]["math_accuracy"], 6)
-    assert metrics[(math, "math accuracy of the base model, before the edit")] == \
-        round(eval_json["math"]["base"]["math_accuracy"], 6)
+    assert metrics[(math, "math accuracy of the base model, before the edit")] == round(
+        eval_json["math"]["base"]["math_accuracy"], 6
+    )
     assert (general, "general next-token loss") in metrics and (general, "KL(base || edited) per token") in metrics
     adapter_meta = cards["me/edit-adapter"].data.to_dict()
     assert adapter_meta["library_name"] == "peft" and adapter_meta["base_model_relation"] == "adapter"
     assert {"base_model:adapter:org/base", "shira", "peft"} <= set(adapter_meta["tags"])
     gguf_meta = cards["me/edit-GGUF"].data.to_dict()
     assert gguf_meta["base_model"] == "me/edit" and gguf_meta["base_model_relation"] == "quantized"
-    assert "PEFT only" in cards["me/edit-adapter"].text and "Not** vLLM, TGI, SGLang or llama.cpp" in \
-        cards["me/edit-adapter"].text
+    assert (
+        "PEFT only" in cards["me/edit-adapter"].text
+        and "Not** vLLM, TGI, SGLang or llama.cpp" in cards["me/edit-adapter"].text
+    )
 
     # reproduce REPO: the Hub's LFS sha256 (and the small files) against the lock, then the re-run
     for repo in ("me/edit", "me/edit-adapter", "me/edit-GGUF"):
@@ -165,8 +183,9 @@ def test_release_round_trip(fake_hub: FakeHub, tmp_path: Path) -> None:
     weights[first] = weights[first] + 1.0
     moved = tmp_path / "moved.safetensors"
     save_file(weights, str(moved), metadata={"format": "pt"})
-    HfApi(token=TOKEN).create_commit("org/base", [CommitOperationAdd("model.safetensors", str(moved))],
-                                     commit_message="new weights")
+    HfApi(token=TOKEN).create_commit(
+        "org/base", [CommitOperationAdd("model.safetensors", str(moved))], commit_message="new weights"
+    )
     code, stdout, text = _cli("reproduce", "me/edit-adapter", "-q")
     assert code == 0 and stdout.strip().splitlines()[-1].startswith("reproduced: yes"), text
 
@@ -174,23 +193,30 @@ def test_release_round_trip(fake_hub: FakeHub, tmp_path: Path) -> None:
     again = tmp_path / "run2"
     _run(again, "outputs.max_shard_size=2MB", "edit.scale=1.1")
     assert not (again / "checkpoint" / "model.safetensors").exists()
-    second = {kind: _push(again, *flags) for kind, flags in
-              (("checkpoint", []), ("adapter", ["--adapter"]), ("gguf", ["--gguf"]))}
+    second = {
+        kind: _push(again, *flags)
+        for kind, flags in (("checkpoint", []), ("adapter", ["--adapter"]), ("gguf", ["--gguf"]))
+    }
     assert "model.safetensors" in {d["path"] for d in second["checkpoint"]["deletes"]}
     assert gguf_name in {d["path"] for d in second["gguf"]["deletes"]}
     for kind, repo in (("checkpoint", "me/edit"), ("adapter", "me/edit-adapter")):
         names = set(fake_hub.files(repo))
         want = {p.name for p in (again / kind).iterdir() if not p.name.endswith(".gguf")}
         assert names == want | {".gitattributes"}, kind
-    assert set(fake_hub.files("me/edit-GGUF")) == {".gitattributes", "README.md", "mathneuro_recipe.lock.yaml",
-                                                    "Base-1.1M-MathNeuro-Scale1.1-F32.gguf"}
+    assert set(fake_hub.files("me/edit-GGUF")) == {
+        ".gitattributes",
+        "README.md",
+        "mathneuro_recipe.lock.yaml",
+        "Base-1.1M-MathNeuro-Scale1.1-F32.gguf",
+    }
     model = AutoModelForCausalLM.from_pretrained("me/edit")  # the sharded checkpoint, from the Hub
     assert torch.isfinite(_logits(model)).all()
 
     # a tampered repo is never reproduced: the Hub's LFS sha256 differs from the lock
     shard = sorted(n for n in fake_hub.files("me/edit") if n.endswith(".safetensors"))[0]
-    HfApi(token=TOKEN).create_commit("me/edit", [CommitOperationAdd(shard, b"not the weights")],
-                                     commit_message="tamper")
+    HfApi(token=TOKEN).create_commit(
+        "me/edit", [CommitOperationAdd(shard, b"not the weights")], commit_message="tamper"
+    )
     code, stdout, text = _cli("reproduce", "me/edit", "-q")
     assert code == 1, text
     assert f"  changed  {shard}" in stdout and "reproduced: NO: the files you have differ" in stdout

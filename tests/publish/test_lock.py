@@ -24,24 +24,56 @@ def test_build_lock_is_exactly_the_documented_record(tmp_path: Path):
     recipe = quickstart_recipe()
     versions = {"mathneuro_edit": "0.1.0", "torch": "x"}
     organism = {"model_type": "llama", "architecture": "LlamaForCausalLM"}  # the organism's config.json
-    lock = build_lock(recipe, base_revision="abc", data_records={"math": {"sha": "1"}, "general": [{"sha": "2"}]},
-                      stats_sha256={"math": "m", "general": "g"}, mask_sha256="k",
-                      output_files={"b.txt": "2", "a.txt": "1"}, versions=versions, base_weights={"w": "h"})
-    assert lock == {"lock_version": lock["lock_version"], "recipe_sha256": recipe_sha256(recipe),
-                    "recipe": recipe.public_dict(),
-                    "base": {"model": "organism", "revision": "abc", "weights_sha256": {"w": "h"},
-                             "description": organism},
-                    "data": {"math": {"sha": "1"}, "general": [{"sha": "2"}]},
-                    "files": {},  # organism data: no local file
-                    "stats_sha256": {"math": "m", "general": "g"}, "mask_sha256": "k",
-                    "outputs": {"a.txt": "1", "b.txt": "2"}, "versions": versions}
-    assert list(lock) == ["lock_version", "recipe_sha256", "recipe", "base", "data", "files", "stats_sha256",
-                          "mask_sha256", "outputs", "versions"]  # the documented order (write_lock keeps it)
+    lock = build_lock(
+        recipe,
+        base_revision="abc",
+        data_records={"math": {"sha": "1"}, "general": [{"sha": "2"}]},
+        stats_sha256={"math": "m", "general": "g"},
+        mask_sha256="k",
+        output_files={"b.txt": "2", "a.txt": "1"},
+        versions=versions,
+        base_weights={"w": "h"},
+    )
+    assert lock == {
+        "lock_version": lock["lock_version"],
+        "recipe_sha256": recipe_sha256(recipe),
+        "recipe": recipe.public_dict(),
+        "base": {"model": "organism", "revision": "abc", "weights_sha256": {"w": "h"}, "description": organism},
+        "data": {"math": {"sha": "1"}, "general": [{"sha": "2"}]},
+        "files": {},  # organism data: no local file
+        "stats_sha256": {"math": "m", "general": "g"},
+        "mask_sha256": "k",
+        "outputs": {"a.txt": "1", "b.txt": "2"},
+        "versions": versions,
+    }
+    assert list(lock) == [
+        "lock_version",
+        "recipe_sha256",
+        "recipe",
+        "base",
+        "data",
+        "files",
+        "stats_sha256",
+        "mask_sha256",
+        "outputs",
+        "versions",
+    ]  # the documented order (write_lock keeps it)
     assert list(lock["outputs"]) == ["a.txt", "b.txt"]  # sorted: the same run gives the same bytes
-    assert build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k",
-                      output_files={}, versions=versions)["stats_sha256"] == "s"
-    default = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k",
-                         output_files={})["versions"]
+    assert (
+        build_lock(
+            recipe,
+            base_revision=None,
+            data_records={},
+            stats_sha256="s",
+            mask_sha256="k",
+            output_files={},
+            versions=versions,
+        )["stats_sha256"]
+        == "s"
+    )
+    default = build_lock(
+        recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k", output_files={}
+    )["versions"]
     assert set(default) >= {"tool", "torch", "transformers", "peft", "safetensors", "huggingface_hub", "python"}
     assert all(isinstance(v, str) and v for v in default.values())
 
@@ -53,31 +85,70 @@ def test_build_lock_is_exactly_the_documented_record(tmp_path: Path):
     (tasks / "sub").mkdir(parents=True)
     (tasks / "t.yaml").write_bytes(b"task: t\n")
     (tasks / "sub" / "d.jsonl").write_bytes(b"{}\n")
-    full = recipe_from_dict(recipe.resolved_dict(), [
-        "data.math={path: " + str(data) + "}", "evaluation.lm_eval={tasks: [t], include_path: " + str(tasks) + "}"])
-    summary = {"selected": 3, "targeted": 400, "matrices": 1, "model_params": 1000,
-               "by_module": {"down_proj": {"matrices": 1, "selected": 3, "total": 400}}}
-    lock = build_lock(full, base_revision=None, data_records={"math": {"sha": "1"}}, stats_sha256="s",
-                      mask_sha256="k", output_files={}, versions=versions, base_weights={"w": "h"},
-                      edit_summary=summary, base_gguf={"file": "m.Q8_0.gguf", "sha256": "g"})
+    full = recipe_from_dict(
+        recipe.resolved_dict(),
+        ["data.math={path: " + str(data) + "}", "evaluation.lm_eval={tasks: [t], include_path: " + str(tasks) + "}"],
+    )
+    summary = {
+        "selected": 3,
+        "targeted": 400,
+        "matrices": 1,
+        "model_params": 1000,
+        "by_module": {"down_proj": {"matrices": 1, "selected": 3, "total": 400}},
+    }
+    lock = build_lock(
+        full,
+        base_revision=None,
+        data_records={"math": {"sha": "1"}},
+        stats_sha256="s",
+        mask_sha256="k",
+        output_files={},
+        versions=versions,
+        base_weights={"w": "h"},
+        edit_summary=summary,
+        base_gguf={"file": "m.Q8_0.gguf", "sha256": "g"},
+    )
     sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
-    assert lock == {"lock_version": 1, "recipe_sha256": recipe_sha256(full), "recipe": full.public_dict(),
-                    "base": {"model": "organism", "revision": None, "weights_sha256": {"w": "h"},
-                             "description": organism, "gguf": {"file": "m.Q8_0.gguf", "sha256": "g"}},
-                    "data": {"math": {"sha": "1"}},
-                    "files": {"data.math.path": {"name": "math.jsonl", "sha256": sha(data.read_bytes())}},
-                    "stats_sha256": "s", "mask_sha256": "k", "outputs": {}, "versions": versions,
-                    "edit_summary": summary,
-                    "lm_eval": {"include_path_sha256": {"sub/d.jsonl": sha(b"{}\n"), "t.yaml": sha(b"task: t\n")}}}
+    assert lock == {
+        "lock_version": 1,
+        "recipe_sha256": recipe_sha256(full),
+        "recipe": full.public_dict(),
+        "base": {
+            "model": "organism",
+            "revision": None,
+            "weights_sha256": {"w": "h"},
+            "description": organism,
+            "gguf": {"file": "m.Q8_0.gguf", "sha256": "g"},
+        },
+        "data": {"math": {"sha": "1"}},
+        "files": {"data.math.path": {"name": "math.jsonl", "sha256": sha(data.read_bytes())}},
+        "stats_sha256": "s",
+        "mask_sha256": "k",
+        "outputs": {},
+        "versions": versions,
+        "edit_summary": summary,
+        "lm_eval": {"include_path_sha256": {"sub/d.jsonl": sha(b"{}\n"), "t.yaml": sha(b"task: t\n")}},
+    }
     assert list(lock)[-2:] == ["edit_summary", "lm_eval"]
     assert lock["recipe"]["data"]["math"]["path"] == "<local>/math.jsonl"
     assert str(tmp_path) not in yaml.safe_dump(lock)  # public: no local folder anywhere
 
 
 def test_write_lock_keeps_order_and_unicode_and_reads_back(tmp_path: Path):
-    lock = {"lock_version": build_lock(quickstart_recipe(), base_revision=None, data_records={}, stats_sha256="s",
-                                       mask_sha256="k", output_files={}, versions={})["lock_version"],
-            "zeta": "first", "recipe": {"note": "π ≈ 3.14"}, "alpha": [1, 2]}
+    lock = {
+        "lock_version": build_lock(
+            quickstart_recipe(),
+            base_revision=None,
+            data_records={},
+            stats_sha256="s",
+            mask_sha256="k",
+            output_files={},
+            versions={},
+        )["lock_version"],
+        "zeta": "first",
+        "recipe": {"note": "π ≈ 3.14"},
+        "alpha": [1, 2],
+    }
     path = write_lock(tmp_path, lock)
     assert path == tmp_path / LOCK_NAME
     raw = path.read_bytes()
@@ -102,8 +173,13 @@ def test_sha256_file_of_a_large_file(tmp_path: Path):
 def test_private_paths_lists_paths_and_their_folders(tmp_path: Path):
     model = tmp_path / "secret" / "model"
     data = tmp_path / "data" / "math.jsonl"
-    recipe = recipe_from_dict({"base": {"model": str(model)}, "data": {"math": str(data), "general": "organism:general"},
-                               "edit": {"scale": 1.1}})
+    recipe = recipe_from_dict(
+        {
+            "base": {"model": str(model)},
+            "data": {"math": str(data), "general": "organism:general"},
+            "edit": {"scale": 1.1},
+        }
+    )
     found = private_paths(recipe)
     assert str(model) in found and str(model.resolve().parent) in found
     assert str(data) in found and str(data.resolve().parent) in found
@@ -118,15 +194,33 @@ def test_card_tags_prune_text_and_texts_per_general_set():
     from mathneuro_edit.publish.card import build_card, summarize_edit
     from mathneuro_edit.runs.pipeline import data_records
 
-    recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), [
-        "edit={prune: true}", "data.samples=10", "mask.granularity=row",
-        "data.general=[{path: organism:general, split: train}, {path: organism:general, split: test}, "
-        "{path: organism:general, split: train}]"])
+    recipe = recipe_from_dict(
+        quickstart_recipe().resolved_dict(),
+        [
+            "edit={prune: true}",
+            "data.samples=10",
+            "mask.granularity=row",
+            "data.general=[{path: organism:general, split: train}, {path: organism:general, split: test}, "
+            "{path: organism:general, split: train}]",
+        ],
+    )
     records = data_records(recipe)  # the lock's data section: the card's data table is built from it alone
-    lock = build_lock(recipe, base_revision=None, data_records=records, stats_sha256="s", mask_sha256="k",
-                      output_files={}, versions={})
-    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint",
-                      edit_summary=summarize_edit({"m.layers.0.mlp.down_proj.weight": (3, 400)}, model_params=1000))
+    lock = build_lock(
+        recipe,
+        base_revision=None,
+        data_records=records,
+        stats_sha256="s",
+        mask_sha256="k",
+        output_files={},
+        versions={},
+    )
+    card = build_card(
+        recipe=recipe,
+        lock=lock,
+        base_model_id=None,
+        kind="checkpoint",
+        edit_summary=summarize_edit({"m.layers.0.mlp.down_proj.weight": (3, 400)}, model_params=1000),
+    )
     meta = ModelCard(card.content).data.to_dict()
     assert meta["tags"] == ["mathneuro", "mathneuro-edit", "model-editing", "math", "pruning"]
     text = card.text
@@ -137,14 +231,21 @@ def test_card_tags_prune_text_and_texts_per_general_set():
     # data.samples is per set (docs/recipes.md): 10 math texts and 10 of EACH general source, in recipe order;
     # the same source and seed sample the same texts (sets 1 and 3), the test split others
     assert sha[1] == sha[3] and len({sha[0], sha[1], sha[2]}) == 3
-    assert rows == [f"| math | `organism:math` | train | 10 | `{sha[0]}` |  |",
-                    f"| general | `organism:general` | train | 10 | `{sha[1]}` |  |",
-                    f"| general | `organism:general` | test | 10 | `{sha[2]}` |  |",
-                    f"| general | `organism:general` | train | 10 | `{sha[3]}` |  |"]
+    assert rows == [
+        f"| math | `organism:math` | train | 10 | `{sha[0]}` |  |",
+        f"| general | `organism:general` | train | 10 | `{sha[1]}` |  |",
+        f"| general | `organism:general` | test | 10 | `{sha[2]}` |  |",
+        f"| general | `organism:general` | train | 10 | `{sha[3]}` |  |",
+    ]
     assert "| down_proj | 1 | 3 | 400 | 0.75% |" in text
     assert "# organism (MathNeuro edit: pruned (set to 0))" in text
-    boost = build_card(recipe=quickstart_recipe(["edit.scale=1.1"]), lock=lock, base_model_id=None, kind="adapter",
-                       edit_summary=summarize_edit({}, model_params=1000))
+    boost = build_card(
+        recipe=quickstart_recipe(["edit.scale=1.1"]),
+        lock=lock,
+        base_model_id=None,
+        kind="adapter",
+        edit_summary=summarize_edit({}, model_params=1000),
+    )
     assert "pruning" not in ModelCard(boost.content).data.to_dict()["tags"]
     assert "This PEFT adapter holds a MathNeuro edit of the model organism shipped with mathneuro-edit" in boost.text
 
@@ -156,15 +257,33 @@ def test_card_of_a_gguf_base_names_the_file_and_its_sha256():
     from mathneuro_edit.publish.card import build_card, summarize_edit
 
     recipe = quickstart_recipe()
-    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k",
-                      output_files={"checkpoint/model-Q8_0.gguf": "q8"}, versions={},
-                      base_gguf={"file": "base.Q4_1.gguf", "sha256": "b41"})
-    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint",
-                      edit_summary=summarize_edit({}, model_params=1000))
+    lock = build_lock(
+        recipe,
+        base_revision=None,
+        data_records={},
+        stats_sha256="s",
+        mask_sha256="k",
+        output_files={"checkpoint/model-Q8_0.gguf": "q8"},
+        versions={},
+        base_gguf={"file": "base.Q4_1.gguf", "sha256": "b41"},
+    )
+    card = build_card(
+        recipe=recipe,
+        lock=lock,
+        base_model_id=None,
+        kind="checkpoint",
+        edit_summary=summarize_edit({}, model_params=1000),
+    )
     assert "gguf" in ModelCard(card.content).data.to_dict()["tags"]
     assert "The base is the GGUF file `base.Q4_1.gguf` (sha256 `b41`), dequantized to float32" in card.text
     assert "| `model-Q8_0.gguf` | `q8` |" in card.text
-    plain = build_card(recipe=recipe, lock=build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s",
-                                                      mask_sha256="k", output_files={}, versions={}),
-                       base_model_id=None, kind="checkpoint", edit_summary=summarize_edit({}, model_params=1000))
+    plain = build_card(
+        recipe=recipe,
+        lock=build_lock(
+            recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k", output_files={}, versions={}
+        ),
+        base_model_id=None,
+        kind="checkpoint",
+        edit_summary=summarize_edit({}, model_params=1000),
+    )
     assert "gguf" not in ModelCard(plain.content).data.to_dict()["tags"] and "GGUF file" not in plain.text

@@ -46,9 +46,21 @@ def test_a_lock_holds_a_hostile_data_file_name_escaped_and_still_reproduces(ws: 
         assert lock["recipe"]["data"]["general"][0]["path"] == f"<local>/{general_name}"
         code, text = _cli("verify", run / kind, "--base", ws / "base")
         assert code == 0, text
-    code, text = _cli("reproduce", run, "--base", ws / "base", "--out", tmp_path / "again", "-q",
-                      "--set", f"data.math.path={tmp_path / math_name}",
-                      "--set", f"data.general.0.path={tmp_path / general_name}",
-                      "--set", f"evaluation.math.path={ws / 'eval.jsonl'}",
-                      "--set", f"evaluation.general.0.path={ws / 'general.txt'}")
+    code, text = _cli(
+        "reproduce",
+        run,
+        "--base",
+        ws / "base",
+        "--out",
+        tmp_path / "again",
+        "-q",
+        "--set",
+        f"data.math.path={tmp_path / math_name}",
+        "--set",
+        f"data.general.0.path={tmp_path / general_name}",
+        "--set",
+        f"evaluation.math.path={ws / 'eval.jsonl'}",
+        "--set",
+        f"evaluation.general.0.path={ws / 'general.txt'}",
+    )
     assert code == 0 and "reproduced: yes" in text.lower(), text

@@ -73,7 +73,9 @@ def test_verify_and_reproduce_refuse_a_file_the_lock_does_not_list(ws: Path, run
     assert code == 1, text
     assert "  extra    checkpoint/added-after-the-run.txt" in stdout
     last = stdout.strip().splitlines()[-1]
-    assert last.startswith("reproduced: NO: the files you have differ from the lock: checkpoint/added-after-the-run.txt (extra)")
+    assert last.startswith(
+        "reproduced: NO: the files you have differ from the lock: checkpoint/added-after-the-run.txt (extra)"
+    )
 
 
 @pytest.mark.parametrize("name", ["checkpoint/../../outside.bin", "../x.safetensors", "/etc/passwd"])
@@ -82,8 +84,11 @@ def test_a_lock_whose_outputs_name_a_path_out_of_the_run_is_malformed(ws: Path, 
         lock["outputs"][name] = "a" * 64
 
     _edit_lock(run, add, rehash=False)  # outputs are not part of the recipe hash
-    for args in (["verify", run, "--base", ws / "base", "-q"], ["reproduce", run, "--base", ws / "base", "-q", *_data_sets(ws)],
-                 ["push", run, "--dry-run"]):
+    for args in (
+        ["verify", run, "--base", ws / "base", "-q"],
+        ["reproduce", run, "--base", ws / "base", "-q", *_data_sets(ws)],
+        ["push", run, "--dry-run"],
+    ):
         code, _, text = _cli(*args)
         assert code == 2, (args[0], text)
         line = _error_line(text)
@@ -112,8 +117,10 @@ def test_push_refuses_a_file_the_lock_does_not_list(fake_hub: FakeHub, run: Path
     code, _, text = _cli("push", run, "--adapter", "--repo-id", "me/edit-adapter", env={"HF_TOKEN": TOKEN})
     assert code == 2, text
     line = _error_line(text)
-    assert ("2 file(s) differ from the lock's sha256: adapter/adapter_model.safetensors (missing), "
-            "adapter/extra.safetensors (extra)") in line, line
+    assert (
+        "2 file(s) differ from the lock's sha256: adapter/adapter_model.safetensors (missing), "
+        "adapter/extra.safetensors (extra)"
+    ) in line, line
     assert fake_hub.requests == []
 
 
@@ -139,8 +146,10 @@ def test_push_into_a_symlink_loop_is_one_line(fake_hub: FakeHub, run: Path) -> N
 # ------------------------------------------------------------------------------------- branch names
 
 
-@pytest.mark.parametrize("branch", ["../main", "a..b", "-rf", "main\nrm -rf /", "main\u202etxt.exe", "x/.hidden",
-                                    "refs//heads", "v1.lock", ""])
+@pytest.mark.parametrize(
+    "branch",
+    ["../main", "a..b", "-rf", "main\nrm -rf /", "main\u202etxt.exe", "x/.hidden", "refs//heads", "v1.lock", ""],
+)
 def test_a_branch_name_the_hub_would_misread_is_refused(fake_hub: FakeHub, run: Path, branch: str) -> None:
     code, stdout, text = _cli("push", run, "--repo-id", "me/edit", f"--branch={branch}", env={"HF_TOKEN": TOKEN})
     assert code == 2, text
@@ -174,11 +183,13 @@ def test_a_lock_s_hub_revision_is_checked_as_a_branch_name(fake_hub: FakeHub, ru
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "soon"])
-def test_a_hub_timeout_that_is_not_a_positive_finite_number_is_refused(fake_hub: FakeHub, run: Path,
-                                                                        value: str) -> None:
+def test_a_hub_timeout_that_is_not_a_positive_finite_number_is_refused(
+    fake_hub: FakeHub, run: Path, value: str
+) -> None:
     for flags in ([], ["--dry-run"]):
-        code, _, text = _cli("push", run, "--repo-id", "me/edit", *flags,
-                             env={"HF_TOKEN": TOKEN, "MATHNEURO_EDIT_HUB_TIMEOUT": value})
+        code, _, text = _cli(
+            "push", run, "--repo-id", "me/edit", *flags, env={"HF_TOKEN": TOKEN, "MATHNEURO_EDIT_HUB_TIMEOUT": value}
+        )
         assert code == 2, text
         assert f"MATHNEURO_EDIT_HUB_TIMEOUT={value!r}:" in _error_line(text), text
     assert fake_hub.requests == []
@@ -203,16 +214,16 @@ def test_push_dry_run_never_prints_the_token(fake_hub: FakeHub, run: Path) -> No
         assert TOKEN not in text and "notes-***.txt" in stdout, stdout
 
 
-def test_reproduce_json_of_an_edited_folder_prints_its_report_as_json_on_stdout(ws: Path, run: Path,
-                                                                                tmp_path: Path) -> None:
+def test_reproduce_json_of_an_edited_folder_prints_its_report_as_json_on_stdout(
+    ws: Path, run: Path, tmp_path: Path
+) -> None:
     edited = tmp_path / "edited"
     shutil.copytree(run, edited)
     shard = next((edited / "checkpoint").glob("*.safetensors"))
     data = bytearray(shard.read_bytes())
     data[-1] ^= 1  # one weight's last byte changed after the run
     shard.write_bytes(bytes(data))
-    result = CliRunner().invoke(main, ["reproduce", str(edited), "--base", str(ws / "base"), "--json",
-                                       *_data_sets(ws)])
+    result = CliRunner().invoke(main, ["reproduce", str(edited), "--base", str(ws / "base"), "--json", *_data_sets(ws)])
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)  # stdout is one JSON document, nothing else
     assert doc["ok"] is False and f"checkpoint/{shard.name}" in json.dumps(doc), doc

@@ -19,8 +19,17 @@ from tests._fakehub import TOKEN, FakeHub, fake_hub, out_dir, relock  # noqa: F4
 
 def _push_env(hub: FakeHub, tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-    return {**env, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HUB_DISABLE_XET": "1", "NO_PROXY": "127.0.0.1",
-            "HF_HOME": str(tmp_path / "hf-home"), "MATHNEURO_EDIT_DEBUG": "", "OMP_NUM_THREADS": "1", **extra}
+    return {
+        **env,
+        "HF_ENDPOINT": hub.url,
+        "HF_TOKEN": TOKEN,
+        "HF_HUB_DISABLE_XET": "1",
+        "NO_PROXY": "127.0.0.1",
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "MATHNEURO_EDIT_DEBUG": "",
+        "OMP_NUM_THREADS": "1",
+        **extra,
+    }
 
 
 def test_sigterm_during_a_stalled_upload_exits_143_at_once(fake_hub: FakeHub, out_dir: Path, tmp_path: Path) -> None:
@@ -28,12 +37,20 @@ def test_sigterm_during_a_stalled_upload_exits_143_at_once(fake_hub: FakeHub, ou
         save_file({"w": torch.full((8, 8), float(i))}, str(out_dir / f"extra-{i}.safetensors"))
     relock(out_dir)
     fake_hub.delay["/lfs-upload/"] = 120.0  # the upload's answer never comes within the test
-    p = subprocess.Popen([sys.executable, "-m", "mathneuro_edit.cli", "push", str(out_dir), "--repo-id", "me/stall"],
-                         env=_push_env(fake_hub, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "mathneuro_edit.cli", "push", str(out_dir), "--repo-id", "me/stall"],
+        env=_push_env(fake_hub, tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and p.poll() is None and not any(
-                "/lfs-upload/" in r["path"] for r in list(fake_hub.requests)):
+        while (
+            time.time() < deadline
+            and p.poll() is None
+            and not any("/lfs-upload/" in r["path"] for r in list(fake_hub.requests))
+        ):
             time.sleep(0.05)
         assert p.poll() is None, p.communicate()
         time.sleep(0.5)  # the client now waits for the upload's answer
@@ -49,8 +66,9 @@ def test_sigterm_during_a_stalled_upload_exits_143_at_once(fake_hub: FakeHub, ou
     assert fake_hub.commits == []
 
 
-def test_push_to_a_failing_hub_prints_no_progress_bars_and_the_error_last(fake_hub: FakeHub, out_dir: Path,
-                                                                          monkeypatch) -> None:
+def test_push_to_a_failing_hub_prints_no_progress_bars_and_the_error_last(
+    fake_hub: FakeHub, out_dir: Path, monkeypatch
+) -> None:
     import huggingface_hub.utils._http as client_http
     from click.testing import CliRunner
 

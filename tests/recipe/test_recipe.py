@@ -20,8 +20,11 @@ from mathneuro_edit.recipe.io import (
 from mathneuro_edit.recipe.schema import EditConfig, Recipe, recipe_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
-MINIMAL = {"base": {"model": "organism"}, "data": {"math": "organism:math", "general": "organism:general"},
-           "edit": {"scale": 1.1}}
+MINIMAL = {
+    "base": {"model": "organism"},
+    "data": {"math": "organism:math", "general": "organism:general"},
+    "edit": {"scale": 1.1},
+}
 
 
 def _problems(data: dict, overrides: tuple[str, ...] = ()) -> str:
@@ -51,37 +54,52 @@ def test_shipped_recipes_are_valid_and_quickstart_matches_code() -> None:
     assert llama.hub is None  # the hub section ships commented out
 
 
-@pytest.mark.parametrize(("path", "value", "expected"), [
-    ("edit.scale", float("nan"), "edit.scale: must be a finite number >= 0 (got nan)"),
-    ("edit.scale", float("inf"), "edit.scale: must be a finite number >= 0 (got inf)"),
-    ("edit.scale", -0.5, "edit.scale: must be a finite number >= 0 (got -0.5)"),
-    ("edit.scale", "big", "edit.scale: input should be a valid number"),
-    ("mask.top_k", 1.5, "mask.top_k: must be in (0, 1] (got 1.5), did you mean 0.015?"),
-    ("mask.top_k", 150, "mask.top_k: must be in (0, 1] (got 150.0)"),  # not a percent either: no guess
-    ("mask.top_k", 0, "mask.top_k: must be in (0, 1] (got 0.0)"),
-    ("mask.method", "magnitude", "mask.method: input should be 'mathneuro', 'wanda' or 'random'"),
-    ("mask.granularity", "column", "mask.granularity: input should be 'matrix' or 'row'"),
-    ("base.dtype", "fp8", "base.dtype: input should be 'float32', 'bfloat16', 'float16' or 'auto'"),
-    ("base.device", "gpu", "base.device: must be cpu, cuda, cuda:N, mps or auto (got 'gpu')"),
-    ("data.samples", 0, "data.samples: must be an integer >= 1 (got 0)"),
-    ("data.samples", 2.5, "data.samples: input should be a valid integer"),
-    ("data.general", [], "data.general: must list at least one source (got [])"),
-    ("calibration.max_length", -1, "calibration.max_length: must be an integer >= 1 (got -1)"),
-    ("targets.include", ["(unclosed"], "targets.include.0: not a valid regular expression"),
-    ("targets.exclude", ["ok", "[bad"], "targets.exclude.1: not a valid regular expression"),
-    ("outputs.max_shard_size", "2 gigs", 'outputs.max_shard_size: must be a size such as "2GB"'),
-    ("outputs.checkpoint", False, "outputs: at least one of checkpoint or adapter must be true"),
-    ("hub.repo_id", "not a repo", "hub.repo_id: must be a Hub repo id like user/name"),
-    ("data.math", {"path": "organism:algebra"}, "data.math: organism sources are organism:math or organism:general"),
-    ("data.math", {"path": "x.jsonl", "field": "q", "template": "{q}"}, "data.math: set field or template, not both"),
-    ("data.math", {"path": "x.jsonl", "template": "{"}, "data.math: template is not a valid format string"),
-    ("data.math", {"path": "x.jsonl", "template": "no field"}, "data.math: template names no field"),
-    ("data.math", {"path": "x.jsonl", "split": "train"}, "data.math: split does not apply to a local source"),
-    ("data.math", {"path": "hf://datasets/a/b", "format": "csv"}, "data.math: format does not apply to a hub source"),
-    ("data.math", {"path": "hf://gsm8k"}, "data.math: Hub sources look like hf://datasets/OWNER/NAME"),
-    ("data.math", {"path": "organism:math", "split": "dev"}, "data.math: organism split must be train or test"),
-    ("base.device_map", "auto", None),  # valid alone: checked below with device
-])
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("edit.scale", float("nan"), "edit.scale: must be a finite number >= 0 (got nan)"),
+        ("edit.scale", float("inf"), "edit.scale: must be a finite number >= 0 (got inf)"),
+        ("edit.scale", -0.5, "edit.scale: must be a finite number >= 0 (got -0.5)"),
+        ("edit.scale", "big", "edit.scale: input should be a valid number"),
+        ("mask.top_k", 1.5, "mask.top_k: must be in (0, 1] (got 1.5), did you mean 0.015?"),
+        ("mask.top_k", 150, "mask.top_k: must be in (0, 1] (got 150.0)"),  # not a percent either: no guess
+        ("mask.top_k", 0, "mask.top_k: must be in (0, 1] (got 0.0)"),
+        ("mask.method", "magnitude", "mask.method: input should be 'mathneuro', 'wanda' or 'random'"),
+        ("mask.granularity", "column", "mask.granularity: input should be 'matrix' or 'row'"),
+        ("base.dtype", "fp8", "base.dtype: input should be 'float32', 'bfloat16', 'float16' or 'auto'"),
+        ("base.device", "gpu", "base.device: must be cpu, cuda, cuda:N, mps or auto (got 'gpu')"),
+        ("data.samples", 0, "data.samples: must be an integer >= 1 (got 0)"),
+        ("data.samples", 2.5, "data.samples: input should be a valid integer"),
+        ("data.general", [], "data.general: must list at least one source (got [])"),
+        ("calibration.max_length", -1, "calibration.max_length: must be an integer >= 1 (got -1)"),
+        ("targets.include", ["(unclosed"], "targets.include.0: not a valid regular expression"),
+        ("targets.exclude", ["ok", "[bad"], "targets.exclude.1: not a valid regular expression"),
+        ("outputs.max_shard_size", "2 gigs", 'outputs.max_shard_size: must be a size such as "2GB"'),
+        ("outputs.checkpoint", False, "outputs: at least one of checkpoint or adapter must be true"),
+        ("hub.repo_id", "not a repo", "hub.repo_id: must be a Hub repo id like user/name"),
+        (
+            "data.math",
+            {"path": "organism:algebra"},
+            "data.math: organism sources are organism:math or organism:general",
+        ),
+        (
+            "data.math",
+            {"path": "x.jsonl", "field": "q", "template": "{q}"},
+            "data.math: set field or template, not both",
+        ),
+        ("data.math", {"path": "x.jsonl", "template": "{"}, "data.math: template is not a valid format string"),
+        ("data.math", {"path": "x.jsonl", "template": "no field"}, "data.math: template names no field"),
+        ("data.math", {"path": "x.jsonl", "split": "train"}, "data.math: split does not apply to a local source"),
+        (
+            "data.math",
+            {"path": "hf://datasets/a/b", "format": "csv"},
+            "data.math: format does not apply to a hub source",
+        ),
+        ("data.math", {"path": "hf://gsm8k"}, "data.math: Hub sources look like hf://datasets/OWNER/NAME"),
+        ("data.math", {"path": "organism:math", "split": "dev"}, "data.math: organism split must be train or test"),
+        ("base.device_map", "auto", None),  # valid alone: checked below with device
+    ],
+)
 def test_each_bad_value_is_reported_with_its_path(path: str, value: object, expected: str | None) -> None:
     data = _with(path, value)
     if expected is None:  # valid: the value is kept as given
@@ -103,10 +121,14 @@ def test_all_problems_are_listed_at_once() -> None:
     data["evaluation"] = {"math": "organism:math"}
     message = _problems(data)
     assert message.startswith("recipe.yaml: 6 problems: "), message
-    for part in ["edit.scale: must be a finite number >= 0 (got nan)", "mask.top_k: must be in (0, 1] (got 1.5)",
-                 "mask.granularity: input should be 'matrix' or 'row'",
-                 "base.revison: unknown key, did you mean 'revision'?", "data.general.0.colour: unknown key",
-                 "evaluation.general: required key is missing"]:
+    for part in [
+        "edit.scale: must be a finite number >= 0 (got nan)",
+        "mask.top_k: must be in (0, 1] (got 1.5)",
+        "mask.granularity: input should be 'matrix' or 'row'",
+        "base.revison: unknown key, did you mean 'revision'?",
+        "data.general.0.colour: unknown key",
+        "evaluation.general: required key is missing",
+    ]:
         assert part in message, (part, message)
     assert "\n" not in message
 
@@ -121,15 +143,21 @@ def test_unknown_keys_name_their_path_and_the_allowed_keys() -> None:
 
 def test_missing_required_sections() -> None:
     message = _problems({"base": {}})
-    for part in ["base.model: required key is missing", "data: required key is missing",
-                 "edit: required key is missing"]:
+    for part in [
+        "base.model: required key is missing",
+        "data: required key is missing",
+        "edit: required key is missing",
+    ]:
         assert part in message
 
 
-@pytest.mark.parametrize(("edit", "expected"), [
-    ({}, "edit: set exactly one of scale (a number >= 0) or prune: true (got neither)"),
-    ({"scale": 1.1, "prune": True}, "edit: set exactly one of scale (a number >= 0) or prune: true (got both)"),
-])
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        ({}, "edit: set exactly one of scale (a number >= 0) or prune: true (got neither)"),
+        ({"scale": 1.1, "prune": True}, "edit: set exactly one of scale (a number >= 0) or prune: true (got both)"),
+    ],
+)
 def test_edit_needs_exactly_one_of_scale_or_prune(edit: dict, expected: str) -> None:
     assert expected in _problems({**MINIMAL, "edit": edit})
 
@@ -177,16 +205,29 @@ def test_validation_errors_from_a_file_name_the_file(tmp_path: Path) -> None:
     p.write_text(yaml.safe_dump({**MINIMAL, "edit": {"scale": float("nan")}, "mask": {"top_k": 1.5}}))
     with pytest.raises(InputError) as info:
         load_recipe(p)
-    assert str(info.value) == (f"{p}: 2 problems: mask.top_k: must be in (0, 1] (got 1.5), did you mean 0.015?; "
-                               "edit.scale: must be a finite number >= 0 (got nan)")
+    assert str(info.value) == (
+        f"{p}: 2 problems: mask.top_k: must be in (0, 1] (got 1.5), did you mean 0.015?; "
+        "edit.scale: must be a finite number >= 0 (got nan)"
+    )
 
 
 def test_overrides_are_yaml_scalars_and_reach_nested_keys(tmp_path: Path) -> None:
     p = tmp_path / "r.yaml"
     p.write_text(yaml.safe_dump(MINIMAL))
-    r = load_recipe(p, ["edit.scale=1.2", "outputs.adapter=true", "targets.exclude=[lm_head, 'embed.*']",
-                        "data.math.split=test", "data.general.0.split=test", "base.revision=1234",
-                        "hub.repo_id=me/x", "base.max_memory={0: 20GiB, cpu: 60GiB}", "base.device_map=auto"])
+    r = load_recipe(
+        p,
+        [
+            "edit.scale=1.2",
+            "outputs.adapter=true",
+            "targets.exclude=[lm_head, 'embed.*']",
+            "data.math.split=test",
+            "data.general.0.split=test",
+            "base.revision=1234",
+            "hub.repo_id=me/x",
+            "base.max_memory={0: 20GiB, cpu: 60GiB}",
+            "base.device_map=auto",
+        ],
+    )
     assert r.edit.scale == 1.2 and r.outputs.adapter is True
     assert r.targets.exclude == ["lm_head", "embed.*"]
     assert r.data.math.split == "test" and r.data.general[0].split == "test"
@@ -211,9 +252,17 @@ def test_input_is_never_modified() -> None:
 
 
 def test_resolved_dict_makes_every_default_explicit_and_round_trips() -> None:
-    r = recipe_from_dict({**MINIMAL, "hub": {"repo_id": "me/x"},
-                          "evaluation": {"math": "organism:math", "general": "organism:general",
-                                         "lm_eval": {"tasks": ["arithmetic_local"]}}})
+    r = recipe_from_dict(
+        {
+            **MINIMAL,
+            "hub": {"repo_id": "me/x"},
+            "evaluation": {
+                "math": "organism:math",
+                "general": "organism:general",
+                "lm_eval": {"tasks": ["arithmetic_local"]},
+            },
+        }
+    )
     resolved = r.resolved_dict()
 
     def keys(d: dict, prefix: str = "") -> set[str]:  # sources ("math") are leaves, like in recipe_fields()
@@ -225,11 +274,25 @@ def test_resolved_dict_makes_every_default_explicit_and_round_trips() -> None:
     # a list of sections (sweep.variants) is one value of the resolved recipe, and its item keys in the docs
     listed = {"sweep.variants" if k.startswith("sweep.variants.") else k for k, *_ in recipe_fields()}
     assert keys(resolved) == {k for k in listed if not k.startswith("source.")}
-    assert resolved["mask"] == {"method": "mathneuro", "top_k": 0.05, "granularity": "matrix", "seed": 0,
-                                "reference": None}
-    assert resolved["data"]["general"] == [{"path": "organism:general", "field": None, "template": None,
-                                            "config": None, "split": None, "revision": None, "format": None,
-                                            "hub_dataset": None}]
+    assert resolved["mask"] == {
+        "method": "mathneuro",
+        "top_k": 0.05,
+        "granularity": "matrix",
+        "seed": 0,
+        "reference": None,
+    }
+    assert resolved["data"]["general"] == [
+        {
+            "path": "organism:general",
+            "field": None,
+            "template": None,
+            "config": None,
+            "split": None,
+            "revision": None,
+            "format": None,
+            "hub_dataset": None,
+        }
+    ]
     assert resolved["evaluation"]["max_new_tokens"] == 256 and resolved["hub"]["private"] is False
     assert recipe_from_dict(yaml.safe_load(r.to_yaml())) == r
     assert recipe_from_dict(json.loads(json.dumps(resolved))) == r
@@ -249,8 +312,9 @@ def test_public_dict_redacts_local_paths(tmp_path: Path) -> None:
     model.mkdir(parents=True)
     data = tmp_path / "secret-user" / "train.jsonl"
     base = {"model": str(model), "device_map": "auto", "offload_folder": str(tmp_path)}
-    r = recipe_from_dict({**MINIMAL, "base": base,
-                          "data": {"math": str(data), "general": ["organism:general", "hf://datasets/a/b"]}})
+    r = recipe_from_dict(
+        {**MINIMAL, "base": base, "data": {"math": str(data), "general": ["organism:general", "hf://datasets/a/b"]}}
+    )
     public = r.public_dict()
     assert public["base"]["model"] == "<local>" and public["base"]["offload_folder"] == "<local>"
     assert public["data"]["math"]["path"] == "<local>/train.jsonl"
@@ -288,8 +352,11 @@ def test_recipe_io_imports_first():
     import sys
 
     # (recipe/schema.py does not re-export them: the dependency is one-way, recipe_io -> recipe; tests/cli/test_messages.py)
-    for stmt in ("from mathneuro_edit.recipe.io import load_recipe", "import mathneuro_edit.recipe.schema",
-                 "from mathneuro_edit.recipe.lm_eval_keys import LmEvalConfig"):
+    for stmt in (
+        "from mathneuro_edit.recipe.io import load_recipe",
+        "import mathneuro_edit.recipe.schema",
+        "from mathneuro_edit.recipe.lm_eval_keys import LmEvalConfig",
+    ):
         proc = subprocess.run([sys.executable, "-c", stmt], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
 

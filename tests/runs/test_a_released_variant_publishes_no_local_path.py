@@ -14,6 +14,10 @@ def test_a_variant_s_local_data_path_is_published_as_its_file_name_only() -> Non
 
 
 def test_other_overrides_are_published_as_they_are() -> None:
-    for o in ("targets.include=[mlp]", "data.math.path=hf://datasets/openai/gsm8k", "data.math.path=arithmetic",
-              'data.math.template="{question} {solution}"'):
+    for o in (
+        "targets.include=[mlp]",
+        "data.math.path=hf://datasets/openai/gsm8k",
+        "data.math.path=arithmetic",
+        'data.math.template="{question} {solution}"',
+    ):
         assert _public_override(o) == o

@@ -28,20 +28,43 @@ CONF = [f"{i + 1000:064x}" for i in range(8)]
 
 def _valid() -> dict:
     """A sweep.json whose confirmation passed: 6 problems right only after the edit, none only before (p = 1/32)."""
-    point = {"top_k": 0.05, "scale": 1.1, "selected": 1000, "math_correct": 7, "math_total": 10, "mcnemar_p": 0.25,
-             "holm_p": 0.25, "general_kl": 0.01, "general_loss": 0.7}
-    return {"selection": {"n": len(SEL), "problems_sha256": list(SEL), "base": {"math_correct": 5},
-                          "points": [point]},
-            "confirmation": {"n": len(CONF), "problems_sha256": list(CONF), "top_k": 0.05, "scale": 1.1,
-                             "base_correct": 1, "edited_correct": 7, "base_only": 0, "edited_only": 6,
-                             "mcnemar_p": 0.03125, "confirmed": True, "alpha": 0.05, "point": 0,
-                             "mask_sha256": ""},
-            "recommendation": "top_k=0.05 scale=1.1: confirmed", "recipe": quickstart_recipe().public_dict()}
+    point = {
+        "top_k": 0.05,
+        "scale": 1.1,
+        "selected": 1000,
+        "math_correct": 7,
+        "math_total": 10,
+        "mcnemar_p": 0.25,
+        "holm_p": 0.25,
+        "general_kl": 0.01,
+        "general_loss": 0.7,
+    }
+    return {
+        "selection": {"n": len(SEL), "problems_sha256": list(SEL), "base": {"math_correct": 5}, "points": [point]},
+        "confirmation": {
+            "n": len(CONF),
+            "problems_sha256": list(CONF),
+            "top_k": 0.05,
+            "scale": 1.1,
+            "base_correct": 1,
+            "edited_correct": 7,
+            "base_only": 0,
+            "edited_only": 6,
+            "mcnemar_p": 0.03125,
+            "confirmed": True,
+            "alpha": 0.05,
+            "point": 0,
+            "mask_sha256": "",
+        },
+        "recommendation": "top_k=0.05 scale=1.1: confirmed",
+        "recipe": quickstart_recipe().public_dict(),
+    }
 
 
 def _from_sweep(sweep: Path, tmp_path: Path) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["run", "--out", str(tmp_path / "release"), "--from-sweep", str(sweep),
-                                       "--dry-run"])
+    result = CliRunner().invoke(
+        main, ["run", "--out", str(tmp_path / "release"), "--from-sweep", str(sweep), "--dry-run"]
+    )
     assert not (tmp_path / "release").exists()
     return result.exit_code, result.output
 
@@ -129,8 +152,9 @@ def test_huge_counts_are_bounded_and_the_exact_test_stays_fast(tmp_path: Path) -
     data = _valid()
     n = 20_000  # the bound: as many problems as a confirmation may list
     conf = [f"{i + 10**6:064x}" for i in range(n)]
-    data["confirmation"].update(n=n, problems_sha256=conf, base_only=9_000, edited_only=11_000, base_correct=0,
-                                edited_correct=11_000)
+    data["confirmation"].update(
+        n=n, problems_sha256=conf, base_only=9_000, edited_only=11_000, base_correct=0, edited_correct=11_000
+    )
     start = time.monotonic()
     code, text = _from_sweep(_write(tmp_path, data), tmp_path)
     assert code == 0, text  # 9,000 vs 11,000 of 20,000: a real gain, p far below 0.05

@@ -42,8 +42,12 @@ def test_mask_consistency_overlaps_equal_independent_jaccard():
     rows = mask_consistency(model, tok, MATH, GENERAL, sizes=sizes, repeats=repeats, top_k=top_k, seed=seed)
 
     def mask_of(m, g):
-        return find_math_params(model, calibrate(model, tok, list(m), progress=False),
-                                calibrate(model, tok, list(g), progress=False), top_k=top_k)
+        return find_math_params(
+            model,
+            calibrate(model, tok, list(m), progress=False),
+            calibrate(model, tok, list(g), progress=False),
+            top_k=top_k,
+        )
 
     full = mask_of(MATH, GENERAL)
     assert [r.samples for r in rows] == sizes
@@ -93,14 +97,24 @@ def test_mask_consistency_defaults_draws_and_arguments(monkeypatch):
         draws = []
         for r in range(3):  # default seed 0
             rng = random.Random(f"0:{n}:{r}")
-            draws.append(fake_mask(None, tuple(rng.sample(math_texts, n)), tuple(rng.sample(general_texts, n)),
-                                   top_k=0.05))
+            draws.append(
+                fake_mask(None, tuple(rng.sample(math_texts, n)), tuple(rng.sample(general_texts, n)), top_k=0.05)
+            )
         assert row.overlap_with_full_mean == pytest.approx(sum(_ref_jaccard(d, full) for d in draws) / 3)
         between = [_ref_jaccard(a, b) for a, b in combinations(draws, 2)]
         assert row.overlap_between_draws_mean == pytest.approx(sum(between) / 3)
     calls["calibrate"].clear(), calls["mask"].clear()
-    one = mask_consistency(None, None, math_texts, general_texts, sizes=[2], repeats=1, top_k=0.2,
-                           calibrate_kwargs={"max_length": 7}, mask_kwargs={"granularity": "row"})
+    one = mask_consistency(
+        None,
+        None,
+        math_texts,
+        general_texts,
+        sizes=[2],
+        repeats=1,
+        top_k=0.2,
+        calibrate_kwargs={"max_length": 7},
+        mask_kwargs={"granularity": "row"},
+    )
     assert one[0].overlap_between_draws_mean is None  # one draw: nothing to compare it with
     assert all(c == {"progress": False, "max_length": 7} for c in calls["calibrate"])
     assert all(c == {"top_k": 0.2, "granularity": "row"} for c in calls["mask"])

@@ -99,8 +99,11 @@ def test_adapter_refusal_comes_before_any_weight_is_read(tmp_path, monkeypatch) 
     base = fam.save_family_base(tmp_path / "base", family_shape("Qwen3-MoE"))
     (base / "model.safetensors").write_bytes(b"not weights: the refusal must not read this file")
     monkeypatch.setattr(pipeline, "load_stage", lambda *a, **k: pytest.fail("the model was loaded"))
-    with pytest.raises(InputError, match=r"^outputs\.adapter: qwen3_moe gets a checkpoint only: .*"
-                                         r"set `outputs\.adapter: false` in the recipe"):
+    with pytest.raises(
+        InputError,
+        match=r"^outputs\.adapter: qwen3_moe gets a checkpoint only: .*"
+        r"set `outputs\.adapter: false` in the recipe",
+    ):
         pipeline.run_recipe(fam.family_recipe(base, adapter=True, gguf=None), tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
 
@@ -110,17 +113,26 @@ def test_cli_plan_lists_the_outputs_from_config_json_alone(tmp_path) -> None:
 
     from mathneuro_edit.cli.main import main
 
-    for name, adapter, gguf in (("DeepSeek-V3", "no (outputs.adapter: deepseek_v3 gets a checkpoint only", "yes"),
-                                ("JetMoE", "no (outputs.adapter: jetmoe gets a checkpoint only", "no ("),
-                                ("Qwen3-MoE", "no (outputs.adapter: qwen3_moe gets a checkpoint only", "yes"),
-                                ("Llama 3.x", "yes", "yes")):
+    for name, adapter, gguf in (
+        ("DeepSeek-V3", "no (outputs.adapter: deepseek_v3 gets a checkpoint only", "yes"),
+        ("JetMoE", "no (outputs.adapter: jetmoe gets a checkpoint only", "no ("),
+        ("Qwen3-MoE", "no (outputs.adapter: qwen3_moe gets a checkpoint only", "yes"),
+        ("Llama 3.x", "yes", "yes"),
+    ):
         folder = tmp_path / name.split()[0]
         folder.mkdir()
         family_shape(name).config().save_pretrained(folder)  # config.json only: no weights to read
         recipe = tmp_path / f"{folder.name}.yaml"
-        recipe.write_text(yaml.safe_dump({"base": {"model": str(folder), "dtype": "float32"},
-                                          "data": {"math": "organism:math", "general": ["organism:general"]},
-                                          "edit": {"scale": 1.1}, "outputs": {"adapter": True, "gguf": "Q8_0"}}))
+        recipe.write_text(
+            yaml.safe_dump(
+                {
+                    "base": {"model": str(folder), "dtype": "float32"},
+                    "data": {"math": "organism:math", "general": ["organism:general"]},
+                    "edit": {"scale": 1.1},
+                    "outputs": {"adapter": True, "gguf": "Q8_0"},
+                }
+            )
+        )
         res = CliRunner().invoke(main, ["plan", str(recipe)])
         assert res.exit_code == 0, res.output
         assert "outputs this family" in res.output and "  checkpoint: yes" in res.output
@@ -153,6 +165,7 @@ def test_llama4_experts_are_scored_per_expert_on_the_tokens_routed_to_them() -> 
                 ref[name][0][e] += xe.pow(2).sum(0).sqrt()
                 ref[name][1][e] += (up * torch.nn.functional.silu(gate)).pow(2).sum(0).sqrt()
                 ref[name][2][e] += len(xe)
+
         return f
 
     handles = [m.register_forward_pre_hook(hook(n)) for n, m in experts.items()]
@@ -176,14 +189,22 @@ def test_run_dry_run_refuses_an_output_the_family_does_not_get(tmp_path) -> None
     folder = tmp_path / "mixtral"
     family_shape("Mixtral").config().save_pretrained(folder)  # config.json only
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({"base": {"model": str(folder), "dtype": "float32"},
-                                      "data": {"math": "organism:math", "general": ["organism:general"]},
-                                      "edit": {"scale": 1.1}, "outputs": {"adapter": True}}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "base": {"model": str(folder), "dtype": "float32"},
+                "data": {"math": "organism:math", "general": ["organism:general"]},
+                "edit": {"scale": 1.1},
+                "outputs": {"adapter": True},
+            }
+        )
+    )
     res = CliRunner().invoke(main, ["run", str(recipe), "--out", str(tmp_path / "out"), "--dry-run"])
     assert res.exit_code == 2, res.output
     assert "outputs.adapter: mixtral gets a checkpoint only" in res.output and "`outputs.adapter: false`" in res.output
-    ok = CliRunner().invoke(main, ["run", str(recipe), "--out", str(tmp_path / "out"), "--dry-run",
-                                   "--set", "outputs.adapter=false"])
+    ok = CliRunner().invoke(
+        main, ["run", str(recipe), "--out", str(tmp_path / "out"), "--dry-run", "--set", "outputs.adapter=false"]
+    )
     assert ok.exit_code == 0, ok.output
     assert not (tmp_path / "out").exists()
 
@@ -211,13 +232,17 @@ def test_jetmoe_parallel_experts_are_scored_on_the_rows_routed_to_each_expert() 
             for e, n in enumerate(sizes):
                 ref.setdefault(name, torch.zeros(module.num_experts, x.shape[1], dtype=torch.float64))
                 counts.setdefault(name, torch.zeros(module.num_experts, dtype=torch.long))
-                ref[name][e] += x[start:start + n].double().pow(2).sum(0).sqrt()
+                ref[name][e] += x[start : start + n].double().pow(2).sum(0).sqrt()
                 counts[name][e] += n
                 start += n
+
         return f
 
-    handles = [m.register_forward_pre_hook(pre(f"{n}.weight")) for n, m in model.named_modules()
-               if type(m).__name__ == "JetMoeParallelExperts"]
+    handles = [
+        m.register_forward_pre_hook(pre(f"{n}.weight"))
+        for n, m in model.named_modules()
+        if type(m).__name__ == "JetMoeParallelExperts"
+    ]
     with torch.no_grad():
         for text in texts:
             model(torch.tensor([tok(text).input_ids]))
@@ -250,8 +275,13 @@ def test_gguf_tokenizer_rows_are_run_and_checked_by_llama_cpp(tmp_path) -> None:
             assert notes[n] == got.removeprefix("refused: ")
             assert "SentencePiece-style" in got and got.endswith("set outputs.gguf: null") and "\n" not in got
     assert all(cells[kind] == fam.WORKS for kind in fam.SPM_WORKS.values())
-    prompts = ["Question: Tom has 3 apples and buys 4 more.", " a leading space", "two  spaces and 12345",
-               "na\u00efve caf\u00e9 \u65e5\u672c \U0001f642", "line one\nline two\n\nend"]
+    prompts = [
+        "Question: Tom has 3 apples and buys 4 more.",
+        " a leading space",
+        "two  spaces and 12345",
+        "na\u00efve caf\u00e9 \u65e5\u672c \U0001f642",
+        "line one\nline two\n\nend",
+    ]
     for style in fam.SPM_WORKS:
         ckpt = fam.sentencepiece_checkpoint(tmp_path, style)
         if importlib.util.find_spec("llama_cpp") is None:

@@ -20,14 +20,16 @@ from tests.engine.test_official import assert_same, ref_mask
 
 
 def _recipe(base, **mask):
-    return recipe_from_dict({
-        "base": {"model": str(base), "dtype": "bfloat16", "device": "cpu"},
-        "data": {"math": "organism:math", "general": ["organism:general"], "samples": 6, "seed": 0},
-        "calibration": {"max_length": 512, "batch_size": 4},
-        "mask": {"top_k": 0.1, **mask},
-        "edit": {"scale": 1.5},
-        "outputs": {"checkpoint": True},
-    })
+    return recipe_from_dict(
+        {
+            "base": {"model": str(base), "dtype": "bfloat16", "device": "cpu"},
+            "data": {"math": "organism:math", "general": ["organism:general"], "samples": 6, "seed": 0},
+            "calibration": {"max_length": 512, "batch_size": 4},
+            "mask": {"top_k": 0.1, **mask},
+            "edit": {"scale": 1.5},
+            "outputs": {"checkpoint": True},
+        }
+    )
 
 
 def test_run_with_reference_official_writes_the_scripts_mask(tmp_path):

@@ -58,8 +58,9 @@ def test_a_changed_output_with_the_same_mask_is_not_reproduced(run: Path) -> Non
     assert "re-run against the lock: mask match" in stdout  # the mask IS identical: only the file check catches it
     assert "  changed  checkpoint/model.safetensors" in stdout
     last = stdout.strip().splitlines()[-1]
-    assert last.startswith("reproduced: NO: the files you have differ from the lock: checkpoint/model.safetensors "
-                           "(changed)"), last
+    assert last.startswith(
+        "reproduced: NO: the files you have differ from the lock: checkpoint/model.safetensors (changed)"
+    ), last
     assert "yes" not in last
 
 

@@ -27,25 +27,29 @@ def _reproduce(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("status", [500, 503])
-def test_reproduce_of_a_hub_repo_while_the_hub_answers_5xx_is_exit_3_with_one_line(fake_hub: FakeHub, no_waits,
-                                                                                   status: int) -> None:
+def test_reproduce_of_a_hub_repo_while_the_hub_answers_5xx_is_exit_3_with_one_line(
+    fake_hub: FakeHub, no_waits, status: int
+) -> None:
     fake_hub.fail_times[LOCK_PATH] = [(status, {})] * 50
     code, _, text = _reproduce()
     assert code == 3, text
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"error: me/edited: the Hub answered {status} while downloading "
-                                                   "its mathneuro_recipe.lock.yaml"), text
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: me/edited: the Hub answered {status} while downloading its mathneuro_recipe.lock.yaml"
+    ), text
     assert "retry later" in lines[0] and "offline" not in lines[0] and "internal error" not in lines[0]
 
 
-def test_reproduce_of_a_hub_repo_answered_by_a_redirect_without_location_is_exit_3(fake_hub: FakeHub,
-                                                                                     no_waits) -> None:
+def test_reproduce_of_a_hub_repo_answered_by_a_redirect_without_location_is_exit_3(fake_hub: FakeHub, no_waits) -> None:
     fake_hub.fail_times[LOCK_PATH] = [(307, {})] * 50  # a 3xx with a JSON body and no Location header
     code, stdout, text = _reproduce("--json")
     assert code == 3, text
     line = [ln for ln in text.splitlines() if ln.startswith("error: ")]
-    assert len(line) == 1 and "the Hub's answer while downloading its mathneuro_recipe.lock.yaml could not be read" \
-        in line[0] and "internal error" not in text, text
+    assert (
+        len(line) == 1
+        and "the Hub's answer while downloading its mathneuro_recipe.lock.yaml could not be read" in line[0]
+        and "internal error" not in text
+    ), text
     import json
 
     assert json.loads(stdout)["exit_status"] == 3  # --json: the error as JSON on stdout
@@ -58,7 +62,8 @@ def test_reproduce_of_a_repo_the_hub_does_not_have_stays_exit_2(fake_hub: FakeHu
 
 
 def test_push_answered_by_a_redirect_without_the_repo_url_is_exit_3_not_a_key_error(
-        fake_hub: FakeHub, out_dir, no_waits, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_hub: FakeHub, out_dir, no_waits, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import mathneuro_edit.publish.hub_requests as hub_module
 
     monkeypatch.setattr(hub_module, "_sleep", lambda s: None)
@@ -67,6 +72,7 @@ def test_push_answered_by_a_redirect_without_the_repo_url_is_exit_3_not_a_key_er
     result = CliRunner().invoke(main, ["push", str(out_dir), "--repo-id", "me/redirected"])
     assert result.exit_code == 3, result.output
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: me/redirected: the Hub's answer while pushing could not "
-                                                   "be read (KeyError: 'url')"), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: me/redirected: the Hub's answer while pushing could not be read (KeyError: 'url')"
+    ), lines
     assert fake_hub.commits == []

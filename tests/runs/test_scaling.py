@@ -40,6 +40,8 @@ from tests._tiny import build, char_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 CAL = dict(max_length=64, batch_size=4, progress=False)
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
@@ -102,8 +104,14 @@ def test_calibrate_everything_on_disk(folders, tmp_path):
 
 def test_calibrate_offloaded_moe_experts(folders, tmp_path):
     ref = AutoModelForCausalLM.from_pretrained(folders["mixtral"]).eval()
-    keep = {"model.embed_tokens": "cpu", "model.layers.0": "disk", "model.layers.1": "cpu", "model.norm": "cpu",
-            "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    keep = {
+        "model.embed_tokens": "cpu",
+        "model.layers.0": "disk",
+        "model.layers.1": "cpu",
+        "model.norm": "cpu",
+        "model.rotary_emb": "cpu",
+        "lm_head": "cpu",
+    }
     off = _offloaded(folders["mixtral"], tmp_path, device_map=keep)  # experts' weights are meta in our pre-hook
     _assert_same_stats(calibrate(off, char_tokenizer(), MATH, **CAL), calibrate(ref, char_tokenizer(), MATH, **CAL))
 
@@ -131,8 +139,9 @@ def test_early_stop_leaves_offloaded_weights_offloaded_and_no_hooks(folders, tmp
     block = AutoModelForCausalLM.from_pretrained(folders["llama"]).eval()
     layer = block.model.layers[1]
     weights = {n: p.detach().clone() for n, p in layer.named_parameters()}
-    add_hook_to_module(layer, AlignDevicesHook(execution_device="cpu", offload=True, weights_map=weights,
-                                               place_submodules=True))
+    add_hook_to_module(
+        layer, AlignDevicesHook(execution_device="cpu", offload=True, weights_map=weights, place_submodules=True)
+    )
     assert all(p.device.type == "meta" for p in layer.parameters())
     _assert_same_stats(calibrate(block, tok, MATH, **kw), calibrate(ref, tok, MATH, **kw))
     assert all(p.device.type == "meta" for p in layer.parameters()), "weights left loaded after the stop"
@@ -250,8 +259,17 @@ def test_data_parallel_equals_single_process_and_failing_ranks_stop_all(tmp_path
     script = tmp_path / "worker.py"
     script.write_text(_WORKER.format(repo=str(REPO)))
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(script), str(folders["llama"]), str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(script),
+        str(folders["llama"]),
+        str(tmp_path),
+    ]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     elapsed = time.monotonic() - start
@@ -263,12 +281,16 @@ def test_data_parallel_equals_single_process_and_failing_ranks_stop_all(tmp_path
     dp_general = ActivationStats.load(tmp_path / "general.stats.safetensors")
     _assert_same_stats(dp_math, math)  # meta included: full-list texts_sha256, samples, tokens, truncated
     _assert_same_stats(dp_general, general)
-    assert find_math_params(model, dp_math, dp_general, top_k=0.1).sha256 == \
-        find_math_params(model, math, general, top_k=0.1).sha256
+    assert (
+        find_math_params(model, dp_math, dp_general, top_k=0.1).sha256
+        == find_math_params(model, math, general, top_k=0.1).sha256
+    )
     # 2. one rank raises: it raises its own error, the other one naming it
     assert "rank 1 raised RuntimeError: injected failure on rank 1" in proc.stdout
-    assert "rank 0 raised MathNeuroEditError: calibrate_distributed: rank(s) 1 of 2 failed during calibration" \
+    assert (
+        "rank 0 raised MathNeuroEditError: calibrate_distributed: rank(s) 1 of 2 failed during calibration"
         in proc.stdout
+    )
     # 3. a hanging rank: the 5 s timeout (not the 300 s sleep) ends the run, with a clear error and exit status
     assert proc.returncode != 0 and "done" not in proc.stdout
     assert "rank 0: sharing the status of calibration failed while waiting for the other ranks" in proc.stderr
@@ -308,9 +330,14 @@ def test_plan_recipe_reads_the_base_folder_config(folders):
     from mathneuro_edit.recipe.io import recipe_from_dict
     from mathneuro_edit.runs.plan import plan_recipe
 
-    recipe = recipe_from_dict({"base": {"model": str(folders["mixtral"]), "dtype": "float32"},
-                               "data": {"math": "organism:math", "general": ["organism:general"] * 2},
-                               "calibration": {"batch_size": 2, "max_length": 16}, "edit": {"scale": 1.1}})
+    recipe = recipe_from_dict(
+        {
+            "base": {"model": str(folders["mixtral"]), "dtype": "float32"},
+            "data": {"math": "organism:math", "general": ["organism:general"] * 2},
+            "calibration": {"batch_size": 2, "max_length": 16},
+            "edit": {"scale": 1.1},
+        }
+    )
     plan = plan_recipe(recipe)
     model = AutoModelForCausalLM.from_pretrained(folders["mixtral"])
     assert plan.n_params == sum(p.numel() for p in model.parameters())
@@ -319,8 +346,16 @@ def test_plan_recipe_reads_the_base_folder_config(folders):
 
 
 def test_plan_llama3_8b_like_config():
-    cfg = dict(model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
-               num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False)
+    cfg = dict(
+        model_type="llama",
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=False,
+    )
     plan = plan_from_config(cfg, dtype="bfloat16", batch_size=8, max_length=512)
     assert abs(plan.n_params - 8.03e9) / 8.03e9 < 0.01
     assert plan.targets_by_kind == {"linear": 32 * 7 + 1}  # q k v o gate up down per layer + untied lm_head

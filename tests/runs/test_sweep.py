@@ -50,15 +50,15 @@ def P(acc: float, kl: float, top_k: float = 0.05, p: float = 0.01, scale: float 
 
 # index: (math accuracy, general KL, McNemar p)      hand-computed role (base 0.50, budget 0.05)
 POINTS = [
-    P(0.60, 0.020, 0.01, p=0.12),    # 0 front, within budget, NOT significant: never recommended
+    P(0.60, 0.020, 0.01, p=0.12),  # 0 front, within budget, NOT significant: never recommended
     P(0.70, 0.100, 0.02, p=0.0004),  # 1 front (best accuracy), significant, OVER budget
-    P(0.60, 0.030, 0.03, p=0.03),    # 2 dominated by 0 (same accuracy, more KL)
-    P(0.55, 0.010, 0.04, p=0.05),    # 3 front; p exactly 0.05 is NOT significant
-    P(0.40, 0.005, 0.05, p=0.02),    # 4 front (least KL), a significant LOSS (below the base)
-    P(0.58, 0.040, 0.06, p=0.04),    # 5 dominated by 0
-    P(0.62, 0.050, 0.07, p=0.004),   # 6 front, exactly at the budget: the recommendation
-    P(0.60, 0.020, 0.08, p=0.045),   # 7 identical to 0 but significant: both on the front
-    P(0.30, 0.200, 0.09, p=0.001),   # 8 dominated by everything
+    P(0.60, 0.030, 0.03, p=0.03),  # 2 dominated by 0 (same accuracy, more KL)
+    P(0.55, 0.010, 0.04, p=0.05),  # 3 front; p exactly 0.05 is NOT significant
+    P(0.40, 0.005, 0.05, p=0.02),  # 4 front (least KL), a significant LOSS (below the base)
+    P(0.58, 0.040, 0.06, p=0.04),  # 5 dominated by 0
+    P(0.62, 0.050, 0.07, p=0.004),  # 6 front, exactly at the budget: the recommendation
+    P(0.60, 0.020, 0.08, p=0.045),  # 7 identical to 0 but significant: both on the front
+    P(0.30, 0.200, 0.09, p=0.001),  # 8 dominated by everything
 ]
 FRONT = [0, 1, 3, 4, 6, 7]
 SIGNIFICANT = [False, True, True, False, True, True, True, True, True]
@@ -93,15 +93,22 @@ def test_pareto_front_is_the_hand_computed_one():
 
 
 def test_point_takes_the_paired_comparison_of_the_eval():
-    res = {"math": {"edited": {"math_accuracy": 0.62, "math_correct": 62, "math_total": 100, "math_ci95_low": 0.52,
-                               "math_ci95_high": 0.71},
-                    "comparison": {"mcnemar_p": 0.004, "significant": True}},
-           "general": {"edited": {"general_loss": 2.5, "general_kl": 0.03}}}
+    res = {
+        "math": {
+            "edited": {
+                "math_accuracy": 0.62,
+                "math_correct": 62,
+                "math_total": 100,
+                "math_ci95_low": 0.52,
+                "math_ci95_high": 0.71,
+            },
+            "comparison": {"mcnemar_p": 0.004, "significant": True},
+        },
+        "general": {"edited": {"general_loss": 2.5, "general_kl": 0.03}},
+    }
     assert _point(0.07, 1.1, 9, res) == SweepPoint(0.07, 1.1, 9, 0.62, 2.5, 0.03, 62, 100, 0.52, 0.71, 0.004, True)
     res["math"].pop("comparison")  # no paired comparison: never significant
     assert _point(0.07, 1.1, 9, res).significant is False and _point(0.07, 1.1, 9, res).mcnemar_p == 1.0
-
-
 
 
 BASE = 50  # the base's correct answers on the N selection problems
@@ -110,8 +117,11 @@ BASE = 50  # the base's correct answers on the N selection problems
 def reference_candidate(points, base_correct: int, kl_budget: float) -> int | None:
     """Written out: keep the points within the budget that gain, order by most correct, then least KL, then
     index, take the first."""
-    ok = [(-p.math_correct, p.general_kl, i) for i, p in enumerate(points)
-          if p.general_kl <= kl_budget and p.math_correct - base_correct >= 1]
+    ok = [
+        (-p.math_correct, p.general_kl, i)
+        for i, p in enumerate(points)
+        if p.general_kl <= kl_budget and p.math_correct - base_correct >= 1
+    ]
     return sorted(ok)[0][2] if ok else None
 
 
@@ -149,8 +159,20 @@ def test_confirm_is_one_exact_mcnemar_test_of_a_gain():
 
 def _conf(base_correct: int, edited_correct: int, b: int, c: int, point: int = 6, n: int = 200) -> Confirmation:
     p = mcnemar_exact(b, c)
-    return Confirmation(n, tuple(f"{i:064x}" for i in range(1000, 1000 + n)), POINTS[point].top_k,
-                        POINTS[point].scale, base_correct, edited_correct, b, c, p, c > b and p < 0.05, 0.05, point)
+    return Confirmation(
+        n,
+        tuple(f"{i:064x}" for i in range(1000, 1000 + n)),
+        POINTS[point].top_k,
+        POINTS[point].scale,
+        base_correct,
+        edited_correct,
+        b,
+        c,
+        p,
+        c > b and p < 0.05,
+        0.05,
+        point,
+    )
 
 
 def test_recommendation_says_what_selection_and_confirmation_showed():
@@ -159,21 +181,26 @@ def test_recommendation_says_what_selection_and_confirmation_showed():
     assert best is None and text == (
         "nothing confirmed: no setting within the general-KL budget 0.009 raises math accuracy over the base "
         "(50.0% on 100 selection problems), so none was tested on the confirmation problems; do not publish a boost "
-        "from this sweep")
+        "from this sweep"
+    )
     # point 6: raw p = 0.004; Holm over 9 tests: sorted 0.001, 0.0004... by hand below
-    chosen = ("top_k=0.07 scale=1.1, chosen among 9 settings on 100 selection problems (50.0% -> 62.0%, +12 "
-              "problems, raw p = 0.004, Holm p = 0.028, general KL 0.05, budget 0.05)")
+    chosen = (
+        "top_k=0.07 scale=1.1, chosen among 9 settings on 100 selection problems (50.0% -> 62.0%, +12 "
+        "problems, raw p = 0.004, Holm p = 0.028, general KL 0.05, budget 0.05)"
+    )
     c = _conf(70, 78, 10, 18)  # 70/200 -> 78/200: p = 0.185, not confirmed
     best, text = recommend(pts, BASE, N, 6, c, 0.05)
     assert best is None and text == (
         f"nothing confirmed: the candidate {chosen} did not confirm on 200 other problems: base 35.0% (70/200, "
         "28.7-41.8) -> 39.0% (78/200, 32.5-45.9), +4.0 points, 10 right only before and 18 only after, exact McNemar "
-        "p = 0.185 (a confirmed gain needs p < 0.05); do not publish a boost from this sweep")
+        "p = 0.185 (a confirmed gain needs p < 0.05); do not publish a boost from this sweep"
+    )
     c = _conf(70, 90, 5, 25)  # p = 2 * sum_{i<=5} C(30, i) / 2**30 = 0.000325
     best, text = recommend(pts, BASE, N, 6, c, 0.05)
     assert best == 6 and text == (
         f"recommended: {chosen}; confirmed on 200 other problems: base 35.0% (70/200, 28.7-41.8) -> 45.0% (90/200, "
-        "38.3-51.9), +10.0 points, 5 right only before and 25 only after, exact McNemar p < 0.001 (< 0.05)")
+        "38.3-51.9), +10.0 points, 5 right only before and 25 only after, exact McNemar p < 0.001 (< 0.05)"
+    )
     assert best == recommend(pts, BASE, N, 6, c, 0.05)[0]
     assert recommend(pts, BASE, N, 6, None, 0.05)[0] is None  # a candidate never tested is not recommended
 
@@ -191,8 +218,24 @@ def _result(confirmation: Confirmation | None, candidate: int | None) -> SweepRe
     pts = with_holm(POINTS)
     best, text = recommend(pts, BASE, N, candidate, confirmation, 0.05)
     sel = [f"{i:064x}" for i in range(N)]
-    return SweepResult(0.5, 2.0, pts, pareto_front(pts), text, best, {"math_correct": BASE, "math_total": N}, NAN,
-                       sel, confirmation, candidate, 0.05, 0.05, 4, {"mask": {"top_k": 0.05}}, "r" * 64)
+    return SweepResult(
+        0.5,
+        2.0,
+        pts,
+        pareto_front(pts),
+        text,
+        best,
+        {"math_correct": BASE, "math_total": N},
+        NAN,
+        sel,
+        confirmation,
+        candidate,
+        0.05,
+        0.05,
+        4,
+        {"mask": {"top_k": 0.05}},
+        "r" * 64,
+    )
 
 
 def test_sweep_json_contract():
@@ -208,8 +251,16 @@ def test_sweep_json_contract():
             assert d["recommendation"].startswith("nothing confirmed:")
             continue
         c = d["confirmation"]
-        assert {"n", "problems_sha256", "top_k", "scale", "base_correct", "edited_correct", "mcnemar_p",
-                "confirmed"} <= set(c)
+        assert {
+            "n",
+            "problems_sha256",
+            "top_k",
+            "scale",
+            "base_correct",
+            "edited_correct",
+            "mcnemar_p",
+            "confirmed",
+        } <= set(c)
         assert not set(c["problems_sha256"]) & set(sel["problems_sha256"])
         # the recommendation is empty of a setting unless the confirmation passed
         if c["confirmed"]:
@@ -221,9 +272,29 @@ def test_sweep_json_contract():
 def test_csv_and_table_show_raw_and_holm_p():
     result = _result(_conf(70, 90, 5, 25), 6)
     rows = list(csv.reader(io.StringIO(result.to_csv())))
-    assert rows[0] == ["variant", "round", "top_k", "scale", "selected", "math_accuracy", "math_correct", "math_total", "math_ci95_low",
-                       "math_ci95_high", "mcnemar_p", "holm_p", "significant", "general_loss", "general_loss_se",
-                       "loss_change", "loss_change_se", "general_kl", "pareto", "candidate", "confirmed"]
+    assert rows[0] == [
+        "variant",
+        "round",
+        "top_k",
+        "scale",
+        "selected",
+        "math_accuracy",
+        "math_correct",
+        "math_total",
+        "math_ci95_low",
+        "math_ci95_high",
+        "mcnemar_p",
+        "holm_p",
+        "significant",
+        "general_loss",
+        "general_loss_se",
+        "loss_change",
+        "loss_change_se",
+        "general_kl",
+        "pareto",
+        "candidate",
+        "confirmed",
+    ]
     assert len(rows) == 1 + len(POINTS)
     assert rows[7][8:13] == ["0.5221", "0.7090", "0.004", "0.028", "True"]  # point 6, by hand (62/100)
     assert rows[7][-3:] == ["True", "True", "True"] and rows[1][-3:] == ["True", "False", "False"]
@@ -252,8 +323,11 @@ def test_selection_and_confirmation_problems_are_disjoint_by_construction():
     # a new seed, new problems; the same seed, the same split
     again = sweep_problems(r)
     assert [p["question"] for p in again[1]] == [p["question"] for p in sel]
-    other = sweep_problems(_arith("sweep.selection_samples=300", "sweep.confirmation_samples=600",
-                                  "evaluation.n_shot=2", "evaluation.seed=1"))
+    other = sweep_problems(
+        _arith(
+            "sweep.selection_samples=300", "sweep.confirmation_samples=600", "evaluation.n_shot=2", "evaluation.seed=1"
+        )
+    )
     assert [p["question"] for p in other[1]] != [p["question"] for p in sel]
 
 
@@ -267,10 +341,14 @@ def test_a_file_with_repeated_questions_still_gives_disjoint_sets(tmp_path):
     _, sel, conf = sweep_problems(r)
     assert len(sel) == 10 and not {p["question"] for p in sel} & {p["question"] for p in conf}
     assert len(conf) == len({p["question"] for p in conf})  # a repeat is dropped, not tested twice
-    small = quickstart_recipe([f"evaluation.math={path}", "sweep.selection_samples=20",
-                               "sweep.confirmation_samples=20"])
-    with pytest.raises(InputError, match=r"has 30 problems; the sweep needs .* = 0 \+ 20 \+ 20 = 40; lower "
-                                         r"sweep.selection_samples or sweep.confirmation_samples"):
+    small = quickstart_recipe(
+        [f"evaluation.math={path}", "sweep.selection_samples=20", "sweep.confirmation_samples=20"]
+    )
+    with pytest.raises(
+        InputError,
+        match=r"has 30 problems; the sweep needs .* = 0 \+ 20 \+ 20 = 40; lower "
+        r"sweep.selection_samples or sweep.confirmation_samples",
+    ):
         sweep_problems(small)
 
 
@@ -278,8 +356,11 @@ def _write_sweep(folder, confirmed: bool | None, recipe=None):
     import json
 
     folder.mkdir(parents=True, exist_ok=True)
-    conf = None if confirmed is None else _conf(70, 90 if confirmed else 78, 5 if confirmed else 10,
-                                                25 if confirmed else 18)
+    conf = (
+        None
+        if confirmed is None
+        else _conf(70, 90 if confirmed else 78, 5 if confirmed else 10, 25 if confirmed else 18)
+    )
     d = _result(conf, None if conf is None else 6).to_dict()
     d["recipe"] = (recipe or quickstart_recipe()).public_dict()
     (folder / "sweep.json").write_text(json.dumps(d, allow_nan=True))
@@ -289,8 +370,11 @@ def _write_sweep(folder, confirmed: bool | None, recipe=None):
 def test_read_sweep_refuses_anything_but_a_confirmed_setting(tmp_path):
     for confirmed, name in ((None, "none"), (False, "no")):
         _write_sweep(tmp_path / name, confirmed)
-        with pytest.raises(InputError, match=r"sweep.json: nothing was confirmed \(nothing confirmed: .*\); there is "
-                                             "no setting to release from this sweep"):
+        with pytest.raises(
+            InputError,
+            match=r"sweep.json: nothing was confirmed \(nothing confirmed: .*\); there is "
+            "no setting to release from this sweep",
+        ):
             read_sweep(tmp_path / name)
     with pytest.raises(InputError, match="not found; pass the --out folder of a `mathneuro-edit sweep`"):
         read_sweep(tmp_path / "missing")
@@ -322,8 +406,12 @@ def test_recipe_from_sweep_takes_the_setting_and_refuses_another_recipe(tmp_path
 def test_recipe_from_sweep_applies_the_confirmed_variant_and_refuses_other_keys(tmp_path):
     _write_sweep(tmp_path / "yes", True)
     ev = read_sweep(tmp_path / "yes")
-    mlp = ev.__class__(**{**ev.__dict__, "confirmation": {**ev.confirmation, "variant": "mlp-only",
-                                                          "variant_set": ["targets.include=[mlp]"]}})
+    mlp = ev.__class__(
+        **{
+            **ev.__dict__,
+            "confirmation": {**ev.confirmation, "variant": "mlp-only", "variant_set": ["targets.include=[mlp]"]},
+        }
+    )
     r = recipe_from_sweep(quickstart_recipe(), mlp)
     assert r.targets.include == ["mlp"] and (r.mask.top_k, r.edit.scale) == (0.07, 1.1)
     assert mlp.lock_entry()["variant"] == "mlp-only"

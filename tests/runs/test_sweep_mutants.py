@@ -27,15 +27,18 @@ def _math(flags: list[bool]) -> MathResult:
 def test_point_reads_the_general_loss_error_columns() -> None:
     base_g = GeneralResult(2.0, 9, 0.0, "", (4.0, 14.0), (3, 6))
     edited_g = GeneralResult(2.1, 9, 0.02, "", (4.3, 14.6), (3, 6))
-    d = EvalResults({"math": _math([True, False]), "general": base_g},
-                    {"math": _math([True, True]), "general": edited_g}).to_dict()
+    d = EvalResults(
+        {"math": _math([True, False]), "general": base_g}, {"math": _math([True, True]), "general": edited_g}
+    ).to_dict()
     p = _point(0.05, 1.1, 7, d)
     assert p.general_loss_se == pytest.approx(ratio_se([4.3, 14.6], [3, 6]), rel=1e-12)
     assert p.loss_change == pytest.approx(0.1, rel=1e-12)
     assert p.loss_change_se == pytest.approx(ratio_se([0.3, 0.6], [3, 6]), rel=1e-12)
     # without per-text sums (no standard error) and without a general comparison: nan, not an error
-    d = EvalResults({"math": _math([True, False]), "general": GeneralResult(2.0, 9)},
-                    {"math": _math([True, True]), "general": GeneralResult(2.1, 9, 0.02)}).to_dict()
+    d = EvalResults(
+        {"math": _math([True, False]), "general": GeneralResult(2.0, 9)},
+        {"math": _math([True, True]), "general": GeneralResult(2.1, 9, 0.02)},
+    ).to_dict()
     p = _point(0.05, 1.1, 7, d)
     assert math.isnan(p.general_loss_se) and math.isnan(p.loss_change) and math.isnan(p.loss_change_se)
     del d["math"]["comparison"]  # no paired math result: p = 1, not significant

@@ -90,12 +90,13 @@ def enumerated_power(n: int, gain: float, disc: float, alpha: float) -> float:
     for b in range(n + 1):
         for c in range(n - b + 1):
             if c > b and mcnemar_exact(b, c) < alpha:
-                total += (math.comb(n, b) * math.comb(n - b, c) * pb**b * pc**c * (1 - pb - pc) ** (n - b - c))
+                total += math.comb(n, b) * math.comb(n - b, c) * pb**b * pc**c * (1 - pb - pc) ** (n - b - c)
     return total
 
 
-@pytest.mark.parametrize("n,gain,disc,alpha", [(30, 0.1, 0.3, 0.05), (40, 0.0, 0.2, 0.05), (25, 0.2, 0.2, 0.05),
-                                               (50, 0.05, 0.15, 0.01)])
+@pytest.mark.parametrize(
+    "n,gain,disc,alpha", [(30, 0.1, 0.3, 0.05), (40, 0.0, 0.2, 0.05), (25, 0.2, 0.2, 0.05), (50, 0.05, 0.15, 0.01)]
+)
 def test_power_equals_enumeration(n, gain, disc, alpha) -> None:
     assert mcnemar_power(n, gain, disc, alpha) == pytest.approx(enumerated_power(n, gain, disc, alpha), abs=1e-12)
 
@@ -140,16 +141,32 @@ def simulate(gain: float, seed: int) -> dict[str, float]:
     procedure = uncorrected = holm = candidates = 0
     for r in range(REPS):
         ps = [mcnemar_exact(int(b[r, j]), int(c[r, j])) for j in range(POINTS)]
-        pts = [SweepPoint(0.05, 1.1, 1, 0.0, 2.0, float(kl[r, j]), int(base_correct[r] - b[r, j] + c[r, j]), N_SEL,
-                          mcnemar_p=ps[j]) for j in range(POINTS)]
+        pts = [
+            SweepPoint(
+                0.05,
+                1.1,
+                1,
+                0.0,
+                2.0,
+                float(kl[r, j]),
+                int(base_correct[r] - b[r, j] + c[r, j]),
+                N_SEL,
+                mcnemar_p=ps[j],
+            )
+            for j in range(POINTS)
+        ]
         gains = [c[r, j] > b[r, j] for j in range(POINTS)]
         uncorrected += any(g and p < ALPHA for g, p in zip(gains, ps))
         holm += any(g and h < ALPHA for g, h in zip(gains, holm_adjust(ps)))
         if select_candidate(pts, int(base_correct[r]), 0.05) is not None:
             candidates += 1
             procedure += confirm(base_conf[r].tolist(), edited_conf[r].tolist(), ALPHA)[3]
-    return {"procedure": procedure / REPS, "uncorrected": uncorrected / REPS, "holm": holm / REPS,
-            "candidates": candidates / REPS}
+    return {
+        "procedure": procedure / REPS,
+        "uncorrected": uncorrected / REPS,
+        "holm": holm / REPS,
+        "candidates": candidates / REPS,
+    }
 
 
 def margin(p: float) -> float:
@@ -203,8 +220,9 @@ def simulate_adaptive(gain: float, seed: int) -> dict[str, float]:
                 prev = schedule[r - 1][1]
                 seen = [int(edited[i, :prev].sum()) if i in active else None for i in range(ADAPTIVE_POINTS)]
                 active = promote(seen, kl.tolist(), 0.05, n_points)
-        finalists = [SweepPoint(0.05, 1.1, 1, 0.0, 2.0, float(kl[i]), int(edited[i].sum()), ADAPTIVE_SEL)
-                     for i in active]
+        finalists = [
+            SweepPoint(0.05, 1.1, 1, 0.0, 2.0, float(kl[i]), int(edited[i].sum()), ADAPTIVE_SEL) for i in active
+        ]
         pick = select_candidate(finalists, int(base.sum()), 0.05)
         if pick is None:
             continue
@@ -241,8 +259,9 @@ def test_halving_schedule_and_promotion_by_hand() -> None:
     assert promote([9, 9, 9, 12], [0.02, 0.01, 0.01, 0.06], 0.05, 2) == [0, 1]
 
 
-def _promote_by_sorting(correct: list[int | None], kl: list[float], budget: float, keep: int,
-                        size: list[float]) -> list[int]:
+def _promote_by_sorting(
+    correct: list[int | None], kl: list[float], budget: float, keep: int, size: list[float]
+) -> list[int]:
     """An independent statement of the promotion rule: sort every eligible point, take the first ``keep``."""
     ok = [i for i, c in enumerate(correct) if c is not None and kl[i] <= budget]
     return sorted(sorted(ok, key=lambda i: (-(correct[i] or 0), size[i], i))[:keep])

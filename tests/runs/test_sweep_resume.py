@@ -21,15 +21,26 @@ from mathneuro_edit.runs import sweep as sweep_mod
 from mathneuro_edit.runs.sweep import run_sweep
 from mathneuro_edit.runs.sweep_cache import ResultCache
 
-SETS = ["evaluation.math=arithmetic", "data.samples=6", "sweep.selection_samples=150", "sweep.confirmation_samples=200",
-        "sweep.general_samples=3", "sweep.first_round=20", "sweep.eta=3", "sweep.kl_budget=10",
-        "sweep.top_k=[0.01,0.05]", "sweep.scale=[0,1.1,1.3]", "sweep.variants=[{name: mlp, set: ['targets.include=[mlp]']}]",
-        "evaluation.max_new_tokens=4"]
+SETS = [
+    "evaluation.math=arithmetic",
+    "data.samples=6",
+    "sweep.selection_samples=150",
+    "sweep.confirmation_samples=200",
+    "sweep.general_samples=3",
+    "sweep.first_round=20",
+    "sweep.eta=3",
+    "sweep.kl_budget=10",
+    "sweep.top_k=[0.01,0.05]",
+    "sweep.scale=[0,1.1,1.3]",
+    "sweep.variants=[{name: mlp, set: ['targets.include=[mlp]']}]",
+    "evaluation.max_new_tokens=4",
+]
 
 
 def _state(model) -> str:
-    return hashlib.sha256(b"".join(p.detach().numpy().tobytes() for _, p in sorted(model.named_parameters()))
-                          ).hexdigest()
+    return hashlib.sha256(
+        b"".join(p.detach().numpy().tobytes() for _, p in sorted(model.named_parameters()))
+    ).hexdigest()
 
 
 def _patch_outcomes(mp: pytest.MonkeyPatch) -> None:
@@ -42,8 +53,9 @@ def _patch_outcomes(mp: pytest.MonkeyPatch) -> None:
     def fake_outcomes(model, tok, problems, **kw):
         state = _state(model)
         level = 60 if state == base_state else 66
-        out = [int(hashlib.sha256((state + p["question"]).encode()).hexdigest()[:8], 16) % 100 < level
-               for p in problems]
+        out = [
+            int(hashlib.sha256((state + p["question"]).encode()).hexdigest()[:8], 16) % 100 < level for p in problems
+        ]
         return out, ["x"] * len(problems)
 
     mp.setattr(sweep_mod, "math_outcomes", fake_outcomes)
@@ -87,8 +99,7 @@ def killing_put(monkeypatch, after: int):
     return real
 
 
-def test_a_sweep_killed_twice_and_resumed_writes_the_uninterrupted_sweep_json(fake, finished, monkeypatch,
-                                                                              tmp_path):
+def test_a_sweep_killed_twice_and_resumed_writes_the_uninterrupted_sweep_json(fake, finished, monkeypatch, tmp_path):
     recipe = quickstart_recipe(SETS)
     straight = json.loads((finished / "sweep.json").read_text())  # the uninterrupted run
     assert straight["rounds"] and len(straight["rounds"]) == 3  # 12 points on 20, 4 on 60, 2 on 150
@@ -130,16 +141,20 @@ def test_a_resumed_sweep_reuses_every_block(fake, finished, tmp_path):
 def test_a_tampered_cache_entry_is_refused(fake, finished, tmp_path):
     recipe = quickstart_recipe(SETS)
     copy_of(finished, tmp_path)
-    entry = next(p for p in sorted((tmp_path / "s" / "cache").glob("*.json"))
-                 if json.loads(p.read_text())["key"]["what"] == "math")
+    entry = next(
+        p
+        for p in sorted((tmp_path / "s" / "cache").glob("*.json"))
+        if json.loads(p.read_text())["key"]["what"] == "math"
+    )
     body = json.loads(entry.read_text())
     body["result"]["correct"][0] = not body["result"]["correct"][0]  # flip one outcome
     entry.write_text(json.dumps(body))
     with pytest.raises(InputError, match="does not match its key"):
         run_sweep(recipe, tmp_path / "s", progress=False)
     # also when the result hash is forged to match: the entry then sits under another key's name
-    body["result_sha256"] = hashlib.sha256(json.dumps(body["result"], sort_keys=True, separators=(",", ":"))
-                                           .encode()).hexdigest()
+    body["result_sha256"] = hashlib.sha256(
+        json.dumps(body["result"], sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
     body["key"]["problems"] = body["key"]["problems"][::-1]
     entry.write_text(json.dumps(body))
     with pytest.raises(InputError, match="does not match its key"):

@@ -34,11 +34,17 @@ def _gguf(path: Path, monkeypatch: pytest.MonkeyPatch, method: str, change) -> P
 
 
 def _cli(tmp_path: Path, *args: str, **env: str) -> tuple[int, list[str]]:
-    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1",
-               "MATHNEURO_EDIT_CACHE": str(tmp_path / "cache"), **env}
+    environ = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "OMP_NUM_THREADS": "1",
+        "MATHNEURO_EDIT_CACHE": str(tmp_path / "cache"),
+        **env,
+    }
     environ.pop("MATHNEURO_EDIT_DEBUG", None) if "MATHNEURO_EDIT_DEBUG" not in env else None
-    proc = subprocess.run([sys.executable, "-m", "mathneuro_edit.cli", *args], capture_output=True, text=True,
-                          env=environ, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mathneuro_edit.cli", *args], capture_output=True, text=True, env=environ, timeout=600
+    )
     return proc.returncode, proc.stderr.splitlines()
 
 

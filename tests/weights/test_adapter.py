@@ -64,15 +64,23 @@ def _assert_same_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tenso
 
 @pytest.mark.parametrize(
     "family,dtype,scale",
-    [("llama", torch.float32, 1.1), ("llama", torch.bfloat16, 1.1), ("qwen2", torch.bfloat16, 0.0),
-     ("gemma2", torch.float32, 1.1), ("gemma2", torch.bfloat16, 1.5)],
+    [
+        ("llama", torch.float32, 1.1),
+        ("llama", torch.bfloat16, 1.1),
+        ("qwen2", torch.bfloat16, 0.0),
+        ("gemma2", torch.float32, 1.1),
+        ("gemma2", torch.bfloat16, 1.5),
+    ],
 )
 def test_peft_adapter_round_trip_is_exact(cases, tmp_path, family, dtype, scale):
     c = cases(family, dtype)
     before = hash_tree(c.base)
     info = export_adapter(c.base, c.mask, scale, tmp_path / "adapter")
     assert hash_tree(c.base) == before
-    assert info.format == "peft" and sorted(os.listdir(info.path)) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert info.format == "peft" and sorted(os.listdir(info.path)) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
     assert 0 < info.adapter_bytes < info.checkpoint_bytes and info.size_ratio < 1
     assert info.edited_entries == c.mask.total()[0] <= info.stored_entries
     baked_state, baked_logits = c.baked(scale)
@@ -132,8 +140,10 @@ def test_exact_delta_against_plain_arithmetic(dtype, scale):
 
 @pytest.mark.parametrize(
     "value,dtype,scale",
-    [(0.7, torch.float32, 1e-3),  # w + d cannot land on 0.0007 exactly: d's rounding error is ~1e-8
-     (-6e-8, torch.float16, 0.5)],  # a subnormal that underflows to -0.0: no x + d (x != 0) gives -0.0
+    [
+        (0.7, torch.float32, 1e-3),  # w + d cannot land on 0.0007 exactly: d's rounding error is ~1e-8
+        (-6e-8, torch.float16, 0.5),
+    ],  # a subnormal that underflows to -0.0: no x + d (x != 0) gives -0.0
 )
 def test_no_exact_delta_is_refused_not_approximated(value, dtype, scale):
     w = torch.full((4, 4), value, dtype=dtype)

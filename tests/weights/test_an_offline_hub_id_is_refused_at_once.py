@@ -45,8 +45,9 @@ def _plan(*sets: str) -> tuple[int, str, float]:
     return result.exit_code, result.output, time.monotonic() - start
 
 
-def test_hf_hub_offline_refuses_an_uncached_hub_id_in_one_line(empty_cache: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hf_hub_offline_refuses_an_uncached_hub_id_in_one_line(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     code, text, seconds = _plan(f"base.model={REPO}")
     assert code == 2, text
@@ -54,8 +55,9 @@ def test_hf_hub_offline_refuses_an_uncached_hub_id_in_one_line(empty_cache: Path
     assert seconds < 5, seconds
 
 
-def test_an_unreachable_hub_refuses_an_uncached_hub_id_at_once(empty_cache: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreachable_hub_refuses_an_uncached_hub_id_at_once(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import huggingface_hub
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

@@ -30,8 +30,14 @@ from tests._models import (
 )
 
 SCALE = 1.1
-COPIED = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-          "notes.txt"]
+COPIED = [
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "notes.txt",
+]
 
 
 class Base:
@@ -39,8 +45,10 @@ class Base:
 
     def __init__(self, root: Path, family: str) -> None:
         self.family = family
-        self.folders = {False: save_tiny(root / f"{family}-single", family),
-                        True: save_tiny(root / f"{family}-sharded", family, sharded=True)}
+        self.folders = {
+            False: save_tiny(root / f"{family}-single", family),
+            True: save_tiny(root / f"{family}-sharded", family, sharded=True),
+        }
         model = load_tiny(self.folders[False])
         self.base_state = {k: v.clone() for k, v in model.state_dict().items()}
         self.base_logits = model(sample_ids()).logits
@@ -133,8 +141,11 @@ def test_unedited_tensors_byte_identical_and_files_copied(bases, tmp_path):
     # the published tokenizer config is the base's without what only described its local copy (issue 30)
     base_tok = json.loads((extra / "tokenizer_config.json").read_text())
     assert base_tok.get("is_local") is not None or base_tok.get("model_max_length", 0) >= 1e29  # the fixture has some
-    want = {k: v for k, v in base_tok.items() if k not in ("is_local", "local_files_only")
-            and not (k == "model_max_length" and v >= 1e29)}
+    want = {
+        k: v
+        for k, v in base_tok.items()
+        if k not in ("is_local", "local_files_only") and not (k == "model_max_length" and v >= 1e29)
+    }
     assert json.loads((out / "tokenizer_config.json").read_text()) == want
     for name in ("README.md", "pytorch_model.bin", "consolidated.safetensors"):
         assert not (out / name).exists(), name
@@ -172,8 +183,11 @@ def test_gpt2_checkpoint_without_prefix(bases, tmp_path):
 
     shutil.copytree(b.folders[False], base)
     tensors = load_file(str(base / "model.safetensors"))
-    save_file({k.removeprefix("transformer."): v for k, v in tensors.items()}, str(base / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {k.removeprefix("transformer."): v for k, v in tensors.items()},
+        str(base / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     out = export_checkpoint(base, b.mask, SCALE, tmp_path / "out")
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         assert not any(k.startswith("transformer.") for k in f.keys())
@@ -424,7 +438,12 @@ def test_outputs_load_in_a_process_without_mathneuro_edit(bases, tmp_path):
     adapter = export_adapter(base, b.mask, SCALE, tmp_path / "adapter").path
     save_file({"ids": sample_ids(), "logits": b.edited_logits.detach()}, str(tmp_path / "expected.safetensors"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
-    proc = subprocess.run([sys.executable, "-c", CHECK, str(base), str(baked), str(adapter),
-                           str(tmp_path / "expected.safetensors")], capture_output=True, text=True, cwd=tmp_path,
-                          env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK, str(base), str(baked), str(adapter), str(tmp_path / "expected.safetensors")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]

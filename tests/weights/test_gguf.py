@@ -47,15 +47,33 @@ Q = gguf.GGMLQuantizationType
 def _config(family: str, tied: bool):
     import transformers as tf
 
-    common = dict(vocab_size=703, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=96, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
-                  tie_word_embeddings=tied, rms_norm_eps=1e-5)
+    common = dict(
+        vocab_size=703,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=tied,
+        rms_norm_eps=1e-5,
+    )
     if family == "llama":
         return tf.LlamaConfig(rope_theta=50000.0, **common)
     if family == "llama3":  # Llama 3.1+ rope scaling: llama.cpp's rope_freqs tensor
-        return tf.LlamaConfig(rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                                               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                               "original_max_position_embeddings": 64}, **common)
+        return tf.LlamaConfig(
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+            **common,
+        )
     if family == "mistral":
         return tf.MistralConfig(sliding_window=None, **common)
     if family == "qwen2":
@@ -89,8 +107,14 @@ def baked(tmp_path_factory):
     """family -> (baked checkpoint folder with model-F32.gguf, its edited state dict)."""
     root = tmp_path_factory.mktemp("gguf")
     out = {}
-    for family, tied in (("llama", False), ("llama-tied", True), ("llama3", True), ("mistral", False), ("qwen2", True),
-                         ("qwen3", False)):
+    for family, tied in (
+        ("llama", False),
+        ("llama-tied", True),
+        ("llama3", True),
+        ("mistral", False),
+        ("qwen2", True),
+        ("qwen3", False),
+    ):
         base = save_base(root / f"{family}-base", family.split("-")[0], tied=tied)
         mask = tiny_mask(load_tiny(base), top_k=0.2)
         ckpt = export_checkpoint(base, mask, SCALE, root / family, gguf="F32")
@@ -152,9 +176,16 @@ def test_metadata_follows_llama_cpp(baked) -> None:
     tok = json.loads((ckpt / "tokenizer.json").read_text())
     assert f["general.architecture"] == "llama" and f["general.file_type"] == 0
     assert "/" not in f["general.name"]  # never a local path
-    assert (f["llama.context_length"], f["llama.embedding_length"], f["llama.block_count"],
-            f["llama.feed_forward_length"], f["llama.attention.head_count"], f["llama.attention.head_count_kv"],
-            f["llama.vocab_size"], f["llama.rope.dimension_count"]) == (256, 64, 2, 96, 4, 2, 703, 16)
+    assert (
+        f["llama.context_length"],
+        f["llama.embedding_length"],
+        f["llama.block_count"],
+        f["llama.feed_forward_length"],
+        f["llama.attention.head_count"],
+        f["llama.attention.head_count_kv"],
+        f["llama.vocab_size"],
+        f["llama.rope.dimension_count"],
+    ) == (256, 64, 2, 96, 4, 2, 703, 16)
     assert f["llama.rope.freq_base"] == 50000.0 and f["llama.attention.layer_norm_rms_epsilon"] == np.float32(1e-5)
     assert f["tokenizer.ggml.model"] == "gpt2" and f["tokenizer.ggml.pre"] == "smollm"
     vocab = {i: t for t, i in tok["model"]["vocab"].items()} | {a["id"]: a["content"] for a in tok["added_tokens"]}
@@ -185,8 +216,9 @@ def test_llama3_rope_freqs_are_transformers_frequencies(baked) -> None:
     scaled = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")[0]
     plain = 1.0 / 500000.0 ** (torch.arange(0, 16, 2, dtype=torch.float64) / 16)
     # llama.cpp divides each rotary frequency by its factor: plain / factor must be transformers' llama3 frequency
-    assert torch.allclose(plain / torch.from_numpy(np.array(factors.data, dtype=np.float64)), scaled.double(),
-                          rtol=1e-6)
+    assert torch.allclose(
+        plain / torch.from_numpy(np.array(factors.data, dtype=np.float64)), scaled.double(), rtol=1e-6
+    )
     assert not torch.allclose(scaled.double(), plain)  # the scaling does something at these sizes
 
 
@@ -202,10 +234,16 @@ def test_same_recipe_same_bytes_anywhere(baked, tmp_path) -> None:
     moved = shutil.copytree(ckpt, tmp_path / "elsewhere" / "other-name")
     a, b = write_gguf(ckpt, tmp_path / "a.gguf", "Q4_1"), write_gguf(moved, tmp_path / "b.gguf", "Q4_1")
     assert a.read_bytes() == b.read_bytes()
-    code = ("import sys; from mathneuro_edit.weights.gguf_writer import write_gguf; "
-            "write_gguf(sys.argv[1], sys.argv[2], 'Q4_1')")
-    subprocess.run([sys.executable, "-c", code, str(moved), str(tmp_path / "c.gguf")], check=True, cwd=ROOT,
-                   env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys; from mathneuro_edit.weights.gguf_writer import write_gguf; "
+        "write_gguf(sys.argv[1], sys.argv[2], 'Q4_1')"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(moved), str(tmp_path / "c.gguf")],
+        check=True,
+        cwd=ROOT,
+        env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
     assert (tmp_path / "c.gguf").read_bytes() == a.read_bytes()
 
 
@@ -213,7 +251,10 @@ def test_verify_audits_the_gguf(baked, tmp_path) -> None:
     ckpt, _ = baked["llama"]
     copy = shutil.copytree(ckpt, tmp_path / "ckpt")
     write_gguf(copy, copy / "model-Q4_1.gguf", "Q4_1")
-    assert audit_gguf(copy / "model-Q4_1.gguf", copy) == (len(gguf.GGUFReader(str(copy / "model-Q4_1.gguf")).tensors), [])
+    assert audit_gguf(copy / "model-Q4_1.gguf", copy) == (
+        len(gguf.GGUFReader(str(copy / "model-Q4_1.gguf")).tensors),
+        [],
+    )
     path = copy / "model-F32.gguf"
     r = gguf.GGUFReader(str(path))
     t = next(t for t in r.tensors if t.name == "blk.1.attn_k.weight")
@@ -240,8 +281,11 @@ def test_refusals_are_one_clear_line(tmp_path) -> None:
 
     jetmoe = save_family_base(tmp_path / "jetmoe", family_shape("JetMoE"))  # llama.cpp has no such architecture
     mask = tiny_mask(load_tiny(jetmoe))
-    with pytest.raises(InputError, match=r"^outputs\.gguf: model_type 'jetmoe' has no GGUF: llama\.cpp has no JetMoE "
-                                         r"architecture .*; set outputs\.gguf: null \(the checkpoint holds the edit\)$"):
+    with pytest.raises(
+        InputError,
+        match=r"^outputs\.gguf: model_type 'jetmoe' has no GGUF: llama\.cpp has no JetMoE "
+        r"architecture .*; set outputs\.gguf: null \(the checkpoint holds the edit\)$",
+    ):
         export_checkpoint(jetmoe, mask, SCALE, tmp_path / "o1", gguf="F16")
     chars = save_tiny(tmp_path / "llama-chars", "llama")  # a character BPE: llama.cpp would mis-tokenize it
     with pytest.raises(InputError, match="only byte-level BPE tokenizers"):
@@ -263,8 +307,15 @@ def test_cli_export_gguf(tmp_path) -> None:
 
     base = save_base(tmp_path / "base", "llama", tied=True)
     tiny_mask(load_tiny(base), top_k=0.2).save(tmp_path / "m.mask.safetensors")
-    args = ["export", "--mask", str(tmp_path / "m.mask.safetensors"), "--set", f"base.model={base}",
-            "--set", "edit.scale=1.1"]  # the quickstart prunes: a boost here
+    args = [
+        "export",
+        "--mask",
+        str(tmp_path / "m.mask.safetensors"),
+        "--set",
+        f"base.model={base}",
+        "--set",
+        "edit.scale=1.1",
+    ]  # the quickstart prunes: a boost here
     res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "out"), "--gguf", "Q8_0"])
     assert res.exit_code == 0, res.output
     assert gguf_file_type(tmp_path / "out" / "model-Q8_0.gguf") == "Q8_0"
@@ -289,11 +340,14 @@ def _llama(path: Path, n_ctx: int = 128):
         import llama_cpp
     except ImportError:
         if os.environ.get("MATHNEURO_EDIT_REQUIRE_LLAMA_CPP") == "1":
-            pytest.fail("MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 but llama_cpp does not import: pip install -e '.[gguf-test]'")
+            pytest.fail(
+                "MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 but llama_cpp does not import: pip install -e '.[gguf-test]'"
+            )
         pytest.skip("llama.cpp reader: pip install -e '.[gguf-test]' (builds llama-cpp-python from source)")
     # type_k/type_v 0 = GGML_TYPE_F32: a float32 KV cache (llama.cpp's default F16 cache would round K and V)
-    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=1, logits_all=True, verbose=False, seed=0,
-                           type_k=0, type_v=0)
+    return llama_cpp.Llama(
+        model_path=str(path), n_ctx=n_ctx, n_threads=1, logits_all=True, verbose=False, seed=0, type_k=0, type_v=0
+    )
 
 
 def _until_eos(ids: list[int], eos: int = 2) -> list[int]:
@@ -302,7 +356,7 @@ def _until_eos(ids: list[int], eos: int = 2) -> list[int]:
 
 def _greedy(model, ids: list[int], n: int) -> list[int]:
     out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0)
-    return _until_eos(out[0, len(ids):].tolist())
+    return _until_eos(out[0, len(ids) :].tolist())
 
 
 def _cpp_greedy(llm, ids: list[int], n: int) -> list[int]:
@@ -359,9 +413,16 @@ def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
     out = shutil.copytree(baked["llama-tied"][0], tmp_path / "checkpoint")
     recipe = quickstart_recipe(["outputs.gguf=F32"])
     summary = summarize_edit({"a.q_proj.weight": (3, 64)}, model_params=64)
-    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s" * 64, mask_sha256="d" * 64,
-                      output_files={f"checkpoint/{k}": v for k, v in output_hashes(out).items()}, base_weights={},
-                      edit_summary=summary)  # what push renders the card for the target repo from
+    lock = build_lock(
+        recipe,
+        base_revision=None,
+        data_records={},
+        stats_sha256="s" * 64,
+        mask_sha256="d" * 64,
+        output_files={f"checkpoint/{k}": v for k, v in output_hashes(out).items()},
+        base_weights={},
+        edit_summary=summary,
+    )  # what push renders the card for the target repo from
     write_lock(out, lock)
     card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary)
     write_card(out, card)
@@ -383,8 +444,15 @@ def test_streaming_peak_memory_is_well_below_the_model(tmp_path) -> None:
     import transformers as tf
 
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(vocab_size=703, hidden_size=512, intermediate_size=2048, num_hidden_layers=6,
-                         num_attention_heads=8, num_key_value_heads=8, tie_word_embeddings=True)
+    cfg = tf.LlamaConfig(
+        vocab_size=703,
+        hidden_size=512,
+        intermediate_size=2048,
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        tie_word_embeddings=True,
+    )
     model = tf.AutoModelForCausalLM.from_config(cfg)
     model.save_pretrained(tmp_path / "m")
     shutil.copy(organism_path() / "tokenizer.json", tmp_path / "m")
@@ -398,8 +466,14 @@ before = hwm()
 write_gguf({str(tmp_path / "m")!r}, {str(tmp_path / "m.gguf")!r}, "Q8_0")
 print(before, hwm())
 """
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
-                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
     before, after = map(int, res.stdout.split())
     largest = 2048 * 512 * 4  # the largest tensor in float32
     assert after - before < 0.25 * size, (after - before, size)
@@ -455,8 +529,10 @@ def test_llama_cpp_scales_gemma3_s_global_layers_only(tmp_path) -> None:
     ``rope.scaling.factor`` to the non-sliding layers only, as transformers does; logits and greedy agree."""
     from transformers import AutoModelForCausalLM
 
-    rope = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}
+    rope = {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    }
     base = _gemma3_base(tmp_path / "base", rope_parameters=rope)
     llm = _llama(write_gguf(base, tmp_path / "model-F32.gguf", "F32"))
     ref = AutoModelForCausalLM.from_pretrained(base).eval()
@@ -472,24 +548,50 @@ def test_llama_cpp_scales_gemma3_s_global_layers_only(tmp_path) -> None:
 _G3_FIX = "; set outputs.gguf: null (the checkpoint holds the edit)"
 
 
-@pytest.mark.parametrize("change, why", [
-    ({"query_pre_attn_scalar": 64}, "query_pre_attn_scalar 64: llama.cpp's gemma3 scales queries by 1/sqrt(32) "
-                                    "(head_dim, or hidden/heads for 62 layers) and reads no attention scale"),
-    ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping: llama.cpp's gemma3 has no attention soft-capping"),
-    ({"use_bidirectional_attention": True}, "use_bidirectional_attention (EmbeddingGemma): llama.cpp's gemma3 is "
-                                            "causal"),
-    ({"hidden_activation": "gelu"}, "hidden_activation 'gelu': llama.cpp's gemma3 uses the tanh-approximated GELU "
-                                    "(gelu_pytorch_tanh)"),
-    ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6,
-                                             "original_max_position_embeddings": 64},
-                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-     "rope 'yarn' on the global and 'default' on the sliding layers: llama.cpp's gemma3 applies only linear "
-     "scaling, and only to the global layers"),
-    ({"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-                          "sliding_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4}}},
-     "rope 'linear' on the global and 'linear' on the sliding layers: llama.cpp's gemma3 applies only linear "
-     "scaling, and only to the global layers"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (
+            {"query_pre_attn_scalar": 64},
+            "query_pre_attn_scalar 64: llama.cpp's gemma3 scales queries by 1/sqrt(32) "
+            "(head_dim, or hidden/heads for 62 layers) and reads no attention scale",
+        ),
+        ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping: llama.cpp's gemma3 has no attention soft-capping"),
+        (
+            {"use_bidirectional_attention": True},
+            "use_bidirectional_attention (EmbeddingGemma): llama.cpp's gemma3 is causal",
+        ),
+        (
+            {"hidden_activation": "gelu"},
+            "hidden_activation 'gelu': llama.cpp's gemma3 uses the tanh-approximated GELU (gelu_pytorch_tanh)",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "full_attention": {
+                        "rope_type": "yarn",
+                        "factor": 4.0,
+                        "rope_theta": 1e6,
+                        "original_max_position_embeddings": 64,
+                    },
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                }
+            },
+            "rope 'yarn' on the global and 'default' on the sliding layers: llama.cpp's gemma3 applies only linear "
+            "scaling, and only to the global layers",
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                    "sliding_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4},
+                }
+            },
+            "rope 'linear' on the global and 'linear' on the sliding layers: llama.cpp's gemma3 applies only linear "
+            "scaling, and only to the global layers",
+        ),
+    ],
+)
 def test_gemma3_refusals_are_the_exact_line_from_config_alone(tmp_path, change, why) -> None:
     """What llama.cpp's gemma3 fixes instead of reading is refused, from config.json alone, with one line."""
     from mathneuro_edit.runs.family_shapes import family_shape
@@ -515,10 +617,19 @@ def test_gemma3_hub_config_of_transformers_4_is_read_like_transformers() -> None
         rope_by_layer_type,
     )
 
-    cfg = {"model_type": "gemma3_text", "hidden_size": 2560, "num_attention_heads": 8, "num_hidden_layers": 34,
-           "head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 1024, "sliding_window_pattern": 6,
-           "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rope_scaling": {"factor": 8.0,
-                                                                                       "rope_type": "linear"}}
+    cfg = {
+        "model_type": "gemma3_text",
+        "hidden_size": 2560,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 34,
+        "head_dim": 256,
+        "query_pre_attn_scalar": 256,
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    }
     assert gguf_refusal(cfg) is None
     kinds = layer_types(cfg)
     assert [i for i, k in enumerate(kinds) if k == "full_attention"] == [5, 11, 17, 23, 29]

@@ -60,9 +60,11 @@ def test_dequantized_folder_matches_the_gguf(tiny):
     # independent: gguf's own reader + dequantization of the file's Q8_0 tensors (not permuted ones)
     reader = gguf.GGUFReader(str(path))
     by_name = {t.name: t for t in reader.tensors}
-    for gname, hname in (("token_embd.weight", "model.embed_tokens.weight"),
-                         ("blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight"),
-                         ("blk.0.attn_v.weight", "model.layers.0.self_attn.v_proj.weight")):
+    for gname, hname in (
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight"),
+        ("blk.0.attn_v.weight", "model.layers.0.self_attn.v_proj.weight"),
+    ):
         t = by_name[gname]
         assert t.tensor_type == gguf.GGMLQuantizationType.Q8_0
         ref = torch.from_numpy(np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type)))
@@ -75,8 +77,10 @@ def test_dequantized_folder_matches_the_gguf(tiny):
     assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
     assert (folder / "chat_template.jinja").read_text() == CHAT_TEMPLATE
     tok = AutoTokenizer.from_pretrained(folder)
-    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == \
-        "<|im_start|>user\nhi<|im_end|>\n"
+    assert (
+        tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+        == "<|im_start|>user\nhi<|im_end|>\n"
+    )
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in folder.iterdir())
     assert str(path.parent) not in "".join(p.read_text() for p in folder.iterdir() if p.suffix != ".safetensors")
 
@@ -95,11 +99,18 @@ def test_dequantize_is_cached_and_byte_identical(tiny, tmp_path, monkeypatch):
     copy.parent.mkdir()
     copy.write_bytes(path.read_bytes())
     # in another process, with another hash seed, from another working directory
-    code = "import sys; from mathneuro_edit.weights.gguf_reader import dequantize_gguf; print(dequantize_gguf(*sys.argv[1:2], " \
-           "cache_dir=sys.argv[2]))"
+    code = (
+        "import sys; from mathneuro_edit.weights.gguf_reader import dequantize_gguf; print(dequantize_gguf(*sys.argv[1:2], "
+        "cache_dir=sys.argv[2]))"
+    )
     env = {**os.environ, "PYTHONHASHSEED": "123", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.run([sys.executable, "-c", code, str(copy), str(tmp_path / "cache2")], capture_output=True,
-                          text=True, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(copy), str(tmp_path / "cache2")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = Path(proc.stdout.strip().splitlines()[-1])
     assert again == tmp_path / "cache2" / "gguf" / first.name
@@ -112,15 +123,20 @@ def test_dequantize_is_cached_and_byte_identical(tiny, tmp_path, monkeypatch):
 def test_recipe_key_gguf_file_and_sources(tiny, tmp_path, monkeypatch):
     path, _, _ = tiny
     base = {"model": str(path.parent), "gguf_file": path.name}
-    r = recipe_from_dict({"base": base, "data": {"math": "organism:math", "general": "organism:general"},
-                          "edit": {"scale": 1.1}})
-    assert r.base.is_gguf and r.public_dict()["base"] == {**r.public_dict()["base"], "model": "<local>",
-                                                          "gguf_file": path.name}
+    r = recipe_from_dict(
+        {"base": base, "data": {"math": "organism:math", "general": "organism:general"}, "edit": {"scale": 1.1}}
+    )
+    assert r.base.is_gguf and r.public_dict()["base"] == {
+        **r.public_dict()["base"],
+        "model": "<local>",
+        "gguf_file": path.name,
+    }
     assert gguf_base.base_folder(r.base) == gguf_base.dequantize_gguf(path)
     for bad in ({"model": "org/repo", "gguf_file": "model.safetensors"}, {"model": str(path), "gguf_file": "x.gguf"}):
         with pytest.raises(InputError, match="gguf_file"):
-            recipe_from_dict({"base": bad, "data": {"math": "organism:math", "general": "organism:general"},
-                              "edit": {"scale": 1.1}})
+            recipe_from_dict(
+                {"base": bad, "data": {"math": "organism:math", "general": "organism:general"}, "edit": {"scale": 1.1}}
+            )
     with pytest.raises(InputError, match="not in the folder"):
         gguf_base.gguf_source(str(tmp_path), "missing.gguf")
     # a Hub repo: hf_hub_download's snapshot path gives the commit recorded in the lock (the file already in the
@@ -136,8 +152,11 @@ def test_recipe_key_gguf_file_and_sources(tiny, tmp_path, monkeypatch):
     (tmp_path / "models--org--repo" / "refs" / "main").write_text("c" * 40)
 
     calls = []
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download",
-                        lambda repo, name, revision=None: calls.append((repo, name, revision)) or str(snap / name))
+    monkeypatch.setattr(
+        huggingface_hub,
+        "hf_hub_download",
+        lambda repo, name, revision=None: calls.append((repo, name, revision)) or str(snap / name),
+    )
     assert gguf_base.gguf_source("org/repo", "m.gguf", "main") == (snap / "m.gguf", "c" * 40)
     assert calls == [("org/repo", "m.gguf", "main")]
 
@@ -173,33 +192,38 @@ def test_run_on_a_gguf_base_end_to_end_then_reproduce(tiny, tmp_path, monkeypatc
     assert code == 0 and f"model: llama, {n / 1000:.1f}K parameters, float32" in text, text
     # reproduce from the GGUF with an empty cache: dequantized again, every output byte-identical
     monkeypatch.setenv("MATHNEURO_EDIT_CACHE", str(tmp_path / "fresh-cache"))
-    code, text = cli("reproduce", str(out), "--base", str(path), "--out", str(tmp_path / "again"), "-q",
-                     *data_overrides(tmp_path))
+    code, text = cli(
+        "reproduce", str(out), "--base", str(path), "--out", str(tmp_path / "again"), "-q", *data_overrides(tmp_path)
+    )
     assert code == 0 and "bit for bit" in text and "differs" not in text, text
     assert (tmp_path / "fresh-cache" / "gguf" / gguf_base._sha256(path) / "model.safetensors").is_file()
     # reproduce refuses another GGUF file
     other = tmp_path / "other.gguf"
     other.write_bytes(path.read_bytes()[:-1] + b"\0")
-    code, text = cli("reproduce", str(out), "--base", str(other), "--out", str(tmp_path / "no"), "-q",
-                     *data_overrides(tmp_path))
+    code, text = cli(
+        "reproduce", str(out), "--base", str(other), "--out", str(tmp_path / "no"), "-q", *data_overrides(tmp_path)
+    )
     assert code == 2 and "expected the GGUF file" in text, text
 
 
 def test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer(tiny, monkeypatch):
     path, _, _ = tiny
     data = {"math": "organism:math", "general": "organism:general"}
-    r = recipe_from_dict({"base": {"model": str(path)}, "data": data, "edit": {"scale": 1.1},
-                          "outputs": {"gguf": "base"}})
+    r = recipe_from_dict(
+        {"base": {"model": str(path)}, "data": data, "edit": {"scale": 1.1}, "outputs": {"gguf": "base"}}
+    )
     # the tiny file has no general.file_type: its dominant matrix type, Q8_0; its pre-tokenizer, smollm
     assert gguf_base.gguf_output(r.base, "base") == ("Q8_0", "smollm")
     assert gguf_base.gguf_output(r.base, "F16") == ("F16", "smollm")  # any type keeps the base's pre-tokenizer
     assert gguf_base.gguf_output(r.base, None) == (None, None)
-    plain = recipe_from_dict({"base": {"model": "organism"}, "data": data, "edit": {"scale": 1.1},
-                              "outputs": {"gguf": "F16"}})
+    plain = recipe_from_dict(
+        {"base": {"model": "organism"}, "data": data, "edit": {"scale": 1.1}, "outputs": {"gguf": "F16"}}
+    )
     assert gguf_base.gguf_output(plain.base, "F16") == ("F16", None)  # read from tokenizer.json then
     with pytest.raises(InputError, match=r"outputs.gguf: base means the GGUF base's own type.*choose a type"):
-        recipe_from_dict({"base": {"model": "organism"}, "data": data, "edit": {"scale": 1.1},
-                          "outputs": {"gguf": "base"}})
+        recipe_from_dict(
+            {"base": {"model": "organism"}, "data": data, "edit": {"scale": 1.1}, "outputs": {"gguf": "base"}}
+        )
     monkeypatch.setattr(gguf_writer, "gguf_file_type", lambda p: "Q4_K")  # a k-quant: gguf cannot write it
     with pytest.raises(InputError, match=r"tiny.Q8_0.gguf is Q4_K, which the gguf package cannot write; choose one"):
         gguf_base.gguf_output(r.base, "base")
@@ -227,8 +251,9 @@ def test_dequantizing_a_gguf_base_prints_nothing_before_the_first_stage_line(tin
     recipe = write_recipe(tmp_path, path, evaluate=False, adapter=False)
     for verbose in (False, True):
         monkeypatch.setenv("MATHNEURO_EDIT_CACHE", str(tmp_path / f"cache-{verbose}"))  # dequantized afresh
-        result = CliRunner().invoke(main, ["run", str(recipe), "--out", str(tmp_path / f"out-{verbose}"),
-                                           *(["--verbose"] if verbose else [])])
+        result = CliRunner().invoke(
+            main, ["run", str(recipe), "--out", str(tmp_path / f"out-{verbose}"), *(["--verbose"] if verbose else [])]
+        )
         assert result.exit_code == 0, result.output
         assert ("de-quantizing GGUF tensors" in result.stderr) is verbose, result.stderr[:300]
         if not verbose:

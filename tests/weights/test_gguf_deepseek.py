@@ -33,8 +33,16 @@ from tests.weights.test_gguf import _llama  # noqa: E402
 
 HEADS, NOPE, ROPE, V, KV_LORA, LAYERS = 4, 8, 8, 16, 16, 2
 PROMPTS = ("Question: Tom has 3 apples and buys 4 more.", "The quiet river")
-YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
-        "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}  # the released V3's kind
+YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 64,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+}  # the released V3's kind
 
 
 def _base(tmp_path: Path, *, strong: bool = False, **overrides) -> Path:
@@ -64,21 +72,32 @@ def test_kv_b_is_split_per_head_as_numpy_computes_it(qtype, tmp_path) -> None:
         kv_b = ckpt[f"model.layers.{b}.self_attn.kv_b_proj.weight"]
         assert kv_b.shape == (HEADS * (NOPE + V), KV_LORA)
         per_head = kv_b.reshape(HEADS, NOPE + V, KV_LORA)
-        for name, want in ((f"blk.{b}.attn_k_b.weight", np.transpose(per_head[:, :NOPE], (0, 2, 1))),
-                           (f"blk.{b}.attn_v_b.weight", per_head[:, NOPE:])):
+        for name, want in (
+            (f"blk.{b}.attn_k_b.weight", np.transpose(per_head[:, :NOPE], (0, 2, 1))),
+            (f"blk.{b}.attn_v_b.weight", per_head[:, NOPE:]),
+        ):
             t = got[name]
             assert [int(s) for s in t.shape] == list(reversed(want.shape)), name
             # rows of 8 (k_b) are no Q8_0 block (32): F16, as the writer falls back; v_b's rows of 16 too
             assert t.tensor_type.name == ("F32" if qtype == "F32" else "F16"), (name, t.tensor_type.name)
             stored = np.asarray(t.data).reshape(want.shape)
             np.testing.assert_array_equal(stored, want.astype(stored.dtype))
-    for name, hf in (("blk.1.exp_probs_b.bias", "model.layers.1.mlp.gate.e_score_correction_bias"),
-                     ("blk.1.ffn_gate_inp.weight", "model.layers.1.mlp.gate.weight")):
+    for name, hf in (
+        ("blk.1.exp_probs_b.bias", "model.layers.1.mlp.gate.e_score_correction_bias"),
+        ("blk.1.ffn_gate_inp.weight", "model.layers.1.mlp.gate.weight"),
+    ):
         assert got[name].tensor_type.name == "F32", name  # selection bias and router: F32 in every file type
         np.testing.assert_array_equal(np.asarray(got[name].data).reshape(ckpt[hf].shape), ckpt[hf])
-    assert {"blk.0.ffn_gate.weight", "blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_shexp.weight",
-            "blk.0.attn_q_a.weight", "blk.0.attn_q_a_norm.weight", "blk.0.attn_q_b.weight",
-            "blk.0.attn_kv_a_mqa.weight", "blk.0.attn_kv_a_norm.weight"} <= set(got)
+    assert {
+        "blk.0.ffn_gate.weight",
+        "blk.1.ffn_gate_exps.weight",
+        "blk.1.ffn_up_shexp.weight",
+        "blk.0.attn_q_a.weight",
+        "blk.0.attn_q_a_norm.weight",
+        "blk.0.attn_q_b.weight",
+        "blk.0.attn_kv_a_mqa.weight",
+        "blk.0.attn_kv_a_norm.weight",
+    } <= set(got)
     assert "blk.0.ffn_gate_exps.weight" not in got and "blk.1.ffn_gate.weight" not in got  # layer 0 dense
     assert not any("kv_b" in n for n in got)
     assert audit_gguf(path, base) == (len(got), [])
@@ -111,8 +130,7 @@ def test_no_group_keys_when_every_group_is_kept(tmp_path) -> None:
 
 
 def test_yarn_writes_mscale_all_dim_as_llama_cpp_s_converter_does(tmp_path) -> None:
-    fields = gguf.GGUFReader(str(write_gguf(_base(tmp_path, rope_parameters=YARN), tmp_path / "m.gguf",
-                                            "F32"))).fields
+    fields = gguf.GGUFReader(str(write_gguf(_base(tmp_path, rope_parameters=YARN), tmp_path / "m.gguf", "F32"))).fields
     assert fields["deepseek2.rope.scaling.yarn_log_multiplier"].contents() == pytest.approx(0.1)
     assert fields["deepseek2.rope.scaling.type"].contents() == "yarn"
     assert fields["deepseek2.rope.scaling.factor"].contents() == 4.0
@@ -129,33 +147,53 @@ def test_the_audit_catches_a_corrupted_kv_b_entry_in_the_half_it_belongs_to(tmp_
     assert checked == len(gguf_plan(base, "F16"))
 
 
-@pytest.mark.parametrize("overrides,why", [
-    ({"hidden_act": "gelu"}, "hidden_act 'gelu': llama.cpp's DEEPSEEK2 hard-codes silu in every MLP and expert"),
-    ({"attention_bias": True}, "attention_bias is set but llama.cpp's DEEPSEEK2 has no attention biases"),
-    ({"rope_interleave": False}, "rope_interleave is false (rotate-half rotary) but llama.cpp's DEEPSEEK2 rotates "
-                                 "interleaved pairs (the released weights' order)"),
-    ({"q_lora_rank": None}, "q_lora_rank is null (a full q_proj): only the low-rank q (q_a/q_b) is written for "
-                            "DEEPSEEK2"),
-    ({"num_hidden_layers": 27}, "27 layers (vocab 703): llama.cpp's DEEPSEEK2 takes a 26/27-layer model (48 with "
-                                "vocab 128256) for a Lite one without q_lora_rank and would not load its q_a/q_b"),
-    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}},
-     "rope 'linear': only default and YaRN rope are written for deepseek_v3 (verified against llama.cpp)"),
-    ({"rope_parameters": {**YARN, "mscale": 0.707}},
-     "its YaRN has mscale 0.707 and mscale_all_dim 1.0 (attention_factor None) but llama.cpp's DEEPSEEK2 assumes "
-     "mscale == mscale_all_dim (released: 1.0 and 1.0) and no attention_factor"),
-    ({"rope_parameters": {k: v for k, v in YARN.items() if not k.startswith("mscale")}},
-     "its YaRN has mscale None and mscale_all_dim None (attention_factor None) but llama.cpp's DEEPSEEK2 assumes "
-     "mscale == mscale_all_dim (released: 1.0 and 1.0) and no attention_factor"),
-    ({"rope_parameters": {**YARN, "attention_factor": 2.0}},
-     "its YaRN has mscale 1.0 and mscale_all_dim 1.0 (attention_factor 2.0) but llama.cpp's DEEPSEEK2 assumes "
-     "mscale == mscale_all_dim (released: 1.0 and 1.0) and no attention_factor"),
-])
+@pytest.mark.parametrize(
+    "overrides,why",
+    [
+        ({"hidden_act": "gelu"}, "hidden_act 'gelu': llama.cpp's DEEPSEEK2 hard-codes silu in every MLP and expert"),
+        ({"attention_bias": True}, "attention_bias is set but llama.cpp's DEEPSEEK2 has no attention biases"),
+        (
+            {"rope_interleave": False},
+            "rope_interleave is false (rotate-half rotary) but llama.cpp's DEEPSEEK2 rotates "
+            "interleaved pairs (the released weights' order)",
+        ),
+        (
+            {"q_lora_rank": None},
+            "q_lora_rank is null (a full q_proj): only the low-rank q (q_a/q_b) is written for DEEPSEEK2",
+        ),
+        (
+            {"num_hidden_layers": 27},
+            "27 layers (vocab 703): llama.cpp's DEEPSEEK2 takes a 26/27-layer model (48 with "
+            "vocab 128256) for a Lite one without q_lora_rank and would not load its q_a/q_b",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}},
+            "rope 'linear': only default and YaRN rope are written for deepseek_v3 (verified against llama.cpp)",
+        ),
+        (
+            {"rope_parameters": {**YARN, "mscale": 0.707}},
+            "its YaRN has mscale 0.707 and mscale_all_dim 1.0 (attention_factor None) but llama.cpp's DEEPSEEK2 assumes "
+            "mscale == mscale_all_dim (released: 1.0 and 1.0) and no attention_factor",
+        ),
+        (
+            {"rope_parameters": {k: v for k, v in YARN.items() if not k.startswith("mscale")}},
+            "its YaRN has mscale None and mscale_all_dim None (attention_factor None) but llama.cpp's DEEPSEEK2 assumes "
+            "mscale == mscale_all_dim (released: 1.0 and 1.0) and no attention_factor",
+        ),
+        (
+            {"rope_parameters": {**YARN, "attention_factor": 2.0}},
+            "its YaRN has mscale 1.0 and mscale_all_dim 1.0 (attention_factor 2.0) but llama.cpp's DEEPSEEK2 assumes "
+            "mscale == mscale_all_dim (released: 1.0 and 1.0) and no attention_factor",
+        ),
+    ],
+)
 def test_configs_llama_cpp_runs_differently_are_refused_in_one_exact_line(overrides, why) -> None:
     cfg = family_shape("DeepSeek-V3").config().to_dict()
     assert gguf_refusal(cfg) is None and gguf_refusal({**cfg, "rope_parameters": YARN}) is None
     assert gguf_refusal({**cfg, **overrides}) == (
         f"outputs.gguf: this deepseek_v3 config cannot be run by llama.cpp as transformers runs it: {why}; "
-        "set outputs.gguf: null (the checkpoint holds the edit)")
+        "set outputs.gguf: null (the checkpoint holds the edit)"
+    )
 
 
 def _need_llama_cpp(tmp_path: Path) -> None:
@@ -186,9 +224,11 @@ def _gaps(tmp_path: Path, base: Path, *, greedy: bool = False) -> list[float]:
     return gaps
 
 
-@pytest.mark.parametrize("overrides", [{}, {"rope_parameters": YARN},
-                                       {"norm_topk_prob": False, "routed_scaling_factor": 1.0}, {"topk_group": 2}],
-                         ids=["released", "yarn", "no-renormalization-no-scaling", "every-group-kept"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"rope_parameters": YARN}, {"norm_topk_prob": False, "routed_scaling_factor": 1.0}, {"topk_group": 2}],
+    ids=["released", "yarn", "no-renormalization-no-scaling", "every-group-kept"],
+)
 def test_llama_cpp_matches_transformers_where_mla_routing_and_experts_matter(overrides, tmp_path) -> None:
     """The families test's base has tiny logits (transformers' init); here attention, the grouped biased routing
     and the experts all move them by units, and llama.cpp still computes transformers' logits and continuation
@@ -208,11 +248,16 @@ def test_the_group_keys_are_needed_llama_cpp_would_route_elsewhere(tmp_path, mon
     assert max(_gaps(tmp_path, base)) > 1e-3
 
 
-@pytest.mark.parametrize("overrides", [{"rope_interleave": False}, {"hidden_act": "gelu"},
-                                       {"rope_parameters": {**YARN, "mscale": 0.707}},
-                                       {"rope_parameters": {k: v for k, v in YARN.items()
-                                                            if not k.startswith("mscale")}}],
-                         ids=["rotate-half", "gelu", "yarn-mscale", "yarn-no-mscale"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"rope_interleave": False},
+        {"hidden_act": "gelu"},
+        {"rope_parameters": {**YARN, "mscale": 0.707}},
+        {"rope_parameters": {k: v for k, v in YARN.items() if not k.startswith("mscale")}},
+    ],
+    ids=["rotate-half", "gelu", "yarn-mscale", "yarn-no-mscale"],
+)
 def test_each_refusal_is_needed_llama_cpp_would_differ(overrides, tmp_path, monkeypatch) -> None:
     """With the refusal bypassed, llama.cpp's logits leave the tolerance the families test holds the written
     families to: the refused configs really run differently there."""

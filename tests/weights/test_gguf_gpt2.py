@@ -37,8 +37,12 @@ def test_conv1d_weights_are_transposed_and_positions_stay_f32(tmp_path) -> None:
     got = {t.name: t for t in r.tensors}
     ckpt = load_file(str(base / "model.safetensors"))
     for b in range(2):
-        for gname, hf in (("attn_qkv", "attn.c_attn"), ("attn_output", "attn.c_proj"), ("ffn_up", "mlp.c_fc"),
-                          ("ffn_down", "mlp.c_proj")):
+        for gname, hf in (
+            ("attn_qkv", "attn.c_attn"),
+            ("attn_output", "attn.c_proj"),
+            ("ffn_up", "mlp.c_fc"),
+            ("ffn_down", "mlp.c_proj"),
+        ):
             w = ckpt[f"transformer.h.{b}.{hf}.weight"].T  # Conv1D (in, out) -> (out, in)
             t = got[f"blk.{b}.{gname}.weight"]
             assert [int(s) for s in t.shape] == list(reversed(w.shape)) and t.tensor_type.name == "Q8_0"
@@ -56,11 +60,17 @@ def test_conv1d_weights_are_transposed_and_positions_stay_f32(tmp_path) -> None:
     assert audit_gguf(path, base) == (len(got), [])
 
 
-@pytest.mark.parametrize("overrides,why", [
-    ({"activation_function": "relu"}, "activation_function 'relu': llama.cpp's GPT2 uses the tanh-approximated GELU"),
-    ({"scale_attn_by_inverse_layer_idx": True}, "its attention scale is not 1/sqrt(head_dim)"),
-    ({"scale_attn_weights": False}, "its attention scale is not 1/sqrt(head_dim)"),
-])
+@pytest.mark.parametrize(
+    "overrides,why",
+    [
+        (
+            {"activation_function": "relu"},
+            "activation_function 'relu': llama.cpp's GPT2 uses the tanh-approximated GELU",
+        ),
+        ({"scale_attn_by_inverse_layer_idx": True}, "its attention scale is not 1/sqrt(head_dim)"),
+        ({"scale_attn_weights": False}, "its attention scale is not 1/sqrt(head_dim)"),
+    ],
+)
 def test_gpt2_configs_llama_cpp_runs_differently_are_refused(overrides, why) -> None:
     assert gguf_refusal(GPT2.config().to_dict()) is None
     line = gguf_refusal({**GPT2.config().to_dict(), **overrides})

@@ -65,19 +65,29 @@ def test_experts_are_split_and_transposed_as_numpy_computes_them(qtype, tmp_path
         pre = f"model.layers.{b}.mlp.experts."
         gate_up, down = ckpt[pre + "gate_up_proj"], ckpt[pre + "down_proj"]  # (E, H, 2F), (E, F, H)
         assert gate_up.shape == (E, 64, 64) and down.shape == (E, 32, 64)
-        for name, want in ((f"blk.{b}.ffn_gate_exps.weight", np.transpose(gate_up[:, :, 0::2], (0, 2, 1))),
-                           (f"blk.{b}.ffn_up_exps.weight", np.transpose(gate_up[:, :, 1::2], (0, 2, 1))),
-                           (f"blk.{b}.ffn_down_exps.weight", np.transpose(down, (0, 2, 1)))):
+        for name, want in (
+            (f"blk.{b}.ffn_gate_exps.weight", np.transpose(gate_up[:, :, 0::2], (0, 2, 1))),
+            (f"blk.{b}.ffn_up_exps.weight", np.transpose(gate_up[:, :, 1::2], (0, 2, 1))),
+            (f"blk.{b}.ffn_down_exps.weight", np.transpose(down, (0, 2, 1))),
+        ):
             assert got[name].tensor_type.name == qtype
-            ref = want if qtype == "F32" else gguf.quants.dequantize(
-                gguf.quants.quantize(np.ascontiguousarray(want).reshape(-1, want.shape[-1]), q), q).reshape(want.shape)
+            ref = (
+                want
+                if qtype == "F32"
+                else gguf.quants.dequantize(
+                    gguf.quants.quantize(np.ascontiguousarray(want).reshape(-1, want.shape[-1]), q), q
+                ).reshape(want.shape)
+            )
             np.testing.assert_array_equal(stored(name, want), ref)
         bias = ckpt[pre + "gate_up_proj_bias"]  # (E, 2F)
-        for name, want in ((f"blk.{b}.ffn_gate_exps.bias", bias[:, 0::2]), (f"blk.{b}.ffn_up_exps.bias", bias[:, 1::2]),
-                           (f"blk.{b}.ffn_down_exps.bias", ckpt[pre + "down_proj_bias"]),
-                           (f"blk.{b}.attn_sinks.weight", ckpt[f"model.layers.{b}.self_attn.sinks"]),
-                           (f"blk.{b}.ffn_gate_inp.bias", ckpt[f"model.layers.{b}.mlp.router.bias"]),
-                           (f"blk.{b}.ffn_gate_inp.weight", ckpt[f"model.layers.{b}.mlp.router.weight"])):
+        for name, want in (
+            (f"blk.{b}.ffn_gate_exps.bias", bias[:, 0::2]),
+            (f"blk.{b}.ffn_up_exps.bias", bias[:, 1::2]),
+            (f"blk.{b}.ffn_down_exps.bias", ckpt[pre + "down_proj_bias"]),
+            (f"blk.{b}.attn_sinks.weight", ckpt[f"model.layers.{b}.self_attn.sinks"]),
+            (f"blk.{b}.ffn_gate_inp.bias", ckpt[f"model.layers.{b}.mlp.router.bias"]),
+            (f"blk.{b}.ffn_gate_inp.weight", ckpt[f"model.layers.{b}.mlp.router.weight"]),
+        ):
             assert got[name].tensor_type.name == "F32", name  # biases, sinks and router: F32 in every file type
             np.testing.assert_array_equal(np.asarray(got[name].data).reshape(want.shape), want)
     assert not any("gate_up" in n or n.endswith("sinks") for n in got)
@@ -113,28 +123,59 @@ def test_the_audit_catches_a_corrupted_expert_in_the_half_it_belongs_to(tmp_path
     assert checked == len(gguf_plan(base, "F16"))
 
 
-@pytest.mark.parametrize("overrides,why", [
-    ({"swiglu_alpha": 1.0}, "swiglu_alpha is 1.0 but llama.cpp's GPT_OSS hard-codes 1.702 in its swiglu"),
-    ({"swiglu_limit": 10.0}, "swiglu_limit is 10.0 but llama.cpp's GPT_OSS hard-codes 7.0 in its swiglu"),
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
-                          "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 64,
-                          "attention_factor": 2.0}},
-     ("its YaRN scales attention by 2 (attention_factor/mscale) but llama.cpp's GPT_OSS computes "
-      "0.1 ln(factor) + 1 = 1.13863")),
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "mscale": 1.0,
-                          "mscale_all_dim": 0.5, "original_max_position_embeddings": 64}},
-     ("its YaRN scales attention by 1.06482 (attention_factor/mscale) but llama.cpp's GPT_OSS computes "
-      "0.1 ln(factor) + 1 = 1.13863")),
-    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 150000.0, "factor": 4.0}},
-     "rope 'linear': only default and YaRN rope are written for gpt-oss (verified against llama.cpp)"),
-    ({"sliding_window": None}, "sliding layers but no sliding_window"),
-])
+@pytest.mark.parametrize(
+    "overrides,why",
+    [
+        ({"swiglu_alpha": 1.0}, "swiglu_alpha is 1.0 but llama.cpp's GPT_OSS hard-codes 1.702 in its swiglu"),
+        ({"swiglu_limit": 10.0}, "swiglu_limit is 10.0 but llama.cpp's GPT_OSS hard-codes 7.0 in its swiglu"),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 150000.0,
+                    "factor": 4.0,
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "truncate": False,
+                    "original_max_position_embeddings": 64,
+                    "attention_factor": 2.0,
+                }
+            },
+            (
+                "its YaRN scales attention by 2 (attention_factor/mscale) but llama.cpp's GPT_OSS computes "
+                "0.1 ln(factor) + 1 = 1.13863"
+            ),
+        ),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 150000.0,
+                    "factor": 4.0,
+                    "mscale": 1.0,
+                    "mscale_all_dim": 0.5,
+                    "original_max_position_embeddings": 64,
+                }
+            },
+            (
+                "its YaRN scales attention by 1.06482 (attention_factor/mscale) but llama.cpp's GPT_OSS computes "
+                "0.1 ln(factor) + 1 = 1.13863"
+            ),
+        ),
+        (
+            {"rope_parameters": {"rope_type": "linear", "rope_theta": 150000.0, "factor": 4.0}},
+            "rope 'linear': only default and YaRN rope are written for gpt-oss (verified against llama.cpp)",
+        ),
+        ({"sliding_window": None}, "sliding layers but no sliding_window"),
+    ],
+)
 def test_configs_llama_cpp_runs_differently_are_refused_in_one_exact_line(overrides, why) -> None:
     cfg = family_shape("gpt-oss").config().to_dict()
     assert gguf_refusal(cfg) is None  # the released shape is written
     assert gguf_refusal({**cfg, **overrides}) == (
         f"outputs.gguf: this gpt_oss config cannot be run by llama.cpp as transformers runs it: {why}; "
-        "set outputs.gguf: null (the checkpoint holds the edit)")
+        "set outputs.gguf: null (the checkpoint holds the edit)"
+    )
 
 
 def _logits(tmp_path: Path, base: Path) -> tuple[torch.Tensor, torch.Tensor, list[int], object]:
@@ -168,11 +209,23 @@ def test_llama_cpp_matches_transformers_where_biases_sinks_and_the_clamp_matter(
     assert _cpp_greedy(llm, ids, 8) == _greedy(ref, ids, 8)
 
 
-@pytest.mark.parametrize("overrides", [{"swiglu_alpha": 1.0}, {"swiglu_limit": 0.5},
-                                       {"rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0,
-                                                            "factor": 4.0, "truncate": False,
-                                                            "original_max_position_embeddings": 64,
-                                                            "attention_factor": 2.0}}])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"swiglu_alpha": 1.0},
+        {"swiglu_limit": 0.5},
+        {
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 150000.0,
+                "factor": 4.0,
+                "truncate": False,
+                "original_max_position_embeddings": 64,
+                "attention_factor": 2.0,
+            }
+        },
+    ],
+)
 def test_each_refusal_is_needed_llama_cpp_would_differ(overrides, tmp_path, monkeypatch) -> None:
     """With the refusal bypassed, llama.cpp's logits leave the tolerance the families test holds the written
     families to: the refused configs really run differently there."""
@@ -207,8 +260,9 @@ def test_the_rounded_yarn_range_is_llama_cpp_s_only_difference(tmp_path) -> None
     diffs = {}
     for truncate in (True, False):
         rope = {**family_shape("gpt-oss").kwargs["rope_parameters"], "truncate": truncate}
-        cpp, hf, _, _ = _logits(tmp_path / str(truncate), _base(tmp_path / str(truncate), strong=True,
-                                                               rope_parameters=rope))
+        cpp, hf, _, _ = _logits(
+            tmp_path / str(truncate), _base(tmp_path / str(truncate), strong=True, rope_parameters=rope)
+        )
         diffs[truncate] = float((cpp - hf).abs().max()) / max(1.0, float(hf.abs().max()))
     assert diffs[True] < 1e-5 < diffs[False] < 1e-3, diffs
 
@@ -226,7 +280,9 @@ def test_a_bf16_checkpoint_is_split_one_expert_at_a_time_and_audited(tmp_path) -
 
     base = _base(tmp_path, strong=True)
     path = base / "model.safetensors"
-    save_torch({k: v.to(torch.bfloat16) for k, v in load_torch(str(path)).items()}, str(path), metadata={"format": "pt"})
+    save_torch(
+        {k: v.to(torch.bfloat16) for k, v in load_torch(str(path)).items()}, str(path), metadata={"format": "pt"}
+    )
     out = write_gguf(base, tmp_path / "m.gguf", "F32")
     gate_up = load_torch(str(path))["model.layers.0.mlp.experts.gate_up_proj"].float().numpy()
     got = gguf_tensors(out)["blk.0.ffn_up_exps.weight"]

@@ -41,8 +41,14 @@ PROMPT = "Question: Tom has 3 apples and buys 4 more."
 # between), two experts per token; ff (32) != hidden (64), so that an untransposed tensor has the wrong shape
 MAVERICK = dict(interleave_moe_layer_step=2, intermediate_size=FF, num_experts_per_tok=2)
 # Scout's released rope (llama3, factor 16, low = high frequency factor), scaled to the tiny context
-LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0,
-          "high_freq_factor": 1.0, "original_max_position_embeddings": 16}
+LLAMA3 = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 16.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 1.0,
+    "original_max_position_embeddings": 16,
+}
 
 
 def _base(tmp_path: Path, *, strong: bool = False, **overrides) -> Path:
@@ -70,8 +76,13 @@ def test_experts_are_split_in_halves_and_transposed_as_numpy_computes_them(qtype
         assert t.tensor_type.name == qtype, name
         data = np.asarray(t.data)
         stored = (data if qtype == "F32" else gguf.quants.dequantize(data, q)).reshape(want.shape)
-        ref = want if qtype == "F32" else gguf.quants.dequantize(
-            gguf.quants.quantize(np.ascontiguousarray(want).reshape(-1, want.shape[-1]), q), q).reshape(want.shape)
+        ref = (
+            want
+            if qtype == "F32"
+            else gguf.quants.dequantize(
+                gguf.quants.quantize(np.ascontiguousarray(want).reshape(-1, want.shape[-1]), q), q
+            ).reshape(want.shape)
+        )
         np.testing.assert_array_equal(stored, ref)
 
     for b in range(LAYERS):
@@ -128,31 +139,52 @@ def test_the_audit_catches_a_corrupted_expert_in_the_half_it_belongs_to(tmp_path
     assert checked == len(gguf_plan(base, "F16"))
 
 
-@pytest.mark.parametrize("overrides,why", [
-    ({"no_rope_layers": [1, 1, 0, 1]},
-     "its NoPE layers are [2] but llama.cpp's LLAMA4 skips the rotary in every 4th layer ([3])"),
-    ({"no_rope_layers": None, "no_rope_layer_interval": 2},
-     "its NoPE layers are [1, 3] but llama.cpp's LLAMA4 skips the rotary in every 4th layer ([3])"),
-    ({"attention_chunk_size": 4}, "attention_chunk_size is 4 but llama.cpp's LLAMA4 hard-codes 8192"),
-    ({"attention_chunk_size": None}, "attention_chunk_size is None but llama.cpp's LLAMA4 hard-codes 8192"),
-    ({"floor_scale": 2}, "floor_scale is 2 but llama.cpp's LLAMA4 hard-codes 8192"),
-    ({"attn_scale": 0.5}, "attn_scale is 0.5 but llama.cpp's LLAMA4 hard-codes 0.1"),
-    ({"layer_types": ["full_attention"] * 4},
-     ("its layer_types are ['full_attention', 'full_attention', 'full_attention', 'full_attention'] but llama.cpp's "
-      "LLAMA4 attends in chunks in every layer but each 4th (['chunked_attention', 'chunked_attention', "
-      "'chunked_attention', 'full_attention'])")),
-    ({"attn_temperature_tuning": False},
-     "attn_temperature_tuning is false but llama.cpp's LLAMA4 always scales its NoPE layers' queries"),
-    ({"moe_layers": [0, 2]},
-     ("its moe_layers are [0, 2] but llama.cpp's LLAMA4 puts the experts in every interleave_moe_layer_step-th "
-      "layer ([0, 1, 2, 3])")),
-    ({"use_qk_norm": False},
-     "use_qk_norm is False but llama.cpp's LLAMA4 normalizes q and k exactly when there are not 128 experts (here 4)"),
-    ({"attention_bias": True}, "attention_bias is set but llama.cpp's LLAMA4 has no attention biases"),
-    ({"hidden_act": "gelu"}, "hidden_act is 'gelu' but llama.cpp's LLAMA4 uses silu"),
-    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 500000.0, "factor": 2.0}},
-     "rope 'linear': only default and llama3 rope are written for llama4_text (verified against llama.cpp)"),
-])
+@pytest.mark.parametrize(
+    "overrides,why",
+    [
+        (
+            {"no_rope_layers": [1, 1, 0, 1]},
+            "its NoPE layers are [2] but llama.cpp's LLAMA4 skips the rotary in every 4th layer ([3])",
+        ),
+        (
+            {"no_rope_layers": None, "no_rope_layer_interval": 2},
+            "its NoPE layers are [1, 3] but llama.cpp's LLAMA4 skips the rotary in every 4th layer ([3])",
+        ),
+        ({"attention_chunk_size": 4}, "attention_chunk_size is 4 but llama.cpp's LLAMA4 hard-codes 8192"),
+        ({"attention_chunk_size": None}, "attention_chunk_size is None but llama.cpp's LLAMA4 hard-codes 8192"),
+        ({"floor_scale": 2}, "floor_scale is 2 but llama.cpp's LLAMA4 hard-codes 8192"),
+        ({"attn_scale": 0.5}, "attn_scale is 0.5 but llama.cpp's LLAMA4 hard-codes 0.1"),
+        (
+            {"layer_types": ["full_attention"] * 4},
+            (
+                "its layer_types are ['full_attention', 'full_attention', 'full_attention', 'full_attention'] but llama.cpp's "
+                "LLAMA4 attends in chunks in every layer but each 4th (['chunked_attention', 'chunked_attention', "
+                "'chunked_attention', 'full_attention'])"
+            ),
+        ),
+        (
+            {"attn_temperature_tuning": False},
+            "attn_temperature_tuning is false but llama.cpp's LLAMA4 always scales its NoPE layers' queries",
+        ),
+        (
+            {"moe_layers": [0, 2]},
+            (
+                "its moe_layers are [0, 2] but llama.cpp's LLAMA4 puts the experts in every interleave_moe_layer_step-th "
+                "layer ([0, 1, 2, 3])"
+            ),
+        ),
+        (
+            {"use_qk_norm": False},
+            "use_qk_norm is False but llama.cpp's LLAMA4 normalizes q and k exactly when there are not 128 experts (here 4)",
+        ),
+        ({"attention_bias": True}, "attention_bias is set but llama.cpp's LLAMA4 has no attention biases"),
+        ({"hidden_act": "gelu"}, "hidden_act is 'gelu' but llama.cpp's LLAMA4 uses silu"),
+        (
+            {"rope_parameters": {"rope_type": "linear", "rope_theta": 500000.0, "factor": 2.0}},
+            "rope 'linear': only default and llama3 rope are written for llama4_text (verified against llama.cpp)",
+        ),
+    ],
+)
 def test_configs_llama_cpp_runs_differently_are_refused_in_one_exact_line(overrides, why) -> None:
     cfg = family_shape("Llama 4 (text)").config().to_dict()
     assert gguf_refusal(cfg) is None  # the released shape is written
@@ -161,13 +193,17 @@ def test_configs_llama_cpp_runs_differently_are_refused_in_one_exact_line(overri
         del cfg["no_rope_layers"]  # as a Hub config that gives the interval only
     assert gguf_refusal(cfg) == (
         f"outputs.gguf: this llama4_text config cannot be run by llama.cpp as transformers runs it: {why}; "
-        "set outputs.gguf: null (the checkpoint holds the edit)")
+        "set outputs.gguf: null (the checkpoint holds the edit)"
+    )
 
 
 def test_the_released_scout_and_maverick_shapes_are_written() -> None:
     shape = family_shape("Llama 4 (text)")
-    for extra in ({"rope_parameters": LLAMA3}, MAVERICK,
-                  {"num_local_experts": 128, "use_qk_norm": False, "interleave_moe_layer_step": 2}):
+    for extra in (
+        {"rope_parameters": LLAMA3},
+        MAVERICK,
+        {"num_local_experts": 128, "use_qk_norm": False, "interleave_moe_layer_step": 2},
+    ):
         cfg = dataclasses.replace(shape, kwargs={**shape.kwargs, **extra}).config().to_dict()
         assert gguf_refusal(cfg) is None, extra
 
@@ -199,9 +235,11 @@ def test_llama_cpp_matches_transformers_where_attention_and_routing_matter(extra
     assert _cpp_greedy(llm, ids, 8) == _greedy(ref, ids, 8)
 
 
-@pytest.mark.parametrize("overrides", [{"no_rope_layers": [1, 1, 0, 1]}, {"attention_chunk_size": 4},
-                                       {"floor_scale": 2}, {"use_qk_norm": False}],
-                         ids=["nope-layer", "chunk", "floor-scale", "qk-norm"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{"no_rope_layers": [1, 1, 0, 1]}, {"attention_chunk_size": 4}, {"floor_scale": 2}, {"use_qk_norm": False}],
+    ids=["nope-layer", "chunk", "floor-scale", "qk-norm"],
+)
 def test_each_refusal_is_needed_llama_cpp_would_differ(overrides, tmp_path, monkeypatch) -> None:
     """With the refusal bypassed, llama.cpp's logits leave the tolerance the families test holds the written
     families to: the refused configs really run differently there. (attn_temperature_tuning false, another
@@ -224,10 +262,19 @@ def test_plan_prints_the_refusal_from_config_json_alone(tmp_path) -> None:
     folder = tmp_path / "base"
     dataclasses.replace(shape, kwargs={**shape.kwargs, "floor_scale": 2}).config().save_pretrained(folder)
     recipe = tmp_path / "r.yaml"  # config.json only: no weights to read
-    recipe.write_text(yaml.safe_dump({"base": {"model": str(folder), "dtype": "float32"},
-                                      "data": {"math": "organism:math", "general": ["organism:general"]},
-                                      "edit": {"scale": 1.1}, "outputs": {"adapter": False, "gguf": "Q8_0"}}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "base": {"model": str(folder), "dtype": "float32"},
+                "data": {"math": "organism:math", "general": ["organism:general"]},
+                "edit": {"scale": 1.1},
+                "outputs": {"adapter": False, "gguf": "Q8_0"},
+            }
+        )
+    )
     res = CliRunner().invoke(main, ["plan", str(recipe)])
     assert res.exit_code == 0, res.output
-    assert ("  gguf: no (outputs.gguf: this llama4_text config cannot be run by llama.cpp as transformers runs it: "
-            "floor_scale is 2 but llama.cpp's LLAMA4 hard-codes 8192; set outputs.gguf: null") in res.output
+    assert (
+        "  gguf: no (outputs.gguf: this llama4_text config cannot be run by llama.cpp as transformers runs it: "
+        "floor_scale is 2 but llama.cpp's LLAMA4 hard-codes 8192; set outputs.gguf: null"
+    ) in res.output

@@ -32,11 +32,17 @@ from tests.weights.test_gguf import _llama  # noqa: E402
 
 # family -> (GGUF projection -> the per-expert checkpoint name of expert {e} in layer {b})
 MOE = {
-    "Mixtral": {"ffn_gate_exps": "model.layers.{b}.block_sparse_moe.experts.{e}.w1.weight",
-                "ffn_down_exps": "model.layers.{b}.block_sparse_moe.experts.{e}.w2.weight",
-                "ffn_up_exps": "model.layers.{b}.block_sparse_moe.experts.{e}.w3.weight"},
-    **{name: {f"ffn_{p}_exps": "model.layers.{b}.mlp.experts.{e}." + f"{p}_proj.weight" for p in ("gate", "up", "down")}
-       for name in ("Qwen2-MoE", "Qwen3-MoE", "OLMoE")},
+    "Mixtral": {
+        "ffn_gate_exps": "model.layers.{b}.block_sparse_moe.experts.{e}.w1.weight",
+        "ffn_down_exps": "model.layers.{b}.block_sparse_moe.experts.{e}.w2.weight",
+        "ffn_up_exps": "model.layers.{b}.block_sparse_moe.experts.{e}.w3.weight",
+    },
+    **{
+        name: {
+            f"ffn_{p}_exps": "model.layers.{b}.mlp.experts.{e}." + f"{p}_proj.weight" for p in ("gate", "up", "down")
+        }
+        for name in ("Qwen2-MoE", "Qwen3-MoE", "OLMoE")
+    },
 }
 
 
@@ -60,9 +66,10 @@ def test_experts_are_stacked_expert_major_and_the_router_stays_f32(name, tmp_pat
             want = np.stack([ckpt[member.format(b=b, e=e)] for e in range(n_experts)])  # (experts, rows, cols)
             assert [int(s) for s in t.shape] == list(reversed(want.shape)) and t.tensor_type.name == "Q8_0"
             deq = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType.Q8_0).reshape(want.shape)
-            ref = gguf.quants.dequantize(gguf.quants.quantize(want.reshape(-1, want.shape[-1]),
-                                                              gguf.GGMLQuantizationType.Q8_0),
-                                         gguf.GGMLQuantizationType.Q8_0).reshape(want.shape)
+            ref = gguf.quants.dequantize(
+                gguf.quants.quantize(want.reshape(-1, want.shape[-1]), gguf.GGMLQuantizationType.Q8_0),
+                gguf.GGMLQuantizationType.Q8_0,
+            ).reshape(want.shape)
             np.testing.assert_array_equal(deq, ref)
         router = got[f"blk.{b}.ffn_gate_inp.weight"]
         assert router.tensor_type.name == "F32"  # llama.cpp's converter never quantizes the router
@@ -87,33 +94,47 @@ def test_a_checkpoint_missing_an_expert_is_refused_naming_it(tmp_path) -> None:
     del weights["model.layers.0.block_sparse_moe.experts.3.w2.weight"]
     save_file(weights, str(base / "model.safetensors"), metadata={"format": "pt"})
     (base / "model.safetensors.index.json").unlink(missing_ok=True)
-    with pytest.raises(InputError, match=r"^outputs\.gguf: model\.layers\.0\.block_sparse_moe\.experts\.\*\.w2 has "
-                                         r"experts \[0, 1, 2\] but config\.json says 4 \(0\.\.3\)"):
+    with pytest.raises(
+        InputError,
+        match=r"^outputs\.gguf: model\.layers\.0\.block_sparse_moe\.experts\.\*\.w2 has "
+        r"experts \[0, 1, 2\] but config\.json says 4 \(0\.\.3\)",
+    ):
         gguf_plan(base, "F32")
 
 
-@pytest.mark.parametrize("model_type,overrides,why", [
-    ("qwen3_moe", {"norm_topk_prob": False},
-     "norm_topk_prob is False but llama.cpp's QWEN3MOE always renormalizes the top-k router weights"),
-    ("qwen2_moe", {"norm_topk_prob": True},
-     "norm_topk_prob is True but llama.cpp's QWEN2MOE always keeps the top-k router weights"),
-    ("olmoe", {"norm_topk_prob": True}, "norm_topk_prob is True but llama.cpp's OLMOE always keeps"),
-    ("qwen2_moe", {"mlp_only_layers": [1]}, "some layers have a dense MLP (mlp_only_layers / decoder_sparse_step)"),
-    ("qwen3_moe", {"decoder_sparse_step": 2}, "some layers have a dense MLP"),
-    ("qwen2_moe", {"shared_expert_intermediate_size": 0}, "there is no shared expert"),
-])
+@pytest.mark.parametrize(
+    "model_type,overrides,why",
+    [
+        (
+            "qwen3_moe",
+            {"norm_topk_prob": False},
+            "norm_topk_prob is False but llama.cpp's QWEN3MOE always renormalizes the top-k router weights",
+        ),
+        (
+            "qwen2_moe",
+            {"norm_topk_prob": True},
+            "norm_topk_prob is True but llama.cpp's QWEN2MOE always keeps the top-k router weights",
+        ),
+        ("olmoe", {"norm_topk_prob": True}, "norm_topk_prob is True but llama.cpp's OLMOE always keeps"),
+        ("qwen2_moe", {"mlp_only_layers": [1]}, "some layers have a dense MLP (mlp_only_layers / decoder_sparse_step)"),
+        ("qwen3_moe", {"decoder_sparse_step": 2}, "some layers have a dense MLP"),
+        ("qwen2_moe", {"shared_expert_intermediate_size": 0}, "there is no shared expert"),
+    ],
+)
 def test_configs_llama_cpp_runs_differently_are_refused_from_config_alone(model_type, overrides, why) -> None:
     name = {"qwen3_moe": "Qwen3-MoE", "qwen2_moe": "Qwen2-MoE", "olmoe": "OLMoE"}[model_type]
     cfg = {**family_shape(name).config().to_dict(), **overrides}
     assert gguf_refusal({**family_shape(name).config().to_dict()}) is None  # the released shape is written
     line = gguf_refusal(cfg)
-    assert line.startswith(f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as transformers runs "
-                           f"it: {why}") and line.endswith("set outputs.gguf: null (the checkpoint holds the edit)")
+    assert line.startswith(
+        f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as transformers runs it: {why}"
+    ) and line.endswith("set outputs.gguf: null (the checkpoint holds the edit)")
     assert "\n" not in line
 
 
-@pytest.mark.parametrize("name,overrides", [("Qwen3-MoE", {"norm_topk_prob": False}),
-                                            ("Qwen2-MoE", {"norm_topk_prob": True})])
+@pytest.mark.parametrize(
+    "name,overrides", [("Qwen3-MoE", {"norm_topk_prob": False}), ("Qwen2-MoE", {"norm_topk_prob": True})]
+)
 def test_the_norm_topk_refusal_is_needed_llama_cpp_would_differ(name, overrides, tmp_path, monkeypatch) -> None:
     """With the refusal bypassed, llama.cpp's logits leave the tolerance the families test holds the written
     families to: the refused configs really run differently there."""

@@ -20,11 +20,21 @@ def phi_base(tmp_path_factory):
     return fam.save_family_base(tmp_path_factory.mktemp("phi3") / "base", family_shape("Phi-3 / Phi-4"))
 
 
-@pytest.mark.parametrize("name", ["microsoft/Phi-3-mini-4k-instruct (MathNeuro edit)", "Phi-3.5-mini-instruct",
-                                  "someone/PHI-3-math", "my-phi3-math"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "microsoft/Phi-3-mini-4k-instruct (MathNeuro edit)",
+        "Phi-3.5-mini-instruct",
+        "someone/PHI-3-math",
+        "my-phi3-math",
+    ],
+)
 def test_every_spelling_of_phi_3_in_the_name_is_checked(phi_base, tmp_path, name: str) -> None:
-    with pytest.raises(InputError, match=r"^outputs\.gguf: general\.name .* makes llama\.cpp look up Phi-3's special "
-                                         r"tokens .*, and this tokenizer lacks <unk>, <\|endoftext\|>"):
+    with pytest.raises(
+        InputError,
+        match=r"^outputs\.gguf: general\.name .* makes llama\.cpp look up Phi-3's special "
+        r"tokens .*, and this tokenizer lacks <unk>, <\|endoftext\|>",
+    ):
         write_gguf(phi_base, tmp_path / "m.gguf", "F32", name=name)
     assert not (tmp_path / "m.gguf").exists()
 

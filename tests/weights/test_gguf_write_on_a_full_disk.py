@@ -24,8 +24,11 @@ from tests._faults import Usage  # noqa: E402
 @pytest.fixture(scope="module")
 def mask(tmp_path_factory) -> Path:
     sd = load_file(str(organism_path() / "model.safetensors"))
-    m = {k: torch.zeros_like(v, dtype=torch.bool).index_fill_(0, torch.tensor([0]), True)
-         for k, v in sd.items() if v.ndim == 2 and k.endswith("proj.weight")}
+    m = {
+        k: torch.zeros_like(v, dtype=torch.bool).index_fill_(0, torch.tensor([0]), True)
+        for k, v in sd.items()
+        if v.ndim == 2 and k.endswith("proj.weight")
+    }
     path = tmp_path_factory.mktemp("gguf-disk") / "mask.safetensors"
     Mask(m, {"method": "mathneuro"}).save(path)
     return path
@@ -37,7 +40,8 @@ def _export(mask: Path, out: Path) -> tuple[int, str]:
 
 
 def test_export_gguf_onto_a_full_disk_is_one_line_naming_the_missing_megabytes(
-        mask: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mask: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import mathneuro_edit.weights.gguf_writer as gguf_writer
 
     code, text = _export(mask, tmp_path / "complete")  # what the whole output takes on a disk with room
@@ -72,7 +76,8 @@ def test_export_gguf_onto_a_full_disk_is_one_line_naming_the_missing_megabytes(
 
 
 def test_a_full_disk_while_the_gguf_file_is_written_alone_leaves_no_partial_file(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The writer itself (export_gguf into a folder of its own): the partial file is removed even when closing it
     fails too, and the error is the same one line (an InputError: exit 2)."""
     import mathneuro_edit.weights.gguf_writer as gguf_writer

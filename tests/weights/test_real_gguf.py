@@ -18,6 +18,7 @@ from tests._gguf_e2e import check_gguf_outputs, cli, data_overrides, write_recip
 
 pytestmark = pytest.mark.real
 
+
 def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     """Inverse of llama.cpp's q/k row permutation, written independently of transformers' reverse_permute."""
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -34,12 +35,14 @@ def test_dequantized_base_matches_gguf_reader(smollm2):
     tensors = {t.name: t for t in reader.tensors}
     heads = int(reader.fields["llama.attention.head_count"].contents())
     kv_heads = int(reader.fields["llama.attention.head_count_kv"].contents())
-    checks = [("token_embd.weight", "model.embed_tokens.weight", None),            # Q8_0
-              ("blk.0.ffn_down.weight", "model.layers.0.mlp.down_proj.weight", None),  # Q4_1
-              ("blk.7.attn_v.weight", "model.layers.7.self_attn.v_proj.weight", None),
-              ("blk.29.attn_norm.weight", "model.layers.29.input_layernorm.weight", None),  # F32
-              ("blk.3.attn_q.weight", "model.layers.3.self_attn.q_proj.weight", heads),  # permuted by llama.cpp
-              ("blk.3.attn_k.weight", "model.layers.3.self_attn.k_proj.weight", kv_heads)]
+    checks = [
+        ("token_embd.weight", "model.embed_tokens.weight", None),  # Q8_0
+        ("blk.0.ffn_down.weight", "model.layers.0.mlp.down_proj.weight", None),  # Q4_1
+        ("blk.7.attn_v.weight", "model.layers.7.self_attn.v_proj.weight", None),
+        ("blk.29.attn_norm.weight", "model.layers.29.input_layernorm.weight", None),  # F32
+        ("blk.3.attn_q.weight", "model.layers.3.self_attn.q_proj.weight", heads),  # permuted by llama.cpp
+        ("blk.3.attn_k.weight", "model.layers.3.self_attn.k_proj.weight", kv_heads),
+    ]
     kinds = set()
     with safe_open(folder / "model.safetensors", "pt") as f:
         assert "lm_head.weight" not in f.keys()  # tied
@@ -63,16 +66,25 @@ def test_pipeline_end_to_end_then_reproduce(smollm2, tmp_path):
     code, text = cli("run", str(recipe), "--out", str(out), "-q")
     assert code == 0, text
     check_gguf_outputs(out, smollm2, tmp_path, chat_template=template)
-    code, text = cli("reproduce", str(out), "--base", str(smollm2), "--out", str(tmp_path / "again"), "-q",
-                     *data_overrides(tmp_path, evaluate=False))
+    code, text = cli(
+        "reproduce",
+        str(out),
+        "--base",
+        str(smollm2),
+        "--out",
+        str(tmp_path / "again"),
+        "-q",
+        *data_overrides(tmp_path, evaluate=False),
+    )
     assert code == 0 and "bit for bit" in text and "differs" not in text, text
 
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def prune_experiment(gguf_path: Path, *, n: int = 80, samples: int = 16, max_length: int = 128,
-                     top_k: float = 0.05) -> dict:
+def prune_experiment(
+    gguf_path: Path, *, n: int = 80, samples: int = 16, max_length: int = 128, top_k: float = 0.05
+) -> dict:
     """Base vs MathNeuro prune vs random prune (same count per matrix) on the chat-template arithmetic task.
 
     One model in memory (the module's dequantized cache); calibration: ``samples`` GSM8K train problems vs as many
@@ -93,18 +105,22 @@ def prune_experiment(gguf_path: Path, *, n: int = 80, samples: int = 16, max_len
     model, tok = load_model(str(gguf_path), dtype="float32", device="cpu")
     kw = dict(max_length=max_length, batch_size=8, progress=False)
     math = calibrate(model, tok, load_texts(str(ROOT / "recipes/data/gsm8k_train_200.jsonl"), samples, 0).texts, **kw)
-    general = calibrate(model, tok, load_texts(str(ROOT / "recipes/data/wikitext2_test_calib.txt"), samples, 0).texts,
-                        **kw)
-    masks = {method: find_math_params_multi(model_weights(model), math, [general], top_ks=[top_k], method=method)[0]
-             for method in ("mathneuro", "random")}
+    general = calibrate(
+        model, tok, load_texts(str(ROOT / "recipes/data/wikitext2_test_calib.txt"), samples, 0).texts, **kw
+    )
+    masks = {
+        method: find_math_params_multi(model_weights(model), math, [general], top_ks=[top_k], method=method)[0]
+        for method in ("mathneuro", "random")
+    }
     items = [{k: p[k] for k in ("question", "answer", "prefill")} for p in arithmetic_problems(n, seed=0)]
     tasks = [MathTask("arithmetic", items, max_new_tokens=6)]
     base = evaluate(model, tok, tasks, batch_size=40, progress=False)
     out: dict = {"selected": {m: masks[m].total()[0] for m in masks}}
     hits = {}
     for method, mask in masks.items():
-        res = evaluate(model, tok, tasks, edit=ReversibleEdit(model, mask, 0.0), base_results=base, batch_size=40,
-                       progress=False)
+        res = evaluate(
+            model, tok, tasks, edit=ReversibleEdit(model, mask, 0.0), base_results=base, batch_size=40, progress=False
+        )
         out[method] = res.to_dict()["arithmetic"]
         hits[method] = [p.correct for p in res.edited["arithmetic"].predictions]
     b, c = discordant_pairs(hits["random"], hits["mathneuro"])  # right only under random / only under MathNeuro
@@ -127,8 +143,10 @@ def test_chat_eval_base_accuracy_and_math_prune_vs_random(smollm2):
     assert r["random"]["base"] == base  # the base was evaluated once
     n = base["math_total"]
     assert n == 80
-    summary = (f"base {base['math_correct']}/{n}, MathNeuro prune {mn['math_correct']}/{n}, random prune "
-               f"{rnd['math_correct']}/{n}; {r}")
+    summary = (
+        f"base {base['math_correct']}/{n}, MathNeuro prune {mn['math_correct']}/{n}, random prune "
+        f"{rnd['math_correct']}/{n}; {r}"
+    )
     # measured (2026-12-01, torch threads 1; the tier also passed with 2): base 40/80; MathNeuro prune 2/80 (38 lost, 0 gained, p = 7e-12);
     # random prune 24/80 (17 lost, 1 gained, p = 1.4e-4); MathNeuro vs random: 22 vs 0 discordant, p = 5e-7.
     # a blind evaluation (the old plain prompt read after '####') scored 0: the floor asks for 30/80
@@ -158,13 +176,30 @@ def test_sweep_contract_on_the_real_model(smollm2, tmp_path, monkeypatch):
     from tests.runs.test_sweep import reference_candidate
 
     monkeypatch.chdir(ROOT)  # the recipe's data paths are relative to the repository root
-    sets = [f"base.model={smollm2}", "data.samples=8", "calibration.max_length=48", "sweep.selection_samples=16",
-            "sweep.confirmation_samples=16", "sweep.general_samples=4", "evaluation.max_new_tokens=6",
-            "sweep.variants=[]"]  # the recipe's own calibration only (the search's variants cost two more sets)
+    sets = [
+        f"base.model={smollm2}",
+        "data.samples=8",
+        "calibration.max_length=48",
+        "sweep.selection_samples=16",
+        "sweep.confirmation_samples=16",
+        "sweep.general_samples=4",
+        "evaluation.max_new_tokens=6",
+        "sweep.variants=[]",
+    ]  # the recipe's own calibration only (the search's variants cost two more sets)
     args = [a for s in sets for a in ("--set", s)]
     out = tmp_path / "sweep"
-    code, text = cli("sweep", "recipes/smollm2-arithmetic-boost.yaml", "--out", str(out), "--top-k", "0.05",
-                     "--scale", "1.05,1.1", *args, "-q")
+    code, text = cli(
+        "sweep",
+        "recipes/smollm2-arithmetic-boost.yaml",
+        "--out",
+        str(out),
+        "--top-k",
+        "0.05",
+        "--scale",
+        "1.05,1.1",
+        *args,
+        "-q",
+    )
     assert code == 0, text
     d = json.loads((out / "sweep.json").read_text())
     sel, conf = d["selection"], d["confirmation"]
@@ -183,6 +218,14 @@ def test_sweep_contract_on_the_real_model(smollm2, tmp_path, monkeypatch):
     assert (d["best"] is not None) == confirmed
     assert d["recommendation"].startswith("recommended: " if confirmed else "nothing confirmed:")
     if not confirmed:  # 16 problems cannot confirm a realistic gain: the release is refused in one line
-        code, text = cli("run", "recipes/smollm2-arithmetic-boost.yaml", "--from-sweep", str(out), "--out",
-                         str(tmp_path / "rel"), *args, "-q")
+        code, text = cli(
+            "run",
+            "recipes/smollm2-arithmetic-boost.yaml",
+            "--from-sweep",
+            str(out),
+            "--out",
+            str(tmp_path / "rel"),
+            *args,
+            "-q",
+        )
         assert code == 2 and "nothing was confirmed" in text and not (tmp_path / "rel").exists(), text

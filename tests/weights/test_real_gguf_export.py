@@ -27,8 +27,11 @@ from tests.weights.test_gguf import (
 
 pytestmark = pytest.mark.real
 
-PROMPTS = ["What is 12 + 7?", "Tom has 3 apples and buys 4 more. How many apples does he have?",
-           "Write the number that comes after 99."]
+PROMPTS = [
+    "What is 12 + 7?",
+    "Tom has 3 apples and buys 4 more. How many apples does he have?",
+    "Write the number that comes after 99.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +39,28 @@ def edited(smollm2, tmp_path_factory) -> dict[str, Path]:  # noqa: F811
     """``{"Q4_1": gguf, "Q8_0": gguf, "checkpoint": folder, "run": run folder}`` of one x1.1 edit of SmolLM2."""
     root = tmp_path_factory.mktemp("real-gguf-export")
     # float32 checkpoint (not the bf16 default): the GGUF is compared with the checkpoint's exact dequantized values
-    recipe = write_recipe(root, smollm2, samples=4, max_length=32, evaluate=False, gguf_out="base", adapter=False,
-                          dtype="float32")
+    recipe = write_recipe(
+        root, smollm2, samples=4, max_length=32, evaluate=False, gguf_out="base", adapter=False, dtype="float32"
+    )
     code, text = cli("run", str(recipe), "--out", str(root / "run"), "-q")
     assert code == 0, text
-    code, text = cli("export", str(recipe), "--mask", str(root / "run" / "mask.safetensors"), "--out",
-                     str(root / "q8"), "--gguf", "Q8_0")
+    code, text = cli(
+        "export",
+        str(recipe),
+        "--mask",
+        str(root / "run" / "mask.safetensors"),
+        "--out",
+        str(root / "q8"),
+        "--gguf",
+        "Q8_0",
+    )
     assert code == 0, text
-    return {"Q4_1": root / "run" / "checkpoint" / "model-Q4_1.gguf", "Q8_0": root / "q8" / "model-Q8_0.gguf",
-            "checkpoint": root / "run" / "checkpoint", "run": root / "run"}
+    return {
+        "Q4_1": root / "run" / "checkpoint" / "model-Q4_1.gguf",
+        "Q8_0": root / "q8" / "model-Q8_0.gguf",
+        "checkpoint": root / "run" / "checkpoint",
+        "run": root / "run",
+    }
 
 
 def test_base_type_keeps_the_base_s_tensor_types_and_pre_tokenizer(edited, smollm2) -> None:  # noqa: F811
@@ -55,8 +71,9 @@ def test_base_type_keeps_the_base_s_tensor_types_and_pre_tokenizer(edited, smoll
 
     ours, theirs = gguf.GGUFReader(str(edited["Q4_1"])), gguf.GGUFReader(str(smollm2))
     assert gguf_file_type(edited["Q4_1"]) == gguf_file_type(smollm2) == "Q4_1"
-    assert ([(t.name, t.tensor_type.name) for t in ours.tensors] ==
-            [(t.name, t.tensor_type.name) for t in theirs.tensors])  # token_embd Q8_0, norms F32, the rest Q4_1
+    assert [(t.name, t.tensor_type.name) for t in ours.tensors] == [
+        (t.name, t.tensor_type.name) for t in theirs.tensors
+    ]  # token_embd Q8_0, norms F32, the rest Q4_1
     for key in ("tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.chat_template"):
         assert ours.fields[key].contents() == theirs.fields[key].contents(), key
     assert ours.fields["tokenizer.ggml.pre"].contents() == "smollm"
@@ -132,7 +149,7 @@ def test_llama_cpp_loads_and_continues_like_transformers(edited, qtype) -> None:
         ids = tok(text, add_special_tokens=False).input_ids
         assert llm.tokenize(text.encode(), add_bos=False, special=True) == ids, q
         with torch.no_grad():
-            hf = model.generate(torch.tensor([ids]), max_new_tokens=n_new, do_sample=False)[0, len(ids):].tolist()
+            hf = model.generate(torch.tensor([ids]), max_new_tokens=n_new, do_sample=False)[0, len(ids) :].tolist()
         cpp: list[int] = []
         for t in llm.generate(ids, temp=0.0, top_k=1, reset=True):
             cpp.append(int(t))

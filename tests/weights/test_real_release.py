@@ -33,8 +33,12 @@ def release(smollm2, tmp_path_factory) -> Path:  # noqa: F811
     root = tmp_path_factory.mktemp("real-release")
     path = write_recipe(root, smollm2, samples=4, max_length=32, gguf_out="Q8_0", adapter=True, hub_id=HUB_ID)
     recipe = yaml.safe_load(path.read_text())
-    recipe["evaluation"] = {"math": "arithmetic", "general": [{"path": str(root / "general.txt")}], "samples": 3,
-                            "max_new_tokens": 8}
+    recipe["evaluation"] = {
+        "math": "arithmetic",
+        "general": [{"path": str(root / "general.txt")}],
+        "samples": 3,
+        "max_new_tokens": 8,
+    }
     path.write_text(yaml.safe_dump(recipe))
     code, text = cli("run", str(path), "--out", str(root / "run"), "-q")
     assert code == 0, text
@@ -47,12 +51,15 @@ def test_card_names_the_hub_base_and_the_hub_reads_the_results(release: Path) ->
     card = ModelCard.load(release / "checkpoint" / "README.md")
     assert card.data.base_model == HUB_ID and card.data.base_model_relation == "finetune"
     assert "\n# SmolLM2-135M-Instruct (MathNeuro edit: scaled by 1.1)\n" in card.text
-    assert f"the GGUF file `SmolLM2-135M-Instruct.Q4_1.gguf` of [{HUB_ID}](https://huggingface.co/{HUB_ID})" in card.text
+    assert (
+        f"the GGUF file `SmolLM2-135M-Instruct.Q4_1.gguf` of [{HUB_ID}](https://huggingface.co/{HUB_ID})" in card.text
+    )
     ev = json.loads((release / "eval.json").read_text())
     got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     assert got[("mathneuro-edit-arithmetic", "math accuracy")] == round(ev["math"]["edited"]["math_accuracy"], 6)
-    assert got[("mathneuro-edit-arithmetic", "math accuracy of the base model, before the edit")] == \
-        round(ev["math"]["base"]["math_accuracy"], 6)
+    assert got[("mathneuro-edit-arithmetic", "math accuracy of the base model, before the edit")] == round(
+        ev["math"]["base"]["math_accuracy"], 6
+    )
     arithmetic = next(r for r in card.data.eval_results if r.dataset_type == "mathneuro-edit-arithmetic")
     assert arithmetic.source_url.endswith("mathneuro_edit/data/arithmetic.py")
     assert "stored in bfloat16" in card.text and "the evaluation below ran in float32" in card.text
@@ -82,11 +89,19 @@ def test_gguf_is_named_like_llama_cpp_names_the_hub_model(release: Path) -> None
     lock = yaml.safe_load((release / "mathneuro_recipe.lock.yaml").read_text())
     assert gguf_repo_name(lock, "model-Q8_0.gguf") == "SmolLM2-135M-Instruct-MathNeuro-Scale1.1-Q8_0.gguf"
     fields = gguf.GGUFReader(str(release / "checkpoint" / "model-Q8_0.gguf")).fields
-    got = {k: fields[f"general.{k}"].contents() for k in ("basename", "size_label", "finetune", "organization",
-                                                            "languages", "license", "name")}
-    assert got == {"basename": "SmolLM2", "size_label": "135M", "finetune": "Instruct-MathNeuro-Scale1.1",
-                   "organization": "HuggingFaceTB", "languages": ["en"], "license": "apache-2.0",
-                   "name": f"{HUB_ID} (MathNeuro edit)"}
+    got = {
+        k: fields[f"general.{k}"].contents()
+        for k in ("basename", "size_label", "finetune", "organization", "languages", "license", "name")
+    }
+    assert got == {
+        "basename": "SmolLM2",
+        "size_label": "135M",
+        "finetune": "Instruct-MathNeuro-Scale1.1",
+        "organization": "HuggingFaceTB",
+        "languages": ["en"],
+        "license": "apache-2.0",
+        "name": f"{HUB_ID} (MathNeuro edit)",
+    }
     assert lock["base"]["gguf"]["general"]["organization"] == "HuggingFaceTB"  # what the source GGUF says
 
 

@@ -16,16 +16,20 @@ from tests.test_hostile import _rewrite_header
 from tests.test_reliability import _cli, _error_line, ws  # noqa: F401 - the module's run
 
 
-@pytest.mark.parametrize("meta,phrase", [
-    ({"format": 1}, "__metadata__ 'format' is a JSON number, not a string"),
-    ({"format": "pt", "note": {"a": "b"}}, "__metadata__ 'note' is a JSON object, not a string"),
-    ({"format": "pt", "flag": True}, "__metadata__ 'flag' is a JSON boolean, not a string"),
-    (["format", "pt"], "__metadata__ is a JSON array, not an object of strings"),
-    ("pt", "__metadata__ is a JSON string, not an object of strings"),
-])
+@pytest.mark.parametrize(
+    "meta,phrase",
+    [
+        ({"format": 1}, "__metadata__ 'format' is a JSON number, not a string"),
+        ({"format": "pt", "note": {"a": "b"}}, "__metadata__ 'note' is a JSON object, not a string"),
+        ({"format": "pt", "flag": True}, "__metadata__ 'flag' is a JSON boolean, not a string"),
+        (["format", "pt"], "__metadata__ is a JSON array, not an object of strings"),
+        ("pt", "__metadata__ is a JSON string, not an object of strings"),
+    ],
+)
 @pytest.mark.parametrize("cmd", ["export", "calibrate"])
-def test_a_shard_whose_metadata_is_not_strings_is_one_line_and_nothing_is_written(ws: Path, tmp_path: Path, meta,
-                                                                                  phrase: str, cmd: str) -> None:
+def test_a_shard_whose_metadata_is_not_strings_is_one_line_and_nothing_is_written(
+    ws: Path, tmp_path: Path, meta, phrase: str, cmd: str
+) -> None:
     base = tmp_path / "base"
     shutil.copytree(ws / "base", base)
     _rewrite_header(base / "model.safetensors", lambda h: h.__setitem__("__metadata__", meta))
@@ -33,8 +37,11 @@ def test_a_shard_whose_metadata_is_not_strings_is_one_line_and_nothing_is_writte
     r["base"]["model"] = str(base)
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump(r))
-    args = (["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"] if cmd == "export"
-            else ["calibrate", recipe, "--out", tmp_path / "o"])
+    args = (
+        ["export", recipe, "--mask", ws / "mask.safetensors", "--out", tmp_path / "o"]
+        if cmd == "export"
+        else ["calibrate", recipe, "--out", tmp_path / "o"]
+    )
     code, text = _cli(*args, "-q")
     assert code == 2, text
     line = _error_line(text)

@@ -23,16 +23,37 @@ from .gpt_oss import GPT_OSS_SWIGLU
 from .llama4 import LLAMA4_FIXED, LLAMA4_NOPE_PERIOD
 from .moe import MOE_NORM_TOPK
 from .registry import (
-           add_family_keys,
-           feed_forward_length,
-           gguf_refusal,
-           rope_dims,
-           tensor_views,
+    add_family_keys,
+    feed_forward_length,
+    gguf_refusal,
+    rope_dims,
+    tensor_views,
 )
 from .rope import yarn_ramp_bounds
 from .table import GGUF_PENDING, GGUF_WRITTEN, NO_LLAMA_CPP
 
-__all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "NO_LLAMA_CPP", "gguf_refusal", "add_family_keys", "tensor_views",
-           "rope_dims", "feed_forward_length", "tensor_shift", "View", "expert_count", "layer_types", "SLIDING",
-           "MLA", "llama_names", "has_rotary", "gemma3_refusal", "rope_by_layer_type", "GPT_OSS_SWIGLU",
-           "LLAMA4_FIXED", "LLAMA4_NOPE_PERIOD", "MOE_NORM_TOPK", "yarn_ramp_bounds"]
+__all__ = [
+    "GGUF_WRITTEN",
+    "GGUF_PENDING",
+    "NO_LLAMA_CPP",
+    "gguf_refusal",
+    "add_family_keys",
+    "tensor_views",
+    "rope_dims",
+    "feed_forward_length",
+    "tensor_shift",
+    "View",
+    "expert_count",
+    "layer_types",
+    "SLIDING",
+    "MLA",
+    "llama_names",
+    "has_rotary",
+    "gemma3_refusal",
+    "rope_by_layer_type",
+    "GPT_OSS_SWIGLU",
+    "LLAMA4_FIXED",
+    "LLAMA4_NOPE_PERIOD",
+    "MOE_NORM_TOPK",
+    "yarn_ramp_bounds",
+]

@@ -42,18 +42,22 @@ class View:
         """The viewed shape of a checkpoint tensor of shape ``hf_shape``."""
         if self.heads:
             rows, cols = hf_shape
-            out: tuple[int, ...] = (self.heads, len(range(rows // self.heads)[self.start:self.stop:self.step]), cols)
+            out: tuple[int, ...] = (
+                self.heads,
+                len(range(rows // self.heads)[self.start : self.stop : self.step]),
+                cols,
+            )
         else:
             *lead, last = hf_shape
-            out = (*lead, len(range(last)[self.start:self.stop:self.step]))
+            out = (*lead, len(range(last)[self.start : self.stop : self.step]))
         return (*out[:-2], out[-1], out[-2]) if self.transpose else out
 
     def apply(self, w: Any) -> Any:
         """The view of an array (numpy or torch) holding the checkpoint tensor, or its trailing axes."""
         if self.heads:
-            w = w.reshape(self.heads, -1, w.shape[-1])[:, self.start:self.stop:self.step]
+            w = w.reshape(self.heads, -1, w.shape[-1])[:, self.start : self.stop : self.step]
         else:
-            w = w[..., self.start:self.stop:self.step]
+            w = w[..., self.start : self.stop : self.step]
         return w.swapaxes(-1, -2) if self.transpose else w
 
 

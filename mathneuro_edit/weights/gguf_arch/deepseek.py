@@ -32,14 +32,18 @@ def refusal(cfg: dict[str, Any]) -> str | None:
     if cfg.get("attention_bias"):
         return "attention_bias is set but llama.cpp's DEEPSEEK2 has no attention biases"
     if not cfg.get("rope_interleave", True):
-        return ("rope_interleave is false (rotate-half rotary) but llama.cpp's DEEPSEEK2 rotates interleaved pairs "
-                "(the released weights' order)")
+        return (
+            "rope_interleave is false (rotate-half rotary) but llama.cpp's DEEPSEEK2 rotates interleaved pairs "
+            "(the released weights' order)"
+        )
     if not cfg.get("q_lora_rank"):
         return "q_lora_rank is null (a full q_proj): only the low-rank q (q_a/q_b) is written for DEEPSEEK2"
     n, vocab = int(cfg["num_hidden_layers"]), int(cfg.get("vocab_size") or 0)
     if n in (26, 27) or (n == 48 and vocab == 128256):
-        return (f"{n} layers (vocab {vocab}): llama.cpp's DEEPSEEK2 takes a 26/27-layer model (48 with vocab 128256) "
-                "for a Lite one without q_lora_rank and would not load its q_a/q_b")
+        return (
+            f"{n} layers (vocab {vocab}): llama.cpp's DEEPSEEK2 takes a 26/27-layer model (48 with vocab 128256) "
+            "for a Lite one without q_lora_rank and would not load its q_a/q_b"
+        )
     kind, params = rope_scaling(cfg)
     if kind not in ("default", "yarn"):
         return f"rope {kind!r}: only default and YaRN rope are written for deepseek_v3 (verified against llama.cpp)"
@@ -48,9 +52,11 @@ def refusal(cfg: dict[str, Any]) -> str | None:
         # llama.cpp scales q.k by mscale(factor, mscale_all_dim)^2 and the rotary by 1 (its mscale := mscale_all_dim);
         # transformers scales the rotary by mscale(factor, mscale) / mscale(factor, mscale_all_dim)
         if not mad or not m or float(m) != float(mad) or params.get("attention_factor") not in (None, 1, 1.0):
-            return (f"its YaRN has mscale {m} and mscale_all_dim {mad} (attention_factor "
-                    f"{params.get('attention_factor')}) but llama.cpp's DEEPSEEK2 assumes mscale == mscale_all_dim "
-                    "(released: 1.0 and 1.0) and no attention_factor")
+            return (
+                f"its YaRN has mscale {m} and mscale_all_dim {mad} (attention_factor "
+                f"{params.get('attention_factor')}) but llama.cpp's DEEPSEEK2 assumes mscale == mscale_all_dim "
+                "(released: 1.0 and 1.0) and no attention_factor"
+            )
     return None
 
 
@@ -61,8 +67,10 @@ def views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | N
     if hf_name.endswith("self_attn.kv_b_proj.weight"):
         heads, nope = int(cfg["num_attention_heads"]), int(cfg["qk_nope_head_dim"])
         attn = stem.rpartition(".")[0]
-        return [(f"{attn}.k_b_proj.weight", View(hf_name, 0, 1, True, heads, nope)),
-                (f"{attn}.v_b_proj.weight", View(hf_name, nope, heads=heads))]
+        return [
+            (f"{attn}.k_b_proj.weight", View(hf_name, 0, 1, True, heads, nope)),
+            (f"{attn}.v_b_proj.weight", View(hf_name, nope, heads=heads)),
+        ]
     if last == "e_score_correction_bias":
         return [(f"{stem}.e_score_correction.bias", hf_name)]
     return None

@@ -21,8 +21,10 @@ def smollm3_refusal(cfg: dict[str, Any]) -> str | None:
     got = [int(x) for x in (cfg.get("no_rope_layers") or every_4th)]
     if got != every_4th:
         nope = [i for i, x in enumerate(got) if not x]
-        return (f"its NoPE layers are {nope[:8]} but llama.cpp's SMOLLM3 skips the rotary in every 4th layer "
-                f"({[i for i, x in enumerate(every_4th) if not x][:8]})")
+        return (
+            f"its NoPE layers are {nope[:8]} but llama.cpp's SMOLLM3 skips the rotary in every 4th layer "
+            f"({[i for i, x in enumerate(every_4th) if not x][:8]})"
+        )
     if cfg.get("use_sliding_window"):
         return "use_sliding_window is set but llama.cpp's SMOLLM3 attends over the whole context"
     return None
@@ -39,9 +41,14 @@ def llama_names(cfg: dict[str, Any]) -> dict[str, Any]:
     """
     if cfg.get("model_type") != "gpt2":
         return cfg
-    return {**cfg, "hidden_size": cfg["n_embd"], "num_hidden_layers": cfg["n_layer"],
-            "num_attention_heads": cfg["n_head"], "max_position_embeddings": cfg["n_positions"],
-            "intermediate_size": cfg.get("n_inner") or 4 * int(cfg["n_embd"])}
+    return {
+        **cfg,
+        "hidden_size": cfg["n_embd"],
+        "num_hidden_layers": cfg["n_layer"],
+        "num_attention_heads": cfg["n_head"],
+        "max_position_embeddings": cfg["n_positions"],
+        "intermediate_size": cfg.get("n_inner") or 4 * int(cfg["n_embd"]),
+    }
 
 
 def has_rotary(cfg: dict[str, Any]) -> bool:
@@ -54,16 +61,22 @@ def gpt2_refusal(cfg: dict[str, Any]) -> str | None:
     if cfg.get("model_type") != "gpt2":
         return None
     if cfg.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
-        return (f"activation_function {cfg['activation_function']!r}: llama.cpp's GPT2 uses the tanh-approximated "
-                "GELU (gelu_new)")
+        return (
+            f"activation_function {cfg['activation_function']!r}: llama.cpp's GPT2 uses the tanh-approximated "
+            "GELU (gelu_new)"
+        )
     if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("scale_attn_weights") is False:
         return "its attention scale is not 1/sqrt(head_dim) (scale_attn_by_inverse_layer_idx / scale_attn_weights)"
     return None
 
 
 # Granite's multipliers, under llama.cpp's names (its converter's GraniteModel: *_multiplier -> *_scale)
-_GRANITE_KEYS = (("attention_multiplier", "add_attention_scale"), ("embedding_multiplier", "add_embedding_scale"),
-                 ("residual_multiplier", "add_residual_scale"), ("logits_scaling", "add_logit_scale"))
+_GRANITE_KEYS = (
+    ("attention_multiplier", "add_attention_scale"),
+    ("embedding_multiplier", "add_embedding_scale"),
+    ("residual_multiplier", "add_residual_scale"),
+    ("logits_scaling", "add_logit_scale"),
+)
 
 
 def gpt2_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | None:

@@ -50,21 +50,27 @@ def _gemma3_mismatch(cfg: dict[str, Any]) -> str | None:
     expect = int(cfg["hidden_size"]) // heads if int(cfg["num_hidden_layers"]) == 62 else head_dim
     scalar = cfg.get("query_pre_attn_scalar", 256)
     if float(scalar) != float(expect):
-        return (f"query_pre_attn_scalar {scalar}: llama.cpp's gemma3 scales queries by 1/sqrt({expect}) "
-                f"(head_dim, or hidden/heads for 62 layers) and reads no attention scale")
+        return (
+            f"query_pre_attn_scalar {scalar}: llama.cpp's gemma3 scales queries by 1/sqrt({expect}) "
+            f"(head_dim, or hidden/heads for 62 layers) and reads no attention scale"
+        )
     if cfg.get("attn_logit_softcapping") is not None:
         return "attn_logit_softcapping: llama.cpp's gemma3 has no attention soft-capping"
     if cfg.get("use_bidirectional_attention"):
         return "use_bidirectional_attention (EmbeddingGemma): llama.cpp's gemma3 is causal"
     if cfg.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
-        return (f"hidden_activation {cfg['hidden_activation']!r}: llama.cpp's gemma3 uses the tanh-approximated "
-                "GELU (gelu_pytorch_tanh)")
+        return (
+            f"hidden_activation {cfg['hidden_activation']!r}: llama.cpp's gemma3 uses the tanh-approximated "
+            "GELU (gelu_pytorch_tanh)"
+        )
     rope = rope_by_layer_type(cfg)
     full, local = rope["full_attention"]["rope_type"], rope[SLIDING]["rope_type"]
     # llama.cpp's gemma3 gives the sliding layers their own base but never a scaling: scale 1, no YaRN
     if full not in ("default", "linear") or local != "default":
-        return (f"rope {full!r} on the global and {local!r} on the sliding layers: llama.cpp's gemma3 applies only "
-                "linear scaling, and only to the global layers")
+        return (
+            f"rope {full!r} on the global and {local!r} on the sliding layers: llama.cpp's gemma3 applies only "
+            "linear scaling, and only to the global layers"
+        )
     if SLIDING in layer_types(cfg) and not int(cfg.get("sliding_window") or 0):
         return "sliding layers but no sliding_window"
     return None
@@ -83,8 +89,10 @@ def gemma3_refusal(cfg: dict[str, Any]) -> str | None:
     why = _gemma3_mismatch(cfg)
     if why is None:
         return None
-    return (f"outputs.gguf: this gemma3_text config is not written: {why}; "
-            "set outputs.gguf: null (the checkpoint holds the edit)")
+    return (
+        f"outputs.gguf: this gemma3_text config is not written: {why}; "
+        "set outputs.gguf: null (the checkpoint holds the edit)"
+    )
 
 
 def _add_gemma3_keys(writer: Any, cfg: dict[str, Any]) -> None:

@@ -32,11 +32,14 @@ def refusal(cfg: dict[str, Any]) -> str | None:
     kind, params = rope_scaling(cfg)
     if kind not in ("default", "yarn"):
         return f"rope {kind!r}: only default and YaRN rope are written for gpt-oss (verified against llama.cpp)"
-    if kind == "yarn" and not math.isclose(yarn_attention_factor(params), yarn_mscale(float(params["factor"])),
-                                           rel_tol=1e-6):
+    if kind == "yarn" and not math.isclose(
+        yarn_attention_factor(params), yarn_mscale(float(params["factor"])), rel_tol=1e-6
+    ):
         # llama.cpp recomputes YaRN's cos/sin scale from the factor alone and ignores a given one
-        return (f"its YaRN scales attention by {yarn_attention_factor(params):.6g} (attention_factor/mscale) but "
-                f"llama.cpp's GPT_OSS computes 0.1 ln(factor) + 1 = {yarn_mscale(float(params['factor'])):.6g}")
+        return (
+            f"its YaRN scales attention by {yarn_attention_factor(params):.6g} (attention_factor/mscale) but "
+            f"llama.cpp's GPT_OSS computes 0.1 ln(factor) + 1 = {yarn_mscale(float(params['factor'])):.6g}"
+        )
     if cfg.get("sliding_window") is None and "sliding_attention" in layer_types(cfg):
         return "sliding layers but no sliding_window"
     return None
@@ -54,8 +57,10 @@ def views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | N
     """
     stem, _, last = hf_name.rpartition(".")
     if last == "gate_up_proj":
-        return [(f"{stem}.gate_proj.weight", View(hf_name, 0, 2, True)),
-                (f"{stem}.up_proj.weight", View(hf_name, 1, 2, True))]
+        return [
+            (f"{stem}.gate_proj.weight", View(hf_name, 0, 2, True)),
+            (f"{stem}.up_proj.weight", View(hf_name, 1, 2, True)),
+        ]
     if last == "gate_up_proj_bias":
         return [(f"{stem}.gate_proj.bias", View(hf_name, 0, 2)), (f"{stem}.up_proj.bias", View(hf_name, 1, 2))]
     if last == "down_proj":

@@ -30,28 +30,41 @@ def refusal(cfg: dict[str, Any]) -> str | None:
         return None
     n, period = int(cfg["num_hidden_layers"]), LLAMA4_NOPE_PERIOD
     rope = [int((i + 1) % period != 0) for i in range(n)]  # llama.cpp's use_rope; transformers' no_rope_layers
-    got = [int(x) for x in (cfg.get("no_rope_layers") or
-                            [int((i + 1) % int(cfg.get("no_rope_layer_interval") or 4) != 0) for i in range(n)])]
+    got = [
+        int(x)
+        for x in (
+            cfg.get("no_rope_layers")
+            or [int((i + 1) % int(cfg.get("no_rope_layer_interval") or 4) != 0) for i in range(n)]
+        )
+    ]
     if got != rope:
-        return (f"its NoPE layers are {[i for i, x in enumerate(got) if not x][:8]} but llama.cpp's LLAMA4 skips the "
-                f"rotary in every {period}th layer ({[i for i, x in enumerate(rope) if not x][:8]})")
+        return (
+            f"its NoPE layers are {[i for i, x in enumerate(got) if not x][:8]} but llama.cpp's LLAMA4 skips the "
+            f"rotary in every {period}th layer ({[i for i, x in enumerate(rope) if not x][:8]})"
+        )
     for key, fixed in LLAMA4_FIXED.items():
         if key in cfg and (cfg[key] is None or float(cfg[key]) != fixed):
             return f"{key} is {cfg[key]} but llama.cpp's LLAMA4 hard-codes {fixed}"
     chunked = ["chunked_attention" if r else "full_attention" for r in rope]
     if cfg.get("layer_types") and list(cfg["layer_types"]) != chunked:
-        return (f"its layer_types are {list(cfg['layer_types'])[:8]} but llama.cpp's LLAMA4 attends in chunks in "
-                f"every layer but each {period}th ({chunked[:8]})")
+        return (
+            f"its layer_types are {list(cfg['layer_types'])[:8]} but llama.cpp's LLAMA4 attends in chunks in "
+            f"every layer but each {period}th ({chunked[:8]})"
+        )
     if not cfg.get("attn_temperature_tuning", True) and 0 in rope:
         return "attn_temperature_tuning is false but llama.cpp's LLAMA4 always scales its NoPE layers' queries"
     step = int(cfg.get("interleave_moe_layer_step") or 1)
     moe = list(range(step - 1, n, step))  # llama.cpp: layer i has experts when (i + 1) % step == 0
     if cfg.get("moe_layers") is not None and [int(i) for i in cfg["moe_layers"]] != moe:
-        return (f"its moe_layers are {list(cfg['moe_layers'])[:8]} but llama.cpp's LLAMA4 puts the experts in "
-                f"every interleave_moe_layer_step-th layer ({moe[:8]})")
+        return (
+            f"its moe_layers are {list(cfg['moe_layers'])[:8]} but llama.cpp's LLAMA4 puts the experts in "
+            f"every interleave_moe_layer_step-th layer ({moe[:8]})"
+        )
     if bool(cfg.get("use_qk_norm", True)) != (expert_count(cfg) != 128):
-        return (f"use_qk_norm is {cfg.get('use_qk_norm', True)} but llama.cpp's LLAMA4 normalizes q and k exactly "
-                f"when there are not 128 experts (here {expert_count(cfg)})")
+        return (
+            f"use_qk_norm is {cfg.get('use_qk_norm', True)} but llama.cpp's LLAMA4 normalizes q and k exactly "
+            f"when there are not 128 experts (here {expert_count(cfg)})"
+        )
     if cfg.get("attention_bias"):
         return "attention_bias is set but llama.cpp's LLAMA4 has no attention biases"
     if cfg.get("hidden_act", "silu") != "silu":
@@ -69,8 +82,10 @@ def views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | N
     stem, _, last = hf_name.rpartition(".")
     ff = int(cfg["intermediate_size"])
     if last == "gate_up_proj":
-        return [(f"{stem}.gate_proj.weight", View(hf_name, 0, 1, True, stop=ff)),
-                (f"{stem}.up_proj.weight", View(hf_name, ff, 1, True))]
+        return [
+            (f"{stem}.gate_proj.weight", View(hf_name, 0, 1, True, stop=ff)),
+            (f"{stem}.up_proj.weight", View(hf_name, ff, 1, True)),
+        ]
     if last == "down_proj" and stem.endswith(".experts"):
         return [(f"{stem}.down_proj.weight", View(hf_name, transpose=True))]
     return None

@@ -24,11 +24,15 @@ def refusal(cfg: dict[str, Any]) -> str | None:
     if model_type not in MOE_NORM_TOPK:
         return None
     if model_type != "mixtral" and bool(cfg.get("norm_topk_prob", False)) != MOE_NORM_TOPK[model_type]:
-        return (f"norm_topk_prob is {cfg.get('norm_topk_prob', False)!r} but llama.cpp's {GGUF_WRITTEN[model_type][0]} "
-                f"always {'renormalizes' if MOE_NORM_TOPK[model_type] else 'keeps'} the top-k router weights")
+        return (
+            f"norm_topk_prob is {cfg.get('norm_topk_prob', False)!r} but llama.cpp's {GGUF_WRITTEN[model_type][0]} "
+            f"always {'renormalizes' if MOE_NORM_TOPK[model_type] else 'keeps'} the top-k router weights"
+        )
     if cfg.get("mlp_only_layers") or int(cfg.get("decoder_sparse_step") or 1) != 1:
-        return ("some layers have a dense MLP (mlp_only_layers / decoder_sparse_step) but llama.cpp's "
-                f"{GGUF_WRITTEN[model_type][0]} has experts in every layer")
+        return (
+            "some layers have a dense MLP (mlp_only_layers / decoder_sparse_step) but llama.cpp's "
+            f"{GGUF_WRITTEN[model_type][0]} has experts in every layer"
+        )
     if model_type == "qwen2_moe" and not cfg.get("shared_expert_intermediate_size"):
         return "there is no shared expert (shared_expert_intermediate_size) but llama.cpp's QWEN2MOE needs one"
     return None

@@ -23,8 +23,13 @@ def _family_refusal(cfg: dict[str, Any]) -> str | None:
     model_type = cfg.get("model_type")
     if model_type in moe.MOE_NORM_TOPK:
         return moe.refusal(cfg)
-    rules = {"smollm3": dense.smollm3_refusal, "gpt2": dense.gpt2_refusal, "gpt_oss": gpt_oss.refusal,
-             "deepseek_v3": deepseek.refusal, "llama4_text": llama4.refusal}
+    rules = {
+        "smollm3": dense.smollm3_refusal,
+        "gpt2": dense.gpt2_refusal,
+        "gpt_oss": gpt_oss.refusal,
+        "deepseek_v3": deepseek.refusal,
+        "llama4_text": llama4.refusal,
+    }
     return rules[model_type](cfg) if model_type in rules else None
 
 
@@ -44,18 +49,31 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
         return gemma.gemma3_refusal(cfg)
     if model_type in GGUF_WRITTEN:
         why = _family_refusal(cfg)
-        return None if why is None else (f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as "
-                                         f"transformers runs it: {why}; set outputs.gguf: null (the checkpoint "
-                                         "holds the edit)")
+        return (
+            None
+            if why is None
+            else (
+                f"outputs.gguf: this {model_type} config cannot be run by llama.cpp as "
+                f"transformers runs it: {why}; set outputs.gguf: null (the checkpoint "
+                "holds the edit)"
+            )
+        )
     if model_type in NO_LLAMA_CPP:
-        return (f"outputs.gguf: model_type {model_type!r} has no GGUF: {NO_LLAMA_CPP[model_type]}; set outputs.gguf: "
-                "null (the checkpoint holds the edit)")
+        return (
+            f"outputs.gguf: model_type {model_type!r} has no GGUF: {NO_LLAMA_CPP[model_type]}; set outputs.gguf: "
+            "null (the checkpoint holds the edit)"
+        )
     written = ", ".join(sorted(GGUF_WRITTEN))
     why = GGUF_PENDING.get(str(model_type))
-    detail = (f"{why}, not written yet (not verified against llama.cpp)" if why
-              else "no GGUF conventions are known to mathneuro-edit for it")
-    return (f"outputs.gguf: model_type {model_type!r} is not supported: {detail}; GGUF export supports {written}; "
-            "set outputs.gguf: null (the checkpoint holds the edit; llama.cpp's convert_hf_to_gguf.py can convert it)")
+    detail = (
+        f"{why}, not written yet (not verified against llama.cpp)"
+        if why
+        else "no GGUF conventions are known to mathneuro-edit for it"
+    )
+    return (
+        f"outputs.gguf: model_type {model_type!r} is not supported: {detail}; GGUF export supports {written}; "
+        "set outputs.gguf: null (the checkpoint holds the edit; llama.cpp's convert_hf_to_gguf.py can convert it)"
+    )
 
 
 def tensor_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | None:
@@ -67,8 +85,12 @@ def tensor_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | Vie
         >>> [n.split(".")[-2] for n, _ in tensor_views({"model_type": "gpt_oss"}, "m.experts.gate_up_proj")]
         ['gate_proj', 'up_proj']
     """
-    views = {"gpt2": dense.gpt2_views, "gpt_oss": gpt_oss.views, "deepseek_v3": deepseek.views,
-             "llama4_text": llama4.views}.get(str(cfg.get("model_type")))
+    views = {
+        "gpt2": dense.gpt2_views,
+        "gpt_oss": gpt_oss.views,
+        "deepseek_v3": deepseek.views,
+        "llama4_text": llama4.views,
+    }.get(str(cfg.get("model_type")))
     return views(cfg, hf_name) if views else None
 
 

@@ -37,8 +37,9 @@ def yarn_ramp_bounds(cfg: dict[str, Any]) -> tuple[tuple[float, float], tuple[fl
     kind, params = rope_scaling(cfg)
     if kind != "yarn":
         return None
-    dim = int(cfg.get("qk_rope_head_dim") or cfg.get("head_dim")
-              or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+    dim = int(
+        cfg.get("qk_rope_head_dim") or cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
+    )
     base = float(params.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
     ctx = float(params["original_max_position_embeddings"])
 

@@ -12,11 +12,16 @@ __all__ = ["GGUF_WRITTEN", "GGUF_PENDING", "NO_LLAMA_CPP"]
 
 # model_type -> (gguf.MODEL_ARCH member, q/k rows permuted to llama.cpp's interleaved rotary)
 GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
-    "llama": ("LLAMA", True), "mistral": ("LLAMA", True), "qwen2": ("QWEN2", False), "qwen3": ("QWEN3", False),
+    "llama": ("LLAMA", True),
+    "mistral": ("LLAMA", True),
+    "qwen2": ("QWEN2", False),
+    "qwen3": ("QWEN3", False),
     # verified by llama.cpp itself (tests/runs/test_families.py): Granite is llama + its multipliers (add_family_keys);
     # OLMo 2 has NeoX rotary (no permutation) and its own post-attention/post-MLP norm tensor names; Phi-3 keeps
     # its fused qkv/gate_up, NeoX rotary over part of each head (rope_dims) and a sliding-window key
-    "granite": ("GRANITE", True), "olmo2": ("OLMO2", False), "phi3": ("PHI3", False),
+    "granite": ("GRANITE", True),
+    "olmo2": ("OLMO2", False),
+    "phi3": ("PHI3", False),
     "gemma2": ("GEMMA2", False),
     # Gemma 3 (text): Gemma 2's norms (+1, q/k norms too), NeoX rotary, plus the sliding pattern written per layer
     # (llama.cpp's default is 1-in-6 global) and the local rope base; what llama.cpp fixes: gemma3_refusal
@@ -24,7 +29,9 @@ GGUF_WRITTEN: dict[str, tuple[str, bool]] = {
     # MoE: llama.cpp stacks each layer's experts into one 3-D tensor per projection (ffn_{gate,up,down}_exps, expert
     # index outermost), keeps the router (ffn_gate_inp) in F32 and reads the expert counts (add_family_keys).
     # Mixtral is llama (permuted q/k) with experts; the Qwen MoEs and OLMoE have NeoX rotary (HF's order)
-    "mixtral": ("LLAMA", True), "qwen2_moe": ("QWEN2MOE", False), "qwen3_moe": ("QWEN3MOE", False),
+    "mixtral": ("LLAMA", True),
+    "qwen2_moe": ("QWEN2MOE", False),
+    "qwen3_moe": ("QWEN3MOE", False),
     "olmoe": ("OLMOE", False),
     # SmolLM3: llama's tensors and permutation; llama.cpp skips the rotary in every 4th layer (hard-coded: the
     # released no_rope_layer_interval), so another NoPE pattern is refused (_smollm3_refusal)
@@ -61,5 +68,5 @@ GGUF_PENDING: dict[str, str] = {}  # empty: every family of docs/families.md tha
 # converter know none), so there is nothing to write it for
 NO_LLAMA_CPP: dict[str, str] = {
     "jetmoe": "llama.cpp has no JetMoE architecture (neither its mixture of attention heads nor its ParallelExperts "
-              "MLP), so no llama.cpp build can run it",
+    "MLP), so no llama.cpp build can run it",
 }
