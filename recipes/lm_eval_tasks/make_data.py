@@ -21,8 +21,9 @@ HERE = Path(__file__).resolve().parent
 
 def _write(name: str, rows: list[dict[str, str]]) -> None:
     # fixed key order, one object per line: the same bytes on every run
-    text = "".join(json.dumps({"question": r["question"], "answer": r["answer"]}, ensure_ascii=False) + "\n"
-                   for r in rows)
+    text = "".join(
+        json.dumps({"question": r["question"], "answer": r["answer"]}, ensure_ascii=False) + "\n" for r in rows
+    )
     (HERE / name).write_text(text, encoding="utf-8")
 
 
