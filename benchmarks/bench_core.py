@@ -107,7 +107,8 @@ def route(name: str, small: bool, samples: int, tokens: int, repeat: int, workdi
                     def hook(mod, args, key=mod_name):
                         x = args[0][0].float()  # (tokens, d_in), batch size 1
                         score = mod.weight.abs().float() * x.norm(dim=0)[None, :]  # weight-sized, per sample
-                        acc[key] = acc[key] + score if key in acc else score
+                        # the hooks run and are removed in this same repeat: acc is this repeat's dict
+                        acc[key] = acc[key] + score if key in acc else score  # noqa: B023
 
                     hooks.append(m.register_forward_pre_hook(hook))
             with torch.no_grad():
@@ -314,9 +315,8 @@ def suite_stop(args) -> dict:
         variants = [v for v in args.variants.split(",") if v]
         if any(v.startswith("smollm2") for v in variants) and not (Path(wd) / "smollm2.safetensors").is_file():
             if (SMOLLM2 / SMOLLM2_GGUF).is_file():
-                from transformers import AutoModelForCausalLM
-
                 from safetensors.torch import save_model
+                from transformers import AutoModelForCausalLM
 
                 real = AutoModelForCausalLM.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)  # not save_pretrained-able
                 save_model(real, str(Path(wd) / "smollm2.safetensors"))  # tied weights stored once
@@ -377,8 +377,8 @@ def masks_route(layers: int, hidden: int, inter: int, vocab: int) -> dict:
 
     torch.set_num_threads(2)
     from mathneuro_edit import ActivationStats, find_math_params
-    from mathneuro_edit.runs.plan import meta_model_from_config
     from mathneuro_edit.engine.targets import find_targets
+    from mathneuro_edit.runs.plan import meta_model_from_config
 
     cfg = LlamaConfig(
         vocab_size=vocab,

@@ -197,7 +197,7 @@ def main() -> int:
             print(f"\n{args.search}: no complete search yet (runs.jsonl and sweep.json)")
         else:
             per = gen_cpu / n
-            print(f"\n| full search | value |\n|---|---|")
+            print("\n| full search | value |\n|---|---|")
             print(f"| CPU minutes (all logged invocations, runs.jsonl) | {cost['cpu_s'] / 60:.1f} |")
             print(
                 f"| CPU minutes of the evaluated blocks (cache) | {cost['block_cpu_s'] / 60:.1f} "

@@ -107,7 +107,6 @@ def _timed(fn, device, repeat: int) -> tuple[float, int]:
 def _dp_worker(args) -> None:
     """Runs under torch.distributed.run: load the saved model, calibrate_distributed, rank 0 writes the stats."""
     import torch
-
     from transformers import AutoModelForCausalLM
 
     from mathneuro_edit.engine.distributed import calibrate_distributed, local_device

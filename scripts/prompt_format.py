@@ -36,7 +36,7 @@ def main() -> None:
     pool = arithmetic_problems(POOL_SIZE, seed=0)
     shots, problems = pool[START - 4 : START], pool[START : START + a.n]
     model, tok = load_model(a.gguf, dtype="float32")
-    print(f"| format | correct | accuracy (95% CI) |\n|---|---|---|")
+    print("| format | correct | accuracy (95% CI) |\n|---|---|---|")
     for name, style, k in FORMATS:
         t = time.process_time()
         with torch.no_grad():

@@ -65,13 +65,13 @@ def main() -> None:
     args = ap.parse_args()
 
     from mathneuro_edit.engine.apply import ReversibleEdit
+    from mathneuro_edit.engine.mask import find_math_params_multi
+    from mathneuro_edit.engine.stats import ActivationStats
     from mathneuro_edit.evaluation.results import EvalResults
     from mathneuro_edit.evaluation.runner import evaluate
-    from mathneuro_edit.weights.loading import model_weights
-    from mathneuro_edit.engine.mask import find_math_params_multi
-    from mathneuro_edit.runs.pipeline import calibrate_recipe, eval_tasks, load_recipe_model
     from mathneuro_edit.recipe.io import load_recipe
-    from mathneuro_edit.engine.stats import ActivationStats
+    from mathneuro_edit.runs.pipeline import calibrate_recipe, eval_tasks, load_recipe_model
+    from mathneuro_edit.weights.loading import model_weights
 
     recipe = load_recipe(
         RECIPE,

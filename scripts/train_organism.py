@@ -38,7 +38,7 @@ from transformers import (
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # Why: run from a checkout without installing the package.
 
-from mathneuro_edit.organism.data import (
+from mathneuro_edit.organism.data import (  # noqa: E402 - after the sys.path line above
     format_math,
     general_text_entropy,
     general_texts,

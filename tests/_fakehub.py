@@ -391,9 +391,8 @@ def out_dir(tmp_path: Path) -> Path:
 
 def relock(out: Path) -> None:
     """Record the folder's files as they are now in its lock (a test that changes a file on purpose before a push)."""
-    from mathneuro_edit.publish.lock import read_lock
-
     from mathneuro_edit.publish.integrity import NOT_OUTPUTS
+    from mathneuro_edit.publish.lock import read_lock
 
     lock = read_lock(out)
     lock["outputs"] = {f"checkpoint/{k}": v for k, v in output_hashes(out, skip=NOT_OUTPUTS).items()}

@@ -13,14 +13,24 @@ looks at either.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import threading
+from pathlib import Path
 
+import pytest
 import tqdm.std
+import yaml
+from click.testing import CliRunner
+
+from mathneuro_edit.cli.main import main
 
 # the fixtures that tests in several folders use, in one place (pytest finds them here)
 from tests._fakehub import fake_hub, out_dir  # noqa: F401
+from tests._models import save_tiny
 from tests._real_model import gemma3, smollm2  # noqa: F401
+from tests._tiny import GENERAL, MATH
 
 tqdm.std.tqdm.monitor_interval = 0
 tqdm.std.tqdm.set_lock(threading.RLock())
@@ -34,3 +44,76 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     os.environ["OMP_NUM_THREADS"] = str(_threads)
     torch.set_num_threads(_threads)
+
+
+# ------------------------------------------------------------------------------------------- shared workspaces
+# ws: one tiny run per test module that asks for it (tests/test_reliability.py, tests/test_hostile.py and the
+# tests of publish/ and weights/ that edit its outputs); evil: a base whose repository code must never run.
+
+MARKER_ENV = "MATHNEURO_TEST_REMOTE_CODE_MARKER"
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Path:
+    """A tiny llama base, data, a recipe, and a first run's outputs (stats, mask, run folder)."""
+    root = tmp_path_factory.mktemp("rel")
+    save_tiny(root / "base", "llama")
+    (root / "math.txt").write_text("\n\n".join(MATH) + "\n")
+    (root / "general.txt").write_text("\n\n".join(GENERAL) + "\n")
+    with open(root / "eval.jsonl", "w") as f:
+        for a in range(3):
+            f.write(json.dumps({"question": f"{a} + 2?", "answer": f"{a} + 2 = {a + 2}\n#### {a + 2}"}) + "\n")
+    recipe = {
+        "base": {"model": str(root / "base"), "dtype": "float32", "device": "cpu"},
+        "data": {
+            "math": {"path": str(root / "math.txt")},
+            "general": [{"path": str(root / "general.txt")}],
+            "samples": 4,
+            "seed": 0,
+        },
+        "calibration": {"max_length": 32, "batch_size": 4},
+        "mask": {"top_k": 0.1},
+        "edit": {"scale": 1.1},
+        "outputs": {"checkpoint": True, "adapter": True},
+        "evaluation": {
+            "math": {"path": str(root / "eval.jsonl")},
+            "general": [{"path": str(root / "general.txt")}],
+            "samples": 2,
+            "max_new_tokens": 4,
+        },
+    }
+    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    result = CliRunner().invoke(main, ["run", str(root / "recipe.yaml"), "--out", str(root / "run"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    shutil.copytree(root / "run" / "stats", root / "stats")
+    shutil.copy(root / "run" / "mask.safetensors", root / "mask.safetensors")
+    return root
+
+
+_EVIL = """
+import os
+from pathlib import Path
+Path(os.environ["{env}"]).write_text("repository code ran")
+from transformers import LlamaConfig, LlamaForCausalLM
+class EvilConfig(LlamaConfig):
+    model_type = "evil_llama"
+class EvilModel(LlamaForCausalLM):
+    config_class = EvilConfig
+""".replace("{env}", MARKER_ENV)
+
+
+@pytest.fixture()
+def evil(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A copy of the base whose config.json names its own code (auto_map); importing that code writes a marker."""
+    base = tmp_path / "evil-base"
+    shutil.copytree(ws / "base", base)
+    (base / "evil.py").write_text(_EVIL)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
+    cfg.pop("tie_word_embeddings", None)  # the same default (False), but an export then builds the model class
+    cfg["model_type"] = "evil_llama"  # unknown to transformers: only the repository's code can build it
+    (base / "config.json").write_text(json.dumps(cfg))
+    marker = tmp_path / "MARKER"
+    monkeypatch.setenv(MARKER_ENV, str(marker))
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))  # a cached copy must not hide a run
+    return base, marker

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from mathneuro_edit.cli.main import main
 from tests._models import hash_tree
 from tests.test_hostile import _data_sets
-from tests.test_reliability import _error_line, ws  # noqa: F401 - the module's run
+from tests.test_reliability import _error_line
 
 QUICKSTART = Path(__file__).parent.parent / "recipes" / "quickstart.yaml"
 

@@ -19,8 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "build_llama_cpp.sh"
 WHEEL = "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
 
-FAKE_PYTHON = (
-    """#!/usr/bin/env bash
+FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$FAKE_LOG"
 if [ "$1" = -c ]; then
   case "$2" in
@@ -30,11 +29,9 @@ if [ "$1" = -c ]; then
   exit 0
 fi
 if [ "$1 $2 $3" = "-m pip wheel" ]; then
-  touch "${@: -1}/%s"  # -w DIR comes last
+  touch "${@: -1}/{wheel}"  # -w DIR comes last
 fi
-"""
-    % WHEEL
-)
+""".replace("{wheel}", WHEEL)
 
 
 @pytest.fixture

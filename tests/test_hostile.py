@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ._models import hash_tree
-from .test_reliability import _cli, _error_line, evil, ws  # noqa: F401 - fixtures
+from .test_reliability import _cli, _error_line
 
 LOCK = "mathneuro_recipe.lock.yaml"
 
@@ -692,9 +692,8 @@ def test_disk_full_names_the_size_the_write_needed(ws: Path, tmp_path: Path, mon
 
     import torch
 
-    from mathneuro_edit.engine.stats import ActivationStats
-
     import mathneuro_edit.engine.stats as stats_mod
+    from mathneuro_edit.engine.stats import ActivationStats
 
     real_load = ActivationStats.load
     disk = tmp_path / "disk"

@@ -41,6 +41,12 @@ def test_every_command_has_its_function_at_the_top_level_with_a_docstring() -> N
             assert f":func:`{name}`" in mathneuro_edit.__doc__ or name in ("Mask", "ActivationStats"), name
 
 
+def test_all_lists_every_lazily_loaded_name_once() -> None:
+    # __all__ is written out in full (so linters see the re-exports); it must stay the names of _LAZY
+    assert len(mathneuro_edit.__all__) == len(set(mathneuro_edit.__all__))
+    assert set(mathneuro_edit.__all__) == {"__version__", *mathneuro_edit._LAZY}
+
+
 def test_export_gguf_writes_a_checkpoint_as_a_gguf_file(tmp_path: Path) -> None:
     gguf = pytest.importorskip("gguf")
     from mathneuro_edit import export_gguf

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
@@ -23,10 +22,8 @@ from safetensors.torch import load_file, save_file
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.errors import InputError
 from tests._fakehub import TOKEN, _committed, relock
-from tests._models import hash_tree, save_tiny
+from tests._models import hash_tree
 from tests._tiny import GENERAL, MATH
-
-MARKER_ENV = "MATHNEURO_TEST_REMOTE_CODE_MARKER"
 
 
 def _cli(*args: str, input: str | None = None) -> tuple[int, str]:
@@ -38,43 +35,6 @@ def _error_line(text: str) -> str:
     lines = [ln for ln in text.splitlines() if ln.startswith("error: ")]
     assert len(lines) == 1, text
     return lines[0]
-
-
-@pytest.fixture(scope="module")
-def ws(tmp_path_factory) -> Path:
-    """A tiny llama base, data, a recipe, and a first run's outputs (stats, mask, run folder)."""
-    root = tmp_path_factory.mktemp("rel")
-    save_tiny(root / "base", "llama")
-    (root / "math.txt").write_text("\n\n".join(MATH) + "\n")
-    (root / "general.txt").write_text("\n\n".join(GENERAL) + "\n")
-    with open(root / "eval.jsonl", "w") as f:
-        for a in range(3):
-            f.write(json.dumps({"question": f"{a} + 2?", "answer": f"{a} + 2 = {a + 2}\n#### {a + 2}"}) + "\n")
-    recipe = {
-        "base": {"model": str(root / "base"), "dtype": "float32", "device": "cpu"},
-        "data": {
-            "math": {"path": str(root / "math.txt")},
-            "general": [{"path": str(root / "general.txt")}],
-            "samples": 4,
-            "seed": 0,
-        },
-        "calibration": {"max_length": 32, "batch_size": 4},
-        "mask": {"top_k": 0.1},
-        "edit": {"scale": 1.1},
-        "outputs": {"checkpoint": True, "adapter": True},
-        "evaluation": {
-            "math": {"path": str(root / "eval.jsonl")},
-            "general": [{"path": str(root / "general.txt")}],
-            "samples": 2,
-            "max_new_tokens": 4,
-        },
-    }
-    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
-    code, text = _cli("run", root / "recipe.yaml", "--out", root / "run", "--quiet")
-    assert code == 0, text
-    shutil.copytree(root / "run" / "stats", root / "stats")
-    shutil.copy(root / "run" / "mask.safetensors", root / "mask.safetensors")
-    return root
 
 
 def _recipe_for(ws: Path, base: Path, name: str, **base_extra) -> Path:
@@ -114,35 +74,6 @@ def test_recipe_keeps_ints_for_floats_and_numbers_for_strings() -> None:
 
 
 # ------------------------------------------------------------------------------------------- remote code
-
-
-_EVIL = """
-import os
-from pathlib import Path
-Path(os.environ["{env}"]).write_text("repository code ran")
-from transformers import LlamaConfig, LlamaForCausalLM
-class EvilConfig(LlamaConfig):
-    model_type = "evil_llama"
-class EvilModel(LlamaForCausalLM):
-    config_class = EvilConfig
-""".replace("{env}", MARKER_ENV)
-
-
-@pytest.fixture()
-def evil(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """A copy of the base whose config.json names its own code (auto_map); importing that code writes a marker."""
-    base = tmp_path / "evil-base"
-    shutil.copytree(ws / "base", base)
-    (base / "evil.py").write_text(_EVIL)
-    cfg = json.loads((base / "config.json").read_text())
-    cfg["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
-    cfg.pop("tie_word_embeddings", None)  # the same default (False), but an export then builds the model class
-    cfg["model_type"] = "evil_llama"  # unknown to transformers: only the repository's code can build it
-    (base / "config.json").write_text(json.dumps(cfg))
-    marker = tmp_path / "MARKER"
-    monkeypatch.setenv(MARKER_ENV, str(marker))
-    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))  # a cached copy must not hide a run
-    return base, marker
 
 
 def test_repository_code_never_runs_without_opt_in(ws: Path, evil: tuple[Path, Path], tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ pytest.importorskip("gguf")
 from mathneuro_edit.engine.mask import Mask  # noqa: E402
 from mathneuro_edit.organism import organism_path  # noqa: E402
 
-
 _CHILD = """
 import sys, time
 import mathneuro_edit.weights.gguf_writer as gguf_writer

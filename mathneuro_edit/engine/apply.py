@@ -104,7 +104,7 @@ def scale_masked(weight: torch.Tensor, mask: torch.Tensor, scale: float) -> torc
     return out
 
 
-def _check_mask_fits(model: nn.Module, mask: "Mask") -> dict[str, torch.Tensor]:
+def _check_mask_fits(model: nn.Module, mask: Mask) -> dict[str, torch.Tensor]:
     params = dict(model.named_parameters(remove_duplicate=False))
     for name in mask:
         if name not in params:
@@ -121,7 +121,7 @@ def _check_mask_fits(model: nn.Module, mask: "Mask") -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def apply_mask(model: nn.Module, mask: "Mask", scale: float) -> nn.Module:
+def apply_mask(model: nn.Module, mask: Mask, scale: float) -> nn.Module:
     """Edit a model in place: ``W <- W * scale`` on the masked entries (scale 0 prunes).
 
     Args:
@@ -160,7 +160,7 @@ class ReversibleEdit:
         >>> base_logits = model(ids).logits  # restored  # doctest: +SKIP
     """
 
-    def __init__(self, model: nn.Module, mask: "Mask", scale: float) -> None:
+    def __init__(self, model: nn.Module, mask: Mask, scale: float) -> None:
         self.scale = check_scale(scale)
         params = _check_mask_fits(model, mask)
         # (param, flat indices of its masked entries, their original values)
@@ -185,7 +185,7 @@ class ReversibleEdit:
             p.data.view(-1)[idx] = original
         self.applied = False
 
-    def __enter__(self) -> "ReversibleEdit":
+    def __enter__(self) -> ReversibleEdit:
         self.apply()
         return self
 

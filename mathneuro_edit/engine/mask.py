@@ -141,7 +141,7 @@ class Mask(Mapping[str, torch.Tensor]):
         return write_safetensors_with_meta(Path(path), tensors, _FORMAT, header)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Mask":
+    def load(cls, path: str | Path) -> Mask:
         """Read a mask written by :meth:`save`; verifies its content hash.
 
         Raises:
@@ -214,7 +214,7 @@ def _scores(weight: torch.Tensor, stat: torch.Tensor, name: str) -> torch.Tensor
 def _check_stats(
     targets: Mapping[str, Target],
     params: Mapping[str, torch.Tensor],
-    stats: "ActivationStats",
+    stats: ActivationStats,
     label: str,
     math_norm: Mapping[str, torch.Tensor] | None = None,
 ) -> None:
@@ -259,8 +259,8 @@ def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic:
 
 def find_math_params(
     model: nn.Module | Mapping[str, torch.Tensor],
-    math_stats: "ActivationStats",
-    general_stats: "ActivationStats | Sequence[ActivationStats] | None",
+    math_stats: ActivationStats,
+    general_stats: ActivationStats | Sequence[ActivationStats] | None,
     *,
     top_k: float,
     method: Method = "mathneuro",
@@ -307,8 +307,8 @@ def find_math_params(
 
 def find_math_params_multi(
     model: nn.Module | Mapping[str, torch.Tensor],
-    math_stats: "ActivationStats",
-    general_stats: "ActivationStats | Sequence[ActivationStats] | None",
+    math_stats: ActivationStats,
+    general_stats: ActivationStats | Sequence[ActivationStats] | None,
     *,
     top_ks: Sequence[float],
     method: Method = "mathneuro",

@@ -153,7 +153,7 @@ class ActivationStats:
         return write_safetensors_with_meta(path, tensors, _FORMAT, self._header())
 
     @classmethod
-    def load(cls, path: str | Path) -> "ActivationStats":
+    def load(cls, path: str | Path) -> ActivationStats:
         """Read a file written by :meth:`save` (exact round trip).
 
         Raises:
@@ -186,7 +186,7 @@ class ActivationStats:
                 "corrupt or was edited: recreate it with `mathneuro-edit calibrate`"
             ) from None
 
-    def merge(self, other: "ActivationStats") -> "ActivationStats":
+    def merge(self, other: ActivationStats) -> ActivationStats:
         """Sum two runs' statistics over disjoint samples of the same model (e.g. data-parallel ranks).
 
         The text fingerprint of the result is recorded as the list of both inputs' fingerprints.

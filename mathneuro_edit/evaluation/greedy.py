@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn

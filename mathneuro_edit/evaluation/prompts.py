@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from ..errors import InputError
 from .results import extract_answer, math_prompt, truncate_completion
@@ -44,7 +44,7 @@ __all__ = [
     "encode_prompts",
 ]
 
-ChatSetting = Union[bool, Literal["auto"]]
+ChatSetting = bool | Literal["auto"]
 # plain prompts (no chat template): "question-answer" is the organism's "Question: ...\nAnswer:" format;
 # "equations" writes each worked example as its bare equation line ("12 + 34 = 46") and the problem as its
 # prefill ("23 + 45 = "): the format a pretrained base continues best (docs/evaluation.md "Prompt formats")

@@ -131,7 +131,7 @@ def eval_markdown(results: Mapping[str, Mapping[str, Row]]) -> str:
                 se_key = f"{lm_task}/{name}_stderr" + (f",{filt}" if filt else "")
 
                 def with_se(row: Row, value: Any) -> str:
-                    se = row.get(se_key)
+                    se = row.get(se_key)  # noqa: B023 - with_se is called only in this iteration, just below
                     return f"{_plain(value)} ± {_plain(se)}" if _num(value) and _num(se) else _plain(value)
 
                 # lm-eval's metrics do not say which direction is better: the change is shown without a verdict

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from ..errors import InputError
 from ..layout import EVAL_NAME, LM_EVAL_RESULTS
@@ -207,7 +207,7 @@ class GeneralResult:
         }
 
 
-TaskResult = Union[MathResult, GeneralResult, LmEvalResult]
+TaskResult = MathResult | GeneralResult | LmEvalResult
 
 
 def compare(base: TaskResult, edited: TaskResult | None) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import torch.nn.functional as F
 from torch import nn
@@ -155,7 +155,7 @@ class GeneralTask:
         return _sha(["general", list(self.texts), self.max_length])
 
 
-Task = Union[MathTask, GeneralTask, LmEvalTask]
+Task = MathTask | GeneralTask | LmEvalTask
 
 
 # ---------------------------------------------------------------------------------------------------- internals

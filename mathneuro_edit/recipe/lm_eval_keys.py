@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import typing
 import warnings
 from typing import Annotated, Any
 
@@ -19,7 +18,7 @@ __all__ = ["LmEvalConfig"]
 
 # an int counts documents, a float in (0, 1) is a fraction of them (lm-eval's own rule for --limit)
 LmEvalLimit = Annotated[
-    typing.Union[int, float],
+    int | float,
     _check(lambda v: v >= 1 if isinstance(v, int) else 0 < v < 1, "must be an integer >= 1 or a fraction in (0, 1)"),
 ]
 

@@ -115,7 +115,7 @@ def layer_fractions(mask: Any) -> dict[str, dict[int, float]]:
         cell = sel[_module_type(name)][layer]
         cell[0] += s
         cell[1] += t
-    return {mt: {l: s / t for l, (s, t) in sorted(d.items())} for mt, d in sel.items()}
+    return {mt: {layer: s / t for layer, (s, t) in sorted(d.items())} for mt, d in sel.items()}
 
 
 def mask_table(mask: Any) -> str:

@@ -53,12 +53,10 @@ from ..evaluation.prompts import uses_chat_template
 from ..evaluation.results import GeneralResult, compare
 from ..evaluation.significance import discordant_pairs, mcnemar_exact, significant, wilson_interval
 from ..layout import (
-    MATH_STATS_NAME,
     STATS_DIR,
     SWEEP_CSV,
     SWEEP_JSON,
     SWEEP_PNG,
-    general_stats_name,
 )
 from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe, recipe_sha256

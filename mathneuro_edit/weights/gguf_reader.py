@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..util.console import library_log_held
 from ..util.hashing import sha256_file
 from ..util.hub_online import require_hub
-from ..util.console import library_log_held
 from ..util.outdir import check_output
 from . import gguf_writer
 from .gguf_writer import GGUF_TYPES

@@ -501,7 +501,7 @@ def write_gguf(
         w.write_ti_data_to_file()
         f = w.fout[0]
         size = _file_size(f.tell(), [n for n, _, _, _ in plan], w, gguf)
-        for (gname, _, _, t), chunks in _tensors(folder, cfg, plan, perm):
+        for (_gname, _, _, t), chunks in _tensors(folder, cfg, plan, perm):
             w.write_padding(f, f.tell())  # each tensor starts aligned (GGUF's data alignment, 32 bytes)
             start = f.tell()
             for x in chunks:

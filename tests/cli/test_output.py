@@ -153,10 +153,10 @@ def test_known_warnings_silenced_only_inside_and_only_by_message_and_category():
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with quiet_libraries():
-            warnings.warn(f"{message} (x)", category)  # known: silenced
-            warnings.warn(f"{message} (x)", RuntimeWarning)  # same text, other category: shown
-            warnings.warn("something else", category)  # other text: shown
-        warnings.warn(f"{message} (x)", category)  # after the block: the caller's filters again
+            warnings.warn(f"{message} (x)", category, stacklevel=2)  # known: silenced
+            warnings.warn(f"{message} (x)", RuntimeWarning, stacklevel=2)  # same text, other category: shown
+            warnings.warn("something else", category, stacklevel=2)  # other text: shown
+        warnings.warn(f"{message} (x)", category, stacklevel=2)  # after the block: the caller's filters again
     assert [(w.category, str(w.message)[:14]) for w in seen] == [
         (RuntimeWarning, message[:14]),
         (category, "something else"),
@@ -165,7 +165,7 @@ def test_known_warnings_silenced_only_inside_and_only_by_message_and_category():
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with quiet_libraries(verbose=True):
-            warnings.warn(f"{message} (x)", category)
+            warnings.warn(f"{message} (x)", category, stacklevel=2)
     assert len(seen) == 1  # --verbose: every warning
 
 
@@ -241,7 +241,9 @@ def test_sweep_plot_names_every_point_and_keeps_it_inside(monkeypatch, tmp_path)
     from mathneuro_edit.runs.sweep import SweepResult, _plot
     from mathneuro_edit.runs.sweep_procedure import SweepPoint
 
-    P = lambda k, s, a, kl: SweepPoint(k, s, 10, a, 1.0, kl, 10, 10, max(a - 0.2, 0), min(a + 0.1, 1.0))
+    def P(k, s, a, kl):
+        return SweepPoint(k, s, 10, a, 1.0, kl, 10, 10, max(a - 0.2, 0), min(a + 0.1, 1.0))
+
     pts = [P(0.01, 0.0, 0.0, 2e-3), P(0.01, 1.1, 1.0, 6e-6), P(0.05, 0.0, 0.6, 5e-3), P(0.05, 1.1, 1.0, 0.0)]
     figs = _capture(monkeypatch)
     _plot(SweepResult(0.9, 1.0, pts, [1, 3], "", None, {}), tmp_path / "s.png")
@@ -291,6 +293,6 @@ def test_layer_plot_legend_outside_and_lines_distinct(monkeypatch, tmp_path):
     plot_layer_distribution(mask, tmp_path / "l.png")
     ax = figs[0].axes[0]
     assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1
-    styles = [(str(l.get_color()), l.get_linestyle(), l.get_marker()) for l in ax.get_lines()]
+    styles = [(str(ln.get_color()), ln.get_linestyle(), ln.get_marker()) for ln in ax.get_lines()]
     assert len(styles) == 5 and len(set(styles)) == 5
     assert len({s[0] for s in styles}) == 5  # colours alone tell them apart too

@@ -19,7 +19,7 @@ from tests._tiny import MATH, build
 
 def test_texts_fingerprint_is_the_sha256_of_the_utf8_json_list() -> None:
     # written out by hand: the JSON text of the list, non-ASCII characters as themselves (not \\u escapes)
-    assert texts_sha256(["café", "1 + 1 = 2"]) == hashlib.sha256('["café", "1 + 1 = 2"]'.encode("utf-8")).hexdigest()
+    assert texts_sha256(["café", "1 + 1 = 2"]) == hashlib.sha256('["café", "1 + 1 = 2"]'.encode()).hexdigest()
     assert texts_sha256(["a", "b"]) != texts_sha256(["b", "a"])
 
 

@@ -16,8 +16,6 @@ the quantity the package ranks), and the top-k is a plain Python sort by ``(-sco
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -210,7 +208,7 @@ def test_multi_top_k_matches_reference_for_each_value(granularity):
     rnd = find_math_params_multi(params, ms, gs, top_ks=ks, method="random", granularity=granularity, seed=3)
     for k, got in zip(ks, rnd):  # random: the reference mathneuro count per matrix (per expert)
         ref = _reference_mask(canon, ms, [gs], k, granularity)
-        for name, t in TARGETS.items():
+        for name in TARGETS:
             per_group_got = [int(x.sum()) for x in _groups(name, got[name])]
             per_group_ref = [int(x.sum()) for x in _groups(name, ref[name])]
             assert per_group_got == per_group_ref, (k, name)

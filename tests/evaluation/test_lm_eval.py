@@ -40,7 +40,7 @@ from mathneuro_edit.evaluation.lm_eval_bridge import (  # noqa: E402
     run_lm_eval,
 )
 from mathneuro_edit.evaluation.results import extract_answer, math_prompt  # noqa: E402
-from mathneuro_edit.evaluation.runner import MathTask, evaluate
+from mathneuro_edit.evaluation.runner import MathTask, evaluate  # noqa: E402
 from mathneuro_edit.organism import load_organism  # noqa: E402
 from mathneuro_edit.organism.data import general_texts, math_texts  # noqa: E402
 from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict  # noqa: E402

@@ -14,7 +14,6 @@ from click.testing import CliRunner
 from huggingface_hub import ModelCard
 
 from mathneuro_edit.cli.main import main
-from tests.test_reliability import ws  # noqa: F401 - the module's run
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ from click.testing import CliRunner
 
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.publish.lock import LOCK_NAME, read_lock
-from tests.test_reliability import ws  # noqa: F401 - the module's run
 
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 

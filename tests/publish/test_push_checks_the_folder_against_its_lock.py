@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from mathneuro_edit.cli.main import main
 from tests._fakehub import TOKEN, FakeHub, relock
 from tests.test_hostile import _data_sets
-from tests.test_reliability import _error_line, ws  # noqa: F401 - the module's run
+from tests.test_reliability import _error_line
 
 LOCK = "mathneuro_recipe.lock.yaml"
 

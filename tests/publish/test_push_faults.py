@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from tests._fakehub import TOKEN, FakeHub, fake_hub, out_dir, relock  # noqa: F401 - fixtures
+from tests._fakehub import TOKEN, FakeHub, relock
 
 
 def _push_env(hub: FakeHub, tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from mathneuro_edit.cli.main import main
-from tests._fakehub import TOKEN, FakeHub, fake_hub, out_dir  # noqa: F401 - fixtures
+from tests._fakehub import TOKEN, FakeHub
 
 LOCK_PATH = "/me/edited/resolve/main/mathneuro_recipe.lock.yaml"
 

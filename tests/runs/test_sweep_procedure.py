@@ -215,7 +215,7 @@ def simulate_adaptive(gain: float, seed: int) -> dict[str, float]:
         edited = flip(rng, np.broadcast_to(base, (ADAPTIVE_POINTS, ADAPTIVE_SEL)), gain)  # (points, problems)
         kl = rng.random(ADAPTIVE_POINTS) * 0.08  # some points over the 0.05 budget
         active = list(range(ADAPTIVE_POINTS))
-        for r, (n_points, end) in enumerate(schedule):
+        for r, (n_points, _end) in enumerate(schedule):
             if r > 0:
                 prev = schedule[r - 1][1]
                 seen = [int(edited[i, :prev].sum()) if i in active else None for i in range(ADAPTIVE_POINTS)]
@@ -276,7 +276,8 @@ def test_promotion_asks_only_the_kl_it_needs_and_promotes_as_if_it_had_all() -> 
         size = [float(x) for x in rng.integers(0, 4, n)]  # ties in size too: then grid order
         keep = int(rng.integers(1, n + 1))
         asked: set[int] = set()
-        got = promote(correct, lambda i: asked.add(i) or kl[i], 0.05, keep, size=size)
+        # the lambda is called inside promote, in this same iteration
+        got = promote(correct, lambda i: asked.add(i) or kl[i], 0.05, keep, size=size)  # noqa: B023
         assert got == _promote_by_sorting(correct, kl, 0.05, keep, size) == promote(correct, kl, 0.05, keep, size)
         assert all(correct[i] is not None for i in asked)
         # a point is asked only when fewer than keep points ranked above it are within the budget

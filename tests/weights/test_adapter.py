@@ -177,7 +177,7 @@ def test_mathneuro_format_loads_with_load_edited_only(cases, tmp_path, family):
     info = export_adapter(c.base, c.mask, 1.1, tmp_path / "adapter", format="mathneuro")
     assert info.format == "mathneuro" and info.adapter_bytes < info.checkpoint_bytes
     assert not (info.path / "adapter_config.json").exists()  # stock PEFT refuses it: never half applied
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="adapter_config.json"):
         PeftModel.from_pretrained(load_tiny(c.base), info.path)
     _assert_same_state(load_edited(c.base, info.path).state_dict(), c.baked(1.1)[0])
     assert verify(info.path, c.base, c.mask, 1.1).ok

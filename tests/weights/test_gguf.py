@@ -92,7 +92,7 @@ def save_base(folder: Path, family: str, *, tied: bool = False, dtype: torch.dty
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(_config(family, tied)).to(dtype).eval()
     with torch.no_grad():  # random norms too, so a mixed-up norm tensor would show
-        for n, p in model.named_parameters():
+        for p in model.parameters():
             if p.ndim == 1:
                 p.copy_(1 + 0.1 * torch.randn_like(p))
     model.save_pretrained(folder)

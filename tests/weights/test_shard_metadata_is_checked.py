@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.test_hostile import _rewrite_header
-from tests.test_reliability import _cli, _error_line, ws  # noqa: F401 - the module's run
+from tests.test_reliability import _cli, _error_line
 
 
 @pytest.mark.parametrize(
