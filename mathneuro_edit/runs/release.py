@@ -235,11 +235,12 @@ def verify_run(
         raise InputError(f"{folder}: not a mathneuro-edit output (no model or adapter files); {expected}")
     recorded: dict = {}
     if base is None or scale is None or mask_path is None:
-        run_dir = (
-            folder
-            if (folder / LOCK_NAME).is_file() and targets == [folder] and not (folder.parent / MASK_NAME).is_file()
-            else (folder if targets[0] != folder else folder.parent)
+        # a run's checkpoint/ or adapter/ reads the run folder's lock and mask; any other folder (a run folder, an
+        # `export` folder) its own lock, even when the folder above it happens to hold a mask file
+        inside_run = (
+            targets == [folder] and (folder.parent / LOCK_NAME).is_file() and (folder.parent / MASK_NAME).is_file()
         )
+        run_dir = folder.parent if inside_run else folder
         if not (run_dir / LOCK_NAME).is_file():
             raise InputError(
                 f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,13 @@ def test_stage_commands_match_run(workspace, run_out, tmp_path):
     )
     assert code == 0, text
     assert (tmp_path / "ck" / "config.json").is_file()
+    # the export folder verifies against its own lock even beside a file named mask.safetensors (the name a user
+    # gives `mask --out`), which once sent verify to look for the lock in the folder above
+    shutil.copy(tmp_path / "m.safetensors", tmp_path / "mask.safetensors")
+    code, text = _run(
+        "verify", str(tmp_path / "ck"), "--mask", str(tmp_path / "mask.safetensors"), "--base", str(workspace / "base")
+    )
+    assert code == 0, text
     code, text = _run(
         "mask",
         recipe,
