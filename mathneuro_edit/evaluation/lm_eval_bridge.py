@@ -463,7 +463,10 @@ def run_lm_eval(
         ``(base, edited)``; ``edited`` is ``None`` without an edit.
 
     Example:
-        >>> task = LmEvalTask("h", ["arithmetic_local"], limit=20, include_path="recipes/lm_eval_tasks")
+        Skipped as a doctest: it needs a loaded model, and a checkout of this repository as the current folder.
+
+        >>> task = LmEvalTask("h", ["arithmetic_local"], limit=20,
+        ...                   include_path="recipes/lm_eval_tasks")  # doctest: +SKIP
         >>> base, edited = run_lm_eval(model, tok, task, edit=edit)  # doctest: +SKIP
     """
     lm_eval, hflm_class = require_lm_eval(task.name)

@@ -60,7 +60,7 @@ def public_override(override: object) -> object:
     ``<local>/NAME``, as the recipe's own data paths do; anything else is unchanged.
 
     Example:
-        >>> public_override("data.math.path=recipes/data/a.jsonl"), public_override("targets.include=[mlp]")
+        >>> public_override("data.math.path=/home/me/data/a.jsonl"), public_override("targets.include=[mlp]")
         ('data.math.path=<local>/a.jsonl', 'targets.include=[mlp]')
     """
     if not isinstance(override, str) or "=" not in override:
