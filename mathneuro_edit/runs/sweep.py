@@ -18,8 +18,8 @@ says that nothing is confirmed. Why: with a 20-point grid, the best of 20 uncorr
 has its nominal level.
 
 Outputs (names in :mod:`mathneuro_edit.layout`): ``sweep.json`` (the contract in docs/evaluation.md),
-``sweep.csv`` (one row per point, raw and Holm p), ``sweep.png`` (math accuracy vs general KL, Pareto front; needs
-matplotlib) and the statistics. Every accuracy carries its 95% Wilson interval. The procedure itself (pure
+``sweep.csv`` (one row per point, raw and Holm p), ``sweep.png`` (math gain over the base vs general KL, Pareto front;
+needs matplotlib) and the statistics. Every accuracy carries its 95% Wilson interval. The procedure itself (pure
 functions of the counts): :mod:`.sweep_procedure`; from a confirmed sweep to a release: :mod:`.sweep_release`.
 """
 
@@ -73,6 +73,7 @@ from .sweep_procedure import (
     SweepPoint,
     confirm,
     halving_schedule,
+    math_merit,
     pareto_front,
     promote,
     recommend,
@@ -203,7 +204,7 @@ class SweepResult:
     def to_text(self) -> str:
         """The console table: the base, one row per point (its variant, the problems it was evaluated on, math with
         its 95% CI, the gain over the base on those same problems in percentage points, raw and Holm-adjusted
-        McNemar p, general KL; mark ``*``: on the Pareto front of accuracy vs KL, ``?``: the candidate), then the
+        McNemar p, general KL; mark ``*``: on the Pareto front of gain vs KL, ``?``: the candidate), then the
         confirmation row (the CSV holds every column)."""
         b = self.base_math
         base_ci = f" ({100 * b['math_ci95_low']:.1f}-{100 * b['math_ci95_high']:.1f})" if "math_ci95_low" in b else ""
@@ -267,7 +268,8 @@ class SweepResult:
         legend = (
             "gain: percentage points over the base on the same n problems; p: exact McNemar vs the base; "
             "general KL -: not needed (ranked out by its math counts before its KL could matter); "
-            "mark *: Pareto front (no point has both higher accuracy and lower KL), ?: the candidate"
+            "mark *: Pareto front (no point has both a higher gain over the base on its problems and a lower KL), "
+            "?: the candidate"
         )
         return table(head, rows, right={3, 4, 6, 7, 8, 9}) + "\n" + legend
 
@@ -316,40 +318,46 @@ def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> Sw
 
 
 def _plot(result: SweepResult, path: Path) -> Path | None:
-    """Math accuracy vs general KL: one marker shape per top_k and one colour per scale (the legend names each,
-    so every point is identified without labels that overlap), the Pareto front ringed and joined, the base as a
-    dashed line, every point and error bar inside the axes."""
+    """Math gain over the base (on each point's own problems: :func:`math_merit`) vs general KL: one marker shape
+    per top_k and one colour per scale (the legend names each, so every point is identified without labels that
+    overlap), the Pareto front ringed and joined, the base as a dashed line at 0, every point and error bar inside
+    the axes. A sweep without the base's per-point counts (older files) plots accuracy instead."""
     plt = pyplot(required=False)
     if plt is None:
         return None  # the CSV/JSON are the results; the PNG is a convenience of the plot extra
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     ks = sorted({p.top_k for p in result.points})
     ss = sorted({p.scale for p in result.points})
-    pts = [p for p in result.points if math.isfinite(p.general_kl)]  # a point without a KL has no x
-    if not pts:
+    keep = [i for i, p in enumerate(result.points) if math.isfinite(p.general_kl)]  # a point without a KL: no x
+    if not keep:
         plt.close(fig)
         return None
+    merit = math_merit(result.points)
+    gain = all(math.isfinite(p.gain_points) for p in result.points)
+    base_y = 0.0 if gain else 100 * result.base_math_accuracy
+    pts = [result.points[i] for i in keep]
+    ys = [merit[i] for i in keep]
+    xs = [p.general_kl for p in pts]
+    # the 95% Wilson interval of each point's accuracy, drawn around its merit: a bar that covers the base line is
+    # not a demonstrated gain
+    lows = [y - 100 * (p.math_accuracy - p.math_ci95_low) for p, y in zip(pts, ys)]
+    highs = [y + 100 * (p.math_ci95_high - p.math_accuracy) for p, y in zip(pts, ys)]
     markers = "osD^vP*Xh<>p"
     colors = plt.get_cmap("tab10")
-    xs, ys = [p.general_kl for p in pts], [100 * p.math_accuracy for p in pts]
-    # 95% Wilson intervals: a point whose bar covers the base line is not a demonstrated gain
     ax.errorbar(
         xs,
         ys,
-        yerr=[
-            [100 * (p.math_accuracy - p.math_ci95_low) for p in pts],
-            [100 * (p.math_ci95_high - p.math_accuracy) for p in pts],
-        ],
+        yerr=[[y - lo for y, lo in zip(ys, lows)], [hi - y for y, hi in zip(ys, highs)]],
         fmt="none",
         ecolor="gray",
         alpha=0.35,
         lw=1,
         zorder=1,
     )
-    for p in pts:
+    for p, y in zip(pts, ys):
         ax.scatter(
             [p.general_kl],
-            [100 * p.math_accuracy],
+            [y],
             marker=markers[ks.index(p.top_k) % len(markers)],
             color=colors(ss.index(p.scale) % 10),
             s=36,
@@ -357,39 +365,25 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
             edgecolors="black",
             linewidths=0.4,
         )
-    front = sorted((result.points[i] for i in result.front), key=lambda p: p.general_kl)
-    ax.plot(
-        [p.general_kl for p in front],
-        [100 * p.math_accuracy for p in front],
-        "-",
-        color="red",
-        lw=1,
-        alpha=0.6,
-        zorder=2,
-    )
-    ax.scatter(
-        [p.general_kl for p in front],
-        [100 * p.math_accuracy for p in front],
-        s=110,
-        facecolors="none",
-        edgecolors="red",
-        linewidths=1,
-        zorder=2,
-    )
+    front = sorted(result.front, key=lambda i: result.points[i].general_kl)
+    for style in ("line", "rings"):
+        fx, fy = [result.points[i].general_kl for i in front], [merit[i] for i in front]
+        if style == "line":
+            ax.plot(fx, fy, "-", color="red", lw=1, alpha=0.6, zorder=2)
+        else:
+            ax.scatter(fx, fy, s=110, facecolors="none", edgecolors="red", linewidths=1, zorder=2)
     if result.best is not None:
-        p = result.points[result.best]
         ax.annotate(
             "recommended",
-            (p.general_kl, 100 * p.math_accuracy),
+            (result.points[result.best].general_kl, merit[result.best]),
             xytext=(6, 6),
             fontsize=7,
             textcoords="offset points",
             zorder=4,
         )
-    ax.axhline(100 * result.base_math_accuracy, color="gray", ls="--", lw=1, zorder=0)
+    ax.axhline(base_y, color="gray", ls="--", lw=1, zorder=0)
     # every point inside the axes: margins around the points, their error bars and the base line
-    lo = min([100 * p.math_ci95_low for p in pts] + [100 * result.base_math_accuracy])
-    hi = max([100 * p.math_ci95_high for p in pts] + [100 * result.base_math_accuracy])
+    lo, hi = min([*lows, base_y]), max([*highs, base_y])
     pad = max(3.0, 0.08 * (hi - lo))
     ax.set_ylim(lo - pad, hi + pad)
     positive = [x for x in xs if x > 0]
@@ -401,7 +395,9 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
         ax.set_xscale("symlog", linthresh=thresh)
         ax.set_xlim(-0.3 * thresh, max(xs + [thresh]) * 2)
     ax.set_xlabel("general KL(base || edited)")
-    ax.set_ylabel("math accuracy (%)")
+    ax.set_ylabel(
+        "math accuracy - base's, same problems (points)" if gain else "math accuracy (%)"
+    )
     from matplotlib.lines import Line2D
 
     handles = [

@@ -21,6 +21,7 @@ __all__ = [
     "Confirmation",
     "with_holm",
     "pareto_front",
+    "math_merit",
     "select_candidate",
     "confirm",
     "recommend",
@@ -123,28 +124,52 @@ def with_holm(points: Sequence[SweepPoint]) -> list[SweepPoint]:
 
 
 def pareto_front(points: Sequence[SweepPoint]) -> list[int]:
-    """Indices of points no other point beats (higher or equal accuracy with lower or equal KL, one strictly);
-    a point without a KL (the adaptive selection never needed it: :func:`promote`) is on no front.
+    """Indices of points no other point beats (a higher or equal math merit with a lower or equal KL, one
+    strictly); a point without a KL (the adaptive selection never needed it: :func:`promote`) is on no front.
+
+    The merit is :func:`math_merit`: the gain over the base on each point's own problems, so that a point of an
+    early, easier round is not ranked above a finalist measured on all the problems.
 
     Example:
         >>> P = lambda a, k: SweepPoint(0.1, 1.1, 1, a, 1.0, k)
         >>> pareto_front([P(0.5, 0.1), P(0.6, 0.2), P(0.4, 0.3)])
         [0, 1]
     """
+    merit = math_merit(points)
     front = []
     for i, p in enumerate(points):
         if not math.isfinite(p.general_kl):
             continue
         dominated = any(
-            q.math_accuracy >= p.math_accuracy
+            merit[j] >= merit[i]
             and q.general_kl <= p.general_kl
-            and (q.math_accuracy > p.math_accuracy or q.general_kl < p.general_kl)
+            and (merit[j] > merit[i] or q.general_kl < p.general_kl)
             for j, q in enumerate(points)
             if j != i and math.isfinite(q.general_kl)
         )
         if not dominated:
             front.append(i)
     return front
+
+
+def math_merit(points: Sequence[SweepPoint]) -> list[float]:
+    """What the front and the plot compare: each point's gain over the base on the same problems
+    (:attr:`SweepPoint.gain_points`) when every point records it, else its accuracy in percent.
+
+    Why the gain: successive halving measures points on different numbers of problems (the first rounds on the
+    first, often easier, problems), so accuracies of different rounds are not comparable, and the gain over the
+    base on the very same problems is.
+
+    Example:
+        >>> early = SweepPoint(0.1, 1.1, 1, 0.5, 1.0, 0.1, 20, 40, base_correct=19)   # +1 on 40: +2.5 points
+        >>> final = SweepPoint(0.1, 1.2, 1, 0.3, 1.0, 0.1, 300, 1000, base_correct=250)  # +50 on 1000: +5
+        >>> math_merit([early, final])
+        [2.5, 5.0]
+    """
+    gains = [p.gain_points for p in points]
+    if all(math.isfinite(g) for g in gains):
+        return gains
+    return [100 * p.math_accuracy for p in points]
 
 
 def select_candidate(points: Sequence[SweepPoint], base_correct: int, kl_budget: float) -> int | None:

@@ -580,8 +580,13 @@ def gguf_file_type(path: str | Path) -> str:
         >>> gguf_file_type("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
         'Q4_1'
     """
+    return _file_type(_gguf().GGUFReader(str(path)))
+
+
+def _file_type(r: Any) -> str:
+    """:func:`gguf_file_type` of an open reader (opening one parses every metadata field: a 128k vocabulary's
+    tokens and merges take tens of seconds, so a caller holding a reader passes it)."""
     gguf = _gguf()
-    r = gguf.GGUFReader(str(path))
     field = r.fields.get("general.file_type")
     if field is not None:
         ft = gguf.LlamaFileType(int(field.contents()))
@@ -612,7 +617,7 @@ def audit_gguf(path: str | Path, checkpoint: str | Path) -> tuple[int, list[str]
     gguf, folder = _gguf(), Path(checkpoint)
     r = gguf.GGUFReader(str(path))
     got = {t.name: t for t in r.tensors}
-    ft = gguf_file_type(path)
+    ft = _file_type(r)
     if ft not in GGUF_TYPES:
         return 0, [f"{Path(path).name}: file type {ft} is not one mathneuro-edit writes"]
     cfg = _config(folder)

@@ -257,6 +257,29 @@ def test_sweep_plot_names_every_point_and_keeps_it_inside(monkeypatch, tmp_path)
     assert legend_box.x0 >= ax.get_window_extent().x1  # outside the data
 
 
+def test_sweep_plot_puts_each_point_at_its_gain_over_the_base_on_its_own_problems(monkeypatch, tmp_path):
+    from mathneuro_edit.runs.sweep import SweepResult, _plot
+    from mathneuro_edit.runs.sweep_procedure import SweepPoint
+
+    # an early-round point (19 right of 40 where the base had 17) and a finalist (300 of 1,000, base 250)
+    early = SweepPoint(0.01, 1.1, 1, 19 / 40, 1.0, 1e-3, 19, 40, 0.3, 0.6, base_correct=17)
+    final = SweepPoint(0.05, 1.2, 1, 0.3, 1.0, 2e-3, 300, 1000, 0.27, 0.33, base_correct=250)
+    figs = _capture(monkeypatch)
+    _plot(SweepResult(0.25, 1.0, [early, final], [1], "", None, {}), tmp_path / "s.png")
+    ax = figs[0].axes[0]
+    from matplotlib.collections import PathCollection
+
+    drawn = sorted(  # the filled markers (the front's rings have no face)
+        tuple(xy)
+        for c in ax.collections
+        if isinstance(c, PathCollection) and len(c.get_facecolor())
+        for xy in c.get_offsets().tolist()
+    )
+    assert drawn == [(1e-3, 5.0), (2e-3, 5.0)]  # +2 of 40 and +50 of 1,000: both +5 points, not 47.5% vs 30%
+    assert [line.get_ydata()[0] for line in ax.lines if line.get_linestyle() == "--"] == [0.0]  # the base at 0
+    assert "same problems" in ax.get_ylabel()
+
+
 def test_consistency_plot_ticks_and_title(monkeypatch, tmp_path):
     from mathneuro_edit.runs.consistency import ConsistencyRow, _plot
 

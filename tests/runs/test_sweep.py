@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -29,6 +30,7 @@ from mathneuro_edit.runs.sweep_procedure import (
     Confirmation,
     SweepPoint,
     confirm,
+    math_merit,
     pareto_front,
     recommend,
     select_candidate,
@@ -65,13 +67,20 @@ SIGNIFICANT = [False, True, True, False, True, True, True, True, True]
 
 
 def reference_front(points) -> list[int]:
-    """Indices of the points no other point beats (>= accuracy and <= KL, one strictly): written out pairwise."""
+    """Indices of the points no other point beats (>= merit and <= KL, one strictly): written out pairwise. The
+    merit: the gain over the base on the point's own problems when every point records the base's count, else the
+    accuracy."""
+    with_base = all(p.base_correct is not None for p in points)
+
+    def merit(p):
+        return (p.math_correct - p.base_correct) / p.math_total if with_base else p.math_accuracy
+
     out = []
     for i, p in enumerate(points):
         beaten = False
         for j, q in enumerate(points):
-            better_or_equal = q.math_accuracy >= p.math_accuracy and q.general_kl <= p.general_kl
-            strictly = q.math_accuracy > p.math_accuracy or q.general_kl < p.general_kl
+            better_or_equal = merit(q) >= merit(p) and q.general_kl <= p.general_kl
+            strictly = merit(q) > merit(p) or q.general_kl < p.general_kl
             beaten = beaten or (i != j and better_or_equal and strictly)
         if not beaten:
             out.append(i)
@@ -90,6 +99,18 @@ def test_pareto_front_is_the_hand_computed_one():
     assert pareto_front([POINTS[2], POINTS[0]]) == [1]
     assert pareto_front([P(0.5, 0.02), P(0.6, 0.02)]) == [1]  # equal KL, higher accuracy: that one beats it
     assert pareto_front([P(0.6, 0.02), P(0.6, 0.01)]) == [1]  # equal accuracy, lower KL
+
+
+def test_pareto_front_compares_gains_over_the_base_across_rounds():
+    # successive halving: an early point at 50% on the first 40 (easy) problems, base 19/40 there: +2.5 points;
+    # a finalist at 30% on all 1,000, base 250: +5 points. By accuracy the early point would hide the finalist.
+    early = SweepPoint(0.01, 1.1, 1, 0.5, 1.0, 0.01, 20, 40, base_correct=19, round=1)
+    final = SweepPoint(0.01, 1.2, 1, 0.3, 1.0, 0.01, 300, 1000, base_correct=250, round=4)
+    assert pareto_front([early, final]) == [1] == reference_front([early, final])
+    cheaper_early = replace(early, general_kl=0.001)  # a lower KL keeps the early point on the front too
+    assert pareto_front([cheaper_early, final]) == [0, 1] == reference_front([cheaper_early, final])
+    assert math_merit([early, final]) == [2.5, 5.0]
+    assert math_merit([early, replace(final, base_correct=None)]) == [50.0, 30.0]  # not recorded: accuracy
 
 
 def test_point_takes_the_paired_comparison_of_the_eval():
