@@ -395,9 +395,7 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
         ax.set_xscale("symlog", linthresh=thresh)
         ax.set_xlim(-0.3 * thresh, max(xs + [thresh]) * 2)
     ax.set_xlabel("general KL(base || edited)")
-    ax.set_ylabel(
-        "math accuracy - base's, same problems (points)" if gain else "math accuracy (%)"
-    )
+    ax.set_ylabel("math accuracy - base's, same problems (points)" if gain else "math accuracy (%)")
     from matplotlib.lines import Line2D
 
     handles = [
