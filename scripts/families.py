@@ -1,4 +1,4 @@
-"""Write docs/families.md: every output of a run on a tiny model of each family (mathneuro_edit/runs/families.py).
+"""Write docs/families.md: every output of a run on a tiny model of each family (tests/_families.py).
 
 Usage: python scripts/families.py [--out docs/families.md]   (about a minute on one CPU core)
 """
@@ -6,6 +6,7 @@ Usage: python scripts/families.py [--out docs/families.md]   (about a minute on 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -13,7 +14,9 @@ from pathlib import Path
 import torch
 import transformers
 
-from mathneuro_edit.runs.families import matrix_markdown, run_all
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness lives in tests/ (a checkout)
+
+from tests._families import matrix_markdown, run_all  # noqa: E402
 
 
 def main() -> None:

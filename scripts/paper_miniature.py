@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
-from mathneuro_edit.runs.paper_miniature import run_miniature
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness lives in tests/ (a checkout)
+
+from tests._paper_miniature import run_miniature  # noqa: E402
 
 
 def main() -> None:

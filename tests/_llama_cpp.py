@@ -25,8 +25,8 @@ def family_base(folder, name: str, reweigh=None, **overrides):
 
     from safetensors.numpy import load_file, save_file
 
-    from mathneuro_edit.runs.families import save_family_base
-    from mathneuro_edit.runs.family_shapes import family_shape
+    from tests._families import save_family_base
+    from tests._family_shapes import family_shape
 
     shape = family_shape(name)
     if overrides:

@@ -1,6 +1,6 @@
 """The family matrix (docs/families.md): each family's row is run here, cell by cell, and must be what the doc says.
 
-Every cell is a passing check or a refusal: :func:`mathneuro_edit.runs.families.run_family` runs the recipe on a
+Every cell is a passing check or a refusal: :func:`tests._families.run_family` runs the recipe on a
 tiny model of the family's real config shape and checks each output with plain transformers / PEFT (see its
 docstring); a refused output must be refused by the run with exactly the line the plan gave from config.json.
 Here, besides: the doc is the generated one, the refusal's own recipe line gives a run that works, the refusal
@@ -18,13 +18,13 @@ import pytest
 import torch
 import yaml
 
+import tests._families as fam
 from mathneuro_edit import InputError
 from mathneuro_edit.engine.mask import Mask
 from mathneuro_edit.layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME
-from mathneuro_edit.runs import families as fam
-from mathneuro_edit.runs.family_shapes import FAMILY_SHAPES, family_shape
 from mathneuro_edit.runs.pipeline import run_recipe
 from mathneuro_edit.weights.gguf_arch import GGUF_WRITTEN
+from tests._family_shapes import FAMILY_SHAPES, family_shape
 from tests._llama_cpp import logit_gap
 from tests.weights.test_gguf import _cpp_greedy, _greedy, _llama
 

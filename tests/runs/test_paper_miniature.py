@@ -14,7 +14,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def result():
-    from mathneuro_edit.runs.paper_miniature import run_miniature
+    from tests._paper_miniature import run_miniature
 
     return run_miniature(top_k=0.05, n_calib=100, n_eval=100)
 

@@ -276,8 +276,8 @@ def test_verify_covers_the_gguf(tmp_path) -> None:
 
 
 def test_refusals_are_one_clear_line(tmp_path) -> None:
-    from mathneuro_edit.runs.families import save_family_base
-    from mathneuro_edit.runs.family_shapes import family_shape
+    from tests._families import save_family_base
+    from tests._family_shapes import family_shape
 
     jetmoe = save_family_base(tmp_path / "jetmoe", family_shape("JetMoE"))  # llama.cpp has no such architecture
     mask = tiny_mask(load_tiny(jetmoe))
@@ -517,8 +517,8 @@ def _gemma3_base(folder: Path, **kwargs) -> Path:
     """The family matrix's tiny Gemma 3 (text) (google/gemma-3-1b-it's shape), with ``kwargs`` over its config."""
     from dataclasses import replace
 
-    from mathneuro_edit.runs.families import save_family_base
-    from mathneuro_edit.runs.family_shapes import family_shape
+    from tests._families import save_family_base
+    from tests._family_shapes import family_shape
 
     shape = family_shape("Gemma 3 (text)")
     return save_family_base(folder, replace(shape, kwargs={**shape.kwargs, **kwargs}))
@@ -594,8 +594,8 @@ _G3_FIX = "; set outputs.gguf: null (the checkpoint holds the edit)"
 )
 def test_gemma3_refusals_are_the_exact_line_from_config_alone(tmp_path, change, why) -> None:
     """What llama.cpp's gemma3 fixes instead of reading is refused, from config.json alone, with one line."""
-    from mathneuro_edit.runs.family_shapes import family_shape
     from mathneuro_edit.weights.gguf_arch import gguf_refusal
+    from tests._family_shapes import family_shape
 
     line = f"outputs.gguf: this gemma3_text config is not written: {why}{_G3_FIX}"
     cfg = {**family_shape("Gemma 3 (text)").config().to_dict(), **change}

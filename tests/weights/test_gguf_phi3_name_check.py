@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("gguf")
 
+import tests._families as fam  # noqa: E402
 from mathneuro_edit import InputError  # noqa: E402
-from mathneuro_edit.runs import families as fam  # noqa: E402
-from mathneuro_edit.runs.family_shapes import family_shape  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import write_gguf  # noqa: E402
+from tests._family_shapes import family_shape  # noqa: E402
 
 
 @pytest.fixture(scope="module")

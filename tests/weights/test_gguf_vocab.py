@@ -1,6 +1,6 @@
 """The SentencePiece side of the GGUF vocabulary (mathneuro_edit/weights/gguf_vocab.py), checked by llama.cpp itself.
 
-The tokenizers are real ones: :func:`mathneuro_edit.runs.families.sentencepiece_tokenizer` trains a BPE with byte
+The tokenizers are real ones: :func:`tests._families.sentencepiece_tokenizer` trains a BPE with byte
 fallback on the organism's texts and lays it out like Llama 2 (Prepend + Replace normalizer, ``<unk> <s> </s>``,
 256 byte tokens) or Gemma (Replace alone, no space prefix). llama.cpp (llama-cpp-python, vocabulary only) must
 tokenize several hundred held-out texts, and prompts with spaces, digits, a leading space, unicode that needs
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+import tests._families as fam
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.organism import general_texts, math_texts
-from mathneuro_edit.runs import families as fam
 from mathneuro_edit.weights import gguf_vocab
 from mathneuro_edit.weights.gguf_writer import check_gguf, write_gguf
 from tests.weights.test_gguf import _llama

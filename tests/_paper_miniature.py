@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..engine.apply import ReversibleEdit
-from ..engine.calibration import calibrate
-from ..engine.mask import find_math_params
-from ..evaluation.runner import GeneralTask, MathTask, evaluate
-from ..organism import format_math, general_texts, load_organism, math_problems
-from .consistency import jaccard
+from mathneuro_edit.engine.apply import ReversibleEdit
+from mathneuro_edit.engine.calibration import calibrate
+from mathneuro_edit.engine.mask import find_math_params
+from mathneuro_edit.evaluation.runner import GeneralTask, MathTask, evaluate
+from mathneuro_edit.organism import format_math, general_texts, load_organism, math_problems
+from mathneuro_edit.runs.consistency import jaccard
 
 __all__ = ["MiniatureResult", "run_miniature"]
 
