@@ -62,7 +62,7 @@ def main() -> None:
     from mathneuro_edit.evaluation.runner import GeneralTask, MathTask, evaluate, math_accuracy
     from mathneuro_edit.evaluation.runtime import _pad, _special_ids
     from mathneuro_edit.recipe.io import quickstart_recipe
-    from mathneuro_edit.runs.pipeline import load_recipe_model
+    from mathneuro_edit.runs.steps import load_recipe_model
 
     sets = ["base.dtype=float32", "base.device=cpu"]
     if args.gguf:

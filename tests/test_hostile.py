@@ -413,14 +413,14 @@ def test_recalibrating_with_fewer_sets_leaves_no_stale_statistics(mine: Path, tm
 _HELD = """
 import os, sys, time
 from pathlib import Path
-import mathneuro_edit.runs.pipeline as p
-real = p.calibrate_recipe
+import mathneuro_edit.runs.stages as p  # what `calibrate` composes
+real = p.calibrate_step
 def held(*a, **k):  # hold --out until the test says go (the other run has finished)
     deadline = time.time() + 120
     while not Path(os.environ["GO_FILE"]).exists() and time.time() < deadline:
         time.sleep(0.05)
     return real(*a, **k)
-p.calibrate_recipe = held
+p.calibrate_step = held
 from mathneuro_edit.cli.main import main
 main(sys.argv[1:])
 """

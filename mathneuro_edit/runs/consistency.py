@@ -26,7 +26,7 @@ from ..util.files import write_json_atomic
 from ..util.outdir import atomic_dir
 from .inspect import pyplot, save_figure
 from .official import refuse_official
-from .pipeline import load_stage
+from .steps import load_step
 
 __all__ = ["ConsistencyRow", "jaccard", "mask_consistency", "run_consistency"]
 
@@ -196,7 +196,7 @@ def run_consistency(
         raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
     d, c, t, m = recipe.data, recipe.calibration, recipe.targets, recipe.mask
     stages = Stages(2 + len(sizes), echo)
-    model, tok = load_stage(recipe, stages)
+    model, tok = load_step(recipe, stages)
     math_texts = load_texts(d.math, d.samples, d.seed).texts
     general_texts = load_texts(d.general[0], d.samples, d.seed).texts
     rows = mask_consistency(

@@ -49,7 +49,7 @@ from ..util.paths import no_such_local_folder
 from ..weights.base import base_reference, resolve_model_path
 from ..weights.remote_code import check_remote_code
 from ..weights.support import output_support
-from .pipeline import output_dtype
+from .steps import output_dtype
 
 __all__ = ["Plan", "plan_from_config", "plan_recipe", "load_config", "meta_model_from_config", "format_bytes"]
 
@@ -421,7 +421,7 @@ def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) ->
 
 
 def _output_dtype(recipe: Any) -> str | None:
-    """``outputs.dtype`` as the run resolves it (:func:`~mathneuro_edit.runs.pipeline.output_dtype`); ``None``: the
+    """``outputs.dtype`` as the run resolves it (:func:`~mathneuro_edit.runs.steps.output_dtype`); ``None``: the
     base's own (its config's dtype)."""
     return output_dtype(recipe)
 

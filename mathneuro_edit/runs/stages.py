@@ -1,8 +1,9 @@
 """Single stages of a recipe as whole jobs: what ``calibrate``, ``mask`` and ``eval`` run from the command line.
 
-Each function takes a validated :class:`~mathneuro_edit.recipe.schema.Recipe`, composes the stage packages (load the
-model, calibrate / derive the mask / evaluate) and writes its output; the CLI only parses, calls one of these and
-prints what they return. :func:`~mathneuro_edit.runs.pipeline.run_recipe` chains the same steps for a whole run.
+Each function takes a validated :class:`~mathneuro_edit.recipe.schema.Recipe`, composes the steps of :mod:`.steps`
+(load the model, calibrate / derive the mask / evaluate) and writes its output; the CLI only parses, calls one of
+these and prints what they return. :func:`~mathneuro_edit.runs.pipeline.run_recipe` composes the same steps for a
+whole run.
 """
 
 from __future__ import annotations
@@ -11,22 +12,16 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..engine.apply import ReversibleEdit
-from ..engine.mask import Mask, find_math_params
-from ..engine.stats import ActivationStats
+from ..engine.mask import Mask
 from ..errors import InputError
 from ..evaluation.lm_eval_bridge import LmEvalTask, check_lm_eval_task
 from ..evaluation.results import EvalResults
-from ..evaluation.runner import evaluate
-from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
 from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir, claim
-from ..weights.loading import model_weights
 from .official import refuse_official
-from .pipeline import calibrate_recipe, describe_tasks, eval_tasks, load_stage
+from .steps import Statistics, calibrate_step, eval_tasks, evaluate_step, load_step, mask_step, stage_count
 
 __all__ = ["calibrate_to_folder", "mask_from_stats", "evaluate_recipe", "MaskSummary"]
 
@@ -63,15 +58,13 @@ def calibrate_to_folder(
     folder = Path(out)
     _only_statistics(folder)
     with atomic_dir(folder, overwrite=True, inputs=inputs) if rank_zero else nullcontext() as tmp:
-        stages = Stages(2 + len(recipe.data.general), echo if rank_zero else (lambda s: None))
-        model, tok = load_stage(recipe, stages)
-        math_stats, generals, _ = calibrate_recipe(recipe, model, tok, progress=progress, stages=stages)
-        if math_stats is None or tmp is None:
+        stages = Stages(stage_count(recipe, ("load", "calibrate")), echo if rank_zero else (lambda s: None))
+        model, tok = load_step(recipe, stages)
+        stats = calibrate_step(recipe, model, tok, progress=progress, stages=stages)
+        if stats.math is None or tmp is None:
             return []
-        names = [MATH_STATS_NAME, *[general_stats_name(i) for i in range(len(generals))]]
-        for name, stats in zip(names, [math_stats, *generals]):
-            stats.save(tmp / name)
-    return [folder / name for name in names]
+        written = stats.save(tmp)
+    return [folder / p.name for p in written]
 
 
 def _only_statistics(folder: Path) -> None:
@@ -108,26 +101,11 @@ def mask_from_stats(
         InputError: the folder has no math statistics file.
     """
     refuse_official(recipe, "mask")  # the official selection is not a function of the statistics
-    folder = Path(stats_dir)
-    if not (folder / MATH_STATS_NAME).is_file():
-        raise InputError(f"--stats {folder}: no {MATH_STATS_NAME} here; pass the folder written by `calibrate`")
-    math_stats = ActivationStats.load(folder / MATH_STATS_NAME)
-    generals = [ActivationStats.load(p) for p in general_stats_files(folder)]
+    stats = Statistics.load(Path(stats_dir))
     with claim(out):  # one run per --out: a second one fails naming this one
-        stages = Stages(2, echo)
-        model, _ = load_stage(recipe, stages)
-        m = recipe.mask
-        stages.start(f"mask ({m.method}, top_k={m.top_k:g})")
-        mask = find_math_params(
-            model_weights(model),
-            math_stats,
-            generals,
-            top_k=m.top_k,
-            method=m.method,
-            granularity=m.granularity,
-            seed=m.seed,
-            progress=progress,
-        )
+        stages = Stages(stage_count(recipe, ("load", "mask")), echo)
+        model, _ = load_step(recipe, stages)
+        mask = mask_step(recipe, model, stats, progress=progress, stages=stages)
         mask.save(out)
     selected, total = mask.total()
     return MaskSummary(Path(out), selected, total, mask.sha256)
@@ -158,11 +136,10 @@ def evaluate_recipe(
         if isinstance(task, LmEvalTask):
             check_lm_eval_task(task)  # an unknown task is named before the model loads
     with claim(out) if out else nullcontext():  # one run per output file
-        stages = Stages(2, echo)
-        model, tok = load_stage(recipe, stages)
-        edit: Any = ReversibleEdit(model, Mask.load(mask_path), recipe.edit.effective_scale) if mask_path else None
-        stages.start(f"evaluate {'base and edited' if edit else 'the base'}: {describe_tasks(tasks)}")
-        results = evaluate(model, tok, tasks, edit=edit, progress=progress)
+        stages = Stages(stage_count(recipe, ("load", "evaluate"), tasks=tasks), echo)
+        model, tok = load_step(recipe, stages)
+        mask = Mask.load(mask_path) if mask_path else None
+        results = evaluate_step(recipe, model, tok, tasks, mask, progress=progress, stages=stages)
         if out:
             results.save_json(out)
             results.save_lm_eval(Path(out).parent)  # lm-eval's own results files beside it

@@ -66,7 +66,7 @@ from ..util.outdir import claim
 from ..weights.loading import model_weights
 from .inspect import pyplot, save_figure
 from .official import refuse_official
-from .pipeline import load_stage
+from .steps import load_step
 from .sweep_cache import CACHE_DIR, ResultCache, key_sha256
 from .sweep_procedure import (
     Confirmation,
@@ -815,7 +815,7 @@ def run_sweep(
         cache = ResultCache(out)
         cache.folder.mkdir(exist_ok=True)  # marks a sweep folder from the start: a kill during calibration resumes
         cache.clean_temporary()
-        model, tok = load_stage(recipe, stages)
+        model, tok = load_step(recipe, stages)
         fingerprint = model_weights_sha256(model)
         stats: dict[int, tuple[Any, list[Any]]] = {}
         done: dict[str, Any] = {}  # one computation per distinct set

@@ -227,7 +227,7 @@ def test_internal_error_exit_3_and_debug_traceback(workspace, tmp_path, monkeypa
     def boom(*a, **k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(pipeline, "calibrate_recipe", boom)
+    monkeypatch.setattr(pipeline, "calibrate_step", boom)
     code, text = _run("run", str(workspace / "recipe.yaml"), "--out", str(tmp_path / "o"), "-q")
     assert code == 3 and "internal error" in text and "kaboom" in text and "Traceback" not in text
     assert not (tmp_path / "o").exists()
@@ -457,7 +457,7 @@ def test_adapter_for_conv1d_model_is_refused_before_calibration(workspace, tmp_p
     model.save_pretrained(tmp_path / "gpt2")
     tok.save_pretrained(tmp_path / "gpt2")
     called = []
-    monkeypatch.setattr(pipeline, "calibrate_recipe", lambda *a, **k: called.append(1))
+    monkeypatch.setattr(pipeline, "calibrate_step", lambda *a, **k: called.append(1))
     code, text = _run(
         "run",
         str(workspace / "recipe.yaml"),

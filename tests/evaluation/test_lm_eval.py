@@ -241,7 +241,7 @@ def test_run_fails_on_a_bad_task_folder_before_calibrating(tmp_path: Path, monke
     def no_calibration(*args, **kwargs):  # noqa: ANN002, ANN003
         raise AssertionError("calibrated before the evaluation settings were checked")
 
-    monkeypatch.setattr(pipeline, "calibrate_recipe", no_calibration)
+    monkeypatch.setattr(pipeline, "calibrate_step", no_calibration)
     d = quickstart_recipe().resolved_dict()
     d["evaluation"] = {
         **d["evaluation"],

@@ -98,7 +98,7 @@ def test_adapter_refusal_comes_before_any_weight_is_read(tmp_path, monkeypatch) 
 
     base = fam.save_family_base(tmp_path / "base", family_shape("Qwen3-MoE"))
     (base / "model.safetensors").write_bytes(b"not weights: the refusal must not read this file")
-    monkeypatch.setattr(pipeline, "load_stage", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(pipeline, "load_step", lambda *a, **k: pytest.fail("the model was loaded"))
     with pytest.raises(
         InputError,
         match=r"^outputs\.adapter: qwen3_moe gets a checkpoint only: .*"
