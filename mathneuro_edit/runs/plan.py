@@ -54,6 +54,10 @@ from .steps import output_dtype
 __all__ = ["Plan", "plan_from_config", "plan_recipe", "load_config", "meta_model_from_config", "format_bytes"]
 
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# What a mathneuro-edit command's own process holds before any weight: the interpreter with torch, transformers,
+# safetensors, tokenizers and accelerate imported, and a tokenizer. Measured as the peak RSS of each command on a
+# 16.5M-parameter model of Llama 3.1's vocabulary (`python benchmarks/scale_8b.py --tiny`: 0.51-0.66 GB).
+RUNTIME_BYTES = 550_000_000
 # Common accelerator sizes (GB, 10^9 bytes) used to say what fits where.
 _DEVICE_SIZES_GB = (16, 24, 40, 48, 80, 96, 141, 192)
 
@@ -155,6 +159,9 @@ class Plan:
             None where this family gets the output, else why not and the recipe line (no weights read).
         output_dtype, checkpoint_bytes: the dtype the edited checkpoint is written in (``outputs.dtype``; ``auto``
             resolved: the base's own, a GGUF base's source's) and the checkpoint's size at that dtype.
+        ram: the peak RSS of each command's own process on a CPU machine (``calibrate``, ``mask``, ``export``,
+            ``export --gguf``, ``export --adapter``, ``verify``, ``reproduce``), with :data:`RUNTIME_BYTES` and,
+            with ``max_memory``, only the weights placed in RAM plus one offloaded layer at a time.
     """
 
     model_type: str
@@ -177,6 +184,8 @@ class Plan:
     outputs: dict[str, str | None] = field(default_factory=dict)
     output_dtype: str = ""
     checkpoint_bytes: int = 0
+    # command -> the peak RSS of its own process on a CPU machine (docs/scaling.md: the model, what bounds each)
+    ram: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (``plan --json``), with what the text says in words too: each output as
@@ -230,6 +239,9 @@ class Plan:
             f"mask selection (weights streamed from the checkpoint): ~{b(self.mask_peak_bytes)} of RAM",
             f"export (streaming, one tensor at a time): ~{b(self.export_peak_bytes)} of RAM, no accelerator",
         ]
+        if self.ram:
+            per = ", ".join(f"{k} ~{b(v)}" for k, v in self.ram.items())
+            lines.append(f"RAM per command (peak of its own process, CPU): {per}")
         if self.placement:
             where = ", ".join(f"{d}: {b(n)}" for d, n in self.placement.items())
             lines.append(f"placement of the weights (accelerate): {where}; activations on the first device")
@@ -386,6 +398,22 @@ def plan_from_config(
     )  # hooks: float32 copy and its square of the widest input
     weights = n_params * nbytes
     torch_dtype = getattr(torch, dtype)
+    placement = _placement(model, torch_dtype, device_map, max_memory)
+    mask_peak = largest * (nbytes + 3 * 4 + 2) + mask + (1 + general_sets) * stats
+    export_peak = largest * (2 * nbytes + 1) + mask
+    ram = _ram_by_command(
+        model,
+        nbytes=nbytes,
+        weights=weights,
+        placement=placement,
+        activation=activation,
+        stats=(1 + general_sets) * stats,
+        mask=mask,
+        largest=largest,
+        selected_largest=k_of(top_k, largest),
+        mask_peak=mask_peak,
+        export_peak=export_peak,
+    )
     return Plan(
         model_type=str(getattr(config, "model_type", "?")),
         dtype=dtype,
@@ -398,10 +426,10 @@ def plan_from_config(
         mask_bytes=mask,
         activation_bytes=activation,
         calibration_peak_bytes=weights + activation + stats,
-        mask_peak_bytes=largest * (nbytes + 3 * 4 + 2) + mask + (1 + general_sets) * stats,
-        export_peak_bytes=largest * (2 * nbytes + 1) + mask,
+        mask_peak_bytes=mask_peak,
+        export_peak_bytes=export_peak,
         largest_target=(name, largest),
-        placement=_placement(model, torch_dtype, device_map, max_memory),
+        placement=placement,
         settings=dict(
             batch_size=batch_size,
             max_length=max_length,
@@ -412,7 +440,64 @@ def plan_from_config(
         outputs=dict(zip(("checkpoint", "adapter", "gguf"), _support(model, config, include, exclude))),
         output_dtype=output_dtype,
         checkpoint_bytes=n_params * _BYTES[output_dtype],
+        ram=ram,
     )
+
+
+def _ram_by_command(
+    model: torch.nn.Module,
+    *,
+    nbytes: int,
+    weights: int,
+    placement: dict[str, int],
+    activation: int,
+    stats: int,
+    mask: int,
+    largest: int,
+    selected_largest: int,
+    mask_peak: int,
+    export_peak: int,
+) -> dict[str, int]:
+    """The peak RSS of each command's process on a CPU machine (see :class:`Plan`).
+
+    - calibrate: the weights held in RAM (all of them, or what ``max_memory`` places on ``cpu``) plus, when layers
+      are offloaded to disk, the one layer accelerate reads back for its forward; activations and statistics;
+    - mask: no model is loaded (:func:`~mathneuro_edit.runs.steps.checkpoint_weights`): the largest matrix and its
+      scores (:data:`Plan.mask_peak_bytes`);
+    - export: the streamed writer's largest edited tensor (:data:`Plan.export_peak_bytes`); with GGUF, the GGUF
+      writer reads one checkpoint tensor and converts it in blocks; the adapter holds the largest weight, its mask
+      and the selected entries' indices (2 x int64) and deltas (float64);
+    - verify: the base's and the export's tensor and the expected one, and the unpacked mask;
+    - reproduce: a whole run in one process (calibrate, then the mask from the loaded model, then the exports).
+    """
+    if placement:
+        resident = placement.get("cpu", 0)
+        offloaded = "disk" in placement
+    else:
+        resident, offloaded = weights, False
+    layer = 0
+    if offloaded:  # accelerate loads an offloaded block's weights for its forward, one block at a time
+        blocks = set(getattr(model, "_no_split_modules", None) or [])
+        layer = (
+            max(
+                (sum(p.numel() for p in m.parameters()) for m in model.modules() if type(m).__name__ in blocks),
+                default=0,
+            )
+            * nbytes
+        )
+    calibrate = RUNTIME_BYTES + resident + layer + activation + stats
+    gguf = largest * (nbytes + 4) + mask
+    adapter = largest * (nbytes + 1) + selected_largest * (2 * 8 + 8) + mask
+    verify = largest * (3 * nbytes + 1) + mask
+    return {
+        "calibrate": calibrate,
+        "mask": RUNTIME_BYTES + mask_peak,
+        "export": RUNTIME_BYTES + export_peak,
+        "export --gguf": RUNTIME_BYTES + max(export_peak, gguf),
+        "export --adapter": RUNTIME_BYTES + adapter,
+        "verify": RUNTIME_BYTES + verify,
+        "reproduce": max(calibrate, RUNTIME_BYTES + resident + mask_peak, RUNTIME_BYTES + adapter),
+    }
 
 
 def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) -> tuple[str | None, ...]:

@@ -21,7 +21,16 @@ from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir, claim
 from .official import refuse_official
-from .steps import Statistics, calibrate_step, eval_tasks, evaluate_step, load_step, mask_step, stage_count
+from .steps import (
+    Statistics,
+    calibrate_step,
+    checkpoint_weights,
+    eval_tasks,
+    evaluate_step,
+    load_step,
+    mask_step,
+    stage_count,
+)
 
 __all__ = ["calibrate_to_folder", "mask_from_stats", "evaluate_recipe", "MaskSummary"]
 
@@ -95,7 +104,8 @@ def mask_from_stats(
 ) -> MaskSummary:
     """Derive the recipe's mask (method, top_k, granularity, seed) from saved statistics, without a forward pass.
 
-    The model is loaded for its weights only (MathNeuro's score is ``|W| x`` the statistics).
+    The model is not loaded: each scored weight is read from the base's files when the mask needs it
+    (MathNeuro's score is ``|W| x`` the statistics), so the memory is about one matrix, not the model.
 
     Raises:
         InputError: the folder has no math statistics file.
@@ -103,9 +113,8 @@ def mask_from_stats(
     refuse_official(recipe, "mask")  # the official selection is not a function of the statistics
     stats = Statistics.load(Path(stats_dir))
     with claim(out):  # one run per --out: a second one fails naming this one
-        stages = Stages(stage_count(recipe, ("load", "mask")), echo)
-        model, _ = load_step(recipe, stages)
-        mask = mask_step(recipe, model, stats, progress=progress, stages=stages)
+        stages = Stages(stage_count(recipe, ("mask",)), echo)
+        mask = mask_step(recipe, stats, weights=checkpoint_weights(recipe, stats), progress=progress, stages=stages)
         mask.save(out)
     selected, total = mask.total()
     return MaskSummary(Path(out), selected, total, mask.sha256)

@@ -47,7 +47,7 @@ from ..weights.adapter import export_adapter
 from ..weights.base import base_reference, resolved_revision
 from ..weights.checkpoint_writer import export_checkpoint
 from ..weights.gguf_reader import gguf_lock_entry, gguf_source_dtype
-from ..weights.loading import load_model, model_weights
+from ..weights.loading import load_model, model_weights, weights_from_checkpoint
 from ..weights.support import adapter_refusal
 from .official import official_recipe_mask
 
@@ -59,6 +59,7 @@ __all__ = [
     "load_step",
     "calibrate_step",
     "mask_step",
+    "checkpoint_weights",
     "eval_tasks",
     "describe_tasks",
     "evaluate_step",
@@ -186,17 +187,19 @@ def calibrate_step(
 
 def mask_step(
     recipe: Recipe,
-    model: Any,
     stats: Statistics,
     *,
+    weights: Mapping[str, Any] | None = None,
+    model: Any = None,
     tokenizer: Any = None,
     progress: bool = True,
     stages: Stages | None = None,
 ) -> Mask:
-    """The recipe's mask (method, top_k, granularity, seed) from the statistics and the model's weights (read one
-    at a time, offloaded ones back from accelerate's offload); ``mask.reference: official`` makes the released
-    script's own batch-1 pass instead (it needs ``tokenizer``), whose sums in the model's dtype are not
-    statistics. Announces the stage and notes the selected count."""
+    """The recipe's mask (method, top_k, granularity, seed) from the statistics and the weights: ``weights`` (e.g.
+    :func:`checkpoint_weights`: read from the base's files one at a time, no model in memory) or a loaded
+    ``model``'s (offloaded ones read back from accelerate's offload one at a time). ``mask.reference: official``
+    makes the released script's own batch-1 pass instead (it needs ``model`` and ``tokenizer``), whose sums in the
+    model's dtype are not statistics. Announces the stage and notes the selected count."""
     m = recipe.mask
     if stages is not None:
         stages.start(
@@ -208,7 +211,7 @@ def mask_step(
         mask = official_recipe_mask(recipe, model, tokenizer, progress=progress, stages=stages)
     else:
         mask = find_math_params(
-            model_weights(model),
+            weights if weights is not None else model_weights(model),
             stats.math,
             stats.general,
             top_k=m.top_k,
@@ -223,6 +226,20 @@ def mask_step(
             f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), sha256 {mask.sha256[:12]}"
         )
     return mask
+
+
+def checkpoint_weights(recipe: Recipe, stats: Statistics) -> Any:
+    """The scored weights of the recipe's base read from its files, one tensor per access, in the dtype the
+    statistics were computed in (so the scores are those of the loaded model): what the mask needs, without
+    loading the model (an 8B model's ``mask`` holds one matrix at a time, not 16 GB)."""
+    assert stats.math is not None
+    return weights_from_checkpoint(
+        base_reference(recipe),
+        names=stats.math.targets,
+        dtype=stats.math.meta.get("dtype"),
+        revision=recipe.base.revision,
+        trust_remote_code=recipe.base.trust_remote_code,
+    )
 
 
 def eval_tasks(recipe: Recipe) -> list[Any]:
