@@ -48,6 +48,7 @@ from . import card_sections as sections
 from .base_card import card_fields
 from .gguf_naming import gguf_repo_name, hub_origin
 from .lock import check_private, read_lock
+from .outputs import OUTPUTS, output, repo_for
 
 __all__ = [
     "build_card",
@@ -289,8 +290,7 @@ def build_card(
         >>> card = build_card(recipe=r, lock=lock, base_model_id=None, kind="checkpoint",
         ...                   edit_summary=summarize_edit(mask.counts(), model_params=n))  # doctest: +SKIP
     """
-    if kind not in ("checkpoint", "adapter", "gguf"):
-        raise InputError(f"kind: must be 'checkpoint', 'adapter' or 'gguf', got {kind!r}")
+    out = output(kind)  # InputError for a kind that is not registered
     if base_model_id is not None:
         try:
             validate_repo_id(base_model_id)
@@ -309,7 +309,7 @@ def build_card(
     ggufs = {
         k.removeprefix("checkpoint/"): v
         for k, v in sorted(lock.get("outputs", {}).items())
-        if kind in ("checkpoint", "gguf") and k.startswith("checkpoint/") and k.endswith(".gguf")
+        if out.folder == OUTPUTS["gguf"].folder and OUTPUTS["gguf"].owns(k)
     }
     tags += ["gguf"] if ggufs else []
     extra: dict[str, Any] = {}
@@ -318,16 +318,16 @@ def build_card(
     gguf_base = (lock.get("base") or {}).get("gguf") or {}
     if kind == "adapter" and origin is not None and gguf_base:  # its deltas are to the dequantized GGUF, not to
         relation_base = None  # the Hub model's weights: it is no adapter OF that model (the body says which folder)
-    if kind == "adapter":
-        tags += ["peft", "shira", "transformers"] + ([f"base_model:adapter:{relation_base}"] if relation_base else [])
-    if kind == "gguf":
-        tags += ["llama.cpp"]
+    tags += list(out.tags)
+    if kind == "adapter" and relation_base:
+        tags += [f"base_model:adapter:{relation_base}"]
+    if kind == "gguf":  # the GGUF repo is a quantization of the edited checkpoint's repo
         relation_base = base_repo or base_model_id
     if relation_base is not None:
-        extra["base_model_relation"] = {"adapter": "adapter", "gguf": "quantized"}.get(kind, "finetune")
+        extra["base_model_relation"] = out.relation
     repo = repo_id or (recipe.hub.repo_id if recipe.hub else None)
     if kind == "gguf" and repo_id is None and recipe.hub is not None:
-        repo = recipe.hub.repo_id + "-GGUF"
+        repo = repo_for(recipe.hub.repo_id, "gguf")
     local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
     base_name = (
         origin.split("/")[-1]
@@ -340,10 +340,10 @@ def build_card(
     )
     action = "pruned (set to 0)" if recipe.edit.prune else f"scaled by {recipe.edit.effective_scale:g}"
     title = repo.split("/")[-1] if repo else f"{base_name} (MathNeuro edit: {action})"
-    results = eval_results_metadata(eval_results, recipe) if kind != "gguf" else []
+    results = eval_results_metadata(eval_results, recipe) if out.evaluated else []
     data = ModelCardData(
         base_model=relation_base,
-        library_name={"adapter": "peft", "gguf": "gguf"}.get(kind, "transformers"),
+        library_name=out.library,
         tags=tags,
         datasets=datasets or None,
         pipeline_tag="text-generation",
@@ -388,7 +388,7 @@ def build_card(
         f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
         f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters"
     )
-    what = {"adapter": "PEFT adapter holds", "gguf": "repo holds, as GGUF files for llama.cpp,"}.get(kind, "model is")
+    what = out.holds
     usage = (
         sections.gguf_usage(repo, {gguf_repo_name(lock_view, f) if repo else f: h for f, h in ggufs.items()}, base_repo)
         if kind == "gguf"

@@ -67,6 +67,7 @@ from .hub_requests import (
 from .integrity import NOT_OUTPUTS, compare_files
 from .lock import read_lock
 from .lock_policy import validate_lock
+from .outputs import OUTPUTS, output, repo_for
 
 __all__ = [
     "KINDS",
@@ -79,8 +80,7 @@ __all__ = [
     "check_artifact_against_lock",
 ]
 
-KINDS = ("checkpoint", "adapter", "gguf")
-_REPO_SUFFIX = {"checkpoint": "", "adapter": "-adapter", "gguf": "-GGUF"}
+KINDS = tuple(OUTPUTS)  # checkpoint, adapter, gguf: one repo each (publish/outputs.py)
 KEEP = (".gitattributes",)  # the Hub's own files: never deleted by a mirror
 
 
@@ -91,7 +91,7 @@ def default_repo_id(repo_id: str, kind: str) -> str:
         >>> [default_repo_id("me/organism-prune", k) for k in KINDS]
         ['me/organism-prune', 'me/organism-prune-adapter', 'me/organism-prune-GGUF']
     """
-    return repo_id + _REPO_SUFFIX[kind]
+    return repo_for(repo_id, kind)
 
 
 def artifact_kind(folder: Path) -> str:
@@ -276,17 +276,16 @@ def artifact_files(folder: Path, kind: str, lock: dict[str, Any]) -> list[tuple[
     repo of their own), the adapter folder, or the GGUF files under llama.cpp's naming with the lock (the card
     is rendered for the repo)."""
     files = folder_files(folder)
-    if kind == "gguf":
-        ggufs = [(gguf_repo_name(lock, rel), p) for rel, p in files if rel.endswith(".gguf")]
+    out = output(kind)
+    if kind == "gguf":  # the files get llama.cpp's names in their repo, beside the lock
+        ggufs = [(gguf_repo_name(lock, rel), p) for rel, p in files if out.owns(f"{out.folder}/{rel}")]
         if not ggufs:
             raise InputError(
                 f"{folder}: no .gguf file here; write one with outputs.gguf: TYPE (or export --gguf "
                 "TYPE), then push --gguf"
             )
         return sorted(ggufs) + [(rel, p) for rel, p in files if rel == LOCK_NAME]
-    if kind == "checkpoint":
-        return [(rel, p) for rel, p in files if not rel.endswith(".gguf")]
-    return files
+    return [(rel, p) for rel, p in files if out.owns(f"{out.folder}/{rel}")]
 
 
 def check_branch(branch: str, where: str = "--branch") -> str:
@@ -316,12 +315,9 @@ def check_artifact_against_lock(folder: Path, kind: str, lock: dict[str, Any], f
     Raises:
         InputError: naming each file that is ``changed``, ``missing`` or ``extra``; nothing was sent.
     """
-    prefix = "adapter/" if kind == "adapter" else "checkpoint/"
-    recorded = {k: v for k, v in (lock.get("outputs") or {}).items() if isinstance(k, str) and k.startswith(prefix)}
-    if kind == "gguf":
-        recorded = {k: v for k, v in recorded.items() if k.endswith(".gguf")}
-    elif kind == "checkpoint":
-        recorded = {k: v for k, v in recorded.items() if not k.endswith(".gguf")}
+    out = output(kind)
+    prefix = out.folder + "/"
+    recorded = {k: v for k, v in (lock.get("outputs") or {}).items() if isinstance(k, str) and out.owns(k)}
     present = {
         prefix + p.relative_to(folder).as_posix(): sha256_file(p)
         for _, p in files

@@ -28,6 +28,7 @@ from ..errors import InputError
 from ..evaluation.lm_eval_bridge import LmEvalTask, check_lm_eval_task
 from ..layout import MASK_NAME, STATS_DIR
 from ..publish.lock import output_hashes
+from ..publish.outputs import output
 from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir
@@ -37,7 +38,6 @@ from ..weights.edit_plan import meta_model
 from ..weights.gguf_reader import gguf_output
 from ..weights.gguf_writer import check_gguf
 from .steps import (
-    OUTPUT_FOLDERS,
     base_record,
     calibrate_step,
     check_adapter_support,
@@ -167,7 +167,7 @@ def run_recipe(
         base = base_record(recipe, folder)
         ratio = None
         for kind in kinds:
-            r = export_step(recipe, base, mask, tmp / OUTPUT_FOLDERS[kind], kind, n_params=n_params,
+            r = export_step(recipe, base, mask, tmp / output(kind).folder, kind, n_params=n_params,
                             gguf=(gguf_type, gguf_pre), progress=progress, workers=workers, stages=stages)  # fmt: skip
             ratio = r if kind == "adapter" else ratio
         files = seal_run(tmp, recipe, base, mask, stats, kinds, n_params=n_params, evaluation=(eval_dict, lm_eval_docs),
@@ -203,7 +203,7 @@ def export_recipe(
     mask = as_mask(mask_path)
     folder = resolve_base(base_reference(recipe), revision=recipe.base.revision)
     kind = "adapter" if adapter else "checkpoint"
-    sub = OUTPUT_FOLDERS[kind]
+    sub = output(kind).folder
     gguf_type, gguf_pre = gguf_output(recipe.base, None if adapter else recipe.outputs.gguf)
     with atomic_dir(
         out_dir,

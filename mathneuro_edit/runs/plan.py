@@ -44,6 +44,7 @@ from ..engine.mask import k_of
 from ..engine.targets import find_targets
 from ..engine.topk import top_k_hint
 from ..errors import InputError
+from ..publish.outputs import OUTPUTS
 from ..util.config_sizes import check_config_file_sizes, check_config_sizes
 from ..util.paths import no_such_local_folder
 from ..weights.base import base_reference, resolve_model_path
@@ -437,7 +438,7 @@ def plan_from_config(
             granularity=granularity,
             general_sets=general_sets,
         ),
-        outputs=dict(zip(("checkpoint", "adapter", "gguf"), _support(model, config, include, exclude))),
+        outputs=dict(zip(OUTPUTS, _support(model, config, include, exclude))),  # checkpoint, adapter, gguf
         output_dtype=output_dtype,
         checkpoint_bytes=n_params * _BYTES[output_dtype],
         ram=ram,

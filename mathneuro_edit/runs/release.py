@@ -28,6 +28,7 @@ from ..publish.lock import (
     write_lock,
 )
 from ..publish.lock_policy import lock_base, validate_lock
+from ..publish.outputs import output
 from ..recipe.io import recipe_from_dict
 from ..util.console import Stages
 from ..util.paths import LOCAL
@@ -141,7 +142,7 @@ def push_run(
     if not repo_id and not dry_run:
         raise InputError(
             f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
-            "goes to " + {"checkpoint": "<id>", "adapter": "<id>-adapter", "gguf": "<id>-GGUF"}[kind] + ")"
+            f"goes to <id>{output(kind).repo_suffix})"
         )
     if private is None and hub.get("private"):
         private = True

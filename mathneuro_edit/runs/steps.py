@@ -28,8 +28,6 @@ from ..evaluation.lm_eval_bridge import LmEvalTask
 from ..evaluation.results import EvalResults
 from ..evaluation.runner import GeneralTask, MathTask, evaluate
 from ..layout import (
-    ADAPTER_DIR,
-    CHECKPOINT_DIR,
     EVAL_NAME,
     MATH_STATS_NAME,
     OUTPUT_DIRS,
@@ -40,6 +38,7 @@ from ..publish.base_card import base_card_fields
 from ..publish.card import build_card, folder_dtype, lock_file_sha256, summarize_edit, write_card
 from ..publish.gguf_naming import gguf_general
 from ..publish.lock import base_description, build_lock, output_hashes, weights_sha256, write_lock
+from ..publish.outputs import output
 from ..recipe.schema import Recipe
 from ..util.console import Stages, markdown_table_text
 from ..util.files import write_json_atomic
@@ -73,9 +72,6 @@ __all__ = [
     "output_dtype",
     "check_adapter_support",
 ]
-
-# kind -> the run folder's subfolder it is written to (a standalone `export` writes the same files flat)
-OUTPUT_FOLDERS = {"checkpoint": CHECKPOINT_DIR, "adapter": ADAPTER_DIR}
 
 
 def stage_count(recipe: Recipe, steps: Sequence[str], *, tasks: Sequence[Any] = (), kinds: Sequence[str] = ()) -> int:
@@ -495,7 +491,7 @@ def seal_run(
     write_lock(folder, lock)
     eval_dict, lm_eval_docs = evaluation
     for kind in kinds:
-        sub = folder / OUTPUT_FOLDERS[kind]
+        sub = folder / output(kind).folder
         publish_folder(sub, recipe, lock, kind, mask, n_params, eval_dict, base.card_fields, lm_eval_docs)
     return files
 
