@@ -46,6 +46,7 @@ from ..weights.adapter import export_adapter
 from ..weights.base import base_reference, resolved_revision
 from ..weights.checkpoint_writer import export_checkpoint
 from ..weights.gguf_reader import gguf_lock_entry, gguf_source_dtype
+from ..weights.gguf_writer import check_gguf, export_gguf, gguf_public_name
 from ..weights.loading import load_model, model_weights, weights_from_checkpoint
 from ..weights.support import adapter_refusal
 from .official import official_recipe_mask
@@ -421,6 +422,9 @@ def export_step(
     if kind == "checkpoint":
         if stages is not None:
             stages.start("export checkpoint/" + (f" + model-{gguf_type}.gguf" if gguf_type else ""))
+        name = gguf_public_name(gguf_name(recipe))
+        if gguf_type is not None:  # fail before the long steps: type, package, architecture, tokenizer
+            check_gguf(base.folder, gguf_type, name=name)
         export_checkpoint(
             base.folder,
             mask,
@@ -430,12 +434,11 @@ def export_step(
             progress=progress,
             workers=workers,
             trust_remote_code=recipe.base.trust_remote_code,
-            gguf=gguf_type,
-            gguf_name=gguf_name(recipe),
-            gguf_pre=gguf_pre,
-            gguf_meta=gguf_meta(recipe, n_params, base.card_fields, base.gguf),
             dtype=output_dtype(recipe),
         )
+        if gguf_type is not None:  # the sibling writer, from the finished checkpoint folder
+            meta = gguf_meta(recipe, n_params, base.card_fields, base.gguf)
+            export_gguf(dest, gguf_type, name=name, pre=gguf_pre, meta=meta)
         return None
     if stages is not None:
         stages.start("export adapter/ (PEFT SHiRA)")

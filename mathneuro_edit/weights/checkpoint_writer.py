@@ -49,7 +49,6 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -61,7 +60,6 @@ from ..engine.apply import check_scale
 from ..engine.mask import as_mask
 from ..errors import InputError
 from ..util.outdir import atomic_dir
-from ..util.paths import is_local_path
 from .base import resolve_base
 from .checkpoint import (
     PICKLE_INDEX,
@@ -74,7 +72,6 @@ from .checkpoint import (
     open_checkpoint,
 )
 from .edit_plan import meta_model, plan_edits
-from .gguf_writer import check_gguf, gguf_filename, write_gguf
 from .remote_code import check_remote_code
 from .shards import DTYPE_CODES, check_workers, run_jobs, written_type
 from .shards import (
@@ -103,10 +100,6 @@ def export_checkpoint(
     progress: bool = False,
     workers: int = 1,
     trust_remote_code: bool = False,
-    gguf: str | None = None,
-    gguf_name: str | None = None,
-    gguf_pre: str | None = None,
-    gguf_meta: Mapping[str, Any] | None = None,
     dtype: str | None = None,
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
@@ -124,13 +117,6 @@ def export_checkpoint(
         workers: output shards written at once (threads); the files are byte-identical whatever the number.
             Peak memory grows with N (see the module docstring); 1 writes one shard after another.
         trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
-        gguf: also write ``model-<TYPE>.gguf`` (a :data:`~mathneuro_edit.weights.gguf_writer.GGUF_TYPES` type) into the
-            folder from the written shards (:func:`~mathneuro_edit.weights.gguf_writer.write_gguf`), before the rename.
-        gguf_name: the GGUF's ``general.name`` prefix: the base's public name (default: ``base`` when it is a
-            Hub id, else ``"local model"``: never a path).
-        gguf_pre: the GGUF's ``tokenizer.ggml.pre`` (default: read from the tokenizer.json); a GGUF base's own,
-            which its dequantized folder does not keep (:func:`~mathneuro_edit.weights.gguf_reader.gguf_output`).
-        gguf_meta: the GGUF's ``general.*`` metadata (see :func:`~mathneuro_edit.weights.gguf_writer.write_gguf`).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``: every F32/BF16/F16 tensor is written in that type
             (the edit is made in the base's type, then cast) and config.json names it; ``None`` keeps each
             tensor's type (unedited tensors byte-identical to the base's).
@@ -154,8 +140,6 @@ def export_checkpoint(
     workers = check_workers(workers)
     mask = as_mask(mask)
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
-    if gguf is not None:  # fail before the long steps: type, package, architecture, tokenizer
-        check_gguf(folder, gguf, name=_public_name(gguf_name or base))
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
     check_remote_code(folder, trust_remote_code)  # even when names match: never build an unasked-for class
     # every shard's shapes against config.json, before anything is written
@@ -199,17 +183,7 @@ def export_checkpoint(
                 shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
             else:
                 (tmp / rel).write_bytes(data)
-        if gguf is not None:
-            write_gguf(
-                tmp, tmp / gguf_filename(gguf), gguf, name=_public_name(gguf_name or base), pre=gguf_pre, meta=gguf_meta
-            )
     return Path(out_dir).expanduser().absolute()
-
-
-def _public_name(base: str | Path) -> str:
-    """A GGUF's ``general.name``: the base's Hub id, or ``"local model"`` for a local base (never a path, and the
-    same wherever the base lives: the file's hash must not depend on it)."""
-    return f"{'local model' if is_local_path(str(base)) else base} (MathNeuro edit)"
 
 
 def published_bytes(folder: Path, rel: str, dtype: str | None) -> bytes | None:

@@ -40,6 +40,7 @@ import numpy as np
 from ..errors import InputError
 from ..util.config_sizes import check_config_file_sizes
 from ..util.outdir import as_space_error
+from ..util.paths import is_local_path
 from .checkpoint import open_checkpoint
 from .gguf_arch import (
     GGUF_WRITTEN,
@@ -58,7 +59,16 @@ from .gguf_arch import (
 )
 from .gguf_vocab import add_vocab, check_vocab
 
-__all__ = ["GGUF_TYPES", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf", "gguf_plan"]
+__all__ = [
+    "gguf_public_name",
+    "GGUF_TYPES",
+    "gguf_filename",
+    "check_gguf",
+    "write_gguf",
+    "gguf_file_type",
+    "audit_gguf",
+    "gguf_plan",
+]
 
 log = logging.getLogger(__name__)
 
@@ -570,6 +580,17 @@ def export_gguf(
     check_gguf(folder, qtype, name=name)
     out = Path(out_path) if out_path is not None else folder / gguf_filename(qtype)
     return write_gguf(folder, out, qtype, name=name, pre=pre, meta=meta)
+
+
+def gguf_public_name(base: str | Path) -> str:
+    """The ``general.name`` of an edit's GGUF: the base's Hub id, or ``"local model"`` for a local base (never a
+    path, and the same wherever the base lives: the file's hash must not depend on it).
+
+    Example:
+        >>> gguf_public_name("HuggingFaceTB/SmolLM2-135M-Instruct"), gguf_public_name("./models/mine")
+        ('HuggingFaceTB/SmolLM2-135M-Instruct (MathNeuro edit)', 'local model (MathNeuro edit)')
+    """
+    return f"{'local model' if is_local_path(str(base)) else base} (MathNeuro edit)"
 
 
 def gguf_file_type(path: str | Path) -> str:

@@ -7,7 +7,7 @@
   file and give transformers' greedy continuation and, within a tolerance, its logits.
 
 Models: tiny random Llama (untied and tied), Mistral, Qwen2 and Qwen3 built from configs, with the shipped
-organism's byte-level BPE tokenizer (SmolLM2's pre-tokenizer), exported through ``export_checkpoint(gguf=...)``.
+organism's byte-level BPE tokenizer (SmolLM2's pre-tokenizer), exported through ``export_checkpoint`` then ``export_gguf``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ from mathneuro_edit.weights.checkpoint_writer import export_checkpoint  # noqa: 
 from mathneuro_edit.weights.gguf_writer import (  # noqa: E402
     GGUF_TYPES,
     audit_gguf,
+    check_gguf,
+    export_gguf,
     gguf_file_type,
+    gguf_public_name,
     write_gguf,
 )
 from tests._llama_cpp import logit_gap  # noqa: E402
@@ -42,6 +45,13 @@ from tests._models import CHAT_TEMPLATE, load_tiny, save_tiny, tiny_mask  # noqa
 SCALE = 1.1
 ROOT = Path(__file__).resolve().parents[2]
 Q = gguf.GGMLQuantizationType
+
+
+def _export_with_gguf(base, mask, out, qtype):
+    """The checkpoint, then its GGUF from the finished folder (what a run's export step does)."""
+    ckpt = export_checkpoint(base, mask, SCALE, out)
+    export_gguf(ckpt, qtype, name=gguf_public_name(base))
+    return ckpt
 
 
 def _config(family: str, tied: bool):
@@ -117,7 +127,7 @@ def baked(tmp_path_factory):
     ):
         base = save_base(root / f"{family}-base", family.split("-")[0], tied=tied)
         mask = tiny_mask(load_tiny(base), top_k=0.2)
-        ckpt = export_checkpoint(base, mask, SCALE, root / family, gguf="F32")
+        ckpt = _export_with_gguf(base, mask, root / family, "F32")
         out[family] = (ckpt, {k: v.clone() for k, v in load_tiny(ckpt).state_dict().items()})
     return out
 
@@ -161,7 +171,7 @@ def test_quantized_types_are_the_quantization_of_the_edited_weights(baked, tmp_p
 def test_bf16_checkpoint_round_trips_exactly(tmp_path) -> None:
     base = save_base(tmp_path / "base", "llama", dtype=torch.bfloat16)
     mask = tiny_mask(load_tiny(base).float(), top_k=0.2)
-    ckpt = export_checkpoint(base, mask, SCALE, tmp_path / "out", gguf="BF16")
+    ckpt = _export_with_gguf(base, mask, tmp_path / "out", "BF16")
     state = load_tiny(ckpt).state_dict()
     got = _from_gguf(ckpt, "model-BF16.gguf").state_dict()  # transformers reads BF16 GGUF (dequantized to f32)
     for k, v in state.items():
@@ -268,7 +278,7 @@ def test_verify_audits_the_gguf(baked, tmp_path) -> None:
 def test_verify_covers_the_gguf(tmp_path) -> None:
     base = save_base(tmp_path / "base", "llama")
     mask = tiny_mask(load_tiny(base), top_k=0.2)
-    out = export_checkpoint(base, mask, SCALE, tmp_path / "out", gguf="Q8_0")
+    out = _export_with_gguf(base, mask, tmp_path / "out", "Q8_0")
     report = verify(out, base, mask, SCALE)
     assert report.ok and any("model-Q8_0.gguf" in n for n in report.audited)
     (out / "model-Q8_0.gguf").write_bytes((out / "model-Q8_0.gguf").read_bytes()[:-64] + bytes(64))
@@ -280,17 +290,15 @@ def test_refusals_are_one_clear_line(tmp_path) -> None:
     from tests._family_shapes import family_shape
 
     jetmoe = save_family_base(tmp_path / "jetmoe", family_shape("JetMoE"))  # llama.cpp has no such architecture
-    mask = tiny_mask(load_tiny(jetmoe))
     with pytest.raises(
         InputError,
         match=r"^outputs\.gguf: model_type 'jetmoe' has no GGUF: llama\.cpp has no JetMoE "
         r"architecture .*; set outputs\.gguf: null \(the checkpoint holds the edit\)$",
     ):
-        export_checkpoint(jetmoe, mask, SCALE, tmp_path / "o1", gguf="F16")
+        check_gguf(jetmoe, "F16")
     chars = save_tiny(tmp_path / "llama-chars", "llama")  # a character BPE: llama.cpp would mis-tokenize it
     with pytest.raises(InputError, match="only byte-level BPE tokenizers"):
-        export_checkpoint(chars, tiny_mask(load_tiny(chars)), SCALE, tmp_path / "o2", gguf="F16")
-    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()  # refused before writing anything
+        check_gguf(chars, "F16")
     with pytest.raises(InputError, match="Q6_K"):
         write_gguf(chars, tmp_path / "x.gguf", "Q6_K")
     with pytest.raises(ValueError, match="gguf is written from the checkpoint"):
@@ -376,7 +384,7 @@ def test_llama_cpp_continues_like_transformers(tmp_path, qtype) -> None:
 
     base = organism_path()
     mask = tiny_mask(load_tiny(base), top_k=0.05)
-    ckpt = export_checkpoint(base, mask, SCALE, tmp_path / "ckpt", gguf=qtype)
+    ckpt = _export_with_gguf(base, mask, tmp_path / "ckpt", qtype)
     ref = load_tiny(ckpt) if qtype == "F32" else _from_gguf(ckpt, f"model-{qtype}.gguf")  # F16-rounded weights
     llm = _llama(ckpt / f"model-{qtype}.gguf")
     tok = AutoTokenizer.from_pretrained(ckpt)
