@@ -17,7 +17,7 @@ import pytest
 
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import quickstart_recipe
-from mathneuro_edit.runs import sweep as sweep_mod
+from mathneuro_edit.runs import sweep_evaluator as sweep_mod  # where the sweep generates
 from mathneuro_edit.runs.sweep import run_sweep
 from mathneuro_edit.runs.sweep_cache import ResultCache
 

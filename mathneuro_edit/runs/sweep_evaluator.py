@@ -1,0 +1,163 @@
+"""How a sweep evaluates its points: :class:`_Evaluator` runs the math problems of one block (the base, or an edit
+switched on with :class:`~mathneuro_edit.engine.apply.ReversibleEdit`) and the general texts' loss and KL, each result
+cached by content (:mod:`.sweep_cache`) so that a killed sweep resumes; :func:`_blocks` cuts the problems into the
+same blocks in every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from ..data.sources import problem_sha256
+from ..engine.apply import ReversibleEdit
+from ..evaluation.general_kl import BaseSupport, base_support, edited_general
+from ..evaluation.greedy import math_outcomes
+from ..evaluation.prompts import uses_chat_template
+from ..evaluation.results import GeneralResult
+from ..recipe.schema import Recipe
+from .sweep_cache import ResultCache
+
+# problems per cached block: a kill loses at most one block per point in progress; round boundaries also cut blocks
+BLOCK = 128
+
+
+def model_weights_sha256(model: Any) -> str:
+    """sha256 of the model's parameters and buffers (names, dtypes, shapes and their bytes): the cache's model key,
+    independent of where the files were. (:func:`~mathneuro_edit.engine.targets.model_fingerprint` hashes the
+    shapes only: two checkpoints of one architecture share it, and must not share cached results.)"""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _blocks(start: int, end: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` cut at every multiple of :data:`BLOCK` and at ``cuts``: the same blocks in every run."""
+    edges = sorted(
+        {start, end, *[c for c in cuts if start < c < end], *range((start // BLOCK + 1) * BLOCK, end, BLOCK)}
+    )
+    return list(zip(edges[:-1], edges[1:]))
+
+
+class _Evaluator:
+    """Evaluates the base or an edit on blocks of problems and the general texts, through the result cache."""
+
+    def __init__(
+        self,
+        model: Any,
+        tok: Any,
+        recipe: Recipe,
+        shots: list[dict[str, Any]],
+        texts: Sequence[str],
+        fingerprint: str,
+        cache: ResultCache,
+        progress: bool,
+    ) -> None:
+        ev, sw = recipe.evaluation, recipe.sweep
+        assert ev is not None
+        self.model, self.tok, self.cache, self.progress = model, tok, cache, progress
+        self.shots, self.n_shot, self.max_new = shots, ev.n_shot, ev.max_new_tokens
+        self.chat = uses_chat_template(tok, ev.chat_template)
+        self.style = ev.prompt_style
+        self.batch_size, self.k = sw.batch_size, sw.kl_support
+        self.texts, self.max_length = list(texts), recipe.calibration.max_length
+        self.prompt_key = {
+            "model": fingerprint,
+            "shots": [problem_sha256(s) for s in shots[: self.n_shot]],
+            "chat_template": self.chat,
+            **({} if self.style == "question-answer" else {"prompt_style": self.style}),
+            "max_new_tokens": self.max_new,
+            "batch_size": self.batch_size,
+            "engine": "greedy-shared-prefix/1",
+        }
+        self.general_key = {
+            "model": fingerprint,
+            "texts": hashlib.sha256(json.dumps(self.texts).encode()).hexdigest(),
+            "max_length": self.max_length,
+            "kl_support": self.k,
+            "engine": "general-support/1",
+        }
+        self._support: BaseSupport | None = None
+
+    def _state(self, mask: Any, scale: float) -> dict[str, Any]:
+        return {"base": True} if mask is None else {"mask": mask.sha256, "scale": scale}
+
+    def math(self, problems: Sequence[dict[str, Any]], mask: Any = None, scale: float = 1.0) -> list[bool]:
+        """Correct flags of the base (``mask=None``) or the edit on ``problems`` (one block), cached."""
+        key = {
+            "what": "math",
+            **self.prompt_key,
+            **self._state(mask, scale),
+            "problems": [problem_sha256(p) for p in problems],
+        }
+        hit = self.cache.get(key)
+        if hit is None:
+            cpu = time.process_time()
+            with ReversibleEdit(self.model, mask, scale) if mask is not None else nullcontext():
+                correct, completions = math_outcomes(
+                    self.model,
+                    self.tok,
+                    problems,
+                    shots=self.shots[: self.n_shot],
+                    chat_template=self.chat,
+                    prompt_style=self.style,
+                    max_new_tokens=self.max_new,
+                    batch_size=self.batch_size,
+                )
+            # the CPU seconds this block took (benchmarks/bench_search.py sums them: a search's cost survives kills)
+            hit = {"correct": correct, "completions": completions, "cpu_s": round(time.process_time() - cpu, 3)}
+            self.cache.put(key, hit)
+        return [bool(c) for c in hit["correct"]]
+
+    def base_general(self) -> dict[str, Any]:
+        key = {"what": "general-base", **self.general_key}
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = {"loss_sums": self.support().loss_sums, "tokens": [len(r) - 1 for r in self.support().rows]}
+            self.cache.put(key, hit)
+        return hit
+
+    def support(self) -> BaseSupport:
+        if self._support is None:
+            self._support = base_support(self.model, self.tok, self.texts, max_length=self.max_length, k=self.k)
+        return self._support
+
+    def general(self, mask: Any, scale: float) -> dict[str, Any]:
+        """Loss sums per text, coarse KL and tail mass of an edit on the general texts, cached."""
+        key = {"what": "general", **self.general_key, **self._state(mask, scale)}
+        hit = self.cache.get(key)
+        if hit is None:
+            cpu = time.process_time()
+            support = self.support()
+            with ReversibleEdit(self.model, mask, scale):
+                g = edited_general(self.model, support)
+            hit = {
+                "loss_sums": list(g.loss_sums),
+                "kl": g.kl,
+                "tail_mass": g.tail_mass,
+                "cpu_s": round(time.process_time() - cpu, 3),
+            }
+            self.cache.put(key, hit)
+        return hit
+
+
+def _general_result(sums: Sequence[float], tokens: Sequence[int], kl: float = 0.0) -> GeneralResult:
+    pairs = [(s, t) for s, t in zip(sums, tokens) if t > 0]
+    n = sum(t for _, t in pairs)
+    return GeneralResult(
+        sum(s for s, _ in pairs) / n if n else math.nan,
+        n,
+        kl,
+        "",
+        tuple(s for s, _ in pairs),
+        tuple(t for _, t in pairs),
+    )
