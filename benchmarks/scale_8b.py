@@ -382,7 +382,19 @@ def main() -> int:
             shutil.rmtree(adapter_out, ignore_errors=True)
             results[stage] = run_stage(
                 stage,
-                [*cli, "export", str(recipe), "--mask", str(mask), "--out", str(adapter_out), "--adapter"],
+                # the adapter-only run (its lock's recipe asks for no checkpoint, so reproduce re-runs the adapter)
+                [
+                    *cli,
+                    "export",
+                    str(recipe),
+                    "--mask",
+                    str(mask),
+                    "--out",
+                    str(adapter_out),
+                    "--adapter",
+                    "--set",
+                    "outputs.checkpoint=false",
+                ],
                 work,
                 [adapter_out],
             )
