@@ -526,16 +526,26 @@ def sweep(
 @main.command()
 @recipe_arg
 @click.option("--out", required=True, type=click.Path(file_okay=False))
-@click.option("--sizes", default="1,4,16", show_default=True, help="comma-separated calibration samples per set")
-@click.option("--repeats", default=3, show_default=True, help="random draws per size")
+@click.option(
+    "--sizes",
+    default=None,
+    help="comma-separated calibration samples per set (the same as --set 'consistency.sizes=[...]'; default: the "
+    "recipe's consistency.sizes, 1,4,16)",
+)
+@click.option(
+    "--repeats",
+    type=int,
+    default=None,
+    help="random draws per size (the same as --set consistency.repeats=N; default: the recipe's, 3)",
+)
 @click.option("--overwrite", is_flag=True)
 @set_opt
 @quiet_opt
 def consistency(
     recipe: str | None,
     out: str,
-    sizes: str,
-    repeats: int,
+    sizes: str | None,
+    repeats: int | None,
     overwrite: bool,
     sets: tuple[str, ...],
     quiet: bool,
@@ -545,14 +555,17 @@ def consistency(
     echo = _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.consistency import run_consistency
 
-    sizes_ = [int(v) for v in _floats("--sizes", sizes)]
-    if any(v < 1 or v != int(v) for v in _floats("--sizes", sizes)):  # 1.5 is not a number of samples
-        raise InputError(
-            f"--sizes: {sizes!r}: each size is a number of calibration samples, an integer >= 1, e.g. 1,4,16"
-        )
+    if sizes is not None:  # a shortcut for the recipe key
+        if any(v < 1 or v != int(v) for v in _floats("--sizes", sizes)):  # 1.5 is not a number of samples
+            raise InputError(
+                f"--sizes: {sizes!r}: each size is a number of calibration samples, an integer >= 1, e.g. 1,4,16"
+            )
+        sets = (*sets, f"consistency.sizes=[{','.join(str(int(v)) for v in _floats('--sizes', sizes))}]")
+    if repeats is not None:
+        sets = (*sets, f"consistency.repeats={repeats}")
     r = _recipe(recipe, sets)
     _check_out(out, r, recipe, "dir")
-    rows = run_consistency(r, out, sizes=sizes_, repeats=repeats, overwrite=overwrite, progress=_bars(quiet), echo=echo)
+    rows = run_consistency(r, out, overwrite=overwrite, progress=_bars(quiet), echo=echo)
     click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
     for r in rows:
         between = "-" if r.overlap_between_draws_mean is None else f"{r.overlap_between_draws_mean:.3f}"

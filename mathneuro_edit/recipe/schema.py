@@ -454,6 +454,15 @@ class SweepConfig(_Model):
     alpha: Level = Field(0.05, description="level of the confirmation test (and of the Holm-adjusted selection p)")
 
 
+class ConsistencyConfig(_Model):
+    """How ``mathneuro-edit consistency`` draws its calibration subsets (the paper's data-efficiency figure)."""
+
+    sizes: list[Positive] = Field(
+        default_factory=lambda: [1, 4, 16], description="calibration samples per set of each random subset"
+    )
+    repeats: Positive = Field(3, description="random draws per size")
+
+
 class Recipe(_Model):
     """A full, validated run description. Build it with :func:`load_recipe` or :func:`recipe_from_dict`."""
 
@@ -467,6 +476,7 @@ class Recipe(_Model):
     evaluation: EvaluationConfig | None = None
     hub: HubConfig | None = None
     sweep: SweepConfig = Field(default_factory=SweepConfig)
+    consistency: ConsistencyConfig = Field(default_factory=ConsistencyConfig)
 
     @model_validator(mode="after")
     def _gguf_base_type(self) -> Recipe:

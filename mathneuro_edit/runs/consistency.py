@@ -179,13 +179,16 @@ def run_consistency(
     recipe: Recipe,
     out_dir: str | Path,
     *,
-    sizes: Sequence[int],
-    repeats: int = 3,
+    sizes: Sequence[int] | None = None,
+    repeats: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
     echo: Callable[[str], None] = lambda s: None,
 ) -> list[ConsistencyRow]:
     """:func:`mask_consistency` on a recipe's model and calibration data; writes ``consistency.json`` / ``.png``.
+
+    ``sizes`` and ``repeats`` default to the recipe's ``consistency`` section (the command's ``--sizes`` and
+    ``--repeats`` set it), so the recipe alone re-runs the same draws.
 
     ``consistency.json`` is ``{"method", "top_k", "math_samples", "general_samples", "sizes", "repeats", "seed",
     "rows": [...]}``: the setting that produced the rows, then one row per size. ``echo`` receives the stage lines.
@@ -195,6 +198,8 @@ def run_consistency(
     if out.exists() and not overwrite:
         raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
     d, c, t, m = recipe.data, recipe.calibration, recipe.targets, recipe.mask
+    sizes = list(recipe.consistency.sizes if sizes is None else sizes)
+    repeats = recipe.consistency.repeats if repeats is None else repeats
     stages = Stages(2 + len(sizes), echo)
     model, tok = load_step(recipe, stages)
     math_texts = load_texts(d.math, d.samples, d.seed).texts
