@@ -320,7 +320,13 @@ def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], qu
 @recipe_arg
 @click.option("--mask", "mask_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False))
-@click.option("--adapter", is_flag=True, help="write a PEFT adapter instead of a full checkpoint")
+@click.option(
+    "--adapter",
+    is_flag=True,
+    help="write a PEFT adapter instead of a full checkpoint (the same as --set outputs.checkpoint=false --set "
+    "outputs.adapter=true; without it, the recipe's outputs decide: the checkpoint when outputs.checkpoint is true, "
+    "else the adapter)",
+)
 @click.option(
     "--gguf",
     "gguf_type",
@@ -349,12 +355,14 @@ def export(
     _echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.pipeline import export_recipe
 
-    r = _recipe(recipe, (*sets, f"outputs.gguf={gguf_type}") if gguf_type else sets)  # validated by the recipe
     if adapter and gguf_type:
         raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
+    if adapter:  # the recipe keys it stands for: the lock then says what this folder holds
+        sets = (*sets, "outputs.checkpoint=false", "outputs.adapter=true", "outputs.gguf=null")
+    r = _recipe(recipe, (*sets, f"outputs.gguf={gguf_type}") if gguf_type else sets)  # validated by the recipe
     _check_out(out, r, recipe, "dir", mask=mask_path)
     folder = export_recipe(
-        r, mask_path, out, adapter=adapter, overwrite=overwrite, progress=_bars(quiet), workers=workers
+        r, mask_path, out, adapter=not r.outputs.checkpoint, overwrite=overwrite, progress=_bars(quiet), workers=workers
     )
     click.echo(folder)
 

@@ -137,6 +137,13 @@ def test_stage_commands_match_run(workspace, run_out, tmp_path):
     )
     assert code == 0, text
     assert (tmp_path / "ck" / "config.json").is_file()
+    # the recipe's outputs decide what `export` writes: a recipe without a checkpoint gets its adapter
+    code, text = _run(
+        "export", recipe, "--mask", str(tmp_path / "m.safetensors"), "--out", str(tmp_path / "ad"), "-q",
+        "--set", "outputs.checkpoint=false", "--set", "outputs.adapter=true",
+    )  # fmt: skip
+    assert code == 0, text
+    assert (tmp_path / "ad" / "adapter_config.json").is_file() and not (tmp_path / "ad" / "config.json").exists()
     # the export folder verifies against its own lock even beside a file named mask.safetensors (the name a user
     # gives `mask --out`), which once sent verify to look for the lock in the folder above
     shutil.copy(tmp_path / "m.safetensors", tmp_path / "mask.safetensors")
