@@ -52,19 +52,19 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "mathneuro_edit/engine/mask.py",
         "return [top_fraction(scores, k_of",
         "return [top_fraction(-scores, k_of",
-        ["tests/engine/test_regressions.py"],
+        ["tests/engine/test_mask.py"],
     ),
     "wanda-is-l2": (
         "mathneuro_edit/engine/mask.py",
         ".statistic(name, statistic)",
         '.statistic(name, "l2")',
-        ["tests/engine/test_regressions.py"],
+        ["tests/engine/test_mask.py"],
     ),
     "wanda-stat-is-l2": (
         "mathneuro_edit/engine/stats.py",
         'return self.norm_sum[name] if kind == "l2" else self.sq_sum[name].sqrt()',
         "return self.norm_sum[name]",
-        ["tests/engine/test_regressions.py"],
+        ["tests/engine/test_mask.py"],
     ),
     "jaccard-is-containment": (
         "mathneuro_edit/runs/consistency.py",
@@ -76,7 +76,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "mathneuro_edit/engine/mask.py",
         "for gs in generals:",
         "for gs in generals[:1]:",
-        ["tests/engine/test_regressions.py"],
+        ["tests/engine/test_mask.py"],
     ),
     # issue 28 item 5: mask.reference official (the released script's arithmetic)
     "official-sums-in-float32": (

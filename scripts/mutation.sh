@@ -24,12 +24,12 @@ SAMPLE="${MUTATION_SAMPLE:-}"  # an fnmatch pattern on the mutant's name; empty 
 
 # module -> "files to mutate|fast tests that cover them"
 declare -A SCOPE=(
-  [mask]="mathneuro_edit/engine/mask.py mathneuro_edit/engine/topk.py|tests/engine/test_regressions.py tests/engine/test_mask_mutants.py tests/engine/test_core.py::test_ties_break_to_lower_index tests/engine/test_core.py::test_radix_select_equals_kthvalue_select_with_many_ties"
-  [sweep]="mathneuro_edit/runs/sweep.py mathneuro_edit/runs/sweep_procedure.py mathneuro_edit/runs/sweep_release.py|tests/runs/test_sweep.py tests/evaluation/test_eval_stats.py tests/runs/test_sweep_mutants.py"
+  [mask]="mathneuro_edit/engine/mask.py mathneuro_edit/engine/topk.py|tests/engine/test_mask.py tests/engine/test_core.py::test_ties_break_to_lower_index tests/engine/test_core.py::test_radix_select_equals_kthvalue_select_with_many_ties"
+  [sweep]="mathneuro_edit/runs/sweep.py mathneuro_edit/runs/sweep_procedure.py mathneuro_edit/runs/sweep_release.py|tests/runs/test_sweep.py tests/evaluation/test_eval_stats.py"
   [consistency]="mathneuro_edit/runs/consistency.py|tests/runs/test_consistency.py"
-  [calibration]="mathneuro_edit/engine/calibration.py mathneuro_edit/engine/recorder.py mathneuro_edit/engine/stats.py|tests/engine/test_core.py tests/engine/test_regressions.py tests/engine/test_calibration_mutants.py tests/engine/test_calibration_speed.py"
-  [evaluation]="mathneuro_edit/evaluation/results.py mathneuro_edit/evaluation/significance.py|tests/evaluation/test_evaluate.py tests/evaluation/test_eval_stats.py tests/evaluation/test_eval_results_mutants.py tests/evaluation/test_eval_stats_mutants.py"
-  [card]="mathneuro_edit/publish/card.py mathneuro_edit/publish/base_card.py mathneuro_edit/publish/gguf_naming.py mathneuro_edit/publish/lock.py mathneuro_edit/publish/lock_policy.py|tests/publish/test_card.py tests/publish/test_lock.py tests/recipe/test_recipe.py tests/publish/test_lock_mutants.py tests/publish/test_card_mutants.py"
+  [calibration]="mathneuro_edit/engine/calibration.py mathneuro_edit/engine/recorder.py mathneuro_edit/engine/stats.py|tests/engine/test_core.py tests/engine/test_mask.py tests/engine/test_calibration.py tests/engine/test_calibration_speed.py"
+  [evaluation]="mathneuro_edit/evaluation/results.py mathneuro_edit/evaluation/significance.py|tests/evaluation/test_evaluate.py tests/evaluation/test_eval_stats.py tests/evaluation/test_results.py"
+  [card]="mathneuro_edit/publish/card.py mathneuro_edit/publish/base_card.py mathneuro_edit/publish/gguf_naming.py mathneuro_edit/publish/lock.py mathneuro_edit/publish/lock_policy.py|tests/publish/test_card.py tests/publish/test_lock.py tests/recipe/test_recipe.py"
 )
 ORDER=(mask sweep consistency calibration evaluation card)
 

@@ -47,7 +47,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 # ------------------------------------------------------------------------------------------- shared workspaces
-# ws: one tiny run per test module that asks for it (tests/test_reliability.py, tests/test_hostile.py and the
+# ws: one tiny run per test module that asks for it (tests/test_reliability.py, tests/test_untrusted_inputs.py and the
 # tests of publish/ and weights/ that edit its outputs); evil: a base whose repository code must never run.
 
 MARKER_ENV = "MATHNEURO_TEST_REMOTE_CODE_MARKER"

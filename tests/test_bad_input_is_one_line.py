@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from mathneuro_edit.cli.main import main
 from tests._models import hash_tree
-from tests.test_hostile import _data_sets
 from tests.test_reliability import _error_line
+from tests.test_untrusted_inputs import _data_sets
 
 QUICKSTART = Path(__file__).parent.parent / "recipes" / "quickstart.yaml"
 

@@ -1,4 +1,4 @@
-"""Every install line a user sees is one that works (issue 30): mathneuro-edit is not on PyPI, so a line that names
+"""Every install line a user sees is one that works: mathneuro-edit is not on PyPI, so a line that names
 it must install from its repository (``"mathneuro-edit[...] @ git+URL"``) or from a checkout (``-e ".[extra]"``),
 and every extra it names exists in pyproject.toml; any other requirement parses as one. Read from the README,
 docs/, the model cards' install block and every ``pip install`` hint in the package's messages.

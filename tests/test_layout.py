@@ -1,4 +1,4 @@
-"""The package structure keeps showing the pipeline: the import rule, no cycles, and the limits of issue 20.
+"""The package structure keeps showing the pipeline: the import rule, no cycles, and limits on its size.
 
 The rule itself is the import-linter contract in pyproject.toml (``lint-imports`` runs it by hand); this file runs
 it in the suite and checks what import-linter does not: cycles between modules, private names that cross a

@@ -1,4 +1,4 @@
-"""The Python API is symmetric to the CLI (issue 30): every command's function is importable from the top level of
+"""The Python API is symmetric to the CLI: every command's function is importable from the top level of
 ``mathneuro_edit``, with a docstring, and ``export_gguf`` (the sibling of ``export_checkpoint``) writes a GGUF
 that the gguf package reads back."""
 

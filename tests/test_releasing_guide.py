@@ -1,4 +1,4 @@
-"""docs/releasing.md, run as written (issue 30): every ``mathneuro-edit`` command of the page in order, its
+"""docs/releasing.md, run as written: every ``mathneuro-edit`` command of the page in order, its
 ``python -c`` check, and its Python loading code, exactly as the page prints them, against a local fake Hub.
 
 What differs from a real release is only the model and the sizes: the GGUF at the page's path is the tiny random

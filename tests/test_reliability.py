@@ -1,4 +1,4 @@
-"""Hostile input and faults (issue 9): no repository code without opt-in, no run clobbers another, every failure is
+"""Untrusted input and faults: no repository code without opt-in, no run clobbers another, every failure is
 one clear line with exit 2, and nothing is left behind. docs/reliability.md lists what each test promises."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The built wheel installs into a fresh environment and runs the quickstart from there (issue 30).
+"""The built wheel installs into a fresh environment and runs the quickstart from there.
 
 ``python -m build`` builds the sdist and the wheel (from the sdist, as a release does) and ``twine check`` passes
 both; the wheel goes into a fresh virtual environment with ``pip install --no-deps`` (its dependencies, torch

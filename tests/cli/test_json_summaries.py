@@ -1,4 +1,4 @@
-"""`--json` on the long commands (issue 30): `run`, `sweep` and `eval` print one machine-readable summary on stdout
+"""`--json` on the long commands: `run`, `sweep` and `eval` print one machine-readable summary on stdout
 while their stage lines stay on stderr; `plan --json` says what `plan`'s text says (an output the text calls "yes"
 is supported in the JSON, never a bare null), including the edited checkpoint's size at ``outputs.dtype``."""
 

@@ -1,6 +1,6 @@
-"""Messages that suggest the fix (issue 13): each bad input, through the CLI, is exit 2 and one line saying what to do.
+"""Messages that suggest the fix: each bad input, through the CLI, is exit 2 and one line saying what to do.
 
-Also the inputs that used to fail and now work: an explicit ``--set edit.prune=true`` over a recipe's scale, and
+Also inputs that must work: an explicit ``--set edit.prune=true`` over a recipe's scale, and
 ``organism`` wherever a base is accepted.
 """
 

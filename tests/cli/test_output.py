@@ -1,4 +1,4 @@
-"""What a new user sees: only our lines (issue 13, "Output").
+"""What a new user sees: only our lines.
 
 The transcript test runs `run`, `sweep`, `inspect --plot`, `consistency` and `verify` on the embedded default
 (no RECIPE: the organism, offline) in fresh processes, as a user's shell would, and compares stderr with the golden

@@ -1,4 +1,4 @@
-"""Calibration's hooks stay cheap and exact (issue 12): no timing here, only what the speed rests on.
+"""Calibration's hooks stay cheap and exact: no timing here, only what the speed rests on.
 
 - the hooks' work per batch grows by a few tensor operations per distinct scored input, not per target (the cost
   that made calibration slower than a plain forward on narrow, deep models such as SmolLM2-135M);

@@ -413,7 +413,7 @@ def test_public_api_names_are_the_functions_after_any_import():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# issue 12: the released code's top-K count, and a calibration forward that stops after the last scored input
+# the released code's top-K count, and a calibration forward that stops after the last scored input
 # ----------------------------------------------------------------------------------------------------------
 def _synthetic(shapes: dict[str, tuple[int, int]], seed: int = 0):
     """Random weights and positive statistics for plain (d_out, d_in) matrices, as a mapping + ActivationStats."""

@@ -1,4 +1,7 @@
-"""Statistics of the evaluation (Wilson interval, exact McNemar, loss standard error) and the sweep's rule."""
+"""Statistics of the evaluation (mathneuro_edit.evaluation.significance): the Wilson interval, the exact McNemar
+test and the loss standard error against scipy and hand-computed values, their input checks and messages, the
+exact 0 lower bound at k = 0, the zero-count guard of ratio_se and the strict "p < 0.05" of a significance claim;
+and how the eval dict and the sweep's candidate use them."""
 
 from __future__ import annotations
 
@@ -14,13 +17,15 @@ from mathneuro_edit.evaluation.results import (
     MathResult,
 )
 from mathneuro_edit.evaluation.significance import (
+    ALPHA,
     discordant_pairs,
     mcnemar_exact,
     ratio_se,
+    significant,
     wilson_interval,
 )
-from mathneuro_edit.runs.sweep import _point
 from mathneuro_edit.runs.sweep_procedure import SweepPoint, recommend, select_candidate
+from mathneuro_edit.runs.sweep_result import _point
 
 scipy_stats = pytest.importorskip("scipy.stats")  # the test extra installs it
 
@@ -93,7 +98,7 @@ def test_eval_dict_carries_intervals_and_paired_test() -> None:
 
 
 def test_sweep_candidate_ignores_the_p_values_and_needs_the_budget() -> None:
-    # issue 21: the old rule (best point with uncorrected p < 0.05) was replaced by select-then-confirm
+    # select-then-confirm: the candidate is the largest gain within the KL budget; an uncorrected p < 0.05 plays no part
     def P(correct: int, p: float, kl: float) -> SweepPoint:  # noqa: N802 - a point, briefly
         return SweepPoint(0.05, 1.1, 10, correct / 200, 2.0, kl, correct, 200, mcnemar_p=p, significant=p < 0.05)
 
@@ -119,3 +124,34 @@ def test_sweep_point_from_eval_dict() -> None:
     assert (p.math_accuracy, p.math_correct, p.math_total, p.general_kl) == (1.0, 20, 20, 0.02)
     assert p.mcnemar_p == mcnemar_exact(0, 10) and p.significant
     assert (p.math_ci95_low, p.math_ci95_high) == wilson_interval(20, 20)
+
+
+@pytest.mark.parametrize("k, n", [(3, 2), (-1, 5), (2.0, 4), (2, 4.0), (True, 1.5), (None, 3)])
+def test_wilson_rejects_bad_counts_by_its_own_check(k: object, n: object) -> None:
+    with pytest.raises(ValueError, match=r"need integers 0 <= k <= n"):
+        wilson_interval(k, n)  # type: ignore[arg-type]
+
+
+def test_wilson_lower_bound_is_exactly_zero_at_k_zero() -> None:
+    # in floats centre - half leaves ~1e-19 for some n (e.g. n = 2999); the interval must still start at 0
+    for n in [*range(1, 60), 2999]:
+        low, high = wilson_interval(0, n)
+        assert low == 0.0, n
+        assert high == pytest.approx(scipy_stats.binomtest(0, n).proportion_ci(method="wilson").high, abs=1e-12)
+        assert wilson_interval(n, n)[1] == 1.0
+
+
+def test_ratio_se_guards() -> None:
+    with pytest.raises(ValueError, match="sum to 0"):
+        ratio_se([1.0, 2.0], [0, 0])  # two texts, no token: a clear error, not a ZeroDivisionError
+    with pytest.raises(ValueError, match="sum to 0"):
+        ratio_se([], [])
+    assert math.isnan(ratio_se([1.0], [1]))  # one text with one token: measured, but no spread
+    # two texts, 1 token in total: a valid (if tiny) sample; m = 3, residuals (3 - 3, 0 - 0) -> se 0
+    assert ratio_se([3.0, 0.0], [1, 0]) == 0.0
+
+
+def test_significance_is_strictly_below_alpha() -> None:
+    assert ALPHA == 0.05
+    assert significant(0.0499999) and not significant(0.05) and not significant(0.2)
+    assert significant(0.05, alpha=0.1) and not significant(0.1, alpha=0.1)

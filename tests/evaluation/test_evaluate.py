@@ -341,7 +341,7 @@ def test_general_loss_and_kl_match_reference(model: LlamaForCausalLM, tok: PreTr
 def test_kl_reuses_the_base_logprobs_with_the_same_numbers(
     model: LlamaForCausalLM, tok: PreTrainedTokenizerFast
 ) -> None:
-    # issue 21: a sweep keeps the base's log-probabilities once; each edit's KL then skips the base forward pass
+    # a sweep keeps the base's log-probabilities once; each edit's KL then skips the base forward pass
     task = GeneralTask("g", TEXTS)
     edit = ReversibleEdit(model, random_mask(model, 0.2), 0.0)
     base = evaluate(model, tok, [task], batch_size=3, progress=False, keep_base_logprobs=True)

@@ -167,7 +167,7 @@ def test_bad_task_folders_and_settings_fail_clearly(organism_and_edit, tmp_path:
         LmEvalTask("h", ["arithmetic_local"], include_path=str(tmp_path / "nope"))
 
 
-def test_recipe_keys_and_the_old_keys(tmp_path: Path) -> None:
+def test_recipe_lm_eval_keys_and_the_deprecated_flat_keys(tmp_path: Path) -> None:
     d = quickstart_recipe().resolved_dict()
     ev = {
         **d["evaluation"],
@@ -190,12 +190,12 @@ def test_recipe_keys_and_the_old_keys(tmp_path: Path) -> None:
         None,
     )
     assert r.public_dict()["evaluation"]["lm_eval"]["include_path"] == "<local>/lm_eval_tasks"
-    # old keys with values: still work, moved to evaluation.lm_eval, with a warning naming the new keys
+    # the deprecated flat keys with values: still work, moved to evaluation.lm_eval, with a warning naming the new keys
     old = {k: v for k, v in d["evaluation"].items() if k != "lm_eval"}
     with pytest.warns(FutureWarning, match=r"evaluation\.lm_eval\.tasks"):
         moved = recipe_from_dict({**d, "evaluation": {**old, "lm_eval_tasks": ["gsm8k_cot"], "lm_eval_limit": 5}})
     assert (moved.evaluation.lm_eval.tasks, moved.evaluation.lm_eval.limit) == (["gsm8k_cot"], 5)
-    # old keys at their defaults (every lock written before evaluation.lm_eval holds them): dropped silently
+    # deprecated flat keys at their defaults (every lock written before evaluation.lm_eval holds them): dropped silently
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         legacy = recipe_from_dict({**d, "evaluation": {**old, "lm_eval_tasks": [], "lm_eval_limit": None}})

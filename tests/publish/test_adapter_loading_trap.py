@@ -1,4 +1,4 @@
-"""Adapters that cannot silently do nothing (issue 30).
+"""Adapters that cannot silently do nothing.
 
 - The adapter card's loading code (``PeftModel.from_pretrained``) is run exactly as the card prints it, and gives
   the edited checkpoint's logits.

@@ -1,4 +1,4 @@
-"""Releases people can find, load and compare (issue 30): ``base.hub_id`` on a local base, ``outputs.dtype``, the
+"""Releases people can find, load and compare: ``base.hub_id`` on a local base, ``outputs.dtype``, the
 published tokenizer config, and model-index entries the Hub reads, each checked the way a user meets it.
 
 - A local copy of a Hub model with ``base.hub_id`` -> the card's ``base_model`` and title, the adapter's

@@ -411,7 +411,7 @@ def test_default_repo_ids_differ_per_artifact(fake_hub: FakeHub, tmp_path: Path)
     assert both.exit_code == 2 and "one at a time" in both.output
 
 
-# ------------------------------------------------------------------ a Hub that is slow, busy or failing (issue 23)
+# ---------------------------------------------------------------------------- a Hub that is slow, busy or failing
 
 
 def test_push_retries_429_honouring_retry_after_then_5xx_with_backoff(

@@ -20,8 +20,8 @@ from safetensors.torch import load_file, save_file
 
 from mathneuro_edit.cli.main import main
 from tests._fakehub import TOKEN, FakeHub, relock
-from tests.test_hostile import _data_sets
 from tests.test_reliability import _error_line
+from tests.test_untrusted_inputs import _data_sets
 
 LOCK = "mathneuro_recipe.lock.yaml"
 

@@ -1,7 +1,7 @@
 """Mask consistency: the overlaps are Jaccard (|A & B| / |A | B|), checked against an independent computation.
 
-Checked to FAIL with the hand-applied mutation the earlier suite let through: "Jaccard" computed as containment
-(|A & B| / |A| or / |B|); see docs/testing.md.
+A hand-applied change this file must catch: "Jaccard" computed as containment (|A & B| / |A| or / |B|); see
+docs/testing.md.
 """
 
 from __future__ import annotations

@@ -298,7 +298,7 @@ def test_gguf_tokenizer_rows_are_run_and_checked_by_llama_cpp(tmp_path) -> None:
 
 @pytest.mark.parametrize("name", [s.name for s in FAMILY_SHAPES if s.config().model_type in GGUF_WRITTEN])
 def test_llama_cpp_runs_the_gguf_of_every_family_marked_works(name, tmp_path) -> None:
-    """The Done-when of issue 24: every family whose GGUF cell is "works" is read by llama.cpp itself: it tokenizes
+    """Every family whose GGUF cell is "works" is read by llama.cpp itself: it tokenizes
     like transformers, and its logits and greedy continuation match transformers' on the baked checkpoint."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,10 +1,12 @@
-"""Sweep decisions on constructed points, against hand-computed answers (issue 17, issue 11e, issue 21).
+"""Sweep decisions on constructed points, against hand-computed answers.
 
-Issue 21 replaced the rule "recommend the best point whose uncorrected McNemar p < 0.05 on the same problems" (a
-20-point grid makes one point "significant" by chance in about a quarter of null sweeps, tests/runs/test_sweep_procedure.py)
-by select-then-confirm: the candidate is the largest selection gain within the KL budget (p-values play no part),
-and only a confirmation test on other problems can make it a recommendation. The tests of the old rule were
-replaced by tests of the new one on the same table of points; the Pareto front tests are unchanged.
+The rule is select-then-confirm: the candidate is the largest selection gain within the KL budget (p-values play
+no part; ties go to the lower KL, then to the earlier point), and only a confirmation test on other problems can
+make it a recommendation. (Recommending the best point whose uncorrected McNemar p < 0.05 on the same problems
+would let a 20-point grid make one point "significant" by chance in about a quarter of null sweeps,
+tests/runs/test_sweep_procedure.py.) Also: the Pareto front, a point read from an eval dict (the general loss
+error columns included), the Holm-adjusted p of the table, sweep.json, the CSV and the table, disjoint selection and
+confirmation problems, and a released sweep read back as a recipe.
 """
 
 from __future__ import annotations
@@ -18,14 +20,21 @@ import pytest
 
 from mathneuro_edit.data.sources import problem_sha256
 from mathneuro_edit.errors import InputError
+from mathneuro_edit.evaluation.results import (
+    EvalResults,
+    GeneralResult,
+    MathPrediction,
+    MathResult,
+)
 from mathneuro_edit.evaluation.significance import (
     discordant_pairs,
     holm_adjust,
     mcnemar_exact,
+    ratio_se,
     wilson_interval,
 )
 from mathneuro_edit.recipe.io import quickstart_recipe
-from mathneuro_edit.runs.sweep import SweepResult, _point, sweep_problems
+from mathneuro_edit.runs.sweep import SweepResult, sweep_problems
 from mathneuro_edit.runs.sweep_procedure import (
     Confirmation,
     SweepPoint,
@@ -37,6 +46,7 @@ from mathneuro_edit.runs.sweep_procedure import (
     with_holm,
 )
 from mathneuro_edit.runs.sweep_release import read_sweep, recipe_from_sweep
+from mathneuro_edit.runs.sweep_result import _num, _point
 
 NAN = math.nan  # a point built without the loss columns holds nan (the same object, so dicts compare equal)
 
@@ -440,3 +450,44 @@ def test_recipe_from_sweep_applies_the_confirmed_variant_and_refuses_other_keys(
     hostile = ev.__class__(**{**ev.__dict__, "confirmation": {**ev.confirmation, "variant_set": ["edit.scale=9"]}})
     with pytest.raises(InputError, match="variant_set"):
         recipe_from_sweep(quickstart_recipe(), hostile)
+
+
+def _math(flags: list[bool]) -> MathResult:
+    preds = tuple(MathPrediction(f"q{i}", 1, "", int(ok)) for i, ok in enumerate(flags))
+    return MathResult(sum(flags), len(flags), preds)
+
+
+def test_point_reads_the_general_loss_error_columns() -> None:
+    base_g = GeneralResult(2.0, 9, 0.0, "", (4.0, 14.0), (3, 6))
+    edited_g = GeneralResult(2.1, 9, 0.02, "", (4.3, 14.6), (3, 6))
+    d = EvalResults(
+        {"math": _math([True, False]), "general": base_g}, {"math": _math([True, True]), "general": edited_g}
+    ).to_dict()
+    p = _point(0.05, 1.1, 7, d)
+    assert p.general_loss_se == pytest.approx(ratio_se([4.3, 14.6], [3, 6]), rel=1e-12)
+    assert p.loss_change == pytest.approx(0.1, rel=1e-12)
+    assert p.loss_change_se == pytest.approx(ratio_se([0.3, 0.6], [3, 6]), rel=1e-12)
+    # without per-text sums (no standard error) and without a general comparison: nan, not an error
+    d = EvalResults(
+        {"math": _math([True, False]), "general": GeneralResult(2.0, 9)},
+        {"math": _math([True, True]), "general": GeneralResult(2.1, 9, 0.02)},
+    ).to_dict()
+    p = _point(0.05, 1.1, 7, d)
+    assert math.isnan(p.general_loss_se) and math.isnan(p.loss_change) and math.isnan(p.loss_change_se)
+    del d["math"]["comparison"]  # no paired math result: p = 1, not significant
+    p = _point(0.05, 1.1, 7, d)
+    assert (p.mcnemar_p, p.significant) == (1.0, False)
+
+
+def test_num_is_nan_only_for_none() -> None:
+    assert math.isnan(_num(None)) and _num(2) == 2.0 and _num(0) == 0.0 and isinstance(_num(3), float)
+
+
+def test_largest_gain_ties_go_to_the_lower_kl() -> None:
+    def P(correct: int, kl: float, k: float) -> SweepPoint:  # noqa: N802 - a point, briefly
+        return SweepPoint(k, 1.1, 10, correct / 100, 2.0, kl, correct, 100, mcnemar_p=0.3, significant=False)
+
+    assert select_candidate([P(70, 0.02, 0.01), P(70, 0.01, 0.02), P(60, 0.0, 0.03)], 50, 0.05) == 1
+    assert select_candidate([P(70, 0.01, 0.01), P(70, 0.01, 0.02)], 50, 0.05) == 0  # a full tie: the earlier
+    assert select_candidate([P(51, 0.05, 0.01)], 50, 0.05) == 0  # one problem gained, KL at the budget: in
+    assert select_candidate([P(51, 0.05, 0.01)], 51, 0.05) is None  # no gain: out

@@ -1,4 +1,4 @@
-"""The statistics of select-then-confirm (issue 21): Holm's adjustment, the power of the confirmation test, and the
+"""The statistics of select-then-confirm: Holm's adjustment, the power of the confirmation test, and the
 procedure itself on simulated sweeps.
 
 Each piece is checked against an independent, simpler implementation (Holm: the step-down rejection rule itself;

@@ -1,4 +1,4 @@
-"""A Hub id while offline is refused at once, in one line (issue 30): huggingface_hub alone retries five times with
+"""A Hub id while offline is refused at once, in one line: huggingface_hub alone retries five times with
 backoff (six "Retrying" lines, ~40 s) before transformers says it "couldn't connect".
 
 - ``HF_HUB_OFFLINE`` set and the repo not in the local Hub cache: exit 2, one line naming the setting.

@@ -138,7 +138,7 @@ def test_unedited_tensors_byte_identical_and_files_copied(bases, tmp_path):
     for name in COPIED + ["sub/params.json"]:
         if name != "tokenizer_config.json":
             assert (out / name).read_bytes() == (extra / name).read_bytes(), name
-    # the published tokenizer config is the base's without what only described its local copy (issue 30)
+    # the published tokenizer config is the base's without what only described its local copy
     base_tok = json.loads((extra / "tokenizer_config.json").read_text())
     assert base_tok.get("is_local") is not None or base_tok.get("model_max_length", 0) >= 1e29  # the fixture has some
     want = {

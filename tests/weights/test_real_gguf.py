@@ -164,7 +164,7 @@ def test_chat_eval_base_accuracy_and_math_prune_vs_random(smollm2):
 
 
 def test_sweep_contract_on_the_real_model(smollm2, tmp_path, monkeypatch):
-    """Issue 21 on SmolLM2 at tiny sizes: the sweep.json contract (disjoint problem lists, Holm p, the one
+    """Select-then-confirm on SmolLM2 at tiny sizes: the sweep.json contract (disjoint problem lists, Holm p, the one
     candidate, a recommendation only when confirmed) and `run --from-sweep` refusing an unconfirmed sweep."""
     import json
 

@@ -1,4 +1,4 @@
-"""The real-model tier (``-m real``) for issue 30: SmolLM2-135M-Instruct from llama.cpp's Q4_1 GGUF, with
+"""The real-model tier (``-m real``) for a release: SmolLM2-135M-Instruct from llama.cpp's Q4_1 GGUF, with
 ``base.hub_id: HuggingFaceTB/SmolLM2-135M-Instruct``, released as a user finds and loads it:
 
 - the card names ``base_model`` (the Hub's model tree) and has a true title; ``ModelCard.load`` reads back the

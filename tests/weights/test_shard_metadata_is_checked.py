@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_hostile import _rewrite_header
 from tests.test_reliability import _cli, _error_line
+from tests.test_untrusted_inputs import _rewrite_header
 
 
 @pytest.mark.parametrize(

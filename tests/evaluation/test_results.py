@@ -1,6 +1,6 @@
-"""Edges of mathneuro_edit.evaluation.results that the mutation run (scripts/mutation.sh evaluation) found unguarded:
-where a completion is cut, the problem checks and their messages, the paired comparison's exact keys, the
-non-finite values of eval.json and its exact bytes, and the atomic write (temp file beside the target)."""
+"""Evaluation results (mathneuro_edit.evaluation.results): where a completion is cut, the problem checks and their
+messages, the paired comparison's exact keys, the non-finite values of eval.json and its exact bytes, and the
+atomic write (a hidden temp file beside the target, the existing file kept when the write fails)."""
 
 from __future__ import annotations
 
@@ -153,9 +153,9 @@ def test_save_json_writes_a_hidden_temp_file_beside_the_target_then_renames(
     assert Path(src).name.startswith(".eval.json-") and src.endswith(".tmp")  # util.files.write_bytes_atomic
 
 
-def test_save_json_refuses_non_finite_numbers_and_leaves_the_old_file(tmp_path: Path) -> None:
+def test_save_json_refuses_non_finite_numbers_and_keeps_the_existing_file(tmp_path: Path) -> None:
     # metrics are made finite by to_dict; a non-finite number elsewhere (here: an extracted value) must not
-    # produce non-standard JSON ("Infinity"): the write fails, the temp file is removed, the old file stays
+    # produce non-standard JSON ("Infinity"): the write fails, the temp file is removed, the existing file stays
     target = tmp_path / "eval.json"
     target.write_text("old\n", encoding="utf-8")
     bad = EvalResults({"m": MathResult(0, 1, (MathPrediction("q", 1, "", math.inf),))})

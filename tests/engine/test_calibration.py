@@ -1,6 +1,8 @@
-"""Edges of mathneuro_edit.engine.calibration / stats that the mutation run (scripts/mutation.sh calibration) found
-unguarded: the texts fingerprint of non-ASCII text, the public model name, the tied lm_head option passed
-through calibrate, and the disk-full message of ActivationStats.save."""
+"""Calibration and its statistics: gpt-oss experts (transposed weights with biases, called positionally or by
+keyword) against a per-text reference, the tied lm_head option, a target no token reaches, a tokenizer without pad
+and eos tokens, calibrate's defaults, bounds and truncation count, the recorded meta (exact keys, dtype, public
+model name, local paths hidden), the texts fingerprint of non-ASCII text, the statistics file round trip and the
+disk-full message of ActivationStats.save."""
 
 from __future__ import annotations
 

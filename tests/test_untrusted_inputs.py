@@ -1,6 +1,6 @@
-"""Hostile input, round 2 (issue 23): a shared lock is data, never code; no command writes onto its inputs; what is
-read is what was checked; every bad input is exit 2 with one line. Written as a stranger attacks the tool.
-docs/reliability.md lists what each test promises."""
+"""Untrusted inputs: a shared lock is data, never code; no command writes onto its inputs; what is read is what was
+checked; every bad input is exit 2 with one line. The tests act as a stranger who crafts the lock, the recipe, the
+model folder or the file names. docs/reliability.md lists what each test promises."""
 
 from __future__ import annotations
 
@@ -239,7 +239,9 @@ _BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *
         ("huge", "# " + "x" * 2_000_000 + "\n", "more than a recipe may hold"),
     ],
 )
-def test_hostile_yaml_is_refused_before_it_expands(tmp_path: Path, name: str, text: str, phrase: str) -> None:
+def test_yaml_over_the_recipe_limits_is_refused_before_it_expands(
+    tmp_path: Path, name: str, text: str, phrase: str
+) -> None:
     import time
 
     assert name != "alias-bomb" or len(_BOMB) < 400
@@ -264,12 +266,12 @@ def test_a_recipe_or_lock_that_is_a_fifo_or_a_device_is_refused(tmp_path: Path) 
 @pytest.mark.parametrize(
     "value,phrase", [("[" * 5000 + "]" * 5000, "nested more than"), ("9" * 5000, "an integer of 5000 digits")]
 )
-def test_hostile_override_values_are_one_line(value: str, phrase: str) -> None:
+def test_override_values_over_the_recipe_limits_are_one_line(value: str, phrase: str) -> None:
     code, out = _cli("plan", "--set", f"data.samples={value}")
     assert code == 2 and phrase in _error_line(out), out
 
 
-def test_a_hostile_lock_file_is_one_line(ws: Path, tmp_path: Path) -> None:
+def test_a_lock_file_over_the_recipe_limits_is_one_line(ws: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(ws / "run", run)
     for text, phrase in (
