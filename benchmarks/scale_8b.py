@@ -267,6 +267,8 @@ def run_stage(name: str, argv: list[str], work: Path, created: list[Path]) -> di
         "peak_rss": ru.ru_maxrss * 1024,
         "written": tree_bytes(created),
         "exit": rc,
+        "load_1min_at_end": round(os.getloadavg()[0], 2),  # other jobs on the machine stretch wall (and CPU) times
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     print(
         f"[{name}] exit {rc}, {row['wall_s']} s wall, {row['cpu_s']} s CPU, peak RSS {gb(row['peak_rss'])}, "
