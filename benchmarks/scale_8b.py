@@ -301,6 +301,38 @@ def free_disk(work: Path, need: int, removable: list[Path]) -> None:
         raise SystemExit(f"disk: {gb(need)} needed in {work}, {gb(shutil.disk_usage(work).free)} free")
 
 
+# Llama-3.1-70B's shapes: what the same model of memory says a 70B needs, scaled by what the 8B run measured
+LLAMA_3_1_70B = {**LLAMA_3_1_8B, "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
+                 "num_hidden_layers": 80}  # fmt: skip
+
+
+def derived_70b(results: dict, plan: dict, recipe: Path) -> str:
+    """Each stage's 70B peak RSS: `plan`'s 70B figure (same recipe settings, same RAM cap) times this run's
+    measured / predicted ratio for the 8B. Derived, not measured."""
+    from mathneuro_edit.recipe.io import load_recipe
+    from mathneuro_edit.runs.plan import plan_from_config
+
+    r = load_recipe(str(recipe))
+    p70 = plan_from_config(
+        LLAMA_3_1_70B,
+        dtype=r.base.dtype,
+        top_k=r.mask.top_k,
+        batch_size=r.calibration.batch_size,
+        max_length=r.calibration.max_length,
+        general_sets=len(r.data.general),
+        device_map=r.base.device_map,
+        max_memory=r.base.max_memory,
+    ).ram
+    lines = ["| stage | 70B, plan | x (measured / plan at 8B) | 70B, derived |", "|---|---:|---:|---:|"]
+    for stage in STAGES[2:]:
+        cmd = PLAN_COMMAND.get(stage)
+        if stage not in results or cmd not in p70 or not plan.get("ram", {}).get(cmd):
+            continue
+        k = results[stage]["peak_rss"] / plan["ram"][cmd]
+        lines.append(f"| {stage} | {gb(p70[cmd])} | {k:.2f} | {gb(p70[cmd] * k)} |")
+    return "\n".join(lines)
+
+
 def table(results: dict, plan: dict) -> str:
     lines = [
         "| stage | wall | CPU | peak RSS (measured) | plan's prediction | plan / measured | written |",
@@ -434,6 +466,9 @@ def main() -> int:
     if "build" in results:
         print(f"model: {gb(results['build']['written'])} on disk")
     print(table(results, plan))
+    if plan and not a.tiny:
+        print("\nLlama-3.1-70B shapes, the same settings and RAM cap (derived from the 8B run, not measured):")
+        print(derived_70b(results, plan, recipe))
     return 0
 
 
