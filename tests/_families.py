@@ -234,7 +234,7 @@ _SPM_SPECIALS = {"llama": ("<unk>", "<s>", "</s>"), "gemma": ("<pad>", "<bos>", 
 
 def _spm_corpus() -> list[str]:
     """The organism's math and general texts (vendored, seeded): what the test tokenizers are trained on."""
-    from ..organism import general_texts, math_texts
+    from mathneuro_edit.organism import general_texts, math_texts
 
     return math_texts(300, seed=0) + general_texts(300, seed=0)
 

@@ -223,7 +223,7 @@ def test_stage_printer_and_tables():
 def _capture(monkeypatch) -> list:
     import mathneuro_edit.runs.consistency as consistency
     import mathneuro_edit.runs.inspect as report
-    import mathneuro_edit.runs.sweep as sweep
+    import mathneuro_edit.runs.sweep_result as sweep
 
     figs: list = []
 

@@ -136,7 +136,7 @@ def test_all_problems_are_listed_at_once() -> None:
 def test_unknown_keys_name_their_path_and_the_allowed_keys() -> None:
     message = _problems({**MINIMAL, "output": {"checkpoint": True}})
     assert "output: unknown key, did you mean 'outputs'?" in message
-    assert "(allowed: base calibration data edit evaluation hub mask outputs sweep targets)" in message
+    assert "(allowed: base calibration consistency data edit evaluation hub mask outputs sweep targets)" in message
     message = _problems(_with("data.math", {"path": "a.jsonl", "feild": "x"}))
     assert "data.math.feild: unknown key, did you mean 'field'?" in message
 
