@@ -46,7 +46,7 @@ from ..weights.adapter import export_adapter
 from ..weights.base import base_reference, resolved_revision
 from ..weights.checkpoint_writer import export_checkpoint
 from ..weights.gguf_reader import gguf_lock_entry, gguf_source_dtype
-from ..weights.gguf_writer import check_gguf, export_gguf, gguf_public_name
+from ..weights.gguf_writer import check_gguf, gguf_filename, gguf_public_name, write_gguf
 from ..weights.loading import load_model, model_weights, weights_from_checkpoint
 from ..weights.support import adapter_refusal
 from .official import official_recipe_mask
@@ -436,9 +436,9 @@ def export_step(
             trust_remote_code=recipe.base.trust_remote_code,
             dtype=output_dtype(recipe),
         )
-        if gguf_type is not None:  # the sibling writer, from the finished checkpoint folder
+        if gguf_type is not None:  # the sibling writer, from the finished checkpoint folder (checked above)
             meta = gguf_meta(recipe, n_params, base.card_fields, base.gguf)
-            export_gguf(dest, gguf_type, name=name, pre=gguf_pre, meta=meta)
+            write_gguf(dest, dest / gguf_filename(gguf_type), gguf_type, name=name, pre=gguf_pre, meta=meta)
         return None
     if stages is not None:
         stages.start("export adapter/ (PEFT SHiRA)")
