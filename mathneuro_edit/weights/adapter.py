@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -43,7 +44,7 @@ import torch
 from torch import nn
 
 from .._version import __version__
-from ..engine.apply import apply_mask, check_scale
+from ..engine.apply import apply_mask, check_scale, scale_masked
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
 from ..util.console import known_warnings_silenced
@@ -51,7 +52,7 @@ from ..util.files import write_text_atomic
 from ..util.outdir import atomic_dir
 from .base import resolve_base
 from .checkpoint import Checkpoint, open_checkpoint
-from .edit_plan import EditPlan, meta_model, plan_edits
+from .edit_plan import EditPlan, meta_model, plan_edits, row_blocks
 from .remote_code import check_remote_code
 from .shards import tensor_bytes, write_all, write_safetensors
 
@@ -355,18 +356,38 @@ def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str =
     return d
 
 
+def _layer_rows(
+    ckpt: Checkpoint, plan: EditPlan, layer: _Layer, scale: float, block_bytes: int | None = None
+) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``(rows, base, edited, mask)`` of a SHiRA layer, one block of rows at a time (:func:`row_blocks`).
+
+    Why blocks: an edit and PEFT's merge (``dense += sparse``) are elementwise, so a block gives the same deltas
+    and the same merge as the whole matrix, while the whole matrix and its copies (base, edited, merged) made an
+    8B model's lm_head the adapter export's and audit's peak memory.
+    """
+    m = plan.mask_slice(layer.ckpt, layer.name)  # (rows, cols) bool: one byte per entry
+    item = ckpt.tensors[layer.ckpt].nbytes // max(layer.rows * layer.cols, 1)
+    for rows in row_blocks((layer.rows, layer.cols), item, block_bytes):
+        w, mb = ckpt.read(layer.ckpt, rows=rows), m[rows]
+        yield rows, w, scale_masked(w, mb, scale), mb
+
+
 def _layer_delta(
-    ckpt: Checkpoint, plan: EditPlan, layer: _Layer, scale: float, k: int
+    ckpt: Checkpoint, plan: EditPlan, layer: _Layer, scale: float, k: int, block_bytes: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SHiRA's ``(2, k)`` int32 indices and ``(k,)`` values for one layer, padded with ``-0.0``."""
-    w = ckpt.read(layer.ckpt)  # (rows, cols)
-    e = plan.edited(ckpt, layer.ckpt, scale)
-    m = plan.mask_slice(layer.ckpt, layer.name)
-    idx = m.nonzero()  # (count, 2), row-major
-    d = exact_delta(w, e, idx, layer.name)
-    free = (~m).reshape(-1).nonzero().squeeze(1)[: k - len(idx)]  # first unmasked positions: deterministic
-    flat = torch.cat([idx[:, 0] * layer.cols + idx[:, 1], free])
-    values = torch.cat([d, torch.full((len(free),), -0.0, dtype=w.dtype)])
+    flat_parts, delta_parts = [], []
+    for rows, w, e, mb in _layer_rows(ckpt, plan, layer, scale, block_bytes):
+        idx = mb.nonzero()  # (count in block, 2), row-major
+        delta_parts.append(exact_delta(w, e, idx, layer.name))
+        flat_parts.append((idx[:, 0] + rows.start) * layer.cols + idx[:, 1])
+    flat, d = torch.cat(flat_parts), torch.cat(delta_parts)
+    # The first unmasked positions pad the layer (deterministic). They lie among its first k positions: at most
+    # `count` of those are masked, and k - count are needed (k <= rows * cols is checked before).
+    need = k - len(flat)
+    free = (~plan.mask_slice(layer.ckpt, layer.name).reshape(-1)[:k]).nonzero().squeeze(1)[:need]
+    flat = torch.cat([flat, free])
+    values = torch.cat([d, torch.full((len(free),), -0.0, dtype=d.dtype)])
     order = flat.argsort()  # row-major, as SHiRA's own mask -> indices conversion (torch.where) orders them
     flat, values = flat[order], values[order]
     indices = torch.stack([flat // layer.cols, flat % layer.cols]).to(torch.int32)  # (2, k), as PEFT stores them

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ import torch
 from ..engine.apply import check_scale
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
-from .adapter import MATHNEURO_CONFIG, _merge_ok, _peft_layers
+from .adapter import MATHNEURO_CONFIG, _layer_rows, _merge_ok, _peft_layers
 from .base import resolve_base
 from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint
 from .checkpoint_writer import published_bytes, support_files
@@ -170,16 +171,17 @@ def _verify_checkpoint(
             )
         elif name in plan.edits or cast is not None:
             report.edited += name in plan.edits
-            expected = plan.edited(ckpt, name, scale) if name in plan.edits else ckpt.read(name)
-            if cast is not None:
-                expected = expected.to(entry_dtype(cast))
-            actual = got.read(name)
-            if not torch.equal(_bits(expected), _bits(actual)):
+            n_bad = 0
+            for rows, _, expected in plan.edited_rows(ckpt, name, scale):  # a block of rows at a time
+                if cast is not None:
+                    expected = expected.to(entry_dtype(cast))
+                actual = got.read(name, rows=rows)
                 # per entry, not per byte: an entry differs when any of its bytes does
                 per = max(actual.element_size(), 1)
-                n_bad = int((_bits(expected) != _bits(actual)).reshape(-1, per).any(dim=1).sum())
+                n_bad += int((_bits(expected) != _bits(actual)).reshape(-1, per).any(dim=1).sum())
+            if n_bad:
                 report.mismatches.append(
-                    f"{name}: {n_bad} of {actual.numel()} entries differ from the expected "
+                    f"{name}: {n_bad} of {math.prod(entry.shape)} entries differ from the expected "
                     + ("edit" if name in plan.edits else f"cast to {cast}")
                 )
         elif not _same_bytes(ckpt, got, name):
@@ -279,23 +281,39 @@ def _verify_peft(
                 continue
             report.checked += 1
             report.edited += 1
-            idx = f.get_tensor(f"{key}.shira_indices").long().t()  # (k, 2)
+            idx = f.get_tensor(f"{key}.shira_indices").long()  # (2, k)
             d = f.get_tensor(f"{key}.shira_weight")
-            w, e = ckpt.read(layer.ckpt), plan.edited(ckpt, layer.ckpt, scale)
-            if len(d) != cfg.get("r", 0) * (layer.rows + layer.cols) or d.dtype != w.dtype:
-                report.mismatches.append(f"{layer.name}: {len(d)} {d.dtype} values, not r*(m+n) in {w.dtype}")
-                continue
-            merged = w.clone()
-            try:  # PEFT's own merge: dense += sparse (float32 deltas for 16-bit bases, PEFT's default)
-                merged += torch.sparse_coo_tensor(
-                    idx.t(), d.float() if w.element_size() < 4 else d, w.shape, check_invariants=True
+            dtype = ckpt.tensors[layer.ckpt].torch_dtype
+            k = cfg.get("r", 0) * (layer.rows + layer.cols)
+            if d.dim() != 1 or len(d) != k or d.dtype != dtype or tuple(idx.shape) != (2, len(d)):
+                report.mismatches.append(
+                    f"{layer.name}: {tuple(idx.shape)} indices and {len(d)} {d.dtype} values, "
+                    f"not (2, r*(m+n)) and r*(m+n) in {dtype}"
                 )
-            except RuntimeError as err:
-                report.mismatches.append(f"{layer.name}: invalid SHiRA indices ({' '.join(str(err).split())[:120]})")
                 continue
-            n_bad = int((_bits(merged) != _bits(e)).sum())
-            if n_bad or not _merge_ok(w, e[idx[:, 0], idx[:, 1]], idx, d).all():
-                report.mismatches.append(f"{layer.name}: base + delta differs from the edit in {n_bad} bytes")
+            if idx.numel() and (idx.min() < 0 or idx[0].max() >= layer.rows or idx[1].max() >= layer.cols):
+                report.mismatches.append(
+                    f"{layer.name}: invalid SHiRA indices (outside its {layer.rows}x{layer.cols} weight)"
+                )
+                continue
+            n_bad, exact_in_every_dtype = 0, True
+            for rows, w, e, _ in _layer_rows(ckpt, plan, layer, scale):
+                here = (idx[0] >= rows.start) & (idx[0] < rows.stop)
+                block_idx = torch.stack([idx[0][here] - rows.start, idx[1][here]], dim=1)  # (k in block, 2)
+                block_d = d[here]
+                merged = w.clone()  # PEFT's own merge: dense += sparse (float32 deltas for 16-bit bases, its default)
+                merged += torch.sparse_coo_tensor(
+                    block_idx.t(), block_d.float() if w.element_size() < 4 else block_d, w.shape, check_invariants=True
+                )
+                n_bad += int((_bits(merged) != _bits(e)).sum())
+                exact_in_every_dtype &= bool(
+                    _merge_ok(w, e[block_idx[:, 0], block_idx[:, 1]], block_idx, block_d).all()
+                )
+            if n_bad or not exact_in_every_dtype:
+                report.mismatches.append(
+                    f"{layer.name}: base + delta differs from the edit"
+                    + (f" in {n_bad} bytes" if n_bad else " when PEFT keeps the delta in the base dtype")
+                )
     return report
 
 

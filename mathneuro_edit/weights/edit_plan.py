@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,14 @@ from ..util.config_sizes import check_config_file_sizes
 from .checkpoint import Checkpoint
 from .remote_code import check_remote_code
 
-__all__ = ["EditPlan", "plan_edits", "meta_model"]
+__all__ = ["EditPlan", "plan_edits", "meta_model", "row_blocks", "ROW_BLOCK_BYTES"]
 
 log = logging.getLogger(__name__)
+
+# Why 64 MiB: the audits and the adapter writer hold a few copies of a block (base, edited, merged) instead of a
+# few copies of the whole tensor; an 8B model's 1 GB lm_head made those copies the peak (8-14 GB,
+# benchmarks/scale_8b.py). An edit is elementwise, so any block size gives the same bytes.
+ROW_BLOCK_BYTES = 64 << 20
 
 
 def meta_model(folder: Path, *, trust_remote_code: bool = False) -> torch.nn.Module | None:
@@ -58,6 +65,24 @@ def meta_model(folder: Path, *, trust_remote_code: bool = False) -> torch.nn.Mod
     except Exception as e:  # custom code or unknown family: fall back to name matching only
         log.info("could not build the model class on the meta device (%s); matching names only", e)
         return None
+
+
+def row_blocks(shape: tuple[int, ...], item_bytes: int, block_bytes: int | None = None) -> Iterator[slice]:
+    """Slices of a tensor's first dimension of about ``block_bytes`` each (``ROW_BLOCK_BYTES`` by default).
+
+    A 0-D tensor is one block of one row; a block holds at least one row.
+
+    Example:
+        >>> [(s.start, s.stop) for s in row_blocks((5, 4), 2, block_bytes=16)]
+        [(0, 2), (2, 4), (4, 5)]
+        >>> [(s.start, s.stop) for s in row_blocks((7,), 4, block_bytes=12)], list(row_blocks((), 4))
+        ([(0, 3), (3, 6), (6, 7)], [slice(0, 1, None)])
+    """
+    block_bytes = ROW_BLOCK_BYTES if block_bytes is None else block_bytes  # read here: tests may shrink it
+    rows = shape[0] if shape else 1
+    step = max(1, block_bytes // max(1, item_bytes * math.prod(shape[1:])))
+    for start in range(0, rows, step):
+        yield slice(start, min(rows, start + step))
 
 
 @dataclass
@@ -102,6 +127,25 @@ class EditPlan:
         for mask_name in self.edits.get(name, ()):
             t = scale_masked(t, self.mask_slice(name, mask_name), check_scale(scale))
         return t
+
+    def edited_rows(
+        self, ckpt: Checkpoint, name: str, scale: float, block_bytes: int | None = None
+    ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
+        """``(rows, base rows, edited rows)`` of checkpoint tensor ``name``, one :func:`row_blocks` block at a time.
+
+        The concatenated edited rows equal :meth:`edited` bit for bit (an edit is elementwise); only one block of
+        the tensor is in memory, plus its unpacked masks (one byte per entry).
+        """
+        scale = check_scale(scale)
+        masks = [self.mask_slice(name, mask_name) for mask_name in self.edits.get(name, ())]
+        entry = ckpt.tensors[name]
+        item = entry.nbytes // max(math.prod(entry.shape), 1)
+        for rows in row_blocks(tuple(entry.shape), item, block_bytes):
+            base = ckpt.read(name, rows=rows)
+            edited = base
+            for m in masks:
+                edited = scale_masked(edited, m[rows] if entry.shape else m, scale)
+            yield rows, base, edited
 
 
 def _candidates(name: str, prefix: str) -> list[str]:

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import threading
@@ -31,7 +32,7 @@ import torch
 from ..engine.apply import check_scale, edited_values
 from ..errors import InputError
 from .checkpoint import Checkpoint
-from .edit_plan import EditPlan
+from .edit_plan import EditPlan, row_blocks
 
 __all__ = [
     "write_all",
@@ -195,14 +196,11 @@ def write_edited(
     masks = [_mask_slice(plan, name, m) for m in plan.edits.get(name, ())]  # each (*shape) bool
     scale = check_scale(scale)
     e = ckpt.tensors[name]
-    rows = e.shape[0] if e.shape else 1
-    step = max(1, block_bytes // max(e.nbytes // max(rows, 1), 1))
-    for a in range(0, rows, step):
+    for rows in row_blocks(e.shape, e.nbytes // max(math.prod(e.shape), 1), block_bytes):
         _check(stop)
-        b = min(rows, a + step)
-        t = ckpt.read(name, slice(a, b))  # (rows b-a, *shape[1:])
+        t = ckpt.read(name, rows)  # (rows in the block, *shape[1:])
         for m in masks:
-            t = torch.where(m[a:b] if e.shape else m, edited_values(t, scale), t)
+            t = torch.where(m[rows] if e.shape else m, edited_values(t, scale), t)
         write(tensor_bytes(t if cast is None else t.to(_TORCH_OF[cast])))
 
 

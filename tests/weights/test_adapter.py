@@ -217,3 +217,46 @@ def test_adapter_records_the_hub_id_of_a_base_in_the_hub_cache(cases, tmp_path):
     cfg = json.loads((info.path / "adapter_config.json").read_text())
     assert cfg["base_model_name_or_path"] == "some-org/some-model" and cfg["peft_type"] == "SHIRA"
     assert cfg["task_type"] == "CAUSAL_LM" and cfg["mask_type"] == "mathneuro_edit"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_exports_and_audits_a_row_at_a_time_give_the_same_bytes_and_verdicts(cases, tmp_path, monkeypatch, dtype):
+    """The adapter writer and both audits read a block of rows at a time (bounded memory on an 8B lm_head);
+    one-row blocks must give the files and verdicts of whole-matrix blocks, and still catch one changed entry."""
+    from mathneuro_edit.weights import edit_plan
+
+    c = cases("llama", dtype)
+    whole = export_adapter(c.base, c.mask, 1.1, tmp_path / "whole")
+    baked = export_checkpoint(c.base, c.mask, 1.1, tmp_path / "baked")
+    monkeypatch.setattr(edit_plan, "ROW_BLOCK_BYTES", 1)  # one row per block
+    rows = export_adapter(c.base, c.mask, 1.1, tmp_path / "rows")
+    assert hash_tree(rows.path) == hash_tree(whole.path)
+    assert verify(rows.path, c.base, c.mask, 1.1).ok
+    assert verify(baked, c.base, c.mask, 1.1).ok
+
+    # one delta of the last selected row, and one entry of the last row of an edited baked tensor
+    path = rows.path / "adapter_model.safetensors"
+    tensors = load_file(str(path))
+    key = next(k for k in sorted(tensors) if k.endswith("shira_indices"))
+    idx, values = tensors[key], tensors[key.replace("indices", "weight")]
+    last = int((values != 0).nonzero()[-1])
+    values[last] += 0.5
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    report = verify(rows.path, c.base, c.mask, 1.1)
+    assert not report.ok and key.removeprefix("base_model.model.").split(".shira")[0] in report.summary()
+    assert int(idx[0, last]) > 0  # the changed entry is not in the first row block
+
+    name = next(n for n in c.mask if n.endswith("q_proj.weight"))
+    shard = next(p for p in sorted(Path(baked).glob("*.safetensors")) if name in load_file(str(p)))
+    state = load_file(str(shard))
+    state[name][-1, -1] += 1.0
+    save_file(state, str(shard), metadata=dict(safe_open_metadata(shard)))
+    report = verify(baked, c.base, c.mask, 1.1)
+    assert not report.ok and f"{name}: 1 of" in report.summary()
+
+
+def safe_open_metadata(path: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return f.metadata() or {}
