@@ -129,13 +129,13 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     # issue 24: the GGUF of every family (tests that fail without llama.cpp too, so the run needs no build)
     "gguf-experts-stacked-reversed": (
-        "mathneuro_edit/weights/gguf_writer.py",
+        "mathneuro_edit/weights/gguf_tensors.py",
         "names = tuple(members[i] for i in range(n_experts))",
         "names = tuple(members[i] for i in reversed(range(n_experts)))",
         ["tests/weights/test_gguf_moe.py"],
     ),
     "gguf-longrope-factors-swapped": (
-        "mathneuro_edit/weights/gguf_writer.py",
+        "mathneuro_edit/weights/gguf_tensors.py",
         'return long if name.startswith("rope_factors_long") else short',
         'return short if name.startswith("rope_factors_long") else long',
         ["tests/weights/test_gguf_rope.py"],
@@ -148,8 +148,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "gguf-gemma-norms-not-shifted": (
         "mathneuro_edit/weights/gguf_arch/gemma.py",
-        "return 1.0 if cfg.get(",
-        "return 0.0 if cfg.get(",
+        "norm_shift=1.0,",
+        "norm_shift=0.0,",
         ["tests/runs/test_families.py::test_family_row_is_run_and_matches_the_doc"],
     ),
     "gguf-spm-scores-flat": (
@@ -160,7 +160,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "gguf-moe-norm-topk-not-refused": (
         "mathneuro_edit/weights/gguf_arch/moe.py",
-        'if model_type != "mixtral" and bool(cfg.get("norm_topk_prob", False))',
+        'if renormalizes is not None and bool(cfg.get("norm_topk_prob", False))',
         'if False and bool(cfg.get("norm_topk_prob", False))',
         ["tests/weights/test_gguf_moe.py"],
     ),

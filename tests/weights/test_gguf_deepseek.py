@@ -13,6 +13,7 @@ tolerance).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -263,5 +264,6 @@ def test_each_refusal_is_needed_llama_cpp_would_differ(overrides, tmp_path, monk
     families to: the refused configs really run differently there."""
     _need_llama_cpp(tmp_path)
     base = _base(tmp_path, strong=True, **overrides)
-    monkeypatch.setattr(gguf_arch.deepseek, "refusal", lambda cfg: None)
+    family = gguf_arch.FAMILIES["deepseek_v3"]
+    monkeypatch.setitem(gguf_arch.FAMILIES, "deepseek_v3", dataclasses.replace(family, refusal_reason=lambda cfg: None))
     assert max(_gaps(tmp_path, base)) > 1e-3

@@ -85,7 +85,8 @@ def test_the_activation_refusal_is_needed_llama_cpp_would_differ(tmp_path, monke
         _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
     shape = dataclasses.replace(GPT2, kwargs={**GPT2.kwargs, "activation_function": "relu"})
     base = fam.save_family_base(tmp_path / "base", shape)
-    monkeypatch.setattr(gguf_arch.dense, "gpt2_refusal", lambda cfg: None)
+    family = gguf_arch.FAMILIES["gpt2"]
+    monkeypatch.setitem(gguf_arch.FAMILIES, "gpt2", dataclasses.replace(family, refusal_reason=lambda cfg: None))
     llm = _llama(write_gguf(base, tmp_path / "m.gguf", "F32", name="gpt2-test"))
     ref = AutoModelForCausalLM.from_pretrained(base).eval()
     ids = AutoTokenizer.from_pretrained(base)("Question: Tom has 3 apples and buys 4 more.").input_ids

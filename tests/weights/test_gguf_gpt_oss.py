@@ -11,6 +11,7 @@ to be needed (bypassed, llama.cpp's logits leave the tolerance).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 from pathlib import Path
@@ -231,7 +232,8 @@ def test_each_refusal_is_needed_llama_cpp_would_differ(overrides, tmp_path, monk
     families to: the refused configs really run differently there."""
     _need_llama_cpp(tmp_path)
     base = _base(tmp_path, strong=True, **overrides)
-    monkeypatch.setattr(gguf_arch.gpt_oss, "refusal", lambda cfg: None)
+    family = gguf_arch.FAMILIES["gpt_oss"]
+    monkeypatch.setitem(gguf_arch.FAMILIES, "gpt_oss", dataclasses.replace(family, refusal_reason=lambda cfg: None))
     cpp, hf, _, _ = _logits(tmp_path, base)
     assert (cpp - hf).abs().max() > 1e-3 * max(1.0, float(hf.abs().max()))
 
@@ -240,13 +242,13 @@ def test_the_rounded_yarn_range_is_said_when_written(tmp_path, caplog) -> None:
     """gpt-oss is released with YaRN ``truncate: false``; llama.cpp always rounds the correction range (no key
     can say otherwise), as its own converter's files do: written, with a warning naming both ranges."""
     base = _base(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="mathneuro_edit.weights.gguf_writer"):
+    with caplog.at_level(logging.WARNING, logger="mathneuro_edit.weights.gguf_keys"):
         write_gguf(base, tmp_path / "m.gguf", "F32")
     assert "llama.cpp rounds YaRN's correction range to [0, 2] where transformers uses [0, 1.558]" in caplog.text
     caplog.clear()
     rope = {**family_shape("gpt-oss").kwargs["rope_parameters"], "truncate": True}
     base = _base(tmp_path / "t", rope_parameters=rope)
-    with caplog.at_level(logging.WARNING, logger="mathneuro_edit.weights.gguf_writer"):
+    with caplog.at_level(logging.WARNING, logger="mathneuro_edit.weights.gguf_keys"):
         write_gguf(base, tmp_path / "t.gguf", "F32")
     assert "correction range" not in caplog.text
 

@@ -247,7 +247,8 @@ def test_each_refusal_is_needed_llama_cpp_would_differ(overrides, tmp_path, monk
     moe_layers or attention biases give tensors llama.cpp does not load.)"""
     _need_llama_cpp(tmp_path)
     base = _base(tmp_path, strong=True, **overrides)
-    monkeypatch.setattr(gguf_arch.llama4, "refusal", lambda cfg: None)
+    family = gguf_arch.FAMILIES["llama4_text"]
+    monkeypatch.setitem(gguf_arch.FAMILIES, "llama4_text", dataclasses.replace(family, refusal_reason=lambda cfg: None))
     gap, *_ = _gap(tmp_path, base)
     assert gap > 1e-3
 

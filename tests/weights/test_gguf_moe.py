@@ -143,7 +143,9 @@ def test_the_norm_topk_refusal_is_needed_llama_cpp_would_differ(name, overrides,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = _base(tmp_path, name, **overrides)
-    monkeypatch.setattr(gguf_arch.moe, "refusal", lambda cfg: None)
+    model_type = family_shape(name).config().model_type
+    family = gguf_arch.FAMILIES[model_type]
+    monkeypatch.setitem(gguf_arch.FAMILIES, model_type, dataclasses.replace(family, refusal_reason=lambda cfg: None))
     path = write_gguf(base, tmp_path / "m.gguf", "F32")
     llm = _llama(path)
     tok = AutoTokenizer.from_pretrained(base)

@@ -118,7 +118,8 @@ def test_smollm3_with_another_nope_pattern_is_refused_and_llama_cpp_would_differ
     if importlib.util.find_spec("llama_cpp") is None:
         _llama(tmp_path / "none.gguf")  # skips, or fails where MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 (CI)
     base = fam.save_family_base(tmp_path / "base", odd)
-    monkeypatch.setattr(gguf_arch.dense, "smollm3_refusal", lambda cfg: None)
+    family = gguf_arch.FAMILIES["smollm3"]
+    monkeypatch.setitem(gguf_arch.FAMILIES, "smollm3", dataclasses.replace(family, refusal_reason=lambda cfg: None))
     llm = _llama(write_gguf(base, tmp_path / "m.gguf", "F32", name="x"))
     tok = AutoTokenizer.from_pretrained(base)
     ref = AutoModelForCausalLM.from_pretrained(base).eval()

@@ -1,5 +1,5 @@
 """What several families share: a :class:`View` of a checkpoint tensor (the one-to-many and transposed tensors of
-gpt-oss, Llama 4, DeepSeek-V3 and GPT-2), the expert count, and each layer's attention type.
+gpt-oss, Llama 4, DeepSeek-V3 and GPT-2), the expert count and keys, and each layer's attention type.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["View", "expert_count", "layer_types", "SLIDING"]
+__all__ = ["View", "expert_count", "add_expert_keys", "layer_types", "SLIDING"]
 
 
 @dataclass(frozen=True)
@@ -72,15 +72,27 @@ def expert_count(cfg: dict[str, Any]) -> int:
     return int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
 
 
+def add_expert_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """llama.cpp's expert keys (its converter's TextModel / Qwen2MoeModel), a key writer of every family with routed
+    experts: their count and how many a token uses, the Qwen MoEs' expert and shared-expert widths."""
+    if not expert_count(cfg):
+        return
+    writer.add_expert_count(expert_count(cfg))
+    writer.add_expert_used_count(int(cfg["num_experts_per_tok"]))
+    if cfg.get("moe_intermediate_size"):  # the Qwen MoEs: experts narrower than intermediate_size
+        writer.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
+    if cfg.get("shared_expert_intermediate_size"):
+        writer.add_expert_shared_feed_forward_length(int(cfg["shared_expert_intermediate_size"]))
+
+
 SLIDING = "sliding_attention"
 
 
-def layer_types(cfg: dict[str, Any]) -> list[str]:
+def layer_types(cfg: dict[str, Any], period: int = 6) -> list[str]:
     """Each layer's attention type: ``layer_types``, or (Hub configs of transformers 4) every
-    ``sliding_window_pattern``-th layer global and the others sliding, as transformers derives it (default 6;
-    gpt-oss: 2)."""
+    ``sliding_window_pattern``-th layer global and the others sliding, as transformers derives it (without the
+    key: every ``period``-th, the family's default: Gemma's 6, gpt-oss's 2)."""
     if cfg.get("layer_types"):
         return [str(t) for t in cfg["layer_types"]]
-    default = 2 if cfg.get("model_type") == "gpt_oss" else 6  # gpt-oss: every other layer (transformers, llama.cpp)
-    n = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or default)
+    n = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or period)
     return [SLIDING if (i + 1) % n else "full_attention" for i in range(int(cfg["num_hidden_layers"]))]

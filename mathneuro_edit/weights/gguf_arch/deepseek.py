@@ -1,7 +1,7 @@
 """DeepSeek-V3 for llama.cpp's deepseek2, which runs MLA absorbed: :func:`views` splits each ``kv_b_proj`` per head
 into ``k_b`` (transposed) and ``v_b`` (a :class:`~.common.View` with ``heads``), and :func:`add_keys` writes MLA
-as one KV head of ``kv_lora + rope`` keys (:data:`MLA`: the writer leaves its own KV head count and lengths to
-these), the real head lengths as ``*_mla``, the leading dense layers and the router (sigmoid, selection bias,
+as one KV head of ``kv_lora + rope`` keys (the family's ``mla``: the writer leaves its own KV head count and
+lengths to these), the real head lengths as ``*_mla``, the leading dense layers and the router (sigmoid, selection bias,
 groups, normalization, routed scaling). transformers' interleaved rotary (``rope_interleave``) is llama.cpp's:
 no permutation. What llama.cpp's deepseek2 hard-codes (silu, no attention biases, interleaved rotary, the
 low-rank q, its Lite layer counts, YaRN with ``mscale == mscale_all_dim``) is refused otherwise (:func:`refusal`).
@@ -11,22 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import View
+from .common import View, add_expert_keys
+from .family import Family, register_family
 from .rope import rope_scaling
 
-__all__ = ["MLA", "refusal", "views", "add_keys"]
-
-
-# model_types whose attention is DeepSeek's MLA: llama.cpp's own head count and lengths (add_family_keys), not
-# the writer's num_key_value_heads / head_dim
-MLA = ("deepseek_v3",)
+__all__ = ["refusal", "views", "add_keys"]
 
 
 def refusal(cfg: dict[str, Any]) -> str | None:
     """What of a DeepSeek-V3 config llama.cpp's deepseek2 (src/models/deepseek2.cpp) cannot run as transformers
     does (None: nothing)."""
-    if cfg.get("model_type") != "deepseek_v3":
-        return None
     if cfg.get("hidden_act", "silu") != "silu":
         return f"hidden_act {cfg['hidden_act']!r}: llama.cpp's DEEPSEEK2 hard-codes silu in every MLP and expert"
     if cfg.get("attention_bias"):
@@ -102,3 +96,53 @@ def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
     kind, params = rope_scaling(cfg)
     if kind == "yarn" and params.get("mscale_all_dim"):
         writer.add_rope_scaling_yarn_log_mul(0.1 * float(params["mscale_all_dim"]))
+
+
+def _rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
+    """Only the ``qk_rope_head_dim`` part of each query/key rotates."""
+    return int(cfg["qk_rope_head_dim"])
+
+
+# DeepSeek-V3 (verified by llama.cpp itself): MLA as llama.cpp's deepseek2 runs it absorbed, kv_b_proj split per
+# head into k_b (transposed) and v_b (views), one KV head (MQA) of kv_lora + rope lengths, the first layers dense,
+# sigmoid routing with the selection bias, groups and routed scaling as keys; transformers' rope_interleave weights
+# are already llama.cpp's interleaved (NORM) rotary: no permutation; what llama.cpp hard-codes: refusal
+register_family(
+    Family(
+        "deepseek_v3",
+        "DEEPSEEK2",
+        permute_qk=False,
+        refusal_reason=refusal,
+        tensor_views=views,
+        rope_dims=_rope_dims,
+        mla=True,
+        key_writers=(add_expert_keys, add_keys),
+        doc="DeepSeek-V3; llama.cpp runs MLA absorbed, as MQA: `attn_q_a`, `attn_q_a_norm`, `attn_q_b`, "
+        "`attn_kv_a_mqa`, `attn_kv_a_norm` as transformers stores them; each layer's `kv_b_proj` (HF `[heads * "
+        "(nope + v), kv_lora]`, per head the `qk_nope_head_dim` key rows then the `v_head_dim` value rows) split per "
+        "head as llama.cpp's converter does: `attn_k_b.weight` of HF shape `[heads, kv_lora, nope]` (the key rows, "
+        "transposed) and `attn_v_b.weight` `[heads, v, kv_lora]` (a `gguf_arch.View` with `heads`: one checkpoint "
+        "tensor, two GGUF tensors); no rotary permutation (transformers' `rope_interleave: true` weights already "
+        "rotate interleaved pairs, llama.cpp's `NORM` rotary, over the `qk_rope_head_dim` part: "
+        "`rope.dimension_count`); the first `first_k_dense_replace` layers' dense `ffn_{gate,up,down}`, then the "
+        "routed experts stacked as for the MoEs, the shared experts as `ffn_{gate,up,down}_shexp`, the router "
+        "`ffn_gate_inp.weight` and its selection bias (`e_score_correction_bias`) `exp_probs_b.bias`, both F32; keys "
+        "`attention.head_count_kv` 1, `attention.key_length` `kv_lora_rank + qk_rope_head_dim`, `value_length` "
+        "`kv_lora_rank`, `key_length_mla` `qk_nope_head_dim + qk_rope_head_dim`, `value_length_mla` `v_head_dim`, "
+        "`q_lora_rank`, `kv_lora_rank`, `leading_dense_block_count`, `expert_count` (`n_routed_experts`), "
+        "`expert_used_count`, `expert_feed_forward_length` (`moe_intermediate_size`), `expert_shared_count` "
+        "(`n_shared_experts`), `expert_weights_scale` (`routed_scaling_factor`), `expert_weights_norm` "
+        "(`norm_topk_prob`), `expert_gating_func` sigmoid, `expert_group_count`/`expert_group_used_count` "
+        "(`n_group`/`topk_group`, only when fewer groups are kept than there are: llama.cpp asserts it, and keeping "
+        "all is no grouping), and with YaRN `rope.scaling.yarn_log_multiplier` = 0.1 `mscale_all_dim` (the "
+        "converter's convention). Refused from `config.json`, since llama.cpp's deepseek2 fixes them: a "
+        "`hidden_act` other than silu, `attention_bias`, `rope_interleave: false` (rotate-half), no `q_lora_rank` (a "
+        "full `q_proj`), 26/27 layers (or 48 with vocab 128256: llama.cpp takes those for a Lite model and would not "
+        "load `q_a`/`q_b`), a rope scaling other than YaRN, and a YaRN whose `mscale` is not its `mscale_all_dim` or "
+        "that gives an `attention_factor` (llama.cpp scales q.k by `mscale(factor, mscale_all_dim)^2` and the rotary "
+        "by 1; released: both 1.0) (`tests/weights/test_gguf_deepseek.py`: llama.cpp matches transformers on weights "
+        "where MLA, the grouped biased routing and the experts all move the logits, with default rope and YaRN; "
+        "dropping the group keys, and each of rotate-half, gelu and the two YaRN refusals bypassed, leaves the "
+        "tolerance)",
+    )
+)

@@ -1,6 +1,7 @@
-"""The dense families that are llama with a convention or two: SmolLM3 (NoPE every 4th layer, hard-coded by
-llama.cpp), GPT-2 (other config names, Conv1D weights transposed, no rotary), Phi-3 (its window key) and Granite
-(its multipliers).
+"""The dense families: llama and those that are llama with a convention or two. Llama, Mistral, Qwen2, Qwen3 and
+OLMo 2 differ only in their architecture and rotary; SmolLM3 (NoPE every 4th layer, hard-coded by llama.cpp),
+GPT-2 (other config names, Conv1D weights transposed, no rotary), Phi-3 (part of each head rotates, longrope, its
+window key) and Granite (its multipliers) have rules of their own.
 """
 
 from __future__ import annotations
@@ -8,14 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from .common import View
+from .family import LLAMA_ROPE_SCALINGS, Family, register_family
 
-__all__ = ["smollm3_refusal", "llama_names", "has_rotary", "gpt2_refusal", "gpt2_views", "add_keys"]
+__all__ = ["smollm3_refusal", "gpt2_llama_names", "gpt2_refusal", "gpt2_views"]
 
 
 def smollm3_refusal(cfg: dict[str, Any]) -> str | None:
     """What of a SmolLM3 config llama.cpp's smollm3 cannot run as transformers does (None: nothing)."""
-    if cfg.get("model_type") != "smollm3":
-        return None
     n = int(cfg["num_hidden_layers"])
     every_4th = [int((i + 1) % 4 != 0) for i in range(n)]  # transformers' no_rope_layers: 1 = rotary, 0 = NoPE
     got = [int(x) for x in (cfg.get("no_rope_layers") or every_4th)]
@@ -30,17 +30,15 @@ def smollm3_refusal(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def llama_names(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``config.json`` with the names :mod:`.gguf_writer` reads (``hidden_size``, ``num_hidden_layers``, ...) for a
-    family that spells them otherwise: GPT-2's ``n_embd``, ``n_layer``, ``n_head``, ``n_positions``, and its MLP
-    width ``n_inner`` (``None``: 4 x ``n_embd``, as transformers builds it).
+def gpt2_llama_names(cfg: dict[str, Any]) -> dict[str, Any]:
+    """GPT-2's ``config.json`` with the names :mod:`..gguf_writer` reads (``hidden_size``, ``num_hidden_layers``,
+    ...) for its ``n_embd``, ``n_layer``, ``n_head``, ``n_positions``, and its MLP width ``n_inner`` (``None``: 4 x
+    ``n_embd``, as transformers builds it).
 
     Example:
-        >>> llama_names({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 256})["intermediate_size"]
+        >>> gpt2_llama_names({"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 256})["intermediate_size"]
         256
     """
-    if cfg.get("model_type") != "gpt2":
-        return cfg
     return {
         **cfg,
         "hidden_size": cfg["n_embd"],
@@ -51,15 +49,8 @@ def llama_names(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def has_rotary(cfg: dict[str, Any]) -> bool:
-    """Whether the family rotates q/k (every written family but GPT-2, whose positions are learned)."""
-    return cfg.get("model_type") != "gpt2"
-
-
 def gpt2_refusal(cfg: dict[str, Any]) -> str | None:
     """What of a GPT-2 config llama.cpp's gpt2 cannot run as transformers does (None: nothing)."""
-    if cfg.get("model_type") != "gpt2":
-        return None
     if cfg.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
         return (
             f"activation_function {cfg['activation_function']!r}: llama.cpp's GPT2 uses the tanh-approximated "
@@ -68,6 +59,29 @@ def gpt2_refusal(cfg: dict[str, Any]) -> str | None:
     if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("scale_attn_weights") is False:
         return "its attention scale is not 1/sqrt(head_dim) (scale_attn_by_inverse_layer_idx / scale_attn_weights)"
     return None
+
+
+def gpt2_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | None:
+    """GPT-2's Conv1D weights, stored ``(in, out)``, as llama.cpp's Linear ``(out, in)`` (its GPT2Model transposes
+    them)."""
+    if hf_name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
+        return [(hf_name, View(hf_name, transpose=True))]
+    return None
+
+
+def _phi3_rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
+    """Phi-3/Phi-4-mini rotate ``partial_rotary_factor`` of each head (llama.cpp's converter: ``int(factor *
+    hidden) // heads``); without the key, the whole head."""
+    params = cfg.get("rope_parameters") or {}
+    factor = cfg.get("partial_rotary_factor", params.get("partial_rotary_factor"))
+    if factor is None:
+        return head_dim
+    return int(float(factor) * int(cfg["hidden_size"])) // int(cfg["num_attention_heads"])
+
+
+def _add_phi3_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """Phi-3's window (0: none, how llama.cpp tells Phi-4 from other Phi-3)."""
+    writer.add_sliding_window(int(cfg.get("sliding_window") or 0))
 
 
 # Granite's multipliers, under llama.cpp's names (its converter's GraniteModel: *_multiplier -> *_scale)
@@ -79,19 +93,104 @@ _GRANITE_KEYS = (
 )
 
 
-def gpt2_views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | None:
-    """GPT-2's Conv1D weights, stored ``(in, out)``, as llama.cpp's Linear ``(out, in)`` (its GPT2Model transposes
-    them)."""
-    if hf_name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
-        return [(hf_name, View(hf_name, transpose=True))]
-    return None
+def _add_granite_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """Granite's multipliers, those its config sets."""
+    for key, add in _GRANITE_KEYS:
+        if cfg.get(key) is not None:
+            getattr(writer, add)(float(cfg[key]))
 
 
-def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
-    """Phi-3's window (0: none, how llama.cpp tells Phi-4 from other Phi-3) and Granite's multipliers."""
-    if cfg.get("model_type") == "phi3":
-        writer.add_sliding_window(int(cfg.get("sliding_window") or 0))
-    if cfg.get("model_type") == "granite":
-        for key, add in _GRANITE_KEYS:
-            if cfg.get(key) is not None:
-                getattr(writer, add)(float(cfg[key]))
+register_family(
+    Family(
+        "llama",
+        "LLAMA",
+        permute_qk=True,
+        doc="Llama and SmolLM2: transformers' rotate-half q/k rows permuted to llama.cpp's interleaved rotary (arch "
+        "`llama`, below)",
+    )
+)
+register_family(
+    Family(
+        "mistral",
+        "LLAMA",
+        permute_qk=True,
+        doc="Mistral: Llama's tensors and permutation; its `sliding_window` is not written (llama.cpp's `llama` arch "
+        "has none): the same as transformers up to that many tokens of context",
+    )
+)
+register_family(Family("qwen2", "QWEN2", permute_qk=False, doc="Qwen2: NeoX rotary, transformers' order"))
+register_family(
+    Family("qwen3", "QWEN3", permute_qk=False, doc="Qwen3: NeoX rotary, transformers' order; its q/k norms")
+)
+# verified by llama.cpp itself (tests/runs/test_families.py): Granite is llama + its multipliers
+register_family(
+    Family(
+        "granite",
+        "GRANITE",
+        permute_qk=True,
+        key_writers=(_add_granite_keys,),
+        doc="Granite: Llama's tensors and permutation, plus `granite.attention.scale`, `.embedding_scale`, "
+        "`.residual_scale`, `.logit_scale` from its `attention_multiplier`, `embedding_multiplier`, "
+        "`residual_multiplier`, `logits_scaling`",
+    )
+)
+# OLMo 2 has NeoX rotary (no permutation) and its own post-attention/post-MLP norm tensor names
+register_family(
+    Family(
+        "olmo2",
+        "OLMO2",
+        permute_qk=False,
+        doc="OLMo 2: NeoX rotary, no permutation; `attn_q_norm`/`attn_k_norm` over the whole projection, "
+        "`post_attention_norm`, `post_ffw_norm`",
+    )
+)
+# Phi-3 keeps its fused qkv/gate_up, NeoX rotary over part of each head and a sliding-window key
+register_family(
+    Family(
+        "phi3",
+        "PHI3",
+        permute_qk=False,
+        rope_dims=_phi3_rope_dims,
+        rope_scalings=(*LLAMA_ROPE_SCALINGS, "longrope"),
+        key_writers=(_add_phi3_keys,),
+        doc="Phi-3, Phi-4: fused `attn_qkv` and `ffn_up` (gate and up) as transformers stores them, NeoX rotary over "
+        "`partial_rotary_factor` of each head (`rope.dimension_count`), `phi3.attention.sliding_window` 0 when the "
+        "config has none; longrope (Phi-3 128k, Phi-3.5, Phi-4-mini) as the F32 tensors "
+        "`rope_factors_long`/`rope_factors_short` plus `rope.scaling.attn_factor` (transformers' `sqrt(1 + "
+        "ln(max/original) / ln(original))` unless the config gives `attention_factor`) and "
+        "`rope.scaling.original_context_length`: llama.cpp uses the long factors for the whole context when its "
+        "context (padded to 256) exceeds the original one, transformers from that many tokens on, so the two agree "
+        "on prompts shorter than the original context in a short one and beyond it in a long one "
+        "(`tests/weights/test_gguf_rope.py`)",
+    )
+)
+# SmolLM3: llama's tensors and permutation; llama.cpp skips the rotary in every 4th layer (hard-coded: the released
+# no_rope_layer_interval), so another NoPE pattern is refused (smollm3_refusal)
+register_family(
+    Family(
+        "smollm3",
+        "SMOLLM3",
+        permute_qk=True,
+        refusal_reason=smollm3_refusal,
+        doc="SmolLM3: Llama's tensors and q/k permutation; llama.cpp skips the rotary in every 4th layer, the "
+        "released `no_rope_layer_interval`, so another `no_rope_layers` pattern or `use_sliding_window` is refused",
+    )
+)
+# GPT-2: Conv1D weights stored (in, out), llama.cpp's as Linear (out, in): transposed (gpt2_views); fused attn_qkv
+# kept fused, learned positions (position_embd, F32), LayerNorm with biases, no rotary
+register_family(
+    Family(
+        "gpt2",
+        "GPT2",
+        permute_qk=False,
+        refusal_reason=gpt2_refusal,
+        llama_names=gpt2_llama_names,
+        tensor_views=gpt2_views,
+        rotary=False,
+        doc="GPT-2: its Conv1D `c_attn`, `c_proj`, `c_fc` weights, stored `(in, out)`, transposed to the Linear "
+        "layout llama.cpp reads, `attn_qkv` kept fused, learned positions `position_embd` always F32, LayerNorm with "
+        "biases: `attention.layer_norm_epsilon` instead of the RMS key, no rope keys, `feed_forward_length` "
+        "`n_inner` or 4 x `n_embd`; refused: an activation other than `gelu_new`, an attention scale other than "
+        "1/sqrt(head_dim)",
+    )
+)

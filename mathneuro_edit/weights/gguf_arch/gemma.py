@@ -1,6 +1,6 @@
-"""Gemma 2 and Gemma 3 (text): norms stored ``w + 1`` (:func:`tensor_shift`), their keys, and what llama.cpp's
-gemma3 computes from fixed rules instead of reading (the query scale, no attention soft-capping, rope scaling
-on the global layers only), refused when a config differs (:func:`gemma3_refusal`).
+"""Gemma 2 and Gemma 3 (text): norms stored ``w + 1`` (their families' ``norm_shift``), their keys, and what
+llama.cpp's gemma3 computes from fixed rules instead of reading (the query scale, no attention soft-capping, rope
+scaling on the global layers only), refused when a config differs (:func:`gemma3_refusal`).
 """
 
 from __future__ import annotations
@@ -8,17 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from .common import SLIDING, layer_types
+from .family import Family, register_family
 
-__all__ = ["GEMMA", "tensor_shift", "rope_by_layer_type", "gemma3_refusal", "add_keys"]
+__all__ = ["rope_by_layer_type", "gemma3_refusal"]
 
-
-GEMMA = ("gemma2", "gemma3_text")  # (1 + w) RMSNorms everywhere, q_norm/k_norm included (Gemma 3)
-
-
-def tensor_shift(cfg: dict[str, Any], hf_name: str) -> float:
-    """What llama.cpp adds to a tensor's values: Gemma's RMSNorm multiplies by ``1 + w``, llama.cpp by its stored
-    weight, so its converter stores ``w + 1`` for every ``*norm.weight``."""
-    return 1.0 if cfg.get("model_type") in GEMMA and hf_name.endswith("norm.weight") else 0.0
+# Gemma 3's refusal line: its config is not written (llama.cpp's gemma3 fixes what transformers reads)
+_NOT_WRITTEN = (
+    "outputs.gguf: this {model_type} config is not written: {why}; set outputs.gguf: null (the checkpoint holds the "
+    "edit)"
+)
 
 
 def rope_by_layer_type(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -42,8 +40,15 @@ def rope_by_layer_type(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {"full_attention": full, SLIDING: local}
 
 
-def _gemma3_mismatch(cfg: dict[str, Any]) -> str | None:
-    """What of a Gemma 3 config llama.cpp's gemma3 (src/models/gemma3.cpp) cannot represent, in words, or None."""
+def gemma3_refusal(cfg: dict[str, Any]) -> str | None:
+    """What of a Gemma 3 (text) config llama.cpp's gemma3 (src/models/gemma3.cpp) cannot represent, in words, or
+    None: llama.cpp computes what transformers does.
+
+    Example:
+        >>> gemma3_refusal({"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 3, "head_dim": 32,
+        ...                 "query_pre_attn_scalar": 32, "attn_logit_softcapping": 50.0})
+        "attn_logit_softcapping: llama.cpp's gemma3 has no attention soft-capping"
+    """
     heads = int(cfg["num_attention_heads"])
     head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
     # llama.cpp reads no attention scale for gemma3: 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for 62 layers (27B)
@@ -76,25 +81,6 @@ def _gemma3_mismatch(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def gemma3_refusal(cfg: dict[str, Any]) -> str | None:
-    """None when llama.cpp's gemma3 computes what transformers does for this Gemma 3 (text) config, else one line.
-
-    Example:
-        >>> print(gemma3_refusal({"model_type": "gemma3_text", "hidden_size": 64, "num_attention_heads": 4,
-        ...                       "num_hidden_layers": 3, "head_dim": 32, "query_pre_attn_scalar": 32,
-        ...                       "attn_logit_softcapping": 50.0}))  # doctest: +NORMALIZE_WHITESPACE
-        outputs.gguf: this gemma3_text config is not written: attn_logit_softcapping: llama.cpp's gemma3 has no
-        attention soft-capping; set outputs.gguf: null (the checkpoint holds the edit)
-    """
-    why = _gemma3_mismatch(cfg)
-    if why is None:
-        return None
-    return (
-        f"outputs.gguf: this gemma3_text config is not written: {why}; "
-        "set outputs.gguf: null (the checkpoint holds the edit)"
-    )
-
-
 def _add_gemma3_keys(writer: Any, cfg: dict[str, Any]) -> None:
     """Gemma 3's keys beyond Gemma 2's head length: which layers slide (an array, since llama.cpp's default is
     every 6th layer global), their window and rope base, and the final soft-capping when the config has one."""
@@ -107,18 +93,52 @@ def _add_gemma3_keys(writer: Any, cfg: dict[str, Any]) -> None:
         writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
 
 
-def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
-    """Gemma 2's and 3's keys: the key/value length (``head_dim``), Gemma 2's soft-capping and window, Gemma 3's
-    sliding pattern, local rope base and final soft-capping."""
-    if cfg.get("model_type") not in GEMMA:
-        return
+def _add_head_length(writer: Any, cfg: dict[str, Any]) -> None:
+    """Gemma's key/value length (``head_dim``), written even when it is hidden/heads (else the writer adds it)."""
     head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
-    if head_dim == int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]):  # else the writer adds them
+    if head_dim == int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]):
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
-    if cfg.get("model_type") == "gemma3_text":
-        _add_gemma3_keys(writer, cfg)
-    if cfg.get("model_type") == "gemma2":
-        writer.add_attn_logit_softcapping(float(cfg["attn_logit_softcapping"]))
-        writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
-        writer.add_sliding_window(int(cfg["sliding_window"]))
+
+
+def _add_gemma2_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """Gemma 2's soft-capping (attention and final) and window."""
+    writer.add_attn_logit_softcapping(float(cfg["attn_logit_softcapping"]))
+    writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
+    writer.add_sliding_window(int(cfg["sliding_window"]))
+
+
+register_family(
+    Family(
+        "gemma2",
+        "GEMMA2",
+        permute_qk=False,
+        norm_shift=1.0,  # Gemma's RMSNorm multiplies by 1 + w, llama.cpp's by its weight: the converter stores w + 1
+        key_writers=(_add_head_length, _add_gemma2_keys),
+        doc="Gemma 2: every `*norm.weight` stored as `w + 1`, as llama.cpp's converter does: Gemma's RMSNorm "
+        "multiplies by `1 + w`; `attn_logit_softcapping`, `final_logit_softcapping`, `attention.sliding_window`, "
+        "key/value length = `head_dim`; llama.cpp scales the embeddings by `sqrt(hidden)` itself",
+    )
+)
+# Gemma 3 (text): Gemma 2's norms (+1, q/k norms too), NeoX rotary, plus the sliding pattern written per layer
+# (llama.cpp's default is 1-in-6 global) and the local rope base; what llama.cpp fixes: gemma3_refusal
+register_family(
+    Family(
+        "gemma3_text",
+        "GEMMA3",
+        permute_qk=False,
+        refusal_reason=gemma3_refusal,
+        refusal_template=_NOT_WRITTEN,
+        norm_shift=1.0,
+        key_writers=(_add_head_length, _add_gemma3_keys),
+        doc="Gemma 3 text: Gemma 2's `w + 1` norms, `attn_q_norm`/`attn_k_norm` included, and key/value length; "
+        "`attention.sliding_window`, `attention.sliding_window_pattern` as one bool per layer from `layer_types` "
+        "(true: sliding; llama.cpp's default is every 6th layer global), `rope.freq_base` the global layers' "
+        "`rope_theta`, `rope.freq_base_swa` the sliding layers'; a `linear` scaling of the global layers as "
+        "`rope.scaling.*` (llama.cpp applies it to the non-sliding layers only, as transformers does); "
+        "`final_logit_softcapping` when set. Refused from `config.json`, since llama.cpp's gemma3 fixes them: a "
+        "`query_pre_attn_scalar` other than `head_dim` (hidden/heads at 62 layers), `attn_logit_softcapping`, "
+        "bidirectional attention, an activation other than `gelu_pytorch_tanh`, and any rope scaling but linear on "
+        "the global layers",
+    )
+)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import View, expert_count
+from .common import View, add_expert_keys, expert_count
+from .family import Family, register_family
 from .rope import rope_scaling
 
 __all__ = ["LLAMA4_FIXED", "LLAMA4_NOPE_PERIOD", "refusal", "views", "add_keys", "feed_forward_length"]
@@ -26,8 +27,6 @@ LLAMA4_NOPE_PERIOD = 4
 
 def refusal(cfg: dict[str, Any]) -> str | None:
     """What of a Llama 4 (text) config llama.cpp's llama4 cannot run as transformers does (None: nothing)."""
-    if cfg.get("model_type") != "llama4_text":
-        return None
     n, period = int(cfg["num_hidden_layers"]), LLAMA4_NOPE_PERIOD
     rope = [int((i + 1) % period != 0) for i in range(n)]  # llama.cpp's use_rope; transformers' no_rope_layers
     got = [
@@ -103,3 +102,37 @@ def feed_forward_length(cfg: dict[str, Any]) -> int:
     """The dense layers' MLP width: ``intermediate_size_mlp`` (Llama 4's ``intermediate_size`` is the experts';
     llama.cpp's converter swaps them back the same way)."""
     return int(cfg.get("intermediate_size_mlp") or cfg["intermediate_size"])
+
+
+# Llama 4 (text; verified by llama.cpp itself): HF's complex rotary is llama.cpp's interleaved one (no permutation);
+# the fused experts are split into halves (gate, up) and transposed (views), the router kept F32, the shared expert
+# as *_shexp; the keys: interleave step, expert width (add_keys). What llama4 hard-codes (NoPE every 4th layer,
+# chunked attention of 8192 elsewhere, the temperature tuning's 8192 and 0.1, q/k norm unless 128 experts): refusal
+register_family(
+    Family(
+        "llama4_text",
+        "LLAMA4",
+        permute_qk=False,
+        refusal_reason=refusal,
+        tensor_views=views,
+        feed_forward_length=feed_forward_length,
+        key_writers=(add_expert_keys, add_keys),
+        doc="Llama 4 text: transformers' complex (pairwise) rotary is llama.cpp's interleaved one, so q/k are not "
+        "permuted; each MoE layer's fused experts split in halves and transposed as llama.cpp's converter does: "
+        "`feed_forward.experts.gate_up_proj` (HF `[experts, hidden, 2 * ff]`, gate the first `ff` columns, up the "
+        "others) gives `ffn_gate_exps.weight` and `ffn_up_exps.weight` `[experts, ff, hidden]`, `down_proj` "
+        "`[experts, ff, hidden]` gives `ffn_down_exps.weight` `[experts, hidden, ff]`; the router "
+        "`ffn_gate_inp.weight` (F32); the shared expert as `ffn_{gate,up,down}_shexp`; the dense layers' MLP as "
+        "`ffn_{gate,up,down}`; keys `expert_count`, `expert_used_count`, `expert_feed_forward_length` "
+        "(`intermediate_size`: routed and shared experts), `feed_forward_length` (`intermediate_size_mlp`: the dense "
+        "layers), `interleave_moe_layer_step`, `rope_freqs` for Scout's llama3 rope; no `attention.sliding_window` "
+        "key (0 would turn llama.cpp's chunking and NoPE layers off). llama.cpp's llama4 fixes, rather than reads: "
+        "the rotary skipped in every 4th layer, chunked attention of 8192 in the others, the NoPE layers' "
+        "temperature tuning (`floor_scale` 8192, `attn_scale` 0.1), q/k L2 norm unless there are 128 experts, "
+        "experts in every `interleave_moe_layer_step`-th layer, silu, no attention biases; a config with other "
+        "`no_rope_layers`, `layer_types`, `attention_chunk_size`, `floor_scale`, `attn_scale`, "
+        "`attn_temperature_tuning` false, `moe_layers`, `use_qk_norm`, `attention_bias`, `hidden_act`, or a rope "
+        "other than default / llama3 is refused (`tests/weights/test_gguf_llama4.py`: the NoPE pattern, chunk size, "
+        "floor scale and q/k norm refusals shown needed; the others only differ past 8191 tokens or do not load)",
+    )
+)

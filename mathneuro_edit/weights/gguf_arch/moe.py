@@ -1,51 +1,98 @@
-"""The stacked-expert MoEs (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): what llama.cpp hard-codes per architecture, and
-the expert keys every MoE family writes. The experts themselves are stacked by :mod:`..gguf_writer`.
+"""The stacked-expert MoEs (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): what llama.cpp hard-codes per architecture. The
+experts themselves are stacked by :mod:`..gguf_writer`; their keys: :func:`~.common.add_expert_keys`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from .common import expert_count
-from .table import GGUF_WRITTEN
+from .common import add_expert_keys
+from .family import Family, register_family
 
-__all__ = ["MOE_NORM_TOPK", "refusal", "add_keys"]
-
-
-# MoE families: whether llama.cpp renormalizes the top-k router weights. It hard-codes this per architecture
-# (src/models/{llama,qwen2moe,qwen3moe,olmoe}.cpp), so a config that says otherwise would run differently there.
-# Mixtral has no key: transformers always renormalizes, as llama.cpp's llama does.
-MOE_NORM_TOPK: dict[str, bool] = {"mixtral": True, "qwen2_moe": False, "qwen3_moe": True, "olmoe": False}
+__all__ = ["moe_refusal"]
 
 
-def refusal(cfg: dict[str, Any]) -> str | None:
-    """What of an MoE config llama.cpp's architecture cannot run as transformers does (None: nothing)."""
-    model_type = str(cfg.get("model_type"))
-    if model_type not in MOE_NORM_TOPK:
+def moe_refusal(arch: str, renormalizes: bool | None, shared_expert: bool = False) -> Callable[[dict], str | None]:
+    """The refusal reason of an MoE family whose llama.cpp architecture ``arch`` hard-codes (src/models/{llama,
+    qwen2moe,qwen3moe,olmoe}.cpp) whether the top-k router weights are renormalized (``renormalizes``; None:
+    Mixtral's config has no key, and transformers always renormalizes, as llama.cpp's llama does), experts in every
+    layer, and, with ``shared_expert``, a shared expert: a config that says otherwise would run differently there.
+
+    Example:
+        >>> moe_refusal("QWEN3MOE", renormalizes=True)({"norm_topk_prob": False})
+        "norm_topk_prob is False but llama.cpp's QWEN3MOE always renormalizes the top-k router weights"
+    """
+
+    def refusal(cfg: dict[str, Any]) -> str | None:
+        if renormalizes is not None and bool(cfg.get("norm_topk_prob", False)) != renormalizes:
+            return (
+                f"norm_topk_prob is {cfg.get('norm_topk_prob', False)!r} but llama.cpp's {arch} "
+                f"always {'renormalizes' if renormalizes else 'keeps'} the top-k router weights"
+            )
+        if cfg.get("mlp_only_layers") or int(cfg.get("decoder_sparse_step") or 1) != 1:
+            return (
+                "some layers have a dense MLP (mlp_only_layers / decoder_sparse_step) but llama.cpp's "
+                f"{arch} has experts in every layer"
+            )
+        if shared_expert and not cfg.get("shared_expert_intermediate_size"):
+            return f"there is no shared expert (shared_expert_intermediate_size) but llama.cpp's {arch} needs one"
         return None
-    if model_type != "mixtral" and bool(cfg.get("norm_topk_prob", False)) != MOE_NORM_TOPK[model_type]:
-        return (
-            f"norm_topk_prob is {cfg.get('norm_topk_prob', False)!r} but llama.cpp's {GGUF_WRITTEN[model_type][0]} "
-            f"always {'renormalizes' if MOE_NORM_TOPK[model_type] else 'keeps'} the top-k router weights"
-        )
-    if cfg.get("mlp_only_layers") or int(cfg.get("decoder_sparse_step") or 1) != 1:
-        return (
-            "some layers have a dense MLP (mlp_only_layers / decoder_sparse_step) but llama.cpp's "
-            f"{GGUF_WRITTEN[model_type][0]} has experts in every layer"
-        )
-    if model_type == "qwen2_moe" and not cfg.get("shared_expert_intermediate_size"):
-        return "there is no shared expert (shared_expert_intermediate_size) but llama.cpp's QWEN2MOE needs one"
-    return None
+
+    return refusal
 
 
-def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
-    """llama.cpp's expert keys (its converter's TextModel / Qwen2MoeModel): the routed experts' count and how many a
-    token uses, the Qwen MoEs' expert and shared-expert widths."""
-    if not expert_count(cfg):
-        return
-    writer.add_expert_count(expert_count(cfg))
-    writer.add_expert_used_count(int(cfg["num_experts_per_tok"]))
-    if cfg.get("moe_intermediate_size"):  # the Qwen MoEs: experts narrower than intermediate_size
-        writer.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
-    if cfg.get("shared_expert_intermediate_size"):
-        writer.add_expert_shared_feed_forward_length(int(cfg["shared_expert_intermediate_size"]))
+# what every stacked-expert family's entry of docs/formats.md ends with: the refusal all four share
+_EVERY_LAYER = (
+    "; llama.cpp has experts in every layer, so `mlp_only_layers` or `decoder_sparse_step` != 1 is refused "
+    "(`tests/weights/test_gguf_moe.py`)"
+)
+
+# Mixtral is llama (permuted q/k) with experts; the Qwen MoEs and OLMoE have NeoX rotary (HF's order)
+register_family(
+    Family(
+        "mixtral",
+        "LLAMA",
+        permute_qk=True,
+        refusal_reason=moe_refusal("LLAMA", renormalizes=None),
+        key_writers=(add_expert_keys,),
+        doc="Mixtral: Llama's tensors and permutation, the experts stacked; llama.cpp's `llama` renormalizes the "
+        "top-k router weights, as transformers always does" + _EVERY_LAYER,
+    )
+)
+register_family(
+    Family(
+        "qwen2_moe",
+        "QWEN2MOE",
+        permute_qk=False,
+        refusal_reason=moe_refusal("QWEN2MOE", renormalizes=False, shared_expert=True),
+        key_writers=(add_expert_keys,),
+        doc="Qwen2-MoE: NeoX rotary, the experts stacked; its shared expert as `ffn_{gate,up,down}_shexp` and its "
+        "gate `ffn_gate_inp_shexp` (always F32); keys `expert_feed_forward_length` (`moe_intermediate_size`) and "
+        "`expert_shared_feed_forward_length`; llama.cpp never renormalizes the top-k router weights and needs the "
+        "shared expert, so `norm_topk_prob: true` or no `shared_expert_intermediate_size` is refused" + _EVERY_LAYER,
+    )
+)
+register_family(
+    Family(
+        "qwen3_moe",
+        "QWEN3MOE",
+        permute_qk=False,
+        refusal_reason=moe_refusal("QWEN3MOE", renormalizes=True),
+        key_writers=(add_expert_keys,),
+        doc="Qwen3-MoE: NeoX rotary, Qwen3's q/k norms, the experts stacked; key `expert_feed_forward_length` "
+        "(`moe_intermediate_size`); llama.cpp always renormalizes the top-k router weights, so `norm_topk_prob: "
+        "false` is refused" + _EVERY_LAYER,
+    )
+)
+register_family(
+    Family(
+        "olmoe",
+        "OLMOE",
+        permute_qk=False,
+        refusal_reason=moe_refusal("OLMOE", renormalizes=False),
+        key_writers=(add_expert_keys,),
+        doc="OLMoE: NeoX rotary, the experts stacked; llama.cpp never renormalizes the top-k router weights, so "
+        "`norm_topk_prob: true` is refused" + _EVERY_LAYER,
+    )
+)

@@ -1,0 +1,224 @@
+"""The tensors of a GGUF: which, in which order and type (:func:`gguf_plan`), and each one's float32 rows read
+from the checkpoint (:func:`tensor_rows`), for :mod:`.gguf_writer` to encode.
+
+The family (:class:`~.gguf_arch.Family`) decides the rest: its tensor name map (gguf's, for its architecture),
+its one-to-many tensors (a :class:`~.gguf_arch.View` of a checkpoint tensor), whether q/k rows are permuted to
+llama.cpp's interleaved rotary, and what is added to its norms. An MoE layer's experts are stacked as llama.cpp
+stacks them, one tensor per projection.
+
+Streaming: each tensor is read by blocks of rows (peak memory: about one checkpoint tensor plus ~16 MiB; an
+expert stack, and a View of a 3-D expert tensor, is read one expert at a time; a per-head View of a 2-D tensor,
+DeepSeek's kv_b, whole).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from .checkpoint import open_checkpoint
+from .gguf_arch import Family, View, expert_count, rope_scalings_note
+from .gguf_keys import gguf_package, head_dim, llama3_freqs, longrope_factors, read_config, rope_settings
+
+__all__ = ["GGUF_TYPES", "Source", "PlanRow", "check_type", "gguf_plan", "tensor_rows"]
+
+log = logging.getLogger(__name__)
+
+GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")  # what gguf.quants can write
+_LOW_BIT = {"Q4_0", "Q4_1", "Q5_0", "Q5_1"}
+_CHUNK = 16 << 20  # bytes of float32 converted at a time: bounds peak memory, any size is byte-identical
+
+# one routed expert's projection in a checkpoint: ``<stem>.experts.<index>.<projection>.weight`` (the per-expert
+# layout of Mixtral, the Qwen MoEs and OLMoE on the Hub, and what transformers' save_pretrained writes for them)
+_EXPERT = re.compile(r"^(?P<stem>.+\.experts)\.(?P<index>\d+)\.(?P<proj>[A-Za-z0-9_]+)\.weight$")
+
+# a plan row's checkpoint tensor(s): one, the experts stacked, a View of one (gpt-oss's split fused experts), or
+# None (computed)
+Source = str | tuple[str, ...] | View | None
+PlanRow = tuple[str, Source, tuple[int, ...], str]  # (gguf name, checkpoint tensor(s), HF shape, GGML type)
+
+# tensors llama.cpp's converter always keeps in F32 whatever the file type: the MoE routers (small, and their
+# softmax picks the experts: a rounding could route a token elsewhere); and every 1-D tensor and every bias
+# (its converter quantizes only names ending in .weight: gpt-oss's 2-D expert biases stay F32)
+_ALWAYS_F32 = ("ffn_gate_inp", "ffn_gate_inp_shexp", "position_embd")  # GPT-2's learned positions too
+
+
+def check_type(qtype: str) -> str:
+    """``qtype`` when it is one of :data:`GGUF_TYPES`.
+
+    Raises:
+        InputError: a type gguf cannot write.
+    """
+    if qtype not in GGUF_TYPES:
+        raise InputError(f"outputs.gguf: {qtype!r} is not a type gguf can write; use one of {', '.join(GGUF_TYPES)}")
+    return qtype
+
+
+def _stacked_experts(tensors: Mapping[str, Any], n_experts: int) -> dict[str, tuple[str, tuple[str, ...], tuple]]:
+    """Group per-expert tensors as llama.cpp stacks them: ``{first member: (stacked HF name, members by expert
+    index, stacked shape)}``; the stacked name (``<stem>.experts.<projection>.weight``) is the one gguf's name map knows.
+
+    Raises:
+        InputError: a layer whose experts are not exactly 0..n-1 of one shape.
+    """
+    groups: dict[tuple[str, str], dict[int, str]] = {}
+    for hf in tensors:
+        if (m := _EXPERT.match(hf)) is not None:
+            groups.setdefault((m["stem"], m["proj"]), {})[int(m["index"])] = hf
+    out = {}
+    order = {name: i for i, name in enumerate(tensors)}  # the checkpoint's file order
+    for (stem, proj), members in groups.items():
+        if sorted(members) != list(range(n_experts)):
+            raise InputError(
+                f"outputs.gguf: {stem}.*.{proj} has experts {sorted(members)[:8]} but config.json "
+                f"says {n_experts} (0..{n_experts - 1}); the checkpoint is not a whole MoE model"
+            )
+        names = tuple(members[i] for i in range(n_experts))
+        shapes = {tuple(tensors[n].shape) for n in names}
+        if len(shapes) != 1:
+            raise InputError(
+                f"outputs.gguf: the experts of {stem}.*.{proj} differ in shape ({sorted(shapes)}); "
+                "llama.cpp stacks them into one tensor"
+            )
+        first = min(names, key=order.__getitem__)  # the stacked tensor takes its first member's place
+        out[first] = (f"{stem}.{proj}.weight", names, (n_experts, *shapes.pop()))
+    return out
+
+
+def gguf_plan(folder: str | Path, qtype: str) -> list[PlanRow]:
+    """What :func:`~.gguf_writer.write_gguf` writes: ``(gguf name, checkpoint tensor(s), HF shape, GGML type)`` in
+    file order (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint). The
+    checkpoint tensor is a name, a tuple of names (an MoE layer's experts, stacked expert-major: HF shape
+    ``(experts, rows, cols)``), a :class:`~.gguf_arch.View` of one (a slice and/or transposition: gpt-oss's and
+    Llama 4's fused experts split into gate and up, DeepSeek's kv_b into k_b and v_b per head,
+    :attr:`~.gguf_arch.Family.tensor_views`; HF shape: the view's), or None (computed: Llama 3's ``rope_freqs``).
+
+    Raises:
+        InputError: unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
+    """
+    gguf, folder, qtype = gguf_package(), Path(folder), check_type(qtype)
+    cfg, family = read_config(folder)
+    arch = getattr(gguf.MODEL_ARCH, family.arch)
+    names = gguf.get_tensor_name_map(arch, int(cfg["num_hidden_layers"]))
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    rows: list[PlanRow] = []
+    scaling = rope_settings(cfg)[1]
+    kind = scaling.get("rope_type")
+    if scaling and kind not in family.rope_scalings:
+        raise InputError(
+            f"outputs.gguf: rope scaling {kind!r} is not supported for {family.model_type} "
+            f"({rope_scalings_note()}); set outputs.gguf: null"
+        )
+    if kind == "llama3":
+        rows.append((gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", None, (head_dim(cfg) // 2,), "F32"))
+    if kind == "longrope":  # llama.cpp's Phi-3 converter: the per-frequency factors as two F32 tensors
+        n = len(longrope_factors(cfg, family)[0])
+        rows += [
+            (gguf.TENSOR_NAMES[t] + ".weight", None, (n,), "F32")
+            for t in (gguf.MODEL_TENSOR.ROPE_FACTORS_LONG, gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT)
+        ]
+    tensors = open_checkpoint(folder).tensors
+    stacked = _stacked_experts(tensors, expert_count(cfg)) if expert_count(cfg) else {}
+    for hf, e in tensors.items():
+        if hf.endswith("rotary_emb.inv_freq") or (tied and hf == "lm_head.weight"):
+            continue  # recomputed by the readers / the tied embedding
+        source: Source = hf
+        shape = tuple(e.shape)
+        if _EXPERT.match(hf) and stacked:
+            if hf not in stacked:
+                continue  # written with the stack its layer's first expert opened
+            hf, source, shape = stacked[hf]
+        views = family.tensor_views(cfg, hf)  # a family's one-to-many or renamed tensors (gpt-oss)
+        for mapped, src in views or [(hf, source)]:
+            out_shape = src.shape(shape) if isinstance(src, View) else shape
+            name = names.get_name(mapped, try_suffixes=(".weight", ".bias"))
+            if name is None:
+                raise InputError(f"outputs.gguf: {hf} has no GGUF name for {family.model_type}; set outputs.gguf: null")
+            rows.append((name, src, out_shape, _tensor_type(gguf, name, out_shape, qtype)))
+
+    return rows  # llama.cpp's order: extra tensors (rope_freqs) first, then the checkpoint's file order
+
+
+def _tensor_type(gguf: Any, name: str, shape: tuple[int, ...], qtype: str) -> str:
+    if (
+        len(shape) < 2
+        or not name.endswith(".weight")
+        or name.split(".")[2 if name.startswith("blk.") else 0] in _ALWAYS_F32
+    ):
+        return "F32"
+    want = "Q8_0" if qtype in _LOW_BIT and name.split(".")[0] in ("token_embd", "output") else qtype
+    block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[want]][0]
+    if shape[-1] % block:
+        log.info("gguf: %s rows of %d are not a multiple of %s's block %d: F16", name, shape[-1], want, block)
+        return "F16"
+    return want
+
+
+def _computed(cfg: dict[str, Any], family: Family, name: str) -> np.ndarray:
+    """The tensors llama.cpp wants that the checkpoint does not hold: rope factors, from config.json."""
+    if name.startswith("rope_freqs"):
+        return llama3_freqs(cfg)
+    long, short, _ = longrope_factors(cfg, family)
+    return long if name.startswith("rope_factors_long") else short
+
+
+def _row_perm(rows: int, n_head: int) -> np.ndarray:
+    """Row order of llama.cpp's rotary layout: output row r is HF row perm[r] (per head: 0, d/2, 1, d/2+1, ...)."""
+    d = rows // n_head
+    return np.arange(rows).reshape(n_head, 2, d // 2).transpose(0, 2, 1).reshape(-1)
+
+
+def _rows_of(w: np.ndarray) -> Iterator[np.ndarray]:
+    """A tensor as float32 row blocks of about :data:`_CHUNK` bytes (a 1-D tensor: one block)."""
+    if w.ndim == 1:
+        yield w
+        return
+    w = w.reshape(-1, w.shape[-1])
+    step = max(1, _CHUNK // max(4 * w.shape[-1], 1))
+    for i in range(0, len(w), step):
+        yield w[i : i + step]
+
+
+def tensor_rows(
+    folder: Path, cfg: dict[str, Any], family: Family, plan: list[PlanRow]
+) -> Iterator[tuple[PlanRow, Iterator[np.ndarray]]]:
+    """Yield ``(row, float32 rows iterator)`` per planned tensor, one checkpoint tensor in memory at a time (an
+    expert stack: one expert at a time, expert-major as llama.cpp stores it)."""
+    ckpt = open_checkpoint(folder)
+    heads = {
+        "attn_q": int(cfg["num_attention_heads"]),
+        "attn_k": int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"]),
+    }
+
+    def read(hf: str, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        w = ckpt.read(hf).float().numpy()
+        kind = name.split(".")[2] if name.startswith("blk.") else ""
+        if family.permute_qk and kind in heads:
+            w = w[_row_perm(shape[0], heads[kind])]
+        return w + np.float32(shift) if (shift := family.tensor_shift(hf)) else w  # Gemma's norms: stored 1 + w
+
+    def viewed(v: View, name: str, shape: tuple[int, ...]) -> Iterator[np.ndarray]:
+        """A View's float32 rows; a 3-D (expert) tensor one expert at a time, expert-major."""
+        if len(shape) < 3 or v.heads:  # heads: a 2-D tensor viewed per head (DeepSeek's kv_b), read whole
+            yield from _rows_of(np.ascontiguousarray(v.apply(read(v.tensor, name, shape))))
+            return
+        for e in range(shape[0]):
+            w = ckpt.read(v.tensor, rows=slice(e, e + 1)).float().numpy()[0]
+            yield from _rows_of(np.ascontiguousarray(v.apply(w)))
+
+    for row in plan:
+        name, hf, shape, _ = row
+        if hf is None:
+            yield row, iter([_computed(cfg, family, name)])
+        elif isinstance(hf, View):
+            yield row, viewed(hf, name, shape)
+        elif isinstance(hf, tuple):
+            yield row, (block for member in hf for block in _rows_of(read(member, name, shape[1:])))
+        else:
+            yield row, _rows_of(read(hf, name, shape))
