@@ -105,8 +105,7 @@ register_family(
         "llama",
         "LLAMA",
         permute_qk=True,
-        doc="Llama and SmolLM2: transformers' rotate-half q/k rows permuted to llama.cpp's interleaved rotary (arch "
-        "`llama`, below)",
+        doc="Llama and SmolLM2 (the permutation: arch `llama`, below)",
     )
 )
 register_family(
