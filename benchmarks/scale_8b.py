@@ -93,9 +93,12 @@ PLAN_COMMAND = {
     "export checkpoint + GGUF": "export --gguf",
     "export adapter": "export --adapter",
     "verify checkpoint": "verify",
-    "verify adapter": "verify",
+    "verify adapter": "verify (adapter)",
     "reproduce adapter run": "reproduce",
 }
+# stages that run before the mask exists: `plan` predicts them from top_k (a bound); the later ones from the
+# saved mask's counts (`plan --mask`), as a user plans them once the mask is made
+BEFORE_THE_MASK = ("calibrate", "mask")
 STAGES = (
     "build",
     "plan",
@@ -306,7 +309,7 @@ LLAMA_3_1_70B = {**LLAMA_3_1_8B, "hidden_size": 8192, "intermediate_size": 28672
                  "num_hidden_layers": 80}  # fmt: skip
 
 
-def derived_70b(results: dict, plan: dict, recipe: Path) -> str:
+def derived_70b(results: dict, plans: dict, recipe: Path) -> str:
     """Each stage's 70B peak RSS: `plan`'s 70B figure (same recipe settings, same RAM cap) times this run's
     measured / predicted ratio for the 8B. Derived, not measured."""
     from mathneuro_edit.recipe.io import load_recipe
@@ -326,6 +329,7 @@ def derived_70b(results: dict, plan: dict, recipe: Path) -> str:
     lines = ["| stage | 70B, plan | x (measured / plan at 8B) | 70B, derived |", "|---|---:|---:|---:|"]
     for stage in STAGES[2:]:
         cmd = PLAN_COMMAND.get(stage)
+        plan = plan_for(stage, plans)
         if stage not in results or cmd not in p70 or not plan.get("ram", {}).get(cmd):
             continue
         k = results[stage]["peak_rss"] / plan["ram"][cmd]
@@ -333,7 +337,12 @@ def derived_70b(results: dict, plan: dict, recipe: Path) -> str:
     return "\n".join(lines)
 
 
-def table(results: dict, plan: dict) -> str:
+def plan_for(stage: str, plans: dict) -> dict:
+    """The plan a user has when running ``stage``: top_k's bound before the mask exists, its counts after."""
+    return plans["bound"] if stage in BEFORE_THE_MASK or not plans.get("counted") else plans["counted"]
+
+
+def table(results: dict, plans: dict) -> str:
     lines = [
         "| stage | wall | CPU | peak RSS (measured) | plan's prediction | plan / measured | written |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -342,11 +351,19 @@ def table(results: dict, plan: dict) -> str:
         r = results.get(stage)
         if r is None:
             continue
-        pred = plan.get("ram", {}).get(PLAN_COMMAND.get(stage, ""))
+        pred = plan_for(stage, plans).get("ram", {}).get(PLAN_COMMAND.get(stage, ""))
         ratio = f"{pred / r['peak_rss']:.2f}" if pred else "-"
         lines.append(
             f"| {stage} | {r['wall_s'] / 60:.1f} min | {r['cpu_s'] / 60:.1f} min | {gb(r['peak_rss'])} | "
             f"{gb(pred)} | {ratio} | {gb(r['written'])} |"
+        )
+    plan = plan_for("export adapter", plans)
+    if plan.get("adapter_bytes") and "export adapter" in results:  # the file size plan predicts from the counts
+        written = results["export adapter"]["written"]
+        lines.append(
+            f"\nadapter size: plan {gb(plan['adapter_bytes'])} (r={plan.get('adapter_r')}"
+            f"{', from the mask' if plan.get('mask_counted') else ', top_k bound'}), written {gb(written)} "
+            f"(plan / written {plan['adapter_bytes'] / written:.2f})"
         )
     return "\n".join(lines)
 
@@ -378,7 +395,10 @@ def main() -> int:
     stats, mask = work / "stats", work / "mask.safetensors"
     ckpt_out, adapter_out, rerun = work / "out-checkpoint", work / "out-adapter", work / "reproduce"
     given = ["--base", str(model), "--mask", str(mask)]  # an export folder holds no mask; the lock redacts a local base
-    plan: dict = json.loads((work / "plan.json").read_text()) if (work / "plan.json").exists() else {}
+    plans = {
+        kind: json.loads(path.read_text()) if path.exists() else {}
+        for kind, path in (("bound", work / "plan.json"), ("counted", work / "plan-counted.json"))
+    }
 
     for stage in wanted:
         if stage == "build":
@@ -386,12 +406,18 @@ def main() -> int:
             build_model(model, config)
             results["build"] = {"wall_s": round(time.time() - t0, 1), "written": tree_bytes([model])}
         elif stage == "plan":
-            proc = subprocess.run([*cli, "plan", str(recipe), "--json"], capture_output=True, text=True, cwd=REPO)
-            if proc.returncode != 0:
-                raise SystemExit(f"[plan] failed: {proc.stderr[-2000:]}")
-            plan = json.loads(proc.stdout)
-            (work / "plan.json").write_text(json.dumps(plan, indent=2))
-            print(plan.get("summary", ""), flush=True)
+            for kind, extra in (("bound", []), ("counted", ["--mask", str(mask)])):
+                if kind == "counted" and not mask.exists():  # planned once the mask exists
+                    continue
+                proc = subprocess.run(
+                    [*cli, "plan", str(recipe), *extra, "--json"], capture_output=True, text=True, cwd=REPO
+                )
+                if proc.returncode != 0:
+                    raise SystemExit(f"[plan] failed: {proc.stderr[-2000:]}")
+                plans[kind] = json.loads(proc.stdout)
+                name = "plan.json" if kind == "bound" else "plan-counted.json"
+                (work / name).write_text(json.dumps(plans[kind], indent=2))
+                print(f"plan ({kind}): {plans[kind].get('summary', '')}", flush=True)
         elif stage == "calibrate":
             shutil.rmtree(stats, ignore_errors=True)
             shutil.rmtree(work / "offload", ignore_errors=True)
@@ -405,7 +431,7 @@ def main() -> int:
             )
         elif stage == "export checkpoint + GGUF":
             shutil.rmtree(ckpt_out, ignore_errors=True)
-            free_disk(work, int(plan.get("checkpoint_bytes", 0) * 1.6), [rerun, adapter_out])
+            free_disk(work, int(plans["bound"].get("checkpoint_bytes", 0) * 1.6), [rerun, adapter_out])
             results[stage] = run_stage(
                 stage,
                 [*cli, "export", str(recipe), "--mask", str(mask), "--out", str(ckpt_out), "--gguf", GGUF_TYPE],
@@ -465,10 +491,10 @@ def main() -> int:
     print(f"\n{'tiny' if a.tiny else 'Llama-3.1-8B shapes'}, bfloat16, max_memory cpu {CPU_MEMORY}; {machine}")
     if "build" in results:
         print(f"model: {gb(results['build']['written'])} on disk")
-    print(table(results, plan))
-    if plan and not a.tiny:
+    print(table(results, plans))
+    if plans["bound"] and not a.tiny:
         print("\nLlama-3.1-70B shapes, the same settings and RAM cap (derived from the 8B run, not measured):")
-        print(derived_70b(results, plan, recipe))
+        print(derived_70b(results, plans, recipe))
     return 0
 
 

@@ -599,12 +599,18 @@ def dequantize(model: str, gguf_file: str | None, revision: str | None, verbose:
 @main.command()
 @recipe_arg
 @set_opt
+@click.option(
+    "--mask",
+    "mask_file",
+    type=click.Path(dir_okay=False),
+    help="a saved mask of this base: its counts give the exact mask and adapter sizes and their commands' memory",
+)
 @json_opt
-def plan(recipe: str | None, sets: tuple[str, ...], as_json: bool) -> None:
+def plan(recipe: str | None, sets: tuple[str, ...], mask_file: str | None, as_json: bool) -> None:
     """Estimate parameters, targets, file sizes and peak memory from config.json alone (no weights)."""
     from ..runs.plan import plan_recipe
 
-    result = plan_recipe(_recipe(recipe, sets))
+    result = plan_recipe(_recipe(recipe, sets), mask_file)
     if as_json:
         emit_json(result.to_dict())
     else:

@@ -32,7 +32,6 @@ Estimates are meant to be within tens of percent; allocator overheads (e.g. ~1 G
 from __future__ import annotations
 
 import json
-import logging
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ..engine.mask import k_of
+from ..engine.mask import as_mask, k_of
 from ..engine.targets import find_targets
 from ..engine.topk import top_k_hint
 from ..errors import InputError
@@ -50,17 +49,12 @@ from ..util.paths import no_such_local_folder
 from ..weights.base import base_reference, resolve_model_path
 from ..weights.remote_code import check_remote_code
 from ..weights.support import output_support
+from .plan_memory import DEVICE_SIZES_GB, mask_file_bytes, ram_by_command, shira_file_bytes, weights_placement
 from .steps import output_dtype
 
 __all__ = ["Plan", "plan_from_config", "plan_recipe", "load_config", "meta_model_from_config", "format_bytes"]
 
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# What a mathneuro-edit command's own process holds before any weight: the interpreter with torch, transformers,
-# safetensors, tokenizers and accelerate imported, and a tokenizer. Measured as the peak RSS of each command on a
-# 16.5M-parameter model of Llama 3.1's vocabulary (`python benchmarks/scale_8b.py --tiny`: 0.51-0.66 GB).
-RUNTIME_BYTES = 550_000_000
-# Common accelerator sizes (GB, 10^9 bytes) used to say what fits where.
-_DEVICE_SIZES_GB = (16, 24, 40, 48, 80, 96, 141, 192)
 
 
 def format_bytes(n: float) -> str:
@@ -158,10 +152,12 @@ class Plan:
         settings: batch_size, max_length, top_k, granularity, general_sets.
         outputs: ``{"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", "gguf": ...}``:
             None where this family gets the output, else why not and the recipe line (no weights read).
+        adapter_bytes, adapter_r: the PEFT SHiRA adapter's size and ``r`` (0 when this family gets no adapter).
+        mask_counted: whether the mask's sizes come from a saved mask's counts (exact) or from ``top_k`` (a bound).
         output_dtype, checkpoint_bytes: the dtype the edited checkpoint is written in (``outputs.dtype``; ``auto``
             resolved: the base's own, a GGUF base's source's) and the checkpoint's size at that dtype.
         ram: the peak RSS of each command's own process on a CPU machine (``calibrate``, ``mask``, ``export``,
-            ``export --gguf``, ``export --adapter``, ``verify``, ``reproduce``), with :data:`RUNTIME_BYTES` and,
+            ``export --gguf``, ``export --adapter``, ``verify``, ``reproduce``), with :data:`~.plan_memory.RUNTIME_BYTES` and,
             with ``max_memory``, only the weights placed in RAM (disk-offloaded layers are read in place).
     """
 
@@ -185,6 +181,9 @@ class Plan:
     outputs: dict[str, str | None] = field(default_factory=dict)
     output_dtype: str = ""
     checkpoint_bytes: int = 0
+    adapter_bytes: int = 0
+    adapter_r: int = 0
+    mask_counted: bool = False
     # command -> the peak RSS of its own process on a CPU machine (docs/scaling.md: the model, what bounds each)
     ram: dict[str, int] = field(default_factory=dict)
 
@@ -208,7 +207,7 @@ class Plan:
         """Where calibration fits: the smallest common device, and how many 80/141 GB devices when split."""
         need = self.calibration_peak_bytes / 1e9
         # why 92%: leave room for the allocator, the CUDA context and accelerate's uneven layer split
-        one = next((size for size in _DEVICE_SIZES_GB if need <= size * 0.92), None)
+        one = next((size for size in DEVICE_SIZES_GB if need <= size * 0.92), None)
         split = " or ".join(f"{math.ceil(need / (size * 0.92))} x {size} GB" for size in (80, 141))
         if one is not None and one <= 80:
             return f"fits one {one} GB device"
@@ -229,8 +228,17 @@ class Plan:
             f"({b(self.weights_bytes)} of weights)",
             f"targets: {self.n_targets} weights ({kinds}), {_count(self.n_target_params)} entries; "
             f"largest {self.largest_target[0]} ({_count(self.largest_target[1])})",
-            f"files: statistics {b(self.stats_bytes)} per set ({sets} sets), mask <= {b(self.mask_bytes)} "
-            f"(top_k={s.get('top_k')})"
+            f"files: statistics {b(self.stats_bytes)} per set ({sets} sets), "
+            + (
+                f"mask {b(self.mask_bytes)} (its counts)"
+                if self.mask_counted
+                else f"mask <= {b(self.mask_bytes)} (top_k={s.get('top_k')})"
+            )
+            + (
+                f", adapter {'' if self.mask_counted else '<= '}{b(self.adapter_bytes)} (r={self.adapter_r})"
+                if self.adapter_bytes
+                else ""
+            )
             + (
                 f", edited checkpoint ~{b(self.checkpoint_bytes)} ({self.output_dtype}, outputs.dtype)"
                 if self.output_dtype
@@ -265,47 +273,6 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def _mask_bytes(numel: int, selected: int) -> int:
-    """Bytes :class:`~mathneuro_edit.engine.mask.Mask` stores for one tensor (its own bits-vs-indices rule)."""
-    idx = selected * (4 if numel < 2**31 else 8)
-    bits = (numel + 7) // 8
-    return idx if idx < bits else bits
-
-
-def _placement(model: torch.nn.Module, dtype: torch.dtype, device_map: Any, max_memory: Any) -> dict[str, int]:
-    """Weight bytes per device as accelerate would place them (empty when it depends on the run machine)."""
-    from accelerate.utils import (
-        compute_module_sizes,
-        convert_file_size_to_int,
-        infer_auto_device_map,
-    )
-
-    sizes = compute_module_sizes(model, dtype=dtype)
-    if isinstance(device_map, dict):
-        placed = device_map
-    elif max_memory is not None:
-        caps = {k: convert_file_size_to_int(v) if isinstance(v, str) else v for k, v in max_memory.items()}
-        quiet = logging.getLogger("accelerate.utils.modeling")  # "Device 0 is not available": planning elsewhere
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)
-        try:
-            placed = infer_auto_device_map(
-                model,
-                max_memory=caps,
-                dtype=dtype,
-                no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []),
-            )
-        finally:
-            quiet.setLevel(level)
-    else:
-        return {}
-    out: dict[str, int] = {}
-    for module, dev in placed.items():
-        key = f"cuda:{dev}" if isinstance(dev, int) else str(dev)
-        out[key] = out.get(key, 0) + int(sizes.get(module, 0))
-    return out
-
-
 def plan_from_config(
     config_or_path: Any,
     *,
@@ -322,8 +289,9 @@ def plan_from_config(
     max_memory: dict[Any, Any] | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
+    mask_file: Any = None,
 ) -> Plan:
-    """Plan a run from the model's config alone.
+    """Plan a run from the model's config alone (and, once it exists, the mask's per-weight counts).
 
     Args:
         config_or_path: a transformers config, a dict, a ``config.json`` path, a model folder, ``organism`` or a
@@ -341,6 +309,8 @@ def plan_from_config(
         max_memory: per-device caps; accelerate's ``infer_auto_device_map`` then places the weights.
         revision: Hub revision of the config.
         trust_remote_code: allow the repository's code (only for repos you trust).
+        mask_file: a saved mask (or :class:`~mathneuro_edit.engine.mask.Mask`) of this base: its exact counts
+            replace the top-K bound in the mask size, the adapter's size and the adapter commands' memory.
 
     Returns:
         A :class:`Plan`.
@@ -369,23 +339,35 @@ def plan_from_config(
     targets = find_targets(model, include=include, exclude=exclude)
 
     n_params = sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
+    counts = _mask_counts(mask_file, targets) if mask_file is not None else None
     kinds: dict[str, int] = {}
     stats = mask = target_params = 0
     widest = 0
     vocab = int(getattr(config.get_text_config(), "vocab_size", 0) or 0)
+    selected_of: dict[str, int] = {}
+    shira_layers: list[tuple[int, int, int]] = []
     for t in targets.values():
         kinds[t.kind] = kinds.get(t.kind, 0) + 1
         numel = int(torch.Size(t.shape).numel())
         target_params += numel
         stats += 2 * t.groups * t.d_in * 4 + t.groups * 8  # float32 norm/sq sums + int64 token counts
         d_out = numel // (t.groups * t.d_in)
-        if granularity == "row":
+        if counts is not None:  # the mask's own count (exact)
+            selected = counts.get(t.name, 0)
+        elif granularity == "row":
             selected = t.groups * d_out * k_of(top_k, t.d_in)
-        else:
+        else:  # the top-K count: an upper bound for mathneuro (it removes what general data also selects)
             selected = t.groups * k_of(top_k, d_out * t.d_in)
-        mask += _mask_bytes(numel, selected)
+        selected_of[t.name] = selected
+        mask += mask_file_bytes(numel, selected)
+        if t.kind == "linear":
+            shira_layers.append((d_out, t.d_in, selected))
         widest = max([widest, *(d for d in (t.d_in, d_out) if d != vocab)])  # the head's V outputs: never computed
     name, largest = max(((n, int(torch.Size(t.shape).numel())) for n, t in targets.items()), key=lambda x: x[1])
+    # the adapter stores deltas in the base's own dtype (its config's), whatever the run loads it in
+    own = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    shira_r, adapter_bytes = shira_file_bytes(shira_layers, _BYTES.get(own.removeprefix("torch."), nbytes))
+    largest_shape = targets[name].shape
 
     text = config.get_text_config()
     hidden = int(getattr(text, "hidden_size", 0) or widest)
@@ -399,10 +381,11 @@ def plan_from_config(
     )  # hooks: float32 copy and its square of the widest input
     weights = n_params * nbytes
     torch_dtype = getattr(torch, dtype)
-    placement = _placement(model, torch_dtype, device_map, max_memory)
+    placement = weights_placement(model, torch_dtype, device_map, max_memory)
+    outputs_supported = dict(zip(OUTPUTS, _support(model, config, include, exclude)))  # checkpoint, adapter, gguf
     mask_peak = largest * (nbytes + 3 * 4 + 2) + mask + (1 + general_sets) * stats
     export_peak = largest * (2 * nbytes + 1) + mask
-    ram = _ram_by_command(
+    ram = ram_by_command(
         nbytes=nbytes,
         weights=weights,
         placement=placement,
@@ -410,7 +393,8 @@ def plan_from_config(
         stats=(1 + general_sets) * stats,
         mask=mask,
         largest=largest,
-        selected_largest=k_of(top_k, largest),
+        selected_largest=selected_of[name],
+        stored_largest=shira_r * (largest_shape[0] + largest_shape[-1]) if len(largest_shape) == 2 else 0,
         mask_peak=mask_peak,
         export_peak=export_peak,
     )
@@ -437,53 +421,26 @@ def plan_from_config(
             granularity=granularity,
             general_sets=general_sets,
         ),
-        outputs=dict(zip(OUTPUTS, _support(model, config, include, exclude))),  # checkpoint, adapter, gguf
+        outputs=outputs_supported,
         output_dtype=output_dtype,
         checkpoint_bytes=n_params * _BYTES[output_dtype],
+        adapter_bytes=adapter_bytes if outputs_supported["adapter"] is None else 0,
+        adapter_r=shira_r if outputs_supported["adapter"] is None else 0,
+        mask_counted=counts is not None,
         ram=ram,
     )
 
 
-def _ram_by_command(
-    *,
-    nbytes: int,
-    weights: int,
-    placement: dict[str, int],
-    activation: int,
-    stats: int,
-    mask: int,
-    largest: int,
-    selected_largest: int,
-    mask_peak: int,
-    export_peak: int,
-) -> dict[str, int]:
-    """The peak RSS of each command's process on a CPU machine (see :class:`Plan`).
-
-    - calibrate: the weights held in RAM (all of them, or what ``max_memory`` places on ``cpu``), activations and
-      statistics; layers offloaded to disk are read in place from the base's safetensors files (memory-mapped file
-      pages, which the kernel reclaims: an 8B model given 6 GiB peaked at 4.6 GB, benchmarks/scale_8b.py);
-    - mask: no model is loaded (:func:`~mathneuro_edit.runs.steps.checkpoint_weights`): the largest matrix and its
-      scores (:data:`Plan.mask_peak_bytes`);
-    - export: the streamed writer's largest edited tensor (:data:`Plan.export_peak_bytes`); with GGUF, the GGUF
-      writer reads one checkpoint tensor and converts it in blocks; the adapter holds the largest weight, its mask
-      and the selected entries' indices (2 x int64) and deltas (float64);
-    - verify: the base's and the export's tensor and the expected one, and the unpacked mask;
-    - reproduce: a whole run in one process (calibrate, then the mask from the loaded model, then the exports).
-    """
-    resident = placement.get("cpu", 0) if placement else weights
-    calibrate = RUNTIME_BYTES + resident + activation + stats
-    gguf = largest * (nbytes + 4) + mask
-    adapter = largest * (nbytes + 1) + selected_largest * (2 * 8 + 8) + mask
-    verify = largest * (3 * nbytes + 1) + mask
-    return {
-        "calibrate": calibrate,
-        "mask": RUNTIME_BYTES + mask_peak,
-        "export": RUNTIME_BYTES + export_peak,
-        "export --gguf": RUNTIME_BYTES + max(export_peak, gguf),
-        "export --adapter": RUNTIME_BYTES + adapter,
-        "verify": RUNTIME_BYTES + verify,
-        "reproduce": max(calibrate, RUNTIME_BYTES + resident + mask_peak, RUNTIME_BYTES + adapter),
-    }
+def _mask_counts(mask_file: Any, targets: dict[str, Any]) -> dict[str, int]:
+    """Selected entries per scored weight of a saved mask (read without unpacking), checked against the config."""
+    mask = as_mask(mask_file)
+    for entry in mask:
+        if entry not in targets or tuple(mask.shape_of(entry)) != tuple(targets[entry].shape):
+            raise InputError(
+                f"mask entry {entry!r} {tuple(mask.shape_of(entry))} is not a scored weight of this config; the "
+                "mask was computed for another model (or other targets): pass the mask of this recipe's base"
+            )
+    return {entry: selected for entry, (selected, _) in mask.counts().items()}
 
 
 def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) -> tuple[str | None, ...]:
@@ -497,8 +454,9 @@ def _output_dtype(recipe: Any) -> str | None:
     return output_dtype(recipe)
 
 
-def plan_recipe(recipe: Any) -> Plan:
-    """Plan a recipe's run: its base model's config, dtype, placement, calibration and mask settings.
+def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
+    """Plan a recipe's run: its base model's config, dtype, placement, calibration and mask settings (and the
+    counts of ``mask_file``, a saved mask of this base, when given).
 
     Example:
         >>> print(plan_recipe(load_recipe("recipes/quickstart.yaml")).to_text())  # doctest: +SKIP
@@ -524,4 +482,5 @@ def plan_recipe(recipe: Any) -> Plan:
         max_memory=b.max_memory,
         revision=b.revision,
         trust_remote_code=b.trust_remote_code,
+        mask_file=mask_file,
     )

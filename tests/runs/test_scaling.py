@@ -326,6 +326,30 @@ def test_plan_counts_match_an_instantiated_model(tmp_path, family):
     assert "parameters" in plan.to_text() and plan.calibration_peak_bytes > plan.weights_bytes
 
 
+def test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes(folders, tmp_path):
+    """With the saved mask, plan's mask size is the mask's own tensor bytes and its adapter size the written
+    adapter's tensor bytes (its r too); without it, both are top_k bounds at least as large."""
+    import json
+
+    from mathneuro_edit.weights.adapter import export_adapter
+    from tests._models import tiny_mask
+
+    base = folders["llama"]
+    model = AutoModelForCausalLM.from_pretrained(base)
+    mask = tiny_mask(model)
+    mask_path = mask.save(tmp_path / "mask.safetensors")
+    adapter = export_adapter(base, mask_path, 1.1, tmp_path / "adapter")
+    counted = plan_from_config(str(base), dtype="float32", top_k=0.1, mask_file=mask_path)
+    assert counted.mask_counted and counted.mask_bytes == _file_tensor_bytes(mask_path)
+    assert counted.adapter_r == json.loads((adapter.path / "adapter_config.json").read_text())["r"]
+    assert counted.adapter_bytes == _file_tensor_bytes(adapter.path / "adapter_model.safetensors")
+    assert "(its counts)" in counted.to_text() and "adapter" in counted.to_text()
+    bound = plan_from_config(str(base), dtype="float32", top_k=1.0)
+    assert not bound.mask_counted and bound.adapter_bytes >= counted.adapter_bytes
+    with pytest.raises(InputError, match="is not a scored weight of this config"):
+        plan_from_config(str(folders["mixtral"]), mask_file=mask_path)  # a llama mask on a mixtral
+
+
 def test_plan_recipe_reads_the_base_folder_config(folders):
     from mathneuro_edit.recipe.io import recipe_from_dict
     from mathneuro_edit.runs.plan import plan_recipe
