@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -43,12 +43,11 @@ from ..util.console import document_safe
 from ..util.files import write_text_atomic
 from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, is_local_path
-from ..weights.adapter import MATHNEURO_CONFIG
 from . import card_sections as sections
 from .base_card import card_fields
-from .gguf_naming import gguf_repo_name, hub_origin
+from .gguf_naming import hub_origin
 from .lock import check_private, read_lock
-from .outputs import OUTPUTS, output, repo_for
+from .outputs import GGUF, CardView, output, output_of_folder, repo_for
 
 __all__ = [
     "build_card",
@@ -216,12 +215,13 @@ def _pct(part: int, whole: int) -> str:
 
 
 def _gguf_usage(repo: str | None, ggufs: Mapping[str, str], lock: Mapping[str, Any] | None = None) -> str:
-    """The llama.cpp paragraph of a checkpoint card whose folder holds GGUF files (``{file: sha256}``): a local
-    card names the files here; a published one names them in the GGUF repo (``<repo>-GGUF``, their own repo)."""
+    """The llama.cpp paragraph of a card whose folder holds the GGUF output's files (``{file: sha256}``; the
+    checkpoint's): a local card names the files here; a published one names them in the GGUF repo
+    (``<repo>-GGUF``, their own repo)."""
     if not ggufs:
         return ""
-    gguf_repo = f"{repo}-GGUF" if repo else None
-    names = {(gguf_repo_name(lock, f) if gguf_repo and lock is not None else f): h for f, h in ggufs.items()}
+    gguf_repo = f"{repo}{GGUF.repo_suffix}" if repo else None
+    names = {(GGUF.name_in_repo(lock, f) if gguf_repo and lock is not None else f): h for f, h in ggufs.items()}
     rows = "\n".join(f"| `{f}` | `{h}` |" for f, h in names.items())
     first = next(iter(names))
     where = (
@@ -248,7 +248,7 @@ def build_card(
     recipe: Recipe,
     lock: Mapping[str, Any],
     base_model_id: str | None,
-    kind: Literal["checkpoint", "adapter", "gguf"],
+    kind: str,
     edit_summary: Mapping[str, Any],
     eval_results: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
     license: str | Mapping[str, Any] | None = None,
@@ -272,8 +272,8 @@ def build_card(
             (:func:`base_card_fields`: license, license_name, license_link, language, datasets).
         repo_id: the Hub repo the card is published in (``push`` passes it); default the recipe's
             ``hub.repo_id``; ``None`` for a card in a local folder (its snippets then load ``"."``).
-        base_repo: for ``kind="gguf"``: the edited checkpoint's Hub repo (the GGUF's ``base_model``; default the
-            original base).
+        base_repo: for an output made from another (``kind="gguf"``: :attr:`~.outputs.Output.derived_from`), that
+            output's Hub repo (the GGUF's ``base_model``: the edited checkpoint's; default the original base).
         lock_sha256: the sha256 of the folder's ``mathneuro_recipe.lock.yaml`` (the card names the file and this
             hash instead of embedding the lock).
         weights_dtype: the dtype the checkpoint's config.json names (:func:`folder_dtype`), for the sentence on
@@ -306,28 +306,28 @@ def build_card(
         | set(fields.pop("datasets", []))
     )
     tags = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if recipe.edit.prune else [])
-    ggufs = {
-        k.removeprefix("checkpoint/"): v
+    ggufs = {  # the GGUF output's files when they lie in this output's folder (the checkpoint's, or its own)
+        k.removeprefix(out.folder + "/"): v
         for k, v in sorted(lock.get("outputs", {}).items())
-        if out.folder == OUTPUTS["gguf"].folder and OUTPUTS["gguf"].owns(k)
+        if out.folder == GGUF.folder and GGUF.owns(k)
     }
-    tags += ["gguf"] if ggufs else []
+    tags += list(GGUF.folder_tags) if ggufs else []
     extra: dict[str, Any] = {}
     relation_base = base_model_id
     origin = hub_origin(lock)
     gguf_base = (lock.get("base") or {}).get("gguf") or {}
-    if kind == "adapter" and origin is not None and gguf_base:  # its deltas are to the dequantized GGUF, not to
+    if out.deltas and origin is not None and gguf_base:  # an adapter's deltas are to the dequantized GGUF, not to
         relation_base = None  # the Hub model's weights: it is no adapter OF that model (the body says which folder)
     tags += list(out.tags)
-    if kind == "adapter" and relation_base:
-        tags += [f"base_model:adapter:{relation_base}"]
-    if kind == "gguf":  # the GGUF repo is a quantization of the edited checkpoint's repo
+    if out.deltas and relation_base:
+        tags += [f"base_model:{out.relation}:{relation_base}"]
+    if out.derived_from:  # the GGUF repo is a quantization of the edited checkpoint's repo
         relation_base = base_repo or base_model_id
     if relation_base is not None:
         extra["base_model_relation"] = out.relation
     repo = repo_id or (recipe.hub.repo_id if recipe.hub else None)
-    if kind == "gguf" and repo_id is None and recipe.hub is not None:
-        repo = repo_for(recipe.hub.repo_id, "gguf")
+    if out.card_names_own_repo and repo_id is None and recipe.hub is not None:
+        repo = repo_for(recipe.hub.repo_id, out.name)
     local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
     base_name = (
         origin.split("/")[-1]
@@ -389,11 +389,9 @@ def build_card(
         f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters"
     )
     what = out.holds
-    usage = (
-        sections.gguf_usage(repo, {gguf_repo_name(lock_view, f) if repo else f: h for f, h in ggufs.items()}, base_repo)
-        if kind == "gguf"
-        else sections.usage(kind, repo, lock_view) + _gguf_usage(repo, ggufs, lock_view)
-    )
+    view = CardView(repo, lock_view, ggufs, base_repo)
+    # the GGUF files of another output's folder (the checkpoint's) get a paragraph of their own
+    usage = out.how_to_use(view) + ("" if out is GGUF else _gguf_usage(repo, ggufs, lock_view))
     body = f"""
 # {title}
 
@@ -435,7 +433,7 @@ Calibration data (seed {recipe.data.seed}, {recipe.data.samples} texts per set):
 
 {usage}
 
-{sections.loaders(kind, repo)}
+{out.where_it_loads(view)}
 
 {sections.reproduce_section(repo, lock_view)}
 
@@ -475,7 +473,7 @@ make the model more reliable at arithmetic than its evaluation shows.
 def _dtype_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None) -> str:
     """The card's sentence on ``outputs.dtype`` (empty when the checkpoint keeps the base's own dtype)."""
     dtype = ((lock.get("recipe") or {}).get("outputs") or {}).get("dtype")
-    if kind == "adapter" or (lock.get("base") or {}).get("gguf") or dtype in (None, "auto") or not weights_dtype:
+    if output(kind).deltas or (lock.get("base") or {}).get("gguf") or dtype in (None, "auto") or not weights_dtype:
         return ""
     return (
         f"\nThe weights are stored in {weights_dtype} (`outputs.dtype`): the edit was computed in the base's own "
@@ -497,7 +495,7 @@ def _gguf_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None = N
     what = (
         f"These weights are that dequantized model with the edit (computed in float32{cast}; safetensors, "
         "not quantized)"
-        if kind != "adapter"
+        if not output(kind).deltas
         else "The adapter applies to that dequantized model (not to a quantized one, nor "
         "to the Hub model it was converted from)"
     )
@@ -536,8 +534,8 @@ def card_for_folder(
         repo_id: the Hub repo the card is for (``None``: the recipe's ``hub.repo_id``, else a local folder).
         license: the license id or the base card's fields (:func:`base_card_fields`); default: those of the
             folder's current card, if any.
-        kind: ``gguf`` for the card of the GGUF repo (the folder's ``*.gguf`` files); default: ``adapter`` for an
-            adapter folder, else ``checkpoint``.
+        kind: ``gguf`` for the card of the GGUF repo (the folder's ``*.gguf`` files); default: what the folder
+            holds (:func:`~.outputs.output_of_folder`: ``adapter`` for an adapter folder, else ``checkpoint``).
         base_repo: for ``kind="gguf"``: the edited checkpoint's repo (see :func:`build_card`).
 
     Returns:
@@ -561,19 +559,17 @@ def card_for_folder(
             "the cards with `mathneuro-edit card RUN_DIR`, then retry"
         )
     recipe = recipe_from_dict(dict(lock["recipe"]), where=f"{folder}: lock recipe")  # public form: paths redacted
-    adapter = (folder / "adapter_config.json").is_file() or (folder / MATHNEURO_CONFIG).is_file()
     eval_path = folder / EVAL_NAME
     eval_dict = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.is_file() else None
     if license is None and (folder / "README.md").is_file():
         license = card_fields(ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.to_dict())
     model = str((lock.get("base") or {}).get("model") or recipe.base.model)
     hub_id = hub_origin(lock) or (None if model in (LOCAL, "organism") or is_local_path(model) else model)
-    kind = kind or ("adapter" if adapter else "checkpoint")
     return build_card(
         recipe=recipe,
         lock=lock,
         base_model_id=hub_id,
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind or output_of_folder(folder).name,
         edit_summary=summary,
         eval_results=eval_dict,
         license=license,

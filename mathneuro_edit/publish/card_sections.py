@@ -1,7 +1,9 @@
 """Sections of the model card that come from the lock alone: the base, the data, loading, reproducing, versions.
 
 Kept apart from :mod:`mathneuro_edit.publish.card` (metadata, assembly) so each stays one small module. Every function
-reads the lock's public form (no local path can reach the card through here) and returns Markdown.
+reads the lock's public form (no local path can reach the card through here) and returns Markdown. The snippets
+that differ per output (``*_usage``, ``*_loaders``) are named by that output's entry in
+:mod:`mathneuro_edit.publish.outputs`; the card calls them through it.
 
 ``repo`` is the Hub repo the card is published in (``mathneuro-edit push`` renders the card again for it), or
 ``None`` for a card that still lives in a local output folder: then the snippets load ``"."``, this folder.
@@ -11,12 +13,15 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..evaluation.report import format_p
 from ..evaluation.significance import wilson_interval
 from ..util.paths import LOCAL, ORGANISM
+
+if TYPE_CHECKING:  # the registry of outputs holds these builders (outputs.py imports this module)
+    from .outputs import CardView, Output
 
 __all__ = [
     "INSTALL",
@@ -27,9 +32,13 @@ __all__ = [
     "base_sentence",
     "base_section",
     "data_table",
-    "usage",
+    "transformers_usage",
+    "peft_usage",
+    "llama_cpp_usage",
     "gguf_usage",
-    "loaders",
+    "transformers_loaders",
+    "peft_loaders",
+    "llama_cpp_loaders",
     "reproduce_section",
     "versions_table",
     "sweep_evidence",
@@ -161,16 +170,21 @@ def data_table(lock: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def usage(kind: str, repo: str | None, lock: Mapping[str, Any]) -> str:
-    """The loading snippet: the checkpoint alone, or the adapter over its base (Hub id, organism, or local)."""
-    where = f'"{repo}"' if repo else '"."'  # "." : this folder, until `push` renders the card for its repo
-    if kind != "adapter":
-        return f"""```python
+def transformers_usage(out: Output, view: CardView) -> str:
+    """The loading snippet of a plain transformers folder (the checkpoint)."""
+    where = f'"{view.repo}"' if view.repo else '"."'  # "." : this folder, until `push` renders the card for its repo
+    return f"""```python
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 model = AutoModelForCausalLM.from_pretrained({where})
 tokenizer = AutoTokenizer.from_pretrained({where})
 ```"""
+
+
+def peft_usage(out: Output, view: CardView) -> str:
+    """The loading snippet of the adapter over its base (Hub id, organism, or local)."""
+    repo, lock = view.repo, view.lock
+    where = f'"{repo}"' if repo else '"."'  # "." : this folder, until `push` renders the card for its repo
     base_kind = _kind(lock)
     if base_kind == "organism":
         imports, setup, base_expr = "from mathneuro_edit.organism import organism_path\n", "", "organism_path()"
@@ -197,6 +211,12 @@ model = PeftModel.from_pretrained(base, {where})
 model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
 tokenizer = AutoTokenizer.from_pretrained({base_expr})
 ```"""
+
+
+def llama_cpp_usage(out: Output, view: CardView) -> str:
+    """The GGUF repo's files, under their names in the repo when the card is for one, and how to load them."""
+    names = {out.name_in_repo(view.lock, f) if view.repo else f: h for f, h in view.ggufs.items()}
+    return gguf_usage(view.repo, names, view.base_repo)
 
 
 def gguf_usage(repo: str | None, ggufs: Mapping[str, str], base_repo: str | None) -> str:
@@ -232,16 +252,15 @@ LM Studio: search for `{repo}` in its model browser, or `lms get {repo}`.
 ```"""
 
 
-def loaders(kind: str, repo: str | None) -> str:
-    """``## Where it loads``: which loaders take this output, and for those not run by mathneuro-edit's tests,
-    what was checked instead (never a claim of a test that did not run)."""
-    if kind == "adapter":
-        checkpoint = (
-            f" ([{repo.removesuffix('-adapter')}](https://huggingface.co/{repo.removesuffix('-adapter')}))"
-            if repo and repo.endswith("-adapter")
-            else ""
-        )
-        return f"""## Where it loads
+def peft_loaders(out: Output, view: CardView) -> str:
+    """``## Where it loads`` of the adapter: PEFT only, and what was checked of the loaders that do not take it."""
+    repo = view.repo
+    checkpoint = (
+        f" ([{repo.removesuffix(out.repo_suffix)}](https://huggingface.co/{repo.removesuffix(out.repo_suffix)}))"
+        if repo and repo.endswith(out.repo_suffix)
+        else ""
+    )
+    return f"""## Where it loads
 
 - **PEFT only**, with `PeftModel.from_pretrained(base, adapter)` as in the code above: this is a SHiRA (sparse)
   adapter. mathneuro-edit's tests run that code and check that the result equals the edited checkpoint.
@@ -254,14 +273,21 @@ def loaders(kind: str, repo: str | None) -> str:
   this symptom, so a change in transformers is noticed).
 - **Not** vLLM, TGI, SGLang or llama.cpp: they load LoRA adapters only. For those,
   use the edited checkpoint{checkpoint}, the same weights as a plain transformers folder."""
-    if kind == "gguf":
-        return """## Where it loads
+
+
+def llama_cpp_loaders(out: Output, view: CardView) -> str:
+    """``## Where it loads`` of the GGUF files: llama.cpp, and what was checked for Ollama and LM Studio."""
+    return """## Where it loads
 
 - **llama.cpp** (`llama-cli`, `llama-server`): mathneuro-edit's tests read these files back with llama.cpp
   (llama-cpp-python, in the optional GGUF test tier) and with the `gguf` package.
 - **Ollama, LM Studio** (both run llama.cpp): not run by the tests. Checked instead: the file is GGUF v3 with the
   `general.*` metadata llama.cpp's own converter writes (architecture, name, base model, license, file type), the
   tensor names and types llama.cpp expects for the architecture, and the tokenizer (`tokenizer.ggml.*`)."""
+
+
+def transformers_loaders(out: Output, view: CardView) -> str:
+    """``## Where it loads`` of the checkpoint: transformers, and what was checked for the servers."""
     return """## Where it loads
 
 - **transformers** (`AutoModelForCausalLM.from_pretrained`): mathneuro-edit's tests load the pushed repo this way

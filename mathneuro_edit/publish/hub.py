@@ -55,7 +55,6 @@ from ..util.hashing import sha256_file
 from ..util.paths import is_local_path
 from ..util.scrub import is_private_path, scrub_json_bytes, scrub_token
 from .card import card_for_folder
-from .gguf_naming import gguf_repo_name
 from .hub_requests import (
     hub_errors,
     hub_timeout,
@@ -67,7 +66,7 @@ from .hub_requests import (
 from .integrity import NOT_OUTPUTS, compare_files
 from .lock import read_lock
 from .lock_policy import validate_lock
-from .outputs import OUTPUTS, output, repo_for
+from .outputs import OUTPUTS, output, output_of_folder, repo_for
 
 __all__ = [
     "KINDS",
@@ -95,8 +94,9 @@ def default_repo_id(repo_id: str, kind: str) -> str:
 
 
 def artifact_kind(folder: Path) -> str:
-    """``adapter`` for a folder holding ``adapter_config.json``, else ``checkpoint``."""
-    return "adapter" if (Path(folder) / "adapter_config.json").is_file() else "checkpoint"
+    """What ``folder`` holds (:func:`~.outputs.output_of_folder`): ``adapter`` for an adapter folder, else
+    ``checkpoint``."""
+    return output_of_folder(folder).name
 
 
 @dataclass(frozen=True)
@@ -274,18 +274,17 @@ def _check_no_local_paths(files: list[tuple[str, Path]]) -> dict[str, tuple[byte
 def artifact_files(folder: Path, kind: str, lock: dict[str, Any]) -> list[tuple[str, Path]]:
     """``(path in repo, local path)`` of an artifact: the checkpoint folder without its GGUF files (they have a
     repo of their own), the adapter folder, or the GGUF files under llama.cpp's naming with the lock (the card
-    is rendered for the repo)."""
+    is rendered for the repo): each output's own files (:meth:`~.outputs.Output.owns`), under the names of its
+    repo (:attr:`~.outputs.Output.repo_file_name`)."""
     files = folder_files(folder)
     out = output(kind)
-    if kind == "gguf":  # the files get llama.cpp's names in their repo, beside the lock
-        ggufs = [(gguf_repo_name(lock, rel), p) for rel, p in files if out.owns(f"{out.folder}/{rel}")]
-        if not ggufs:
-            raise InputError(
-                f"{folder}: no .gguf file here; write one with outputs.gguf: TYPE (or export --gguf "
-                "TYPE), then push --gguf"
-            )
-        return sorted(ggufs) + [(rel, p) for rel, p in files if rel == LOCK_NAME]
-    return [(rel, p) for rel, p in files if out.owns(f"{out.folder}/{rel}")]
+    own = [(rel, p) for rel, p in files if out.owns(f"{out.folder}/{rel}")]
+    if out.repo_file_name is None:
+        return own
+    named = [(out.name_in_repo(lock, rel), p) for rel, p in own]  # names of their own in their repo, beside the lock
+    if not named:
+        raise InputError(f"{folder}: {out.absent}")
+    return sorted(named) + [(rel, p) for rel, p in files if rel == LOCK_NAME]
 
 
 def check_branch(branch: str, where: str = "--branch") -> str:
@@ -375,8 +374,9 @@ def push_to_hub(
         dry_run: only compute the plan: nothing is changed (with a repo id, its file list is read to name the
             deletes; no token needed for a public repo).
         token: a Hub token; default ``HF_TOKEN`` or the stored login (``hf auth login``).
-        base_repo: for ``kind="gguf"``: the edited checkpoint's repo, named as the GGUF's ``base_model`` (default:
-            the checkpoint's default repo when it exists on the Hub, else the original base).
+        base_repo: for an output made from another (``kind="gguf"``: :attr:`~.outputs.Output.derived_from`), that
+            output's repo, named as its ``base_model`` (default: that output's default repo when it exists on the
+            Hub, else the original base).
 
     Returns:
         :class:`PushResult`.
@@ -420,9 +420,10 @@ def push_to_hub(
             "write, then retry (nothing was uploaded)"
         )
     api = HfApi(token=token or False, library_name="mathneuro-edit", library_version=__version__)
-    if kind == "gguf" and base_repo is None:
+    derived_from = output(kind).derived_from
+    if derived_from is not None and base_repo is None:
         with request_timeouts(timeout):
-            base_repo = _existing_checkpoint_repo(api, lock, dry_run)
+            base_repo = _existing_repo(api, lock, derived_from)
     # for this repo: no placeholder, the right from_pretrained id
     card = card_for_folder(out, repo_id=repo_id, kind=kind, base_repo=base_repo)
     readme = card.content.encode("utf-8")
@@ -516,12 +517,13 @@ def _deletes(remote: dict[str, int], contents: dict[str, Any]) -> list[tuple[str
     return [(p, s) for p, s in sorted(remote.items()) if p not in contents and p not in KEEP]
 
 
-def _existing_checkpoint_repo(api: HfApi, lock: dict[str, Any], dry_run: bool) -> str | None:
-    """The edited checkpoint's default repo (from the recipe's ``hub.repo_id``) when it exists on the Hub."""
+def _existing_repo(api: HfApi, lock: dict[str, Any], kind: str) -> str | None:
+    """Output ``kind``'s default repo (from the recipe's ``hub.repo_id``; the edited checkpoint's for the GGUF)
+    when it exists on the Hub."""
     hub = (lock.get("recipe") or {}).get("hub") or {}
     if not hub.get("repo_id"):
         return None
-    repo = default_repo_id(str(hub["repo_id"]), "checkpoint")
+    repo = default_repo_id(str(hub["repo_id"]), kind)
     try:
         api.model_info(repo)
     except Exception:  # noqa: BLE001 - not there, not readable or offline: the GGUF then names the original base

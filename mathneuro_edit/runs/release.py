@@ -15,7 +15,7 @@ from typing import Any
 
 from ..engine.mask import Mask
 from ..errors import InputError
-from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, LOCK_NAME, MASK_NAME, OUTPUT_DIRS
+from ..layout import LOCK_NAME, MASK_NAME, OUTPUT_DIRS
 from ..organism import organism_path
 from ..publish.base_card import base_card_fields
 from ..publish.card import card_for_folder, summarize_edit, write_card
@@ -28,11 +28,10 @@ from ..publish.lock import (
     write_lock,
 )
 from ..publish.lock_policy import lock_base, validate_lock
-from ..publish.outputs import output
+from ..publish.outputs import ADAPTER, CHECKPOINT, GGUF, OUTPUTS, output_of_folder
 from ..recipe.io import recipe_from_dict
 from ..util.console import Stages
 from ..util.paths import LOCAL
-from ..weights.adapter import MATHNEURO_CONFIG
 from ..weights.audit import VerifyReport
 from ..weights.audit import verify as verify_export
 from ..weights.base import base_reference, resolve_base
@@ -121,20 +120,23 @@ def push_run(
     """
     if adapter and gguf:
         raise InputError("--adapter and --gguf are two repos: push one at a time")
-    kind = "adapter" if adapter else "gguf" if gguf else "checkpoint"
+    asked = ADAPTER if adapter else GGUF if gguf else None  # the flag names the output; none: the folder says
+    target = asked or CHECKPOINT
     folder = Path(out)
-    sub = folder / (ADAPTER_DIR if adapter else CHECKPOINT_DIR)
+    sub = folder / target.folder
     if sub.is_dir():
         folder = sub
-    elif adapter:
-        raise InputError(f"{out}: no adapter/ folder; run with outputs.adapter: true or push the folder itself")
+    elif target.folder != CHECKPOINT.folder:  # the folder itself may be an `export` folder: a checkpoint's
+        raise InputError(
+            f"{out}: no {target.folder}/ folder; run with outputs.{target.name}: true or push the folder itself"
+        )
     if not (folder / LOCK_NAME).is_file():
         raise InputError(
             f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
             "(or a folder written by `export`)"
         )
-    if kind == "checkpoint" and (folder / "adapter_config.json").is_file():
-        kind = "adapter"  # an `export --adapter` folder
+    chosen = asked or output_of_folder(folder)  # an `export --adapter` folder holds the adapter
+    kind = chosen.name
     hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
     hub = hub if isinstance(hub, dict) else {}  # a malformed section: validate_lock in push_to_hub names it
     if not repo_id and hub.get("repo_id"):
@@ -142,7 +144,7 @@ def push_run(
     if not repo_id and not dry_run:
         raise InputError(
             f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
-            f"goes to <id>{output(kind).repo_suffix})"
+            f"goes to <id>{chosen.repo_suffix})"
         )
     if private is None and hub.get("private"):
         private = True
@@ -230,8 +232,8 @@ def verify_run(
         f"expected a run folder (with checkpoint/ or adapter/, mask.safetensors and {LOCK_NAME}) or a "
         "model folder written by `export`; pass the run folder"
     )
-    if targets == [folder] and not any(
-        (folder / n).is_file() for n in ("config.json", "adapter_config.json", MATHNEURO_CONFIG)
+    if targets == [folder] and not (
+        (folder / "config.json").is_file() or any(o.detect(folder) for o in OUTPUTS.values())
     ):
         raise InputError(f"{folder}: not a mathneuro-edit output (no model or adapter files); {expected}")
     recorded: dict = {}
