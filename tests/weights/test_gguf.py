@@ -275,6 +275,25 @@ def test_verify_audits_the_gguf(baked, tmp_path) -> None:
     assert bad == ["blk.1.attn_k.weight: not the F32 encoding of the checkpoint's tensor"]
 
 
+def test_gguf_audit_reads_the_file_a_row_block_at_a_time(baked, tmp_path, monkeypatch) -> None:
+    """With one-row blocks (the audit reads each block from the file, not through a map of the whole file) the
+    audit still passes a good file and finds one flipped bit in a later row of a quantized tensor."""
+    from mathneuro_edit.weights import gguf_tensors
+
+    ckpt, _ = baked["llama"]
+    copy = shutil.copytree(ckpt, tmp_path / "ckpt")
+    path = copy / "model-Q8_0.gguf"
+    write_gguf(copy, path, "Q8_0")
+    monkeypatch.setattr(gguf_tensors, "_CHUNK", 1)  # one row per block
+    assert audit_gguf(path, copy) == (len(gguf.GGUFReader(str(path)).tensors), [])
+    t = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "blk.1.attn_k.weight")
+    rows = int(np.prod([int(d) for d in t.shape][1:]))
+    data = bytearray(path.read_bytes())
+    data[int(t.data_offset) + (rows - 1) * (t.n_bytes // rows) + 5] ^= 0x01  # a quant of the last row
+    path.write_bytes(bytes(data))
+    assert audit_gguf(path, copy)[1] == ["blk.1.attn_k.weight: not the Q8_0 encoding of the checkpoint's tensor"]
+
+
 def test_verify_covers_the_gguf(tmp_path) -> None:
     base = save_base(tmp_path / "base", "llama")
     mask = tiny_mask(load_tiny(base), top_k=0.2)
