@@ -26,7 +26,7 @@ from ..util.files import write_json_atomic
 from ..util.outdir import atomic_dir
 from .inspect import pyplot, save_figure
 from .official import refuse_official
-from .steps import load_step
+from .step_mask import load_step
 
 __all__ = ["ConsistencyRow", "jaccard", "mask_consistency", "run_consistency"]
 

@@ -28,7 +28,7 @@ from ..errors import InputError
 from ..evaluation.lm_eval_bridge import LmEvalTask, check_lm_eval_task
 from ..layout import MASK_NAME, STATS_DIR
 from ..publish.lock import output_hashes
-from ..publish.outputs import output
+from ..publish.outputs import ADAPTER, CHECKPOINT, GGUF, output
 from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir
@@ -37,23 +37,11 @@ from ..weights.checkpoint import open_checkpoint
 from ..weights.edit_plan import meta_model
 from ..weights.gguf_reader import gguf_output
 from ..weights.gguf_writer import check_gguf
-from .steps import (
-    base_record,
-    calibrate_step,
-    check_adapter_support,
-    data_records,
-    eval_tasks,
-    evaluate_step,
-    export_step,
-    load_step,
-    mask_step,
-    note_evaluation,
-    publish_folder,
-    save_evaluation,
-    seal_lock,
-    seal_run,
-    stage_count,
-)
+from .step_evaluate import eval_tasks, evaluate_step, note_evaluation, save_evaluation
+from .step_export import base_record, export_step, output_checks, output_kinds
+from .step_mask import calibrate_step, data_records, load_step, mask_step
+from .step_seal import publish_folder, seal_lock, seal_run
+from .steps import stage_count
 
 __all__ = ["RunResult", "run_recipe", "export_recipe"]
 
@@ -83,14 +71,10 @@ class RunResult:
         }
 
 
-def output_kinds(recipe: Recipe) -> list[str]:
-    """The model outputs a run writes, in order: ``checkpoint`` (with its GGUF) and ``adapter``."""
-    return [k for k, on in (("checkpoint", recipe.outputs.checkpoint), ("adapter", recipe.outputs.adapter)) if on]
-
-
-def _checks_before_loading(recipe: Recipe, folder: Path) -> tuple[str | None, str | None, list[Any]]:
+def _checks_before_loading(recipe: Recipe, folder: Path, kinds: list[str]) -> tuple[str | None, str | None, list[Any]]:
     """Everything that can fail from the recipe and config alone, before the model loads: the GGUF output, the
-    evaluation sources and lm-eval tasks, the adapter's support. Returns ``(gguf type, gguf pre, tasks)``."""
+    evaluation sources and lm-eval tasks, each output's model check (the adapter's support). Returns
+    ``(gguf type, gguf pre, tasks)``."""
     gguf_type, gguf_pre = gguf_output(recipe.base, recipe.outputs.gguf)  # "base": the GGUF base's own type
     if gguf_type is not None:  # an unsupported model/tokenizer fails now, not after calibration
         check_gguf(folder, gguf_type)
@@ -98,10 +82,11 @@ def _checks_before_loading(recipe: Recipe, folder: Path) -> tuple[str | None, st
     for t in tasks:
         if isinstance(t, LmEvalTask):
             check_lm_eval_task(t)  # lm-eval installed and every task known: before the model loads
-    if recipe.outputs.adapter:  # from config.json alone: before the weights are read or any forward pass
+    checks = output_checks(kinds)
+    if checks:  # from config.json alone: before the weights are read or any forward pass
         meta = meta_model(folder, trust_remote_code=recipe.base.trust_remote_code)
-        if meta is not None:
-            check_adapter_support(recipe, meta)
+        for check in checks if meta is not None else ():
+            check(recipe, meta)
     return gguf_type, gguf_pre, tasks
 
 
@@ -115,7 +100,8 @@ def run_recipe(
     workers: int = 1,
     sweep_evidence: Mapping[str, Any] | None = None,
 ) -> RunResult:
-    """Run a recipe end to end and write its output folder (atomically): the composition of :mod:`.steps`.
+    """Run a recipe end to end and write its output folder (atomically): the composition of the steps
+    (:mod:`.steps`).
 
     Args:
         recipe: a validated :class:`~mathneuro_edit.recipe.schema.Recipe`.
@@ -145,14 +131,14 @@ def run_recipe(
             "then `mask` and `export` in one process (docs/scaling.md)"
         )
     folder = resolve_base(base_reference(recipe), revision=recipe.base.revision)  # fails early: missing/pickle
-    gguf_type, gguf_pre, tasks = _checks_before_loading(recipe, folder)
     kinds = output_kinds(recipe)
+    gguf_type, gguf_pre, tasks = _checks_before_loading(recipe, folder, kinds)
     steps = ("load", "calibrate", "mask", "evaluate", "export", "seal")
     stages = Stages(stage_count(recipe, steps, tasks=tasks, kinds=kinds), echo)
     with atomic_dir(out, overwrite=overwrite, protect=[folder], inputs=recipe.local_inputs()) as tmp:
         model, tokenizer = load_step(recipe, stages)
-        if recipe.outputs.adapter:
-            check_adapter_support(recipe, model)  # a family transformers could not build on meta: now
+        for check in output_checks(kinds):
+            check(recipe, model)  # a family transformers could not build on meta: now
         stats = calibrate_step(recipe, model, tokenizer, progress=progress, stages=stages)
         stats.save(tmp / STATS_DIR)
         mask = mask_step(recipe, stats, model=model, tokenizer=tokenizer, progress=progress, stages=stages)
@@ -169,7 +155,7 @@ def run_recipe(
         for kind in kinds:
             r = export_step(recipe, base, mask, tmp / output(kind).folder, kind, n_params=n_params,
                             gguf=(gguf_type, gguf_pre), progress=progress, workers=workers, stages=stages)  # fmt: skip
-            ratio = r if kind == "adapter" else ratio
+            ratio = r if r is not None else ratio  # the adapter's size, as a fraction of the checkpoint's
         files = seal_run(tmp, recipe, base, mask, stats, kinds, n_params=n_params, evaluation=(eval_dict, lm_eval_docs),
                          tasks=tasks, sweep_evidence=sweep_evidence, stages=stages)  # fmt: skip
     selected, total = mask.total()
@@ -202,9 +188,10 @@ def export_recipe(
 
     mask = as_mask(mask_path)
     folder = resolve_base(base_reference(recipe), revision=recipe.base.revision)
-    kind = "adapter" if adapter else "checkpoint"
-    sub = output(kind).folder
-    gguf_type, gguf_pre = gguf_output(recipe.base, None if adapter else recipe.outputs.gguf)
+    out = ADAPTER if adapter else CHECKPOINT
+    kind, sub = out.name, out.folder
+    # the GGUF files are written by the step of the output they are made from (the checkpoint's)
+    gguf_type, gguf_pre = gguf_output(recipe.base, recipe.outputs.gguf if GGUF.derived_from == kind else None)
     with atomic_dir(
         out_dir,
         overwrite=overwrite,

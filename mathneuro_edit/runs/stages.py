@@ -21,16 +21,9 @@ from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir, claim
 from .official import refuse_official
-from .steps import (
-    Statistics,
-    calibrate_step,
-    checkpoint_weights,
-    eval_tasks,
-    evaluate_step,
-    load_step,
-    mask_step,
-    stage_count,
-)
+from .step_evaluate import eval_tasks, evaluate_step
+from .step_mask import Statistics, calibrate_step, checkpoint_weights, load_step, mask_step
+from .steps import stage_count
 
 __all__ = ["calibrate_to_folder", "mask_from_stats", "evaluate_recipe", "MaskSummary"]
 

@@ -56,7 +56,7 @@ from ..util.files import write_json_atomic, write_text_atomic
 from ..util.outdir import claim
 from ..weights.loading import model_weights
 from .official import refuse_official
-from .steps import load_step
+from .step_mask import load_step
 from .sweep_cache import CACHE_DIR, ResultCache, key_sha256
 from .sweep_evaluator import _blocks, _Evaluator, _general_result, model_weights_sha256
 from .sweep_procedure import (

@@ -257,12 +257,12 @@ def test_a_missing_task_is_named_before_the_model_loads(tmp_path: Path, monkeypa
     from `run` and `eval`, before any model is loaded."""
     from click.testing import CliRunner
 
-    import mathneuro_edit.runs.steps as steps
+    import mathneuro_edit.runs.step_mask as step_mask
     from mathneuro_edit.cli.main import main
     from mathneuro_edit.evaluation.lm_eval_bridge import missing_task_message
 
     loaded = []
-    monkeypatch.setattr(steps, "load_recipe_model", lambda *a, **k: loaded.append(1))
+    monkeypatch.setattr(step_mask, "load_recipe_model", lambda *a, **k: loaded.append(1))
     lm = f"evaluation.lm_eval={{tasks: [no_such_task], include_path: '{TASKS}', limit: 2}}"
     for cmd in (["run", "--out", str(tmp_path / "o")], ["eval"]):
         result = CliRunner().invoke(main, [*cmd, "-q", "--set", lm])

@@ -1,0 +1,112 @@
+"""The ``evaluate`` stage of a recipe: its tasks, their run on the base and the edit, and where the results go.
+
+:func:`eval_tasks` builds the recipe's tasks (math exact match, general loss/KL, lm-eval), :func:`evaluate_step`
+runs them paired on the base and the edited model, :func:`save_evaluation` writes ``eval.json`` (and lm-eval's
+own results files) and :func:`note_evaluation` prints the table under the stage line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..data.sources import load_math_problems, load_set
+from ..engine.apply import ReversibleEdit
+from ..engine.mask import Mask
+from ..evaluation.lm_eval_bridge import LmEvalTask
+from ..evaluation.results import EvalResults
+from ..evaluation.runner import GeneralTask, MathTask, evaluate
+from ..layout import EVAL_NAME
+from ..recipe.schema import Recipe
+from ..util.console import Stages, markdown_table_text
+from ..util.files import write_json_atomic
+
+__all__ = ["eval_tasks", "describe_tasks", "evaluate_step", "save_evaluation", "note_evaluation"]
+
+
+def eval_tasks(recipe: Recipe) -> list[Any]:
+    """The evaluation tasks of a recipe (math exact match + general loss/KL), or ``[]`` without evaluation."""
+    ev = recipe.evaluation
+    if ev is None:
+        return []
+    problems = load_math_problems(ev.math, ev.samples + ev.n_shot, ev.seed)
+    # the first n_shot sampled problems are the worked examples; the rest are evaluated
+    shots, problems = problems[: ev.n_shot], problems[ev.n_shot :]
+    texts, _ = load_set(ev.general, ev.samples, ev.seed)
+    lm = ev.lm_eval
+    harness = (
+        []
+        if lm is None
+        else [
+            LmEvalTask(
+                "lm_eval",
+                tasks=tuple(lm.tasks),
+                limit=lm.limit,
+                include_path=lm.include_path,
+                num_fewshot=lm.num_fewshot,
+                apply_chat_template=lm.apply_chat_template,
+                fewshot_as_multiturn=lm.fewshot_as_multiturn,
+                batch_size=lm.batch_size,
+            )
+        ]
+    )
+    keys = ("question", "answer", "prefill")
+    return harness + [
+        MathTask(
+            "math",
+            [{k: p[k] for k in keys if k in p} for p in problems],
+            n_shot=ev.n_shot,
+            shots=[{k: p[k] for k in keys if k in p} for p in shots],
+            max_new_tokens=ev.max_new_tokens,
+            chat_template=ev.chat_template,
+            prompt_style=ev.prompt_style,
+        ),
+        GeneralTask("general", texts, max_length=recipe.calibration.max_length),
+    ]
+
+
+def describe_tasks(tasks: list[Any]) -> str:
+    """``100 math problems, 100 general texts`` (what an evaluation stage runs)."""
+    parts = []
+    for t in tasks:
+        if isinstance(t, MathTask):
+            parts.append(f"{len(t.problems)} {t.name} problems")
+        elif isinstance(t, GeneralTask):
+            parts.append(f"{len(t.texts)} {t.name} texts")
+        else:
+            parts.append(f"{t.name} (lm-eval)")
+    return ", ".join(parts)
+
+
+def evaluate_step(
+    recipe: Recipe,
+    model: Any,
+    tokenizer: Any,
+    tasks: list[Any],
+    mask: Mask | None,
+    *,
+    progress: bool = True,
+    stages: Stages | None = None,
+) -> EvalResults:
+    """Evaluate ``tasks`` on the base and, with ``mask``, on the edit at the recipe's scale (paired, with KL)."""
+    edit: Any = ReversibleEdit(model, mask, recipe.edit.effective_scale) if mask is not None else None
+    if stages is not None:
+        what = f"base and edited (x{recipe.edit.effective_scale:g})" if edit else "the base"
+        stages.start(f"evaluate {what}: {describe_tasks(tasks)}")
+    return evaluate(model, tokenizer, tasks, edit=edit, progress=progress)
+
+
+def save_evaluation(results: EvalResults, folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``folder/eval.json`` (with the per-problem rows, so a reader can audit the scores) and lm-eval's own results
+    files beside it; returns ``(eval dict, {lm-eval file name: document})`` for the output folders."""
+    eval_dict = results.to_dict(predictions=True)
+    results.save_json(folder / EVAL_NAME)
+    lm_eval_docs = results.lm_eval_reports()
+    for name, doc in lm_eval_docs.items():
+        write_json_atomic(folder / name, doc)
+    return eval_dict, lm_eval_docs
+
+
+def note_evaluation(results: EvalResults, stages: Stages) -> None:
+    """The evaluation's table under its stage line."""
+    stages.note(markdown_table_text(results.to_markdown()))

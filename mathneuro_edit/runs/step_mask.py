@@ -1,0 +1,197 @@
+"""From the base to the mask: the ``load``, ``calibrate`` and ``mask`` stages of a recipe.
+
+:func:`load_step` loads the base, :func:`calibrate_step` records the math set and every general set into
+:class:`Statistics` (the one layout of the statistics files, wherever they are saved), and :func:`mask_step` derives
+the recipe's mask from them, from a loaded model's weights or from the base's files one tensor at a time
+(:func:`checkpoint_weights`). :func:`data_records` gives the lock's record of the sampled data without calibrating.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..data.sources import load_texts
+from ..engine.distributed import calibrate_distributed as calibrate
+from ..engine.distributed import local_device
+from ..engine.mask import Mask, find_math_params
+from ..engine.stats import ActivationStats
+from ..errors import InputError
+from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
+from ..recipe.schema import Recipe
+from ..util.console import Stages
+from ..weights.base import base_reference
+from ..weights.loading import load_model, model_weights, weights_from_checkpoint
+from .official import official_recipe_mask
+
+__all__ = [
+    "Statistics",
+    "load_recipe_model",
+    "load_step",
+    "calibrate_step",
+    "data_records",
+    "mask_step",
+    "checkpoint_weights",
+]
+
+
+@dataclass
+class Statistics:
+    """The calibration statistics of a recipe's sets (math first) and the lock's record of the data they came
+    from (``None`` when loaded from files)."""
+
+    math: ActivationStats | None
+    general: list[ActivationStats]
+    records: dict[str, Any] | None = None
+
+    def save(self, folder: Path) -> list[Path]:
+        """``folder/math.stats.safetensors`` and ``folder/general-<i>.stats.safetensors`` (the one layout)."""
+        assert self.math is not None, "statistics of a data-parallel rank other than 0 are not saved"
+        folder.mkdir(parents=True, exist_ok=True)
+        names = [MATH_STATS_NAME, *[general_stats_name(i) for i in range(len(self.general))]]
+        for name, stats in zip(names, [self.math, *self.general]):
+            stats.save(folder / name)
+        return [folder / name for name in names]
+
+    @classmethod
+    def load(cls, folder: Path) -> Statistics:
+        """What :meth:`save` wrote (the math file must be there)."""
+        if not (folder / MATH_STATS_NAME).is_file():
+            raise InputError(f"--stats {folder}: no {MATH_STATS_NAME} here; pass the folder written by `calibrate`")
+        return cls(
+            ActivationStats.load(folder / MATH_STATS_NAME),
+            [ActivationStats.load(p) for p in general_stats_files(folder)],
+        )
+
+    @property
+    def sha256(self) -> dict[str, Any]:
+        """The lock's ``stats_sha256``: ``{"math": ..., "general": [...]}``."""
+        return {"math": self.math.sha256 if self.math else None, "general": [g.sha256 for g in self.general]}
+
+
+def load_recipe_model(recipe: Recipe):
+    """Load the recipe's base model and tokenizer with its dtype, device and placement settings."""
+    b = recipe.base
+    device = b.device
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and device in ("auto", "cuda") and b.device_map is None:
+        device = str(local_device())  # data-parallel: one model copy per rank, on that rank's GPU
+    return load_model(
+        base_reference(recipe),
+        dtype=b.dtype,
+        device=device,
+        device_map=b.device_map,
+        max_memory=b.max_memory,
+        offload_folder=b.offload_folder,
+        trust_remote_code=b.trust_remote_code,
+        revision=b.revision,
+    )
+
+
+def load_step(recipe: Recipe, stages: Stages):
+    """:func:`load_recipe_model` as a stage: ``[1/n] load organism`` then its parameter count."""
+    b = recipe.base
+    stages.start(f"load {b.model}" + (f" ({b.gguf_file})" if b.gguf_file else ""))
+    model, tok = load_recipe_model(recipe)
+    stages.note(f"{sum(p.numel() for p in model.parameters()):,} parameters")
+    return model, tok
+
+
+def calibrate_step(
+    recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True, stages: Stages | None = None
+) -> Statistics:
+    """Calibrate the math set and every general set of a recipe (one stage per set).
+
+    Under ``torchrun`` (``WORLD_SIZE > 1``) the samples are split over the ranks and the sums all-reduced
+    (:func:`~mathneuro_edit.engine.distributed.calibrate_distributed`); only rank 0 gets the statistics (elsewhere
+    ``math`` is ``None``).
+    """
+    d, c, t = recipe.data, recipe.calibration, recipe.targets
+    kwargs = dict(
+        max_length=c.max_length,
+        batch_size=c.batch_size,
+        progress=progress,
+        include=t.include or None,
+        exclude=t.exclude or None,
+    )
+    math = load_texts(d.math, d.samples, d.seed)
+    if stages is not None:
+        stages.start(f"calibrate math ({len(math.texts)} texts)")
+    math_stats = calibrate(model, tokenizer, math.texts, **kwargs)
+    general_stats, records = [], []
+    for i, source in enumerate(d.general):  # each general source is its own non-math set
+        loaded = load_texts(source, d.samples, d.seed)
+        if stages is not None:
+            which = f" {i + 1}/{len(d.general)}" if len(d.general) > 1 else ""
+            stages.start(f"calibrate general{which} ({len(loaded.texts)} texts)")
+        general_stats.append(calibrate(model, tokenizer, loaded.texts, **kwargs))
+        records.append(loaded.record)
+    return Statistics(math_stats, general_stats, {"math": [math.record], "general": records})
+
+
+def data_records(recipe: Recipe) -> dict[str, Any]:
+    """The lock's ``data`` section without calibrating: each set is sampled again (cheap: no forward pass)."""
+    d = recipe.data
+    return {
+        "math": [load_texts(d.math, d.samples, d.seed).record],
+        "general": [load_texts(g, d.samples, d.seed).record for g in d.general],
+    }
+
+
+def mask_step(
+    recipe: Recipe,
+    stats: Statistics,
+    *,
+    weights: Mapping[str, Any] | None = None,
+    model: Any = None,
+    tokenizer: Any = None,
+    progress: bool = True,
+    stages: Stages | None = None,
+) -> Mask:
+    """The recipe's mask (method, top_k, granularity, seed) from the statistics and the weights: ``weights`` (e.g.
+    :func:`checkpoint_weights`: read from the base's files one at a time, no model in memory) or a loaded
+    ``model``'s (offloaded ones read back from accelerate's offload one at a time). ``mask.reference: official``
+    makes the released script's own batch-1 pass instead (it needs ``model`` and ``tokenizer``), whose sums in the
+    model's dtype are not statistics. Announces the stage and notes the selected count."""
+    m = recipe.mask
+    if stages is not None:
+        stages.start(
+            f"mask ({m.method}, top_k={m.top_k:g}"
+            + (", the released script's rule: one text per forward" if m.reference == "official" else "")
+            + ")"
+        )
+    if m.reference == "official":
+        mask = official_recipe_mask(recipe, model, tokenizer, progress=progress, stages=stages)
+    else:
+        mask = find_math_params(
+            weights if weights is not None else model_weights(model),
+            stats.math,
+            stats.general,
+            top_k=m.top_k,
+            method=m.method,
+            granularity=m.granularity,
+            seed=m.seed,
+            progress=progress,
+        )
+    if stages is not None:
+        selected, total = mask.total()
+        stages.note(
+            f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), sha256 {mask.sha256[:12]}"
+        )
+    return mask
+
+
+def checkpoint_weights(recipe: Recipe, stats: Statistics) -> Any:
+    """The scored weights of the recipe's base read from its files, one tensor per access, in the dtype the
+    statistics were computed in (so the scores are those of the loaded model): what the mask needs, without
+    loading the model (an 8B model's ``mask`` holds one matrix at a time, not 16 GB)."""
+    assert stats.math is not None
+    return weights_from_checkpoint(
+        base_reference(recipe),
+        names=stats.math.targets,
+        dtype=stats.math.meta.get("dtype"),
+        revision=recipe.base.revision,
+        trust_remote_code=recipe.base.trust_remote_code,
+    )

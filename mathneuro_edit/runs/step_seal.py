@@ -1,0 +1,145 @@
+"""The ``seal`` stage of a recipe: the lock and, in each output's folder, the lock, the evaluation and the card.
+
+:func:`seal_lock` assembles the lock of a run or an export (every input's and output's hash and the edit's
+summary), :func:`seal_run` hashes a run folder's outputs and writes its lock and every output folder's files
+(:func:`publish_folder`), with a sweep's evidence and its overlap with the run's own evaluation
+(:func:`evidence_with_overlap`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..data.sources import problem_sha256
+from ..engine.mask import Mask
+from ..evaluation.runner import MathTask
+from ..layout import EVAL_NAME, OUTPUT_DIRS
+from ..publish.card import build_card, folder_dtype, lock_file_sha256, summarize_edit, write_card
+from ..publish.lock import build_lock, output_hashes, write_lock
+from ..publish.outputs import output
+from ..recipe.schema import Recipe
+from ..util.console import Stages
+from ..util.files import write_json_atomic
+from .step_export import BaseRecord
+from .step_mask import Statistics
+
+__all__ = ["seal_run", "seal_lock", "publish_folder", "evidence_with_overlap"]
+
+
+def seal_run(
+    folder: Path,
+    recipe: Recipe,
+    base: BaseRecord,
+    mask: Mask,
+    stats: Statistics,
+    kinds: Sequence[str],
+    *,
+    n_params: int,
+    evaluation: tuple[dict | None, Mapping[str, Any]] = (None, {}),
+    tasks: Sequence[Any] = (),
+    sweep_evidence: Mapping[str, Any] | None = None,
+    stages: Stages | None = None,
+) -> dict[str, str]:
+    """The run folder's lock (every output file hashed, under its subfolder) and, in each output's folder, the lock,
+    the evaluation and the model card. Returns the hashed files (relative path -> sha256)."""
+    if stages is not None:
+        stages.start("write lock and model cards")
+    files: dict[str, str] = {}
+    for sub in OUTPUT_DIRS:
+        if (folder / sub).is_dir():
+            files.update({f"{sub}/{k}": v for k, v in output_hashes(folder / sub).items()})
+    sweep = None if sweep_evidence is None else evidence_with_overlap(sweep_evidence, list(tasks), mask.sha256)
+    if sweep is not None and sweep["evaluation_overlap"]["selection"] and stages is not None:
+        o = sweep["evaluation_overlap"]
+        stages.note(
+            f"{o['selection']} of this run's {o['n']} evaluation problems were used to choose the "
+            "setting: its gain is not a confirmation (the card says so)"
+        )
+    assert stats.records is not None, "a run's statistics carry their data records"
+    lock = seal_lock(
+        recipe, base, mask, records=stats.records, stats_sha256=stats.sha256, files=files, n_params=n_params,
+        sweep=sweep,
+    )  # fmt: skip
+    write_lock(folder, lock)
+    eval_dict, lm_eval_docs = evaluation
+    for kind in kinds:
+        sub = folder / output(kind).folder
+        publish_folder(sub, recipe, lock, kind, mask, n_params, eval_dict, base.card_fields, lm_eval_docs)
+    return files
+
+
+def seal_lock(
+    recipe: Recipe,
+    base: BaseRecord,
+    mask: Mask,
+    *,
+    records: dict[str, Any],
+    stats_sha256: dict[str, Any],
+    files: dict[str, str],
+    n_params: int,
+    sweep: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The lock of a run or an export: the recipe, every input's and output's hash and the edit's summary."""
+    return build_lock(
+        recipe,
+        base_revision=base.revision,
+        data_records=records,
+        stats_sha256=stats_sha256,
+        mask_sha256=mask.sha256,
+        output_files=files,
+        base_weights=base.weights,
+        base_gguf=base.gguf,
+        edit_summary=summarize_edit(mask.counts(), model_params=n_params),
+        sweep=sweep,
+    )
+
+
+def publish_folder(
+    folder: Path,
+    recipe: Recipe,
+    lock: dict,
+    kind: str,
+    mask: Any,
+    n_params: int,
+    eval_dict: dict | None,
+    license_: str | dict | None,
+    lm_eval_docs: Mapping[str, Any] | None = None,
+) -> None:
+    """Write the lock, eval.json (and lm-eval's own results files) and the model card into one output folder."""
+    write_lock(folder, lock)
+    if eval_dict is not None:
+        write_json_atomic(folder / EVAL_NAME, eval_dict)
+    for name, doc in (lm_eval_docs or {}).items():
+        write_json_atomic(folder / name, doc)
+    hub_id = recipe.base.hub_id or (None if recipe.base.local_dir() is not None else recipe.base.model)
+    card = build_card(
+        recipe=recipe,
+        lock=lock,
+        base_model_id=hub_id,
+        kind=kind,
+        edit_summary=summarize_edit(mask.counts(), model_params=n_params),
+        eval_results=eval_dict,
+        license=license_,
+        lock_sha256=lock_file_sha256(folder),
+        weights_dtype=folder_dtype(folder),
+    )
+    write_card(folder, card)
+
+
+def evidence_with_overlap(evidence: Mapping[str, Any], tasks: list[Any], mask_sha256: str) -> dict[str, Any]:
+    """A sweep's lock entry plus ``evaluation_overlap``: how many of the run's own math evaluation problems (by
+    prompt sha256) are among the sweep's selection and confirmation problems, and whether the run's mask is the one
+    the confirmation tested."""
+    mine = [problem_sha256(p) for t in tasks if isinstance(t, MathTask) for p in t.problems]
+    sel = set(evidence["selection"]["problems_sha256"])
+    conf = set(evidence["confirmation"].get("problems_sha256") or ())
+    out = dict(evidence)
+    out["evaluation_overlap"] = {
+        "n": len(mine),
+        "selection": sum(h in sel for h in mine),
+        "confirmation": sum(h in conf for h in mine),
+    }
+    out["mask_matches_confirmation"] = evidence["confirmation"].get("mask_sha256") == mask_sha256
+    return out
