@@ -66,7 +66,7 @@ from .hub_requests import (
 from .integrity import NOT_OUTPUTS, compare_files
 from .lock import read_lock
 from .lock_policy import validate_lock
-from .outputs import OUTPUTS, output, output_of_folder, repo_for
+from .outputs import CHECKPOINT, OUTPUTS, output, output_of_folder, repo_for
 
 __all__ = [
     "KINDS",
@@ -128,7 +128,7 @@ class PushResult:
     commit_message: str
     card_metadata: dict[str, Any]
     dry_run: bool
-    kind: str = "checkpoint"
+    kind: str = CHECKPOINT.name
     deletes: list[tuple[str, int]] = field(default_factory=list)
     remote: str = "listed"
     create_pr: bool = False

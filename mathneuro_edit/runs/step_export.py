@@ -48,9 +48,9 @@ __all__ = [
 @dataclass(frozen=True)
 class Exporter:
     """How a run writes one output: ``write(recipe, base, mask, dest, *, n_params, gguf, progress, workers,
-    stages)`` writes its files into ``dest`` and returns the adapter's size as a fraction of the checkpoint's
-    (``None`` for other outputs); ``check(recipe, model)``, when set, refuses a model the output cannot express,
-    from a model on the meta device (before any weight is read) or a loaded one."""
+    stages)`` writes its files into ``dest`` and returns its size as a fraction of the checkpoint's when it reports
+    one (the adapter), else ``None``; ``check(recipe, model)``, when set, refuses a model the output cannot
+    express, from a model on the meta device (before any weight is read) or a loaded one."""
 
     write: Callable[..., float | None]
     check: Callable[[Recipe, Any], None] | None = None
@@ -62,7 +62,8 @@ EXPORTERS: dict[str, Exporter] = {}
 def register_exporter(
     out: Output, write: Callable[..., float | None], check: Callable[[Recipe, Any], None] | None = None
 ) -> None:
-    """Give a registered output its run step (one per output; an output written by another's step has none)."""
+    """Give a registered output its run step (one per output; an output written by another's step, the GGUF, has
+    none). A run writes it when the recipe's ``outputs.<name>`` is on."""
     if out.name in EXPORTERS:
         raise ValueError(f"output {out.name!r} already has an exporter")
     EXPORTERS[out.name] = Exporter(write, check)
