@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -261,7 +262,11 @@ def run_stage(name: str, argv: list[str], work: Path, created: list[Path]) -> di
     t0 = time.time()
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        sampled: dict = {}
+        sampler = threading.Thread(target=sample_rss, args=(proc.pid, t0, sampled), daemon=True)
+        sampler.start()
         _, status, ru = os.wait4(proc.pid, 0)
+        sampler.join(timeout=5)
     wall = time.time() - t0
     rc = os.waitstatus_to_exitcode(status)
     row = {
@@ -270,6 +275,8 @@ def run_stage(name: str, argv: list[str], work: Path, created: list[Path]) -> di
         "peak_rss": ru.ru_maxrss * 1024,
         "written": tree_bytes(created),
         "exit": rc,
+        # at the sampled peak: anonymous memory vs file pages mapped (reclaimable), and when (fraction of the wall)
+        **sampled,
         "load_1min_at_end": round(os.getloadavg()[0], 2),  # other jobs on the machine stretch wall (and CPU) times
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
@@ -282,6 +289,31 @@ def run_stage(name: str, argv: list[str], work: Path, created: list[Path]) -> di
         print(log.read_text()[-3000:], file=sys.stderr)
         raise SystemExit(f"[{name}] failed (exit {rc}); log: {log}")
     return row
+
+
+def sample_rss(pid: int, t0: float, out: dict) -> None:
+    """Sample a process's RSS every 0.5 s until it exits; keep the peak's split into anonymous memory (what the
+    process allocated) and file pages (memory-mapped files: the kernel reclaims them under pressure) and its time.
+    os.wait4's ru_maxrss gives the peak itself; this says what it was made of."""
+    peak = 0
+    while True:
+        try:
+            fields = dict(
+                line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+            )
+        except (OSError, ValueError):
+            return
+        if fields.get("State", "").strip().startswith("Z"):
+            return
+        kb = {k: int(fields.get(k, "0 kB").split()[0]) for k in ("VmRSS", "RssAnon", "RssFile")}
+        if kb["VmRSS"] > peak:
+            peak = kb["VmRSS"]
+            out.update(
+                sampled_peak_anon=kb["RssAnon"] * 1024,
+                sampled_peak_file=kb["RssFile"] * 1024,
+                sampled_peak_at=round(time.time() - t0, 1),
+            )
+        time.sleep(0.5)
 
 
 def gb(n: float | None) -> str:

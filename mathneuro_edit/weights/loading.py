@@ -145,7 +145,9 @@ def load_model(
                 dtype=torch_dtype,
                 use_safetensors=True,
                 device_map=device_map,
-                max_memory=max_memory,
+                # a copy: accelerate rewrites the caps in place ("6GiB" -> 6442450944), which changed the recipe
+                # itself (a pydantic warning when it was written to the lock)
+                max_memory=None if max_memory is None else dict(max_memory),
                 offload_folder=None if offload_folder is None else str(offload_folder),
                 output_loading_info=True,
                 **kwargs,

@@ -86,6 +86,14 @@ def test_calibrate_with_disk_offload_equals_in_memory(folders, tmp_path):
     assert mask_off.sha256 == mask_ref.sha256
 
 
+def test_loading_with_max_memory_leaves_the_recipes_caps_as_written(folders, tmp_path):
+    """accelerate rewrites max_memory in place ("60KB" -> 60000); the recipe's dict must stay as the user wrote it
+    (it is written to the lock after loading)."""
+    caps = {"cpu": "60KB"}
+    model, _ = load_model(str(folders["llama"]), device_map="auto", max_memory=caps, offload_folder=tmp_path / "off")
+    assert any(p.device.type == "meta" for p in model.parameters()) and caps == {"cpu": "60KB"}
+
+
 def test_model_weights_reads_offloaded_parameters(folders, tmp_path):
     ref = dict(AutoModelForCausalLM.from_pretrained(folders["mixtral"]).named_parameters())
     off = _offloaded(folders["mixtral"], tmp_path, device_map={"": "disk"})  # fused experts re-saved by transformers
