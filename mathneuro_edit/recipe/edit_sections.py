@@ -1,0 +1,111 @@
+"""The recipe sections of making the edit and writing it: ``calibration``, ``targets``, ``mask``, ``edit`` and
+``outputs``.
+
+Apart from the sections of what a run reads (:mod:`mathneuro_edit.recipe.input_sections`) and of the jobs that
+judge or publish an edit (:mod:`mathneuro_edit.recipe.job_sections`): these are the settings of the method itself
+(which matrices are scored, how the math-specific weights are chosen, what is done to them) and of the files a
+run writes from it. They name no path and no repo.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, StrictBool, StrictInt, model_validator
+
+from .types import Positive, Regex, Scale, ShardSize, TopK, _Model
+
+__all__ = ["CalibrationConfig", "TargetsConfig", "MaskConfig", "EditConfig", "OutputsConfig"]
+
+
+class CalibrationConfig(_Model):
+    """Forward passes that collect activation statistics."""
+
+    max_length: Positive = Field(512, description="tokens per text (longer texts are truncated)")
+    batch_size: Positive = Field(8, description="texts per forward pass")
+
+
+class TargetsConfig(_Model):
+    """Which weight matrices are scored (regular expressions searched in parameter names)."""
+
+    include: list[Regex] = Field(
+        default_factory=list, description="only parameters matching one of these (empty: all supported matrices)"
+    )
+    exclude: list[Regex] = Field(default_factory=list, description="drop parameters matching one of these")
+
+
+class MaskConfig(_Model):
+    """How the math-specific weights are chosen."""
+
+    method: Literal["mathneuro", "wanda", "random"] = Field(
+        "mathneuro", description="mathneuro (math top-K minus general top-K), wanda (math top-K only) or random"
+    )
+    top_k: TopK = Field(0.05, description="fraction of each matrix (or row) kept in a top-K set")
+    granularity: Literal["matrix", "row"] = Field("matrix", description="top-K per matrix or per output row")
+    seed: StrictInt = Field(0, description="seed of the random method")
+    reference: Literal["official"] | None = Field(
+        None,
+        description="official: the released MathNeuro.py's selection bit for bit (per-sample products summed "
+        "in the model's dtype, batch 1; docs/method.md); null: float32 statistics",
+    )
+
+    @model_validator(mode="after")
+    def _official_is_per_matrix(self) -> MaskConfig:
+        if self.reference == "official" and self.granularity != "matrix":
+            raise ValueError(
+                "reference official selects per matrix (the released script has no per-row top-K): "
+                "set granularity: matrix"
+            )
+        return self
+
+
+class EditConfig(_Model):
+    """What is done to the selected weights: exactly one of ``scale: X`` or ``prune: true``."""
+
+    scale: Scale | None = Field(None, description="multiply selected weights by this (paper: 1.1)")
+    prune: StrictBool = Field(False, description="set selected weights to 0")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EditConfig:
+        if (self.scale is None) == (not self.prune):
+            got = "both" if self.prune else "neither"
+            raise ValueError(f"set exactly one of scale (a number >= 0) or prune: true (got {got})")
+        return self
+
+    @property
+    def effective_scale(self) -> float:
+        """The factor applied to selected weights: 0.0 when pruning.
+
+        Example:
+            >>> EditConfig(prune=True).effective_scale
+            0.0
+        """
+        return 0.0 if self.prune else float(self.scale)  # type: ignore[arg-type]
+
+
+class OutputsConfig(_Model):
+    """What is written."""
+
+    checkpoint: StrictBool = Field(True, description="a full edited transformers checkpoint")
+    adapter: StrictBool = Field(False, description="a PEFT adapter holding the edit")
+    max_shard_size: ShardSize | None = Field(
+        None, description='checkpoint shard size, e.g. "2GB" (default: transformers\')'
+    )
+    gguf: Literal["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "base"] | None = Field(
+        None,
+        description="also write checkpoint/model-TYPE.gguf for llama.cpp (needs the gguf extra); base: the "
+        "GGUF base's own type",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="dtype of the checkpoint's floating-point weights (auto: the base's own; a GGUF base: "
+        "the GGUF's when it is F32/F16/BF16, else bfloat16)",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> OutputsConfig:
+        if not (self.checkpoint or self.adapter):
+            raise ValueError("at least one of checkpoint or adapter must be true")
+        if self.gguf is not None and not self.checkpoint:
+            raise ValueError("gguf is written from the checkpoint: set checkpoint: true or gguf: null")
+        return self
