@@ -21,7 +21,7 @@ LINE = re.compile(r"pip install ((?:(?!&&|`|;| \(|#|\n).)+)")
 
 
 def install_lines() -> list[tuple[str, str]]:
-    from mathneuro_edit.evaluation.lm_eval_bridge import _INSTALL_HINT
+    from mathneuro_edit.evaluation.lm_eval_index import _INSTALL_HINT
     from mathneuro_edit.publish.card_sections import INSTALL
 
     sources = [
