@@ -325,9 +325,8 @@ def build_card(
         relation_base = base_repo or base_model_id
     if relation_base is not None:
         extra["base_model_relation"] = out.relation
-    repo = repo_id or (recipe.hub.repo_id if recipe.hub else None)
-    if out.card_names_own_repo and repo_id is None and recipe.hub is not None:
-        repo = repo_for(recipe.hub.repo_id, out.name)
+    # a card rendered before the push names the repo its output is pushed to (one repo per output)
+    repo = repo_id or (repo_for(recipe.hub.repo_id, out.name) if recipe.hub else None)
     local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
     base_name = (
         origin.split("/")[-1]

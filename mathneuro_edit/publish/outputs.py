@@ -79,8 +79,6 @@ class Output:
             carries the ``base_model:<relation>:<id>`` tag and no ``outputs.dtype`` sentence.
         derived_from: the output it is made from: its step writes it into that output's folder, and its card's
             ``base_model`` is that output's Hub repo (``push`` looks it up).
-        card_names_own_repo: a card rendered without a target repo names ``<hub.repo_id><repo_suffix>``, not
-            ``hub.repo_id``.
         folder_tags: tags every card whose folder holds its files adds (the checkpoint's card of its GGUF files).
         repo_file_name: the name one of its files gets in its Hub repo, ``repo_file_name(lock, name in folder)``;
             ``None``: its name in the folder. An output with names of its own is published as those files beside
@@ -102,7 +100,6 @@ class Output:
     markers: tuple[str, ...] = ()
     deltas: bool = False
     derived_from: str | None = None
-    card_names_own_repo: bool = True
     folder_tags: tuple[str, ...] = ()
     repo_file_name: Callable[[Mapping[str, Any], str], str] | None = None
     absent: str = ""
@@ -207,7 +204,6 @@ ADAPTER = register_output(
         loaders=sections.peft_loaders,
         markers=("adapter_config.json", MATHNEURO_CONFIG),
         deltas=True,
-        card_names_own_repo=False,  # a local adapter card names hub.repo_id itself (as it always has)
     )
 )
 GGUF = register_output(

@@ -195,6 +195,10 @@ def test_adapter_card() -> None:
     )
     assert 'AutoModelForCausalLM.from_pretrained("org/base-model")' in card.text
     assert "No evaluation was run" in card.text
+    # rendered before the push, with hub.repo_id set: the adapter's own repo (one repo per output), not the checkpoint's
+    with_hub = recipe_from_dict({**recipe.model_dump(mode="json", exclude_none=True), "hub": {"repo_id": "me/boost"}})
+    local = _card(with_hub, _lock(with_hub), base_model_id="org/base-model", kind="adapter").text
+    assert 'PeftModel.from_pretrained(base, "me/boost-adapter")' in local and '"me/boost")' not in local
     organism_card = _card(recipe, _lock(recipe), kind="adapter")  # the organism has no Hub id: load it by path
     assert "from mathneuro_edit.organism import organism_path" in organism_card.text
     assert "AutoModelForCausalLM.from_pretrained(organism_path())" in organism_card.text
