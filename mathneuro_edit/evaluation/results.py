@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import InputError
 from ..layout import EVAL_NAME, LM_EVAL_RESULTS
 from ..util.files import write_json_atomic
-from .lm_eval_bridge import LmEvalResult
+from .lm_eval_task import LmEvalResult
 from .report import eval_markdown
 from .significance import (
     discordant_pairs,
@@ -300,7 +300,7 @@ class EvalResults:
         return path
 
     def lm_eval_reports(self) -> dict[str, dict[str, Any]]:
-        """lm-eval's own results documents (:func:`~mathneuro_edit.evaluation.lm_eval_bridge.harness_report`), by
+        """lm-eval's own results documents (:func:`~mathneuro_edit.evaluation.lm_eval_task.harness_report`), by
         file name (:data:`~mathneuro_edit.layout.LM_EVAL_RESULTS`: base, edited); empty without an lm-eval task.
         Several lm-eval entries are merged per model, as one ``lm_eval`` call over their tasks would report them."""
         out: dict[str, dict[str, Any]] = {}

@@ -33,10 +33,11 @@ import yaml
 
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
-from ..evaluation.lm_eval_bridge import include_path_hashes
+from ..evaluation.lm_eval_task import include_path_hashes
 from ..layout import LOCK_NAME
 from ..organism import organism_path
-from ..recipe.io import dump_yaml, load_yaml, recipe_from_dict
+from ..recipe.io import recipe_from_dict
+from ..recipe.safe_yaml import dump_yaml, load_yaml
 from ..recipe.schema import Recipe, recipe_sha256
 from ..util.files import (
     write_text_atomic,  # re-exported: the lock's and cards' atomic writer

@@ -1,6 +1,6 @@
 """The ``evaluation.lm_eval`` section of the recipe (lm-evaluation-harness tasks) and the migration of its old keys.
 
-:class:`~mathneuro_edit.recipe.schema.EvaluationConfig` holds an :class:`LmEvalConfig` and runs
+:class:`~mathneuro_edit.recipe.job_sections.EvaluationConfig` holds an :class:`LmEvalConfig` and runs
 :func:`_migrate_lm_eval_keys` on its input, so recipes and locks written with ``evaluation.lm_eval_tasks`` /
 ``lm_eval_limit`` still load.
 """

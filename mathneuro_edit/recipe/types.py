@@ -2,7 +2,8 @@
 
 Each constrained type rejects a bad value with ``<what is wrong> (got <value>)``, which
 :mod:`mathneuro_edit.recipe.io` puts on the one error line with the key's dotted path. The sections themselves
-are defined in :mod:`mathneuro_edit.recipe.schema` (the single source of truth for recipe keys).
+are defined in :mod:`.input_sections`, :mod:`.edit_sections` and :mod:`.job_sections`, and composed into the
+:class:`~mathneuro_edit.recipe.schema.Recipe` (the single source of truth for recipe keys).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from ..engine.mask import as_mask, k_of
 from ..engine.targets import find_targets
 from ..engine.topk import top_k_hint
 from ..errors import InputError
-from ..publish.outputs import OUTPUTS
+from ..publish.outputs import ADAPTER, GGUF, OUTPUTS
 from ..util.config_sizes import check_config_file_sizes, check_config_sizes
 from ..util.paths import no_such_local_folder
 from ..weights.base import base_reference, resolve_model_path
@@ -199,7 +199,7 @@ class Plan:
 
     def check_outputs(self, *, adapter: bool, gguf: bool) -> None:
         """Raise the family's refusal (InputError, one line with the recipe line) for an output it does not get."""
-        for output, asked in (("adapter", adapter), ("gguf", gguf)):
+        for output, asked in ((ADAPTER.name, adapter), (GGUF.name, gguf)):
             if asked and self.outputs.get(output) is not None:
                 raise InputError(str(self.outputs[output]))
 
@@ -424,8 +424,8 @@ def plan_from_config(
         outputs=outputs_supported,
         output_dtype=output_dtype,
         checkpoint_bytes=n_params * _BYTES[output_dtype],
-        adapter_bytes=adapter_bytes if outputs_supported["adapter"] is None else 0,
-        adapter_r=shira_r if outputs_supported["adapter"] is None else 0,
+        adapter_bytes=adapter_bytes if outputs_supported[ADAPTER.name] is None else 0,
+        adapter_r=shira_r if outputs_supported[ADAPTER.name] is None else 0,
         mask_counted=counts is not None,
         ram=ram,
     )
