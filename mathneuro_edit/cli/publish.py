@@ -13,16 +13,9 @@ from typing import Any
 
 import click
 
+from .options import JSON_META, json_requested  # their home; still importable from here
+
 __all__ = ["register", "JSON_META", "json_requested"]
-
-JSON_META = "mathneuro_edit.json"  # ctx.meta (shared by a command's context and the group's): --json was given
-
-
-def json_requested(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-    """``--json``'s callback: tells the CLI's error boundary to print an error as JSON on stdout too."""
-    if value:
-        ctx.meta[JSON_META] = True
-    return value
 
 
 def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:

@@ -1,0 +1,120 @@
+"""The options and helpers every command of the CLI shares, one home each: ``recipe_arg``, ``--set``,
+``--quiet``/``--verbose``, ``--json``, ``--workers``; the recipe read, the output claim, the stage printer, the bars.
+
+Nothing heavy (torch, transformers) is imported here: each helper imports what it needs when a command calls it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+__all__ = [
+    "JSON_META",
+    "json_requested",
+    "recipe_arg",
+    "set_opt",
+    "verbose_opt",
+    "quiet_opt",
+    "json_opt",
+    "emit_json",
+    "workers_opt",
+    "read_recipe",
+    "check_out",
+    "stage_echo",
+    "bars",
+]
+
+JSON_META = "mathneuro_edit.json"  # ctx.meta (shared by a command's context and the group's): --json was given
+
+
+def json_requested(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """``--json``'s callback: tells the CLI's error boundary to print an error as JSON on stdout too."""
+    if value:
+        ctx.meta[JSON_META] = True
+    return value
+
+
+def read_recipe(path: str | None, sets: tuple[str, ...]):
+    """RECIPE with ``--set`` applied; without RECIPE, the embedded quickstart recipe."""
+    from ..recipe.io import load_recipe, quickstart_recipe
+
+    return load_recipe(path, sets) if path else quickstart_recipe(sets)
+
+
+def check_out(out: str, recipe: Any, recipe_path: str | None, kind: str, **more: str | None) -> list:
+    """The one output-claiming rule (:func:`~mathneuro_edit.util.outdir.check_output`): ``--out`` may not be,
+    contain or lie inside any input (the recipe's base and data files, the recipe file, and ``more``: statistics,
+    mask, ...), and must be a regular file or folder path. Returns the inputs (for the writer's own check)."""
+    from ..util.outdir import check_output
+
+    inputs = [
+        *recipe.local_inputs(),
+        *([("recipe", recipe_path)] if recipe_path else []),
+        *[(what.replace("_", " "), p) for what, p in more.items() if p],
+    ]
+    check_output(out, inputs, kind=kind)
+    return inputs
+
+
+def stage_echo(quiet: bool, verbose: bool = False):
+    """The stage printer's sink (stderr; nothing under ``--quiet``), with the libraries kept quiet for the rest of
+    the command unless ``--verbose`` (their bars and the known-harmless warnings; restored when it ends)."""
+    from ..util.console import quiet_libraries
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.with_resource(quiet_libraries(verbose and not quiet))  # closed when the command's context ends
+    return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
+
+
+def bars(quiet: bool) -> bool:
+    """Whether to draw progress bars (none under ``--quiet``, nor off a terminal)."""
+    from ..util.console import bars_wanted
+
+    return bars_wanted(quiet)
+
+
+recipe_arg = click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+set_opt = click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="override a recipe key, e.g. --set mask.top_k=0.01 (repeatable)",
+)
+verbose_opt = click.option(
+    "--verbose", "-v", is_flag=True, help="also the libraries' own progress bars and every warning they print"
+)
+_quiet = click.option("--quiet", "-q", is_flag=True, help="no progress bars or stage lines")
+
+
+def quiet_opt(f: Any) -> Any:
+    """``--quiet`` and ``--verbose`` (the command receives both)."""
+    return _quiet(verbose_opt(f))
+
+
+json_opt = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=json_requested,
+    help="print one JSON document on stdout (stage lines stay on stderr)",
+)
+
+
+def emit_json(data: Any) -> None:
+    """One JSON document on stdout (``--json``)."""
+    import json
+
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
+
+
+workers_opt = click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="output shards written at once (threads; peak memory grows with N)",
+)

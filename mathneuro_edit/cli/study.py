@@ -1,0 +1,240 @@
+"""The commands that study a model or an edit rather than make one: ``inspect``, ``sweep``, ``consistency``,
+``dequantize``, ``plan`` (kept apart from :mod:`mathneuro_edit.cli.main`, which adds them to the ``mathneuro-edit``
+group, so each module stays small).
+
+Each parses, calls one function of :mod:`mathneuro_edit.runs` (or the GGUF reader), and prints what it returns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from .options import (
+    bars,
+    check_out,
+    emit_json,
+    json_opt,
+    quiet_opt,
+    read_recipe,
+    recipe_arg,
+    set_opt,
+    stage_echo,
+    verbose_opt,
+)
+
+__all__ = ["inspect", "sweep", "consistency", "dequantize", "plan"]
+
+
+@click.command()
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--plot", type=click.Path(dir_okay=False), help="save the per-layer distribution of a mask as PNG")
+@json_opt
+def inspect(path: str, plot: str | None, as_json: bool) -> None:
+    """Show a mask or statistics file as a per-tensor table."""
+    from ..runs.inspect import (
+        load_artifact,
+        mask_dict,
+        mask_table,
+        plot_layer_distribution,
+        stats_dict,
+        stats_table,
+    )
+    from ..util.outdir import check_output
+
+    if plot:
+        check_output(plot, [("inspected file", path)], kind="file", label="--plot")
+    kind, obj = load_artifact(path)
+    if plot and kind != "mask":  # before the table: an error is the only output of a failed command
+        raise InputError(f"{path}: --plot needs a mask file, this is a statistics file; drop --plot or pass a mask")
+    if as_json:
+        data = mask_dict(obj) if kind == "mask" else stats_dict(obj)
+        if plot:
+            data["plot"] = str(plot_layer_distribution(obj, plot))
+        emit_json(data)
+        return
+    click.echo(mask_table(obj) if kind == "mask" else stats_table(obj))
+    if plot:
+        from ..util.outdir import claim
+
+        with claim(plot):  # one writer per --plot; the PNG itself is written atomically
+            click.echo(plot_layer_distribution(obj, plot))
+
+
+def _floats(option: str, text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{option}: {text!r} is not a comma-separated list of numbers, e.g. 0.01,0.05") from None
+    if not values:
+        raise InputError(f"{option}: give at least one value")
+    return values
+
+
+@click.command()
+@recipe_arg
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option(
+    "--top-k",
+    "top_ks",
+    default=None,
+    help="comma-separated top_k fractions (the same as --set 'sweep.top_k=[...]'; default: the recipe's "
+    "sweep.top_k, else 0.001,0.01,0.05,0.1,0.15)",
+)
+@click.option(
+    "--scale",
+    "scales",
+    default=None,
+    help="comma-separated scales, 0 prunes (the same as --set 'sweep.scale=[...]'; default: the recipe's "
+    "sweep.scale, else 0,1.05,1.1,1.2)",
+)
+@click.option(
+    "--kl-budget",
+    type=float,
+    default=None,
+    help="largest general KL a chosen setting may have (the same as --set sweep.kl_budget=X; default: "
+    "the recipe's, 0.05)",
+)
+@click.option("--overwrite", is_flag=True)
+@set_opt
+@quiet_opt
+@json_opt
+def sweep(
+    recipe: str | None,
+    out: str,
+    top_ks: str | None,
+    scales: str | None,
+    kl_budget: float | None,
+    overwrite: bool,
+    sets: tuple[str, ...],
+    quiet: bool,
+    verbose: bool,
+    as_json: bool,
+) -> None:
+    """Choose a (top_k, scale) edit on selection problems, confirm it on other problems; write sweep.csv/json/png.
+
+    Sizes, budget and level: the recipe's sweep section (--set sweep.selection_samples=N, ...).
+    """
+    echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from ..layout import SWEEP_CSV, SWEEP_JSON, SWEEP_PNG
+    from ..runs.sweep import run_sweep
+
+    r = read_recipe(recipe, (*sets, f"sweep.kl_budget={kl_budget!r}") if kl_budget is not None else sets)
+    check_out(out, r, recipe, "dir")
+    result = run_sweep(
+        r,
+        out,
+        top_ks=None if top_ks is None else _floats("--top-k", top_ks),
+        scales=None if scales is None else _floats("--scale", scales),
+        overwrite=overwrite,
+        progress=bars(quiet),
+        echo=echo,
+    )
+    if as_json:  # the sweep.json document as written (NaN-free), and where the files are
+        import json
+
+        files = [str(Path(out) / f) for f in (SWEEP_CSV, SWEEP_JSON, SWEEP_PNG) if (Path(out) / f).is_file()]
+        emit_json(
+            {
+                "ok": True,
+                "out_dir": str(out),
+                "files": files,
+                "recommendation": result.recommendation,
+                "sweep": json.loads((Path(out) / SWEEP_JSON).read_text(encoding="utf-8")),
+            }
+        )
+        return
+    click.echo(result.to_text())
+    click.echo(result.recommendation)
+    click.echo(
+        f"wrote {Path(out) / SWEEP_CSV} (every column), {SWEEP_JSON}"
+        + (f", {SWEEP_PNG}" if (Path(out) / SWEEP_PNG).is_file() else "")
+    )
+
+
+@click.command()
+@recipe_arg
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option(
+    "--sizes",
+    default=None,
+    help="comma-separated calibration samples per set (the same as --set 'consistency.sizes=[...]'; default: the "
+    "recipe's consistency.sizes, 1,4,16)",
+)
+@click.option(
+    "--repeats",
+    type=int,
+    default=None,
+    help="random draws per size (the same as --set consistency.repeats=N; default: the recipe's, 3)",
+)
+@click.option("--overwrite", is_flag=True)
+@set_opt
+@quiet_opt
+def consistency(
+    recipe: str | None,
+    out: str,
+    sizes: str | None,
+    repeats: int | None,
+    overwrite: bool,
+    sets: tuple[str, ...],
+    quiet: bool,
+    verbose: bool,
+) -> None:
+    """Mask overlap across random calibration subsets vs the full data (the paper's data-efficiency figure)."""
+    echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    from ..runs.consistency import run_consistency
+
+    if sizes is not None:  # a shortcut for the recipe key
+        if any(v < 1 or v != int(v) for v in _floats("--sizes", sizes)):  # 1.5 is not a number of samples
+            raise InputError(
+                f"--sizes: {sizes!r}: each size is a number of calibration samples, an integer >= 1, e.g. 1,4,16"
+            )
+        sets = (*sets, f"consistency.sizes=[{','.join(str(int(v)) for v in _floats('--sizes', sizes))}]")
+    if repeats is not None:
+        sets = (*sets, f"consistency.repeats={repeats}")
+    r = read_recipe(recipe, sets)
+    check_out(out, r, recipe, "dir")
+    rows = run_consistency(r, out, overwrite=overwrite, progress=bars(quiet), echo=echo)
+    click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
+    for r in rows:
+        between = "-" if r.overlap_between_draws_mean is None else f"{r.overlap_between_draws_mean:.3f}"
+        click.echo(
+            f"{r.samples:>7}  {r.overlap_with_full_mean:>13.3f}  {r.overlap_with_full_min:>12.3f}  {between:>13}"
+        )
+
+
+@click.command()
+@click.argument("model")
+@click.option("--gguf-file", help="the .gguf file inside MODEL when MODEL is a Hub repo or a folder")
+@click.option("--revision", help="Hub revision of MODEL")
+@verbose_opt
+def dequantize(model: str, gguf_file: str | None, revision: str | None, verbose: bool) -> None:
+    """Dequantize a GGUF file once into a cached safetensors folder and print its path (docs/gguf.md)."""
+    from ..weights.gguf_reader import dequantize_gguf, gguf_source
+
+    stage_echo(False, verbose)  # the libraries' bars and load report only with --verbose
+
+    click.echo(str(dequantize_gguf(gguf_source(model, gguf_file, revision)[0])))
+
+
+@click.command()
+@recipe_arg
+@set_opt
+@click.option(
+    "--mask",
+    "mask_file",
+    type=click.Path(dir_okay=False),
+    help="a saved mask of this base: its counts give the exact mask and adapter sizes and their commands' memory",
+)
+@json_opt
+def plan(recipe: str | None, sets: tuple[str, ...], mask_file: str | None, as_json: bool) -> None:
+    """Estimate parameters, targets, file sizes and peak memory from config.json alone (no weights)."""
+    from ..runs.plan import plan_recipe
+
+    result = plan_recipe(read_recipe(recipe, sets), mask_file)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(result.to_text())
