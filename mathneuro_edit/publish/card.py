@@ -14,7 +14,9 @@ evaluation results (``model-index``, built with huggingface_hub's ``EvalResult``
 % of weights), the data with its sha256, the base (Hub id + revision, or a local base's file hashes), the
 before/after evaluation, how to load it, how to install mathneuro-edit and reproduce the edit (the exact command),
 the library versions, the recipe, the full lock file, the paper's citation, and limitations. The sections drawn
-from the lock alone live in :mod:`mathneuro_edit.publish.card_sections`.
+from the lock alone live in :mod:`mathneuro_edit.publish.card_sections`, the ``model-index`` in
+:mod:`mathneuro_edit.publish.model_index`, and the paragraphs on a GGUF base, a cast dtype and GGUF files beside a
+checkpoint in :mod:`mathneuro_edit.publish.card_weights`.
 
 One card per folder, rendered from the folder itself (:func:`card_for_folder`: its lock and ``eval.json``), so
 ``push`` renders it again for the target repo: the published card loads ``from_pretrained("user/name")``; a card
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..errors import InputError
@@ -45,8 +47,13 @@ from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, is_local_path
 from . import card_sections as sections
 from .base_card import card_fields
+from .card_weights import _dtype_note, _gguf_note, _gguf_usage
 from .gguf_naming import hub_origin
 from .lock import check_private, read_lock
+from .model_index import BASE_SUFFIX as BASE_SUFFIX  # re-exported: card.py was their home
+from .model_index import BUILT_IN as BUILT_IN
+from .model_index import SOURCE_URL as SOURCE_URL
+from .model_index import eval_results_metadata
 from .outputs import GGUF, CardView, output, output_of_folder, repo_for
 
 __all__ = [
@@ -106,141 +113,8 @@ def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) 
     }
 
 
-_METRICS = {  # eval.json key -> (Hub metric type, name); the model-index describes this (the edited) model
-    "math_accuracy": ("accuracy", "math accuracy"),
-    "general_loss": ("loss", "general next-token loss"),
-    "general_perplexity": ("perplexity", "general perplexity"),
-    "general_kl": ("kl_divergence", "KL(base || edited) per token"),
-}
-BASE_SUFFIX = " of the base model, before the edit"  # the base's values, beside this model's, for comparison
-SOURCE_URL = "https://github.com/mathneuro-edit/mathneuro-edit/blob/main/"
-# the built-in sources are not Hub datasets: each is named, and its generator (which documents it) linked
-BUILT_IN = {
-    "arithmetic": (
-        "mathneuro-edit-arithmetic",
-        "mathneuro-edit built-in arithmetic (two-digit + and -, one-digit *)",
-        "mathneuro_edit/data/arithmetic.py",
-    ),
-    "organism:math": (
-        "mathneuro-edit-organism-math",
-        "mathneuro-edit organism: synthetic GSM8K-style problems",
-        "mathneuro_edit/organism/data.py",
-    ),
-    "organism:general": (
-        "mathneuro-edit-organism-general",
-        "mathneuro-edit organism: synthetic general text",
-        "mathneuro_edit/organism/data.py",
-    ),
-}
-
-
-def _dataset(src: Mapping[str, Any] | None, task: str, seed: int | None) -> dict[str, Any]:
-    """The ``dataset_*`` (and ``source_*``) fields of one model-index entry for an evaluation source (public
-    form): a Hub dataset by its id (``openai/gsm8k``, config, split, revision); a built-in source by a name and
-    the generator that documents it, with its seed; a local file by its name (its sha256 is in the lock)."""
-    if src is None:  # lm-eval tasks: the harness's task name
-        return {"dataset_type": task, "dataset_name": task}
-    path = str(src.get("path"))
-    if path.startswith("hf://datasets/"):
-        hub_id = path.removeprefix("hf://datasets/")
-        return {
-            "dataset_type": hub_id,
-            "dataset_name": hub_id,
-            "dataset_config": src.get("config"),
-            "dataset_split": src.get("split") or "train",
-            "dataset_revision": src.get("revision"),
-        }
-    if path in BUILT_IN:
-        kind, name, code = BUILT_IN[path]
-        return {
-            "dataset_type": kind,
-            "dataset_name": name,
-            "dataset_split": src.get("split"),
-            "dataset_args": {"seed": seed} if seed is not None else None,
-            "source_name": "mathneuro-edit",
-            "source_url": SOURCE_URL + code,
-        }
-    name = document_safe(path.rsplit("/", 1)[-1])  # the metadata's value, not only the card's text, shows it escaped
-    if src.get("hub_dataset"):  # a local subset of a Hub dataset: named by the dataset's id
-        return {
-            "dataset_type": src["hub_dataset"],
-            "dataset_name": f"{src['hub_dataset']} ({name}: a local subset; its sha256 is in the lock)",
-        }
-    return {"dataset_type": "local-file", "dataset_name": f"{name} (a local file; its sha256 is in the lock)"}
-
-
-def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe) -> list[EvalResult]:
-    """The evaluation as Hub evaluation results (``model-index``): per metric, this (edited) model's value under
-    the metric's plain name, then the base model's under the same name + :data:`BASE_SUFFIX` (KL compares the two,
-    so it has one value); each dataset named by :func:`_dataset` (a Hub dataset by its id)."""
-    if not eval_results or recipe.evaluation is None:
-        return []
-    ev = recipe.public_dict().get("evaluation") or {}  # public form: a local data file is "<local>/NAME"
-    general = ev.get("general") or []
-    sources = {"math": ev.get("math"), "general": general[0] if general else None}
-    found = []
-    for task, parts in eval_results.items():
-        if not isinstance(parts, Mapping):
-            continue
-        dataset = _dataset(sources.get(task), task, ev.get("seed"))
-        for label in ("edited", "base"):
-            values = parts.get(label)
-            if not isinstance(values, Mapping):
-                continue
-            for key, value in values.items():
-                if key in _METRICS:
-                    metric, name = _METRICS[key]
-                elif task not in sources and isinstance(value, (int, float)) and "stderr" not in key:
-                    metric, name = key, f"{task} {key}"  # lm-eval: the harness's own metric names
-                else:
-                    continue
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-                    continue
-                if label == "base" and key == "general_kl":
-                    continue
-                found.append(
-                    EvalResult(
-                        task_type="text-generation",
-                        **dataset,
-                        metric_type=metric,
-                        metric_value=round(float(value), 6),
-                        metric_name=name + (BASE_SUFFIX if label == "base" else ""),
-                    )
-                )
-    return found
-
-
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.3g}%" if whole else "n/a"
-
-
-def _gguf_usage(repo: str | None, ggufs: Mapping[str, str], lock: Mapping[str, Any] | None = None) -> str:
-    """The llama.cpp paragraph of a card whose folder holds the GGUF output's files (``{file: sha256}``; the
-    checkpoint's): a local card names the files here; a published one names them in the GGUF repo
-    (``<repo>-GGUF``, their own repo)."""
-    if not ggufs:
-        return ""
-    gguf_repo = f"{repo}{GGUF.repo_suffix}" if repo else None
-    names = {(GGUF.name_in_repo(lock, f) if gguf_repo and lock is not None else f): h for f, h in ggufs.items()}
-    rows = "\n".join(f"| `{f}` | `{h}` |" for f, h in names.items())
-    first = next(iter(names))
-    where = (
-        f"published in their own repo, [{gguf_repo}](https://huggingface.co/{gguf_repo})"
-        if gguf_repo
-        else "in this folder (`mathneuro-edit push OUT --gguf` publishes them in a repo of their own)"
-    )
-    return f"""
-The same weights as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit from this checkpoint;
-`mathneuro-edit verify` audits it), {where}:
-
-| file | sha256 |
-|---|---|
-{rows}
-
-```bash
-{f"hf download {gguf_repo} {first} --local-dir ." + chr(10) if gguf_repo else ""}llama-cli -m {first}
-```
-"""
 
 
 def build_card(
@@ -467,42 +341,6 @@ make the model more reliable at arithmetic than its evaluation shows.
     card = ModelCard(document_safe(f"---\n{data.to_yaml()}\n---\n{body}"))
     check_private(card.content, recipe, "the model card")
     return card
-
-
-def _dtype_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None) -> str:
-    """The card's sentence on ``outputs.dtype`` (empty when the checkpoint keeps the base's own dtype)."""
-    dtype = ((lock.get("recipe") or {}).get("outputs") or {}).get("dtype")
-    if output(kind).deltas or (lock.get("base") or {}).get("gguf") or dtype in (None, "auto") or not weights_dtype:
-        return ""
-    return (
-        f"\nThe weights are stored in {weights_dtype} (`outputs.dtype`): the edit was computed in the base's own "
-        "dtype and the result cast; the evaluation below ran before that cast.\n"
-    )
-
-
-def _gguf_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None = None) -> str:
-    """The card's paragraph on a GGUF base (empty for other bases): what the weights are and where the base is."""
-    gguf = (lock.get("base") or {}).get("gguf")
-    if not gguf:
-        return ""
-    stored = weights_dtype or "float32"
-    cast = (
-        ""
-        if stored == "float32"
-        else (f", then stored in {stored} (`outputs.dtype`; the evaluation below ran in float32, before that cast)")
-    )
-    what = (
-        f"These weights are that dequantized model with the edit (computed in float32{cast}; safetensors, "
-        "not quantized)"
-        if not output(kind).deltas
-        else "The adapter applies to that dequantized model (not to a quantized one, nor "
-        "to the Hub model it was converted from)"
-    )
-    return (
-        f"\nThe base is the GGUF file `{gguf['file']}` (sha256 `{gguf['sha256']}`), dequantized to float32 by "
-        f"transformers. {what}. `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once "
-        "and prints its path; its safetensors sha256 are the lock's `base.weights_sha256`.\n"
-    )
 
 
 def write_card(out_dir: str | Path, card: ModelCard) -> Path:
