@@ -357,15 +357,15 @@ def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str =
 
 
 def _layer_rows(
-    ckpt: Checkpoint, plan: EditPlan, layer: _Layer, scale: float, block_bytes: int | None = None
+    ckpt: Checkpoint, layer: _Layer, m: torch.Tensor, scale: float, block_bytes: int | None = None
 ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """``(rows, base, edited, mask)`` of a SHiRA layer, one block of rows at a time (:func:`row_blocks`).
+    """``(rows, base, edited, mask)`` of a SHiRA layer whose ``(rows, cols)`` bool mask is ``m``, one block of rows
+    at a time (:func:`row_blocks`).
 
     Why blocks: an edit and PEFT's merge (``dense += sparse``) are elementwise, so a block gives the same deltas
     and the same merge as the whole matrix, while the whole matrix and its copies (base, edited, merged) made an
     8B model's lm_head the adapter export's and audit's peak memory.
     """
-    m = plan.mask_slice(layer.ckpt, layer.name)  # (rows, cols) bool: one byte per entry
     item = ckpt.tensors[layer.ckpt].nbytes // max(layer.rows * layer.cols, 1)
     for rows in row_blocks((layer.rows, layer.cols), item, block_bytes):
         w, mb = ckpt.read(layer.ckpt, rows=rows), m[rows]
@@ -376,8 +376,9 @@ def _layer_delta(
     ckpt: Checkpoint, plan: EditPlan, layer: _Layer, scale: float, k: int, block_bytes: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SHiRA's ``(2, k)`` int32 indices and ``(k,)`` values for one layer, padded with ``-0.0``."""
+    m = plan.mask_slice(layer.ckpt, layer.name)  # (rows, cols) bool: one byte per entry, unpacked once
     flat_parts, delta_parts = [], []
-    for rows, w, e, mb in _layer_rows(ckpt, plan, layer, scale, block_bytes):
+    for rows, w, e, mb in _layer_rows(ckpt, layer, m, scale, block_bytes):
         idx = mb.nonzero()  # (count in block, 2), row-major
         delta_parts.append(exact_delta(w, e, idx, layer.name))
         flat_parts.append((idx[:, 0] + rows.start) * layer.cols + idx[:, 1])
@@ -385,7 +386,7 @@ def _layer_delta(
     # The first unmasked positions pad the layer (deterministic). They lie among its first k positions: at most
     # `count` of those are masked, and k - count are needed (k <= rows * cols is checked before).
     need = k - len(flat)
-    free = (~plan.mask_slice(layer.ckpt, layer.name).reshape(-1)[:k]).nonzero().squeeze(1)[:need]
+    free = (~m.reshape(-1)[:k]).nonzero().squeeze(1)[:need]
     flat = torch.cat([flat, free])
     values = torch.cat([d, torch.full((len(free),), -0.0, dtype=d.dtype)])
     order = flat.argsort()  # row-major, as SHiRA's own mask -> indices conversion (torch.where) orders them

@@ -296,7 +296,7 @@ def _verify_peft(
             )
             continue
         n_bad, exact_in_every_dtype = 0, True
-        for rows, w, e, _ in _layer_rows(ckpt, plan, layer, scale):
+        for rows, w, e, _ in _layer_rows(ckpt, layer, plan.mask_slice(layer.ckpt, layer.name), scale):
             here = (idx[0] >= rows.start) & (idx[0] < rows.stop)
             block_idx = torch.stack([idx[0][here] - rows.start, idx[1][here]], dim=1)  # (k in block, 2)
             block_d = d[here]
