@@ -13,8 +13,9 @@ selected entries in it, ``k`` the SHiRA entries stored for it, ``M`` the mask in
   writer's tensor and its float32 blocks;
 - export --adapter: ``R + M + L`` (the layer's unpacked mask) ``+ s x`` :data:`SELECTED_ENTRY_BYTES` ``+``
   :data:`BLOCKS_HELD` ``x B`` (the writer reads a block of rows at a time, :mod:`~mathneuro_edit.weights.adapter`);
-- verify (a checkpoint and its GGUF): ``R + M + L`` (the tensor's unpacked masks) ``+`` blocks; the GGUF audit reads
-  one tensor at a time and releases its mapped pages after it;
+- verify (a checkpoint and its GGUF): ``R + M + L`` (the tensor's unpacked masks) ``+`` blocks, or the GGUF audit's
+  checkpoint tensor and its float32 blocks (as the GGUF export), whichever is larger; the audit reads the GGUF's
+  stored rows from the file a block at a time;
 - verify (adapter): ``R + M + L + k x`` :data:`STORED_ENTRY_BYTES` ``+`` blocks;
 - reproduce: a whole run in one process (calibrate, then the mask from the loaded model, then the exports).
 
