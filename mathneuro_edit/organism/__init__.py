@@ -75,7 +75,8 @@ def load_organism(dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, 
         )
     if not isinstance(dtype, torch.dtype):
         raise InputError(f"dtype: must be a torch.dtype, got {dtype!r}; pass e.g. torch.float32")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
+    # use_kernels: transformers' default would fetch compiled Hub kernels on an accelerator (offline: a failure)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, use_kernels=False)
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     return model, tokenizer

@@ -1,7 +1,8 @@
 """A lock is data: what a lock may choose, and whether its fields are the ones the run wrote.
 
 A lock (or a card, or a downloaded repo) comes from someone else. :func:`refused_lock_settings` lists what a lock
-may never choose: running the base's code (``base.trust_remote_code``), a local file or folder to read or write,
+may never choose: running the base's code (``base.trust_remote_code``) or the Hub's compiled kernels
+(``base.use_kernels``), a local file or folder to read or write,
 an lm-eval task folder (whose task YAMLs can run Python); each is taken only from the user's command line
 (``--trust-remote-code``, ``--base PATH``, ``--set KEY=VALUE``). :func:`validate_lock` checks every field against
 the recipe hash before anything runs: an edited field is :class:`~mathneuro_edit.errors.LockMismatchError` (exit
@@ -43,10 +44,11 @@ def refused_lock_settings(
     """The settings of a lock's recipe that a lock may not choose, each with how to opt in on the command line.
 
     A lock (or a card, or a downloaded repo) is data. It may not turn on code execution
-    (``base.trust_remote_code``), name a local file or folder to read or write (a base folder, a data file, an
-    offload folder: a lock written by mathneuro-edit redacts them all to ``<local>``), or choose an lm-eval task
-    folder (``evaluation.lm_eval.include_path``, whose task YAMLs can run Python with ``!function``). Each is
-    accepted only when the user gives it again: ``--trust-remote-code``, ``--base PATH``, ``--set KEY=VALUE``.
+    (``base.trust_remote_code``, ``base.use_kernels``), name a local file or folder to read or write (a base
+    folder, a data file, an offload folder: a lock written by mathneuro-edit redacts them all to ``<local>``), or
+    choose an lm-eval task folder (``evaluation.lm_eval.include_path``, whose task YAMLs can run Python with
+    ``!function``). Each is accepted only when the user gives it again: ``--trust-remote-code``, ``--base PATH``,
+    ``--set KEY=VALUE``.
 
     Example:
         >>> [s.split(" (")[0] for s in refused_lock_settings({"recipe": {"base": {"trust_remote_code": True}}})]
@@ -64,6 +66,12 @@ def refused_lock_settings(
     ):
         refused.append(
             "base.trust_remote_code: true (runs the base repository's Python; pass --trust-remote-code if you trust it)"
+        )
+    # the same rule for compiled code: Hub kernels run only when the user's own command line asks for them
+    if base.get("use_kernels") not in (None, False) and not _given("base.use_kernels", overrides):
+        refused.append(
+            "base.use_kernels: true (runs compiled kernels downloaded from the Hub; pass --set "
+            "base.use_kernels=true if you trust them)"
         )
     model = base.get("model")
     if isinstance(model, str) and model != LOCAL and is_local_path(model):

@@ -148,6 +148,13 @@ class BaseConfig(_Model):
     )
     device: Device = Field("auto", description="cpu, cuda, cuda:N, mps or auto")
     trust_remote_code: StrictBool = Field(False, description="run the model repo's own code (only for repos you trust)")
+    # Why a key of its own, default off: transformers >= 5.2x with the `kernels` package swaps layers for compiled
+    # kernels fetched from the Hub on an accelerator; that runs downloaded code and fails offline (issue 40).
+    use_kernels: StrictBool = Field(
+        False,
+        description="let transformers replace layers with compiled kernels downloaded from the Hub "
+        "(runs code from outside; needs the network or the kernels in the Hub cache)",
+    )
     device_map: str | dict[str, int | str] | None = Field(
         None, description='accelerate device map for big models, e.g. "auto"'
     )

@@ -87,6 +87,7 @@ def load_recipe_model(recipe: Recipe):
         offload_folder=b.offload_folder,
         trust_remote_code=b.trust_remote_code,
         revision=b.revision,
+        use_kernels=b.use_kernels,
     )
 
 

@@ -402,7 +402,8 @@ def load_edited(base: str | Path | nn.Module, adapter_dir: str | Path, **from_pr
         base: a model folder or Hub id (loaded with ``AutoModelForCausalLM.from_pretrained``), or a loaded model
             (edited in place).
         adapter_dir: the adapter folder.
-        **from_pretrained_kwargs: passed to ``from_pretrained`` (keep the default ``dtype="auto"`` for exactness).
+        **from_pretrained_kwargs: passed to ``from_pretrained`` (keep the default ``dtype="auto"`` for exactness;
+            ``trust_remote_code`` and ``use_kernels`` are ``False`` unless given).
 
     Returns:
         The edited transformers model (PEFT adapters merged and unloaded).
@@ -420,6 +421,7 @@ def load_edited(base: str | Path | nn.Module, adapter_dir: str | Path, **from_pr
         from transformers import AutoModelForCausalLM
 
         from_pretrained_kwargs.setdefault("trust_remote_code", False)  # explicit: transformers never prompts
+        from_pretrained_kwargs.setdefault("use_kernels", False)  # no Hub kernels (downloaded code) unless asked
         check_remote_code(base, from_pretrained_kwargs["trust_remote_code"])
         model = AutoModelForCausalLM.from_pretrained(str(base), **from_pretrained_kwargs)
     if peft_cfg.is_file():

@@ -209,8 +209,8 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
             with _libraries_bar_switch():  # transformers' "de-quantizing GGUF tensors" bar: quiet unless --verbose
                 # why float32: GGUF blocks dequantize to float32 values (scale * q + min); a narrower dtype rounds
                 quantized, info = AutoModelForCausalLM.from_pretrained(
-                    folder, gguf_file=name, dtype=torch.float32, output_loading_info=True
-                )
+                    folder, gguf_file=name, dtype=torch.float32, output_loading_info=True, use_kernels=False
+                )  # use_kernels: never Hub kernels (downloaded code) to dequantize a file
                 tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         except Exception as e:  # noqa: BLE001 - any parse failure of a foreign file is bad input: one line
             text = " ".join(str(e).split())[:300] or type(e).__name__

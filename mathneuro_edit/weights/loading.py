@@ -15,6 +15,7 @@ Both mappings can be passed to :func:`~mathneuro_edit.engine.mask.find_math_para
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,56 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(e).__name__
 
 
+def _config_is_the_cause(path: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether transformers cannot read the model's config.json as a causal LM's config.
+
+    Why asked again after a failed load: only then is "check its config.json" the right advice; a failure
+    elsewhere (Hub kernels, a weight, the network) named config.json once (issue 40) and sent users astray.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(path, **kwargs)  # cached by the failed load: no request
+    except (ValueError, OSError, KeyError, TypeError):
+        return True
+    # a config transformers reads but has no causal-LM class for (T5's): the config is still the cause
+    return getattr(config, "auto_map", None) is None and type(config) not in AutoModelForCausalLM._model_mapping
+
+
+_KERNELS = re.compile(r"\bkernels?\b", re.IGNORECASE)
+
+
+def _load_error(ref: str, e: BaseException, path: str, kwargs: Mapping[str, Any], use_kernels: bool) -> InputError:
+    """A failed ``from_pretrained`` as one line naming its real cause, with the fix for that cause."""
+    err = remote_code_error(ref, e)
+    if err is not None:  # a Hub repo that needs its own code
+        return err
+    cause = _first_line(e)
+    if _KERNELS.search(str(e)):
+        fix = (
+            "set base.use_kernels: false (transformers' own layers), or connect once with `kernels` installed so "
+            "they are cached"
+            if use_kernels
+            else "base.use_kernels is false, so this is a transformers change: report it, and set USE_HUB_KERNELS=NO"
+        )
+        return InputError(f"base.model {ref!r}: cannot load it: Hub kernels are not available ({cause}); {fix}")
+    if isinstance(e, ValueError) and _config_is_the_cause(path, kwargs):
+        return InputError(
+            f"base.model {ref!r}: cannot load it ({cause}); check its config.json (it needs model_type, or "
+            "architectures transformers knows)"
+        )
+    if isinstance(e, OSError):  # missing safetensors, unknown repo, no network
+        return InputError(
+            f"base.model {ref!r}: cannot load it ({cause}); check the id or folder, that it has *.safetensors "
+            "weights, your network and HF_TOKEN"
+        )
+    return InputError(
+        f"base.model {ref!r}: cannot load it ({cause}); its config.json reads fine, so the weights or this "
+        "transformers version are the cause: re-save the base with save_pretrained, or use the transformers "
+        "version it was saved with"
+    )
+
+
 def _auto_device(device: str | None) -> torch.device:
     """``"auto"`` -> the first accelerator present (cuda, then mps), else cpu."""
     if device in (None, "auto"):
@@ -76,6 +127,7 @@ def load_model(
     offload_folder: str | Path | None = None,
     trust_remote_code: bool | None = None,
     revision: str | None = None,
+    use_kernels: bool | None = None,
 ) -> tuple[nn.Module, Any]:
     """Load a causal LM and its tokenizer from a recipe's ``base`` section or a model reference.
 
@@ -91,6 +143,8 @@ def load_model(
         offload_folder: folder for weights placed on ``"disk"`` that transformers must re-save (fused MoE).
         trust_remote_code: run the repository's own code (only when asked; default ``False``).
         revision: Hub branch, tag or commit.
+        use_kernels: let transformers swap layers for compiled kernels downloaded from the Hub (only when asked;
+            default ``False``: transformers' own default would fetch and run them on an accelerator).
 
     Returns:
         ``(model, tokenizer)``, the model in eval mode.
@@ -98,7 +152,8 @@ def load_model(
     Raises:
         InputError: a missing local folder, an unknown dtype/device, both ``device`` and ``device_map``, a model
             without safetensors weights, a Hub id that cannot be fetched, a base that needs its own code without
-            ``trust_remote_code``, a corrupt shard (naming file and tensor), or weights missing from the checkpoint.
+            ``trust_remote_code``, a corrupt shard (naming file and tensor), weights missing from the checkpoint,
+            or Hub kernels asked for that cannot be had; each names its own cause.
 
     Example:
         >>> model, tok = load_model("organism", dtype="float32", device="cpu")  # doctest: +SKIP
@@ -114,6 +169,7 @@ def load_model(
         offload_folder = b.offload_folder if offload_folder is None else offload_folder
         trust_remote_code = b.trust_remote_code if trust_remote_code is None else trust_remote_code
         revision = b.revision if revision is None else revision
+        use_kernels = b.use_kernels if use_kernels is None else use_kernels
         base_cfg_or_path = b.model
         if b.is_gguf:  # a Hub repo + gguf_file, or a local .gguf: its dequantized folder (docs/gguf.md)
             base_cfg_or_path, revision = str(base_folder(b)), None
@@ -134,6 +190,7 @@ def load_model(
         # why a one-device map for accelerators: the weights go straight to the device, no full copy in RAM first
         device_map = None if target.type == "cpu" else {"": str(target)}
     kwargs: dict[str, Any] = dict(revision=revision, trust_remote_code=bool(trust_remote_code))
+    ref = str(base_cfg_or_path)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -150,26 +207,18 @@ def load_model(
                 max_memory=None if max_memory is None else dict(max_memory),
                 offload_folder=None if offload_folder is None else str(offload_folder),
                 output_loading_info=True,
+                # never transformers' default (None = fetch compiled kernels from the Hub and run them on an
+                # accelerator): downloaded code runs only on the recipe's opt-in, and offline never needs it
+                use_kernels=bool(use_kernels),
                 **kwargs,
             )
-        except ValueError as e:  # a Hub repo that needs its own code, or a config transformers cannot read
-            err = remote_code_error(base_cfg_or_path, e)
-            if err is not None:
-                raise err from None
-            raise InputError(
-                f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check "
-                "its config.json (it needs model_type, or architectures transformers knows)"
-            ) from None
-        except OSError as e:  # missing safetensors, unknown repo, no network: one clear line
-            raise InputError(
-                f"base.model {str(base_cfg_or_path)!r}: cannot load it ({_first_line(e)}); check the id or folder, "
-                "that it has *.safetensors weights, your network and HF_TOKEN"
-            ) from None
+        except (ValueError, OSError) as e:  # one line naming the real cause (config, kernels, weights, network)
+            raise _load_error(ref, e, path, kwargs, bool(use_kernels)) from None
         missing = sorted(info.get("missing_keys") or [])
         if missing:  # transformers would only warn and initialise them randomly: an edit of that is meaningless
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise InputError(
-                f"base.model {str(base_cfg_or_path)!r}: the checkpoint lacks {len(missing)} weight(s) "
+                f"base.model {ref!r}: the checkpoint lacks {len(missing)} weight(s) "
                 f"of the model ({', '.join(missing[:3])}{more}); re-download or re-save the base"
             )
     try:
@@ -179,7 +228,7 @@ def load_model(
         if err is not None:
             raise err from None
         raise InputError(
-            f"base.model {str(base_cfg_or_path)!r}: cannot load its tokenizer ({_first_line(e)}); the folder needs "
+            f"base.model {ref!r}: cannot load its tokenizer ({_first_line(e)}); the folder needs "
             "the tokenizer files save_pretrained writes"
         ) from None
     model.eval()
