@@ -14,7 +14,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import InputError
 from ..util.files import (
-    save_file,  # deterministic bytes, umask permissions (not safetensors' own)
+    save_file,  # deterministic bytes, umask permissions (not safetensors' own), exclusive temporary file
 )
 from ..util.outdir import disk_errors
 from .targets import Target
@@ -29,23 +29,18 @@ def write_safetensors_with_meta(
 ) -> Path:
     """Write a mathneuro-edit safetensors artifact (the inverse of :func:`read_safetensors_with_meta`); atomic.
 
-    The tensors and ``{"format": fmt, "mathneuro_edit": json(header)}`` go to a temporary file beside ``path``,
-    renamed onto it when complete; a full or read-only disk is one line naming the file, and nothing
-    half-written is left.
+    The tensors and ``{"format": fmt, "mathneuro_edit": json(header)}`` go to an exclusive temporary file beside
+    ``path`` (:func:`~mathneuro_edit.util.files.atomic_writer`: never a symbolic link planted there), renamed onto
+    it when complete; a full or read-only disk is one line naming the file, and nothing half-written is left.
 
     Returns:
         ``path``.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        needed = sum(t.numel() * t.element_size() for t in tensors.values())
-        # a full or read-only disk: one line naming the file and the bytes it needed (the partial file removed first)
-        with disk_errors(path, needed, cleanup=lambda: tmp.unlink(missing_ok=True)):
-            save_file(tensors, str(tmp), metadata={"format": fmt, "mathneuro_edit": json.dumps(header)})
-            tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)  # nothing half-written is left (a no-op once renamed)
+    needed = sum(t.numel() * t.element_size() for t in tensors.values())
+    # a full or read-only disk: one line naming the file and the bytes it needed (the writer removed the partial file)
+    with disk_errors(path, needed):
+        save_file(tensors, path, metadata={"format": fmt, "mathneuro_edit": json.dumps(header)})
     return path
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from ..engine.mask import Mask
 from ..engine.stats import ActivationStats
 from ..errors import InputError
+from ..util.files import atomic_writer
 
 __all__ = [
     "load_artifact",
@@ -49,18 +50,15 @@ def pyplot(*, required: bool = True) -> Any:
 def save_figure(fig: Any, path: str | Path) -> Path:
     """Lay out, save as PNG (120 dpi) and close a matplotlib figure; returns the path.
 
-    Atomic: written beside ``path`` and renamed onto it when complete (never half a PNG in its place).
+    Atomic: written to an exclusive temporary file beside ``path`` and renamed onto it when complete (never half a
+    PNG in its place, never through a symbolic link: :func:`~mathneuro_edit.util.files.atomic_writer`).
     """
-    import os
-
     path = Path(path)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
-        os.replace(tmp, path)
+        with atomic_writer(path) as f:
+            fig.savefig(f, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
     finally:
-        tmp.unlink(missing_ok=True)
         pyplot().close(fig)  # free the figure: sweeps make many
     return path
 

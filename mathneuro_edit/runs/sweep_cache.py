@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..util.files import TEMP_SUFFIX, write_bytes_atomic
 
 __all__ = ["ResultCache", "key_sha256"]
 
@@ -100,15 +100,13 @@ class ResultCache:
             "result": result,
             "result_sha256": hashlib.sha256(_canonical(result, True).encode()).hexdigest(),
         }
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(_canonical(body, True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())  # the data is on disk before the name: a power cut leaves no empty entry
-        os.replace(tmp, path)
+        # an exclusive temporary file, synced before the rename: a power cut leaves no empty entry, and a link
+        # planted in the cache folder is never written through
+        write_bytes_atomic(path, (_canonical(body, True) + "\n").encode("utf-8"))
 
     def clean_temporary(self) -> None:
-        """Remove the temporary files of a run that was killed while writing an entry."""
+        """Remove the temporary files of a run that was killed while writing an entry (``.<entry>-<random>.tmp``,
+        :func:`~mathneuro_edit.util.files.atomic_writer`'s names; a link is removed, never followed)."""
         if self.folder.is_dir():
-            for p in self.folder.glob(".*.tmp"):
+            for p in self.folder.glob(f".*{TEMP_SUFFIX}"):
                 p.unlink(missing_ok=True)

@@ -7,6 +7,9 @@ as ``open()`` would give. And safetensors' ``save_file`` writes its ``__metadata
 ``HashMap`` (it changes from process to process), so two runs of the same recipe wrote mask and statistics files
 that differed byte for byte although their content was equal: :func:`save_file` here writes the metadata keys
 sorted and the tensors in a fixed order.
+
+Every file is written through :func:`atomic_writer`: a temporary file created exclusively beside the target (never
+a fixed or predictable name, never through a symbolic link), synced, then renamed onto it.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import os
 import struct
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -28,6 +32,8 @@ __all__ = [
     "umask",
     "file_mode",
     "dir_mode",
+    "TEMP_SUFFIX",
+    "atomic_writer",
     "write_text_atomic",
     "write_json_atomic",
     "json_text",
@@ -36,6 +42,8 @@ __all__ = [
 ]
 
 _UMASK_LOCK = threading.Lock()
+# temporary files are ``.<target name>-<random>.tmp`` beside the target (a leftover of a killed run ends so)
+TEMP_SUFFIX = ".tmp"
 # safetensors dtype codes (the format's names); bool is stored as one byte per entry
 _CODES = {
     torch.float64: "F64",
@@ -74,8 +82,51 @@ def dir_mode() -> int:
     return 0o777 & ~umask()
 
 
+@contextmanager
+def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file through which ``path`` is written whole or not at all: every writer of the package uses it.
+
+    The file is a new temporary file beside ``path`` (``.<name>-<random>.tmp``, the umask's mode); when the block
+    ends without an error it is flushed, synced to disk and renamed onto ``path`` (a symbolic link at ``path`` is
+    replaced, never followed); on an error it is removed and the error goes on.
+
+    Why exclusive: a fixed or predictable temporary name (``.NAME.tmp``, ``.NAME.PID.tmp``) in a folder another
+    account can write let that account plant a symbolic link there, and a plain ``open`` then wrote our bytes into
+    whichever file of ours the link named (issue 41). ``tempfile.mkstemp`` creates the file with ``O_CREAT |
+    O_EXCL`` (and ``O_NOFOLLOW``) under a random name: an existing name, a link included, is never opened. Why the
+    sync: the data is on disk before the name, so a power cut leaves the old file or the new one, never an empty one.
+
+    Raises:
+        InputError: the folder does not exist.
+
+    Example:
+        >>> target = Path(tempfile.mkdtemp()) / "a.bin"
+        >>> with atomic_writer(target) as f:
+        ...     _ = f.write(b"hi")
+        >>> target.read_bytes(), [p.name for p in target.parent.iterdir()]
+        (b'hi', ['a.bin'])
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise InputError(f"{path.parent}: output folder does not exist; create it or run the pipeline first")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=TEMP_SUFFIX)
+    try:
+        os.fchmod(fd, file_mode())  # mkstemp's 0600 would make the published file private
+        with os.fdopen(fd, "wb") as f:
+            fd = -1  # the file object owns it now
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
-    """Write a file atomically (a temp file in the same folder, then a rename) with the umask's mode.
+    """Write a file atomically through :func:`atomic_writer` (an exclusive temp file beside it, then a rename).
 
     Raises:
         InputError: the folder does not exist.
@@ -86,17 +137,8 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
         (b'hi', True)
     """
     path = Path(path)
-    if not path.parent.is_dir():
-        raise InputError(f"{path.parent}: output folder does not exist; create it or run the pipeline first")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    try:
-        os.fchmod(fd, file_mode())  # mkstemp's 0600 would make the published file private
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(path) as f:
+        f.write(data)
     return path
 
 
@@ -145,7 +187,8 @@ def save_file(
 
     Args:
         tensors: name -> CPU tensor (any dtype of :data:`_CODES`).
-        filename: the file to write (not atomic: callers write a temp name and rename it).
+        filename: the file to write, atomically (:func:`atomic_writer`: whole or not at all, never through a
+            symbolic link).
         metadata: string key/values.
 
     Example:
@@ -168,8 +211,7 @@ def save_file(
         blobs.append(blob)
     raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # as the reference writer: the data starts 8-byte aligned
-    fd = os.open(filename, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # open() applies the umask
-    with os.fdopen(fd, "wb") as f:
+    with atomic_writer(filename) as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
         for blob in blobs:
             f.write(blob)

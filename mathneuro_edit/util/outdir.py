@@ -25,6 +25,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -138,6 +139,25 @@ def claim(out: str | Path) -> Iterator[Path]:
         os.close(fd)
 
 
+def _open_lock(lock: Path) -> int:
+    """Open (or create) the lock file, refusing a symbolic link or anything but a regular file at its name.
+
+    Why: the name is fixed (every run must find it), and :func:`claim` truncates and writes the file it opens; a
+    link planted there by another account would make the run overwrite the file it names (issue 41).
+    """
+    fix = "remove it (a run's lock is a plain file; someone else may have put this one there) and run again"
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0), 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InputError(f"{lock}: a symbolic link where the output's lock file goes; {fix}") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{lock}: not a regular file where the output's lock file goes; {fix}")
+    return fd
+
+
 def _acquire(lock: Path, out: Path) -> int:
     if fcntl is None:  # pragma: no cover
         try:
@@ -148,7 +168,7 @@ def _acquire(lock: Path, out: Path) -> int:
                 f"--out (if no such run exists, delete {lock})"
             ) from None
     for _ in range(100):
-        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        fd = _open_lock(lock)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

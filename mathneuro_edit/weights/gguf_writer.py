@@ -22,14 +22,13 @@ Example:
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..util.files import atomic_writer
 from ..util.outdir import as_space_error
 from ..util.paths import is_local_path
 from .gguf_keys import add_general, add_model_keys, gguf_package, read_config
@@ -126,31 +125,23 @@ def write_gguf(
         n_bytes = math.prod(shape[:-1]) * (shape[-1] // block) * size
         w.add_tensor_info(gname, shape, np.dtype(np.float32), n_bytes, raw_dtype=gguf.GGMLQuantizationType[t])
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
-    os.close(fd)
     size: int | None = None  # the whole file's bytes, once its metadata is written (a full disk's message needs it)
     try:
-        w.write_header_to_file(path=Path(tmp))
-        w.write_kv_data_to_file()
-        w.write_ti_data_to_file()
-        f = w.fout[0]
-        size = _file_size(f.tell(), [n for n, _, _, _ in plan], w, gguf)
-        for (_gname, _, _, t), chunks in tensor_rows(folder, cfg, family, plan):
-            w.write_padding(f, f.tell())  # each tensor starts aligned (GGUF's data alignment, 32 bytes)
-            start = f.tell()
-            for x in chunks:
-                _encode(gguf, np.ascontiguousarray(x, dtype=np.float32), t).tofile(f)
-            w.write_padding(f, f.tell() - start)
-        w.close()
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
+        with atomic_writer(out) as f:  # an exclusive temporary file, synced and renamed; removed on any error
+            # gguf's writer opens its path by name: it is handed our file instead (open, never re-opened by a name
+            # someone could replace with a link meanwhile); closing it is atomic_writer's (after the sync)
+            w.fout, w.path, w.state = [f], out, gguf.WriterState.EMPTY
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_ti_data_to_file()
+            size = _file_size(f.tell(), [n for n, _, _, _ in plan], w, gguf)
+            for (_gname, _, _, t), chunks in tensor_rows(folder, cfg, family, plan):
+                w.write_padding(f, f.tell())  # each tensor starts aligned (GGUF's data alignment, 32 bytes)
+                start = f.tell()
+                for x in chunks:
+                    _encode(gguf, np.ascontiguousarray(x, dtype=np.float32), t).tofile(f)
+                w.write_padding(f, f.tell() - start)
     except BaseException as e:
-        try:
-            w.close()  # on a full disk its flush fails too: the partial file goes all the same
-        except OSError:
-            pass
-        finally:
-            Path(tmp).unlink(missing_ok=True)
         space = as_space_error(e, out, size) if isinstance(e, OSError) else None
         if space is not None:  # one line naming the file and what it lacks (free measured without the partial)
             raise space from None
