@@ -26,7 +26,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import get_session
 
 from ..errors import InputError, MathNeuroEditError
-from ..util.scrub import scrub_token
+from ..util.scrub import redact_url_credentials, scrub_token
 
 __all__ = [
     "TIMEOUT_ENV",
@@ -289,7 +289,8 @@ def hub_fault(repo_id: str, exc: BaseException, doing: str, token: str | None = 
     for e in chain:
         if isinstance(e, network):
             return MathNeuroEditError(
-                f"{repo_id}: cannot reach the Hub at {constants.ENDPOINT} while {doing} "
+                # HF_ENDPOINT may hold user:password@ (hub_errors' lines go through scrub_token, which redacts it)
+                f"{repo_id}: cannot reach the Hub at {redact_url_credentials(constants.ENDPOINT)} while {doing} "
                 f"({said(e)}); check the network and retry"
             )
     for e in chain:

@@ -14,6 +14,7 @@ import urllib.request
 from urllib.parse import urlsplit
 
 from ..errors import InputError, MathNeuroEditError
+from .scrub import redact_url_credentials
 
 __all__ = ["require_hub", "PROBE_SECONDS"]
 
@@ -85,7 +86,7 @@ def require_hub(
     except OSError as e:
         why = " ".join((e.strerror or str(e) or type(e).__name__).split())[:120]
         raise MathNeuroEditError(
-            f"{what} {repo_id!r}: cannot reach the Hugging Face Hub at {constants.ENDPOINT} "
+            f"{what} {repo_id!r}: cannot reach the Hugging Face Hub at {redact_url_credentials(constants.ENDPOINT)} "
             f"({label}:{port}: {why}) and {repo_id} is not in the local Hub cache; check the "
             "network (or set HF_HUB_OFFLINE=1 to use the cache only), or pass a local folder"
         ) from None
