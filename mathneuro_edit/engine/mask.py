@@ -52,6 +52,94 @@ def _unpack(bits: torch.Tensor, numel: int) -> torch.Tensor:
     return torch.from_numpy(np.unpackbits(bits.numpy(), count=numel, bitorder="little").view(np.bool_))
 
 
+# Why the stored data is checked against the claimed shapes before anything is built from them: a mask file is an
+# input (shared, downloaded, edited); a 304-byte file claiming a 60000 x 60000 entry made the loader allocate 4.1 GB
+# (the entry unpacked to hash it) before it was refused, and one listing an index 500 times was counted as 500
+# edited weights on the card (issue 41).
+_MASK_FIX = "the file is corrupt or was edited: recreate it with `mathneuro-edit mask`"
+_HASH_BLOCK = 1 << 20  # packed bytes of an index-stored entry hashed at a time (8 Mi weights, 8 MB of bools)
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    """Entries of a claimed shape, as a Python int (no overflow, nothing allocated)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _entry_count(where: str, shape: tuple[int, ...], kind: str, data: torch.Tensor) -> int:
+    """The selected weights of one stored entry, after checking its data against its claimed shape.
+
+    ``bits``: exactly ``ceil(numel / 8)`` uint8 bytes, the padding bits past the last weight zero; ``idx``: int32
+    or int64 positions inside the shape, strictly increasing, as :meth:`Mask.save` writes them (so each weight is
+    counted once). Costs the stored data's size, never the claimed shape's.
+
+    Raises:
+        InputError: naming the entry, what it claims and what it stores.
+    """
+    if any(d < 0 for d in shape):
+        raise InputError(f"{where} claims shape {list(shape)}, a negative size; {_MASK_FIX}")
+    numel = _numel(shape)
+    if kind == "bits":
+        want = (numel + 7) // 8
+        if data.dtype != torch.uint8 or data.dim() != 1 or data.numel() != want:
+            raise InputError(
+                f"{where} claims shape {list(shape)} ({numel:,} weights: {want:,} bytes of bits) but stores "
+                f"{data.numel():,} {str(data.dtype).removeprefix('torch.')} values; {_MASK_FIX}"
+            )
+        raw = data.numpy()
+        if want and numel % 8 and int(raw[-1]) >> (numel % 8):
+            raise InputError(f"{where} selects bits past its {numel:,} weights; {_MASK_FIX}")
+        return int(_POPCOUNT[raw].sum(dtype=np.int64))
+    if kind != "idx":
+        raise InputError(f"{where} is stored as {kind!r}, not as bits or idx; {_MASK_FIX}")
+    if data.dtype not in (torch.int32, torch.int64) or data.dim() != 1:
+        raise InputError(
+            f"{where} stores its indices as a {data.dtype} tensor of shape {list(data.shape)}; {_MASK_FIX}"
+        )
+    if data.numel() > numel:
+        raise InputError(f"{where} lists {data.numel():,} indices for its {numel:,} weights; {_MASK_FIX}")
+    idx = data.long()
+    repeat = (idx[1:] <= idx[:-1]).nonzero()
+    if repeat.numel():  # a forged list counts one weight many times (the card's count) unless refused
+        i = int(repeat[0])
+        before, at = int(idx[i]), int(idx[i + 1])
+        what = f"index {at:,} more than once" if at == before else f"index {at:,} after {before:,}"
+        raise InputError(f"{where} lists {what} (each selected weight once, in increasing order); {_MASK_FIX}")
+    if idx.numel() and (int(idx[0]) < 0 or int(idx[-1]) >= numel):
+        bad = int(idx[0]) if int(idx[0]) < 0 else int(idx[-1])
+        raise InputError(f"{where} lists index {bad:,}, outside its {numel:,} weights; {_MASK_FIX}")
+    return int(idx.numel())
+
+
+def _stored_sha256(shapes: Mapping[str, tuple[int, ...]], store: Mapping[str, tuple[str, torch.Tensor]]) -> str:
+    """:attr:`Mask.sha256` from the stored form: an index-stored entry is packed block by block, never unpacked to
+    its full bool tensor (that unpack of a claimed 60000 x 60000 entry was the 4.1 GB)."""
+    h = hashlib.sha256(_FORMAT.encode())
+    zeros = memoryview(bytes(_HASH_BLOCK))
+    for name in sorted(store):
+        shape = shapes[name]
+        h.update(f"\n{name}:{shape}\n".encode())
+        kind, data = store[name]
+        if kind == "bits":
+            h.update(data.numpy().tobytes())
+            continue
+        numel, idx = _numel(shape), data.long().numpy()
+        nbytes = (numel + 7) // 8
+        for lo in range(0, nbytes, _HASH_BLOCK):
+            hi = min(lo + _HASH_BLOCK, nbytes)
+            a, b = np.searchsorted(idx, [lo * 8, hi * 8])
+            if a == b:  # no selected weight in this block: its packed bytes are zeros
+                h.update(zeros[: hi - lo])
+                continue
+            bits = np.zeros(min(hi * 8, numel) - lo * 8, dtype=np.bool_)
+            bits[idx[a:b] - lo * 8] = True
+            h.update(np.packbits(bits, bitorder="little").tobytes())
+    return h.hexdigest()
+
+
 class Mask(Mapping[str, torch.Tensor]):
     """A read-only mapping ``parameter name -> bool tensor`` (True = selected), with provenance.
 
@@ -146,30 +234,37 @@ class Mask(Mapping[str, torch.Tensor]):
     def load(cls, path: str | Path) -> Mask:
         """Read a mask written by :meth:`save`; verifies its content hash.
 
+        Each entry's stored data is checked against its claimed shape before anything is built from the shape
+        (:func:`_entry_count`), and the hash is computed from the stored form (:func:`_stored_sha256`): a forged
+        file costs its own size, never what it claims.
+
         Raises:
-            InputError: missing, corrupt or non-mask file, or a hash mismatch.
+            InputError: missing, corrupt or non-mask file, an entry whose data does not fit its shape (or lists a
+                weight twice), or a hash mismatch.
         """
         tensors, header = read_safetensors_with_meta(path, _FORMAT, "mask")
         mask = cls.__new__(cls)
         try:
             mask._shapes = {n: tuple(int(d) for d in s) for n, s in header["shapes"].items()}
-            mask._store, mask._counts = {}, {}
+            mask._store = {}
             for key, data in tensors.items():
                 kind, name = key.split("/", 1)
                 mask._store[name] = (kind, data)
-            for name in mask._shapes:
-                kind, data = mask._store[name]
-                mask._counts[name] = int(data.numel()) if kind == "idx" else int(torch.count_nonzero(mask[name]))
-            mask.meta, mask._sha = header["meta"], None
+            if set(mask._store) != set(mask._shapes):
+                raise KeyError(sorted(set(mask._store) ^ set(mask._shapes))[0])
+            mask.meta, recorded = header["meta"], header["sha256"]
             if not isinstance(mask.meta, dict):
                 raise TypeError("meta is not a mapping")
-            ok = mask.sha256 == header["sha256"]
         except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, IndexError) as e:
             raise InputError(
                 f"{path}: malformed mask header ({type(e).__name__}: {str(e)[:80]}); the file is corrupt "
                 "or was edited: recreate it with `mathneuro-edit mask`"
             ) from None
-        if not ok:
+        mask._counts = {
+            n: _entry_count(f"{path}: mask entry {n!r}", mask._shapes[n], *mask._store[n]) for n in mask._shapes
+        }
+        mask._sha = _stored_sha256(mask._shapes, mask._store)
+        if mask._sha != recorded:
             raise InputError(f"{path}: mask content does not match its recorded sha256; the file is corrupt")
         # keep the stored order of the original (safetensors sorts keys)
         mask._store = {n: mask._store[n] for n in mask._shapes}
