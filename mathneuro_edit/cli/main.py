@@ -240,17 +240,49 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
     help="folder written by `calibrate` (math.stats.safetensors, general-*.stats.safetensors)",
 )
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="mask file to write")
+@click.option(
+    "--top-k",
+    "top_k",
+    type=float,
+    metavar="FRACTION",
+    help="fraction of each matrix (or row) kept, in (0, 1]; replaces the recipe's mask.top_k (and --set mask.top_k)",
+)
 @set_opt
 @quiet_opt
-def mask(recipe: str | None, stats_dir: str, out: str, sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
+def mask(
+    recipe: str | None,
+    stats_dir: str,
+    out: str,
+    top_k: float | None,
+    sets: tuple[str, ...],
+    quiet: bool,
+    verbose: bool,
+) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
     echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.stages import mask_from_stats
 
     r = read_recipe(recipe, sets)
+    if top_k is not None:
+        r = _with_top_k(r, top_k)
     check_out(out, r, recipe, "file", statistics=stats_dir)
     m = mask_from_stats(r, stats_dir, out, progress=bars(quiet), echo=echo)
     click.echo(f"{out}  {m.selected:,}/{m.total:,} weights ({100 * m.selected / m.total:.3f}%)  sha256 {m.sha256}")
+
+
+def _with_top_k(recipe: Any, top_k: float) -> Any:
+    """The recipe with ``mask.top_k`` replaced, checked by the recipe's own rule (``(0, 1]``, with its hint).
+
+    Why not ``--set mask.top_k=X``: the value is a float already; written back as YAML, ``1e-05`` would be read
+    as a string.
+    """
+    from ..recipe.types import _top_k
+
+    try:
+        _top_k(top_k)
+    except ValueError as e:
+        raise InputError(f"--top-k: {e}") from None
+    return recipe.model_copy(update={"mask": recipe.mask.model_copy(update={"top_k": top_k})})
 
 
 @main.command()
@@ -289,7 +321,7 @@ def export(
     verbose: bool,
 ) -> None:
     """Bake the recipe's edit into a checkpoint (streamed, + GGUF with --gguf) or an adapter, with its lock and card."""
-    stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.pipeline import export_recipe
 
     if adapter and gguf_type:
@@ -299,7 +331,14 @@ def export(
     r = read_recipe(recipe, (*sets, f"outputs.gguf={gguf_type}") if gguf_type else sets)  # validated by the recipe
     check_out(out, r, recipe, "dir", mask=mask_path)
     folder = export_recipe(
-        r, mask_path, out, adapter=not r.outputs.checkpoint, overwrite=overwrite, progress=bars(quiet), workers=workers
+        r,
+        mask_path,
+        out,
+        adapter=not r.outputs.checkpoint,
+        overwrite=overwrite,
+        progress=bars(quiet),
+        workers=workers,
+        echo=echo,
     )
     click.echo(folder)
 

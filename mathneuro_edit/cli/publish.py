@@ -117,7 +117,8 @@ def reproduce(
 ) -> None:
     """Check the files of a lock's folder or Hub repo, re-run the lock and compare every hash (exit 1 if any
     differs)."""
-    echo(quiet or as_json, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    # the stage lines on stderr (none under --quiet); the libraries' bars and known warnings: silent unless --verbose
+    say = echo(quiet, verbose)
     from ..runs.reproduce import reproduce as reproduce_lock
     from ..util.console import bars_wanted
 
@@ -129,6 +130,7 @@ def reproduce(
         progress=bars_wanted(quiet or as_json),
         keep=keep,
         trust_remote_code=trust_remote_code,
+        echo=say,
     )
     if as_json:
         _emit_json(report.to_dict())
@@ -151,14 +153,25 @@ def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo
     )
     existing_dir = click.Path(exists=True, file_okay=False)
 
+    card_set_opt = click.option(  # not the recipe's --set: a card changes only what it shows
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="change what the cards and the Hub show, in the lock and cards: hub.repo_id, hub.private, hub.revision, "
+        "base.hub_id, base.hub_revision, or a source's hub_dataset (e.g. --set hub.repo_id=me/name; repeatable). "
+        "A key that decides the weights (data, mask, edit, ...) is refused: re-run the recipe",
+    )
+
     @group.command("card")
     @click.argument("run_dir", type=existing_dir)
     @base_opt
-    @set_opt
+    @card_set_opt
     def card_cmd(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
         """Rewrite the model cards of a run folder from its lock, mask and eval.json.
 
-        --base / --set give back paths the lock redacted (only needed for a lock of an older version).
+        --set changes what the cards show (the lock's recipe too, so a push agrees); --base gives back a base the
+        lock redacted (only needed for a lock of an older version).
         """
         card(run_dir, base, sets)
 

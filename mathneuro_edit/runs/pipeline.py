@@ -171,12 +171,14 @@ def export_recipe(
     overwrite: bool = False,
     progress: bool = False,
     workers: int = 1,
+    echo: Callable[[str], None] = lambda s: None,
 ) -> Path:
     """The standalone ``export``: the recipe's edit from a saved mask, with the same lock and card as ``run``.
 
     The folder is what ``run`` writes as ``checkpoint/`` (or ``adapter/``): the model files, the lock (its
     ``outputs`` hold this folder's files under ``checkpoint/`` or ``adapter/``, as in a run's lock) and the card;
-    no evaluation (``eval`` writes it). Written atomically.
+    no evaluation (``eval`` writes it). Written atomically. ``echo`` receives the stage lines, as ``run``'s
+    (``[1/2] export checkpoint/ + model-Q8_0.gguf``, ``[2/2] write lock and model card``).
 
     Returns:
         The written folder.
@@ -192,6 +194,7 @@ def export_recipe(
     kind, sub = out.name, out.folder
     # the GGUF files are written by the step of the output they are made from (the checkpoint's)
     gguf_type, gguf_pre = gguf_output(recipe.base, recipe.outputs.gguf if GGUF.derived_from == kind else None)
+    stages = Stages(stage_count(recipe, ("export", "seal"), kinds=[kind]), echo)
     with atomic_dir(
         out_dir,
         overwrite=overwrite,
@@ -202,10 +205,11 @@ def export_recipe(
         base = base_record(recipe, folder)
         n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
         export_step(recipe, base, mask, inner, kind, n_params=n_params, gguf=(gguf_type, gguf_pre),
-                    progress=progress, workers=workers)  # fmt: skip
+                    progress=progress, workers=workers, stages=stages)  # fmt: skip
         for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
             p.rename(tmp / p.name)
         inner.rmdir()
+        stages.start("write lock and model card")
         files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
         meta = mask.meta
         stats = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}

@@ -37,6 +37,7 @@ from ..weights.audit import verify as verify_export
 from ..weights.base import base_reference, resolve_base
 from ..weights.checkpoint import open_checkpoint
 from ..weights.gguf_reader import dequantize_gguf, gguf_source
+from .card_sets import apply_card_sets, check_card_sets
 
 __all__ = ["rewrite_cards", "push_run", "verify_run", "RunVerification", "run_folder_hint"]
 
@@ -54,10 +55,14 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
     Args:
         run_dir: the run folder.
         base: a local base folder, when the lock redacted it (only a lock of an older version needs it).
-        sets: recipe overrides (``key=value``) that give back redacted paths.
+        sets: ``key=value`` card settings (``hub.*``, ``base.hub_id``, a source's ``hub_dataset``), applied to
+            the lock and the cards (:mod:`.card_sets`).
 
     Returns:
         The README.md files written, one per output folder.
+
+    Raises:
+        InputError: a ``--set`` key that would change the weights or that no card shows (nothing is written).
     """
     folder = Path(run_dir)
     if not (folder / MASK_NAME).is_file() or not (folder / LOCK_NAME).is_file():
@@ -70,7 +75,10 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
     lock = read_lock(folder)
     validate_lock(lock, str(folder / LOCK_NAME))  # every field against the recipe hash
     lock_base(lock, base)  # a lock never names a local base folder to read: --base does
-    overrides = tuple(sets) + ((f"base.model={base}",) if base else ())
+    card_sets = check_card_sets(sets)  # refuses a key that decides the weights, before anything is written
+    if card_sets:  # the lock says what the cards say (written below, with the cards)
+        lock = apply_card_sets(lock, card_sets, where=f"{folder / LOCK_NAME}: card --set")
+    overrides = (f"base.model={base}",) if base else ()
     # the card needs no data file (the lock records them), so redacted paths stay redacted unless given
     recipe = recipe_from_dict(dict(lock["recipe"]), overrides, where=f"{folder / LOCK_NAME}: recipe")
     if base:
@@ -92,6 +100,8 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
         raise InputError(
             f"{folder}: no checkpoint/ or adapter/ folder; pass the run folder written by `mathneuro-edit run`"
         )
+    if card_sets:
+        write_lock(folder, lock)
     written: list[Path] = []
     for sub in subs:
         write_lock(sub, lock)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from ..publish.lock import (
     recipe_from_lock,
 )
 from ..publish.lock_policy import validate_lock
+from ..util.console import Stages
 from ..util.hashing import sha256_file
 from ..util.paths import is_local_path
 from ..util.scrub import scrub_token
@@ -214,6 +216,7 @@ def reproduce(
     progress: bool = True,
     keep: bool = False,
     trust_remote_code: bool = False,
+    echo: Callable[[str], None] = lambda s: None,
 ) -> ReproduceReport:
     """Check the files of ``source`` against its lock, then re-run the lock's recipe and compare the mask and
     output hashes with the recorded ones.
@@ -227,6 +230,8 @@ def reproduce(
         keep: keep the temporary re-run folder (its path is in the report).
         trust_remote_code: the user's own opt-in (``--trust-remote-code``) to run the base repository's code; a
             lock never turns it on (:func:`~mathneuro_edit.publish.lock_policy.check_lock_settings`).
+        echo: receives the stage lines (``[1/3] check the files of SOURCE against the lock``, then the re-run's
+            own stages indented under ``[2/3]``; the CLI prints them): a re-run takes minutes, never in silence.
 
     Returns:
         A :class:`ReproduceReport`; ``ok`` only when the files you have AND the re-run match the lock.
@@ -249,16 +254,23 @@ def reproduce(
     if base:
         check_base_weights(lock, base)
     check_local_files(lock, recipe)  # a wrong data file is named before the run, not reported as "differs" after
+    stages = Stages(3, echo)
+    stages.start(f"check the files of {source} against the lock")
     present = check_source_files(source, lock)
+    stages.note(present.to_text().splitlines()[0] if present is not None else "none: a lock file alone was given")
     temp = None if out_dir else Path(tempfile.mkdtemp(prefix="mathneuro-reproduce-"))
     out = Path(out_dir) if out_dir else temp / "out"  # type: ignore[operator]
     try:
-        result = run_recipe(recipe, out, progress=progress, sweep_evidence=lock.get("sweep"))  # the card keeps it
+        stages.start(f"re-run the lock's recipe into {out if out_dir else 'a temporary folder'}")
+        result = run_recipe(  # the run's own stage lines, indented under this one; the card keeps the evidence
+            recipe, out, progress=progress, echo=stages.note, sweep_evidence=lock.get("sweep")
+        )
     except BaseException:
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
         raise
     recorded: dict[str, str] = lock.get("outputs", {})
+    stages.start(f"compare the mask and {len(recorded)} output file(s) with the lock")
     states = {
         p: ("match" if result.files.get(p) == sha else "missing" if p not in result.files else "differs")
         for p, sha in recorded.items()

@@ -47,12 +47,14 @@ from .._version import __version__
 from ..engine.apply import apply_mask, check_scale, scale_masked
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
+from ..recipe.schema import BaseConfig
 from ..util.console import known_warnings_silenced
 from ..util.files import write_text_atomic
 from ..util.outdir import atomic_dir
-from .base import resolve_base
+from .base import resolve_base, resolve_model_path
 from .checkpoint import Checkpoint, open_checkpoint
 from .edit_plan import EditPlan, meta_model, plan_edits, row_blocks
+from .gguf_reader import base_folder
 from .remote_code import check_remote_code
 from .shards import tensor_bytes, write_all, write_safetensors
 
@@ -395,12 +397,30 @@ def _layer_delta(
     return indices, values
 
 
-def load_edited(base: str | Path | nn.Module, adapter_dir: str | Path, **from_pretrained_kwargs: Any) -> nn.Module:
+def _base_path(base: str | Path | BaseConfig, kwargs: dict[str, Any]) -> str:
+    """What ``from_pretrained`` gets for ``base``, resolved as :func:`~.loading.load_model` resolves it: ``organism``
+    (the shipped model's folder), a local folder (checked) or ``.gguf`` file (its dequantized folder), a Hub id,
+    or a recipe's ``base`` section (its GGUF's dequantized folder, else its model, with its revision and
+    ``trust_remote_code`` as defaults in ``kwargs``)."""
+    if isinstance(base, BaseConfig):
+        if base.is_gguf:
+            return str(base_folder(base))
+        if base.revision is not None:
+            kwargs.setdefault("revision", base.revision)
+        kwargs.setdefault("trust_remote_code", base.trust_remote_code)
+        base = base.model
+    return resolve_model_path(base)  # why: "organism" is no Hub id (it was sent to the Hub, retried for a minute)
+
+
+def load_edited(
+    base: str | Path | BaseConfig | nn.Module, adapter_dir: str | Path, **from_pretrained_kwargs: Any
+) -> nn.Module:
     """Load the base and apply an adapter written by :func:`export_adapter` (either format): the edited model.
 
     Args:
-        base: a model folder or Hub id (loaded with ``AutoModelForCausalLM.from_pretrained``), or a loaded model
-            (edited in place).
+        base: every base :func:`~.loading.load_model` accepts: ``"organism"``, a model folder, a local ``.gguf``
+            file, a Hub id or a recipe's ``base`` section (loaded with ``AutoModelForCausalLM.from_pretrained``);
+            or a loaded model (edited in place).
         adapter_dir: the adapter folder.
         **from_pretrained_kwargs: passed to ``from_pretrained`` (keep the default ``dtype="auto"`` for exactness;
             ``trust_remote_code`` and ``use_kernels`` are ``False`` unless given).
@@ -420,10 +440,11 @@ def load_edited(base: str | Path | nn.Module, adapter_dir: str | Path, **from_pr
     else:
         from transformers import AutoModelForCausalLM
 
-        from_pretrained_kwargs.setdefault("trust_remote_code", False)  # explicit: transformers never prompts
         from_pretrained_kwargs.setdefault("use_kernels", False)  # no Hub kernels (downloaded code) unless asked
-        check_remote_code(base, from_pretrained_kwargs["trust_remote_code"])
-        model = AutoModelForCausalLM.from_pretrained(str(base), **from_pretrained_kwargs)
+        path = _base_path(base, from_pretrained_kwargs)
+        from_pretrained_kwargs.setdefault("trust_remote_code", False)  # explicit: transformers never prompts
+        check_remote_code(path, from_pretrained_kwargs["trust_remote_code"])
+        model = AutoModelForCausalLM.from_pretrained(path, **from_pretrained_kwargs)
     if peft_cfg.is_file():
         from peft import PeftModel
 
