@@ -17,7 +17,15 @@ from ..errors import InputError
 if TYPE_CHECKING:
     from .mask import Mask
 
-__all__ = ["check_scale", "edited_values", "scale_masked", "apply_mask", "ReversibleEdit", "FLOAT32_MAX"]
+__all__ = [
+    "check_scale",
+    "edited_values",
+    "scale_masked",
+    "apply_mask",
+    "ReversibleEdit",
+    "round_weights_",
+    "FLOAT32_MAX",
+]
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
@@ -149,10 +157,18 @@ class ReversibleEdit:
 
     Keeps the original values of the masked entries only (O(masked entries) memory).
 
+    With ``store_dtype`` (the release's ``outputs.dtype``, e.g. bfloat16, on a float32 model) both states are the
+    weights as the release stores them: the edit writes ``store(edited_values(original))`` and the restore
+    ``store(original)``, where ``store`` rounds to ``store_dtype`` and back. With :func:`round_weights_` applied
+    to the rest of the model afterwards, base and edit are then exactly the two checkpoints a user loads (the
+    base and the release, read into the model's dtype), which is what an evaluation of a release must measure.
+    Create the edit before rounding the model: it keeps the unrounded originals the release computes from.
+
     Args:
         model: the model.
         mask: the mask to apply.
         scale: a finite number >= 0.
+        store_dtype: the dtype the release stores (``None``: the model's own, nothing rounded).
 
     Example:
         >>> with ReversibleEdit(model, mask, 0.0):  # doctest: +SKIP
@@ -160,7 +176,7 @@ class ReversibleEdit:
         >>> base_logits = model(ids).logits  # restored  # doctest: +SKIP
     """
 
-    def __init__(self, model: nn.Module, mask: Mask, scale: float) -> None:
+    def __init__(self, model: nn.Module, mask: Mask, scale: float, store_dtype: torch.dtype | None = None) -> None:
         self.scale = check_scale(scale)
         params = _check_mask_fits(model, mask)
         # (param, flat indices of its masked entries, their original values)
@@ -169,20 +185,27 @@ class ReversibleEdit:
             p = params[name]
             idx = mask[name].reshape(-1).nonzero().squeeze(1).to(p.device)  # (n_masked,)
             self._entries.append((p, idx, p.data.reshape(-1)[idx].clone()))
+        self.store_dtype = store_dtype
         self.applied = False
+
+    def _stored(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` as the release stores them, read back into the model's dtype."""
+        if self.store_dtype is None or self.store_dtype == values.dtype or not values.dtype.is_floating_point:
+            return values
+        return values.to(self.store_dtype).to(values.dtype)
 
     @torch.no_grad()
     def apply(self) -> None:
         """Write the edited values (idempotent)."""
         for p, idx, original in self._entries:
-            p.data.view(-1)[idx] = edited_values(original, self.scale)
+            p.data.view(-1)[idx] = self._stored(edited_values(original, self.scale))
         self.applied = True
 
     @torch.no_grad()
     def restore(self) -> None:
         """Write the original values back (idempotent)."""
         for p, idx, original in self._entries:
-            p.data.view(-1)[idx] = original
+            p.data.view(-1)[idx] = self._stored(original)
         self.applied = False
 
     def __enter__(self) -> ReversibleEdit:
@@ -191,3 +214,25 @@ class ReversibleEdit:
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
+
+
+@torch.no_grad()
+def round_weights_(model: nn.Module, dtype: torch.dtype | None) -> bool:
+    """Round every floating-point parameter of ``model`` to ``dtype`` and back, in place (irreversible).
+
+    Why: a release stores ``outputs.dtype`` (bfloat16 by default for a GGUF base) while the model in memory is
+    float32; a number measured on the float32 weights is not a number of the files that ship. After this call
+    the model holds exactly the values of a checkpoint cast to ``dtype`` (the export's rounding, round to nearest
+    even), read back into the model's own dtype. Returns whether anything was rounded.
+
+    Example:
+        >>> m = nn.Linear(1, 1, bias=False); _ = m.weight.data.fill_(1 + 2**-10)
+        >>> round_weights_(m, torch.bfloat16), m.weight.item()
+        (True, 1.0)
+    """
+    changed = False
+    for p in model.parameters():
+        if dtype is not None and p.dtype.is_floating_point and p.dtype != dtype:
+            p.data.copy_(p.data.to(dtype))
+            changed = True
+    return changed

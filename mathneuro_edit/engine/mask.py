@@ -17,6 +17,7 @@ Selection rule (one matrix at a time; an expert of a fused MoE weight counts as 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Mask", "as_mask", "k_of", "find_math_params", "find_math_params_multi"]
 
-Method = Literal["mathneuro", "wanda", "random"]
+Method = Literal["mathneuro", "wanda", "random", "general"]
 Granularity = Literal["matrix", "row"]
 _FORMAT = "mathneuro-edit/mask/v1"
 
@@ -293,6 +294,26 @@ def _top_masks(scores: torch.Tensor, top_ks: Sequence[float], granularity: Granu
     return [m.reshape(scores.shape) for m in top_fraction_flat(flat, [k_of(k, flat.numel()) for k in top_ks])]
 
 
+def _general_specific(
+    general: torch.Tensor, math_top: torch.Tensor, math_specific: torch.Tensor, granularity: Granularity
+) -> torch.Tensor:
+    """Per matrix (or row), as many entries as ``math_specific`` holds: the highest ``general`` scores outside
+    ``math_top`` (ties to the lower index). All ``(d_out, d_in)``.
+
+    Example:
+        >>> g = torch.tensor([[4.0, 3.0, 2.0, 1.0]])
+        >>> _general_specific(g, torch.tensor([[True, False, False, True]]), torch.tensor([[False] * 3 + [True]]),
+        ...                   "matrix").tolist()
+        [[False, True, False, False]]
+    """
+    rows = general if granularity == "row" else general.reshape(1, -1)  # (groups, entries)
+    counts = (math_specific if granularity == "row" else math_specific.reshape(1, -1)).sum(1, keepdim=True)
+    masked = rows.masked_fill(math_top.reshape(rows.shape), -math.inf)
+    order = torch.argsort(masked, dim=1, descending=True, stable=True)  # (groups, entries)
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(rows.shape[1], device=order.device).expand_as(order))
+    return (rank < counts).reshape(general.shape)
+
+
 def _seed_for(seed: int, name: str, group: int) -> int:
     digest = hashlib.sha256(f"{seed}:{name}:{group}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
@@ -346,8 +367,8 @@ def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic:
             raise InputError(
                 f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such as 0.05"
             )
-    if method not in ("mathneuro", "wanda", "random"):
-        raise InputError(f"method: must be mathneuro, wanda or random, got {method!r}")
+    if method not in ("mathneuro", "wanda", "random", "general"):
+        raise InputError(f"method: must be mathneuro, wanda, random or general, got {method!r}")
     if granularity not in ("matrix", "row"):
         raise InputError(f"granularity: must be matrix or row, got {granularity!r}")
     if statistic not in ("l2", "wanda"):
@@ -374,8 +395,11 @@ def find_math_params(
         general_stats: statistics on one or several non-math sets (a weight in the top-k of any is excluded);
             may be ``None`` for ``method="wanda"``.
         top_k: fraction of each matrix (or row) in (0, 1].
-        method: ``"mathneuro"``, ``"wanda"`` (math top-k alone) or ``"random"`` (same count per matrix as
-            mathneuro, at random).
+        method: ``"mathneuro"``, ``"wanda"`` (math top-k alone), ``"random"`` (same count per matrix as
+            mathneuro, at random) or ``"general"`` (the control of the opposite selection: per matrix or row, as
+            many weights as mathneuro selects, the highest by importance on the first general set among the weights
+            outside the math top-k; with one general set these are exactly its top-k minus the math top-k, the
+            *general*-specific weights, of similar magnitude to the math-specific ones).
         granularity: ``"matrix"`` (the paper's) or ``"row"``.
         seed: seed of ``method="random"``.
         statistic: ``"l2"``, the sum over samples of per-sample L2 norms (the paper's), or ``"wanda"``, the
@@ -456,6 +480,7 @@ def find_math_params_multi(
             for g in range(t.groups):
                 w = view[g]  # (d_out, d_in)
                 sels = _top_masks(_scores(w, math_stats.statistic(name, statistic)[g], name), top_ks, granularity)
+                tops = [m.clone() for m in sels] if method == "general" else []
                 for gs in generals:
                     gens = _top_masks(_scores(w, gs.statistic(name, statistic)[g], name), top_ks, granularity)
                     for sel, gen in zip(sels, gens):
@@ -466,6 +491,9 @@ def find_math_params_multi(
                         rng = torch.Generator().manual_seed(_seed_for(seed, name, g))
                         sel = torch.zeros(n, dtype=torch.bool)
                         sel[torch.randperm(n, generator=rng)[:count]] = True
+                    elif method == "general":
+                        general = _scores(w, generals[0].statistic(name, statistic)[g], name)
+                        sel = _general_specific(general, tops[i], sel, granularity)
                     per_k[i].append(sel.reshape(w.shape).cpu())
             for mask, parts in zip(masks, per_k):
                 # back from the canonical view to the parameter's own layout

@@ -38,6 +38,9 @@ __all__ = [
     "PROMPT_STYLES",
     "parse_number",
     "extract_prediction",
+    "ANSWER_FORMS",
+    "answer_form",
+    "operation_of",
     "completion_done",
     "uses_chat_template",
     "render_prompt",
@@ -56,6 +59,13 @@ _NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)
 _HASHES = re.compile(r"####[ \t]*")
 # a number followed by a character that cannot continue it (what "the number is complete" means while generating)
 _COMPLETE = re.compile(r"[,.]*[^\d,.]")
+# after the first number of a prefilled answer: an operator or "=" means the model wrote an expression, not a result
+_RESTART = re.compile(r"[ \t]*[-+*/\u00d7\u00f7=]")
+# the operation of a prefill "a + b = "
+_OPERATION = re.compile(r"^\s*-?\d[\d,.]*\s*([-+*/\u00d7\u00f7])\s*-?\d")
+
+ANSWER_FORMS = ("answer", "restart", "none")
+"""What a completion is (:func:`answer_form`): a well-formed answer, a restart of the problem, or no number."""
 
 
 def parse_number(token: str) -> int | float | None:
@@ -99,6 +109,51 @@ def extract_prediction(completion: str, prefill: str | None = None) -> int | flo
     if not numbers:
         return None
     return parse_number(numbers[0] if prefill else numbers[-1])
+
+
+def answer_form(completion: str, prefill: str | None = None) -> str:
+    """The form of a completion, apart from whether it is right: ``"answer"``, ``"restart"`` or ``"none"``.
+
+    - ``"none"``: no number to read (or ``####`` without a number after it);
+    - ``"restart"`` (prefilled problems only): the first number is followed by an operator or ``=``, so the model
+      began to write the problem again (``42 +`` after ``Answer: 42 + 17 = ``) instead of its result;
+    - ``"answer"``: otherwise, a number the rules of :func:`extract_prediction` read as the answer.
+
+    Why: a pretrained base under a prompt it handles poorly often restarts the equation; an edit that only makes
+    it answer raises accuracy without any better arithmetic. The sweep reports the answer rate and the accuracy
+    among answers apart from the accuracy (docs/evaluation.md "Format apart from math").
+
+    Generation stops once the first number is complete (:func:`completion_done`); a tokenizer that writes ``" +"``
+    as one token (SmolLM2, Gemma 3) shows the operator in the completion; one that writes the space alone stops
+    before it, and such a restart reads as an answer (a wrong one).
+
+    Example:
+        >>> answer_form("59", "42 + 17 = "), answer_form("42 +", "42 + 17 = "), answer_form(" so", "42 + 17 = ")
+        ('answer', 'restart', 'none')
+        >>> answer_form("She has 5 apples.\\n#### 5"), answer_form("#### none")
+        ('answer', 'none')
+    """
+    text = truncate_completion(completion)[0]
+    hashes = _HASHES.search(text)
+    if hashes is not None:
+        return "answer" if _NUMBER.match(text, hashes.end()) else "none"
+    m = _NUMBER.search(text)
+    if m is None:
+        return "none"
+    if prefill and _RESTART.match(text, m.end()):
+        return "restart"
+    return "answer"
+
+
+def operation_of(problem: Mapping[str, Any]) -> str:
+    """The operation of an arithmetic problem (``"+"``, ``"-"``, ``"*"``, ...) read from its prefill, or ``""``.
+
+    Example:
+        >>> operation_of({"question": "What is 9 * 7?", "prefill": "9 * 7 = "}), operation_of({"question": "x"})
+        ('*', '')
+    """
+    m = _OPERATION.match(problem.get("prefill") or "")
+    return m.group(1) if m else ""
 
 
 def completion_done(text: str, prefill: str | None = None) -> bool:

@@ -11,6 +11,7 @@ that differ per output (``*_usage``, ``*_loaders``) are named by that output's e
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -387,12 +388,94 @@ def sweep_effect(lock: Mapping[str, Any]) -> str | None:
         f"{_pct(c.get('base_correct', 0), n)} -> {_pct(c.get('edited_correct', 0), n)} (paired exact McNemar "
         f'{_p(c.get("mcnemar_p"))}; see "Evidence for the boost").'
     )
+    formats = [f for f in sw.get("formats") or [] if isinstance(f, Mapping)]
+    if formats:
+        others = [f for f in formats if not f.get("primary")]
+        text += (
+            " It beat a magnitude-matched control edit (as many general-specific weights in every matrix, the same "
+            "scale) and the base among the problems both answered, so it is not an edit-size or answer-format "
+            f"effect; measured on the {_label(c.get('weights_dtype'))} weights this repository stores."
+        )
+        for f in others:
+            verdict = (
+                "confirmed there too"
+                if f.get("verdict") == "math-boost"
+                else f"not confirmed ({_label(f.get('verdict'))})"
+            )
+            text += f" Under a second prompt format ({_label(f.get('name'))}, {f.get('n')} problems) it was {verdict}."
     if o.get("selection"):
         text += (
             f" The evaluation below reuses {o['selection']} of the {o.get('n')} problems the setting was chosen "
             "on, so its gain is not a confirmation."
         )
     return text
+
+
+def _label(x: Any) -> str:
+    """A name from a sweep file (someone else's data) as card text: letters, digits and ``_.,+-`` only."""
+    return re.sub(r"[^A-Za-z0-9 _.,+-]", "", str(x))[:60] or "?"
+
+
+def _controls_section(sw: Mapping[str, Any]) -> list[str]:
+    """The evidence's table of every prompt format: each arm's accuracy, answer rate and accuracy among answers,
+    the tests against the controls, the verdict; then the recipe's format by operation and the general cost."""
+    formats = [f for f in sw.get("formats") or [] if isinstance(f, Mapping)]
+    if not formats:
+        return []
+    lines = [
+        "Every arm below is the same confirmation problems, paired, on the weights as stored; the controls edit as "
+        "many weights in every matrix at the same scale: the *general-specific* weights (the top weights for general "
+        "text minus those for math: similar magnitude) and uniformly random ones. An answer is well-formed when the "
+        "completion is a number, not a restart of the problem (`42 +`) or text without a number.",
+        "",
+        "| prompt format | n | arm | accuracy (95% CI) | answer rate | accuracy among answers | candidate vs this arm |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in formats:
+        arms = f.get("arms") if isinstance(f.get("arms"), Mapping) else {}
+        tests = {
+            (t.get("before"), t.get("answered_only")): t
+            for t in f.get("tests") or []
+            if isinstance(t, Mapping) and t.get("after") == "candidate"
+        }
+        for name, a in arms.items():
+            if not isinstance(a, Mapping):
+                continue
+            n, k, ans = int(a.get("n") or 0), int(a.get("correct") or 0), int(a.get("answered") or 0)
+            ra = int(a.get("correct_among_answers") or 0)
+            t = tests.get((name, False))
+            vs = "-" if t is None else f"{t.get('after_only')} vs {t.get('before_only')}, {_p(t.get('mcnemar_p'))}"
+            lines.append(
+                f"| {_label(f.get('name'))}{' (the recipe)' if f.get('primary') else ''} | {n} | {_label(name)} | "
+                f"{_pct(k, n)} ({_ci(k, n)}) | {_pct(ans, n)} | {_pct(ra, ans)} ({ra}/{ans}) | {vs} |"
+            )
+        both = tests.get(("base", True))
+        if both is not None:
+            lines.append(
+                f"| | | *verdict: {_label(f.get('verdict'))}* | | | among problems both answered: "
+                f"{both.get('after_only')} vs {both.get('before_only')}, {_p(both.get('mcnemar_p'))} | |"
+            )
+    primary = next((f for f in formats if f.get("primary")), formats[0])
+    arms = primary.get("arms") if isinstance(primary.get("arms"), Mapping) else {}
+    base, cand = arms.get("base") or {}, arms.get("candidate") or {}
+    ops = sorted(set(base.get("by_operation") or {}) & set(cand.get("by_operation") or {}))
+    if ops:
+        lines += ["", "By operation (the recipe's prompt format): base -> edited, correct/n:", ""]
+        for op in ops:
+            b, e = base["by_operation"][op], cand["by_operation"][op]
+            lines.append(
+                f"- `{_label(op)}`: {b.get('correct')}/{b.get('n')} ({_pct(int(b.get('correct') or 0), int(b.get('n') or 0))}) "
+                f"-> {e.get('correct')}/{e.get('n')} ({_pct(int(e.get('correct') or 0), int(e.get('n') or 0))})"
+            )
+    g = (sw.get("confirmation") or {}).get("general")
+    if isinstance(g, Mapping):
+        lines += [
+            "",
+            f"General-text cost (the sweep's {g.get('texts')} general texts, {g.get('tokens')} tokens, float32): loss "
+            f"{_g(g.get('loss_change'))} ± {_g(g.get('loss_change_se'))} nats/token (paired change, ± SE), KL(base ‖ "
+            f"edited) {_g(g.get('kl'))} per token.",
+        ]
+    return lines + [""]
 
 
 def sweep_evidence(lock: Mapping[str, Any]) -> str:
@@ -425,6 +508,7 @@ def sweep_evidence(lock: Mapping[str, Any]) -> str:
         f"sha256 is `{sw.get('sweep_sha256')}`; the lock lists the sha256 of every selection and confirmation "
         "problem's prompt.",
         "",
+        *_controls_section(sw),
     ]
     n_own = o.get("n") or 0
     if o.get("selection"):

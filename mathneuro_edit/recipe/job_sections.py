@@ -16,7 +16,7 @@ from .input_sections import Source, Sources
 from .lm_eval_keys import LmEvalConfig, _migrate_lm_eval_keys
 from .types import Branch, FiniteNonNegative, Level, NonNegative, Positive, RepoId, Scale, TopK, _Model
 
-__all__ = ["EvaluationConfig", "HubConfig", "SweepVariant", "SweepConfig", "ConsistencyConfig"]
+__all__ = ["EvaluationConfig", "HubConfig", "SweepVariant", "PromptFormat", "SweepConfig", "ConsistencyConfig"]
 
 
 class EvaluationConfig(_Model):
@@ -78,6 +78,20 @@ class SweepVariant(_Model):
         return self
 
 
+class PromptFormat(_Model):
+    """Another prompt format the sweep's confirmation runs under, besides the evaluation's own (the same problems,
+    other worked examples or rendering): a boost is claimed only for the formats where it was confirmed."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.,+-]{0,59}$", description="short label, e.g. chat 4-shot")
+    n_shot: NonNegative = Field(0, description="worked examples put before each problem")
+    chat_template: bool | Literal["auto"] = Field(
+        "auto", description="as evaluation.chat_template: auto, true or false"
+    )
+    prompt_style: Literal["question-answer", "equations"] = Field(
+        "question-answer", description="as evaluation.prompt_style"
+    )
+
+
 class SweepConfig(_Model):
     """How ``mathneuro-edit sweep`` chooses and confirms a setting (docs/evaluation.md "Select, then confirm").
 
@@ -110,7 +124,8 @@ class SweepConfig(_Model):
     )
     confirmation_samples: Positive = Field(
         600,
-        description="other math problems on which only the chosen setting and the base are evaluated (one paired test)",
+        description="other math problems on which only the chosen setting, the base and two control edits are "
+        "evaluated (paired tests)",
     )
     general_samples: Positive | None = Field(
         None, description="general texts of the selection's loss and KL (null: evaluation.samples); fewer is faster"
@@ -119,6 +134,18 @@ class SweepConfig(_Model):
         0.05, description="largest general KL(base || edited) a chosen setting may have"
     )
     alpha: Level = Field(0.05, description="level of the confirmation test (and of the Holm-adjusted selection p)")
+    control_seed: StrictInt = Field(
+        0, description="seed of the uniform random control edit of the confirmation (same count per matrix, same scale)"
+    )
+    confirmation_formats: list[PromptFormat] = Field(
+        default_factory=list,
+        description="other prompt formats the candidate, the base and the magnitude-matched control are confirmed "
+        "under (a boost is claimed only for formats where it was confirmed)",
+    )
+    format_samples: Positive | None = Field(
+        None,
+        description="problems of each other prompt format: the first of the confirmation problems (null: all)",
+    )
 
 
 class ConsistencyConfig(_Model):

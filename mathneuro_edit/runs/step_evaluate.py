@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.sources import load_math_problems, load_set
-from ..engine.apply import ReversibleEdit
+from ..engine.apply import ReversibleEdit, round_weights_
 from ..engine.mask import Mask
 from ..evaluation.lm_eval_bridge import LmEvalTask
 from ..evaluation.results import EvalResults
@@ -20,6 +20,7 @@ from ..layout import EVAL_NAME
 from ..recipe.schema import Recipe
 from ..util.console import Stages, markdown_table_text
 from ..util.files import write_json_atomic
+from .step_export import release_dtype
 
 __all__ = ["eval_tasks", "describe_tasks", "evaluate_step", "save_evaluation", "note_evaluation"]
 
@@ -88,11 +89,22 @@ def evaluate_step(
     progress: bool = True,
     stages: Stages | None = None,
 ) -> EvalResults:
-    """Evaluate ``tasks`` on the base and, with ``mask``, on the edit at the recipe's scale (paired, with KL)."""
-    edit: Any = ReversibleEdit(model, mask, recipe.edit.effective_scale) if mask is not None else None
+    """Evaluate ``tasks`` on the base and, with ``mask``, on the edit at the recipe's scale (paired, with KL).
+
+    Both are measured on the weights the release stores: when ``outputs.dtype`` (a GGUF base: bfloat16) differs
+    from the model's, the model is rounded to it in place (:func:`~mathneuro_edit.engine.apply.round_weights_`;
+    the caller must not need the unrounded model afterwards) and the edit writes the stored edited values, so the
+    card's numbers are those of the files that ship, computed in the model's dtype.
+    """
+    store = release_dtype(recipe)
+    edit: Any = (
+        ReversibleEdit(model, mask, recipe.edit.effective_scale, store_dtype=store) if mask is not None else None
+    )
+    rounded = round_weights_(model, store)  # after the edit captured its unrounded originals
     if stages is not None:
         what = f"base and edited (x{recipe.edit.effective_scale:g})" if edit else "the base"
-        stages.start(f"evaluate {what}: {describe_tasks(tasks)}")
+        on = f", weights as stored ({str(store).removeprefix('torch.')})" if rounded else ""
+        stages.start(f"evaluate {what}{on}: {describe_tasks(tasks)}")
     return evaluate(model, tokenizer, tasks, edit=edit, progress=progress)
 
 

@@ -140,6 +140,15 @@ def output_dtype(recipe: Recipe) -> str | None:
     return gguf_source_dtype(recipe.base) if recipe.base.is_gguf else None
 
 
+def release_dtype(recipe: Recipe) -> Any:
+    """:func:`output_dtype` as a torch dtype (``None``: every tensor keeps its type): what an evaluation of the
+    release rounds the model to (:func:`~mathneuro_edit.engine.apply.round_weights_`)."""
+    import torch
+
+    name = output_dtype(recipe)
+    return None if name is None else getattr(torch, name)
+
+
 def gguf_name(recipe: Recipe) -> str:
     """What a GGUF output's ``general.name`` starts with: ``base.hub_id`` when set, else ``base.model`` (a local
     path becomes "local model" in :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`)."""

@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from ..data.sources import load_math_problems, load_set, load_texts, problem_sha256
-from ..engine.apply import check_scale
+from ..engine.apply import ReversibleEdit, check_scale, round_weights_
 from ..engine.distributed import calibrate_distributed as calibrate
 from ..engine.mask import find_math_params_multi
 from ..engine.targets import find_targets
 from ..engine.topk import top_k_hint
 from ..errors import InputError
+from ..evaluation.prompts import answer_form, operation_of
 from ..evaluation.results import compare
 from ..evaluation.significance import discordant_pairs, mcnemar_exact, significant, wilson_interval
 from ..layout import (
@@ -56,14 +57,18 @@ from ..util.files import write_json_atomic, write_text_atomic
 from ..util.outdir import claim
 from ..weights.loading import model_weights
 from .official import refuse_official
+from .step_export import release_dtype
 from .step_mask import load_step
 from .sweep_cache import CACHE_DIR, ResultCache, key_sha256
 from .sweep_evaluator import _blocks, _Evaluator, _general_result, model_weights_sha256
 from .sweep_procedure import (
+    ArmOutcome,
     Confirmation,
     SweepPoint,
     confirm,
+    format_verdict,
     halving_schedule,
+    paired_test,
     pareto_front,
     promote,
     recommend,
@@ -72,7 +77,7 @@ from .sweep_procedure import (
 )
 from .sweep_result import SweepResult, _num, _plot, _strict
 
-__all__ = ["SweepResult", "run_sweep", "sweep_problems"]
+__all__ = ["SweepResult", "run_sweep", "sweep_problems", "format_shots"]
 
 _KEYS = ("question", "answer", "prefill")
 
@@ -265,6 +270,210 @@ def _variant_mask(mask: Any, keep: set[str]) -> Any:
     return Mask({n: mask[n] for n in mask if n in keep}, dict(mask.meta))
 
 
+def format_shots(recipe: Recipe) -> list[dict[str, Any]]:
+    """The worked examples of the confirmation's other prompt formats (``sweep.confirmation_formats``): drawn
+    right after the confirmation problems by the same draw as :func:`sweep_problems` (a longer draw of the same
+    seed starts with the same problems), never one of the sweep's problems.
+
+    Raises:
+        InputError: the source has too few problems for them.
+    """
+    ev, sw = recipe.evaluation, recipe.sweep
+    need = max((f.n_shot for f in sw.confirmation_formats), default=0)
+    if ev is None or not need:
+        return []
+    have = ev.n_shot + sw.selection_samples + sw.confirmation_samples
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        problems = load_math_problems(ev.math, have + need, ev.seed)
+    used = {problem_sha256({k: p[k] for k in _KEYS if k in p}) for p in problems[:have]}
+    extra = [{k: p[k] for k in _KEYS if k in p} for p in problems[have:]]
+    extra = [p for p in extra if problem_sha256(p) not in used]
+    if len(extra) < need:
+        raise InputError(
+            f"sweep.confirmation_formats: {ev.math.public_path()} has too few problems for {need} worked "
+            "examples after the sweep's own; lower sweep.confirmation_samples or the formats' n_shot"
+        )
+    return extra[:need]
+
+
+# the controls of every confirmation: (name, mask method). "general-specific" is magnitude-matched: the same count
+# in every matrix as the candidate, taken from the weights that matter most for the general text (similar |W| and
+# importance); "random" is uniform over each matrix, seeded (sweep.control_seed): mostly small weights, a weak control
+_CONTROLS = (("general-specific", "general"), ("random", "random"))
+
+
+def _control_masks(
+    recipe: Recipe, weights: Any, group_stats: tuple[Any, list[Any]], top_k: float, candidate: Any, keep: set[str]
+) -> list[tuple[str, str, Any]]:
+    """``[(name, method, mask)]`` of the control edits: the candidate's count in every matrix, by another rule."""
+    from ..engine.mask import Mask
+
+    ms, gs = group_stats
+    m, sw = recipe.mask, recipe.sweep
+    out = []
+    for name, method in _CONTROLS:
+        (mask,) = find_math_params_multi(
+            weights, ms, gs, top_ks=[top_k], method=method, granularity=m.granularity, seed=sw.control_seed
+        )
+        mask = Mask({n: mask[n] for n in mask if n in keep}, dict(mask.meta))
+        if mask.counts() != {n: c for n, c in candidate.counts().items()}:
+            raise RuntimeError(f"control {name}: its counts per matrix differ from the candidate's")
+        out.append((name, method, mask))
+    return out
+
+
+@dataclass
+class _ConfirmContext:
+    """What the confirmation needs of the sweep: the model (rounded here to the release's dtype), its cache and
+    printer, the selection's evaluator (general texts) and the other formats' worked examples."""
+
+    model: Any
+    tok: Any
+    recipe: Recipe
+    fingerprint: str
+    cache: ResultCache
+    progress: bool
+    echo: Callable[[str], None]
+    texts: list[str]
+    evaluator: _Evaluator
+    format_shots: list[dict[str, Any]]
+
+
+def _general_cost(ctx: _ConfirmContext, mask: Any, scale: float) -> dict[str, Any]:
+    """An edit's general loss change (paired, with its standard error) and KL on the selection's general texts."""
+    base_g = ctx.evaluator.base_general()
+    g = ctx.evaluator.general(mask, scale)
+    b = _general_result(base_g["loss_sums"], base_g["tokens"])
+    e = _general_result(g["loss_sums"], base_g["tokens"], float(g["kl"]))
+    cmp_ = compare(b, e) or {}
+    return {
+        "texts": len(ctx.texts),
+        "tokens": b.n_tokens,
+        "loss": _num(e.loss),
+        "loss_change": _num(cmp_.get("loss_change")),
+        "loss_change_se": _num(cmp_.get("loss_change_se")),
+        "kl": _num(e.kl),
+    }
+
+
+def _confirm(
+    ctx: _ConfirmContext,
+    arm: _Arm,
+    point: SweepPoint,
+    variant: _Variant,
+    index: int,
+    controls: list[tuple[str, str, Any]],
+    problems: list[dict[str, Any]],
+    shots: list[dict[str, Any]],
+) -> Confirmation:
+    """The candidate, the base and the controls on the confirmation problems, under the recipe's prompt and each
+    ``sweep.confirmation_formats`` entry, measured on the weights the release stores.
+
+    Why rounded weights: the release stores ``outputs.dtype`` (bfloat16 for a GGUF base) while the sweep's model is
+    float32; the edits are prepared from the unrounded weights (the release computes from them), then the model is
+    rounded in place, so each arm is exactly the checkpoint a user loads. The model is not used afterwards.
+    """
+    sw = ctx.recipe.sweep
+    general = {"candidate": _general_cost(ctx, arm.mask, arm.scale)}
+    for name, _, mask in controls:
+        ctx.echo(f"      general loss and KL of the {name} control on {len(ctx.texts)} texts")
+        general[name] = _general_cost(ctx, mask, arm.scale)
+    store = release_dtype(ctx.recipe)
+    edits = {"candidate": (arm.mask, ReversibleEdit(ctx.model, arm.mask, arm.scale, store_dtype=store))}
+    for name, _, mask in controls:
+        edits[name] = (mask, ReversibleEdit(ctx.model, mask, arm.scale, store_dtype=store))
+    rounded = round_weights_(ctx.model, store)
+    weights = str(store).removeprefix("torch.") if rounded else None
+    formats = [(None, "recipe's prompt", problems, shots)] + [
+        (f, f.name, problems[: sw.format_samples or len(problems)], ctx.format_shots) for f in sw.confirmation_formats
+    ]
+    results = []
+    for fi, (fmt, label, probs, fshots) in enumerate(formats):
+        ev = _Evaluator(
+            ctx.model, ctx.tok, ctx.recipe, fshots, ctx.texts, ctx.fingerprint, ctx.cache, ctx.progress, fmt, weights
+        )
+        names = ["base", "candidate", *[c[0] for c in controls]] if fi == 0 else ["base", "candidate", controls[0][0]]
+        outcomes = {}
+        for name in names:
+            ctx.echo(f"      {label}: {name} on {len(probs)} problems" + (f" ({weights} weights)" if weights else ""))
+            mask, edit = edits.get(name, (None, None))
+            correct: list[bool] = []
+            completions: list[str] = []
+            for a, b in _blocks(0, len(probs), []):
+                c, t = ev.outcomes(probs[a:b], mask, arm.scale, edit)
+                correct += c
+                completions += t
+            outcomes[name] = ArmOutcome(
+                name,
+                tuple(correct),
+                tuple(answer_form(t, q.get("prefill")) for t, q in zip(completions, probs)),
+                tuple(operation_of(q) for q in probs),
+            )
+        results.append(_format_record(fmt, label, probs, outcomes, controls[0][0], sw.alpha))
+    primary = results[0]
+    base, cand = primary["_outcomes"]["base"], primary["_outcomes"]["candidate"]
+    b_, c_, pval, _ = confirm(list(base.correct), list(cand.correct), sw.alpha)
+    for r in results:
+        del r["_outcomes"]
+    return Confirmation(
+        len(problems),
+        tuple(problem_sha256(q) for q in problems),
+        point.top_k,
+        point.scale,
+        sum(base.correct),
+        sum(cand.correct),
+        b_,
+        c_,
+        pval,
+        primary["verdict"] == "math-boost",
+        sw.alpha,
+        index,
+        arm.mask.sha256,
+        variant.name,
+        variant.overrides,
+        verdict=primary["verdict"],
+        formats=tuple(results),
+        controls=tuple(
+            {
+                "name": name,
+                "method": method,
+                "seed": sw.control_seed if method == "random" else None,
+                "mask_sha256": mask.sha256,
+                "selected": mask.total()[0],
+                "general": general[name],
+            }
+            for name, method, mask in controls
+        ),
+        weights_dtype=weights or str(next(ctx.model.parameters()).dtype).removeprefix("torch."),
+        general=general["candidate"],
+    )
+
+
+def _format_record(
+    fmt: Any, label: str, probs: list[dict[str, Any]], outcomes: dict[str, ArmOutcome], control: str, alpha: float
+) -> dict[str, Any]:
+    """One prompt format's arms, paired tests and verdict (``_outcomes`` kept for the caller, then dropped)."""
+    base, cand = outcomes["base"], outcomes["candidate"]
+    verdict, _ = format_verdict(base, cand, outcomes[control], alpha)
+    tests = [paired_test(base, cand, alpha), paired_test(base, cand, alpha, answered_only=True)]
+    for name, o in outcomes.items():
+        if name not in ("base", "candidate"):
+            tests += [paired_test(o, cand, alpha), paired_test(base, o, alpha)]
+    return {
+        "name": label,
+        "primary": fmt is None,
+        "prompt": None if fmt is None else fmt.model_dump(mode="json"),
+        "n": len(probs),
+        "problems_sha256": [problem_sha256(q) for q in probs],
+        "verdict": verdict,
+        "confirmed": verdict == "math-boost",
+        "arms": {name: o.summary() for name, o in outcomes.items()},
+        "tests": tests,
+        "_outcomes": outcomes,
+    }
+
+
 def run_sweep(
     recipe: Recipe,
     out_dir: str | Path,
@@ -454,35 +663,17 @@ def run_sweep(
         if candidate is None:
             stages.start("confirm: no candidate (no finalist gains within the KL budget); nothing is tested")
         else:
-            p, arm = points[candidate], arms[candidate]
+            p, arm, v = points[candidate], arms[candidate], variants[arms[candidate].variant]
             stages.start(
-                f"confirm {(names[candidate] + ' ') if names[candidate] else ''}top_k={p.top_k:g} "
-                f"scale={p.scale:g} on {len(confirmation_problems)} other problems"
+                f"confirm {(v.name + ' ') if v.name else ''}top_k={p.top_k:g} scale={p.scale:g} on "
+                f"{len(confirmation_problems)} other problems, against the base and two control edits"
             )
-            base_c: list[bool] = []
-            edit_c: list[bool] = []
-            for a, b in _blocks(0, len(confirmation_problems), []):
-                base_c += evaluator.math(confirmation_problems[a:b])
-                edit_c += evaluator.math(confirmation_problems[a:b], arm.mask, arm.scale)
-            b_, c_, pval, ok = confirm(base_c, edit_c, sw.alpha)
-            v = variants[arm.variant]
-            confirmation = Confirmation(
-                len(confirmation_problems),
-                tuple(problem_sha256(q) for q in confirmation_problems),
-                p.top_k,
-                p.scale,
-                sum(base_c),
-                sum(edit_c),
-                b_,
-                c_,
-                pval,
-                ok,
-                sw.alpha,
-                candidate,
-                arm.mask.sha256,
-                v.name,
-                v.overrides,
+            keep = set(arm.mask)
+            controls = _control_masks(recipe, weights, stats[v.group], p.top_k, arm.mask, keep)
+            context = _ConfirmContext(
+                model, tok, recipe, fingerprint, cache, progress, echo, texts, evaluator, format_shots(recipe)
             )
+            confirmation = _confirm(context, arm, p, v, candidate, controls, confirmation_problems, shots)
         best, text = recommend(points, base_correct, len(selection), candidate, confirmation, sw.kl_budget)
         base_row = {
             "math_correct": base_correct,

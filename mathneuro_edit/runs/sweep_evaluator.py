@@ -61,13 +61,18 @@ class _Evaluator:
         fingerprint: str,
         cache: ResultCache,
         progress: bool,
+        fmt: Any = None,
+        weights: str | None = None,
     ) -> None:
+        """``fmt`` (a :class:`~mathneuro_edit.recipe.job_sections.PromptFormat`) replaces the evaluation's prompt
+        settings; ``weights`` names the dtype the model's weights were rounded to (a cache key of their own)."""
         ev, sw = recipe.evaluation, recipe.sweep
         assert ev is not None
+        src = fmt if fmt is not None else ev
         self.model, self.tok, self.cache, self.progress = model, tok, cache, progress
-        self.shots, self.n_shot, self.max_new = shots, ev.n_shot, ev.max_new_tokens
-        self.chat = uses_chat_template(tok, ev.chat_template)
-        self.style = ev.prompt_style
+        self.shots, self.n_shot, self.max_new = shots, src.n_shot, ev.max_new_tokens
+        self.chat = uses_chat_template(tok, src.chat_template)
+        self.style = src.prompt_style
         self.batch_size, self.k = sw.batch_size, sw.kl_support
         self.texts, self.max_length = list(texts), recipe.calibration.max_length
         self.prompt_key = {
@@ -78,6 +83,7 @@ class _Evaluator:
             "max_new_tokens": self.max_new,
             "batch_size": self.batch_size,
             "engine": "greedy-shared-prefix/1",
+            **({} if weights is None else {"weights": weights}),
         }
         self.general_key = {
             "model": fingerprint,
@@ -93,6 +99,14 @@ class _Evaluator:
 
     def math(self, problems: Sequence[dict[str, Any]], mask: Any = None, scale: float = 1.0) -> list[bool]:
         """Correct flags of the base (``mask=None``) or the edit on ``problems`` (one block), cached."""
+        return self.outcomes(problems, mask, scale)[0]
+
+    def outcomes(
+        self, problems: Sequence[dict[str, Any]], mask: Any = None, scale: float = 1.0, edit: Any = None
+    ) -> tuple[list[bool], list[str]]:
+        """``(correct flags, completions)`` of the base or the edit on ``problems`` (one block), cached. ``edit``:
+        a prepared :class:`~mathneuro_edit.engine.apply.ReversibleEdit` of ``mask`` and ``scale`` (one that writes
+        the release's stored values), used instead of a new one."""
         key = {
             "what": "math",
             **self.prompt_key,
@@ -102,7 +116,9 @@ class _Evaluator:
         hit = self.cache.get(key)
         if hit is None:
             cpu = time.process_time()
-            with ReversibleEdit(self.model, mask, scale) if mask is not None else nullcontext():
+            if edit is None and mask is not None:
+                edit = ReversibleEdit(self.model, mask, scale)
+            with edit if edit is not None else nullcontext():
                 correct, completions = math_outcomes(
                     self.model,
                     self.tok,
@@ -116,7 +132,7 @@ class _Evaluator:
             # the CPU seconds this block took (benchmarks/bench_search.py sums them: a search's cost survives kills)
             hit = {"correct": correct, "completions": completions, "cpu_s": round(time.process_time() - cpu, 3)}
             self.cache.put(key, hit)
-        return [bool(c) for c in hit["correct"]]
+        return [bool(c) for c in hit["correct"]], [str(c) for c in hit["completions"]]
 
     def base_general(self) -> dict[str, Any]:
         key = {"what": "general-base", **self.general_key}

@@ -19,12 +19,17 @@ from ..evaluation.significance import holm_adjust, mcnemar_exact, wilson_interva
 __all__ = [
     "SweepPoint",
     "Confirmation",
+    "ArmOutcome",
+    "paired_test",
+    "format_verdict",
+    "VERDICTS",
     "with_holm",
     "pareto_front",
     "math_merit",
     "select_candidate",
     "confirm",
     "recommend",
+    "evidence_text",
     "halving_schedule",
     "promote",
 ]
@@ -93,6 +98,16 @@ class Confirmation:
     mask_sha256: str = ""
     variant: str = ""
     variant_set: tuple[str, ...] = ()  # the recipe overrides of the candidate's variant
+    # the controls and prompt formats (:func:`format_verdict`): ``verdict`` is the recipe's own format's, and
+    # ``confirmed`` is ``verdict == "math-boost"``; ``formats`` holds every format's arms and paired tests,
+    # ``controls`` the control edits (method, seed, mask sha256, weights), ``weights_dtype`` the dtype of the
+    # weights every arm was measured on (the release's ``outputs.dtype``), ``general`` the candidate's cost on
+    # the general texts (loss change and KL)
+    verdict: str = ""
+    formats: tuple[dict[str, Any], ...] = ()
+    controls: tuple[dict[str, Any], ...] = ()
+    weights_dtype: str = ""
+    general: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         lo_b, hi_b = wilson_interval(self.base_correct, self.n)
@@ -115,7 +130,136 @@ class Confirmation:
             "mask_sha256": self.mask_sha256,
             "variant": self.variant,
             "variant_set": list(self.variant_set),
+            "verdict": self.verdict,
+            "weights_dtype": self.weights_dtype,
+            "controls": list(self.controls),
+            "formats": list(self.formats),
+            "general": self.general,
         }
+
+
+VERDICTS = {
+    "math-boost": "a math boost: beats the base, also among the problems both answer, and the magnitude-matched control",
+    "format-effect": "a format effect, not a math boost: the gain is not there among the problems both answer",
+    "not-specific": "not specific to the math-specific weights: it does not beat the magnitude-matched control",
+    "no-gain": "no gain over the base",
+}
+"""The verdicts of :func:`format_verdict`, with what each means (the card and the recommendation say it)."""
+
+
+@dataclass(frozen=True)
+class ArmOutcome:
+    """One model state (the base, the candidate or a control) on the confirmation problems of one prompt format:
+    per problem, whether it is right, the form of its completion (:data:`~mathneuro_edit.evaluation.prompts.ANSWER_FORMS`)
+    and its operation (``+``, ``-``, ``*``; ``""`` when not arithmetic)."""
+
+    name: str
+    correct: tuple[bool, ...]
+    forms: tuple[str, ...]
+    operations: tuple[str, ...]
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and rates with their 95% Wilson intervals: accuracy, answer rate, accuracy among answers, and
+        the same per operation.
+
+        Example:
+            >>> a = ArmOutcome("base", (True, False, False), ("answer", "answer", "restart"), ("+", "-", "+"))
+            >>> s = a.summary(); s["answered"], s["accuracy_among_answers"], s["by_operation"]["+"]["correct"]
+            (2, 0.5, 1)
+        """
+        return {"name": self.name, **_rates(self.correct, self.forms), "by_operation": self._by_operation()}
+
+    def _by_operation(self) -> dict[str, dict[str, Any]]:
+        ops = sorted({o for o in self.operations if o})
+        return {
+            op: _rates(
+                [c for c, o in zip(self.correct, self.operations) if o == op],
+                [f for f, o in zip(self.forms, self.operations) if o == op],
+            )
+            for op in ops
+        }
+
+
+def _rates(correct: Sequence[bool], forms: Sequence[str]) -> dict[str, Any]:
+    n, k = len(correct), sum(correct)
+    answered = sum(f == "answer" for f in forms)
+    right = sum(c for c, f in zip(correct, forms) if f == "answer")
+    return {
+        "n": n,
+        "correct": k,
+        "accuracy": k / n if n else 0.0,
+        "ci95": list(wilson_interval(k, n)),
+        "answered": answered,
+        "restarts": sum(f == "restart" for f in forms),
+        "no_number": sum(f == "none" for f in forms),
+        "answer_rate": answered / n if n else 0.0,
+        "answer_rate_ci95": list(wilson_interval(answered, n)),
+        "correct_among_answers": right,
+        "accuracy_among_answers": right / answered if answered else 0.0,
+        "accuracy_among_answers_ci95": list(wilson_interval(right, answered)) if answered else [0.0, 1.0],
+    }
+
+
+def paired_test(before: ArmOutcome, after: ArmOutcome, alpha: float, answered_only: bool = False) -> dict[str, Any]:
+    """The exact McNemar test of ``after`` against ``before`` on the same problems (with ``answered_only``: only
+    the problems where both gave a well-formed answer). ``passes``: ``after`` is right more often and ``p < alpha``.
+
+    Example:
+        >>> b = ArmOutcome("base", (False,) * 10, ("restart",) * 5 + ("answer",) * 5, ("+",) * 10)
+        >>> e = ArmOutcome("edit", (True,) * 8 + (False,) * 2, ("answer",) * 10, ("+",) * 10)
+        >>> paired_test(b, e, 0.05)["passes"], paired_test(b, e, 0.05, answered_only=True)["n"]
+        (True, 5)
+    """
+    if len(before.correct) != len(after.correct):
+        raise ValueError(f"paired_test: {len(before.correct)} vs {len(after.correct)} outcomes; pair the same problems")
+    keep = [
+        i
+        for i in range(len(before.correct))
+        if not answered_only or (before.forms[i] == "answer" and after.forms[i] == "answer")
+    ]
+    b = sum(1 for i in keep if before.correct[i] and not after.correct[i])
+    c = sum(1 for i in keep if after.correct[i] and not before.correct[i])
+    p = mcnemar_exact(b, c)
+    return {
+        "before": before.name,
+        "after": after.name,
+        "answered_only": answered_only,
+        "n": len(keep),
+        "before_only": b,
+        "after_only": c,
+        "mcnemar_p": p,
+        "passes": c > b and p < alpha,
+    }
+
+
+def format_verdict(
+    base: ArmOutcome, candidate: ArmOutcome, control: ArmOutcome, alpha: float
+) -> tuple[str, list[dict[str, Any]]]:
+    """The verdict of one prompt format (a key of :data:`VERDICTS`) and the paired tests it rests on.
+
+    A math boost needs all three, each at level ``alpha``: the candidate beats the base; it beats the base among
+    the problems where both gave a well-formed answer (a gain that is only more answers, e.g. fewer restarts of
+    the problem, is a format effect); it beats ``control``, the magnitude-matched control edit (the same count
+    in every matrix, the same scale: a gain any edit of that size gives is not specific to the math-specific
+    weights). Each extra condition can only lower the rate of false confirmations below the first test's level.
+
+    Example:
+        >>> ops = ("+",) * 20
+        >>> base = ArmOutcome("base", (False,) * 20, ("restart",) * 10 + ("answer",) * 10, ops)
+        >>> fmt = ArmOutcome("candidate", (True,) * 10 + (False,) * 10, ("answer",) * 20, ops)  # only answers more
+        >>> format_verdict(base, fmt, base, 0.05)[0]
+        'format-effect'
+    """
+    tests = [paired_test(base, candidate, alpha)]
+    if not tests[0]["passes"]:
+        return "no-gain", tests
+    tests.append(paired_test(base, candidate, alpha, answered_only=True))
+    if not tests[1]["passes"]:
+        return "format-effect", tests
+    tests.append(paired_test(control, candidate, alpha))
+    if not tests[2]["passes"]:
+        return "not-specific", tests
+    return "math-boost", tests
 
 
 def with_holm(points: Sequence[SweepPoint]) -> list[SweepPoint]:
@@ -255,12 +399,49 @@ def recommend(
         f"points, {c.base_only} right only before and {c.edited_only} only after, exact McNemar "
         f"{format_p(c.mcnemar_p)}"
     )
+    evidence = evidence_text(c)
     if c.confirmed:
-        return candidate, f"recommended: {chosen}; confirmed {measured} (< {c.alpha:g})"
+        return candidate, f"recommended: {chosen}; confirmed {measured} (< {c.alpha:g}){evidence}"
+    if c.verdict in ("format-effect", "not-specific"):
+        return None, (
+            f"nothing confirmed: the candidate {chosen} gained {measured}, but it is {VERDICTS[c.verdict]}"
+            f"{evidence}; do not publish a boost from this sweep"
+        )
     return None, (
         f"nothing confirmed: the candidate {chosen} did not confirm {measured} (a confirmed gain needs "
-        f"p < {c.alpha:g}); do not publish a boost from this sweep"
+        f"p < {c.alpha:g}){evidence}; do not publish a boost from this sweep"
     )
+
+
+def evidence_text(c: Confirmation) -> str:
+    """What the controls and the prompt formats showed, as a clause (empty for a confirmation without them).
+
+    Example:
+        >>> evidence_text(Confirmation(10, (), 0.1, 1.1, 1, 5, 0, 4, 0.12, False, 0.05, 0))
+        ''
+    """
+    parts = []
+    for f in c.formats:
+        arms = f.get("arms", {})
+        base, cand = arms.get("base", {}), arms.get("candidate", {})
+        tests = {(t["before"], t["answered_only"]): t for t in f.get("tests", []) if t.get("after") == "candidate"}
+        line = (
+            f"{f.get('name', '?')} ({f.get('n', 0)} problems): {f.get('verdict', '?')}, base "
+            f"{100 * base.get('accuracy', 0):.1f}% -> {100 * cand.get('accuracy', 0):.1f}%, answer rate "
+            f"{100 * base.get('answer_rate', 0):.1f}% -> {100 * cand.get('answer_rate', 0):.1f}%, accuracy among "
+            f"answers {100 * base.get('accuracy_among_answers', 0):.1f}% -> "
+            f"{100 * cand.get('accuracy_among_answers', 0):.1f}%"
+        )
+        for name, arm in arms.items():
+            t = tests.get((name, False))
+            if name in ("base", "candidate") or t is None:
+                continue
+            line += (
+                f"; vs the {name} control ({100 * arm.get('accuracy', 0):.1f}%): {t['after_only']} vs "
+                f"{t['before_only']}, {format_p(t['mcnemar_p'])}"
+            )
+        parts.append(line)
+    return "" if not parts else " [" + " | ".join(parts) + "]"
 
 
 def halving_schedule(n_points: int, n_selection: int, first: int | None, eta: int) -> list[tuple[int, int]]:

@@ -97,9 +97,52 @@ class SweepEvidence:
                     "confirmed",
                     "mask_sha256",
                     "problems_sha256",
+                    "verdict",
+                    "weights_dtype",
+                    "general",
                 )
             },
+            "controls": [
+                {k: x.get(k) for k in ("name", "method", "seed", "selected", "mask_sha256", "general")}
+                for x in c.get("controls") or []
+                if isinstance(x, dict)
+            ],
+            "formats": [_format_entry(f) for f in c.get("formats") or [] if isinstance(f, dict)],
         }
+
+
+# what the lock and the card keep of an arm (its per-problem data stays in the sweep folder)
+_ARM_KEYS = ("n", "correct", "answered", "restarts", "no_number", "correct_among_answers")
+
+
+def _format_entry(f: Mapping[str, Any]) -> dict[str, Any]:
+    """One prompt format of a confirmation as the lock records it: its verdict, each arm's counts (overall, by
+    form, by operation) and each paired test's counts and p."""
+    arms = f.get("arms") if isinstance(f.get("arms"), dict) else {}
+    return {
+        "name": f.get("name"),
+        "primary": f.get("primary"),
+        "prompt": f.get("prompt"),
+        "n": f.get("n"),
+        "verdict": f.get("verdict"),
+        "arms": {
+            str(name): {
+                **{k: a.get(k) for k in _ARM_KEYS},
+                "by_operation": {
+                    str(op): {k: v.get(k) for k in ("n", "correct", "answered")}
+                    for op, v in (a.get("by_operation") or {}).items()
+                    if isinstance(v, dict)
+                },
+            }
+            for name, a in arms.items()
+            if isinstance(a, dict)
+        },
+        "tests": [
+            {k: t.get(k) for k in ("before", "after", "answered_only", "n", "before_only", "after_only", "mcnemar_p")}
+            for t in f.get("tests") or []
+            if isinstance(t, dict)
+        ],
+    }
 
 
 MAX_SWEEP_BYTES = 64 * 1024 * 1024  # a sweep.json lists its points and each problem's sha256: a few MB
@@ -219,6 +262,53 @@ def _load(path: Path) -> tuple[bytes, Any]:
         raise InputError(f"{path}: cannot read it as JSON ({_shown(str(e), 120)}); re-run the sweep") from None
 
 
+# the paired tests a confirmed boost rests on (:func:`~.sweep_procedure.format_verdict`), in the recipe's own
+# prompt format: (the arm it is tested against, only the problems both answered)
+_REQUIRED_TESTS = (("base", False), ("base", True), ("general-specific", False))
+
+
+def _check_controls(c: Mapping[str, Any], n: int, alpha: float, where: str) -> None:
+    """A confirmation that says confirmed must show it: its verdict is a math boost and, in the recipe's own prompt
+    format, the candidate's counts beat the base, the base among the problems both answered, and the
+    magnitude-matched control, each by an exact McNemar p below ``alpha`` recomputed from the counts here.
+
+    Raises:
+        InputError: a sweep written before the controls, or a verdict its own counts do not support.
+    """
+    formats = c.get("formats")
+    if not isinstance(formats, list) or not formats or not isinstance(formats[0], dict):
+        raise InputError(
+            f"{where}: no control edits or prompt formats (a sweep.json written before the confirmation tested the "
+            "candidate against control edits); re-run the sweep"
+        )
+    primary = formats[0]
+    tests = primary.get("tests") if isinstance(primary.get("tests"), list) else []
+    found = {
+        (t.get("before"), t.get("answered_only")): t
+        for t in tests
+        if isinstance(t, dict) and t.get("after") == "candidate"
+    }
+    if c.get("verdict") != "math-boost" or primary.get("verdict") != "math-boost":
+        raise InputError(
+            f"{where}: says confirmed, but its verdict is {_shown(c.get('verdict'))}, not math-boost; the file "
+            "was edited: re-run the sweep"
+        )
+    for arm, answered in _REQUIRED_TESTS:
+        t = found.get((arm, answered))
+        label = f"the candidate against {arm}" + (" (problems both answered)" if answered else "")
+        if t is None:
+            raise InputError(
+                f"{where}: says confirmed, but has no test of {label}; the file was edited: re-run the sweep"
+            )
+        b, k = _count(t, "before_only", n, where), _count(t, "after_only", n, where)
+        if b + k > n or not (k > b and _exact_p(b, k) < alpha):
+            raise InputError(
+                f"{where}: says confirmed, but its test of {label} ({k} vs {b} discordant, "
+                f"{format_p(_exact_p(b, k))}, level {alpha:g}) does not show a gain; the file was edited: re-run "
+                "the sweep"
+            )
+
+
 def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     """The confirmed setting of a sweep folder. A sweep.json may come from someone else: it is data, checked
     before use (:func:`_load`: a regular file of bounded size; every field the release takes of the right type and
@@ -299,6 +389,7 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
             f"only after: {format_p(p)}, level {alpha:g}) or its problem lists do not; the file was "
             "edited: re-run the sweep"
         )
+    _check_controls(c, n, alpha, where)
     return SweepEvidence(
         float(top_k),
         float(scale),

@@ -528,6 +528,7 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     from mathneuro_edit.data.sources import problem_sha256
     from mathneuro_edit.recipe.io import load_recipe
     from mathneuro_edit.runs.sweep import sweep_problems
+    from tests.runs._sweep_json import control_evidence
 
     recipe = str(workspace / "recipe.yaml")
     arith = [
@@ -564,6 +565,7 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
         "alpha": 0.05,
         "point": 0,
         "mask_sha256": "",
+        **control_evidence(8, 0, 6),  # and it beat the general-specific control 6 to 0
     }
     (sw / "sweep.json").write_text(json.dumps(rows))
     out = tmp_path / "rel"

@@ -22,6 +22,8 @@ from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.sweep_release import read_sweep
 
+from ._sweep_json import control_evidence
+
 SEL = [f"{i:064x}" for i in range(10)]
 CONF = [f"{i + 1000:064x}" for i in range(8)]
 
@@ -55,6 +57,7 @@ def _valid() -> dict:
             "alpha": 0.05,
             "point": 0,
             "mask_sha256": "",
+            **control_evidence(len(CONF), 0, 6),
         },
         "recommendation": "top_k=0.05 scale=1.1: confirmed",
         "recipe": quickstart_recipe().public_dict(),

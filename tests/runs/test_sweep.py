@@ -48,6 +48,8 @@ from mathneuro_edit.runs.sweep_procedure import (
 from mathneuro_edit.runs.sweep_release import read_sweep, recipe_from_sweep
 from mathneuro_edit.runs.sweep_result import _num, _point
 
+from ._sweep_json import control_evidence
+
 NAN = math.nan  # a point built without the loss columns holds nan (the same object, so dicts compare equal)
 
 N = 100  # problems per evaluation: math_correct = accuracy * N
@@ -393,6 +395,8 @@ def _write_sweep(folder, confirmed: bool | None, recipe=None):
         else _conf(70, 90 if confirmed else 78, 5 if confirmed else 10, 25 if confirmed else 18)
     )
     d = _result(conf, None if conf is None else 6).to_dict()
+    if conf is not None:  # the control edits' tests a confirmed boost also needs (read_sweep checks them)
+        d["confirmation"].update(control_evidence(conf.n, conf.base_only, conf.edited_only))
     d["recipe"] = (recipe or quickstart_recipe()).public_dict()
     (folder / "sweep.json").write_text(json.dumps(d, allow_nan=True))
     return d
