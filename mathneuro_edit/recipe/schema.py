@@ -32,11 +32,12 @@ from typing import Any
 import yaml
 from pydantic import Field, model_validator
 
-from ..util.paths import LOCAL, ORGANISM, is_local_path, public_override
+from ..util.paths import LOCAL, ORGANISM, is_local_path
 from .edit_sections import CalibrationConfig, EditConfig, MaskConfig, OutputsConfig, TargetsConfig
 from .input_sections import BaseConfig, DataConfig, Source
 from .job_sections import ConsistencyConfig, EvaluationConfig, HubConfig, SweepConfig, SweepVariant
 from .lm_eval_keys import LmEvalConfig
+from .overrides import public_override
 from .types import _Model
 
 __all__ = [

@@ -22,8 +22,8 @@ from ..errors import InputError
 from ..evaluation.report import format_p
 from ..layout import SWEEP_JSON
 from ..recipe.io import recipe_from_dict
+from ..recipe.overrides import public_override
 from ..recipe.schema import Recipe
-from ..util.paths import public_override
 from .pipeline import run_recipe
 
 __all__ = ["SweepEvidence", "read_sweep", "recipe_from_sweep", "run_from_sweep"]

@@ -53,20 +53,3 @@ def no_such_local_folder(value: str, label: str = "base.model") -> InputError:
     why = "" if value.startswith(("/", "~", ".", "\\")) else f" (read as a path because {first}/ exists here)"
     what = "file" if value.lower().endswith(".gguf") else "folder"
     return InputError(f"{label}: no such local {what} {value!r}{why}; check the path (a Hub id looks like owner/name)")
-
-
-def public_override(override: object) -> object:
-    """A recipe override ``KEY=VALUE`` as published (lock, card, recipe hash): a local file's path becomes
-    ``<local>/NAME``, as the recipe's own data paths do; anything else is unchanged.
-
-    Example:
-        >>> public_override("data.math.path=/home/me/data/a.jsonl"), public_override("targets.include=[mlp]")
-        ('data.math.path=<local>/a.jsonl', 'targets.include=[mlp]')
-    """
-    if not isinstance(override, str) or "=" not in override:
-        return override
-    key, value = override.split("=", 1)
-    path = value.strip().strip("'\"")
-    if key.strip().endswith(".path") and path and is_local_path(path):
-        return f"{key}={LOCAL}/{Path(path).name}"
-    return override
