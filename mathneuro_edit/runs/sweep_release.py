@@ -44,10 +44,49 @@ _SAME = (
 )
 
 
+# keys of a data source that say where its texts were taken from, not which texts are read: the card names them
+# (``datasets``, model-index), the weights never see them, so a release may add them to the sweep's recipe
+_PROVENANCE = ("hub_dataset",)
+
+
 def _at(d: Mapping[str, Any], key: str) -> Any:
     for part in key.split("."):
         d = d.get(part) if isinstance(d, Mapping) else None  # type: ignore[assignment]
     return d
+
+
+def _deciding(value: Any) -> Any:
+    """A recipe section as it decides the weights: every data source without its :data:`_PROVENANCE` keys."""
+    if isinstance(value, Mapping):
+        source = "path" in value  # a data source (the only mappings of the compared sections with a path)
+        return {k: _deciding(v) for k, v in value.items() if not (source and k in _PROVENANCE)}
+    if isinstance(value, list):
+        return [_deciding(v) for v in value]
+    return value
+
+
+def _difference(mine: Any, theirs: Any, key: str) -> tuple[str, Any, Any] | None:
+    """The first key under ``key`` whose values differ, as deep as both sides go (``data.math.template``, not
+    ``data``), with both values; ``None`` when they are equal."""
+    if mine == theirs:
+        return None
+    if isinstance(mine, Mapping) and isinstance(theirs, Mapping):
+        for k in [*mine, *(k for k in theirs if k not in mine)]:
+            found = _difference(mine.get(k), theirs.get(k), f"{key}.{k}")
+            if found is not None:
+                return found
+    if isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs):
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            found = _difference(a, b, f"{key}.{i}")
+            if found is not None:
+                return found
+    return key, mine, theirs
+
+
+def _whole(value: Any) -> str:
+    """A recipe value in full, on one line: ``repr`` escapes every character that is not printable (a newline of
+    a template, ESC, bidi overrides), so two values that differ never print alike."""
+    return repr(value)
 
 
 @dataclass(frozen=True)
@@ -411,11 +450,12 @@ def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--f
     """
     mine = recipe.public_dict()
     for key in _SAME:
-        if _at(mine, key) != _at(evidence.recipe, key):
+        found = _difference(_deciding(_at(mine, key)), _deciding(_at(evidence.recipe, key)), key)
+        if found is not None:
+            name, a, b = found
             raise InputError(
-                f"{where}: the recipe's {key} differs from the sweep's ({_shown(_at(mine, key))} vs "
-                f"{_shown(_at(evidence.recipe, key))}); the confirmed setting holds only for the sweep's "
-                "recipe: use it, or sweep this one"
+                f"{where}: the recipe's {name} differs from the sweep's ({_whole(a)} vs {_whole(b)}); the "
+                "confirmed setting holds only for the sweep's recipe: use it, or sweep this one"
             )
     edit = ["edit.prune=true"] if evidence.scale == 0 else [f"edit.scale={evidence.scale!r}"]
     # the confirmed point's variant (another calibration set or target restriction of the same recipe): its
@@ -434,7 +474,22 @@ def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--f
             f"{where}: the sweep's confirmation.variant_set is not a list of data.*, calibration.* or "
             "targets.* overrides; re-run the sweep"
         )
-    return recipe_from_dict(recipe.resolved_dict(), [*variant, f"mask.top_k={evidence.top_k!r}", *edit], where=where)
+    stale = _replaced_provenance(recipe.resolved_dict(), variant)
+    return recipe_from_dict(
+        recipe.resolved_dict(), [*variant, *stale, f"mask.top_k={evidence.top_k!r}", *edit], where=where
+    )
+
+
+def _replaced_provenance(resolved: Mapping[str, Any], variant: list[str]) -> list[str]:
+    """``data.X.hub_dataset=null`` for each data source whose path the confirmed variant replaces without naming
+    its origin: the recipe's ``hub_dataset`` describes the recipe's file, not the variant's (SmolLM2's
+    ``arith-calib`` calibrates on generated arithmetic, not on GSM8K), and a card must not name it."""
+    keys = {v.split("=", 1)[0].strip() for v in variant}
+    found = []
+    for prefix in ["data.math", *(f"data.general.{i}" for i in range(len(_at(resolved, "data.general") or [])))]:
+        if f"{prefix}.path" in keys and f"{prefix}.hub_dataset" not in keys and _at(resolved, f"{prefix}.hub_dataset"):
+            found.append(f"{prefix}.hub_dataset=null")
+    return found
 
 
 def run_from_sweep(recipe: Recipe, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):

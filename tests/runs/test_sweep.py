@@ -432,7 +432,9 @@ def test_recipe_from_sweep_takes_the_setting_and_refuses_another_recipe(tmp_path
     r = recipe_from_sweep(quickstart_recipe(), ev)  # the quickstart prunes; the confirmed edit scales by 1.1
     assert (r.mask.top_k, r.edit.scale, r.edit.prune) == (0.07, 1.1, False)
     other = quickstart_recipe(["data.samples=7"])
-    with pytest.raises(InputError, match=r"--from-sweep: the recipe's data differs from the sweep's"):
+    with pytest.raises(
+        InputError, match=r"--from-sweep: the recipe's data.samples differs from the sweep's \(7 vs 100\)"
+    ):
         recipe_from_sweep(other, ev)
     pruned = ev.__class__(**{**ev.__dict__, "scale": 0.0})
     assert recipe_from_sweep(quickstart_recipe(["edit.scale=1.2"]), pruned).edit.prune is True
@@ -454,6 +456,71 @@ def test_recipe_from_sweep_applies_the_confirmed_variant_and_refuses_other_keys(
     hostile = ev.__class__(**{**ev.__dict__, "confirmation": {**ev.confirmation, "variant_set": ["edit.scale=9"]}})
     with pytest.raises(InputError, match="variant_set"):
         recipe_from_sweep(quickstart_recipe(), hostile)
+
+
+SMOLLM2 = "recipes/smollm2-arithmetic-boost.yaml"
+# docs/releasing.md's step 2: where the data came from and where the release goes (the weights see none of it)
+STEP_2 = [
+    "base.hub_id=HuggingFaceTB/SmolLM2-135M-Instruct",
+    "data.math.hub_dataset=openai/gsm8k",
+    "data.general.0.hub_dataset=Salesforce/wikitext",
+    "evaluation.general.0.hub_dataset=Salesforce/wikitext",
+    "outputs.gguf=Q8_0",
+    "hub.repo_id=you/SmolLM2-135M-Instruct-MathNeuro",
+]
+
+
+def _smollm2_sweep(tmp_path, variant_set: list[str]):
+    """A confirmed sweep of SmolLM2's recipe as written (no hub_dataset), its candidate in ``variant_set``."""
+    from pathlib import Path
+
+    from mathneuro_edit.recipe.io import load_recipe
+
+    root = Path(__file__).resolve().parents[2]
+    _write_sweep(tmp_path / "sw", True, recipe=load_recipe(str(root / SMOLLM2)))
+    ev = read_sweep(tmp_path / "sw")
+    ev = ev.__class__(**{**ev.__dict__, "confirmation": {**ev.confirmation, "variant_set": variant_set}})
+    return ev, lambda sets: load_recipe(str(root / SMOLLM2), sets)
+
+
+def test_provenance_is_carried_not_compared(tmp_path):
+    """The guide's step 2 adds hub_dataset to the data sources of the recipe the sweep ran: the release takes the
+    confirmed setting and keeps every hub_dataset for the card (issue 39 item 2: it was refused, exit 2)."""
+    ev, recipe = _smollm2_sweep(tmp_path, ["targets.include=[mlp]"])
+    r = recipe_from_sweep(recipe(STEP_2), ev)
+    assert (r.mask.top_k, r.edit.scale, r.targets.include) == (0.07, 1.1, ["mlp"])
+    assert r.data.math.hub_dataset == "openai/gsm8k" and r.data.general[0].hub_dataset == "Salesforce/wikitext"
+    assert r.base.hub_id == "HuggingFaceTB/SmolLM2-135M-Instruct" and r.hub.repo_id.endswith("-MathNeuro")
+
+
+def test_a_variant_that_replaces_a_source_drops_that_source_s_provenance(tmp_path):
+    """SmolLM2's arith-calib calibrates on generated arithmetic: the card must not say it came from GSM8K."""
+    arith = ["data.math.path=recipes/data/arithmetic_calib_200.jsonl", 'data.math.template="{question} {solution}"']
+    ev, recipe = _smollm2_sweep(tmp_path, arith)
+    r = recipe_from_sweep(recipe(STEP_2), ev)
+    assert r.data.math.path.endswith("arithmetic_calib_200.jsonl") and r.data.math.hub_dataset is None
+    assert r.data.general[0].hub_dataset == "Salesforce/wikitext"  # a source the variant keeps keeps its origin
+    named = recipe_from_sweep(recipe(STEP_2), ev.__class__(**{
+        **ev.__dict__, "confirmation": {**ev.confirmation, "variant_set": [*arith, "data.math.hub_dataset=me/arith"]}
+    }))  # fmt: skip
+    assert named.data.math.hub_dataset == "me/arith"  # the variant's own origin, when it names one
+
+
+def test_the_refusal_names_the_differing_key_with_both_values_whole(tmp_path):
+    """Two templates that differ after their 80th character: the key is named, and both values print in full and
+    differ (they were cut at 80 characters and printed alike, under the key ``data``)."""
+    ev, recipe = _smollm2_sweep(tmp_path, [])
+    head = "<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    with pytest.raises(InputError) as e:  # YAML's "\\n" is a newline of the template
+        recipe_from_sweep(recipe([*STEP_2, f'data.math.template="{head}\\n{{question}}\\n{{answer}}"']), ev)
+    line = str(e.value)
+    assert "the recipe's data.math.template differs from the sweep's (" in line and "\n" not in line.strip()
+    mine, theirs = line.split(" differs from the sweep's (", 1)[1].rsplit("); the confirmed", 1)[0].split(" vs ")
+    assert mine.endswith("{question}\\n{answer}'") and len(mine) > 90 and theirs == "None"
+    with pytest.raises(InputError, match=r"the recipe's data.general differs from the sweep's \(\[\{'path'"):
+        recipe_from_sweep(recipe([*STEP_2, "data.general=[a.txt, b.txt]"]), ev)  # lists of other lengths: whole
+    with pytest.raises(InputError, match=r"data.general.0.field differs from the sweep's \('body' vs None\)"):
+        recipe_from_sweep(recipe([*STEP_2, "data.general.0.field=body"]), ev)  # a list item's key, by its index
 
 
 def _math(flags: list[bool]) -> MathResult:
