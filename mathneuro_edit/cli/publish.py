@@ -97,8 +97,8 @@ def verify(
     )
     if as_json:
         _emit_json(result.to_dict())
-    elif not result.ok:
-        click.echo(result.failure_line())
+    else:  # the last line says what held: OK naming the devices, or FAILED naming what differs
+        click.echo(result.verdict_line())
     if not result.ok:
         sys.exit(1)
 

@@ -2,7 +2,13 @@
 
 It records the resolved recipe (public form), the base model's revision and safetensors hashes, what data was
 sampled (:attr:`mathneuro_edit.data.sources.LoadedTexts.record`), the statistics, mask and output file hashes, and the
-library versions. ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
+library versions, and the device the statistics were computed on (``device``: ``{"type": "cuda", "name":
+"NVIDIA H200"}``). ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
+
+What a lock promises across devices: the mask and the output weights are the product, the same bits on a CPU and
+a GPU (float32 scores, a deterministic top-k, elementwise edits); the statistics and the evaluation's numbers are
+float sums whose order differs between devices, so their bits (and the hashes that record them) may differ in
+the last place. ``reproduce`` and ``verify`` say which held, naming both devices.
 
 Machine-independent: every hash in the lock is a content hash, so the same model and data give the same lock
 wherever they live. The base is identified by its Hub id + resolved revision, or (local folder, organism) by the
@@ -216,6 +222,7 @@ def build_lock(
     edit_summary: Mapping[str, Any] | None = None,
     base_gguf: Mapping[str, Any] | None = None,
     sweep: Mapping[str, Any] | None = None,
+    device: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Assemble the lock of a run (public: no local paths).
 
@@ -236,6 +243,8 @@ def build_lock(
             hash, the setting, the selection and confirmation results with their problems' sha256, and how many
             of this run's own evaluation problems are among them; see
             :meth:`mathneuro_edit.runs.sweep_release.SweepEvidence.lock_entry`).
+        device: where the statistics were computed (:func:`~mathneuro_edit.engine.devices.device_record`);
+            recorded as ``device`` (an ``export`` from a saved mask records none: it computed no statistics).
 
     Returns:
         The lock as plain data (YAML/JSON types only).
@@ -270,6 +279,8 @@ def build_lock(
         "outputs": dict(sorted(output_files.items())),
         "versions": dict(versions if versions is not None else library_versions()),
     }
+    if device is not None:
+        lock["device"] = dict(device)
     if sweep is not None:
         lock["sweep"] = json.loads(json.dumps(sweep))  # plain JSON/YAML types
     if edit_summary is not None:
@@ -421,5 +432,6 @@ _LOCK_FIELDS: dict[str, type] = {
     "versions": dict,
     "edit_summary": dict,
     "lm_eval": dict,
+    "device": dict,
 }
 _KIND_NAMES = {str: "string", dict: "mapping"}

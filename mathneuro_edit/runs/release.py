@@ -38,6 +38,7 @@ from ..weights.base import base_reference, resolve_base
 from ..weights.checkpoint import open_checkpoint
 from ..weights.gguf_reader import dequantize_gguf, gguf_source
 from .card_sets import apply_card_sets, check_card_sets
+from .verdict import devices_note
 
 __all__ = ["rewrite_cards", "push_run", "verify_run", "RunVerification", "run_folder_hint"]
 
@@ -175,11 +176,20 @@ def push_run(
 @dataclass
 class RunVerification:
     """What :func:`verify_run` found: one audit per output folder, the per-file check against the lock (when the
-    folder holds one), and the names of what failed (output folders, ``"files"``)."""
+    folder holds one), and the names of what failed (output folders, ``"files"``, ``"mask"``).
+
+    ``made_on`` is the lock's ``device`` record (``None``: no lock, or one written before devices were recorded),
+    ``checked_on`` the device the audits recomputed the edited tensors on; ``mask_sha256`` the audited mask's and
+    ``lock_mask_sha256`` the lock's (``None``: no lock read).
+    """
 
     audits: list[VerifyReport]
     files: Any = None
     failed: list[str] = field(default_factory=list)
+    made_on: dict[str, str] | None = None
+    checked_on: str = "cpu"
+    mask_sha256: str | None = None
+    lock_mask_sha256: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -189,16 +199,41 @@ class RunVerification:
         """``verify: FAILED: ...`` naming what differs (empty when everything matched)."""
         if not self.failed:
             return ""
-        what = [f for f in self.failed if f != "files"]
+        what = [f for f in self.failed if f not in ("files", "mask")]
         parts = ([f"{', '.join(what)} differ(s) from the base + mask + scale"] if what else []) + (
             ["files differ from the lock's sha256"] if "files" in self.failed else []
         )
+        if "mask" in self.failed:
+            parts.insert(
+                0,
+                f"the mask is not the lock's (sha256 {str(self.mask_sha256)[:12]}..., the lock records "
+                f"{str(self.lock_mask_sha256)[:12]}...)",
+            )
         return f"verify: FAILED: {'; '.join(parts)} (details above)"
+
+    def verdict_line(self) -> str:
+        """The last line: ``verify: OK: ...`` saying what held and on which devices, or :meth:`failure_line`.
+
+        Why it names the devices: a lock made on a GPU is verified on a CPU as often as not; the weights and the
+        mask are the same bits on both (the edit is elementwise), the statistics are not recomputed here.
+        """
+        if self.failed:
+            return self.failure_line()
+        if self.lock_mask_sha256 is None:
+            return "verify: OK: the output weights are the base with this mask and scale applied, bit for bit"
+        return (
+            "verify: OK: the mask and the output weights are the lock's, bit for bit "
+            f"({devices_note(self.made_on, {'type': self.checked_on})}; the statistics are not recomputed: "
+            "`reproduce` does that)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "failed": self.failed,
+            "verdict": self.verdict_line(),
+            "devices": {"made_on": self.made_on, "checked_on": self.checked_on},
+            "mask": {"sha256": self.mask_sha256, "lock_sha256": self.lock_mask_sha256},
             "files_checked": self.files.to_dict() if self.files else None,
             "audits": [
                 {
@@ -247,6 +282,7 @@ def verify_run(
     ):
         raise InputError(f"{folder}: not a mathneuro-edit output (no model or adapter files); {expected}")
     recorded: dict = {}
+    lock: dict[str, Any] | None = None
     if base is None or scale is None or mask_path is None:
         # a run's checkpoint/ or adapter/ reads the run folder's lock and mask; any other folder (a run folder, an
         # `export` folder) its own lock, even when the folder above it happens to hold a mask file
@@ -283,12 +319,13 @@ def verify_run(
     failed = []
     stages = Stages(len(targets), echo)
     audits = []
+    mask = Mask.load(mask_path)  # read once: its sha256 is compared with the lock's below
     for t in targets:
         stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
         report = verify_export(
             t,
             base,
-            mask_path,
+            mask,
             scale,
             trust_remote_code=trust_remote_code,  # never the lock's
             progress=progress,
@@ -300,8 +337,14 @@ def verify_run(
     files = None
     lock_dir = folder if (folder / LOCK_NAME).is_file() else None
     if lock_dir is not None:  # the per-file check reproduce makes too: every file against the lock's sha256
-        files = check_local_files_against_lock(folder, read_lock(lock_dir))
+        lock = read_lock(lock_dir)
+        files = check_local_files_against_lock(folder, lock)
         say(files.to_text())
         if not files.ok:
             failed.append("files")
-    return RunVerification(audits, files, failed)
+    lock_mask = lock.get("mask_sha256") if lock is not None else None
+    if lock_mask is not None and lock_mask != mask.sha256:  # the weights may match a mask the lock never made
+        failed.insert(0, "mask")
+    checked_on = audits[0].device if audits else "cpu"
+    made_on = lock.get("device") if lock is not None else None
+    return RunVerification(audits, files, failed, made_on, checked_on, mask.sha256, lock_mask)

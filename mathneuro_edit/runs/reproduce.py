@@ -4,9 +4,12 @@ the files you have, then re-run the lock and compare hashes.
 1. The files you have (:mod:`mathneuro_edit.publish.integrity`, shared with ``verify``): for a local folder the
    sha256 of every file the lock lists against the files present; for a Hub repo the LFS sha256 the Hub reports.
    Missing, extra and changed files are named. A tampered folder is never called reproduced.
-2. The re-run: the mask and every output weight file must match the lock bit for bit (same machine and library
-   versions; across machines or versions floating-point differences can change near-threshold selections: the
-   report says which files differ and which versions changed).
+2. The re-run: the mask and every output weight file must match the lock bit for bit. The statistics are compared
+   too, but they are not the product: across devices (a run made on a GPU, reproduced on a CPU) their float sums
+   differ in the last bits, which changes no selection unless a weight sits within that rounding of its matrix's
+   threshold. The verdict says which held (:mod:`.verdict`): ``yes, bit for bit``; ``same mask and output weights;
+   the statistics differ in float rounding (made on cuda, checked on cpu)``; or ``NO`` naming the mask's or the
+   files' difference, and which library versions changed.
 
 Without ``out_dir`` the re-run goes to a temporary folder that is deleted afterwards (``keep=True`` keeps it).
 """
@@ -21,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..engine.mask import Mask
 from ..errors import InputError
-from ..layout import LOCK_NAME
+from ..layout import LOCK_NAME, MASK_NAME, STATS_DIR
 from ..publish.integrity import (
     FileCheck,
     check_hub_files_against_lock,
@@ -41,6 +45,8 @@ from ..util.hashing import sha256_file
 from ..util.paths import is_local_path
 from ..util.scrub import scrub_token
 from .pipeline import run_recipe
+from .step_mask import Statistics
+from .verdict import StatsComparison, compare_statistics, devices_note, mask_difference, run_files_near
 
 __all__ = ["ReproduceReport", "read_any_lock", "reproduce", "check_source_files", "is_hub_source"]
 
@@ -162,6 +168,10 @@ class ReproduceReport:
     version_changes: dict[str, tuple[str, str]] = field(default_factory=dict)
     present: FileCheck | None = None  # the files you have (None: a lock file alone was given)
     kept: bool = True  # False: the re-run's temporary folder was deleted
+    stats: StatsComparison = StatsComparison(None)
+    made_on: dict[str, str] | None = None  # the lock's device record
+    checked_on: dict[str, str] | None = None  # the re-run's
+    mask_change: str | None = None  # the mask difference in words (when the run's own mask file was at hand)
 
     @property
     def rerun_ok(self) -> bool:
@@ -179,18 +189,36 @@ class ReproduceReport:
         ]
         lines.append(f"re-run against the lock: mask {'match' if self.mask_match else 'DIFFERS'}")
         lines += [f"  {state:8s} {path}" for path, state in sorted(self.files.items())]
+        lines.append(self.stats.clause(self.devices))
         for lib, (was, now) in self.version_changes.items():
             lines.append(f"note: {lib} was {was}, now {now}")
         where = str(self.out_dir) if self.kept else "re-run deleted; --keep or --out keeps it"
-        if self.ok:
-            verdict = "yes, bit for bit"
-        elif self.present is not None and not self.present.ok:
-            bad = ", ".join(f"{p} ({s})" for p, s in sorted(self.present.differences().items()))
-            verdict = f"NO: the files you have differ from the lock: {bad}"
-        else:
-            verdict = "NO"
-        lines.append(f"reproduced: {verdict} ({where})")
+        lines.append(f"reproduced: {self.verdict()} ({where})")
         return "\n".join(lines)
+
+    @property
+    def devices(self) -> str:
+        """``made on cuda, checked on cpu``."""
+        return devices_note(self.made_on, self.checked_on)
+
+    def verdict(self) -> str:
+        """What held, in words: never ``yes`` when the mask or a file differs, never a bare ``NO`` when only the
+        statistics' float sums do."""
+        if self.present is not None and not self.present.ok:
+            bad = ", ".join(f"{p} ({s})" for p, s in sorted(self.present.differences().items()))
+            return f"NO: the files you have differ from the lock: {bad}"
+        stats = self.stats.clause(self.devices)
+        if not self.mask_match:
+            what = (
+                self.mask_change or "its sha256 is not the lock's (the run's mask file is not here to name the weights)"
+            )
+            return f"NO: the mask differs: {what}; {stats}"
+        if not self.rerun_ok:
+            bad = ", ".join(f"{p} ({s})" for p, s in sorted(self.files.items()) if s not in ("match", "extra"))
+            return f"NO: same mask, but the output files differ: {bad}; {stats}"
+        if self.stats.match is False:
+            return f"same mask and output weights; {stats}"
+        return f"yes, bit for bit ({self.devices})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -204,6 +232,10 @@ class ReproduceReport:
                 "out_dir": str(self.out_dir) if self.kept else None,
             },
             "version_changes": {k: {"was": a, "now": b} for k, (a, b) in self.version_changes.items()},
+            "statistics": self.stats.to_dict(),
+            "mask_difference": self.mask_change,
+            "devices": {"made_on": self.made_on, "checked_on": self.checked_on},
+            "verdict": self.verdict(),
         }
 
 
@@ -278,7 +310,26 @@ def reproduce(
     states.update({p: "extra" for p in result.files if p not in recorded})
     now = library_versions()
     changes = {k: (v, now.get(k, "?")) for k, v in (lock.get("versions") or {}).items() if now.get(k) != v}
+    mask_match = result.mask_sha256 == lock.get("mask_sha256")
+    stats, checked_on, mask_change = _compare_with_the_run(source, lock, out, mask_match)
     kept = temp is None or keep
     if not kept:
         shutil.rmtree(temp, ignore_errors=True)  # type: ignore[arg-type]
-    return ReproduceReport(out, result.mask_sha256 == lock.get("mask_sha256"), states, changes, present, kept)
+    return ReproduceReport(
+        out, mask_match, states, changes, present, kept, stats, lock.get("device"), checked_on, mask_change
+    )
+
+
+def _compare_with_the_run(
+    source: str | Path, lock: dict[str, Any], out: Path, mask_match: bool
+) -> tuple[StatsComparison, dict[str, str] | None, str | None]:
+    """The re-run's statistics against the lock's (and their values against the run's own files, when the source
+    folder holds them), the re-run's device, and the mask difference in words when the masks differ."""
+    again = read_lock(out)
+    original_mask, original_stats = run_files_near(source, lock)
+    rerun_stats = Statistics.load(out / STATS_DIR) if original_stats is not None else None
+    stats = compare_statistics(lock.get("stats_sha256"), again.get("stats_sha256"), original_stats, rerun_stats)
+    change = None
+    if not mask_match and original_mask is not None:
+        change = mask_difference(original_mask, Mask.load(out / MASK_NAME))
+    return stats, again.get("device"), change

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.sources import load_texts
+from ..engine.devices import device_record, model_device
 from ..engine.distributed import calibrate_distributed as calibrate
 from ..engine.distributed import local_device
 from ..engine.mask import Mask, find_math_params
@@ -46,6 +47,8 @@ class Statistics:
     math: ActivationStats | None
     general: list[ActivationStats]
     records: dict[str, Any] | None = None
+    # where they were computed (the lock's ``device``): not in the statistics files, whose bytes stay the same
+    device: dict[str, str] | None = None
 
     def save(self, folder: Path) -> list[Path]:
         """``folder/math.stats.safetensors`` and ``folder/general-<i>.stats.safetensors`` (the one layout)."""
@@ -129,7 +132,8 @@ def calibrate_step(
             stages.start(f"calibrate general{which} ({len(loaded.texts)} texts)")
         general_stats.append(calibrate(model, tokenizer, loaded.texts, **kwargs))
         records.append(loaded.record)
-    return Statistics(math_stats, general_stats, {"math": [math.record], "general": records})
+    records_ = {"math": [math.record], "general": records}
+    return Statistics(math_stats, general_stats, records_, device_record(model_device(model)))
 
 
 def data_records(recipe: Recipe) -> dict[str, Any]:

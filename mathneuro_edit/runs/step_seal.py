@@ -60,7 +60,7 @@ def seal_run(
     assert stats.records is not None, "a run's statistics carry their data records"
     lock = seal_lock(
         recipe, base, mask, records=stats.records, stats_sha256=stats.sha256, files=files, n_params=n_params,
-        sweep=sweep,
+        sweep=sweep, device=stats.device,
     )  # fmt: skip
     write_lock(folder, lock)
     eval_dict, lm_eval_docs = evaluation
@@ -80,8 +80,10 @@ def seal_lock(
     files: dict[str, str],
     n_params: int,
     sweep: dict[str, Any] | None = None,
+    device: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The lock of a run or an export: the recipe, every input's and output's hash and the edit's summary."""
+    """The lock of a run or an export: the recipe, every input's and output's hash, the edit's summary and, for a
+    run, the device its statistics were computed on."""
     return build_lock(
         recipe,
         base_revision=base.revision,
@@ -93,6 +95,7 @@ def seal_lock(
         base_gguf=base.gguf,
         edit_summary=summarize_edit(mask.counts(), model_params=n_params),
         sweep=sweep,
+        device=device,
     )
 
 

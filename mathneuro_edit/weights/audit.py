@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from ..engine.apply import check_scale
+from ..engine.devices import selection_device
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
 from .adapter import MATHNEURO_CONFIG, _layer_rows, _merge_ok, _peft_layers
@@ -68,6 +69,7 @@ class VerifyReport:
     extra: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     audited: list[str] = field(default_factory=list)  # other files checked, e.g. the GGUF beside the shards
+    device: str = "cpu"  # where the edited tensors were recomputed and compared
 
     @property
     def ok(self) -> bool:
@@ -97,6 +99,7 @@ def verify(
     revision: str | None = None,
     trust_remote_code: bool = False,
     progress: bool = False,
+    device: str | torch.device | None = "auto",
 ) -> VerifyReport:
     """Check an export (baked checkpoint or adapter) against the base, the mask and the scale.
 
@@ -109,6 +112,9 @@ def verify(
         revision: Hub revision of ``base``.
         trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
         progress: a progress bar over the tensors (or adapter layers) being compared.
+        device: where a checkpoint's edited tensors are recomputed and compared, a block of rows at a time
+            (``"auto"``: the GPU when there is one, :func:`~mathneuro_edit.engine.devices.selection_device`); the
+            edit is elementwise, so the expected bits are the same on every device.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is True when everything matches.
@@ -135,13 +141,21 @@ def verify(
         return _verify_peft(out, ckpt, plan, mask, scale, progress)
     if (out / MATHNEURO_CONFIG).is_file():
         return _verify_mathneuro(out, mask, scale)
-    return _verify_checkpoint(out, folder, ckpt, plan, mask, scale, progress)
+    return _verify_checkpoint(out, folder, ckpt, plan, mask, scale, progress, selection_device(device))
 
 
 def _verify_checkpoint(
-    out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float, progress: bool = False
+    out: Path,
+    folder: Path,
+    ckpt: Checkpoint,
+    plan: EditPlan,
+    mask: Any,
+    scale: float,
+    progress: bool = False,
+    device: torch.device | None = None,
 ) -> VerifyReport:
-    report = VerifyReport(out, "checkpoint")
+    device = device if device is not None else torch.device("cpu")
+    report = VerifyReport(out, "checkpoint", device=device.type)
     try:
         got = open_checkpoint(out)
     except InputError as e:
@@ -172,10 +186,10 @@ def _verify_checkpoint(
         elif name in plan.edits or cast is not None:
             report.edited += name in plan.edits
             n_bad = 0
-            for rows, _, expected in plan.edited_rows(ckpt, name, scale):  # a block of rows at a time
+            for rows, _, expected in plan.edited_rows(ckpt, name, scale, device=device):  # a block of rows
                 if cast is not None:
                     expected = expected.to(entry_dtype(cast))
-                actual = got.read(name, rows=rows)
+                actual = got.read(name, rows=rows).to(device)
                 # per entry, not per byte: an entry differs when any of its bytes does
                 per = max(actual.element_size(), 1)
                 n_bad += int((_bits(expected) != _bits(actual)).reshape(-1, per).any(dim=1).sum())

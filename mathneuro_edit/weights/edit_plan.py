@@ -129,12 +129,18 @@ class EditPlan:
         return t
 
     def edited_rows(
-        self, ckpt: Checkpoint, name: str, scale: float, block_bytes: int | None = None
+        self,
+        ckpt: Checkpoint,
+        name: str,
+        scale: float,
+        block_bytes: int | None = None,
+        device: torch.device | str | None = None,
     ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
         """``(rows, base rows, edited rows)`` of checkpoint tensor ``name``, one :func:`row_blocks` block at a time.
 
         The concatenated edited rows equal :meth:`edited` bit for bit (an edit is elementwise); only one block of
-        the tensor is in memory, plus its unpacked masks (one byte per entry).
+        the tensor is in memory, plus its unpacked masks (one byte per entry). ``device``: where each block is
+        edited (an audit on a GPU); an elementwise float32 multiply rounded once gives the same bits on any device.
         """
         scale = check_scale(scale)
         masks = [self.mask_slice(name, mask_name) for mask_name in self.edits.get(name, ())]
@@ -142,9 +148,11 @@ class EditPlan:
         item = entry.nbytes // max(math.prod(entry.shape), 1)
         for rows in row_blocks(tuple(entry.shape), item, block_bytes):
             base = ckpt.read(name, rows=rows)
+            base = base.to(device) if device is not None else base
             edited = base
             for m in masks:
-                edited = scale_masked(edited, m[rows] if entry.shape else m, scale)
+                block = m[rows] if entry.shape else m
+                edited = scale_masked(edited, block.to(base.device), scale)
             yield rows, base, edited
 
 

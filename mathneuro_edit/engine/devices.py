@@ -1,0 +1,89 @@
+"""Where the work runs: the accelerator when there is one, and how a lock names the device a run was made on.
+
+Why one home: the mask step, the audits and the lock all ask "which device?", and the answer must be the same
+everywhere: the model's (or the statistics') device when it is CUDA, else CUDA when it is present and asked for
+(``"auto"``), else the CPU. What is computed on the chosen device gives the same bits as on the CPU (float32 scores,
+integer selection, elementwise edits), so the choice is a matter of speed, never of the result.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["work_device", "selection_device", "model_device", "device_record", "device_type"]
+
+
+def work_device(device: str | torch.device | None = "auto") -> torch.device:
+    """The device a stage computes on: ``"auto"``/``None`` -> ``cuda`` when available, else ``cpu``; otherwise the
+    device given (a ``cuda`` asked for on a machine without one falls back to ``cpu``: the result is the same).
+
+    Why not MPS under ``"auto"``: the selection needs ``kthvalue``/``bincount`` on float32 and int32, which MPS
+    lacks or emulates; the CPU gives the same bits.
+
+    Example:
+        >>> work_device("cpu")
+        device(type='cpu')
+    """
+    if device is None or device == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return torch.device("cpu")
+    return dev
+
+
+def selection_device(device: str | torch.device | None = "auto") -> torch.device:
+    """Where the mask step and the audits compute: :func:`work_device` when it is a CUDA device, else the CPU.
+
+    Why CUDA or CPU only: the same bits are guaranteed on those two (tested on CPU with this code path, measured on
+    an H200); another accelerator (MPS) is not asked to run an integer histogram select.
+
+    Example:
+        >>> selection_device("cpu").type
+        'cpu'
+    """
+    dev = work_device(device)
+    return dev if dev.type == "cuda" else torch.device("cpu")
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device a model computes on: its input embedding's, or accelerate's execution device when offloaded."""
+    from .calibration import _input_device
+
+    return _input_device(model)
+
+
+def device_type(record: Any) -> str | None:
+    """``"cuda"`` from a lock's ``device`` record (``{"type": "cuda", "name": ...}``); ``None`` when absent.
+
+    Example:
+        >>> device_type({"type": "cuda", "name": "NVIDIA H200"}), device_type(None)
+        ('cuda', None)
+    """
+    if isinstance(record, dict) and isinstance(record.get("type"), str):
+        return record["type"]
+    return None
+
+
+def device_record(device: str | torch.device) -> dict[str, str]:
+    """What the lock records of the device a run's statistics were computed on: its type and its model.
+
+    The name is the accelerator's model (``NVIDIA H200``) or the CPU's architecture (``x86_64``): enough to say
+    why two runs' float sums differ, nothing that identifies a machine.
+
+    Example:
+        >>> device_record("cpu")["type"]
+        'cpu'
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        name = torch.cuda.get_device_name(dev.index if dev.index is not None else torch.cuda.current_device())
+    elif dev.type == "cpu":
+        name = platform.machine() or "cpu"
+    else:
+        name = dev.type
+    return {"type": dev.type, "name": name}
