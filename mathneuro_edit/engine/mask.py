@@ -308,7 +308,7 @@ def _general_specific(
     """
     rows = general if granularity == "row" else general.reshape(1, -1)  # (groups, entries)
     counts = (math_specific if granularity == "row" else math_specific.reshape(1, -1)).sum(1, keepdim=True)
-    masked = rows.masked_fill(math_top.reshape(rows.shape), -math.inf)
+    masked = rows
     order = torch.argsort(masked, dim=1, descending=True, stable=True)  # (groups, entries)
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(rows.shape[1], device=order.device).expand_as(order))
     return (rank < counts).reshape(general.shape)
@@ -386,6 +386,7 @@ def find_math_params(
     seed: int = 0,
     statistic: Literal["l2", "wanda"] = "l2",
     progress: bool = False,
+    device: str | torch.device | None = None,
 ) -> Mask:
     """Find the math-specific weights (MathNeuro) from saved statistics, without forward passes.
 
@@ -405,6 +406,10 @@ def find_math_params(
         statistic: ``"l2"``, the sum over samples of per-sample L2 norms (the paper's), or ``"wanda"``, the
             square root of the sum of squares over all tokens.
         progress: show a progress bar over tensors.
+        device: where the scores and the selection are computed, one matrix at a time (``"cuda"``: a GPU's
+            milliseconds instead of a CPU's seconds per matrix); ``None``: each weight's own device. The mask is
+            the same bits on every device: float32 scores (one exact multiply each), an integer histogram select
+            and a stable sort for the ties (the lower index wins).
 
     Returns:
         A :class:`Mask` with one entry per target, carrying its provenance in ``mask.meta``.
@@ -423,6 +428,7 @@ def find_math_params(
         seed=seed,
         statistic=statistic,
         progress=progress,
+        device=device,
     )[0]
 
 
@@ -437,6 +443,7 @@ def find_math_params_multi(
     seed: int = 0,
     statistic: Literal["l2", "wanda"] = "l2",
     progress: bool = False,
+    device: str | torch.device | None = None,
 ) -> list[Mask]:
     """:func:`find_math_params` for several ``top_k`` at once (a sweep): one mask per value, in order.
 
@@ -478,7 +485,7 @@ def find_math_params_multi(
             view = canonical_view(params[name].detach(), t)  # (groups, d_out, d_in)
             per_k: list[list[torch.Tensor]] = [[] for _ in top_ks]  # per top_k: one (d_out, d_in) mask per group
             for g in range(t.groups):
-                w = view[g]  # (d_out, d_in)
+                w = view[g] if device is None else view[g].to(device)  # (d_out, d_in); the stats follow it
                 sels = _top_masks(_scores(w, math_stats.statistic(name, statistic)[g], name), top_ks, granularity)
                 tops = [m.clone() for m in sels] if method == "general" else []
                 for gs in generals:

@@ -68,8 +68,8 @@ def top_fraction_flat(scores: torch.Tensor, ks: Sequence[int]) -> list[torch.Ten
     if len(set(bins)) == 1:
         cand = (compare == bins[0]).nonzero().squeeze(1)  # (m,) ascending flat indices
     else:  # one gather finds the candidates of every k: entries in exactly those bins
-        wanted = torch.zeros(1 << 15, dtype=torch.bool)
-        wanted[torch.tensor(bins)] = True
+        wanted = torch.zeros(1 << 15, dtype=torch.bool, device=scores.device)  # on the scores' device (a GPU's)
+        wanted[torch.tensor(bins, device=scores.device)] = True
         cand = wanted[high].nonzero().squeeze(1)
     del high
     cand_bin, cand_val = compare[cand], scores[cand]
