@@ -13,7 +13,7 @@ Older ``eval.json`` files without counts or intervals still render (the missing 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["eval_markdown", "effect_sentence", "format_accuracy", "format_p"]
@@ -61,12 +61,12 @@ def format_accuracy(row: Row) -> str:
     return f"{100 * acc:.1f}%" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _value(key: str, row: Row) -> str:
+def _value(key: str, row: Row, shown: Callable[[Any], str] = str) -> str:
     if key == "math_accuracy":
         return format_accuracy(row)
     v = row.get(key)
     if not _num(v):
-        return "-" if v is None else str(v)
+        return "-" if v is None else shown(v)
     if key == "general_loss" and _num(row.get("general_loss_se")):
         return f"{v:.4g} ± {row['general_loss_se']:.2g}"
     return f"{v:.4g}"
@@ -89,16 +89,19 @@ def _change(key: str, base: Row, edited: Row, comparison: Row) -> str:
     return f"{e - b:+.4g}"
 
 
-def _plain(x: Any) -> str:
+def _plain(x: Any, shown: Callable[[Any], str] = str) -> str:
     """A number as the card prints it (4 significant digits), ``-`` when missing."""
-    return f"{x:.4g}" if _num(x) else ("-" if x is None else str(x))
+    return f"{x:.4g}" if _num(x) else ("-" if x is None else shown(x))
 
 
-def eval_markdown(results: Mapping[str, Mapping[str, Row]]) -> str:
+def eval_markdown(results: Mapping[str, Mapping[str, Row]], shown: Callable[[Any], str] = str) -> str:
     """The table: one row per metric; columns base / edited / change (just ``value`` without an edit).
 
     Args:
         results: ``{task: {"base": row, "edited": row, "comparison": {...}}}`` (eval.json); parts may be missing.
+        shown: how a name or value taken from ``results`` is written (a task, an lm-eval task or metric, a value
+            that is not a number): as it is on the console; the model card passes its escaping rule
+            (:func:`~mathneuro_edit.publish.card_sections.card_text`), since eval.json may be someone else's.
 
     Returns:
         Markdown, ending in a newline.
@@ -132,7 +135,7 @@ def eval_markdown(results: Mapping[str, Mapping[str, Row]]) -> str:
 
                 def with_se(row: Row, value: Any) -> str:
                     se = row.get(se_key)  # noqa: B023 - with_se is called only in this iteration, just below
-                    return f"{_plain(value)} ± {_plain(se)}" if _num(value) and _num(se) else _plain(value)
+                    return f"{_plain(value)} ± {_plain(se)}" if _num(value) and _num(se) else _plain(value, shown)
 
                 # lm-eval's metrics do not say which direction is better: the change is shown without a verdict
                 cells = (
@@ -140,22 +143,29 @@ def eval_markdown(results: Mapping[str, Mapping[str, Row]]) -> str:
                     if with_edit
                     else [with_se(base, b)]
                 )
-                lines.append(f"| {task}: {lm_task} | {metric} (n={_plain(n)}) | " + " | ".join(cells) + " |")
+                lines.append(
+                    f"| {shown(f'{task}: {lm_task}')} | {shown(metric)} (n={_plain(n, shown)}) | "
+                    + " | ".join(cells)
+                    + " |"
+                )
                 continue
-            label = _LABELS.get(key, key)
+            label = _LABELS.get(key) or shown(key)
             if key == "general_loss" and not (_num(base.get("general_loss_se")) or _num(edited.get("general_loss_se"))):
                 label = "general loss"
             if with_edit:
-                b = "-" if key == "general_kl" else _value(key, base)
-                cells = [b, _value(key, edited), _change(key, base, edited, comparison)]
+                b = "-" if key == "general_kl" else _value(key, base, shown)
+                cells = [b, _value(key, edited, shown), _change(key, base, edited, comparison)]
             else:
-                cells = [_value(key, base)]
-            lines.append(f"| {task} | {label} | " + " | ".join(cells) + " |")
+                cells = [_value(key, base, shown)]
+            lines.append(f"| {shown(task)} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def effect_sentence(results: Mapping[str, Mapping[str, Row]] | None) -> str:
-    """One sentence on the math effect for the card's first paragraph ("" when nothing was paired).
+def effect_sentence(
+    results: Mapping[str, Mapping[str, Row]] | None, shown: Callable[[Any], str] = lambda task: f"`{task}`"
+) -> str:
+    """One sentence on the math effect for the card's first paragraph ("" when nothing was paired); ``shown``
+    writes the task's name (the card passes its escaping rule, as to :func:`eval_markdown`).
 
     A change that the paired test does not find significant is stated as no significant effect, so that a
     boost that did nothing is not presented as one.
@@ -173,10 +183,11 @@ def effect_sentence(results: Mapping[str, Mapping[str, Row]] | None) -> str:
         if not (_num(p) and _num(base.get("math_accuracy")) and _num(edited.get("math_accuracy"))):
             continue
         n = base.get("math_total")
-        moved = f"{c.get('base_only', '?')} problems right only before, {c.get('edited_only', '?')} only after"
+        before, after = (int(x) if _num(x) else "?" for x in (c.get("base_only"), c.get("edited_only")))
+        moved = f"{before} problems right only before, {after} only after"  # numbers only: eval.json is data
         how = (
             f"{100 * base['math_accuracy']:.1f}% -> {100 * edited['math_accuracy']:.1f}% on "
-            f"{int(n) if _num(n) else '?'} problems of `{task}`, {moved}; paired exact McNemar {format_p(p)}"
+            f"{int(n) if _num(n) else '?'} problems of {shown(task)}, {moved}; paired exact McNemar {format_p(p)}"
         )
         if c.get("significant"):
             word = "raised" if edited["math_accuracy"] > base["math_accuracy"] else "lowered"

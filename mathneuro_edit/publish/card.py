@@ -247,11 +247,11 @@ def build_card(
         f"## Evaluation\n\nBase vs edited model, on the same problems and texts. Accuracy: percent "
         "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
         "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
-        f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results)}\n"
+        f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results, sections.card_text)}\n"
         if eval_results
         else "## Evaluation\n\nNo evaluation was run for this model.\n"
     )
-    effect = sections.sweep_effect(lock) or effect_sentence(eval_results)
+    effect = sections.sweep_effect(lock) or effect_sentence(eval_results, sections.card_text)  # eval.json: data
     effect = f" {effect}" if effect else ""
     evidence = sections.sweep_evidence(lock)
     recipe_yaml = yaml.safe_dump(

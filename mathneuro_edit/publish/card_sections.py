@@ -44,6 +44,7 @@ __all__ = [
     "versions_table",
     "sweep_evidence",
     "sweep_effect",
+    "card_text",
 ]
 
 PROJECT_URL = "https://github.com/mathneuro-edit/mathneuro-edit"  # pyproject.toml's [project.urls] Repository
@@ -90,8 +91,8 @@ def _described(lock: Mapping[str, Any]) -> str:
     arch, mtype = desc.get("architecture"), desc.get("model_type")
     params = (lock.get("edit_summary") or {}).get("model_params")
     parts = [
-        f"`{arch}`" if arch else "",
-        f"model type `{mtype}`" if mtype else "",
+        card_text(arch) if arch else "",
+        f"model type {card_text(mtype)}" if mtype else "",
         f"{params:,} parameters" if params else "",
     ]
     return ", ".join(p for p in parts if p)
@@ -109,15 +110,15 @@ def base_sentence(lock: Mapping[str, Any]) -> str:
     origin, revision = hub_origin_of(lock)
     gguf = base.get("gguf") or {}
     if origin:  # the recipe's base.hub_id: what the local folder or GGUF file is a copy or conversion of
-        copy = f"the GGUF file `{_cell(gguf.get('file'))}` of" if gguf else "a local copy of"
+        copy = f"the GGUF file {card_text(gguf.get('file'))} of" if gguf else "a local copy of"
         return f"{copy} {_hub_link(origin, revision)} (named by the recipe's `base.hub_id`)"
     if gguf:
         own = gguf.get("general") or {}
-        said = (f"; its own metadata names it `{_cell(own['name'])}`" if own.get("name") else "") + (
-            f" by `{_cell(own['organization'])}`" if own.get("organization") else ""
+        said = (f"; its own metadata names it {card_text(own['name'])}" if own.get("name") else "") + (
+            f" by {card_text(own['organization'])}" if own.get("organization") else ""
         )
         return (
-            f"the local GGUF file `{_cell(gguf.get('file'))}`{said} (its Hub origin is not recorded: the recipe "
+            f"the local GGUF file {card_text(gguf.get('file'))}{said} (its Hub origin is not recorded: the recipe "
             "has no `base.hub_id`)"
         )
     return (
@@ -139,7 +140,7 @@ def base_section(lock: Mapping[str, Any]) -> str:
     else:
         lines.append(base_sentence(lock)[0].upper() + base_sentence(lock)[1:] + ". Its files:")
         lines += ["", "| file | sha256 |", "|---|---|"]
-        lines += [f"| `{_cell(name)}` | `{sha}` |" for name, sha in (base.get("weights_sha256") or {}).items()]
+        lines += [f"| {card_text(name)} | `{sha}` |" for name, sha in (base.get("weights_sha256") or {}).items()]
         if kind == "local":
             lines += [
                 "",
@@ -164,7 +165,7 @@ def data_table(lock: Mapping[str, Any]) -> str:
             src = rec.get("source") or {}
             file_sha = f"`{rec['file_sha256']}`" if rec.get("file_sha256") else ""
             rows.append(
-                f"| {name} | `{_cell(src.get('path', ''))}` | {_cell(src.get('split') or '')} | "
+                f"| {name} | {card_text(src.get('path', ''))} | {card_text(src.get('split') or '')} | "
                 f"{rec.get('n_sampled', '')} "
                 f"| `{rec.get('sha256', '')}` | {file_sha} |"
             )
@@ -301,10 +302,35 @@ def transformers_loaders(out: Output, view: CardView) -> str:
   PEFT adapter too (PEFT only)."""
 
 
-def _cell(text: Any) -> str:
-    """A file name as the text of a Markdown code span in a table: control characters escaped (a newline cannot
-    start a new line of the card), ``|`` and backticks neutralised."""
-    return str(text).encode("unicode_escape").decode("ascii").replace("|", "\\|").replace("`", "'")
+# line breaks and tabs by their usual escapes; any other character a renderer or terminal would act on by its code
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\"}
+
+
+def _escaped(c: str) -> str:
+    if c in _NAMED:
+        return _NAMED[c]
+    if c.isprintable():
+        return c
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+
+
+def card_text(value: Any) -> str:
+    r"""Any string the card takes from a file (a file name, an ``eval.json`` task or metric name or value, the
+    base's ``architectures[0]`` and ``model_type``, a GGUF's own name, a library version): one inline code span,
+    in which Markdown and HTML are shown as written and never acted on; ``""`` for an empty value.
+
+    Why one rule: these files are someone else's (``push`` renders the card again from ``eval.json``, which the
+    lock does not cover; a base's ``config.json`` comes from its author). Inside a code span nothing is a heading,
+    a tag or a link; the span cannot be left because a backtick becomes ``'``, cannot end its line because line
+    breaks, control and bidi characters are escaped (``\n``, ``\x1b``, ``\u202e``; a backslash doubled), and cannot
+    split a table row because ``|`` is escaped.
+
+    Example:
+        >>> print(card_text("x`\n## Injected <img src=x onerror=alert(1)>"))
+        `x'\n## Injected <img src=x onerror=alert(1)>`
+    """
+    text = "".join(_escaped(c) for c in str(value)).replace("`", "'").replace("|", "\\|")
+    return f"`{text}`" if text else ""
 
 
 def _shell(arg: str) -> str:
@@ -346,7 +372,7 @@ and compares the mask and every output file's sha256."""
             "your copies (run it where they are, or give their paths). Each is checked against its sha256 "
             "before the run:\n\n| recipe key | file | sha256 |\n|---|---|---|\n"
         )
-        text += "\n".join(f"| `{k}` | `{_cell(e['name'])}` | `{e['sha256']}` |" for k, e in files.items())
+        text += "\n".join(f"| `{k}` | {card_text(e['name'])} | `{e['sha256']}` |" for k, e in files.items())
     return text
 
 
@@ -354,7 +380,7 @@ def versions_table(lock: Mapping[str, Any]) -> str:
     """The library versions the edit was made with."""
     versions = lock.get("versions") or {}
     rows = ["| library | version |", "|---|---|"]
-    rows += [f"| {'mathneuro-edit' if k == 'tool' else k} | {v} |" for k, v in versions.items()]
+    rows += [f"| {'mathneuro-edit' if k == 'tool' else card_text(k)} | {card_text(v)} |" for k, v in versions.items()]
     return "\n".join(rows)
 
 

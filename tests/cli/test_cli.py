@@ -501,7 +501,7 @@ def test_embedded_default_runs_offline(tmp_path, monkeypatch):
     assert "The edit significantly lowered math accuracy (100.0% -> " in first and "on 20 problems of `math`" in first
     assert "paired exact McNemar p < 0.001" in first and "no significant effect" not in card, first
     # Wilson(20, 20) = 83.9-100.0; the change and its paired test in the same row
-    assert "| math | math accuracy | 100.0% (20/20, 83.9-100.0) | " in card and "(significant) |" in card
+    assert "| `math` | math accuracy | 100.0% (20/20, 83.9-100.0) | " in card and "(significant) |" in card
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 

@@ -222,6 +222,37 @@ def test_multi_top_k_matches_reference_for_each_value(granularity):
             assert per_group_got == per_group_ref, (k, name)
 
 
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "heavy-ties"])
+@pytest.mark.parametrize("granularity", ["matrix", "row"])
+def test_the_general_control_is_the_general_specific_weights(granularity, ties):
+    """``method="general"`` (the sweep's magnitude-matched control) with one general set: exactly the reference
+    top-k on general text minus the top-k on math (the reference with the sets swapped), the candidate's count
+    in every matrix (and row); with two general sets, still the candidate's count, outside the math top-k."""
+    canon = _canonical(21, ties)
+    params = _stored(canon)
+    ms, gs = _stats(22, ties), _stats(23, ties)
+    for k in (0.1, 0.3, 0.5):
+        got = find_math_params(params, ms, gs, top_k=k, method="general", granularity=granularity)
+        _assert_same(got, _reference_mask(canon, gs, [ms], k, granularity))
+        cand = _reference_mask(canon, ms, [gs], k, granularity)
+        for name in TARGETS:
+            assert torch.equal(_counts(name, got[name], granularity), _counts(name, cand[name], granularity))
+    other = _stats(24, ties)
+    got = find_math_params(params, ms, [gs, other], top_k=0.3, method="general", granularity=granularity)
+    cand = _reference_mask(canon, ms, [gs, other], 0.3, granularity)
+    math_top = _reference_mask(canon, ms, [], 0.3, granularity)
+    for name in TARGETS:
+        assert torch.equal(_counts(name, got[name], granularity), _counts(name, cand[name], granularity))
+        assert not (got[name] & math_top[name]).any()
+
+
+def _counts(name: str, stored: torch.Tensor, granularity: str) -> torch.Tensor:
+    """Selected entries per matrix (per row of the canonical ``(d_out, d_in)`` view with row granularity)."""
+    t = TARGETS[name]
+    canon = stored.t() if t.kind == "conv1d" else (stored.transpose(1, 2) if t.transposed else stored)
+    return canon.sum(-1) if granularity == "row" else canon.sum((-2, -1))
+
+
 def _groups(name: str, stored: torch.Tensor) -> list[torch.Tensor]:
     return [stored] if TARGETS[name].kind != "experts" else list(stored)
 

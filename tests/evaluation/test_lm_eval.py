@@ -227,7 +227,7 @@ def test_run_writes_harness_results_to_eval_json_card_and_lock(tmp_path: Path, m
         assert harness[side]["arithmetic_local/n"] == 6
         assert 0 <= harness[side]["arithmetic_local/exact_match,strict-match"] <= 1
     card = (folder / "README.md").read_text()
-    assert "| lm_eval: arithmetic_local | exact_match,strict-match (n=6) |" in card
+    assert "| `lm_eval: arithmetic_local` | `exact_match,strict-match` (n=6) |" in card
     lock = read_lock(tmp_path / "out")
     assert lock["lm_eval"]["include_path_sha256"] == include_path_hashes(tmp_path / "lm_eval_tasks")
     assert lock["recipe"]["evaluation"]["lm_eval"]["include_path"] == "<local>/lm_eval_tasks"
@@ -346,7 +346,9 @@ def test_run_writes_lm_eval_s_own_results_files_and_the_card_shows_stderr(tmp_pa
         for sub in ("checkpoint", "adapter"):  # beside each output's eval.json too, the same bytes
             assert (out / sub / name).read_text() == text
     card = (out / "checkpoint" / "README.md").read_text()
-    (row,) = [ln for ln in card.splitlines() if ln.startswith("| lm_eval: arithmetic_local | exact_match,strict-match")]
+    (row,) = [
+        ln for ln in card.splitlines() if ln.startswith("| `lm_eval: arithmetic_local` | `exact_match,strict-match`")
+    ]
     base_se = flat["base"]["arithmetic_local/exact_match_stderr,strict-match"]
     assert f"{flat['base']['arithmetic_local/exact_match,strict-match']:.4g} ± {base_se:.4g}" in row, row
     result = CliRunner().invoke(main, ["verify", str(out), "-q"])  # files written after the lock: not outputs

@@ -146,15 +146,15 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     assert "mathneuro-edit reproduce me/llama-boost" in text and "--base" not in text
     # hand-checked: Wilson(124, 200) = 55.1-68.4, Wilson(140, 200) = 63.3-75.9, 2 * P(Bin(24, 1/2) <= 4) = 0.00154
     assert (
-        "| gsm8k | math accuracy | 62.0% (124/200, 55.1-68.4) | 70.0% (140/200, 63.3-75.9) | "
+        "| `gsm8k` | math accuracy | 62.0% (124/200, 55.1-68.4) | 70.0% (140/200, 63.3-75.9) | "
         "+8.0 pp, p = 0.00154 (significant) |"
     ) in text
     # SE over 2 texts, sqrt(2 * sum (s_i - m c_i)^2) / sum c: base 0 (2.5 per token in both); edited
     # m = 2.51, residuals 0.1 and -0.1 -> sqrt(0.04) / 100 = 0.002; the paired change (0.5, 0.5) the same 0.002
-    assert "| wiki | general loss (± SE) | 2.5 ± 0 | 2.51 ± 0.002 | +0.01 ± 0.002 |" in text
-    assert "| wiki | general KL to base | - | 0.004 |  |" in text
-    assert "| organism | math accuracy | - | 90.0% | - |" in text
-    assert "organism | general loss" not in text  # missing on both sides: no row
+    assert "| `wiki` | general loss (± SE) | 2.5 ± 0 | 2.51 ± 0.002 | +0.01 ± 0.002 |" in text
+    assert "| `wiki` | general KL to base | - | 0.004 |  |" in text
+    assert "| `organism` | math accuracy | - | 90.0% | - |" in text
+    assert "`organism` | general loss" not in text  # missing on both sides: no row
     first = text.split("\n# ", 1)[1].split("\n\n", 2)[1]  # the paragraph under the title
     assert "The edit significantly raised math accuracy (62.0% -> 70.0% on 200 problems of `gsm8k`" in first
     assert "no significant effect" not in text

@@ -204,7 +204,7 @@ def test_pushed_card_loads_the_repo_and_has_no_placeholder_or_local_path(fake_hu
             "top_k | 0.05",
             "scale | 0 (prune)",
             "weights edited",
-            "| torch |",
+            "| `torch` |",
             "texts sha256",
             "mathneuro-edit reproduce",
             "```yaml\nbase:\n  model: organism",

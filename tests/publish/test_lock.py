@@ -244,10 +244,10 @@ def test_card_tags_prune_text_and_texts_per_general_set():
     # the same source and seed sample the same texts (sets 1 and 3), the test split others
     assert sha[1] == sha[3] and len({sha[0], sha[1], sha[2]}) == 3
     assert rows == [
-        f"| math | `organism:math` | train | 10 | `{sha[0]}` |  |",
-        f"| general | `organism:general` | train | 10 | `{sha[1]}` |  |",
-        f"| general | `organism:general` | test | 10 | `{sha[2]}` |  |",
-        f"| general | `organism:general` | train | 10 | `{sha[3]}` |  |",
+        f"| math | `organism:math` | `train` | 10 | `{sha[0]}` |  |",
+        f"| general | `organism:general` | `train` | 10 | `{sha[1]}` |  |",
+        f"| general | `organism:general` | `test` | 10 | `{sha[2]}` |  |",
+        f"| general | `organism:general` | `train` | 10 | `{sha[3]}` |  |",
     ]
     assert "| down_proj | 1 | 3 | 400 | 0.75% |" in text
     assert "# organism (MathNeuro edit: pruned (set to 0))" in text
@@ -286,7 +286,12 @@ def test_card_of_a_gguf_base_names_the_file_and_its_sha256():
         kind="checkpoint",
         edit_summary=summarize_edit({}, model_params=1000),
     )
-    assert "gguf" in ModelCard(card.content).data.to_dict()["tags"]
+    # the checkpoint's repo holds no GGUF file (the GGUF has a repo of its own): no `gguf` tag on it (issue 39)
+    assert "gguf" not in ModelCard(card.content).data.to_dict()["tags"]
+    gguf_repo = build_card(
+        recipe=recipe, lock=lock, base_model_id=None, kind="gguf", edit_summary=summarize_edit({}, model_params=1000)
+    )
+    assert {"gguf", "llama.cpp"} <= set(ModelCard(gguf_repo.content).data.to_dict()["tags"])
     assert "The base is the GGUF file `base.Q4_1.gguf` (sha256 `b41`), dequantized to float32" in card.text
     assert "| `model-Q8_0.gguf` | `q8` |" in card.text
     plain = build_card(

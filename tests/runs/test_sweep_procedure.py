@@ -23,7 +23,15 @@ from mathneuro_edit.evaluation.significance import (
     min_detectable_gain,
 )
 from mathneuro_edit.recipe.schema import SweepConfig
-from mathneuro_edit.runs.sweep_procedure import SweepPoint, confirm, halving_schedule, promote, select_candidate
+from mathneuro_edit.runs.sweep_procedure import (
+    ArmOutcome,
+    SweepPoint,
+    confirm,
+    format_verdict,
+    halving_schedule,
+    promote,
+    select_candidate,
+)
 
 # ------------------------------------------------------------------------------------------------------ Holm
 
@@ -293,3 +301,53 @@ def test_promotion_of_a_third_of_72_tied_points_asks_only_the_kl_of_those_it_kee
     asked: set[int] = set()
     kept = promote(correct, lambda i: asked.add(i) or 0.01, 0.05, 24, size=[1.0] * 72)
     assert sorted(asked) == kept and len(kept) == 24
+
+
+# ------------------------------------------------------------------ the confirmation with controls, simulated
+
+
+def simulate_verdicts(cand_gain: float, control_gain: float, restart: float, seed: int) -> dict[str, float]:
+    """REPS confirmations of N_CONF problems: the base, the candidate and a control edit, decided by the real
+    :func:`format_verdict`. With ``restart`` > 0 the base restarts that share of the problems (all wrong) and every
+    edit answers them all at the base's accuracy among answers: a format effect and nothing else."""
+    rng = np.random.default_rng(seed)
+    counts = {"math-boost": 0, "format-effect": 0, "not-specific": 0, "no-gain": 0}
+    ops = ("+",) * N_CONF
+    for _ in range(REPS):
+        truth = rng.random(N_CONF) < BASE  # would the base be right if it answered
+        restarted = rng.random(N_CONF) < restart
+        base_ok = truth & ~restarted
+        base_forms = tuple(np.where(restarted, "restart", "answer").tolist())
+        if restart:
+            cand_ok, ctrl_ok = truth, np.where(restarted, truth, base_ok)  # the control keeps the restarts
+            ctrl_forms = base_forms
+        else:
+            cand_ok, ctrl_ok = flip(rng, base_ok, cand_gain), flip(rng, base_ok, control_gain)
+            ctrl_forms = base_forms
+        answered = ("answer",) * N_CONF
+        verdict, _ = format_verdict(
+            ArmOutcome("base", tuple(base_ok.tolist()), base_forms, ops),
+            ArmOutcome("candidate", tuple(cand_ok.tolist()), answered, ops),
+            ArmOutcome("general-specific", tuple(ctrl_ok.tolist()), ctrl_forms, ops),
+            ALPHA,
+        )
+        counts[verdict] += 1
+    return {k: v / REPS for k, v in counts.items()}
+
+
+def test_null_confirmations_with_controls_are_math_boosts_at_most_at_the_level() -> None:
+    got = simulate_verdicts(0.0, 0.0, 0.0, seed=4)
+    assert got["math-boost"] <= ALPHA / 2 + margin(ALPHA / 2)  # a gain in one direction of a two-sided test
+    assert got["no-gain"] > 0.9
+
+
+def test_an_effect_any_edit_of_that_size_has_is_not_a_math_boost() -> None:
+    gain = 0.04  # the candidate gains as much as the general-specific control: each beats the base most of the time
+    got = simulate_verdicts(gain, gain, 0.0, seed=5)
+    assert got["not-specific"] > 0.6  # the base is beaten ...
+    assert got["math-boost"] <= ALPHA / 2 + margin(ALPHA / 2)  # ... but not the control, beyond chance
+
+
+def test_a_format_only_effect_is_never_a_math_boost() -> None:
+    got = simulate_verdicts(0.0, 0.0, 0.45, seed=6)  # Gemma's 0-shot prompt: 45% restarts, fixed by the edit
+    assert got["format-effect"] > 0.99 and got["math-boost"] == 0.0
