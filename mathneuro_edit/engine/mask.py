@@ -308,7 +308,7 @@ def _general_specific(
     """
     rows = general if granularity == "row" else general.reshape(1, -1)  # (groups, entries)
     counts = (math_specific if granularity == "row" else math_specific.reshape(1, -1)).sum(1, keepdim=True)
-    masked = rows
+    masked = rows.masked_fill(math_top.reshape(rows.shape), -math.inf)
     order = torch.argsort(masked, dim=1, descending=True, stable=True)  # (groups, entries)
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(rows.shape[1], device=order.device).expand_as(order))
     return (rank < counts).reshape(general.shape)
