@@ -132,7 +132,7 @@ def calibrate(
                     input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
                     attention[row, : len(ids[i])] = 1
                 input_ids, attention = input_ids.to(device), attention.to(device)
-                recorder.set_batch(attention)
+                recorder.set_batch(attention, sum(len(ids[i]) for i in batch))  # counted here: no device sync
                 stop.new_batch()
                 try:
                     model(input_ids=input_ids, attention_mask=attention, use_cache=False)

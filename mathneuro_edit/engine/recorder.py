@@ -5,6 +5,15 @@ real tokens, ``(batch, d_in)`` float32 (one computation per distinct input tenso
 At the end of the batch, :meth:`Recorder.batch_done` turns all of them into the running sums in a handful of
 operations (:class:`_Layout`); :meth:`Recorder.finish` hands the sums to the per-target accumulators. MoE experts
 fused into one module are scored per expert from the routed tokens.
+
+On a GPU (:data:`FUSED_DEVICE_TYPES`) a dense input is reduced in ONE kernel instead of three: the per-sample L2
+norm over the tokens, read once in the model's dtype and accumulated in float32 (``torch.linalg.vector_norm(x,
+dim=1, dtype=float32)``), preceded by a ``masked_fill`` only when the batch is padded. Why only there: on the CPU
+the statistics stay bit for bit what they were (float32 copy, square, masked ``bmm``; the golden hashes of
+tests/engine); a GPU's float sums differ from a CPU's in the last bits anyway (issue 40: the mask and the weights
+are what must agree), and there the cast, the square and the ``bmm`` of every input were three full passes over
+a ``batch x tokens x d_in`` tensor, 1.21x a plain forward on an H200. The two paths agree to float32 rounding
+(tests/engine/test_fused_statistics.py runs the GPU path on the CPU).
 """
 
 from __future__ import annotations
@@ -17,7 +26,16 @@ from torch import nn
 from ..errors import InputError
 from .targets import Target, is_dense_dispatch_experts, is_parallel_experts
 
-__all__ = ["Recorder", "accelerate_hooks"]
+__all__ = ["Recorder", "accelerate_hooks", "FUSED_DEVICE_TYPES"]
+
+# device types whose dense inputs are reduced to per-sample L2 norms in one kernel (see the module docstring); the
+# CPU keeps its exact three-step reduction. Tests add "cpu" to run the GPU's code path here.
+FUSED_DEVICE_TYPES: tuple[str, ...] = ("cuda",)
+
+
+def _fused(device: torch.device) -> bool:
+    """Whether ``device``'s pending inputs are per-sample L2 norms (GPU path), not sums of squares (CPU's)."""
+    return device.type in FUSED_DEVICE_TYPES
 
 
 class _Accumulator:
@@ -100,6 +118,10 @@ class _Layout:
         for dev, slots in self.slots.items():
             parts = [pending[i][0] for i, _, _ in slots]
             flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (batch, sum of d_in)
+            if _fused(dev):  # per-sample L2 norms already (GPU path)
+                self.norm[dev] += flat.sum(0)
+                self.sq[dev] += flat.square_().sum(0)
+                continue
             self.sq[dev] += flat.sum(0)  # sum of squares over all tokens, before the in-place sqrt below
             self.norm[dev] += flat.sqrt_().sum(0)  # sum over samples of per-sample L2 norms; the tensors are ours
         self.tokens += n_tokens
@@ -132,6 +154,8 @@ class Recorder:
         self._accs = list(self.acc.values())
         self.token_mask: torch.Tensor | None = None  # (batch, tokens) float32, 1 = real token
         self._mask3: dict[torch.device, torch.Tensor] = {}  # (batch, 1, tokens) float32 per device, for bmm
+        self._pad3: dict[torch.device, torch.Tensor] = {}  # (batch, tokens, 1) bool, True = padding (GPU path)
+        self._padded = False  # whether the current batch has padding
         self.n_tokens = 0  # real tokens in the current batch
         self._sample_of: torch.Tensor | None = None
         # this batch's dense inputs in call order: (per-sample sums of squares (batch, d_in), readers' indices)
@@ -173,10 +197,15 @@ class Recorder:
             h.remove()
         self.handles.clear()
 
-    def set_batch(self, attention_mask: torch.Tensor) -> None:
+    def set_batch(self, attention_mask: torch.Tensor, n_tokens: int | None = None) -> None:
+        """Start a batch: its ``(batch, tokens)`` attention mask and, when the caller knows it (from the CPU copy:
+        no device sync), its count of real tokens."""
         self.token_mask = attention_mask.to(torch.float32)
         self._mask3 = {self.token_mask.device: self.token_mask.unsqueeze(1)}
-        self.n_tokens = int(attention_mask.sum())  # once per batch: one device sync, not one per hooked module
+        self._pad3 = {}
+        # once per batch: one device sync at most, not one per hooked module
+        self.n_tokens = int(attention_mask.sum()) if n_tokens is None else n_tokens
+        self._padded = self.n_tokens < attention_mask.numel()
         self._sample_of = None
         self._pending = []
         self._last_x = None
@@ -203,7 +232,7 @@ class Recorder:
             layout.add(pending, self.n_tokens)
             return
         for sq, ix in pending:  # one more layout than kept: straight to the targets
-            norm, total = sq.sqrt().sum(0), sq.sum(0)
+            norm, total = (sq.sum(0), sq.square().sum(0)) if _fused(sq.device) else (sq.sqrt().sum(0), sq.sum(0))
             for a in ix:
                 self._accs[a].add_sums(0, norm, total, self.n_tokens)
 
@@ -227,6 +256,8 @@ class Recorder:
                 f"{name}: input of shape {tuple(x.shape)} does not map to the batch's {b}x{t} tokens; "
                 "this module cannot be scored per token: exclude it"
             )
+        if _fused(x.device):
+            return self._per_sample_norm(x3)
         xf = x3.to(torch.float32)  # (batch, tokens, d_in); float32 whatever the model dtype
         squares = xf.square_() if xf is not x3 else xf.square()  # in place on our own float32 copy only
         m3 = self._mask3.get(x.device)
@@ -236,6 +267,17 @@ class Recorder:
         # (and bits) as einsum("bt,btd->bd"), without its reshapes; with or without padding, so that a batch's
         # sums do not depend on whether it happens to be padded
         return torch.bmm(m3, squares).squeeze(1)  # (batch, d_in)
+
+    def _per_sample_norm(self, x3: torch.Tensor) -> torch.Tensor:
+        """The GPU path: per-sample L2 norm over each sample's real tokens, ``(batch, d_in)`` float32, in one
+        reduction that reads ``x3`` in its own dtype (plus one ``masked_fill`` when the batch is padded)."""
+        if self._padded:
+            pad = self._pad3.get(x3.device)
+            if pad is None:
+                assert self.token_mask is not None
+                pad = self._pad3[x3.device] = (self.token_mask.to(x3.device) == 0).unsqueeze(2)
+            x3 = x3.masked_fill(pad, 0)  # padding contributes exactly 0
+        return torch.linalg.vector_norm(x3, ord=2, dim=1, dtype=torch.float32)
 
     def _dense_hook(self, target: Target, index: int):
         acc = self.acc[target.name]
