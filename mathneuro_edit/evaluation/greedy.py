@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from .memory import fitted_batch, generation_batch_bytes
 from .prompts import ChatSetting, PromptStyle, completion_done, encode_prompts, extract_prediction, uses_chat_template
 from .results import MathPrediction, extract_answer, truncate_completion
 from .runtime import _eval_mode, _special_ids
@@ -94,6 +95,9 @@ def greedy_completions(
         return []
     device = next(model.parameters()).device
     p = shared_prefix_length(rows)
+    longest = max(len(r) for r in rows)
+    # on a GPU, the batch whose KV cache (the prefix copied to every row) fits the free memory
+    batch_size = fitted_batch(model, batch_size, lambda s, b: generation_batch_bytes(s, b, longest, max_new_tokens))
     cache_arg = _cache_name(model)  # looked up once, not per generated token
     prefix_cache = DynamicCache(config=model.config)
     if p:

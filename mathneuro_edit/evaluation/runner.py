@@ -25,6 +25,7 @@ from transformers import StoppingCriteriaList
 from ..engine.apply import ReversibleEdit
 from ..errors import InputError
 from .lm_eval_bridge import LmEvalTask, require_lm_eval, run_lm_eval
+from .memory import fitted_batch, general_batch_bytes, generation_batch_bytes
 from .prompts import ChatSetting, encode_prompts, extract_prediction
 from .results import (  # re-exported: the result types and text helpers are part of this module's API
     EvalResults,
@@ -47,8 +48,12 @@ from .runtime import (
 )
 from .tasks import GeneralTask, MathTask, Task, _is_int
 
-__all__ = ["MathTask", "GeneralTask", "LmEvalTask", "math_accuracy", "general_loss", "evaluate"]
+__all__ = ["MathTask", "GeneralTask", "LmEvalTask", "math_accuracy", "general_loss", "evaluate", "DEFAULT_BATCH_SIZE"]
 
+
+# problems / texts per batch when the caller names none (what `run` and `eval` use); on a GPU lowered to fit its
+# free memory (evaluation/memory.py), which `plan` predicts with this value
+DEFAULT_BATCH_SIZE = 16
 
 # ---------------------------------------------------------------------------------------------------- internals
 
@@ -63,6 +68,11 @@ def _run_math(
     encoded = encode_prompts(tokenizer, task.problems, shots, task.chat_template, task.prompt_style)
     # longest first: batches of similar length waste less padding (results do not depend on batch composition)
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    longest = max((len(r) for r in encoded), default=1)
+    # on a GPU, the batch whose KV cache fits (an 8B model's cache is 128 KB per token and row)
+    batch_size = fitted_batch(
+        model, batch_size, lambda s, b: generation_batch_bytes(s, b, longest, task.max_new_tokens)
+    )
     completions: dict[int, str] = {}
     for chunk in _batches(len(order), batch_size, desc, progress):
         idx = [order[j] for j in chunk]
@@ -129,6 +139,9 @@ def _run_general(
     edited_sums: list[float] = []
     counts: list[int] = []
     rows_all = [r for r in encoded if r]
+    longest = max(len(r) for r in rows_all)
+    # on a GPU, the batch whose two full-vocabulary logits fit (128k tokens x 512 positions x 2 bytes: 131 MB a row)
+    batch_size = fitted_batch(model, batch_size, lambda s, b: general_batch_bytes(s, b, longest))
     if cached is not None and len(cached) != len(rows_all):
         cached = None  # not these texts: recompute
     kept: list[Any] | None = None
@@ -208,7 +221,7 @@ def math_accuracy(
     n_shot: int = 0,
     shots: Sequence[Mapping[str, str]] = (),
     max_new_tokens: int = 256,
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool = True,
     chat_template: ChatSetting = "auto",
 ) -> MathResult:
@@ -233,7 +246,7 @@ def general_loss(
     *,
     edit: ReversibleEdit | None = None,
     max_length: int = 512,
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool = True,
 ) -> GeneralResult:
     """Mean next-token loss and perplexity on texts; with ``edit``, of the edited model, plus KL(base || edited).
@@ -266,7 +279,7 @@ def evaluate(
     *,
     edit: ReversibleEdit | None = None,
     base_results: EvalResults | Mapping[str, TaskResult] | None = None,
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool = True,
     keep_base_logprobs: bool = False,
 ) -> EvalResults:

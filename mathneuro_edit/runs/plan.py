@@ -22,6 +22,12 @@ vocabulary, ``h`` = attention heads):
   ``+`` the mask ``+`` the statistics;
 - export (streaming, :mod:`~mathneuro_edit.weights.checkpoint_writer`): ``largest edited tensor x (2b + 1)`` (original, edited
   copy, bool mask) ``+`` the mask in memory; no accelerator.
+- evaluation (with evaluation settings: a recipe's ``evaluation`` section), on one device: weights + one batch of
+  the general loss and KL (``2 B T V b`` logits of the base and the edit at once ``+ 4 T V 4`` one text's float32
+  work + one layer's activations) or of the math generation (``B (P + N) 2 L kv d b`` KV cache + the prompt's
+  activations ``+ 2 B V 4``), with ``B`` the evaluation batch, ``T`` calibration's max_length, ``P`` =
+  :data:`PROMPT_TOKENS` ``x (1 + n_shot)`` (an assumed bound), ``N`` max_new_tokens (formulas:
+  :mod:`~mathneuro_edit.evaluation.memory`, which the evaluation itself uses to lower ``B`` to a GPU's free memory).
 
 The plan also lists the outputs this family gets (:mod:`~mathneuro_edit.weights.support`: a PEFT adapter needs
 every scored weight to be an ``nn.Linear``; the GGUF families), each ``None`` or its one-line refusal.
@@ -43,6 +49,8 @@ from ..engine.mask import as_mask, k_of
 from ..engine.targets import find_targets
 from ..engine.topk import top_k_hint
 from ..errors import InputError
+from ..evaluation.memory import general_batch_bytes, generation_batch_bytes, shapes_of
+from ..evaluation.runner import DEFAULT_BATCH_SIZE
 from ..publish.outputs import ADAPTER, GGUF, OUTPUTS
 from ..util.config_sizes import check_config_file_sizes, check_config_sizes
 from ..util.paths import no_such_local_folder
@@ -55,6 +63,9 @@ from .steps import output_dtype
 __all__ = ["Plan", "plan_from_config", "plan_recipe", "load_config", "meta_model_from_config", "format_bytes"]
 
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# The prompt tokens planned per problem and per worked example: a GSM8K problem with a chat template is 100-250
+# tokens with the tokenizers of the paper's models; the evaluation itself measures its real prompts.
+PROMPT_TOKENS = 256
 
 
 def format_bytes(n: float) -> str:
@@ -186,6 +197,11 @@ class Plan:
     mask_counted: bool = False
     # command -> the peak RSS of its own process on a CPU machine (docs/scaling.md: the model, what bounds each)
     ram: dict[str, int] = field(default_factory=dict)
+    # evaluation on one device (0: no evaluation settings): weights + one general (loss and KL) batch, and weights +
+    # one math generation batch; eval_settings: batch_size, max_length, prompt_tokens, max_new_tokens
+    eval_general_bytes: int = 0
+    eval_math_bytes: int = 0
+    eval_settings: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (``plan --json``), with what the text says in words too: each output as
@@ -248,6 +264,14 @@ class Plan:
             f"mask selection (weights streamed from the checkpoint): ~{b(self.mask_peak_bytes)} of RAM",
             f"export (streaming, one tensor at a time): ~{b(self.export_peak_bytes)} of RAM, no accelerator",
         ]
+        if self.eval_settings:
+            e = self.eval_settings
+            lines.append(
+                f"evaluation (batch {e['batch_size']}): general loss and KL over full next-token distributions "
+                f"({e['max_length']} tokens) ~{b(self.eval_general_bytes)} on one device, math generation with the "
+                f"KV cache (<= {e['prompt_tokens']} prompt + {e['max_new_tokens']} new tokens) "
+                f"~{b(self.eval_math_bytes)}; on a GPU the batches shrink to fit its free memory"
+            )
         if self.ram:
             per = ", ".join(f"{k} ~{b(v)}" for k, v in self.ram.items())
             lines.append(f"RAM per command (peak of its own process, CPU): {per}")
@@ -290,6 +314,7 @@ def plan_from_config(
     revision: str | None = None,
     trust_remote_code: bool = False,
     mask_file: Any = None,
+    evaluation: dict[str, int] | None = None,
 ) -> Plan:
     """Plan a run from the model's config alone (and, once it exists, the mask's per-weight counts).
 
@@ -311,6 +336,8 @@ def plan_from_config(
         trust_remote_code: allow the repository's code (only for repos you trust).
         mask_file: a saved mask (or :class:`~mathneuro_edit.engine.mask.Mask`) of this base: its exact counts
             replace the top-K bound in the mask size, the adapter's size and the adapter commands' memory.
+        evaluation: ``{"batch_size", "max_length", "prompt_tokens", "max_new_tokens"}`` of the evaluation to plan
+            (``eval_general_bytes``, ``eval_math_bytes`` and the ``eval`` RAM figure); ``None``: no evaluation.
 
     Returns:
         A :class:`Plan`.
@@ -380,6 +407,12 @@ def plan_from_config(
         + 2 * tokens * widest * 4
     )  # hooks: float32 copy and its square of the widest input
     weights = n_params * nbytes
+    eval_general = eval_math = 0
+    if evaluation is not None:  # the evaluation's own formulas (evaluation/memory.py), on the widest layer
+        shapes = shapes_of(config, nbytes, widest=widest)
+        eb = evaluation["batch_size"]
+        eval_general = general_batch_bytes(shapes, eb, evaluation["max_length"])
+        eval_math = generation_batch_bytes(shapes, eb, evaluation["prompt_tokens"], evaluation["max_new_tokens"])
     torch_dtype = getattr(torch, dtype)
     placement = weights_placement(model, torch_dtype, device_map, max_memory)
     outputs_supported = dict(zip(OUTPUTS, _support(model, config, include, exclude)))  # checkpoint, adapter, gguf
@@ -397,6 +430,7 @@ def plan_from_config(
         stored_largest=shira_r * (largest_shape[0] + largest_shape[-1]) if len(largest_shape) == 2 else 0,
         mask_peak=mask_peak,
         export_peak=export_peak,
+        evaluation=max(eval_general, eval_math) if evaluation is not None else None,
     )
     return Plan(
         model_type=str(getattr(config, "model_type", "?")),
@@ -428,6 +462,9 @@ def plan_from_config(
         adapter_r=shira_r if outputs_supported[ADAPTER.name] is None else 0,
         mask_counted=counts is not None,
         ram=ram,
+        eval_general_bytes=weights + eval_general if evaluation is not None else 0,
+        eval_math_bytes=weights + eval_math if evaluation is not None else 0,
+        eval_settings=dict(evaluation) if evaluation is not None else {},
     )
 
 
@@ -483,4 +520,20 @@ def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
         revision=b.revision,
         trust_remote_code=b.trust_remote_code,
         mask_file=mask_file,
+        evaluation=_evaluation_settings(recipe),
     )
+
+
+def _evaluation_settings(recipe: Any) -> dict[str, int] | None:
+    """What the recipe's evaluation runs, for :func:`plan_from_config` (``None`` without an evaluation section):
+    the evaluation's batch, calibration's max_length (the general texts'), :data:`PROMPT_TOKENS` per problem and
+    worked example, max_new_tokens."""
+    ev = recipe.evaluation
+    if ev is None:
+        return None
+    return {
+        "batch_size": DEFAULT_BATCH_SIZE,
+        "max_length": recipe.calibration.max_length,
+        "prompt_tokens": PROMPT_TOKENS * (1 + ev.n_shot),
+        "max_new_tokens": ev.max_new_tokens,
+    }

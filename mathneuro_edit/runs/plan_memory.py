@@ -17,7 +17,13 @@ selected entries in it, ``k`` the SHiRA entries stored for it, ``M`` the mask in
   checkpoint tensor and its float32 blocks (as the GGUF export), whichever is larger; the audit reads the GGUF's
   stored rows from the file a block at a time;
 - verify (adapter): ``R + M + L + k x`` :data:`STORED_ENTRY_BYTES` ``+`` blocks;
-- reproduce: a whole run in one process (calibrate, then the mask from the loaded model, then the exports).
+- eval (a recipe with an ``evaluation`` section): ``R`` + the weights held in RAM + the larger of one general batch
+  and one generation batch (:mod:`~mathneuro_edit.evaluation.memory`: ``2 B T V b + 4 T V 4`` + one layer's
+  activations for the general loss and KL; ``B (P + N) 2 L kv d b`` + the prompt's activations ``+ 2 B V 4`` for
+  the math generation with its KV cache); on a GPU the same batch bytes are the device's, beyond the weights, and
+  the evaluation lowers ``B`` until they fit its free memory;
+- reproduce: a whole run in one process (calibrate, then the mask from the loaded model, then the exports; with an
+  evaluation section, the larger of that and eval).
 
 ``python benchmarks/scale_8b.py`` measures each against these on Llama-3.1-8B's shapes (docs/scaling.md).
 """
@@ -133,8 +139,11 @@ def ram_by_command(
     stored_largest: int,
     mask_peak: int,
     export_peak: int,
+    evaluation: int | None = None,
 ) -> dict[str, int]:
-    """The peak RSS of each command's process on a CPU machine (the module docstring says what each holds)."""
+    """The peak RSS of each command's process on a CPU machine (the module docstring says what each holds);
+    ``evaluation``: the larger evaluation batch's bytes beyond the weights (``None``: the recipe evaluates nothing,
+    no ``eval`` figure)."""
     resident = placement.get("cpu", 0) if placement else weights
     blocks = BLOCKS_HELD * ROW_BLOCK_BYTES
     calibrate = RUNTIME_BYTES + resident + activation + stats
@@ -142,7 +151,7 @@ def ram_by_command(
     adapter = mask + largest + selected_largest * SELECTED_ENTRY_BYTES + blocks
     verify = mask + largest + blocks
     verify_adapter = verify + stored_largest * STORED_ENTRY_BYTES
-    return {
+    figures = {
         "calibrate": calibrate,
         "mask": RUNTIME_BYTES + mask_peak,
         "export": RUNTIME_BYTES + export_peak,
@@ -152,3 +161,7 @@ def ram_by_command(
         "verify (adapter)": RUNTIME_BYTES + verify_adapter,
         "reproduce": max(calibrate, RUNTIME_BYTES + resident + mask_peak, RUNTIME_BYTES + adapter),
     }
+    if evaluation is not None:
+        figures["eval"] = RUNTIME_BYTES + resident + evaluation
+        figures["reproduce"] = max(figures["reproduce"], figures["eval"])
+    return figures
