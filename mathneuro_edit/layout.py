@@ -33,6 +33,7 @@ __all__ = [
     "SWEEP_JSON",
     "SWEEP_CSV",
     "SWEEP_PNG",
+    "SWEEP_MARKER",
     "CONSISTENCY_JSON",
     "general_stats_name",
     "general_stats_files",
@@ -51,6 +52,9 @@ OUTPUT_DIRS = (CHECKPOINT_DIR, ADAPTER_DIR)  # the sub-folders a run folder may 
 SWEEP_JSON = "sweep.json"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
+# written first into a sweep's --out: a folder is resumed only when it holds this (or a finished sweep's sweep.json),
+# never because it has a cache/ or stats/ folder of its own
+SWEEP_MARKER = ".mathneuro-sweep.json"
 CONSISTENCY_JSON = "consistency.json"
 _GENERAL_GLOB = "general-*.stats.safetensors"
 

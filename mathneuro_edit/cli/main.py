@@ -171,6 +171,7 @@ def run(
         if dry_run:
             r = recipe_from_sweep(r, read_sweep(from_sweep))
         else:
+            check_out(out, r, recipe, "dir", sweep_folder=from_sweep)  # the sweep is an input: never written
             result = run_from_sweep(
                 r,
                 from_sweep,

@@ -18,7 +18,7 @@ OUT/
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,7 @@ def run_recipe(
     echo: Callable[[str], None] = lambda s: None,
     workers: int = 1,
     sweep_evidence: Mapping[str, Any] | None = None,
+    inputs: Sequence[tuple[str, str | Path]] = (),
 ) -> RunResult:
     """Run a recipe end to end and write its output folder (atomically): the composition of the steps
     (:mod:`.steps`).
@@ -114,6 +115,8 @@ def run_recipe(
             :meth:`~mathneuro_edit.runs.sweep.SweepEvidence.lock_entry`); recorded in the lock with how many of
             this run's evaluation problems are among the sweep's selection and confirmation problems, and stated
             by the card.
+        inputs: ``(what, path)`` of the command's inputs besides the recipe's own (``run --from-sweep``: the
+            sweep folder): the output may not be, contain or lie inside any of them.
 
     Returns:
         A :class:`RunResult`.
@@ -135,7 +138,7 @@ def run_recipe(
     gguf_type, gguf_pre, tasks = _checks_before_loading(recipe, folder, kinds)
     steps = ("load", "calibrate", "mask", "evaluate", "export", "seal")
     stages = Stages(stage_count(recipe, steps, tasks=tasks, kinds=kinds), echo)
-    with atomic_dir(out, overwrite=overwrite, protect=[folder], inputs=recipe.local_inputs()) as tmp:
+    with atomic_dir(out, overwrite=overwrite, protect=[folder], inputs=[*recipe.local_inputs(), *inputs]) as tmp:
         model, tokenizer = load_step(recipe, stages)
         for check in output_checks(kinds):
             check(recipe, model)  # a family transformers could not build on meta: now

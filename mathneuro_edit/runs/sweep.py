@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import stat
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from ..layout import (
     STATS_DIR,
     SWEEP_CSV,
     SWEEP_JSON,
+    SWEEP_MARKER,
     SWEEP_PNG,
 )
 from ..recipe.io import recipe_from_dict
@@ -59,7 +61,7 @@ from ..weights.loading import model_weights
 from .official import refuse_official
 from .step_export import release_dtype
 from .step_mask import load_step
-from .sweep_cache import CACHE_DIR, ResultCache, key_sha256
+from .sweep_cache import ResultCache, key_sha256
 from .sweep_evaluator import _blocks, _Evaluator, _general_result, model_weights_sha256
 from .sweep_procedure import (
     ArmOutcome,
@@ -77,7 +79,7 @@ from .sweep_procedure import (
 )
 from .sweep_result import SweepResult, _num, _plot, _strict
 
-__all__ = ["SweepResult", "run_sweep", "sweep_problems", "format_shots"]
+__all__ = ["SweepResult", "run_sweep", "check_sweep_folder", "sweep_problems", "format_shots"]
 
 _KEYS = ("question", "answer", "prefill")
 
@@ -474,6 +476,37 @@ def _format_record(
     }
 
 
+def _is_regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file itself (a symbolic link to one, a folder or a FIFO is not)."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def check_sweep_folder(out: Path, overwrite: bool) -> None:
+    """Refuse a sweep's ``--out`` that exists, holds anything, and is not a sweep folder, unless ``overwrite``.
+
+    A sweep folder holds :data:`~mathneuro_edit.layout.SWEEP_MARKER` (written when a sweep starts) or, from a
+    sweep finished by an older version, ``sweep.json``; each must be a regular file. Why not a ``cache/`` folder
+    or a ``stats/*.key.json`` file, as before: they are common names, and a sweep resumed into such a folder of
+    the user's own wrote its cache and statistics there, replacing files of the same names (issue 41).
+
+    Raises:
+        InputError: a file at ``out``, or a folder that is not a sweep's, without ``overwrite``.
+    """
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: is a file; choose a folder for --out")
+    if not out.is_dir() or not any(out.iterdir()) or overwrite:
+        return
+    if not (_is_regular(out / SWEEP_MARKER) or _is_regular(out / SWEEP_JSON)):
+        raise InputError(
+            f"{out}: already exists and is not a sweep folder (no {SWEEP_MARKER} or {SWEEP_JSON} in it); choose "
+            "another --out, or pass --overwrite to write the sweep into it (an unfinished sweep of an older "
+            "version resumes that way)"
+        )
+
+
 def run_sweep(
     recipe: Recipe,
     out_dir: str | Path,
@@ -503,7 +536,8 @@ def run_sweep(
 
     Args:
         recipe: a recipe with an ``evaluation`` section; its ``sweep`` section sets sizes, grid, rounds, budget.
-        out_dir: the sweep folder (created; an existing one is resumed if it holds a sweep cache).
+        out_dir: the sweep folder (created; an existing one is resumed if a sweep made it:
+            :func:`check_sweep_folder`).
         top_ks: fractions in (0, 1] (default: ``sweep.top_k``, else :data:`DEFAULT_TOP_KS`).
         scales: numbers >= 0 (0 prunes; 1.0 is the base and is skipped; default ``sweep.scale``, else
             :data:`DEFAULT_SCALES`).
@@ -528,11 +562,7 @@ def run_sweep(
     if not grid:
         raise InputError("--scale: only 1 (the base itself) was given; pass other scales, e.g. 1.05,1.1")
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out}: is a file; choose a folder for --out")
-    is_sweep = (out / CACHE_DIR).is_dir() or any((out / STATS_DIR).glob("*.key.json"))
-    if out.is_dir() and any(out.iterdir()) and not is_sweep and not overwrite:
-        raise InputError(f"{out}: already exists and is not a sweep folder; choose another --out or pass --overwrite")
+    check_sweep_folder(out, overwrite)
     variants = _variants(recipe)
     shots, selection, confirmation_problems = sweep_problems(recipe)  # a bad source fails before calibration
     texts, _ = load_set(ev.general, sw.general_samples or ev.samples, ev.seed)
@@ -542,8 +572,10 @@ def run_sweep(
     stages = Stages(5 + n_sets, echo)  # load, each set, masks, base, rounds, confirm
     with claim(out):
         out.mkdir(parents=True, exist_ok=True)
+        if not _is_regular(out / SWEEP_MARKER):  # first: a kill during the load or calibration still resumes
+            write_json_atomic(out / SWEEP_MARKER, {"format": "mathneuro-edit sweep folder", "version": 1})
         cache = ResultCache(out)
-        cache.folder.mkdir(exist_ok=True)  # marks a sweep folder from the start: a kill during calibration resumes
+        cache.folder.mkdir(exist_ok=True)
         cache.clean_temporary()
         model, tok = load_step(recipe, stages)
         fingerprint = model_weights_sha256(model)

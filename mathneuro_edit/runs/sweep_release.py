@@ -24,6 +24,7 @@ from ..layout import SWEEP_JSON
 from ..recipe.io import recipe_from_dict
 from ..recipe.overrides import public_override
 from ..recipe.schema import Recipe
+from ..util.outdir import check_output
 from .pipeline import run_recipe
 
 __all__ = ["SweepEvidence", "read_sweep", "recipe_from_sweep", "run_from_sweep"]
@@ -495,5 +496,9 @@ def _replaced_provenance(resolved: Mapping[str, Any], variant: list[str]) -> lis
 def run_from_sweep(recipe: Recipe, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):
     """``run`` with the setting a sweep confirmed: the lock records the sweep's evidence and the card states it
     (:func:`~mathneuro_edit.runs.pipeline.run_recipe` with ``sweep_evidence``)."""
+    inputs = [("sweep folder", sweep_dir)]  # read, never written: a release into it replaced the sweep (issue 41)
+    check_output(out_dir, [*recipe.local_inputs(), *inputs], kind="dir")  # before anything is read or loaded
     evidence = read_sweep(sweep_dir)
-    return run_recipe(recipe_from_sweep(recipe, evidence), out_dir, sweep_evidence=evidence.lock_entry(), **kwargs)
+    return run_recipe(
+        recipe_from_sweep(recipe, evidence), out_dir, sweep_evidence=evidence.lock_entry(), inputs=inputs, **kwargs
+    )
