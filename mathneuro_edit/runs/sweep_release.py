@@ -447,7 +447,8 @@ def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--f
     """``recipe`` with the confirmed ``mask.top_k`` and edit (``scale``, or ``prune`` for 0).
 
     Raises:
-        InputError: the recipe differs from the sweep's in a key that decides which weights are edited.
+        InputError: the recipe differs from the sweep's in a key that decides which weights are edited, or the
+            sweep's confirmed variant is not one of the recipe's own (:func:`_own_variant`).
     """
     mine = recipe.public_dict()
     for key in _SAME:
@@ -459,27 +460,37 @@ def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--f
                 "confirmed setting holds only for the sweep's recipe: use it, or sweep this one"
             )
     edit = ["edit.prune=true"] if evidence.scale == 0 else [f"edit.scale={evidence.scale!r}"]
-    # the confirmed point's variant (another calibration set or target restriction of the same recipe): its
-    # overrides, which only data.*, calibration.* and targets.* keys may be (as sweep.variants validates them)
-    variant = evidence.confirmation.get("variant_set") or []
-    if not (
-        isinstance(variant, list)
-        and all(
-            isinstance(v, str)
-            and "=" in v
-            and v.split("=", 1)[0].strip().startswith(("data.", "calibration.", "targets."))
-            for v in variant
-        )
-    ):
-        raise InputError(
-            f"{where}: the sweep's confirmation.variant_set is not a list of data.*, calibration.* or "
-            "targets.* overrides; re-run the sweep"
-        )
+    variant = _own_variant(recipe, evidence.confirmation, where)
     stale = _replaced_provenance(recipe.resolved_dict(), variant)
     return recipe_from_dict(
         recipe.resolved_dict(), [*variant, *stale, f"mask.top_k={evidence.top_k!r}", *edit], where=where
     )
 
+
+def _own_variant(recipe: Recipe, confirmation: Mapping[str, Any], where: str) -> list[str]:
+    """The overrides of the confirmed variant, taken from the recipe's own ``sweep.variants``: the one whose name
+    and overrides are exactly the confirmation's ``variant`` and ``variant_set`` (``[]``: the recipe itself).
+
+    Why from the recipe, never from the file: a sweep.json may be someone else's, and its overrides were applied
+    after a prefix check only, so it could make the release read a local file (``data.math.path=/etc/...``),
+    hang in a catastrophic ``targets.include`` regex or exhaust memory with a template. The file now only names
+    which of the recipe's variants was confirmed; the recipe's own text is what is applied.
+
+    Raises:
+        InputError: the named variant is not one of the recipe's with exactly those overrides.
+    """
+    name, given = confirmation.get("variant") or "", confirmation.get("variant_set") or []
+    if name == "" and given == []:
+        return []
+    for v in recipe.sweep.variants:
+        if v.name == name and list(v.set) == given:
+            return list(v.set)
+    own = ", ".join(v.name for v in recipe.sweep.variants) or "it has none"
+    raise InputError(
+        f"{where}: the sweep confirmed variant {_shown(name, 60)} with overrides {_shown(given, 120)}, which "
+        f"is not one of this recipe's sweep.variants ({own}) with exactly those overrides; a sweep.json cannot "
+        "choose recipe settings: pass the recipe the sweep ran, or sweep this one"
+    )
 
 def _replaced_provenance(resolved: Mapping[str, Any], variant: list[str]) -> list[str]:
     """``data.X.hub_dataset=null`` for each data source whose path the confirmed variant replaces without naming
