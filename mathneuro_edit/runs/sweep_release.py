@@ -492,6 +492,7 @@ def _own_variant(recipe: Recipe, confirmation: Mapping[str, Any], where: str) ->
         "choose recipe settings: pass the recipe the sweep ran, or sweep this one"
     )
 
+
 def _replaced_provenance(resolved: Mapping[str, Any], variant: list[str]) -> list[str]:
     """``data.X.hub_dataset=null`` for each data source whose path the confirmed variant replaces without naming
     its origin: the recipe's ``hub_dataset`` describes the recipe's file, not the variant's (SmolLM2's
