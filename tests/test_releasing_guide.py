@@ -10,6 +10,13 @@ for GSM8K here; the base's line is not run: the base is not on the fake Hub). Th
 not ``mathneuro-edit`` (clone, venv, pip, llama-cli, ollama) are not run here;
 installing is tested by tests/test_wheel_install.py, and the GGUF repo's file is checked by the name those
 commands' ``:Q8_0`` tag selects.
+
+A second test releases the page's worked example, the committed SmolLM2 search (docs/data/search-smollm2), in the
+page's order: the copy gets only the page's step-2 keys (``hub_dataset`` included) and a smaller evaluation (not a key
+the sweep's confirmation depends on); the page's ``sweep`` line is replaced by the committed folder, so ``run
+--from-sweep`` must release its confirmed setting (exit 0), and every later step runs on that release. The weights
+are the tiny model's (the GGUF at the page's path): the mask differs from the one the search confirmed, which the
+card says; what is tested is the path from the guide's recipe to the three repos.
 """
 
 from __future__ import annotations
@@ -87,13 +94,18 @@ def _set(tree: dict, dotted: str, value: object) -> None:
         node[last] = value
 
 
-def _edit_copy(path: Path) -> None:
+# only for the test's time, with the committed search: a smaller evaluation (no key the sweep's setting rests on)
+SMALL_EVALUATION = {"evaluation.samples": 8, "evaluation.max_new_tokens": 4}
+SEARCH = ROOT / "docs" / "data" / "search-smollm2"  # the page's worked example: the committed search
+
+
+def _edit_copy(path: Path, small: dict[str, object]) -> None:
     """The page's step 2 on the copied recipe: local sources become {path, hub_dataset}, then the table's keys."""
     tree = yaml.safe_load(path.read_text())
     for key in ("math",):
         if isinstance(tree["data"][key], str):
             tree["data"][key] = {"path": tree["data"][key]}
-    for dotted, value in {**PAGE_KEYS, **SMALL}.items():
+    for dotted, value in {**PAGE_KEYS, **small}.items():
         if dotted.startswith("hub.") and "hub" not in tree:
             tree["hub"] = {}
         _set(tree, dotted, value)
@@ -156,10 +168,8 @@ def test_the_page_s_gguf_name_is_what_its_recipe_gives() -> None:
     assert f"`{name}`" in (ROOT / "docs" / "publishing.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.slow
-def test_the_releasing_guide_runs_as_written_and_each_repo_loads_as_it_says(
-    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The repository root as the page runs from it: the recipes, and the tiny GGUF at the page's path."""
     from tests._gguf_tiny import tiny_llama, write_gguf
 
     work = tmp_path / "mathneuro-edit"  # the page runs from the repository root
@@ -170,7 +180,12 @@ def test_the_releasing_guide_runs_as_written_and_each_repo_loads_as_it_says(
     monkeypatch.chdir(work)
     monkeypatch.setenv("MATHNEURO_EDIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return work
 
+
+def _follow_the_page(work: Path, small: dict[str, object], search: Path | None) -> tuple[list[str], dict, bool]:
+    """Every command of the page, in its order: ``(what ran, the namespace of its Python code, whether the sweep
+    confirmed a setting)``. With ``search``, the page's sweep line is not run: that folder is its output."""
     ran: list[str] = []
     namespace: dict = {}
     confirmed = None
@@ -185,7 +200,7 @@ def test_the_releasing_guide_runs_as_written_and_each_repo_loads_as_it_says(
             if line.startswith("cp recipes/"):
                 _, src, dst = shlex.split(line)
                 shutil.copy(src, dst)
-                _edit_copy(Path(dst))
+                _edit_copy(Path(dst), small)
                 ran.append(line)
             elif line.startswith("python -c "):
                 exec(shlex.split(line)[2], {})  # noqa: S102
@@ -196,35 +211,100 @@ def test_the_releasing_guide_runs_as_written_and_each_repo_loads_as_it_says(
                     ran.append(line)
             elif line.startswith("mathneuro-edit "):
                 out = re.search(r"--out (\S+)", line)
+                if search is not None and line.split()[1] == "sweep":  # the committed search is this line's output
+                    shutil.copytree(search, out.group(1), ignore=shutil.ignore_patterns("cache", "stats"))
+                    ran.append(line)
+                    continue
                 if "--from-sweep" not in line and out and line.split()[1] == "run" and Path(out.group(1)).exists():
                     continue  # the page's command for "nothing confirmed": the confirmed release exists already
+                if line.split()[1] == "reproduce":
+                    line = _as_the_card_prints(line, confirmed=bool(confirmed))
                 code_, output = _cli(line)
                 if "--from-sweep" in line:
-                    sweep = json.loads(Path("out/smollm2-sweep/sweep.json").read_text())
+                    sweep = json.loads((Path(line.split("--from-sweep ")[1].split()[0]) / "sweep.json").read_text())
                     confirmed = sweep["best"] is not None
                     assert code_ == (0 if confirmed else 2), output  # the page: exit 2 when nothing was confirmed
                 else:
                     assert code_ == 0, f"{line}\n{output}"
                 ran.append(line)
     assert confirmed is not None, "the page has no run --from-sweep"
-
     commands = [r for r in ran if r.startswith("mathneuro-edit")]
     for step in ("plan", "sweep", "run", "verify", "push", "reproduce"):
         assert any(c.split()[1] == step for c in commands), step
     assert any(r.startswith("lm_eval --model hf --model_args pretrained=") for r in ran)
     assert sum(c.startswith("mathneuro-edit push") for c in commands) == 4  # --dry-run, checkpoint, adapter, gguf
+    return ran, namespace, confirmed
 
-    # the three repos, as the page's loading code left them
+
+def _as_the_card_prints(line: str, confirmed: bool) -> str:
+    """The page's reproduce command, checked against the release's lock: it passes a file for every local file the
+    lock records, by its recorded name. The page prints the command of its worked example (the confirmed setting);
+    a release of the recipe's own setting (nothing confirmed) calibrated on another file, which its card names:
+    that name replaces the page's."""
+    files = yaml.safe_load(Path("out/smollm2-release/mathneuro_recipe.lock.yaml").read_text()).get("files") or {}
+    sets = dict(a.split("=", 1) for a in re.findall(r"--set (\S+)", line))
+    assert set(sets) == set(files), (sets, files)
+    for key, path in sets.items():
+        name = files[key]["name"]
+        if not confirmed:
+            line = line.replace(f"--set {key}={path}", f"--set {key}={Path(path).parent / name}")
+        else:
+            assert Path(path).name == name, f"the page's reproduce passes {path} for {key}; the lock records {name}"
+    return line
+
+
+def _the_three_repos_load_as_the_page_says(fake_hub: FakeHub, namespace: dict) -> None:
+    """The three repos, as the page's loading code left them: the GGUF under the name ``:Q8_0`` selects, and the
+    adapter merged over the dequantized GGUF equal to the checkpoint."""
     release = Path("out/smollm2-release")
     files = {repo: set(fake_hub.files(repo)) for repo in (REPO, f"{REPO}-adapter", f"{REPO}-GGUF")}
     assert "model.safetensors" in files[REPO] and "adapter_model.safetensors" in files[f"{REPO}-adapter"]
     (gguf_file,) = [f for f in files[f"{REPO}-GGUF"] if f.endswith(".gguf")]
-    assert gguf_file == "SmolLM2-135M-Instruct-MathNeuro-Scale1.1-Q8_0.gguf"  # what `:Q8_0` selects
+    scale = yaml.safe_load((release / "mathneuro_recipe.lock.yaml").read_text())["recipe"]["edit"]["scale"]
+    assert gguf_file == f"SmolLM2-135M-Instruct-MathNeuro-Scale{scale:g}-Q8_0.gguf"  # what `:Q8_0` selects
     model = namespace["model"]  # the page's last load: the adapter merged over the dequantized GGUF
     from transformers import AutoModelForCausalLM
 
     checkpoint = AutoModelForCausalLM.from_pretrained(REPO)  # the page's checkpoint load, again
-    ids = torch.tensor([[1, 2, 3, 4, 5]])
-    with torch.no_grad():  # the adapter merged over the dequantized GGUF, cast as stored == the checkpoint
-        assert torch.equal(model.to(checkpoint.dtype)(ids).logits, checkpoint(ids).logits)
-    assert (release / "checkpoint" / "mathneuro_recipe.lock.yaml").is_file()
+    # the adapter merged over the dequantized GGUF, cast as stored == the checkpoint, tensor by tensor (not by
+    # logits: `model.to(bfloat16)` also casts the rotary buffers, which a bfloat16 checkpoint keeps in float32)
+    merged, stored = model.state_dict(), checkpoint.state_dict()
+    assert set(merged) == set(stored)
+    for name, tensor in stored.items():
+        assert torch.equal(merged[name].to(tensor.dtype), tensor), name
+    for repo in files:  # one lock per repo
+        assert "mathneuro_recipe.lock.yaml" in files[repo], repo
+
+
+@pytest.mark.slow
+def test_the_releasing_guide_runs_as_written_and_each_repo_loads_as_it_says(
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = _workspace(tmp_path, monkeypatch)
+    _, namespace, _ = _follow_the_page(work, SMALL, search=None)
+    _the_three_repos_load_as_the_page_says(fake_hub, namespace)
+
+
+@pytest.mark.slow
+def test_the_guide_releases_the_committed_search_with_step_2_s_hub_dataset(
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39 item 2: with step 2's ``hub_dataset`` keys, step 5 refused the committed search (exit 2, the
+    differing key unnamed). Now it releases the search's confirmed setting, and the cards name the data's origins."""
+    from huggingface_hub import ModelCard
+
+    work = _workspace(tmp_path, monkeypatch)
+    _, namespace, confirmed = _follow_the_page(work, SMALL_EVALUATION, search=SEARCH)
+    assert confirmed, "the page's worked example is a confirmed search"
+    _the_three_repos_load_as_the_page_says(fake_hub, namespace)
+    sweep = json.loads((SEARCH / "sweep.json").read_text())
+    lock = yaml.safe_load(Path("out/smollm2-release/mathneuro_recipe.lock.yaml").read_text())
+    c = sweep["confirmation"]
+    assert (lock["recipe"]["mask"]["top_k"], lock["recipe"]["edit"]["scale"]) == (c["top_k"], c["scale"])
+    assert lock["sweep"]["variant"] == (c.get("variant") or "")
+    assert "problems_sha256" not in json.dumps(lock["sweep"])  # the per-problem lists stay in the sweep folder
+    card = ModelCard.load(work / "out/smollm2-release/checkpoint/README.md")
+    # every source keeps its origin but one a confirmed variant replaced (arith-calib: generated arithmetic)
+    replaced = any(o.startswith("data.math.path=") for o in c.get("variant_set") or [])
+    assert set(card.data.datasets) == {"Salesforce/wikitext"} | (set() if replaced else {"openai/gsm8k"})
+    assert "## Evidence for the boost" in card.text

@@ -470,23 +470,28 @@ STEP_2 = [
 ]
 
 
-def _smollm2_sweep(tmp_path, variant_set: list[str]):
-    """A confirmed sweep of SmolLM2's recipe as written (no hub_dataset), its candidate in ``variant_set``."""
+def _smollm2_sweep(tmp_path, variant: str, sets: tuple[str, ...] = ()):
+    """A confirmed sweep of SmolLM2's recipe as written (no hub_dataset; ``sets`` applied to both recipes), its
+    candidate one of the recipe's own ``sweep.variants`` (``variant``; ``""``: the recipe itself)."""
     from pathlib import Path
 
     from mathneuro_edit.recipe.io import load_recipe
 
     root = Path(__file__).resolve().parents[2]
-    _write_sweep(tmp_path / "sw", True, recipe=load_recipe(str(root / SMOLLM2)))
+    swept = load_recipe(str(root / SMOLLM2), list(sets))
+    _write_sweep(tmp_path / "sw", True, recipe=swept)
     ev = read_sweep(tmp_path / "sw")
-    ev = ev.__class__(**{**ev.__dict__, "confirmation": {**ev.confirmation, "variant_set": variant_set}})
-    return ev, lambda sets: load_recipe(str(root / SMOLLM2), sets)
+    chosen = [list(v.set) for v in swept.sweep.variants if v.name == variant] if variant else [[]]
+    confirmation = {**ev.confirmation, "variant": variant, "variant_set": chosen[0]}
+    return ev.__class__(**{**ev.__dict__, "confirmation": confirmation}), lambda more: load_recipe(
+        str(root / SMOLLM2), [*sets, *more]
+    )
 
 
 def test_provenance_is_carried_not_compared(tmp_path):
     """The guide's step 2 adds hub_dataset to the data sources of the recipe the sweep ran: the release takes the
     confirmed setting and keeps every hub_dataset for the card (issue 39 item 2: it was refused, exit 2)."""
-    ev, recipe = _smollm2_sweep(tmp_path, ["targets.include=[mlp]"])
+    ev, recipe = _smollm2_sweep(tmp_path, "mlp-only")
     r = recipe_from_sweep(recipe(STEP_2), ev)
     assert (r.mask.top_k, r.edit.scale, r.targets.include) == (0.07, 1.1, ["mlp"])
     assert r.data.math.hub_dataset == "openai/gsm8k" and r.data.general[0].hub_dataset == "Salesforce/wikitext"
@@ -495,21 +500,20 @@ def test_provenance_is_carried_not_compared(tmp_path):
 
 def test_a_variant_that_replaces_a_source_drops_that_source_s_provenance(tmp_path):
     """SmolLM2's arith-calib calibrates on generated arithmetic: the card must not say it came from GSM8K."""
-    arith = ["data.math.path=recipes/data/arithmetic_calib_200.jsonl", 'data.math.template="{question} {solution}"']
-    ev, recipe = _smollm2_sweep(tmp_path, arith)
+    ev, recipe = _smollm2_sweep(tmp_path, "arith-calib")
     r = recipe_from_sweep(recipe(STEP_2), ev)
     assert r.data.math.path.endswith("arithmetic_calib_200.jsonl") and r.data.math.hub_dataset is None
     assert r.data.general[0].hub_dataset == "Salesforce/wikitext"  # a source the variant keeps keeps its origin
-    named = recipe_from_sweep(recipe(STEP_2), ev.__class__(**{
-        **ev.__dict__, "confirmation": {**ev.confirmation, "variant_set": [*arith, "data.math.hub_dataset=me/arith"]}
-    }))  # fmt: skip
+    own = "sweep.variants=[{name: own, set: [data.math.path=a.jsonl, data.math.hub_dataset=me/arith]}]"
+    ev, recipe = _smollm2_sweep(tmp_path / "own", "own", (own,))
+    named = recipe_from_sweep(recipe(STEP_2), ev)
     assert named.data.math.hub_dataset == "me/arith"  # the variant's own origin, when it names one
 
 
 def test_the_refusal_names_the_differing_key_with_both_values_whole(tmp_path):
     """Two templates that differ after their 80th character: the key is named, and both values print in full and
     differ (they were cut at 80 characters and printed alike, under the key ``data``)."""
-    ev, recipe = _smollm2_sweep(tmp_path, [])
+    ev, recipe = _smollm2_sweep(tmp_path, "")
     head = "<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
     with pytest.raises(InputError) as e:  # YAML's "\\n" is a newline of the template
         recipe_from_sweep(recipe([*STEP_2, f'data.math.template="{head}\\n{{question}}\\n{{answer}}"']), ev)
