@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -40,6 +39,7 @@ from ..errors import InputError
 from ..evaluation.report import effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
 from ..recipe.io import recipe_from_dict
+from ..recipe.safe_yaml import dump_yaml
 from ..recipe.schema import Recipe
 from ..util.console import document_safe
 from ..util.files import write_text_atomic
@@ -47,14 +47,13 @@ from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, is_local_path
 from . import card_sections as sections
 from .base_card import card_fields
-from .card_weights import _dtype_note, _gguf_note, _gguf_usage
+from .card_weights import _dtype_note, _gguf_note, _gguf_usage, files_cell
 from .gguf_naming import hub_origin
 from .lock import check_private, read_lock
-from .model_index import BASE_SUFFIX as BASE_SUFFIX  # re-exported: card.py was their home
-from .model_index import BUILT_IN as BUILT_IN
+from .model_index import BUILT_IN as BUILT_IN  # re-exported: card.py was their home
 from .model_index import SOURCE_URL as SOURCE_URL
 from .model_index import eval_results_metadata
-from .outputs import GGUF, CardView, output, output_of_folder, repo_for
+from .outputs import CHECKPOINT, GGUF, CardView, output, output_of_folder, repo_for
 
 __all__ = [
     "build_card",
@@ -65,6 +64,8 @@ __all__ = [
     "CITATION",
     "lock_file_sha256",
     "folder_dtype",
+    "has_chat_template",
+    "short_recipe",
 ]
 PAPER = "https://arxiv.org/abs/2410.16930"
 
@@ -130,6 +131,7 @@ def build_card(
     base_repo: str | None = None,
     lock_sha256: str | None = None,
     weights_dtype: str | None = None,
+    chat: bool = False,
 ) -> ModelCard:
     """Build the model card of an edited model.
 
@@ -151,7 +153,9 @@ def build_card(
         lock_sha256: the sha256 of the folder's ``mathneuro_recipe.lock.yaml`` (the card names the file and this
             hash instead of embedding the lock).
         weights_dtype: the dtype the checkpoint's config.json names (:func:`folder_dtype`), for the sentence on
-            ``outputs.dtype``.
+            ``outputs.dtype`` and the files row.
+        chat: the model's tokenizer has a chat template (:func:`has_chat_template`): the snippet generates a chat
+            reply.
 
     Returns:
         The card; save it with :func:`write_card`.
@@ -185,20 +189,20 @@ def build_card(
         for k, v in sorted(lock.get("outputs", {}).items())
         if out.folder == GGUF.folder and GGUF.owns(k)
     }
-    tags += list(GGUF.folder_tags) if ggufs else []
     extra: dict[str, Any] = {}
-    relation_base = base_model_id
     origin = hub_origin(lock)
     gguf_base = (lock.get("base") or {}).get("gguf") or {}
-    if out.deltas and origin is not None and gguf_base:  # an adapter's deltas are to the dequantized GGUF, not to
-        relation_base = None  # the Hub model's weights: it is no adapter OF that model (the body says which folder)
-    tags += list(out.tags)
-    if out.deltas and relation_base:
-        tags += [f"base_model:{out.relation}:{relation_base}"]
-    if out.derived_from:  # the GGUF repo is a quantization of the edited checkpoint's repo
-        relation_base = base_repo or base_model_id
+    # the model this repo's files are made from, for the Hub's model tree: the base (an adapter of a GGUF base
+    # names the Hub model that GGUF is a conversion of, and its card says which weights its deltas are to), or
+    # for the GGUF repo the edited checkpoint's repo it quantizes
+    relation_base = (base_repo or base_model_id) if out.derived_from else base_model_id
+    tags += list(out.tags)  # each repo's own: `gguf` only on the repo that holds GGUF files
     if relation_base is not None:
         extra["base_model_relation"] = out.relation
+        tags += [f"base_model:{out.relation}:{relation_base}"]  # the tag the Hub derives, written as PEFT does
+    own_languages = (gguf_base.get("general") or {}).get("languages")
+    if "language" not in fields and isinstance(own_languages, list) and own_languages:
+        fields["language"] = [str(x) for x in own_languages]  # the GGUF base's own, as its GGUF output carries
     # a card rendered before the push names the repo its output is pushed to (one repo per output)
     repo = repo_id or (repo_for(recipe.hub.repo_id, out.name) if recipe.hub else None)
     local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
@@ -254,15 +258,13 @@ def build_card(
     effect = sections.sweep_effect(lock) or effect_sentence(eval_results, sections.card_text)  # eval.json: data
     effect = f" {effect}" if effect else ""
     evidence = sections.sweep_evidence(lock)
-    recipe_yaml = yaml.safe_dump(
-        lock.get("recipe") or recipe.public_dict(), sort_keys=False, allow_unicode=True
-    ).rstrip()
+    recipe_yaml = dump_yaml(short_recipe(lock.get("recipe") or recipe.public_dict())).rstrip()
     edited = (
         f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
         f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters"
     )
     what = out.holds
-    view = CardView(repo, lock_view, ggufs, base_repo)
+    view = CardView(repo, lock_view, ggufs, base_repo, chat=chat)
     # the GGUF files of another output's folder (the checkpoint's) get a paragraph of their own
     usage = out.how_to_use(view) + ("" if out is GGUF else _gguf_usage(repo, ggufs, lock_view))
     body = f"""
@@ -283,6 +285,7 @@ Made with [mathneuro-edit]({sections.PROJECT_URL}) {lock.get("versions", {}).get
 | top_k | {mask.top_k:g} (per {mask.granularity}) |
 | scale | {edit.effective_scale:g}{" (prune)" if edit.prune else ""} |
 | edit | {action} |
+| files | {files_cell(lock, kind, weights_dtype, ggufs)} |
 | weights edited | {edited} |
 | matrices scored | {s["matrices"]} |
 | recipe sha256 | `{lock.get("recipe_sha256", "")}` |
@@ -314,13 +317,14 @@ Made with:
 
 {sections.versions_table(lock)}
 
-The recipe (public form: local paths are `<local>`; save it as a YAML file and `mathneuro-edit run` it):
+The recipe's settings that differ from the defaults (public form: local paths are `<local>`; save it as a YAML \
+file and `mathneuro-edit run` it; the lock holds every setting):
 
 ```yaml
 {recipe_yaml}
 ```
 
-{sections.lock_sentence(lock_sha256)}
+{sections.lock_sentence(lock_sha256, repo)}
 
 ## Limitations
 
@@ -414,7 +418,38 @@ def card_for_folder(
         base_repo=base_repo,
         lock_sha256=lock_file_sha256(folder),
         weights_dtype=folder_dtype(folder),
+        chat=has_chat_template(folder),
     )
+
+
+def short_recipe(public: Mapping[str, Any]) -> dict[str, Any]:
+    """A public recipe with only the settings that differ from the defaults (what the card shows: SmolLM2's release
+    recipe is ~60 lines this way, ~145 with every default, mostly nulls); it validates back to the same recipe.
+
+    Example:
+        >>> from mathneuro_edit.recipe.io import quickstart_recipe
+        >>> short_recipe(quickstart_recipe().public_dict())["edit"]
+        {'prune': True}
+    """
+    return recipe_from_dict(dict(public), where="the lock's recipe").model_dump(mode="json", exclude_defaults=True)
+
+
+def has_chat_template(folder: str | Path) -> bool:
+    """Whether the model of an output folder has a chat template: in its tokenizer files, or for an adapter folder
+    (no tokenizer) in its run's ``checkpoint/`` beside it."""
+    import json
+
+    folder = Path(folder)
+    for where in (folder, folder.parent / CHECKPOINT.folder):
+        if (where / "chat_template.jinja").is_file() or (where / "chat_template.json").is_file():
+            return True
+        try:
+            cfg = json.loads((where / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(cfg, dict) and cfg.get("chat_template"):
+            return True
+    return False
 
 
 def folder_dtype(folder: str | Path) -> str | None:

@@ -11,6 +11,7 @@ that differ per output (``*_usage``, ``*_loaders``) are named by that output's e
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ if TYPE_CHECKING:  # the registry of outputs holds these builders (outputs.py im
 __all__ = [
     "INSTALL",
     "BASE_ENV",
+    "BASE_GGUF_ENV",
+    "requantized",
     "PROJECT_URL",
     "lock_sentence",
     "hub_origin_of",
@@ -55,6 +58,14 @@ INSTALL = (
     f'pip install "mathneuro-edit[gguf] @ git+{PROJECT_URL}"'
 )
 BASE_ENV = "BASE_MODEL_DIR"  # the variable the snippets read a local base's folder from (no placeholder path)
+BASE_GGUF_ENV = "BASE_MODEL_GGUF"  # the same for a GGUF base: its .gguf file, what `reproduce --base` takes
+UNQUANTIZED = ("F32", "F16", "BF16")  # GGUF types that store each weight as a float, not in quantized blocks
+# an instruct model's card shows a chat turn, the way its evaluation prompted it (evaluation.chat_template: auto)
+CHAT = """
+messages = [{"role": "user", "content": "What is 27 + 15?"}]
+inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")
+output = model.generate(**inputs, max_new_tokens=32, do_sample=False)
+print(tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))"""
 
 
 def _base(lock: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -71,11 +82,13 @@ def _hub_link(hub_id: str, revision: str | None) -> str:
     return f"[{hub_id}](https://huggingface.co/{hub_id})" + (f" (revision `{revision}`)" if revision else "")
 
 
-def lock_sentence(lock_sha256: str | None) -> str:
-    """Where the lock is: a file beside the card, named with its sha256 (the card does not embed it)."""
+def lock_sentence(lock_sha256: str | None, repo: str | None = "") -> str:
+    """Where the lock is: a file beside the card (in its repo, or in its folder for a card not yet pushed: ``repo``
+    ``None``), named with its sha256 (the card does not embed it)."""
     sha = f" (sha256 `{lock_sha256}`)" if lock_sha256 else ""
+    where = "this folder" if repo is None else "this repo"
     return (
-        f"The lock file, `mathneuro_recipe.lock.yaml` in this repo{sha}, holds this recipe with every default "
+        f"The lock file, `mathneuro_recipe.lock.yaml` in {where}{sha}, holds this recipe with every default "
         "and every hash (base weights, sampled data, statistics, mask, output files); `mathneuro-edit reproduce` "
         "reads it."
     )
@@ -142,10 +155,16 @@ def base_section(lock: Mapping[str, Any]) -> str:
         lines += ["", "| file | sha256 |", "|---|---|"]
         lines += [f"| {card_text(name)} | `{sha}` |" for name, sha in (base.get("weights_sha256") or {}).items()]
         if kind == "local":
+            gguf = base.get("gguf") or {}
+            get = (
+                f"get that GGUF file (sha256 `{gguf.get('sha256')}`) and point `{BASE_GGUF_ENV}` at it"
+                if gguf
+                else f"get that model and point `{BASE_ENV}` at its folder"
+            )
             lines += [
                 "",
-                f"To use or reproduce this edit, get that model and point `{BASE_ENV}` at its folder; "
-                "`mathneuro-edit reproduce` checks every sha256 above before it runs.",
+                f"To use or reproduce this edit, {get}; `mathneuro-edit reproduce` checks every sha256 above before "
+                "it runs.",
             ]
             if hub_origin_of(lock)[0]:
                 lines += [
@@ -179,7 +198,7 @@ def transformers_usage(out: Output, view: CardView) -> str:
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 model = AutoModelForCausalLM.from_pretrained({where})
-tokenizer = AutoTokenizer.from_pretrained({where})
+tokenizer = AutoTokenizer.from_pretrained({where}){CHAT if view.chat else ""}
 ```"""
 
 
@@ -188,6 +207,9 @@ def peft_usage(out: Output, view: CardView) -> str:
     repo, lock = view.repo, view.lock
     where = f'"{repo}"' if repo else '"."'  # "." : this folder, until `push` renders the card for its repo
     base_kind = _kind(lock)
+    if _base(lock).get("gguf") and base_kind != "organism":  # deltas to a dequantized GGUF: loaded from that file
+        hub = (str(_base(lock)["model"]), _base(lock).get("revision")) if base_kind == "hub" else None
+        return _gguf_base_peft_usage(where, _base(lock)["gguf"], hub, view.chat)
     if base_kind == "organism":
         imports, setup, base_expr = "from mathneuro_edit.organism import organism_path\n", "", "organism_path()"
     elif base_kind == "local":
@@ -196,14 +218,9 @@ def peft_usage(out: Output, view: CardView) -> str:
     else:
         imports, setup, base_expr = "", "", f'"{_base(lock)["model"]}"'
     origin, revision = hub_origin_of(lock)
-    if base_kind == "local" and origin and not _base(lock).get("gguf"):  # the adapter names base.hub_id
+    if base_kind == "local" and origin:  # the adapter names base.hub_id
         rev = f', revision="{revision}"' if revision else ""
         imports, setup, base_expr = "", "", f'"{origin}"{rev}'
-    elif base_kind == "local" and _base(lock).get("gguf"):
-        setup = (
-            f'base_dir = os.environ["{BASE_ENV}"]  # the folder `mathneuro-edit dequantize FILE.gguf` prints '
-            "(not the Hub model: the adapter holds deltas to the dequantized GGUF)\n"
-        )
     return f"""```python
 {imports}from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -211,7 +228,39 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 {setup}base = AutoModelForCausalLM.from_pretrained({base_expr})
 model = PeftModel.from_pretrained(base, {where})
 model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
-tokenizer = AutoTokenizer.from_pretrained({base_expr})
+tokenizer = AutoTokenizer.from_pretrained({base_expr}){CHAT if view.chat else ""}
+```"""
+
+
+def _gguf_base_peft_usage(where: str, gguf: Mapping[str, Any], hub: tuple[str, str | None] | None, chat: bool) -> str:
+    """The adapter of a GGUF base, loaded with transformers and PEFT only: the base dequantized from its .gguf file
+    by transformers, in float32, as the edit was made (``mathneuro-edit dequantize`` writes the same weights); the
+    file from its Hub repo (``hub``: id and revision), else the user's copy (:data:`BASE_GGUF_ENV`)."""
+    if hub is not None:
+        rev = f', revision="{hub[1]}"' if hub[1] else ""
+        names = f"{json.dumps(hub[0])}, {json.dumps(str(gguf.get('file')))}"  # Python literals, escaped
+        imports, setup = "", f"folder, name = {names}  # the Hub repo and its GGUF file\n"
+        load = f"folder, gguf_file=name{rev}"
+    else:
+        imports = "import os\n\n"
+        setup = (
+            f'gguf = os.path.abspath(os.environ["{BASE_GGUF_ENV}"])  # your copy of the GGUF file named above\n'
+            "folder, name = os.path.split(gguf)\n"
+        )
+        load = "folder, gguf_file=name"
+    return f"""The adapter holds deltas to the weights of the GGUF file `{gguf.get("file")}` (sha256 `{gguf.get("sha256")}`) \
+as transformers dequantizes them, in float32; over other weights (the Hub model's own) it gives another model. \
+With transformers, PEFT and the `gguf` package (`pip install gguf`), no mathneuro-edit:
+
+```python
+{imports}import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+{setup}base = AutoModelForCausalLM.from_pretrained({load}, dtype=torch.float32)  # dequantized, float32
+model = PeftModel.from_pretrained(base, {where})
+model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
+tokenizer = AutoTokenizer.from_pretrained({load}){CHAT if chat else ""}
 ```"""
 
 
@@ -231,6 +280,7 @@ def gguf_usage(repo: str | None, ggufs: Mapping[str, str], base_repo: str | None
         if base_repo
         else "the edited transformers checkpoint of the same run"
     )
+    types = [f.removesuffix(".gguf").rsplit("-", 1)[-1] for f in ggufs]
     hub = (
         f"""
 ```bash
@@ -243,7 +293,7 @@ LM Studio: search for `{repo}` in its model browser, or `lms get {repo}`.
         if repo
         else ""
     )
-    return f"""Converted by mathneuro-edit from {source}; the same weights as that checkpoint.
+    return f"""Written by mathneuro-edit from {source}, {requantized(types)}.
 
 | file | type | sha256 |
 |---|---|---|
@@ -267,8 +317,9 @@ def peft_loaders(out: Output, view: CardView) -> str:
 - **PEFT only**, with `PeftModel.from_pretrained(base, adapter)` as in the code above: this is a SHiRA (sparse)
   adapter. mathneuro-edit's tests run that code and check that the result equals the edited checkpoint.
   `AutoPeftModelForCausalLM.from_pretrained(adapter)` works only when `adapter_config.json` names a Hub base
-  (`base_model_name_or_path`): an adapter of a local folder or GGUF base without `base.hub_id` names none, and
-  PEFT then asks the Hub for `None`; load the base yourself and use `PeftModel` as above.
+  (`base_model_name_or_path`): an adapter of a local folder without `base.hub_id`, or of a GGUF base (its deltas
+  are to the dequantized GGUF, not to the Hub model's weights), names none, and PEFT then asks the Hub for `None`;
+  load the base yourself and use `PeftModel` as above.
 - **Not transformers' own adapter loading** (`model.load_adapter(adapter)`, `from_pretrained` on this repo): it
   does not fail on this adapter, it reports every `shira_indices` key as UNEXPECTED, leaves the weights
   **unedited**, and the model's next forward pass fails with `KeyError: 'default'` (mathneuro-edit's tests check
@@ -354,7 +405,7 @@ def reproduce_section(repo: str | None, lock: Mapping[str, Any]) -> str:
     files = lock.get("files") or {}
     args = [repo or "."]
     if _kind(lock) == "local":
-        args.append(f'--base "${BASE_ENV}"')
+        args.append(f'--base "${BASE_GGUF_ENV if _base(lock).get("gguf") else BASE_ENV}"')
     # shell-quoted: a data file name holding ';', a space or a newline stays one argument of the printed command
     args += ["--set " + _shell(f"{key}={entry['name']}") for key, entry in files.items()]
     text = f"""## How to reproduce
@@ -364,8 +415,8 @@ def reproduce_section(repo: str | None, lock: Mapping[str, Any]) -> str:
 mathneuro-edit reproduce {" ".join(args)}
 ```
 
-`reproduce` reads the lock file below ({"from the Hub repo" if repo else "from this folder"}), re-runs its recipe \
-and compares the mask and every output file's sha256."""
+`reproduce` reads the lock file, `mathneuro_recipe.lock.yaml` {"in the Hub repo" if repo else "in this folder"}, \
+re-runs its recipe and compares the mask and every output file's sha256."""
     if files:
         text += (
             "\n\nThe calibration/evaluation files were local, so they are not published; the command passes "
@@ -561,3 +612,12 @@ def sweep_evidence(lock: Mapping[str, Any]) -> str:
             "lock); the calibration did not reproduce bit for bit."
         )
     return "\n".join(lines) + "\n"
+
+
+def requantized(types: list[str]) -> str:
+    """How GGUF files of ``types`` relate to the checkpoint they were written from: converted (float types) or
+    quantized (block types: close to the checkpoint's numbers, not equal to them)."""
+    shown = ", ".join(types) or "the type in each file's name"
+    if types and all(t in UNQUANTIZED for t in types):
+        return f"converted to {shown}"
+    return f"quantized to {shown}: close to the checkpoint's numbers, not equal to them"

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .outputs import GGUF, output
+from .card_sections import requantized
+from .outputs import ADAPTER, GGUF, output
 
 
 def _gguf_usage(repo: str | None, ggufs: Mapping[str, str], lock: Mapping[str, Any] | None = None) -> str:
@@ -30,8 +31,8 @@ def _gguf_usage(repo: str | None, ggufs: Mapping[str, str], lock: Mapping[str, A
         else "in this folder (`mathneuro-edit push OUT --gguf` publishes them in a repo of their own)"
     )
     return f"""
-The same weights as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit from this checkpoint;
-`mathneuro-edit verify` audits it), {where}:
+The edit as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit from this checkpoint and
+{requantized(gguf_types(ggufs))}; `mathneuro-edit verify` audits it), {where}:
 
 | file | sha256 |
 |---|---|
@@ -41,6 +42,21 @@ The same weights as GGUF, for llama.cpp, Ollama and LM Studio (written by mathne
 {f"hf download {gguf_repo} {first} --local-dir ." + chr(10) if gguf_repo else ""}llama-cli -m {first}
 ```
 """
+
+
+def gguf_types(ggufs: Mapping[str, str]) -> list[str]:
+    """The GGUF types of a folder's ``model-<TYPE>.gguf`` files (``["Q8_0"]``), in order."""
+    return [f.removesuffix(".gguf").rsplit("-", 1)[-1] for f in ggufs]
+
+
+def files_cell(lock: Mapping[str, Any], kind: str, weights_dtype: str | None, ggufs: Mapping[str, str]) -> str:
+    """The settings table's ``files`` cell: what this repo's weight files are (each repo's card describes its own
+    files: a GGUF repo its quantization type, the checkpoint its dtype; issue 39)."""
+    if kind == GGUF.name:
+        return "GGUF: " + ", ".join(gguf_types(ggufs) or ["none"])
+    if kind == ADAPTER.name:
+        return "PEFT SHiRA adapter (safetensors): the edit's deltas at the edited weights"
+    return f"safetensors, {weights_dtype or 'the base model dtype'} (not quantized)"
 
 
 def _dtype_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None) -> str:
@@ -65,15 +81,26 @@ def _gguf_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None = N
         if stored == "float32"
         else (f", then stored in {stored} (`outputs.dtype`; the evaluation below ran in float32, before that cast)")
     )
-    what = (
-        f"These weights are that dequantized model with the edit (computed in float32{cast}; safetensors, "
-        "not quantized)"
-        if not output(kind).deltas
-        else "The adapter applies to that dequantized model (not to a quantized one, nor "
-        "to the Hub model it was converted from)"
-    )
+    if output(kind).deltas:
+        what = (
+            "The adapter applies to that dequantized model (not to a quantized one, nor to the Hub model it was "
+            "converted from)"
+        )
+    elif kind == GGUF.name:  # these files hold the checkpoint's weights quantized again: say to which type
+        what = (
+            f"These GGUF files are that dequantized model with the edit (computed in float32{cast}), written from the "
+            f"edited checkpoint and {requantized(gguf_types(_own_ggufs(lock)))}"
+        )
+    else:
+        what = f"These weights are that dequantized model with the edit (computed in float32{cast}; safetensors, not quantized)"
     return (
         f"\nThe base is the GGUF file `{gguf['file']}` (sha256 `{gguf['sha256']}`), dequantized to float32 by "
         f"transformers. {what}. `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once "
         "and prints its path; its safetensors sha256 are the lock's `base.weights_sha256`.\n"
     )
+
+
+def _own_ggufs(lock: Mapping[str, Any]) -> dict[str, str]:
+    """The GGUF output's files the lock records (``{name in the folder: sha256}``)."""
+    outputs = lock.get("outputs") or {}
+    return {k.removeprefix(GGUF.folder + "/"): v for k, v in sorted(outputs.items()) if GGUF.owns(k)}

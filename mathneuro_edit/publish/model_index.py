@@ -1,8 +1,10 @@
 """The model card's evaluation as Hub evaluation results (``model-index``), built with huggingface_hub's ``EvalResult``.
 
-What the card's metadata says of the evaluation: per metric, the edited model's value and the base's beside it, and
-each evaluation source named as the Hub expects (a Hub dataset by its id, a built-in source by its generator, a
-local file by its name). Kept apart from :mod:`mathneuro_edit.publish.card` (the card's assembly and prose) because
+What the card's metadata says of the evaluation: per metric, this (the edited) model's value only, and each
+evaluation source named as the Hub expects (a Hub dataset by its id, a built-in source by its generator, a local
+file by its name). Why not the base's values beside them: the Hub (and ``ModelCard.load``) reads every result of a
+card's ``model-index`` as a result of the card's model, whatever its name says; the base's values are in the card's
+evaluation table, beside this model's. Kept apart from :mod:`mathneuro_edit.publish.card` (the card's assembly and prose) because
 it is metadata only: it reads ``eval.json`` and the public recipe, and writes no text of the card's body.
 """
 
@@ -16,15 +18,14 @@ from huggingface_hub import EvalResult
 from ..recipe.schema import Recipe
 from ..util.console import document_safe
 
-__all__ = ["eval_results_metadata", "BASE_SUFFIX", "SOURCE_URL", "BUILT_IN"]
+__all__ = ["eval_results_metadata", "SOURCE_URL", "BUILT_IN"]
 
-_METRICS = {  # eval.json key -> (Hub metric type, name); the model-index describes this (the edited) model
+_METRICS = {  # eval.json key -> (Hub metric type, name); the model-index describes this (the edited) model only
     "math_accuracy": ("accuracy", "math accuracy"),
     "general_loss": ("loss", "general next-token loss"),
     "general_perplexity": ("perplexity", "general perplexity"),
     "general_kl": ("kl_divergence", "KL(base || edited) per token"),
 }
-BASE_SUFFIX = " of the base model, before the edit"  # the base's values, beside this model's, for comparison
 SOURCE_URL = "https://github.com/mathneuro-edit/mathneuro-edit/blob/main/"
 # the built-in sources are not Hub datasets: each is named, and its generator (which documents it) linked
 BUILT_IN = {
@@ -83,8 +84,8 @@ def _dataset(src: Mapping[str, Any] | None, task: str, seed: int | None) -> dict
 
 def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe) -> list[EvalResult]:
     """The evaluation as Hub evaluation results (``model-index``): per metric, this (edited) model's value under
-    the metric's plain name, then the base model's under the same name + :data:`BASE_SUFFIX` (KL compares the two,
-    so it has one value); each dataset named by :func:`_dataset` (a Hub dataset by its id)."""
+    the metric's plain name (KL(base || edited) included: a property of this model), never the base's; each dataset
+    named by :func:`_dataset` (a Hub dataset by its id)."""
     if not eval_results or recipe.evaluation is None:
         return []
     ev = recipe.public_dict().get("evaluation") or {}  # public form: a local data file is "<local>/NAME"
@@ -95,28 +96,25 @@ def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe
         if not isinstance(parts, Mapping):
             continue
         dataset = _dataset(sources.get(task), task, ev.get("seed"))
-        for label in ("edited", "base"):
-            values = parts.get(label)
-            if not isinstance(values, Mapping):
+        values = parts.get("edited")
+        if not isinstance(values, Mapping):
+            continue
+        for key, value in values.items():
+            if key in _METRICS:
+                metric, name = _METRICS[key]
+            elif task not in sources and isinstance(value, (int, float)) and "stderr" not in key:
+                metric, name = key, f"{task} {key}"  # lm-eval: the harness's own metric names
+            else:
                 continue
-            for key, value in values.items():
-                if key in _METRICS:
-                    metric, name = _METRICS[key]
-                elif task not in sources and isinstance(value, (int, float)) and "stderr" not in key:
-                    metric, name = key, f"{task} {key}"  # lm-eval: the harness's own metric names
-                else:
-                    continue
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-                    continue
-                if label == "base" and key == "general_kl":
-                    continue
-                found.append(
-                    EvalResult(
-                        task_type="text-generation",
-                        **dataset,
-                        metric_type=metric,
-                        metric_value=round(float(value), 6),
-                        metric_name=name + (BASE_SUFFIX if label == "base" else ""),
-                    )
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                continue
+            found.append(
+                EvalResult(
+                    task_type="text-generation",
+                    **dataset,
+                    metric_type=metric,
+                    metric_value=round(float(value), 6),
+                    metric_name=name,
                 )
+            )
     return found

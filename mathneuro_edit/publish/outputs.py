@@ -48,12 +48,14 @@ class CardView:
         lock: the lock as the card shows it (public form).
         ggufs: the GGUF files of the card's folder (``{name in the folder: sha256}``).
         base_repo: the Hub repo of the output this one is made from (:attr:`Output.derived_from`), when known.
+        chat: the model's tokenizer has a chat template (an instruct model): the snippet generates a chat reply.
     """
 
     repo: str | None
     lock: Mapping[str, Any]
     ggufs: Mapping[str, str]
     base_repo: str | None = None
+    chat: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class Output:
         repo_suffix: its Hub repo is ``<hub.repo_id><repo_suffix>`` (one repo per output).
         library: the card's ``library_name`` (what loads it).
         relation: the card's ``base_model_relation`` to the base (and its ``base_model:<relation>:<id>`` tag).
-        tags: tags its card adds.
+        tags: tags its card adds (what its repo holds: ``gguf`` only on the repo of GGUF files).
         holds: the card's first sentence, "This <holds> a MathNeuro edit of ...".
         evaluated: whether its card carries the evaluation as Hub ``model-index`` results.
         usage: its card's "How to use" snippet, ``usage(output, view)``.
@@ -79,7 +81,6 @@ class Output:
             carries the ``base_model:<relation>:<id>`` tag and no ``outputs.dtype`` sentence.
         derived_from: the output it is made from: its step writes it into that output's folder, and its card's
             ``base_model`` is that output's Hub repo (``push`` looks it up).
-        folder_tags: tags every card whose folder holds its files adds (the checkpoint's card of its GGUF files).
         repo_file_name: the name one of its files gets in its Hub repo, ``repo_file_name(lock, name in folder)``;
             ``None``: its name in the folder. An output with names of its own is published as those files beside
             the lock (its card is rendered for the repo).
@@ -100,7 +101,6 @@ class Output:
     markers: tuple[str, ...] = ()
     deltas: bool = False
     derived_from: str | None = None
-    folder_tags: tuple[str, ...] = ()
     repo_file_name: Callable[[Mapping[str, Any], str], str] | None = None
     absent: str = ""
 
@@ -214,13 +214,12 @@ GGUF = register_output(
         repo_suffix="-GGUF",
         library="gguf",
         relation="quantized",
-        tags=("llama.cpp",),
+        tags=("gguf", "llama.cpp"),
         holds="repo holds, as GGUF files for llama.cpp,",
         evaluated=False,
         usage=sections.llama_cpp_usage,
         loaders=sections.llama_cpp_loaders,
         derived_from="checkpoint",
-        folder_tags=("gguf",),
         repo_file_name=gguf_repo_name,
         absent="no .gguf file here; write one with outputs.gguf: TYPE (or export --gguf TYPE), then push --gguf",
     )

@@ -16,7 +16,7 @@ from ..data.sources import problem_sha256
 from ..engine.mask import Mask
 from ..evaluation.runner import MathTask
 from ..layout import EVAL_NAME, OUTPUT_DIRS
-from ..publish.card import build_card, folder_dtype, lock_file_sha256, summarize_edit, write_card
+from ..publish.card import build_card, folder_dtype, has_chat_template, lock_file_sha256, summarize_edit, write_card
 from ..publish.lock import build_lock, output_hashes, write_lock
 from ..publish.outputs import output
 from ..recipe.schema import Recipe
@@ -25,7 +25,7 @@ from ..util.files import write_json_atomic
 from .step_export import BaseRecord
 from .step_mask import Statistics
 
-__all__ = ["seal_run", "seal_lock", "publish_folder", "evidence_with_overlap"]
+__all__ = ["seal_run", "seal_lock", "publish_folder", "evidence_with_overlap", "without_problem_lists"]
 
 
 def seal_run(
@@ -127,6 +127,7 @@ def publish_folder(
         license=license_,
         lock_sha256=lock_file_sha256(folder),
         weights_dtype=folder_dtype(folder),
+        chat=has_chat_template(folder),
     )
     write_card(folder, card)
 
@@ -134,15 +135,31 @@ def publish_folder(
 def evidence_with_overlap(evidence: Mapping[str, Any], tasks: list[Any], mask_sha256: str) -> dict[str, Any]:
     """A sweep's lock entry plus ``evaluation_overlap``: how many of the run's own math evaluation problems (by
     prompt sha256) are among the sweep's selection and confirmation problems, and whether the run's mask is the one
-    the confirmation tested."""
-    mine = [problem_sha256(p) for t in tasks if isinstance(t, MathTask) for p in t.problems]
-    sel = set(evidence["selection"]["problems_sha256"])
-    conf = set(evidence["confirmation"].get("problems_sha256") or ())
+    the confirmation tested; recorded without the per-problem lists (:func:`without_problem_lists`).
+
+    A lock's own section (``reproduce``) has no lists: its recorded overlap is kept (the same recipe evaluates the
+    same problems)."""
     out = dict(evidence)
-    out["evaluation_overlap"] = {
-        "n": len(mine),
-        "selection": sum(h in sel for h in mine),
-        "confirmation": sum(h in conf for h in mine),
-    }
+    sel = evidence["selection"].get("problems_sha256")
+    if sel is not None or "evaluation_overlap" not in evidence:
+        mine = [problem_sha256(p) for t in tasks if isinstance(t, MathTask) for p in t.problems]
+        chosen, conf = set(sel or ()), set(evidence["confirmation"].get("problems_sha256") or ())
+        out["evaluation_overlap"] = {
+            "n": len(mine),
+            "selection": sum(h in chosen for h in mine),
+            "confirmation": sum(h in conf for h in mine),
+        }
     out["mask_matches_confirmation"] = evidence["confirmation"].get("mask_sha256") == mask_sha256
+    return without_problem_lists(out)
+
+
+def without_problem_lists(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep section as the lock records it: the selection's and the confirmation's per-problem sha256 lists
+    left out (their counts stay). Why: they are ~95% of a release's lock (208 of 220 KB for SmolLM2's 2,200
+    problems), copied into every repo, and belong to the sweep folder: its sweep.json holds them, and the
+    section's ``sweep_sha256`` pins that file."""
+    out = dict(entry)
+    for part in ("selection", "confirmation"):
+        if isinstance(out.get(part), Mapping):
+            out[part] = {k: v for k, v in out[part].items() if k != "problems_sha256"}
     return out

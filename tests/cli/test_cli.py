@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -576,8 +577,12 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())
     assert lock["recipe"]["mask"]["top_k"] == 0.05 and lock["recipe"]["edit"]["scale"] == 1.1  # the confirmed one
     ev = lock["sweep"]
-    assert ev["selection"]["problems_sha256"] == rows["selection"]["problems_sha256"]
-    assert ev["confirmation"]["problems_sha256"] == rows["confirmation"]["problems_sha256"]
+    # the counts, not the per-problem lists: those stay in the sweep folder, whose sweep.json the lock pins
+    assert (
+        "problems_sha256" not in json.dumps(ev)
+        and ev["sweep_sha256"] == hashlib.sha256((sw / "sweep.json").read_bytes()).hexdigest()
+    )
+    assert (ev["selection"]["n"], ev["confirmation"]["n"]) == (3, 8)
     # the run evaluates the first 4 arithmetic problems of seed 0: the sweep's 3 selection problems and 1 more
     assert ev["evaluation_overlap"] == {"n": 4, "selection": 3, "confirmation": 1}
     assert ev["mask_matches_confirmation"] is False  # the constructed confirmation names no mask

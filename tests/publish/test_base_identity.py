@@ -96,14 +96,12 @@ def test_a_local_copy_named_by_hub_id_is_found_and_loads_from_the_hub(
     assert "\n# base (MathNeuro edit: pruned (set to 0))\n" in card.text
     assert "a local copy of [org/base](https://huggingface.co/org/base) (revision `main`)" in card.text
     assert str(tmp_path) not in card.text and "my-copy" not in card.text
-    # model-index: this model's value and the base's, per metric, on the named built-in source
+    # model-index: this model's value per metric, on the named built-in source; never the base's (the Hub reads
+    # every model-index result as this model's)
     results = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     ev = json.loads((out / "eval.json").read_text())
     assert results[("mathneuro-edit-organism-math", "math accuracy")] == round(ev["math"]["edited"]["math_accuracy"], 6)
-    assert results[("mathneuro-edit-organism-math", "math accuracy of the base model, before the edit")] == round(
-        ev["math"]["base"]["math_accuracy"], 6
-    )
-    assert not any("(edited)" in name for _, name in results)
+    assert not any("base model" in name or "(edited)" in name for _, name in results)
 
     # the adapter names the Hub model, so PEFT finds the base from the adapter's repo id alone
     cfg = json.loads((out / "adapter" / "adapter_config.json").read_text())
@@ -214,9 +212,7 @@ def test_model_index_names_hub_datasets_and_the_hub_reads_it_back(tmp_path: Path
     }
     assert got == {
         ("openai/gsm8k", "main", "test", "math accuracy", 0.35),
-        ("openai/gsm8k", "main", "test", "math accuracy of the base model, before the edit", 0.3),
         ("Salesforce/wikitext", None, None, "general next-token loss", 3.01),
-        ("Salesforce/wikitext", None, None, "general next-token loss of the base model, before the edit", 3.0),
         ("Salesforce/wikitext", None, None, "KL(base || edited) per token", 0.002),
     }
     assert "Salesforce/wikitext" in data.datasets and str(tmp_path) not in card.text

@@ -164,7 +164,14 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     assert "`mathneuro_recipe.lock.yaml` in this repo" in text
     assert f"| recipe sha256 | `{recipe_sha256(recipe)}` |" in text  # the settings table names the recipe too
     recipe_block = yaml.safe_load(text.split("```yaml\n", 1)[1].split("\n```", 1)[0])
-    assert recipe_block == recipe.public_dict()  # the recipe, ready to save and run
+    # the recipe's settings that are not defaults, ready to save and run: the same recipe (issue 39: ~145 lines
+    # of mostly nulls before)
+    assert recipe_from_dict(recipe_block).public_dict() == recipe.public_dict()
+    assert recipe_block["edit"] == {"scale": 1.1} and "null" not in yaml.safe_dump(recipe_block)
+    assert "mask" not in recipe_block and recipe_block["hub"] == {"repo_id": "me/llama-boost"}
+    # model-index: this model's results only (the Hub reads each one as this model's); the base's are in the text
+    names = [r.metric_name for r in ModelCard.load(tmp_path / "README.md").data.eval_results]
+    assert names and not any("base" in n and "KL" not in n for n in names), names
     assert "pip install mathneuro-edit" not in text and "PATH/TO" not in text
 
 
@@ -499,7 +506,7 @@ def test_only_gguf_files_of_the_checkpoint_folder_are_listed_and_only_in_its_car
     assert "| `model.safetensors` | `st` |" not in text and "| `other.gguf` |" not in text
     assert "| `adapter_model.safetensors` |" not in text
     adapter = _stub_card(recipe, lock, kind="adapter").text
-    assert "The same weights as GGUF" not in adapter and "| `m-Q8_0.gguf` |" not in adapter
+    assert "The edit as GGUF" not in adapter and "| `m-Q8_0.gguf` |" not in adapter
 
 
 def test_gguf_usage_and_note_exact_text() -> None:

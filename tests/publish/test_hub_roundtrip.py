@@ -152,9 +152,7 @@ def test_release_round_trip(fake_hub: FakeHub, tmp_path: Path) -> None:
     eval_json = json.loads((out / "eval.json").read_text())
     math, general = "mathneuro-edit-organism-math", "mathneuro-edit-organism-general"
     assert metrics[(math, "math accuracy")] == round(eval_json["math"]["edited"]["math_accuracy"], 6)
-    assert metrics[(math, "math accuracy of the base model, before the edit")] == round(
-        eval_json["math"]["base"]["math_accuracy"], 6
-    )
+    assert not any("base model" in name for _, name in metrics)  # this model's results only
     assert (general, "general next-token loss") in metrics and (general, "KL(base || edited) per token") in metrics
     adapter_meta = cards["me/edit-adapter"].data.to_dict()
     assert adapter_meta["library_name"] == "peft" and adapter_meta["base_model_relation"] == "adapter"

@@ -426,6 +426,27 @@ def test_read_sweep_refuses_anything_but_a_confirmed_setting(tmp_path):
     assert (entry["selection"]["math_correct"], entry["selection"]["base_correct"]) == (62, BASE)
 
 
+def test_the_lock_keeps_the_sweep_s_counts_and_leaves_its_problem_lists_in_the_sweep_folder(tmp_path):
+    """A release's lock records the selection's and confirmation's counts and the overlap of its own evaluation
+    with them, not the per-problem sha256 lists (208 of SmolLM2's 220 KB lock, copied into every repo); a lock's
+    own section, re-run by ``reproduce``, keeps its recorded overlap."""
+    from mathneuro_edit.evaluation.tasks import MathTask
+    from mathneuro_edit.runs.step_seal import evidence_with_overlap
+
+    _write_sweep(tmp_path / "yes", True)
+    entry = read_sweep(tmp_path / "yes").lock_entry()
+    problems = [{"question": f"What is {a} + 1?", "answer": f"#### {a + 1}"} for a in range(3)]
+    entry["selection"]["problems_sha256"][0] = problem_sha256(problems[0])  # the run evaluates one of each
+    entry["confirmation"]["problems_sha256"][0] = problem_sha256(problems[1])
+    sealed = evidence_with_overlap(entry, [MathTask("math", problems)], "m" * 64)
+    assert "problems_sha256" not in repr(sealed) and sealed["selection"]["n"] == N
+    assert sealed["evaluation_overlap"] == {"n": 3, "selection": 1, "confirmation": 1}
+    assert sealed["mask_matches_confirmation"] is False
+    recorded = {**sealed, "evaluation_overlap": {"n": 4, "selection": 3, "confirmation": 1}}
+    again = evidence_with_overlap(recorded, [MathTask("math", problems)], "m" * 64)  # reproduce: no lists
+    assert again["evaluation_overlap"] == {"n": 4, "selection": 3, "confirmation": 1}
+
+
 def test_recipe_from_sweep_takes_the_setting_and_refuses_another_recipe(tmp_path):
     _write_sweep(tmp_path / "yes", True)
     ev = read_sweep(tmp_path / "yes")

@@ -455,7 +455,8 @@ def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
     write_card(out, card)
     sha = sha256_file(out / "model-F32.gguf")
     assert lock["outputs"]["checkpoint/model-F32.gguf"] == sha
-    assert f"| `model-F32.gguf` | `{sha}` |" in card.content and "gguf" in card.data.tags
+    # named in the checkpoint's card, but the checkpoint's repo holds none: its `gguf` tag is on the GGUF repo
+    assert f"| `model-F32.gguf` | `{sha}` |" in card.content and "gguf" not in card.data.tags
     push_to_hub(out, "me/tiny", token=TOKEN)
     assert not any(name.endswith(".gguf") for name in _committed(fake_hub))
     fake_hub.commits.clear()
@@ -463,6 +464,9 @@ def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
     files = _committed(fake_hub)
     assert files["Organism-64-MathNeuro-Prune-F32.gguf"] == (out / "model-F32.gguf").read_bytes()
     assert set(files) == {"Organism-64-MathNeuro-Prune-F32.gguf", "README.md", "mathneuro_recipe.lock.yaml"}
+    from huggingface_hub import ModelCard
+
+    assert "gguf" in ModelCard(files["README.md"].decode()).data.tags
 
 
 @pytest.mark.slow

@@ -57,9 +57,7 @@ def test_card_names_the_hub_base_and_the_hub_reads_the_results(release: Path) ->
     ev = json.loads((release / "eval.json").read_text())
     got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     assert got[("mathneuro-edit-arithmetic", "math accuracy")] == round(ev["math"]["edited"]["math_accuracy"], 6)
-    assert got[("mathneuro-edit-arithmetic", "math accuracy of the base model, before the edit")] == round(
-        ev["math"]["base"]["math_accuracy"], 6
-    )
+    assert not any("base model" in name for _, name in got)  # this model's results only
     arithmetic = next(r for r in card.data.eval_results if r.dataset_type == "mathneuro-edit-arithmetic")
     assert arithmetic.source_url.endswith("mathneuro_edit/data/arithmetic.py")
     assert "stored in bfloat16" in card.text and "the evaluation below ran in float32" in card.text
