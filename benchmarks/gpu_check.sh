@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# GPU check of mathneuro-edit's scale-out path, in one short run on a lent GPU (a few minutes):
-# calibrate vs plain forward on a random ~1B Llama in bf16, tokens/s, peak GPU memory (vs the planner's
-# estimate), and calibrate_distributed with one rank under torchrun (nccl). Results are appended to
-# docs/performance.md with the date and the device. Never required by the tests.
+# GPU check of mathneuro-edit: every CLI stage on CUDA (run, calibrate, mask, eval, export checkpoint + GGUF and
+# adapter, verify, reproduce) on random Llama-3.2-1B- and Llama-3.1-8B-shaped models with a real tokenizer and
+# real GSM8K/WikiText text, the quickstart on CUDA and on the CPU with their files compared, and calibration
+# against a plain forward; within about 6 minutes on one H200 (start-up of the machine aside). Each stage's wall
+# time, peak GPU memory, GPU utilization and `plan`'s prediction go to OUT/gpu_check.jsonl and OUT/gpu_check.md
+# as they are made (a run cut short leaves what it measured). Never required by the tests; its CPU smoke mode is
+# (tests/test_gpu_check_smoke.py).
 #
-#   bash benchmarks/gpu_check.sh               # on a GPU machine
-#   bash benchmarks/gpu_check.sh --cpu-smoke   # tiny model on CPU: checks the script, prints only
-#   GPU_CHECK_STRICT=1 bash benchmarks/gpu_check.sh   # exit 1 if the ratio is > 1.1x or the data-parallel
-#                                                     # statistics differ from single-process ones
+#   bash benchmarks/gpu_check.sh --out "$OUT"            # on a GPU machine (default budget 345 s)
+#   bash benchmarks/gpu_check.sh --cpu-smoke --out DIR    # tiny models on the CPU: checks the script, seconds
+#   bash benchmarks/gpu_check.sh --doc docs/performance.md   # also append the summary there
+#
+# Offline, and no code from the Hub: the same settings a user without network has (issue 40).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-"$PY" - <<'EOF'
-import importlib, sys
-missing = [m for m in ("torch", "transformers", "accelerate", "safetensors", "tqdm") if importlib.util.find_spec(m) is None]
+export USE_HUB_KERNELS=NO HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+"$PY" - <<'PYEOF'
+import importlib.util, sys
+need = ("torch", "transformers", "accelerate", "safetensors", "tqdm", "peft", "yaml", "click", "pydantic", "numpy")
+missing = [m for m in need if importlib.util.find_spec(m) is None]
 if missing:
-    sys.exit(f"gpu_check: missing Python packages: {' '.join(missing)} (pip install them first)")
-EOF
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false
+    sys.exit(f"gpu_check: missing Python packages: {' '.join(missing)} (install them, or carry their wheels)")
+for optional, what in (("gguf", "the GGUF stages are skipped"), ("pynvml", "no GPU utilization figures")):
+    if importlib.util.find_spec(optional) is None:
+        print(f"gpu_check: {optional} is not installed: {what}", file=sys.stderr)
+PYEOF
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 exec "$PY" benchmarks/gpu_check.py "$@"
