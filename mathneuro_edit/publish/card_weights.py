@@ -66,7 +66,7 @@ def _dtype_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None) -
         return ""
     return (
         f"\nThe weights are stored in {weights_dtype} (`outputs.dtype`): the edit was computed in the base's own "
-        "dtype and the result cast; the evaluation below ran before that cast.\n"
+        "dtype and the result cast; the evaluation below ran on these stored weights (read into the base's dtype).\n"
     )
 
 
@@ -79,7 +79,9 @@ def _gguf_note(lock: Mapping[str, Any], kind: str, weights_dtype: str | None = N
     cast = (
         ""
         if stored == "float32"
-        else (f", then stored in {stored} (`outputs.dtype`; the evaluation below ran in float32, before that cast)")
+        else (
+            f", then stored in {stored} (`outputs.dtype`; the evaluation below ran on these {stored} weights, in float32)"
+        )
     )
     if output(kind).deltas:
         what = (

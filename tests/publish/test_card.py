@@ -530,7 +530,7 @@ def test_gguf_usage_and_note_exact_text() -> None:
         _gguf_note(lock, "checkpoint", "bfloat16")
         == (  # outputs.dtype: auto on a quantized GGUF
             start + "These weights are that dequantized model with the edit (computed in float32, then stored in "
-            "bfloat16 (`outputs.dtype`; the evaluation below ran in float32, before that cast); safetensors, "
+            "bfloat16 (`outputs.dtype`; the evaluation below ran on these bfloat16 weights, in float32); safetensors, "
             "not quantized)" + end
         )
     )
