@@ -26,7 +26,7 @@ from .checkpoint import open_checkpoint
 from .gguf_arch import Family, View, expert_count, rope_scalings_note
 from .gguf_keys import gguf_package, head_dim, llama3_freqs, longrope_factors, read_config, rope_settings
 
-__all__ = ["GGUF_TYPES", "Source", "PlanRow", "check_type", "gguf_plan", "tensor_rows"]
+__all__ = ["GGUF_TYPES", "Source", "PlanRow", "check_type", "check_config_agrees", "gguf_plan", "tensor_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +141,69 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[PlanRow]:
             if name is None:
                 raise InputError(f"outputs.gguf: {hf} has no GGUF name for {family.model_type}; set outputs.gguf: null")
             rows.append((name, src, out_shape, _tensor_type(gguf, name, out_shape, qtype)))
-
+    check_config_agrees(cfg, family, rows)
     return rows  # llama.cpp's order: extra tensors (rope_freqs) first, then the checkpoint's file order
+
+
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+_FIX = "config.json and the weights disagree (an edited or mismatched config.json): use the model's own"
+
+
+def _heads_agree(cfg: dict[str, Any], family: Family, shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    """Why config.json's attention heads cannot be the weights' (``None`` when they agree): llama.cpp builds
+    ``attn_q`` as heads x head_dim rows and ``attn_k`` / ``attn_v`` as KV heads x head_dim, and refuses a file
+    whose tensors differ; the rotary permutation needs an even head_dim."""
+    n_head, hidden = int(cfg["num_attention_heads"]), int(cfg["hidden_size"])
+    n_kv = int(cfg.get("num_key_value_heads") or n_head)
+    if not cfg.get("head_dim") and hidden % n_head:
+        return f"num_attention_heads {n_head} does not divide hidden_size {hidden} and there is no head_dim"
+    if n_head % n_kv:
+        return f"num_key_value_heads {n_kv} does not divide num_attention_heads {n_head}"
+    head = head_dim(cfg)
+    if family.permute_qk and head % 2:
+        return f"head_dim {head} is odd; rotary pairs need an even head_dim"
+    for kind, heads in (("attn_q", n_head), ("attn_k", n_kv), ("attn_v", n_kv)):
+        rows = shapes.get(f"blk.0.{kind}.weight", (heads * head,))[0]
+        if rows != heads * head:
+            return (
+                f"blk.0.{kind} has {rows} rows but {heads} heads x head_dim {head} = {heads * head} (head_dim: "
+                f"{'head_dim' if cfg.get('head_dim') else 'hidden_size / num_attention_heads'})"
+            )
+    return None
+
+
+def check_config_agrees(cfg: dict[str, Any], family: Family, plan: list[PlanRow]) -> None:
+    """Refuse, before anything is written, a ``config.json`` that disagrees with the weights in a way llama.cpp
+    refuses when it loads the file: the layers it declares and those present, the attention heads
+    (:func:`_heads_agree`), the experts a token uses and those there are, the vocabulary and the embedding.
+
+    Why here: the GGUF's keys are written from config.json and its tensors from the shards, so an edited config
+    gave a file of exit 0 that llama.cpp then refused ("wrong shape", "missing tensor blk.2...").
+
+    Raises:
+        InputError: one line naming the key, its value and what the weights hold.
+    """
+    shapes = {name: shape for name, _, shape, _ in plan}
+    n_layers = int(cfg["num_hidden_layers"])
+    present = sorted({int(m[1]) for name in shapes if (m := _BLOCK.match(name))})
+    why = None
+    if present != list(range(n_layers)):
+        held = f"{len(present)} (blk.{present[0]}..{present[-1]})" if present else "none"
+        why = f"num_hidden_layers is {n_layers} but the weights hold the layers {held}"
+    elif not family.mla:
+        why = _heads_agree(cfg, family, shapes)
+    n_experts, used = expert_count(cfg), cfg.get("num_experts_per_tok")
+    if why is None and n_experts and not (isinstance(used, int) and 1 <= used <= n_experts):
+        why = f"num_experts_per_tok is {used!r} but a token uses 1 to num_experts {n_experts} experts"
+    embedding = shapes.get("token_embd.weight")
+    vocab, hidden = int(cfg["vocab_size"]), int(cfg["hidden_size"])
+    if why is None and embedding is not None and tuple(embedding) != (vocab, hidden):
+        why = f"vocab_size x hidden_size is {vocab} x {hidden} but the embedding is {' x '.join(map(str, embedding))}"
+    output = shapes.get("output.weight")
+    if why is None and output is not None and output[0] != vocab:
+        why = f"vocab_size is {vocab} but the output layer has {output[0]} rows"
+    if why is not None:
+        raise InputError(f"outputs.gguf: config.json: {why}; {_FIX}")
 
 
 def _tensor_type(gguf: Any, name: str, shape: tuple[int, ...], qtype: str) -> str:

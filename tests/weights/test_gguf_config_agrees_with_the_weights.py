@@ -1,0 +1,86 @@
+"""A GGUF is written only when config.json agrees with the weights the way llama.cpp checks it (issue 41, class 7).
+
+The GGUF's keys come from config.json and its tensors from the shards: an edited config (3 layers declared, 2
+present; ``head_dim: 7``; more experts used than there are; a vocabulary larger than the embedding) gave a file,
+with exit 0, that llama.cpp refuses to load. :func:`~mathneuro_edit.weights.gguf_tensors.check_config_agrees` now
+refuses such a folder in one line before anything is written (``check_gguf``, ``export --gguf``, a run's export)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gguf")
+
+import tests._families as fam  # noqa: E402
+from mathneuro_edit.errors import InputError  # noqa: E402
+from mathneuro_edit.weights.gguf_writer import check_gguf, export_gguf  # noqa: E402
+from tests._family_shapes import family_shape  # noqa: E402
+from tests.weights.test_gguf import save_base  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> Path:
+    return save_base(tmp_path_factory.mktemp("agree") / "llama", "llama")  # 2 layers, 4 heads of 16, 2 KV, 703 x 64
+
+
+@pytest.fixture(scope="module")
+def mixtral(tmp_path_factory) -> Path:
+    shape = family_shape("Mixtral")  # 4 experts
+    return fam.save_family_base(tmp_path_factory.mktemp("agree") / "mixtral", dataclasses.replace(shape))
+
+
+def _edited(base: Path, tmp_path: Path, **changes) -> Path:
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    for f in base.iterdir():
+        (folder / f.name).symlink_to(f)  # the same weights and tokenizer
+    cfg = json.loads((base / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    (folder / "config.json").unlink()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_the_unchanged_folders_are_written(llama: Path, mixtral: Path, tmp_path: Path) -> None:
+    check_gguf(llama, "F16")
+    check_gguf(mixtral, "F16")
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"num_hidden_layers": 3}, "num_hidden_layers is 3 but the weights hold the layers 2 (blk.0..1)"),
+        ({"head_dim": 7}, "head_dim 7 is odd"),
+        ({"head_dim": 8}, "blk.0.attn_q has 64 rows but 4 heads x head_dim 8 = 32"),
+        ({"num_attention_heads": 3, "head_dim": None}, "num_attention_heads 3 does not divide hidden_size 64"),
+        ({"num_key_value_heads": 3}, "num_key_value_heads 3 does not divide num_attention_heads 4"),
+        ({"num_key_value_heads": 4}, "blk.0.attn_k has 32 rows but 4 heads x head_dim 16 = 64"),
+        ({"vocab_size": 800}, "vocab_size x hidden_size is 800 x 64 but the embedding is 703 x 64"),
+        ({"vocab_size": 600}, "vocab_size x hidden_size is 600 x 64 but the embedding is 703 x 64"),
+    ],
+)
+def test_a_config_that_disagrees_with_the_weights_is_refused_before_writing(
+    llama: Path, tmp_path: Path, changes: dict, why: str
+) -> None:
+    folder = _edited(llama, tmp_path, **changes)
+    with pytest.raises(InputError) as e:
+        export_gguf(folder, "F16", tmp_path / "m.gguf")
+    line = str(e.value)
+    assert line.startswith("outputs.gguf: config.json: ") and why in line and "\n" not in line, line
+    assert line.endswith("use the model's own")
+    assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".*tmp"))
+
+
+@pytest.mark.parametrize(("used", "shown"), [(5, "5"), (0, "0")])
+def test_more_experts_used_than_there_are_is_refused(mixtral: Path, tmp_path: Path, used, shown: str) -> None:
+    folder = _edited(mixtral, tmp_path, num_experts_per_tok=used)
+    with pytest.raises(InputError, match=rf"num_experts_per_tok is {shown} but a token uses 1 to num_experts 4"):
+        check_gguf(folder, "F16")
