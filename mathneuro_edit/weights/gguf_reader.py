@@ -40,6 +40,7 @@ from ..util.hashing import sha256_file
 from ..util.hub_online import require_hub
 from ..util.outdir import check_output
 from . import gguf_writer
+from .gguf_header import check_gguf_header
 from .gguf_writer import GGUF_TYPES
 
 __all__ = [
@@ -146,6 +147,7 @@ def dequantize_gguf(gguf: str | Path, *, cache_dir: str | Path | None = None) ->
     path = Path(gguf).expanduser()
     if not path.is_file():
         raise InputError(f"base.model: no such GGUF file {str(gguf)!r}; check the path")
+    check_gguf_header(path)  # before hashing and loading: a damaged or hostile header is one line, not a hang
     sha = _sha256(path)
     root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
     dest = root / "gguf" / sha
@@ -259,6 +261,7 @@ def _gguf_license(path: Path) -> str | None:
 
     from gguf import GGUFReader
 
+    check_gguf_header(path)
     field = GGUFReader(str(path)).fields.get("general.license")
     value = str(field.contents()) if field is not None else ""
     return value if re.fullmatch(r"[\w.+-]{1,64}", value) else None
@@ -294,6 +297,7 @@ def gguf_identity(path: str | Path) -> dict[str, Any]:
     """
     from gguf import GGUFReader
 
+    check_gguf_header(path)
     fields = GGUFReader(str(path)).fields
     found: dict[str, Any] = {}
     for key in _IDENTITY:
@@ -352,6 +356,7 @@ def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str |
     from gguf import GGUFReader
 
     path, _ = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
+    check_gguf_header(path)
     field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
     pre = str(field.contents()) if field is not None else None
     if requested != "base":

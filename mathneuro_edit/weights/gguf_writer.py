@@ -28,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from ..util.files import atomic_writer
 from ..util.outdir import as_space_error
 from ..util.paths import is_local_path
+from .gguf_header import check_gguf_header
 from .gguf_keys import add_general, add_model_keys, gguf_package, read_config
 from .gguf_tensors import GGUF_TYPES, check_type, gguf_plan, tensor_rows
 from .gguf_vocab import add_vocab, check_vocab
@@ -216,7 +218,9 @@ def gguf_file_type(path: str | Path) -> str:
         >>> gguf_file_type("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
         'Q4_1'
     """
-    return _file_type(gguf_package().GGUFReader(str(path)))
+    gguf = gguf_package()
+    check_gguf_header(path)  # counts, lengths and nesting bounded by the file before gguf allocates from them
+    return _file_type(gguf.GGUFReader(str(path)))
 
 
 def _file_type(r: Any) -> str:
@@ -251,6 +255,10 @@ def audit_gguf(path: str | Path, checkpoint: str | Path) -> tuple[int, list[str]
         ``(tensors checked, ["name: why" for each mismatch])``.
     """
     gguf, folder = gguf_package(), Path(checkpoint)
+    try:
+        check_gguf_header(path)  # a damaged file is a finding of the audit, never an internal error or a hang
+    except InputError as e:
+        return 0, [str(e).removeprefix(f"{path}: ")]
     r = gguf.GGUFReader(str(path))
     got = {t.name: t for t in r.tensors}
     ft = _file_type(r)
