@@ -323,6 +323,73 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "pass",
         ["tests/test_bad_input_is_one_line.py::test_an_output_folder_holding_a_hard_link_of_an_input_is_refused"],
     ),
+    # issue 39 item 6: release behaviours no test saw before (tests/publish/test_release_behaviours.py)
+    "mathneuro-adapter-not-an-adapter": (
+        "mathneuro_edit/publish/outputs.py",
+        'markers=("adapter_config.json", MATHNEURO_CONFIG),',
+        'markers=("adapter_config.json",),',
+        ["tests/publish/test_release_behaviours.py::test_a_mathneuro_format_adapter_folder_is_an_adapter"],
+    ),
+    "mathneuro-adapter-files-checked-as-checkpoint": (
+        "mathneuro_edit/publish/integrity.py",
+        "kind = ADAPTER_DIR if ADAPTER.detect(folder) else CHECKPOINT_DIR",
+        'kind = ADAPTER_DIR if (folder / "adapter_config.json").is_file() else CHECKPOINT_DIR',
+        ["tests/publish/test_release_behaviours.py::test_a_mathneuro_format_adapter_folder_is_an_adapter"],
+    ),
+    "cards-without-base-model-tag": (
+        "mathneuro_edit/publish/card.py",
+        'tags += [f"base_model:{out.relation}:{relation_base}"]',
+        "pass",
+        [
+            "tests/publish/test_cards_the_hub_reads_right.py::"
+            "test_each_repo_s_card_describes_its_own_files_and_has_its_own_tags"
+        ],
+    ),
+    "gguf-card-lists-results": (
+        "mathneuro_edit/publish/outputs.py",
+        "evaluated=False,",
+        "evaluated=True,",
+        ["tests/publish/test_cards_the_hub_reads_right.py::test_model_index_holds_this_model_s_results_only"],
+    ),
+    "model-index-lists-the-base": (
+        "mathneuro_edit/publish/model_index.py",
+        'values = parts.get("edited")',
+        'values = parts.get("base") or parts.get("edited")',
+        ["tests/publish/test_cards_the_hub_reads_right.py::test_model_index_holds_this_model_s_results_only"],
+    ),
+    "gguf-push-drops-the-caller-s-base-repo": (
+        "mathneuro_edit/publish/hub.py",
+        "if derived_from is not None and base_repo is None:",
+        "if derived_from is not None:",
+        ["tests/publish/test_release_behaviours.py::test_a_gguf_push_keeps_the_caller_s_base_repo"],
+    ),
+    "push-public-ignored": (
+        "mathneuro_edit/runs/release.py",
+        'if private is None and hub.get("private"):',
+        'if hub.get("private"):',
+        ["tests/publish/test_release_behaviours.py::test_push_public_asks_for_a_public_repo_over_the_recipe_s_private"],
+    ),
+    "reproduce-fails-on-an-extra-file": (
+        "mathneuro_edit/runs/reproduce.py",
+        'return self.mask_match and all(v in ("match", "extra") for v in self.files.values())',
+        'return self.mask_match and all(v == "match" for v in self.files.values())',
+        ["tests/publish/test_release_behaviours.py::test_a_re_run_file_the_lock_does_not_record_still_reproduces"],
+    ),
+    "from-sweep-lock-keeps-a-variant-s-path": (
+        "mathneuro_edit/runs/sweep_release.py",
+        '"variant_set": [public_override(o) for o in self.confirmation.get("variant_set") or []],',
+        '"variant_set": list(self.confirmation.get("variant_set") or []),',
+        [
+            "tests/runs/test_a_released_variant_publishes_no_local_path.py::"
+            "test_a_release_s_lock_entry_never_holds_the_variant_s_local_path"
+        ],
+    ),
+    "lm-eval-entries-replace-each-other": (
+        "mathneuro_edit/evaluation/results.py",
+        "doc.setdefault(key, {}).update(value)",
+        "doc[key] = value",
+        ["tests/publish/test_release_behaviours.py::test_two_lm_eval_entries_of_one_model_both_reach_its_results_file"],
+    ),
 }
 
 
@@ -373,6 +440,10 @@ def main(labels: list[str]) -> int:
             failed = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED")]
             if proc.returncode == 0:
                 print(f"{label}: MISSED ({' '.join(tests)} still pass)")
+                bad += 1
+            elif proc.returncode != 1:  # 2-5: interrupted, internal or usage error, nothing collected: no test ran
+                last = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines() or ["?"])[-1]
+                print(f"{label}: ERROR (pytest exit {proc.returncode}, no test failed: {last[:200]})")
                 bad += 1
             else:
                 print(

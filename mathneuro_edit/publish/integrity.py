@@ -25,6 +25,7 @@ from ..util.hashing import sha256_file
 from ..util.scrub import scrub_token
 from .gguf_naming import gguf_repo_name
 from .lock import output_hashes
+from .outputs import ADAPTER
 
 __all__ = [
     "FileCheck",
@@ -83,7 +84,8 @@ def _folder_prefixes(folder: Path) -> list[tuple[str, Path]]:
     subs = [(f"{s}/", folder / s) for s in OUTPUT_DIRS if (folder / s).is_dir()]
     if subs:
         return subs
-    kind = ADAPTER_DIR if (folder / "adapter_config.json").is_file() else CHECKPOINT_DIR
+    # the registry's markers: an adapter in mathneuro-edit's own format has no adapter_config.json
+    kind = ADAPTER_DIR if ADAPTER.detect(folder) else CHECKPOINT_DIR
     return [(f"{kind}/", folder)]
 
 
@@ -124,7 +126,7 @@ def check_hub_files_against_lock(
         ) from None
     siblings = {s.rfilename: s for s in info.siblings or [] if s.rfilename not in NOT_OUTPUTS}
     recorded: dict[str, str] = dict(lock.get("outputs") or {})
-    if "adapter_config.json" in siblings:
+    if any(marker in siblings for marker in ADAPTER.markers):
         wanted = {k.removeprefix(f"{ADAPTER_DIR}/"): v for k, v in recorded.items() if k.startswith(f"{ADAPTER_DIR}/")}
     elif "config.json" not in siblings and any(name.endswith(".gguf") for name in siblings):  # the GGUF repo
         wanted = {

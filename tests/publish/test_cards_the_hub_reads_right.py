@@ -76,12 +76,20 @@ def _python(card_text: str) -> str:
 
 def test_model_index_holds_this_model_s_results_only(release: Path, tmp_path: Path) -> None:
     cards = _cards(release, tmp_path)
-    edited = json.loads((release / "out" / "eval.json").read_text())["math"]["edited"]["math_accuracy"]
+    ev = json.loads((release / "out" / "eval.json").read_text())
+    keys = {  # model-index name -> eval.json task and key
+        "math accuracy": ("math", "math_accuracy"),
+        "general next-token loss": ("general", "general_loss"),
+        "general perplexity": ("general", "general_perplexity"),
+        "KL(base || edited) per token": ("general", "general_kl"),
+    }
+    assert ev["general"]["base"]["general_loss"] != ev["general"]["edited"]["general_loss"]  # the two differ here
     for kind in ("checkpoint", "adapter"):
-        results = {(r.dataset_type, r.metric_name): r.metric_value for r in cards[kind].data.eval_results}
-        assert results[("local-file", "math accuracy")] == round(edited, 6), kind
-        assert not any("base" in name and "KL" not in name for _, name in results), results
-        assert len(results) == len(set(results))  # one value per metric and dataset: no base value beside it
+        results = [(r.metric_name, r.metric_value) for r in cards[kind].data.eval_results]
+        assert sorted(name for name, _ in results) == sorted(keys), results  # each once: no base value beside it
+        for name, value in results:  # each the edited model's own value
+            task, key = keys[name]
+            assert value == round(ev[task]["edited"][key], 6), (kind, name)
     assert not cards["gguf"].data.eval_results  # its quantized weights were not evaluated: no results as its own
 
 
