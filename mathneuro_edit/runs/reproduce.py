@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..engine.devices import device_type
 from ..engine.mask import Mask
 from ..errors import InputError
 from ..layout import LOCK_NAME, MASK_NAME, STATS_DIR
@@ -189,7 +190,7 @@ class ReproduceReport:
         ]
         lines.append(f"re-run against the lock: mask {'match' if self.mask_match else 'DIFFERS'}")
         lines += [f"  {state:8s} {path}" for path, state in sorted(self.files.items())]
-        lines.append(self.stats.clause(self.devices))
+        lines.append(self.stats.clause(self.devices, self.across_devices))
         for lib, (was, now) in self.version_changes.items():
             lines.append(f"note: {lib} was {was}, now {now}")
         where = str(self.out_dir) if self.kept else "re-run deleted; --keep or --out keeps it"
@@ -207,7 +208,7 @@ class ReproduceReport:
         if self.present is not None and not self.present.ok:
             bad = ", ".join(f"{p} ({s})" for p, s in sorted(self.present.differences().items()))
             return f"NO: the files you have differ from the lock: {bad}"
-        stats = self.stats.clause(self.devices)
+        stats = self.stats.clause(self.devices, self.across_devices)
         if not self.mask_match:
             what = (
                 self.mask_change or "its sha256 is not the lock's (the run's mask file is not here to name the weights)"
@@ -216,9 +217,17 @@ class ReproduceReport:
         if not self.rerun_ok:
             bad = ", ".join(f"{p} ({s})" for p, s in sorted(self.files.items()) if s not in ("match", "extra"))
             return f"NO: same mask, but the output files differ: {bad}; {stats}"
-        if self.stats.match is False:
+        if self.stats.values_differ(self.across_devices):
             return f"same mask and output weights; {stats}"
+        if self.stats.match is False:  # the hash alone differs (its header), or cannot tell: the product is the same
+            return f"yes, bit for bit: the mask and every output file; {stats}"
         return f"yes, bit for bit ({self.devices})"
+
+    @property
+    def across_devices(self) -> bool:
+        """Whether the run was made on another kind of device than the re-run's (both recorded)."""
+        made, checked = device_type(self.made_on), device_type(self.checked_on)
+        return made is not None and checked is not None and made != checked
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -232,7 +241,7 @@ class ReproduceReport:
                 "out_dir": str(self.out_dir) if self.kept else None,
             },
             "version_changes": {k: {"was": a, "now": b} for k, (a, b) in self.version_changes.items()},
-            "statistics": self.stats.to_dict(),
+            "statistics": {**self.stats.to_dict(), "values_differ": self.stats.values_differ(self.across_devices)},
             "mask_difference": self.mask_change,
             "devices": {"made_on": self.made_on, "checked_on": self.checked_on},
             "verdict": self.verdict(),
@@ -327,8 +336,8 @@ def _compare_with_the_run(
     folder holds them), the re-run's device, and the mask difference in words when the masks differ."""
     again = read_lock(out)
     original_mask, original_stats = run_files_near(source, lock)
-    rerun_stats = Statistics.load(out / STATS_DIR) if original_stats is not None else None
-    stats = compare_statistics(lock.get("stats_sha256"), again.get("stats_sha256"), original_stats, rerun_stats)
+    rerun_stats = Statistics.load(out / STATS_DIR)
+    stats = compare_statistics(lock.get("stats_sha256"), rerun_stats, original_stats, lock.get("versions"))
     change = None
     if not mask_match and original_mask is not None:
         change = mask_difference(original_mask, Mask.load(out / MASK_NAME))

@@ -14,7 +14,7 @@ kernels), so they may differ in the last bits without changing the selection. A 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,19 +55,47 @@ class StatsComparison:
 
     match: bool | None
     max_relative: float | None = None
+    versions_only: bool = False  # equal once the library versions their header records are the lock's
 
-    def clause(self, where: str) -> str:
+    def values_differ(self, across_devices: bool) -> bool:
+        """Whether the sums themselves differ: measured (the run's own files at hand), or, unmeasured, expected
+        because the run was made on another kind of device. A hash that differs for another reason (the header's
+        library versions, the data's provenance) is not a difference of values."""
+        if self.match is not False:
+            return False
+        return self.max_relative > 0 if self.max_relative is not None else across_devices
+
+    def clause(self, where: str, across_devices: bool = False) -> str:
         """``the statistics differ in float rounding (largest relative difference 2.4e-07; made on cuda, checked
-        on cpu)``, or ``the statistics match`` / ``the lock records no statistics``; ``where``: the devices note."""
+        on cpu)``, or that they match, or why the hash alone cannot tell; ``where``: the devices note."""
         if self.match is None:
             return f"the lock records no statistics hash ({where})"
+        if self.match and self.versions_only:
+            return (
+                "the statistics match bit for bit; only the library versions their header records changed "
+                f"(see the notes; {where})"
+            )
         if self.match:
             return f"the statistics match bit for bit ({where})"
-        size = f"largest relative difference {self.max_relative:.2g}; " if self.max_relative is not None else ""
-        return f"the statistics differ in float rounding ({size}{where})"
+        if self.values_differ(across_devices):
+            size = f"largest relative difference {self.max_relative:.2g}; " if self.max_relative is not None else ""
+            return f"the statistics differ in float rounding ({size}{where})"
+        if self.max_relative == 0:
+            return (
+                "the statistics' values match bit for bit; their header is not the lock's (it records the library "
+                f"versions and where the data came from; {where})"
+            )
+        return (
+            "the statistics' sha256 is not the lock's and their values are not at hand to compare (pass the run "
+            f"folder, which holds them; {where})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"match": self.match, "max_relative_difference": self.max_relative}
+        return {
+            "match": self.match,
+            "max_relative_difference": self.max_relative,
+            "only_the_recorded_versions_differ": self.versions_only,
+        }
 
 
 def max_relative_difference(a: Statistics, b: Statistics) -> float:
@@ -94,20 +122,37 @@ def max_relative_difference(a: Statistics, b: Statistics) -> float:
 
 
 def compare_statistics(
-    recorded: Any, rerun: Any, original: Statistics | None = None, again: Statistics | None = None
+    recorded: Any,
+    again: Statistics,
+    original: Statistics | None = None,
+    lock_versions: Mapping[str, Any] | None = None,
 ) -> StatsComparison:
-    """The lock's ``stats_sha256`` against the re-run's, and (both folders given) how far their values are apart.
+    """The lock's ``stats_sha256`` against the re-run's statistics ``again``, and (the run's own ``original`` given)
+    how far their values are apart.
 
-    Example:
-        >>> compare_statistics({"math": "a", "general": ["b"]}, {"math": "a", "general": ["b"]}).match
-        True
+    Why the versions: a statistics file's hash covers its header, which records the tool's, torch's and
+    transformers' versions; a re-run under newer libraries with the same sums has another hash. Hashed again with
+    the lock's ``versions`` in place of today's, equal sums give the lock's hash exactly.
     """
     if not recorded:
         return StatsComparison(None)
-    if recorded == rerun:
+    if recorded == again.sha256:
         return StatsComparison(True, 0.0)
-    worst = max_relative_difference(original, again) if original is not None and again is not None else None
+    if lock_versions and recorded == _with_versions(again, lock_versions).sha256:
+        return StatsComparison(True, 0.0, versions_only=True)
+    worst = max_relative_difference(original, again) if original is not None else None
     return StatsComparison(False, worst)
+
+
+def _with_versions(stats: Statistics, versions: Mapping[str, Any]) -> Statistics:
+    """``stats`` whose headers record ``versions`` (a lock's: ``tool``, ``torch``, ``transformers``) instead."""
+    recorded = {"mathneuro_edit": versions.get("tool"), "torch": versions.get("torch"),
+                "transformers": versions.get("transformers")}  # fmt: skip
+
+    def one(s: Any) -> Any:
+        return None if s is None else replace(s, meta={**s.meta, "versions": recorded})
+
+    return Statistics(one(stats.math), [one(g) for g in stats.general], stats.records, stats.device)
 
 
 def mask_difference(lock_mask: Mask, rerun_mask: Mask, limit: int = 3) -> str:

@@ -178,3 +178,19 @@ def test_verify_refuses_a_mask_that_is_not_the_locks(here: Path, tmp_path: Path)
     code, text = _cli("verify", run, "-q")
     assert code == 1, text
     assert text.strip().splitlines()[-1].startswith("verify: FAILED: the mask is not the lock's (sha256 "), text
+
+
+def test_statistics_whose_header_records_other_library_versions_still_match(here: Path) -> None:
+    """A statistics file's hash covers its header, which records the library versions: a lock made under older
+    libraries with the same sums is told apart from one whose sums differ."""
+    from mathneuro_edit.runs.verdict import _with_versions, compare_statistics
+
+    stats = Statistics.load(here / "stats")
+    older = {"tool": "0.0.1", "torch": "2.0.0", "transformers": "5.0.0"}
+    recorded = _with_versions(stats, older).sha256
+    assert recorded != stats.sha256
+    same = compare_statistics(recorded, stats, None, older)
+    assert same.match and same.versions_only and "only the library versions" in same.clause("made on cpu")
+    name = next(iter(stats.math.norm_sum))
+    stats.math.norm_sum[name] = stats.math.norm_sum[name] * (1 + 2**-20)
+    assert compare_statistics(recorded, stats, None, older).match is False
