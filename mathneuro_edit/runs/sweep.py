@@ -57,6 +57,7 @@ from ..recipe.schema import Recipe, recipe_sha256
 from ..util.console import Stages
 from ..util.files import write_json_atomic, write_text_atomic
 from ..util.outdir import claim
+from ..util.reading import read_json, read_regular
 from ..weights.loading import model_weights
 from .official import refuse_official
 from .step_export import release_dtype
@@ -80,6 +81,10 @@ from .sweep_procedure import (
 from .sweep_result import SweepResult, _num, _plot, _strict
 
 __all__ = ["SweepResult", "run_sweep", "check_sweep_folder", "sweep_problems", "format_shots"]
+
+# a statistics cache key file is a few hundred bytes; a statistics file holds per-column sums (a 70B model's: ~40 MB)
+_MAX_KEY_BYTES = 1024 * 1024
+_MAX_STATS_BYTES = 1024**3
 
 _KEYS = ("question", "answer", "prefill")
 
@@ -231,9 +236,13 @@ def _calibrated_set(
     sha = key_sha256(key)
     path, key_file = folder / f"{sha[:16]}.stats.safetensors", folder / f"{sha[:16]}.key.json"
     if key_file.is_file():
-        try:
-            saved = json.loads(key_file.read_text())
-            ok = saved.get("key") == key and hashlib.sha256(path.read_bytes()).hexdigest() == saved["sha256"]
+        fix = "delete both and run the same command again"
+        try:  # through the one regular-file reader: a FIFO or a link to /dev/zero here is one line, never a hang
+            saved = read_json(key_file, _MAX_KEY_BYTES, "a sweep cache key file", fix)
+            stored = read_regular(path, _MAX_STATS_BYTES, "a statistics file", fix)
+            ok = saved.get("key") == key and hashlib.sha256(stored).hexdigest() == saved["sha256"]
+        except InputError:
+            raise
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             ok = False
         if not ok:

@@ -9,14 +9,14 @@ models are two orders of magnitude inside every bound).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from .reading import read_json
 
-__all__ = ["SIZE_LIMITS", "MAX_CONFIG_BYTES", "check_config_sizes", "check_config_file_sizes"]
+__all__ = ["SIZE_LIMITS", "MAX_CONFIG_BYTES", "check_config_sizes", "check_config_file_sizes", "read_model_json"]
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest released config.json files are tens of KB
 # key -> (smallest, largest) a model may state; the same keys in a sub-config (text_config, ...) too
@@ -70,23 +70,30 @@ def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") ->
                     )
 
 
+def read_model_json(path: str | Path) -> Any:
+    """A model folder's small JSON file (``config.json``, ``tokenizer_config.json``, ``generation_config.json``)
+    through the one regular-file reader (:func:`~mathneuro_edit.util.reading.read_json`): a regular file of at most
+    :data:`MAX_CONFIG_BYTES`, nested no deeper than a parser allows.
+
+    Raises:
+        FileNotFoundError: no such file.
+        InputError: a FIFO, device or folder, a larger file, or JSON nested too deep: one line naming it.
+        ValueError: not UTF-8 JSON (the caller's to report, as before).
+    """
+    name = Path(path).name
+    return read_json(path, MAX_CONFIG_BYTES, f"a {name}", f"a model's {name} is a small JSON file: use the model's own")
+
+
 def check_config_file_sizes(folder: str | Path) -> None:
     """:func:`check_config_sizes` of ``folder/config.json`` when there is one, which must be a regular file of at
     most :data:`MAX_CONFIG_BYTES` (a FIFO would block the reader, a device never end). A file that is not JSON is
     left to the reader that follows, which names it."""
     path = Path(folder) / "config.json"
-    if not path.exists():
-        return
-    if not path.is_file():
-        raise InputError(f"{path}: not a regular file (a FIFO, device or folder); a model's config.json is a file")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise InputError(
-            f"{path}: {path.stat().st_size:,} bytes, more than a config.json holds "
-            f"({MAX_CONFIG_BYTES:,}); use the model's own config.json"
-        )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = read_model_json(path)
+    except InputError:  # (a ValueError too): not a regular file, too large, too deep
+        raise
+    except (FileNotFoundError, ValueError):  # no config.json, or not JSON: the reader that follows names it
         return
     if isinstance(data, Mapping):
         check_config_sizes(data, str(path))

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from ..engine.apply import check_scale
 from ..engine.devices import selection_device
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
+from ..util.config_sizes import read_model_json
 from .adapter import MATHNEURO_CONFIG, _layer_rows, _merge_ok, _peft_layers
 from .base import resolve_base
 from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint
@@ -144,6 +144,21 @@ def verify(
     return _verify_checkpoint(out, folder, ckpt, plan, mask, scale, progress, selection_device(device))
 
 
+def _export_json(path: Path, report: VerifyReport) -> dict[str, Any]:
+    """A JSON object of the export being verified, read through the one regular-file reader; a FIFO, a device, a
+    huge or deeply nested file, or one that is not a JSON object is a finding of the report (``{}`` then), never an
+    internal error or a hang: the export may be someone else's."""
+    try:
+        data = read_model_json(path)
+    except (OSError, ValueError) as e:  # InputError included: the reader's one line
+        report.mismatches.append(f"{path.name}: not a readable JSON file ({str(e).removeprefix(f'{path}: ')[:200]})")
+        return {}
+    if not isinstance(data, dict):
+        report.mismatches.append(f"{path.name}: not a JSON object")
+        return {}
+    return data
+
+
 def _verify_checkpoint(
     out: Path,
     folder: Path,
@@ -206,11 +221,12 @@ def _verify_checkpoint(
         if wrong:
             report.mismatches.append(f"{shard}: metadata {wrong} do not record this mask/scale")
     if (out / SAFE_INDEX).is_file():
-        index = json.loads((out / SAFE_INDEX).read_text())
+        index = _export_json(out / SAFE_INDEX, report)
         where = {n: e.file.name for n, e in got.tensors.items()}
-        if index.get("weight_map") != where:
+        meta = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
+        if index and index.get("weight_map") != where:
             report.mismatches.append(f"{SAFE_INDEX}: weight_map does not match the shards' contents")
-        if index.get("metadata", {}).get("total_size") != got.total_size:
+        if index and meta.get("total_size") != got.total_size:
             report.mismatches.append(f"{SAFE_INDEX}: total_size is not {got.total_size}")
     copied, _ = support_files(folder, ckpt)
     for rel in copied:
@@ -273,7 +289,9 @@ def _verify_peft(
     from safetensors import safe_open
 
     report = VerifyReport(out, "peft")
-    cfg = json.loads((out / "adapter_config.json").read_text())
+    cfg = _export_json(out / "adapter_config.json", report)
+    if report.mismatches:
+        return report
     if cfg.get("peft_type") != "SHIRA":
         report.mismatches.append(f"adapter_config.json: peft_type {cfg.get('peft_type')!r} is not SHIRA")
         return report
@@ -342,7 +360,9 @@ def _read(path: Path, key: str) -> torch.Tensor:
 
 def _verify_mathneuro(out: Path, mask: Any, scale: float) -> VerifyReport:
     report = VerifyReport(out, "mathneuro")
-    cfg = json.loads((out / MATHNEURO_CONFIG).read_text())
+    cfg = _export_json(out / MATHNEURO_CONFIG, report)
+    if report.mismatches:
+        return report
     report.checked = report.edited = len(mask)
     if cfg.get("scale") != scale:
         report.mismatches.append(f"{MATHNEURO_CONFIG}: scale {cfg.get('scale')!r} is not {scale!r}")

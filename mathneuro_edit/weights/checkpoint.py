@@ -17,6 +17,8 @@ import torch
 from safetensors import safe_open
 
 from ..errors import InputError
+from ..util.config_sizes import read_model_json
+from ..util.reading import read_json
 from .headers import check_entries, check_header_length
 
 __all__ = ["TensorEntry", "Checkpoint", "open_checkpoint", "check_config_shapes", "check_config_file"]
@@ -26,6 +28,7 @@ SAFE_SINGLE = "model.safetensors"
 PICKLE_INDEX = "pytorch_model.bin.index.json"
 PICKLE_SINGLE = "pytorch_model.bin"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+MAX_INDEX_BYTES = 64 * 1024 * 1024  # a 405B model's index is ~1 MB (one line per tensor)
 # Weight formats never read or copied: a stale copy in another format would silently disagree with the edit.
 SKIPPED_WEIGHT_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.msgpack", "*.h5", "*.onnx", "*.gguf", "*.tflite")
 
@@ -216,9 +219,11 @@ def check_config_file(folder: Path) -> None:
     """
     path = Path(folder) / "config.json"
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = read_model_json(path)
     except FileNotFoundError:
         raise InputError(f"{path}: missing; a model folder needs its config.json (save_pretrained writes it)") from None
+    except InputError:
+        raise
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: not readable JSON ({str(e)[:120]}); re-download the base") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str) or not cfg["model_type"]:
@@ -286,10 +291,12 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
     index_meta: dict[str, Any] = {}
     if (folder / index_name).is_file():
         try:
-            index = json.loads((folder / index_name).read_text())
+            index = read_json(folder / index_name, MAX_INDEX_BYTES, "a weights index", "re-download the base")
             weight_map = index["weight_map"]
             shards = list(dict.fromkeys(weight_map.values()))
             index_meta = dict(index.get("metadata") or {})
+        except InputError:
+            raise
         except (ValueError, KeyError, AttributeError, TypeError) as e:
             raise InputError(f"{folder / index_name}: unreadable index ({e}); re-download the base") from None
         _check_shard_names(folder / index_name, weight_map, shards, single)

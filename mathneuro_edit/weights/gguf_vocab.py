@@ -26,13 +26,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..util.reading import read_json
 
 __all__ = [
     "add_vocab",
@@ -71,14 +71,12 @@ def read_tokenizer(folder: str | Path) -> dict[str, Any]:
             f"outputs.gguf: {Path(folder).name} has no tokenizer.json; GGUF needs the tokenizer's "
             "vocabulary; add the base's tokenizer.json or set outputs.gguf: null"
         )
-    if path.stat().st_size > MAX_TOKENIZER_BYTES:  # Gemma 3's, among the largest released, is 33 MB
-        raise InputError(
-            f"{path}: {path.stat().st_size:,} bytes, more than a tokenizer.json holds "
-            f"({MAX_TOKENIZER_BYTES:,}); use the base's own tokenizer.json or set outputs.gguf: null"
-        )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+    fix = "use the base's own tokenizer.json or set outputs.gguf: null"
+    try:  # Gemma 3's, among the largest released, is 33 MB; a FIFO or /dev/zero here: one line, never a hang
+        data = read_json(path, MAX_TOKENIZER_BYTES, "a tokenizer.json", fix)
+    except InputError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise InputError(
             f"{path}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:100]}); use the "
             "base's own tokenizer.json or set outputs.gguf: null"

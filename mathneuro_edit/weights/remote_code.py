@@ -8,11 +8,11 @@ saying what to do instead of a prompt.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..util.config_sizes import read_model_json
 
 __all__ = ["check_remote_code", "REMOTE_CODE_FIX", "remote_code_error"]
 
@@ -25,7 +25,9 @@ _FILES = ("config.json", "tokenizer_config.json")
 def _auto_map(folder: Path) -> str | None:
     for name in _FILES:
         try:
-            data: Any = json.loads((folder / name).read_text(encoding="utf-8"))
+            data: Any = read_model_json(folder / name)  # a FIFO or /dev/zero here: one line, never a hang
+        except InputError:
+            raise
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("auto_map"):

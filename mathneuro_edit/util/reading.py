@@ -1,0 +1,84 @@
+"""Reading a small file someone else may have made (a model's JSON files, a sweep's cache key files): the one
+regular-file reader.
+
+A path may name a FIFO (opening it for reading blocks until someone writes), a link to ``/dev/zero`` (reading it
+never ends) or a file of gigabytes (reading it exhausts memory), and a JSON file may nest 100,000 levels deep
+(``json.loads`` ends in ``RecursionError``). :func:`read_regular` opens without blocking and reads only a regular
+file no larger than the caller's bound; :func:`read_json` adds the nesting. Each refusal is one
+:class:`~mathneuro_edit.errors.InputError` line naming the file; a missing file stays ``FileNotFoundError`` and
+text that is not JSON stays ``ValueError``, which each caller treats as it always did (a missing
+tokenizer_config.json is normal; a config.json that is not JSON is transformers' to report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+__all__ = ["read_regular", "read_json"]
+
+
+def read_regular(path: str | Path, limit: int, what: str, fix: str) -> bytes:
+    """The bytes of ``path``, which must be a regular file (after links) of at most ``limit`` bytes.
+
+    Args:
+        path: the file.
+        limit: the most bytes such a file holds (checked on its size, then on what is read: it may grow).
+        what: what the file is, for the message (``"a config.json"``).
+        fix: what to do, for the message (``"use the model's own config.json"``).
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        InputError: not a regular file (a FIFO is opened non-blocking and never read), larger than ``limit``, or
+            unreadable.
+
+    Example:
+        >>> read_regular("/dev/zero", 100, "a config.json", "use the model's own")
+        Traceback (most recent call last):
+        ...
+        mathneuro_edit.errors.InputError: /dev/zero: not a regular file (a FIFO, device or folder); use the model's own
+    """
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise InputError(f"{p}: not a regular file (a FIFO, device or folder); {fix}") from None
+    except OSError as e:
+        raise InputError(f"{p}: cannot read it ({e.strerror}); {fix}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{p}: not a regular file (a FIFO, device or folder); {fix}")
+        if st.st_size > limit:
+            raise InputError(f"{p}: {st.st_size:,} bytes, more than {what} holds ({limit:,}); {fix}")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise InputError(f"{p}: cannot read it ({e.strerror}); {fix}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise InputError(f"{p}: more than {what} holds ({limit:,} bytes); {fix}")
+    return data
+
+
+def read_json(path: str | Path, limit: int, what: str, fix: str) -> Any:
+    """:func:`read_regular`, then the JSON it holds.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        InputError: as :func:`read_regular`, or nested too deep for a parser (Python's stops near 1,000 levels).
+        ValueError: not UTF-8 JSON (``json.JSONDecodeError`` / ``UnicodeDecodeError``).
+    """
+    raw = read_regular(path, limit, what, fix)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise InputError(f"{path}: nested too deep to be {what}; {fix}") from None
