@@ -27,15 +27,15 @@ from mathneuro_edit.runs.sweep_release import read_sweep
 SETS = [
     "evaluation.math=arithmetic",
     "data.samples=6",
-    "sweep.selection_samples=120",
-    "sweep.confirmation_samples=400",
+    "sweep.selection_samples=60",
+    "sweep.confirmation_samples=200",
     "sweep.general_samples=2",
     "sweep.kl_budget=10",
     "sweep.top_k=[0.05]",
     "sweep.scale=[1.1]",
     "evaluation.max_new_tokens=4",
     "sweep.confirmation_formats=[{name: equations 2-shot, n_shot: 2, prompt_style: equations, chat_template: false}]",
-    "sweep.format_samples=300",
+    "sweep.format_samples=150",
     "outputs.dtype=bfloat16",
 ]
 
@@ -74,7 +74,7 @@ def _fake(monkeypatch, table, seen=None):
     def outcomes(model, tok, problems, **kw):
         acc, restart = table[state["method"]]
         if seen is not None:
-            seen.append((state["method"], str(next(model.parameters()).dtype), float(model.model.norm.weight[0])))
+            seen.append((state["method"], str(next(model.parameters()).dtype), float(model.model.norm.weight[0].detach())))
         correct, completions = [], []
         for p in problems:
             u = int(hashlib.sha256(p["question"].encode()).hexdigest()[:8], 16) % 100
@@ -90,15 +90,34 @@ def _fake(monkeypatch, table, seen=None):
     monkeypatch.setattr(evaluator_mod, "math_outcomes", outcomes)
 
 
-def _sweep(monkeypatch, tmp_path, table, seen=None):
-    _fake(monkeypatch, table, seen)
-    run_sweep(quickstart_recipe(SETS), tmp_path / "s", progress=False)
-    return tmp_path / "s", json.loads((tmp_path / "s" / "sweep.json").read_text())
+def _sweep(folder, table, seen=None):
+    with pytest.MonkeyPatch.context() as mp:
+        _fake(mp, table, seen)
+        run_sweep(quickstart_recipe(SETS), folder / "s", progress=False)
+    return folder / "s", json.loads((folder / "s" / "sweep.json").read_text())
 
 
-def test_a_specific_gain_is_confirmed_against_the_base_and_both_controls(monkeypatch, tmp_path):
-    seen: list = []
-    folder, d = _sweep(monkeypatch, tmp_path, REAL, seen)
+SEEN: list = []
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    return _sweep(tmp_path_factory.mktemp("real"), REAL, SEEN)
+
+
+@pytest.fixture(scope="module")
+def same(tmp_path_factory):
+    return _sweep(tmp_path_factory.mktemp("same"), SAME)
+
+
+@pytest.fixture(scope="module")
+def fmt(tmp_path_factory):
+    return _sweep(tmp_path_factory.mktemp("format"), FORMAT)
+
+
+def test_a_specific_gain_is_confirmed_against_the_base_and_both_controls(real):
+    folder, d = real
+    seen = SEEN
     c = d["confirmation"]
     assert c["verdict"] == "math-boost" and c["confirmed"] is True and d["best"] == c["point"]
     assert [x["name"] for x in c["controls"]] == ["general-specific", "random"]
@@ -109,21 +128,21 @@ def test_a_specific_gain_is_confirmed_against_the_base_and_both_controls(monkeyp
     primary, other = c["formats"]
     assert (
         primary["primary"]
-        and primary["n"] == 400
+        and primary["n"] == 200
         and set(primary["arms"]) == {"base", "candidate", "general-specific", "random"}
     )
     assert (
         other["name"] == "equations 2-shot"
-        and other["n"] == 300
+        and other["n"] == 150
         and set(other["arms"]) == {"base", "candidate", "general-specific"}
     )
     vs = {(t["before"], t["after"], t["answered_only"]): t for t in primary["tests"]}
     assert vs[("general-specific", "candidate", False)]["passes"] and vs[("random", "candidate", False)]["passes"]
     assert primary["arms"]["base"]["by_operation"].keys() == {"+", "-", "*"}
-    assert sum(v["n"] for v in primary["arms"]["base"]["by_operation"].values()) == 400
+    assert sum(v["n"] for v in primary["arms"]["base"]["by_operation"].values()) == 200
     # measured on the weights the release stores: every confirmation arm ran on bf16-rounded weights
     assert c["weights_dtype"] == "bfloat16"
-    confirm_runs = seen[-(4 * 4 + 3 * 3) :]  # 400 problems = 4 blocks per arm; 300 = 3 blocks
+    confirm_runs = seen[-(4 * 2 + 3 * 2) :]  # 200 problems = 2 blocks per arm; 150 = 2 blocks
     import torch
 
     for _, _, w in confirm_runs:
@@ -132,8 +151,8 @@ def test_a_specific_gain_is_confirmed_against_the_base_and_both_controls(monkeyp
     assert read_sweep(folder).top_k == 0.05
 
 
-def test_a_gain_that_any_edit_of_that_size_gives_is_not_confirmed(monkeypatch, tmp_path):
-    folder, d = _sweep(monkeypatch, tmp_path, SAME)
+def test_a_gain_that_any_edit_of_that_size_gives_is_not_confirmed(same):
+    folder, d = same
     c = d["confirmation"]
     assert c["formats"][0]["tests"][0]["passes"]  # it does beat the base ...
     assert c["verdict"] == "not-specific" and c["confirmed"] is False and d["best"] is None  # ... and the control too
@@ -142,19 +161,23 @@ def test_a_gain_that_any_edit_of_that_size_gives_is_not_confirmed(monkeypatch, t
         read_sweep(folder)
 
 
-def test_a_gain_that_is_only_more_answers_is_a_format_effect(monkeypatch, tmp_path):
-    folder, d = _sweep(monkeypatch, tmp_path, FORMAT)
+def test_a_gain_that_is_only_more_answers_is_a_format_effect(fmt):
+    folder, d = fmt
     c = d["confirmation"]
     base, cand = c["formats"][0]["arms"]["base"], c["formats"][0]["arms"]["candidate"]
-    assert base["restarts"] > 100 and cand["restarts"] == 0 and cand["correct"] > base["correct"]
+    assert base["restarts"] > 50 and cand["restarts"] == 0 and cand["correct"] > base["correct"]
     assert c["verdict"] == "format-effect" and c["confirmed"] is False
     assert "format effect" in d["recommendation"]
     with pytest.raises(InputError, match="nothing was confirmed"):
         read_sweep(folder)
 
 
-def test_a_forged_verdict_is_refused(monkeypatch, tmp_path):
-    folder, d = _sweep(monkeypatch, tmp_path, SAME)
+def test_a_forged_verdict_is_refused(same, tmp_path):
+    import shutil
+
+    folder = tmp_path / "s"
+    shutil.copytree(same[0], folder)
+    d = json.loads((folder / "sweep.json").read_text())
     d["confirmation"]["confirmed"] = True
     (folder / "sweep.json").write_text(json.dumps(d))
     with pytest.raises(InputError, match="control|verdict"):
