@@ -52,7 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = Path(__file__).resolve()  # absolute: stage processes run in the work folder
+ROOT = SCRIPT.parents[1]
 sys.path.insert(0, str(ROOT))  # runs from a checkout without installing the package
 DATA = ROOT / "recipes" / "data"
 TOKENIZER = ROOT / "benchmarks" / "data" / "smollm2-tokenizer"
@@ -236,16 +237,19 @@ def stage_in_process(cli_args: list[str]) -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     t0 = time.perf_counter()
 
+    def used() -> bool:  # asked only once CUDA is in use: a CPU-only stage never makes a CUDA context for this
+        return cuda and torch.cuda.is_initialized()
+
     def close_mark() -> None:
         if marks and "seconds" not in marks[-1]:
             marks[-1]["seconds"] = round(time.perf_counter() - marks[-1]["t"], 2)
-            marks[-1]["peak_gpu_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
+            marks[-1]["peak_gpu_bytes"] = torch.cuda.max_memory_allocated() if used() else None
 
     original = console.Stages.start
 
     def start(self: Any, label: str) -> None:
         close_mark()
-        if cuda:
+        if used():
             torch.cuda.reset_peak_memory_stats()
         marks.append({"label": label, "t": time.perf_counter()})
         original(self, label)
@@ -264,11 +268,13 @@ def stage_in_process(cli_args: list[str]) -> dict[str, Any]:
     finally:
         console.Stages.start = original  # type: ignore[method-assign]
         close_mark()
-    peak_total = max([m.get("peak_gpu_bytes") or 0 for m in marks] + [torch.cuda.max_memory_allocated() if cuda else 0])
+    peak_total = max(
+        [m.get("peak_gpu_bytes") or 0 for m in marks] + [torch.cuda.max_memory_allocated() if used() else 0]
+    )
     return {
         "code": code,
         "wall_s": round(time.perf_counter() - t0, 2),
-        "peak_gpu_bytes": peak_total if cuda else None,
+        "peak_gpu_bytes": peak_total if used() else None,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "stages": [{k: v for k, v in m.items() if k != "t"} for m in marks],
         "output_tail": output[-1500:],
@@ -326,7 +332,7 @@ def _stage_metrics(ctx: Context, cli_args: list[str]) -> dict[str, Any]:
         return stage_in_process(cli_args)
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         metrics_path = f.name
-    cmd = [sys.executable, __file__, "--stage-child", metrics_path, "--", *cli_args]
+    cmd = [sys.executable, str(SCRIPT), "--stage-child", metrics_path, "--", *cli_args]
     try:
         proc = subprocess.run(
             cmd, env=_child_env(), capture_output=True, text=True, timeout=max(ctx.left(), 1.0), cwd=str(ctx.work)
@@ -540,8 +546,8 @@ def data_parallel(ctx: Context, folder: Path, ref: Any) -> dict[str, Any]:
     if ctx.in_process:
         dp = dp_in_process(folder, out, s)
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", __file__,
-               "--dp-worker", "--model-dir", str(folder), "--stats-out", str(out)]  # fmt: skip
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", str(SCRIPT),
+               "--dp-worker", "--model-dir", str(folder), "--stats-out", str(out)] + (["--cpu-smoke"] if s.smoke else [])  # fmt: skip
         try:
             proc = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, timeout=max(ctx.left(), 1.0))
         except subprocess.TimeoutExpired:
@@ -777,6 +783,11 @@ def main() -> None:
     p.add_argument("--full", action="store_true", help="also the 8B's run, checkpoint + GGUF and reproduce")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: ratio, quickstart, models")
     p.add_argument("--doc", default=None, help="markdown file to append the summary to (docs/performance.md)")
+    p.add_argument(
+        "--processes",
+        action="store_true",
+        help="the smoke too runs each stage and the data-parallel rank in a process of its own, as on a GPU",
+    )
     p.add_argument("--stage-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--dp-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -814,7 +825,7 @@ def run_check(args: argparse.Namespace) -> Results:
     results = Results(out, header)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    ctx = Context(s, results, time.monotonic() + budget, work, in_process=s.smoke)
+    ctx = Context(s, results, time.monotonic() + budget, work, in_process=s.smoke and not args.processes)
     skip = {x for x in args.skip.split(",") if x}
     models = [m for m in args.models.split(",") if m]
     try:

@@ -2,7 +2,7 @@
 
 The GPU check (issue 40, item 6) is prepared for the day a GPU is lent; what a CPU can check of it:
 
-- the smoke runs end to end: the calibrate/forward ratio and the data-parallel path (one gloo rank, bf16, both
+- the smoke runs end to end (in one process; and with ``--processes``, each stage in its own as on a GPU): the calibrate/forward ratio and the data-parallel path (one gloo rank, bf16, both
   sides loaded with ``from_pretrained``: bit for bit equal), the quickstart twice with every file compared (one
   device: all identical) and reproduced (``yes, bit for bit``), and every CLI stage of both model shapes with the
   real tokenizer and GSM8K/WikiText text, each with ``plan``'s prediction beside it;
@@ -79,6 +79,22 @@ def test_the_cpu_smoke_runs_every_step(tmp_path: Path) -> None:
     assert run_stages[0].startswith("load ") and any(s.startswith("calibrate math") for s in run_stages)
     table = (tmp_path / "results" / "gpu_check.md").read_text()
     assert "| stage | status | wall s | peak GPU GB (torch) |" in table and "| 1b: reproduce | ok |" in table
+
+
+@pytest.mark.slow
+def test_the_gpu_modes_processes_work_too(tmp_path: Path) -> None:
+    """On a GPU each stage is a process of its own (its peaks its own), the quickstart's two runs go at once and
+    the data-parallel rank runs under torch.distributed.run: ``--processes`` takes that path on the CPU."""
+    proc, records = _smoke(tmp_path, "--budget", "3600", "--processes", "--skip", "models")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stages = {r["stage"]: r for r in records[1:]}
+    assert all(r["status"] == "ok" for r in stages.values()), {k: r["status"] for k, r in stages.items()}
+    ratio = next(r for r in records[1:] if r.get("kind") == "ratio")
+    assert ratio["dp_bitwise"] is True and ratio["dp_wall_s"] > 0  # torchrun, gloo, one rank
+    for name in ("quickstart: run on cpu", "quickstart: run on cpu (a second run)"):
+        assert stages[name]["stages"] and stages[name]["peak_rss_bytes"] > 0, name  # measured in its own process
+    assert stages["quickstart: files compared"]["different"] == []
+    assert stages["quickstart: the verdict"]["verdict"].startswith("reproduced: yes, bit for bit")
 
 
 def test_a_spent_budget_still_leaves_the_results(tmp_path: Path) -> None:
