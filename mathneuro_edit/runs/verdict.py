@@ -8,7 +8,12 @@ kernels), so they may differ in the last bits without changing the selection. A 
 - ``yes, bit for bit``: statistics, mask and output weights all equal the lock's;
 - ``same mask and output weights; the statistics differ in float rounding (made on cuda, checked on cpu)``: the
   product reproduced; the sums did not, and the report says by how much when the run's statistics files are at hand;
-- ``NO: the mask differs: ...``: the selection changed (the weights with it), naming the matrices and counts.
+- ``NO: the mask differs: ...``: the selection changed (the weights with it), naming the matrices and counts;
+- ``yes, bit for bit: the mask and every output file; ...``: the statistics' hash is not the lock's, but nothing
+  shows their values differ (the same kind of device, and the run's own statistics files not at hand to compare).
+
+A statistics hash also covers its header (the library versions, where the data came from): hashed again with the
+lock's versions, equal sums give the lock's hash, so newer libraries alone are not called a difference.
 """
 
 from __future__ import annotations
@@ -161,8 +166,8 @@ def mask_difference(lock_mask: Mask, rerun_mask: Mask, limit: int = 3) -> str:
 
     Example:
         >>> a = Mask({"w": torch.tensor([True, False, False])}); b = Mask({"w": torch.tensor([False, True, False])})
-        >>> mask_difference(a, b)
-        '2 weights selected differently in 1 of 1 matrices (w: 1 only in the lock\\'s mask, 1 only in the re-run\\'s)'
+        >>> print(mask_difference(a, b))
+        2 weights selected differently in 1 of 1 matrices (w: 1 only in the lock's mask, 1 only in the re-run's)
     """
     names = sorted(set(lock_mask) | set(rerun_mask))
     parts: list[str] = []
