@@ -50,7 +50,7 @@ from huggingface_hub.utils import validate_repo_id
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
 from ..layout import LOCK_NAME
-from ..recipe.types import is_branch_name
+from ..recipe.types import is_branch_name, is_hub_ref, is_well_formed_ref
 from ..util.scrub import scrub_token
 from .card import card_for_folder
 from .hub_files import artifact_files, check_artifact_against_lock, uploaded_contents
@@ -211,16 +211,23 @@ def commit_message_for(recipe_sha256: str, commit_message: str | None = None) ->
 
 
 def check_branch(branch: str, where: str = "--branch") -> str:
-    """``branch`` when it is a plain branch name (``main``, ``v1``, ``exp/boost-1.1``, ``refs/pr/3``), else
-    :class:`InputError`: no ``..``, no component starting with ``.`` or ``-``, no control, space or bidi character,
-    no ``.lock`` ending, at most 200 characters.
+    """``branch`` when it is a plain branch name (``main``, ``v1``, ``exp/boost-1.1``), else :class:`InputError`:
+    no ``..``, no component starting with ``.`` or ``-``, no control, space or bidi character, no ``.lock`` ending,
+    at most 200 characters, and not one of the Hub's refs (``refs/pr/3``: a pull request's, which a push would
+    commit into; :func:`~mathneuro_edit.recipe.types.is_hub_ref`).
 
     Example:
         >>> check_branch("exp/boost-1.1")
         'exp/boost-1.1'
     """
+    shown = repr(branch)[:80].encode("ascii", "backslashreplace").decode()
+    if is_well_formed_ref(branch) and is_hub_ref(branch):
+        raise InputError(
+            f"{where}: {shown} is a Hub ref (a pull request's), not a branch: a push never commits into an "
+            "existing pull request, which may be someone else's; pass --create-pr to open one, or a branch "
+            "name such as exp/boost-1.1"
+        )
     if not is_branch_name(branch):
-        shown = repr(branch)[:80].encode("ascii", "backslashreplace").decode()
         raise InputError(
             f"{where}: {shown} is not a branch name the Hub takes as written (letters, digits, "
             "'.', '_', '-' and '/' between parts that do not start with '.' or '-'; no '..'); "

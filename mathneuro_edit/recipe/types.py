@@ -86,6 +86,12 @@ _BRANCH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
 
 def is_branch_name(value: str) -> bool:
+    return is_well_formed_ref(value) and not is_hub_ref(value)
+
+
+def is_well_formed_ref(value: str) -> bool:
+    """Whether the Hub takes ``value`` as written as a branch or ref name (no ``..``, no part starting with ``.``
+    or ``-``, letters, digits, ``.``, ``_``, ``-`` and ``/`` only, at most 200 characters)."""
     return (
         isinstance(value, str)
         and 0 < len(value) <= 200
@@ -93,6 +99,15 @@ def is_branch_name(value: str) -> bool:
         and not value.endswith((".lock", "."))
         and all(_BRANCH_PART.fullmatch(p) for p in value.split("/"))
     )
+
+
+def is_hub_ref(value: str) -> bool:
+    """Whether ``value`` names one of the Hub's refs rather than a branch (``refs/pr/1``: a pull request's).
+
+    Why refused as a branch: a commit to ``refs/pr/N`` lands in an open pull request, which may be someone else's,
+    and ``create_branch`` would make a branch literally named ``refs/...``; ``push --create-pr`` opens a new one.
+    """
+    return value == "refs" or value.startswith("refs/")
 
 
 RepoId = Annotated[

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from mathneuro_edit.cli.main import main
+from mathneuro_edit.recipe.io import quickstart_recipe
 from tests._fakehub import TOKEN, FakeHub, relock
 from tests.test_reliability import _error_line
 from tests.test_untrusted_inputs import _data_sets
@@ -160,9 +161,22 @@ def test_a_branch_name_the_hub_would_misread_is_refused(fake_hub: FakeHub, run: 
 
 
 def test_plain_branch_names_are_taken(fake_hub: FakeHub, run: Path) -> None:
-    for branch in ("main", "v1", "exp/boost-1.1", "refs/pr/3", "release_2026.12"):
+    for branch in ("main", "v1", "exp/boost-1.1", "release_2026.12", "prs/refs"):
         code, stdout, text = _cli("push", run, "--repo-id", "me/edit", f"--branch={branch}", "--dry-run")
         assert code == 0 and f"(revision {branch}," in stdout, text
+
+
+@pytest.mark.parametrize("branch", ["refs/pr/1", "refs/pr/3", "refs/heads/main", "refs/convert/parquet", "refs"])
+def test_a_hub_ref_is_not_a_branch_a_push_commits_to(fake_hub: FakeHub, run: Path, branch: str) -> None:
+    """Issue 41 (still open from round 3): `push --branch refs/pr/1` committed into an existing pull request."""
+    code, _, text = _cli("push", run, "--repo-id", "me/edit", f"--branch={branch}", env={"HF_TOKEN": TOKEN})
+    assert code == 2, text
+    line = _error_line(text)
+    assert f"--branch: '{branch}' is a Hub ref (a pull request's), not a branch" in line, line
+    assert "pass --create-pr to open one" in line
+    assert fake_hub.requests == []
+    with pytest.raises(ValueError, match="must be a branch name"):  # nor can a recipe (or a lock) name one
+        quickstart_recipe(["hub.repo_id=me/edit", f"hub.revision={branch}"])
 
 
 def test_a_lock_s_hub_revision_is_checked_as_a_branch_name(fake_hub: FakeHub, run: Path) -> None:
