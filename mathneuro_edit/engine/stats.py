@@ -74,6 +74,27 @@ def read_safetensors_with_meta(
     return tensors, header
 
 
+def _impossible_values(stats: ActivationStats) -> str | None:
+    """Why the statistics cannot be a calibration's (``None`` when they can): sums of norms and of squares are
+    finite floats >= 0, token counts integers >= 0.
+
+    Why checked on load: a negative sum made the mask's histogram selection an internal RuntimeError ("bincount
+    only supports non-negative inputs"), and integer or negative values gave a mask silently.
+    """
+    for kind, d in (("norm sum", stats.norm_sum), ("square sum", stats.sq_sum)):
+        for name, t in d.items():
+            if not t.is_floating_point():
+                return f"{name}: its {kind} is {str(t.dtype).removeprefix('torch.')}, not a float"
+            if t.numel() and not bool((torch.isfinite(t) & (t >= 0)).all()):
+                return f"{name}: its {kind} holds a negative or non-finite value"
+    for name, t in stats.token_count.items():
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            return f"{name}: its token count is {str(t.dtype).removeprefix('torch.')}, not an integer"
+        if t.numel() and bool((t < 0).any()):
+            return f"{name}: its token count is negative"
+    return None
+
+
 @dataclass
 class ActivationStats:
     """Per-target input statistics from a calibration run.
@@ -168,7 +189,7 @@ class ActivationStats:
             meta = header["meta"]
             if not isinstance(meta, dict):
                 raise TypeError("meta is not a mapping")
-            return cls(
+            stats = cls(
                 norm_sum={n: parts["norm"][n] for n in order},
                 sq_sum={n: parts["sq"][n] for n in order},
                 token_count={n: parts["count"][n] for n in order},
@@ -180,6 +201,13 @@ class ActivationStats:
                 f"{path}: malformed statistics header ({type(e).__name__}: {str(e)[:80]}); the file is "
                 "corrupt or was edited: recreate it with `mathneuro-edit calibrate`"
             ) from None
+        why = _impossible_values(stats)
+        if why is not None:
+            raise InputError(
+                f"{path}: {why}, which no calibration gives; the file is corrupt or was edited: recreate it "
+                "with `mathneuro-edit calibrate`"
+            )
+        return stats
 
     def merge(self, other: ActivationStats) -> ActivationStats:
         """Sum two runs' statistics over disjoint samples of the same model (e.g. data-parallel ranks).

@@ -236,8 +236,34 @@ def render_prompt(
     for s in shots:
         messages += [{"role": "user", "content": s["question"]}, {"role": "assistant", "content": _shot_answer(s)}]
     messages.append({"role": "user", "content": problem["question"]})
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return text + prefill
+    return chat_text(tokenizer, messages) + prefill
+
+
+def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """``messages`` rendered by the tokenizer's chat template, ready for the assistant's turn.
+
+    Why every exception is caught: the template is a program from the model's files (its ``tokenizer_config.json``
+    or ``chat_template.jinja``), someone else's; whatever it raises on a plain conversation (a syntax error,
+    ``raise_exception``, an undefined name, the sandbox's refusal of ``__class__``, a division by zero, a template
+    that is not text) is that file's fault, and was an internal error.
+
+    Raises:
+        InputError: one line naming the error and the two ways out.
+    """
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # noqa: BLE001 - see the docstring: the template is input
+        why = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+        raise InputError(
+            f"the tokenizer's chat template fails on a plain conversation ({why}); fix chat_template in the "
+            "model's tokenizer_config.json (or chat_template.jinja), or set evaluation.chat_template: false"
+        ) from None
+    if not isinstance(text, str):
+        raise InputError(
+            f"the tokenizer's chat template gave {type(text).__name__}, not text; fix chat_template in the "
+            "model's tokenizer_config.json, or set evaluation.chat_template: false"
+        )
+    return text
 
 
 def encode_prompts(

@@ -9,6 +9,7 @@ models are two orders of magnitude inside every bound).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,14 @@ from typing import Any
 from ..errors import InputError
 from .reading import read_json
 
-__all__ = ["SIZE_LIMITS", "MAX_CONFIG_BYTES", "check_config_sizes", "check_config_file_sizes", "read_model_json"]
+__all__ = [
+    "SIZE_LIMITS",
+    "VALUE_KINDS",
+    "MAX_CONFIG_BYTES",
+    "check_config_sizes",
+    "check_config_file_sizes",
+    "read_model_json",
+]
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest released config.json files are tens of KB
 # key -> (smallest, largest) a model may state; the same keys in a sub-config (text_config, ...) too
@@ -39,11 +47,31 @@ SIZE_LIMITS: dict[str, tuple[int, int]] = {
     "num_experts": (0, 1 << 16),
     "n_routed_experts": (0, 1 << 16),
     "num_experts_per_tok": (0, 1 << 16),
+    "max_position_embeddings": (1, 1 << 26),  # Llama 4 Scout's 10M context is 6x inside
+    "n_positions": (1, 1 << 26),
+}
+
+
+# keys transformers builds layers from whose type it checks late or not at all (``rope_theta: "abc"`` reached the
+# rotary embedding as a string: an internal TypeError; ``model_type: ["llama"]`` an internal "unhashable type"):
+# key -> (what it must be, the check), in the config or a sub-config (``rope_parameters``, ``text_config``)
+_FINITE = lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)  # noqa: E731
+VALUE_KINDS: dict[str, tuple[str, Any]] = {
+    "rope_theta": ("a positive number", lambda v: _FINITE(v) and v > 0),
+    "rms_norm_eps": ("a positive number", lambda v: _FINITE(v) and v > 0),
+    "layer_norm_eps": ("a positive number", lambda v: _FINITE(v) and v > 0),
+    "layer_norm_epsilon": ("a positive number", lambda v: _FINITE(v) and v > 0),
+    "partial_rotary_factor": ("a number in (0, 1]", lambda v: _FINITE(v) and 0 < v <= 1),
+    "factor": ("a positive number", lambda v: _FINITE(v) and v > 0),
+    "model_type": ("a name (a string)", lambda v: isinstance(v, str) and v != ""),
+    "architectures": ("a list of class names", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v)),
+    "tie_word_embeddings": ("true or false", lambda v: isinstance(v, bool)),
 }
 
 
 def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") -> None:
-    """Refuse a size of ``config`` (or of a sub-config, e.g. ``text_config``) outside :data:`SIZE_LIMITS`.
+    """Refuse a size of ``config`` (or of a sub-config, e.g. ``text_config``) outside :data:`SIZE_LIMITS`, and a
+    value of :data:`VALUE_KINDS` of the wrong kind.
 
     Raises:
         InputError: one line naming the key, its value and the range a model has.
@@ -60,6 +88,11 @@ def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") ->
         for key, value in node.items():
             if isinstance(value, Mapping) and depth < 8:
                 stack.append((f"{prefix}{key}.", value, depth + 1))
+            elif key in VALUE_KINDS and value is not None and not VALUE_KINDS[key][1](value):
+                raise InputError(
+                    f"{where}: {prefix}{key}: {repr(value)[:40]} is not {VALUE_KINDS[key][0]}; this config.json is "
+                    "corrupt or edited: use the model's own"
+                )
             elif key in SIZE_LIMITS and value is not None:
                 low, high = SIZE_LIMITS[key]
                 if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

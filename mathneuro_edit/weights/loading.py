@@ -50,8 +50,20 @@ def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    """``e``'s text on one line (transformers' validation errors put the reason on their second line)."""
+    text = " ".join(str(e).split())
+    return text[:300] if text else type(e).__name__
+
+
+def _config_errors() -> type[BaseException]:
+    """What transformers 5 raises for a config.json field it validates (``num_attention_heads`` that does not
+    divide ``hidden_size``, a string where a float goes): huggingface_hub's strict-dataclass error, which is not a
+    ``ValueError`` (it ended as an internal error)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # older huggingface_hub: transformers raised ValueError
+        return ValueError
+    return StrictDataclassError
 
 
 def _config_is_the_cause(path: str, kwargs: Mapping[str, Any]) -> bool:
@@ -64,7 +76,7 @@ def _config_is_the_cause(path: str, kwargs: Mapping[str, Any]) -> bool:
 
     try:
         config = AutoConfig.from_pretrained(path, **kwargs)  # cached by the failed load: no request
-    except (ValueError, OSError, KeyError, TypeError):
+    except (ValueError, OSError, KeyError, TypeError, _config_errors()):
         return True
     # a config transformers reads but has no causal-LM class for (T5's): the config is still the cause
     return getattr(config, "auto_map", None) is None and type(config) not in AutoModelForCausalLM._model_mapping
@@ -87,7 +99,7 @@ def _load_error(ref: str, e: BaseException, path: str, kwargs: Mapping[str, Any]
             else "base.use_kernels is false, so this is a transformers change: report it, and set USE_HUB_KERNELS=NO"
         )
         return InputError(f"base.model {ref!r}: cannot load it: Hub kernels are not available ({cause}); {fix}")
-    if isinstance(e, ValueError) and _config_is_the_cause(path, kwargs):
+    if isinstance(e, (ValueError, _config_errors())) and _config_is_the_cause(path, kwargs):
         return InputError(
             f"base.model {ref!r}: cannot load it ({cause}); check its config.json (it needs model_type, or "
             "architectures transformers knows)"
@@ -212,7 +224,7 @@ def load_model(
                 use_kernels=bool(use_kernels),
                 **kwargs,
             )
-        except (ValueError, OSError) as e:  # one line naming the real cause (config, kernels, weights, network)
+        except (ValueError, OSError, _config_errors()) as e:  # one line naming the real cause (config, kernels, ...)
             raise _load_error(ref, e, path, kwargs, bool(use_kernels)) from None
         missing = sorted(info.get("missing_keys") or [])
         if missing:  # transformers would only warn and initialise them randomly: an edit of that is meaningless
@@ -223,12 +235,14 @@ def load_model(
             )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-    except (OSError, ValueError) as e:
+    # its files are the model's: a chat_template list without "template" keys is a KeyError, a value of the wrong
+    # type a TypeError or AttributeError inside transformers (an internal error before)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         err = remote_code_error(base_cfg_or_path, e)
         if err is not None:
             raise err from None
         raise InputError(
-            f"base.model {ref!r}: cannot load its tokenizer ({_first_line(e)}); the folder needs "
+            f"base.model {ref!r}: cannot load its tokenizer ({type(e).__name__}: {_first_line(e)}); the folder needs "
             "the tokenizer files save_pretrained writes"
         ) from None
     model.eval()
