@@ -701,10 +701,14 @@ def test_disk_full_names_the_size_the_write_needed(ws: Path, tmp_path: Path, mon
     disk = tmp_path / "disk"
     disk.mkdir()
 
+    from mathneuro_edit.util.files import atomic_writer
+
     def half_then_full(tensors, filename, metadata=None):
         need = sum(t.numel() * t.element_size() for t in tensors.values())
-        Path(filename).write_bytes(bytes(need // 2))  # the disk fills halfway through the file
-        raise OSError(errno.ENOSPC, "No space left on device")
+        with atomic_writer(filename) as f:  # as the real writer: the partial file is its temporary file
+            f.write(bytes(need // 2))  # the disk fills halfway through the file
+            f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
 
     stats = real_load(ws / "stats" / "math.stats.safetensors")
     big = 6 * 10**6 // 8
