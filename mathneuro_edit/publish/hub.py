@@ -51,6 +51,7 @@ from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
 from ..layout import LOCK_NAME
 from ..recipe.types import is_branch_name, is_hub_ref, is_well_formed_ref
+from ..util.console import terminal_safe
 from ..util.scrub import scrub_token
 from .card import card_for_folder
 from .hub_files import artifact_files, check_artifact_against_lock, uploaded_contents
@@ -171,8 +172,9 @@ class PushResult:
             f"(revision {self.revision}, visibility {vis})",
             f"commit: {self.commit_message}",
         ]
-        lines += [f"  add    {size:>14,}  {path}" for path, size in self.files]
-        lines += [f"  delete {size:>14,}  {path}" for path, size in self.deletes]
+        # the repo's file names are the Hub's (anyone with write access chose them): escaped, as every name shown
+        lines += [f"  add    {size:>14,}  {terminal_safe(path)}" for path, size in self.files]
+        lines += [f"  delete {size:>14,}  {terminal_safe(path)}" for path, size in self.deletes]
         if self.remote == "new":
             lines.append("the repo does not exist yet: it is created with these files")
         elif self.remote == "listed":

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, EVAL_NAME, LM_EVAL_RESULTS, LOCK_NAME, OUTPUT_DIRS
+from ..util.console import terminal_safe
 from ..util.hashing import sha256_file
 from ..util.scrub import scrub_token
 from .gguf_naming import gguf_repo_name
@@ -55,10 +56,12 @@ class FileCheck:
 
     def to_text(self) -> str:
         bad = self.differences()
-        head = f"files in {self.where}: {len(self.states)} checked against the lock's sha256, " + (
+        head = f"files in {terminal_safe(self.where)}: {len(self.states)} checked against the lock's sha256, " + (
             "all match" if not bad else f"{len(bad)} differ"
         )
-        return "\n".join([head] + [f"  {state:8s} {path}" for path, state in sorted(self.states.items())])
+        # names from a Hub repo or a folder someone else made: escaped, so none can colour the terminal or forge
+        # a line of its own ("\nerror: ...")
+        return "\n".join([head] + [f"  {state:8s} {terminal_safe(p)}" for p, state in sorted(self.states.items())])
 
     def to_dict(self) -> dict[str, Any]:
         return {"where": self.where, "ok": self.ok, "files": dict(sorted(self.states.items()))}

@@ -14,6 +14,7 @@ from typing import Any
 from ..engine.mask import Mask
 from ..engine.stats import ActivationStats
 from ..errors import InputError
+from ..util.console import terminal_safe
 from ..util.files import atomic_writer
 
 __all__ = [
@@ -118,14 +119,18 @@ def layer_fractions(mask: Any) -> dict[str, dict[int, float]]:
 
 def mask_table(mask: Any) -> str:
     """A text table: one row per tensor (selected, total, percent), then totals and provenance."""
-    counts = mask.counts()
+    # a mask file may be someone else's: its names and provenance are shown escaped (never an ESC sequence or a
+    # line of their own on the terminal)
+    counts = {terminal_safe(n): c for n, c in mask.counts().items()}
     width = max((len(n) for n in counts), default=10)
     lines = [f"{'tensor':<{width}}  {'selected':>10}  {'total':>12}  {'percent':>8}"]
     for name, (s, t) in counts.items():
         lines.append(f"{name:<{width}}  {s:>10,}  {t:>12,}  {100 * s / t:>7.3f}%")
     s, t = mask.total()
     lines.append(f"{'TOTAL':<{width}}  {s:>10,}  {t:>12,}  {100 * s / max(t, 1):>7.3f}%")
-    meta = ", ".join(f"{k}={v}" for k, v in mask.meta.items() if k in ("method", "top_k", "granularity", "seed"))
+    meta = ", ".join(
+        f"{k}={terminal_safe(str(v))}" for k, v in mask.meta.items() if k in ("method", "top_k", "granularity", "seed")
+    )
     lines.append(f"mask sha256 {mask.sha256}  ({meta})")
     return "\n".join(lines)
 
@@ -163,12 +168,13 @@ def stats_dict(stats: Any) -> dict[str, Any]:
 
 def stats_table(stats: Any) -> str:
     """A text table: one row per target (kind, groups x d_in, tokens seen, mean L2 statistic), then provenance."""
-    width = max((len(n) for n in stats.targets), default=10)
+    width = max((len(terminal_safe(n)) for n in stats.targets), default=10)
     lines = [f"{'target':<{width}}  {'kind':<8}  {'shape':>10}  {'tokens':>10}  {'mean l2':>10}"]
     for name, t in stats.targets.items():
         g, d = t.stat_shape
         lines.append(
-            f"{name:<{width}}  {t.kind:<8}  {f'{g}x{d}':>10}  {int(stats.token_count[name].sum()):>10,}  "
+            f"{terminal_safe(name):<{width}}  {terminal_safe(str(t.kind)):<8}  {f'{g}x{d}':>10}  "
+            f"{int(stats.token_count[name].sum()):>10,}  "
             f"{float(stats.norm_sum[name].mean()):>10.4g}"
         )
     s = stats.summary()

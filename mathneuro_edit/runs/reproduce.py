@@ -41,7 +41,7 @@ from ..publish.lock import (
     recipe_from_lock,
 )
 from ..publish.lock_policy import validate_lock
-from ..util.console import Stages
+from ..util.console import Stages, terminal_safe
 from ..util.hashing import sha256_file
 from ..util.paths import is_local_path
 from ..util.scrub import scrub_token
@@ -189,7 +189,7 @@ class ReproduceReport:
             else "files: none checked (a lock file alone was given; pass the folder or repo to check its files)"
         ]
         lines.append(f"re-run against the lock: mask {'match' if self.mask_match else 'DIFFERS'}")
-        lines += [f"  {state:8s} {path}" for path, state in sorted(self.files.items())]
+        lines += [f"  {state:8s} {terminal_safe(path)}" for path, state in sorted(self.files.items())]
         lines.append(self.stats.clause(self.devices, self.across_devices))
         for lib, (was, now) in self.version_changes.items():
             lines.append(f"note: {lib} was {was}, now {now}")
@@ -206,7 +206,7 @@ class ReproduceReport:
         """What held, in words: never ``yes`` when the mask or a file differs, never a bare ``NO`` when only the
         statistics' float sums do."""
         if self.present is not None and not self.present.ok:
-            bad = ", ".join(f"{p} ({s})" for p, s in sorted(self.present.differences().items()))
+            bad = ", ".join(f"{terminal_safe(p)} ({s})" for p, s in sorted(self.present.differences().items()))
             return f"NO: the files you have differ from the lock: {bad}"
         stats = self.stats.clause(self.devices, self.across_devices)
         if not self.mask_match:

@@ -33,6 +33,7 @@ from ..engine.devices import selection_device
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
 from ..util.config_sizes import read_model_json
+from ..util.console import terminal_safe
 from .adapter import MATHNEURO_CONFIG, _layer_rows, _merge_ok, _peft_layers
 from .base import resolve_base
 from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint
@@ -82,11 +83,13 @@ class VerifyReport:
     def summary(self) -> str:
         """One line per problem (or an OK line), then one per other file audited (a GGUF beside the shards)."""
         head = (
-            f"{self.kind} {self.out_dir}: {'OK' if self.ok else 'FAILED'} "
+            f"{self.kind} {terminal_safe(str(self.out_dir))}: {'OK' if self.ok else 'FAILED'} "
             f"({self.checked} checked, {self.edited} edited)"
         )
-        lines = [head] + [f"mismatch: {m}" for m in self.mismatches] + [f"missing: {m}" for m in self.missing]
-        return "\n".join(lines + [f"extra: {m}" for m in self.extra] + [f"also audited: {m}" for m in self.audited])
+        # each entry names a file or tensor of the export (someone else's folder): escaped, one line each
+        entries = [("mismatch", self.mismatches), ("missing", self.missing), ("extra", self.extra)]
+        entries.append(("also audited", self.audited))
+        return "\n".join([head] + [f"{what}: {terminal_safe(m)}" for what, items in entries for m in items])
 
 
 def verify(
