@@ -68,6 +68,16 @@ def _encode(gguf: Any, x: np.ndarray, ggml_type: str) -> np.ndarray:
     return gguf.quants.quantize(x, gguf.GGMLQuantizationType[ggml_type])
 
 
+def _write_array(f: Any, x: np.ndarray) -> None:
+    """``x``'s bytes written to ``f`` through the file object, without a copy.
+
+    Why not ``x.tofile(f)``: numpy writes with C stdio and, on a full disk, raises ``OSError("N requested and 0
+    written")`` without an errno, so the full disk was not recognised as one (a raw OSError, exit 3); the file
+    object's own write raises ``OSError(ENOSPC)``.
+    """
+    f.write(memoryview(np.ascontiguousarray(x)).cast("B"))
+
+
 def check_gguf(folder: str | Path, qtype: str, name: str | None = None) -> None:
     """Raise :class:`InputError` now if :func:`write_gguf` would refuse this model folder (type, package,
     architecture, rope scaling, tensor names, tokenizer, and ``name`` as ``general.name``); reads config and
@@ -141,7 +151,7 @@ def write_gguf(
                 w.write_padding(f, f.tell())  # each tensor starts aligned (GGUF's data alignment, 32 bytes)
                 start = f.tell()
                 for x in chunks:
-                    _encode(gguf, np.ascontiguousarray(x, dtype=np.float32), t).tofile(f)
+                    _write_array(f, _encode(gguf, np.ascontiguousarray(x, dtype=np.float32), t))
                 w.write_padding(f, f.tell() - start)
     except BaseException as e:
         space = as_space_error(e, out, size) if isinstance(e, OSError) else None

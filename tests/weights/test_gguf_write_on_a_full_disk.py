@@ -52,18 +52,16 @@ def test_export_gguf_onto_a_full_disk_is_one_line_naming_the_missing_megabytes(
     free = int(shards + gguf_file.stat().st_size - missing)
     assert 0 < free and shards < free  # the shards fit; the disk fills during the GGUF write
 
-    real, calls = gguf_writer._encode, []
+    real, calls = gguf_writer._write_array, []
 
-    class FullDisk:
-        def tofile(self, f) -> None:
-            f.write(b"\0" * 4096)  # part of the tensor reached the disk, then it was full
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    def encode(*args, **kwargs):
+    def write(f, x) -> None:
         calls.append(1)
-        return FullDisk() if len(calls) > 3 else real(*args, **kwargs)
+        if len(calls) <= 3:
+            return real(f, x)
+        f.write(b"\0" * 4096)  # part of the tensor reached the disk, then it was full
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(gguf_writer, "_encode", encode)
+    monkeypatch.setattr(gguf_writer, "_write_array", write)
     monkeypatch.setattr("mathneuro_edit.util.outdir.shutil.disk_usage", lambda p: Usage(10**10, 10**10 - free, free))
     work = tmp_path / "disk"
     work.mkdir()
@@ -92,3 +90,20 @@ def test_a_full_disk_while_the_gguf_file_is_written_alone_leaves_no_partial_file
     with pytest.raises(InputError, match=r"^no space left on device writing .*model-F32.gguf; free \d+ MB or choose"):
         gguf_writer.export_gguf(organism_path(), "F32", target)
     assert list((tmp_path / "g").iterdir()) == []
+
+
+def test_a_real_full_disk_raises_the_error_a_full_disk_is_recognised_by() -> None:
+    """The kernel's own ENOSPC (/dev/full): the GGUF writer's array write raises OSError(ENOSPC), which the output
+    rules turn into the one line above. numpy's ``tofile`` raised ``OSError("N requested and 0 written")`` with no
+    errno: a raw OSError, exit 3 (issue 41, still open from round 3)."""
+    import numpy as np
+
+    import mathneuro_edit.weights.gguf_writer as gguf_writer
+    from mathneuro_edit.util.outdir import as_space_error
+
+    with open("/dev/full", "wb") as f:
+        with pytest.raises(OSError) as e:
+            gguf_writer._write_array(f, np.zeros(1 << 18, dtype=np.float32))  # 1 MB: past the file's buffer
+    assert e.value.errno == errno.ENOSPC
+    err = as_space_error(e.value, "/somewhere/model-F32.gguf", 10**7)
+    assert err is not None and str(err).startswith("no space left on device writing /somewhere/model-F32.gguf")
