@@ -90,6 +90,29 @@ def _checks_before_loading(recipe: Recipe, folder: Path, kinds: list[str]) -> tu
     return gguf_type, gguf_pre, tasks
 
 
+def _output_bytes(recipe: Recipe) -> int | None:
+    """The run folder's size from the plan (:func:`~mathneuro_edit.runs.plan.plan_recipe`, config only): the
+    statistics of every set, the mask, the checkpoint at ``outputs.dtype`` and the adapter; a GGUF adds its own
+    size when it is the file that fails. ``None`` when the plan cannot tell (then what was written counts).
+
+    Why: a run that filled the disk asked to free what it had written so far, less what its removal freed: "free
+    1 MB" when 5.4 MB were missing (issue 41, round 3).
+    """
+    from .plan import plan_recipe
+
+    try:
+        p = plan_recipe(recipe)
+    except (InputError, OSError, ValueError):  # only the message's figure depends on it: the run itself goes on
+        return None
+    general_sets = int(p.settings.get("general_sets") or 0)
+    return (
+        (1 + general_sets) * p.stats_bytes
+        + p.mask_bytes
+        + (p.checkpoint_bytes if recipe.outputs.checkpoint else 0)
+        + (p.adapter_bytes if recipe.outputs.adapter else 0)
+    )
+
+
 def run_recipe(
     recipe: Recipe,
     out_dir: str | Path,
@@ -138,7 +161,10 @@ def run_recipe(
     gguf_type, gguf_pre, tasks = _checks_before_loading(recipe, folder, kinds)
     steps = ("load", "calibrate", "mask", "evaluate", "export", "seal")
     stages = Stages(stage_count(recipe, steps, tasks=tasks, kinds=kinds), echo)
-    with atomic_dir(out, overwrite=overwrite, protect=[folder], inputs=[*recipe.local_inputs(), *inputs]) as tmp:
+    needed = _output_bytes(recipe)  # what a full disk's message asks to free: the whole output, not what was written
+    with atomic_dir(
+        out, overwrite=overwrite, protect=[folder], inputs=[*recipe.local_inputs(), *inputs], needed=needed
+    ) as tmp:
         model, tokenizer = load_step(recipe, stages)
         for check in output_checks(kinds):
             check(recipe, model)  # a family transformers could not build on meta: now

@@ -483,9 +483,11 @@ def atomic_dir(
             else:
                 tmp.rename(out)
         except BaseException as e:
-            # the output's known size (else what this run wrote before the failure), plus what a failed file
-            # that size did not count needed (a GGUF written into an export folder, a statistics file)
-            need = (needed if needed is not None else _tree_size(tmp)) + (getattr(e, "needed", None) or 0)
+            # what the output needs: its known size, or what this run wrote before the failure plus what the file
+            # that failed needed (a GGUF written into an export folder, a statistics file), whichever is larger:
+            # a run's known size counts its checkpoint, whose own writer's error also names it (counted once)
+            written = _tree_size(tmp) + (getattr(e, "needed", None) or 0)
+            need = max(needed or 0, written)
             shutil.rmtree(tmp, ignore_errors=True)  # first: the free space then counts what this run had written
             err = as_space_error(e, out, need)
             if err is not None:
