@@ -470,12 +470,14 @@ def test_recipe_from_sweep_applies_the_confirmed_variant_and_refuses_other_keys(
             "confirmation": {**ev.confirmation, "variant": "mlp-only", "variant_set": ["targets.include=[mlp]"]},
         }
     )
-    r = recipe_from_sweep(quickstart_recipe(), mlp)
+    # the variant must be one of the recipe's own (a sweep.json names it, it never chooses settings)
+    with_variant = quickstart_recipe(["sweep.variants=[{name: mlp-only, set: ['targets.include=[mlp]']}]"])
+    r = recipe_from_sweep(with_variant, mlp)
     assert r.targets.include == ["mlp"] and (r.mask.top_k, r.edit.scale) == (0.07, 1.1)
     assert mlp.lock_entry()["variant"] == "mlp-only"
     assert recipe_from_sweep(quickstart_recipe(), ev).targets.include == []  # no variant: the recipe's own
     hostile = ev.__class__(**{**ev.__dict__, "confirmation": {**ev.confirmation, "variant_set": ["edit.scale=9"]}})
-    with pytest.raises(InputError, match="variant_set"):
+    with pytest.raises(InputError, match="a sweep.json cannot choose recipe settings"):
         recipe_from_sweep(quickstart_recipe(), hostile)
 
 
