@@ -167,3 +167,40 @@ def test_the_sweep_s_statistics_cache_is_read_through_the_reader(
         "deep key": "nested too deep to be a sweep cache key file",
     }[damage]
     assert why in str(e.value) and "delete both and run the same command again" in str(e.value), e.value
+
+
+def test_push_s_card_reads_eval_json_and_tokenizer_config_through_the_reader(ws: Path, tmp_path: Path) -> None:
+    """push renders the card again from the folder: its eval.json (outside the lock) and its tokenizer_config.json
+    (is there a chat template?) were read raw: a FIFO hung, a deep or non-object eval.json was an internal error."""
+    from mathneuro_edit.publish.card import card_for_folder
+
+    folder = Path(shutil.copytree(ws / "run" / "checkpoint", tmp_path / "checkpoint"))
+    (folder / "eval.json").write_text(DEEP)
+    with pytest.raises(InputError, match=r"eval\.json: nested too deep to be an eval\.json"):
+        card_for_folder(folder)
+    (folder / "eval.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match=r"eval\.json: not an eval\.json \(a JSON object of tasks\)"):
+        card_for_folder(folder)
+    (folder / "eval.json").write_text("{not json")
+    with pytest.raises(InputError, match=r"eval\.json: not JSON"):
+        card_for_folder(folder)
+    (folder / "eval.json").unlink()
+    (folder / "chat_template.jinja").unlink(missing_ok=True)  # then the template is looked for in this file
+    unblock = _fifo(folder / "tokenizer_config.json")
+    with pytest.raises(InputError, match="tokenizer_config.json: not a regular file"):
+        card_for_folder(folder)
+    assert not unblock.needed
+
+
+def test_a_statistics_header_nested_too_deep_is_one_line(ws: Path, tmp_path: Path) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from mathneuro_edit.engine.stats import ActivationStats
+
+    path = tmp_path / "math.stats.safetensors"
+    with safe_open(str(ws / "stats" / "math.stats.safetensors"), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    save_file(tensors, str(path), metadata={**meta, "mathneuro_edit": DEEP})
+    with pytest.raises(InputError, match="unreadable statistics file \\(its header is nested too deep\\)"):
+        ActivationStats.load(path)

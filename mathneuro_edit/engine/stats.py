@@ -69,6 +69,8 @@ def read_safetensors_with_meta(
             raise ValueError(f"its header is a {type(header).__name__}, not a mapping")
     except InputError:
         raise
+    except RecursionError:  # its JSON header nested deeper than a parser goes
+        raise InputError(f"{path}: unreadable {what} file (its header is nested too deep); recreate it") from None
     except (SafetensorError, OSError, ValueError, KeyError) as e:
         raise InputError(f"{path}: unreadable {what} file ({e}); the file is corrupt: recreate it") from None
     return tensors, header

@@ -41,10 +41,12 @@ from ..layout import EVAL_NAME, LOCK_NAME
 from ..recipe.io import recipe_from_dict
 from ..recipe.safe_yaml import dump_yaml
 from ..recipe.schema import Recipe
+from ..util.config_sizes import read_model_json
 from ..util.console import document_safe
 from ..util.files import write_text_atomic
 from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, is_local_path
+from ..util.reading import read_json
 from . import card_sections as sections
 from .base_card import card_fields
 from .card_weights import _dtype_note, _gguf_note, _gguf_usage, files_cell
@@ -54,6 +56,9 @@ from .model_index import BUILT_IN as BUILT_IN  # re-exported: card.py was their 
 from .model_index import SOURCE_URL as SOURCE_URL
 from .model_index import eval_results_metadata
 from .outputs import CHECKPOINT, GGUF, CardView, output, output_of_folder, repo_for
+
+# an eval.json holds a few tasks' metrics and completions: a 2,000-problem evaluation's is a few MB
+MAX_EVAL_BYTES = 256 * 1024 * 1024
 
 __all__ = [
     "build_card",
@@ -389,7 +394,6 @@ def card_for_folder(
     Example:
         >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-prune")  # doctest: +SKIP
     """
-    import json
 
     folder = Path(folder)
     lock = read_lock(folder)
@@ -401,7 +405,7 @@ def card_for_folder(
         )
     recipe = recipe_from_dict(dict(lock["recipe"]), where=f"{folder}: lock recipe")  # public form: paths redacted
     eval_path = folder / EVAL_NAME
-    eval_dict = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.is_file() else None
+    eval_dict = _eval_json(eval_path) if eval_path.is_file() else None
     if license is None and (folder / "README.md").is_file():
         license = card_fields(ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.to_dict())
     model = str((lock.get("base") or {}).get("model") or recipe.base.model)
@@ -434,17 +438,38 @@ def short_recipe(public: Mapping[str, Any]) -> dict[str, Any]:
     return recipe_from_dict(dict(public), where="the lock's recipe").model_dump(mode="json", exclude_defaults=True)
 
 
+def _eval_json(path: Path) -> dict[str, Any]:
+    """A folder's ``eval.json`` as the card reads it. It is outside the lock (anyone can edit it): read through the
+    one regular-file reader, and it must be a JSON object of tasks (a FIFO, a deep or a non-object file was an
+    internal error or a hang of ``push``).
+
+    Raises:
+        InputError: naming the file and the fix.
+    """
+    fix = "re-run the evaluation (mathneuro-edit eval) or remove the file"
+    try:
+        data = read_json(path, MAX_EVAL_BYTES, "an eval.json", fix)
+    except InputError:
+        raise
+    except ValueError as e:
+        raise InputError(f"{path}: not JSON ({str(e)[:120]}); {fix}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise InputError(f"{path}: not an eval.json (a JSON object of tasks); {fix}")
+    return data
+
+
 def has_chat_template(folder: str | Path) -> bool:
     """Whether the model of an output folder has a chat template: in its tokenizer files, or for an adapter folder
     (no tokenizer) in its run's ``checkpoint/`` beside it."""
-    import json
 
     folder = Path(folder)
     for where in (folder, folder.parent / CHECKPOINT.folder):
         if (where / "chat_template.jinja").is_file() or (where / "chat_template.json").is_file():
             return True
         try:
-            cfg = json.loads((where / "tokenizer_config.json").read_text(encoding="utf-8"))
+            cfg = read_model_json(where / "tokenizer_config.json")  # a FIFO there: one line, never a hang
+        except InputError:
+            raise
         except (OSError, ValueError):
             continue
         if isinstance(cfg, dict) and cfg.get("chat_template"):
@@ -454,11 +479,12 @@ def has_chat_template(folder: str | Path) -> bool:
 
 def folder_dtype(folder: str | Path) -> str | None:
     """The dtype a model folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
-    import json
 
     path = Path(folder) / "config.json"
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        cfg = read_model_json(path) if path.is_file() else {}
+    except InputError:
+        raise
     except (OSError, ValueError):
         return None
     value = cfg.get("dtype") or cfg.get("torch_dtype") if isinstance(cfg, dict) else None
