@@ -152,3 +152,17 @@ def test_statistics_no_calibration_gives_are_one_line(tiny: Path, stats: Path, t
     )
     assert code == 2 and why in line and "which no calibration gives" in line, line
     assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_a_shard_header_nested_too_deep_is_one_line(tiny: Path, tmp_path: Path) -> None:
+    import struct
+
+    folder = tmp_path / "base"
+    shutil.copytree(tiny, folder)
+    header = b'{"__metadata__": {"format": "pt"}, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    header += b" " * (-len(header) % 8)
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    code, line = _run(
+        "calibrate", "--set", f"base.model={folder}", "--set", "data.samples=2", "--out", str(tmp_path / "s")
+    )
+    assert code == 2 and "model.safetensors: not a readable safetensors file (its header is nested too deep)" in line

@@ -156,6 +156,8 @@ def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[s
         }
     except InputError:
         raise
+    except RecursionError:  # a header nested deeper than a JSON parser goes
+        raise InputError(f"{path}: not a readable safetensors file (its header is nested too deep); {fix}") from None
     except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
         raise InputError(f"{path}: not a readable safetensors file ({e}); {fix}") from None
     check_entries(path, entries.values(), base, size, fix)
