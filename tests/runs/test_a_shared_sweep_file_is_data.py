@@ -227,5 +227,5 @@ def test_the_sweep_s_text_is_never_shown_raw(tmp_path: Path) -> None:
     code, text = _from_sweep(_write(tmp_path, data), tmp_path)
     assert code == 2, text
     line = _error_line(text)
-    assert "the recipe's data differs from the sweep's" in line and "\\x1b[31m" in line, line
+    assert "the recipe's data.math differs from the sweep's" in line and "\\x1b[31m" in line, line
     assert "\x1b" not in text
