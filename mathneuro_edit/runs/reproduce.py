@@ -80,7 +80,7 @@ def read_any_lock(source: str | Path) -> dict[str, Any]:
     return read_lock(p)
 
 
-_LOCK_NAMED = re.compile(r"`mathneuro_recipe\.lock\.yaml` in this repo \(sha256 `([0-9a-f]{64})`\)")
+_LOCK_NAMED = re.compile(r"`mathneuro_recipe\.lock\.yaml` in this (?:repo|folder) \(sha256 `([0-9a-f]{64})`\)")
 
 
 def _lock_beside_card(card: Path, text: str) -> dict[str, Any]:
