@@ -246,7 +246,7 @@ def test_reproduce_json_of_an_edited_folder_prints_its_report_as_json_on_stdout(
 def test_reproduce_of_a_card_refuses_a_lock_beside_it_that_is_not_the_one_it_names(run: Path) -> None:
     card = run / "checkpoint" / "README.md"
     lock = run / "checkpoint" / "mathneuro_recipe.lock.yaml"
-    assert "`mathneuro_recipe.lock.yaml` in this repo (sha256 `" in card.read_text()
+    assert "`mathneuro_recipe.lock.yaml` in this folder (sha256 `" in card.read_text()
     lock.write_text(lock.read_text() + "# edited after the run\n")  # still a valid lock, another sha256
     code, _, text = _cli("reproduce", card)
     assert code == 2, text
