@@ -74,7 +74,9 @@ def _fake(monkeypatch, table, seen=None):
     def outcomes(model, tok, problems, **kw):
         acc, restart = table[state["method"]]
         if seen is not None:
-            seen.append((state["method"], str(next(model.parameters()).dtype), float(model.model.norm.weight[0].detach())))
+            seen.append(
+                (state["method"], str(next(model.parameters()).dtype), float(model.model.norm.weight[0].detach()))
+            )
         correct, completions = [], []
         for p in problems:
             u = int(hashlib.sha256(p["question"].encode()).hexdigest()[:8], 16) % 100
@@ -191,3 +193,28 @@ def test_the_format_verdict_by_hand():
     assert format_verdict(base, cand, base, 0.05)[0] == "math-boost"
     assert format_verdict(base, cand, cand, 0.05)[0] == "not-specific"
     assert format_verdict(base, base, base, 0.05)[0] == "no-gain"
+
+
+def test_the_card_states_the_controls_the_formats_and_the_operations(real):
+    from mathneuro_edit.publish.card_sections import sweep_effect, sweep_evidence
+
+    folder, d = real
+    lock = {"sweep": read_sweep(folder).lock_entry()}
+    c = d["confirmation"]
+    effect, evidence = sweep_effect(lock), sweep_evidence(lock)
+    assert "magnitude-matched control" in effect and "bfloat16 weights this repository stores" in effect
+    base, cand = c["formats"][0]["arms"]["base"], c["formats"][0]["arms"]["candidate"]
+    for op in ("+", "-", "*"):
+        b, e = base["by_operation"][op], cand["by_operation"][op]
+        assert (
+            f"`{op}` {100 * b['correct'] / b['n']:.1f}% -> {100 * e['correct'] / e['n']:.1f}% ({b['n']} problems)"
+            in effect
+        )
+    other = c["formats"][1]
+    said = "confirmed there too" if other["verdict"] == "math-boost" else f"not confirmed ({other['verdict']})"
+    assert f"Under a second prompt format (equations 2-shot, 150 problems) it was {said}." in effect
+    for name in ("general-specific", "random"):
+        t = next(t for t in c["formats"][0]["tests"] if t["before"] == name and t["after"] == "candidate")
+        assert f"| {name} |" in evidence and f"{t['after_only']} vs {t['before_only']}" in evidence
+    # the lock keeps the counts, not the sweep's per-problem lists
+    assert "problems_sha256" not in json.dumps(lock["sweep"]["formats"])
