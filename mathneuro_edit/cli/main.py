@@ -277,10 +277,10 @@ def _with_top_k(recipe: Any, top_k: float) -> Any:
     Why not ``--set mask.top_k=X``: the value is a float already; written back as YAML, ``1e-05`` would be read
     as a string.
     """
-    from ..recipe.types import _top_k
+    from ..recipe.types import check_top_k
 
     try:
-        _top_k(top_k)
+        check_top_k(top_k)
     except ValueError as e:
         raise InputError(f"--top-k: {e}") from None
     return recipe.model_copy(update={"mask": recipe.mask.model_copy(update={"top_k": top_k})})

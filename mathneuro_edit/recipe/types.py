@@ -45,13 +45,13 @@ Positive = Annotated[StrictInt, _check(lambda v: v >= 1, "must be an integer >= 
 NonNegative = Annotated[StrictInt, _check(lambda v: v >= 0, "must be an integer >= 0")]
 
 
-def _top_k(value: float) -> float:
+def check_top_k(value: float) -> float:
     if not 0 < value <= 1:
         raise ValueError(f"must be in (0, 1] (got {_show(value)}){top_k_hint(value)}")
     return value
 
 
-TopK = Annotated[float, AfterValidator(_top_k)]
+TopK = Annotated[float, AfterValidator(check_top_k)]
 # the edit is computed in float32 (engine.apply.edited_values): a scale above its largest value is inf there
 Scale = Annotated[
     float,
