@@ -38,7 +38,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from ..errors import InputError
 from ..evaluation.report import effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
-from ..recipe.io import recipe_from_dict
+from ..recipe.io import recipe_fields, recipe_from_dict
 from ..recipe.safe_yaml import dump_yaml
 from ..recipe.schema import Recipe
 from ..util.config_sizes import read_model_json
@@ -435,7 +435,39 @@ def short_recipe(public: Mapping[str, Any]) -> dict[str, Any]:
         >>> short_recipe(quickstart_recipe().public_dict())["edit"]
         {'prune': True}
     """
-    return recipe_from_dict(dict(public), where="the lock's recipe").model_dump(mode="json", exclude_defaults=True)
+    # not validated again: a published lock's recipe has its local paths redacted (`<local>`), which a recipe that
+    # needs a GGUF base (outputs.gguf: base) would refuse; the documented defaults decide what is shown
+    defaults = {key: default for key, _, default, _ in recipe_fields()}
+    return _non_default(dict(public), "", defaults)
+
+
+_SOURCES = ("data.math", "data.general", "evaluation.math", "evaluation.general")
+
+
+def _non_default(d: Mapping[str, Any], prefix: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``d`` without the keys whose value is their documented default (a data source by the ``source.*`` ones)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = prefix + k
+        if key in _SOURCES:
+            items = v if isinstance(v, list) else [v]
+            kept = [_non_default(x, "source.", defaults) if isinstance(x, Mapping) else x for x in items]
+            out[k] = kept if isinstance(v, list) else kept[0]
+        elif isinstance(v, Mapping) and key not in defaults:
+            sub = _non_default(v, key + ".", defaults)
+            if sub:
+                out[k] = sub
+        elif key not in defaults:
+            if v is not None and v != []:  # an optional section left out, a list section left empty: defaults
+                out[k] = v
+        elif defaults[key] == "(required)" or v != _json(defaults[key]):
+            out[k] = v
+    return out
+
+
+def _json(value: Any) -> Any:
+    """A default as the public recipe writes it (tuples as lists)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _eval_json(path: Path) -> dict[str, Any]:
