@@ -168,15 +168,19 @@ def test_the_page_s_gguf_name_is_what_its_recipe_gives() -> None:
     assert f"`{name}`" in (ROOT / "docs" / "publishing.md").read_text(encoding="utf-8")
 
 
-def _workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The repository root as the page runs from it: the recipes, and the tiny GGUF at the page's path."""
+def _workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gguf: Path | None = None) -> Path:
+    """The repository root as the page runs from it: the recipes, and at the page's path the tiny GGUF (or
+    ``gguf``, the real SmolLM2 file, linked)."""
     from tests._gguf_tiny import tiny_llama, write_gguf
 
     work = tmp_path / "mathneuro-edit"  # the page runs from the repository root
     work.mkdir()
     shutil.copytree(ROOT / "recipes", work / "recipes")
     (work / GGUF).parent.mkdir(parents=True)
-    write_gguf(tiny_llama(), work / GGUF)
+    if gguf is None:
+        write_gguf(tiny_llama(), work / GGUF)
+    else:
+        (work / GGUF).symlink_to(gguf.resolve())
     monkeypatch.chdir(work)
     monkeypatch.setenv("MATHNEURO_EDIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -291,9 +295,26 @@ def test_the_guide_releases_the_committed_search_with_step_2_s_hub_dataset(
 ) -> None:
     """Issue 39 item 2: with step 2's ``hub_dataset`` keys, step 5 refused the committed search (exit 2, the
     differing key unnamed). Now it releases the search's confirmed setting, and the cards name the data's origins."""
+    _release_the_committed_search(fake_hub, _workspace(tmp_path, monkeypatch))
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_the_guide_releases_the_committed_search_on_smollm2(
+    smollm2: Path, fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same on the model the search ran on, as a new user follows the page: the release's mask is the one the
+    search confirmed, bit for bit (its sha256 is in sweep.json), so the card's evidence is this model's."""
+    _release_the_committed_search(fake_hub, _workspace(tmp_path, monkeypatch, gguf=smollm2))
+    lock = yaml.safe_load(Path("out/smollm2-release/mathneuro_recipe.lock.yaml").read_text())
+    assert lock["sweep"]["mask_matches_confirmation"] is True, lock["sweep"]["confirmation"]["mask_sha256"]
+    assert "this run's mask differs" not in Path("out/smollm2-release/checkpoint/README.md").read_text()
+
+
+def _release_the_committed_search(fake_hub: FakeHub, work: Path) -> None:
+    """The page in its order with the committed search as its sweep's output, and what its release holds."""
     from huggingface_hub import ModelCard
 
-    work = _workspace(tmp_path, monkeypatch)
     _, namespace, confirmed = _follow_the_page(work, SMALL_EVALUATION, search=SEARCH)
     assert confirmed, "the page's worked example is a confirmed search"
     _the_three_repos_load_as_the_page_says(fake_hub, namespace)

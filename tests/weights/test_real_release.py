@@ -2,14 +2,15 @@
 ``base.hub_id: HuggingFaceTB/SmolLM2-135M-Instruct``, released as a user finds and loads it:
 
 - the card names ``base_model`` (the Hub's model tree) and has a true title; ``ModelCard.load`` reads back the
-  model-index with this model's and the base's values on the named arithmetic source;
+  model-index with this model's values only on the named arithmetic source;
 - the checkpoint is bfloat16 (``outputs.dtype: auto``: the Q4_1 file does not say its source's dtype), about the
   size of SmolLM2's bf16 release (134,515,008 parameters x 2 bytes), not the 538 MB of the float32 dequantized
   folder; its tokenizer_config.json carries nothing of the local cache;
 - the GGUF keeps the source's names as llama.cpp's converter writes them for that Hub model
   (``SmolLM2-135M-Instruct-MathNeuro-Scale1.1-Q8_0.gguf``; basename, size label, organization, languages);
-- the adapter names no base (its deltas are to the dequantized GGUF, not to the Hub weights) and its card says
-  which folder to load; ``verify`` passes on every output.
+- the adapter's config names no base (its deltas are to the dequantized GGUF, not to the Hub weights); its card
+  names the Hub model it stands for and loads it over the GGUF file with transformers and PEFT alone; ``verify``
+  passes on every output.
 Budget: about 2 minutes on 2 cores after the dequantization (4 calibration texts of 32 tokens, 3 problems).
 """
 
@@ -60,7 +61,8 @@ def test_card_names_the_hub_base_and_the_hub_reads_the_results(release: Path) ->
     assert not any("base model" in name for _, name in got)  # this model's results only
     arithmetic = next(r for r in card.data.eval_results if r.dataset_type == "mathneuro-edit-arithmetic")
     assert arithmetic.source_url.endswith("mathneuro_edit/data/arithmetic.py")
-    assert "stored in bfloat16" in card.text and "the evaluation below ran in float32" in card.text
+    assert "stored in bfloat16" in card.text and "the evaluation below ran on these bfloat16 weights" in card.text
+    assert "| files | safetensors, bfloat16 (not quantized) |" in card.text and card.data.language == ["en"]
     assert "lock_version" not in card.text and card.text.count("```yaml") == 1
 
 
@@ -103,12 +105,14 @@ def test_gguf_is_named_like_llama_cpp_names_the_hub_model(release: Path) -> None
     assert lock["base"]["gguf"]["general"]["organization"] == "HuggingFaceTB"  # what the source GGUF says
 
 
-def test_the_adapter_names_no_base_and_its_card_says_which_folder(release: Path) -> None:
+def test_the_adapter_config_names_no_base_and_its_card_loads_it_over_the_gguf_file(release: Path) -> None:
     cfg = json.loads((release / "adapter" / "adapter_config.json").read_text())
     assert cfg["base_model_name_or_path"] is None  # not the Hub id: its deltas are to the dequantized GGUF
     text = (release / "adapter" / "README.md").read_text()
-    assert "the folder `mathneuro-edit dequantize FILE.gguf` prints" in text
+    assert "The adapter holds deltas to the weights of the GGUF file `SmolLM2-135M-Instruct.Q4_1.gguf`" in text
+    assert 'os.environ["BASE_MODEL_GGUF"]' in text and "gguf_file=name, dtype=torch.float32" in text
     assert "nor to the Hub model it was converted from" in text
     from huggingface_hub import ModelCard
 
-    assert ModelCard.load(release / "adapter" / "README.md").data.base_model is None  # not an adapter OF the Hub model
+    card = ModelCard.load(release / "adapter" / "README.md")  # the Hub model it stands for (issue 39 item 3)
+    assert card.data.base_model == HUB_ID and f"base_model:adapter:{HUB_ID}" in card.data.tags
