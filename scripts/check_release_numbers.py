@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
+from mathneuro_edit.engine.apply import round_weights_
 from mathneuro_edit.evaluation.runner import evaluate
 from mathneuro_edit.publish.lock import read_lock, recipe_from_lock
 from mathneuro_edit.runs.step_evaluate import eval_tasks
@@ -39,9 +40,7 @@ def main() -> int:
     tasks = [t for t in eval_tasks(recipe) if t.name in ("math", "general")]
     store = release_dtype(recipe)
     base, tok = load_recipe_model(recipe)
-    if store is not None:
-        for p in base.parameters():
-            p.data.copy_(p.data.to(store))
+    round_weights_(base, store)  # the base as a checkpoint of the release's dtype holds it
     with torch.no_grad():
         got_base = evaluate(base, tok, tasks, progress=False).to_dict(predictions=True)
     del base

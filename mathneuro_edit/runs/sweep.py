@@ -155,6 +155,14 @@ class _Arm:
     round: int = 0
 
 
+def _general_change(base_general: dict[str, Any], g: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """An edit's general result (loss sums per text, KL) and its paired change against the base's on the same
+    texts (:func:`~mathneuro_edit.evaluation.results.compare`; empty when there is nothing to compare)."""
+    base_g = _general_result(base_general["loss_sums"], base_general["tokens"])
+    ed_g = _general_result(g.get("loss_sums", []), base_general["tokens"], float(g.get("kl", math.nan)))
+    return ed_g, compare(base_g, ed_g) or {}
+
+
 def _sweep_point(arm: _Arm, name: str, base_correct: Sequence[bool], base_general: dict[str, Any]) -> SweepPoint:
     """A :class:`SweepPoint` from an arm's flags (paired with the base's first ``len(flags)``) and general result."""
     n = len(arm.correct)
@@ -163,9 +171,7 @@ def _sweep_point(arm: _Arm, name: str, base_correct: Sequence[bool], base_genera
     p = mcnemar_exact(b, c)
     lo, hi = wilson_interval(k, n)
     g = arm.general or {}
-    base_g = _general_result(base_general["loss_sums"], base_general["tokens"])
-    ed_g = _general_result(g.get("loss_sums", []), base_general["tokens"], float(g.get("kl", math.nan)))
-    cmp_ = compare(base_g, ed_g) or {}
+    ed_g, cmp_ = _general_change(base_general, g)
     return SweepPoint(
         arm.top_k,
         arm.scale,
@@ -355,12 +361,10 @@ def _general_cost(ctx: _ConfirmContext, mask: Any, scale: float) -> dict[str, An
     """An edit's general loss change (paired, with its standard error) and KL on the selection's general texts."""
     base_g = ctx.evaluator.base_general()
     g = ctx.evaluator.general(mask, scale)
-    b = _general_result(base_g["loss_sums"], base_g["tokens"])
-    e = _general_result(g["loss_sums"], base_g["tokens"], float(g["kl"]))
-    cmp_ = compare(b, e) or {}
+    e, cmp_ = _general_change(base_g, g)
     return {
         "texts": len(ctx.texts),
-        "tokens": b.n_tokens,
+        "tokens": e.n_tokens,  # the base's token counts: the same texts
         "loss": _num(e.loss),
         "loss_change": _num(cmp_.get("loss_change")),
         "loss_change_se": _num(cmp_.get("loss_change_se")),
