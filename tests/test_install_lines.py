@@ -48,10 +48,18 @@ def install_lines() -> list[tuple[str, str]]:
     return found
 
 
+# pip options whose next word is a value (a folder, a file), not a requirement
+VALUED = {"--target", "-t", "--prefix", "--root", "-d", "--dest", "-w", "--wheel-dir", "-c", "--constraint"}
+
+
 def check(args: str) -> None:
-    tokens = [t for t in shlex.split(args.strip().rstrip(".,:")) if not t.startswith("-")]
+    words = shlex.split(args.strip().rstrip(".,:"))
+    tokens = [t for i, t in enumerate(words) if not t.startswith("-") and (i == 0 or words[i - 1] not in VALUED)]
     assert tokens, args
     for token in tokens:
+        if token.endswith(".whl"):  # a local wheel (or a glob of them): a file, named as one
+            assert "/" in token, f"{args}: a wheel is installed by its path"
+            continue
         if token.startswith(".[") or token == ".":
             extras = set(token[2:-1].split(",")) if token != "." else set()
             assert extras <= EXTRAS, (args, extras - EXTRAS)
@@ -80,6 +88,8 @@ def test_the_check_refuses_what_does_not_install() -> None:
         '-e ".[nosuchextra]"',
         '"mathneuro-edit[gguf] @ git+https://x/y"  ',
         "mathneuro-edit",
+        "--target /tmp/site mathneuro-edit",
+        "--target /tmp/site",
     ):
         try:
             check(args)
