@@ -117,3 +117,26 @@ def evil(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
     monkeypatch.setenv(MARKER_ENV, str(marker))
     monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))  # a cached copy must not hide a run
     return base, marker
+
+
+# ------------------------------------------------------------------------------------------- output byte record
+# MATHNEURO_EDIT_RECORD_BYTES=DIR: at the end of the session each pytest process writes the sha256 of every file its
+# tests left under its temporary folder (outputs, cards, locks, push dry runs) to DIR/<worker>.tsv. A restructuring
+# records before and after and compares the two with scripts/compare_output_bytes.py: same behaviour = same bytes.
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    record = os.environ.get("MATHNEURO_EDIT_RECORD_BYTES")
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if not record or factory is None:
+        return
+    import hashlib
+
+    base = factory.getbasetemp()
+    rows = []
+    for path in sorted(base.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            rows.append(
+                f"{hashlib.sha256(path.read_bytes()).hexdigest()}\t{path.stat().st_size}\t{path.relative_to(base)}"
+            )
+    Path(record).mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (Path(record) / f"{worker}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
