@@ -60,7 +60,7 @@ def main() -> None:
     from mathneuro_edit.engine.targets import find_targets
     from mathneuro_edit.evaluation.prompts import encode_prompts
     from mathneuro_edit.evaluation.runner import GeneralTask, MathTask, evaluate, math_accuracy
-    from mathneuro_edit.evaluation.runtime import _pad, _special_ids
+    from mathneuro_edit.evaluation.runtime import pad_rows, special_ids
     from mathneuro_edit.recipe.io import quickstart_recipe
     from mathneuro_edit.runs.steps import load_recipe_model
 
@@ -76,13 +76,15 @@ def main() -> None:
     ]
 
     def bare_generate() -> float:
-        pad_id, eos_ids = _special_ids(model, tok)
+        pad_id, eos_ids = special_ids(model, tok)
         encoded = encode_prompts(tok, problems, [], "auto")
         order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
         t0 = time.process_time()
         with torch.no_grad():
             for s in range(0, len(order), args.batch):
-                ids, attn = _pad([encoded[i] for i in order[s : s + args.batch]], pad_id, "left", torch.device("cpu"))
+                ids, attn = pad_rows(
+                    [encoded[i] for i in order[s : s + args.batch]], pad_id, "left", torch.device("cpu")
+                )
                 model.generate(
                     input_ids=ids,
                     attention_mask=attn,

@@ -139,7 +139,7 @@ def main() -> int:
         return 0
     from mathneuro_edit.evaluation.greedy import math_outcomes
     from mathneuro_edit.evaluation.runner import MathTask, _run_math
-    from mathneuro_edit.evaluation.runtime import _eval_mode
+    from mathneuro_edit.evaluation.runtime import eval_mode
     from mathneuro_edit.recipe.io import load_recipe
     from mathneuro_edit.weights.loading import load_model
 
@@ -158,7 +158,7 @@ def main() -> int:
         prompt_style=ev.prompt_style,
     )
     c = time.process_time()
-    with _eval_mode(model):
+    with eval_mode(model):
         ref = _run_math(model, tok, task, 64, False, "generate")
     gen_cpu = time.process_time() - c
     c = time.process_time()

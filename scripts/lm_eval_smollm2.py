@@ -33,7 +33,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mathneuro_edit.evaluation.lm_eval_bridge import LmEvalTask, run_lm_eval
+    from mathneuro_edit.evaluation.lm_eval_bridge import run_lm_eval
+    from mathneuro_edit.evaluation.lm_eval_task import LmEvalTask
 
     gguf = Path(args.gguf)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .runtime import _device, _eval_mode, _pad
+from .runtime import eval_mode, model_device, pad_rows
 
 __all__ = ["BaseSupport", "EditedGeneral", "base_support", "edited_general"]
 
@@ -73,7 +73,7 @@ def base_support(
     model: nn.Module, tokenizer: Any, texts: Sequence[str], *, max_length: int, k: int = 256, batch_size: int = 8
 ) -> BaseSupport:
     """The base's top-``k`` next-token support and exact loss on every text (model in eval mode, no grad)."""
-    with _eval_mode(model):
+    with eval_mode(model):
         return _base_support(model, _rows(tokenizer, texts, max_length), k, batch_size)
 
 
@@ -84,7 +84,7 @@ def _base_support(model: nn.Module, rows: list[list[int]], k: int, batch_size: i
     loss: list[float] = []
     for s in range(0, len(rows), batch_size):
         chunk = rows[s : s + batch_size]
-        ids, attn = _pad(chunk, 0, "right", _device(model))  # right padding cannot change a text's own outputs
+        ids, attn = pad_rows(chunk, 0, "right", model_device(model))  # right padding cannot change a text's own outputs
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
         for b, r in enumerate(chunk):
             n = len(r)
@@ -106,7 +106,7 @@ def _log_outside(logp: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
 
 def edited_general(model: nn.Module, support: BaseSupport, *, batch_size: int = 8) -> EditedGeneral:
     """Loss of the model as it is now (an edit applied) on the support's texts, and its coarse KL from the base."""
-    with _eval_mode(model):
+    with eval_mode(model):
         return _edited_general(model, support, batch_size)
 
 
@@ -116,7 +116,7 @@ def _edited_general(model: nn.Module, support: BaseSupport, batch_size: int) -> 
     rows = support.rows
     for s in range(0, len(rows), batch_size):
         chunk = rows[s : s + batch_size]
-        ids, attn = _pad(chunk, 0, "right", _device(model))
+        ids, attn = pad_rows(chunk, 0, "right", model_device(model))
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
         for b, r in enumerate(chunk):
             n, i = len(r), s + b

@@ -30,7 +30,7 @@ from transformers import DynamicCache
 from .memory import fitted_batch, generation_batch_bytes
 from .prompts import ChatSetting, PromptStyle, completion_done, encode_prompts, extract_prediction, uses_chat_template
 from .results import MathPrediction, extract_answer, truncate_completion
-from .runtime import _eval_mode, _special_ids
+from .runtime import eval_mode, special_ids
 
 __all__ = ["shared_prefix_length", "greedy_completions", "math_outcomes"]
 
@@ -85,7 +85,7 @@ def greedy_completions(
         rows: the prompts' token ids.
         prefills: each prompt's prefill (the stopping rule reads the first number after it).
         max_new_tokens: generation budget per row.
-        pad_id, eos_ids: as :func:`~mathneuro_edit.evaluation.runtime._special_ids` returns them.
+        pad_id, eos_ids: as :func:`~mathneuro_edit.evaluation.runtime.special_ids` returns them.
         batch_size: rows per batch.
 
     Returns:
@@ -173,8 +173,8 @@ def math_outcomes(
     chat = uses_chat_template(tokenizer, chat_template)
     rows = encode_prompts(tokenizer, problems, shots, chat, prompt_style)
     prefills = [p.get("prefill") for p in problems]
-    pad_id, eos_ids = _special_ids(model, tokenizer)
-    with _eval_mode(model):
+    pad_id, eos_ids = special_ids(model, tokenizer)
+    with eval_mode(model):
         texts = greedy_completions(
             model,
             tokenizer,

@@ -8,13 +8,12 @@ Offline use: ``include_path`` is a folder of task YAMLs (``lm_eval.tasks.TaskMan
 shipped ``recipes/lm_eval_tasks/`` (``dataset_path: json`` over vendored JSONL files). lm-eval hands a relative
 ``dataset_kwargs.data_files`` to ``datasets.load_dataset``, which resolves it against the *working directory*; here
 it is resolved against the folder of the YAML that names it, so a task folder works from any working directory.
-Every file of the folder is hashed (:func:`include_path_hashes`): the hash is part of the task's fingerprint and of
+Every file of the folder is hashed (:func:`~mathneuro_edit.evaluation.lm_eval_task.include_path_hashes`): the hash is part of the task's fingerprint and of
 the run's lock.
 
 This module runs the tasks (:func:`run_lm_eval`: lm-eval's model wrapper on the in-memory model, its output kept
 quiet); the task spec, its result and report are in :mod:`mathneuro_edit.evaluation.lm_eval_task`, lm-eval's task
-index and the checks before a run in :mod:`mathneuro_edit.evaluation.lm_eval_index`. Every public name of both is
-re-exported here.
+index and the checks before a run in :mod:`mathneuro_edit.evaluation.lm_eval_index`.
 """
 
 from __future__ import annotations
@@ -27,21 +26,10 @@ from typing import Any
 from torch import nn
 
 from ..errors import InputError
-from .lm_eval_index import _task_specs, check_lm_eval_task, missing_task_message, require_lm_eval, task_manager
-from .lm_eval_task import REPORT_KEYS, LmEvalResult, LmEvalTask, harness_report, include_path_hashes
+from .lm_eval_index import require_lm_eval, task_manager, task_specs
+from .lm_eval_task import LmEvalResult, LmEvalTask, harness_report
 
-__all__ = [
-    "LmEvalTask",
-    "LmEvalResult",
-    "require_lm_eval",
-    "run_lm_eval",
-    "include_path_hashes",
-    "check_lm_eval_task",
-    "missing_task_message",
-    "task_manager",
-    "harness_report",
-    "REPORT_KEYS",
-]
+__all__ = ["run_lm_eval"]
 
 
 def _flatten(results: dict[str, dict[str, Any]], n_samples: dict[str, Any]) -> dict[str, float]:
@@ -155,7 +143,7 @@ def run_lm_eval(
             "template; set apply_chat_template: false for a base (non-chat) model"
         )
     manager = task_manager(task)  # lm-eval's own tasks are indexed (~30 s) only when one is not in include_path
-    specs = _task_specs(task, manager)
+    specs = task_specs(task, manager)
     device = getattr(model, "device", None) or next(model.parameters()).device
 
     class NewTokensHFLM(hflm_class):  # type: ignore[misc, valid-type]

@@ -58,7 +58,7 @@ def _resolve(value: Any, folder: Path) -> Any:
     return value
 
 
-def _task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
+def task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
     """Task names, or for a YAML task under ``include_path`` its full config with ``data_files`` resolved.
 
     Raises:
@@ -162,4 +162,4 @@ def check_lm_eval_task(task: LmEvalTask) -> None:
     Raises:
         InputError: lm-eval is not installed, or a task is unknown (:func:`missing_task_message`).
     """
-    _task_specs(task, task_manager(task))
+    task_specs(task, task_manager(task))

@@ -5,7 +5,6 @@ made public (:func:`harness_report`).
 Apart from the harness code (:mod:`mathneuro_edit.evaluation.lm_eval_index`,
 :mod:`mathneuro_edit.evaluation.lm_eval_bridge`) because none of it imports lm-eval or a model: a task is checked,
 fingerprinted and recorded (in eval.json and the lock) without the eval extra installed.
-:mod:`mathneuro_edit.evaluation.lm_eval_bridge` re-exports every public name.
 """
 
 from __future__ import annotations

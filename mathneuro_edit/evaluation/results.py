@@ -99,33 +99,10 @@ def math_prompt(question: str, shots: Sequence[Mapping[str, str]] = ()) -> str:
     return "\n\n".join([*parts, f"Question: {question}\nAnswer:"])
 
 
-def _need(ok: bool, message: str) -> None:
+def need(ok: bool, message: str) -> None:
+    """Raise :class:`~mathneuro_edit.errors.InputError` with ``message`` unless ``ok``: the evaluation's input checks."""
     if not ok:
         raise InputError(message)
-
-
-def _check_problems(where: str, problems: Any) -> tuple[dict[str, str], ...]:
-    """Validate ``[{"question": str, "answer": str, "prefill": str (optional)}]`` with a ``#### <integer>`` in
-    every answer; returns plain copies (``prefill`` only where given)."""
-    _need(
-        isinstance(problems, Sequence) and not isinstance(problems, str),
-        f"{where}: must be a list of {{'question': str, 'answer': str}} dicts, got {type(problems).__name__}",
-    )
-    for i, p in enumerate(problems):
-        ok = isinstance(p, Mapping) and isinstance(p.get("question"), str) and isinstance(p.get("answer"), str)
-        _need(ok, f"{where}[{i}]: must be a dict with str 'question' and 'answer', got {p!r:.80}")
-        _need(
-            extract_answer(p["answer"]) is not None,
-            f"{where}[{i}]: the answer has no '#### <integer>' line; GSM8K answers end with '#### 42'",
-        )
-        _need(
-            p.get("prefill") is None or isinstance(p["prefill"], str),
-            f"{where}[{i}]: prefill must be a string (the text that starts the answer), got {p.get('prefill')!r:.40}",
-        )
-    return tuple(
-        {"question": p["question"], "answer": p["answer"], **({"prefill": p["prefill"]} if p.get("prefill") else {})}
-        for p in problems
-    )
 
 
 @dataclass(frozen=True)

@@ -24,29 +24,31 @@ from transformers import StoppingCriteriaList
 
 from ..engine.apply import ReversibleEdit
 from ..errors import InputError
-from .lm_eval_bridge import LmEvalTask, require_lm_eval, run_lm_eval
+from .lm_eval_bridge import run_lm_eval
+from .lm_eval_index import require_lm_eval
+from .lm_eval_task import LmEvalTask
 from .memory import fitted_batch, general_batch_bytes, generation_batch_bytes
 from .prompts import ChatSetting, encode_prompts, extract_prediction
-from .results import (  # re-exported: the result types and text helpers are part of this module's API
+from .results import (
     EvalResults,
     GeneralResult,
     MathPrediction,
     MathResult,
     TaskResult,
-    _need,
     extract_answer,
+    need,
     truncate_completion,
 )
 from .runtime import (
-    _AnswerStop,
-    _batches,
-    _device,
-    _edit_guard,
-    _eval_mode,
-    _pad,
-    _special_ids,
+    AnswerStop,
+    batch_ranges,
+    edit_guard,
+    eval_mode,
+    model_device,
+    pad_rows,
+    special_ids,
 )
-from .tasks import GeneralTask, MathTask, Task, _is_int
+from .tasks import GeneralTask, MathTask, Task, is_int
 
 __all__ = ["MathTask", "GeneralTask", "LmEvalTask", "math_accuracy", "general_loss", "evaluate", "DEFAULT_BATCH_SIZE"]
 
@@ -61,7 +63,7 @@ DEFAULT_BATCH_SIZE = 16
 def _run_math(
     model: nn.Module, tokenizer: Any, task: MathTask, batch_size: int, progress: bool, desc: str
 ) -> MathResult:
-    pad_id, eos_ids = _special_ids(model, tokenizer)
+    pad_id, eos_ids = special_ids(model, tokenizer)
     shots = task.shots[: task.n_shot]
     prefills = [p.get("prefill") for p in task.problems]
     # no padding/truncation arguments: we pad, the tokenizer stays as is
@@ -74,11 +76,11 @@ def _run_math(
         model, batch_size, lambda s, b: generation_batch_bytes(s, b, longest, task.max_new_tokens)
     )
     completions: dict[int, str] = {}
-    for chunk in _batches(len(order), batch_size, desc, progress):
+    for chunk in batch_ranges(len(order), batch_size, desc, progress):
         idx = [order[j] for j in chunk]
         # left padding: every row's last prompt token sits at the same position, where generation continues
-        ids, attn = _pad([encoded[i] for i in idx], pad_id, "left", _device(model))  # (batch, prompt tokens)
-        stop = _AnswerStop(tokenizer, ids.shape[1], [prefills[i] for i in idx])
+        ids, attn = pad_rows([encoded[i] for i in idx], pad_id, "left", model_device(model))  # (batch, prompt tokens)
+        stop = AnswerStop(tokenizer, ids.shape[1], [prefills[i] for i in idx])
         out = model.generate(
             input_ids=ids,
             attention_mask=attn,
@@ -149,11 +151,11 @@ def _run_general(
         vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 0
         if sum(len(r) for r in rows_all) * vocab * 4 <= KEEP_LOGPROBS_MAX_BYTES:
             kept = []
-    for chunk in _batches(len(rows_all), batch_size, desc, progress):
+    for chunk in batch_ranges(len(rows_all), batch_size, desc, progress):
         rows = [rows_all[i] for i in chunk]
         # right padding: with causal attention, padding after a text cannot change its real tokens' outputs
         # (pad id 0: any id would do, padded positions are masked and their outputs never read)
-        ids, attn = _pad(rows, 0, "right", _device(model))  # (batch, tokens)
+        ids, attn = pad_rows(rows, 0, "right", model_device(model))  # (batch, tokens)
         base_logits = None
         if cached is None:
             base_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
@@ -170,7 +172,7 @@ def _run_general(
             # float32 log-softmax: in bf16 a large vocabulary's normaliser loses ~3 digits, and KL of two close
             # distributions is a small difference of large numbers; one row at a time bounds the float32 copy
             if cached is not None:
-                base_lp = cached[chunk[b]].to(_device(model))  # (n, vocab), as computed by the earlier call
+                base_lp = cached[chunk[b]].to(model_device(model))  # (n, vocab), as computed by the earlier call
             else:
                 base_lp = base_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
                 if kept is not None:
@@ -206,7 +208,7 @@ def _run_general(
 
 
 def _check_batch_size(batch_size: Any) -> int:
-    _need(_is_int(batch_size, 1), f"batch_size: must be an int >= 1, got {batch_size!r}")
+    need(is_int(batch_size, 1), f"batch_size: must be an int >= 1, got {batch_size!r}")
     return batch_size
 
 
@@ -235,7 +237,7 @@ def math_accuracy(
         ...     math_accuracy(model, tok, [{"question": "2 + 3?", "answer": "#### 5"}]).accuracy
     """
     task = MathTask("math", problems, n_shot, shots, max_new_tokens, chat_template)
-    with _eval_mode(model):
+    with eval_mode(model):
         return _run_math(model, tokenizer, task, _check_batch_size(batch_size), progress, "math")
 
 
@@ -267,7 +269,7 @@ def general_loss(
         >>> general_loss(model, tok, ["The cat sat."], edit=ReversibleEdit(model, mask, 0.0)).kl  # doctest: +SKIP
     """
     task = GeneralTask("general", texts, max_length)
-    with _eval_mode(model), _edit_guard(edit):
+    with eval_mode(model), edit_guard(edit):
         base, edited = _run_general(model, tokenizer, task, edit, _check_batch_size(batch_size), progress, "general")
     return base if edited is None else edited
 
@@ -331,7 +333,7 @@ def evaluate(
                 "drop it from base_results to recompute the base"
             )
     out = EvalResults({}, {})
-    with _eval_mode(model), _edit_guard(edit):
+    with eval_mode(model), edit_guard(edit):
         for t in tasks:
             base = cached.get(t.name)
             if isinstance(t, MathTask):

@@ -1,6 +1,5 @@
-"""Helpers of :mod:`mathneuro_edit.evaluation.runner`: eval mode, the edit guard, padding, special ids, the stop rule.
-
-Kept apart so that the evaluation module stays one stage; nothing here is public API.
+"""What every evaluation runner shares (the runner, greedy completions, general loss and KL): eval mode, the edit
+guard, the model's device, padding, special ids, the stop rule and batch ranges.
 """
 
 from __future__ import annotations
@@ -16,11 +15,11 @@ from transformers import StoppingCriteria
 
 from ..engine.apply import ReversibleEdit
 from .prompts import completion_done
-from .results import _need
+from .results import need
 
 
 @contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
+def eval_mode(model: nn.Module) -> Iterator[None]:
     """``model.eval()`` and ``no_grad`` inside; every submodule's own training flag restored afterwards."""
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
@@ -33,7 +32,7 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
 
 
 @contextmanager
-def _edit_guard(edit: ReversibleEdit | None) -> Iterator[None]:
+def edit_guard(edit: ReversibleEdit | None) -> Iterator[None]:
     """Start from the base weights; end in the state the edit was given in (applied or not), even on errors."""
     if edit is None:
         yield
@@ -48,12 +47,12 @@ def _edit_guard(edit: ReversibleEdit | None) -> Iterator[None]:
             edit.apply()  # edited values are a pure function of the saved originals: bit-identical to before
 
 
-def _device(model: nn.Module) -> torch.device:
+def model_device(model: nn.Module) -> torch.device:
     device = getattr(model, "device", None)
     return device if isinstance(device, torch.device) else next(model.parameters()).device
 
 
-def _special_ids(model: nn.Module, tokenizer: Any) -> tuple[int, list[int]]:
+def special_ids(model: nn.Module, tokenizer: Any) -> tuple[int, list[int]]:
     """``(pad id, eos ids)``: the tokenizer's pad, else an eos (passed per call, the tokenizer is untouched).
 
     The eos ids are the tokenizer's and the model's generation config's together (chat models often stop on
@@ -63,11 +62,11 @@ def _special_ids(model: nn.Module, tokenizer: Any) -> tuple[int, list[int]]:
     flat = [e for x in eos for e in (x if isinstance(x, (list, tuple)) else [x]) if e is not None]
     eos_ids = list(dict.fromkeys(int(e) for e in flat))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_ids[0] if eos_ids else None)
-    _need(pad is not None, "tokenizer: has neither a pad_token nor an eos_token; set tokenizer.eos_token")
+    need(pad is not None, "tokenizer: has neither a pad_token nor an eos_token; set tokenizer.eos_token")
     return int(pad), eos_ids
 
 
-def _pad(
+def pad_rows(
     rows: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad token-id lists to one length; returns ``(ids, attention_mask)``, both ``(batch, tokens)``."""
@@ -80,7 +79,7 @@ def _pad(
     return ids.to(device), attn.to(device)
 
 
-class _AnswerStop(StoppingCriteria):
+class AnswerStop(StoppingCriteria):
     """Stops each row once :func:`~mathneuro_edit.evaluation.prompts.completion_done` says its answer is complete.
 
     What a stopped row gets next is padding (a special token, dropped when decoding). A row's status depends on
@@ -100,7 +99,7 @@ class _AnswerStop(StoppingCriteria):
         return torch.tensor(self.done, device=input_ids.device)
 
 
-def _batches(n: int, batch_size: int, desc: str, progress: bool) -> Iterator[range]:
+def batch_ranges(n: int, batch_size: int, desc: str, progress: bool) -> Iterator[range]:
     starts = range(0, n, batch_size)
     for s in tqdm(starts, desc=desc, disable=not progress, leave=False, unit="batch"):
         yield range(s, min(n, s + batch_size))

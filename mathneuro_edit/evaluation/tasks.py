@@ -18,7 +18,7 @@ from typing import Any
 
 from .lm_eval_task import LmEvalTask
 from .prompts import ChatSetting, PromptStyle
-from .results import _check_problems, _need  # input checks shared with the GSM8K text helpers
+from .results import extract_answer, need
 
 __all__ = ["MathTask", "GeneralTask", "Task"]
 
@@ -27,8 +27,32 @@ def _sha(spec: Any) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def _is_int(x: Any, lo: int, hi: float = math.inf) -> bool:
+def is_int(x: Any, lo: int, hi: float = math.inf) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi
+
+
+def _check_problems(where: str, problems: Any) -> tuple[dict[str, str], ...]:
+    """Validate ``[{"question": str, "answer": str, "prefill": str (optional)}]`` with a ``#### <integer>`` in
+    every answer; returns plain copies (``prefill`` only where given)."""
+    need(
+        isinstance(problems, Sequence) and not isinstance(problems, str),
+        f"{where}: must be a list of {{'question': str, 'answer': str}} dicts, got {type(problems).__name__}",
+    )
+    for i, p in enumerate(problems):
+        ok = isinstance(p, Mapping) and isinstance(p.get("question"), str) and isinstance(p.get("answer"), str)
+        need(ok, f"{where}[{i}]: must be a dict with str 'question' and 'answer', got {p!r:.80}")
+        need(
+            extract_answer(p["answer"]) is not None,
+            f"{where}[{i}]: the answer has no '#### <integer>' line; GSM8K answers end with '#### 42'",
+        )
+        need(
+            p.get("prefill") is None or isinstance(p["prefill"], str),
+            f"{where}[{i}]: prefill must be a string (the text that starts the answer), got {p.get('prefill')!r:.40}",
+        )
+    return tuple(
+        {"question": p["question"], "answer": p["answer"], **({"prefill": p["prefill"]} if p.get("prefill") else {})}
+        for p in problems
+    )
 
 
 @dataclass(frozen=True)
@@ -62,19 +86,19 @@ class MathTask:
 
     def __post_init__(self) -> None:
         where = f"MathTask {self.name!r}"
-        _need(
+        need(
             self.chat_template == "auto" or isinstance(self.chat_template, bool),
             f"{where}: chat_template must be 'auto', True or False, got {self.chat_template!r}",
         )
         object.__setattr__(self, "problems", _check_problems(f"{where}: problems", self.problems))
         object.__setattr__(self, "shots", _check_problems(f"{where}: shots", self.shots))
-        _need(bool(self.problems), f"{where}: problems is empty; pass at least one problem")
-        _need(
-            _is_int(self.n_shot, 0, len(self.shots)),
+        need(bool(self.problems), f"{where}: problems is empty; pass at least one problem")
+        need(
+            is_int(self.n_shot, 0, len(self.shots)),
             f"{where}: n_shot={self.n_shot!r} but {len(self.shots)} shots were given; pass n_shot <= len(shots)",
         )
-        _need(
-            _is_int(self.max_new_tokens, 1), f"{where}: max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}"
+        need(
+            is_int(self.max_new_tokens, 1), f"{where}: max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}"
         )
 
     @property
@@ -113,10 +137,10 @@ class GeneralTask:
 
     def __post_init__(self) -> None:
         ok = not isinstance(self.texts, str) and bool(self.texts) and all(isinstance(t, str) for t in self.texts)
-        _need(ok, f"GeneralTask {self.name!r}: texts must be a non-empty list of str")
+        need(ok, f"GeneralTask {self.name!r}: texts must be a non-empty list of str")
         object.__setattr__(self, "texts", tuple(self.texts))
-        _need(
-            _is_int(self.max_length, 2),
+        need(
+            is_int(self.max_length, 2),
             f"GeneralTask {self.name!r}: max_length must be an int >= 2, got {self.max_length!r}",
         )
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from ..engine.mask import as_mask
 from ..errors import InputError
-from ..evaluation.lm_eval_bridge import LmEvalTask, check_lm_eval_task
+from ..evaluation.lm_eval_index import check_lm_eval_task
+from ..evaluation.lm_eval_task import LmEvalTask
 from ..layout import MASK_NAME, STATS_DIR
 from ..publish.lock import output_hashes
 from ..publish.outputs import ADAPTER, CHECKPOINT, GGUF, output

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..engine.mask import Mask
 from ..errors import InputError
-from ..evaluation.lm_eval_bridge import LmEvalTask, check_lm_eval_task
+from ..evaluation.lm_eval_index import check_lm_eval_task
+from ..evaluation.lm_eval_task import LmEvalTask
 from ..evaluation.results import EvalResults
 from ..recipe.schema import Recipe
 from ..util.console import Stages

@@ -13,7 +13,7 @@ from typing import Any
 from ..data.sources import load_math_problems, load_set
 from ..engine.apply import ReversibleEdit, round_weights_
 from ..engine.mask import Mask
-from ..evaluation.lm_eval_bridge import LmEvalTask
+from ..evaluation.lm_eval_task import LmEvalTask
 from ..evaluation.results import EvalResults
 from ..evaluation.runner import GeneralTask, MathTask, evaluate
 from ..layout import EVAL_NAME

@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from mathneuro_edit.engine.apply import ReversibleEdit, apply_mask
 from mathneuro_edit.engine.mask import Mask
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.evaluation.lm_eval_bridge import LmEvalTask
+from mathneuro_edit.evaluation.lm_eval_task import LmEvalTask
 from mathneuro_edit.evaluation.results import (
     EvalResults,
     MathResult,
@@ -28,11 +28,11 @@ from mathneuro_edit.evaluation.results import (
 from mathneuro_edit.evaluation.runner import (
     GeneralTask,
     MathTask,
-    _AnswerStop,
     evaluate,
     general_loss,
     math_accuracy,
 )
+from mathneuro_edit.evaluation.runtime import AnswerStop
 
 CHARS = sorted(set(string.printable) - set("\r\x0b\x0c"))
 
@@ -180,7 +180,7 @@ def test_answer_stop_criteria(tok: PreTrainedTokenizerFast) -> None:
     rows = [" 1 + 1 = 2\n#### 2\n", " #### 2", " #### 1"]
     width = max(len(tok(r)["input_ids"]) for r in rows)
     ids = torch.tensor([prompt + tok(r)["input_ids"] + [1] * (width - len(tok(r)["input_ids"])) for r in rows])
-    stop = _AnswerStop(tok, len(prompt), [None] * 3)
+    stop = AnswerStop(tok, len(prompt), [None] * 3)
     # eos padding is skipped in decoding: rows 2 and 3 end in an unfinished number
     assert stop(ids, None).tolist() == [True, False, False]
     ids[1, -1] = tok.convert_tokens_to_ids("\n")  # row 2 now reads " #### 2\n" (eos skipped): complete

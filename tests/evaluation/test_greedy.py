@@ -9,14 +9,14 @@ from mathneuro_edit.data.arithmetic import arithmetic_problems
 from mathneuro_edit.evaluation.greedy import greedy_completions, math_outcomes, shared_prefix_length
 from mathneuro_edit.evaluation.prompts import encode_prompts
 from mathneuro_edit.evaluation.runner import MathTask, _run_math
-from mathneuro_edit.evaluation.runtime import _eval_mode, _special_ids
+from mathneuro_edit.evaluation.runtime import eval_mode, special_ids
 from tests._tiny import build
 
 
 def reference(model, tok, problems, shots, chat, max_new):
     """What the evaluation of a release computes: transformers' generate, left-padded batches."""
     task = MathTask("m", problems, n_shot=len(shots), shots=shots, max_new_tokens=max_new, chat_template=chat)
-    with _eval_mode(model):
+    with eval_mode(model):
         res = _run_math(model, tok, task, 16, False, "ref")
     return [p.correct for p in res.predictions], [p.completion for p in res.predictions]
 
@@ -43,8 +43,8 @@ def test_batch_size_and_order_do_not_change_a_completion():
     model, tok = build("llama", seed=5)
     problems = arithmetic_problems(10, seed=4)
     rows = encode_prompts(tok, problems, [], False)
-    pad, eos = _special_ids(model, tok)
-    with _eval_mode(model):
+    pad, eos = special_ids(model, tok)
+    with eval_mode(model):
         one = greedy_completions(model, tok, rows, [None] * 10, max_new_tokens=5, pad_id=pad, eos_ids=eos, batch_size=1)
         many = greedy_completions(
             model, tok, rows, [None] * 10, max_new_tokens=5, pad_id=pad, eos_ids=eos, batch_size=10
@@ -55,8 +55,8 @@ def test_batch_size_and_order_do_not_change_a_completion():
 def test_a_model_with_no_shared_prefix_still_generates():
     model, tok = build("llama", seed=6)
     rows = [[1, 5, 6], [2, 7]]  # nothing in common: no prefix cache
-    pad, eos = _special_ids(model, tok)
-    with _eval_mode(model):
+    pad, eos = special_ids(model, tok)
+    with eval_mode(model):
         out = greedy_completions(model, tok, rows, [None, None], max_new_tokens=3, pad_id=pad, eos_ids=eos)
         ref = []
         for r in rows:

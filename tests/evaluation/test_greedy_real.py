@@ -14,7 +14,7 @@ from mathneuro_edit.engine.mask import find_math_params
 from mathneuro_edit.evaluation.general_kl import base_support, edited_general
 from mathneuro_edit.evaluation.greedy import math_outcomes
 from mathneuro_edit.evaluation.runner import MathTask, _run_math
-from mathneuro_edit.evaluation.runtime import _eval_mode
+from mathneuro_edit.evaluation.runtime import eval_mode
 from mathneuro_edit.weights.loading import load_model, model_weights
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -27,7 +27,7 @@ def same_predictions(model, tok, shots, chat, style, problems=PROBLEMS):
     task = MathTask(
         "m", problems, n_shot=len(shots), shots=shots, max_new_tokens=8, chat_template=chat, prompt_style=style
     )
-    with _eval_mode(model):
+    with eval_mode(model):
         ref = _run_math(model, tok, task, 16, False, "ref")
     correct, completions = math_outcomes(
         model, tok, problems, shots=shots, chat_template=chat, prompt_style=style, max_new_tokens=8, batch_size=64

@@ -33,12 +33,9 @@ lm_eval = pytest.importorskip("lm_eval", reason="the eval extra (pip install -e 
 from mathneuro_edit import calibrate, find_math_params  # noqa: E402
 from mathneuro_edit.engine.apply import ReversibleEdit  # noqa: E402
 from mathneuro_edit.errors import InputError  # noqa: E402
-from mathneuro_edit.evaluation.lm_eval_bridge import (  # noqa: E402
-    LmEvalTask,
-    _task_specs,
-    include_path_hashes,
-    run_lm_eval,
-)
+from mathneuro_edit.evaluation.lm_eval_bridge import run_lm_eval  # noqa: E402
+from mathneuro_edit.evaluation.lm_eval_index import task_specs  # noqa: E402
+from mathneuro_edit.evaluation.lm_eval_task import LmEvalTask, include_path_hashes  # noqa: E402
 from mathneuro_edit.evaluation.results import extract_answer, math_prompt  # noqa: E402
 from mathneuro_edit.evaluation.runner import MathTask, evaluate  # noqa: E402
 from mathneuro_edit.organism import load_organism  # noqa: E402
@@ -102,7 +99,7 @@ def test_harness_prompts_are_the_builtin_prompts(task_name, test_file, train_fil
 
     spec = LmEvalTask("h", [task_name], include_path=str(TASKS))
     manager = TaskManager(include_path=str(TASKS), include_defaults=False)
-    task = manager.load(_task_specs(spec, manager))["tasks"][task_name]
+    task = manager.load(task_specs(spec, manager))["tasks"][task_name]
     task.set_config(key="num_fewshot", value=shots)
     task.build_all_requests(limit=5, rank=0, world_size=1)
     docs, pool = _jsonl(test_file)[:5], _jsonl(train_file)[:shots]  # sampler first_n: the pool's first `shots`
@@ -259,7 +256,7 @@ def test_a_missing_task_is_named_before_the_model_loads(tmp_path: Path, monkeypa
 
     import mathneuro_edit.runs.step_mask as step_mask
     from mathneuro_edit.cli.main import main
-    from mathneuro_edit.evaluation.lm_eval_bridge import missing_task_message
+    from mathneuro_edit.evaluation.lm_eval_index import missing_task_message
 
     loaded = []
     monkeypatch.setattr(step_mask, "load_recipe_model", lambda *a, **k: loaded.append(1))

@@ -17,10 +17,10 @@ from mathneuro_edit.evaluation.results import (
     GeneralResult,
     MathPrediction,
     MathResult,
-    _check_problems,
     compare,
     truncate_completion,
 )
+from mathneuro_edit.evaluation.tasks import _check_problems
 
 
 @pytest.mark.parametrize(

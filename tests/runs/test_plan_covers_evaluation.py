@@ -123,13 +123,13 @@ def _tasks() -> list:
 def test_the_evaluation_lowers_its_batch_to_the_budget_with_the_same_results(monkeypatch) -> None:
     model, tok = build("llama")
     batches: list[int] = []
-    real = runner._batches
+    real = runner.batch_ranges
 
     def spy(n: int, batch_size: int, desc: str, progress: bool):
         batches.append(batch_size)
         return real(n, batch_size, desc, progress)
 
-    monkeypatch.setattr(runner, "_batches", spy)
+    monkeypatch.setattr(runner, "batch_ranges", spy)
     asked = evaluate(model, tok, _tasks(), batch_size=8, progress=False)
     assert batches == [8, 8]  # the CPU: no budget, the batch as asked
     shapes = memory.model_shapes(model)
