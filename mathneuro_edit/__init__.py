@@ -58,9 +58,9 @@ _LAZY: dict[str, str] = {
     "Recipe": "recipe.schema",
     "load_recipe": "recipe.io",
     "run_recipe": "runs.pipeline",
-    "run_sweep": "runs.sweep",
-    "SweepResult": "runs.sweep",
-    "run_from_sweep": "runs.sweep_release",
+    "run_sweep": "runs.sweep.search",
+    "SweepResult": "runs.sweep.result",
+    "run_from_sweep": "runs.sweep.evidence",
     "reproduce": "runs.reproduce",
     "ReproduceReport": "runs.reproduce",
     "build_card": "publish.card",
@@ -148,8 +148,9 @@ if TYPE_CHECKING:
     from .runs.plan import plan_from_config
     from .runs.release import rewrite_cards
     from .runs.reproduce import ReproduceReport, reproduce
-    from .runs.sweep import SweepResult, run_sweep
-    from .runs.sweep_release import run_from_sweep
+    from .runs.sweep.evidence import run_from_sweep
+    from .runs.sweep.result import SweepResult
+    from .runs.sweep.search import run_sweep
     from .util.hashing import texts_sha256
     from .weights.adapter import AdapterExport, export_adapter, load_edited
     from .weights.audit import VerifyReport, verify

@@ -29,15 +29,15 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "",
         ["tests/publish/test_card.py::test_checkpoint_card_metadata_parses_back"],
     ),
-    "front": ("mathneuro_edit/runs/sweep_procedure.py", "if not dominated:", "if True:", ["tests/runs/test_sweep.py"]),
+    "front": ("mathneuro_edit/runs/sweep/procedure.py", "if not dominated:", "if True:", ["tests/runs/test_sweep.py"]),
     "budget": (
-        "mathneuro_edit/runs/sweep_procedure.py",
+        "mathneuro_edit/runs/sweep/procedure.py",
         "p.general_kl <= kl_budget and ",
         "",
         ["tests/runs/test_sweep.py"],
     ),
     "confirm-either-direction": (
-        "mathneuro_edit/runs/sweep_procedure.py",
+        "mathneuro_edit/runs/sweep/procedure.py",
         "return b, c, p, c > b and p < alpha",
         "return b, c, p, p < alpha",
         ["tests/runs/test_sweep_procedure.py", "tests/runs/test_sweep.py"],
@@ -206,7 +206,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ],
     ),
     "from-sweep-overlap-accepted": (
-        "mathneuro_edit/runs/sweep_release.py",
+        "mathneuro_edit/runs/sweep/evidence.py",
         " and set(problems).isdisjoint(selection)",
         "",
         [
@@ -214,7 +214,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ],
     ),
     "sweep-alpha-unchecked": (
-        "mathneuro_edit/runs/sweep_release.py",
+        "mathneuro_edit/runs/sweep/evidence.py",
         'alpha = _fraction(c.get("alpha"), f"{where}.alpha", low_open=True, high_open=True)',
         'alpha = float(c.get("alpha"))',
         ["tests/runs/test_a_shared_sweep_file_is_data.py"],
@@ -376,7 +376,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ["tests/publish/test_release_behaviours.py::test_a_re_run_file_the_lock_does_not_record_still_reproduces"],
     ),
     "from-sweep-lock-keeps-a-variant-s-path": (
-        "mathneuro_edit/runs/sweep_release.py",
+        "mathneuro_edit/runs/sweep/evidence.py",
         '"variant_set": [public_override(o) for o in self.confirmation.get("variant_set") or []],',
         '"variant_set": list(self.confirmation.get("variant_set") or []),',
         [

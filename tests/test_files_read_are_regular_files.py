@@ -125,7 +125,7 @@ class _Stop(BaseException):
 
 
 def _sweep_to_its_statistics(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mathneuro_edit.runs import sweep as sweep_mod
+    from mathneuro_edit.runs.sweep import search as sweep_mod
 
     def stop(*a, **k):
         raise _Stop

@@ -27,7 +27,7 @@ import torch
 from mathneuro_edit.engine.mask import Mask
 from mathneuro_edit.engine.stats import ActivationStats
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.runs.sweep_cache import ResultCache, key_sha256
+from mathneuro_edit.runs.sweep.cache import ResultCache, key_sha256
 from mathneuro_edit.util.files import atomic_writer, write_json_atomic
 from mathneuro_edit.util.outdir import claim
 
@@ -211,7 +211,7 @@ def test_clean_temporary_removes_what_a_killed_put_left(tmp_path: Path, victim: 
     script = textwrap.dedent(
         """
         import os, signal, sys
-        from mathneuro_edit.runs.sweep_cache import ResultCache
+        from mathneuro_edit.runs.sweep.cache import ResultCache
         os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # killed just before the rename
         ResultCache(sys.argv[1]).put({"what": "killed"}, {"correct": [False]})
         """

@@ -166,7 +166,7 @@ def run(
             )
     r = read_recipe(recipe, sets)
     if from_sweep:
-        from ..runs.sweep_release import read_sweep, recipe_from_sweep, run_from_sweep
+        from ..runs.sweep.evidence import read_sweep, recipe_from_sweep, run_from_sweep
 
         if dry_run:
             r = recipe_from_sweep(r, read_sweep(from_sweep))

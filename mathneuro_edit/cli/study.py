@@ -119,7 +119,7 @@ def sweep(
     """
     echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..layout import SWEEP_CSV, SWEEP_JSON, SWEEP_PNG
-    from ..runs.sweep import run_sweep
+    from ..runs.sweep.search import run_sweep
 
     r = read_recipe(recipe, (*sets, f"sweep.kl_budget={kl_budget!r}") if kl_budget is not None else sets)
     check_out(out, r, recipe, "dir")

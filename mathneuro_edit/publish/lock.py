@@ -242,7 +242,7 @@ def build_lock(
         sweep: the evidence of a release made with ``run --from-sweep`` (recorded as ``sweep``: the sweep file's
             hash, the setting, the selection and confirmation results with their problems' sha256, and how many
             of this run's own evaluation problems are among them; see
-            :meth:`mathneuro_edit.runs.sweep_release.SweepEvidence.lock_entry`).
+            :meth:`mathneuro_edit.runs.sweep.evidence.SweepEvidence.lock_entry`).
         device: where the statistics were computed (:func:`~mathneuro_edit.engine.devices.device_record`);
             recorded as ``device`` (an ``export`` from a saved mask records none: it computed no statistics).
 

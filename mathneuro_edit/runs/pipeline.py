@@ -136,7 +136,7 @@ def run_recipe(
         echo: receives the stage lines (``[2/7] calibrate math (100 texts)`` and notes; the CLI prints them).
         workers: checkpoint shards written at once (see :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`).
         sweep_evidence: the sweep's confirmation of this setting (``run --from-sweep``:
-            :meth:`~mathneuro_edit.runs.sweep.SweepEvidence.lock_entry`); recorded in the lock with how many of
+            :meth:`~mathneuro_edit.runs.sweep.evidence.SweepEvidence.lock_entry`); recorded in the lock with how many of
             this run's evaluation problems are among the sweep's selection and confirmation problems, and stated
             by the card.
         inputs: ``(what, path)`` of the command's inputs besides the recipe's own (``run --from-sweep``: the

@@ -272,7 +272,7 @@ SMALL_SWEEP = ["--set", "sweep.selection_samples=3", "--set", "sweep.confirmatio
 
 def test_sweep_consistency_and_plots(workspace, run_out, tmp_path):
     from mathneuro_edit.evaluation.significance import holm_adjust
-    from mathneuro_edit.runs.sweep_procedure import SweepPoint, select_candidate
+    from mathneuro_edit.runs.sweep.procedure import SweepPoint, select_candidate
     from tests.runs.test_sweep import reference_candidate, reference_front
 
     recipe = str(workspace / "recipe.yaml")
@@ -528,7 +528,7 @@ def test_embedded_default_runs_offline(tmp_path, monkeypatch):
 def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     from mathneuro_edit.data.sources import problem_sha256
     from mathneuro_edit.recipe.io import load_recipe
-    from mathneuro_edit.runs.sweep import sweep_problems
+    from mathneuro_edit.runs.sweep.search import sweep_problems
     from tests.runs._sweep_json import control_evidence
 
     recipe = str(workspace / "recipe.yaml")

@@ -223,7 +223,7 @@ def test_stage_printer_and_tables():
 def _capture(monkeypatch) -> list:
     import mathneuro_edit.runs.consistency as consistency
     import mathneuro_edit.runs.inspect as report
-    import mathneuro_edit.runs.sweep_result as sweep
+    import mathneuro_edit.runs.sweep.result as sweep
 
     figs: list = []
 
@@ -238,8 +238,8 @@ def _capture(monkeypatch) -> list:
 
 
 def test_sweep_plot_names_every_point_and_keeps_it_inside(monkeypatch, tmp_path):
-    from mathneuro_edit.runs.sweep import SweepResult, _plot
-    from mathneuro_edit.runs.sweep_procedure import SweepPoint
+    from mathneuro_edit.runs.sweep.procedure import SweepPoint
+    from mathneuro_edit.runs.sweep.result import SweepResult, _plot
 
     def P(k, s, a, kl):
         return SweepPoint(k, s, 10, a, 1.0, kl, 10, 10, max(a - 0.2, 0), min(a + 0.1, 1.0))
@@ -258,8 +258,8 @@ def test_sweep_plot_names_every_point_and_keeps_it_inside(monkeypatch, tmp_path)
 
 
 def test_sweep_plot_puts_each_point_at_its_gain_over_the_base_on_its_own_problems(monkeypatch, tmp_path):
-    from mathneuro_edit.runs.sweep import SweepResult, _plot
-    from mathneuro_edit.runs.sweep_procedure import SweepPoint
+    from mathneuro_edit.runs.sweep.procedure import SweepPoint
+    from mathneuro_edit.runs.sweep.result import SweepResult, _plot
 
     # an early-round point (19 right of 40 where the base had 17) and a finalist (300 of 1,000, base 250)
     early = SweepPoint(0.01, 1.1, 1, 19 / 40, 1.0, 1e-3, 19, 40, 0.3, 0.6, base_correct=17)

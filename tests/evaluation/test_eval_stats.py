@@ -24,8 +24,8 @@ from mathneuro_edit.evaluation.significance import (
     significant,
     wilson_interval,
 )
-from mathneuro_edit.runs.sweep_procedure import SweepPoint, recommend, select_candidate
-from mathneuro_edit.runs.sweep_result import _point
+from mathneuro_edit.runs.sweep.procedure import SweepPoint, recommend, select_candidate
+from mathneuro_edit.runs.sweep.result import _point
 
 scipy_stats = pytest.importorskip("scipy.stats")  # the test extra installs it
 

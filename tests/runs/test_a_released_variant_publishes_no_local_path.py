@@ -16,7 +16,7 @@ import pytest
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.recipe.overrides import public_override as _public_override
 from mathneuro_edit.recipe.schema import recipe_sha256
-from mathneuro_edit.runs.sweep_release import SweepEvidence
+from mathneuro_edit.runs.sweep.evidence import SweepEvidence
 
 
 def test_a_variant_s_local_data_path_is_published_as_its_file_name_only() -> None:

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import quickstart_recipe
-from mathneuro_edit.runs.sweep_release import read_sweep
+from mathneuro_edit.runs.sweep.evidence import read_sweep
 
 from ._sweep_json import control_evidence
 

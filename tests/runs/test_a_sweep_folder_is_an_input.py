@@ -21,8 +21,8 @@ from mathneuro_edit.cli.main import main
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.layout import SWEEP_MARKER
 from mathneuro_edit.recipe.io import quickstart_recipe
-from mathneuro_edit.runs.sweep import check_sweep_folder, run_sweep
-from mathneuro_edit.runs.sweep_release import run_from_sweep
+from mathneuro_edit.runs.sweep.evidence import run_from_sweep
+from mathneuro_edit.runs.sweep.search import check_sweep_folder, run_sweep
 
 from .test_a_shared_sweep_file_is_data import _valid
 
@@ -127,7 +127,7 @@ def test_a_link_or_a_folder_at_the_marker_is_no_marker(tmp_path: Path) -> None:
 
 
 def test_a_sweep_marks_its_folder_before_it_calibrates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mathneuro_edit.runs import sweep as sweep_mod
+    from mathneuro_edit.runs.sweep import search as sweep_mod
 
     def stop(*a, **k):
         raise KeyboardInterrupt  # a kill during the model load: the folder must already say it is a sweep's

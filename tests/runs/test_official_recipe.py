@@ -52,7 +52,7 @@ def test_run_with_reference_official_writes_the_scripts_mask(tmp_path):
         mask_from_stats(recipe, tmp_path / "run" / STATS_DIR, tmp_path / "m.safetensors", echo=lambda s: None)
     with pytest.raises(InputError, match=r"mask\.reference: official: `consistency`"):
         run_consistency(recipe, tmp_path / "c", sizes=[2])
-    from mathneuro_edit.runs.sweep import run_sweep
+    from mathneuro_edit.runs.sweep.search import run_sweep
 
     with pytest.raises(InputError, match=r"mask\.reference: official: `sweep`"):
         run_sweep(recipe, tmp_path / "s", top_ks=[0.1], scales=[1.1])

@@ -34,8 +34,8 @@ from mathneuro_edit.evaluation.significance import (
     wilson_interval,
 )
 from mathneuro_edit.recipe.io import quickstart_recipe
-from mathneuro_edit.runs.sweep import SweepResult, sweep_problems
-from mathneuro_edit.runs.sweep_procedure import (
+from mathneuro_edit.runs.sweep.evidence import read_sweep, recipe_from_sweep
+from mathneuro_edit.runs.sweep.procedure import (
     Confirmation,
     SweepPoint,
     confirm,
@@ -45,8 +45,8 @@ from mathneuro_edit.runs.sweep_procedure import (
     select_candidate,
     with_holm,
 )
-from mathneuro_edit.runs.sweep_release import read_sweep, recipe_from_sweep
-from mathneuro_edit.runs.sweep_result import _num, _point
+from mathneuro_edit.runs.sweep.result import SweepResult, _num, _point
+from mathneuro_edit.runs.sweep.search import sweep_problems
 
 from ._sweep_json import control_evidence
 

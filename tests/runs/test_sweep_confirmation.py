@@ -19,10 +19,10 @@ import pytest
 from mathneuro_edit.engine import apply as apply_mod
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import quickstart_recipe
-from mathneuro_edit.runs import sweep_evaluator as evaluator_mod
-from mathneuro_edit.runs.sweep import run_sweep
-from mathneuro_edit.runs.sweep_procedure import ArmOutcome, format_verdict
-from mathneuro_edit.runs.sweep_release import read_sweep
+from mathneuro_edit.runs.sweep import evaluator as evaluator_mod
+from mathneuro_edit.runs.sweep.evidence import read_sweep
+from mathneuro_edit.runs.sweep.procedure import ArmOutcome, format_verdict
+from mathneuro_edit.runs.sweep.search import run_sweep
 
 SETS = [
     "evaluation.math=arithmetic",

@@ -23,7 +23,7 @@ from mathneuro_edit.evaluation.significance import (
     min_detectable_gain,
 )
 from mathneuro_edit.recipe.schema import SweepConfig
-from mathneuro_edit.runs.sweep_procedure import (
+from mathneuro_edit.runs.sweep.procedure import (
     ArmOutcome,
     SweepPoint,
     confirm,

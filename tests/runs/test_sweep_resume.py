@@ -17,9 +17,9 @@ import pytest
 
 from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import quickstart_recipe
-from mathneuro_edit.runs import sweep_evaluator as sweep_mod  # where the sweep generates
-from mathneuro_edit.runs.sweep import run_sweep
-from mathneuro_edit.runs.sweep_cache import ResultCache
+from mathneuro_edit.runs.sweep import evaluator as sweep_mod  # where the sweep generates
+from mathneuro_edit.runs.sweep.cache import ResultCache
+from mathneuro_edit.runs.sweep.search import run_sweep
 
 SETS = [
     "evaluation.math=arithmetic",

@@ -1,6 +1,6 @@
 """How a sweep evaluates its points: :class:`_Evaluator` runs the math problems of one block (the base, or an edit
 switched on with :class:`~mathneuro_edit.engine.apply.ReversibleEdit`) and the general texts' loss and KL, each result
-cached by content (:mod:`.sweep_cache`) so that a killed sweep resumes; :func:`_blocks` cuts the problems into the
+cached by content (:mod:`.cache`) so that a killed sweep resumes; :func:`_blocks` cuts the problems into the
 same blocks in every run.
 """
 
@@ -16,14 +16,14 @@ from typing import Any
 
 import torch
 
-from ..data.sources import problem_sha256
-from ..engine.apply import ReversibleEdit
-from ..evaluation.general_kl import BaseSupport, base_support, edited_general
-from ..evaluation.greedy import math_outcomes
-from ..evaluation.prompts import uses_chat_template
-from ..evaluation.results import GeneralResult
-from ..recipe.schema import Recipe
-from .sweep_cache import ResultCache
+from ...data.sources import problem_sha256
+from ...engine.apply import ReversibleEdit
+from ...evaluation.general_kl import BaseSupport, base_support, edited_general
+from ...evaluation.greedy import math_outcomes
+from ...evaluation.prompts import uses_chat_template
+from ...evaluation.results import GeneralResult
+from ...recipe.schema import Recipe
+from .cache import ResultCache
 
 # problems per cached block: a kill loses at most one block per point in progress; round boundaries also cut blocks
 BLOCK = 128

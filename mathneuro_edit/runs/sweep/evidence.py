@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..evaluation.report import format_p
-from ..layout import SWEEP_JSON
-from ..recipe.io import recipe_from_dict
-from ..recipe.overrides import public_override
-from ..recipe.schema import Recipe
-from ..util.outdir import check_output
-from .pipeline import run_recipe
+from ...errors import InputError
+from ...evaluation.report import format_p
+from ...layout import SWEEP_JSON
+from ...recipe.io import recipe_from_dict
+from ...recipe.overrides import public_override
+from ...recipe.schema import Recipe
+from ...util.outdir import check_output
+from ..pipeline import run_recipe
 
 __all__ = ["SweepEvidence", "read_sweep", "recipe_from_sweep", "run_from_sweep"]
 
@@ -304,7 +304,7 @@ def _load(path: Path) -> tuple[bytes, Any]:
         raise InputError(f"{path}: cannot read it as JSON ({_shown(str(e), 120)}); re-run the sweep") from None
 
 
-# the paired tests a confirmed boost rests on (:func:`~.sweep_procedure.format_verdict`), in the recipe's own
+# the paired tests a confirmed boost rests on (:func:`~.procedure.format_verdict`), in the recipe's own
 # prompt format: (the arm it is tested against, only the problems both answered)
 _REQUIRED_TESTS = (("base", False), ("base", True), ("general-specific", False))
 

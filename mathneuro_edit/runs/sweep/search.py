@@ -8,8 +8,8 @@ One calibration, a mask per top_k derived from the saved statistics, each edit s
   (math exact match, general loss, KL(base || edited)); each point gets its raw exact McNemar p against the base
   and its Holm-Bonferroni adjusted p over the grid (:func:`~mathneuro_edit.evaluation.significance.holm_adjust`);
 - **confirmation** (``sweep.confirmation_samples``), never used for choosing: only the single candidate
-  (:func:`~.sweep_procedure.select_candidate`: the largest selection gain within ``sweep.kl_budget``) and the base are evaluated on
-  it, with ONE paired exact McNemar test (:func:`~.sweep_procedure.confirm`).
+  (:func:`~.procedure.select_candidate`: the largest selection gain within ``sweep.kl_budget``) and the base are evaluated on
+  it, with ONE paired exact McNemar test (:func:`~.procedure.confirm`).
 
 A setting is recommended only when that test shows a gain with ``p < sweep.alpha``; otherwise the recommendation
 says that nothing is confirmed. Why: with a 20-point grid, the best of 20 uncorrected tests on the same problems is
@@ -20,7 +20,7 @@ has its nominal level.
 Outputs (names in :mod:`mathneuro_edit.layout`): ``sweep.json`` (the contract in docs/evaluation.md),
 ``sweep.csv`` (one row per point, raw and Holm p), ``sweep.png`` (math gain over the base vs general KL, Pareto front;
 needs matplotlib) and the statistics. Every accuracy carries its 95% Wilson interval. The procedure itself (pure
-functions of the counts): :mod:`.sweep_procedure`; from a confirmed sweep to a release: :mod:`.sweep_release`.
+functions of the counts): :mod:`.procedure`; from a confirmed sweep to a release: :mod:`.evidence`.
 """
 
 from __future__ import annotations
@@ -35,36 +35,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import load_math_problems, load_set, load_texts, problem_sha256
-from ..engine.apply import ReversibleEdit, check_scale, round_weights_
-from ..engine.distributed import calibrate_distributed as calibrate
-from ..engine.mask import find_math_params_multi
-from ..engine.targets import find_targets
-from ..engine.topk import top_k_hint
-from ..errors import InputError
-from ..evaluation.prompts import answer_form, operation_of
-from ..evaluation.results import compare
-from ..evaluation.significance import discordant_pairs, mcnemar_exact, significant, wilson_interval
-from ..layout import (
+from ...data.sources import load_math_problems, load_set, load_texts, problem_sha256
+from ...engine.apply import ReversibleEdit, check_scale, round_weights_
+from ...engine.distributed import calibrate_distributed as calibrate
+from ...engine.mask import find_math_params_multi
+from ...engine.targets import find_targets
+from ...engine.topk import top_k_hint
+from ...errors import InputError
+from ...evaluation.prompts import answer_form, operation_of
+from ...evaluation.results import compare
+from ...evaluation.significance import discordant_pairs, mcnemar_exact, significant, wilson_interval
+from ...layout import (
     STATS_DIR,
     SWEEP_CSV,
     SWEEP_JSON,
     SWEEP_MARKER,
     SWEEP_PNG,
 )
-from ..recipe.io import recipe_from_dict
-from ..recipe.schema import Recipe, recipe_sha256
-from ..util.console import Stages
-from ..util.files import write_json_atomic, write_text_atomic
-from ..util.outdir import claim
-from ..util.reading import read_json, read_regular
-from ..weights.loading import model_weights
-from .official import refuse_official
-from .step_export import release_dtype
-from .step_mask import load_step
-from .sweep_cache import ResultCache, key_sha256
-from .sweep_evaluator import _blocks, _Evaluator, _general_result, model_weights_sha256
-from .sweep_procedure import (
+from ...recipe.io import recipe_from_dict
+from ...recipe.schema import Recipe, recipe_sha256
+from ...util.console import Stages
+from ...util.files import write_json_atomic, write_text_atomic
+from ...util.outdir import claim
+from ...util.reading import read_json, read_regular
+from ...weights.loading import model_weights
+from ..official import refuse_official
+from ..step_export import release_dtype
+from ..step_mask import load_step
+from .cache import ResultCache, key_sha256
+from .evaluator import _blocks, _Evaluator, _general_result, model_weights_sha256
+from .procedure import (
     ArmOutcome,
     Confirmation,
     SweepPoint,
@@ -78,9 +78,9 @@ from .sweep_procedure import (
     select_candidate,
     with_holm,
 )
-from .sweep_result import SweepResult, _num, _plot, _strict
+from .result import SweepResult, _num, _plot, _strict
 
-__all__ = ["SweepResult", "run_sweep", "check_sweep_folder", "sweep_problems", "format_shots"]
+__all__ = ["run_sweep", "check_sweep_folder", "sweep_problems", "format_shots"]
 
 # a statistics cache key file is a few hundred bytes; a statistics file holds per-column sums (a 70B model's: ~40 MB)
 _MAX_KEY_BYTES = 1024 * 1024
@@ -228,7 +228,7 @@ def _calibrated_set(
 ) -> Any:
     """One calibration set's statistics, computed once and kept in ``folder`` under its content key (model,
     texts, calibration settings, targets): variants that share a set (the general texts) share its statistics."""
-    from ..engine.stats import ActivationStats
+    from ...engine.stats import ActivationStats
 
     d, c, t = recipe.data, recipe.calibration, recipe.targets
     loaded = load_texts(source, d.samples, d.seed)
@@ -282,7 +282,7 @@ def _set_label(recipe: Recipe, source: Any) -> str:
 
 def _variant_mask(mask: Any, keep: set[str]) -> Any:
     """``mask`` restricted to the parameter names a variant targets."""
-    from ..engine.mask import Mask
+    from ...engine.mask import Mask
 
     return Mask({n: mask[n] for n in mask if n in keep}, dict(mask.meta))
 
@@ -324,7 +324,7 @@ def _control_masks(
     recipe: Recipe, weights: Any, group_stats: tuple[Any, list[Any]], top_k: float, candidate: Any, keep: set[str]
 ) -> list[tuple[str, str, Any]]:
     """``[(name, method, mask)]`` of the control edits: the candidate's count in every matrix, by another rule."""
-    from ..engine.mask import Mask
+    from ...engine.mask import Mask
 
     ms, gs = group_stats
     m, sw = recipe.mask, recipe.sweep
@@ -537,13 +537,13 @@ def run_sweep(
     variant's statistics and is switched on with :class:`~mathneuro_edit.engine.apply.ReversibleEdit`.
 
     Selection (``sweep.selection_samples`` problems): with ``sweep.first_round`` unset every point is evaluated on
-    every selection problem; with it, successive halving (:func:`~.sweep_procedure.halving_schedule`,
-    :func:`~.sweep_procedure.promote`). The candidate is the largest gain over the base among the points that
+    every selection problem; with it, successive halving (:func:`~.procedure.halving_schedule`,
+    :func:`~.procedure.promote`). The candidate is the largest gain over the base among the points that
     reached the last round, within ``sweep.kl_budget``; it and the base are then evaluated on
     ``sweep.confirmation_samples`` other problems, with one exact McNemar test.
 
     Resumable: every block of work (the base or a point, on <= 128 problems or on the general texts) is kept in
-    ``out_dir/cache`` keyed by its content (:mod:`.sweep_cache`); the same command run again after a kill
+    ``out_dir/cache`` keyed by its content (:mod:`.cache`); the same command run again after a kill
     continues where it stopped and writes the same ``sweep.json`` as an uninterrupted run. ``sweep.json``,
     ``sweep.csv`` and ``sweep.png`` are written (atomically) when the sweep is complete.
 

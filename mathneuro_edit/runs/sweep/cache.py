@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..util.files import TEMP_SUFFIX, write_bytes_atomic
+from ...errors import InputError
+from ...util.files import TEMP_SUFFIX, write_bytes_atomic
 
 __all__ = ["ResultCache", "key_sha256"]
 

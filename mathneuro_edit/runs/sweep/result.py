@@ -1,7 +1,7 @@
 """What a sweep found, and its files: :class:`SweepResult` (the selection points and base, the Pareto front, the
 confirmation and the recommendation) writes ``sweep.json`` (the contract in docs/evaluation.md), ``sweep.csv`` (one
 row per point, raw and Holm p) and ``sweep.png`` (math gain over the base vs general KL, the Pareto front; needs
-matplotlib). :mod:`.sweep` evaluates the points; :mod:`.sweep_procedure` holds the rules.
+matplotlib). :mod:`.search` evaluates the points; :mod:`.procedure` holds the rules.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..evaluation.significance import wilson_interval
-from ..util.console import table
-from .inspect import pyplot, save_figure
-from .sweep_procedure import (
+from ...evaluation.significance import wilson_interval
+from ...util.console import table
+from ..inspect import pyplot, save_figure
+from .procedure import (
     Confirmation,
     SweepPoint,
     math_merit,

@@ -2,7 +2,7 @@
 
 :func:`select_candidate` picks ONE setting from the selection problems (the largest gain within the general-KL
 budget), :func:`confirm` tests it once on other problems (paired exact McNemar), :func:`recommend` says what the
-two showed; :func:`with_holm` and :func:`pareto_front` describe the grid. :mod:`.sweep` evaluates the settings and
+two showed; :func:`with_holm` and :func:`pareto_front` describe the grid. :mod:`.search` evaluates the settings and
 calls these; tests/runs/test_sweep_procedure.py simulates the procedure's false-recommendation rate.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..evaluation.report import format_p
-from ..evaluation.significance import holm_adjust, mcnemar_exact, wilson_interval
+from ...evaluation.report import format_p
+from ...evaluation.significance import holm_adjust, mcnemar_exact, wilson_interval
 
 __all__ = [
     "SweepPoint",
