@@ -10,9 +10,37 @@ generation, general-text loss and KL, lm-eval tasks through :mod:`.lm_eval_bridg
 
 from __future__ import annotations
 
-from .lm_eval_bridge import LmEvalTask
-from .results import EvalResults
-from .runner import GeneralTask, MathTask, evaluate
-from .significance import mcnemar_exact, wilson_interval
+from typing import TYPE_CHECKING
 
-__all__ = ["LmEvalTask", "EvalResults", "GeneralTask", "MathTask", "evaluate", "mcnemar_exact", "wilson_interval"]
+from ..util.lazy import lazy_face
+
+# public name -> the module that defines it, imported on first access (importing one module of this package
+# never imports its siblings: torch loads only where it is used)
+_LAZY: dict[str, str] = {
+    "LmEvalTask": "lm_eval_task",
+    "EvalResults": "results",
+    "GeneralTask": "tasks",
+    "MathTask": "tasks",
+    "evaluate": "runner",
+    "mcnemar_exact": "significance",
+    "wilson_interval": "significance",
+}
+
+__all__ = [
+    "LmEvalTask",
+    "EvalResults",
+    "GeneralTask",
+    "MathTask",
+    "evaluate",
+    "mcnemar_exact",
+    "wilson_interval",
+]
+
+if TYPE_CHECKING:
+    from .lm_eval_task import LmEvalTask
+    from .results import EvalResults
+    from .runner import evaluate
+    from .significance import mcnemar_exact, wilson_interval
+    from .tasks import GeneralTask, MathTask
+
+__getattr__, __dir__ = lazy_face(__name__, _LAZY)
