@@ -44,7 +44,7 @@ def test_a_yaml_base_60_number_is_not_read_as_an_integer(tmp_path: Path, value: 
 
 
 def test_ordinary_yaml_numbers_still_read_as_numbers() -> None:
-    from mathneuro_edit.recipe.io import load_yaml
+    from mathneuro_edit.recipe.safe_yaml import load_yaml
 
     assert load_yaml("{a: 12, b: 0x1f, c: 1_000, d: 1.5, e: 1.0e+5, f: .5, g: -3}", "r") == {
         "a": 12,

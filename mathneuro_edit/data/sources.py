@@ -46,7 +46,7 @@ from ..organism.data import (
     math_texts,
     parse_answer,
 )
-from ..recipe.schema import Source
+from ..recipe.input_sections import Source
 from ..util.hashing import sha256_file, texts_sha256
 from .arithmetic import arithmetic_problems
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, LockMismatchError
+from ..recipe.input_sections import Source
 from ..recipe.io import recipe_from_dict
-from ..recipe.schema import Source, recipe_sha256
+from ..recipe.schema import recipe_sha256
 from ..util.paths import LOCAL, is_local_path
 
 __all__ = ["refused_lock_settings", "check_lock_settings", "validate_lock", "lock_base"]

@@ -13,19 +13,19 @@ from typing import Literal
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
-from .types import Positive, Regex, Scale, ShardSize, TopK, _Model
+from .types import Positive, Regex, Scale, ShardSize, StrictModel, TopK
 
 __all__ = ["CalibrationConfig", "TargetsConfig", "MaskConfig", "EditConfig", "OutputsConfig"]
 
 
-class CalibrationConfig(_Model):
+class CalibrationConfig(StrictModel):
     """Forward passes that collect activation statistics."""
 
     max_length: Positive = Field(512, description="tokens per text (longer texts are truncated)")
     batch_size: Positive = Field(8, description="texts per forward pass")
 
 
-class TargetsConfig(_Model):
+class TargetsConfig(StrictModel):
     """Which weight matrices are scored (regular expressions searched in parameter names)."""
 
     include: list[Regex] = Field(
@@ -34,7 +34,7 @@ class TargetsConfig(_Model):
     exclude: list[Regex] = Field(default_factory=list, description="drop parameters matching one of these")
 
 
-class MaskConfig(_Model):
+class MaskConfig(StrictModel):
     """How the math-specific weights are chosen."""
 
     method: Literal["mathneuro", "wanda", "random"] = Field(
@@ -59,7 +59,7 @@ class MaskConfig(_Model):
         return self
 
 
-class EditConfig(_Model):
+class EditConfig(StrictModel):
     """What is done to the selected weights: exactly one of ``scale: X`` or ``prune: true``."""
 
     scale: Scale | None = Field(None, description="multiply selected weights by this (paper: 1.1)")
@@ -83,7 +83,7 @@ class EditConfig(_Model):
         return 0.0 if self.prune else float(self.scale)  # type: ignore[arg-type]
 
 
-class OutputsConfig(_Model):
+class OutputsConfig(StrictModel):
     """What is written."""
 
     checkpoint: StrictBool = Field(True, description="a full edited transformers checkpoint")

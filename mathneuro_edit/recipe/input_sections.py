@@ -23,14 +23,14 @@ from pydantic import BeforeValidator, Field, StrictBool, StrictInt, model_valida
 
 from ..organism import organism_path
 from ..util.paths import ARITHMETIC, LOCAL, ORGANISM, is_local_path
-from .types import Device, Positive, RepoId, _check, _Model
+from .types import Device, Positive, RepoId, StrictModel, value_rule
 
 __all__ = ["Source", "Sources", "BaseConfig", "DataConfig"]
 
 _HUB_DATASET = re.compile(r"^hf://datasets/(?:[\w.-]+/)?[\w.-]+$")
 
 
-class Source(_Model):
+class Source(StrictModel):
     """Where texts come from: ``organism:math|general``, ``arithmetic``, ``hf://datasets/OWNER/NAME`` or a local file.
 
     A bare string is accepted as shorthand for ``{path: ...}``.
@@ -127,11 +127,11 @@ def _gpu_keys(value: Any) -> Any:
     return {int(k) if str(k).isdigit() else k: v for k, v in value.items()} if isinstance(value, dict) else value
 
 
-Sources = Annotated[list[Source], BeforeValidator(_one_or_more), _check(len, "must list at least one source")]
+Sources = Annotated[list[Source], BeforeValidator(_one_or_more), value_rule(len, "must list at least one source")]
 MaxMemory = Annotated[dict[int | str, str], BeforeValidator(_gpu_keys)]
 
 
-class BaseConfig(_Model):
+class BaseConfig(StrictModel):
     """The model to edit."""
 
     model: str = Field(
@@ -215,7 +215,7 @@ class BaseConfig(_Model):
         return Path(self.model).expanduser() if is_local_path(self.model) else None
 
 
-class DataConfig(_Model):
+class DataConfig(StrictModel):
     """Calibration data: one math source, one or more general sources."""
 
     math: Source = Field(description="math texts (GSM8K question/answer records are formatted automatically)")

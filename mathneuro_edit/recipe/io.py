@@ -3,8 +3,7 @@
 Built on :mod:`mathneuro_edit.recipe.schema` (the validated type); the dependency is one way: ``recipe`` never imports
 this module. The YAML itself is parsed (and locks written) by :mod:`mathneuro_edit.recipe.safe_yaml`, the overrides
 applied by :mod:`mathneuro_edit.recipe.overrides`; this module validates the result, turns pydantic's errors into one
-line, and lists every key for the docs (:func:`recipe_fields`). It re-exports :func:`load_yaml`, :func:`dump_yaml`
-and the YAML limits.
+line, and lists every key for the docs (:func:`recipe_fields`).
 """
 
 from __future__ import annotations
@@ -22,23 +21,13 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import InputError
 from ..util.paths import ORGANISM
-from .overrides import _apply_overrides
-from .safe_yaml import MAX_DEPTH, MAX_INT_DIGITS, MAX_NODES, MAX_RECIPE_BYTES, dump_yaml, load_yaml
-from .schema import Recipe, Source
-from .types import _show
+from .input_sections import Source
+from .overrides import apply_overrides
+from .safe_yaml import MAX_RECIPE_BYTES, load_yaml
+from .schema import Recipe
+from .types import show_value
 
-__all__ = [
-    "load_recipe",
-    "load_yaml",
-    "dump_yaml",
-    "recipe_from_dict",
-    "quickstart_recipe",
-    "recipe_fields",
-    "MAX_RECIPE_BYTES",
-    "MAX_DEPTH",
-    "MAX_NODES",
-    "MAX_INT_DIGITS",
-]
+__all__ = ["load_recipe", "recipe_from_dict", "quickstart_recipe", "recipe_fields"]
 
 
 def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
@@ -75,7 +64,7 @@ def _problem(err: Any) -> str:
         return f"{where}: required key is missing"
     if kind in ("value_error", "assertion_error"):
         return f"{where}: {err['ctx']['error']}"
-    return f"{where}: {err['msg'][0].lower()}{err['msg'][1:]} (got {_show(err['input'])})"
+    return f"{where}: {err['msg'][0].lower()}{err['msg'][1:]} (got {show_value(err['input'])})"
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -122,7 +111,7 @@ def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, whe
     if not isinstance(data, dict):
         raise InputError(f"{where}: must be a mapping of sections (base, data, edit, ...), got {type(data).__name__}")
     data = copy.deepcopy(data)  # never modify the caller's data
-    _apply_overrides(data, overrides, where)
+    apply_overrides(data, overrides, where)
     _refuse_nul(data, where)
     try:
         return Recipe.model_validate(data)

@@ -13,13 +13,13 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from .input_sections import Source, Sources
-from .lm_eval_keys import LmEvalConfig, _migrate_lm_eval_keys
-from .types import Branch, FiniteNonNegative, Level, NonNegative, Positive, RepoId, Scale, TopK, _Model
+from .lm_eval_keys import LmEvalConfig, migrate_lm_eval_keys
+from .types import Branch, FiniteNonNegative, Level, NonNegative, Positive, RepoId, Scale, StrictModel, TopK
 
 __all__ = ["EvaluationConfig", "HubConfig", "SweepVariant", "PromptFormat", "SweepConfig", "ConsistencyConfig"]
 
 
-class EvaluationConfig(_Model):
+class EvaluationConfig(StrictModel):
     """Before/after evaluation (optional)."""
 
     math: Source = Field(
@@ -48,10 +48,10 @@ class EvaluationConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _old_lm_eval_keys(cls, data: Any) -> Any:
-        return _migrate_lm_eval_keys(data)
+        return migrate_lm_eval_keys(data)
 
 
-class HubConfig(_Model):
+class HubConfig(StrictModel):
     """Where ``mathneuro-edit push`` publishes (optional)."""
 
     repo_id: RepoId = Field(description="target model repo, e.g. user/name")
@@ -62,7 +62,7 @@ class HubConfig(_Model):
 _VARIANT_KEYS = ("data.", "calibration.", "targets.")
 
 
-class SweepVariant(_Model):
+class SweepVariant(StrictModel):
     """Another calibration or target choice of the same recipe, swept over the same grid (``--set`` overrides of
     ``data.*``, ``calibration.*`` or ``targets.*`` only: the evaluation is the same for every point)."""
 
@@ -78,7 +78,7 @@ class SweepVariant(_Model):
         return self
 
 
-class PromptFormat(_Model):
+class PromptFormat(StrictModel):
     """Another prompt format the sweep's confirmation runs under, besides the evaluation's own (the same problems,
     other worked examples or rendering): a boost is claimed only for the formats where it was confirmed."""
 
@@ -92,7 +92,7 @@ class PromptFormat(_Model):
     )
 
 
-class SweepConfig(_Model):
+class SweepConfig(StrictModel):
     """How ``mathneuro-edit sweep`` chooses and confirms a setting (docs/evaluation.md "Select, then confirm").
 
     The sweep draws ``selection_samples + confirmation_samples`` problems from ``evaluation.math`` (after the
@@ -148,7 +148,7 @@ class SweepConfig(_Model):
     )
 
 
-class ConsistencyConfig(_Model):
+class ConsistencyConfig(StrictModel):
     """How ``mathneuro-edit consistency`` draws its calibration subsets (the paper's data-efficiency figure)."""
 
     sizes: list[Positive] = Field(

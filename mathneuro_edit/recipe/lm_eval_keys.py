@@ -1,7 +1,7 @@
 """The ``evaluation.lm_eval`` section of the recipe (lm-evaluation-harness tasks) and the migration of its old keys.
 
 :class:`~mathneuro_edit.recipe.job_sections.EvaluationConfig` holds an :class:`LmEvalConfig` and runs
-:func:`_migrate_lm_eval_keys` on its input, so recipes and locks written with ``evaluation.lm_eval_tasks`` /
+:func:`migrate_lm_eval_keys` on its input, so recipes and locks written with ``evaluation.lm_eval_tasks`` /
 ``lm_eval_limit`` still load.
 """
 
@@ -12,18 +12,20 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from .types import NonNegative, Positive, _check, _Model
+from .types import NonNegative, Positive, StrictModel, value_rule
 
-__all__ = ["LmEvalConfig"]
+__all__ = ["LmEvalConfig", "migrate_lm_eval_keys"]
 
 # an int counts documents, a float in (0, 1) is a fraction of them (lm-eval's own rule for --limit)
 LmEvalLimit = Annotated[
     int | float,
-    _check(lambda v: v >= 1 if isinstance(v, int) else 0 < v < 1, "must be an integer >= 1 or a fraction in (0, 1)"),
+    value_rule(
+        lambda v: v >= 1 if isinstance(v, int) else 0 < v < 1, "must be an integer >= 1 or a fraction in (0, 1)"
+    ),
 ]
 
 
-class LmEvalConfig(_Model):
+class LmEvalConfig(StrictModel):
     """lm-evaluation-harness tasks (``lm_eval.simple_evaluate`` on the in-memory model, base and edited)."""
 
     tasks: list[Annotated[str, Field(min_length=1)]] = Field(
@@ -51,7 +53,7 @@ class LmEvalConfig(_Model):
         return self
 
 
-def _migrate_lm_eval_keys(data: Any) -> Any:
+def migrate_lm_eval_keys(data: Any) -> Any:
     """The keys before ``evaluation.lm_eval`` (``lm_eval_tasks``, ``lm_eval_limit``) still work: moved there.
 
     Why keep them: every lock written before holds them (at their defaults ``[]`` / ``null``, dropped silently), and

@@ -17,12 +17,12 @@ import yaml
 
 from ..errors import InputError
 from ..util.paths import LOCAL, is_local_path
-from .safe_yaml import _check_limits, _UniqueKeyLoader
+from .safe_yaml import UniqueKeyLoader, check_limits
 
-__all__ = ["public_override"]
+__all__ = ["apply_overrides", "public_override"]
 
 
-def _apply_overrides(data: dict[str, Any], overrides: Sequence[str], where: str) -> None:
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str], where: str) -> None:
     """Set ``key.path=value`` overrides (values parsed as YAML scalars) in place.
 
     An explicit ``edit.prune=true`` or ``edit.scale=X`` replaces the recipe's other edit key (see
@@ -62,8 +62,8 @@ def _value(item: str, where: str) -> tuple[list[str], Any]:
     if not sep or not all(parts):
         raise InputError(f"{where}: override {item!r} is not key.path=value; e.g. edit.scale=1.2")
     try:
-        _check_limits(raw, f"{where}: override {key.strip()}")
-        return parts, yaml.load(raw, Loader=_UniqueKeyLoader)
+        check_limits(raw, f"{where}: override {key.strip()}")
+        return parts, yaml.load(raw, Loader=UniqueKeyLoader)
     except InputError:
         raise
     except (RecursionError, ValueError) as e:
@@ -104,7 +104,7 @@ def _yaml_text(value: Any) -> str:
     else JSON (which YAML reads; a name such as ``a: b.jsonl`` needs the quotes)."""
     if isinstance(value, str):
         try:
-            if yaml.load(value, Loader=_UniqueKeyLoader) == value:
+            if yaml.load(value, Loader=UniqueKeyLoader) == value:
                 return value
         except yaml.YAMLError:
             pass

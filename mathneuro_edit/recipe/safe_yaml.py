@@ -15,7 +15,16 @@ import yaml
 
 from ..errors import InputError
 
-__all__ = ["load_yaml", "dump_yaml", "MAX_RECIPE_BYTES", "MAX_DEPTH", "MAX_NODES", "MAX_INT_DIGITS"]
+__all__ = [
+    "load_yaml",
+    "dump_yaml",
+    "check_limits",
+    "UniqueKeyLoader",
+    "MAX_RECIPE_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_INT_DIGITS",
+]
 
 MAX_RECIPE_BYTES = 1024 * 1024  # a recipe is a page of YAML; a lock (read with its own size limit) holds one
 MAX_DEPTH = 64  # sections nest 4 deep; deeper is a hostile file (PyYAML would recurse until RecursionError)
@@ -23,11 +32,11 @@ MAX_NODES = 200_000  # values after alias expansion: an alias bomb of 300 bytes 
 MAX_INT_DIGITS = 40  # the largest meaningful integer (a seed) has 20 digits; Python refuses to parse 4,300+
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
 
 
-def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+def _mapping(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
@@ -37,21 +46,21 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]
     return loader.construct_mapping(node)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 # YAML 1.1 reads `1:30` as the base-60 integer 90 (and `1:30.5` as 90.5): `samples: 1:30` would silently be 90.
 # Our loader resolves ints and floats without the base-60 forms, so such a value stays the string it looks like
 # (and a number key refuses it); every other YAML 1.1 number reads as before.
-_UniqueKeyLoader.yaml_implicit_resolvers = {
+UniqueKeyLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_UniqueKeyLoader.add_implicit_resolver(
+UniqueKeyLoader.add_implicit_resolver(
     "tag:yaml.org,2002:int",
     re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
     list("-+0123456789"),
 )
-_UniqueKeyLoader.add_implicit_resolver(
+UniqueKeyLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
         r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
@@ -63,7 +72,7 @@ _UniqueKeyLoader.add_implicit_resolver(
 _LONG_INT = re.compile(r"^[-+]?([0-9_]+|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+|[0-9][0-9_]*(:[0-5]?[0-9])+)$")
 
 
-def _check_limits(text: str, where: str) -> None:
+def check_limits(text: str, where: str) -> None:
     """Refuse YAML deeper than :data:`MAX_DEPTH`, expanding to more than :data:`MAX_NODES` values (aliases
     counted as what they expand to) or holding an integer longer than :data:`MAX_INT_DIGITS` digits.
 
@@ -181,8 +190,8 @@ def load_yaml(text: str, where: str, what: str = "recipe") -> Any:
             "this is not a recipe"
         )
     try:
-        _check_limits(text, where)
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        check_limits(text, where)
+        return yaml.load(text, Loader=UniqueKeyLoader)
     except InputError:
         raise
     except yaml.YAMLError as e:

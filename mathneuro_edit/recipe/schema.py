@@ -7,8 +7,8 @@ This module holds :class:`Recipe`, which assembles the sections, its public form
 defined by what they describe: what a run reads (``base``, ``data`` and their sources) in
 :mod:`mathneuro_edit.recipe.input_sections`, making and writing the edit (``calibration``, ``targets``, ``mask``,
 ``edit``, ``outputs``) in :mod:`mathneuro_edit.recipe.edit_sections`, the jobs that judge or publish it
-(``evaluation``, ``hub``, ``sweep``, ``consistency``) in :mod:`mathneuro_edit.recipe.job_sections`; all are
-re-exported here. Their building blocks: the constrained value types in :mod:`mathneuro_edit.recipe.types`, the
+(``evaluation``, ``hub``, ``sweep``, ``consistency``) in :mod:`mathneuro_edit.recipe.job_sections`. Their
+building blocks: the constrained value types in :mod:`mathneuro_edit.recipe.types`, the
 ``evaluation.lm_eval`` section and its old-key migration in :mod:`mathneuro_edit.recipe.lm_eval_keys`.
 Every section is a pydantic v2 model that rejects unknown keys; a bad recipe raises ONE
 :class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g. ``recipe.yaml: 2
@@ -34,33 +34,15 @@ from pydantic import Field, model_validator
 
 from ..util.paths import LOCAL, ORGANISM, is_local_path
 from .edit_sections import CalibrationConfig, EditConfig, MaskConfig, OutputsConfig, TargetsConfig
-from .input_sections import BaseConfig, DataConfig, Source
-from .job_sections import ConsistencyConfig, EvaluationConfig, HubConfig, SweepConfig, SweepVariant
-from .lm_eval_keys import LmEvalConfig
+from .input_sections import BaseConfig, DataConfig
+from .job_sections import ConsistencyConfig, EvaluationConfig, HubConfig, SweepConfig
 from .overrides import public_override
-from .types import _Model
+from .types import StrictModel
 
-__all__ = [
-    "Source",
-    "BaseConfig",
-    "DataConfig",
-    "CalibrationConfig",
-    "TargetsConfig",
-    "MaskConfig",
-    "EditConfig",
-    "OutputsConfig",
-    "LmEvalConfig",
-    "EvaluationConfig",
-    "HubConfig",
-    "SweepVariant",
-    "SweepConfig",
-    "ConsistencyConfig",
-    "Recipe",
-    "recipe_sha256",
-]
+__all__ = ["Recipe", "recipe_sha256"]
 
 
-class Recipe(_Model):
+class Recipe(StrictModel):
     """A full, validated run description. Build it with :func:`load_recipe` or :func:`recipe_from_dict`."""
 
     base: BaseConfig

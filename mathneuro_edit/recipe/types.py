@@ -21,12 +21,12 @@ _SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?)?B$", re.IGNORECASE)
 _DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?)$")
 
 
-def _check(ok: typing.Callable[[Any], bool], message: str) -> AfterValidator:
+def value_rule(ok: typing.Callable[[Any], bool], message: str) -> AfterValidator:
     """An AfterValidator whose error reads ``<message> (got <value>)``."""
 
     def validate(value: Any) -> Any:
         if not ok(value):
-            raise ValueError(f"{message} (got {_show(value)})")
+            raise ValueError(f"{message} (got {show_value(value)})")
         return value
 
     return AfterValidator(validate)
@@ -41,13 +41,13 @@ def _regex(value: str) -> str:
 
 
 # Why strict ints and bools: YAML `batch_size: true` or `prune: "yes"` is a mistake, not 1 / True.
-Positive = Annotated[StrictInt, _check(lambda v: v >= 1, "must be an integer >= 1")]
-NonNegative = Annotated[StrictInt, _check(lambda v: v >= 0, "must be an integer >= 0")]
+Positive = Annotated[StrictInt, value_rule(lambda v: v >= 1, "must be an integer >= 1")]
+NonNegative = Annotated[StrictInt, value_rule(lambda v: v >= 0, "must be an integer >= 0")]
 
 
 def check_top_k(value: float) -> float:
     if not 0 < value <= 1:
-        raise ValueError(f"must be in (0, 1] (got {_show(value)}){top_k_hint(value)}")
+        raise ValueError(f"must be in (0, 1] (got {show_value(value)}){top_k_hint(value)}")
     return value
 
 
@@ -55,16 +55,16 @@ TopK = Annotated[float, AfterValidator(check_top_k)]
 # the edit is computed in float32 (engine.apply.edited_values): a scale above its largest value is inf there
 Scale = Annotated[
     float,
-    _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
-    _check(
+    value_rule(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
+    value_rule(
         lambda v: v <= 3.4028234663852886e38,
         "is inf in float32, the dtype the edit is computed in (at most 3.4e38): choose a smaller scale",
     ),
 ]
-FiniteNonNegative = Annotated[float, _check(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
-Level = Annotated[float, _check(lambda v: 0 < v < 1, "must be in (0, 1), e.g. 0.05")]
-Device = Annotated[str, _check(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
-ShardSize = Annotated[str, _check(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
+FiniteNonNegative = Annotated[float, value_rule(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
+Level = Annotated[float, value_rule(lambda v: 0 < v < 1, "must be in (0, 1), e.g. 0.05")]
+Device = Annotated[str, value_rule(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
+ShardSize = Annotated[str, value_rule(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
 _REPO_PART = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
 
 
@@ -112,7 +112,7 @@ def is_hub_ref(value: str) -> bool:
 
 RepoId = Annotated[
     str,
-    _check(
+    value_rule(
         _repo_id_ok,
         "must be a Hub repo id like user/name (letters, digits, '.', '_', '-'; "
         "no '..', no part starting or ending with '.' or '-')",
@@ -120,7 +120,7 @@ RepoId = Annotated[
 ]
 Branch = Annotated[
     str,
-    _check(
+    value_rule(
         is_branch_name,
         "must be a branch name such as main or exp/boost-1.1 (letters, digits, "
         "'.', '_', '-', '/' between parts not starting with '.' or '-'; no '..')",
@@ -129,11 +129,14 @@ Branch = Annotated[
 Regex = Annotated[str, AfterValidator(_regex)]
 
 
-class _Model(BaseModel):
+class StrictModel(BaseModel):
+    """The base of every recipe section: unknown keys refused."""
+
     # Why coerce numbers to str: YAML reads `split: 2021` or `revision: 1234` as ints.
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """``value`` as an error line shows it after ``got``: its repr (a float as str), cut to 60 characters."""
     text = repr(value) if not isinstance(value, float) else str(value)
     return text if len(text) <= 60 else text[:57] + "..."

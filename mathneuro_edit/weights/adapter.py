@@ -47,7 +47,7 @@ from .._version import __version__
 from ..engine.apply import apply_mask, check_scale, scale_masked
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
-from ..recipe.schema import BaseConfig
+from ..recipe.input_sections import BaseConfig
 from ..util.console import known_warnings_silenced
 from ..util.files import write_text_atomic
 from ..util.outdir import atomic_dir

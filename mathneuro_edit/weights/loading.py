@@ -25,7 +25,7 @@ from torch import nn
 
 from ..engine.targets import find_targets
 from ..errors import InputError
-from ..recipe.schema import BaseConfig
+from ..recipe.input_sections import BaseConfig
 from ..util.console import library_log_held
 from .base import resolve_base, resolve_model_path
 from .checkpoint import check_config_shapes, open_checkpoint

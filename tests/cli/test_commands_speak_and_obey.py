@@ -144,7 +144,7 @@ def test_card_set_refuses_what_the_outputs_were_made_with(run: Path, item: str, 
 
 def test_load_edited_takes_the_organism_as_load_model_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mathneuro_edit.organism import organism_path
-    from mathneuro_edit.recipe.schema import BaseConfig
+    from mathneuro_edit.recipe.input_sections import BaseConfig
     from mathneuro_edit.weights.adapter import export_adapter, load_edited
     from mathneuro_edit.weights.checkpoint import open_checkpoint
 

@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 from mathneuro_edit.errors import InputError
+from mathneuro_edit.recipe.edit_sections import EditConfig
 from mathneuro_edit.recipe.io import (
     load_recipe,
     quickstart_recipe,
     recipe_fields,
     recipe_from_dict,
 )
-from mathneuro_edit.recipe.schema import EditConfig, Recipe, recipe_sha256
+from mathneuro_edit.recipe.schema import Recipe, recipe_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = {

@@ -22,7 +22,7 @@ from mathneuro_edit.evaluation.significance import (
     mcnemar_power,
     min_detectable_gain,
 )
-from mathneuro_edit.recipe.schema import SweepConfig
+from mathneuro_edit.recipe.job_sections import SweepConfig
 from mathneuro_edit.runs.sweep.procedure import (
     ArmOutcome,
     SweepPoint,

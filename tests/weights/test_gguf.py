@@ -27,7 +27,7 @@ gguf = pytest.importorskip("gguf")
 
 from mathneuro_edit import InputError  # noqa: E402
 from mathneuro_edit.organism import organism_path  # noqa: E402
-from mathneuro_edit.recipe.schema import OutputsConfig  # noqa: E402
+from mathneuro_edit.recipe.edit_sections import OutputsConfig  # noqa: E402
 from mathneuro_edit.weights.audit import verify  # noqa: E402
 from mathneuro_edit.weights.checkpoint_writer import export_checkpoint  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import (  # noqa: E402
