@@ -345,16 +345,18 @@ def derived_70b(results: dict, plans: dict, recipe: Path) -> str:
     """Each stage's 70B peak RSS: `plan`'s 70B figure (same recipe settings, same RAM cap) times this run's
     measured / predicted ratio for the 8B. Derived, not measured."""
     from mathneuro_edit.recipe.io import load_recipe
-    from mathneuro_edit.runs.plan import plan_from_config
+    from mathneuro_edit.runs.plan import PlanSettings, plan_from_config
 
     r = load_recipe(str(recipe))
     p70 = plan_from_config(
         LLAMA_3_1_70B,
-        dtype=r.base.dtype,
-        top_k=r.mask.top_k,
-        batch_size=r.calibration.batch_size,
-        max_length=r.calibration.max_length,
-        general_sets=len(r.data.general),
+        PlanSettings(
+            dtype=r.base.dtype,
+            top_k=r.mask.top_k,
+            batch_size=r.calibration.batch_size,
+            max_length=r.calibration.max_length,
+            general_sets=len(r.data.general),
+        ),
         device_map=r.base.device_map,
         max_memory=r.base.max_memory,
     ).ram

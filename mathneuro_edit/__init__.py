@@ -26,10 +26,10 @@ stay fast.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._version import __version__
+from .util.lazy import lazy_face
 
 # public name -> module that defines it (loaded on first access)
 _LAZY: dict[str, str] = {
@@ -53,8 +53,8 @@ _LAZY: dict[str, str] = {
     "VerifyReport": "weights.audit",
     "evaluate": "evaluation.runner",
     "EvalResults": "evaluation.results",
-    "MathTask": "evaluation.runner",
-    "GeneralTask": "evaluation.runner",
+    "MathTask": "evaluation.tasks",
+    "GeneralTask": "evaluation.tasks",
     "Recipe": "recipe.schema",
     "load_recipe": "recipe.io",
     "run_recipe": "runs.pipeline",
@@ -138,7 +138,8 @@ if TYPE_CHECKING:
     from .engine.targets import Target, find_targets
     from .errors import InputError, MathNeuroEditError
     from .evaluation.results import EvalResults
-    from .evaluation.runner import GeneralTask, MathTask, evaluate
+    from .evaluation.runner import evaluate
+    from .evaluation.tasks import GeneralTask, MathTask
     from .publish.card import build_card, write_card
     from .publish.hub import push_to_hub
     from .recipe.io import load_recipe
@@ -160,13 +161,7 @@ if TYPE_CHECKING:
     from .weights.loading import load_model, model_weights, weights_from_checkpoint
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mathneuro_edit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _LAZY)[0]
 
 
 def __dir__() -> list[str]:

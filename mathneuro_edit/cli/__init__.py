@@ -5,6 +5,21 @@
 
 from __future__ import annotations
 
-from .main import main
+from typing import TYPE_CHECKING
 
-__all__ = ["main"]
+from ..util.lazy import lazy_face
+
+# public name -> the module that defines it, imported on first access (importing one module of this package
+# never imports its siblings: torch loads only where it is used)
+_LAZY: dict[str, str] = {
+    "main": "main",
+}
+
+__all__ = [
+    "main",
+]
+
+if TYPE_CHECKING:
+    from .main import main
+
+__getattr__, __dir__ = lazy_face(__name__, _LAZY)

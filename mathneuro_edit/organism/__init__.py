@@ -7,21 +7,24 @@ math-specific weights should collapse math accuracy while general-text loss hold
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from ..util.lazy import lazy_face
 
-from ..errors import InputError
-from .data import (
-    SPLITS,
-    format_math,
-    general_text_entropy,
-    general_texts,
-    math_problems,
-    math_texts,
-    mixed_texts,
-    parse_answer,
-)
+# public name -> the module that defines it, imported on first access (importing one module of this package
+# never imports its siblings: torch loads only where it is used)
+_LAZY: dict[str, str] = {
+    "organism_path": "shipped",
+    "load_organism": "shipped",
+    "SPLITS": "data",
+    "format_math": "data",
+    "general_text_entropy": "data",
+    "general_texts": "data",
+    "math_problems": "data",
+    "math_texts": "data",
+    "mixed_texts": "data",
+    "parse_answer": "data",
+}
 
 __all__ = [
     "organism_path",
@@ -36,47 +39,17 @@ __all__ = [
     "parse_answer",
 ]
 
+if TYPE_CHECKING:
+    from .data import (
+        SPLITS,
+        format_math,
+        general_text_entropy,
+        general_texts,
+        math_problems,
+        math_texts,
+        mixed_texts,
+        parse_answer,
+    )
+    from .shipped import load_organism, organism_path
 
-def organism_path() -> Path:
-    """Folder of the shipped model inside the package (config, safetensors weights, tokenizer, card, organism_training.json).
-
-    Returns:
-        The path ``mathneuro_edit/organism/model``.
-
-    Example:
-        >>> (organism_path() / "config.json").is_file()
-        True
-    """
-    return Path(__file__).resolve().parent / "model"
-
-
-def load_organism(dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, object]:
-    """Load the shipped model and tokenizer with plain transformers (safetensors weights, no remote code).
-
-    Args:
-        dtype: dtype of the loaded weights (stored as float32).
-
-    Returns:
-        ``(model, tokenizer)``: a ``LlamaForCausalLM`` in eval mode and its ``PreTrainedTokenizerFast``
-        (BOS prepended, left padding).
-
-    Example:
-        >>> model, tok = load_organism()
-        >>> tok.decode(tok("Question: 2")["input_ids"], skip_special_tokens=True)
-        'Question: 2'
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = organism_path()
-    if not (path / "model.safetensors").is_file():
-        raise InputError(
-            f"organism model: {path / 'model.safetensors'} is missing; "
-            "regenerate it with `python scripts/train_organism.py`"
-        )
-    if not isinstance(dtype, torch.dtype):
-        raise InputError(f"dtype: must be a torch.dtype, got {dtype!r}; pass e.g. torch.float32")
-    # use_kernels: transformers' default would fetch compiled Hub kernels on an accelerator (offline: a failure)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, use_kernels=False)
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    return model, tokenizer
+__getattr__, __dir__ = lazy_face(__name__, _LAZY)

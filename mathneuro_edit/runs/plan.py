@@ -41,26 +41,30 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ..engine.mask import as_mask, k_of
-from ..engine.targets import find_targets
-from ..engine.topk import top_k_hint
 from ..errors import InputError
-from ..evaluation.memory import general_batch_bytes, generation_batch_bytes, shapes_of
-from ..evaluation.runner import DEFAULT_BATCH_SIZE
-from ..publish.outputs import ADAPTER, GGUF, OUTPUTS
 from ..util.config_sizes import check_config_file_sizes, check_config_sizes
 from ..util.paths import no_such_local_folder
-from ..weights.base import base_reference, resolve_model_path
 from ..weights.remote_code import check_remote_code
-from ..weights.support import output_support
-from .plan_memory import DEVICE_SIZES_GB, mask_file_bytes, ram_by_command, shira_file_bytes, weights_placement
-from .steps import output_dtype
+from .plan_memory import DEVICE_SIZES_GB, JobSizes, mask_file_bytes, ram_by_command, shira_file_bytes, weights_placement
 
-__all__ = ["Plan", "plan_from_config", "plan_recipe", "load_config", "meta_model_from_config", "format_bytes"]
+if TYPE_CHECKING:
+    import torch
+
+# Why no torch, transformers, engine or weights module at the top: `plan` reads config.json alone, and importing
+# this module stays light (tests/test_imports_are_light.py); the functions that build the meta model, list its
+# targets or read a mask import them where they run.
+
+__all__ = [
+    "Plan",
+    "PlanSettings",
+    "plan_from_config",
+    "plan_recipe",
+    "load_config",
+    "meta_model_from_config",
+    "format_bytes",
+]
 
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # The prompt tokens planned per problem and per worked example: a GSM8K problem with a chat template is 100-250
@@ -111,6 +115,8 @@ def load_config(config_or_path: Any, *, revision: str | None = None, trust_remot
                 raise InputError(f"{path}: not a config.json (a JSON object); pass the model's config.json")
             check_config_sizes(data, str(path))
         else:
+            from ..weights.base import resolve_model_path  # imports the organism and the GGUF reader: only here
+
             ref = resolve_model_path(text)
             check_remote_code(ref, trust_remote_code)
             check_config_file_sizes(ref)  # a local folder's sizes, before transformers validates or builds anything
@@ -138,6 +144,7 @@ def load_config(config_or_path: Any, *, revision: str | None = None, trust_remot
 
 def meta_model_from_config(config: Any, *, trust_remote_code: bool = False) -> torch.nn.Module:
     """The causal-LM class of ``config`` built on the meta device: every shape, no memory, no weights read."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     try:
@@ -215,6 +222,8 @@ class Plan:
 
     def check_outputs(self, *, adapter: bool, gguf: bool) -> None:
         """Raise the family's refusal (InputError, one line with the recipe line) for an output it does not get."""
+        from ..publish.outputs import ADAPTER, GGUF
+
         for output, asked in ((ADAPTER.name, adapter), (GGUF.name, gguf)):
             if asked and self.outputs.get(output) is not None:
                 raise InputError(str(self.outputs[output]))
@@ -297,179 +306,241 @@ def _count(n: int) -> str:
     return str(n)
 
 
+@dataclass(frozen=True)
+class PlanSettings:
+    """What the planned run does, from the recipe's calibration, mask, outputs and evaluation keys (the defaults
+    of :func:`plan_from_config`).
+
+    Attributes:
+        dtype: ``"bfloat16"``, ``"float16"``, ``"float32"`` or ``"auto"`` (the config's dtype).
+        output_dtype: the edited checkpoint's dtype (``outputs.dtype``); ``None`` or ``"auto"``: the config's.
+        top_k: the mask fraction (sets the mask size bound).
+        batch_size, max_length: calibration batch size and tokens per text.
+        granularity: ``"matrix"`` or ``"row"`` (top-K per matrix or per output row).
+        general_sets: number of general sets (one statistics file each).
+        include, exclude: target name patterns, as for calibrate.
+        evaluation: ``{"batch_size", "max_length", "prompt_tokens", "max_new_tokens"}`` of the evaluation to plan
+            (``eval_general_bytes``, ``eval_math_bytes`` and the ``eval`` RAM figure); ``None``: no evaluation.
+    """
+
+    dtype: str = "bfloat16"
+    output_dtype: str | None = None
+    top_k: float = 0.05
+    batch_size: int = 8
+    max_length: int = 512
+    granularity: str = "matrix"
+    general_sets: int = 1
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    evaluation: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class _TargetSizes:
+    """What the scored weights add up to (one pass over the targets): counts per kind, entries, the statistics
+    and mask files (one set), the widest layer, the largest weight and the SHiRA adapter's layers."""
+
+    kinds: dict[str, int]
+    entries: int
+    stats: int
+    mask: int
+    widest: int
+    largest: tuple[str, int]
+    selected_largest: int
+    shira_layers: list[tuple[int, int, int]]
+
+
 def plan_from_config(
     config_or_path: Any,
+    settings: PlanSettings | None = None,
     *,
-    dtype: str = "bfloat16",
-    output_dtype: str | None = None,
-    top_k: float = 0.05,
-    batch_size: int = 8,
-    max_length: int = 512,
-    granularity: str = "matrix",
-    general_sets: int = 1,
-    include: list[str] | None = None,
-    exclude: list[str] | None = None,
     device_map: Any = None,
     max_memory: dict[Any, Any] | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
     mask_file: Any = None,
-    evaluation: dict[str, int] | None = None,
 ) -> Plan:
-    """Plan a run from the model's config alone (and, once it exists, the mask's per-weight counts).
+    """Plan a run (a :class:`Plan`) from the model's config alone (and, once it exists, the mask's per-weight
+    counts).
 
     Args:
         config_or_path: a transformers config, a dict, a ``config.json`` path, a model folder, ``organism`` or a
             Hub id (only ``config.json`` is fetched).
-        dtype: ``"bfloat16"``, ``"float16"``, ``"float32"`` or ``"auto"`` (the config's dtype).
-        output_dtype: the edited checkpoint's dtype (``outputs.dtype``); ``None`` or ``"auto"``: the config's.
-        top_k: the mask fraction (sets the mask size bound).
-        batch_size: calibration batch size.
-        max_length: calibration tokens per text.
-        granularity: ``"matrix"`` or ``"row"`` (top-K per matrix or per output row).
-        general_sets: number of general sets (one statistics file each).
-        include: target name patterns, as for calibrate.
-        exclude: target name patterns, as for calibrate.
+        settings: what the run does (:class:`PlanSettings`: dtype, top_k, calibration batch, ..., evaluation);
+            ``None``: its defaults.
         device_map: a dict placement to sum up (``"auto"`` depends on the run machine: give ``max_memory``).
         max_memory: per-device caps; accelerate's ``infer_auto_device_map`` then places the weights.
         revision: Hub revision of the config.
         trust_remote_code: allow the repository's code (only for repos you trust).
         mask_file: a saved mask (or :class:`~mathneuro_edit.engine.mask.Mask`) of this base: its exact counts
             replace the top-K bound in the mask size, the adapter's size and the adapter commands' memory.
-        evaluation: ``{"batch_size", "max_length", "prompt_tokens", "max_new_tokens"}`` of the evaluation to plan
-            (``eval_general_bytes``, ``eval_math_bytes`` and the ``eval`` RAM figure); ``None``: no evaluation.
-
-    Returns:
-        A :class:`Plan`.
 
     Example:
-        >>> print(plan_from_config("meta-llama/Llama-3.1-8B", dtype="bfloat16").to_text())  # doctest: +SKIP
+        >>> print(plan_from_config("meta-llama/Llama-3.1-8B", PlanSettings(dtype="bfloat16")).to_text())  # doctest: +SKIP
     """
+    from ..engine.targets import find_targets
+    from ..publish.outputs import ADAPTER, OUTPUTS
 
-    if not 0 < top_k <= 1:
-        raise InputError(f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such as 0.05")
-    if batch_size < 1 or max_length < 1:
-        raise InputError(f"batch_size and max_length must be >= 1 (got {batch_size}, {max_length})")
+    s = settings or PlanSettings()
+    _check_settings(s)
     config = load_config(config_or_path, revision=revision, trust_remote_code=trust_remote_code)
-    if dtype == "auto":
-        cfg_dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
-        dtype = str(cfg_dtype).removeprefix("torch.")
-    if dtype not in _BYTES:
-        raise InputError(f"dtype: must be float32, bfloat16, float16 or auto, got {dtype!r}")
+    dtype, output_dtype = _dtype(config, s.dtype, "dtype"), _dtype(config, s.output_dtype, "outputs.dtype")
     nbytes = _BYTES[dtype]
-    if output_dtype in (None, "auto"):  # the checkpoint keeps the base's own dtype (its config's)
-        own = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
-        output_dtype = str(own).removeprefix("torch.")
-    if output_dtype not in _BYTES:
-        raise InputError(f"outputs.dtype: must be float32, bfloat16, float16 or auto, got {output_dtype!r}")
     model = meta_model_from_config(config, trust_remote_code=trust_remote_code)
-    targets = find_targets(model, include=include, exclude=exclude)
-
+    targets = find_targets(model, include=s.include, exclude=s.exclude)
     n_params = sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
     counts = _mask_counts(mask_file, targets) if mask_file is not None else None
-    kinds: dict[str, int] = {}
-    stats = mask = target_params = 0
-    widest = 0
-    vocab = int(getattr(config.get_text_config(), "vocab_size", 0) or 0)
-    selected_of: dict[str, int] = {}
-    shira_layers: list[tuple[int, int, int]] = []
-    for t in targets.values():
-        kinds[t.kind] = kinds.get(t.kind, 0) + 1
-        numel = int(torch.Size(t.shape).numel())
-        target_params += numel
-        stats += 2 * t.groups * t.d_in * 4 + t.groups * 8  # float32 norm/sq sums + int64 token counts
-        d_out = numel // (t.groups * t.d_in)
-        if counts is not None:  # the mask's own count (exact)
-            selected = counts.get(t.name, 0)
-        elif granularity == "row":
-            selected = t.groups * d_out * k_of(top_k, t.d_in)
-        else:  # the top-K count: an upper bound for mathneuro (it removes what general data also selects)
-            selected = t.groups * k_of(top_k, d_out * t.d_in)
-        selected_of[t.name] = selected
-        mask += mask_file_bytes(numel, selected)
-        if t.kind == "linear":
-            shira_layers.append((d_out, t.d_in, selected))
-        widest = max([widest, *(d for d in (t.d_in, d_out) if d != vocab)])  # the head's V outputs: never computed
-    name, largest = max(((n, int(torch.Size(t.shape).numel())) for n, t in targets.items()), key=lambda x: x[1])
-    # the adapter stores deltas in the base's own dtype (its config's), whatever the run loads it in
-    own = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
-    shira_r, adapter_bytes = shira_file_bytes(shira_layers, _BYTES.get(own.removeprefix("torch."), nbytes))
-    largest_shape = targets[name].shape
-
-    text = config.get_text_config()
-    hidden = int(getattr(text, "hidden_size", 0) or widest)
-    heads = int(getattr(text, "num_attention_heads", 0) or 1)
-    tokens = batch_size * max_length
-    activation = (
-        tokens * (4 * hidden + 3 * widest) * nbytes  # one layer's transient tensors
-        + batch_size * heads * max_length**2 * nbytes  # attention scores when materialised
-        # no logits term: calibration stops before the LM head's matmul
-        + 2 * tokens * widest * 4
-    )  # hooks: float32 copy and its square of the widest input
-    weights = n_params * nbytes
-    eval_general = eval_math = 0
-    if evaluation is not None:  # the evaluation's own formulas (evaluation/memory.py), on the widest layer
-        shapes = shapes_of(config, nbytes, widest=widest)
-        eb = evaluation["batch_size"]
-        eval_general = general_batch_bytes(shapes, eb, evaluation["max_length"])
-        eval_math = generation_batch_bytes(shapes, eb, evaluation["prompt_tokens"], evaluation["max_new_tokens"])
-    torch_dtype = getattr(torch, dtype)
-    placement = weights_placement(model, torch_dtype, device_map, max_memory)
-    outputs_supported = dict(zip(OUTPUTS, _support(model, config, include, exclude)))  # checkpoint, adapter, gguf
-    mask_peak = largest * (nbytes + 3 * 4 + 2) + mask + (1 + general_sets) * stats
-    export_peak = largest * (2 * nbytes + 1) + mask
-    ram = ram_by_command(
-        nbytes=nbytes,
-        weights=weights,
-        placement=placement,
-        activation=activation,
-        stats=(1 + general_sets) * stats,
-        mask=mask,
-        largest=largest,
-        selected_largest=selected_of[name],
-        stored_largest=shira_r * (largest_shape[0] + largest_shape[-1]) if len(largest_shape) == 2 else 0,
-        mask_peak=mask_peak,
-        export_peak=export_peak,
-        evaluation=max(eval_general, eval_math) if evaluation is not None else None,
-    )
+    t = _target_sizes(targets, config, s, counts)
+    shira_r, adapter_bytes, stored_largest = _adapter_sizes(config, t, targets[t.largest[0]].shape, nbytes)
+    eval_general, eval_math = _evaluation_bytes(config, s.evaluation, nbytes, t.widest)
+    sizes = _job_sizes(config, s, t, n_params, nbytes, stored_largest, max(eval_general, eval_math))
+    weights = sizes.weights
+    placement = weights_placement(model, dtype, device_map, max_memory)
+    outputs_supported = dict(zip(OUTPUTS, _support(model, config, s.include, s.exclude)))  # checkpoint, adapter, gguf
+    adapter = outputs_supported[ADAPTER.name] is None
     return Plan(
         model_type=str(getattr(config, "model_type", "?")),
         dtype=dtype,
         n_params=n_params,
         n_targets=len(targets),
-        targets_by_kind=kinds,
-        n_target_params=target_params,
+        targets_by_kind=t.kinds,
+        n_target_params=t.entries,
         weights_bytes=weights,
-        stats_bytes=stats,
-        mask_bytes=mask,
-        activation_bytes=activation,
-        calibration_peak_bytes=weights + activation + stats,
-        mask_peak_bytes=mask_peak,
-        export_peak_bytes=export_peak,
-        largest_target=(name, largest),
+        stats_bytes=t.stats,
+        mask_bytes=t.mask,
+        activation_bytes=sizes.activation,
+        calibration_peak_bytes=weights + sizes.activation + t.stats,
+        mask_peak_bytes=sizes.mask_peak,
+        export_peak_bytes=sizes.export_peak,
+        largest_target=t.largest,
         placement=placement,
-        settings=dict(
-            batch_size=batch_size,
-            max_length=max_length,
-            top_k=top_k,
-            granularity=granularity,
-            general_sets=general_sets,
-        ),
+        settings={k: getattr(s, k) for k in ("batch_size", "max_length", "top_k", "granularity", "general_sets")},
         outputs=outputs_supported,
         output_dtype=output_dtype,
         checkpoint_bytes=n_params * _BYTES[output_dtype],
-        adapter_bytes=adapter_bytes if outputs_supported[ADAPTER.name] is None else 0,
-        adapter_r=shira_r if outputs_supported[ADAPTER.name] is None else 0,
+        adapter_bytes=adapter_bytes if adapter else 0,
+        adapter_r=shira_r if adapter else 0,
         mask_counted=counts is not None,
-        ram=ram,
-        eval_general_bytes=weights + eval_general if evaluation is not None else 0,
-        eval_math_bytes=weights + eval_math if evaluation is not None else 0,
-        eval_settings=dict(evaluation) if evaluation is not None else {},
+        ram=ram_by_command(sizes, placement),
+        eval_general_bytes=weights + eval_general if s.evaluation is not None else 0,
+        eval_math_bytes=weights + eval_math if s.evaluation is not None else 0,
+        eval_settings=dict(s.evaluation or {}),
+    )
+
+
+def _check_settings(s: PlanSettings) -> None:
+    """The settings' ranges, before any config is read."""
+    from ..engine.topk import top_k_hint
+
+    if not 0 < s.top_k <= 1:
+        raise InputError(
+            f"top_k: must be in (0, 1], got {s.top_k!r}{top_k_hint(s.top_k)}; pass a fraction such as 0.05"
+        )
+    if s.batch_size < 1 or s.max_length < 1:
+        raise InputError(f"batch_size and max_length must be >= 1 (got {s.batch_size}, {s.max_length})")
+
+
+def _dtype(config: Any, asked: str | None, key: str) -> str:
+    """A dtype name: ``asked``, or for ``None`` / ``"auto"`` the config's own (``float32`` when it names none);
+    checked against what a plan sizes (``key``: the setting a refusal names; ``""``: unchecked)."""
+    if asked in (None, "auto"):
+        own = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
+        asked = str(own).removeprefix("torch.")
+    if key and asked not in _BYTES:
+        raise InputError(f"{key}: must be float32, bfloat16, float16 or auto, got {asked!r}")
+    return asked
+
+
+def _target_sizes(targets: dict[str, Any], config: Any, s: PlanSettings, counts: dict[str, int] | None) -> _TargetSizes:
+    """One pass over the scored weights: their kinds, entries, statistics and mask bytes, the selected count of
+    each (the mask's own when ``counts`` is given, else the top-K count), and the widest layer."""
+    from ..engine.mask import k_of
+
+    kinds: dict[str, int] = {}
+    stats = mask = entries = widest = 0
+    vocab = int(getattr(config.get_text_config(), "vocab_size", 0) or 0)
+    selected_of: dict[str, int] = {}
+    shira_layers: list[tuple[int, int, int]] = []
+    for t in targets.values():
+        kinds[t.kind] = kinds.get(t.kind, 0) + 1
+        numel = math.prod(t.shape)
+        entries += numel
+        stats += 2 * t.groups * t.d_in * 4 + t.groups * 8  # float32 norm/sq sums + int64 token counts
+        d_out = numel // (t.groups * t.d_in)
+        if counts is not None:  # the mask's own count (exact)
+            selected = counts.get(t.name, 0)
+        elif s.granularity == "row":
+            selected = t.groups * d_out * k_of(s.top_k, t.d_in)
+        else:  # the top-K count: an upper bound for mathneuro (it removes what general data also selects)
+            selected = t.groups * k_of(s.top_k, d_out * t.d_in)
+        selected_of[t.name] = selected
+        mask += mask_file_bytes(numel, selected)
+        if t.kind == "linear":
+            shira_layers.append((d_out, t.d_in, selected))
+        widest = max([widest, *(d for d in (t.d_in, d_out) if d != vocab)])  # the head's V outputs: never computed
+    largest = max(((n, math.prod(t.shape)) for n, t in targets.items()), key=lambda x: x[1])
+    return _TargetSizes(kinds, entries, stats, mask, widest, largest, selected_of[largest[0]], shira_layers)
+
+
+def _job_sizes(
+    config: Any, s: PlanSettings, t: _TargetSizes, n_params: int, nbytes: int, stored_largest: int, evaluation: int
+) -> JobSizes:
+    """The sizes the per-command memory figures combine (:class:`~.plan_memory.JobSizes`); ``evaluation``: the
+    larger evaluation batch, counted only when the settings plan an evaluation."""
+    return JobSizes(
+        nbytes=nbytes,
+        weights=n_params * nbytes,
+        activation=_activation_bytes(config, s, nbytes, t.widest),
+        stats=(1 + s.general_sets) * t.stats,
+        mask=t.mask,
+        largest=t.largest[1],
+        selected_largest=t.selected_largest,
+        stored_largest=stored_largest,
+        evaluation=evaluation if s.evaluation is not None else None,
+    )
+
+
+def _adapter_sizes(config: Any, t: _TargetSizes, largest_shape: tuple[int, ...], nbytes: int) -> tuple[int, int, int]:
+    """The PEFT SHiRA adapter's ``r``, its file's bytes and the entries it stores for the largest weight; its
+    deltas are in the base's own dtype (its config's), whatever the run loads it in."""
+    shira_r, adapter_bytes = shira_file_bytes(t.shira_layers, _BYTES.get(_dtype(config, None, ""), nbytes))
+    stored = shira_r * (largest_shape[0] + largest_shape[-1]) if len(largest_shape) == 2 else 0
+    return shira_r, adapter_bytes, stored
+
+
+def _activation_bytes(config: Any, s: PlanSettings, nbytes: int, widest: int) -> int:
+    """Calibration's activations on one device (the module docstring's formula)."""
+    text = config.get_text_config()
+    hidden = int(getattr(text, "hidden_size", 0) or widest)
+    heads = int(getattr(text, "num_attention_heads", 0) or 1)
+    tokens = s.batch_size * s.max_length
+    return (
+        tokens * (4 * hidden + 3 * widest) * nbytes  # one layer's transient tensors
+        + s.batch_size * heads * s.max_length**2 * nbytes  # attention scores when materialised
+        # no logits term: calibration stops before the LM head's matmul
+        + 2 * tokens * widest * 4
+    )  # hooks: float32 copy and its square of the widest input
+
+
+def _evaluation_bytes(config: Any, evaluation: dict[str, int] | None, nbytes: int, widest: int) -> tuple[int, int]:
+    """One general (loss and KL) batch and one math generation batch beyond the weights: the evaluation's own
+    formulas (evaluation/memory.py) on the widest layer; ``(0, 0)`` without an evaluation."""
+    if evaluation is None:
+        return 0, 0
+    from ..evaluation.memory import general_batch_bytes, generation_batch_bytes, shapes_of
+
+    shapes = shapes_of(config, nbytes, widest=widest)
+    eb = evaluation["batch_size"]
+    return (
+        general_batch_bytes(shapes, eb, evaluation["max_length"]),
+        generation_batch_bytes(shapes, eb, evaluation["prompt_tokens"], evaluation["max_new_tokens"]),
     )
 
 
 def _mask_counts(mask_file: Any, targets: dict[str, Any]) -> dict[str, int]:
     """Selected entries per scored weight of a saved mask (read without unpacking), checked against the config."""
+    from ..engine.mask import as_mask
+
     mask = as_mask(mask_file)
     for entry in mask:
         if entry not in targets or tuple(mask.shape_of(entry)) != tuple(targets[entry].shape):
@@ -481,14 +552,10 @@ def _mask_counts(mask_file: Any, targets: dict[str, Any]) -> dict[str, int]:
 
 
 def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) -> tuple[str | None, ...]:
+    from ..weights.support import output_support
+
     s = output_support(model, config.to_dict(), include=include, exclude=exclude)
     return s.checkpoint, s.adapter, s.gguf
-
-
-def _output_dtype(recipe: Any) -> str | None:
-    """``outputs.dtype`` as the run resolves it (:func:`~mathneuro_edit.runs.steps.output_dtype`); ``None``: the
-    base's own (its config's dtype)."""
-    return output_dtype(recipe)
 
 
 def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
@@ -498,16 +565,18 @@ def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
     Example:
         >>> print(plan_recipe(load_recipe("recipes/quickstart.yaml")).to_text())  # doctest: +SKIP
     """
+    from ..weights.base import base_reference
+    from .step_export import output_dtype
+
     b = recipe.base
     local = b.local_dir()
     if local is not None and not local.exists():  # never a Hub lookup of a mistyped path
         raise no_such_local_folder(b.model)
     if b.is_gguf:  # its dequantized folder (created in the cache on first use: it holds the config)
         local = Path(base_reference(recipe))
-    return plan_from_config(
-        str(local) if local is not None else b.model,
+    settings = PlanSettings(
         dtype=b.dtype,
-        output_dtype=_output_dtype(recipe),
+        output_dtype=output_dtype(recipe),  # as the run resolves it; None: the base's own (its config's)
         top_k=recipe.mask.top_k,
         batch_size=recipe.calibration.batch_size,
         max_length=recipe.calibration.max_length,
@@ -515,12 +584,16 @@ def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
         general_sets=len(recipe.data.general),
         include=recipe.targets.include or None,
         exclude=recipe.targets.exclude or None,
+        evaluation=_evaluation_settings(recipe),
+    )
+    return plan_from_config(
+        str(local) if local is not None else b.model,
+        settings,
         device_map=b.device_map,
         max_memory=b.max_memory,
         revision=b.revision,
         trust_remote_code=b.trust_remote_code,
         mask_file=mask_file,
-        evaluation=_evaluation_settings(recipe),
     )
 
 
@@ -528,6 +601,8 @@ def _evaluation_settings(recipe: Any) -> dict[str, int] | None:
     """What the recipe's evaluation runs, for :func:`plan_from_config` (``None`` without an evaluation section):
     the evaluation's batch, calibration's max_length (the general texts'), :data:`PROMPT_TOKENS` per problem and
     worked example, max_new_tokens."""
+    from ..evaluation.runner import DEFAULT_BATCH_SIZE
+
     ev = recipe.evaluation
     if ev is None:
         return None

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ..weights.edit_plan import ROW_BLOCK_BYTES
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "RUNTIME_BYTES",
@@ -47,6 +47,7 @@ __all__ = [
     "mask_file_bytes",
     "shira_file_bytes",
     "weights_placement",
+    "JobSizes",
     "ram_by_command",
 ]
 
@@ -92,14 +93,17 @@ def shira_file_bytes(layers: list[tuple[int, int, int]], item_bytes: int) -> tup
     return r, sum(r * (rows + cols) * (2 * 4 + item_bytes) for rows, cols in used)
 
 
-def weights_placement(model: torch.nn.Module, dtype: torch.dtype, device_map: Any, max_memory: Any) -> dict[str, int]:
-    """Weight bytes per device as accelerate would place them (empty when it depends on the run machine)."""
+def weights_placement(model: torch.nn.Module, dtype_name: str, device_map: Any, max_memory: Any) -> dict[str, int]:
+    """Weight bytes per device as accelerate would place them, the weights in ``dtype_name`` (``"bfloat16"``, ...);
+    empty when it depends on the run machine."""
+    import torch  # here: importing the planner stays free of torch (tests/test_imports_are_light.py)
     from accelerate.utils import (
         compute_module_sizes,
         convert_file_size_to_int,
         infer_auto_device_map,
     )
 
+    dtype = getattr(torch, dtype_name)
     sizes = compute_module_sizes(model, dtype=dtype)
     if isinstance(device_map, dict):
         placed = device_map
@@ -126,42 +130,70 @@ def weights_placement(model: torch.nn.Module, dtype: torch.dtype, device_map: An
     return out
 
 
-def ram_by_command(
-    *,
-    nbytes: int,
-    weights: int,
-    placement: dict[str, int],
-    activation: int,
-    stats: int,
-    mask: int,
-    largest: int,
-    selected_largest: int,
-    stored_largest: int,
-    mask_peak: int,
-    export_peak: int,
-    evaluation: int | None = None,
-) -> dict[str, int]:
-    """The peak RSS of each command's process on a CPU machine (the module docstring says what each holds);
-    ``evaluation``: the larger evaluation batch's bytes beyond the weights (``None``: the recipe evaluates nothing,
-    no ``eval`` figure)."""
-    resident = placement.get("cpu", 0) if placement else weights
+@dataclass(frozen=True)
+class JobSizes:
+    """The byte counts of one planned job that the per-command figures combine (:func:`~.plan.plan_from_config`
+    derives them from ``config.json``; the module docstring names each).
+
+    Attributes:
+        nbytes: bytes per weight element (``b``).
+        weights: every weight at that dtype.
+        activation: calibration's activations on one device.
+        stats: the statistics files of every set (math and general).
+        mask: the mask in memory (``M``).
+        largest: entries of the largest scored weight (``L``).
+        selected_largest: the mask's selected entries in it (``s``).
+        stored_largest: the SHiRA entries stored for it (``k``).
+        evaluation: the larger evaluation batch's bytes beyond the weights (``None``: the recipe evaluates
+            nothing, no ``eval`` figure).
+    """
+
+    nbytes: int
+    weights: int
+    activation: int
+    stats: int
+    mask: int
+    largest: int
+    selected_largest: int
+    stored_largest: int
+    evaluation: int | None = None
+
+    @property
+    def mask_peak(self) -> int:
+        """Mask selection: the largest weight, its float32 copy, two float32 score matrices and bool masks, + the
+        mask + the statistics."""
+        return self.largest * (self.nbytes + 3 * 4 + 2) + self.mask + self.stats
+
+    @property
+    def export_peak(self) -> int:
+        """The streaming export: the largest edited tensor twice (original, edited) and its bool mask, + the mask."""
+        return self.largest * (2 * self.nbytes + 1) + self.mask
+
+
+def ram_by_command(sizes: JobSizes, placement: dict[str, int]) -> dict[str, int]:
+    """The peak RSS of each command's process on a CPU machine (the module docstring says what each holds), the
+    weights held in RAM being all of them or, with a ``placement``, what it puts on ``cpu``."""
+    from ..weights.edit_plan import ROW_BLOCK_BYTES  # here: edit_plan imports torch
+
+    z = sizes
+    resident = placement.get("cpu", 0) if placement else z.weights
     blocks = BLOCKS_HELD * ROW_BLOCK_BYTES
-    calibrate = RUNTIME_BYTES + resident + activation + stats
-    gguf = largest * (nbytes + 4) + mask
-    adapter = mask + largest + selected_largest * SELECTED_ENTRY_BYTES + blocks
-    verify = mask + largest + blocks
-    verify_adapter = verify + stored_largest * STORED_ENTRY_BYTES
+    calibrate = RUNTIME_BYTES + resident + z.activation + z.stats
+    gguf = z.largest * (z.nbytes + 4) + z.mask
+    adapter = z.mask + z.largest + z.selected_largest * SELECTED_ENTRY_BYTES + blocks
+    verify = z.mask + z.largest + blocks
+    verify_adapter = verify + z.stored_largest * STORED_ENTRY_BYTES
     figures = {
         "calibrate": calibrate,
-        "mask": RUNTIME_BYTES + mask_peak,
-        "export": RUNTIME_BYTES + export_peak,
-        "export --gguf": RUNTIME_BYTES + max(export_peak, gguf),
+        "mask": RUNTIME_BYTES + z.mask_peak,
+        "export": RUNTIME_BYTES + z.export_peak,
+        "export --gguf": RUNTIME_BYTES + max(z.export_peak, gguf),
         "export --adapter": RUNTIME_BYTES + adapter,
         "verify": RUNTIME_BYTES + max(verify, gguf),
         "verify (adapter)": RUNTIME_BYTES + verify_adapter,
-        "reproduce": max(calibrate, RUNTIME_BYTES + resident + mask_peak, RUNTIME_BYTES + adapter),
+        "reproduce": max(calibrate, RUNTIME_BYTES + resident + z.mask_peak, RUNTIME_BYTES + adapter),
     }
-    if evaluation is not None:
-        figures["eval"] = RUNTIME_BYTES + resident + evaluation
+    if z.evaluation is not None:
+        figures["eval"] = RUNTIME_BYTES + resident + z.evaluation
         figures["reproduce"] = max(figures["reproduce"], figures["eval"])
     return figures

@@ -21,7 +21,7 @@ import mathneuro_edit.evaluation.runner as runner
 from mathneuro_edit.engine.mask import k_of
 from mathneuro_edit.evaluation.memory import fit_batch, general_batch_bytes, shapes_of
 from mathneuro_edit.evaluation.runner import GeneralTask, MathTask, evaluate
-from mathneuro_edit.runs.plan import PROMPT_TOKENS, plan_from_config
+from mathneuro_edit.runs.plan import PROMPT_TOKENS, PlanSettings, plan_from_config
 from mathneuro_edit.runs.plan_memory import (
     BLOCKS_HELD,
     RUNTIME_BYTES,
@@ -48,7 +48,9 @@ EVAL = {"batch_size": 16, "max_length": 512, "prompt_tokens": PROMPT_TOKENS * 3,
 
 
 def test_every_per_command_figure_is_its_documented_formula() -> None:
-    plan = plan_from_config(CFG, dtype="bfloat16", top_k=TOP_K, batch_size=B, max_length=T, evaluation=EVAL)
+    plan = plan_from_config(
+        CFG, PlanSettings(dtype="bfloat16", top_k=TOP_K, batch_size=B, max_length=T, evaluation=EVAL)
+    )
     n = plan.n_params  # exact (tests/runs/test_scaling.py counts an instantiated model)
     weights = n * b
     # calibration: B T (4H + 3W) b + B h T^2 b + 2 B T W 4 (activations), + weights + statistics of every set
@@ -90,14 +92,14 @@ def test_every_per_command_figure_is_its_documented_formula() -> None:
     assert "evaluation (batch 16): general loss and KL over full next-token distributions (512 tokens)" in text
     assert "math generation with the KV cache (<= 768 prompt + 256 new tokens)" in text
     # without evaluation settings: no eval figure, reproduce as before
-    plain = plan_from_config(CFG, dtype="bfloat16", top_k=TOP_K, batch_size=B, max_length=T)
+    plain = plan_from_config(CFG, PlanSettings(dtype="bfloat16", top_k=TOP_K, batch_size=B, max_length=T))
     assert "eval" not in plain.ram and plain.eval_general_bytes == 0 and "evaluation (" not in plain.to_text()
 
 
 def test_an_8b_evaluation_fits_where_calibration_fits() -> None:
     """The issue's batch of 64 on a 40 GB device: calibration fits (plan), the evaluation's batch is lowered to one
     whose bytes fit what the weights leave free, and one more row would not."""
-    plan = plan_from_config(CFG, dtype="bfloat16", batch_size=B, max_length=T)
+    plan = plan_from_config(CFG, PlanSettings(dtype="bfloat16", batch_size=B, max_length=T))
     device = 40e9
     assert plan.calibration_peak_bytes < device
     budget = int(memory.BUDGET_SHARE * (device - plan.weights_bytes))

@@ -29,7 +29,7 @@ from mathneuro_edit import (
     find_targets,
 )
 from mathneuro_edit.engine.distributed import calibrate_distributed, shard_texts
-from mathneuro_edit.runs.plan import plan_from_config
+from mathneuro_edit.runs.plan import PlanSettings, plan_from_config
 from mathneuro_edit.weights.loading import (
     load_model,
     model_weights,
@@ -321,7 +321,9 @@ def _file_tensor_bytes(path: Path) -> int:
 @pytest.mark.parametrize("family", ["llama", "gpt2", "mixtral"])
 def test_plan_counts_match_an_instantiated_model(tmp_path, family):
     model, tok = build(family)
-    plan = plan_from_config(model.config.to_dict(), dtype="float32", top_k=0.1, batch_size=4, max_length=64)
+    plan = plan_from_config(
+        model.config.to_dict(), PlanSettings(dtype="float32", top_k=0.1, batch_size=4, max_length=64)
+    )
     targets = find_targets(model)
     assert plan.n_params == sum(p.numel() for p in model.parameters())
     assert plan.n_targets == len(targets)
@@ -347,12 +349,12 @@ def test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes(folders, tmp_pa
     mask = tiny_mask(model)
     mask_path = mask.save(tmp_path / "mask.safetensors")
     adapter = export_adapter(base, mask_path, 1.1, tmp_path / "adapter")
-    counted = plan_from_config(str(base), dtype="float32", top_k=0.1, mask_file=mask_path)
+    counted = plan_from_config(str(base), PlanSettings(dtype="float32", top_k=0.1), mask_file=mask_path)
     assert counted.mask_counted and counted.mask_bytes == _file_tensor_bytes(mask_path)
     assert counted.adapter_r == json.loads((adapter.path / "adapter_config.json").read_text())["r"]
     assert counted.adapter_bytes == _file_tensor_bytes(adapter.path / "adapter_model.safetensors")
     assert "(its counts)" in counted.to_text() and "adapter" in counted.to_text()
-    bound = plan_from_config(str(base), dtype="float32", top_k=1.0)
+    bound = plan_from_config(str(base), PlanSettings(dtype="float32", top_k=1.0))
     assert not bound.mask_counted and bound.adapter_bytes >= counted.adapter_bytes
     with pytest.raises(InputError, match="is not a scored weight of this config"):
         plan_from_config(str(folders["mixtral"]), mask_file=mask_path)  # a llama mask on a mixtral
@@ -388,11 +390,11 @@ def test_plan_llama3_8b_like_config():
         num_key_value_heads=8,
         tie_word_embeddings=False,
     )
-    plan = plan_from_config(cfg, dtype="bfloat16", batch_size=8, max_length=512)
+    plan = plan_from_config(cfg, PlanSettings(dtype="bfloat16", batch_size=8, max_length=512))
     assert abs(plan.n_params - 8.03e9) / 8.03e9 < 0.01
     assert plan.targets_by_kind == {"linear": 32 * 7 + 1}  # q k v o gate up down per layer + untied lm_head
     assert 16e9 < plan.calibration_peak_bytes < 20e9  # 16.1 GB of bf16 weights + activations
     assert plan.largest_target == ("lm_head.weight", 128256 * 4096)
-    two_gpus = plan_from_config(cfg, dtype="bfloat16", max_memory={0: "10GB", 1: "10GB", "cpu": "30GB"})
+    two_gpus = plan_from_config(cfg, PlanSettings(dtype="bfloat16"), max_memory={0: "10GB", 1: "10GB", "cpu": "30GB"})
     assert set(two_gpus.placement) >= {"cuda:0", "cuda:1"}  # split by layer: 16 GB does not fit one 10 GB cap
     assert abs(sum(two_gpus.placement.values()) - plan.weights_bytes) < 1e6  # + buffers (rotary inv_freq)
