@@ -297,8 +297,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "reproduce-json-prints-text": (
         "mathneuro_edit/cli/publish.py",
-        "    if as_json:\n        _emit_json(report.to_dict())",
-        "    if False:\n        _emit_json(report.to_dict())",
+        "    if as_json:\n        emit_json(report.to_dict())",
+        "    if False:\n        emit_json(report.to_dict())",
         [
             "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_reproduce_json_of_an_edited_folder_prints_its_report_as_json_on_stdout"
         ],

@@ -40,7 +40,7 @@ from .options import (
     stage_echo,
     workers_opt,
 )
-from .publish import register as _register_publish
+from .publish import card, push, reproduce, verify
 from .study import consistency, dequantize, inspect, plan, sweep
 
 DEBUG_ENV = "MATHNEURO_EDIT_DEBUG"
@@ -128,7 +128,7 @@ def main() -> None:
     """
 
 
-@main.command()
+@click.command()
 @recipe_arg
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="output folder (must not exist)")
 @click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
@@ -210,7 +210,7 @@ def run(
     click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} weights")
 
 
-@main.command()
+@click.command()
 @recipe_arg
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="folder for *.stats.safetensors")
 @set_opt
@@ -231,7 +231,7 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
         click.echo(path)
 
 
-@main.command()
+@click.command()
 @recipe_arg
 @click.option(
     "--stats",
@@ -286,7 +286,7 @@ def _with_top_k(recipe: Any, top_k: float) -> Any:
     return recipe.model_copy(update={"mask": recipe.mask.model_copy(update={"top_k": top_k})})
 
 
-@main.command()
+@click.command()
 @recipe_arg
 @click.option("--mask", "mask_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False))
@@ -344,7 +344,7 @@ def export(
     click.echo(folder)
 
 
-@main.command("eval")
+@click.command("eval")
 @recipe_arg
 @click.option(
     "--mask",
@@ -382,9 +382,13 @@ def eval_cmd(
     click.echo(results.to_markdown())
 
 
-for _command in (inspect, sweep, consistency, dequantize, plan):  # cli/study.py
+# The one registration style: every command is a module-level click command (here: those that make an edit;
+# cli/study.py: those that study one; cli/publish.py: those that publish one), added to the group here.
+_EDIT = (run, calibrate, mask, export, eval_cmd)
+_STUDY = (inspect, sweep, consistency, dequantize, plan)
+_PUBLISH = (card, push, verify, reproduce)
+for _command in (*_EDIT, *_STUDY, *_PUBLISH):
     main.add_command(_command)
-_register_publish(main, set_opt=set_opt, quiet_opt=quiet_opt, echo=stage_echo)  # card, push, verify, reproduce
 
 if __name__ == "__main__":  # pragma: no cover
     main()

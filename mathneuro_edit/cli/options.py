@@ -17,7 +17,9 @@ __all__ = [
     "set_opt",
     "verbose_opt",
     "quiet_opt",
+    "json_option",
     "json_opt",
+    "json_report_opt",
     "emit_json",
     "workers_opt",
     "read_recipe",
@@ -95,20 +97,26 @@ def quiet_opt(f: Any) -> Any:
     return _quiet(verbose_opt(f))
 
 
-json_opt = click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    callback=json_requested,
-    help="print one JSON document on stdout (stage lines stay on stderr)",
-)
+def json_option(help_text: str) -> Any:
+    """``--json`` with its help line: the command receives ``as_json``, and an error is printed as JSON on stdout
+    too (:func:`json_requested`)."""
+    return click.option("--json", "as_json", is_flag=True, callback=json_requested, help=help_text)
 
 
-def emit_json(data: Any) -> None:
-    """One JSON document on stdout (``--json``)."""
+json_opt = json_option("print one JSON document on stdout (stage lines stay on stderr)")
+json_report_opt = json_option("print one JSON document on stdout")  # push, verify, reproduce: the report is it
+
+
+def emit_json(data: Any, scrub: bool = False) -> None:
+    """One JSON document on stdout (``--json``); ``scrub``: a Hub token anywhere in it (a file name) is ``***``."""
     import json
 
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str))
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str)
+    if scrub:
+        from ..util.scrub import scrub_token
+
+        text = scrub_token(text)
+    click.echo(text)
 
 
 workers_opt = click.option(

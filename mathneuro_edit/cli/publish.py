@@ -1,5 +1,5 @@
 """The publishing commands of the CLI: ``card``, ``push``, ``verify``, ``reproduce`` (kept apart from
-:mod:`mathneuro_edit.cli.main` so each module stays small; :func:`register` adds them to the ``mathneuro-edit`` group).
+:mod:`mathneuro_edit.cli.main`, which adds them to the ``mathneuro-edit`` group, so each module stays small).
 
 Each parses, calls one function of :mod:`mathneuro_edit.runs.release` or :mod:`mathneuro_edit.runs.reproduce`,
 and prints what it returns.
@@ -8,80 +8,130 @@ and prints what it returns.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import Any
 
 import click
 
-from .options import JSON_META, json_requested  # their home; still importable from here
+from .options import emit_json, json_report_opt, quiet_opt, set_opt, stage_echo
 
-__all__ = ["register", "JSON_META", "json_requested"]
+__all__ = ["card", "push", "verify", "reproduce"]
+
+base_opt = click.option("--base", help="local base folder, when the lock's local base path was redacted")
+trust_opt = click.option(
+    "--trust-remote-code",
+    is_flag=True,
+    help="run the base repository's own Python code (never taken from a lock; only for repositories you trust)",
+)
+existing_dir = click.Path(exists=True, file_okay=False)
+card_set_opt = click.option(  # not the recipe's --set: a card changes only what it shows
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="change what the cards and the Hub show, in the lock and cards: hub.repo_id, hub.private, hub.revision, "
+    "base.hub_id, base.hub_revision, or a source's hub_dataset (e.g. --set hub.repo_id=me/name; repeatable). "
+    "A key that decides the weights (data, mask, edit, ...) is refused: re-run the recipe",
+)
 
 
+@click.command()
+@click.argument("run_dir", type=existing_dir)
+@base_opt
+@card_set_opt
 def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
-    """Rewrite the model cards of a run folder from its lock, mask and eval.json."""
+    """Rewrite the model cards of a run folder from its lock, mask and eval.json.
+
+    --set changes what the cards show (the lock's recipe too, so a push agrees); --base gives back a base the
+    lock redacted (only needed for a lock of an older version).
+    """
     from ..runs.release import rewrite_cards
 
     for path in rewrite_cards(run_dir, base, sets):
         click.echo(path)
 
 
+@click.command()
+@click.argument("out", type=existing_dir)
+@click.option("--adapter", is_flag=True, help="push the run's adapter/ (PEFT) to its own repo")
+@click.option("--gguf", is_flag=True, help="push the run's GGUF files to their own repo")
+@click.option(
+    "--repo-id",
+    help="target Hub repo (default from the recipe's hub.repo_id: <id> for the checkpoint, <id>-adapter, <id>-GGUF)",
+)
+@click.option(
+    "--private/--public",
+    default=None,
+    help="set the repo's visibility (default: the recipe's hub.private for a new repo; an existing one is left as is)",
+)
+@click.option(
+    "--revision",
+    "--branch",
+    "revision",
+    help="branch to push to, created from main if missing (default: the recipe's hub.revision or main)",
+)
+@click.option("--commit-message", help="the commit's summary (the recipe sha256 is appended)")
+@click.option("--create-pr", is_flag=True, help="open a pull request instead of committing to the branch")
+@click.option("--dry-run", is_flag=True, help="show the full plan (adds, deletes, sizes); change nothing")
+@json_report_opt
 def push(
     out: str,
+    adapter: bool,
+    gguf: bool,
     repo_id: str | None,
     private: bool | None,
     revision: str | None,
-    adapter: bool,
+    commit_message: str | None,
+    create_pr: bool,
     dry_run: bool,
-    gguf: bool = False,
-    commit_message: str | None = None,
-    create_pr: bool = False,
-    as_json: bool = False,
+    as_json: bool,
 ) -> None:
-    """Make a Hub repo equal to one artifact of a run (token from HF_TOKEN or `hf auth login`)."""
+    """Make a Hub repo equal to one artifact of a run: the checkpoint, --adapter or --gguf.
+
+    One commit adds the artifact's files and deletes every file the repo holds that the artifact does not
+    (.gitattributes is kept). The uploaded card is rendered for the target repo; the local folder is not
+    changed. Token from HF_TOKEN or `hf auth login`; never printed.
+    """
+    from ..errors import InputError
     from ..runs.release import push_run
 
+    if adapter and gguf:
+        raise InputError("--adapter and --gguf are two repos: push one at a time")
     result = push_run(
         out,
         repo_id,
         private=private,
         revision=revision,
-        adapter=adapter,
-        gguf=gguf,
+        kind="adapter" if adapter else "gguf" if gguf else None,  # each flag is the output's name
         dry_run=dry_run,
         commit_message=commit_message,
         create_pr=create_pr,
     )
     if as_json:
-        _emit_json(result.to_dict(), scrub=True)
+        emit_json(result.to_dict(), scrub=True)
     else:
         click.echo(result.describe())
 
 
-def _emit_json(data: Any, scrub: bool = False) -> None:
-    """One JSON document on stdout (``--json``); ``scrub``: a Hub token anywhere in it (a file name) is ``***``."""
-    import json
-
-    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str)
-    if scrub:
-        from ..util.scrub import scrub_token
-
-        text = scrub_token(text)
-    click.echo(text)
-
-
+@click.command()
+@click.argument("out", type=existing_dir)
+@click.option("--base", help="base model folder or Hub id (default: from the run folder's lock)")
+@click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--scale", type=float, help="the applied scale (default: from the lock)")
+@trust_opt
+@quiet_opt
+@json_report_opt
 def verify(
     out: str,
     base: str | None,
     mask_path: str | None,
     scale: float | None,
-    quiet: bool = False,
-    echo: Callable[[str], None] = lambda s: None,
-    as_json: bool = False,
-    trust_remote_code: bool = False,
+    trust_remote_code: bool,
+    quiet: bool,
+    verbose: bool,
+    as_json: bool,
 ) -> None:
-    """Audit an export tensor by tensor against the base, mask and scale, and its files against the lock
-    (exit 1 on any mismatch)."""
+    """Audit an export tensor by tensor against the base, mask and scale, and every file against the lock's
+    sha256 (exit 1 on any mismatch)."""
+    echo = stage_echo(quiet or as_json, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.release import verify_run
     from ..util.console import bars_wanted
 
@@ -96,29 +146,45 @@ def verify(
         say=(lambda s: None) if as_json else click.echo,
     )
     if as_json:
-        _emit_json(result.to_dict())
+        emit_json(result.to_dict())
     else:  # the last line says what held: OK naming the devices, or FAILED naming what differs
         click.echo(result.verdict_line())
     if not result.ok:
         sys.exit(1)
 
 
+@click.command()
+@click.argument("source")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="folder for the re-run (default: a temporary folder, deleted afterwards)",
+)
+@click.option("--keep", is_flag=True, help="keep the temporary re-run folder (its path is printed)")
+@base_opt
+@trust_opt
+@set_opt
+@quiet_opt
+@json_report_opt
 def reproduce(
     source: str,
     out: str | None,
+    keep: bool,
     base: str | None,
+    trust_remote_code: bool,
     sets: tuple[str, ...],
     quiet: bool,
-    echo: Callable[..., Any] = lambda quiet, verbose=False: None,
-    verbose: bool = False,
-    keep: bool = False,
-    as_json: bool = False,
-    trust_remote_code: bool = False,
+    verbose: bool,
+    as_json: bool,
 ) -> None:
-    """Check the files of a lock's folder or Hub repo, re-run the lock and compare every hash (exit 1 if any
-    differs)."""
+    """Check the files you have against a lock, then re-run it and compare every hash (exit 1 if any
+    differs).
+
+    SOURCE: an output folder, a lock file, a model card or a Hub repo id. A folder's files are checked by
+    sha256, a Hub repo's by the LFS sha256 the Hub reports. Local data files the lock redacted:
+    --set data.math.path=FILE (checked by sha256)."""
     # the stage lines on stderr (none under --quiet); the libraries' bars and known warnings: silent unless --verbose
-    say = echo(quiet, verbose)
+    say = stage_echo(quiet, verbose)
     from ..runs.reproduce import reproduce as reproduce_lock
     from ..util.console import bars_wanted
 
@@ -133,174 +199,8 @@ def reproduce(
         echo=say,
     )
     if as_json:
-        _emit_json(report.to_dict())
+        emit_json(report.to_dict())
     else:
         click.echo(report.to_text())
     if not report.ok:
         sys.exit(1)
-
-
-def register(group: click.Group, *, set_opt: Callable, quiet_opt: Callable, echo: Callable[..., Any]) -> None:
-    """Add ``card``, ``push``, ``verify`` and ``reproduce`` to the CLI group (options shared with the others)."""
-    base_opt = click.option("--base", help="local base folder, when the lock's local base path was redacted")
-    json_opt = click.option(
-        "--json", "as_json", is_flag=True, callback=json_requested, help="print one JSON document on stdout"
-    )
-    trust_opt = click.option(
-        "--trust-remote-code",
-        is_flag=True,
-        help="run the base repository's own Python code (never taken from a lock; only for repositories you trust)",
-    )
-    existing_dir = click.Path(exists=True, file_okay=False)
-
-    card_set_opt = click.option(  # not the recipe's --set: a card changes only what it shows
-        "--set",
-        "sets",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="change what the cards and the Hub show, in the lock and cards: hub.repo_id, hub.private, hub.revision, "
-        "base.hub_id, base.hub_revision, or a source's hub_dataset (e.g. --set hub.repo_id=me/name; repeatable). "
-        "A key that decides the weights (data, mask, edit, ...) is refused: re-run the recipe",
-    )
-
-    @group.command("card")
-    @click.argument("run_dir", type=existing_dir)
-    @base_opt
-    @card_set_opt
-    def card_cmd(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
-        """Rewrite the model cards of a run folder from its lock, mask and eval.json.
-
-        --set changes what the cards show (the lock's recipe too, so a push agrees); --base gives back a base the
-        lock redacted (only needed for a lock of an older version).
-        """
-        card(run_dir, base, sets)
-
-    @group.command("push")
-    @click.argument("out", type=existing_dir)
-    @click.option("--adapter", is_flag=True, help="push the run's adapter/ (PEFT) to its own repo")
-    @click.option("--gguf", is_flag=True, help="push the run's GGUF files to their own repo")
-    @click.option(
-        "--repo-id",
-        help="target Hub repo (default from the recipe's hub.repo_id: <id> for the "
-        "checkpoint, <id>-adapter, <id>-GGUF)",
-    )
-    @click.option(
-        "--private/--public",
-        default=None,
-        help="set the repo's visibility (default: the recipe's "
-        "hub.private for a new repo; an existing one is left as is)",
-    )
-    @click.option(
-        "--revision",
-        "--branch",
-        "revision",
-        help="branch to push to, created from main if missing (default: the recipe's hub.revision or main)",
-    )
-    @click.option("--commit-message", help="the commit's summary (the recipe sha256 is appended)")
-    @click.option("--create-pr", is_flag=True, help="open a pull request instead of committing to the branch")
-    @click.option("--dry-run", is_flag=True, help="show the full plan (adds, deletes, sizes); change nothing")
-    @json_opt
-    def push_cmd(
-        out: str,
-        adapter: bool,
-        gguf: bool,
-        repo_id: str | None,
-        private: bool | None,
-        revision: str | None,
-        commit_message: str | None,
-        create_pr: bool,
-        dry_run: bool,
-        as_json: bool,
-    ) -> None:
-        """Make a Hub repo equal to one artifact of a run: the checkpoint, --adapter or --gguf.
-
-        One commit adds the artifact's files and deletes every file the repo holds that the artifact does not
-        (.gitattributes is kept). The uploaded card is rendered for the target repo; the local folder is not
-        changed. Token from HF_TOKEN or `hf auth login`; never printed.
-        """
-        push(
-            out,
-            repo_id,
-            private,
-            revision,
-            adapter,
-            dry_run,
-            gguf=gguf,
-            commit_message=commit_message,
-            create_pr=create_pr,
-            as_json=as_json,
-        )
-
-    @group.command("verify")
-    @click.argument("out", type=existing_dir)
-    @click.option("--base", help="base model folder or Hub id (default: from the run folder's lock)")
-    @click.option("--mask", "mask_path", type=click.Path(exists=True, dir_okay=False))
-    @click.option("--scale", type=float, help="the applied scale (default: from the lock)")
-    @trust_opt
-    @quiet_opt
-    @json_opt
-    def verify_cmd(
-        out: str,
-        base: str | None,
-        mask_path: str | None,
-        scale: float | None,
-        trust_remote_code: bool,
-        quiet: bool,
-        verbose: bool,
-        as_json: bool,
-    ) -> None:
-        """Audit an export tensor by tensor against the base, mask and scale, and every file against the lock's
-        sha256 (exit 1 on any mismatch)."""
-        verify(
-            out,
-            base,
-            mask_path,
-            scale,
-            quiet,
-            echo(quiet or as_json, verbose),
-            as_json=as_json,
-            trust_remote_code=trust_remote_code,
-        )
-
-    @group.command("reproduce")
-    @click.argument("source")
-    @click.option(
-        "--out",
-        type=click.Path(file_okay=False),
-        help="folder for the re-run (default: a temporary folder, deleted afterwards)",
-    )
-    @click.option("--keep", is_flag=True, help="keep the temporary re-run folder (its path is printed)")
-    @base_opt
-    @trust_opt
-    @set_opt
-    @quiet_opt
-    @json_opt
-    def reproduce_cmd(
-        source: str,
-        out: str | None,
-        keep: bool,
-        base: str | None,
-        trust_remote_code: bool,
-        sets: tuple[str, ...],
-        quiet: bool,
-        verbose: bool,
-        as_json: bool,
-    ) -> None:
-        """Check the files you have against a lock, then re-run it and compare every hash (exit 1 if any
-        differs).
-
-        SOURCE: an output folder, a lock file, a model card or a Hub repo id. A folder's files are checked by
-        sha256, a Hub repo's by the LFS sha256 the Hub reports. Local data files the lock redacted:
-        --set data.math.path=FILE (checked by sha256)."""
-        reproduce(
-            source,
-            out,
-            base,
-            sets,
-            quiet,
-            echo,
-            verbose,
-            keep=keep,
-            as_json=as_json,
-            trust_remote_code=trust_remote_code,
-        )
