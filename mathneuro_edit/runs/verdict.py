@@ -35,6 +35,7 @@ __all__ = [
     "StatsComparison",
     "devices_note",
     "compare_statistics",
+    "with_versions",
     "max_relative_difference",
     "mask_difference",
     "run_files_near",
@@ -143,13 +144,13 @@ def compare_statistics(
         return StatsComparison(None)
     if recorded == again.sha256:
         return StatsComparison(True, 0.0)
-    if lock_versions and recorded == _with_versions(again, lock_versions).sha256:
+    if lock_versions and recorded == with_versions(again, lock_versions).sha256:
         return StatsComparison(True, 0.0, versions_only=True)
     worst = max_relative_difference(original, again) if original is not None else None
     return StatsComparison(False, worst)
 
 
-def _with_versions(stats: Statistics, versions: Mapping[str, Any]) -> Statistics:
+def with_versions(stats: Statistics, versions: Mapping[str, Any]) -> Statistics:
     """``stats`` whose headers record ``versions`` (a lock's: ``tool``, ``torch``, ``transformers``) instead."""
     recorded = {"mathneuro_edit": versions.get("tool"), "torch": versions.get("torch"),
                 "transformers": versions.get("transformers")}  # fmt: skip

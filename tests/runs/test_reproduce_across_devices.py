@@ -183,11 +183,11 @@ def test_verify_refuses_a_mask_that_is_not_the_locks(here: Path, tmp_path: Path)
 def test_statistics_whose_header_records_other_library_versions_still_match(here: Path) -> None:
     """A statistics file's hash covers its header, which records the library versions: a lock made under older
     libraries with the same sums is told apart from one whose sums differ."""
-    from mathneuro_edit.runs.verdict import _with_versions, compare_statistics
+    from mathneuro_edit.runs.verdict import compare_statistics, with_versions
 
     stats = Statistics.load(here / "stats")
     older = {"tool": "0.0.1", "torch": "2.0.0", "transformers": "5.0.0"}
-    recorded = _with_versions(stats, older).sha256
+    recorded = with_versions(stats, older).sha256
     assert recorded != stats.sha256
     same = compare_statistics(recorded, stats, None, older)
     assert same.match and same.versions_only and "only the library versions" in same.clause("made on cpu")
