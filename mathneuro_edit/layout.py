@@ -11,6 +11,7 @@
       eval.json                        base vs edited, with intervals and paired tests
       mathneuro_recipe.lock.yaml       the recipe with every default explicit, plus every hash
 
+The output folders (``checkpoint/``, ``adapter/``) are their outputs' own (:mod:`mathneuro_edit.outputs`).
 ``calibrate --out`` writes the ``*.stats.safetensors`` files directly; ``sweep --out`` writes ``sweep.json``,
 ``sweep.csv``, ``sweep.png`` and the statistics; ``consistency --out`` writes ``consistency.json``. Every writer and reader of
 these names imports them from here.
@@ -27,9 +28,6 @@ __all__ = [
     "LM_EVAL_RESULTS",
     "STATS_DIR",
     "MATH_STATS_NAME",
-    "CHECKPOINT_DIR",
-    "ADAPTER_DIR",
-    "OUTPUT_DIRS",
     "SWEEP_JSON",
     "SWEEP_CSV",
     "SWEEP_PNG",
@@ -46,9 +44,6 @@ EVAL_NAME = "eval.json"
 LM_EVAL_RESULTS = ("lm_eval_results.base.json", "lm_eval_results.edited.json")
 STATS_DIR = "stats"
 MATH_STATS_NAME = "math.stats.safetensors"
-CHECKPOINT_DIR = "checkpoint"
-ADAPTER_DIR = "adapter"
-OUTPUT_DIRS = (CHECKPOINT_DIR, ADAPTER_DIR)  # the sub-folders a run folder may publish
 SWEEP_JSON = "sweep.json"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"

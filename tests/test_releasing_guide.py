@@ -35,7 +35,7 @@ import yaml
 from click.testing import CliRunner
 
 from mathneuro_edit.cli.main import main
-from mathneuro_edit.publish.gguf_naming import gguf_repo_name
+from mathneuro_edit.outputs.gguf import gguf_repo_name
 from mathneuro_edit.recipe.io import load_recipe
 from tests._fakehub import TOKEN, FakeHub
 

@@ -324,6 +324,7 @@ def export(
     """Bake the recipe's edit into a checkpoint (streamed, + GGUF with --gguf) or an adapter, with its lock and card."""
     echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.pipeline import export_recipe
+    from ..runs.step_export import output_kinds
 
     if adapter and gguf_type:
         raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
@@ -335,7 +336,7 @@ def export(
         r,
         mask_path,
         out,
-        adapter=not r.outputs.checkpoint,
+        kind=output_kinds(r)[0],  # the checkpoint when outputs.checkpoint is true, else the adapter
         overwrite=overwrite,
         progress=bars(quiet),
         workers=workers,

@@ -90,15 +90,17 @@ def push(
     (.gitattributes is kept). The uploaded card is rendered for the target repo; the local folder is not
     changed. Token from HF_TOKEN or `hf auth login`; never printed.
     """
+    from ..errors import InputError
     from ..runs.release import push_run
 
+    if adapter and gguf:
+        raise InputError("--adapter and --gguf are two repos: push one at a time")
     result = push_run(
         out,
         repo_id,
         private=private,
         revision=revision,
-        adapter=adapter,
-        gguf=gguf,
+        kind="adapter" if adapter else "gguf" if gguf else None,  # each flag is the output's name
         dry_run=dry_run,
         commit_message=commit_message,
         create_pr=create_pr,

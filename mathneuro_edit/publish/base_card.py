@@ -7,18 +7,16 @@ license alone. A malformed value is dropped, not guessed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCard, try_to_load_from_cache
 from huggingface_hub.utils import HFValidationError
 
+from ..outputs.common import card_fields
 from ..util.paths import is_local_path
 
-__all__ = ["CARD_FIELDS", "license_from_base", "base_card_fields", "card_fields"]
-
-CARD_FIELDS = ("license", "license_name", "license_link", "language", "datasets")  # carried from the base card
+__all__ = ["license_from_base", "base_card_fields"]
 
 
 def license_from_base(base: str | Path, revision: str | None = None) -> str | None:
@@ -60,15 +58,3 @@ def _base_card_file(base: str | Path, revision: str | None) -> Path | None:
         except HFValidationError:
             return None
     return Path(readme) if isinstance(readme, (str, Path)) and Path(readme).is_file() else None
-
-
-def card_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The :data:`CARD_FIELDS` of a card's metadata, with strings/lists only (a malformed value is dropped)."""
-    found: dict[str, Any] = {}
-    for key in CARD_FIELDS:
-        value = meta.get(key)
-        if isinstance(value, str) and value:
-            found[key] = [value] if key in ("language", "datasets") else value
-        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) and key != "license":
-            found[key] = list(value)
-    return found

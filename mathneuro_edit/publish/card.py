@@ -29,6 +29,7 @@ Privacy: a local base path never appears in the card (its lock is the public for
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from ..errors import InputError
 from ..evaluation.report import effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
+from ..outputs.common import card_fields, hub_origin
+from ..outputs.registry import OUTPUTS, CardView, Output, output, output_dirs, output_of_folder, own_files, repo_for
 from ..recipe.io import recipe_fields, recipe_from_dict
 from ..recipe.safe_yaml import dump_yaml
 from ..recipe.schema import Recipe
@@ -48,19 +51,15 @@ from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, is_local_path
 from ..util.reading import read_json
 from . import card_sections as sections
-from .base_card import card_fields
-from .card_weights import _dtype_note, _gguf_note, _gguf_usage, files_cell
-from .gguf_naming import hub_origin
+from .card_weights import dtype_note, gguf_base_note
 from .lock import check_private, read_lock
-from .model_index import BUILT_IN as BUILT_IN  # re-exported: card.py was their home
-from .model_index import SOURCE_URL as SOURCE_URL
 from .model_index import eval_results_metadata
-from .outputs import CHECKPOINT, GGUF, CardView, output, output_of_folder, repo_for
 
 # an eval.json holds a few tasks' metrics and completions: a 2,000-problem evaluation's is a few MB
 MAX_EVAL_BYTES = 256 * 1024 * 1024
 
 __all__ = [
+    "CardSource",
     "build_card",
     "write_card",
     "card_for_folder",
@@ -119,48 +118,70 @@ def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) 
     }
 
 
-def _pct(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.3g}%" if whole else "n/a"
+def _share(part: int, whole: int) -> str:
+    """The card's share of the weights edited (three significant digits)."""
+    return sections.pct(part, whole, ".3g", "n/a")
 
 
-def build_card(
-    *,
-    recipe: Recipe,
-    lock: Mapping[str, Any],
-    base_model_id: str | None,
-    kind: str,
-    edit_summary: Mapping[str, Any],
-    eval_results: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
-    license: str | Mapping[str, Any] | None = None,
-    repo_id: str | None = None,
-    base_repo: str | None = None,
-    lock_sha256: str | None = None,
-    weights_dtype: str | None = None,
-    chat: bool = False,
-) -> ModelCard:
-    """Build the model card of an edited model.
+def beside(out: Output, repo: str | None, lock: Mapping[str, Any]) -> str:
+    """The paragraphs the card of ``out``'s folder gives the files of the other outputs written into it (the
+    checkpoint's card: the GGUF files beside it)."""
+    others = [o for o in OUTPUTS.values() if o is not out and o.folder == out.folder and o.beside is not None]
+    return "".join(o.beside(repo, own_files(o, lock), lock) for o in others)  # type: ignore[misc]
 
-    Args:
+
+@dataclass(frozen=True)
+class CardSource:
+    """What a card is built from: the run (its recipe, lock, edit summary and evaluation) and what the output's
+    folder says of itself.
+
+    Attributes:
         recipe: the recipe that ran.
-        lock: the run's lock (:func:`mathneuro_edit.publish.lock.build_lock`), embedded in full.
-        base_model_id: the base's Hub id, or ``None`` for a local base (then no ``base_model`` metadata).
-        kind: ``"checkpoint"`` (full model), ``"adapter"`` (PEFT) or ``"gguf"`` (the GGUF repo).
+        lock: the run's lock (:func:`mathneuro_edit.publish.lock.build_lock`).
         edit_summary: :func:`summarize_edit` output.
         eval_results: eval.json's dict (:meth:`~mathneuro_edit.evaluation.results.EvalResults.to_dict`): ``{task:
             {"base": {...}, "edited": {...}, "comparison": {...}}}``; any part may be missing. A math comparison
             that is not significant is said in the card's first paragraph.
-        license: license id for the metadata (see :func:`license_from_base`), or the base card's fields
-            (:func:`base_card_fields`: license, license_name, license_link, language, datasets).
-        repo_id: the Hub repo the card is published in (``push`` passes it); default the recipe's
-            ``hub.repo_id``; ``None`` for a card in a local folder (its snippets then load ``"."``).
-        base_repo: for an output made from another (``kind="gguf"``: :attr:`~.outputs.Output.derived_from`), that
-            output's Hub repo (the GGUF's ``base_model``: the edited checkpoint's; default the original base).
+        license: license id for the metadata (see :func:`~.base_card.license_from_base`), or the base card's
+            fields (:func:`~.base_card.base_card_fields`: license, license_name, license_link, language, datasets).
         lock_sha256: the sha256 of the folder's ``mathneuro_recipe.lock.yaml`` (the card names the file and this
             hash instead of embedding the lock).
         weights_dtype: the dtype the checkpoint's config.json names (:func:`folder_dtype`), for the sentence on
             ``outputs.dtype`` and the files row.
         chat: the model's tokenizer has a chat template (:func:`has_chat_template`): the snippet generates a chat
             reply.
+    """
+
+    recipe: Recipe
+    lock: Mapping[str, Any]
+    edit_summary: Mapping[str, Any]
+    eval_results: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None
+    license: str | Mapping[str, Any] | None = None
+    lock_sha256: str | None = None
+    weights_dtype: str | None = None
+    chat: bool = False
+
+
+def build_card(
+    source: CardSource,
+    kind: str,
+    *,
+    base_model_id: str | None,
+    repo_id: str | None = None,
+    base_repo: str | None = None,
+) -> ModelCard:
+    """Build the model card of one output of an edited model.
+
+    Args:
+        source: what the card is built from (:class:`CardSource`).
+        kind: the registered output whose card it is (:mod:`mathneuro_edit.outputs`: ``"checkpoint"``,
+            ``"adapter"`` or ``"gguf"``, the GGUF repo).
+        base_model_id: the base's Hub id, or ``None`` for a local base (then no ``base_model`` metadata).
+        repo_id: the Hub repo the card is published in (``push`` passes it); default the recipe's
+            ``hub.repo_id``; ``None`` for a card in a local folder (its snippets then load ``"."``).
+        base_repo: for an output made from another (:attr:`~mathneuro_edit.outputs.registry.Output.derived_from`:
+            the GGUF), that output's Hub repo (the GGUF's ``base_model``: the edited checkpoint's; default the
+            original base).
 
     Returns:
         The card; save it with :func:`write_card`.
@@ -170,60 +191,87 @@ def build_card(
         MathNeuroEditError: the card would contain a local path of the recipe.
 
     Example:
-        >>> card = build_card(recipe=r, lock=lock, base_model_id=None, kind="checkpoint",
-        ...                   edit_summary=summarize_edit(mask.counts(), model_params=n))  # doctest: +SKIP
+        >>> source = CardSource(r, lock, summarize_edit(mask.counts(), model_params=n))  # doctest: +SKIP
+        >>> card = build_card(source, "checkpoint", base_model_id=None)  # doctest: +SKIP
     """
     out = output(kind)  # InputError for a kind that is not registered
-    if base_model_id is not None:
-        try:
-            validate_repo_id(base_model_id)
-        except HFValidationError:
-            raise InputError(
-                f"base_model_id: {base_model_id!r} is not a Hub repo id; pass None for a local base"
-            ) from None
-        if is_local_path(base_model_id):
-            raise InputError(f"base_model_id: {base_model_id!r} is a local path; pass None for a local base")
+    _check_base_model_id(base_model_id)
+    recipe, lock = source.recipe, source.lock
+    # the model this repo's files are made from, for the Hub's model tree: the base (an adapter of a GGUF base
+    # names the Hub model that GGUF is a conversion of, and its card says which weights its deltas are to), or
+    # for the GGUF repo the edited checkpoint's repo it quantizes
+    relation_base = (base_repo or base_model_id) if out.derived_from else base_model_id
+    # a card rendered before the push names the repo its output is pushed to (one repo per output)
+    repo = repo_id or (repo_for(recipe.hub.repo_id, out.name) if recipe.hub else None)
+    title = (
+        repo.split("/")[-1]
+        if repo
+        else f"{_base_name(lock, base_model_id, recipe)} (MathNeuro edit: {_action(recipe)})"
+    )
+    results = eval_results_metadata(source.eval_results, recipe) if out.evaluated else []
+    data = _metadata(source, out, relation_base, results, title)
+    lock_view = {**lock, "edit_summary": lock.get("edit_summary") or dict(source.edit_summary)}
+    if base_model_id is not None and base_model_id != hub_origin(lock)[0]:  # the caller's Hub id names the base
+        lock_view["base"] = {**(lock.get("base") or {}), "model": base_model_id}  # (metadata and snippets agree)
+    view = CardView(repo, lock_view, own_files(out, lock), base_repo, chat=source.chat)
+    body = _what_was_edited(source, out, view, title) + _use_and_reproduce(source, out, view)
+    # every text the card shows from a file or a recipe (data file names, the recipe block, a base card's fields)
+    # with its control and bidi characters escaped: the card shows them, a renderer never acts on them
+    card = ModelCard(document_safe(f"---\n{data.to_yaml()}\n---\n{body}"))
+    check_private(card.content, recipe, "the model card")
+    return card
+
+
+def _check_base_model_id(base_model_id: str | None) -> None:
+    """Refuse a ``base_model_id`` that is not a Hub repo id (a local base has none: ``None``)."""
+    if base_model_id is None:
+        return
+    try:
+        validate_repo_id(base_model_id)
+    except HFValidationError:
+        raise InputError(f"base_model_id: {base_model_id!r} is not a Hub repo id; pass None for a local base") from None
+    if is_local_path(base_model_id):
+        raise InputError(f"base_model_id: {base_model_id!r} is a local path; pass None for a local base")
+
+
+def _action(recipe: Recipe) -> str:
+    """What was done to the selected weights, for the title and the first paragraph."""
+    return "pruned (set to 0)" if recipe.edit.prune else f"scaled by {recipe.edit.effective_scale:g}"
+
+
+def _base_name(lock: Mapping[str, Any], base_model_id: str | None, recipe: Recipe) -> str:
+    """The base's short name in a local card's title: its Hub origin's, a GGUF base's file's, or "local model"."""
+    origin = hub_origin(lock)[0]
+    gguf_base = (lock.get("base") or {}).get("gguf") or {}
+    local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
+    if origin:
+        return origin.split("/")[-1]
+    if local_base:
+        return str(gguf_base.get("file", "local GGUF")).removesuffix(".gguf") if gguf_base else "local model"
+    return (base_model_id or recipe.base.model).split("/")[-1]
+
+
+def _metadata(
+    source: CardSource, out: Output, relation_base: str | None, results: list[Any], title: str
+) -> ModelCardData:
+    """The card's metadata: the base and its relation, library, tags, datasets, the base card's fields (a GGUF
+    base's own languages when it has none) and the evaluation as ``model-index`` results."""
+    recipe, license, lock = source.recipe, source.license, source.lock
     fields = card_fields({"license": license} if isinstance(license, str) else dict(license or {}))
     datasets = sorted(
         {s.hub_id or s.hub_dataset for s in (recipe.data.math, *recipe.data.general) if s.hub_id or s.hub_dataset}
         | set(fields.pop("datasets", []))
     )
     tags = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if recipe.edit.prune else [])
-    ggufs = {  # the GGUF output's files when they lie in this output's folder (the checkpoint's, or its own)
-        k.removeprefix(out.folder + "/"): v
-        for k, v in sorted(lock.get("outputs", {}).items())
-        if out.folder == GGUF.folder and GGUF.owns(k)
-    }
-    extra: dict[str, Any] = {}
-    origin = hub_origin(lock)
-    gguf_base = (lock.get("base") or {}).get("gguf") or {}
-    # the model this repo's files are made from, for the Hub's model tree: the base (an adapter of a GGUF base
-    # names the Hub model that GGUF is a conversion of, and its card says which weights its deltas are to), or
-    # for the GGUF repo the edited checkpoint's repo it quantizes
-    relation_base = (base_repo or base_model_id) if out.derived_from else base_model_id
     tags += list(out.tags)  # each repo's own: `gguf` only on the repo that holds GGUF files
+    extra: dict[str, Any] = {}
     if relation_base is not None:
         extra["base_model_relation"] = out.relation
         tags += [f"base_model:{out.relation}:{relation_base}"]  # the tag the Hub derives, written as PEFT does
-    own_languages = (gguf_base.get("general") or {}).get("languages")
+    own_languages = (((lock.get("base") or {}).get("gguf") or {}).get("general") or {}).get("languages")
     if "language" not in fields and isinstance(own_languages, list) and own_languages:
         fields["language"] = [str(x) for x in own_languages]  # the GGUF base's own, as its GGUF output carries
-    # a card rendered before the push names the repo its output is pushed to (one repo per output)
-    repo = repo_id or (repo_for(recipe.hub.repo_id, out.name) if recipe.hub else None)
-    local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
-    base_name = (
-        origin.split("/")[-1]
-        if origin
-        else str(gguf_base.get("file", "local GGUF")).removesuffix(".gguf")
-        if local_base and gguf_base
-        else "local model"
-        if local_base
-        else (base_model_id or recipe.base.model).split("/")[-1]
-    )
-    action = "pruned (set to 0)" if recipe.edit.prune else f"scaled by {recipe.edit.effective_scale:g}"
-    title = repo.split("/")[-1] if repo else f"{base_name} (MathNeuro edit: {action})"
-    results = eval_results_metadata(eval_results, recipe) if out.evaluated else []
-    data = ModelCardData(
+    return ModelCardData(
         base_model=relation_base,
         library_name=out.library,
         tags=tags,
@@ -234,13 +282,13 @@ def build_card(
         **fields,
         **extra,
     )
-    lock_view = {**lock, "edit_summary": lock.get("edit_summary") or dict(edit_summary)}
-    if base_model_id is not None and base_model_id != origin:  # the caller's Hub id names the base (metadata and
-        lock_view["base"] = {**(lock.get("base") or {}), "model": base_model_id}  # snippets agree)
-    base_text = sections.base_sentence(lock_view)
-    edit, mask, s = recipe.edit, recipe.mask, edit_summary
+
+
+def _method(recipe: Recipe) -> str:
+    """How the weights were selected, in one paragraph (the recipe's ``mask.method``)."""
+    mask = recipe.mask
     top = f"top {mask.top_k * 100:g}% of each {mask.granularity}"
-    method = {
+    return {
         "mathneuro": f"MathNeuro scores every weight as `|W_ij| * sum over samples of ||x_j||_2` on math text and on "
         f"general text, keeps the {top} for each, and selects the weights in the math set but not in "
         "the general one: the math-specific weights.",
@@ -248,40 +296,34 @@ def build_card(
         "baseline, without the general-text subtraction).",
         "random": f"Weights were selected at random, as many as the {top} (a control for MathNeuro).",
     }[mask.method]
+
+
+def _what_was_edited(source: CardSource, out: Output, view: CardView, title: str) -> str:
+    """The card's title, first paragraph (with the notes on the form of the weights) and "What was edited": the
+    method, the settings, the weights edited per module type and the calibration data."""
+    recipe, lock, s, dtype = source.recipe, source.lock, source.edit_summary, source.weights_dtype
+    edit, mask = recipe.edit, recipe.mask
+    base_text = sections.base_sentence(view.lock)
+    effect = sections.sweep_effect(lock) or effect_sentence(source.eval_results, sections.card_text)  # eval.json
+    effect = f" {effect}" if effect else ""
     module_rows = "\n".join(
-        f"| {k} | {r['matrices']} | {r['selected']:,} | {r['total']:,} | {_pct(r['selected'], r['total'])} |"
+        f"| {k} | {r['matrices']} | {r['selected']:,} | {r['total']:,} | {_share(r['selected'], r['total'])} |"
         for k, r in s["by_module"].items()
     )
-    evaluation = (
-        f"## Evaluation\n\nBase vs edited model, on the same problems and texts. Accuracy: percent "
-        "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
-        "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
-        f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results, sections.card_text)}\n"
-        if eval_results
-        else "## Evaluation\n\nNo evaluation was run for this model.\n"
-    )
-    effect = sections.sweep_effect(lock) or effect_sentence(eval_results, sections.card_text)  # eval.json: data
-    effect = f" {effect}" if effect else ""
-    evidence = sections.sweep_evidence(lock)
-    recipe_yaml = dump_yaml(short_recipe(lock.get("recipe") or recipe.public_dict())).rstrip()
     edited = (
-        f"{s['selected']:,} of {s['targeted']:,} scored ({_pct(s['selected'], s['targeted'])}); "
-        f"{_pct(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters"
+        f"{s['selected']:,} of {s['targeted']:,} scored ({_share(s['selected'], s['targeted'])}); "
+        f"{_share(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters"
     )
-    what = out.holds
-    view = CardView(repo, lock_view, ggufs, base_repo, chat=chat)
-    # the GGUF files of another output's folder (the checkpoint's) get a paragraph of their own
-    usage = out.how_to_use(view) + ("" if out is GGUF else _gguf_usage(repo, ggufs, lock_view))
-    body = f"""
+    return f"""
 # {title}
 
-This {what} a MathNeuro edit of {base_text}: the weights that \
-[MathNeuro]({PAPER}) finds math-specific, using only forward passes, were **{action}**. \
+This {out.holds} a MathNeuro edit of {base_text}: the weights that \
+[MathNeuro]({PAPER}) finds math-specific, using only forward passes, were **{_action(recipe)}**. \
 Made with [mathneuro-edit]({sections.PROJECT_URL}) {lock.get("versions", {}).get("tool", "")}.{effect}
-{_gguf_note(lock, kind, weights_dtype)}{_dtype_note(lock, kind, weights_dtype)}
+{gguf_base_note(lock, out, dtype)}{dtype_note(lock, out, dtype)}
 ## What was edited
 
-{method}
+{_method(recipe)}
 
 | setting | value |
 |---|---|
@@ -289,8 +331,8 @@ Made with [mathneuro-edit]({sections.PROJECT_URL}) {lock.get("versions", {}).get
 | method | {mask.method} ([MathNeuro, arXiv 2410.16930]({PAPER})) |
 | top_k | {mask.top_k:g} (per {mask.granularity}) |
 | scale | {edit.effective_scale:g}{" (prune)" if edit.prune else ""} |
-| edit | {action} |
-| files | {files_cell(lock, kind, weights_dtype, ggufs)} |
+| edit | {_action(recipe)} |
+| files | {out.files_cell(dtype, view.files)} |
 | weights edited | {edited} |
 | matrices scored | {s["matrices"]} |
 | recipe sha256 | `{lock.get("recipe_sha256", "")}` |
@@ -306,17 +348,38 @@ Calibration data (seed {recipe.data.seed}, {recipe.data.samples} texts per set):
 
 {sections.data_table(lock)}
 
-{sections.base_section(lock_view)}
+"""
 
-{evidence}
-{evaluation}
+
+def _evaluation(eval_results: Mapping[str, Any] | None) -> str:
+    """``## Evaluation``: base vs edited, or that none was run."""
+    if not eval_results:
+        return "## Evaluation\n\nNo evaluation was run for this model.\n"
+    return (
+        f"## Evaluation\n\nBase vs edited model, on the same problems and texts. Accuracy: percent "
+        "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
+        "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
+        f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results, sections.card_text)}\n"
+    )
+
+
+def _use_and_reproduce(source: CardSource, out: Output, view: CardView) -> str:
+    """The rest of the card: the base, the sweep's evidence, the evaluation, how to use it and where it loads, how
+    to reproduce it, the versions, the recipe, the lock file, limitations and the citation."""
+    recipe, lock, repo = source.recipe, source.lock, view.repo
+    recipe_yaml = dump_yaml(short_recipe(lock.get("recipe") or recipe.public_dict())).rstrip()
+    usage = out.how_to_use(view) + beside(out, repo, view.lock)
+    return f"""{sections.base_section(view.lock)}
+
+{sections.sweep_evidence(lock)}
+{_evaluation(source.eval_results)}
 ## How to use
 
 {usage}
 
 {out.where_it_loads(view)}
 
-{sections.reproduce_section(repo, lock_view)}
+{sections.reproduce_section(repo, view.lock)}
 
 Made with:
 
@@ -329,7 +392,7 @@ file and `mathneuro-edit run` it; the lock holds every setting):
 {recipe_yaml}
 ```
 
-{sections.lock_sentence(lock_sha256, repo)}
+{sections.lock_sentence(source.lock_sha256, repo)}
 
 ## Limitations
 
@@ -345,11 +408,6 @@ make the model more reliable at arithmetic than its evaluation shows.
 {CITATION}
 ```
 """
-    # every text the card shows from a file or a recipe (data file names, the recipe block, a base card's fields)
-    # with its control and bidi characters escaped: the card shows them, a renderer never acts on them
-    card = ModelCard(document_safe(f"---\n{data.to_yaml()}\n---\n{body}"))
-    check_private(card.content, recipe, "the model card")
-    return card
 
 
 def write_card(out_dir: str | Path, card: ModelCard) -> Path:
@@ -409,21 +467,19 @@ def card_for_folder(
     if license is None and (folder / "README.md").is_file():
         license = card_fields(ModelCard.load(folder / "README.md", ignore_metadata_errors=True).data.to_dict())
     model = str((lock.get("base") or {}).get("model") or recipe.base.model)
-    hub_id = hub_origin(lock) or (None if model in (LOCAL, "organism") or is_local_path(model) else model)
-    return build_card(
-        recipe=recipe,
-        lock=lock,
-        base_model_id=hub_id,
-        kind=kind or output_of_folder(folder).name,
-        edit_summary=summary,
-        eval_results=eval_dict,
-        license=license,
-        repo_id=repo_id,
-        base_repo=base_repo,
+    hub_id = hub_origin(lock)[0] or (None if model in (LOCAL, "organism") or is_local_path(model) else model)
+    source = CardSource(
+        recipe,
+        lock,
+        summary,
+        eval_dict,
+        license,
         lock_sha256=lock_file_sha256(folder),
         weights_dtype=folder_dtype(folder),
         chat=has_chat_template(folder),
     )
+    kind = kind or output_of_folder(folder).name
+    return build_card(source, kind, base_model_id=hub_id, repo_id=repo_id, base_repo=base_repo)
 
 
 def short_recipe(public: Mapping[str, Any]) -> dict[str, Any]:
@@ -492,10 +548,10 @@ def _eval_json(path: Path) -> dict[str, Any]:
 
 def has_chat_template(folder: str | Path) -> bool:
     """Whether the model of an output folder has a chat template: in its tokenizer files, or for an adapter folder
-    (no tokenizer) in its run's ``checkpoint/`` beside it."""
+    (no tokenizer) in its run's other output folders beside it (``checkpoint/``)."""
 
     folder = Path(folder)
-    for where in (folder, folder.parent / CHECKPOINT.folder):
+    for where in (folder, *(folder.parent / d for d in output_dirs())):
         if (where / "chat_template.jinja").is_file() or (where / "chat_template.json").is_file():
             return True
         try:

@@ -2,8 +2,8 @@
 
 Kept apart from :mod:`mathneuro_edit.publish.card` (metadata, assembly) so each stays one small module. Every function
 reads the lock's public form (no local path can reach the card through here) and returns Markdown. The snippets
-that differ per output (``*_usage``, ``*_loaders``) are named by that output's entry in
-:mod:`mathneuro_edit.publish.outputs`; the card calls them through it.
+that differ per output live in that output's module (:mod:`mathneuro_edit.outputs`); the card calls them through
+its entry.
 
 ``repo`` is the Hub repo the card is published in (``mathneuro-edit push`` renders the card again for it), or
 ``None`` for a card that still lives in a local output folder: then the snippets load ``"."``, this folder.
@@ -11,38 +11,24 @@ that differ per output (``*_usage``, ``*_loaders``) are named by that output's e
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._version import __version__
 from ..evaluation.report import format_p
 from ..evaluation.significance import wilson_interval
-from ..util.paths import LOCAL, ORGANISM
-
-if TYPE_CHECKING:  # the registry of outputs holds these builders (outputs.py imports this module)
-    from .outputs import CardView, Output
+from ..outputs.common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, lock_base
 
 __all__ = [
     "INSTALL",
-    "BASE_ENV",
-    "BASE_GGUF_ENV",
-    "requantized",
     "PROJECT_URL",
+    "pct",
     "lock_sentence",
-    "hub_origin_of",
     "base_sentence",
     "base_section",
     "data_table",
-    "transformers_usage",
-    "peft_usage",
-    "llama_cpp_usage",
-    "gguf_usage",
-    "transformers_loaders",
-    "peft_loaders",
-    "llama_cpp_loaders",
     "reproduce_section",
     "versions_table",
     "sweep_evidence",
@@ -57,25 +43,6 @@ INSTALL = (
     f"# mathneuro-edit {__version__} is not on PyPI yet: pip installs it from its repository\n"
     f'pip install "mathneuro-edit[gguf] @ git+{PROJECT_URL}"'
 )
-BASE_ENV = "BASE_MODEL_DIR"  # the variable the snippets read a local base's folder from (no placeholder path)
-BASE_GGUF_ENV = "BASE_MODEL_GGUF"  # the same for a GGUF base: its .gguf file, what `reproduce --base` takes
-UNQUANTIZED = ("F32", "F16", "BF16")  # GGUF types that store each weight as a float, not in quantized blocks
-# an instruct model's card shows a chat turn, the way its evaluation prompted it (evaluation.chat_template: auto)
-CHAT = """
-messages = [{"role": "user", "content": "What is 27 + 15?"}]
-inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")
-output = model.generate(**inputs, max_new_tokens=32, do_sample=False)
-print(tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))"""
-
-
-def _base(lock: Mapping[str, Any]) -> Mapping[str, Any]:
-    return lock.get("base") or {}
-
-
-def hub_origin_of(lock: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """``(base.hub_id, base.hub_revision)`` of the lock's recipe: the Hub origin a local base names, if any."""
-    b = (lock.get("recipe") or {}).get("base") or {}
-    return (str(b["hub_id"]) if b.get("hub_id") else None), (str(b["hub_revision"]) if b.get("hub_revision") else None)
 
 
 def _hub_link(hub_id: str, revision: str | None) -> str:
@@ -94,13 +61,8 @@ def lock_sentence(lock_sha256: str | None, repo: str | None = "") -> str:
     )
 
 
-def _kind(lock: Mapping[str, Any]) -> str:
-    model = _base(lock).get("model")
-    return "organism" if model == ORGANISM else "local" if model == LOCAL else "hub"
-
-
 def _described(lock: Mapping[str, Any]) -> str:
-    desc = _base(lock).get("description") or {}
+    desc = lock_base(lock).get("description") or {}
     arch, mtype = desc.get("architecture"), desc.get("model_type")
     params = (lock.get("edit_summary") or {}).get("model_params")
     parts = [
@@ -113,14 +75,14 @@ def _described(lock: Mapping[str, Any]) -> str:
 
 def base_sentence(lock: Mapping[str, Any]) -> str:
     """The base model in a few words, for the card's first paragraph."""
-    base, kind = _base(lock), _kind(lock)
+    base, kind = lock_base(lock), base_kind(lock)
     if kind == "hub":
         rev = f" (revision `{base['revision'][:12]}`)" if base.get("revision") else ""
         return f"[{base['model']}](https://huggingface.co/{base['model']}){rev}"
     what = _described(lock)
     if kind == "organism":
         return "the model organism shipped with mathneuro-edit" + (f" ({what})" if what else "")
-    origin, revision = hub_origin_of(lock)
+    origin, revision = hub_origin(lock)
     gguf = base.get("gguf") or {}
     if origin:  # the recipe's base.hub_id: what the local folder or GGUF file is a copy or conversion of
         copy = f"the GGUF file {card_text(gguf.get('file'))} of" if gguf else "a local copy of"
@@ -143,7 +105,7 @@ def base_sentence(lock: Mapping[str, Any]) -> str:
 
 def base_section(lock: Mapping[str, Any]) -> str:
     """``## Base model``: the Hub id and revision, or for a local/organism base its weight files' sha256."""
-    base, kind = _base(lock), _kind(lock)
+    base, kind = lock_base(lock), base_kind(lock)
     lines = ["## Base model", ""]
     if kind == "hub":
         lines.append(
@@ -166,7 +128,7 @@ def base_section(lock: Mapping[str, Any]) -> str:
                 f"To use or reproduce this edit, {get}; `mathneuro-edit reproduce` checks every sha256 above before "
                 "it runs.",
             ]
-            if hub_origin_of(lock)[0]:
+            if hub_origin(lock)[0]:
                 lines += [
                     "",
                     "The Hub id is the recipe's `base.hub_id`, recorded as given: mathneuro-edit did not "
@@ -189,168 +151,6 @@ def data_table(lock: Mapping[str, Any]) -> str:
                 f"| `{rec.get('sha256', '')}` | {file_sha} |"
             )
     return "\n".join(rows)
-
-
-def transformers_usage(out: Output, view: CardView) -> str:
-    """The loading snippet of a plain transformers folder (the checkpoint)."""
-    where = f'"{view.repo}"' if view.repo else '"."'  # "." : this folder, until `push` renders the card for its repo
-    return f"""```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-model = AutoModelForCausalLM.from_pretrained({where})
-tokenizer = AutoTokenizer.from_pretrained({where}){CHAT if view.chat else ""}
-```"""
-
-
-def peft_usage(out: Output, view: CardView) -> str:
-    """The loading snippet of the adapter over its base (Hub id, organism, or local)."""
-    repo, lock = view.repo, view.lock
-    where = f'"{repo}"' if repo else '"."'  # "." : this folder, until `push` renders the card for its repo
-    base_kind = _kind(lock)
-    if _base(lock).get("gguf") and base_kind != "organism":  # deltas to a dequantized GGUF: loaded from that file
-        hub = (str(_base(lock)["model"]), _base(lock).get("revision")) if base_kind == "hub" else None
-        return _gguf_base_peft_usage(where, _base(lock)["gguf"], hub, view.chat)
-    if base_kind == "organism":
-        imports, setup, base_expr = "from mathneuro_edit.organism import organism_path\n", "", "organism_path()"
-    elif base_kind == "local":
-        imports, base_expr = "import os\n\n", "base_dir"
-        setup = f'base_dir = os.environ["{BASE_ENV}"]  # your copy of the base model (sha256 under "Base model")\n'
-    else:
-        imports, setup, base_expr = "", "", f'"{_base(lock)["model"]}"'
-    origin, revision = hub_origin_of(lock)
-    if base_kind == "local" and origin:  # the adapter names base.hub_id
-        rev = f', revision="{revision}"' if revision else ""
-        imports, setup, base_expr = "", "", f'"{origin}"{rev}'
-    return f"""```python
-{imports}from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-{setup}base = AutoModelForCausalLM.from_pretrained({base_expr})
-model = PeftModel.from_pretrained(base, {where})
-model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
-tokenizer = AutoTokenizer.from_pretrained({base_expr}){CHAT if view.chat else ""}
-```"""
-
-
-def _gguf_base_peft_usage(where: str, gguf: Mapping[str, Any], hub: tuple[str, str | None] | None, chat: bool) -> str:
-    """The adapter of a GGUF base, loaded with transformers and PEFT only: the base dequantized from its .gguf file
-    by transformers, in float32, as the edit was made (``mathneuro-edit dequantize`` writes the same weights); the
-    file from its Hub repo (``hub``: id and revision), else the user's copy (:data:`BASE_GGUF_ENV`)."""
-    if hub is not None:
-        rev = f', revision="{hub[1]}"' if hub[1] else ""
-        names = f"{json.dumps(hub[0])}, {json.dumps(str(gguf.get('file')))}"  # Python literals, escaped
-        imports, setup = "", f"folder, name = {names}  # the Hub repo and its GGUF file\n"
-        load = f"folder, gguf_file=name{rev}"
-    else:
-        imports = "import os\n\n"
-        setup = (
-            f'gguf = os.path.abspath(os.environ["{BASE_GGUF_ENV}"])  # your copy of the GGUF file named above\n'
-            "folder, name = os.path.split(gguf)\n"
-        )
-        load = "folder, gguf_file=name"
-    return f"""The adapter holds deltas to the weights of the GGUF file `{gguf.get("file")}` (sha256 `{gguf.get("sha256")}`) \
-as transformers dequantizes them, in float32; over other weights (the Hub model's own) it gives another model. \
-With transformers, PEFT and the `gguf` package (`pip install gguf`), no mathneuro-edit:
-
-```python
-{imports}import torch
-from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-{setup}base = AutoModelForCausalLM.from_pretrained({load}, dtype=torch.float32)  # dequantized, float32
-model = PeftModel.from_pretrained(base, {where})
-model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
-tokenizer = AutoTokenizer.from_pretrained({load}){CHAT if chat else ""}
-```"""
-
-
-def llama_cpp_usage(out: Output, view: CardView) -> str:
-    """The GGUF repo's files, under their names in the repo when the card is for one, and how to load them."""
-    names = {out.name_in_repo(view.lock, f) if view.repo else f: h for f, h in view.ggufs.items()}
-    return gguf_usage(view.repo, names, view.base_repo)
-
-
-def gguf_usage(repo: str | None, ggufs: Mapping[str, str], base_repo: str | None) -> str:
-    """The GGUF repo's files (``{name: sha256}``) and how llama.cpp, Ollama and LM Studio load them."""
-    rows = "\n".join(f"| `{f}` | {f.removesuffix('.gguf').rsplit('-', 1)[-1]} | `{h}` |" for f, h in ggufs.items())
-    first = next(iter(ggufs), "MODEL.gguf")
-    qtype = first.removesuffix(".gguf").rsplit("-", 1)[-1]
-    source = (
-        f"the edited transformers checkpoint [{base_repo}](https://huggingface.co/{base_repo})"
-        if base_repo
-        else "the edited transformers checkpoint of the same run"
-    )
-    types = [f.removesuffix(".gguf").rsplit("-", 1)[-1] for f in ggufs]
-    hub = (
-        f"""
-```bash
-llama-cli -hf {repo}:{qtype}          # llama.cpp
-ollama run hf.co/{repo}:{qtype}       # Ollama
-```
-
-LM Studio: search for `{repo}` in its model browser, or `lms get {repo}`.
-"""
-        if repo
-        else ""
-    )
-    return f"""Written by mathneuro-edit from {source}, {requantized(types)}.
-
-| file | type | sha256 |
-|---|---|---|
-{rows}
-{hub}
-```bash
-{f"hf download {repo} {first} --local-dir .{chr(10)}" if repo else ""}llama-cli -m {first}
-```"""
-
-
-def peft_loaders(out: Output, view: CardView) -> str:
-    """``## Where it loads`` of the adapter: PEFT only, and what was checked of the loaders that do not take it."""
-    repo = view.repo
-    checkpoint = (
-        f" ([{repo.removesuffix(out.repo_suffix)}](https://huggingface.co/{repo.removesuffix(out.repo_suffix)}))"
-        if repo and repo.endswith(out.repo_suffix)
-        else ""
-    )
-    return f"""## Where it loads
-
-- **PEFT only**, with `PeftModel.from_pretrained(base, adapter)` as in the code above: this is a SHiRA (sparse)
-  adapter. mathneuro-edit's tests run that code and check that the result equals the edited checkpoint.
-  `AutoPeftModelForCausalLM.from_pretrained(adapter)` works only when `adapter_config.json` names a Hub base
-  (`base_model_name_or_path`): an adapter of a local folder without `base.hub_id`, or of a GGUF base (its deltas
-  are to the dequantized GGUF, not to the Hub model's weights), names none, and PEFT then asks the Hub for `None`;
-  load the base yourself and use `PeftModel` as above.
-- **Not transformers' own adapter loading** (`model.load_adapter(adapter)`, `from_pretrained` on this repo): it
-  does not fail on this adapter, it reports every `shira_indices` key as UNEXPECTED, leaves the weights
-  **unedited**, and the model's next forward pass fails with `KeyError: 'default'` (mathneuro-edit's tests check
-  this symptom, so a change in transformers is noticed).
-- **Not** vLLM, TGI, SGLang or llama.cpp: they load LoRA adapters only. For those,
-  use the edited checkpoint{checkpoint}, the same weights as a plain transformers folder."""
-
-
-def llama_cpp_loaders(out: Output, view: CardView) -> str:
-    """``## Where it loads`` of the GGUF files: llama.cpp, and what was checked for Ollama and LM Studio."""
-    return """## Where it loads
-
-- **llama.cpp** (`llama-cli`, `llama-server`): mathneuro-edit's tests read these files back with llama.cpp
-  (llama-cpp-python, in the optional GGUF test tier) and with the `gguf` package.
-- **Ollama, LM Studio** (both run llama.cpp): not run by the tests. Checked instead: the file is GGUF v3 with the
-  `general.*` metadata llama.cpp's own converter writes (architecture, name, base model, license, file type), the
-  tensor names and types llama.cpp expects for the architecture, and the tokenizer (`tokenizer.ggml.*`)."""
-
-
-def transformers_loaders(out: Output, view: CardView) -> str:
-    """``## Where it loads`` of the checkpoint: transformers, and what was checked for the servers."""
-    return """## Where it loads
-
-- **transformers** (`AutoModelForCausalLM.from_pretrained`): mathneuro-edit's tests load the pushed repo this way
-  and run a forward pass.
-- **vLLM, TGI, SGLang**: they serve plain Hugging Face folders like this one; not run by the tests. Checked
-  instead: `config.json` names the architecture (`architectures`, `model_type`) of the base, the weights are
-  safetensors only (no pickle) with the base's tensor names, shapes and dtypes, and the tokenizer files are the
-  base's.
-- The GGUF version of this edit (for llama.cpp, Ollama, LM Studio), when written, has a repo of its own; the
-  PEFT adapter too (PEFT only)."""
 
 
 # line breaks and tabs by their usual escapes; any other character a renderer or terminal would act on by its code
@@ -404,8 +204,8 @@ def reproduce_section(repo: str | None, lock: Mapping[str, Any]) -> str:
     """``## How to reproduce``: install, the exact command (with ``--base`` / ``--set`` for redacted local paths)."""
     files = lock.get("files") or {}
     args = [repo or "."]
-    if _kind(lock) == "local":
-        args.append(f'--base "${BASE_GGUF_ENV if _base(lock).get("gguf") else BASE_ENV}"')
+    if base_kind(lock) == "local":
+        args.append(f'--base "${BASE_GGUF_ENV if lock_base(lock).get("gguf") else BASE_ENV}"')
     # shell-quoted: a data file name holding ';', a space or a newline stays one argument of the printed command
     args += ["--set " + _shell(f"{key}={entry['name']}") for key, entry in files.items()]
     text = f"""## How to reproduce
@@ -435,8 +235,15 @@ def versions_table(lock: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def _pct(k: int, n: int) -> str:
-    return f"{100 * k / n:.1f}%" if n else "-"
+def pct(part: int, whole: int, digits: str = ".1f", none: str = "-") -> str:
+    """``part`` as a percentage of ``whole`` in the format ``digits`` (the card's tables: ``.1f``; its share of
+    the weights edited: ``.3g``), or ``none`` when ``whole`` is 0.
+
+    Example:
+        >>> pct(1, 3), pct(1, 3, ".3g", "n/a"), pct(1, 0)
+        ('33.3%', '33.3%', '-')
+    """
+    return f"{100 * part / whole:{digits}}%" if whole else none
 
 
 def _ci(k: int, n: int) -> str:
@@ -462,7 +269,7 @@ def sweep_effect(lock: Mapping[str, Any]) -> str | None:
     n = int(c.get("n") or 0)
     text = (
         f"**The math gain of this setting was confirmed on {n} problems not used to choose it**: "
-        f"{_pct(c.get('base_correct', 0), n)} -> {_pct(c.get('edited_correct', 0), n)} (paired exact McNemar "
+        f"{pct(c.get('base_correct', 0), n)} -> {pct(c.get('edited_correct', 0), n)} (paired exact McNemar "
         f'{_p(c.get("mcnemar_p"))}; see "Evidence for the boost").'
     )
     formats = [f for f in sw.get("formats") or [] if isinstance(f, Mapping)]
@@ -500,8 +307,8 @@ def _by_operation_sentence(formats: list[Mapping[str, Any]]) -> str:
     for op in sorted(set(base) & set(cand)):
         n = int(base[op].get("n") or 0)
         parts.append(
-            f"`{_op(op)}` {_pct(int(base[op].get('correct') or 0), n)} -> "
-            f"{_pct(int(cand[op].get('correct') or 0), n)} ({n} problems)"
+            f"`{_op(op)}` {pct(int(base[op].get('correct') or 0), n)} -> "
+            f"{pct(int(cand[op].get('correct') or 0), n)} ({n} problems)"
         )
     return f" By operation: {', '.join(parts)}." if parts else ""
 
@@ -547,7 +354,7 @@ def _controls_section(sw: Mapping[str, Any]) -> list[str]:
             vs = "-" if t is None else f"{t.get('after_only')} vs {t.get('before_only')}, {_p(t.get('mcnemar_p'))}"
             lines.append(
                 f"| {_label(f.get('name'))}{' (the recipe)' if f.get('primary') else ''} | {n} | {_label(name)} | "
-                f"{_pct(k, n)} ({_ci(k, n)}) | {_pct(ans, n)} | {_pct(ra, ans)} ({ra}/{ans}) | {vs} |"
+                f"{pct(k, n)} ({_ci(k, n)}) | {pct(ans, n)} | {pct(ra, ans)} ({ra}/{ans}) | {vs} |"
             )
         both = tests.get(("base", True))
         if both is not None:
@@ -564,8 +371,8 @@ def _controls_section(sw: Mapping[str, Any]) -> list[str]:
         for op in ops:
             b, e = base["by_operation"][op], cand["by_operation"][op]
             lines.append(
-                f"- `{_op(op)}`: {b.get('correct')}/{b.get('n')} ({_pct(int(b.get('correct') or 0), int(b.get('n') or 0))}) "
-                f"-> {e.get('correct')}/{e.get('n')} ({_pct(int(e.get('correct') or 0), int(e.get('n') or 0))})"
+                f"- `{_op(op)}`: {b.get('correct')}/{b.get('n')} ({pct(int(b.get('correct') or 0), int(b.get('n') or 0))}) "
+                f"-> {e.get('correct')}/{e.get('n')} ({pct(int(e.get('correct') or 0), int(e.get('n') or 0))})"
             )
     g = (sw.get("confirmation") or {}).get("general")
     if isinstance(g, Mapping):
@@ -599,8 +406,8 @@ def sweep_evidence(lock: Mapping[str, Any]) -> str:
         "",
         "| confirmation set | accuracy (correct/n, 95% Wilson interval) |",
         "|---|---|",
-        f"| base | {_pct(bc, nc)} ({bc}/{nc}, {_ci(bc, nc)}) |",
-        f"| edited | {_pct(ec, nc)} ({ec}/{nc}, {_ci(ec, nc)}) |",
+        f"| base | {pct(bc, nc)} ({bc}/{nc}, {_ci(bc, nc)}) |",
+        f"| edited | {pct(ec, nc)} ({ec}/{nc}, {_ci(ec, nc)}) |",
         "",
         f"Gain {100 * (ec - bc) / nc if nc else 0:+.1f} points; {c.get('base_only')} problems right only before and "
         f"{c.get('edited_only')} only after the edit; two-sided exact McNemar {_p(c.get('mcnemar_p'))} "
@@ -635,12 +442,3 @@ def sweep_evidence(lock: Mapping[str, Any]) -> str:
             "lock); the calibration did not reproduce bit for bit."
         )
     return "\n".join(lines) + "\n"
-
-
-def requantized(types: list[str]) -> str:
-    """How GGUF files of ``types`` relate to the checkpoint they were written from: converted (float types) or
-    quantized (block types: close to the checkpoint's numbers, not equal to them)."""
-    shown = ", ".join(types) or "the type in each file's name"
-    if types and all(t in UNQUANTIZED for t in types):
-        return f"converted to {shown}"
-    return f"quantized to {shown}: close to the checkpoint's numbers, not equal to them"

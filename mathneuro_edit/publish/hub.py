@@ -50,6 +50,8 @@ from huggingface_hub.utils import validate_repo_id
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
 from ..layout import LOCK_NAME
+from ..outputs.checkpoint import CHECKPOINT
+from ..outputs.registry import OUTPUTS, output, output_of_folder, repo_for
 from ..recipe.types import is_branch_name, is_hub_ref, is_well_formed_ref
 from ..util.console import terminal_safe
 from ..util.scrub import scrub_token
@@ -66,7 +68,6 @@ from .hub_requests import (
 )
 from .lock import read_lock
 from .lock_policy import validate_lock
-from .outputs import CHECKPOINT, OUTPUTS, output, output_of_folder, repo_for
 
 __all__ = [
     "KINDS",
@@ -79,7 +80,7 @@ __all__ = [
     "check_artifact_against_lock",
 ]
 
-KINDS = tuple(OUTPUTS)  # checkpoint, adapter, gguf: one repo each (publish/outputs.py)
+KINDS = tuple(OUTPUTS)  # checkpoint, adapter, gguf: one repo each (mathneuro_edit/outputs/)
 KEEP = (".gitattributes",)  # the Hub's own files: never deleted by a mirror
 
 
@@ -304,8 +305,8 @@ def push_to_hub(
     lock = read_lock(out)
     validate_lock(lock, f"{out / LOCK_NAME}")  # every field against the recipe hash, as verify and reproduce do
     kind = kind or artifact_kind(out)
-    if kind not in KINDS:
-        raise InputError(f"kind: must be one of {', '.join(KINDS)}, got {kind!r}")
+    if kind not in OUTPUTS:  # the registry as it is now (an output registered after this module loaded too)
+        raise InputError(f"kind: must be one of {', '.join(OUTPUTS)}, got {kind!r}")
     if repo_id is None and not dry_run:
         raise InputError("no target repo: pass --repo-id you/name or set hub.repo_id in the recipe")
     if repo_id is not None:

@@ -17,11 +17,11 @@ from typing import Any
 
 from ..errors import InputError
 from ..layout import LOCK_NAME
+from ..outputs.registry import output
 from ..util.hashing import sha256_file
 from ..util.paths import is_local_path
 from ..util.scrub import is_private_path, scrub_json_bytes
 from .integrity import NOT_OUTPUTS, compare_files
-from .outputs import output
 
 __all__ = ["folder_files", "artifact_files", "check_artifact_against_lock", "uploaded_contents"]
 

@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..layout import ADAPTER_DIR, CHECKPOINT_DIR, EVAL_NAME, LM_EVAL_RESULTS, LOCK_NAME, OUTPUT_DIRS
+from ..layout import EVAL_NAME, LM_EVAL_RESULTS, LOCK_NAME
+from ..outputs.adapter import ADAPTER
+from ..outputs.checkpoint import CHECKPOINT
+from ..outputs.gguf import gguf_repo_name
+from ..outputs.registry import output_dirs
 from ..util.console import terminal_safe
 from ..util.hashing import sha256_file
 from ..util.scrub import scrub_token
-from .gguf_naming import gguf_repo_name
 from .lock import output_hashes
-from .outputs import ADAPTER
 
 __all__ = [
     "FileCheck",
@@ -84,11 +86,11 @@ def compare_files(present: Mapping[str, str], recorded: Mapping[str, str]) -> di
 
 def _folder_prefixes(folder: Path) -> list[tuple[str, Path]]:
     """``(lock prefix, local folder)`` pairs: a run folder's sub-folders, or an artifact folder itself."""
-    subs = [(f"{s}/", folder / s) for s in OUTPUT_DIRS if (folder / s).is_dir()]
+    subs = [(f"{s}/", folder / s) for s in output_dirs() if (folder / s).is_dir()]
     if subs:
         return subs
     # the registry's markers: an adapter in mathneuro-edit's own format has no adapter_config.json
-    kind = ADAPTER_DIR if ADAPTER.detect(folder) else CHECKPOINT_DIR
+    kind = ADAPTER.folder if ADAPTER.detect(folder) else CHECKPOINT.folder
     return [(f"{kind}/", folder)]
 
 
@@ -130,18 +132,20 @@ def check_hub_files_against_lock(
     siblings = {s.rfilename: s for s in info.siblings or [] if s.rfilename not in NOT_OUTPUTS}
     recorded: dict[str, str] = dict(lock.get("outputs") or {})
     if any(marker in siblings for marker in ADAPTER.markers):
-        wanted = {k.removeprefix(f"{ADAPTER_DIR}/"): v for k, v in recorded.items() if k.startswith(f"{ADAPTER_DIR}/")}
+        wanted = {
+            k.removeprefix(f"{ADAPTER.folder}/"): v for k, v in recorded.items() if k.startswith(f"{ADAPTER.folder}/")
+        }
     elif "config.json" not in siblings and any(name.endswith(".gguf") for name in siblings):  # the GGUF repo
         wanted = {
             gguf_repo_name(lock, k): v
             for k, v in recorded.items()
-            if k.startswith(f"{CHECKPOINT_DIR}/") and k.endswith(".gguf")
+            if k.startswith(f"{CHECKPOINT.folder}/") and k.endswith(".gguf")
         }
     else:
         wanted = {
-            k.removeprefix(f"{CHECKPOINT_DIR}/"): v
+            k.removeprefix(f"{CHECKPOINT.folder}/"): v
             for k, v in recorded.items()
-            if k.startswith(f"{CHECKPOINT_DIR}/") and not k.endswith(".gguf")
+            if k.startswith(f"{CHECKPOINT.folder}/") and not k.endswith(".gguf")
         }
     present: dict[str, str] = {}
     for name, s in siblings.items():

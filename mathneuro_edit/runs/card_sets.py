@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InputError
+from ..outputs.adapter import adapter_base
 from ..recipe.io import recipe_from_dict
 from ..recipe.schema import Recipe, recipe_sha256
-from .step_export import adapter_base
 
 __all__ = ["CARD_KEYS", "check_card_sets", "apply_card_sets"]
 

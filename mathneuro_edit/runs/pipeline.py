@@ -28,18 +28,16 @@ from ..errors import InputError
 from ..evaluation.lm_eval_index import check_lm_eval_task
 from ..evaluation.lm_eval_task import LmEvalTask
 from ..layout import MASK_NAME, STATS_DIR
+from ..outputs.registry import OUTPUTS, Export, output
 from ..publish.lock import output_hashes
-from ..publish.outputs import ADAPTER, CHECKPOINT, GGUF, output
 from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir
 from ..weights.base import base_reference, resolve_base
 from ..weights.checkpoint import open_checkpoint
 from ..weights.edit_plan import meta_model
-from ..weights.gguf_reader import gguf_output
-from ..weights.gguf_writer import check_gguf
 from .step_evaluate import eval_tasks, evaluate_step, note_evaluation, save_evaluation
-from .step_export import base_record, export_step, output_checks, output_kinds
+from .step_export import base_record, export_step, output_checks, output_kinds, prepare_outputs
 from .step_mask import calibrate_step, data_records, load_step, mask_step
 from .step_seal import publish_folder, seal_lock, seal_run
 from .steps import stage_count
@@ -72,13 +70,11 @@ class RunResult:
         }
 
 
-def _checks_before_loading(recipe: Recipe, folder: Path, kinds: list[str]) -> tuple[str | None, str | None, list[Any]]:
-    """Everything that can fail from the recipe and config alone, before the model loads: the GGUF output, the
-    evaluation sources and lm-eval tasks, each output's model check (the adapter's support). Returns
-    ``(gguf type, gguf pre, tasks)``."""
-    gguf_type, gguf_pre = gguf_output(recipe.base, recipe.outputs.gguf)  # "base": the GGUF base's own type
-    if gguf_type is not None:  # an unsupported model/tokenizer fails now, not after calibration
-        check_gguf(folder, gguf_type)
+def _checks_before_loading(recipe: Recipe, folder: Path, kinds: list[str]) -> list[Any]:
+    """Everything that can fail from the recipe and config alone, before the model loads: each output's own check
+    (the GGUF's model and tokenizer), the evaluation sources and lm-eval tasks, each output's model check (the
+    adapter's support). Returns the evaluation tasks."""
+    prepare_outputs(recipe, folder, kinds)  # an unsupported model/tokenizer fails now, not after calibration
     tasks = eval_tasks(recipe)  # a bad evaluation source or lm-eval setting fails now, not after calibration
     for t in tasks:
         if isinstance(t, LmEvalTask):
@@ -88,7 +84,7 @@ def _checks_before_loading(recipe: Recipe, folder: Path, kinds: list[str]) -> tu
         meta = meta_model(folder, trust_remote_code=recipe.base.trust_remote_code)
         for check in checks if meta is not None else ():
             check(recipe, meta)
-    return gguf_type, gguf_pre, tasks
+    return tasks
 
 
 def _output_bytes(recipe: Recipe) -> int | None:
@@ -159,7 +155,7 @@ def run_recipe(
         )
     folder = resolve_base(base_reference(recipe), revision=recipe.base.revision)  # fails early: missing/pickle
     kinds = output_kinds(recipe)
-    gguf_type, gguf_pre, tasks = _checks_before_loading(recipe, folder, kinds)
+    tasks = _checks_before_loading(recipe, folder, kinds)
     steps = ("load", "calibrate", "mask", "evaluate", "export", "seal")
     stages = Stages(stage_count(recipe, steps, tasks=tasks, kinds=kinds), echo)
     needed = _output_bytes(recipe)  # what a full disk's message asks to free: the whole output, not what was written
@@ -182,12 +178,12 @@ def run_recipe(
         del model  # the exports stream from the base files: free the in-memory model first
         base = base_record(recipe, folder)
         ratio = None
+        job = Export(recipe, base, mask, n_params, progress=progress, workers=workers, stages=stages)
         for kind in kinds:
-            r = export_step(recipe, base, mask, tmp / output(kind).folder, kind, n_params=n_params,
-                            gguf=(gguf_type, gguf_pre), progress=progress, workers=workers, stages=stages)  # fmt: skip
+            r = export_step(job, tmp / output(kind).folder, kind)
             ratio = r if r is not None else ratio  # the adapter's size, as a fraction of the checkpoint's
-        files = seal_run(tmp, recipe, base, mask, stats, kinds, n_params=n_params, evaluation=(eval_dict, lm_eval_docs),
-                         tasks=tasks, sweep_evidence=sweep_evidence, stages=stages)  # fmt: skip
+        evaluation = (eval_dict, lm_eval_docs)
+        files = seal_run(tmp, job, stats, kinds, evaluation=evaluation, tasks=tasks, sweep_evidence=sweep_evidence)
     selected, total = mask.total()
     return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)
 
@@ -197,7 +193,7 @@ def export_recipe(
     mask_path: str | Path,
     out_dir: str | Path,
     *,
-    adapter: bool = False,
+    kind: str | None = None,
     overwrite: bool = False,
     progress: bool = False,
     workers: int = 1,
@@ -220,10 +216,9 @@ def export_recipe(
 
     mask = as_mask(mask_path)
     folder = resolve_base(base_reference(recipe), revision=recipe.base.revision)
-    out = ADAPTER if adapter else CHECKPOINT
+    out = output(kind) if kind is not None else next(iter(OUTPUTS.values()))  # default: the checkpoint
     kind, sub = out.name, out.folder
-    # the GGUF files are written by the step of the output they are made from (the checkpoint's)
-    gguf_type, gguf_pre = gguf_output(recipe.base, recipe.outputs.gguf if GGUF.derived_from == kind else None)
+    prepare_outputs(recipe, folder, [kind])  # the GGUF files are written with the output they are made from
     stages = Stages(stage_count(recipe, ("export", "seal"), kinds=[kind]), echo)
     with atomic_dir(
         out_dir,
@@ -234,8 +229,8 @@ def export_recipe(
         inner = tmp / sub
         base = base_record(recipe, folder)
         n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
-        export_step(recipe, base, mask, inner, kind, n_params=n_params, gguf=(gguf_type, gguf_pre),
-                    progress=progress, workers=workers, stages=stages)  # fmt: skip
+        job = Export(recipe, base, mask, n_params, progress=progress, workers=workers, stages=stages)
+        export_step(job, inner, kind)
         for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
             p.rename(tmp / p.name)
         inner.rmdir()
@@ -243,8 +238,6 @@ def export_recipe(
         files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
         meta = mask.meta
         stats = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}
-        lock = seal_lock(
-            recipe, base, mask, records=data_records(recipe), stats_sha256=stats, files=files, n_params=n_params
-        )
-        publish_folder(tmp, recipe, lock, kind, mask, n_params, None, base.card_fields)
+        lock = seal_lock(job, records=data_records(recipe), stats_sha256=stats, files=files)
+        publish_folder(tmp, job, lock, kind)
     return Path(out_dir)

@@ -222,7 +222,8 @@ class Plan:
 
     def check_outputs(self, *, adapter: bool, gguf: bool) -> None:
         """Raise the family's refusal (InputError, one line with the recipe line) for an output it does not get."""
-        from ..publish.outputs import ADAPTER, GGUF
+        from ..outputs.adapter import ADAPTER
+        from ..outputs.gguf import GGUF
 
         for output, asked in ((ADAPTER.name, adapter), (GGUF.name, gguf)):
             if asked and self.outputs.get(output) is not None:
@@ -379,7 +380,8 @@ def plan_from_config(
         >>> print(plan_from_config("meta-llama/Llama-3.1-8B", PlanSettings(dtype="bfloat16")).to_text())  # doctest: +SKIP
     """
     from ..engine.targets import find_targets
-    from ..publish.outputs import ADAPTER, OUTPUTS
+    from ..outputs.adapter import ADAPTER
+    from ..outputs.registry import OUTPUTS
 
     s = settings or PlanSettings()
     _check_settings(s)
@@ -552,10 +554,9 @@ def _mask_counts(mask_file: Any, targets: dict[str, Any]) -> dict[str, int]:
 
 
 def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) -> tuple[str | None, ...]:
-    from ..weights.support import output_support
+    from ..outputs.registry import output_support
 
-    s = output_support(model, config.to_dict(), include=include, exclude=exclude)
-    return s.checkpoint, s.adapter, s.gguf
+    return tuple(output_support(model, config.to_dict(), include=include, exclude=exclude).values())
 
 
 def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
@@ -565,8 +566,8 @@ def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
     Example:
         >>> print(plan_recipe(load_recipe("recipes/quickstart.yaml")).to_text())  # doctest: +SKIP
     """
+    from ..outputs.checkpoint import output_dtype
     from ..weights.base import base_reference
-    from .step_export import output_dtype
 
     b = recipe.base
     local = b.local_dir()

@@ -15,8 +15,9 @@ from typing import Any
 
 from ..engine.mask import Mask
 from ..errors import InputError
-from ..layout import LOCK_NAME, MASK_NAME, OUTPUT_DIRS
+from ..layout import LOCK_NAME, MASK_NAME
 from ..organism import organism_path
+from ..outputs.registry import OUTPUTS, output, output_dirs, output_of_folder
 from ..publish.base_card import base_card_fields
 from ..publish.card import card_for_folder, summarize_edit, write_card
 from ..publish.hub import PushResult, check_branch, default_repo_id, push_to_hub
@@ -28,12 +29,10 @@ from ..publish.lock import (
     write_lock,
 )
 from ..publish.lock_policy import lock_base, validate_lock
-from ..publish.outputs import ADAPTER, CHECKPOINT, GGUF, OUTPUTS, output_of_folder
 from ..recipe.io import recipe_from_dict
 from ..util.console import Stages
 from ..util.paths import LOCAL
 from ..weights.audit import VerifyReport
-from ..weights.audit import verify as verify_export
 from ..weights.base import base_reference, resolve_base
 from ..weights.checkpoint import open_checkpoint
 from ..weights.gguf_reader import dequantize_gguf, gguf_source
@@ -45,7 +44,7 @@ __all__ = ["rewrite_cards", "push_run", "verify_run", "RunVerification", "run_fo
 
 def run_folder_hint(folder: Path) -> str:
     """``; this is the checkpoint/ folder of a run: pass the run folder PARENT`` for a run's sub-folder, else ``""``."""
-    if folder.name in OUTPUT_DIRS and (folder.parent / MASK_NAME).is_file():
+    if folder.name in output_dirs() and (folder.parent / MASK_NAME).is_file():
         return f"; this is the {folder.name}/ folder of a run: pass the run folder {folder.parent}"
     return ""
 
@@ -96,7 +95,7 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
         lock = {**lock, "edit_summary": summarize_edit(Mask.load(folder / MASK_NAME).counts(), model_params=n_params)}
         write_lock(folder, lock)
     license_ = (base_card_fields(base_ref, recipe.base.revision) or None) if base_ref else None
-    subs = [folder / s for s in OUTPUT_DIRS if (folder / s).is_dir()]
+    subs = [folder / s for s in output_dirs() if (folder / s).is_dir()]
     if not subs:
         raise InputError(
             f"{folder}: no checkpoint/ or adapter/ folder; pass the run folder written by `mathneuro-edit run`"
@@ -119,25 +118,24 @@ def push_run(
     *,
     private: bool | None = None,
     revision: str | None = None,
-    adapter: bool = False,
-    gguf: bool = False,
+    kind: str | None = None,
     dry_run: bool = False,
     commit_message: str | None = None,
     create_pr: bool = False,
 ) -> PushResult:
-    """Make a Hub repo equal to one artifact of a run: its checkpoint, its adapter (``adapter``) or its GGUF files
-    (``gguf``). What the arguments leave out comes from the recipe's ``hub`` section (one repo per artifact:
-    ``<id>``, ``<id>-adapter``, ``<id>-GGUF``). Token from HF_TOKEN or ``hf auth login``.
+    """Make a Hub repo equal to one artifact of a run: output ``kind`` (a registered output's name: the
+    checkpoint, its adapter or its GGUF files; ``None``: what the folder holds). What the arguments leave out comes
+    from the recipe's ``hub`` section (one repo per artifact: ``<id>``, ``<id>-adapter``, ``<id>-GGUF``). Token
+    from HF_TOKEN or ``hf auth login``.
     """
-    if adapter and gguf:
-        raise InputError("--adapter and --gguf are two repos: push one at a time")
-    asked = ADAPTER if adapter else GGUF if gguf else None  # the flag names the output; none: the folder says
-    target = asked or CHECKPOINT
+    first = next(iter(OUTPUTS.values()))  # the checkpoint: a run folder's default, an `export` folder's own
+    asked = output(kind) if kind is not None else None  # the flag names the output; none: the folder says
+    target = asked or first
     folder = Path(out)
     sub = folder / target.folder
     if sub.is_dir():
         folder = sub
-    elif target.folder != CHECKPOINT.folder:  # the folder itself may be an `export` folder: a checkpoint's
+    elif target.folder != first.folder:  # the folder itself may be an `export` folder: a checkpoint's
         raise InputError(
             f"{out}: no {target.folder}/ folder; run with outputs.{target.name}: true or push the folder itself"
         )
@@ -252,6 +250,46 @@ class RunVerification:
         }
 
 
+def _audit_inputs(
+    folder: Path, alone: bool, base: str | None, mask_path: str | None, scale: float | None, expected: str
+) -> tuple[str | None, str | None, float | None, dict[str, Any] | None]:
+    """What ``verify`` audits against: ``(base, mask, scale, lock)``, each as given, else from the lock (``None``
+    when all three are given). ``alone``: ``folder`` is itself the output folder (no run sub-folders)."""
+    if base is not None and scale is not None and mask_path is not None:
+        return base, mask_path, scale, None
+    # a run's checkpoint/ or adapter/ reads the run folder's lock and mask; any other folder (a run folder, an
+    # `export` folder) its own lock, even when the folder above it happens to hold a mask file
+    inside_run = alone and (folder.parent / LOCK_NAME).is_file() and (folder.parent / MASK_NAME).is_file()
+    run_dir = folder.parent if inside_run else folder
+    if not (run_dir / LOCK_NAME).is_file():
+        raise InputError(
+            f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "
+            "or give --base, --mask and --scale"
+        )
+    lock = read_lock(run_dir)
+    validate_lock(lock, f"{run_dir / LOCK_NAME}")  # every field against the recipe hash, before anything runs
+    recorded = lock["recipe"]  # only base and edit are needed: data paths may stay redacted
+    if base is None:
+        base = lock_base(lock, base)  # a lock never names a local folder to read
+        if base == LOCAL:
+            raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
+        if recorded["base"].get("gguf_file"):  # a Hub repo's GGUF file: its dequantized folder
+            gguf = gguf_source(base, recorded["base"]["gguf_file"], recorded["base"].get("revision"))[0]
+            base = str(dequantize_gguf(gguf))
+        if base == "organism":
+            base = str(organism_path())
+    if scale is None:
+        scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
+    if mask_path is None:
+        mask_path = str(run_dir / MASK_NAME)
+        if not Path(mask_path).is_file():
+            raise InputError(
+                f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
+                "its mask); pass --mask MASK, the file `export` was given"
+            )
+    return base, mask_path, scale, lock
+
+
 def verify_run(
     out: str | Path,
     base: str | None = None,
@@ -272,7 +310,8 @@ def verify_run(
         say: receives each audit's and the file check's report as it is made.
     """
     folder = Path(out)
-    targets = [folder / s for s in OUTPUT_DIRS if (folder / s).is_dir()] or [folder]
+    targets = [folder / s for s in output_dirs() if (folder / s).is_dir()] or [folder]
+    audited = [t for t in targets if output_of_folder(t).audit is not None]
     expected = (
         f"expected a run folder (with checkpoint/ or adapter/, mask.safetensors and {LOCK_NAME}) or a "
         "model folder written by `export`; pass the run folder"
@@ -281,55 +320,15 @@ def verify_run(
         (folder / "config.json").is_file() or any(o.detect(folder) for o in OUTPUTS.values())
     ):
         raise InputError(f"{folder}: not a mathneuro-edit output (no model or adapter files); {expected}")
-    recorded: dict = {}
-    lock: dict[str, Any] | None = None
-    if base is None or scale is None or mask_path is None:
-        # a run's checkpoint/ or adapter/ reads the run folder's lock and mask; any other folder (a run folder, an
-        # `export` folder) its own lock, even when the folder above it happens to hold a mask file
-        inside_run = (
-            targets == [folder] and (folder.parent / LOCK_NAME).is_file() and (folder.parent / MASK_NAME).is_file()
-        )
-        run_dir = folder.parent if inside_run else folder
-        if not (run_dir / LOCK_NAME).is_file():
-            raise InputError(
-                f"{folder}: no {LOCK_NAME} to read the base, mask and scale from; {expected}, "
-                "or give --base, --mask and --scale"
-            )
-        lock = read_lock(run_dir)
-        validate_lock(lock, f"{run_dir / LOCK_NAME}")  # every field against the recipe hash, before anything runs
-        recorded = lock["recipe"]  # only base and edit are needed: data paths may stay redacted
-        if base is None:
-            base = lock_base(lock, base)  # a lock never names a local folder to read
-            if base == LOCAL:
-                raise InputError("the lock's base is a local folder (redacted for privacy); pass --base PATH")
-            if recorded["base"].get("gguf_file"):  # a Hub repo's GGUF file: its dequantized folder
-                gguf = gguf_source(base, recorded["base"]["gguf_file"], recorded["base"].get("revision"))[0]
-                base = str(dequantize_gguf(gguf))
-            if base == "organism":
-                base = str(organism_path())
-        if scale is None:
-            scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
-        if mask_path is None:
-            mask_path = str(run_dir / MASK_NAME)
-            if not Path(mask_path).is_file():
-                raise InputError(
-                    f"{run_dir}: no mask.safetensors (a folder written by `export` does not hold "
-                    "its mask); pass --mask MASK, the file `export` was given"
-                )
+    base, mask_path, scale, lock = _audit_inputs(folder, targets == [folder], base, mask_path, scale, expected)
     failed = []
-    stages = Stages(len(targets), echo)
+    stages = Stages(len(audited), echo)
     audits = []
     mask = Mask.load(mask_path)  # read once: its sha256 is compared with the lock's below
-    for t in targets:
+    for t in audited:
         stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
-        report = verify_export(
-            t,
-            base,
-            mask,
-            scale,
-            trust_remote_code=trust_remote_code,  # never the lock's
-            progress=progress,
-        )
+        audit = output_of_folder(t).audit
+        report = audit(t, base, mask, scale, trust_remote_code=trust_remote_code, progress=progress)  # never the lock's
         say(report.summary())
         audits.append(report)
         if not report.ok:

@@ -13,16 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from ..data.sources import problem_sha256
-from ..engine.mask import Mask
-from ..evaluation.runner import MathTask
-from ..layout import EVAL_NAME, OUTPUT_DIRS
-from ..publish.card import build_card, folder_dtype, has_chat_template, lock_file_sha256, summarize_edit, write_card
+from ..evaluation.tasks import MathTask
+from ..layout import EVAL_NAME
+from ..outputs.registry import Export, output, output_dirs
+from ..publish.card import (
+    CardSource,
+    build_card,
+    folder_dtype,
+    has_chat_template,
+    lock_file_sha256,
+    summarize_edit,
+    write_card,
+)
 from ..publish.lock import build_lock, output_hashes, write_lock
-from ..publish.outputs import output
-from ..recipe.schema import Recipe
-from ..util.console import Stages
 from ..util.files import write_json_atomic
-from .step_export import BaseRecord
 from .step_mask import Statistics
 
 __all__ = ["seal_run", "seal_lock", "publish_folder", "evidence_with_overlap", "without_problem_lists"]
@@ -30,27 +34,25 @@ __all__ = ["seal_run", "seal_lock", "publish_folder", "evidence_with_overlap", "
 
 def seal_run(
     folder: Path,
-    recipe: Recipe,
-    base: BaseRecord,
-    mask: Mask,
+    job: Export,
     stats: Statistics,
     kinds: Sequence[str],
     *,
-    n_params: int,
     evaluation: tuple[dict | None, Mapping[str, Any]] = (None, {}),
     tasks: Sequence[Any] = (),
     sweep_evidence: Mapping[str, Any] | None = None,
-    stages: Stages | None = None,
 ) -> dict[str, str]:
     """The run folder's lock (every output file hashed, under its subfolder) and, in each output's folder, the lock,
-    the evaluation and the model card. Returns the hashed files (relative path -> sha256)."""
+    the evaluation and the model card (``job``: what the exports were made from, and the stage printer). Returns
+    the hashed files (relative path -> sha256)."""
+    stages = job.stages
     if stages is not None:
         stages.start("write lock and model cards")
     files: dict[str, str] = {}
-    for sub in OUTPUT_DIRS:
+    for sub in output_dirs():
         if (folder / sub).is_dir():
             files.update({f"{sub}/{k}": v for k, v in output_hashes(folder / sub).items()})
-    sweep = None if sweep_evidence is None else evidence_with_overlap(sweep_evidence, list(tasks), mask.sha256)
+    sweep = None if sweep_evidence is None else evidence_with_overlap(sweep_evidence, list(tasks), job.mask.sha256)
     if sweep is not None and sweep["evaluation_overlap"]["selection"] and stages is not None:
         o = sweep["evaluation_overlap"]
         stages.note(
@@ -59,33 +61,28 @@ def seal_run(
         )
     assert stats.records is not None, "a run's statistics carry their data records"
     lock = seal_lock(
-        recipe, base, mask, records=stats.records, stats_sha256=stats.sha256, files=files, n_params=n_params,
-        sweep=sweep, device=stats.device,
-    )  # fmt: skip
+        job, records=stats.records, stats_sha256=stats.sha256, files=files, sweep=sweep, device=stats.device
+    )
     write_lock(folder, lock)
-    eval_dict, lm_eval_docs = evaluation
     for kind in kinds:
-        sub = folder / output(kind).folder
-        publish_folder(sub, recipe, lock, kind, mask, n_params, eval_dict, base.card_fields, lm_eval_docs)
+        publish_folder(folder / output(kind).folder, job, lock, kind, evaluation)
     return files
 
 
 def seal_lock(
-    recipe: Recipe,
-    base: BaseRecord,
-    mask: Mask,
+    job: Export,
     *,
     records: dict[str, Any],
     stats_sha256: dict[str, Any],
     files: dict[str, str],
-    n_params: int,
     sweep: dict[str, Any] | None = None,
     device: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The lock of a run or an export: the recipe, every input's and output's hash, the edit's summary and, for a
     run, the device its statistics were computed on."""
+    base, mask = job.base, job.mask
     return build_lock(
-        recipe,
+        job.recipe,
         base_revision=base.revision,
         data_records=records,
         stats_sha256=stats_sha256,
@@ -93,7 +90,7 @@ def seal_lock(
         output_files=files,
         base_weights=base.weights,
         base_gguf=base.gguf,
-        edit_summary=summarize_edit(mask.counts(), model_params=n_params),
+        edit_summary=summarize_edit(mask.counts(), model_params=job.n_params),
         sweep=sweep,
         device=device,
     )
@@ -101,34 +98,32 @@ def seal_lock(
 
 def publish_folder(
     folder: Path,
-    recipe: Recipe,
+    job: Export,
     lock: dict,
     kind: str,
-    mask: Any,
-    n_params: int,
-    eval_dict: dict | None,
-    license_: str | dict | None,
-    lm_eval_docs: Mapping[str, Any] | None = None,
+    evaluation: tuple[dict | None, Mapping[str, Any]] = (None, {}),
 ) -> None:
-    """Write the lock, eval.json (and lm-eval's own results files) and the model card into one output folder."""
+    """Write the lock, eval.json and lm-eval's own results files (``evaluation``) and the model card of output
+    ``kind`` into its folder; its license fields are the base card's."""
+    recipe, (eval_dict, lm_eval_docs) = job.recipe, evaluation
     write_lock(folder, lock)
     if eval_dict is not None:
         write_json_atomic(folder / EVAL_NAME, eval_dict)
     for name, doc in (lm_eval_docs or {}).items():
         write_json_atomic(folder / name, doc)
     hub_id = recipe.base.hub_id or (None if recipe.base.local_dir() is not None else recipe.base.model)
-    card = build_card(
-        recipe=recipe,
-        lock=lock,
-        base_model_id=hub_id,
-        kind=kind,
-        edit_summary=summarize_edit(mask.counts(), model_params=n_params),
-        eval_results=eval_dict,
-        license=license_,
+    summary = summarize_edit(job.mask.counts(), model_params=job.n_params)
+    source = CardSource(
+        recipe,
+        lock,
+        summary,
+        eval_dict,
+        job.base.card_fields,
         lock_sha256=lock_file_sha256(folder),
         weights_dtype=folder_dtype(folder),
         chat=has_chat_template(folder),
     )
+    card = build_card(source, kind, base_model_id=hub_id)
     write_card(folder, card)
 
 

@@ -12,7 +12,7 @@ Where each stage lives (this module re-exports them):
 - :mod:`.step_mask`: load, calibrate (:class:`Statistics`), mask (from the base's files: :func:`checkpoint_weights`),
   and the lock's data records (:func:`data_records`);
 - :mod:`.step_evaluate`: the evaluation tasks, the paired evaluation and ``eval.json``;
-- :mod:`.step_export`: one output per call, by that output's exporter (:data:`~.step_export.EXPORTERS`), and what
+- :mod:`.step_export`: one output per call, by that output's own step (:mod:`mathneuro_edit.outputs`), and what
   the exports record about the base (:class:`BaseRecord`);
 - :mod:`.step_seal`: the lock and each output folder's lock, evaluation and model card.
 """
@@ -22,16 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..outputs.adapter import check_adapter_support
+from ..outputs.checkpoint import output_dtype
+from ..outputs.registry import BaseRecord
 from ..recipe.schema import Recipe
 from .step_evaluate import describe_tasks, eval_tasks, evaluate_step, note_evaluation, save_evaluation
-from .step_export import (
-    BaseRecord,
-    base_record,
-    check_adapter_support,
-    export_step,
-    output_dtype,
-    output_kinds,
-)
+from .step_export import base_record, export_step, output_kinds
 from .step_mask import (
     Statistics,
     calibrate_step,

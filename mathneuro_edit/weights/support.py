@@ -1,48 +1,25 @@
-"""Which outputs a model family gets, decided from its config alone (the model built on the meta device).
+"""Whether PEFT can hold the edit of a model family exactly, decided from its config alone (the model built on the
+meta device).
 
-- ``checkpoint``: every family whose scored weights :func:`~mathneuro_edit.engine.targets.find_targets` finds
-  (a baked checkpoint edits any tensor, whatever its layout).
-- ``adapter`` (a stock PEFT SHiRA adapter): only when every scored weight is the weight of a plain
-  ``nn.Linear``; PEFT cannot hold an exact delta of GPT-2's ``Conv1D``, fused 3-D MoE experts or a router
-  module (a ``*Router`` that returns routing scores, even when it subclasses ``nn.Linear``). Such a family gets
-  a checkpoint only, and the refusal names the recipe lines that give a run that works.
-- ``gguf``: the families :mod:`.gguf_writer` writes (:func:`~mathneuro_edit.weights.gguf_arch.gguf_refusal`).
-
-``plan`` prints this before any weights are read; a run checks it before loading the model.
+A stock PEFT SHiRA adapter holds an exact delta only when every scored weight is the weight of a plain
+``nn.Linear``; PEFT cannot hold an exact delta of GPT-2's ``Conv1D``, fused 3-D MoE experts or a router module (a
+``*Router`` that returns routing scores, even when it subclasses ``nn.Linear``). Such a family gets a checkpoint
+only, and the refusal names the recipe lines that give a run that works. The adapter output
+(:mod:`mathneuro_edit.outputs.adapter`) asks this; ``plan`` prints every output's answer before any weights are
+read (:func:`mathneuro_edit.outputs.registry.output_support`), and a run checks it before loading the model.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from torch import nn
 
-from ..engine.targets import Target, find_targets
-from .gguf_arch import gguf_refusal
+from ..engine.targets import Target
 
-__all__ = ["OutputSupport", "output_support", "adapter_refusal", "peft_expressible"]
+__all__ = ["adapter_refusal", "peft_expressible"]
 
 _LAYER = re.compile(r"^.*?\.\d+\.")  # "model.layers.0." and the like: the per-layer prefix
-
-
-@dataclass(frozen=True)
-class OutputSupport:
-    """``None`` for an output this family gets; else the one-line refusal (what, why, the recipe line)."""
-
-    model_type: str
-    checkpoint: str | None
-    adapter: str | None
-    gguf: str | None
-
-    def lines(self) -> list[str]:
-        """``checkpoint: yes`` / ``adapter: no (...)`` / ``gguf: ...``, one line per output."""
-        return [
-            f"{k}: {'yes' if v is None else 'no: ' + v}"
-            for k, v in (("checkpoint", self.checkpoint), ("adapter", self.adapter), ("gguf", self.gguf))
-        ]
 
 
 def peft_expressible(model: nn.Module, target: Target) -> bool:
@@ -72,26 +49,3 @@ def adapter_refusal(model: nn.Module, targets: dict[str, Target], model_type: st
         f"({_what(model, bad[0])}), cannot be a PEFT adapter exactly; set `outputs.adapter: false` in the "
         f"recipe (the checkpoint holds the edit){alt}"
     )
-
-
-def output_support(
-    model: nn.Module,
-    config: dict[str, Any],
-    *,
-    include: Iterable[str] | None = None,
-    exclude: Iterable[str] | None = None,
-) -> OutputSupport:
-    """The outputs ``model`` (built from ``config``, on the meta device: no weights) supports.
-
-    Args:
-        model: the causal-LM class built from the config (meta device is enough).
-        config: its ``config.json`` as a dict (``model_type`` decides the GGUF export).
-        include: the recipe's ``targets.include``.
-        exclude: the recipe's ``targets.exclude``.
-
-    Raises:
-        InputError: from :func:`find_targets` (parameters this version cannot score).
-    """
-    model_type = str(config.get("model_type"))
-    targets = find_targets(model, include=include, exclude=exclude)
-    return OutputSupport(model_type, None, adapter_refusal(model, targets, model_type), gguf_refusal(config))

@@ -67,11 +67,11 @@ def test_hub_id_is_refused_where_model_already_names_the_base() -> None:
 def test_a_local_copy_named_by_hub_id_is_found_and_loads_from_the_hub(
     fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gguf
     from peft import AutoPeftModelForCausalLM
     from transformers import AutoModelForCausalLM
 
-    from mathneuro_edit.publish.gguf_naming import gguf_repo_name
+    import gguf
+    from mathneuro_edit.outputs.gguf import gguf_repo_name
 
     api = HfApi(token=TOKEN)
     api.create_repo("org/base")  # the Hub model the local folder is a copy of
@@ -178,7 +178,7 @@ def test_outputs_dtype_casts_after_the_edit_and_verify_checks_it(tmp_path: Path)
 def test_model_index_names_hub_datasets_and_the_hub_reads_it_back(tmp_path: Path) -> None:
     """GSM8K by its Hub id (config, split), a local WikiText subset by the Hub dataset it was taken from
     (``hub_dataset``); this model's value and the base's under plain metric names; KL once."""
-    from mathneuro_edit.publish.card import build_card, summarize_edit, write_card
+    from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit, write_card
     from mathneuro_edit.publish.lock import build_lock
 
     for name in ("calib.txt", "valid.txt"):
@@ -198,12 +198,14 @@ def test_model_index_names_hub_datasets_and_the_hub_reads_it_back(tmp_path: Path
         "general": {"base": {"general_loss": 3.0}, "edited": {"general_loss": 3.01, "general_kl": 0.002}},
     }
     card = build_card(
-        recipe=recipe,
-        lock=lock,
+        CardSource(
+            recipe=recipe,
+            lock=lock,
+            edit_summary=summarize_edit({"m.q_proj.weight": (1, 4)}, model_params=10),
+            eval_results=evaluation,
+        ),
+        "checkpoint",
         base_model_id=None,
-        kind="checkpoint",
-        eval_results=evaluation,
-        edit_summary=summarize_edit({"m.q_proj.weight": (1, 4)}, model_params=10),
     )
     write_card(tmp_path, card)
     data = ModelCard.load(tmp_path / "README.md").data

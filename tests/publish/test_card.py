@@ -23,16 +23,19 @@ from mathneuro_edit.evaluation.results import (
     MathResult,
 )
 from mathneuro_edit.layout import LOCK_NAME
+from mathneuro_edit.outputs.adapter import ADAPTER
+from mathneuro_edit.outputs.checkpoint import CHECKPOINT
+from mathneuro_edit.outputs.gguf import beside_checkpoint
 from mathneuro_edit.publish.base_card import license_from_base
 from mathneuro_edit.publish.card import (
     CITATION,
-    _gguf_note,
-    _gguf_usage,
-    _pct,
+    CardSource,
     build_card,
     summarize_edit,
     write_card,
 )
+from mathneuro_edit.publish.card_sections import pct
+from mathneuro_edit.publish.card_weights import gguf_base_note
 from mathneuro_edit.publish.lock import (
     build_lock,
     check_base_weights,
@@ -92,7 +95,14 @@ def _card(recipe, lock, **kw):  # noqa: ANN001, ANN202
         "eval_results": None,
         "license": None,
     }
-    return build_card(recipe=recipe, lock=lock, **{**args, **kw})
+    return _build(recipe, lock, **{**args, **kw})
+
+
+def _build(recipe, lock, kind, base_model_id=None, repo_id=None, base_repo=None, **source):  # noqa: ANN001, ANN202
+    """``build_card`` with the card's source given as keywords (what the tests vary)."""
+    return build_card(
+        CardSource(recipe, lock, **source), kind, base_model_id=base_model_id, repo_id=repo_id, base_repo=base_repo
+    )
 
 
 @pytest.fixture()
@@ -452,7 +462,7 @@ def test_base_card_fields_eval_results_and_adapter_tags(tmp_path: Path) -> None:
 )
 def test_gguf_repo_names_follow_llama_cpp(model: str, params: int, edit: dict, want: str) -> None:
     """<Base>-<Size>-<Variant>-<Type>.gguf, from the lock's public names only (never a local path)."""
-    from mathneuro_edit.publish.gguf_naming import gguf_general, gguf_repo_name
+    from mathneuro_edit.outputs.gguf import gguf_general, gguf_repo_name
 
     lock = {
         "base": {"model": model, "description": {"architecture": "LlamaForCausalLM"}},
@@ -480,14 +490,8 @@ def _stub_lock(recipe, outputs=None, **kw):  # type: ignore[no-untyped-def]
 
 
 def _stub_card(recipe, lock, kind="checkpoint", **kw):  # type: ignore[no-untyped-def]
-    return build_card(
-        recipe=recipe,
-        lock=lock,
-        base_model_id=None,
-        kind=kind,
-        edit_summary=summarize_edit({"m.layers.0.mlp.up_proj.weight": (1, 10)}, model_params=100),
-        **kw,
-    )
+    summary = summarize_edit({"m.layers.0.mlp.up_proj.weight": (1, 10)}, model_params=100)
+    return _build(recipe, lock, kind, edit_summary=summary, **kw)
 
 
 def test_only_gguf_files_of_the_checkpoint_folder_are_listed_and_only_in_its_card() -> None:
@@ -509,32 +513,32 @@ def test_only_gguf_files_of_the_checkpoint_folder_are_listed_and_only_in_its_car
     assert "The edit as GGUF" not in adapter and "| `m-Q8_0.gguf` |" not in adapter
 
 
-def test_gguf_usage_and_note_exact_text() -> None:
-    assert _gguf_usage("me/x", {}) == ""
-    usage = _gguf_usage("me/x", {"a.gguf": "h1", "b.gguf": "h2"})
+def test_gguf_paragraph_and_note_exact_text() -> None:
+    assert beside_checkpoint("me/x", {}) == ""
+    usage = beside_checkpoint("me/x", {"a.gguf": "h1", "b.gguf": "h2"})
     assert "| `a.gguf` | `h1` |\n| `b.gguf` | `h2` |\n" in usage
     assert "hf download me/x-GGUF a.gguf --local-dir .\nllama-cli -m a.gguf\n```" in usage  # the GGUF's own repo
-    assert "```bash\nllama-cli -m a.gguf\n```" in _gguf_usage(None, {"a.gguf": "h1"})
+    assert "```bash\nllama-cli -m a.gguf\n```" in beside_checkpoint(None, {"a.gguf": "h1"})
     lock = {"base": {"gguf": {"file": "base.gguf", "sha256": "b"}}}
-    assert _gguf_note({"base": {}}, "checkpoint") == ""
+    assert gguf_base_note({"base": {}}, CHECKPOINT) == ""
     start = "\nThe base is the GGUF file `base.gguf` (sha256 `b`), dequantized to float32 by transformers. "
     end = (
         ". `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once and prints its path; its "
         "safetensors sha256 are the lock's `base.weights_sha256`.\n"
     )
-    assert _gguf_note(lock, "checkpoint", "float32") == (
+    assert gguf_base_note(lock, CHECKPOINT, "float32") == (
         start + "These weights are that dequantized model with the edit (computed in float32; safetensors, not "
         "quantized)" + end
     )
     assert (
-        _gguf_note(lock, "checkpoint", "bfloat16")
+        gguf_base_note(lock, CHECKPOINT, "bfloat16")
         == (  # outputs.dtype: auto on a quantized GGUF
             start + "These weights are that dequantized model with the edit (computed in float32, then stored in "
             "bfloat16 (`outputs.dtype`; the evaluation below ran on these bfloat16 weights, in float32); safetensors, "
             "not quantized)" + end
         )
     )
-    assert _gguf_note(lock, "adapter") == (
+    assert gguf_base_note(lock, ADAPTER) == (
         start + "The adapter applies to that dequantized model (not to a quantized one, nor to the Hub model it "
         "was converted from)" + end
     )
@@ -579,7 +583,7 @@ def test_sections_without_evaluation_and_module_types() -> None:
         "up_proj": {"matrices": 2, "selected": 3, "total": 8},
         "weight": {"matrices": 1, "selected": 0, "total": 4},
     }
-    assert _pct(1, 0) == "n/a" and _pct(1, 8) == "12.5%"
+    assert pct(1, 0, ".3g", "n/a") == "n/a" and pct(1, 8, ".3g", "n/a") == "12.5%"
 
 
 def _readme(folder, meta: str):  # type: ignore[no-untyped-def]
@@ -614,7 +618,10 @@ def test_card_rows_and_lines_exactly() -> None:
     lock = _stub_lock(recipe, {"checkpoint/m-Q8_0.gguf": "q8"}, base_gguf={"file": "base.gguf", "sha256": "b"})
     summary = summarize_edit({"m.0.mlp.down_proj.weight": (1, 10), "m.0.mlp.up_proj.weight": (3, 10)}, model_params=100)
     card = build_card(
-        recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary, repo_id="someone/my-edit"
+        CardSource(recipe=recipe, lock=lock, edit_summary=summary),
+        "checkpoint",
+        base_model_id=None,
+        repo_id="someone/my-edit",
     )
     text = card.text
     assert "\nThis model is a MathNeuro edit of " in text
@@ -626,13 +633,15 @@ def test_card_rows_and_lines_exactly() -> None:
     assert "\n## Evaluation\n\nNo evaluation was run for this model.\n\n## How to use" in text
     assert "hf download someone/my-edit-GGUF Organism-100-MathNeuro-Prune-Q8_0.gguf --local-dir ." in text
     assert "published in their own repo, [someone/my-edit-GGUF](https://huggingface.co/someone/my-edit-GGUF)" in text
-    adapter = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="adapter", edit_summary=summary).text
+    adapter = build_card(CardSource(recipe=recipe, lock=lock, edit_summary=summary), "adapter", base_model_id=None).text
     assert "\nThis PEFT adapter holds a MathNeuro edit of " in adapter
     assert "The adapter applies to that dequantized model (not to a quantized one, nor to the Hub" in adapter
     boost = recipe_from_dict(quickstart_recipe().resolved_dict(), ["edit={scale: 1.1, prune: false}"])
     assert "| scale | 1.1 |\n" in _stub_card(boost, _stub_lock(boost)).text
     hub = build_card(
-        recipe=recipe, lock=_stub_lock(recipe), base_model_id="org/base-name", kind="checkpoint", edit_summary=summary
+        CardSource(recipe=recipe, lock=_stub_lock(recipe), edit_summary=summary),
+        "checkpoint",
+        base_model_id="org/base-name",
     ).text
     assert "\n# base-name (MathNeuro edit: pruned (set to 0))\n" in hub
 

@@ -24,7 +24,7 @@ import torch
 import yaml
 from huggingface_hub import ModelCard
 
-from mathneuro_edit.publish.card import build_card, card_for_folder, summarize_edit, write_card
+from mathneuro_edit.publish.card import CardSource, build_card, card_for_folder, summarize_edit, write_card
 from mathneuro_edit.publish.lock import build_lock
 from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 from tests._gguf_e2e import cli, write_recipe
@@ -170,9 +170,11 @@ def test_language_comes_from_a_gguf_base_s_own_metadata_on_every_card() -> None:
     )
     summary = summarize_edit({}, model_params=10)
     for kind in ("checkpoint", "adapter", "gguf"):
-        card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind=kind, edit_summary=summary)
+        card = build_card(CardSource(recipe=recipe, lock=lock, edit_summary=summary), kind, base_model_id=None)
         assert ModelCard(card.content).data.language == ["en"], kind
         own = build_card(
-            recipe=recipe, lock=lock, base_model_id=None, kind=kind, edit_summary=summary, license={"language": "fr"}
+            CardSource(recipe=recipe, lock=lock, edit_summary=summary, license={"language": "fr"}),
+            kind,
+            base_model_id=None,
         )
         assert ModelCard(own.content).data.language == ["fr"], kind

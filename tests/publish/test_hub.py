@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 from mathneuro_edit.errors import InputError, MathNeuroEditError
 from mathneuro_edit.publish.card import (
+    CardSource,
     build_card,
     card_for_folder,
     summarize_edit,
@@ -231,11 +232,9 @@ def test_adapter_card_names_its_base(tmp_path: Path) -> None:
         edit_summary=summary,
     )
     card = build_card(
-        recipe=recipe,
-        lock=lock,
+        CardSource(recipe=recipe, lock=lock, edit_summary=summary),
+        "adapter",
         base_model_id="org/base-model",
-        kind="adapter",
-        edit_summary=summary,
         repo_id="me/name",
     )
     assert card.data.to_dict()["base_model"] == "org/base-model"
@@ -257,7 +256,7 @@ def test_adapter_card_names_its_base(tmp_path: Path) -> None:
         edit_summary=summary,
     )
     card = build_card(
-        recipe=recipe, lock=lock, base_model_id=None, kind="adapter", edit_summary=summary, repo_id="me/name"
+        CardSource(recipe=recipe, lock=lock, edit_summary=summary), "adapter", base_model_id=None, repo_id="me/name"
     )
     sha = hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()
     assert "base_model" not in card.data.to_dict() and str(base) not in card.content

@@ -203,7 +203,7 @@ def test_card_tags_prune_text_and_texts_per_general_set():
     """Card facts derived from the recipe: tags, action, top-k text, data table counts."""
     from huggingface_hub import ModelCard
 
-    from mathneuro_edit.publish.card import build_card, summarize_edit
+    from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit
     from mathneuro_edit.runs.step_mask import data_records
 
     recipe = recipe_from_dict(
@@ -227,11 +227,13 @@ def test_card_tags_prune_text_and_texts_per_general_set():
         versions={},
     )
     card = build_card(
-        recipe=recipe,
-        lock=lock,
+        CardSource(
+            recipe=recipe,
+            lock=lock,
+            edit_summary=summarize_edit({"m.layers.0.mlp.down_proj.weight": (3, 400)}, model_params=1000),
+        ),
+        "checkpoint",
         base_model_id=None,
-        kind="checkpoint",
-        edit_summary=summarize_edit({"m.layers.0.mlp.down_proj.weight": (3, 400)}, model_params=1000),
     )
     meta = ModelCard(card.content).data.to_dict()
     assert meta["tags"] == ["mathneuro", "mathneuro-edit", "model-editing", "math", "pruning"]
@@ -252,11 +254,11 @@ def test_card_tags_prune_text_and_texts_per_general_set():
     assert "| down_proj | 1 | 3 | 400 | 0.75% |" in text
     assert "# organism (MathNeuro edit: pruned (set to 0))" in text
     boost = build_card(
-        recipe=quickstart_recipe(["edit.scale=1.1"]),
-        lock=lock,
+        CardSource(
+            recipe=quickstart_recipe(["edit.scale=1.1"]), lock=lock, edit_summary=summarize_edit({}, model_params=1000)
+        ),
+        "adapter",
         base_model_id=None,
-        kind="adapter",
-        edit_summary=summarize_edit({}, model_params=1000),
     )
     assert "pruning" not in ModelCard(boost.content).data.to_dict()["tags"]
     assert "This PEFT adapter holds a MathNeuro edit of the model organism shipped with mathneuro-edit" in boost.text
@@ -266,7 +268,7 @@ def test_card_of_a_gguf_base_names_the_file_and_its_sha256():
     """The lock's ``base.gguf`` and a GGUF output reach the card (tag, base paragraph, download table)."""
     from huggingface_hub import ModelCard
 
-    from mathneuro_edit.publish.card import build_card, summarize_edit
+    from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit
 
     recipe = quickstart_recipe()
     lock = build_lock(
@@ -280,28 +282,36 @@ def test_card_of_a_gguf_base_names_the_file_and_its_sha256():
         base_gguf={"file": "base.Q4_1.gguf", "sha256": "b41"},
     )
     card = build_card(
-        recipe=recipe,
-        lock=lock,
+        CardSource(recipe=recipe, lock=lock, edit_summary=summarize_edit({}, model_params=1000)),
+        "checkpoint",
         base_model_id=None,
-        kind="checkpoint",
-        edit_summary=summarize_edit({}, model_params=1000),
     )
     # the checkpoint's repo holds no GGUF file (the GGUF has a repo of its own): no `gguf` tag on it (issue 39)
     assert "gguf" not in ModelCard(card.content).data.to_dict()["tags"]
     gguf_repo = build_card(
-        recipe=recipe, lock=lock, base_model_id=None, kind="gguf", edit_summary=summarize_edit({}, model_params=1000)
+        CardSource(recipe=recipe, lock=lock, edit_summary=summarize_edit({}, model_params=1000)),
+        "gguf",
+        base_model_id=None,
     )
     assert {"gguf", "llama.cpp"} <= set(ModelCard(gguf_repo.content).data.to_dict()["tags"])
     assert "The base is the GGUF file `base.Q4_1.gguf` (sha256 `b41`), dequantized to float32" in card.text
     assert "| `model-Q8_0.gguf` | `q8` |" in card.text
     plain = build_card(
-        recipe=recipe,
-        lock=build_lock(
-            recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="k", output_files={}, versions={}
+        CardSource(
+            recipe=recipe,
+            lock=build_lock(
+                recipe,
+                base_revision=None,
+                data_records={},
+                stats_sha256="s",
+                mask_sha256="k",
+                output_files={},
+                versions={},
+            ),
+            edit_summary=summarize_edit({}, model_params=1000),
         ),
+        "checkpoint",
         base_model_id=None,
-        kind="checkpoint",
-        edit_summary=summarize_edit({}, model_params=1000),
     )
     assert "gguf" not in ModelCard(plain.content).data.to_dict()["tags"] and "GGUF file" not in plain.text
 

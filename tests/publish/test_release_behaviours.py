@@ -21,10 +21,11 @@ from mathneuro_edit.cli.main import main
 from mathneuro_edit.evaluation.lm_eval_task import LmEvalResult
 from mathneuro_edit.evaluation.results import EvalResults
 from mathneuro_edit.layout import LM_EVAL_RESULTS, LOCK_NAME, MASK_NAME
+from mathneuro_edit.outputs.adapter import ADAPTER
+from mathneuro_edit.outputs.registry import output_of_folder
 from mathneuro_edit.publish.card import card_for_folder
 from mathneuro_edit.publish.hub import artifact_kind, push_to_hub
 from mathneuro_edit.publish.lock import output_hashes, read_lock, write_lock
-from mathneuro_edit.publish.outputs import ADAPTER, output_of_folder
 from mathneuro_edit.runs.release import push_run, verify_run
 from mathneuro_edit.runs.reproduce import ReproduceReport
 from mathneuro_edit.weights.adapter import MATHNEURO_CONFIG, export_adapter
@@ -53,7 +54,7 @@ def test_a_mathneuro_format_adapter_folder_is_an_adapter(run_dir: Path, tmp_path
     """``export_adapter(format="mathneuro")`` writes no ``adapter_config.json``: its folder is still an adapter to
     the card (library and relation), the push (its kind, hence its ``-adapter`` repo) and ``verify``.
 
-    Mutation: ``ADAPTER``'s markers without ``MATHNEURO_CONFIG`` (publish/outputs.py)."""
+    Mutation: ``ADAPTER``'s markers without ``MATHNEURO_CONFIG`` (outputs/adapter.py)."""
     folder = tmp_path / "adapter"
     lock = read_lock(run_dir)
     export_adapter("organism", run_dir / MASK_NAME, lock["recipe"]["edit"]["scale"] or 0.0, folder, format="mathneuro")

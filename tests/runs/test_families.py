@@ -21,7 +21,9 @@ import yaml
 import tests._families as fam
 from mathneuro_edit import InputError
 from mathneuro_edit.engine.mask import Mask
-from mathneuro_edit.layout import ADAPTER_DIR, CHECKPOINT_DIR, MASK_NAME
+from mathneuro_edit.layout import MASK_NAME
+from mathneuro_edit.outputs.adapter import ADAPTER
+from mathneuro_edit.outputs.checkpoint import CHECKPOINT
 from mathneuro_edit.runs.pipeline import run_recipe
 from mathneuro_edit.weights.gguf_arch import GGUF_WRITTEN
 from tests._family_shapes import FAMILY_SHAPES, family_shape
@@ -89,8 +91,8 @@ def test_the_refusal_s_recipe_line_gives_an_adapter_that_plain_peft_loads(name, 
     run_recipe(fam.family_recipe(base, adapter=True, gguf=None, exclude=exclude), out, progress=False)
     mask = Mask.load(out / MASK_NAME)
     assert not any(re.search(p, n) for p in exclude for n in mask)  # experts and routers were not scored
-    baked = fam.check_checkpoint(base, out / CHECKPOINT_DIR, mask)
-    fam.check_adapter(base, out / ADAPTER_DIR, baked)
+    baked = fam.check_checkpoint(base, out / CHECKPOINT.folder, mask)
+    fam.check_adapter(base, out / ADAPTER.folder, baked)
 
 
 def test_adapter_refusal_comes_before_any_weight_is_read(tmp_path, monkeypatch) -> None:

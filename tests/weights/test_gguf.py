@@ -30,8 +30,8 @@ from mathneuro_edit.organism import organism_path  # noqa: E402
 from mathneuro_edit.recipe.edit_sections import OutputsConfig  # noqa: E402
 from mathneuro_edit.weights.audit import verify  # noqa: E402
 from mathneuro_edit.weights.checkpoint_writer import export_checkpoint  # noqa: E402
+from mathneuro_edit.weights.gguf_tensors import GGUF_TYPES  # noqa: E402
 from mathneuro_edit.weights.gguf_writer import (  # noqa: E402
-    GGUF_TYPES,
     audit_gguf,
     check_gguf,
     export_gguf,
@@ -430,7 +430,7 @@ def test_llama_cpp_logits_match_on_random_models(baked, family) -> None:
 def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
     """The lock and card record the GGUF's sha256; `push --gguf` uploads it byte for byte to its own repo, under
     llama.cpp's naming, with its card; the checkpoint's push leaves it out."""
-    from mathneuro_edit.publish.card import build_card, summarize_edit, write_card
+    from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit, write_card
     from mathneuro_edit.publish.hub import push_to_hub
     from mathneuro_edit.publish.lock import build_lock, output_hashes, write_lock
     from mathneuro_edit.recipe.io import quickstart_recipe
@@ -451,7 +451,7 @@ def test_card_lock_and_push_carry_the_gguf(baked, tmp_path, fake_hub) -> None:
         edit_summary=summary,
     )  # what push renders the card for the target repo from
     write_lock(out, lock)
-    card = build_card(recipe=recipe, lock=lock, base_model_id=None, kind="checkpoint", edit_summary=summary)
+    card = build_card(CardSource(recipe=recipe, lock=lock, edit_summary=summary), "checkpoint", base_model_id=None)
     write_card(out, card)
     sha = sha256_file(out / "model-F32.gguf")
     assert lock["outputs"]["checkpoint/model-F32.gguf"] == sha

@@ -83,8 +83,7 @@ def test_checkpoint_is_bf16_the_size_of_the_release_without_local_tokenizer_keys
 
 def test_gguf_is_named_like_llama_cpp_names_the_hub_model(release: Path) -> None:
     import gguf
-
-    from mathneuro_edit.publish.gguf_naming import gguf_repo_name
+    from mathneuro_edit.outputs.gguf import gguf_repo_name
 
     lock = yaml.safe_load((release / "mathneuro_recipe.lock.yaml").read_text())
     assert gguf_repo_name(lock, "model-Q8_0.gguf") == "SmolLM2-135M-Instruct-MathNeuro-Scale1.1-Q8_0.gguf"

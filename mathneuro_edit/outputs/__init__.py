@@ -1,0 +1,18 @@
+"""The outputs a run writes and publishes, one module each, registered in :mod:`.registry` when this package is
+imported: :mod:`.checkpoint` (the edited transformers folder), :mod:`.adapter` (the PEFT SHiRA adapter),
+:mod:`.gguf` (the GGUF files for llama.cpp, made from the checkpoint). :mod:`.common` holds what their card
+snippets share. A fourth output is one more module here (docs/architecture.md, "extending").
+"""
+
+from __future__ import annotations
+
+# imported for their registration, in this order: the first is what a plain model folder holds
+# (output_of_folder), and an output made from another comes after it
+# isort: off
+from . import checkpoint as checkpoint
+from . import adapter as adapter
+from . import gguf as gguf
+
+# isort: on
+
+__all__ = ["checkpoint", "adapter", "gguf"]

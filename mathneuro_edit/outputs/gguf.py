@@ -1,0 +1,311 @@
+"""The GGUF files for llama.cpp: the edited checkpoint written again as ``checkpoint/model-<TYPE>.gguf``.
+
+Its entry, its run step (after the checkpoint's, from the finished checkpoint folder; checked once, before the
+model loads: :func:`prepare_gguf`), its naming (llama.cpp's convention ``<Base>-<Size>-<Variant>-<Type>.gguf`` and
+the ``general.*`` metadata: :func:`gguf_naming`, :func:`gguf_repo_name`, :func:`gguf_general`, all from the lock's
+public form: the same lock always gives the same names, and never a local path) and its card snippets (its own
+repo's files and loaders, and the paragraph the checkpoint's card gives the files beside it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..util.paths import LOCAL, is_local_path
+from .checkpoint import CHECKPOINT
+from .common import card_fields, hub_origin
+from .registry import BaseRecord, CardView, Export, Output, register_output
+
+__all__ = [
+    "GGUF",
+    "UNQUANTIZED",
+    "gguf_naming",
+    "gguf_repo_name",
+    "gguf_general",
+    "gguf_meta",
+    "gguf_types",
+    "requantized",
+    "prepare_gguf",
+    "write_gguf_step",
+    "llama_cpp_usage",
+    "llama_cpp_loaders",
+    "beside_checkpoint",
+]
+
+UNQUANTIZED = ("F32", "F16", "BF16")  # GGUF types that store each weight as a float, not in quantized blocks
+_SIZE = re.compile(r"^(?P<name>.+?)-(?P<size>(?:\d+x)?\d+(?:\.\d+)?[KMBT])(?:-(?P<rest>.+))?$", re.IGNORECASE)
+
+
+def _size_label(n: int) -> str:
+    """llama.cpp's size label of a parameter count (``135M``, ``1.1M``, ``8.0B``)."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            value = n / scale
+            digits = max(2 - len(str(round(value)).lstrip("0")), 0)
+            return f"{value:.{digits}f}{suffix}"
+    return str(n)
+
+
+def gguf_naming(lock: Mapping[str, Any]) -> dict[str, str | None]:
+    """``{"basename", "size_label", "finetune"}`` of the edited model, as llama.cpp's converter names a model
+    (``SmolLM2`` / ``135M`` / ``Instruct-MathNeuro-Prune``): from the lock's public base name (``base.hub_id`` for
+    a local folder or GGUF file that names its Hub origin; else a GGUF base's own ``general.basename``,
+    ``size_label`` and ``finetune``), parameter count and edit (the same lock always gives the same names; never a
+    local path)."""
+    base = lock.get("base") or {}
+    model = hub_origin(lock)[0] or str(base.get("model") or "model")
+    own = (base.get("gguf") or {}).get("general") or {}
+    edit = (lock.get("recipe") or {}).get("edit") or {}
+    variant = "MathNeuro-Prune" if edit.get("prune") else f"MathNeuro-Scale{float(edit.get('scale', 1)):g}"
+    if model == LOCAL and own.get("basename"):  # the GGUF's own names, as its converter wrote them
+        parts = {
+            k: re.sub(r"[^A-Za-z0-9.-]+", "-", str(own[k])).strip("-") or None
+            for k in ("basename", "size_label", "finetune")
+            if own.get(k)
+        }
+        return {
+            "basename": parts.get("basename") or "Model",
+            "size_label": parts.get("size_label"),
+            "finetune": "-".join(p for p in (parts.get("finetune"), variant) if p),
+        }
+    if model == LOCAL:
+        arch = str((base.get("description") or {}).get("architecture") or "Model")
+        name = re.sub(r"(ForCausalLM|LMHeadModel|Model)$", "", arch) or "Model"
+    else:
+        name = model.rstrip("/").split("/")[-1].removesuffix(".gguf")
+        name = name[:1].upper() + name[1:]
+    name = re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-") or "Model"
+    m = _SIZE.match(name)
+    if m:
+        head, size, rest = m.group("name"), m.group("size"), m.group("rest")
+    else:
+        params = int((lock.get("edit_summary") or {}).get("model_params") or 0)
+        head, size, rest = name, (_size_label(params) if params else None), None
+    return {"basename": head, "size_label": size, "finetune": "-".join(p for p in (rest, variant) if p)}
+
+
+def gguf_types(files: Mapping[str, str] | list[str]) -> list[str]:
+    """The GGUF types of ``model-<TYPE>.gguf`` files (or of their names in the GGUF repo), in order.
+
+    Example:
+        >>> gguf_types(["model-Q8_0.gguf", "SmolLM2-135M-MathNeuro-Prune-F16.gguf"])
+        ['Q8_0', 'F16']
+    """
+    return [f.rsplit("/", 1)[-1].removesuffix(".gguf").rsplit("-", 1)[-1] for f in files]
+
+
+def gguf_repo_name(lock: Mapping[str, Any], local_name: str) -> str:
+    """The name of a GGUF file in its Hub repo, by llama.cpp's convention ``<Base>-<Size>-<Variant>-<Type>.gguf``
+    (``local_name`` is the run folder's ``model-<TYPE>.gguf``); the same lock always gives the same name.
+
+    Example:
+        >>> lock = {"base": {"model": "HuggingFaceTB/SmolLM2-135M-Instruct"}, "recipe": {"edit": {"prune": True}},
+        ...         "edit_summary": {"model_params": 134515008}}
+        >>> gguf_repo_name(lock, "model-Q8_0.gguf")
+        'SmolLM2-135M-Instruct-MathNeuro-Prune-Q8_0.gguf'
+    """
+    qtype = gguf_types([local_name])[0]
+    n = gguf_naming(lock)
+    return "-".join(p for p in (n["basename"], n["size_label"], n["finetune"], qtype) if p) + ".gguf"
+
+
+def gguf_general(lock: Mapping[str, Any], fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``general.*`` metadata of the run's GGUF (for :func:`~mathneuro_edit.weights.gguf_writer.write_gguf`):
+    the names of :func:`gguf_naming`, the organization (the Hub owner of the base or of ``base.hub_id``, else a
+    GGUF base's own), the base card's license fields and languages (else a GGUF base's own languages), the base
+    model (a Hub base, or ``base.hub_id``), and the tags."""
+    fields = card_fields(dict(fields or {}))
+    meta: dict[str, Any] = dict(gguf_naming(lock))
+    own = ((lock.get("base") or {}).get("gguf") or {}).get("general") or {}
+    meta.update({k: fields[k] for k in ("license", "license_name", "license_link") if k in fields})
+    if fields.get("language") or own.get("languages"):
+        meta["languages"] = fields.get("language") or own["languages"]
+    model = hub_origin(lock)[0] or str((lock.get("base") or {}).get("model") or "")
+    if model.count("/") == 1 and not is_local_path(model):
+        meta["organization"] = model.split("/")[0]
+    elif own.get("organization"):
+        meta["organization"] = own["organization"]
+    if model and model not in (LOCAL, "organism") and not is_local_path(model) and model.count("/") == 1:
+        org, name = model.split("/")
+        meta["base_models"] = [{"name": name, "organization": org, "repo_url": f"https://huggingface.co/{model}"}]
+    edit = (lock.get("recipe") or {}).get("edit") or {}
+    meta["tags"] = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if edit.get("prune") else [])
+    return meta
+
+
+def gguf_meta(recipe: Any, n_params: int, base: BaseRecord) -> dict[str, Any]:
+    """The ``general.*`` metadata of the run's GGUF, from the same public names the lock and the GGUF repo use
+    (:func:`gguf_general`): the parts of the lock the run already has (the public recipe, the base's GGUF entry
+    and description, the parameter count), before the lock is written."""
+    public = recipe.public_dict()
+    entry: dict[str, Any] = {"model": public["base"]["model"], **({"gguf": base.gguf} if base.gguf else {})}
+    if base.description is not None:
+        entry["description"] = base.description
+    parts = {"base": entry, "recipe": {"edit": public["edit"], "base": public["base"]}}
+    return gguf_general({**parts, "edit_summary": {"model_params": n_params}}, base.card_fields)
+
+
+def _gguf_type(recipe: Any) -> tuple[str | None, str | None]:
+    """``(type, tokenizer.ggml.pre)`` of ``outputs.gguf`` (``base``: the GGUF base's own type and pre-tokenizer)."""
+    from ..weights.gguf_reader import gguf_output
+
+    return gguf_output(recipe.base, recipe.outputs.gguf)
+
+
+def _public_name(recipe: Any) -> str:
+    """The GGUF's ``general.name``: from ``base.hub_id`` when set, else ``base.model`` (a local path becomes
+    "local model": :func:`~mathneuro_edit.weights.gguf_writer.gguf_public_name`)."""
+    from ..weights.gguf_writer import gguf_public_name
+
+    return gguf_public_name(recipe.base.hub_id or recipe.base.model)
+
+
+def prepare_gguf(recipe: Any, folder: Path) -> None:
+    """The GGUF's one check, before the model loads (and before the long steps): its type, the gguf package, the
+    architecture, rope scaling, tensor names, the tokenizer and its ``general.name``, from the base's folder."""
+    from ..weights.gguf_writer import check_gguf
+
+    check_gguf(folder, _gguf_type(recipe)[0], name=_public_name(recipe))
+
+
+def write_gguf_step(job: Export, dest: Path) -> None:
+    """The GGUF's step: ``model-TYPE.gguf`` written from the finished checkpoint folder ``dest`` (checked before
+    the model loaded: :func:`prepare_gguf`)."""
+    from ..weights.gguf_writer import gguf_filename, write_gguf
+
+    qtype, pre = _gguf_type(job.recipe)
+    meta = gguf_meta(job.recipe, job.n_params, job.base)
+    write_gguf(dest, dest / gguf_filename(qtype), qtype, name=_public_name(job.recipe), pre=pre, meta=meta)
+
+
+def _stage(recipe: Any) -> str:
+    from ..weights.gguf_writer import gguf_filename
+
+    return f" + {gguf_filename(_gguf_type(recipe)[0])}"
+
+
+def requantized(types: list[str]) -> str:
+    """How GGUF files of ``types`` relate to the checkpoint they were written from: converted (float types) or
+    quantized (block types: close to the checkpoint's numbers, not equal to them)."""
+    shown = ", ".join(types) or "the type in each file's name"
+    if types and all(t in UNQUANTIZED for t in types):
+        return f"converted to {shown}"
+    return f"quantized to {shown}: close to the checkpoint's numbers, not equal to them"
+
+
+def _download(repo: str | None, first: str) -> str:
+    """The bash lines that fetch (from ``repo``, when published) and run one of the files with llama.cpp."""
+    return f"""```bash
+{f"hf download {repo} {first} --local-dir .{chr(10)}" if repo else ""}llama-cli -m {first}
+```"""
+
+
+def llama_cpp_usage(out: Output, view: CardView) -> str:
+    """The GGUF repo's files (under their names in the repo when the card is for one: ``{name: sha256}``) and how
+    llama.cpp, Ollama and LM Studio load them."""
+    repo = view.repo
+    files = {out.name_in_repo(view.lock, f) if repo else f: h for f, h in view.files.items()}
+    types = gguf_types(files)
+    rows = "\n".join(f"| `{f}` | {t} | `{h}` |" for (f, h), t in zip(files.items(), types))
+    first = next(iter(files), "MODEL.gguf")
+    qtype = gguf_types([first])[0]
+    source = (
+        f"the edited transformers checkpoint [{view.base_repo}](https://huggingface.co/{view.base_repo})"
+        if view.base_repo
+        else "the edited transformers checkpoint of the same run"
+    )
+    hub = (
+        f"""
+```bash
+llama-cli -hf {repo}:{qtype}          # llama.cpp
+ollama run hf.co/{repo}:{qtype}       # Ollama
+```
+
+LM Studio: search for `{repo}` in its model browser, or `lms get {repo}`.
+"""
+        if repo
+        else ""
+    )
+    return f"""Written by mathneuro-edit from {source}, {requantized(types)}.
+
+| file | type | sha256 |
+|---|---|---|
+{rows}
+{hub}
+{_download(repo, first)}"""
+
+
+def beside_checkpoint(repo: str | None, files: Mapping[str, str], lock: Mapping[str, Any] | None = None) -> str:
+    """The llama.cpp paragraph of the checkpoint's card when its folder holds GGUF files (``{file: sha256}``): a
+    local card names the files here; a published one names them in the GGUF repo (``<repo>-GGUF``, their own)."""
+    if not files:
+        return ""
+    gguf_repo = f"{repo}{GGUF.repo_suffix}" if repo else None
+    names = {(GGUF.name_in_repo(lock, f) if gguf_repo and lock is not None else f): h for f, h in files.items()}
+    rows = "\n".join(f"| `{f}` | `{h}` |" for f, h in names.items())
+    where = (
+        f"published in their own repo, [{gguf_repo}](https://huggingface.co/{gguf_repo})"
+        if gguf_repo
+        else "in this folder (`mathneuro-edit push OUT --gguf` publishes them in a repo of their own)"
+    )
+    return f"""
+The edit as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit from this checkpoint and
+{requantized(gguf_types(files))}; `mathneuro-edit verify` audits it), {where}:
+
+| file | sha256 |
+|---|---|
+{rows}
+
+{_download(gguf_repo, next(iter(names)))}
+"""
+
+
+def llama_cpp_loaders(out: Output, view: CardView) -> str:
+    """``## Where it loads`` of the GGUF files: llama.cpp, and what was checked for Ollama and LM Studio."""
+    return """## Where it loads
+
+- **llama.cpp** (`llama-cli`, `llama-server`): mathneuro-edit's tests read these files back with llama.cpp
+  (llama-cpp-python, in the optional GGUF test tier) and with the `gguf` package.
+- **Ollama, LM Studio** (both run llama.cpp): not run by the tests. Checked instead: the file is GGUF v3 with the
+  `general.*` metadata llama.cpp's own converter writes (architecture, name, base model, license, file type), the
+  tensor names and types llama.cpp expects for the architecture, and the tokenizer (`tokenizer.ggml.*`)."""
+
+
+def _refusal(model: Any, targets: Any, config: Mapping[str, Any]) -> str | None:
+    """``plan``'s line on the GGUF: the families the GGUF writer writes (:mod:`mathneuro_edit.weights.gguf_arch`)."""
+    from ..weights.gguf_arch import gguf_refusal
+
+    return gguf_refusal(dict(config))
+
+
+GGUF = register_output(
+    Output(
+        name="gguf",
+        folder=CHECKPOINT.folder,
+        gguf_files=True,
+        repo_suffix="-GGUF",
+        library="gguf",
+        relation="quantized",
+        tags=("gguf", "llama.cpp"),
+        holds="repo holds, as GGUF files for llama.cpp,",
+        evaluated=False,
+        usage=llama_cpp_usage,
+        loaders=llama_cpp_loaders,
+        files_cell=lambda weights_dtype, files: "GGUF: " + ", ".join(gguf_types(files) or ["none"]),
+        on_gguf_base=lambda cast, files: (
+            f"These GGUF files are that dequantized model with the edit (computed in float32{cast}), written from the "
+            f"edited checkpoint and {requantized(gguf_types(files))}"
+        ),
+        write=write_gguf_step,
+        stage=_stage,
+        derived_from=CHECKPOINT.name,
+        repo_file_name=gguf_repo_name,
+        beside=beside_checkpoint,
+        absent="no .gguf file here; write one with outputs.gguf: TYPE (or export --gguf TYPE), then push --gguf",
+        prepare=prepare_gguf,
+        refusal=_refusal,
+    )
+)

@@ -1,0 +1,1 @@
+"""Tests of mathneuro_edit.outputs."""
