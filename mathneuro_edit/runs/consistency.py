@@ -25,7 +25,7 @@ from ..util.console import Stages
 from ..util.files import write_json_atomic
 from ..util.outdir import atomic_dir
 from .inspect import pyplot, save_figure
-from .official import refuse_official
+from .official_mask import refuse_official
 from .step_mask import load_step
 
 __all__ = ["ConsistencyRow", "jaccard", "mask_consistency", "run_consistency"]

@@ -21,7 +21,7 @@ from ..evaluation.results import EvalResults
 from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir, claim
-from .official import refuse_official
+from .official_mask import refuse_official
 from .step_evaluate import eval_tasks, evaluate_step
 from .step_mask import Statistics, calibrate_step, checkpoint_weights, load_step, mask_step
 from .steps import stage_count

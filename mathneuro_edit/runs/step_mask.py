@@ -26,7 +26,7 @@ from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..weights.base import base_reference
 from ..weights.loading import load_model, model_weights, weights_from_checkpoint
-from .official import official_recipe_mask
+from .official_mask import official_recipe_mask
 
 __all__ = [
     "Statistics",

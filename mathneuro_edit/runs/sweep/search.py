@@ -59,7 +59,7 @@ from ...util.files import write_json_atomic, write_text_atomic
 from ...util.outdir import claim
 from ...util.reading import read_json, read_regular
 from ...weights.loading import model_weights
-from ..official import refuse_official
+from ..official_mask import refuse_official
 from ..step_export import release_dtype
 from ..step_mask import load_step
 from .cache import ResultCache, key_sha256
