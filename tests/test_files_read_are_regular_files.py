@@ -130,7 +130,7 @@ def _sweep_to_its_statistics(folder: Path, monkeypatch: pytest.MonkeyPatch) -> N
     def stop(*a, **k):
         raise _Stop
 
-    monkeypatch.setattr(sweep_mod, "find_math_params_multi", stop)
+    monkeypatch.setattr(sweep_mod, "recipe_masks", stop)
     recipe = quickstart_recipe(
         ["evaluation.math=arithmetic", "data.samples=4", "sweep.top_k=[0.01]", "sweep.scale=[1.1]"]
     )

@@ -16,19 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from ..data.sources import load_texts
-from ..engine.calibration import calibrate
-from ..engine.mask import find_math_params
 from ..errors import InputError
 from ..layout import CONSISTENCY_JSON
 from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.files import write_json_atomic
 from ..util.outdir import atomic_dir
+from ..weights.loading import model_weights
 from .inspect import pyplot, save_figure
 from .official_mask import refuse_official
-from .step_mask import load_step
+from .step_mask import Statistics, calibrate_set, load_step, recipe_masks
+from .steps import stage_count
 
-__all__ = ["ConsistencyRow", "jaccard", "mask_consistency", "run_consistency"]
+__all__ = ["ConsistencyRow", "DrawMasks", "jaccard", "mask_consistency", "run_consistency"]
 
 
 def jaccard(a: Any, b: Any) -> float:
@@ -52,37 +52,57 @@ class ConsistencyRow:
     overlap_between_draws_mean: float | None
 
 
+@dataclass(frozen=True)
+class DrawMasks:
+    """How a draw's mask is made: the run's own steps on the draw's texts (:func:`~.step_mask.calibrate_set` for
+    each set, then :func:`~.step_mask.recipe_masks`: the recipe's method, ``top_k``, granularity and seed), so a
+    draw's mask is the mask ``run`` would make from those texts."""
+
+    recipe: Recipe
+    model: Any
+    tokenizer: Any
+    progress: bool = False
+
+    @property
+    def top_k(self) -> float:
+        """The recipe's ``mask.top_k``: every draw's mask fraction."""
+        return self.recipe.mask.top_k
+
+    def __call__(self, math_texts: Sequence[str], general_texts: Sequence[str]) -> Any:
+        """The mask of one draw: its math texts against its general texts."""
+        r, model, tok = self.recipe, self.model, self.tokenizer
+        stats = Statistics(
+            calibrate_set(r, model, tok, math_texts, progress=self.progress),
+            [calibrate_set(r, model, tok, general_texts, progress=self.progress)],
+        )
+        (mask,) = recipe_masks(r, stats, [self.top_k], model_weights(model))
+        return mask
+
+
 def mask_consistency(
-    model: Any,
-    tokenizer: Any,
+    masks: DrawMasks,
     math_texts: Sequence[str],
     general_texts: Sequence[str],
     *,
     sizes: Sequence[int],
     repeats: int = 3,
-    top_k: float = 0.05,
     seed: int = 0,
-    calibrate_kwargs: dict[str, Any] | None = None,
-    mask_kwargs: dict[str, Any] | None = None,
     stages: Any = None,
 ) -> list[ConsistencyRow]:
     """Compare masks from random calibration subsets with the full-data mask.
 
     Args:
-        model, tokenizer: the model to calibrate.
+        masks: makes the mask of a pair of text lists (math, general) and says its ``top_k``
+            (:class:`DrawMasks`: the run's own steps).
         math_texts, general_texts: the full calibration sets.
         sizes: subset sizes (texts per set), each <= the size of both sets.
         repeats: random draws per size.
-        top_k: mask fraction.
-        seed: seed of the draws (``random.Random(seed)``; draw ``r`` of size ``n`` uses ``Random(f"{seed}:{n}:{r}")``).
-        calibrate_kwargs, mask_kwargs: passed to ``calibrate`` / ``find_math_params``.
+        seed: seed of the draws (draw ``r`` of size ``n`` uses ``random.Random(f"{seed}:{n}:{r}")``).
         stages: a :class:`~mathneuro_edit.util.console.Stages` announcing the full-data mask and each size, or ``None``.
 
     Returns:
         One :class:`ConsistencyRow` per size, in order.
     """
-    ck = {"progress": False, **(calibrate_kwargs or {})}
-    mk = dict(mask_kwargs or {})
     if repeats < 1:
         raise InputError(f"repeats: must be >= 1, got {repeats}")
     for n in sizes:
@@ -91,19 +111,11 @@ def mask_consistency(
                 f"sizes: {n} is not between 1 and the calibration set size "
                 f"({min(len(math_texts), len(general_texts))}); lower it or add data"
             )
-
-    def mask_of(m: Sequence[str], g: Sequence[str]) -> Any:
-        return find_math_params(
-            model,
-            calibrate(model, tokenizer, list(m), **ck),
-            calibrate(model, tokenizer, list(g), **ck),
-            top_k=top_k,
-            **mk,
-        )
-
     if stages is not None:
-        stages.start(f"full-data mask ({len(math_texts)} math + {len(general_texts)} general texts, top_k={top_k:g})")
-    full = mask_of(math_texts, general_texts)
+        stages.start(
+            f"full-data mask ({len(math_texts)} math + {len(general_texts)} general texts, top_k={masks.top_k:g})"
+        )
+    full = masks(list(math_texts), list(general_texts))
     rows = []
     for n in sizes:
         if stages is not None:
@@ -111,19 +123,22 @@ def mask_consistency(
         draws = []
         for r in range(repeats):
             rng = random.Random(f"{seed}:{n}:{r}")
-            draws.append(mask_of(rng.sample(list(math_texts), n), rng.sample(list(general_texts), n)))
-        with_full = [jaccard(d, full) for d in draws]
-        between = [jaccard(a, b) for a, b in combinations(draws, 2)]
-        rows.append(
-            ConsistencyRow(
-                n,
-                repeats,
-                sum(with_full) / len(with_full),
-                min(with_full),
-                sum(between) / len(between) if between else None,
-            )
-        )
+            draws.append(masks(rng.sample(list(math_texts), n), rng.sample(list(general_texts), n)))
+        rows.append(_row(n, draws, full))
     return rows
+
+
+def _row(n: int, draws: list[Any], full: Any) -> ConsistencyRow:
+    """One size's row: each draw's overlap with the full-data mask, and the draws' overlaps with each other."""
+    with_full = [jaccard(d, full) for d in draws]
+    between = [jaccard(a, b) for a, b in combinations(draws, 2)]
+    return ConsistencyRow(
+        n,
+        len(draws),
+        sum(with_full) / len(with_full),
+        min(with_full),
+        sum(between) / len(between) if between else None,
+    )
 
 
 def _plot(rows: Sequence[ConsistencyRow], path: Path, info: dict[str, Any]) -> Path | None:
@@ -197,32 +212,16 @@ def run_consistency(
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
-    d, c, t, m = recipe.data, recipe.calibration, recipe.targets, recipe.mask
+    d, m = recipe.data, recipe.mask
     sizes = list(recipe.consistency.sizes if sizes is None else sizes)
     repeats = recipe.consistency.repeats if repeats is None else repeats
-    stages = Stages(2 + len(sizes), echo)
+    # the run's load step, then the full-data mask and one stage per size (each draw: calibrate + mask steps)
+    stages = Stages(stage_count(recipe, ("load",)) + 1 + len(sizes), echo)
     model, tok = load_step(recipe, stages)
     math_texts = load_texts(d.math, d.samples, d.seed).texts
     general_texts = load_texts(d.general[0], d.samples, d.seed).texts
-    rows = mask_consistency(
-        model,
-        tok,
-        math_texts,
-        general_texts,
-        sizes=sizes,
-        repeats=repeats,
-        top_k=m.top_k,
-        seed=d.seed,
-        calibrate_kwargs={
-            "max_length": c.max_length,
-            "batch_size": c.batch_size,
-            "progress": progress,
-            "include": t.include or None,
-            "exclude": t.exclude or None,
-        },
-        mask_kwargs={"method": m.method, "granularity": m.granularity, "seed": m.seed},
-        stages=stages,
-    )
+    masks = DrawMasks(recipe, model, tok, progress)
+    rows = mask_consistency(masks, math_texts, general_texts, sizes=sizes, repeats=repeats, seed=d.seed, stages=stages)
     info = {
         "method": m.method,
         "top_k": m.top_k,

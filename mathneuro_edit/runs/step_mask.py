@@ -9,7 +9,7 @@ the recipe's mask from them, from a loaded model's weights or from the base's fi
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from ..data.sources import load_texts
 from ..engine.devices import device_record, model_device, selection_device
 from ..engine.distributed import calibrate_distributed as calibrate
 from ..engine.distributed import local_device
-from ..engine.mask import Mask, find_math_params
+from ..engine.mask import Mask, find_math_params_multi
 from ..engine.stats import ActivationStats
 from ..errors import InputError
 from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
@@ -32,7 +32,9 @@ __all__ = [
     "Statistics",
     "load_recipe_model",
     "load_step",
+    "calibrate_set",
     "calibrate_step",
+    "recipe_masks",
     "data_records",
     "mask_step",
     "checkpoint_weights",
@@ -103,34 +105,43 @@ def load_step(recipe: Recipe, stages: Stages):
     return model, tok
 
 
-def calibrate_step(
-    recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True, stages: Stages | None = None
-) -> Statistics:
-    """Calibrate the math set and every general set of a recipe (one stage per set).
+def calibrate_set(recipe: Recipe, model: Any, tokenizer: Any, texts: Sequence[str], *, progress: bool = True) -> Any:
+    """One set of texts through the model with the recipe's calibration and target settings: what every job's
+    statistics are made of (a run's sets, a sweep's cached sets, consistency's random draws).
 
     Under ``torchrun`` (``WORLD_SIZE > 1``) the samples are split over the ranks and the sums all-reduced
     (:func:`~mathneuro_edit.engine.distributed.calibrate_distributed`); only rank 0 gets the statistics (elsewhere
-    ``math`` is ``None``).
+    ``None``); in a plain process it is :func:`~mathneuro_edit.engine.calibration.calibrate`.
     """
-    d, c, t = recipe.data, recipe.calibration, recipe.targets
-    kwargs = dict(
+    c, t = recipe.calibration, recipe.targets
+    return calibrate(
+        model,
+        tokenizer,
+        list(texts),
         max_length=c.max_length,
         batch_size=c.batch_size,
         progress=progress,
         include=t.include or None,
         exclude=t.exclude or None,
     )
+
+
+def calibrate_step(
+    recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True, stages: Stages | None = None
+) -> Statistics:
+    """Calibrate the math set and every general set of a recipe (one stage per set, :func:`calibrate_set` each)."""
+    d = recipe.data
     math = load_texts(d.math, d.samples, d.seed)
     if stages is not None:
         stages.start(f"calibrate math ({len(math.texts)} texts)")
-    math_stats = calibrate(model, tokenizer, math.texts, **kwargs)
+    math_stats = calibrate_set(recipe, model, tokenizer, math.texts, progress=progress)
     general_stats, records = [], []
     for i, source in enumerate(d.general):  # each general source is its own non-math set
         loaded = load_texts(source, d.samples, d.seed)
         if stages is not None:
             which = f" {i + 1}/{len(d.general)}" if len(d.general) > 1 else ""
             stages.start(f"calibrate general{which} ({len(loaded.texts)} texts)")
-        general_stats.append(calibrate(model, tokenizer, loaded.texts, **kwargs))
+        general_stats.append(calibrate_set(recipe, model, tokenizer, loaded.texts, progress=progress))
         records.append(loaded.record)
     records_ = {"math": [math.record], "general": records}
     return Statistics(math_stats, general_stats, records_, device_record(model_device(model)))
@@ -170,24 +181,47 @@ def mask_step(
     if m.reference == "official":
         mask = official_recipe_mask(recipe, model, tokenizer, progress=progress, stages=stages)
     else:
-        mask = find_math_params(
-            weights if weights is not None else model_weights(model),
-            stats.math,
-            stats.general,
-            top_k=m.top_k,
-            method=m.method,
-            granularity=m.granularity,
-            seed=m.seed,
-            progress=progress,
-            # the GPU when the recipe's device allows one: the same bits, milliseconds per matrix instead of seconds
-            device=selection_device(recipe.base.device),
-        )
+        weights = weights if weights is not None else model_weights(model)
+        (mask,) = recipe_masks(recipe, stats, [m.top_k], weights, progress=progress)
     if stages is not None:
         selected, total = mask.total()
         stages.note(
             f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), sha256 {mask.sha256[:12]}"
         )
     return mask
+
+
+def recipe_masks(
+    recipe: Recipe,
+    stats: Statistics,
+    top_ks: Sequence[float],
+    weights: Mapping[str, Any],
+    *,
+    method: str | None = None,
+    seed: int | None = None,
+    progress: bool = False,
+) -> list[Mask]:
+    """The recipe's masks (``mask.method``, granularity and seed) at each of ``top_ks`` from one scoring pass over
+    the weights: :func:`mask_step`'s selection, a sweep's grid (``method``/``seed``: its control edits) and
+    consistency's draws, so the mask rule is written once.
+
+    ``top_ks`` must lie in (0, 1]: the rule's one home is the selection itself
+    (:func:`~mathneuro_edit.engine.mask.find_math_params_multi`); a command checks its own option earlier only to
+    word the error for that option.
+    """
+    m = recipe.mask
+    return find_math_params_multi(
+        weights,
+        stats.math,
+        stats.general,
+        top_ks=list(top_ks),
+        method=method or m.method,
+        granularity=m.granularity,
+        seed=m.seed if seed is None else seed,
+        progress=progress,
+        # the GPU when the recipe's device allows one: the same bits, milliseconds per matrix instead of seconds
+        device=selection_device(recipe.base.device),
+    )
 
 
 def checkpoint_weights(recipe: Recipe, stats: Statistics) -> Any:

@@ -528,7 +528,7 @@ def test_embedded_default_runs_offline(tmp_path, monkeypatch):
 def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     from mathneuro_edit.data.sources import problem_sha256
     from mathneuro_edit.recipe.io import load_recipe
-    from mathneuro_edit.runs.sweep.search import sweep_problems
+    from mathneuro_edit.runs.sweep.problems import sweep_problems
     from tests.runs._sweep_json import control_evidence
 
     recipe = str(workspace / "recipe.yaml")

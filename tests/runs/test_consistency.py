@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from mathneuro_edit import calibrate, find_math_params
-from mathneuro_edit.runs.consistency import jaccard, mask_consistency
+from mathneuro_edit.recipe.io import quickstart_recipe
+from mathneuro_edit.runs.consistency import DrawMasks, jaccard, mask_consistency
 from tests._tiny import GENERAL, MATH, build
 
 
@@ -39,13 +40,16 @@ def test_jaccard_is_intersection_over_union():
 def test_mask_consistency_overlaps_equal_independent_jaccard():
     model, tok = build("llama")
     seed, repeats, top_k, sizes = 5, 3, 0.1, [2, 4]
-    rows = mask_consistency(model, tok, MATH, GENERAL, sizes=sizes, repeats=repeats, top_k=top_k, seed=seed)
+    recipe = quickstart_recipe([f"mask.top_k={top_k}"])
+    masks = DrawMasks(recipe, model, tok)
+    rows = mask_consistency(masks, MATH, GENERAL, sizes=sizes, repeats=repeats, seed=seed)
+    c = recipe.calibration
 
-    def mask_of(m, g):
+    def mask_of(m, g):  # independently: the library's calibrate and find_math_params at the recipe's settings
         return find_math_params(
             model,
-            calibrate(model, tok, list(m), progress=False),
-            calibrate(model, tok, list(g), progress=False),
+            calibrate(model, tok, list(m), max_length=c.max_length, batch_size=c.batch_size, progress=False),
+            calibrate(model, tok, list(g), max_length=c.max_length, batch_size=c.batch_size, progress=False),
             top_k=top_k,
         )
 
@@ -67,59 +71,67 @@ def test_mask_consistency_overlaps_equal_independent_jaccard():
     assert some_partial  # partial overlaps exist, so containment and Jaccard would differ
 
 
-def test_mask_consistency_defaults_draws_and_arguments(monkeypatch):
-    """With calibrate/find_math_params replaced by recorders: the documented defaults, draws and pass-through."""
-    import mathneuro_edit.runs.consistency as consistency_mod
-    from mathneuro_edit import InputError
+class _Recorder:
+    """A draw's mask determined by the texts drawn; records every call."""
 
-    calls = {"calibrate": [], "mask": []}
+    top_k = 0.05
 
-    def fake_calibrate(model, tokenizer, texts, **kwargs):
-        calls["calibrate"].append(kwargs)
-        return tuple(texts)
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
 
-    def fake_mask(model, math, general, *, top_k, **kwargs):  # a mask determined by the texts drawn
-        calls["mask"].append({"top_k": top_k, **kwargs})
+    def __call__(self, math, general):
+        self.calls.append((tuple(math), tuple(general)))
         bits = torch.zeros(64, dtype=torch.bool)
-        for t in math + general:
+        for t in [*math, *general]:
             bits[sum(map(ord, t)) % 64] = True
         return {"w": bits}
 
-    monkeypatch.setattr(consistency_mod, "calibrate", fake_calibrate)  # the names consistency calls
-    monkeypatch.setattr(consistency_mod, "find_math_params", fake_mask)
+
+def test_mask_consistency_defaults_and_draws():
+    """With a recording mask maker: the documented defaults (3 repeats, seed 0), draws and size checks."""
+    from mathneuro_edit import InputError
+
+    masks = _Recorder()
     math_texts, general_texts = [f"m{i}" for i in range(6)], [f"g{i}" for i in range(5)]
-    rows = mask_consistency(None, None, math_texts, general_texts, sizes=[1, 5])
+    rows = mask_consistency(masks, math_texts, general_texts, sizes=[1, 5])
     assert [(r.samples, r.repeats) for r in rows] == [(1, 3), (5, 3)]  # default repeats 3; n = 1 and n = min allowed
-    assert all(c == {"progress": False} for c in calls["calibrate"])  # quiet by default
-    assert all(c == {"top_k": 0.05} for c in calls["mask"])  # default top_k
-    full = fake_mask(None, tuple(math_texts), tuple(general_texts), top_k=0.05)
+    assert masks.calls[0] == (tuple(math_texts), tuple(general_texts))  # the full-data mask first
+    full = masks(math_texts, general_texts)
     for row, n in zip(rows, [1, 5]):
         draws = []
         for r in range(3):  # default seed 0
             rng = random.Random(f"0:{n}:{r}")
-            draws.append(
-                fake_mask(None, tuple(rng.sample(math_texts, n)), tuple(rng.sample(general_texts, n)), top_k=0.05)
-            )
+            draws.append(masks(rng.sample(math_texts, n), rng.sample(general_texts, n)))
         assert row.overlap_with_full_mean == pytest.approx(sum(_ref_jaccard(d, full) for d in draws) / 3)
         between = [_ref_jaccard(a, b) for a, b in combinations(draws, 2)]
         assert row.overlap_between_draws_mean == pytest.approx(sum(between) / 3)
-    calls["calibrate"].clear(), calls["mask"].clear()
-    one = mask_consistency(
-        None,
-        None,
-        math_texts,
-        general_texts,
-        sizes=[2],
-        repeats=1,
-        top_k=0.2,
-        calibrate_kwargs={"max_length": 7},
-        mask_kwargs={"granularity": "row"},
-    )
+    one = mask_consistency(masks, math_texts, general_texts, sizes=[2], repeats=1)
     assert one[0].overlap_between_draws_mean is None  # one draw: nothing to compare it with
-    assert all(c == {"progress": False, "max_length": 7} for c in calls["calibrate"])
-    assert all(c == {"top_k": 0.2, "granularity": "row"} for c in calls["mask"])
     for bad in ([0], [6], [-1]):
         with pytest.raises(InputError, match="sizes: "):
-            mask_consistency(None, None, math_texts, general_texts, sizes=bad)
+            mask_consistency(masks, math_texts, general_texts, sizes=bad)
     with pytest.raises(InputError, match="repeats: must be >= 1"):
-        mask_consistency(None, None, math_texts, general_texts, sizes=[1], repeats=0)
+        mask_consistency(masks, math_texts, general_texts, sizes=[1], repeats=0)
+
+
+def test_a_draw_s_mask_is_made_by_the_run_s_steps(monkeypatch):
+    """DrawMasks calibrates each set with the recipe (calibrate_set) and selects with its mask rule (recipe_masks)."""
+    import mathneuro_edit.runs.consistency as consistency_mod
+
+    calls: dict[str, list] = {"calibrate": [], "mask": []}
+
+    def fake_calibrate(recipe, model, tokenizer, texts, *, progress):
+        calls["calibrate"].append((recipe, tuple(texts), progress))
+        return tuple(texts)
+
+    def fake_masks(recipe, stats, top_ks, weights, **kwargs):
+        calls["mask"].append((recipe, stats.math, stats.general, list(top_ks), kwargs))
+        return ["mask"]
+
+    monkeypatch.setattr(consistency_mod, "calibrate_set", fake_calibrate)  # the names consistency calls
+    monkeypatch.setattr(consistency_mod, "recipe_masks", fake_masks)
+    monkeypatch.setattr(consistency_mod, "model_weights", lambda model: "weights")
+    recipe = quickstart_recipe(["mask.top_k=0.2"])
+    assert DrawMasks(recipe, None, None, progress=True)(["m"], ["g"]) == "mask"
+    assert calls["calibrate"] == [(recipe, ("m",), True), (recipe, ("g",), True)]
+    assert calls["mask"] == [(recipe, ("m",), [("g",)], [0.2], {})]

@@ -35,6 +35,7 @@ from mathneuro_edit.evaluation.significance import (
 )
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.sweep.evidence import read_sweep, recipe_from_sweep
+from mathneuro_edit.runs.sweep.problems import sweep_problems
 from mathneuro_edit.runs.sweep.procedure import (
     Confirmation,
     SweepPoint,
@@ -46,7 +47,6 @@ from mathneuro_edit.runs.sweep.procedure import (
     with_holm,
 )
 from mathneuro_edit.runs.sweep.result import SweepResult, _num, _point
-from mathneuro_edit.runs.sweep.search import sweep_problems
 
 from ._sweep_json import control_evidence
 

@@ -171,8 +171,8 @@ def test_sweep_contract_on_the_real_model(smollm2, tmp_path, monkeypatch):
     from mathneuro_edit.data.sources import problem_sha256
     from mathneuro_edit.evaluation.significance import holm_adjust, mcnemar_exact
     from mathneuro_edit.recipe.io import load_recipe
+    from mathneuro_edit.runs.sweep.problems import sweep_problems
     from mathneuro_edit.runs.sweep.procedure import SweepPoint
-    from mathneuro_edit.runs.sweep.search import sweep_problems
     from tests.runs.test_sweep import reference_candidate
 
     monkeypatch.chdir(ROOT)  # the recipe's data paths are relative to the repository root

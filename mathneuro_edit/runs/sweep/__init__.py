@@ -2,29 +2,34 @@
 
 One public face for the family of modules that share the sweep's private names (they stay inside this package):
 
-- :mod:`.search`: :func:`run_sweep`, the grid, its problems and its folder;
-- :mod:`.procedure`: the rules (pure functions of the counts): candidate, confirmation, Holm, halving;
+- :mod:`.search`: :func:`run_sweep`, the composition (the run's load, calibrate and mask steps, then the
+  selection rounds and the confirmation) and the sweep folder;
+- :mod:`.problems`: the selection, confirmation and worked-example problems, disjoint;
+- :mod:`.grid`: the variants, one arm per ``(variant, top_k, scale)`` and each arm's point;
+- :mod:`.calibration`: each distinct calibration set once, kept under its content key;
 - :mod:`.evaluator`: how one point is evaluated (math blocks, general loss and KL), cached;
-- :mod:`.cache`: the content-keyed cache that makes a killed sweep resume;
+- :mod:`.confirmation`: the candidate and two control edits on the confirmation problems;
+- :mod:`.procedure`: the rules (pure functions of the counts): candidate, confirmation, Holm, halving;
+- :mod:`.cache`: the content-keyed result cache that makes a killed sweep resume;
 - :mod:`.result`: :class:`SweepResult`, its JSON, CSV, table and plot;
 - :mod:`.evidence`: a finished ``sweep.json`` read back and checked, and the release made from it.
 
-Names load lazily (a module-level ``__getattr__``): importing this face imports no submodule and no torch.
+Names load lazily (:func:`~mathneuro_edit.util.lazy.lazy_face`): importing this face imports no submodule and no
+torch.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ...util.lazy import lazy_face
 
 # public name -> the module of this package that defines it
-_LAZY = {
+_LAZY: dict[str, str] = {
     "run_sweep": "search",
     "check_sweep_folder": "search",
-    "sweep_problems": "search",
-    "format_shots": "search",
     "DEFAULT_TOP_KS": "search",
     "DEFAULT_SCALES": "search",
+    "sweep_problems": "problems",
+    "format_shots": "problems",
     "SweepResult": "result",
     "SweepEvidence": "evidence",
     "read_sweep": "evidence",
@@ -52,13 +57,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    """Import the defining module of ``name`` on first use (PEP 562)."""
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_face(__name__, _LAZY)

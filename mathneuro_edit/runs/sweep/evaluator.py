@@ -10,8 +10,9 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ from ...engine.apply import ReversibleEdit
 from ...evaluation.general_kl import BaseSupport, base_support, edited_general
 from ...evaluation.greedy import math_outcomes
 from ...evaluation.prompts import uses_chat_template
-from ...evaluation.results import GeneralResult
+from ...evaluation.results import GeneralResult, compare
 from ...recipe.schema import Recipe
 from .cache import ResultCache
 
@@ -48,24 +49,38 @@ def _blocks(start: int, end: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What every part of one sweep shares: the model in memory and its weights' sha256 (the cache's model key),
+    the recipe, the result cache and how to report (progress bars, the echo of one line per evaluated point).
+
+    Why one object: the evaluator, the calibration and the confirmation each needed the same eight of them."""
+
+    model: Any
+    tok: Any
+    recipe: Recipe
+    fingerprint: str
+    cache: ResultCache
+    progress: bool
+    echo: Callable[[str], None] = field(default=lambda s: None)
+
+
 class _Evaluator:
     """Evaluates the base or an edit on blocks of problems and the general texts, through the result cache."""
 
     def __init__(
         self,
-        model: Any,
-        tok: Any,
-        recipe: Recipe,
+        ctx: _Context,
         shots: list[dict[str, Any]],
         texts: Sequence[str],
-        fingerprint: str,
-        cache: ResultCache,
-        progress: bool,
         fmt: Any = None,
         weights: str | None = None,
     ) -> None:
         """``fmt`` (a :class:`~mathneuro_edit.recipe.job_sections.PromptFormat`) replaces the evaluation's prompt
         settings; ``weights`` names the dtype the model's weights were rounded to (a cache key of their own)."""
+        model, tok, recipe, fingerprint = ctx.model, ctx.tok, ctx.recipe, ctx.fingerprint
+        cache, progress = ctx.cache, ctx.progress
+        self.echo, self.weights = ctx.echo, weights  # a confirmation's lines name the weights it measures
         ev, sw = recipe.evaluation, recipe.sweep
         assert ev is not None
         src = fmt if fmt is not None else ev
@@ -177,3 +192,11 @@ def _general_result(sums: Sequence[float], tokens: Sequence[int], kl: float = 0.
         tuple(s for s, _ in pairs),
         tuple(t for _, t in pairs),
     )
+
+
+def _general_change(base_general: dict[str, Any], g: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """An edit's general result (loss sums per text, KL) and its paired change against the base's on the same
+    texts (:func:`~mathneuro_edit.evaluation.results.compare`; empty when there is nothing to compare)."""
+    base_g = _general_result(base_general["loss_sums"], base_general["tokens"])
+    ed_g = _general_result(g.get("loss_sums", []), base_general["tokens"], float(g.get("kl", math.nan)))
+    return ed_g, compare(base_g, ed_g) or {}

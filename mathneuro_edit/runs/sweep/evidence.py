@@ -351,18 +351,8 @@ def _check_controls(c: Mapping[str, Any], n: int, alpha: float, where: str) -> N
             )
 
 
-def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
-    """The confirmed setting of a sweep folder. A sweep.json may come from someone else: it is data, checked
-    before use (:func:`_load`: a regular file of bounded size; every field the release takes of the right type and
-    range: counts within the problems, ``alpha`` in (0, 1), p-values in [0, 1], points of non-negative numbers,
-    problem lists of sha256 that do not overlap), and nothing of it is shown unescaped.
-
-    Raises:
-        InputError: no readable ``sweep.json`` of this contract, a field out of range, or nothing confirmed (one
-            line that says so).
-    """
-    path = Path(sweep_dir) / SWEEP_JSON
-    raw, data = _load(path)
+def _confirmed(path: Path, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(selection, confirmation)`` of a sweep.json of this contract whose confirmation says confirmed."""
     if not isinstance(data, dict) or not isinstance(data.get("selection"), dict) or "confirmation" not in data:
         raise InputError(
             f"{path}: not a sweep.json with selection and confirmation (written before select-then-"
@@ -372,15 +362,12 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     if not (isinstance(c, dict) and c.get("confirmed") is True):
         why = _shown(str(data.get("recommendation") or "nothing confirmed").split(";")[0], 120).strip("'\"")
         raise InputError(f"{path}: nothing was confirmed ({why}); there is no setting to release from this sweep")
-    sel = data["selection"]
-    where = f"{path}: confirmation"
-    selection = _hashes(sel.get("problems_sha256"), f"{path}: selection.problems_sha256")
-    problems = _hashes(c.get("problems_sha256"), f"{where}.problems_sha256")
-    n = _count(c, "n", MAX_PROBLEMS, where)
-    if n != len(problems):
-        raise InputError(
-            f"{where}.n: {n}, but it lists {len(problems)} problems; the file was edited: re-run the sweep"
-        )
+    return data["selection"], c
+
+
+def _confirmation_counts(c: Mapping[str, Any], n: int, where: str) -> tuple[int, int, float]:
+    """The confirmation's ``(base_only, edited_only, alpha)`` in range (the discordant counts within its ``n``
+    problems), its p-value in [0, 1] and its mask a sha256."""
     b, k = _count(c, "base_only", n, where), _count(c, "edited_only", n, where)
     for key in ("base_correct", "edited_correct"):
         _count(c, key, n, where)
@@ -393,6 +380,13 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
         raise InputError(
             f"{where}.mask_sha256: must be a sha256 (64 hex digits) or empty; the file was edited: re-run the sweep"
         )
+    return b, k, alpha
+
+
+def _chosen_point(
+    path: Path, sel: Mapping[str, Any], c: Mapping[str, Any], where: str
+) -> tuple[list[Any], int, Any, Any]:
+    """``(points, chosen index, top_k, scale)``: every selection point checked, the confirmed one among them."""
     points = sel.get("points")
     if not isinstance(points, list) or not 0 < len(points) <= MAX_POINTS:
         raise InputError(
@@ -413,15 +407,47 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
         raise InputError(
             f"{where}.scale: must be a finite number >= 0, got {_shown(scale)}; the file was edited: re-run the sweep"
         )
+    return points, chosen, top_k, scale
+
+
+def _base_correct(path: Path, sel: Mapping[str, Any], n_selection: int) -> Any:
+    """The base's correct count on the selection (``None`` in older files), within the selection's size."""
     base = sel.get("base") if isinstance(sel.get("base"), dict) else {}
     base_correct = base.get("math_correct")
     if base_correct is not None and (
-        isinstance(base_correct, bool) or not isinstance(base_correct, int) or not 0 <= base_correct <= len(selection)
+        isinstance(base_correct, bool) or not isinstance(base_correct, int) or not 0 <= base_correct <= n_selection
     ):
         raise InputError(
-            f"{path}: selection.base.math_correct: must be an integer in [0, {len(selection)}], got "
+            f"{path}: selection.base.math_correct: must be an integer in [0, {n_selection}], got "
             f"{_shown(base_correct)}; the file was edited: re-run the sweep"
         )
+    return base_correct
+
+
+def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
+    """The confirmed setting of a sweep folder. A sweep.json may come from someone else: it is data, checked
+    before use (:func:`_load`: a regular file of bounded size; every field the release takes of the right type and
+    range: counts within the problems, ``alpha`` in (0, 1), p-values in [0, 1], points of non-negative numbers,
+    problem lists of sha256 that do not overlap), and nothing of it is shown unescaped.
+
+    Raises:
+        InputError: no readable ``sweep.json`` of this contract, a field out of range, or nothing confirmed (one
+            line that says so).
+    """
+    path = Path(sweep_dir) / SWEEP_JSON
+    raw, data = _load(path)
+    sel, c = _confirmed(path, data)
+    where = f"{path}: confirmation"
+    selection = _hashes(sel.get("problems_sha256"), f"{path}: selection.problems_sha256")
+    problems = _hashes(c.get("problems_sha256"), f"{where}.problems_sha256")
+    n = _count(c, "n", MAX_PROBLEMS, where)
+    if n != len(problems):
+        raise InputError(
+            f"{where}.n: {n}, but it lists {len(problems)} problems; the file was edited: re-run the sweep"
+        )
+    b, k, alpha = _confirmation_counts(c, n, where)
+    points, chosen, top_k, scale = _chosen_point(path, sel, c, where)
+    base_correct = _base_correct(path, sel, len(selection))
     if not isinstance(data.get("recipe"), dict):
         raise InputError(f"{path}: recipe: must be the sweep's recipe (a mapping); re-run the sweep")
     p = _exact_p(b, k)

@@ -256,6 +256,9 @@ def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> Sw
     )
 
 
+_MARKERS = "osD^vP*Xh<>p"  # one marker shape per top_k
+
+
 def _plot(result: SweepResult, path: Path) -> Path | None:
     """Math gain over the base (on each point's own problems: :func:`math_merit`) vs general KL: one marker shape
     per top_k and one colour per scale (the legend names each, so every point is identified without labels that
@@ -265,8 +268,6 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     if plt is None:
         return None  # the CSV/JSON are the results; the PNG is a convenience of the plot extra
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    ks = sorted({p.top_k for p in result.points})
-    ss = sorted({p.scale for p in result.points})
     keep = [i for i, p in enumerate(result.points) if math.isfinite(p.general_kl)]  # a point without a KL: no x
     if not keep:
         plt.close(fig)
@@ -274,6 +275,31 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     merit = math_merit(result.points)
     gain = all(math.isfinite(p.gain_points) for p in result.points)
     base_y = 0.0 if gain else 100 * result.base_math_accuracy
+    colors = plt.get_cmap("tab10")
+    xs, lows, highs = _draw_points(ax, result, keep, merit, colors)
+    _draw_front(ax, result, merit)
+    ax.axhline(base_y, color="gray", ls="--", lw=1, zorder=0)
+    _fit_axes(ax, xs, [*lows, base_y], [*highs, base_y])
+    ax.set_xlabel("general KL(base || edited)")
+    ax.set_ylabel("math accuracy - base's, same problems (points)" if gain else "math accuracy (%)")
+    _legend(ax, result, colors)
+    left_out = len(result.points) - len(keep)
+    ax.set_title(
+        "sweep: math accuracy vs general KL (bars: 95% CI)"
+        + (f"\n{left_out} points ranked out before their KL was needed are not drawn" if left_out else ""),
+        fontsize=9,
+    )
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def _draw_points(
+    ax: Any, result: SweepResult, keep: list[int], merit: list[float], colors: Any
+) -> tuple[list[float], list[float], list[float]]:
+    """Each drawn point at (KL, merit) with its marker and colour, over its error bar; returns the x values and
+    the bars' low and high ends (the axes must hold them)."""
+    ks = sorted({p.top_k for p in result.points})
+    ss = sorted({p.scale for p in result.points})
     pts = [result.points[i] for i in keep]
     ys = [merit[i] for i in keep]
     xs = [p.general_kl for p in pts]
@@ -281,8 +307,6 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     # not a demonstrated gain
     lows = [y - 100 * (p.math_accuracy - p.math_ci95_low) for p, y in zip(pts, ys)]
     highs = [y + 100 * (p.math_ci95_high - p.math_accuracy) for p, y in zip(pts, ys)]
-    markers = "osD^vP*Xh<>p"
-    colors = plt.get_cmap("tab10")
     ax.errorbar(
         xs,
         ys,
@@ -297,13 +321,18 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
         ax.scatter(
             [p.general_kl],
             [y],
-            marker=markers[ks.index(p.top_k) % len(markers)],
+            marker=_MARKERS[ks.index(p.top_k) % len(_MARKERS)],
             color=colors(ss.index(p.scale) % 10),
             s=36,
             zorder=3,
             edgecolors="black",
             linewidths=0.4,
         )
+    return xs, lows, highs
+
+
+def _draw_front(ax: Any, result: SweepResult, merit: list[float]) -> None:
+    """The Pareto front joined by a line and ringed, and the recommended point named."""
     front = sorted(result.front, key=lambda i: result.points[i].general_kl)
     for style in ("line", "rings"):
         fx, fy = [result.points[i].general_kl for i in front], [merit[i] for i in front]
@@ -320,9 +349,12 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
             textcoords="offset points",
             zorder=4,
         )
-    ax.axhline(base_y, color="gray", ls="--", lw=1, zorder=0)
-    # every point inside the axes: margins around the points, their error bars and the base line
-    lo, hi = min([*lows, base_y]), max([*highs, base_y])
+
+
+def _fit_axes(ax: Any, xs: list[float], lows: list[float], highs: list[float]) -> None:
+    """Every point inside the axes: margins around the points, their error bars and the base line (in ``lows``
+    and ``highs``); a log KL axis, or symlog when a KL is exactly 0."""
+    lo, hi = min(lows), max(highs)
     pad = max(3.0, 0.08 * (hi - lo))
     ax.set_ylim(lo - pad, hi + pad)
     positive = [x for x in xs if x > 0]
@@ -333,12 +365,16 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
         thresh = 10 ** math.floor(math.log10(min(positive))) if positive else 1e-6  # a decade, so 0 stands apart
         ax.set_xscale("symlog", linthresh=thresh)
         ax.set_xlim(-0.3 * thresh, max(xs + [thresh]) * 2)
-    ax.set_xlabel("general KL(base || edited)")
-    ax.set_ylabel("math accuracy - base's, same problems (points)" if gain else "math accuracy (%)")
+
+
+def _legend(ax: Any, result: SweepResult, colors: Any) -> None:
+    """One legend entry per top_k (its marker), per scale (its colour), the front and the base, outside the axes."""
     from matplotlib.lines import Line2D
 
+    ks = sorted({p.top_k for p in result.points})
+    ss = sorted({p.scale for p in result.points})
     handles = [
-        Line2D([], [], ls="", marker=markers[i % len(markers)], color="black", label=f"top_k={k:g}")
+        Line2D([], [], ls="", marker=_MARKERS[i % len(_MARKERS)], color="black", label=f"top_k={k:g}")
         for i, k in enumerate(ks)
     ]
     handles += [
@@ -349,11 +385,3 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
         Line2D([], [], color="gray", ls="--", label=f"base ({100 * result.base_math_accuracy:.1f}%)"),
     ]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    left_out = len(result.points) - len(pts)
-    ax.set_title(
-        "sweep: math accuracy vs general KL (bars: 95% CI)"
-        + (f"\n{left_out} points ranked out before their KL was needed are not drawn" if left_out else ""),
-        fontsize=9,
-    )
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)

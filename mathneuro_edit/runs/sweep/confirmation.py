@@ -1,0 +1,225 @@
+"""The confirmation of a sweep's candidate: the candidate, the base and two control edits on problems the selection
+never saw, under the recipe's prompt and each ``sweep.confirmation_formats`` entry, on the weights the release
+stores; one paired exact McNemar test decides (:func:`~.procedure.confirm`, :func:`~.procedure.format_verdict`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...data.sources import problem_sha256
+from ...engine.apply import ReversibleEdit, round_weights_
+from ...evaluation.prompts import answer_form, operation_of
+from ..step_export import release_dtype
+from ..step_mask import Statistics, recipe_masks
+from .evaluator import _blocks, _Context, _Evaluator, _general_change
+from .grid import _Arm, _Variant, _variant_mask
+from .problems import format_shots
+from .procedure import ArmOutcome, Confirmation, SweepPoint, confirm, format_verdict, paired_test
+from .result import _num
+
+# the controls of every confirmation: (name, mask method). "general-specific" is magnitude-matched: the same count
+# in every matrix as the candidate, taken from the weights that matter most for the general text (similar |W| and
+# importance); "random" is uniform over each matrix, seeded (sweep.control_seed): mostly small weights, a weak control
+_CONTROLS = (("general-specific", "general"), ("random", "random"))
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """The one setting the selection chose: its index among the points, its arm, point and variant."""
+
+    index: int
+    arm: _Arm
+    point: SweepPoint
+    variant: _Variant
+
+
+def _control_masks(recipe: Any, weights: Any, stats: Statistics, candidate: _Candidate) -> list[tuple[str, str, Any]]:
+    """``[(name, method, mask)]`` of the control edits: the candidate's count in every matrix, by another rule."""
+    mask, keep = candidate.arm.mask, set(candidate.arm.mask)
+    out = []
+    for name, method in _CONTROLS:
+        (control,) = recipe_masks(
+            recipe, stats, [candidate.point.top_k], weights, method=method, seed=recipe.sweep.control_seed
+        )
+        control = _variant_mask(control, keep)
+        if control.counts() != {n: c for n, c in mask.counts().items()}:
+            raise RuntimeError(f"control {name}: its counts per matrix differ from the candidate's")
+        out.append((name, method, control))
+    return out
+
+
+def _general_cost(evaluator: _Evaluator, mask: Any, scale: float) -> dict[str, Any]:
+    """An edit's general loss change (paired, with its standard error) and KL on the selection's general texts."""
+    base_g = evaluator.base_general()
+    g = evaluator.general(mask, scale)
+    e, cmp_ = _general_change(base_g, g)
+    return {
+        "texts": len(evaluator.texts),
+        "tokens": e.n_tokens,  # the base's token counts: the same texts
+        "loss": _num(e.loss),
+        "loss_change": _num(cmp_.get("loss_change")),
+        "loss_change_se": _num(cmp_.get("loss_change_se")),
+        "kl": _num(e.kl),
+    }
+
+
+def _general_costs(
+    ctx: _Context, evaluator: _Evaluator, arm: _Arm, controls: list[tuple[str, str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The candidate's and each control's general cost, on the unrounded model (the selection's measure)."""
+    general = {"candidate": _general_cost(evaluator, arm.mask, arm.scale)}
+    for name, _, mask in controls:
+        ctx.echo(f"      general loss and KL of the {name} control on {len(evaluator.texts)} texts")
+        general[name] = _general_cost(evaluator, mask, arm.scale)
+    return general
+
+
+def _rounded_edits(
+    ctx: _Context, arm: _Arm, controls: list[tuple[str, str, Any]]
+) -> tuple[dict[str, tuple[Any, Any]], str | None]:
+    """Each arm's prepared edit, then the model rounded in place to the release's dtype; returns the edits and
+    the dtype's name when the rounding changed the weights (``None``: the model already held it).
+
+    Why this order: the edits are prepared from the unrounded weights (the release computes from them), then the
+    model is rounded, so each arm is exactly the checkpoint a user loads. The model is not used afterwards."""
+    store = release_dtype(ctx.recipe)
+    edits = {"candidate": (arm.mask, ReversibleEdit(ctx.model, arm.mask, arm.scale, store_dtype=store))}
+    for name, _, mask in controls:
+        edits[name] = (mask, ReversibleEdit(ctx.model, mask, arm.scale, store_dtype=store))
+    rounded = round_weights_(ctx.model, store)
+    return edits, (str(store).removeprefix("torch.") if rounded else None)
+
+
+def _outcome(name: str, correct: list[bool], completions: list[str], probs: list[dict[str, Any]]) -> ArmOutcome:
+    """An arm's flags with each completion's answer form and each problem's operation."""
+    return ArmOutcome(
+        name,
+        tuple(correct),
+        tuple(answer_form(t, q.get("prefill")) for t, q in zip(completions, probs)),
+        tuple(operation_of(q) for q in probs),
+    )
+
+
+def _format_outcomes(
+    ev: _Evaluator, label: str, probs: list[dict[str, Any]], names: list[str], edits: dict[str, Any], scale: float
+) -> dict[str, ArmOutcome]:
+    """Each named arm (the base: no edit) on one prompt format's problems, block by block through the cache."""
+    outcomes = {}
+    for name in names:
+        ev.echo(f"      {label}: {name} on {len(probs)} problems" + (f" ({ev.weights} weights)" if ev.weights else ""))
+        mask, edit = edits.get(name, (None, None))
+        correct: list[bool] = []
+        completions: list[str] = []
+        for a, b in _blocks(0, len(probs), []):
+            c, t = ev.outcomes(probs[a:b], mask, scale, edit)
+            correct += c
+            completions += t
+        outcomes[name] = _outcome(name, correct, completions, probs)
+    return outcomes
+
+
+def _format_record(
+    fmt: Any, label: str, probs: list[dict[str, Any]], outcomes: dict[str, ArmOutcome], control: str, alpha: float
+) -> dict[str, Any]:
+    """One prompt format's arms, paired tests and verdict (``_outcomes`` kept for the caller, then dropped)."""
+    base, cand = outcomes["base"], outcomes["candidate"]
+    verdict, _ = format_verdict(base, cand, outcomes[control], alpha)
+    tests = [paired_test(base, cand, alpha), paired_test(base, cand, alpha, answered_only=True)]
+    for name, o in outcomes.items():
+        if name not in ("base", "candidate"):
+            tests += [paired_test(o, cand, alpha), paired_test(base, o, alpha)]
+    return {
+        "name": label,
+        "primary": fmt is None,
+        "prompt": None if fmt is None else fmt.model_dump(mode="json"),
+        "n": len(probs),
+        "problems_sha256": [problem_sha256(q) for q in probs],
+        "verdict": verdict,
+        "confirmed": verdict == "math-boost",
+        "arms": {name: o.summary() for name, o in outcomes.items()},
+        "tests": tests,
+        "_outcomes": outcomes,
+    }
+
+
+def _confirm(
+    ctx: _Context,
+    evaluator: _Evaluator,
+    candidate: _Candidate,
+    controls: list[tuple[str, str, Any]],
+    problems: list[dict[str, Any]],
+    shots: list[dict[str, Any]],
+) -> Confirmation:
+    """The candidate, the base and the controls on the confirmation problems, under the recipe's prompt and each
+    ``sweep.confirmation_formats`` entry, measured on the weights the release stores.
+
+    Why rounded weights: the release stores ``outputs.dtype`` (bfloat16 for a GGUF base) while the sweep's model is
+    float32 (:func:`_rounded_edits`). The general costs are measured before, on the selection's unrounded model.
+    """
+    sw, arm = ctx.recipe.sweep, candidate.arm
+    other_shots = format_shots(ctx.recipe)
+    general = _general_costs(ctx, evaluator, arm, controls)
+    edits, weights = _rounded_edits(ctx, arm, controls)
+    formats = [(None, "recipe's prompt", problems, shots)] + [
+        (f, f.name, problems[: sw.format_samples or len(problems)], other_shots) for f in sw.confirmation_formats
+    ]
+    results = []
+    for fi, (fmt, label, probs, fshots) in enumerate(formats):
+        ev = _Evaluator(ctx, fshots, evaluator.texts, fmt, weights)
+        names = ["base", "candidate", *[c[0] for c in controls]] if fi == 0 else ["base", "candidate", controls[0][0]]
+        outcomes = _format_outcomes(ev, label, probs, names, edits, arm.scale)
+        results.append(_format_record(fmt, label, probs, outcomes, controls[0][0], sw.alpha))
+    dtype = weights or str(next(ctx.model.parameters()).dtype).removeprefix("torch.")
+    return _confirmation(ctx, candidate, problems, results, controls, general, dtype)
+
+
+def _confirmation(
+    ctx: _Context,
+    candidate: _Candidate,
+    problems: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+    controls: list[tuple[str, str, Any]],
+    general: dict[str, dict[str, Any]],
+    dtype: str,
+) -> Confirmation:
+    """The :class:`Confirmation`: the primary format's one test, every format's record, the controls' masks and
+    general costs, and the dtype of the weights the arms were measured on."""
+    sw, arm, point, variant = ctx.recipe.sweep, candidate.arm, candidate.point, candidate.variant
+    primary = results[0]
+    base, cand = primary["_outcomes"]["base"], primary["_outcomes"]["candidate"]
+    b_, c_, pval, _ = confirm(list(base.correct), list(cand.correct), sw.alpha)
+    for r in results:
+        del r["_outcomes"]
+    return Confirmation(
+        len(problems),
+        tuple(problem_sha256(q) for q in problems),
+        point.top_k,
+        point.scale,
+        sum(base.correct),
+        sum(cand.correct),
+        b_,
+        c_,
+        pval,
+        primary["verdict"] == "math-boost",
+        sw.alpha,
+        candidate.index,
+        arm.mask.sha256,
+        variant.name,
+        variant.overrides,
+        verdict=primary["verdict"],
+        formats=tuple(results),
+        controls=tuple(
+            {
+                "name": name,
+                "method": method,
+                "seed": sw.control_seed if method == "random" else None,
+                "mask_sha256": mask.sha256,
+                "selected": mask.total()[0],
+                "general": general[name],
+            }
+            for name, method, mask in controls
+        ),
+        weights_dtype=dtype,
+        general=general["candidate"],
+    )

@@ -1,0 +1,81 @@
+"""The problems of a sweep: the worked examples, the selection and the confirmation, disjoint by construction,
+and the other prompt formats' worked examples; one draw of ``evaluation.math`` with ``evaluation.seed``."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ...data.sources import load_math_problems, problem_sha256
+from ...errors import InputError
+from ...recipe.schema import Recipe
+
+__all__ = ["sweep_problems", "format_shots"]
+
+_KEYS = ("question", "answer", "prefill")
+
+
+def sweep_problems(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(shots, selection, confirmation)`` problems of a sweep, disjoint by construction.
+
+    One draw of ``evaluation.n_shot + sweep.selection_samples + sweep.confirmation_samples`` problems from
+    ``evaluation.math`` with ``evaluation.seed`` (the arithmetic task generates distinct problems from the seed; a
+    file is shuffled by the seed and read without replacement), split in that order. A confirmation problem whose
+    prompt text (``question``) repeats an earlier one (a file with duplicate questions) is dropped, so that no
+    prompt is in both sets; the confirmation then holds fewer problems, and the JSON says how many.
+
+    Raises:
+        InputError: no evaluation section, or a source with fewer problems than the sweep needs.
+    """
+    ev, sw = recipe.evaluation, recipe.sweep
+    if ev is None:
+        raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
+    want = ev.n_shot + sw.selection_samples + sw.confirmation_samples
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "fewer records than requested": refused below, with the keys to change
+        problems = load_math_problems(ev.math, want, ev.seed)
+    if len(problems) < want:
+        raise InputError(
+            f"evaluation.math: {ev.math.public_path()} has {len(problems)} problems; the sweep needs "
+            f"evaluation.n_shot + sweep.selection_samples + sweep.confirmation_samples = {ev.n_shot} + "
+            f"{sw.selection_samples} + {sw.confirmation_samples} = {want}; lower "
+            "sweep.selection_samples or sweep.confirmation_samples (--set)"
+        )
+    strip = [{k: p[k] for k in _KEYS if k in p} for p in problems]
+    shots = strip[: ev.n_shot]
+    selection = strip[ev.n_shot : ev.n_shot + sw.selection_samples]
+    seen = {problem_sha256(p) for p in shots + selection}
+    confirmation = []
+    for p in strip[ev.n_shot + sw.selection_samples :]:
+        h = problem_sha256(p)
+        if h not in seen:
+            seen.add(h)
+            confirmation.append(p)
+    return shots, selection, confirmation
+
+
+def format_shots(recipe: Recipe) -> list[dict[str, Any]]:
+    """The worked examples of the confirmation's other prompt formats (``sweep.confirmation_formats``): drawn
+    right after the confirmation problems by the same draw as :func:`sweep_problems` (a longer draw of the same
+    seed starts with the same problems), never one of the sweep's problems.
+
+    Raises:
+        InputError: the source has too few problems for them.
+    """
+    ev, sw = recipe.evaluation, recipe.sweep
+    need = max((f.n_shot for f in sw.confirmation_formats), default=0)
+    if ev is None or not need:
+        return []
+    have = ev.n_shot + sw.selection_samples + sw.confirmation_samples
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        problems = load_math_problems(ev.math, have + need, ev.seed)
+    used = {problem_sha256({k: p[k] for k in _KEYS if k in p}) for p in problems[:have]}
+    extra = [{k: p[k] for k in _KEYS if k in p} for p in problems[have:]]
+    extra = [p for p in extra if problem_sha256(p) not in used]
+    if len(extra) < need:
+        raise InputError(
+            f"sweep.confirmation_formats: {ev.math.public_path()} has too few problems for {need} worked "
+            "examples after the sweep's own; lower sweep.confirmation_samples or the formats' n_shot"
+        )
+    return extra[:need]
