@@ -59,8 +59,9 @@ def main() -> None:
     from mathneuro_edit.engine.mask import Mask
     from mathneuro_edit.engine.targets import find_targets
     from mathneuro_edit.evaluation.prompts import encode_prompts
-    from mathneuro_edit.evaluation.runner import GeneralTask, MathTask, evaluate, math_accuracy
+    from mathneuro_edit.evaluation.runner import evaluate, math_accuracy
     from mathneuro_edit.evaluation.runtime import pad_rows, special_ids
+    from mathneuro_edit.evaluation.tasks import GeneralTask, MathTask
     from mathneuro_edit.recipe.io import quickstart_recipe
     from mathneuro_edit.runs.steps import load_recipe_model
 

@@ -138,8 +138,9 @@ def main() -> int:
         _engine_child(args)
         return 0
     from mathneuro_edit.evaluation.greedy import math_outcomes
-    from mathneuro_edit.evaluation.runner import MathTask, _run_math
+    from mathneuro_edit.evaluation.runner import _run_math
     from mathneuro_edit.evaluation.runtime import eval_mode
+    from mathneuro_edit.evaluation.tasks import MathTask
     from mathneuro_edit.recipe.io import load_recipe
     from mathneuro_edit.weights.loading import load_model
 

@@ -24,7 +24,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from mathneuro_edit.data.arithmetic import arithmetic_problems
 from mathneuro_edit.data.sources import load_math_problems
 from mathneuro_edit.evaluation.report import format_accuracy
-from mathneuro_edit.evaluation.runner import MathTask, evaluate
+from mathneuro_edit.evaluation.runner import evaluate
+from mathneuro_edit.evaluation.tasks import MathTask
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,8 @@ from typing import Any
 from mathneuro_edit.engine.apply import ReversibleEdit
 from mathneuro_edit.engine.calibration import calibrate
 from mathneuro_edit.engine.mask import find_math_params
-from mathneuro_edit.evaluation.runner import GeneralTask, MathTask, evaluate
+from mathneuro_edit.evaluation.runner import evaluate
+from mathneuro_edit.evaluation.tasks import GeneralTask, MathTask
 from mathneuro_edit.organism import format_math, general_texts, load_organism, math_problems
 from mathneuro_edit.runs.consistency import jaccard
 

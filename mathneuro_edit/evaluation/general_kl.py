@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .runtime import eval_mode, model_device, pad_rows
+from .runtime import eval_mode, pad_rows, param_device
 
 __all__ = ["BaseSupport", "EditedGeneral", "base_support", "edited_general"]
 
@@ -84,7 +84,7 @@ def _base_support(model: nn.Module, rows: list[list[int]], k: int, batch_size: i
     loss: list[float] = []
     for s in range(0, len(rows), batch_size):
         chunk = rows[s : s + batch_size]
-        ids, attn = pad_rows(chunk, 0, "right", model_device(model))  # right padding cannot change a text's own outputs
+        ids, attn = pad_rows(chunk, 0, "right", param_device(model))  # right padding cannot change a text's own outputs
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
         for b, r in enumerate(chunk):
             n = len(r)
@@ -116,7 +116,7 @@ def _edited_general(model: nn.Module, support: BaseSupport, batch_size: int) -> 
     rows = support.rows
     for s in range(0, len(rows), batch_size):
         chunk = rows[s : s + batch_size]
-        ids, attn = pad_rows(chunk, 0, "right", model_device(model))
+        ids, attn = pad_rows(chunk, 0, "right", param_device(model))
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
         for b, r in enumerate(chunk):
             n, i = len(r), s + b

@@ -22,6 +22,8 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -103,56 +105,90 @@ def greedy_completions(
     if p:
         ids = torch.tensor([list(rows[0][:p])], dtype=torch.long, device=device)  # (1, p)
         model(input_ids=ids, use_cache=True, logits_to_keep=1, **{cache_arg: prefix_cache})
-    eos = set(int(e) for e in eos_ids)
+    run = _GreedyRun(model, tokenizer, cache_arg, frozenset(int(e) for e in eos_ids), max_new_tokens, pad_id, device)
     # longest first: rows of similar length share a batch (less padding); results do not depend on the order
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
     out: dict[int, str] = {}
     for s in range(0, len(order), batch_size):
         idx = order[s : s + batch_size]
-        own = [list(rows[i][p:]) for i in idx]
-        width, n = max(len(r) for r in own), len(idx)
-        ids = torch.full((n, width), pad_id, dtype=torch.long)  # (batch, own tokens), left-padded
-        attn = torch.zeros((n, p + width), dtype=torch.long)  # (batch, prefix + own tokens)
-        pos = torch.zeros((n, width), dtype=torch.long)
-        attn[:, :p] = 1
-        for b, r in enumerate(own):
-            ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            attn[b, p + width - len(r) :] = 1
-            pos[b, width - len(r) :] = torch.arange(p, p + len(r))  # real tokens only are counted
-        nxt_pos = torch.tensor([p + len(r) for r in own], dtype=torch.long)  # (batch,) next real position
-        cache = _repeat_cache(prefix_cache, n) if p else DynamicCache(config=model.config)
-        ids, attn, pos = ids.to(device), attn.to(device), pos.to(device)
-        new: list[list[int]] = [[] for _ in idx]
+        ids, attn, pos, nxt_pos = _after_prefix([list(rows[i][p:]) for i in idx], p, pad_id)
+        cache = _repeat_cache(prefix_cache, len(idx)) if p else DynamicCache(config=model.config)
+        new = run.batch(ids.to(device), attn.to(device), pos.to(device), nxt_pos, cache, [prefills[i] for i in idx])
+        for b, i in enumerate(idx):
+            out[i] = tokenizer.decode(new[b], skip_special_tokens=True)
+    return [out[i] for i in range(len(rows))]
+
+
+def _after_prefix(
+    own: list[list[int]], p: int, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch's tokens after the shared prefix of length ``p``, left-padded: ``(ids, attention, positions, next
+    position)``; the attention covers the prefix too, and positions count real tokens only."""
+    width, n = max(len(r) for r in own), len(own)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)  # (batch, own tokens), left-padded
+    attn = torch.zeros((n, p + width), dtype=torch.long)  # (batch, prefix + own tokens)
+    pos = torch.zeros((n, width), dtype=torch.long)
+    attn[:, :p] = 1
+    for b, r in enumerate(own):
+        ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        attn[b, p + width - len(r) :] = 1
+        pos[b, width - len(r) :] = torch.arange(p, p + len(r))  # real tokens only are counted
+    nxt_pos = torch.tensor([p + len(r) for r in own], dtype=torch.long)  # (batch,) next real position
+    return ids, attn, pos, nxt_pos
+
+
+@dataclass(frozen=True)
+class _GreedyRun:
+    """What every batch of one :func:`greedy_completions` call shares: the model, the stopping rule, the budget."""
+
+    model: nn.Module
+    tokenizer: Any
+    cache_arg: str  # the name the model's forward takes its cache by
+    eos: frozenset[int]
+    max_new_tokens: int
+    pad_id: int
+    device: torch.device
+
+    def batch(
+        self,
+        ids: torch.Tensor,
+        attn: torch.Tensor,
+        pos: torch.Tensor,
+        nxt_pos: torch.Tensor,
+        cache: DynamicCache,
+        prefills: list[str | None],
+    ) -> list[list[int]]:
+        """The new token ids of each row, stopped at an EOS or once its answer is complete."""
+        n, device = len(prefills), self.device
+        new: list[list[int]] = [[] for _ in range(n)]
         done = [False] * n
-        for _step in range(max_new_tokens):
+        for _step in range(self.max_new_tokens):
             # the cache's length is the index of the first new column (the model derives cache positions from it)
-            logits = model(
+            logits = self.model(
                 input_ids=ids,
                 attention_mask=attn,
                 position_ids=pos,
                 use_cache=True,
                 logits_to_keep=1,
-                **{cache_arg: cache},
+                **{self.cache_arg: cache},
             ).logits  # (batch, 1, vocab)
             tok = logits[:, -1].argmax(-1)  # (batch,) greedy: the first maximum, as generate's argmax
             for b in range(n):
                 if done[b]:
                     continue
                 t = int(tok[b])
-                if t in eos:
+                if t in self.eos:
                     done[b] = True
                     continue
                 new[b].append(t)
-                done[b] = completion_done(tokenizer.decode(new[b], skip_special_tokens=True), prefills[idx[b]])
+                done[b] = completion_done(self.tokenizer.decode(new[b], skip_special_tokens=True), prefills[b])
             if all(done):
                 break
-            ids = tok[:, None].masked_fill(torch.tensor(done, device=device)[:, None], pad_id)  # (batch, 1)
+            ids = tok[:, None].masked_fill(torch.tensor(done, device=device)[:, None], self.pad_id)  # (batch, 1)
             attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype, device=device)], dim=1)
             pos = nxt_pos.to(device)[:, None]
             nxt_pos = nxt_pos + 1
-        for b, i in enumerate(idx):
-            out[i] = tokenizer.decode(new[b], skip_special_tokens=True)
-    return [out[i] for i in range(len(rows))]
+        return new
 
 
 def math_outcomes(

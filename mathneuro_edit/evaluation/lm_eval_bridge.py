@@ -145,6 +145,32 @@ def run_lm_eval(
     manager = task_manager(task)  # lm-eval's own tasks are indexed (~30 s) only when one is not in include_path
     specs = task_specs(task, manager)
     device = getattr(model, "device", None) or next(model.parameters()).device
+    quiet = _libraries_quiet()
+    with _quiet_harness(quiet):
+        lm = _new_tokens_hflm(hflm_class)(
+            pretrained=model,
+            tokenizer=copy.deepcopy(tokenizer),
+            device=str(device),
+            batch_size=task.batch_size or batch_size,
+        )
+
+    def run() -> LmEvalResult:
+        with _quiet_harness(quiet):
+            return _evaluate(lm_eval, lm, task, specs, manager)
+
+    if base is None:
+        base = run()
+    if edit is None:
+        return base, None
+    edit.apply()
+    try:
+        return base, run()
+    finally:
+        edit.restore()
+
+
+def _new_tokens_hflm(hflm_class: type) -> type:
+    """lm-eval's HFLM (imported only with lm-eval) asking ``generate`` for ``max_new_tokens``."""
 
     class NewTokensHFLM(hflm_class):  # type: ignore[misc, valid-type]
         """lm-eval's HFLM asking ``generate`` for ``max_new_tokens`` (its budget after the context) rather than
@@ -165,47 +191,28 @@ def run_lm_eval(
             finally:
                 del self.model.generate
 
-    quiet = _libraries_quiet()
-    with _quiet_harness(quiet):
-        lm = NewTokensHFLM(
-            pretrained=model,
-            tokenizer=copy.deepcopy(tokenizer),
-            device=str(device),
-            batch_size=task.batch_size or batch_size,
-        )
+    return NewTokensHFLM
 
-    def run() -> LmEvalResult:
-        with _quiet_harness(quiet):
-            return _run()
 
-    def _run() -> LmEvalResult:
-        result = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=copy.deepcopy(specs),
-            task_manager=manager,
-            limit=task.limit,
-            num_fewshot=task.num_fewshot,
-            apply_chat_template=task.apply_chat_template,
-            fewshot_as_multiturn=task.multiturn,
-            log_samples=True,
-        )  # simple_evaluate seeds python/numpy/torch itself (0/1234/1234; few-shot sampler 1234): repeatable
-        if result is None:  # non-zero rank of a distributed run: lm-eval returns nothing there
-            raise InputError(f"LmEvalTask {task.name!r}: lm-eval returned no results; run it in a single process")
-        raw = dict(result.get("results", {}))
-        return LmEvalResult(
-            _flatten(raw, result.get("n-samples", {})),
-            raw,
-            task.sha256,
-            dict(result.get("samples", {})),
-            harness_report(result, task),
-        )
-
-    if base is None:
-        base = run()
-    if edit is None:
-        return base, None
-    edit.apply()
-    try:
-        return base, run()
-    finally:
-        edit.restore()
+def _evaluate(lm_eval: Any, lm: Any, task: LmEvalTask, specs: list[Any], manager: Any) -> LmEvalResult:
+    """One run of lm-eval's ``simple_evaluate`` on the wrapped model, as an :class:`LmEvalResult`."""
+    result = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=copy.deepcopy(specs),
+        task_manager=manager,
+        limit=task.limit,
+        num_fewshot=task.num_fewshot,
+        apply_chat_template=task.apply_chat_template,
+        fewshot_as_multiturn=task.multiturn,
+        log_samples=True,
+    )  # simple_evaluate seeds python/numpy/torch itself (0/1234/1234; few-shot sampler 1234): repeatable
+    if result is None:  # non-zero rank of a distributed run: lm-eval returns nothing there
+        raise InputError(f"LmEvalTask {task.name!r}: lm-eval returned no results; run it in a single process")
+    raw = dict(result.get("results", {}))
+    return LmEvalResult(
+        _flatten(raw, result.get("n-samples", {})),
+        raw,
+        task.sha256,
+        dict(result.get("samples", {})),
+        harness_report(result, task),
+    )

@@ -7,7 +7,7 @@
 Every accuracy carries its 95% Wilson interval, every general loss its standard error over texts, and a base vs
 edited pair its paired test (:mod:`mathneuro_edit.evaluation.significance`): ``to_dict`` adds a ``comparison`` entry per task.
 
-The model-running code is in :mod:`mathneuro_edit.evaluation.runner`, which re-exports every public name here.
+The model-running code is in :mod:`mathneuro_edit.evaluation.runner`.
 """
 
 from __future__ import annotations

@@ -9,15 +9,17 @@
 
 With ``edit=ReversibleEdit(model, mask, scale)`` one model in memory is evaluated as base and as edited; it
 always ends in the state it was given in (also on errors), and the user's tokenizer is never modified. The task
-specs (:class:`MathTask`, :class:`GeneralTask`) are defined in :mod:`mathneuro_edit.evaluation.tasks` and
-re-exported here; this module runs them.
+specs (:class:`~mathneuro_edit.evaluation.tasks.MathTask`, :class:`~mathneuro_edit.evaluation.tasks.GeneralTask`)
+are defined in :mod:`mathneuro_edit.evaluation.tasks`; this module runs them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import StoppingCriteriaList
@@ -44,13 +46,13 @@ from .runtime import (
     batch_ranges,
     edit_guard,
     eval_mode,
-    model_device,
     pad_rows,
+    param_device,
     special_ids,
 )
 from .tasks import GeneralTask, MathTask, Task, is_int
 
-__all__ = ["MathTask", "GeneralTask", "LmEvalTask", "math_accuracy", "general_loss", "evaluate", "DEFAULT_BATCH_SIZE"]
+__all__ = ["math_accuracy", "general_loss", "evaluate", "DEFAULT_BATCH_SIZE"]
 
 
 # problems / texts per batch when the caller names none (what `run` and `eval` use); on a GPU lowered to fit its
@@ -79,7 +81,7 @@ def _run_math(
     for chunk in batch_ranges(len(order), batch_size, desc, progress):
         idx = [order[j] for j in chunk]
         # left padding: every row's last prompt token sits at the same position, where generation continues
-        ids, attn = pad_rows([encoded[i] for i in idx], pad_id, "left", model_device(model))  # (batch, prompt tokens)
+        ids, attn = pad_rows([encoded[i] for i in idx], pad_id, "left", param_device(model))  # (batch, prompt tokens)
         stop = AnswerStop(tokenizer, ids.shape[1], [prefills[i] for i in idx])
         out = model.generate(
             input_ids=ids,
@@ -135,11 +137,6 @@ def _run_general(
     n_pred = sum(max(len(r) - 1, 0) for r in encoded)
     if n_pred == 0:
         raise InputError(f"GeneralTask {task.name!r}: every text is shorter than 2 tokens; nothing to predict")
-    base_loss = edited_loss = kl_sum = 0.0
-    n_dist = 0
-    base_sums: list[float] = []  # per text with >= 1 prediction: summed loss (for the standard error over texts)
-    edited_sums: list[float] = []
-    counts: list[int] = []
     rows_all = [r for r in encoded if r]
     longest = max(len(r) for r in rows_all)
     # on a GPU, the batch whose two full-vocabulary logits fit (128k tokens x 512 positions x 2 bytes: 131 MB a row)
@@ -151,11 +148,12 @@ def _run_general(
         vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 0
         if sum(len(r) for r in rows_all) * vocab * 4 <= KEEP_LOGPROBS_MAX_BYTES:
             kept = []
+    sums = _GeneralSums()
     for chunk in batch_ranges(len(rows_all), batch_size, desc, progress):
         rows = [rows_all[i] for i in chunk]
         # right padding: with causal attention, padding after a text cannot change its real tokens' outputs
         # (pad id 0: any id would do, padded positions are masked and their outputs never read)
-        ids, attn = pad_rows(rows, 0, "right", model_device(model))  # (batch, tokens)
+        ids, attn = pad_rows(rows, 0, "right", param_device(model))  # (batch, tokens)
         base_logits = None
         if cached is None:
             base_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
@@ -168,43 +166,60 @@ def _run_general(
                 edit.restore()
         for b, r in enumerate(rows):
             n = len(r)
-            target = ids[b, 1:n]  # (n - 1,)
             # float32 log-softmax: in bf16 a large vocabulary's normaliser loses ~3 digits, and KL of two close
             # distributions is a small difference of large numbers; one row at a time bounds the float32 copy
             if cached is not None:
-                base_lp = cached[chunk[b]].to(model_device(model))  # (n, vocab), as computed by the earlier call
+                base_lp = cached[chunk[b]].to(param_device(model))  # (n, vocab), as computed by the earlier call
             else:
                 base_lp = base_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
                 if kept is not None:
                     kept.append(base_lp.detach().cpu())
-            text_loss = -base_lp[:-1].gather(-1, target[:, None]).sum().item()
-            base_loss += text_loss
+            ed_lp = edited_logits[b, :n].float().log_softmax(-1) if edited_logits is not None else None  # (n, vocab)
+            sums.add(ids[b, 1:n], base_lp, ed_lp)
+        sums.n_dist += sum(len(r) for r in rows)
+    logprobs = tuple(cached) if cached is not None else tuple(kept) if kept is not None else None
+    return sums.results(task.sha256, n_pred, logprobs, edited=edit is not None)
+
+
+@dataclass
+class _GeneralSums:
+    """The running sums of :func:`_run_general`, added text by text in order (the same floats as one loop)."""
+
+    base_loss: float = 0.0
+    edited_loss: float = 0.0
+    kl_sum: float = 0.0
+    n_dist: int = 0  # next-token distributions compared (every real position)
+    base_sums: list[float] = field(default_factory=list)  # per text with >= 1 prediction: its summed loss
+    edited_sums: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+    def add(self, target: torch.Tensor, base_lp: torch.Tensor, ed_lp: torch.Tensor | None) -> None:
+        """One text: ``target`` its ``(n - 1,)`` next tokens, the log-probabilities ``(n, vocab)`` float32."""
+        n = len(target) + 1
+        text_loss = -base_lp[:-1].gather(-1, target[:, None]).sum().item()
+        self.base_loss += text_loss
+        if n > 1:
+            self.base_sums.append(text_loss)
+            self.counts.append(n - 1)
+        if ed_lp is not None:
+            text_loss = -ed_lp[:-1].gather(-1, target[:, None]).sum().item()
+            self.edited_loss += text_loss
             if n > 1:
-                base_sums.append(text_loss)
-                counts.append(n - 1)
-            if edited_logits is not None:
-                ed_lp = edited_logits[b, :n].float().log_softmax(-1)  # (n, vocab)
-                text_loss = -ed_lp[:-1].gather(-1, target[:, None]).sum().item()
-                edited_loss += text_loss
-                if n > 1:
-                    edited_sums.append(text_loss)
-                # KL(base || edited) of every real position's next-token distribution (the last one included)
-                kl_sum += F.kl_div(ed_lp, base_lp, log_target=True, reduction="none").sum(-1).sum().item()
-        n_dist += sum(len(r) for r in rows)
-    base = GeneralResult(
-        base_loss / n_pred,
-        n_pred,
-        0.0,
-        task.sha256,
-        tuple(base_sums),
-        tuple(counts),
-        tuple(cached) if cached is not None else tuple(kept) if kept is not None else None,
-    )
-    if edit is None:
-        return base, None
-    return base, GeneralResult(
-        edited_loss / n_pred, n_pred, kl_sum / n_dist, task.sha256, tuple(edited_sums), tuple(counts)
-    )
+                self.edited_sums.append(text_loss)
+            # KL(base || edited) of every real position's next-token distribution (the last one included)
+            self.kl_sum += F.kl_div(ed_lp, base_lp, log_target=True, reduction="none").sum(-1).sum().item()
+
+    def results(
+        self, sha256: str, n_pred: int, logprobs: tuple[Any, ...] | None, *, edited: bool
+    ) -> tuple[GeneralResult, GeneralResult | None]:
+        """The base result (with ``logprobs`` kept) and, when an edit ran, the edited one."""
+        counts = tuple(self.counts)
+        base = GeneralResult(self.base_loss / n_pred, n_pred, 0.0, sha256, tuple(self.base_sums), counts, logprobs)
+        if not edited:
+            return base, None
+        return base, GeneralResult(
+            self.edited_loss / n_pred, n_pred, self.kl_sum / self.n_dist, sha256, tuple(self.edited_sums), counts
+        )
 
 
 def _check_batch_size(batch_size: Any) -> int:
@@ -313,25 +328,8 @@ def evaluate(
         >>> print(res.to_markdown()); res.save_json(out_dir)  # doctest: +SKIP
     """
     batch_size = _check_batch_size(batch_size)
-    if isinstance(tasks, (MathTask, GeneralTask, LmEvalTask)) or not isinstance(tasks, Sequence) or not tasks:
-        raise InputError("tasks: must be a non-empty list of MathTask / GeneralTask / LmEvalTask")
-    names = [getattr(t, "name", None) for t in tasks]
-    for t in tasks:
-        if not isinstance(t, (MathTask, GeneralTask, LmEvalTask)):
-            raise InputError(f"tasks: {t!r:.60} is not a MathTask, GeneralTask or LmEvalTask")
-        if names.count(t.name) > 1:
-            raise InputError(f"tasks: the name {t.name!r} is used twice; give every task its own name")
-        if isinstance(t, LmEvalTask):
-            require_lm_eval(t.name)  # fail before hours of other tasks, not after
-    if edit is not None and not all(hasattr(edit, a) for a in ("apply", "restore", "applied")):
-        raise InputError(f"edit: must be a ReversibleEdit(model, mask, scale), got {type(edit).__name__}")
-    cached = dict(base_results.base if isinstance(base_results, EvalResults) else (base_results or {}))
-    for t in tasks:
-        if t.name in cached and getattr(cached[t.name], "task_sha256", None) != t.sha256:
-            raise InputError(
-                f"base_results[{t.name!r}]: computed for a different task content or settings; "
-                "drop it from base_results to recompute the base"
-            )
+    _check_tasks(tasks, edit)
+    cached = _cached_bases(tasks, base_results)
     out = EvalResults({}, {})
     with eval_mode(model), edit_guard(edit):
         for t in tasks:
@@ -359,3 +357,34 @@ def evaluate(
                     out.edited[t.name] = edited
             out.base[t.name] = base
     return out
+
+
+def _check_tasks(tasks: Sequence[Task], edit: ReversibleEdit | None) -> None:
+    """Refuse what is not a list of tasks with unique names, an lm-eval task without lm-eval (before hours of
+    other tasks, not after), and an edit that is not a ReversibleEdit."""
+    if isinstance(tasks, (MathTask, GeneralTask, LmEvalTask)) or not isinstance(tasks, Sequence) or not tasks:
+        raise InputError("tasks: must be a non-empty list of MathTask / GeneralTask / LmEvalTask")
+    names = [getattr(t, "name", None) for t in tasks]
+    for t in tasks:
+        if not isinstance(t, (MathTask, GeneralTask, LmEvalTask)):
+            raise InputError(f"tasks: {t!r:.60} is not a MathTask, GeneralTask or LmEvalTask")
+        if names.count(t.name) > 1:
+            raise InputError(f"tasks: the name {t.name!r} is used twice; give every task its own name")
+        if isinstance(t, LmEvalTask):
+            require_lm_eval(t.name)  # fail before hours of other tasks, not after
+    if edit is not None and not all(hasattr(edit, a) for a in ("apply", "restore", "applied")):
+        raise InputError(f"edit: must be a ReversibleEdit(model, mask, scale), got {type(edit).__name__}")
+
+
+def _cached_bases(
+    tasks: Sequence[Task], base_results: EvalResults | Mapping[str, TaskResult] | None
+) -> dict[str, TaskResult]:
+    """The earlier base results by task name, each proven to be of the same task content and settings."""
+    cached = dict(base_results.base if isinstance(base_results, EvalResults) else (base_results or {}))
+    for t in tasks:
+        if t.name in cached and getattr(cached[t.name], "task_sha256", None) != t.sha256:
+            raise InputError(
+                f"base_results[{t.name!r}]: computed for a different task content or settings; "
+                "drop it from base_results to recompute the base"
+            )
+    return cached

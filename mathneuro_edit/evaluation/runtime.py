@@ -1,5 +1,5 @@
 """What every evaluation runner shares (the runner, greedy completions, general loss and KL): eval mode, the edit
-guard, the model's device, padding, special ids, the stop rule and batch ranges.
+guard, the parameters' device, padding, special ids, the stop rule and batch ranges.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def edit_guard(edit: ReversibleEdit | None) -> Iterator[None]:
             edit.apply()  # edited values are a pure function of the saved originals: bit-identical to before
 
 
-def model_device(model: nn.Module) -> torch.device:
+def param_device(model: nn.Module) -> torch.device:
+    """``model.device`` (transformers' property), else the device of its first parameter."""
     device = getattr(model, "device", None)
     return device if isinstance(device, torch.device) else next(model.parameters()).device
 
@@ -100,6 +101,7 @@ class AnswerStop(StoppingCriteria):
 
 
 def batch_ranges(n: int, batch_size: int, desc: str, progress: bool) -> Iterator[range]:
+    """``range(0, n)`` in consecutive slices of ``batch_size``, with a progress bar when ``progress``."""
     starts = range(0, n, batch_size)
     for s in tqdm(starts, desc=desc, disable=not progress, leave=False, unit="batch"):
         yield range(s, min(n, s + batch_size))

@@ -4,7 +4,7 @@ completion), :class:`GeneralTask` (texts for loss, perplexity and KL), and ``Tas
 :class:`~mathneuro_edit.evaluation.lm_eval_task.LmEvalTask`).
 
 Apart from :mod:`mathneuro_edit.evaluation.runner` because a task is checked and fingerprinted without a model: its
-``sha256`` is what a cached base result must match (a sweep's cache, ``base_results``). The runner re-exports both.
+``sha256`` is what a cached base result must match (a sweep's cache, ``base_results``).
 """
 
 from __future__ import annotations

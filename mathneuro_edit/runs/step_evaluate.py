@@ -15,7 +15,8 @@ from ..engine.apply import ReversibleEdit, round_weights_
 from ..engine.mask import Mask
 from ..evaluation.lm_eval_task import LmEvalTask
 from ..evaluation.results import EvalResults
-from ..evaluation.runner import GeneralTask, MathTask, evaluate
+from ..evaluation.runner import evaluate
+from ..evaluation.tasks import GeneralTask, MathTask
 from ..layout import EVAL_NAME
 from ..recipe.schema import Recipe
 from ..util.console import Stages, markdown_table_text

@@ -19,7 +19,8 @@ from mathneuro_edit.evaluation.prompts import (
     render_prompt,
 )
 from mathneuro_edit.evaluation.results import MathPrediction
-from mathneuro_edit.evaluation.runner import MathTask, evaluate, math_accuracy
+from mathneuro_edit.evaluation.runner import evaluate, math_accuracy
+from mathneuro_edit.evaluation.tasks import MathTask
 from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 from tests._tiny import char_tokenizer
 

@@ -25,14 +25,9 @@ from mathneuro_edit.evaluation.results import (
     math_prompt,
     truncate_completion,
 )
-from mathneuro_edit.evaluation.runner import (
-    GeneralTask,
-    MathTask,
-    evaluate,
-    general_loss,
-    math_accuracy,
-)
+from mathneuro_edit.evaluation.runner import evaluate, general_loss, math_accuracy
 from mathneuro_edit.evaluation.runtime import AnswerStop
+from mathneuro_edit.evaluation.tasks import GeneralTask, MathTask
 
 CHARS = sorted(set(string.printable) - set("\r\x0b\x0c"))
 

@@ -8,8 +8,9 @@ import torch
 from mathneuro_edit.data.arithmetic import arithmetic_problems
 from mathneuro_edit.evaluation.greedy import greedy_completions, math_outcomes, shared_prefix_length
 from mathneuro_edit.evaluation.prompts import encode_prompts
-from mathneuro_edit.evaluation.runner import MathTask, _run_math
+from mathneuro_edit.evaluation.runner import _run_math
 from mathneuro_edit.evaluation.runtime import eval_mode, special_ids
+from mathneuro_edit.evaluation.tasks import MathTask
 from tests._tiny import build
 
 

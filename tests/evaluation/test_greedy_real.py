@@ -13,8 +13,9 @@ from mathneuro_edit.engine.calibration import calibrate
 from mathneuro_edit.engine.mask import find_math_params
 from mathneuro_edit.evaluation.general_kl import base_support, edited_general
 from mathneuro_edit.evaluation.greedy import math_outcomes
-from mathneuro_edit.evaluation.runner import MathTask, _run_math
+from mathneuro_edit.evaluation.runner import _run_math
 from mathneuro_edit.evaluation.runtime import eval_mode
+from mathneuro_edit.evaluation.tasks import MathTask
 from mathneuro_edit.weights.loading import load_model, model_weights
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]

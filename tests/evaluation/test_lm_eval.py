@@ -37,7 +37,8 @@ from mathneuro_edit.evaluation.lm_eval_bridge import run_lm_eval  # noqa: E402
 from mathneuro_edit.evaluation.lm_eval_index import task_specs  # noqa: E402
 from mathneuro_edit.evaluation.lm_eval_task import LmEvalTask, include_path_hashes  # noqa: E402
 from mathneuro_edit.evaluation.results import extract_answer, math_prompt  # noqa: E402
-from mathneuro_edit.evaluation.runner import MathTask, evaluate  # noqa: E402
+from mathneuro_edit.evaluation.runner import evaluate  # noqa: E402
+from mathneuro_edit.evaluation.tasks import MathTask  # noqa: E402
 from mathneuro_edit.organism import load_organism  # noqa: E402
 from mathneuro_edit.organism.data import general_texts, math_texts  # noqa: E402
 from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict  # noqa: E402

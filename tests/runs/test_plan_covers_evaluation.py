@@ -20,7 +20,8 @@ import mathneuro_edit.evaluation.memory as memory
 import mathneuro_edit.evaluation.runner as runner
 from mathneuro_edit.engine.mask import k_of
 from mathneuro_edit.evaluation.memory import fit_batch, general_batch_bytes, shapes_of
-from mathneuro_edit.evaluation.runner import GeneralTask, MathTask, evaluate
+from mathneuro_edit.evaluation.runner import evaluate
+from mathneuro_edit.evaluation.tasks import GeneralTask, MathTask
 from mathneuro_edit.runs.plan import PROMPT_TOKENS, PlanSettings, plan_from_config
 from mathneuro_edit.runs.plan_memory import (
     BLOCKS_HELD,
