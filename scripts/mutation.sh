@@ -25,7 +25,7 @@ SAMPLE="${MUTATION_SAMPLE:-}"  # an fnmatch pattern on the mutant's name; empty 
 # module -> "files to mutate|fast tests that cover them"
 declare -A SCOPE=(
   [mask]="mathneuro_edit/engine/mask.py mathneuro_edit/engine/topk.py|tests/engine/test_mask.py tests/engine/test_core.py::test_ties_break_to_lower_index tests/engine/test_core.py::test_radix_select_equals_kthvalue_select_with_many_ties"
-  [sweep]="mathneuro_edit/runs/sweep/search.py mathneuro_edit/runs/sweep/result.py mathneuro_edit/runs/sweep/procedure.py mathneuro_edit/runs/sweep/evidence.py|tests/runs/test_sweep.py tests/evaluation/test_eval_stats.py"
+  [sweep]="mathneuro_edit/runs/sweep/search.py mathneuro_edit/runs/sweep/grid.py mathneuro_edit/runs/sweep/problems.py mathneuro_edit/runs/sweep/calibration.py mathneuro_edit/runs/sweep/confirmation.py mathneuro_edit/runs/sweep/result.py mathneuro_edit/runs/sweep/procedure.py mathneuro_edit/runs/sweep/evidence.py|tests/runs/test_sweep.py tests/evaluation/test_eval_stats.py"
   [consistency]="mathneuro_edit/runs/consistency.py|tests/runs/test_consistency.py"
   [calibration]="mathneuro_edit/engine/calibration.py mathneuro_edit/engine/recorder.py mathneuro_edit/engine/stats.py|tests/engine/test_core.py tests/engine/test_mask.py tests/engine/test_calibration.py tests/engine/test_calibration_speed.py"
   [evaluation]="mathneuro_edit/evaluation/results.py mathneuro_edit/evaluation/significance.py|tests/evaluation/test_evaluate.py tests/evaluation/test_eval_stats.py tests/evaluation/test_results.py"
