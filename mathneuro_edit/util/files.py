@@ -39,13 +39,19 @@ __all__ = [
     "json_text",
     "write_bytes_atomic",
     "save_file",
+    "SAFETENSORS_CODES",
+    "DTYPE_OF_CODE",
+    "FLOAT_DTYPES",
+    "FLOAT_CODES",
 ]
 
 _UMASK_LOCK = threading.Lock()
 # temporary files are ``.<target name>-<random>.tmp`` beside the target (a leftover of a killed run ends so)
 TEMP_SUFFIX = ".tmp"
-# safetensors dtype codes (the format's names); bool is stored as one byte per entry
-_CODES = {
+# The one dtype table: torch dtype <-> safetensors code (the format's names; bool is stored as one byte per entry)
+# <-> the names a recipe uses for the floating-point formats. Written here (save_file), read by the checkpoint
+# reader, the shard writer, the loader and the audit.
+SAFETENSORS_CODES: dict[torch.dtype, str] = {
     torch.float64: "F64",
     torch.float32: "F32",
     torch.float16: "F16",
@@ -56,7 +62,13 @@ _CODES = {
     torch.int8: "I8",
     torch.uint8: "U8",
     torch.bool: "BOOL",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
 }
+DTYPE_OF_CODE: dict[str, torch.dtype] = {code: dtype for dtype, code in SAFETENSORS_CODES.items()}
+# outputs.dtype and load_model(dtype=...): the floating-point formats by name, in the order messages list them
+FLOAT_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FLOAT_CODES: dict[str, str] = {name: SAFETENSORS_CODES[dtype] for name, dtype in FLOAT_DTYPES.items()}
 
 
 def umask() -> int:
@@ -186,7 +198,7 @@ def save_file(
     with spaces to 8 bytes. The file gets the umask's mode. Any safetensors reader reads it.
 
     Args:
-        tensors: name -> CPU tensor (any dtype of :data:`_CODES`).
+        tensors: name -> CPU tensor (any dtype of :data:`SAFETENSORS_CODES`).
         filename: the file to write, atomically (:func:`atomic_writer`: whole or not at all, never through a
             symbolic link).
         metadata: string key/values.
@@ -203,10 +215,14 @@ def save_file(
     offset, blobs = 0, []
     for name in order:
         t = tensors[name].detach().contiguous().cpu()
-        if t.dtype not in _CODES:
+        if t.dtype not in SAFETENSORS_CODES:
             raise InputError(f"{name}: dtype {t.dtype} cannot be stored in safetensors; convert it first")
         blob = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": _CODES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
+        header[name] = {
+            "dtype": SAFETENSORS_CODES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(blob)],
+        }
         offset += len(blob)
         blobs.append(blob)
     raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

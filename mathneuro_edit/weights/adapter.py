@@ -58,7 +58,16 @@ from .gguf_reader import base_folder
 from .remote_code import check_remote_code
 from .shards import tensor_bytes, write_all, write_safetensors
 
-__all__ = ["AdapterExport", "export_adapter", "load_edited", "exact_delta"]
+__all__ = [
+    "AdapterExport",
+    "ShiraLayer",
+    "export_adapter",
+    "load_edited",
+    "exact_delta",
+    "shira_layers",
+    "shira_layer_rows",
+    "peft_merge_exact",
+]
 
 MATHNEURO_CONFIG = "mathneuro_edit_adapter.json"
 MATHNEURO_MASK = "mathneuro_edit_mask.safetensors"
@@ -98,7 +107,9 @@ class AdapterExport:
 
 
 @dataclass(frozen=True)
-class _Layer:
+class ShiraLayer:
+    """One edited ``nn.Linear`` of a SHiRA adapter: its mask entry, module, checkpoint tensor, shape and count."""
+
     name: str  # mask entry (parameter name)
     module: str
     ckpt: str  # checkpoint tensor
@@ -151,26 +162,58 @@ def export_adapter(
     plan = plan_edits(
         ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code)
     )  # also proves the mask fits this base
-    edited = mask.total()[0]
-    checkpoint_bytes = sum((folder / s).stat().st_size for s in ckpt.shards)
-    meta = {"mathneuro_edit_mask_sha256": mask.sha256, "mathneuro_edit_scale": repr(scale)}
-    base_id = base_model_name_or_path or _base_id(base, folder)
-    if format == "mathneuro":
-        with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
-            mask.save(tmp / MATHNEURO_MASK)
-            cfg = {
-                "format": _FORMAT,
-                "scale": scale,
-                "mask_file": MATHNEURO_MASK,
-                "mask_sha256": mask.sha256,
-                "base_model_name_or_path": base_id,
-                "revision": revision,
-                "version": __version__,
-            }
-            (tmp / MATHNEURO_CONFIG).write_text(json.dumps(cfg, indent=2))
-        return _report(out_dir, "mathneuro", None, edited, edited, checkpoint_bytes)
+    job = _AdapterJob(
+        out_dir,
+        overwrite,
+        folder,
+        ckpt,
+        plan,
+        mask,
+        scale,
+        base_model_name_or_path or _base_id(base, folder),
+        revision,
+        sum((folder / s).stat().st_size for s in ckpt.shards),
+    )
+    return _write_mathneuro(job) if format == "mathneuro" else _write_peft(job)
 
-    layers = _peft_layers(plan, mask)
+
+@dataclass(frozen=True)
+class _AdapterJob:
+    """What both formats' writers read: where to write, the base, its plan, the mask and what the adapter records."""
+
+    out_dir: str | Path
+    overwrite: bool
+    folder: Path  # the resolved base folder (protected from being overwritten)
+    ckpt: Checkpoint
+    plan: EditPlan
+    mask: Mask
+    scale: float
+    base_id: str | None  # what the adapter records as its base (None: a private local folder)
+    revision: str | None
+    checkpoint_bytes: int  # the base's weight files: the size the adapter is compared with
+
+
+def _write_mathneuro(job: _AdapterJob) -> AdapterExport:
+    """Our own format: the mask and a small JSON (scale, mask hash, base id); exact by construction."""
+    edited = job.mask.total()[0]
+    with atomic_dir(job.out_dir, overwrite=job.overwrite, protect=[job.folder]) as tmp:
+        job.mask.save(tmp / MATHNEURO_MASK)
+        cfg = {
+            "format": _FORMAT,
+            "scale": job.scale,
+            "mask_file": MATHNEURO_MASK,
+            "mask_sha256": job.mask.sha256,
+            "base_model_name_or_path": job.base_id,
+            "revision": job.revision,
+            "version": __version__,
+        }
+        (tmp / MATHNEURO_CONFIG).write_text(json.dumps(cfg, indent=2))
+    return _report(job.out_dir, "mathneuro", None, edited, edited, job.checkpoint_bytes)
+
+
+def _shira_r(layers: list[ShiraLayer]) -> int:
+    """SHiRA's one ``r`` for all layers: the smallest that holds the densest layer's entries, refused where a
+    layer cannot hold ``r * (rows + cols)`` entries."""
     r = max(math.ceil(layer.count / (layer.rows + layer.cols)) for layer in layers)
     too_small = [layer for layer in layers if r * (layer.rows + layer.cols) > layer.rows * layer.cols]
     if too_small:
@@ -178,6 +221,14 @@ def export_adapter(
             f"SHiRA needs one r for all layers; r={r} (set by the densest layer) exceeds what {too_small[0].name} "
             f"{(too_small[0].rows, too_small[0].cols)} can hold; use export_checkpoint or format='mathneuro'"
         )
+    return r
+
+
+def _write_peft(job: _AdapterJob) -> AdapterExport:
+    """A stock PEFT SHiRA adapter: the tensors streamed one layer at a time, then PEFT's own config."""
+    ckpt, plan, scale = job.ckpt, job.plan, job.scale
+    layers = shira_layers(plan, job.mask)
+    r = _shira_r(layers)
     dtype = {ckpt.tensors[layer.ckpt].dtype for layer in layers}
     specs: list[tuple[str, str, tuple[int, ...], int]] = []
     for layer in layers:
@@ -196,9 +247,8 @@ def export_adapter(
             current["idx"], current["val"] = _layer_delta(ckpt, plan, layer, scale, r * (layer.rows + layer.cols))
         write_all(f, tensor_bytes(current["idx"] if what == "shira_indices" else current["val"]))
 
-    from peft import ShiraConfig
-
-    with atomic_dir(out_dir, overwrite=overwrite, protect=[folder]) as tmp:
+    meta = {"mathneuro_edit_mask_sha256": job.mask.sha256, "mathneuro_edit_scale": repr(scale)}
+    with atomic_dir(job.out_dir, overwrite=job.overwrite, protect=[job.folder]) as tmp:
         write_safetensors(
             tmp / "adapter_model.safetensors",
             specs,
@@ -210,26 +260,30 @@ def export_adapter(
                 "mathneuro_edit_base_dtype": ",".join(sorted(dtype)),
             },
         )
-        arch = (
-            (json.loads((folder / "config.json").read_text()).get("architectures") or [""])[0]
-            if (folder / "config.json").is_file()
-            else ""
-        )
-        ShiraConfig(
-            r=r,
-            target_modules=[layer.module for layer in layers],
-            base_model_name_or_path=base_id,
-            revision=revision,
-            task_type="CAUSAL_LM" if arch.endswith(("ForCausalLM", "LMHeadModel")) else None,
-            # Not "random": stock PEFT would draw a random mask per layer at load time (a randperm over all m*n
-            # entries: seconds per large layer, minutes for a 7B model) only to replace it by the stored indices.
-            mask_type="mathneuro_edit",
-            init_weights=True,
-            inference_mode=True,
-        ).save_pretrained(str(tmp))
-        _sort_target_modules(tmp / "adapter_config.json")
+        _write_shira_config(job, tmp, layers, r)
     stored = sum(r * (layer.rows + layer.cols) for layer in layers)
-    return _report(out_dir, "peft", r, edited, stored, checkpoint_bytes)
+    return _report(job.out_dir, "peft", r, job.mask.total()[0], stored, job.checkpoint_bytes)
+
+
+def _write_shira_config(job: _AdapterJob, tmp: Path, layers: list[ShiraLayer], r: int) -> None:
+    """PEFT's ``adapter_config.json`` for the SHiRA layers, its ``target_modules`` sorted."""
+    from peft import ShiraConfig
+
+    config = job.folder / "config.json"
+    arch = (json.loads(config.read_text()).get("architectures") or [""])[0] if config.is_file() else ""
+    ShiraConfig(
+        r=r,
+        target_modules=[layer.module for layer in layers],
+        base_model_name_or_path=job.base_id,
+        revision=job.revision,
+        task_type="CAUSAL_LM" if arch.endswith(("ForCausalLM", "LMHeadModel")) else None,
+        # Not "random": stock PEFT would draw a random mask per layer at load time (a randperm over all m*n
+        # entries: seconds per large layer, minutes for a 7B model) only to replace it by the stored indices.
+        mask_type="mathneuro_edit",
+        init_weights=True,
+        inference_mode=True,
+    ).save_pretrained(str(tmp))
+    _sort_target_modules(tmp / "adapter_config.json")
 
 
 def _sort_target_modules(config_path: Path) -> None:
@@ -263,14 +317,14 @@ def _report(out_dir: str | Path, fmt: str, r: int | None, edited: int, stored: i
     return AdapterExport(path, fmt, r, edited, stored, size, ckpt_bytes)
 
 
-def _peft_layers(plan: EditPlan, mask: Any) -> list[_Layer]:
+def shira_layers(plan: EditPlan, mask: Any) -> list[ShiraLayer]:
     """The SHiRA layers, or an InputError listing every entry PEFT cannot express exactly."""
     fix = "use export_checkpoint (a baked model) or export_adapter(..., format='mathneuro')"
     if plan.model is None:
         raise InputError(f"the base's model family is unknown to transformers, so no PEFT adapter can be built; {fix}")
     modules = dict(plan.model.named_modules(remove_duplicate=False))
     counts = mask.counts()
-    layers: list[_Layer] = []
+    layers: list[ShiraLayer] = []
     problems: list[str] = []
     for name in mask:
         mod_name, _, attr = name.rpartition(".")
@@ -283,7 +337,9 @@ def _peft_layers(plan: EditPlan, mask: Any) -> list[_Layer]:
             problems.append(f"{name} (its tensor is also edited by {plan.edits[plan.direct[name][0]]})")
         elif counts[name][0]:
             layers.append(
-                _Layer(name, mod_name, plan.direct[name][0], module.out_features, module.in_features, counts[name][0])
+                ShiraLayer(
+                    name, mod_name, plan.direct[name][0], module.out_features, module.in_features, counts[name][0]
+                )
             )
     if problems:
         shown = ", ".join(problems[:4]) + (f" and {len(problems) - 4} more" if len(problems) > 4 else "")
@@ -300,7 +356,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.contiguous().view(it) == b.contiguous().view(it)
 
 
-def _merge_ok(w: torch.Tensor, e_vals: torch.Tensor, idx: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+def peft_merge_exact(w: torch.Tensor, e_vals: torch.Tensor, idx: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     """Per entry: does PEFT's merge (``dense += sparse_coo``) give exactly ``e_vals``, in every adapter dtype?"""
     # PEFT keeps 16-bit adapters in float32 by default (autocast_adapter_dtype) and in the base dtype otherwise.
     adapter_dtypes = {w.dtype, torch.float32} if w.element_size() < 4 else {w.dtype}
@@ -339,7 +395,7 @@ def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str =
     d0 = (e_vals.to(torch.float64) - w_vals.to(torch.float64)).to(w.dtype)
     d0 = torch.where(_same_bits(e_vals, w_vals), torch.tensor(-0.0, dtype=w.dtype), d0)  # w + (-0.0) is w
     d = d0.clone()
-    bad = ~_merge_ok(w, e_vals, idx, d)
+    bad = ~peft_merge_exact(w, e_vals, idx, d)
     up, down = torch.full_like(d0, math.inf), torch.full_like(d0, -math.inf)
     candidates = [torch.nextafter(d0, up), torch.nextafter(d0, down)]
     candidates += [torch.nextafter(candidates[0], up), torch.nextafter(candidates[1], down), -d0]
@@ -347,7 +403,7 @@ def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str =
         if not bad.any():
             break
         d[bad] = cand[bad]
-        bad = ~_merge_ok(w, e_vals, idx, d)
+        bad = ~peft_merge_exact(w, e_vals, idx, d)
     if bad.any():
         i = int(bad.nonzero()[0])
         raise InputError(
@@ -358,8 +414,8 @@ def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str =
     return d
 
 
-def _layer_rows(
-    ckpt: Checkpoint, layer: _Layer, m: torch.Tensor, scale: float, block_bytes: int | None = None
+def shira_layer_rows(
+    ckpt: Checkpoint, layer: ShiraLayer, m: torch.Tensor, scale: float, block_bytes: int | None = None
 ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """``(rows, base, edited, mask)`` of a SHiRA layer whose ``(rows, cols)`` bool mask is ``m``, one block of rows
     at a time (:func:`row_blocks`).
@@ -375,12 +431,12 @@ def _layer_rows(
 
 
 def _layer_delta(
-    ckpt: Checkpoint, plan: EditPlan, layer: _Layer, scale: float, k: int, block_bytes: int | None = None
+    ckpt: Checkpoint, plan: EditPlan, layer: ShiraLayer, scale: float, k: int, block_bytes: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SHiRA's ``(2, k)`` int32 indices and ``(k,)`` values for one layer, padded with ``-0.0``."""
     m = plan.mask_slice(layer.ckpt, layer.name)  # (rows, cols) bool: one byte per entry, unpacked once
     flat_parts, delta_parts = [], []
-    for rows, w, e, mb in _layer_rows(ckpt, layer, m, scale, block_bytes):
+    for rows, w, e, mb in shira_layer_rows(ckpt, layer, m, scale, block_bytes):
         idx = mb.nonzero()  # (count in block, 2), row-major
         delta_parts.append(exact_delta(w, e, idx, layer.name))
         flat_parts.append((idx[:, 0] + rows.start) * layer.cols + idx[:, 1])

@@ -34,14 +34,15 @@ from ..engine.mask import Mask, as_mask
 from ..errors import InputError
 from ..util.config_sizes import read_model_json
 from ..util.console import terminal_safe
-from .adapter import MATHNEURO_CONFIG, _layer_rows, _merge_ok, _peft_layers
+from ..util.files import DTYPE_OF_CODE, FLOAT_CODES
+from .adapter import MATHNEURO_CONFIG, peft_merge_exact, shira_layer_rows, shira_layers
 from .base import resolve_base
 from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint
 from .checkpoint_writer import published_bytes, support_files
 from .edit_plan import EditPlan, meta_model, plan_edits
 from .gguf_writer import audit_gguf
 from .remote_code import check_remote_code
-from .shards import DTYPE_CODES, cast_code, tensor_bytes
+from .shards import cast_code, tensor_bytes
 
 __all__ = ["VerifyReport", "verify"]
 
@@ -187,9 +188,9 @@ def _verify_checkpoint(
     # outputs.dtype, as the shards record it: every F32/BF16/F16 tensor cast to it after the edit
     codes = {m.get("mathneuro_edit_dtype") for m in got.shard_metadata.values()}
     code = next(iter(codes)) if len(codes) == 1 else None
-    if len(codes) > 1 or (code is not None and code not in DTYPE_CODES.values()):
+    if len(codes) > 1 or (code is not None and code not in FLOAT_CODES.values()):
         report.mismatches.append(f"shards: mathneuro_edit_dtype {sorted(map(str, codes))} is not one dtype")
-    dtype = next((k for k, v in DTYPE_CODES.items() if v == code), None)
+    dtype = next((k for k, v in FLOAT_CODES.items() if v == code), None)
     for name, entry in _bar(got.tensors.items(), len(got.tensors), "verify", progress):
         if name not in ckpt.tensors:
             continue
@@ -206,7 +207,7 @@ def _verify_checkpoint(
             n_bad = 0
             for rows, _, expected in plan.edited_rows(ckpt, name, scale, device=device):  # a block of rows
                 if cast is not None:
-                    expected = expected.to(entry_dtype(cast))
+                    expected = expected.to(DTYPE_OF_CODE[cast])
                 actual = got.read(name, rows=rows).to(device)
                 # per entry, not per byte: an entry differs when any of its bytes does
                 per = max(actual.element_size(), 1)
@@ -218,6 +219,19 @@ def _verify_checkpoint(
                 )
         elif not _same_bytes(ckpt, got, name):
             report.mismatches.append(f"{name}: differs from the base, but the mask does not edit it")
+    _check_records(report, out, got, mask, scale)
+    _check_support_files(report, out, folder, ckpt, got, dtype)
+    if not report.mismatches and not report.missing:  # the GGUF is audited against the (now verified) shards
+        for path in sorted(out.glob("*.gguf")):
+            checked, bad = audit_gguf(path, out)
+            report.checked += checked
+            report.mismatches += [f"{path.name}: {b}" for b in bad]
+            report.audited.append(f"{path.name} ({checked} tensors, against the checkpoint)")
+    return report
+
+
+def _check_records(report: VerifyReport, out: Path, got: Checkpoint, mask: Any, scale: float) -> None:
+    """Each shard's metadata records this mask and scale; the index maps every tensor to its shard."""
     for shard, meta in got.shard_metadata.items():
         want = {"format": "pt", "mathneuro_edit_mask_sha256": mask.sha256, "mathneuro_edit_scale": repr(scale)}
         wrong = [k for k, v in want.items() if meta.get(k) != v]
@@ -231,6 +245,12 @@ def _verify_checkpoint(
             report.mismatches.append(f"{SAFE_INDEX}: weight_map does not match the shards' contents")
         if index and meta.get("total_size") != got.total_size:
             report.mismatches.append(f"{SAFE_INDEX}: total_size is not {got.total_size}")
+
+
+def _check_support_files(
+    report: VerifyReport, out: Path, folder: Path, ckpt: Checkpoint, got: Checkpoint, dtype: str | None
+) -> None:
+    """The base's support files are there as published; files not from the base are noted."""
     copied, _ = support_files(folder, ckpt)
     for rel in copied:
         if not (out / rel).is_file():
@@ -241,18 +261,6 @@ def _verify_checkpoint(
             report.mismatches.append(f"{rel}: differs from the base's file" + (" (as published)" if want else ""))
     ours, _ = support_files(out, got)
     report.notes += [f"{rel}: not from the base" for rel in ours if rel not in set(copied)]
-    if not report.mismatches and not report.missing:  # the GGUF is audited against the (now verified) shards
-        for path in sorted(out.glob("*.gguf")):
-            checked, bad = audit_gguf(path, out)
-            report.checked += checked
-            report.mismatches += [f"{path.name}: {b}" for b in bad]
-            report.audited.append(f"{path.name} ({checked} tensors, against the checkpoint)")
-    return report
-
-
-def entry_dtype(code: str) -> torch.dtype:
-    """The torch dtype of a castable safetensors code (``"BF16"`` -> ``torch.bfloat16``)."""
-    return {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}[code]
 
 
 def _bar(items: Any, total: int, desc: str, progress: bool) -> Any:
@@ -298,7 +306,7 @@ def _verify_peft(
     if cfg.get("peft_type") != "SHIRA":
         report.mismatches.append(f"adapter_config.json: peft_type {cfg.get('peft_type')!r} is not SHIRA")
         return report
-    layers = _peft_layers(plan, mask)
+    layers = shira_layers(plan, mask)
     weights = out / "adapter_model.safetensors"
     if not weights.is_file():
         report.missing.append("adapter_model.safetensors")
@@ -331,7 +339,7 @@ def _verify_peft(
             )
             continue
         n_bad, exact_in_every_dtype = 0, True
-        for rows, w, e, _ in _layer_rows(ckpt, layer, plan.mask_slice(layer.ckpt, layer.name), scale):
+        for rows, w, e, _ in shira_layer_rows(ckpt, layer, plan.mask_slice(layer.ckpt, layer.name), scale):
             here = (idx[0] >= rows.start) & (idx[0] < rows.stop)
             block_idx = torch.stack([idx[0][here] - rows.start, idx[1][here]], dim=1)  # (k in block, 2)
             block_d = d[here]
@@ -340,7 +348,9 @@ def _verify_peft(
                 block_idx.t(), block_d.float() if w.element_size() < 4 else block_d, w.shape, check_invariants=True
             )
             n_bad += int((_bits(merged) != _bits(e)).sum())
-            exact_in_every_dtype &= bool(_merge_ok(w, e[block_idx[:, 0], block_idx[:, 1]], block_idx, block_d).all())
+            exact_in_every_dtype &= bool(
+                peft_merge_exact(w, e[block_idx[:, 0], block_idx[:, 1]], block_idx, block_d).all()
+            )
         if n_bad or not exact_in_every_dtype:
             report.mismatches.append(
                 f"{layer.name}: base + delta differs from the edit"

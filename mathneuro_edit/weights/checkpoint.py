@@ -18,6 +18,7 @@ from safetensors import safe_open
 
 from ..errors import InputError
 from ..util.config_sizes import read_model_json
+from ..util.files import DTYPE_OF_CODE, SAFETENSORS_CODES
 from ..util.reading import read_json
 from .headers import check_entries, check_header_length
 
@@ -31,22 +32,6 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 MAX_INDEX_BYTES = 64 * 1024 * 1024  # a 405B model's index is ~1 MB (one line per tensor)
 # Weight formats never read or copied: a stale copy in another format would silently disagree with the edit.
 SKIPPED_WEIGHT_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.msgpack", "*.h5", "*.onnx", "*.gguf", "*.tflite")
-
-_DTYPE_CODES: dict[torch.dtype, str] = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-    torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e5m2: "F8_E5M2",
-}
-_TORCH_OF_CODE = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 
 
 @dataclass(frozen=True)
@@ -63,7 +48,7 @@ class TensorEntry:
     @property
     def torch_dtype(self) -> torch.dtype | None:
         """The torch dtype of :attr:`dtype` (None for a code torch has no type for)."""
-        return _TORCH_OF_CODE.get(self.dtype)
+        return DTYPE_OF_CODE.get(self.dtype)
 
     @property
     def nbytes(self) -> int:
@@ -103,13 +88,13 @@ class Checkpoint:
         if self.kind == "pickle":
             t = self._pickle_shard(entry.file)[name]  # memory-mapped: only what is sliced is read
             return (t if rows is None else t[rows]).clone()
-        if rows is not None and entry.dtype in _TORCH_OF_CODE:  # only these rows' bytes
+        if rows is not None and entry.dtype in DTYPE_OF_CODE:  # only these rows' bytes
             start, stop, _ = rows.indices(entry.shape[0])
             row = entry.nbytes // max(entry.shape[0], 1)
             with open(entry.file, "rb") as fh:
                 fh.seek(entry.start + start * row)
                 data = bytearray(fh.read(max(stop - start, 0) * row))
-            dtype = _TORCH_OF_CODE[entry.dtype]
+            dtype = DTYPE_OF_CODE[entry.dtype]
             flat = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
             return flat.reshape((max(stop - start, 0), *entry.shape[1:]))
         with safe_open(str(entry.file), framework="pt") as f:
@@ -321,7 +306,7 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
             entries = {
                 n: TensorEntry(
                     n,
-                    _DTYPE_CODES.get(t.dtype, str(t.dtype)),
+                    SAFETENSORS_CODES.get(t.dtype, str(t.dtype)),
                     tuple(t.shape),
                     folder / shard,
                     0,

@@ -49,7 +49,7 @@ import logging
 import os
 import shutil
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ from ..engine.apply import check_scale
 from ..engine.mask import as_mask
 from ..errors import InputError
 from ..util.config_sizes import read_model_json
+from ..util.files import FLOAT_CODES
 from ..util.outdir import atomic_dir
 from .base import resolve_base
 from .checkpoint import (
@@ -72,9 +73,9 @@ from .checkpoint import (
     check_config_shapes,
     open_checkpoint,
 )
-from .edit_plan import meta_model, plan_edits
+from .edit_plan import EditPlan, meta_model, plan_edits
 from .remote_code import check_remote_code
-from .shards import DTYPE_CODES, check_workers, run_jobs, written_type
+from .shards import check_workers, run_jobs, written_type
 from .shards import (
     write_shard as _write_shard,  # module attribute: tests replace it to inject failures
 )
@@ -135,9 +136,9 @@ def export_checkpoint(
         PosixPath('out/boosted')
     """
     scale = check_scale(scale)
-    if dtype is not None and dtype not in DTYPE_CODES:
-        raise InputError(f"dtype: must be one of {', '.join(DTYPE_CODES)} or None, got {dtype!r}")
-    code = DTYPE_CODES[dtype] if dtype is not None else None
+    if dtype is not None and dtype not in FLOAT_CODES:
+        raise InputError(f"dtype: must be one of {', '.join(FLOAT_CODES)} or None, got {dtype!r}")
+    code = FLOAT_CODES[dtype] if dtype is not None else None
     workers = check_workers(workers)
     mask = as_mask(mask)
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
@@ -159,32 +160,54 @@ def export_checkpoint(
     if skipped:
         log.info("not copied from %s: %s", folder, ", ".join(skipped))
     with atomic_dir(out_dir, overwrite=overwrite, protect=[folder], needed=total_size) as tmp:
+        _Shards(ckpt, plan, layout, scale, code, ours).write(tmp, workers, progress)
+        if len(layout) > 1 or (max_shard_size is None and (folder / SAFE_INDEX).is_file()):
+            index_meta = {**ckpt.index_metadata, "total_size": total_size}
+            weight_map = {n: shard for shard, names in layout.items() for n in names}
+            (tmp / SAFE_INDEX).write_text(json.dumps({"metadata": index_meta, "weight_map": weight_map}, indent=2))
+        _copy_support(folder, tmp, copied, dtype)
+    return Path(out_dir).expanduser().absolute()
+
+
+def _copy_support(folder: Path, tmp: Path, copied: list[str], dtype: str | None) -> None:
+    """The base's support files (config, tokenizer, ...) into ``tmp``, as :func:`published_bytes` publishes them."""
+    for rel in copied:
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        data = published_bytes(folder, rel, dtype)
+        if data is None:
+            shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
+        else:
+            (tmp / rel).write_bytes(data)
+
+
+@dataclass(frozen=True)
+class _Shards:
+    """The output shards: which tensors each holds (``layout``), how they are edited and cast, their metadata."""
+
+    ckpt: Checkpoint
+    plan: EditPlan
+    layout: dict[str, list[str]]  # output shard -> tensor names
+    scale: float
+    code: str | None  # outputs.dtype's safetensors code (None: each tensor keeps its type)
+    ours: dict[str, str]  # the metadata every shard records about the edit
+
+    def write(self, tmp: Path, workers: int, progress: bool) -> None:
+        """Every shard into ``tmp``, ``workers`` at once (the bytes do not depend on how many)."""
+        ckpt, layout = self.ckpt, self.layout
         bar = tqdm(total=len(ckpt.tensors), desc="export", unit="tensor", disable=not progress, leave=False)
 
         def write(shard: str, stop: threading.Event) -> None:
             names = layout[shard]
             first = ckpt.tensors[names[0]].file.name if names else ""
-            meta = {**ckpt.shard_metadata.get(first, {}), "format": "pt", **ours}
+            meta = {**ckpt.shard_metadata.get(first, {}), "format": "pt", **self.ours}
             # a pickle base caches one memory-mapped input shard per Checkpoint: one Checkpoint per thread
             source = replace(ckpt, _pickle_cache=None) if workers > 1 and ckpt.kind == "pickle" else ckpt
-            _write_shard(tmp / shard, names, source, plan, scale, meta, stop=stop, dtype=code)
+            _write_shard(tmp / shard, names, source, self.plan, self.scale, meta, stop=stop, dtype=self.code)
 
         try:
             run_jobs(list(layout), write, workers=workers, done=lambda shard: bar.update(len(layout[shard])))
         finally:
             bar.close()
-        if len(layout) > 1 or (max_shard_size is None and (folder / SAFE_INDEX).is_file()):
-            index_meta = {**ckpt.index_metadata, "total_size": total_size}
-            weight_map = {n: shard for shard, names in layout.items() for n in names}
-            (tmp / SAFE_INDEX).write_text(json.dumps({"metadata": index_meta, "weight_map": weight_map}, indent=2))
-        for rel in copied:
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            data = published_bytes(folder, rel, dtype)
-            if data is None:
-                shutil.copyfile(folder / rel, tmp / rel)  # follows the Hub cache's symlinks: real files out
-            else:
-                (tmp / rel).write_bytes(data)
-    return Path(out_dir).expanduser().absolute()
 
 
 def published_bytes(folder: Path, rel: str, dtype: str | None) -> bytes | None:

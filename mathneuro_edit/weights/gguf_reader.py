@@ -41,7 +41,7 @@ from ..util.hub_online import require_hub
 from ..util.outdir import check_output
 from . import gguf_writer
 from .gguf_header import check_gguf_header
-from .gguf_writer import GGUF_TYPES
+from .gguf_tensors import GGUF_TYPES
 
 __all__ = [
     "is_gguf",

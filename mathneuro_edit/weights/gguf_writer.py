@@ -39,13 +39,11 @@ from .gguf_vocab import add_vocab, check_vocab
 
 __all__ = [
     "gguf_public_name",
-    "GGUF_TYPES",
     "gguf_filename",
     "check_gguf",
     "write_gguf",
     "gguf_file_type",
     "audit_gguf",
-    "gguf_plan",
 ]
 
 

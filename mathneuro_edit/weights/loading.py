@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from ..engine.targets import find_targets
 from ..errors import InputError
 from ..recipe.input_sections import BaseConfig
 from ..util.console import library_log_held
+from ..util.files import FLOAT_DTYPES
 from .base import resolve_base, resolve_model_path
 from .checkpoint import check_config_shapes, open_checkpoint
 from .edit_plan import meta_model, plan_edits
@@ -35,8 +37,6 @@ from .remote_code import check_remote_code, remote_code_error
 
 __all__ = ["load_model", "model_weights", "weights_from_checkpoint", "CheckpointWeights"]
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
     """``"bfloat16"`` -> ``torch.bfloat16``; ``"auto"``/``None`` stay ``"auto"`` (the checkpoint's dtype)."""
@@ -44,9 +44,9 @@ def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
         return "auto"
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype not in _DTYPES:
+    if dtype not in FLOAT_DTYPES:
         raise InputError(f"dtype: must be float32, bfloat16, float16 or auto, got {dtype!r}")
-    return _DTYPES[dtype]
+    return FLOAT_DTYPES[dtype]
 
 
 def _first_line(e: BaseException) -> str:
@@ -172,39 +172,62 @@ def load_model(
         >>> big, tok = load_model("meta-llama/Llama-3.1-70B", dtype="bfloat16", device_map="auto",
         ...     max_memory={0: "70GiB", "cpu": "200GiB"}, offload_folder="/scratch/off")  # doctest: +SKIP
     """
+    opts = _LoadOptions(dtype, device, device_map, max_memory, offload_folder, trust_remote_code, revision, use_kernels)
     if isinstance(base_cfg_or_path, BaseConfig):
         b = base_cfg_or_path
-        dtype = b.dtype if dtype is None else dtype
-        device = b.device if device is None else device
-        device_map = b.device_map if device_map is None else device_map
-        max_memory = b.max_memory if max_memory is None else max_memory
-        offload_folder = b.offload_folder if offload_folder is None else offload_folder
-        trust_remote_code = b.trust_remote_code if trust_remote_code is None else trust_remote_code
-        revision = b.revision if revision is None else revision
-        use_kernels = b.use_kernels if use_kernels is None else use_kernels
+        opts = opts.defaults_from(b)
         base_cfg_or_path = b.model
         if b.is_gguf:  # a Hub repo + gguf_file, or a local .gguf: its dequantized folder (docs/gguf.md)
-            base_cfg_or_path, revision = str(base_folder(b)), None
-    if device_map is not None and device not in (None, "auto"):
-        raise InputError(f"base: set device or device_map, not both (got device={device!r}); drop one of them")
-    if (max_memory is not None or offload_folder is not None) and device_map is None:
+            base_cfg_or_path, opts = str(base_folder(b)), replace(opts, revision=None)
+    if opts.device_map is not None and opts.device not in (None, "auto"):
+        raise InputError(f"base: set device or device_map, not both (got device={opts.device!r}); drop one of them")
+    if (opts.max_memory is not None or opts.offload_folder is not None) and opts.device_map is None:
         raise InputError("base: max_memory and offload_folder need device_map (e.g. device_map: auto)")
     path = resolve_model_path(base_cfg_or_path)
-    check_remote_code(path, bool(trust_remote_code))  # one line instead of transformers' prompt
+    check_remote_code(path, bool(opts.trust_remote_code))  # one line instead of transformers' prompt
     local = Path(path)
     if local.is_dir() and any(local.glob("*.safetensors")):
         ckpt = open_checkpoint(local)  # headers only: a truncated or corrupt shard is one line naming file and tensor
         # shapes against config.json (transformers would raise a RuntimeError, or re-initialise the tensor)
-        check_config_shapes(ckpt, meta_model(local, trust_remote_code=bool(trust_remote_code)))
-    torch_dtype = _torch_dtype(dtype)
+        check_config_shapes(ckpt, meta_model(local, trust_remote_code=bool(opts.trust_remote_code)))
+    kwargs: dict[str, Any] = dict(revision=opts.revision, trust_remote_code=bool(opts.trust_remote_code))
+    model = _load_weights(path, str(base_cfg_or_path), opts, kwargs)
+    tokenizer = _load_tokenizer(path, base_cfg_or_path, kwargs)
+    model.eval()
+    return model, tokenizer
+
+
+@dataclass(frozen=True)
+class _LoadOptions:
+    """:func:`load_model`'s options (``None``: not given); their names are the recipe's ``base`` keys."""
+
+    dtype: str | torch.dtype | None
+    device: str | None
+    device_map: str | dict[str, Any] | None
+    max_memory: dict[Any, str] | None
+    offload_folder: str | Path | None
+    trust_remote_code: bool | None
+    revision: str | None
+    use_kernels: bool | None
+
+    def defaults_from(self, b: BaseConfig) -> _LoadOptions:
+        """Each option not given takes the value of the recipe's ``base`` section."""
+        return _LoadOptions(
+            *(getattr(b, f.name) if getattr(self, f.name) is None else getattr(self, f.name) for f in fields(self))
+        )
+
+
+def _load_weights(path: str, ref: str, opts: _LoadOptions, kwargs: dict[str, Any]) -> nn.Module:
+    """The model through transformers, placed as asked; a failed load, or weights missing from the checkpoint,
+    is one line naming the cause."""
+    torch_dtype = _torch_dtype(opts.dtype)
+    device_map = opts.device_map
     if device_map is None:
-        target = _auto_device(device)
+        target = _auto_device(opts.device)
         # why a one-device map for accelerators: the weights go straight to the device, no full copy in RAM first
         device_map = None if target.type == "cpu" else {"": str(target)}
-    kwargs: dict[str, Any] = dict(revision=revision, trust_remote_code=bool(trust_remote_code))
-    ref = str(base_cfg_or_path)
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     # transformers' load report (a table of MISSING keys) is held: a failed load is our one line, the last
     with library_log_held():
@@ -216,16 +239,16 @@ def load_model(
                 device_map=device_map,
                 # a copy: accelerate rewrites the caps in place ("6GiB" -> 6442450944), which changed the recipe
                 # itself (a pydantic warning when it was written to the lock)
-                max_memory=None if max_memory is None else dict(max_memory),
-                offload_folder=None if offload_folder is None else str(offload_folder),
+                max_memory=None if opts.max_memory is None else dict(opts.max_memory),
+                offload_folder=None if opts.offload_folder is None else str(opts.offload_folder),
                 output_loading_info=True,
                 # never transformers' default (None = fetch compiled kernels from the Hub and run them on an
                 # accelerator): downloaded code runs only on the recipe's opt-in, and offline never needs it
-                use_kernels=bool(use_kernels),
+                use_kernels=bool(opts.use_kernels),
                 **kwargs,
             )
         except (ValueError, OSError, _config_errors()) as e:  # one line naming the real cause (config, kernels, ...)
-            raise _load_error(ref, e, path, kwargs, bool(use_kernels)) from None
+            raise _load_error(ref, e, path, kwargs, bool(opts.use_kernels)) from None
         missing = sorted(info.get("missing_keys") or [])
         if missing:  # transformers would only warn and initialise them randomly: an edit of that is meaningless
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
@@ -233,20 +256,25 @@ def load_model(
                 f"base.model {ref!r}: the checkpoint lacks {len(missing)} weight(s) "
                 f"of the model ({', '.join(missing[:3])}{more}); re-download or re-save the base"
             )
+    return model
+
+
+def _load_tokenizer(path: str, base: Any, kwargs: dict[str, Any]) -> Any:
+    """The model's tokenizer; files it cannot read are one line (or the remote-code refusal)."""
+    from transformers import AutoTokenizer
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        return AutoTokenizer.from_pretrained(path, **kwargs)
     # its files are the model's: a chat_template list without "template" keys is a KeyError, a value of the wrong
     # type a TypeError or AttributeError inside transformers (an internal error before)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        err = remote_code_error(base_cfg_or_path, e)
+        err = remote_code_error(base, e)
         if err is not None:
             raise err from None
         raise InputError(
-            f"base.model {ref!r}: cannot load its tokenizer ({type(e).__name__}: {_first_line(e)}); the folder needs "
-            "the tokenizer files save_pretrained writes"
+            f"base.model {str(base)!r}: cannot load its tokenizer ({type(e).__name__}: {_first_line(e)}); the folder "
+            "needs the tokenizer files save_pretrained writes"
         ) from None
-    model.eval()
-    return model, tokenizer
 
 
 # ---------------------------------------------------------------------------------------------- weights

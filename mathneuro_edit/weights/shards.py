@@ -31,6 +31,7 @@ import torch
 
 from ..engine.apply import check_scale, edited_values
 from ..errors import InputError
+from ..util.files import DTYPE_OF_CODE, FLOAT_CODES
 from .checkpoint import Checkpoint
 from .edit_plan import EditPlan, row_blocks
 
@@ -45,15 +46,12 @@ __all__ = [
     "check_workers",
     "Stopped",
     "CASTABLE",
-    "DTYPE_CODES",
     "cast_code",
 ]
 
 # outputs.dtype: the floating-point formats a checkpoint's weights may be cast between (other tensors, such as
 # integer buffers or float64 ones, keep their type and bytes)
-DTYPE_CODES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
-CASTABLE = frozenset(DTYPE_CODES.values())
-_TORCH_OF = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+CASTABLE = frozenset(FLOAT_CODES.values())
 
 Job = TypeVar("Job")
 
@@ -201,7 +199,7 @@ def write_edited(
         t = ckpt.read(name, rows)  # (rows in the block, *shape[1:])
         for m in masks:
             t = torch.where(m[rows] if e.shape else m, edited_values(t, scale), t)
-        write(tensor_bytes(t if cast is None else t.to(_TORCH_OF[cast])))
+        write(tensor_bytes(t if cast is None else t.to(DTYPE_OF_CODE[cast])))
 
 
 def write_shard(
@@ -252,7 +250,7 @@ def written_type(ckpt: Checkpoint, name: str, dtype: str | None) -> tuple[str, t
     numel = 1
     for n in e.shape:
         numel *= n
-    return cast, e.shape, numel * _TORCH_OF[cast].itemsize
+    return cast, e.shape, numel * DTYPE_OF_CODE[cast].itemsize
 
 
 def run_jobs(

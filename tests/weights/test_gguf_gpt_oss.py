@@ -26,7 +26,8 @@ from safetensors.numpy import load_file, save_file  # noqa: E402
 
 from mathneuro_edit.weights import gguf_arch  # noqa: E402
 from mathneuro_edit.weights.gguf_arch import gguf_refusal  # noqa: E402
-from mathneuro_edit.weights.gguf_writer import audit_gguf, gguf_plan, write_gguf  # noqa: E402
+from mathneuro_edit.weights.gguf_tensors import gguf_plan  # noqa: E402
+from mathneuro_edit.weights.gguf_writer import audit_gguf, write_gguf  # noqa: E402
 from tests._family_shapes import family_shape  # noqa: E402
 from tests._llama_cpp import family_base, gguf_tensors  # noqa: E402
 from tests.weights.test_gguf import _llama  # noqa: E402

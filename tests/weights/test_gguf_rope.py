@@ -20,7 +20,8 @@ gguf = pytest.importorskip("gguf")
 
 import tests._families as fam  # noqa: E402
 from mathneuro_edit import InputError  # noqa: E402
-from mathneuro_edit.weights.gguf_writer import gguf_plan, write_gguf  # noqa: E402
+from mathneuro_edit.weights.gguf_tensors import gguf_plan  # noqa: E402
+from mathneuro_edit.weights.gguf_writer import write_gguf  # noqa: E402
 from tests._family_shapes import family_shape  # noqa: E402
 from tests._llama_cpp import logit_gap  # noqa: E402
 from tests.weights.test_gguf import _llama  # noqa: E402
