@@ -28,6 +28,11 @@ class _Variant:
     recipe: Recipe
     group: int  # index of its statistics (variants that differ in targets only share one calibration)
 
+    @property
+    def prefix(self) -> str:
+        """``"<name> "`` before a point's settings in the sweep's lines, or nothing for the recipe itself."""
+        return f"{self.name} " if self.name else ""
+
 
 @dataclass
 class _Arm:
@@ -54,9 +59,8 @@ class _Grid:
         return self.variants[arm.variant].name
 
     def label(self, arm: _Arm) -> str:
-        """``"<variant> "`` before a point's settings in the sweep's lines, or nothing for the recipe itself."""
-        name = self.name(arm)
-        return f"{name} " if name else ""
+        """The variant's :attr:`_Variant.prefix` before ``arm``'s settings in the sweep's lines."""
+        return self.variants[arm.variant].prefix
 
 
 def _sweep_point(arm: _Arm, name: str, base_correct: Sequence[bool], base_general: dict[str, Any]) -> SweepPoint:

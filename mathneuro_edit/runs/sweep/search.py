@@ -268,7 +268,7 @@ def _confirm_stage(
         return None
     confirmation_problems, shots = problems
     stages.start(
-        f"confirm {'' if not chosen.variant.name else chosen.variant.name + ' '}top_k={chosen.point.top_k:g} "
+        f"confirm {chosen.variant.prefix}top_k={chosen.point.top_k:g} "
         f"scale={chosen.point.scale:g} on {len(confirmation_problems)} other problems, against the base and two "
         "control edits"
     )
