@@ -32,7 +32,7 @@ import torch
 from mathneuro_edit.data.sources import load_texts
 from mathneuro_edit.engine.calibration import calibrate
 from mathneuro_edit.engine.mask import find_math_params, k_of
-from mathneuro_edit.engine.official import official_set_masks
+from mathneuro_edit.engine.official import OfficialPass, official_set_masks
 from mathneuro_edit.engine.topk import top_fraction_flat
 from mathneuro_edit.weights.loading import load_model
 
@@ -84,8 +84,8 @@ def main() -> None:
     t2 = time.time()
     m_sums: dict[str, torch.Tensor] = {}
     g_sums: dict[str, torch.Tensor] = {}
-    (o_math,), m_meta = official_set_masks(model, tok, math, [args.top_k], keep_sums=m_sums, **kw)
-    (o_gen,), g_meta = official_set_masks(model, tok, general, [args.top_k], keep_sums=g_sums, **kw)
+    (o_math,), m_meta = official_set_masks(model, tok, math, [args.top_k], run=OfficialPass(**kw), keep_sums=m_sums)
+    (o_gen,), g_meta = official_set_masks(model, tok, general, [args.top_k], run=OfficialPass(**kw), keep_sums=g_sums)
     t3 = time.time()
 
     names = [n for n in o_math if n in default]

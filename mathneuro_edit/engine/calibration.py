@@ -27,32 +27,16 @@ from .._version import __version__
 from ..errors import InputError
 from ..util.hashing import texts_sha256
 from ..util.paths import LOCAL, is_local_path
+from .devices import model_device
 from .forward_stop import ForwardStop, StopForward
-from .recorder import Recorder, accelerate_hooks
+from .recorder import Recorder
 from .stats import ActivationStats
 from .targets import find_targets, model_fingerprint
 
-__all__ = ["calibrate"]
+__all__ = ["calibrate", "tokenize_texts"]
 
 
-def _input_device(model: nn.Module) -> torch.device:
-    """Where ``input_ids`` go: the input embedding's device, or accelerate's execution device when it is offloaded."""
-    emb = getattr(model, "get_input_embeddings", lambda: None)()
-    if emb is not None and emb.weight.device.type != "meta":
-        return emb.weight.device
-    for module in (emb, model):  # offloaded embedding: accelerate computes it on the hook's execution device
-        for hook in accelerate_hooks(module) if module is not None else []:
-            dev = getattr(hook, "execution_device", None)
-            if isinstance(dev, int):  # accelerate's accelerator index (cuda:N on NVIDIA)
-                found = torch.accelerator.current_accelerator()
-                return torch.device(found.type if found is not None else "cuda", dev)
-            if dev is not None:
-                return torch.device(dev)
-    real = [p.device for p in model.parameters() if p.device.type != "meta"]
-    return real[0] if real else torch.device("cpu")
-
-
-def _tokenize(tokenizer: Any, texts: list[str], max_length: int) -> tuple[list[list[int]], int]:
+def tokenize_texts(tokenizer: Any, texts: list[str], max_length: int) -> tuple[list[list[int]], int]:
     ids = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
     truncated = sum(len(x) > max_length for x in ids)
     ids = [list(x[:max_length]) for x in ids]
@@ -96,6 +80,25 @@ def calibrate(
     Example:
         >>> stats = calibrate(model, tokenizer, ["Question: 2+3?\\nAnswer: 5"], progress=False)  # doctest: +SKIP
     """
+    texts = _checked_texts(texts, max_length, batch_size)
+    targets = find_targets(model, include=include, exclude=exclude, include_tied_lm_head=include_tied_lm_head)
+    ids, truncated = tokenize_texts(tokenizer, texts, max_length)
+    pad_id = next((v for v in (tokenizer.pad_token_id, tokenizer.eos_token_id) if v is not None), 0)
+    recorder, n_tokens = _record(model, targets, ids, pad_id, batch_size, progress)
+
+    norm, sq, count = {}, {}, {}
+    for name, acc in recorder.acc.items():
+        shape = acc.target.stat_shape
+        # a target that saw no token (an expert no token was routed to) has zero statistics
+        norm[name] = (acc.norm if acc.norm is not None else torch.zeros(shape)).cpu()
+        sq[name] = (acc.sq if acc.sq is not None else torch.zeros(shape)).cpu()
+        count[name] = acc.count
+    meta = _meta(model, texts, n_tokens, truncated, max_length)
+    return ActivationStats(norm, sq, count, dict(targets), meta)
+
+
+def _checked_texts(texts: Sequence[str], max_length: int, batch_size: int) -> list[str]:
+    """The calibration texts as a list, refused when empty, not text, or with sizes below 1."""
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise InputError("texts: must be a list of strings, got a single string or non-sequence; wrap it in a list")
     texts = list(texts)
@@ -106,15 +109,17 @@ def calibrate(
             raise InputError(f"texts[{i}]: must be a string, got {type(t).__name__}")
     if max_length < 1 or batch_size < 1:
         raise InputError(f"max_length and batch_size must be >= 1 (got {max_length}, {batch_size})")
+    return texts
 
-    targets = find_targets(model, include=include, exclude=exclude, include_tied_lm_head=include_tied_lm_head)
-    ids, truncated = _tokenize(tokenizer, texts, max_length)
+
+def _record(
+    model: nn.Module, targets: dict[str, Any], ids: list[list[int]], pad_id: int, batch_size: int, progress: bool
+) -> tuple[Recorder, int]:
+    """The forward passes, with the recorder's hooks and the early stop: ``(recorder, tokens seen)``."""
     # Longest first: batches of similar lengths waste little compute on padding; sums do not depend on order
     # beyond float32 rounding.
     order = sorted(range(len(ids)), key=lambda i: (-len(ids[i]), i))
-    pad_id = next((v for v in (tokenizer.pad_token_id, tokenizer.eos_token_id) if v is not None), 0)
-    device = _input_device(model)
-
+    device = model_device(model)
     recorder = Recorder(model, targets)
     # after the recorder: hooks run in registration order, the inputs are recorded before the stop
     stop = ForwardStop(model, list(dict.fromkeys(t.module_name for t in targets.values())))
@@ -146,18 +151,15 @@ def calibrate(
         stop.remove()
         recorder.remove()  # hooks never outlive the call, also on error
         model.train(was_training)
+    return recorder, n_tokens
 
-    norm, sq, count = {}, {}, {}
-    for name, acc in recorder.acc.items():
-        shape = acc.target.stat_shape
-        # a target that saw no token (an expert no token was routed to) has zero statistics
-        norm[name] = (acc.norm if acc.norm is not None else torch.zeros(shape)).cpu()
-        sq[name] = (acc.sq if acc.sq is not None else torch.zeros(shape)).cpu()
-        count[name] = acc.count
-    first = next(p for p in model.parameters() if p.dtype.is_floating_point)
+
+def _meta(model: nn.Module, texts: list[str], n_tokens: int, truncated: int, max_length: int) -> dict[str, Any]:
+    """What the statistics record about their making: the texts' hash, the model, its dtype, the versions."""
     import transformers
 
-    meta = {
+    first = next(p for p in model.parameters() if p.dtype.is_floating_point)
+    return {
         "num_samples": len(texts),
         "num_tokens": n_tokens,
         "truncated_samples": truncated,
@@ -172,7 +174,6 @@ def calibrate(
             "transformers": transformers.__version__,
         },
     }
-    return ActivationStats(norm, sq, count, dict(targets), meta)
 
 
 def _public_name(name: str) -> str:

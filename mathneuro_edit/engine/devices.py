@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .recorder import accelerate_hooks
+
 __all__ = ["work_device", "selection_device", "model_device", "device_record", "device_type"]
 
 
@@ -51,10 +53,21 @@ def selection_device(device: str | torch.device | None = "auto") -> torch.device
 
 
 def model_device(model: nn.Module) -> torch.device:
-    """The device a model computes on: its input embedding's, or accelerate's execution device when offloaded."""
-    from .calibration import _input_device
-
-    return _input_device(model)
+    """The device a model computes on, where its ``input_ids`` go: its input embedding's, or accelerate's execution
+    device when the embedding is offloaded."""
+    emb = getattr(model, "get_input_embeddings", lambda: None)()
+    if emb is not None and emb.weight.device.type != "meta":
+        return emb.weight.device
+    for module in (emb, model):  # offloaded embedding: accelerate computes it on the hook's execution device
+        for hook in accelerate_hooks(module) if module is not None else []:
+            dev = getattr(hook, "execution_device", None)
+            if isinstance(dev, int):  # accelerate's accelerator index (cuda:N on NVIDIA)
+                found = torch.accelerator.current_accelerator()
+                return torch.device(found.type if found is not None else "cuda", dev)
+            if dev is not None:
+                return torch.device(dev)
+    real = [p.device for p in model.parameters() if p.device.type != "meta"]
+    return real[0] if real else torch.device("cpu")
 
 
 def device_type(record: Any) -> str | None:

@@ -202,17 +202,7 @@ def calibrate_distributed(
     kwargs["progress"] = bool(kwargs.get("progress", True)) and rank == 0
 
     # 1. same texts, model and settings everywhere: a mismatch would silently mix different statistics
-    digest = _agreement_digest(model, texts, {k: v for k, v in kwargs.items() if k != "progress"}).to(device)
-    lo, hi = digest.clone(), digest.clone()
-    _collective(lambda: dist.all_reduce(lo, op=dist.ReduceOp.MIN), "comparing inputs", rank)
-    _collective(lambda: dist.all_reduce(hi, op=dist.ReduceOp.MAX), "comparing inputs", rank)
-    if not torch.equal(lo, hi):
-        raise InputError(
-            "calibrate_distributed: ranks were given different texts, models or calibrate settings; "
-            "pass the same full list and arguments on every rank"
-        )
-    if len(texts) < world:  # after the comparison: every rank decides alike
-        raise InputError(f"texts: {len(texts)} samples for {world} ranks; give at least one sample per rank")
+    _check_agreement(model, texts, kwargs, rank, world, device)
 
     # 2. each rank its contiguous block
     local: ActivationStats | None = None
@@ -225,16 +215,7 @@ def calibrate_distributed(
     assert local is not None
 
     # 3. one reduce per dtype: float32 sums (norm then sq, in target order) and int64 counts + totals
-    names = list(local.targets)
-    floats = torch.cat([local.norm_sum[n].reshape(-1) for n in names] + [local.sq_sum[n].reshape(-1) for n in names])
-    meta = local.meta
-    counts = torch.cat(
-        [local.token_count[n].reshape(-1) for n in names]
-        + [torch.tensor([meta["num_tokens"], meta["truncated_samples"]], dtype=torch.int64)]
-    )
-    floats, counts = floats.to(device), counts.to(device)
-    _collective(lambda: dist.reduce(floats, dst=0), "summing statistics", rank)
-    _collective(lambda: dist.reduce(counts, dst=0), "summing statistics", rank)
+    names, floats, counts = _reduce_to_rank0(local, rank, device)
 
     result: ActivationStats | None = None
     error = None
@@ -268,3 +249,38 @@ def _unflatten(local: ActivationStats, names: list[str], floats: torch.Tensor, c
     meta = dict(local.meta)
     meta["num_tokens"], meta["truncated_samples"] = int(counts[off]), int(counts[off + 1])
     return ActivationStats(norm, sq, count, dict(local.targets), meta)
+
+
+def _check_agreement(
+    model: nn.Module, texts: list[str], kwargs: dict[str, Any], rank: int, world: int, device: torch.device
+) -> None:
+    """Every rank holds the same texts, model and settings (their digests' minimum equals their maximum), and
+    at least one text per rank; refused alike on every rank."""
+    digest = _agreement_digest(model, texts, {k: v for k, v in kwargs.items() if k != "progress"}).to(device)
+    lo, hi = digest.clone(), digest.clone()
+    _collective(lambda: dist.all_reduce(lo, op=dist.ReduceOp.MIN), "comparing inputs", rank)
+    _collective(lambda: dist.all_reduce(hi, op=dist.ReduceOp.MAX), "comparing inputs", rank)
+    if not torch.equal(lo, hi):
+        raise InputError(
+            "calibrate_distributed: ranks were given different texts, models or calibrate settings; "
+            "pass the same full list and arguments on every rank"
+        )
+    if len(texts) < world:  # after the comparison: every rank decides alike
+        raise InputError(f"texts: {len(texts)} samples for {world} ranks; give at least one sample per rank")
+
+
+def _reduce_to_rank0(
+    local: ActivationStats, rank: int, device: torch.device
+) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """This rank's statistics summed onto rank 0: ``(target names, float32 sums, int64 counts and totals)``."""
+    names = list(local.targets)
+    floats = torch.cat([local.norm_sum[n].reshape(-1) for n in names] + [local.sq_sum[n].reshape(-1) for n in names])
+    meta = local.meta
+    counts = torch.cat(
+        [local.token_count[n].reshape(-1) for n in names]
+        + [torch.tensor([meta["num_tokens"], meta["truncated_samples"]], dtype=torch.int64)]
+    )
+    floats, counts = floats.to(device), counts.to(device)
+    _collective(lambda: dist.reduce(floats, dst=0), "summing statistics", rank)
+    _collective(lambda: dist.reduce(counts, dst=0), "summing statistics", rank)
+    return names, floats, counts

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,7 +36,7 @@ from .topk import top_fraction, top_fraction_flat, top_k_hint
 if TYPE_CHECKING:
     from .stats import ActivationStats
 
-__all__ = ["Mask", "as_mask", "k_of", "find_math_params", "find_math_params_multi"]
+__all__ = ["Mask", "as_mask", "k_of", "seed_for", "check_mask_args", "find_math_params", "find_math_params_multi"]
 
 Method = Literal["mathneuro", "wanda", "random", "general"]
 Granularity = Literal["matrix", "row"]
@@ -314,7 +315,8 @@ def _general_specific(
     return (rank < counts).reshape(general.shape)
 
 
-def _seed_for(seed: int, name: str, group: int) -> int:
+def seed_for(seed: int, name: str, group: int) -> int:
+    """The seed of one random group (``method="random"``): from the run's seed, the parameter and the group alone."""
     digest = hashlib.sha256(f"{seed}:{name}:{group}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
@@ -361,7 +363,8 @@ def _check_stats(
             )
 
 
-def _validate(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
+def check_mask_args(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
+    """Refuse a ``top_k`` outside (0, 1] and an unknown method, granularity or statistic (one line each)."""
     for top_k in top_ks:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not 0 < top_k <= 1:
             raise InputError(
@@ -454,55 +457,14 @@ def find_math_params_multi(
         >>> masks = find_math_params_multi(model, ms, gs, top_ks=[0.01, 0.05])  # doctest: +SKIP
     """
     top_ks = list(top_ks)
-    _validate(top_ks, method, granularity, statistic)
-    generals = (
-        []
-        if general_stats is None
-        else ([general_stats] if not isinstance(general_stats, Sequence) else list(general_stats))
-    )
-    if method != "wanda" and not generals:
-        raise InputError(f"method {method!r} needs general_stats (at least one non-math set)")
-    if method == "wanda":
-        generals = []  # the paper's ablation: the math top-k alone, nothing subtracted
-    # a Mapping is used as it is (not copied into a dict): a lazy one then holds one weight in memory at a time
-    params: Mapping[str, torch.Tensor] = (
-        dict(model.named_parameters(remove_duplicate=False)) if isinstance(model, nn.Module) else model
-    )
-    targets = math_stats.targets
-    _check_stats(targets, params, math_stats, "math_stats")
-    for i, general in enumerate(generals):
-        if set(general.targets) != set(targets):
-            diff = sorted(set(general.targets) ^ set(targets))[0]
-            raise InputError(
-                f"general_stats[{i}]: targets differ from math_stats (first: {diff!r}); "
-                "calibrate every set with the same include/exclude"
-            )
-        _check_stats(targets, params, general, f"general_stats[{i}]", math_stats.norm_sum)
-
+    check_mask_args(top_ks, method, granularity, statistic)
+    generals = _general_sets(general_stats, method)
+    params = _checked_params(model, math_stats, generals)
+    select = _Selection(top_ks, method, granularity, seed, statistic, device, math_stats, generals)
     masks = [Mask({}, {}) for _ in top_ks]
     with torch.no_grad():
-        for name, t in tqdm(targets.items(), desc="masks", disable=not progress, leave=False, unit="tensor"):
-            view = canonical_view(params[name].detach(), t)  # (groups, d_out, d_in)
-            per_k: list[list[torch.Tensor]] = [[] for _ in top_ks]  # per top_k: one (d_out, d_in) mask per group
-            for g in range(t.groups):
-                w = view[g] if device is None else view[g].to(device)  # (d_out, d_in); the stats follow it
-                sels = _top_masks(_scores(w, math_stats.statistic(name, statistic)[g], name), top_ks, granularity)
-                tops = [m.clone() for m in sels] if method == "general" else []
-                for gs in generals:
-                    gens = _top_masks(_scores(w, gs.statistic(name, statistic)[g], name), top_ks, granularity)
-                    for sel, gen in zip(sels, gens):
-                        sel &= gen.logical_not_()  # in place: no extra matrix-sized temporary
-                for i, sel in enumerate(sels):
-                    if method == "random":
-                        count, n = int(torch.count_nonzero(sel)), sel.numel()
-                        rng = torch.Generator().manual_seed(_seed_for(seed, name, g))
-                        sel = torch.zeros(n, dtype=torch.bool)
-                        sel[torch.randperm(n, generator=rng)[:count]] = True
-                    elif method == "general":
-                        general = _scores(w, generals[0].statistic(name, statistic)[g], name)
-                        sel = _general_specific(general, tops[i], sel, granularity)
-                    per_k[i].append(sel.reshape(w.shape).cpu())
-            for mask, parts in zip(masks, per_k):
+        for name, t in tqdm(math_stats.targets.items(), desc="masks", disable=not progress, leave=False, unit="tensor"):
+            for mask, parts in zip(masks, select.parts(name, t, params[name])):
                 # back from the canonical view to the parameter's own layout
                 if t.kind == "linear":
                     mask._add(name, parts[0])
@@ -523,6 +485,82 @@ def find_math_params_multi(
             "general_stats_sha256": [general.sha256 for general in generals],
         }
     return masks
+
+
+def _general_sets(
+    general_stats: ActivationStats | Sequence[ActivationStats] | None, method: str
+) -> list[ActivationStats]:
+    """The non-math sets as a list; refused when the method needs one and none is given; none for wanda."""
+    generals = (
+        []
+        if general_stats is None
+        else ([general_stats] if not isinstance(general_stats, Sequence) else list(general_stats))
+    )
+    if method != "wanda" and not generals:
+        raise InputError(f"method {method!r} needs general_stats (at least one non-math set)")
+    if method == "wanda":
+        generals = []  # the paper's ablation: the math top-k alone, nothing subtracted
+    return generals
+
+
+def _checked_params(
+    model: nn.Module | Mapping[str, torch.Tensor], math_stats: ActivationStats, generals: list[ActivationStats]
+) -> Mapping[str, torch.Tensor]:
+    """The model's parameters by name, once every set's statistics are proven to be of this model."""
+    # a Mapping is used as it is (not copied into a dict): a lazy one then holds one weight in memory at a time
+    params: Mapping[str, torch.Tensor] = (
+        dict(model.named_parameters(remove_duplicate=False)) if isinstance(model, nn.Module) else model
+    )
+    targets = math_stats.targets
+    _check_stats(targets, params, math_stats, "math_stats")
+    for i, general in enumerate(generals):
+        if set(general.targets) != set(targets):
+            diff = sorted(set(general.targets) ^ set(targets))[0]
+            raise InputError(
+                f"general_stats[{i}]: targets differ from math_stats (first: {diff!r}); "
+                "calibrate every set with the same include/exclude"
+            )
+        _check_stats(targets, params, general, f"general_stats[{i}]", math_stats.norm_sum)
+    return params
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """How every target is selected: the ``top_k`` values, the method and its settings, the statistics."""
+
+    top_ks: list[float]
+    method: str
+    granularity: Granularity
+    seed: int
+    statistic: str
+    device: str | torch.device | None
+    math_stats: ActivationStats
+    generals: list[ActivationStats]
+
+    def parts(self, name: str, t: Target, weight: torch.Tensor) -> list[list[torch.Tensor]]:
+        """Per ``top_k``: one ``(d_out, d_in)`` CPU mask per group of the target, in its canonical view."""
+        top_ks, granularity, statistic = self.top_ks, self.granularity, self.statistic
+        view = canonical_view(weight.detach(), t)  # (groups, d_out, d_in)
+        per_k: list[list[torch.Tensor]] = [[] for _ in top_ks]
+        for g in range(t.groups):
+            w = view[g] if self.device is None else view[g].to(self.device)  # (d_out, d_in); the stats follow it
+            sels = _top_masks(_scores(w, self.math_stats.statistic(name, statistic)[g], name), top_ks, granularity)
+            tops = [m.clone() for m in sels] if self.method == "general" else []
+            for gs in self.generals:
+                gens = _top_masks(_scores(w, gs.statistic(name, statistic)[g], name), top_ks, granularity)
+                for sel, gen in zip(sels, gens):
+                    sel &= gen.logical_not_()  # in place: no extra matrix-sized temporary
+            for i, sel in enumerate(sels):
+                if self.method == "random":
+                    count, n = int(torch.count_nonzero(sel)), sel.numel()
+                    rng = torch.Generator().manual_seed(seed_for(self.seed, name, g))
+                    sel = torch.zeros(n, dtype=torch.bool)
+                    sel[torch.randperm(n, generator=rng)[:count]] = True
+                elif self.method == "general":
+                    general = _scores(w, self.generals[0].statistic(name, statistic)[g], name)
+                    sel = _general_specific(general, tops[i], sel, granularity)
+                per_k[i].append(sel.reshape(w.shape).cpu())
+        return per_k
 
 
 def as_mask(mask: Any) -> Any:

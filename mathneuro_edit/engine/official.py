@@ -31,6 +31,7 @@ experts) and inputs that are not ``(1, tokens, d_in)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -39,13 +40,20 @@ from tqdm.auto import tqdm
 
 from ..errors import InputError
 from ..util.hashing import texts_sha256
-from .calibration import _input_device, _tokenize
+from .calibration import tokenize_texts
+from .devices import model_device
 from .forward_stop import ForwardStop, StopForward
-from .mask import Mask, _seed_for, k_of
+from .mask import Mask, check_mask_args, k_of, seed_for
 from .targets import Target, find_targets, model_fingerprint
 from .topk import top_fraction_flat
 
-__all__ = ["official_targets", "official_set_masks", "find_math_params_official", "find_math_params_official_multi"]
+__all__ = [
+    "OfficialPass",
+    "official_targets",
+    "official_set_masks",
+    "find_math_params_official",
+    "find_math_params_official_multi",
+]
 
 REFERENCE = "official"
 
@@ -145,16 +153,24 @@ class _Sums:
         self.handles.clear()
 
 
+@dataclass(frozen=True)
+class OfficialPass:
+    """How the official forward passes run, the same for every set: tokens kept per text (longer texts are
+    truncated), which weights are scored (regular expressions over parameter names), a progress bar."""
+
+    max_length: int = 512
+    include: Sequence[str] | None = None
+    exclude: Sequence[str] | None = None
+    progress: bool = False
+
+
 def official_set_masks(
     model: nn.Module,
     tokenizer: Any,
     texts: Sequence[str],
     top_ks: Sequence[float],
     *,
-    max_length: int = 512,
-    include: Sequence[str] | None = None,
-    exclude: Sequence[str] | None = None,
-    progress: bool = False,
+    run: OfficialPass = OfficialPass(),
     label: str = "texts",
     keep_sums: dict[str, torch.Tensor] | None = None,
 ) -> tuple[list[Mask], dict[str, Any]]:
@@ -163,6 +179,7 @@ def official_set_masks(
     Args:
         texts: the set, in the order the sums are taken (one sample per forward, no padding).
         top_ks: fractions in (0, 1].
+        run: the forward passes' settings.
         keep_sums: for analysis (scripts/official_jaccard.py): receives every weight's sums ``A`` (weight-sized).
 
     Returns:
@@ -170,11 +187,12 @@ def official_set_masks(
         lower flat index); ``meta`` counts samples, tokens and truncated samples.
     """
     texts = _check_texts(texts, label)
+    max_length = run.max_length
     if max_length < 1:
         raise InputError(f"max_length must be >= 1 (got {max_length})")
-    targets = official_targets(model, include=include, exclude=exclude)
-    ids, truncated = _tokenize(tokenizer, texts, max_length)
-    device = _input_device(model)
+    targets = official_targets(model, include=run.include, exclude=run.exclude)
+    ids, truncated = tokenize_texts(tokenizer, texts, max_length)
+    device = model_device(model)
     sums = _Sums(model, targets)
     # after the sums' hooks: hooks run in registration order, the inputs are recorded before the stop
     stop = ForwardStop(model, list(dict.fromkeys(t.module_name for t in targets.values())))
@@ -183,7 +201,7 @@ def official_set_masks(
     n_tokens = 0
     try:
         with torch.no_grad():
-            for i in tqdm(range(len(ids)), desc="official sums", unit="text", disable=not progress, leave=False):
+            for i in tqdm(range(len(ids)), desc="official sums", unit="text", disable=not run.progress, leave=False):
                 stop.new_batch()
                 try:  # batch 1, no attention mask, as the script calls the model
                     model(input_ids=torch.tensor([ids[i]], device=device), use_cache=False)
@@ -226,20 +244,16 @@ def find_math_params_official_multi(
     top_ks: Sequence[float],
     method: Literal["mathneuro", "wanda", "random"] = "mathneuro",
     seed: int = 0,
-    max_length: int = 512,
-    include: Sequence[str] | None = None,
-    exclude: Sequence[str] | None = None,
-    progress: bool = False,
+    run: OfficialPass = OfficialPass(),
 ) -> list[Mask]:
-    """:func:`find_math_params_official` for several ``top_k`` (one forward pass per text for all of them).
+    """:func:`find_math_params_official` for several ``top_k`` (one forward pass per text for all of them);
+    ``run``: the forward passes' settings.
 
     Example:
         >>> masks = find_math_params_official_multi(model, tok, math, [general], top_ks=[0.01, 0.05])  # doctest: +SKIP
     """
-    from .mask import _validate
-
     top_ks = list(top_ks)
-    _validate(top_ks, method, "matrix", "l2")
+    check_mask_args(top_ks, method, "matrix", "l2")
     generals = [] if general_texts is None or method == "wanda" else list(general_texts)
     if general_texts is not None and (
         isinstance(general_texts, str) or (len(general_texts) and isinstance(general_texts[0], str))
@@ -247,11 +261,10 @@ def find_math_params_official_multi(
         raise InputError("general_texts: a list of sets (each a list of strings), e.g. [general]")
     if method != "wanda" and not generals:
         raise InputError(f"method {method!r} needs general_texts (at least one non-math set)")
-    kw = dict(max_length=max_length, include=include, exclude=exclude, progress=progress)
-    math_sets, math_meta = official_set_masks(model, tokenizer, math_texts, top_ks, label="math_texts", **kw)
+    math_sets, math_meta = official_set_masks(model, tokenizer, math_texts, top_ks, run=run, label="math_texts")
     general_sets, general_meta = [], []
     for i, texts in enumerate(generals):
-        sets, meta = official_set_masks(model, tokenizer, texts, top_ks, label=f"general_texts[{i}]", **kw)
+        sets, meta = official_set_masks(model, tokenizer, texts, top_ks, run=run, label=f"general_texts[{i}]")
         general_sets.append(sets)
         general_meta.append(meta)
     first = next(p for p in model.parameters() if p.dtype.is_floating_point)
@@ -264,7 +277,7 @@ def find_math_params_official_multi(
                 sel &= sets[i][name].logical_not()
             if method == "random":
                 count, n = int(torch.count_nonzero(sel)), sel.numel()
-                rng = torch.Generator().manual_seed(_seed_for(seed, name, 0))
+                rng = torch.Generator().manual_seed(seed_for(seed, name, 0))
                 flat = torch.zeros(n, dtype=torch.bool)
                 flat[torch.randperm(n, generator=rng)[:count]] = True
                 sel = flat.reshape(sel.shape)
@@ -326,8 +339,5 @@ def find_math_params_official(
         top_ks=[top_k],
         method=method,
         seed=seed,
-        max_length=max_length,
-        include=include,
-        exclude=exclude,
-        progress=progress,
+        run=OfficialPass(max_length, include, exclude, progress),
     )[0]

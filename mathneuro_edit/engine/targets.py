@@ -221,6 +221,37 @@ def find_targets(
         ['model.layers.0.self_attn.q_proj.weight']
     """
     inc, exc = _compile(include, "include"), _compile(exclude, "exclude")
+    found, covered = _module_targets(model, include_tied_lm_head)
+
+    names_in_model = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    unhandled = [
+        n
+        for n, p in model.named_parameters()
+        if p.dim() >= 2 and n not in found and n not in covered and not any(r.search(n) for r in exc)
+    ]
+    if unhandled:
+        shown = ", ".join(unhandled[:5]) + (f" and {len(unhandled) - 5} more" if len(unhandled) > 5 else "")
+        raise InputError(
+            f"cannot score {len(unhandled)} parameter(s) of this model family: {shown}; "
+            "exclude them explicitly (e.g. exclude: ['<regex>']) or report the model family"
+        )
+    result = {}
+    for name, t in found.items():
+        if name not in names_in_model:
+            continue
+        if inc and not any(r.search(name) for r in inc):
+            continue
+        if any(r.search(name) for r in exc):
+            continue
+        result[name] = t
+    if not result:
+        raise InputError("no target weights left after include/exclude; loosen the include/exclude patterns")
+    return result
+
+
+def _module_targets(model: nn.Module, include_tied_lm_head: bool) -> tuple[dict[str, Target], set[str]]:
+    """Every weight a module kind says is scored, in module order, and the parameters that are covered without
+    being scored (embeddings, a tied ``lm_head``, expert biases)."""
     tied = _tied_lm_head_names(model)
     found: dict[str, Target] = {}
     covered: set[str] = set()  # parameters that are targets, embeddings or deliberately not scored
@@ -254,31 +285,7 @@ def find_targets(
             for attr, role in (("gate_up_proj", "up"), ("down_proj", "down")):
                 w = getattr(module, attr)
                 found[prefix + attr] = Target(prefix + attr, "experts", mod_name, tuple(w.shape), True, role)
-
-    names_in_model = {n for n, _ in model.named_parameters(remove_duplicate=False)}
-    unhandled = [
-        n
-        for n, p in model.named_parameters()
-        if p.dim() >= 2 and n not in found and n not in covered and not any(r.search(n) for r in exc)
-    ]
-    if unhandled:
-        shown = ", ".join(unhandled[:5]) + (f" and {len(unhandled) - 5} more" if len(unhandled) > 5 else "")
-        raise InputError(
-            f"cannot score {len(unhandled)} parameter(s) of this model family: {shown}; "
-            "exclude them explicitly (e.g. exclude: ['<regex>']) or report the model family"
-        )
-    result = {}
-    for name, t in found.items():
-        if name not in names_in_model:
-            continue
-        if inc and not any(r.search(name) for r in inc):
-            continue
-        if any(r.search(name) for r in exc):
-            continue
-        result[name] = t
-    if not result:
-        raise InputError("no target weights left after include/exclude; loosen the include/exclude patterns")
-    return result
+    return found, covered
 
 
 def model_fingerprint(model: nn.Module) -> str:
