@@ -196,11 +196,6 @@ def test_a_control_test_with_more_discordant_problems_than_problems_is_refused(
     assert f"says confirmed, but its test of {label} (8 vs 1 discordant" in line, line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not checked yet: read_sweep bounds a control test's counts by the confirmation's n, not by the test's "
-    "own n (the problems both answered); issue 41",
-)
 def test_more_discordant_problems_than_problems_both_answered_are_refused(tmp_path: Path) -> None:
     """The test among the problems both answered claims 6 discordant problems of the 5 both answered."""
     data = _valid()

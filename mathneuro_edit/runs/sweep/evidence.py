@@ -342,8 +342,10 @@ def _check_controls(c: Mapping[str, Any], n: int, alpha: float, where: str) -> N
             raise InputError(
                 f"{where}: says confirmed, but has no test of {label}; the file was edited: re-run the sweep"
             )
+        # a test's own n: all problems, or only those both arms answered (never more than the confirmation's)
+        tn = _count(t, "n", n, where)
         b, k = _count(t, "before_only", n, where), _count(t, "after_only", n, where)
-        if b + k > n or not (k > b and _exact_p(b, k) < alpha):
+        if b + k > tn or not (k > b and _exact_p(b, k) < alpha):
             raise InputError(
                 f"{where}: says confirmed, but its test of {label} ({k} vs {b} discordant, "
                 f"{format_p(_exact_p(b, k))}, level {alpha:g}) does not show a gain; the file was edited: re-run "
