@@ -22,9 +22,9 @@ from transformers import AutoModelForCausalLM
 from mathneuro_edit.engine.apply import round_weights_
 from mathneuro_edit.evaluation.runner import evaluate
 from mathneuro_edit.publish.lock import read_lock, recipe_from_lock
-from mathneuro_edit.runs.step_evaluate import eval_tasks
-from mathneuro_edit.runs.step_export import release_dtype
-from mathneuro_edit.runs.step_mask import load_recipe_model
+from mathneuro_edit.runs.steps.evaluate import eval_tasks
+from mathneuro_edit.runs.steps.export import release_dtype
+from mathneuro_edit.runs.steps.mask import load_recipe_model
 
 
 def main() -> int:

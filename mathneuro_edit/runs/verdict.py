@@ -29,7 +29,7 @@ from ..engine.devices import device_type
 from ..engine.mask import Mask
 from ..errors import InputError
 from ..layout import MASK_NAME, STATS_DIR
-from .step_mask import Statistics
+from .steps.mask import Statistics
 
 __all__ = [
     "StatsComparison",

@@ -14,9 +14,8 @@ from ..organism import organism_path
 from ..recipe.schema import Recipe
 from ..util.hub_online import require_hub
 from ..util.paths import ORGANISM, is_local_path, no_such_local_folder
-from ..weights.gguf_reader import base_folder
 from .checkpoint import SKIPPED_WEIGHT_PATTERNS
-from .gguf_reader import dequantize_gguf
+from .gguf_reader import base_folder, dequantize_gguf
 
 
 def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle: bool = False) -> Path:

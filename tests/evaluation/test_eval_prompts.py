@@ -212,7 +212,7 @@ def test_arithmetic_source() -> None:
     assert texts[0] == f"Question: {problems[0]['question']}\nAnswer: {problems[0]['answer']}"
     r = recipe_from_dict(quickstart_recipe().resolved_dict(), ["evaluation.math=arithmetic", "evaluation.samples=4"])
     assert r.public_dict()["evaluation"]["math"]["path"] == "arithmetic"  # not a local path: never redacted
-    from mathneuro_edit.runs.step_evaluate import eval_tasks
+    from mathneuro_edit.runs.steps.evaluate import eval_tasks
 
     task = eval_tasks(r)[0]
     assert [p["prefill"] for p in task.problems] == [p["prefill"] for p in arithmetic_problems(4, 0)]
@@ -263,7 +263,7 @@ def test_real_model_recipe_and_its_vendored_data(monkeypatch: pytest.MonkeyPatch
 
     from mathneuro_edit.data.sources import load_texts
     from mathneuro_edit.recipe.io import load_recipe
-    from mathneuro_edit.runs.step_evaluate import eval_tasks
+    from mathneuro_edit.runs.steps.evaluate import eval_tasks
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)  # the recipe's paths are relative to the repository root

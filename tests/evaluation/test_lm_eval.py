@@ -255,7 +255,7 @@ def test_a_missing_task_is_named_before_the_model_loads(tmp_path: Path, monkeypa
     from `run` and `eval`, before any model is loaded."""
     from click.testing import CliRunner
 
-    import mathneuro_edit.runs.step_mask as step_mask
+    import mathneuro_edit.runs.steps.mask as step_mask
     from mathneuro_edit.cli.main import main
     from mathneuro_edit.evaluation.lm_eval_index import missing_task_message
 

@@ -67,10 +67,10 @@ def test_hub_id_is_refused_where_model_already_names_the_base() -> None:
 def test_a_local_copy_named_by_hub_id_is_found_and_loads_from_the_hub(
     fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import gguf
     from peft import AutoPeftModelForCausalLM
     from transformers import AutoModelForCausalLM
 
-    import gguf
     from mathneuro_edit.outputs.gguf import gguf_repo_name
 
     api = HfApi(token=TOKEN)

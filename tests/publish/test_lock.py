@@ -204,7 +204,7 @@ def test_card_tags_prune_text_and_texts_per_general_set():
     from huggingface_hub import ModelCard
 
     from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit
-    from mathneuro_edit.runs.step_mask import data_records
+    from mathneuro_edit.runs.steps.mask import data_records
 
     recipe = recipe_from_dict(
         quickstart_recipe().resolved_dict(),

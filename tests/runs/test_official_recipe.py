@@ -13,7 +13,7 @@ from mathneuro_edit.layout import MASK_NAME, STATS_DIR
 from mathneuro_edit.recipe.io import recipe_from_dict
 from mathneuro_edit.runs.consistency import run_consistency
 from mathneuro_edit.runs.pipeline import run_recipe
-from mathneuro_edit.runs.stages import mask_from_stats
+from mathneuro_edit.runs.single_steps import mask_from_stats
 from mathneuro_edit.weights.loading import load_model
 from tests._models import save_tiny
 from tests.engine.test_official import assert_same, ref_mask

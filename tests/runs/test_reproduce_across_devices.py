@@ -23,14 +23,14 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-import mathneuro_edit.runs.step_mask as step_mask
+import mathneuro_edit.runs.steps.mask as step_mask
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.engine.mask import Mask, k_of
 from mathneuro_edit.organism import organism_path
 from mathneuro_edit.publish.lock import read_lock
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.pipeline import run_recipe
-from mathneuro_edit.runs.step_mask import Statistics
+from mathneuro_edit.runs.steps.mask import Statistics
 
 SETS = ["data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4"]
 CUDA = {"type": "cuda", "name": "NVIDIA H200"}

@@ -431,7 +431,7 @@ def test_the_lock_keeps_the_sweep_s_counts_and_leaves_its_problem_lists_in_the_s
     with them, not the per-problem sha256 lists (208 of SmolLM2's 220 KB lock, copied into every repo); a lock's
     own section, re-run by ``reproduce``, keeps its recorded overlap."""
     from mathneuro_edit.evaluation.tasks import MathTask
-    from mathneuro_edit.runs.step_seal import evidence_with_overlap
+    from mathneuro_edit.runs.steps.seal import evidence_with_overlap
 
     _write_sweep(tmp_path / "yes", True)
     entry = read_sweep(tmp_path / "yes").lock_entry()

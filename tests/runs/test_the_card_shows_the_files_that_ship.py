@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 from mathneuro_edit.evaluation.runner import evaluate
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.pipeline import run_recipe
-from mathneuro_edit.runs.step_evaluate import eval_tasks
+from mathneuro_edit.runs.steps.evaluate import eval_tasks
 from mathneuro_edit.weights.loading import load_model
 
 SETS = [

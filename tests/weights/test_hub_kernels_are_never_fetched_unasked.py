@@ -33,7 +33,7 @@ from mathneuro_edit.organism import load_organism, organism_path
 from mathneuro_edit.publish.lock_policy import refused_lock_settings
 from mathneuro_edit.recipe.input_sections import BaseConfig
 from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
-from mathneuro_edit.runs.step_mask import load_recipe_model
+from mathneuro_edit.runs.steps.mask import load_recipe_model
 from mathneuro_edit.weights.adapter import load_edited
 from mathneuro_edit.weights.loading import load_model
 

@@ -99,8 +99,8 @@ def prune_experiment(
     from mathneuro_edit.engine.calibration import calibrate
     from mathneuro_edit.engine.mask import find_math_params_multi
     from mathneuro_edit.evaluation.runner import evaluate
-    from mathneuro_edit.evaluation.tasks import MathTask
     from mathneuro_edit.evaluation.significance import discordant_pairs, mcnemar_exact
+    from mathneuro_edit.evaluation.tasks import MathTask
     from mathneuro_edit.weights.loading import load_model, model_weights
 
     model, tok = load_model(str(gguf_path), dtype="float32", device="cpu")

@@ -83,6 +83,7 @@ def test_checkpoint_is_bf16_the_size_of_the_release_without_local_tokenizer_keys
 
 def test_gguf_is_named_like_llama_cpp_names_the_hub_model(release: Path) -> None:
     import gguf
+
     from mathneuro_edit.outputs.gguf import gguf_repo_name
 
     lock = yaml.safe_load((release / "mathneuro_recipe.lock.yaml").read_text())

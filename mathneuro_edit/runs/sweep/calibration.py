@@ -1,10 +1,10 @@
 """The sweep's calibration: each distinct calibration set once, kept in the sweep folder under its content key, and
-each variant's :class:`~mathneuro_edit.runs.step_mask.Statistics` made of those sets.
+each variant's :class:`~mathneuro_edit.runs.steps.mask.Statistics` made of those sets.
 
 Why a key per set and not the run's layout (``math.stats.safetensors``, ``general-<i>.stats.safetensors``): the
 variants of one sweep share sets (the general texts), and a resumed sweep must know that a file holds the set it
 needs (model, texts, calibration settings, targets) before it reuses it. The statistics themselves are made by the
-run's own step (:func:`~mathneuro_edit.runs.step_mask.calibrate_set`), in the same file format.
+run's own step (:func:`~mathneuro_edit.runs.steps.mask.calibrate_set`), in the same file format.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ...recipe.schema import Recipe
 from ...util.console import Stages
 from ...util.files import write_json_atomic
 from ...util.reading import read_json, read_regular
-from ..step_mask import Statistics, calibrate_set
+from ..steps.mask import Statistics, calibrate_set
 from .cache import key_sha256
 from .evaluator import _Context
 from .grid import _Variant

@@ -10,8 +10,8 @@ from typing import Any
 from ...data.sources import problem_sha256
 from ...engine.apply import ReversibleEdit, round_weights_
 from ...evaluation.prompts import answer_form, operation_of
-from ..step_export import release_dtype
-from ..step_mask import Statistics, recipe_masks
+from ..steps.export import release_dtype
+from ..steps.mask import Statistics, recipe_masks
 from .evaluator import _blocks, _Context, _Evaluator, _general_change
 from .grid import _Arm, _Variant, _variant_mask
 from .problems import format_shots

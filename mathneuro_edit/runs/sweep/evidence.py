@@ -107,8 +107,8 @@ class SweepEvidence:
     def lock_entry(self) -> dict[str, Any]:
         """The lock's ``sweep`` section: the sweep file's hash, the chosen setting, the selection and the
         confirmation, each with its problems' sha256 for the run to count its own evaluation's overlap with them
-        (:func:`~mathneuro_edit.runs.step_seal.evidence_with_overlap`), which records the section without those
-        lists (:func:`~mathneuro_edit.runs.step_seal.without_problem_lists`: they stay in the sweep folder)."""
+        (:func:`~mathneuro_edit.runs.steps.seal.evidence_with_overlap`), which records the section without those
+        lists (:func:`~mathneuro_edit.runs.steps.seal.without_problem_lists`: they stay in the sweep folder)."""
         c = self.confirmation
         return {
             "sweep_sha256": self.sweep_sha256,

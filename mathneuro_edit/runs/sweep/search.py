@@ -44,8 +44,8 @@ from ...util.files import write_json_atomic, write_text_atomic
 from ...util.outdir import claim
 from ...weights.loading import model_weights
 from ..official_mask import refuse_official
-from ..step_mask import Statistics, load_step, recipe_masks
-from ..steps import stage_count
+from ..steps.count import stage_count
+from ..steps.mask import Statistics, load_step, recipe_masks
 from .cache import ResultCache
 from .calibration import _group_statistics, _set_count
 from .confirmation import _Candidate, _confirm, _control_masks

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import problem_sha256
-from ..evaluation.tasks import MathTask
-from ..layout import EVAL_NAME
-from ..outputs.registry import Export, output, output_dirs
-from ..publish.card import (
+from ...data.sources import problem_sha256
+from ...evaluation.tasks import MathTask
+from ...layout import EVAL_NAME
+from ...outputs.registry import Export, output, output_dirs
+from ...publish.card import (
     CardSource,
     build_card,
     folder_dtype,
@@ -25,9 +25,9 @@ from ..publish.card import (
     summarize_edit,
     write_card,
 )
-from ..publish.lock import build_lock, output_hashes, write_lock
-from ..util.files import write_json_atomic
-from .step_mask import Statistics
+from ...publish.lock import build_lock, output_hashes, write_lock
+from ...util.files import write_json_atomic
+from .mask import Statistics
 
 __all__ = ["seal_run", "seal_lock", "publish_folder", "evidence_with_overlap", "without_problem_lists"]
 

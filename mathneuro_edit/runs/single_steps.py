@@ -22,9 +22,9 @@ from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir, claim
 from .official_mask import refuse_official
-from .step_evaluate import eval_tasks, evaluate_step
-from .step_mask import Statistics, calibrate_step, checkpoint_weights, load_step, mask_step
-from .steps import stage_count
+from .steps.count import stage_count
+from .steps.evaluate import eval_tasks, evaluate_step
+from .steps.mask import Statistics, calibrate_step, checkpoint_weights, load_step, mask_step
 
 __all__ = ["calibrate_to_folder", "mask_from_stats", "evaluate_recipe", "MaskSummary"]
 

@@ -14,19 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import load_texts
-from ..engine.devices import device_record, model_device, selection_device
-from ..engine.distributed import calibrate_distributed as calibrate
-from ..engine.distributed import local_device
-from ..engine.mask import Mask, find_math_params_multi
-from ..engine.stats import ActivationStats
-from ..errors import InputError
-from ..layout import MATH_STATS_NAME, general_stats_files, general_stats_name
-from ..recipe.schema import Recipe
-from ..util.console import Stages
-from ..weights.base import base_reference
-from ..weights.loading import load_model, model_weights, weights_from_checkpoint
-from .official_mask import official_recipe_mask
+from ...data.sources import load_texts
+from ...engine.devices import device_record, model_device, selection_device
+from ...engine.distributed import calibrate_distributed as calibrate
+from ...engine.distributed import local_device
+from ...engine.mask import Mask, find_math_params_multi
+from ...engine.stats import ActivationStats
+from ...errors import InputError
+from ...layout import MATH_STATS_NAME, general_stats_files, general_stats_name
+from ...recipe.schema import Recipe
+from ...util.console import Stages
+from ...weights.base import base_reference
+from ...weights.loading import load_model, model_weights, weights_from_checkpoint
+from ..official_mask import official_recipe_mask
 
 __all__ = [
     "Statistics",

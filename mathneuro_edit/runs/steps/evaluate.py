@@ -10,18 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import load_math_problems, load_set
-from ..engine.apply import ReversibleEdit, round_weights_
-from ..engine.mask import Mask
-from ..evaluation.lm_eval_task import LmEvalTask
-from ..evaluation.results import EvalResults
-from ..evaluation.runner import evaluate
-from ..evaluation.tasks import GeneralTask, MathTask
-from ..layout import EVAL_NAME
-from ..recipe.schema import Recipe
-from ..util.console import Stages, markdown_table_text
-from ..util.files import write_json_atomic
-from .step_export import release_dtype
+from ...data.sources import load_math_problems, load_set
+from ...engine.apply import ReversibleEdit, round_weights_
+from ...engine.mask import Mask
+from ...evaluation.lm_eval_task import LmEvalTask
+from ...evaluation.results import EvalResults
+from ...evaluation.runner import evaluate
+from ...evaluation.tasks import GeneralTask, MathTask
+from ...layout import EVAL_NAME
+from ...recipe.schema import Recipe
+from ...util.console import Stages, markdown_table_text
+from ...util.files import write_json_atomic
+from .export import release_dtype
 
 __all__ = ["eval_tasks", "describe_tasks", "evaluate_step", "save_evaluation", "note_evaluation"]
 

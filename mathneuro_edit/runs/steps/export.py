@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..outputs.checkpoint import output_dtype
-from ..outputs.registry import OUTPUTS, BaseRecord, Export, Output, output
-from ..publish.base_card import base_card_fields
-from ..publish.lock import base_description, weights_sha256
-from ..recipe.schema import Recipe
-from ..weights.base import base_reference, resolved_revision
-from ..weights.gguf_reader import gguf_lock_entry
+from ...errors import InputError
+from ...outputs.checkpoint import output_dtype
+from ...outputs.registry import OUTPUTS, BaseRecord, Export, Output, output
+from ...publish.base_card import base_card_fields
+from ...publish.lock import base_description, weights_sha256
+from ...recipe.schema import Recipe
+from ...weights.base import base_reference, resolved_revision
+from ...weights.gguf_reader import gguf_lock_entry
 
 __all__ = [
     "base_record",
