@@ -221,7 +221,7 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
     Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli calibrate RECIPE --out DIR`.
     """
     echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
-    from ..runs.stages import calibrate_to_folder
+    from ..runs.single_steps import calibrate_to_folder
 
     r = read_recipe(recipe, sets)
     inputs = check_out(out, r, recipe, "dir")
@@ -261,7 +261,7 @@ def mask(
 ) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
     echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
-    from ..runs.stages import mask_from_stats
+    from ..runs.single_steps import mask_from_stats
 
     r = read_recipe(recipe, sets)
     if top_k is not None:
@@ -324,7 +324,7 @@ def export(
     """Bake the recipe's edit into a checkpoint (streamed, + GGUF with --gguf) or an adapter, with its lock and card."""
     echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..runs.pipeline import export_recipe
-    from ..runs.step_export import output_kinds
+    from ..runs.steps.export import output_kinds
 
     if adapter and gguf_type:
         raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
@@ -369,7 +369,7 @@ def eval_cmd(
     """Evaluate math exact match and general loss / KL, before and after an edit."""
     echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
     from ..layout import EVAL_NAME
-    from ..runs.stages import evaluate_recipe
+    from ..runs.single_steps import evaluate_recipe
 
     r = read_recipe(recipe, sets)
     target = None
