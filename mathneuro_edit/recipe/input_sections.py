@@ -128,7 +128,17 @@ def _gpu_keys(value: Any) -> Any:
 
 
 Sources = Annotated[list[Source], BeforeValidator(_one_or_more), value_rule(len, "must list at least one source")]
-MaxMemory = Annotated[dict[int | str, str], BeforeValidator(_gpu_keys)]
+# A device's cap as accelerate reads it: whole bytes, or a number with a unit (accelerate's convert_file_size_to_int:
+# GiB / MiB / KiB, GB / MB / KB); anything else would pass the recipe and fail the run's load as an internal error.
+_SIZE = re.compile(r"\d+(\.\d+)?\s*[GMK]i?B", re.IGNORECASE)
+MemorySize = Annotated[
+    StrictInt | str,
+    value_rule(
+        lambda v: v >= 0 if isinstance(v, int) else _SIZE.fullmatch(v) is not None,
+        'must be whole bytes (an integer) or a size with a unit, e.g. "20GiB" or "500MB"',
+    ),
+]
+MaxMemory = Annotated[dict[int | str, MemorySize], BeforeValidator(_gpu_keys)]
 
 
 class BaseConfig(StrictModel):

@@ -264,3 +264,25 @@ def test_plan_mask_refuses_an_entry_of_the_right_name_and_the_wrong_shape(tmp_pa
     assert len(errors) == 1 and "Traceback" not in text, text
     rows, cols = _targets(SMALL)[entry]
     assert f"mask entry '{entry}' ({cols}, {rows}) is not a scored weight of this config" in errors[0], errors[0]
+
+
+# ------------------------------------------------------------------- a memory cap is bytes or a size with a unit
+
+
+def test_a_memory_cap_in_whole_bytes_plans_as_its_size_with_a_unit(tmp_path) -> None:
+    """accelerate reads an int as bytes: ``{cpu: 300000}`` must plan exactly as ``{cpu: 300KB}`` (it ended in an
+    internal error: the recipe turned the int into the string "300000", which accelerate refuses)."""
+    base = _config(tmp_path / "base", SMALL)
+    sets = ["calibration.batch_size=1", "calibration.max_length=8", "base.device_map=auto"]
+    as_int = _plan_json(base, *sets, "base.max_memory={cpu: 300000}")
+    as_unit = _plan_json(base, *sets, "base.max_memory={cpu: 300KB}")
+    assert as_int["ram"] == as_unit["ram"] and as_int["placement"] == as_unit["placement"]
+
+
+@pytest.mark.parametrize("cap", ["'300000'", "lots", "-5GB", "-3"])
+def test_a_memory_cap_accelerate_cannot_read_is_refused_by_the_recipe(tmp_path, cap) -> None:
+    base = _config(tmp_path / "base", SMALL)
+    code, text = _plan(base, "base.device_map=auto", f"base.max_memory={{cpu: {cap}}}")
+    assert code == 2, text
+    assert "base.max_memory.cpu: must be whole bytes (an integer) or a size with a unit" in text, text
+    assert "Traceback" not in text and "internal error" not in text
