@@ -33,6 +33,8 @@ __all__ = [
     "SWEEP_PNG",
     "SWEEP_MARKER",
     "CONSISTENCY_JSON",
+    "MATHNEURO_CONFIG",
+    "MATHNEURO_MASK",
     "general_stats_name",
     "general_stats_files",
 ]
@@ -51,6 +53,9 @@ SWEEP_PNG = "sweep.png"
 # never because it has a cache/ or stats/ folder of its own
 SWEEP_MARKER = ".mathneuro-sweep.json"
 CONSISTENCY_JSON = "consistency.json"
+# an adapter folder's own files beside PEFT's (adapter_config.json): read by the torch-free output registry too
+MATHNEURO_CONFIG = "mathneuro_edit_adapter.json"
+MATHNEURO_MASK = "mathneuro_edit_mask.safetensors"
 _GENERAL_GLOB = "general-*.stats.safetensors"
 
 

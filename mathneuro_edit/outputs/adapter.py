@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..weights.adapter import MATHNEURO_CONFIG
+from ..layout import MATHNEURO_CONFIG
 from .checkpoint import audit_weights
 from .common import BASE_ENV, BASE_GGUF_ENV, CHAT, base_kind, hub_origin, lock_base, where_loaded
 from .registry import CardView, Export, Output, register_output

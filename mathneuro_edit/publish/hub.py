@@ -57,7 +57,6 @@ from ..util.console import terminal_safe
 from ..util.scrub import scrub_token
 from .card import card_for_folder
 from .hub_files import artifact_files, check_artifact_against_lock, uploaded_contents
-from .hub_files import folder_files as folder_files  # re-exported: hub.py was its home
 from .hub_requests import (
     hub_errors,
     hub_timeout,

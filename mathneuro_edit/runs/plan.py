@@ -44,6 +44,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+from ..outputs.adapter import ADAPTER
+from ..outputs.checkpoint import output_dtype
+from ..outputs.gguf import GGUF
+from ..outputs.registry import OUTPUTS, output_support
 from ..util.config_sizes import check_config_file_sizes, check_config_sizes
 from ..util.paths import no_such_local_folder
 from ..weights.remote_code import check_remote_code
@@ -222,9 +226,6 @@ class Plan:
 
     def check_outputs(self, *, adapter: bool, gguf: bool) -> None:
         """Raise the family's refusal (InputError, one line with the recipe line) for an output it does not get."""
-        from ..outputs.adapter import ADAPTER
-        from ..outputs.gguf import GGUF
-
         for output, asked in ((ADAPTER.name, adapter), (GGUF.name, gguf)):
             if asked and self.outputs.get(output) is not None:
                 raise InputError(str(self.outputs[output]))
@@ -380,8 +381,6 @@ def plan_from_config(
         >>> print(plan_from_config("meta-llama/Llama-3.1-8B", PlanSettings(dtype="bfloat16")).to_text())  # doctest: +SKIP
     """
     from ..engine.targets import find_targets
-    from ..outputs.adapter import ADAPTER
-    from ..outputs.registry import OUTPUTS
 
     s = settings or PlanSettings()
     _check_settings(s)
@@ -554,8 +553,6 @@ def _mask_counts(mask_file: Any, targets: dict[str, Any]) -> dict[str, int]:
 
 
 def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) -> tuple[str | None, ...]:
-    from ..outputs.registry import output_support
-
     return tuple(output_support(model, config.to_dict(), include=include, exclude=exclude).values())
 
 
@@ -566,7 +563,6 @@ def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
     Example:
         >>> print(plan_recipe(load_recipe("recipes/quickstart.yaml")).to_text())  # doctest: +SKIP
     """
-    from ..outputs.checkpoint import output_dtype
     from ..weights.base import base_reference
 
     b = recipe.base

@@ -47,6 +47,7 @@ from .._version import __version__
 from ..engine.apply import apply_mask, check_scale, scale_masked
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
+from ..layout import MATHNEURO_CONFIG, MATHNEURO_MASK
 from ..recipe.input_sections import BaseConfig
 from ..util.console import known_warnings_silenced
 from ..util.files import write_text_atomic
@@ -69,8 +70,6 @@ __all__ = [
     "peft_merge_exact",
 ]
 
-MATHNEURO_CONFIG = "mathneuro_edit_adapter.json"
-MATHNEURO_MASK = "mathneuro_edit_mask.safetensors"
 _FORMAT = "mathneuro-edit/adapter/v1"
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

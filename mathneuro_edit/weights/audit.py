@@ -32,10 +32,11 @@ from ..engine.apply import check_scale
 from ..engine.devices import selection_device
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
+from ..layout import MATHNEURO_CONFIG
 from ..util.config_sizes import read_model_json
 from ..util.console import terminal_safe
 from ..util.files import DTYPE_OF_CODE, FLOAT_CODES
-from .adapter import MATHNEURO_CONFIG, peft_merge_exact, shira_layer_rows, shira_layers
+from .adapter import peft_merge_exact, shira_layer_rows, shira_layers
 from .base import resolve_base
 from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint
 from .checkpoint_writer import published_bytes, support_files

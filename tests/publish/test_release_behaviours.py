@@ -20,7 +20,7 @@ from huggingface_hub import ModelCard
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.evaluation.lm_eval_task import LmEvalResult
 from mathneuro_edit.evaluation.results import EvalResults
-from mathneuro_edit.layout import LM_EVAL_RESULTS, LOCK_NAME, MASK_NAME
+from mathneuro_edit.layout import LM_EVAL_RESULTS, LOCK_NAME, MASK_NAME, MATHNEURO_CONFIG
 from mathneuro_edit.outputs.adapter import ADAPTER
 from mathneuro_edit.outputs.registry import output_of_folder
 from mathneuro_edit.publish.card import card_for_folder
@@ -28,7 +28,7 @@ from mathneuro_edit.publish.hub import artifact_kind, push_to_hub
 from mathneuro_edit.publish.lock import output_hashes, read_lock, write_lock
 from mathneuro_edit.runs.release import push_run, verify_run
 from mathneuro_edit.runs.reproduce import ReproduceReport
-from mathneuro_edit.weights.adapter import MATHNEURO_CONFIG, export_adapter
+from mathneuro_edit.weights.adapter import export_adapter
 from tests._fakehub import TOKEN, FakeHub
 
 REPO = "me/organism-boost"
