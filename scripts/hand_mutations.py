@@ -261,8 +261,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "push-waits-for-stalled-upload": (
         "mathneuro_edit/publish/hub.py",
-        "= interruptible(\n            _commit,",
-        "= (lambda f, *a: f(*a))(\n            _commit,",
+        "= interruptible(_commit,",
+        "= (lambda f, *a: f(*a))(_commit,",
         ["tests/publish/test_push_faults.py::test_sigterm_during_a_stalled_upload_exits_143_at_once"],
     ),
     "push-bars-in-a-log": (

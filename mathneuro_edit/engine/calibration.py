@@ -60,6 +60,9 @@ def calibrate(
 ) -> ActivationStats:
     """Run the calibration texts through the model and accumulate MathNeuro statistics for every target.
 
+    Why 9 parameters: the model, its tokenizer and the texts, then six keyword-only options, each one documented
+    choice with a default.
+
     Args:
         model: a causal LM (transformers); left in the train/eval mode it came in.
         tokenizer: its tokenizer (not modified; one without a pad token works).

@@ -393,6 +393,9 @@ def find_math_params(
 ) -> Mask:
     """Find the math-specific weights (MathNeuro) from saved statistics, without forward passes.
 
+    Why 10 parameters: the model (or its weights) and the math and general statistics, then seven keyword-only
+    options, each one documented choice (``top_k`` required, the others with a default).
+
     Args:
         model: the model the statistics were computed on (or a mapping ``name -> weight``).
         math_stats: statistics on math text.
@@ -449,6 +452,9 @@ def find_math_params_multi(
     device: str | torch.device | None = None,
 ) -> list[Mask]:
     """:func:`find_math_params` for several ``top_k`` at once (a sweep): one mask per value, in order.
+
+    Why 10 parameters: the model (or its weights) and the math and general statistics, then seven keyword-only
+    options, those of :func:`find_math_params` (``top_ks`` for its ``top_k``).
 
     Each matrix's scores (and, with ``granularity="matrix"``, its score histogram) are computed once for all
     values, so 8 values cost little more than one. Every mask is identical to ``find_math_params(top_k=v)``.

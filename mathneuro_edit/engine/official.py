@@ -314,6 +314,9 @@ def find_math_params_official(
 ) -> Mask:
     """The math-specific weights exactly as the released MathNeuro script selects them (see the module docstring).
 
+    Why 11 parameters: the model, its tokenizer and the math and general texts, then seven keyword-only options,
+    each one documented setting of the released script (``top_k`` required, the others with a default).
+
     Runs its own forward passes (one per text, batch 1) and needs no statistics.
 
     Args:

@@ -266,6 +266,9 @@ def push_to_hub(
 ) -> PushResult:
     """Make a Hub model repo equal to one artifact of a run, in one commit (adds and deletes).
 
+    Why 10 parameters: the folder and repo, then eight keyword-only options, each one documented choice of
+    ``mathneuro-edit push`` (and of :func:`huggingface_hub.HfApi.create_commit`), all with a default.
+
     Args:
         out_dir: a folder written by mathneuro-edit (holds ``README.md`` and ``mathneuro_recipe.lock.yaml``): a
             run's ``checkpoint/`` or ``adapter/``, or an ``export`` folder.
@@ -297,45 +300,19 @@ def push_to_hub(
         >>> print(push_to_hub("out/checkpoint", "me/organism-boost", dry_run=True).describe())  # doctest: +SKIP
     """
     out = Path(out_dir)
-    if not out.is_dir():
-        raise InputError(f"{out}: output folder not found; run the pipeline first")
-    if not (out / "README.md").is_file():
-        raise InputError(f"{out}: no README.md (model card); run the pipeline, which writes it, before pushing")
-    lock = read_lock(out)
-    validate_lock(lock, f"{out / LOCK_NAME}")  # every field against the recipe hash, as verify and reproduce do
-    kind = kind or artifact_kind(out)
-    if kind not in OUTPUTS:  # the registry as it is now (an output registered after this module loaded too)
-        raise InputError(f"kind: must be one of {', '.join(OUTPUTS)}, got {kind!r}")
-    if repo_id is None and not dry_run:
-        raise InputError("no target repo: pass --repo-id you/name or set hub.repo_id in the recipe")
-    if repo_id is not None:
-        try:
-            validate_repo_id(repo_id)
-        except HFValidationError as e:
-            raise InputError(f"repo_id: {repo_id!r} is not a valid Hub repo id ({e}); use user/name") from None
-    branch = check_branch(revision) if revision is not None else constants.DEFAULT_REVISION
+    lock, kind = _checked_folder(out, kind)
+    branch = _checked_target(repo_id, revision, dry_run)
     message = commit_message_for(str(lock.get("recipe_sha256", "unknown")), commit_message)
     files = artifact_files(out, kind, lock)
     check_artifact_against_lock(out, kind, lock, files)  # what leaves is what the run wrote, before any request
     uploaded, scrubbed = uploaded_contents(files)  # rel -> local file, or its bytes with local paths blanked
     timeout = hub_timeout()  # MATHNEURO_EDIT_HUB_TIMEOUT checked before any request, the dry run's too
-    token = token or get_token()
-    if not dry_run and not token:
-        raise InputError(
-            "no Hugging Face token found; set HF_TOKEN or run `hf auth login` with a token that can "
-            "write, then retry (nothing was uploaded)"
-        )
+    token = _checked_token(token, dry_run)
     api = HfApi(token=token or False, library_name="mathneuro-edit", library_version=__version__)
-    derived_from = output(kind).derived_from
-    if derived_from is not None and base_repo is None:
-        with request_timeouts(timeout):
-            base_repo = _existing_repo(api, lock, derived_from)
+    base_repo = _derived_base(api, lock, kind, base_repo, timeout)
     # for this repo: no placeholder, the right from_pretrained id
     card = card_for_folder(out, repo_id=repo_id, kind=kind, base_repo=base_repo)
-    readme = card.content.encode("utf-8")
-    contents: dict[str, Path | bytes] = {"README.md": readme}
-    contents.update({rel: c for rel, c in uploaded.items() if rel != "README.md"})
-    contents = dict(sorted(contents.items()))
+    contents = _with_card(card.content, uploaded)
     result = PushResult(
         repo_id=repo_id,
         kind=kind,
@@ -349,19 +326,43 @@ def push_to_hub(
         remote="no repo id",
         scrubbed=scrubbed,
     )
+    target = _Target(repo_id or "", branch, token or "", timeout, private, create_pr, message)
     if dry_run:
-        if repo_id is None:
-            return result
-        try:
-            with hub_errors(repo_id, branch, token or ""), request_timeouts(timeout):
-                remote, state = _remote_state(api, repo_id, branch)
-        except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
-            return replace(result, remote=scrub_token(str(e), token))
-        return replace(result, remote=state, deletes=_deletes(remote, contents))
-    with progress_bars_on_a_terminal_only():  # a Ctrl-C or SIGTERM ends the push at once, whatever it waits for
-        existing, url, state, deletes, info = interruptible(
-            _commit, api, repo_id, branch, token, timeout, private, contents, message, create_pr
+        return result if repo_id is None else _dry_run(api, target, contents, result)
+    return _pushed(api, target, contents, result)
+
+
+def _derived_base(api: HfApi, lock: dict[str, Any], kind: str, base_repo: str | None, timeout: float) -> str | None:
+    """The repo an output made from another names as its base: as given, else that output's repo when it exists."""
+    derived_from = output(kind).derived_from
+    if derived_from is not None and base_repo is None:
+        with request_timeouts(timeout):
+            base_repo = _existing_repo(api, lock, derived_from)
+    return base_repo
+
+
+def _checked_token(token: str | None, dry_run: bool) -> str | None:
+    """The token (given, ``HF_TOKEN`` or the stored login); a push (not a dry run) without one is refused."""
+    token = token or get_token()
+    if not dry_run and not token:
+        raise InputError(
+            "no Hugging Face token found; set HF_TOKEN or run `hf auth login` with a token that can "
+            "write, then retry (nothing was uploaded)"
         )
+    return token
+
+
+def _with_card(card: str, uploaded: dict[str, Path | bytes]) -> dict[str, Path | bytes]:
+    """What the repo will hold, sorted by path: the card written for this repo, then the folder's other files."""
+    contents: dict[str, Path | bytes] = {"README.md": card.encode("utf-8")}
+    contents.update({rel: c for rel, c in uploaded.items() if rel != "README.md"})
+    return dict(sorted(contents.items()))
+
+
+def _pushed(api: HfApi, target: _Target, contents: dict[str, Path | bytes], result: PushResult) -> PushResult:
+    """Commit ``contents`` (:func:`_commit`) and return the plan as done: the remote's state, deletes and URLs."""
+    with progress_bars_on_a_terminal_only():  # a Ctrl-C or SIGTERM ends the push at once, whatever it waits for
+        existing, url, state, deletes, info = interruptible(_commit, api, target, contents)
     return replace(
         result,
         dry_run=False,
@@ -374,19 +375,60 @@ def push_to_hub(
     )
 
 
-def _commit(
-    api: HfApi,
-    repo_id: str,
-    branch: str,
-    token: str,
-    timeout: float,
-    private: bool | None,
-    contents: dict[str, Path | bytes],
-    message: str,
-    create_pr: bool,
-) -> tuple[Any, str, str, list, Any]:
+def _checked_folder(out: Path, kind: str | None) -> tuple[dict[str, Any], str]:
+    """The folder's lock (validated) and its output kind, or the one-line InputError of a folder not to push."""
+    if not out.is_dir():
+        raise InputError(f"{out}: output folder not found; run the pipeline first")
+    if not (out / "README.md").is_file():
+        raise InputError(f"{out}: no README.md (model card); run the pipeline, which writes it, before pushing")
+    lock = read_lock(out)
+    validate_lock(lock, f"{out / LOCK_NAME}")  # every field against the recipe hash, as verify and reproduce do
+    kind = kind or artifact_kind(out)
+    if kind not in OUTPUTS:  # the registry as it is now (an output registered after this module loaded too)
+        raise InputError(f"kind: must be one of {', '.join(OUTPUTS)}, got {kind!r}")
+    return lock, kind
+
+
+def _checked_target(repo_id: str | None, revision: str | None, dry_run: bool) -> str:
+    """The branch to push to, after checking the repo id (none only for a dry run) and the branch name."""
+    if repo_id is None and not dry_run:
+        raise InputError("no target repo: pass --repo-id you/name or set hub.repo_id in the recipe")
+    if repo_id is not None:
+        try:
+            validate_repo_id(repo_id)
+        except HFValidationError as e:
+            raise InputError(f"repo_id: {repo_id!r} is not a valid Hub repo id ({e}); use user/name") from None
+    return check_branch(revision) if revision is not None else constants.DEFAULT_REVISION
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where and how one push commits: the repo and branch, the token and request timeout, the repo's
+    visibility (``None``: left as it is), a pull request or not, and the commit message."""
+
+    repo_id: str
+    branch: str
+    token: str
+    timeout: float
+    private: bool | None
+    create_pr: bool
+    message: str
+
+
+def _dry_run(api: HfApi, target: _Target, contents: dict[str, Path | bytes], result: PushResult) -> PushResult:
+    """The plan with the remote's state and deletes, read without writing (a failed read leaves them unknown)."""
+    try:
+        with hub_errors(target.repo_id, target.branch, target.token), request_timeouts(target.timeout):
+            remote, state = _remote_state(api, target.repo_id, target.branch)
+    except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
+        return replace(result, remote=scrub_token(str(e), target.token or None))
+    return replace(result, remote=state, deletes=_deletes(remote, contents))
+
+
+def _commit(api: HfApi, target: _Target, contents: dict[str, Path | bytes]) -> tuple[Any, str, str, list, Any]:
     """The push's requests: the repo (created, its visibility, the branch), its files, then one commit."""
-    with hub_errors(repo_id, branch, token), request_timeouts(timeout):
+    repo_id, branch, private = target.repo_id, target.branch, target.private
+    with hub_errors(repo_id, branch, target.token), request_timeouts(target.timeout):
         try:
             existing = retrying(api.model_info, repo_id)
         except RepositoryNotFoundError:
@@ -410,10 +452,10 @@ def _commit(
             api.create_commit,
             repo_id,
             operations,
-            commit_message=message,
+            commit_message=target.message,
             repo_type="model",
             revision=branch,
-            create_pr=create_pr,
+            create_pr=target.create_pr,
             commit_description="Made with mathneuro-edit; see README.md and mathneuro_recipe.lock.yaml.",
         )
     return existing, str(url), state, deletes, info

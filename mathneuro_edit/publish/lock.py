@@ -226,6 +226,9 @@ def build_lock(
 ) -> dict[str, Any]:
     """Assemble the lock of a run (public: no local paths).
 
+    Why 12 parameters: the recipe and one keyword-only argument per entry of the lock the run computed (each
+    recorded as it is); the callers are the run's seal step and tests that write a lock of their own.
+
     Args:
         recipe: the recipe that ran.
         base_revision: the resolved commit of a Hub base (``None`` for a local or organism base).
@@ -256,22 +259,12 @@ def build_lock(
         >>> lock["recipe"]["base"]["model"], lock["mask_sha256"]
         ('organism', 'm')
     """
-    local_dir = recipe.base.local_dir()
-    if base_weights is None and local_dir is not None and local_dir.is_dir():
-        base_weights = weights_sha256(local_dir)
     public = recipe.public_dict()
-    described = base_description(local_dir) if local_dir is not None and local_dir.is_dir() else None
     lock: dict[str, Any] = {
         "lock_version": LOCK_VERSION,
         "recipe_sha256": recipe_sha256(recipe),
         "recipe": public,
-        "base": {
-            "model": public["base"]["model"],
-            "revision": base_revision,
-            "weights_sha256": dict(base_weights) if base_weights is not None else None,
-            **({"description": described} if described is not None else {}),
-            **({"gguf": dict(base_gguf)} if base_gguf is not None else {}),
-        },
+        "base": _base_entry(recipe, public["base"]["model"], base_revision, base_weights, base_gguf),
         "data": {k: [dict(r) for r in v] if isinstance(v, Sequence) else dict(v) for k, v in data_records.items()},
         "files": local_files(recipe),
         "stats_sha256": stats_sha256 if isinstance(stats_sha256, str) else dict(stats_sha256),
@@ -290,6 +283,28 @@ def build_lock(
         lock["lm_eval"] = {"include_path_sha256": include_path_hashes(lm.include_path)}
     check_private(yaml.safe_dump(lock), recipe, "the lock file")
     return lock
+
+
+def _base_entry(
+    recipe: Recipe,
+    model: str,
+    base_revision: str | None,
+    base_weights: Mapping[str, str] | None,
+    base_gguf: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The lock's ``base``: the model (as public), its revision, its weights' hashes (read from a local base when not given),
+    its description (a local base) and its GGUF file (a GGUF base)."""
+    local_dir = recipe.base.local_dir()
+    if base_weights is None and local_dir is not None and local_dir.is_dir():
+        base_weights = weights_sha256(local_dir)
+    described = base_description(local_dir) if local_dir is not None and local_dir.is_dir() else None
+    return {
+        "model": model,
+        "revision": base_revision,
+        "weights_sha256": dict(base_weights) if base_weights is not None else None,
+        **({"description": described} if described is not None else {}),
+        **({"gguf": dict(base_gguf)} if base_gguf is not None else {}),
+    }
 
 
 def write_lock(out_dir: str | Path, lock: Mapping[str, Any]) -> Path:

@@ -188,19 +188,7 @@ def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
         raise mismatch(
             "base.model", f"{str(base['model'])[:80]!r} is not the recipe's base.model {str(base_model)[:80]!r}"
         )
-    keys: dict[str, str] = {}
-    for name in ("data", "evaluation"):
-        section = public.get(name)
-        if isinstance(section, dict):
-            general = section.get("general")
-            general = general if isinstance(general, list) else [general]
-            for key, src in [
-                (f"{name}.math.path", section.get("math")),
-                *[(f"{name}.general.{i}.path", g) for i, g in enumerate(general)],
-            ]:
-                path = src.get("path") if isinstance(src, dict) else src
-                if isinstance(path, str):
-                    keys[key] = path
+    keys = _recipe_data_paths(public)
     for key, rec in (lock.get("files") or {}).items():
         if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str) or not _SHA.match(rec["sha256"]):
             raise InputError(f"{where}: files.{key}: must hold a file name and its sha256")
@@ -216,6 +204,24 @@ def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
             "lm_eval.include_path_sha256",
             "it must be recorded exactly when the recipe has evaluation.lm_eval.include_path",
         )
+
+
+def _recipe_data_paths(public: Mapping[str, Any]) -> dict[str, str]:
+    """The data files a recipe names (``data.math.path``, ``evaluation.general.0.path``, ...): key -> path."""
+    keys: dict[str, str] = {}
+    for name in ("data", "evaluation"):
+        section = public.get(name)
+        if isinstance(section, dict):
+            general = section.get("general")
+            general = general if isinstance(general, list) else [general]
+            for key, src in [
+                (f"{name}.math.path", section.get("math")),
+                *[(f"{name}.general.{i}.path", g) for i, g in enumerate(general)],
+            ]:
+                path = src.get("path") if isinstance(src, dict) else src
+                if isinstance(path, str):
+                    keys[key] = path
+    return keys
 
 
 def lock_base(lock: Mapping[str, Any], base: str | None) -> str | None:

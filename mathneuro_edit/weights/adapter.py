@@ -132,6 +132,9 @@ def export_adapter(
 ) -> AdapterExport:
     """Write the edit as an adapter (see the module docstring for the formats and their guarantees).
 
+    Why 10 parameters: the base, the mask, the scale and the folder it writes, then six keyword-only options, each
+    one documented choice with a default.
+
     Args:
         base: a local model folder or a Hub id.
         mask: a :class:`~mathneuro_edit.engine.mask.Mask` (or a saved mask's path) computed on this base.

@@ -108,6 +108,9 @@ def verify(
 ) -> VerifyReport:
     """Check an export (baked checkpoint or adapter) against the base, the mask and the scale.
 
+    Why 9 parameters: the export, then the base, mask and scale it was made from, then five keyword-only options,
+    each one documented choice with a default.
+
     Args:
         out_dir: the export to audit.
         base: the base model folder or Hub id it was made from.

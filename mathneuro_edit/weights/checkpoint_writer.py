@@ -106,6 +106,8 @@ def export_checkpoint(
 ) -> Path:
     """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
 
+    Why 12 parameters: the base, mask, scale and folder it writes, then eight documented keyword-only options.
+
     Args:
         base: a local model folder or a Hub id (downloaded through huggingface_hub's cache).
         mask: a :class:`~mathneuro_edit.engine.mask.Mask` (or the path of a saved one) computed on this base.

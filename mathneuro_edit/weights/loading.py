@@ -143,6 +143,9 @@ def load_model(
 ) -> tuple[nn.Module, Any]:
     """Load a causal LM and its tokenizer from a recipe's ``base`` section or a model reference.
 
+    Why 9 parameters: the base, then eight keyword-only options, each one documented choice with a default (a
+    recipe's ``base`` keys, passed on to ``from_pretrained``).
+
     Args:
         base_cfg_or_path: a :class:`~mathneuro_edit.recipe.schema.BaseConfig`, or a model reference: ``"organism"``
             (the shipped model), a local folder, or a Hub id. With a ``BaseConfig``, its fields are the defaults
