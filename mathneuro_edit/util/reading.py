@@ -20,7 +20,26 @@ from typing import Any
 
 from ..errors import InputError
 
-__all__ = ["read_regular", "read_json"]
+__all__ = ["open_regular", "read_regular", "read_json"]
+
+
+def open_regular(path: Path, fix: str) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of ``path`` and its ``fstat``, opened without blocking (a FIFO opens at once, then is
+    refused): the one check that a file read here or mapped (a GGUF header) is a regular file. The caller closes it.
+
+    Raises:
+        OSError: the file cannot be opened or examined (each caller words it; ``FileNotFoundError`` included).
+        InputError: ``"<path>: not a regular file (a FIFO, device or folder); <fix>"`` (the descriptor closed).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: not a regular file (a FIFO, device or folder); {fix}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
 
 
 def read_regular(path: str | Path, limit: int, what: str, fix: str) -> bytes:
@@ -45,7 +64,7 @@ def read_regular(path: str | Path, limit: int, what: str, fix: str) -> bytes:
     """
     p = Path(path)
     try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd, st = open_regular(p, fix)
     except FileNotFoundError:
         raise
     except IsADirectoryError:
@@ -53,9 +72,6 @@ def read_regular(path: str | Path, limit: int, what: str, fix: str) -> bytes:
     except OSError as e:
         raise InputError(f"{p}: cannot read it ({e.strerror}); {fix}") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{p}: not a regular file (a FIFO, device or folder); {fix}")
         if st.st_size > limit:
             raise InputError(f"{p}: {st.st_size:,} bytes, more than {what} holds ({limit:,}); {fix}")
         with os.fdopen(os.dup(fd), "rb") as f:

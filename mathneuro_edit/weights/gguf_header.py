@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
 import struct
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..util.reading import open_regular
 
 __all__ = ["check_gguf_header", "MAX_ARRAY_DEPTH"]
 
@@ -162,13 +162,10 @@ def check_gguf_header(path: str | Path) -> None:
     except ImportError:  # the caller names the missing extra; the shape checks need its table
         sizes = {}
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens at once, then is refused
+        fd, st = open_regular(path, "a GGUF is a file")  # a FIFO opens at once, then is refused
     except OSError as e:
         raise InputError(f"{path}: cannot open it ({e.strerror}); pass a GGUF file") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{path}: not a regular file (a FIFO, device or folder); a GGUF is a file")
         head = os.pread(fd, 24, 0)
         if len(head) < 24 or head[:4] != _MAGIC:
             raise InputError(f"{path}: not a GGUF file (no GGUF header); pass a .gguf file written by llama.cpp")
