@@ -2,13 +2,16 @@
 
 The rule itself is the import-linter contract in pyproject.toml (``lint-imports`` runs it by hand); this file runs
 it in the suite and checks what import-linter does not: cycles between modules, private names that cross a
-package, imports hidden inside functions, the number of modules at the package root, and that a lock written
-before the restructure still reproduces bit for bit.
+package or leave their module (a sub-package such as runs/sweep/ shares them inside), modules that offer names
+defined elsewhere, functions over 80 lines or 8 parameters without a docstring saying why, imports hidden inside
+functions, the number of modules at the package root, and that a lock written before the restructure still
+reproduces bit for bit. Each of the three issue-42 rules was seen failing on a module made to break it.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -208,3 +211,76 @@ def test_a_lock_from_before_the_restructure_reproduces_bit_for_bit(tmp_path: Pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "reproduced: yes, bit for bit" in proc.stdout
     assert "differs" not in proc.stdout.lower()
+
+
+# ------------------------------------------------------------------------------------------- one home per concept
+# Issue 42's rules, measured on every run: a private name stays in its module (or its sub-package: a folder below
+# a stage, such as runs/sweep/, shares private names inside and shows one face); a module other than a package's
+# face never offers names it imported; functions stay short enough to read at once.
+MAX_LINES = 80
+MAX_PARAMS = 8
+
+
+def _package_of(module: str, modules: dict[str, tuple[Path, bool]]) -> str:
+    return module if modules.get(module, (None, False))[1] else module.rsplit(".", 1)[0]
+
+
+def test_private_names_stay_in_their_module_or_sub_package() -> None:
+    crossing, modules = [], _modules()
+    for mod, line, _, target, names in _own_imports():
+        for name in names:
+            if not name.startswith("_") or name.startswith("__") or mod == target:
+                continue
+            home = _package_of(mod, modules)
+            shared = home == _package_of(target, modules) and home.count(".") >= 2
+            if not shared:
+                crossing.append(f"{mod}:{line} imports {target}.{name}")
+    assert crossing == []
+
+
+def test_no_module_offers_names_defined_elsewhere() -> None:
+    """Faces (a package's ``__init__``) list their package's names; every other module imports only what it uses,
+    so a name has one address: the module that defines it."""
+    modules = _modules()
+    offered = []
+    for mod, (path, is_pkg) in modules.items():
+        if is_pkg:
+            continue
+        tree = ast.parse(path.read_text())
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        for node in tree.body:  # module-level imports of the package's own modules
+            if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith("mathneuro_")):
+                continue
+            base = mod.split(".")[: len(mod.split(".")) - node.level] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                if f"{target}.{alias.name}" in modules:  # a module imported for what registering it does
+                    continue
+                if (alias.asname or alias.name) not in used:
+                    offered.append(f"{mod}:{node.lineno} {alias.name}")
+    assert offered == []
+
+
+def _functions():
+    for mod, (path, _) in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield mod, node
+
+
+def test_functions_are_short_and_take_few_parameters() -> None:
+    """At most 80 lines and 8 parameters (``self`` aside), unless the docstring says why ("Why 12 parameters:
+    ..."); a click command's options are its parameters."""
+    long, wide = [], []
+    for mod, fn in _functions():
+        lines = fn.end_lineno - fn.lineno + 1
+        args = fn.args
+        params = [*args.posonlyargs, *args.args, *args.kwonlyargs, *filter(None, [args.vararg, args.kwarg])]
+        params = [p for p in params if p.arg not in ("self", "cls")]
+        command = any("command" in ast.unparse(d) or "option" in ast.unparse(d) for d in fn.decorator_list)
+        why = ast.get_docstring(fn) or ""
+        if lines > MAX_LINES and not re.search(r"Why \d+ lines:", why):
+            long.append(f"{mod}.{fn.name}: {lines} lines")
+        if len(params) > MAX_PARAMS and not command and not re.search(r"Why \d+ parameters:", why):
+            wide.append(f"{mod}.{fn.name}: {len(params)} parameters")
+    assert long == [] and wide == [], "\n".join(long + wide)
