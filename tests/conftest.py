@@ -119,6 +119,34 @@ def evil(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
     return base, marker
 
 
+# ------------------------------------------------------------------------------------------- slow files first
+# Under `-n 2 --dist loadfile` each test file runs whole on one worker. pytest-xdist's default order puts the files
+# with the most tests first, so the few-test, many-minute real-model files (the releasing guide on SmolLM2 alone is
+# about a third of the suite's time) started last and one worker ran them alone at the end. Run in collection order
+# instead, with these files first: one worker starts the longest while the other runs the rest. The list is the
+# files `python -m pytest -n 2 --dist loadfile --durations=40` shows longest (docs/performance.md), longest first.
+SLOW_FILES = (
+    "tests/test_releasing_guide.py",
+    "tests/weights/test_real_gguf.py",
+    "tests/weights/test_real_gguf_export.py",
+    "tests/evaluation/test_greedy_real.py",
+    "tests/publish/test_hub_roundtrip.py",
+    "tests/publish/test_push_keeps_tokenizers.py",
+    "tests/weights/test_gguf.py",
+    "tests/evaluation/test_eval_prompts.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is loaded
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest in order
+
+
 # ------------------------------------------------------------------------------------------- output byte record
 # MATHNEURO_EDIT_RECORD_BYTES=DIR: at the end of the session each pytest process writes the sha256 of every file its
 # tests left under its temporary folder (outputs, cards, locks, push dry runs) to DIR/<worker>.tsv. A restructuring
@@ -126,7 +154,9 @@ def evil(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     record = os.environ.get("MATHNEURO_EDIT_RECORD_BYTES")
     factory = getattr(session.config, "_tmp_path_factory", None)
-    if not record or factory is None:
+    # under pytest-xdist the controller's folder holds the workers' folders: each worker records its own
+    controller = not os.environ.get("PYTEST_XDIST_WORKER") and getattr(session.config.option, "numprocesses", None)
+    if not record or factory is None or controller:
         return
     import hashlib
 
