@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +27,7 @@ import pytest
 import torch
 from huggingface_hub import constants, hf_api
 from safetensors.torch import save_file
+from transformers.utils import hub as transformers_hub
 
 from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit, write_card
 from mathneuro_edit.publish.lock import build_lock, output_hashes, write_lock
@@ -329,10 +331,19 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (a test that has what it needs, a timeout test) is not an error: the default
+    handler prints a traceback to stderr, which lands in whatever output another test is capturing just then."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 @pytest.fixture()
 def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     hub = FakeHub()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+    server = _QuietServer(("127.0.0.1", 0), _handler(hub))
     hub.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -340,6 +351,9 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setattr(constants, "ENDPOINT", hub.url)
     monkeypatch.setattr(hf_api.api, "endpoint", hub.url)  # the module-level client of file_exists() & co (PEFT)
     monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    # transformers keeps one HfApi of its own (utils.hub.hf_api(), built on first use with the endpoint of that
+    # moment): left from an earlier test it asks an old fake Hub, which may answer 404 for this test's repos
+    monkeypatch.setattr(transformers_hub, "_hf_api", None)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
