@@ -11,7 +11,7 @@
 #
 # The cache is the one .ci/run reads: ${MATHNEURO_EDIT_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mathneuro-edit-ci},
 # the wheel in its wheels/ folder, so a wheel built here also spares CI its build and the other way round. Only a
-# wheel for this interpreter's CPython tag (cp311, ...) is reused. A wheel built for another CPU can die on an
+# wheel for this interpreter's CPython tag (cp311, ...) or for any Python 3 (py3-none, what pip builds) is reused. A wheel built for another CPU can die on an
 # illegal instruction: the installed module is checked in a child process; delete the cached wheel to rebuild.
 set -euo pipefail
 
@@ -31,7 +31,9 @@ run() {  # a command, or under --dry-run the line saying it would run
 }
 
 tag="$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
-cached() { ls "$wheels"/llama_cpp_python-"$version"-"$tag"-*.whl 2>/dev/null | head -n 1 || true; }
+# pip builds llama-cpp-python as py3-none-linux_x86_64 (it loads llama.cpp's library through ctypes: any CPython
+# takes it); a wheel tagged for one CPython (cp311-...) is taken only by that one
+cached() { ls "$wheels"/llama_cpp_python-"$version"-{"$tag",py3-none}-*.whl 2>/dev/null | head -n 1 || true; }
 
 wheel="$(cached)"
 if [ -n "$wheel" ]; then

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "build_llama_cpp.sh"
-WHEEL = "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
+WHEEL = "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"  # the name pip gives the wheel it builds
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$FAKE_LOG"
@@ -74,7 +74,7 @@ def test_a_cached_wheel_is_installed_without_building(env):
 def test_a_missing_wheel_is_built_once_into_the_ci_cache_then_reused(env):
     wheels = Path(env["MATHNEURO_EDIT_CI_CACHE"]) / "wheels"
     wheels.mkdir(parents=True)
-    (wheels / WHEEL.replace("cp311", "cp310")).write_bytes(b"another Python's")  # not taken
+    (wheels / WHEEL.replace("py3-none", "cp310-cp310")).write_bytes(b"another Python's")  # not taken
     proc, calls = _script(env)
     assert proc.returncode == 0, proc.stderr
     assert _pip(calls, "wheel") == [f"-m pip wheel --no-deps llama-cpp-python==0.3.36 -w {wheels}"], calls
@@ -82,6 +82,16 @@ def test_a_missing_wheel_is_built_once_into_the_ci_cache_then_reused(env):
     assert "~8 min" in proc.stderr
     proc, calls = _script(env)  # the second call: no build
     assert proc.returncode == 0 and not _pip(calls, "wheel") and _pip(calls, "install"), (proc.stderr, calls)
+
+
+def test_a_wheel_for_this_cpython_is_taken_too(env):
+    wheels = Path(env["MATHNEURO_EDIT_CI_CACHE"]) / "wheels"
+    wheels.mkdir(parents=True)
+    own = wheels / WHEEL.replace("py3-none", "cp311-cp311")
+    own.write_bytes(b"stub")
+    proc, calls = _script(env)
+    assert proc.returncode == 0 and not _pip(calls, "wheel"), (proc.stderr, calls)
+    assert _pip(calls, "install") == [f"-m pip install --quiet {own}"], calls
 
 
 def test_dry_run_says_it_would_build_and_runs_no_pip(env):
