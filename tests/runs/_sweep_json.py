@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from mathneuro_edit.evaluation.significance import mcnemar_exact
+from mathneuro_edit.recipe.io import quickstart_recipe
+
+# the selection's and the confirmation's problem hashes: disjoint, as a real sweep's are
+SEL = [f"{i:064x}" for i in range(10)]
+CONF = [f"{i + 1000:064x}" for i in range(8)]
 
 
 def control_evidence(n: int, base_only: int, edited_only: int, control_only: int = 0) -> dict[str, Any]:
@@ -36,4 +42,41 @@ def control_evidence(n: int, base_only: int, edited_only: int, control_only: int
         "formats": [
             {"name": "recipe's prompt", "primary": True, "n": n, "verdict": verdict, "arms": {}, "tests": tests}
         ],
+    }
+
+
+def valid_sweep(recipe_sets: Sequence[str] = ()) -> dict[str, Any]:
+    """A sweep.json whose confirmation passed: 6 of 8 problems right only after the edit, none only before
+    (p = 1/32), on the quickstart recipe with ``recipe_sets``."""
+    point = {
+        "top_k": 0.05,
+        "scale": 1.1,
+        "selected": 1000,
+        "math_correct": 7,
+        "math_total": 10,
+        "mcnemar_p": 0.25,
+        "holm_p": 0.25,
+        "general_kl": 0.01,
+        "general_loss": 0.7,
+    }
+    return {
+        "selection": {"n": len(SEL), "problems_sha256": list(SEL), "base": {"math_correct": 5}, "points": [point]},
+        "confirmation": {
+            "n": len(CONF),
+            "problems_sha256": list(CONF),
+            "top_k": 0.05,
+            "scale": 1.1,
+            "base_correct": 1,
+            "edited_correct": 7,
+            "base_only": 0,
+            "edited_only": 6,
+            "mcnemar_p": 0.03125,
+            "confirmed": True,
+            "alpha": 0.05,
+            "point": 0,
+            "mask_sha256": "",
+            **control_evidence(len(CONF), 0, 6),
+        },
+        "recommendation": "top_k=0.05 scale=1.1: confirmed",
+        "recipe": quickstart_recipe(recipe_sets).public_dict(),
     }

@@ -19,49 +19,9 @@ from click.testing import CliRunner
 
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.errors import InputError
-from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.sweep.evidence import read_sweep
 
-from ._sweep_json import control_evidence
-
-SEL = [f"{i:064x}" for i in range(10)]
-CONF = [f"{i + 1000:064x}" for i in range(8)]
-
-
-def _valid() -> dict:
-    """A sweep.json whose confirmation passed: 6 problems right only after the edit, none only before (p = 1/32)."""
-    point = {
-        "top_k": 0.05,
-        "scale": 1.1,
-        "selected": 1000,
-        "math_correct": 7,
-        "math_total": 10,
-        "mcnemar_p": 0.25,
-        "holm_p": 0.25,
-        "general_kl": 0.01,
-        "general_loss": 0.7,
-    }
-    return {
-        "selection": {"n": len(SEL), "problems_sha256": list(SEL), "base": {"math_correct": 5}, "points": [point]},
-        "confirmation": {
-            "n": len(CONF),
-            "problems_sha256": list(CONF),
-            "top_k": 0.05,
-            "scale": 1.1,
-            "base_correct": 1,
-            "edited_correct": 7,
-            "base_only": 0,
-            "edited_only": 6,
-            "mcnemar_p": 0.03125,
-            "confirmed": True,
-            "alpha": 0.05,
-            "point": 0,
-            "mask_sha256": "",
-            **control_evidence(len(CONF), 0, 6),
-        },
-        "recommendation": "top_k=0.05 scale=1.1: confirmed",
-        "recipe": quickstart_recipe().public_dict(),
-    }
+from ._sweep_json import SEL, valid_sweep
 
 
 def _from_sweep(sweep: Path, tmp_path: Path) -> tuple[int, str]:
@@ -86,12 +46,12 @@ def _write(tmp_path: Path, data: dict) -> Path:
 
 
 def test_a_confirmed_sweep_is_taken(tmp_path: Path) -> None:
-    code, text = _from_sweep(_write(tmp_path, _valid()), tmp_path)
+    code, text = _from_sweep(_write(tmp_path, valid_sweep()), tmp_path)
     assert code == 0, text
 
 
 def test_run_from_sweep_refuses_confirmation_problems_that_overlap_the_selection(tmp_path: Path) -> None:
-    data = _valid()
+    data = valid_sweep()
     data["confirmation"]["problems_sha256"][3] = SEL[0]  # one confirmation problem also chose the setting
     code, text = _from_sweep(_write(tmp_path, data), tmp_path)
     assert code == 2, text
@@ -141,7 +101,7 @@ HOSTILE = [  # (field, value, what the one line names)
 
 @pytest.mark.parametrize("field,value,phrase", HOSTILE, ids=[f"{f}={str(v)[:20]}" for f, v, _ in HOSTILE])
 def test_every_field_a_release_takes_is_checked(tmp_path: Path, field: str, value, phrase: str) -> None:
-    data = _valid()
+    data = valid_sweep()
     _set(data, field, value)
     code, text = _from_sweep(_write(tmp_path, data), tmp_path)
     assert code == 2, text
@@ -152,7 +112,7 @@ def test_every_field_a_release_takes_is_checked(tmp_path: Path, field: str, valu
 
 
 def test_huge_counts_are_bounded_and_the_exact_test_stays_fast(tmp_path: Path) -> None:
-    data = _valid()
+    data = valid_sweep()
     n = 20_000  # the bound: as many problems as a confirmation may list
     conf = [f"{i + 10**6:064x}" for i in range(n)]
     data["confirmation"].update(
@@ -211,7 +171,7 @@ def test_a_deeply_nested_sweep_json_is_one_line(tmp_path: Path) -> None:
 
 
 def test_the_sweep_s_text_is_never_shown_raw(tmp_path: Path) -> None:
-    data = _valid()
+    data = valid_sweep()
     data["confirmation"]["confirmed"] = False
     data["recommendation"] = "\x1b]0,pwned\x07\x1b[2J nothing \u202eexe.txt; more"
     code, text = _from_sweep(_write(tmp_path, data), tmp_path)
@@ -222,7 +182,7 @@ def test_the_sweep_s_text_is_never_shown_raw(tmp_path: Path) -> None:
     with pytest.raises(InputError) as e:  # the Python API's message too, not only the CLI's line
         read_sweep(tmp_path / "sweep")
     assert "\x1b" not in str(e.value) and "\\x1b]0,pwned" in str(e.value)
-    data = _valid()
+    data = valid_sweep()
     data["recipe"]["data"] = {"math": "\x1b[31m## red heading"}
     code, text = _from_sweep(_write(tmp_path, data), tmp_path)
     assert code == 2, text

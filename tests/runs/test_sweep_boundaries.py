@@ -31,7 +31,7 @@ from mathneuro_edit.runs.sweep.cache import ResultCache, key_sha256
 from mathneuro_edit.runs.sweep.evaluator import _Context, _Evaluator
 from mathneuro_edit.runs.sweep.procedure import SweepPoint, promote, select_candidate
 
-from ._sweep_json import control_evidence
+from ._sweep_json import valid_sweep
 
 BUDGET = 0.05
 
@@ -106,45 +106,6 @@ def test_evaluators_that_differ_only_in_max_new_tokens_use_different_cache_keys(
 
 # ---------------------------------------------------------------- 3. impossible discordant counts are refused
 
-SEL = [f"{i:064x}" for i in range(10)]
-CONF = [f"{i + 1000:064x}" for i in range(8)]
-
-
-def _valid(recipe_sets: list[str] | None = None) -> dict:
-    """A sweep.json whose confirmation passed: 6 of 8 problems right only after the edit, none only before."""
-    point = {
-        "top_k": 0.05,
-        "scale": 1.1,
-        "selected": 1000,
-        "math_correct": 7,
-        "math_total": 10,
-        "mcnemar_p": 0.25,
-        "holm_p": 0.25,
-        "general_kl": 0.01,
-        "general_loss": 0.7,
-    }
-    return {
-        "selection": {"n": len(SEL), "problems_sha256": list(SEL), "base": {"math_correct": 5}, "points": [point]},
-        "confirmation": {
-            "n": len(CONF),
-            "problems_sha256": list(CONF),
-            "top_k": 0.05,
-            "scale": 1.1,
-            "base_correct": 1,
-            "edited_correct": 7,
-            "base_only": 0,
-            "edited_only": 6,
-            "mcnemar_p": 0.03125,
-            "confirmed": True,
-            "alpha": 0.05,
-            "point": 0,
-            "mask_sha256": "",
-            **control_evidence(len(CONF), 0, 6),
-        },
-        "recommendation": "top_k=0.05 scale=1.1: confirmed",
-        "recipe": quickstart_recipe(recipe_sets or []).public_dict(),
-    }
-
 
 def _from_sweep(tmp_path: Path, data: dict, *sets: str) -> tuple[int, str]:
     folder = tmp_path / "sweep"
@@ -163,14 +124,14 @@ def _error_line(text: str) -> str:
 
 
 def test_the_hand_made_sweep_is_taken(tmp_path: Path) -> None:
-    code, text = _from_sweep(tmp_path, _valid())
+    code, text = _from_sweep(tmp_path, valid_sweep())
     assert code == 0, text
 
 
 def test_more_discordant_problems_than_problems_are_refused(tmp_path: Path) -> None:
     """1 right only before and 8 only after of 8 problems: each count is within n, the exact p (0.039) is below
     alpha, and the control tests are fine, so only the sum gives the file away."""
-    data = _valid()
+    data = valid_sweep()
     data["confirmation"].update(base_only=1, edited_only=8, base_correct=0, edited_correct=7)
     code, text = _from_sweep(tmp_path, data)
     assert code == 2, text
@@ -184,7 +145,7 @@ def test_a_control_test_with_more_discordant_problems_than_problems_is_refused(
 ) -> None:
     """One of the three paired tests a confirmed boost rests on claims 1 + 8 discordant of 8 (p = 0.039: a
     'gain' by its p alone); the confirmation's own counts are possible."""
-    data = _valid()
+    data = valid_sweep()
     (test,) = [
         t for t in data["confirmation"]["formats"][0]["tests"] if (t["before"], t["answered_only"]) == (arm, answered)
     ]
@@ -198,7 +159,7 @@ def test_a_control_test_with_more_discordant_problems_than_problems_is_refused(
 
 def test_more_discordant_problems_than_problems_both_answered_are_refused(tmp_path: Path) -> None:
     """The test among the problems both answered claims 6 discordant problems of the 5 both answered."""
-    data = _valid()
+    data = valid_sweep()
     (test,) = [t for t in data["confirmation"]["formats"][0]["tests"] if t["answered_only"]]
     test["n"] = 5
     code, text = _from_sweep(tmp_path, data)
@@ -220,7 +181,7 @@ def test_more_discordant_problems_than_problems_both_answered_are_refused(tmp_pa
 def test_run_from_sweep_refuses_a_recipe_whose_targets_differ(
     tmp_path: Path, sweep_sets: list[str], run_sets: list[str], key: str
 ) -> None:
-    code, text = _from_sweep(tmp_path, _valid(sweep_sets), *run_sets)
+    code, text = _from_sweep(tmp_path, valid_sweep(sweep_sets), *run_sets)
     assert code == 2, text
     line = _error_line(text)
     assert f"--from-sweep: the recipe's {key} differs from the sweep's (" in line, line
@@ -228,5 +189,5 @@ def test_run_from_sweep_refuses_a_recipe_whose_targets_differ(
 
 
 def test_the_same_targets_are_taken(tmp_path: Path) -> None:
-    code, text = _from_sweep(tmp_path, _valid(["targets.include=[mlp]"]), "targets.include=[mlp]")
+    code, text = _from_sweep(tmp_path, valid_sweep(["targets.include=[mlp]"]), "targets.include=[mlp]")
     assert code == 0, text
