@@ -21,7 +21,7 @@ from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.sweep.evidence import read_sweep, recipe_from_sweep
 
-from .test_a_shared_sweep_file_is_data import _valid
+from ._sweep_json import valid_sweep as _valid
 
 OWN = "sweep.variants=[{name: mlp, set: ['targets.include=[mlp]']}]"
 

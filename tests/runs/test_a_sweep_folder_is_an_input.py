@@ -24,7 +24,7 @@ from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.sweep.evidence import run_from_sweep
 from mathneuro_edit.runs.sweep.search import check_sweep_folder, run_sweep
 
-from .test_a_shared_sweep_file_is_data import _valid
+from ._sweep_json import valid_sweep as _valid
 
 
 def _sweep_folder(tmp_path: Path) -> Path:
