@@ -48,20 +48,10 @@ _ADD = (1, 9)
 _MUL = (2, 4)
 _MAX_VALUE = 999
 
-NAMES = [
-    ("Tom", "he", "his"),
-    ("Mia", "she", "her"),
-    ("Sam", "he", "his"),
-    ("Lily", "she", "her"),
-    ("Ben", "he", "his"),
-    ("Emma", "she", "her"),
-    ("Leo", "he", "his"),
-    ("Anna", "she", "her"),
-    ("Jack", "he", "his"),
-    ("Sara", "she", "her"),
-    ("Noah", "he", "his"),
-    ("Zoe", "she", "her"),
-]
+# Boys and girls alternate in NAMES: (name, subject pronoun, possessive).
+_BOYS = ("Tom", "Sam", "Ben", "Leo", "Jack", "Noah")
+_GIRLS = ("Mia", "Lily", "Emma", "Anna", "Sara", "Zoe")
+NAMES = [person for boy, girl in zip(_BOYS, _GIRLS) for person in ((boy, "he", "his"), (girl, "she", "her"))]
 OBJECTS = [
     "apples",
     "books",
@@ -272,76 +262,103 @@ def math_texts(n: int, *, seed: int, split: str = "train") -> list[str]:
     return [format_math(p["question"], p["answer"]) for p in math_problems(n, seed=seed, split=split)]
 
 
+# Each general-text kind is a row per sentence: (extra draws, templates). The extra draws (name, pool) are made, in
+# order, just before the sentence's template is chosen; templates are ``str.format`` strings over the text's words.
+_Sentence = tuple[tuple[tuple[str, Sequence[str]], ...], tuple[str, ...]]
+_STORY: tuple[_Sentence, ...] = (
+    (
+        (),
+        (
+            "{a} walks to the {place} with {b}.",
+            "One morning {a} goes to the {place}.",
+            "{a} and {b} spend the day at the {place}.",
+        ),
+    ),
+    (
+        (),
+        (
+            "{He} sees some {adj} {obj} near the gate.",
+            "There {he} finds a box of {adj} {obj}.",
+            "{b} shows {him} the {adj} {obj}.",
+        ),
+    ),
+    (
+        (("other_place", PLACES),),
+        (
+            "{b} smiles and says that the {obj} are lovely.",
+            "They talk about the weather and the {other_place}.",
+            "{a} puts the {obj} in {his} bag and sings a song.",
+        ),
+    ),
+    ((), ("Later they go home for dinner.", "{a} is happy.", "The sun sets behind the hills.", "{b} waves goodbye.")),
+)
+_DESCRIPTION: tuple[_Sentence, ...] = (
+    (
+        (),
+        (
+            "The {place} is {adj} in the morning.",
+            "The {place} near the river is very {adj}.",
+            "Everyone likes the {adj} {place}.",
+        ),
+    ),
+    (
+        (("other_adj", ADJECTIVES),),
+        (
+            "Its paths are lined with {obj} and tall trees.",
+            "People come here to look at the {obj}.",
+            "Birds sing above the {other_adj} {obj}.",
+        ),
+    ),
+    (
+        (),
+        (
+            "{a} visits it when {he} wants to rest.",
+            "{a} often reads there after school.",
+            "{a} says it is the best place in town.",
+        ),
+    ),
+)
+_DIALOGUE: tuple[_Sentence, ...] = (
+    ((), ("Where are the {obj}?", "Do you like the {obj}?", "Shall we go to the {place}?")),
+    (
+        (("other_obj", OBJECTS), ("other_adj", ADJECTIVES)),
+        (
+            "They are in the {place}, next to the {other_obj}.",
+            "Yes, they are {other_adj} and nice.",
+            "Not today, it is raining.",
+        ),
+    ),
+    ((), ("Thank you!", "Let us go then.", "Oh, I see.")),
+)
+
+
+def _sentences(pick: _Picker, rows: tuple[_Sentence, ...], words: dict[str, str]) -> list[str]:
+    """One sentence per row: its extra draws (added to ``words``), then a template filled with ``words``."""
+    out = []
+    for draws, templates in rows:
+        words.update((name, pick.choice(pool)) for name, pool in draws)
+        out.append(pick.choice(templates).format(**words))
+    return out
+
+
 def _story(pick: _Picker) -> str:
     (a, he, his), b = pick.choice(NAMES), None
     b = pick.choice([f for f in NAMES if f[0] != a])
     obj, place, adj = pick.choice(OBJECTS), pick.choice(PLACES), pick.choice(ADJECTIVES)
-    s1 = pick.choice(
-        [
-            f"{a} walks to the {place} with {b[0]}.",
-            f"One morning {a} goes to the {place}.",
-            f"{a} and {b[0]} spend the day at the {place}.",
-        ]
-    )
-    s2 = pick.choice(
-        [
-            f"{he.capitalize()} sees some {adj} {obj} near the gate.",
-            f"There {he} finds a box of {adj} {obj}.",
-            f"{b[0]} shows {_him(he)} the {adj} {obj}.",
-        ]
-    )
-    s3 = pick.choice(
-        [
-            f"{b[0]} smiles and says that the {obj} are lovely.",
-            f"They talk about the weather and the {pick.choice(PLACES)}.",
-            f"{a} puts the {obj} in {his} bag and sings a song.",
-        ]
-    )
-    s4 = pick.choice(
-        ["Later they go home for dinner.", f"{a} is happy.", "The sun sets behind the hills.", f"{b[0]} waves goodbye."]
-    )
-    return " ".join([s1, s2, s3, s4])
+    words = {"a": a, "b": b[0], "he": he, "He": he.capitalize(), "him": _him(he), "his": his, "obj": obj}
+    return " ".join(_sentences(pick, _STORY, {**words, "place": place, "adj": adj}))
 
 
 def _description(pick: _Picker) -> str:
     place, adj, obj = pick.choice(PLACES), pick.choice(ADJECTIVES), pick.choice(OBJECTS)
-    name, he, _ = pick.choice(NAMES)
-    s1 = pick.choice(
-        [
-            f"The {place} is {adj} in the morning.",
-            f"The {place} near the river is very {adj}.",
-            f"Everyone likes the {adj} {place}.",
-        ]
-    )
-    s2 = pick.choice(
-        [
-            f"Its paths are lined with {obj} and tall trees.",
-            f"People come here to look at the {obj}.",
-            f"Birds sing above the {pick.choice(ADJECTIVES)} {obj}.",
-        ]
-    )
-    s3 = pick.choice(
-        [
-            f"{name} visits it when {he} wants to rest.",
-            f"{name} often reads there after school.",
-            f"{name} says it is the best place in town.",
-        ]
-    )
-    return " ".join([s1, s2, s3])
+    a, he, _ = pick.choice(NAMES)
+    return " ".join(_sentences(pick, _DESCRIPTION, {"a": a, "he": he, "obj": obj, "place": place, "adj": adj}))
 
 
 def _dialogue(pick: _Picker) -> str:
     (a, _, _), obj, place = pick.choice(NAMES), pick.choice(OBJECTS), pick.choice(PLACES)
     b = pick.choice([f for f in NAMES if f[0] != a])[0]
-    q = pick.choice([f"Where are the {obj}?", f"Do you like the {obj}?", f"Shall we go to the {place}?"])
-    r = pick.choice(
-        [
-            f"They are in the {place}, next to the {pick.choice(OBJECTS)}.",
-            f"Yes, they are {pick.choice(ADJECTIVES)} and nice.",
-            "Not today, it is raining.",
-        ]
-    )
-    e = pick.choice(["Thank you!", "Let us go then.", "Oh, I see."])
+    q, r, e = _sentences(pick, _DIALOGUE, {"obj": obj, "place": place})
     return f"{a}: {q}\n{b}: {r}\n{a}: {e}"
 
 
