@@ -140,24 +140,15 @@ class PushResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON data (``push --dry-run --json``)."""
+        as_is = ("repo_id", "kind", "revision", "private", "create_pr", "dry_run", "remote", "commit_message")
         return {
-            "repo_id": self.repo_id,
-            "kind": self.kind,
-            "revision": self.revision,
-            "private": self.private,
-            "create_pr": self.create_pr,
-            "dry_run": self.dry_run,
-            "remote": self.remote,
-            "commit_message": self.commit_message,
+            **{name: getattr(self, name) for name in as_is},
             "adds": [{"path": p, "size": s} for p, s in self.files],
             "deletes": [{"path": p, "size": s} for p, s in self.deletes],
             "total_bytes": sum(s for _, s in self.files),
             "card_metadata": self.card_metadata,
             "scrubbed": list(self.scrubbed),
-            "repo_url": self.repo_url,
-            "commit_url": self.commit_url,
-            "commit_oid": self.commit_oid,
-            "pr_url": self.pr_url,
+            **{name: getattr(self, name) for name in ("repo_url", "commit_url", "commit_oid", "pr_url")},
         }
 
     def describe(self) -> str:
