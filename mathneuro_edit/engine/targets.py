@@ -144,25 +144,21 @@ def is_dense_dispatch_experts(module: nn.Module) -> bool:
     )
 
 
+def _weight_if_named(module: nn.Module, class_suffix: str, dim: int) -> nn.Parameter | None:
+    """``module.weight`` when the module's class name ends in ``class_suffix`` and it is a ``dim``-D parameter."""
+    weight = getattr(module, "weight", None)
+    named = type(module).__name__.endswith(class_suffix)
+    return weight if named and isinstance(weight, nn.Parameter) and weight.dim() == dim else None
+
+
 def is_parallel_experts(module: nn.Module) -> bool:
     """JetMoE's layout: ``weight`` ``(E, d_out, d_in)``, ``forward(inputs, expert_size)`` (rows sorted by expert)."""
-    weight = getattr(module, "weight", None)
-    return (
-        type(module).__name__.endswith("ParallelExperts")
-        and isinstance(weight, nn.Parameter)
-        and weight.dim() == 3
-        and weight.shape[0] == getattr(module, "num_experts", -1)
-    )
+    weight = _weight_if_named(module, "ParallelExperts", 3)
+    return weight is not None and weight.shape[0] == getattr(module, "num_experts", -1)
 
 
 def _is_router(module: nn.Module) -> bool:
-    weight = getattr(module, "weight", None)
-    return (
-        type(module).__name__.endswith("Router")
-        and isinstance(weight, nn.Parameter)
-        and weight.dim() == 2
-        and not isinstance(module, nn.Embedding)
-    )
+    return _weight_if_named(module, "Router", 2) is not None and not isinstance(module, nn.Embedding)
 
 
 def _tied_lm_head_names(model: nn.Module) -> set[str]:
