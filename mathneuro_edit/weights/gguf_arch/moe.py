@@ -48,51 +48,36 @@ _EVERY_LAYER = (
     "(`tests/weights/test_gguf_moe.py`)"
 )
 
-# Mixtral is llama (permuted q/k) with experts; the Qwen MoEs and OLMoE have NeoX rotary (HF's order)
-register_family(
-    Family(
-        "mixtral",
-        "LLAMA",
-        permute_qk=True,
-        refusal_reason=moe_refusal("LLAMA", renormalizes=None),
-        key_writers=(add_expert_keys,),
-        doc="Mixtral: Llama's tensors and permutation, the experts stacked; llama.cpp's `llama` renormalizes the "
-        "top-k router weights, as transformers always does" + _EVERY_LAYER,
+# model_type -> (llama.cpp arch, q/k permuted, top-k renormalized (None: no key, always), shared expert): Mixtral is
+# llama (permuted q/k) with experts; the Qwen MoEs and OLMoE have NeoX rotary (HF's order)
+_STACKED = {
+    "mixtral": ("LLAMA", True, None, False),
+    "qwen2_moe": ("QWEN2MOE", False, False, True),
+    "qwen3_moe": ("QWEN3MOE", False, True, False),
+    "olmoe": ("OLMOE", False, False, False),
+}
+# each family's entry of docs/formats.md (the refusal all four share appended)
+_DOCS = {
+    "mixtral": "Mixtral: Llama's tensors and permutation, the experts stacked; llama.cpp's `llama` renormalizes the "
+    "top-k router weights, as transformers always does",
+    "qwen2_moe": "Qwen2-MoE: NeoX rotary, the experts stacked; its shared expert as `ffn_{gate,up,down}_shexp` and its "
+    "gate `ffn_gate_inp_shexp` (always F32); keys `expert_feed_forward_length` (`moe_intermediate_size`) and "
+    "`expert_shared_feed_forward_length`; llama.cpp never renormalizes the top-k router weights and needs the "
+    "shared expert, so `norm_topk_prob: true` or no `shared_expert_intermediate_size` is refused",
+    "qwen3_moe": "Qwen3-MoE: NeoX rotary, Qwen3's q/k norms, the experts stacked; key `expert_feed_forward_length` "
+    "(`moe_intermediate_size`); llama.cpp always renormalizes the top-k router weights, so `norm_topk_prob: "
+    "false` is refused",
+    "olmoe": "OLMoE: NeoX rotary, the experts stacked; llama.cpp never renormalizes the top-k router weights, so "
+    "`norm_topk_prob: true` is refused",
+}
+for model_type, (arch, permute_qk, renormalizes, shared_expert) in _STACKED.items():
+    register_family(
+        Family(
+            model_type,
+            arch,
+            permute_qk=permute_qk,
+            refusal_reason=moe_refusal(arch, renormalizes, shared_expert),
+            key_writers=(add_expert_keys,),
+            doc=_DOCS[model_type] + _EVERY_LAYER,
+        )
     )
-)
-register_family(
-    Family(
-        "qwen2_moe",
-        "QWEN2MOE",
-        permute_qk=False,
-        refusal_reason=moe_refusal("QWEN2MOE", renormalizes=False, shared_expert=True),
-        key_writers=(add_expert_keys,),
-        doc="Qwen2-MoE: NeoX rotary, the experts stacked; its shared expert as `ffn_{gate,up,down}_shexp` and its "
-        "gate `ffn_gate_inp_shexp` (always F32); keys `expert_feed_forward_length` (`moe_intermediate_size`) and "
-        "`expert_shared_feed_forward_length`; llama.cpp never renormalizes the top-k router weights and needs the "
-        "shared expert, so `norm_topk_prob: true` or no `shared_expert_intermediate_size` is refused" + _EVERY_LAYER,
-    )
-)
-register_family(
-    Family(
-        "qwen3_moe",
-        "QWEN3MOE",
-        permute_qk=False,
-        refusal_reason=moe_refusal("QWEN3MOE", renormalizes=True),
-        key_writers=(add_expert_keys,),
-        doc="Qwen3-MoE: NeoX rotary, Qwen3's q/k norms, the experts stacked; key `expert_feed_forward_length` "
-        "(`moe_intermediate_size`); llama.cpp always renormalizes the top-k router weights, so `norm_topk_prob: "
-        "false` is refused" + _EVERY_LAYER,
-    )
-)
-register_family(
-    Family(
-        "olmoe",
-        "OLMOE",
-        permute_qk=False,
-        refusal_reason=moe_refusal("OLMOE", renormalizes=False),
-        key_writers=(add_expert_keys,),
-        doc="OLMoE: NeoX rotary, the experts stacked; llama.cpp never renormalizes the top-k router weights, so "
-        "`norm_topk_prob: true` is refused" + _EVERY_LAYER,
-    )
-)
