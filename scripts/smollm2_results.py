@@ -72,6 +72,7 @@ def main() -> None:
     from mathneuro_edit.recipe.io import load_recipe
     from mathneuro_edit.runs.steps.evaluate import eval_tasks
     from mathneuro_edit.runs.steps.mask import calibrate_step, load_recipe_model
+    from mathneuro_edit.runs.steps.record import RunRecord
     from mathneuro_edit.weights.loading import model_weights
 
     recipe = load_recipe(
@@ -98,8 +99,9 @@ def main() -> None:
         math_stats = ActivationStats.load(args.stats / "math.stats.safetensors")
         generals = [ActivationStats.load(args.stats / "general-0.stats.safetensors")]
     else:
-        calibrated = calibrate_step(recipe, model, tok, progress=False)
-        math_stats, generals = calibrated.math, calibrated.general
+        run = RunRecord(recipe, progress=False, model=model, tokenizer=tok)
+        calibrate_step(run)
+        math_stats, generals = run.stats.math, run.stats.general
     emit({"step": "calibration", "stats": str(args.stats) if args.stats else "computed"})
     tasks = eval_tasks(recipe)
     # why fewer general texts: the general forward (49,152-token vocabulary) costs ~3x the arithmetic generation

@@ -8,6 +8,7 @@ and prints what it returns.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -49,14 +50,32 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
         click.echo(path)
 
 
+def _output_flags(command: Callable) -> Callable:
+    """``push``'s flag per registered output a run folder holds besides the first (the checkpoint, pushed without
+    a flag): ``--adapter``, ``--gguf``, each named as its output and described from its registry entry, and the
+    ``--repo-id`` default listed from the same entries. Why from the registry: a new output gets its flag without
+    an edit here."""
+    from ..outputs.registry import OUTPUTS
+
+    default, *others = OUTPUTS.values()
+    repos = ", ".join(f"<id>{o.repo_suffix} for the {o.name}" for o in (default, *others))
+    command = click.option("--repo-id", help=f"target Hub repo (default from the recipe's hub.repo_id: {repos})")(
+        command
+    )
+    for out in reversed(others):  # click lists the options last applied first
+        files = "GGUF files" if out.gguf_files else f"{out.folder}/"
+        command = click.option(
+            f"--{out.name}",
+            out.name,
+            is_flag=True,
+            help=f"push the run's {files} ({out.library}) to their own repo, <id>{out.repo_suffix}",
+        )(command)
+    return command
+
+
 @click.command()
 @click.argument("out", type=existing_dir)
-@click.option("--adapter", is_flag=True, help="push the run's adapter/ (PEFT) to its own repo")
-@click.option("--gguf", is_flag=True, help="push the run's GGUF files to their own repo")
-@click.option(
-    "--repo-id",
-    help="target Hub repo (default from the recipe's hub.repo_id: <id> for the checkpoint, <id>-adapter, <id>-GGUF)",
-)
+@_output_flags
 @click.option(
     "--private/--public",
     default=None,
@@ -74,8 +93,6 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
 @json_report_opt
 def push(
     out: str,
-    adapter: bool,
-    gguf: bool,
     repo_id: str | None,
     private: bool | None,
     revision: str | None,
@@ -83,6 +100,7 @@ def push(
     create_pr: bool,
     dry_run: bool,
     as_json: bool,
+    **outputs: bool,
 ) -> None:
     """Make a Hub repo equal to one artifact of a run: the checkpoint, --adapter or --gguf.
 
@@ -93,14 +111,15 @@ def push(
     from ..errors import InputError
     from ..runs.release import push_run
 
-    if adapter and gguf:
-        raise InputError("--adapter and --gguf are two repos: push one at a time")
+    asked = [name for name, on in outputs.items() if on]  # each flag is named as its output
+    if len(asked) > 1:
+        raise InputError(f"{' and '.join('--' + k for k in asked)} are separate repos: push one at a time")
     result = push_run(
         out,
         repo_id,
         private=private,
         revision=revision,
-        kind="adapter" if adapter else "gguf" if gguf else None,  # each flag is the output's name
+        kind=asked[0] if asked else None,
         dry_run=dry_run,
         commit_message=commit_message,
         create_pr=create_pr,

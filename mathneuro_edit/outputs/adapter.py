@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..layout import MATHNEURO_CONFIG
 from .checkpoint import audit_weights
 from .common import BASE_ENV, BASE_GGUF_ENV, CHAT, base_kind, hub_origin, lock_base, where_loaded
-from .registry import CardView, Export, Output, register_output
+from .registry import CardView, Output, RunView, register_output
 
 __all__ = ["ADAPTER", "write_adapter", "check_adapter_support", "adapter_base", "peft_usage", "peft_loaders"]
 
@@ -35,7 +35,7 @@ def adapter_base(recipe: Any, revision: str | None) -> tuple[str | None, str | N
     return None, revision
 
 
-def write_adapter(job: Export, dest: Path) -> float:
+def write_adapter(job: RunView, dest: Path) -> float:
     """The adapter's step: the PEFT SHiRA adapter of the edit into ``dest``, pinned to the base it was computed
     against (:func:`adapter_base`). Returns its size as a fraction of the checkpoint's."""
     from ..weights.adapter import export_adapter  # torch: only when a run writes it

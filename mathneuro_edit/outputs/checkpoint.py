@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import CHAT, where_loaded
-from .registry import CardView, Export, Output, register_output
+from .registry import CardView, Output, RunView, register_output
 
 __all__ = [
     "CHECKPOINT",
@@ -36,7 +36,7 @@ def output_dtype(recipe: Any) -> str | None:
     return gguf_source_dtype(recipe.base)
 
 
-def write_checkpoint(job: Export, dest: Path) -> None:
+def write_checkpoint(job: RunView, dest: Path) -> None:
     """The checkpoint's step: the edited checkpoint streamed into ``dest`` at :func:`output_dtype`."""
     from ..weights.checkpoint_writer import export_checkpoint  # torch: only when a run writes it
 

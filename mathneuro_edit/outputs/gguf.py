@@ -17,7 +17,7 @@ from typing import Any
 from ..util.paths import LOCAL, is_local_path
 from .checkpoint import CHECKPOINT
 from .common import card_fields, hub_origin
-from .registry import BaseRecord, CardView, Export, Output, register_output
+from .registry import BaseRecord, CardView, Output, RunView, register_output
 
 __all__ = [
     "GGUF",
@@ -171,7 +171,7 @@ def prepare_gguf(recipe: Any, folder: Path) -> None:
     check_gguf(folder, _gguf_type(recipe)[0], name=_public_name(recipe))
 
 
-def write_gguf_step(job: Export, dest: Path) -> None:
+def write_gguf_step(job: RunView, dest: Path) -> None:
     """The GGUF's step: ``model-TYPE.gguf`` written from the finished checkpoint folder ``dest`` (checked before
     the model loaded: :func:`prepare_gguf`)."""
     from ..weights.gguf_writer import gguf_filename, write_gguf

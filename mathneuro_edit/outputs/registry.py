@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import InputError
 
@@ -28,7 +28,7 @@ __all__ = [
     "Output",
     "CardView",
     "BaseRecord",
-    "Export",
+    "RunView",
     "OUTPUTS",
     "register_output",
     "output",
@@ -74,18 +74,28 @@ class BaseRecord:
     description: dict | None = None
 
 
-@dataclass(frozen=True)
-class Export:
-    """What an output's step is given: the recipe, the base, the mask, the model's parameter count, and how to
-    report (progress bars, checkpoint shards written at once, the stage printer, ``None``: silent)."""
+class RunView(Protocol):
+    """What an output's step reads of the run: the one run record
+    (:class:`~mathneuro_edit.runs.steps.record.RunRecord`) once the mask is made and the base recorded. A protocol,
+    not the record itself: this layer sits below ``runs`` and an output reads nothing else of it.
+
+    Attributes:
+        recipe: the validated recipe.
+        base: what the exports record about the base.
+        mask: the edit's mask.
+        n_params: the model's parameter count (the card's and the GGUF's size figures).
+        progress: draw progress bars.
+        workers: checkpoint shards written at once.
+        stages: the stage printer (``None``: silent).
+    """
 
     recipe: Any
     base: BaseRecord
     mask: Any
     n_params: int
-    progress: bool = True
-    workers: int = 1
-    stages: Any = None
+    progress: bool
+    workers: int
+    stages: Any
 
 
 @dataclass(frozen=True)
@@ -148,7 +158,7 @@ class Output:
     loaders: Callable[[Output, CardView], str]
     files_cell: Callable[[str | None, Mapping[str, str]], str]
     on_gguf_base: Callable[[str, Mapping[str, str]], str]
-    write: Callable[[Export, Path], float | None]
+    write: Callable[[RunView, Path], float | None]
     stage: Callable[[Any], str]
     markers: tuple[str, ...] = ()
     deltas: bool = False

@@ -27,6 +27,7 @@ from .inspect import pyplot, save_figure
 from .official_mask import refuse_official
 from .steps.count import stage_count
 from .steps.mask import Statistics, calibrate_set, load_step, recipe_masks
+from .steps.record import RunRecord
 
 __all__ = ["ConsistencyRow", "DrawMasks", "jaccard", "mask_consistency", "run_consistency"]
 
@@ -58,24 +59,17 @@ class DrawMasks:
     each set, then :func:`~.steps.mask.recipe_masks`: the recipe's method, ``top_k``, granularity and seed), so a
     draw's mask is the mask ``run`` would make from those texts."""
 
-    recipe: Recipe
-    model: Any
-    tokenizer: Any
-    progress: bool = False
+    run: RunRecord  # the loaded model's record (its recipe, model, tokenizer and progress setting)
 
     @property
     def top_k(self) -> float:
         """The recipe's ``mask.top_k``: every draw's mask fraction."""
-        return self.recipe.mask.top_k
+        return self.run.recipe.mask.top_k
 
     def __call__(self, math_texts: Sequence[str], general_texts: Sequence[str]) -> Any:
         """The mask of one draw: its math texts against its general texts."""
-        r, model, tok = self.recipe, self.model, self.tokenizer
-        stats = Statistics(
-            calibrate_set(r, model, tok, math_texts, progress=self.progress),
-            [calibrate_set(r, model, tok, general_texts, progress=self.progress)],
-        )
-        (mask,) = recipe_masks(r, stats, [self.top_k], model_weights(model))
+        stats = Statistics(calibrate_set(self.run, math_texts), [calibrate_set(self.run, general_texts)])
+        (mask,) = recipe_masks(self.run.recipe, stats, [self.top_k], model_weights(self.run.model))
         return mask
 
 
@@ -217,10 +211,11 @@ def run_consistency(
     repeats = recipe.consistency.repeats if repeats is None else repeats
     # the run's load step, then the full-data mask and one stage per size (each draw: calibrate + mask steps)
     stages = Stages(stage_count(recipe, ("load",)) + 1 + len(sizes), echo)
-    model, tok = load_step(recipe, stages)
+    run = RunRecord(recipe, stages, progress)
+    load_step(run)
     math_texts = load_texts(d.math, d.samples, d.seed).texts
     general_texts = load_texts(d.general[0], d.samples, d.seed).texts
-    masks = DrawMasks(recipe, model, tok, progress)
+    masks = DrawMasks(run)
     rows = mask_consistency(masks, math_texts, general_texts, sizes=sizes, repeats=repeats, seed=d.seed, stages=stages)
     info = {
         "method": m.method,

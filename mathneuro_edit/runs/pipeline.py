@@ -28,7 +28,7 @@ from ..errors import InputError
 from ..evaluation.lm_eval_index import check_lm_eval_task
 from ..evaluation.lm_eval_task import LmEvalTask
 from ..layout import MASK_NAME, STATS_DIR
-from ..outputs.registry import OUTPUTS, Export, output
+from ..outputs.registry import OUTPUTS, output
 from ..publish.lock import output_hashes
 from ..recipe.schema import Recipe
 from ..util.console import Stages
@@ -39,7 +39,8 @@ from ..weights.edit_plan import meta_model
 from .steps.count import stage_count
 from .steps.evaluate import eval_tasks, evaluate_step, note_evaluation, save_evaluation
 from .steps.export import base_record, export_step, output_checks, output_kinds, prepare_outputs
-from .steps.mask import calibrate_step, data_records, load_step, mask_step
+from .steps.mask import calibrate_step, load_step, mask_step
+from .steps.record import RunRecord
 from .steps.seal import publish_folder, seal_lock, seal_run
 
 __all__ = ["RunResult", "run_recipe", "export_recipe"]
@@ -159,33 +160,29 @@ def run_recipe(
     steps = ("load", "calibrate", "mask", "evaluate", "export", "seal")
     stages = Stages(stage_count(recipe, steps, tasks=tasks, kinds=kinds), echo)
     needed = _output_bytes(recipe)  # what a full disk's message asks to free: the whole output, not what was written
+    run = RunRecord(recipe, stages, progress, workers, kinds=kinds, tasks=tasks, sweep_evidence=sweep_evidence)
     with atomic_dir(
         out, overwrite=overwrite, protect=[folder], inputs=[*recipe.local_inputs(), *inputs], needed=needed
     ) as tmp:
-        model, tokenizer = load_step(recipe, stages)
+        load_step(run)
         for check in output_checks(kinds):
-            check(recipe, model)  # a family transformers could not build on meta: now
-        stats = calibrate_step(recipe, model, tokenizer, progress=progress, stages=stages)
-        stats.save(tmp / STATS_DIR)
-        mask = mask_step(recipe, stats, model=model, tokenizer=tokenizer, progress=progress, stages=stages)
-        mask.save(tmp / MASK_NAME)
-        eval_dict, lm_eval_docs = None, {}
+            check(recipe, run.model)  # a family transformers could not build on meta: now
+        calibrate_step(run)
+        run.stats.save(tmp / STATS_DIR)
+        mask_step(run)
+        run.mask.save(tmp / MASK_NAME)
         if tasks:
-            results = evaluate_step(recipe, model, tokenizer, tasks, mask, progress=progress, stages=stages)
-            eval_dict, lm_eval_docs = save_evaluation(results, tmp)
-            note_evaluation(results, stages)
-        n_params = sum(p.numel() for p in model.parameters())
-        del model  # the exports stream from the base files: free the in-memory model first
-        base = base_record(recipe, folder)
-        ratio = None
-        job = Export(recipe, base, mask, n_params, progress=progress, workers=workers, stages=stages)
+            evaluate_step(run)
+            save_evaluation(run, tmp)
+            note_evaluation(run)
+        run.n_params = sum(p.numel() for p in run.model.parameters())
+        run.model = None  # the exports stream from the base files: free the in-memory model first
+        run.base = base_record(recipe, folder)
         for kind in kinds:
-            r = export_step(job, tmp / output(kind).folder, kind)
-            ratio = r if r is not None else ratio  # the adapter's size, as a fraction of the checkpoint's
-        evaluation = (eval_dict, lm_eval_docs)
-        files = seal_run(tmp, job, stats, kinds, evaluation=evaluation, tasks=tasks, sweep_evidence=sweep_evidence)
-    selected, total = mask.total()
-    return RunResult(out, mask.sha256, selected, total, files, eval_dict, ratio)
+            export_step(run, tmp / output(kind).folder, kind)
+        files = seal_run(run, tmp)
+    selected, total = run.mask.total()
+    return RunResult(out, run.mask.sha256, selected, total, files, run.evaluation[0], run.size_ratio)
 
 
 def export_recipe(
@@ -227,17 +224,14 @@ def export_recipe(
         inputs=[*recipe.local_inputs(), ("mask", mask_path if isinstance(mask_path, (str, Path)) else None)],
     ) as tmp:
         inner = tmp / sub
-        base = base_record(recipe, folder)
-        n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
-        job = Export(recipe, base, mask, n_params, progress=progress, workers=workers, stages=stages)
-        export_step(job, inner, kind)
+        run = RunRecord(recipe, stages, progress, workers, kinds=[kind], mask=mask)
+        run.base = base_record(recipe, folder)
+        run.n_params = sum(math.prod(e.shape) for e in open_checkpoint(folder).tensors.values())
+        export_step(run, inner, kind)
         for p in sorted(inner.iterdir()):  # the export's files, one level up: this folder IS the model folder
             p.rename(tmp / p.name)
         inner.rmdir()
-        stages.start("write lock and model card")
+        run.start("write lock and model card")
         files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
-        meta = mask.meta
-        stats = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}
-        lock = seal_lock(job, records=data_records(recipe), stats_sha256=stats, files=files)
-        publish_folder(tmp, job, lock, kind)
+        publish_folder(run, tmp, seal_lock(run, files), kind)
     return Path(out_dir)

@@ -25,6 +25,7 @@ from .official_mask import refuse_official
 from .steps.count import stage_count
 from .steps.evaluate import eval_tasks, evaluate_step
 from .steps.mask import Statistics, calibrate_step, checkpoint_weights, load_step, mask_step
+from .steps.record import RunRecord
 
 __all__ = ["calibrate_to_folder", "mask_from_stats", "evaluate_recipe", "MaskSummary"]
 
@@ -62,11 +63,12 @@ def calibrate_to_folder(
     _only_statistics(folder)
     with atomic_dir(folder, overwrite=True, inputs=inputs) if rank_zero else nullcontext() as tmp:
         stages = Stages(stage_count(recipe, ("load", "calibrate")), echo if rank_zero else (lambda s: None))
-        model, tok = load_step(recipe, stages)
-        stats = calibrate_step(recipe, model, tok, progress=progress, stages=stages)
-        if stats.math is None or tmp is None:
+        run = RunRecord(recipe, stages, progress)
+        load_step(run)
+        calibrate_step(run)
+        if run.stats.math is None or tmp is None:
             return []
-        written = stats.save(tmp)
+        written = run.stats.save(tmp)
     return [folder / p.name for p in written]
 
 
@@ -107,11 +109,11 @@ def mask_from_stats(
     refuse_official(recipe, "mask")  # the official selection is not a function of the statistics
     stats = Statistics.load(Path(stats_dir))
     with claim(out):  # one run per --out: a second one fails naming this one
-        stages = Stages(stage_count(recipe, ("mask",)), echo)
-        mask = mask_step(recipe, stats, weights=checkpoint_weights(recipe, stats), progress=progress, stages=stages)
-        mask.save(out)
-    selected, total = mask.total()
-    return MaskSummary(Path(out), selected, total, mask.sha256)
+        run = RunRecord(recipe, Stages(stage_count(recipe, ("mask",)), echo), progress, stats=stats)
+        mask_step(run, weights=checkpoint_weights(recipe, stats))
+        run.mask.save(out)
+    selected, total = run.mask.total()
+    return MaskSummary(Path(out), selected, total, run.mask.sha256)
 
 
 def evaluate_recipe(
@@ -140,9 +142,9 @@ def evaluate_recipe(
             check_lm_eval_task(task)  # an unknown task is named before the model loads
     with claim(out) if out else nullcontext():  # one run per output file
         stages = Stages(stage_count(recipe, ("load", "evaluate"), tasks=tasks), echo)
-        model, tok = load_step(recipe, stages)
-        mask = Mask.load(mask_path) if mask_path else None
-        results = evaluate_step(recipe, model, tok, tasks, mask, progress=progress, stages=stages)
+        run = RunRecord(recipe, stages, progress, tasks=tasks, mask=Mask.load(mask_path) if mask_path else None)
+        load_step(run)
+        results = evaluate_step(run)
         if out:
             results.save_json(out)
             results.save_lm_eval(Path(out).parent)  # lm-eval's own results files beside it

@@ -18,12 +18,12 @@ import pytest
 from click.testing import CliRunner
 
 from mathneuro_edit.cli.main import main
-from mathneuro_edit.outputs.registry import OUTPUTS, CardView, Export, Output, register_output
+from mathneuro_edit.outputs.registry import OUTPUTS, CardView, Output, RunView, register_output
 
 PKG = Path(__file__).resolve().parents[2] / "mathneuro_edit"
 
 
-def _write_notes(job: Export, dest: Path) -> None:
+def _write_notes(job: RunView, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     selected, total = job.mask.total()
     notes = {"mask_sha256": job.mask.sha256, "selected": selected, "total": total}
@@ -98,7 +98,7 @@ def test_a_registered_output_runs_verifies_gets_its_card_and_is_pushed(tmp_path,
 
 # words that are also an output kind's name but mean something else where they occur (a GGUF *base*'s lock key and
 # reader, a module's name in a lazy face, the audit's report kind, a recipe's keys in the quickstart), or name the
-# kind on purpose (push's --adapter / --gguf flags): file -> (how many such strings, why)
+# kind on purpose: file -> (how many such strings, why)
 NOT_A_KIND = {
     "publish/lock.py": (2, "base.gguf: the lock's entry of a GGUF base"),
     "publish/card_sections.py": (3, "base.gguf: the lock's entry of a GGUF base"),
@@ -109,7 +109,6 @@ NOT_A_KIND = {
     "weights/audit.py": (1, "the report kind of a checkpoint audit"),
     "util/scrub.py": (1, "a path word that is never private"),
     "recipe/io.py": (2, "the quickstart recipe's outputs keys"),
-    "cli/publish.py": (2, "push's --adapter / --gguf flags, each named as its output"),
 }
 
 

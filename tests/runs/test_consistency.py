@@ -15,6 +15,7 @@ import torch
 from mathneuro_edit import calibrate, find_math_params
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.consistency import DrawMasks, jaccard, mask_consistency
+from mathneuro_edit.runs.steps.record import RunRecord
 from tests._tiny import GENERAL, MATH, build
 
 
@@ -41,7 +42,7 @@ def test_mask_consistency_overlaps_equal_independent_jaccard():
     model, tok = build("llama")
     seed, repeats, top_k, sizes = 5, 3, 0.1, [2, 4]
     recipe = quickstart_recipe([f"mask.top_k={top_k}"])
-    masks = DrawMasks(recipe, model, tok)
+    masks = DrawMasks(RunRecord(recipe, model=model, tokenizer=tok, progress=False))
     rows = mask_consistency(masks, MATH, GENERAL, sizes=sizes, repeats=repeats, seed=seed)
     c = recipe.calibration
 
@@ -120,8 +121,8 @@ def test_a_draw_s_mask_is_made_by_the_run_s_steps(monkeypatch):
 
     calls: dict[str, list] = {"calibrate": [], "mask": []}
 
-    def fake_calibrate(recipe, model, tokenizer, texts, *, progress):
-        calls["calibrate"].append((recipe, tuple(texts), progress))
+    def fake_calibrate(run, texts):
+        calls["calibrate"].append((run.recipe, tuple(texts), run.progress))
         return tuple(texts)
 
     def fake_masks(recipe, stats, top_ks, weights, **kwargs):
@@ -132,6 +133,6 @@ def test_a_draw_s_mask_is_made_by_the_run_s_steps(monkeypatch):
     monkeypatch.setattr(consistency_mod, "recipe_masks", fake_masks)
     monkeypatch.setattr(consistency_mod, "model_weights", lambda model: "weights")
     recipe = quickstart_recipe(["mask.top_k=0.2"])
-    assert DrawMasks(recipe, None, None, progress=True)(["m"], ["g"]) == "mask"
+    assert DrawMasks(RunRecord(recipe, progress=True))(["m"], ["g"]) == "mask"
     assert calls["calibrate"] == [(recipe, ("m",), True), (recipe, ("g",), True)]
     assert calls["mask"] == [(recipe, ("m",), [("g",)], [0.2], {})]

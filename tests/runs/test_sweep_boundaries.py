@@ -27,6 +27,7 @@ from mathneuro_edit.cli.main import main
 from mathneuro_edit.recipe.io import quickstart_recipe
 
 # the sweep internals pinned here (issue 42 moves the sweep modules: a move is a fix of these lines only)
+from mathneuro_edit.runs.steps.record import RunRecord
 from mathneuro_edit.runs.sweep.cache import ResultCache, key_sha256
 from mathneuro_edit.runs.sweep.evaluator import _Context, _Evaluator
 from mathneuro_edit.runs.sweep.procedure import SweepPoint, promote, select_candidate
@@ -85,7 +86,9 @@ class _Recorder(ResultCache):
 def _math_key(tmp_path: Path, max_new: int) -> dict:
     recipe = quickstart_recipe(["evaluation.math=arithmetic", f"evaluation.max_new_tokens={max_new}"])
     cache = _Recorder(tmp_path)
-    ev = _Evaluator(_Context(None, _Tok(), recipe, "f" * 64, cache, progress=False), [], ["a general text"])
+    ev = _Evaluator(
+        _Context(RunRecord(recipe, tokenizer=_Tok(), progress=False), "f" * 64, cache), [], ["a general text"]
+    )
     assert ev.math([{"question": "What is 1 + 1?", "answer": "#### 2"}]) == [True]
     (key,) = cache.asked
     return key

@@ -2,8 +2,9 @@
 ``consistency`` and ``sweep`` compose (:mod:`..pipeline`, :mod:`..single_steps`, :mod:`..sweep`,
 :mod:`..consistency`), so no step is written twice.
 
-load -> calibrate -> mask -> evaluate -> export -> seal (lock + cards). Each step takes the validated recipe and
-what the step before it returned, announces itself on a :class:`~mathneuro_edit.util.console.Stages` and writes
+load -> calibrate -> mask -> evaluate -> export -> seal (lock + cards). Each step takes the run's one
+:class:`~.record.RunRecord` (the recipe, how to report, and what the steps before it filled in) and extends it,
+announces itself on a :class:`~mathneuro_edit.util.console.Stages` and writes
 nothing of its own unless it is given a folder; the statistics have one layout (:class:`Statistics`:
 ``math.stats.safetensors``, ``general-<i>.stats.safetensors``) wherever they are saved. How many stage lines a
 composition announces comes from the steps it lists (:func:`stage_count`), not from a hand count.
@@ -14,6 +15,7 @@ composition announces comes from the steps it lists (:func:`stage_count`), not f
 - :mod:`.export`: one output per call, by that output's own step (:mod:`mathneuro_edit.outputs`), and what the
   exports record about the base;
 - :mod:`.seal`: the lock and each output folder's lock, evaluation and model card;
+- :mod:`.record`: :class:`RunRecord`, the state the steps read and extend;
 - :mod:`.count`: :func:`stage_count`.
 
 Names load lazily (:func:`~mathneuro_edit.util.lazy.lazy_face`): importing this face imports no step and no torch.
@@ -26,6 +28,7 @@ from ...util.lazy import lazy_face
 # public name -> the module of this package that defines it
 _LAZY: dict[str, str] = {
     "stage_count": "count",
+    "RunRecord": "record",
     "Statistics": "mask",
     "load_recipe_model": "mask",
     "load_step": "mask",

@@ -12,16 +12,16 @@ from typing import Any
 
 from ...data.sources import load_math_problems, load_set
 from ...engine.apply import ReversibleEdit, round_weights_
-from ...engine.mask import Mask
 from ...evaluation.lm_eval_task import LmEvalTask
 from ...evaluation.results import EvalResults
 from ...evaluation.runner import evaluate
 from ...evaluation.tasks import GeneralTask, MathTask
 from ...layout import EVAL_NAME
 from ...recipe.schema import Recipe
-from ...util.console import Stages, markdown_table_text
+from ...util.console import markdown_table_text
 from ...util.files import write_json_atomic
 from .export import release_dtype
+from .record import RunRecord
 
 __all__ = ["eval_tasks", "describe_tasks", "evaluate_step", "save_evaluation", "note_evaluation"]
 
@@ -80,46 +80,41 @@ def describe_tasks(tasks: list[Any]) -> str:
     return ", ".join(parts)
 
 
-def evaluate_step(
-    recipe: Recipe,
-    model: Any,
-    tokenizer: Any,
-    tasks: list[Any],
-    mask: Mask | None,
-    *,
-    progress: bool = True,
-    stages: Stages | None = None,
-) -> EvalResults:
-    """Evaluate ``tasks`` on the base and, with ``mask``, on the edit at the recipe's scale (paired, with KL).
+def evaluate_step(run: RunRecord) -> EvalResults:
+    """Evaluate the record's ``tasks`` on the base and, with a ``mask``, on the edit at the recipe's scale (paired,
+    with KL): fills the record's ``results`` and returns them.
 
     Both are measured on the weights the release stores: when ``outputs.dtype`` (a GGUF base: bfloat16) differs
     from the model's, the model is rounded to it in place (:func:`~mathneuro_edit.engine.apply.round_weights_`;
     the caller must not need the unrounded model afterwards) and the edit writes the stored edited values, so the
     card's numbers are those of the files that ship, computed in the model's dtype.
     """
+    recipe, model, mask = run.recipe, run.model, run.mask
     store = release_dtype(recipe)
     edit: Any = (
         ReversibleEdit(model, mask, recipe.edit.effective_scale, store_dtype=store) if mask is not None else None
     )
     rounded = round_weights_(model, store)  # after the edit captured its unrounded originals
-    if stages is not None:
-        what = f"base and edited (x{recipe.edit.effective_scale:g})" if edit else "the base"
-        on = f", weights as stored ({str(store).removeprefix('torch.')})" if rounded else ""
-        stages.start(f"evaluate {what}{on}: {describe_tasks(tasks)}")
-    return evaluate(model, tokenizer, tasks, edit=edit, progress=progress)
+    what = f"base and edited (x{recipe.edit.effective_scale:g})" if edit else "the base"
+    on = f", weights as stored ({str(store).removeprefix('torch.')})" if rounded else ""
+    run.start(f"evaluate {what}{on}: {describe_tasks(run.tasks)}")
+    run.results = evaluate(model, run.tokenizer, run.tasks, edit=edit, progress=run.progress)
+    return run.results
 
 
-def save_evaluation(results: EvalResults, folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``folder/eval.json`` (with the per-problem rows, so a reader can audit the scores) and lm-eval's own results
-    files beside it; returns ``(eval dict, {lm-eval file name: document})`` for the output folders."""
+def save_evaluation(run: RunRecord, folder: Path) -> None:
+    """``folder/eval.json`` of the record's ``results`` (with the per-problem rows, so a reader can audit the
+    scores) and lm-eval's own results files beside it; fills the record's ``evaluation`` (``(eval dict, {lm-eval
+    file name: document})``) for the output folders."""
+    results = run.results
     eval_dict = results.to_dict(predictions=True)
     results.save_json(folder / EVAL_NAME)
     lm_eval_docs = results.lm_eval_reports()
     for name, doc in lm_eval_docs.items():
         write_json_atomic(folder / name, doc)
-    return eval_dict, lm_eval_docs
+    run.evaluation = (eval_dict, lm_eval_docs)
 
 
-def note_evaluation(results: EvalResults, stages: Stages) -> None:
+def note_evaluation(run: RunRecord) -> None:
     """The evaluation's table under its stage line."""
-    stages.note(markdown_table_text(results.to_markdown()))
+    run.note(markdown_table_text(run.results.to_markdown()))

@@ -16,12 +16,13 @@ from typing import Any
 
 from ...errors import InputError
 from ...outputs.checkpoint import output_dtype
-from ...outputs.registry import OUTPUTS, BaseRecord, Export, Output, output
+from ...outputs.registry import OUTPUTS, BaseRecord, Output, output
 from ...publish.base_card import base_card_fields
 from ...publish.lock import base_description, weights_sha256
 from ...recipe.schema import Recipe
 from ...weights.base import base_reference, resolved_revision
 from ...weights.gguf_reader import gguf_lock_entry
+from .record import RunRecord
 
 __all__ = [
     "base_record",
@@ -83,17 +84,16 @@ def release_dtype(recipe: Recipe) -> Any:
     return None if name is None else getattr(torch, name)
 
 
-def export_step(job: Export, dest: Path, kind: str) -> float | None:
-    """Write output ``kind`` of the recipe's edit into ``dest`` with its step, then each output the recipe asks
-    for that is made from it (from the finished folder), announced on one stage line (``export checkpoint/ +
-    model-Q8_0.gguf``). Returns its size as a fraction of the checkpoint's when it reports one (the adapter)."""
+def export_step(run: RunRecord, dest: Path, kind: str) -> None:
+    """Write output ``kind`` of the record's edit (its ``mask``, ``base`` and ``n_params``) into ``dest`` with its
+    step, then each output the recipe asks for that is made from it (from the finished folder), announced on one
+    stage line (``export checkpoint/ + model-Q8_0.gguf``). Records in ``written`` what each step returned (the
+    adapter: its size as a fraction of the checkpoint's)."""
     out = output(kind)
     if out.derived_from is not None:
         raise InputError(f"kind: {kind!r} has no export step of its own; it is written with the {out.derived_from}")
-    then = derived_outputs(job.recipe, kind)
-    if job.stages is not None:
-        job.stages.start(out.stage(job.recipe) + "".join(o.stage(job.recipe) for o in then))
-    ratio = out.write(job, dest)
+    then = derived_outputs(run.recipe, kind)
+    run.start(out.stage(run.recipe) + "".join(o.stage(run.recipe) for o in then))
+    run.written[kind] = out.write(run, dest)
     for made in then:
-        made.write(job, dest)
-    return ratio
+        run.written[made.name] = made.write(run, dest)

@@ -2,7 +2,7 @@
 
 :func:`load_step` loads the base, :func:`calibrate_step` records the math set and every general set into
 :class:`Statistics` (the one layout of the statistics files, wherever they are saved), and :func:`mask_step` derives
-the recipe's mask from them, from a loaded model's weights or from the base's files one tensor at a time
+the recipe's mask from them (each reads and fills the run's :class:`~.record.RunRecord`), from a loaded model's weights or from the base's files one tensor at a time
 (:func:`checkpoint_weights`). :func:`data_records` gives the lock's record of the sampled data without calibrating.
 """
 
@@ -23,10 +23,10 @@ from ...engine.stats import ActivationStats
 from ...errors import InputError
 from ...layout import MATH_STATS_NAME, general_stats_files, general_stats_name
 from ...recipe.schema import Recipe
-from ...util.console import Stages
 from ...weights.base import base_reference
 from ...weights.loading import load_model, model_weights, weights_from_checkpoint
 from ..official_mask import official_recipe_mask
+from .record import RunRecord
 
 __all__ = [
     "Statistics",
@@ -96,16 +96,16 @@ def load_recipe_model(recipe: Recipe):
     )
 
 
-def load_step(recipe: Recipe, stages: Stages):
-    """:func:`load_recipe_model` as a stage: ``[1/n] load organism`` then its parameter count."""
-    b = recipe.base
-    stages.start(f"load {b.model}" + (f" ({b.gguf_file})" if b.gguf_file else ""))
-    model, tok = load_recipe_model(recipe)
-    stages.note(f"{sum(p.numel() for p in model.parameters()):,} parameters")
-    return model, tok
+def load_step(run: RunRecord) -> None:
+    """:func:`load_recipe_model` as a stage (``[1/n] load organism`` then its parameter count): fills the record's
+    ``model`` and ``tokenizer``."""
+    b = run.recipe.base
+    run.start(f"load {b.model}" + (f" ({b.gguf_file})" if b.gguf_file else ""))
+    run.model, run.tokenizer = load_recipe_model(run.recipe)
+    run.note(f"{sum(p.numel() for p in run.model.parameters()):,} parameters")
 
 
-def calibrate_set(recipe: Recipe, model: Any, tokenizer: Any, texts: Sequence[str], *, progress: bool = True) -> Any:
+def calibrate_set(run: RunRecord, texts: Sequence[str]) -> Any:
     """One set of texts through the model with the recipe's calibration and target settings: what every job's
     statistics are made of (a run's sets, a sweep's cached sets, consistency's random draws).
 
@@ -113,38 +113,35 @@ def calibrate_set(recipe: Recipe, model: Any, tokenizer: Any, texts: Sequence[st
     (:func:`~mathneuro_edit.engine.distributed.calibrate_distributed`); only rank 0 gets the statistics (elsewhere
     ``None``); in a plain process it is :func:`~mathneuro_edit.engine.calibration.calibrate`.
     """
-    c, t = recipe.calibration, recipe.targets
+    c, t = run.recipe.calibration, run.recipe.targets
     return calibrate(
-        model,
-        tokenizer,
+        run.model,
+        run.tokenizer,
         list(texts),
         max_length=c.max_length,
         batch_size=c.batch_size,
-        progress=progress,
+        progress=run.progress,
         include=t.include or None,
         exclude=t.exclude or None,
     )
 
 
-def calibrate_step(
-    recipe: Recipe, model: Any, tokenizer: Any, *, progress: bool = True, stages: Stages | None = None
-) -> Statistics:
-    """Calibrate the math set and every general set of a recipe (one stage per set, :func:`calibrate_set` each)."""
-    d = recipe.data
+def calibrate_step(run: RunRecord) -> None:
+    """Calibrate the math set and every general set of the recipe (one stage per set, :func:`calibrate_set` each):
+    fills the record's ``stats``."""
+    d = run.recipe.data
     math = load_texts(d.math, d.samples, d.seed)
-    if stages is not None:
-        stages.start(f"calibrate math ({len(math.texts)} texts)")
-    math_stats = calibrate_set(recipe, model, tokenizer, math.texts, progress=progress)
+    run.start(f"calibrate math ({len(math.texts)} texts)")
+    math_stats = calibrate_set(run, math.texts)
     general_stats, records = [], []
     for i, source in enumerate(d.general):  # each general source is its own non-math set
         loaded = load_texts(source, d.samples, d.seed)
-        if stages is not None:
-            which = f" {i + 1}/{len(d.general)}" if len(d.general) > 1 else ""
-            stages.start(f"calibrate general{which} ({len(loaded.texts)} texts)")
-        general_stats.append(calibrate_set(recipe, model, tokenizer, loaded.texts, progress=progress))
+        which = f" {i + 1}/{len(d.general)}" if len(d.general) > 1 else ""
+        run.start(f"calibrate general{which} ({len(loaded.texts)} texts)")
+        general_stats.append(calibrate_set(run, loaded.texts))
         records.append(loaded.record)
     records_ = {"math": [math.record], "general": records}
-    return Statistics(math_stats, general_stats, records_, device_record(model_device(model)))
+    run.stats = Statistics(math_stats, general_stats, records_, device_record(model_device(run.model)))
 
 
 def data_records(recipe: Recipe) -> dict[str, Any]:
@@ -156,39 +153,27 @@ def data_records(recipe: Recipe) -> dict[str, Any]:
     }
 
 
-def mask_step(
-    recipe: Recipe,
-    stats: Statistics,
-    *,
-    weights: Mapping[str, Any] | None = None,
-    model: Any = None,
-    tokenizer: Any = None,
-    progress: bool = True,
-    stages: Stages | None = None,
-) -> Mask:
-    """The recipe's mask (method, top_k, granularity, seed) from the statistics and the weights: ``weights`` (e.g.
-    :func:`checkpoint_weights`: read from the base's files one at a time, no model in memory) or a loaded
-    ``model``'s (offloaded ones read back from accelerate's offload one at a time). ``mask.reference: official``
-    makes the released script's own batch-1 pass instead (it needs ``model`` and ``tokenizer``), whose sums in the
-    model's dtype are not statistics. Announces the stage and notes the selected count."""
-    m = recipe.mask
-    if stages is not None:
-        stages.start(
-            f"mask ({m.method}, top_k={m.top_k:g}"
-            + (", the released script's rule: one text per forward" if m.reference == "official" else "")
-            + ")"
-        )
+def mask_step(run: RunRecord, *, weights: Mapping[str, Any] | None = None) -> None:
+    """The recipe's mask (method, top_k, granularity, seed) from the record's ``stats`` and the weights:
+    ``weights`` (e.g. :func:`checkpoint_weights`: read from the base's files one at a time, no model in memory) or
+    the loaded ``model``'s (offloaded ones read back from accelerate's offload one at a time). ``mask.reference:
+    official`` makes the released script's own batch-1 pass instead (it needs the model and tokenizer), whose sums
+    in the model's dtype are not statistics. Announces the stage, fills the record's ``mask`` and notes the
+    selected count."""
+    m = run.recipe.mask
+    run.start(
+        f"mask ({m.method}, top_k={m.top_k:g}"
+        + (", the released script's rule: one text per forward" if m.reference == "official" else "")
+        + ")"
+    )
     if m.reference == "official":
-        mask = official_recipe_mask(recipe, model, tokenizer, progress=progress, stages=stages)
+        mask = official_recipe_mask(run.recipe, run.model, run.tokenizer, progress=run.progress, stages=run.stages)
     else:
-        weights = weights if weights is not None else model_weights(model)
-        (mask,) = recipe_masks(recipe, stats, [m.top_k], weights, progress=progress)
-    if stages is not None:
-        selected, total = mask.total()
-        stages.note(
-            f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), sha256 {mask.sha256[:12]}"
-        )
-    return mask
+        weights = weights if weights is not None else model_weights(run.model)
+        (mask,) = recipe_masks(run.recipe, run.stats, [m.top_k], weights, progress=run.progress)
+    run.mask = mask
+    selected, total = mask.total()
+    run.note(f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), sha256 {mask.sha256[:12]}")
 
 
 def recipe_masks(

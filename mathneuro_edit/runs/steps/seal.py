@@ -8,14 +8,14 @@ summary), :func:`seal_run` hashes a run folder's outputs and writes its lock and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ...data.sources import problem_sha256
 from ...evaluation.tasks import MathTask
 from ...layout import EVAL_NAME
-from ...outputs.registry import Export, output, output_dirs
+from ...outputs.registry import output, output_dirs
 from ...publish.card import (
     CardSource,
     build_card,
@@ -27,62 +27,52 @@ from ...publish.card import (
 )
 from ...publish.lock import build_lock, output_hashes, write_lock
 from ...util.files import write_json_atomic
-from .mask import Statistics
+from .mask import data_records
+from .record import RunRecord
 
 __all__ = ["seal_run", "seal_lock", "publish_folder", "evidence_with_overlap", "without_problem_lists"]
 
 
-def seal_run(
-    folder: Path,
-    job: Export,
-    stats: Statistics,
-    kinds: Sequence[str],
-    *,
-    evaluation: tuple[dict | None, Mapping[str, Any]] = (None, {}),
-    tasks: Sequence[Any] = (),
-    sweep_evidence: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """The run folder's lock (every output file hashed, under its subfolder) and, in each output's folder, the lock,
-    the evaluation and the model card (``job``: what the exports were made from, and the stage printer). Returns
-    the hashed files (relative path -> sha256)."""
-    stages = job.stages
-    if stages is not None:
-        stages.start("write lock and model cards")
+def seal_run(run: RunRecord, folder: Path) -> dict[str, str]:
+    """The run folder's lock (every output file hashed, under its subfolder) and, in each output's folder
+    (the record's ``kinds``), the lock, the evaluation and the model card. Returns the hashed files (relative
+    path -> sha256)."""
+    run.start("write lock and model cards")
     files: dict[str, str] = {}
     for sub in output_dirs():
         if (folder / sub).is_dir():
             files.update({f"{sub}/{k}": v for k, v in output_hashes(folder / sub).items()})
-    sweep = None if sweep_evidence is None else evidence_with_overlap(sweep_evidence, list(tasks), job.mask.sha256)
-    if sweep is not None and sweep["evaluation_overlap"]["selection"] and stages is not None:
+    evidence = run.sweep_evidence
+    sweep = None if evidence is None else evidence_with_overlap(evidence, list(run.tasks), run.mask.sha256)
+    if sweep is not None and sweep["evaluation_overlap"]["selection"]:
         o = sweep["evaluation_overlap"]
-        stages.note(
+        run.note(
             f"{o['selection']} of this run's {o['n']} evaluation problems were used to choose the "
             "setting: its gain is not a confirmation (the card says so)"
         )
-    assert stats.records is not None, "a run's statistics carry their data records"
-    lock = seal_lock(
-        job, records=stats.records, stats_sha256=stats.sha256, files=files, sweep=sweep, device=stats.device
-    )
+    lock = seal_lock(run, files, sweep=sweep)
     write_lock(folder, lock)
-    for kind in kinds:
-        publish_folder(folder / output(kind).folder, job, lock, kind, evaluation)
+    for kind in run.kinds:
+        publish_folder(run, folder / output(kind).folder, lock, kind)
     return files
 
 
-def seal_lock(
-    job: Export,
-    *,
-    records: dict[str, Any],
-    stats_sha256: dict[str, Any],
-    files: dict[str, str],
-    sweep: dict[str, Any] | None = None,
-    device: dict[str, str] | None = None,
-) -> dict[str, Any]:
+def seal_lock(run: RunRecord, files: dict[str, str], *, sweep: dict[str, Any] | None = None) -> dict[str, Any]:
     """The lock of a run or an export: the recipe, every input's and output's hash, the edit's summary and, for a
-    run, the device its statistics were computed on."""
-    base, mask = job.base, job.mask
+    run, the device its statistics were computed on. A run's data records and statistics hashes come with its
+    statistics; an export (no statistics in the record) samples the data again (cheap: no forward pass) and takes
+    the statistics hashes its mask names."""
+    base, mask, stats = run.base, run.mask, run.stats
+    if stats is not None:
+        assert stats.records is not None, "a run's statistics carry their data records"
+        records, stats_sha256, device = stats.records, stats.sha256, stats.device
+    else:
+        meta = mask.meta
+        records = data_records(run.recipe)
+        stats_sha256 = {"math": meta.get("math_stats_sha256"), "general": meta.get("general_stats_sha256")}
+        device = None
     return build_lock(
-        job.recipe,
+        run.recipe,
         base_revision=base.revision,
         data_records=records,
         stats_sha256=stats_sha256,
@@ -90,35 +80,29 @@ def seal_lock(
         output_files=files,
         base_weights=base.weights,
         base_gguf=base.gguf,
-        edit_summary=summarize_edit(mask.counts(), model_params=job.n_params),
+        edit_summary=summarize_edit(mask.counts(), model_params=run.n_params),
         sweep=sweep,
         device=device,
     )
 
 
-def publish_folder(
-    folder: Path,
-    job: Export,
-    lock: dict,
-    kind: str,
-    evaluation: tuple[dict | None, Mapping[str, Any]] = (None, {}),
-) -> None:
-    """Write the lock, eval.json and lm-eval's own results files (``evaluation``) and the model card of output
-    ``kind`` into its folder; its license fields are the base card's."""
-    recipe, (eval_dict, lm_eval_docs) = job.recipe, evaluation
+def publish_folder(run: RunRecord, folder: Path, lock: dict, kind: str) -> None:
+    """Write the lock, eval.json and lm-eval's own results files (the record's ``evaluation``) and the model card of
+    output ``kind`` into its folder; its license fields are the base card's."""
+    recipe, (eval_dict, lm_eval_docs) = run.recipe, run.evaluation
     write_lock(folder, lock)
     if eval_dict is not None:
         write_json_atomic(folder / EVAL_NAME, eval_dict)
     for name, doc in (lm_eval_docs or {}).items():
         write_json_atomic(folder / name, doc)
     hub_id = recipe.base.hub_id or (None if recipe.base.local_dir() is not None else recipe.base.model)
-    summary = summarize_edit(job.mask.counts(), model_params=job.n_params)
+    summary = summarize_edit(run.mask.counts(), model_params=run.n_params)
     source = CardSource(
         recipe,
         lock,
         summary,
         eval_dict,
-        job.base.card_fields,
+        run.base.card_fields,
         lock_sha256=lock_file_sha256(folder),
         weights_dtype=folder_dtype(folder),
         chat=has_chat_template(folder),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ def _calibrated_set(ctx: _Context, recipe: Recipe, source: Any, what: str, folde
         stages.start(f"calibrate {what}: reused ({len(loaded.texts)} texts)")
         return ActivationStats.load(path)
     stages.start(f"calibrate {what} ({len(loaded.texts)} texts)")
-    stats = calibrate_set(recipe, ctx.model, ctx.tok, loaded.texts, progress=ctx.progress)
+    stats = calibrate_set(replace(ctx.run, recipe=recipe), loaded.texts)  # the variant's recipe, the sweep's model
     _store(folder, key, stats)
     return stats
 

@@ -83,11 +83,11 @@ def _rounded_edits(
 
     Why this order: the edits are prepared from the unrounded weights (the release computes from them), then the
     model is rounded, so each arm is exactly the checkpoint a user loads. The model is not used afterwards."""
-    store = release_dtype(ctx.recipe)
-    edits = {"candidate": (arm.mask, ReversibleEdit(ctx.model, arm.mask, arm.scale, store_dtype=store))}
+    store = release_dtype(ctx.run.recipe)
+    edits = {"candidate": (arm.mask, ReversibleEdit(ctx.run.model, arm.mask, arm.scale, store_dtype=store))}
     for name, _, mask in controls:
-        edits[name] = (mask, ReversibleEdit(ctx.model, mask, arm.scale, store_dtype=store))
-    rounded = round_weights_(ctx.model, store)
+        edits[name] = (mask, ReversibleEdit(ctx.run.model, mask, arm.scale, store_dtype=store))
+    rounded = round_weights_(ctx.run.model, store)
     return edits, (str(store).removeprefix("torch.") if rounded else None)
 
 
@@ -157,8 +157,8 @@ def _confirm(
     Why rounded weights: the release stores ``outputs.dtype`` (bfloat16 for a GGUF base) while the sweep's model is
     float32 (:func:`_rounded_edits`). The general costs are measured before, on the selection's unrounded model.
     """
-    sw, arm = ctx.recipe.sweep, candidate.arm
-    other_shots = format_shots(ctx.recipe)
+    sw, arm = ctx.run.recipe.sweep, candidate.arm
+    other_shots = format_shots(ctx.run.recipe)
     general = _general_costs(ctx, evaluator, arm, controls)
     edits, weights = _rounded_edits(ctx, arm, controls)
     formats = [(None, "recipe's prompt", problems, shots)] + [
@@ -170,7 +170,7 @@ def _confirm(
         names = ["base", "candidate", *[c[0] for c in controls]] if fi == 0 else ["base", "candidate", controls[0][0]]
         outcomes = _format_outcomes(ev, label, probs, names, edits, arm.scale)
         results.append(_format_record(fmt, label, probs, outcomes, controls[0][0], sw.alpha))
-    dtype = weights or str(next(ctx.model.parameters()).dtype).removeprefix("torch.")
+    dtype = weights or str(next(ctx.run.model.parameters()).dtype).removeprefix("torch.")
     return _confirmation(ctx, candidate, problems, results, controls, general, dtype)
 
 
@@ -185,7 +185,7 @@ def _confirmation(
 ) -> Confirmation:
     """The :class:`Confirmation`: the primary format's one test, every format's record, the controls' masks and
     general costs, and the dtype of the weights the arms were measured on."""
-    sw, arm, point, variant = ctx.recipe.sweep, candidate.arm, candidate.point, candidate.variant
+    sw, arm, point, variant = ctx.run.recipe.sweep, candidate.arm, candidate.point, candidate.variant
     primary = results[0]
     base, cand = primary["_outcomes"]["base"], primary["_outcomes"]["candidate"]
     b_, c_, pval, _ = confirm(list(base.correct), list(cand.correct), sw.alpha)

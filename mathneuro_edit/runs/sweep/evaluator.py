@@ -23,7 +23,7 @@ from ...evaluation.general_kl import BaseSupport, base_support, edited_general
 from ...evaluation.greedy import math_outcomes
 from ...evaluation.prompts import uses_chat_template
 from ...evaluation.results import GeneralResult, compare
-from ...recipe.schema import Recipe
+from ..steps.record import RunRecord
 from .cache import ResultCache
 
 # problems per cached block: a kill loses at most one block per point in progress; round boundaries also cut blocks
@@ -51,17 +51,15 @@ def _blocks(start: int, end: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class _Context:
-    """What every part of one sweep shares: the model in memory and its weights' sha256 (the cache's model key),
-    the recipe, the result cache and how to report (progress bars, the echo of one line per evaluated point).
+    """What every part of one sweep shares: the run record (the recipe, the model in memory, its tokenizer, progress
+    bars, the stage printer), the weights' sha256 (the cache's model key), the result cache and the echo of one line
+    per evaluated point.
 
     Why one object: the evaluator, the calibration and the confirmation each needed the same eight of them."""
 
-    model: Any
-    tok: Any
-    recipe: Recipe
+    run: RunRecord
     fingerprint: str
     cache: ResultCache
-    progress: bool
     echo: Callable[[str], None] = field(default=lambda s: None)
 
 
@@ -78,8 +76,8 @@ class _Evaluator:
     ) -> None:
         """``fmt`` (a :class:`~mathneuro_edit.recipe.job_sections.PromptFormat`) replaces the evaluation's prompt
         settings; ``weights`` names the dtype the model's weights were rounded to (a cache key of their own)."""
-        model, tok, recipe, fingerprint = ctx.model, ctx.tok, ctx.recipe, ctx.fingerprint
-        cache, progress = ctx.cache, ctx.progress
+        model, tok, recipe, fingerprint = ctx.run.model, ctx.run.tokenizer, ctx.run.recipe, ctx.fingerprint
+        cache, progress = ctx.cache, ctx.run.progress
         self.echo, self.weights = ctx.echo, weights  # a confirmation's lines name the weights it measures
         ev, sw = recipe.evaluation, recipe.sweep
         assert ev is not None

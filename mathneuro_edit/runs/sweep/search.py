@@ -46,6 +46,7 @@ from ...weights.loading import model_weights
 from ..official_mask import refuse_official
 from ..steps.count import stage_count
 from ..steps.mask import Statistics, load_step, recipe_masks
+from ..steps.record import RunRecord
 from .cache import ResultCache
 from .calibration import _group_statistics, _set_count
 from .confirmation import _Candidate, _confirm, _control_masks
@@ -142,14 +143,16 @@ def _masks(
 ) -> Any:
     """Every arm's mask through the run's mask rule (one scoring pass per statistics group for all top_k);
     fills ``grid.arms`` and returns the weights the masks were scored on (the controls use them too)."""
-    m = ctx.recipe.mask
+    m = ctx.run.recipe.mask
     n = len(grid.variants)
     stages.start(
         f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({m.method}), {n} variant{'s' if n > 1 else ''}"
     )
-    weights = model_weights(ctx.model)
-    group_masks = {g: recipe_masks(ctx.recipe, s, top_ks, weights, progress=ctx.progress) for g, s in stats.items()}
-    grid.arms = _arms(ctx.model, grid.variants, group_masks, top_ks, scales)
+    weights = model_weights(ctx.run.model)
+    group_masks = {
+        g: recipe_masks(ctx.run.recipe, s, top_ks, weights, progress=ctx.run.progress) for g, s in stats.items()
+    }
+    grid.arms = _arms(ctx.run.model, grid.variants, group_masks, top_ks, scales)
     return weights
 
 
@@ -176,7 +179,7 @@ def _select(
 
     Returns ``(the base's flags, the base's general result, the rounds, the finalists)``; each finalist's KL is
     known (the candidate must be within the KL budget)."""
-    sw, arms = ctx.recipe.sweep, grid.arms
+    sw, arms = ctx.run.recipe.sweep, grid.arms
     schedule = halving_schedule(len(arms), len(selection), sw.first_round, sw.eta)
     cuts = [end for _, end in schedule]
     stages.start(f"the base on {len(selection)} selection problems and {len(evaluator.texts)} general texts")
@@ -206,7 +209,7 @@ def _rounds(
     kl_of: Callable[[int], float],
 ) -> list[dict[str, Any]]:
     """Each round's points on its problems; after the first, the best (within the KL budget) are promoted."""
-    sw, arms = ctx.recipe.sweep, grid.arms
+    sw, arms = ctx.run.recipe.sweep, grid.arms
     cuts = [end for _, end in schedule]
     sizes = [a.mask.total()[0] * abs(a.scale - 1.0) for a in arms]  # promotion's tie-break: the smaller edit
     rounds: list[dict[str, Any]] = []
@@ -272,7 +275,7 @@ def _confirm_stage(
         f"scale={chosen.point.scale:g} on {len(confirmation_problems)} other problems, against the base and two "
         "control edits"
     )
-    controls = _control_masks(ctx.recipe, scored[1], scored[0], chosen)
+    controls = _control_masks(ctx.run.recipe, scored[1], scored[0], chosen)
     return _confirm(ctx, evaluator, chosen, controls, confirmation_problems, shots)
 
 
@@ -389,8 +392,9 @@ def run_sweep(
     stages = Stages(n, echo)
     with claim(out):
         cache = _open_folder(out)
-        model, tok = load_step(recipe, stages)
-        ctx = _Context(model, tok, recipe, model_weights_sha256(model), cache, progress, echo)
+        run = RunRecord(recipe, stages, progress)
+        load_step(run)
+        ctx = _Context(run, model_weights_sha256(run.model), cache, echo)
         stats = _group_statistics(ctx, grid.variants, out / STATS_DIR, stages)
         weights = _masks(ctx, stats, top_ks, scales, grid, stages)
         evaluator = _Evaluator(ctx, shots, texts)
