@@ -44,7 +44,7 @@ from ..outputs.registry import OUTPUTS, CardView, Output, output, output_dirs, o
 from ..recipe.io import recipe_fields, recipe_from_dict
 from ..recipe.safe_yaml import dump_yaml
 from ..recipe.schema import Recipe
-from ..util.config_sizes import read_model_json
+from ..util.config_sizes import model_json_object
 from ..util.console import document_safe
 from ..util.files import write_text_atomic
 from ..util.hashing import sha256_file
@@ -554,13 +554,8 @@ def has_chat_template(folder: str | Path) -> bool:
     for where in (folder, *(folder.parent / d for d in output_dirs())):
         if (where / "chat_template.jinja").is_file() or (where / "chat_template.json").is_file():
             return True
-        try:
-            cfg = read_model_json(where / "tokenizer_config.json")  # a FIFO there: one line, never a hang
-        except InputError:
-            raise
-        except (OSError, ValueError):
-            continue
-        if isinstance(cfg, dict) and cfg.get("chat_template"):
+        cfg = model_json_object(where / "tokenizer_config.json")  # a FIFO there: one line, never a hang
+        if cfg is not None and cfg.get("chat_template"):
             return True
     return False
 
@@ -569,13 +564,8 @@ def folder_dtype(folder: str | Path) -> str | None:
     """The dtype a model folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
 
     path = Path(folder) / "config.json"
-    try:
-        cfg = read_model_json(path) if path.is_file() else {}
-    except InputError:
-        raise
-    except (OSError, ValueError):
-        return None
-    value = cfg.get("dtype") or cfg.get("torch_dtype") if isinstance(cfg, dict) else None
+    cfg = (model_json_object(path) if path.is_file() else None) or {}
+    value = cfg.get("dtype") or cfg.get("torch_dtype")
     return value if isinstance(value, str) else None
 
 

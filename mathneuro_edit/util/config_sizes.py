@@ -24,6 +24,7 @@ __all__ = [
     "check_config_sizes",
     "check_config_file_sizes",
     "read_model_json",
+    "model_json_object",
 ]
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest released config.json files are tens of KB
@@ -115,6 +116,19 @@ def read_model_json(path: str | Path) -> Any:
     """
     name = Path(path).name
     return read_json(path, MAX_CONFIG_BYTES, f"a {name}", f"a model's {name} is a small JSON file: use the model's own")
+
+
+def model_json_object(path: str | Path) -> dict[str, Any] | None:
+    """:func:`read_model_json` for a reader that can do without the file: ``None`` when it is missing, unreadable,
+    not JSON or not a JSON object. A FIFO, a device or an oversized file still raises its one-line
+    :class:`~mathneuro_edit.errors.InputError` (never a hang, never a silent skip of a hostile file)."""
+    try:
+        data = read_model_json(path)
+    except InputError:
+        raise
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def check_config_file_sizes(folder: str | Path) -> None:

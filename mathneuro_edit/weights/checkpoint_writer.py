@@ -59,7 +59,7 @@ from .._version import __version__
 from ..engine.apply import check_scale
 from ..engine.mask import as_mask
 from ..errors import InputError
-from ..util.config_sizes import read_model_json
+from ..util.config_sizes import model_json_object
 from ..util.files import FLOAT_CODES
 from ..util.outdir import atomic_dir
 from .base import resolve_base
@@ -227,13 +227,10 @@ def published_bytes(folder: Path, rel: str, dtype: str | None) -> bytes | None:
     """
     if rel not in ("tokenizer_config.json", "config.json") or (rel == "config.json" and dtype is None):
         return None
-    try:
-        data = read_model_json(folder / rel)  # a FIFO or /dev/zero in its place: one line, never a hang
-    except InputError:
-        raise
-    except (OSError, ValueError):
-        return None  # not JSON we can read: copied as it is (transformers reports it to whoever loads it)
-    if not isinstance(data, dict):
+    # a FIFO or /dev/zero in its place: one line, never a hang; not a JSON object we can read: copied as it is
+    # (transformers reports it to whoever loads it)
+    data = model_json_object(folder / rel)
+    if data is None:
         return None
     if rel == "tokenizer_config.json":
         drop = [k for k in LOCAL_ONLY_TOKENIZER_KEYS if k in data]

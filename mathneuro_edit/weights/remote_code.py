@@ -9,10 +9,9 @@ saying what to do instead of a prompt.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..errors import InputError
-from ..util.config_sizes import read_model_json
+from ..util.config_sizes import model_json_object
 
 __all__ = ["check_remote_code", "REMOTE_CODE_FIX", "remote_code_error"]
 
@@ -24,13 +23,8 @@ _FILES = ("config.json", "tokenizer_config.json")
 
 def _auto_map(folder: Path) -> str | None:
     for name in _FILES:
-        try:
-            data: Any = read_model_json(folder / name)  # a FIFO or /dev/zero here: one line, never a hang
-        except InputError:
-            raise
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("auto_map"):
+        data = model_json_object(folder / name)  # a FIFO or /dev/zero here: one line, never a hang
+        if data is not None and data.get("auto_map"):
             return name
     return None
 
