@@ -390,6 +390,366 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "doc[key] = value",
         ["tests/publish/test_release_behaviours.py::test_two_lm_eval_entries_of_one_model_both_reach_its_results_file"],
     ),
+    # issue 41 item 4, round 4: hand mutations of the newest modules (runs/sweep, runs/plan*, publish, weights/edit_plan,
+    # weights/gguf_*), chosen before reading their tests (docs/testing.md, "Round 4")
+    "r4-sweep-cache-key-unchecked": (
+        "mathneuro_edit/runs/sweep/cache.py",
+        '                and _canonical(entry.get("key")) == _canonical(key)\n',
+        "",
+        [
+            "tests/runs/test_sweep_resume.py::test_a_tampered_cache_entry_is_refused",
+            "tests/runs/test_sweep_boundaries.py",
+        ],
+    ),
+    "r4-sweep-calib-set-ignores-seed": (
+        "mathneuro_edit/runs/sweep/calibration.py",
+        "recipe.data.samples, recipe.data.seed]",
+        "recipe.data.samples]",
+        ["tests/runs/test_sweep_resume.py", "tests/runs/test_sweep.py"],
+    ),
+    "r4-sweep-point-base-count-all": (
+        "mathneuro_edit/runs/sweep/grid.py",
+        "base_correct=sum(base_correct[:n]),",
+        "base_correct=sum(base_correct),",
+        ["tests/runs/test_sweep.py", "tests/runs/test_sweep_resume.py"],
+    ),
+    "r4-sweep-confirmation-repeats-shots": (
+        "mathneuro_edit/runs/sweep/problems.py",
+        "seen = {problem_sha256(p) for p in shots + selection}",
+        "seen = {problem_sha256(p) for p in selection}",
+        [
+            "tests/runs/test_sweep.py::test_selection_and_confirmation_problems_are_disjoint_by_construction",
+            "tests/runs/test_sweep.py::test_a_file_with_repeated_questions_still_gives_disjoint_sets",
+        ],
+    ),
+    "r4-sweep-halving-floor": (
+        "mathneuro_edit/runs/sweep/procedure.py",
+        "points, end = -(-points // eta), end * eta",
+        "points, end = points // eta, end * eta",
+        [
+            "tests/runs/test_sweep_procedure.py::test_halving_schedule_and_promotion_by_hand",
+            "mathneuro_edit/runs/sweep/procedure.py",
+        ],
+    ),
+    "r4-sweep-promote-budget-strict": (
+        "mathneuro_edit/runs/sweep/procedure.py",
+        "if kl_of(i) <= kl_budget:",
+        "if kl_of(i) < kl_budget:",
+        [
+            "tests/runs/test_sweep_boundaries.py",
+            "tests/runs/test_sweep_procedure.py::test_halving_schedule_and_promotion_by_hand",
+        ],
+    ),
+    "r4-sweep-answered-either": (
+        "mathneuro_edit/runs/sweep/procedure.py",
+        'before.forms[i] == "answer" and after.forms[i] == "answer"',
+        'before.forms[i] == "answer" or after.forms[i] == "answer"',
+        [
+            "tests/runs/test_sweep_confirmation.py::test_the_format_verdict_by_hand",
+            "tests/runs/test_sweep_procedure.py::test_a_format_only_effect_is_never_a_math_boost",
+            "mathneuro_edit/runs/sweep/procedure.py",
+        ],
+    ),
+    "r4-sweep-eliminated-arm-promoted": (
+        "mathneuro_edit/runs/sweep/search.py",
+        "sum(arms[i].correct) if i in active else None for i",
+        "sum(arms[i].correct) for i",
+        ["tests/runs/test_sweep_resume.py", "tests/runs/test_sweep.py"],
+    ),
+    "r4-sweep-candidate-from-any-round": (
+        "mathneuro_edit/runs/sweep/search.py",
+        "if arms[i].round == len(schedule)]",
+        "if arms[i].round >= 1]",
+        ["tests/runs/test_sweep_resume.py", "tests/runs/test_sweep.py"],
+    ),
+    "r4-evidence-exact-p-one-sided": (
+        "mathneuro_edit/runs/sweep/evidence.py",
+        "return min(1.0, 2 * tail / 2**n)",
+        "return min(1.0, tail / 2**n)",
+        ["tests/runs/test_a_shared_sweep_file_is_data.py", "tests/runs/test_sweep_boundaries.py"],
+    ),
+    "r4-plan-mask-bits-floor": (
+        "mathneuro_edit/runs/plan_memory.py",
+        "bits = (numel + 7) // 8",
+        "bits = numel // 8",
+        [
+            "tests/runs/test_plan_figures.py",
+            "tests/runs/test_plan_covers_evaluation.py",
+            "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
+            "tests/runs/test_scaling.py::test_plan_llama3_8b_like_config",
+            "mathneuro_edit/runs/plan_memory.py",
+        ],
+    ),
+    "r4-plan-shira-r-floor": (
+        "mathneuro_edit/runs/plan_memory.py",
+        "math.ceil(selected / (rows + cols))",
+        "selected // (rows + cols)",
+        [
+            "tests/runs/test_plan_figures.py",
+            "tests/runs/test_plan_covers_evaluation.py",
+            "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
+            "tests/runs/test_scaling.py::test_plan_llama3_8b_like_config",
+            "mathneuro_edit/runs/plan_memory.py",
+        ],
+    ),
+    "r4-plan-export-one-copy": (
+        "mathneuro_edit/runs/plan_memory.py",
+        "self.largest * (2 * self.nbytes + 1)",
+        "self.largest * (self.nbytes + 1)",
+        [
+            "tests/runs/test_plan_figures.py",
+            "tests/runs/test_plan_covers_evaluation.py",
+            "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
+            "tests/runs/test_scaling.py::test_plan_llama3_8b_like_config",
+        ],
+    ),
+    "r4-plan-placement-ignored": (
+        "mathneuro_edit/runs/plan_memory.py",
+        'resident = placement.get("cpu", 0) if placement else z.weights',
+        "resident = z.weights",
+        [
+            "tests/runs/test_plan_figures.py",
+            "tests/runs/test_plan_covers_evaluation.py",
+            "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
+            "tests/runs/test_scaling.py::test_plan_llama3_8b_like_config",
+        ],
+    ),
+    "r4-plan-checkpoint-in-load-dtype": (
+        "mathneuro_edit/runs/plan.py",
+        "checkpoint_bytes=n_params * _BYTES[output_dtype],",
+        "checkpoint_bytes=n_params * _BYTES[dtype],",
+        [
+            "tests/runs/test_plan_figures.py",
+            "tests/runs/test_plan_covers_evaluation.py",
+            "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
+            "tests/runs/test_scaling.py::test_plan_llama3_8b_like_config",
+        ],
+    ),
+    "r4-plan-stats-no-math-set": (
+        "mathneuro_edit/runs/plan.py",
+        "stats=(1 + s.general_sets) * t.stats,",
+        "stats=s.general_sets * t.stats,",
+        [
+            "tests/runs/test_plan_figures.py",
+            "tests/runs/test_plan_covers_evaluation.py",
+            "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
+            "tests/runs/test_scaling.py::test_plan_llama3_8b_like_config",
+        ],
+    ),
+    "r4-plan-fits-no-headroom": (
+        "mathneuro_edit/runs/plan.py",
+        "need <= size * 0.92), None)",
+        "need <= size), None)",
+        [
+            "tests/runs/test_plan_figures.py",
+            "tests/runs/test_plan_covers_evaluation.py",
+            "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
+            "tests/runs/test_scaling.py::test_plan_llama3_8b_like_config",
+        ],
+    ),
+    "r4-filecheck-ok-with-extra": (
+        "mathneuro_edit/publish/integrity.py",
+        'return all(v == "match" for v in self.states.values())',
+        'return all(v in ("match", "extra") for v in self.states.values())',
+        [
+            "tests/runs/test_reproduce_files.py::test_missing_and_extra_files_are_named",
+            "tests/runs/test_reproduce_files.py::test_verify_shares_the_file_check",
+        ],
+    ),
+    "r4-hub-check-wants-gguf-in-checkpoint-repo": (
+        "mathneuro_edit/publish/integrity.py",
+        'if k.startswith(f"{CHECKPOINT.folder}/") and not k.endswith(".gguf")',
+        'if k.startswith(f"{CHECKPOINT.folder}/")',
+        ["tests/publish/test_hub_roundtrip.py", "tests/weights/test_gguf.py::test_card_lock_and_push_carry_the_gguf"],
+    ),
+    "r4-model-index-keeps-nan": (
+        "mathneuro_edit/publish/model_index.py",
+        " or value != value:",
+        ":",
+        [
+            "tests/publish/test_cards_the_hub_reads_right.py::test_model_index_holds_this_model_s_results_only",
+            "tests/publish/test_base_identity.py::test_model_index_names_hub_datasets_and_the_hub_reads_it_back",
+        ],
+    ),
+    "r4-model-index-file-name-raw": (
+        "mathneuro_edit/publish/model_index.py",
+        'name = document_safe(path.rsplit("/", 1)[-1])',
+        'name = path.rsplit("/", 1)[-1]',
+        ["tests/publish/test_card_shows_file_names_escaped.py"],
+    ),
+    "r4-card-dtype-note-on-auto": (
+        "mathneuro_edit/publish/card_weights.py",
+        'dtype in (None, "auto")',
+        "dtype is None",
+        [
+            "tests/publish/test_base_identity.py::test_outputs_dtype_casts_after_the_edit_and_verify_checks_it",
+            "tests/publish/test_card.py",
+        ],
+    ),
+    "r4-lock-kernels-accepted": (
+        "mathneuro_edit/publish/lock_policy.py",
+        'if base.get("use_kernels") not in (None, False) and not _given(',
+        "if False and not _given(",
+        ["tests/weights/test_hub_kernels_are_never_fetched_unasked.py::test_a_lock_may_not_turn_hub_kernels_on"],
+    ),
+    "r4-lock-backslash-output-accepted": (
+        "mathneuro_edit/publish/lock_policy.py",
+        'or rel.startswith(("/", "\\\\"))',
+        'or rel.startswith("/")',
+        [
+            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_lock_whose_outputs_name_a_path_out_of_the_run_is_malformed"
+        ],
+    ),
+    "r4-lock-files-name-unchecked": (
+        "mathneuro_edit/publish/lock_policy.py",
+        "if key not in keys or keys[key] != f\"{LOCAL}/{rec.get('name')}\":",
+        "if key not in keys:",
+        ["tests/test_untrusted_inputs.py::test_an_edited_lock_that_kept_its_hash_is_exit_1_naming_the_field"],
+    ),
+    "r4-push-hidden-folder-published": (
+        "mathneuro_edit/publish/hub_files.py",
+        'if any(part.startswith(".") for part in rel.parts):',
+        'if rel.name.startswith("."):',
+        ["tests/publish/test_hub.py"],
+    ),
+    "r4-push-adapter-private-base-accepted": (
+        "mathneuro_edit/publish/hub_files.py",
+        "(is_local_path(value) or is_private_path(value))",
+        "is_local_path(value)",
+        ["tests/publish/test_hub.py::test_a_config_naming_a_local_path_is_not_published"],
+    ),
+    "r4-hub-retry-after-ignored": (
+        "mathneuro_edit/publish/hub_requests.py",
+        "wait if wait is not None else 2.0**attempt",
+        "2.0**attempt",
+        ["tests/publish/test_hub.py::test_push_retries_429_honouring_retry_after_then_5xx_with_backoff"],
+    ),
+    "r4-lock-gguf-base-sha-unchecked": (
+        "mathneuro_edit/publish/lock.py",
+        'if not gguf or sha != gguf.get("sha256"):',
+        "if not gguf:",
+        [
+            "tests/publish/test_lock.py::test_gguf_base_is_checked_by_the_file_it_pinned",
+            "tests/weights/test_gguf_base.py::test_check_base_weights_pins_the_gguf_file",
+        ],
+    ),
+    "r4-lock-data-file-sha-unchecked": (
+        "mathneuro_edit/publish/lock.py",
+        'if got != want["sha256"]:',
+        "if False:",
+        ["tests/publish/test_lock.py::test_only_recorded_local_files_are_checked_and_every_one_is"],
+    ),
+    "r4-edit-plan-untied-by-default": (
+        "mathneuro_edit/weights/edit_plan.py",
+        '.get("tie_word_embeddings", True)',
+        '.get("tie_word_embeddings", False)',
+        [
+            "tests/weights/test_export.py::test_mask_on_a_tied_lm_head_edits_the_stored_embedding",
+            "tests/weights/test_export.py",
+        ],
+    ),
+    "r4-edit-plan-permutation-as-rename": (
+        "mathneuro_edit/weights/edit_plan.py",
+        "return tuple(out.shape) == shape and torch.equal(out, ids)",
+        "return tuple(out.shape) == shape",
+        ["tests/weights/test_export.py"],
+    ),
+    "r4-row-blocks-zero-step": (
+        "mathneuro_edit/weights/edit_plan.py",
+        "step = max(1, block_bytes // max(1, item_bytes * math.prod(shape[1:])))",
+        "step = block_bytes // max(1, item_bytes * math.prod(shape[1:]))",
+        ["tests/weights/test_export.py", "tests/weights/test_adapter.py", "mathneuro_edit/weights/edit_plan.py"],
+    ),
+    "r4-gguf-lowbit-output-quantized": (
+        "mathneuro_edit/weights/gguf_tensors.py",
+        'name.split(".")[0] in ("token_embd", "output")',
+        'name.split(".")[0] in ("token_embd",)',
+        [
+            "tests/weights/test_gguf.py::test_quantized_types_are_the_quantization_of_the_edited_weights",
+            "tests/weights/test_gguf.py::test_metadata_follows_llama_cpp",
+        ],
+    ),
+    "r4-gguf-1d-quantized": (
+        "mathneuro_edit/weights/gguf_tensors.py",
+        "        len(shape) < 2\n",
+        "        len(shape) < 1\n",
+        [
+            "tests/weights/test_gguf.py::test_quantized_types_are_the_quantization_of_the_edited_weights",
+            "tests/weights/test_gguf.py::test_metadata_follows_llama_cpp",
+        ],
+    ),
+    "r4-gguf-tied-head-written": (
+        "mathneuro_edit/weights/gguf_tensors.py",
+        '(tied and hf == "lm_head.weight")',
+        '(False and hf == "lm_head.weight")',
+        [
+            "tests/weights/test_gguf.py::test_transformers_reads_back_the_edited_weights_exactly",
+            "tests/weights/test_gguf.py::test_metadata_follows_llama_cpp",
+        ],
+    ),
+    "r4-gguf-output-rows-unchecked": (
+        "mathneuro_edit/weights/gguf_tensors.py",
+        "if why is None and output is not None and output[0] != vocab:",
+        "if False:",
+        ["tests/weights/test_gguf_config_agrees_with_the_weights.py"],
+    ),
+    "r4-gguf-k-permuted-with-q-heads": (
+        "mathneuro_edit/weights/gguf_tensors.py",
+        '"attn_k": int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"]),',
+        '"attn_k": int(cfg["num_attention_heads"]),',
+        ["tests/weights/test_gguf.py::test_transformers_reads_back_the_edited_weights_exactly"],
+    ),
+    "r4-gguf-head-count-kv-is-heads": (
+        "mathneuro_edit/weights/gguf_keys.py",
+        '1 if family.mla else int(cfg.get("num_key_value_heads") or n_head)',
+        "1 if family.mla else n_head",
+        [
+            "tests/weights/test_gguf.py::test_metadata_follows_llama_cpp",
+            "tests/weights/test_gguf.py::test_transformers_reads_back_the_edited_weights_exactly",
+        ],
+    ),
+    "r4-gguf-key-length-dropped": (
+        "mathneuro_edit/weights/gguf_keys.py",
+        'if head != int(cfg["hidden_size"]) // n_head and not family.mla:',
+        "if False:",
+        ["tests/weights/test_gguf_head_dim_and_sliding.py"],
+    ),
+    "r4-gguf-header-truncated-data": (
+        "mathneuro_edit/weights/gguf_header.py",
+        "if offset % align or start + offset + n_bytes > size:",
+        "if offset % align or start + offset > size:",
+        ["tests/weights/test_verify_of_a_damaged_gguf.py"],
+    ),
+    "r4-gguf-header-duplicate-tensor": (
+        "mathneuro_edit/weights/gguf_header.py",
+        "        if name in names:\n",
+        "        if False:\n",
+        ["tests/weights/test_verify_of_a_damaged_gguf.py"],
+    ),
+    "r4-gguf-pre-override-ignored": (
+        "mathneuro_edit/weights/gguf_vocab.py",
+        "writer.add_tokenizer_pre(pre or pre_name(",
+        "writer.add_tokenizer_pre(pre_name(",
+        [
+            "tests/weights/test_gguf_base.py::test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer",
+            "tests/weights/test_gguf_base.py::test_run_on_a_gguf_base_end_to_end_then_reproduce",
+        ],
+    ),
+    "r4-gguf-identity-keeps-paths": (
+        "mathneuro_edit/weights/gguf_reader.py",
+        '_ID_VALUE = re.compile(r"^[\\w .+-]{1,80}$")',
+        '_ID_VALUE = re.compile(r"^[\\w ./+-]{1,80}$")',
+        [
+            "tests/publish/test_cards_the_hub_reads_right.py::test_language_comes_from_a_gguf_base_s_own_metadata_on_every_card",
+            "tests/weights/test_gguf_base.py",
+        ],
+    ),
+    "r4-gguf-explicit-type-drops-pre": (
+        "mathneuro_edit/weights/gguf_reader.py",
+        '    if requested != "base":\n        return requested, pre\n',
+        '    if requested != "base":\n        return requested, None\n',
+        ["tests/weights/test_gguf_base.py::test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer"],
+    ),
 }
 
 
