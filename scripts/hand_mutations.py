@@ -405,19 +405,28 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "mathneuro_edit/runs/sweep/calibration.py",
         "recipe.data.samples, recipe.data.seed]",
         "recipe.data.samples]",
-        ["tests/runs/test_sweep_resume.py", "tests/runs/test_sweep.py"],
+        [
+            "tests/test_round4_mutations_killed.py::test_two_variants_that_differ_only_in_the_data_seed_calibrate_their_own_sets",
+            "tests/runs/test_sweep_resume.py",
+            "tests/runs/test_sweep.py",
+        ],
     ),
     "r4-sweep-point-base-count-all": (
         "mathneuro_edit/runs/sweep/grid.py",
         "base_correct=sum(base_correct[:n]),",
         "base_correct=sum(base_correct),",
-        ["tests/runs/test_sweep.py", "tests/runs/test_sweep_resume.py"],
+        [
+            "tests/test_round4_mutations_killed.py::test_a_point_s_base_count_is_the_base_s_on_the_same_problems",
+            "tests/runs/test_sweep.py",
+            "tests/runs/test_sweep_resume.py",
+        ],
     ),
     "r4-sweep-confirmation-repeats-shots": (
         "mathneuro_edit/runs/sweep/problems.py",
         "seen = {problem_sha256(p) for p in shots + selection}",
         "seen = {problem_sha256(p) for p in selection}",
         [
+            "tests/test_round4_mutations_killed.py::test_no_worked_example_is_also_a_confirmation_problem",
             "tests/runs/test_sweep.py::test_selection_and_confirmation_problems_are_disjoint_by_construction",
             "tests/runs/test_sweep.py::test_a_file_with_repeated_questions_still_gives_disjoint_sets",
         ],
@@ -450,12 +459,6 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
             "mathneuro_edit/runs/sweep/procedure.py",
         ],
     ),
-    "r4-sweep-eliminated-arm-promoted": (
-        "mathneuro_edit/runs/sweep/search.py",
-        "sum(arms[i].correct) if i in active else None for i",
-        "sum(arms[i].correct) for i",
-        ["tests/runs/test_sweep_resume.py", "tests/runs/test_sweep.py"],
-    ),
     "r4-sweep-candidate-from-any-round": (
         "mathneuro_edit/runs/sweep/search.py",
         "if arms[i].round == len(schedule)]",
@@ -466,13 +469,19 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "mathneuro_edit/runs/sweep/evidence.py",
         "return min(1.0, 2 * tail / 2**n)",
         "return min(1.0, tail / 2**n)",
-        ["tests/runs/test_a_shared_sweep_file_is_data.py", "tests/runs/test_sweep_boundaries.py"],
+        [
+            "tests/test_round4_mutations_killed.py::test_the_sweep_file_s_p_value_is_the_two_sided_exact_mcnemar",
+            "tests/test_round4_mutations_killed.py::test_a_sweep_file_whose_counts_are_significant_only_one_sided_is_refused",
+            "tests/runs/test_a_shared_sweep_file_is_data.py",
+            "tests/runs/test_sweep_boundaries.py",
+        ],
     ),
     "r4-plan-mask-bits-floor": (
         "mathneuro_edit/runs/plan_memory.py",
         "bits = (numel + 7) // 8",
         "bits = numel // 8",
         [
+            "tests/test_round4_mutations_killed.py::test_the_plan_s_mask_bytes_are_what_a_mask_stores",
             "tests/runs/test_plan_figures.py",
             "tests/runs/test_plan_covers_evaluation.py",
             "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
@@ -519,6 +528,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "checkpoint_bytes=n_params * _BYTES[output_dtype],",
         "checkpoint_bytes=n_params * _BYTES[dtype],",
         [
+            "tests/test_round4_mutations_killed.py::test_the_planned_checkpoint_is_stored_in_outputs_dtype",
             "tests/runs/test_plan_figures.py",
             "tests/runs/test_plan_covers_evaluation.py",
             "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
@@ -541,6 +551,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "need <= size * 0.92), None)",
         "need <= size), None)",
         [
+            "tests/test_round4_mutations_killed.py::test_where_calibration_fits_leaves_8_percent_of_each_device_free",
             "tests/runs/test_plan_figures.py",
             "tests/runs/test_plan_covers_evaluation.py",
             "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
@@ -552,6 +563,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         'return all(v == "match" for v in self.states.values())',
         'return all(v in ("match", "extra") for v in self.states.values())',
         [
+            "tests/test_round4_mutations_killed.py::test_a_file_check_with_an_extra_file_is_not_ok",
             "tests/runs/test_reproduce_files.py::test_missing_and_extra_files_are_named",
             "tests/runs/test_reproduce_files.py::test_verify_shares_the_file_check",
         ],
@@ -567,6 +579,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         " or value != value:",
         ":",
         [
+            "tests/test_round4_mutations_killed.py::test_the_model_index_leaves_out_a_value_that_is_not_a_number",
             "tests/publish/test_cards_the_hub_reads_right.py::test_model_index_holds_this_model_s_results_only",
             "tests/publish/test_base_identity.py::test_model_index_names_hub_datasets_and_the_hub_reads_it_back",
         ],
@@ -575,13 +588,17 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "mathneuro_edit/publish/model_index.py",
         'name = document_safe(path.rsplit("/", 1)[-1])',
         'name = path.rsplit("/", 1)[-1]',
-        ["tests/publish/test_card_shows_file_names_escaped.py"],
+        [
+            "tests/test_round4_mutations_killed.py::test_the_model_index_dataset_name_of_a_local_file_is_escaped",
+            "tests/publish/test_card_shows_file_names_escaped.py",
+        ],
     ),
     "r4-card-dtype-note-on-auto": (
         "mathneuro_edit/publish/card_weights.py",
         'dtype in (None, "auto")',
         "dtype is None",
         [
+            "tests/test_round4_mutations_killed.py::test_the_card_s_dtype_sentence_is_only_for_a_cast_checkpoint",
             "tests/publish/test_base_identity.py::test_outputs_dtype_casts_after_the_edit_and_verify_checks_it",
             "tests/publish/test_card.py",
         ],
@@ -597,7 +614,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         'or rel.startswith(("/", "\\\\"))',
         'or rel.startswith("/")',
         [
-            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_lock_whose_outputs_name_a_path_out_of_the_run_is_malformed"
+            "tests/test_round4_mutations_killed.py::test_a_lock_output_path_that_is_absolute_on_any_system_is_malformed",
+            "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_lock_whose_outputs_name_a_path_out_of_the_run_is_malformed",
         ],
     ),
     "r4-lock-files-name-unchecked": (
@@ -610,13 +628,19 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "mathneuro_edit/publish/hub_files.py",
         'if any(part.startswith(".") for part in rel.parts):',
         'if rel.name.startswith("."):',
-        ["tests/publish/test_hub.py"],
+        [
+            "tests/test_round4_mutations_killed.py::test_files_in_hidden_folders_are_never_published",
+            "tests/publish/test_hub.py",
+        ],
     ),
     "r4-push-adapter-private-base-accepted": (
         "mathneuro_edit/publish/hub_files.py",
         "(is_local_path(value) or is_private_path(value))",
         "is_local_path(value)",
-        ["tests/publish/test_hub.py::test_a_config_naming_a_local_path_is_not_published"],
+        [
+            "tests/test_round4_mutations_killed.py::test_an_adapter_config_naming_a_windows_path_is_not_published",
+            "tests/publish/test_hub.py::test_a_config_naming_a_local_path_is_not_published",
+        ],
     ),
     "r4-hub-retry-after-ignored": (
         "mathneuro_edit/publish/hub_requests.py",
@@ -644,6 +668,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         '.get("tie_word_embeddings", True)',
         '.get("tie_word_embeddings", False)',
         [
+            "tests/test_round4_mutations_killed.py::test_a_config_without_tie_word_embeddings_ties_as_transformers_does",
             "tests/weights/test_export.py::test_mask_on_a_tied_lm_head_edits_the_stored_embedding",
             "tests/weights/test_export.py",
         ],
@@ -652,7 +677,10 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "mathneuro_edit/weights/edit_plan.py",
         "return tuple(out.shape) == shape and torch.equal(out, ids)",
         "return tuple(out.shape) == shape",
-        ["tests/weights/test_export.py"],
+        [
+            "tests/test_round4_mutations_killed.py::test_a_conversion_that_moves_entries_within_one_shape_is_not_a_rename",
+            "tests/weights/test_export.py",
+        ],
     ),
     "r4-row-blocks-zero-step": (
         "mathneuro_edit/weights/edit_plan.py",
@@ -683,6 +711,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         '(tied and hf == "lm_head.weight")',
         '(False and hf == "lm_head.weight")',
         [
+            "tests/test_round4_mutations_killed.py::test_a_tied_checkpoint_that_also_stores_its_head_gets_no_output_tensor",
             "tests/weights/test_gguf.py::test_transformers_reads_back_the_edited_weights_exactly",
             "tests/weights/test_gguf.py::test_metadata_follows_llama_cpp",
         ],
@@ -691,7 +720,10 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "mathneuro_edit/weights/gguf_tensors.py",
         "if why is None and output is not None and output[0] != vocab:",
         "if False:",
-        ["tests/weights/test_gguf_config_agrees_with_the_weights.py"],
+        [
+            "tests/test_round4_mutations_killed.py::test_an_output_layer_of_another_vocabulary_than_the_config_s_is_refused",
+            "tests/weights/test_gguf_config_agrees_with_the_weights.py",
+        ],
     ),
     "r4-gguf-k-permuted-with-q-heads": (
         "mathneuro_edit/weights/gguf_tensors.py",
@@ -718,13 +750,19 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "mathneuro_edit/weights/gguf_header.py",
         "if offset % align or start + offset + n_bytes > size:",
         "if offset % align or start + offset > size:",
-        ["tests/weights/test_verify_of_a_damaged_gguf.py"],
+        [
+            "tests/test_round4_mutations_killed.py::test_a_gguf_whose_last_tensor_is_cut_short_is_refused_by_its_header",
+            "tests/weights/test_verify_of_a_damaged_gguf.py",
+        ],
     ),
     "r4-gguf-header-duplicate-tensor": (
         "mathneuro_edit/weights/gguf_header.py",
         "        if name in names:\n",
         "        if False:\n",
-        ["tests/weights/test_verify_of_a_damaged_gguf.py"],
+        [
+            "tests/test_round4_mutations_killed.py::test_a_gguf_that_lists_one_tensor_twice_is_refused_by_its_header",
+            "tests/weights/test_verify_of_a_damaged_gguf.py",
+        ],
     ),
     "r4-gguf-pre-override-ignored": (
         "mathneuro_edit/weights/gguf_vocab.py",
@@ -740,6 +778,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         '_ID_VALUE = re.compile(r"^[\\w .+-]{1,80}$")',
         '_ID_VALUE = re.compile(r"^[\\w ./+-]{1,80}$")',
         [
+            "tests/test_round4_mutations_killed.py::test_a_gguf_s_identity_never_takes_a_value_holding_a_path",
             "tests/publish/test_cards_the_hub_reads_right.py::test_language_comes_from_a_gguf_base_s_own_metadata_on_every_card",
             "tests/weights/test_gguf_base.py",
         ],
@@ -751,6 +790,10 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ["tests/weights/test_gguf_base.py::test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer"],
     ),
 }
+# Equivalent, so not in MUTATIONS (docs/testing.md, "Round 4"): r4-sweep-eliminated-arm-promoted, in
+# runs/sweep/search.py::_rounds, `sum(arms[i].correct) if i in active else None for i` -> `sum(arms[i].correct) for i`:
+# an arm left out in an earlier round ranks behind every arm kept then, whose counts only grow, and each round keeps
+# fewer, so promotion picks the same arms (and asks no new KL).
 
 
 def _copy_tree(dest: Path) -> None:
