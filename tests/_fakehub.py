@@ -355,6 +355,10 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     # moment): left from an earlier test it asks an old fake Hub, which may answer 404 for this test's repos
     monkeypatch.setattr(transformers_hub, "_hf_api", None)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    # why 120 s: huggingface_hub waits 10 s for a byte of a download; a loaded machine (the suite's two workers
+    # beside other jobs) once kept this in-process server from answering a 270 MB model.safetensors that long
+    monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 120)
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "120")  # a subprocess reads it at import
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-stored-token"))
