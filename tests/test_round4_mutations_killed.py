@@ -274,8 +274,8 @@ def test_a_file_check_with_an_extra_file_is_not_ok() -> None:
 
 
 def test_the_model_index_leaves_out_a_value_that_is_not_a_number() -> None:
-    """r4-model-index-keeps-nan: a NaN metric (a loss a pruned model made non-finite) is no result; the Hub's
-    model-index gets the other values only, never ``.nan``."""
+    """r4-model-index-keeps-nan: a NaN metric (a loss a pruned model made non-finite) or an infinity is no result;
+    the Hub's model-index gets the other values only, never ``.nan`` or ``.inf``."""
     from mathneuro_edit.publish.model_index import eval_results_metadata
 
     recipe = quickstart_recipe()
@@ -283,6 +283,10 @@ def test_the_model_index_leaves_out_a_value_that_is_not_a_number() -> None:
     results = {"general": {"base": {"general_kl": 0.0}, "edited": {"general_loss": math.nan, "general_kl": 0.25}}}
     found = eval_results_metadata(results, recipe)
     assert [(r.metric_type, r.metric_value) for r in found] == [("kl_divergence", 0.25)]
+    for infinite in (math.inf, -math.inf):  # only a hand-edited eval.json holds one: no result either
+        results["general"]["edited"]["general_loss"] = infinite
+        found = eval_results_metadata(results, recipe)
+        assert [(r.metric_type, r.metric_value) for r in found] == [("kl_divergence", 0.25)]
 
 
 # -------------------------------------------------------------------------------------------- weights/gguf_*

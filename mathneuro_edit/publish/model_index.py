@@ -10,6 +10,7 @@ it is metadata only: it reads ``eval.json`` and the public recipe, and writes no
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -106,8 +107,8 @@ def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe
                 metric, name = key, f"{task} {key}"  # lm-eval: the harness's own metric names
             else:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue  # NaN or an infinity (a hand-edited eval.json: the run writes them as null) is no result
             found.append(
                 EvalResult(
                     task_type="text-generation",
