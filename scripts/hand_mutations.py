@@ -277,6 +277,12 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "written = _tree_size(tmp)",
         ["tests/weights/test_gguf_write_on_a_full_disk.py"],
     ),
+    "full-disk-run-takes-the-plan-alone": (  # the plan's size leaves out the GGUF: a failed GGUF write adds it
+        "mathneuro_edit/util/outdir.py",
+        "need = max(needed or 0, written)",
+        "need = needed if needed is not None else written",
+        ["tests/test_a_full_disk_during_a_run.py::test_a_run_whose_gguf_file_fills_the_disk_counts_the_gguf_too"],
+    ),
     "full-disk-gguf-partial-kept": (
         "mathneuro_edit/util/files.py",  # atomic_writer, which writes the GGUF, removes its partial file
         "        Path(tmp).unlink(missing_ok=True)\n        raise\n",
