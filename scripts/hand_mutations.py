@@ -412,7 +412,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "recipe.data.samples, recipe.data.seed]",
         "recipe.data.samples]",
         [
-            "tests/test_round4_mutations_killed.py::test_two_variants_that_differ_only_in_the_data_seed_calibrate_their_own_sets",
+            "tests/runs/test_sweep_sets_and_problems.py::test_two_variants_that_differ_only_in_the_data_seed_calibrate_their_own_sets",
             "tests/runs/test_sweep_resume.py",
             "tests/runs/test_sweep.py",
         ],
@@ -422,7 +422,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "base_correct=sum(base_correct[:n]),",
         "base_correct=sum(base_correct),",
         [
-            "tests/test_round4_mutations_killed.py::test_a_point_s_base_count_is_the_base_s_on_the_same_problems",
+            "tests/runs/test_sweep_sets_and_problems.py::test_a_point_s_base_count_is_the_base_s_on_the_same_problems",
             "tests/runs/test_sweep.py",
             "tests/runs/test_sweep_resume.py",
         ],
@@ -432,7 +432,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "seen = {problem_sha256(p) for p in shots + selection}",
         "seen = {problem_sha256(p) for p in selection}",
         [
-            "tests/test_round4_mutations_killed.py::test_no_worked_example_is_also_a_confirmation_problem",
+            "tests/runs/test_sweep_sets_and_problems.py::test_no_worked_example_is_also_a_confirmation_problem",
             "tests/runs/test_sweep.py::test_selection_and_confirmation_problems_are_disjoint_by_construction",
             "tests/runs/test_sweep.py::test_a_file_with_repeated_questions_still_gives_disjoint_sets",
         ],
@@ -476,8 +476,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "return min(1.0, 2 * tail / 2**n)",
         "return min(1.0, tail / 2**n)",
         [
-            "tests/test_round4_mutations_killed.py::test_the_sweep_file_s_p_value_is_the_two_sided_exact_mcnemar",
-            "tests/test_round4_mutations_killed.py::test_a_sweep_file_whose_counts_are_significant_only_one_sided_is_refused",
+            "tests/runs/test_sweep_sets_and_problems.py::test_the_sweep_file_s_p_value_is_the_two_sided_exact_mcnemar",
+            "tests/runs/test_sweep_sets_and_problems.py::test_a_sweep_file_whose_counts_are_significant_only_one_sided_is_refused",
             "tests/runs/test_a_shared_sweep_file_is_data.py",
             "tests/runs/test_sweep_boundaries.py",
         ],
@@ -487,7 +487,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "bits = (numel + 7) // 8",
         "bits = numel // 8",
         [
-            "tests/test_round4_mutations_killed.py::test_the_plan_s_mask_bytes_are_what_a_mask_stores",
+            "tests/runs/test_plan_sizes.py::test_the_plan_s_mask_bytes_are_what_a_mask_stores",
             "tests/runs/test_plan_figures.py",
             "tests/runs/test_plan_covers_evaluation.py",
             "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
@@ -534,7 +534,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "checkpoint_bytes=n_params * _BYTES[output_dtype],",
         "checkpoint_bytes=n_params * _BYTES[dtype],",
         [
-            "tests/test_round4_mutations_killed.py::test_the_planned_checkpoint_is_stored_in_outputs_dtype",
+            "tests/runs/test_plan_sizes.py::test_the_planned_checkpoint_is_stored_in_outputs_dtype",
             "tests/runs/test_plan_figures.py",
             "tests/runs/test_plan_covers_evaluation.py",
             "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
@@ -557,7 +557,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "need <= size * 0.92), None)",
         "need <= size), None)",
         [
-            "tests/test_round4_mutations_killed.py::test_where_calibration_fits_leaves_8_percent_of_each_device_free",
+            "tests/runs/test_plan_sizes.py::test_where_calibration_fits_leaves_8_percent_of_each_device_free",
             "tests/runs/test_plan_figures.py",
             "tests/runs/test_plan_covers_evaluation.py",
             "tests/runs/test_scaling.py::test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes",
@@ -569,7 +569,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         'return all(v == "match" for v in self.states.values())',
         'return all(v in ("match", "extra") for v in self.states.values())',
         [
-            "tests/test_round4_mutations_killed.py::test_a_file_check_with_an_extra_file_is_not_ok",
+            "tests/publish/test_what_a_release_publishes.py::test_a_file_check_with_an_extra_file_is_not_ok",
             "tests/runs/test_reproduce_files.py::test_missing_and_extra_files_are_named",
             "tests/runs/test_reproduce_files.py::test_verify_shares_the_file_check",
         ],
@@ -585,7 +585,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         " or not math.isfinite(value):",
         ":",
         [
-            "tests/test_round4_mutations_killed.py::test_the_model_index_leaves_out_a_value_that_is_not_a_number",
+            "tests/publish/test_what_a_release_publishes.py::test_the_model_index_leaves_out_a_value_that_is_not_a_number",
             "tests/publish/test_cards_the_hub_reads_right.py::test_model_index_holds_this_model_s_results_only",
             "tests/publish/test_base_identity.py::test_model_index_names_hub_datasets_and_the_hub_reads_it_back",
         ],
@@ -595,7 +595,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         'name = document_safe(path.rsplit("/", 1)[-1])',
         'name = path.rsplit("/", 1)[-1]',
         [
-            "tests/test_round4_mutations_killed.py::test_the_model_index_dataset_name_of_a_local_file_is_escaped",
+            "tests/publish/test_what_a_release_publishes.py::test_the_model_index_dataset_name_of_a_local_file_is_escaped",
             "tests/publish/test_card_shows_file_names_escaped.py",
         ],
     ),
@@ -604,7 +604,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         'dtype in (None, "auto")',
         "dtype is None",
         [
-            "tests/test_round4_mutations_killed.py::test_the_card_s_dtype_sentence_is_only_for_a_cast_checkpoint",
+            "tests/publish/test_what_a_release_publishes.py::test_the_card_s_dtype_sentence_is_only_for_a_cast_checkpoint",
             "tests/publish/test_base_identity.py::test_outputs_dtype_casts_after_the_edit_and_verify_checks_it",
             "tests/publish/test_card.py",
         ],
@@ -620,7 +620,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         'or rel.startswith(("/", "\\\\"))',
         'or rel.startswith("/")',
         [
-            "tests/test_round4_mutations_killed.py::test_a_lock_output_path_that_is_absolute_on_any_system_is_malformed",
+            "tests/publish/test_what_a_release_publishes.py::test_a_lock_output_path_that_is_absolute_on_any_system_is_malformed",
             "tests/publish/test_push_checks_the_folder_against_its_lock.py::test_a_lock_whose_outputs_name_a_path_out_of_the_run_is_malformed",
         ],
     ),
@@ -635,7 +635,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         'if any(part.startswith(".") for part in rel.parts):',
         'if rel.name.startswith("."):',
         [
-            "tests/test_round4_mutations_killed.py::test_files_in_hidden_folders_are_never_published",
+            "tests/publish/test_what_a_release_publishes.py::test_files_in_hidden_folders_are_never_published",
             "tests/publish/test_hub.py",
         ],
     ),
@@ -644,7 +644,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "(is_local_path(value) or is_private_path(value))",
         "is_local_path(value)",
         [
-            "tests/test_round4_mutations_killed.py::test_an_adapter_config_naming_a_windows_path_is_not_published",
+            "tests/publish/test_what_a_release_publishes.py::test_an_adapter_config_naming_a_windows_path_is_not_published",
             "tests/publish/test_hub.py::test_a_config_naming_a_local_path_is_not_published",
         ],
     ),
@@ -674,7 +674,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         '.get("tie_word_embeddings", True)',
         '.get("tie_word_embeddings", False)',
         [
-            "tests/test_round4_mutations_killed.py::test_a_config_without_tie_word_embeddings_ties_as_transformers_does",
+            "tests/weights/test_edit_plan_ties_and_conversions.py::test_a_config_without_tie_word_embeddings_ties_as_transformers_does",
             "tests/weights/test_export.py::test_mask_on_a_tied_lm_head_edits_the_stored_embedding",
             "tests/weights/test_export.py",
         ],
@@ -684,7 +684,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "return tuple(out.shape) == shape and torch.equal(out, ids)",
         "return tuple(out.shape) == shape",
         [
-            "tests/test_round4_mutations_killed.py::test_a_conversion_that_moves_entries_within_one_shape_is_not_a_rename",
+            "tests/weights/test_edit_plan_ties_and_conversions.py::test_a_conversion_that_moves_entries_within_one_shape_is_not_a_rename",
             "tests/weights/test_export.py",
         ],
     ),
@@ -717,7 +717,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         '(tied and hf == "lm_head.weight")',
         '(False and hf == "lm_head.weight")',
         [
-            "tests/test_round4_mutations_killed.py::test_a_tied_checkpoint_that_also_stores_its_head_gets_no_output_tensor",
+            "tests/weights/test_gguf_writer_and_header_checks.py::test_a_tied_checkpoint_that_also_stores_its_head_gets_no_output_tensor",
             "tests/weights/test_gguf.py::test_transformers_reads_back_the_edited_weights_exactly",
             "tests/weights/test_gguf.py::test_metadata_follows_llama_cpp",
         ],
@@ -727,7 +727,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "if why is None and output is not None and output[0] != vocab:",
         "if False:",
         [
-            "tests/test_round4_mutations_killed.py::test_an_output_layer_of_another_vocabulary_than_the_config_s_is_refused",
+            "tests/weights/test_gguf_writer_and_header_checks.py::test_an_output_layer_of_another_vocabulary_than_the_config_s_is_refused",
             "tests/weights/test_gguf_config_agrees_with_the_weights.py",
         ],
     ),
@@ -757,7 +757,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "if offset % align or start + offset + n_bytes > size:",
         "if offset % align or start + offset > size:",
         [
-            "tests/test_round4_mutations_killed.py::test_a_gguf_whose_last_tensor_is_cut_short_is_refused_by_its_header",
+            "tests/weights/test_gguf_writer_and_header_checks.py::test_a_gguf_whose_last_tensor_is_cut_short_is_refused_by_its_header",
             "tests/weights/test_verify_of_a_damaged_gguf.py",
         ],
     ),
@@ -766,7 +766,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "        if name in names:\n",
         "        if False:\n",
         [
-            "tests/test_round4_mutations_killed.py::test_a_gguf_that_lists_one_tensor_twice_is_refused_by_its_header",
+            "tests/weights/test_gguf_writer_and_header_checks.py::test_a_gguf_that_lists_one_tensor_twice_is_refused_by_its_header",
             "tests/weights/test_verify_of_a_damaged_gguf.py",
         ],
     ),
@@ -784,7 +784,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         '_ID_VALUE = re.compile(r"^[\\w .+-]{1,80}$")',
         '_ID_VALUE = re.compile(r"^[\\w ./+-]{1,80}$")',
         [
-            "tests/test_round4_mutations_killed.py::test_a_gguf_s_identity_never_takes_a_value_holding_a_path",
+            "tests/weights/test_gguf_writer_and_header_checks.py::test_a_gguf_s_identity_never_takes_a_value_holding_a_path",
             "tests/publish/test_cards_the_hub_reads_right.py::test_language_comes_from_a_gguf_base_s_own_metadata_on_every_card",
             "tests/weights/test_gguf_base.py",
         ],
