@@ -529,7 +529,7 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     from mathneuro_edit.data.sources import problem_sha256
     from mathneuro_edit.recipe.io import load_recipe
     from mathneuro_edit.runs.sweep.problems import sweep_problems
-    from tests.runs._sweep_json import control_evidence
+    from tests.runs._sweep_json import passed_confirmation
 
     recipe = str(workspace / "recipe.yaml")
     arith = [
@@ -552,22 +552,9 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
         assert len(text.strip().splitlines()) == 1 and not (tmp_path / "r0").exists()
     # a sweep whose confirmation passed (constructed: this model cannot gain): 6 right only after, p = 1/32
     rows["candidate"] = rows["best"] = 0
-    rows["confirmation"] = {
-        "n": 8,
-        "problems_sha256": [problem_sha256(p) for p in conf],
-        "top_k": 0.05,
-        "scale": 1.1,
-        "base_correct": 1,
-        "edited_correct": 7,
-        "base_only": 0,
-        "edited_only": 6,
-        "mcnemar_p": 0.03125,
-        "confirmed": True,
-        "alpha": 0.05,
-        "point": 0,
-        "mask_sha256": "",
-        **control_evidence(8, 0, 6),  # and it beat the general-specific control 6 to 0
-    }
+    hashes = [problem_sha256(p) for p in conf]
+    assert len(hashes) == 8
+    rows["confirmation"] = passed_confirmation(hashes)  # and it beat the general-specific control 6 to 0
     (sw / "sweep.json").write_text(json.dumps(rows))
     out = tmp_path / "rel"
     code, text = _run(

@@ -45,6 +45,27 @@ def control_evidence(n: int, base_only: int, edited_only: int, control_only: int
     }
 
 
+def passed_confirmation(problems_sha256: Sequence[str]) -> dict[str, Any]:
+    """A sweep.json ``confirmation`` that passed on 8 problems: top_k 0.05 at x1.1, 6 right only after the edit and
+    none only before (p = 1/32), and it beat the general-specific control 6 to 0."""
+    return {
+        "n": len(problems_sha256),
+        "problems_sha256": list(problems_sha256),
+        "top_k": 0.05,
+        "scale": 1.1,
+        "base_correct": 1,
+        "edited_correct": 7,
+        "base_only": 0,
+        "edited_only": 6,
+        "mcnemar_p": 0.03125,
+        "confirmed": True,
+        "alpha": 0.05,
+        "point": 0,
+        "mask_sha256": "",
+        **control_evidence(len(problems_sha256), 0, 6),
+    }
+
+
 def valid_sweep(recipe_sets: Sequence[str] = ()) -> dict[str, Any]:
     """A sweep.json whose confirmation passed: 6 of 8 problems right only after the edit, none only before
     (p = 1/32), on the quickstart recipe with ``recipe_sets``."""
@@ -61,22 +82,7 @@ def valid_sweep(recipe_sets: Sequence[str] = ()) -> dict[str, Any]:
     }
     return {
         "selection": {"n": len(SEL), "problems_sha256": list(SEL), "base": {"math_correct": 5}, "points": [point]},
-        "confirmation": {
-            "n": len(CONF),
-            "problems_sha256": list(CONF),
-            "top_k": 0.05,
-            "scale": 1.1,
-            "base_correct": 1,
-            "edited_correct": 7,
-            "base_only": 0,
-            "edited_only": 6,
-            "mcnemar_p": 0.03125,
-            "confirmed": True,
-            "alpha": 0.05,
-            "point": 0,
-            "mask_sha256": "",
-            **control_evidence(len(CONF), 0, 6),
-        },
+        "confirmation": passed_confirmation(CONF),
         "recommendation": "top_k=0.05 scale=1.1: confirmed",
         "recipe": quickstart_recipe(recipe_sets).public_dict(),
     }
