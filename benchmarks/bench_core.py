@@ -9,7 +9,7 @@ Routes, on one random bf16 Llama (~120M parameters by default) and N samples of 
 - ``naive``: the released script's approach: batch size 1, and per sample ``|W| x ||X_j||`` materialised into a
   weight-sized float32 accumulator for every weight.
 - ``masks``: 8 ``find_math_params`` calls (8 top_k values) from saved statistics, vs 8 calibrations;
-  ``masks_multi``: the same 8 masks from one ``find_math_params_multi`` call (what ``sweep`` does).
+  ``masks_multi``: the same 8 masks from one ``find_math_params`` call given the 8 values (what ``sweep`` does).
 
 Suite ``--suite stop`` (issue 12): calibrate / plain forward, time and peak memory above the loaded model, on a
 random float32 Llama with a 32k vocabulary and on SmolLM2-135M (dequantized from its GGUF file, float32, file
@@ -85,7 +85,6 @@ def route(name: str, small: bool, samples: int, tokens: int, repeat: int, workdi
 
     torch.set_num_threads(2)
     from mathneuro_edit import ActivationStats, calibrate, find_math_params
-    from mathneuro_edit.engine.mask import find_math_params_multi
 
     model = _model(small)
     texts, tok, ids = _data(samples, tokens)
@@ -131,7 +130,7 @@ def route(name: str, small: bool, samples: int, tokens: int, repeat: int, workdi
                 for k in ks:  # eight separate calls
                     find_math_params(model, ms, gs, top_k=k)
             else:  # one call for the eight values (what `sweep` uses)
-                find_math_params_multi(model, ms, gs, top_ks=ks)
+                find_math_params(model, ms, gs, top_k=ks)
         best = min(best, time.perf_counter() - t0)
     return {"route": name, "seconds": best}
 

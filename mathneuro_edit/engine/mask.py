@@ -36,7 +36,7 @@ from .topk import top_fraction, top_fraction_flat, top_k_hint
 if TYPE_CHECKING:
     from .stats import ActivationStats
 
-__all__ = ["Mask", "as_mask", "k_of", "seed_for", "check_mask_args", "find_math_params", "find_math_params_multi"]
+__all__ = ["Mask", "as_mask", "k_of", "seed_for", "check_mask_args", "find_math_params"]
 
 Method = Literal["mathneuro", "wanda", "random", "general"]
 Granularity = Literal["matrix", "row"]
@@ -383,14 +383,14 @@ def find_math_params(
     math_stats: ActivationStats,
     general_stats: ActivationStats | Sequence[ActivationStats] | None,
     *,
-    top_k: float,
+    top_k: float | Sequence[float],
     method: Method = "mathneuro",
     granularity: Granularity = "matrix",
     seed: int = 0,
     statistic: Literal["l2", "wanda"] = "l2",
     progress: bool = False,
     device: str | torch.device | None = None,
-) -> Mask:
+) -> Mask | list[Mask]:
     """Find the math-specific weights (MathNeuro) from saved statistics, without forward passes.
 
     Why 10 parameters: the model (or its weights) and the math and general statistics, then seven keyword-only
@@ -401,7 +401,10 @@ def find_math_params(
         math_stats: statistics on math text.
         general_stats: statistics on one or several non-math sets (a weight in the top-k of any is excluded);
             may be ``None`` for ``method="wanda"``.
-        top_k: fraction of each matrix (or row) in (0, 1].
+        top_k: fraction of each matrix (or row) in (0, 1]: one value gives one :class:`Mask`; a sequence of
+            values (a sweep) gives a list of masks, one per value, in order, from one pass: each matrix's scores
+            (and, with ``granularity="matrix"``, its score histogram) are computed once for all values, so 8
+            values cost little more than one, and every mask is identical to the one value's call.
         method: ``"mathneuro"``, ``"wanda"`` (math top-k alone), ``"random"`` (same count per matrix as
             mathneuro, at random) or ``"general"`` (the control of the opposite selection: per matrix or row, as
             many weights as mathneuro selects, the highest by importance on the first general set among the weights
@@ -418,51 +421,26 @@ def find_math_params(
             and a stable sort for the ties (the lower index wins).
 
     Returns:
-        A :class:`Mask` with one entry per target, carrying its provenance in ``mask.meta``.
+        A :class:`Mask` with one entry per target, carrying its provenance in ``mask.meta`` (``top_k`` a number),
+        or a list of them (``top_k`` a sequence).
 
     Example:
+        One value, one mask:
+
         >>> mask = find_math_params(model, math_stats, general_stats, top_k=0.05)  # doctest: +SKIP
         >>> mask.total()  # doctest: +SKIP
+
+        Several values (a sweep), one mask each, in one pass:
+
+        >>> masks = find_math_params(model, math_stats, general_stats, top_k=[0.01, 0.05])  # doctest: +SKIP
+        >>> [m.meta["top_k"] for m in masks]  # doctest: +SKIP
+        [0.01, 0.05]
     """
-    return find_math_params_multi(
-        model,
-        math_stats,
-        general_stats,
-        top_ks=[top_k],
-        method=method,
-        granularity=granularity,
-        seed=seed,
-        statistic=statistic,
-        progress=progress,
-        device=device,
-    )[0]
-
-
-def find_math_params_multi(
-    model: nn.Module | Mapping[str, torch.Tensor],
-    math_stats: ActivationStats,
-    general_stats: ActivationStats | Sequence[ActivationStats] | None,
-    *,
-    top_ks: Sequence[float],
-    method: Method = "mathneuro",
-    granularity: Granularity = "matrix",
-    seed: int = 0,
-    statistic: Literal["l2", "wanda"] = "l2",
-    progress: bool = False,
-    device: str | torch.device | None = None,
-) -> list[Mask]:
-    """:func:`find_math_params` for several ``top_k`` at once (a sweep): one mask per value, in order.
-
-    Why 10 parameters: the model (or its weights) and the math and general statistics, then seven keyword-only
-    options, those of :func:`find_math_params` (``top_ks`` for its ``top_k``).
-
-    Each matrix's scores (and, with ``granularity="matrix"``, its score histogram) are computed once for all
-    values, so 8 values cost little more than one. Every mask is identical to ``find_math_params(top_k=v)``.
-
-    Example:
-        >>> masks = find_math_params_multi(model, ms, gs, top_ks=[0.01, 0.05])  # doctest: +SKIP
-    """
-    top_ks = list(top_ks)
+    # a str is a Sequence too: it stays one value, refused by check_mask_args with the value as given
+    several = isinstance(top_k, Sequence) and not isinstance(top_k, (str, bytes))
+    top_ks = list(top_k) if several else [top_k]
+    if not top_ks:
+        raise InputError(f"top_k: must be in (0, 1] or a non-empty sequence of such values, got {top_k!r}")
     check_mask_args(top_ks, method, granularity, statistic)
     generals = _general_sets(general_stats, method)
     params = _checked_params(model, math_stats, generals)
@@ -479,10 +457,10 @@ def find_math_params_multi(
                 else:
                     stacked = torch.stack(parts)  # (experts, d_out, d_in)
                     mask._add(name, stacked.transpose(1, 2) if t.transposed else stacked)
-    for mask, top_k in zip(masks, top_ks):
+    for mask, value in zip(masks, top_ks):
         mask.meta = {
             "method": method,
-            "top_k": top_k,
+            "top_k": value,
             "granularity": granularity,
             "seed": seed,
             "statistic": statistic,
@@ -490,7 +468,7 @@ def find_math_params_multi(
             "math_stats_sha256": math_stats.sha256,
             "general_stats_sha256": [general.sha256 for general in generals],
         }
-    return masks
+    return masks if several else masks[0]
 
 
 def _general_sets(

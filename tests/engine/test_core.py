@@ -365,14 +365,13 @@ def test_radix_select_equals_kthvalue_select_with_many_ties():
 
 
 def test_multi_top_k_equals_single_calls():
-    from mathneuro_edit.engine.mask import find_math_params_multi
-
     model, tok = build("gpt2")
     ms = calibrate(model, tok, MATH, progress=False)
     gs = calibrate(model, tok, GENERAL, progress=False)
     ks = [0.01, 0.05, 0.2]
     for method in ("mathneuro", "random"):
-        multi = find_math_params_multi(model, ms, gs, top_ks=ks, method=method)
+        multi = find_math_params(model, ms, gs, top_k=ks, method=method)
+        assert len(multi) == len(ks)
         for k, m in zip(ks, multi):
             single = find_math_params(model, ms, gs, top_k=k, method=method)
             assert m.sha256 == single.sha256 and m.meta == single.meta
@@ -458,7 +457,6 @@ def test_top_k_count_is_the_released_int_of_n_times_top_k():
 
 
 def test_zero_count_matrices_select_nothing_in_every_method_and_sweep():
-    from mathneuro_edit.engine.mask import find_math_params_multi
     from mathneuro_edit.engine.topk import top_fraction, top_fraction_flat
 
     shapes = {"small.weight": (3, 5), "big.weight": (16, 40)}  # 15 * 0.05 = 0.75 -> 0; 640 * 0.05 = 32
@@ -468,7 +466,7 @@ def test_zero_count_matrices_select_nothing_in_every_method_and_sweep():
         assert int(mask["small.weight"].sum()) == 0, method
         assert 0 < int(mask["big.weight"].sum()) <= 32, method
     ks = [0.05, 0.2, 0.5]  # the small matrix: 0, 3, 7 entries
-    for k, multi in zip(ks, find_math_params_multi(weights, ms, gs, top_ks=ks, method="wanda")):
+    for k, multi in zip(ks, find_math_params(weights, ms, gs, top_k=ks, method="wanda"), strict=True):
         single = find_math_params(weights, ms, gs, top_k=k, method="wanda")
         assert multi.sha256 == single.sha256 and int(multi["small.weight"].sum()) == int(15 * k)
     assert not top_fraction(torch.rand(2, 5), 0).any()

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from mathneuro_edit import ActivationStats, InputError, Target, find_math_params
-from mathneuro_edit.engine.mask import Mask, find_math_params_multi
+from mathneuro_edit.engine.mask import Mask
 from mathneuro_edit.engine.topk import top_fraction, top_fraction_flat
 from tests._faults import fill_disk
 
@@ -210,11 +210,11 @@ def test_multi_top_k_matches_reference_for_each_value(granularity):
     params = _stored(canon)
     ms, gs = _stats(12, ties=True), _stats(13, ties=True)
     ks = [0.05, 0.2, 0.35, 1.0]
-    for k, got in zip(ks, find_math_params_multi(params, ms, gs, top_ks=ks, granularity=granularity)):
+    for k, got in zip(ks, find_math_params(params, ms, gs, top_k=ks, granularity=granularity), strict=True):
         _assert_same(got, _reference_mask(canon, ms, [gs], k, granularity))
         assert got.meta["top_k"] == k
-    rnd = find_math_params_multi(params, ms, gs, top_ks=ks, method="random", granularity=granularity, seed=3)
-    for k, got in zip(ks, rnd):  # random: the reference mathneuro count per matrix (per expert)
+    rnd = find_math_params(params, ms, gs, top_k=ks, method="random", granularity=granularity, seed=3)
+    for k, got in zip(ks, rnd, strict=True):  # random: the reference mathneuro count per matrix (per expert)
         ref = _reference_mask(canon, ms, [gs], k, granularity)
         for name in TARGETS:
             per_group_got = [int(x.sum()) for x in _groups(name, got[name])]
@@ -521,7 +521,7 @@ def test_a_general_set_is_checked_against_its_own_target_records() -> None:
     # the general set recorded a different shape for lin.weight (it was calibrated on another model)
     other = Target("lin.weight", "linear", "lin", (D_OUT + 1, D_IN))
     with pytest.raises(InputError) as err:
-        find_math_params_multi(params, ms, _with(gs, targets={"lin.weight": other}), top_ks=[0.3])
+        find_math_params(params, ms, _with(gs, targets={"lin.weight": other}), top_k=[0.3])
     assert str(err.value) == (
         f"general_stats[0]: 'lin.weight' has shape {(D_OUT + 1, D_IN)} in the statistics but "
         f"{(D_OUT, D_IN)} in the model; the statistics come from another model: recalibrate on "
@@ -529,7 +529,7 @@ def test_a_general_set_is_checked_against_its_own_target_records() -> None:
     )
     # same records, but statistics of another width than the math set's
     with pytest.raises(InputError) as err:
-        find_math_params_multi(params, ms, [gs, _with(gs, norm={"lin.weight": torch.ones(1, D_IN + 1)})], top_ks=[0.3])
+        find_math_params(params, ms, [gs, _with(gs, norm={"lin.weight": torch.ones(1, D_IN + 1)})], top_k=[0.3])
     assert str(err.value) == (
         f"general_stats[1]: 'lin.weight' has statistics of shape (1, {D_IN + 1}) but "
         f"(1, {D_IN}) in math_stats; the sets come from different models: calibrate all on "
@@ -564,7 +564,7 @@ def test_a_lazy_mapping_is_read_once_per_tensor_checks_included() -> None:
     canon = _canonical(33, ties=False)
     lazy = _Lazy(_stored(canon))
     ms, gs1, gs2 = _stats(34), _stats(35), _stats(36)
-    masks = find_math_params_multi(lazy, ms, [gs1, gs2], top_ks=[0.2, 0.4])
+    masks = find_math_params(lazy, ms, [gs1, gs2], top_k=[0.2, 0.4])
     assert lazy.reads == list(TARGETS)  # the shape checks used shape_of: one read per tensor, in the scoring loop
     for mask, k in zip(masks, (0.2, 0.4)):
         _assert_same(mask, _reference_mask(canon, ms, [gs1, gs2], k))
@@ -574,7 +574,7 @@ def test_multi_defaults_are_matrix_seed_0_and_silent(capfd: pytest.CaptureFixtur
     canon = _canonical(37, ties=False)
     params = _stored(canon)
     ms, gs = _stats(38), _stats(39)
-    (mask,) = find_math_params_multi(params, ms, gs, top_ks=[0.3])
+    (mask,) = find_math_params(params, ms, gs, top_k=[0.3])
     assert (mask.meta["granularity"], mask.meta["seed"], mask.meta["method"], mask.meta["statistic"]) == (
         "matrix",
         0,
@@ -582,10 +582,55 @@ def test_multi_defaults_are_matrix_seed_0_and_silent(capfd: pytest.CaptureFixtur
         "l2",
     )
     _assert_same(mask, _reference_mask(canon, ms, [gs], 0.3, "matrix"))
-    (rnd,) = find_math_params_multi(params, ms, gs, top_ks=[0.3], method="random")
-    (rnd0,) = find_math_params_multi(params, ms, gs, top_ks=[0.3], method="random", seed=0)
+    (rnd,) = find_math_params(params, ms, gs, top_k=[0.3], method="random")
+    (rnd0,) = find_math_params(params, ms, gs, top_k=[0.3], method="random", seed=0)
     assert rnd.meta["seed"] == 0 and rnd.sha256 == rnd0.sha256
     assert capfd.readouterr().err == ""  # no progress bar unless asked
+
+
+def test_top_k_a_number_gives_a_mask_a_sequence_gives_one_per_value_identical_to_each_number() -> None:
+    import numpy as np
+
+    params = _stored(_canonical(40, ties=True))
+    ms, gs, gs2 = _stats(41, ties=True), _stats(42, ties=True), _stats(43)
+    ks = [0.05, 0.3, 1.0, 0.3]  # a repeated value too: one mask per entry, in order
+    for kwargs in (
+        {},
+        {"granularity": "row", "statistic": "wanda"},
+        {"method": "random", "seed": 3},
+        {"method": "random", "seed": 4, "granularity": "row"},
+        {"method": "general"},
+        {"method": "wanda"},
+    ):
+        generals = None if kwargs.get("method") == "wanda" else [gs, gs2]
+        for form in (list(ks), tuple(ks)):
+            masks = find_math_params(params, ms, generals, top_k=form, **kwargs)
+            assert isinstance(masks, list) and len(masks) == len(ks), kwargs
+            for k, got in zip(ks, masks):
+                single = find_math_params(params, ms, generals, top_k=k, **kwargs)
+                assert isinstance(single, Mask)
+                assert got.sha256 == single.sha256 and got.meta == single.meta, (kwargs, k)
+    # the list form uses the seed: another seed, other random masks (as the number form)
+    (rnd3,) = find_math_params(params, ms, gs, top_k=[0.3], method="random", seed=3)
+    (rnd4,) = find_math_params(params, ms, gs, top_k=[0.3], method="random", seed=4)
+    assert rnd3.sha256 != rnd4.sha256 and (rnd3.meta["seed"], rnd4.meta["seed"]) == (3, 4)
+    # a numpy float and the int 1 are numbers, as before
+    as_numpy = find_math_params(params, ms, gs, top_k=np.float64(0.3))
+    assert isinstance(as_numpy, Mask) and as_numpy.sha256 == find_math_params(params, ms, gs, top_k=0.3).sha256
+    everything = find_math_params(params, ms, None, top_k=1, method="wanda")
+    assert everything.total()[0] == everything.total()[1] and everything.meta["top_k"] == 1
+
+
+def test_top_k_refusals_are_one_line_for_a_number_and_a_sequence() -> None:
+    params = _stored(_canonical(44, ties=False))
+    ms, gs = _stats(45), _stats(46)
+    bad = (True, "0.1", b"0.1", [], (), [0.1, 1.5], [0.1, True], ["0.1"], [0], [float("nan")], [[0.1]], {0.1}, None)
+    for value in bad:
+        with pytest.raises(InputError, match=r"^top_k: must be in \(0, 1\]") as err:
+            find_math_params(params, ms, gs, top_k=value)
+        assert "\n" not in str(err.value), value
+    with pytest.raises(InputError, match=r"^top_k: .*got 5, did you mean 0\.05\?; pass a fraction"):
+        find_math_params(params, ms, gs, top_k=[0.01, 5])
 
 
 def test_a_non_bool_mask_is_read_as_nonzero() -> None:

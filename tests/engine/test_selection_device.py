@@ -19,7 +19,7 @@ import torch
 
 from mathneuro_edit import ActivationStats, Target
 from mathneuro_edit.engine.devices import selection_device, work_device
-from mathneuro_edit.engine.mask import find_math_params_multi, k_of
+from mathneuro_edit.engine.mask import find_math_params, k_of
 from mathneuro_edit.engine.topk import top_fraction, top_fraction_flat
 
 D_OUT, D_IN = 24, 40
@@ -62,9 +62,9 @@ def _stats(seed: int, ties: bool) -> ActivationStats:
 def test_the_device_path_gives_the_default_paths_masks(method: str, granularity: str, dtype, ties: bool) -> None:
     weights, math_stats, general = _weights(0, dtype, ties), _stats(1, ties), [_stats(2, ties), _stats(3, ties)]
     top_ks = [0.02, 0.1, 0.3, 0.9]  # thresholds in different histogram bins: the multi-bin gather runs
-    kwargs = dict(top_ks=top_ks, method=method, granularity=granularity, seed=7)
-    default = find_math_params_multi(weights, math_stats, general, **kwargs)
-    on_device = find_math_params_multi(weights, math_stats, general, device="cpu", **kwargs)
+    kwargs = dict(top_k=top_ks, method=method, granularity=granularity, seed=7)
+    default = find_math_params(weights, math_stats, general, **kwargs)
+    on_device = find_math_params(weights, math_stats, general, device="cpu", **kwargs)
     assert [m.sha256 for m in on_device] == [m.sha256 for m in default]
     assert [m.total() for m in on_device] == [m.total() for m in default]
 
@@ -74,7 +74,7 @@ def test_the_device_path_keeps_the_tie_rule(granularity: str) -> None:
     """mathneuro on heavy ties: top(math) minus top(general), each a plain sort by (-score, index)."""
     weights, math_stats, general = _weights(4, torch.float32, True), _stats(5, True), _stats(6, True)
     top_k = 0.25
-    mask = find_math_params_multi(weights, math_stats, [general], top_ks=[top_k], granularity=granularity, device="cpu")
+    mask = find_math_params(weights, math_stats, [general], top_k=top_k, granularity=granularity, device="cpu")
     for name, w in weights.items():
         want = torch.zeros(w.shape, dtype=torch.bool)
         mats = {}
@@ -87,7 +87,7 @@ def test_the_device_path_keeps_the_tie_rule(granularity: str) -> None:
                     picked[r, i] = True
             mats[label] = picked.reshape(w.shape)
         want = mats["math"] & ~mats["general"]
-        assert torch.equal(mask[0][name], want), name
+        assert torch.equal(mask[name], want), name
 
 
 def test_flat_and_row_top_k_against_a_plain_sort_on_ties() -> None:

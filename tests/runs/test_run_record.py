@@ -8,7 +8,7 @@ import typing
 
 import torch
 
-from mathneuro_edit.engine.mask import find_math_params_multi
+from mathneuro_edit.engine.mask import find_math_params
 from mathneuro_edit.outputs.registry import RunView
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.steps.mask import calibrate_step, load_step, mask_step
@@ -35,11 +35,11 @@ def test_the_steps_fill_the_record_in_order_and_announce_each_stage() -> None:
     mask_step(run)
     # independently: the engine's selection on the same statistics and the model's own weights
     weights = {n: p.detach() for n, p in run.model.named_parameters()}
-    (expected,) = find_math_params_multi(
+    expected = find_math_params(
         weights,
         run.stats.math,
         run.stats.general,
-        top_ks=[recipe.mask.top_k],
+        top_k=recipe.mask.top_k,
         method=recipe.mask.method,
         granularity=recipe.mask.granularity,
         seed=recipe.mask.seed,

@@ -97,7 +97,7 @@ def prune_experiment(
     from mathneuro_edit.data.sources import load_texts
     from mathneuro_edit.engine.apply import ReversibleEdit
     from mathneuro_edit.engine.calibration import calibrate
-    from mathneuro_edit.engine.mask import find_math_params_multi
+    from mathneuro_edit.engine.mask import find_math_params
     from mathneuro_edit.evaluation.runner import evaluate
     from mathneuro_edit.evaluation.significance import discordant_pairs, mcnemar_exact
     from mathneuro_edit.evaluation.tasks import MathTask
@@ -110,7 +110,7 @@ def prune_experiment(
         model, tok, load_texts(str(ROOT / "recipes/data/wikitext2_test_calib.txt"), samples, 0).texts, **kw
     )
     masks = {
-        method: find_math_params_multi(model_weights(model), math, [general], top_ks=[top_k], method=method)[0]
+        method: find_math_params(model_weights(model), math, [general], top_k=top_k, method=method)
         for method in ("mathneuro", "random")
     }
     items = [{k: p[k] for k in ("question", "answer", "prefill")} for p in arithmetic_problems(n, seed=0)]

@@ -18,7 +18,7 @@ from ...data.sources import load_texts
 from ...engine.devices import device_record, model_device, selection_device
 from ...engine.distributed import calibrate_distributed as calibrate
 from ...engine.distributed import local_device
-from ...engine.mask import Mask, find_math_params_multi
+from ...engine.mask import Mask, find_math_params
 from ...engine.stats import ActivationStats
 from ...errors import InputError
 from ...layout import MATH_STATS_NAME, general_stats_files, general_stats_name
@@ -191,15 +191,15 @@ def recipe_masks(
     consistency's draws, so the mask rule is written once.
 
     ``top_ks`` must lie in (0, 1]: the rule's one home is the selection itself
-    (:func:`~mathneuro_edit.engine.mask.find_math_params_multi`); a command checks its own option earlier only to
+    (:func:`~mathneuro_edit.engine.mask.find_math_params`); a command checks its own option earlier only to
     word the error for that option.
     """
     m = recipe.mask
-    return find_math_params_multi(
+    return find_math_params(
         weights,
         stats.math,
         stats.general,
-        top_ks=list(top_ks),
+        top_k=list(top_ks),
         method=method or m.method,
         granularity=m.granularity,
         seed=m.seed if seed is None else seed,
