@@ -4,6 +4,7 @@ that the gguf package reads back."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
 
@@ -41,10 +42,14 @@ def test_every_command_has_its_function_at_the_top_level_with_a_docstring() -> N
             assert f":func:`{name}`" in mathneuro_edit.__doc__ or name in ("Mask", "ActivationStats"), name
 
 
-def test_all_lists_every_lazily_loaded_name_once() -> None:
-    # __all__ is written out in full (so linters see the re-exports); it must stay the names of _LAZY
-    assert len(mathneuro_edit.__all__) == len(set(mathneuro_edit.__all__))
-    assert set(mathneuro_edit.__all__) == {"__version__", *mathneuro_edit._LAZY}
+def test_all_is_the_stubs_names_once_each() -> None:
+    # __init__.pyi is the one list of the public names (lazy_loader.attach_stub reads __all__ from it; type checkers
+    # read it too): every name once, each one there, and __version__ among them
+    stub = ast.parse(Path(mathneuro_edit.__file__).with_suffix(".pyi").read_text())
+    names = [alias.name for node in stub.body if isinstance(node, ast.ImportFrom) for alias in node.names]
+    assert len(names) == len(set(names)) and sorted(mathneuro_edit.__all__) == sorted(names)
+    assert "__version__" in names and all(getattr(mathneuro_edit, name) is not None for name in names)
+    assert sorted(dir(mathneuro_edit)) == sorted(names)
 
 
 def test_export_gguf_writes_a_checkpoint_as_a_gguf_file(tmp_path: Path) -> None:

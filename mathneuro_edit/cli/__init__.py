@@ -3,23 +3,8 @@
 ``python -m mathneuro_edit.cli`` runs it too (and ``torchrun -m mathneuro_edit.cli calibrate ...``).
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from typing import TYPE_CHECKING
-
-from ..util.lazy import lazy_face
-
-# public name -> the module that defines it, imported on first access (importing one module of this package
-# never imports its siblings: torch loads only where it is used)
-_LAZY: dict[str, str] = {
-    "main": "main",
-}
-
-__all__ = [
-    "main",
-]
-
-if TYPE_CHECKING:
-    from .main import main
-
-__getattr__, __dir__ = lazy_face(__name__, _LAZY)
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

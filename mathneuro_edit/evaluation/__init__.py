@@ -8,39 +8,8 @@ generation, general-text loss and KL, lm-eval tasks through :mod:`.lm_eval_bridg
 ``evaluate``) so that ``from mathneuro_edit import evaluate`` is always the function.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from typing import TYPE_CHECKING
-
-from ..util.lazy import lazy_face
-
-# public name -> the module that defines it, imported on first access (importing one module of this package
-# never imports its siblings: torch loads only where it is used)
-_LAZY: dict[str, str] = {
-    "LmEvalTask": "lm_eval_task",
-    "EvalResults": "results",
-    "GeneralTask": "tasks",
-    "MathTask": "tasks",
-    "evaluate": "runner",
-    "mcnemar_exact": "significance",
-    "wilson_interval": "significance",
-}
-
-__all__ = [
-    "LmEvalTask",
-    "EvalResults",
-    "GeneralTask",
-    "MathTask",
-    "evaluate",
-    "mcnemar_exact",
-    "wilson_interval",
-]
-
-if TYPE_CHECKING:
-    from .lm_eval_task import LmEvalTask
-    from .results import EvalResults
-    from .runner import evaluate
-    from .significance import mcnemar_exact, wilson_interval
-    from .tasks import GeneralTask, MathTask
-
-__getattr__, __dir__ = lazy_face(__name__, _LAZY)
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

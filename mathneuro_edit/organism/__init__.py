@@ -5,51 +5,8 @@ It was trained from scratch by ``scripts/train_organism.py`` on the synthetic da
 math-specific weights should collapse math accuracy while general-text loss holds.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from typing import TYPE_CHECKING
-
-from ..util.lazy import lazy_face
-
-# public name -> the module that defines it, imported on first access (importing one module of this package
-# never imports its siblings: torch loads only where it is used)
-_LAZY: dict[str, str] = {
-    "organism_path": "shipped",
-    "load_organism": "shipped",
-    "SPLITS": "data",
-    "format_math": "data",
-    "general_text_entropy": "data",
-    "general_texts": "data",
-    "math_problems": "data",
-    "math_texts": "data",
-    "mixed_texts": "data",
-    "parse_answer": "data",
-}
-
-__all__ = [
-    "organism_path",
-    "load_organism",
-    "SPLITS",
-    "format_math",
-    "general_text_entropy",
-    "general_texts",
-    "math_problems",
-    "math_texts",
-    "mixed_texts",
-    "parse_answer",
-]
-
-if TYPE_CHECKING:
-    from .data import (
-        SPLITS,
-        format_math,
-        general_text_entropy,
-        general_texts,
-        math_problems,
-        math_texts,
-        mixed_texts,
-        parse_answer,
-    )
-    from .shipped import load_organism, organism_path
-
-__getattr__, __dir__ = lazy_face(__name__, _LAZY)
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -7,37 +7,8 @@ checks the files you have (a folder, or a Hub repo's LFS sha256) against the loc
 ``reproduce``. No local path and no token leaves the machine.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from typing import TYPE_CHECKING
-
-from ..util.lazy import lazy_face
-
-# public name -> the module that defines it, imported on first access (importing one module of this package
-# never imports its siblings: torch loads only where it is used)
-_LAZY: dict[str, str] = {
-    "build_card": "card",
-    "write_card": "card",
-    "PushResult": "hub",
-    "push_to_hub": "hub",
-    "build_lock": "lock",
-    "read_lock": "lock",
-    "write_lock": "lock",
-}
-
-__all__ = [
-    "build_card",
-    "write_card",
-    "PushResult",
-    "push_to_hub",
-    "build_lock",
-    "read_lock",
-    "write_lock",
-]
-
-if TYPE_CHECKING:
-    from .card import build_card, write_card
-    from .hub import PushResult, push_to_hub
-    from .lock import build_lock, read_lock, write_lock
-
-__getattr__, __dir__ = lazy_face(__name__, _LAZY)
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -5,37 +5,8 @@ reads YAML (duplicate keys refused) and applies overrides; :mod:`.types` holds t
 :mod:`.lm_eval_keys` the ``evaluation.lm_eval`` section. Recipes never load a model or read data.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from typing import TYPE_CHECKING
-
-from ..util.lazy import lazy_face
-
-# public name -> the module that defines it, imported on first access (importing one module of this package
-# never imports its siblings: torch loads only where it is used)
-_LAZY: dict[str, str] = {
-    "load_recipe": "io",
-    "quickstart_recipe": "io",
-    "recipe_from_dict": "io",
-    "BaseConfig": "input_sections",
-    "Recipe": "schema",
-    "Source": "input_sections",
-    "recipe_sha256": "schema",
-}
-
-__all__ = [
-    "load_recipe",
-    "quickstart_recipe",
-    "recipe_from_dict",
-    "BaseConfig",
-    "Recipe",
-    "Source",
-    "recipe_sha256",
-]
-
-if TYPE_CHECKING:
-    from .input_sections import BaseConfig, Source
-    from .io import load_recipe, quickstart_recipe, recipe_from_dict
-    from .schema import Recipe, recipe_sha256
-
-__getattr__, __dir__ = lazy_face(__name__, _LAZY)
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

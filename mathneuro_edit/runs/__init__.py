@@ -4,41 +4,8 @@ Contract: every CLI command calls one function here or in a stage package; these
 and write their run folders atomically, and hold no method of their own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from typing import TYPE_CHECKING
-
-from ..util.lazy import lazy_face
-
-# public name -> the module that defines it, imported on first access (importing one module of this package
-# never imports its siblings: torch loads only where it is used)
-_LAZY: dict[str, str] = {
-    "run_consistency": "consistency",
-    "RunResult": "pipeline",
-    "export_recipe": "pipeline",
-    "run_recipe": "pipeline",
-    "plan_from_config": "plan",
-    "plan_recipe": "plan",
-    "SweepResult": "sweep.result",
-    "run_sweep": "sweep.search",
-}
-
-__all__ = [
-    "run_consistency",
-    "RunResult",
-    "export_recipe",
-    "run_recipe",
-    "plan_from_config",
-    "plan_recipe",
-    "SweepResult",
-    "run_sweep",
-]
-
-if TYPE_CHECKING:
-    from .consistency import run_consistency
-    from .pipeline import RunResult, export_recipe, run_recipe
-    from .plan import plan_from_config, plan_recipe
-    from .sweep.result import SweepResult
-    from .sweep.search import run_sweep
-
-__getattr__, __dir__ = lazy_face(__name__, _LAZY)
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -9,60 +9,8 @@ tokenizer keys :mod:`.gguf_vocab` writes);
 evaluation; :mod:`.remote_code` refuses repository code without an explicit opt-in.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from typing import TYPE_CHECKING
-
-from ..util.lazy import lazy_face
-
-# public name -> the module that defines it, imported on first access (importing one module of this package
-# never imports its siblings: torch loads only where it is used)
-_LAZY: dict[str, str] = {
-    "AdapterExport": "adapter",
-    "export_adapter": "adapter",
-    "load_edited": "adapter",
-    "VerifyReport": "audit",
-    "verify": "audit",
-    "base_reference": "base",
-    "resolve_base": "base",
-    "resolve_model_path": "base",
-    "Checkpoint": "checkpoint",
-    "open_checkpoint": "checkpoint",
-    "export_checkpoint": "checkpoint_writer",
-    "dequantize_gguf": "gguf_reader",
-    "write_gguf": "gguf_writer",
-    "load_model": "loading",
-    "model_weights": "loading",
-    "weights_from_checkpoint": "loading",
-}
-
-__all__ = [
-    "AdapterExport",
-    "export_adapter",
-    "load_edited",
-    "VerifyReport",
-    "verify",
-    "base_reference",
-    "resolve_base",
-    "resolve_model_path",
-    "Checkpoint",
-    "open_checkpoint",
-    "export_checkpoint",
-    "dequantize_gguf",
-    "write_gguf",
-    "load_model",
-    "model_weights",
-    "weights_from_checkpoint",
-]
-
-if TYPE_CHECKING:
-    from .adapter import AdapterExport, export_adapter, load_edited
-    from .audit import VerifyReport, verify
-    from .base import base_reference, resolve_base, resolve_model_path
-    from .checkpoint import Checkpoint, open_checkpoint
-    from .checkpoint_writer import export_checkpoint
-    from .gguf_reader import dequantize_gguf
-    from .gguf_writer import write_gguf
-    from .loading import load_model, model_weights, weights_from_checkpoint
-
-__getattr__, __dir__ = lazy_face(__name__, _LAZY)
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

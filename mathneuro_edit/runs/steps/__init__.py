@@ -18,41 +18,12 @@ composition announces comes from the steps it lists (:func:`stage_count`), not f
 - :mod:`.record`: :class:`RunRecord`, the state the steps read and extend;
 - :mod:`.count`: :func:`stage_count`.
 
-Names load lazily (:func:`~mathneuro_edit.util.lazy.lazy_face`): importing this face imports no step and no torch.
+Names load lazily (``lazy_loader.attach_stub`` reads them from ``__init__.pyi``): importing this face imports no step
+and no torch.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from ...util.lazy import lazy_face
-
-# public name -> the module of this package that defines it
-_LAZY: dict[str, str] = {
-    "stage_count": "count",
-    "RunRecord": "record",
-    "Statistics": "mask",
-    "load_recipe_model": "mask",
-    "load_step": "mask",
-    "calibrate_set": "mask",
-    "calibrate_step": "mask",
-    "data_records": "mask",
-    "mask_step": "mask",
-    "recipe_masks": "mask",
-    "checkpoint_weights": "mask",
-    "eval_tasks": "evaluate",
-    "describe_tasks": "evaluate",
-    "evaluate_step": "evaluate",
-    "save_evaluation": "evaluate",
-    "note_evaluation": "evaluate",
-    "output_kinds": "export",
-    "base_record": "export",
-    "release_dtype": "export",
-    "export_step": "export",
-    "seal_run": "seal",
-    "seal_lock": "seal",
-    "publish_folder": "seal",
-    "evidence_with_overlap": "seal",
-}
-
-__all__ = list(_LAZY)
-
-__getattr__, __dir__ = lazy_face(__name__, _LAZY)
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -14,47 +14,12 @@ One public face for the family of modules that share the sweep's private names (
 - :mod:`.result`: :class:`SweepResult`, its JSON, CSV, table and plot;
 - :mod:`.evidence`: a finished ``sweep.json`` read back and checked, and the release made from it.
 
-Names load lazily (:func:`~mathneuro_edit.util.lazy.lazy_face`): importing this face imports no submodule and no
-torch.
+Names load lazily (``lazy_loader.attach_stub`` reads them from ``__init__.pyi``): importing this face imports no
+submodule and no torch.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from ...util.lazy import lazy_face
-
-# public name -> the module of this package that defines it
-_LAZY: dict[str, str] = {
-    "run_sweep": "search",
-    "check_sweep_folder": "search",
-    "DEFAULT_TOP_KS": "search",
-    "DEFAULT_SCALES": "search",
-    "sweep_problems": "problems",
-    "format_shots": "problems",
-    "SweepResult": "result",
-    "SweepEvidence": "evidence",
-    "read_sweep": "evidence",
-    "recipe_from_sweep": "evidence",
-    "run_from_sweep": "evidence",
-    "ResultCache": "cache",
-    "key_sha256": "cache",
-    "model_weights_sha256": "evaluator",
-    "SweepPoint": "procedure",
-    "Confirmation": "procedure",
-    "ArmOutcome": "procedure",
-    "paired_test": "procedure",
-    "format_verdict": "procedure",
-    "VERDICTS": "procedure",
-    "with_holm": "procedure",
-    "pareto_front": "procedure",
-    "math_merit": "procedure",
-    "select_candidate": "procedure",
-    "confirm": "procedure",
-    "recommend": "procedure",
-    "evidence_text": "procedure",
-    "halving_schedule": "procedure",
-    "promote": "procedure",
-}
-
-__all__ = list(_LAZY)
-
-__getattr__, __dir__ = lazy_face(__name__, _LAZY)
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

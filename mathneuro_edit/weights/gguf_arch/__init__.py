@@ -16,37 +16,12 @@ keys, layer types), :mod:`.rope` (YaRN), and one per family group, each register
 The conventions each follows: docs/formats.md (generated from the registrations by scripts/gguf_families_doc.py).
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from .common import SLIDING, View, expert_count, layer_types
-from .family import FAMILIES, LLAMA_ROPE_SCALINGS, Family, family_for, register_family, rope_scalings_note
-from .gemma import gemma3_refusal, rope_by_layer_type
-from .gpt_oss import GPT_OSS_SWIGLU
-from .llama4 import LLAMA4_FIXED, LLAMA4_NOPE_PERIOD
-from .registry import GGUF_WRITTEN, gguf_refusal, tensor_shift
-from .rope import yarn_ramp_bounds
-from .table import GGUF_PENDING, NO_LLAMA_CPP
+# imported now, not on first access: it imports every family module, and each registers its families in
+# FAMILIES (which would be empty otherwise)
+from . import registry  # noqa: F401
 
-__all__ = [
-    "Family",
-    "FAMILIES",
-    "register_family",
-    "family_for",
-    "LLAMA_ROPE_SCALINGS",
-    "rope_scalings_note",
-    "GGUF_WRITTEN",
-    "GGUF_PENDING",
-    "NO_LLAMA_CPP",
-    "gguf_refusal",
-    "tensor_shift",
-    "View",
-    "expert_count",
-    "layer_types",
-    "SLIDING",
-    "gemma3_refusal",
-    "rope_by_layer_type",
-    "GPT_OSS_SWIGLU",
-    "LLAMA4_FIXED",
-    "LLAMA4_NOPE_PERIOD",
-    "yarn_ramp_bounds",
-]
+# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
+# access from the module that defines it
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

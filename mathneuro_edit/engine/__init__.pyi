@@ -1,0 +1,16 @@
+from .apply import ReversibleEdit as ReversibleEdit
+from .apply import apply_mask as apply_mask
+from .apply import check_scale as check_scale
+from .apply import scale_masked as scale_masked
+from .calibration import calibrate as calibrate
+from .distributed import calibrate_distributed as calibrate_distributed
+from .mask import Mask as Mask
+from .mask import as_mask as as_mask
+from .mask import find_math_params as find_math_params
+from .mask import k_of as k_of
+from .stats import ActivationStats as ActivationStats
+from .targets import Target as Target
+from .targets import find_targets as find_targets
+from .targets import model_fingerprint as model_fingerprint
+from .topk import top_fraction as top_fraction
+from .topk import top_fraction_flat as top_fraction_flat

@@ -1,0 +1,10 @@
+from .data import SPLITS as SPLITS
+from .data import format_math as format_math
+from .data import general_text_entropy as general_text_entropy
+from .data import general_texts as general_texts
+from .data import math_problems as math_problems
+from .data import math_texts as math_texts
+from .data import mixed_texts as mixed_texts
+from .data import parse_answer as parse_answer
+from .shipped import load_organism as load_organism
+from .shipped import organism_path as organism_path

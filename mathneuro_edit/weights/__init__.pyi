@@ -1,0 +1,16 @@
+from .adapter import AdapterExport as AdapterExport
+from .adapter import export_adapter as export_adapter
+from .adapter import load_edited as load_edited
+from .audit import VerifyReport as VerifyReport
+from .audit import verify as verify
+from .base import base_reference as base_reference
+from .base import resolve_base as resolve_base
+from .base import resolve_model_path as resolve_model_path
+from .checkpoint import Checkpoint as Checkpoint
+from .checkpoint import open_checkpoint as open_checkpoint
+from .checkpoint_writer import export_checkpoint as export_checkpoint
+from .gguf_reader import dequantize_gguf as dequantize_gguf
+from .gguf_writer import write_gguf as write_gguf
+from .loading import load_model as load_model
+from .loading import model_weights as model_weights
+from .loading import weights_from_checkpoint as weights_from_checkpoint
