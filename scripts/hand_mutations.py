@@ -370,7 +370,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ["tests/publish/test_release_behaviours.py::test_a_gguf_push_keeps_the_caller_s_base_repo"],
     ),
     "push-public-ignored": (
-        "mathneuro_edit/runs/release.py",
+        "mathneuro_edit/publish/hub.py",
         'if private is None and hub.get("private"):',
         'if hub.get("private"):',
         ["tests/publish/test_release_behaviours.py::test_push_public_asks_for_a_public_repo_over_the_recipe_s_private"],

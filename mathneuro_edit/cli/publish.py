@@ -109,12 +109,12 @@ def push(
     changed. Token from HF_TOKEN or `hf auth login`; never printed.
     """
     from ..errors import InputError
-    from ..runs.release import push_run
+    from ..publish.hub import push_to_hub
 
     asked = [name for name, on in outputs.items() if on]  # each flag is named as its output
     if len(asked) > 1:
         raise InputError(f"{' and '.join('--' + k for k in asked)} are separate repos: push one at a time")
-    result = push_run(
+    result = push_to_hub(
         out,
         repo_id,
         private=private,

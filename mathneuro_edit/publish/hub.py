@@ -74,7 +74,6 @@ __all__ = [
     "push_to_hub",
     "commit_message_for",
     "default_repo_id",
-    "artifact_kind",
     "check_branch",
     "check_artifact_against_lock",
 ]
@@ -91,12 +90,6 @@ def default_repo_id(repo_id: str, kind: str) -> str:
         ['me/organism-prune', 'me/organism-prune-adapter', 'me/organism-prune-GGUF']
     """
     return repo_for(repo_id, kind)
-
-
-def artifact_kind(folder: Path) -> str:
-    """What ``folder`` holds (:func:`~.outputs.output_of_folder`): ``adapter`` for an adapter folder, else
-    ``checkpoint``."""
-    return output_of_folder(folder).name
 
 
 @dataclass(frozen=True)
@@ -244,7 +237,7 @@ def _remote_state(api: HfApi, repo_id: str, branch: str) -> tuple[dict[str, int]
 
 def push_to_hub(
     out_dir: str | Path,
-    repo_id: str | None,
+    repo_id: str | None = None,
     *,
     kind: str | None = None,
     private: bool | None = None,
@@ -255,28 +248,29 @@ def push_to_hub(
     token: str | None = None,
     base_repo: str | None = None,
 ) -> PushResult:
-    """Make a Hub model repo equal to one artifact of a run, in one commit (adds and deletes).
+    """Make a Hub model repo equal to one artifact of a run, in one commit (adds and deletes): ``push``.
 
     Why 10 parameters: the folder and repo, then eight keyword-only options, each one documented choice of
-    ``mathneuro-edit push`` (and of :func:`huggingface_hub.HfApi.create_commit`), all with a default.
+    ``mathneuro-edit push`` (and of :func:`huggingface_hub.HfApi.create_commit`), all with a default. What they
+    leave out comes from the recipe's ``hub`` section in the folder's lock.
 
     Args:
-        out_dir: a folder written by mathneuro-edit (holds ``README.md`` and ``mathneuro_recipe.lock.yaml``): a
-            run's ``checkpoint/`` or ``adapter/``, or an ``export`` folder.
-        repo_id: ``user/name`` (created if missing); ``None`` only for a dry run (the plan without a target).
+        out_dir: a run folder (its output ``kind``), or a folder with ``README.md`` and the lock: a run's
+            ``checkpoint/`` or ``adapter/``, or an ``export`` folder.
+        repo_id: ``user/name`` (created if missing); default ``hub.repo_id`` (``<id>``, ``<id>-adapter``,
+            ``<id>-GGUF``: one repo per artifact); ``None`` with none in the recipe only for a dry run.
         kind: ``checkpoint``, ``adapter`` or ``gguf`` (the folder's ``*.gguf`` files); default: ``adapter`` for a
             folder holding ``adapter_config.json``, else ``checkpoint``.
         private: ``True``/``False`` sets the repo's visibility (a new repo, or an existing one that differs);
-            ``None`` leaves an existing repo as it is (a new one is public).
-        revision: branch to push to (created from main if missing); default ``main``.
+            ``None``: ``hub.private: true`` if set, else an existing repo is left as it is (a new one is public).
+        revision: branch to push to (created from main if missing); default ``hub.revision``, else ``main``.
         commit_message: commit summary; the recipe sha256 is always appended.
         create_pr: open a pull request with the commit instead of committing to the branch.
         dry_run: only compute the plan: nothing is changed (with a repo id, its file list is read to name the
             deletes; no token needed for a public repo).
         token: a Hub token; default ``HF_TOKEN`` or the stored login (``hf auth login``).
         base_repo: for an output made from another (``kind="gguf"``: :attr:`~.outputs.Output.derived_from`), that
-            output's repo, named as its ``base_model`` (default: that output's default repo when it exists on the
-            Hub, else the original base).
+            output's repo, its ``base_model`` (default: that output's default repo if on the Hub, else the base).
 
     Returns:
         :class:`PushResult`.
@@ -288,11 +282,11 @@ def push_to_hub(
         MathNeuroEditError: other Hub or network failures.
 
     Example:
-        >>> print(push_to_hub("out/checkpoint", "me/organism-boost", dry_run=True).describe())  # doctest: +SKIP
+        >>> print(push_to_hub("out", "me/organism-boost", dry_run=True).describe())  # doctest: +SKIP
     """
-    out = Path(out_dir)
-    lock, kind = _checked_folder(out, kind)
-    branch = _checked_target(repo_id, revision, dry_run)
+    out, kind, repo_id, private, revision = _run_artifact(Path(out_dir), kind, repo_id, private, revision, dry_run)
+    lock = _checked_lock(out)
+    branch = _checked_target(repo_id, revision)
     message = commit_message_for(str(lock.get("recipe_sha256", "unknown")), commit_message)
     files = artifact_files(out, kind, lock)
     check_artifact_against_lock(out, kind, lock, files)  # what leaves is what the run wrote, before any request
@@ -366,24 +360,59 @@ def _pushed(api: HfApi, target: _Target, contents: dict[str, Path | bytes], resu
     )
 
 
-def _checked_folder(out: Path, kind: str | None) -> tuple[dict[str, Any], str]:
-    """The folder's lock (validated) and its output kind, or the one-line InputError of a folder not to push."""
+def _run_artifact(
+    out: Path, kind: str | None, repo_id: str | None, private: bool | None, revision: str | None, dry_run: bool
+) -> tuple[Path, str, str | None, bool | None, str | None]:
+    """The folder of output ``kind`` in a run folder (or the output folder given), that output's name, and the
+    repo, visibility and branch: as given, else from the recipe's ``hub`` section in its lock."""
     if not out.is_dir():
         raise InputError(f"{out}: output folder not found; run the pipeline first")
+    first = next(iter(OUTPUTS.values()))  # the checkpoint: a run folder's default, an `export` folder's own
+    asked = output(kind) if kind is not None else None  # the flag names the output; none: the folder says
+    target = asked or first
+    folder = out
+    sub = folder / target.folder
+    if sub.is_dir():
+        folder = sub
+    elif target.folder != first.folder and not target.detect(folder):  # or the output's own folder was given
+        raise InputError(
+            f"{out}: no {target.folder}/ folder; run with outputs.{target.name}: true or push the folder itself"
+        )
+    if not (folder / LOCK_NAME).is_file():
+        raise InputError(
+            f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
+            "(or a folder written by `export`)"
+        )
+    chosen = asked or output_of_folder(folder)  # an `export --adapter` folder holds the adapter
+    kind = chosen.name
+    hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
+    hub = hub if isinstance(hub, dict) else {}  # a malformed section: validate_lock in push_to_hub names it
+    if not repo_id and hub.get("repo_id"):
+        repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
+    if not repo_id and not dry_run:
+        raise InputError(
+            f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
+            f"goes to <id>{chosen.repo_suffix})"
+        )
+    if private is None and hub.get("private"):
+        private = True
+    if revision is None and hub.get("revision") is not None:  # a lock's branch is data: checked as --branch is
+        revision = check_branch(str(hub["revision"]), f"{folder / LOCK_NAME}: recipe hub.revision")
+    return folder, kind, repo_id, private, revision
+
+
+def _checked_lock(out: Path) -> dict[str, Any]:
+    """The folder's lock (validated), or the one-line InputError of a folder not to push."""
     if not (out / "README.md").is_file():
         raise InputError(f"{out}: no README.md (model card); run the pipeline, which writes it, before pushing")
     lock = read_lock(out)
     validate_lock(lock, f"{out / LOCK_NAME}")  # every field against the recipe hash, as verify and reproduce do
-    kind = kind or artifact_kind(out)
-    if kind not in OUTPUTS:  # the registry as it is now (an output registered after this module loaded too)
-        raise InputError(f"kind: must be one of {', '.join(OUTPUTS)}, got {kind!r}")
-    return lock, kind
+    return lock
 
 
-def _checked_target(repo_id: str | None, revision: str | None, dry_run: bool) -> str:
-    """The branch to push to, after checking the repo id (none only for a dry run) and the branch name."""
-    if repo_id is None and not dry_run:
-        raise InputError("no target repo: pass --repo-id you/name or set hub.repo_id in the recipe")
+def _checked_target(repo_id: str | None, revision: str | None) -> str:
+    """The branch to push to, after checking the repo id (:func:`_run_artifact` lets none through only for a dry
+    run) and the branch name."""
     if repo_id is not None:
         try:
             validate_repo_id(repo_id)

@@ -17,10 +17,9 @@ from ..engine.mask import Mask
 from ..errors import InputError
 from ..layout import LOCK_NAME, MASK_NAME
 from ..organism import organism_path
-from ..outputs.registry import OUTPUTS, output, output_dirs, output_of_folder
+from ..outputs.registry import OUTPUTS, output_dirs, output_of_folder
 from ..publish.base_card import base_card_fields
 from ..publish.card import card_for_folder, summarize_edit, write_card
-from ..publish.hub import PushResult, check_branch, default_repo_id, push_to_hub
 from ..publish.integrity import check_local_files_against_lock
 from ..publish.lock import (
     check_base_weights,
@@ -39,7 +38,7 @@ from ..weights.gguf_reader import dequantize_gguf, gguf_source
 from .card_sets import apply_card_sets, check_card_sets
 from .verdict import devices_note
 
-__all__ = ["rewrite_cards", "push_run", "verify_run", "RunVerification", "run_folder_hint"]
+__all__ = ["rewrite_cards", "verify_run", "RunVerification", "run_folder_hint"]
 
 
 def run_folder_hint(folder: Path) -> str:
@@ -83,7 +82,7 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
     recipe = recipe_from_dict(dict(lock["recipe"]), overrides, where=f"{folder / LOCK_NAME}: recipe")
     if base:
         check_base_weights(lock, base)
-    base_ref = None if recipe.base.model == LOCAL else base_reference(recipe)
+    base_ref = None if recipe.base.model == LOCAL else base_reference(recipe.base)
     if not isinstance(lock.get("edit_summary"), dict):  # a lock of an older version: count from the base
         if base_ref is None:
             raise InputError(
@@ -110,65 +109,6 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
         write_card(sub, text)
         written.append(sub / "README.md")
     return written
-
-
-def push_run(
-    out: str | Path,
-    repo_id: str | None = None,
-    *,
-    private: bool | None = None,
-    revision: str | None = None,
-    kind: str | None = None,
-    dry_run: bool = False,
-    commit_message: str | None = None,
-    create_pr: bool = False,
-) -> PushResult:
-    """Make a Hub repo equal to one artifact of a run: output ``kind`` (a registered output's name: the
-    checkpoint, its adapter or its GGUF files; ``None``: what the folder holds). What the arguments leave out comes
-    from the recipe's ``hub`` section (one repo per artifact: ``<id>``, ``<id>-adapter``, ``<id>-GGUF``). Token
-    from HF_TOKEN or ``hf auth login``.
-    """
-    first = next(iter(OUTPUTS.values()))  # the checkpoint: a run folder's default, an `export` folder's own
-    asked = output(kind) if kind is not None else None  # the flag names the output; none: the folder says
-    target = asked or first
-    folder = Path(out)
-    sub = folder / target.folder
-    if sub.is_dir():
-        folder = sub
-    elif target.folder != first.folder:  # the folder itself may be an `export` folder: a checkpoint's
-        raise InputError(
-            f"{out}: no {target.folder}/ folder; run with outputs.{target.name}: true or push the folder itself"
-        )
-    if not (folder / LOCK_NAME).is_file():
-        raise InputError(
-            f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
-            "(or a folder written by `export`)"
-        )
-    chosen = asked or output_of_folder(folder)  # an `export --adapter` folder holds the adapter
-    kind = chosen.name
-    hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
-    hub = hub if isinstance(hub, dict) else {}  # a malformed section: validate_lock in push_to_hub names it
-    if not repo_id and hub.get("repo_id"):
-        repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
-    if not repo_id and not dry_run:
-        raise InputError(
-            f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
-            f"goes to <id>{chosen.repo_suffix})"
-        )
-    if private is None and hub.get("private"):
-        private = True
-    if revision is None and hub.get("revision") is not None:  # a lock's branch is data: checked as --branch is
-        revision = check_branch(str(hub["revision"]), f"{folder / LOCK_NAME}: recipe hub.revision")
-    return push_to_hub(
-        folder,
-        repo_id,
-        kind=kind,
-        private=private,
-        revision=revision,
-        dry_run=dry_run,
-        commit_message=commit_message,
-        create_pr=create_pr,
-    )
 
 
 @dataclass

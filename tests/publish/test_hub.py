@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -129,12 +130,17 @@ def test_commit_on_missing_repo_is_an_input_error(fake_hub: FakeHub, out_dir: Pa
     assert fake_hub.commits == []
 
 
-def test_not_an_output_folder(tmp_path: Path, fake_hub: FakeHub) -> None:
-    with pytest.raises(InputError, match="no README.md"):
-        push_to_hub(tmp_path, "me/x", token=TOKEN)
+def test_not_an_output_folder(tmp_path: Path, out_dir: Path, fake_hub: FakeHub) -> None:
+    with pytest.raises(InputError, match="output folder not found"):
+        push_to_hub(tmp_path / "missing", "me/x", token=TOKEN)
     (tmp_path / "README.md").write_text("# hi")
-    with pytest.raises(InputError, match="lock file not found"):
+    with pytest.raises(InputError, match="no mathneuro_recipe.lock.yaml here; pass the run folder"):
         push_to_hub(tmp_path, "me/x", token=TOKEN)
+    lock_only = tmp_path / "lock-only"
+    lock_only.mkdir()
+    shutil.copy(out_dir / "mathneuro_recipe.lock.yaml", lock_only)
+    with pytest.raises(InputError, match="no README.md"):
+        push_to_hub(lock_only, "me/x", token=TOKEN)
     assert fake_hub.requests == []
 
 

@@ -24,9 +24,9 @@ from mathneuro_edit.layout import LM_EVAL_RESULTS, LOCK_NAME, MASK_NAME, MATHNEU
 from mathneuro_edit.outputs.adapter import ADAPTER
 from mathneuro_edit.outputs.registry import output_of_folder
 from mathneuro_edit.publish.card import card_for_folder
-from mathneuro_edit.publish.hub import artifact_kind, push_to_hub
+from mathneuro_edit.publish.hub import push_to_hub
 from mathneuro_edit.publish.lock import output_hashes, read_lock, write_lock
-from mathneuro_edit.runs.release import push_run, verify_run
+from mathneuro_edit.runs.release import verify_run
 from mathneuro_edit.runs.reproduce import ReproduceReport
 from mathneuro_edit.weights.adapter import export_adapter
 from tests._fakehub import TOKEN, FakeHub
@@ -59,14 +59,14 @@ def test_a_mathneuro_format_adapter_folder_is_an_adapter(run_dir: Path, tmp_path
     lock = read_lock(run_dir)
     export_adapter("organism", run_dir / MASK_NAME, lock["recipe"]["edit"]["scale"] or 0.0, folder, format="mathneuro")
     assert (folder / MATHNEURO_CONFIG).is_file() and not (folder / "adapter_config.json").exists()
-    assert output_of_folder(folder) is ADAPTER and artifact_kind(folder) == "adapter"
+    assert output_of_folder(folder) is ADAPTER
     # the export's own lock, as a run's records an adapter's files (under adapter/)
     write_lock(folder, {**lock, "outputs": {f"adapter/{k}": v for k, v in output_hashes(folder).items()}})
     card = card_for_folder(folder)
     assert card.data.library_name == "peft" and "base_model" not in card.data.to_dict()  # the organism: no Hub id
     assert "This PEFT adapter holds a MathNeuro edit" in card.text
     (folder / "README.md").write_text(card.content)
-    plan = push_run(folder, dry_run=True)  # the recipe's hub.repo_id, and the adapter's repo beside it
+    plan = push_to_hub(folder, dry_run=True)  # the recipe's hub.repo_id, and the adapter's repo beside it
     assert plan.kind == "adapter" and plan.repo_id == f"{REPO}-adapter"
     verified = verify_run(folder, mask_path=str(run_dir / MASK_NAME), progress=False)  # as an `export` folder
     assert verified.ok, verified.failure_line()
@@ -90,7 +90,7 @@ def test_push_public_asks_for_a_public_repo_over_the_recipe_s_private(run_dir: P
     """``push --public`` of a run whose recipe says ``hub.private: true``: the command line wins; without a flag the
     recipe's private applies.
 
-    Mutation: ``push_run`` applies ``hub.private`` whatever the flag (runs/release.py: ``if hub.get("private"):``)."""
+    Mutation: ``push_to_hub`` applies ``hub.private`` whatever the flag (publish/hub.py: ``if hub.get("private"):``)."""
     assert yaml.safe_load((run_dir / LOCK_NAME).read_text())["recipe"]["hub"]["private"] is True
     run = CliRunner(env={"HF_TOKEN": TOKEN}).invoke
     public = run(main, ["push", str(run_dir), "--public", "--repo-id", "me/public"])
