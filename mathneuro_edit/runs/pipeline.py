@@ -154,7 +154,7 @@ def run_recipe(
             "run is single-process; under torchrun use `mathneuro-edit calibrate` (data-parallel), "
             "then `mask` and `export` in one process (docs/scaling.md)"
         )
-    folder = resolve_base(base_reference(recipe), revision=recipe.base.revision)  # fails early: missing/pickle
+    folder = resolve_base(base_reference(recipe.base), revision=recipe.base.revision)  # fails early: missing/pickle
     kinds = output_kinds(recipe)
     tasks = _checks_before_loading(recipe, folder, kinds)
     steps = ("load", "calibrate", "mask", "evaluate", "export", "seal")
@@ -212,7 +212,7 @@ def export_recipe(
     import math
 
     mask = as_mask(mask_path)
-    folder = resolve_base(base_reference(recipe), revision=recipe.base.revision)
+    folder = resolve_base(base_reference(recipe.base), revision=recipe.base.revision)
     out = output(kind) if kind is not None else next(iter(OUTPUTS.values()))  # default: the checkpoint
     kind, sub = out.name, out.folder
     prepare_outputs(recipe, folder, [kind])  # the GGUF files are written with the output they are made from

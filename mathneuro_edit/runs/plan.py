@@ -570,7 +570,7 @@ def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
     if local is not None and not local.exists():  # never a Hub lookup of a mistyped path
         raise no_such_local_folder(b.model)
     if b.is_gguf:  # its dequantized folder (created in the cache on first use: it holds the config)
-        local = Path(base_reference(recipe))
+        local = Path(base_reference(recipe.base))
     settings = PlanSettings(
         dtype=b.dtype,
         output_dtype=output_dtype(recipe),  # as the run resolves it; None: the base's own (its config's)

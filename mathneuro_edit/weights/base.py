@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..organism import organism_path
-from ..recipe.schema import Recipe
+from ..recipe.input_sections import BaseConfig
 from ..util.hub_online import require_hub
 from ..util.paths import ORGANISM, is_local_path, no_such_local_folder
 from .checkpoint import SKIPPED_WEIGHT_PATTERNS
@@ -104,8 +104,9 @@ def resolve_model_path(model: str | Path) -> str:
     return text
 
 
-def base_reference(recipe: Recipe) -> str:
-    """What export functions take as ``base``: the local folder (the organism's for ``organism``) or the Hub id.
+def base_reference(base: BaseConfig) -> str:
+    """What export functions and :func:`~.loading.load_model` take as the model of a recipe's ``base`` section:
+    the local folder (the organism's for ``organism``) or the Hub id.
 
     A GGUF base gives its dequantized safetensors folder, created in the cache on first use (docs/gguf.md).
 
@@ -113,12 +114,12 @@ def base_reference(recipe: Recipe) -> str:
         InputError: a local path (``./models/llama``) that does not exist: "no such local folder", never a Hub
             lookup.
     """
-    if recipe.base.is_gguf:
-        return str(base_folder(recipe.base))
-    local = recipe.base.local_dir()
+    if base.is_gguf:
+        return str(base_folder(base))
+    local = base.local_dir()
     if local is not None and not local.exists():  # checked here: str(Path("./x/y")) is "x/y", which reads as a Hub id
-        raise no_such_local_folder(recipe.base.model)
-    return str(local) if local is not None else recipe.base.model
+        raise no_such_local_folder(base.model)
+    return str(local) if local is not None else base.model
 
 
 def resolved_revision(folder: Path) -> str | None:

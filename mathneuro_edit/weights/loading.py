@@ -29,10 +29,9 @@ from ..errors import InputError
 from ..recipe.input_sections import BaseConfig
 from ..util.console import library_log_held
 from ..util.files import FLOAT_DTYPES
-from .base import resolve_base, resolve_model_path
+from .base import base_reference, resolve_base, resolve_model_path
 from .checkpoint import check_config_shapes, open_checkpoint
 from .edit_plan import meta_model, plan_edits
-from .gguf_reader import base_folder
 from .remote_code import check_remote_code, remote_code_error
 
 __all__ = ["load_model", "model_weights", "weights_from_checkpoint", "CheckpointWeights"]
@@ -179,9 +178,9 @@ def load_model(
     if isinstance(base_cfg_or_path, BaseConfig):
         b = base_cfg_or_path
         opts = opts.defaults_from(b)
-        base_cfg_or_path = b.model
-        if b.is_gguf:  # a Hub repo + gguf_file, or a local .gguf: its dequantized folder (docs/gguf.md)
-            base_cfg_or_path, opts = str(base_folder(b)), replace(opts, revision=None)
+        base_cfg_or_path = base_reference(b)  # a GGUF base: its dequantized folder (docs/gguf.md)
+        if b.is_gguf:  # the revision was the GGUF repo's; the folder is local
+            opts = replace(opts, revision=None)
     if opts.device_map is not None and opts.device not in (None, "auto"):
         raise InputError(f"base: set device or device_map, not both (got device={opts.device!r}); drop one of them")
     if (opts.max_memory is not None or opts.offload_folder is not None) and opts.device_map is None:

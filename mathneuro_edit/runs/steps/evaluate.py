@@ -40,16 +40,7 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
         []
         if lm is None
         else [
-            LmEvalTask(
-                "lm_eval",
-                tasks=tuple(lm.tasks),
-                limit=lm.limit,
-                include_path=lm.include_path,
-                num_fewshot=lm.num_fewshot,
-                apply_chat_template=lm.apply_chat_template,
-                fewshot_as_multiturn=lm.fewshot_as_multiturn,
-                batch_size=lm.batch_size,
-            )
+            LmEvalTask("lm_eval", **lm.model_dump())  # the recipe's keys are the task's arguments
         ]
     )
     keys = ("question", "answer", "prefill")

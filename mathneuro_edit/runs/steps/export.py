@@ -71,7 +71,7 @@ def base_record(recipe: Recipe, folder: Path) -> BaseRecord:
         revision, gguf, weights = resolved_revision(folder), None, None
     local = recipe.base.local_dir()
     description = base_description(local) if local is not None and local.is_dir() else None
-    fields = base_card_fields(base_reference(recipe), recipe.base.revision)
+    fields = base_card_fields(base_reference(recipe.base), recipe.base.revision)
     return BaseRecord(folder, revision, gguf, weights, fields, description)
 
 

@@ -80,20 +80,10 @@ class Statistics:
 def load_recipe_model(recipe: Recipe):
     """Load the recipe's base model and tokenizer with its dtype, device and placement settings."""
     b = recipe.base
-    device = b.device
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and device in ("auto", "cuda") and b.device_map is None:
+    device = None  # the recipe's
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and b.device in ("auto", "cuda") and b.device_map is None:
         device = str(local_device())  # data-parallel: one model copy per rank, on that rank's GPU
-    return load_model(
-        base_reference(recipe),
-        dtype=b.dtype,
-        device=device,
-        device_map=b.device_map,
-        max_memory=b.max_memory,
-        offload_folder=b.offload_folder,
-        trust_remote_code=b.trust_remote_code,
-        revision=b.revision,
-        use_kernels=b.use_kernels,
-    )
+    return load_model(b, device=device)
 
 
 def load_step(run: RunRecord) -> None:
@@ -215,7 +205,7 @@ def checkpoint_weights(recipe: Recipe, stats: Statistics) -> Any:
     loading the model (an 8B model's ``mask`` holds one matrix at a time, not 16 GB)."""
     assert stats.math is not None
     return weights_from_checkpoint(
-        base_reference(recipe),
+        base_reference(recipe.base),
         names=stats.math.targets,
         dtype=stats.math.meta.get("dtype"),
         revision=recipe.base.revision,
