@@ -50,7 +50,7 @@ from ..util.files import (
 )
 from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, ORGANISM, is_local_path
-from .lock_policy import check_lock_settings
+from .lock_policy import refused_lock_settings, settings_refused
 
 __all__ = [
     "LOCK_VERSION",
@@ -372,7 +372,7 @@ def recipe_from_lock(
 
     A lock is data: a setting that would run code, read a local file or choose an lm-eval task folder is taken
     only from ``overrides`` / ``trust_remote_code`` (the user's command line), never from the lock itself
-    (:func:`check_lock_settings`).
+    (:func:`~.lock_policy.refused_lock_settings`).
 
     Raises:
         InputError: the recipe is invalid, a redacted local path (``<local>``) was not given back, or the lock
@@ -385,7 +385,9 @@ def recipe_from_lock(
         >>> recipe_from_lock(lock) == quickstart_recipe()
         True
     """
-    check_lock_settings(lock, overrides, trust_remote_code=trust_remote_code)
+    refused = refused_lock_settings(lock, overrides, trust_remote_code=trust_remote_code)
+    if refused:
+        raise settings_refused(refused)
     extra = ("base.trust_remote_code=true",) if trust_remote_code else ()
     recipe = recipe_from_dict(dict(lock["recipe"]), (*overrides, *extra), where="lock recipe")
     missing = []

@@ -25,7 +25,7 @@ from ..recipe.io import recipe_from_dict
 from ..recipe.schema import recipe_sha256
 from ..util.paths import LOCAL, is_local_path
 
-__all__ = ["refused_lock_settings", "check_lock_settings", "validate_lock", "lock_base"]
+__all__ = ["refused_lock_settings", "settings_refused", "validate_lock", "lock_base"]
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
@@ -115,17 +115,13 @@ def refused_lock_settings(
     return refused
 
 
-def check_lock_settings(
-    lock: Mapping[str, Any], overrides: Sequence[str] = (), *, trust_remote_code: bool = False
-) -> None:
-    """Raise :class:`InputError` listing every setting :func:`refused_lock_settings` finds (exit 2), and how to
-    opt in to each."""
-    refused = refused_lock_settings(lock, overrides, trust_remote_code=trust_remote_code)
-    if refused:
-        raise InputError(
-            f"the lock asks for {len(refused)} setting(s) a lock may not choose (a lock is data: it "
-            f"never runs code or names a file to read); refused: {'; '.join(refused)}"
-        )
+def settings_refused(refused: Sequence[str]) -> InputError:
+    """The one-line :class:`InputError` (exit 2) naming every setting :func:`refused_lock_settings` found, each
+    with how to opt in."""
+    return InputError(
+        f"the lock asks for {len(refused)} setting(s) a lock may not choose (a lock is data: it "
+        f"never runs code or names a file to read); refused: {'; '.join(refused)}"
+    )
 
 
 def _canonical_sha(data: Any) -> str:
@@ -237,5 +233,7 @@ def lock_base(lock: Mapping[str, Any], base: str | None) -> str | None:
     model = (recipe.get("base") or {}).get("model") if isinstance(recipe.get("base"), Mapping) else None
     if model == LOCAL:
         return LOCAL
-    check_lock_settings({"recipe": {"base": {"model": model}}})
+    refused = refused_lock_settings({"recipe": {"base": {"model": model}}})
+    if refused:
+        raise settings_refused(refused)
     return model

@@ -270,7 +270,7 @@ def reproduce(
         progress: progress bars.
         keep: keep the temporary re-run folder (its path is in the report).
         trust_remote_code: the user's own opt-in (``--trust-remote-code``) to run the base repository's code; a
-            lock never turns it on (:func:`~mathneuro_edit.publish.lock_policy.check_lock_settings`).
+            lock never turns it on (:func:`~mathneuro_edit.publish.lock_policy.refused_lock_settings`).
         echo: receives the stage lines (``[1/3] check the files of SOURCE against the lock``, then the re-run's
             own stages indented under ``[2/3]``; the CLI prints them): a re-run takes minutes, never in silence.
 
