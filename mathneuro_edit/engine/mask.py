@@ -445,18 +445,7 @@ def find_math_params(
     generals = _general_sets(general_stats, method)
     params = _checked_params(model, math_stats, generals)
     select = _Selection(top_ks, method, granularity, seed, statistic, device, math_stats, generals)
-    masks = [Mask({}, {}) for _ in top_ks]
-    with torch.no_grad():
-        for name, t in tqdm(math_stats.targets.items(), desc="masks", disable=not progress, leave=False, unit="tensor"):
-            for mask, parts in zip(masks, select.parts(name, t, params[name])):
-                # back from the canonical view to the parameter's own layout
-                if t.kind == "linear":
-                    mask._add(name, parts[0])
-                elif t.kind == "conv1d":
-                    mask._add(name, parts[0].t())
-                else:
-                    stacked = torch.stack(parts)  # (experts, d_out, d_in)
-                    mask._add(name, stacked.transpose(1, 2) if t.transposed else stacked)
+    masks = _selected(select, math_stats, params, len(top_ks), progress)
     for mask, value in zip(masks, top_ks):
         mask.meta = {
             "method": method,
@@ -469,6 +458,25 @@ def find_math_params(
             "general_stats_sha256": [general.sha256 for general in generals],
         }
     return masks if several else masks[0]
+
+
+def _selected(
+    select: _Selection, math_stats: ActivationStats, params: Mapping[str, torch.Tensor], count: int, progress: bool
+) -> list[Mask]:
+    """The ``count`` masks ``select`` gives, one matrix at a time, each entry in its parameter's own layout."""
+    masks = [Mask({}, {}) for _ in range(count)]
+    with torch.no_grad():
+        for name, t in tqdm(math_stats.targets.items(), desc="masks", disable=not progress, leave=False, unit="tensor"):
+            for mask, parts in zip(masks, select.parts(name, t, params[name])):
+                # back from the canonical view to the parameter's own layout
+                if t.kind == "linear":
+                    mask._add(name, parts[0])
+                elif t.kind == "conv1d":
+                    mask._add(name, parts[0].t())
+                else:
+                    stacked = torch.stack(parts)  # (experts, d_out, d_in)
+                    mask._add(name, stacked.transpose(1, 2) if t.transposed else stacked)
+    return masks
 
 
 def _general_sets(

@@ -112,11 +112,6 @@ register_family(
         "deepseek_v3",
         "DEEPSEEK2",
         permute_qk=False,
-        refusal_reason=refusal,
-        tensor_views=views,
-        rope_dims=_rope_dims,
-        mla=True,
-        key_writers=(add_expert_keys, add_keys),
         doc="DeepSeek-V3; llama.cpp runs MLA absorbed, as MQA: `attn_q_a`, `attn_q_a_norm`, `attn_q_b`, "
         "`attn_kv_a_mqa`, `attn_kv_a_norm` as transformers stores them; each layer's `kv_b_proj` (HF `[heads * "
         "(nope + v), kv_lora]`, per head the `qk_nope_head_dim` key rows then the `v_head_dim` value rows) split per "
@@ -144,5 +139,10 @@ register_family(
         "where MLA, the grouped biased routing and the experts all move the logits, with default rope and YaRN; "
         "dropping the group keys, and each of rotate-half, gelu and the two YaRN refusals bypassed, leaves the "
         "tolerance)",
+        refusal_reason=refusal,
+        tensor_views=views,
+        rope_dims=_rope_dims,
+        mla=True,
+        key_writers=(add_expert_keys, add_keys),
     )
 )

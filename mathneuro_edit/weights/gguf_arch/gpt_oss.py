@@ -90,9 +90,6 @@ register_family(
         "gpt_oss",
         "GPT_OSS",
         permute_qk=False,
-        refusal_reason=refusal,
-        tensor_views=views,
-        key_writers=(add_expert_keys, add_keys),
         doc="gpt-oss, llama.cpp's `openai-moe`: NeoX rotary (no permutation), q/k/v/o biases, `post_attention_norm`; "
         "the attention sinks as `attn_sinks.weight` (F32); the router as `ffn_gate_inp.weight` and `.bias` (F32); "
         "each layer's fused experts split and transposed as llama.cpp's converter does: `gate_up_proj` (HF "
@@ -112,5 +109,8 @@ register_family(
         "no key can say otherwise; gpt-oss is released with `truncate: false`, so llama.cpp's rotary frequencies "
         "differ in the dimensions of that range (gpt-oss-20b: [8.09, 17.40] becomes [8, 18]), as in files from "
         "llama.cpp's own converter (on the family's tiny model: 4e-4 of the logits, 3e-7 with `truncate: true`)",
+        refusal_reason=refusal,
+        tensor_views=views,
+        key_writers=(add_expert_keys, add_keys),
     )
 )

@@ -113,10 +113,6 @@ register_family(
         "llama4_text",
         "LLAMA4",
         permute_qk=False,
-        refusal_reason=refusal,
-        tensor_views=views,
-        feed_forward_length=feed_forward_length,
-        key_writers=(add_expert_keys, add_keys),
         doc="Llama 4 text: transformers' complex (pairwise) rotary is llama.cpp's interleaved one, so q/k are not "
         "permuted; each MoE layer's fused experts split in halves and transposed as llama.cpp's converter does: "
         "`feed_forward.experts.gate_up_proj` (HF `[experts, hidden, 2 * ff]`, gate the first `ff` columns, up the "
@@ -134,5 +130,9 @@ register_family(
         "`attn_temperature_tuning` false, `moe_layers`, `use_qk_norm`, `attention_bias`, `hidden_act`, or a rope "
         "other than default / llama3 is refused (`tests/weights/test_gguf_llama4.py`: the NoPE pattern, chunk size, "
         "floor scale and q/k norm refusals shown needed; the others only differ past 8191 tokens or do not load)",
+        refusal_reason=refusal,
+        tensor_views=views,
+        feed_forward_length=feed_forward_length,
+        key_writers=(add_expert_keys, add_keys),
     )
 )
