@@ -27,19 +27,7 @@ import click
 
 from .._version import __version__
 from ..errors import InputError, MathNeuroEditError
-from .options import (
-    JSON_META,
-    bars,
-    check_out,
-    emit_json,
-    json_opt,
-    quiet_opt,
-    read_recipe,
-    recipe_arg,
-    set_opt,
-    stage_echo,
-    workers_opt,
-)
+from .options import JSON_META, RecipeJob, emit_json, json_opt, recipe_command, workers_opt
 from .publish import card, push, reproduce, verify
 from .study import consistency, dequantize, inspect, plan, sweep
 
@@ -129,7 +117,6 @@ def main() -> None:
 
 
 @click.command()
-@recipe_arg
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="output folder (must not exist)")
 @click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
 @click.option("--dry-run", is_flag=True, help="print the resource plan and validate the recipe; run nothing")
@@ -141,45 +128,31 @@ def main() -> None:
     help="use the setting (top_k, scale) that this sweep confirmed; the lock and card record the evidence",
 )
 @workers_opt
-@set_opt
-@quiet_opt
 @json_opt
+@recipe_command
 def run(
-    recipe: str | None,
-    out: str,
-    overwrite: bool,
-    dry_run: bool,
-    from_sweep: str | None,
-    workers: int,
-    sets: tuple[str, ...],
-    quiet: bool,
-    verbose: bool,
-    as_json: bool,
+    job: RecipeJob, out: str, overwrite: bool, dry_run: bool, from_sweep: str | None, workers: int, as_json: bool
 ) -> None:
     """Run a recipe end to end: calibrate, mask, evaluate, export, lock and card."""
     if from_sweep:
-        fixed = [item for item in sets if item.partition("=")[0].strip() in ("mask.top_k", "edit.scale", "edit.prune")]
+        fixed = [
+            item for item in job.sets if item.partition("=")[0].strip() in ("mask.top_k", "edit.scale", "edit.prune")
+        ]
         if fixed:
             raise InputError(
                 f"--set {fixed[0]}: --from-sweep takes top_k and the edit from the sweep; drop the --set "
                 "or drop --from-sweep"
             )
-    r = read_recipe(recipe, sets)
+    r = job.recipe()
     if from_sweep:
         from ..runs.sweep.evidence import read_sweep, recipe_from_sweep, run_from_sweep
 
         if dry_run:
             r = recipe_from_sweep(r, read_sweep(from_sweep))
         else:
-            check_out(out, r, recipe, "dir", sweep_folder=from_sweep)  # the sweep is an input: never written
+            job.claim(out, r, "dir", sweep_folder=from_sweep)  # the sweep is an input: never written
             result = run_from_sweep(
-                r,
-                from_sweep,
-                out,
-                overwrite=overwrite,
-                progress=bars(quiet),
-                echo=stage_echo(quiet, verbose),
-                workers=workers,
+                r, from_sweep, out, overwrite=overwrite, progress=job.progress, echo=job.stages(), workers=workers
             )
             if as_json:
                 emit_json({"ok": True, **result.to_dict(), "from_sweep": from_sweep})
@@ -201,9 +174,9 @@ def run(
         return
     from ..runs.pipeline import run_recipe
 
-    check_out(out, r, recipe, "dir")
-    echo = stage_echo(quiet, verbose)
-    result = run_recipe(r, out, overwrite=overwrite, progress=bars(quiet), echo=echo, workers=workers)
+    job.claim(out, r, "dir")
+    echo = job.stages()
+    result = run_recipe(r, out, overwrite=overwrite, progress=job.progress, echo=echo, workers=workers)
     if as_json:
         emit_json({"ok": True, **result.to_dict()})
         return
@@ -211,28 +184,25 @@ def run(
 
 
 @click.command()
-@recipe_arg
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="folder for *.stats.safetensors")
-@set_opt
-@quiet_opt
-def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, verbose: bool) -> None:
+@recipe_command
+def calibrate(job: RecipeJob, out: str) -> None:
     """Compute the statistics of the recipe's math set and each general set.
 
     Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli calibrate RECIPE --out DIR`.
     """
-    echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = job.stages()
     from ..runs.single_steps import calibrate_to_folder
 
-    r = read_recipe(recipe, sets)
-    inputs = check_out(out, r, recipe, "dir")
+    r = job.recipe()
+    inputs = job.claim(out, r, "dir")
     for path in calibrate_to_folder(
-        r, out, inputs=inputs, progress=bars(quiet), echo=echo, rank_zero=os.environ.get("RANK", "0") == "0"
+        r, out, inputs=inputs, progress=job.progress, echo=echo, rank_zero=os.environ.get("RANK", "0") == "0"
     ):
         click.echo(path)
 
 
 @click.command()
-@recipe_arg
 @click.option(
     "--stats",
     "stats_dir",
@@ -248,26 +218,17 @@ def calibrate(recipe: str | None, out: str, sets: tuple[str, ...], quiet: bool, 
     metavar="FRACTION",
     help="fraction of each matrix (or row) kept, in (0, 1]; replaces the recipe's mask.top_k (and --set mask.top_k)",
 )
-@set_opt
-@quiet_opt
-def mask(
-    recipe: str | None,
-    stats_dir: str,
-    out: str,
-    top_k: float | None,
-    sets: tuple[str, ...],
-    quiet: bool,
-    verbose: bool,
-) -> None:
+@recipe_command
+def mask(job: RecipeJob, stats_dir: str, out: str, top_k: float | None) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
-    echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = job.stages()
     from ..runs.single_steps import mask_from_stats
 
-    r = read_recipe(recipe, sets)
+    r = job.recipe()
     if top_k is not None:
         r = _with_top_k(r, top_k)
-    check_out(out, r, recipe, "file", statistics=stats_dir)
-    m = mask_from_stats(r, stats_dir, out, progress=bars(quiet), echo=echo)
+    job.claim(out, r, "file", statistics=stats_dir)
+    m = mask_from_stats(r, stats_dir, out, progress=job.progress, echo=echo)
     click.echo(f"{out}  {m.selected:,}/{m.total:,} weights ({100 * m.selected / m.total:.3f}%)  sha256 {m.sha256}")
 
 
@@ -287,7 +248,6 @@ def _with_top_k(recipe: Any, top_k: float) -> Any:
 
 
 @click.command()
-@recipe_arg
 @click.option("--mask", "mask_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option(
@@ -307,38 +267,28 @@ def _with_top_k(recipe: Any, top_k: float) -> Any:
 )
 @click.option("--overwrite", is_flag=True)
 @workers_opt
-@set_opt
-@quiet_opt
+@recipe_command
 def export(
-    recipe: str | None,
-    mask_path: str,
-    out: str,
-    adapter: bool,
-    gguf_type: str | None,
-    overwrite: bool,
-    workers: int,
-    sets: tuple[str, ...],
-    quiet: bool,
-    verbose: bool,
+    job: RecipeJob, mask_path: str, out: str, adapter: bool, gguf_type: str | None, overwrite: bool, workers: int
 ) -> None:
     """Bake the recipe's edit into a checkpoint (streamed, + GGUF with --gguf) or an adapter, with its lock and card."""
-    echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = job.stages()
     from ..runs.pipeline import export_recipe
     from ..runs.steps.export import output_kinds
 
     if adapter and gguf_type:
         raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
-    if adapter:  # the recipe keys it stands for: the lock then says what this folder holds
-        sets = (*sets, "outputs.checkpoint=false", "outputs.adapter=true", "outputs.gguf=null")
-    r = read_recipe(recipe, (*sets, f"outputs.gguf={gguf_type}") if gguf_type else sets)  # validated by the recipe
-    check_out(out, r, recipe, "dir", mask=mask_path)
+    # the recipe keys each flag stands for (validated by the recipe): the lock then says what this folder holds
+    as_adapter = ("outputs.checkpoint=false", "outputs.adapter=true", "outputs.gguf=null") if adapter else ()
+    r = job.recipe(*as_adapter, *([f"outputs.gguf={gguf_type}"] if gguf_type else []))
+    job.claim(out, r, "dir", mask=mask_path)
     folder = export_recipe(
         r,
         mask_path,
         out,
         kind=output_kinds(r)[0],  # the checkpoint when outputs.checkpoint is true, else the adapter
         overwrite=overwrite,
-        progress=bars(quiet),
+        progress=job.progress,
         workers=workers,
         echo=echo,
     )
@@ -346,7 +296,6 @@ def export(
 
 
 @click.command("eval")
-@recipe_arg
 @click.option(
     "--mask",
     "mask_path",
@@ -354,29 +303,20 @@ def export(
     help="evaluate base AND edited (with KL); without it, the base only",
 )
 @click.option("--out", type=click.Path(dir_okay=False), help="write the results as JSON (eval.json)")
-@set_opt
-@quiet_opt
 @json_opt
-def eval_cmd(
-    recipe: str | None,
-    mask_path: str | None,
-    out: str | None,
-    sets: tuple[str, ...],
-    quiet: bool,
-    verbose: bool,
-    as_json: bool,
-) -> None:
+@recipe_command
+def eval_cmd(job: RecipeJob, mask_path: str | None, out: str | None, as_json: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
-    echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = job.stages()
     from ..layout import EVAL_NAME
     from ..runs.single_steps import evaluate_recipe
 
-    r = read_recipe(recipe, sets)
+    r = job.recipe()
     target = None
     if out:
         target = Path(out) / EVAL_NAME if Path(out).is_dir() else Path(out)  # a folder: eval.json in it
-        check_out(str(target), r, recipe, "file", mask=mask_path)
-    results = evaluate_recipe(r, mask_path, target, progress=bars(quiet), echo=echo)
+        job.claim(str(target), r, "file", mask=mask_path)
+    results = evaluate_recipe(r, mask_path, target, progress=job.progress, echo=echo)
     if as_json:  # the eval.json document (without per-problem predictions)
         emit_json({"ok": True, "eval_json": None if target is None else str(target), "results": results.to_dict()})
         return

@@ -1,11 +1,16 @@
 """The options and helpers every command of the CLI shares, one home each: ``recipe_arg``, ``--set``,
-``--quiet``/``--verbose``, ``--json``, ``--workers``; the recipe read, the output claim, the stage printer, the bars.
+``--quiet``/``--verbose``, ``--json``, ``--workers``; the recipe read, the output claim, the stage printer, the bars;
+:func:`recipe_command`, which gives a recipe command RECIPE, ``--set``, ``--quiet`` and ``--verbose`` as one
+:class:`RecipeJob`.
 
 Nothing heavy (torch, transformers) is imported here: each helper imports what it needs when a command calls it.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -26,6 +31,8 @@ __all__ = [
     "check_out",
     "stage_echo",
     "bars",
+    "RecipeJob",
+    "recipe_command",
 ]
 
 JSON_META = "mathneuro_edit.json"  # ctx.meta (shared by a command's context and the group's): --json was given
@@ -126,3 +133,43 @@ workers_opt = click.option(
     show_default=True,
     help="output shards written at once (threads; peak memory grows with N)",
 )
+
+
+@dataclass(frozen=True)
+class RecipeJob:
+    """What a recipe command is given by RECIPE, ``--set``, ``--quiet`` and ``--verbose`` (:func:`recipe_command`):
+    the recipe file and its overrides, and how the command reports."""
+
+    path: str | None
+    sets: tuple[str, ...]
+    quiet: bool
+    verbose: bool
+
+    def recipe(self, *more: str) -> Any:
+        """The recipe with ``--set`` and then ``more`` overrides applied (:func:`read_recipe`)."""
+        return read_recipe(self.path, (*self.sets, *more))
+
+    def claim(self, out: str, recipe: Any, kind: str, **more: str | None) -> list:
+        """``--out`` checked against the recipe's inputs, the recipe file and ``more`` (:func:`check_out`)."""
+        return check_out(out, recipe, self.path, kind, **more)
+
+    def stages(self) -> Callable[[str], None]:
+        """The stage printer (:func:`stage_echo`): the libraries' bars and known warnings stay silent for the rest
+        of the command unless ``--verbose``."""
+        return stage_echo(self.quiet, self.verbose)
+
+    @property
+    def progress(self) -> bool:
+        """Whether to draw progress bars (:func:`bars`)."""
+        return bars(self.quiet)
+
+
+def recipe_command(f: Callable[..., Any]) -> Callable[..., Any]:
+    """RECIPE, ``--set``, ``--quiet`` and ``--verbose`` for a command, which receives them as its first parameter,
+    one :class:`RecipeJob` (put it below the command's own options: they are listed first in ``--help``)."""
+
+    @functools.wraps(f)
+    def command(recipe: str | None, sets: tuple[str, ...], quiet: bool, verbose: bool, **options: Any) -> Any:
+        return f(RecipeJob(recipe, sets, quiet, verbose), **options)
+
+    return recipe_arg(set_opt(quiet_opt(command)))

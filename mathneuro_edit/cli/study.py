@@ -13,13 +13,12 @@ import click
 
 from ..errors import InputError
 from .options import (
-    bars,
-    check_out,
+    RecipeJob,
     emit_json,
     json_opt,
-    quiet_opt,
     read_recipe,
     recipe_arg,
+    recipe_command,
     set_opt,
     stage_echo,
     verbose_opt,
@@ -74,7 +73,6 @@ def _floats(option: str, text: str) -> list[float]:
 
 
 @click.command()
-@recipe_arg
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option(
     "--top-k",
@@ -98,38 +96,34 @@ def _floats(option: str, text: str) -> list[float]:
     "the recipe's, 0.05)",
 )
 @click.option("--overwrite", is_flag=True)
-@set_opt
-@quiet_opt
 @json_opt
+@recipe_command
 def sweep(
-    recipe: str | None,
+    job: RecipeJob,
     out: str,
     top_ks: str | None,
     scales: str | None,
     kl_budget: float | None,
     overwrite: bool,
-    sets: tuple[str, ...],
-    quiet: bool,
-    verbose: bool,
     as_json: bool,
 ) -> None:
     """Choose a (top_k, scale) edit on selection problems, confirm it on other problems; write sweep.csv/json/png.
 
     Sizes, budget and level: the recipe's sweep section (--set sweep.selection_samples=N, ...).
     """
-    echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = job.stages()
     from ..layout import SWEEP_CSV, SWEEP_JSON, SWEEP_PNG
     from ..runs.sweep.search import run_sweep
 
-    r = read_recipe(recipe, (*sets, f"sweep.kl_budget={kl_budget!r}") if kl_budget is not None else sets)
-    check_out(out, r, recipe, "dir")
+    r = job.recipe(*([f"sweep.kl_budget={kl_budget!r}"] if kl_budget is not None else []))
+    job.claim(out, r, "dir")
     result = run_sweep(
         r,
         out,
         top_ks=None if top_ks is None else _floats("--top-k", top_ks),
         scales=None if scales is None else _floats("--scale", scales),
         overwrite=overwrite,
-        progress=bars(quiet),
+        progress=job.progress,
         echo=echo,
     )
     if as_json:  # the sweep.json document as written (NaN-free), and where the files are
@@ -155,7 +149,6 @@ def sweep(
 
 
 @click.command()
-@recipe_arg
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option(
     "--sizes",
@@ -170,33 +163,24 @@ def sweep(
     help="random draws per size (the same as --set consistency.repeats=N; default: the recipe's, 3)",
 )
 @click.option("--overwrite", is_flag=True)
-@set_opt
-@quiet_opt
-def consistency(
-    recipe: str | None,
-    out: str,
-    sizes: str | None,
-    repeats: int | None,
-    overwrite: bool,
-    sets: tuple[str, ...],
-    quiet: bool,
-    verbose: bool,
-) -> None:
+@recipe_command
+def consistency(job: RecipeJob, out: str, sizes: str | None, repeats: int | None, overwrite: bool) -> None:
     """Mask overlap across random calibration subsets vs the full data (the paper's data-efficiency figure)."""
-    echo = stage_echo(quiet, verbose)  # the libraries' bars and known warnings: silent unless --verbose
+    echo = job.stages()
     from ..runs.consistency import run_consistency
 
-    if sizes is not None:  # a shortcut for the recipe key
+    shortcuts: list[str] = []  # the recipe keys --sizes and --repeats stand for
+    if sizes is not None:
         if any(v < 1 or v != int(v) for v in _floats("--sizes", sizes)):  # 1.5 is not a number of samples
             raise InputError(
                 f"--sizes: {sizes!r}: each size is a number of calibration samples, an integer >= 1, e.g. 1,4,16"
             )
-        sets = (*sets, f"consistency.sizes=[{','.join(str(int(v)) for v in _floats('--sizes', sizes))}]")
+        shortcuts.append(f"consistency.sizes=[{','.join(str(int(v)) for v in _floats('--sizes', sizes))}]")
     if repeats is not None:
-        sets = (*sets, f"consistency.repeats={repeats}")
-    r = read_recipe(recipe, sets)
-    check_out(out, r, recipe, "dir")
-    rows = run_consistency(r, out, overwrite=overwrite, progress=bars(quiet), echo=echo)
+        shortcuts.append(f"consistency.repeats={repeats}")
+    r = job.recipe(*shortcuts)
+    job.claim(out, r, "dir")
+    rows = run_consistency(r, out, overwrite=overwrite, progress=job.progress, echo=echo)
     click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
     for r in rows:
         between = "-" if r.overlap_between_draws_mean is None else f"{r.overlap_between_draws_mean:.3f}"
