@@ -165,7 +165,6 @@ def peft_loaders(out: Output, view: CardView) -> str:
 ADAPTER = register_output(
     Output(
         name="adapter",
-        folder="adapter",
         gguf_files=None,
         repo_suffix="-adapter",
         library="peft",

@@ -99,7 +99,6 @@ def _on_gguf_base(cast: str, files: Mapping[str, str]) -> str:
 CHECKPOINT = register_output(
     Output(
         name="checkpoint",
-        folder="checkpoint",
         gguf_files=False,
         repo_suffix="",
         library="transformers",

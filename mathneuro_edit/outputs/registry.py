@@ -98,13 +98,14 @@ class RunView(Protocol):
     stages: Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Output:
     """One published output.
 
     Attributes:
         name: what recipes, the command line and cards call it.
-        folder: the run folder's subfolder that holds it (an output made from another is written into its folder).
+        folder: the run folder's subfolder that holds it: its name unless given (an output made from another is
+            written into that output's folder).
         gguf_files: whether its files are the ``.gguf`` files of ``folder`` (True), every other file of it (False),
             or all of them (None).
         repo_suffix: its Hub repo is ``<hub.repo_id><repo_suffix>`` (one repo per output).
@@ -146,7 +147,7 @@ class Output:
     """
 
     name: str
-    folder: str
+    folder: str = ""
     gguf_files: bool | None
     repo_suffix: str
     library: str
@@ -171,6 +172,10 @@ class Output:
     check: Callable[[Any, Any], None] | None = None
     refusal: Callable[[Any, Any, Mapping[str, Any]], str | None] | None = None
     audit: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.folder:
+            object.__setattr__(self, "folder", self.name)
 
     def owns(self, path: str) -> bool:
         """Whether a run-relative file path (``checkpoint/model.safetensors``) is one of this output's files."""

@@ -36,7 +36,6 @@ def _usage(out: Output, view: CardView) -> str:
 
 NOTES = Output(
     name="notes",
-    folder="notes",
     gguf_files=None,
     repo_suffix="-notes",
     library="mathneuro-edit",
@@ -104,7 +103,6 @@ NOT_A_KIND = {
     "publish/card_sections.py": (3, "base.gguf: the lock's entry of a GGUF base"),
     "publish/card.py": (2, "base.gguf: the lock's entry of a GGUF base"),
     "publish/card_weights.py": (2, "base.gguf: the lock's entry of a GGUF base"),
-    "weights/__init__.py": (5, "module names of the lazy face"),
     "weights/gguf_reader.py": (3, "the gguf package and a GGUF base's cache folder"),
     "weights/audit.py": (1, "the report kind of a checkpoint audit"),
     "util/scrub.py": (1, "a path word that is never private"),
