@@ -239,8 +239,8 @@ def test_private_names_stay_in_their_module_or_sub_package() -> None:
 
 
 def test_no_module_offers_names_defined_elsewhere() -> None:
-    """Faces (a package's ``__init__``) list their package's names; every other module imports only what it uses,
-    so a name has one address: the module that defines it."""
+    """Faces (a package's ``__init__``) list their package's names; every other module imports only what it uses
+    and its ``__all__`` lists only names it defines, so a name has one address: the module that defines it."""
     modules = _modules()
     offered = []
     for mod, (path, is_pkg) in modules.items():
@@ -248,6 +248,12 @@ def test_no_module_offers_names_defined_elsewhere() -> None:
             continue
         tree = ast.parse(path.read_text())
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        imported = {
+            a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom | ast.Import) for a in n.names
+        }
+        for node in tree.body:  # an imported name in __all__ is offered from a second address
+            if isinstance(node, ast.Assign) and any(getattr(x, "id", None) == "__all__" for x in node.targets):
+                offered += [f"{mod}: __all__ {n}" for n in ast.literal_eval(node.value) if n in imported]
         for node in tree.body:  # module-level imports of the package's own modules
             if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith("mathneuro_")):
                 continue

@@ -64,7 +64,6 @@ __all__ = [
     "write_card",
     "card_for_folder",
     "summarize_edit",
-    "eval_results_metadata",
     "CITATION",
     "lock_file_sha256",
     "folder_dtype",

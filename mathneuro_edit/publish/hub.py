@@ -75,7 +75,6 @@ __all__ = [
     "commit_message_for",
     "default_repo_id",
     "check_branch",
-    "check_artifact_against_lock",
 ]
 
 KINDS = tuple(OUTPUTS)  # checkpoint, adapter, gguf: one repo each (mathneuro_edit/outputs/)
