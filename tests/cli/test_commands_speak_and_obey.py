@@ -178,3 +178,34 @@ def test_mask_top_k_replaces_the_recipe_s_and_is_checked_by_its_rule(ws: Path, t
         )
         assert code == 2 and stderr.startswith("error: --top-k: ") and why in stderr, stderr
         assert len(stderr.strip().splitlines()) == 1 and not (tmp_path / "x.safetensors").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "calibrate", "mask", "export", "eval", "sweep", "consistency"])
+def test_no_recipe_command_writes_over_its_recipe_file(tmp_path: Path, command: str) -> None:
+    """Every command that takes RECIPE refuses an ``--out`` that is, or holds, the recipe file itself: exit 2, one
+    line naming the recipe, the file untouched (the recipe's path reaches the output check through
+    :class:`~mathneuro_edit.cli.options.RecipeJob`).
+
+    Mutation: ``RecipeJob.claim`` checks ``--out`` without the recipe's path (cli/options.py)."""
+    shipped = Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml"
+    folder = tmp_path / "r"
+    folder.mkdir()
+    recipe = folder / "recipe.yaml"
+    shutil.copy(shipped, recipe)
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    args = {
+        "run": ["--out", folder],
+        "calibrate": ["--out", folder],
+        "mask": ["--stats", stats, "--out", recipe],
+        "export": ["--mask", recipe, "--out", folder],
+        "eval": ["--out", recipe],
+        "sweep": ["--out", folder],
+        "consistency": ["--out", folder],
+    }[command]
+    code, out, err = _cli(command, recipe, *args)
+    assert code == 2 and f"overlaps the recipe {recipe.resolve()}" in err and len(err.strip().splitlines()) == 1, (
+        out,
+        err,
+    )
+    assert recipe.read_text() == shipped.read_text()

@@ -165,6 +165,29 @@ def test_bad_task_folders_and_settings_fail_clearly(organism_and_edit, tmp_path:
         LmEvalTask("h", ["arithmetic_local"], include_path=str(tmp_path / "nope"))
 
 
+def test_every_lm_eval_key_of_a_recipe_reaches_the_harness_task() -> None:
+    """Each ``evaluation.lm_eval`` key, set to a value other than its default, reaches the task ``run`` and ``eval``
+    evaluate with, as given (the recipe's keys are the task's arguments).
+
+    Mutation: one key left out on the way (runs/steps/evaluate.py: ``model_dump(exclude={"num_fewshot"})``)."""
+    from mathneuro_edit.runs.steps.evaluate import eval_tasks
+
+    d = quickstart_recipe().resolved_dict()
+    keys = {
+        "tasks": ["arithmetic_local", "gsm8k_cot"],
+        "include_path": str(TASKS),
+        "limit": 0.5,
+        "num_fewshot": 3,
+        "apply_chat_template": True,
+        "fewshot_as_multiturn": True,
+        "batch_size": 7,
+    }
+    default = LmEvalTask("lm_eval")
+    assert all(getattr(default, k) != (tuple(v) if k == "tasks" else v) for k, v in keys.items())  # none a default
+    harness = eval_tasks(recipe_from_dict({**d, "evaluation": {**d["evaluation"], "lm_eval": keys}}))[0]
+    assert harness == LmEvalTask("lm_eval", **{**keys, "tasks": tuple(keys["tasks"])})
+
+
 def test_recipe_lm_eval_keys_and_the_deprecated_flat_keys(tmp_path: Path) -> None:
     d = quickstart_recipe().resolved_dict()
     ev = {
