@@ -28,8 +28,15 @@ def _loaded(module: str) -> set[str]:
     return {row.strip().split(".")[0] for row in rows}
 
 
+# the planner; a recipe's reading and validation (every command reads one first, `plan` nothing heavier); every face
 @pytest.mark.parametrize(
-    "module", ["mathneuro_edit.runs.plan", "mathneuro_edit", *(f"mathneuro_edit.{f}" for f in (*FACES, *SUB_FACES))]
+    "module",
+    [
+        "mathneuro_edit.runs.plan",
+        "mathneuro_edit.recipe.io",
+        "mathneuro_edit",
+        *(f"mathneuro_edit.{f}" for f in (*FACES, *SUB_FACES)),
+    ],
 )
 def test_importing_loads_no_torch_and_no_transformers(module: str) -> None:
     assert _loaded(module).isdisjoint(HEAVY), module

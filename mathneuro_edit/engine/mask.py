@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 from ..errors import InputError
 from .stats import read_safetensors_with_meta, write_safetensors_with_meta
 from .targets import Target, canonical_view
-from .topk import top_fraction, top_fraction_flat, top_k_hint
+from .top_k_rule import is_top_k, top_k_error
+from .topk import top_fraction, top_fraction_flat
 
 if TYPE_CHECKING:
     from .stats import ActivationStats
@@ -366,10 +367,8 @@ def _check_stats(
 def check_mask_args(top_ks: Sequence[float], method: str, granularity: str, statistic: str) -> None:
     """Refuse a ``top_k`` outside (0, 1] and an unknown method, granularity or statistic (one line each)."""
     for top_k in top_ks:
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not 0 < top_k <= 1:
-            raise InputError(
-                f"top_k: must be in (0, 1], got {top_k!r}{top_k_hint(top_k)}; pass a fraction such as 0.05"
-            )
+        if not is_top_k(top_k):
+            raise top_k_error(top_k)
     if method not in ("mathneuro", "wanda", "random", "general"):
         raise InputError(f"method: must be mathneuro, wanda, random or general, got {method!r}")
     if granularity not in ("matrix", "row"):

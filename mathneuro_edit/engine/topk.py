@@ -8,11 +8,10 @@ select that serves several ``k`` from one histogram); tests check them against e
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
-__all__ = ["top_fraction", "top_fraction_flat", "top_k_hint"]
+__all__ = ["top_fraction", "top_fraction_flat"]
 
 
 def top_fraction(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -88,14 +87,3 @@ def top_fraction_flat(scores: torch.Tensor, ks: Sequence[int]) -> list[torch.Ten
         sel[cand[in_b][order]] = True
         out.append(sel)
     return out
-
-
-def top_k_hint(value: Any) -> str:
-    """``", did you mean 0.05?"`` for a top_k given as a percent (``5``), else ``""``.
-
-    Example:
-        >>> top_k_hint(5), top_k_hint(0.05)
-        (', did you mean 0.05?', '')
-    """
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return f", did you mean {value / 100:g}?" if number and 1 < value <= 100 else ""

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt
 
-from ..engine.topk import top_k_hint
+from ..engine.top_k_rule import is_top_k, top_k_hint
 
 _SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?)?B$", re.IGNORECASE)
 _DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?)$")
@@ -46,7 +46,7 @@ NonNegative = Annotated[StrictInt, value_rule(lambda v: v >= 0, "must be an inte
 
 
 def check_top_k(value: float) -> float:
-    if not 0 < value <= 1:
+    if not is_top_k(value):
         raise ValueError(f"must be in (0, 1] (got {show_value(value)}){top_k_hint(value)}")
     return value
 

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine.top_k_rule import is_top_k, top_k_error
 from ..errors import InputError
 from ..outputs.adapter import ADAPTER
 from ..outputs.checkpoint import output_dtype
@@ -431,12 +432,8 @@ def plan_from_config(
 
 def _check_settings(s: PlanSettings) -> None:
     """The settings' ranges, before any config is read."""
-    from ..engine.topk import top_k_hint
-
-    if not 0 < s.top_k <= 1:
-        raise InputError(
-            f"top_k: must be in (0, 1], got {s.top_k!r}{top_k_hint(s.top_k)}; pass a fraction such as 0.05"
-        )
+    if not is_top_k(s.top_k):
+        raise top_k_error(s.top_k)
     if s.batch_size < 1 or s.max_length < 1:
         raise InputError(f"batch_size and max_length must be >= 1 (got {s.batch_size}, {s.max_length})")
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from ...data.sources import load_set, problem_sha256
 from ...engine.apply import check_scale
-from ...engine.topk import top_k_hint
+from ...engine.top_k_rule import top_k_hint
 from ...errors import InputError
 from ...evaluation.significance import wilson_interval
 from ...layout import STATS_DIR, SWEEP_CSV, SWEEP_JSON, SWEEP_MARKER, SWEEP_PNG
