@@ -283,8 +283,8 @@ def push_to_hub(
     Example:
         >>> print(push_to_hub("out", "me/organism-boost", dry_run=True).describe())  # doctest: +SKIP
     """
-    out, kind, repo_id, private, revision = _run_artifact(Path(out_dir), kind, repo_id, private, revision, dry_run)
-    lock = _checked_lock(out)
+    out, lock, kind, repo_id, private, revision = _run_artifact(out_dir, kind, repo_id, private, revision, dry_run)
+    _check_lock(out, lock)
     branch = _checked_target(repo_id, revision)
     message = commit_message_for(str(lock.get("recipe_sha256", "unknown")), commit_message)
     files = artifact_files(out, kind, lock)
@@ -360,10 +360,17 @@ def _pushed(api: HfApi, target: _Target, contents: dict[str, Path | bytes], resu
 
 
 def _run_artifact(
-    out: Path, kind: str | None, repo_id: str | None, private: bool | None, revision: str | None, dry_run: bool
-) -> tuple[Path, str, str | None, bool | None, str | None]:
-    """The folder of output ``kind`` in a run folder (or the output folder given), that output's name, and the
-    repo, visibility and branch: as given, else from the recipe's ``hub`` section in its lock."""
+    out_dir: str | Path,
+    kind: str | None,
+    repo_id: str | None,
+    private: bool | None,
+    revision: str | None,
+    dry_run: bool,
+) -> tuple[Path, dict[str, Any], str, str | None, bool | None, str | None]:
+    """The folder of output ``kind`` in a run folder (or the output folder given), its lock (read once, checked by
+    :func:`_check_lock`), that output's name, and the repo, visibility and branch: as given, else from the
+    recipe's ``hub`` section in the lock."""
+    out = Path(out_dir)
     if not out.is_dir():
         raise InputError(f"{out}: output folder not found; run the pipeline first")
     first = next(iter(OUTPUTS.values()))  # the checkpoint: a run folder's default, an `export` folder's own
@@ -384,7 +391,8 @@ def _run_artifact(
         )
     chosen = asked or output_of_folder(folder)  # an `export --adapter` folder holds the adapter
     kind = chosen.name
-    hub = read_lock(folder)["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
+    lock = read_lock(folder)
+    hub = lock["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
     hub = hub if isinstance(hub, dict) else {}  # a malformed section: validate_lock in push_to_hub names it
     if not repo_id and hub.get("repo_id"):
         repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
@@ -397,16 +405,14 @@ def _run_artifact(
         private = True
     if revision is None and hub.get("revision") is not None:  # a lock's branch is data: checked as --branch is
         revision = check_branch(str(hub["revision"]), f"{folder / LOCK_NAME}: recipe hub.revision")
-    return folder, kind, repo_id, private, revision
+    return folder, lock, kind, repo_id, private, revision
 
 
-def _checked_lock(out: Path) -> dict[str, Any]:
-    """The folder's lock (validated), or the one-line InputError of a folder not to push."""
+def _check_lock(out: Path, lock: dict[str, Any]) -> None:
+    """The one-line InputError of a folder not to push: no card, or a lock whose fields are not the run's."""
     if not (out / "README.md").is_file():
         raise InputError(f"{out}: no README.md (model card); run the pipeline, which writes it, before pushing")
-    lock = read_lock(out)
     validate_lock(lock, f"{out / LOCK_NAME}")  # every field against the recipe hash, as verify and reproduce do
-    return lock
 
 
 def _checked_target(repo_id: str | None, revision: str | None) -> str:
