@@ -2,7 +2,7 @@
 
 Builds on :mod:`tests._tiny` (the families, the offline character tokenizer and the calibration texts) and adds:
 
-- :func:`save_tiny`: a tiny model of any family in :data:`FAMILIES` saved with ``save_pretrained`` (unsharded, or
+- :func:`save_tiny`: a tiny model of any family in :data:`tests._tiny.FAMILIES` saved with ``save_pretrained`` (unsharded, or
   sharded with ``max_shard_size="20KB"`` so that even 2-layer models get several shards and an index), with
   the tokenizer, a chat template, a generation config and an extra small file;
 - :func:`tiny_mask`: a real MathNeuro mask of a model (``calibrate`` + ``find_math_params`` on a few texts);
@@ -20,13 +20,9 @@ from pathlib import Path
 
 import torch
 
-from tests._tiny import FAMILIES, GENERAL, MATH, VOCAB, build, char_tokenizer
+from tests._tiny import GENERAL, MATH, VOCAB, build, char_tokenizer
 
 __all__ = [
-    "FAMILIES",
-    "MATH",
-    "GENERAL",
-    "VOCAB",
     "CHAT_TEMPLATE",
     "save_tiny",
     "load_tiny",
@@ -54,7 +50,7 @@ def save_tiny(
 
     Args:
         folder: destination (created).
-        family: one of :data:`FAMILIES`.
+        family: one of :data:`tests._tiny.FAMILIES`.
         sharded: force several shards and a ``model.safetensors.index.json`` (``max_shard_size="20KB"``).
         dtype: the saved weights' dtype (``torch.float32`` or ``torch.bfloat16``).
         seed: seed of the random weights.

@@ -35,8 +35,8 @@ from mathneuro_edit.weights.loading import (
     model_weights,
     weights_from_checkpoint,
 )
-from tests._models import GENERAL, MATH, save_tiny
-from tests._tiny import build, char_tokenizer
+from tests._models import save_tiny
+from tests._tiny import GENERAL, MATH, build, char_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 CAL = dict(max_length=64, batch_size=4, progress=False)

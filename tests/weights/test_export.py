@@ -21,13 +21,13 @@ from mathneuro_edit.weights.audit import verify
 from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
 from mathneuro_edit.weights.shards import Stopped
 from tests._models import (
-    FAMILIES,
     hash_tree,
     load_tiny,
     sample_ids,
     save_tiny,
     tiny_mask,
 )
+from tests._tiny import FAMILIES
 
 SCALE = 1.1
 COPIED = [
