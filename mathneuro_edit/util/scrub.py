@@ -9,9 +9,12 @@ and no key that holds tokens or templates names a path (``vocab``, ``merges``, `
 (``//`` even exists here), a blanked one makes the tokenizer refuse to load ("Token `` out of vocabulary"), and
 no tokenizer stores a path in them.
 
-A value under a path key is a local path when it is a Windows drive path, starts with ``~``, lies under the user's
-home, is an absolute POSIX path of two or more components (``/srv/models/x``), or is an absolute path that exists
-here (:func:`is_private_path`); strings with whitespace are left alone (prose).
+A value under a path key is a local path when it is a Windows drive path (``C:\\Users\\...``) or a UNC path
+(``\\\\server\\share``), starts with ``~`` (``~/x``, ``~alice/x``), is a ``file:`` URL, lies under the user's home,
+is an absolute POSIX path of two or more components (``/srv/models/x``), or is an absolute path that exists here
+(:func:`is_private_path`). Spaces inside a component do not make it prose (``/home/u/My Models/llama``,
+``/Users/u/Library/Application Support/x``): a value is prose only when it does not start like a path (leading and
+trailing blanks aside), or holds a line break or tab.
 """
 
 from __future__ import annotations
@@ -32,8 +35,13 @@ __all__ = [
     "scrub_token",
 ]
 
-_WINDOWS = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
-_POSIX = re.compile(r"^/[^\s/]+(?:/[^\s/]*)+$")  # /a/b..., no whitespace
+# ``C:\\...`` / ``C:/...``, ``\\\\server\\share`` (UNC), ``\\\\?\\C:\\...``
+_WINDOWS = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\[^\\\s]+\\)")
+# ``~``, ``~/...``, ``~alice/...``, ``~\\...``
+_TILDE = re.compile(r"^~[^/\\\s]*(?:[/\\]|$)")
+# /a/b...: two or more components, spaces allowed inside one (``/home/u/My Models/x``), none empty or blank first
+_POSIX = re.compile(r"^/[^/\s][^/]*(?:/[^/]*)+$")
+_BREAKS = re.compile(r"[\n\r\t\v\f]")
 
 
 def is_private_path(value: Any) -> bool:
@@ -42,15 +50,27 @@ def is_private_path(value: Any) -> bool:
     Example:
         >>> is_private_path("/home/alice/models/llama"), is_private_path("meta-llama/Llama-3.2-1B")
         (True, False)
+        >>> is_private_path("/home/alice/My Models/llama"), is_private_path("C:\\\\Users\\\\alice"), is_private_path("~/x")
+        (True, True, True)
     """
-    if not isinstance(value, str) or len(value) < 2 or any(c.isspace() for c in value):
+    if not isinstance(value, str):
         return False
-    if value.startswith("~") or _WINDOWS.match(value):
+    value = value.strip()  # `` /home/u/x`` is as private as ``/home/u/x``
+    if value == "~":  # the home folder itself
         return True
-    home = os.path.expanduser("~").rstrip("/")
-    if home and (value == home or value.startswith(home + "/")):
+    if len(value) < 2 or _BREAKS.search(value):
+        return False
+    if _TILDE.match(value) or _WINDOWS.match(value) or value[:5].lower() == "file:":
         return True
-    return value.startswith("/") and (bool(_POSIX.match(value)) or os.path.exists(value))
+    home = os.path.expanduser("~").rstrip("/\\")
+    if home and (value == home or value.startswith((home + "/", home + "\\"))):
+        return True
+    if not value.startswith("/"):
+        return False
+    try:
+        return bool(_POSIX.match(value)) or os.path.exists(value)
+    except (OSError, ValueError):  # a NUL byte, a name too long: not a path of this machine
+        return bool(_POSIX.match(value))
 
 
 # files that hold tokenizer content only (vocabulary, merges, added tokens, templates): uploaded as they are
