@@ -133,18 +133,23 @@ def test_a_specific_gain_is_confirmed_against_the_base_and_both_controls(real):
         and primary["n"] == 200
         and set(primary["arms"]) == {"base", "candidate", "general-specific", "random"}
     )
+    # every format measures both controls (the committed searches of 2026-12-04 predate this: their second format
+    # has no random arm)
     assert (
         other["name"] == "equations 2-shot"
         and other["n"] == 150
-        and set(other["arms"]) == {"base", "candidate", "general-specific"}
+        and set(other["arms"]) == {"base", "candidate", "general-specific", "random"}
     )
+    for f in (primary, other):
+        pairs = {(t["before"], t["after"]) for t in f["tests"]}
+        assert {("general-specific", "candidate"), ("random", "candidate")} <= pairs, f["name"]
     vs = {(t["before"], t["after"], t["answered_only"]): t for t in primary["tests"]}
     assert vs[("general-specific", "candidate", False)]["passes"] and vs[("random", "candidate", False)]["passes"]
     assert primary["arms"]["base"]["by_operation"].keys() == {"+", "-", "*"}
     assert sum(v["n"] for v in primary["arms"]["base"]["by_operation"].values()) == 200
     # measured on the weights the release stores: every confirmation arm ran on bf16-rounded weights
     assert c["weights_dtype"] == "bfloat16"
-    confirm_runs = seen[-(4 * 2 + 3 * 2) :]  # 200 problems = 2 blocks per arm; 150 = 2 blocks
+    confirm_runs = seen[-(4 * 2 + 4 * 2) :]  # 4 arms in each format; 200 problems = 2 blocks per arm; 150 = 2
     import torch
 
     for _, _, w in confirm_runs:

@@ -101,6 +101,17 @@ def _outcome(name: str, correct: list[bool], completions: list[str], probs: list
     )
 
 
+def _arm_names(controls: list[tuple[str, str, Any]]) -> list[str]:
+    """The arms every prompt format measures: the base, the candidate and every control, in every format (a second
+    format without the random control could not tell a gain from any edit of that size there).
+
+    Example:
+        >>> _arm_names([("general-specific", "general", None), ("random", "random", None)])
+        ['base', 'candidate', 'general-specific', 'random']
+    """
+    return ["base", "candidate", *[name for name, _, _ in controls]]
+
+
 def _format_outcomes(
     ev: _Evaluator, label: str, probs: list[dict[str, Any]], names: list[str], edits: dict[str, Any], scale: float
 ) -> dict[str, ArmOutcome]:
@@ -165,9 +176,9 @@ def _confirm(
         (f, f.name, problems[: sw.format_samples or len(problems)], other_shots) for f in sw.confirmation_formats
     ]
     results = []
-    for fi, (fmt, label, probs, fshots) in enumerate(formats):
+    names = _arm_names(controls)
+    for fmt, label, probs, fshots in formats:
         ev = _Evaluator(ctx, fshots, evaluator.texts, fmt, weights)
-        names = ["base", "candidate", *[c[0] for c in controls]] if fi == 0 else ["base", "candidate", controls[0][0]]
         outcomes = _format_outcomes(ev, label, probs, names, edits, arm.scale)
         results.append(_format_record(fmt, label, probs, outcomes, controls[0][0], sw.alpha))
     dtype = weights or str(next(ctx.run.model.parameters()).dtype).removeprefix("torch.")
