@@ -45,6 +45,7 @@ from ..organism import organism_path
 from ..recipe.io import recipe_from_dict
 from ..recipe.safe_yaml import dump_yaml, load_yaml
 from ..recipe.schema import Recipe, recipe_sha256
+from ..recipe.types import is_repo_id, is_well_formed_ref, show_value
 from ..util.files import (
     write_text_atomic,  # re-exported: the lock's and cards' atomic writer
 )
@@ -362,7 +363,27 @@ def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
                 f"{p}: {key}: must be a {_KIND_NAMES[kind]}, got {type(data[key]).__name__}; this lock "
                 "file is corrupt: use the one the run wrote"
             )
+    _check_base_names(p, data.get("base") or {})
     return data
+
+
+def _check_base_names(p: Path, base: Mapping[str, Any]) -> None:
+    """Refuse a lock whose ``base.model`` / ``base.revision`` is not what a run records (a Hub repo id,
+    ``organism`` or ``<local>``; a Hub ref or commit): the card and its snippets show both as written, so an edited
+    lock could otherwise put a heading, HTML or code there (issue 48)."""
+    model, revision = base.get("model"), base.get("revision")
+    if model is not None and not (
+        isinstance(model, str) and (model == ORGANISM or model.startswith(LOCAL) or is_repo_id(model))
+    ):
+        raise InputError(
+            f"{p}: base.model: {show_value(model)} is not a Hub repo id, organism or {LOCAL}; this lock file is "
+            "corrupt: use the one the run wrote"
+        )
+    if revision is not None and not (isinstance(revision, str) and is_well_formed_ref(revision)):
+        raise InputError(
+            f"{p}: base.revision: {show_value(revision)} is not a Hub branch, tag or commit; this lock file is "
+            "corrupt: use the one the run wrote"
+        )
 
 
 def recipe_from_lock(

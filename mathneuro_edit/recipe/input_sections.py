@@ -23,7 +23,7 @@ from pydantic import BeforeValidator, Field, StrictBool, StrictInt, model_valida
 
 from ..organism import organism_path
 from ..util.paths import ARITHMETIC, LOCAL, ORGANISM, is_local_path
-from .types import Device, Positive, RepoId, StrictModel, value_rule
+from .types import Device, Positive, RepoId, Revision, StrictModel, value_rule
 
 __all__ = ["Source", "Sources", "BaseConfig", "DataConfig"]
 
@@ -48,7 +48,7 @@ class Source(StrictModel):
     )
     config: str | None = Field(None, description="Hub dataset config name (gsm8k: main)")
     split: str | None = Field(None, description="Hub split (default train) or organism split train|test")
-    revision: str | None = Field(None, description="Hub dataset revision (branch, tag or commit)")
+    revision: Revision | None = Field(None, description="Hub dataset revision (branch, tag or commit)")
     format: Literal["jsonl", "json", "csv", "parquet", "txt"] | None = Field(
         None, description="local file format (default: from the extension)"
     )
@@ -152,7 +152,7 @@ class BaseConfig(StrictModel):
         description="a .gguf file inside the Hub repo (or local folder) named by "
         "model; dequantized once (docs/gguf.md)",
     )
-    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of the model")
+    revision: Revision | None = Field(None, description="Hub revision (branch, tag or commit) of the model")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
         "auto", description="dtype the model is loaded and edited in (auto: the checkpoint's)"
     )
@@ -178,7 +178,7 @@ class BaseConfig(StrictModel):
         "HuggingFaceTB/SmolLM2-135M-Instruct (card base_model, title, "
         "GGUF name)",
     )
-    hub_revision: str | None = Field(
+    hub_revision: Revision | None = Field(
         None, description="the revision of hub_id the local copy is (branch, tag or commit)"
     )
 

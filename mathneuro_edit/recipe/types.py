@@ -68,7 +68,7 @@ ShardSize = Annotated[str, value_rule(_SIZE.match, 'must be a size such as "2GB"
 _REPO_PART = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
 
 
-def _repo_id_ok(value: str) -> bool:
+def is_repo_id(value: str) -> bool:
     """A Hub repo id the Hub takes as written: ``name`` or ``user/name``, parts of letters, digits and ``._-`` that
     neither start nor end with ``.`` or ``-``, no ``..`` or ``--`` (``../..`` is a path, not a repo), at most 96."""
     parts = value.split("/")
@@ -113,7 +113,7 @@ def is_hub_ref(value: str) -> bool:
 RepoId = Annotated[
     str,
     value_rule(
-        _repo_id_ok,
+        is_repo_id,
         "must be a Hub repo id like user/name (letters, digits, '.', '_', '-'; "
         "no '..', no part starting or ending with '.' or '-')",
     ),
@@ -123,6 +123,16 @@ Branch = Annotated[
     value_rule(
         is_branch_name,
         "must be a branch name such as main or exp/boost-1.1 (letters, digits, "
+        "'.', '_', '-', '/' between parts not starting with '.' or '-'; no '..')",
+    ),
+]
+# Why a format, not any string: a revision is shown on the model card and in its Python snippets
+# (``revision="..."``); a line break, ``<``, a quote or a backtick there would be a heading, HTML or code (issue 48)
+Revision = Annotated[
+    str,
+    value_rule(
+        is_well_formed_ref,
+        "must be a branch, tag or commit of the Hub such as main, v1.0 or a 40-hex sha (letters, digits, "
         "'.', '_', '-', '/' between parts not starting with '.' or '-'; no '..')",
     ),
 ]

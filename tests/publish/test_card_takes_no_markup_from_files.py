@@ -85,3 +85,70 @@ def test_a_base_config_s_architecture_is_text_in_the_card(folder: Path) -> None:
 )
 def test_card_text_is_one_inert_code_span(value: str, shown: str) -> None:
     assert card_text(value) == shown
+
+
+# issue 48, item 2: the same injection through a recipe or lock field the card shows raw (a revision, a Hub id):
+# refused by its format, with one line, wherever it comes from (card --set, an edited lock whose hash is recomputed)
+INJECTED_REVISION = "main\n\n## Injected\n\n<img src=x onerror=alert(1)>"
+
+
+def _edit_lock(folder: Path, change) -> None:
+    from mathneuro_edit.publish.lock import write_lock
+    from mathneuro_edit.recipe.io import recipe_from_dict
+    from mathneuro_edit.recipe.schema import recipe_sha256
+
+    lock_path = folder / "mathneuro_recipe.lock.yaml"
+    text = lock_path.read_text()
+    lock = yaml.safe_load(text.split("\n", 1)[1] if text.startswith("#") else text)
+    change(lock)
+    try:  # the hash recomputed, as a careful forger would
+        lock["recipe_sha256"] = recipe_sha256(recipe_from_dict(dict(lock["recipe"]), where="x"))
+    except Exception:  # noqa: BLE001 - this version refuses the recipe itself: the hash does not matter
+        pass
+    write_lock(folder, lock)
+
+
+def test_card_set_of_a_revision_with_markup_is_refused() -> None:
+    from mathneuro_edit.errors import InputError
+    from mathneuro_edit.publish.lock import build_lock
+    from mathneuro_edit.recipe.io import quickstart_recipe
+    from mathneuro_edit.runs.card_sets import apply_card_sets
+
+    lock = build_lock(
+        quickstart_recipe(["base.model=<local>"]),
+        base_revision=None,
+        data_records={},
+        stats_sha256="s",
+        mask_sha256="m",
+        output_files={"checkpoint/model.safetensors": "0" * 64},
+    )
+    good = apply_card_sets(lock, ["base.hub_id=me/base", "base.hub_revision=v1.0"], "lock")
+    assert good["recipe"]["base"]["hub_revision"] == "v1.0"
+    for bad in (INJECTED_REVISION, 'x") ; import os #', "a b", "`x`", "../x"):
+        with pytest.raises(InputError, match=r"base\.hub_revision: must be a branch, tag or commit") as e:
+            apply_card_sets(lock, ["base.hub_id=me/base", f"base.hub_revision={json.dumps(bad)}"], "lock")
+        assert "\n" not in str(e.value)
+
+
+def test_a_lock_edited_with_its_hash_recomputed_puts_no_markup_in_the_card(folder: Path) -> None:
+    from mathneuro_edit.errors import InputError
+
+    def hub_revision(lock: dict) -> None:
+        lock["recipe"]["base"].update(hub_id="me/base", hub_revision=INJECTED_REVISION)
+
+    _edit_lock(folder, hub_revision)
+    with pytest.raises(InputError, match=r"base\.hub_revision: must be a branch, tag or commit"):
+        card_for_folder(folder)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("revision", INJECTED_REVISION), ("model", "me/x](javascript:alert(1)) <img src=x onerror=alert(1)>")],
+)
+def test_a_lock_whose_base_section_holds_markup_is_refused(folder: Path, key: str, value: str) -> None:
+    """The lock's own ``base.model`` / ``base.revision`` (a Hub base's, shown raw in the card's link and snippets)."""
+    from mathneuro_edit.errors import InputError
+
+    _edit_lock(folder, lambda lock: lock["base"].update({key: value}))
+    with pytest.raises(InputError, match=rf"base\.{key}: .* is not a Hub"):
+        card_for_folder(folder)
