@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from mathneuro_edit.util.files import save_file
+from mathneuro_edit.util.tensor_files import save_file
 from tests._tiny import write_workspace
 
 pytestmark = pytest.mark.slow
@@ -205,7 +205,7 @@ def test_wrong_folders_say_what_was_expected(runs, tmp_path) -> None:
 def test_save_file_bytes_do_not_follow_the_hash_seed(tmp_path) -> None:
     """safetensors' own writer orders __metadata__ by a Rust HashMap: different bytes per process."""
     code = (
-        "import sys, torch; from mathneuro_edit.util.files import save_file; "
+        "import sys, torch; from mathneuro_edit.util.tensor_files import save_file; "
         "save_file({'b': torch.ones(3), 'a': torch.arange(4)}, sys.argv[1], "
         "{k: str(i) for i, k in enumerate(['format', 'mathneuro_edit', 'zeta', 'alpha', 'k1', 'k2', 'k3'])})"
     )

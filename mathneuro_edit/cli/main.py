@@ -66,6 +66,20 @@ def _error_message(exc: BaseException) -> tuple[int, str]:
     )
 
 
+def usage_line(exc: click.UsageError, prog: str) -> str:
+    """click's usage error as one line: the command, what is wrong, and where the help is (click prints three lines:
+    the usage, a hint, then the error).
+
+    Example:
+        >>> group = click.Context(click.Group("mathneuro-edit"), info_name="mathneuro-edit")
+        >>> ctx = click.Context(click.Command("verify"), info_name="verify", parent=group)
+        >>> usage_line(click.BadParameter("Directory 'x' does not exist.", ctx, param_hint="'OUT'"), "mathneuro-edit")
+        "mathneuro-edit verify: Invalid value for 'OUT': Directory 'x' does not exist; see mathneuro-edit verify --help"
+    """
+    where = exc.ctx.command_path if exc.ctx is not None else prog
+    return f"{where}: {' '.join(exc.format_message().split()).rstrip('.')}; see {where} --help"
+
+
 class _Group(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -86,6 +100,14 @@ class _Group(click.Group):
         try:
             with install_signal_handlers():  # SIGTERM / SIGHUP clean up like Ctrl-C
                 return super().invoke(ctx)
+        except click.UsageError as exc:  # a missing option, a path that is not there: one line, as every input error
+            line = usage_line(exc, ctx.info_name or "mathneuro-edit")
+            if ctx.meta.get(JSON_META):
+                import json
+
+                click.echo(json.dumps({"ok": False, "error": line, "exit_status": exc.exit_code}))
+            click.echo(f"error: {line}", err=True)
+            ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise  # SystemExit: verify / reproduce already printed their report and chose the status
         except BaseException as exc:  # noqa: BLE001 - the CLI's one error boundary
@@ -117,9 +139,11 @@ def main() -> None:
 
 
 @click.command()
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="output folder (must not exist)")
+@click.option(
+    "--out", type=click.Path(file_okay=False), help="output folder (must not exist; required unless --dry-run)"
+)
 @click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
-@click.option("--dry-run", is_flag=True, help="print the resource plan and validate the recipe; run nothing")
+@click.option("--dry-run", is_flag=True, help="print the resource plan and validate the recipe; run nothing (no --out)")
 @click.option(
     "--from-sweep",
     "from_sweep",
@@ -131,9 +155,17 @@ def main() -> None:
 @json_opt
 @recipe_command
 def run(
-    job: RecipeJob, out: str, overwrite: bool, dry_run: bool, from_sweep: str | None, workers: int, as_json: bool
+    job: RecipeJob,
+    out: str | None,
+    overwrite: bool,
+    dry_run: bool,
+    from_sweep: str | None,
+    workers: int,
+    as_json: bool,
 ) -> None:
     """Run a recipe end to end: calibrate, mask, evaluate, export, lock and card."""
+    if out is None and not dry_run:
+        raise click.UsageError("Missing option '--out' (only --dry-run runs without one)", click.get_current_context())
     if from_sweep:
         fixed = [
             item for item in job.sets if item.partition("=")[0].strip() in ("mask.top_k", "edit.scale", "edit.prune")
@@ -191,11 +223,11 @@ def calibrate(job: RecipeJob, out: str) -> None:
 
     Data-parallel: `torchrun --nproc-per-node N -m mathneuro_edit.cli calibrate RECIPE --out DIR`.
     """
+    r = job.recipe()
+    inputs = job.claim(out, r, "dir")  # a bad recipe or --out answers before torch is imported
     echo = job.stages()
     from ..runs.single_steps import calibrate_to_folder
 
-    r = job.recipe()
-    inputs = job.claim(out, r, "dir")
     for path in calibrate_to_folder(
         r, out, inputs=inputs, progress=job.progress, echo=echo, rank_zero=os.environ.get("RANK", "0") == "0"
     ):
@@ -221,13 +253,13 @@ def calibrate(job: RecipeJob, out: str) -> None:
 @recipe_command
 def mask(job: RecipeJob, stats_dir: str, out: str, top_k: float | None) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
-    echo = job.stages()
-    from ..runs.single_steps import mask_from_stats
-
     r = job.recipe()
     if top_k is not None:
         r = _with_top_k(r, top_k)
     job.claim(out, r, "file", statistics=stats_dir)
+    echo = job.stages()
+    from ..runs.single_steps import mask_from_stats
+
     m = mask_from_stats(r, stats_dir, out, progress=job.progress, echo=echo)
     click.echo(f"{out}  {m.selected:,}/{m.total:,} weights ({100 * m.selected / m.total:.3f}%)  sha256 {m.sha256}")
 
@@ -248,8 +280,14 @@ def _with_top_k(recipe: Any, top_k: float) -> Any:
 
 
 @click.command()
-@click.option("--mask", "mask_path", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option(
+    "--mask",
+    "mask_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="mask file written by `run` (mask.safetensors) or `mask`",
+)
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="output folder (must not exist)")
 @click.option(
     "--adapter",
     is_flag=True,
@@ -265,23 +303,23 @@ def _with_top_k(recipe: Any, top_k: float) -> Any:
     "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, or base (a GGUF base's own type; default: the recipe's "
     "outputs.gguf)",
 )
-@click.option("--overwrite", is_flag=True)
+@click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
 @workers_opt
 @recipe_command
 def export(
     job: RecipeJob, mask_path: str, out: str, adapter: bool, gguf_type: str | None, overwrite: bool, workers: int
 ) -> None:
     """Bake the recipe's edit into a checkpoint (streamed, + GGUF with --gguf) or an adapter, with its lock and card."""
-    echo = job.stages()
-    from ..runs.pipeline import export_recipe
-    from ..runs.steps.export import output_kinds
-
     if adapter and gguf_type:
         raise InputError("--gguf is written from a checkpoint: drop --adapter, or drop --gguf")
     # the recipe keys each flag stands for (validated by the recipe): the lock then says what this folder holds
     as_adapter = ("outputs.checkpoint=false", "outputs.adapter=true", "outputs.gguf=null") if adapter else ()
     r = job.recipe(*as_adapter, *([f"outputs.gguf={gguf_type}"] if gguf_type else []))
     job.claim(out, r, "dir", mask=mask_path)
+    echo = job.stages()
+    from ..runs.pipeline import export_recipe
+    from ..runs.steps.export import output_kinds
+
     folder = export_recipe(
         r,
         mask_path,
@@ -307,15 +345,16 @@ def export(
 @recipe_command
 def eval_cmd(job: RecipeJob, mask_path: str | None, out: str | None, as_json: bool) -> None:
     """Evaluate math exact match and general loss / KL, before and after an edit."""
-    echo = job.stages()
     from ..layout import EVAL_NAME
-    from ..runs.single_steps import evaluate_recipe
 
     r = job.recipe()
     target = None
     if out:
         target = Path(out) / EVAL_NAME if Path(out).is_dir() else Path(out)  # a folder: eval.json in it
         job.claim(str(target), r, "file", mask=mask_path)
+    echo = job.stages()
+    from ..runs.single_steps import evaluate_recipe
+
     results = evaluate_recipe(r, mask_path, target, progress=job.progress, echo=echo)
     if as_json:  # the eval.json document (without per-problem predictions)
         emit_json({"ok": True, "eval_json": None if target is None else str(target), "results": results.to_dict()})

@@ -28,6 +28,7 @@ __all__ = [
     "emit_json",
     "workers_opt",
     "read_recipe",
+    "require_local",
     "check_out",
     "stage_echo",
     "bars",
@@ -50,6 +51,21 @@ def read_recipe(path: str | None, sets: tuple[str, ...]):
     from ..recipe.io import load_recipe, quickstart_recipe
 
     return load_recipe(path, sets) if path else quickstart_recipe(sets)
+
+
+def require_local(value: str, label: str) -> None:
+    """Refuse a local-looking path (``/x``, ``./x``, ``~/x``, ``dir/x`` when ``dir/`` exists) that does not exist, in
+    one line, before anything heavy is imported (a Hub id or a special value passes: the command reads it).
+
+    Raises:
+        InputError: ``value`` names a local path that is not there.
+    """
+    from pathlib import Path
+
+    from ..util.paths import is_local_path, no_such_local_folder
+
+    if is_local_path(value) and not Path(value).expanduser().exists():
+        raise no_such_local_folder(value, label)
 
 
 def check_out(out: str, recipe: Any, recipe_path: str | None, kind: str, **more: str | None) -> list:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import click
 
-from .options import emit_json, json_report_opt, quiet_opt, set_opt, stage_echo
+from .options import emit_json, json_report_opt, quiet_opt, require_local, set_opt, stage_echo
 
 __all__ = ["card", "push", "verify", "reproduce"]
 
@@ -203,6 +203,7 @@ def reproduce(
     sha256, a Hub repo's by the LFS sha256 the Hub reports. Local data files the lock redacted:
     --set data.math.path=FILE (checked by sha256)."""
     # the stage lines on stderr (none under --quiet); the libraries' bars and known warnings: silent unless --verbose
+    require_local(source, "SOURCE")  # a mistyped path answers before torch is imported
     say = stage_echo(quiet, verbose)
     from ..runs.reproduce import reproduce as reproduce_lock
     from ..util.console import bars_wanted

@@ -19,6 +19,7 @@ from .options import (
     read_recipe,
     recipe_arg,
     recipe_command,
+    require_local,
     set_opt,
     stage_echo,
     verbose_opt,
@@ -28,7 +29,7 @@ __all__ = ["inspect", "sweep", "consistency", "dequantize", "plan"]
 
 
 @click.command()
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--plot", type=click.Path(dir_okay=False), help="save the per-layer distribution of a mask as PNG")
 @json_opt
 def inspect(path: str, plot: str | None, as_json: bool) -> None:
@@ -95,7 +96,11 @@ def _floats(option: str, text: str) -> list[float]:
     help="largest general KL a chosen setting may have (the same as --set sweep.kl_budget=X; default: "
     "the recipe's, 0.05)",
 )
-@click.option("--overwrite", is_flag=True)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="write into an existing --out that is not a sweep folder (a sweep folder resumes without it)",
+)
 @json_opt
 @recipe_command
 def sweep(
@@ -111,17 +116,19 @@ def sweep(
 
     Sizes, budget and level: the recipe's sweep section (--set sweep.selection_samples=N, ...).
     """
+    grid_top_ks = None if top_ks is None else _floats("--top-k", top_ks)
+    grid_scales = None if scales is None else _floats("--scale", scales)
+    r = job.recipe(*([f"sweep.kl_budget={kl_budget!r}"] if kl_budget is not None else []))
+    job.claim(out, r, "dir")  # a bad argument, recipe or --out answers before torch is imported
     echo = job.stages()
     from ..layout import SWEEP_CSV, SWEEP_JSON, SWEEP_PNG
     from ..runs.sweep.search import run_sweep
 
-    r = job.recipe(*([f"sweep.kl_budget={kl_budget!r}"] if kl_budget is not None else []))
-    job.claim(out, r, "dir")
     result = run_sweep(
         r,
         out,
-        top_ks=None if top_ks is None else _floats("--top-k", top_ks),
-        scales=None if scales is None else _floats("--scale", scales),
+        top_ks=grid_top_ks,
+        scales=grid_scales,
         overwrite=overwrite,
         progress=job.progress,
         echo=echo,
@@ -162,13 +169,10 @@ def sweep(
     default=None,
     help="random draws per size (the same as --set consistency.repeats=N; default: the recipe's, 3)",
 )
-@click.option("--overwrite", is_flag=True)
+@click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
 @recipe_command
 def consistency(job: RecipeJob, out: str, sizes: str | None, repeats: int | None, overwrite: bool) -> None:
     """Mask overlap across random calibration subsets vs the full data (the paper's data-efficiency figure)."""
-    echo = job.stages()
-    from ..runs.consistency import run_consistency
-
     shortcuts: list[str] = []  # the recipe keys --sizes and --repeats stand for
     if sizes is not None:
         if any(v < 1 or v != int(v) for v in _floats("--sizes", sizes)):  # 1.5 is not a number of samples
@@ -179,7 +183,10 @@ def consistency(job: RecipeJob, out: str, sizes: str | None, repeats: int | None
     if repeats is not None:
         shortcuts.append(f"consistency.repeats={repeats}")
     r = job.recipe(*shortcuts)
-    job.claim(out, r, "dir")
+    job.claim(out, r, "dir")  # a bad argument, recipe or --out answers before torch is imported
+    echo = job.stages()
+    from ..runs.consistency import run_consistency
+
     rows = run_consistency(r, out, overwrite=overwrite, progress=job.progress, echo=echo)
     click.echo("samples  vs-full(mean)  vs-full(min)  between-draws")
     for r in rows:
@@ -196,6 +203,7 @@ def consistency(job: RecipeJob, out: str, sizes: str | None, repeats: int | None
 @verbose_opt
 def dequantize(model: str, gguf_file: str | None, revision: str | None, verbose: bool) -> None:
     """Dequantize a GGUF file once into a cached safetensors folder and print its path (docs/gguf.md)."""
+    require_local(model, "MODEL")  # a mistyped path answers before torch is imported
     from ..weights.gguf_reader import dequantize_gguf, gguf_source
 
     stage_echo(False, verbose)  # the libraries' bars and load report only with --verbose

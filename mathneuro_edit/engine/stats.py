@@ -13,10 +13,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..errors import InputError
-from ..util.files import (
+from ..util.outdir import disk_errors
+from ..util.tensor_files import (
     save_file,  # deterministic bytes, umask permissions (not safetensors' own), exclusive temporary file
 )
-from ..util.outdir import disk_errors
 from .targets import Target
 
 __all__ = ["ActivationStats", "read_safetensors_with_meta"]

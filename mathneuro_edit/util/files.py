@@ -3,10 +3,8 @@
 Why this module: ``tempfile.mkstemp`` (used for atomic writes) creates files with mode ``0600`` whatever the
 umask, and safetensors' own ``save_file`` also leaves ``0600`` files; a model folder is normally readable by the
 group/others the umask allows, so every file written here gets ``0666 & ~umask`` (folders ``0777 & ~umask``),
-as ``open()`` would give. And safetensors' ``save_file`` writes its ``__metadata__`` map in the order of a Rust
-``HashMap`` (it changes from process to process), so two runs of the same recipe wrote mask and statistics files
-that differed byte for byte although their content was equal: :func:`save_file` here writes the metadata keys
-sorted and the tensors in a fixed order.
+as ``open()`` would give. safetensors files with content-determined bytes: :mod:`.tensor_files` (it imports
+torch; this module does not, so claiming ``--out`` and input errors answer before torch loads).
 
 Every file is written through :func:`atomic_writer`: a temporary file created exclusively beside the target (never
 a fixed or predictable name, never through a symbolic link), synced, then renamed onto it.
@@ -16,15 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
-
-import torch
 
 from ..errors import InputError
 
@@ -38,37 +33,11 @@ __all__ = [
     "write_json_atomic",
     "json_text",
     "write_bytes_atomic",
-    "save_file",
-    "SAFETENSORS_CODES",
-    "DTYPE_OF_CODE",
-    "FLOAT_DTYPES",
-    "FLOAT_CODES",
 ]
 
 _UMASK_LOCK = threading.Lock()
 # temporary files are ``.<target name>-<random>.tmp`` beside the target (a leftover of a killed run ends so)
 TEMP_SUFFIX = ".tmp"
-# The one dtype table: torch dtype <-> safetensors code (the format's names; bool is stored as one byte per entry)
-# <-> the names a recipe uses for the floating-point formats. Written here (save_file), read by the checkpoint
-# reader, the shard writer, the loader and the audit.
-SAFETENSORS_CODES: dict[torch.dtype, str] = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-    torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e5m2: "F8_E5M2",
-}
-DTYPE_OF_CODE: dict[str, torch.dtype] = {code: dtype for dtype, code in SAFETENSORS_CODES.items()}
-# outputs.dtype and load_model(dtype=...): the floating-point formats by name, in the order messages list them
-FLOAT_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-FLOAT_CODES: dict[str, str] = {name: SAFETENSORS_CODES[dtype] for name, dtype in FLOAT_DTYPES.items()}
 
 
 def umask() -> int:
@@ -186,48 +155,3 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
         ValueError: ``data`` holds NaN or infinity (JSON has no such numbers; say ``null`` instead).
     """
     return write_text_atomic(path, json_text(data))
-
-
-def save_file(
-    tensors: Mapping[str, torch.Tensor], filename: str | Path, metadata: Mapping[str, str] | None = None
-) -> None:
-    """Drop-in for ``safetensors.torch.save_file`` whose bytes depend only on the content.
-
-    Header: ``__metadata__`` first with its keys sorted, then the tensors ordered as safetensors' reference
-    writer orders them (larger element size first, then by name: the data stays aligned), compact JSON padded
-    with spaces to 8 bytes. The file gets the umask's mode. Any safetensors reader reads it.
-
-    Args:
-        tensors: name -> CPU tensor (any dtype of :data:`SAFETENSORS_CODES`).
-        filename: the file to write, atomically (:func:`atomic_writer`: whole or not at all, never through a
-            symbolic link).
-        metadata: string key/values.
-
-    Example:
-        >>> d = tempfile.mkdtemp(); save_file({"b": torch.ones(2), "a": torch.zeros(1)}, f"{d}/x", {"z": "1", "a": "2"})
-        >>> from safetensors.torch import load_file; sorted(load_file(f"{d}/x"))
-        ['a', 'b']
-    """
-    order = sorted(tensors, key=lambda n: (-tensors[n].element_size(), n))
-    header: dict[str, object] = {}
-    if metadata:
-        header["__metadata__"] = {k: str(metadata[k]) for k in sorted(metadata)}
-    offset, blobs = 0, []
-    for name in order:
-        t = tensors[name].detach().contiguous().cpu()
-        if t.dtype not in SAFETENSORS_CODES:
-            raise InputError(f"{name}: dtype {t.dtype} cannot be stored in safetensors; convert it first")
-        blob = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {
-            "dtype": SAFETENSORS_CODES[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + len(blob)],
-        }
-        offset += len(blob)
-        blobs.append(blob)
-    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)  # as the reference writer: the data starts 8-byte aligned
-    with atomic_writer(filename) as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        for blob in blobs:
-            f.write(blob)

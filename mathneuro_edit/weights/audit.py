@@ -35,7 +35,7 @@ from ..errors import InputError
 from ..layout import MATHNEURO_CONFIG
 from ..util.config_sizes import read_model_json
 from ..util.console import terminal_safe
-from ..util.files import DTYPE_OF_CODE, FLOAT_CODES
+from ..util.tensor_files import DTYPE_OF_CODE, FLOAT_CODES
 from .adapter import peft_merge_exact, shira_layer_rows, shira_layers
 from .base import resolve_base
 from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint

@@ -18,8 +18,8 @@ from safetensors import safe_open
 
 from ..errors import InputError
 from ..util.config_sizes import read_model_json
-from ..util.files import DTYPE_OF_CODE, SAFETENSORS_CODES
 from ..util.reading import read_json
+from ..util.tensor_files import DTYPE_OF_CODE, SAFETENSORS_CODES
 from .headers import check_entries, check_header_length
 
 __all__ = ["TensorEntry", "Checkpoint", "open_checkpoint", "check_config_shapes", "check_config_file"]

@@ -60,8 +60,8 @@ from ..engine.apply import check_scale
 from ..engine.mask import as_mask
 from ..errors import InputError
 from ..util.config_sizes import model_json_object
-from ..util.files import FLOAT_CODES
 from ..util.outdir import atomic_dir
+from ..util.tensor_files import FLOAT_CODES
 from .base import resolve_base
 from .checkpoint import (
     PICKLE_INDEX,

@@ -28,7 +28,7 @@ from ..engine.targets import find_targets
 from ..errors import InputError
 from ..recipe.input_sections import BaseConfig
 from ..util.console import library_log_held
-from ..util.files import FLOAT_DTYPES
+from ..util.tensor_files import FLOAT_DTYPES
 from .base import base_reference, resolve_base, resolve_model_path
 from .checkpoint import check_config_shapes, open_checkpoint
 from .edit_plan import meta_model, plan_edits

@@ -31,7 +31,7 @@ import torch
 
 from ..engine.apply import check_scale, edited_values
 from ..errors import InputError
-from ..util.files import DTYPE_OF_CODE, FLOAT_CODES
+from ..util.tensor_files import DTYPE_OF_CODE, FLOAT_CODES
 from .checkpoint import Checkpoint
 from .edit_plan import EditPlan, row_blocks
 
