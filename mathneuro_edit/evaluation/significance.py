@@ -6,7 +6,8 @@
 - :func:`ratio_se`: the standard error, over texts, of a token-weighted mean (the general loss, its change);
 - :func:`holm_adjust`: Holm-Bonferroni adjusted p-values over a family of tests (a sweep's grid);
 - :func:`mcnemar_power` / :func:`min_detectable_gain`: the power of one exact McNemar test of a gain, and the
-  smallest gain a sample size detects (the sweep's confirmation set; docs/evaluation.md states the assumptions).
+  smallest gain a sample size detects (the sweep's confirmation set; docs/evaluation.md states the assumptions);
+  :func:`detectable_gain`: the same for a test already run, at the share of problems it saw change.
 
 Why these: Wilson's interval keeps its coverage near 0% and 100% (where the textbook ``p +- 1.96 sqrt(p(1-p)/n)``
 collapses to a zero-width interval: 100/100 would read "100-100%"), and McNemar's exact test uses the pairing:
@@ -38,6 +39,7 @@ __all__ = [
     "mcnemar_critical",
     "mcnemar_power",
     "min_detectable_gain",
+    "detectable_gain",
 ]
 
 Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal: a two-sided 95% interval
@@ -286,3 +288,31 @@ def min_detectable_gain(n: int, discordance: float, power: float = 0.8, alpha: f
         else:
             lo = mid
     return hi
+
+
+def detectable_gain(
+    n: int, before_only: int, after_only: int, alpha: float = ALPHA, power: float = 0.8
+) -> float | None:
+    """The smallest true gain (fraction) a paired exact McNemar test on ``n`` problems detects with ``power``, at
+    the discordance the test observed, ``(before_only + after_only) / n``: what a "not confirmed" can rule out.
+
+    ``None`` when no gain is detectable at that discordance (a gain cannot exceed the share of problems that
+    change, and with few of them even every change going the edit's way is not significant), or when no problem
+    changed (nothing to estimate the discordance from). :func:`min_detectable_gain` computes it.
+
+    Example:
+        >>> round(100 * detectable_gain(800, 5, 14), 1)  # 19 of 800 problems changed (2.4%): +1.6 points
+        1.6
+        >>> detectable_gain(1000, 1, 3) is None  # 4 of 1,000 changed: even +0.4 (all 4 the edit's) is not shown
+        True
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"detectable_gain: n must be an int >= 1, got {n!r}")
+    for name, k in (("before_only", before_only), ("after_only", after_only)):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"detectable_gain: {name} must be an int >= 0, got {k!r}")
+    if before_only + after_only > n:
+        raise ValueError(f"detectable_gain: {before_only} + {after_only} discordant problems of {n}")
+    if before_only + after_only == 0:
+        return None
+    return min_detectable_gain(n, (before_only + after_only) / n, power, alpha)

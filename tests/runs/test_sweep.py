@@ -226,7 +226,8 @@ def test_recommendation_says_what_selection_and_confirmation_showed():
     assert best is None and text == (
         f"nothing confirmed: the candidate {chosen} did not confirm on 200 other problems: base 35.0% (70/200, "
         "28.7-41.8) -> 39.0% (78/200, 32.5-45.9), +4.0 points, 10 right only before and 18 only after, exact McNemar "
-        "p = 0.185 (a confirmed gain needs p < 0.05); do not publish a boost from this sweep"
+        "p = 0.185 (a confirmed gain needs p < 0.05; the smallest gain 200 problems detect at 80% power: +7.7 "
+        "points (14.0% of them changed)); do not publish a boost from this sweep"
     )
     c = _conf(70, 90, 5, 25)  # p = 2 * sum_{i<=5} C(30, i) / 2**30 = 0.000325
     best, text = recommend(pts, BASE, N, 6, c, 0.05)
@@ -385,8 +386,11 @@ def test_a_file_with_repeated_questions_still_gives_disjoint_sets(tmp_path):
         sweep_problems(small)
 
 
-def _write_sweep(folder, confirmed: bool | None, recipe=None):
+def _write_sweep(folder, confirmed: bool | None, recipe=None, base=None):
+    """A sweep.json of ``recipe`` (the quickstart's) measured on ``base`` (an identity; the organism's)."""
     import json
+
+    from ._sweep_json import organism_identity
 
     folder.mkdir(parents=True, exist_ok=True)
     conf = (
@@ -398,6 +402,7 @@ def _write_sweep(folder, confirmed: bool | None, recipe=None):
     if conf is not None:  # the control edits' tests a confirmed boost also needs (read_sweep checks them)
         d["confirmation"].update(control_evidence(conf.n, conf.base_only, conf.edited_only))
     d["recipe"] = (recipe or quickstart_recipe()).public_dict()
+    d["base_identity"] = base or organism_identity()
     (folder / "sweep.json").write_text(json.dumps(d, allow_nan=True))
     return d
 
@@ -482,6 +487,7 @@ def test_recipe_from_sweep_applies_the_confirmed_variant_and_refuses_other_keys(
 
 
 SMOLLM2 = "recipes/smollm2-arithmetic-boost.yaml"
+SMOLLM2_GGUF = {"gguf_sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"}  # its Q4_1 file
 # docs/releasing.md's step 2: where the data came from and where the release goes (the weights see none of it)
 STEP_2 = [
     "base.hub_id=HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -502,7 +508,7 @@ def _smollm2_sweep(tmp_path, variant: str, sets: tuple[str, ...] = ()):
 
     root = Path(__file__).resolve().parents[2]
     swept = load_recipe(str(root / SMOLLM2), list(sets))
-    _write_sweep(tmp_path / "sw", True, recipe=swept)
+    _write_sweep(tmp_path / "sw", True, recipe=swept, base=SMOLLM2_GGUF)
     ev = read_sweep(tmp_path / "sw")
     chosen = [list(v.set) for v in swept.sweep.variants if v.name == variant] if variant else [[]]
     confirmation = {**ev.confirmation, "variant": variant, "variant_set": chosen[0]}
@@ -515,7 +521,7 @@ def test_provenance_is_carried_not_compared(tmp_path):
     """The guide's step 2 adds hub_dataset to the data sources of the recipe the sweep ran: the release takes the
     confirmed setting and keeps every hub_dataset for the card (issue 39 item 2: it was refused, exit 2)."""
     ev, recipe = _smollm2_sweep(tmp_path, "mlp-only")
-    r = recipe_from_sweep(recipe(STEP_2), ev)
+    r = recipe_from_sweep(recipe(STEP_2), ev, base=SMOLLM2_GGUF)
     assert (r.mask.top_k, r.edit.scale, r.targets.include) == (0.07, 1.1, ["mlp"])
     assert r.data.math.hub_dataset == "openai/gsm8k" and r.data.general[0].hub_dataset == "Salesforce/wikitext"
     assert r.base.hub_id == "HuggingFaceTB/SmolLM2-135M-Instruct" and r.hub.repo_id.endswith("-MathNeuro")
@@ -524,12 +530,12 @@ def test_provenance_is_carried_not_compared(tmp_path):
 def test_a_variant_that_replaces_a_source_drops_that_source_s_provenance(tmp_path):
     """SmolLM2's arith-calib calibrates on generated arithmetic: the card must not say it came from GSM8K."""
     ev, recipe = _smollm2_sweep(tmp_path, "arith-calib")
-    r = recipe_from_sweep(recipe(STEP_2), ev)
+    r = recipe_from_sweep(recipe(STEP_2), ev, base=SMOLLM2_GGUF)
     assert r.data.math.path.endswith("arithmetic_calib_200.jsonl") and r.data.math.hub_dataset is None
     assert r.data.general[0].hub_dataset == "Salesforce/wikitext"  # a source the variant keeps keeps its origin
     own = "sweep.variants=[{name: own, set: [data.math.path=a.jsonl, data.math.hub_dataset=me/arith]}]"
     ev, recipe = _smollm2_sweep(tmp_path / "own", "own", (own,))
-    named = recipe_from_sweep(recipe(STEP_2), ev)
+    named = recipe_from_sweep(recipe(STEP_2), ev, base=SMOLLM2_GGUF)
     assert named.data.math.hub_dataset == "me/arith"  # the variant's own origin, when it names one
 
 

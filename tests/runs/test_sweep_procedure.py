@@ -11,11 +11,13 @@ confirmation problems), a base near 35% and 10% of problems changing outcome per
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from mathneuro_edit.evaluation.significance import (
+    detectable_gain,
     holm_adjust,
     mcnemar_critical,
     mcnemar_exact,
@@ -25,8 +27,11 @@ from mathneuro_edit.evaluation.significance import (
 from mathneuro_edit.recipe.job_sections import SweepConfig
 from mathneuro_edit.runs.sweep.procedure import (
     ArmOutcome,
+    Confirmation,
     SweepPoint,
     confirm,
+    detectable_text,
+    evidence_text,
     format_verdict,
     halving_schedule,
     promote,
@@ -116,6 +121,84 @@ def test_min_detectable_gain_reaches_the_power_and_no_less_gain_does() -> None:
     assert min_detectable_gain(10, 0.05) is None  # 10 problems at 5% discordance: no gain is detectable
     with pytest.raises(ValueError, match="gain must be in"):
         mcnemar_power(100, 0.2, 0.1)
+
+
+def connor_detectable_gain(n: int, disc: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The textbook normal approximation for a paired McNemar design (Connor 1987), solved for the gain:
+    ``n = (z_{1-alpha/2} sqrt(disc) + z_{power} sqrt(disc - gain^2))^2 / gain^2``."""
+    za, zb = 1.959963984540054, 0.8416212335729143  # alpha 0.05 two-sided, 80% power
+    assert (alpha, power) == (0.05, 0.8)
+    lo, hi = 0.0, disc
+    for _ in range(60):
+        g = (lo + hi) / 2
+        if (za * math.sqrt(disc) + zb * math.sqrt(disc - g * g)) ** 2 / (g * g) <= n:
+            hi = g
+        else:
+            lo = g
+    return hi
+
+
+def enumerated_detectable_gain(n: int, b: int, c: int) -> float:
+    """Bisection on :func:`enumerated_power` (every (b, c) outcome summed) at the observed discordance."""
+    disc, lo, hi = (b + c) / n, 0.0, (b + c) / n
+    while hi - lo > 1e-5:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if enumerated_power(n, mid, disc, 0.05) >= 0.8 else (mid, hi)
+    return hi
+
+
+def test_the_gain_a_test_could_detect_equals_two_independent_computations() -> None:
+    # small n: exactly the enumeration of every outcome, at the discordance the test saw
+    for n, b, c in ((40, 6, 6), (30, 2, 7)):
+        assert detectable_gain(n, b, c) == pytest.approx(enumerated_detectable_gain(n, b, c), abs=2e-5)
+    # the committed searches' tests: the exact test needs a little more than the normal approximation, never less
+    for n, b, c, shown in ((1200, 9, 34, 1.6), (800, 5, 14, 1.6), (1500, 25, 23, 1.3)):
+        g, approx = detectable_gain(n, b, c), connor_detectable_gain(n, (b + c) / n)
+        assert g is not None and approx <= g <= 1.06 * approx, (n, g, approx)
+        assert round(100 * g, 1) == shown  # the figures docs/results.md quotes
+    assert detectable_gain(1000, 1, 3) is None  # 4 of 1,000 changed: no gain of at most 0.4 points is detectable
+    assert detectable_gain(500, 0, 0) is None  # nothing changed: no discordance to work from
+    for bad in ((0, 0, 0), (10, 6, 5), (10, -1, 2), (10, 1.5, 2)):
+        with pytest.raises(ValueError, match="detectable_gain"):
+            detectable_gain(*bad)
+
+
+def test_a_format_that_did_not_confirm_says_what_its_n_could_detect() -> None:
+    assert detectable_text(800, 5, 14, 0.05) == (
+        "the smallest gain 800 problems detect at 80% power: +1.6 points (2.4% of them changed)"
+    )
+    assert detectable_text(1000, 1, 3, 0.05) == (
+        "no gain is detectable at 80% power on 1000 problems of which 0.4% changed"
+    )
+    assert detectable_text(50, 0, 0, 0.05) == "no gain is detectable on 50 problems of which none changed"
+
+    def fmt(verdict: str, tests: list[tuple[str, bool, int, int]]) -> dict:
+        arms = {a: {"accuracy": 0.2, "answer_rate": 1.0, "accuracy_among_answers": 0.2} for a in ("base", "candidate")}
+        return {
+            "name": verdict,
+            "n": 800,
+            "verdict": verdict,
+            "arms": arms,
+            "tests": [
+                {"before": b, "after": "candidate", "answered_only": a, "n": n, "before_only": x, "after_only": y}
+                | {"mcnemar_p": mcnemar_exact(x, y)}
+                for b, a, (n, x, y) in ((b, a, (800 if not a else 700, x, y)) for b, a, x, y in tests)
+            ],
+        }
+
+    c = Confirmation(800, (), 0.1, 1.1, 1, 5, 5, 14, 0.06, False, 0.05, 0)
+    no_gain = fmt("no-gain", [("base", False, 5, 14), ("base", True, 5, 14)])
+    boost = fmt("math-boost", [("base", False, 5, 40), ("base", True, 5, 40)])
+    format_effect = fmt("format-effect", [("base", False, 5, 40), ("base", True, 30, 34)])
+    not_specific = fmt(
+        "not-specific", [("base", False, 5, 40), ("base", True, 5, 40), ("general-specific", False, 20, 30)]
+    )
+    text = evidence_text(replace(c, formats=(boost, no_gain, format_effect, not_specific)))
+    boost_text, no_gain_text, format_text, control_text = text.strip(" []").split(" | ")
+    assert "detect" not in boost_text  # a confirmed format needs no such clause
+    assert no_gain_text.endswith("; " + detectable_text(800, 5, 14, 0.05))
+    assert format_text.endswith("; " + detectable_text(700, 30, 34, 0.05))  # the test it failed: both answered
+    assert control_text.endswith("; " + detectable_text(800, 20, 30, 0.05))  # and here: against the control
 
 
 # ------------------------------------------------------------------------------------- the procedure, simulated

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...evaluation.report import format_p
-from ...evaluation.significance import holm_adjust, mcnemar_exact, wilson_interval
+from ...evaluation.significance import detectable_gain, holm_adjust, mcnemar_exact, wilson_interval
 
 __all__ = [
     "SweepPoint",
@@ -30,6 +30,7 @@ __all__ = [
     "confirm",
     "recommend",
     "evidence_text",
+    "detectable_text",
     "halving_schedule",
     "promote",
 ]
@@ -102,12 +103,14 @@ class Confirmation:
     # ``confirmed`` is ``verdict == "math-boost"``; ``formats`` holds every format's arms and paired tests,
     # ``controls`` the control edits (method, seed, mask sha256, weights), ``weights_dtype`` the dtype of the
     # weights every arm was measured on (the release's ``outputs.dtype``), ``general`` the candidate's cost on
-    # the general texts (loss change and KL)
+    # the general texts (loss change and KL), ``compute_dtype`` the dtype the arms computed in (the model's: the
+    # weights rounded to ``weights_dtype``, read back into it), what a user's load must ask for to get these numbers
     verdict: str = ""
     formats: tuple[dict[str, Any], ...] = ()
     controls: tuple[dict[str, Any], ...] = ()
     weights_dtype: str = ""
     general: dict[str, Any] | None = None
+    compute_dtype: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         lo_b, hi_b = wilson_interval(self.base_correct, self.n)
@@ -132,6 +135,7 @@ class Confirmation:
             "variant_set": list(self.variant_set),
             "verdict": self.verdict,
             "weights_dtype": self.weights_dtype,
+            "compute_dtype": self.compute_dtype,
             "controls": list(self.controls),
             "formats": list(self.formats),
             "general": self.general,
@@ -409,8 +413,44 @@ def recommend(
         )
     return None, (
         f"nothing confirmed: the candidate {chosen} did not confirm {measured} (a confirmed gain needs "
-        f"p < {c.alpha:g}){evidence}; do not publish a boost from this sweep"
+        f"p < {c.alpha:g}; {detectable_text(c.n, c.base_only, c.edited_only, c.alpha)}){evidence}; do not publish "
+        "a boost from this sweep"
     )
+
+
+def detectable_text(n: int, before_only: int, after_only: int, alpha: float) -> str:
+    """What a test that did not show a gain can rule out: the smallest gain its ``n`` problems detect with 80% power
+    at the share of them that changed (:func:`~mathneuro_edit.evaluation.significance.detectable_gain`). A "not
+    confirmed" says this, so that a small sample is not read as "no effect".
+
+    Example:
+        >>> detectable_text(800, 5, 14, 0.05)
+        'the smallest gain 800 problems detect at 80% power: +1.6 points (2.4% of them changed)'
+        >>> detectable_text(1000, 1, 3, 0.05)
+        'no gain is detectable at 80% power on 1000 problems of which 0.4% changed'
+    """
+    if before_only + after_only == 0:
+        return f"no gain is detectable on {n} problems of which none changed"
+    g = detectable_gain(n, before_only, after_only, alpha)
+    share = f"{100 * (before_only + after_only) / n:.1f}%"
+    if g is None:
+        return f"no gain is detectable at 80% power on {n} problems of which {share} changed"
+    return f"the smallest gain {n} problems detect at 80% power: +{100 * g:.1f} points ({share} of them changed)"
+
+
+def _failed_test(f: dict[str, Any]) -> dict[str, Any] | None:
+    """The paired test a format's verdict failed (:func:`format_verdict`'s order: the base, the base among the
+    problems both answered, the first control), or ``None`` for a math boost or a record without it."""
+    tests = [t for t in f.get("tests", []) if isinstance(t, dict) and t.get("after") == "candidate"]
+    verdict = f.get("verdict")
+    for t in tests:
+        if verdict == "no-gain" and t.get("before") == "base" and not t.get("answered_only"):
+            return t
+        if verdict == "format-effect" and t.get("before") == "base" and t.get("answered_only"):
+            return t
+        if verdict == "not-specific" and t.get("before") != "base" and not t.get("answered_only"):
+            return t
+    return None
 
 
 def evidence_text(c: Confirmation) -> str:
@@ -440,6 +480,9 @@ def evidence_text(c: Confirmation) -> str:
                 f"; vs the {name} control ({100 * arm.get('accuracy', 0):.1f}%): {t['after_only']} vs "
                 f"{t['before_only']}, {format_p(t['mcnemar_p'])}"
             )
+        failed = _failed_test(f)
+        if failed is not None:
+            line += "; " + detectable_text(failed["n"], failed["before_only"], failed["after_only"], c.alpha)
         parts.append(line)
     return "" if not parts else " [" + " | ".join(parts) + "]"
 
