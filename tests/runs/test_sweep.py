@@ -341,6 +341,9 @@ def test_csv_and_table_show_raw_and_holm_p():
     confirm_row = text.splitlines()[-2].split()
     assert confirm_row[:3] == ["confirm", "0.07", "1.1"] and "200" in confirm_row and "confirmed" in confirm_row
     assert text.splitlines()[-1].startswith("gain: percentage points")  # the legend explains gain and marks
+    # a confirmation that did not pass says what its n could have shown, not "no effect"
+    failed = _result(_conf(70, 78, 10, 18), 6).to_text().splitlines()[-2]
+    assert "not confirmed (base 35.0%; the smallest gain 200 problems detect at 80% power: +7.7 points" in failed
 
 
 def _arith(*sets: str):

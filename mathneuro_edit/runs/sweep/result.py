@@ -19,6 +19,7 @@ from ..inspect import pyplot, save_figure
 from .procedure import (
     Confirmation,
     SweepPoint,
+    detectable_text,
     math_merit,
 )
 
@@ -52,6 +53,8 @@ class SweepResult:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     variants: list[dict[str, Any]] = field(default_factory=list)
     general_tail_mass: list[float | None] = field(default_factory=list)
+    # the model the sweep measured, by content (runs.steps.export.base_identity): a release from it must be that model
+    base_identity: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``sweep.json`` contract (docs/evaluation.md)."""
@@ -78,6 +81,7 @@ class SweepResult:
             "alpha": self.alpha,
             "recipe_sha256": self.recipe_sha256,
             "recipe": self.recipe,
+            "base_identity": self.base_identity,
             "rounds": self.rounds,
             "variants": self.variants,
             "general_kl_tail_mass": self.general_tail_mass,
@@ -188,7 +192,10 @@ class SweepResult:
                     f"{c.mcnemar_p:.3g}",
                     "-",
                     "",
-                    ("confirmed" if c.confirmed else "not confirmed") + f" (base {100 * c.base_correct / c.n:.1f}%)",
+                    f"confirmed (base {100 * c.base_correct / c.n:.1f}%)"
+                    if c.confirmed
+                    else f"not confirmed (base {100 * c.base_correct / c.n:.1f}%; "
+                    f"{detectable_text(c.n, c.base_only, c.edited_only, c.alpha)})",
                 ]
             )
         head = [
