@@ -61,6 +61,12 @@ def _unpack(bits: torch.Tensor, numel: int) -> torch.Tensor:
 # edited weights on the card (issue 41).
 _MASK_FIX = "the file is corrupt or was edited: recreate it with `mathneuro-edit mask`"
 _HASH_BLOCK = 1 << 20  # packed bytes of an index-stored entry hashed at a time (8 Mi weights, 8 MB of bools)
+# Why bounds on the claimed weights: the content hash covers every claimed weight (an index-stored entry's zeros
+# too, 1 bit each, ~1 GB/s), so a 300-byte file claiming [10^12, 10^12] hashed for hours (issue 48). The largest
+# matrix of any released model is a few billion weights (a 256k x 16k embedding: 4.2e9; a stacked MoE expert
+# tensor: ~1.6e9), the largest model ~2e12 weights: 16x and 1x headroom.
+_MAX_ENTRY_WEIGHTS = 1 << 36  # 68.7e9 weights, 8 GiB of packed bits
+_MAX_MASK_WEIGHTS = 1 << 41  # 2.2e12 weights, 256 GiB of packed bits
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
 
@@ -70,6 +76,17 @@ def _numel(shape: tuple[int, ...]) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def _shown_count(n: int) -> str:
+    """A count as an error line shows it: with separators, or ``about 1e+24`` past 15 digits."""
+    return f"{n:,}" if n < 10**15 else f"about {float(n):.0e}"
+
+
+def _shown_shape(shape: tuple[int, ...]) -> str:
+    """A claimed shape as an error line shows it: its first 8 sizes, each cut like :func:`_shown_count`."""
+    shown = [str(d) if d < 10**15 else f"{float(d):.0e}" for d in shape[:8]]
+    return "[" + ", ".join(shown + (["..."] if len(shape) > 8 else [])) + "]"
 
 
 def _entry_count(where: str, shape: tuple[int, ...], kind: str, data: torch.Tensor) -> int:
@@ -85,6 +102,11 @@ def _entry_count(where: str, shape: tuple[int, ...], kind: str, data: torch.Tens
     if any(d < 0 for d in shape):
         raise InputError(f"{where} claims shape {list(shape)}, a negative size; {_MASK_FIX}")
     numel = _numel(shape)
+    if numel > _MAX_ENTRY_WEIGHTS:
+        raise InputError(
+            f"{where} claims shape {_shown_shape(shape)} ({_shown_count(numel)} weights), more than any model's "
+            f"matrix holds (at most {_MAX_ENTRY_WEIGHTS:,}); {_MASK_FIX}"
+        )
     if kind == "bits":
         want = (numel + 7) // 8
         if data.dtype != torch.uint8 or data.dim() != 1 or data.numel() != want:
@@ -266,6 +288,12 @@ class Mask(Mapping[str, torch.Tensor]):
         mask._counts = {
             n: _entry_count(f"{path}: mask entry {n!r}", mask._shapes[n], *mask._store[n]) for n in mask._shapes
         }
+        total = sum(_numel(shape) for shape in mask._shapes.values())  # each entry already bounded
+        if total > _MAX_MASK_WEIGHTS:
+            raise InputError(
+                f"{path}: the mask's {len(mask._shapes):,} entries claim {_shown_count(total)} weights, more than "
+                f"any model holds (at most {_MAX_MASK_WEIGHTS:,}); {_MASK_FIX}"
+            )
         mask._sha = _stored_sha256(mask._shapes, mask._store)
         if mask._sha != recorded:
             raise InputError(f"{path}: mask content does not match its recorded sha256; the file is corrupt")

@@ -200,3 +200,52 @@ def test_loading_forged_masks_costs_their_size_not_their_claims(tmp_path: Path) 
     bits, idx, bad = out["said"]
     assert "claims shape [30000, 30000]" in bits and idx == [1, 900_000_000] and "does not match its recorded" in bad
     assert out["grew_kib"] < 150 * 1024, out  # 0.9 GB before
+
+
+def _never_hashed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mathneuro_edit.engine.mask as mask_module
+
+    def hashing(*args: object) -> str:
+        raise AssertionError("the claimed weights were hashed before the claim was refused")
+
+    monkeypatch.setattr(mask_module, "_stored_sha256", hashing)
+
+
+def test_a_claim_larger_than_any_matrix_is_refused_before_hashing(tmp_path: Path, monkeypatch) -> None:
+    """Issue 48, item 3: a 300-byte mask claiming ``lm_head.weight`` of [10^12, 10^12] (one index, a valid-looking
+    header) made ``inspect`` and ``export`` hash 1.25e23 bytes of zeros: minutes, then hours. Refused, one line,
+    before the hash is computed."""
+    name = "lm_head.weight"
+    path = _forge(
+        tmp_path / "huge.safetensors",
+        {f"idx/{name}": torch.tensor([191], dtype=torch.int32)},
+        {name: [10**12] * 2},
+        "0" * 64,
+    )
+    assert path.stat().st_size < 400
+    _never_hashed(monkeypatch)
+    with pytest.raises(InputError) as caught:
+        Mask.load(path)
+    assert str(caught.value) == (
+        f"{path}: mask entry '{name}' claims shape [1000000000000, 1000000000000] (about 1e+24 weights), more than any model's "
+        "matrix holds (at most 68,719,476,736); the file is corrupt or was edited: recreate it with "
+        "`mathneuro-edit mask`"
+    )
+    for args in (["inspect", str(path)], ["export", "--mask", str(path), "--out", str(tmp_path / "out"), "-q"]):
+        result = CliRunner().invoke(main, args)
+        lines = [ln for ln in result.output.splitlines() if ln.strip()]
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert lines[0].startswith(f"error: {path}: mask entry '{name}' claims shape [1000000000000, 1000000000000]"), (
+            lines
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_many_entries_claiming_more_than_any_model_are_refused_before_hashing(tmp_path: Path, monkeypatch) -> None:
+    """Each entry under the per-matrix bound, together more weights than any model holds (2^41)."""
+    shapes = {f"w{i}": [1 << 18, 1 << 18] for i in range(40)}  # 40 x 2^36 = 2.7e12 weights
+    tensors = {f"idx/{n}": torch.tensor([1], dtype=torch.int32) for n in shapes}
+    path = _forge(tmp_path / "many.safetensors", tensors, shapes, "0" * 64)
+    _never_hashed(monkeypatch)
+    with pytest.raises(InputError, match=r"the mask's 40 entries claim 2,748,779,069,440 weights, more than any model"):
+        Mask.load(path)
