@@ -256,3 +256,20 @@ def test_an_output_folder_holding_a_hard_link_of_an_input_is_refused(ws: Path, t
     assert code == 2, text
     assert f"--out: {out} is a hard link of a file of the" in _error_line(text), text
     assert data.read_bytes() == before and (out / "sub" / "copy.txt").exists()
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_data_file_nested_100000_deep_is_one_line(tmp_path: Path, suffix: str) -> None:
+    """Issue 48, item 4: a ``.jsonl`` line (or a ``.json`` file) nested 100,000 deep ended in "internal error:
+    RecursionError"; Python's parser stops near 1,000 levels."""
+    from mathneuro_edit.data.sources import load_math_problems, load_texts
+    from mathneuro_edit.errors import InputError
+
+    path = tmp_path / f"math{suffix}"
+    deep = "[" * 100_000 + "]" * 100_000
+    path.write_text(json.dumps({"text": "1 + 1 = 2"}) + "\n" + deep + "\n" if suffix == ".jsonl" else deep)
+    where = "line 2: nested too deep to be a record" if suffix == ".jsonl" else "nested too deep to be a list"
+    for load in (load_texts, load_math_problems):
+        with pytest.raises(InputError, match=rf"^{tmp_path}/math\{suffix}: {where}") as caught:
+            load({"path": str(path)}, 1, 0)
+        assert "\n" not in str(caught.value)

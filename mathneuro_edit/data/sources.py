@@ -129,6 +129,11 @@ def _read_local(path: Path, fmt: str | None) -> tuple[Rows, Locate]:
                     raise InputError(
                         f"{path}: line {number}: invalid JSON ({e.msg}); each line must be one JSON object"
                     ) from None
+                except RecursionError:  # Python's parser stops near 1,000 levels
+                    raise InputError(
+                        f"{path}: line {number}: nested too deep to be a record; each line must be one JSON object "
+                        "of text fields"
+                    ) from None
                 lines.append(number)
         return rows, lambda i: f"line {lines[i]}"
     if fmt == "json":
@@ -136,6 +141,10 @@ def _read_local(path: Path, fmt: str | None) -> tuple[Rows, Locate]:
             rows = json.loads(text) if text.strip() else []
         except json.JSONDecodeError as e:
             raise InputError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno} ({e.msg})") from None
+        except RecursionError:
+            raise InputError(
+                f"{path}: nested too deep to be a list of records; it must be a JSON list of objects or strings"
+            ) from None
         if not isinstance(rows, list):
             raise InputError(f"{path}: must be a JSON list of objects or strings (for one object per line use .jsonl)")
         return rows, lambda i: f"item {i + 1}"
