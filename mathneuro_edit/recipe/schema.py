@@ -39,7 +39,61 @@ from .job_sections import ConsistencyConfig, EvaluationConfig, HubConfig, SweepC
 from .overrides import public_override
 from .types import StrictModel
 
-__all__ = ["Recipe", "recipe_sha256"]
+__all__ = ["Recipe", "recipe_sha256", "RELEASE_KEYS", "release_rule"]
+
+
+# How each recipe key stands to a release of a sweep's setting (``run --from-sweep``): ``same``: it decides the
+# statistics, the mask or the stored weights, so the release must have the sweep's value; ``base``: it names the
+# base model, which is compared by content (the sweep's ``base_identity``), never by its (redacted) name; ``sweep``:
+# the setting the sweep chose, taken from its confirmation; ``free``: where the run computes, what else it writes,
+# how it is judged or published, what a card names. A key takes its own entry (list indices dropped:
+# ``data.general.0.path`` is ``data.general.path``), else its nearest section's: a new key of ``data``,
+# ``calibration``, ``targets``, ``mask`` or ``base`` decides the weights unless listed here as something else.
+RELEASE_KEYS: dict[str, str] = {
+    "base": "same",  # base.dtype: the dtype the statistics are computed in
+    "base.model": "base",
+    "base.gguf_file": "base",
+    "base.revision": "base",
+    "base.device": "free",  # the same mask on a CPU and a GPU (README; reproduce says when rounding differs)
+    "base.device_map": "free",
+    "base.max_memory": "free",
+    "base.offload_folder": "free",
+    "base.use_kernels": "free",
+    "base.trust_remote_code": "free",
+    "base.hub_id": "free",  # what the card names the local base's origin
+    "base.hub_revision": "free",
+    "data": "same",
+    "data.math.hub_dataset": "free",  # the card names a local file's origin; the weights never see it
+    "data.general.hub_dataset": "free",
+    "calibration": "same",
+    "targets": "same",
+    "mask": "same",
+    "mask.top_k": "sweep",
+    "edit": "sweep",
+    "outputs": "free",
+    "outputs.dtype": "same",  # the values stored: the confirmation tested the weights at this dtype
+    "evaluation": "free",
+    "hub": "free",
+    "sweep": "free",  # the confirmed variant is matched against sweep.variants on its own
+    "consistency": "free",
+}
+
+
+def release_rule(key: str, default: str | None = "same") -> str | None:
+    """How the recipe key ``key`` stands to a release from a sweep (:data:`RELEASE_KEYS`): its own entry, else its
+    nearest section's, else ``default`` (``same``: a key nobody classified is compared, the safe side).
+
+    Example:
+        >>> release_rule("data.general.0.template"), release_rule("data.general.0.hub_dataset")
+        ('same', 'free')
+    """
+    parts = [p for p in key.split(".") if not p.isdigit()]
+    while parts:
+        found = RELEASE_KEYS.get(".".join(parts))
+        if found is not None:
+            return found
+        parts.pop()
+    return default
 
 
 class Recipe(StrictModel):

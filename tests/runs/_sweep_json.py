@@ -7,6 +7,7 @@ from typing import Any
 
 from mathneuro_edit.evaluation.significance import mcnemar_exact
 from mathneuro_edit.recipe.io import quickstart_recipe
+from mathneuro_edit.runs.steps.export import base_identity
 
 # the selection's and the confirmation's problem hashes: disjoint, as a real sweep's are
 SEL = [f"{i:064x}" for i in range(10)]
@@ -85,4 +86,10 @@ def valid_sweep(recipe_sets: Sequence[str] = ()) -> dict[str, Any]:
         "confirmation": passed_confirmation(CONF),
         "recommendation": "top_k=0.05 scale=1.1: confirmed",
         "recipe": quickstart_recipe(recipe_sets).public_dict(),
+        "base_identity": organism_identity(),
     }
+
+
+def organism_identity() -> dict[str, Any]:
+    """The quickstart base's identity as a sweep records it: the shipped organism's safetensors sha256."""
+    return base_identity(quickstart_recipe().base)

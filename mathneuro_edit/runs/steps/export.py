@@ -19,13 +19,16 @@ from ...outputs.checkpoint import output_dtype
 from ...outputs.registry import OUTPUTS, BaseRecord, Output, output
 from ...publish.base_card import base_card_fields
 from ...publish.lock import base_description, weights_sha256
+from ...recipe.input_sections import BaseConfig
 from ...recipe.schema import Recipe
-from ...weights.base import base_reference, resolved_revision
-from ...weights.gguf_reader import gguf_lock_entry
+from ...util.hashing import sha256_file
+from ...weights.base import base_reference, resolve_base, resolved_revision
+from ...weights.gguf_reader import gguf_lock_entry, gguf_source
 from .record import RunRecord
 
 __all__ = [
     "base_record",
+    "base_identity",
     "output_kinds",
     "derived_outputs",
     "prepare_outputs",
@@ -73,6 +76,28 @@ def base_record(recipe: Recipe, folder: Path) -> BaseRecord:
     description = base_description(local) if local is not None and local.is_dir() else None
     fields = base_card_fields(base_reference(recipe.base), recipe.base.revision)
     return BaseRecord(folder, revision, gguf, weights, fields, description)
+
+
+def base_identity(base: BaseConfig) -> dict[str, Any]:
+    """The base model by content, never by place: what a sweep records as ``base_identity`` and ``run --from-sweep``
+    compares (:func:`~mathneuro_edit.runs.sweep.evidence.base_difference`). One of ``{"gguf_sha256": ...}`` (a GGUF
+    base: its file's sha256, wherever it lies, local or in a Hub repo), ``{"hub_id": ..., "revision": COMMIT}`` (a
+    Hub model: its id and resolved commit) or ``{"weights_sha256": {file: sha256}}`` (a local folder or the
+    organism: :func:`~mathneuro_edit.publish.lock.weights_sha256`, as the lock records it).
+
+    Example:
+        >>> from mathneuro_edit.recipe.io import quickstart_recipe
+        >>> list(base_identity(quickstart_recipe().base)["weights_sha256"])
+        ['model.safetensors']
+    """
+    if base.is_gguf:
+        path, _ = gguf_source(base.model, base.gguf_file, base.revision)
+        return {"gguf_sha256": sha256_file(path)}
+    folder = resolve_base(base_reference(base), revision=base.revision)
+    commit = resolved_revision(folder)
+    if base.local_dir() is None and commit is not None:
+        return {"hub_id": base.model, "revision": commit}
+    return {"weights_sha256": weights_sha256(folder)}
 
 
 def release_dtype(recipe: Recipe) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 from ...errors import InputError
 from ...evaluation.report import format_p
 from ...layout import SWEEP_JSON
-from ...recipe.io import recipe_from_dict
+from ...recipe.io import as_recipe, recipe_from_dict
 from ...recipe.overrides import public_override
 from ...recipe.schema import Recipe
 from ...util.outdir import check_output
@@ -535,10 +535,13 @@ def _replaced_provenance(resolved: Mapping[str, Any], variant: list[str]) -> lis
     return found
 
 
-def run_from_sweep(recipe: Recipe, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):
+def run_from_sweep(recipe: Recipe | str | Path, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):
     """``run`` with the setting a sweep confirmed: the lock records the sweep's evidence and the card states it
-    (:func:`~mathneuro_edit.runs.pipeline.run_recipe` with ``sweep_evidence``)."""
+    (:func:`~mathneuro_edit.runs.pipeline.run_recipe` with ``sweep_evidence``). ``recipe``: a Recipe or the path of
+    a recipe file."""
     inputs = [("sweep folder", sweep_dir)]  # read, never written: a release into it replaced the sweep (issue 41)
+    inputs += [("recipe", recipe)] if isinstance(recipe, (str, Path)) else []
+    recipe = as_recipe(recipe)
     check_output(out_dir, [*recipe.local_inputs(), *inputs], kind="dir")  # before anything is read or loaded
     evidence = read_sweep(sweep_dir)
     return run_recipe(

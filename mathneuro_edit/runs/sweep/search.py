@@ -37,6 +37,7 @@ from ...engine.top_k_rule import top_k_hint
 from ...errors import InputError
 from ...evaluation.significance import wilson_interval
 from ...layout import STATS_DIR, SWEEP_CSV, SWEEP_JSON, SWEEP_MARKER, SWEEP_PNG
+from ...recipe.io import as_recipe
 from ...recipe.schema import Recipe, recipe_sha256
 from ...recipe.types import check_top_k
 from ...util.console import Stages
@@ -335,7 +336,7 @@ def _write(out: Path, result: SweepResult) -> None:
 
 
 def run_sweep(
-    recipe: Recipe,
+    recipe: Recipe | str | Path,
     out_dir: str | Path,
     *,
     top_ks: Sequence[float] | None = None,
@@ -362,7 +363,8 @@ def run_sweep(
     ``sweep.csv`` and ``sweep.png`` are written (atomically) when the sweep is complete.
 
     Args:
-        recipe: a recipe with an ``evaluation`` section; its ``sweep`` section sets sizes, grid, rounds, budget.
+        recipe: a recipe (or the path of a recipe file) with an ``evaluation`` section; its ``sweep`` section sets
+            sizes, grid, rounds, budget.
         out_dir: the sweep folder (created; an existing one is resumed if a sweep made it:
             :func:`check_sweep_folder`).
         top_ks: fractions in (0, 1] (default: ``sweep.top_k``, else :data:`DEFAULT_TOP_KS`).
@@ -375,6 +377,7 @@ def run_sweep(
     Returns:
         :class:`SweepResult`.
     """
+    recipe = as_recipe(recipe)
     refuse_official(recipe, "sweep")  # its masks come from float32 statistics
     if recipe.evaluation is None:
         raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
