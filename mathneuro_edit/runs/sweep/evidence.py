@@ -13,8 +13,8 @@ import json
 import math
 import re
 import stat
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,31 +23,19 @@ from ...evaluation.report import format_p
 from ...layout import SWEEP_JSON
 from ...recipe.io import as_recipe, recipe_from_dict
 from ...recipe.overrides import public_override
-from ...recipe.schema import Recipe
+from ...recipe.schema import Recipe, release_rule
 from ...util.outdir import check_output
 from ..pipeline import run_recipe
+from ..steps.export import base_identity
 
-__all__ = ["SweepEvidence", "read_sweep", "recipe_from_sweep", "run_from_sweep"]
-
-
-# the recipe keys that define which weights a setting edits: a release must share them with its sweep
-_SAME = (
-    "base.model",
-    "base.gguf_file",
-    "base.revision",
-    "base.dtype",
-    "data",
-    "calibration",
-    "targets",
-    "mask.method",
-    "mask.granularity",
-    "mask.seed",
-)
-
-
-# keys of a data source that say where its texts were taken from, not which texts are read: the card names them
-# (``datasets``, model-index), the weights never see them, so a release may add them to the sweep's recipe
-_PROVENANCE = ("hub_dataset",)
+__all__ = [
+    "SweepEvidence",
+    "read_sweep",
+    "release_difference",
+    "base_difference",
+    "recipe_from_sweep",
+    "run_from_sweep",
+]
 
 
 def _at(d: Mapping[str, Any], key: str) -> Any:
@@ -56,32 +44,62 @@ def _at(d: Mapping[str, Any], key: str) -> Any:
     return d
 
 
-def _deciding(value: Any) -> Any:
-    """A recipe section as it decides the weights: every data source without its :data:`_PROVENANCE` keys."""
-    if isinstance(value, Mapping):
-        source = "path" in value  # a data source (the only mappings of the compared sections with a path)
-        return {k: _deciding(v) for k, v in value.items() if not (source and k in _PROVENANCE)}
-    if isinstance(value, list):
-        return [_deciding(v) for v in value]
-    return value
-
-
-def _difference(mine: Any, theirs: Any, key: str) -> tuple[str, Any, Any] | None:
-    """The first key under ``key`` whose values differ, as deep as both sides go (``data.math.template``, not
-    ``data``), with both values; ``None`` when they are equal."""
+def _differences(mine: Any, theirs: Any, key: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """Every key where two recipes differ, as deep as both sides go (``data.math.template``, not ``data``; a list
+    of another length as a whole), with both values, in the recipe's order."""
     if mine == theirs:
-        return None
+        return
     if isinstance(mine, Mapping) and isinstance(theirs, Mapping):
         for k in [*mine, *(k for k in theirs if k not in mine)]:
-            found = _difference(mine.get(k), theirs.get(k), f"{key}.{k}")
-            if found is not None:
-                return found
-    if isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs):
+            yield from _differences(mine.get(k), theirs.get(k), f"{key}.{k}" if key else str(k))
+    elif isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs):
         for i, (a, b) in enumerate(zip(mine, theirs)):
-            found = _difference(a, b, f"{key}.{i}")
-            if found is not None:
-                return found
-    return key, mine, theirs
+            yield from _differences(a, b, f"{key}.{i}")
+    else:
+        yield key, mine, theirs
+
+
+def release_difference(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first key that decides the weights (:func:`~mathneuro_edit.recipe.schema.release_rule`: ``same``)
+    whose value differs between a release's public recipe and its sweep's, with both values; ``None`` when the
+    release may take the sweep's setting. The base model's keys are not among them: the base is compared by
+    content (:func:`base_difference`).
+
+    Example:
+        >>> from mathneuro_edit.recipe.io import quickstart_recipe
+        >>> sweep = quickstart_recipe().public_dict()
+        >>> release_difference(quickstart_recipe(["mask.reference=official"]).public_dict(), sweep)
+        ('mask.reference', 'official', None)
+        >>> release_difference(quickstart_recipe(["evaluation.samples=7", "edit.scale=2"]).public_dict(), sweep)
+    """
+    return next(((k, a, b) for k, a, b in _differences(mine, theirs) if release_rule(k) == "same"), None)
+
+
+def _identity_text(identity: Mapping[str, Any]) -> str:
+    if "gguf_sha256" in identity:
+        return f"GGUF sha256 {identity['gguf_sha256']}"
+    if "hub_id" in identity:
+        return f"Hub model {identity['hub_id']} at commit {identity['revision']}"
+    files = identity.get("weights_sha256") or {}
+    return "safetensors " + ", ".join(f"{name} sha256 {sha}" for name, sha in files.items())
+
+
+def base_difference(mine: Mapping[str, Any], theirs: Mapping[str, Any], model: str) -> str | None:
+    """What differs between a release's base identity and the one its sweep measured
+    (:func:`~mathneuro_edit.runs.steps.export.base_identity`), both whole, on one line; ``None`` when they are the
+    same model. ``model`` is how the release names its base (a local path may be shown here: the line is the
+    user's, never published).
+
+    Example:
+        >>> base_difference({"gguf_sha256": "a" * 64}, {"gguf_sha256": "a" * 64}, "m.gguf") is None
+        True
+    """
+    if dict(mine) == dict(theirs):
+        return None
+    return (
+        f"the recipe's base.model ({_whole(model)}: {_identity_text(mine)}) is not the model the sweep measured "
+        f"({_identity_text(theirs)})"
+    )
 
 
 def _whole(value: Any) -> str:
@@ -103,6 +121,7 @@ class SweepEvidence:
     sweep_sha256: str
     recipe: dict[str, Any]
     selection_base_correct: int | None = None
+    base_identity: dict[str, Any] = field(default_factory=dict)  # the model the sweep measured, by content
 
     def lock_entry(self) -> dict[str, Any]:
         """The lock's ``sweep`` section: the sweep file's hash, the chosen setting, the selection and the
@@ -110,8 +129,11 @@ class SweepEvidence:
         (:func:`~mathneuro_edit.runs.steps.seal.evidence_with_overlap`), which records the section without those
         lists (:func:`~mathneuro_edit.runs.steps.seal.without_problem_lists`: they stay in the sweep folder)."""
         c = self.confirmation
+        ev = self.recipe.get("evaluation") if isinstance(self.recipe.get("evaluation"), dict) else {}
+        own = None  # the recipe's own prompt format: the primary one's
         return {
             "sweep_sha256": self.sweep_sha256,
+            "base_identity": dict(self.base_identity),
             "top_k": self.top_k,
             "scale": self.scale,
             "variant": self.confirmation.get("variant") or "",
@@ -143,13 +165,15 @@ class SweepEvidence:
                     "weights_dtype",
                     "general",
                 )
-            },
+            }
+            | {"compute_dtype": c.get("compute_dtype") or recipe_compute_dtype(self.recipe)},
             "controls": [
                 {k: x.get(k) for k in ("name", "method", "seed", "selected", "mask_sha256", "general")}
                 for x in c.get("controls") or []
                 if isinstance(x, dict)
             ],
-            "formats": [_format_entry(f) for f in c.get("formats") or [] if isinstance(f, dict)],
+            "formats": [_format_entry(f, own) for f in c.get("formats") or [] if isinstance(f, dict)],
+            "problems": {"source": ev.get("math"), "seed": ev.get("seed")},
         }
 
 
@@ -157,14 +181,36 @@ class SweepEvidence:
 _ARM_KEYS = ("n", "correct", "answered", "restarts", "no_number", "correct_among_answers")
 
 
-def _format_entry(f: Mapping[str, Any]) -> dict[str, Any]:
-    """One prompt format of a confirmation as the lock records it: its verdict, each arm's counts (overall, by
-    form, by operation) and each paired test's counts and p."""
+# the evaluation settings that make a prompt format (what a card's snippet needs to prompt as the confirmation did)
+_PROMPT_KEYS = ("n_shot", "chat_template", "prompt_style", "max_new_tokens")
+
+
+def recipe_compute_dtype(recipe: Mapping[str, Any]) -> str | None:
+    """The dtype a (public) recipe's model computed in, for a sweep.json written before the confirmation recorded
+    its ``compute_dtype``: ``base.dtype`` when set, float32 for a GGUF base (dequantized to float32), else ``None``
+    (the base's own dtype, not recorded).
+
+    Example:
+        >>> recipe_compute_dtype({"base": {"dtype": "float32"}}), recipe_compute_dtype({"base": {"dtype": "auto"}})
+        ('float32', None)
+    """
+    base = recipe.get("base") if isinstance(recipe.get("base"), Mapping) else {}
+    dtype = base.get("dtype")
+    if dtype in ("float32", "bfloat16", "float16"):
+        return str(dtype)
+    return "float32" if base.get("gguf_file") else None
+
+
+def _format_entry(f: Mapping[str, Any], own_prompt: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One prompt format of a confirmation as the lock records it: its verdict, its prompt settings (the recipe's
+    own, ``own_prompt``, for the primary format, which the sweep file leaves ``null``), each arm's counts (overall,
+    by form, by operation) and each paired test's counts and p."""
     arms = f.get("arms") if isinstance(f.get("arms"), dict) else {}
+    prompt = f.get("prompt") if f.get("prompt") is not None or not f.get("primary") else own_prompt
     return {
         "name": f.get("name"),
         "primary": f.get("primary"),
-        "prompt": f.get("prompt"),
+        "prompt": dict(prompt) if isinstance(prompt, Mapping) else prompt,
         "n": f.get("n"),
         "verdict": f.get("verdict"),
         "arms": {
@@ -209,6 +255,27 @@ def _shown(value: Any, limit: int = 80) -> str:
     """A value of a shared file as one safe line of at most ``limit`` characters: ``repr`` escapes every character
     that is not printable (ESC, the other controls, bidi overrides), so none is shown raw."""
     return repr(value)[:limit]
+
+
+def _gist(text: str, limit: int = 300) -> str:
+    """The first sentence of a sweep's recommendation without its bracketed details, escaped as :func:`_shown`
+    does and cut only between words (``...`` marks a cut): a refusal names what the confirmation measured, and
+    never cuts a figure in two (it once read "(22.3% -> 2").
+
+    Example:
+        >>> _gist("nothing confirmed: X (22.3% -> 23.2%) did not confirm: 14.5% -> 14.4% [a | b]; do not publish")
+        'nothing confirmed: X did not confirm: 14.5% -> 14.4%'
+        >>> _gist("a 12.5% b 13.5% c", 12)
+        'a 12.5% ...'
+    """
+    text = text[:4000]  # a recommendation is a few hundred characters; a longer one is not read further
+    for _ in range(8):  # innermost groups first: "(...)" within "[...]"
+        text = re.sub(r"\s*(\([^()\[\]]*\)|\[[^()\[\]]*\])", "", text)
+    shown = repr(" ".join(text.split(";")[0].split()))[1:-1]
+    if len(shown) <= limit:
+        return shown
+    cut = shown.rfind(" ", 0, limit - 3)
+    return shown[: cut if cut > 0 else limit - 4] + " ..."
 
 
 def _count(c: Mapping[str, Any], key: str, most: int, where: str) -> int:
@@ -362,7 +429,7 @@ def _confirmed(path: Path, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         )
     c = data["confirmation"]
     if not (isinstance(c, dict) and c.get("confirmed") is True):
-        why = _shown(str(data.get("recommendation") or "nothing confirmed").split(";")[0], 120).strip("'\"")
+        why = _gist(str(data.get("recommendation") or "nothing confirmed"))
         raise InputError(f"{path}: nothing was confirmed ({why}); there is no setting to release from this sweep")
     return data["selection"], c
 
@@ -426,6 +493,55 @@ def _base_correct(path: Path, sel: Mapping[str, Any], n_selection: int) -> Any:
     return base_correct
 
 
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_HUB_ID = re.compile(r"[A-Za-z0-9_][\w.-]{0,95}(/[A-Za-z0-9_][\w.-]{0,95})?")
+_WEIGHTS_FILE = re.compile(r"[^/\\\x00-\x1f\x7f]{1,200}\.safetensors(\.index\.json)?")
+
+
+def _base_identity(value: Any, path: Path) -> dict[str, Any]:
+    """The sweep's ``base_identity``, in one of the three forms
+    :func:`~mathneuro_edit.runs.steps.export.base_identity` writes.
+
+    Raises:
+        InputError: none (a sweep.json written before sweeps recorded their base: how to add it), or another form.
+    """
+    if value is None:
+        raise InputError(
+            f"{path}: records no base_identity (written before a sweep recorded the model it measured), so its "
+            "gain cannot be bound to a base; re-run the sweep, or, holding the very model it ran on, add it to "
+            'the file: "base_identity": {"gguf_sha256": "<sha256sum of the .gguf>"} (a model folder: '
+            '{"weights_sha256": {"<file>.safetensors": "<sha256>"}}; docs/releasing.md)'
+        )
+    ok = isinstance(value, dict) and (
+        (
+            set(value) == {"gguf_sha256"}
+            and isinstance(value["gguf_sha256"], str)
+            and _SHA.fullmatch(value["gguf_sha256"])
+        )
+        or (
+            set(value) == {"weights_sha256"}
+            and isinstance(value["weights_sha256"], dict)
+            and 0 < len(value["weights_sha256"]) <= 10_000
+            and all(
+                isinstance(k, str) and _WEIGHTS_FILE.fullmatch(k) and isinstance(v, str) and _SHA.fullmatch(v)
+                for k, v in value["weights_sha256"].items()
+            )
+        )
+        or (
+            set(value) == {"hub_id", "revision"}
+            and all(isinstance(value[k], str) for k in value)
+            and _HUB_ID.fullmatch(value["hub_id"])
+            and _COMMIT.fullmatch(value["revision"])
+        )
+    )
+    if not ok:
+        raise InputError(
+            f"{path}: base_identity: must be {{gguf_sha256}}, {{weights_sha256}} or {{hub_id, revision}} of the "
+            f"model the sweep ran on, got {_shown(value)}; the file was edited: re-run the sweep"
+        )
+    return dict(value)
+
+
 def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     """The confirmed setting of a sweep folder. A sweep.json may come from someone else: it is data, checked
     before use (:func:`_load`: a regular file of bounded size; every field the release takes of the right type and
@@ -460,6 +576,7 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
             "edited: re-run the sweep"
         )
     _check_controls(c, n, alpha, where)
+    identity = _base_identity(data.get("base_identity"), path)
     return SweepEvidence(
         float(top_k),
         float(scale),
@@ -470,25 +587,38 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
         hashlib.sha256(raw).hexdigest(),
         dict(data["recipe"]),
         base_correct,
+        identity,
     )
 
 
-def recipe_from_sweep(recipe: Recipe, evidence: SweepEvidence, where: str = "--from-sweep") -> Recipe:
-    """``recipe`` with the confirmed ``mask.top_k`` and edit (``scale``, or ``prune`` for 0).
+def recipe_from_sweep(
+    recipe: Recipe, evidence: SweepEvidence, where: str = "--from-sweep", *, base: Mapping[str, Any] | None = None
+) -> Recipe:
+    """``recipe`` with the confirmed ``mask.top_k`` and edit (``scale``, or ``prune`` for 0), when its base is the
+    model the sweep measured and every key that decides the weights has the sweep's value.
+
+    Args:
+        base: the recipe's base identity (default: :func:`~mathneuro_edit.runs.steps.export.base_identity` of
+            ``recipe.base``, which hashes its files).
 
     Raises:
-        InputError: the recipe differs from the sweep's in a key that decides which weights are edited, or the
-            sweep's confirmed variant is not one of the recipe's own (:func:`_own_variant`).
+        InputError: the recipe differs from the sweep's in a key that decides the weights
+            (:func:`release_difference`), its base is another model (:func:`base_difference`), or the sweep's
+            confirmed variant is not one of the recipe's own (:func:`_own_variant`).
     """
-    mine = recipe.public_dict()
-    for key in _SAME:
-        found = _difference(_deciding(_at(mine, key)), _deciding(_at(evidence.recipe, key)), key)
-        if found is not None:
-            name, a, b = found
-            raise InputError(
-                f"{where}: the recipe's {name} differs from the sweep's ({_whole(a)} vs {_whole(b)}); the "
-                "confirmed setting holds only for the sweep's recipe: use it, or sweep this one"
-            )
+    found = release_difference(recipe.public_dict(), evidence.recipe)
+    if found is not None:
+        name, a, b = found
+        raise InputError(
+            f"{where}: the recipe's {name} differs from the sweep's ({_whole(a)} vs {_whole(b)}); the "
+            "confirmed setting holds only for the sweep's recipe: use it, or sweep this one"
+        )
+    model = recipe.base.model + (f" ({recipe.base.gguf_file})" if recipe.base.gguf_file else "")
+    other = base_difference(base_identity(recipe.base) if base is None else base, evidence.base_identity, model)
+    if other is not None:
+        raise InputError(
+            f"{where}: {other}; the confirmed gain was measured on that model only: release from it, or sweep this one"
+        )
     edit = ["edit.prune=true"] if evidence.scale == 0 else [f"edit.scale={evidence.scale!r}"]
     variant = _own_variant(recipe, evidence.confirmation, where)
     stale = _replaced_provenance(recipe.resolved_dict(), variant)

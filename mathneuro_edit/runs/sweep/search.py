@@ -46,6 +46,7 @@ from ...util.outdir import claim
 from ...weights.loading import model_weights
 from ..official_mask import refuse_official
 from ..steps.count import stage_count
+from ..steps.export import base_identity
 from ..steps.mask import Statistics, load_step, recipe_masks
 from ..steps.record import RunRecord
 from .cache import ResultCache
@@ -397,6 +398,7 @@ def run_sweep(
         cache = _open_folder(out)
         run = RunRecord(recipe, stages, progress)
         load_step(run)
+        identity = base_identity(recipe.base)  # what a release from this sweep must be (run --from-sweep)
         ctx = _Context(run, model_weights_sha256(run.model), cache, echo)
         stats = _group_statistics(ctx, grid.variants, out / STATS_DIR, stages)
         weights = _masks(ctx, stats, top_ks, scales, grid, stages)
@@ -408,6 +410,7 @@ def run_sweep(
         confirmation = _confirm_stage(ctx, evaluator, chosen, scored, (confirmation_problems, shots), stages)
         decided = (None if chosen is None else chosen.index, confirmation)
         result = _result(recipe, grid, points, (base_sel, base_general), decided, selection, rounds, len(texts))
+        result.base_identity = identity
         _write(out, result)
         stages.note(f"cache: {cache.hits} blocks reused, {cache.misses} computed")
     return result
