@@ -27,7 +27,7 @@ from .safe_yaml import MAX_RECIPE_BYTES, load_yaml
 from .schema import Recipe
 from .types import show_value
 
-__all__ = ["load_recipe", "recipe_from_dict", "quickstart_recipe", "recipe_fields"]
+__all__ = ["load_recipe", "as_recipe", "recipe_from_dict", "quickstart_recipe", "recipe_fields"]
 
 
 def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
@@ -156,6 +156,28 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     if data is None:
         raise InputError(f"{p}: the recipe is empty; start from recipes/quickstart.yaml")
     return recipe_from_dict(data, overrides, where=str(p))
+
+
+def as_recipe(recipe: Recipe | str | Path) -> Recipe:
+    """What every job of the API takes as its recipe, as the CLI takes it: a :class:`Recipe`, or the path of a recipe
+    file (read by :func:`load_recipe`).
+
+    Raises:
+        InputError: a path that is no valid recipe (:func:`load_recipe`'s one line), or neither a path nor a recipe.
+
+    Example:
+        >>> as_recipe(quickstart_recipe()) == quickstart_recipe()
+        True
+        >>> as_recipe(3)
+        Traceback (most recent call last):
+        ...
+        mathneuro_edit.errors.InputError: recipe: got int; pass a Recipe (load_recipe) or the path of a recipe file
+    """
+    if isinstance(recipe, Recipe):
+        return recipe
+    if isinstance(recipe, (str, Path)):
+        return load_recipe(recipe)
+    raise InputError(f"recipe: got {type(recipe).__name__}; pass a Recipe (load_recipe) or the path of a recipe file")
 
 
 _QUICKSTART: dict[str, Any] = {

@@ -18,6 +18,7 @@ from typing import Any
 from ..data.sources import load_texts
 from ..errors import InputError
 from ..layout import CONSISTENCY_JSON
+from ..recipe.io import as_recipe
 from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.files import write_json_atomic
@@ -185,7 +186,7 @@ def _plot(rows: Sequence[ConsistencyRow], path: Path, info: dict[str, Any]) -> P
 
 
 def run_consistency(
-    recipe: Recipe,
+    recipe: Recipe | str | Path,
     out_dir: str | Path,
     *,
     sizes: Sequence[int] | None = None,
@@ -201,7 +202,9 @@ def run_consistency(
 
     ``consistency.json`` is ``{"method", "top_k", "math_samples", "general_samples", "sizes", "repeats", "seed",
     "rows": [...]}``: the setting that produced the rows, then one row per size. ``echo`` receives the stage lines.
+    ``recipe``: a Recipe or the path of a recipe file.
     """
+    recipe = as_recipe(recipe)
     refuse_official(recipe, "consistency")  # its masks come from statistics
     out = Path(out_dir)
     if out.exists() and not overwrite:

@@ -30,6 +30,7 @@ from ..evaluation.lm_eval_task import LmEvalTask
 from ..layout import MASK_NAME, STATS_DIR
 from ..outputs.registry import OUTPUTS, output
 from ..publish.lock import output_hashes
+from ..recipe.io import as_recipe
 from ..recipe.schema import Recipe
 from ..util.console import Stages
 from ..util.outdir import atomic_dir
@@ -112,7 +113,7 @@ def _output_bytes(recipe: Recipe) -> int | None:
 
 
 def run_recipe(
-    recipe: Recipe,
+    recipe: Recipe | str | Path,
     out_dir: str | Path,
     *,
     overwrite: bool = False,
@@ -126,7 +127,7 @@ def run_recipe(
     (:mod:`.steps`).
 
     Args:
-        recipe: a validated :class:`~mathneuro_edit.recipe.schema.Recipe`.
+        recipe: a validated :class:`~mathneuro_edit.recipe.schema.Recipe`, or the path of a recipe file.
         out_dir: the folder to create (see the module docstring for its layout).
         overwrite: replace an existing ``out_dir`` once the new one is complete.
         progress: progress bars.
@@ -145,7 +146,10 @@ def run_recipe(
     Example:
         >>> from mathneuro_edit.recipe.io import quickstart_recipe
         >>> run_recipe(quickstart_recipe(), "out/quickstart")  # doctest: +SKIP
+        >>> run_recipe("recipes/quickstart.yaml", "out/quickstart")  # doctest: +SKIP
     """
+    inputs = [*inputs, *([("recipe", recipe)] if isinstance(recipe, (str, Path)) else [])]  # never written over
+    recipe = as_recipe(recipe)
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise InputError(f"{out}: already exists; choose another --out or pass --overwrite")
