@@ -273,3 +273,20 @@ def test_a_data_file_nested_100000_deep_is_one_line(tmp_path: Path, suffix: str)
         with pytest.raises(InputError, match=rf"^{tmp_path}/math\{suffix}: {where}") as caught:
             load({"path": str(path)}, 1, 0)
         assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("calibration.batch_size", 10**18, "must be at most 65,536 (texts in one forward pass)"),
+        ("calibration.max_length", 10**12, "must be at most 16,777,216 tokens"),
+        ("evaluation.max_new_tokens", 10**12, "must be at most 16,777,216 tokens"),
+    ],
+)
+def test_sizes_no_machine_runs_are_refused_by_plan(key: str, value: int, said: str) -> None:
+    """Issue 48: `plan --set calibration.batch_size=10^18` estimated 180 billion TB with exit 0."""
+    code, _, text = _cli("plan", "--set", f"{key}={value}")
+    assert code == 2, text
+    assert f"{key}: {said}" in _error_line(text), text
+    code, _, text = _cli("plan", "--set", f"{key}={65536 if 'batch' in key else 16 << 20}")  # the bound itself
+    assert code == 0, text

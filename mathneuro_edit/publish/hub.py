@@ -370,6 +370,8 @@ def _run_artifact(
     """The folder of output ``kind`` in a run folder (or the output folder given), its lock (read once, checked by
     :func:`_check_lock`), that output's name, and the repo, visibility and branch: as given, else from the
     recipe's ``hub`` section in the lock."""
+    if repo_id is not None and not repo_id.strip():  # `--repo-id ''` (an unset variable) fell back to the recipe's
+        raise InputError("--repo-id: empty; pass you/name, or leave --repo-id out to push to the recipe's hub.repo_id")
     out = Path(out_dir)
     if not out.is_dir():
         raise InputError(f"{out}: output folder not found; run the pipeline first")

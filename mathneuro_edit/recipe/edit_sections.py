@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
-from .types import Positive, Regex, Scale, ShardSize, StrictModel, TopK
+from .types import BatchSize, Regex, Scale, ShardSize, StrictModel, Tokens, TopK
 
 __all__ = ["CalibrationConfig", "TargetsConfig", "MaskConfig", "EditConfig", "OutputsConfig"]
 
@@ -21,8 +21,8 @@ __all__ = ["CalibrationConfig", "TargetsConfig", "MaskConfig", "EditConfig", "Ou
 class CalibrationConfig(StrictModel):
     """Forward passes that collect activation statistics."""
 
-    max_length: Positive = Field(512, description="tokens per text (longer texts are truncated)")
-    batch_size: Positive = Field(8, description="texts per forward pass")
+    max_length: Tokens = Field(512, description="tokens per text (longer texts are truncated)")
+    batch_size: BatchSize = Field(8, description="texts per forward pass")
 
 
 class TargetsConfig(StrictModel):

@@ -14,7 +14,19 @@ from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from .input_sections import Source, Sources
 from .lm_eval_keys import LmEvalConfig, migrate_lm_eval_keys
-from .types import Branch, FiniteNonNegative, Level, NonNegative, Positive, RepoId, Scale, StrictModel, TopK
+from .types import (
+    BatchSize,
+    Branch,
+    FiniteNonNegative,
+    Level,
+    NonNegative,
+    Positive,
+    RepoId,
+    Scale,
+    StrictModel,
+    Tokens,
+    TopK,
+)
 
 __all__ = ["EvaluationConfig", "HubConfig", "SweepVariant", "PromptFormat", "SweepConfig", "ConsistencyConfig"]
 
@@ -30,7 +42,7 @@ class EvaluationConfig(StrictModel):
     samples: Positive = Field(100, description="problems and texts evaluated")
     seed: StrictInt = Field(0, description="seed of the sampling")
     n_shot: NonNegative = Field(0, description="worked examples put before each problem")
-    max_new_tokens: Positive = Field(256, description="generation budget per problem")
+    max_new_tokens: Tokens = Field(256, description="generation budget per problem")
     chat_template: bool | Literal["auto"] = Field(
         "auto",
         description="render prompts with the tokenizer's chat template: auto (when it has one), true "
@@ -112,7 +124,7 @@ class SweepConfig(StrictModel):
         description="problems of the first round of successive halving (null: every point on every selection problem)",
     )
     eta: StrictInt = Field(3, ge=2, description="each round keeps 1/eta of the points on eta times the problems")
-    batch_size: Positive = Field(64, description="problems generated at once (one shared prompt prefix per batch)")
+    batch_size: BatchSize = Field(64, description="problems generated at once (one shared prompt prefix per batch)")
     kl_support: Positive = Field(
         256,
         description="base tokens kept per position for the general KL (a lower "

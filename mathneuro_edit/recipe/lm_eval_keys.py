@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from .types import NonNegative, Positive, StrictModel, value_rule
+from .types import BatchSize, NonNegative, StrictModel, value_rule
 
 __all__ = ["LmEvalConfig", "migrate_lm_eval_keys"]
 
@@ -42,7 +42,7 @@ class LmEvalConfig(StrictModel):
     fewshot_as_multiturn: bool | None = Field(
         None, description="few-shot examples as chat turns (default: on exactly when apply_chat_template is)"
     )
-    batch_size: Positive | None = Field(
+    batch_size: BatchSize | None = Field(
         None, description="lm-eval batch size (default: 16, as the built-in evaluation)"
     )
 

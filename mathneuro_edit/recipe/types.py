@@ -43,6 +43,20 @@ def _regex(value: str) -> str:
 # Why strict ints and bools: YAML `batch_size: true` or `prune: "yes"` is a mistake, not 1 / True.
 Positive = Annotated[StrictInt, value_rule(lambda v: v >= 1, "must be an integer >= 1")]
 NonNegative = Annotated[StrictInt, value_rule(lambda v: v >= 0, "must be an integer >= 0")]
+# Why upper bounds: `calibration.batch_size: 1e18` passed as valid and `plan` estimated 180 billion TB with exit 0
+# (issue 48); no machine runs a forward pass of 65,536 texts, and no model reads 16 Mi tokens at once.
+MAX_BATCH = 1 << 16
+MAX_TOKENS = 1 << 24
+BatchSize = Annotated[
+    StrictInt,
+    value_rule(lambda v: v >= 1, "must be an integer >= 1"),
+    value_rule(lambda v: v <= MAX_BATCH, f"must be at most {MAX_BATCH:,} (texts in one forward pass)"),
+]
+Tokens = Annotated[
+    StrictInt,
+    value_rule(lambda v: v >= 1, "must be an integer >= 1"),
+    value_rule(lambda v: v <= MAX_TOKENS, f"must be at most {MAX_TOKENS:,} tokens (longer than any model's context)"),
+]
 
 
 def check_top_k(value: float) -> float:

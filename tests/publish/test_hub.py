@@ -150,6 +150,16 @@ def test_bad_repo_id(out_dir: Path, fake_hub: FakeHub) -> None:
     assert fake_hub.requests == []
 
 
+@pytest.mark.parametrize("repo_id", ["", "  "])
+def test_an_empty_repo_id_is_refused_not_replaced_by_the_recipe_s(
+    out_dir: Path, fake_hub: FakeHub, repo_id: str
+) -> None:
+    """Issue 48: `push --repo-id ''` (an unset shell variable) silently pushed to the recipe's hub.repo_id."""
+    with pytest.raises(InputError, match=r"^--repo-id: empty; pass you/name, or leave --repo-id out"):
+        push_to_hub(out_dir, repo_id, token=TOKEN)
+    assert fake_hub.requests == []
+
+
 def test_a_config_naming_a_local_path_is_not_published(fake_hub: FakeHub, out_dir: Path) -> None:
     (out_dir / "adapter" / "adapter_config.json").write_text(
         json.dumps({"peft_type": "LORA", "base_model_name_or_path": "/home/alice/models/llama"})
