@@ -14,9 +14,11 @@ commands' ``:Q8_0`` tag selects.
 A second test releases the page's worked example, the committed SmolLM2 search (docs/data/search-smollm2), in the
 page's order: the copy gets only the page's step-2 keys (``hub_dataset`` included) and a smaller evaluation (not a key
 the sweep's confirmation depends on); the page's ``sweep`` line is replaced by the committed folder, so ``run
---from-sweep`` must release its confirmed setting (exit 0), and every later step runs on that release. The weights
-are the tiny model's (the GGUF at the page's path): the mask differs from the one the search confirmed, which the
-card says; what is tested is the path from the guide's recipe to the three repos.
+--from-sweep`` must release its confirmed setting (exit 0), and every later step runs on that release. The GGUF at
+the page's path is the tiny model's, not the one the search measured: ``run --from-sweep`` on the committed folder is
+refused naming both files' sha256, and the page is followed with a copy of the folder whose ``base_identity`` names
+the tiny GGUF (its mask differs from the one the search confirmed, which the card says); what is tested is the path
+from the guide's recipe to the three repos. On SmolLM2 itself (the real tier) the committed folder is released as is.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from click.testing import CliRunner
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.outputs.gguf import gguf_repo_name
 from mathneuro_edit.recipe.io import load_recipe
+from mathneuro_edit.util.hashing import sha256_file
 from tests._fakehub import TOKEN, FakeHub
 
 pytest.importorskip("gguf")
@@ -294,8 +297,22 @@ def test_the_guide_releases_the_committed_search_with_step_2_s_hub_dataset(
     fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 39 item 2: with step 2's ``hub_dataset`` keys, step 5 refused the committed search (exit 2, the
-    differing key unnamed). Now it releases the search's confirmed setting, and the cards name the data's origins."""
-    _release_the_committed_search(fake_hub, _workspace(tmp_path, monkeypatch))
+    differing key unnamed). Now it releases the search's confirmed setting, and the cards name the data's origins.
+
+    The search measured SmolLM2's GGUF, not this tiny one: step 5 on the committed folder is refused, naming both
+    files' sha256 (issue 46 item 1); the path to the three repos is then followed with a copy of the folder whose
+    ``base_identity`` names the tiny GGUF, as if the search had run on it."""
+    work = _workspace(tmp_path, monkeypatch)
+    code, output = _cli(f"mathneuro-edit run recipes/smollm2-arithmetic-boost.yaml --from-sweep {SEARCH} --dry-run")
+    committed = json.loads((SEARCH / "sweep.json").read_text())["base_identity"]["gguf_sha256"]
+    assert code == 2 and "is not the model the sweep measured" in output and committed in output, output
+    assert sha256_file(work / GGUF) in output
+    stand_in = tmp_path / "search-on-the-tiny-gguf"
+    shutil.copytree(SEARCH, stand_in, ignore=shutil.ignore_patterns("cache", "stats"))
+    sweep = json.loads((stand_in / "sweep.json").read_text())
+    sweep["base_identity"] = {"gguf_sha256": sha256_file(work / GGUF)}
+    (stand_in / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
+    _release_the_committed_search(fake_hub, work, stand_in)
 
 
 @pytest.mark.slow
@@ -305,17 +322,18 @@ def test_the_guide_releases_the_committed_search_on_smollm2(
 ) -> None:
     """The same on the model the search ran on, as a new user follows the page: the release's mask is the one the
     search confirmed, bit for bit (its sha256 is in sweep.json), so the card's evidence is this model's."""
-    _release_the_committed_search(fake_hub, _workspace(tmp_path, monkeypatch, gguf=smollm2))
+    _release_the_committed_search(fake_hub, _workspace(tmp_path, monkeypatch, gguf=smollm2), SEARCH)
     lock = yaml.safe_load(Path("out/smollm2-release/mathneuro_recipe.lock.yaml").read_text())
     assert lock["sweep"]["mask_matches_confirmation"] is True, lock["sweep"]["confirmation"]["mask_sha256"]
     assert "this run's mask differs" not in Path("out/smollm2-release/checkpoint/README.md").read_text()
 
 
-def _release_the_committed_search(fake_hub: FakeHub, work: Path) -> None:
-    """The page in its order with the committed search as its sweep's output, and what its release holds."""
+def _release_the_committed_search(fake_hub: FakeHub, work: Path, search: Path) -> None:
+    """The page in its order with the committed search (or a copy of it) as its sweep's output, and what its
+    release holds."""
     from huggingface_hub import ModelCard
 
-    _, namespace, confirmed = _follow_the_page(work, SMALL_EVALUATION, search=SEARCH)
+    _, namespace, confirmed = _follow_the_page(work, SMALL_EVALUATION, search=search)
     assert confirmed, "the page's worked example is a confirmed search"
     _the_three_repos_load_as_the_page_says(fake_hub, namespace)
     sweep = json.loads((SEARCH / "sweep.json").read_text())

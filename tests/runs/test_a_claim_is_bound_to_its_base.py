@@ -207,9 +207,10 @@ def test_a_release_on_another_base_is_refused_naming_both_models(released, tmp_p
     code, text = _release(recipe, sweep, f"base.model={other}", out=out)
     assert code == 2 and not out.exists(), text
     line = _error_line(text)
-    mine, theirs = base_identity(load_recipe(str(recipe), [f"base.model={other}"]).base), json.loads(
-        (sweep / "sweep.json").read_text()
-    )["base_identity"]
+    mine, theirs = (
+        base_identity(load_recipe(str(recipe), [f"base.model={other}"]).base),
+        json.loads((sweep / "sweep.json").read_text())["base_identity"],
+    )
     assert f"the recipe's base.model ('{other}': safetensors " in line and "is not the model the sweep measured" in line
     assert all(sha in line for sha in [*mine["weights_sha256"].values(), *theirs["weights_sha256"].values()])
 
