@@ -13,10 +13,10 @@ Older ``eval.json`` files without counts or intervals still render (the missing 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-__all__ = ["eval_markdown", "effect_sentence", "format_accuracy", "format_p"]
+__all__ = ["eval_markdown", "effect_sentence", "format_accuracy", "format_p", "NOT_A_TEST"]
 
 Row = Mapping[str, Any]
 _SKIP = {"math_correct", "math_total", "math_ci95_low", "math_ci95_high", "general_loss_se", "general_texts"}
@@ -72,12 +72,18 @@ def _value(key: str, row: Row, shown: Callable[[Any], str] = str) -> str:
     return f"{v:.4g}"
 
 
-def _change(key: str, base: Row, edited: Row, comparison: Row) -> str:
+# what a math change measured on a sweep's selection problems is said to be instead of (not) significant
+NOT_A_TEST = "selection problems: biased upward, not a test"
+
+
+def _change(key: str, base: Row, edited: Row, comparison: Row, tested: bool = True) -> str:
     b, e = base.get(key), edited.get(key)
     if key == "math_accuracy" and _num(b) and _num(e):
         text = f"{100 * (e - b):+.1f} pp"
         p = comparison.get("mcnemar_p")
-        if _num(p):
+        if _num(p) and not tested:
+            text += f", {format_p(p)} ({NOT_A_TEST})"
+        elif _num(p):
             text += f", {format_p(p)} ({'significant' if comparison.get('significant') else 'not significant'})"
         return text
     if key == "general_kl":
@@ -94,7 +100,9 @@ def _plain(x: Any, shown: Callable[[Any], str] = str) -> str:
     return f"{x:.4g}" if _num(x) else ("-" if x is None else shown(x))
 
 
-def eval_markdown(results: Mapping[str, Mapping[str, Row]], shown: Callable[[Any], str] = str) -> str:
+def eval_markdown(
+    results: Mapping[str, Mapping[str, Row]], shown: Callable[[Any], str] = str, untested: Collection[str] = ()
+) -> str:
     """The table: one row per metric; columns base / edited / change (just ``value`` without an edit).
 
     Args:
@@ -102,6 +110,9 @@ def eval_markdown(results: Mapping[str, Mapping[str, Row]], shown: Callable[[Any
         shown: how a name or value taken from ``results`` is written (a task, an lm-eval task or metric, a value
             that is not a number): as it is on the console; the model card passes its escaping rule
             (:func:`~mathneuro_edit.publish.card_sections.card_text`), since eval.json may be someone else's.
+        untested: tasks measured on problems the edit's setting was chosen on (a release from a sweep whose own
+            evaluation reuses selection problems): their math change is shown with its p and :data:`NOT_A_TEST`,
+            never "significant".
 
     Returns:
         Markdown, ending in a newline.
@@ -154,7 +165,7 @@ def eval_markdown(results: Mapping[str, Mapping[str, Row]], shown: Callable[[Any
                 label = "general loss"
             if with_edit:
                 b = "-" if key == "general_kl" else _value(key, base, shown)
-                cells = [b, _value(key, edited, shown), _change(key, base, edited, comparison)]
+                cells = [b, _value(key, edited, shown), _change(key, base, edited, comparison, task not in untested)]
             else:
                 cells = [_value(key, base, shown)]
             lines.append(f"| {shown(task)} | {label} | " + " | ".join(cells) + " |")

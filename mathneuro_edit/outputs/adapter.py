@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import InputError
 from ..layout import MATHNEURO_CONFIG
 from .checkpoint import audit_weights
-from .common import BASE_ENV, BASE_GGUF_ENV, CHAT, base_kind, hub_origin, lock_base, where_loaded
+from .common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, lock_base, usage_prompt, where_loaded
 from .registry import CardView, Output, RunView, register_output
 
 __all__ = ["ADAPTER", "write_adapter", "check_adapter_support", "adapter_base", "peft_usage", "peft_loaders"]
@@ -83,7 +83,7 @@ def peft_usage(out: Output, view: CardView) -> str:
     base, kind = lock_base(lock), base_kind(lock)
     if base.get("gguf") and kind != "organism":  # deltas to a dequantized GGUF: loaded from that file
         hub = (str(base["model"]), base.get("revision")) if kind == "hub" else None
-        return _gguf_base_peft_usage(where, base["gguf"], hub, view.chat)
+        return _gguf_base_peft_usage(where, base["gguf"], hub, usage_prompt(view.prompt, view.chat))
     if kind == "organism":
         imports, setup, base_expr = "from mathneuro_edit.organism import organism_path\n", "", "organism_path()"
     elif kind == "local":
@@ -102,14 +102,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 {setup}base = AutoModelForCausalLM.from_pretrained({base_expr})
 model = PeftModel.from_pretrained(base, {where})
 model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
-tokenizer = AutoTokenizer.from_pretrained({base_expr}){CHAT if view.chat else ""}
+tokenizer = AutoTokenizer.from_pretrained({base_expr}){usage_prompt(view.prompt, view.chat)}
 ```"""
 
 
-def _gguf_base_peft_usage(where: str, gguf: Mapping[str, Any], hub: tuple[str, str | None] | None, chat: bool) -> str:
+def _gguf_base_peft_usage(where: str, gguf: Mapping[str, Any], hub: tuple[str, str | None] | None, prompt: str) -> str:
     """The adapter of a GGUF base, loaded with transformers and PEFT only: the base dequantized from its .gguf file
     by transformers, in float32, as the edit was made (``mathneuro-edit dequantize`` writes the same weights); the
-    file from its Hub repo (``hub``: id and revision), else the user's copy (:data:`BASE_GGUF_ENV`)."""
+    file from its Hub repo (``hub``: id and revision), else the user's copy (:data:`BASE_GGUF_ENV`); ``prompt``: the lines that prompt it (:func:`~.common.usage_prompt`)."""
     if hub is not None:
         rev = f', revision="{hub[1]}"' if hub[1] else ""
         names = f"{json.dumps(hub[0])}, {json.dumps(str(gguf.get('file')))}"  # Python literals, escaped
@@ -134,7 +134,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 {setup}base = AutoModelForCausalLM.from_pretrained({load}, dtype=torch.float32)  # dequantized, float32
 model = PeftModel.from_pretrained(base, {where})
 model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
-tokenizer = AutoTokenizer.from_pretrained({load}){CHAT if chat else ""}
+tokenizer = AutoTokenizer.from_pretrained({load}){prompt}
 ```"""
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .common import CHAT, where_loaded
+from .common import load_kwargs, usage_prompt, where_loaded
 from .registry import CardView, Output, RunView, register_output
 
 __all__ = [
@@ -64,13 +64,17 @@ def audit_weights(folder: Path, base: str, mask: Any, scale: float, **how: Any) 
 
 
 def transformers_usage(out: Output, view: CardView) -> str:
-    """The loading snippet of a plain transformers folder (the checkpoint)."""
+    """The loading snippet of a plain transformers folder (the checkpoint): loaded in the dtype the card's figures
+    were computed in when a default load would compute in another (:attr:`CardView.load_dtype`), and prompted as
+    they were measured (:func:`~.common.usage_prompt`)."""
     where = where_loaded(view.repo)
+    torch_import, dtype = load_kwargs(view.load_dtype)
+    why = "  # the dtype its figures were computed in, over the stored weights" if dtype else ""
     return f"""```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
+{torch_import}from transformers import AutoModelForCausalLM, AutoTokenizer
 
-model = AutoModelForCausalLM.from_pretrained({where})
-tokenizer = AutoTokenizer.from_pretrained({where}){CHAT if view.chat else ""}
+model = AutoModelForCausalLM.from_pretrained({where}{dtype}){why}
+tokenizer = AutoTokenizer.from_pretrained({where}){usage_prompt(view.prompt, view.chat)}
 ```"""
 
 

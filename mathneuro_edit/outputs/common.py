@@ -22,6 +22,8 @@ __all__ = [
     "base_kind",
     "hub_origin",
     "where_loaded",
+    "usage_prompt",
+    "load_kwargs",
 ]
 
 BASE_ENV = "BASE_MODEL_DIR"  # the variable the snippets read a local base's folder from (no placeholder path)
@@ -78,3 +80,66 @@ def where_loaded(view_repo: str | None) -> str:
     """What a snippet loads: the repo the card is published in, or ``"."`` (this folder, until ``push`` renders
     the card for its repo)."""
     return f'"{view_repo}"' if view_repo else '"."'
+
+
+# worked examples for a snippet's few-shot arithmetic prompt (the evaluation draws its own from the same generator)
+_SHOTS = (("12 + 34", 46), ("75 - 28", 47), ("6 * 7", 42), ("53 + 19", 72), ("81 - 45", 36), ("4 * 8", 32))
+
+
+def load_kwargs(dtype: str | None) -> tuple[str, str]:
+    """``(import line, from_pretrained arguments)`` that load in ``dtype`` (``("", "")``: a default load).
+
+    Example:
+        >>> load_kwargs("float32")
+        ('import torch\n', ', dtype=torch.float32')
+    """
+    if dtype not in ("float32", "bfloat16", "float16"):
+        return "", ""
+    return "import torch\n", f", dtype=torch.{dtype}"
+
+
+def usage_prompt(prompt: Mapping[str, Any] | None, chat: bool) -> str:
+    """The snippet's lines after the model and tokenizer are loaded: one problem prompted as the card's math figures
+    were measured (``prompt``: :attr:`~.registry.CardView.prompt`; ``chat``: the tokenizer has a chat template),
+    generated greedily and decoded. An arithmetic evaluation's answer is started with the problem (``27 + 15 = ``)
+    and read as its first number; without a prompt record, a chat model gets a plain chat turn (:data:`CHAT`).
+
+    Example:
+        >>> print(usage_prompt({"n_shot": 1, "chat_template": False, "prompt_style": "equations",
+        ...                     "max_new_tokens": 8, "prefill": True}, chat=False).splitlines()[2])
+        text = "12 + 34 = 46\\n27 + 15 = "
+    """
+    if not isinstance(prompt, Mapping) or not prompt.get("prefill"):
+        return CHAT if chat else ""
+    n = prompt.get("n_shot") if isinstance(prompt.get("n_shot"), int) else 0
+    shots = [_SHOTS[i % len(_SHOTS)] for i in range(max(0, min(n, 32)))]
+    tokens = prompt.get("max_new_tokens") if isinstance(prompt.get("max_new_tokens"), int) else 8
+    setting = prompt.get("chat_template", "auto")
+    use_chat = setting is True or (setting == "auto" and chat)
+    what = f"{len(shots)}-shot" + (
+        ": worked examples like those the evaluation drew from its generator" if shots else ""
+    )
+    if use_chat:
+        turns = "".join(
+            f'    {{"role": "user", "content": "What is {q}?"}},\n    {{"role": "assistant", "content": "{q} = {a}"}},\n'
+            for q, a in shots
+        )
+        build = (
+            f'messages = [\n{turns}    {{"role": "user", "content": "What is 27 + 15?"}},\n]\n'
+            'text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + "27 + 15 = "\n'
+            'inputs = tokenizer(text, add_special_tokens=False, return_tensors="pt")  # the template wrote them'
+        )
+        how = f"chat template, {what}; the answer started"
+    else:
+        if prompt.get("prompt_style") == "equations":
+            text = "".join(f"{q} = {a}\\n" for q, a in shots) + "27 + 15 = "
+        else:
+            text = "".join(f"Question: What is {q}?\\nAnswer: {q} = {a}\\n\\n" for q, a in shots)
+            text += "Question: What is 27 + 15?\\nAnswer: 27 + 15 = "
+        build = f'text = "{text}"\ninputs = tokenizer(text, return_tensors="pt")'
+        how = f"plain text, {what}; the answer started"
+    return f"""
+# the prompt the math figures above were measured under ({how}); greedy, the first number is the answer
+{build}
+output = model.generate(**inputs, max_new_tokens={tokens}, do_sample=False)
+print(tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))"""

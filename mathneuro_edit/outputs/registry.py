@@ -51,6 +51,11 @@ class CardView:
         files: the output's own files in the card's folder (``{name in the folder: sha256}``, :func:`own_files`).
         base_repo: the Hub repo of the output this one is made from (:attr:`Output.derived_from`), when known.
         chat: the model's tokenizer has a chat template (an instruct model): the snippet generates a chat reply.
+        prompt: the prompt the card's math figures were measured under (``n_shot``, ``chat_template``,
+            ``prompt_style``, ``max_new_tokens``, ``prefill``: the problems start the answer, as arithmetic's
+            do), for the snippet to prompt the same way (:func:`~.common.usage_prompt`); ``None``: a chat turn.
+        load_dtype: the dtype the card's figures were computed in, when a default load computes in another (the
+            stored weights' dtype): the snippet loads in it.
     """
 
     repo: str | None
@@ -58,6 +63,8 @@ class CardView:
     files: Mapping[str, str]
     base_repo: str | None = None
     chat: bool = False
+    prompt: Mapping[str, Any] | None = None
+    load_dtype: str | None = None
 
 
 @dataclass(frozen=True)

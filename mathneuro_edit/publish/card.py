@@ -37,7 +37,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..errors import InputError
-from ..evaluation.report import effect_sentence, eval_markdown
+from ..evaluation.report import NOT_A_TEST, effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
 from ..outputs.common import card_fields, hub_origin
 from ..outputs.registry import OUTPUTS, CardView, Output, output, output_dirs, output_of_folder, own_files, repo_for
@@ -51,7 +51,7 @@ from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, is_local_path
 from ..util.reading import read_json
 from . import card_sections as sections
-from .card_weights import dtype_note, gguf_base_note
+from .card_weights import dtype_note, gguf_base_note, load_dtype
 from .lock import check_private, read_lock
 from .model_index import eval_results_metadata
 
@@ -207,12 +207,22 @@ def build_card(
         if repo
         else f"{_base_name(lock, base_model_id, recipe)} (MathNeuro edit: {_action(recipe)})"
     )
-    results = eval_results_metadata(source.eval_results, recipe) if out.evaluated else []
+    results = (
+        eval_results_metadata(source.eval_results, recipe, lock.get("sweep"), source.chat) if out.evaluated else []
+    )
     data = _metadata(source, out, relation_base, results, title)
     lock_view = {**lock, "edit_summary": lock.get("edit_summary") or dict(source.edit_summary)}
     if base_model_id is not None and base_model_id != hub_origin(lock)[0]:  # the caller's Hub id names the base
         lock_view["base"] = {**(lock.get("base") or {}), "model": base_model_id}  # (metadata and snippets agree)
-    view = CardView(repo, lock_view, own_files(out, lock), base_repo, chat=source.chat)
+    view = CardView(
+        repo,
+        lock_view,
+        own_files(out, lock),
+        base_repo,
+        chat=source.chat,
+        prompt=sections.figures_prompt(lock),
+        load_dtype=load_dtype(lock, source.weights_dtype),
+    )
     body = _what_was_edited(source, out, view, title) + _use_and_reproduce(source, out, view)
     # every text the card shows from a file or a recipe (data file names, the recipe block, a base card's fields)
     # with its control and bidi characters escaped: the card shows them, a renderer never acts on them
@@ -303,7 +313,8 @@ def _what_was_edited(source: CardSource, out: Output, view: CardView, title: str
     recipe, lock, s, dtype = source.recipe, source.lock, source.edit_summary, source.weights_dtype
     edit, mask = recipe.edit, recipe.mask
     base_text = sections.base_sentence(view.lock)
-    effect = sections.sweep_effect(lock) or effect_sentence(source.eval_results, sections.card_text)  # eval.json
+    own_effect = effect_sentence(source.eval_results, sections.card_text)  # eval.json's
+    effect = sections.sweep_effect(lock, source.chat) or own_effect
     effect = f" {effect}" if effect else ""
     module_rows = "\n".join(
         f"| {k} | {r['matrices']} | {r['selected']:,} | {r['total']:,} | {_share(r['selected'], r['total'])} |"
@@ -350,15 +361,34 @@ Calibration data (seed {recipe.data.seed}, {recipe.data.samples} texts per set):
 """
 
 
-def _evaluation(eval_results: Mapping[str, Any] | None) -> str:
-    """``## Evaluation``: base vs edited, or that none was run."""
+def _evaluation(eval_results: Mapping[str, Any] | None, lock: Mapping[str, Any]) -> str:
+    """``## Evaluation``: base vs edited, or that none was run. A release from a sweep labels it this run's own
+    evaluation, and one whose math problems include selection problems is never called significant there
+    (:data:`~mathneuro_edit.evaluation.report.NOT_A_TEST`): the confirmation is the release's number."""
     if not eval_results:
         return "## Evaluation\n\nNo evaluation was run for this model.\n"
+    sweep = lock.get("sweep") if isinstance(lock.get("sweep"), Mapping) else None
+    overlap = (sweep or {}).get("evaluation_overlap") or {}
+    reused = isinstance(overlap.get("selection"), int) and overlap["selection"] > 0
+    test = f"({NOT_A_TEST})" if reused else "(significant: p < 0.05)"
+    intro = "Base vs edited model, on the same problems and texts."
+    if sweep is not None:
+        intro = (
+            "This run's own evaluation, base vs edited on the same problems and texts"
+            + (
+                f", **measured partly on the problems the setting was chosen on** ({overlap['selection']} of its "
+                f"{overlap.get('n')} math problems): not held out, biased upward, not a test."
+                if reused
+                else "."
+            )
+            + " The release's math figures are the confirmation's (\"Evidence for the boost\" and the metadata)."
+        )
     return (
-        f"## Evaluation\n\nBase vs edited model, on the same problems and texts. Accuracy: percent "
+        f"## Evaluation\n\n{intro} Accuracy: percent "
         "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
-        "test (significant: p < 0.05). Loss: mean next-token loss ± its standard error over texts. "
-        f"KL: mean KL(base || edited) per token.\n\n{eval_markdown(eval_results, sections.card_text)}\n"
+        f"test {test}. Loss: mean next-token loss ± its standard error over texts. "
+        "KL: mean KL(base || edited) per token.\n\n"
+        f"{eval_markdown(eval_results, sections.card_text, untested=tuple(eval_results) if reused else ())}\n"
     )
 
 
@@ -371,7 +401,7 @@ def _use_and_reproduce(source: CardSource, out: Output, view: CardView) -> str:
     return f"""{sections.base_section(view.lock)}
 
 {sections.sweep_evidence(lock)}
-{_evaluation(source.eval_results)}
+{_evaluation(source.eval_results, lock)}
 ## How to use
 
 {usage}

@@ -20,6 +20,7 @@ from .._version import __version__
 from ..evaluation.report import format_p
 from ..evaluation.significance import wilson_interval
 from ..outputs.common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, lock_base
+from .model_index import prompt_format
 
 __all__ = [
     "INSTALL",
@@ -33,6 +34,8 @@ __all__ = [
     "versions_table",
     "sweep_evidence",
     "sweep_effect",
+    "gain_operations",
+    "figures_prompt",
     "card_text",
 ]
 
@@ -259,26 +262,62 @@ def _p(p: Any) -> str:
     return format_p(float(p)) if isinstance(p, (int, float)) else "p = ?"
 
 
-def sweep_effect(lock: Mapping[str, Any]) -> str | None:
+_OPERATIONS = {"+": "addition", "-": "subtraction", "*": "multiplication", "/": "division"}
+_OPERATIONS.update({"\u00d7": "multiplication", "\u00f7": "division"})
+
+
+def gain_operations(formats: list[Mapping[str, Any]]) -> list[str]:
+    """The operations (words) where the recipe's prompt format's candidate got more problems right than the base,
+    when some operation did not (``[]``: no per-operation record, or the gain is in every operation): what the
+    headline names beside the confirmed gain.
+
+    Example:
+        >>> arm = lambda plus, minus: {"by_operation": {"+": {"correct": plus}, "-": {"correct": minus}}}
+        >>> gain_operations([{"primary": True, "arms": {"base": arm(142, 36), "candidate": arm(168, 35)}}])
+        ['addition']
+    """
+    if not formats:
+        return []
+    primary = next((f for f in formats if f.get("primary")), formats[0])
+    arms = primary.get("arms") if isinstance(primary.get("arms"), Mapping) else {}
+    base = (arms.get("base") or {}).get("by_operation") or {}
+    cand = (arms.get("candidate") or {}).get("by_operation") or {}
+    ops = sorted(set(base) & set(cand))
+    up = [op for op in ops if int(cand[op].get("correct") or 0) > int(base[op].get("correct") or 0)]
+    return [_OPERATIONS.get(_op(op), "?") for op in up] if 0 < len(up) < len(ops) else []
+
+
+def sweep_effect(lock: Mapping[str, Any], chat: bool = False) -> str | None:
     """The first paragraph's sentence on the math effect of a ``run --from-sweep`` release, or ``None`` without
-    one: the confirmation is the evidence; the run's own evaluation is named a confirmation never."""
+    one: the confirmation is the evidence, named with its prompt format (``chat``: the model's tokenizer has a chat
+    template) and, where the sweep records it by operation and the gain is not in all, the operations it is in;
+    the run's own evaluation is named a confirmation never."""
     sw = lock.get("sweep")
     if not isinstance(sw, Mapping):
         return None
     c, o = sw.get("confirmation") or {}, sw.get("evaluation_overlap") or {}
     n = int(c.get("n") or 0)
+    formats = [f for f in sw.get("formats") or [] if isinstance(f, Mapping)]
+    primary = next((f for f in formats if f.get("primary")), None)
+    fmt = prompt_format(primary.get("prompt") if primary is not None else None, chat)
+    ops = gain_operations(formats)
     text = (
-        f"**The math gain of this setting was confirmed on {n} problems not used to choose it**: "
+        f"**The math gain of this setting was confirmed on {n} problems not used to choose it, under the prompt "
+        f"it was confirmed with ({fmt}){', in ' + ' and '.join(ops) if ops else ''}**: "
         f"{pct(c.get('base_correct', 0), n)} -> {pct(c.get('edited_correct', 0), n)} (paired exact McNemar "
         f'{_p(c.get("mcnemar_p"))}; see "Evidence for the boost").'
     )
-    formats = [f for f in sw.get("formats") or [] if isinstance(f, Mapping)]
     if formats:
         others = [f for f in formats if not f.get("primary")]
         text += (
             " It beat a magnitude-matched control edit (as many general-specific weights in every matrix, the same "
             "scale) and the base among the problems both answered, so it is not an edit-size or answer-format "
-            f"effect; measured on the {_label(c.get('weights_dtype'))} weights this repository stores."
+            f"effect; measured on the {_label(c.get('weights_dtype'))} weights this repository stores"
+            + (
+                f', computed in {_label(c["compute_dtype"])} (load them as "How to use" does for these numbers).'
+                if c.get("compute_dtype")
+                else "."
+            )
         )
         text += _by_operation_sentence(formats)
         for f in others:
@@ -442,3 +481,31 @@ def sweep_evidence(lock: Mapping[str, Any]) -> str:
             "lock); the calibration did not reproduce bit for bit."
         )
     return "\n".join(lines) + "\n"
+
+
+def figures_prompt(lock: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The prompt the card's math figures were measured under, for its snippet
+    (:attr:`~mathneuro_edit.outputs.registry.CardView.prompt`): a sweep's confirmation's (the recipe's own format,
+    on the sweep's problems), else the run's own evaluation's; ``prefill``: the problems are arithmetic's, whose
+    answer the prompt starts. ``None`` without an evaluation.
+
+    Example:
+        >>> ev = {"n_shot": 0, "chat_template": "auto", "max_new_tokens": 8, "math": {"path": "arithmetic"}}
+        >>> figures_prompt({"recipe": {"evaluation": ev}})["prefill"]
+        True
+    """
+    sw = lock.get("sweep")
+    if isinstance(sw, Mapping):
+        primary = next((f for f in sw.get("formats") or [] if isinstance(f, Mapping) and f.get("primary")), None)
+        prompt = primary.get("prompt") if primary is not None else None
+        problems = sw.get("problems") if isinstance(sw.get("problems"), Mapping) else {}
+        source = problems.get("source") if isinstance(problems.get("source"), Mapping) else {}
+        if isinstance(prompt, Mapping):
+            return {**prompt, "prefill": source.get("path") == "arithmetic"}
+    recipe = lock.get("recipe") if isinstance(lock.get("recipe"), Mapping) else {}
+    ev = recipe.get("evaluation")
+    if not isinstance(ev, Mapping):
+        return None
+    keys = ("n_shot", "chat_template", "prompt_style", "max_new_tokens")
+    math = ev.get("math") if isinstance(ev.get("math"), Mapping) else {}
+    return {**{k: ev.get(k) for k in keys}, "prefill": math.get("path") == "arithmetic"}

@@ -1,4 +1,5 @@
-"""The model card's paragraphs on the form of the weights: a GGUF base and a cast dtype.
+"""The model card's paragraphs on the form of the weights (a GGUF base, a cast dtype) and the dtype its figures were
+computed in (what its snippet loads in).
 
 Each is empty unless the run made that form (a GGUF base, ``outputs.dtype`` other than the base's), so most cards
 show neither. Kept apart from :mod:`mathneuro_edit.publish.card` (the card's assembly) because they depend on the
@@ -13,7 +14,7 @@ from typing import Any
 
 from ..outputs.registry import Output, own_files
 
-__all__ = ["dtype_note", "gguf_base_note"]
+__all__ = ["dtype_note", "gguf_base_note", "compute_dtype", "load_dtype"]
 
 
 def dtype_note(lock: Mapping[str, Any], out: Output, weights_dtype: str | None) -> str:
@@ -46,3 +47,41 @@ def gguf_base_note(lock: Mapping[str, Any], out: Output, weights_dtype: str | No
         f"transformers. {what}. `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once "
         "and prints its path; its safetensors sha256 are the lock's `base.weights_sha256`.\n"
     )
+
+
+_FLOATS = ("float32", "bfloat16", "float16")
+
+
+def compute_dtype(lock: Mapping[str, Any]) -> str | None:
+    """The dtype the card's figures were computed in: a sweep's confirmation's (as recorded, else as its recipe
+    says), else the run's model's: ``base.dtype`` when set, float32 for a GGUF base (loaded dequantized to
+    float32); ``None`` when the lock does not say (``base.dtype: auto`` of a model folder: the base's own).
+
+    Example:
+        >>> compute_dtype({"recipe": {"base": {"dtype": "auto"}}, "base": {"gguf": {"file": "m.gguf"}}})
+        'float32'
+        >>> compute_dtype({"sweep": {"confirmation": {"compute_dtype": "float32"}}, "recipe": {"base": {}}})
+        'float32'
+    """
+    sweep = lock.get("sweep") if isinstance(lock.get("sweep"), Mapping) else {}
+    confirmed = (sweep.get("confirmation") or {}).get("compute_dtype") if isinstance(sweep, Mapping) else None
+    if confirmed in _FLOATS:
+        return str(confirmed)
+    base = ((lock.get("recipe") or {}).get("base")) or {}
+    if base.get("dtype") in _FLOATS:
+        return str(base["dtype"])
+    return "float32" if (lock.get("base") or {}).get("gguf") else None
+
+
+def load_dtype(lock: Mapping[str, Any], weights_dtype: str | None) -> str | None:
+    """The dtype a card's snippet loads the checkpoint in: the one its figures were computed in
+    (:func:`compute_dtype`) when the stored weights' dtype (``weights_dtype``, what a default transformers 5 load
+    computes in) is another; ``None`` when a default load computes as the figures were, or either is unknown.
+
+    Example:
+        >>> lock = {"recipe": {"base": {"dtype": "float32"}}}
+        >>> load_dtype(lock, "bfloat16"), load_dtype(lock, "float32")
+        ('float32', None)
+    """
+    dtype = compute_dtype(lock)
+    return dtype if dtype is not None and weights_dtype is not None and dtype != weights_dtype else None

@@ -1,11 +1,17 @@
 """The model card's evaluation as Hub evaluation results (``model-index``), built with huggingface_hub's ``EvalResult``.
 
-What the card's metadata says of the evaluation: per metric, this (the edited) model's value only, and each
-evaluation source named as the Hub expects (a Hub dataset by its id, a built-in source by its generator, a local
-file by its name). Why not the base's values beside them: the Hub (and ``ModelCard.load``) reads every result of a
-card's ``model-index`` as a result of the card's model, whatever its name says; the base's values are in the card's
-evaluation table, beside this model's. Kept apart from :mod:`mathneuro_edit.publish.card` (the card's assembly and prose) because
-it is metadata only: it reads ``eval.json`` and the public recipe, and writes no text of the card's body.
+What the card's metadata says of the evaluation: per metric, this (the edited) model's value, and each evaluation
+source named as the Hub expects (a Hub dataset by its id, a built-in source by its generator, a local file by its
+name). A release made from a sweep (``run --from-sweep``) lists the sweep's confirmation instead of its own math
+accuracy (:func:`confirmation_results`): the held-out problems the gain was confirmed on, this model's and the
+base's accuracy as two results, each format's n and prompt; its own evaluation's math accuracy (problems the setting
+may have been chosen on) stays in the card's text only. Why the base's value is a result of its own, under a
+dataset config and a metric name that say "base model": the Hub (and ``ModelCard.load``) reads every result of a
+card's ``model-index`` as a result of the card's model, and groups results by task, dataset type, config, split and
+revision, so a base value that shared the edited one's would be shown as a second value of this model. The run's
+own evaluation lists this model's values only (its base values are in the card's table). Kept apart from
+:mod:`mathneuro_edit.publish.card` (the card's assembly and prose) because it is metadata only: it reads
+``eval.json``, the lock's ``sweep`` section and the public recipe, and writes no text of the card's body.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from huggingface_hub import EvalResult
 from ..recipe.schema import Recipe
 from ..util.console import document_safe
 
-__all__ = ["eval_results_metadata", "SOURCE_URL", "BUILT_IN"]
+__all__ = ["eval_results_metadata", "confirmation_results", "prompt_format", "SOURCE_URL", "BUILT_IN"]
 
 _METRICS = {  # eval.json key -> (Hub metric type, name); the model-index describes this (the edited) model only
     "math_accuracy": ("accuracy", "math accuracy"),
@@ -83,12 +89,111 @@ def _dataset(src: Mapping[str, Any] | None, task: str, seed: int | None) -> dict
     return {"dataset_type": "local-file", "dataset_name": f"{name} (a local file; its sha256 is in the lock)"}
 
 
-def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe) -> list[EvalResult]:
+def prompt_format(prompt: Mapping[str, Any] | None, chat: bool) -> str:
+    """A prompt format in words, from its evaluation settings (``n_shot``, ``chat_template``, ``prompt_style``):
+    ``chat`` says whether the model's tokenizer has a chat template (what ``chat_template: auto`` resolves to).
+
+    Example:
+        >>> prompt_format({"n_shot": 0, "chat_template": "auto"}, chat=True)
+        '0-shot, chat template'
+        >>> prompt_format({"n_shot": 4, "chat_template": False, "prompt_style": "equations"}, chat=True)
+        '4-shot, equation lines'
+        >>> prompt_format(None, chat=False)
+        "the recipe's prompt"
+    """
+    if not isinstance(prompt, Mapping):
+        return "the recipe's prompt"
+    n = prompt.get("n_shot")
+    shots = f"{n}-shot" if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else "?-shot"
+    setting = prompt.get("chat_template", "auto")
+    if setting is True or (setting == "auto" and chat):
+        return f"{shots}, chat template"
+    return f"{shots}, {'equation lines' if prompt.get('prompt_style') == 'equations' else 'Question/Answer text'}"
+
+
+def _count(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
+def _arms(sweep: Mapping[str, Any]) -> list[tuple[Mapping[str, Any] | None, int, int, int, str]]:
+    """``(prompt, n, base correct, candidate correct, verdict)`` of each prompt format of a lock's ``sweep`` section whose
+    arms it records, the recipe's own first; a section without formats (written before them) gives the
+    confirmation's own counts under the recipe's prompt."""
+    found = []
+    for f in sweep.get("formats") or []:
+        arms = f.get("arms") if isinstance(f, Mapping) and isinstance(f.get("arms"), Mapping) else {}
+        base, cand = arms.get("base"), arms.get("candidate")
+        if not (isinstance(base, Mapping) and isinstance(cand, Mapping)):
+            continue
+        n, b, k = _count(base.get("n")), _count(base.get("correct")), _count(cand.get("correct"))
+        if n and b is not None and k is not None and b <= n and k <= n and _count(cand.get("n")) == n:
+            prompt = f.get("prompt") if isinstance(f.get("prompt"), Mapping) else None
+            found.append((prompt, n, b, k, str(f.get("verdict")), not f.get("primary")))
+    found.sort(key=lambda x: x[5])  # the recipe's own format first
+    if found:
+        return [x[:5] for x in found]
+    c = sweep.get("confirmation") if isinstance(sweep.get("confirmation"), Mapping) else {}
+    n, b, k = _count(c.get("n")), _count(c.get("base_correct")), _count(c.get("edited_correct"))
+    ok = n and b is not None and k is not None and b <= n and k <= n
+    return [(None, n, b, k, "math-boost" if c.get("confirmed") is True else "no-gain")] if ok else []  # type: ignore[list-item]
+
+
+def _verdict(x: str) -> str:
+    """A format's verdict from a lock (someone else's file) as metadata: one of the sweep's words, else ``?``."""
+    return x if x in ("math-boost", "format-effect", "not-specific", "no-gain") else "?"  # procedure.VERDICTS
+
+
+def confirmation_results(sweep: Mapping[str, Any], chat: bool = False) -> list[EvalResult]:
+    """A sweep's confirmation as Hub evaluation results: per prompt format, this model's accuracy and the base's,
+    each its own result (the base's under a dataset config and metric name that say so: :mod:`this module's
+    docstring <mathneuro_edit.publish.model_index>`), with the problems' source, their number (``dataset_args.n``)
+    and the counts (``metric_args``). ``sweep`` is a lock's ``sweep`` section; ``chat``: the model's tokenizer has a
+    chat template (:func:`prompt_format`)."""
+    problems = sweep.get("problems") if isinstance(sweep.get("problems"), Mapping) else {}
+    source = problems.get("source") if isinstance(problems.get("source"), Mapping) else {"path": "arithmetic"}
+    seed = problems.get("seed") if _count(problems.get("seed")) is not None else None
+    dataset = _dataset(source, "math", seed)
+    found = []
+    for prompt, n, base_correct, edited_correct, verdict in _arms(sweep):
+        fmt = prompt_format(prompt, chat)
+        for who, correct in (("this model", edited_correct), ("base model (unedited)", base_correct)):
+            base = who != "this model"
+            config = "; ".join(str(x) for x in (dataset.get("dataset_config"), fmt, "base model" if base else "") if x)
+            found.append(
+                EvalResult(
+                    task_type="text-generation",
+                    task_name="math (sweep confirmation: problems held out from choosing the setting)",
+                    **{
+                        **dataset,
+                        "dataset_name": f"{dataset['dataset_name']}: sweep confirmation problems",
+                        "dataset_config": config,
+                        "dataset_args": {**(dataset.get("dataset_args") or {}), "n": n, "prompt": fmt},
+                        "source_name": "mathneuro-edit sweep confirmation" + (": base model" if base else ""),
+                        "source_url": SOURCE_URL + "docs/evaluation.md#select-then-confirm-sweep",
+                    },
+                    metric_type="accuracy",
+                    metric_value=round(correct / n, 6),
+                    metric_name=f"math accuracy, {who}" + (" for comparison" if base else ""),
+                    metric_args={"correct": correct, "n": n} | ({} if base else {"verdict": _verdict(verdict)}),
+                )
+            )
+    return found
+
+
+def eval_results_metadata(
+    eval_results: Mapping[str, Any] | None,
+    recipe: Recipe,
+    sweep: Mapping[str, Any] | None = None,
+    chat: bool = False,
+) -> list[EvalResult]:
     """The evaluation as Hub evaluation results (``model-index``): per metric, this (edited) model's value under
     the metric's plain name (KL(base || edited) included: a property of this model), never the base's; each dataset
-    named by :func:`_dataset` (a Hub dataset by its id)."""
+    named by :func:`_dataset` (a Hub dataset by its id). With a lock's ``sweep`` section (a release from a sweep):
+    the confirmation's results (:func:`confirmation_results`) in place of this run's own math accuracy, which may
+    have been measured on problems the setting was chosen on."""
+    confirmed = confirmation_results(sweep, chat) if isinstance(sweep, Mapping) else []
     if not eval_results or recipe.evaluation is None:
-        return []
+        return confirmed
     ev = recipe.public_dict().get("evaluation") or {}  # public form: a local data file is "<local>/NAME"
     general = ev.get("general") or []
     sources = {"math": ev.get("math"), "general": general[0] if general else None}
@@ -101,6 +206,8 @@ def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe
         if not isinstance(values, Mapping):
             continue
         for key, value in values.items():
+            if confirmed and key == "math_accuracy":
+                continue  # the confirmation's accuracy is the release's number (above)
             if key in _METRICS:
                 metric, name = _METRICS[key]
             elif task not in sources and isinstance(value, (int, float)) and "stderr" not in key:
@@ -118,4 +225,4 @@ def eval_results_metadata(eval_results: Mapping[str, Any] | None, recipe: Recipe
                     metric_name=name,
                 )
             )
-    return found
+    return confirmed + found

@@ -233,4 +233,5 @@ def _confirmation(
         ),
         weights_dtype=dtype,
         general=general["candidate"],
+        compute_dtype=str(next(ctx.run.model.parameters()).dtype).removeprefix("torch."),
     )

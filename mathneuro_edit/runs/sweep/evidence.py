@@ -130,7 +130,7 @@ class SweepEvidence:
         lists (:func:`~mathneuro_edit.runs.steps.seal.without_problem_lists`: they stay in the sweep folder)."""
         c = self.confirmation
         ev = self.recipe.get("evaluation") if isinstance(self.recipe.get("evaluation"), dict) else {}
-        own = None  # the recipe's own prompt format: the primary one's
+        own = {k: ev.get(k) for k in _PROMPT_KEYS}  # the recipe's own prompt format: the primary one's
         return {
             "sweep_sha256": self.sweep_sha256,
             "base_identity": dict(self.base_identity),
