@@ -177,6 +177,7 @@ class Plan:
             None where this family gets the output, else why not and the recipe line (no weights read).
         adapter_bytes, adapter_r: the PEFT SHiRA adapter's size and ``r`` (0 when this family gets no adapter).
         mask_counted: whether the mask's sizes come from a saved mask's counts (exact) or from ``top_k`` (a bound).
+        mask_file_bytes: the size of the saved mask file given (header included), exact; None without one.
         output_dtype, checkpoint_bytes: the dtype the edited checkpoint is written in (``outputs.dtype``; ``auto``
             resolved: the base's own, a GGUF base's source's) and the checkpoint's size at that dtype.
         ram: the peak RSS of each command's own process on a CPU machine (``calibrate``, ``mask``, ``export``,
@@ -207,6 +208,7 @@ class Plan:
     adapter_bytes: int = 0
     adapter_r: int = 0
     mask_counted: bool = False
+    mask_file_bytes: int | None = None  # the saved mask file's own size, exact (plan --mask FILE)
     # command -> the peak RSS of its own process on a CPU machine (docs/scaling.md: the model, what bounds each)
     ram: dict[str, int] = field(default_factory=dict)
     # evaluation on one device (0: no evaluation settings): weights + one general (loss and KL) batch, and weights +
@@ -258,7 +260,9 @@ class Plan:
             f"largest {self.largest_target[0]} ({_count(self.largest_target[1])})",
             f"files: statistics {b(self.stats_bytes)} per set ({sets} sets), "
             + (
-                f"mask {b(self.mask_bytes)} (its counts)"
+                f"mask {self.mask_file_bytes:,} bytes (the file given; its counts: {self.mask_bytes:,} bytes of tensors)"
+                if self.mask_file_bytes is not None
+                else f"mask {b(self.mask_bytes)} (its counts)"
                 if self.mask_counted
                 else f"mask <= {b(self.mask_bytes)} (top_k={s.get('top_k')})"
             )
@@ -423,6 +427,7 @@ def plan_from_config(
         adapter_bytes=adapter_bytes if adapter else 0,
         adapter_r=shira_r if adapter else 0,
         mask_counted=counts is not None,
+        mask_file_bytes=Path(mask_file).stat().st_size if isinstance(mask_file, (str, Path)) else None,
         ram=ram_by_command(sizes, placement),
         eval_general_bytes=weights + eval_general if s.evaluation is not None else 0,
         eval_math_bytes=weights + eval_math if s.evaluation is not None else 0,

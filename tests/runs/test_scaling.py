@@ -353,7 +353,13 @@ def test_plan_with_a_mask_gives_its_exact_mask_and_adapter_sizes(folders, tmp_pa
     assert counted.mask_counted and counted.mask_bytes == _file_tensor_bytes(mask_path)
     assert counted.adapter_r == json.loads((adapter.path / "adapter_config.json").read_text())["r"]
     assert counted.adapter_bytes == _file_tensor_bytes(adapter.path / "adapter_model.safetensors")
-    assert "(its counts)" in counted.to_text() and "adapter" in counted.to_text()
+    # the file given: its exact size in bytes, beside its tensors' (the header makes the difference)
+    size = Path(mask_path).stat().st_size
+    assert counted.mask_file_bytes == size > counted.mask_bytes
+    assert f"mask {size:,} bytes (the file given; its counts: {counted.mask_bytes:,} bytes" in counted.to_text()
+    assert "adapter" in counted.to_text()
+    in_memory = plan_from_config(str(base), PlanSettings(dtype="float32", top_k=0.1), mask_file=mask)
+    assert in_memory.mask_file_bytes is None and "(its counts)" in in_memory.to_text()
     bound = plan_from_config(str(base), PlanSettings(dtype="float32", top_k=1.0))
     assert not bound.mask_counted and bound.adapter_bytes >= counted.adapter_bytes
     with pytest.raises(InputError, match="is not a scored weight of this config"):
