@@ -213,6 +213,21 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
             "tests/runs/test_a_shared_sweep_file_is_data.py::test_run_from_sweep_refuses_confirmation_problems_that_overlap_the_selection"
         ],
     ),
+    "from-sweep-another-base-accepted": (
+        "mathneuro_edit/runs/sweep/evidence.py",
+        "    if dict(mine) == dict(theirs):",
+        "    if True:",
+        ["tests/runs/test_a_claim_is_bound_to_its_base.py"],
+    ),
+    "from-sweep-calibration-not-compared": (
+        "mathneuro_edit/recipe/schema.py",
+        '    "calibration": "same",',
+        '    "calibration": "free",',
+        [
+            "tests/runs/test_a_claim_is_bound_to_its_base.py::test_changing_any_key_that_decides_the_weights_is_refused_naming_it",
+            "tests/runs/test_a_claim_is_bound_to_its_base.py::test_a_release_with_a_deciding_key_changed_is_refused_naming_it",
+        ],
+    ),
     "sweep-alpha-unchecked": (
         "mathneuro_edit/runs/sweep/evidence.py",
         'alpha = _fraction(c.get("alpha"), f"{where}.alpha", low_open=True, high_open=True)',
