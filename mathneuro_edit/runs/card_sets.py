@@ -14,6 +14,7 @@ with ``--base``, not ``--set``.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -54,9 +55,12 @@ def check_card_sets(sets: Sequence[str]) -> list[str]:
                 f"card --set {key}: would change the weights, which the run computed with the recorded value; "
                 f"a card only describes them: re-run the recipe with --set {item} (mathneuro-edit run){redacted}"
             )
+        close = difflib.get_close_matches(key, [*CARD_KEYS, "data.math.hub_dataset", "evaluation.math.hub_dataset"], 1)
         raise InputError(
-            f"card --set {key}: not a card setting (a card may change {', '.join(CARD_KEYS)} and a "
-            f"source's hub_dataset); re-run the recipe with --set {item} to change it"
+            f"card --set {key}: not a card setting"
+            + (f", did you mean {close[0]!r}?" if close else "")
+            + f" (a card may change {', '.join(CARD_KEYS)} and a source's hub_dataset)"
+            + ("" if close else f"; re-run the recipe with --set {item} to change it")
         )
     return list(sets)
 

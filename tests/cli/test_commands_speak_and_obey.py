@@ -14,6 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from mathneuro_edit.cli.main import main
+from mathneuro_edit.errors import InputError
 from mathneuro_edit.layout import LOCK_NAME
 
 RUNNER = CliRunner()
@@ -127,6 +128,7 @@ def test_card_set_applies_what_a_card_shows_to_the_lock_and_the_cards(ws: Path, 
         ("base.model=organism", "card --set base.model: would change the weights"),
         ("outputs.dtype=float16", "card --set outputs.dtype: would change the weights"),
         ("evaluation.samples=1", "card --set evaluation.samples: not a card setting"),
+        ("hub.repoid=me/x", "card --set hub.repoid: not a card setting, did you mean 'hub.repo_id'?"),
         ("base.hub_id=me/base", "card --set base.hub_id: the run's adapter/adapter_config.json records"),
         ("hub.repo_id=not a repo", "hub.repo_id: must be a Hub repo id"),
     ],
@@ -209,3 +211,16 @@ def test_no_recipe_command_writes_over_its_recipe_file(tmp_path: Path, command: 
         err,
     )
     assert recipe.read_text() == shipped.read_text()
+
+
+def test_card_set_suggests_the_close_key_and_never_repeats_the_typo() -> None:
+    from mathneuro_edit.runs.card_sets import check_card_sets
+
+    with pytest.raises(InputError) as typo:
+        check_card_sets(["hub.repoid=me/x"])
+    assert "did you mean 'hub.repo_id'?" in str(typo.value) and "--set hub.repoid=me/x" not in str(typo.value)
+    with pytest.raises(InputError) as other:  # nothing close: what a card may change, and where the key changes
+        check_card_sets(["evaluation.samples=1"])
+    assert "did you mean" not in str(other.value) and "re-run the recipe with --set evaluation.samples=1" in str(
+        other.value
+    )
