@@ -52,6 +52,7 @@ from ..errors import InputError, MathNeuroEditError
 from ..layout import LOCK_NAME
 from ..outputs.checkpoint import CHECKPOINT
 from ..outputs.registry import OUTPUTS, output, output_of_folder, repo_for
+from ..recipe.safe_yaml import dump_yaml
 from ..recipe.types import is_branch_name, is_hub_ref, is_well_formed_ref
 from ..util.console import terminal_safe
 from ..util.scrub import scrub_token
@@ -158,8 +159,12 @@ class PushResult:
         # the repo's file names are the Hub's (anyone with write access chose them): escaped, as every name shown
         lines += [f"  add    {size:>14,}  {terminal_safe(path)}" for path, size in self.files]
         lines += [f"  delete {size:>14,}  {terminal_safe(path)}" for path, size in self.deletes]
-        if self.remote == "new":
-            lines.append("the repo does not exist yet: it is created with these files")
+        if self.remote == "new":  # after the push, it exists: say what happened, not what was found before
+            lines.append(
+                "the repo does not exist yet: it is created with these files"
+                if self.dry_run
+                else "the repo did not exist: it was created with these files"
+            )
         elif self.remote == "listed":
             lines.append(
                 f"the repo then holds exactly these files (+ {', '.join(KEEP)}): "
@@ -175,7 +180,9 @@ class PushResult:
                 f"the repo's files could not be listed ({self.remote}): every file it holds that is not "
                 f"listed above (except {', '.join(KEEP)}) will be deleted in the same commit"
             )
-        lines.append("card metadata: " + ", ".join(f"{k}={v}" for k, v in self.card_metadata.items()))
+        # as the card's own YAML header reads (control and bidi characters escaped), one key per line
+        lines.append("card metadata:")
+        lines += [f"  {line}" for line in dump_yaml(self.card_metadata).splitlines()]
         if self.scrubbed:
             lines.append("local paths blanked in the uploaded copy: " + ", ".join(self.scrubbed))
         if self.commit_url:
