@@ -24,7 +24,14 @@ import torch
 import yaml
 from huggingface_hub import ModelCard
 
-from mathneuro_edit.publish.card import CardSource, build_card, card_for_folder, summarize_edit, write_card
+from mathneuro_edit.publish.card import (
+    CardSource,
+    build_card,
+    card_for_folder,
+    folder_dtype,
+    summarize_edit,
+    write_card,
+)
 from mathneuro_edit.publish.lock import build_lock
 from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
 from tests._gguf_e2e import cli, write_recipe
@@ -148,9 +155,48 @@ def test_an_instruct_model_s_snippets_generate_a_chat_reply_as_printed(
     exec(compile(adapter_code, "adapter card", "exec"), namespace)  # noqa: S102
     merged, stored = namespace["model"].state_dict(), checkpoint.state_dict()
     assert set(merged) == set(stored)
+    files = getattr(
+        torch, str(folder_dtype(out / "checkpoint"))
+    )  # the snippet loads them in float32: compare as stored
     for name, tensor in stored.items():  # the edit as the checkpoint stores it (cast to its dtype)
-        assert torch.equal(merged[name].to(tensor.dtype), tensor), name
+        assert torch.equal(merged[name].to(files), tensor.to(files)), name
     assert os.environ["BASE_MODEL_GGUF"].endswith("tiny.gguf")
+
+
+def test_the_card_s_figures_come_back_from_its_files_loaded_as_its_snippet_loads_them(
+    release: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46 item 4: the numbers are for the compute the user gets. The checkpoint stores bfloat16 weights (a
+    default transformers 5 load computes in bfloat16) while its figures were computed in float32 over them; the
+    card's snippet loads in float32, and its own lines, executed, give a model whose evaluation is the card's, to
+    the bit. The default load gives other figures (why the snippet says the dtype)."""
+    from transformers import AutoModelForCausalLM
+
+    from mathneuro_edit.evaluation.runner import evaluate
+    from mathneuro_edit.recipe.io import load_recipe
+    from mathneuro_edit.runs.steps.evaluate import eval_tasks
+
+    out = release / "out" / "checkpoint"
+    card = card_for_folder(out)
+    code = _python(card.text)
+    load = "\n".join(
+        line for line in code.splitlines() if line.startswith(("import", "from", "model =", "tokenizer ="))
+    )
+    assert 'from_pretrained(".", dtype=torch.float32)' in load  # float32 over the stored bfloat16 weights
+    monkeypatch.chdir(out)
+    namespace: dict = {}
+    exec(compile(load, "checkpoint card", "exec"), namespace)  # noqa: S102 - the card's own lines are the test
+    tasks = eval_tasks(load_recipe(release / "recipe.yaml"))
+    got = evaluate(namespace["model"].eval(), namespace["tokenizer"], tasks, progress=False).to_dict()
+    shown = json.loads((out / "eval.json").read_text())  # what the card's table and metadata are rendered from
+    for task, key in (("math", "math_accuracy"), ("general", "general_loss"), ("general", "general_perplexity")):
+        assert got[task]["base"][key] == shown[task]["edited"][key], (task, key)
+    assert f"{shown['general']['edited']['general_loss']:.4g}" in card.text
+    default = AutoModelForCausalLM.from_pretrained(".").eval()  # as a default load computes: bfloat16
+    assert default.dtype == torch.bfloat16
+    general = [t for t in tasks if t.name == "general"]
+    other = evaluate(default, namespace["tokenizer"], general, progress=False).to_dict()
+    assert other["general"]["base"]["general_loss"] != shown["general"]["edited"]["general_loss"]
 
 
 def test_language_comes_from_a_gguf_base_s_own_metadata_on_every_card() -> None:
