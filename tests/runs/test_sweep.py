@@ -434,6 +434,27 @@ def test_read_sweep_refuses_anything_but_a_confirmed_setting(tmp_path):
     assert (entry["selection"]["math_correct"], entry["selection"]["base_correct"]) == (62, BASE)
 
 
+def test_the_refusal_of_a_sweep_that_did_not_confirm_keeps_every_figure_whole(tmp_path):
+    """The refusal names what the confirmation measured (the recommendation's first sentence without its bracketed
+    details) and cuts only between words: it once showed the committed Gemma search as "(22.3% -> 2)"."""
+    import json
+    from pathlib import Path
+
+    gemma = Path(__file__).resolve().parents[2] / "docs" / "data" / "search-gemma3"
+    with pytest.raises(InputError) as e:
+        read_sweep(gemma)
+    msg = str(e.value)
+    assert "did not confirm on 1500 other problems: base 14.5% -> 14.4%, -0.1 points" in msg, msg
+    assert msg.endswith("exact McNemar p = 0.885); there is no setting to release from this sweep"), msg
+    d = _write_sweep(tmp_path / "long", False)
+    d["recommendation"] = "nothing confirmed: " + " ".join(f"{i}.5% -> {i + 1}.25%," for i in range(100)) + "; x"
+    (tmp_path / "long" / "sweep.json").write_text(json.dumps(d))
+    with pytest.raises(InputError) as e:
+        read_sweep(tmp_path / "long")
+    why = str(e.value).split("nothing was confirmed (")[1].split(" ...); there is no setting")[0]
+    assert 250 < len(why) <= 300 and set(why.split()) <= set(d["recommendation"].split()), why  # whole words
+
+
 def test_the_lock_keeps_the_sweep_s_counts_and_leaves_its_problem_lists_in_the_sweep_folder(tmp_path):
     """A release's lock records the selection's and confirmation's counts and the overlap of its own evaluation
     with them, not the per-problem sha256 lists (208 of SmolLM2's 220 KB lock, copied into every repo); a lock's
