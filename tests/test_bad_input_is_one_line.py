@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from click.testing import CliRunner
 
@@ -290,3 +291,28 @@ def test_sizes_no_machine_runs_are_refused_by_plan(key: str, value: int, said: s
     assert f"{key}: {said}" in _error_line(text), text
     code, _, text = _cli("plan", "--set", f"{key}={65536 if 'batch' in key else 16 << 20}")  # the bound itself
     assert code == 0, text
+
+
+@pytest.mark.parametrize("pattern", [r"(.+)+z", r"(\w+\.?)*x", r"(a|b+)*c", r"((mlp)*)+"])
+def test_a_catastrophic_targets_regex_is_refused_before_it_runs(pattern: str) -> None:
+    """Issue 48: a repeat inside a repeat in the user's own `targets.include` backtracked for minutes over the
+    model's parameter names; refused in one line by the recipe (plan) and by find_targets (the Python API)."""
+    from mathneuro_edit.engine.targets import find_targets
+    from mathneuro_edit.errors import InputError
+    from mathneuro_edit.recipe.io import quickstart_recipe
+
+    with pytest.raises(InputError, match=r"targets\.include\.0: a repeat inside a repeat"):  # before any search
+        quickstart_recipe([f"targets.include={json.dumps([pattern])}"])
+    for key in ("targets.include", "targets.exclude"):
+        code, _, text = _cli("plan", "--set", f"{key}={json.dumps([pattern])}")
+        assert code == 2, text
+        assert f"{key}.0: a repeat inside a repeat, which can search for minutes" in _error_line(text), text
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with pytest.raises(InputError, match=r"include: .*: a repeat inside a repeat"):
+        find_targets(model, include=[pattern])
+
+
+def test_plain_targets_regexes_are_taken() -> None:
+    for pattern in (r"mlp\.(up|down)_proj", r"layers\.(1|2)\d*\.", r".*attn.*", r"(ab){2}x", r"(a{3})*"):
+        code, _, text = _cli("plan", "--set", f"targets.exclude={json.dumps([pattern + 'z'])}")  # none excluded
+        assert code == 0, text

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..util.patterns import pattern_problem
 
 __all__ = [
     "Target",
@@ -179,10 +180,10 @@ def _tied_lm_head_names(model: nn.Module) -> set[str]:
 def _compile(patterns: Iterable[str] | None, what: str) -> list[re.Pattern[str]]:
     compiled = []
     for p in patterns or ():
-        try:
-            compiled.append(re.compile(p))
-        except re.error as e:
-            raise InputError(f"{what}: {p!r} is not a valid regular expression ({e}); fix the pattern") from None
+        problem = pattern_problem(p)  # invalid, or a repeat inside a repeat (minutes of backtracking)
+        if problem is not None:
+            raise InputError(f"{what}: {p!r}: {problem}; fix the pattern")
+        compiled.append(re.compile(p))
     return compiled
 
 

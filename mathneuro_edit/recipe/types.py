@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt
 
 from ..engine.top_k_rule import is_top_k, top_k_hint
+from ..util.patterns import pattern_problem
 
 _SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?)?B$", re.IGNORECASE)
 _DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?)$")
@@ -33,10 +34,9 @@ def value_rule(ok: typing.Callable[[Any], bool], message: str) -> AfterValidator
 
 
 def _regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as e:
-        raise ValueError(f"not a valid regular expression: {e} (got {value!r})") from None
+    problem = pattern_problem(value)  # invalid, or a repeat inside a repeat (minutes of backtracking)
+    if problem is not None:
+        raise ValueError(f"{problem} (got {show_value(value)})")
     return value
 
 
