@@ -298,6 +298,22 @@ def _same_bytes(a: Checkpoint, b: Checkpoint, name: str, chunk: int = 1 << 24) -
     return True
 
 
+def _peft_config_problems(cfg: dict[str, Any]) -> list[str]:
+    """What in an ``adapter_config.json`` is not a SHiRA adapter's: its ``peft_type``, a ``target_modules`` that is
+    not a list of names, an ``r`` that is not a whole number >= 0 (``target_modules: 5`` was an internal error, and
+    ``r`` multiplies sizes: a list there would be repeated)."""
+    problems = []
+    if cfg.get("peft_type") != "SHIRA":
+        return [f"adapter_config.json: peft_type {cfg.get('peft_type')!r} is not SHIRA"]
+    modules = cfg.get("target_modules")
+    if modules is not None and not (isinstance(modules, list) and all(isinstance(m, str) for m in modules)):
+        problems.append(f"adapter_config.json: target_modules {repr(modules)[:60]} is not a list of module names")
+    r = cfg.get("r", 0)
+    if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+        problems.append(f"adapter_config.json: r {repr(r)[:60]} is not a whole number >= 0")
+    return problems
+
+
 def _verify_peft(
     out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float, progress: bool = False
 ) -> VerifyReport:
@@ -307,8 +323,8 @@ def _verify_peft(
     cfg = _export_json(out / "adapter_config.json", report)
     if report.mismatches:
         return report
-    if cfg.get("peft_type") != "SHIRA":
-        report.mismatches.append(f"adapter_config.json: peft_type {cfg.get('peft_type')!r} is not SHIRA")
+    report.mismatches += _peft_config_problems(cfg)
+    if report.mismatches:
         return report
     layers = shira_layers(plan, mask)
     weights = out / "adapter_model.safetensors"

@@ -102,6 +102,29 @@ def test_the_adapter_audit_compares_target_modules_with_the_mask_s_layers(copy, 
     assert "adapter_config.json: target_modules are not the mask's layers" in text, text
 
 
+@pytest.mark.parametrize(
+    "key,value,said",
+    [
+        ("target_modules", 5, "adapter_config.json: target_modules 5 is not a list of module names"),
+        ("target_modules", [1, 2], "adapter_config.json: target_modules [1, 2] is not a list of module names"),
+        ("target_modules", "q_proj", "adapter_config.json: target_modules 'q_proj' is not a list of module names"),
+        ("r", [1] * 3, "adapter_config.json: r [1, 1, 1] is not a whole number >= 0"),
+        ("r", "32", "adapter_config.json: r '32' is not a whole number >= 0"),
+    ],
+)
+def test_an_adapter_config_value_of_the_wrong_kind_is_a_finding(copy, key, value, said) -> None:
+    """Issue 48: `verify` of an adapter_config.json with `target_modules: 5` was "internal error: TypeError"; a
+    value of the wrong kind is a finding (exit 1) naming it, as any other difference."""
+    folder, base = copy
+    path = folder / "adapter" / "adapter_config.json"
+    cfg = json.loads(path.read_text())
+    cfg[key] = value
+    path.write_text(json.dumps(cfg))
+    code, text = _cli("verify", folder / "adapter", "--base", base, "-q")
+    assert code == 1 and "internal error" not in text, text
+    assert said in text, text
+
+
 def test_the_same_target_modules_in_another_order_verify(copy) -> None:
     """The audit compares the set (PEFT keeps a set); the file's sha256 then differs from the lock's: that finding
     alone."""
