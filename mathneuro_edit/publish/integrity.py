@@ -9,7 +9,11 @@ The lock's ``outputs`` hold ``{"checkpoint/<file>" | "adapter/<file>": sha256}``
   downloaded and hashed. A GGUF repo's files are matched by their llama.cpp names (:func:`gguf_repo_name`).
 
 Each recorded file is ``match``, ``changed`` or ``missing``; a file present but not recorded is ``extra``. The card,
-the lock and ``eval.json`` (written after the lock; they embed its hashes) are not outputs and are not listed.
+the lock and ``eval.json`` are not outputs: the lock records them under ``run_files`` (:mod:`.run_files`), checked
+here too for a local folder, with the run folder's mask, statistics and evaluation, and each output folder's lock
+against the run folder's (the same file). A run file the lock records no sha256 of (a lock written before
+``run_files``, or an ``eval.json`` that ``eval`` wrote into an export folder) is ``unchecked``: not a difference,
+and never called ``match``. A Hub repo's card is rendered for the repo by ``push``: only its outputs are checked.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..layout import EVAL_NAME, LM_EVAL_RESULTS, LOCK_NAME
+from ..layout import EVAL_NAME, LM_EVAL_RESULTS, LOCK_NAME, STATS_DIR
 from ..outputs.adapter import ADAPTER
 from ..outputs.checkpoint import CHECKPOINT
 from ..outputs.gguf import gguf_repo_name
@@ -29,6 +33,7 @@ from ..util.console import terminal_safe
 from ..util.hashing import sha256_file
 from ..util.scrub import scrub_token
 from .lock import output_hashes
+from .run_files import RUN_FILES, present_run_files
 
 __all__ = [
     "FileCheck",
@@ -44,23 +49,38 @@ NOT_OUTPUTS = ("README.md", LOCK_NAME, EVAL_NAME, *LM_EVAL_RESULTS, ".gitattribu
 
 @dataclass
 class FileCheck:
-    """The files present against the lock: ``{path: "match" | "changed" | "missing" | "extra"}``."""
+    """The files present against the lock: ``{path: "match" | "changed" | "missing" | "extra" | "unchecked"}``, in
+    the order checked (the run's files, then the outputs): the first difference is the first named."""
 
     where: str  # the folder or repo checked
     states: dict[str, str] = field(default_factory=dict)
+    recorded: dict[str, str | None] = field(default_factory=dict)  # what the lock records of the files checked
+    found: dict[str, str] = field(default_factory=dict)  # the files present: {path: sha256}
+
+    @classmethod
+    def compared(cls, where: str, found: Mapping[str, str], recorded: Mapping[str, str | None]) -> FileCheck:
+        """The check of ``found`` against ``recorded`` (:func:`compare_files`), both kept."""
+        return cls(where, compare_files(found, recorded), dict(recorded), dict(found))
 
     @property
     def ok(self) -> bool:
-        return all(v == "match" for v in self.states.values())
+        return all(v in ("match", "unchecked") for v in self.states.values())
 
     def differences(self) -> dict[str, str]:
-        return {p: s for p, s in self.states.items() if s != "match"}
+        return {p: s for p, s in self.states.items() if s not in ("match", "unchecked")}
+
+    def unchecked(self) -> list[str]:
+        """The files present whose sha256 the lock does not record."""
+        return [p for p, s in self.states.items() if s == "unchecked"]
 
     def to_text(self) -> str:
-        bad = self.differences()
-        head = f"files in {terminal_safe(self.where)}: {len(self.states)} checked against the lock's sha256, " + (
+        bad, unchecked = self.differences(), self.unchecked()
+        checked = len(self.states) - len(unchecked)
+        head = f"files in {terminal_safe(self.where)}: {checked} checked against the lock's sha256, " + (
             "all match" if not bad else f"{len(bad)} differ"
         )
+        if unchecked:
+            head += f"; {len(unchecked)} not checked (the lock records no sha256 of them)"
         # names from a Hub repo or a folder someone else made: escaped, so none can colour the terminal or forge
         # a line of its own ("\nerror: ...")
         return "\n".join([head] + [f"  {state:8s} {terminal_safe(p)}" for p, state in sorted(self.states.items())])
@@ -69,17 +89,20 @@ class FileCheck:
         return {"where": self.where, "ok": self.ok, "files": dict(sorted(self.states.items()))}
 
 
-def compare_files(present: Mapping[str, str], recorded: Mapping[str, str]) -> dict[str, str]:
-    """``{path: state}`` of the recorded files against the present ones (both ``{path: sha256}``).
+def compare_files(present: Mapping[str, str], recorded: Mapping[str, str | None]) -> dict[str, str]:
+    """``{path: state}`` of the recorded files against the present ones (both ``{path: sha256}``), in the recorded
+    order; a recorded ``None`` is a file the lock should hold but does not: ``unchecked`` when present.
 
     Example:
-        >>> compare_files({"a": "1", "b": "x", "c": "3"}, {"a": "1", "b": "2", "d": "4"})
-        {'a': 'match', 'b': 'changed', 'd': 'missing', 'c': 'extra'}
+        >>> compare_files({"a": "1", "b": "x", "c": "3", "e": "5"}, {"a": "1", "b": "2", "d": "4", "e": None})
+        {'a': 'match', 'b': 'changed', 'd': 'missing', 'e': 'unchecked', 'c': 'extra'}
     """
     states = {
         p: ("missing" if p not in present else "match" if present[p] == sha else "changed")
         for p, sha in recorded.items()
+        if sha is not None
     }
+    states.update({p: "unchecked" for p, sha in recorded.items() if sha is None and p in present})
     states.update({p: "extra" for p in present if p not in recorded})
     return states
 
@@ -95,15 +118,42 @@ def _folder_prefixes(folder: Path) -> list[tuple[str, Path]]:
 
 
 def check_local_files_against_lock(folder: str | Path, lock: Mapping[str, Any]) -> FileCheck:
-    """Hash every output file of a local folder (run folder or artifact folder) against the lock's ``outputs``."""
+    """Hash every file of a local folder (run folder or artifact folder) that the lock records against it: the run's
+    files (``run_files``: the mask, statistics, evaluation and cards; a run folder's output folders' locks against
+    its own), then the outputs (``outputs``)."""
     root = Path(folder)
     recorded: dict[str, str] = dict(lock.get("outputs") or {})
-    present: dict[str, str] = {}
-    wanted: dict[str, str] = {}
-    for prefix, sub in _folder_prefixes(root):
+    prefixes = _folder_prefixes(root)
+    run_folder = prefixes[0][1] != root
+    present = present_run_files(root, prefixes, run_folder)
+    wanted = _run_file_records(lock, present, [p for p, _ in prefixes], run_folder)
+    if run_folder and (root / LOCK_NAME).is_file():  # each output folder's copy of the lock is the run folder's
+        for prefix, sub in prefixes:
+            wanted[prefix + LOCK_NAME] = sha256_file(root / LOCK_NAME)
+            if (sub / LOCK_NAME).is_file():
+                present[prefix + LOCK_NAME] = sha256_file(sub / LOCK_NAME)
+    for prefix, sub in prefixes:
         wanted.update({k: v for k, v in recorded.items() if k.startswith(prefix)})
         present.update({prefix + rel: sha for rel, sha in output_hashes(sub, skip=NOT_OUTPUTS).items()})
-    return FileCheck(str(root), compare_files(present, wanted))
+    return FileCheck.compared(str(root), present, wanted)
+
+
+def _run_file_records(
+    lock: Mapping[str, Any], present: Mapping[str, str], prefixes: list[str], run_folder: bool
+) -> dict[str, str | None]:
+    """What the check wants of the run's files: the lock's ``run_files`` of the folder checked (a run folder's own
+    files and its output folders'; an artifact folder's), and ``None`` (unchecked) for each present file it does not
+    record (every one, in a lock written before ``run_files``)."""
+
+    def in_scope(path: str) -> bool:
+        return any(path.startswith(p) for p in prefixes) or (
+            run_folder and ("/" not in path or path.startswith(f"{STATS_DIR}/"))
+        )
+
+    recorded = lock.get(RUN_FILES) or {}
+    wanted: dict[str, str | None] = {p: sha for p, sha in recorded.items() if in_scope(p)}
+    wanted.update({p: None for p in present if p not in wanted})
+    return wanted
 
 
 def check_hub_files_against_lock(
@@ -162,4 +212,4 @@ def check_hub_files_against_lock(
                     f"{repo_id}: cannot download {name} from the Hub ({scrub_token(str(e), token)[:200]}); "
                     "check the repo id, the token and the network, or pass a local folder"
                 ) from None
-    return FileCheck(repo_id + (f"@{revision}" if revision else ""), compare_files(present, wanted))
+    return FileCheck.compared(repo_id + (f"@{revision}" if revision else ""), present, wanted)

@@ -1,9 +1,10 @@
 """The lock file ``mathneuro_recipe.lock.yaml``: the recipe with every default explicit, plus the hashes that pin a run.
 
 It records the resolved recipe (public form), the base model's revision and safetensors hashes, what data was
-sampled (:attr:`mathneuro_edit.data.sources.LoadedTexts.record`), the statistics, mask and output file hashes, and the
-library versions, and the device the statistics were computed on (``device``: ``{"type": "cuda", "name":
-"NVIDIA H200"}``). ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
+sampled (:attr:`mathneuro_edit.data.sources.LoadedTexts.record`), the statistics, mask and output file hashes, the
+sha256 of every other file of the run (``run_files``: the mask, statistics, evaluation and card files,
+:mod:`.run_files`), the library versions, and the device the statistics were computed on (``device``:
+``{"type": "cuda", "name": "NVIDIA H200"}``). ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
 
 What a lock promises across devices: the mask and the output weights are the product, the same bits on a CPU and
 a GPU (float32 scores, a deterministic top-k, elementwise edits); the statistics and the evaluation's numbers are
@@ -467,6 +468,7 @@ _LOCK_FIELDS: dict[str, type] = {
     "files": dict,
     "mask_sha256": str,
     "outputs": dict,
+    "run_files": dict,
     "versions": dict,
     "edit_summary": dict,
     "lm_eval": dict,

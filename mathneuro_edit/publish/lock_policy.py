@@ -167,17 +167,18 @@ def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
     for key in ("mask_sha256",):
         if key in lock and not (isinstance(lock[key], str) and _SHA.match(lock[key])):
             raise InputError(f"{where}: {key}: must be a sha256 (64 hex digits), got {str(lock[key])[:40]!r}")
-    for rel, sha in (lock.get("outputs") or {}).items():
-        if (
-            not isinstance(rel, str)
-            or not isinstance(sha, str)
-            or not _SHA.match(sha)
-            or rel.startswith(("/", "\\"))
-            or ".." in Path(rel).parts
-        ):
-            raise InputError(
-                f"{where}: outputs: {str(rel)[:80]!r}: must be a relative file path inside the run and its sha256"
-            )
+    for key in ("outputs", "run_files"):
+        for rel, sha in (lock.get(key) or {}).items():
+            if (
+                not isinstance(rel, str)
+                or not isinstance(sha, str)
+                or not _SHA.match(sha)
+                or rel.startswith(("/", "\\"))
+                or ".." in Path(rel).parts
+            ):
+                raise InputError(
+                    f"{where}: {key}: {str(rel)[:80]!r}: must be a relative file path inside the run and its sha256"
+                )
     base = lock.get("base") or {}
     base_model = (public.get("base") or {}).get("model") if isinstance(public.get("base"), dict) else None
     if "model" in base and base["model"] != base_model:

@@ -42,7 +42,7 @@ from .steps.evaluate import eval_tasks, evaluate_step, note_evaluation, save_eva
 from .steps.export import base_record, export_step, output_checks, output_kinds, prepare_outputs
 from .steps.mask import calibrate_step, load_step, mask_step
 from .steps.record import RunRecord
-from .steps.seal import publish_folder, seal_lock, seal_run
+from .steps.seal import publish_folders, seal_lock, seal_run
 
 __all__ = ["RunResult", "run_recipe", "export_recipe"]
 
@@ -237,5 +237,5 @@ def export_recipe(
         inner.rmdir()
         run.start("write lock and model card")
         files = {f"{sub}/{k}": v for k, v in output_hashes(tmp).items()}
-        publish_folder(run, tmp, seal_lock(run, files), kind)
+        publish_folders(run, seal_lock(run, files), [(kind, tmp)], None)
     return Path(out_dir)

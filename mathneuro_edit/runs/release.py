@@ -19,7 +19,7 @@ from ..layout import LOCK_NAME, MASK_NAME
 from ..organism import organism_path
 from ..outputs.registry import OUTPUTS, output_dirs, output_of_folder
 from ..publish.base_card import base_card_fields
-from ..publish.card import card_for_folder, summarize_edit, write_card
+from ..publish.card import card_for_folder, summarize_edit
 from ..publish.integrity import check_local_files_against_lock
 from ..publish.lock import (
     check_base_weights,
@@ -28,8 +28,9 @@ from ..publish.lock import (
     write_lock,
 )
 from ..publish.lock_policy import lock_base, validate_lock
+from ..publish.run_files import seal_cards
 from ..recipe.io import recipe_from_dict
-from ..util.console import Stages
+from ..util.console import Stages, terminal_safe
 from ..util.paths import LOCAL
 from ..weights.audit import VerifyReport
 from ..weights.base import base_reference, resolve_base
@@ -99,16 +100,15 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
         raise InputError(
             f"{folder}: no checkpoint/ or adapter/ folder; pass the run folder written by `mathneuro-edit run`"
         )
-    if card_sets:
-        write_lock(folder, lock)
-    written: list[Path] = []
-    for sub in subs:
-        write_lock(sub, lock)
-        text = card_for_folder(sub, license=license_)
-        check_private(text.content, recipe, "the model card")
-        write_card(sub, text)
-        written.append(sub / "README.md")
-    return written
+
+    def render(sub: Path, _lock: Any) -> str:  # under the lock seal_cards wrote into sub
+        text = card_for_folder(sub, license=license_).content
+        check_private(text, recipe, "the model card")
+        return text
+
+    # the lock and the cards together: the lock's run_files records each card (publish/run_files.py)
+    seal_cards(lock, [(f"{sub.name}/", sub) for sub in subs], folder, render)
+    return [sub / "README.md" for sub in subs]
 
 
 @dataclass
@@ -138,8 +138,11 @@ class RunVerification:
         if not self.failed:
             return ""
         what = [f for f in self.failed if f not in ("files", "mask")]
+        differ = ", ".join(
+            f"{terminal_safe(p)} ({s})" for p, s in (self.files.differences() if self.files else {}).items()
+        )
         parts = ([f"{', '.join(what)} differ(s) from the base + mask + scale"] if what else []) + (
-            ["files differ from the lock's sha256"] if "files" in self.failed else []
+            [f"files differ from the lock's sha256: {differ}"] if "files" in self.failed else []
         )
         if "mask" in self.failed:
             parts.insert(
@@ -159,10 +162,16 @@ class RunVerification:
             return self.failure_line()
         if self.lock_mask_sha256 is None:
             return "verify: OK: the output weights are the base with this mask and scale applied, bit for bit"
+        unchecked = self.files.unchecked() if self.files else []
         return (
             "verify: OK: the mask and the output weights are the lock's, bit for bit "
             f"({devices_note(self.made_on, {'type': self.checked_on})}; the statistics are not recomputed: "
             "`reproduce` does that)"
+            + (
+                f"; not checked (the lock records no sha256 of them): {', '.join(map(terminal_safe, unchecked))}"
+                if unchecked
+                else ""
+            )
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,15 +1,18 @@
 """Reproduce a published edit from its lock (an output folder, a lock file, a model card or a Hub repo): first check
 the files you have, then re-run the lock and compare hashes.
 
-1. The files you have (:mod:`mathneuro_edit.publish.integrity`, shared with ``verify``): for a local folder the
-   sha256 of every file the lock lists against the files present; for a Hub repo the LFS sha256 the Hub reports.
-   Missing, extra and changed files are named. A tampered folder is never called reproduced.
+1. The files you have (:mod:`mathneuro_edit.publish.integrity`, shared with ``verify``), before the re-run: for a
+   local folder the sha256 of every file the lock records (the outputs, and its ``run_files``: the mask, the
+   statistics, the evaluation, the cards) against the files present; for a Hub repo the LFS sha256 the Hub
+   reports. Missing, extra and changed files are named, the first found first. A tampered folder is never called
+   reproduced; files a lock of an older version records no sha256 of are named as not checked, never "bit for bit".
 2. The re-run: the mask and every output weight file must match the lock bit for bit. The statistics are compared
    too, but they are not the product: across devices (a run made on a GPU, reproduced on a CPU) their float sums
    differ in the last bits, which changes no selection unless a weight sits within that rounding of its matrix's
-   threshold. The verdict says which held (:mod:`.verdict`): ``yes, bit for bit``; ``same mask and output weights;
-   the statistics differ in float rounding (made on cuda, checked on cpu)``; or ``NO`` naming the mask's or the
-   files' difference, and which library versions changed.
+   threshold. The verdict says which held (:func:`.verdict.reproduce_verdict`): ``yes, bit for bit``; ``same mask
+   and output weights; the statistics differ in float rounding (made on cuda, checked on cpu)``; or ``NO`` naming
+   the files', the mask's or the statistics' difference (on the same device the sums must be the same bits), and
+   which library versions changed.
 
 Without ``out_dir`` the re-run goes to a temporary folder that is deleted afterwards (``keep=True`` keeps it).
 """
@@ -24,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.devices import device_type
 from ..engine.mask import Mask
 from ..errors import InputError
 from ..layout import LOCK_NAME, MASK_NAME, STATS_DIR
@@ -47,7 +49,17 @@ from ..util.paths import is_local_path
 from ..util.scrub import scrub_token
 from .pipeline import run_recipe
 from .steps.mask import Statistics
-from .verdict import StatsComparison, compare_statistics, devices_note, mask_difference, run_files_near
+from .verdict import (
+    Rerun,
+    StatsComparison,
+    Verdict,
+    another_device,
+    compare_statistics,
+    devices_note,
+    mask_difference,
+    reproduce_verdict,
+    run_files_near,
+)
 
 __all__ = ["ReproduceReport", "read_any_lock", "reproduce", "check_source_files", "is_hub_source"]
 
@@ -176,11 +188,11 @@ class ReproduceReport:
 
     @property
     def rerun_ok(self) -> bool:
-        return self.mask_match and all(v in ("match", "extra") for v in self.files.values())
+        return Rerun(self.mask_match, self.files).ok
 
     @property
     def ok(self) -> bool:
-        return self.rerun_ok and (self.present is None or self.present.ok)
+        return self.decide().ok
 
     def to_text(self) -> str:
         lines = [
@@ -202,32 +214,23 @@ class ReproduceReport:
         """``made on cuda, checked on cpu``."""
         return devices_note(self.made_on, self.checked_on)
 
+    def decide(self) -> Verdict:
+        """:func:`~.verdict.reproduce_verdict` of this report: the files you have, the re-run, the two devices."""
+        rerun = Rerun(self.mask_match, self.files, self.stats, self.mask_change)
+        found = self.present.found if self.present is not None else None
+        return reproduce_verdict(
+            self.present.recorded if self.present is not None else None, found, rerun, self.made_on, self.checked_on
+        )
+
     def verdict(self) -> str:
-        """What held, in words: never ``yes`` when the mask or a file differs, never a bare ``NO`` when only the
-        statistics' float sums do."""
-        if self.present is not None and not self.present.ok:
-            bad = ", ".join(f"{terminal_safe(p)} ({s})" for p, s in sorted(self.present.differences().items()))
-            return f"NO: the files you have differ from the lock: {bad}"
-        stats = self.stats.clause(self.devices, self.across_devices)
-        if not self.mask_match:
-            what = (
-                self.mask_change or "its sha256 is not the lock's (the run's mask file is not here to name the weights)"
-            )
-            return f"NO: the mask differs: {what}; {stats}"
-        if not self.rerun_ok:
-            bad = ", ".join(f"{p} ({s})" for p, s in sorted(self.files.items()) if s not in ("match", "extra"))
-            return f"NO: same mask, but the output files differ: {bad}; {stats}"
-        if self.stats.values_differ(self.across_devices):
-            return f"same mask and output weights; {stats}"
-        if self.stats.match is False:  # the hash alone differs (its header), or cannot tell: the product is the same
-            return f"yes, bit for bit: the mask and every output file; {stats}"
-        return f"yes, bit for bit ({self.devices})"
+        """What held, in words: never ``yes`` when a file, the mask or an output differs, never a bare ``NO`` when
+        only the statistics' float sums do on another device."""
+        return self.decide().text
 
     @property
-    def across_devices(self) -> bool:
-        """Whether the run was made on another kind of device than the re-run's (both recorded)."""
-        made, checked = device_type(self.made_on), device_type(self.checked_on)
-        return made is not None and checked is not None and made != checked
+    def across_devices(self) -> bool | None:
+        """Whether the run was made on another device than the re-run's (``None``: either is not recorded)."""
+        return another_device(self.made_on, self.checked_on)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -10,7 +10,18 @@ kernels), so they may differ in the last bits without changing the selection. A 
   product reproduced; the sums did not, and the report says by how much when the run's statistics files are at hand;
 - ``NO: the mask differs: ...``: the selection changed (the weights with it), naming the matrices and counts;
 - ``yes, bit for bit: the mask and every output file; ...``: the statistics' hash is not the lock's, but nothing
-  shows their values differ (the same kind of device, and the run's own statistics files not at hand to compare).
+  shows their values differ (the same kind of device, and the run's own statistics files not at hand to compare);
+- ``NO: the files you have differ from the lock: mask.safetensors (changed), ...``: a file the lock records (an
+  output, or one of its ``run_files``: the mask, the statistics, the evaluation, a card) is not the one the run
+  wrote, the first found named first, whatever the re-run gives;
+- ``NO: same mask and output weights, but the statistics differ on the same kind of device ...``: float rounding is
+  another device's; on the same device (the same type and model) the sums must be the same bits. A lock that
+  records no device is never taken for another device: its verdict says it cannot tell;
+- ``yes for every file the lock records ...; not checked ...``: a lock written before ``run_files`` records no
+  sha256 of some files present (the mask, the statistics, ...): they are named, and the verdict is not "bit for
+  bit".
+
+:func:`reproduce_verdict` decides, from the recorded and found hashes, the re-run and the two devices alone.
 
 A statistics hash also covers its header (the library versions, where the data came from): hashed again with the
 lock's versions, equal sums give the lock's hash, so newer libraries alone are not called a difference.
@@ -19,7 +30,7 @@ lock's versions, equal sums give the lock's hash, so newer libraries alone are n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +40,16 @@ from ..engine.devices import device_type
 from ..engine.mask import Mask
 from ..errors import InputError
 from ..layout import MASK_NAME, STATS_DIR
+from ..publish.integrity import compare_files
+from ..util.console import terminal_safe
 from .steps.mask import Statistics
 
 __all__ = [
     "StatsComparison",
+    "Rerun",
+    "Verdict",
+    "reproduce_verdict",
+    "another_device",
     "devices_note",
     "compare_statistics",
     "with_versions",
@@ -50,8 +67,27 @@ def devices_note(made_on: Any, checked_on: Any) -> str:
         >>> devices_note({"type": "cuda", "name": "NVIDIA H200"}, {"type": "cpu", "name": "x86_64"})
         'made on cuda, checked on cpu'
     """
-    made = device_type(made_on) or "an unrecorded device"
-    return f"made on {made}, checked on {device_type(checked_on) or 'an unrecorded device'}"
+    made, checked = device_type(made_on) or "an unrecorded device", device_type(checked_on) or "an unrecorded device"
+    if made == checked and another_device(made_on, checked_on):  # two models of one kind: name them
+        made, checked = f"{made} ({made_on['name']})", f"{checked} ({checked_on['name']})"
+    return f"made on {made}, checked on {checked}"
+
+
+def another_device(made_on: Any, checked_on: Any) -> bool | None:
+    """Whether two lock ``device`` records are different devices (another type, or another model of it: an H100
+    and an H200 may add in another order); ``None`` when either is not recorded (a lock written before devices
+    were, or by ``export``): unknown, never taken for another device.
+
+    Example:
+        >>> h200, cpu = {"type": "cuda", "name": "NVIDIA H200"}, {"type": "cpu", "name": "x86_64"}
+        >>> another_device(h200, cpu), another_device(cpu, dict(cpu)), another_device(None, cpu)
+        (True, False, None)
+    """
+    made, checked = device_type(made_on), device_type(checked_on)
+    if made is None or checked is None:
+        return None
+    names = [r.get("name") for r in (made_on, checked_on)]
+    return made != checked or (None not in names and names[0] != names[1])
 
 
 @dataclass(frozen=True)
@@ -63,17 +99,19 @@ class StatsComparison:
     max_relative: float | None = None
     versions_only: bool = False  # equal once the library versions their header records are the lock's
 
-    def values_differ(self, across_devices: bool) -> bool:
+    def values_differ(self, across_devices: bool | None) -> bool:
         """Whether the sums themselves differ: measured (the run's own files at hand), or, unmeasured, expected
-        because the run was made on another kind of device. A hash that differs for another reason (the header's
-        library versions, the data's provenance) is not a difference of values."""
+        because the run was made on another device (``across_devices``, :func:`another_device`). A hash that
+        differs for another reason (the header's library versions, the data's provenance) is not a difference of
+        values."""
         if self.match is not False:
             return False
-        return self.max_relative > 0 if self.max_relative is not None else across_devices
+        return self.max_relative > 0 if self.max_relative is not None else across_devices is True
 
-    def clause(self, where: str, across_devices: bool = False) -> str:
+    def clause(self, where: str, across_devices: bool | None = False) -> str:
         """``the statistics differ in float rounding (largest relative difference 2.4e-07; made on cuda, checked
-        on cpu)``, or that they match, or why the hash alone cannot tell; ``where``: the devices note."""
+        on cpu)`` (another device only: on the same one, or an unrecorded one, the difference is said without
+        that excuse), or that they match, or why the hash alone cannot tell; ``where``: the devices note."""
         if self.match is None:
             return f"the lock records no statistics hash ({where})"
         if self.match and self.versions_only:
@@ -85,6 +123,16 @@ class StatsComparison:
             return f"the statistics match bit for bit ({where})"
         if self.values_differ(across_devices):
             size = f"largest relative difference {self.max_relative:.2g}; " if self.max_relative is not None else ""
+            if across_devices is None:
+                return (
+                    f"the statistics differ ({size}{where}); the lock records no device, so whether another "
+                    "device's float rounding explains it cannot be told"
+                )
+            if not across_devices:
+                return (
+                    f"the statistics differ on the same device ({size}{where}), where they must be the same "
+                    "bits: not another device's float rounding"
+                )
             return f"the statistics differ in float rounding ({size}{where})"
         if self.max_relative == 0:
             return (
@@ -102,6 +150,85 @@ class StatsComparison:
             "max_relative_difference": self.max_relative,
             "only_the_recorded_versions_differ": self.versions_only,
         }
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """The re-run against the lock: its mask's match (and the difference in words, when the run's own mask was at
+    hand), each recorded output file's state (``match``, ``differs``, ``missing``; ``extra``: written now, not
+    recorded, listed but not a failure), and its statistics against the lock's."""
+
+    mask_match: bool
+    files: Mapping[str, str] = field(default_factory=dict)
+    stats: StatsComparison = StatsComparison(None)
+    mask_change: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.mask_match and all(v in ("match", "extra") for v in self.files.values())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What ``reproduce`` concludes: ``ok`` (exit 0) and the words after ``reproduced: ``."""
+
+    ok: bool
+    text: str
+
+
+def reproduce_verdict(
+    recorded: Mapping[str, str | None] | None,
+    found: Mapping[str, str] | None,
+    rerun: Rerun,
+    made_on: Any,
+    checked_on: Any,
+) -> Verdict:
+    """The verdict of ``reproduce``: never ``yes`` when a file, the mask or an output differs, nor when the
+    statistics differ on the same device; never ``bit for bit`` when a file present could not be checked.
+
+    Args:
+        recorded: ``{path: sha256}`` the lock records of the files checked (``None``: a file the lock should record
+            but does not, as in a lock written before ``run_files``); ``None``: a lock file alone, no files.
+        found: ``{path: sha256}`` of the files present (as :func:`~mathneuro_edit.publish.integrity.compare_files`
+            reads them).
+        rerun: the re-run against the lock.
+        made_on: the lock's ``device`` record; ``checked_on``: the re-run's.
+
+    Example:
+        >>> rerun = Rerun(True, {"checkpoint/model.safetensors": "match"}, StatsComparison(True, 0.0))
+        >>> cpu = {"type": "cpu", "name": "x86_64"}
+        >>> reproduce_verdict({"mask.safetensors": "a"}, {"mask.safetensors": "b"}, rerun, cpu, cpu).text
+        'NO: the files you have differ from the lock: mask.safetensors (changed)'
+        >>> reproduce_verdict({"mask.safetensors": "a"}, {"mask.safetensors": "a"}, rerun, cpu, cpu).text
+        'yes, bit for bit (made on cpu, checked on cpu)'
+    """
+    states = compare_files(found or {}, recorded) if recorded is not None else {}
+    bad = [f"{terminal_safe(p)} ({s})" for p, s in states.items() if s not in ("match", "unchecked")]
+    if bad:
+        return Verdict(False, f"NO: the files you have differ from the lock: {', '.join(bad)}")
+    where, across = devices_note(made_on, checked_on), another_device(made_on, checked_on)
+    stats = rerun.stats.clause(where, across)
+    if not rerun.mask_match:
+        what = rerun.mask_change or "its sha256 is not the lock's (the run's mask file is not here to name the weights)"
+        return Verdict(False, f"NO: the mask differs: {what}; {stats}")
+    if not rerun.ok:
+        diff = ", ".join(f"{p} ({s})" for p, s in sorted(rerun.files.items()) if s not in ("match", "extra"))
+        return Verdict(False, f"NO: same mask, but the output files differ: {diff}; {stats}")
+    unchecked = [terminal_safe(p) for p, s in states.items() if s == "unchecked"]
+    not_checked = f"; not checked (the lock records no sha256 of them): {', '.join(unchecked)}" if unchecked else ""
+    if rerun.stats.values_differ(across):
+        if across is False:
+            return Verdict(False, f"NO: same mask and output weights, but {stats}{not_checked}")
+        return Verdict(True, f"same mask and output weights; {stats}{not_checked}")
+    if unchecked:
+        matched = "mask, statistics and output files" if rerun.stats.match else "mask and output files"
+        after = f" ({where})" if rerun.stats.match else f"; {stats}"
+        return Verdict(
+            True, f"yes for every file the lock records: the re-run's {matched} match it{after}{not_checked}"
+        )
+    if rerun.stats.match is False:  # the hash alone differs (its header), or cannot tell: the product is the same
+        return Verdict(True, f"yes, bit for bit: the mask and every output file; {stats}")
+    return Verdict(True, f"yes, bit for bit ({where})")
 
 
 def max_relative_difference(a: Statistics, b: Statistics) -> float:

@@ -69,7 +69,11 @@ def test_verify_and_reproduce_refuse_a_file_the_lock_does_not_list(ws: Path, run
     code, stdout, text = _cli("verify", run, "--base", ws / "base", "-q")
     assert code == 1, text
     assert "  extra    checkpoint/added-after-the-run.txt" in stdout
-    assert stdout.strip().splitlines()[-1].endswith("files differ from the lock's sha256 (details above)")
+    assert (
+        stdout.strip()
+        .splitlines()[-1]
+        .endswith("files differ from the lock's sha256: checkpoint/added-after-the-run.txt (extra) (details above)")
+    )
     code, stdout, text = _cli("reproduce", run, "--base", ws / "base", "-q", *_data_sets(ws))
     assert code == 1, text
     assert "  extra    checkpoint/added-after-the-run.txt" in stdout

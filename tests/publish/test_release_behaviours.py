@@ -60,8 +60,10 @@ def test_a_mathneuro_format_adapter_folder_is_an_adapter(run_dir: Path, tmp_path
     export_adapter("organism", run_dir / MASK_NAME, lock["recipe"]["edit"]["scale"] or 0.0, folder, format="mathneuro")
     assert (folder / MATHNEURO_CONFIG).is_file() and not (folder / "adapter_config.json").exists()
     assert output_of_folder(folder) is ADAPTER
-    # the export's own lock, as a run's records an adapter's files (under adapter/)
-    write_lock(folder, {**lock, "outputs": {f"adapter/{k}": v for k, v in output_hashes(folder).items()}})
+    # the export's own lock, as a run's records an adapter's files (under adapter/); not the run's own run_files
+    # (its adapter/ card and eval.json are not this folder's)
+    mine = {k: v for k, v in lock.items() if k != "run_files"}
+    write_lock(folder, {**mine, "outputs": {f"adapter/{k}": v for k, v in output_hashes(folder).items()}})
     card = card_for_folder(folder)
     assert card.data.library_name == "peft" and "base_model" not in card.data.to_dict()  # the organism: no Hub id
     assert "This PEFT adapter holds a MathNeuro edit" in card.text

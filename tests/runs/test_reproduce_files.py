@@ -107,7 +107,11 @@ def test_verify_shares_the_file_check(run: Path) -> None:
     code, stdout, text = _cli("verify", run, "-q")
     assert code == 1, text
     assert "  changed  checkpoint/generation_config.json" in stdout
-    assert stdout.strip().splitlines()[-1].endswith("files differ from the lock's sha256 (details above)")
+    assert (
+        stdout.strip()
+        .splitlines()[-1]
+        .endswith("files differ from the lock's sha256: checkpoint/generation_config.json (changed) (details above)")
+    )
     code, stdout, _ = _cli("verify", run, "-q", "--json")
     report = json.loads(stdout)
     assert code == 1 and "files" in report["failed"]

@@ -19,6 +19,6 @@ from .mask import mask_step as mask_step
 from .mask import recipe_masks as recipe_masks
 from .record import RunRecord as RunRecord
 from .seal import evidence_with_overlap as evidence_with_overlap
-from .seal import publish_folder as publish_folder
+from .seal import publish_folders as publish_folders
 from .seal import seal_lock as seal_lock
 from .seal import seal_run as seal_run

@@ -2,8 +2,9 @@
 
 :func:`seal_lock` assembles the lock of a run or an export (every input's and output's hash and the edit's
 summary), :func:`seal_run` hashes a run folder's outputs and writes its lock and every output folder's files
-(:func:`publish_folder`), with a sweep's evidence and its overlap with the run's own evaluation
-(:func:`evidence_with_overlap`).
+(:func:`publish_folders`), with a sweep's evidence and its overlap with the run's own evaluation
+(:func:`evidence_with_overlap`). The lock records every file written beside the outputs too (``run_files``: the
+mask, the statistics, the evaluation, the cards; :mod:`mathneuro_edit.publish.run_files`).
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from ...publish.card import (
     has_chat_template,
     lock_file_sha256,
     summarize_edit,
-    write_card,
 )
-from ...publish.lock import build_lock, output_hashes, write_lock
+from ...publish.lock import build_lock, output_hashes
+from ...publish.run_files import RUN_FILES, present_run_files, seal_cards
 from ...util.files import write_json_atomic
 from .mask import data_records
 from .record import RunRecord
 
-__all__ = ["seal_run", "seal_lock", "publish_folder", "evidence_with_overlap", "without_problem_lists"]
+__all__ = ["seal_run", "seal_lock", "publish_folders", "evidence_with_overlap", "without_problem_lists"]
 
 
 def seal_run(run: RunRecord, folder: Path) -> dict[str, str]:
@@ -51,9 +52,7 @@ def seal_run(run: RunRecord, folder: Path) -> dict[str, str]:
             "setting: its gain is not a confirmation (the card says so)"
         )
     lock = seal_lock(run, files, sweep=sweep)
-    write_lock(folder, lock)
-    for kind in run.kinds:
-        publish_folder(run, folder / output(kind).folder, lock, kind)
+    publish_folders(run, lock, [(kind, folder / output(kind).folder) for kind in run.kinds], folder)
     return files
 
 
@@ -86,15 +85,28 @@ def seal_lock(run: RunRecord, files: dict[str, str], *, sweep: dict[str, Any] | 
     )
 
 
-def publish_folder(run: RunRecord, folder: Path, lock: dict, kind: str) -> None:
-    """Write the lock, eval.json and lm-eval's own results files (the record's ``evaluation``) and the model card of
-    output ``kind`` into its folder; its license fields are the base card's."""
-    recipe, (eval_dict, lm_eval_docs) = run.recipe, run.evaluation
-    write_lock(folder, lock)
-    if eval_dict is not None:
-        write_json_atomic(folder / EVAL_NAME, eval_dict)
-    for name, doc in (lm_eval_docs or {}).items():
-        write_json_atomic(folder / name, doc)
+def publish_folders(run: RunRecord, lock: dict, folders: list[tuple[str, Path]], root: Path | None) -> dict[str, Any]:
+    """Write eval.json and lm-eval's own results files (the record's ``evaluation``) into each output's folder
+    (``folders``: ``(kind, folder)``), then the lock (into ``root``, a run folder, and each output folder) and each
+    model card, the lock's ``run_files`` holding the sha256 of every file beside the outputs (the mask, the
+    statistics and the evaluation of ``root``; each folder's evaluation and card). Returns the lock written."""
+    eval_dict, lm_eval_docs = run.evaluation
+    for _, folder in folders:
+        if eval_dict is not None:
+            write_json_atomic(folder / EVAL_NAME, eval_dict)
+        for name, doc in (lm_eval_docs or {}).items():
+            write_json_atomic(folder / name, doc)
+    prefixes = [(f"{output(kind).folder}/", folder) for kind, folder in folders]
+    kinds = {folder: kind for kind, folder in folders}
+    base = root if root is not None else folders[0][1]
+    lock = {**lock, RUN_FILES: present_run_files(base, prefixes, run_folder=root is not None)}
+    return seal_cards(lock, prefixes, root, lambda folder, sealed: _card(run, folder, sealed, kinds[folder]))
+
+
+def _card(run: RunRecord, folder: Path, lock: Mapping[str, Any], kind: str) -> str:
+    """The model card of output ``kind`` in ``folder`` under ``lock`` (the file written there, whose sha256 it
+    names); its license fields are the base card's."""
+    recipe, (eval_dict, _) = run.recipe, run.evaluation
     hub_id = recipe.base.hub_id or (None if recipe.base.local_dir() is not None else recipe.base.model)
     summary = summarize_edit(run.mask.counts(), model_params=run.n_params)
     source = CardSource(
@@ -107,8 +119,7 @@ def publish_folder(run: RunRecord, folder: Path, lock: dict, kind: str) -> None:
         weights_dtype=folder_dtype(folder),
         chat=has_chat_template(folder),
     )
-    card = build_card(source, kind, base_model_id=hub_id)
-    write_card(folder, card)
+    return build_card(source, kind, base_model_id=hub_id).content
 
 
 def evidence_with_overlap(evidence: Mapping[str, Any], tasks: list[Any], mask_sha256: str) -> dict[str, Any]:
