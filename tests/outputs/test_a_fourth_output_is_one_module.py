@@ -102,7 +102,7 @@ NOT_A_KIND = {
     "publish/lock.py": (2, "base.gguf: the lock's entry of a GGUF base"),
     "publish/card_sections.py": (3, "base.gguf: the lock's entry of a GGUF base"),
     "publish/card.py": (2, "base.gguf: the lock's entry of a GGUF base"),
-    "publish/card_weights.py": (2, "base.gguf: the lock's entry of a GGUF base"),
+    "publish/card_weights.py": (3, "base.gguf: the lock's entry of a GGUF base"),
     "weights/gguf_reader.py": (3, "the gguf package and a GGUF base's cache folder"),
     "weights/audit.py": (1, "the report kind of a checkpoint audit"),
     "util/scrub.py": (1, "a path word that is never private"),
