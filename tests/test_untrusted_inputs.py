@@ -736,6 +736,34 @@ def test_disk_full_names_the_size_the_write_needed(ws: Path, tmp_path: Path, mon
     assert str(err.value) == f"no space left on device writing {disk / 'out'}; free {mb} MB or choose another --out"
 
 
+@pytest.mark.parametrize(
+    ("free", "needed", "said"),
+    [
+        (0, None, "no space left on device writing OUT (0 bytes free there); make room or choose another --out"),
+        (0, 0, "no space left on device writing OUT (0 bytes free there); make room or choose another --out"),
+        (4096, 100, "no space left on device writing OUT (4,096 bytes free there); make room or choose another --out"),
+        (7 * 10**6, 10**6, "no space left on device writing OUT (7 MB free there); make room or choose another --out"),
+        (0, 1, "no space left on device writing OUT; free 1 MB or choose another --out"),
+        (10**6, 3 * 10**6 + 1, "no space left on device writing OUT; free 3 MB or choose another --out"),
+    ],
+)
+def test_a_full_disk_says_what_is_free_when_the_need_is_not_known(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int, needed: int | None, said: str
+) -> None:
+    """Issue 48: a disk with 0 bytes free said "free 1 MB" when the write's size was not known (a made-up
+    number); it says what is free then, and what is missing only when that is known."""
+    import errno
+    from collections import namedtuple
+
+    from mathneuro_edit.util.outdir import space_message
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr("mathneuro_edit.util.outdir.shutil.disk_usage", lambda p: usage(10**9, 10**9 - free, free))
+    out = tmp_path / "OUT"
+    message = space_message(OSError(errno.ENOSPC, "No space left on device"), out, needed)
+    assert message == said.replace("OUT", str(out))
+
+
 # ------------------------------------------------------------------------------------------- text from file names
 
 

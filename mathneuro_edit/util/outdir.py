@@ -267,9 +267,12 @@ def space_message(exc: OSError, out: str | Path, needed: int | None = None) -> s
     except OSError:
         free = 0
     need = needed if needed is not None else (_tree_size(target) if target.is_dir() else 0)
-    mb = max(1, math.ceil((need - free) / 1e6))
     what = "quota exceeded" if exc.errno != errno.ENOSPC else "no space left on device"
-    return f"{what} writing {out}; free {mb} MB or choose another --out"
+    if need > free:  # what the output lacks, rounded up
+        return f"{what} writing {out}; free {math.ceil((need - free) / 1e6)} MB or choose another --out"
+    # what it lacks is not known (or the disk filled meanwhile): say what is free, never a made-up "free 1 MB"
+    shown = f"{free // 10**6:,} MB" if free >= 10**6 else f"{free:,} bytes"
+    return f"{what} writing {out} ({shown} free there); make room or choose another --out"
 
 
 @contextmanager
