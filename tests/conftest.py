@@ -25,6 +25,11 @@ import yaml
 from click.testing import CliRunner
 
 from mathneuro_edit.cli.main import main
+from mathneuro_edit.util.console import PROGRESS_ENV
+
+# a command off a terminal prints a line every 30 s while a stage runs: on a loaded machine a stage can take that
+# long, and transcripts and one-line checks would then vary; tests/cli/test_progress_lines.py sets it itself
+os.environ.setdefault(PROGRESS_ENV, "0")
 
 # the fixtures that tests in several folders use, in one place (pytest finds them here)
 from tests._fakehub import fake_hub, out_dir  # noqa: F401

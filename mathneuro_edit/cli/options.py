@@ -85,12 +85,14 @@ def check_out(out: str, recipe: Any, recipe_path: str | None, kind: str, **more:
 
 def stage_echo(quiet: bool, verbose: bool = False):
     """The stage printer's sink (stderr; nothing under ``--quiet``), with the libraries kept quiet for the rest of
-    the command unless ``--verbose`` (their bars and the known-harmless warnings; restored when it ends)."""
-    from ..util.console import quiet_libraries
+    the command unless ``--verbose`` (their bars and the known-harmless warnings; restored when it ends), and, off a
+    terminal, a line every 30 s while a stage runs (:func:`~mathneuro_edit.util.console.progress_every`)."""
+    from ..util.console import progress_every, progress_lines, quiet_libraries
 
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.with_resource(quiet_libraries(verbose and not quiet))  # closed when the command's context ends
+        ctx.with_resource(progress_lines(progress_every(quiet)))  # off a terminal: a line every 30 s per stage
     return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
 
 

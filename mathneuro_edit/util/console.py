@@ -1,10 +1,12 @@
 """What the CLI prints while it works: numbered stage lines, and the libraries kept quiet around our own calls.
 
 By default a command prints one line per stage (``[2/6] calibrate math (100 texts)``) on stderr, and a transient
-progress bar under it when stderr is a terminal. The libraries' own bars (transformers' ``Loading weights``,
-Hub downloads) and the warnings listed in :data:`KNOWN_WARNINGS` (understood and harmless) are silenced only
-inside :func:`quiet_libraries`, which restores every setting on exit: a Python caller's own code is never
-affected after we return. ``-v/--verbose`` keeps the libraries' bars and every warning.
+progress bar under it when stderr is a terminal; when it is not (a log file, a pipe), a line every 30 s instead while
+a stage runs (``      ... [2/6] calibrate math (100 texts): 1 min 30 s so far``; :func:`progress_lines`,
+``MATHNEURO_EDIT_PROGRESS_EVERY`` seconds, 0 for none), so a log shows the command is alive. The libraries' own
+bars (transformers' ``Loading weights``, Hub downloads) and the warnings listed in :data:`KNOWN_WARNINGS`
+(understood and harmless) are silenced only inside :func:`quiet_libraries`, which restores every setting on exit:
+a Python caller's own code is never affected after we return. ``-v/--verbose`` keeps the libraries' bars and every warning.
 
 Example:
     >>> lines = []
@@ -20,9 +22,13 @@ import logging
 import os
 import re
 import sys
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from ..errors import InputError
 
 __all__ = [
     "KNOWN_WARNINGS",
@@ -30,6 +36,10 @@ __all__ = [
     "quiet_libraries",
     "known_warnings_silenced",
     "bars_wanted",
+    "PROGRESS_ENV",
+    "progress_lines",
+    "progress_every",
+    "elapsed_line",
     "table",
     "markdown_table_text",
     "terminal_safe",
@@ -219,8 +229,58 @@ def bars_wanted(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
+PROGRESS_ENV = "MATHNEURO_EDIT_PROGRESS_EVERY"  # seconds between progress lines off a terminal; 0: none
+_PROGRESS_EVERY: float | None = None  # set by the CLI (progress_lines) for the length of a command
+
+
+def progress_every(quiet: bool) -> float | None:
+    """Seconds between the lines that say a stage is still running, for a command whose stderr is not a terminal
+    (a terminal has the bars); ``None`` under ``--quiet``, on a terminal, or with ``MATHNEURO_EDIT_PROGRESS_EVERY=0``.
+
+    Raises:
+        InputError: ``MATHNEURO_EDIT_PROGRESS_EVERY`` is not a number of seconds >= 0.
+    """
+    if quiet or sys.stderr.isatty():
+        return None
+    text = os.environ.get(PROGRESS_ENV, "30")
+    try:
+        every = float(text)
+    except ValueError:
+        every = -1.0
+    if not every >= 0 or every == float("inf"):
+        raise InputError(f"{PROGRESS_ENV}={text!r}: a number of seconds >= 0 (0: no progress lines), e.g. 30")
+    return every or None
+
+
+@contextmanager
+def progress_lines(every: float | None) -> Iterator[None]:
+    """Inside the block, every :class:`Stages` says every ``every`` seconds that its current stage is still running
+    (:func:`elapsed_line`); ``None``: no such lines. The CLI opens it for a command's length (a Python caller's
+    stages stay as they are)."""
+    global _PROGRESS_EVERY
+    before, _PROGRESS_EVERY = _PROGRESS_EVERY, every
+    try:
+        yield
+    finally:
+        _PROGRESS_EVERY = before
+
+
+def elapsed_line(stage: str, seconds: float) -> str:
+    """The line a log gets while a stage runs on.
+
+    Example:
+        >>> elapsed_line("[2/8] calibrate math (100 texts)", 90.4)
+        '      ... [2/8] calibrate math (100 texts): 1 min 30 s so far'
+        >>> elapsed_line("[5/8] evaluate", 30.0)
+        '      ... [5/8] evaluate: 30 s so far'
+    """
+    minutes, secs = divmod(int(seconds), 60)
+    return f"      ... {stage}: {f'{minutes} min ' if minutes else ''}{secs} s so far"
+
+
 class Stages:
-    """Numbered stage lines: ``[i/n] label``, and indented result notes under them.
+    """Numbered stage lines: ``[i/n] label``, and indented result notes under them; inside :func:`progress_lines`,
+    a line every so many seconds while a stage runs.
 
     Args:
         total: the number of stages the command will announce.
@@ -229,11 +289,26 @@ class Stages:
 
     def __init__(self, total: int, echo: Callable[[str], None] = lambda s: None) -> None:
         self.total, self.echo, self.done = total, echo, 0
+        self._stop: threading.Event | None = None
 
     def start(self, label: str) -> None:
         """Announce the next stage."""
         self.done += 1
-        self.echo(f"[{self.done}/{self.total}] {label}")
+        line = f"[{self.done}/{self.total}] {label}"
+        self.echo(line)
+        if self._stop is not None:  # the previous stage's progress lines end with it
+            self._stop.set()
+            self._stop = None
+        if _PROGRESS_EVERY:
+            self._stop = threading.Event()
+            args = (line, _PROGRESS_EVERY, self._stop)
+            threading.Thread(target=self._tick, args=args, daemon=True, name="stage-progress").start()
+
+    def _tick(self, line: str, every: float, stop: threading.Event) -> None:
+        """Until the next stage starts or the command ends: every ``every`` seconds, how long this one has run."""
+        t0 = time.monotonic()
+        while not stop.wait(every) and _PROGRESS_EVERY:
+            self.echo(elapsed_line(line, time.monotonic() - t0))
 
     def note(self, text: str) -> None:
         """A result line under the current stage (each line of ``text`` indented)."""
