@@ -347,3 +347,10 @@ def _release_the_committed_search(fake_hub: FakeHub, work: Path, search: Path) -
     replaced = any(o.startswith("data.math.path=") for o in c.get("variant_set") or [])
     assert set(card.data.datasets) == {"Salesforce/wikitext"} | (set() if replaced else {"openai/gsm8k"})
     assert "## Evidence for the boost" in card.text
+    # the Hub's number is the confirmed one (issue 46 item 3): this model's and the base's, n, the prompt format
+    confirmed_results = [(r.metric_name, r.metric_value, r.dataset_args["n"]) for r in card.data.eval_results[:2]]
+    assert confirmed_results == [
+        ("math accuracy, this model", round(c["edited_correct"] / c["n"], 6), c["n"]),
+        ("math accuracy, base model (unedited) for comparison", round(c["base_correct"] / c["n"], 6), c["n"]),
+    ]
+    assert "math accuracy" not in [r.metric_name for r in card.data.eval_results]  # the run's own: text only
