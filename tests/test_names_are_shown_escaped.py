@@ -62,3 +62,43 @@ def test_push_dry_run_escapes_the_repo_s_file_names(fake_hub, out_dir: Path) -> 
     assert result.exit_code == 0, result.output
     assert "delete" in result.output
     _clean(result.output)
+
+
+def test_a_library_warning_quoting_a_hostile_name_is_shown_escaped(tmp_path: Path) -> None:
+    """Issue 48: matplotlib warns "Glyph 27 (\\x1b) missing from font(s)" for a tensor name's ESC, and the
+    warning reached the terminal raw. Every warning and log record a library prints during a command is escaped
+    as our own lines are (``util/console.py::library_output_safe``). In a fresh process (Python's own warning
+    printer, the logging module's own stderr handler), with a stand-in for matplotlib (optional here) that warns
+    and logs as it does."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = Mask({"w": torch.eye(4, dtype=torch.bool)}, {"method": "mathneuro"}).save(tmp_path / "m.safetensors")
+    script = textwrap.dedent(
+        """
+        import logging, sys, warnings
+        from pathlib import Path
+        import mathneuro_edit.runs.inspect as inspect_module
+        from mathneuro_edit.cli.main import main
+
+        EVIL = sys.argv[3]
+
+        def plot(mask, path, **kwargs):
+            warnings.warn(f"Glyph 27 ({EVIL}) missing from font(s) DejaVu Sans.", UserWarning, stacklevel=1)
+            logging.getLogger("matplotlib.font_manager").warning("findfont: %s", EVIL)
+            Path(path).write_bytes(b"png")
+            return Path(path)
+
+        inspect_module.plot_layer_distribution = plot
+        main(["inspect", sys.argv[1], "--plot", sys.argv[2]])
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-W", "always", "-c", script, str(path), str(tmp_path / "p.png"), EVIL],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Glyph 27" in proc.stderr and "findfont: " in proc.stderr, proc.stderr  # shown, escaped
+    _clean(proc.stderr)

@@ -95,10 +95,11 @@ class _Group(click.Group):
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
+        from ..util.console import library_output_safe
         from ..util.outdir import install_signal_handlers
 
-        try:
-            with install_signal_handlers():  # SIGTERM / SIGHUP clean up like Ctrl-C
+        try:  # SIGTERM / SIGHUP clean up like Ctrl-C; the libraries' lines redacted and escaped as ours
+            with install_signal_handlers(), library_output_safe():
                 return super().invoke(ctx)
         except click.UsageError as exc:  # a missing option, a path that is not there: one line, as every input error
             line = usage_line(exc, ctx.info_name or "mathneuro-edit")

@@ -78,6 +78,65 @@ def document_safe(text: str) -> str:
     return _UNSAFE.sub(lambda m: m.group() if m.group() in "\t\n" else terminal_safe(m.group()), text)
 
 
+_SAFE_TEXT = threading.local()  # re-entry guard: scrubbing a record must not scrub the records it logs
+
+
+def _library_text(text: str, one_line: bool = False) -> str:
+    """A library's log line or warning as the CLI shows it: the Hub token and URL credentials ``***``
+    (:func:`~mathneuro_edit.util.scrub.scrub_token`), control and bidi characters escaped, line breaks kept
+    unless ``one_line`` (a value from data, a warning: a newline there would forge a line of its own)."""
+    from .scrub import scrub_token
+
+    safe = terminal_safe if one_line else document_safe
+    if getattr(_SAFE_TEXT, "busy", False):
+        return safe(text)
+    _SAFE_TEXT.busy = True
+    try:
+        return safe(scrub_token(text))
+    finally:
+        _SAFE_TEXT.busy = False
+
+
+@contextmanager
+def library_output_safe() -> Iterator[None]:
+    r"""Inside the block (a CLI command), every log record and warning a library prints reads as our own lines
+    do: the token and URL credentials replaced by ``***``, ``\x1b`` and bidi characters escaped.
+
+    Why: huggingface_hub logs its retries itself ("HTTP Error 500 thrown while requesting GET
+    http://alice:s3cret@hub.example/...") before our redacted error line, and matplotlib warns about a glyph
+    missing for a tensor name's raw ESC; both went to the terminal as they were (issue 48). A log record is made
+    safe when it is created (every logger, every handler), a warning when it is shown.
+
+    Example:
+        >>> import logging
+        >>> with library_output_safe():
+        ...     logging.getLogger("x").makeRecord("x", 30, "f", 1, "at %s", ("http://a:pw@h/\x1b",), None).getMessage()
+        'at http://***@h/\\x1b'
+    """
+    make_record, show = logging.getLogRecordFactory(), warnings.showwarning
+
+    def safe_record(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        try:  # the library's template keeps its line breaks; the values put into it (names, URLs) do not
+            if isinstance(record.args, tuple):
+                record.args = tuple(_library_text(a, one_line=True) if isinstance(a, str) else a for a in record.args)
+            record.msg, record.args = _library_text(record.getMessage()), ()
+        except Exception:  # noqa: BLE001 - a record whose own formatting fails is left to logging to report
+            pass
+        return record
+
+    def safe_warning(message: object, *args: object, **kwargs: object) -> None:
+        show(_library_text(str(message), one_line=True), *args, **kwargs)  # type: ignore[arg-type]
+
+    logging.setLogRecordFactory(safe_record)
+    warnings.showwarning = safe_warning
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(make_record)
+        warnings.showwarning = show
+
+
 # (category, start of the message, why it is harmless). Each is filtered by both, never by module alone.
 KNOWN_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
     # PEFT's SHiRA layer builds its sparse delta with torch.sparse_coo_tensor without saying whether to check the
