@@ -40,6 +40,7 @@ __all__ = [
     "name_refusal",
     "read_tokenizer",
     "tokenizer_model",
+    "vocab_size_refusal",
     "spm_refusal",
     "spm_space_prefix",
     "spm_vocab",
@@ -358,22 +359,57 @@ def name_refusal(name: str, tok: dict[str, Any]) -> str | None:
     )
 
 
-def _checked(tok: dict[str, Any], name: str) -> str:
-    """llama.cpp's tokenizer model of ``tok``, after the refusals of the tokenizer and of ``name`` with it."""
+def vocab_size_refusal(tok: dict[str, Any], n_vocab: int) -> str | None:
+    """Why a tokenizer.json cannot go with a model of ``n_vocab`` embedding rows (``None``: it can): a token id
+    at or past ``n_vocab`` (llama.cpp reads the row of every id it emits: a GGUF with more tokens than rows fails
+    to load or reads past the table; llama.cpp's own converter refuses it too), or an id that is no integer.
+
+    Example:
+        >>> tok = {"model": {"vocab": {"a": 0, "b": 1}}, "added_tokens": [{"id": 8, "content": "<x>"}]}
+        >>> vocab_size_refusal(tok, 9) is None, vocab_size_refusal(tok, 4)
+        (True, "tokenizer.json has token id 8 ('<x>'), past the model's 4 embedding rows (config.json vocab_size)")
+    """
+    model = tok.get("model") or {}
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    pairs = list(vocab.items()) if isinstance(vocab, dict) else []
+    pairs += [(a.get("content"), a.get("id")) for a in tok.get("added_tokens") or [] if isinstance(a, dict)]
+    bad = next(((t, i) for t, i in pairs if isinstance(i, bool) or not isinstance(i, int) or i < 0), None)
+    if bad is not None:
+        return f"tokenizer.json gives token {str(bad[0])[:40]!r} the id {str(bad[1])[:40]!r}, not an integer >= 0"
+    if not pairs:
+        return None
+    token, top = max(pairs, key=lambda p: p[1])
+    if top < n_vocab:
+        return None
+    return (
+        f"tokenizer.json has token id {top} ({str(token)[:40]!r}), past the model's {n_vocab} embedding rows "
+        "(config.json vocab_size)"
+    )
+
+
+def _checked(tok: dict[str, Any], name: str, n_vocab: int | None = None) -> str:
+    """llama.cpp's tokenizer model of ``tok``, after the refusals of the tokenizer, of ``name`` with it, and of a
+    token id past the model's ``n_vocab`` embedding rows (when given)."""
     model = tokenizer_model(tok)
     if (why := name_refusal(name, tok)) is not None:
         raise InputError(why)
+    if n_vocab is not None and (why := vocab_size_refusal(tok, n_vocab)) is not None:
+        raise InputError(
+            f"outputs.gguf: {why}; llama.cpp could not use such a GGUF: export a checkpoint whose tokenizer and "
+            f"embeddings agree (resize the embeddings, or use the tokenizer the model was trained with){_NULL}"
+        )
     return model
 
 
-def check_vocab(folder: str | Path, name: str = "local model") -> str:
-    """Raise :class:`InputError` now if :func:`add_vocab` would refuse this folder's tokenizer.json, or the GGUF's
-    ``general.name`` with it (:func:`name_refusal`).
+def check_vocab(folder: str | Path, name: str = "local model", n_vocab: int | None = None) -> str:
+    """Raise :class:`InputError` now if :func:`add_vocab` would refuse this folder's tokenizer.json, the GGUF's
+    ``general.name`` with it (:func:`name_refusal`), or (``n_vocab`` given) a token id past the model's
+    embedding rows (:func:`vocab_size_refusal`).
 
     Returns:
         llama.cpp's tokenizer model: ``"gpt2"`` or ``"llama"``.
     """
-    return _checked(read_tokenizer(folder), name)
+    return _checked(read_tokenizer(folder), name, n_vocab)
 
 
 def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) -> None:
@@ -415,7 +451,7 @@ def add_vocab(
     """
     folder = Path(folder)
     tok = read_tokenizer(folder)
-    if _checked(tok, name) == "gpt2":
+    if _checked(tok, name, n_vocab) == "gpt2":
         tokens, types = bpe_vocab(gguf, tok, n_vocab)
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre(pre or pre_name(tok.get("pre_tokenizer") or {}))

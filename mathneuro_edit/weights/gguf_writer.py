@@ -81,7 +81,8 @@ def check_gguf(folder: str | Path, qtype: str, name: str | None = None) -> None:
     architecture, rope scaling, tensor names, tokenizer, and ``name`` as ``general.name``); reads config and
     headers only."""
     gguf_plan(folder, qtype)
-    check_vocab(folder, name or "local model")  # the tokenizer side, and the name with it: weights/gguf_vocab.py
+    n_vocab = int(read_config(folder)[0]["vocab_size"])  # the tokenizer's ids must have embedding rows
+    check_vocab(folder, name or "local model", n_vocab)  # the tokenizer side, the name with it: weights/gguf_vocab.py
 
 
 def write_gguf(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,24 @@ def test_more_experts_used_than_there_are_is_refused(mixtral: Path, tmp_path: Pa
     folder = _edited(mixtral, tmp_path, num_experts_per_tok=used)
     with pytest.raises(InputError, match=rf"num_experts_per_tok is {shown} but a token uses 1 to num_experts 4"):
         check_gguf(folder, "F16")
+
+
+@pytest.mark.parametrize("extra", [0, 40])
+def test_a_tokenizer_larger_than_the_embedding_is_refused_before_writing(
+    llama: Path, tmp_path: Path, extra: int
+) -> None:
+    """Issue 48 (open from earlier rounds): a tokenizer.json with ids past the 703 embedding rows exported as a
+    GGUF with exit 0 (its token list longer than token_embd: llama.cpp refuses or reads past the table)."""
+    folder = _edited(llama, tmp_path)
+    tok = json.loads((llama / "tokenizer.json").read_text())
+    assert max(tok["model"]["vocab"].values()) < 703  # the unchanged tokenizer fits (see the first test)
+    tok["added_tokens"] = [*tok.get("added_tokens", []), {"id": 703 + extra, "content": "<extra>", "special": True}]
+    (folder / "tokenizer.json").unlink()
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    why = f"tokenizer.json has token id {703 + extra} ('<extra>'), past the model's 703 embedding rows"
+    with pytest.raises(InputError, match=rf"^outputs\.gguf: {re.escape(why)}"):
+        check_gguf(folder, "F16")
+    with pytest.raises(InputError, match=rf"^outputs\.gguf: {re.escape(why)}") as e:
+        export_gguf(folder, "F16", tmp_path / "m.gguf")
+    assert "\n" not in str(e.value)
+    assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".*tmp"))
