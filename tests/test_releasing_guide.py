@@ -354,3 +354,29 @@ def _release_the_committed_search(fake_hub: FakeHub, work: Path, search: Path) -
         ("math accuracy, base model (unedited) for comparison", round(c["base_correct"] / c["n"], 6), c["n"]),
     ]
     assert "math accuracy" not in [r.metric_name for r in card.data.eval_results]  # the run's own: text only
+    _the_card_s_figures_come_back(Path("out/smollm2-release/checkpoint"), load_recipe("my-release.yaml"))
+
+
+def _the_card_s_figures_come_back(folder: Path, recipe: object) -> None:
+    """Issue 46 item 4: the checkpoint loaded exactly as its card's snippet loads it (from its repo, float32 over the stored
+    bfloat16 weights, the dtype its figures were computed in) evaluates to the card's own figures (``eval.json``,
+    which its table and metadata are rendered from)."""
+    from mathneuro_edit.evaluation.runner import evaluate
+    from mathneuro_edit.runs.steps.evaluate import eval_tasks
+
+    text = (folder / "README.md").read_text()
+    (code,) = [c for c in re.findall(r"```python\n(.*?)```", text, re.DOTALL) if "AutoModelForCausalLM" in c]
+    load = "\n".join(
+        line for line in code.splitlines() if line.startswith(("import", "from", "model =", "tokenizer ="))
+    )
+    assert "dtype=torch.float32)" in load, load  # the pushed repo, as the card names it (the fake Hub serves it)
+    namespace: dict = {}
+    exec(compile(load, "checkpoint card", "exec"), namespace)  # noqa: S102 - the card's own lines are the test
+    got = evaluate(namespace["model"].eval(), namespace["tokenizer"], eval_tasks(recipe), progress=False).to_dict()
+    shown = json.loads((folder / "eval.json").read_text())
+    compared = [
+        (t, k) for t, row in shown.items() for k in ("math_accuracy", "general_loss") if k in row.get("edited", {})
+    ]
+    assert ("math", "math_accuracy") in compared
+    for task, key in compared:
+        assert got[task]["base"][key] == shown[task]["edited"][key], (task, key)
