@@ -174,6 +174,7 @@ def test_sweep_contract_on_the_real_model(smollm2, tmp_path, monkeypatch):
     from mathneuro_edit.recipe.io import load_recipe
     from mathneuro_edit.runs.sweep.problems import sweep_problems
     from mathneuro_edit.runs.sweep.procedure import SweepPoint
+    from mathneuro_edit.util.hashing import sha256_file
     from tests.runs.test_sweep import reference_candidate
 
     monkeypatch.chdir(ROOT)  # the recipe's data paths are relative to the repository root
@@ -204,6 +205,9 @@ def test_sweep_contract_on_the_real_model(smollm2, tmp_path, monkeypatch):
     assert code == 0, text
     d = json.loads((out / "sweep.json").read_text())
     sel, conf = d["selection"], d["confirmation"]
+    # the model measured, by content: the very identity the committed search records for this file (issue 46)
+    committed = json.loads((ROOT / "docs" / "data" / "search-smollm2" / "sweep.json").read_text())["base_identity"]
+    assert d["base_identity"] == {"gguf_sha256": sha256_file(smollm2)} == committed
     _, sel_p, conf_p = sweep_problems(load_recipe("recipes/smollm2-arithmetic-boost.yaml", sets))
     assert sel["problems_sha256"] == [problem_sha256(p) for p in sel_p] and sel["n"] == 16
     assert sel["general_texts"] == 4
