@@ -570,6 +570,8 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
         and ev["sweep_sha256"] == hashlib.sha256((sw / "sweep.json").read_bytes()).hexdigest()
     )
     assert (ev["selection"]["n"], ev["confirmation"]["n"]) == (3, 8)
+    # the model the sweep measured, by content (issue 46): the workspace's base, whose safetensors the lock records
+    assert ev["base_identity"] == rows["base_identity"] == {"weights_sha256": lock["base"]["weights_sha256"]}
     # the run evaluates the first 4 arithmetic problems of seed 0: the sweep's 3 selection problems and 1 more
     assert ev["evaluation_overlap"] == {"n": 4, "selection": 3, "confirmation": 1}
     assert ev["mask_matches_confirmation"] is False  # the constructed confirmation names no mask
