@@ -91,7 +91,7 @@ def load_kwargs(dtype: str | None) -> tuple[str, str]:
 
     Example:
         >>> load_kwargs("float32")
-        ('import torch\n', ', dtype=torch.float32')
+        ('import torch\\n', ', dtype=torch.float32')
     """
     if dtype not in ("float32", "bfloat16", "float16"):
         return "", ""

@@ -267,9 +267,8 @@ _OPERATIONS.update({"\u00d7": "multiplication", "\u00f7": "division"})
 
 
 def gain_operations(formats: list[Mapping[str, Any]]) -> list[str]:
-    """The operations (words) where the recipe's prompt format's candidate got more problems right than the base,
-    when some operation did not (``[]``: no per-operation record, or the gain is in every operation): what the
-    headline names beside the confirmed gain.
+    """The operations (words) where the recipe's prompt format's candidate got more problems right than the base
+    (``[]``: no per-operation record): what the headline names beside the confirmed gain.
 
     Example:
         >>> arm = lambda plus, minus: {"by_operation": {"+": {"correct": plus}, "-": {"correct": minus}}}
@@ -284,13 +283,13 @@ def gain_operations(formats: list[Mapping[str, Any]]) -> list[str]:
     cand = (arms.get("candidate") or {}).get("by_operation") or {}
     ops = sorted(set(base) & set(cand))
     up = [op for op in ops if int(cand[op].get("correct") or 0) > int(base[op].get("correct") or 0)]
-    return [_OPERATIONS.get(_op(op), "?") for op in up] if 0 < len(up) < len(ops) else []
+    return [_OPERATIONS.get(_op(op), "?") for op in up]
 
 
 def sweep_effect(lock: Mapping[str, Any], chat: bool = False) -> str | None:
     """The first paragraph's sentence on the math effect of a ``run --from-sweep`` release, or ``None`` without
     one: the confirmation is the evidence, named with its prompt format (``chat``: the model's tokenizer has a chat
-    template) and, where the sweep records it by operation and the gain is not in all, the operations it is in;
+    template) and, where the sweep records it by operation, the operations it is in;
     the run's own evaluation is named a confirmation never."""
     sw = lock.get("sweep")
     if not isinstance(sw, Mapping):

@@ -157,11 +157,11 @@ def test_lm_eval_standard_errors_are_no_results_and_a_hub_dataset_keeps_its_defa
     assert _read([math])[0].dataset_split == "train"
 
 
-def test_gain_operations_names_where_the_gain_is_when_it_is_not_everywhere() -> None:
+def test_gain_operations_names_where_the_gain_is() -> None:
     formats = _sweep()["formats"]
     assert gain_operations(formats) == ["addition"]
-    formats[0]["arms"]["candidate"]["by_operation"]["-"]["correct"] = 40  # both rise: no operation named
-    assert gain_operations(formats) == []
+    formats[0]["arms"]["candidate"]["by_operation"]["-"]["correct"] = 40  # both rise: both named
+    assert gain_operations(formats) == ["addition", "subtraction"]
     assert gain_operations([{"primary": True, "arms": {}}]) == [] and gain_operations([]) == []
 
 
