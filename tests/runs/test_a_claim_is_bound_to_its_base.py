@@ -25,6 +25,7 @@ from mathneuro_edit.recipe.io import load_recipe, quickstart_recipe
 from mathneuro_edit.recipe.schema import RELEASE_KEYS, Recipe, release_rule
 from mathneuro_edit.runs.steps.export import base_identity
 from mathneuro_edit.runs.sweep.evidence import base_difference, read_sweep, recipe_from_sweep, release_difference
+from tests._fakehub import fake_hub  # noqa: F401 - the fixture
 from tests._models import save_tiny
 from tests._tiny import write_workspace
 
@@ -242,3 +243,20 @@ def test_recipe_from_sweep_checks_the_base_it_is_given(released) -> None:
     with pytest.raises(InputError, match="is not the model the sweep measured"):
         recipe_from_sweep(load_recipe(str(recipe)), ev, base=B)
     assert recipe_from_sweep(load_recipe(str(recipe)), ev, base=ev.base_identity).edit.scale == 1.1
+
+
+def test_a_hub_base_is_its_id_and_commit_read_from_config_json_alone(fake_hub, tmp_path: Path) -> None:  # noqa: F811
+    """A Hub base's identity is its id and the commit its revision resolves to; finding it downloads config.json
+    only (``run --from-sweep --dry-run`` on an 8B base fetched no weights)."""
+    from mathneuro_edit.recipe.input_sections import BaseConfig
+
+    folder = save_tiny(tmp_path / "tiny", "llama")
+    repo = fake_hub.create("org/tiny")
+    commit = fake_hub._commit(repo, "main", {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()})
+    assert base_identity(BaseConfig(model="org/tiny")) == {"hub_id": "org/tiny", "revision": commit}
+    fetched = [r["path"] for r in fake_hub.requests if r["method"] == "GET" and "/resolve/" in r["path"]]
+    assert fetched and all(p.endswith("/config.json") for p in fetched), fetched
+    older = commit
+    fake_hub._commit(repo, "main", {**repo.refs["main"], "notes.txt": b"a newer commit"})
+    assert base_identity(BaseConfig(model="org/tiny", revision=older))["revision"] == older
+    assert base_identity(BaseConfig(model="org/tiny"))["revision"] != older

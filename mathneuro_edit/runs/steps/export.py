@@ -22,7 +22,7 @@ from ...publish.lock import base_description, weights_sha256
 from ...recipe.input_sections import BaseConfig
 from ...recipe.schema import Recipe
 from ...util.hashing import sha256_file
-from ...weights.base import base_reference, resolve_base, resolved_revision
+from ...weights.base import base_reference, hub_commit, resolve_base, resolved_revision
 from ...weights.gguf_reader import gguf_lock_entry, gguf_source
 from .record import RunRecord
 
@@ -93,11 +93,9 @@ def base_identity(base: BaseConfig) -> dict[str, Any]:
     if base.is_gguf:
         path, _ = gguf_source(base.model, base.gguf_file, base.revision)
         return {"gguf_sha256": sha256_file(path)}
-    folder = resolve_base(base_reference(base), revision=base.revision)
-    commit = resolved_revision(folder)
-    if base.local_dir() is None and commit is not None:
-        return {"hub_id": base.model, "revision": commit}
-    return {"weights_sha256": weights_sha256(folder)}
+    if base.local_dir() is None:  # a Hub id: its commit, from config.json alone (a dry run downloads no weights)
+        return {"hub_id": base.model, "revision": hub_commit(base.model, base.revision)}
+    return {"weights_sha256": weights_sha256(resolve_base(base_reference(base)))}
 
 
 def release_dtype(recipe: Recipe) -> Any:
