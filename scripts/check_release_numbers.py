@@ -304,6 +304,13 @@ CLAIMS: list[tuple[str, str]] = [
         "30, 24 on 90, 8 on 270, 3 on 810, the finalist on {s.sel_n} | the same {g.sel_n} (after 4 worked examples)",
     ),
     ("docs/results.md", "| confirmation (bf16 as stored) | the next {s.n} problems:"),
+    (
+        "docs/results.md",
+        "| confirmation: 4 arms on the recipe's prompt + 3 on the second format (bf16) | 7,200 evaluations, 16.8 CPU "
+        "min | 9,000, 17.0 CPU min | | (2026-12-07) the random control on the second format, resumed from the folder: "
+        "load, that arm, the rest cached | {s.f2_n} evaluations,",
+    ),
+    ("docs/results.md", "then 0.4 CPU min to re-run the whole search from its cache | {g.f2_n}, 2.8 CPU min"),
     ("docs/results.md", "paired exact McNemar tests at alpha 0.05 | the next {g.n} |"),
     (
         "docs/results.md",
@@ -321,7 +328,7 @@ CLAIMS: list[tuple[str, str]] = [
         "{s.base_answer_pct}% both answered the same; vs the general-specific control ({s.ctl_pct}%): {s.ctl_only} vs "
         "{s.ctl_cand_only}, p = {s.ctl_p}; vs the random control ({s.rnd_pct}%): {s.rnd_only} vs {s.rnd_cand_only}, "
         "p = {s.rnd_p}. With 4 worked turns, n = {s.f2_n}: {s.f2_base_pct}% -> {s.f2_cand_pct}%, {s.f2_base_only} vs "
-        "{s.f2_cand_only}, p = {s.f2_p}",
+        "{s.f2_cand_only}, p = {s.f2_p}; general-specific control {s.f2_ctl_pct}%, random {s.f2_rnd_pct}% |",
     ),
     (
         "docs/results.md",
@@ -336,7 +343,8 @@ CLAIMS: list[tuple[str, str]] = [
         "{g.cand_pct}% ({g.cand_correct}, {g.cand_lo}-{g.cand_hi}), {g.base_only} vs {g.cand_only}, p = {g.p}; "
         "general-specific control {g.ctl_pct}%, random {g.rnd_pct}%. 0-shot question-answer, n = {g.f2_n}: "
         "{g.f2_base_pct}% -> {g.f2_cand_pct}%, {g.f2_base_only} vs {g.f2_cand_only}, p = {g.f2_p} ({g.f2_changed} of "
-        "{g.f2_n} changed: no gain was detectable there) | **no boost** under the recipe's prompt (it could detect "
+        "{g.f2_n} changed: no gain was detectable there); general-specific control {g.f2_ctl_pct}%, random "
+        "{g.f2_rnd_pct}% | **no boost** under the recipe's prompt (it could detect "
         "+{g.mde} points at 80% power: {g.discordance_pct}% discordance at n = {g.n})",
     ),
     (
