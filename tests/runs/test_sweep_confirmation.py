@@ -133,8 +133,7 @@ def test_a_specific_gain_is_confirmed_against_the_base_and_both_controls(real):
         and primary["n"] == 200
         and set(primary["arms"]) == {"base", "candidate", "general-specific", "random"}
     )
-    # every format measures both controls (the committed searches of 2026-12-04 predate this: their second format
-    # has no random arm)
+    # every format measures both controls (the second format once had the general-specific control only)
     assert (
         other["name"] == "equations 2-shot"
         and other["n"] == 150
