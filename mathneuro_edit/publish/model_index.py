@@ -117,8 +117,8 @@ def _count(x: Any) -> int | None:
 
 def _arms(sweep: Mapping[str, Any]) -> list[tuple[Mapping[str, Any] | None, int, int, int, str]]:
     """``(prompt, n, base correct, candidate correct, verdict)`` of each prompt format of a lock's ``sweep`` section whose
-    arms it records, the recipe's own first; a section without formats (written before them) gives the
-    confirmation's own counts under the recipe's prompt."""
+    arms it records, the recipe's own first; a section without them (written before formats had arms) gives the
+    confirmation's own counts under the recipe's prompt (its primary format's settings, when recorded)."""
     found = []
     for f in sweep.get("formats") or []:
         arms = f.get("arms") if isinstance(f, Mapping) and isinstance(f.get("arms"), Mapping) else {}
@@ -135,7 +135,9 @@ def _arms(sweep: Mapping[str, Any]) -> list[tuple[Mapping[str, Any] | None, int,
     c = sweep.get("confirmation") if isinstance(sweep.get("confirmation"), Mapping) else {}
     n, b, k = _count(c.get("n")), _count(c.get("base_correct")), _count(c.get("edited_correct"))
     ok = n and b is not None and k is not None and b <= n and k <= n
-    return [(None, n, b, k, "math-boost" if c.get("confirmed") is True else "no-gain")] if ok else []  # type: ignore[list-item]
+    formats = [f for f in sweep.get("formats") or [] if isinstance(f, Mapping) and f.get("primary")]
+    prompt = formats[0].get("prompt") if formats and isinstance(formats[0].get("prompt"), Mapping) else None
+    return [(prompt, n, b, k, "math-boost" if c.get("confirmed") is True else "no-gain")] if ok else []  # type: ignore[list-item]
 
 
 def _verdict(x: str) -> str:

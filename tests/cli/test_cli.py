@@ -582,6 +582,16 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     assert "two-sided exact McNemar p = 0.0312 (confirmed: p < 0.05)" in card
     assert "**The evaluation below shares 3 of its 4 problems with the selection problems" in card
     assert "is not a confirmation" in card and "significantly raised" not in card
+    # the Hub's number is the confirmed one (issue 46 item 3); the own evaluation is never called significant
+    from huggingface_hub import ModelCard
+
+    results = ModelCard.load(out / "checkpoint" / "README.md").data.eval_results
+    confirmed = [(r.metric_name, r.metric_value, r.dataset_args["n"], r.metric_args["correct"]) for r in results[:2]]
+    assert confirmed == [
+        ("math accuracy, this model", 0.875, 8, 7),
+        ("math accuracy, base model (unedited) for comparison", 0.125, 8, 1),
+    ]
+    assert "math accuracy" not in [r.metric_name for r in results] and "(significant)" not in card
     code, text = _run("run", recipe, "--out", str(tmp_path / "r1"), "--from-sweep", str(sw), "--set", "edit.scale=2")
     assert code == 2 and "--from-sweep takes top_k and the edit from the sweep" in text
     code, text = _run("run", recipe, "--out", str(tmp_path / "r1"), "--from-sweep", str(sw), "--dry-run")

@@ -120,6 +120,8 @@ def test_the_recipe_s_own_format_comes_first_and_a_section_without_formats_gives
     old = {"confirmation": {"n": 8, "base_correct": 1, "edited_correct": 7, "confirmed": True}}
     got = [(r.metric_value, r.dataset_config) for r in confirmation_results(old)]
     assert got == [(0.875, "the recipe's prompt"), (0.125, "the recipe's prompt; base model")]
+    old["formats"] = [{"primary": True, "prompt": {"n_shot": 0, "chat_template": False}, "arms": {}}]
+    assert confirmation_results(old)[0].dataset_config == "0-shot, Question/Answer text"
     bad = {"confirmation": {"n": 8, "base_correct": 9, "edited_correct": 7}}  # a count above n: no result
     assert confirmation_results(bad) == [] and confirmation_results({}) == []
 
