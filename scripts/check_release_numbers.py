@@ -316,7 +316,9 @@ CLAIMS: list[tuple[str, str]] = [
         "docs/results.md",
         "| detectable at 80% power | +{s.mde} points at {s.n} with the {s.discordance_pct}% discordance measured "
         "(+{s.mde_at5} at 5%); the second format +{s.f2_mde} at {s.f2_n} ({s.f2_discordance_pct}% measured) | "
-        "+{g.mde_at5} points at {g.n} and +{g.f2_mde_at5} at {g.f2_n} at 5% discordance",
+        "+{g.mde} points at {g.n} with the {g.discordance_pct}% discordance measured (+{g.mde_at5} at 5%, "
+        'docs/evaluation.md "Power"); the second format: no gain at {g.f2_n} with the {g.f2_discordance_pct}% measured '
+        "(+{g.f2_mde_at5} at 5%)",
     ),
     (
         "docs/results.md",
