@@ -1,9 +1,11 @@
 """From a sweep to a release: the setting a sweep confirmed, read back and applied to a recipe (``run --from-sweep``).
 
 :func:`read_sweep` reads a sweep folder's ``sweep.json`` and accepts it only when its confirmation holds (its
-counts give ``p < alpha`` and its problems are not the selection's); :func:`recipe_from_sweep` applies the setting
-to a recipe that shares the sweep's weights-deciding keys; :func:`run_from_sweep` runs it, and the lock and card
-record the evidence (:meth:`SweepEvidence.lock_entry`).
+counts give ``p < alpha`` and its problems are not the selection's, and it names the model it measured by content:
+``base_identity``); :func:`recipe_from_sweep` applies the setting to a recipe whose base is that model
+(:func:`base_difference`) and whose every key that decides the weights has the sweep's value
+(:func:`release_difference`, the recipe schema's ``RELEASE_KEYS``); :func:`run_from_sweep` runs it, and the lock and
+card record the evidence (:meth:`SweepEvidence.lock_entry`).
 """
 
 from __future__ import annotations
