@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..util.files import write_json_atomic
 from ..util.paths import LOCAL, is_local_path
 from .checkpoint import CHECKPOINT
 from .common import card_fields, hub_origin
@@ -149,10 +150,18 @@ def gguf_meta(recipe: Any, n_params: int, base: BaseRecord) -> dict[str, Any]:
 
 
 def _gguf_type(recipe: Any) -> tuple[str | None, str | None]:
-    """``(type, tokenizer.ggml.pre)`` of ``outputs.gguf`` (``base``: the GGUF base's own type and pre-tokenizer)."""
+    """``(first type, tokenizer.ggml.pre)`` of ``outputs.gguf`` (``base``: the GGUF base's own type and
+    pre-tokenizer)."""
+    types, pre = _gguf_types(recipe)
+    return (types[0] if types else None), pre
+
+
+def _gguf_types(recipe: Any) -> tuple[list[str], str | None]:
+    """``(types, tokenizer.ggml.pre)`` of ``outputs.gguf``, one type or a list (``base``: the GGUF base's own)."""
     from ..weights.gguf_reader import gguf_output
 
-    return gguf_output(recipe.base, recipe.outputs.gguf)
+    found = [gguf_output(recipe.base, t) for t in recipe.outputs.gguf_types]
+    return [t for t, _ in found if t is not None], next((p for _, p in found if p is not None), None)
 
 
 def _public_name(recipe: Any) -> str:
@@ -164,27 +173,71 @@ def _public_name(recipe: Any) -> str:
 
 
 def prepare_gguf(recipe: Any, folder: Path) -> None:
-    """The GGUF's one check, before the model loads (and before the long steps): its type, the gguf package, the
-    architecture, rope scaling, tensor names, the tokenizer and its ``general.name``, from the base's folder."""
+    """The GGUF's one check, before the model loads (and before the long steps): its types (a K-quant: its float
+    source and llama.cpp's quantizer), the gguf package, the architecture, rope scaling, tensor names, the
+    tokenizer and its ``general.name``, from the base's folder."""
+    from ..weights.gguf_quantize import LLAMA_CPP_TYPES, find_quantizer
     from ..weights.gguf_writer import check_gguf
 
-    check_gguf(folder, _gguf_type(recipe)[0], name=_public_name(recipe))
+    for t in _gguf_types(recipe)[0]:
+        check_gguf(folder, "F16" if t in LLAMA_CPP_TYPES else t, name=_public_name(recipe))
+        if t in LLAMA_CPP_TYPES:
+            find_quantizer(t)
 
 
 def write_gguf_step(job: RunView, dest: Path) -> None:
-    """The GGUF's step: ``model-TYPE.gguf`` written from the finished checkpoint folder ``dest`` (checked before
-    the model loaded: :func:`prepare_gguf`)."""
-    from ..weights.gguf_writer import gguf_filename, write_gguf
+    """The GGUF's step: ``model-TYPE.gguf`` for each type, written from the finished checkpoint folder ``dest``
+    (checked before the model loaded: :func:`prepare_gguf`; K-quants by llama.cpp from the float GGUF that holds
+    the checkpoint exactly), then the edit's survival in each quantized file, measured against the base written
+    the same way (``gguf_survival.json``; one line where most of the edit is gone)."""
+    from ..weights.gguf_quantize import write_gguf_types
+    from ..weights.gguf_survival import SURVIVAL_NAME, gone_line, measure_survival
+    from .checkpoint import output_dtype
 
-    qtype, pre = _gguf_type(job.recipe)
+    types, pre = _gguf_types(job.recipe)
     meta = gguf_meta(job.recipe, job.n_params, job.base)
-    write_gguf(dest, dest / gguf_filename(qtype), qtype, name=_public_name(job.recipe), pre=pre, meta=meta)
+    how = {"name": _public_name(job.recipe), "pre": pre, "meta": meta}
+    source = _source(dest, job.recipe)
+    files = write_gguf_types(dest, types, source=source, **how)  # the gguf package's types: as they always were
+    if any(t not in UNQUANTIZED for t in files):
+        found = measure_survival(
+            dest,
+            job.base.folder,
+            job.mask,
+            files,
+            source=source,
+            dtype=output_dtype(job.recipe),
+            trust_remote_code=job.recipe.base.trust_remote_code,
+        )
+        write_json_atomic(dest / SURVIVAL_NAME, found)
+        for name, entry in found["files"].items():
+            line = gone_line(entry["type"], entry["total"])
+            if line is not None and job.stages is not None:
+                job.stages.note(f"{name}: {line}")
+
+
+def _source(dest: Path, recipe: Any) -> str:
+    """The float GGUF type K-quants are made from: the one that holds the checkpoint exactly."""
+    from ..weights.gguf_quantize import source_type
+    from .checkpoint import output_dtype
+
+    return source_type(output_dtype(recipe) or checkpoint_dtype(dest))
+
+
+def checkpoint_dtype(folder: Path) -> str | None:
+    """The dtype a checkpoint folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
+    from ..util.config_sizes import read_model_json
+
+    path = Path(folder) / "config.json"
+    cfg = (read_model_json(path) if path.is_file() else None) or {}
+    value = cfg.get("dtype") or cfg.get("torch_dtype")
+    return value if isinstance(value, str) else None
 
 
 def _stage(recipe: Any) -> str:
     from ..weights.gguf_writer import gguf_filename
 
-    return f" + {gguf_filename(_gguf_type(recipe)[0])}"
+    return " + " + ", ".join(gguf_filename(t) for t in _gguf_types(recipe)[0])
 
 
 def requantized(types: list[str]) -> str:

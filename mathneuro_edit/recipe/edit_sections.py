@@ -83,6 +83,13 @@ class EditConfig(StrictModel):
         return 0.0 if self.prune else float(self.scale)  # type: ignore[arg-type]
 
 
+_WRITTEN = Literal["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]  # by the gguf package
+_LLAMA_CPP = Literal[
+    "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"
+]
+GgufType = _WRITTEN | _LLAMA_CPP | Literal["base"]  # llama.cpp's quantizer makes the second kind
+
+
 class OutputsConfig(StrictModel):
     """What is written."""
 
@@ -91,10 +98,10 @@ class OutputsConfig(StrictModel):
     max_shard_size: ShardSize | None = Field(
         None, description='checkpoint shard size, e.g. "2GB" (default: transformers\')'
     )
-    gguf: Literal["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "base"] | None = Field(
+    gguf: GgufType | list[GgufType] | None = Field(
         None,
-        description="also write checkpoint/model-TYPE.gguf for llama.cpp (needs the gguf extra); base: the "
-        "GGUF base's own type",
+        description="also write checkpoint/model-TYPE.gguf for llama.cpp (needs the gguf extra), one type or a list; "
+        "K-quants (Q4_K_M, Q5_K_M, Q6_K, ...) are made by llama.cpp's quantizer; base: the GGUF base's own type",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
@@ -108,4 +115,16 @@ class OutputsConfig(StrictModel):
             raise ValueError("at least one of checkpoint or adapter must be true")
         if self.gguf is not None and not self.checkpoint:
             raise ValueError("gguf is written from the checkpoint: set checkpoint: true or gguf: null")
+        if isinstance(self.gguf, list) and (not self.gguf or len(set(self.gguf)) != len(self.gguf)):
+            raise ValueError(f"gguf: a list of distinct types, at least one (got {self.gguf})")
         return self
+
+    @property
+    def gguf_types(self) -> list[str]:
+        """``outputs.gguf`` as a list of types (empty: no GGUF).
+
+        Example:
+            >>> OutputsConfig(gguf="Q8_0").gguf_types, OutputsConfig(gguf=["Q8_0", "Q4_K_M"]).gguf_types
+            (['Q8_0'], ['Q8_0', 'Q4_K_M'])
+        """
+        return [] if self.gguf is None else [self.gguf] if isinstance(self.gguf, str) else list(self.gguf)

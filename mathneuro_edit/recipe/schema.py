@@ -113,7 +113,7 @@ class Recipe(StrictModel):
 
     @model_validator(mode="after")
     def _gguf_base_type(self) -> Recipe:
-        if self.outputs.gguf == "base" and not self.base.is_gguf:
+        if "base" in self.outputs.gguf_types and not self.base.is_gguf:
             raise ValueError(
                 "outputs.gguf: base means the GGUF base's own type, but base.model is not a GGUF; "
                 "choose a type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)"

@@ -1,0 +1,211 @@
+"""Whether the edit survives quantization: the edited GGUF against the base's GGUF of the same type and quantizer.
+
+For each weight matrix, the *edited entries* are those whose value in the edited model's float GGUF (the exact
+values that were quantized) differs from the base's. Of those:
+
+- ``survived``: entries whose dequantized value in the edited quantized file differs from the base's quantized
+  file (the edit still changes that weight in what ships); ``share = survived / edited``;
+- ``delivered``: ``sum(sign(e - b) * (q(e) - q(b))) / sum(|e - b|)`` over the edited entries: the change the
+  quantized file delivers along the intended direction, as a fraction of the intended change (1: all of it; 0:
+  none; above 1: rounding overshoots; negative: it moved the other way);
+- ``collateral``: entries the edit did not touch whose quantized value changed anyway (their block's scale moved).
+
+:func:`survival_counts` is the pure count over four arrays; :func:`gguf_survival` reads four GGUF files and
+dequantizes them with the gguf package (``gguf.quants.dequantize``, which reads every type llama.cpp writes,
+K-quants included); :func:`estimate_survival` quantizes with the gguf package (the legacy types it can write) to
+estimate it before a file is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "MOST_GONE",
+    "SURVIVAL_NAME",
+    "survival_counts",
+    "add_counts",
+    "share",
+    "gguf_survival",
+    "estimate_survival",
+    "gone_line",
+    "measure_survival",
+]
+
+MOST_GONE = 0.5  # below this share of edited entries surviving, "most of the edit is gone"
+_FIELDS = ("entries", "edited", "survived", "collateral", "intended", "delivered_along")
+
+
+def survival_counts(base: Any, edited: Any, base_q: Any, edited_q: Any) -> dict[str, float]:
+    """The survival counts of one tensor: ``base``/``edited`` are the float values that were quantized,
+    ``base_q``/``edited_q`` the dequantized values of the two quantized files (same shape).
+
+    Returns:
+        ``{"entries", "edited", "survived", "collateral", "intended", "delivered_along"}``: counts of entries,
+        ``intended = sum |e - b|`` and ``delivered_along = sum sign(e - b) * (q(e) - q(b))`` over edited entries.
+
+    Example:
+        >>> b, e = np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.2, 3.3])
+        >>> survival_counts(b, e, np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.5]))["survived"]
+        1
+    """
+    b, e = np.asarray(base, np.float64).ravel(), np.asarray(edited, np.float64).ravel()
+    qb, qe = np.asarray(base_q, np.float64).ravel(), np.asarray(edited_q, np.float64).ravel()
+    if not (b.shape == e.shape == qb.shape == qe.shape):
+        raise ValueError(f"survival_counts: shapes differ {b.shape} {e.shape} {qb.shape} {qe.shape}")
+    hit = e != b
+    moved = qe != qb
+    d = e[hit] - b[hit]
+    return {
+        "entries": int(b.size),
+        "edited": int(hit.sum()),
+        "survived": int((hit & moved).sum()),
+        "collateral": int((~hit & moved).sum()),
+        "intended": float(np.abs(d).sum()),
+        "delivered_along": float((np.sign(d) * (qe[hit] - qb[hit])).sum()),
+    }
+
+
+def add_counts(parts: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """The sum of several :func:`survival_counts` (a model's total)."""
+    total: dict[str, float] = {k: 0 for k in _FIELDS}
+    for p in parts:
+        for k in _FIELDS:
+            total[k] += p[k]
+    return total
+
+
+def share(counts: Mapping[str, float]) -> dict[str, float | None]:
+    """``{"survived_share", "delivered"}`` of counts (``None`` without edited entries).
+
+    Example:
+        >>> share({"edited": 4, "survived": 1, "intended": 2.0, "delivered_along": 1.0})
+        {'survived_share': 0.25, 'delivered': 0.5}
+    """
+    edited, intended = counts["edited"], counts["intended"]
+    return {
+        "survived_share": counts["survived"] / edited if edited else None,
+        "delivered": counts["delivered_along"] / intended if intended else None,
+    }
+
+
+def gone_line(qtype: str, counts: Mapping[str, float]) -> str | None:
+    """The one line a run and the card say when most of the edit is gone in a ``qtype`` file, else ``None``.
+
+    Example:
+        >>> gone_line("Q4_0", {"edited": 10, "survived": 3, "intended": 1.0, "delivered_along": 0.2})
+        'Q4_0: most of the edit is gone: 3 of 10 edited weights (30.0%) differ from the base in Q4_0 (delivered 20% of the intended change)'
+    """
+    s = share(counts)
+    if s["survived_share"] is None or s["survived_share"] >= MOST_GONE:
+        return None
+    delivered = f" (delivered {s['delivered']:.0%} of the intended change)" if s["delivered"] is not None else ""
+    return (
+        f"{qtype}: most of the edit is gone: {int(counts['survived'])} of {int(counts['edited'])} edited weights "
+        f"({s['survived_share']:.1%}) differ from the base in {qtype}{delivered}"
+    )
+
+
+def _matrices(path: Path) -> dict[str, Any]:
+    import gguf
+
+    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) > 1}
+
+
+def _values(t: Any) -> np.ndarray:
+    import gguf
+
+    return np.asarray(gguf.quants.dequantize(np.asarray(t.data), t.tensor_type), dtype=np.float32).ravel()
+
+
+def gguf_survival(base_float: Path, edited_float: Path, base_q: Path, edited_q: Path) -> dict[str, Any]:
+    """The survival of the edit in ``edited_q`` against ``base_q`` (same type, same quantizer), the edited entries
+    read from the float files both were quantized from; all four dequantized with the gguf package.
+
+    Returns:
+        ``{"tensors": {gguf name: counts + shares}, "total": counts + shares}`` over the matrices the edit touched
+        (the total over every matrix: its collateral too).
+    """
+    files = [_matrices(Path(p)) for p in (base_float, edited_float, base_q, edited_q)]
+    per: dict[str, dict[str, Any]] = {}
+    every = []
+    for name in files[1]:
+        if not all(name in f for f in files):
+            raise ValueError(f"gguf_survival: {name} is not in all four files")
+        counts = survival_counts(*(_values(f[name]) for f in files))
+        every.append(counts)
+        if counts["edited"]:
+            per[name] = {**counts, **share(counts)}
+    total = add_counts(every)
+    return {"tensors": per, "total": {**total, **share(total)}}
+
+
+def estimate_survival(pairs: Iterable[tuple[Any, Any]], qtype: str) -> dict[str, float]:
+    """The survival of ``qtype`` estimated before any file is written, for the types the gguf package quantizes
+    (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: byte-identical to what the run writes): ``pairs`` are ``(base, edited)``
+    float32 matrices in the GGUF's row layout (last dimension a multiple of 32).
+
+    Returns:
+        The total counts and shares (:func:`survival_counts`, :func:`share`).
+    """
+    import gguf
+
+    t = gguf.GGMLQuantizationType[qtype]
+
+    def q(x: np.ndarray) -> np.ndarray:
+        return gguf.quants.dequantize(gguf.quants.quantize(np.ascontiguousarray(x, np.float32), t), t)
+
+    total = add_counts(survival_counts(b, e, q(b), q(e)) for b, e in pairs)
+    return {**total, **share(total)}
+
+
+SURVIVAL_NAME = "gguf_survival.json"  # beside the GGUF files: each quantized file's survival, as the run measured it
+
+
+def measure_survival(
+    checkpoint: str | Path,
+    base: str | Path,
+    mask: Any,
+    files: Mapping[str, Path],
+    *,
+    source: str,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
+) -> dict[str, Any]:
+    """The survival of the edit in each quantized file of ``files`` (``{type: path}`` written from
+    ``checkpoint``): the base written the same way (its checkpoint at ``dtype``, through the same float
+    ``source`` GGUF and the same quantizer) into a temporary folder beside the checkpoint, then
+    :func:`gguf_survival` per file.
+
+    Returns:
+        ``{"source": source, "quantizer": ..., "files": {file name: {"type", "tensors", "total"}}}`` (an empty
+        ``files`` when every file is a float type).
+    """
+    import tempfile
+
+    from .checkpoint_writer import export_checkpoint
+    from .gguf_quantize import LLAMA_CPP_TYPES, find_quantizer, quantizer_version, write_gguf_types
+    from .gguf_writer import gguf_filename, write_gguf
+
+    folder = Path(checkpoint)
+    quantized = [t for t in files if t not in ("F32", "F16", "BF16")]
+    kquant = next((t for t in quantized if t in LLAMA_CPP_TYPES), None)
+    out: dict[str, Any] = {"source": source, "files": {}}
+    if kquant is not None:
+        out["quantizer"] = quantizer_version(find_quantizer(kquant))
+    if not quantized:
+        return out
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".gguf-survival-") as tmp:
+        base_ck = export_checkpoint(
+            base, mask, 1.0, Path(tmp) / "base", dtype=dtype, trust_remote_code=trust_remote_code
+        )
+        base_files = write_gguf_types(base_ck, [source, *quantized], source=source)
+        edited_src = files.get(source) or write_gguf(folder, Path(tmp) / gguf_filename(source), source)
+        for t in quantized:
+            found = gguf_survival(base_files[source], edited_src, base_files[t], files[t])
+            out["files"][Path(files[t]).name] = {"type": t, **found}
+    return out

@@ -1,0 +1,144 @@
+"""K-quants made by llama.cpp's own quantizer (weights/gguf_quantize.py) and the edit's survival in them.
+
+A tiny random Llama whose matrices have 256-column rows (K-quant blocks are 256 entries, so no tensor falls back
+to another type), edited x1.1 on a random 2% of its weights:
+
+- the Q4_K_M file equals llama.cpp's own quantization of the same float GGUF, byte for byte, and its bytes do not
+  depend on the thread count;
+- llama.cpp loads it and the gguf package reads it back (file type Q4_K_M, Q4_K tensors);
+- the survival figure equals an independent count: both quantized files dequantized with the gguf package, the
+  edited entries taken from the mask.
+
+llama.cpp tier: skips without llama-cpp-python (the ``gguf-test`` extra), fails instead where
+``MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+gguf = pytest.importorskip("gguf")
+
+
+def _llama_cpp():
+    try:
+        import llama_cpp
+    except ImportError:
+        if os.environ.get("MATHNEURO_EDIT_REQUIRE_LLAMA_CPP") == "1":
+            pytest.fail(
+                "MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 but llama_cpp does not import: pip install -e '.[gguf-test]'"
+            )
+        pytest.skip("llama.cpp's quantizer: pip install -e '.[gguf-test]' (builds llama-cpp-python from source)")
+    return llama_cpp
+
+
+@pytest.fixture(scope="module")
+def edited(tmp_path_factory):
+    """(base folder, mask, edited checkpoint) of a tiny Llama with 256-wide rows."""
+    import transformers as tf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mathneuro_edit.engine.mask import Mask
+    from mathneuro_edit.organism import organism_path
+    from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
+
+    root = tmp_path_factory.mktemp("kquant")
+    tok = AutoTokenizer.from_pretrained(organism_path())
+    cfg = tf.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=512,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    model.save_pretrained(root / "base")
+    tok.save_pretrained(root / "base")
+    g = torch.Generator().manual_seed(1)
+    mask = Mask({n: torch.rand(p.shape, generator=g) < 0.02 for n, p in model.named_parameters() if p.ndim == 2})
+    return root / "base", mask, export_checkpoint(root / "base", mask, 1.1, root / "ckpt")
+
+
+def _llama_cpp_own(llama_cpp, src: Path, dst: Path, ftype: int) -> bytes:
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.nthread = ftype, 1
+    assert llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params)) == 0
+    return dst.read_bytes()
+
+
+def test_the_k_quant_is_llama_cpp_s_own_quantization(edited, tmp_path) -> None:
+    from mathneuro_edit.weights.gguf_quantize import llama_quantize, write_gguf_types
+    from mathneuro_edit.weights.gguf_writer import write_gguf
+
+    llama_cpp = _llama_cpp()
+    _, _, ckpt = edited
+    files = write_gguf_types(ckpt, ["Q8_0", "Q4_K_M"], source="F32")
+    assert [p.name for p in files.values()] == ["model-Q8_0.gguf", "model-Q4_K_M.gguf"]
+    assert not list(ckpt.glob(".*"))  # the float source written for llama.cpp is gone
+    src = write_gguf(ckpt, tmp_path / "src-F32.gguf", "F32")
+    assert files["Q4_K_M"].read_bytes() == _llama_cpp_own(llama_cpp, src, tmp_path / "own.gguf", 15)
+    two = llama_quantize(src, tmp_path / "two-threads.gguf", "Q4_K_M", how="llama_cpp", nthread=2)
+    assert two.read_bytes() == files["Q4_K_M"].read_bytes()  # reproducible whatever the thread count
+    q8 = write_gguf(ckpt, tmp_path / "q8.gguf", "Q8_0")
+    assert files["Q8_0"].read_bytes() == q8.read_bytes()  # the gguf package's types: written as a single type is
+
+
+def test_llama_cpp_and_gguf_read_it_back(edited) -> None:
+    from mathneuro_edit.weights.gguf_writer import gguf_file_type
+
+    llama_cpp = _llama_cpp()
+    _, _, ckpt = edited
+    path = ckpt / "model-Q4_K_M.gguf"
+    if not path.is_file():
+        from mathneuro_edit.weights.gguf_quantize import write_gguf_types
+
+        write_gguf_types(ckpt, ["Q4_K_M"], source="F32")
+    assert gguf_file_type(path) == "Q4_K_M"
+    types = {t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
+    assert "Q4_K" in types and "Q6_K" in types  # Q4_K_M: most matrices Q4_K, some Q6_K
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=32, n_threads=1, verbose=False)
+    llm.eval([1, 5, 9])
+    assert np.isfinite(np.array(llm.scores[:3])).all()
+
+
+def test_survival_equals_an_independent_count(edited) -> None:
+    from mathneuro_edit.weights.gguf_quantize import write_gguf_types
+    from mathneuro_edit.weights.gguf_survival import measure_survival
+
+    _llama_cpp()
+    base, mask, ckpt = edited
+    files = write_gguf_types(ckpt, ["Q4_K_M", "Q4_0"], source="F32")
+    found = measure_survival(ckpt, base, mask, files, source="F32")
+    assert not list(ckpt.parent.glob(".gguf-survival-*"))  # the base's files were temporary
+    for qtype in ("Q4_K_M", "Q4_0"):
+        entry = found["files"][f"model-{qtype}.gguf"]
+        assert entry["type"] == qtype
+        # independently: the base quantized by hand the same way, both dequantized, counted at the mask's entries
+        base_q = write_gguf_types(base, [qtype], source="F32")[qtype]
+        try:
+            got, ref = ({t.name: t for t in gguf.GGUFReader(str(p)).tensors} for p in (files[qtype], base_q))
+            for hf, gname in (
+                ("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight"),
+                ("model.layers.1.self_attn.o_proj.weight", "blk.1.attn_output.weight"),
+            ):
+                m = mask[hf].numpy()
+                deq = [gguf.quants.dequantize(np.asarray(t[gname].data), t[gname].tensor_type) for t in (got, ref)]
+                a, b = (d.reshape(m.shape) for d in deq)
+                mine = entry["tensors"][gname]
+                assert mine["edited"] == int(m.sum())  # every masked weight (none is 0) changes x1.1
+                assert mine["survived"] == int((a[m] != b[m]).sum())
+                assert mine["collateral"] == int((a[~m] != b[~m]).sum())
+        finally:
+            base_q.unlink()
+        assert 0 < entry["total"]["survived_share"] <= 1
