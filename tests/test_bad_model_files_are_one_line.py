@@ -52,6 +52,24 @@ CONFIGS = {
     "rms_norm_eps": (lambda c: c.update(rms_norm_eps="x"), "rms_norm_eps: 'x' is not a positive number"),
     "tie": (lambda c: c.update(tie_word_embeddings="yes"), "tie_word_embeddings: 'yes' is not true or false"),
     "positions": (lambda c: c.update(max_position_embeddings=-1), "max_position_embeddings: -1 is not a size"),
+    # issue 48: each of these ended in "internal error" (KeyError, AssertionError, AttributeError)
+    "rope_type": (
+        lambda c: c.update(rope_scaling={"rope_type": "weird", "factor": 2.0}),
+        "rope_scaling.rope_type: 'weird' is not a rope type transformers knows",
+    ),
+    "rope_parameters_type": (
+        lambda c: c.update(rope_parameters={"rope_type": "weird", "rope_theta": 10000.0}),
+        "rope_parameters.rope_type: 'weird' is not a rope type transformers knows",
+    ),
+    "old_rope_type": (
+        lambda c: c.update(rope_scaling={"type": "weird", "factor": 2.0}),
+        "rope_scaling.type: 'weird' is not a rope type transformers knows",
+    ),
+    "pad_token_id": (lambda c: c.update(pad_token_id=10**12), "pad_token_id: 1000000000000 is not a token id of its"),
+    "pad_token_id_text": (lambda c: c.update(pad_token_id="0"), "pad_token_id: '0' is not a token id (an integer)"),
+    "dtype": (lambda c: c.update(dtype="float99"), "dtype: 'float99' is not a torch dtype name"),
+    "torch_dtype": (lambda c: c.update(torch_dtype=["float16"]), "torch_dtype: ['float16'] is not a torch dtype name"),
+    "text_config": (lambda c: c.update(text_config={"x": 1}), "transformers cannot build a"),
 }
 
 
@@ -166,3 +184,49 @@ def test_a_shard_header_nested_too_deep_is_one_line(tiny: Path, tmp_path: Path) 
         "calibrate", "--set", f"base.model={folder}", "--set", "data.samples=2", "--out", str(tmp_path / "s")
     )
     assert code == 2 and "model.safetensors: not a readable safetensors file (its header is nested too deep)" in line
+
+
+@pytest.mark.parametrize("command", ["plan", "calibrate"])
+@pytest.mark.parametrize("case", ["fifo", "deep"])
+def test_a_generation_config_that_is_a_fifo_or_nested_too_deep_is_one_line(
+    tiny: Path, tmp_path: Path, case: str, command: str
+) -> None:
+    """Issue 48: a FIFO as generation_config.json was an internal SpecialFileError when a run copied it, one
+    nested 100,000 deep an internal RecursionError when transformers read it."""
+    import os
+
+    folder = _variant(tiny, tmp_path, lambda c: None)
+    gen = folder / "generation_config.json"
+    gen.unlink(missing_ok=True)
+    if case == "fifo":
+        os.mkfifo(gen)
+    else:
+        gen.write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    extra = ["--set", "data.samples=2", "--out", str(tmp_path / "stats"), "-q"] if command == "calibrate" else []
+    code, line = _run(command, "--set", f"base.model={folder}", *extra)
+    why = "not a regular file" if case == "fifo" else "nested too deep to be a generation_config.json"
+    assert code == 2 and line.startswith(f"error: {gen}: {why}"), line
+
+
+@pytest.mark.parametrize("command", ["plan", "calibrate"])
+def test_an_auto_map_in_a_sub_config_is_refused_as_repository_code(tiny: Path, tmp_path: Path, command: str) -> None:
+    """Issue 48: ``text_config.auto_map`` was an internal AttributeError; it asks for the repository's code."""
+    folder = _variant(tiny, tmp_path, lambda c: c.update(text_config={"auto_map": {"AutoConfig": "x.Y"}}))
+    extra = ["--set", "data.samples=2", "--out", str(tmp_path / "stats"), "-q"] if command == "calibrate" else []
+    code, line = _run(command, "--set", f"base.model={folder}", *extra)
+    assert code == 2 and "needs its own Python code (config.json's text_config has auto_map)" in line, line
+
+
+@pytest.mark.parametrize("key", ["model_type", "architectures", "rope_scaling"])
+def test_a_lone_surrogate_in_a_config_is_not_an_internal_error(tiny: Path, tmp_path: Path, key: str) -> None:
+    """A lone surrogate (``"\\ud800"`` in the JSON: valid JSON, not UTF-8 text) in a config value: refused in one
+    line, or read as any other name (a run then writes it escaped); never an internal error."""
+    value = {"model_type": "llama\ud800", "architectures": ["LlamaForCausalLM\ud800"]}.get(key)
+    change = (
+        (lambda c: c.update(rope_scaling={"rope_type": "w\ud800"}))
+        if value is None
+        else (lambda c: c.update({key: value}))
+    )
+    folder = _variant(tiny, tmp_path, change)
+    code, line = _run("plan", "--set", f"base.model={folder}")
+    assert code in (0, 2) and "internal error" not in line, line

@@ -157,6 +157,13 @@ def meta_model_from_config(config: Any, *, trust_remote_code: bool = False) -> t
             return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     except ValueError as e:
         raise InputError(f"config: {type(config).__name__} is not a causal LM transformers can build ({e})") from None
+    except (AttributeError, KeyError, TypeError, AssertionError, IndexError) as e:  # a field no model has (a
+        # `text_config` mapping on a family without one was an internal AttributeError)
+        raise InputError(
+            f"config: transformers cannot build a {getattr(config, 'model_type', '?')!r} model from this config.json "
+            f"({type(e).__name__}: {' '.join(str(e).split())[:160]}); this config.json is corrupt or edited: use the "
+            "model's own"
+        ) from None
 
 
 @dataclass(frozen=True)

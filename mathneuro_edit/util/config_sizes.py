@@ -25,6 +25,7 @@ __all__ = [
     "check_config_file_sizes",
     "read_model_json",
     "model_json_object",
+    "known_rope_types",
 ]
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest released config.json files are tens of KB
@@ -67,7 +68,77 @@ VALUE_KINDS: dict[str, tuple[str, Any]] = {
     "model_type": ("a name (a string)", lambda v: isinstance(v, str) and v != ""),
     "architectures": ("a list of class names", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v)),
     "tie_word_embeddings": ("true or false", lambda v: isinstance(v, bool)),
+    "rope_type": ("a rope type transformers knows", lambda v: isinstance(v, str) and v in known_rope_types()),
+    "dtype": (
+        "a torch dtype name (bfloat16, float16, float32, ...)",
+        lambda v: isinstance(v, str) and v in _DTYPE_NAMES,
+    ),
+    "torch_dtype": (
+        "a torch dtype name (bfloat16, float16, float32, ...)",
+        lambda v: isinstance(v, str) and v in _DTYPE_NAMES,
+    ),
 }
+# the names ``getattr(torch, name)`` is a dtype for (transformers reads ``dtype`` so: ``float99`` was an internal
+# AttributeError), and ``auto``
+_DTYPE_NAMES = frozenset(
+    {
+        "auto",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "float16",
+        "float32",
+        "float64",
+        "bool",
+        "complex64",
+        "complex128",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "short",
+        "int",
+        "long",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+        "float4_e2m1fn_x2",
+    }
+)
+# rope types every transformers version since 4.45 builds (when transformers is not importable here)
+_ROPE_TYPES = frozenset({"default", "mrope", "linear", "dynamic", "yarn", "longrope", "llama3"})
+
+
+def known_rope_types() -> frozenset[str]:
+    """The ``rope_type`` values the installed transformers builds (``default`` and its ``ROPE_INIT_FUNCTIONS``):
+    an unknown one was an internal ``KeyError`` when the rotary embedding was built (issue 48).
+
+    Example:
+        >>> {"default", "llama3", "yarn"} <= known_rope_types() and "weird" not in known_rope_types()
+        True
+    """
+    try:
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    except Exception:  # noqa: BLE001 - an older or partial transformers: the types every version has
+        return _ROPE_TYPES
+    return frozenset({"default", "mrope", *ROPE_INIT_FUNCTIONS})  # mrope: Qwen2-VL's, read as default
+
+
+def _pad_problem(value: Any, vocab: Any) -> str | None:
+    """What is wrong with a ``pad_token_id`` (``None``: nothing): not an integer, or outside the embedding
+    (``nn.Embedding(padding_idx=...)`` asserts: ``pad_token_id: 10**12`` was an internal AssertionError)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "is not a token id (an integer)"
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and not -vocab <= value < vocab:
+        return f"is not a token id of its {vocab:,} (vocab_size)"
+    return None
 
 
 def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") -> None:
@@ -87,12 +158,18 @@ def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") ->
     while stack:
         prefix, node, depth = stack.pop()
         for key, value in node.items():
+            kind = "rope_type" if key == "type" and prefix.endswith("rope_scaling.") else key  # its older name
             if isinstance(value, Mapping) and depth < 8:
                 stack.append((f"{prefix}{key}.", value, depth + 1))
-            elif key in VALUE_KINDS and value is not None and not VALUE_KINDS[key][1](value):
+            elif kind in VALUE_KINDS and value is not None and not VALUE_KINDS[kind][1](value):
                 raise InputError(
-                    f"{where}: {prefix}{key}: {repr(value)[:40]} is not {VALUE_KINDS[key][0]}; this config.json is "
-                    "corrupt or edited: use the model's own"
+                    f"{where}: {prefix}{key}: {repr(value)[:40]} is not {VALUE_KINDS[kind][0]}; this config.json "
+                    "is corrupt or edited: use the model's own"
+                )
+            elif key == "pad_token_id" and value is not None and (why := _pad_problem(value, node.get("vocab_size"))):
+                raise InputError(
+                    f"{where}: {prefix}{key}: {repr(value)[:40]} {why}; this config.json is corrupt or edited: use "
+                    "the model's own"
                 )
             elif key in SIZE_LIMITS and value is not None:
                 low, high = SIZE_LIMITS[key]
@@ -133,8 +210,11 @@ def model_json_object(path: str | Path) -> dict[str, Any] | None:
 
 def check_config_file_sizes(folder: str | Path) -> None:
     """:func:`check_config_sizes` of ``folder/config.json`` when there is one, which must be a regular file of at
-    most :data:`MAX_CONFIG_BYTES` (a FIFO would block the reader, a device never end). A file that is not JSON is
-    left to the reader that follows, which names it."""
+    most :data:`MAX_CONFIG_BYTES` (a FIFO would block the reader, a device never end), as must the folder's
+    ``generation_config.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` (not nested too deep
+    either). A file that is not JSON is left to the reader that follows, which names it."""
+    for name in _OTHER_JSON:  # read by transformers or copied into outputs: a FIFO, a device, 100,000 levels
+        model_json_object(Path(folder) / name)  # one line here (a RecursionError or SpecialFileError later)
     path = Path(folder) / "config.json"
     try:
         data = read_model_json(path)
@@ -144,3 +224,8 @@ def check_config_file_sizes(folder: str | Path) -> None:
         return
     if isinstance(data, Mapping):
         check_config_sizes(data, str(path))
+
+
+# the model folder's other JSON files transformers reads or a run copies (issue 48: a FIFO as generation_config.json
+# was an internal SpecialFileError when copied, one nested 100,000 deep an internal RecursionError)
+_OTHER_JSON = ("generation_config.json", "tokenizer_config.json", "special_tokens_map.json")

@@ -27,6 +27,7 @@ from torch import nn
 from ..engine.targets import find_targets
 from ..errors import InputError
 from ..recipe.input_sections import BaseConfig
+from ..util.config_sizes import check_config_file_sizes
 from ..util.console import library_log_held
 from ..util.tensor_files import FLOAT_DTYPES
 from .base import base_reference, resolve_base, resolve_model_path
@@ -81,6 +82,25 @@ def _config_is_the_cause(path: str, kwargs: Mapping[str, Any]) -> bool:
     return getattr(config, "auto_map", None) is None and type(config) not in AutoModelForCausalLM._model_mapping
 
 
+# what building a model from a config.json it does not fit raises inside transformers (a `text_config` mapping on
+# a family without one: AttributeError; a value no layer takes: TypeError, KeyError, AssertionError)
+_BUILD_ERRORS = (AttributeError, KeyError, TypeError, AssertionError, IndexError)
+
+
+def _config_builds(path: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether transformers builds the model of ``path``'s config.json on the meta device (no weights read):
+    when it does not, the config is the cause of a failed load."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(path, **kwargs)
+        with torch.device("meta"):
+            AutoModelForCausalLM.from_config(config, trust_remote_code=bool(kwargs.get("trust_remote_code")))
+    except (ValueError, OSError, _config_errors(), *_BUILD_ERRORS):
+        return False
+    return True
+
+
 _KERNELS = re.compile(r"\bkernels?\b", re.IGNORECASE)
 
 
@@ -102,6 +122,11 @@ def _load_error(ref: str, e: BaseException, path: str, kwargs: Mapping[str, Any]
         return InputError(
             f"base.model {ref!r}: cannot load it ({cause}); check its config.json (it needs model_type, or "
             "architectures transformers knows)"
+        )
+    if isinstance(e, _BUILD_ERRORS) and not _config_builds(path, kwargs):
+        return InputError(
+            f"base.model {ref!r}: cannot load it ({type(e).__name__}: {cause}); transformers cannot build a model "
+            "from its config.json; this config.json is corrupt or edited: use the model's own"
         )
     if isinstance(e, OSError):  # missing safetensors, unknown repo, no network
         return InputError(
@@ -188,6 +213,8 @@ def load_model(
     path = resolve_model_path(base_cfg_or_path)
     check_remote_code(path, bool(opts.trust_remote_code))  # one line instead of transformers' prompt
     local = Path(path)
+    if local.is_dir():  # its JSON files regular, small and shallow, its sizes and values ones a model has
+        check_config_file_sizes(local)
     if local.is_dir() and any(local.glob("*.safetensors")):
         ckpt = open_checkpoint(local)  # headers only: a truncated or corrupt shard is one line naming file and tensor
         # shapes against config.json (transformers would raise a RuntimeError, or re-initialise the tensor)
@@ -249,7 +276,7 @@ def _load_weights(path: str, ref: str, opts: _LoadOptions, kwargs: dict[str, Any
                 use_kernels=bool(opts.use_kernels),
                 **kwargs,
             )
-        except (ValueError, OSError, _config_errors()) as e:  # one line naming the real cause (config, kernels, ...)
+        except (ValueError, OSError, _config_errors(), *_BUILD_ERRORS) as e:  # one line naming the real cause
             raise _load_error(ref, e, path, kwargs, bool(opts.use_kernels)) from None
         missing = sorted(info.get("missing_keys") or [])
         if missing:  # transformers would only warn and initialise them randomly: an edit of that is meaningless
