@@ -19,6 +19,8 @@ import pytest
 import torch
 import yaml
 
+from mathneuro_edit.publish.run_files import card_sha256
+from mathneuro_edit.util.hashing import sha256_file
 from mathneuro_edit.util.tensor_files import save_file
 from tests._tiny import write_workspace
 
@@ -167,8 +169,9 @@ def test_standalone_export_writes_the_runs_lock_and_card(runs, tmp_path) -> None
     assert code == 0, text
     run_lock = yaml.safe_load((out / "checkpoint" / "mathneuro_recipe.lock.yaml").read_text())
     lock = yaml.safe_load((tmp_path / "ck" / "mathneuro_recipe.lock.yaml").read_text())
-    # the same lock but its outputs, and the device the statistics were made on (an export computes none)
-    same = ("outputs", "device")
+    # the same lock but its outputs, the device the statistics were made on (an export computes none) and the
+    # other files it records (an export folder holds no mask, statistics or evaluation: its card only)
+    same = ("outputs", "device", "run_files")
     assert {k: v for k, v in lock.items() if k not in same} == {k: v for k, v in run_lock.items() if k not in same}
     assert "device" not in lock and run_lock["device"]["type"] == "cpu"
     assert lock["outputs"] == {
@@ -176,6 +179,8 @@ def test_standalone_export_writes_the_runs_lock_and_card(runs, tmp_path) -> None
     }
     card = (tmp_path / "ck" / "README.md").read_text()
     assert "No evaluation was run" in card and lock["mask_sha256"] in card
+    lock_sha = sha256_file(tmp_path / "ck" / "mathneuro_recipe.lock.yaml")
+    assert lock["run_files"] == {"checkpoint/README.md": card_sha256(card.encode(), lock_sha)}
     # verify finds the lock in the export folder itself and asks for the mask it does not hold
     code, text = _inproc("verify", str(tmp_path / "ck"), "--base", str(runs["one"] / "base"))
     assert code == 2 and "pass --mask MASK" in text, text
