@@ -193,6 +193,7 @@ class RunVerification:
                     "missing": a.missing,
                     "extra": a.extra,
                     "also_audited": a.audited,
+                    "gguf_survival": a.gguf_survival,
                 }
                 for a in self.audits
             ],

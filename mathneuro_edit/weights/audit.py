@@ -72,6 +72,7 @@ class VerifyReport:
     extra: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     audited: list[str] = field(default_factory=list)  # other files checked, e.g. the GGUF beside the shards
+    gguf_survival: dict[str, Any] = field(default_factory=dict)  # the edit in each quantized GGUF (gguf_survival.py)
     device: str = "cpu"  # where the edited tensors were recomputed and compared
 
     @property
@@ -231,7 +232,28 @@ def _verify_checkpoint(
             report.checked += checked
             report.mismatches += [f"{path.name}: {b}" for b in bad]
             report.audited.append(f"{path.name} ({checked} tensors, against the checkpoint)")
+        if not report.mismatches:
+            report.gguf_survival = _survival(out, folder, mask, dtype)
     return report
+
+
+def _survival(out: Path, folder: Path, mask: Any, dtype: str | None) -> dict[str, Any]:
+    """The edit's survival in each quantized GGUF beside the shards, measured again against the base written the
+    same way (:func:`~.gguf_survival.measure_survival`); ``{}`` without one."""
+    from .gguf_quantize import source_type
+    from .gguf_survival import measure_survival
+    from .gguf_writer import gguf_file_type
+
+    files = {gguf_file_type(p): p for p in sorted(out.glob("*.gguf"))}
+    if not any(t not in ("F32", "F16", "BF16") for t in files):
+        return {}
+    return measure_survival(out, folder, mask, files, source=source_type(dtype or _config_dtype(out)), dtype=dtype)
+
+
+def _config_dtype(out: Path) -> str | None:
+    cfg = read_model_json(out / "config.json") or {}
+    value = cfg.get("dtype") or cfg.get("torch_dtype")
+    return value if isinstance(value, str) else None
 
 
 def _check_records(report: VerifyReport, out: Path, got: Checkpoint, mask: Any, scale: float) -> None:
