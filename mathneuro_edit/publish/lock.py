@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import platform
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -368,13 +369,21 @@ def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
     return data
 
 
+# what Markdown, HTML or a terminal would act on: no path a run records holds one
+_MARKUP = re.compile(r"[<>`\[\]()|*\x00-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
+
+
 def _check_base_names(p: Path, base: Mapping[str, Any]) -> None:
     """Refuse a lock whose ``base.model`` / ``base.revision`` is not what a run records (a Hub repo id,
     ``organism`` or ``<local>``; a Hub ref or commit): the card and its snippets show both as written, so an edited
     lock could otherwise put a heading, HTML or code there (issue 48)."""
     model, revision = base.get("model"), base.get("revision")
-    if model is not None and not (
-        isinstance(model, str) and (model == ORGANISM or model.startswith(LOCAL) or is_repo_id(model))
+    plain_path = isinstance(model, str) and is_local_path(model) and not _MARKUP.search(model)  # refused later,
+    # with its fix (pass --base PATH: lock_policy), by the commands that would read it
+    if (
+        model is not None
+        and not plain_path
+        and not (isinstance(model, str) and (model == ORGANISM or model.startswith(LOCAL) or is_repo_id(model)))
     ):
         raise InputError(
             f"{p}: base.model: {show_value(model)} is not a Hub repo id, organism or {LOCAL}; this lock file is "

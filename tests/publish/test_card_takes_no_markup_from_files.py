@@ -143,7 +143,11 @@ def test_a_lock_edited_with_its_hash_recomputed_puts_no_markup_in_the_card(folde
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("revision", INJECTED_REVISION), ("model", "me/x](javascript:alert(1)) <img src=x onerror=alert(1)>")],
+    [
+        ("revision", INJECTED_REVISION),
+        ("model", "me/x](javascript:alert(1)) <img src=x onerror=alert(1)>"),
+        ("model", "/srv/x/## Injected <img src=x onerror=alert(1)>"),  # a local path with markup: refused too
+    ],
 )
 def test_a_lock_whose_base_section_holds_markup_is_refused(folder: Path, key: str, value: str) -> None:
     """The lock's own ``base.model`` / ``base.revision`` (a Hub base's, shown raw in the card's link and snippets)."""
