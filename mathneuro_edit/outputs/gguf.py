@@ -34,6 +34,8 @@ __all__ = [
     "llama_cpp_usage",
     "llama_cpp_loaders",
     "beside_checkpoint",
+    "read_survival",
+    "survival_table",
 ]
 
 UNQUANTIZED = ("F32", "F16", "BF16")  # GGUF types that store each weight as a float, not in quantized blocks
@@ -282,12 +284,15 @@ LM Studio: search for `{repo}` in its model browser, or `lms get {repo}`.
         if repo
         else ""
     )
+    survival = view.gguf_survival
+    table = survival_table(dict(view.files), survival, dict(zip(view.files, files))) if survival else ""
     return f"""Written by mathneuro-edit from {source}, {requantized(types)}.
 
 | file | type | sha256 |
 |---|---|---|
 {rows}
-{hub}
+
+{table}{hub}
 {_download(repo, first)}"""
 
 
@@ -314,6 +319,76 @@ The edit as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit
 
 {_download(gguf_repo, next(iter(names)))}
 """
+
+
+# what each type keeps of a weight (llama.cpp's quantize tool; K-quants: super-blocks of 256 entries)
+_KEEPS = {
+    "F32": "every weight as float32",
+    "F16": "every weight as float16",
+    "BF16": "every weight as bfloat16",
+    "Q8_0": "8 bits per weight, one scale per 32",
+    "Q6_K": "6 bits per weight (K-quant)",
+    "Q5_K_M": "5 bits (K-quant); attn_v and ffn_down of half the layers 6 bits",
+    "Q5_K_S": "5 bits per weight (K-quant)",
+    "Q5_0": "5 bits per weight, one scale per 32",
+    "Q5_1": "5 bits per weight, scale and offset per 32",
+    "Q4_K_M": "4 bits (K-quant); attn_v and ffn_down of half the layers 6 bits",
+    "Q4_K_S": "4 bits per weight (K-quant)",
+    "Q4_0": "4 bits per weight, one scale per 32",
+    "Q4_1": "4 bits per weight, scale and offset per 32",
+    "IQ4_NL": "4 bits, non-linear levels, blocks of 32",
+    "IQ4_XS": "4.25 bits, non-linear levels (i-quant)",
+    "Q3_K_L": "3 bits (K-quant); attention and ffn_down 5 bits",
+    "Q3_K_M": "3 bits (K-quant); attention and ffn_down 4-5 bits",
+    "Q3_K_S": "3 bits per weight (K-quant)",
+    "Q2_K": "2-4 bits per weight (K-quant)",
+}
+
+
+def read_survival(folder: str | Path) -> dict[str, Any] | None:
+    """A folder's ``gguf_survival.json`` (the edit's survival in each quantized GGUF, as the run measured it), or
+    ``None`` without a readable one."""
+    from ..util.reading import read_json
+    from ..weights.gguf_survival import SURVIVAL_NAME
+
+    path = Path(folder) / SURVIVAL_NAME
+    try:
+        found = read_json(path, 64 << 20, "the GGUF survival file", "run the export again") if path.is_file() else None
+    except Exception:  # noqa: BLE001 - a damaged file: the card says nothing of survival, verify measures it
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def survival_table(files: Mapping[str, str], survival: Mapping[str, Any] | None, names: Mapping[str, str]) -> str:
+    """The GGUF card's table: each file's type, size, what it keeps, and the edit's survival in it (the share of
+    edited weights whose quantized value differs from the base's in the same type, and the share of the intended
+    change it delivers); a line under it for each type where most of the edit is gone."""
+    from ..weights.gguf_survival import gone_line
+
+    measured = dict((survival or {}).get("files") or {})
+    sizes = dict((survival or {}).get("bytes") or {})
+    rows, gone = [], []
+    for f in files:
+        t = gguf_types([f])[0]
+        entry = measured.get(f) or {}
+        total = entry.get("total") or {}
+        size = f"{sizes[f] / 1e6:,.1f} MB" if f in sizes else "-"
+        if total.get("survived_share") is not None:
+            kept = f"{total['survived']:,} of {total['edited']:,} ({total['survived_share']:.2%})"
+            delivered = f"{total['delivered']:.1%}" if total.get("delivered") is not None else "-"
+        else:
+            kept, delivered = ("all (a float type)", "100%") if t in UNQUANTIZED else ("not measured", "-")
+        rows.append(f"| `{names.get(f, f)}` | {t} | {size} | {_KEEPS.get(t, '-')} | {kept} | {delivered} |")
+        line = gone_line(t, total) if total else None
+        gone += [f"**{line}.**"] if line else []
+    made_by = f", K-quants by {survival['quantizer']}" if (survival or {}).get("quantizer") else ""
+    return f"""The edit in each file (measured by mathneuro-edit after quantizing: the base quantized the same way from
+its {(survival or {}).get("source", "float")} GGUF{made_by}; `mathneuro-edit verify` measures it again):
+
+| file | type | size | keeps | edited weights that still differ from the base's | intended change delivered |
+|---|---|---|---|---|---|
+{chr(10).join(rows)}
+{(chr(10) + chr(10).join(gone) + chr(10)) if gone else ""}"""
 
 
 def llama_cpp_loaders(out: Output, view: CardView) -> str:

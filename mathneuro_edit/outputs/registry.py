@@ -56,6 +56,8 @@ class CardView:
             do), for the snippet to prompt the same way (:func:`~.common.usage_prompt`); ``None``: a chat turn.
         load_dtype: the dtype the card's figures were computed in, when a default load computes in another (the
             stored weights' dtype): the snippet loads in it.
+        gguf_survival: the edit's survival in each quantized GGUF file, as the run measured it (the GGUF card's
+            table).
     """
 
     repo: str | None
@@ -65,6 +67,7 @@ class CardView:
     chat: bool = False
     prompt: Mapping[str, Any] | None = None
     load_dtype: str | None = None
+    gguf_survival: Mapping[str, Any] | None = None  # the GGUF files' gguf_survival.json, when the folder has one
 
 
 @dataclass(frozen=True)

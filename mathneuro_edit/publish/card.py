@@ -40,6 +40,7 @@ from ..errors import InputError
 from ..evaluation.report import NOT_A_TEST, effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
 from ..outputs.common import card_fields, hub_origin
+from ..outputs.gguf import read_survival
 from ..outputs.registry import OUTPUTS, CardView, Output, output, output_dirs, output_of_folder, own_files, repo_for
 from ..recipe.io import recipe_fields, recipe_from_dict
 from ..recipe.safe_yaml import dump_yaml
@@ -159,6 +160,7 @@ class CardSource:
     lock_sha256: str | None = None
     weights_dtype: str | None = None
     chat: bool = False
+    gguf_survival: Mapping[str, Any] | None = None  # the folder's gguf_survival.json (outputs/gguf.py)
 
 
 def build_card(
@@ -222,6 +224,7 @@ def build_card(
         chat=source.chat,
         prompt=sections.figures_prompt(lock),
         load_dtype=load_dtype(lock, source.weights_dtype),
+        gguf_survival=source.gguf_survival,
     )
     body = _what_was_edited(source, out, view, title) + _use_and_reproduce(source, out, view)
     # every text the card shows from a file or a recipe (data file names, the recipe block, a base card's fields)
@@ -506,6 +509,7 @@ def card_for_folder(
         lock_sha256=lock_file_sha256(folder),
         weights_dtype=folder_dtype(folder),
         chat=has_chat_template(folder),
+        gguf_survival=read_survival(folder),
     )
     kind = kind or output_of_folder(folder).name
     return build_card(source, kind, base_model_id=hub_id, repo_id=repo_id, base_repo=base_repo)

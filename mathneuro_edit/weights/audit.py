@@ -41,7 +41,8 @@ from .base import resolve_base
 from .checkpoint import SAFE_INDEX, Checkpoint, open_checkpoint
 from .checkpoint_writer import published_bytes, support_files
 from .edit_plan import EditPlan, meta_model, plan_edits
-from .gguf_writer import audit_gguf
+from .gguf_quantize import LLAMA_CPP_TYPES, audit_llama_cpp
+from .gguf_writer import audit_gguf, gguf_file_type
 from .remote_code import check_remote_code
 from .shards import cast_code, tensor_bytes
 
@@ -228,7 +229,8 @@ def _verify_checkpoint(
     _check_support_files(report, out, folder, ckpt, got, dtype)
     if not report.mismatches and not report.missing:  # the GGUF is audited against the (now verified) shards
         for path in sorted(out.glob("*.gguf")):
-            checked, bad = audit_gguf(path, out)
+            ft = gguf_file_type(path)  # llama.cpp's types: its quantization of the checkpoint's float GGUF, again
+            checked, bad = audit_llama_cpp(path, out, ft) if ft in LLAMA_CPP_TYPES else audit_gguf(path, out)
             report.checked += checked
             report.mismatches += [f"{path.name}: {b}" for b in bad]
             report.audited.append(f"{path.name} ({checked} tensors, against the checkpoint)")
@@ -242,7 +244,6 @@ def _survival(out: Path, folder: Path, mask: Any, dtype: str | None) -> dict[str
     same way (:func:`~.gguf_survival.measure_survival`); ``{}`` without one."""
     from .gguf_quantize import source_type
     from .gguf_survival import measure_survival
-    from .gguf_writer import gguf_file_type
 
     files = {gguf_file_type(p): p for p in sorted(out.glob("*.gguf"))}
     if not any(t not in ("F32", "F16", "BF16") for t in files):

@@ -34,6 +34,7 @@ __all__ = [
     "quantizer_version",
     "llama_quantize",
     "write_gguf_types",
+    "audit_llama_cpp",
 ]
 
 # llama.cpp's file types (llama.h's ``enum llama_ftype``) that only its quantizer writes, and that need no
@@ -193,3 +194,30 @@ def write_gguf_types(
             if source not in done:
                 src.unlink(missing_ok=True)
     return {t: done[t] for t in types}
+
+
+def audit_llama_cpp(path: str | Path, checkpoint: str | Path, ft: str) -> tuple[int, list[str]]:
+    """A llama.cpp type (a K-quant): the checkpoint's float GGUF (:func:`~.gguf_quantize.source_type`) quantized
+    again by llama.cpp, each tensor's bytes compared (the metadata aside); a mismatch names the quantizer, whose
+    version decides the bytes."""
+    import numpy as np
+
+    from .gguf_keys import gguf_package, read_config
+    from .gguf_writer import write_gguf
+
+    gguf, folder = gguf_package(), Path(checkpoint)
+    r = gguf.GGUFReader(str(path))
+    cfg = read_config(folder)[0]
+    how = find_quantizer(ft)
+    with tempfile.TemporaryDirectory(dir=Path(path).parent, prefix=".gguf-audit-") as tmp:
+        src = write_gguf(folder, Path(tmp) / "source.gguf", source_type(cfg.get("dtype") or cfg.get("torch_dtype")))
+        again = {
+            t.name: t for t in gguf.GGUFReader(str(llama_quantize(src, Path(tmp) / "q.gguf", ft, how=how))).tensors
+        }
+        got = {t.name: t for t in r.tensors}
+        bad = [f"{n}: missing" for n in again if n not in got] + [f"{n}: extra" for n in got if n not in again]
+        for name in [n for n in again if n in got]:
+            a, b = again[name], got[name]
+            if a.tensor_type != b.tensor_type or np.asarray(a.data).tobytes() != np.asarray(b.data).tobytes():
+                bad.append(f"{name}: not {quantizer_version(how)}'s {ft} quantization of the checkpoint's tensor")
+    return len(got), bad

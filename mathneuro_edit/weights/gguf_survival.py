@@ -194,7 +194,8 @@ def measure_survival(
     folder = Path(checkpoint)
     quantized = [t for t in files if t not in ("F32", "F16", "BF16")]
     kquant = next((t for t in quantized if t in LLAMA_CPP_TYPES), None)
-    out: dict[str, Any] = {"source": source, "files": {}}
+    out: dict[str, Any] = {"source": source, "bytes": {Path(p).name: Path(p).stat().st_size for p in files.values()}}
+    out["files"] = {}
     if kquant is not None:
         out["quantizer"] = quantizer_version(find_quantizer(kquant))
     if not quantized:

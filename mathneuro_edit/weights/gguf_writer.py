@@ -34,7 +34,6 @@ from ..util.outdir import as_space_error
 from ..util.paths import is_local_path
 from .gguf_header import check_gguf_header
 from .gguf_keys import add_general, add_model_keys, gguf_package, read_config
-from .gguf_quantize import LLAMA_CPP_TYPES
 from .gguf_tensors import GGUF_TYPES, check_type, gguf_plan, tensor_rows
 from .gguf_vocab import add_vocab, check_vocab
 
@@ -272,8 +271,6 @@ def audit_gguf(path: str | Path, checkpoint: str | Path) -> tuple[int, list[str]
     r = gguf.GGUFReader(str(path))
     got = {t.name: t for t in r.tensors}
     ft = _file_type(r)
-    if ft in LLAMA_CPP_TYPES:  # made by llama.cpp: its quantization of the checkpoint's float GGUF, made again
-        return _audit_llama_cpp(r, path, Path(checkpoint), ft)
     if ft not in GGUF_TYPES:
         return 0, [f"{Path(path).name}: file type {ft} is not one mathneuro-edit writes"]
     cfg, family = read_config(folder)
@@ -324,28 +321,3 @@ def _audit_tensor(gguf: Any, fh: Any, g: Any, gname: str, shape: Any, t: str, ch
             if (err > _STEP[t] * np.abs(blocks).max(axis=1) * 1.01 + 1e-12).any():
                 return [f"{gname}: dequantized values differ by more than one {t} step"]
     return []
-
-
-def _audit_llama_cpp(r: Any, path: str | Path, folder: Path, ft: str) -> tuple[int, list[str]]:
-    """A llama.cpp type (a K-quant): the checkpoint's float GGUF (:func:`~.gguf_quantize.source_type`) quantized
-    again by llama.cpp, each tensor's bytes compared (the metadata aside); a mismatch names the quantizer, whose
-    version decides the bytes."""
-    import tempfile
-
-    from .gguf_quantize import find_quantizer, llama_quantize, quantizer_version, source_type
-
-    gguf = gguf_package()
-    cfg = read_config(folder)[0]
-    how = find_quantizer(ft)
-    with tempfile.TemporaryDirectory(dir=Path(path).parent, prefix=".gguf-audit-") as tmp:
-        src = write_gguf(folder, Path(tmp) / "source.gguf", source_type(cfg.get("dtype") or cfg.get("torch_dtype")))
-        again = {
-            t.name: t for t in gguf.GGUFReader(str(llama_quantize(src, Path(tmp) / "q.gguf", ft, how=how))).tensors
-        }
-        got = {t.name: t for t in r.tensors}
-        bad = [f"{n}: missing" for n in again if n not in got] + [f"{n}: extra" for n in got if n not in again]
-        for name in [n for n in again if n in got]:
-            a, b = again[name], got[name]
-            if a.tensor_type != b.tensor_type or np.asarray(a.data).tobytes() != np.asarray(b.data).tobytes():
-                bad.append(f"{name}: not {quantizer_version(how)}'s {ft} quantization of the checkpoint's tensor")
-    return len(got), bad

@@ -16,6 +16,7 @@ from typing import Any
 from ...data.sources import problem_sha256
 from ...evaluation.tasks import MathTask
 from ...layout import EVAL_NAME
+from ...outputs.gguf import read_survival
 from ...outputs.registry import output, output_dirs
 from ...publish.card import (
     CardSource,
@@ -118,6 +119,7 @@ def _card(run: RunRecord, folder: Path, lock: Mapping[str, Any], kind: str) -> s
         lock_sha256=lock_file_sha256(folder),
         weights_dtype=folder_dtype(folder),
         chat=has_chat_template(folder),
+        gguf_survival=read_survival(folder),
     )
     return build_card(source, kind, base_model_id=hub_id).content
 
