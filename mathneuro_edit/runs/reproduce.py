@@ -217,10 +217,8 @@ class ReproduceReport:
     def decide(self) -> Verdict:
         """:func:`~.verdict.reproduce_verdict` of this report: the files you have, the re-run, the two devices."""
         rerun = Rerun(self.mask_match, self.files, self.stats, self.mask_change)
-        found = self.present.found if self.present is not None else None
-        return reproduce_verdict(
-            self.present.recorded if self.present is not None else None, found, rerun, self.made_on, self.checked_on
-        )
+        recorded, found = (self.present.recorded, self.present.found) if self.present is not None else (None, None)
+        return reproduce_verdict(recorded, found, rerun, self.made_on, self.checked_on)
 
     def verdict(self) -> str:
         """What held, in words: never ``yes`` when a file, the mask or an output differs, never a bare ``NO`` when
