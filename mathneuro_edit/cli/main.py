@@ -301,8 +301,8 @@ def _with_top_k(recipe: Any, top_k: float) -> Any:
     "gguf_type",
     metavar="TYPE",
     help="also write OUT/model-TYPE.gguf for llama.cpp: F32, F16, "
-    "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, or base (a GGUF base's own type; default: the recipe's "
-    "outputs.gguf)",
+    "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, a K-quant made by llama.cpp (Q6_K, Q5_K_M, Q4_K_M, ...), a list "
+    "('[Q8_0, Q4_K_M]'), or base (a GGUF base's own type; default: the recipe's outputs.gguf)",
 )
 @click.option("--overwrite", is_flag=True, help="replace an existing output folder once the new one is complete")
 @workers_opt
