@@ -842,6 +842,19 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "if False:",
         ["tests/publish/test_release_behaviours.py::test_a_mathneuro_format_adapter_folder_is_an_adapter"],
     ),
+    # issue 46 item 2: reproduce and verify check every file the lock records
+    "reproduce-ignores-the-run-s-files": (
+        "mathneuro_edit/publish/integrity.py",
+        "    wanted = _run_file_records(lock, present, [p for p, _ in prefixes], run_folder)\n",
+        "    wanted, present = {}, {}\n",
+        ["tests/runs/test_reproduce_checks_every_file.py"],
+    ),
+    "same-device-statistics-called-rounding": (
+        "mathneuro_edit/runs/verdict.py",
+        "        if across is False:\n",
+        "        if False:\n",
+        ["tests/runs/test_reproduce_verdict.py"],
+    ),
 }
 # Equivalent, so not in MUTATIONS (docs/testing.md, "Round 4"): r4-sweep-eliminated-arm-promoted, in
 # runs/sweep/search.py::_rounds, `sum(arms[i].correct) if i in active else None for i` -> `sum(arms[i].correct) for i`:
