@@ -35,6 +35,7 @@ __all__ = [
     "llama_cpp_loaders",
     "beside_checkpoint",
     "read_survival",
+    "estimate_gguf_survival",
     "survival_table",
 ]
 
@@ -343,6 +344,53 @@ _KEEPS = {
     "Q3_K_S": "3 bits per weight (K-quant)",
     "Q2_K": "2-4 bits per weight (K-quant)",
 }
+
+
+def estimate_gguf_survival(recipe: Any, mask: Any, folder: Path) -> dict[str, Any]:
+    """``plan --mask``'s estimate of the edit's survival in each GGUF type of ``outputs.gguf``, before anything is
+    written: for the gguf package's quantized types, the base's edited matrices (read from ``folder``, edited and
+    cast as the export does) quantized as the run would (:func:`~..weights.gguf_survival.estimate_survival`); a
+    float type keeps every edit; a llama.cpp type says it is measured after quantizing.
+
+    Returns:
+        ``{type: total counts and shares, or {"note": "..."}}``.
+    """
+    from ..engine.mask import as_mask
+    from ..weights.checkpoint import open_checkpoint
+    from ..weights.gguf_quantize import LLAMA_CPP_TYPES
+    from ..weights.gguf_survival import estimate_survival
+    from ..weights.gguf_tensors import gguf_plan
+    from .checkpoint import output_dtype
+
+    mask, ckpt, dtype = as_mask(mask), open_checkpoint(folder), output_dtype(recipe)
+    out: dict[str, Any] = {}
+    for t in _gguf_types(recipe)[0]:
+        if t in LLAMA_CPP_TYPES:
+            out[t] = {"note": "made by llama.cpp's quantizer: measured after quantizing (gguf_survival.json, verify)"}
+            continue
+        if t in UNQUANTIZED:
+            out[t] = {"note": "a float type: every edited weight is kept"}
+            continue
+        stored = {src: qt for _, src, _, qt in gguf_plan(folder, t) if isinstance(src, str)}
+
+        out[t] = estimate_survival(_edited_matrices(ckpt, mask, stored, recipe.edit.effective_scale, dtype))
+    return out
+
+
+def _edited_matrices(ckpt: Any, mask: Any, stored: Mapping[str, str], scale: float, dtype: str | None) -> Any:
+    """``(base, edited, GGUF type)`` float32 arrays of each masked matrix the GGUF quantizes, edited as the export
+    edits it (:func:`~mathneuro_edit.engine.apply.scale_masked`) and cast to the checkpoint's dtype."""
+    import torch
+
+    from ..engine.apply import scale_masked
+
+    for name in mask:
+        if name not in stored or stored[name] in UNQUANTIZED or name not in ckpt.tensors:
+            continue
+        w = ckpt.read(name)
+        e = scale_masked(w, mask[name], scale)
+        cast = getattr(torch, dtype) if dtype else w.dtype
+        yield w.to(cast).float().numpy(), e.to(cast).float().numpy(), stored[name]
 
 
 def read_survival(folder: str | Path) -> dict[str, Any] | None:

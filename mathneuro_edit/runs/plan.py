@@ -37,6 +37,7 @@ Estimates are meant to be within tens of percent; allocator overheads (e.g. ~1 G
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -223,6 +224,8 @@ class Plan:
     eval_general_bytes: int = 0
     eval_math_bytes: int = 0
     eval_settings: dict[str, int] = field(default_factory=dict)
+    # plan --mask with outputs.gguf: type -> the edit's estimated survival (outputs/gguf.py estimate_gguf_survival)
+    gguf_survival: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (``plan --json``), with what the text says in words too: each output as
@@ -294,6 +297,10 @@ class Plan:
                 f"({e['max_length']} tokens) ~{b(self.eval_general_bytes)} on one device, math generation with the "
                 f"KV cache (<= {e['prompt_tokens']} prompt + {e['max_new_tokens']} new tokens) "
                 f"~{b(self.eval_math_bytes)}; on a GPU the batches shrink to fit its free memory"
+            )
+        if self.gguf_survival:
+            lines.append(
+                "GGUF survival of the edit (edited weights still differing from the base's): " + _survival(self)
             )
         if self.ram:
             per = ", ".join(f"{k} ~{b(v)}" for k, v in self.ram.items())
@@ -592,7 +599,7 @@ def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
         exclude=recipe.targets.exclude or None,
         evaluation=_evaluation_settings(recipe),
     )
-    return plan_from_config(
+    plan = plan_from_config(
         str(local) if local is not None else b.model,
         settings,
         device_map=b.device_map,
@@ -601,6 +608,22 @@ def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
         trust_remote_code=b.trust_remote_code,
         mask_file=mask_file,
     )
+    if mask_file is not None and recipe.outputs.gguf_types and local is not None:  # reads the edited matrices
+        from ..outputs.gguf import estimate_gguf_survival
+
+        return dataclasses.replace(plan, gguf_survival=estimate_gguf_survival(recipe, mask_file, local))
+    return plan
+
+
+def _survival(plan: Plan) -> str:
+    """``Q4_0 99.98% (estimated), Q4_K_M measured after quantizing`` of :attr:`Plan.gguf_survival`."""
+    parts = []
+    for t, v in plan.gguf_survival.items():
+        if v.get("survived_share") is not None:
+            parts.append(f"{t} {v['survived_share']:.2%} of {int(v['edited']):,} (estimated with the gguf package)")
+        else:
+            parts.append(f"{t}: {v.get('note', 'no edited weight')}")
+    return "; ".join(parts)
 
 
 def _evaluation_settings(recipe: Any) -> dict[str, int] | None:

@@ -144,22 +144,22 @@ def gguf_survival(base_float: Path, edited_float: Path, base_q: Path, edited_q: 
     return {"tensors": per, "total": {**total, **share(total)}}
 
 
-def estimate_survival(pairs: Iterable[tuple[Any, Any]], qtype: str) -> dict[str, float]:
-    """The survival of ``qtype`` estimated before any file is written, for the types the gguf package quantizes
-    (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: byte-identical to what the run writes): ``pairs`` are ``(base, edited)``
-    float32 matrices in the GGUF's row layout (last dimension a multiple of 32).
+def estimate_survival(triples: Iterable[tuple[Any, Any, str]]) -> dict[str, float]:
+    """The survival estimated before any file is written, for the types the gguf package quantizes (Q8_0, Q4_0,
+    Q4_1, Q5_0, Q5_1: the bytes the run writes): ``triples`` are ``(base, edited, type)`` float32 matrices (last
+    dimension a multiple of 32; a row permutation, such as llama.cpp's q/k one, changes no block) and the type
+    each is stored in.
 
     Returns:
         The total counts and shares (:func:`survival_counts`, :func:`share`).
     """
     import gguf
 
-    t = gguf.GGMLQuantizationType[qtype]
-
-    def q(x: np.ndarray) -> np.ndarray:
+    def q(x: np.ndarray, qtype: str) -> np.ndarray:
+        t = gguf.GGMLQuantizationType[qtype]
         return gguf.quants.dequantize(gguf.quants.quantize(np.ascontiguousarray(x, np.float32), t), t)
 
-    total = add_counts(survival_counts(b, e, q(b), q(e)) for b, e in pairs)
+    total = add_counts(survival_counts(b, e, q(b, t), q(e, t)) for b, e, t in triples)
     return {**total, **share(total)}
 
 
