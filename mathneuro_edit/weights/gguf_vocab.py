@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..util.config_sizes import model_json_object
 from ..util.reading import read_json
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "read_tokenizer",
     "tokenizer_model",
     "vocab_size_refusal",
+    "tokenizer_shape_problem",
+    "chat_template_problem",
     "spm_refusal",
     "spm_space_prefix",
     "spm_vocab",
@@ -86,6 +89,8 @@ def read_tokenizer(folder: str | Path) -> dict[str, Any]:
         raise InputError(
             f"{path}: not a tokenizer.json (a JSON object); use the base's own tokenizer.json or set outputs.gguf: null"
         )
+    if (why := tokenizer_shape_problem(data)) is not None:
+        raise InputError(f"{path}: {why}; use the base's own tokenizer.json or set outputs.gguf: null")
     return data
 
 
@@ -184,6 +189,82 @@ def _layout(tok: dict[str, Any]) -> str:
     kinds = "+".join(str(s.get("type")) for s in pre) or "no"
     schemes = [s.get("prepend_scheme") for s in pre if s.get("type") == "Metaspace" and s.get("prepend_scheme")]
     return f"{norm} normalizer, {kinds} pre-tokenizer" + (f" (prepend_scheme {schemes[0]!r})" if schemes else "")
+
+
+def tokenizer_shape_problem(tok: dict[str, Any]) -> str | None:
+    """What in a tokenizer.json is not the shape the ``tokenizers`` library writes (``None``: nothing), for the
+    parts the GGUF vocabulary is built from: a BPE ``model.vocab`` of token -> integer id, ``model.merges`` of
+    ``"a b"`` strings or ``[a, b]`` pairs, ``added_tokens`` of objects with an ``id`` and a ``content`` string.
+    Each was an internal error at GGUF export (``merges: [1, 2]``: ValueError; ``vocab: [...]``: AttributeError).
+
+    Example:
+        >>> tokenizer_shape_problem({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b", ["a", "b"]]}})
+        >>> tokenizer_shape_problem({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [1]}})
+        "model.merges[0] is 1, not 'a b' or ['a', 'b']"
+    """
+    model = tok.get("model")
+    if not isinstance(model, dict):
+        return f"model is {repr(model)[:40]}, not an object"
+    added = tok.get("added_tokens", [])
+    if not isinstance(added, list):
+        return f"added_tokens is {repr(added)[:40]}, not a list"
+    for i, a in enumerate(added):
+        if not (isinstance(a, dict) and isinstance(a.get("content"), str) and "id" in a):
+            return f"added_tokens[{i}] is {repr(a)[:60]}, not an object with an id and a content string"
+    if model.get("type") != "BPE":  # another model (Unigram's vocab is a list): tokenizer_model names it
+        return None
+    vocab, merges = model.get("vocab", {}), model.get("merges", [])
+    if not isinstance(vocab, dict) or not all(isinstance(t, str) for t in vocab):
+        return f"model.vocab is {repr(vocab)[:40]}, not an object of token: id"
+    if not isinstance(merges, list):
+        return f"model.merges is {repr(merges)[:40]}, not a list"
+    for i, m in enumerate(merges):
+        pair = m.split(" ") if isinstance(m, str) else m
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) and x for x in pair)):
+            return f"model.merges[{i}] is {repr(m)[:40]}, not 'a b' or ['a', 'b']"
+    return None
+
+
+def chat_template_problem(config: dict[str, Any]) -> str | None:
+    """What is wrong with a tokenizer_config.json's ``chat_template`` for a GGUF (``None``: nothing, or none):
+    not text or a list of ``{"name", "template"}`` texts (a list of numbers was an internal TypeError), or text
+    Jinja cannot parse (llama.cpp would fail on it at chat time).
+
+    Example:
+        >>> chat_template_problem({"chat_template": "{{ messages[0].content }}"}) is None
+        True
+        >>> chat_template_problem({"chat_template": "{% if %}"})[:45]
+        'chat_template is not a Jinja template llama.c'
+    """
+    from jinja2 import TemplateSyntaxError
+
+    try:  # transformers' own environment: its `generation` tag and loop controls are templates' too
+        from transformers.utils.chat_template_utils import _compile_jinja_template as compile_template
+    except ImportError:  # pragma: no cover - an older transformers: plain Jinja with loop controls
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        compile_template = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).from_string
+
+    value = config.get("chat_template")
+    if value is None:
+        return None
+    if isinstance(value, list):
+        ok = all(
+            isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str) for t in value
+        )
+        if not ok:
+            return f"chat_template is {repr(value)[:60]}, not a list of {{name, template}} texts"
+        templates = [(f"chat_template {t['name']!r}", t["template"]) for t in value]
+    elif isinstance(value, str):
+        templates = [("chat_template", value)]
+    else:
+        return f"chat_template is {repr(value)[:40]}, not a template (text)"
+    for what, text in templates:
+        try:
+            compile_template(text)
+        except TemplateSyntaxError as e:
+            return f"{what} is not a Jinja template llama.cpp can read ({e.message}, line {e.lineno})"
+    return None
 
 
 def _merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
@@ -409,7 +490,17 @@ def check_vocab(folder: str | Path, name: str = "local model", n_vocab: int | No
     Returns:
         llama.cpp's tokenizer model: ``"gpt2"`` or ``"llama"``.
     """
+    _check_chat_template(Path(folder))
     return _checked(read_tokenizer(folder), name, n_vocab)
+
+
+def _check_chat_template(folder: Path) -> None:
+    """Refuse a tokenizer_config.json whose chat template a GGUF could not carry (:func:`chat_template_problem`)."""
+    config = model_json_object(folder / "tokenizer_config.json")  # a FIFO there: one line, never a hang
+    if config is not None and (why := chat_template_problem(config)) is not None:
+        raise InputError(
+            f"outputs.gguf: {folder / 'tokenizer_config.json'}: {why}; use the base's own tokenizer_config.json{_NULL}"
+        )
 
 
 def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) -> None:
@@ -450,6 +541,7 @@ def add_vocab(
         >>> add_vocab(gguf, writer, "out/run/checkpoint", 49152)  # doctest: +SKIP
     """
     folder = Path(folder)
+    _check_chat_template(folder)
     tok = read_tokenizer(folder)
     if _checked(tok, name, n_vocab) == "gpt2":
         tokens, types = bpe_vocab(gguf, tok, n_vocab)

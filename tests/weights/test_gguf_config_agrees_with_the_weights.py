@@ -106,3 +106,44 @@ def test_a_tokenizer_larger_than_the_embedding_is_refused_before_writing(
         export_gguf(folder, "F16", tmp_path / "m.gguf")
     assert "\n" not in str(e.value)
     assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".*tmp"))
+
+
+def _with(base: Path, tmp_path: Path, name: str, change) -> Path:
+    folder = _edited(base, tmp_path)
+    data = json.loads((base / name).read_text())
+    change(data)
+    (folder / name).unlink()
+    (folder / name).write_text(json.dumps(data))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "why"),
+    [
+        ("tokenizer.json", lambda t: t["model"].update(merges=[1, 2]), "model.merges[0] is 1, not 'a b' or ['a', 'b']"),
+        ("tokenizer.json", lambda t: t["model"].update(merges=[["a", ["b"]]]), "model.merges[0] is ['a', ['b']]"),
+        ("tokenizer.json", lambda t: t["model"].update(vocab=["a", "b"]), "model.vocab is ['a', 'b'], not an object"),
+        ("tokenizer.json", lambda t: t.update(added_tokens=[{"id": 1, "content": 5}]), "added_tokens[0] is {'id': 1"),
+        (
+            "tokenizer_config.json",
+            lambda c: c.update(chat_template="{% if %}"),
+            "chat_template is not a Jinja template",
+        ),
+        ("tokenizer_config.json", lambda c: c.update(chat_template=[{"name": 1, "template": 5}]), "not a list of"),
+        ("tokenizer_config.json", lambda c: c.update(chat_template=5), "chat_template is 5, not a template (text)"),
+    ],
+)
+def test_a_malformed_tokenizer_or_chat_template_is_refused_before_writing(
+    llama: Path, tmp_path: Path, name: str, change, why: str
+) -> None:
+    """Issue 48 (open from earlier rounds): malformed merges or vocabulary at GGUF export were internal errors
+    (ValueError, AttributeError), a chat template of numbers an internal TypeError, and a template Jinja cannot
+    parse was written into the GGUF (llama.cpp fails on it at chat time)."""
+    folder = _with(llama, tmp_path, name, change)
+    with pytest.raises(InputError) as e:
+        check_gguf(folder, "F16")
+    with pytest.raises(InputError) as e:
+        export_gguf(folder, "F16", tmp_path / "m.gguf")
+    line = str(e.value)
+    assert why in line and name in line and "\n" not in line, line
+    assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".*tmp"))
