@@ -316,3 +316,20 @@ def test_plain_targets_regexes_are_taken() -> None:
     for pattern in (r"mlp\.(up|down)_proj", r"layers\.(1|2)\d*\.", r".*attn.*", r"(ab){2}x", r"(a{3})*"):
         code, _, text = _cli("plan", "--set", f"targets.exclude={json.dumps([pattern + 'z'])}")  # none excluded
         assert code == 0, text
+
+
+def test_inspect_plot_onto_a_file_that_is_no_image_is_one_line(tmp_path: Path) -> None:
+    """Issue 48: `inspect MASK --plot model.safetensors` printed the table, then "internal error: ValueError:
+    Format 'safetensors' is not supported" (matplotlib's); refused before anything is printed or written."""
+    from mathneuro_edit.engine.mask import Mask
+    from mathneuro_edit.runs.inspect import figure_format
+
+    mask = Mask({"model.layers.0.mlp.up_proj.weight": torch.eye(4, dtype=torch.bool)}, {"method": "mathneuro"})
+    path = mask.save(tmp_path / "m.safetensors")
+    shard = tmp_path / "model.safetensors"
+    shard.write_bytes(b"weights")
+    code, _, text = _cli("inspect", path, "--plot", shard)
+    assert code == 2 and text.strip().splitlines() == [_error_line(text)], text
+    assert ".safetensors is not an image format; name the figure with one of .png" in text, text
+    assert shard.read_bytes() == b"weights"
+    assert [figure_format(n) for n in ("a.png", "a.SVG", "a", "a.pdf")] == ["png", "svg", "png", "pdf"]

@@ -35,6 +35,7 @@ __all__ = ["inspect", "sweep", "consistency", "dequantize", "plan"]
 def inspect(path: str, plot: str | None, as_json: bool) -> None:
     """Show a mask or statistics file as a per-tensor table."""
     from ..runs.inspect import (
+        figure_format,
         load_artifact,
         mask_dict,
         mask_table,
@@ -46,6 +47,7 @@ def inspect(path: str, plot: str | None, as_json: bool) -> None:
 
     if plot:
         check_output(plot, [("inspected file", path)], kind="file", label="--plot")
+        figure_format(plot)  # an image ending, before the table: an error is the only output of a failed command
     kind, obj = load_artifact(path)
     if plot and kind != "mask":  # before the table: an error is the only output of a failed command
         raise InputError(f"{path}: --plot needs a mask file, this is a statistics file; drop --plot or pass a mask")

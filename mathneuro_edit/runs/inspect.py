@@ -23,6 +23,7 @@ __all__ = [
     "stats_table",
     "layer_fractions",
     "plot_layer_distribution",
+    "figure_format",
     "pyplot",
     "save_figure",
 ]
@@ -48,6 +49,30 @@ def pyplot(*, required: bool = True) -> Any:
     return plt
 
 
+# the endings matplotlib writes without an extra package (a name without one is a PNG)
+_FIGURE_FORMATS = ("png", "svg", "svgz", "pdf", "jpg", "jpeg", "webp", "tif", "tiff", "eps", "ps")
+
+
+def figure_format(path: str | Path) -> str:
+    """The image format a figure file name asks for (``png`` without an ending).
+
+    Raises:
+        InputError: an ending that is no image format (``--plot model.safetensors``: matplotlib's ValueError was
+            an internal error, after the table had been printed).
+
+    Example:
+        >>> figure_format("layers.svg"), figure_format("layers")
+        ('svg', 'png')
+    """
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    if fmt not in _FIGURE_FORMATS:
+        raise InputError(
+            f"{path}: .{fmt} is not an image format; name the figure with one of "
+            f"{', '.join('.' + f for f in _FIGURE_FORMATS[:4])}, ..."
+        )
+    return fmt
+
+
 def save_figure(fig: Any, path: str | Path) -> Path:
     """Lay out, save as PNG (120 dpi) and close a matplotlib figure; returns the path.
 
@@ -55,10 +80,11 @@ def save_figure(fig: Any, path: str | Path) -> Path:
     PNG in its place, never through a symbolic link: :func:`~mathneuro_edit.util.files.atomic_writer`).
     """
     path = Path(path)
+    fmt = figure_format(path)
     fig.tight_layout()
     try:
         with atomic_writer(path) as f:
-            fig.savefig(f, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
+            fig.savefig(f, dpi=120, format=fmt)
     finally:
         pyplot().close(fig)  # free the figure: sweeps make many
     return path
