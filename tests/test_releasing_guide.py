@@ -366,12 +366,11 @@ def _the_card_s_figures_come_back(folder: Path, recipe: object) -> None:
 
     text = (folder / "README.md").read_text()
     (code,) = [c for c in re.findall(r"```python\n(.*?)```", text, re.DOTALL) if "AutoModelForCausalLM" in c]
-    load = "\n".join(
-        line for line in code.splitlines() if line.startswith(("import", "from", "model =", "tokenizer ="))
-    )
-    assert "dtype=torch.float32)" in load, load  # the pushed repo, as the card names it (the fake Hub serves it)
+    assert "dtype=torch.float32)" in code, code  # the pushed repo, as the card names it (the fake Hub serves it)
+    assert '+ "27 + 15 = "' in code and "max_new_tokens=8" in code  # the confirmation's prompt (the sweep's recipe)
     namespace: dict = {}
-    exec(compile(load, "checkpoint card", "exec"), namespace)  # noqa: S102 - the card's own lines are the test
+    exec(compile(code, "checkpoint card", "exec"), namespace)  # noqa: S102 - the card's own code is the test
+    assert namespace["output"].shape[1] > namespace["inputs"]["input_ids"].shape[1]  # it generated
     got = evaluate(namespace["model"].eval(), namespace["tokenizer"], eval_tasks(recipe), progress=False).to_dict()
     shown = json.loads((folder / "eval.json").read_text())
     compared = [
