@@ -7,6 +7,7 @@ license alone. A malformed value is dropped, not guessed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from huggingface_hub.utils import HFValidationError
 
 from ..outputs.common import card_fields
 from ..util.paths import is_local_path
+from ..util.reading import read_regular
 
 __all__ = ["license_from_base", "base_card_fields"]
 
@@ -45,7 +47,16 @@ def base_card_fields(base: str | Path, revision: str | None = None) -> dict[str,
     readme = _base_card_file(base, revision)
     if readme is None:
         return {}
-    return card_fields(ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict())
+    text = read_regular(readme, _MAX_CARD_BYTES, "a model card", "use the base's own README.md").decode(
+        "utf-8", errors="replace"
+    )
+    if not _METADATA.match(text):  # no metadata block: nothing to carry, and huggingface_hub's warning about it
+        return {}  # ("Repo card metadata block was not found") is not printed as the last line of `run -q`
+    return card_fields(ModelCard(text, ignore_metadata_errors=True).data.to_dict())
+
+
+_MAX_CARD_BYTES = 16 << 20  # model cards are a few KB to a few hundred KB
+_METADATA = re.compile(r"\s*---[\r\n]")  # where huggingface_hub's card metadata block starts
 
 
 def _base_card_file(base: str | Path, revision: str | None) -> Path | None:

@@ -37,3 +37,29 @@ def test_a_base_card_s_datasets_and_language_are_carried_as_lists(
         meta = ModelCard.load(run / sub / "README.md").data.to_dict()
         assert sorted(meta["datasets"]) == want_datasets, (sub, meta.get("datasets"))
         assert meta["language"] == want_language and meta["license"] == "mit", (sub, meta)
+
+
+def test_a_base_card_without_metadata_carries_nothing_and_says_nothing(tmp_path: Path) -> None:
+    """Issue 48 (library noise): a base README.md without a metadata block made huggingface_hub log "Repo card
+    metadata block was not found. Setting CardData to empty." as the last line of `run -q`; such a card carries
+    nothing, and nothing is logged. A card with metadata still carries its fields."""
+    import logging
+
+    from mathneuro_edit.publish.base_card import base_card_fields
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    keep = Keep()
+    logging.getLogger("huggingface_hub").addHandler(keep)
+    try:
+        (tmp_path / "README.md").write_text("# My model\n\nNo metadata here.\n")
+        assert base_card_fields(tmp_path) == {}
+        (tmp_path / "README.md").write_text("---\nlicense: apache-2.0\nlanguage: en\n---\n# My model\n")
+        assert base_card_fields(tmp_path) == {"license": "apache-2.0", "language": ["en"]}
+    finally:
+        logging.getLogger("huggingface_hub").removeHandler(keep)
+    assert seen == [], seen
