@@ -378,6 +378,40 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         'values = parts.get("base") or parts.get("edited")',
         ["tests/publish/test_cards_the_hub_reads_right.py::test_model_index_holds_this_model_s_results_only"],
     ),
+    "sweep-release-model-index-keeps-its-own-math": (
+        "mathneuro_edit/publish/model_index.py",
+        'if confirmed and key == "math_accuracy":',
+        "if False:",
+        [
+            "tests/publish/test_model_index.py::test_a_release_from_a_sweep_lists_the_confirmation_not_its_own_math_accuracy",
+            "tests/publish/test_model_index.py::test_model_card_load_of_a_release_from_the_smollm2_search_gives_the_confirmed_figures",
+        ],
+    ),
+    "sweep-release-base-result-merged-into-this-model-s": (
+        "mathneuro_edit/publish/model_index.py",
+        '"base model" if base else ""',
+        '""',
+        [
+            "tests/publish/test_model_index.py::test_the_confirmation_is_two_results_per_format_the_base_under_its_own_config"
+        ],
+    ),
+    "selection-problems-called-significant": (
+        "mathneuro_edit/publish/card.py",
+        "untested=tuple(eval_results) if reused else ()",
+        "untested=()",
+        [
+            "tests/publish/test_model_index.py::test_model_card_load_of_a_release_from_the_smollm2_search_gives_the_confirmed_figures"
+        ],
+    ),
+    "snippet-loads-in-the-stored-dtype": (
+        "mathneuro_edit/outputs/checkpoint.py",
+        "load_kwargs(view.load_dtype)",
+        "load_kwargs(None)",
+        [
+            "tests/publish/test_cards_the_hub_reads_right.py::test_the_card_s_figures_come_back_from_its_files_loaded_as_its_snippet_loads_them",
+            "tests/publish/test_model_index.py::test_model_card_load_of_a_release_from_the_smollm2_search_gives_the_confirmed_figures",
+        ],
+    ),
     "gguf-push-drops-the-caller-s-base-repo": (
         "mathneuro_edit/publish/hub.py",
         "if derived_from is not None and base_repo is None:",
