@@ -10,10 +10,11 @@ PEFT adapter, ``quantized`` for the GGUF repo, whose ``base_model`` is the edite
 the base card's ``license``, ``license_name``, ``license_link`` and ``language``
 (:func:`~.base_card.base_card_fields`), ``pipeline_tag: text-generation``, and the evaluation of the edited model as Hub
 evaluation results (``model-index``, built with huggingface_hub's ``EvalResult``; it parses back with
-``ModelCard.load``). Body: what was edited (base, method and paper, top_k, scale,
-% of weights), the data with its sha256, the base (Hub id + revision, or a local base's file hashes), the
-before/after evaluation, how to load it, how to install mathneuro-edit and reproduce the edit (the exact command),
-the library versions, the recipe, the full lock file, the paper's citation, and limitations. The sections drawn
+``ModelCard.load``; a release from a sweep lists the sweep's confirmation instead of its own math accuracy). Body:
+what was edited (base, method and paper, top_k, scale, % of weights), the data with its sha256, the base (Hub id +
+revision, or a local base's file hashes), the before/after evaluation, how to load it (in the dtype its figures
+were computed in, prompted as they were measured), how to install mathneuro-edit and reproduce the edit (the exact
+command), the library versions, the recipe, the full lock file, the paper's citation, and limitations. The sections drawn
 from the lock alone live in :mod:`mathneuro_edit.publish.card_sections`, the ``model-index`` in
 :mod:`mathneuro_edit.publish.model_index`, and the paragraphs on a GGUF base, a cast dtype and GGUF files beside a
 checkpoint in :mod:`mathneuro_edit.publish.card_weights`.
@@ -36,6 +37,7 @@ from typing import Any
 from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from ..engine.edit_map import show_setting
 from ..errors import InputError
 from ..evaluation.report import NOT_A_TEST, effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
@@ -248,7 +250,11 @@ def _check_base_model_id(base_model_id: str | None) -> None:
 
 def _action(recipe: Recipe) -> str:
     """What was done to the selected weights, for the title and the first paragraph."""
-    return "pruned (set to 0)" if recipe.edit.prune else f"scaled by {recipe.edit.effective_scale:g}"
+    if recipe.edit.prune:
+        return "pruned (set to 0)"
+    scale = recipe.edit.effective_scale
+    # a scale per layer band and component: each matrix takes its most specific key (docs/recipes.md)
+    return f"scaled by {show_setting(scale)}" + (" (per layer band and component)" if isinstance(scale, dict) else "")
 
 
 def _base_name(lock: Mapping[str, Any], base_model_id: str | None, recipe: Recipe) -> str:
@@ -299,7 +305,11 @@ def _metadata(
 def _method(recipe: Recipe) -> str:
     """How the weights were selected, in one paragraph (the recipe's ``mask.method``)."""
     mask = recipe.mask
-    top = f"top {mask.top_k * 100:g}% of each {mask.granularity}"
+    top = (
+        f"top {mask.top_k * 100:g}% of each {mask.granularity}"
+        if not isinstance(mask.top_k, dict)
+        else f"top fraction of each {mask.granularity} given per layer band and component ({show_setting(mask.top_k)})"
+    )
     return {
         "mathneuro": f"MathNeuro scores every weight as `|W_ij| * sum over samples of ||x_j||_2` on math text and on "
         f"general text, keeps the {top} for each, and selects the weights in the math set but not in "
@@ -342,8 +352,8 @@ Made with [mathneuro-edit]({sections.PROJECT_URL}) {lock.get("versions", {}).get
 |---|---|
 | base model | {base_text} |
 | method | {mask.method} ([MathNeuro, arXiv 2410.16930]({PAPER})) |
-| top_k | {mask.top_k:g} (per {mask.granularity}) |
-| scale | {edit.effective_scale:g}{" (prune)" if edit.prune else ""} |
+| top_k | {show_setting(mask.top_k)} (per {mask.granularity}) |
+| scale | {show_setting(edit.effective_scale)}{" (prune)" if edit.prune else ""} |
 | edit | {_action(recipe)} |
 | files | {out.files_cell(dtype, view.files)} |
 | weights edited | {edited} |
