@@ -113,7 +113,7 @@ _DTYPE_NAMES = frozenset(
     }
 )
 # rope types every transformers version since 4.45 builds (when transformers is not importable here)
-_ROPE_TYPES = frozenset({"default", "mrope", "linear", "dynamic", "yarn", "longrope", "llama3"})
+_ROPE_TYPES = frozenset({"default", "su", "mrope", "linear", "dynamic", "yarn", "longrope", "llama3"})
 
 
 def known_rope_types() -> frozenset[str]:
@@ -128,7 +128,8 @@ def known_rope_types() -> frozenset[str]:
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     except Exception:  # noqa: BLE001 - an older or partial transformers: the types every version has
         return _ROPE_TYPES
-    return frozenset({"default", "mrope", *ROPE_INIT_FUNCTIONS})  # mrope: Qwen2-VL's, read as default
+    # su: Phi-3's older name of longrope, which transformers converts; mrope: Qwen2-VL's, read by its own classes
+    return frozenset({"default", "su", "mrope", *ROPE_INIT_FUNCTIONS})
 
 
 def _pad_problem(value: Any, vocab: Any) -> str | None:
