@@ -7,18 +7,21 @@ checkpoint and the adapter all call it, which is what makes them agree bit for b
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from ..errors import InputError
+from .edit_map import Setting, check_map, value_for
 
 if TYPE_CHECKING:
     from .mask import Mask
 
 __all__ = [
     "check_scale",
+    "scale_of",
     "edited_values",
     "scale_masked",
     "apply_mask",
@@ -30,13 +33,20 @@ __all__ = [
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
-def check_scale(scale: float) -> float:
-    """Validate an edit's scale: a finite number >= 0 (0 prunes).
+def check_scale(scale: Setting) -> Setting:
+    """Validate an edit's scale: a finite number >= 0 (0 prunes), or a map of them per layer band and component
+    (:mod:`.edit_map`), returned as a plain dict.
 
     Example:
-        >>> check_scale(1.1)
-        1.1
+        >>> check_scale(1.1), check_scale({"default": 1.0, "mlp": 1.1})
+        (1.1, {'default': 1.0, 'mlp': 1.1})
     """
+    if isinstance(scale, Mapping):
+        try:
+            check_map(scale)
+        except ValueError as e:
+            raise InputError(f"scale: {e}") from None
+        return {str(k): check_scale(v) for k, v in scale.items()}  # type: ignore[misc]
     try:
         value = float(scale)
     except (TypeError, ValueError):
@@ -49,6 +59,17 @@ def check_scale(scale: float) -> float:
             f"{FLOAT32_MAX:.4g}); choose a smaller scale, e.g. 1.1"
         )
     return value
+
+
+def scale_of(scale: Setting, name: str) -> float:
+    """The scale of the matrix ``name``: the number itself, or its value under a map
+    (:func:`~.edit_map.value_for`). Every output calls this, so they agree matrix by matrix.
+
+    Example:
+        >>> scale_of(1.1, "x.weight"), scale_of({"default": 1.0, "mlp": 1.2}, "model.layers.0.mlp.up_proj.weight")
+        (1.1, 1.2)
+    """
+    return value_for(scale, name)
 
 
 def edited_values(values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -129,13 +150,13 @@ def _check_mask_fits(model: nn.Module, mask: Mask) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def apply_mask(model: nn.Module, mask: Mask, scale: float) -> nn.Module:
+def apply_mask(model: nn.Module, mask: Mask, scale: Setting) -> nn.Module:
     """Edit a model in place: ``W <- W * scale`` on the masked entries (scale 0 prunes).
 
     Args:
         model: the model whose parameters the mask was computed for.
         mask: a :class:`~mathneuro_edit.engine.mask.Mask`.
-        scale: a finite number >= 0.
+        scale: a finite number >= 0, or a map per layer band and component (:mod:`.edit_map`).
 
     Returns:
         The same model (edited), for chaining.
@@ -148,7 +169,7 @@ def apply_mask(model: nn.Module, mask: Mask, scale: float) -> nn.Module:
     for name in mask:
         p = params[name]
         m = mask[name].to(p.device)
-        p.data[m] = edited_values(p.data[m], scale)
+        p.data[m] = edited_values(p.data[m], scale_of(scale, name))
     return model
 
 
@@ -167,7 +188,7 @@ class ReversibleEdit:
     Args:
         model: the model.
         mask: the mask to apply.
-        scale: a finite number >= 0.
+        scale: a finite number >= 0, or a map per layer band and component (:mod:`.edit_map`).
         store_dtype: the dtype the release stores (``None``: the model's own, nothing rounded).
 
     Example:
@@ -176,15 +197,15 @@ class ReversibleEdit:
         >>> base_logits = model(ids).logits  # restored  # doctest: +SKIP
     """
 
-    def __init__(self, model: nn.Module, mask: Mask, scale: float, store_dtype: torch.dtype | None = None) -> None:
+    def __init__(self, model: nn.Module, mask: Mask, scale: Setting, store_dtype: torch.dtype | None = None) -> None:
         self.scale = check_scale(scale)
         params = _check_mask_fits(model, mask)
-        # (param, flat indices of its masked entries, their original values)
-        self._entries: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        # (param, flat indices of its masked entries, their original values, the matrix's scale)
+        self._entries: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] = []
         for name in mask:
             p = params[name]
             idx = mask[name].reshape(-1).nonzero().squeeze(1).to(p.device)  # (n_masked,)
-            self._entries.append((p, idx, p.data.reshape(-1)[idx].clone()))
+            self._entries.append((p, idx, p.data.reshape(-1)[idx].clone(), scale_of(self.scale, name)))
         self.store_dtype = store_dtype
         self.applied = False
 
@@ -197,14 +218,14 @@ class ReversibleEdit:
     @torch.no_grad()
     def apply(self) -> None:
         """Write the edited values (idempotent)."""
-        for p, idx, original in self._entries:
-            p.data.view(-1)[idx] = self._stored(edited_values(original, self.scale))
+        for p, idx, original, scale in self._entries:
+            p.data.view(-1)[idx] = self._stored(edited_values(original, scale))
         self.applied = True
 
     @torch.no_grad()
     def restore(self) -> None:
         """Write the original values back (idempotent)."""
-        for p, idx, original in self._entries:
+        for p, idx, original, _ in self._entries:
             p.data.view(-1)[idx] = self._stored(original)
         self.applied = False
 

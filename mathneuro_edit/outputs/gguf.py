@@ -63,7 +63,14 @@ def gguf_naming(lock: Mapping[str, Any]) -> dict[str, str | None]:
     model = hub_origin(lock)[0] or str(base.get("model") or "model")
     own = (base.get("gguf") or {}).get("general") or {}
     edit = (lock.get("recipe") or {}).get("edit") or {}
-    variant = "MathNeuro-Prune" if edit.get("prune") else f"MathNeuro-Scale{float(edit.get('scale', 1)):g}"
+    scale = edit.get("scale", 1)
+    variant = (
+        "MathNeuro-Prune"
+        if edit.get("prune")
+        else "MathNeuro-ScaleMap"  # a scale per layer band and component: no one number names it
+        if isinstance(scale, Mapping)
+        else f"MathNeuro-Scale{float(scale):g}"
+    )
     if model == LOCAL and own.get("basename"):  # the GGUF's own names, as its converter wrote them
         parts = {
             k: re.sub(r"[^A-Za-z0-9.-]+", "-", str(own[k])).strip("-") or None
@@ -382,13 +389,13 @@ def _edited_matrices(ckpt: Any, mask: Any, stored: Mapping[str, str], scale: flo
     edits it (:func:`~mathneuro_edit.engine.apply.scale_masked`) and cast to the checkpoint's dtype."""
     import torch
 
-    from ..engine.apply import scale_masked
+    from ..engine.apply import scale_masked, scale_of
 
     for name in mask:
         if name not in stored or stored[name] in UNQUANTIZED or name not in ckpt.tensors:
             continue
         w = ckpt.read(name)
-        e = scale_masked(w, mask[name], scale)
+        e = scale_masked(w, mask[name], scale_of(scale, name))
         cast = getattr(torch, dtype) if dtype else w.dtype
         yield w.to(cast).float().numpy(), e.to(cast).float().numpy(), stored[name]
 

@@ -37,6 +37,7 @@ from typing import Any
 from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from ..engine.edit_map import show_setting
 from ..errors import InputError
 from ..evaluation.report import NOT_A_TEST, effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
@@ -249,7 +250,11 @@ def _check_base_model_id(base_model_id: str | None) -> None:
 
 def _action(recipe: Recipe) -> str:
     """What was done to the selected weights, for the title and the first paragraph."""
-    return "pruned (set to 0)" if recipe.edit.prune else f"scaled by {recipe.edit.effective_scale:g}"
+    if recipe.edit.prune:
+        return "pruned (set to 0)"
+    scale = recipe.edit.effective_scale
+    # a scale per layer band and component: each matrix takes its most specific key (docs/recipes.md)
+    return f"scaled by {show_setting(scale)}" + (" (per layer band and component)" if isinstance(scale, dict) else "")
 
 
 def _base_name(lock: Mapping[str, Any], base_model_id: str | None, recipe: Recipe) -> str:
@@ -300,7 +305,11 @@ def _metadata(
 def _method(recipe: Recipe) -> str:
     """How the weights were selected, in one paragraph (the recipe's ``mask.method``)."""
     mask = recipe.mask
-    top = f"top {mask.top_k * 100:g}% of each {mask.granularity}"
+    top = (
+        f"top {mask.top_k * 100:g}% of each {mask.granularity}"
+        if not isinstance(mask.top_k, dict)
+        else f"top fraction of each {mask.granularity} given per layer band and component ({show_setting(mask.top_k)})"
+    )
     return {
         "mathneuro": f"MathNeuro scores every weight as `|W_ij| * sum over samples of ||x_j||_2` on math text and on "
         f"general text, keeps the {top} for each, and selects the weights in the math set but not in "
@@ -343,8 +352,8 @@ Made with [mathneuro-edit]({sections.PROJECT_URL}) {lock.get("versions", {}).get
 |---|---|
 | base model | {base_text} |
 | method | {mask.method} ([MathNeuro, arXiv 2410.16930]({PAPER})) |
-| top_k | {mask.top_k:g} (per {mask.granularity}) |
-| scale | {edit.effective_scale:g}{" (prune)" if edit.prune else ""} |
+| top_k | {show_setting(mask.top_k)} (per {mask.granularity}) |
+| scale | {show_setting(edit.effective_scale)}{" (prune)" if edit.prune else ""} |
 | edit | {_action(recipe)} |
 | files | {out.files_cell(dtype, view.files)} |
 | weights edited | {edited} |

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
-from .types import BatchSize, Regex, Scale, ShardSize, StrictModel, Tokens, TopK
+from .types import BatchSize, Regex, ScaleSetting, ShardSize, StrictModel, Tokens, TopKSetting
 
 __all__ = ["CalibrationConfig", "TargetsConfig", "MaskConfig", "EditConfig", "OutputsConfig"]
 
@@ -40,7 +40,11 @@ class MaskConfig(StrictModel):
     method: Literal["mathneuro", "wanda", "random"] = Field(
         "mathneuro", description="mathneuro (math top-K minus general top-K), wanda (math top-K only) or random"
     )
-    top_k: TopK = Field(0.05, description="fraction of each matrix (or row) kept in a top-K set")
+    top_k: TopKSetting = Field(
+        0.05,
+        description="fraction of each matrix (or row) kept in a top-K set; or a map per layer band and component, "
+        'e.g. {default: 0.05, mlp: 0.01} (docs/recipes.md "Edits with structure")',
+    )
     granularity: Literal["matrix", "row"] = Field("matrix", description="top-K per matrix or per output row")
     seed: StrictInt = Field(0, description="seed of the random method")
     reference: Literal["official"] | None = Field(
@@ -48,6 +52,12 @@ class MaskConfig(StrictModel):
         description="official: the released MathNeuro.py's selection bit for bit (per-sample products summed "
         "in the model's dtype, batch 1; docs/method.md); null: float32 statistics",
     )
+
+    @model_validator(mode="after")
+    def _official_is_uniform(self) -> MaskConfig:
+        if self.reference == "official" and isinstance(self.top_k, dict):
+            raise ValueError("reference official selects one top_k for every matrix: set mask.top_k to a number")
+        return self
 
     @model_validator(mode="after")
     def _official_is_per_matrix(self) -> MaskConfig:
@@ -62,7 +72,11 @@ class MaskConfig(StrictModel):
 class EditConfig(StrictModel):
     """What is done to the selected weights: exactly one of ``scale: X`` or ``prune: true``."""
 
-    scale: Scale | None = Field(None, description="multiply selected weights by this (paper: 1.1)")
+    scale: ScaleSetting | None = Field(
+        None,
+        description="multiply selected weights by this (paper: 1.1); or a map per layer band and component, "
+        'e.g. {default: 1.05, mlp: 1.1, "layers 0-5": 1.0} (docs/recipes.md "Edits with structure")',
+    )
     prune: StrictBool = Field(False, description="set selected weights to 0")
 
     @model_validator(mode="after")
@@ -73,14 +87,17 @@ class EditConfig(StrictModel):
         return self
 
     @property
-    def effective_scale(self) -> float:
-        """The factor applied to selected weights: 0.0 when pruning.
+    def effective_scale(self) -> float | dict[str, float]:
+        """The factor applied to selected weights: 0.0 when pruning; a map per layer band and component as written
+        (every output resolves it per matrix: :func:`~mathneuro_edit.engine.apply.scale_of`).
 
         Example:
-            >>> EditConfig(prune=True).effective_scale
-            0.0
+            >>> EditConfig(prune=True).effective_scale, EditConfig(scale={"default": 1, "mlp": 1.1}).effective_scale
+            (0.0, {'default': 1.0, 'mlp': 1.1})
         """
-        return 0.0 if self.prune else float(self.scale)  # type: ignore[arg-type]
+        if self.prune:
+            return 0.0
+        return dict(self.scale) if isinstance(self.scale, dict) else float(self.scale)  # type: ignore[arg-type]
 
 
 _WRITTEN = Literal["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]  # by the gguf package

@@ -13,8 +13,9 @@ import re
 import typing
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, StrictInt, Tag
 
+from ..engine.edit_map import check_map
 from ..engine.top_k_rule import is_top_k, top_k_hint
 from ..util.patterns import pattern_problem
 
@@ -75,6 +76,20 @@ Scale = Annotated[
         "is inf in float32, the dtype the edit is computed in (at most 3.4e38): choose a smaller scale",
     ),
 ]
+
+
+def _map_keys(value: dict[str, Any]) -> dict[str, Any]:
+    check_map(value)  # its ValueError names the key; the recipe error line adds the dotted path
+    return value
+
+
+# a value per layer band and component (engine.edit_map): {default: 1.05, mlp: 1.1, "layers 0-5": 1.0}
+ScaleMap = Annotated[dict[str, Scale], AfterValidator(_map_keys)]
+TopKMap = Annotated[dict[str, TopK], AfterValidator(_map_keys)]
+# a number or a map, told apart before validating (a bad map gets its own errors, not also "not a number")
+_BY_SHAPE = Discriminator(lambda v: "[map]" if isinstance(v, dict) else "[number]")  # "[...]": no path part
+ScaleSetting = Annotated[Annotated[Scale, Tag("[number]")] | Annotated[ScaleMap, Tag("[map]")], _BY_SHAPE]
+TopKSetting = Annotated[Annotated[TopK, Tag("[number]")] | Annotated[TopKMap, Tag("[map]")], _BY_SHAPE]
 FiniteNonNegative = Annotated[float, value_rule(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
 Level = Annotated[float, value_rule(lambda v: 0 < v < 1, "must be in (0, 1), e.g. 0.05")]
 Device = Annotated[str, value_rule(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.sources import load_texts
+from ..engine.edit_map import show_setting
 from ..errors import InputError
 from ..layout import CONSISTENCY_JSON
 from ..recipe.io import as_recipe
@@ -108,7 +109,7 @@ def mask_consistency(
             )
     if stages is not None:
         stages.start(
-            f"full-data mask ({len(math_texts)} math + {len(general_texts)} general texts, top_k={masks.top_k:g})"
+            f"full-data mask ({len(math_texts)} math + {len(general_texts)} general texts, top_k={show_setting(masks.top_k)})"
         )
     full = masks(list(math_texts), list(general_texts))
     rows = []
@@ -175,7 +176,7 @@ def _plot(rows: Sequence[ConsistencyRow], path: Path, info: dict[str, Any]) -> P
     ax.set_ylabel("mask overlap (Jaccard)")
     ax.set_ylim(0, 1.05)
     ax.set_title(
-        f"mask consistency: {info['method']} top_k={info['top_k']:g}, sizes "
+        f"mask consistency: {info['method']} top_k={show_setting(info['top_k'])}, sizes "
         f"{', '.join(str(n) for n in info['sizes'])}\n{info['repeats']} random draws per size vs the full "
         f"data ({info['math_samples']} math + {info['general_samples']} general texts)",
         fontsize=9,

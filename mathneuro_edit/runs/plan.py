@@ -40,10 +40,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine.edit_map import Setting, value_for
 from ..engine.top_k_rule import is_top_k, top_k_error
 from ..errors import InputError
 from ..outputs.adapter import ADAPTER
@@ -346,7 +348,7 @@ class PlanSettings:
 
     dtype: str = "bfloat16"
     output_dtype: str | None = None
-    top_k: float = 0.05
+    top_k: Setting = 0.05  # or a map per layer band and component (engine.edit_map)
     batch_size: int = 8
     max_length: int = 512
     granularity: str = "matrix"
@@ -451,8 +453,9 @@ def plan_from_config(
 
 def _check_settings(s: PlanSettings) -> None:
     """The settings' ranges, before any config is read."""
-    if not is_top_k(s.top_k):
-        raise top_k_error(s.top_k)
+    for top_k in s.top_k.values() if isinstance(s.top_k, Mapping) else [s.top_k]:  # a map: each of its values
+        if not is_top_k(top_k):
+            raise top_k_error(top_k)
     if s.batch_size < 1 or s.max_length < 1:
         raise InputError(f"batch_size and max_length must be >= 1 (got {s.batch_size}, {s.max_length})")
 
@@ -487,9 +490,9 @@ def _target_sizes(targets: dict[str, Any], config: Any, s: PlanSettings, counts:
         if counts is not None:  # the mask's own count (exact)
             selected = counts.get(t.name, 0)
         elif s.granularity == "row":
-            selected = t.groups * d_out * k_of(s.top_k, t.d_in)
+            selected = t.groups * d_out * k_of(value_for(s.top_k, t.name), t.d_in)
         else:  # the top-K count: an upper bound for mathneuro (it removes what general data also selects)
-            selected = t.groups * k_of(s.top_k, d_out * t.d_in)
+            selected = t.groups * k_of(value_for(s.top_k, t.name), d_out * t.d_in)
         selected_of[t.name] = selected
         mask += mask_file_bytes(numel, selected)
         if t.kind == "linear":

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..engine.edit_map import Setting, show_setting
 from ..engine.mask import Mask
 from ..errors import InputError
 from ..layout import LOCK_NAME, MASK_NAME
@@ -201,7 +202,7 @@ class RunVerification:
 
 
 def _audit_inputs(
-    folder: Path, alone: bool, base: str | None, mask_path: str | None, scale: float | None, expected: str
+    folder: Path, alone: bool, base: str | None, mask_path: str | None, scale: Setting | None, expected: str
 ) -> tuple[str | None, str | None, float | None, dict[str, Any] | None]:
     """What ``verify`` audits against: ``(base, mask, scale, lock)``, each as given, else from the lock (``None``
     when all three are given). ``alone``: ``folder`` is itself the output folder (no run sub-folders)."""
@@ -229,7 +230,8 @@ def _audit_inputs(
         if base == "organism":
             base = str(organism_path())
     if scale is None:
-        scale = 0.0 if recorded["edit"].get("prune") else float(recorded["edit"]["scale"])
+        written = recorded["edit"]["scale"]  # a number, or a map per layer band and component (validated above)
+        scale = 0.0 if recorded["edit"].get("prune") else dict(written) if isinstance(written, dict) else float(written)
     if mask_path is None:
         mask_path = str(run_dir / MASK_NAME)
         if not Path(mask_path).is_file():
@@ -244,7 +246,7 @@ def verify_run(
     out: str | Path,
     base: str | None = None,
     mask_path: str | None = None,
-    scale: float | None = None,
+    scale: Setting | None = None,
     *,
     trust_remote_code: bool = False,
     progress: bool = True,
@@ -276,7 +278,7 @@ def verify_run(
     audits = []
     mask = Mask.load(mask_path)  # read once: its sha256 is compared with the lock's below
     for t in audited:
-        stages.start(f"audit {t.name}/ against the base, mask and scale x{scale:g}")
+        stages.start(f"audit {t.name}/ against the base, mask and scale x{show_setting(scale)}")
         audit = output_of_folder(t).audit
         report = audit(t, base, mask, scale, trust_remote_code=trust_remote_code, progress=progress)  # never the lock's
         say(report.summary())

@@ -44,7 +44,8 @@ import torch
 from torch import nn
 
 from .._version import __version__
-from ..engine.apply import apply_mask, check_scale, scale_masked
+from ..engine.apply import apply_mask, check_scale, scale_masked, scale_of
+from ..engine.edit_map import Setting
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
 from ..layout import MATHNEURO_CONFIG, MATHNEURO_MASK
@@ -120,7 +121,7 @@ class ShiraLayer:
 def export_adapter(
     base: str | Path,
     mask: Any,
-    scale: float,
+    scale: Setting,
     out_dir: str | Path,
     *,
     overwrite: bool = False,
@@ -189,7 +190,7 @@ class _AdapterJob:
     ckpt: Checkpoint
     plan: EditPlan
     mask: Mask
-    scale: float
+    scale: Setting
     base_id: str | None  # what the adapter records as its base (None: a private local folder)
     revision: str | None
     checkpoint_bytes: int  # the base's weight files: the size the adapter is compared with
@@ -246,7 +247,8 @@ def _write_peft(job: _AdapterJob) -> AdapterExport:
         prefix, _, what = key.rpartition(".")
         if what == "shira_indices":
             layer = by_key[prefix]
-            current["idx"], current["val"] = _layer_delta(ckpt, plan, layer, scale, r * (layer.rows + layer.cols))
+            layer_scale = scale_of(scale, layer.name)  # a scale map: this matrix's own
+            current["idx"], current["val"] = _layer_delta(ckpt, plan, layer, layer_scale, r * (layer.rows + layer.cols))
         write_all(f, tensor_bytes(current["idx"] if what == "shira_indices" else current["val"]))
 
     meta = {"mathneuro_edit_mask_sha256": job.mask.sha256, "mathneuro_edit_scale": repr(scale)}

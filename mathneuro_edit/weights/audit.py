@@ -28,8 +28,9 @@ from typing import Any
 
 import torch
 
-from ..engine.apply import check_scale
+from ..engine.apply import check_scale, scale_of
 from ..engine.devices import selection_device
+from ..engine.edit_map import Setting
 from ..engine.mask import Mask, as_mask
 from ..errors import InputError
 from ..layout import MATHNEURO_CONFIG
@@ -100,7 +101,7 @@ def verify(
     out_dir: str | Path,
     base: str | Path,
     mask: Any,
-    scale: float,
+    scale: Setting,
     *,
     allow_pickle: bool = False,
     revision: str | None = None,
@@ -175,7 +176,7 @@ def _verify_checkpoint(
     ckpt: Checkpoint,
     plan: EditPlan,
     mask: Any,
-    scale: float,
+    scale: Setting,
     progress: bool = False,
     device: torch.device | None = None,
 ) -> VerifyReport:
@@ -257,7 +258,7 @@ def _config_dtype(out: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _check_records(report: VerifyReport, out: Path, got: Checkpoint, mask: Any, scale: float) -> None:
+def _check_records(report: VerifyReport, out: Path, got: Checkpoint, mask: Any, scale: Setting) -> None:
     """Each shard's metadata records this mask and scale; the index maps every tensor to its shard."""
     for shard, meta in got.shard_metadata.items():
         want = {"format": "pt", "mathneuro_edit_mask_sha256": mask.sha256, "mathneuro_edit_scale": repr(scale)}
@@ -338,7 +339,7 @@ def _peft_config_problems(cfg: dict[str, Any]) -> list[str]:
 
 
 def _verify_peft(
-    out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: float, progress: bool = False
+    out: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: Setting, progress: bool = False
 ) -> VerifyReport:
     from safetensors import safe_open
 
@@ -382,7 +383,9 @@ def _verify_peft(
             )
             continue
         n_bad, exact_in_every_dtype = 0, True
-        for rows, w, e, _ in shira_layer_rows(ckpt, layer, plan.mask_slice(layer.ckpt, layer.name), scale):
+        for rows, w, e, _ in shira_layer_rows(
+            ckpt, layer, plan.mask_slice(layer.ckpt, layer.name), scale_of(scale, layer.name)
+        ):
             here = (idx[0] >= rows.start) & (idx[0] < rows.stop)
             block_idx = torch.stack([idx[0][here] - rows.start, idx[1][here]], dim=1)  # (k in block, 2)
             block_d = d[here]
@@ -414,7 +417,7 @@ def _read(path: Path, key: str) -> torch.Tensor:
         return f.get_tensor(key)
 
 
-def _verify_mathneuro(out: Path, mask: Any, scale: float) -> VerifyReport:
+def _verify_mathneuro(out: Path, mask: Any, scale: Setting) -> VerifyReport:
     report = VerifyReport(out, "mathneuro")
     cfg = _export_json(out / MATHNEURO_CONFIG, report)
     if report.mismatches:

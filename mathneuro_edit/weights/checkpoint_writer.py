@@ -57,6 +57,7 @@ from tqdm.auto import tqdm
 
 from .._version import __version__
 from ..engine.apply import check_scale
+from ..engine.edit_map import Setting
 from ..engine.mask import as_mask
 from ..errors import InputError
 from ..util.config_sizes import model_json_object
@@ -92,7 +93,7 @@ log = logging.getLogger(__name__)
 def export_checkpoint(
     base: str | Path,
     mask: Any,
-    scale: float,
+    scale: Setting,
     out_dir: str | Path,
     *,
     overwrite: bool = False,
@@ -189,7 +190,7 @@ class _Shards:
     ckpt: Checkpoint
     plan: EditPlan
     layout: dict[str, list[str]]  # output shard -> tensor names
-    scale: float
+    scale: Setting
     code: str | None  # outputs.dtype's safetensors code (None: each tensor keeps its type)
     ours: dict[str, str]  # the metadata every shard records about the edit
 

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from ..engine.apply import check_scale, scale_masked
+from ..engine.apply import check_scale, scale_masked, scale_of
+from ..engine.edit_map import Setting
 from ..errors import InputError
 from ..util.config_sizes import check_config_file_sizes
 from .checkpoint import Checkpoint
@@ -121,18 +122,20 @@ class EditPlan:
             del self._cache[mask_name]
         return result
 
-    def edited(self, ckpt: Checkpoint, name: str, scale: float) -> torch.Tensor:
-        """The edited value of checkpoint tensor ``name``: each mask entry's edit applied in turn."""
+    def edited(self, ckpt: Checkpoint, name: str, scale: Setting) -> torch.Tensor:
+        """The edited value of checkpoint tensor ``name``: each mask entry's edit applied in turn (a scale map:
+        each mask entry's own scale, :func:`~mathneuro_edit.engine.apply.scale_of`)."""
         t = ckpt.read(name)
+        scale = check_scale(scale)
         for mask_name in self.edits.get(name, ()):
-            t = scale_masked(t, self.mask_slice(name, mask_name), check_scale(scale))
+            t = scale_masked(t, self.mask_slice(name, mask_name), scale_of(scale, mask_name))
         return t
 
     def edited_rows(
         self,
         ckpt: Checkpoint,
         name: str,
-        scale: float,
+        scale: Setting,
         block_bytes: int | None = None,
         device: torch.device | str | None = None,
     ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
@@ -143,16 +146,16 @@ class EditPlan:
         edited (an audit on a GPU); an elementwise float32 multiply rounded once gives the same bits on any device.
         """
         scale = check_scale(scale)
-        masks = [self.mask_slice(name, mask_name) for mask_name in self.edits.get(name, ())]
+        masks = [(self.mask_slice(name, n), scale_of(scale, n)) for n in self.edits.get(name, ())]
         entry = ckpt.tensors[name]
         item = entry.nbytes // max(math.prod(entry.shape), 1)
         for rows in row_blocks(tuple(entry.shape), item, block_bytes):
             base = ckpt.read(name, rows=rows)
             base = base.to(device) if device is not None else base
             edited = base
-            for m in masks:
+            for m, s in masks:
                 block = m[rows] if entry.shape else m
-                edited = scale_masked(edited, block.to(base.device), scale)
+                edited = scale_masked(edited, block.to(base.device), s)
             yield rows, base, edited
 
 

@@ -29,7 +29,8 @@ from typing import Any, BinaryIO, TypeVar
 
 import torch
 
-from ..engine.apply import check_scale, edited_values
+from ..engine.apply import check_scale, edited_values, scale_of
+from ..engine.edit_map import Setting
 from ..errors import InputError
 from ..util.tensor_files import DTYPE_OF_CODE, FLOAT_CODES
 from .checkpoint import Checkpoint
@@ -174,7 +175,7 @@ def write_edited(
     plan: EditPlan,
     ckpt: Checkpoint,
     name: str,
-    scale: float,
+    scale: Setting,
     write: Callable[[memoryview], None],
     block_bytes: int = 1 << 22,
     stop: threading.Event | None = None,
@@ -191,14 +192,15 @@ def write_edited(
     type (a dequantized GGUF's float32) and the result cast, so an adapter over the base, merged and cast, equals
     the checkpoint bit for bit.
     """
-    masks = [_mask_slice(plan, name, m) for m in plan.edits.get(name, ())]  # each (*shape) bool
     scale = check_scale(scale)
+    # each (*shape) bool and the matrix's scale (a scale map: its own, engine.apply.scale_of)
+    masks = [(_mask_slice(plan, name, m), scale_of(scale, m)) for m in plan.edits.get(name, ())]
     e = ckpt.tensors[name]
     for rows in row_blocks(e.shape, e.nbytes // max(math.prod(e.shape), 1), block_bytes):
         _check(stop)
         t = ckpt.read(name, rows)  # (rows in the block, *shape[1:])
-        for m in masks:
-            t = torch.where(m[rows] if e.shape else m, edited_values(t, scale), t)
+        for m, s in masks:
+            t = torch.where(m[rows] if e.shape else m, edited_values(t, s), t)
         write(tensor_bytes(t if cast is None else t.to(DTYPE_OF_CODE[cast])))
 
 
@@ -207,7 +209,7 @@ def write_shard(
     names: Sequence[str],
     ckpt: Checkpoint,
     plan: EditPlan,
-    scale: float,
+    scale: Setting,
     metadata: dict[str, str],
     stop: threading.Event | None = None,
     dtype: str | None = None,

@@ -12,6 +12,7 @@ from .mask import Statistics as Statistics
 from .mask import calibrate_set as calibrate_set
 from .mask import calibrate_step as calibrate_step
 from .mask import checkpoint_weights as checkpoint_weights
+from .mask import compose_masks as compose_masks
 from .mask import data_records as data_records
 from .mask import load_recipe_model as load_recipe_model
 from .mask import load_step as load_step

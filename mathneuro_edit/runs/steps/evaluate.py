@@ -12,6 +12,7 @@ from typing import Any
 
 from ...data.sources import load_math_problems, load_set
 from ...engine.apply import ReversibleEdit, round_weights_
+from ...engine.edit_map import show_setting
 from ...evaluation.lm_eval_task import LmEvalTask
 from ...evaluation.results import EvalResults
 from ...evaluation.runner import evaluate
@@ -86,7 +87,7 @@ def evaluate_step(run: RunRecord) -> EvalResults:
         ReversibleEdit(model, mask, recipe.edit.effective_scale, store_dtype=store) if mask is not None else None
     )
     rounded = round_weights_(model, store)  # after the edit captured its unrounded originals
-    what = f"base and edited (x{recipe.edit.effective_scale:g})" if edit else "the base"
+    what = f"base and edited (x{show_setting(recipe.edit.effective_scale)})" if edit else "the base"
     on = f", weights as stored ({str(store).removeprefix('torch.')})" if rounded else ""
     run.start(f"evaluate {what}{on}: {describe_tasks(run.tasks)}")
     run.results = evaluate(model, run.tokenizer, run.tasks, edit=edit, progress=run.progress)

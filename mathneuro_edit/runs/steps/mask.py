@@ -18,6 +18,7 @@ from ...data.sources import load_texts
 from ...engine.devices import device_record, model_device, selection_device
 from ...engine.distributed import calibrate_distributed as calibrate
 from ...engine.distributed import local_device
+from ...engine.edit_map import Setting, setting_values, show_setting, unmatched_keys, value_for
 from ...engine.mask import Mask, find_math_params
 from ...engine.stats import ActivationStats
 from ...errors import InputError
@@ -35,6 +36,7 @@ __all__ = [
     "calibrate_set",
     "calibrate_step",
     "recipe_masks",
+    "compose_masks",
     "data_records",
     "mask_step",
     "checkpoint_weights",
@@ -152,7 +154,7 @@ def mask_step(run: RunRecord, *, weights: Mapping[str, Any] | None = None) -> No
     selected count."""
     m = run.recipe.mask
     run.start(
-        f"mask ({m.method}, top_k={m.top_k:g}"
+        f"mask ({m.method}, top_k={show_setting(m.top_k)}"
         + (", the released script's rule: one text per forward" if m.reference == "official" else "")
         + ")"
     )
@@ -161,6 +163,12 @@ def mask_step(run: RunRecord, *, weights: Mapping[str, Any] | None = None) -> No
     else:
         weights = weights if weights is not None else model_weights(run.model)
         (mask,) = recipe_masks(run.recipe, run.stats, [m.top_k], weights, progress=run.progress)
+    unused = unmatched_keys(run.recipe.edit.effective_scale, list(mask))
+    if unused:  # a typo in a scale map would otherwise leave those matrices at the default without a word
+        raise InputError(
+            f"edit.scale: {', '.join(repr(k) for k in unused)} matches none of the edited matrices "
+            f"(named like {next(iter(mask))!r}); check the key"
+        )
     run.mask = mask
     selected, total = mask.total()
     run.note(f"{selected:,} of {total:,} target weights ({100 * selected / total:.3f}%), sha256 {mask.sha256[:12]}")
@@ -169,7 +177,7 @@ def mask_step(run: RunRecord, *, weights: Mapping[str, Any] | None = None) -> No
 def recipe_masks(
     recipe: Recipe,
     stats: Statistics,
-    top_ks: Sequence[float],
+    top_ks: Sequence[Setting],
     weights: Mapping[str, Any],
     *,
     method: str | None = None,
@@ -183,7 +191,45 @@ def recipe_masks(
     ``top_ks`` must lie in (0, 1]: the rule's one home is the selection itself
     (:func:`~mathneuro_edit.engine.mask.find_math_params`); a command checks its own option earlier only to
     word the error for that option.
+
+    A top_k map (per layer band and component: :mod:`~mathneuro_edit.engine.edit_map`) takes each matrix's entry
+    from the mask at its own value (:func:`compose_masks`); every distinct value comes from the same one pass.
     """
+    values = sorted({v for k in top_ks for v in setting_values(k)})
+    masks = _scored_masks(recipe, stats, values, weights, method=method, seed=seed, progress=progress)
+    by_value = dict(zip(values, masks))
+    return [by_value[float(k)] if not isinstance(k, Mapping) else compose_masks(k, by_value) for k in top_ks]
+
+
+def compose_masks(top_k: Mapping[str, float], by_value: Mapping[float, Mask]) -> Mask:
+    """The mask of a top_k map: each matrix's entry from ``by_value``'s mask at the matrix's own top_k
+    (:func:`~mathneuro_edit.engine.edit_map.value_for`); the provenance of those masks, with the map as ``top_k``.
+
+    Raises:
+        InputError: a key of the map that matches no scored matrix (a typo such as ``q_porj``).
+    """
+    first = next(iter(by_value.values()))
+    unused = unmatched_keys(top_k, list(first))
+    if unused:
+        raise InputError(
+            f"mask.top_k: {', '.join(repr(k) for k in unused)} matches none of the scored matrices "
+            f"(named like {next(iter(first))!r}); check the key"
+        )
+    meta = {**first.meta, "top_k": dict(top_k)}
+    return Mask({name: by_value[value_for(top_k, name)][name] for name in first}, meta)
+
+
+def _scored_masks(
+    recipe: Recipe,
+    stats: Statistics,
+    top_ks: Sequence[float],
+    weights: Mapping[str, Any],
+    *,
+    method: str | None,
+    seed: int | None,
+    progress: bool,
+) -> list[Mask]:
+    """The recipe's masks at each number of ``top_ks`` from one scoring pass (:func:`recipe_masks`)."""
     m = recipe.mask
     return find_math_params(
         weights,
