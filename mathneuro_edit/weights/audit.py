@@ -230,7 +230,10 @@ def _verify_checkpoint(
     _check_support_files(report, out, folder, ckpt, got, dtype)
     if not report.mismatches and not report.missing:  # the GGUF is audited against the (now verified) shards
         for path in sorted(out.glob("*.gguf")):
-            ft = gguf_file_type(path)  # llama.cpp's types: its quantization of the checkpoint's float GGUF, again
+            try:  # llama.cpp's types: its quantization of the checkpoint's float GGUF, made again
+                ft = gguf_file_type(path)
+            except InputError:  # a damaged file: audit_gguf reports what is wrong with it
+                ft = None
             checked, bad = audit_llama_cpp(path, out, ft) if ft in LLAMA_CPP_TYPES else audit_gguf(path, out)
             report.checked += checked
             report.mismatches += [f"{path.name}: {b}" for b in bad]
