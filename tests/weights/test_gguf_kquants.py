@@ -142,3 +142,26 @@ def test_survival_equals_an_independent_count(edited) -> None:
         finally:
             base_q.unlink()
         assert 0 < entry["total"]["survived_share"] <= 1
+
+
+def test_verify_audits_the_k_quant_and_reports_survival(edited) -> None:
+    from mathneuro_edit.weights.audit import verify
+    from mathneuro_edit.weights.gguf_quantize import write_gguf_types
+
+    _llama_cpp()
+    base, mask, ckpt = edited
+    write_gguf_types(ckpt, ["Q4_K_M"], source="F32")
+    report = verify(ckpt, base, mask, 1.1, device="cpu")
+    assert report.ok, report.summary()
+    measured = report.gguf_survival["files"]["model-Q4_K_M.gguf"]["total"]
+    assert measured["edited"] == sum(int(mask[n].sum()) for n in mask)  # every edited weight, counted once
+    path = ckpt / "model-Q4_K_M.gguf"
+    data = bytearray(path.read_bytes())
+    t = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "blk.0.ffn_up.weight")
+    data[int(t.data_offset) + 100] ^= 0xFF  # one byte of one tensor
+    path.write_bytes(bytes(data))
+    try:
+        bad = verify(ckpt, base, mask, 1.1, device="cpu")
+        assert any("blk.0.ffn_up.weight: not llama-cpp-python" in m for m in bad.mismatches), bad.mismatches
+    finally:
+        path.unlink()
