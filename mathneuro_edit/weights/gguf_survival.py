@@ -98,15 +98,15 @@ def gone_line(qtype: str, counts: Mapping[str, float]) -> str | None:
 
     Example:
         >>> gone_line("Q4_0", {"edited": 10, "survived": 3, "intended": 1.0, "delivered_along": 0.2})
-        'Q4_0: most of the edit is gone: 3 of 10 edited weights (30.0%) differ from the base in Q4_0 (delivered 20% of the intended change)'
+        'most of the edit is gone in Q4_0: 3 of 10 edited weights (30.0%) still differ from the base in Q4_0 (delivered 20% of the intended change)'
     """
     s = share(counts)
     if s["survived_share"] is None or s["survived_share"] >= MOST_GONE:
         return None
     delivered = f" (delivered {s['delivered']:.0%} of the intended change)" if s["delivered"] is not None else ""
     return (
-        f"{qtype}: most of the edit is gone: {int(counts['survived'])} of {int(counts['edited'])} edited weights "
-        f"({s['survived_share']:.1%}) differ from the base in {qtype}{delivered}"
+        f"most of the edit is gone in {qtype}: {int(counts['survived']):,} of {int(counts['edited']):,} edited weights "
+        f"({s['survived_share']:.1%}) still differ from the base in {qtype}{delivered}"
     )
 
 

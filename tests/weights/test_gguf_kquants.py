@@ -165,3 +165,32 @@ def test_verify_audits_the_k_quant_and_reports_survival(edited) -> None:
         assert any("blk.0.ffn_up.weight: not llama-cpp-python" in m for m in bad.mismatches), bad.mismatches
     finally:
         path.unlink()
+
+
+def test_a_run_writes_every_type_into_one_gguf_output(tmp_path) -> None:
+    """``run --set 'outputs.gguf=[Q8_0, Q4_K_M, Q4_0]'`` on the quickstart (x1.01: a 1% change): the three files in
+    checkpoint/, each loaded by llama.cpp; gguf_survival.json; the one line for Q4_0, where most of the edit is
+    gone; the GGUF card's table."""
+    import json
+
+    from mathneuro_edit.publish.card import card_for_folder
+    from tests._gguf_e2e import cli
+
+    llama_cpp = _llama_cpp()
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml"
+    sets = ["evaluation=null", "outputs.adapter=false", "edit.prune=false", "edit.scale=1.01"]
+    sets.append("outputs.gguf=[Q8_0, Q4_K_M, Q4_0]")
+    code, out = cli("run", str(recipe), "--out", str(tmp_path / "run"), *[a for s in sets for a in ("--set", s)])
+    assert code == 0, out
+    assert "model-Q4_0.gguf: most of the edit is gone in Q4_0: " in out
+    assert "gone in Q8_0" not in out and "gone in Q4_K_M" not in out
+    ckpt = tmp_path / "run" / "checkpoint"
+    assert sorted(p.name for p in ckpt.glob("*.gguf")) == ["model-Q4_0.gguf", "model-Q4_K_M.gguf", "model-Q8_0.gguf"]
+    for p in ckpt.glob("*.gguf"):
+        llama_cpp.Llama(model_path=str(p), n_ctx=32, n_threads=1, verbose=False)
+    found = json.loads((ckpt / "gguf_survival.json").read_text())
+    assert sorted(found["files"]) == ["model-Q4_0.gguf", "model-Q4_K_M.gguf", "model-Q8_0.gguf"]
+    assert found["quantizer"].startswith("llama-cpp-python ") and not list((tmp_path / "run").glob(".gguf-*"))
+    card = card_for_folder(ckpt, kind="gguf", repo_id="me/organism-GGUF").content
+    assert "| `Organism-1.1M-MathNeuro-Scale1.01-Q4_K_M.gguf` | Q4_K_M |" in card
+    assert "**most of the edit is gone in Q4_0: " in card

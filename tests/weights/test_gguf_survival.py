@@ -57,7 +57,7 @@ def test_the_run_says_so_only_when_most_of_the_edit_is_gone() -> None:
     lost = {"edited": 10, "survived": 4, "intended": 1.0, "delivered_along": 0.1}
     assert gone_line("Q4_K_M", keep) is None
     assert gone_line("Q4_K_M", lost) == (
-        "Q4_K_M: most of the edit is gone: 4 of 10 edited weights (40.0%) differ from the base in Q4_K_M "
+        "most of the edit is gone in Q4_K_M: 4 of 10 edited weights (40.0%) still differ from the base in Q4_K_M "
         "(delivered 10% of the intended change)"
     )
     assert gone_line("Q4_0", {"edited": 0, "survived": 0, "intended": 0.0, "delivered_along": 0.0}) is None
