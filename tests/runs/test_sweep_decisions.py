@@ -1,0 +1,297 @@
+"""The sweep's decisions at unit speed (issue 48 item 2): each behaviour the fifth mutation audit found unpinned,
+tested on the function that decides it, without a model or the CLI (milliseconds each).
+
+- a paired test never "passes" for an arm that is significantly *worse* (``paired_test``, ``format_verdict``);
+- the random control is drawn with ``sweep.control_seed``, not ``mask.seed`` (``_control_masks``), and the
+  confirmation records that seed for the random control alone;
+- each control's general loss and KL are its own edit's (``_general_costs``);
+- ``read_sweep`` refuses a file whose primary format's verdict is not a math boost, whatever the top-level verdict
+  and the counts say (``_check_controls``);
+- the second format's worked examples are never confirmation problems, its ``n_shot`` and ``prompt_style`` are its
+  own and both are in its cache key (``format_shots``, ``_Evaluator.prompt_key``);
+- ``ReversibleEdit(store_dtype)`` writes the values the release stores (rounded), both states.
+
+docs/testing.md ("Decisions at unit speed") lists the break each test was seen failing on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from mathneuro_edit.data.sources import problem_sha256
+from mathneuro_edit.engine.apply import ReversibleEdit
+from mathneuro_edit.engine.mask import Mask
+from mathneuro_edit.errors import InputError
+from mathneuro_edit.recipe.io import quickstart_recipe
+from mathneuro_edit.runs.steps.record import RunRecord
+
+# the sweep internals pinned here (a move of them is a fix of these lines only)
+from mathneuro_edit.runs.sweep import confirmation as confirmation_module
+from mathneuro_edit.runs.sweep.cache import key_sha256
+from mathneuro_edit.runs.sweep.evaluator import _Context, _Evaluator
+from mathneuro_edit.runs.sweep.evidence import _check_controls
+from mathneuro_edit.runs.sweep.problems import format_shots, sweep_problems
+from mathneuro_edit.runs.sweep.procedure import ArmOutcome, format_verdict, paired_test
+
+from ._sweep_json import control_evidence
+
+ALPHA = 0.05
+
+
+def _arm(name: str, correct: list[bool]) -> ArmOutcome:
+    n = len(correct)
+    return ArmOutcome(name, tuple(correct), ("answer",) * n, ("+",) * n)
+
+
+# ------------------------------------------------------------------------- a significantly worse arm never passes
+
+
+def test_a_paired_test_of_an_arm_significantly_worse_does_not_pass() -> None:
+    base = _arm("base", [True] * 20 + [False] * 20)
+    worse = _arm("candidate", [False] * 20 + [False] * 20)  # 20 right only before, none only after: p ~ 2e-6
+    t = paired_test(base, worse, ALPHA)
+    assert (t["before_only"], t["after_only"]) == (20, 0) and t["mcnemar_p"] < 1e-5
+    assert t["passes"] is False
+    assert paired_test(base, worse, ALPHA, answered_only=True)["passes"] is False
+    assert format_verdict(base, worse, base, ALPHA)[0] == "no-gain"
+    # the same counts the other way round pass: the direction decides, not the p-value alone
+    assert paired_test(worse, base, ALPHA)["passes"] is True
+
+
+def test_a_candidate_no_better_or_significantly_worse_than_the_control_is_not_specific() -> None:
+    base = _arm("base", [False] * 40)
+    cand = _arm("candidate", [True] * 20 + [False] * 20)
+    assert format_verdict(base, cand, base, ALPHA)[0] == "math-boost"  # the control gains nothing
+    verdict, tests = format_verdict(base, cand, _arm("general-specific", list(cand.correct)), ALPHA)
+    assert verdict == "not-specific" and tests[2]["before"] == "general-specific"  # the control gains as much
+    better = _arm("general-specific", [True] * 40)  # the candidate is significantly worse than the control
+    verdict, tests = format_verdict(base, cand, better, ALPHA)
+    assert verdict == "not-specific" and tests[2]["mcnemar_p"] < ALPHA and tests[2]["passes"] is False
+
+
+def test_a_paired_test_counts_only_the_problems_both_answered_when_asked() -> None:
+    base = ArmOutcome("base", (False,) * 6, ("restart",) * 3 + ("answer",) * 3, ("+",) * 6)
+    cand = ArmOutcome("candidate", (True,) * 6, ("answer",) * 6, ("+",) * 6)
+    t = paired_test(base, cand, ALPHA, answered_only=True)
+    assert (t["n"], t["before_only"], t["after_only"], t["answered_only"]) == (3, 0, 3, True)
+    with pytest.raises(ValueError, match="pair the same problems"):
+        paired_test(base, _arm("candidate", [True] * 5), ALPHA)
+
+
+# ----------------------------------------------------------------------------------- the controls' own draws
+
+
+class _Counts:
+    def __init__(self, counts: dict[str, int]) -> None:
+        self._counts = counts
+
+    def counts(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self._counts)
+
+
+def test_the_random_control_is_drawn_with_sweep_control_seed_not_mask_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    recipe = quickstart_recipe(["mask.seed=11", "sweep.control_seed=29"])
+    drawn: list[tuple[str, Any]] = []
+
+    def recipe_masks(recipe_, stats, top_ks, weights, *, method=None, seed=None):  # noqa: ANN001, ANN202
+        drawn.append((method, seed))
+        return [_Counts({"w": 3})]
+
+    monkeypatch.setattr(confirmation_module, "recipe_masks", recipe_masks)
+    monkeypatch.setattr(confirmation_module, "_variant_mask", lambda mask, keep: mask)
+    arm = SimpleNamespace(mask=_Counts({"w": 3}))
+    candidate = SimpleNamespace(arm=arm, point=SimpleNamespace(top_k=0.05))
+    controls = confirmation_module._control_masks(recipe, {}, None, candidate)
+    assert [(name, method) for name, method, _ in controls] == [("general-specific", "general"), ("random", "random")]
+    assert drawn == [("general", 29), ("random", 29)]
+    # a control whose counts per matrix differ from the candidate's is refused
+    arm.mask = _Counts({"w": 4})
+    with pytest.raises(RuntimeError, match="counts per matrix differ"):
+        confirmation_module._control_masks(recipe, {}, None, candidate)
+
+
+class _Evaluations:
+    """An evaluator whose general loss sums and KL depend on the mask it is given (its name)."""
+
+    texts = ["one", "two"]
+
+    def base_general(self) -> dict[str, Any]:
+        return {"loss_sums": [10.0, 20.0], "tokens": [5, 5]}
+
+    def general(self, mask: str, scale: float) -> dict[str, Any]:
+        extra = {"candidate": 1.0, "gs": 3.0, "rnd": 7.0}[mask] * scale
+        return {"loss_sums": [10.0 + extra, 20.0 + extra], "kl": extra / 100}
+
+
+def test_each_control_s_general_loss_and_kl_are_its_own() -> None:
+    ctx = SimpleNamespace(echo=lambda line: None)
+    arm = SimpleNamespace(mask="candidate", scale=2.0)
+    general = confirmation_module._general_costs(
+        ctx, _Evaluations(), arm, [("general-specific", "general", "gs"), ("random", "random", "rnd")]
+    )
+    assert set(general) == {"candidate", "general-specific", "random"}
+    # per token: each text's sum grew by extra * scale over 5 tokens, both texts alike
+    assert general["candidate"]["kl"] == pytest.approx(0.02)
+    assert general["general-specific"]["kl"] == pytest.approx(0.06)
+    assert general["random"]["kl"] == pytest.approx(0.14)
+    assert general["candidate"]["loss_change"] == pytest.approx(2.0 / 5)
+    assert general["general-specific"]["loss_change"] == pytest.approx(6.0 / 5)
+    assert general["random"]["loss_change"] == pytest.approx(14.0 / 5)
+    assert general["random"]["loss"] == pytest.approx((30.0 + 2 * 14.0) / 10)
+    assert (general["random"]["texts"], general["random"]["tokens"]) == (2, 10)
+
+
+# ------------------------------------------------------------------------- read_sweep reads the primary verdict
+
+
+def test_a_file_whose_primary_format_is_not_a_math_boost_is_refused() -> None:
+    c = {"confirmed": True, **control_evidence(8, 0, 7)}
+    _check_controls(c, 8, ALPHA, "sweep.json: confirmation")  # as written: taken
+    for verdict in ("not-specific", "format-effect", "no-gain", None):
+        c["formats"][0]["verdict"] = verdict
+        with pytest.raises(InputError, match="not math-boost"):
+            _check_controls(c, 8, ALPHA, "sweep.json: confirmation")
+    c["formats"][0]["verdict"] = "math-boost"
+    c["verdict"] = "not-specific"
+    with pytest.raises(InputError, match="not math-boost"):
+        _check_controls(c, 8, ALPHA, "sweep.json: confirmation")
+
+
+def test_the_control_tests_are_read_from_the_primary_format_only() -> None:
+    c = control_evidence(8, 0, 7)
+    second = {**c["formats"][0], "primary": False, "name": "chat"}
+    c["formats"] = [{**c["formats"][0], "tests": c["formats"][0]["tests"][:2]}, second]  # the control test moved
+    with pytest.raises(InputError, match="no test of the candidate against general-specific"):
+        _check_controls(c, 8, ALPHA, "where")
+    weak = control_evidence(8, 0, 7, control_only=4)  # the control does about as well: p = 0.55
+    with pytest.raises(InputError, match=r"its test of the candidate against general-specific \(7 vs 4"):
+        _check_controls(
+            {**weak, "verdict": "math-boost", "formats": [{**weak["formats"][0], "verdict": "math-boost"}]},
+            8,
+            ALPHA,
+            "where",
+        )
+
+
+# ------------------------------------------------------------------------------ the second format's problems
+
+
+def _formats_recipe(*extra: str) -> Any:
+    return quickstart_recipe(
+        [
+            "evaluation.n_shot=2",
+            "sweep.selection_samples=20",
+            "sweep.confirmation_samples=30",
+            "sweep.confirmation_formats=[{name: eq, n_shot: 3, prompt_style: equations, chat_template: false}, "
+            "{name: qa, n_shot: 1}]",
+            *extra,
+        ]
+    )
+
+
+def test_the_second_format_s_worked_examples_are_never_sweep_problems() -> None:
+    for seed in range(3):
+        recipe = _formats_recipe(f"evaluation.seed={seed}")
+        shots, selection, confirmation = sweep_problems(recipe)
+        other = format_shots(recipe)
+        assert len(other) == 3  # the most any format asks
+        used = {problem_sha256(p) for p in shots + selection + confirmation}
+        assert not used & {problem_sha256(p) for p in other}, seed
+        assert other != shots[: len(other)]
+
+
+def test_a_recipe_without_other_formats_draws_no_other_worked_examples() -> None:
+    assert format_shots(quickstart_recipe([])) == []
+    assert format_shots(_formats_recipe("sweep.confirmation_formats=[{name: zero, n_shot: 0}]")) == []
+
+
+class _Tok:
+    chat_template = None
+
+
+def _evaluator(recipe: Any, shots: list[dict[str, Any]], fmt: Any = None, weights: str | None = None) -> _Evaluator:
+    ctx = _Context(RunRecord(recipe, tokenizer=_Tok(), progress=False), "f" * 64, SimpleNamespace())
+    return _Evaluator(ctx, shots, ["a general text"], fmt, weights)
+
+
+def test_a_format_s_n_shot_and_prompt_style_are_its_own_and_in_its_cache_key() -> None:
+    recipe = _formats_recipe()
+    shots = format_shots(recipe)
+    eq, qa = recipe.sweep.confirmation_formats
+    own = _evaluator(recipe, shots[:2])
+    first, second = _evaluator(recipe, shots, eq), _evaluator(recipe, shots, qa)
+    assert (own.n_shot, first.n_shot, second.n_shot) == (2, 3, 1)
+    assert (own.style, first.style, second.style) == ("question-answer", "equations", "question-answer")
+    assert first.prompt_key["prompt_style"] == "equations"
+    assert "prompt_style" not in second.prompt_key  # question-answer: the key of the sweeps before the setting
+    assert first.prompt_key["shots"] == [problem_sha256(s) for s in shots[:3]]
+    assert second.prompt_key["shots"] == [problem_sha256(shots[0])]
+    # a format that differs from another only in its prompt style has another cache entry
+    eq_as_qa = eq.model_copy(update={"prompt_style": "question-answer"})
+    same_but_style = _evaluator(recipe, shots, eq_as_qa).prompt_key
+    assert {k: v for k, v in same_but_style.items()} == {
+        k: v for k, v in first.prompt_key.items() if k != "prompt_style"
+    }
+    assert key_sha256(same_but_style) != key_sha256(first.prompt_key)
+
+
+def test_the_weights_the_arms_were_rounded_to_are_in_the_cache_key() -> None:
+    recipe = _formats_recipe()
+    plain = _evaluator(recipe, []).prompt_key
+    rounded = _evaluator(recipe, [], weights="bfloat16").prompt_key
+    assert "weights" not in plain and rounded["weights"] == "bfloat16"
+    assert {k: v for k, v in rounded.items() if k != "weights"} == plain
+
+
+# ------------------------------------------------------------------------------------ the shipped-dtype rounding
+
+
+def _model_and_mask() -> tuple[torch.nn.Module, Mask]:
+    model = torch.nn.Linear(4, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.001, 2.003, -3.0007, 0.1], [5.0009, 1.0, -0.3333, 7.77]]))
+    mask = torch.zeros(2, 4, dtype=torch.bool)
+    mask[0, :3] = True
+    mask[1, 2] = True
+    return model, Mask({"weight": mask})
+
+
+def test_a_reversible_edit_with_a_store_dtype_writes_the_stored_values_in_both_states() -> None:
+    model, mask = _model_and_mask()
+    original = model.weight.detach().clone()
+    sel = mask["weight"]
+    stored = ReversibleEdit(model, mask, 1.1, store_dtype=torch.bfloat16)
+    with stored:
+        on = model.weight.detach().clone()
+    off = model.weight.detach().clone()
+    want = (original[sel] * 1.1).to(torch.bfloat16).to(torch.float32)
+    assert torch.equal(on[sel], want)
+    assert not torch.equal(on[sel], original[sel] * 1.1)  # the rounding changed them: the test can tell
+    assert torch.equal(off[sel], original[sel].to(torch.bfloat16).to(torch.float32))
+    assert torch.equal(on[~sel], original[~sel]) and torch.equal(off[~sel], original[~sel])  # the rest: untouched
+    # without store_dtype, or with the model's own dtype, nothing is rounded
+    for store in (None, torch.float32):
+        model, mask = _model_and_mask()
+        with ReversibleEdit(model, mask, 1.1, store_dtype=store):
+            assert torch.equal(model.weight.detach()[sel], original[sel] * 1.1)
+        assert torch.equal(model.weight.detach(), original)
+
+
+def test_the_confirmation_s_rounded_edits_store_the_release_dtype(tmp_path: Path) -> None:
+    recipe = quickstart_recipe(["outputs.dtype=bfloat16"])
+    model, mask = _model_and_mask()
+    original = model.weight.detach().clone()
+    ctx = SimpleNamespace(run=SimpleNamespace(recipe=recipe, model=model))
+    arm = SimpleNamespace(mask=mask, scale=1.1)
+    edits, weights = confirmation_module._rounded_edits(ctx, arm, [("random", "random", mask)])
+    assert weights == "bfloat16" and set(edits) == {"candidate", "random"}
+    assert all(edit.store_dtype == torch.bfloat16 for _, edit in edits.values())
+    assert torch.equal(model.weight.detach(), original.to(torch.bfloat16).to(torch.float32))  # the model rounded
