@@ -10,8 +10,8 @@ and no key that holds tokens or templates names a path (``vocab``, ``merges``, `
 no tokenizer stores a path in them.
 
 A value under a path key is a local path when it is a Windows drive path (``C:\\Users\\...``) or a UNC path
-(``\\\\server\\share``), starts with ``~`` (``~/x``, ``~alice/x``), is a ``file:`` URL, lies under the user's home,
-is an absolute POSIX path of two or more components (``/srv/models/x``), or is an absolute path that exists here
+(``\\\\server\\share``, ``//server/share``), starts with ``~`` (``~/x``, ``~alice/x``), is a ``file:`` URL, lies under the
+user's home, is an absolute POSIX path of two or more components (``/srv/models/x``), or is an absolute path that exists here
 (:func:`is_private_path`). Spaces inside a component do not make it prose (``/home/u/My Models/llama``,
 ``/Users/u/Library/Application Support/x``): a value is prose only when it does not start like a path (leading and
 trailing blanks aside), or holds a line break or tab.
@@ -35,8 +35,8 @@ __all__ = [
     "scrub_token",
 ]
 
-# ``C:\\...`` / ``C:/...``, ``\\\\server\\share`` (UNC), ``\\\\?\\C:\\...``
-_WINDOWS = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\[^\\\s]+\\)")
+# ``C:\\...`` / ``C:/...``, ``\\\\server\\share`` (UNC), ``\\\\?\\C:\\...``, ``//server/share`` (UNC with slashes)
+_WINDOWS = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\[^\\\s]+\\|//[^/\s]+/)")
 # ``~``, ``~/...``, ``~alice/...``, ``~\\...``
 _TILDE = re.compile(r"^~[^/\\\s]*(?:[/\\]|$)")
 # /a/b...: two or more components, spaces allowed inside one (``/home/u/My Models/x``), none empty or blank first
