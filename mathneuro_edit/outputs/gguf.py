@@ -1,4 +1,6 @@
-"""The GGUF files for llama.cpp: the edited checkpoint written again as ``checkpoint/model-<TYPE>.gguf``.
+"""The GGUF files for llama.cpp: the edited checkpoint written again as ``checkpoint/model-<TYPE>.gguf``, one file
+per type of ``outputs.gguf`` (llama.cpp's quantizer makes the K-quants: :mod:`~..weights.gguf_quantize`), with the
+edit's survival in each quantized file (``gguf_survival.json``: :mod:`~..weights.gguf_survival`).
 
 Its entry, its run step (after the checkpoint's, from the finished checkpoint folder; checked once, before the
 model loads: :func:`prepare_gguf`), its naming (llama.cpp's convention ``<Base>-<Size>-<Variant>-<Type>.gguf`` and
