@@ -29,9 +29,12 @@ declare -A SCOPE=(
   [consistency]="mathneuro_edit/runs/consistency.py|tests/runs/test_consistency.py"
   [calibration]="mathneuro_edit/engine/calibration.py mathneuro_edit/engine/recorder.py mathneuro_edit/engine/stats.py|tests/engine/test_core.py tests/engine/test_mask.py tests/engine/test_calibration.py tests/engine/test_calibration_speed.py"
   [evaluation]="mathneuro_edit/evaluation/results.py mathneuro_edit/evaluation/significance.py|tests/evaluation/test_evaluate.py tests/evaluation/test_eval_stats.py tests/evaluation/test_results.py"
+  [verdict]="mathneuro_edit/runs/verdict.py|tests/runs/test_reproduce_verdict.py"
+  [scrub]="mathneuro_edit/util/scrub.py|tests/publish/test_every_local_path_spelling_is_redacted.py tests/publish/test_scrub_decisions.py"
+  [model-index]="mathneuro_edit/publish/model_index.py|tests/publish/test_model_index.py tests/publish/test_model_index_decisions.py"
   [card]="mathneuro_edit/publish/card.py mathneuro_edit/publish/model_index.py mathneuro_edit/publish/card_weights.py mathneuro_edit/publish/base_card.py mathneuro_edit/outputs/gguf.py mathneuro_edit/outputs/checkpoint.py mathneuro_edit/outputs/adapter.py mathneuro_edit/outputs/common.py mathneuro_edit/publish/lock.py mathneuro_edit/publish/lock_policy.py|tests/publish/test_card.py tests/publish/test_lock.py tests/recipe/test_recipe.py"
 )
-ORDER=(mask sweep consistency calibration evaluation card)
+ORDER=(mask sweep consistency calibration evaluation card verdict scrub model-index)
 
 command -v mutmut >/dev/null || { echo "mutmut not found: pip install -e '.[dev]'" >&2; exit 2; }
 modules=("$@")
