@@ -29,6 +29,7 @@ returned, or kept in an error message.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,8 @@ __all__ = [
     "commit_message_for",
     "default_repo_id",
     "check_branch",
+    "artifact_folder",
+    "hub_target",
 ]
 
 KINDS = tuple(OUTPUTS)  # checkpoint, adapter, gguf: one repo each (mathneuro_edit/outputs/)
@@ -376,45 +379,84 @@ def _run_artifact(
 ) -> tuple[Path, dict[str, Any], str, str | None, bool | None, str | None]:
     """The folder of output ``kind`` in a run folder (or the output folder given), its lock (read once, checked by
     :func:`_check_lock`), that output's name, and the repo, visibility and branch: as given, else from the
-    recipe's ``hub`` section in the lock."""
+    recipe's ``hub`` section in the lock (:func:`artifact_folder`, :func:`hub_target`)."""
     if repo_id is not None and not repo_id.strip():  # `--repo-id ''` (an unset variable) fell back to the recipe's
         raise InputError("--repo-id: empty; pass you/name, or leave --repo-id out to push to the recipe's hub.repo_id")
     out = Path(out_dir)
     if not out.is_dir():
         raise InputError(f"{out}: output folder not found; run the pipeline first")
-    first = next(iter(OUTPUTS.values()))  # the checkpoint: a run folder's default, an `export` folder's own
     asked = output(kind) if kind is not None else None  # the flag names the output; none: the folder says
-    target = asked or first
-    folder = out
-    sub = folder / target.folder
-    if sub.is_dir():
-        folder = sub
-    elif target.folder != first.folder and not target.detect(folder):  # or the output's own folder was given
-        raise InputError(
-            f"{out}: no {target.folder}/ folder; run with outputs.{target.name}: true or push the folder itself"
-        )
+    folder = artifact_folder(out, asked)
     if not (folder / LOCK_NAME).is_file():
         raise InputError(
             f"{out}: no {LOCK_NAME} here; pass the run folder written by `mathneuro-edit run` "
             "(or a folder written by `export`)"
         )
     chosen = asked or output_of_folder(folder)  # an `export --adapter` folder holds the adapter
-    kind = chosen.name
     lock = read_lock(folder)
     hub = lock["recipe"].get("hub") or {}  # the recipe's hub section fills what the flags leave out
     hub = hub if isinstance(hub, dict) else {}  # a malformed section: validate_lock in push_to_hub names it
+    where = f"{folder / LOCK_NAME}: recipe hub.revision"
+    repo_id, private, revision = hub_target(
+        hub, chosen.name, chosen.repo_suffix, repo_id, private, revision, dry_run, where
+    )
+    return folder, lock, chosen.name, repo_id, private, revision
+
+
+def artifact_folder(out: Path, asked: Any) -> Path:
+    """The folder that holds output ``asked`` (an :class:`~mathneuro_edit.outputs.registry.Output`; ``None``: the
+    folder says) given a run folder or an output's own folder: its sub-folder of a run folder when there is one
+    (``run/adapter``), else ``out`` itself: a run folder's checkpoint, an ``export`` folder, or the output's own
+    folder given directly (``push run/adapter --adapter``: the folder holds that output's files).
+
+    Raises:
+        InputError: ``asked`` is not the checkpoint, and ``out`` has no sub-folder of it and holds none of its files.
+    """
+    first = next(iter(OUTPUTS.values()))  # the checkpoint: a run folder's default, an `export` folder's own
+    target = asked or first
+    sub = out / target.folder
+    if sub.is_dir():
+        return sub
+    if target.folder != first.folder and not target.detect(out):
+        raise InputError(
+            f"{out}: no {target.folder}/ folder; run with outputs.{target.name}: true or push the folder itself"
+        )
+    return out
+
+
+def hub_target(
+    hub: Mapping[str, Any],
+    kind: str,
+    suffix: str,
+    repo_id: str | None,
+    private: bool | None,
+    revision: str | None,
+    dry_run: bool,
+    where: str = "recipe hub.revision",
+) -> tuple[str | None, bool | None, str | None]:
+    """``(repo_id, private, revision)`` of a push: each flag as given, else the recipe's ``hub`` section (the
+    lock's): ``hub.repo_id`` plus the output's suffix (one repo per artifact), ``hub.private`` when true, and
+    ``hub.revision`` (checked as ``--branch`` is: a lock is data). A flag always wins over the recipe.
+
+    Raises:
+        InputError: no repo from either (unless ``dry_run``), or a recipe branch the Hub would not take as written.
+
+    Example:
+        >>> hub_target({"repo_id": "me/x", "revision": "v1"}, "adapter", "-adapter", None, None, "v2", False)
+        ('me/x-adapter', None, 'v2')
+    """
     if not repo_id and hub.get("repo_id"):
-        repo_id = default_repo_id(str(hub["repo_id"]), kind)  # one repo per artifact
+        repo_id = default_repo_id(str(hub["repo_id"]), kind)
     if not repo_id and not dry_run:
         raise InputError(
             f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
-            f"goes to <id>{chosen.repo_suffix})"
+            f"goes to <id>{suffix})"
         )
     if private is None and hub.get("private"):
         private = True
     if revision is None and hub.get("revision") is not None:  # a lock's branch is data: checked as --branch is
-        revision = check_branch(str(hub["revision"]), f"{folder / LOCK_NAME}: recipe hub.revision")
-    return folder, lock, kind, repo_id, private, revision
+        revision = check_branch(str(hub["revision"]), where)
+    return repo_id, private, revision
 
 
 def _check_lock(out: Path, lock: dict[str, Any]) -> None:
