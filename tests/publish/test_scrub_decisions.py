@@ -71,6 +71,10 @@ def test_the_home_folder_and_what_lies_under_it_are_private(monkeypatch: pytest.
     assert is_private_path("/nonexistent-home-48\\x") is True
     assert is_private_path("/nonexistent-home-48x") is False  # a sibling that shares the prefix is not under it
     assert is_private_path("/nonexistent-other") is False
+    monkeypatch.setenv("HOME", "/nonexistent-home-48\\")  # a trailing separator is not part of the home's name
+    assert is_private_path("/nonexistent-home-48\\x") is True
+    monkeypatch.setenv("HOME", "/nonexistent-home-X")  # nor is anything but a separator stripped
+    assert is_private_path("/nonexistent-home-X") is True
     monkeypatch.setenv("HOME", "/")  # a home of "/" strips to nothing: it makes no path private
     assert is_private_path("/nonexistent-other") is False
 
@@ -193,6 +197,9 @@ def test_scrub_token_replaces_every_token_it_knows_of_longest_first(monkeypatch:
     assert scrub_token("short 1234567", "1234567") == "short 1234567"  # under 8 characters: not a token
     assert scrub_token("12345678", "12345678") == "***"
     assert scrub_token("at https://u:p@h/x", None) == "at https://***@h/x"
+    # a token inside a longer one sorts after it by length, whatever their order as text: the longer goes whole
+    monkeypatch.setenv("HF_TOKEN", "hf_a_hf_bsecret1")
+    assert scrub_token("x hf_a_hf_bsecret1 y", "hf_bsecret1") == "x *** y"
 
 
 def test_scrub_token_without_a_readable_login(monkeypatch: pytest.MonkeyPatch) -> None:
