@@ -32,6 +32,8 @@ __all__ = [
     "SWEEP_CSV",
     "SWEEP_PNG",
     "SWEEP_MARKER",
+    "OPTUNA_STUDY",
+    "OPTUNA_PNGS",
     "CONSISTENCY_JSON",
     "MATHNEURO_CONFIG",
     "MATHNEURO_MASK",
@@ -49,6 +51,9 @@ MATH_STATS_NAME = "math.stats.safetensors"
 SWEEP_JSON = "sweep.json"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
+# sweep.search: optuna: the study (SQLite: a killed search resumes from it) and Optuna's plots beside sweep.json
+OPTUNA_STUDY = "optuna.sqlite3"
+OPTUNA_PNGS = ("optuna-history.png", "optuna-importances.png", "optuna-front.png")
 # written first into a sweep's --out: a folder is resumed only when it holds this (or a finished sweep's sweep.json),
 # never because it has a cache/ or stats/ folder of its own
 SWEEP_MARKER = ".mathneuro-sweep.json"

@@ -103,6 +103,13 @@ def _floats(option: str, text: str) -> list[float]:
     is_flag=True,
     help="write into an existing --out that is not a sweep folder (a sweep folder resumes without it)",
 )
+@click.option(
+    "--more-trials",
+    type=click.IntRange(min=1),
+    default=None,
+    help="sweep.search: optuna: add N trials to the study in --out (a finished search continues; the same "
+    "command without it continues a killed extension)",
+)
 @json_opt
 @recipe_command
 def sweep(
@@ -112,9 +119,13 @@ def sweep(
     scales: str | None,
     kl_budget: float | None,
     overwrite: bool,
+    more_trials: int | None,
     as_json: bool,
 ) -> None:
     """Choose a (top_k, scale) edit on selection problems, confirm it on other problems; write sweep.csv/json/png.
+
+    sweep.search: optuna searches a scale per layer band and component instead (its study in --out resumes;
+    --more-trials N extends it).
 
     Sizes, budget and level: the recipe's sweep section (--set sweep.selection_samples=N, ...).
     """
@@ -134,6 +145,7 @@ def sweep(
         overwrite=overwrite,
         progress=job.progress,
         echo=echo,
+        more_trials=more_trials or 0,
     )
     if as_json:  # the sweep.json document as written (NaN-free), and where the files are
         import json

@@ -158,6 +158,18 @@ class SweepConfig(StrictModel):
         None,
         description="problems of each other prompt format: the first of the confirmation problems (null: all)",
     )
+    search: Literal["grid", "optuna"] = Field(
+        "grid",
+        description="grid: every (top_k, scale) point; optuna: a TPE search (the search extra) over a scale per "
+        "layer band and component and a top_k per component, confirmed the same way (docs/evaluation.md)",
+    )
+    trials: Positive = Field(
+        40, description="optuna: trials of the search (sweep --more-trials N extends a finished one by N)"
+    )
+    bands: Positive = Field(
+        2, description="optuna: layer bands of the search space (each band's attention and MLP get their own scale)"
+    )
+    search_seed: StrictInt = Field(0, description="optuna: seed of the sampler (the same seed gives the same trials)")
 
 
 class ConsistencyConfig(StrictModel):

@@ -68,13 +68,17 @@ RELEASE_KEYS: dict[str, str] = {
     "calibration": "same",
     "targets": "same",
     "mask": "same",
-    "mask.top_k": "sweep",
-    "edit": "sweep",
+    "mask.top_k": "sweep",  # a number, or a map per layer band and component (the search's choice)
+    "edit": "sweep",  # edit.scale: a number or a map, as the sweep confirmed it
     "outputs": "free",
     "outputs.dtype": "same",  # the values stored: the confirmation tested the weights at this dtype
     "evaluation": "free",
     "hub": "free",
     "sweep": "free",  # the confirmed variant is matched against sweep.variants on its own
+    "sweep.search": "free",  # how the setting was found; the setting itself is taken from the confirmation
+    "sweep.trials": "free",
+    "sweep.bands": "free",
+    "sweep.search_seed": "free",
     "consistency": "free",
 }
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...engine.edit_map import show_setting
 from ...evaluation.report import format_p
 from ...evaluation.significance import detectable_gain, holm_adjust, mcnemar_exact, wilson_interval
 
@@ -385,7 +386,7 @@ def recommend(
         )
     p = points[candidate]
     chosen = (
-        f"top_k={p.top_k:g} scale={p.scale:g}, chosen among {len(points)} settings on {n_selection} selection "
+        f"top_k={show_setting(p.top_k)} scale={show_setting(p.scale)}, chosen among {len(points)} settings on {n_selection} selection "
         f"problems ({base_pct:.1f}% -> {100 * p.math_accuracy:.1f}%, {p.math_correct - base_correct:+d} "
         f"problem{'' if abs(p.math_correct - base_correct) == 1 else 's'}, "
         f"raw {format_p(p.mcnemar_p)}, Holm {format_p(p.holm_p)}, general KL {p.general_kl:.4g}, budget "

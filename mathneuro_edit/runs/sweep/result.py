@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...engine.edit_map import show_setting
 from ...evaluation.significance import wilson_interval
 from ...util.console import table
 from ..inspect import pyplot, save_figure
@@ -55,6 +57,8 @@ class SweepResult:
     general_tail_mass: list[float | None] = field(default_factory=list)
     # the model the sweep measured, by content (runs.steps.export.base_identity): a release from it must be that model
     base_identity: dict[str, Any] = field(default_factory=dict)
+    # sweep.search: optuna: the sampler, seed, budget, study file, space and each point's trial (empty: the grid)
+    search: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``sweep.json`` contract (docs/evaluation.md)."""
@@ -85,6 +89,7 @@ class SweepResult:
             "rounds": self.rounds,
             "variants": self.variants,
             "general_kl_tail_mass": self.general_tail_mass,
+            **({"search": self.search} if self.search else {}),  # a grid's sweep.json is as it was
         }
 
     def to_csv(self) -> str:
@@ -121,8 +126,8 @@ class SweepResult:
                 [
                     p.variant,
                     p.round,
-                    p.top_k,
-                    p.scale,
+                    _cell(p.top_k),
+                    _cell(p.scale),
                     p.selected,
                     p.math_accuracy,
                     p.math_correct,
@@ -165,8 +170,8 @@ class SweepResult:
             rows.append(
                 [
                     p.variant or "-",
-                    f"{p.top_k:g}",
-                    f"{p.scale:g}",
+                    show_setting(p.top_k),
+                    show_setting(p.scale),
                     f"{p.selected:,}",
                     f"{p.math_total}",
                     f"{100 * p.math_accuracy:.1f}% ({100 * p.math_ci95_low:.1f}-{100 * p.math_ci95_high:.1f})",
@@ -183,8 +188,8 @@ class SweepResult:
             rows.append(
                 [
                     "confirm",
-                    f"{c.top_k:g}",
-                    f"{c.scale:g}",
+                    show_setting(c.top_k),
+                    show_setting(c.scale),
                     "",
                     f"{c.n}",
                     f"{100 * c.edited_correct / c.n:.1f}% ({100 * lo:.1f}-{100 * hi:.1f})",
@@ -261,6 +266,11 @@ def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> Sw
         _num(gc.get("loss_change")),
         _num(gc.get("loss_change_se")),
     )
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell of a top_k or scale: the number, or a map (an Optuna trial's) as JSON."""
+    return json.dumps(value, sort_keys=False) if isinstance(value, dict) else value
 
 
 _MARKERS = "osD^vP*Xh<>p"  # one marker shape per top_k

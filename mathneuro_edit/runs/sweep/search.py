@@ -26,22 +26,20 @@ functions of the counts): :mod:`.procedure`; from a confirmed sweep to a release
 from __future__ import annotations
 
 import json
-import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...data.sources import load_set, problem_sha256
+from ...data.sources import load_set
 from ...engine.apply import check_scale
 from ...engine.top_k_rule import top_k_hint
 from ...errors import InputError
-from ...evaluation.significance import wilson_interval
 from ...layout import STATS_DIR, SWEEP_CSV, SWEEP_JSON, SWEEP_MARKER, SWEEP_PNG
 from ...recipe.io import as_recipe
-from ...recipe.schema import Recipe, recipe_sha256
+from ...recipe.schema import Recipe
 from ...recipe.types import check_top_k
 from ...util.console import Stages
-from ...util.files import write_json_atomic, write_text_atomic
+from ...util.files import write_text_atomic
 from ...util.outdir import claim
 from ...weights.loading import model_weights
 from ..official_mask import refuse_official
@@ -49,23 +47,17 @@ from ..steps.count import stage_count
 from ..steps.export import base_identity
 from ..steps.mask import Statistics, load_step, recipe_masks
 from ..steps.record import RunRecord
-from .cache import ResultCache
 from .calibration import _group_statistics, _set_count
-from .confirmation import _Candidate, _confirm, _control_masks
-from .evaluator import _blocks, _Context, _Evaluator, _general_result, model_weights_sha256
+from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
 from .grid import _arms, _Grid, _sweep_point, _variants
 from .problems import sweep_problems
 from .procedure import (
-    Confirmation,
-    SweepPoint,
     halving_schedule,
-    pareto_front,
     promote,
-    recommend,
-    select_candidate,
     with_holm,
 )
 from .result import SweepResult, _plot, _strict
+from .stages import _candidate, _confirm_stage, _is_regular, _open_folder, _result
 
 __all__ = ["run_sweep", "check_sweep_folder", "DEFAULT_TOP_KS", "DEFAULT_SCALES"]
 
@@ -74,14 +66,6 @@ DEFAULT_SCALES = (0.0, 1.05, 1.1, 1.2)
 
 # the sweep's own stages after the run's load, calibrate (one per distinct set) and mask steps
 _OWN_STAGES = ("base", "select", "confirm")
-
-
-def _is_regular(path: Path) -> bool:
-    """Whether ``path`` is a regular file itself (a symbolic link to one, a folder or a FIFO is not)."""
-    try:
-        return stat.S_ISREG(path.lstat().st_mode)
-    except OSError:
-        return False
 
 
 def check_sweep_folder(out: Path, overwrite: bool) -> None:
@@ -128,16 +112,29 @@ def _grid_settings(
     return top_ks, scales
 
 
-def _open_folder(out: Path) -> ResultCache:
-    """The sweep folder, marked as a sweep's first (a kill during the load or calibration still resumes), and its
-    result cache with any temporary file of a killed write removed."""
-    out.mkdir(parents=True, exist_ok=True)
-    if not _is_regular(out / SWEEP_MARKER):
-        write_json_atomic(out / SWEEP_MARKER, {"format": "mathneuro-edit sweep folder", "version": 1})
-    cache = ResultCache(out)
-    cache.folder.mkdir(exist_ok=True)
-    cache.clean_temporary()
-    return cache
+def _optuna(
+    recipe: Recipe,
+    out: Path,
+    top_ks: list[float],
+    scales: list[float],
+    more_trials: int,
+    progress: bool,
+    echo: Callable[[str], None],
+) -> SweepResult:
+    """``sweep.search: optuna`` (:mod:`.optuna_search`, which imports Optuna: only for this search)."""
+    if recipe.sweep.search != "optuna":
+        raise InputError("--more-trials extends an Optuna search: set sweep.search: optuna (the grid has no trials)")
+    if more_trials < 0:
+        raise InputError(f"--more-trials: must be an integer >= 0, got {more_trials}")
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise InputError(
+            "sweep.search: optuna needs the optuna package: pip install 'mathneuro-edit[search]'"
+        ) from None
+    from .optuna_search import run_optuna_search
+
+    return run_optuna_search(recipe, out, top_ks, scales, more_trials=more_trials, progress=progress, echo=echo)
 
 
 def _masks(
@@ -244,91 +241,6 @@ def _rounds(
     return rounds
 
 
-def _candidate(
-    grid: _Grid, points: list[SweepPoint], finalists: list[int], base_correct: int, kl_budget: float
-) -> _Candidate | None:
-    """The one setting to confirm: the largest selection gain among the finalists within ``sweep.kl_budget``
-    (:func:`~.procedure.select_candidate`), or ``None`` when no finalist gains."""
-    pick = select_candidate([points[i] for i in finalists], base_correct, kl_budget)
-    if pick is None:
-        return None
-    index = finalists[pick]
-    arm = grid.arms[index]
-    return _Candidate(index, arm, points[index], grid.variants[arm.variant])
-
-
-def _confirm_stage(
-    ctx: _Context,
-    evaluator: _Evaluator,
-    chosen: _Candidate | None,
-    scored: tuple[Statistics, Any] | None,
-    problems: tuple[list[dict[str, Any]], list[dict[str, Any]]],
-    stages: Stages,
-) -> Confirmation | None:
-    """The confirmation stage: the candidate and two control edits (made from its statistics group and the weights
-    it was scored on, ``scored``) against the base on the confirmation problems (``problems``: those and the
-    worked examples); a line saying that nothing is tested when there is no candidate."""
-    if chosen is None or scored is None:
-        stages.start("confirm: no candidate (no finalist gains within the KL budget); nothing is tested")
-        return None
-    confirmation_problems, shots = problems
-    stages.start(
-        f"confirm {chosen.variant.prefix}top_k={chosen.point.top_k:g} "
-        f"scale={chosen.point.scale:g} on {len(confirmation_problems)} other problems, against the base and two "
-        "control edits"
-    )
-    controls = _control_masks(ctx.run.recipe, scored[1], scored[0], chosen)
-    return _confirm(ctx, evaluator, chosen, controls, confirmation_problems, shots)
-
-
-def _result(
-    recipe: Recipe,
-    grid: _Grid,
-    points: list[SweepPoint],
-    base: tuple[list[bool], dict[str, Any]],
-    chosen: tuple[int | None, Confirmation | None],
-    selection: list[dict[str, Any]],
-    rounds: list[dict[str, Any]],
-    n_texts: int,
-) -> SweepResult:
-    """The :class:`SweepResult`: the base's row, every point, the Pareto front, the recommendation and the
-    confirmation (``base``: the base's selection flags and general result; ``chosen``: candidate, confirmation)."""
-    sw = recipe.sweep
-    base_sel, base_general = base
-    candidate, confirmation = chosen
-    base_correct = sum(base_sel)
-    best, text = recommend(points, base_correct, len(selection), candidate, confirmation, sw.kl_budget)
-    base_row = {
-        "math_correct": base_correct,
-        "math_total": len(base_sel),
-        "math_accuracy": base_correct / len(base_sel),
-    }
-    lo, hi = wilson_interval(base_correct, len(base_sel))
-    base_row.update(math_ci95_low=lo, math_ci95_high=hi)
-    bg = _general_result(base_general["loss_sums"], base_general["tokens"])
-    return SweepResult(
-        base_row["math_accuracy"],
-        bg.loss,
-        points,
-        pareto_front(points),
-        text,
-        best,
-        base_row,
-        bg.loss_se,
-        [problem_sha256(q) for q in selection],
-        confirmation,
-        candidate,
-        sw.kl_budget,
-        sw.alpha,
-        n_texts,
-        recipe.public_dict(),
-        recipe_sha256(recipe),
-        rounds=rounds,
-        variants=[{"name": v.name, "set": list(v.overrides)} for v in grid.variants],
-        general_tail_mass=[(a.general or {}).get("tail_mass") for a in grid.arms],
-    )
-
-
 def _write(out: Path, result: SweepResult) -> None:
     """``sweep.csv``, ``sweep.json`` (strict JSON: no NaN) and ``sweep.png``, each written atomically."""
     write_text_atomic(out / SWEEP_CSV, result.to_csv())
@@ -345,8 +257,10 @@ def run_sweep(
     overwrite: bool = False,
     progress: bool = True,
     echo: Callable[[str], None] = lambda s: None,
+    more_trials: int = 0,
 ) -> SweepResult:
     """Sweep a grid of edits with one model in memory: select (adaptively), then confirm on other problems.
+    Returns the :class:`SweepResult`; ``sweep.search: optuna`` searches an Optuna study instead (:mod:`.optuna_search`).
 
     The grid is ``variants x top_ks x scales``: the recipe itself and each ``sweep.variants`` entry (another
     calibration set or target restriction), each with every ``(top_k, scale)``. Each point gets a mask from its
@@ -354,14 +268,14 @@ def run_sweep(
 
     Selection (``sweep.selection_samples`` problems): with ``sweep.first_round`` unset every point is evaluated on
     every selection problem; with it, successive halving (:func:`~.procedure.halving_schedule`,
-    :func:`~.procedure.promote`). The candidate is the largest gain over the base among the points that
-    reached the last round, within ``sweep.kl_budget``; it and the base are then evaluated on
-    ``sweep.confirmation_samples`` other problems, with one exact McNemar test.
+    :func:`~.procedure.promote`). The candidate is the largest gain over the base among the points that reached
+    the last round, within ``sweep.kl_budget``; it and the base are then evaluated on ``sweep.confirmation_samples``
+    other problems, with one exact McNemar test.
 
     Resumable: every block of work (the base or a point, on <= 128 problems or on the general texts) is kept in
-    ``out_dir/cache`` keyed by its content (:mod:`.cache`); the same command run again after a kill
-    continues where it stopped and writes the same ``sweep.json`` as an uninterrupted run. ``sweep.json``,
-    ``sweep.csv`` and ``sweep.png`` are written (atomically) when the sweep is complete.
+    ``out_dir/cache`` keyed by its content (:mod:`.cache`); the same command run again after a kill continues where
+    it stopped and writes the same ``sweep.json`` as an uninterrupted run. ``sweep.json``, ``sweep.csv`` and
+    ``sweep.png`` are written (atomically) when the sweep is complete.
 
     Args:
         recipe: a recipe (or the path of a recipe file) with an ``evaluation`` section; its ``sweep`` section sets
@@ -374,9 +288,7 @@ def run_sweep(
         overwrite: allow an existing ``out_dir`` that is not a sweep folder to be written into.
         progress: progress bars.
         echo: receives the stage lines and one line per evaluated point.
-
-    Returns:
-        :class:`SweepResult`.
+        more_trials: trials added to an Optuna search's budget (``--more-trials``).
     """
     recipe = as_recipe(recipe)
     refuse_official(recipe, "sweep")  # its masks come from float32 statistics
@@ -384,8 +296,9 @@ def run_sweep(
         raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
     ev, sw = recipe.evaluation, recipe.sweep
     top_ks, scales = _grid_settings(recipe, top_ks, scales)
-    out = Path(out_dir)
-    check_sweep_folder(out, overwrite)
+    check_sweep_folder(out := Path(out_dir), overwrite)
+    if sw.search == "optuna" or more_trials:
+        return _optuna(recipe, out, top_ks, scales, more_trials, progress, echo)
     grid = _Grid(_variants(recipe), [])
     shots, selection, confirmation_problems = sweep_problems(recipe)  # a bad source fails before calibration
     texts, _ = load_set(ev.general, sw.general_samples or ev.samples, ev.seed)
