@@ -199,7 +199,7 @@ def run(
         from ..runs.plan import plan_recipe
 
         p = plan_recipe(r)
-        p.check_outputs(adapter=r.outputs.adapter, gguf=r.outputs.gguf is not None)  # validation: exit 2
+        p.check_outputs(r)  # validation: exit 2
         if as_json:
             emit_json({"ok": True, "dry_run": True, "plan": p.to_dict()})
         else:

@@ -6,7 +6,7 @@ The lock's ``outputs`` hold ``{"checkpoint/<file>" | "adapter/<file>": sha256}``
 - an artifact folder (``checkpoint/``, ``adapter/``, an ``export`` folder): its own files, under its kind's prefix;
 - a Hub repo (one artifact, as ``push`` mirrors it): each file's LFS sha256 as the Hub reports it
   (``model_info(files_metadata=True)``); a small regular file (config, tokenizer) has no LFS sha256, so it is
-  downloaded and hashed. A GGUF repo's files are matched by their llama.cpp names (:func:`gguf_repo_name`).
+  downloaded and hashed. A GGUF repo's files are matched by their llama.cpp names (:func:`~..outputs.gguf.gguf_repo_name`).
 
 Each recorded file is ``match``, ``changed`` or ``missing``; a file present but not recorded is ``extra``. The card,
 the lock and ``eval.json`` are not outputs: the lock records them under ``run_files`` (:mod:`.run_files`), checked
@@ -18,17 +18,14 @@ and never called ``match``. A Hub repo's card is rendered for the repo by ``push
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..layout import EVAL_NAME, LM_EVAL_RESULTS, LOCK_NAME, STATS_DIR
-from ..outputs.adapter import ADAPTER
-from ..outputs.checkpoint import CHECKPOINT
-from ..outputs.gguf import gguf_repo_name
-from ..outputs.registry import output_dirs
+from ..outputs.registry import OUTPUTS, Output, output_dirs, output_of_folder, own_files
 from ..util.console import terminal_safe
 from ..util.hashing import sha256_file
 from ..util.scrub import scrub_token
@@ -113,8 +110,7 @@ def _folder_prefixes(folder: Path) -> list[tuple[str, Path]]:
     if subs:
         return subs
     # the registry's markers: an adapter in mathneuro-edit's own format has no adapter_config.json
-    kind = ADAPTER.folder if ADAPTER.detect(folder) else CHECKPOINT.folder
-    return [(f"{kind}/", folder)]
+    return [(f"{output_of_folder(folder).folder}/", folder)]
 
 
 def check_local_files_against_lock(folder: str | Path, lock: Mapping[str, Any]) -> FileCheck:
@@ -180,23 +176,7 @@ def check_hub_files_against_lock(
             "check the repo id, the token and the network, or pass a local folder"
         ) from None
     siblings = {s.rfilename: s for s in info.siblings or [] if s.rfilename not in NOT_OUTPUTS}
-    recorded: dict[str, str] = dict(lock.get("outputs") or {})
-    if any(marker in siblings for marker in ADAPTER.markers):
-        wanted = {
-            k.removeprefix(f"{ADAPTER.folder}/"): v for k, v in recorded.items() if k.startswith(f"{ADAPTER.folder}/")
-        }
-    elif "config.json" not in siblings and any(name.endswith(".gguf") for name in siblings):  # the GGUF repo
-        wanted = {
-            gguf_repo_name(lock, k): v
-            for k, v in recorded.items()
-            if k.startswith(f"{CHECKPOINT.folder}/") and k.endswith(".gguf")
-        }
-    else:
-        wanted = {
-            k.removeprefix(f"{CHECKPOINT.folder}/"): v
-            for k, v in recorded.items()
-            if k.startswith(f"{CHECKPOINT.folder}/") and not k.endswith(".gguf")
-        }
+    wanted = _wanted(_repo_output(siblings, lock), lock)
     present: dict[str, str] = {}
     for name, s in siblings.items():
         if s.lfs is not None:
@@ -213,3 +193,23 @@ def check_hub_files_against_lock(
                     "check the repo id, the token and the network, or pass a local folder"
                 ) from None
     return FileCheck.compared(repo_id + (f"@{revision}" if revision else ""), present, wanted)
+
+
+def _wanted(out: Output, lock: Mapping[str, Any]) -> dict[str, str]:
+    """The files of ``out`` the lock records, by their names in its Hub repo."""
+    return {out.name_in_repo(lock, name): sha for name, sha in own_files(out, lock).items()}
+
+
+def _repo_output(names: Collection[str], lock: Mapping[str, Any]) -> Output:
+    """The output a Hub repo's files are (``push`` publishes one per repo): the first registered one whose markers
+    it holds (the adapter), else the one most of whose recorded names it holds, then the one whose kind of file
+    (``.gguf`` or not) most of them are; the first registered on a tie."""
+    marked = [o for o in OUTPUTS.values() if any(m in names for m in o.markers)]
+    if marked:
+        return marked[0]
+
+    def score(o: Output) -> tuple[int, int]:
+        kind = sum(o.gguf_files is not None and n.endswith(".gguf") == o.gguf_files for n in names)
+        return len(set(_wanted(o, lock)) & set(names)), kind
+
+    return max(OUTPUTS.values(), key=score)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -104,12 +105,8 @@ def _output_bytes(recipe: Recipe) -> int | None:
     except Exception:  # noqa: BLE001 - only a full disk's message depends on it: never let it stop the run
         return None
     general_sets = int(p.settings.get("general_sets") or 0)
-    return (
-        (1 + general_sets) * p.stats_bytes
-        + p.mask_bytes
-        + (p.checkpoint_bytes if recipe.outputs.checkpoint else 0)
-        + (p.adapter_bytes if recipe.outputs.adapter else 0)
-    )
+    asked = sum(getattr(p, f"{o.name}_bytes", 0) for o in OUTPUTS.values() if o.is_asked(recipe))
+    return (1 + general_sets) * p.stats_bytes + p.mask_bytes + asked
 
 
 def run_recipe(
@@ -163,7 +160,8 @@ def run_recipe(
     tasks = _checks_before_loading(recipe, folder, kinds)
     steps = ("load", "calibrate", "mask", "evaluate", "export", "seal")
     stages = Stages(stage_count(recipe, steps, tasks=tasks, kinds=kinds), echo)
-    needed = _output_bytes(recipe)  # what a full disk's message asks to free: the whole output, not what was written
+    # what a full disk's message asks to free: the whole output, not what was written (the plan, only then)
+    needed = partial(_output_bytes, recipe)
     run = RunRecord(recipe, stages, progress, workers, kinds=kinds, tasks=tasks, sweep_evidence=sweep_evidence)
     with atomic_dir(
         out, overwrite=overwrite, protect=[folder], inputs=[*recipe.local_inputs(), *inputs], needed=needed

@@ -50,7 +50,6 @@ from ..engine.top_k_rule import is_top_k, top_k_error
 from ..errors import InputError
 from ..outputs.adapter import ADAPTER
 from ..outputs.checkpoint import output_dtype
-from ..outputs.gguf import GGUF
 from ..outputs.registry import OUTPUTS, output_support
 from ..util.config_sizes import check_config_file_sizes, check_config_sizes
 from ..util.paths import no_such_local_folder
@@ -59,6 +58,8 @@ from .plan_memory import DEVICE_SIZES_GB, JobSizes, mask_file_bytes, ram_by_comm
 
 if TYPE_CHECKING:
     import torch
+
+    from ..recipe.schema import Recipe
 
 # Why no torch, transformers, engine or weights module at the top: `plan` reads config.json alone, and importing
 # this module stays light (tests/test_imports_are_light.py); the functions that build the meta model, list its
@@ -239,11 +240,12 @@ class Plan:
         data["summary"] = self.to_text().splitlines()[-1]
         return data
 
-    def check_outputs(self, *, adapter: bool, gguf: bool) -> None:
-        """Raise the family's refusal (InputError, one line with the recipe line) for an output it does not get."""
-        for output, asked in ((ADAPTER.name, adapter), (GGUF.name, gguf)):
-            if asked and self.outputs.get(output) is not None:
-                raise InputError(str(self.outputs[output]))
+    def check_outputs(self, recipe: Recipe) -> None:
+        """Raise the family's refusal (InputError, one line with the recipe line) for an output ``recipe`` asks for
+        that it does not get."""
+        for out in OUTPUTS.values():
+            if out.is_asked(recipe) and self.outputs.get(out.name) is not None:
+                raise InputError(str(self.outputs[out.name]))
 
     def fits(self) -> str:
         """Where calibration fits: the smallest common device, and how many 80/141 GB devices when split."""

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -450,7 +450,7 @@ def atomic_dir(
     *,
     overwrite: bool,
     protect: Sequence[Path] = (),
-    needed: int | None = None,
+    needed: int | Callable[[], int | None] | None = None,
     inputs: Sequence[tuple[str, str | Path | None]] = (),
 ) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` on success, remove it on error.
@@ -458,7 +458,7 @@ def atomic_dir(
     The output is claimed first (:func:`~mathneuro_edit.util.outdir.claim`: a second run to the same ``out_dir``
     fails naming this one), stale temporary folders of killed runs beside it are removed, and a full or
     read-only disk becomes one :class:`~mathneuro_edit.errors.InputError` (``needed``: the output's bytes, for
-    the message; default what was written so far).
+    the message, or a function giving them, called only when the disk fills; default what was written so far).
 
     Example:
         >>> with atomic_dir("out", overwrite=False) as tmp:  # doctest: +SKIP
@@ -490,9 +490,10 @@ def atomic_dir(
             # that failed needed (a GGUF written into an export folder, a statistics file), whichever is larger:
             # a run's known size counts its checkpoint, whose own writer's error also names it (counted once)
             written = _tree_size(tmp) + (getattr(e, "needed", None) or 0)
-            need = max(needed or 0, written)
             shutil.rmtree(tmp, ignore_errors=True)  # first: the free space then counts what this run had written
-            err = as_space_error(e, out, need)
+            if callable(needed):  # the output's size, worked out only for a full disk's message
+                needed = needed() if as_space_error(e, out, written) is not None else None
+            err = as_space_error(e, out, max(needed or 0, written))
             if err is not None:
                 raise err from None
             raise

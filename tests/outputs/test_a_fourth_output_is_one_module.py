@@ -4,7 +4,9 @@ names an output kind.
 
 The toy output below writes ``notes/notes.json`` (the mask's sha256 and counts) from the mask: it has its own run
 step, card snippets, folder and Hub repo suffix, and no tensor audit (``verify`` checks its files against the
-lock). Mutation: ``output_dirs`` listing the first two registered folders only fails the first test.
+lock). Mutation: ``output_dirs`` listing the first two registered folders only fails the first test. The second
+counts both a kind's name as a string and as an attribute (``recipe.outputs.adapter``): a listing of the kinds
+outside the registry (issue 49 item 5).
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ NOT_A_KIND = {
     "weights/audit.py": (1, "the report kind of a checkpoint audit"),
     "util/scrub.py": (1, "a path word that is never private"),
     "recipe/io.py": (2, "the quickstart recipe's outputs keys"),
+    "recipe/edit_sections.py": (13, "the recipe's outputs section: its own keys and their checks"),
+    "runs/steps/seal.py": (1, "base.gguf: the record of a GGUF base"),
 }
 
 
@@ -117,7 +121,9 @@ def test_no_package_module_outside_outputs_names_an_output_kind() -> None:
         rel = path.relative_to(PKG).as_posix()
         if rel.startswith("outputs/"):
             continue
-        found = sum(isinstance(n, ast.Constant) and n.value in kinds for n in ast.walk(ast.parse(path.read_text())))
+        nodes = list(ast.walk(ast.parse(path.read_text())))
+        found = sum(isinstance(n, ast.Constant) and n.value in kinds for n in nodes)
+        found += sum(isinstance(n, ast.Attribute) and n.attr in kinds for n in nodes)  # recipe.outputs.adapter
         if found:
             named[rel] = found
     assert named == {rel: n for rel, (n, _) in NOT_A_KIND.items()}
