@@ -37,9 +37,10 @@ declare -A SCOPE=(
   [push-routing]="mathneuro_edit/publish/hub.py|tests/publish/test_push_routing.py"
   [procedure]="mathneuro_edit/runs/sweep/procedure.py mathneuro_edit/runs/sweep/problems.py mathneuro_edit/runs/sweep/confirmation.py|tests/runs/test_sweep_procedure.py tests/runs/test_sweep_decisions.py tests/runs/test_sweep_sets_and_problems.py"
   [evidence]="mathneuro_edit/runs/sweep/evidence.py|tests/runs/test_sweep_decisions.py tests/runs/test_sweep_boundaries.py tests/runs/test_a_shared_sweep_file_is_data.py tests/runs/test_sweep_sets_and_problems.py"
+  [card-sets]="mathneuro_edit/runs/card_sets.py|tests/runs/test_card_set_decisions.py"
   [card]="mathneuro_edit/publish/card.py mathneuro_edit/publish/model_index.py mathneuro_edit/publish/card_weights.py mathneuro_edit/publish/base_card.py mathneuro_edit/outputs/gguf.py mathneuro_edit/outputs/checkpoint.py mathneuro_edit/outputs/adapter.py mathneuro_edit/outputs/common.py mathneuro_edit/publish/lock.py mathneuro_edit/publish/lock_policy.py|tests/publish/test_card.py tests/publish/test_lock.py tests/recipe/test_recipe.py"
 )
-ORDER=(mask sweep consistency calibration evaluation card verdict scrub model-index prompts rules push-routing procedure evidence)
+ORDER=(mask sweep consistency calibration evaluation card verdict scrub model-index prompts rules push-routing procedure evidence card-sets)
 
 command -v mutmut >/dev/null || { echo "mutmut not found: pip install -e '.[dev]'" >&2; exit 2; }
 modules=("$@")
