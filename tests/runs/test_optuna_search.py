@@ -282,3 +282,62 @@ def test_what_the_search_does_not_take_is_one_line(tmp_path) -> None:
     variants = [*SETS, "sweep.variants=[{name: mlp, set: ['targets.include=[mlp]']}]"]
     with pytest.raises(InputError, match="drop sweep.variants"):
         run_sweep(quickstart_recipe(variants), tmp_path / "b", progress=False)
+
+
+# ----------------------------------------------------------------------------- releasing the search's choice
+
+TOP_K = {"default": 0.05, "mlp": 0.01}
+SCALE = {"default": 1.0, "layers 0-1 attention": 1.1, "layers 0-1 mlp": 1.05, "layers 2-3 attention": 1.2}
+
+
+def _map_sweep(folder: Path, top_k=TOP_K, scale=SCALE) -> Path:
+    """A confirmed sweep.json (tests/runs/_sweep_json.py) whose point and confirmation are an Optuna trial's maps."""
+    from tests.runs._sweep_json import valid_sweep
+
+    data = valid_sweep()
+    for where in (data["selection"]["points"][0], data["confirmation"]):
+        where.update(top_k=top_k, scale=scale)
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_run_from_sweep_releases_the_confirmed_maps(tmp_path) -> None:
+    from mathneuro_edit.runs.sweep.evidence import read_sweep, recipe_from_sweep, run_from_sweep
+
+    folder = _map_sweep(tmp_path / "sweep")
+    recipe = recipe_from_sweep(quickstart_recipe(), read_sweep(folder))
+    assert (recipe.mask.top_k, recipe.edit.scale, recipe.edit.prune) == (TOP_K, SCALE, False)
+    run_from_sweep(quickstart_recipe(["evaluation.samples=4"]), folder, tmp_path / "release", progress=False)
+    card = (tmp_path / "release" / "checkpoint" / "README.md").read_text()
+    assert "| scale | default 1, layers 0-1 attention 1.1, layers 0-1 mlp 1.05, layers 2-3 attention 1.2 |" in card
+
+
+@pytest.mark.parametrize(
+    "top_k,scale,words",
+    [
+        ({"mlp": 0.01}, SCALE, "needs a default"),
+        ({"default": 5}, SCALE, "must be a number in (0, 1]"),
+        (TOP_K, {"default": 1.0, "layers 3-1": 1.1}, "ends before it starts"),
+        (TOP_K, {"default": float("inf")}, "must be a finite number >= 0"),
+    ],
+)
+def test_a_bad_map_in_a_shared_sweep_file_is_one_line(tmp_path, top_k, scale, words) -> None:
+    from mathneuro_edit.runs.sweep.evidence import read_sweep
+
+    folder = _map_sweep(tmp_path / "sweep", top_k, scale)
+    with pytest.raises(InputError, match="the file was edited") as e:
+        read_sweep(folder)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_trials_that_all_scored_the_same_still_get_their_plots(tmp_path) -> None:
+    """fANOVA has nothing to attribute when every trial scored the same (it raises): that one plot is left out,
+    the history is drawn (a SmolLM2 smoke search of 3 trials on 12 problems hit this)."""
+    from mathneuro_edit.runs.sweep.optuna_search import _plots
+    from mathneuro_edit.runs.sweep.result import SweepResult
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda t: 0.0 * t.suggest_float("scale", 1.0, 1.3), n_trials=4)
+    written = _plots(tmp_path, SweepResult(0.5, 2.0, [], [], "", None), study)
+    assert [p.name for p in written] == [OPTUNA_PNGS[0]]

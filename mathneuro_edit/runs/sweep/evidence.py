@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...engine.edit_map import check_map
 from ...errors import InputError
 from ...evaluation.report import format_p
 from ...layout import SWEEP_JSON
@@ -114,8 +115,8 @@ def _whole(value: Any) -> str:
 class SweepEvidence:
     """What a release takes from a sweep whose candidate was confirmed (read with :func:`read_sweep`)."""
 
-    top_k: float
-    scale: float
+    top_k: float | dict[str, float]  # a map per layer band and component from sweep.search: optuna
+    scale: float | dict[str, float]
     selection_sha256: tuple[str, ...]
     confirmation: dict[str, Any]
     selection_point: dict[str, Any]
@@ -324,11 +325,38 @@ def _point(p: Any, where: str) -> dict[str, Any]:
         )
     for key in _POINT_NUMBERS:
         v = p.get(key)
+        if key in ("top_k", "scale") and isinstance(v, dict):  # an Optuna trial's map: its values are the numbers
+            _setting(v, f"{where}.{key}", key)
+            continue
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
             raise InputError(
                 f"{where}.{key}: must be a finite number >= 0, got {_shown(v)}; the file was edited: re-run the sweep"
             )
     return p
+
+
+def _setting(value: Any, where: str, key: str) -> Any:
+    """A confirmed ``top_k`` or ``scale``: a number (a fraction in (0, 1], a finite number >= 0), or a map of them
+    per layer band and component (:mod:`~mathneuro_edit.engine.edit_map`: ``default`` and keys of its forms)."""
+    values = value.values() if isinstance(value, dict) else [value]
+    for v in values:
+        if key == "top_k":
+            _fraction(v, where, low_open=True)
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+            raise InputError(
+                f"{where}: must be a finite number >= 0, got {_shown(v)}; the file was edited: re-run the sweep"
+            )
+    if isinstance(value, dict):
+        try:
+            check_map(value)
+        except ValueError as e:
+            raise InputError(f"{where}: {_shown(str(e), 160)}; the file was edited: re-run the sweep") from None
+    return value
+
+
+def _override(value: Any) -> str:
+    """A confirmed setting as the value of a ``--set`` override: a number's repr, a map as JSON (a YAML flow map)."""
+    return json.dumps(value) if isinstance(value, dict) else repr(value)
 
 
 def _exact_p(b: int, k: int) -> float:
@@ -472,12 +500,8 @@ def _chosen_point(
             f"{where}.point: must be the index of a selection point (0 to {len(points) - 1}), got "
             f"{_shown(chosen)}; the file was edited: re-run the sweep"
         )
-    top_k = _fraction(c.get("top_k"), f"{where}.top_k", low_open=True)
-    scale = c.get("scale")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale >= 0):
-        raise InputError(
-            f"{where}.scale: must be a finite number >= 0, got {_shown(scale)}; the file was edited: re-run the sweep"
-        )
+    top_k = _setting(c.get("top_k"), f"{where}.top_k", "top_k")
+    scale = _setting(c.get("scale"), f"{where}.scale", "scale")
     return points, chosen, top_k, scale
 
 
@@ -580,8 +604,8 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     _check_controls(c, n, alpha, where)
     identity = _base_identity(data.get("base_identity"), path)
     return SweepEvidence(
-        float(top_k),
-        float(scale),
+        dict(top_k) if isinstance(top_k, dict) else float(top_k),
+        dict(scale) if isinstance(scale, dict) else float(scale),
         tuple(selection),
         dict(c),
         dict(points[chosen]),
@@ -621,11 +645,11 @@ def recipe_from_sweep(
         raise InputError(
             f"{where}: {other}; the confirmed gain was measured on that model only: release from it, or sweep this one"
         )
-    edit = ["edit.prune=true"] if evidence.scale == 0 else [f"edit.scale={evidence.scale!r}"]
+    edit = ["edit.prune=true"] if evidence.scale == 0 else [f"edit.scale={_override(evidence.scale)}"]
     variant = _own_variant(recipe, evidence.confirmation, where)
     stale = _replaced_provenance(recipe.resolved_dict(), variant)
     return recipe_from_dict(
-        recipe.resolved_dict(), [*variant, *stale, f"mask.top_k={evidence.top_k!r}", *edit], where=where
+        recipe.resolved_dict(), [*variant, *stale, f"mask.top_k={_override(evidence.top_k)}", *edit], where=where
     )
 
 

@@ -414,15 +414,17 @@ def _plots(out: Path, result: SweepResult, study: Any) -> list[Path]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Optuna's plots are marked experimental
         ax = ovm.plot_optimization_history(study)
-        ax.set_ylabel("math gain over the base (fraction of the problems seen)")
+        ax.set_ylabel("math gain over the base (fraction)")
         written.append(save_figure(ax.figure, out / OPTUNA_PNGS[0]))
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if len(complete) >= 2:
-            try:  # fANOVA needs scikit-learn: without it this one plot is left out
+            # fANOVA needs scikit-learn, and trials whose values differ (it raises RuntimeError when every trial
+            # scored the same: nothing to attribute); without either this one plot is left out
+            try:
                 evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
                 ax = ovm.plot_param_importances(study, evaluator=evaluator)
                 written.append(save_figure(ax.figure, out / OPTUNA_PNGS[1]))
-            except ImportError:
+            except (ImportError, RuntimeError):
                 plt.close("all")
     front = _front_plot(plt, result)
     if front is not None:
@@ -454,8 +456,8 @@ def _front_plot(plt: Any, result: SweepResult) -> Any:
     ax.axhline(0, color="gray", ls="--", lw=1, label="base")
     ax.axvline(result.kl_budget, color="gray", ls=":", lw=1, label=f"KL budget {result.kl_budget:g}")
     ax.set_xlabel("general KL(base || edited)")
-    ax.set_ylabel("math gain over the base, selection problems (points)")
-    ax.set_title(f"optuna search: {len(pts)} trials that saw every selection problem", fontsize=9)
+    ax.set_ylabel("math gain over the base (points)")
+    ax.set_title(f"optuna search: the {len(pts)} trials that saw every selection problem", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return fig
