@@ -294,8 +294,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "full-disk-run-takes-the-plan-alone": (  # the plan's size leaves out the GGUF: a failed GGUF write adds it
         "mathneuro_edit/util/outdir.py",
-        "need = max(needed or 0, written)",
-        "need = needed if needed is not None else written",
+        "err = as_space_error(e, out, max(needed or 0, written))",
+        "err = as_space_error(e, out, needed if needed is not None else written)",
         ["tests/test_a_full_disk_during_a_run.py::test_a_run_whose_gguf_file_fills_the_disk_counts_the_gguf_too"],
     ),
     "full-disk-gguf-partial-kept": (
@@ -352,9 +352,9 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ["tests/publish/test_release_behaviours.py::test_a_mathneuro_format_adapter_folder_is_an_adapter"],
     ),
     "mathneuro-adapter-files-checked-as-checkpoint": (
-        "mathneuro_edit/publish/integrity.py",
-        "kind = ADAPTER.folder if ADAPTER.detect(folder) else CHECKPOINT.folder",
-        'kind = ADAPTER.folder if (folder / "adapter_config.json").is_file() else CHECKPOINT.folder',
+        "mathneuro_edit/outputs/registry.py",
+        "return any((Path(folder) / m).is_file() for m in self.markers)",
+        "return any((Path(folder) / m).is_file() for m in self.markers[:1])",
         ["tests/publish/test_release_behaviours.py::test_a_mathneuro_format_adapter_folder_is_an_adapter"],
     ),
     "cards-without-base-model-tag": (
@@ -624,9 +624,9 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ],
     ),
     "r4-hub-check-wants-gguf-in-checkpoint-repo": (
-        "mathneuro_edit/publish/integrity.py",
-        'if k.startswith(f"{CHECKPOINT.folder}/") and not k.endswith(".gguf")',
-        'if k.startswith(f"{CHECKPOINT.folder}/")',
+        "mathneuro_edit/outputs/registry.py",
+        'path.endswith(".gguf") == self.gguf_files',
+        'path.endswith(".gguf") >= self.gguf_files',
         ["tests/publish/test_hub_roundtrip.py", "tests/weights/test_gguf.py::test_card_lock_and_push_carry_the_gguf"],
     ),
     "r4-model-index-keeps-nan": (
