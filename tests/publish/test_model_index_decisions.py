@@ -72,6 +72,9 @@ def test_a_local_file_is_named_by_its_name_and_lm_eval_by_its_task() -> None:
         "dataset_type": "openai/gsm8k",
         "dataset_name": "openai/gsm8k (sub.jsonl: a local subset; its sha256 is in the lock)",
     }
+    assert _dataset({"path": "probs.jsonl"}, "math", 1)["dataset_name"] == (
+        "probs.jsonl (a local file; its sha256 is in the lock)"
+    )
     assert _dataset(None, "arc_easy", 1) == {"dataset_type": "arc_easy", "dataset_name": "arc_easy"}
 
 
@@ -199,7 +202,9 @@ def test_a_confirmation_without_a_source_is_the_arithmetic_task_with_its_seed_wh
 
 def test_a_run_s_own_results_every_value_a_result_once_and_nothing_else() -> None:
     recipe = quickstart_recipe(["evaluation.seed=5"])
-    results = {
+    results = {  # entries that are no results first: the ones after them still count
+        "skipped": "not a mapping",
+        "no_values": {"edited": [0.5]},
         "math": {"edited": {"math_accuracy": 0.12345678, "n": 100}},
         "general": {"edited": {"general_loss": True, "general_kl": math.nan, "general_perplexity": 12.0}},
         "lm_eval": {
@@ -211,8 +216,6 @@ def test_a_run_s_own_results_every_value_a_result_once_and_nothing_else() -> Non
                 "arc/inf": math.inf,
             }
         },
-        "skipped": "not a mapping",
-        "no_values": {"edited": [0.5]},
     }
     found = [_fields(r) for r in eval_results_metadata(results, recipe)]
     assert found == [
