@@ -134,7 +134,7 @@ def sweep(
     r = job.recipe(*([f"sweep.kl_budget={kl_budget!r}"] if kl_budget is not None else []))
     job.claim(out, r, "dir")  # a bad argument, recipe or --out answers before torch is imported
     echo = job.stages()
-    from ..layout import SWEEP_CSV, SWEEP_JSON, SWEEP_PNG
+    from ..layout import OPTUNA_PNGS, SWEEP_CSV, SWEEP_JSON, SWEEP_PNG
     from ..runs.sweep.search import run_sweep
 
     result = run_sweep(
@@ -150,7 +150,8 @@ def sweep(
     if as_json:  # the sweep.json document as written (NaN-free), and where the files are
         import json
 
-        files = [str(Path(out) / f) for f in (SWEEP_CSV, SWEEP_JSON, SWEEP_PNG) if (Path(out) / f).is_file()]
+        names = (SWEEP_CSV, SWEEP_JSON, SWEEP_PNG, *OPTUNA_PNGS)
+        files = [str(Path(out) / f) for f in names if (Path(out) / f).is_file()]
         emit_json(
             {
                 "ok": True,
@@ -163,10 +164,8 @@ def sweep(
         return
     click.echo(result.to_text())
     click.echo(result.recommendation)
-    click.echo(
-        f"wrote {Path(out) / SWEEP_CSV} (every column), {SWEEP_JSON}"
-        + (f", {SWEEP_PNG}" if (Path(out) / SWEEP_PNG).is_file() else "")
-    )
+    pngs = [f for f in (SWEEP_PNG, *OPTUNA_PNGS) if (Path(out) / f).is_file()]
+    click.echo(f"wrote {Path(out) / SWEEP_CSV} (every column), {', '.join([SWEEP_JSON, *pngs])}")
 
 
 @click.command()

@@ -161,7 +161,7 @@ class SweepConfig(StrictModel):
     search: Literal["grid", "optuna"] = Field(
         "grid",
         description="grid: every (top_k, scale) point; optuna: a TPE search (the search extra) over a scale per "
-        "layer band and component and a top_k per component, confirmed the same way (docs/evaluation.md)",
+        "layer band and component and a top_k per component, confirmed the same way (docs/recipes.md)",
     )
     trials: Positive = Field(
         40, description="optuna: trials of the search (sweep --more-trials N extends a finished one by N)"
