@@ -133,3 +133,13 @@ def test_a_key_matching_no_matrix_is_one_line(tmp_path) -> None:
     recipe = recipe_from_dict(quickstart_recipe().resolved_dict(), ["edit.scale={default: 1.1, q_porj: 1.2}"])
     with pytest.raises(InputError, match="'q_porj' matches none of the edited matrices"):
         run_recipe(recipe, tmp_path / "out", progress=False)
+
+
+def test_reproduce_rebuilds_every_file_from_the_lock(two_runs, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from mathneuro_edit.cli.main import main
+
+    result = CliRunner().invoke(main, ["reproduce", str(two_runs[0]), "--out", str(tmp_path / "again")])
+    assert result.exit_code == 0, result.output
+    assert "reproduced: yes, bit for bit" in result.output
