@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # label: (file, original text, mutated text, tests that must fail)
 MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     "card-drops-recipe-sha256-row": (
-        "mathneuro_edit/publish/card.py",
-        '| recipe sha256 | `{lock.get("recipe_sha256", "")}` |\n',
+        "mathneuro_edit/publish/card_template.md",
+        "| recipe sha256 | `{{ recipe_sha256 }}` |\n",
         "",
         ["tests/publish/test_card.py::test_checkpoint_card_metadata_parses_back"],
     ),
@@ -270,8 +270,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "card-shows-bidi-raw": (
         "mathneuro_edit/publish/card.py",
-        'card = ModelCard(document_safe(f"---\\n{data.to_yaml()}\\n---\\n{body}"))',
-        'card = ModelCard(f"---\\n{data.to_yaml()}\\n---\\n{body}")',
+        "card = ModelCard(document_safe(page.content))",
+        "card = ModelCard(page.content)",
         ["tests/publish/test_card_shows_file_names_escaped.py"],
     ),
     "push-waits-for-stalled-upload": (
@@ -397,8 +397,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "selection-problems-called-significant": (
         "mathneuro_edit/publish/card.py",
-        "untested=tuple(eval_results) if reused else ()",
-        "untested=()",
+        "untested = tuple(source.eval_results) if reused else ()",
+        "untested = ()",
         [
             "tests/publish/test_model_index.py::test_model_card_load_of_a_release_from_the_smollm2_search_gives_the_confirmed_figures"
         ],

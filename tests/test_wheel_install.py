@@ -93,6 +93,7 @@ def test_the_built_wheel_installs_into_a_fresh_environment_and_runs_the_quicksta
     package, organism = (Path(line) for line in found.stdout.split())
     assert package.is_relative_to(venv) and organism.is_relative_to(venv), found.stdout
     assert (organism / "model.safetensors").is_file() and (organism / "tokenizer.json").is_file()
+    assert (package.parent / "publish" / "card_template.md").is_file()  # package data: every card is rendered from it
     cli = venv / "bin" / "mathneuro-edit"
     assert cli.is_file()
     _run([str(cli), "--version"], cwd=where)

@@ -1,4 +1,5 @@
-"""The model card (README.md) of an edited model, built with huggingface_hub's ``ModelCard``.
+"""The model card (README.md) of an edited model: its text is one template, ``card_template.md`` (top to bottom,
+rendered by huggingface_hub's ``ModelCard.from_template``); this module gives it the metadata and the data.
 
 Three kinds, one per Hub repo: ``checkpoint`` (a transformers folder), ``adapter`` (the PEFT SHiRA adapter) and
 ``gguf`` (the checkpoint's GGUF files, named by llama.cpp's convention, :func:`~.gguf_naming.gguf_repo_name`).
@@ -14,8 +15,8 @@ evaluation results (``model-index``, built with huggingface_hub's ``EvalResult``
 what was edited (base, method and paper, top_k, scale, % of weights), the data with its sha256, the base (Hub id +
 revision, or a local base's file hashes), the before/after evaluation, how to load it (in the dtype its figures
 were computed in, prompted as they were measured), how to install mathneuro-edit and reproduce the edit (the exact
-command), the library versions, the recipe, the full lock file, the paper's citation, and limitations. The sections drawn
-from the lock alone live in :mod:`mathneuro_edit.publish.card_sections`, the ``model-index`` in
+command), the library versions, the recipe, the full lock file, the paper's citation, and limitations. The data
+drawn from the lock alone comes from :mod:`mathneuro_edit.publish.card_sections`, the ``model-index`` from
 :mod:`mathneuro_edit.publish.model_index`, and the paragraphs on a GGUF base, a cast dtype and GGUF files beside a
 checkpoint in :mod:`mathneuro_edit.publish.card_weights`.
 
@@ -37,6 +38,7 @@ from typing import Any
 from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from .._version import __version__
 from ..engine.edit_map import show_setting
 from ..errors import InputError
 from ..evaluation.report import NOT_A_TEST, effect_sentence, eval_markdown
@@ -74,6 +76,7 @@ __all__ = [
     "short_recipe",
 ]
 PAPER = "https://arxiv.org/abs/2410.16930"
+TEMPLATE = Path(__file__).with_name("card_template.md")  # the card's text, top to bottom (package data)
 
 CITATION = """@article{christ2024mathneurosurgery,
   title   = {Math Neurosurgery: Isolating Language Models' Math Reasoning Abilities Using Only Forward Passes},
@@ -228,10 +231,10 @@ def build_card(
         load_dtype=load_dtype(lock, source.weights_dtype),
         gguf_survival=source.gguf_survival,
     )
-    body = _what_was_edited(source, out, view, title) + _use_and_reproduce(source, out, view)
+    page = ModelCard.from_template(data, template_path=str(TEMPLATE), **_page(source, out, view, title))
     # every text the card shows from a file or a recipe (data file names, the recipe block, a base card's fields)
     # with its control and bidi characters escaped: the card shows them, a renderer never acts on them
-    card = ModelCard(document_safe(f"---\n{data.to_yaml()}\n---\n{body}"))
+    card = ModelCard(document_safe(page.content))
     check_private(card.content, recipe, "the model card")
     return card
 
@@ -302,154 +305,88 @@ def _metadata(
     )
 
 
-def _method(recipe: Recipe) -> str:
-    """How the weights were selected, in one paragraph (the recipe's ``mask.method``)."""
+def _top(recipe: Recipe) -> str:
+    """The share of weights each set keeps, in the words of the card's method paragraph."""
     mask = recipe.mask
-    top = (
-        f"top {mask.top_k * 100:g}% of each {mask.granularity}"
-        if not isinstance(mask.top_k, dict)
-        else f"top fraction of each {mask.granularity} given per layer band and component ({show_setting(mask.top_k)})"
-    )
-    return {
-        "mathneuro": f"MathNeuro scores every weight as `|W_ij| * sum over samples of ||x_j||_2` on math text and on "
-        f"general text, keeps the {top} for each, and selects the weights in the math set but not in "
-        "the general one: the math-specific weights.",
-        "wanda": f"Weights were selected as the {top} by the same score on math text only (the paper's Wanda-style "
-        "baseline, without the general-text subtraction).",
-        "random": f"Weights were selected at random, as many as the {top} (a control for MathNeuro).",
-    }[mask.method]
+    if isinstance(mask.top_k, dict):
+        return (
+            f"top fraction of each {mask.granularity} given per layer band and component ({show_setting(mask.top_k)})"
+        )
+    return f"top {mask.top_k * 100:g}% of each {mask.granularity}"
 
 
-def _what_was_edited(source: CardSource, out: Output, view: CardView, title: str) -> str:
-    """The card's title, first paragraph (with the notes on the form of the weights) and "What was edited": the
-    method, the settings, the weights edited per module type and the calibration data."""
-    recipe, lock, s, dtype = source.recipe, source.lock, source.edit_summary, source.weights_dtype
-    edit, mask = recipe.edit, recipe.mask
-    base_text = sections.base_sentence(view.lock)
-    own_effect = effect_sentence(source.eval_results, sections.card_text)  # eval.json's
-    effect = sections.sweep_effect(lock, source.chat) or own_effect
-    effect = f" {effect}" if effect else ""
-    module_rows = "\n".join(
-        f"| {k} | {r['matrices']} | {r['selected']:,} | {r['total']:,} | {_share(r['selected'], r['total'])} |"
-        for k, r in s["by_module"].items()
-    )
-    edited = (
-        f"{s['selected']:,} of {s['targeted']:,} scored ({_share(s['selected'], s['targeted'])}); "
-        f"{_share(s['selected'], s['model_params'])} of the model's {s['model_params']:,} parameters"
-    )
-    return f"""
-# {title}
-
-This {out.holds} a MathNeuro edit of {base_text}: the weights that \
-[MathNeuro]({PAPER}) finds math-specific, using only forward passes, were **{_action(recipe)}**. \
-Made with [mathneuro-edit]({sections.PROJECT_URL}) {lock.get("versions", {}).get("tool", "")}.{effect}
-{gguf_base_note(lock, out, dtype)}{dtype_note(lock, out, dtype)}
-## What was edited
-
-{_method(recipe)}
-
-| setting | value |
-|---|---|
-| base model | {base_text} |
-| method | {mask.method} ([MathNeuro, arXiv 2410.16930]({PAPER})) |
-| top_k | {show_setting(mask.top_k)} (per {mask.granularity}) |
-| scale | {show_setting(edit.effective_scale)}{" (prune)" if edit.prune else ""} |
-| edit | {_action(recipe)} |
-| files | {out.files_cell(dtype, view.files)} |
-| weights edited | {edited} |
-| matrices scored | {s["matrices"]} |
-| recipe sha256 | `{lock.get("recipe_sha256", "")}` |
-| mask sha256 | `{lock.get("mask_sha256", "")}` |
-
-Edited weights per module type:
-
-| module | matrices | edited | total | fraction |
-|---|---|---|---|---|
-{module_rows}
-
-Calibration data (seed {recipe.data.seed}, {recipe.data.samples} texts per set):
-
-{sections.data_table(lock)}
-
-"""
-
-
-def _evaluation(eval_results: Mapping[str, Any] | None, lock: Mapping[str, Any]) -> str:
-    """``## Evaluation``: base vs edited, or that none was run. A release from a sweep labels it this run's own
-    evaluation, and one whose math problems include selection problems is never called significant there
-    (:data:`~mathneuro_edit.evaluation.report.NOT_A_TEST`): the confirmation is the release's number."""
-    if not eval_results:
-        return "## Evaluation\n\nNo evaluation was run for this model.\n"
+def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[str, Any]:
+    """What the card's template (``card_template.md``) shows, as data: every text taken from a file or the lock
+    escaped (:func:`~.card_sections.card_text`), the per-output snippets and paragraphs already written by the
+    output's entry."""
+    recipe, lock, s = source.recipe, source.lock, source.edit_summary
     sweep = lock.get("sweep") if isinstance(lock.get("sweep"), Mapping) else None
     overlap = (sweep or {}).get("evaluation_overlap") or {}
     reused = isinstance(overlap.get("selection"), int) and overlap["selection"] > 0
-    test = f"({NOT_A_TEST})" if reused else "(significant: p < 0.05)"
-    intro = "Base vs edited model, on the same problems and texts."
-    if sweep is not None:
-        intro = (
-            "This run's own evaluation, base vs edited on the same problems and texts"
-            + (
-                f", **measured partly on the problems the setting was chosen on** ({overlap['selection']} of its "
-                f"{overlap.get('n')} math problems): not held out, biased upward, not a test."
-                if reused
-                else "."
-            )
-            + " The release's math figures are the confirmation's (\"Evidence for the boost\" and the metadata)."
-        )
-    return (
-        f"## Evaluation\n\n{intro} Accuracy: percent "
-        "(correct/n, 95% Wilson interval); its change in percentage points with the paired exact McNemar "
-        f"test {test}. Loss: mean next-token loss ± its standard error over texts. "
-        "KL: mean KL(base || edited) per token.\n\n"
-        f"{eval_markdown(eval_results, sections.card_text, untested=tuple(eval_results) if reused else ())}\n"
-    )
-
-
-def _use_and_reproduce(source: CardSource, out: Output, view: CardView) -> str:
-    """The rest of the card: the base, the sweep's evidence, the evaluation, how to use it and where it loads, how
-    to reproduce it, the versions, the recipe, the lock file, limitations and the citation."""
-    recipe, lock, repo = source.recipe, source.lock, view.repo
-    recipe_yaml = dump_yaml(short_recipe(lock.get("recipe") or recipe.public_dict())).rstrip()
-    usage = out.how_to_use(view) + beside(out, repo, view.lock)
-    return f"""{sections.base_section(view.lock)}
-
-{sections.sweep_evidence(lock)}
-{_evaluation(source.eval_results, lock)}
-## How to use
-
-{usage}
-
-{out.where_it_loads(view)}
-
-{sections.reproduce_section(repo, view.lock)}
-
-Made with:
-
-{sections.versions_table(lock)}
-
-The recipe's settings that differ from the defaults (public form: local paths are `<local>`; save it as a YAML \
-file and `mathneuro-edit run` it; the lock holds every setting):
-
-```yaml
-{recipe_yaml}
-```
-
-{sections.lock_sentence(source.lock_sha256, repo)}
-
-## Limitations
-
-- The edit is chosen from {recipe.data.samples} calibration texts per set; other math formats or languages may \
-respond differently, and abilities not covered by the evaluation above were not measured.
-- Scaling or pruning weights changes the model's behaviour beyond math; it is not a safety evaluation and does not \
-make the model more reliable at arithmetic than its evaluation shows.
-- Evaluation numbers come from a small sample and greedy decoding; expect noise of a few points.
-
-## Citation
-
-```bibtex
-{CITATION}
-```
-"""
+    effect = sections.sweep_effect(lock, source.chat) or effect_sentence(source.eval_results, sections.card_text)
+    evaluation = None
+    if source.eval_results:
+        untested = tuple(source.eval_results) if reused else ()
+        evaluation = eval_markdown(source.eval_results, sections.card_text, untested=untested)
+    return {
+        "title": title,
+        "holds": out.holds,
+        "base_text": sections.base_sentence(view.lock),
+        "paper": PAPER,
+        "project_url": sections.PROJECT_URL,
+        "action": _action(recipe),
+        "tool_version": lock.get("versions", {}).get("tool", ""),
+        "version": __version__,
+        "effect": effect,
+        "gguf_base_note": gguf_base_note(lock, out, source.weights_dtype),
+        "dtype_note": dtype_note(lock, out, source.weights_dtype),
+        "method": recipe.mask.method,
+        "top": _top(recipe),
+        "top_k": show_setting(recipe.mask.top_k),
+        "granularity": recipe.mask.granularity,
+        "scale": show_setting(recipe.edit.effective_scale),
+        "prune": recipe.edit.prune,
+        "files_cell": out.files_cell(source.weights_dtype, view.files),
+        "edited": {
+            "selected": f"{s['selected']:,}",
+            "targeted": f"{s['targeted']:,}",
+            "of_scored": _share(s["selected"], s["targeted"]),
+            "of_model": _share(s["selected"], s["model_params"]),
+            "model_params": f"{s['model_params']:,}",
+            "matrices": s["matrices"],
+        },
+        "recipe_sha256": lock.get("recipe_sha256", ""),
+        "mask_sha256": lock.get("mask_sha256", ""),
+        "modules": [
+            {
+                "name": k,
+                "matrices": r["matrices"],
+                "selected": f"{r['selected']:,}",
+                "total": f"{r['total']:,}",
+                "fraction": _share(r["selected"], r["total"]),
+            }
+            for k, r in s["by_module"].items()
+        ],
+        "seed": recipe.data.seed,
+        "samples": recipe.data.samples,
+        "data": sections.data_rows(lock),
+        "base": sections.base_facts(view.lock),
+        "sweep_evidence": sections.sweep_evidence(lock),
+        "evaluation": evaluation,
+        "sweep": sweep is not None,
+        "reused": reused,
+        "overlap": overlap,
+        "not_a_test": NOT_A_TEST,
+        "usage": out.how_to_use(view) + beside(out, view.repo, view.lock),
+        "where_it_loads": out.where_it_loads(view),
+        "repo": view.repo,
+        "reproduce_args": sections.reproduce_args(view.repo, view.lock),
+        "local_files": sections.local_files(view.lock),
+        "versions": sections.version_rows(lock),
+        "recipe_yaml": dump_yaml(short_recipe(lock.get("recipe") or recipe.public_dict())).rstrip(),
+        "lock_sha256": source.lock_sha256,
+        "citation": CITATION,
+    }
 
 
 def write_card(out_dir: str | Path, card: ModelCard) -> Path:

@@ -1,9 +1,10 @@
-"""Sections of the model card that come from the lock alone: the base, the data, loading, reproducing, versions.
+"""What the model card shows from the lock alone: the base, the data, reproducing, versions, a sweep's evidence.
 
-Kept apart from :mod:`mathneuro_edit.publish.card` (metadata, assembly) so each stays one small module. Every function
-reads the lock's public form (no local path can reach the card through here) and returns Markdown. The snippets
-that differ per output live in that output's module (:mod:`mathneuro_edit.outputs`); the card calls them through
-its entry.
+The card's text is its template (``card_template.md``); these functions give it data: rows and facts with every
+text taken from a file escaped (:func:`card_text`), and the few paragraphs whose wording follows the figures (the
+sweep's effect and evidence). Every function reads the lock's public form (no local path can reach the card
+through here). The snippets that differ per output live in that output's module (:mod:`mathneuro_edit.outputs`);
+the card calls them through its entry.
 
 ``repo`` is the Hub repo the card is published in (``mathneuro-edit push`` renders the card again for it), or
 ``None`` for a card that still lives in a local output folder: then the snippets load ``"."``, this folder.
@@ -16,22 +17,20 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from .._version import __version__
 from ..evaluation.report import format_p
 from ..evaluation.significance import wilson_interval
 from ..outputs.common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, lock_base
 from .model_index import prompt_format
 
 __all__ = [
-    "INSTALL",
     "PROJECT_URL",
     "pct",
-    "lock_sentence",
     "base_sentence",
-    "base_section",
-    "data_table",
-    "reproduce_section",
-    "versions_table",
+    "base_facts",
+    "data_rows",
+    "reproduce_args",
+    "local_files",
+    "version_rows",
     "sweep_evidence",
     "sweep_effect",
     "gain_operations",
@@ -40,28 +39,10 @@ __all__ = [
 ]
 
 PROJECT_URL = "https://github.com/mathneuro-edit/mathneuro-edit"  # pyproject.toml's [project.urls] Repository
-# Why not `pip install mathneuro-edit`: the package is not published on PyPI yet; pip installs it from the
-# repository (its pyproject.toml). Change it (one place) once a release exists.
-INSTALL = (
-    f"# mathneuro-edit {__version__} is not on PyPI yet: pip installs it from its repository\n"
-    f'pip install "mathneuro-edit[gguf] @ git+{PROJECT_URL}"'
-)
 
 
 def _hub_link(hub_id: str, revision: str | None) -> str:
     return f"[{hub_id}](https://huggingface.co/{hub_id})" + (f" (revision `{revision}`)" if revision else "")
-
-
-def lock_sentence(lock_sha256: str | None, repo: str | None = "") -> str:
-    """Where the lock is: a file beside the card (in its repo, or in its folder for a card not yet pushed: ``repo``
-    ``None``), named with its sha256 (the card does not embed it)."""
-    sha = f" (sha256 `{lock_sha256}`)" if lock_sha256 else ""
-    where = "this folder" if repo is None else "this repo"
-    return (
-        f"The lock file, `mathneuro_recipe.lock.yaml` in {where}{sha}, holds this recipe with every default "
-        "and every hash (base weights, sampled data, statistics, mask, output files); `mathneuro-edit reproduce` "
-        "reads it."
-    )
 
 
 def _described(lock: Mapping[str, Any]) -> str:
@@ -106,54 +87,42 @@ def base_sentence(lock: Mapping[str, Any]) -> str:
     )
 
 
-def base_section(lock: Mapping[str, Any]) -> str:
-    """``## Base model``: the Hub id and revision, or for a local/organism base its weight files' sha256."""
+def base_facts(lock: Mapping[str, Any]) -> dict[str, Any]:
+    """What the card's ``## Base model`` shows: its kind (``hub``, ``organism``, ``local``), a Hub base's id and
+    revision, or the base in a sentence with its weight files' sha256, a local base's variable (``env``), GGUF
+    entry and Hub origin."""
     base, kind = lock_base(lock), base_kind(lock)
-    lines = ["## Base model", ""]
-    if kind == "hub":
-        lines.append(
-            f"[{base['model']}](https://huggingface.co/{base['model']}), revision "
-            f"`{base.get('revision') or 'main (not resolved)'}`."
-        )
-    else:
-        lines.append(base_sentence(lock)[0].upper() + base_sentence(lock)[1:] + ". Its files:")
-        lines += ["", "| file | sha256 |", "|---|---|"]
-        lines += [f"| {card_text(name)} | `{sha}` |" for name, sha in (base.get("weights_sha256") or {}).items()]
-        if kind == "local":
-            gguf = base.get("gguf") or {}
-            get = (
-                f"get that GGUF file (sha256 `{gguf.get('sha256')}`) and point `{BASE_GGUF_ENV}` at it"
-                if gguf
-                else f"get that model and point `{BASE_ENV}` at its folder"
-            )
-            lines += [
-                "",
-                f"To use or reproduce this edit, {get}; `mathneuro-edit reproduce` checks every sha256 above before "
-                "it runs.",
-            ]
-            if hub_origin(lock)[0]:
-                lines += [
-                    "",
-                    "The Hub id is the recipe's `base.hub_id`, recorded as given: mathneuro-edit did not "
-                    "compare these files with the Hub's.",
-                ]
-    return "\n".join(lines)
+    sentence = base_sentence(lock)
+    return {
+        "kind": kind,
+        "model": base.get("model"),
+        "revision": base.get("revision") or "main (not resolved)",
+        "sentence": sentence[0].upper() + sentence[1:],
+        "files": [{"name": card_text(n), "sha256": sha} for n, sha in (base.get("weights_sha256") or {}).items()],
+        "gguf": base.get("gguf") or None,
+        "env": BASE_GGUF_ENV if base.get("gguf") else BASE_ENV,
+        "hub_id": hub_origin(lock)[0],
+    }
 
 
-def data_table(lock: Mapping[str, Any]) -> str:
-    """The calibration sets: source, split, texts, and the sha256 of the sampled texts (and of a local file)."""
-    data = lock.get("data") or {}
-    rows = ["| set | source | split | texts | texts sha256 | file sha256 |", "|---|---|---|---|---|---|"]
+def data_rows(lock: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The calibration sets' rows: set, source, split, texts, the sha256 of the sampled texts (and of a local
+    file, as a code span, or ``""``)."""
+    rows = []
     for name in ("math", "general"):
-        for rec in data.get(name) or []:
+        for rec in (lock.get("data") or {}).get(name) or []:
             src = rec.get("source") or {}
-            file_sha = f"`{rec['file_sha256']}`" if rec.get("file_sha256") else ""
             rows.append(
-                f"| {name} | {card_text(src.get('path', ''))} | {card_text(src.get('split') or '')} | "
-                f"{rec.get('n_sampled', '')} "
-                f"| `{rec.get('sha256', '')}` | {file_sha} |"
+                {
+                    "set": name,
+                    "source": card_text(src.get("path", "")),
+                    "split": card_text(src.get("split") or ""),
+                    "texts": rec.get("n_sampled", ""),
+                    "sha256": rec.get("sha256", ""),
+                    "file_sha256": f"`{rec['file_sha256']}`" if rec.get("file_sha256") else "",
+                }
             )
-    return "\n".join(rows)
+    return rows
 
 
 # line breaks and tabs by their usual escapes; any other character a renderer or terminal would act on by its code
@@ -203,39 +172,30 @@ def _shell(arg: str) -> str:
     return f"$'{body}'"
 
 
-def reproduce_section(repo: str | None, lock: Mapping[str, Any]) -> str:
-    """``## How to reproduce``: install, the exact command (with ``--base`` / ``--set`` for redacted local paths)."""
-    files = lock.get("files") or {}
+def reproduce_args(repo: str | None, lock: Mapping[str, Any]) -> str:
+    """The arguments of the card's ``mathneuro-edit reproduce`` command: the repo (or ``.``), then ``--base`` and
+    ``--set`` for the local paths the public lock redacts, each shell-quoted (a data file name holding ``;``, a
+    space or a newline stays one argument)."""
     args = [repo or "."]
     if base_kind(lock) == "local":
         args.append(f'--base "${BASE_GGUF_ENV if lock_base(lock).get("gguf") else BASE_ENV}"')
-    # shell-quoted: a data file name holding ';', a space or a newline stays one argument of the printed command
-    args += ["--set " + _shell(f"{key}={entry['name']}") for key, entry in files.items()]
-    text = f"""## How to reproduce
-
-```bash
-{INSTALL}
-mathneuro-edit reproduce {" ".join(args)}
-```
-
-`reproduce` reads the lock file, `mathneuro_recipe.lock.yaml` {"in the Hub repo" if repo else "in this folder"}, \
-re-runs its recipe and compares the mask and every output file's sha256."""
-    if files:
-        text += (
-            "\n\nThe calibration/evaluation files were local, so they are not published; the command passes "
-            "your copies (run it where they are, or give their paths). Each is checked against its sha256 "
-            "before the run:\n\n| recipe key | file | sha256 |\n|---|---|---|\n"
-        )
-        text += "\n".join(f"| `{k}` | {card_text(e['name'])} | `{e['sha256']}` |" for k, e in files.items())
-    return text
+    return " ".join(args + ["--set " + _shell(f"{k}={e['name']}") for k, e in (lock.get("files") or {}).items()])
 
 
-def versions_table(lock: Mapping[str, Any]) -> str:
-    """The library versions the edit was made with."""
+def local_files(lock: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The local calibration/evaluation files ``reproduce`` needs: recipe key, file name (escaped), sha256."""
+    return [
+        {"key": k, "name": card_text(e["name"]), "sha256": e["sha256"]} for k, e in (lock.get("files") or {}).items()
+    ]
+
+
+def version_rows(lock: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The library versions the edit was made with, as the card's rows (``tool``: mathneuro-edit)."""
     versions = lock.get("versions") or {}
-    rows = ["| library | version |", "|---|---|"]
-    rows += [f"| {'mathneuro-edit' if k == 'tool' else card_text(k)} | {card_text(v)} |" for k, v in versions.items()]
-    return "\n".join(rows)
+    return [
+        {"name": "mathneuro-edit" if k == "tool" else card_text(k), "version": card_text(v)}
+        for k, v in versions.items()
+    ]
 
 
 def pct(part: int, whole: int, digits: str = ".1f", none: str = "-") -> str:
