@@ -87,3 +87,25 @@ def test_an_output_a_folder_does_not_hold_is_refused_in_one_line(tmp_path: Path)
     )
     (run / "adapter" / "adapter_config.json").unlink()  # a folder named adapter/ is a run's sub-folder all the same
     assert artifact_folder(run, output("adapter")) == run / "adapter"
+
+
+def test_a_branch_refused_in_words_its_name_shown_escaped_and_cut() -> None:
+    from mathneuro_edit.publish.hub import check_branch
+
+    assert check_branch("exp/boost-1.1") == "exp/boost-1.1"
+    with pytest.raises(InputError) as e:
+        check_branch("refs/pr/1")
+    assert str(e.value) == (
+        "--branch: 'refs/pr/1' is a Hub ref (a pull request's), not a branch: a push never commits into an existing "
+        "pull request, which may be someone else's; pass --create-pr to open one, or a branch name such as "
+        "exp/boost-1.1"
+    )
+    with pytest.raises(InputError) as e:
+        check_branch("caf\u00e9 x" + "y" * 100)
+    shown = ("'caf\u00e9 x" + "y" * 100)[:80].replace("\u00e9", "\\xe9")
+    assert str(e.value) == (
+        f"--branch: {shown} is not a branch name the Hub takes as written (letters, digits, '.', '_', '-' and '/' "
+        "between parts that do not start with '.' or '-'; no '..'); use e.g. main or exp/boost-1.1"
+    )
+    with pytest.raises(InputError, match=r"^recipe hub\.revision: 'x y' is not a branch name"):
+        hub_target({"revision": "x y"}, "checkpoint", "", "me/x", None, None, False)
