@@ -7,14 +7,14 @@ checkpoint and the adapter all call it, which is what makes them agree bit for b
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from ..errors import InputError
-from .edit_map import Setting, check_map, value_for
+from .edit_map import Setting, check_map, unmatched_keys, value_for
 
 if TYPE_CHECKING:
     from .mask import Mask
@@ -33,9 +33,10 @@ __all__ = [
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
-def check_scale(scale: Setting) -> Setting:
+def check_scale(scale: Setting, names: Iterable[str] | None = None) -> Setting:
     """Validate an edit's scale: a finite number >= 0 (0 prunes), or a map of them per layer band and component
-    (:mod:`.edit_map`), returned as a plain dict.
+    (:mod:`.edit_map`), returned as a plain dict; with ``names`` (the edited matrices), a key of the map that
+    matches none of them is refused (a typo would leave those matrices at the default without a word).
 
     Example:
         >>> check_scale(1.1), check_scale({"default": 1.0, "mlp": 1.1})
@@ -46,6 +47,13 @@ def check_scale(scale: Setting) -> Setting:
             check_map(scale)
         except ValueError as e:
             raise InputError(f"scale: {e}") from None
+        listed = list(names) if names is not None else []
+        unused = unmatched_keys(scale, listed) if listed else []  # no names (or no matrix): nothing to match
+        if unused:
+            raise InputError(
+                f"scale: {', '.join(repr(k) for k in unused)} matches none of the edited matrices "
+                f"(named like {listed[0]!r}); check the key"
+            )
         return {str(k): check_scale(v) for k, v in scale.items()}  # type: ignore[misc]
     try:
         value = float(scale)
@@ -164,7 +172,7 @@ def apply_mask(model: nn.Module, mask: Mask, scale: Setting) -> nn.Module:
     Example:
         >>> apply_mask(model, mask, 1.1)  # doctest: +SKIP
     """
-    scale = check_scale(scale)
+    scale = check_scale(scale, list(mask))
     params = _check_mask_fits(model, mask)
     for name in mask:
         p = params[name]
@@ -198,7 +206,7 @@ class ReversibleEdit:
     """
 
     def __init__(self, model: nn.Module, mask: Mask, scale: Setting, store_dtype: torch.dtype | None = None) -> None:
-        self.scale = check_scale(scale)
+        self.scale = check_scale(scale, list(mask))
         params = _check_mask_fits(model, mask)
         # (param, flat indices of its masked entries, their original values, the matrix's scale)
         self._entries: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] = []

@@ -158,6 +158,7 @@ def export_adapter(
     """
     scale = check_scale(scale)
     mask = as_mask(mask)
+    scale = check_scale(scale, list(mask))  # a scale map's keys against the edited matrices
     if format not in ("peft", "mathneuro"):
         raise InputError(f"format: must be 'peft' or 'mathneuro', got {format!r}")
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)

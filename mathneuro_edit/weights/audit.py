@@ -135,6 +135,7 @@ def verify(
     """
     scale = check_scale(scale)
     mask = as_mask(mask)
+    scale = check_scale(scale, list(mask))  # a scale map's keys against the edited matrices
     out = Path(out_dir)
     if not out.is_dir():
         raise InputError(f"out_dir: no such folder {out}; pass the export's folder")

@@ -144,6 +144,7 @@ def export_checkpoint(
     code = FLOAT_CODES[dtype] if dtype is not None else None
     workers = check_workers(workers)
     mask = as_mask(mask)
+    scale = check_scale(scale, list(mask))  # a scale map's keys against the edited matrices
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
     check_remote_code(folder, trust_remote_code)  # even when names match: never build an unasked-for class

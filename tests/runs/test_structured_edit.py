@@ -143,3 +143,27 @@ def test_reproduce_rebuilds_every_file_from_the_lock(two_runs, tmp_path) -> None
     result = CliRunner().invoke(main, ["reproduce", str(two_runs[0]), "--out", str(tmp_path / "again")])
     assert result.exit_code == 0, result.output
     assert "reproduced: yes, bit for bit" in result.output
+
+
+def test_every_entry_point_refuses_a_key_matching_no_matrix(two_runs, tmp_path) -> None:
+    """The export, the adapter, verify and the in-memory edit, given a mask and a scale map, check its keys too
+    (the run's own check is test_a_key_matching_no_matrix_is_one_line)."""
+    from mathneuro_edit.engine.apply import ReversibleEdit
+    from mathneuro_edit.weights.adapter import export_adapter
+    from mathneuro_edit.weights.audit import verify
+    from mathneuro_edit.weights.checkpoint_writer import export_checkpoint
+    from mathneuro_edit.weights.loading import load_model
+
+    mask = Mask.load(two_runs[0] / "mask.safetensors")
+    typo = {"default": 1.1, "layers 9 mlp": 1.2}  # the organism has layers 0-3
+    base = str(organism_path())
+    calls = [
+        lambda: export_checkpoint(base, mask, typo, tmp_path / "c"),
+        lambda: export_adapter(base, mask, typo, tmp_path / "a"),
+        lambda: verify(two_runs[0] / "checkpoint", base, mask, typo),
+        lambda: ReversibleEdit(load_model("organism", dtype="float32")[0], mask, typo),
+    ]
+    for call in calls:
+        with pytest.raises(InputError, match="'layers 9 mlp' matches none of the edited matrices"):
+            call()
+    assert not (tmp_path / "c").exists() and not (tmp_path / "a").exists()
