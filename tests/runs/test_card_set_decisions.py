@@ -82,6 +82,13 @@ def test_base_model_is_given_back_with_base_and_other_keys_get_a_suggestion() ->
     with pytest.raises(InputError) as e:
         check_card_sets(["evaluation.samples=5"])
     assert str(e.value).endswith("; re-run the recipe with --set evaluation.samples=5 to change it")
+    with pytest.raises(InputError) as e:
+        check_card_sets(["evaluation.math.hub_datset=x/y"])
+    assert "did you mean 'evaluation.math.hub_dataset'?" in str(e.value)
+    with pytest.raises(InputError) as e:
+        check_card_sets(["dat.math.hub_dataset=x/y"])
+    assert "did you mean 'data.math.hub_dataset'?" in str(e.value)
+    assert check_card_sets(["hub.revision=a=b"]) == ["hub.revision=a=b"]  # the key ends at the first "="
     for near_miss in (
         "data.math.hub_datasets=x",
         "outputs.gguf=Q8_0",
@@ -133,13 +140,23 @@ def test_an_adapter_of_a_gguf_base_names_no_hub_id_so_its_origin_may_change() ->
     only a GGUF output would record the origin; a lock with an adapter and no GGUF file takes the new origin."""
     lock = build_lock(
         quickstart_recipe(["base.model=<local>/x.gguf"]),
-        base_revision=None,
+        base_revision="0123abc",  # the same revision on both sides of the comparison: not a change of origin
         data_records={},
         stats_sha256="s",
         mask_sha256="m",
         output_files=ADAPTER,
     )
     assert apply_card_sets(lock, ["base.hub_id=me/base"], "lock")["recipe"]["base"]["hub_id"] == "me/base"
+    assert lock["base"]["revision"] == "0123abc"
+
+
+def test_a_bad_value_or_a_bad_lock_is_named_by_where_it_came_from() -> None:
+    with pytest.raises(InputError, match=r"^my lock: 1 problem: hub.private"):
+        apply_card_sets(_lock(CHECKPOINT, "hub.repo_id=me/x"), ["hub.private=maybe"], "my lock")
+    bad = _lock(CHECKPOINT)
+    bad["recipe"] = {**bad["recipe"], "mask": {**bad["recipe"]["mask"], "top_k": 5}}
+    with pytest.raises(InputError, match=r"^my lock: 1 problem: mask.top_k"):
+        apply_card_sets(bad, ["hub.repo_id=me/x"], "my lock")
 
 
 def test_the_data_records_keep_the_sources_hub_dataset_in_step() -> None:
@@ -149,6 +166,9 @@ def test_the_data_records_keep_the_sources_hub_dataset_in_step() -> None:
         "general": [{"source": {"path": "organism:general"}}, "not a record"],
         "other": "not a list",
     }
+    for records in (["not a record"], [{"source": "not a mapping"}], [{"sha256": "no source"}]):
+        odd = {**lock, "data": {"math": records}}
+        assert apply_card_sets(odd, ["data.math.hub_dataset=openai/gsm8k"], "lock")["data"]["math"] == records
     new = apply_card_sets(lock, ["data.math.hub_dataset=openai/gsm8k"], "lock")
     assert new["data"]["math"] == [
         {"source": {"path": "<local>/m.jsonl", "hub_dataset": "openai/gsm8k"}, "sha256": "a"}
