@@ -119,6 +119,7 @@ def run_recipe(
     workers: int = 1,
     sweep_evidence: Mapping[str, Any] | None = None,
     inputs: Sequence[tuple[str, str | Path]] = (),
+    check_mask: Callable[[str], str | None] | None = None,
 ) -> RunResult:
     """Run a recipe end to end and write its output folder (atomically): the composition of the steps
     (:mod:`.steps`).
@@ -136,6 +137,9 @@ def run_recipe(
             by the card.
         inputs: ``(what, path)`` of the command's inputs besides the recipe's own (``run --from-sweep``: the
             sweep folder): the output may not be, contain or lie inside any of them.
+        check_mask: called with the mask's sha256 as soon as it is computed; a line it returns refuses the run
+            (:class:`~mathneuro_edit.errors.InputError`) and nothing is written (``run --from-sweep``:
+            :func:`~mathneuro_edit.runs.sweep.evidence.mask_refusal`, the mask the confirmation tested).
 
     Returns:
         A :class:`RunResult`.
@@ -172,6 +176,8 @@ def run_recipe(
         calibrate_step(run)
         run.stats.save(tmp / STATS_DIR)
         mask_step(run)
+        if check_mask is not None and (refused := check_mask(run.mask.sha256)):
+            raise InputError(refused)  # atomic_dir discards the temporary folder: no output is written
         run.mask.save(tmp / MASK_NAME)
         if tasks:
             evaluate_step(run)

@@ -529,7 +529,7 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     from mathneuro_edit.data.sources import problem_sha256
     from mathneuro_edit.recipe.io import load_recipe
     from mathneuro_edit.runs.sweep.problems import sweep_problems
-    from tests.runs._sweep_json import passed_confirmation
+    from tests.runs._sweep_json import passed_confirmation, release_mask_sha256
 
     recipe = str(workspace / "recipe.yaml")
     arith = [
@@ -554,7 +554,8 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     rows["candidate"] = rows["best"] = 0
     hashes = [problem_sha256(p) for p in conf]
     assert len(hashes) == 8
-    rows["confirmation"] = passed_confirmation(hashes)  # and it beat the general-specific control 6 to 0
+    # and it beat the general-specific control 6 to 0, on the mask this release computes (another one is refused)
+    rows["confirmation"] = passed_confirmation(hashes, release_mask_sha256(load_recipe(recipe)))
     (sw / "sweep.json").write_text(json.dumps(rows))
     out = tmp_path / "rel"
     code, text = _run(
@@ -574,7 +575,7 @@ def test_run_from_sweep_records_the_evidence_or_refuses(workspace, tmp_path):
     assert ev["base_identity"] == rows["base_identity"] == {"weights_sha256": lock["base"]["weights_sha256"]}
     # the run evaluates the first 4 arithmetic problems of seed 0: the sweep's 3 selection problems and 1 more
     assert ev["evaluation_overlap"] == {"n": 4, "selection": 3, "confirmation": 1}
-    assert ev["mask_matches_confirmation"] is False  # the constructed confirmation names no mask
+    assert ev["mask_matches_confirmation"] is True and ev["confirmation"]["mask_sha256"] == lock["mask_sha256"]
     card = (out / "checkpoint" / "README.md").read_text()
     assert "## Evidence for the boost" in card
     assert "confirmed on 8 other problems** that played no part in choosing it" in card

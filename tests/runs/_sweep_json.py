@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from mathneuro_edit.evaluation.significance import mcnemar_exact
-from mathneuro_edit.recipe.io import quickstart_recipe
+from mathneuro_edit.recipe.io import quickstart_recipe, recipe_from_dict
+from mathneuro_edit.recipe.schema import Recipe
+from mathneuro_edit.runs.single_steps import calibrate_to_folder, mask_from_stats
 from mathneuro_edit.runs.steps.export import base_identity
 
 # the selection's and the confirmation's problem hashes: disjoint, as a real sweep's are
@@ -46,9 +52,30 @@ def control_evidence(n: int, base_only: int, edited_only: int, control_only: int
     }
 
 
-def passed_confirmation(problems_sha256: Sequence[str]) -> dict[str, Any]:
+def release_mask_sha256(recipe: Recipe, top_k: float = 0.05) -> str:
+    """The sha256 of the mask a release of ``recipe`` at ``top_k`` computes (``calibrate`` then ``mask``, as
+    ``mathneuro-edit mask`` derives it), computed once per recipe in a session: the mask a hand-made confirmation
+    must name for ``run --from-sweep`` to release (a release whose mask is not the confirmation's is refused)."""
+    resolved = recipe.resolved_dict()
+    resolved["mask"]["top_k"] = top_k
+    return _mask_sha256(json.dumps(resolved, sort_keys=True))
+
+
+@functools.cache
+def _mask_sha256(resolved: str) -> str:
+    recipe = recipe_from_dict(json.loads(resolved))
+    with tempfile.TemporaryDirectory(prefix="mathneuro-test-mask-") as tmp:
+        calibrate_to_folder(recipe, Path(tmp) / "stats", progress=False, echo=lambda s: None)
+        mask = mask_from_stats(
+            recipe, Path(tmp) / "stats", Path(tmp) / "mask.safetensors", progress=False, echo=lambda s: None
+        )
+        return mask.sha256
+
+
+def passed_confirmation(problems_sha256: Sequence[str], mask_sha256: str = "") -> dict[str, Any]:
     """A sweep.json ``confirmation`` that passed on 8 problems: top_k 0.05 at x1.1, 6 right only after the edit and
-    none only before (p = 1/32), and it beat the general-specific control 6 to 0."""
+    none only before (p = 1/32), and it beat the general-specific control 6 to 0; it tested the mask
+    ``mask_sha256`` (:func:`release_mask_sha256`; empty: none recorded)."""
     return {
         "n": len(problems_sha256),
         "problems_sha256": list(problems_sha256),
@@ -62,7 +89,7 @@ def passed_confirmation(problems_sha256: Sequence[str]) -> dict[str, Any]:
         "confirmed": True,
         "alpha": 0.05,
         "point": 0,
-        "mask_sha256": "",
+        "mask_sha256": mask_sha256,
         **control_evidence(len(problems_sha256), 0, 6),
     }
 

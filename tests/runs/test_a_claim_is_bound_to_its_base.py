@@ -16,6 +16,7 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from pydantic import BaseModel
 
@@ -24,12 +25,18 @@ from mathneuro_edit.errors import InputError
 from mathneuro_edit.recipe.io import load_recipe, quickstart_recipe
 from mathneuro_edit.recipe.schema import RELEASE_KEYS, Recipe, release_rule
 from mathneuro_edit.runs.steps.export import base_identity
-from mathneuro_edit.runs.sweep.evidence import base_difference, read_sweep, recipe_from_sweep, release_difference
+from mathneuro_edit.runs.sweep.evidence import (
+    base_difference,
+    mask_refusal,
+    read_sweep,
+    recipe_from_sweep,
+    release_difference,
+)
 from tests._fakehub import fake_hub  # noqa: F401 - the fixture
 from tests._models import save_tiny
 from tests._tiny import write_workspace
 
-from ._sweep_json import valid_sweep
+from ._sweep_json import release_mask_sha256, valid_sweep
 
 CLASSES = {"same", "base", "sweep", "free"}
 
@@ -188,9 +195,12 @@ def released(tmp_path: Path) -> tuple[Path, Path]:
     return recipe_path, tmp_path / "sw"
 
 
-def _release(recipe: Path, sweep: Path, *sets: str, out: Path | None = None) -> tuple[int, str]:
+def _release(
+    recipe: Path, sweep: Path, *sets: str, out: Path | None = None, overwrite: bool = False
+) -> tuple[int, str]:
     args = ["run", str(recipe), "--from-sweep", str(sweep), *[a for s in sets for a in ("--set", s)]]
-    args += ["--out", str(out)] if out is not None else ["--dry-run"]
+    args += ["--out", str(out), "-q"] if out is not None else ["--dry-run"]
+    args += ["--overwrite"] if overwrite else []
     result = CliRunner().invoke(main, args)
     return result.exit_code, result.output
 
@@ -260,3 +270,50 @@ def test_a_hub_base_is_its_id_and_commit_read_from_config_json_alone(fake_hub, t
     fake_hub._commit(repo, "main", {**repo.refs["main"], "notes.txt": b"a newer commit"})
     assert base_identity(BaseConfig(model="org/tiny", revision=older))["revision"] == older
     assert base_identity(BaseConfig(model="org/tiny"))["revision"] != older
+
+
+# the mask (issue 46 item 1's last gap): the keys and the base are compared before the model loads, but not the
+# contents of local data files nor a device's ties near a threshold; the mask the release computes is compared with
+# the one the confirmation tested, and another one is refused before any output exists
+
+
+def test_a_mask_the_confirmation_did_not_test_is_refused_with_both_sha256_whole() -> None:
+    assert mask_refusal("a" * 64, "a" * 64) is None
+    assert mask_refusal("a" * 64, None) is None and mask_refusal("a" * 64, "") is None  # the sweep recorded none
+    line = mask_refusal("b" * 64, "a" * 64)
+    assert line is not None and "\n" not in line
+    assert (
+        f"this run's mask (sha256 {'b' * 64}) is not the mask the sweep's confirmation tested (sha256 {'a' * 64})"
+        in line
+    )
+    for words in (
+        "local data files with other contents",
+        "another device's float ties",
+        "re-run the sweep",
+        "without --from-sweep",
+    ):
+        assert words in line, words
+
+
+def test_a_release_whose_mask_is_not_the_confirmation_s_writes_nothing(released, tmp_path: Path) -> None:
+    recipe, sweep = released
+    data = json.loads((sweep / "sweep.json").read_text())
+    real = release_mask_sha256(load_recipe(str(recipe)))
+    data["confirmation"]["mask_sha256"] = "f" * 64  # as if its data file had other contents than this one
+    (sweep / "sweep.json").write_text(json.dumps(data))
+    out = tmp_path / "release"
+    out.mkdir()
+    (out / "kept.txt").write_text("an earlier release")
+    code, text = _release(recipe, sweep, out=out, overwrite=True)
+    assert code == 2, text
+    line = _error_line(text)
+    assert (
+        f"this run's mask (sha256 {real}) is not the mask the sweep's confirmation tested (sha256 {'f' * 64})" in line
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["kept.txt"]  # the earlier folder as it was
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".release")]  # no temporary folder left
+    data["confirmation"]["mask_sha256"] = real  # the mask the confirmation tested: released
+    (sweep / "sweep.json").write_text(json.dumps(data))
+    code, text = _release(recipe, sweep, out=out, overwrite=True)
+    assert code == 0, text
+    assert yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())["sweep"]["mask_matches_confirmation"]

@@ -17,6 +17,7 @@ import re
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "read_sweep",
     "release_difference",
     "base_difference",
+    "mask_refusal",
     "recipe_from_sweep",
     "run_from_sweep",
 ]
@@ -102,6 +104,33 @@ def base_difference(mine: Mapping[str, Any], theirs: Mapping[str, Any], model: s
     return (
         f"the recipe's base.model ({_whole(model)}: {_identity_text(mine)}) is not the model the sweep measured "
         f"({_identity_text(theirs)})"
+    )
+
+
+def mask_refusal(mask_sha256: str, confirmed: str | None) -> str | None:
+    """Why a release from a sweep may not take the sweep's claim, its mask computed (``run --from-sweep``): the
+    confirmation tested another mask (``confirmed``, its ``mask_sha256``), so its gain was not measured on these
+    weights; one line with both sha256 whole, the likely causes and the ways out. ``None`` when the masks are the
+    same or the confirmation records no mask.
+
+    Why: the recipe, the base and every deciding key are compared before the model loads
+    (:func:`recipe_from_sweep`), but not the contents of local data files (another file of the same name) nor a
+    device's ties near a threshold; such a run used to be released with the confirmed gain on its card.
+
+    Example:
+        >>> mask_refusal("a" * 64, "a" * 64) is None, mask_refusal("b" * 64, None) is None
+        (True, True)
+        >>> mask_refusal("b" * 64, "a" * 64)[:46]
+        "--from-sweep: this run's mask (sha256 bbbbbbbb"
+    """
+    if not confirmed or mask_sha256 == confirmed:
+        return None
+    return (
+        f"--from-sweep: this run's mask (sha256 {mask_sha256}) is not the mask the sweep's confirmation tested "
+        f"(sha256 {confirmed}), so the confirmed gain was not measured on these weights; likely causes: local data "
+        "files with other contents than the sweep's (a file of the same name), or another device's float ties near "
+        "a selection threshold; run on the sweep's data files and device, re-run the sweep on these, or release "
+        "without --from-sweep (which makes no confirmed claim)"
     )
 
 
@@ -693,7 +722,8 @@ def _replaced_provenance(resolved: Mapping[str, Any], variant: list[str]) -> lis
 
 def run_from_sweep(recipe: Recipe | str | Path, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):
     """``run`` with the setting a sweep confirmed: the lock records the sweep's evidence and the card states it
-    (:func:`~mathneuro_edit.runs.pipeline.run_recipe` with ``sweep_evidence``). ``recipe``: a Recipe or the path of
+    (:func:`~mathneuro_edit.runs.pipeline.run_recipe` with ``sweep_evidence``); a mask that is not the one the
+    confirmation tested is refused before anything is written (:func:`mask_refusal`). ``recipe``: a Recipe or the path of
     a recipe file."""
     inputs = [("sweep folder", sweep_dir)]  # read, never written: a release into it replaced the sweep (issue 41)
     inputs += [("recipe", recipe)] if isinstance(recipe, (str, Path)) else []
@@ -701,5 +731,10 @@ def run_from_sweep(recipe: Recipe | str | Path, sweep_dir: str | Path, out_dir: 
     check_output(out_dir, [*recipe.local_inputs(), *inputs], kind="dir")  # before anything is read or loaded
     evidence = read_sweep(sweep_dir)
     return run_recipe(
-        recipe_from_sweep(recipe, evidence), out_dir, sweep_evidence=evidence.lock_entry(), inputs=inputs, **kwargs
+        recipe_from_sweep(recipe, evidence),
+        out_dir,
+        sweep_evidence=evidence.lock_entry(),
+        inputs=inputs,
+        check_mask=partial(mask_refusal, confirmed=evidence.confirmation.get("mask_sha256")),
+        **kwargs,
     )
