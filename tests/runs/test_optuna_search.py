@@ -341,3 +341,17 @@ def test_trials_that_all_scored_the_same_still_get_their_plots(tmp_path) -> None
     study.optimize(lambda t: 0.0 * t.suggest_float("scale", 1.0, 1.3), n_trials=4)
     written = _plots(tmp_path, SweepResult(0.5, 2.0, [], [], "", None), study)
     assert [p.name for p in written] == [OPTUNA_PNGS[0]]
+
+
+def test_a_study_is_resumed_only_by_the_search_that_made_it(fake, searched, tmp_path) -> None:
+    """A study keeps each trial's values as numbers, not by content: another seed, or other problems (here fewer
+    selection problems), would mix two searches' trials; both are one line naming the study file."""
+    import shutil
+
+    folder = tmp_path / "s"
+    shutil.copytree(searched, folder)
+    with pytest.raises(InputError, match="its trials were drawn with seed 0, this recipe's is 1"):
+        run_sweep(quickstart_recipe([*SETS, "sweep.search_seed=1"]), folder, progress=False)
+    with pytest.raises(InputError, match="its trials were measured by another search"):
+        run_sweep(quickstart_recipe([*SETS, "sweep.selection_samples=60"]), folder, progress=False)
+    assert _trials(folder) == _trials(searched)  # nothing was added to it

@@ -33,7 +33,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from ...data.sources import load_set
+from ...data.sources import load_set, problem_sha256
 from ...engine.edit_map import COMPONENTS, matrix_place, show_setting
 from ...errors import InputError
 from ...layout import OPTUNA_PNGS, OPTUNA_STUDY, STATS_DIR, SWEEP_CSV, SWEEP_JSON
@@ -47,6 +47,7 @@ from ..steps.count import stage_count
 from ..steps.export import base_identity
 from ..steps.mask import compose_masks, load_step, recipe_masks
 from ..steps.record import RunRecord
+from .cache import key_sha256
 from .calibration import _group_statistics, _set_count
 from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
 from .grid import _Arm, _Grid, _sweep_point, _variants
@@ -184,13 +185,17 @@ def _sampler(seed: int, finished: int) -> Any:
     return optuna.samplers.TPESampler(seed=seed * 1_000_003 + finished)
 
 
-def _open_study(out: Path, seed: int, space: SearchSpace, pruner: _Halving) -> Any:
-    """The folder's study (created on first use; its seed and space recorded); trials left running by a killed
-    search are marked failed.
+def _open_study(out: Path, seed: int, space: SearchSpace, pruner: _Halving, measures: str) -> Any:
+    """The folder's study (created on first use; its seed, space and ``measures`` recorded); trials left running
+    by a killed search are marked failed.
+
+    ``measures``: the sha256 of what a trial's values depend on besides its parameters (:func:`_measures`). Why
+    recorded: the grid's results are cached by content, but a study keeps each trial's values as numbers; a study
+    resumed over other problems, another model or prompt would mix values of two searches.
 
     Raises:
-        InputError: the folder's study was drawn with another seed or over another space (its trials would not be
-            this search's).
+        InputError: the folder's study was drawn with another seed, over another space, or measured by another
+            search (its trials would not be this search's).
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(f"sqlite:///{(out / OPTUNA_STUDY).resolve()}")
@@ -202,11 +207,17 @@ def _open_study(out: Path, seed: int, space: SearchSpace, pruner: _Halving) -> A
         pruner=pruner,
         load_if_exists=True,
     )
-    own = {"seed": seed, "space": json.loads(json.dumps(space.__dict__))}
+    own = {"seed": seed, "space": json.loads(json.dumps(space.__dict__)), "measures": measures}
     for key, value in own.items():
         recorded = study.user_attrs.get(key)
         if recorded is None:
             study.set_user_attr(key, value)
+        elif recorded != value and key == "measures":
+            raise InputError(
+                f"{out / OPTUNA_STUDY}: its trials were measured by another search (the model, its calibration, "
+                "the selection problems, the prompt, the general texts or the halving cuts differ); choose another "
+                "--out for this one"
+            )
         elif recorded != value:
             raise InputError(
                 f"{out / OPTUNA_STUDY}: its trials were drawn with {key} {recorded}, this recipe's is {value}; "
@@ -322,7 +333,8 @@ def run_optuna_search(
             base_sel += evaluator.math(selection[a:b])
         base_general = evaluator.base_general()
         search = _Search(ctx, evaluator, space, by_value, selection, base_sel, cuts)
-        study = _open_study(out, sw.search_seed, space, _Halving(cuts[:-1], sw.eta))
+        measures = _measures(evaluator, by_value, selection, cuts)
+        study = _open_study(out, sw.search_seed, space, _Halving(cuts[:-1], sw.eta), measures)
         target = study_target(study.user_attrs.get("target_trials"), sw.trials, more_trials)
         study.set_user_attr("target_trials", target)
         stages.start(_search_line(space, target, study, cuts))
@@ -343,6 +355,20 @@ def run_optuna_search(
         _write(out, result, study)
         stages.note(f"cache: {cache.hits} blocks reused, {cache.misses} computed")
     return result
+
+
+def _measures(evaluator: _Evaluator, by_value: Mapping[float, Any], selection: list[Any], cuts: list[int]) -> str:
+    """sha256 of what every trial's values depend on besides its parameters: the model's weights and the prompt
+    (the evaluator's cache keys), the general texts, each top_k value's mask, the selection problems and the cuts."""
+    return key_sha256(
+        {
+            "prompt": evaluator.prompt_key,
+            "general": evaluator.general_key,
+            "masks": {f"{k!r}": m.sha256 for k, m in sorted(by_value.items())},
+            "selection": [problem_sha256(q) for q in selection],
+            "cuts": cuts,
+        }
+    )
 
 
 def _search_line(space: SearchSpace, target: int, study: Any, cuts: list[int]) -> str:
