@@ -17,8 +17,8 @@ the sweep's confirmation depends on); the page's ``sweep`` line is replaced by t
 --from-sweep`` must release its confirmed setting (exit 0), and every later step runs on that release. The GGUF at
 the page's path is the tiny model's, not the one the search measured: ``run --from-sweep`` on the committed folder is
 refused naming both files' sha256, and the page is followed with a copy of the folder whose ``base_identity`` names
-the tiny GGUF (its mask differs from the one the search confirmed, which the card says); what is tested is the path
-from the guide's recipe to the three repos. On SmolLM2 itself (the real tier) the committed folder is released as is.
+the tiny GGUF and the mask a release on it computes (a release whose mask is not the one the confirmation tested is
+refused); what is tested is the path from the guide's recipe to the three repos. On SmolLM2 itself (the real tier) the committed folder is released as is.
 """
 
 from __future__ import annotations
@@ -312,7 +312,25 @@ def test_the_guide_releases_the_committed_search_with_step_2_s_hub_dataset(
     sweep = json.loads((stand_in / "sweep.json").read_text())
     sweep["base_identity"] = {"gguf_sha256": sha256_file(work / GGUF)}
     (stand_in / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
+    sweep["confirmation"]["mask_sha256"] = _tiny_release_mask(stand_in)  # the mask a search on it would have tested
+    (stand_in / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
     _release_the_committed_search(fake_hub, work, stand_in)
+
+
+def _tiny_release_mask(stand_in: Path) -> str:
+    """The sha256 of the mask step 5 computes on the tiny GGUF from ``stand_in`` (the copied recipe of step 2 with
+    the sweep's confirmed setting), computed aside: a release whose mask is not the confirmation's is refused."""
+    from mathneuro_edit.runs.sweep.evidence import read_sweep, recipe_from_sweep
+    from tests.runs._sweep_json import release_mask_sha256
+
+    probe = Path("mask-probe.yaml")  # beside step 2's copy: its relative paths resolve the same way
+    shutil.copy("recipes/smollm2-arithmetic-boost.yaml", probe)
+    _edit_copy(probe, SMALL_EVALUATION)
+    try:
+        release = recipe_from_sweep(load_recipe(str(probe)), read_sweep(stand_in))
+        return release_mask_sha256(release, top_k=release.mask.top_k)
+    finally:
+        probe.unlink()
 
 
 @pytest.mark.slow
@@ -325,7 +343,6 @@ def test_the_guide_releases_the_committed_search_on_smollm2(
     _release_the_committed_search(fake_hub, _workspace(tmp_path, monkeypatch, gguf=smollm2), SEARCH)
     lock = yaml.safe_load(Path("out/smollm2-release/mathneuro_recipe.lock.yaml").read_text())
     assert lock["sweep"]["mask_matches_confirmation"] is True, lock["sweep"]["confirmation"]["mask_sha256"]
-    assert "this run's mask differs" not in Path("out/smollm2-release/checkpoint/README.md").read_text()
 
 
 def _release_the_committed_search(fake_hub: FakeHub, work: Path, search: Path) -> None:
