@@ -433,12 +433,6 @@ def sweep_evidence(lock: Mapping[str, Any]) -> str:
         lines.append(
             f"The evaluation below ({n_own} problems) uses none of the sweep's selection or confirmation problems."
         )
-    if sw.get("mask_matches_confirmation") is False:
-        lines.append("")
-        lines.append(
-            "Note: this run's mask differs from the mask the confirmation tested (its sha256 is in the "
-            "lock); the calibration did not reproduce bit for bit."
-        )
     return "\n".join(lines) + "\n"
 
 
