@@ -56,7 +56,7 @@ from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, is_local_path
 from ..util.reading import read_json
 from . import card_sections as sections
-from .card_weights import dtype_note, gguf_base_note, load_dtype
+from .card_weights import cast_dtype, gguf_base, load_dtype
 from .lock import check_private, read_lock
 from .model_index import eval_results_metadata
 
@@ -320,10 +320,9 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
     escaped (:func:`~.card_sections.card_text`), the per-output snippets and paragraphs already written by the
     output's entry."""
     recipe, lock, s = source.recipe, source.lock, source.edit_summary
-    sweep = lock.get("sweep") if isinstance(lock.get("sweep"), Mapping) else None
-    overlap = (sweep or {}).get("evaluation_overlap") or {}
+    sweep = sections.sweep_facts(lock, source.chat)
+    overlap = (sweep or {}).get("overlap") or {}
     reused = isinstance(overlap.get("selection"), int) and overlap["selection"] > 0
-    effect = sections.sweep_effect(lock, source.chat) or effect_sentence(source.eval_results, sections.card_text)
     evaluation = None
     if source.eval_results:
         untested = tuple(source.eval_results) if reused else ()
@@ -337,9 +336,9 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "action": _action(recipe),
         "tool_version": lock.get("versions", {}).get("tool", ""),
         "version": __version__,
-        "effect": effect,
-        "gguf_base_note": gguf_base_note(lock, out, source.weights_dtype),
-        "dtype_note": dtype_note(lock, out, source.weights_dtype),
+        "effect": effect_sentence(source.eval_results, sections.card_text),  # eval.json's, without a sweep
+        "gguf_base": gguf_base(lock, out, source.weights_dtype),
+        "cast_to": cast_dtype(lock, out, source.weights_dtype),
         "method": recipe.mask.method,
         "top": _top(recipe),
         "top_k": show_setting(recipe.mask.top_k),
@@ -371,9 +370,8 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "samples": recipe.data.samples,
         "data": sections.data_rows(lock),
         "base": sections.base_facts(view.lock),
-        "sweep_evidence": sections.sweep_evidence(lock),
         "evaluation": evaluation,
-        "sweep": sweep is not None,
+        "sweep": sweep,
         "reused": reused,
         "overlap": overlap,
         "not_a_test": NOT_A_TEST,

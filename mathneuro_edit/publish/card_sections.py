@@ -31,8 +31,7 @@ __all__ = [
     "reproduce_args",
     "local_files",
     "version_rows",
-    "sweep_evidence",
-    "sweep_effect",
+    "sweep_facts",
     "gain_operations",
     "figures_prompt",
     "card_text",
@@ -246,69 +245,130 @@ def gain_operations(formats: list[Mapping[str, Any]]) -> list[str]:
     return [_OPERATIONS.get(_op(op), "?") for op in up]
 
 
-def sweep_effect(lock: Mapping[str, Any], chat: bool = False) -> str | None:
-    """The first paragraph's sentence on the math effect of a ``run --from-sweep`` release, or ``None`` without
-    one: the confirmation is the evidence, named with its prompt format (``chat``: the model's tokenizer has a chat
-    template) and, where the sweep records it by operation, the operations it is in;
-    the run's own evaluation is named a confirmation never."""
+def sweep_facts(lock: Mapping[str, Any], chat: bool = False) -> dict[str, Any] | None:
+    """What the card says of a ``run --from-sweep`` release (``None`` without one), for its first paragraph and its
+    "Evidence for the boost": the selection, the confirmation (its prompt format in words, ``chat``: the model's
+    tokenizer has a chat template), every prompt format's arms and tests against the controls, the recipe's format
+    by operation, the general cost, and how the run's own evaluation overlaps the sweep's problems. Every name taken
+    from the sweep file is a label (:func:`_label`); the run's own evaluation is named a confirmation never."""
     sw = lock.get("sweep")
     if not isinstance(sw, Mapping):
         return None
-    c, o = sw.get("confirmation") or {}, sw.get("evaluation_overlap") or {}
-    n = int(c.get("n") or 0)
+    sel, c = sw.get("selection") or {}, sw.get("confirmation") or {}
+    n, bc, ec = int(c.get("n") or 0), int(c.get("base_correct") or 0), int(c.get("edited_correct") or 0)
     formats = [f for f in sw.get("formats") or [] if isinstance(f, Mapping)]
-    primary = next((f for f in formats if f.get("primary")), None)
-    fmt = prompt_format(primary.get("prompt") if primary is not None else None, chat)
-    ops = gain_operations(formats)
-    text = (
-        f"**The math gain of this setting was confirmed on {n} problems not used to choose it, under the prompt "
-        f"it was confirmed with ({fmt}){', in ' + ' and '.join(ops) if ops else ''}**: "
-        f"{pct(c.get('base_correct', 0), n)} -> {pct(c.get('edited_correct', 0), n)} (paired exact McNemar "
-        f'{_p(c.get("mcnemar_p"))}; see "Evidence for the boost").'
+    recipe_format = next((f for f in formats if f.get("primary")), None)
+    primary = recipe_format or (formats[0] if formats else {})
+    arms = primary.get("arms") if isinstance(primary.get("arms"), Mapping) else {}
+    base, cand = (
+        (arms.get("base") or {}).get("by_operation") or {},
+        (arms.get("candidate") or {}).get("by_operation") or {},
     )
-    if formats:
-        others = [f for f in formats if not f.get("primary")]
-        text += (
-            " It beat a magnitude-matched control edit (as many general-specific weights in every matrix, the same "
-            "scale) and the base among the problems both answered, so it is not an edit-size or answer-format "
-            f"effect; measured on the {_label(c.get('weights_dtype'))} weights this repository stores"
-            + (
-                f', computed in {_label(c["compute_dtype"])} (load them as "How to use" does for these numbers).'
-                if c.get("compute_dtype")
-                else "."
-            )
+    by_operation = []
+    for op in sorted(set(base) & set(cand)):
+        b, e = base[op], cand[op]
+        bn, en, bk, ek = (int(x.get(k) or 0) for x, k in ((b, "n"), (e, "n"), (b, "correct"), (e, "correct")))
+        by_operation.append(
+            {"op": _op(op), "n": bn, "from": pct(bk, bn), "to": pct(ek, bn)}
+            | {
+                "base": f"{b.get('correct')}/{b.get('n')} ({pct(bk, bn)})",
+                "edited": f"{e.get('correct')}/{e.get('n')} ({pct(ek, en)})",
+            }
         )
-        text += _by_operation_sentence(formats)
-        for f in others:
-            verdict = (
-                "confirmed there too"
+    g = c.get("general")
+    return {
+        "top_k": sw.get("top_k"),
+        "scale": sw.get("scale"),
+        "settings": sw.get("settings"),
+        "sha256": sw.get("sweep_sha256"),
+        "selection": {
+            "n": int(sel.get("n") or 0),
+            "correct": sel.get("math_correct"),
+            "total": sel.get("math_total"),
+            "base": sel.get("base_correct", "?"),
+            "p": _p(sel.get("mcnemar_p")),
+            "holm_p": _p(sel.get("holm_p")),
+            "kl": _g(sel.get("general_kl")),
+        },
+        "confirmation": {
+            "n": n,
+            "from": pct(bc, n),
+            "to": pct(ec, n),
+            "base": f"{pct(bc, n)} ({bc}/{n}, {_ci(bc, n)})",
+            "edited": f"{pct(ec, n)} ({ec}/{n}, {_ci(ec, n)})",
+            "gain": f"{100 * (ec - bc) / n if n else 0:+.1f}",
+            "base_only": c.get("base_only"),
+            "edited_only": c.get("edited_only"),
+            "p": _p(c.get("mcnemar_p")),
+            "alpha": c.get("alpha"),
+            "stored": _label(c.get("weights_dtype")),
+            "computed": _label(c["compute_dtype"]) if c.get("compute_dtype") else None,
+        },
+        "prompt": prompt_format(recipe_format.get("prompt") if recipe_format is not None else None, chat),
+        "gain_in": gain_operations(formats),
+        "formats": bool(formats),
+        "arm_rows": [row for f in formats for row in _arm_rows(f)],
+        "others": [
+            {"name": _label(f.get("name")), "n": f.get("n")}
+            | {
+                "verdict": "confirmed there too"
                 if f.get("verdict") == "math-boost"
                 else f"not confirmed ({_label(f.get('verdict'))})"
-            )
-            text += f" Under a second prompt format ({_label(f.get('name'))}, {f.get('n')} problems) it was {verdict}."
-    if o.get("selection"):
-        text += (
-            f" The evaluation below reuses {o['selection']} of the {o.get('n')} problems the setting was chosen "
-            "on, so its gain is not a confirmation."
-        )
-    return text
+            }
+            for f in formats
+            if not f.get("primary")
+        ],
+        "by_operation": by_operation,
+        "general": {
+            "texts": g.get("texts"),
+            "tokens": g.get("tokens"),
+            "loss": _g(g.get("loss_change")),
+            "se": _g(g.get("loss_change_se")),
+            "kl": _g(g.get("kl")),
+        }
+        if isinstance(g, Mapping)
+        else None,
+        "overlap": sw.get("evaluation_overlap") or {},
+    }
 
 
-def _by_operation_sentence(formats: list[Mapping[str, Any]]) -> str:
-    """``" By operation: `+` 23.7% -> 28.1% (598 problems), ..."`` for the recipe's prompt format: where the gain is,
-    and where it is not, belongs in the first paragraph."""
-    primary = next((f for f in formats if f.get("primary")), formats[0])
-    arms = primary.get("arms") if isinstance(primary.get("arms"), Mapping) else {}
-    base = (arms.get("base") or {}).get("by_operation") or {}
-    cand = (arms.get("candidate") or {}).get("by_operation") or {}
-    parts = []
-    for op in sorted(set(base) & set(cand)):
-        n = int(base[op].get("n") or 0)
-        parts.append(
-            f"`{_op(op)}` {pct(int(base[op].get('correct') or 0), n)} -> "
-            f"{pct(int(cand[op].get('correct') or 0), n)} ({n} problems)"
+def _arm_rows(f: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One prompt format's rows of the evidence's table: each arm's accuracy, answer rate, accuracy among answers
+    and the candidate's test against it; then the verdict, with the test among problems both answered."""
+    arms = f.get("arms") if isinstance(f.get("arms"), Mapping) else {}
+    tests = {
+        (t.get("before"), t.get("answered_only")): t
+        for t in f.get("tests") or []
+        if isinstance(t, Mapping) and t.get("after") == "candidate"
+    }
+    rows: list[dict[str, Any]] = []
+    for name, a in arms.items():
+        if not isinstance(a, Mapping):
+            continue
+        n, k, ans = int(a.get("n") or 0), int(a.get("correct") or 0), int(a.get("answered") or 0)
+        ra, t = int(a.get("correct_among_answers") or 0), tests.get((name, False))
+        rows.append(
+            {
+                "format": _label(f.get("name")) + (" (the recipe)" if f.get("primary") else ""),
+                "n": n,
+                "arm": _label(name),
+                "accuracy": f"{pct(k, n)} ({_ci(k, n)})",
+                "answered": pct(ans, n),
+                "among": f"{pct(ra, ans)} ({ra}/{ans})",
+                "vs": "-"
+                if t is None
+                else f"{t.get('after_only')} vs {t.get('before_only')}, {_p(t.get('mcnemar_p'))}",
+            }
         )
-    return f" By operation: {', '.join(parts)}." if parts else ""
+    both = tests.get(("base", True))
+    if both is not None:
+        rows.append(
+            {
+                "verdict": _label(f.get("verdict")),
+                "both": f"{both.get('after_only')} vs {both.get('before_only')}, {_p(both.get('mcnemar_p'))}",
+            }
+        )
+    return rows
 
 
 def _op(x: Any) -> str:
@@ -319,121 +379,6 @@ def _op(x: Any) -> str:
 def _label(x: Any) -> str:
     """A name from a sweep file (someone else's data) as card text: letters, digits and ``_.,+-`` only."""
     return re.sub(r"[^A-Za-z0-9 _.,+'-]", "", str(x))[:60] or "?"
-
-
-def _controls_section(sw: Mapping[str, Any]) -> list[str]:
-    """The evidence's table of every prompt format: each arm's accuracy, answer rate and accuracy among answers,
-    the tests against the controls, the verdict; then the recipe's format by operation and the general cost."""
-    formats = [f for f in sw.get("formats") or [] if isinstance(f, Mapping)]
-    if not formats:
-        return []
-    lines = [
-        "Every arm below is the same confirmation problems, paired, on the weights as stored; the controls edit as "
-        "many weights in every matrix at the same scale: the *general-specific* weights (the top weights for general "
-        "text minus those for math: similar magnitude) and uniformly random ones. An answer is well-formed when the "
-        "completion is a number, not a restart of the problem (`42 +`) or text without a number.",
-        "",
-        "| prompt format | n | arm | accuracy (95% CI) | answer rate | accuracy among answers | candidate vs this arm |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for f in formats:
-        arms = f.get("arms") if isinstance(f.get("arms"), Mapping) else {}
-        tests = {
-            (t.get("before"), t.get("answered_only")): t
-            for t in f.get("tests") or []
-            if isinstance(t, Mapping) and t.get("after") == "candidate"
-        }
-        for name, a in arms.items():
-            if not isinstance(a, Mapping):
-                continue
-            n, k, ans = int(a.get("n") or 0), int(a.get("correct") or 0), int(a.get("answered") or 0)
-            ra = int(a.get("correct_among_answers") or 0)
-            t = tests.get((name, False))
-            vs = "-" if t is None else f"{t.get('after_only')} vs {t.get('before_only')}, {_p(t.get('mcnemar_p'))}"
-            lines.append(
-                f"| {_label(f.get('name'))}{' (the recipe)' if f.get('primary') else ''} | {n} | {_label(name)} | "
-                f"{pct(k, n)} ({_ci(k, n)}) | {pct(ans, n)} | {pct(ra, ans)} ({ra}/{ans}) | {vs} |"
-            )
-        both = tests.get(("base", True))
-        if both is not None:
-            lines.append(
-                f"| | | *verdict: {_label(f.get('verdict'))}* | | | among problems both answered: "
-                f"{both.get('after_only')} vs {both.get('before_only')}, {_p(both.get('mcnemar_p'))} | |"
-            )
-    primary = next((f for f in formats if f.get("primary")), formats[0])
-    arms = primary.get("arms") if isinstance(primary.get("arms"), Mapping) else {}
-    base, cand = arms.get("base") or {}, arms.get("candidate") or {}
-    ops = sorted(set(base.get("by_operation") or {}) & set(cand.get("by_operation") or {}))
-    if ops:
-        lines += ["", "By operation (the recipe's prompt format): base -> edited, correct/n:", ""]
-        for op in ops:
-            b, e = base["by_operation"][op], cand["by_operation"][op]
-            lines.append(
-                f"- `{_op(op)}`: {b.get('correct')}/{b.get('n')} ({pct(int(b.get('correct') or 0), int(b.get('n') or 0))}) "
-                f"-> {e.get('correct')}/{e.get('n')} ({pct(int(e.get('correct') or 0), int(e.get('n') or 0))})"
-            )
-    g = (sw.get("confirmation") or {}).get("general")
-    if isinstance(g, Mapping):
-        lines += [
-            "",
-            f"General-text cost (the sweep's {g.get('texts')} general texts, {g.get('tokens')} tokens, float32): loss "
-            f"{_g(g.get('loss_change'))} ± {_g(g.get('loss_change_se'))} nats/token (paired change, ± SE), KL(base ‖ "
-            f"edited) {_g(g.get('kl'))} per token.",
-        ]
-    return lines + [""]
-
-
-def sweep_evidence(lock: Mapping[str, Any]) -> str:
-    """The card's "Evidence for the boost" section from the lock's ``sweep`` entry ("" without one)."""
-    sw = lock.get("sweep")
-    if not isinstance(sw, Mapping):
-        return ""
-    sel, c, o = sw.get("selection") or {}, sw.get("confirmation") or {}, sw.get("evaluation_overlap") or {}
-    ns, nc = int(sel.get("n") or 0), int(c.get("n") or 0)
-    bc, ec = int(c.get("base_correct") or 0), int(c.get("edited_correct") or 0)
-    lines = [
-        "## Evidence for the boost",
-        "",
-        f"This setting (top_k {sw.get('top_k')}, scale {sw.get('scale')}) was **chosen** among {sw.get('settings')} "
-        f"setting{'' if sw.get('settings') == 1 else 's'} of a sweep on {ns} selection problems (its selection "
-        f"result: {sel.get('math_correct')}/{sel.get('math_total')} right, base {sel.get('base_correct', '?')}; "
-        f"raw {_p(sel.get('mcnemar_p'))}, Holm-adjusted "
-        f"over the grid {_p(sel.get('holm_p'))}, general KL {_g(sel.get('general_kl'))}), and then **confirmed on "
-        f"{nc} other problems** "
-        "that played no part in choosing it, with one pre-registered paired test:",
-        "",
-        "| confirmation set | accuracy (correct/n, 95% Wilson interval) |",
-        "|---|---|",
-        f"| base | {pct(bc, nc)} ({bc}/{nc}, {_ci(bc, nc)}) |",
-        f"| edited | {pct(ec, nc)} ({ec}/{nc}, {_ci(ec, nc)}) |",
-        "",
-        f"Gain {100 * (ec - bc) / nc if nc else 0:+.1f} points; {c.get('base_only')} problems right only before and "
-        f"{c.get('edited_only')} only after the edit; two-sided exact McNemar {_p(c.get('mcnemar_p'))} "
-        f"(confirmed: p < {c.get('alpha')}). This confirmation is the evidence for the boost. The sweep file's "
-        f"sha256 is `{sw.get('sweep_sha256')}`; the lock lists the sha256 of every selection and confirmation "
-        "problem's prompt.",
-        "",
-        *_controls_section(sw),
-    ]
-    n_own = o.get("n") or 0
-    if o.get("selection"):
-        lines.append(
-            f"**The evaluation below shares {o['selection']} of its {n_own} problems with the selection "
-            "problems on which this setting was chosen**: a setting picked for doing well on those problems "
-            "looks better on them than it is, so that evaluation's gain is biased upward and is not a "
-            "confirmation."
-        )
-    elif o.get("confirmation"):
-        lines.append(
-            f"The evaluation below uses none of the selection problems; {o['confirmation']} of its {n_own} "
-            "problems are confirmation problems (it repeats part of the confirmation, it does not add to "
-            "it)."
-        )
-    elif n_own:
-        lines.append(
-            f"The evaluation below ({n_own} problems) uses none of the sweep's selection or confirmation problems."
-        )
-    return "\n".join(lines) + "\n"
 
 
 def figures_prompt(lock: Mapping[str, Any]) -> dict[str, Any] | None:

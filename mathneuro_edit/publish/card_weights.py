@@ -1,5 +1,5 @@
-"""The model card's paragraphs on the form of the weights (a GGUF base, a cast dtype) and the dtype its figures were
-computed in (what its snippet loads in).
+"""What the model card says of the form of the weights (a GGUF base, a cast dtype) and the dtype its figures were
+computed in (what its snippet loads in); the paragraphs' words are the card's template's.
 
 Each is empty unless the run made that form (a GGUF base, ``outputs.dtype`` other than the base's), so most cards
 show neither. Kept apart from :mod:`mathneuro_edit.publish.card` (the card's assembly) because they depend on the
@@ -14,25 +14,25 @@ from typing import Any
 
 from ..outputs.registry import Output, own_files
 
-__all__ = ["dtype_note", "gguf_base_note", "compute_dtype", "load_dtype"]
+__all__ = ["cast_dtype", "gguf_base", "compute_dtype", "load_dtype"]
 
 
-def dtype_note(lock: Mapping[str, Any], out: Output, weights_dtype: str | None) -> str:
-    """The card's sentence on ``outputs.dtype`` (empty when the checkpoint keeps the base's own dtype)."""
+def cast_dtype(lock: Mapping[str, Any], out: Output, weights_dtype: str | None) -> str | None:
+    """The dtype ``outputs.dtype`` cast the stored weights to, for the card's sentence on it; ``None`` when the
+    checkpoint keeps the base's own dtype (``auto``), the output holds deltas, or the base is a GGUF (its paragraph
+    says it)."""
     dtype = ((lock.get("recipe") or {}).get("outputs") or {}).get("dtype")
     if out.deltas or (lock.get("base") or {}).get("gguf") or dtype in (None, "auto") or not weights_dtype:
-        return ""
-    return (
-        f"\nThe weights are stored in {weights_dtype} (`outputs.dtype`): the edit was computed in the base's own "
-        "dtype and the result cast; the evaluation below ran on these stored weights (read into the base's dtype).\n"
-    )
+        return None
+    return weights_dtype
 
 
-def gguf_base_note(lock: Mapping[str, Any], out: Output, weights_dtype: str | None = None) -> str:
-    """The card's paragraph on a GGUF base (empty for other bases): what the weights are and where the base is."""
+def gguf_base(lock: Mapping[str, Any], out: Output, weights_dtype: str | None = None) -> dict[str, str] | None:
+    """What the card's paragraph on a GGUF base shows (``None`` for other bases): the file, its sha256 and what the
+    output's files are of it (:attr:`~mathneuro_edit.outputs.registry.Output.on_gguf_base`)."""
     gguf = (lock.get("base") or {}).get("gguf")
     if not gguf:
-        return ""
+        return None
     stored = weights_dtype or "float32"
     cast = (
         ""
@@ -41,12 +41,7 @@ def gguf_base_note(lock: Mapping[str, Any], out: Output, weights_dtype: str | No
             f", then stored in {stored} (`outputs.dtype`; the evaluation below ran on these {stored} weights, in float32)"
         )
     )
-    what = out.on_gguf_base(cast, own_files(out, lock))
-    return (
-        f"\nThe base is the GGUF file `{gguf['file']}` (sha256 `{gguf['sha256']}`), dequantized to float32 by "
-        f"transformers. {what}. `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once "
-        "and prints its path; its safetensors sha256 are the lock's `base.weights_sha256`.\n"
-    )
+    return {"file": gguf["file"], "sha256": gguf["sha256"], "what": out.on_gguf_base(cast, own_files(out, lock))}
 
 
 _FLOATS = ("float32", "bfloat16", "float16")

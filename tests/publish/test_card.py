@@ -35,7 +35,7 @@ from mathneuro_edit.publish.card import (
     write_card,
 )
 from mathneuro_edit.publish.card_sections import pct
-from mathneuro_edit.publish.card_weights import gguf_base_note
+from mathneuro_edit.publish.card_weights import gguf_base
 from mathneuro_edit.publish.lock import (
     build_lock,
     check_base_weights,
@@ -520,28 +520,31 @@ def test_gguf_paragraph_and_note_exact_text() -> None:
     assert "hf download me/x-GGUF a.gguf --local-dir .\nllama-cli -m a.gguf\n```" in usage  # the GGUF's own repo
     assert "```bash\nllama-cli -m a.gguf\n```" in beside_checkpoint(None, {"a.gguf": "h1"})
     lock = {"base": {"gguf": {"file": "base.gguf", "sha256": "b"}}}
-    assert gguf_base_note({"base": {}}, CHECKPOINT) == ""
-    start = "\nThe base is the GGUF file `base.gguf` (sha256 `b`), dequantized to float32 by transformers. "
-    end = (
-        ". `mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once and prints its path; its "
-        "safetensors sha256 are the lock's `base.weights_sha256`.\n"
+    assert gguf_base({"base": {}}, CHECKPOINT) is None
+    assert gguf_base(lock, CHECKPOINT, "float32") == {
+        "file": "base.gguf",
+        "sha256": "b",
+        "what": "These weights are that dequantized model with the edit (computed in float32; safetensors, not "
+        "quantized)",
+    }
+    assert gguf_base(lock, CHECKPOINT, "bfloat16")["what"] == (  # outputs.dtype: auto on a quantized GGUF
+        "These weights are that dequantized model with the edit (computed in float32, then stored in bfloat16 "
+        "(`outputs.dtype`; the evaluation below ran on these bfloat16 weights, in float32); safetensors, not "
+        "quantized)"
     )
-    assert gguf_base_note(lock, CHECKPOINT, "float32") == (
-        start + "These weights are that dequantized model with the edit (computed in float32; safetensors, not "
-        "quantized)" + end
+    assert gguf_base(lock, ADAPTER)["what"] == (
+        "The adapter applies to that dequantized model (not to a quantized one, nor to the Hub model it was "
+        "converted from)"
     )
+    # the paragraph in the card, exactly, between the first paragraph and "What was edited"
+    recipe = quickstart_recipe()
+    card = _stub_card(recipe, _stub_lock(recipe, base_gguf={"file": "base.gguf", "sha256": "b"})).text
     assert (
-        gguf_base_note(lock, CHECKPOINT, "bfloat16")
-        == (  # outputs.dtype: auto on a quantized GGUF
-            start + "These weights are that dequantized model with the edit (computed in float32, then stored in "
-            "bfloat16 (`outputs.dtype`; the evaluation below ran on these bfloat16 weights, in float32); safetensors, "
-            "not quantized)" + end
-        )
-    )
-    assert gguf_base_note(lock, ADAPTER) == (
-        start + "The adapter applies to that dequantized model (not to a quantized one, nor to the Hub model it "
-        "was converted from)" + end
-    )
+        "\n\nThe base is the GGUF file `base.gguf` (sha256 `b`), dequantized to float32 by transformers. These "
+        "weights are that dequantized model with the edit (computed in float32; safetensors, not quantized). "
+        "`mathneuro-edit dequantize FILE.gguf` writes the dequantized base folder once and prints its path; its "
+        "safetensors sha256 are the lock's `base.weights_sha256`.\n\n## What was edited\n"
+    ) in card
 
 
 def test_title_for_a_local_base_and_for_a_hub_repo() -> None:

@@ -103,12 +103,23 @@ def test_the_card_s_dtype_sentence_is_only_for_a_cast_checkpoint() -> None:
     so the card says nothing of a cast; a named dtype is said, and an adapter (deltas) never says it."""
     from mathneuro_edit.outputs.adapter import ADAPTER
     from mathneuro_edit.outputs.checkpoint import CHECKPOINT
-    from mathneuro_edit.publish.card_weights import dtype_note
+    from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit
+    from mathneuro_edit.publish.card_weights import cast_dtype
+    from mathneuro_edit.publish.lock import build_lock
+    from mathneuro_edit.recipe.io import quickstart_recipe
 
     def lock(dtype):
         return {"recipe": {"outputs": {} if dtype is None else {"dtype": dtype}}, "base": {}}
 
-    assert dtype_note(lock(None), CHECKPOINT, "bfloat16") == ""
-    assert dtype_note(lock("auto"), CHECKPOINT, "bfloat16") == ""
-    assert "stored in bfloat16 (`outputs.dtype`)" in dtype_note(lock("bfloat16"), CHECKPOINT, "bfloat16")
-    assert dtype_note(lock("bfloat16"), ADAPTER, "bfloat16") == ""
+    assert cast_dtype(lock(None), CHECKPOINT, "bfloat16") is None
+    assert cast_dtype(lock("auto"), CHECKPOINT, "bfloat16") is None
+    assert cast_dtype(lock("bfloat16"), CHECKPOINT, "bfloat16") == "bfloat16"
+    assert cast_dtype(lock("bfloat16"), ADAPTER, "bfloat16") is None
+    recipe = quickstart_recipe(["outputs.dtype=bfloat16"])
+    run = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="m", output_files={})
+    source = CardSource(recipe, run, summarize_edit({}, model_params=1), weights_dtype="bfloat16")
+    sentence = (
+        "\nThe weights are stored in bfloat16 (`outputs.dtype`): the edit was computed in the base's own dtype and "
+        "the result cast; the evaluation below ran on these stored weights (read into the base's dtype).\n\n## What"
+    )
+    assert sentence in build_card(source, "checkpoint", base_model_id=None).text

@@ -200,12 +200,20 @@ def test_the_format_verdict_by_hand():
 
 
 def test_the_card_states_the_controls_the_formats_and_the_operations(real):
-    from mathneuro_edit.publish.card_sections import sweep_effect, sweep_evidence
+    from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit
+    from mathneuro_edit.publish.lock import build_lock
 
     folder, d = real
-    lock = {"sweep": read_sweep(folder).lock_entry()}
+    entry = read_sweep(folder).lock_entry()
+    lock = build_lock(
+        quickstart_recipe(), base_revision=None, data_records={}, stats_sha256="s", mask_sha256="m", output_files={}
+    ) | {"sweep": entry}
     c = d["confirmation"]
-    effect, evidence = sweep_effect(lock), sweep_evidence(lock)
+    text = build_card(
+        CardSource(quickstart_recipe(), lock, summarize_edit({}, model_params=1)), "checkpoint", base_model_id=None
+    ).text
+    effect = next(line for line in text.splitlines() if line.startswith("This model is a MathNeuro edit"))
+    evidence = text[text.index("## Evidence for the boost") : text.index("## Evaluation")]
     assert "magnitude-matched control" in effect and "bfloat16 weights this repository stores" in effect
     base, cand = c["formats"][0]["arms"]["base"], c["formats"][0]["arms"]["candidate"]
     for op in ("+", "-", "*"):
