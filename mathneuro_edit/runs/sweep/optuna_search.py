@@ -313,6 +313,8 @@ def run_optuna_search(
     grid = _Grid(_variants(recipe), [])
     shots, selection, confirmation_problems = sweep_problems(recipe)
     texts, _ = load_set(ev.general, sw.general_samples or ev.samples, ev.seed)
+    if ev.lm_eval is not None:
+        echo("      evaluation.lm_eval is not run by a sweep (run it on the release)")
     stages = Stages(stage_count(recipe, ("load", "mask")) + _set_count(grid.variants) + 3, echo)
     with claim(out):
         cache = _open_folder(out)
