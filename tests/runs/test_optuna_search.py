@@ -304,10 +304,14 @@ def _map_sweep(folder: Path, top_k=TOP_K, scale=SCALE) -> Path:
 
 def test_run_from_sweep_releases_the_confirmed_maps(tmp_path) -> None:
     from mathneuro_edit.runs.sweep.evidence import read_sweep, recipe_from_sweep, run_from_sweep
+    from tests.runs._sweep_json import release_mask_sha256
 
     folder = _map_sweep(tmp_path / "sweep")
     recipe = recipe_from_sweep(quickstart_recipe(), read_sweep(folder))
     assert (recipe.mask.top_k, recipe.edit.scale, recipe.edit.prune) == (TOP_K, SCALE, False)
+    data = json.loads((folder / "sweep.json").read_text())  # the confirmation tested the mask of those maps
+    data["confirmation"]["mask_sha256"] = release_mask_sha256(recipe, top_k=recipe.mask.top_k)
+    (folder / "sweep.json").write_text(json.dumps(data))
     run_from_sweep(quickstart_recipe(["evaluation.samples=4"]), folder, tmp_path / "release", progress=False)
     card = (tmp_path / "release" / "checkpoint" / "README.md").read_text()
     assert "| scale | default 1, layers 0-1 attention 1.1, layers 0-1 mlp 1.05, layers 2-3 attention 1.2 |" in card
