@@ -212,7 +212,7 @@ def _smollm2_lock(tmp_path: Path, overlap: int) -> dict[str, Any]:
         base_revision=None,
         data_records={},
         stats_sha256="s",
-        mask_sha256="m",
+        mask_sha256=entry["confirmation"]["mask_sha256"],  # the mask the confirmation tested (another is refused)
         output_files={},
         sweep=without_problem_lists(entry),
     )
