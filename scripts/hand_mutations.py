@@ -889,6 +889,31 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         "        if False:\n",
         ["tests/runs/test_reproduce_verdict.py"],
     ),
+    # issue 50: edits with structure and the Optuna search
+    "edit-map-least-specific-key-wins": (
+        "mathneuro_edit/engine/edit_map.py",
+        "and (best is None or k.rank > best[0])",
+        "and (best is None or k.rank < best[0])",
+        ["tests/engine/test_edit_map.py"],
+    ),
+    "scale-map-one-value-for-every-matrix": (
+        "mathneuro_edit/engine/apply.py",
+        "    return value_for(scale, name)\n",
+        '    return value_for(scale, "x")\n',
+        ["tests/runs/test_structured_edit.py::test_the_checkpoint_holds_the_independent_edit"],
+    ),
+    "optuna-pruner-never-prunes": (
+        "mathneuro_edit/runs/sweep/optuna_search.py",
+        "        return not promoted(trial.intermediate_values[step], others, self.eta)\n",
+        "        return False\n",
+        ["tests/runs/test_optuna_search.py::test_the_candidate_goes_through_the_grid_s_confirmation"],
+    ),
+    "optuna-sampler-not-reseeded-per-trial": (
+        "mathneuro_edit/runs/sweep/optuna_search.py",
+        "            study.sampler = _sampler(seed, finished)\n",
+        "            pass\n",
+        ["tests/runs/test_optuna_search.py::test_more_trials_extends_a_finished_search_to_the_trials_of_a_longer_one"],
+    ),
 }
 # Equivalent, so not in MUTATIONS (docs/testing.md, "Round 4"): r4-sweep-eliminated-arm-promoted, in
 # runs/sweep/search.py::_rounds, `sum(arms[i].correct) if i in active else None for i` -> `sum(arms[i].correct) for i`:
