@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from ..engine.edit_map import show_setting
 from ..evaluation.report import format_p
 from ..evaluation.significance import wilson_interval
 from ..outputs.common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, lock_base
@@ -91,15 +92,15 @@ def base_facts(lock: Mapping[str, Any]) -> dict[str, Any]:
     revision, or the base in a sentence with its weight files' sha256, a local base's variable (``env``), GGUF
     entry and Hub origin."""
     base, kind = lock_base(lock), base_kind(lock)
-    sentence = base_sentence(lock)
+    sentence, gguf = base_sentence(lock), base.get("gguf") or None
     return {
         "kind": kind,
         "model": base.get("model"),
         "revision": base.get("revision") or "main (not resolved)",
         "sentence": sentence[0].upper() + sentence[1:],
         "files": [{"name": card_text(n), "sha256": sha} for n, sha in (base.get("weights_sha256") or {}).items()],
-        "gguf": base.get("gguf") or None,
-        "env": BASE_GGUF_ENV if base.get("gguf") else BASE_ENV,
+        "gguf_file": gguf,
+        "env": BASE_GGUF_ENV if gguf else BASE_ENV,
         "hub_id": hub_origin(lock)[0],
     }
 
@@ -245,6 +246,17 @@ def gain_operations(formats: list[Mapping[str, Any]]) -> list[str]:
     return [_OPERATIONS.get(_op(op), "?") for op in up]
 
 
+def _setting(value: Any) -> Any:
+    """A confirmed top_k or scale as card text: a map (an Optuna trial's, ``sweep.search: optuna``) in its short
+    form (``default 1, layers 0-9 mlp 1.1``), a number as it always was; a map whose keys are not a map's: ``?``."""
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        return show_setting(value)
+    except (ValueError, TypeError):
+        return "?"
+
+
 def sweep_facts(lock: Mapping[str, Any], chat: bool = False) -> dict[str, Any] | None:
     """What the card says of a ``run --from-sweep`` release (``None`` without one), for its first paragraph and its
     "Evidence for the boost": the selection, the confirmation (its prompt format in words, ``chat``: the model's
@@ -277,8 +289,8 @@ def sweep_facts(lock: Mapping[str, Any], chat: bool = False) -> dict[str, Any] |
         )
     g = c.get("general")
     return {
-        "top_k": sw.get("top_k"),
-        "scale": sw.get("scale"),
+        "top_k": _setting(sw.get("top_k")),
+        "scale": _setting(sw.get("scale")),
         "settings": sw.get("settings"),
         "sha256": sw.get("sweep_sha256"),
         "selection": {

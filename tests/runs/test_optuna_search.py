@@ -315,6 +315,18 @@ def test_run_from_sweep_releases_the_confirmed_maps(tmp_path) -> None:
     run_from_sweep(quickstart_recipe(["evaluation.samples=4"]), folder, tmp_path / "release", progress=False)
     card = (tmp_path / "release" / "checkpoint" / "README.md").read_text()
     assert "| scale | default 1, layers 0-1 attention 1.1, layers 0-1 mlp 1.05, layers 2-3 attention 1.2 |" in card
+    assert (
+        "This setting (top_k default 0.05, mlp 0.01, scale default 1, layers 0-1 attention 1.1, layers 0-1 mlp "
+        "1.05, layers 2-3 attention 1.2) was **chosen**"
+    ) in " ".join(card.split())
+
+
+def test_a_lock_s_sweep_setting_reads_as_the_card_shows_it() -> None:
+    from mathneuro_edit.publish.card_sections import _setting
+
+    assert _setting(0.05) == 0.05 and _setting(2.0) == 2.0  # a number: as every card before showed it
+    assert _setting(TOP_K) == "default 0.05, mlp 0.01"
+    assert _setting({"default": 1, "<b>": 2}) == "?"  # not a map's keys (an edited lock): nothing of it shown
 
 
 @pytest.mark.parametrize(
