@@ -19,7 +19,7 @@ from .checkpoint import audit_weights
 from .common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, lock_base, usage_prompt, where_loaded
 from .registry import CardView, Output, RunView, register_output
 
-__all__ = ["ADAPTER", "write_adapter", "check_adapter_support", "adapter_base", "peft_usage", "peft_loaders"]
+__all__ = ["ADAPTER", "write_adapter", "check_adapter_support", "adapter_base", "peft_usage", "PEFT_LOADERS"]
 
 
 def adapter_base(recipe: Any, revision: str | None) -> tuple[str | None, str | None]:
@@ -138,15 +138,8 @@ tokenizer = AutoTokenizer.from_pretrained({load}){prompt}
 ```"""
 
 
-def peft_loaders(out: Output, view: CardView) -> str:
-    """``## Where it loads`` of the adapter: PEFT only, and what was checked of the loaders that do not take it."""
-    repo = view.repo
-    checkpoint = (
-        f" ([{repo.removesuffix(out.repo_suffix)}](https://huggingface.co/{repo.removesuffix(out.repo_suffix)}))"
-        if repo and repo.endswith(out.repo_suffix)
-        else ""
-    )
-    return f"""## Where it loads
+# ``## Where it loads`` of the adapter: PEFT only, and what was checked of the loaders that do not take it
+PEFT_LOADERS = """## Where it loads
 
 - **PEFT only**, with `PeftModel.from_pretrained(base, adapter)` as in the code above: this is a SHiRA (sparse)
   adapter. mathneuro-edit's tests run that code and check that the result equals the edited checkpoint.
@@ -159,7 +152,7 @@ def peft_loaders(out: Output, view: CardView) -> str:
   **unedited**, and the model's next forward pass fails with `KeyError: 'default'` (mathneuro-edit's tests check
   this symptom, so a change in transformers is noticed).
 - **Not** vLLM, TGI, SGLang or llama.cpp: they load LoRA adapters only. For those,
-  use the edited checkpoint{checkpoint}, the same weights as a plain transformers folder."""
+  use the edited checkpoint{% if run_repo %} ([{{ run_repo }}](https://huggingface.co/{{ run_repo }})){% endif %}, the same weights as a plain transformers folder."""
 
 
 ADAPTER = register_output(
@@ -173,7 +166,7 @@ ADAPTER = register_output(
         holds="PEFT adapter holds",
         evaluated=True,
         usage=peft_usage,
-        loaders=peft_loaders,
+        loaders=PEFT_LOADERS,
         files_cell=lambda weights_dtype, files: (
             "PEFT SHiRA adapter (safetensors): the edit's deltas at the edited weights"
         ),

@@ -19,7 +19,7 @@ __all__ = [
     "audit_weights",
     "output_dtype",
     "transformers_usage",
-    "transformers_loaders",
+    "TRANSFORMERS_LOADERS",
 ]
 
 
@@ -78,9 +78,8 @@ tokenizer = AutoTokenizer.from_pretrained({where}){usage_prompt(view.prompt, vie
 ```"""
 
 
-def transformers_loaders(out: Output, view: CardView) -> str:
-    """``## Where it loads`` of the checkpoint: transformers, and what was checked for the servers."""
-    return """## Where it loads
+# ``## Where it loads`` of the checkpoint: transformers, and what was checked for the servers
+TRANSFORMERS_LOADERS = """## Where it loads
 
 - **transformers** (`AutoModelForCausalLM.from_pretrained`): mathneuro-edit's tests load the pushed repo this way
   and run a forward pass.
@@ -111,7 +110,7 @@ CHECKPOINT = register_output(
         holds="model is",
         evaluated=True,
         usage=transformers_usage,
-        loaders=transformers_loaders,
+        loaders=TRANSFORMERS_LOADERS,
         files_cell=_files_cell,
         on_gguf_base=_on_gguf_base,
         write=write_checkpoint,

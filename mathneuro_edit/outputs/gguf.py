@@ -34,7 +34,7 @@ __all__ = [
     "prepare_gguf",
     "write_gguf_step",
     "llama_cpp_usage",
-    "llama_cpp_loaders",
+    "LLAMA_CPP_LOADERS",
     "beside_checkpoint",
     "read_survival",
     "estimate_gguf_survival",
@@ -448,9 +448,8 @@ its {(survival or {}).get("source", "float")} GGUF{made_by}; `mathneuro-edit ver
 {(chr(10) + chr(10).join(gone) + chr(10)) if gone else ""}"""
 
 
-def llama_cpp_loaders(out: Output, view: CardView) -> str:
-    """``## Where it loads`` of the GGUF files: llama.cpp, and what was checked for Ollama and LM Studio."""
-    return """## Where it loads
+# ``## Where it loads`` of the GGUF files: llama.cpp, and what was checked for Ollama and LM Studio
+LLAMA_CPP_LOADERS = """## Where it loads
 
 - **llama.cpp** (`llama-cli`, `llama-server`): mathneuro-edit's tests read these files back with llama.cpp
   (llama-cpp-python, in the optional GGUF test tier) and with the `gguf` package.
@@ -478,7 +477,7 @@ GGUF = register_output(
         holds="repo holds, as GGUF files for llama.cpp,",
         evaluated=False,
         usage=llama_cpp_usage,
-        loaders=llama_cpp_loaders,
+        loaders=LLAMA_CPP_LOADERS,
         files_cell=lambda weights_dtype, files: "GGUF: " + ", ".join(gguf_types(files) or ["none"]),
         on_gguf_base=lambda cast, files: (
             f"These GGUF files are that dequantized model with the edit (computed in float32{cast}), written from the "

@@ -42,7 +42,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CardView:
-    """What an output's card snippets (:attr:`Output.usage`, :attr:`Output.loaders`) are built from.
+    """What an output's card snippet (:attr:`Output.usage`) is built from.
 
     Attributes:
         repo: the Hub repo the card is published in; ``None`` for a card in a local folder (its snippets load
@@ -125,7 +125,8 @@ class Output:
         holds: the card's first sentence, "This <holds> a MathNeuro edit of ...".
         evaluated: whether its card carries the evaluation as Hub ``model-index`` results.
         usage: its card's "How to use" snippet, ``usage(output, view)``.
-        loaders: its card's "Where it loads" section, ``loaders(output, view)``.
+        loaders: its card's "Where it loads" section: Markdown, a Jinja snippet rendered with the card's values
+            (``run_repo``: the run's repo, ``hub.repo_id``, when the card's repo is known).
         files_cell: its card's settings-table ``files`` cell, ``files_cell(weights dtype, its own files)``.
         on_gguf_base: what its files are when the base is a GGUF, ``on_gguf_base(cast, its own files)``.
         write: its run step, ``write(export, dest)``: its files into ``dest``; returns its size as a fraction of
@@ -166,7 +167,7 @@ class Output:
     holds: str
     evaluated: bool
     usage: Callable[[Output, CardView], str]
-    loaders: Callable[[Output, CardView], str]
+    loaders: str
     files_cell: Callable[[str | None, Mapping[str, str]], str]
     on_gguf_base: Callable[[str, Mapping[str, str]], str]
     write: Callable[[RunView, Path], float | None]
@@ -204,10 +205,6 @@ class Output:
     def how_to_use(self, view: CardView) -> str:
         """Its card's "How to use" snippet (:attr:`usage`)."""
         return self.usage(self, view)
-
-    def where_it_loads(self, view: CardView) -> str:
-        """Its card's "Where it loads" section (:attr:`loaders`)."""
-        return self.loaders(self, view)
 
     def is_asked(self, recipe: Any) -> bool:
         """Whether ``recipe`` asks for it (:attr:`asked`, default its ``outputs.<name>``)."""

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jinja2
 from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -305,6 +306,11 @@ def _metadata(
     )
 
 
+def _run_repo(repo: str | None, out: Output) -> str | None:
+    """The run's repo (``hub.repo_id``) from the repo of ``out``'s card, when it is named the registry's way."""
+    return repo.removesuffix(out.repo_suffix) if repo and repo.endswith(out.repo_suffix) else None
+
+
 def _top(recipe: Recipe) -> str:
     """The share of weights each set keeps, in the words of the card's method paragraph."""
     mask = recipe.mask
@@ -376,7 +382,7 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "overlap": overlap,
         "not_a_test": NOT_A_TEST,
         "usage": out.how_to_use(view) + beside(out, view.repo, view.lock),
-        "where_it_loads": out.where_it_loads(view),
+        "where_it_loads": jinja2.Template(out.loaders).render(run_repo=_run_repo(view.repo, out)),
         "repo": view.repo,
         "reproduce_args": sections.reproduce_args(view.repo, view.lock),
         "local_files": sections.local_files(view.lock),
