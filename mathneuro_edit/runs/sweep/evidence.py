@@ -4,8 +4,9 @@
 counts give ``p < alpha`` and its problems are not the selection's, and it names the model it measured by content:
 ``base_identity``); :func:`recipe_from_sweep` applies the setting to a recipe whose base is that model
 (:func:`base_difference`) and whose every key that decides the weights has the sweep's value
-(:func:`release_difference`, the recipe schema's ``RELEASE_KEYS``); :func:`run_from_sweep` runs it, and the lock and
-card record the evidence (:meth:`SweepEvidence.lock_entry`).
+(:func:`release_difference`, the recipe schema's ``RELEASE_KEYS``); :func:`run_from_sweep` runs it, refuses a
+mask that is not the one the confirmation tested (:func:`mask_refusal`: the claim covers only the weights measured),
+and the lock and card record the evidence (:meth:`SweepEvidence.lock_entry`).
 """
 
 from __future__ import annotations
