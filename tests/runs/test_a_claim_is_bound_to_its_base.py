@@ -11,6 +11,7 @@ base or any key that decides the weights differs. Which keys decide is the recip
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import typing
 from pathlib import Path
@@ -34,7 +35,7 @@ from mathneuro_edit.runs.sweep.evidence import (
 )
 from tests._fakehub import fake_hub  # noqa: F401 - the fixture
 from tests._models import save_tiny
-from tests._tiny import write_workspace
+from tests._tiny import arithmetic_problems, write_workspace
 
 from ._sweep_json import release_mask_sha256, valid_sweep
 
@@ -295,25 +296,32 @@ def test_a_mask_the_confirmation_did_not_test_is_refused_with_both_sha256_whole(
         assert words in line, words
 
 
-def test_a_release_whose_mask_is_not_the_confirmation_s_writes_nothing(released, tmp_path: Path) -> None:
+def test_a_data_file_of_the_same_name_with_other_contents_is_refused_and_nothing_is_written(
+    released, tmp_path: Path
+) -> None:
     recipe, sweep = released
     data = json.loads((sweep / "sweep.json").read_text())
-    real = release_mask_sha256(load_recipe(str(recipe)))
-    data["confirmation"]["mask_sha256"] = "f" * 64  # as if its data file had other contents than this one
+    confirmed = release_mask_sha256(load_recipe(str(recipe)))  # the mask the sweep's data gives
+    data["confirmation"]["mask_sha256"] = confirmed
     (sweep / "sweep.json").write_text(json.dumps(data))
+    math = tmp_path / "math.jsonl"  # the recipe's local math file: compared by name before the model loads
+    original = math.read_text()
+    math.write_text("".join(json.dumps(p) + "\n" for p in arithmetic_problems(12, offset=40)))
     out = tmp_path / "release"
     out.mkdir()
     (out / "kept.txt").write_text("an earlier release")
     code, text = _release(recipe, sweep, out=out, overwrite=True)
     assert code == 2, text
     line = _error_line(text)
-    assert (
-        f"this run's mask (sha256 {real}) is not the mask the sweep's confirmation tested (sha256 {'f' * 64})" in line
+    found = re.search(
+        r"this run's mask \(sha256 ([0-9a-f]{64})\) is not the mask the sweep's confirmation tested", line
     )
+    assert found and found.group(1) != confirmed and f"tested (sha256 {confirmed})" in line, line
+    assert "local data files with other contents" in line and "without --from-sweep" in line
     assert sorted(p.name for p in out.iterdir()) == ["kept.txt"]  # the earlier folder as it was
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".release")]  # no temporary folder left
-    data["confirmation"]["mask_sha256"] = real  # the mask the confirmation tested: released
-    (sweep / "sweep.json").write_text(json.dumps(data))
+    math.write_text(original)  # the sweep's data again: the mask the confirmation tested, released
     code, text = _release(recipe, sweep, out=out, overwrite=True)
     assert code == 0, text
-    assert yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())["sweep"]["mask_matches_confirmation"]
+    lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())
+    assert lock["mask_sha256"] == confirmed and lock["sweep"]["mask_matches_confirmation"] is True
