@@ -14,8 +14,9 @@ import pytest
 from mathneuro_edit.layout import LOCK_NAME
 from mathneuro_edit.outputs.checkpoint import output_dtype
 from mathneuro_edit.outputs.common import BASE_ENV, BASE_GGUF_ENV
-from mathneuro_edit.publish import card_sections
-from mathneuro_edit.recipe.io import load_recipe
+from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit
+from mathneuro_edit.publish.lock import build_lock
+from mathneuro_edit.recipe.io import load_recipe, quickstart_recipe
 from mathneuro_edit.weights import gguf_writer
 from mathneuro_edit.weights.gguf_writer import gguf_filename
 
@@ -65,8 +66,12 @@ def test_the_lock_s_file_name_and_where_it_is() -> None:
     assert "`mathneuro_recipe.lock.yaml`" in DOCS["docs/releasing.md"]
     for name, text in DOCS.items():
         assert "lock file below" not in text, name  # the card names the file beside it, never "below"
-    assert "in this folder" in card_sections.lock_sentence("0" * 64, None)
-    assert "in this repo" in card_sections.lock_sentence("0" * 64, "me/x")
+    recipe = quickstart_recipe()
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="m", output_files={})
+    source = CardSource(recipe, lock, summarize_edit({}, model_params=1), lock_sha256="0" * 64)
+    sentence = "The lock file, `mathneuro_recipe.lock.yaml` in this {} (sha256 `" + "0" * 64 + "`), holds this recipe"
+    assert sentence.format("folder") in build_card(source, "checkpoint", base_model_id=None).text
+    assert sentence.format("repo") in build_card(source, "checkpoint", base_model_id=None, repo_id="me/x").text
 
 
 def test_the_base_variables_the_docs_name_are_the_cards() -> None:
