@@ -22,7 +22,13 @@ LINE = re.compile(r"pip install ((?:(?!&&|`|;| \(|#|\n).)+)")
 
 def install_lines() -> list[tuple[str, str]]:
     from mathneuro_edit.evaluation.lm_eval_index import _INSTALL_HINT
-    from mathneuro_edit.publish.card_sections import INSTALL
+    from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit
+    from mathneuro_edit.publish.lock import build_lock
+    from mathneuro_edit.recipe.io import quickstart_recipe
+
+    recipe = quickstart_recipe()
+    lock = build_lock(recipe, base_revision=None, data_records={}, stats_sha256="s", mask_sha256="m", output_files={})
+    card = build_card(CardSource(recipe, lock, summarize_edit({}, model_params=1)), "checkpoint", base_model_id=None)
 
     sources = [
         ROOT / "README.md",
@@ -43,7 +49,7 @@ def install_lines() -> list[tuple[str, str]]:
                 if args.count(quote) % 2:
                     args = args.rstrip(quote).rstrip()
             found.append((str(path.relative_to(ROOT)), args))
-    found += [("card install block", a) for a in LINE.findall(INSTALL)]
+    found += [("card install block", a) for a in LINE.findall(card.text)]  # the template's, rendered
     found += [("lm-eval hint", a) for a in LINE.findall(_INSTALL_HINT)]
     return found
 
