@@ -16,6 +16,7 @@ docs/testing.md ("Decisions at unit speed") lists the break each test was seen f
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,7 +37,16 @@ from mathneuro_edit.runs.sweep.cache import key_sha256
 from mathneuro_edit.runs.sweep.evaluator import _Context, _Evaluator
 from mathneuro_edit.runs.sweep.evidence import _check_controls
 from mathneuro_edit.runs.sweep.problems import format_shots, sweep_problems
-from mathneuro_edit.runs.sweep.procedure import ArmOutcome, format_verdict, paired_test
+from mathneuro_edit.runs.sweep.procedure import (
+    ArmOutcome,
+    Confirmation,
+    confirm,
+    evidence_text,
+    format_verdict,
+    halving_schedule,
+    paired_test,
+    promote,
+)
 
 from ._sweep_json import control_evidence
 
@@ -101,21 +111,26 @@ def test_the_random_control_is_drawn_with_sweep_control_seed_not_mask_seed(monke
     recipe = quickstart_recipe(["mask.seed=11", "sweep.control_seed=29"])
     drawn: list[tuple[str, Any]] = []
 
-    def recipe_masks(recipe_, stats, top_ks, weights, *, method=None, seed=None):  # noqa: ANN001, ANN202
+    stats, weights = object(), {"w": object()}
+
+    def recipe_masks(recipe_, stats_, top_ks, weights_, *, method=None, seed=None):  # noqa: ANN001, ANN202
+        assert recipe_ is recipe and stats_ is stats and weights_ is weights and top_ks == [0.05]
         drawn.append((method, seed))
         return [_Counts({"w": 3})]
 
+    kept: list[Any] = []
     monkeypatch.setattr(confirmation_module, "recipe_masks", recipe_masks)
-    monkeypatch.setattr(confirmation_module, "_variant_mask", lambda mask, keep: mask)
+    monkeypatch.setattr(confirmation_module, "_variant_mask", lambda mask, keep: kept.append(keep) or mask)
     arm = SimpleNamespace(mask=_Counts({"w": 3}))
     candidate = SimpleNamespace(arm=arm, point=SimpleNamespace(top_k=0.05))
-    controls = confirmation_module._control_masks(recipe, {}, None, candidate)
+    controls = confirmation_module._control_masks(recipe, weights, stats, candidate)
     assert [(name, method) for name, method, _ in controls] == [("general-specific", "general"), ("random", "random")]
     assert drawn == [("general", 29), ("random", 29)]
+    assert kept == [{"w"}, {"w"}]  # each control kept to the candidate's matrices (a variant's targets)
     # a control whose counts per matrix differ from the candidate's is refused
     arm.mask = _Counts({"w": 4})
     with pytest.raises(RuntimeError, match="counts per matrix differ"):
-        confirmation_module._control_masks(recipe, {}, None, candidate)
+        confirmation_module._control_masks(recipe, weights, stats, candidate)
 
 
 class _Evaluations:
@@ -132,7 +147,8 @@ class _Evaluations:
 
 
 def test_each_control_s_general_loss_and_kl_are_its_own() -> None:
-    ctx = SimpleNamespace(echo=lambda line: None)
+    lines: list[str] = []
+    ctx = SimpleNamespace(echo=lines.append)
     arm = SimpleNamespace(mask="candidate", scale=2.0)
     general = confirmation_module._general_costs(
         ctx, _Evaluations(), arm, [("general-specific", "general", "gs"), ("random", "random", "rnd")]
@@ -147,6 +163,12 @@ def test_each_control_s_general_loss_and_kl_are_its_own() -> None:
     assert general["random"]["loss_change"] == pytest.approx(14.0 / 5)
     assert general["random"]["loss"] == pytest.approx((30.0 + 2 * 14.0) / 10)
     assert (general["random"]["texts"], general["random"]["tokens"]) == (2, 10)
+    assert general["random"]["loss_change_se"] == pytest.approx(0.0)  # both texts changed alike
+    assert set(general["random"]) == {"texts", "tokens", "loss", "loss_change", "loss_change_se", "kl"}
+    assert lines == [
+        "      general loss and KL of the general-specific control on 2 texts",
+        "      general loss and KL of the random control on 2 texts",
+    ]
 
 
 # ------------------------------------------------------------------------- read_sweep reads the primary verdict
@@ -295,3 +317,147 @@ def test_the_confirmation_s_rounded_edits_store_the_release_dtype(tmp_path: Path
     assert weights == "bfloat16" and set(edits) == {"candidate", "random"}
     assert all(edit.store_dtype == torch.bfloat16 for _, edit in edits.values())
     assert torch.equal(model.weight.detach(), original.to(torch.bfloat16).to(torch.float32))  # the model rounded
+    model, mask = _model_and_mask()
+    same = SimpleNamespace(run=SimpleNamespace(recipe=quickstart_recipe(["outputs.dtype=float32"]), model=model))
+    _, weights = confirmation_module._rounded_edits(same, SimpleNamespace(mask=mask, scale=1.1), [])
+    assert weights is None  # nothing rounded: the arms are measured on the model's own weights
+
+
+# ---------------------------------------------------------------------------------- the evidence in one clause
+
+
+def _outcome(name: str, right: int, forms: tuple[str, ...] | None = None, n: int = 40) -> ArmOutcome:
+    return ArmOutcome(name, (True,) * right + (False,) * (n - right), forms or ("answer",) * n, ("+", "-") * (n // 2))
+
+
+def test_the_evidence_clause_of_each_verdict_names_the_controls_and_what_the_failed_test_could_detect() -> None:
+    """The sweep's recommendation quotes this clause: each format's verdict, accuracy, answer rate and accuracy
+    among answers; each control's test; and, for a format not confirmed, what the test it failed could detect."""
+    probs = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(40)]
+    none, gain, rnd = _outcome("general-specific", 0), _outcome("candidate", 20), _outcome("random", 2)
+    restarts = _outcome("base", 0, ("restart",) * 20 + ("answer",) * 20)
+    arms = [
+        ("recipe's prompt", {"base": _outcome("base", 0), "candidate": gain, "general-specific": none}),
+        ("chat", {"base": restarts, "candidate": gain, "general-specific": none}),
+        ("eq", {"base": _outcome("base", 0), "candidate": gain, "general-specific": _outcome("general-specific", 18)}),
+        ("none", {"base": _outcome("base", 0), "candidate": _outcome("candidate", 2), "general-specific": none}),
+    ]
+    formats = tuple(
+        confirmation_module._format_record(None, label, probs, {**a, "random": rnd}, "general-specific", ALPHA)
+        for label, a in arms
+    )
+    assert [f["verdict"] for f in formats] == ["math-boost", "format-effect", "not-specific", "no-gain"]
+    c = Confirmation(40, (), 0.1, 1.1, 0, 20, 0, 20, 1e-6, True, ALPHA, 0, formats=formats)
+    assert evidence_text(c) == (
+        " [recipe's prompt (40 problems): math-boost, base 0.0% -> 50.0%, answer rate 100.0% -> 100.0%, accuracy among answers 0.0% -> 50.0%; "
+        "vs the general-specific control (0.0%): 20 vs 0, p < 0.001; "
+        "vs the random control (5.0%): 18 vs 0, p < 0.001"
+        " | chat (40 problems): format-effect, base 0.0% -> 50.0%, answer rate 50.0% -> 100.0%, accuracy among answers 0.0% -> 50.0%; "
+        "vs the general-specific control (0.0%): 20 vs 0, p < 0.001; "
+        "vs the random control (5.0%): 18 vs 0, p < 0.001; "
+        "no gain is detectable on 20 problems of which none changed"
+        " | eq (40 problems): not-specific, base 0.0% -> 50.0%, answer rate 100.0% -> 100.0%, accuracy among answers 0.0% -> 50.0%; "
+        "vs the general-specific control (45.0%): 2 vs 0, p = 0.5; "
+        "vs the random control (5.0%): 18 vs 0, p < 0.001; "
+        "no gain is detectable at 80% power on 40 problems of which 5.0% changed"
+        " | none (40 problems): no-gain, base 0.0% -> 5.0%, answer rate 100.0% -> 100.0%, accuracy among answers 0.0% -> 5.0%; "
+        "vs the general-specific control (0.0%): 2 vs 0, p = 0.5; "
+        "vs the random control (5.0%): 0 vs 0, p = 1; "
+        "no gain is detectable at 80% power on 40 problems of which 5.0% changed]"
+    )
+    assert evidence_text(Confirmation(10, (), 0.1, 1.1, 1, 5, 0, 4, 0.12, False, ALPHA, 0)) == ""
+
+
+# ------------------------------------------------------------------------------------------- exact boundaries
+
+
+def test_a_p_value_equal_to_alpha_is_not_significant() -> None:
+    """5 vs 0 discordant: the exact McNemar p is 2 / 2^5 = 0.0625; at alpha 0.0625 it is not below it."""
+    base, cand = _arm("base", [False] * 5), _arm("candidate", [True] * 5)
+    assert paired_test(base, cand, 0.0625)["mcnemar_p"] == 0.0625
+    assert paired_test(base, cand, 0.0625)["passes"] is False
+    assert paired_test(base, cand, math.nextafter(0.0625, 1.0))["passes"] is True
+    assert confirm([False] * 5, [True] * 5, 0.0625) == (0, 5, 0.0625, False)
+    assert confirm([False] * 5, [True] * 5, 0.07) == (0, 5, 0.0625, True)
+
+
+def test_the_rounds_of_successive_halving_at_their_edges() -> None:
+    assert halving_schedule(8, 300, None, 3) == [(8, 300)]
+    assert halving_schedule(8, 300, 300, 3) == [(8, 300)]
+    assert halving_schedule(2, 100, 10, 3) == [(2, 10), (1, 100)]  # two points still halve
+    assert halving_schedule(1, 100, 10, 3) == [(1, 100)]
+    assert halving_schedule(27, 90, 10, 3) == [(27, 10), (9, 30), (3, 90)]  # a round ending on all problems: last
+
+
+def test_a_point_exactly_at_the_budget_continues() -> None:
+    assert promote([30, 34], [0.01, 0.05], 0.05, 1) == [1]
+    assert promote([30, 34], [0.01, math.nextafter(0.05, 1.0)], 0.05, 1) == [0]
+
+
+def test_a_recipe_without_an_evaluation_draws_no_other_worked_examples() -> None:
+    recipe = quickstart_recipe(["evaluation=null", "sweep.confirmation_formats=[{name: eq, n_shot: 2}]"])
+    assert format_shots(recipe) == []
+
+
+def test_the_evidence_clause_reads_each_arm_s_own_rates_and_a_record_s_missing_keys() -> None:
+    probs = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(40)]
+    base = _outcome("base", 4, ("answer",) * 30 + ("restart",) * 10)
+    cand = ArmOutcome("candidate", (True,) * 24 + (False,) * 16, ("answer",) * 36 + ("none",) * 4, ("+", "-") * 20)
+    arms = {"base": base, "candidate": cand, "general-specific": _outcome("general-specific", 6)}
+    f = confirmation_module._format_record(None, "p", probs, arms, "general-specific", ALPHA)
+    c = Confirmation(40, (), 0.1, 1.1, 4, 24, 0, 20, 1e-6, True, ALPHA, 0, formats=(f,))
+    assert evidence_text(c) == (
+        " [p (40 problems): math-boost, base 10.0% -> 60.0%, answer rate 75.0% -> 90.0%, accuracy among answers "
+        "13.3% -> 66.7%; vs the general-specific control (15.0%): 18 vs 0, p < 0.001]"
+    )
+    bare = Confirmation(40, (), 0.1, 1.1, 4, 24, 0, 20, 1e-6, True, ALPHA, 0, formats=({"verdict": "no-gain"},))
+    assert evidence_text(bare) == (
+        " [? (0 problems): no-gain, base 0.0% -> 0.0%, answer rate 0.0% -> 0.0%, accuracy among answers 0.0% -> 0.0%]"
+    )
+
+
+def test_the_test_a_format_failed_is_found_whatever_the_order_of_its_record() -> None:
+    from mathneuro_edit.runs.sweep.procedure import _failed_test
+
+    def t(before: str, answered: bool, after: str = "candidate") -> dict[str, Any]:
+        return {"before": before, "after": after, "answered_only": answered, "n": 9}
+
+    tests = [t("base", True), t("general-specific", True), t("base", False, "general-specific"), t("base", False)]
+    tests.append(t("general-specific", False))
+    assert _failed_test({"verdict": "no-gain", "tests": tests}) is tests[3]
+    assert _failed_test({"verdict": "format-effect", "tests": tests}) is tests[0]
+    assert _failed_test({"verdict": "not-specific", "tests": tests}) is tests[4]
+    assert _failed_test({"verdict": "math-boost", "tests": tests}) is None
+    assert _failed_test({"verdict": "no-gain"}) is None
+    assert _failed_test({"verdict": "no-gain", "tests": ["not a test", t("base", False)]})["before"] == "base"
+
+
+def test_what_a_test_that_did_not_show_a_gain_could_detect() -> None:
+    from mathneuro_edit.runs.sweep.procedure import detectable_text
+
+    assert detectable_text(100, 3, 3, ALPHA) == (
+        "no gain is detectable at 80% power on 100 problems of which 6.0% changed"
+    )
+    assert detectable_text(100, 0, 0, ALPHA) == "no gain is detectable on 100 problems of which none changed"
+    assert detectable_text(800, 5, 14, 0.05) == (
+        "the smallest gain 800 problems detect at 80% power: +1.6 points (2.4% of them changed)"
+    )
+    assert detectable_text(800, 5, 14, 0.01) == (
+        "the smallest gain 800 problems detect at 80% power: +1.8 points (2.4% of them changed)"
+    )
+
+
+def test_the_three_sets_have_their_sizes_and_no_repeated_question(tmp_path: Path) -> None:
+    import json
+
+    shots, selection, confirmation = sweep_problems(_formats_recipe())
+    assert (len(shots), len(selection), len(confirmation)) == (2, 20, 30)
+    path = tmp_path / "probs.jsonl"
+    rows = [{"question": f"q{i % 9}", "answer": f"#### {i % 9}"} for i in range(60)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = quickstart_recipe(
+        [f"evaluation.math={path}", "evaluation.n_shot=1", "sweep.selection_samples=2", "sweep.confirmation_samples=40"]
+    )
+    shots, selection, confirmation = sweep_problems(recipe)
+    questions = [p["question"] for p in confirmation]
+    assert len(questions) == len(set(questions)) == 6  # 9 distinct questions, 3 used before
