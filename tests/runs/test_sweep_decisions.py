@@ -414,6 +414,8 @@ def test_the_evidence_clause_reads_each_arm_s_own_rates_and_a_record_s_missing_k
     assert evidence_text(bare) == (
         " [? (0 problems): no-gain, base 0.0% -> 0.0%, answer rate 0.0% -> 0.0%, accuracy among answers 0.0% -> 0.0%]"
     )
+    empty = Confirmation(40, (), 0.1, 1.1, 4, 24, 0, 20, 1e-6, True, ALPHA, 0, formats=({},))
+    assert evidence_text(empty).startswith(" [? (0 problems): ?, base 0.0% -> 0.0%")
 
 
 def test_the_test_a_format_failed_is_found_whatever_the_order_of_its_record() -> None:
