@@ -4,6 +4,8 @@
 #   scripts/mutation.sh                 # every module below, one after the other (~60 min on 2 cores: a full
 #                                       # calibration run is ~40 of them; the others 2-6 min each, docs/testing.md)
 #   scripts/mutation.sh mask sweep      # some of them
+#   scripts/mutation.sh decisions       # the modules that decide a verdict or what is published, against their
+#                                       # millisecond tests (issue 48; ~55 min on 2 shared cores, 30 of them evidence)
 #   MUTATION_JOBS=1 scripts/mutation.sh consistency
 #   MUTATION_SAMPLE='*[05]' scripts/mutation.sh calibration   # a deterministic 1-in-5 sample (mutant numbers
 #                                                              # ending in 0 or 5), for the modules with slow tests
@@ -35,15 +37,21 @@ declare -A SCOPE=(
   [prompts]="mathneuro_edit/evaluation/prompts.py|tests/evaluation/test_answer_forms.py tests/evaluation/test_eval_prompts.py"
   [rules]="mathneuro_edit/engine/top_k_rule.py mathneuro_edit/util/patterns.py|tests/engine/test_top_k_rule_and_patterns.py"
   [push-routing]="mathneuro_edit/publish/hub.py|tests/publish/test_push_routing.py"
-  [procedure]="mathneuro_edit/runs/sweep/procedure.py mathneuro_edit/runs/sweep/problems.py mathneuro_edit/runs/sweep/confirmation.py|tests/runs/test_sweep_procedure.py tests/runs/test_sweep_decisions.py tests/runs/test_sweep_sets_and_problems.py"
+  [procedure]="mathneuro_edit/runs/sweep/procedure.py mathneuro_edit/runs/sweep/problems.py mathneuro_edit/runs/sweep/confirmation.py|tests/runs/test_sweep_procedure.py tests/runs/test_sweep_decisions.py tests/runs/test_sweep_sets_and_problems.py tests/runs/test_sweep.py"
   [evidence]="mathneuro_edit/runs/sweep/evidence.py|tests/runs/test_sweep_decisions.py tests/runs/test_sweep_boundaries.py tests/runs/test_a_shared_sweep_file_is_data.py tests/runs/test_sweep_sets_and_problems.py"
+  [verify-verdict]="mathneuro_edit/publish/integrity.py mathneuro_edit/runs/release.py|tests/runs/test_verify_verdict.py"
   [card-sets]="mathneuro_edit/runs/card_sets.py|tests/runs/test_card_set_decisions.py"
   [card]="mathneuro_edit/publish/card.py mathneuro_edit/publish/model_index.py mathneuro_edit/publish/card_weights.py mathneuro_edit/publish/base_card.py mathneuro_edit/outputs/gguf.py mathneuro_edit/outputs/checkpoint.py mathneuro_edit/outputs/adapter.py mathneuro_edit/outputs/common.py mathneuro_edit/publish/lock.py mathneuro_edit/publish/lock_policy.py|tests/publish/test_card.py tests/publish/test_lock.py tests/recipe/test_recipe.py"
 )
-ORDER=(mask sweep consistency calibration evaluation card verdict scrub model-index prompts rules push-routing procedure evidence card-sets)
+ORDER=(mask sweep consistency calibration evaluation card verdict scrub model-index prompts rules push-routing procedure evidence card-sets verify-verdict)
+# issue 48's decisions, in one command: scripts/mutation.sh decisions
+DECISIONS=(verdict scrub model-index prompts rules push-routing card-sets verify-verdict procedure evidence)
 
 command -v mutmut >/dev/null || { echo "mutmut not found: pip install -e '.[dev]'" >&2; exit 2; }
-modules=("$@")
+modules=()
+for m in "$@"; do
+  if [ "$m" = decisions ]; then modules+=("${DECISIONS[@]}"); else modules+=("$m"); fi
+done
 [ ${#modules[@]} -eq 0 ] && modules=("${ORDER[@]}")
 for m in "${modules[@]}"; do
   [ -n "${SCOPE[$m]:-}" ] || { echo "unknown module '$m'; choose from: ${ORDER[*]}" >&2; exit 2; }
