@@ -92,3 +92,20 @@ def test_every_failure_is_named_the_mask_first() -> None:
         outputs.verdict_line()
         == "verify: FAILED: checkpoint, adapter differ(s) from the base + mask + scale (details above)"
     )
+
+
+def test_the_check_keeps_what_it_compared_and_the_json_says_every_part() -> None:
+    files = FileCheck.compared("run", {"a": "1", "e": "5", "f": "6"}, {"a": "1", "e": None, "f": None})
+    assert (files.recorded, files.found) == ({"a": "1", "e": None, "f": None}, {"a": "1", "e": "5", "f": "6"})
+    v = _verification(files=files, made_on=CPU, mask_sha256="m" * 64, lock_mask_sha256="m" * 64)
+    assert v.verdict_line().endswith("not checked (the lock records no sha256 of them): e, f")
+    assert v.to_dict() == {
+        "ok": True,
+        "failed": [],
+        "verdict": v.verdict_line(),
+        "devices": {"made_on": CPU, "checked_on": "cpu"},
+        "mask": {"sha256": "m" * 64, "lock_sha256": "m" * 64},
+        "files_checked": {"where": "run", "ok": True, "files": {"a": "match", "e": "unchecked", "f": "unchecked"}},
+        "audits": [],
+    }
+    assert _verification().to_dict()["files_checked"] is None
