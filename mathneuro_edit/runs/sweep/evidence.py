@@ -44,9 +44,16 @@ __all__ = [
 ]
 
 
-def _at(d: Mapping[str, Any], key: str) -> Any:
+def _at(d: Any, key: str) -> Any:
+    """The value at a dotted recipe key, through mappings and lists (``data.general.0.hub_dataset``); ``None`` where
+    the path ends."""
     for part in key.split("."):
-        d = d.get(part) if isinstance(d, Mapping) else None  # type: ignore[assignment]
+        if isinstance(d, Mapping):
+            d = d.get(part)
+        elif isinstance(d, list) and part.isdigit() and int(part) < len(d):
+            d = d[int(part)]
+        else:
+            d = None
     return d
 
 
