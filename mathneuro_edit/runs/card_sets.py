@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InputError
 from ..outputs.adapter import adapter_base
-from ..recipe.io import recipe_from_dict
+from ..recipe.io import recipe_fields, recipe_from_dict
 from ..recipe.schema import Recipe, recipe_sha256
 
 __all__ = ["CARD_KEYS", "check_card_sets", "apply_card_sets"]
@@ -39,6 +40,31 @@ def _key(item: str) -> str:
     return item.partition("=")[0].strip()
 
 
+_SOURCE = re.compile(r"^(data|evaluation)\.(math|general(\.\d+)?)\.")
+
+
+def _close_card_key(key: str) -> str | None:
+    """The card key ``key`` most likely mistypes (``difflib``), among :data:`CARD_KEYS` and the ``hub_dataset``
+    of a source (``key``'s own: ``data.general.0.hub_datset`` -> ``data.general.0.hub_dataset``); ``None``."""
+    own = _SOURCE.match(key)
+    keys = [*CARD_KEYS, "data.math.hub_dataset", "evaluation.math.hub_dataset"]
+    keys += [own.group(0) + "hub_dataset"] if own else []
+    close = difflib.get_close_matches(key, keys, 1)
+    return close[0] if close else None
+
+
+def _is_recipe_key(key: str) -> bool:
+    """Whether ``key`` names a recipe key or section (a source's keys as ``source.*``, as
+    :func:`~mathneuro_edit.recipe.io.recipe_fields` lists them), or a value within one (a map's entry)."""
+    key = _SOURCE.sub("source.", key)
+    return any(k == key or k.startswith(key + ".") or key.startswith(k + ".") for k in _recipe_keys())
+
+
+@functools.cache
+def _recipe_keys() -> tuple[str, ...]:
+    return tuple(row[0] for row in recipe_fields())
+
+
 def check_card_sets(sets: Sequence[str]) -> list[str]:
     """``sets`` when every key is one a card may change (:data:`CARD_KEYS`, a source's ``hub_dataset``).
 
@@ -49,16 +75,16 @@ def check_card_sets(sets: Sequence[str]) -> list[str]:
         key = _key(item)
         if key in CARD_KEYS or _HUB_DATASET.match(key):
             continue
-        if _WEIGHT_KEYS.search(key):
+        close = _close_card_key(key)
+        if _WEIGHT_KEYS.search(key) and not (close and not _is_recipe_key(key)):  # a typo is told first
             redacted = "; a base the lock redacted is given back with --base PATH" if key == "base.model" else ""
             raise InputError(
                 f"card --set {key}: would change the weights, which the run computed with the recorded value; "
                 f"a card only describes them: re-run the recipe with --set {item} (mathneuro-edit run){redacted}"
             )
-        close = difflib.get_close_matches(key, [*CARD_KEYS, "data.math.hub_dataset", "evaluation.math.hub_dataset"], 1)
         raise InputError(
             f"card --set {key}: not a card setting"
-            + (f", did you mean {close[0]!r}?" if close else "")
+            + (f", did you mean {close!r}?" if close else "")
             + f" (a card may change {', '.join(CARD_KEYS)} and a source's hub_dataset)"
             + ("" if close else f"; re-run the recipe with --set {item} to change it")
         )

@@ -99,6 +99,31 @@ def test_base_model_is_given_back_with_base_and_other_keys_get_a_suggestion() ->
             check_card_sets([near_miss])
 
 
+@pytest.mark.parametrize(
+    ("item", "meant"),
+    [
+        ("data.math.hub_datset=openai/gsm8k", "data.math.hub_dataset"),
+        ("data.general.0.hub_datset=x/y", "data.general.0.hub_dataset"),
+        ("data.general.hub_datset=x/y", "data.general.hub_dataset"),
+        ("base.hub_revison=abc", "base.hub_revision"),
+    ],
+)
+def test_a_mistyped_card_key_under_a_weights_section_gets_the_suggestion_first(item: str, meant: str) -> None:
+    key = item.partition("=")[0]
+    with pytest.raises(InputError) as e:
+        check_card_sets([item])
+    assert str(e.value) == (
+        f"card --set {key}: not a card setting, did you mean {meant!r}? (a card may change hub.repo_id, "
+        "hub.private, hub.revision, base.hub_id, base.hub_revision and a source's hub_dataset)"
+    )
+
+
+@pytest.mark.parametrize("key", ["base.revision", "data.math.path", "data.general.0.template", "mask.top_k.default"])
+def test_a_real_weights_key_close_to_a_card_key_is_still_refused_as_weights(key: str) -> None:
+    with pytest.raises(InputError, match=rf"^card --set {key}: would change the weights"):
+        check_card_sets([f"{key}=1"])
+
+
 def test_a_hub_origin_is_refused_where_the_gguf_records_another() -> None:
     lock, named = _lock(GGUF), _lock(GGUF, "base.hub_id=me/base")
     cases = [
