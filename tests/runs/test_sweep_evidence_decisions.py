@@ -53,6 +53,8 @@ def test_the_gist_of_a_recommendation() -> None:
     assert ev._gist("x" * 300) == "x" * 300  # at the limit: whole
     assert ev._gist("x" * 301) == "x" * 296 + " ..."  # one word longer than the limit: cut, marked
     assert ev._gist("a " + "(" * 9 + "x" + ")" * 9) == "a ()"  # 8 rounds of innermost groups, no more
+    assert ev._gist("aa bb cc dd", 9) == "aa bb ..."  # cut at the last space that leaves room for " ..."
+    assert ev._gist("a bcdefghij", 9) == "a ..."
     # only the first 4000 characters are read: a group closed after them stays (and is cut between words)
     assert ev._gist("ab (" + "x" * 3996 + ")") == "ab ..."
 
@@ -77,6 +79,10 @@ def test_a_point_s_numbers_and_its_maps() -> None:
     assert ev._point(point, "w") is point
     with pytest.raises(InputError, match=r"^w\.general_kl: must be a finite number >= 0"):
         ev._point({"general_kl": -1}, "w")
+    with pytest.raises(InputError, match=r"^w\.general_kl: must be a finite number >= 0"):
+        ev._point({"top_k": {"default": 0.05}, "general_kl": -1}, "w")  # the keys after a map are checked
+    with pytest.raises(InputError, match=r"^w\.top_k: must be a number in \(0, 1\]"):
+        ev._point({"top_k": {"default": 2}}, "w")  # a top_k map's values are fractions
 
 
 def test_a_setting_s_values() -> None:
@@ -323,8 +329,11 @@ def test_the_confirmed_variant_is_the_recipe_s_own_and_its_replaced_file_s_origi
     )
     assert (out.data.general[0].path, out.data.general[0].hub_dataset) == ("h.jsonl", None)
     for named in ({"variant": "nope", "variant_set": []}, {"variant": "other", "variant_set": []}):
-        with pytest.raises(InputError, match=r"^W: the sweep confirmed variant"):
+        with pytest.raises(InputError, match=r"^W: the sweep confirmed variant .*sweep\.variants \(other, both\) "):
             recipe_from_sweep(recipe, _evidence(recipe, **named), "W", base={"gguf_sha256": A})
+    plain = quickstart_recipe()
+    with pytest.raises(InputError, match=r"sweep\.variants \(it has none\) "):
+        recipe_from_sweep(plain, _evidence(plain, variant="other"), base={"gguf_sha256": A})
 
 
 def test_a_setting_the_recipe_refuses_is_named_where_it_is() -> None:
