@@ -106,6 +106,7 @@ def test_base_model_is_given_back_with_base_and_other_keys_get_a_suggestion() ->
         ("data.general.0.hub_datset=x/y", "data.general.0.hub_dataset"),
         ("data.general.hub_datset=x/y", "data.general.hub_dataset"),
         ("base.hub_revison=abc", "base.hub_revision"),
+        ("evaluation.mth.hub_dataset=x/y", "evaluation.math.hub_dataset"),
     ],
 )
 def test_a_mistyped_card_key_under_a_weights_section_gets_the_suggestion_first(item: str, meant: str) -> None:
@@ -118,7 +119,18 @@ def test_a_mistyped_card_key_under_a_weights_section_gets_the_suggestion_first(i
     )
 
 
-@pytest.mark.parametrize("key", ["base.revision", "data.math.path", "data.general.0.template", "mask.top_k.default"])
+@pytest.mark.parametrize(
+    "key",
+    # each close to a card key (difflib), but a recipe key, a section or a value within one
+    [
+        "base.revision",
+        "data.math.path",
+        "data.general.0.template",
+        "mask.top_k.default",
+        "data.math",
+        "data.math.path.x",
+    ],
+)
 def test_a_real_weights_key_close_to_a_card_key_is_still_refused_as_weights(key: str) -> None:
     with pytest.raises(InputError, match=rf"^card --set {key}: would change the weights"):
         check_card_sets([f"{key}=1"])
