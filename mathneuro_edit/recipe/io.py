@@ -239,8 +239,8 @@ def recipe_fields() -> list[tuple[str, str, Any, str]]:
     ``data.math``, ``data.general``, ``evaluation.math``, ``evaluation.general``) are listed as ``source.*``.
 
     Example:
-        >>> ("edit.scale", "float | null", None, "multiply selected weights by this (paper: 1.1)") in recipe_fields()
-        True
+        >>> next(row for row in recipe_fields() if row[0] == "edit.prune")[:3]
+        ('edit.prune', 'bool', False)
     """
     rows: list[tuple[str, str, Any, str]] = []
 

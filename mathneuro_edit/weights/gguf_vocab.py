@@ -236,15 +236,6 @@ def chat_template_problem(config: dict[str, Any]) -> str | None:
         >>> chat_template_problem({"chat_template": "{% if %}"})[:45]
         'chat_template is not a Jinja template llama.c'
     """
-    from jinja2 import TemplateSyntaxError
-
-    try:  # transformers' own environment: its `generation` tag and loop controls are templates' too
-        from transformers.utils.chat_template_utils import _compile_jinja_template as compile_template
-    except ImportError:  # pragma: no cover - an older transformers: plain Jinja with loop controls
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        compile_template = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).from_string
-
     value = config.get("chat_template")
     if value is None:
         return None
@@ -259,6 +250,15 @@ def chat_template_problem(config: dict[str, Any]) -> str | None:
         templates = [("chat_template", value)]
     else:
         return f"chat_template is {repr(value)[:40]}, not a template (text)"
+    # imported only when there is a template: transformers costs a GGUF export ~20 MB of peak memory otherwise
+    from jinja2 import TemplateSyntaxError
+
+    try:  # transformers' own environment: its `generation` tag and loop controls are templates' too
+        from transformers.utils.chat_template_utils import _compile_jinja_template as compile_template
+    except ImportError:  # pragma: no cover - an older transformers: plain Jinja with loop controls
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        compile_template = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).from_string
     for what, text in templates:
         try:
             compile_template(text)

@@ -318,12 +318,19 @@ def test_refusals_are_one_clear_line(tmp_path) -> None:
     chars = save_tiny(tmp_path / "llama-chars", "llama")  # a character BPE: llama.cpp would mis-tokenize it
     with pytest.raises(InputError, match="only byte-level BPE tokenizers"):
         check_gguf(chars, "F16")
-    with pytest.raises(InputError, match="Q6_K"):
+    with pytest.raises(InputError, match="Q6_K"):  # llama.cpp's quantizer makes it, never the gguf package
         write_gguf(chars, tmp_path / "x.gguf", "Q6_K")
     with pytest.raises(ValueError, match="gguf is written from the checkpoint"):
         OutputsConfig(checkpoint=False, adapter=True, gguf="F16")
-    # the recipe accepts exactly the types write_gguf writes, plus "base" (a GGUF base's own type, resolved first)
-    assert set(OutputsConfig.model_fields["gguf"].annotation.__args__[0].__args__) == {*GGUF_TYPES, "base"}
+    # the recipe accepts exactly the types write_gguf writes, llama.cpp's quantizer's, and "base" (a GGUF base's
+    # own type, resolved first)
+    from typing import get_args
+
+    from mathneuro_edit.recipe.edit_sections import GgufType
+    from mathneuro_edit.weights.gguf_quantize import LLAMA_CPP_TYPES
+
+    accepted = {v for part in get_args(GgufType) for v in get_args(part)}
+    assert accepted == {*GGUF_TYPES, *LLAMA_CPP_TYPES, "base"}
 
 
 def test_cli_export_gguf(tmp_path) -> None:
@@ -347,7 +354,7 @@ def test_cli_export_gguf(tmp_path) -> None:
     assert res.exit_code == 0, res.output
     assert gguf_file_type(tmp_path / "out" / "model-Q8_0.gguf") == "Q8_0"
     assert verify(tmp_path / "out", base, Mask.load(tmp_path / "m.mask.safetensors"), 1.1).ok
-    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "bad"), "--gguf", "Q6_K"])
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "bad"), "--gguf", "Q7_K"])  # no such type
     assert res.exit_code == 2 and "outputs.gguf" in res.output and len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "bad").exists()
 

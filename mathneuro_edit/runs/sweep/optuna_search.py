@@ -76,16 +76,17 @@ def band_edges(n_layers: int, bands: int) -> list[tuple[int, int]]:
 def promoted(value: float, others: Sequence[float], eta: int) -> bool:
     """Whether a trial whose gain at a cut is ``value`` goes on, among the finished trials' gains at that cut
     (``others``): with fewer than ``eta`` of them it goes on (too few to rank); else it must be among the best
-    ``1/eta`` of all (ties go on). The grid's successive halving keeps the best ``1/eta`` of a round the same way.
+    ``ceil(n / eta)`` of all ``n`` (ties go on), as the grid's successive halving keeps ``ceil(points / eta)`` of a
+    round (:func:`~mathneuro_edit.runs.sweep.procedure.halving_schedule`).
 
     Example:
-        >>> promoted(0.0, [0.1], 3), promoted(0.05, [0.1, 0.0, -0.1], 3), promoted(0.0, [0.1, 0.0, -0.1], 3)
+        >>> promoted(0.0, [0.1], 3), promoted(0.05, [0.1, 0.0, -0.1], 3), promoted(-0.05, [0.1, 0.0, -0.1], 3)
         (True, True, False)
     """
     if len(others) < eta:
         return True
     ranked = sorted([*others, value], reverse=True)
-    return value >= ranked[max(1, len(ranked) // eta) - 1]
+    return value >= ranked[-(-len(ranked) // eta) - 1]
 
 
 def study_target(stored: int | None, configured: int, more: int) -> int:

@@ -130,7 +130,8 @@ def _optuna(
         import optuna  # noqa: F401
     except ImportError:
         raise InputError(
-            "sweep.search: optuna needs the optuna package: pip install 'mathneuro-edit[search]'"
+            "sweep.search: optuna needs the optuna package (5.0 or later): pip install -e '.[search]' in a "
+            "checkout, else pip install optuna"
         ) from None
     from .optuna_search import run_optuna_search
 
