@@ -63,6 +63,15 @@ def test_a_running_stage_says_so_until_the_next_starts_and_the_block_ends() -> N
 
 
 def test_run_off_a_terminal_prints_progress_lines(monkeypatch, tmp_path: Path) -> None:
+    import mathneuro_edit.runs.pipeline as pipeline
+
+    calibrate = pipeline.calibrate_step
+
+    def slow_calibrate(run):  # one stage surely longer than the interval: a warm organism run is faster than it
+        time.sleep(0.5)
+        return calibrate(run)
+
+    monkeypatch.setattr(pipeline, "calibrate_step", slow_calibrate)
     monkeypatch.setenv(PROGRESS_ENV, "0.2")
     result = CliRunner().invoke(main, ["run", *SMALL, "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output

@@ -107,9 +107,14 @@ def test_llama_cpp_and_gguf_read_it_back(edited) -> None:
     assert gguf_file_type(path) == "Q4_K_M"
     types = {t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
     assert "Q4_K" in types and "Q6_K" in types  # Q4_K_M: most matrices Q4_K, some Q6_K
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=32, n_threads=1, verbose=False)
+    # logits_all: every position's row of scores is filled (without it only the last one; the others are
+    # uninitialized memory); an F32 KV cache, as test_gguf.py's llama.cpp loads
+    llm = llama_cpp.Llama(
+        model_path=str(path), n_ctx=32, n_threads=1, logits_all=True, verbose=False, seed=0, type_k=0, type_v=0
+    )
     llm.eval([1, 5, 9])
-    assert np.isfinite(np.array(llm.scores[:3])).all()
+    scores = np.array(llm.scores[:3])
+    assert np.isfinite(scores).all() and (scores.std(axis=1) > 0).all()
 
 
 def test_survival_equals_an_independent_count(edited) -> None:
