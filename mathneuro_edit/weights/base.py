@@ -55,11 +55,7 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
     try:
         return Path(snapshot_download(str(base), revision=revision, ignore_patterns=[*ignore, "consolidated*"]))
     except Exception as e:  # network, auth, missing repo: one clear line
-        why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
-        raise InputError(
-            f"base: cannot get {str(base)!r} from the Hugging Face Hub ({why}); check the id, your "
-            "network and HF_TOKEN, or pass a local folder"
-        ) from None
+        raise _hub_failure(str(base), e) from None
 
 
 def resolve_model_path(model: str | Path) -> str:
@@ -135,11 +131,7 @@ def hub_commit(repo_id: str, revision: str | None = None) -> str:
     try:
         path = Path(hf_hub_download(repo_id, "config.json", revision=revision))
     except Exception as e:  # network, auth, missing repo: one clear line
-        why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
-        raise InputError(
-            f"base: cannot get {repo_id!r} from the Hugging Face Hub ({why}); check the id, your "
-            "network and HF_TOKEN, or pass a local folder"
-        ) from None
+        raise _hub_failure(repo_id, e) from None
     commit = resolved_revision(path.parent)
     if commit is None:
         raise InputError(f"base: {repo_id!r}: the Hub cache gave no commit for {revision or 'main'}; pass a commit")
@@ -149,3 +141,12 @@ def hub_commit(repo_id: str, revision: str | None = None) -> str:
 def resolved_revision(folder: Path) -> str | None:
     """The commit of a Hub snapshot folder (``.../snapshots/<sha>``), else ``None`` (a local base)."""
     return folder.name if folder.parent.name == "snapshots" else None
+
+
+def _hub_failure(repo_id: str, e: Exception) -> InputError:
+    """The one line a base the Hub could not give gets (the snapshot or, for its commit, its config.json)."""
+    why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+    return InputError(
+        f"base: cannot get {repo_id!r} from the Hugging Face Hub ({why}); check the id, your "
+        "network and HF_TOKEN, or pass a local folder"
+    )
