@@ -188,24 +188,7 @@ class SweepEvidence:
                     for k in ("math_correct", "math_total", "mcnemar_p", "holm_p", "general_kl")
                 },
             },
-            "confirmation": {
-                k: c.get(k)
-                for k in (
-                    "n",
-                    "base_correct",
-                    "edited_correct",
-                    "base_only",
-                    "edited_only",
-                    "mcnemar_p",
-                    "alpha",
-                    "confirmed",
-                    "mask_sha256",
-                    "problems_sha256",
-                    "verdict",
-                    "weights_dtype",
-                    "general",
-                )
-            }
+            "confirmation": {k: c.get(k) for k in _CONFIRMATION_KEYS}
             | {"compute_dtype": c.get("compute_dtype") or recipe_compute_dtype(self.recipe)},
             "controls": [
                 {k: x.get(k) for k in ("name", "method", "seed", "selected", "mask_sha256", "general")}
@@ -217,7 +200,11 @@ class SweepEvidence:
         }
 
 
-# what the lock and the card keep of an arm (its per-problem data stays in the sweep folder)
+# what the lock and the card keep of a confirmation and of an arm (their per-problem data stays in the sweep folder)
+_CONFIRMATION_KEYS = (
+    "n base_correct edited_correct base_only edited_only mcnemar_p alpha confirmed mask_sha256 problems_sha256 verdict "
+    "weights_dtype general"
+).split()
 _ARM_KEYS = ("n", "correct", "answered", "restarts", "no_number", "correct_among_answers")
 
 
@@ -278,16 +265,7 @@ MAX_PROBLEMS = 20_000  # problems of a selection or a confirmation (the recipe's
 MAX_POINTS = 10_000  # grid points of one sweep
 _SHA = re.compile(r"[0-9a-f]{64}")
 _POINT_NUMBERS = (
-    "top_k",
-    "scale",
-    "selected",
-    "math_correct",
-    "math_total",
-    "math_accuracy",
-    "mcnemar_p",
-    "holm_p",
-    "general_kl",
-    "general_loss",
+    "top_k scale selected math_correct math_total math_accuracy mcnemar_p holm_p general_kl general_loss".split()
 )
 
 
@@ -545,15 +523,11 @@ def _chosen_point(
 def _base_correct(path: Path, sel: Mapping[str, Any], n_selection: int) -> Any:
     """The base's correct count on the selection (``None`` in older files), within the selection's size."""
     base = sel.get("base") if isinstance(sel.get("base"), dict) else {}
-    base_correct = base.get("math_correct")
-    if base_correct is not None and (
-        isinstance(base_correct, bool) or not isinstance(base_correct, int) or not 0 <= base_correct <= n_selection
-    ):
-        raise InputError(
-            f"{path}: selection.base.math_correct: must be an integer in [0, {n_selection}], got "
-            f"{_shown(base_correct)}; the file was edited: re-run the sweep"
-        )
-    return base_correct
+    return (
+        None
+        if base.get("math_correct") is None
+        else _count(base, "math_correct", n_selection, f"{path}: selection.base")
+    )
 
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")

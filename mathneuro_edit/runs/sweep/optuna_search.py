@@ -33,13 +33,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from ...data.sources import load_set, problem_sha256
+from ...data.sources import problem_sha256
 from ...engine.edit_map import COMPONENTS, matrix_place, show_setting
 from ...errors import InputError
-from ...layout import OPTUNA_PNGS, OPTUNA_STUDY, STATS_DIR, SWEEP_CSV, SWEEP_JSON
+from ...layout import OPTUNA_PNGS, OPTUNA_STUDY, STATS_DIR
 from ...recipe.schema import Recipe
 from ...util.console import Stages
-from ...util.files import write_text_atomic
 from ...util.outdir import claim
 from ...weights.loading import model_weights
 from ..inspect import pyplot, save_figure
@@ -50,11 +49,10 @@ from ..steps.record import RunRecord
 from .cache import key_sha256
 from .calibration import _group_statistics, _set_count
 from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
-from .grid import _Arm, _Grid, _sweep_point, _variants
-from .problems import sweep_problems
+from .grid import _Arm, _sweep_point
 from .procedure import halving_schedule, pareto_front, with_holm
-from .result import SweepResult, _strict
-from .stages import _candidate, _confirm_stage, _open_folder, _result
+from .result import SweepResult
+from .stages import _base_stage, _candidate, _confirm_stage, _inputs, _open_folder, _result, _write
 
 __all__ = ["run_optuna_search", "SearchSpace", "band_edges", "promoted", "study_target", "STUDY_NAME"]
 
@@ -309,13 +307,8 @@ def run_optuna_search(
     :func:`~.search.run_sweep`): load, calibrate, one mask per top_k value, the base, the trials (resumed from
     the folder's study), then the candidate's confirmation; writes ``sweep.json``, ``sweep.csv`` and the plots."""
     _check(recipe)
-    ev, sw = recipe.evaluation, recipe.sweep
-    assert ev is not None
-    grid = _Grid(_variants(recipe), [])
-    shots, selection, confirmation_problems = sweep_problems(recipe)
-    texts, _ = load_set(ev.general, sw.general_samples or ev.samples, ev.seed)
-    if ev.lm_eval is not None:
-        echo("      evaluation.lm_eval is not run by a sweep (run it on the release)")
+    sw = recipe.sweep
+    grid, shots, selection, confirmation_problems, texts = _inputs(recipe, echo)
     stages = Stages(stage_count(recipe, ("load", "mask")) + _set_count(grid.variants) + 3, echo)
     with claim(out):
         cache = _open_folder(out)
@@ -330,11 +323,7 @@ def run_optuna_search(
         space = search_space(recipe, list(next(iter(by_value.values()))), top_ks, scales)
         evaluator = _Evaluator(ctx, shots, texts)
         cuts = [end for _, end in halving_schedule(1 << 30, len(selection), sw.first_round, sw.eta)]
-        stages.start(f"the base on {len(selection)} selection problems and {len(texts)} general texts")
-        base_sel: list[bool] = []
-        for a, b in _blocks(0, len(selection), cuts):
-            base_sel += evaluator.math(selection[a:b])
-        base_general = evaluator.base_general()
+        base_sel, base_general = _base_stage(evaluator, selection, cuts, stages)
         search = _Search(ctx, evaluator, space, by_value, selection, base_sel, cuts)
         measures = _measures(evaluator, by_value, selection, cuts)
         study = _open_study(out, sw.search_seed, space, _Halving(cuts[:-1], sw.eta), measures)
@@ -355,7 +344,8 @@ def run_optuna_search(
         result = _result(recipe, grid, points, (base_sel, base_general), decided, selection, rounds, len(texts))
         result.base_identity = identity
         result.search = _search_record(study, space, trials, target)
-        _write(out, result, study)
+        _write(out, result)
+        _plots(out, result, study)
         stages.note(f"cache: {cache.hits} blocks reused, {cache.misses} computed")
     return result
 
@@ -422,13 +412,6 @@ def _search_record(study: Any, space: SearchSpace, trials: list[Any], target: in
         },
         "trial_numbers": [t.number for t in trials],
     }
-
-
-def _write(out: Path, result: SweepResult, study: Any) -> None:
-    """``sweep.csv``, ``sweep.json`` (strict JSON) and Optuna's plots (when matplotlib is there)."""
-    write_text_atomic(out / SWEEP_CSV, result.to_csv())
-    write_text_atomic(out / SWEEP_JSON, json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
-    _plots(out, result, study)
 
 
 def _plots(out: Path, result: SweepResult, study: Any) -> list[Path]:

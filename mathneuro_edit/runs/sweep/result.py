@@ -96,29 +96,9 @@ class SweepResult:
         buf = io.StringIO()
         w = csv.writer(buf)
         w.writerow(
-            [
-                "variant",
-                "round",
-                "top_k",
-                "scale",
-                "selected",
-                "math_accuracy",
-                "math_correct",
-                "math_total",
-                "math_ci95_low",
-                "math_ci95_high",
-                "mcnemar_p",
-                "holm_p",
-                "significant",
-                "general_loss",
-                "general_loss_se",
-                "loss_change",
-                "loss_change_se",
-                "general_kl",
-                "pareto",
-                "candidate",
-                "confirmed",
-            ]
+            "variant round top_k scale selected math_accuracy math_correct math_total math_ci95_low math_ci95_high "
+            "mcnemar_p holm_p significant general_loss general_loss_se loss_change loss_change_se general_kl pareto "
+            "candidate confirmed".split()
         )
         c = self.confirmation
         for i, p in enumerate(self.points):
@@ -203,26 +183,16 @@ class SweepResult:
                     f"{detectable_text(c.n, c.base_only, c.edited_only, c.alpha)})",
                 ]
             )
-        head = [
-            "variant",
-            "top_k",
-            "scale",
-            "weights",
-            "n",
-            "math (95% CI)",
-            "gain (pp)",
-            "p",
-            "Holm p",
-            "general KL",
-            "mark",
-        ]
         legend = (
             "gain: percentage points over the base on the same n problems; p: exact McNemar vs the base; "
             "general KL -: not needed (ranked out by its math counts before its KL could matter); "
             "mark *: Pareto front (no point has both a higher gain over the base on its problems and a lower KL), "
             "?: the candidate"
         )
-        return table(head, rows, right={3, 4, 6, 7, 8, 9}) + "\n" + legend
+        return table(_HEAD, rows, right={3, 4, 6, 7, 8, 9}) + "\n" + legend
+
+
+_HEAD = ["variant", "top_k", "scale", "weights", "n", "math (95% CI)", "gain (pp)", "p", "Holm p", "general KL", "mark"]
 
 
 def _kl_text(kl: float) -> str:
@@ -351,12 +321,9 @@ def _draw_points(
 def _draw_front(ax: Any, result: SweepResult, merit: list[float]) -> None:
     """The Pareto front joined by a line and ringed, and the recommended point named."""
     front = sorted(result.front, key=lambda i: result.points[i].general_kl)
-    for style in ("line", "rings"):
-        fx, fy = [result.points[i].general_kl for i in front], [merit[i] for i in front]
-        if style == "line":
-            ax.plot(fx, fy, "-", color="red", lw=1, alpha=0.6, zorder=2)
-        else:
-            ax.scatter(fx, fy, s=110, facecolors="none", edgecolors="red", linewidths=1, zorder=2)
+    fx, fy = [result.points[i].general_kl for i in front], [merit[i] for i in front]
+    ax.plot(fx, fy, "-", color="red", lw=1, alpha=0.6, zorder=2)
+    ax.scatter(fx, fy, s=110, facecolors="none", edgecolors="red", linewidths=1, zorder=2)
     if result.best is not None:
         ax.annotate(
             "recommended",

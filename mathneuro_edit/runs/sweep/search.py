@@ -25,21 +25,18 @@ functions of the counts): :mod:`.procedure`; from a confirmed sweep to a release
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...data.sources import load_set
 from ...engine.apply import check_scale
 from ...engine.top_k_rule import top_k_hint
 from ...errors import InputError
-from ...layout import STATS_DIR, SWEEP_CSV, SWEEP_JSON, SWEEP_MARKER, SWEEP_PNG
+from ...layout import STATS_DIR, SWEEP_JSON, SWEEP_MARKER, SWEEP_PNG
 from ...recipe.io import as_recipe
 from ...recipe.schema import Recipe
 from ...recipe.types import check_top_k
 from ...util.console import Stages
-from ...util.files import write_text_atomic
 from ...util.outdir import claim
 from ...weights.loading import model_weights
 from ..official_mask import refuse_official
@@ -49,15 +46,10 @@ from ..steps.mask import Statistics, load_step, recipe_masks
 from ..steps.record import RunRecord
 from .calibration import _group_statistics, _set_count
 from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
-from .grid import _arms, _Grid, _sweep_point, _variants
-from .problems import sweep_problems
-from .procedure import (
-    halving_schedule,
-    promote,
-    with_holm,
-)
-from .result import SweepResult, _plot, _strict
-from .stages import _candidate, _confirm_stage, _is_regular, _open_folder, _result
+from .grid import _arms, _Grid, _sweep_point
+from .procedure import halving_schedule, promote, with_holm
+from .result import SweepResult, _plot
+from .stages import _base_stage, _candidate, _confirm_stage, _inputs, _is_regular, _open_folder, _result, _write
 
 __all__ = ["run_sweep", "check_sweep_folder", "DEFAULT_TOP_KS", "DEFAULT_SCALES"]
 
@@ -182,11 +174,7 @@ def _select(
     sw, arms = ctx.run.recipe.sweep, grid.arms
     schedule = halving_schedule(len(arms), len(selection), sw.first_round, sw.eta)
     cuts = [end for _, end in schedule]
-    stages.start(f"the base on {len(selection)} selection problems and {len(evaluator.texts)} general texts")
-    base_sel: list[bool] = []
-    for a, b in _blocks(0, len(selection), cuts):
-        base_sel += evaluator.math(selection[a:b])
-    base_general = evaluator.base_general()
+    base_sel, base_general = _base_stage(evaluator, selection, cuts, stages)
     stages.note(f"math {sum(base_sel)}/{len(base_sel)}; cache {ctx.cache.hits} reused, {ctx.cache.misses} computed")
     stages.start(
         f"select among {len(arms)} points in {len(schedule)} round{'s' if len(schedule) > 1 else ''} "
@@ -242,13 +230,6 @@ def _rounds(
     return rounds
 
 
-def _write(out: Path, result: SweepResult) -> None:
-    """``sweep.csv``, ``sweep.json`` (strict JSON: no NaN) and ``sweep.png``, each written atomically."""
-    write_text_atomic(out / SWEEP_CSV, result.to_csv())
-    write_text_atomic(out / SWEEP_JSON, json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
-    _plot(result, out / SWEEP_PNG)
-
-
 def run_sweep(
     recipe: Recipe | str | Path,
     out_dir: str | Path,
@@ -295,16 +276,12 @@ def run_sweep(
     refuse_official(recipe, "sweep")  # its masks come from float32 statistics
     if recipe.evaluation is None:
         raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
-    ev, sw = recipe.evaluation, recipe.sweep
+    sw = recipe.sweep
     top_ks, scales = _grid_settings(recipe, top_ks, scales)
     check_sweep_folder(out := Path(out_dir), overwrite)
     if sw.search == "optuna" or more_trials:
         return _optuna(recipe, out, top_ks, scales, more_trials, progress, echo)
-    grid = _Grid(_variants(recipe), [])
-    shots, selection, confirmation_problems = sweep_problems(recipe)  # a bad source fails before calibration
-    texts, _ = load_set(ev.general, sw.general_samples or ev.samples, ev.seed)
-    if ev.lm_eval is not None:
-        echo("      evaluation.lm_eval is not run by a sweep (run it on the release)")
+    grid, shots, selection, confirmation_problems, texts = _inputs(recipe, echo)
     # the run's load and mask steps, one calibration line per distinct set, then the sweep's own stages
     n = stage_count(recipe, ("load", "mask")) + _set_count(grid.variants) + len(_OWN_STAGES)
     stages = Stages(n, echo)
@@ -326,5 +303,6 @@ def run_sweep(
         result = _result(recipe, grid, points, (base_sel, base_general), decided, selection, rounds, len(texts))
         result.base_identity = identity
         _write(out, result)
+        _plot(result, out / SWEEP_PNG)
         stages.note(f"cache: {cache.hits} blocks reused, {cache.misses} computed")
     return result

@@ -4,24 +4,27 @@ stage (:mod:`.confirmation`, unchanged) and the :class:`~.result.SweepResult`.""
 
 from __future__ import annotations
 
+import json
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...data.sources import problem_sha256
+from ...data.sources import load_set, problem_sha256
 from ...engine.edit_map import show_setting
 from ...evaluation.significance import wilson_interval
-from ...layout import SWEEP_MARKER
+from ...layout import SWEEP_CSV, SWEEP_JSON, SWEEP_MARKER
 from ...recipe.schema import Recipe, recipe_sha256
 from ...util.console import Stages
-from ...util.files import write_json_atomic
+from ...util.files import write_json_atomic, write_text_atomic
 from ..steps.mask import Statistics
 from .cache import ResultCache
 from .confirmation import _Candidate, _confirm, _control_masks
-from .evaluator import _Context, _Evaluator, _general_result
-from .grid import _Grid
+from .evaluator import _blocks, _Context, _Evaluator, _general_result
+from .grid import _Grid, _variants
+from .problems import sweep_problems
 from .procedure import Confirmation, SweepPoint, pareto_front, recommend, select_candidate
-from .result import SweepResult
+from .result import SweepResult, _strict
 
 
 def _is_regular(path: Path) -> bool:
@@ -42,6 +45,36 @@ def _open_folder(out: Path) -> ResultCache:
     cache.folder.mkdir(exist_ok=True)
     cache.clean_temporary()
     return cache
+
+
+def _inputs(recipe: Recipe, echo: Callable[[str], None]) -> tuple[_Grid, list[Any], list[Any], list[Any], list[str]]:
+    """``(grid, worked examples, selection problems, confirmation problems, general texts)``, read before the
+    model loads (a bad source fails before calibration); the grid's arms are made once the masks are."""
+    ev, sw = recipe.evaluation, recipe.sweep
+    assert ev is not None
+    grid = _Grid(_variants(recipe), [])
+    shots, selection, confirmation = sweep_problems(recipe)
+    texts, _ = load_set(ev.general, sw.general_samples or ev.samples, ev.seed)
+    if ev.lm_eval is not None:
+        echo("      evaluation.lm_eval is not run by a sweep (run it on the release)")
+    return grid, shots, selection, confirmation, texts
+
+
+def _base_stage(
+    evaluator: _Evaluator, selection: list[dict[str, Any]], cuts: list[int], stages: Stages
+) -> tuple[list[bool], dict[str, Any]]:
+    """The base's flags on the selection problems (in the same blocks as the points') and its general result."""
+    stages.start(f"the base on {len(selection)} selection problems and {len(evaluator.texts)} general texts")
+    base_sel: list[bool] = []
+    for a, b in _blocks(0, len(selection), cuts):
+        base_sel += evaluator.math(selection[a:b])
+    return base_sel, evaluator.base_general()
+
+
+def _write(out: Path, result: SweepResult) -> None:
+    """``sweep.csv`` and ``sweep.json`` (strict JSON: no NaN), each written atomically; the plots are the search's."""
+    write_text_atomic(out / SWEEP_CSV, result.to_csv())
+    write_text_atomic(out / SWEEP_JSON, json.dumps(_strict(result.to_dict()), indent=2, allow_nan=False) + "\n")
 
 
 def _candidate(
@@ -98,12 +131,8 @@ def _result(
     candidate, confirmation = chosen
     base_correct = sum(base_sel)
     best, text = recommend(points, base_correct, len(selection), candidate, confirmation, sw.kl_budget)
-    base_row = {
-        "math_correct": base_correct,
-        "math_total": len(base_sel),
-        "math_accuracy": base_correct / len(base_sel),
-    }
-    lo, hi = wilson_interval(base_correct, len(base_sel))
+    n, (lo, hi) = len(base_sel), wilson_interval(base_correct, len(base_sel))
+    base_row = {"math_correct": base_correct, "math_total": n, "math_accuracy": base_correct / n}
     base_row.update(math_ci95_low=lo, math_ci95_high=hi)
     bg = _general_result(base_general["loss_sums"], base_general["tokens"])
     return SweepResult(
