@@ -87,17 +87,10 @@ def mask_consistency(
 ) -> list[ConsistencyRow]:
     """Compare masks from random calibration subsets with the full-data mask.
 
-    Args:
-        masks: makes the mask of a pair of text lists (math, general) and says its ``top_k``
-            (:class:`DrawMasks`: the run's own steps).
-        math_texts, general_texts: the full calibration sets.
-        sizes: subset sizes (texts per set), each <= the size of both sets.
-        repeats: random draws per size.
-        seed: seed of the draws (draw ``r`` of size ``n`` uses ``random.Random(f"{seed}:{n}:{r}")``).
-        stages: a :class:`~mathneuro_edit.util.console.Stages` announcing the full-data mask and each size, or ``None``.
-
-    Returns:
-        One :class:`ConsistencyRow` per size, in order.
+    ``masks`` makes the mask of a pair of text lists (math, general) and says its ``top_k`` (:class:`DrawMasks`:
+    the run's own steps); each of ``sizes`` (texts per set) is at most the size of both full sets; draw ``r`` of
+    size ``n`` uses ``random.Random(f"{seed}:{n}:{r}")``; ``stages`` announces the full-data mask and each size.
+    Returns one :class:`ConsistencyRow` per size, in order.
     """
     if repeats < 1:
         raise InputError(f"repeats: must be >= 1, got {repeats}")
@@ -128,13 +121,8 @@ def _row(n: int, draws: list[Any], full: Any) -> ConsistencyRow:
     """One size's row: each draw's overlap with the full-data mask, and the draws' overlaps with each other."""
     with_full = [jaccard(d, full) for d in draws]
     between = [jaccard(a, b) for a, b in combinations(draws, 2)]
-    return ConsistencyRow(
-        n,
-        len(draws),
-        sum(with_full) / len(with_full),
-        min(with_full),
-        sum(between) / len(between) if between else None,
-    )
+    mean_between = sum(between) / len(between) if between else None
+    return ConsistencyRow(n, len(draws), sum(with_full) / len(with_full), min(with_full), mean_between)
 
 
 def _plot(rows: Sequence[ConsistencyRow], path: Path, info: dict[str, Any]) -> Path | None:
@@ -147,31 +135,17 @@ def _plot(rows: Sequence[ConsistencyRow], path: Path, info: dict[str, Any]) -> P
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [r.samples for r in rows]
     ax.plot(xs, [r.overlap_with_full_mean for r in rows], "o-", label="vs full-data mask (mean)")
-    ax.plot(
-        xs,
-        [r.overlap_with_full_min for r in rows],
-        "v:",
-        color="tab:blue",
-        alpha=0.6,
-        label="vs full-data mask (worst draw)",
-    )
+    worst = [r.overlap_with_full_min for r in rows]
+    ax.plot(xs, worst, "v:", color="tab:blue", alpha=0.6, label="vs full-data mask (worst draw)")
     between = [(r.samples, r.overlap_between_draws_mean) for r in rows if r.overlap_between_draws_mean is not None]
     if between:
-        ax.plot(
-            [b[0] for b in between],
-            [b[1] for b in between],
-            "s--",
-            color="tab:orange",
-            label="between random draws (mean)",
-        )
+        ax.plot(*zip(*between), "s--", color="tab:orange", label="between random draws (mean)")
     ax.set_xscale("log")  # sizes grow geometrically
     ax.xaxis.set_major_locator(FixedLocator(xs))  # a tick at each measured size, written 1, 4, 16 (not 10^0)
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
-    if len(xs) == 1:
-        ax.set_xlim(xs[0] / 2, xs[0] * 2)
-    else:
-        ax.set_xlim(min(xs) / 1.5, max(xs) * 1.5)
+    room = 2 if len(xs) == 1 else 1.5
+    ax.set_xlim(min(xs) / room, max(xs) * room)
     ax.set_xlabel("calibration samples per set")
     ax.set_ylabel("mask overlap (Jaccard)")
     ax.set_ylim(0, 1.05)

@@ -185,15 +185,23 @@ class Plan:
             given, else empty.
         settings: batch_size, max_length, top_k, granularity, general_sets.
         outputs: ``{"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", "gguf": ...}``:
-            None where this family gets the output, else why not and the recipe line (no weights read).
+            None where this family gets the output, else why not and the recipe line (from the config alone:
+            weights/support.py).
         adapter_bytes, adapter_r: the PEFT SHiRA adapter's size and ``r`` (0 when this family gets no adapter).
         mask_counted: whether the mask's sizes come from a saved mask's counts (exact) or from ``top_k`` (a bound).
-        mask_file_bytes: the size of the saved mask file given (header included), exact; None without one.
+        mask_file_bytes: the size of the saved mask file given (``plan --mask FILE``, header included), exact;
+            None without one.
         output_dtype, checkpoint_bytes: the dtype the edited checkpoint is written in (``outputs.dtype``; ``auto``
             resolved: the base's own, a GGUF base's source's) and the checkpoint's size at that dtype.
         ram: the peak RSS of each command's own process on a CPU machine (``calibrate``, ``mask``, ``export``,
             ``export --gguf``, ``export --adapter``, ``verify``, ``reproduce``), with :data:`~.plan_memory.RUNTIME_BYTES` and,
-            with ``max_memory``, only the weights placed in RAM (disk-offloaded layers are read in place).
+            with ``max_memory``, only the weights placed in RAM (disk-offloaded layers are read in place;
+            docs/scaling.md: the model, what bounds each).
+        eval_general_bytes, eval_math_bytes, eval_settings: the evaluation on one device (0: no evaluation
+            settings): weights + one general (loss and KL) batch, weights + one math generation batch, and the
+            batch_size, max_length, prompt_tokens and max_new_tokens they assume.
+        gguf_survival: ``plan --mask`` with ``outputs.gguf``: type -> the edit's estimated survival
+            (:func:`~mathneuro_edit.outputs.gguf.estimate_gguf_survival`).
     """
 
     model_type: str
@@ -212,22 +220,17 @@ class Plan:
     largest_target: tuple[str, int]
     placement: dict[str, int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
-    # output -> None (this family gets it) or the one-line refusal: from the config alone (weights/support.py)
     outputs: dict[str, str | None] = field(default_factory=dict)
     output_dtype: str = ""
     checkpoint_bytes: int = 0
     adapter_bytes: int = 0
     adapter_r: int = 0
     mask_counted: bool = False
-    mask_file_bytes: int | None = None  # the saved mask file's own size, exact (plan --mask FILE)
-    # command -> the peak RSS of its own process on a CPU machine (docs/scaling.md: the model, what bounds each)
+    mask_file_bytes: int | None = None
     ram: dict[str, int] = field(default_factory=dict)
-    # evaluation on one device (0: no evaluation settings): weights + one general (loss and KL) batch, and weights +
-    # one math generation batch; eval_settings: batch_size, max_length, prompt_tokens, max_new_tokens
     eval_general_bytes: int = 0
     eval_math_bytes: int = 0
     eval_settings: dict[str, int] = field(default_factory=dict)
-    # plan --mask with outputs.gguf: type -> the edit's estimated survival (outputs/gguf.py estimate_gguf_survival)
     gguf_survival: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -420,7 +423,7 @@ def plan_from_config(
     sizes = _job_sizes(config, s, t, n_params, nbytes, stored_largest, max(eval_general, eval_math))
     weights = sizes.weights
     placement = weights_placement(model, dtype, device_map, max_memory)
-    outputs_supported = dict(zip(OUTPUTS, _support(model, config, s.include, s.exclude)))  # checkpoint, adapter, gguf
+    outputs_supported = output_support(model, config.to_dict(), include=s.include, exclude=s.exclude)
     adapter = outputs_supported[ADAPTER.name] is None
     return Plan(
         model_type=str(getattr(config, "model_type", "?")),
@@ -571,10 +574,6 @@ def _mask_counts(mask_file: Any, targets: dict[str, Any]) -> dict[str, int]:
                 "mask was computed for another model (or other targets): pass the mask of this recipe's base"
             )
     return {entry: selected for entry, (selected, _) in mask.counts().items()}
-
-
-def _support(model: torch.nn.Module, config: Any, include: Any, exclude: Any) -> tuple[str | None, ...]:
-    return tuple(output_support(model, config.to_dict(), include=include, exclude=exclude).values())
 
 
 def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:

@@ -184,21 +184,14 @@ class RunVerification:
             "mask": {"sha256": self.mask_sha256, "lock_sha256": self.lock_mask_sha256},
             "files_checked": self.files.to_dict() if self.files else None,
             "audits": [
-                {
-                    "folder": str(a.out_dir),
-                    "kind": a.kind,
-                    "ok": a.ok,
-                    "checked": a.checked,
-                    "edited": a.edited,
-                    "mismatches": a.mismatches,
-                    "missing": a.missing,
-                    "extra": a.extra,
-                    "also_audited": a.audited,
-                    "gguf_survival": a.gguf_survival,
-                }
+                {"folder": str(a.out_dir), **{k: getattr(a, k) for k in _AUDIT_KEYS}}
+                | {"also_audited": a.audited, "gguf_survival": a.gguf_survival}
                 for a in self.audits
             ],
         }
+
+
+_AUDIT_KEYS = ("kind", "ok", "checked", "edited", "mismatches", "missing", "extra")  # verify --json, in this order
 
 
 def _audit_inputs(

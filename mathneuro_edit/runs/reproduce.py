@@ -9,10 +9,8 @@ the files you have, then re-run the lock and compare hashes.
 2. The re-run: the mask and every output weight file must match the lock bit for bit. The statistics are compared
    too, but they are not the product: across devices (a run made on a GPU, reproduced on a CPU) their float sums
    differ in the last bits, which changes no selection unless a weight sits within that rounding of its matrix's
-   threshold. The verdict says which held (:func:`.verdict.reproduce_verdict`): ``yes, bit for bit``; ``same mask
-   and output weights; the statistics differ in float rounding (made on cuda, checked on cpu)``; or ``NO`` naming
-   the files', the mask's or the statistics' difference (on the same device the sums must be the same bits), and
-   which library versions changed.
+   threshold. The verdict says which held (:func:`.verdict.reproduce_verdict`; :mod:`.verdict` lists them), and
+   the report which library versions changed.
 
 Without ``out_dir`` the re-run goes to a temporary folder that is deleted afterwards (``keep=True`` keeps it).
 """
@@ -202,17 +200,12 @@ class ReproduceReport:
         ]
         lines.append(f"re-run against the lock: mask {'match' if self.mask_match else 'DIFFERS'}")
         lines += [f"  {state:8s} {terminal_safe(path)}" for path, state in sorted(self.files.items())]
-        lines.append(self.stats.clause(self.devices, self.across_devices))
+        lines.append(self.stats.clause(devices_note(self.made_on, self.checked_on), self.across_devices))
         for lib, (was, now) in self.version_changes.items():
             lines.append(f"note: {lib} was {was}, now {now}")
         where = str(self.out_dir) if self.kept else "re-run deleted; --keep or --out keeps it"
         lines.append(f"reproduced: {self.verdict()} ({where})")
         return "\n".join(lines)
-
-    @property
-    def devices(self) -> str:
-        """``made on cuda, checked on cpu``."""
-        return devices_note(self.made_on, self.checked_on)
 
     def decide(self) -> Verdict:
         """:func:`~.verdict.reproduce_verdict` of this report: the files you have, the re-run, the two devices."""
@@ -268,8 +261,6 @@ def reproduce(
         out_dir: where to write the re-run (default: a temporary folder, deleted afterwards unless ``keep``).
         base: a local base folder, for locks whose local base path was redacted (its weights are checked).
         overrides: ``key=value`` for other redacted paths (``data.math.path=...``).
-        progress: progress bars.
-        keep: keep the temporary re-run folder (its path is in the report).
         trust_remote_code: the user's own opt-in (``--trust-remote-code``) to run the base repository's code; a
             lock never turns it on (:func:`~mathneuro_edit.publish.lock_policy.refused_lock_settings`).
         echo: receives the stage lines (``[1/3] check the files of SOURCE against the lock``, then the re-run's

@@ -333,16 +333,16 @@ def run_files_near(source: str | Path, lock: Mapping[str, Any]) -> tuple[Mask | 
     mask = stats = None
     for folder in folders:
         if mask is None and (folder / MASK_NAME).is_file():
-            try:
-                found = Mask.load(folder / MASK_NAME)
-            except InputError:
-                found = None
-            mask = found if found is not None and found.sha256 == lock.get("mask_sha256") else None
+            mask = _if_recorded(Mask.load, folder / MASK_NAME, lock.get("mask_sha256"))
         if stats is None and (folder / STATS_DIR).is_dir():
-            try:
-                found_stats = Statistics.load(folder / STATS_DIR)
-            except InputError:
-                found_stats = None
-            if found_stats is not None and found_stats.sha256 == lock.get("stats_sha256"):
-                stats = found_stats
+            stats = _if_recorded(Statistics.load, folder / STATS_DIR, lock.get("stats_sha256"))
     return mask, stats
+
+
+def _if_recorded(load: Any, path: Path, sha256: Any) -> Any:
+    """What ``load`` reads from ``path`` when it can and its sha256 is the lock's (``sha256``), else ``None``."""
+    try:
+        found = load(path)
+    except InputError:
+        return None
+    return found if found.sha256 == sha256 else None
