@@ -54,17 +54,28 @@ SIZE_LIMITS: dict[str, tuple[int, int]] = {
 }
 
 
+# the names ``getattr(torch, name)`` is a dtype for (transformers reads ``dtype`` so: ``float99`` was an internal
+# AttributeError), and ``auto``
+_DTYPE_NAMES = frozenset(
+    "auto float double half bfloat16 float16 float32 float64 bool complex64 complex128 int8 int16 int32 int64 uint8 "
+    "uint16 uint32 uint64 short int long float8_e4m3fn float8_e5m2 float8_e4m3fnuz float8_e5m2fnuz float8_e8m0fnu "
+    "float4_e2m1fn_x2".split()
+)
+# rope types every transformers version since 4.45 builds (when transformers is not importable here)
+_ROPE_TYPES = frozenset({"default", "su", "mrope", "linear", "dynamic", "yarn", "longrope", "llama3"})
 # keys transformers builds layers from whose type it checks late or not at all (``rope_theta: "abc"`` reached the
 # rotary embedding as a string: an internal TypeError; ``model_type: ["llama"]`` an internal "unhashable type"):
 # key -> (what it must be, the check), in the config or a sub-config (``rope_parameters``, ``text_config``)
 _FINITE = lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)  # noqa: E731
+_POSITIVE = ("a positive number", lambda v: _FINITE(v) and v > 0)
+_DTYPE = ("a torch dtype name (bfloat16, float16, float32, ...)", lambda v: isinstance(v, str) and v in _DTYPE_NAMES)
 VALUE_KINDS: dict[str, tuple[str, Any]] = {
-    "rope_theta": ("a positive number", lambda v: _FINITE(v) and v > 0),
-    "rms_norm_eps": ("a positive number", lambda v: _FINITE(v) and v > 0),
-    "layer_norm_eps": ("a positive number", lambda v: _FINITE(v) and v > 0),
-    "layer_norm_epsilon": ("a positive number", lambda v: _FINITE(v) and v > 0),
+    "rope_theta": _POSITIVE,
+    "rms_norm_eps": _POSITIVE,
+    "layer_norm_eps": _POSITIVE,
+    "layer_norm_epsilon": _POSITIVE,
     "partial_rotary_factor": ("a number in (0, 1]", lambda v: _FINITE(v) and 0 < v <= 1),
-    "factor": ("a positive number", lambda v: _FINITE(v) and v > 0),
+    "factor": _POSITIVE,
     "model_type": ("a name (a string)", lambda v: isinstance(v, str) and v != ""),
     "architectures": ("a list of class names", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v)),
     "tie_word_embeddings": ("true or false", lambda v: isinstance(v, bool)),
@@ -73,51 +84,9 @@ VALUE_KINDS: dict[str, tuple[str, Any]] = {
         "a rope type transformers knows",
         lambda v: isinstance(v, str) and (v in _ROPE_TYPES or v in known_rope_types()),
     ),
-    "dtype": (
-        "a torch dtype name (bfloat16, float16, float32, ...)",
-        lambda v: isinstance(v, str) and v in _DTYPE_NAMES,
-    ),
-    "torch_dtype": (
-        "a torch dtype name (bfloat16, float16, float32, ...)",
-        lambda v: isinstance(v, str) and v in _DTYPE_NAMES,
-    ),
+    "dtype": _DTYPE,
+    "torch_dtype": _DTYPE,
 }
-# the names ``getattr(torch, name)`` is a dtype for (transformers reads ``dtype`` so: ``float99`` was an internal
-# AttributeError), and ``auto``
-_DTYPE_NAMES = frozenset(
-    {
-        "auto",
-        "float",
-        "double",
-        "half",
-        "bfloat16",
-        "float16",
-        "float32",
-        "float64",
-        "bool",
-        "complex64",
-        "complex128",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "short",
-        "int",
-        "long",
-        "float8_e4m3fn",
-        "float8_e5m2",
-        "float8_e4m3fnuz",
-        "float8_e5m2fnuz",
-        "float8_e8m0fnu",
-        "float4_e2m1fn_x2",
-    }
-)
-# rope types every transformers version since 4.45 builds (when transformers is not importable here)
-_ROPE_TYPES = frozenset({"default", "su", "mrope", "linear", "dynamic", "yarn", "longrope", "llama3"})
 
 
 def known_rope_types() -> frozenset[str]:
@@ -136,13 +105,20 @@ def known_rope_types() -> frozenset[str]:
     return frozenset({"default", "su", "mrope", *ROPE_INIT_FUNCTIONS})
 
 
-def _pad_problem(value: Any, vocab: Any) -> str | None:
-    """What is wrong with a ``pad_token_id`` (``None``: nothing): not an integer, or outside the embedding
-    (``nn.Embedding(padding_idx=...)`` asserts: ``pad_token_id: 10**12`` was an internal AssertionError)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return "is not a token id (an integer)"
-    if isinstance(vocab, int) and not isinstance(vocab, bool) and not -vocab <= value < vocab:
-        return f"is not a token id of its {vocab:,} (vocab_size)"
+def _value_problem(key: str, value: Any, vocab: Any) -> str | None:
+    """What is wrong with one (not null) config value (``None``: nothing), by its key's rule."""
+    if key in VALUE_KINDS:
+        what, ok = VALUE_KINDS[key]
+        return None if ok(value) else f"is not {what}"
+    if key == "pad_token_id":  # nn.Embedding(padding_idx=...) asserts: 10**12 was an internal AssertionError
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "is not a token id (an integer)"
+        if isinstance(vocab, int) and not isinstance(vocab, bool) and not -vocab <= value < vocab:
+            return f"is not a token id of its {vocab:,} (vocab_size)"
+    elif key in SIZE_LIMITS:
+        low, high = SIZE_LIMITS[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            return f"is not a size a model has (an integer from {low} to {high:,})"
     return None
 
 
@@ -163,27 +139,15 @@ def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") ->
     while stack:
         prefix, node, depth = stack.pop()
         for key, value in node.items():
-            kind = "rope_type" if key == "type" and prefix.endswith("rope_scaling.") else key  # its older name
             if isinstance(value, Mapping) and depth < 8:
                 stack.append((f"{prefix}{key}.", value, depth + 1))
-            elif kind in VALUE_KINDS and value is not None and not VALUE_KINDS[kind][1](value):
-                raise InputError(
-                    f"{where}: {prefix}{key}: {repr(value)[:40]} is not {VALUE_KINDS[kind][0]}; this config.json "
-                    "is corrupt or edited: use the model's own"
-                )
-            elif key == "pad_token_id" and value is not None and (why := _pad_problem(value, node.get("vocab_size"))):
+                continue
+            kind = "rope_type" if key == "type" and prefix.endswith("rope_scaling.") else key  # its older name
+            if value is not None and (why := _value_problem(kind, value, node.get("vocab_size"))):
                 raise InputError(
                     f"{where}: {prefix}{key}: {repr(value)[:40]} {why}; this config.json is corrupt or edited: use "
                     "the model's own"
                 )
-            elif key in SIZE_LIMITS and value is not None:
-                low, high = SIZE_LIMITS[key]
-                if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                    raise InputError(
-                        f"{where}: {prefix}{key}: {repr(value)[:40]} is not a size a model has (an "
-                        f"integer from {low} to {high:,}); this config.json is corrupt or edited: use "
-                        "the model's own"
-                    )
 
 
 def read_model_json(path: str | Path) -> Any:
@@ -221,13 +185,7 @@ def check_config_file_sizes(folder: str | Path) -> None:
     for name in _OTHER_JSON:  # read by transformers or copied into outputs: a FIFO, a device, 100,000 levels
         model_json_object(Path(folder) / name)  # one line here (a RecursionError or SpecialFileError later)
     path = Path(folder) / "config.json"
-    try:
-        data = read_model_json(path)
-    except InputError:  # (a ValueError too): not a regular file, too large, too deep
-        raise
-    except (FileNotFoundError, ValueError):  # no config.json, or not JSON: the reader that follows names it
-        return
-    if isinstance(data, Mapping):
+    if (data := model_json_object(path)) is not None:  # none, or not JSON: the reader that follows names it
         check_config_sizes(data, str(path))
 
 

@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from ..errors import InputError
 
@@ -168,11 +168,7 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
     if verbose:
         yield
         return
-    from huggingface_hub.utils import (
-        are_progress_bars_disabled,
-        disable_progress_bars,
-        enable_progress_bars,
-    )
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     hub_was_disabled = are_progress_bars_disabled()
     tf_log = sys.modules.get("transformers.utils.logging")
@@ -201,40 +197,27 @@ _HOLDING = 0  # > 0 inside quiet_libraries (the CLI without --verbose)
 _REPORT_ROW = re.compile(r"^\s*([^|\s][^|]*?)\s*\|\s*(MISSING|MISMATCH|UNEXPECTED|CONVERSION|ERROR)\s*\|\s*(.*?)\s*$")
 
 
-class HeldLog:
+class HeldLog(logging.Handler):
     """What transformers logged inside :func:`library_log_held` (its ``LOAD REPORT`` and warnings)."""
 
     def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
         self.records: list[logging.LogRecord] = []
 
-    def report_rows(self) -> list[tuple[str, str, str]]:
-        """The rows of transformers' load report: ``(key, status, details)``, e.g. ``("model.norm.weight",
-        "MISMATCH", "Reinit due to size mismatch - ckpt: torch.Size([64]) vs model:torch.Size([128])")``."""
-        rows = []
-        for record in self.records:
-            for line in record.getMessage().splitlines():
-                if m := _REPORT_ROW.match(line):
-                    rows.append((m.group(1), m.group(2), m.group(3)))
-        return rows
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
 
     def gist(self) -> str:
         """The load report in a few words (its first row by key, and how many more), or ``""`` when there is
-        none; transformers' own row order varies from run to run."""
-        rows = sorted(self.report_rows())
+        none; transformers' own row order varies from run to run. A row is ``(key, status, details)``, e.g.
+        ``model.norm.weight | MISMATCH | Reinit due to size mismatch - ckpt: torch.Size([64]) vs ...``."""
+        lines = (line for record in self.records for line in record.getMessage().splitlines())
+        rows = sorted(m.groups() for m in map(_REPORT_ROW.match, lines) if m)
         if not rows:
             return ""
         key, status, details = rows[0]
         more = f" and {len(rows) - 1} more" if len(rows) > 1 else ""
         return f"{key}: {status}{f' ({details})' if details else ''}{more}"
-
-
-class _Collect(logging.Handler):
-    def __init__(self, held: HeldLog) -> None:
-        super().__init__(logging.NOTSET)
-        self.held = held
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.held.records.append(record)
 
 
 @contextmanager
@@ -253,34 +236,27 @@ def library_log_held() -> Iterator[HeldLog]:
     """
     held = HeldLog()
     logger = logging.getLogger("transformers")
-    collect = _Collect(held)
     hold = _HOLDING > 0 and not os.environ.get("MATHNEURO_EDIT_DEBUG")
     handlers, propagate = list(logger.handlers), logger.propagate
     if hold:
         for h in handlers:
             logger.removeHandler(h)
         logger.propagate = False
-        catcher = warnings.catch_warnings(record=True)
-        shown: list[warnings.WarningMessage] = catcher.__enter__()
-    logger.addHandler(collect)
-    failed = False
+    logger.addHandler(held)
     try:
-        yield held
-    except BaseException:
-        failed = True
-        raise
+        with warnings.catch_warnings(record=True) if hold else nullcontext([]) as shown:
+            yield held
     finally:
-        logger.removeHandler(collect)
+        logger.removeHandler(held)
         if hold:
-            catcher.__exit__(None, None, None)
             for h in handlers:
                 logger.addHandler(h)
             logger.propagate = propagate
-            if not failed:  # nothing went wrong: what the libraries said is shown, as it would have been
-                for record in held.records:
-                    logger.handle(record)
-                for w in shown:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+    if hold:  # reached only when the block ended normally: what the libraries said is shown, as it would have been
+        for record in held.records:
+            logger.handle(record)
+        for w in shown:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
 
 
 def bars_wanted(quiet: bool) -> bool:
@@ -339,11 +315,8 @@ def elapsed_line(stage: str, seconds: float) -> str:
 
 class Stages:
     """Numbered stage lines: ``[i/n] label``, and indented result notes under them; inside :func:`progress_lines`,
-    a line every so many seconds while a stage runs.
-
-    Args:
-        total: the number of stages the command will announce.
-        echo: receives each line (the CLI prints to stderr; a no-op under ``--quiet``).
+    a line every so many seconds while a stage runs. ``echo`` receives each line (the CLI prints to stderr; a no-op
+    under ``--quiet``).
     """
 
     def __init__(self, total: int, echo: Callable[[str], None] = lambda s: None) -> None:

@@ -7,7 +7,8 @@ as ``open()`` would give. safetensors files with content-determined bytes: :mod:
 torch; this module does not, so claiming ``--out`` and input errors answer before torch loads).
 
 Every file is written through :func:`atomic_writer`: a temporary file created exclusively beside the target (never
-a fixed or predictable name, never through a symbolic link), synced, then renamed onto it.
+a fixed or predictable name, never through a symbolic link), synced, then renamed onto it. Each writer raises
+:class:`~mathneuro_edit.errors.InputError` when the target's folder does not exist.
 """
 
 from __future__ import annotations
@@ -77,9 +78,6 @@ def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
     O_EXCL`` (and ``O_NOFOLLOW``) under a random name: an existing name, a link included, is never opened. Why the
     sync: the data is on disk before the name, so a power cut leaves the old file or the new one, never an empty one.
 
-    Raises:
-        InputError: the folder does not exist.
-
     Example:
         >>> target = Path(tempfile.mkdtemp()) / "a.bin"
         >>> with atomic_writer(target) as f:
@@ -107,28 +105,20 @@ def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
-    """Write a file atomically through :func:`atomic_writer` (an exclusive temp file beside it, then a rename).
-
-    Raises:
-        InputError: the folder does not exist.
+    """``data`` written to ``path`` through :func:`atomic_writer`.
 
     Example:
         >>> p = write_bytes_atomic(Path(tempfile.mkdtemp()) / "a.txt", b"hi")
         >>> p.read_bytes(), oct(p.stat().st_mode & 0o777) == oct(file_mode())
         (b'hi', True)
     """
-    path = Path(path)
     with atomic_writer(path) as f:
         f.write(data)
-    return path
+    return Path(path)
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """:func:`write_bytes_atomic` of UTF-8 text (newlines written as given).
-
-    Raises:
-        InputError: the folder does not exist.
-    """
+    """:func:`write_bytes_atomic` of UTF-8 text (newlines written as given)."""
     return write_bytes_atomic(path, text.encode("utf-8"))
 
 
@@ -151,7 +141,6 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
     """:func:`write_text_atomic` of :func:`json_text` (eval.json, sweep.json, consistency.json, ...).
 
     Raises:
-        InputError: the folder does not exist.
         ValueError: ``data`` holds NaN or infinity (JSON has no such numbers; say ``null`` instead).
     """
     return write_text_atomic(path, json_text(data))

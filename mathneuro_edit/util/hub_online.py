@@ -53,14 +53,9 @@ def require_hub(
     revision: str | None = None,
     repo_type: str = "model",
 ) -> None:
-    """Raise one line now when ``repo_id`` would have to be fetched and the Hub cannot be reached.
-
-    Args:
-        repo_id: the Hub repo a command is about to read.
-        what: the recipe key or argument that names it (the message's subject, e.g. ``"base.model"``).
-        filename: a file of the repo whose cached copy means no request is needed (``None``: always probe).
-        revision: the revision asked for.
-        repo_type: ``"model"`` or ``"dataset"``.
+    """Raise one line now when ``repo_id`` would have to be fetched and the Hub cannot be reached. ``what`` names
+    it in the message (``"base.model"``); a cached copy of ``filename`` means no request is needed (``None``:
+    always probe).
 
     Raises:
         InputError: ``HF_HUB_OFFLINE`` is set and the file is not in the local Hub cache.

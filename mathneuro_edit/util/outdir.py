@@ -3,7 +3,7 @@
 - :func:`claim`: an exclusive lock file ``.<name>.lock`` beside the output (``fcntl.flock``, so a run killed with
   ``kill -9`` releases it; ``O_EXCL`` where ``flock`` does not exist). It records pid, host, start time and
   command, so the run that loses names the one that holds it.
-- :func:`new_temp_dir` / :func:`sweep_stale`: temporary folders ``.<name>.tmp-*`` carry an owner marker
+- :func:`atomic_dir` / :func:`sweep_stale`: temporary folders ``.<name>.tmp-*`` carry an owner marker
   (pid + host); the next run into the same parent removes those whose process is gone and reports them.
 - :func:`disk_errors`: ENOSPC / EDQUOT / EROFS while writing become one line naming the output and the space
   needed.
@@ -13,11 +13,14 @@
   :func:`refuse_overlap` is its base-folder-only form.
 - :func:`install_signal_handlers`: SIGTERM and SIGHUP raise :class:`Terminated` (a ``KeyboardInterrupt``) in the
   main thread, so they clean up exactly like Ctrl-C.
+
+POSIX only, as the package is (``fcntl.flock``; :func:`~.files.atomic_writer`'s ``os.fchmod``).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import math
 import os
@@ -28,10 +31,11 @@ import socket
 import stat
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +46,6 @@ __all__ = [
     "atomic_dir",
     "claim",
     "as_space_error",
-    "new_temp_dir",
-    "finish_temp_dir",
     "sweep_stale",
     "disk_errors",
     "space_message",
@@ -55,11 +57,6 @@ __all__ = [
 
 OWNER_MARKER = ".mathneuro-edit-owner.json"  # inside a temporary folder until it is renamed to the output
 _SPACE_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-
-try:  # POSIX
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: O_EXCL claim only
-    fcntl = None  # type: ignore[assignment]
 
 
 def as_space_error(exc: BaseException, out: str | Path, needed: int | None) -> NoSpaceError | None:
@@ -132,10 +129,8 @@ def claim(out: str | Path) -> Iterator[Path]:
         os.write(fd, (json.dumps(_record()) + "\n").encode())
         yield lock
     finally:
-        try:
+        with suppress(OSError):
             lock.unlink()  # while still held: a waiting process then re-checks the inode and retries
-        except OSError:
-            pass
         os.close(fd)
 
 
@@ -159,14 +154,6 @@ def _open_lock(lock: Path) -> int:
 
 
 def _acquire(lock: Path, out: Path) -> int:
-    if fcntl is None:  # pragma: no cover
-        try:
-            return os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            raise OutputBusyError(
-                f"{out}: {_describe(_read(lock))} is writing it; wait for it or choose another "
-                f"--out (if no such run exists, delete {lock})"
-            ) from None
     for _ in range(100):
         fd = _open_lock(lock)
         try:
@@ -192,34 +179,13 @@ def _acquire(lock: Path, out: Path) -> int:
     raise OutputBusyError(f"{out}: its lock file {lock} keeps changing; another run is writing it")  # pragma: no cover
 
 
-def new_temp_dir(out: Path) -> Path:
-    """A temporary folder ``.<out name>.tmp-XXXX`` beside ``out`` with an owner marker (pid, host)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    (tmp / OWNER_MARKER).write_text(json.dumps(_record()) + "\n")
-    return tmp
-
-
-def finish_temp_dir(tmp: Path) -> None:
-    """Remove the owner marker before the temporary folder becomes the output."""
-    (tmp / OWNER_MARKER).unlink(missing_ok=True)
-
-
-def sweep_stale(parent: Path, echo: Any = None) -> list[Path]:
-    """Remove temporary folders in ``parent`` left by runs of this host that no longer exist; report the others.
-
-    Args:
-        parent: the output's parent folder.
-        echo: receives one line per folder found (default: standard error).
-
-    Returns:
-        The folders removed.
-    """
-    say = echo or (lambda s: print(s, file=sys.stderr))
-    removed: list[Path] = []
+def sweep_stale(parent: Path) -> None:
+    """Remove temporary folders in ``parent`` (the output's parent folder) left by runs of this host that no longer
+    exist; report the others on stderr."""
     try:
         candidates = sorted(p for p in parent.iterdir() if p.name.startswith(".") and ".tmp-" in p.name and p.is_dir())
     except OSError:
-        return removed
+        return
     for p in candidates:
         rec = _read(p / OWNER_MARKER)
         if rec is None:
@@ -227,14 +193,16 @@ def sweep_stale(parent: Path, echo: Any = None) -> list[Path]:
         alive = _alive(rec)
         if alive is False:
             shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
-            say(f"note: removed {p}, a temporary folder left by pid {rec.get('pid')} (no longer running)")
-        elif alive is None:
-            say(
-                f"note: {p} is a temporary folder of a run on host {rec.get('host')} (pid {rec.get('pid')}); "
-                "delete it if that run is over"
+            print(
+                f"note: removed {p}, a temporary folder left by pid {rec.get('pid')} (no longer running)",
+                file=sys.stderr,
             )
-    return removed
+        elif alive is None:
+            print(
+                f"note: {p} is a temporary folder of a run on host {rec.get('host')} (pid {rec.get('pid')}); "
+                "delete it if that run is over",
+                file=sys.stderr,
+            )
 
 
 def _tree_size(path: Path) -> int:
@@ -249,13 +217,8 @@ def _tree_size(path: Path) -> int:
 
 
 def space_message(exc: OSError, out: str | Path, needed: int | None = None) -> str | None:
-    """The one-line message for a full or read-only disk, or None for any other OSError.
-
-    Args:
-        exc: the error.
-        out: the output being written (named in the message).
-        needed: bytes the whole output needs, when known (else what was written so far counts).
-    """
+    """The one-line message for a full or read-only disk naming ``out``, or None for any other OSError. ``needed``:
+    the bytes the whole output needs, when known (else what was written so far counts)."""
     if exc.errno == errno.EROFS:
         return f"read-only file system: cannot write {out}; choose another --out"
     if exc.errno not in _SPACE_ERRNOS:
@@ -276,68 +239,43 @@ def space_message(exc: OSError, out: str | Path, needed: int | None = None) -> s
 
 
 @contextmanager
-def disk_errors(
-    out: str | Path, needed: int | None = None, measure: Path | None = None, cleanup: Any = None
-) -> Iterator[None]:
-    """Turn ENOSPC / EDQUOT / EROFS raised in the block into one :class:`InputError` naming ``out``.
-
-    Args:
-        out: the output named in the message.
-        needed: bytes the output needs, when known.
-        measure: a folder whose size counts as needed when ``needed`` is unknown (the temporary folder).
-        cleanup: called on an error before the free space is measured (removes the partial file).
-    """
+def disk_errors(out: str | Path, needed: int | None = None) -> Iterator[None]:
+    """Turn ENOSPC / EDQUOT / EROFS raised in the block into one :class:`InputError` naming ``out`` (``needed``: the
+    bytes the output needs, when known)."""
     try:
         yield
     except Exception as e:
-        need = needed if needed is not None else (_tree_size(measure) if measure is not None else None)
-        if cleanup is not None:  # a partial file is not space the output lacks: removed before free is measured
-            cleanup()
-        err = as_space_error(e, out, need)
+        err = as_space_error(e, out, needed)
         if err is None:
             raise
         raise err from None
 
 
-def refuse_overlap(out: str | Path, protect: Sequence[str | Path], label: str = "out_dir") -> None:
-    """Refuse an output that is, contains, or lies inside one of ``protect`` (the base folder).
-
-    Args:
-        out: the output file or folder.
-        protect: folders that must not be written.
-        label: how the message names the output (``--out`` on the command line).
-
-    Raises:
-        InputError: naming both paths.
-    """
+def refuse_overlap(out: str | Path, protect: Sequence[str | Path]) -> None:
+    """Refuse an output that is, contains, or lies inside one of ``protect`` (the base folder), in one
+    :class:`InputError` naming both paths."""
     r = Path(out).expanduser().resolve()
     for p in protect:
         p = Path(p).expanduser().resolve()
         if r == p or p in r.parents or r in p.parents:
             raise InputError(
-                f"{label}: {Path(out).expanduser().absolute()} overlaps the base folder {p}; write the "
+                f"out_dir: {Path(out).expanduser().absolute()} overlaps the base folder {p}; write the "
                 "output somewhere else"
             )
 
 
 def _inodes(path: Path, limit: int = 20_000) -> set[tuple[int, int]]:
     """``(device, inode)`` of a file, or of every file in a folder (the first ``limit``): to see hard links."""
+    files = [path] if path.is_file() else (os.path.join(root, f) for root, _, names in os.walk(path) for f in names)
     found: set[tuple[int, int]] = set()
-    try:
-        if path.is_file():
-            st = path.stat()
-            return {(st.st_dev, st.st_ino)}
-        for root, _, files in os.walk(path):
-            for f in files:
-                try:
-                    st = os.stat(os.path.join(root, f))
-                except OSError:
-                    continue
-                found.add((st.st_dev, st.st_ino))
-                if len(found) >= limit:
-                    return found
-    except OSError:
-        pass
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        found.add((st.st_dev, st.st_ino))
+        if len(found) >= limit:
+            break
     return found
 
 
@@ -349,17 +287,9 @@ def check_output(
     The output may not be, contain, or lie inside any input, compared after resolving symlinks and ``..``; an
     existing output file may not be a hard link of an input file. It must be a regular file or folder path: an
     existing device node, FIFO or socket (``/dev/null``, ``/dev/stdout``) is refused, and so is a folder where a
-    file is written (``kind="file"``) or a file where a folder is (``kind="dir"``).
-
-    Args:
-        out: the output file or folder.
-        inputs: ``(what, path)`` of every local input (``("base folder", ...)``, ``("mask", ...)``); ``None``
-            paths are skipped.
-        kind: ``"file"`` or ``"dir"``: what the command writes at ``out``.
-        label: how the message names the output.
-
-    Returns:
-        ``out`` as an absolute path.
+    file is written (``kind="file"``) or a file where a folder is (``kind="dir"``). ``inputs``: ``(what, path)`` of
+    every local input (``("base folder", ...)``, ``("mask", ...)``; a ``None`` path is skipped); ``label``: how the
+    message names the output. Returns ``out`` as an absolute path.
 
     Raises:
         InputError: naming the output, the input and what to do.
@@ -384,16 +314,14 @@ def check_output(
             st = os.stat(resolved)
         except OSError:
             st = None
-        import stat as stat_mod
-
-        if st is not None and not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISDIR(st.st_mode)):
+        if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
             raise InputError(
                 f"{label}: {shown} is not a regular file or folder (a device, FIFO or socket); give a "
                 "file or folder path to write"
             )
-        if st is not None and kind == "file" and stat_mod.S_ISDIR(st.st_mode):
+        if st is not None and kind == "file" and stat.S_ISDIR(st.st_mode):
             raise InputError(f"{label}: {shown} is a folder; give the path of the file to write")
-        if st is not None and kind == "dir" and stat_mod.S_ISREG(st.st_mode):
+        if st is not None and kind == "dir" and stat.S_ISREG(st.st_mode):
             raise InputError(f"{label}: {shown} exists and is not a folder; remove it or choose another path")
     out_inodes = _inodes(resolved) if resolved.exists() else set()
     for what, path in inputs:
@@ -423,8 +351,6 @@ def install_signal_handlers() -> Iterator[None]:
         >>> with install_signal_handlers():
         ...     pass  # a `kill PID` here unwinds like Ctrl-C: temporary folders are removed
     """
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -468,15 +394,14 @@ def atomic_dir(
     refuse_overlap(out, protect)
     check_output(out, inputs, kind="dir", label="out_dir")
     with claim(out):  # one run per output: a second one exits naming this one
-        if out.exists() and not overwrite:
+        if out.exists() and not overwrite:  # (check_output refused a file or device there)
             raise InputError(f"out_dir: {out} already exists; pass overwrite=True or choose another folder")
-        if out.exists() and not out.is_dir():
-            raise InputError(f"out_dir: {out} exists and is not a folder; remove it or choose another path")
         sweep_stale(out.parent)  # temporary folders of runs killed with kill -9
-        tmp = new_temp_dir(out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        (tmp / OWNER_MARKER).write_text(json.dumps(_record()) + "\n")  # pid + host, for sweep_stale
         try:
             yield tmp
-            finish_temp_dir(tmp)
+            (tmp / OWNER_MARKER).unlink(missing_ok=True)
             os.chmod(tmp, dir_mode())  # mkdtemp makes it private; a model folder follows the user's umask
             if out.exists():
                 old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")

@@ -10,6 +10,7 @@ with that advice rather than bounded by a timeout (``re`` cannot be interrupted)
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 try:  # Python >= 3.11
@@ -33,42 +34,28 @@ def _repeats_inside(items: Any) -> bool:
             low, high, body = av
             if (name != "POSSESSIVE_REPEAT" and (high == MAXREPEAT or high > low)) or _repeats_inside(body):
                 return True
-        elif _repeats_inside_args(av):
+        elif _in_args(av, _repeats_inside):
             return True
-    return False
-
-
-def _repeats_inside_args(av: Any) -> bool:
-    """The subpatterns a group, branch, assertion or conditional holds, searched by :func:`_repeats_inside`."""
-    if isinstance(av, _sre_parse.SubPattern):
-        return _repeats_inside(av)
-    if isinstance(av, (tuple, list)):
-        return any(_repeats_inside_args(a) for a in av)
     return False
 
 
 def _nested(items: Any) -> bool:
     """Whether a parsed subpattern holds a repeat of more than one item around such a choice, at any depth."""
     for op, av in items:
-        name = str(op)
-        if name in _REPEATS:
+        if str(op) in _REPEATS:
             low, high, body = av
-            if (high == MAXREPEAT or high > 1) and _repeats_inside(body):
+            if ((high == MAXREPEAT or high > 1) and _repeats_inside(body)) or _nested(body):
                 return True
-            if _nested(body):
-                return True
-        elif _nested_args(av):
+        elif _in_args(av, _nested):
             return True
     return False
 
 
-def _nested_args(av: Any) -> bool:
-    """:func:`_nested` over the subpatterns a group, branch, assertion or conditional holds."""
+def _in_args(av: Any, search: Callable[[Any], bool]) -> bool:
+    """``search`` over the subpatterns a group, branch, assertion or conditional holds."""
     if isinstance(av, _sre_parse.SubPattern):
-        return _nested(av)
-    if isinstance(av, (tuple, list)):
-        return any(_nested_args(a) for a in av)
-    return False
+        return search(av)
+    return isinstance(av, (tuple, list)) and any(_in_args(a, search) for a in av)
 
 
 def nested_repeat(pattern: str) -> bool:
@@ -95,12 +82,9 @@ def pattern_problem(pattern: str) -> str | None:
     """
     try:
         re.compile(pattern)
+        nested = nested_repeat(pattern)
     except re.error as e:
         return f"not a valid regular expression: {e}"
-    except RecursionError:
-        return "not a valid regular expression: nested too deep"
-    try:
-        nested = nested_repeat(pattern)
     except RecursionError:
         return "not a valid regular expression: nested too deep"
     if nested:

@@ -43,13 +43,9 @@ def open_regular(path: Path, fix: str) -> tuple[int, os.stat_result]:
 
 
 def read_regular(path: str | Path, limit: int, what: str, fix: str) -> bytes:
-    """The bytes of ``path``, which must be a regular file (after links) of at most ``limit`` bytes.
-
-    Args:
-        path: the file.
-        limit: the most bytes such a file holds (checked on its size, then on what is read: it may grow).
-        what: what the file is, for the message (``"a config.json"``).
-        fix: what to do, for the message (``"use the model's own config.json"``).
+    """The bytes of ``path``, which must be a regular file (after links) of at most ``limit`` bytes (checked on its
+    size, then on what is read: it may grow). ``what`` and ``fix`` word the messages (``"a config.json"``, ``"use the
+    model's own config.json"``).
 
     Raises:
         FileNotFoundError: there is no such file.

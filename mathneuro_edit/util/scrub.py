@@ -75,35 +75,13 @@ def is_private_path(value: Any) -> bool:
 
 # files that hold tokenizer content only (vocabulary, merges, added tokens, templates): uploaded as they are
 TOKENIZER_FILES = frozenset(
-    {
-        "tokenizer.json",
-        "vocab.json",
-        "special_tokens_map.json",
-        "added_tokens.json",
-        "chat_template.json",
-    }
+    {"tokenizer.json", "vocab.json", "special_tokens_map.json", "added_tokens.json", "chat_template.json"}
 )
 # the last word of a key that names a file or folder (``tokenizer_file``, ``cache_dir``, ``_name_or_path``), or a
 # model that may be a local folder (``base_model``)
 _PATH_WORDS = frozenset(
-    {
-        "path",
-        "paths",
-        "dir",
-        "dirs",
-        "directory",
-        "folder",
-        "file",
-        "files",
-        "filename",
-        "source",
-        "sources",
-        "root",
-        "location",
-        "checkpoint",
-        "pretrained",
-        "model",
-    }
+    "path paths dir dirs directory folder file files filename source sources root location checkpoint pretrained "
+    "model".split()
 )
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 
