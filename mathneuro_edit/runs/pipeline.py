@@ -128,7 +128,6 @@ def run_recipe(
         recipe: a validated :class:`~mathneuro_edit.recipe.schema.Recipe`, or the path of a recipe file.
         out_dir: the folder to create (see the module docstring for its layout).
         overwrite: replace an existing ``out_dir`` once the new one is complete.
-        progress: progress bars.
         echo: receives the stage lines (``[2/7] calibrate math (100 texts)`` and notes; the CLI prints them).
         workers: checkpoint shards written at once (see :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`).
         sweep_evidence: the sweep's confirmation of this setting (``run --from-sweep``:

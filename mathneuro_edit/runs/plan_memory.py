@@ -97,11 +97,7 @@ def weights_placement(model: torch.nn.Module, dtype_name: str, device_map: Any, 
     """Weight bytes per device as accelerate would place them, the weights in ``dtype_name`` (``"bfloat16"``, ...);
     empty when it depends on the run machine."""
     import torch  # here: importing the planner stays free of torch (tests/test_imports_are_light.py)
-    from accelerate.utils import (
-        compute_module_sizes,
-        convert_file_size_to_int,
-        infer_auto_device_map,
-    )
+    from accelerate.utils import compute_module_sizes, convert_file_size_to_int, infer_auto_device_map
 
     dtype = getattr(torch, dtype_name)
     sizes = compute_module_sizes(model, dtype=dtype)

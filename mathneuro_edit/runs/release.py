@@ -22,12 +22,7 @@ from ..outputs.registry import OUTPUTS, output_dirs, output_of_folder
 from ..publish.base_card import base_card_fields
 from ..publish.card import card_for_folder, summarize_edit
 from ..publish.integrity import check_local_files_against_lock
-from ..publish.lock import (
-    check_base_weights,
-    check_private,
-    read_lock,
-    write_lock,
-)
+from ..publish.lock import check_base_weights, check_private, read_lock, write_lock
 from ..publish.lock_policy import lock_base, validate_lock
 from ..publish.run_files import seal_cards
 from ..recipe.io import recipe_from_dict

@@ -28,18 +28,8 @@ from typing import Any
 from ..engine.mask import Mask
 from ..errors import InputError
 from ..layout import LOCK_NAME, MASK_NAME, STATS_DIR
-from ..publish.integrity import (
-    FileCheck,
-    check_hub_files_against_lock,
-    check_local_files_against_lock,
-)
-from ..publish.lock import (
-    check_base_weights,
-    check_local_files,
-    library_versions,
-    read_lock,
-    recipe_from_lock,
-)
+from ..publish.integrity import FileCheck, check_hub_files_against_lock, check_local_files_against_lock
+from ..publish.lock import check_base_weights, check_local_files, library_versions, read_lock, recipe_from_lock
 from ..publish.lock_policy import validate_lock
 from ..util.console import Stages, terminal_safe
 from ..util.hashing import sha256_file

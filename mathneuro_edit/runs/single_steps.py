@@ -49,11 +49,7 @@ def calibrate_to_folder(
     folder that holds anything but statistics files is refused (replacing it would delete them).
 
     Args:
-        recipe: the validated recipe (base, data, calibration, targets).
-        out: the statistics folder.
         inputs: ``(what, path)`` of every input, which the output may not be, contain or lie inside.
-        progress: draw progress bars.
-        echo: where stage lines go.
         rank_zero: whether this process is rank 0 (under ``torchrun`` only rank 0 prints and writes).
 
     Returns:

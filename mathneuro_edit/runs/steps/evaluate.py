@@ -36,21 +36,16 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     # the first n_shot sampled problems are the worked examples; the rest are evaluated
     shots, problems = problems[: ev.n_shot], problems[ev.n_shot :]
     texts, _ = load_set(ev.general, ev.samples, ev.seed)
-    lm = ev.lm_eval
-    harness = (
-        []
-        if lm is None
-        else [
-            LmEvalTask("lm_eval", **lm.model_dump())  # the recipe's keys are the task's arguments
-        ]
-    )
+    # the recipe's lm_eval keys are the task's arguments
+    harness = [] if ev.lm_eval is None else [LmEvalTask("lm_eval", **ev.lm_eval.model_dump())]
     keys = ("question", "answer", "prefill")
+    problems, shots = ([{k: p[k] for k in keys if k in p} for p in ps] for ps in (problems, shots))
     return harness + [
         MathTask(
             "math",
-            [{k: p[k] for k in keys if k in p} for p in problems],
+            problems,
             n_shot=ev.n_shot,
-            shots=[{k: p[k] for k in keys if k in p} for p in shots],
+            shots=shots,
             max_new_tokens=ev.max_new_tokens,
             chat_template=ev.chat_template,
             prompt_style=ev.prompt_style,
@@ -61,15 +56,14 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
 
 def describe_tasks(tasks: list[Any]) -> str:
     """``100 math problems, 100 general texts`` (what an evaluation stage runs)."""
-    parts = []
-    for t in tasks:
-        if isinstance(t, MathTask):
-            parts.append(f"{len(t.problems)} {t.name} problems")
-        elif isinstance(t, GeneralTask):
-            parts.append(f"{len(t.texts)} {t.name} texts")
-        else:
-            parts.append(f"{t.name} (lm-eval)")
-    return ", ".join(parts)
+    return ", ".join(
+        f"{len(t.problems)} {t.name} problems"
+        if isinstance(t, MathTask)
+        else f"{len(t.texts)} {t.name} texts"
+        if isinstance(t, GeneralTask)
+        else f"{t.name} (lm-eval)"
+        for t in tasks
+    )
 
 
 def evaluate_step(run: RunRecord) -> EvalResults:
@@ -83,11 +77,10 @@ def evaluate_step(run: RunRecord) -> EvalResults:
     """
     recipe, model, mask = run.recipe, run.model, run.mask
     store = release_dtype(recipe)
-    edit: Any = (
-        ReversibleEdit(model, mask, recipe.edit.effective_scale, store_dtype=store) if mask is not None else None
-    )
+    scale = recipe.edit.effective_scale
+    edit: Any = ReversibleEdit(model, mask, scale, store_dtype=store) if mask is not None else None
     rounded = round_weights_(model, store)  # after the edit captured its unrounded originals
-    what = f"base and edited (x{show_setting(recipe.edit.effective_scale)})" if edit else "the base"
+    what = f"base and edited (x{show_setting(scale)})" if edit else "the base"
     on = f", weights as stored ({str(store).removeprefix('torch.')})" if rounded else ""
     run.start(f"evaluate {what}{on}: {describe_tasks(run.tasks)}")
     run.results = evaluate(model, run.tokenizer, run.tasks, edit=edit, progress=run.progress)

@@ -452,16 +452,9 @@ def _front_plot(plt: Any, result: SweepResult) -> Any:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     ax.scatter([p.general_kl for _, p in pts], [p.gain_points for _, p in pts], s=24, color="tab:blue", zorder=3)
-    front = sorted(pareto_front(result.points), key=lambda i: result.points[i].general_kl)
-    ax.plot(
-        [result.points[i].general_kl for i in front],
-        [result.points[i].gain_points for i in front],
-        "-o",
-        color="red",
-        mfc="none",
-        label="Pareto front",
-        zorder=2,
-    )
+    front = [result.points[i] for i in sorted(pareto_front(result.points), key=lambda i: result.points[i].general_kl)]
+    kl, gain = [p.general_kl for p in front], [p.gain_points for p in front]
+    ax.plot(kl, gain, "-o", color="red", mfc="none", label="Pareto front", zorder=2)
     if result.candidate is not None:
         c = result.points[result.candidate]
         ax.annotate("candidate", (c.general_kl, c.gain_points), xytext=(6, 6), textcoords="offset points", fontsize=7)

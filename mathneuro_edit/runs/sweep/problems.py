@@ -12,7 +12,14 @@ from ...recipe.schema import Recipe
 
 __all__ = ["sweep_problems", "format_shots"]
 
-_KEYS = ("question", "answer", "prefill")
+
+def _draw(ev: Any, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` problems of ``evaluation.math``'s draw (each with its prompt keys only), or fewer: the
+    caller refuses a short draw with the keys to change (the loader's "fewer records than requested" is silenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        problems = load_math_problems(ev.math, n, ev.seed)
+    return [{k: p[k] for k in ("question", "answer", "prefill") if k in p} for p in problems]
 
 
 def sweep_problems(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -31,17 +38,14 @@ def sweep_problems(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str,
     if ev is None:
         raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
     want = ev.n_shot + sw.selection_samples + sw.confirmation_samples
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "fewer records than requested": refused below, with the keys to change
-        problems = load_math_problems(ev.math, want, ev.seed)
-    if len(problems) < want:
+    strip = _draw(ev, want)
+    if len(strip) < want:
         raise InputError(
-            f"evaluation.math: {ev.math.public_path()} has {len(problems)} problems; the sweep needs "
+            f"evaluation.math: {ev.math.public_path()} has {len(strip)} problems; the sweep needs "
             f"evaluation.n_shot + sweep.selection_samples + sweep.confirmation_samples = {ev.n_shot} + "
             f"{sw.selection_samples} + {sw.confirmation_samples} = {want}; lower "
             "sweep.selection_samples or sweep.confirmation_samples (--set)"
         )
-    strip = [{k: p[k] for k in _KEYS if k in p} for p in problems]
     shots = strip[: ev.n_shot]
     selection = strip[ev.n_shot : ev.n_shot + sw.selection_samples]
     seen = {problem_sha256(p) for p in shots + selection}
@@ -67,12 +71,9 @@ def format_shots(recipe: Recipe) -> list[dict[str, Any]]:
     if ev is None or not need:
         return []
     have = ev.n_shot + sw.selection_samples + sw.confirmation_samples
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        problems = load_math_problems(ev.math, have + need, ev.seed)
-    used = {problem_sha256({k: p[k] for k in _KEYS if k in p}) for p in problems[:have]}
-    extra = [{k: p[k] for k in _KEYS if k in p} for p in problems[have:]]
-    extra = [p for p in extra if problem_sha256(p) not in used]
+    problems = _draw(ev, have + need)
+    used = {problem_sha256(p) for p in problems[:have]}
+    extra = [p for p in problems[have:] if problem_sha256(p) not in used]
     if len(extra) < need:
         raise InputError(
             f"sweep.confirmation_formats: {ev.math.public_path()} has too few problems for {need} worked "

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...engine.edit_map import show_setting
 from ...evaluation.report import format_p
-from ...evaluation.significance import detectable_gain, holm_adjust, mcnemar_exact, wilson_interval
+from ...evaluation.significance import detectable_gain, discordant_pairs, holm_adjust, mcnemar_exact, wilson_interval
 
 __all__ = [
     "SweepPoint",
@@ -172,17 +172,11 @@ class ArmOutcome:
             >>> s = a.summary(); s["answered"], s["accuracy_among_answers"], s["by_operation"]["+"]["correct"]
             (2, 0.5, 1)
         """
-        return {"name": self.name, **_rates(self.correct, self.forms), "by_operation": self._by_operation()}
-
-    def _by_operation(self) -> dict[str, dict[str, Any]]:
-        ops = sorted({o for o in self.operations if o})
-        return {
-            op: _rates(
-                [c for c, o in zip(self.correct, self.operations) if o == op],
-                [f for f, o in zip(self.forms, self.operations) if o == op],
-            )
-            for op in ops
-        }
+        by_operation = {}
+        for op in sorted({o for o in self.operations if o}):
+            pairs = [(c, f) for c, f, o in zip(self.correct, self.forms, self.operations) if o == op]
+            by_operation[op] = _rates([c for c, _ in pairs], [f for _, f in pairs])
+        return {"name": self.name, **_rates(self.correct, self.forms), "by_operation": by_operation}
 
 
 def _rates(correct: Sequence[bool], forms: Sequence[str]) -> dict[str, Any]:
@@ -222,8 +216,7 @@ def paired_test(before: ArmOutcome, after: ArmOutcome, alpha: float, answered_on
         for i in range(len(before.correct))
         if not answered_only or (before.forms[i] == "answer" and after.forms[i] == "answer")
     ]
-    b = sum(1 for i in keep if before.correct[i] and not after.correct[i])
-    c = sum(1 for i in keep if after.correct[i] and not before.correct[i])
+    b, c = discordant_pairs([before.correct[i] for i in keep], [after.correct[i] for i in keep])
     p = mcnemar_exact(b, c)
     return {
         "before": before.name,
@@ -354,10 +347,7 @@ def confirm(base: Sequence[bool], edited: Sequence[bool], alpha: float) -> tuple
         >>> confirm([False] * 10, [True] * 8 + [False] * 2, 0.05)
         (0, 8, 0.0078125, True)
     """
-    if len(base) != len(edited):
-        raise ValueError(f"confirm: {len(base)} base vs {len(edited)} edited outcomes; pair the same problems")
-    b = sum(1 for x, y in zip(base, edited) if x and not y)
-    c = sum(1 for x, y in zip(base, edited) if y and not x)
+    b, c = discordant_pairs(base, edited)  # a ValueError for outcomes of different lengths
     p = mcnemar_exact(b, c)
     return b, c, p, c > b and p < alpha
 
@@ -442,16 +432,12 @@ def detectable_text(n: int, before_only: int, after_only: int, alpha: float) -> 
 def _failed_test(f: dict[str, Any]) -> dict[str, Any] | None:
     """The paired test a format's verdict failed (:func:`format_verdict`'s order: the base, the base among the
     problems both answered, the first control), or ``None`` for a math boost or a record without it."""
+    # the failed test of each verdict: (against the base, among the problems both answered)
+    want = {"no-gain": (True, False), "format-effect": (True, True), "not-specific": (False, False)}.get(
+        f.get("verdict")
+    )
     tests = [t for t in f.get("tests", []) if isinstance(t, dict) and t.get("after") == "candidate"]
-    verdict = f.get("verdict")
-    for t in tests:
-        if verdict == "no-gain" and t.get("before") == "base" and not t.get("answered_only"):
-            return t
-        if verdict == "format-effect" and t.get("before") == "base" and t.get("answered_only"):
-            return t
-        if verdict == "not-specific" and t.get("before") != "base" and not t.get("answered_only"):
-            return t
-    return None
+    return next((t for t in tests if (t.get("before") == "base", bool(t.get("answered_only"))) == want), None)
 
 
 def evidence_text(c: Confirmation) -> str:

@@ -18,12 +18,7 @@ from ...engine.edit_map import show_setting
 from ...evaluation.significance import wilson_interval
 from ...util.console import table
 from ..inspect import pyplot, save_figure
-from .procedure import (
-    Confirmation,
-    SweepPoint,
-    detectable_text,
-    math_merit,
-)
+from .procedure import Confirmation, SweepPoint, detectable_text, math_merit
 
 __all__ = ["SweepResult"]
 

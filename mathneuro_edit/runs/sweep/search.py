@@ -268,7 +268,6 @@ def run_sweep(
         scales: numbers >= 0 (0 prunes; 1.0 is the base and is skipped; default ``sweep.scale``, else
             :data:`DEFAULT_SCALES`).
         overwrite: allow an existing ``out_dir`` that is not a sweep folder to be written into.
-        progress: progress bars.
         echo: receives the stage lines and one line per evaluated point.
         more_trials: trials added to an Optuna search's budget (``--more-trials``).
     """
