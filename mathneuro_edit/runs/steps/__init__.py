@@ -6,8 +6,7 @@ load -> calibrate -> mask -> evaluate -> export -> seal (lock + cards). Each ste
 :class:`~.record.RunRecord` (the recipe, how to report, and what the steps before it filled in) and extends it,
 announces itself on a :class:`~mathneuro_edit.util.console.Stages` and writes
 nothing of its own unless it is given a folder; the statistics have one layout (:class:`Statistics`:
-``math.stats.safetensors``, ``general-<i>.stats.safetensors``) wherever they are saved. How many stage lines a
-composition announces comes from the steps it lists (:func:`stage_count`), not from a hand count.
+``math.stats.safetensors``, ``general-<i>.stats.safetensors``) wherever they are saved.
 
 - :mod:`.mask`: load, calibrate (:class:`Statistics`), mask (from the base's files: :func:`checkpoint_weights`),
   and the lock's data records (:func:`data_records`);
@@ -16,10 +15,7 @@ composition announces comes from the steps it lists (:func:`stage_count`), not f
   exports record about the base;
 - :mod:`.seal`: the lock and each output folder's lock, evaluation and model card;
 - :mod:`.record`: :class:`RunRecord`, the state the steps read and extend;
-- :mod:`.count`: :func:`stage_count`.
-
-Names load lazily (``lazy_loader.attach_stub`` reads them from ``__init__.pyi``): importing this face imports no step
-and no torch.
+- :mod:`.count`: :func:`stage_count`, how many stage lines a composition announces (from the steps it lists).
 """
 
 import lazy_loader

@@ -3,7 +3,8 @@
 One public face for the family of modules that share the sweep's private names (they stay inside this package):
 
 - :mod:`.search`: :func:`run_sweep`, the composition (the run's load, calibrate and mask steps, then the
-  selection rounds and the confirmation) and the sweep folder;
+  selection rounds and the confirmation) and the sweep folder; :mod:`.optuna_search`, ``sweep.search: optuna``;
+- :mod:`.stages`: what both searches share (the inputs, the base, the candidate, its confirmation, the result);
 - :mod:`.problems`: the selection, confirmation and worked-example problems, disjoint;
 - :mod:`.grid`: the variants, one arm per ``(variant, top_k, scale)`` and each arm's point;
 - :mod:`.calibration`: each distinct calibration set once, kept under its content key;
@@ -13,9 +14,6 @@ One public face for the family of modules that share the sweep's private names (
 - :mod:`.cache`: the content-keyed result cache that makes a killed sweep resume;
 - :mod:`.result`: :class:`SweepResult`, its JSON, CSV, table and plot;
 - :mod:`.evidence`: a finished ``sweep.json`` read back and checked, and the release made from it.
-
-Names load lazily (``lazy_loader.attach_stub`` reads them from ``__init__.pyi``): importing this face imports no
-submodule and no torch.
 """
 
 import lazy_loader

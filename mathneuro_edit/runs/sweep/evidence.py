@@ -296,12 +296,15 @@ def _gist(text: str, limit: int = 300) -> str:
     return shown[: cut if cut > 0 else limit - 4] + " ..."
 
 
+def _edited(what: str) -> InputError:
+    """The refusal of a field this version never writes so: ``what`` is wrong, and how to get a good file."""
+    return InputError(f"{what}; the file was edited: re-run the sweep")
+
+
 def _count(c: Mapping[str, Any], key: str, most: int, where: str) -> int:
     v = c.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= most:
-        raise InputError(
-            f"{where}.{key}: must be an integer in [0, {most}], got {_shown(v)}; the file was edited: re-run the sweep"
-        )
+        raise _edited(f"{where}.{key}: must be an integer in [0, {most}], got {_shown(v)}")
     return v
 
 
@@ -317,36 +320,26 @@ def _fraction(v: Any, where: str, low_open: bool = False, high_open: bool = Fals
     )
     if not ok:
         interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise InputError(
-            f"{where}: must be a number in {interval}, got {_shown(v)}; the file was edited: re-run the sweep"
-        )
+        raise _edited(f"{where}: must be a number in {interval}, got {_shown(v)}")
     return v
 
 
 def _hashes(v: Any, where: str) -> list[str]:
     if not isinstance(v, list) or len(v) > MAX_PROBLEMS or not all(isinstance(h, str) and _SHA.fullmatch(h) for h in v):
-        raise InputError(
-            f"{where}: must be a list of at most {MAX_PROBLEMS:,} sha256 (64 hex digits); the file "
-            "was edited: re-run the sweep"
-        )
+        raise _edited(f"{where}: must be a list of at most {MAX_PROBLEMS:,} sha256 (64 hex digits)")
     return v
 
 
 def _point(p: Any, where: str) -> dict[str, Any]:
     if not isinstance(p, dict):
-        raise InputError(
-            f"{where}: must be a mapping of a grid point's results, got {type(p).__name__}; the file "
-            "was edited: re-run the sweep"
-        )
+        raise _edited(f"{where}: must be a mapping of a grid point's results, got {type(p).__name__}")
     for key in _POINT_NUMBERS:
         v = p.get(key)
         if key in ("top_k", "scale") and isinstance(v, dict):  # an Optuna trial's map: its values are the numbers
             _setting(v, f"{where}.{key}", key)
             continue
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
-            raise InputError(
-                f"{where}.{key}: must be a finite number >= 0, got {_shown(v)}; the file was edited: re-run the sweep"
-            )
+            raise _edited(f"{where}.{key}: must be a finite number >= 0, got {_shown(v)}")
     return p
 
 
@@ -358,14 +351,12 @@ def _setting(value: Any, where: str, key: str) -> Any:
         if key == "top_k":
             _fraction(v, where, low_open=True)
         elif isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
-            raise InputError(
-                f"{where}: must be a finite number >= 0, got {_shown(v)}; the file was edited: re-run the sweep"
-            )
+            raise _edited(f"{where}: must be a finite number >= 0, got {_shown(v)}")
     if isinstance(value, dict):
         try:
             check_map(value)
         except ValueError as e:
-            raise InputError(f"{where}: {_shown(str(e), 160)}; the file was edited: re-run the sweep") from None
+            raise _edited(f"{where}: {_shown(str(e), 160)}") from None
     return value
 
 
@@ -443,25 +434,19 @@ def _check_controls(c: Mapping[str, Any], n: int, alpha: float, where: str) -> N
         if isinstance(t, dict) and t.get("after") == "candidate"
     }
     if c.get("verdict") != "math-boost" or primary.get("verdict") != "math-boost":
-        raise InputError(
-            f"{where}: says confirmed, but its verdict is {_shown(c.get('verdict'))}, not math-boost; the file "
-            "was edited: re-run the sweep"
-        )
+        raise _edited(f"{where}: says confirmed, but its verdict is {_shown(c.get('verdict'))}, not math-boost")
     for arm, answered in _REQUIRED_TESTS:
         t = found.get((arm, answered))
         label = f"the candidate against {arm}" + (" (problems both answered)" if answered else "")
         if t is None:
-            raise InputError(
-                f"{where}: says confirmed, but has no test of {label}; the file was edited: re-run the sweep"
-            )
+            raise _edited(f"{where}: says confirmed, but has no test of {label}")
         # a test's own n: all problems, or only those both arms answered (never more than the confirmation's)
         tn = _count(t, "n", n, where)
         b, k = _count(t, "before_only", n, where), _count(t, "after_only", n, where)
         if b + k > tn or not (k > b and _exact_p(b, k) < alpha):
-            raise InputError(
+            raise _edited(
                 f"{where}: says confirmed, but its test of {label} ({k} vs {b} discordant, "
-                f"{format_p(_exact_p(b, k))}, level {alpha:g}) does not show a gain; the file was edited: re-run "
-                "the sweep"
+                f"{format_p(_exact_p(b, k))}, level {alpha:g}) does not show a gain"
             )
 
 
@@ -486,14 +471,12 @@ def _confirmation_counts(c: Mapping[str, Any], n: int, where: str) -> tuple[int,
     for key in ("base_correct", "edited_correct"):
         _count(c, key, n, where)
     if b + k > n:
-        raise InputError(f"{where}: {b} + {k} discordant problems of {n}; the file was edited: re-run the sweep")
+        raise _edited(f"{where}: {b} + {k} discordant problems of {n}")
     alpha = _fraction(c.get("alpha"), f"{where}.alpha", low_open=True, high_open=True)
     _fraction(c.get("mcnemar_p"), f"{where}.mcnemar_p", optional=True)
     mask = c.get("mask_sha256")
     if mask not in (None, "") and not (isinstance(mask, str) and _SHA.fullmatch(mask)):
-        raise InputError(
-            f"{where}.mask_sha256: must be a sha256 (64 hex digits) or empty; the file was edited: re-run the sweep"
-        )
+        raise _edited(f"{where}.mask_sha256: must be a sha256 (64 hex digits) or empty")
     return b, k, alpha
 
 
@@ -503,17 +486,13 @@ def _chosen_point(
     """``(points, chosen index, top_k, scale)``: every selection point checked, the confirmed one among them."""
     points = sel.get("points")
     if not isinstance(points, list) or not 0 < len(points) <= MAX_POINTS:
-        raise InputError(
-            f"{path}: selection.points: must be a list of 1 to {MAX_POINTS:,} grid points; the file "
-            "was edited: re-run the sweep"
-        )
+        raise _edited(f"{path}: selection.points: must be a list of 1 to {MAX_POINTS:,} grid points")
     for i, p in enumerate(points):
         _point(p, f"{path}: selection.points[{i}]")
     chosen = c.get("point")
     if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < len(points):
-        raise InputError(
-            f"{where}.point: must be the index of a selection point (0 to {len(points) - 1}), got "
-            f"{_shown(chosen)}; the file was edited: re-run the sweep"
+        raise _edited(
+            f"{where}.point: must be the index of a selection point (0 to {len(points) - 1}), got {_shown(chosen)}"
         )
     top_k = _setting(c.get("top_k"), f"{where}.top_k", "top_k")
     scale = _setting(c.get("scale"), f"{where}.scale", "scale")
@@ -572,9 +551,9 @@ def _base_identity(value: Any, path: Path) -> dict[str, Any]:
         )
     )
     if not ok:
-        raise InputError(
+        raise _edited(
             f"{path}: base_identity: must be {{gguf_sha256}}, {{weights_sha256}} or {{hub_id, revision}} of the "
-            f"model the sweep ran on, got {_shown(value)}; the file was edited: re-run the sweep"
+            f"model the sweep ran on, got {_shown(value)}"
         )
     return dict(value)
 
@@ -597,9 +576,7 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     problems = _hashes(c.get("problems_sha256"), f"{where}.problems_sha256")
     n = _count(c, "n", MAX_PROBLEMS, where)
     if n != len(problems):
-        raise InputError(
-            f"{where}.n: {n}, but it lists {len(problems)} problems; the file was edited: re-run the sweep"
-        )
+        raise _edited(f"{where}.n: {n}, but it lists {len(problems)} problems")
     b, k, alpha = _confirmation_counts(c, n, where)
     points, chosen, top_k, scale = _chosen_point(path, sel, c, where)
     base_correct = _base_correct(path, sel, len(selection))
@@ -607,10 +584,9 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
         raise InputError(f"{path}: recipe: must be the sweep's recipe (a mapping); re-run the sweep")
     p = _exact_p(b, k)
     if not (k > b and p < alpha and set(problems).isdisjoint(selection)):
-        raise InputError(
-            f"{path}: its confirmation says confirmed, but its counts ({b} right only before, {k} "
-            f"only after: {format_p(p)}, level {alpha:g}) or its problem lists do not; the file was "
-            "edited: re-run the sweep"
+        raise _edited(
+            f"{path}: its confirmation says confirmed, but its counts ({b} right only before, {k} only after: "
+            f"{format_p(p)}, level {alpha:g}) or its problem lists do not"
         )
     _check_controls(c, n, alpha, where)
     identity = _base_identity(data.get("base_identity"), path)
@@ -705,8 +681,7 @@ def _replaced_provenance(resolved: Mapping[str, Any], variant: list[str]) -> lis
 def run_from_sweep(recipe: Recipe | str | Path, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):
     """``run`` with the setting a sweep confirmed: the lock records the sweep's evidence and the card states it
     (:func:`~mathneuro_edit.runs.pipeline.run_recipe` with ``sweep_evidence``); a mask that is not the one the
-    confirmation tested is refused before anything is written (:func:`mask_refusal`). ``recipe``: a Recipe or the path of
-    a recipe file."""
+    confirmation tested is refused before anything is written (:func:`mask_refusal`)."""
     inputs = [("sweep folder", sweep_dir)]  # read, never written: a release into it replaced the sweep (issue 41)
     inputs += [("recipe", recipe)] if isinstance(recipe, (str, Path)) else []
     recipe = as_recipe(recipe)
