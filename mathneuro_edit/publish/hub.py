@@ -2,18 +2,16 @@
 
 One repo per artifact: ``checkpoint`` (a plain transformers folder), ``adapter`` (the PEFT SHiRA adapter) and
 ``gguf`` (the checkpoint's ``*.gguf`` files under llama.cpp's naming, with a card of their own); the default repo
-ids differ per kind (:func:`default_repo_id`: ``<id>``, ``<id>-adapter``, ``<id>-GGUF``). A push makes the repo
+ids differ per kind (:func:`~mathneuro_edit.outputs.registry.repo_for`: ``<id>``, ``<id>-adapter``, ``<id>-GGUF``). A push makes the repo
 EQUAL to the artifact: the files the Hub holds that the artifact does not (a stale shard, an old GGUF) are deleted
 in the same commit, and :class:`PushResult` (the dry run too) lists the adds, deletes and sizes. ``.gitattributes``
-(the Hub's own LFS rules) is kept.
-
-Only files that resolve inside the folder are uploaded: a symbolic link that points outside it is refused. What
-files a push uploads, and their checks against the lock, live in :mod:`mathneuro_edit.publish.hub_files`.
+(the Hub's own LFS rules) is kept. What files a push uploads, and their checks against the lock, live in
+:mod:`mathneuro_edit.publish.hub_files`.
 
 One call makes at most four requests that change anything: ``create_repo`` (a new repo) or
 ``update_repo_settings`` (``private`` asked for and different), ``create_branch(exist_ok=True)`` when a revision
-other than ``main`` is asked for, and ONE commit holding every add and delete (optionally as a pull request). Why ``create_commit`` rather than ``upload_folder``: with ``hf_xet`` installed (a huggingface_hub
-dependency), ``upload_folder`` streams through a multi-commit pipeline that may split a folder into several
+other than ``main`` is asked for, and ONE commit holding every add and delete (optionally as a pull request).
+Why ``create_commit`` rather than ``upload_folder``: with ``hf_xet`` installed (a huggingface_hub dependency), ``upload_folder`` streams through a multi-commit pipeline that may split a folder into several
 commits (by file count, payload size or after 5 minutes), so the repo could briefly hold weights without their
 card; one commit publishes the weights, card and lock together or not at all. Large files still go through
 Xet/LFS inside that commit.
@@ -34,18 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import (
-    CommitOperationAdd,
-    CommitOperationDelete,
-    HfApi,
-    constants,
-    get_token,
-)
-from huggingface_hub.errors import (
-    HFValidationError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants, get_token
+from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
 
 from .._version import __version__
@@ -70,29 +58,9 @@ from .hub_requests import (
 from .lock import read_lock
 from .lock_policy import validate_lock
 
-__all__ = [
-    "KINDS",
-    "PushResult",
-    "push_to_hub",
-    "commit_message_for",
-    "default_repo_id",
-    "check_branch",
-    "artifact_folder",
-    "hub_target",
-]
+__all__ = ["PushResult", "push_to_hub", "check_branch", "artifact_folder", "hub_target"]
 
-KINDS = tuple(OUTPUTS)  # checkpoint, adapter, gguf: one repo each (mathneuro_edit/outputs/)
 KEEP = (".gitattributes",)  # the Hub's own files: never deleted by a mirror
-
-
-def default_repo_id(repo_id: str, kind: str) -> str:
-    """The repo an artifact goes to by default, from the recipe's ``hub.repo_id``: one repo per artifact.
-
-    Example:
-        >>> [default_repo_id("me/organism-prune", k) for k in KINDS]
-        ['me/organism-prune', 'me/organism-prune-adapter', 'me/organism-prune-GGUF']
-    """
-    return repo_for(repo_id, kind)
 
 
 @dataclass(frozen=True)
@@ -132,7 +100,7 @@ class PushResult:
     commit_url: str | None = None
     commit_oid: str | None = None
     pr_url: str | None = None
-    scrubbed: tuple[str, ...] = ()  # "file: key" of every local path blanked in the uploaded copy
+    scrubbed: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON data (``push --dry-run --json``)."""
@@ -195,16 +163,6 @@ class PushResult:
         return scrub_token("\n".join(lines))  # a file name may hold the token: never printed
 
 
-def commit_message_for(recipe_sha256: str, commit_message: str | None = None) -> str:
-    """The commit summary: the caller's message (or a default) followed by the recipe's sha256.
-
-    Example:
-        >>> commit_message_for("ab" * 32)[:45]
-        'Upload MathNeuro-edited model (recipe sha256 '
-    """
-    return f"{commit_message or 'Upload MathNeuro-edited model'} (recipe sha256 {recipe_sha256})"
-
-
 def check_branch(branch: str, where: str = "--branch") -> str:
     """``branch`` when it is a plain branch name (``main``, ``v1``, ``exp/boost-1.1``), else :class:`InputError`:
     no ``..``, no component starting with ``.`` or ``-``, no control, space or bidi character, no ``.lock`` ending,
@@ -259,9 +217,9 @@ def push_to_hub(
 ) -> PushResult:
     """Make a Hub model repo equal to one artifact of a run, in one commit (adds and deletes): ``push``.
 
-    Why 10 parameters: the folder and repo, then eight keyword-only options, each one documented choice of
-    ``mathneuro-edit push`` (and of :func:`huggingface_hub.HfApi.create_commit`), all with a default. What they
-    leave out comes from the recipe's ``hub`` section in the folder's lock.
+    Why 10 parameters: the folder and repo, then eight keyword-only options, each a choice of ``mathneuro-edit
+    push`` (and of :func:`huggingface_hub.HfApi.create_commit`); what they leave out comes from the recipe's ``hub``
+    section in the folder's lock.
 
     Args:
         out_dir: a run folder (its output ``kind``), or a folder with ``README.md`` and the lock: a run's
@@ -296,17 +254,22 @@ def push_to_hub(
     out, lock, kind, repo_id, private, revision = _run_artifact(out_dir, kind, repo_id, private, revision, dry_run)
     _check_lock(out, lock)
     branch = _checked_target(repo_id, revision)
-    message = commit_message_for(str(lock.get("recipe_sha256", "unknown")), commit_message)
+    message = f"{commit_message or 'Upload MathNeuro-edited model'} (recipe sha256 {lock['recipe_sha256']})"
     files = artifact_files(out, kind, lock)
     check_artifact_against_lock(out, kind, lock, files)  # what leaves is what the run wrote, before any request
     uploaded, scrubbed = uploaded_contents(files)  # rel -> local file, or its bytes with local paths blanked
     timeout = hub_timeout()  # MATHNEURO_EDIT_HUB_TIMEOUT checked before any request, the dry run's too
-    token = _checked_token(token, dry_run)
+    token = token or get_token()
+    if not dry_run and not token:
+        raise InputError(
+            "no Hugging Face token found; set HF_TOKEN or run `hf auth login` with a token that can "
+            "write, then retry (nothing was uploaded)"
+        )
     api = HfApi(token=token or False, library_name="mathneuro-edit", library_version=__version__)
     base_repo = _derived_base(api, lock, kind, base_repo, timeout)
     # for this repo: no placeholder, the right from_pretrained id
     card = card_for_folder(out, repo_id=repo_id, kind=kind, base_repo=base_repo)
-    contents = _with_card(card.content, uploaded)
+    contents = dict(sorted({**uploaded, "README.md": card.content.encode("utf-8")}.items()))  # the card for the repo
     result = PushResult(
         repo_id=repo_id,
         kind=kind,
@@ -320,53 +283,38 @@ def push_to_hub(
         remote="no repo id",
         scrubbed=scrubbed,
     )
-    target = _Target(repo_id or "", branch, token or "", timeout, private, create_pr, message)
     if dry_run:
-        return result if repo_id is None else _dry_run(api, target, contents, result)
-    return _pushed(api, target, contents, result)
-
-
-def _derived_base(api: HfApi, lock: dict[str, Any], kind: str, base_repo: str | None, timeout: float) -> str | None:
-    """The repo an output made from another names as its base: as given, else that output's repo when it exists."""
-    derived_from = output(kind).derived_from
-    if derived_from is not None and base_repo is None:
-        with request_timeouts(timeout):
-            base_repo = _existing_repo(api, lock, derived_from)
-    return base_repo
-
-
-def _checked_token(token: str | None, dry_run: bool) -> str | None:
-    """The token (given, ``HF_TOKEN`` or the stored login); a push (not a dry run) without one is refused."""
-    token = token or get_token()
-    if not dry_run and not token:
-        raise InputError(
-            "no Hugging Face token found; set HF_TOKEN or run `hf auth login` with a token that can "
-            "write, then retry (nothing was uploaded)"
-        )
-    return token
-
-
-def _with_card(card: str, uploaded: dict[str, Path | bytes]) -> dict[str, Path | bytes]:
-    """What the repo will hold, sorted by path: the card written for this repo, then the folder's other files."""
-    contents: dict[str, Path | bytes] = {"README.md": card.encode("utf-8")}
-    contents.update({rel: c for rel, c in uploaded.items() if rel != "README.md"})
-    return dict(sorted(contents.items()))
-
-
-def _pushed(api: HfApi, target: _Target, contents: dict[str, Path | bytes], result: PushResult) -> PushResult:
-    """Commit ``contents`` (:func:`_commit`) and return the plan as done: the remote's state, deletes and URLs."""
+        return result if repo_id is None else _dry_run(api, result, contents, token or "", timeout)
     with progress_bars_on_a_terminal_only():  # a Ctrl-C or SIGTERM ends the push at once, whatever it waits for
-        existing, url, state, deletes, info = interruptible(_commit, api, target, contents)
+        url, state, deletes, info = interruptible(_commit, api, result, contents, token or "", timeout)
     return replace(
         result,
         dry_run=False,
-        remote="new" if existing is None else state,
+        remote=state,
         deletes=deletes,
-        repo_url=str(url),
+        repo_url=url,
         commit_url=info.commit_url,
         commit_oid=info.oid,
         pr_url=info.pr_url,
     )
+
+
+def _derived_base(api: HfApi, lock: dict[str, Any], kind: str, base_repo: str | None, timeout: float) -> str | None:
+    """The repo an output made from another (the GGUF) names as its base: ``base_repo`` as given, else that output's
+    default repo (from the recipe's ``hub.repo_id``) when it exists on the Hub, else ``None`` (the original base)."""
+    derived_from = output(kind).derived_from
+    if derived_from is not None and base_repo is None:
+        hub = lock["recipe"].get("hub") or {}
+        if not hub.get("repo_id"):
+            return None
+        repo = repo_for(str(hub["repo_id"]), derived_from)
+        try:
+            with request_timeouts(timeout):
+                api.model_info(repo)
+        except Exception:  # noqa: BLE001 - not there, not readable or offline: the GGUF then names the original base
+            return None
+        return repo
+    return base_repo
 
 
 def _run_artifact(
@@ -446,7 +394,7 @@ def hub_target(
         ('me/x-adapter', None, 'v2')
     """
     if not repo_id and hub.get("repo_id"):
-        repo_id = default_repo_id(str(hub["repo_id"]), kind)
+        repo_id = repo_for(str(hub["repo_id"]), kind)
     if not repo_id and not dry_run:
         raise InputError(
             f"no target repo: pass --repo-id you/name or set hub.repo_id in the recipe (the {kind} "
@@ -477,34 +425,24 @@ def _checked_target(repo_id: str | None, revision: str | None) -> str:
     return check_branch(revision) if revision is not None else constants.DEFAULT_REVISION
 
 
-@dataclass(frozen=True)
-class _Target:
-    """Where and how one push commits: the repo and branch, the token and request timeout, the repo's
-    visibility (``None``: left as it is), a pull request or not, and the commit message."""
-
-    repo_id: str
-    branch: str
-    token: str
-    timeout: float
-    private: bool | None
-    create_pr: bool
-    message: str
-
-
-def _dry_run(api: HfApi, target: _Target, contents: dict[str, Path | bytes], result: PushResult) -> PushResult:
+def _dry_run(api: HfApi, plan: PushResult, contents: dict[str, Any], token: str, timeout: float) -> PushResult:
     """The plan with the remote's state and deletes, read without writing (a failed read leaves them unknown)."""
+    repo_id = plan.repo_id or ""
     try:
-        with hub_errors(target.repo_id, target.branch, target.token), request_timeouts(target.timeout):
-            remote, state = _remote_state(api, target.repo_id, target.branch)
+        with hub_errors(repo_id, plan.revision, token), request_timeouts(timeout):
+            remote, state = _remote_state(api, repo_id, plan.revision)
     except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
-        return replace(result, remote=scrub_token(str(e), target.token or None))
-    return replace(result, remote=state, deletes=_deletes(remote, contents))
+        return replace(plan, remote=scrub_token(str(e), token or None))
+    return replace(plan, remote=state, deletes=_deletes(remote, contents))
 
 
-def _commit(api: HfApi, target: _Target, contents: dict[str, Path | bytes]) -> tuple[Any, str, str, list, Any]:
-    """The push's requests: the repo (created, its visibility, the branch), its files, then one commit."""
-    repo_id, branch, private = target.repo_id, target.branch, target.private
-    with hub_errors(repo_id, branch, target.token), request_timeouts(target.timeout):
+def _commit(
+    api: HfApi, plan: PushResult, contents: dict[str, Path | bytes], token: str, timeout: float
+) -> tuple[str, str, list[tuple[str, int]], Any]:
+    """The push's requests: the repo (created, its visibility, the branch), its files, then one commit of ``plan``.
+    Returns the repo's URL, its state before (``"new"`` or ``"listed"``), the deletes and the commit's info."""
+    repo_id, branch, private = plan.repo_id or "", plan.revision, plan.private
+    with hub_errors(repo_id, branch, token), request_timeouts(timeout):
         try:
             existing = retrying(api.model_info, repo_id)
         except RepositoryNotFoundError:
@@ -528,28 +466,14 @@ def _commit(api: HfApi, target: _Target, contents: dict[str, Path | bytes]) -> t
             api.create_commit,
             repo_id,
             operations,
-            commit_message=target.message,
+            commit_message=plan.commit_message,
             repo_type="model",
             revision=branch,
-            create_pr=target.create_pr,
+            create_pr=plan.create_pr,
             commit_description="Made with mathneuro-edit; see README.md and mathneuro_recipe.lock.yaml.",
         )
-    return existing, str(url), state, deletes, info
+    return str(url), "new" if existing is None else state, deletes, info
 
 
 def _deletes(remote: dict[str, int], contents: dict[str, Any]) -> list[tuple[str, int]]:
     return [(p, s) for p, s in sorted(remote.items()) if p not in contents and p not in KEEP]
-
-
-def _existing_repo(api: HfApi, lock: dict[str, Any], kind: str) -> str | None:
-    """Output ``kind``'s default repo (from the recipe's ``hub.repo_id``; the edited checkpoint's for the GGUF)
-    when it exists on the Hub."""
-    hub = (lock.get("recipe") or {}).get("hub") or {}
-    if not hub.get("repo_id"):
-        return None
-    repo = default_repo_id(str(hub["repo_id"]), kind)
-    try:
-        api.model_info(repo)
-    except Exception:  # noqa: BLE001 - not there, not readable or offline: the GGUF then names the original base
-        return None
-    return repo

@@ -58,16 +58,19 @@ def folder_files(out: Path) -> list[tuple[str, Path]]:
     return files
 
 
-def _check_no_local_paths(files: list[tuple[str, Path]]) -> dict[str, tuple[bytes, list[str]]]:
-    """Refuse an adapter config naming a local base (PEFT needs the base's Hub id: a blank would break loading);
-    blank every other local path in the fields of an uploaded JSON file that can hold one, at any depth
+def uploaded_contents(files: list[tuple[str, Path]]) -> tuple[dict[str, Path | bytes], tuple[str, ...]]:
+    """What a push sends for each file (``path in repo -> local file``, or its bytes with local paths blanked) and
+    the ``"file: key"`` of every path blanked. The one place that decides it, so a test loads what is uploaded.
+
+    Every local path in the fields of an uploaded JSON file that can hold one is blanked, at any depth
     (:func:`~mathneuro_edit.util.scrub.scrub_json`: tokenizer files and tokens are never changed; the files on
     disk stay as they are).
 
-    Returns:
-        ``path in repo -> (scrubbed content, keys blanked)`` for the JSON files that needed it.
+    Raises:
+        InputError: an adapter config names a local base (PEFT needs the base's Hub id: a blank would break loading).
     """
-    scrubbed: dict[str, tuple[bytes, list[str]]] = {}
+    contents: dict[str, Path | bytes] = dict(files)
+    blanked: list[str] = []
     for rel, p in files:
         if not rel.endswith(".json") or p.stat().st_size > 64 << 20:  # JSON weights-scale data is not a config
             continue
@@ -84,20 +87,9 @@ def _check_no_local_paths(files: list[tuple[str, Path]]) -> dict[str, tuple[byte
                 )
         content, keys = scrub_json_bytes(p)
         if content is not None:
-            scrubbed[rel] = (content, keys)
-    return scrubbed
-
-
-def uploaded_contents(files: list[tuple[str, Path]]) -> tuple[dict[str, Path | bytes], tuple[str, ...]]:
-    """What a push sends for each file (``path in repo -> local file``, or its bytes with local paths blanked) and
-    the ``"file: key"`` of every path blanked. The one place that decides it, so a test loads what is uploaded.
-
-    Raises:
-        InputError: an adapter config names a local base (see :func:`_check_no_local_paths`).
-    """
-    scrubbed = _check_no_local_paths(files)
-    contents: dict[str, Path | bytes] = {rel: scrubbed[rel][0] if rel in scrubbed else p for rel, p in files}
-    return contents, tuple(f"{rel}: {key}" for rel, (_, keys) in scrubbed.items() for key in keys)
+            contents[rel] = content
+            blanked += [f"{rel}: {key}" for key in keys]
+    return contents, tuple(blanked)
 
 
 def artifact_files(folder: Path, kind: str, lock: dict[str, Any]) -> list[tuple[str, Path]]:

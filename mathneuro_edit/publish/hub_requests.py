@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,12 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from huggingface_hub import constants
-from huggingface_hub.errors import (
-    HfHubHTTPError,
-    OfflineModeIsEnabled,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import get_session
 
 from ..errors import InputError, MathNeuroEditError
@@ -41,6 +37,7 @@ __all__ = [
     "requests_left_running",
     "progress_bars_on_a_terminal_only",
     "hub_fault",
+    "first_line",
 ]
 
 
@@ -56,9 +53,6 @@ def _client_errors(name: str, *builtin: type[BaseException]) -> tuple[type[BaseE
     return tuple(found)
 
 
-# Every request of a push has a timeout (huggingface_hub's default client has none: a Hub that never answers
-# would hang `push` forever), and the answers that mean "later" are retried with backoff: 429 (honouring its
-# Retry-After, capped) and 5xx. Then one line names what the Hub answered.
 TIMEOUT_ENV = "MATHNEURO_EDIT_HUB_TIMEOUT"
 DEFAULT_TIMEOUT_S = 60.0  # per request: connect, each read and write; an LFS upload streams, so only stalls count
 RETRIES = 4  # after the first try: waits of 1, 2, 4, 8 s (or what Retry-After asks, at most MAX_WAIT_S)
@@ -98,15 +92,25 @@ def _retry_after(exc: BaseException) -> float | None:
     return float(value) if value.isdigit() else None
 
 
+def _chain(exc: BaseException, implicit: bool = True) -> list[BaseException]:
+    """``exc`` and what it was raised from (``implicit``: or while handling), each once."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and all(seen is not c for c in chain):
+        chain.append(seen)
+        seen = seen.__cause__ or (seen.__context__ if implicit else None)
+    return chain
+
+
 def _http_error(exc: BaseException) -> HfHubHTTPError | None:
     """The Hub's HTTP error behind ``exc``: itself, or the cause huggingface_hub wraps an LFS upload's failure in
     (``RuntimeError: Error while uploading ...``)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, HfHubHTTPError):
-            return seen
-        seen = seen.__cause__
-    return None
+    return next((e for e in _chain(exc, implicit=False) if isinstance(e, HfHubHTTPError)), None)
+
+
+def first_line(text: object, default: str = "", limit: int = 300) -> str:
+    """The first line of ``text`` (an exception's message, the Hub's answer), at most ``limit`` characters."""
+    return (str(text or "").strip().splitlines() or [default])[0][:limit]
 
 
 def retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -114,17 +118,16 @@ def retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     failure is raised as it came (:func:`hub_errors` words it). Timeouts and dropped connections are not tried again
     here: the client's own backoff already retries its idempotent requests, and a Hub that never answers must
     end the push in minutes, not hours."""
-    for attempt in range(RETRIES + 1):
+    for attempt in range(RETRIES):
         try:
             return call(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - only the Hub's "later" answers are retried; the rest re-raised
             http = _http_error(e)
-            status = getattr(getattr(http, "response", None), "status_code", None)
-            if status not in RETRY_STATUSES or attempt == RETRIES:
+            if getattr(getattr(http, "response", None), "status_code", None) not in RETRY_STATUSES:
                 raise
             wait = _retry_after(http)
         _sleep(min(MAX_WAIT_S, wait if wait is not None else 2.0**attempt))
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+    return call(*args, **kwargs)  # the last try: its failure is raised as it came
 
 
 _LEFT_RUNNING: list[threading.Event] = []  # the "done" events of calls an interrupt stopped waiting for
@@ -173,8 +176,6 @@ def requests_left_running() -> bool:
 def progress_bars_on_a_terminal_only() -> Iterator[None]:
     """huggingface_hub's upload bars only when stderr is a terminal (restored after): in a log, every retry of a
     failing upload added bar lines (445 of them) and the error was not the last line."""
-    import sys
-
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     if sys.stderr.isatty() or are_progress_bars_disabled():
@@ -269,16 +270,12 @@ def hub_fault(repo_id: str, exc: BaseException, doing: str, token: str | None = 
     """
     from huggingface_hub.errors import FileMetadataError
 
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and all(seen is not c for c in chain):
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
+    chain = _chain(exc)
     if any(isinstance(e, OfflineModeIsEnabled) for e in chain):
         return None
 
     def said(e: BaseException) -> str:
-        first = (str(e).strip().splitlines() or [""])[0][:200]
+        first = first_line(e, limit=200)
         return scrub_token(f"{type(e).__name__}: {first}" if first else type(e).__name__, token)
 
     for e in chain:
@@ -315,8 +312,8 @@ def hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
         e = _http_error(caught) or caught  # an LFS upload's failure comes wrapped in a RuntimeError
         response = getattr(e, "response", None)
         status = getattr(response, "status_code", None)
-        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        server = (str(getattr(e, "server_message", None) or "").strip().splitlines() or [""])[0][:300]
+        detail = first_line(e, type(e).__name__)
+        server = first_line(getattr(e, "server_message", None))
         if server and server not in detail:  # the Hub's own words: often the fix (may echo a credential)
             detail = f"{detail}: {server}"
         detail = scrub_token(detail, token)

@@ -18,7 +18,8 @@ and never called ``match``. A Hub repo's card is rendered for the repo by ``push
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,19 +163,8 @@ def check_hub_files_against_lock(
     """
     from huggingface_hub import HfApi, hf_hub_download
 
-    from .hub_requests import hub_fault
-
-    try:
+    with _hub_read(repo_id, token, "read", "the repo's file list"):
         info = HfApi(token=token).model_info(repo_id, revision=revision, files_metadata=True)
-    except Exception as e:  # noqa: BLE001 - the Hub's fault (5xx, network) is exit 3; the rest the user's to fix
-        fault = hub_fault(repo_id, e, "reading the repo's file list", token)
-        if fault is not None:
-            raise fault from None
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        raise InputError(
-            f"{repo_id}: cannot read the repo's file list from the Hub ({scrub_token(first, token)}); "
-            "check the repo id, the token and the network, or pass a local folder"
-        ) from None
     siblings = {s.rfilename: s for s in info.siblings or [] if s.rfilename not in NOT_OUTPUTS}
     wanted = _wanted(_repo_output(siblings, lock), lock)
     present: dict[str, str] = {}
@@ -182,17 +172,27 @@ def check_hub_files_against_lock(
         if s.lfs is not None:
             present[name] = s.lfs.sha256
         else:  # a regular (git) file: the Hub gives only its git blob id; hash the downloaded file
-            try:
+            with _hub_read(repo_id, token, "download", name):
                 present[name] = sha256_file(hf_hub_download(repo_id, name, revision=info.sha or revision, token=token))
-            except Exception as e:  # noqa: BLE001 - one line: the Hub's fault exit 3, the rest exit 2
-                fault = hub_fault(repo_id, e, f"downloading {name}", token)
-                if fault is not None:
-                    raise fault from None
-                raise InputError(
-                    f"{repo_id}: cannot download {name} from the Hub ({scrub_token(str(e), token)[:200]}); "
-                    "check the repo id, the token and the network, or pass a local folder"
-                ) from None
     return FileCheck.compared(repo_id + (f"@{revision}" if revision else ""), present, wanted)
+
+
+@contextmanager
+def _hub_read(repo_id: str, token: str | None, verb: str, what: str) -> Iterator[None]:
+    """A read (``verb``: read, download) of ``what`` from the Hub, its failure worded in one line: the Hub's fault
+    (5xx, network) exit 3, the rest (not found, no access, offline) exit 2."""
+    from .hub_requests import first_line, hub_fault
+
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - every failure is worded, none a traceback
+        fault = hub_fault(repo_id, e, f"{verb}ing {what}", token)
+        if fault is not None:
+            raise fault from None
+        raise InputError(
+            f"{repo_id}: cannot {verb} {what} from the Hub ({first_line(scrub_token(str(e), token), type(e).__name__)});"
+            " check the repo id, the token and the network, or pass a local folder"
+        ) from None
 
 
 def _wanted(out: Output, lock: Mapping[str, Any]) -> dict[str, str]:

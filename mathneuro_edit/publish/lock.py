@@ -90,8 +90,6 @@ def base_description(model_dir: str | Path) -> dict[str, Any]:
         >>> import tempfile; base_description(tempfile.mkdtemp())
         {'model_type': None, 'architecture': None}
     """
-    import json
-
     try:
         cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -169,18 +167,13 @@ def library_versions() -> dict[str, str]:
         >>> sorted(library_versions())
         ['huggingface_hub', 'peft', 'python', 'safetensors', 'tool', 'torch', 'transformers']
     """
-
-    def version(dist: str) -> str:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return "not installed"
-
     versions = {"tool": __version__}
     for name in ("torch", "transformers", "peft", "safetensors", "huggingface_hub"):
-        versions[name] = version(name)
-    versions["python"] = platform.python_version()
-    return versions
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return {**versions, "python": platform.python_version()}
 
 
 def private_paths(recipe: Recipe) -> list[str]:
@@ -189,10 +182,7 @@ def private_paths(recipe: Recipe) -> list[str]:
     Used to check that nothing published (lock, card) contains them.
     """
     found: list[str] = []
-    paths = [recipe.base.model, recipe.base.offload_folder or ""]
-    for section in (recipe.data, recipe.evaluation):
-        if section is not None:
-            paths += [s.path for s in (section.math, *section.general)]
+    paths = [recipe.base.model, recipe.base.offload_folder or "", *(path for _, path in _sources(recipe))]
     if recipe.evaluation is not None and recipe.evaluation.lm_eval is not None:
         paths.append(recipe.evaluation.lm_eval.include_path or "")
     for p in paths:
@@ -421,16 +411,9 @@ def recipe_from_lock(
         raise settings_refused(refused)
     extra = ("base.trust_remote_code=true",) if trust_remote_code else ()
     recipe = recipe_from_dict(dict(lock["recipe"]), (*overrides, *extra), where="lock recipe")
-    missing = []
-    if recipe.base.model == LOCAL:
-        missing.append("base.model (--base PATH)")
-    if recipe.base.offload_folder == LOCAL:
-        missing.append("base.offload_folder")
-    for name in ("data", "evaluation"):
-        section = getattr(recipe, name)
-        if section is not None:
-            missing += [f"{name}.math.path"] if section.math.path.startswith(LOCAL) else []
-            missing += [f"{name}.general.{i}.path" for i, s in enumerate(section.general) if s.path.startswith(LOCAL)]
+    missing = ["base.model (--base PATH)"] if recipe.base.model == LOCAL else []
+    missing += ["base.offload_folder"] if recipe.base.offload_folder == LOCAL else []
+    missing += [key for key, path in _sources(recipe) if path.startswith(LOCAL)]
     lm = recipe.evaluation.lm_eval if recipe.evaluation is not None else None
     if lm is not None and (lm.include_path or "").startswith(LOCAL):
         missing.append("evaluation.lm_eval.include_path")
@@ -470,17 +453,9 @@ def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
 
 # what read_lock accepts before any field is trusted (the fields themselves: lock_policy.validate_lock)
 MAX_LOCK_BYTES = 16 * 1024 * 1024  # a lock lists every output file's hash: far less than this
-_LOCK_FIELDS: dict[str, type] = {
-    "recipe_sha256": str,
-    "base": dict,
-    "data": dict,
-    "files": dict,
-    "mask_sha256": str,
-    "outputs": dict,
-    "run_files": dict,
-    "versions": dict,
-    "edit_summary": dict,
-    "lm_eval": dict,
-    "device": dict,
+_LOCK_FIELDS: dict[str, type] = {  # a hash is a string, every other field a mapping
+    key: str if key.endswith("_sha256") else dict
+    for key in ("recipe_sha256", "base", "data", "files", "mask_sha256", "outputs", "run_files", "versions")
+    + ("edit_summary", "lm_eval", "device")
 }
 _KIND_NAMES = {str: "string", dict: "mapping"}

@@ -42,14 +42,8 @@ def _given(key: str, overrides: Sequence[str]) -> bool:
 def refused_lock_settings(
     lock: Mapping[str, Any], overrides: Sequence[str] = (), *, trust_remote_code: bool = False
 ) -> list[str]:
-    """The settings of a lock's recipe that a lock may not choose, each with how to opt in on the command line.
-
-    A lock (or a card, or a downloaded repo) is data. It may not turn on code execution
-    (``base.trust_remote_code``, ``base.use_kernels``), name a local file or folder to read or write (a base
-    folder, a data file, an offload folder: a lock written by mathneuro-edit redacts them all to ``<local>``), or
-    choose an lm-eval task folder (``evaluation.lm_eval.include_path``, whose task YAMLs can run Python with
-    ``!function``). Each is accepted only when the user gives it again: ``--trust-remote-code``, ``--base PATH``,
-    ``--set KEY=VALUE``.
+    """The settings of a lock's recipe that a lock may not choose (see the module docstring; a lock written by
+    mathneuro-edit redacts every local path to ``<local>``), each with how to opt in on the command line.
 
     Example:
         >>> [s.split(" (")[0] for s in refused_lock_settings({"recipe": {"base": {"trust_remote_code": True}}})]
@@ -75,43 +69,34 @@ def refused_lock_settings(
             "base.use_kernels=true if you trust them)"
         )
     model = base.get("model")
-    if isinstance(model, str) and model != LOCAL and is_local_path(model):
-        if not _given("base.model", overrides):
-            refused.append(f"base.model: {model[:80]!r} (a local folder; pass --base PATH)")
+    if isinstance(model, str) and model != LOCAL and is_local_path(model) and not _given("base.model", overrides):
+        refused.append(f"base.model: {model[:80]!r} (a local folder; pass --base PATH)")
     if base.get("offload_folder") not in (None, LOCAL) and not _given("base.offload_folder", overrides):
         refused.append(
             f"base.offload_folder: {str(base['offload_folder'])[:80]!r} (a local folder written to; "
             "pass --set base.offload_folder=PATH)"
         )
-    for name in ("data", "evaluation"):
-        section = recipe.get(name)
-        if not isinstance(section, Mapping):
+    for key, path in _recipe_data_paths(recipe).items():
+        if path.startswith(LOCAL) or _given(key, overrides):
             continue
-        sources: list[tuple[str, Any]] = [(f"{name}.math", section.get("math"))]
-        general = section.get("general")
-        general = general if isinstance(general, list) else [general] if general is not None else []
-        sources += [(f"{name}.general.{i}", g) for i, g in enumerate(general)]
-        for key, src in sources:
-            path = src.get("path") if isinstance(src, Mapping) else src
-            if not isinstance(path, str) or path.startswith(LOCAL) or _given(f"{key}.path", overrides):
-                continue
-            try:
-                kind = Source(path=path).kind
-            except ValueError:  # an invalid source: the recipe's validation names it
-                continue
-            if kind == "local":
-                refused.append(f"{key}.path: {path[:80]!r} (a local file; pass --set {key}.path=FILE)")
-        lm = section.get("lm_eval") if name == "evaluation" else None
-        include = lm.get("include_path") if isinstance(lm, Mapping) else None
-        if (
-            include is not None
-            and not str(include).startswith(LOCAL)
-            and not _given("evaluation.lm_eval.include_path", overrides)
-        ):
-            refused.append(
-                f"evaluation.lm_eval.include_path: {str(include)[:80]!r} (an lm-eval task folder, whose "
-                "tasks can run Python; pass --set evaluation.lm_eval.include_path=FOLDER)"
-            )
+        try:
+            kind = Source(path=path).kind
+        except ValueError:  # an invalid source: the recipe's validation names it
+            continue
+        if kind == "local":
+            refused.append(f"{key}: {path[:80]!r} (a local file; pass --set {key}=FILE)")
+    evaluation = recipe.get("evaluation")
+    lm = evaluation.get("lm_eval") if isinstance(evaluation, Mapping) else None
+    include = lm.get("include_path") if isinstance(lm, Mapping) else None
+    if (
+        include is not None
+        and not str(include).startswith(LOCAL)
+        and not _given("evaluation.lm_eval.include_path", overrides)
+    ):
+        refused.append(
+            f"evaluation.lm_eval.include_path: {str(include)[:80]!r} (an lm-eval task folder, whose "
+            "tasks can run Python; pass --set evaluation.lm_eval.include_path=FOLDER)"
+        )
     return refused
 
 
@@ -164,9 +149,9 @@ def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
                 f"it hashes to {(again or _canonical_sha(public))[:12]}..., not the recorded "
                 f"recipe_sha256 {recorded[:12]}...",
             )
-    for key in ("mask_sha256",):
-        if key in lock and not (isinstance(lock[key], str) and _SHA.match(lock[key])):
-            raise InputError(f"{where}: {key}: must be a sha256 (64 hex digits), got {str(lock[key])[:40]!r}")
+    mask = lock.get("mask_sha256")
+    if "mask_sha256" in lock and not (isinstance(mask, str) and _SHA.match(mask)):
+        raise InputError(f"{where}: mask_sha256: must be a sha256 (64 hex digits), got {str(mask)[:40]!r}")
     for key in ("outputs", "run_files"):
         for rel, sha in (lock.get(key) or {}).items():
             if (
@@ -208,14 +193,14 @@ def _recipe_data_paths(public: Mapping[str, Any]) -> dict[str, str]:
     keys: dict[str, str] = {}
     for name in ("data", "evaluation"):
         section = public.get(name)
-        if isinstance(section, dict):
+        if isinstance(section, Mapping):
             general = section.get("general")
             general = general if isinstance(general, list) else [general]
             for key, src in [
                 (f"{name}.math.path", section.get("math")),
                 *[(f"{name}.general.{i}.path", g) for i, g in enumerate(general)],
             ]:
-                path = src.get("path") if isinstance(src, dict) else src
+                path = src.get("path") if isinstance(src, Mapping) else src
                 if isinstance(path, str):
                     keys[key] = path
     return keys
