@@ -102,13 +102,7 @@ class _Group(click.Group):
             with install_signal_handlers(), library_output_safe():
                 return super().invoke(ctx)
         except click.UsageError as exc:  # a missing option, a path that is not there: one line, as every input error
-            line = usage_line(exc, ctx.info_name or "mathneuro-edit")
-            if ctx.meta.get(JSON_META):
-                import json
-
-                click.echo(json.dumps({"ok": False, "error": line, "exit_status": exc.exit_code}))
-            click.echo(f"error: {line}", err=True)
-            ctx.exit(exc.exit_code)
+            code, line = exc.exit_code, usage_line(exc, ctx.info_name or "mathneuro-edit")
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise  # SystemExit: verify / reproduce already printed their report and chose the status
         except BaseException as exc:  # noqa: BLE001 - the CLI's one error boundary
@@ -121,12 +115,12 @@ class _Group(click.Group):
 
                 click.echo(scrub_token("".join(traceback.format_exception(exc))).rstrip(), err=True)
             line = terminal_safe(scrub_token(" ".join(message.split())))  # printed, never obeyed (ESC, bidi)
-            if ctx.meta.get(JSON_META):  # --json: stdout holds one JSON document, the error's too
-                import json
+        if ctx.meta.get(JSON_META):  # --json: stdout holds one JSON document, the error's too
+            import json
 
-                click.echo(json.dumps({"ok": False, "error": line, "exit_status": code}))
-            click.echo(f"error: {line}", err=True)
-            ctx.exit(code)
+            click.echo(json.dumps({"ok": False, "error": line, "exit_status": code}))
+        click.echo(f"error: {line}", err=True)
+        ctx.exit(code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -177,24 +171,10 @@ def run(
                 "or drop --from-sweep"
             )
     r = job.recipe()
-    if from_sweep:
-        from ..runs.sweep.evidence import read_sweep, recipe_from_sweep, run_from_sweep
+    if from_sweep and dry_run:
+        from ..runs.sweep.evidence import read_sweep, recipe_from_sweep
 
-        if dry_run:
-            r = recipe_from_sweep(r, read_sweep(from_sweep))
-        else:
-            job.claim(out, r, "dir", sweep_folder=from_sweep)  # the sweep is an input: never written
-            result = run_from_sweep(
-                r, from_sweep, out, overwrite=overwrite, progress=job.progress, echo=job.stages(), workers=workers
-            )
-            if as_json:
-                emit_json({"ok": True, **result.to_dict(), "from_sweep": from_sweep})
-                return
-            click.echo(
-                f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} "
-                f"weights (setting confirmed by {from_sweep})"
-            )
-            return
+        r = recipe_from_sweep(r, read_sweep(from_sweep))
     if dry_run:
         from ..runs.plan import plan_recipe
 
@@ -205,15 +185,25 @@ def run(
         else:
             click.echo(p.to_text())
         return
-    from ..runs.pipeline import run_recipe
+    if from_sweep:
+        from ..runs.sweep.evidence import run_from_sweep
 
-    job.claim(out, r, "dir")
-    echo = job.stages()
-    result = run_recipe(r, out, overwrite=overwrite, progress=job.progress, echo=echo, workers=workers)
+        job.claim(out, r, "dir", sweep_folder=from_sweep)  # the sweep is an input: never written
+        result = run_from_sweep(
+            r, from_sweep, out, overwrite=overwrite, progress=job.progress, echo=job.stages(), workers=workers
+        )
+        shown, note = {"from_sweep": from_sweep}, f" (setting confirmed by {from_sweep})"
+    else:
+        from ..runs.pipeline import run_recipe
+
+        job.claim(out, r, "dir")
+        echo = job.stages()
+        result = run_recipe(r, out, overwrite=overwrite, progress=job.progress, echo=echo, workers=workers)
+        shown, note = {}, ""
     if as_json:
-        emit_json({"ok": True, **result.to_dict()})
+        emit_json({"ok": True, **result.to_dict(), **shown})
         return
-    click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} weights")
+    click.echo(f"{result.out_dir}  mask {result.mask_sha256[:12]}  {result.selected:,}/{result.total:,} weights{note}")
 
 
 @click.command()

@@ -31,7 +31,6 @@ __all__ = [
     "require_local",
     "check_out",
     "stage_echo",
-    "bars",
     "RecipeJob",
     "recipe_command",
 ]
@@ -55,11 +54,7 @@ def read_recipe(path: str | None, sets: tuple[str, ...]):
 
 def require_local(value: str, label: str) -> None:
     """Refuse a local-looking path (``/x``, ``./x``, ``~/x``, ``dir/x`` when ``dir/`` exists) that does not exist, in
-    one line, before anything heavy is imported (a Hub id or a special value passes: the command reads it).
-
-    Raises:
-        InputError: ``value`` names a local path that is not there.
-    """
+    one line, before anything heavy is imported (a Hub id or a special value passes: the command reads it)."""
     from pathlib import Path
 
     from ..util.paths import is_local_path, no_such_local_folder
@@ -94,13 +89,6 @@ def stage_echo(quiet: bool, verbose: bool = False):
         ctx.with_resource(quiet_libraries(verbose and not quiet))  # closed when the command's context ends
         ctx.with_resource(progress_lines(progress_every(quiet)))  # off a terminal: a line every 30 s per stage
     return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
-
-
-def bars(quiet: bool) -> bool:
-    """Whether to draw progress bars (none under ``--quiet``, nor off a terminal)."""
-    from ..util.console import bars_wanted
-
-    return bars_wanted(quiet)
 
 
 recipe_arg = click.argument("recipe", required=False, type=click.Path(dir_okay=False))
@@ -172,14 +160,15 @@ class RecipeJob:
         return check_out(out, recipe, self.path, kind, **more)
 
     def stages(self) -> Callable[[str], None]:
-        """The stage printer (:func:`stage_echo`): the libraries' bars and known warnings stay silent for the rest
-        of the command unless ``--verbose``."""
+        """The stage printer (:func:`stage_echo`)."""
         return stage_echo(self.quiet, self.verbose)
 
     @property
     def progress(self) -> bool:
-        """Whether to draw progress bars (:func:`bars`)."""
-        return bars(self.quiet)
+        """Whether to draw progress bars (none under ``--quiet``, nor off a terminal)."""
+        from ..util.console import bars_wanted
+
+        return bars_wanted(self.quiet)
 
 
 def recipe_command(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -34,35 +34,25 @@ __all__ = ["inspect", "sweep", "consistency", "dequantize", "plan"]
 @json_opt
 def inspect(path: str, plot: str | None, as_json: bool) -> None:
     """Show a mask or statistics file as a per-tensor table."""
-    from ..runs.inspect import (
-        figure_format,
-        load_artifact,
-        mask_dict,
-        mask_table,
-        plot_layer_distribution,
-        stats_dict,
-        stats_table,
-    )
-    from ..util.outdir import check_output
+    from ..runs import inspect as artifact
+    from ..util.outdir import check_output, claim
 
     if plot:
         check_output(plot, [("inspected file", path)], kind="file", label="--plot")
-        figure_format(plot)  # an image ending, before the table: an error is the only output of a failed command
-    kind, obj = load_artifact(path)
+        artifact.figure_format(plot)  # an image ending: an error is the only output of a failed command
+    kind, obj = artifact.load_artifact(path)
     if plot and kind != "mask":  # before the table: an error is the only output of a failed command
         raise InputError(f"{path}: --plot needs a mask file, this is a statistics file; drop --plot or pass a mask")
     if as_json:
-        data = mask_dict(obj) if kind == "mask" else stats_dict(obj)
+        data = artifact.mask_dict(obj) if kind == "mask" else artifact.stats_dict(obj)
         if plot:
-            data["plot"] = str(plot_layer_distribution(obj, plot))
+            data["plot"] = str(artifact.plot_layer_distribution(obj, plot))
         emit_json(data)
         return
-    click.echo(mask_table(obj) if kind == "mask" else stats_table(obj))
+    click.echo(artifact.mask_table(obj) if kind == "mask" else artifact.stats_table(obj))
     if plot:
-        from ..util.outdir import claim
-
         with claim(plot):  # one writer per --plot; the PNG itself is written atomically
-            click.echo(plot_layer_distribution(obj, plot))
+            click.echo(artifact.plot_layer_distribution(obj, plot))
 
 
 def _floats(option: str, text: str) -> list[float]:
@@ -188,11 +178,12 @@ def consistency(job: RecipeJob, out: str, sizes: str | None, repeats: int | None
     """Mask overlap across random calibration subsets vs the full data (the paper's data-efficiency figure)."""
     shortcuts: list[str] = []  # the recipe keys --sizes and --repeats stand for
     if sizes is not None:
-        if any(v < 1 or v != int(v) for v in _floats("--sizes", sizes)):  # 1.5 is not a number of samples
+        counts = _floats("--sizes", sizes)
+        if any(v < 1 or v != int(v) for v in counts):  # 1.5 is not a number of samples
             raise InputError(
                 f"--sizes: {sizes!r}: each size is a number of calibration samples, an integer >= 1, e.g. 1,4,16"
             )
-        shortcuts.append(f"consistency.sizes=[{','.join(str(int(v)) for v in _floats('--sizes', sizes))}]")
+        shortcuts.append(f"consistency.sizes=[{','.join(str(int(v)) for v in counts)}]")
     if repeats is not None:
         shortcuts.append(f"consistency.repeats={repeats}")
     r = job.recipe(*shortcuts)

@@ -28,6 +28,13 @@ from .types import Device, Positive, RepoId, Revision, StrictModel, value_rule
 __all__ = ["Source", "Sources", "BaseConfig", "DataConfig"]
 
 _HUB_DATASET = re.compile(r"^hf://datasets/(?:[\w.-]+/)?[\w.-]+$")
+# the keys that do not apply to each kind of source (a refusal names them in this order)
+_NOT_FOR = {
+    "organism": ("field", "template", "config", "revision", "format", "hub_dataset"),
+    "arithmetic": ("field", "template", "config", "split", "revision", "format", "hub_dataset"),
+    "hub": ("format", "hub_dataset"),
+    "local": ("config", "split", "revision"),
+}
 
 
 class Source(StrictModel):
@@ -38,9 +45,8 @@ class Source(StrictModel):
 
     path: str = Field(
         min_length=1,
-        description="organism:math, organism:general, arithmetic, "
-        "hf://datasets/OWNER/NAME, or a local .jsonl/.json/.csv/.parquet/.txt "
-        "file",
+        description="organism:math, organism:general, arithmetic, hf://datasets/OWNER/NAME, or a local "
+        ".jsonl/.json/.csv/.parquet/.txt file",
     )
     field: str | None = Field(None, description="record field holding the text (default: question+answer, else text)")
     template: str | None = Field(
@@ -54,9 +60,8 @@ class Source(StrictModel):
     )
     hub_dataset: RepoId | None = Field(
         None,
-        description="the Hub dataset a local file was taken from, e.g. "
-        "Salesforce/wikitext (the card's datasets and model-index "
-        "name it)",
+        description="the Hub dataset a local file was taken from, e.g. Salesforce/wikitext (the card's datasets and "
+        "model-index name it)",
     )
 
     @model_validator(mode="before")
@@ -80,21 +85,9 @@ class Source(StrictModel):
                 raise ValueError(f"organism sources are organism:math or organism:general (got {self.path!r})")
             if self.split not in (None, "train", "test"):
                 raise ValueError(f"organism split must be train or test (got {self.split!r})")
-            extra = [k for k in ("field", "template", "config", "revision", "format") if getattr(self, k) is not None]
-        elif self.kind == "arithmetic":
-            extra = [
-                k
-                for k in ("field", "template", "config", "split", "revision", "format")
-                if getattr(self, k) is not None
-            ]
-        elif self.kind == "hub":
-            if not _HUB_DATASET.match(self.path):
-                raise ValueError(f"Hub sources look like hf://datasets/OWNER/NAME (got {self.path!r})")
-            extra = ["format"] if self.format is not None else []
-        else:
-            extra = [k for k in ("config", "split", "revision") if getattr(self, k) is not None]
-        if self.hub_dataset is not None and self.kind != "local":
-            extra.append("hub_dataset")
+        elif self.kind == "hub" and not _HUB_DATASET.match(self.path):
+            raise ValueError(f"Hub sources look like hf://datasets/OWNER/NAME (got {self.path!r})")
+        extra = [k for k in _NOT_FOR[self.kind] if getattr(self, k) is not None]
         if extra:
             raise ValueError(f"{', '.join(extra)} does not apply to a {self.kind} source ({self.path})")
         return self
@@ -149,8 +142,8 @@ class BaseConfig(StrictModel):
     )
     gguf_file: str | None = Field(
         None,
-        description="a .gguf file inside the Hub repo (or local folder) named by "
-        "model; dequantized once (docs/gguf.md)",
+        description="a .gguf file inside the Hub repo (or local folder) named by model; dequantized once "
+        "(docs/gguf.md)",
     )
     revision: Revision | None = Field(None, description="Hub revision (branch, tag or commit) of the model")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
@@ -174,9 +167,8 @@ class BaseConfig(StrictModel):
     offload_folder: str | None = Field(None, description="folder for weights offloaded to disk with device_map")
     hub_id: RepoId | None = Field(
         None,
-        description="the Hub model a local folder or GGUF file came from, e.g. "
-        "HuggingFaceTB/SmolLM2-135M-Instruct (card base_model, title, "
-        "GGUF name)",
+        description="the Hub model a local folder or GGUF file came from, e.g. HuggingFaceTB/SmolLM2-135M-Instruct "
+        "(card base_model, title, GGUF name)",
     )
     hub_revision: Revision | None = Field(
         None, description="the revision of hub_id the local copy is (branch, tag or commit)"

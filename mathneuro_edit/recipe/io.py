@@ -67,9 +67,6 @@ def _problem(err: Any) -> str:
     return f"{where}: {err['msg'][0].lower()}{err['msg'][1:]} (got {show_value(err['input'])})"
 
 
-# ---------------------------------------------------------------------------------------------- loading
-
-
 def _refuse_nul(data: Any, where: str, at: str = "") -> None:
     """Refuse a NUL character in any key or value: no path or name holds one (the OS refuses it as a path, which
     would otherwise surface as an internal error when the file is opened)."""
@@ -89,15 +86,8 @@ def _refuse_nul(data: Any, where: str, at: str = "") -> None:
 
 
 def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, where: str = "recipe") -> Recipe:
-    """Validate plain data (e.g. parsed YAML) as a :class:`Recipe`, after applying overrides.
-
-    Args:
-        data: the recipe's keys; not modified.
-        overrides: ``key.path=value`` strings, values parsed as YAML scalars (``edit.scale=1.2``).
-        where: name used at the start of error messages (the file name).
-
-    Returns:
-        The validated recipe.
+    """Validate plain data (e.g. parsed YAML; not modified) as a :class:`Recipe`, after applying ``key.path=value``
+    overrides (values parsed as YAML scalars: ``edit.scale=1.2``). ``where`` starts each error message (the file).
 
     Raises:
         InputError: every problem at once, each with its dotted path.
@@ -122,14 +112,8 @@ def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, whe
 
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
-    """Read and validate a YAML recipe.
-
-    Args:
-        path: the YAML file. Relative data paths inside it are relative to the working directory.
-        overrides: ``key.path=value`` strings applied after reading (``edit.scale=1.2``, ``data.samples=50``).
-
-    Returns:
-        The validated recipe.
+    """Read and validate a YAML recipe, then apply ``key.path=value`` overrides (``edit.scale=1.2``). Relative
+    data paths inside it are relative to the working directory.
 
     Raises:
         InputError: missing/unreadable file, invalid YAML (with line and column), or every validation problem.
@@ -203,13 +187,8 @@ _QUICKSTART: dict[str, Any] = {
 
 def quickstart_recipe(overrides: Sequence[str] = ()) -> Recipe:
     """The embedded default recipe (same as ``recipes/quickstart.yaml``): the shipped organism's math-specific
-    weights pruned (MathNeuro's headline experiment: math accuracy collapses, general text holds).
-
-    Args:
-        overrides: ``key.path=value`` strings, e.g. ``["edit.scale=1.1"]`` to boost instead (replaces the prune).
-
-    Returns:
-        The validated recipe.
+    weights pruned (MathNeuro's headline experiment: math accuracy collapses, general text holds);
+    ``["edit.scale=1.1"]`` as ``overrides`` boosts instead (it replaces the prune).
 
     Example:
         >>> quickstart_recipe().base.model
