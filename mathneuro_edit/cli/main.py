@@ -360,6 +360,3 @@ _STUDY = (inspect, sweep, consistency, dequantize, plan)
 _PUBLISH = (card, push, verify, reproduce)
 for _command in (*_EDIT, *_STUDY, *_PUBLISH):
     main.add_command(_command)
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

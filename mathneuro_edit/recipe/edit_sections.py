@@ -54,13 +54,9 @@ class MaskConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _official_is_uniform(self) -> MaskConfig:
+    def _official_is_uniform_per_matrix(self) -> MaskConfig:
         if self.reference == "official" and isinstance(self.top_k, dict):
             raise ValueError("reference official selects one top_k for every matrix: set mask.top_k to a number")
-        return self
-
-    @model_validator(mode="after")
-    def _official_is_per_matrix(self) -> MaskConfig:
         if self.reference == "official" and self.granularity != "matrix":
             raise ValueError(
                 "reference official selects per matrix (the released script has no per-row top-K): "

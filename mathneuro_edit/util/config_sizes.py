@@ -31,26 +31,14 @@ __all__ = [
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest released config.json files are tens of KB
 # key -> (smallest, largest) a model may state; the same keys in a sub-config (text_config, ...) too
 SIZE_LIMITS: dict[str, tuple[int, int]] = {
-    "num_hidden_layers": (1, 10_000),
-    "n_layer": (1, 10_000),
-    "num_layers": (1, 10_000),
-    "hidden_size": (1, 1 << 20),
-    "n_embd": (1, 1 << 20),
-    "d_model": (1, 1 << 20),
-    "intermediate_size": (1, 1 << 22),
-    "moe_intermediate_size": (1, 1 << 22),
-    "n_inner": (1, 1 << 22),
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers"), (1, 10_000)),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), (1, 1 << 20)),
+    **dict.fromkeys(("intermediate_size", "moe_intermediate_size", "n_inner"), (1, 1 << 22)),
     "vocab_size": (1, 1 << 24),
-    "num_attention_heads": (1, 1 << 14),
-    "n_head": (1, 1 << 14),
-    "num_key_value_heads": (1, 1 << 14),
-    "head_dim": (1, 1 << 14),
-    "num_local_experts": (0, 1 << 16),
-    "num_experts": (0, 1 << 16),
-    "n_routed_experts": (0, 1 << 16),
-    "num_experts_per_tok": (0, 1 << 16),
-    "max_position_embeddings": (1, 1 << 26),  # Llama 4 Scout's 10M context is 6x inside
-    "n_positions": (1, 1 << 26),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "head_dim"), (1, 1 << 14)),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"), (0, 1 << 16)),
+    # Llama 4 Scout's 10M context is 6x inside
+    **dict.fromkeys(("max_position_embeddings", "n_positions"), (1, 1 << 26)),
 }
 
 

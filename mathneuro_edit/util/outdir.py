@@ -309,20 +309,19 @@ def check_output(
                 "or choose another path"
             )
     resolved = Path(out).expanduser().resolve()
-    if os.path.lexists(shown) or resolved.exists():
-        try:
-            st = os.stat(resolved)
-        except OSError:
-            st = None
-        if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-            raise InputError(
-                f"{label}: {shown} is not a regular file or folder (a device, FIFO or socket); give a "
-                "file or folder path to write"
-            )
-        if st is not None and kind == "file" and stat.S_ISDIR(st.st_mode):
-            raise InputError(f"{label}: {shown} is a folder; give the path of the file to write")
-        if st is not None and kind == "dir" and stat.S_ISREG(st.st_mode):
-            raise InputError(f"{label}: {shown} exists and is not a folder; remove it or choose another path")
+    try:
+        mode = os.stat(resolved).st_mode
+    except OSError:  # nothing there yet (or a dangling link)
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(
+            f"{label}: {shown} is not a regular file or folder (a device, FIFO or socket); give a "
+            "file or folder path to write"
+        )
+    if mode is not None and kind == "file" and stat.S_ISDIR(mode):
+        raise InputError(f"{label}: {shown} is a folder; give the path of the file to write")
+    if mode is not None and kind == "dir" and stat.S_ISREG(mode):
+        raise InputError(f"{label}: {shown} exists and is not a folder; remove it or choose another path")
     out_inodes = _inodes(resolved) if resolved.exists() else set()
     for what, path in inputs:
         if path is None or str(path) == "":

@@ -15,11 +15,7 @@ __all__ = ["ORGANISM", "ARITHMETIC", "LOCAL", "is_local_path", "no_such_local_fo
 
 
 ORGANISM = "organism"
-
-
 ARITHMETIC = "arithmetic"  # the built-in arithmetic task (mathneuro_edit.data.arithmetic)
-
-
 LOCAL = "<local>"  # stands for a redacted local path in public outputs (lock, card, recipe hash)
 
 
