@@ -1,23 +1,23 @@
 """Publish one artifact of a run (checkpoint, adapter or GGUF, with its card and lock) to its own Hub repo, mirrored.
 
 One repo per artifact: ``checkpoint`` (a plain transformers folder), ``adapter`` (the PEFT SHiRA adapter) and
-``gguf`` (the checkpoint's ``*.gguf`` files under llama.cpp's naming, with a card of their own); the default repo
-ids differ per kind (:func:`~mathneuro_edit.outputs.registry.repo_for`: ``<id>``, ``<id>-adapter``, ``<id>-GGUF``). A push makes the repo
-EQUAL to the artifact: the files the Hub holds that the artifact does not (a stale shard, an old GGUF) are deleted
-in the same commit, and :class:`PushResult` (the dry run too) lists the adds, deletes and sizes. ``.gitattributes``
-(the Hub's own LFS rules) is kept. What files a push uploads, and their checks against the lock, live in
+``gguf`` (the checkpoint's ``*.gguf`` files under llama.cpp's naming, with a card of their own), at ``<id>``,
+``<id>-adapter`` and ``<id>-GGUF`` by default (:func:`~mathneuro_edit.outputs.registry.repo_for`). A push makes the
+repo EQUAL to the artifact: the files the Hub holds that the artifact does not (a stale shard, an old GGUF) are
+deleted in the same commit, and :class:`PushResult` (the dry run too) lists the adds, deletes and sizes.
+``.gitattributes`` (the Hub's own LFS rules) is kept. What files a push uploads, and their checks against the lock:
 :mod:`mathneuro_edit.publish.hub_files`.
 
 One call makes at most four requests that change anything: ``create_repo`` (a new repo) or
 ``update_repo_settings`` (``private`` asked for and different), ``create_branch(exist_ok=True)`` when a revision
 other than ``main`` is asked for, and ONE commit holding every add and delete (optionally as a pull request).
-Why ``create_commit`` rather than ``upload_folder``: with ``hf_xet`` installed (a huggingface_hub dependency), ``upload_folder`` streams through a multi-commit pipeline that may split a folder into several
-commits (by file count, payload size or after 5 minutes), so the repo could briefly hold weights without their
-card; one commit publishes the weights, card and lock together or not at all. Large files still go through
-Xet/LFS inside that commit.
+Why ``create_commit`` rather than ``upload_folder``: with ``hf_xet`` installed (a huggingface_hub dependency),
+``upload_folder`` streams through a multi-commit pipeline that may split a folder into several commits (by file
+count, payload size or after 5 minutes), so the repo could briefly hold weights without their card; one commit
+publishes the weights, card and lock together or not at all. Large files still go through Xet/LFS inside it.
 
-The card is rendered again for the target repo (:func:`mathneuro_edit.publish.card.card_for_folder`) and uploaded from
-memory: the published ``README.md`` loads ``from_pretrained("user/name")`` and names the reproduce command for
+The card is rendered again for the target repo (:func:`mathneuro_edit.publish.card.card_for_folder`) and uploaded
+from memory: the published ``README.md`` loads ``from_pretrained("user/name")`` and names the reproduce command for
 that repo, while the local folder is left unchanged.
 
 The token comes from the ``token`` argument, ``HF_TOKEN``, or huggingface_hub's stored login; it is only handed
@@ -69,18 +69,12 @@ class PushResult:
 
     Attributes:
         repo_id: target repo (``None``: a dry run without one).
-        kind: ``checkpoint``, ``adapter`` or ``gguf``.
-        revision: branch pushed to.
         private: the visibility asked for (``None``: unchanged; a new repo is then public).
         files: ``(path in repo, size in bytes)`` of every uploaded file.
         deletes: ``(path in repo, size)`` of every file the repo holds that the artifact does not: deleted in the
             same commit.
         remote: what is known of the repo: ``"new"`` (it does not exist yet), ``"listed"`` (its files were read),
             or why it could not be read (the dry run: deletes unknown).
-        commit_message: the commit's summary (names the recipe sha256).
-        card_metadata: the card's YAML metadata.
-        dry_run: ``True`` when nothing was sent.
-        create_pr: the commit is (would be) a pull request.
         scrubbed: ``"file: key"`` of every local path blanked (``""``) in the uploaded copy of a JSON file.
         repo_url, commit_url, commit_oid, pr_url: the Hub's answers (``None`` for a dry run).
     """
@@ -239,9 +233,6 @@ def push_to_hub(
         base_repo: for an output made from another (``kind="gguf"``: :attr:`~.outputs.Output.derived_from`), that
             output's repo, its ``base_model`` (default: that output's default repo if on the Hub, else the base).
 
-    Returns:
-        :class:`PushResult`.
-
     Raises:
         InputError: not an output folder, a config naming a local path, a symbolic link out of the folder, bad
             repo id, no token (all checked before any request), or a Hub answer the user can fix (401, 403, not
@@ -251,9 +242,7 @@ def push_to_hub(
     Example:
         >>> print(push_to_hub("out", "me/organism-boost", dry_run=True).describe())  # doctest: +SKIP
     """
-    out, lock, kind, repo_id, private, revision = _run_artifact(out_dir, kind, repo_id, private, revision, dry_run)
-    _check_lock(out, lock)
-    branch = _checked_target(repo_id, revision)
+    out, lock, kind, repo_id, private, branch = _run_artifact(out_dir, kind, repo_id, private, revision, dry_run)
     message = f"{commit_message or 'Upload MathNeuro-edited model'} (recipe sha256 {lock['recipe_sha256']})"
     files = artifact_files(out, kind, lock)
     check_artifact_against_lock(out, kind, lock, files)  # what leaves is what the run wrote, before any request
@@ -324,10 +313,11 @@ def _run_artifact(
     private: bool | None,
     revision: str | None,
     dry_run: bool,
-) -> tuple[Path, dict[str, Any], str, str | None, bool | None, str | None]:
-    """The folder of output ``kind`` in a run folder (or the output folder given), its lock (read once, checked by
-    :func:`_check_lock`), that output's name, and the repo, visibility and branch: as given, else from the
-    recipe's ``hub`` section in the lock (:func:`artifact_folder`, :func:`hub_target`)."""
+) -> tuple[Path, dict[str, Any], str, str | None, bool | None, str]:
+    """The folder of output ``kind`` in a run folder (or the output folder given), its lock (read once), that
+    output's name, and the repo, visibility and branch: as given, else from the recipe's ``hub`` section in the lock
+    (:func:`artifact_folder`, :func:`hub_target`). Each checked: the one-line InputError of a folder not to push (no
+    card, a lock whose fields are not the run's), of a repo id or a branch name the Hub would refuse."""
     if repo_id is not None and not repo_id.strip():  # `--repo-id ''` (an unset variable) fell back to the recipe's
         raise InputError("--repo-id: empty; pass you/name, or leave --repo-id out to push to the recipe's hub.repo_id")
     out = Path(out_dir)
@@ -348,7 +338,16 @@ def _run_artifact(
     repo_id, private, revision = hub_target(
         hub, chosen.name, chosen.repo_suffix, repo_id, private, revision, dry_run, where
     )
-    return folder, lock, chosen.name, repo_id, private, revision
+    if not (folder / "README.md").is_file():
+        raise InputError(f"{folder}: no README.md (model card); run the pipeline, which writes it, before pushing")
+    validate_lock(lock, f"{folder / LOCK_NAME}")  # every field against the recipe hash, as verify and reproduce do
+    if repo_id is not None:  # None only for a dry run (hub_target)
+        try:
+            validate_repo_id(repo_id)
+        except HFValidationError as e:
+            raise InputError(f"repo_id: {repo_id!r} is not a valid Hub repo id ({e}); use user/name") from None
+    branch = check_branch(revision) if revision is not None else constants.DEFAULT_REVISION
+    return folder, lock, chosen.name, repo_id, private, branch
 
 
 def artifact_folder(out: Path, asked: Any) -> Path:
@@ -405,24 +404,6 @@ def hub_target(
     if revision is None and hub.get("revision") is not None:  # a lock's branch is data: checked as --branch is
         revision = check_branch(str(hub["revision"]), where)
     return repo_id, private, revision
-
-
-def _check_lock(out: Path, lock: dict[str, Any]) -> None:
-    """The one-line InputError of a folder not to push: no card, or a lock whose fields are not the run's."""
-    if not (out / "README.md").is_file():
-        raise InputError(f"{out}: no README.md (model card); run the pipeline, which writes it, before pushing")
-    validate_lock(lock, f"{out / LOCK_NAME}")  # every field against the recipe hash, as verify and reproduce do
-
-
-def _checked_target(repo_id: str | None, revision: str | None) -> str:
-    """The branch to push to, after checking the repo id (:func:`_run_artifact` lets none through only for a dry
-    run) and the branch name."""
-    if repo_id is not None:
-        try:
-            validate_repo_id(repo_id)
-        except HFValidationError as e:
-            raise InputError(f"repo_id: {repo_id!r} is not a valid Hub repo id ({e}); use user/name") from None
-    return check_branch(revision) if revision is not None else constants.DEFAULT_REVISION
 
 
 def _dry_run(api: HfApi, plan: PushResult, contents: dict[str, Any], token: str, timeout: float) -> PushResult:
