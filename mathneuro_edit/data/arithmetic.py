@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import InputError
 
-__all__ = ["arithmetic_problems", "POOL_SIZE"]
+__all__ = ["arithmetic_problems", "shuffled", "POOL_SIZE"]
 
 _TWO_DIGIT = range(10, 100)
 _ONE_DIGIT = range(1, 10)
@@ -37,9 +37,10 @@ _KINDS: list[tuple[str, list[tuple[int, int]], Callable[[int, int], int]]] = [
 POOL_SIZE = sum(len(pairs) for _, pairs, _ in _KINDS)
 
 
-def _draws(rng: random.Random, n_items: int) -> Iterator[int]:
-    """Indices ``0..n_items-1`` in lazy Fisher-Yates order (the algorithm of :mod:`mathneuro_edit.data.sources`)."""
-    moved: dict[int, int] = {}
+def shuffled(rng: random.Random, n_items: int) -> Iterator[int]:
+    """Indices ``0..n_items-1`` in the order of a Fisher-Yates shuffle driven by ``rng.randrange``, drawn lazily
+    (O(drawn) memory); also the data sampler's (:mod:`mathneuro_edit.data.sources`)."""
+    moved: dict[int, int] = {}  # position -> index now there, for positions touched by a swap
     for i in range(n_items):
         j = rng.randrange(i, n_items)
         yield moved.get(j, j)
@@ -49,15 +50,7 @@ def _draws(rng: random.Random, n_items: int) -> Iterator[int]:
 def arithmetic_problems(n: int, seed: int) -> list[dict[str, str]]:
     """``n`` distinct arithmetic problems, the same for the same seed.
 
-    Args:
-        n: problems wanted, ``1 <= n <= POOL_SIZE`` (12,276).
-        seed: generator seed.
-
-    Returns:
-        ``[{"question", "answer", "prefill"}]``: the answer is ``"a + b = c\\n#### c"``, the prefill ``"a + b = "``.
-
-    Raises:
-        InputError: ``n`` out of range.
+    ``1 <= n <= POOL_SIZE`` (12,276); the answer is ``"a + b = c\\n#### c"``, the prefill ``"a + b = "``.
 
     Example:
         >>> p = arithmetic_problems(1, seed=3)[0]
@@ -67,7 +60,7 @@ def arithmetic_problems(n: int, seed: int) -> list[dict[str, str]]:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= POOL_SIZE:
         raise InputError(f"arithmetic: {n!r} problems requested; the task has 1 to {POOL_SIZE} distinct problems")
     rng = random.Random(seed)
-    streams = [_draws(rng, len(pairs)) for _, pairs, _ in _KINDS]
+    streams = [shuffled(rng, len(pairs)) for _, pairs, _ in _KINDS]
     left = [len(pairs) for _, pairs, _ in _KINDS]
     out = []
     for _ in range(n):
@@ -76,12 +69,6 @@ def arithmetic_problems(n: int, seed: int) -> list[dict[str, str]]:
         left[k] -= 1
         symbol, pairs, result = _KINDS[k]
         a, b = pairs[next(streams[k])]
-        prefill = f"{a} {symbol} {b} = "
-        out.append(
-            {
-                "question": f"What is {a} {symbol} {b}?",
-                "answer": f"{prefill}{result(a, b)}\n#### {result(a, b)}",
-                "prefill": prefill,
-            }
-        )
+        prefill, c = f"{a} {symbol} {b} = ", result(a, b)
+        out.append({"question": f"What is {a} {symbol} {b}?", "answer": f"{prefill}{c}\n#### {c}", "prefill": prefill})
     return out

@@ -31,7 +31,7 @@ import json
 import random
 import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,16 +39,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import InputError
-from ..organism.data import (
-    format_math,
-    general_texts,
-    math_problems,
-    math_texts,
-    parse_answer,
-)
+from ..organism.data import format_math, general_texts, math_problems, math_texts, parse_answer
 from ..recipe.input_sections import Source
 from ..util.hashing import sha256_file, texts_sha256
-from .arithmetic import arithmetic_problems
+from .arithmetic import arithmetic_problems, shuffled
 
 __all__ = ["LoadedTexts", "load_texts", "load_set", "load_math_problems", "problem_sha256"]
 
@@ -79,34 +73,18 @@ def _as_source(source: Source | str | dict[str, Any]) -> Source:
         raise InputError(f"data source {source!r}: {problems}") from None
 
 
-def _shuffled(n_items: int, seed: int) -> Iterator[int]:
-    """Indices ``0..n_items-1`` in the order of a Fisher-Yates shuffle, drawn lazily (O(drawn) memory)."""
-    rng = random.Random(seed)
-    moved: dict[int, int] = {}  # position -> index now there, for positions touched by a swap
-    for i in range(n_items):
-        j = rng.randrange(i, n_items)
-        yield moved.get(j, j)
-        moved[j] = moved.get(i, i)
-
-
 # ---------------------------------------------------------------------------------------------- reading
 
 
 Rows = Sequence[Any]
 Locate = Callable[[int], str]
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
+_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "txt"}
 
 
 def _read_local(path: Path, fmt: str | None) -> tuple[Rows, Locate]:
     """All records of a local file and a function naming record ``i``'s place (``line 7``) for errors."""
-    fmt = fmt or {
-        ".jsonl": "jsonl",
-        ".ndjson": "jsonl",
-        ".json": "json",
-        ".csv": "csv",
-        ".parquet": "parquet",
-        ".txt": "txt",
-    }.get(path.suffix.lower())
+    fmt = fmt or _FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise InputError(
             f"{path}: unknown data format {path.suffix!r}; use .jsonl, .json, .csv, .parquet or .txt, or set format:"
@@ -226,9 +204,7 @@ def _text_of(row: Any, source: Source, where: str) -> str:
     if source.field is not None:
         name = source.field
     elif "question" in row and "answer" in row:
-        return format_math(  # the single definition of the math prompt format
-            str(row["question"]), str(row["answer"])
-        )
+        return format_math(str(row["question"]), str(row["answer"]))  # the one definition of the math prompt
     elif "text" in row:
         name = "text"
     else:
@@ -250,7 +226,7 @@ def _sample(
     if len(rows) == 0:
         raise InputError(f"{label}: no records (the file or split is empty)")
     kept, empty = [], 0
-    for i in _shuffled(len(rows), seed):
+    for i in shuffled(random.Random(seed), len(rows)):
         item = convert(rows[i], f"{label}: {locate(i)}")
         if item is None or (isinstance(item, str) and not item.strip()):
             empty += 1
@@ -287,13 +263,8 @@ def _check_n(n: int, seed: int) -> None:
 def load_texts(source: Source | str | dict[str, Any], n: int, seed: int) -> LoadedTexts:
     """Load ``n`` texts from one source, sampled reproducibly (see the module docstring).
 
-    Args:
-        source: a :class:`~mathneuro_edit.recipe.schema.Source`, a path string, or a source mapping.
-        n: texts wanted (fewer, with a warning, if the source has fewer non-empty records).
-        seed: sampling seed.
-
-    Returns:
-        :class:`LoadedTexts` (texts in sampled order + record).
+    ``source``: a :class:`~mathneuro_edit.recipe.schema.Source`, a path string, or a source mapping; ``n``: texts
+    wanted (fewer, with a warning, if the source has fewer non-empty records).
 
     Raises:
         InputError: missing/unreadable/empty file, bad JSON/CSV line, missing field (naming file and line),
@@ -336,13 +307,8 @@ def load_set(
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """Load ``n`` texts split evenly across several sources (e.g. ``evaluation.general``), concatenated in order.
 
-    Args:
-        sources: the sources, in order.
-        n: texts wanted in all: source ``i`` gets ``n // k``, plus one for the first ``n % k`` sources.
-        seed: sampling seed, the same for every source.
-
-    Returns:
-        ``(texts, records)``: all texts, and one :attr:`LoadedTexts.record` per source.
+    Source ``i`` of ``k`` gets ``n // k`` texts, plus one for the first ``n % k`` sources, all with the same seed.
+    Returns ``(texts, records)``: all texts, and one :attr:`LoadedTexts.record` per source.
 
     Example:
         >>> texts, records = load_set(["organism:general", "organism:math"], 3, seed=0)
@@ -370,11 +336,8 @@ def problem_sha256(problem: Mapping[str, Any]) -> str:
 def load_math_problems(source: Source | str | dict[str, Any], n: int, seed: int) -> list[dict[str, Any]]:
     """Load ``n`` math problems for evaluation, in GSM8K format.
 
-    Args:
-        source: a source whose records have ``question`` and ``answer`` (``answer`` ends with ``#### <integer>``);
-            ``organism:math`` uses the held-out ``test`` split unless ``split`` says otherwise.
-        n: problems wanted.
-        seed: sampling seed (same algorithm as :func:`load_texts`).
+    ``source``'s records have ``question`` and ``answer`` (ending with ``#### <integer>``); ``organism:math`` uses
+    the held-out ``test`` split unless ``split`` says otherwise; sampled as :func:`load_texts` samples.
 
     Returns:
         ``[{"question": str, "answer": str (the full worked answer), "gold": int}]``, plus ``"prefill": str`` where

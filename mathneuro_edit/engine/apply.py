@@ -19,18 +19,9 @@ from .edit_map import Setting, check_map, unmatched_keys, value_for
 if TYPE_CHECKING:
     from .mask import Mask
 
-__all__ = [
-    "check_scale",
-    "scale_of",
-    "edited_values",
-    "scale_masked",
-    "apply_mask",
-    "ReversibleEdit",
-    "round_weights_",
-    "FLOAT32_MAX",
-]
+__all__ = ["check_scale", "scale_of", "edited_values", "scale_masked", "apply_mask", "ReversibleEdit", "round_weights_"]
 
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def check_scale(scale: Setting, names: Iterable[str] | None = None) -> Setting:
@@ -61,10 +52,10 @@ def check_scale(scale: Setting, names: Iterable[str] | None = None) -> Setting:
         raise InputError(f"scale: must be a finite number >= 0, got {scale!r}; e.g. 1.1 to boost, 0 to prune") from None
     if not math.isfinite(value) or value < 0:
         raise InputError(f"scale: must be a finite number >= 0, got {scale!r}; e.g. 1.1 to boost, 0 to prune")
-    if value > FLOAT32_MAX:  # the edit is computed in float32: there this scale is inf, every edited weight inf/NaN
+    if value > _FLOAT32_MAX:  # the edit is computed in float32: there this scale is inf, every edited weight inf/NaN
         raise InputError(
             f"scale: {value:g} is inf in float32, the dtype the edit is computed in (largest "
-            f"{FLOAT32_MAX:.4g}); choose a smaller scale, e.g. 1.1"
+            f"{_FLOAT32_MAX:.4g}); choose a smaller scale, e.g. 1.1"
         )
     return value
 
@@ -85,14 +76,8 @@ def edited_values(values: torch.Tensor, scale: float) -> torch.Tensor:
 
     Computed in float32 (float64 for float64 weights) and rounded once to the weight's dtype, so bf16/fp16
     weights are not rounded twice. ``scale == 0`` gives exact ``+0.0`` (not ``-0.0`` for negative weights), so
-    a pruned weight has one bit pattern whichever way it is produced.
-
-    Args:
-        values: selected weight values (any shape, floating dtype).
-        scale: a finite number >= 0.
-
-    Returns:
-        A new tensor of the same shape and dtype.
+    a pruned weight has one bit pattern whichever way it is produced. Returns a new tensor of the same shape and
+    dtype.
 
     Example:
         >>> edited_values(torch.tensor([1.0, -2.0], dtype=torch.bfloat16), 1.1)
@@ -119,15 +104,7 @@ def edited_values(values: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 def scale_masked(weight: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Return a copy of ``weight`` whose masked entries are :func:`edited_values`; the rest is unchanged.
-
-    Args:
-        weight: the original weight.
-        mask: a bool tensor of the weight's shape.
-        scale: a finite number >= 0.
-
-    Returns:
-        A new tensor (the input is not modified).
+    """A copy of ``weight`` whose entries under the bool ``mask`` are :func:`edited_values`; the rest unchanged.
 
     Example:
         >>> scale_masked(torch.ones(2, 2), torch.eye(2, dtype=torch.bool), 0.0)
@@ -159,15 +136,8 @@ def _check_mask_fits(model: nn.Module, mask: Mask) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def apply_mask(model: nn.Module, mask: Mask, scale: Setting) -> nn.Module:
-    """Edit a model in place: ``W <- W * scale`` on the masked entries (scale 0 prunes).
-
-    Args:
-        model: the model whose parameters the mask was computed for.
-        mask: a :class:`~mathneuro_edit.engine.mask.Mask`.
-        scale: a finite number >= 0, or a map per layer band and component (:mod:`.edit_map`).
-
-    Returns:
-        The same model (edited), for chaining.
+    """Edit a model in place: ``W <- W * scale`` on the masked entries (scale 0 prunes; a map gives a scale per
+    layer band and component, :mod:`.edit_map`); returns the model, for chaining.
 
     Example:
         >>> apply_mask(model, mask, 1.1)  # doctest: +SKIP
@@ -192,12 +162,7 @@ class ReversibleEdit:
     to the rest of the model afterwards, base and edit are then exactly the two checkpoints a user loads (the
     base and the release, read into the model's dtype), which is what an evaluation of a release must measure.
     Create the edit before rounding the model: it keeps the unrounded originals the release computes from.
-
-    Args:
-        model: the model.
-        mask: the mask to apply.
-        scale: a finite number >= 0, or a map per layer band and component (:mod:`.edit_map`).
-        store_dtype: the dtype the release stores (``None``: the model's own, nothing rounded).
+    ``store_dtype=None``: the model's own dtype, nothing rounded.
 
     Example:
         >>> with ReversibleEdit(model, mask, 0.0):  # doctest: +SKIP

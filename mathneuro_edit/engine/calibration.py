@@ -37,6 +37,7 @@ __all__ = ["calibrate", "tokenize_texts"]
 
 
 def tokenize_texts(tokenizer: Any, texts: list[str], max_length: int) -> tuple[list[list[int]], int]:
+    """Every text's token ids (special tokens added), cut to ``max_length``, and how many were cut."""
     ids = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
     truncated = sum(len(x) > max_length for x in ids)
     ids = [list(x[:max_length]) for x in ids]
@@ -63,22 +64,10 @@ def calibrate(
     Why 9 parameters: the model, its tokenizer and the texts, then six keyword-only options, each one documented
     choice with a default.
 
-    Args:
-        model: a causal LM (transformers); left in the train/eval mode it came in.
-        tokenizer: its tokenizer (not modified; one without a pad token works).
-        texts: calibration samples (one sample = one text).
-        max_length: tokens kept per sample; longer samples are truncated and counted in ``meta``.
-        batch_size: samples per forward pass (right-padded; padding does not count).
-        progress: show a tqdm progress bar over batches.
-        include: regular expressions selecting target parameter names.
-        exclude: regular expressions removing target parameter names.
-        include_tied_lm_head: also score an ``lm_head`` tied to the input embedding.
-
-    Returns:
-        :class:`~mathneuro_edit.engine.stats.ActivationStats`.
-
-    Raises:
-        InputError: empty or non-text input, bad sizes, unsupported parameters.
+    The model is left in the train/eval mode it came in, the tokenizer unmodified (one without a pad token works).
+    ``max_length``: tokens kept per sample (one text), longer samples truncated and counted in ``meta``;
+    ``batch_size``: samples per forward pass (right-padded; padding does not count); ``include``/``exclude``:
+    regular expressions over the target parameter names (:func:`~mathneuro_edit.engine.targets.find_targets`).
 
     Example:
         >>> stats = calibrate(model, tokenizer, ["Question: 2+3?\\nAnswer: 5"], progress=False)  # doctest: +SKIP

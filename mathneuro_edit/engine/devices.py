@@ -33,9 +33,7 @@ def work_device(device: str | torch.device | None = "auto") -> torch.device:
     if device is None or device == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        return torch.device("cpu")
-    return dev
+    return torch.device("cpu") if dev.type == "cuda" and not torch.cuda.is_available() else dev
 
 
 def selection_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -77,9 +75,8 @@ def device_type(record: Any) -> str | None:
         >>> device_type({"type": "cuda", "name": "NVIDIA H200"}), device_type(None)
         ('cuda', None)
     """
-    if isinstance(record, dict) and isinstance(record.get("type"), str):
-        return record["type"]
-    return None
+    kind = record.get("type") if isinstance(record, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def device_record(device: str | torch.device) -> dict[str, str]:

@@ -52,14 +52,9 @@ T = TypeVar("T")
 def init_distributed(*, timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> tuple[int, int]:
     """Initialise ``torch.distributed`` from ``torchrun``'s environment, once; return ``(rank, world_size)``.
 
-    Args:
-        timeout_s: the process group's timeout: how long a collective waits for the other ranks.
-        backend: ``"nccl"`` or ``"gloo"``; default nccl when CUDA is available (one GPU per rank, chosen by
-            ``LOCAL_RANK``), else gloo.
-
-    Returns:
-        ``(rank, world_size)``; ``(0, 1)`` in a plain process (no ``WORLD_SIZE`` in the environment), where
-        nothing is initialised. An already initialised group is used as it is (its own timeout applies).
+    ``(0, 1)`` in a plain process (no ``WORLD_SIZE`` in the environment), where nothing is initialised; an already
+    initialised group is used as it is (its own timeout applies). ``timeout_s``: how long a collective waits for the
+    other ranks; ``backend``: nccl when CUDA is available (one GPU per rank, chosen by ``LOCAL_RANK``), else gloo.
 
     Raises:
         MathNeuroEditError: the ranks could not meet within ``timeout_s``.
@@ -88,11 +83,7 @@ def init_distributed(*, timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | Non
 
 
 def local_device() -> torch.device:
-    """The device of this rank: ``cuda:LOCAL_RANK`` when CUDA is available, else ``cpu``.
-
-    Example:
-        >>> model.to(local_device())  # doctest: +SKIP
-    """
+    """The device of this rank: ``cuda:LOCAL_RANK`` when CUDA is available, else ``cpu``."""
     if torch.cuda.is_available():
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device("cpu")
@@ -167,11 +158,9 @@ def calibrate_distributed(
 
     Args:
         model: this rank's copy of the model, already on its device (e.g. ``model.to(local_device())``).
-        tokenizer: its tokenizer.
         texts: the FULL list of calibration texts, identical on every rank (checked).
         out: if given, rank 0 writes the statistics there (atomic :meth:`ActivationStats.save`).
-        timeout_s: process-group timeout when this call initialises ``torch.distributed`` (see
-            :func:`init_distributed`).
+        timeout_s: process-group timeout when this call initialises ``torch.distributed``.
         **calibrate_kwargs: ``max_length``, ``batch_size``, ``include``, ``exclude``, ``include_tied_lm_head``,
             ``progress`` (shown on rank 0 only), as for ``calibrate``.
 
@@ -232,20 +221,13 @@ def calibrate_distributed(
 
 
 def _unflatten(local: ActivationStats, names: list[str], floats: torch.Tensor, counts: torch.Tensor) -> ActivationStats:
-    """Rebuild per-target tensors from the reduced flat buffers (inverse of the concatenation above)."""
-    norm, sq, count = {}, {}, {}
-    off = 0
-    for part in (norm, sq):
-        for n in names:
-            shape = local.targets[n].stat_shape  # (groups, d_in)
-            size = shape[0] * shape[1]
-            part[n] = floats[off : off + size].reshape(shape).clone()
-            off += size
-    off = 0
-    for n in names:
-        groups = local.targets[n].groups
-        count[n] = counts[off : off + groups].clone()
-        off += groups
+    """Rebuild per-target tensors from the reduced flat buffers (inverse of :func:`_reduce_to_rank0`'s concatenation)."""
+    shapes = [local.targets[n].stat_shape for n in names]  # (groups, d_in)
+    parts = floats.split([g * d for g, d in shapes] * 2)
+    norm = {n: p.reshape(shape).clone() for n, p, shape in zip(names, parts, shapes)}
+    sq = {n: p.reshape(shape).clone() for n, p, shape in zip(names, parts[len(names) :], shapes)}
+    count = {n: p.clone() for n, p in zip(names, counts.split([g for g, _ in shapes] + [2]))}
+    off = sum(g for g, _ in shapes)
     meta = dict(local.meta)
     meta["num_tokens"], meta["truncated_samples"] = int(counts[off]), int(counts[off + 1])
     return ActivationStats(norm, sq, count, dict(local.targets), meta)

@@ -71,10 +71,8 @@ class MapKey:
 
 
 def parse_key(key: str) -> MapKey:
-    """A map key: ``default``, a part, ``layers A-B``, ``layers A``, or a band and a part.
-
-    Raises:
-        ValueError: the key in none of these forms, or a band whose end is before its start.
+    """A map key: ``default``, a part, ``layers A-B``, ``layers A``, or a band and a part (a ValueError for any
+    other form, or a band whose end is before its start).
 
     Example:
         >>> parse_key("layers 0-5 mlp"), parse_key("q_proj"), parse_key("default")
@@ -97,10 +95,8 @@ def parse_key(key: str) -> MapKey:
 
 
 def check_map(spec: Mapping[str, float]) -> dict[str, MapKey]:
-    """Every key of ``spec`` parsed, ``default`` present, and no two keys of one rank with overlapping bands.
-
-    Raises:
-        ValueError: the first problem, naming the key(s).
+    """Every key of ``spec`` parsed, ``default`` present, and no two keys of one rank with overlapping bands (a
+    ValueError naming the key(s) of the first problem).
 
     Example:
         >>> sorted(check_map({"default": 1.0, "mlp": 1.1}))

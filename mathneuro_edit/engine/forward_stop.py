@@ -59,11 +59,8 @@ def _head(model: nn.Module) -> tuple[str, nn.Module] | None:
 class ForwardStop:
     """Counts the scored modules' calls, raises :class:`StopForward` after the last one, cleans accelerate up.
 
-    Install it AFTER the statistics hooks (hooks run in registration order: they must record first).
-
-    Args:
-        model: the model being calibrated.
-        module_names: names of the modules whose inputs are scored.
+    Install it AFTER the statistics hooks (hooks run in registration order: they must record first);
+    ``module_names``: the modules whose inputs are scored.
 
     Example:
         >>> stop = ForwardStop(model, ["model.layers.0.mlp.down_proj"])  # doctest: +SKIP
@@ -107,13 +104,12 @@ class ForwardStop:
         self.stop_at = (last, scored.count(last))
 
     def remove(self) -> None:
-        """Remove every hook this object installed."""
         for h in self.handles:
             h.remove()
         self.handles.clear()
 
     def _hook(self, name: str, module: nn.Module):
-        def hook(mod: nn.Module, args: Any) -> None:
+        def hook(_: nn.Module, args: Any) -> None:
             count = self.calls.get(name, 0) + 1
             self.calls[name] = count
             if self.trace is not None:

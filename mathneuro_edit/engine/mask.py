@@ -37,16 +37,11 @@ from .topk import top_fraction, top_fraction_flat
 if TYPE_CHECKING:
     from .stats import ActivationStats
 
-__all__ = ["Mask", "as_mask", "k_of", "seed_for", "check_mask_args", "find_math_params"]
+__all__ = ["Mask", "as_mask", "k_of", "random_like", "check_mask_args", "find_math_params"]
 
 Method = Literal["mathneuro", "wanda", "random", "general"]
 Granularity = Literal["matrix", "row"]
 _FORMAT = "mathneuro-edit/mask/v1"
-
-
-def _pack(flat: torch.Tensor) -> torch.Tensor:
-    """Bit-pack a flat bool tensor (little bit order) into uint8."""
-    return torch.from_numpy(np.packbits(flat.cpu().numpy(), bitorder="little"))
 
 
 def _unpack(bits: torch.Tensor, numel: int) -> torch.Tensor:
@@ -70,14 +65,6 @@ _MAX_MASK_WEIGHTS = 1 << 41  # 2.2e12 weights, 256 GiB of packed bits
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    """Entries of a claimed shape, as a Python int (no overflow, nothing allocated)."""
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _shown_count(n: int) -> str:
     """A count as an error line shows it: with separators, or ``about 1e+24`` past 15 digits."""
     return f"{n:,}" if n < 10**15 else f"about {float(n):.0e}"
@@ -94,14 +81,10 @@ def _entry_count(where: str, shape: tuple[int, ...], kind: str, data: torch.Tens
 
     ``bits``: exactly ``ceil(numel / 8)`` uint8 bytes, the padding bits past the last weight zero; ``idx``: int32
     or int64 positions inside the shape, strictly increasing, as :meth:`Mask.save` writes them (so each weight is
-    counted once). Costs the stored data's size, never the claimed shape's.
-
-    Raises:
-        InputError: naming the entry, what it claims and what it stores.
-    """
+    counted once). Costs the stored data's size, never the claimed shape's."""
     if any(d < 0 for d in shape):
         raise InputError(f"{where} claims shape {list(shape)}, a negative size; {_MASK_FIX}")
-    numel = _numel(shape)
+    numel = math.prod(shape)  # a Python int: no overflow, nothing allocated
     if numel > _MAX_ENTRY_WEIGHTS:
         raise InputError(
             f"{where} claims shape {_shown_shape(shape)} ({_shown_count(numel)} weights), more than any model's "
@@ -140,8 +123,9 @@ def _entry_count(where: str, shape: tuple[int, ...], kind: str, data: torch.Tens
 
 
 def _stored_sha256(shapes: Mapping[str, tuple[int, ...]], store: Mapping[str, tuple[str, torch.Tensor]]) -> str:
-    """:attr:`Mask.sha256` from the stored form: an index-stored entry is packed block by block, never unpacked to
-    its full bool tensor (that unpack of a claimed 60000 x 60000 entry was the 4.1 GB)."""
+    """:attr:`Mask.sha256`: names, shapes and selected bits, from the stored form (an index-stored entry is packed
+    block by block, never unpacked to its full bool tensor: that unpack of a claimed 60000 x 60000 entry was the
+    4.1 GB)."""
     h = hashlib.sha256(_FORMAT.encode())
     zeros = memoryview(bytes(_HASH_BLOCK))
     for name in sorted(store):
@@ -151,7 +135,7 @@ def _stored_sha256(shapes: Mapping[str, tuple[int, ...]], store: Mapping[str, tu
         if kind == "bits":
             h.update(data.numpy().tobytes())
             continue
-        numel, idx = _numel(shape), data.long().numpy()
+        numel, idx = math.prod(shape), data.long().numpy()
         nbytes = (numel + 7) // 8
         for lo in range(0, nbytes, _HASH_BLOCK):
             hi = min(lo + _HASH_BLOCK, nbytes)
@@ -194,7 +178,7 @@ class Mask(Mapping[str, torch.Tensor]):
         if idx_bytes < (numel + 7) // 8:  # indices are smaller below ~1/32 (int32) density
             self._store[name] = ("idx", flat.nonzero().squeeze(1).to(idx_dtype))
         else:
-            self._store[name] = ("bits", _pack(flat))
+            self._store[name] = ("bits", torch.from_numpy(np.packbits(flat.numpy(), bitorder="little")))
         self._shapes[name] = tuple(t.shape)
         self._counts[name] = count
 
@@ -202,7 +186,7 @@ class Mask(Mapping[str, torch.Tensor]):
     def __getitem__(self, name: str) -> torch.Tensor:
         kind, data = self._store[name]
         shape = self._shapes[name]
-        numel = int(np.prod(shape)) if shape else 1
+        numel = math.prod(shape)
         if kind == "bits":
             return _unpack(data, numel).reshape(shape)
         flat = torch.zeros(numel, dtype=torch.bool)
@@ -225,7 +209,7 @@ class Mask(Mapping[str, torch.Tensor]):
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """Per tensor: ``(selected, total)``."""
-        return {n: (self._counts[n], int(np.prod(s))) for n, s in self._shapes.items()}
+        return {n: (self._counts[n], math.prod(s)) for n, s in self._shapes.items()}
 
     def total(self) -> tuple[int, int]:
         """``(selected, total)`` over all tensors of the mask."""
@@ -236,21 +220,11 @@ class Mask(Mapping[str, torch.Tensor]):
     def sha256(self) -> str:
         """Content hash: names, shapes and selected bits (not the provenance metadata)."""
         if self._sha is None:
-            h = hashlib.sha256(_FORMAT.encode())
-            for name in sorted(self._store):
-                h.update(f"\n{name}:{self._shapes[name]}\n".encode())
-                kind, data = self._store[name]
-                bits = data if kind == "bits" else _pack(self[name].reshape(-1))
-                h.update(bits.numpy().tobytes())
-            self._sha = h.hexdigest()
+            self._sha = _stored_sha256(self._shapes, self._store)
         return self._sha
 
     def save(self, path: str | Path) -> Path:
-        """Write the mask as a safetensors file (compact tensors + JSON metadata); atomic.
-
-        Example:
-            >>> p = Mask({"w": torch.ones(3, dtype=torch.bool)}).save(tmp_path / "m.safetensors")  # doctest: +SKIP
-        """
+        """Write the mask as a safetensors file (compact tensors + JSON metadata); atomic."""
         tensors = {f"{kind}/{name}": data.contiguous() for name, (kind, data) in self._store.items()}
         header = {"shapes": {n: list(s) for n, s in self._shapes.items()}, "meta": self.meta, "sha256": self.sha256}
         return write_safetensors_with_meta(Path(path), tensors, _FORMAT, header)
@@ -262,19 +236,12 @@ class Mask(Mapping[str, torch.Tensor]):
         Each entry's stored data is checked against its claimed shape before anything is built from the shape
         (:func:`_entry_count`), and the hash is computed from the stored form (:func:`_stored_sha256`): a forged
         file costs its own size, never what it claims.
-
-        Raises:
-            InputError: missing, corrupt or non-mask file, an entry whose data does not fit its shape (or lists a
-                weight twice), or a hash mismatch.
         """
         tensors, header = read_safetensors_with_meta(path, _FORMAT, "mask")
         mask = cls.__new__(cls)
         try:
             mask._shapes = {n: tuple(int(d) for d in s) for n, s in header["shapes"].items()}
-            mask._store = {}
-            for key, data in tensors.items():
-                kind, name = key.split("/", 1)
-                mask._store[name] = (kind, data)
+            mask._store = {key.split("/", 1)[1]: (key.split("/", 1)[0], data) for key, data in tensors.items()}
             if set(mask._store) != set(mask._shapes):
                 raise KeyError(sorted(set(mask._store) ^ set(mask._shapes))[0])
             mask.meta, recorded = header["meta"], header["sha256"]
@@ -282,13 +249,12 @@ class Mask(Mapping[str, torch.Tensor]):
                 raise TypeError("meta is not a mapping")
         except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, IndexError) as e:
             raise InputError(
-                f"{path}: malformed mask header ({type(e).__name__}: {str(e)[:80]}); the file is corrupt "
-                "or was edited: recreate it with `mathneuro-edit mask`"
+                f"{path}: malformed mask header ({type(e).__name__}: {str(e)[:80]}); {_MASK_FIX}"
             ) from None
         mask._counts = {
             n: _entry_count(f"{path}: mask entry {n!r}", mask._shapes[n], *mask._store[n]) for n in mask._shapes
         }
-        total = sum(_numel(shape) for shape in mask._shapes.values())  # each entry already bounded
+        total = sum(math.prod(shape) for shape in mask._shapes.values())  # each entry already bounded
         if total > _MAX_MASK_WEIGHTS:
             raise InputError(
                 f"{path}: the mask's {len(mask._shapes):,} entries claim {_shown_count(total)} weights, more than "
@@ -348,6 +314,15 @@ def seed_for(seed: int, name: str, group: int) -> int:
     """The seed of one random group (``method="random"``): from the run's seed, the parameter and the group alone."""
     digest = hashlib.sha256(f"{seed}:{name}:{group}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def random_like(sel: torch.Tensor, seed: int, name: str, group: int) -> torch.Tensor:
+    """``method="random"``: as many entries as ``sel`` holds, drawn uniformly by the group's own generator."""
+    count, n = int(torch.count_nonzero(sel)), sel.numel()
+    rng = torch.Generator().manual_seed(seed_for(seed, name, group))
+    flat = torch.zeros(n, dtype=torch.bool)
+    flat[torch.randperm(n, generator=rng)[:count]] = True
+    return flat.reshape(sel.shape)
 
 
 def _scores(weight: torch.Tensor, stat: torch.Tensor, name: str) -> torch.Tensor:
@@ -425,9 +400,8 @@ def find_math_params(
 
     Args:
         model: the model the statistics were computed on (or a mapping ``name -> weight``).
-        math_stats: statistics on math text.
-        general_stats: statistics on one or several non-math sets (a weight in the top-k of any is excluded);
-            may be ``None`` for ``method="wanda"``.
+        general_stats: one or several non-math sets (a weight in the top-k of any is excluded); may be ``None`` for
+            ``method="wanda"``.
         top_k: fraction of each matrix (or row) in (0, 1]: one value gives one :class:`Mask`; a sequence of
             values (a sweep) gives a list of masks, one per value, in order, from one pass: each matrix's scores
             (and, with ``granularity="matrix"``, its score histogram) are computed once for all values, so 8
@@ -438,10 +412,8 @@ def find_math_params(
             outside the math top-k; with one general set these are exactly its top-k minus the math top-k, the
             *general*-specific weights, of similar magnitude to the math-specific ones).
         granularity: ``"matrix"`` (the paper's) or ``"row"``.
-        seed: seed of ``method="random"``.
         statistic: ``"l2"``, the sum over samples of per-sample L2 norms (the paper's), or ``"wanda"``, the
             square root of the sum of squares over all tokens.
-        progress: show a progress bar over tensors.
         device: where the scores and the selection are computed, one matrix at a time (``"cuda"``: a GPU's
             milliseconds instead of a CPU's seconds per matrix); ``None``: each weight's own device. The mask is
             the same bits on every device: float32 scores (one exact multiply each), an integer histogram select
@@ -452,13 +424,7 @@ def find_math_params(
         or a list of them (``top_k`` a sequence).
 
     Example:
-        One value, one mask:
-
         >>> mask = find_math_params(model, math_stats, general_stats, top_k=0.05)  # doctest: +SKIP
-        >>> mask.total()  # doctest: +SKIP
-
-        Several values (a sweep), one mask each, in one pass:
-
         >>> masks = find_math_params(model, math_stats, general_stats, top_k=[0.01, 0.05])  # doctest: +SKIP
         >>> [m.meta["top_k"] for m in masks]  # doctest: +SKIP
         [0.01, 0.05]
@@ -509,16 +475,15 @@ def _selected(
 def _general_sets(
     general_stats: ActivationStats | Sequence[ActivationStats] | None, method: str
 ) -> list[ActivationStats]:
-    """The non-math sets as a list; refused when the method needs one and none is given; none for wanda."""
-    generals = (
-        []
-        if general_stats is None
-        else ([general_stats] if not isinstance(general_stats, Sequence) else list(general_stats))
-    )
-    if method != "wanda" and not generals:
-        raise InputError(f"method {method!r} needs general_stats (at least one non-math set)")
+    """The non-math sets as a list; refused when the method needs one and none is given."""
     if method == "wanda":
-        generals = []  # the paper's ablation: the math top-k alone, nothing subtracted
+        return []  # the paper's ablation: the math top-k alone, nothing subtracted
+    if general_stats is None or isinstance(general_stats, Sequence):
+        generals = list(general_stats or [])
+    else:
+        generals = [general_stats]
+    if not generals:
+        raise InputError(f"method {method!r} needs general_stats (at least one non-math set)")
     return generals
 
 
@@ -571,10 +536,7 @@ class _Selection:
                     sel &= gen.logical_not_()  # in place: no extra matrix-sized temporary
             for i, sel in enumerate(sels):
                 if self.method == "random":
-                    count, n = int(torch.count_nonzero(sel)), sel.numel()
-                    rng = torch.Generator().manual_seed(seed_for(self.seed, name, g))
-                    sel = torch.zeros(n, dtype=torch.bool)
-                    sel[torch.randperm(n, generator=rng)[:count]] = True
+                    sel = random_like(sel, self.seed, name, g)
                 elif self.method == "general":
                     general = _scores(w, self.generals[0].statistic(name, statistic)[g], name)
                     sel = _general_specific(general, tops[i], sel, granularity)

@@ -43,17 +43,11 @@ from ..util.hashing import texts_sha256
 from .calibration import tokenize_texts
 from .devices import model_device
 from .forward_stop import ForwardStop, StopForward
-from .mask import Mask, check_mask_args, k_of, seed_for
+from .mask import Mask, check_mask_args, k_of, random_like
 from .targets import Target, find_targets, model_fingerprint
 from .topk import top_fraction_flat
 
-__all__ = [
-    "OfficialPass",
-    "official_targets",
-    "official_set_masks",
-    "find_math_params_official",
-    "find_math_params_official_multi",
-]
+__all__ = ["OfficialPass", "official_targets", "official_set_masks", "find_math_params_official"]
 
 REFERENCE = "official"
 
@@ -178,8 +172,6 @@ def official_set_masks(
 
     Args:
         texts: the set, in the order the sums are taken (one sample per forward, no padding).
-        top_ks: fractions in (0, 1].
-        run: the forward passes' settings.
         keep_sums: for analysis (scripts/official_jaccard.py): receives every weight's sums ``A`` (weight-sized).
 
     Returns:
@@ -235,24 +227,44 @@ def official_set_masks(
     return masks, meta
 
 
-def find_math_params_official_multi(
+def find_math_params_official(
     model: nn.Module,
     tokenizer: Any,
     math_texts: Sequence[str],
     general_texts: Sequence[Sequence[str]] | None,
     *,
-    top_ks: Sequence[float],
+    top_k: float | Sequence[float],
     method: Literal["mathneuro", "wanda", "random"] = "mathneuro",
     seed: int = 0,
-    run: OfficialPass = OfficialPass(),
-) -> list[Mask]:
-    """:func:`find_math_params_official` for several ``top_k`` (one forward pass per text for all of them);
-    ``run``: the forward passes' settings.
+    max_length: int = 512,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    progress: bool = False,
+) -> Mask | list[Mask]:
+    """The math-specific weights exactly as the released MathNeuro script selects them (see the module docstring).
+
+    Why 11 parameters: the model, its tokenizer and the math and general texts, then seven keyword-only options,
+    each one documented setting of the released script (``top_k`` required, the others with a default).
+
+    Runs its own forward passes (one per text, batch 1) and needs no statistics.
+
+    Args:
+        model: a causal LM; load it in bfloat16 to match the script (which always does).
+        general_texts: the non-math sets, each a list of texts (a weight in the top-k of any is excluded); ``None``
+            for ``method="wanda"``.
+        top_k: fraction of each matrix in (0, 1]; a sequence of them gives one mask each, in order, from one
+            forward pass per text.
+        method: ``"mathneuro"``, ``"wanda"`` (math top-k alone) or ``"random"`` (the same count per matrix).
+
+    Returns:
+        A :class:`Mask` (a list of them for a sequence of ``top_k``) over the script's scored weights,
+        ``meta["reference"] == "official"``.
 
     Example:
-        >>> masks = find_math_params_official_multi(model, tok, math, [general], top_ks=[0.01, 0.05])  # doctest: +SKIP
+        >>> mask = find_math_params_official(model, tok, math, [general], top_k=0.05)  # doctest: +SKIP
     """
-    top_ks = list(top_ks)
+    several = isinstance(top_k, Sequence) and not isinstance(top_k, (str, bytes))
+    top_ks = list(top_k) if several else [top_k]
     check_mask_args(top_ks, method, "matrix", "l2")
     generals = [] if general_texts is None or method == "wanda" else list(general_texts)
     if general_texts is not None and (
@@ -261,6 +273,7 @@ def find_math_params_official_multi(
         raise InputError("general_texts: a list of sets (each a list of strings), e.g. [general]")
     if method != "wanda" and not generals:
         raise InputError(f"method {method!r} needs general_texts (at least one non-math set)")
+    run = OfficialPass(max_length, include, exclude, progress)
     math_sets, math_meta = official_set_masks(model, tokenizer, math_texts, top_ks, run=run, label="math_texts")
     general_sets, general_meta = [], []
     for i, texts in enumerate(generals):
@@ -269,22 +282,18 @@ def find_math_params_official_multi(
         general_meta.append(meta)
     first = next(p for p in model.parameters() if p.dtype.is_floating_point)
     out = []
-    for i, top_k in enumerate(top_ks):
+    for i, value in enumerate(top_ks):
         mask = Mask({}, {})
         for name in math_sets[i]:
             sel = math_sets[i][name]
             for sets in general_sets:
                 sel &= sets[i][name].logical_not()
             if method == "random":
-                count, n = int(torch.count_nonzero(sel)), sel.numel()
-                rng = torch.Generator().manual_seed(seed_for(seed, name, 0))
-                flat = torch.zeros(n, dtype=torch.bool)
-                flat[torch.randperm(n, generator=rng)[:count]] = True
-                sel = flat.reshape(sel.shape)
+                sel = random_like(sel, seed, name, 0)
             mask._add(name, sel)
         mask.meta = {
             "method": method,
-            "top_k": top_k,
+            "top_k": value,
             "granularity": "matrix",
             "seed": seed,
             "statistic": "l2",
@@ -295,52 +304,4 @@ def find_math_params_official_multi(
             "general": general_meta,
         }
         out.append(mask)
-    return out
-
-
-def find_math_params_official(
-    model: nn.Module,
-    tokenizer: Any,
-    math_texts: Sequence[str],
-    general_texts: Sequence[Sequence[str]] | None,
-    *,
-    top_k: float,
-    method: Literal["mathneuro", "wanda", "random"] = "mathneuro",
-    seed: int = 0,
-    max_length: int = 512,
-    include: Sequence[str] | None = None,
-    exclude: Sequence[str] | None = None,
-    progress: bool = False,
-) -> Mask:
-    """The math-specific weights exactly as the released MathNeuro script selects them (see the module docstring).
-
-    Why 11 parameters: the model, its tokenizer and the math and general texts, then seven keyword-only options,
-    each one documented setting of the released script (``top_k`` required, the others with a default).
-
-    Runs its own forward passes (one per text, batch 1) and needs no statistics.
-
-    Args:
-        model: a causal LM; load it in bfloat16 to match the script (which always does).
-        tokenizer: its tokenizer.
-        math_texts: the math set, in order.
-        general_texts: the non-math sets, each a list of texts (a weight in the top-k of any is excluded); ``None``
-            for ``method="wanda"``.
-        top_k: fraction of each matrix in (0, 1].
-        method: ``"mathneuro"``, ``"wanda"`` (math top-k alone) or ``"random"`` (the same count per matrix).
-
-    Returns:
-        A :class:`Mask` over the script's scored weights, ``meta["reference"] == "official"``.
-
-    Example:
-        >>> mask = find_math_params_official(model, tok, math, [general], top_k=0.05)  # doctest: +SKIP
-    """
-    return find_math_params_official_multi(
-        model,
-        tokenizer,
-        math_texts,
-        general_texts,
-        top_ks=[top_k],
-        method=method,
-        seed=seed,
-        run=OfficialPass(max_length, include, exclude, progress),
-    )[0]
+    return out if several else out[0]

@@ -50,9 +50,8 @@ class _Accumulator:
     def check(self, d_in: int) -> None:
         if d_in != self.target.d_in:
             raise InputError(
-                f"{self.target.name}: its module received inputs with {d_in} features but the "
-                f"weight expects {self.target.d_in}; this module is used in a way mathneuro-edit cannot score: "
-                "exclude it"
+                f"{self.target.name}: its module received inputs with {d_in} features but the weight expects "
+                f"{self.target.d_in}; this module is used in a way mathneuro-edit cannot score: exclude it"
             )
 
     def add(self, group: int, per_sample_sq: torch.Tensor, n_tokens: int) -> None:
@@ -95,9 +94,8 @@ class _Layout:
     Memory: the batch's per-sample sums, ``batch x (sum of the distinct inputs' d_in)`` float32, until the end
     of the batch (SmolLM2-135M, batch 8: 3 MB), plus two such rows per layout.
 
-    Args:
-        pending: the first batch of this layout: ``(per-sample sums of squares (batch, d_in), readers)`` in call
-            order, ``readers`` the indices of the accumulators fed by that input.
+    ``pending``: the first batch of this layout, ``(per-sample sums of squares (batch, d_in), readers)`` in call
+    order, ``readers`` the indices of the accumulators fed by that input.
     """
 
     def __init__(self, pending: list[tuple[torch.Tensor, list[int]]]) -> None:
@@ -138,10 +136,7 @@ class Recorder:
     """Installs the statistics hooks and holds the current batch's token mask and recorded inputs.
 
     Use: ``set_batch(attention_mask)``, the forward, ``batch_done()`` per batch; ``finish()`` once; ``remove()``.
-
-    Args:
-        model: the model being calibrated.
-        targets: name -> target, from :func:`~mathneuro_edit.engine.targets.find_targets`.
+    ``targets``: from :func:`~mathneuro_edit.engine.targets.find_targets`.
 
     Example:
         >>> rec = Recorder(model, find_targets(model)); rec.set_batch(mask)  # doctest: +SKIP
@@ -349,8 +344,7 @@ class Recorder:
             b = self.token_mask.shape[0]
             if tokens is None or tokens.shape[0] != inputs.shape[0]:
                 raise InputError(
-                    f"{target.module_name}: its rows do not match its router's tokens; this MoE "
-                    "layout is not supported: exclude its experts"
+                    f"{target.module_name}: its rows do not match its router's tokens; this MoE layout is not supported: exclude its experts"
                 )
             tokens = tokens.to(inputs.device)
             valid = self.token_mask.reshape(-1).to(inputs.device)[tokens] > 0

@@ -14,9 +14,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import InputError
 from ..util.outdir import disk_errors
-from ..util.tensor_files import (
-    save_file,  # deterministic bytes, umask permissions (not safetensors' own), exclusive temporary file
-)
+from ..util.tensor_files import save_file  # deterministic bytes, umask permissions, exclusive temporary file
 from .targets import Target
 
 __all__ = ["ActivationStats", "read_safetensors_with_meta"]
@@ -31,15 +29,11 @@ def write_safetensors_with_meta(
 
     The tensors and ``{"format": fmt, "mathneuro_edit": json(header)}`` go to an exclusive temporary file beside
     ``path`` (:func:`~mathneuro_edit.util.files.atomic_writer`: never a symbolic link planted there), renamed onto
-    it when complete; a full or read-only disk is one line naming the file, and nothing half-written is left.
-
-    Returns:
-        ``path``.
+    it when complete; a full or read-only disk is one line naming the file and the bytes it needed, and nothing
+    half-written is left. Returns ``path``.
     """
     path = Path(path)
-    needed = sum(t.numel() * t.element_size() for t in tensors.values())
-    # a full or read-only disk: one line naming the file and the bytes it needed (the writer removed the partial file)
-    with disk_errors(path, needed):
+    with disk_errors(path, sum(t.numel() * t.element_size() for t in tensors.values())):
         save_file(tensors, path, metadata={"format": fmt, "mathneuro_edit": json.dumps(header)})
     return path
 
@@ -47,11 +41,8 @@ def write_safetensors_with_meta(
 def read_safetensors_with_meta(
     path: str | Path, expected_format: str, what: str
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Read a mathneuro-edit safetensors artifact: its tensors and its JSON header.
-
-    Raises:
-        InputError: the file is missing, is not a safetensors file, or is not a ``what`` file of ours.
-    """
+    """Read a mathneuro-edit safetensors artifact: its tensors and its JSON header (one line when the file is
+    missing, is not a safetensors file, or is not a ``what`` file of ours)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such {what} file; check the path")
@@ -154,50 +145,27 @@ class ActivationStats:
         }
 
     def save(self, path: str | Path) -> Path:
-        """Write a safetensors file (tensors + JSON metadata); atomic (temp file, then rename).
-
-        Args:
-            path: destination file, conventionally ``*.stats.safetensors``.
-
-        Returns:
-            The path written.
-        """
-        path = Path(path)
+        """Write a safetensors file (tensors + JSON metadata), conventionally ``*.stats.safetensors``; atomic."""
         tensors: dict[str, torch.Tensor] = {}
         for name in self.norm_sum:
-            tensors[f"norm/{name}"] = self.norm_sum[name].contiguous()
-            tensors[f"sq/{name}"] = self.sq_sum[name].contiguous()
-            tensors[f"count/{name}"] = self.token_count[name].contiguous()
+            for kind, d in (("norm", self.norm_sum), ("sq", self.sq_sum), ("count", self.token_count)):
+                tensors[f"{kind}/{name}"] = d[name].contiguous()
         return write_safetensors_with_meta(path, tensors, _FORMAT, self._header())
 
     @classmethod
     def load(cls, path: str | Path) -> ActivationStats:
-        """Read a file written by :meth:`save` (exact round trip).
-
-        Raises:
-            InputError: missing, corrupt or not a statistics file.
-        """
+        """Read a file written by :meth:`save` (exact round trip); one line for a missing, corrupt or other file."""
         tensors, header = read_safetensors_with_meta(path, _FORMAT, "statistics")
         try:
             targets = {
                 n: Target(n, d["kind"], d["module"], tuple(d["shape"]), d["transposed"], d["role"])
                 for n, d in header["targets"].items()
             }
-            parts: dict[str, dict[str, torch.Tensor]] = {"norm": {}, "sq": {}, "count": {}}
-            for key, t in tensors.items():
-                kind, name = key.split("/", 1)
-                parts[kind][name] = t
-            order = list(targets)
             meta = header["meta"]
             if not isinstance(meta, dict):
                 raise TypeError("meta is not a mapping")
-            stats = cls(
-                norm_sum={n: parts["norm"][n] for n in order},
-                sq_sum={n: parts["sq"][n] for n in order},
-                token_count={n: parts["count"][n] for n in order},
-                targets=targets,
-                meta=meta,
-            )
+            norm, sq, count = ({n: tensors[f"{kind}/{n}"] for n in targets} for kind in ("norm", "sq", "count"))
+            stats = cls(norm_sum=norm, sq_sum=sq, token_count=count, targets=targets, meta=meta)
         except (KeyError, TypeError, ValueError, AttributeError) as e:  # a header that is not ours as written
             raise InputError(
                 f"{path}: malformed statistics header ({type(e).__name__}: {str(e)[:80]}); the file is "

@@ -91,14 +91,8 @@ class Target:
 
 
 def canonical_view(weight: torch.Tensor, target: Target) -> torch.Tensor:
-    """View a target's weight as ``(groups, rows, d_in)`` without copying.
-
-    Args:
-        weight: the parameter tensor, of shape ``target.shape``.
-        target: its description.
-
-    Returns:
-        A view of ``weight`` with shape ``(groups, d_out, d_in)``; writing to it writes to the weight.
+    """View a target's weight (of shape ``target.shape``) as ``(groups, d_out, d_in)`` without copying: writing to
+    the view writes to the weight.
 
     Example:
         >>> t = Target("h.0.attn.c_attn.weight", "conv1d", "h.0.attn.c_attn", (4, 12))
@@ -118,7 +112,7 @@ def canonical_view(weight: torch.Tensor, target: Target) -> torch.Tensor:
 
 
 def _is_conv1d(module: nn.Module) -> bool:
-    # Imported lazily by name so that a transformers without Conv1D still works for other models.
+    # by name, not imported: a transformers without Conv1D still works for other models
     return type(module).__name__ == "Conv1D" and type(module).__module__.startswith("transformers")
 
 
@@ -196,15 +190,9 @@ def find_targets(
 ) -> dict[str, Target]:
     """List the weights MathNeuro scores, in module order.
 
-    Args:
-        model: a transformers model (or any ``nn.Module``).
-        include: regular expressions (``re.search``) over parameter names; when given, only matching targets
-            are kept.
-        exclude: regular expressions over parameter names; matching parameters are dropped (also unhandled ones).
-        include_tied_lm_head: score an ``lm_head`` tied to the input embedding (edits the embedding too).
-
-    Returns:
-        An ordered ``{parameter name: Target}``.
+    ``include``: regular expressions (``re.search``) over parameter names; when given, only matching targets are
+    kept. ``exclude``: matching parameters are dropped (also unhandled ones). ``include_tied_lm_head``: score an
+    ``lm_head`` tied to the input embedding (edits the embedding too).
 
     Raises:
         InputError: a parameter of 2+ dimensions that is neither a target nor an embedding (a model family
@@ -232,15 +220,13 @@ def find_targets(
             f"cannot score {len(unhandled)} parameter(s) of this model family: {shown}; "
             "exclude them explicitly (e.g. exclude: ['<regex>']) or report the model family"
         )
-    result = {}
-    for name, t in found.items():
-        if name not in names_in_model:
-            continue
-        if inc and not any(r.search(name) for r in inc):
-            continue
-        if any(r.search(name) for r in exc):
-            continue
-        result[name] = t
+    result = {
+        name: t
+        for name, t in found.items()
+        if name in names_in_model
+        and (not inc or any(r.search(name) for r in inc))
+        and not any(r.search(name) for r in exc)
+    }
     if not result:
         raise InputError("no target weights left after include/exclude; loosen the include/exclude patterns")
     return result
@@ -261,9 +247,7 @@ def _module_targets(model: nn.Module, include_tied_lm_head: bool) -> tuple[dict[
             name = prefix + "weight"
             if mod_name in tied:
                 covered.add(name)
-                if include_tied_lm_head:
-                    found[name] = Target(name, "linear", mod_name, tuple(module.weight.shape))
-            else:
+            if mod_name not in tied or include_tied_lm_head:
                 found[name] = Target(name, "linear", mod_name, tuple(module.weight.shape))
         elif _is_conv1d(module):
             found[prefix + "weight"] = Target(prefix + "weight", "conv1d", mod_name, tuple(module.weight.shape))

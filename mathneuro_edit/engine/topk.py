@@ -15,14 +15,8 @@ __all__ = ["top_fraction", "top_fraction_flat"]
 
 
 def top_fraction(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Select the ``k`` highest entries of each row, ties at the threshold going to the lower column index.
-
-    Args:
-        scores: ``(rows, n)`` float tensor, finite.
-        k: entries per row, ``0 <= k <= n``.
-
-    Returns:
-        ``(rows, n)`` bool tensor with exactly ``k`` True per row.
+    """The ``k`` highest entries (``0 <= k <= n``) of each row of finite ``(rows, n)`` scores, ties at the threshold
+    going to the lower column index: a ``(rows, n)`` bool tensor with exactly ``k`` True per row.
 
     Example:
         >>> top_fraction(torch.tensor([[1.0, 3.0, 3.0, 2.0]]), 2)

@@ -52,30 +52,14 @@ _MAX_VALUE = 999
 _BOYS = ("Tom", "Sam", "Ben", "Leo", "Jack", "Noah")
 _GIRLS = ("Mia", "Lily", "Emma", "Anna", "Sara", "Zoe")
 NAMES = [person for boy, girl in zip(_BOYS, _GIRLS) for person in ((boy, "he", "his"), (girl, "she", "her"))]
-OBJECTS = [
-    "apples",
-    "books",
-    "cookies",
-    "marbles",
-    "pencils",
-    "stickers",
-    "shells",
-    "cards",
-    "flowers",
-    "coins",
-    "eggs",
-    "toys",
-    "stamps",
-    "candies",
-    "balloons",
-    "cupcakes",
-]
+OBJECTS = (
+    "apples books cookies marbles pencils stickers shells cards flowers coins eggs toys stamps candies balloons cupcakes"
+).split()
 PLACES = ["park", "market", "school", "garden", "library", "kitchen", "beach", "forest", "farm", "shop"]
 ADJECTIVES = ["red", "small", "old", "shiny", "green", "soft", "big", "bright", "quiet", "warm"]
 
 
 def _check_args(n: int, seed: int, split: str) -> None:
-    """Raise :class:`InputError` for a bad ``n``, ``seed`` or ``split``."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise InputError(f"n: must be a non-negative int, got {n!r}; pass e.g. n=100")
     if not isinstance(seed, int) or isinstance(seed, bool):
@@ -112,14 +96,8 @@ class _Picker:
 
 
 def format_math(question: str, answer: str | None = None) -> str:
-    """The prompt format shared by training and evaluation.
-
-    Args:
-        question: the problem text.
-        answer: the worked answer; ``None`` gives the prompt that the model completes.
-
-    Returns:
-        ``"Question: {question}\\nAnswer:"``, or ``"Question: {question}\\nAnswer: {answer}"`` with an answer.
+    """The prompt format shared by training and evaluation: ``"Question: {question}\\nAnswer:"``, the prompt the
+    model completes, or ``"Question: {question}\\nAnswer: {answer}"`` with a worked answer.
 
     Example:
         >>> format_math("Tom has 2 apples. How many apples does Tom have now?")
@@ -130,13 +108,8 @@ def format_math(question: str, answer: str | None = None) -> str:
 
 
 def parse_answer(text: str) -> int | None:
-    """The integer after the first ``"#### "`` in ``text`` (GSM8K convention), or ``None`` if there is none.
-
-    Args:
-        text: a gold answer or a model's generation.
-
-    Returns:
-        The predicted integer, or ``None``.
+    """The integer after the first ``"#### "`` in ``text`` (a gold answer or a model's generation; GSM8K
+    convention), or ``None`` if there is none.
 
     Example:
         >>> parse_answer("2 + 3 = 5\\n#### 5")
@@ -214,20 +187,13 @@ def _math_problem(pick: _Picker) -> tuple[str, dict[str, str]]:
 
 
 def _him(he: str) -> str:
-    """Object pronoun for a subject pronoun (``"he"`` -> ``"him"``)."""
     return "him" if he == "he" else "her"
 
 
 def math_problems(n: int, *, seed: int, split: str = "train") -> list[dict[str, str]]:
-    """``n`` GSM8K-style word problems with worked answers ending in ``"#### <integer>"``.
-
-    Args:
-        n: number of problems.
-        seed: seed of this call's own ``random.Random`` (same seed -> same problems).
-        split: ``"train"`` or ``"test"``; the two never share a problem's numbers-and-operations sequence.
-
-    Returns:
-        A list of ``{"question": str, "answer": str}`` dicts.
+    """``n`` GSM8K-style word problems ``{"question": str, "answer": str}`` with worked answers ending in
+    ``"#### <integer>"``; the same ``seed`` gives the same problems, and the ``"train"`` and ``"test"`` splits never
+    share a problem's numbers-and-operations sequence.
 
     Example:
         >>> p = math_problems(1, seed=0)[0]
@@ -245,15 +211,8 @@ def math_problems(n: int, *, seed: int, split: str = "train") -> list[dict[str, 
 
 
 def math_texts(n: int, *, seed: int, split: str = "train") -> list[str]:
-    """``n`` full training texts ``format_math(question, answer)`` (no EOS; the trainer appends it).
-
-    Args:
-        n: number of texts.
-        seed: seed, as in :func:`math_problems`.
-        split: ``"train"`` or ``"test"``.
-
-    Returns:
-        A list of strings.
+    """``n`` full training texts ``format_math(question, answer)`` of :func:`math_problems` (no EOS; the trainer
+    appends it).
 
     Example:
         >>> math_texts(1, seed=0)[0].startswith("Question: ")
@@ -380,15 +339,8 @@ def _general_texts(n: int, seed: int, split: str) -> tuple[list[str], float]:
 
 
 def general_texts(n: int, *, seed: int, split: str = "train") -> list[str]:
-    """``n`` non-math English texts (stories, descriptions, dialogues) with no digits and no arithmetic.
-
-    Args:
-        n: number of texts.
-        seed: seed of this call's own ``random.Random`` (same seed -> same texts).
-        split: ``"train"`` or ``"test"``; no text appears in both.
-
-    Returns:
-        A list of strings.
+    """``n`` non-math English texts (stories, descriptions, dialogues) with no digits and no arithmetic; the same
+    ``seed`` gives the same texts, and no text is in both splits.
 
     Example:
         >>> any(ch.isdigit() for ch in general_texts(5, seed=0)[0])
@@ -404,14 +356,6 @@ def general_text_entropy(n: int, *, seed: int, split: str = "test") -> float:
     too (and the split filter, a <= 0.11-nat effect, is ignored). A model at the entropy floor can score a little
     below it: the shipped organism scores 18.73 nats per text against 18.81 on 500 held-out texts.
 
-    Args:
-        n: number of texts.
-        seed: seed, as in :func:`general_texts`.
-        split: ``"train"`` or ``"test"``.
-
-    Returns:
-        Nats per text.
-
     Example:
         >>> general_text_entropy(10, seed=0) > 0
         True
@@ -420,16 +364,8 @@ def general_text_entropy(n: int, *, seed: int, split: str = "test") -> float:
 
 
 def mixed_texts(n: int, *, seed: int, split: str = "train", math_fraction: float = 0.5) -> list[str]:
-    """A shuffled mix of :func:`math_texts` and :func:`general_texts` (balanced by default).
-
-    Args:
-        n: total number of texts.
-        seed: seed for both generators and the shuffle.
-        split: ``"train"`` or ``"test"``.
-        math_fraction: fraction of math texts, in [0, 1].
-
-    Returns:
-        A list of strings.
+    """``n`` texts, a shuffled mix of :func:`math_texts` and :func:`general_texts` with ``math_fraction`` (in
+    [0, 1]) of math; ``seed`` seeds both generators and the shuffle.
 
     Example:
         >>> len(mixed_texts(10, seed=0))

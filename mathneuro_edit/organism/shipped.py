@@ -14,10 +14,8 @@ __all__ = ["organism_path", "load_organism"]
 
 
 def organism_path() -> Path:
-    """Folder of the shipped model inside the package (config, safetensors weights, tokenizer, card, organism_training.json).
-
-    Returns:
-        The path ``mathneuro_edit/organism/model``.
+    """Folder of the shipped model inside the package, ``mathneuro_edit/organism/model`` (config, safetensors
+    weights, tokenizer, card, organism_training.json).
 
     Example:
         >>> (organism_path() / "config.json").is_file()
@@ -27,14 +25,9 @@ def organism_path() -> Path:
 
 
 def load_organism(dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, object]:
-    """Load the shipped model and tokenizer with plain transformers (safetensors weights, no remote code).
-
-    Args:
-        dtype: dtype of the loaded weights (``None``: float32, as stored).
-
-    Returns:
-        ``(model, tokenizer)``: a ``LlamaForCausalLM`` in eval mode and its ``PreTrainedTokenizerFast``
-        (BOS prepended, left padding).
+    """Load the shipped model and tokenizer with plain transformers (safetensors weights, no remote code):
+    ``(model, tokenizer)``, a ``LlamaForCausalLM`` in eval mode (``dtype``: float32, as stored, unless given) and
+    its ``PreTrainedTokenizerFast`` (BOS prepended, left padding).
 
     Example:
         >>> model, tok = load_organism()

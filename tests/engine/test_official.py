@@ -21,7 +21,6 @@ from mathneuro_edit.engine.calibration import calibrate
 from mathneuro_edit.engine.mask import find_math_params
 from mathneuro_edit.engine.official import (
     find_math_params_official,
-    find_math_params_official_multi,
     official_targets,
 )
 from mathneuro_edit.errors import InputError
@@ -119,7 +118,7 @@ def test_sample_order_matters_and_is_kept():
 
 def test_float32_model_and_several_top_k_and_methods():
     model, tok = build("llama", dtype=torch.float32, hidden_size=64)
-    masks = find_math_params_official_multi(model, tok, MATH, [GENERAL], top_ks=[0.01, 0.1, 0.3])
+    masks = find_math_params_official(model, tok, MATH, [GENERAL], top_k=[0.01, 0.1, 0.3])
     for top_k, mask in zip([0.01, 0.1, 0.3], masks):
         assert_same(mask, ref_mask(model, tok, MATH, GENERAL, top_k))
     wanda = find_math_params_official(model, tok, MATH, None, top_k=0.1, method="wanda")
