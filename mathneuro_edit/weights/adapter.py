@@ -77,25 +77,15 @@ _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 @dataclass(frozen=True)
 class AdapterExport:
-    """What :func:`export_adapter` wrote; usable as a path (``os.fspath``).
-
-    Attributes:
-        path: the adapter folder.
-        format: ``"peft"`` or ``"mathneuro"``.
-        r: SHiRA's ``r`` (None for ``"mathneuro"``).
-        edited_entries: weights the mask edits.
-        stored_entries: entries stored (SHiRA: including the zero padding).
-        adapter_bytes: size of the adapter folder's files.
-        checkpoint_bytes: size of the base's weight files (the full checkpoint).
-    """
+    """What :func:`export_adapter` wrote; usable as a path (``os.fspath``)."""
 
     path: Path
-    format: str
-    r: int | None
-    edited_entries: int
-    stored_entries: int
-    adapter_bytes: int
-    checkpoint_bytes: int
+    format: str  # "peft" or "mathneuro"
+    r: int | None  # SHiRA's r (None for "mathneuro")
+    edited_entries: int  # weights the mask edits
+    stored_entries: int  # SHiRA: including the zero padding
+    adapter_bytes: int  # the adapter folder's files
+    checkpoint_bytes: int  # the base's weight files (the full checkpoint)
 
     @property
     def size_ratio(self) -> float:
@@ -133,24 +123,15 @@ def export_adapter(
 ) -> AdapterExport:
     """Write the edit as an adapter (see the module docstring for the formats and their guarantees).
 
-    Why 10 parameters: the base, the mask, the scale and the folder it writes, then six keyword-only options, each
-    one documented choice with a default.
-
     Args:
         base: a local model folder or a Hub id.
         mask: a :class:`~mathneuro_edit.engine.mask.Mask` (or a saved mask's path) computed on this base.
         scale: a finite number >= 0 (0 prunes).
-        out_dir: the folder to create.
-        overwrite: replace an existing ``out_dir``.
         format: ``"peft"`` (stock PEFT SHiRA) or ``"mathneuro"`` (ours, loaded with :func:`load_edited`).
         allow_pickle: read a ``*.bin`` base with ``torch.load(weights_only=True)``.
-        revision: Hub revision when ``base`` is a Hub id.
         base_model_name_or_path: what the adapter records as its base (default: the Hub id, also for a folder in
             the Hub cache; ``None`` for a plain local folder, whose path is private and never recorded).
         trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
-
-    Returns:
-        An :class:`AdapterExport` (path, format, r, entry counts, and sizes against the full checkpoint).
 
     Example:
         >>> info = export_adapter("base_dir", mask, 1.1, "adapter_dir")  # doctest: +SKIP
@@ -163,21 +144,11 @@ def export_adapter(
         raise InputError(f"format: must be 'peft' or 'mathneuro', got {format!r}")
     folder = resolve_base(base, revision=revision, allow_pickle=allow_pickle)
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
-    plan = plan_edits(
-        ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code)
-    )  # also proves the mask fits this base
-    job = _AdapterJob(
-        out_dir,
-        overwrite,
-        folder,
-        ckpt,
-        plan,
-        mask,
-        scale,
-        base_model_name_or_path or _base_id(base, folder),
-        revision,
-        sum((folder / s).stat().st_size for s in ckpt.shards),
-    )
+    # also proves the mask fits this base
+    plan = plan_edits(ckpt, mask, meta_model(folder, trust_remote_code=trust_remote_code))
+    base_id = base_model_name_or_path or _base_id(base, folder)
+    size = sum((folder / s).stat().st_size for s in ckpt.shards)
+    job = _AdapterJob(out_dir, overwrite, folder, ckpt, plan, mask, scale, base_id, revision, size)
     return _write_mathneuro(job) if format == "mathneuro" else _write_peft(job)
 
 
@@ -252,19 +223,15 @@ def _write_peft(job: _AdapterJob) -> AdapterExport:
             current["idx"], current["val"] = _layer_delta(ckpt, plan, layer, layer_scale, r * (layer.rows + layer.cols))
         write_all(f, tensor_bytes(current["idx"] if what == "shira_indices" else current["val"]))
 
-    meta = {"mathneuro_edit_mask_sha256": job.mask.sha256, "mathneuro_edit_scale": repr(scale)}
+    meta = {
+        "format": "pt",
+        "mathneuro_edit_version": __version__,
+        "mathneuro_edit_mask_sha256": job.mask.sha256,
+        "mathneuro_edit_scale": repr(scale),
+        "mathneuro_edit_base_dtype": ",".join(sorted(dtype)),
+    }
     with atomic_dir(job.out_dir, overwrite=job.overwrite, protect=[job.folder]) as tmp:
-        write_safetensors(
-            tmp / "adapter_model.safetensors",
-            specs,
-            produce,
-            {
-                "format": "pt",
-                "mathneuro_edit_version": __version__,
-                **meta,
-                "mathneuro_edit_base_dtype": ",".join(sorted(dtype)),
-            },
-        )
+        write_safetensors(tmp / "adapter_model.safetensors", specs, produce, meta)
         _write_shira_config(job, tmp, layers, r)
     stored = sum(r * (layer.rows + layer.cols) for layer in layers)
     return _report(job.out_dir, "peft", r, job.mask.total()[0], stored, job.checkpoint_bytes)
@@ -375,16 +342,8 @@ def peft_merge_exact(w: torch.Tensor, e_vals: torch.Tensor, idx: torch.Tensor, d
 
 
 def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str = "weight") -> torch.Tensor:
-    """Deltas ``d`` in ``w.dtype`` such that PEFT's ``w += d`` gives ``e`` bit for bit at the positions ``idx``.
-
-    Args:
-        w: base weight ``(rows, cols)``.
-        e: edited weight, same shape and dtype.
-        idx: ``(k, 2)`` int64 positions (row, col).
-        name: the parameter, for the error message.
-
-    Returns:
-        ``(k,)`` deltas in ``w.dtype``.
+    """``(k,)`` deltas ``d`` in ``w.dtype`` such that PEFT's ``w += d`` gives the edited weight ``e`` (same shape and
+    dtype) bit for bit at the ``(k, 2)`` positions ``idx`` (row, col).
 
     Raises:
         InputError: some entry has no exact delta in the base dtype.
@@ -482,7 +441,6 @@ def load_edited(
         base: every base :func:`~.loading.load_model` accepts: ``"organism"``, a model folder, a local ``.gguf``
             file, a Hub id or a recipe's ``base`` section (loaded with ``AutoModelForCausalLM.from_pretrained``);
             or a loaded model (edited in place).
-        adapter_dir: the adapter folder.
         **from_pretrained_kwargs: passed to ``from_pretrained`` (keep the default ``dtype="auto"`` for exactness;
             ``trust_remote_code`` and ``use_kernels`` are ``False`` unless given).
 

@@ -52,27 +52,15 @@ __all__ = ["VerifyReport", "verify"]
 
 @dataclass
 class VerifyReport:
-    """The result of :func:`verify`.
-
-    Attributes:
-        out_dir: the audited folder.
-        kind: ``"checkpoint"``, ``"peft"`` or ``"mathneuro"``.
-        checked: tensors (or adapter layers) compared.
-        edited: of those, how many carry edits.
-        mismatches: ``"name: why"`` for every tensor/layer whose content is not the expected one.
-        missing: tensors or files of the base absent from the output.
-        extra: tensors in the output that the base does not have.
-        notes: information that is not an error (e.g. files the output adds, such as a model card).
-    """
+    """The result of :func:`verify`."""
 
     out_dir: Path
-    kind: str
-    checked: int = 0
-    edited: int = 0
-    mismatches: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    kind: str  # "checkpoint", "peft" or "mathneuro"
+    checked: int = 0  # tensors (or adapter layers) compared
+    edited: int = 0  # of those, how many carry edits
+    mismatches: list[str] = field(default_factory=list)  # "name: why" for each content not the expected one
+    missing: list[str] = field(default_factory=list)  # tensors or files of the base absent from the output
+    extra: list[str] = field(default_factory=list)  # tensors in the output that the base does not have
     audited: list[str] = field(default_factory=list)  # other files checked, e.g. the GGUF beside the shards
     gguf_survival: dict[str, Any] = field(default_factory=dict)  # the edit in each quantized GGUF (gguf_survival.py)
     device: str = "cpu"  # where the edited tensors were recomputed and compared
@@ -109,26 +97,16 @@ def verify(
     progress: bool = False,
     device: str | torch.device | None = "auto",
 ) -> VerifyReport:
-    """Check an export (baked checkpoint or adapter) against the base, the mask and the scale.
-
-    Why 9 parameters: the export, then the base, mask and scale it was made from, then five keyword-only options,
-    each one documented choice with a default.
+    """Check an export (baked checkpoint or adapter) against the base (folder or Hub id), the mask (or its file)
+    and the scale it was made from.
 
     Args:
-        out_dir: the export to audit.
-        base: the base model folder or Hub id it was made from.
-        mask: the :class:`~mathneuro_edit.engine.mask.Mask` (or its file) that was applied.
-        scale: the scale that was applied.
         allow_pickle: the base has pickle weights (read with ``torch.load(weights_only=True)``).
-        revision: Hub revision of ``base``.
         trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
         progress: a progress bar over the tensors (or adapter layers) being compared.
         device: where a checkpoint's edited tensors are recomputed and compared, a block of rows at a time
             (``"auto"``: the GPU when there is one, :func:`~mathneuro_edit.engine.devices.selection_device`); the
             edit is elementwise, so the expected bits are the same on every device.
-
-    Returns:
-        A :class:`VerifyReport`; ``report.ok`` is True when everything matches.
 
     Example:
         >>> assert verify(out, base, mask, 1.1).ok  # doctest: +SKIP
@@ -172,16 +150,8 @@ def _export_json(path: Path, report: VerifyReport) -> dict[str, Any]:
 
 
 def _verify_checkpoint(
-    out: Path,
-    folder: Path,
-    ckpt: Checkpoint,
-    plan: EditPlan,
-    mask: Any,
-    scale: Setting,
-    progress: bool = False,
-    device: torch.device | None = None,
+    out: Path, folder: Path, ckpt: Checkpoint, plan: EditPlan, mask: Any, scale: Setting, progress: bool, device: Any
 ) -> VerifyReport:
-    device = device if device is not None else torch.device("cpu")
     report = VerifyReport(out, "checkpoint", device=device.type)
     try:
         got = open_checkpoint(out)
@@ -228,7 +198,7 @@ def _verify_checkpoint(
         elif not _same_bytes(ckpt, got, name):
             report.mismatches.append(f"{name}: differs from the base, but the mask does not edit it")
     _check_records(report, out, got, mask, scale)
-    _check_support_files(report, out, folder, ckpt, got, dtype)
+    _check_support_files(report, out, folder, ckpt, dtype)
     if not report.mismatches and not report.missing:  # the GGUF is audited against the (now verified) shards
         for path in sorted(out.glob("*.gguf")):
             try:  # llama.cpp's types: its quantization of the checkpoint's float GGUF, made again
@@ -279,10 +249,8 @@ def _check_records(report: VerifyReport, out: Path, got: Checkpoint, mask: Any, 
             report.mismatches.append(f"{SAFE_INDEX}: total_size is not {got.total_size}")
 
 
-def _check_support_files(
-    report: VerifyReport, out: Path, folder: Path, ckpt: Checkpoint, got: Checkpoint, dtype: str | None
-) -> None:
-    """The base's support files are there as published; files not from the base are noted."""
+def _check_support_files(report: VerifyReport, out: Path, folder: Path, ckpt: Checkpoint, dtype: str | None) -> None:
+    """The base's support files are there as published (files the output adds, a model card, are not checked)."""
     copied, _ = support_files(folder, ckpt)
     for rel in copied:
         if not (out / rel).is_file():
@@ -291,8 +259,6 @@ def _check_support_files(
         want = published_bytes(folder, rel, dtype)
         if (out / rel).read_bytes() != (want if want is not None else (folder / rel).read_bytes()):
             report.mismatches.append(f"{rel}: differs from the base's file" + (" (as published)" if want else ""))
-    ours, _ = support_files(out, got)
-    report.notes += [f"{rel}: not from the base" for rel in ours if rel not in set(copied)]
 
 
 def _bar(items: Any, total: int, desc: str, progress: bool) -> Any:

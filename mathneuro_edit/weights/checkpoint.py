@@ -303,16 +303,9 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
             shard_meta[shard] = meta
         else:
             state = torch.load(folder / shard, map_location="cpu", weights_only=True, mmap=True)  # mapped, not read
+            code = {n: SAFETENSORS_CODES.get(t.dtype, str(t.dtype)) for n, t in state.items()}
             entries = {
-                n: TensorEntry(
-                    n,
-                    SAFETENSORS_CODES.get(t.dtype, str(t.dtype)),
-                    tuple(t.shape),
-                    folder / shard,
-                    0,
-                    t.numel() * t.element_size(),
-                )
-                for n, t in state.items()
+                n: TensorEntry(n, code[n], tuple(t.shape), folder / shard, 0, t.nbytes) for n, t in state.items()
             }
         for name, entry in entries.items():
             if name in tensors:

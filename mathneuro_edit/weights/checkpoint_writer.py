@@ -105,29 +105,22 @@ def export_checkpoint(
     trust_remote_code: bool = False,
     dtype: str | None = None,
 ) -> Path:
-    """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder.
-
-    Why 12 parameters: the base, mask, scale and folder it writes, then eight documented keyword-only options.
+    """Write the base model with the mask's weights scaled (``scale=0`` prunes) as a plain HF folder ``out_dir``;
+    returns its absolute path.
 
     Args:
         base: a local model folder or a Hub id (downloaded through huggingface_hub's cache).
         mask: a :class:`~mathneuro_edit.engine.mask.Mask` (or the path of a saved one) computed on this base.
         scale: a finite number >= 0; masked weights become ``dtype(float32(w) * float32(scale))``.
-        out_dir: the folder to create.
         overwrite: replace an existing ``out_dir`` (only once the new one is complete).
         max_shard_size: ``None`` keeps the base's shard layout; else bytes or a string like ``"5GB"``.
         allow_pickle: read a ``*.bin``/``*.pt`` base with ``torch.load(weights_only=True)`` (written as safetensors).
-        revision: Hub revision when ``base`` is a Hub id.
-        progress: show a progress bar over tensors.
         workers: output shards written at once (threads); the files are byte-identical whatever the number.
             Peak memory grows with N (see the module docstring); 1 writes one shard after another.
         trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``: every F32/BF16/F16 tensor is written in that type
             (the edit is made in the base's type, then cast) and config.json names it; ``None`` keeps each
             tensor's type (unedited tensors byte-identical to the base's).
-
-    Returns:
-        The path of the written folder.
 
     Raises:
         InputError: ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without

@@ -122,15 +122,6 @@ class EditPlan:
             del self._cache[mask_name]
         return result
 
-    def edited(self, ckpt: Checkpoint, name: str, scale: Setting) -> torch.Tensor:
-        """The edited value of checkpoint tensor ``name``: each mask entry's edit applied in turn (a scale map:
-        each mask entry's own scale, :func:`~mathneuro_edit.engine.apply.scale_of`)."""
-        t = ckpt.read(name)
-        scale = check_scale(scale)
-        for mask_name in self.edits.get(name, ()):
-            t = scale_masked(t, self.mask_slice(name, mask_name), scale_of(scale, mask_name))
-        return t
-
     def edited_rows(
         self,
         ckpt: Checkpoint,
@@ -139,11 +130,13 @@ class EditPlan:
         block_bytes: int | None = None,
         device: torch.device | str | None = None,
     ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
-        """``(rows, base rows, edited rows)`` of checkpoint tensor ``name``, one :func:`row_blocks` block at a time.
+        """``(rows, base rows, edited rows)`` of checkpoint tensor ``name``, one :func:`row_blocks` block at a time:
+        each mask entry's edit applied in turn, with its own scale (a scale map:
+        :func:`~mathneuro_edit.engine.apply.scale_of`).
 
-        The concatenated edited rows equal :meth:`edited` bit for bit (an edit is elementwise); only one block of
-        the tensor is in memory, plus its unpacked masks (one byte per entry). ``device``: where each block is
-        edited (an audit on a GPU); an elementwise float32 multiply rounded once gives the same bits on any device.
+        An edit is elementwise, so only one block of the tensor is in memory, plus its unpacked masks (one byte per
+        entry). ``device``: where each block is edited (an audit on a GPU); an elementwise float32 multiply rounded
+        once gives the same bits on any device.
         """
         scale = check_scale(scale)
         masks = [(self.mask_slice(name, n), scale_of(scale, n)) for n in self.edits.get(name, ())]
@@ -160,12 +153,10 @@ class EditPlan:
 
 
 def _candidates(name: str, prefix: str) -> list[str]:
-    out = [name]
-    if prefix and name.startswith(prefix + "."):
-        out.append(name[len(prefix) + 1 :])
-    elif prefix:
-        out.append(f"{prefix}.{name}")
-    return out
+    """``name``, then the same without the ``base_model_prefix`` (or with it, when it has none)."""
+    if not prefix:
+        return [name]
+    return [name, name.removeprefix(prefix + ".") if name.startswith(prefix + ".") else f"{prefix}.{name}"]
 
 
 def plan_edits(

@@ -113,12 +113,9 @@ def longrope_factors(cfg: dict[str, Any], family: Family) -> tuple[np.ndarray, n
         )
     factor = float(s.get("factor") or int(cfg["max_position_embeddings"]) / original)
     attn = s.get("attention_factor")
-    attn = (
-        float(attn)
-        if attn is not None
-        else (math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1.0 else 1.0)
-    )
-    return np.asarray(long, dtype=np.float32), np.asarray(short, dtype=np.float32), attn
+    if attn is None:
+        attn = math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1.0 else 1.0
+    return np.asarray(long, dtype=np.float32), np.asarray(short, dtype=np.float32), float(attn)
 
 
 def add_model_keys(w: Any, gguf: Any, cfg: dict[str, Any], family: Family) -> None:
@@ -156,12 +153,9 @@ def add_model_keys(w: Any, gguf: Any, cfg: dict[str, Any], family: Family) -> No
         if "original_max_position_embeddings" in scaling:
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
         if scaling["rope_type"] == "yarn":  # the ramp's bounds, when given (llama.cpp's defaults: 32 and 1)
-            for key, add in (
-                ("beta_fast", w.add_rope_scaling_yarn_beta_fast),
-                ("beta_slow", w.add_rope_scaling_yarn_beta_slow),
-            ):
+            for key in ("beta_fast", "beta_slow"):
                 if scaling.get(key) is not None:
-                    add(float(scaling[key]))
+                    getattr(w, f"add_rope_scaling_yarn_{key}")(float(scaling[key]))
             exact, rounded = yarn_ramp_bounds(cfg) or ((0.0, 0.0), (0.0, 0.0))
             if exact != rounded:  # gpt-oss's truncate: false; no GGUF key can say it (gguf_arch.yarn_ramp_bounds)
                 log.warning(
@@ -183,28 +177,16 @@ def add_general(w: Any, meta: Mapping[str, Any]) -> None:
     """The ``general.*`` keys llama.cpp's converter (convert_hf_to_gguf.py) writes, from ``meta``: ``basename``,
     ``size_label``, ``finetune``, ``organization``, ``license``, ``license_name``, ``license_link``, ``tags``,
     ``languages`` and ``base_models`` (``[{"name", "organization", "repo_url"}]``); absent keys are not written."""
-    for key, add in (
-        ("basename", w.add_basename),
-        ("size_label", w.add_size_label),
-        ("finetune", w.add_finetune),
-        ("organization", w.add_organization),
-        ("license", w.add_license),
-        ("license_name", w.add_license_name),
-        ("license_link", w.add_license_link),
-    ):
+    for key in ("basename", "size_label", "finetune", "organization", "license", "license_name", "license_link"):
         if meta.get(key):
-            add(str(meta[key]))
+            getattr(w, f"add_{key}")(str(meta[key]))
     bases = list(meta.get("base_models") or [])
     if bases:
         w.add_base_model_count(len(bases))
         for i, b in enumerate(bases):
-            for key, add in (
-                ("name", w.add_base_model_name),
-                ("organization", w.add_base_model_organization),
-                ("repo_url", w.add_base_model_repo_url),
-            ):
+            for key in ("name", "organization", "repo_url"):
                 if b.get(key):
-                    add(i, str(b[key]))
+                    getattr(w, f"add_base_model_{key}")(i, str(b[key]))
     if meta.get("tags"):
         w.add_tags([str(t) for t in meta["tags"]])
     if meta.get("languages"):

@@ -84,12 +84,8 @@ def _sha256(path: Path) -> str:
 
 
 def gguf_source(model: str, gguf_file: str | None = None, revision: str | None = None) -> tuple[Path, str | None]:
-    """The local path of a GGUF base, and the Hub commit it came from (``None`` for a local file).
-
-    Args:
-        model: a local ``.gguf`` file; or, with ``gguf_file``, a Hub repo id or a local folder holding it.
-        gguf_file: the file's name inside ``model`` (the recipe's ``base.gguf_file``).
-        revision: Hub revision of the repo.
+    """The local path of a GGUF base, and the Hub commit it came from (``None`` for a local file): ``model`` a local
+    ``.gguf`` file; or a Hub repo id or a local folder holding ``gguf_file`` (the recipe's ``base.gguf_file``).
 
     Raises:
         InputError: a missing file, or a Hub file that cannot be downloaded.
@@ -127,15 +123,9 @@ def gguf_source(model: str, gguf_file: str | None = None, revision: str | None =
 
 
 def dequantize_gguf(gguf: str | Path, *, cache_dir: str | Path | None = None) -> Path:
-    """The dequantized safetensors folder of a GGUF file, created in the cache the first time.
-
-    Args:
-        gguf: a local ``.gguf`` file.
-        cache_dir: the cache root (default :func:`cache_root`); the folder is ``<root>/gguf/<sha256>``.
-
-    Returns:
-        The folder (config.json, generation_config.json, model.safetensors, tokenizer files with the chat
-        template, README.md naming the source).
+    """The dequantized safetensors folder ``<cache_dir>/gguf/<sha256>`` of a local ``.gguf`` file (cache_dir default:
+    :func:`cache_root`), created the first time: config.json, generation_config.json, model.safetensors, tokenizer
+    files with the chat template, README.md naming the source.
 
     Raises:
         InputError: a missing file, a missing ``gguf`` package, or a GGUF transformers cannot read.
@@ -255,14 +245,17 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
     )
 
 
-def _gguf_license(path: Path) -> str | None:
-    """The GGUF's ``general.license`` metadata when it is a plain license id (``apache-2.0``), else ``None``."""
-    import re
-
+def _fields(path: str | Path) -> dict[str, Any]:
+    """A GGUF file's metadata fields, read once its header is checked (:func:`check_gguf_header`)."""
     from gguf import GGUFReader
 
     check_gguf_header(path)
-    field = GGUFReader(str(path)).fields.get("general.license")
+    return GGUFReader(str(path)).fields
+
+
+def _gguf_license(path: Path) -> str | None:
+    """The GGUF's ``general.license`` metadata when it is a plain license id (``apache-2.0``), else ``None``."""
+    field = _fields(path).get("general.license")
     value = str(field.contents()) if field is not None else ""
     return value if re.fullmatch(r"[\w.+-]{1,64}", value) else None
 
@@ -295,10 +288,7 @@ def gguf_identity(path: str | Path) -> dict[str, Any]:
         >>> gguf_identity("SmolLM2-135M-Instruct.Q4_1.gguf")["organization"]  # doctest: +SKIP
         'HuggingFaceTB'
     """
-    from gguf import GGUFReader
-
-    check_gguf_header(path)
-    fields = GGUFReader(str(path)).fields
+    fields = _fields(path)
     found: dict[str, Any] = {}
     for key in _IDENTITY:
         field = fields.get(f"general.{key}")
@@ -329,20 +319,15 @@ def gguf_source_dtype(base_cfg: Any) -> str:
 
 
 def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str | None]:
-    """The GGUF type to write and the ``tokenizer.ggml.pre`` to keep, for a recipe's ``outputs.gguf``.
+    """The GGUF type to write and the ``tokenizer.ggml.pre`` to keep, for a recipe's ``outputs.gguf`` (a type,
+    ``"base"`` or ``None``).
 
     ``requested="base"`` becomes the GGUF base's own type (:func:`~mathneuro_edit.weights.gguf_writer.gguf_file_type`).
     A GGUF base also gives its own ``tokenizer.ggml.pre``: transformers' GGUF tokenizer conversion does not keep
     it (SmolLM2's ``smollm`` comes back as a plain ByteLevel ``gpt-2``), and llama.cpp picks its pre-tokenizer
     regex by this name, so writing the converted one would change how the edited model splits digits.
 
-    Args:
-        base_cfg: the recipe's ``base`` section.
-        requested: the recipe's ``outputs.gguf`` (a type, ``"base"`` or ``None``).
-
-    Returns:
-        ``(type or None, pre or None)``; ``pre`` is ``None`` for a base that is not a GGUF (read from
-        tokenizer.json then).
+    ``pre`` is ``None`` for a base that is not a GGUF (read from tokenizer.json then).
 
     Raises:
         InputError: ``"base"`` on a base whose type the gguf package cannot write (e.g. ``Q4_K_M``).
@@ -353,11 +338,8 @@ def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str |
     """
     if requested is None or not getattr(base_cfg, "is_gguf", False):
         return requested, None
-    from gguf import GGUFReader
-
     path, _ = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
-    check_gguf_header(path)
-    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
+    field = _fields(path).get("tokenizer.ggml.pre")
     pre = str(field.contents()) if field is not None else None
     if requested != "base":
         return requested, pre

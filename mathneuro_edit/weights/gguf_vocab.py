@@ -81,16 +81,11 @@ def read_tokenizer(folder: str | Path) -> dict[str, Any]:
     except InputError:
         raise
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise InputError(
-            f"{path}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:100]}); use the "
-            "base's own tokenizer.json or set outputs.gguf: null"
-        ) from None
+        raise InputError(f"{path}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:100]}); {fix}") from None
     if not isinstance(data, dict):
-        raise InputError(
-            f"{path}: not a tokenizer.json (a JSON object); use the base's own tokenizer.json or set outputs.gguf: null"
-        )
+        raise InputError(f"{path}: not a tokenizer.json (a JSON object); {fix}")
     if (why := tokenizer_shape_problem(data)) is not None:
-        raise InputError(f"{path}: {why}; use the base's own tokenizer.json or set outputs.gguf: null")
+        raise InputError(f"{path}: {why}; {fix}")
     return data
 
 
@@ -302,16 +297,15 @@ def spm_refusal(tok: dict[str, Any]) -> str | None:
     if model.get("ignore_merges"):
         return "BPE ignore_merges (whole-word vocabulary lookups llama.cpp's SPM tokenizer does not do)"
     if spm_space_prefix(tok) is None:
+        written = "(written: normalizer Prepend+Replace or Replace alone, or Metaspace with prepend_scheme 'never')"
         pre = _steps(tok.get("pre_tokenizer"))
         if not _steps(tok.get("normalizer")) and [s.get("type") for s in pre] == ["Metaspace"]:
             return (
                 f"{_layout(tok)}: it adds no '\u2581' to text that starts with a space, llama.cpp's "
-                "add_space_prefix adds one to any text (written: normalizer Prepend+Replace or Replace alone, "
-                "or Metaspace with prepend_scheme 'never')"
+                f"add_space_prefix adds one to any text {written}"
             )
         return (
-            f"{_layout(tok)}: llama.cpp's SPM tokenizer only replaces spaces by '\u2581' and may prefix one "
-            "(written: normalizer Prepend+Replace or Replace alone, or Metaspace with prepend_scheme 'never')"
+            f"{_layout(tok)}: llama.cpp's SPM tokenizer only replaces spaces by '\u2581' and may prefix one {written}"
         )
     vocab: dict[str, int] = model["vocab"]
     inner = [t for t in vocab if SPACE in t[1:]]
@@ -351,20 +345,12 @@ def spm_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], 
     -10000 for padding ids, as llama.cpp's converter writes them. Types: UNKNOWN for ``unk_token``, CONTROL for
     special added tokens, BYTE for ``<0xXX>``, USER_DEFINED for other added tokens (llama.cpp matches them in the
     raw text, as transformers does) except those holding "▁" that are also pieces (NORMAL: llama.cpp would print
-    their "▁" as is), UNUSED for padding, NORMAL for the rest.
-
-    Args:
-        gguf: the gguf module.
-        tok: the parsed tokenizer.json (:func:`spm_refusal` is None for it).
-        n_vocab: the model's vocabulary size (ids past the tokenizer's are ``[PAD<id>]``, UNUSED).
-
-    Returns:
-        Three lists of ``max(n_vocab, tokenizer size)`` entries.
+    their "▁" as is), UNUSED for padding ids (past the tokenizer's, up to the model's ``n_vocab``: ``[PAD<id>]``),
+    NORMAL for the rest. ``tok`` is a parsed tokenizer.json that :func:`spm_refusal` accepts.
     """
     model = tok["model"]
     ranks = _first_rank(_merge_pairs(model))
-    added = {a["id"]: a for a in tok.get("added_tokens", [])}
-    by_id = {i: t for t, i in model["vocab"].items()} | {i: a["content"] for i, a in added.items()}
+    added, by_id = _tokens_by_id(tok)
     unk = model["vocab"].get(model.get("unk_token")) if model.get("unk_token") else None
     tokens, scores, types = [], [], []
     for i in range(max(n_vocab, len(by_id))):
@@ -391,24 +377,23 @@ def spm_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], 
     return tokens, scores, types
 
 
+def _tokens_by_id(tok: dict[str, Any]) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """The added tokens by id, and every token (the model's vocabulary, then the added ones) by id."""
+    added = {a["id"]: a for a in tok.get("added_tokens", [])}
+    return added, {i: t for t, i in tok["model"]["vocab"].items()} | {i: a["content"] for i, a in added.items()}
+
+
 def bpe_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], list[Any]]:
     """(tokens by id, token types) of a byte-level BPE tokenizer.json (padding ids: ``[PAD<id>]``, USER_DEFINED)."""
-    added = {a["id"]: a for a in tok.get("added_tokens", [])}
-    by_id = {i: t for t, i in tok["model"]["vocab"].items()} | {i: a["content"] for i, a in added.items()}
+    added, by_id = _tokens_by_id(tok)
     tokens, types = [], []
     for i in range(max(n_vocab, len(by_id))):
-        if i not in by_id:  # ids the model has but the tokenizer lacks (padded embeddings): llama.cpp's filler
-            tokens.append(f"[PAD{i}]")
-            types.append(gguf.TokenType.USER_DEFINED)
-        else:
-            tokens.append(by_id[i])
-            types.append(
-                gguf.TokenType.NORMAL
-                if i not in added
-                else gguf.TokenType.CONTROL
-                if added[i].get("special")
-                else gguf.TokenType.USER_DEFINED
-            )
+        tokens.append(by_id.get(i, f"[PAD{i}]"))
+        if i in added:
+            kind = "CONTROL" if added[i].get("special") else "USER_DEFINED"
+        else:  # ids the model has but the tokenizer lacks (padded embeddings): llama.cpp's filler, USER_DEFINED
+            kind = "NORMAL" if i in by_id else "USER_DEFINED"
+        types.append(gguf.TokenType[kind])
     return tokens, types
 
 
@@ -485,10 +470,7 @@ def _checked(tok: dict[str, Any], name: str, n_vocab: int | None = None) -> str:
 def check_vocab(folder: str | Path, name: str = "local model", n_vocab: int | None = None) -> str:
     """Raise :class:`InputError` now if :func:`add_vocab` would refuse this folder's tokenizer.json, the GGUF's
     ``general.name`` with it (:func:`name_refusal`), or (``n_vocab`` given) a token id past the model's
-    embedding rows (:func:`vocab_size_refusal`).
-
-    Returns:
-        llama.cpp's tokenizer model: ``"gpt2"`` or ``"llama"``.
+    embedding rows (:func:`vocab_size_refusal`); else llama.cpp's tokenizer model: ``"gpt2"`` or ``"llama"``.
     """
     _check_chat_template(Path(folder))
     return _checked(read_tokenizer(folder), name, n_vocab)
@@ -523,13 +505,10 @@ def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) 
 def add_vocab(
     gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None = None, name: str = "local model"
 ) -> None:
-    """Write the ``tokenizer.ggml.*`` keys (and the chat template) of ``folder``'s tokenizer.json.
+    """Write the ``tokenizer.ggml.*`` keys (and the chat template) of ``folder``'s tokenizer.json with the ``gguf``
+    module's ``writer``, for a model of ``n_vocab`` embedding rows.
 
     Args:
-        gguf: the gguf module.
-        writer: the ``gguf.GGUFWriter``.
-        folder: the model folder (tokenizer.json, tokenizer_config.json).
-        n_vocab: the model's vocabulary size.
         pre: byte-level BPE only: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json.
         name: the GGUF's ``general.name``, which llama.cpp reads with the vocabulary (:func:`name_refusal`).
 

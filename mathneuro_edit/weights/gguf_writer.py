@@ -37,14 +37,7 @@ from .gguf_keys import add_general, add_model_keys, gguf_package, read_config
 from .gguf_tensors import GGUF_TYPES, check_type, gguf_plan, tensor_rows
 from .gguf_vocab import add_vocab, check_vocab
 
-__all__ = [
-    "gguf_public_name",
-    "gguf_filename",
-    "check_gguf",
-    "write_gguf",
-    "gguf_file_type",
-    "audit_gguf",
-]
+__all__ = ["gguf_public_name", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf"]
 
 
 def gguf_filename(qtype: str) -> str:
@@ -94,12 +87,11 @@ def write_gguf(
     pre: str | None = None,
     meta: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write a baked checkpoint folder as one GGUF file of type ``qtype`` (streaming, atomic, deterministic).
+    """Write a baked checkpoint folder (safetensors weights, config.json and tokenizer.json) as one GGUF file
+    ``out_path`` (replaced when it exists) of type ``qtype``, one of :data:`GGUF_TYPES` (streaming, atomic,
+    deterministic); returns its path.
 
     Args:
-        checkpoint: a Hugging Face folder with safetensors weights, config.json and tokenizer.json.
-        out_path: the ``.gguf`` file to create (replaced when it exists).
-        qtype: one of :data:`GGUF_TYPES`.
         name: ``general.name`` (default: ``"local model"``, as a run names a local base); never a local path. A
             name holding ``phi3`` / ``phi-3`` makes llama.cpp look up Phi-3's special tokens
             (:func:`~.gguf_vocab.name_refusal`).
@@ -107,9 +99,6 @@ def write_gguf(
             transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``).
         meta: the ``general.*`` metadata llama.cpp's converter writes (see :func:`~.gguf_keys.add_general`): base name, size
             label, fine-tune, license fields, base model, tags, languages. Never a local path.
-
-    Returns:
-        The written path.
 
     Raises:
         InputError: missing gguf package, unsupported architecture, rope scaling, tokenizer or type.
@@ -179,18 +168,9 @@ def export_gguf(
 ) -> Path:
     """Write a checkpoint folder (an edited one: :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`'s
     output) as a GGUF file for llama.cpp, Ollama and LM Studio: the sibling of ``export_checkpoint`` and
-    ``export_adapter`` (``run`` with ``outputs.gguf`` and ``export --gguf TYPE`` call the same writer).
-
-    Args:
-        checkpoint: a Hugging Face folder with safetensors weights, config.json and tokenizer.json.
-        qtype: one of :data:`GGUF_TYPES` (``F32``, ``F16``, ``BF16``, ``Q8_0``, ``Q4_0``, ...).
-        out_path: the ``.gguf`` file to create (default: ``<checkpoint>/model-<TYPE>.gguf``, the name a run
-            writes, :func:`gguf_filename`).
-        name, pre, meta: ``general.name``, ``tokenizer.ggml.pre`` and ``general.*`` metadata (see
-            :func:`write_gguf`).
-
-    Returns:
-        The written path.
+    ``export_adapter`` (``run`` with ``outputs.gguf`` and ``export --gguf TYPE`` call the same writer). The
+    arguments are :func:`write_gguf`'s; ``out_path`` defaults to ``<checkpoint>/model-<TYPE>.gguf``, the name a run
+    writes (:func:`gguf_filename`).
 
     Raises:
         InputError: an unknown type, a missing gguf package, or an architecture, rope scaling or tokenizer the

@@ -7,6 +7,7 @@ shape would otherwise surface as a ``MemoryError`` or a ``RuntimeError`` deep in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,23 +17,8 @@ from ..errors import InputError
 __all__ = ["check_header_length", "check_entries", "ITEM_BYTES", "KNOWN_DTYPES", "MAX_HEADER"]
 
 # bytes per element of each safetensors dtype code (sub-byte and unknown codes are not size-checked)
-ITEM_BYTES = {
-    "F64": 8,
-    "I64": 8,
-    "U64": 8,
-    "F32": 4,
-    "I32": 4,
-    "U32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I16": 2,
-    "U16": 2,
-    "I8": 1,
-    "U8": 1,
-    "BOOL": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-}
+_BY_SIZE = {8: "F64 I64 U64", 4: "F32 I32 U32", 2: "F16 BF16 I16 U16", 1: "I8 U8 BOOL F8_E4M3 F8_E5M2"}
+ITEM_BYTES = {code: size for size, codes in _BY_SIZE.items() for code in codes.split()}
 MAX_HEADER = 100 * 1024 * 1024  # the reference reader's own limit on the JSON header
 # every dtype code the safetensors format defines (sub-byte ones are not size-checked); any other is refused
 KNOWN_DTYPES = set(ITEM_BYTES) | {"F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64", "U4", "I4"}
@@ -60,18 +46,16 @@ def check_entries(path: Path, entries: Iterable[Any], base: int, size: int, fix:
     entries = sorted(entries, key=lambda e: (e.start, e.end))
     previous = None
     for e in entries:
-        numel = 1
         if not isinstance(e.dtype, str) or e.dtype not in KNOWN_DTYPES:
             raise InputError(
                 f"{path}: tensor {e.name} has the unknown dtype {str(e.dtype)[:40]!r}; the file is corrupt "
                 f"or not a safetensors file: {fix}"
             )
-        for d in e.shape:
-            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-                raise InputError(
-                    f"{path}: tensor {e.name} has an invalid shape {list(e.shape)[:8]}; the file is corrupt: {fix}"
-                )
-            numel *= int(d)
+        if any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in e.shape):
+            raise InputError(
+                f"{path}: tensor {e.name} has an invalid shape {list(e.shape)[:8]}; the file is corrupt: {fix}"
+            )
+        numel = math.prod(e.shape)
         if not isinstance(e.start, int) or not isinstance(e.end, int) or e.end < e.start or e.start < base:
             raise InputError(f"{path}: tensor {e.name} has invalid data offsets; the file is corrupt: {fix}")
         if e.end > size:

@@ -165,10 +165,7 @@ def load_model(
     revision: str | None = None,
     use_kernels: bool | None = None,
 ) -> tuple[nn.Module, Any]:
-    """Load a causal LM and its tokenizer from a recipe's ``base`` section or a model reference.
-
-    Why 9 parameters: the base, then eight keyword-only options, each one documented choice with a default (a
-    recipe's ``base`` keys, passed on to ``from_pretrained``).
+    """Load a causal LM (in eval mode) and its tokenizer from a recipe's ``base`` section or a model reference.
 
     Args:
         base_cfg_or_path: a :class:`~mathneuro_edit.recipe.schema.BaseConfig`, or a model reference: ``"organism"``
@@ -181,12 +178,8 @@ def load_model(
         max_memory: per-device caps for ``device_map``, e.g. ``{0: "20GiB", "cpu": "60GiB"}``.
         offload_folder: folder for weights placed on ``"disk"`` that transformers must re-save (fused MoE).
         trust_remote_code: run the repository's own code (only when asked; default ``False``).
-        revision: Hub branch, tag or commit.
         use_kernels: let transformers swap layers for compiled kernels downloaded from the Hub (only when asked;
             default ``False``: transformers' own default would fetch and run them on an accelerator).
-
-    Returns:
-        ``(model, tokenizer)``, the model in eval mode.
 
     Raises:
         InputError: a missing local folder, an unknown dtype/device, both ``device`` and ``device_map``, a model
@@ -350,14 +343,9 @@ class _ModelWeights(_LazyWeights):
 
 
 def model_weights(model: nn.Module) -> Mapping[str, torch.Tensor]:
-    """The model's parameters by name, offloaded ones (meta tensors) read back from accelerate's offload.
-
-    Args:
-        model: a transformers model, possibly placed with ``device_map`` and CPU/disk offload.
-
-    Returns:
-        A lazy read-only mapping ``named_parameters() name -> tensor`` (resident parameters as they are;
-        offloaded ones loaded on each access, in the model's dtype); ``.shape_of(name)`` costs nothing.
+    """A model's parameters (``device_map`` may have offloaded some to CPU or disk) as a lazy read-only mapping
+    ``named_parameters() name -> tensor``: resident parameters as they are, offloaded ones (meta tensors) read back
+    from accelerate's offload on each access, in the model's dtype; ``.shape_of(name)`` costs nothing.
 
     Example:
         >>> mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=0.05)  # doctest: +SKIP
@@ -395,15 +383,14 @@ class CheckpointWeights(_LazyWeights):
                 "the names come from another model: recalibrate on this one"
             )
         self._shapes = {n: params[n] for n in wanted}
-        self._plan = plan_edits(self._ckpt, _ShapeList(self._shapes), self._model, trust_remote_code=trust_remote_code)
+        # plan_edits asks a mask for its names and shapes only: these weights' own
+        self._plan = plan_edits(self._ckpt, self, self._model, trust_remote_code=trust_remote_code)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         shape = self._shapes[name]
-        if name in self._plan.direct:
-            t = self._ckpt.read(self._plan.direct[name][0])
-        else:
-            t = self._assemble(name, shape)
-        return t.reshape(shape) if self.dtype is None else t.reshape(shape).to(self.dtype)
+        direct = self._plan.direct.get(name)
+        t = (self._ckpt.read(direct[0]) if direct else self._assemble(name, shape)).reshape(shape)
+        return t if self.dtype is None else t.to(self.dtype)
 
     def _assemble(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         from transformers.core_model_loading import revert_weight_conversion
@@ -428,19 +415,6 @@ class CheckpointWeights(_LazyWeights):
         return out
 
 
-class _ShapeList:
-    """The two things :func:`~mathneuro_edit.weights.edit_plan.plan_edits` asks of a mask: names and shapes."""
-
-    def __init__(self, shapes: dict[str, tuple[int, ...]]) -> None:
-        self._shapes = shapes
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._shapes)
-
-    def shape_of(self, name: str) -> tuple[int, ...]:
-        return self._shapes[name]
-
-
 def weights_from_checkpoint(
     model_dir: str | Path,
     *,
@@ -449,7 +423,8 @@ def weights_from_checkpoint(
     revision: str | None = None,
     trust_remote_code: bool = False,
 ) -> CheckpointWeights:
-    """Read target weights from a checkpoint's safetensors files, named as ``from_pretrained`` names them.
+    """Target weights of a checkpoint's safetensors files, named as ``from_pretrained`` names them: a lazy
+    :class:`CheckpointWeights` mapping (read on access, nothing cached).
 
     For models too big to hold: the mask step needs each weight once, so it can read them one at a time from
     disk instead of from a loaded (possibly offloaded) model.
@@ -459,11 +434,7 @@ def weights_from_checkpoint(
         names: parameter names to expose (e.g. ``math_stats.targets``); default: every target of the model.
         dtype: cast each weight to this dtype, the one the model was calibrated in (``stats.meta["dtype"]``),
             so that scores equal those of the loaded model; ``None`` keeps the stored dtype.
-        revision: Hub revision for a Hub id.
         trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
-
-    Returns:
-        A lazy :class:`CheckpointWeights` mapping ``name -> tensor`` (read on access, nothing cached).
 
     Raises:
         InputError: no safetensors weights, a name that is not a parameter, or a weight that cannot be mapped.
@@ -472,8 +443,6 @@ def weights_from_checkpoint(
         >>> w = weights_from_checkpoint("/models/llama", names=math.targets, dtype=math.meta["dtype"])  # doctest: +SKIP
         >>> mask = find_math_params(w, math, general, top_k=0.05)  # doctest: +SKIP
     """
-    torch_dtype = None if dtype is None else _torch_dtype(dtype)
+    cast = _torch_dtype(dtype)  # "auto" (and None): the stored dtype
     folder = resolve_base(resolve_model_path(model_dir), revision=revision)
-    return CheckpointWeights(
-        folder, names, torch_dtype if isinstance(torch_dtype, torch.dtype) else None, trust_remote_code
-    )
+    return CheckpointWeights(folder, names, cast if isinstance(cast, torch.dtype) else None, trust_remote_code)

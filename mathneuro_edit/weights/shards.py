@@ -185,7 +185,7 @@ def write_edited(
 
     Each block is ``where(mask, edited_values(block), block)``: the one definition of an edited value
     (:func:`~mathneuro_edit.engine.apply.edited_values`), selected by the mask. The edit is elementwise, so this equals
-    :meth:`EditPlan.edited` (``scale_masked``) bit for bit, in about half the time of boolean indexing, which
+    :meth:`EditPlan.edited_rows` (``scale_masked``) bit for bit, in about half the time of boolean indexing, which
     gathers and scatters (:func:`~mathneuro_edit.weights.audit.verify` recomputes with ``scale_masked``: another path).
     ``stop`` (set when another job failed) is checked before each block. ``cast`` (a safetensors code, e.g.
     ``"BF16"``; ``outputs.dtype``) rounds each finished block to that type: the edit is made in the base's own
@@ -249,10 +249,7 @@ def written_type(ckpt: Checkpoint, name: str, dtype: str | None) -> tuple[str, t
     cast = cast_code(e.dtype, dtype)
     if cast is None:
         return e.dtype, e.shape, e.nbytes
-    numel = 1
-    for n in e.shape:
-        numel *= n
-    return cast, e.shape, numel * DTYPE_OF_CODE[cast].itemsize
+    return cast, e.shape, math.prod(e.shape) * DTYPE_OF_CODE[cast].itemsize
 
 
 def run_jobs(

@@ -40,16 +40,13 @@ class View:
 
     def shape(self, hf_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The viewed shape of a checkpoint tensor of shape ``hf_shape``."""
+        kept = slice(self.start, self.stop, self.step)
         if self.heads:
             rows, cols = hf_shape
-            out: tuple[int, ...] = (
-                self.heads,
-                len(range(rows // self.heads)[self.start : self.stop : self.step]),
-                cols,
-            )
+            out: tuple[int, ...] = (self.heads, len(range(rows // self.heads)[kept]), cols)
         else:
             *lead, last = hf_shape
-            out = (*lead, len(range(last)[self.start : self.stop : self.step]))
+            out = (*lead, len(range(last)[kept]))
         return (*out[:-2], out[-1], out[-2]) if self.transpose else out
 
     def apply(self, w: Any) -> Any:

@@ -103,10 +103,6 @@ def _rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
     return int(cfg["qk_rope_head_dim"])
 
 
-# DeepSeek-V3 (verified by llama.cpp itself): MLA as llama.cpp's deepseek2 runs it absorbed, kv_b_proj split per
-# head into k_b (transposed) and v_b (views), one KV head (MQA) of kv_lora + rope lengths, the first layers dense,
-# sigmoid routing with the selection bias, groups and routed scaling as keys; transformers' rope_interleave weights
-# are already llama.cpp's interleaved (NORM) rotary: no permutation; what llama.cpp hard-codes: refusal
 register_family(
     Family(
         "deepseek_v3",
@@ -144,5 +140,5 @@ register_family(
         rope_dims=_rope_dims,
         mla=True,
         key_writers=(add_expert_keys, add_keys),
-    )
+    ),
 )

@@ -101,28 +101,16 @@ def _add_granite_keys(writer: Any, cfg: dict[str, Any]) -> None:
 
 
 register_family(
-    Family(
-        "llama",
-        "LLAMA",
-        permute_qk=True,
-        doc="Llama and SmolLM2 (the permutation: arch `llama`, below)",
-    )
-)
-register_family(
+    Family("llama", "LLAMA", permute_qk=True, doc="Llama and SmolLM2 (the permutation: arch `llama`, below)"),
     Family(
         "mistral",
         "LLAMA",
         permute_qk=True,
         doc="Mistral: Llama's tensors and permutation; its `sliding_window` is not written (llama.cpp's `llama` arch "
         "has none): the same as transformers up to that many tokens of context",
-    )
-)
-register_family(Family("qwen2", "QWEN2", permute_qk=False, doc="Qwen2: NeoX rotary, transformers' order"))
-register_family(
-    Family("qwen3", "QWEN3", permute_qk=False, doc="Qwen3: NeoX rotary, transformers' order; its q/k norms")
-)
-# verified by llama.cpp itself (tests/runs/test_families.py): Granite is llama + its multipliers
-register_family(
+    ),
+    Family("qwen2", "QWEN2", permute_qk=False, doc="Qwen2: NeoX rotary, transformers' order"),
+    Family("qwen3", "QWEN3", permute_qk=False, doc="Qwen3: NeoX rotary, transformers' order; its q/k norms"),
     Family(
         "granite",
         "GRANITE",
@@ -131,20 +119,14 @@ register_family(
         doc="Granite: Llama's tensors and permutation, plus `granite.attention.scale`, `.embedding_scale`, "
         "`.residual_scale`, `.logit_scale` from its `attention_multiplier`, `embedding_multiplier`, "
         "`residual_multiplier`, `logits_scaling`",
-    )
-)
-# OLMo 2 has NeoX rotary (no permutation) and its own post-attention/post-MLP norm tensor names
-register_family(
+    ),
     Family(
         "olmo2",
         "OLMO2",
         permute_qk=False,
         doc="OLMo 2: NeoX rotary, no permutation; `attn_q_norm`/`attn_k_norm` over the whole projection, "
         "`post_attention_norm`, `post_ffw_norm`",
-    )
-)
-# Phi-3 keeps its fused qkv/gate_up, NeoX rotary over part of each head and a sliding-window key
-register_family(
+    ),
     Family(
         "phi3",
         "PHI3",
@@ -161,11 +143,7 @@ register_family(
         "context (padded to 256) exceeds the original one, transformers from that many tokens on, so the two agree "
         "on prompts shorter than the original context in a short one and beyond it in a long one "
         "(`tests/weights/test_gguf_rope.py`)",
-    )
-)
-# SmolLM3: llama's tensors and permutation; llama.cpp skips the rotary in every 4th layer (hard-coded: the released
-# no_rope_layer_interval), so another NoPE pattern is refused (smollm3_refusal)
-register_family(
+    ),
     Family(
         "smollm3",
         "SMOLLM3",
@@ -173,11 +151,7 @@ register_family(
         refusal_reason=smollm3_refusal,
         doc="SmolLM3: Llama's tensors and q/k permutation; llama.cpp skips the rotary in every 4th layer, the "
         "released `no_rope_layer_interval`, so another `no_rope_layers` pattern or `use_sliding_window` is refused",
-    )
-)
-# GPT-2: Conv1D weights stored (in, out), llama.cpp's as Linear (out, in): transposed (gpt2_views); fused attn_qkv
-# kept fused, learned positions (position_embd, F32), LayerNorm with biases, no rotary
-register_family(
+    ),
     Family(
         "gpt2",
         "GPT2",
@@ -191,5 +165,5 @@ register_family(
         "biases: `attention.layer_norm_epsilon` instead of the RMS key, no rope keys, `feed_forward_length` "
         "`n_inner` or 4 x `n_embd`; refused: an activation other than `gelu_new`, an attention scale other than "
         "1/sqrt(head_dim)",
-    )
+    ),
 )

@@ -16,14 +16,7 @@ from typing import Any
 
 from .common import View
 
-__all__ = [
-    "Family",
-    "FAMILIES",
-    "register_family",
-    "family_for",
-    "LLAMA_ROPE_SCALINGS",
-    "rope_scalings_note",
-]
+__all__ = ["Family", "FAMILIES", "register_family", "family_for", "LLAMA_ROPE_SCALINGS", "rope_scalings_note"]
 
 Config = dict[str, Any]
 # a family's one-to-many or renamed tensors: [(HF-style name gguf's name map knows, checkpoint name or View)]
@@ -38,22 +31,6 @@ CANNOT_RUN = (
     "outputs.gguf: this {model_type} config cannot be run by llama.cpp as transformers runs it: {why}; set "
     "outputs.gguf: null (the checkpoint holds the edit)"
 )
-
-
-def _nothing_refused(cfg: Config) -> str | None:
-    return None
-
-
-def _same_names(cfg: Config) -> Config:
-    return cfg
-
-
-def _tensors_as_they_are(cfg: Config, hf_name: str) -> TensorViews:
-    return None
-
-
-def _whole_head(cfg: Config, head_dim: int) -> int:
-    return head_dim
 
 
 def _intermediate_size(cfg: Config) -> int:
@@ -100,13 +77,13 @@ class Family:
     arch: str
     permute_qk: bool
     doc: str
-    refusal_reason: Callable[[Config], str | None] = _nothing_refused
+    refusal_reason: Callable[[Config], str | None] = lambda cfg: None
     refusal_template: str = CANNOT_RUN
-    llama_names: Callable[[Config], Config] = _same_names
-    tensor_views: Callable[[Config, str], TensorViews] = _tensors_as_they_are
+    llama_names: Callable[[Config], Config] = lambda cfg: cfg
+    tensor_views: Callable[[Config, str], TensorViews] = lambda cfg, hf_name: None
     norm_shift: float = 0.0
     rotary: bool = True
-    rope_dims: Callable[[Config, int], int] = _whole_head
+    rope_dims: Callable[[Config, int], int] = lambda cfg, head_dim: head_dim
     feed_forward_length: Callable[[Config], int] = _intermediate_size
     rope_scalings: tuple[str, ...] = LLAMA_ROPE_SCALINGS
     mla: bool = False
@@ -130,16 +107,16 @@ class Family:
 FAMILIES: dict[str, Family] = {}  # model_type -> its family, filled by the family modules as they are imported
 
 
-def register_family(family: Family) -> Family:
-    """Add a family to :data:`FAMILIES` (one per ``model_type``); returns it.
+def register_family(*families: Family) -> None:
+    """Add families to :data:`FAMILIES` (one per ``model_type``).
 
     Raises:
-        ValueError: the ``model_type`` is registered already (two modules would each think they write it).
+        ValueError: a ``model_type`` is registered already (two modules would each think they write it).
     """
-    if family.model_type in FAMILIES:
-        raise ValueError(f"GGUF family {family.model_type!r} is registered twice")
-    FAMILIES[family.model_type] = family
-    return family
+    for family in families:
+        if family.model_type in FAMILIES:
+            raise ValueError(f"GGUF family {family.model_type!r} is registered twice")
+        FAMILIES[family.model_type] = family
 
 
 def family_for(cfg: Config) -> Family | None:

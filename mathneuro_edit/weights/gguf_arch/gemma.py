@@ -118,11 +118,7 @@ register_family(
         doc="Gemma 2: every `*norm.weight` stored as `w + 1`, as llama.cpp's converter does: Gemma's RMSNorm "
         "multiplies by `1 + w`; `attn_logit_softcapping`, `final_logit_softcapping`, `attention.sliding_window`, "
         "key/value length = `head_dim`; llama.cpp scales the embeddings by `sqrt(hidden)` itself",
-    )
-)
-# Gemma 3 (text): Gemma 2's norms (+1, q/k norms too), NeoX rotary, plus the sliding pattern written per layer
-# (llama.cpp's default is 1-in-6 global) and the local rope base; what llama.cpp fixes: gemma3_refusal
-register_family(
+    ),
     Family(
         "gemma3_text",
         "GEMMA3",
@@ -140,5 +136,5 @@ register_family(
         "`query_pre_attn_scalar` other than `head_dim` (hidden/heads at 62 layers), `attn_logit_softcapping`, "
         "bidirectional attention, an activation other than `gelu_pytorch_tanh`, and any rope scaling but linear on "
         "the global layers",
-    )
+    ),
 )

@@ -81,10 +81,6 @@ def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
     writer.add_sliding_window_pattern([k == SLIDING for k in layer_types(cfg, _SLIDING_PERIOD)])
 
 
-# gpt-oss (verified by llama.cpp itself): its fused experts are split and transposed to llama.cpp's stacks (views:
-# gate/up de-interleaved, [experts, in, out] -> [experts, out, in]), their biases and the router's kept F32, the
-# attention sinks as attn_sinks.weight, NeoX rotary with YaRN, the sliding pattern per layer; what llama.cpp's
-# openai-moe hard-codes (the swiglu clamp and slope, YaRN's attention factor): refusal
 register_family(
     Family(
         "gpt_oss",
@@ -112,5 +108,5 @@ register_family(
         refusal_reason=refusal,
         tensor_views=views,
         key_writers=(add_expert_keys, add_keys),
-    )
+    ),
 )

@@ -29,13 +29,8 @@ def refusal(cfg: dict[str, Any]) -> str | None:
     """What of a Llama 4 (text) config llama.cpp's llama4 cannot run as transformers does (None: nothing)."""
     n, period = int(cfg["num_hidden_layers"]), LLAMA4_NOPE_PERIOD
     rope = [int((i + 1) % period != 0) for i in range(n)]  # llama.cpp's use_rope; transformers' no_rope_layers
-    got = [
-        int(x)
-        for x in (
-            cfg.get("no_rope_layers")
-            or [int((i + 1) % int(cfg.get("no_rope_layer_interval") or 4) != 0) for i in range(n)]
-        )
-    ]
+    interval = int(cfg.get("no_rope_layer_interval") or 4)
+    got = [int(x) for x in cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]]
     if got != rope:
         return (
             f"its NoPE layers are {[i for i, x in enumerate(got) if not x][:8]} but llama.cpp's LLAMA4 skips the "
@@ -104,10 +99,6 @@ def feed_forward_length(cfg: dict[str, Any]) -> int:
     return int(cfg.get("intermediate_size_mlp") or cfg["intermediate_size"])
 
 
-# Llama 4 (text; verified by llama.cpp itself): HF's complex rotary is llama.cpp's interleaved one (no permutation);
-# the fused experts are split into halves (gate, up) and transposed (views), the router kept F32, the shared expert
-# as *_shexp; the keys: interleave step, expert width (add_keys). What llama4 hard-codes (NoPE every 4th layer,
-# chunked attention of 8192 elsewhere, the temperature tuning's 8192 and 0.1, q/k norm unless 128 experts): refusal
 register_family(
     Family(
         "llama4_text",
@@ -134,5 +125,5 @@ register_family(
         tensor_views=views,
         feed_forward_length=feed_forward_length,
         key_writers=(add_expert_keys, add_keys),
-    )
+    ),
 )

@@ -70,8 +70,8 @@ _DOCS = {
     "olmoe": "OLMoE: NeoX rotary, the experts stacked; llama.cpp never renormalizes the top-k router weights, so "
     "`norm_topk_prob: true` is refused",
 }
-for model_type, (arch, permute_qk, renormalizes, shared_expert) in _STACKED.items():
-    register_family(
+register_family(
+    *(
         Family(
             model_type,
             arch,
@@ -80,4 +80,6 @@ for model_type, (arch, permute_qk, renormalizes, shared_expert) in _STACKED.item
             key_writers=(add_expert_keys,),
             doc=_DOCS[model_type] + _EVERY_LAYER,
         )
+        for model_type, (arch, permute_qk, renormalizes, shared_expert) in _STACKED.items()
     )
+)

@@ -1,8 +1,5 @@
 """The families the GGUF export does not write: those it does not write yet (:data:`GGUF_PENDING`) and those
 llama.cpp cannot run (:data:`NO_LLAMA_CPP`). The written ones are registered by their modules (:mod:`.family`).
-
-A family is only registered with the test that llama.cpp itself loads its file, tokenizes like transformers, and
-its logits and greedy continuation match transformers' (tests/runs/test_families.py).
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ __all__ = ["GGUF_PENDING", "NO_LLAMA_CPP"]
 
 # model_type -> what llama.cpp's converter does for it that this writer does not (yet, verified) do
 GGUF_PENDING: dict[str, str] = {}  # empty: every family of docs/families.md that llama.cpp runs is written
-
 
 # model_type -> why no GGUF can be run: llama.cpp has no architecture for the family (gguf-py's MODEL_ARCH and its
 # converter know none), so there is nothing to write it for
