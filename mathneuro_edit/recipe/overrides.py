@@ -23,21 +23,13 @@ __all__ = ["apply_overrides", "public_override"]
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str], where: str) -> None:
-    """Set ``key.path=value`` overrides (values parsed as YAML scalars) in place.
-
-    An explicit ``edit.prune=true`` or ``edit.scale=X`` replaces the recipe's other edit key (see
-    :func:`_explicit_edit_wins`).
-    """
-    _set_each(data, overrides, where)
-    _explicit_edit_wins(data, overrides, where)
-
-
-def _explicit_edit_wins(data: dict[str, Any], overrides: Sequence[str], where: str) -> None:
-    """``--set edit.prune=true`` on a recipe with ``scale`` clears the scale (and ``edit.scale=X`` the prune).
+    """Set ``key.path=value`` overrides (values parsed as YAML scalars) in place. ``--set edit.prune=true`` on a
+    recipe with ``scale`` clears the scale (and ``edit.scale=X`` the prune); setting both is refused.
 
     Why: an edit is exactly one of scale or prune, and an override is an explicit request for this run; asking
-    the user to also write ``edit.scale=null`` would only repeat it. Setting both in the overrides is refused.
+    the user to also write ``edit.scale=null`` would only repeat it.
     """
+    _set_each(data, overrides, where)
     keys = {item.partition("=")[0].strip() for item in overrides}
     edit = data.get("edit")
     if not isinstance(edit, dict) or not ({"edit.scale", "edit.prune"} & keys):

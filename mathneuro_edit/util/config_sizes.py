@@ -141,13 +141,8 @@ def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") ->
 def read_model_json(path: str | Path) -> Any:
     """A model folder's small JSON file (``config.json``, ``tokenizer_config.json``, ``generation_config.json``)
     through the one regular-file reader (:func:`~mathneuro_edit.util.reading.read_json`): a regular file of at most
-    :data:`MAX_CONFIG_BYTES`, nested no deeper than a parser allows.
-
-    Raises:
-        FileNotFoundError: no such file.
-        InputError: a FIFO, device or folder, a larger file, or JSON nested too deep: one line naming it.
-        ValueError: not UTF-8 JSON (the caller's to report, as before).
-    """
+    :data:`MAX_CONFIG_BYTES`, nested no deeper than a parser allows (a missing file and text that is not JSON raise
+    as there: the caller's to report)."""
     name = Path(path).name
     return read_json(path, MAX_CONFIG_BYTES, f"a {name}", f"a model's {name} is a small JSON file: use the model's own")
 

@@ -1,18 +1,14 @@
 """Claiming and writing an output safely: one run per ``--out``, no temporary folder left behind, clear disk errors.
 
 - :func:`claim`: an exclusive lock file ``.<name>.lock`` beside the output (``fcntl.flock``, so a run killed with
-  ``kill -9`` releases it; ``O_EXCL`` where ``flock`` does not exist). It records pid, host, start time and
-  command, so the run that loses names the one that holds it.
+  ``kill -9`` releases it) recording pid, host, start time and command, so the run that loses names the holder.
 - :func:`atomic_dir` / :func:`sweep_stale`: temporary folders ``.<name>.tmp-*`` carry an owner marker
   (pid + host); the next run into the same parent removes those whose process is gone and reports them.
 - :func:`disk_errors`: ENOSPC / EDQUOT / EROFS while writing become one line naming the output and the space
   needed.
-- :func:`check_output`: the one output-claiming rule of every writing command: the output may not be, contain
-  or lie inside any of its inputs (base, statistics, mask, recipe, data), whatever the spelling (symlinks, ``..``,
-  hard links), and must be a regular file or folder path (never a device node such as ``/dev/null``).
-  :func:`refuse_overlap` is its base-folder-only form.
-- :func:`install_signal_handlers`: SIGTERM and SIGHUP raise :class:`Terminated` (a ``KeyboardInterrupt``) in the
-  main thread, so they clean up exactly like Ctrl-C.
+- :func:`check_output`: the one output-claiming rule of every writing command (:func:`refuse_overlap`: its
+  base-folder-only form).
+- :func:`install_signal_handlers`: SIGTERM and SIGHUP clean up exactly like Ctrl-C.
 
 POSIX only, as the package is (``fcntl.flock``; :func:`~.files.atomic_writer`'s ``os.fchmod``).
 """
@@ -357,11 +353,7 @@ def install_signal_handlers() -> Iterator[None]:
     def handler(signum: int, frame: Any) -> None:
         raise Terminated(signum)
 
-    previous = {}
-    for name in ("SIGTERM", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            previous[sig] = signal.signal(sig, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

@@ -45,12 +45,7 @@ def open_regular(path: Path, fix: str) -> tuple[int, os.stat_result]:
 def read_regular(path: str | Path, limit: int, what: str, fix: str) -> bytes:
     """The bytes of ``path``, which must be a regular file (after links) of at most ``limit`` bytes (checked on its
     size, then on what is read: it may grow). ``what`` and ``fix`` word the messages (``"a config.json"``, ``"use the
-    model's own config.json"``).
-
-    Raises:
-        FileNotFoundError: there is no such file.
-        InputError: not a regular file (a FIFO is opened non-blocking and never read), larger than ``limit``, or
-            unreadable.
+    model's own config.json"``). A FIFO is opened non-blocking and never read.
 
     Example:
         >>> read_regular("/dev/zero", 100, "a config.json", "use the model's own")
@@ -82,13 +77,8 @@ def read_regular(path: str | Path, limit: int, what: str, fix: str) -> bytes:
 
 
 def read_json(path: str | Path, limit: int, what: str, fix: str) -> Any:
-    """:func:`read_regular`, then the JSON it holds.
-
-    Raises:
-        FileNotFoundError: there is no such file.
-        InputError: as :func:`read_regular`, or nested too deep for a parser (Python's stops near 1,000 levels).
-        ValueError: not UTF-8 JSON (``json.JSONDecodeError`` / ``UnicodeDecodeError``).
-    """
+    """:func:`read_regular`, then the JSON it holds; JSON nested too deep for a parser (Python's stops near 1,000
+    levels) is an :class:`InputError` too."""
     raw = read_regular(path, limit, what, fix)
     try:
         return json.loads(raw.decode("utf-8"))
