@@ -22,10 +22,8 @@ __all__ = ["license_from_base", "base_card_fields"]
 
 
 def license_from_base(base: str | Path, revision: str | None = None) -> str | None:
-    """The ``license`` of a base model's card, read locally (a model folder, or the Hub cache): no network.
-
-    Returns:
-        The license id (e.g. ``"llama3.2"``), or ``None`` when there is no card or no license.
+    """The ``license`` id of a base model's card (e.g. ``"llama3.2"``; ``None``: no card or no license), read
+    locally (a model folder, or the Hub cache): no network.
 
     Example:
         >>> license_from_base("/nonexistent/folder") is None

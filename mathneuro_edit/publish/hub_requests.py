@@ -190,74 +190,37 @@ def progress_bars_on_a_terminal_only() -> Iterator[None]:
 
 # (exception type, HTTP status or None for any, our error type, message). First match wins, so order matters:
 # specific types before HfHubHTTPError, specific statuses before the catch-all. Placeholders: {repo_id},
-# {revision}, {status}, {detail} (the Hub's first line, token removed), {endpoint}.
+# {revision}, {status}, {detail} (the Hub's first line, token removed), {endpoint}, {timeout}, {tries}.
+_TIMEOUTS = _client_errors("TimeoutException", TimeoutError)
+_NETWORK = _client_errors("TransportError", ConnectionError, TimeoutError)
+# fmt: off
 _ERROR_TABLE: list[tuple[tuple[type[BaseException], ...], int | None, type[MathNeuroEditError], str]] = [
     ((OfflineModeIsEnabled,), None, InputError, "HF_HUB_OFFLINE is set, so nothing can be pushed; unset it and retry"),
-    (
-        (RevisionNotFoundError,),
-        None,
-        InputError,
-        "{repo_id}: revision {revision!r} not found ({detail}); push to a branch name, which is created if missing",
-    ),
-    (
-        (RepositoryNotFoundError,),
-        None,
-        InputError,
-        "{repo_id}: repository not found or not accessible with this token ({detail}); check the repo id and that "
-        "the token can write to its namespace",
-    ),
-    (
-        (HfHubHTTPError,),
-        401,
-        InputError,
-        "the Hub rejected the token (401 Unauthorized); log in again with `hf auth login` or set a valid HF_TOKEN",
-    ),
-    (
-        (HfHubHTTPError,),
-        403,
-        InputError,
-        "the token may not write to {repo_id} (403 Forbidden: {detail}); use a token with write access to that "
-        "namespace",
-    ),
-    (
-        (HfHubHTTPError,),
-        404,
-        InputError,
-        "{repo_id}: not found on the Hub (404: {detail}); check the repo id and revision",
-    ),
-    (
-        (HfHubHTTPError,),
-        409,
-        MathNeuroEditError,
-        "{repo_id}: the Hub reported a conflict (409: {detail}); retry, or push to another revision",
-    ),
-    (
-        (HfHubHTTPError,),
-        429,
-        MathNeuroEditError,
-        "the Hub is rate-limiting requests (429, still after {tries} tries); wait a few minutes and retry",
-    ),
-    (
-        (HfHubHTTPError,),
-        None,
-        MathNeuroEditError,
-        "the Hub answered {status} for {repo_id} ({detail}; {tries} tries); retry later",
-    ),
-    (
-        _client_errors("TimeoutException", TimeoutError),
-        None,
-        MathNeuroEditError,
-        "the Hub at {endpoint} did not answer within {timeout:g} s ({detail}); check the network, or raise "
-        f"{TIMEOUT_ENV}",
-    ),
-    (
-        _client_errors("TransportError", ConnectionError, TimeoutError),
-        None,
-        MathNeuroEditError,
-        "cannot reach the Hub at {endpoint} ({detail}); check the network",
-    ),
+    ((RevisionNotFoundError,), None, InputError,
+     "{repo_id}: revision {revision!r} not found ({detail}); push to a branch name, which is created if missing"),
+    ((RepositoryNotFoundError,), None, InputError,
+     "{repo_id}: repository not found or not accessible with this token ({detail}); check the repo id and that "
+     "the token can write to its namespace"),
+    ((HfHubHTTPError,), 401, InputError,
+     "the Hub rejected the token (401 Unauthorized); log in again with `hf auth login` or set a valid HF_TOKEN"),
+    ((HfHubHTTPError,), 403, InputError,
+     "the token may not write to {repo_id} (403 Forbidden: {detail}); use a token with write access to that "
+     "namespace"),
+    ((HfHubHTTPError,), 404, InputError,
+     "{repo_id}: not found on the Hub (404: {detail}); check the repo id and revision"),
+    ((HfHubHTTPError,), 409, MathNeuroEditError,
+     "{repo_id}: the Hub reported a conflict (409: {detail}); retry, or push to another revision"),
+    ((HfHubHTTPError,), 429, MathNeuroEditError,
+     "the Hub is rate-limiting requests (429, still after {tries} tries); wait a few minutes and retry"),
+    ((HfHubHTTPError,), None, MathNeuroEditError,
+     "the Hub answered {status} for {repo_id} ({detail}; {tries} tries); retry later"),
+    (_TIMEOUTS, None, MathNeuroEditError,
+     "the Hub at {endpoint} did not answer within {timeout:g} s ({detail}); check the network, or raise "
+     f"{TIMEOUT_ENV}"),
+    (_NETWORK, None, MathNeuroEditError, "cannot reach the Hub at {endpoint} ({detail}); check the network"),
     ((ValueError,), None, InputError, "the Hub client refused the upload of {repo_id}: {detail}"),
 ]
+# fmt: on
 
 
 def hub_fault(repo_id: str, exc: BaseException, doing: str, token: str | None = None) -> MathNeuroEditError | None:
@@ -282,9 +245,8 @@ def hub_fault(repo_id: str, exc: BaseException, doing: str, token: str | None = 
         status = getattr(getattr(e, "response", None), "status_code", None)
         if isinstance(e, HfHubHTTPError) and isinstance(status, int) and (status >= 500 or status == 429):
             return MathNeuroEditError(f"{repo_id}: the Hub answered {status} while {doing} ({said(e)}); retry later")
-    network = _client_errors("TransportError", ConnectionError, TimeoutError)
     for e in chain:
-        if isinstance(e, network):
+        if isinstance(e, _NETWORK):
             return MathNeuroEditError(
                 # HF_ENDPOINT may hold user:password@ (hub_errors' lines go through scrub_token, which redacts it)
                 f"{repo_id}: cannot reach the Hub at {redact_url_credentials(constants.ENDPOINT)} while {doing} "

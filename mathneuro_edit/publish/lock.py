@@ -48,9 +48,7 @@ from ..recipe.io import recipe_from_dict
 from ..recipe.safe_yaml import dump_yaml, load_yaml
 from ..recipe.schema import Recipe, recipe_sha256
 from ..recipe.types import is_repo_id, is_well_formed_ref, show_value
-from ..util.files import (
-    write_text_atomic,  # re-exported: the lock's and cards' atomic writer
-)
+from ..util.files import write_text_atomic
 from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, ORGANISM, is_local_path
 from .lock_policy import refused_lock_settings, settings_refused
@@ -125,11 +123,8 @@ def local_files(recipe: Recipe) -> dict[str, dict[str, str]]:
 
 
 def check_local_files(lock: Mapping[str, Any], recipe: Recipe) -> None:
-    """Check that the data files given to reproduce a lock are the ones it recorded (by sha256).
-
-    Raises:
-        InputError: a file's content differs (naming the key, the file and both hashes).
-    """
+    """Check that the data files given to reproduce a lock are the ones it recorded (by sha256): an
+    :class:`InputError` names the key, the file and both hashes of one that differs."""
     recorded = lock.get("files") or {}
     for key, path in _sources(recipe):
         want = recorded.get(key)
@@ -177,10 +172,8 @@ def library_versions() -> dict[str, str]:
 
 
 def private_paths(recipe: Recipe) -> list[str]:
-    """Strings that would reveal a local path of this recipe (raw paths with a folder part, absolute folders).
-
-    Used to check that nothing published (lock, card) contains them.
-    """
+    """Strings that would reveal a local path of this recipe (raw paths with a folder part, absolute folders): what
+    nothing published (lock, card) may contain."""
     found: list[str] = []
     paths = [recipe.base.model, recipe.base.offload_folder or "", *(path for _, path in _sources(recipe))]
     if recipe.evaluation is not None and recipe.evaluation.lm_eval is not None:
@@ -217,17 +210,15 @@ def build_lock(
     sweep: Mapping[str, Any] | None = None,
     device: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Assemble the lock of a run (public: no local paths).
+    """The lock of a run as plain data (YAML/JSON types only; public: no local paths).
 
     Why 12 parameters: the recipe and one keyword-only argument per entry of the lock the run computed (each
     recorded as it is); the callers are the run's seal step and tests that write a lock of their own.
 
     Args:
-        recipe: the recipe that ran.
         base_revision: the resolved commit of a Hub base (``None`` for a local or organism base).
         data_records: ``{"math": [record], "general": [records], ...}`` from :mod:`mathneuro_edit.data.sources`.
         stats_sha256: the statistics' hash, or ``{"math": ..., "general": ...}``.
-        mask_sha256: :attr:`Mask.sha256`.
         output_files: ``{relative path: sha256}`` of the written files (see :func:`output_hashes`).
         versions: library versions (default: :func:`library_versions`).
         base_weights: ``{file: sha256}`` of the base's safetensors; computed from the local folder when ``None``
@@ -235,15 +226,10 @@ def build_lock(
         edit_summary: :func:`mathneuro_edit.publish.card.summarize_edit` of the mask (what the card shows: counts per
             module type, % of the model); lets ``push`` and ``card`` render the card from the folder alone.
         base_gguf: ``{"file": NAME, "sha256": ...}`` of a GGUF base (recorded as ``base.gguf``).
-        sweep: the evidence of a release made with ``run --from-sweep`` (recorded as ``sweep``: the sweep file's
-            hash, the setting, the selection and confirmation results with their problems' sha256, and how many
-            of this run's own evaluation problems are among them; see
-            :meth:`mathneuro_edit.runs.sweep.evidence.SweepEvidence.lock_entry`).
-        device: where the statistics were computed (:func:`~mathneuro_edit.engine.devices.device_record`);
-            recorded as ``device`` (an ``export`` from a saved mask records none: it computed no statistics).
-
-    Returns:
-        The lock as plain data (YAML/JSON types only).
+        sweep: the evidence of a release made with ``run --from-sweep``
+            (:meth:`mathneuro_edit.runs.sweep.evidence.SweepEvidence.lock_entry`).
+        device: where the statistics were computed (:func:`~mathneuro_edit.engine.devices.device_record`; an
+            ``export`` from a saved mask records none: it computed no statistics).
 
     Example:
         >>> from mathneuro_edit.recipe.io import quickstart_recipe
@@ -301,11 +287,7 @@ def _base_entry(
 
 
 def write_lock(out_dir: str | Path, lock: Mapping[str, Any]) -> Path:
-    """Write ``out_dir/mathneuro_recipe.lock.yaml`` atomically.
-
-    Returns:
-        The written path.
-    """
+    """Write ``out_dir/mathneuro_recipe.lock.yaml`` atomically; returns its path."""
     text = "# Written by mathneuro-edit: the resolved recipe and the hashes that pin this run. Do not edit.\n"
     text += dump_yaml(dict(lock))  # control and bidi characters (a data file's name) as escapes, never raw
     return write_text_atomic(Path(out_dir) / LOCK_NAME, text)
@@ -316,9 +298,6 @@ def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
 
     Raises:
         InputError: missing file, invalid YAML, or not a mathneuro-edit lock.
-
-    Example:
-        >>> read_lock("out/")  # doctest: +SKIP
     """
     p = Path(path_or_dir)
     if p.is_dir():
@@ -426,11 +405,8 @@ def recipe_from_lock(
 
 
 def check_base_weights(lock: Mapping[str, Any], model_dir: str | Path) -> None:
-    """Check that a local model folder (or ``organism``, the shipped model) holds the base weights the lock recorded.
-
-    Raises:
-        InputError: a file missing or different (naming it).
-    """
+    """Check that a local model folder (or ``organism``, the shipped model) holds the base weights the lock recorded:
+    an :class:`InputError` names a file missing or different."""
     if str(model_dir) == ORGANISM:  # the shipped model, as everywhere a base is accepted
         model_dir = organism_path()
     gguf = (lock.get("base") or {}).get("gguf")
