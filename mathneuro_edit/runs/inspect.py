@@ -115,14 +115,9 @@ def load_artifact(path: str | Path) -> tuple[str, Any]:
 
 def _module_type(name: str) -> str:
     """``model.layers.3.self_attn.q_proj.weight`` -> ``self_attn.q_proj``; experts keep their parameter name."""
-    parts = name.split(".")
-    if parts[-1] == "weight":
-        parts = parts[:-1]
     m = _LAYER.search(name)
-    if m:
-        tail = name[m.end() :].split(".")
-        parts = tail[:-1] if tail[-1] == "weight" else tail
-    return ".".join(parts[-2:]) if len(parts) >= 2 else ".".join(parts)
+    parts = (name[m.end() :] if m else name).split(".")
+    return ".".join(parts[:-1][-2:] if parts[-1] == "weight" else parts[-2:])
 
 
 def _layer(name: str) -> int | None:

@@ -125,7 +125,6 @@ def run_recipe(
     (:mod:`.steps`).
 
     Args:
-        recipe: a validated :class:`~mathneuro_edit.recipe.schema.Recipe`, or the path of a recipe file.
         out_dir: the folder to create (see the module docstring for its layout).
         overwrite: replace an existing ``out_dir`` once the new one is complete.
         echo: receives the stage lines (``[2/7] calibrate math (100 texts)`` and notes; the CLI prints them).
@@ -139,9 +138,6 @@ def run_recipe(
         check_mask: called with the mask's sha256 as soon as it is computed; a line it returns refuses the run
             (:class:`~mathneuro_edit.errors.InputError`) and nothing is written (``run --from-sweep``:
             :func:`~mathneuro_edit.runs.sweep.evidence.mask_refusal`, the mask the confirmation tested).
-
-    Returns:
-        A :class:`RunResult`.
 
     Example:
         >>> from mathneuro_edit.recipe.io import quickstart_recipe

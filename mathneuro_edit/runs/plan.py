@@ -392,14 +392,10 @@ def plan_from_config(
     counts).
 
     Args:
-        config_or_path: a transformers config, a dict, a ``config.json`` path, a model folder, ``organism`` or a
-            Hub id (only ``config.json`` is fetched).
-        settings: what the run does (:class:`PlanSettings`: dtype, top_k, calibration batch, ..., evaluation);
-            ``None``: its defaults.
+        config_or_path: what :func:`load_config` reads (only ``config.json`` is fetched).
+        settings: what the run does (:class:`PlanSettings`); ``None``: its defaults.
         device_map: a dict placement to sum up (``"auto"`` depends on the run machine: give ``max_memory``).
         max_memory: per-device caps; accelerate's ``infer_auto_device_map`` then places the weights.
-        revision: Hub revision of the config.
-        trust_remote_code: allow the repository's code (only for repos you trust).
         mask_file: a saved mask (or :class:`~mathneuro_edit.engine.mask.Mask`) of this base: its exact counts
             replace the top-K bound in the mask size, the adapter's size and the adapter commands' memory.
 

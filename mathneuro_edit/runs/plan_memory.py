@@ -18,10 +18,7 @@ selected entries in it, ``k`` the SHiRA entries stored for it, ``M`` the mask in
   stored rows from the file a block at a time;
 - verify (adapter): ``R + M + L + k x`` :data:`STORED_ENTRY_BYTES` ``+`` blocks;
 - eval (a recipe with an ``evaluation`` section): ``R`` + the weights held in RAM + the larger of one general batch
-  and one generation batch (:mod:`~mathneuro_edit.evaluation.memory`: ``2 B T V b + 4 T V 4`` + one layer's
-  activations for the general loss and KL; ``B (P + N) 2 L kv d b`` + the prompt's activations ``+ 2 B V 4`` for
-  the math generation with its KV cache); on a GPU the same batch bytes are the device's, beyond the weights, and
-  the evaluation lowers ``B`` until they fit its free memory;
+  and one generation batch (:mod:`.plan`'s evaluation formulas; on a GPU those bytes are the device's);
 - reproduce: a whole run in one process (calibrate, then the mask from the loaded model, then the exports; with an
   evaluation section, the larger of that and eval).
 
@@ -156,13 +153,12 @@ class JobSizes:
 
     @property
     def mask_peak(self) -> int:
-        """Mask selection: the largest weight, its float32 copy, two float32 score matrices and bool masks, + the
-        mask + the statistics."""
+        """Mask selection (:mod:`.plan`'s formula)."""
         return self.largest * (self.nbytes + 3 * 4 + 2) + self.mask + self.stats
 
     @property
     def export_peak(self) -> int:
-        """The streaming export: the largest edited tensor twice (original, edited) and its bool mask, + the mask."""
+        """The streaming export (:mod:`.plan`'s formula)."""
         return self.largest * (2 * self.nbytes + 1) + self.mask
 
 

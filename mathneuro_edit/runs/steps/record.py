@@ -1,10 +1,8 @@
 """One run's record: the state every step of a job reads and extends (llm-compressor's one ``State``).
 
 A job (``run``, ``export``, ``calibrate``, ``mask``, ``eval``, ``consistency``, ``sweep``) makes one
-:class:`RunRecord` from its recipe and how to report, then hands it to its steps in order: :func:`~.mask.load_step`
-fills ``model`` and ``tokenizer``, :func:`~.mask.calibrate_step` ``stats``, :func:`~.mask.mask_step` ``mask``,
-:func:`~.evaluate.evaluate_step` ``results`` (and :func:`~.evaluate.save_evaluation` ``evaluation``),
-:func:`~.export.export_step` ``base``, ``n_params`` and ``written``, and :func:`~.seal.seal_run` reads it all.
+:class:`RunRecord` from its recipe and how to report, then hands it to its steps in order; each fills its fields
+(:class:`RunRecord` names which step fills which) and :func:`~.seal.seal_run` reads it all.
 
 Why one object: the steps used to take 8-15 loose parameters each (the recipe, the model, the tokenizer, the
 statistics, the mask, the tasks, progress, workers, the stage printer, ...), passed again at every call; a step now
@@ -30,7 +28,6 @@ class RunRecord:
     Attributes:
         recipe: the validated recipe (never changed by a step).
         stages: the stage printer (:class:`~mathneuro_edit.util.console.Stages`); ``None``: silent.
-        progress: draw progress bars.
         workers: checkpoint shards written at once (the checkpoint's step).
         kinds: the outputs written into a folder of their own, in order (:func:`~.export.output_kinds`).
         tasks: the evaluation tasks (:func:`~.evaluate.eval_tasks`); empty: no evaluation stage.

@@ -51,9 +51,7 @@ def _control_masks(recipe: Any, weights: Any, stats: Statistics, candidate: _Can
 
 def _general_cost(evaluator: _Evaluator, mask: Any, scale: float) -> dict[str, Any]:
     """An edit's general loss change (paired, with its standard error) and KL on the selection's general texts."""
-    base_g = evaluator.base_general()
-    g = evaluator.general(mask, scale)
-    e, cmp_ = _general_change(base_g, g)
+    e, cmp_ = _general_change(evaluator.base_general(), evaluator.general(mask, scale))
     return {
         "texts": len(evaluator.texts),
         "tokens": e.n_tokens,  # the base's token counts: the same texts
@@ -84,9 +82,10 @@ def _rounded_edits(
     Why this order: the edits are prepared from the unrounded weights (the release computes from them), then the
     model is rounded, so each arm is exactly the checkpoint a user loads. The model is not used afterwards."""
     store = release_dtype(ctx.run.recipe)
-    edits = {"candidate": (arm.mask, ReversibleEdit(ctx.run.model, arm.mask, arm.scale, store_dtype=store))}
-    for name, _, mask in controls:
-        edits[name] = (mask, ReversibleEdit(ctx.run.model, mask, arm.scale, store_dtype=store))
+    edits = {
+        name: (mask, ReversibleEdit(ctx.run.model, mask, arm.scale, store_dtype=store))
+        for name, _, mask in [("candidate", "", arm.mask), *controls]
+    }
     rounded = round_weights_(ctx.run.model, store)
     return edits, (str(store).removeprefix("torch.") if rounded else None)
 
@@ -99,17 +98,6 @@ def _outcome(name: str, correct: list[bool], completions: list[str], probs: list
         tuple(answer_form(t, q.get("prefill")) for t, q in zip(completions, probs)),
         tuple(operation_of(q) for q in probs),
     )
-
-
-def _arm_names(controls: list[tuple[str, str, Any]]) -> list[str]:
-    """The arms every prompt format measures: the base, the candidate and every control, in every format (a second
-    format without the random control could not tell a gain from any edit of that size there).
-
-    Example:
-        >>> _arm_names([("general-specific", "general", None), ("random", "random", None)])
-        ['base', 'candidate', 'general-specific', 'random']
-    """
-    return ["base", "candidate", *[name for name, _, _ in controls]]
 
 
 def _format_outcomes(
@@ -176,7 +164,9 @@ def _confirm(
         (f, f.name, problems[: sw.format_samples or len(problems)], other_shots) for f in sw.confirmation_formats
     ]
     results = []
-    names = _arm_names(controls)
+    # every format measures every arm (a second format without the random control could not tell a gain from any
+    # edit of that size there)
+    names = ["base", "candidate", *[name for name, _, _ in controls]]
     for fmt, label, probs, fshots in formats:
         ev = _Evaluator(ctx, fshots, evaluator.texts, fmt, weights)
         outcomes = _format_outcomes(ev, label, probs, names, edits, arm.scale)

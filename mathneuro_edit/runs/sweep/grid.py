@@ -99,11 +99,7 @@ def _variants(recipe: Recipe) -> list[_Variant]:
     out: list[_Variant] = []
     groups: list[str] = []
     for name, sets in [("", ()), *[(v.name, tuple(v.set)) for v in recipe.sweep.variants]]:
-        r = (
-            recipe
-            if not sets
-            else recipe_from_dict(recipe.resolved_dict(), list(sets), where=f"sweep.variants[{name}]")
-        )
+        r = recipe_from_dict(recipe.resolved_dict(), list(sets), where=f"sweep.variants[{name}]") if sets else recipe
         d = r.resolved_dict()
         g = json.dumps([d["data"], d["calibration"]], sort_keys=True)
         if g not in groups:
@@ -136,8 +132,7 @@ def _arms(
         for ki, k in enumerate(top_ks):
             mask = group_masks[v.group][ki]
             if v.overrides:
-                extra = keep - set(mask)
-                if extra:
+                if extra := keep - set(mask):
                     raise InputError(
                         f"sweep.variants[{v.name}]: targets {sorted(extra)[:2]} are not among the "
                         "recipe's own targets; a variant may only restrict them"

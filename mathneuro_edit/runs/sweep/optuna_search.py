@@ -52,7 +52,7 @@ from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
 from .grid import _Arm, _sweep_point
 from .procedure import halving_schedule, pareto_front, with_holm
 from .result import SweepResult
-from .stages import _base_stage, _candidate, _confirm_stage, _inputs, _open_folder, _result, _write
+from .stages import _base_stage, _candidate, _confirm_stage, _inputs, _open_folder, _result, _rounds, _write
 
 __all__ = ["run_optuna_search", "SearchSpace", "band_edges", "promoted", "study_target", "STUDY_NAME"]
 
@@ -374,23 +374,6 @@ def _search_line(space: SearchSpace, target: int, study: Any, cuts: list[int]) -
         f"layer band ({bands}) and component"
         + (f"; trials stop early at {', '.join(str(c) for c in cuts[:-1])} problems" if len(cuts) > 1 else "")
     )
-
-
-def _rounds(arms: list[_Arm], cuts: list[int]) -> list[dict[str, Any]]:
-    """The ``rounds`` record of ``sweep.json``: per cut, its problems and the trials that reached it."""
-    out, start = [], 0
-    for r, end in enumerate(cuts):
-        reached = [i for i, a in enumerate(arms) if a.round > r]
-        out.append(
-            {
-                "round": r + 1,
-                "problems": [start, end],
-                "points": reached,
-                "correct": [sum(arms[i].correct[:end]) for i in reached],
-            }
-        )
-        start = end
-    return out
 
 
 def _search_record(study: Any, space: SearchSpace, trials: list[Any], target: int) -> dict[str, Any]:

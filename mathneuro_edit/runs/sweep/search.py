@@ -49,7 +49,17 @@ from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
 from .grid import _arms, _Grid, _sweep_point
 from .procedure import halving_schedule, promote, with_holm
 from .result import SweepResult, _plot
-from .stages import _base_stage, _candidate, _confirm_stage, _inputs, _is_regular, _open_folder, _result, _write
+from .stages import (
+    _base_stage,
+    _candidate,
+    _confirm_stage,
+    _inputs,
+    _is_regular,
+    _open_folder,
+    _result,
+    _rounds,
+    _write,
+)
 
 __all__ = ["run_sweep", "check_sweep_folder", "DEFAULT_TOP_KS", "DEFAULT_SCALES"]
 
@@ -148,22 +158,6 @@ def _masks(
     return weights
 
 
-def _kl_of(ctx: _Context, evaluator: _Evaluator, grid: _Grid) -> Callable[[int], float]:
-    """Point ``i``'s general KL, computed (and cached) the first time the selection needs it."""
-
-    def kl_of(i: int) -> float:
-        arm = grid.arms[i]
-        if arm.general is None:
-            ctx.echo(
-                "      general KL of " + grid.label(arm) + f"top_k={arm.top_k:g} "
-                f"scale={arm.scale:g} on {len(evaluator.texts)} texts"
-            )
-            arm.general = evaluator.general(arm.mask, arm.scale)
-        return float(arm.general["kl"])
-
-    return kl_of
-
-
 def _select(
     ctx: _Context, evaluator: _Evaluator, grid: _Grid, selection: list[dict[str, Any]], stages: Stages
 ) -> tuple[list[bool], dict[str, Any], list[dict[str, Any]], list[int]]:
@@ -180,27 +174,37 @@ def _select(
         f"select among {len(arms)} points in {len(schedule)} round{'s' if len(schedule) > 1 else ''} "
         f"({', '.join(f'{n} on {e}' for n, e in schedule)})"
     )
-    kl_of = _kl_of(ctx, evaluator, grid)
-    rounds = _rounds(ctx, evaluator, grid, selection, schedule, kl_of)
+
+    def kl_of(i: int) -> float:  # computed (and cached) the first time the selection needs it
+        arm = arms[i]
+        if arm.general is None:
+            ctx.echo(
+                "      general KL of " + grid.label(arm) + f"top_k={arm.top_k:g} "
+                f"scale={arm.scale:g} on {len(evaluator.texts)} texts"
+            )
+            arm.general = evaluator.general(arm.mask, arm.scale)
+        return float(arm.general["kl"])
+
+    _run_rounds(ctx, evaluator, grid, selection, schedule, kl_of)
     finalists = [i for i in range(len(arms)) if arms[i].round == len(schedule)]
     for i in finalists:  # the candidate must be within the KL budget
         kl_of(i)
-    return base_sel, base_general, rounds, finalists
+    return base_sel, base_general, _rounds(arms, cuts), finalists
 
 
-def _rounds(
+def _run_rounds(
     ctx: _Context,
     evaluator: _Evaluator,
     grid: _Grid,
     selection: list[dict[str, Any]],
     schedule: list[tuple[int, int]],
     kl_of: Callable[[int], float],
-) -> list[dict[str, Any]]:
-    """Each round's points on its problems; after the first, the best (within the KL budget) are promoted."""
+) -> None:
+    """Each round's points on its problems (each arm's ``correct`` and ``round``); after the first, the best
+    (within the KL budget) are promoted."""
     sw, arms = ctx.run.recipe.sweep, grid.arms
     cuts = [end for _, end in schedule]
     sizes = [a.mask.total()[0] * abs(a.scale - 1.0) for a in arms]  # promotion's tie-break: the smaller edit
-    rounds: list[dict[str, Any]] = []
     active = list(range(len(arms)))
     start = 0
     for r, (n_points, end) in enumerate(schedule):
@@ -218,16 +222,7 @@ def _rounds(
             for a, b in _blocks(start, end, cuts):
                 arm.correct += evaluator.math(selection[a:b], arm.mask, arm.scale)
             arm.round = r + 1
-        rounds.append(
-            {
-                "round": r + 1,
-                "problems": [start, end],
-                "points": list(active),
-                "correct": [sum(arms[i].correct) for i in active],
-            }
-        )
         start = end
-    return rounds
 
 
 def run_sweep(
@@ -248,16 +243,13 @@ def run_sweep(
     calibration set or target restriction), each with every ``(top_k, scale)``. Each point gets a mask from its
     variant's statistics and is switched on with :class:`~mathneuro_edit.engine.apply.ReversibleEdit`.
 
-    Selection (``sweep.selection_samples`` problems): with ``sweep.first_round`` unset every point is evaluated on
-    every selection problem; with it, successive halving (:func:`~.procedure.halving_schedule`,
-    :func:`~.procedure.promote`). The candidate is the largest gain over the base among the points that reached
-    the last round, within ``sweep.kl_budget``; it and the base are then evaluated on ``sweep.confirmation_samples``
-    other problems, with one exact McNemar test.
+    Selection and confirmation as the module docstring says; with ``sweep.first_round`` the selection is successive
+    halving (:func:`~.procedure.halving_schedule`, :func:`~.procedure.promote`) and the candidate is chosen among
+    the points that reached the last round.
 
     Resumable: every block of work (the base or a point, on <= 128 problems or on the general texts) is kept in
     ``out_dir/cache`` keyed by its content (:mod:`.cache`); the same command run again after a kill continues where
-    it stopped and writes the same ``sweep.json`` as an uninterrupted run. ``sweep.json``, ``sweep.csv`` and
-    ``sweep.png`` are written (atomically) when the sweep is complete.
+    it stopped and writes the same ``sweep.json`` as an uninterrupted run, once the sweep is complete.
 
     Args:
         recipe: a recipe (or the path of a recipe file) with an ``evaluation`` section; its ``sweep`` section sets

@@ -21,7 +21,7 @@ from ..steps.mask import Statistics
 from .cache import ResultCache
 from .confirmation import _Candidate, _confirm, _control_masks
 from .evaluator import _blocks, _Context, _Evaluator, _general_result
-from .grid import _Grid, _variants
+from .grid import _Arm, _Grid, _variants
 from .problems import sweep_problems
 from .procedure import Confirmation, SweepPoint, pareto_front, recommend, select_candidate
 from .result import SweepResult, _strict
@@ -69,6 +69,24 @@ def _base_stage(
     for a, b in _blocks(0, len(selection), cuts):
         base_sel += evaluator.math(selection[a:b])
     return base_sel, evaluator.base_general()
+
+
+def _rounds(arms: list[_Arm], cuts: list[int]) -> list[dict[str, Any]]:
+    """The ``rounds`` record of ``sweep.json``: per cut, its problems, the points (or trials) that reached it and
+    their counts on every problem seen by then."""
+    out, start = [], 0
+    for r, end in enumerate(cuts):
+        reached = [i for i, a in enumerate(arms) if a.round > r]
+        out.append(
+            {
+                "round": r + 1,
+                "problems": [start, end],
+                "points": reached,
+                "correct": [sum(arms[i].correct[:end]) for i in reached],
+            }
+        )
+        start = end
+    return out
 
 
 def _write(out: Path, result: SweepResult) -> None:
