@@ -146,9 +146,6 @@ def as_recipe(recipe: Recipe | str | Path) -> Recipe:
     """What every job of the API takes as its recipe, as the CLI takes it: a :class:`Recipe`, or the path of a recipe
     file (read by :func:`load_recipe`).
 
-    Raises:
-        InputError: a path that is no valid recipe (:func:`load_recipe`'s one line), or neither a path nor a recipe.
-
     Example:
         >>> as_recipe(quickstart_recipe()) == quickstart_recipe()
         True

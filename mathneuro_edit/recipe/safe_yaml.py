@@ -3,7 +3,7 @@ numbers without YAML 1.1's base-60 forms, and control or bidi characters written
 
 Apart from :mod:`mathneuro_edit.recipe.io` because it knows nothing of recipes: the lock file is read and written
 with the same functions (:mod:`mathneuro_edit.publish.lock`), and ``--set`` values are parsed with the same loader
-and limits (:mod:`mathneuro_edit.recipe.overrides`). :mod:`mathneuro_edit.recipe.io` re-exports the public names.
+and limits (:mod:`mathneuro_edit.recipe.overrides`).
 """
 
 from __future__ import annotations
@@ -87,11 +87,9 @@ def check_limits(text: str, where: str) -> None:
         nonlocal total
         if stack:
             stack[-1][1] += n
-            size = stack[-1][1]
         else:
             total += n
-            size = total
-        if size > MAX_NODES or total + sum(c for _, c in stack) > MAX_NODES:
+        if total + sum(c for _, c in stack) > MAX_NODES:  # (every open collection's count is in the sum)
             raise InputError(
                 f"{where}: expands to more than {MAX_NODES:,} values{_at(mark)} (aliases are counted as "
                 "what they repeat); a recipe is a short file: remove the repeated anchors"
@@ -175,10 +173,8 @@ def _at(mark: Any) -> str:
 
 def load_yaml(text: str, where: str, what: str = "recipe") -> Any:
     """Parse YAML safely: size, depth, alias expansion and integer size limited before anything is built;
-    duplicate keys refused.
-
-    Raises:
-        InputError: one line naming ``where`` (and the line and column) for any of those, or invalid YAML.
+    duplicate keys refused. Any of those, or invalid YAML, is one :class:`InputError` line naming ``where`` (and
+    the line and column).
 
     Example:
         >>> load_yaml("{a: &x [1, 2], b: *x}", "r.yaml")

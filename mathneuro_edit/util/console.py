@@ -358,13 +358,12 @@ def table(header: list[str], rows: list[list[str]], right: set[int] | None = Non
     """
     right = right or set()
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
+    return "\n".join(
         "  ".join(
             str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))
         ).rstrip()
         for r in [header, *rows]
-    ]
-    return "\n".join(lines)
+    )
 
 
 def markdown_table_text(markdown: str) -> str:

@@ -32,7 +32,6 @@ __all__ = [
     "atomic_writer",
     "write_text_atomic",
     "write_json_atomic",
-    "json_text",
     "write_bytes_atomic",
 ]
 
@@ -122,25 +121,11 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def json_text(data: Any) -> str:
-    """The one JSON style of every file we write: 2-space indent, UTF-8 text as is, no NaN/inf, final newline.
-
-    Example:
-        >>> print(json_text({"a": [1, "é"]}), end="")
-        {
-          "a": [
-            1,
-            "é"
-          ]
-        }
-    """
-    return json.dumps(data, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
-
-
 def write_json_atomic(path: str | Path, data: Any) -> Path:
-    """:func:`write_text_atomic` of :func:`json_text` (eval.json, sweep.json, consistency.json, ...).
+    """:func:`write_text_atomic` of ``data`` in the one JSON style of every file we write (eval.json, sweep.json,
+    consistency.json, ...): 2-space indent, UTF-8 text as is, no NaN/inf, final newline.
 
     Raises:
         ValueError: ``data`` holds NaN or infinity (JSON has no such numbers; say ``null`` instead).
     """
-    return write_text_atomic(path, json_text(data))
+    return write_text_atomic(path, json.dumps(data, indent=2, allow_nan=False, ensure_ascii=False) + "\n")
