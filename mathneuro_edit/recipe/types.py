@@ -95,6 +95,7 @@ Level = Annotated[float, value_rule(lambda v: 0 < v < 1, "must be in (0, 1), e.g
 Device = Annotated[str, value_rule(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
 ShardSize = Annotated[str, value_rule(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]
 _REPO_PART = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
+_NO_DOTS = "no '..', no part starting or ending with '.' or '-'"
 
 
 def is_repo_id(value: str) -> bool:
@@ -141,30 +142,14 @@ def is_hub_ref(value: str) -> bool:
 
 RepoId = Annotated[
     str,
-    value_rule(
-        is_repo_id,
-        "must be a Hub repo id like user/name (letters, digits, '.', '_', '-'; "
-        "no '..', no part starting or ending with '.' or '-')",
-    ),
+    value_rule(is_repo_id, f"must be a Hub repo id like user/name (letters, digits, '.', '_', '-'; {_NO_DOTS})"),
 ]
-Branch = Annotated[
-    str,
-    value_rule(
-        is_branch_name,
-        "must be a branch name such as main or exp/boost-1.1 (letters, digits, "
-        "'.', '_', '-', '/' between parts not starting with '.' or '-'; no '..')",
-    ),
-]
+_REF_RULE = "(letters, digits, '.', '_', '-', '/' between parts not starting with '.' or '-'; no '..')"
+Branch = Annotated[str, value_rule(is_branch_name, f"must be a branch name such as main or exp/boost-1.1 {_REF_RULE}")]
 # Why a format, not any string: a revision is shown on the model card and in its Python snippets
 # (``revision="..."``); a line break, ``<``, a quote or a backtick there would be a heading, HTML or code (issue 48)
-Revision = Annotated[
-    str,
-    value_rule(
-        is_well_formed_ref,
-        "must be a branch, tag or commit of the Hub such as main, v1.0 or a 40-hex sha (letters, digits, "
-        "'.', '_', '-', '/' between parts not starting with '.' or '-'; no '..')",
-    ),
-]
+_REVISION = "must be a branch, tag or commit of the Hub such as main, v1.0 or a 40-hex sha"
+Revision = Annotated[str, value_rule(is_well_formed_ref, f"{_REVISION} {_REF_RULE}")]
 Regex = Annotated[str, AfterValidator(_regex)]
 
 
