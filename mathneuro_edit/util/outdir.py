@@ -156,7 +156,6 @@ def _acquire(lock: Path, out: Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            rec = None
             for _ in range(20):  # the holder writes its record right after locking
                 rec = _read(lock)
                 if rec:

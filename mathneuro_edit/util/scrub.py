@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -113,19 +114,13 @@ def scrub_json(data: Any, where: str = "", *, path_field: bool = False) -> tuple
         ({'_name_or_path': '', 'merges': [['/', '/'], ['~', '~~']], 'sep': '//'}, ['_name_or_path'])
     """
     if isinstance(data, dict):
-        out: dict[Any, Any] = {}
-        found: list[str] = []
-        for k, v in data.items():
-            out[k], sub = scrub_json(v, f"{where}.{k}" if where else str(k), path_field=names_a_path(k))
-            found += sub
-        return out, found
+        done = {
+            k: scrub_json(v, f"{where}.{k}" if where else str(k), path_field=names_a_path(k)) for k, v in data.items()
+        }
+        return {k: new for k, (new, _) in done.items()}, [key for _, found in done.values() for key in found]
     if isinstance(data, list):
-        items, found = [], []
-        for i, v in enumerate(data):
-            new, sub = scrub_json(v, f"{where}[{i}]", path_field=path_field)
-            items.append(new)
-            found += sub
-        return items, found
+        items = [scrub_json(v, f"{where}[{i}]", path_field=path_field) for i, v in enumerate(data)]
+        return [new for new, _ in items], [key for _, found in items for key in found]
     if path_field and is_private_path(data):
         return "", [where or "(value)"]
     return data, []
@@ -182,12 +177,10 @@ def scrub_token(text: str, token: str | None = None) -> str:
         '401 for ***'
     """
     tokens = {token, os.environ.get("HF_TOKEN"), os.environ.get("HUGGING_FACE_HUB_TOKEN")}
-    try:
+    with suppress(Exception):  # no stored login readable: nothing more to scrub
         from huggingface_hub import get_token
 
         tokens.add(get_token())
-    except Exception:  # noqa: BLE001 - no stored login readable: nothing more to scrub
-        pass
     for t in sorted((t for t in tokens if t and len(t) >= 8), key=len, reverse=True):
         text = text.replace(t, "***")
     return redact_url_credentials(text)
