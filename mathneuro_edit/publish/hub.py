@@ -131,15 +131,9 @@ class PushResult:
                 else "the repo did not exist: it was created with these files"
             )
         elif self.remote == "listed":
-            lines.append(
-                f"the repo then holds exactly these files (+ {', '.join(KEEP)}): "
-                + (
-                    f"{len(self.deletes)} file(s) it holds now {'are' if self.dry_run else 'were'} deleted "
-                    "in the same commit"
-                    if self.deletes
-                    else "nothing to delete"
-                )
-            )
+            deleted = f"{len(self.deletes)} file(s) it holds now {'are' if self.dry_run else 'were'} deleted"
+            deleted = f"{deleted} in the same commit" if self.deletes else "nothing to delete"
+            lines.append(f"the repo then holds exactly these files (+ {', '.join(KEEP)}): {deleted}")
         else:
             lines.append(
                 f"the repo's files could not be listed ({self.remote}): every file it holds that is not "
@@ -148,12 +142,9 @@ class PushResult:
         # as the card's own YAML header reads (control and bidi characters escaped), one key per line
         lines.append("card metadata:")
         lines += [f"  {line}" for line in dump_yaml(self.card_metadata).splitlines()]
-        if self.scrubbed:
-            lines.append("local paths blanked in the uploaded copy: " + ", ".join(self.scrubbed))
-        if self.commit_url:
-            lines.append(f"commit url: {self.commit_url}")
-        if self.pr_url:
-            lines.append(f"pull request: {self.pr_url}")
+        lines += [f"local paths blanked in the uploaded copy: {', '.join(self.scrubbed)}"] if self.scrubbed else []
+        lines += [f"commit url: {self.commit_url}"] if self.commit_url else []
+        lines += [f"pull request: {self.pr_url}"] if self.pr_url else []
         return scrub_token("\n".join(lines))  # a file name may hold the token: never printed
 
 
@@ -183,17 +174,18 @@ def check_branch(branch: str, where: str = "--branch") -> str:
     return branch
 
 
-def _remote_state(api: HfApi, repo_id: str, branch: str) -> tuple[dict[str, int], str]:
-    """``({path: size}, state)`` of the repo at ``branch`` (a missing branch: main, which it is created from);
-    state ``"new"`` for a repo that does not exist."""
+def _remote_deletes(api: HfApi, repo_id: str, branch: str, contents: dict[str, Any]) -> tuple[list, str]:
+    """``(path, size)`` of every file the repo holds at ``branch`` (a missing branch: main, which it is created from)
+    that ``contents`` does not, but :data:`KEEP`; and the repo's state: ``"new"`` (it does not exist) or ``"listed"``."""
     try:
         try:
             info = retrying(api.model_info, repo_id, revision=branch, files_metadata=True)
         except RevisionNotFoundError:
             info = retrying(api.model_info, repo_id, revision=constants.DEFAULT_REVISION, files_metadata=True)
     except RepositoryNotFoundError:
-        return {}, "new"
-    return {s.rfilename: int(s.size or 0) for s in info.siblings or []}, "listed"
+        return [], "new"
+    remote = sorted((s.rfilename, int(s.size or 0)) for s in info.siblings or [])
+    return [(p, size) for p, size in remote if p not in contents and p not in KEEP], "listed"
 
 
 def push_to_hub(
@@ -226,10 +218,8 @@ def push_to_hub(
             ``None``: ``hub.private: true`` if set, else an existing repo is left as it is (a new one is public).
         revision: branch to push to (created from main if missing); default ``hub.revision``, else ``main``.
         commit_message: commit summary; the recipe sha256 is always appended.
-        create_pr: open a pull request with the commit instead of committing to the branch.
         dry_run: only compute the plan: nothing is changed (with a repo id, its file list is read to name the
             deletes; no token needed for a public repo).
-        token: a Hub token; default ``HF_TOKEN`` or the stored login (``hf auth login``).
         base_repo: for an output made from another (``kind="gguf"``: :attr:`~.outputs.Output.derived_from`), that
             output's repo, its ``base_model`` (default: that output's default repo if on the Hub, else the base).
 
@@ -411,10 +401,10 @@ def _dry_run(api: HfApi, plan: PushResult, contents: dict[str, Any], token: str,
     repo_id = plan.repo_id or ""
     try:
         with hub_errors(repo_id, plan.revision, token), request_timeouts(timeout):
-            remote, state = _remote_state(api, repo_id, plan.revision)
+            deletes, state = _remote_deletes(api, repo_id, plan.revision, contents)
     except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
         return replace(plan, remote=scrub_token(str(e), token or None))
-    return replace(plan, remote=state, deletes=_deletes(remote, contents))
+    return replace(plan, remote=state, deletes=deletes)
 
 
 def _commit(
@@ -436,8 +426,7 @@ def _commit(
                 retrying(api.update_repo_settings, repo_id, private=private, repo_type="model")
         if branch != constants.DEFAULT_REVISION:
             retrying(api.create_branch, repo_id, branch=branch, repo_type="model", exist_ok=True)
-        remote, state = _remote_state(api, repo_id, branch)
-        deletes = _deletes(remote, contents)
+        deletes, state = _remote_deletes(api, repo_id, branch, contents)
         operations: list[Any] = [
             CommitOperationAdd(path_in_repo=rel, path_or_fileobj=c if isinstance(c, bytes) else str(c))
             for rel, c in contents.items()
@@ -454,7 +443,3 @@ def _commit(
             commit_description="Made with mathneuro-edit; see README.md and mathneuro_recipe.lock.yaml.",
         )
     return str(url), "new" if existing is None else state, deletes, info
-
-
-def _deletes(remote: dict[str, int], contents: dict[str, Any]) -> list[tuple[str, int]]:
-    return [(p, s) for p, s in sorted(remote.items()) if p not in contents and p not in KEEP]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..layout import LOCK_NAME
-from ..outputs.registry import output
+from ..outputs.registry import output, own_files
 from ..util.hashing import sha256_file
 from ..util.paths import is_local_path
 from ..util.scrub import is_private_path, scrub_json_bytes
@@ -117,14 +117,10 @@ def check_artifact_against_lock(folder: Path, kind: str, lock: dict[str, Any], f
         InputError: naming each file that is ``changed``, ``missing`` or ``extra``; nothing was sent.
     """
     out = output(kind)
-    prefix = out.folder + "/"
-    recorded = {k: v for k, v in (lock.get("outputs") or {}).items() if isinstance(k, str) and out.owns(k)}
-    present = {
-        prefix + p.relative_to(folder).as_posix(): sha256_file(p)
-        for _, p in files
-        if p.relative_to(folder).as_posix() not in NOT_OUTPUTS
-    }
-    bad = {p: s for p, s in compare_files(present, recorded).items() if s != "match"}
+    local = [p.relative_to(folder).as_posix() for _, p in files]  # a GGUF file's name in the folder, not the repo
+    present = {rel: sha256_file(folder / rel) for rel in local if rel not in NOT_OUTPUTS}
+    states = compare_files(present, own_files(out, lock))  # the lock's outputs checked by validate_lock
+    bad = {f"{out.folder}/{p}": s for p, s in states.items() if s != "match"}
     if bad:
         listed = ", ".join(f"{p} ({s})" for p, s in sorted(bad.items())[:10]) + (" ..." if len(bad) > 10 else "")
         raise InputError(

@@ -370,9 +370,8 @@ def recipe_from_lock(
 ) -> Recipe:
     """The recipe of a lock, with overrides (e.g. ``base.model=PATH`` for a redacted local base).
 
-    A lock is data: a setting that would run code, read a local file or choose an lm-eval task folder is taken
-    only from ``overrides`` / ``trust_remote_code`` (the user's command line), never from the lock itself
-    (:func:`~.lock_policy.refused_lock_settings`).
+    A lock is data (see the module docstring): what it may not choose is taken only from ``overrides`` /
+    ``trust_remote_code`` (:func:`~.lock_policy.refused_lock_settings`).
 
     Raises:
         InputError: the recipe is invalid, a redacted local path (``<local>``) was not given back, or the lock

@@ -51,21 +51,17 @@ def present_run_files(root: Path, folders: Sequence[tuple[str, Path]], run_folde
     """``{path: sha256}`` of the files ``run_files`` records that are present: the run folder's mask, statistics and
     evaluation (``run_folder``), and each output folder's evaluation and card (``folders``: ``(prefix, folder)``,
     the prefix as in the lock: ``checkpoint/``), a card hashed by :func:`card_sha256` with the lock beside it."""
+
+    def hashed(folder: Path, names: Sequence[str], prefix: str = "") -> dict[str, str]:
+        return {prefix + name: sha256_file(folder / name) for name in names if (folder / name).is_file()}
+
+    evaluation = (EVAL_NAME, *LM_EVAL_RESULTS)
     found: dict[str, str] = {}
     if run_folder:
-        stats = root / STATS_DIR
-        found_stats = sorted(stats.iterdir()) if stats.is_dir() else []
-        names = [MASK_NAME, *(f"{STATS_DIR}/{p.name}" for p in found_stats if not p.name.startswith("."))]
-        names += [EVAL_NAME, *LM_EVAL_RESULTS]
-        found.update({name: sha256_file(root / name) for name in names if (root / name).is_file()})
+        stats = sorted(p.name for p in (root / STATS_DIR).iterdir()) if (root / STATS_DIR).is_dir() else []
+        found = hashed(root, [MASK_NAME, *(f"{STATS_DIR}/{n}" for n in stats if not n.startswith(".")), *evaluation])
     for prefix, folder in folders:
-        found.update(
-            {
-                prefix + name: sha256_file(folder / name)
-                for name in (EVAL_NAME, *LM_EVAL_RESULTS)
-                if (folder / name).is_file()
-            }
-        )
+        found.update(hashed(folder, evaluation, prefix))
         if (folder / CARD_NAME).is_file():
             lock = folder / LOCK_NAME
             lock_sha = sha256_file(lock) if lock.is_file() else None
