@@ -48,3 +48,21 @@ def gguf_tensors(path) -> dict:
     import gguf
 
     return {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+
+
+def llama_cpp_or_skip():
+    """``llama_cpp``, else a skip that says how to get it (a failure where ``MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1``:
+    CI's llama.cpp tier must not pass by skipping)."""
+    import os
+
+    import pytest
+
+    try:
+        import llama_cpp
+    except ImportError:
+        if os.environ.get("MATHNEURO_EDIT_REQUIRE_LLAMA_CPP") == "1":
+            pytest.fail(
+                "MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 but llama_cpp does not import: pip install -e '.[gguf-test]'"
+            )
+        pytest.skip("llama.cpp: pip install -e '.[gguf-test]' (builds llama-cpp-python from source)")
+    return llama_cpp

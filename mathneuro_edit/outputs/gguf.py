@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..util.files import write_json_atomic
 from ..util.paths import LOCAL, is_local_path
 from .checkpoint import CHECKPOINT
@@ -37,6 +38,9 @@ __all__ = [
     "LLAMA_CPP_LOADERS",
     "beside_checkpoint",
     "read_survival",
+    "read_gguf_eval",
+    "gguf_eval_section",
+    "gguf_effect",
     "estimate_gguf_survival",
     "survival_table",
 ]
@@ -195,6 +199,16 @@ def prepare_gguf(recipe: Any, folder: Path) -> None:
         check_gguf(folder, "F16" if t in LLAMA_CPP_TYPES else t, name=_public_name(recipe))
         if t in LLAMA_CPP_TYPES:
             find_quantizer(t)
+    if recipe.evaluation is not None and recipe.evaluation.llama_cpp:
+        from ..evaluation.llama_cpp import llama_cpp_version
+
+        try:
+            llama_cpp_version()
+        except ImportError:
+            raise InputError(
+                "evaluation.llama_cpp: evaluating the GGUF files needs llama-cpp-python, which is not installed; "
+                "`pip install llama-cpp-python`, or set evaluation.llama_cpp: false"
+            ) from None
 
 
 def write_gguf_step(job: RunView, dest: Path) -> None:
@@ -211,21 +225,59 @@ def write_gguf_step(job: RunView, dest: Path) -> None:
     how = {"name": _public_name(job.recipe), "pre": pre, "meta": meta}
     source = _source(dest, job.recipe)
     files = write_gguf_types(dest, types, source=source, **how)  # the gguf package's types: as they always were
-    if any(t not in UNQUANTIZED for t in files):
-        found = measure_survival(
-            dest,
-            job.base.folder,
-            job.mask,
-            files,
-            source=source,
-            dtype=output_dtype(job.recipe),
-            trust_remote_code=job.recipe.base.trust_remote_code,
-        )
+    task = _llama_cpp_task(job)
+    if task is None and all(t in UNQUANTIZED for t in files):
+        return
+    evaluated: dict[str, Any] = {}
+
+    def evaluate(base_files: Mapping[str, Path]) -> None:  # each file against the base's file of its type
+        from ..evaluation.llama_cpp import evaluate_gguf_pairs
+
+        tok, eos_ids = _tokenizer_and_eos(dest, job.recipe.base.trust_remote_code)
+        pairs = {files[t].name: (t, base_files[t], files[t]) for t in files}
+        note = job.stages.note if job.stages is not None else None
+        evaluated.update(evaluate_gguf_pairs(pairs, tok, task, eos_ids, note=note))
+
+    found = measure_survival(
+        dest,
+        job.base.folder,
+        job.mask,
+        files,
+        source=source,
+        dtype=output_dtype(job.recipe),
+        trust_remote_code=job.recipe.base.trust_remote_code,
+        with_base=evaluate if task is not None else None,
+    )
+    if found["files"]:
         write_json_atomic(dest / SURVIVAL_NAME, found)
-        for name, entry in found["files"].items():
-            line = gone_line(entry["type"], entry["total"])
-            if line is not None and job.stages is not None:
-                job.stages.note(f"{name}: {line}")
+    if evaluated:
+        from ..evaluation.llama_cpp import GGUF_EVAL_NAME
+
+        write_json_atomic(dest / GGUF_EVAL_NAME, evaluated)
+    for name, entry in found["files"].items():
+        line = gone_line(entry["type"], entry["total"])
+        if line is not None and job.stages is not None:
+            job.stages.note(f"{name}: {line}")
+
+
+def _llama_cpp_task(job: RunView) -> Any:
+    """The run's math task when ``evaluation.llama_cpp`` asks for each GGUF file's own evaluation, else ``None``."""
+    ev = job.recipe.evaluation
+    if ev is None or not ev.llama_cpp:
+        return None
+    return next(t for t in job.tasks if t.name == "math")
+
+
+def _tokenizer_and_eos(folder: Path, trust_remote_code: bool) -> tuple[Any, list[int]]:
+    """The checkpoint's tokenizer and its end-of-sequence ids with the generation config's (as the evaluation
+    stops: :func:`~..evaluation.runtime.special_ids`)."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    gen = GenerationConfig.from_pretrained(folder) if (folder / "generation_config.json").is_file() else None
+    eos = [tok.eos_token_id, getattr(gen, "eos_token_id", None)]
+    flat = [e for x in eos for e in (x if isinstance(x, (list, tuple)) else [x]) if e is not None]
+    return tok, list(dict.fromkeys(int(e) for e in flat))
 
 
 def _source(dest: Path, recipe: Any) -> str:
@@ -405,13 +457,25 @@ def _edited_matrices(ckpt: Any, mask: Any, stored: Mapping[str, str], scale: flo
 def read_survival(folder: str | Path) -> dict[str, Any] | None:
     """A folder's ``gguf_survival.json`` (the edit's survival in each quantized GGUF, as the run measured it), or
     ``None`` without a readable one."""
-    from ..util.reading import read_json
     from ..weights.gguf_survival import SURVIVAL_NAME
 
-    path = Path(folder) / SURVIVAL_NAME
+    return _folder_json(Path(folder) / SURVIVAL_NAME, "the GGUF survival file")
+
+
+def read_gguf_eval(folder: str | Path) -> dict[str, Any] | None:
+    """A folder's ``gguf_eval.json`` (each GGUF file's own evaluation in llama.cpp, as the run measured it), or
+    ``None`` without a readable one."""
+    from ..evaluation.llama_cpp import GGUF_EVAL_NAME
+
+    return _folder_json(Path(folder) / GGUF_EVAL_NAME, "the GGUF evaluation file")
+
+
+def _folder_json(path: Path, what: str) -> dict[str, Any] | None:
+    from ..util.reading import read_json
+
     try:
-        found = read_json(path, 64 << 20, "the GGUF survival file", "run the export again") if path.is_file() else None
-    except Exception:  # noqa: BLE001 - a damaged file: the card says nothing of survival, verify measures it
+        found = read_json(path, 64 << 20, what, "run the export again") if path.is_file() else None
+    except Exception:  # noqa: BLE001 - a damaged file: the card says nothing of it (verify measures survival again)
         return None
     return found if isinstance(found, dict) else None
 
@@ -446,6 +510,89 @@ its {(survival or {}).get("source", "float")} GGUF{made_by}; `mathneuro-edit ver
 |---|---|---|---|---|---|
 {chr(10).join(rows)}
 {(chr(10) + chr(10).join(gone) + chr(10)) if gone else ""}"""
+
+
+def gguf_effect(found: Mapping[str, Any] | None) -> str:
+    """The GGUF card's first-paragraph sentence on what the files do: each file's change in llama.cpp against the
+    base in the same type, or that they were not evaluated.
+
+    Example:
+        >>> row = {"type": "Q8_0", "n": 200, "base": {"accuracy": 0.1}, "edited": {"accuracy": 0.14},
+        ...        "difference_pp": 4.0, "mcnemar_p": 0.0078, "significant": True, "worse": False}
+        >>> gguf_effect({"n": 200, "files": {"m-Q8_0.gguf": row}})
+        'In llama.cpp, on 200 math problems, against the base written the same way: Q8_0 10.0% -> 14.0% (+4.0 pp, p = 0.0078, significant).'
+    """
+    from ..evaluation.report import format_p
+
+    rows = list(((found or {}).get("files") or {}).values())
+    if not rows:
+        return "These files were not evaluated in llama.cpp: the transformers checkpoint's figures are not theirs."
+    parts = [
+        f"{r['type']} {r['base']['accuracy']:.1%} -> {r['edited']['accuracy']:.1%} ({r['difference_pp']:+.1f} pp, "
+        f"{format_p(r['mcnemar_p'])}, {'significant' if r['significant'] or r['worse'] else 'not significant'})"
+        for r in rows
+    ]
+    return f"In llama.cpp, on {found['n']} math problems, against the base written the same way: {'; '.join(parts)}."  # type: ignore[index]
+
+
+def gguf_eval_section(files: Mapping[str, str], found: Mapping[str, Any] | None, names: Mapping[str, str]) -> str:
+    """The GGUF card's evaluation: each file in llama.cpp against the base written the same way, paired on the
+    run's problems (``gguf_eval.json``), or why there is none. Never the checkpoint's figures: those are
+    transformers' on the unquantized weights, not what these files compute.
+
+    Example:
+        >>> print(gguf_eval_section({"m-Q8_0.gguf": "h"}, None, {}).splitlines()[0][:60])
+        These files were not evaluated in llama.cpp (a recipe's `eva
+    """
+    from ..evaluation.report import format_accuracy, format_p
+
+    rows = []
+    for f in files:
+        r = ((found or {}).get("files") or {}).get(f)
+        if r is None:
+            continue
+        cells = []
+        for arm in ("base", "edited"):
+            a = r[arm]
+            cells.append(
+                format_accuracy(
+                    {
+                        "math_accuracy": a["accuracy"],
+                        "math_correct": a["correct"],
+                        "math_total": r["n"],
+                        "math_ci95_low": a["wilson95"][0],
+                        "math_ci95_high": a["wilson95"][1],
+                    }
+                )
+            )
+        verdict = "significant gain" if r["significant"] else "significant loss" if r["worse"] else "not significant"
+        change = f"{r['difference_pp']:+.1f} pp, {format_p(r['mcnemar_p'])} ({verdict})"
+        d = r["discordant"]
+        rows.append(
+            f"| `{names.get(f, f)}` | {r['type']} | {cells[0]} | {cells[1]} | {change} | "
+            f"{d['base_only']} / {d['edited_only']} |"
+        )
+    if not rows:
+        return (
+            "These files were not evaluated in llama.cpp (a recipe's `evaluation.llama_cpp: true` evaluates each "
+            "file against the base written the same way). The transformers checkpoint's figures are not these "
+            "files' numbers: quantizing changes the weights (the edit's survival in each file is under "
+            '"How to use").'
+        )
+    p = found["prompt"]  # type: ignore[index]
+    prompt = ", ".join(
+        [
+            "the chat template" if p["chat_template"] else f"plain prompts ({p['prompt_style']})",
+            f"{p['n_shot']}-shot",
+            f"greedy, up to {p['max_new_tokens']} new tokens",
+        ]
+    )
+    return f"""Each file against the base written the same way (the same float GGUF, the same quantizer), in llama.cpp ({found["engine"]}), paired on the run's {found["n"]} evaluation math problems with the prompts the checkpoint's evaluation used ({prompt}). Accuracy: percent (correct/n, 95% Wilson interval); the change in percentage points with the two-sided exact McNemar test (significant: p < 0.05). General-text loss and KL were measured on the transformers checkpoint only, not on these files.
+
+| file | type | base, same type | edited | change | right only before / only after |
+|---|---|---|---|---|---|
+{chr(10).join(rows)}
+"""
 
 
 # ``## Where it loads`` of the GGUF files: llama.cpp, and what was checked for Ollama and LM Studio

@@ -97,6 +97,7 @@ class RunView(Protocol):
         progress: draw progress bars.
         workers: checkpoint shards written at once.
         stages: the stage printer (``None``: silent).
+        tasks: the evaluation tasks (the GGUF files' own evaluation reruns the math one in llama.cpp).
     """
 
     recipe: Any
@@ -106,6 +107,7 @@ class RunView(Protocol):
     progress: bool
     workers: int
     stages: Any
+    tasks: list[Any]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,7 +45,7 @@ from ..errors import InputError
 from ..evaluation.report import NOT_A_TEST, effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
 from ..outputs.common import card_fields, hub_origin
-from ..outputs.gguf import read_survival
+from ..outputs.gguf import gguf_effect, gguf_eval_section, read_gguf_eval, read_survival
 from ..outputs.registry import OUTPUTS, CardView, Output, output, output_dirs, output_of_folder, own_files, repo_for
 from ..recipe.io import recipe_fields, recipe_from_dict
 from ..recipe.safe_yaml import dump_yaml
@@ -167,6 +167,7 @@ class CardSource:
     weights_dtype: str | None = None
     chat: bool = False
     gguf_survival: Mapping[str, Any] | None = None  # the folder's gguf_survival.json (outputs/gguf.py)
+    gguf_eval: Mapping[str, Any] | None = None  # the folder's gguf_eval.json: each GGUF file in llama.cpp
 
 
 def build_card(
@@ -330,7 +331,12 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
     overlap = (sweep or {}).get("overlap") or {}
     reused = isinstance(overlap.get("selection"), int) and overlap["selection"] > 0
     evaluation = None
-    if source.eval_results:
+    # files made from another output (the GGUF files) compute other numbers than it: their own, never its
+    derived = out.derived_from is not None
+    if derived:
+        names = {f: out.name_in_repo(view.lock, f) if view.repo else f for f in view.files}
+        evaluation = gguf_eval_section(dict(view.files), source.gguf_eval, names)
+    elif source.eval_results:
         untested = tuple(source.eval_results) if reused else ()
         evaluation = eval_markdown(source.eval_results, sections.card_text, untested=untested)
     return {
@@ -342,7 +348,11 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "action": _action(recipe),
         "tool_version": lock.get("versions", {}).get("tool", ""),
         "version": __version__,
-        "effect": effect_sentence(source.eval_results, sections.card_text),  # eval.json's, without a sweep
+        "effect": gguf_effect(source.gguf_eval)
+        if derived
+        else effect_sentence(source.eval_results, sections.card_text),  # eval.json's, without a sweep
+        "derived": derived,
+        "derived_from": view.base_repo,
         "gguf_base": gguf_base(lock, out, source.weights_dtype),
         "cast_to": cast_dtype(lock, out, source.weights_dtype),
         "method": recipe.mask.method,
@@ -461,6 +471,7 @@ def card_for_folder(
         weights_dtype=folder_dtype(folder),
         chat=has_chat_template(folder),
         gguf_survival=read_survival(folder),
+        gguf_eval=read_gguf_eval(folder),
     )
     kind = kind or output_of_folder(folder).name
     return build_card(source, kind, base_model_id=hub_id, repo_id=repo_id, base_repo=base_repo)

@@ -56,6 +56,11 @@ class EvaluationConfig(StrictModel):
     lm_eval: LmEvalConfig | None = Field(
         None, description="lm-evaluation-harness tasks run too (needs the eval extra; docs/lm-eval-offline.md)"
     )
+    llama_cpp: StrictBool = Field(
+        False,
+        description="also evaluate each GGUF file of outputs.gguf in llama.cpp against the base written the same "
+        "way, paired, on the same math problems (needs llama-cpp-python; the GGUF card shows these figures)",
+    )
 
     @model_validator(mode="before")
     @classmethod

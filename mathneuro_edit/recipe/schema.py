@@ -120,8 +120,10 @@ class Recipe(StrictModel):
         if "base" in self.outputs.gguf_types and not self.base.is_gguf:
             raise ValueError(
                 "outputs.gguf: base means the GGUF base's own type, but base.model is not a GGUF; "
-                "choose a type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)"
+                "choose a type (F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0, ...)"
             )
+        if self.evaluation is not None and self.evaluation.llama_cpp and not self.outputs.gguf_types:
+            raise ValueError("evaluation.llama_cpp evaluates the GGUF files, but outputs.gguf names none; set both")
         return self
 
     def resolved_dict(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ estimate it before a file is written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -175,11 +175,13 @@ def measure_survival(
     source: str,
     dtype: str | None = None,
     trust_remote_code: bool = False,
+    with_base: Callable[[Mapping[str, Path]], None] | None = None,
 ) -> dict[str, Any]:
     """The survival of the edit in each quantized file of ``files`` (``{type: path}`` written from
     ``checkpoint``): the base written the same way (its checkpoint at ``dtype``, through the same float
     ``source`` GGUF and the same quantizer) into a temporary folder beside the checkpoint, then
-    :func:`gguf_survival` per file.
+    :func:`gguf_survival` per file. ``with_base`` receives the base's files (``{type: path}``, every type of
+    ``files``) before the folder is removed: the run evaluates each pair in llama.cpp there.
 
     Returns:
         ``{"source": source, "quantizer": ..., "files": {file name: {"type", "tensors", "total"}}}`` (an empty
@@ -198,15 +200,18 @@ def measure_survival(
     out["files"] = {}
     if kquant is not None:
         out["quantizer"] = quantizer_version(find_quantizer(kquant))
-    if not quantized:
+    if not quantized and with_base is None:
         return out
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".gguf-survival-") as tmp:
         base_ck = export_checkpoint(
             base, mask, 1.0, Path(tmp) / "base", dtype=dtype, trust_remote_code=trust_remote_code
         )
-        base_files = write_gguf_types(base_ck, [source, *quantized], source=source)
-        edited_src = files.get(source) or write_gguf(folder, Path(tmp) / gguf_filename(source), source)
+        base_files = write_gguf_types(base_ck, list(dict.fromkeys([source, *files])), source=source)
+        if quantized:
+            edited_src = files.get(source) or write_gguf(folder, Path(tmp) / gguf_filename(source), source)
         for t in quantized:
             found = gguf_survival(base_files[source], edited_src, base_files[t], files[t])
             out["files"][Path(files[t]).name] = {"type": t, **found}
+        if with_base is not None:
+            with_base({t: base_files[t] for t in files})
     return out

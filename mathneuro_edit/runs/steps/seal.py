@@ -16,7 +16,7 @@ from typing import Any
 from ...data.sources import problem_sha256
 from ...evaluation.tasks import MathTask
 from ...layout import EVAL_NAME
-from ...outputs.gguf import read_survival
+from ...outputs.gguf import read_gguf_eval, read_survival
 from ...outputs.registry import output, output_dirs
 from ...publish.card import CardSource, build_card, folder_dtype, has_chat_template, lock_file_sha256, summarize_edit
 from ...publish.lock import build_lock, output_hashes
@@ -113,6 +113,7 @@ def _card(run: RunRecord, folder: Path, lock: Mapping[str, Any], kind: str) -> s
         weights_dtype=folder_dtype(folder),
         chat=has_chat_template(folder),
         gguf_survival=read_survival(folder),
+        gguf_eval=read_gguf_eval(folder),
     )
     return build_card(source, kind, base_model_id=hub_id).content
 

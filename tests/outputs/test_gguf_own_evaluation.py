@@ -1,0 +1,196 @@
+"""Each GGUF file's own numbers (issue 47 item 3): with ``evaluation.llama_cpp: true`` the run evaluates every GGUF
+file in llama.cpp against the base written the same way, paired on the run's problems (``gguf_eval.json``), and
+the GGUF repo's card shows those figures, never the checkpoint's.
+
+The decisions (the paired row, the card's words) are tested in milliseconds against an independent count; the
+llama.cpp tier runs the organism once: its F32 GGUF in llama.cpp answers as the float32 checkpoint does in
+transformers (the same prompt ids, the same stopping and reading rules), so its row equals eval.json's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from mathneuro_edit.cli.main import main
+from mathneuro_edit.evaluation.llama_cpp import gguf_eval_line, pair_row
+from mathneuro_edit.outputs.gguf import gguf_effect, gguf_eval_section
+from tests._llama_cpp import llama_cpp_or_skip
+
+
+def _binomial_two_sided(b: int, c: int) -> float:
+    """Exact two-sided binomial test of min(b, c) among b + c at 1/2, from the pmf (an independent McNemar)."""
+    from math import comb
+
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2**n)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_paired_row_equals_an_independent_count(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(5, 60)
+    base = [rng.random() < 0.4 for _ in range(n)]
+    edited = [rng.random() < (0.7 if seed % 2 else 0.1) for _ in range(n)]
+    row = pair_row("Q4_K_M", base, edited)
+    b = sum(x and not y for x, y in zip(base, edited))
+    c = sum(y and not x for x, y in zip(base, edited))
+    assert (row["n"], row["base"]["correct"], row["edited"]["correct"]) == (n, sum(base), sum(edited))
+    assert row["discordant"] == {"base_only": b, "edited_only": c}
+    assert row["difference_pp"] == pytest.approx(100 * (sum(edited) - sum(base)) / n)
+    assert row["mcnemar_p"] == pytest.approx(_binomial_two_sided(b, c))
+    assert row["significant"] == (row["mcnemar_p"] < 0.05 and c > b)
+    assert row["worse"] == (row["mcnemar_p"] < 0.05 and b > c)
+
+
+def test_a_significant_loss_is_never_called_a_gain() -> None:
+    worse = pair_row("Q4_0", [True] * 20, [False] * 20)
+    assert (worse["significant"], worse["worse"]) == (False, True)
+    assert "a significant loss" in gguf_eval_line(worse)
+    assert "significant loss" in gguf_eval_section({"m-Q4_0.gguf": "h"}, _found({"m-Q4_0.gguf": worse}), {})
+    better = pair_row("Q8_0", [False] * 20, [True] * 20)
+    assert (better["significant"], better["worse"]) == (True, False)
+    assert "significant gain" in gguf_eval_section({"m-Q8_0.gguf": "h"}, _found({"m-Q8_0.gguf": better}), {})
+
+
+def test_unequal_outcome_lists_are_refused() -> None:
+    with pytest.raises(ValueError, match="equally long"):
+        pair_row("Q8_0", [True], [True, False])
+    with pytest.raises(ValueError, match="non-empty"):
+        pair_row("Q8_0", [], [])
+
+
+def _found(files: dict) -> dict:
+    prompt = {"chat_template": True, "n_shot": 0, "prompt_style": "question-answer", "max_new_tokens": 8}
+    return {"engine": "llama-cpp-python 0.0.0", "n": 20, "prompt": prompt, "files": files}
+
+
+def test_a_card_without_the_files_evaluation_says_so_and_shows_no_figure() -> None:
+    text = gguf_eval_section({"m-Q8_0.gguf": "h"}, None, {})
+    assert text.startswith("These files were not evaluated in llama.cpp")
+    assert "%" not in text and "evaluation.llama_cpp: true" in text
+    assert gguf_effect(None) == (
+        "These files were not evaluated in llama.cpp: the transformers checkpoint's figures are not theirs."
+    )
+
+
+def test_the_card_names_each_file_as_in_its_repo_with_its_own_row() -> None:
+    q8 = pair_row("Q8_0", [False] * 18 + [True] * 2, [False] * 14 + [True] * 6)
+    q4 = pair_row("Q4_K_M", [False] * 18 + [True] * 2, [False] * 17 + [True] * 3)
+    found = _found({"model-Q8_0.gguf": q8, "model-Q4_K_M.gguf": q4})
+    names = {"model-Q8_0.gguf": "X-Q8_0.gguf", "model-Q4_K_M.gguf": "X-Q4_K_M.gguf"}
+    text = gguf_eval_section({"model-Q4_K_M.gguf": "a", "model-Q8_0.gguf": "b"}, found, names)
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows == [
+        "| `X-Q4_K_M.gguf` | Q4_K_M | 10.0% (2/20, 2.8-30.1) | 15.0% (3/20, 5.2-36.0) | +5.0 pp, p = 1 (not significant) | 0 / 1 |",
+        "| `X-Q8_0.gguf` | Q8_0 | 10.0% (2/20, 2.8-30.1) | 30.0% (6/20, 14.5-51.9) | +20.0 pp, p = 0.125 (not significant) | 0 / 4 |",
+    ]
+    assert "the chat template, 0-shot, greedy, up to 8 new tokens" in text
+    assert gguf_effect(found).startswith(
+        "In llama.cpp, on 20 math problems, against the base written the same way: Q8_0"
+    )
+
+
+def _recipe(tmp_path, **evaluation) -> str:
+    recipe = yaml.safe_load(open("recipes/quickstart.yaml"))
+    recipe["outputs"] = {"checkpoint": True, "gguf": ["F32", "Q8_0"]}
+    recipe["evaluation"].update({"samples": 24, **evaluation})
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return str(path)
+
+
+def test_llama_cpp_evaluation_without_gguf_files_is_refused(tmp_path) -> None:
+    recipe = yaml.safe_load(open("recipes/quickstart.yaml"))
+    recipe["evaluation"]["llama_cpp"] = True
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "outputs.gguf names none" in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_llama_cpp_evaluation_without_llama_cpp_is_one_line_before_the_model_loads(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("gguf")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp raises ImportError
+    result = CliRunner().invoke(
+        main, ["run", _recipe(tmp_path, llama_cpp=True), "--out", str(tmp_path / "out"), "--quiet"]
+    )
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "evaluation.llama_cpp" in lines[0] and "pip install llama-cpp-python" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_each_gguf_file_is_evaluated_in_llama_cpp_and_its_card_shows_only_its_numbers(tmp_path) -> None:
+    pytest.importorskip("gguf")
+    llama_cpp_or_skip()
+    from mathneuro_edit.publish.card import card_for_folder
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", _recipe(tmp_path, llama_cpp=True), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    ckpt = out / "checkpoint"
+    found = json.loads((ckpt / "gguf_eval.json").read_text())
+    checkpoint_eval = json.loads((ckpt / "eval.json").read_text())
+    assert set(found["files"]) == {"model-F32.gguf", "model-Q8_0.gguf"} and found["n"] == 24
+    f32 = found["files"]["model-F32.gguf"]
+    # the F32 file in llama.cpp is the float32 checkpoint in transformers: the same answers, the same row
+    # (an independent reading: eval.json's own per-problem completions, by the evaluation's code)
+    math = checkpoint_eval["math"]
+    for arm in ("base", "edited"):
+        preds = math[arm]["predictions"]
+        assert f32[arm]["correct"] == sum(p["correct"] for p in preds) == math[arm]["math_correct"]
+        assert f32["answers"][arm] == [p["completion"] for p in preds]
+    lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())
+    assert "checkpoint/gguf_eval.json" in json.dumps(lock)  # pinned, so reproduce and verify check it
+    card = str(card_for_folder(ckpt, repo_id="me/x-GGUF", kind="gguf", base_repo="me/x"))
+    assert "general loss" not in card and "| `math` |" not in card  # not the checkpoint's evaluation table
+    assert "| `Organism-1.1M-MathNeuro-Prune-Q8_0.gguf` | Q8_0 |" in card
+    assert card.count("In llama.cpp, on 24 math problems") == 1
+
+
+class _ScriptedLlama:
+    """A stand-in for ``llama_cpp.Llama`` whose greedy stream is scripted: tokens 1, 2, 3, ... (decoded as text by
+    the test's decoder), never an end-of-sequence unless scripted."""
+
+    def __init__(self, **kwargs) -> None:
+        self.kwargs = kwargs
+
+    def generate(self, ids, **kwargs):
+        assert kwargs["temp"] == 0.0 and kwargs["top_k"] == 1 and kwargs["reset"] is True
+        yield from range(1, 1000)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("prefill", "eos", "budget", "expected"),
+    [
+        (None, [], 50, "1 2 3 4 5"),  # stops once the answer is complete
+        (None, [3], 50, "1 2"),  # an end-of-sequence id ends it, unshown
+        (None, [], 2, "1 2"),  # the budget ends it
+    ],
+)
+def test_llama_cpp_completions_stop_where_the_evaluation_stops(monkeypatch, prefill, eos, budget, expected) -> None:
+    import types
+
+    from mathneuro_edit.evaluation import llama_cpp as module
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=_ScriptedLlama))
+    # "done" after the fifth token: the scripted rule stands for completion_done (its own tests pin it)
+    monkeypatch.setattr(module, "completion_done", lambda text, pre: len(text.split()) >= 5)
+
+    def decode(ids):
+        return " ".join(map(str, ids))
+
+    got = module.llama_cpp_completions("m.gguf", [[7, 8]], decode, [prefill], eos, budget)
+    assert got == [expected]
