@@ -133,18 +133,18 @@ class RunVerification:
         """``verify: FAILED: ...`` naming what differs (empty when everything matched)."""
         if not self.failed:
             return ""
-        what = [f for f in self.failed if f not in ("files", "mask")]
-        differ = ", ".join(
-            f"{terminal_safe(p)} ({s})" for p, s in (self.files.differences() if self.files else {}).items()
-        )
-        parts = ([f"{', '.join(what)} differ(s) from the base + mask + scale"] if what else []) + (
-            [f"files differ from the lock's sha256: {differ}"] if "files" in self.failed else []
-        )
+        parts = []
         if "mask" in self.failed:
-            parts.insert(
-                0,
+            parts.append(
                 f"the mask is not the lock's (sha256 {str(self.mask_sha256)[:12]}..., the lock records "
-                f"{str(self.lock_mask_sha256)[:12]}...)",
+                f"{str(self.lock_mask_sha256)[:12]}...)"
+            )
+        if what := [f for f in self.failed if f not in ("files", "mask")]:
+            parts.append(f"{', '.join(what)} differ(s) from the base + mask + scale")
+        if "files" in self.failed:
+            differ = (self.files.differences() if self.files else {}).items()
+            parts.append(
+                f"files differ from the lock's sha256: {', '.join(f'{terminal_safe(p)} ({s})' for p, s in differ)}"
             )
         return f"verify: FAILED: {'; '.join(parts)} (details above)"
 
@@ -158,16 +158,12 @@ class RunVerification:
             return self.failure_line()
         if self.lock_mask_sha256 is None:
             return "verify: OK: the output weights are the base with this mask and scale applied, bit for bit"
-        unchecked = self.files.unchecked() if self.files else []
+        unchecked = ", ".join(map(terminal_safe, self.files.unchecked() if self.files else []))
         return (
             "verify: OK: the mask and the output weights are the lock's, bit for bit "
             f"({devices_note(self.made_on, {'type': self.checked_on})}; the statistics are not recomputed: "
             "`reproduce` does that)"
-            + (
-                f"; not checked (the lock records no sha256 of them): {', '.join(map(terminal_safe, unchecked))}"
-                if unchecked
-                else ""
-            )
+            + (f"; not checked (the lock records no sha256 of them): {unchecked}" if unchecked else "")
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,9 +22,6 @@ kernels), so they may differ in the last bits without changing the selection. A 
   bit".
 
 :func:`reproduce_verdict` decides, from the recorded and found hashes, the re-run and the two devices alone.
-
-A statistics hash also covers its header (the library versions, where the data came from): hashed again with the
-lock's versions, equal sums give the lock's hash, so newer libraries alone are not called a difference.
 """
 
 from __future__ import annotations
@@ -191,7 +188,6 @@ def reproduce_verdict(
             but does not, as in a lock written before ``run_files``); ``None``: a lock file alone, no files.
         found: ``{path: sha256}`` of the files present (as :func:`~mathneuro_edit.publish.integrity.compare_files`
             reads them).
-        rerun: the re-run against the lock.
         made_on: the lock's ``device`` record; ``checked_on``: the re-run's.
 
     Example:

@@ -2,8 +2,8 @@
 
 :func:`load_step` loads the base, :func:`calibrate_step` records the math set and every general set into
 :class:`Statistics` (the one layout of the statistics files, wherever they are saved), and :func:`mask_step` derives
-the recipe's mask from them (each reads and fills the run's :class:`~.record.RunRecord`), from a loaded model's weights or from the base's files one tensor at a time
-(:func:`checkpoint_weights`). :func:`data_records` gives the lock's record of the sampled data without calibrating.
+the recipe's mask from them (each reads and fills the run's :class:`~.record.RunRecord`), from a loaded model's
+weights or from the base's files one tensor at a time (:func:`checkpoint_weights`). :func:`data_records` gives the lock's record of the sampled data without calibrating.
 """
 
 from __future__ import annotations
@@ -195,8 +195,20 @@ def recipe_masks(
     A top_k map (per layer band and component: :mod:`~mathneuro_edit.engine.edit_map`) takes each matrix's entry
     from the mask at its own value (:func:`compose_masks`); every distinct value comes from the same one pass.
     """
+    m = recipe.mask
     values = sorted({v for k in top_ks for v in setting_values(k)})
-    masks = _scored_masks(recipe, stats, values, weights, method=method, seed=seed, progress=progress)
+    masks = find_math_params(
+        weights,
+        stats.math,
+        stats.general,
+        top_k=values,
+        method=method or m.method,
+        granularity=m.granularity,
+        seed=m.seed if seed is None else seed,
+        progress=progress,
+        # the GPU when the recipe's device allows one: the same bits, milliseconds per matrix instead of seconds
+        device=selection_device(recipe.base.device),
+    )
     by_value = dict(zip(values, masks))
     return [by_value[float(k)] if not isinstance(k, Mapping) else compose_masks(k, by_value) for k in top_ks]
 
@@ -217,32 +229,6 @@ def compose_masks(top_k: Mapping[str, float], by_value: Mapping[float, Mask]) ->
         )
     meta = {**first.meta, "top_k": dict(top_k)}
     return Mask({name: by_value[value_for(top_k, name)][name] for name in first}, meta)
-
-
-def _scored_masks(
-    recipe: Recipe,
-    stats: Statistics,
-    top_ks: Sequence[float],
-    weights: Mapping[str, Any],
-    *,
-    method: str | None,
-    seed: int | None,
-    progress: bool,
-) -> list[Mask]:
-    """The recipe's masks at each number of ``top_ks`` from one scoring pass (:func:`recipe_masks`)."""
-    m = recipe.mask
-    return find_math_params(
-        weights,
-        stats.math,
-        stats.general,
-        top_k=list(top_ks),
-        method=method or m.method,
-        granularity=m.granularity,
-        seed=m.seed if seed is None else seed,
-        progress=progress,
-        # the GPU when the recipe's device allows one: the same bits, milliseconds per matrix instead of seconds
-        device=selection_device(recipe.base.device),
-    )
 
 
 def checkpoint_weights(recipe: Recipe, stats: Statistics) -> Any:

@@ -284,15 +284,6 @@ class _Search:
         return _Arm(0, top_k, scale, mask, correct, general, reached), done  # type: ignore[arg-type]
 
 
-def _check(recipe: Recipe) -> None:
-    """What this search does not take (one line each, before anything loads)."""
-    if recipe.sweep.variants:
-        raise InputError(
-            "sweep.search: optuna searches the recipe's own calibration and targets; drop sweep.variants "
-            "(or use sweep.search: grid)"
-        )
-
-
 def run_optuna_search(
     recipe: Recipe,
     out: Path,
@@ -306,7 +297,11 @@ def run_optuna_search(
     """The search of ``sweep.search: optuna`` into the sweep folder ``out`` (checked by the caller,
     :func:`~.search.run_sweep`): load, calibrate, one mask per top_k value, the base, the trials (resumed from
     the folder's study), then the candidate's confirmation; writes ``sweep.json``, ``sweep.csv`` and the plots."""
-    _check(recipe)
+    if recipe.sweep.variants:  # before anything loads
+        raise InputError(
+            "sweep.search: optuna searches the recipe's own calibration and targets; drop sweep.variants "
+            "(or use sweep.search: grid)"
+        )
     sw = recipe.sweep
     grid, shots, selection, confirmation_problems, texts = _inputs(recipe, echo)
     stages = Stages(stage_count(recipe, ("load", "mask")) + _set_count(grid.variants) + 3, echo)

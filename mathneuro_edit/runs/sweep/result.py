@@ -96,32 +96,14 @@ class SweepResult:
             "candidate confirmed".split()
         )
         c = self.confirmation
-        for i, p in enumerate(self.points):
-            w.writerow(
-                [
-                    p.variant,
-                    p.round,
-                    _cell(p.top_k),
-                    _cell(p.scale),
-                    p.selected,
-                    p.math_accuracy,
-                    p.math_correct,
-                    p.math_total,
-                    f"{p.math_ci95_low:.4f}",
-                    f"{p.math_ci95_high:.4f}",
-                    f"{p.mcnemar_p:.4g}",
-                    f"{p.holm_p:.4g}",
-                    p.significant,
-                    p.general_loss,
-                    f"{p.general_loss_se:.4g}",
-                    f"{p.loss_change:.4g}",
-                    f"{p.loss_change_se:.4g}",
-                    p.general_kl if math.isfinite(p.general_kl) else "",
-                    i in self.front,
-                    i == self.candidate,
-                    bool(c is not None and c.point == i and c.confirmed),
-                ]
-            )
+        for i, p in enumerate(self.points):  # in the header's order: the setting, math, its tests, general, marks
+            kl = p.general_kl if math.isfinite(p.general_kl) else ""
+            setting = [p.variant, p.round, _cell(p.top_k), _cell(p.scale), p.selected]
+            math_ = [p.math_accuracy, p.math_correct, p.math_total, f"{p.math_ci95_low:.4f}", f"{p.math_ci95_high:.4f}"]
+            tests = [f"{p.mcnemar_p:.4g}", f"{p.holm_p:.4g}", p.significant]
+            loss = [p.general_loss, f"{p.general_loss_se:.4g}", f"{p.loss_change:.4g}", f"{p.loss_change_se:.4g}"]
+            marks = [i in self.front, i == self.candidate, bool(c is not None and c.point == i and c.confirmed)]
+            w.writerow(setting + math_ + tests + loss + [kl] + marks)
         return buf.getvalue()
 
     def to_text(self) -> str:
@@ -135,49 +117,26 @@ class SweepResult:
         rows = [["base", "", "", "", f"{n}", f"{100 * self.base_math_accuracy:.1f}%{base_ci}", "", "-", "-", "", ""]]
         for i, p in enumerate(self.points):
             mark = ("*" if i in self.front else "") + (" ? candidate" if i == self.candidate else "")
-            gain = (
-                p.gain_points
-                if p.base_correct is not None
-                else (
-                    100 * (p.math_correct - int(b.get("math_correct", 0))) / p.math_total if p.math_total else math.nan
-                )
-            )
-            rows.append(
-                [
-                    p.variant or "-",
-                    show_setting(p.top_k),
-                    show_setting(p.scale),
-                    f"{p.selected:,}",
-                    f"{p.math_total}",
-                    f"{100 * p.math_accuracy:.1f}% ({100 * p.math_ci95_low:.1f}-{100 * p.math_ci95_high:.1f})",
-                    f"{gain:+.1f}",
-                    f"{p.mcnemar_p:.3g}",
-                    f"{p.holm_p:.3g}",
-                    _kl_text(p.general_kl),
-                    mark.strip(),
-                ]
-            )
+            gain = p.gain_points
+            if p.base_correct is None and p.math_total:  # older files: over the base's count on all the problems
+                gain = 100 * (p.math_correct - int(b.get("math_correct", 0))) / p.math_total
+            acc = f"{100 * p.math_accuracy:.1f}% ({100 * p.math_ci95_low:.1f}-{100 * p.math_ci95_high:.1f})"
+            setting = [p.variant or "-", show_setting(p.top_k), show_setting(p.scale), f"{p.selected:,}"]
+            found = [f"{p.math_total}", acc, f"{gain:+.1f}", f"{p.mcnemar_p:.3g}", f"{p.holm_p:.3g}"]
+            rows.append(setting + found + [_kl_text(p.general_kl), mark.strip()])
         c = self.confirmation
         if c is not None:
             lo, hi = wilson_interval(c.edited_correct, c.n)
-            rows.append(
-                [
-                    "confirm",
-                    show_setting(c.top_k),
-                    show_setting(c.scale),
-                    "",
-                    f"{c.n}",
-                    f"{100 * c.edited_correct / c.n:.1f}% ({100 * lo:.1f}-{100 * hi:.1f})",
-                    f"{100 * (c.edited_correct - c.base_correct) / c.n:+.1f}",
-                    f"{c.mcnemar_p:.3g}",
-                    "-",
-                    "",
-                    f"confirmed (base {100 * c.base_correct / c.n:.1f}%)"
-                    if c.confirmed
-                    else f"not confirmed (base {100 * c.base_correct / c.n:.1f}%; "
-                    f"{detectable_text(c.n, c.base_only, c.edited_only, c.alpha)})",
-                ]
+            base = f"base {100 * c.base_correct / c.n:.1f}%"
+            mark = (
+                f"confirmed ({base})"
+                if c.confirmed
+                else f"not confirmed ({base}; {detectable_text(c.n, c.base_only, c.edited_only, c.alpha)})"
             )
+            acc = f"{100 * c.edited_correct / c.n:.1f}% ({100 * lo:.1f}-{100 * hi:.1f})"
+            gain = f"{100 * (c.edited_correct - c.base_correct) / c.n:+.1f}"
+            setting = ["confirm", show_setting(c.top_k), show_setting(c.scale), ""]
+            rows.append(setting + [f"{c.n}", acc, gain, f"{c.mcnemar_p:.3g}", "-", "", mark])
         legend = (
             "gain: percentage points over the base on the same n problems; p: exact McNemar vs the base; "
             "general KL -: not needed (ranked out by its math counts before its KL could matter); "
