@@ -34,9 +34,7 @@ def license_from_base(base: str | Path, revision: str | None = None) -> str | No
 
 
 def base_card_fields(base: str | Path, revision: str | None = None) -> dict[str, Any]:
-    """The metadata a derived model's card must carry from its base's card (read locally, as
-    :func:`license_from_base`): ``license``, ``license_name``, ``license_link``, ``language``, ``datasets``
-    (the keys the base card has).
+    """The metadata (of those the module docstring names) a derived model's card carries from its base's card.
 
     Example:
         >>> base_card_fields("/nonexistent/folder")

@@ -203,15 +203,14 @@ def push_to_hub(
 ) -> PushResult:
     """Make a Hub model repo equal to one artifact of a run, in one commit (adds and deletes): ``push``.
 
-    Why 10 parameters: the folder and repo, then eight keyword-only options, each a choice of ``mathneuro-edit
-    push`` (and of :func:`huggingface_hub.HfApi.create_commit`); what they leave out comes from the recipe's ``hub``
-    section in the folder's lock.
+    Why 10 parameters: the folder and repo, then one keyword-only option per choice of ``mathneuro-edit push``;
+    what they leave out comes from the recipe's ``hub`` section in the folder's lock.
 
     Args:
         out_dir: a run folder (its output ``kind``), or a folder with ``README.md`` and the lock: a run's
             ``checkpoint/`` or ``adapter/``, or an ``export`` folder.
-        repo_id: ``user/name`` (created if missing); default ``hub.repo_id`` (``<id>``, ``<id>-adapter``,
-            ``<id>-GGUF``: one repo per artifact); ``None`` with none in the recipe only for a dry run.
+        repo_id: ``user/name`` (created if missing); default: the output's repo from ``hub.repo_id``; ``None`` with
+            none in the recipe only for a dry run.
         kind: ``checkpoint``, ``adapter`` or ``gguf`` (the folder's ``*.gguf`` files); default: ``adapter`` for a
             folder holding ``adapter_config.json``, else ``checkpoint``.
         private: ``True``/``False`` sets the repo's visibility (a new repo, or an existing one that differs);

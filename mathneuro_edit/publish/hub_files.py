@@ -28,12 +28,8 @@ __all__ = ["folder_files", "artifact_files", "check_artifact_against_lock", "upl
 
 def folder_files(out: Path) -> list[tuple[str, Path]]:
     """``(path in repo, local path)`` of every file to publish, sorted; hidden files/folders (temp files,
-    ``.cache``) are left out.
-
-    Raises:
-        InputError: a file or folder is a symbolic link that resolves outside ``out`` (it would publish a file
-            from elsewhere on this machine), naming it.
-    """
+    ``.cache``) are left out. A file or folder that is a symbolic link resolving outside ``out`` (it would publish a
+    file from elsewhere on this machine) is an :class:`InputError` naming it."""
     root = out.resolve()
     files = []
     for p in sorted(out.rglob("*")):
@@ -60,11 +56,9 @@ def folder_files(out: Path) -> list[tuple[str, Path]]:
 
 def uploaded_contents(files: list[tuple[str, Path]]) -> tuple[dict[str, Path | bytes], tuple[str, ...]]:
     """What a push sends for each file (``path in repo -> local file``, or its bytes with local paths blanked) and
-    the ``"file: key"`` of every path blanked. The one place that decides it, so a test loads what is uploaded.
-
-    Every local path in the fields of an uploaded JSON file that can hold one is blanked, at any depth
-    (:func:`~mathneuro_edit.util.scrub.scrub_json`: tokenizer files and tokens are never changed; the files on
-    disk stay as they are).
+    the ``"file: key"`` of every path blanked (at any depth, in the fields of a JSON file that can hold one:
+    :func:`~mathneuro_edit.util.scrub.scrub_json`; the files on disk stay as they are). The one place that decides
+    it, so a test loads what is uploaded.
 
     Raises:
         InputError: an adapter config names a local base (PEFT needs the base's Hub id: a blank would break loading).

@@ -8,13 +8,14 @@ message, a credential it may echo) are worded through :data:`_ERROR_TABLE` into 
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from huggingface_hub import constants
@@ -46,10 +47,8 @@ def _client_errors(name: str, *builtin: type[BaseException]) -> tuple[type[BaseE
     httpx in 1.x) that is installed: ``TransportError`` (network-level) or ``TimeoutException``."""
     found = list(builtin)
     for module in ("httpx2", "httpx"):
-        try:
-            found.append(getattr(__import__(module), name))
-        except (ImportError, AttributeError):
-            pass
+        with suppress(ImportError, AttributeError):
+            found.append(getattr(importlib.import_module(module), name))
     return tuple(found)
 
 

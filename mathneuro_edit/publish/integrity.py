@@ -6,7 +6,8 @@ The lock's ``outputs`` hold ``{"checkpoint/<file>" | "adapter/<file>": sha256}``
 - an artifact folder (``checkpoint/``, ``adapter/``, an ``export`` folder): its own files, under its kind's prefix;
 - a Hub repo (one artifact, as ``push`` mirrors it): each file's LFS sha256 as the Hub reports it
   (``model_info(files_metadata=True)``); a small regular file (config, tokenizer) has no LFS sha256, so it is
-  downloaded and hashed. A GGUF repo's files are matched by their llama.cpp names (:func:`~..outputs.gguf.gguf_repo_name`).
+  downloaded and hashed. A GGUF repo's files are matched by their llama.cpp names
+  (:func:`~..outputs.gguf.gguf_repo_name`).
 
 Each recorded file is ``match``, ``changed`` or ``missing``; a file present but not recorded is ``extra``. The card,
 the lock and ``eval.json`` are not outputs: the lock records them under ``run_files`` (:mod:`.run_files`), checked

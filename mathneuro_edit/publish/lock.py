@@ -1,10 +1,8 @@
 """The lock file ``mathneuro_recipe.lock.yaml``: the recipe with every default explicit, plus the hashes that pin a run.
 
-It records the resolved recipe (public form), the base model's revision and safetensors hashes, what data was
-sampled (:attr:`mathneuro_edit.data.sources.LoadedTexts.record`), the statistics, mask and output file hashes, the
-sha256 of every other file of the run (``run_files``: the mask, statistics, evaluation and card files,
-:mod:`.run_files`), the library versions, and the device the statistics were computed on (``device``:
-``{"type": "cuda", "name": "NVIDIA H200"}``). ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
+It records the resolved recipe (public form), the base model's identity, what data was sampled, the hashes of the
+statistics, the mask, the outputs and every other file of the run (:mod:`.run_files`), the library versions and the
+device (:func:`build_lock`). ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
 
 What a lock promises across devices: the mask and the output weights are the product, the same bits on a CPU and
 a GPU (float32 scores, a deterministic top-k, elementwise edits); the statistics and the evaluation's numbers are
@@ -217,7 +215,8 @@ def build_lock(
 
     Args:
         base_revision: the resolved commit of a Hub base (``None`` for a local or organism base).
-        data_records: ``{"math": [record], "general": [records], ...}`` from :mod:`mathneuro_edit.data.sources`.
+        data_records: ``{"math": [record], "general": [records], ...}``
+            (:attr:`mathneuro_edit.data.sources.LoadedTexts.record`).
         stats_sha256: the statistics' hash, or ``{"math": ..., "general": ...}``.
         output_files: ``{relative path: sha256}`` of the written files (see :func:`output_hashes`).
         versions: library versions (default: :func:`library_versions`).
@@ -228,8 +227,8 @@ def build_lock(
         base_gguf: ``{"file": NAME, "sha256": ...}`` of a GGUF base (recorded as ``base.gguf``).
         sweep: the evidence of a release made with ``run --from-sweep``
             (:meth:`mathneuro_edit.runs.sweep.evidence.SweepEvidence.lock_entry`).
-        device: where the statistics were computed (:func:`~mathneuro_edit.engine.devices.device_record`; an
-            ``export`` from a saved mask records none: it computed no statistics).
+        device: where the statistics were computed (``{"type": "cuda", "name": "NVIDIA H200"}``:
+            :func:`~mathneuro_edit.engine.devices.device_record`; an ``export`` from a saved mask records none).
 
     Example:
         >>> from mathneuro_edit.recipe.io import quickstart_recipe
@@ -271,17 +270,17 @@ def _base_entry(
     base_weights: Mapping[str, str] | None,
     base_gguf: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The lock's ``base``: the model (as public), its revision, its weights' hashes (read from a local base when not given),
-    its description (a local base) and its GGUF file (a GGUF base)."""
+    """The lock's ``base``: the model (as public), its revision, its weights' hashes (read from a local base when
+    not given), its description (a local base) and its GGUF file (a GGUF base)."""
     local_dir = recipe.base.local_dir()
-    if base_weights is None and local_dir is not None and local_dir.is_dir():
+    local_dir = local_dir if local_dir is not None and local_dir.is_dir() else None
+    if base_weights is None and local_dir is not None:
         base_weights = weights_sha256(local_dir)
-    described = base_description(local_dir) if local_dir is not None and local_dir.is_dir() else None
     return {
         "model": model,
         "revision": base_revision,
         "weights_sha256": dict(base_weights) if base_weights is not None else None,
-        **({"description": described} if described is not None else {}),
+        **({"description": base_description(local_dir)} if local_dir is not None else {}),
         **({"gguf": dict(base_gguf)} if base_gguf is not None else {}),
     }
 
@@ -331,7 +330,7 @@ def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
     for key, kind in _LOCK_FIELDS.items():
         if data.get(key) is not None and not isinstance(data[key], kind):
             raise InputError(
-                f"{p}: {key}: must be a {_KIND_NAMES[kind]}, got {type(data[key]).__name__}; this lock "
+                f"{p}: {key}: must be a {'string' if kind is str else 'mapping'}, got {type(data[key]).__name__}; this lock "
                 "file is corrupt: use the one the run wrote"
             )
     _check_base_names(p, data.get("base") or {})
@@ -433,4 +432,3 @@ _LOCK_FIELDS: dict[str, type] = {  # a hash is a string, every other field a map
     for key in ("recipe_sha256", "base", "data", "files", "mask_sha256", "outputs", "run_files", "versions")
     + ("edit_summary", "lm_eval", "device")
 }
-_KIND_NAMES = {str: "string", dict: "mapping"}

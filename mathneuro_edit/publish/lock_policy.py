@@ -2,9 +2,9 @@
 
 A lock (or a card, or a downloaded repo) comes from someone else. :func:`refused_lock_settings` lists what a lock
 may never choose: running the base's code (``base.trust_remote_code``) or the Hub's compiled kernels
-(``base.use_kernels``), a local file or folder to read or write,
-an lm-eval task folder (whose task YAMLs can run Python); each is taken only from the user's command line
-(``--trust-remote-code``, ``--base PATH``, ``--set KEY=VALUE``). :func:`validate_lock` checks every field against
+(``base.use_kernels``), a local file or folder to read or write, an lm-eval task folder (whose task YAMLs can run
+Python); each is taken only from the user's command line (``--trust-remote-code``, ``--base PATH``, ``--set
+KEY=VALUE``). :func:`validate_lock` checks every field against
 the recipe hash before anything runs: an edited field is :class:`~mathneuro_edit.errors.LockMismatchError` (exit
 1) naming it. :func:`lock_base` is the base a command may read for a lock. The lock's format, reading and writing:
 :mod:`.lock`.
@@ -32,11 +32,8 @@ _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 def _given(key: str, overrides: Sequence[str]) -> bool:
     """Whether ``key`` (or a section above it) is set by one of the command line's ``key=value`` overrides."""
-    for item in overrides:
-        k = item.partition("=")[0].strip()
-        if k == key or key.startswith(k + "."):
-            return True
-    return False
+    given = (item.partition("=")[0].strip() for item in overrides)
+    return any(k == key or key.startswith(k + ".") for k in given)
 
 
 def refused_lock_settings(

@@ -10,8 +10,8 @@ the rest, by the same relative paths:
 A card names the lock beside it by its sha256, so the lock cannot hold the card's plain sha256 (each would name the
 other): it records :func:`card_sha256`, the card's sha256 with that lock hash written as 64 zeros.
 :func:`seal_cards` writes a folder's lock and cards that way; :func:`present_run_files` hashes what a folder holds
-the same way, for the check. A lock written before ``run_files`` existed records none of them: the check calls
-those files ``unchecked``, never ``match``.
+the same way, for the check (:mod:`.integrity`: what a lock written before ``run_files`` does not record is
+``unchecked``).
 """
 
 from __future__ import annotations
