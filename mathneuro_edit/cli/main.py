@@ -245,29 +245,20 @@ def calibrate(job: RecipeJob, out: str) -> None:
 def mask(job: RecipeJob, stats_dir: str, out: str, top_k: float | None) -> None:
     """Derive a mask from saved statistics (any top_k, no forward pass)."""
     r = job.recipe()
-    if top_k is not None:
-        r = _with_top_k(r, top_k)
+    if top_k is not None:  # not as --set mask.top_k=X: a float written back as YAML, 1e-05, would read as a string
+        from ..recipe.types import check_top_k
+
+        try:
+            check_top_k(top_k)  # the recipe's own rule: (0, 1], with its hint
+        except ValueError as e:
+            raise InputError(f"--top-k: {e}") from None
+        r = r.model_copy(update={"mask": r.mask.model_copy(update={"top_k": top_k})})
     job.claim(out, r, "file", statistics=stats_dir)
     echo = job.stages()
     from ..runs.single_steps import mask_from_stats
 
     m = mask_from_stats(r, stats_dir, out, progress=job.progress, echo=echo)
     click.echo(f"{out}  {m.selected:,}/{m.total:,} weights ({100 * m.selected / m.total:.3f}%)  sha256 {m.sha256}")
-
-
-def _with_top_k(recipe: Any, top_k: float) -> Any:
-    """The recipe with ``mask.top_k`` replaced, checked by the recipe's own rule (``(0, 1]``, with its hint).
-
-    Why not ``--set mask.top_k=X``: the value is a float already; written back as YAML, ``1e-05`` would be read
-    as a string.
-    """
-    from ..recipe.types import check_top_k
-
-    try:
-        check_top_k(top_k)
-    except ValueError as e:
-        raise InputError(f"--top-k: {e}") from None
-    return recipe.model_copy(update={"mask": recipe.mask.model_copy(update={"top_k": top_k})})
 
 
 @click.command()
@@ -311,15 +302,9 @@ def export(
     from ..runs.pipeline import export_recipe
     from ..runs.steps.export import output_kinds
 
+    kind = output_kinds(r)[0]  # the checkpoint when outputs.checkpoint is true, else the adapter
     folder = export_recipe(
-        r,
-        mask_path,
-        out,
-        kind=output_kinds(r)[0],  # the checkpoint when outputs.checkpoint is true, else the adapter
-        overwrite=overwrite,
-        progress=job.progress,
-        workers=workers,
-        echo=echo,
+        r, mask_path, out, kind=kind, overwrite=overwrite, progress=job.progress, workers=workers, echo=echo
     )
     click.echo(folder)
 

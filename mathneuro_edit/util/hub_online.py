@@ -61,9 +61,6 @@ def require_hub(
         InputError: ``HF_HUB_OFFLINE`` is set and the file is not in the local Hub cache.
         MathNeuroEditError: the endpoint (or its proxy) does not resolve or refuses a connection within
             :data:`PROBE_SECONDS` (a failure of the environment: exit 3).
-
-    Example:
-        >>> require_hub("HuggingFaceTB/SmolLM2-135M-Instruct", what="base.model")  # doctest: +SKIP
     """
     from huggingface_hub import constants
 

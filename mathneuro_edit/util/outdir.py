@@ -111,10 +111,6 @@ def claim(out: str | Path) -> Iterator[Path]:
 
     Raises:
         OutputBusyError: another live run holds it (the message names that run's pid, host and command).
-
-    Example:
-        >>> with claim(tmp_path / "out"):  # doctest: +SKIP
-        ...     pass  # write tmp_path / "out" here
     """
     out = Path(out).expanduser().absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
