@@ -379,7 +379,7 @@ def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str =
 
 
 def shira_layer_rows(
-    ckpt: Checkpoint, layer: ShiraLayer, m: torch.Tensor, scale: float, block_bytes: int | None = None
+    ckpt: Checkpoint, layer: ShiraLayer, m: torch.Tensor, scale: float
 ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """``(rows, base, edited, mask)`` of a SHiRA layer whose ``(rows, cols)`` bool mask is ``m``, one block of rows
     at a time (:func:`row_blocks`).
@@ -389,18 +389,18 @@ def shira_layer_rows(
     8B model's lm_head the adapter export's and audit's peak memory.
     """
     item = ckpt.tensors[layer.ckpt].nbytes // max(layer.rows * layer.cols, 1)
-    for rows in row_blocks((layer.rows, layer.cols), item, block_bytes):
+    for rows in row_blocks((layer.rows, layer.cols), item):
         w, mb = ckpt.read(layer.ckpt, rows=rows), m[rows]
         yield rows, w, scale_masked(w, mb, scale), mb
 
 
 def _layer_delta(
-    ckpt: Checkpoint, plan: EditPlan, layer: ShiraLayer, scale: float, k: int, block_bytes: int | None = None
+    ckpt: Checkpoint, plan: EditPlan, layer: ShiraLayer, scale: float, k: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SHiRA's ``(2, k)`` int32 indices and ``(k,)`` values for one layer, padded with ``-0.0``."""
     m = plan.mask_slice(layer.ckpt, layer.name)  # (rows, cols) bool: one byte per entry, unpacked once
     flat_parts, delta_parts = [], []
-    for rows, w, e, mb in shira_layer_rows(ckpt, layer, m, scale, block_bytes):
+    for rows, w, e, mb in shira_layer_rows(ckpt, layer, m, scale):
         idx = mb.nonzero()  # (count in block, 2), row-major
         delta_parts.append(exact_delta(w, e, idx, layer.name))
         flat_parts.append((idx[:, 0] + rows.start) * layer.cols + idx[:, 1])

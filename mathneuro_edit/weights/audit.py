@@ -315,9 +315,8 @@ def _verify_peft(
 
     report = VerifyReport(out, "peft")
     cfg = _export_json(out / "adapter_config.json", report)
-    if report.mismatches:
-        return report
-    report.mismatches += _peft_config_problems(cfg)
+    if not report.mismatches:
+        report.mismatches += _peft_config_problems(cfg)
     if report.mismatches:
         return report
     layers = shira_layers(plan, mask)
@@ -353,9 +352,8 @@ def _verify_peft(
             )
             continue
         n_bad, exact_in_every_dtype = 0, True
-        for rows, w, e, _ in shira_layer_rows(
-            ckpt, layer, plan.mask_slice(layer.ckpt, layer.name), scale_of(scale, layer.name)
-        ):
+        m = plan.mask_slice(layer.ckpt, layer.name)
+        for rows, w, e, _ in shira_layer_rows(ckpt, layer, m, scale_of(scale, layer.name)):
             here = (idx[0] >= rows.start) & (idx[0] < rows.stop)
             block_idx = torch.stack([idx[0][here] - rows.start, idx[1][here]], dim=1)  # (k in block, 2)
             block_d = d[here]

@@ -19,12 +19,9 @@ from .gguf_reader import base_folder, dequantize_gguf
 
 
 def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle: bool = False) -> Path:
-    """A local folder as is, or a Hub id resolved through huggingface_hub's cache (``snapshot_download``).
-
-    ``organism`` is the shipped model's folder. A string that looks like a path (:func:`~mathneuro_edit.recipe.schema.
-    is_local_path`) and does not exist raises "no such local folder" rather than trying the Hub.
-
-    A local ``.gguf`` file gives its dequantized safetensors folder (:func:`~mathneuro_edit.weights.gguf_reader.dequantize_gguf`).
+    """A local folder as is, or a Hub id resolved through huggingface_hub's cache (``snapshot_download``);
+    ``organism`` is the shipped model's folder, a local ``.gguf`` file its dequantized safetensors folder
+    (:func:`~mathneuro_edit.weights.gguf_reader.dequantize_gguf`). A path never falls back to the Hub.
 
     Example:
         >>> resolve_base("/path/to/model")  # doctest: +SKIP
@@ -59,10 +56,9 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
 
 
 def resolve_model_path(model: str | Path) -> str:
-    """What ``from_pretrained`` gets: the organism's folder, a local folder (checked), or a Hub id unchanged (in
-    the local Hub cache or with the Hub reachable: :func:`~mathneuro_edit.util.hub_online.require_hub`).
-
-    A local ``.gguf`` file gives its dequantized safetensors folder (created in the cache on first use).
+    """What ``from_pretrained`` gets: the organism's folder, a local folder (checked), a local ``.gguf`` file's
+    dequantized folder, or a Hub id unchanged (in the local Hub cache or with the Hub reachable:
+    :func:`~mathneuro_edit.util.hub_online.require_hub`).
 
     Raises:
         InputError: a local path that does not exist or is not a model folder; a Hub id not in the cache while
@@ -102,13 +98,8 @@ def resolve_model_path(model: str | Path) -> str:
 
 def base_reference(base: BaseConfig) -> str:
     """What export functions and :func:`~.loading.load_model` take as the model of a recipe's ``base`` section:
-    the local folder (the organism's for ``organism``) or the Hub id.
-
-    A GGUF base gives its dequantized safetensors folder, created in the cache on first use (docs/gguf.md).
-
-    Raises:
-        InputError: a local path (``./models/llama``) that does not exist: "no such local folder", never a Hub
-            lookup.
+    the local folder (the organism's for ``organism``; a GGUF base's dequantized folder) or the Hub id. A local
+    path (``./models/llama``) that does not exist is "no such local folder", never a Hub lookup.
     """
     if base.is_gguf:
         return str(base_folder(base))

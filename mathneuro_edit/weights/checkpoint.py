@@ -57,23 +57,14 @@ class TensorEntry:
 
 @dataclass
 class Checkpoint:
-    """The weight files of a base folder, read lazily (headers only until a tensor is asked for).
-
-    Attributes:
-        folder: the base folder.
-        kind: ``"safetensors"`` or ``"pickle"``.
-        shards: weight file names in order (relative to ``folder``).
-        tensors: ``name -> TensorEntry`` in file order (shard by shard, by offset).
-        shard_metadata: ``shard name -> safetensors metadata`` of the base (empty for pickles).
-        index_metadata: the ``metadata`` block of the base's index file (empty without an index).
-    """
+    """The weight files of a base folder, read lazily (headers only until a tensor is asked for)."""
 
     folder: Path
-    kind: str
-    shards: list[str]
-    tensors: dict[str, TensorEntry]
-    shard_metadata: dict[str, dict[str, str]] = field(default_factory=dict)
-    index_metadata: dict[str, Any] = field(default_factory=dict)
+    kind: str  # "safetensors" or "pickle"
+    shards: list[str]  # weight file names in order (relative to folder)
+    tensors: dict[str, TensorEntry]  # in file order (shard by shard, by offset)
+    shard_metadata: dict[str, dict[str, str]] = field(default_factory=dict)  # the base's (empty for pickles)
+    index_metadata: dict[str, Any] = field(default_factory=dict)  # its index's "metadata" (empty without one)
     _pickle_cache: tuple[Path, dict[str, torch.Tensor]] | None = None
 
     @property
@@ -114,12 +105,8 @@ class Checkpoint:
 
 
 def _read_safetensors_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
-    """The tensors of a safetensors file, checked against the file: header length, offsets, sizes vs shapes.
-
-    Raises:
-        InputError: naming the file (and the tensor) for a truncated file, an absurd header length, or a tensor
-            whose stored bytes do not match its dtype and shape.
-    """
+    """The tensors of a safetensors file, checked against the file: header length, offsets, sizes vs shapes (an
+    InputError naming the file, and the tensor, otherwise)."""
     fix = "re-download or re-save the base"
     try:
         size = path.stat().st_size
@@ -198,12 +185,8 @@ def _check_shard_names(index: Path, weight_map: dict[Any, Any], shards: list[Any
 
 
 def check_config_file(folder: Path) -> None:
-    """Refuse a base folder whose ``config.json`` is not a JSON object with a ``model_type`` (what transformers,
-    and every reader of the exported folder, needs to know the model).
-
-    Raises:
-        InputError: naming the file.
-    """
+    """Refuse (an InputError naming the file) a base folder whose ``config.json`` is not a JSON object with a
+    ``model_type`` (what transformers, and every reader of the exported folder, needs to know the model)."""
     path = Path(folder) / "config.json"
     try:
         cfg = read_model_json(path)
@@ -221,20 +204,12 @@ def check_config_file(folder: Path) -> None:
 
 
 def check_config_shapes(ckpt: Checkpoint, model: Any) -> None:
-    """Refuse checkpoint tensors whose shape contradicts the model that ``config.json`` describes.
-
-    Args:
-        ckpt: the base checkpoint.
-        model: the config's model (on the meta device), or ``None`` (unknown family: nothing to compare).
-
-    Raises:
-        InputError: naming the file, the tensor and both shapes.
-    """
+    """Refuse (naming the file, the tensor and both shapes) checkpoint tensors whose shape contradicts ``model``,
+    the config's model on the meta device (``None``: an unknown family, nothing to compare)."""
     if model is None:
         return
-    expected: dict[str, tuple[int, ...]] = {}
-    for n, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
-        expected[n] = tuple(t.shape)
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    expected = {n: tuple(t.shape) for n, t in named}
     prefix = getattr(model, "base_model_prefix", "") or ""
     for name, entry in ckpt.tensors.items():
         want = expected.get(name)
@@ -257,11 +232,7 @@ def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
     folder = Path(folder)
     if (folder / SAFE_INDEX).is_file() or (folder / SAFE_SINGLE).is_file():
         kind, index_name, single = "safetensors", SAFE_INDEX, SAFE_SINGLE
-    elif (
-        (folder / PICKLE_INDEX).is_file()
-        or (folder / PICKLE_SINGLE).is_file()
-        or any(p.suffix in PICKLE_SUFFIXES for p in folder.iterdir())
-    ):
+    elif (folder / PICKLE_INDEX).is_file() or any(p.suffix in PICKLE_SUFFIXES for p in folder.iterdir()):
         if not allow_pickle:
             raise InputError(
                 f"base: {folder} has only pickle weights (*.bin/*.pt), which can run code when loaded; convert "

@@ -46,11 +46,8 @@ ROW_BLOCK_BYTES = 64 << 20
 
 
 def meta_model(folder: Path, *, trust_remote_code: bool = False) -> torch.nn.Module | None:
-    """The model class of ``folder``'s config instantiated on the meta device (no memory), or None if unknown.
-
-    Raises:
-        InputError: the config needs the repository's own code and ``trust_remote_code`` is False.
-    """
+    """The model class of ``folder``'s config instantiated on the meta device (no memory), or None if unknown
+    (:func:`~.remote_code.check_remote_code` first)."""
     import transformers
 
     check_remote_code(folder, trust_remote_code)  # never prompt, never run repo code unasked
@@ -88,21 +85,14 @@ def row_blocks(shape: tuple[int, ...], item_bytes: int, block_bytes: int | None 
 
 @dataclass
 class EditPlan:
-    """Which checkpoint tensors each mask entry edits.
-
-    Attributes:
-        edits: ``checkpoint tensor -> mask entries`` editing it, in mask order (applied in turn, as
-            :func:`~mathneuro_edit.engine.apply.apply_mask` does).
-        direct: ``mask entry -> checkpoint tensors`` holding it in the same layout (several for tied copies).
-        converted: ``mask entry -> {converted name: checkpoint tensor}`` for entries stored in another layout.
-        model: the meta-device model (None when the family is unknown to transformers).
-    """
+    """Which checkpoint tensors each mask entry edits."""
 
     mask: Any
+    # checkpoint tensor -> mask entries editing it, in mask order (applied in turn, as engine.apply.apply_mask does)
     edits: dict[str, list[str]]
-    direct: dict[str, list[str]]
-    converted: dict[str, dict[str, str]]
-    model: torch.nn.Module | None
+    direct: dict[str, list[str]]  # mask entry -> checkpoint tensors holding it in its layout (several: tied copies)
+    converted: dict[str, dict[str, str]]  # mask entry -> {converted name: checkpoint tensor}: another layout
+    model: torch.nn.Module | None  # the meta-device model (None: a family unknown to transformers)
     _cache: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     def mask_slice(self, ckpt_name: str, mask_name: str) -> torch.Tensor:
@@ -123,12 +113,7 @@ class EditPlan:
         return result
 
     def edited_rows(
-        self,
-        ckpt: Checkpoint,
-        name: str,
-        scale: Setting,
-        block_bytes: int | None = None,
-        device: torch.device | str | None = None,
+        self, ckpt: Checkpoint, name: str, scale: Setting, device: torch.device | str | None = None
     ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
         """``(rows, base rows, edited rows)`` of checkpoint tensor ``name``, one :func:`row_blocks` block at a time:
         each mask entry's edit applied in turn, with its own scale (a scale map:
@@ -142,7 +127,7 @@ class EditPlan:
         masks = [(self.mask_slice(name, n), scale_of(scale, n)) for n in self.edits.get(name, ())]
         entry = ckpt.tensors[name]
         item = entry.nbytes // max(math.prod(entry.shape), 1)
-        for rows in row_blocks(tuple(entry.shape), item, block_bytes):
+        for rows in row_blocks(tuple(entry.shape), item):
             base = ckpt.read(name, rows=rows)
             base = base.to(device) if device is not None else base
             edited = base
@@ -162,13 +147,8 @@ def _candidates(name: str, prefix: str) -> list[str]:
 def plan_edits(
     ckpt: Checkpoint, mask: Any, model: torch.nn.Module | None = None, *, trust_remote_code: bool = False
 ) -> EditPlan:
-    """Map every mask entry to the checkpoint tensors it edits (see the module docstring).
-
-    ``trust_remote_code`` is passed to :func:`meta_model` when the model class is needed.
-
-    Raises:
-        InputError: an entry that is not a parameter of the base's model class, or that cannot be mapped exactly.
-    """
+    """Map every mask entry to the checkpoint tensors it edits (see the module docstring); an entry that is not a
+    parameter of the base's model class, or that cannot be mapped exactly, is an InputError."""
     direct: dict[str, list[str]] = {}
     converted: dict[str, dict[str, str]] = {}
     lazy = model is None and not _needs_model(ckpt, mask)

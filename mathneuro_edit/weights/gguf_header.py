@@ -42,11 +42,8 @@ class _Header:
         self.data, self.pos, self.order = data, 0, order
 
     def take(self, n: int, what: str) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise _Bad(f"it ends inside its {what} (a truncated or damaged file)")
-        out = bytes(self.data[self.pos : self.pos + n])
-        self.pos += n
-        return out
+        self.skip(n, what)
+        return bytes(self.data[self.pos - n : self.pos])
 
     def skip(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > len(self.data):
@@ -65,10 +62,7 @@ class _Header:
         """Skip ``n`` length-prefixed strings (a vocabulary: 262,144 of them in Gemma 3, so without a copy each)."""
         data, pos, end, fmt = self.data, self.pos, len(self.data), self.order + "Q"
         for _ in range(n):
-            if pos + 8 > end:
-                raise _Bad(f"it ends inside its {what} (a truncated or damaged file)")
-            pos += 8 + struct.unpack_from(fmt, data, pos)[0]
-            if pos > end:
+            if pos + 8 > end or (pos := pos + 8 + struct.unpack_from(fmt, data, pos)[0]) > end:
                 raise _Bad(f"it ends inside its {what} (a truncated or damaged file)")
         self.pos = pos
 
@@ -147,9 +141,6 @@ def check_gguf_header(path: str | Path) -> None:
     (a FIFO is never opened for reading: it would block; a link to ``/dev/zero`` is a device), not ``GGUF``
     version 2 or 3, counts or lengths larger than the file, arrays nested deeper than :data:`MAX_ARRAY_DEPTH`,
     duplicate keys or tensors, a tensor shape or type llama.cpp has not, or tensor data beyond the end.
-
-    Raises:
-        InputError: naming the file and what is wrong with it.
 
     Example:
         >>> check_gguf_header("model-Q8_0.gguf")  # doctest: +SKIP

@@ -47,12 +47,8 @@ def gguf_package() -> Any:
 
 def read_config(folder: Path) -> tuple[dict[str, Any], Family]:
     """A checkpoint folder's ``config.json`` under the names the writer reads (:attr:`~.gguf_arch.Family.llama_names`)
-    and its family.
-
-    Raises:
-        InputError: a family the export does not write, or a config of it llama.cpp would run otherwise
-            (:func:`~.gguf_arch.gguf_refusal`'s line).
-    """
+    and its family; :func:`~.gguf_arch.gguf_refusal`'s line for a family not written or a config of it llama.cpp
+    would run otherwise."""
     check_config_file_sizes(folder)  # a layer count of 10**9 would loop here: sizes a model has, first
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     refusal = gguf_refusal(cfg)
@@ -97,10 +93,8 @@ def longrope_factors(cfg: dict[str, Any], family: Family) -> tuple[np.ndarray, n
     transformers multiplies each rotary frequency's wavelength by the short factors up to
     ``original_max_position_embeddings`` tokens and by the long ones beyond, and cos/sin by the attention factor
     (given, or ``sqrt(1 + ln(max / original) / ln(original))``). llama.cpp reads both tensors and picks one set
-    for the whole context when it is created (long when ``n_ctx`` exceeds the original context).
-
-    Raises:
-        InputError: factors missing, or not one per rotary frequency.
+    for the whole context when it is created (long when ``n_ctx`` exceeds the original context). Refused: factors
+    missing, or not one per rotary frequency.
     """
     s = rope_settings(cfg)[1]
     original = int(s.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") or 0)
@@ -124,26 +118,20 @@ def add_model_keys(w: Any, gguf: Any, cfg: dict[str, Any], family: Family) -> No
     scaling, then the family's own keys (:meth:`~.gguf_arch.Family.add_keys`)."""
     n_head, head = int(cfg["num_attention_heads"]), head_dim(cfg)
     theta, scaling = rope_settings(cfg)
-    keys = [
-        (w.add_context_length, int(cfg["max_position_embeddings"])),
-        (w.add_embedding_length, int(cfg["hidden_size"])),
-        (w.add_block_count, int(cfg["num_hidden_layers"])),
-        (w.add_feed_forward_length, family.feed_forward_length(cfg)),
-        (w.add_head_count, n_head),
-        # MLA (DeepSeek): one KV head (MQA) and MLA's lengths, from the family's keys
-        (w.add_head_count_kv, 1 if family.mla else int(cfg.get("num_key_value_heads") or n_head)),
-        (w.add_vocab_size, int(cfg["vocab_size"])),
-    ]
+    w.add_context_length(int(cfg["max_position_embeddings"]))
+    w.add_embedding_length(int(cfg["hidden_size"]))
+    w.add_block_count(int(cfg["num_hidden_layers"]))
+    w.add_feed_forward_length(family.feed_forward_length(cfg))
+    w.add_head_count(n_head)
+    # MLA (DeepSeek): one KV head (MQA) and MLA's lengths, from the family's keys
+    w.add_head_count_kv(1 if family.mla else int(cfg.get("num_key_value_heads") or n_head))
+    w.add_vocab_size(int(cfg["vocab_size"]))
     if family.rotary:  # GPT-2 has learned positions (position_embd) and LayerNorm
-        keys += [
-            (w.add_rope_freq_base, theta),
-            (w.add_layer_norm_rms_eps, float(cfg["rms_norm_eps"])),
-            (w.add_rope_dimension_count, family.rope_dims(cfg, head)),
-        ]
+        w.add_rope_freq_base(theta)
+        w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
+        w.add_rope_dimension_count(family.rope_dims(cfg, head))
     else:
-        keys.append((w.add_layer_norm_eps, float(cfg["layer_norm_epsilon"])))
-    for add, value in keys:
-        add(value)
+        w.add_layer_norm_eps(float(cfg["layer_norm_epsilon"]))
     if head != int(cfg["hidden_size"]) // n_head and not family.mla:  # Qwen3: head_dim is not hidden/heads
         w.add_key_length(head)
         w.add_value_length(head)

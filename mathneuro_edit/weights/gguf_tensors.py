@@ -50,11 +50,7 @@ _ALWAYS_F32 = ("ffn_gate_inp", "ffn_gate_inp_shexp", "position_embd")  # GPT-2's
 
 
 def check_type(qtype: str) -> str:
-    """``qtype`` when it is one of :data:`GGUF_TYPES`.
-
-    Raises:
-        InputError: a type gguf cannot write.
-    """
+    """``qtype`` when it is one of :data:`GGUF_TYPES`, else an InputError."""
     if qtype not in GGUF_TYPES:
         raise InputError(f"outputs.gguf: {qtype!r} is not a type gguf can write; use one of {', '.join(GGUF_TYPES)}")
     return qtype
@@ -63,9 +59,7 @@ def check_type(qtype: str) -> str:
 def _stacked_experts(tensors: Mapping[str, Any], n_experts: int) -> dict[str, tuple[str, tuple[str, ...], tuple]]:
     """Group per-expert tensors as llama.cpp stacks them: ``{first member: (stacked HF name, members by expert
     index, stacked shape)}``; the stacked name (``<stem>.experts.<projection>.weight``) is the one gguf's name map knows.
-
-    Raises:
-        InputError: a layer whose experts are not exactly 0..n-1 of one shape.
+    A layer whose experts are not exactly 0..n-1 of one shape is refused.
     """
     groups: dict[tuple[str, str], dict[int, str]] = {}
     for hf in tensors:
@@ -98,9 +92,7 @@ def gguf_plan(folder: str | Path, qtype: str) -> list[PlanRow]:
     ``(experts, rows, cols)``), a :class:`~.gguf_arch.View` of one (a slice and/or transposition: gpt-oss's and
     Llama 4's fused experts split into gate and up, DeepSeek's kv_b into k_b and v_b per head,
     :attr:`~.gguf_arch.Family.tensor_views`; HF shape: the view's), or None (computed: Llama 3's ``rope_freqs``).
-
-    Raises:
-        InputError: unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
+    Refused: an unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
     """
     gguf, folder, qtype = gguf_package(), Path(folder), check_type(qtype)
     cfg, family = read_config(folder)
@@ -178,10 +170,8 @@ def check_config_agrees(cfg: dict[str, Any], family: Family, plan: list[PlanRow]
     (:func:`_heads_agree`), the experts a token uses and those there are, the vocabulary and the embedding.
 
     Why here: the GGUF's keys are written from config.json and its tensors from the shards, so an edited config
-    gave a file of exit 0 that llama.cpp then refused ("wrong shape", "missing tensor blk.2...").
-
-    Raises:
-        InputError: one line naming the key, its value and what the weights hold.
+    gave a file of exit 0 that llama.cpp then refused ("wrong shape", "missing tensor blk.2..."). The refusal names
+    the key, its value and what the weights hold.
     """
     shapes = {name: shape for name, _, shape, _ in plan}
     n_layers = int(cfg["num_hidden_layers"])

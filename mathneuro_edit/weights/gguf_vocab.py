@@ -21,7 +21,7 @@ so llama.cpp would merge left to right instead of by rank, and marks the unknown
 Special ids, ``add_bos_token``/``add_eos_token`` and the chat template come from gguf's ``SpecialVocab`` for both.
 
 Example:
-    >>> check_vocab("out/run/checkpoint")  # doctest: +SKIP
+    >>> check_vocab("out/run/checkpoint", "local model", 49152)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -64,11 +64,7 @@ MAX_TOKENIZER_BYTES = 512 * 1024 * 1024
 
 
 def read_tokenizer(folder: str | Path) -> dict[str, Any]:
-    """The parsed ``tokenizer.json`` of a model folder.
-
-    Raises:
-        InputError: the folder has no tokenizer.json.
-    """
+    """The parsed ``tokenizer.json`` of a model folder (an InputError when there is none, or not one)."""
     path = Path(folder) / "tokenizer.json"
     if not path.is_file():
         raise InputError(
@@ -453,36 +449,29 @@ def vocab_size_refusal(tok: dict[str, Any], n_vocab: int) -> str | None:
     )
 
 
-def _checked(tok: dict[str, Any], name: str, n_vocab: int | None = None) -> str:
-    """llama.cpp's tokenizer model of ``tok``, after the refusals of the tokenizer, of ``name`` with it, and of a
-    token id past the model's ``n_vocab`` embedding rows (when given)."""
-    model = tokenizer_model(tok)
-    if (why := name_refusal(name, tok)) is not None:
-        raise InputError(why)
-    if n_vocab is not None and (why := vocab_size_refusal(tok, n_vocab)) is not None:
-        raise InputError(
-            f"outputs.gguf: {why}; llama.cpp could not use such a GGUF: export a checkpoint whose tokenizer and "
-            f"embeddings agree (resize the embeddings, or use the tokenizer the model was trained with){_NULL}"
-        )
-    return model
-
-
-def check_vocab(folder: str | Path, name: str = "local model", n_vocab: int | None = None) -> str:
-    """Raise :class:`InputError` now if :func:`add_vocab` would refuse this folder's tokenizer.json, the GGUF's
-    ``general.name`` with it (:func:`name_refusal`), or (``n_vocab`` given) a token id past the model's
-    embedding rows (:func:`vocab_size_refusal`); else llama.cpp's tokenizer model: ``"gpt2"`` or ``"llama"``.
+def check_vocab(folder: str | Path, name: str, n_vocab: int) -> tuple[dict[str, Any], str]:
+    """``folder``'s tokenizer.json and llama.cpp's tokenizer model of it (``"gpt2"`` or ``"llama"``), or the
+    :class:`InputError` :func:`add_vocab` would raise: a chat template a GGUF could not carry
+    (:func:`chat_template_problem`), a tokenizer.json llama.cpp would tokenize differently, the GGUF's
+    ``general.name`` with it (:func:`name_refusal`), a token id past the model's ``n_vocab`` embedding rows
+    (:func:`vocab_size_refusal`).
     """
-    _check_chat_template(Path(folder))
-    return _checked(read_tokenizer(folder), name, n_vocab)
-
-
-def _check_chat_template(folder: Path) -> None:
-    """Refuse a tokenizer_config.json whose chat template a GGUF could not carry (:func:`chat_template_problem`)."""
+    folder = Path(folder)
     config = model_json_object(folder / "tokenizer_config.json")  # a FIFO there: one line, never a hang
     if config is not None and (why := chat_template_problem(config)) is not None:
         raise InputError(
             f"outputs.gguf: {folder / 'tokenizer_config.json'}: {why}; use the base's own tokenizer_config.json{_NULL}"
         )
+    tok = read_tokenizer(folder)
+    model = tokenizer_model(tok)
+    if (why := name_refusal(name, tok)) is not None:
+        raise InputError(why)
+    if (why := vocab_size_refusal(tok, n_vocab)) is not None:
+        raise InputError(
+            f"outputs.gguf: {why}; llama.cpp could not use such a GGUF: export a checkpoint whose tokenizer and "
+            f"embeddings agree (resize the embeddings, or use the tokenizer the model was trained with){_NULL}"
+        )
+    return tok, model
 
 
 def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) -> None:
@@ -513,16 +502,14 @@ def add_vocab(
         name: the GGUF's ``general.name``, which llama.cpp reads with the vocabulary (:func:`name_refusal`).
 
     Raises:
-        InputError: no tokenizer.json, one llama.cpp would tokenize differently (:func:`tokenizer_model`), or a
-            name llama.cpp cannot load with it.
+        InputError: :func:`check_vocab`'s refusals.
 
     Example:
         >>> add_vocab(gguf, writer, "out/run/checkpoint", 49152)  # doctest: +SKIP
     """
     folder = Path(folder)
-    _check_chat_template(folder)
-    tok = read_tokenizer(folder)
-    if _checked(tok, name, n_vocab) == "gpt2":
+    tok, model = check_vocab(folder, name, n_vocab)
+    if model == "gpt2":
         tokens, types = bpe_vocab(gguf, tok, n_vocab)
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre(pre or pre_name(tok.get("pre_tokenizer") or {}))

@@ -44,14 +44,9 @@ def _auto_map_key(data: dict) -> str | None:
 
 
 def check_remote_code(model: str | Path, trust_remote_code: bool) -> None:
-    """Refuse a local model folder whose config asks for its own code, unless ``trust_remote_code``.
-
-    Args:
-        model: a local folder (checked) or a Hub id (transformers refuses it, see :func:`remote_code_error`).
-        trust_remote_code: the user's opt-in.
-
-    Raises:
-        InputError: ``auto_map`` in ``config.json`` / ``tokenizer_config.json`` without the opt-in.
+    """Refuse a local model folder whose config asks for its own code (``auto_map`` in ``config.json`` /
+    ``tokenizer_config.json``), unless ``trust_remote_code``; a Hub id is transformers' to refuse
+    (:func:`remote_code_error`).
 
     Example:
         >>> check_remote_code("/nonexistent", False)

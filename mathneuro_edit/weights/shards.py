@@ -117,16 +117,11 @@ def write_safetensors(
     produce: Callable[[str, BinaryIO], None],
     metadata: dict[str, str],
 ) -> None:
-    """Write a safetensors file tensor by tensor: ``produce(name, f)`` writes each tensor's bytes in turn.
+    """Write a safetensors file tensor by tensor: ``produce(name, f)`` writes each tensor's ``nbytes`` in turn, in
+    the order of ``specs`` ``(name, safetensors dtype code, shape, nbytes)``.
 
     The format is an 8-byte little-endian header size, a JSON header (dtype, shape, data offsets per tensor,
     and ``__metadata__``), then the data; so the header can be written first when the sizes are known.
-
-    Args:
-        path: the file to write.
-        specs: ``(name, safetensors dtype code, shape, nbytes)`` in the order the data is produced.
-        produce: writes exactly ``nbytes`` for the given tensor at the file's current position.
-        metadata: string key/values for the header.
 
     Example:
         >>> write_safetensors(Path("x.safetensors"), [("w", "F32", (2,), 8)],
@@ -177,7 +172,6 @@ def write_edited(
     name: str,
     scale: Setting,
     write: Callable[[memoryview], None],
-    block_bytes: int = 1 << 22,
     stop: threading.Event | None = None,
     cast: str | None = None,
 ) -> None:
@@ -196,7 +190,7 @@ def write_edited(
     # each (*shape) bool and the matrix's scale (a scale map: its own, engine.apply.scale_of)
     masks = [(_mask_slice(plan, name, m), scale_of(scale, m)) for m in plan.edits.get(name, ())]
     e = ckpt.tensors[name]
-    for rows in row_blocks(e.shape, e.nbytes // max(math.prod(e.shape), 1), block_bytes):
+    for rows in row_blocks(e.shape, e.nbytes // max(math.prod(e.shape), 1), 1 << 22):
         _check(stop)
         t = ckpt.read(name, rows)  # (rows in the block, *shape[1:])
         for m, s in masks:
@@ -214,18 +208,9 @@ def write_shard(
     stop: threading.Event | None = None,
     dtype: str | None = None,
 ) -> None:
-    """Write one output shard: edited tensors via :func:`write_edited`, the others copied byte for byte (or, when
-    ``dtype`` casts them, read and rounded block by block).
-
-    Args:
-        path: the shard file to write.
-        names: its checkpoint tensors, in order.
-        ckpt: the base checkpoint (only read).
-        plan: which tensors the mask edits.
-        scale: the edit's scale.
-        metadata: the shard's safetensors metadata.
-        stop: when set (another job failed), raise :class:`Stopped` before the next tensor or block.
-        dtype: ``outputs.dtype`` as a safetensors code (``"BF16"``), or ``None`` to keep every tensor's type.
+    """Write one output shard of the checkpoint tensors ``names``: edited ones via :func:`write_edited`, the others
+    copied byte for byte (or, when ``dtype``, ``outputs.dtype``'s safetensors code, casts them, read and rounded
+    block by block). ``stop`` set (another job failed): raise :class:`Stopped` before the next tensor or block.
     """
 
     def produce(name: str, f: BinaryIO) -> None:
@@ -266,11 +251,8 @@ def run_jobs(
     not yet started are cancelled, ``stop`` is set so running jobs raise :class:`Stopped` at their next check,
     every thread is joined, and then the first error is raised: nothing writes after this function returns.
 
-    Args:
-        jobs: independent units of work (e.g. output shards).
-        fn: does one job; should check ``stop`` regularly (``stop.is_set()``).
-        workers: the most jobs running at once (validated by :func:`check_workers`).
-        done: called in the calling thread after each job completes (e.g. a progress bar update).
+    ``fn`` should check ``stop.is_set()`` regularly; ``done(job)`` is called in the calling thread after each job
+    completes (e.g. a progress bar update).
 
     Example:
         >>> out: list[int] = []

@@ -1,12 +1,10 @@
 """GGUF architectures: per model family, what llama.cpp's converter does and what llama.cpp hard-codes.
 
-Each family the GGUF export writes is one :class:`Family` object, registered by its module with
-:func:`register_family` (as llama.cpp's converter registers a class per architecture); :mod:`..gguf_writer` looks
-it up once (:func:`family_for`) and asks it, from ``config.json`` alone, for its architecture, keys, one-to-many
-tensors (:class:`View`), rotary dimensions and refusal. A family is only added with the test that llama.cpp
-itself loads its file, tokenizes like transformers, and its logits and greedy continuation match transformers'
-(tests/runs/test_families.py); what llama.cpp computes from fixed rules instead of reading a key is refused when a
-config differs, with one line that ``plan`` prints before any weight is read (:func:`gguf_refusal`).
+Each family the GGUF export writes is one :class:`Family` (:mod:`.family` says how it is registered and asked). A
+family is only added with the test that llama.cpp itself loads its file, tokenizes like transformers, and its
+logits and greedy continuation match transformers' (tests/runs/test_families.py); what llama.cpp computes from
+fixed rules instead of reading a key is refused when a config differs, with one line that ``plan`` prints before
+any weight is read (:func:`gguf_refusal`).
 
 Modules: :mod:`.family` (:class:`Family` and the registry), :mod:`.registry` (the lookups, and the import of
 every family module), :mod:`.table` (the families not written), :mod:`.common` (:class:`View`, expert count and

@@ -42,12 +42,9 @@ def gguf_refusal(cfg: dict[str, Any]) -> str | None:
             "null (the checkpoint holds the edit)"
         )
     written = ", ".join(sorted(FAMILIES))
-    why = GGUF_PENDING.get(str(model_type))
-    detail = (
-        f"{why}, not written yet (not verified against llama.cpp)"
-        if why
-        else "no GGUF conventions are known to mathneuro-edit for it"
-    )
+    detail = "no GGUF conventions are known to mathneuro-edit for it"
+    if why := GGUF_PENDING.get(str(model_type)):
+        detail = f"{why}, not written yet (not verified against llama.cpp)"
     return (
         f"outputs.gguf: model_type {model_type!r} is not supported: {detail}; GGUF export supports {written}; "
         "set outputs.gguf: null (the checkpoint holds the edit; llama.cpp's convert_hf_to_gguf.py can convert it)"
