@@ -246,8 +246,7 @@ def _sample(
 def _rows(source: Source) -> tuple[Rows, Locate, str | None]:
     """Rows, locator and (for local files) the file's sha256."""
     if source.kind == "hub":
-        rows, locate = _read_hub(source)
-        return rows, locate, None
+        return (*_read_hub(source), None)
     path = Path(source.path).expanduser()
     rows, locate = _read_local(path, source.format)
     return rows, locate, sha256_file(path)
@@ -367,12 +366,8 @@ def load_math_problems(source: Source | str | dict[str, Any], n: int, seed: int)
             raise InputError(
                 f"{where}: prefill must be text (what starts the model's answer), got {type(prefill).__name__}"
             )
-        return {
-            "question": str(row["question"]),
-            "answer": answer,
-            "gold": gold,
-            **({"prefill": prefill} if prefill else {}),
-        }
+        out = {"question": str(row["question"]), "answer": answer, "gold": gold}
+        return {**out, "prefill": prefill} if prefill else out
 
     if src.kind == "arithmetic":
         return [convert(r, f"arithmetic: problem {i + 1}") for i, r in enumerate(arithmetic_problems(n, seed))]

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
 from .._version import __version__
@@ -122,12 +123,10 @@ def _record(
         with torch.no_grad():
             batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
             for batch in tqdm(batches, desc="calibrate", unit="batch", disable=not progress, leave=False):
-                width = max(len(ids[i]) for i in batch)
-                input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # (batch, tokens)
-                attention = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, i in enumerate(batch):  # right padding: real tokens keep positions 0..n-1
-                    input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
-                    attention[row, : len(ids[i])] = 1
+                # right padding: real tokens keep positions 0..n-1
+                input_ids = pad_sequence([torch.tensor(ids[i]) for i in batch], batch_first=True, padding_value=pad_id)
+                lengths = torch.tensor([len(ids[i]) for i in batch])  # (batch,)
+                attention = (torch.arange(input_ids.shape[1]) < lengths[:, None]).long()  # (batch, tokens)
                 input_ids, attention = input_ids.to(device), attention.to(device)
                 recorder.set_batch(attention, sum(len(ids[i]) for i in batch))  # counted here: no device sync
                 stop.new_batch()

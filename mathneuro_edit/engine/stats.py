@@ -130,19 +130,17 @@ class ActivationStats:
         return h.hexdigest()
 
     def _header(self) -> dict[str, Any]:
-        return {
-            "targets": {
-                n: {
-                    "kind": t.kind,
-                    "module": t.module_name,
-                    "shape": list(t.shape),
-                    "transposed": t.transposed,
-                    "role": t.role,
-                }
-                for n, t in self.targets.items()
-            },
-            "meta": self.meta,
+        targets = {
+            n: {
+                "kind": t.kind,
+                "module": t.module_name,
+                "shape": list(t.shape),
+                "transposed": t.transposed,
+                "role": t.role,
+            }
+            for n, t in self.targets.items()
         }
+        return {"targets": targets, "meta": self.meta}
 
     def save(self, path: str | Path) -> Path:
         """Write a safetensors file (tensors + JSON metadata), conventionally ``*.stats.safetensors``; atomic."""

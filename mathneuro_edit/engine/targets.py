@@ -58,7 +58,6 @@ class Target:
         kind: ``"linear"`` (``(d_out, d_in)``), ``"conv1d"`` (``(d_in, d_out)``) or ``"experts"``
             (``(E, d_out, d_in)``, or ``(E, d_in, d_out)`` when ``transposed``).
         module_name: the module whose input feeds this weight.
-        shape: the weight's shape.
         transposed: for experts, whether the per-expert matrices are stored ``(d_in, d_out)``.
         role: for experts, ``"up"`` (fed by the hidden states) or ``"down"`` (fed by the gated intermediate).
     """
@@ -158,13 +157,9 @@ def _is_router(module: nn.Module) -> bool:
 
 def _tied_lm_head_names(model: nn.Module) -> set[str]:
     """Names under which an output embedding tied to the input embedding appears."""
-    get_in = getattr(model, "get_input_embeddings", None)
-    get_out = getattr(model, "get_output_embeddings", None)
-    if get_in is None or get_out is None:
-        return set()
     try:
-        emb_in, emb_out = get_in(), get_out()
-    except (NotImplementedError, AttributeError):
+        emb_in, emb_out = model.get_input_embeddings(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):  # not a transformers LM, or one without embeddings
         return set()
     if emb_in is None or emb_out is None or emb_out.weight is not emb_in.weight:
         return set()

@@ -26,7 +26,7 @@ logits at the texts' own next tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,36 +64,34 @@ class EditedGeneral:
     tail_mass: float
 
 
-def _rows(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[list[int]]:
-    enc = tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"]
-    return [list(r) for r in enc]
+def _per_text(model: nn.Module, rows: list[list[int]], batch_size: int) -> Iterator[tuple[torch.Tensor, float]]:
+    """Each text's float32 next-token log-probabilities ``(n, vocab)`` and its summed loss, in order."""
+    for s in range(0, len(rows), batch_size):
+        chunk = rows[s : s + batch_size]
+        ids, attn = pad_rows(chunk, 0, "right", param_device(model))  # right: a text's own outputs unchanged
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
+        for b, r in enumerate(chunk):
+            lp = logits[b, : len(r)].float().log_softmax(-1)  # (n, vocab)
+            yield lp, -lp[:-1].gather(-1, ids[b, 1 : len(r), None]).sum().item()
 
 
 def base_support(
     model: nn.Module, tokenizer: Any, texts: Sequence[str], *, max_length: int, k: int = 256, batch_size: int = 8
 ) -> BaseSupport:
     """The base's top-``k`` next-token support and exact loss on every text (model in eval mode, no grad)."""
-    with eval_mode(model):
-        return _base_support(model, _rows(tokenizer, texts, max_length), k, batch_size)
-
-
-def _base_support(model: nn.Module, rows: list[list[int]], k: int, batch_size: int) -> BaseSupport:
+    enc = tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"]
+    rows = [list(r) for r in enc]
     ids_out: list[torch.Tensor] = []
     lp_out: list[torch.Tensor] = []
     tails: list[torch.Tensor] = []
     loss: list[float] = []
-    for s in range(0, len(rows), batch_size):
-        chunk = rows[s : s + batch_size]
-        ids, attn = pad_rows(chunk, 0, "right", param_device(model))  # right padding cannot change a text's own outputs
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
-        for b, r in enumerate(chunk):
-            n = len(r)
-            lp = logits[b, :n].float().log_softmax(-1)  # (n, vocab)
+    with eval_mode(model):
+        for lp, text_loss in _per_text(model, rows, batch_size):
             top = lp.topk(min(k, lp.shape[-1]), dim=-1)  # ties: topk's order, the same on every call
             ids_out.append(top.indices.cpu())
             lp_out.append(top.values.cpu())
             tails.append(_log_outside(lp, top.indices).cpu())
-            loss.append(-lp[:-1].gather(-1, ids[b, 1:n, None]).sum().item())
+            loss.append(text_loss)
     return BaseSupport(rows, ids_out, lp_out, loss, k, tails)
 
 
@@ -106,22 +104,11 @@ def _log_outside(logp: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
 
 def edited_general(model: nn.Module, support: BaseSupport, *, batch_size: int = 8) -> EditedGeneral:
     """Loss of the model as it is now (an edit applied) on the support's texts, and its coarse KL from the base."""
-    with eval_mode(model):
-        return _edited_general(model, support, batch_size)
-
-
-def _edited_general(model: nn.Module, support: BaseSupport, batch_size: int) -> EditedGeneral:
     loss: list[float] = []
     kl_sum, tail_sum, positions = 0.0, 0.0, 0
-    rows = support.rows
-    for s in range(0, len(rows), batch_size):
-        chunk = rows[s : s + batch_size]
-        ids, attn = pad_rows(chunk, 0, "right", param_device(model))
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
-        for b, r in enumerate(chunk):
-            n, i = len(r), s + b
-            q = logits[b, :n].float().log_softmax(-1)  # (n, vocab)
-            loss.append(-q[:-1].gather(-1, ids[b, 1:n, None]).sum().item())
+    with eval_mode(model):
+        for i, (q, text_loss) in enumerate(_per_text(model, support.rows, batch_size)):
+            loss.append(text_loss)
             p_s = support.top_logp[i].to(q.device)  # (n, k)
             q_s = q.gather(-1, support.top_ids[i].to(q.device))  # (n, k)
             pt = support.log_tail[i].to(q.device)  # (n,)
@@ -131,7 +118,7 @@ def _edited_general(model: nn.Module, support: BaseSupport, batch_size: int) -> 
             tail = torch.where(torch.isinf(pt), torch.zeros_like(pt), pt.exp() * (pt - qt))
             kl_sum += float((head + tail).sum())
             tail_sum += float(pt.exp().sum())
-            positions += n
+            positions += len(q)
     return EditedGeneral(
         tuple(loss), kl_sum / positions if positions else math.nan, tail_sum / positions if positions else math.nan
     )

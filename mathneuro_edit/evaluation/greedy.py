@@ -45,26 +45,13 @@ def shared_prefix_length(rows: Sequence[Sequence[int]]) -> int:
         >>> shared_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
         2
     """
-    if not rows:
-        return 0
-    first = rows[0]
-    n = min(len(r) for r in rows) - 1
-    for i in range(max(n, 0)):
-        if any(r[i] != first[i] for r in rows):
-            return i
-    return max(n, 0)
+    n = max(min((len(r) for r in rows), default=1) - 1, 0)
+    return next((i for i in range(n) if any(r[i] != rows[0][i] for r in rows)), n)
 
 
 def _cache_name(model: nn.Module) -> str:
     """The cache argument's name in this transformers version (``cache``; ``past_key_values`` before)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _repeat_cache(prefix: DynamicCache, n: int) -> DynamicCache:
-    """A batch-``n`` copy of a batch-1 cache (the prefix's keys and values are never written to)."""
-    cache = copy.deepcopy(prefix)
-    cache.batch_repeat_interleave(n)
-    return cache
 
 
 def greedy_completions(
@@ -79,19 +66,10 @@ def greedy_completions(
     batch_size: int = 64,
 ) -> list[str]:
     """Greedy completion text of every prompt (token ids), stopped per row as ``generate`` with the evaluation's
-    stopping rule would (an EOS id, or :func:`~mathneuro_edit.evaluation.prompts.completion_done`).
-
-    Args:
-        model: a causal LM in eval mode under ``torch.no_grad``.
-        tokenizer: decodes the generated ids (special tokens skipped).
-        rows: the prompts' token ids.
-        prefills: each prompt's prefill (the stopping rule reads the first number after it).
-        max_new_tokens: generation budget per row.
-        pad_id, eos_ids: as :func:`~mathneuro_edit.evaluation.runtime.special_ids` returns them.
-        batch_size: rows per batch.
-
-    Returns:
-        One completion per row, in order (the text up to the first EOS, special tokens skipped).
+    stopping rule would (an EOS id, or :func:`~mathneuro_edit.evaluation.prompts.completion_done`, which reads the
+    first number after each prompt's prefill): one completion per row, in order, the text up to the first EOS with
+    special tokens skipped. The model is in eval mode under ``torch.no_grad``; ``pad_id``, ``eos_ids`` as
+    :func:`~mathneuro_edit.evaluation.runtime.special_ids` returns them.
     """
     if not rows:
         return []
@@ -112,7 +90,10 @@ def greedy_completions(
     for s in range(0, len(order), batch_size):
         idx = order[s : s + batch_size]
         ids, attn, pos, nxt_pos = _after_prefix([list(rows[i][p:]) for i in idx], p, pad_id)
-        cache = _repeat_cache(prefix_cache, len(idx)) if p else DynamicCache(config=model.config)
+        cache = DynamicCache(config=model.config)
+        if p:  # the batch's own copy of the prefix (whose keys and values are never written to)
+            cache = copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(len(idx))
         new = run.batch(ids.to(device), attn.to(device), pos.to(device), nxt_pos, cache, [prefills[i] for i in idx])
         for b, i in enumerate(idx):
             out[i] = tokenizer.decode(new[b], skip_special_tokens=True)
@@ -210,17 +191,9 @@ def math_outcomes(
     rows = encode_prompts(tokenizer, problems, shots, chat, prompt_style)
     prefills = [p.get("prefill") for p in problems]
     pad_id, eos_ids = special_ids(model, tokenizer)
+    budget = {"max_new_tokens": max_new_tokens, "pad_id": pad_id, "eos_ids": eos_ids, "batch_size": batch_size}
     with eval_mode(model):
-        texts = greedy_completions(
-            model,
-            tokenizer,
-            rows,
-            prefills,
-            max_new_tokens=max_new_tokens,
-            pad_id=pad_id,
-            eos_ids=eos_ids,
-            batch_size=batch_size,
-        )
+        texts = greedy_completions(model, tokenizer, rows, prefills, **budget)
     completions = [truncate_completion(t)[0] for t in texts]
     # the evaluation's own rule (MathPrediction.correct), so a sweep and a release score an answer alike
     correct = [

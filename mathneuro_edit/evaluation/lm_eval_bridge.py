@@ -5,11 +5,9 @@ without it, an :class:`LmEvalTask` raises an :class:`~mathneuro_edit.errors.Inpu
 anything is computed.
 
 Offline use: ``include_path`` is a folder of task YAMLs (``lm_eval.tasks.TaskManager(include_path=...)``), e.g. the
-shipped ``recipes/lm_eval_tasks/`` (``dataset_path: json`` over vendored JSONL files). lm-eval hands a relative
-``dataset_kwargs.data_files`` to ``datasets.load_dataset``, which resolves it against the *working directory*; here
-it is resolved against the folder of the YAML that names it, so a task folder works from any working directory.
-Every file of the folder is hashed (:func:`~mathneuro_edit.evaluation.lm_eval_task.include_path_hashes`): the hash is part of the task's fingerprint and of
-the run's lock.
+shipped ``recipes/lm_eval_tasks/`` (``dataset_path: json`` over vendored JSONL files), its ``data_files`` relative to
+each YAML (:mod:`~mathneuro_edit.evaluation.lm_eval_index`). Every file of the folder is hashed
+(:func:`~mathneuro_edit.evaluation.lm_eval_task.include_path_hashes`) for the task's fingerprint and the run's lock.
 
 This module runs the tasks (:func:`run_lm_eval`: lm-eval's model wrapper on the in-memory model, its output kept
 quiet); the task spec, its result and report are in :mod:`mathneuro_edit.evaluation.lm_eval_task`, lm-eval's task
@@ -20,6 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import importlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,50 +58,33 @@ def _libraries_quiet() -> bool:
 _TQDM_MODULES = ("lm_eval.api.task", "lm_eval.api.model", "lm_eval.models.huggingface")  # their `tqdm` names
 
 
+def _silent(tqdm: Any, *args: Any, **kwargs: Any) -> Any:
+    return tqdm(*args, **{**kwargs, "disable": True})
+
+
 @contextlib.contextmanager
 def _quiet_harness(quiet: bool) -> Iterator[None]:
     """lm-eval, datasets and their bars silenced inside the block when ``quiet`` (restored after): lm-eval's
     loggers at ERROR, the tqdm bars of lm-eval's task, model and harness modules off, datasets' bars off."""
-    if not quiet:
+    with contextlib.ExitStack() as undo:
+        if quiet:
+            for name in _TQDM_MODULES:
+                module = importlib.import_module(name)
+                original = getattr(module, "tqdm", None)
+                if original is not None:
+                    module.tqdm = functools.partial(_silent, original)  # type: ignore[attr-defined]
+                    undo.callback(setattr, module, "tqdm", original)
+            for logger in (logging.getLogger(n) for n in ("lm_eval", "lm-eval", "datasets", "evaluate")):
+                undo.callback(logger.setLevel, logger.level)
+                logger.setLevel(logging.ERROR)
+            try:
+                from datasets.utils import logging as ds_logging
+            except ImportError:
+                ds_logging = None
+            if ds_logging is not None and ds_logging.is_progress_bar_enabled():
+                ds_logging.disable_progress_bar()
+                undo.callback(ds_logging.enable_progress_bar)
         yield
-        return
-    import importlib
-    import logging
-
-    patched = []
-    for name in _TQDM_MODULES:
-        module = importlib.import_module(name)
-        original = getattr(module, "tqdm", None)
-        if original is not None:
-
-            def silent(*args: Any, _tqdm: Any = original, **kwargs: Any) -> Any:
-                kwargs["disable"] = True
-                return _tqdm(*args, **kwargs)
-
-            module.tqdm = silent  # type: ignore[attr-defined]
-            patched.append((module, original))
-
-    loggers = [logging.getLogger(n) for n in ("lm_eval", "lm-eval", "datasets", "evaluate")]
-    levels = [lg.level for lg in loggers]
-    ds_bars = None
-    try:
-        from datasets.utils import logging as ds_logging
-
-        ds_bars = ds_logging.is_progress_bar_enabled()
-        ds_logging.disable_progress_bar()
-    except ImportError:
-        ds_logging = None  # type: ignore[assignment]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-        for module, original in patched:
-            module.tqdm = original  # type: ignore[attr-defined]
-        if ds_logging is not None and ds_bars:
-            ds_logging.enable_progress_bar()
 
 
 def run_lm_eval(
@@ -112,18 +96,10 @@ def run_lm_eval(
     base: LmEvalResult | None = None,
     batch_size: int = 16,
 ) -> tuple[LmEvalResult, LmEvalResult | None]:
-    """Run one :class:`LmEvalTask` on the in-memory model: base (unless given), then edited (with ``edit``).
-
-    Args:
-        model: a ``transformers.PreTrainedModel`` with its base weights (not reloaded from disk).
-        tokenizer: its tokenizer; lm-eval gets a deep copy (it may set a pad token), the caller's is untouched.
-        task: the task group.
-        edit: a :class:`~mathneuro_edit.engine.apply.ReversibleEdit` on ``model`` or ``None``; restored on return.
-        base: a cached base result for this task (skips the base run).
-        batch_size: lm-eval's batch size when ``task.batch_size`` is ``None``.
-
-    Returns:
-        ``(base, edited)``; ``edited`` is ``None`` without an edit.
+    """Run one :class:`LmEvalTask` on the in-memory model (its base weights, not reloaded from disk): base (unless
+    a cached ``base`` is given), then edited with ``edit`` (a :class:`~mathneuro_edit.engine.apply.ReversibleEdit`,
+    restored on return): ``(base, edited)``, ``edited`` ``None`` without an edit. lm-eval gets a deep copy of the
+    tokenizer (it may set a pad token); ``batch_size`` applies when ``task.batch_size`` is ``None``.
 
     Example:
         Skipped as a doctest: it needs a loaded model, and a checkout of this repository as the current folder.

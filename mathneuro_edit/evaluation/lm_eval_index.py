@@ -23,17 +23,8 @@ _INSTALL_HINT = "pip install 'lm-eval>=0.4.13,<0.5'"  # the eval extra's package
 
 
 def require_lm_eval(task_name: str) -> tuple[Any, Any]:
-    """Import lm-evaluation-harness, or raise a one-line :class:`InputError` saying how to install it.
-
-    Args:
-        task_name: the :class:`LmEvalTask` that needs it (named in the message).
-
-    Returns:
-        ``(lm_eval module, HFLM class)``.
-
-    Example:
-        >>> require_lm_eval("harness")  # doctest: +SKIP
-    """
+    """``(lm_eval module, HFLM class)``, or a one-line :class:`InputError` naming the :class:`LmEvalTask` that
+    needs lm-evaluation-harness and how to install it."""
     try:
         import lm_eval
         from lm_eval.models.huggingface import HFLM
@@ -59,14 +50,9 @@ def _resolve(value: Any, folder: Path) -> Any:
 
 
 def task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
-    """Task names, or for a YAML task under ``include_path`` its full config with ``data_files`` resolved.
-
-    Raises:
-        InputError: an unknown task name, or a data file that does not exist (naming the YAML and the file).
-    """
-    from lm_eval.tasks._yaml_loader import (
-        load_yaml,  # the loader TaskManager itself uses (with `include:`)
-    )
+    """Task names, or for a YAML task under ``include_path`` its full config with ``data_files`` resolved; one line
+    for an unknown task name, or a data file that does not exist (naming the YAML and the file)."""
+    from lm_eval.tasks._yaml_loader import load_yaml  # the loader TaskManager itself uses (with `include:`)
 
     root = Path(task.include_path).expanduser().resolve() if task.include_path else None
     specs: list[Any] = []
@@ -97,15 +83,10 @@ def task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
         files = kwargs["data_files"]
         for f in files if isinstance(files, list) else list(files.values()) if isinstance(files, dict) else [files]:
             for one in f if isinstance(f, list) else [f]:
-                if (
-                    isinstance(one, str)
-                    and "://" not in one
-                    and not any(c in one for c in "*?[")
-                    and not Path(one).is_file()
-                ):
+                is_local = isinstance(one, str) and "://" not in one and not any(c in one for c in "*?[")
+                if is_local and not Path(one).is_file():
                     raise InputError(
-                        f"{yaml_path.name}: data file {one} does not exist; data_files are relative "
-                        "to the YAML's folder"
+                        f"{yaml_path.name}: data file {one} does not exist; data_files are relative to the YAML's folder"
                     )
         specs.append({**cfg, "dataset_kwargs": kwargs})
     return specs
@@ -130,9 +111,8 @@ def missing_task_message(task: LmEvalTask, name: str, local: list[str]) -> str:
     )
 
 
-_MANAGERS: dict[
-    tuple[str | None, str, bool], Any
-] = {}  # (include_path, its files' hashes, with lm-eval's own) -> index
+# (include_path, its files' hashes, with lm-eval's own) -> index
+_MANAGERS: dict[tuple[str | None, str, bool], Any] = {}
 
 
 def task_manager(task: LmEvalTask) -> Any:
@@ -143,23 +123,15 @@ def task_manager(task: LmEvalTask) -> Any:
 
     include = str(Path(task.include_path).expanduser()) if task.include_path else None
     content = json.dumps(include_path_hashes(include), sort_keys=True) if include else ""  # an edited YAML: reindex
-    if include is not None:
-        key = (include, content, False)
+    for defaults in (False, True) if include is not None else (True,):
+        key = (include, content, defaults)
         if key not in _MANAGERS:
-            _MANAGERS[key] = TaskManager(include_path=include, include_defaults=False)
-        if all(t in _MANAGERS[key].task_index for t in task.tasks):
+            _MANAGERS[key] = TaskManager(include_path=include, include_defaults=defaults)
+        if defaults or all(t in _MANAGERS[key].task_index for t in task.tasks):
             return _MANAGERS[key]
-    key = (include, content, True)
-    if key not in _MANAGERS:
-        _MANAGERS[key] = TaskManager(include_path=include)
-    return _MANAGERS[key]
 
 
 def check_lm_eval_task(task: LmEvalTask) -> None:
-    """Check, before any model is loaded, that lm-eval knows every task of ``task`` (and that the data files of
-    the include_path tasks exist).
-
-    Raises:
-        InputError: lm-eval is not installed, or a task is unknown (:func:`missing_task_message`).
-    """
+    """Check, before any model is loaded, that lm-eval is installed and knows every task of ``task``
+    (:func:`missing_task_message`), and that the data files of the include_path tasks exist."""
     task_specs(task, task_manager(task))

@@ -27,16 +27,8 @@ _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}  # written by Python / Jupyte
 
 
 def include_path_hashes(folder: str | Path) -> dict[str, str]:
-    """The sha256 of every file under a task folder, by relative POSIX name, sorted (caches skipped).
-
-    Args:
-        folder: a folder of lm-eval task YAMLs and their data.
-
-    Returns:
-        ``{"arithmetic_local.yaml": "<sha256>", "sub/data.jsonl": ...}`` in sorted order.
-
-    Raises:
-        InputError: ``folder`` is not a folder.
+    """The sha256 of every file under a folder of lm-eval task YAMLs and their data, by relative POSIX name,
+    sorted (caches skipped): ``{"arithmetic_local.yaml": "<sha256>", "sub/data.jsonl": ...}``.
 
     Example:
         >>> sorted(include_path_hashes("recipes/lm_eval_tasks"))[:2]  # doctest: +SKIP
@@ -48,12 +40,8 @@ def include_path_hashes(folder: str | Path) -> dict[str, str]:
             f"evaluation.lm_eval.include_path: {folder} is not a folder; give a folder of lm-eval "
             "task YAMLs, e.g. recipes/lm_eval_tasks"
         )
-    out = {}
-    for p in root.rglob("*"):
-        rel = p.relative_to(root)
-        if p.is_file() and not (set(rel.parts) & _SKIP_DIRS):
-            out[rel.as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return dict(sorted(out.items()))
+    files = [p for p in root.rglob("*") if p.is_file() and not set(p.relative_to(root).parts) & _SKIP_DIRS]
+    return dict(sorted((p.relative_to(root).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest()) for p in files))
 
 
 @dataclass(frozen=True)
@@ -151,23 +139,9 @@ class LmEvalResult:
 
 # the keys of lm-eval's results file (`lm_eval --output_path`, EvaluationTracker.save_results_aggregated) that
 # describe the evaluation itself; left out: date, timings, git hashes and pretty_env_info (the machine, the time)
-REPORT_KEYS = (
-    "results",
-    "groups",
-    "group_subtasks",
-    "configs",
-    "versions",
-    "n-shot",
-    "higher_is_better",
-    "n-samples",
-    "config",
-    "lm_eval_version",
-    "transformers_version",
-    "tokenizer_pad_token",
-    "tokenizer_eos_token",
-    "tokenizer_bos_token",
-    "eot_token_id",
-    "max_length",
+REPORT_KEYS = tuple(
+    "results groups group_subtasks configs versions n-shot higher_is_better n-samples config lm_eval_version "
+    "transformers_version tokenizer_pad_token tokenizer_eos_token tokenizer_bos_token eot_token_id max_length".split()
 )
 
 

@@ -129,10 +129,7 @@ def fit_batch(requested: int, bytes_of: Callable[[int], int], budget: int | None
     """
     if budget is None:
         return requested
-    for batch in range(requested, 0, -1):
-        if bytes_of(batch) <= budget:
-            return batch
-    return 1
+    return next((batch for batch in range(requested, 0, -1) if bytes_of(batch) <= budget), 1)
 
 
 def device_budget(device: torch.device) -> int | None:
@@ -165,7 +162,7 @@ def fitted_batch(model: nn.Module, requested: int, bytes_of: Callable[[EvalShape
     """``requested``, lowered until ``bytes_of(shapes, batch)`` fits the free memory of the device the model makes
     its logits on (unchanged on a CPU)."""
     budget = device_budget(logits_device(model))
-    if budget is None:
+    if budget is None:  # the CPU: the config is not even read
         return requested
     shapes = model_shapes(model)
     return fit_batch(requested, lambda batch: bytes_of(shapes, batch), budget)

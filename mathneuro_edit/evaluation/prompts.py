@@ -88,11 +88,8 @@ def parse_number(token: str) -> int | float | None:
 
 
 def extract_prediction(completion: str, prefill: str | None = None) -> int | float | None:
-    """The answer of a completion by the rules of the module docstring (``None``: no number found).
-
-    Args:
-        completion: what the model generated (after the prompt and prefill).
-        prefill: the item's prefill, if it had one.
+    """The answer of a completion (what the model generated after the prompt and the item's prefill, if it had
+    one) by the rules of the module docstring (``None``: no number found).
 
     Example:
         >>> extract_prediction("so 3 + 4 = 7\\n#### 7"), extract_prediction("68\\n\\n12 more", "23 + 45 = ")
@@ -106,9 +103,7 @@ def extract_prediction(completion: str, prefill: str | None = None) -> int | flo
         m = _NUMBER.match(text, hashes.end())
         return parse_number(m.group()) if m else None
     numbers = _NUMBER.findall(text)
-    if not numbers:
-        return None
-    return parse_number(numbers[0] if prefill else numbers[-1])
+    return parse_number(numbers[0] if prefill else numbers[-1]) if numbers else None
 
 
 def answer_form(completion: str, prefill: str | None = None) -> str:
@@ -140,9 +135,7 @@ def answer_form(completion: str, prefill: str | None = None) -> str:
     m = _NUMBER.search(text)
     if m is None:
         return "none"
-    if prefill and _RESTART.match(text, m.end()):
-        return "restart"
-    return "answer"
+    return "restart" if prefill and _RESTART.match(text, m.end()) else "answer"
 
 
 def operation_of(problem: Mapping[str, Any]) -> str:
@@ -166,17 +159,12 @@ def completion_done(text: str, prefill: str | None = None) -> bool:
     """
     if truncate_completion(text)[1]:
         return True
-    if prefill:
-        m = _NUMBER.search(text)
-        return m is not None and _COMPLETE.match(text, m.end()) is not None
-    return False
+    m = _NUMBER.search(text) if prefill else None
+    return m is not None and _COMPLETE.match(text, m.end()) is not None
 
 
 def uses_chat_template(tokenizer: Any, setting: ChatSetting) -> bool:
-    """Resolve ``evaluation.chat_template`` for a tokenizer.
-
-    Raises:
-        InputError: ``True`` but the tokenizer has no chat template.
+    """Resolve ``evaluation.chat_template`` for a tokenizer (``True`` needs one that has a chat template).
 
     Example:
         >>> class Tok: chat_template = None
@@ -198,9 +186,7 @@ def uses_chat_template(tokenizer: Any, setting: ChatSetting) -> bool:
 
 def _shot_answer(shot: Mapping[str, str]) -> str:
     """What the assistant says in a worked example: the prefill and the gold number, or the worked answer."""
-    if shot.get("prefill"):
-        return f"{shot['prefill']}{extract_answer(shot['answer'])}"
-    return shot["answer"]
+    return f"{shot['prefill']}{extract_answer(shot['answer'])}" if shot.get("prefill") else shot["answer"]
 
 
 def render_prompt(
@@ -245,10 +231,7 @@ def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     Why every exception is caught: the template is a program from the model's files (its ``tokenizer_config.json``
     or ``chat_template.jinja``), someone else's; whatever it raises on a plain conversation (a syntax error,
     ``raise_exception``, an undefined name, the sandbox's refusal of ``__class__``, a division by zero, a template
-    that is not text) is that file's fault, and was an internal error.
-
-    Raises:
-        InputError: one line naming the error and the two ways out.
+    that is not text) is that file's fault, and was an internal error: one line names it and the two ways out.
     """
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

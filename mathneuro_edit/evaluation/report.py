@@ -65,11 +65,9 @@ def _value(key: str, row: Row, shown: Callable[[Any], str] = str) -> str:
     if key == "math_accuracy":
         return format_accuracy(row)
     v = row.get(key)
-    if not _num(v):
-        return "-" if v is None else shown(v)
-    if key == "general_loss" and _num(row.get("general_loss_se")):
+    if key == "general_loss" and _num(v) and _num(row.get("general_loss_se")):
         return f"{v:.4g} ± {row['general_loss_se']:.2g}"
-    return f"{v:.4g}"
+    return _plain(v, shown)
 
 
 # what a math change measured on a sweep's selection problems is said to be instead of (not) significant
@@ -103,7 +101,8 @@ def _plain(x: Any, shown: Callable[[Any], str] = str) -> str:
 def eval_markdown(
     results: Mapping[str, Mapping[str, Row]], shown: Callable[[Any], str] = str, untested: Collection[str] = ()
 ) -> str:
-    """The table: one row per metric; columns base / edited / change (just ``value`` without an edit).
+    """The table (Markdown, ending in a newline): one row per metric; columns base / edited / change (just
+    ``value`` without an edit).
 
     Args:
         results: ``{task: {"base": row, "edited": row, "comparison": {...}}}`` (eval.json); parts may be missing.
@@ -113,9 +112,6 @@ def eval_markdown(
         untested: tasks measured on problems the edit's setting was chosen on (a release from a sweep whose own
             evaluation reuses selection problems): their math change is shown with its p and :data:`NOT_A_TEST`,
             never "significant".
-
-    Returns:
-        Markdown, ending in a newline.
 
     Example:
         >>> print(eval_markdown({"m": {"base": {"math_accuracy": 0.5, "math_correct": 1, "math_total": 2}}}), end="")

@@ -24,13 +24,7 @@ from ..layout import EVAL_NAME, LM_EVAL_RESULTS
 from ..util.files import write_json_atomic
 from .lm_eval_task import LmEvalResult
 from .report import eval_markdown
-from .significance import (
-    discordant_pairs,
-    mcnemar_exact,
-    ratio_se,
-    significant,
-    wilson_interval,
-)
+from .significance import discordant_pairs, mcnemar_exact, ratio_se, significant, wilson_interval
 
 __all__ = [
     "MathPrediction",
@@ -66,14 +60,11 @@ def extract_answer(text: str) -> int | None:
 
 
 def truncate_completion(text: str) -> tuple[str, bool]:
-    """Cut a completion where its answer ends; also say whether generation can stop.
+    """Cut a completion where its answer ends: ``(cut text, whether generation can stop)``.
 
     The answer ends at the first ``"\\n\\n"`` or ``"\\nQuestion:"`` after the first complete ``#### <number>``;
     without one, at the first ``"\\nQuestion:"`` (the model started a new problem: what follows is not an answer
     to this one). Generation can stop once the number is complete (a character that cannot continue it follows).
-
-    Returns:
-        ``(cut text, done)``.
 
     Example:
         >>> truncate_completion("2 + 2 = 4\\n#### 4\\n\\nQuestion: next")
@@ -258,16 +249,9 @@ class EvalResults:
         return out
 
     def save_json(self, path: str | Path, predictions: bool = True) -> Path:
-        """Write :meth:`to_dict` as JSON atomically (temp file beside it, then rename).
-
-        Args:
-            path: a file path, or an existing folder (writes ``eval.json`` in it).
-            predictions: include the per-problem rows (question, gold, prefill, completion, extracted, correct),
-                so that a reader can audit every score.
-
-        Returns:
-            The path written.
-        """
+        """Write :meth:`to_dict` as JSON atomically to ``path``, a file or an existing folder (``eval.json`` in it);
+        ``predictions``: with the per-problem rows (question, gold, prefill, completion, extracted, correct), so
+        that a reader can audit every score. Returns the path written."""
         path = Path(path)
         if path.is_dir():
             path = path / EVAL_NAME
@@ -304,11 +288,4 @@ class EvalResults:
 
 def _prediction_row(p: MathPrediction) -> dict[str, Any]:
     """One audit row of eval.json (key order fixed: the file is byte-identical between runs)."""
-    return {
-        "question": p.question,
-        "gold": p.gold,
-        "prefill": p.prefill,
-        "completion": p.completion,
-        "extracted": p.extracted,
-        "correct": p.correct,
-    }
+    return {k: getattr(p, k) for k in ("question", "gold", "prefill", "completion", "extracted", "correct")}

@@ -41,15 +41,7 @@ from .results import (
     need,
     truncate_completion,
 )
-from .runtime import (
-    AnswerStop,
-    batch_ranges,
-    edit_guard,
-    eval_mode,
-    pad_rows,
-    param_device,
-    special_ids,
-)
+from .runtime import AnswerStop, batch_ranges, edit_guard, eval_mode, pad_rows, param_device, special_ids
 from .tasks import GeneralTask, MathTask, Task, is_int
 
 __all__ = ["math_accuracy", "general_loss", "evaluate", "DEFAULT_BATCH_SIZE"]
@@ -58,8 +50,6 @@ __all__ = ["math_accuracy", "general_loss", "evaluate", "DEFAULT_BATCH_SIZE"]
 # problems / texts per batch when the caller names none (what `run` and `eval` use); on a GPU lowered to fit its
 # free memory (evaluation/memory.py), which `plan` predicts with this value
 DEFAULT_BATCH_SIZE = 16
-
-# ---------------------------------------------------------------------------------------------------- internals
 
 
 def _run_math(
@@ -99,15 +89,8 @@ def _run_math(
     preds = []
     for i, p in enumerate(task.problems):
         text = truncate_completion(completions[i])[0]  # drops only a next "Question:" the model made up
-        preds.append(
-            MathPrediction(
-                p["question"],
-                int(extract_answer(p["answer"])),
-                text,
-                extract_prediction(text, prefills[i]),
-                prefills[i],
-            )
-        )
+        gold = int(extract_answer(p["answer"]))
+        preds.append(MathPrediction(p["question"], gold, text, extract_prediction(text, prefills[i]), prefills[i]))
     return MathResult(sum(p.correct for p in preds), len(preds), tuple(preds), task.sha256)
 
 
@@ -162,9 +145,8 @@ def _run_general(
         # right padding: with causal attention, padding after a text cannot change its real tokens' outputs
         # (pad id 0: any id would do, padded positions are masked and their outputs never read)
         ids, attn = pad_rows(rows, 0, "right", param_device(model))  # (batch, tokens)
-        base_logits = None
-        if cached is None:
-            base_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (batch, tokens, vocab)
+        # (batch, tokens, vocab)
+        base_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits if cached is None else None
         edited_logits = None
         if edit is not None:
             edit.apply()
@@ -235,9 +217,6 @@ def _check_batch_size(batch_size: Any) -> int:
     return batch_size
 
 
-# ---------------------------------------------------------------------------------------------------- public API
-
-
 def math_accuracy(
     model: nn.Module,
     tokenizer: Any,
@@ -254,9 +233,6 @@ def math_accuracy(
 
     Why 9 parameters: the model, its tokenizer and the problems, then six keyword-only options, each one documented
     choice with a default (the fields of :class:`MathTask` and the batching).
-
-    Returns:
-        A :class:`MathResult` (``.accuracy``, ``.correct``, ``.total``, ``.predictions``).
 
     Example:
         >>> with edit:  # an edited model: wrap the call in a ReversibleEdit  # doctest: +SKIP
@@ -279,17 +255,9 @@ def general_loss(
 ) -> GeneralResult:
     """Mean next-token loss and perplexity on texts; with ``edit``, of the edited model, plus KL(base || edited).
 
-    Args:
-        model: the model (base weights; with ``edit`` it is switched per batch and ends as it was given).
-        tokenizer: its tokenizer (not modified).
-        texts: the texts; each truncated to ``max_length`` tokens.
-        edit: a :class:`~mathneuro_edit.engine.apply.ReversibleEdit` on ``model``, or ``None`` for the model as is.
-        max_length: tokens per text.
-        batch_size: texts per forward pass.
-        progress: show a progress bar.
-
-    Returns:
-        A :class:`GeneralResult`; ``kl`` is 0.0 without an edit.
+    The model holds its base weights: with ``edit`` (a :class:`~mathneuro_edit.engine.apply.ReversibleEdit`) it
+    is switched per batch and ends as it was given; the tokenizer is not modified. Each text is truncated to
+    ``max_length`` tokens. Returns a :class:`GeneralResult` (``kl`` 0.0 without an edit).
 
     Example:
         >>> general_loss(model, tok, ["The cat sat."], edit=ReversibleEdit(model, mask, 0.0)).kl  # doctest: +SKIP
@@ -318,14 +286,12 @@ def evaluate(
         model: a causal LM with its base weights (``transformers`` ``generate`` and ``logits``).
         tokenizer: its tokenizer; never modified (padding is done here, eos serves as pad when there is none).
         tasks: :class:`MathTask`, :class:`GeneralTask` and :class:`LmEvalTask` specs with unique names.
-        edit: a :class:`~mathneuro_edit.engine.apply.ReversibleEdit` on ``model``; ``None`` evaluates the model as is.
         base_results: earlier results (``previous`` or ``previous.base``) whose base parts are reused for tasks of
             the same name and content (a sweep: many edits, base computed once). General tasks still run the base
             forward pass when there is an edit (the KL needs it), unless the cached result kept its log-probabilities
             (``keep_base_logprobs``); no base generation happens again.
         batch_size: problems / texts per batch (a general batch holds two ``(batch, tokens, vocab)`` logits
             tensors at once: lower it for large vocabularies).
-        progress: tqdm progress bars over batches.
         keep_base_logprobs: keep the base's next-token log-probabilities of every general text in the base result
             (in memory, up to :data:`KEEP_LOGPROBS_MAX_BYTES`), so that a later call with these ``base_results``
             skips the base forward pass of the KL (a sweep: one base, many edits); the numbers are the same.

@@ -47,15 +47,8 @@ ALPHA = 0.05  # significance level of the paired test (reports say "significant"
 
 
 def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a proportion ``k / n`` (default: 95%).
-
-    Args:
-        k: successes, ``0 <= k <= n``.
-        n: trials, ``n >= 1`` (``n == 0`` gives ``(0.0, 1.0)``: nothing is known).
-        z: the normal quantile (1.96 for 95%).
-
-    Returns:
-        ``(low, high)``, both in ``[0, 1]``.
+    """The Wilson score interval ``(low, high)`` of a proportion ``k / n``, ``0 <= k <= n`` (default: 95%, ``z``
+    the normal quantile); ``n == 0`` gives ``(0.0, 1.0)``: nothing is known.
 
     Example:
         >>> wilson_interval(0, 10)[0], round(wilson_interval(10, 10)[0], 3)
@@ -80,14 +73,8 @@ def mcnemar_exact(b: int, c: int) -> float:
 
     ``b`` problems are right only before the edit and ``c`` only after it. Under "the edit changes nothing"
     each discordant problem is equally likely to go either way, so ``min(b, c)`` is Binomial(b + c, 1/2); the
-    two-sided p-value doubles the smaller tail (exact for this symmetric case) and caps it at 1.
-
-    Args:
-        b: problems right with the base only.
-        c: problems right with the edit only.
-
-    Returns:
-        The p-value in ``(0, 1]``; 1.0 when there is no discordant problem.
+    two-sided p-value doubles the smaller tail (exact for this symmetric case) and caps it at 1: a p-value in
+    ``(0, 1]``, 1.0 when there is no discordant problem.
 
     Example:
         >>> mcnemar_exact(0, 0), mcnemar_exact(0, 6)
@@ -112,9 +99,7 @@ def discordant_pairs(base: Sequence[bool], edited: Sequence[bool]) -> tuple[int,
     """
     if len(base) != len(edited):
         raise ValueError(f"discordant_pairs: {len(base)} base vs {len(edited)} edited outcomes; pair the same problems")
-    b = sum(1 for x, y in zip(base, edited) if x and not y)
-    c = sum(1 for x, y in zip(base, edited) if y and not x)
-    return b, c
+    return sum(1 for x, y in zip(base, edited) if x and not y), sum(1 for x, y in zip(base, edited) if y and not x)
 
 
 def ratio_se(sums: Sequence[float], counts: Sequence[int]) -> float:
@@ -125,13 +110,7 @@ def ratio_se(sums: Sequence[float], counts: Sequence[int]) -> float:
     ``sqrt(n / (n - 1) * sum_i (s_i - m * c_i)**2) / sum_i c_i`` with ``m`` the weighted mean. With equal counts
     it is the plain standard error of the per-text means. Used for the general loss (``s_i`` the summed loss of
     text ``i``, ``c_i`` its predicted tokens) and for the paired loss change (``s_i`` the edited minus base sum).
-
-    Args:
-        sums: per-text sums.
-        counts: per-text token counts (> 0 in total).
-
-    Returns:
-        The standard error; ``nan`` with fewer than two texts (no spread can be estimated).
+    ``nan`` with fewer than two texts (no spread can be estimated).
 
     Example:
         >>> round(ratio_se([1.0, 2.0, 3.0], [1, 1, 1]), 4)  # = stdev([1, 2, 3]) / sqrt(3)
@@ -165,13 +144,8 @@ def holm_adjust(pvalues: Sequence[float]) -> list[float]:
     With the ``m`` p-values sorted ascending, ``p_(1) <= ... <= p_(m)``, the adjusted value of the ``i``-th is
     ``min(1, max_{j <= i} (m - j + 1) p_(j))``. Rejecting every hypothesis whose adjusted p is below ``alpha``
     is Holm's step-down procedure: the chance of ANY false rejection in the family stays at most ``alpha``
-    whatever the dependence between the tests (a sweep's points share their problems and are correlated).
-
-    Args:
-        pvalues: p-values in ``[0, 1]``.
-
-    Returns:
-        The adjusted p-values, each ``>=`` its raw value, in the input order.
+    whatever the dependence between the tests (a sweep's points share their problems and are correlated). Each
+    adjusted value is ``>=`` its raw one.
 
     Example:
         >>> holm_adjust([0.01, 0.04, 0.03, 0.005])
@@ -230,16 +204,8 @@ def mcnemar_power(n: int, gain: float, discordance: float, alpha: float = ALPHA)
     share of problems whose outcome changes. Then the discordant count ``D`` is Binomial(n, discordance) and, given
     ``D``, the edit-only count ``c`` is Binomial(D, (discordance + gain) / (2 discordance)). The test decision
     is :func:`mcnemar_exact` itself (exact, per ``D``), so the power is exact for this model; the base accuracy
-    does not enter except that the shares must be possible (``b <= base``, ``c <= 1 - base``).
-
-    Args:
-        n: problems in the test.
-        gain: the true gain in accuracy as a fraction, ``0 <= gain <= discordance``.
-        discordance: expected fraction of discordant problems, in ``(0, 1]``.
-        alpha: the test's level.
-
-    Returns:
-        The power in ``[0, 1]`` (at ``gain = 0``: the chance of a false "gain", at most ``alpha / 2``).
+    does not enter except that the shares must be possible (``b <= base``, ``c <= 1 - base``). At ``gain = 0``
+    the power is the chance of a false "gain", at most ``alpha / 2``.
 
     Example:
         >>> round(mcnemar_power(600, 0.04, 0.10), 2)
@@ -306,11 +272,9 @@ def detectable_gain(
         >>> detectable_gain(1000, 1, 3) is None  # 4 of 1,000 changed: even +0.4 (all 4 the edit's) is not shown
         True
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"detectable_gain: n must be an int >= 1, got {n!r}")
-    for name, k in (("before_only", before_only), ("after_only", after_only)):
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"detectable_gain: {name} must be an int >= 0, got {k!r}")
+    for name, k, lo in (("n", n, 1), ("before_only", before_only, 0), ("after_only", after_only, 0)):
+        if isinstance(k, bool) or not isinstance(k, int) or k < lo:
+            raise ValueError(f"detectable_gain: {name} must be an int >= {lo}, got {k!r}")
     if before_only + after_only > n:
         raise ValueError(f"detectable_gain: {before_only} + {after_only} discordant problems of {n}")
     if before_only + after_only == 0:

@@ -60,7 +60,6 @@ class MathTask:
     """GSM8K-style problems scored by exact match of the number read from a greedy completion.
 
     Args:
-        name: the task's name in the results.
         problems: ``[{"question": str, "answer": str, "prefill": str (optional)}]``; the gold is the integer after
             ``#### `` in the answer; ``prefill`` starts the model's answer (e.g. ``"23 + 45 = "``).
         n_shot: how many of ``shots`` precede each prompt (as earlier chat turns with a chat template).
@@ -105,26 +104,15 @@ class MathTask:
     def sha256(self) -> str:
         """Fingerprint of the task's content and settings (a cached base result must match it)."""
         style = [] if self.prompt_style == "question-answer" else [self.prompt_style]  # old fingerprints unchanged
-        return _sha(
-            [
-                "math",
-                list(self.problems),
-                list(self.shots[: self.n_shot]),
-                self.max_new_tokens,
-                self.chat_template,
-                *style,
-            ]
-        )
+        shots = list(self.shots[: self.n_shot])
+        return _sha(["math", list(self.problems), shots, self.max_new_tokens, self.chat_template, *style])
 
 
 @dataclass(frozen=True)
 class GeneralTask:
     """Non-math texts scored by next-token loss, perplexity and (with an edit) KL(base || edited).
 
-    Args:
-        name: the task's name in the results.
-        texts: the texts (each truncated to ``max_length`` tokens).
-        max_length: tokens per text, >= 2.
+    Each text is truncated to ``max_length`` (>= 2) tokens.
 
     Example:
         >>> GeneralTask("wiki", ["A quiet morning in the park."]).max_length

@@ -130,12 +130,21 @@ def parse_answer(text: str) -> int | None:
         return None
 
 
+# the sentence of each operation: ``str.format`` templates over the problem's words and the operand ``num``
+_STEP_TEXTS = {
+    "+": ("{He} buys {num} more.", "{friend} gives {him} {num} more.", "{He} finds {num} more."),
+    "-": ("{He} gives {num} to {friend}.", "{He} loses {num}.", "{He} sells {num} of them."),
+    "*": ("Then {he} has {num} times as many.", "{His} {obj} multiply by {num}."),
+}
+
+
 def _math_problem(pick: _Picker) -> tuple[str, dict[str, str]]:
     """One problem from the problem space: returns (split key, GSM8K dict)."""
     name, he, his = pick.choice(NAMES)
     friend = pick.choice([f for f in NAMES if f[0] != name])[0]
     obj = pick.choice(OBJECTS)
     value = pick.randint(*_START)
+    words = {"He": he.capitalize(), "he": he, "him": _him(he), "His": his.capitalize(), "friend": friend, "obj": obj}
     sentences = [
         pick.choice(
             [f"{name} has {value} {obj}.", f"{name} starts with {value} {obj}.", f"{name} collects {value} {obj}."]
@@ -151,31 +160,14 @@ def _math_problem(pick: _Picker) -> tuple[str, dict[str, str]]:
         if op == "+":
             num = pick.randint(*_ADD)
             new = value + num
-            text = pick.choice(
-                [
-                    f"{he.capitalize()} buys {num} more.",
-                    f"{friend} gives {_him(he)} {num} more.",
-                    f"{he.capitalize()} finds {num} more.",
-                ]
-            )
         elif op == "-":
             # Why <= _ADD[1]: subtrahends as small as addends keep borrows learnable (no 3-digit minus 3-digit).
             num = pick.randint(1, min(value - 1, _ADD[1]))
             new = value - num
-            text = pick.choice(
-                [
-                    f"{he.capitalize()} gives {num} to {friend}.",
-                    f"{he.capitalize()} loses {num}.",
-                    f"{he.capitalize()} sells {num} of them.",
-                ]
-            )
         else:
-            hi = min(_MUL[1], _MAX_VALUE // value)
-            num = pick.randint(_MUL[0], hi)
-            new = value * num
-            used_mul = True
-            text = pick.choice([f"Then {he} has {num} times as many.", f"{his.capitalize()} {obj} multiply by {num}."])
-        sentences.append(text)
+            num = pick.randint(_MUL[0], min(_MUL[1], _MAX_VALUE // value))
+            new, used_mul = value * num, True
+        sentences.append(pick.choice(_STEP_TEXTS[op]).format(**words, num=num))
         steps.append(f"{value} {op} {num} = {new}")
         key.append(f"{op}{num}")
         value = new
