@@ -1,21 +1,13 @@
 """The recipe: one validated description of a MathNeuro run (model, data, mask, edit, outputs, evaluation, Hub).
 
 It is the single source of truth for the YAML files and the CLI options: ``docs/recipes.md`` documents every key
-listed by :func:`~mathneuro_edit.recipe.io.recipe_fields`. Reading recipes (YAML, ``--set`` overrides, the embedded
-quickstart) lives in :mod:`mathneuro_edit.recipe.io`, which imports this module (never the other way round).
-This module holds :class:`Recipe`, which assembles the sections, its public form and its hash; the sections are
-defined by what they describe: what a run reads (``base``, ``data`` and their sources) in
-:mod:`mathneuro_edit.recipe.input_sections`, making and writing the edit (``calibration``, ``targets``, ``mask``,
-``edit``, ``outputs``) in :mod:`mathneuro_edit.recipe.edit_sections`, the jobs that judge or publish it
-(``evaluation``, ``hub``, ``sweep``, ``consistency``) in :mod:`mathneuro_edit.recipe.job_sections`. Their
-building blocks: the constrained value types in :mod:`mathneuro_edit.recipe.types`, the
-``evaluation.lm_eval`` section and its old-key migration in :mod:`mathneuro_edit.recipe.lm_eval_keys`.
-Every section is a pydantic v2 model that rejects unknown keys; a bad recipe raises ONE
-:class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g. ``recipe.yaml: 2
-problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1] (got 1.5), did you
-mean 0.015?`` (one line).
-
-Special values (``organism``, ``organism:math``, ``arithmetic``): see :mod:`mathneuro_edit.recipe.input_sections`.
+listed by :func:`~mathneuro_edit.recipe.io.recipe_fields`. :class:`Recipe` assembles the sections, defined by what
+they describe: what a run reads in :mod:`.input_sections`, making and writing the edit in :mod:`.edit_sections`, the
+jobs that judge or publish it in :mod:`.job_sections`. Reading recipes (YAML, ``--set``, the embedded quickstart)
+lives in :mod:`.io`, which imports this module (never the other way round). Every section rejects unknown keys; a bad
+recipe raises ONE :class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g.
+``recipe.yaml: 2 problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1] (got
+1.5), did you mean 0.015?`` (one line).
 
 Privacy: local paths (a base model folder, a data file, an offload folder) are personal. :meth:`Recipe.public_dict`
 replaces them by ``"<local>"`` (data files keep their file name: ``"<local>/train.jsonl"``); the recipe hash,
@@ -32,7 +24,7 @@ from typing import Any
 import yaml
 from pydantic import Field, model_validator
 
-from ..util.paths import LOCAL, ORGANISM, is_local_path
+from ..util.paths import LOCAL, is_local_path
 from .edit_sections import CalibrationConfig, EditConfig, MaskConfig, OutputsConfig, TargetsConfig
 from .input_sections import BaseConfig, DataConfig
 from .job_sections import ConsistencyConfig, EvaluationConfig, HubConfig, SweepConfig
@@ -161,10 +153,8 @@ class Recipe(StrictModel):
             ['base folder']
         """
         found: list[tuple[str, Path]] = []
-        if self.base.model == ORGANISM or is_local_path(self.base.model):
-            local = self.base.local_dir()
-            if local is not None:
-                found.append(("base file" if self.base.model.lower().endswith(".gguf") else "base folder", local))
+        if (local := self.base.local_dir()) is not None:  # the organism's folder, or a local path
+            found.append(("base file" if self.base.model.lower().endswith(".gguf") else "base folder", local))
         for name in ("data", "evaluation"):
             section = getattr(self, name)
             if section is not None:
