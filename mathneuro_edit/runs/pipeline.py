@@ -206,9 +206,6 @@ def export_recipe(
     no evaluation (``eval`` writes it). Written atomically. ``echo`` receives the stage lines, as ``run``'s
     (``[1/2] export checkpoint/ + model-Q8_0.gguf``, ``[2/2] write lock and model card``).
 
-    Returns:
-        The written folder.
-
     Example:
         >>> export_recipe(quickstart_recipe(), "mask.safetensors", "out/checkpoint")  # doctest: +SKIP
     """

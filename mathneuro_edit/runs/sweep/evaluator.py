@@ -76,15 +76,14 @@ class _Evaluator:
     ) -> None:
         """``fmt`` (a :class:`~mathneuro_edit.recipe.job_sections.PromptFormat`) replaces the evaluation's prompt
         settings; ``weights`` names the dtype the model's weights were rounded to (a cache key of their own)."""
-        model, tok, recipe, fingerprint = ctx.run.model, ctx.run.tokenizer, ctx.run.recipe, ctx.fingerprint
-        cache, progress = ctx.cache, ctx.run.progress
+        recipe, fingerprint = ctx.run.recipe, ctx.fingerprint
         self.echo, self.weights = ctx.echo, weights  # a confirmation's lines name the weights it measures
         ev, sw = recipe.evaluation, recipe.sweep
         assert ev is not None
         src = fmt if fmt is not None else ev
-        self.model, self.tok, self.cache, self.progress = model, tok, cache, progress
+        self.model, self.tok, self.cache, self.progress = ctx.run.model, ctx.run.tokenizer, ctx.cache, ctx.run.progress
         self.shots, self.n_shot, self.max_new = shots, src.n_shot, ev.max_new_tokens
-        self.chat = uses_chat_template(tok, src.chat_template)
+        self.chat = uses_chat_template(self.tok, src.chat_template)
         self.style = src.prompt_style
         self.batch_size, self.k = sw.batch_size, sw.kl_support
         self.texts, self.max_length = list(texts), recipe.calibration.max_length
