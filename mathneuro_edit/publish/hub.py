@@ -261,8 +261,15 @@ def push_to_hub(
         remote="no repo id",
         scrubbed=scrubbed,
     )
-    if dry_run:
-        return result if repo_id is None else _dry_run(api, result, contents, token or "", timeout)
+    if dry_run:  # the plan, with the remote's state and deletes read without writing when there is a repo
+        if repo_id is None:
+            return result
+        try:
+            with hub_errors(repo_id, branch, token or ""), request_timeouts(timeout):
+                deletes, state = _remote_deletes(api, repo_id, branch, contents)
+        except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
+            return replace(result, remote=scrub_token(str(e), token or None))
+        return replace(result, remote=state, deletes=deletes)
     with progress_bars_on_a_terminal_only():  # a Ctrl-C or SIGTERM ends the push at once, whatever it waits for
         url, state, deletes, info = interruptible(_commit, api, result, contents, token or "", timeout)
     return replace(
@@ -372,7 +379,7 @@ def hub_target(
 ) -> tuple[str | None, bool | None, str | None]:
     """``(repo_id, private, revision)`` of a push: each flag as given, else the recipe's ``hub`` section (the
     lock's): ``hub.repo_id`` plus the output's suffix (one repo per artifact), ``hub.private`` when true, and
-    ``hub.revision`` (checked as ``--branch`` is: a lock is data). A flag always wins over the recipe.
+    ``hub.revision`` (checked as ``--branch`` is: a lock is data).
 
     Raises:
         InputError: no repo from either (unless ``dry_run``), or a recipe branch the Hub would not take as written.
@@ -393,17 +400,6 @@ def hub_target(
     if revision is None and hub.get("revision") is not None:  # a lock's branch is data: checked as --branch is
         revision = check_branch(str(hub["revision"]), where)
     return repo_id, private, revision
-
-
-def _dry_run(api: HfApi, plan: PushResult, contents: dict[str, Any], token: str, timeout: float) -> PushResult:
-    """The plan with the remote's state and deletes, read without writing (a failed read leaves them unknown)."""
-    repo_id = plan.repo_id or ""
-    try:
-        with hub_errors(repo_id, plan.revision, token), request_timeouts(timeout):
-            deletes, state = _remote_deletes(api, repo_id, plan.revision, contents)
-    except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
-        return replace(plan, remote=scrub_token(str(e), token or None))
-    return replace(plan, remote=state, deletes=deletes)
 
 
 def _commit(

@@ -271,8 +271,7 @@ def hub_errors(repo_id: str, revision: str, token: str) -> Iterator[None]:
         raise
     except Exception as caught:  # matched against the table below; anything unknown is re-raised unchanged
         e = _http_error(caught) or caught  # an LFS upload's failure comes wrapped in a RuntimeError
-        response = getattr(e, "response", None)
-        status = getattr(response, "status_code", None)
+        status = getattr(getattr(e, "response", None), "status_code", None)
         detail = first_line(e, type(e).__name__)
         server = first_line(getattr(e, "server_message", None))
         if server and server not in detail:  # the Hub's own words: often the fix (may echo a credential)

@@ -109,10 +109,8 @@ def compare_files(present: Mapping[str, str], recorded: Mapping[str, str | None]
 def _folder_prefixes(folder: Path) -> list[tuple[str, Path]]:
     """``(lock prefix, local folder)`` pairs: a run folder's sub-folders, or an artifact folder itself."""
     subs = [(f"{s}/", folder / s) for s in output_dirs() if (folder / s).is_dir()]
-    if subs:
-        return subs
-    # the registry's markers: an adapter in mathneuro-edit's own format has no adapter_config.json
-    return [(f"{output_of_folder(folder).folder}/", folder)]
+    # else the registry's markers: an adapter in mathneuro-edit's own format has no adapter_config.json
+    return subs or [(f"{output_of_folder(folder).folder}/", folder)]
 
 
 def check_local_files_against_lock(folder: str | Path, lock: Mapping[str, Any]) -> FileCheck:
@@ -180,8 +178,8 @@ def check_hub_files_against_lock(
 
 @contextmanager
 def _hub_read(repo_id: str, token: str | None, verb: str, what: str) -> Iterator[None]:
-    """A read (``verb``: read, download) of ``what`` from the Hub, its failure worded in one line: the Hub's fault
-    (5xx, network) exit 3, the rest (not found, no access, offline) exit 2."""
+    """A read (``verb``: read, download) of ``what`` from the Hub; its failure is one line: exit 3 when it is the
+    Hub's fault (:func:`~.hub_requests.hub_fault`), else exit 2 (not found, no access, offline)."""
     from .hub_requests import first_line, hub_fault
 
     try:

@@ -346,13 +346,10 @@ def _check_base_names(p: Path, base: Mapping[str, Any]) -> None:
     ``organism`` or ``<local>``; a Hub ref or commit): the card and its snippets show both as written, so an edited
     lock could otherwise put a heading, HTML or code there (issue 48)."""
     model, revision = base.get("model"), base.get("revision")
-    plain_path = isinstance(model, str) and is_local_path(model) and not _MARKUP.search(model)  # refused later,
-    # with its fix (pass --base PATH: lock_policy), by the commands that would read it
-    if (
-        model is not None
-        and not plain_path
-        and not (isinstance(model, str) and (model == ORGANISM or model.startswith(LOCAL) or is_repo_id(model)))
-    ):
+    # a plain local path is refused later, with its fix (pass --base PATH: lock_policy), by the commands that read it
+    plain_path = isinstance(model, str) and is_local_path(model) and not _MARKUP.search(model)
+    known = isinstance(model, str) and (model == ORGANISM or model.startswith(LOCAL) or is_repo_id(model))
+    if model is not None and not plain_path and not known:
         raise InputError(
             f"{p}: base.model: {show_value(model)} is not a Hub repo id, organism or {LOCAL}; this lock file is "
             "corrupt: use the one the run wrote"

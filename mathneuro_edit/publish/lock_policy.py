@@ -59,7 +59,6 @@ def refused_lock_settings(
         refused.append(
             "base.trust_remote_code: true (runs the base repository's Python; pass --trust-remote-code if you trust it)"
         )
-    # the same rule for compiled code: Hub kernels run only when the user's own command line asks for them
     if base.get("use_kernels") not in (None, False) and not _given("base.use_kernels", overrides):
         refused.append(
             "base.use_kernels: true (runs compiled kernels downloaded from the Hub; pass --set "
