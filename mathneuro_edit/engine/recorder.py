@@ -147,7 +147,7 @@ class Recorder:
     def __init__(self, model: nn.Module, targets: dict[str, Target]) -> None:
         self.acc = {name: _Accumulator(t) for name, t in targets.items()}
         self._accs = list(self.acc.values())
-        self.token_mask: torch.Tensor | None = None  # (batch, tokens) float32, 1 = real token
+        self.token_mask = torch.zeros(0, 0)  # (batch, tokens) float32, 1 = real token (set per batch)
         self._mask3: dict[torch.device, torch.Tensor] = {}  # (batch, 1, tokens) float32 per device, for bmm
         self._pad3: dict[torch.device, torch.Tensor] = {}  # (batch, tokens, 1) bool, True = padding (GPU path)
         self._padded = False  # whether the current batch has padding
@@ -209,7 +209,6 @@ class Recorder:
     def sample_of(self) -> torch.Tensor:
         """``(batch * tokens,)`` sample index of each flat token (for experts; built on first use per batch)."""
         if self._sample_of is None:
-            assert self.token_mask is not None
             b, t = self.token_mask.shape
             self._sample_of = torch.arange(b, device=self.token_mask.device).repeat_interleave(t)
         return self._sample_of
@@ -240,7 +239,6 @@ class Recorder:
     def _per_sample_sq(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """Sum of squares over each sample's real tokens: ``(batch, d_in)`` float32."""
         m = self.token_mask
-        assert m is not None
         b, t = m.shape
         if x.dim() == 3 and tuple(x.shape[:2]) == (b, t):
             x3 = x
@@ -269,7 +267,6 @@ class Recorder:
         if self._padded:
             pad = self._pad3.get(x3.device)
             if pad is None:
-                assert self.token_mask is not None
                 pad = self._pad3[x3.device] = (self.token_mask.to(x3.device) == 0).unsqueeze(2)
             x3 = x3.masked_fill(pad, 0)  # padding contributes exactly 0
         return torch.linalg.vector_norm(x3, ord=2, dim=1, dtype=torch.float32)
@@ -294,7 +291,6 @@ class Recorder:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             hidden = args[0] if args else kwargs["hidden_states"]  # (batch * tokens, hidden)
             top_k_index = args[1] if len(args) > 1 else kwargs["top_k_index"]  # (batch * tokens, k)
-            assert self.token_mask is not None and self.sample_of is not None
             b, t = self.token_mask.shape
             if hidden.shape[0] != b * t:
                 raise InputError(
@@ -340,7 +336,6 @@ class Recorder:
             inputs = args[0] if args else kwargs["inputs"]
             sizes = args[1] if len(args) > 1 else kwargs["expert_size"]
             tokens = self._routed.get(parent)
-            assert self.token_mask is not None
             b = self.token_mask.shape[0]
             if tokens is None or tokens.shape[0] != inputs.shape[0]:
                 raise InputError(
@@ -366,7 +361,6 @@ class Recorder:
 
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             hidden = args[0] if args else kwargs["hidden_states"]
-            assert self.token_mask is not None
             b, t = self.token_mask.shape
             n_exp = module.num_experts
             if hidden.shape[0] != n_exp * b * t:

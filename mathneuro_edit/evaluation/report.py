@@ -93,6 +93,10 @@ def _change(key: str, base: Row, edited: Row, comparison: Row, tested: bool = Tr
     return f"{e - b:+.4g}"
 
 
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def _plain(x: Any, shown: Callable[[Any], str] = str) -> str:
     """A number as the card prints it (4 significant digits), ``-`` when missing."""
     return f"{x:.4g}" if _num(x) else ("-" if x is None else shown(x))
@@ -144,17 +148,10 @@ def eval_markdown(
                     se = row.get(se_key)  # noqa: B023 - with_se is called only in this iteration, just below
                     return f"{_plain(value)} ± {_plain(se)}" if _num(value) and _num(se) else _plain(value, shown)
 
-                # lm-eval's metrics do not say which direction is better: the change is shown without a verdict
-                cells = (
-                    [with_se(base, b), with_se(edited, e), f"{e - b:+.4g}" if _num(b) and _num(e) else "-"]
-                    if with_edit
-                    else [with_se(base, b)]
-                )
-                lines.append(
-                    f"| {shown(f'{task}: {lm_task}')} | {shown(metric)} (n={_plain(n, shown)}) | "
-                    + " | ".join(cells)
-                    + " |"
-                )
+                cells = [with_se(base, b)]
+                if with_edit:  # lm-eval's metrics do not say which direction is better: a change without a verdict
+                    cells += [with_se(edited, e), f"{e - b:+.4g}" if _num(b) and _num(e) else "-"]
+                lines.append(_row(shown(f"{task}: {lm_task}"), f"{shown(metric)} (n={_plain(n, shown)})", *cells))
                 continue
             label = _LABELS.get(key) or shown(key)
             if key == "general_loss" and not (_num(base.get("general_loss_se")) or _num(edited.get("general_loss_se"))):
@@ -164,7 +161,7 @@ def eval_markdown(
                 cells = [b, _value(key, edited, shown), _change(key, base, edited, comparison, task not in untested)]
             else:
                 cells = [_value(key, base, shown)]
-            lines.append(f"| {shown(task)} | {label} | " + " | ".join(cells) + " |")
+            lines.append(_row(shown(task), label, *cells))
     return "\n".join(lines) + "\n"
 
 

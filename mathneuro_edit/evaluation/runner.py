@@ -99,26 +99,18 @@ def _run_math(
 KEEP_LOGPROBS_MAX_BYTES = 2 * 1024**3
 
 
-@dataclass(frozen=True)
-class _Batches:
-    """How :func:`_run_general` walks a task's texts: at most ``size`` a batch, with a progress bar labelled
-    ``desc`` when ``progress``."""
-
-    size: int
-    progress: bool
-    desc: str
-
-
 def _run_general(
     model: nn.Module,
     tokenizer: Any,
     task: GeneralTask,
     edit: ReversibleEdit | None,
-    batches: _Batches,
+    batch_size: int,
+    bar: str | None,
     cached: Sequence[Any] | None = None,
     keep: bool = False,
 ) -> tuple[GeneralResult, GeneralResult | None]:
-    """The base (and with ``edit`` the edited) loss of every text, and KL(base || edited).
+    """The base (and with ``edit`` the edited) loss of every text, and KL(base || edited), at most ``batch_size``
+    texts a batch, under a progress bar labelled ``bar`` (``None``: no bar).
 
     ``cached``: the base's log-probabilities of these texts from an earlier call (``keep=True``); the base forward
     pass is then skipped, with the same numbers (the same tensors). ``keep``: return them in the base result when
@@ -131,7 +123,7 @@ def _run_general(
     rows_all = [r for r in encoded if r]
     longest = max(len(r) for r in rows_all)
     # on a GPU, the batch whose two full-vocabulary logits fit (128k tokens x 512 positions x 2 bytes: 131 MB a row)
-    batch_size = fitted_batch(model, batches.size, lambda s, b: general_batch_bytes(s, b, longest))
+    batch_size = fitted_batch(model, batch_size, lambda s, b: general_batch_bytes(s, b, longest))
     if cached is not None and len(cached) != len(rows_all):
         cached = None  # not these texts: recompute
     kept: list[Any] | None = None
@@ -140,7 +132,7 @@ def _run_general(
         if sum(len(r) for r in rows_all) * vocab * 4 <= KEEP_LOGPROBS_MAX_BYTES:
             kept = []
     sums = _GeneralSums()
-    for chunk in batch_ranges(len(rows_all), batch_size, batches.desc, batches.progress):
+    for chunk in batch_ranges(len(rows_all), batch_size, bar or "", bar is not None):
         rows = [rows_all[i] for i in chunk]
         # right padding: with causal attention, padding after a text cannot change its real tokens' outputs
         # (pad id 0: any id would do, padded positions are masked and their outputs never read)
@@ -264,8 +256,8 @@ def general_loss(
     """
     task = GeneralTask("general", texts, max_length)
     with eval_mode(model), edit_guard(edit):
-        batches = _Batches(_check_batch_size(batch_size), progress, "general")
-        base, edited = _run_general(model, tokenizer, task, edit, batches)
+        bar = "general" if progress else None
+        base, edited = _run_general(model, tokenizer, task, edit, _check_batch_size(batch_size), bar)
     return base if edited is None else edited
 
 
@@ -324,10 +316,8 @@ def evaluate(
             elif isinstance(t, GeneralTask):
                 if base is None or edit is not None:
                     reuse = getattr(base, "logprobs", None) if edit is not None else None
-                    batches = _Batches(batch_size, progress, t.name)
-                    base, edited = _run_general(
-                        model, tokenizer, t, edit, batches, cached=reuse, keep=keep_base_logprobs
-                    )
+                    bar = t.name if progress else None
+                    base, edited = _run_general(model, tokenizer, t, edit, batch_size, bar, reuse, keep_base_logprobs)
                     if edited is not None:
                         out.edited[t.name] = edited
             else:
