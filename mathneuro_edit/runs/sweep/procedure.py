@@ -80,10 +80,7 @@ class SweepPoint:
 
 @dataclass(frozen=True)
 class Confirmation:
-    """The one pre-registered test: the candidate and the base on the confirmation problems.
-
-    ``confirmed`` is ``edited_correct > base_correct and mcnemar_p < alpha`` (:func:`confirm`).
-    """
+    """The one pre-registered test: the candidate and the base on the confirmation problems."""
 
     n: int
     problems_sha256: tuple[str, ...]
@@ -327,13 +324,8 @@ def select_candidate(points: Sequence[SweepPoint], base_correct: int, kl_budget:
         >>> select_candidate([P(40, 0.01), P(45, 0.2), P(43, 0.02), P(43, 0.01)], 35, 0.05)
         3
     """
-    best = None
-    for i, p in enumerate(points):
-        if not (p.general_kl <= kl_budget and p.math_correct > base_correct):
-            continue
-        if best is None or (p.math_correct, -p.general_kl) > (points[best].math_correct, -points[best].general_kl):
-            best = i
-    return best
+    gains = [i for i, p in enumerate(points) if p.general_kl <= kl_budget and p.math_correct > base_correct]
+    return max(gains, key=lambda i: (points[i].math_correct, -points[i].general_kl, -i), default=None)
 
 
 def confirm(base: Sequence[bool], edited: Sequence[bool], alpha: float) -> tuple[int, int, float, bool]:
