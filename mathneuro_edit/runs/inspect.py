@@ -222,16 +222,8 @@ def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = 
     markers = "osD^vP*Xh<>p"
     # distinguishable lines: colour, dash and marker all change from one module type to the next
     for i, (module_type, by_layer) in enumerate(sorted(fractions.items())):
-        ax.plot(
-            list(by_layer),
-            [100 * v for v in by_layer.values()],
-            color=colors(i % 10),
-            ls=styles[i % len(styles)],
-            marker=markers[i % len(markers)],
-            ms=5,
-            lw=1.4,
-            label=module_type,
-        )
+        style = {"color": colors(i % 10), "ls": styles[i % len(styles)], "marker": markers[i % len(markers)]}
+        ax.plot(list(by_layer), [100 * v for v in by_layer.values()], ms=5, lw=1.4, label=module_type, **style)
     ax.set_xlabel("layer")
     ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
     ax.set_ylabel("selected (% of the module's weights)")

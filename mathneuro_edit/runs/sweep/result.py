@@ -248,27 +248,11 @@ def _draw_points(
     # not a demonstrated gain
     lows = [y - 100 * (p.math_accuracy - p.math_ci95_low) for p, y in zip(pts, ys)]
     highs = [y + 100 * (p.math_ci95_high - p.math_accuracy) for p, y in zip(pts, ys)]
-    ax.errorbar(
-        xs,
-        ys,
-        yerr=[[y - lo for y, lo in zip(ys, lows)], [hi - y for y, hi in zip(ys, highs)]],
-        fmt="none",
-        ecolor="gray",
-        alpha=0.35,
-        lw=1,
-        zorder=1,
-    )
+    yerr = [[y - lo for y, lo in zip(ys, lows)], [hi - y for y, hi in zip(ys, highs)]]
+    ax.errorbar(xs, ys, yerr=yerr, fmt="none", ecolor="gray", alpha=0.35, lw=1, zorder=1)
     for p, y in zip(pts, ys):
-        ax.scatter(
-            [p.general_kl],
-            [y],
-            marker=_MARKERS[ks.index(p.top_k) % len(_MARKERS)],
-            color=colors(ss.index(p.scale) % 10),
-            s=36,
-            zorder=3,
-            edgecolors="black",
-            linewidths=0.4,
-        )
+        marker, color = _MARKERS[ks.index(p.top_k) % len(_MARKERS)], colors(ss.index(p.scale) % 10)
+        ax.scatter([p.general_kl], [y], marker=marker, color=color, s=36, zorder=3, edgecolors="black", linewidths=0.4)
     return xs, lows, highs
 
 
@@ -279,14 +263,8 @@ def _draw_front(ax: Any, result: SweepResult, merit: list[float]) -> None:
     ax.plot(fx, fy, "-", color="red", lw=1, alpha=0.6, zorder=2)
     ax.scatter(fx, fy, s=110, facecolors="none", edgecolors="red", linewidths=1, zorder=2)
     if result.best is not None:
-        ax.annotate(
-            "recommended",
-            (result.points[result.best].general_kl, merit[result.best]),
-            xytext=(6, 6),
-            fontsize=7,
-            textcoords="offset points",
-            zorder=4,
-        )
+        at = (result.points[result.best].general_kl, merit[result.best])
+        ax.annotate("recommended", at, xytext=(6, 6), fontsize=7, textcoords="offset points", zorder=4)
 
 
 def _fit_axes(ax: Any, xs: list[float], lows: list[float], highs: list[float]) -> None:
