@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, wait
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -129,7 +130,7 @@ def retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return call(*args, **kwargs)  # the last try: its failure is raised as it came
 
 
-_LEFT_RUNNING: list[threading.Event] = []  # the "done" events of calls an interrupt stopped waiting for
+_LEFT_RUNNING: list[Future[Any]] = []  # the calls an interrupt stopped waiting for
 
 
 def interruptible(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -139,36 +140,31 @@ def interruptible(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     a signal handler until a stalled upload times out (a SIGTERM then took 65 s). Here Ctrl-C or SIGTERM ends
     the wait at once; the abandoned call is recorded (:func:`requests_left_running`) so that the CLI exits
     without waiting for it. Nothing is committed by an abandoned push: the Hub's commit is one request, last.
-    (An ``Event``, not ``Thread.join``: a join interrupted by a signal marks the live thread as stopped.)
+    (A ``Future`` waited on, not ``Thread.join``: a join interrupted by a signal marks the live thread as stopped.)
     """
     if threading.current_thread() is not threading.main_thread():  # signals reach only the main thread
         return call(*args, **kwargs)
-    box: dict[str, Any] = {}
-    done = threading.Event()
+    future: Future[Any] = Future()
 
     def target() -> None:
         try:
-            box["value"] = call(*args, **kwargs)
+            future.set_result(call(*args, **kwargs))
         except BaseException as e:  # noqa: BLE001 - handed to the waiting thread as it came
-            box["error"] = e
-        finally:
-            done.set()
+            future.set_exception(e)
 
     threading.Thread(target=target, name="mathneuro-edit-hub", daemon=True).start()
     try:
-        while not done.wait(0.1):  # a timed wait is interrupted by a signal's handler
+        while not wait([future], timeout=0.1).done:  # a timed wait is interrupted by a signal's handler
             pass
     except BaseException:
-        _LEFT_RUNNING.append(done)
+        _LEFT_RUNNING.append(future)
         raise
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return future.result()
 
 
 def requests_left_running() -> bool:
     """Whether an interrupted push left a Hub request running in a thread (the process should not wait for it)."""
-    return any(not done.is_set() for done in _LEFT_RUNNING)
+    return any(not future.done() for future in _LEFT_RUNNING)
 
 
 @contextmanager
