@@ -416,7 +416,17 @@ def plan_from_config(
     t = _target_sizes(targets, config, s, counts)
     shira_r, adapter_bytes, stored_largest = _adapter_sizes(config, t, targets[t.largest[0]].shape, nbytes)
     eval_general, eval_math = _evaluation_bytes(config, s.evaluation, nbytes, t.widest)
-    sizes = _job_sizes(config, s, t, n_params, nbytes, stored_largest, max(eval_general, eval_math))
+    sizes = JobSizes(  # what the per-command memory figures combine
+        nbytes=nbytes,
+        weights=n_params * nbytes,
+        activation=_activation_bytes(config, s, nbytes, t.widest),
+        stats=(1 + s.general_sets) * t.stats,
+        mask=t.mask,
+        largest=t.largest[1],
+        selected_largest=t.selected_largest,
+        stored_largest=stored_largest,
+        evaluation=max(eval_general, eval_math) if s.evaluation is not None else None,
+    )
     weights = sizes.weights
     placement = weights_placement(model, dtype, device_map, max_memory)
     outputs_supported = output_support(model, config.to_dict(), include=s.include, exclude=s.exclude)
@@ -501,24 +511,6 @@ def _target_sizes(targets: dict[str, Any], config: Any, s: PlanSettings, counts:
         widest = max([widest, *(d for d in (t.d_in, d_out) if d != vocab)])  # the head's V outputs: never computed
     largest = max(((n, math.prod(t.shape)) for n, t in targets.items()), key=lambda x: x[1])
     return _TargetSizes(kinds, entries, stats, mask, widest, largest, selected_of[largest[0]], shira_layers)
-
-
-def _job_sizes(
-    config: Any, s: PlanSettings, t: _TargetSizes, n_params: int, nbytes: int, stored_largest: int, evaluation: int
-) -> JobSizes:
-    """The sizes the per-command memory figures combine (:class:`~.plan_memory.JobSizes`); ``evaluation``: the
-    larger evaluation batch, counted only when the settings plan an evaluation."""
-    return JobSizes(
-        nbytes=nbytes,
-        weights=n_params * nbytes,
-        activation=_activation_bytes(config, s, nbytes, t.widest),
-        stats=(1 + s.general_sets) * t.stats,
-        mask=t.mask,
-        largest=t.largest[1],
-        selected_largest=t.selected_largest,
-        stored_largest=stored_largest,
-        evaluation=evaluation if s.evaluation is not None else None,
-    )
 
 
 def _adapter_sizes(config: Any, t: _TargetSizes, largest_shape: tuple[int, ...], nbytes: int) -> tuple[int, int, int]:
