@@ -29,7 +29,7 @@ from ..errors import InputError
 from ..util.hashing import texts_sha256
 from ..util.paths import LOCAL, is_local_path
 from .devices import model_device
-from .forward_stop import ForwardStop, StopForward
+from .forward_stop import ForwardStop
 from .recorder import Recorder
 from .stats import ActivationStats
 from .targets import find_targets, model_fingerprint
@@ -129,12 +129,7 @@ def _record(
                 attention = (torch.arange(input_ids.shape[1]) < lengths[:, None]).long()  # (batch, tokens)
                 input_ids, attention = input_ids.to(device), attention.to(device)
                 recorder.set_batch(attention, sum(len(ids[i]) for i in batch))  # counted here: no device sync
-                stop.new_batch()
-                try:
-                    model(input_ids=input_ids, attention_mask=attention, use_cache=False)
-                except StopForward:
-                    pass  # every scored input of this batch is recorded: the rest of the forward is not needed
-                stop.batch_done()
+                stop.forward(model, input_ids=input_ids, attention_mask=attention)
                 recorder.batch_done()
                 n_tokens += recorder.n_tokens
         recorder.finish()

@@ -3,7 +3,7 @@
 Calibration needs the inputs of the scored modules, never the model's output: everything a forward computes after
 the last scored input (for a tied ``lm_head``, the whole head matmul and the ``(batch, tokens, vocab)`` logits)
 is wasted. :class:`ForwardStop` installs a pre-hook that, after the statistics hooks have recorded their input,
-raises the private :class:`StopForward`, which :func:`~mathneuro_edit.engine.calibration.calibrate` catches.
+raises the private :class:`StopForward`, which :meth:`ForwardStop.forward` catches.
 
 Where to stop (why it is valid):
 
@@ -40,7 +40,7 @@ _PER_EXPERT = re.compile(r"(^|\.)[^.]*experts?[^.]*\.\d+(\.|$)")
 
 
 class StopForward(Exception):
-    """Raised inside the forward once every scored input of the batch has been recorded (private to calibrate)."""
+    """Raised inside the forward once every scored input of the batch has been recorded (caught by the stop)."""
 
 
 def _head(model: nn.Module) -> tuple[str, nn.Module] | None:
@@ -64,7 +64,7 @@ class ForwardStop:
 
     Example:
         >>> stop = ForwardStop(model, ["model.layers.0.mlp.down_proj"])  # doctest: +SKIP
-        >>> stop.new_batch(); model(ids)  # raises StopForward  # doctest: +SKIP
+        >>> stop.forward(model, input_ids=ids)  # doctest: +SKIP
     """
 
     def __init__(self, model: nn.Module, module_names: list[str]) -> None:
@@ -89,6 +89,15 @@ class ForwardStop:
         """Reset the per-batch call counts (call before each forward)."""
         self.calls = {}
         self.stopped_in = None
+
+    def forward(self, model: nn.Module, **inputs: Any) -> None:
+        """One forward pass of ``model`` on ``inputs`` (no cache), stopped once its scored inputs are recorded."""
+        self.new_batch()
+        try:
+            model(**inputs, use_cache=False)
+        except StopForward:
+            pass  # every scored input of this batch is recorded: the rest of the forward is not needed
+        self.batch_done()
 
     def batch_done(self) -> None:
         """After the first batch: stop later batches at its last scored call (see the module docstring)."""

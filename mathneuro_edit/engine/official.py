@@ -42,7 +42,7 @@ from ..errors import InputError
 from ..util.hashing import texts_sha256
 from .calibration import tokenize_texts
 from .devices import model_device
-from .forward_stop import ForwardStop, StopForward
+from .forward_stop import ForwardStop
 from .mask import Mask, check_mask_args, k_of, random_like
 from .targets import Target, find_targets, model_fingerprint
 from .topk import top_fraction_flat
@@ -194,12 +194,7 @@ def official_set_masks(
     try:
         with torch.no_grad():
             for i in tqdm(range(len(ids)), desc="official sums", unit="text", disable=not run.progress, leave=False):
-                stop.new_batch()
-                try:  # batch 1, no attention mask, as the script calls the model
-                    model(input_ids=torch.tensor([ids[i]], device=device), use_cache=False)
-                except StopForward:
-                    pass  # every scored input of this sample is recorded
-                stop.batch_done()
+                stop.forward(model, input_ids=torch.tensor([ids[i]], device=device))  # batch 1, no mask: the script's
                 sums.add_sample(i)
                 n_tokens += len(ids[i])
     finally:

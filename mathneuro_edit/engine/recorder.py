@@ -177,15 +177,13 @@ class Recorder:
                 if parent not in self._routed:
                     self._routed[parent] = None
                     self.handles.append(router.register_forward_hook(self._router_hook(parent)))
-                self.handles.append(
-                    module.register_forward_pre_hook(self._parallel_hook(ts[0], parent), with_kwargs=True)
-                )
-            elif ts[0].kind == "experts" and is_dense_dispatch_experts(module):
-                self.handles.append(module.register_forward_pre_hook(self._dense_dispatch_hook(ts), with_kwargs=True))
+                hook = self._parallel_hook(ts[0], parent)
             elif ts[0].kind == "experts":
-                self.handles.append(module.register_forward_pre_hook(self._experts_hook(ts), with_kwargs=True))
+                hook = (self._dense_dispatch_hook if is_dense_dispatch_experts(module) else self._experts_hook)(ts)
             else:
                 self.handles.append(module.register_forward_pre_hook(self._dense_hook(ts[0], index[ts[0].name])))
+                continue
+            self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
 
     def remove(self) -> None:
         for h in self.handles:
