@@ -177,7 +177,6 @@ def run_consistency(
 
     ``consistency.json`` is ``{"method", "top_k", "math_samples", "general_samples", "sizes", "repeats", "seed",
     "rows": [...]}``: the setting that produced the rows, then one row per size. ``echo`` receives the stage lines.
-    ``recipe``: a Recipe or the path of a recipe file.
     """
     recipe = as_recipe(recipe)
     refuse_official(recipe, "consistency")  # its masks come from statistics

@@ -46,16 +46,13 @@ def run_folder_hint(folder: Path) -> str:
 
 
 def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[str] = ()) -> list[Path]:
-    """Rewrite the model cards (and locks) of a run folder's outputs from its lock, mask and eval.json.
+    """Rewrite the model cards (and locks) of a run folder's outputs from its lock, mask and eval.json; returns the
+    README.md files written, one per output folder.
 
     Args:
-        run_dir: the run folder.
         base: a local base folder, when the lock redacted it (only a lock of an older version needs it).
         sets: ``key=value`` card settings (``hub.*``, ``base.hub_id``, a source's ``hub_dataset``), applied to
             the lock and the cards (:mod:`.card_sets`).
-
-    Returns:
-        The README.md files written, one per output folder.
 
     Raises:
         InputError: a ``--set`` key that would change the weights or that no card shows (nothing is written).

@@ -42,7 +42,7 @@ def calibrate_to_folder(
     rank_zero: bool = True,
 ) -> list[Path]:
     """Calibrate the recipe's math set and each general set; write ``OUT/math.stats.safetensors`` and
-    ``OUT/general-<i>.stats.safetensors``.
+    ``OUT/general-<i>.stats.safetensors``, and return them (``[]`` on a data-parallel rank other than 0).
 
     Rank 0 claims ``out`` before the forward passes (a second run into it fails now, not after) and writes the
     folder as a whole: a re-calibration with fewer general sets leaves no stale ``general-N`` behind. An existing
@@ -51,9 +51,6 @@ def calibrate_to_folder(
     Args:
         inputs: ``(what, path)`` of every input, which the output may not be, contain or lie inside.
         rank_zero: whether this process is rank 0 (under ``torchrun`` only rank 0 prints and writes).
-
-    Returns:
-        The files written, math first; ``[]`` on a data-parallel rank other than 0.
     """
     folder = Path(out)
     _only_statistics(folder)

@@ -66,9 +66,6 @@ __all__ = ["run_sweep", "check_sweep_folder", "DEFAULT_TOP_KS", "DEFAULT_SCALES"
 DEFAULT_TOP_KS = (0.001, 0.01, 0.05, 0.1, 0.15)
 DEFAULT_SCALES = (0.0, 1.05, 1.1, 1.2)
 
-# the sweep's own stages after the run's load, calibrate (one per distinct set) and mask steps
-_OWN_STAGES = ("base", "select", "confirm")
-
 
 def check_sweep_folder(out: Path, overwrite: bool) -> None:
     """Refuse a sweep's ``--out`` that exists, holds anything, and is not a sweep folder, unless ``overwrite``.
@@ -273,9 +270,8 @@ def run_sweep(
     if sw.search == "optuna" or more_trials:
         return _optuna(recipe, out, top_ks, scales, more_trials, progress, echo)
     grid, shots, selection, confirmation_problems, texts = _inputs(recipe, echo)
-    # the run's load and mask steps, one calibration line per distinct set, then the sweep's own stages
-    n = stage_count(recipe, ("load", "mask")) + _set_count(grid.variants) + len(_OWN_STAGES)
-    stages = Stages(n, echo)
+    # the run's load and mask steps, one calibration line per distinct set, then base, select and confirm
+    stages = Stages(stage_count(recipe, ("load", "mask")) + _set_count(grid.variants) + 3, echo)
     with claim(out):
         cache = _open_folder(out)
         run = RunRecord(recipe, stages, progress)
