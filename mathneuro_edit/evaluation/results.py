@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..layout import EVAL_NAME, LM_EVAL_RESULTS
+from ..organism.data import format_math
 from ..util.files import write_json_atomic
 from .lm_eval_task import LmEvalResult
 from .report import eval_markdown
@@ -80,14 +81,14 @@ def truncate_completion(text: str) -> tuple[str, bool]:
 
 
 def math_prompt(question: str, shots: Sequence[Mapping[str, str]] = ()) -> str:
-    """The prompt (the format the shipped model organism is trained on), few-shot examples first.
+    """The prompt (:func:`~mathneuro_edit.organism.data.format_math`, the format the shipped model organism is
+    trained on), few-shot examples first.
 
     Example:
         >>> math_prompt("1 + 1?", [{"question": "2 + 2?", "answer": "#### 4"}])
         'Question: 2 + 2?\\nAnswer: #### 4\\n\\nQuestion: 1 + 1?\\nAnswer:'
     """
-    parts = [f"Question: {s['question']}\nAnswer: {s['answer']}" for s in shots]
-    return "\n\n".join([*parts, f"Question: {question}\nAnswer:"])
+    return "\n\n".join([*(format_math(s["question"], s["answer"]) for s in shots), format_math(question)])
 
 
 def need(ok: bool, message: str) -> None:
