@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..util.config_sizes import model_json_object
-from ..util.reading import read_json
+from ..util.reading import read_json, read_regular
 
 __all__ = [
     "add_vocab",
@@ -449,6 +449,27 @@ def vocab_size_refusal(tok: dict[str, Any], n_vocab: int) -> str | None:
     )
 
 
+def _template_sources(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every chat template gguf's ``SpecialVocab`` copies into the GGUF, as ``{"chat_template": ...}`` with its
+    file: ``tokenizer_config.json``'s, ``chat_template.json``'s, and ``chat_template.jinja`` with
+    ``additional_chat_templates/*.jinja`` (transformers 5 saves templates there). Each file is read as a regular
+    file within a bound (a FIFO or an oversized file: one line, never a hang)."""
+    found = []
+    for name in ("tokenizer_config.json", "chat_template.json"):
+        config = model_json_object(folder / name)
+        if config is not None:
+            found.append((folder / name, config))
+    jinja = [folder / "chat_template.jinja", *sorted((folder / "additional_chat_templates").glob("*.jinja"))]
+    for path in [p for p in jinja if p.exists()]:
+        raw = read_regular(path, 1 << 20, "the chat template", "use the base's own chat template")
+        try:
+            text: Any = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw  # not text: chat_template_problem says so
+        found.append((path, {"chat_template": text}))
+    return found
+
+
 def check_vocab(folder: str | Path, name: str, n_vocab: int) -> tuple[dict[str, Any], str]:
     """``folder``'s tokenizer.json and llama.cpp's tokenizer model of it (``"gpt2"`` or ``"llama"``), or the
     :class:`InputError` :func:`add_vocab` would raise: a chat template a GGUF could not carry
@@ -457,11 +478,9 @@ def check_vocab(folder: str | Path, name: str, n_vocab: int) -> tuple[dict[str, 
     (:func:`vocab_size_refusal`).
     """
     folder = Path(folder)
-    config = model_json_object(folder / "tokenizer_config.json")  # a FIFO there: one line, never a hang
-    if config is not None and (why := chat_template_problem(config)) is not None:
-        raise InputError(
-            f"outputs.gguf: {folder / 'tokenizer_config.json'}: {why}; use the base's own tokenizer_config.json{_NULL}"
-        )
+    for where, config in _template_sources(folder):
+        if (why := chat_template_problem(config)) is not None:
+            raise InputError(f"outputs.gguf: {where}: {why}; use the base's own {where.name}{_NULL}")
     tok = read_tokenizer(folder)
     model = tokenizer_model(tok)
     if (why := name_refusal(name, tok)) is not None:

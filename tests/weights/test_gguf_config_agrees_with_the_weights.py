@@ -147,3 +147,30 @@ def test_a_malformed_tokenizer_or_chat_template_is_refused_before_writing(
     line = str(e.value)
     assert why in line and name in line and "\n" not in line, line
     assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".*tmp"))
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "why"),
+    [
+        ("chat_template.jinja", b"{% if %}", "chat_template is not a Jinja template"),
+        ("chat_template.jinja", b"\xff\xfe{{ x }}", "not a template (text)"),
+        ("additional_chat_templates/tool_use.jinja", b"{% for %}", "chat_template is not a Jinja template"),
+        ("chat_template.json", b'{"chat_template": 5}', "chat_template is 5, not a template (text)"),
+    ],
+)
+def test_a_malformed_chat_template_file_is_refused_before_writing(
+    llama: Path, tmp_path: Path, name: str, content: bytes, why: str
+) -> None:
+    """Issue 48: gguf's SpecialVocab also copies chat_template.jinja (where transformers 5 saves a template),
+    additional_chat_templates/*.jinja and chat_template.json into the GGUF; only tokenizer_config.json's template
+    was checked, so a broken one was written (llama.cpp fails at chat time) or undecodable bytes were an internal
+    error."""
+    folder = _edited(llama, tmp_path)
+    (folder / name).parent.mkdir(exist_ok=True)
+    (folder / name).unlink(missing_ok=True)  # a link to the shared base's file: replace it, never write through it
+    (folder / name).write_bytes(content)
+    with pytest.raises(InputError) as e:
+        export_gguf(folder, "F16", tmp_path / "m.gguf")
+    line = str(e.value)
+    assert why in line and Path(name).name in line and "\n" not in line, line
+    assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".*tmp"))
