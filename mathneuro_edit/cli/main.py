@@ -13,8 +13,8 @@ Exit status (docs/publishing.md), distinct so scripts can tell them apart:
 - 3: internal error, or a failure of the environment that is not the input (network, the Hub's 5xx);
 - 130: interrupted (Ctrl-C; 128 + N for signal N, e.g. 143 for SIGTERM).
 
-Tracebacks only with ``MATHNEURO_EDIT_DEBUG=1``; no message ever shows a Hub token. Nothing heavy (torch, transformers) is imported before a
-command runs, so ``--help`` is fast.
+Tracebacks only with ``MATHNEURO_EDIT_DEBUG=1``; no message ever shows a Hub token. Nothing heavy (torch,
+transformers) is imported before a command runs, so ``--help`` is fast.
 """
 
 from __future__ import annotations

@@ -202,7 +202,6 @@ def reproduce(
     SOURCE: an output folder, a lock file, a model card or a Hub repo id. A folder's files are checked by
     sha256, a Hub repo's by the LFS sha256 the Hub reports. Local data files the lock redacted:
     --set data.math.path=FILE (checked by sha256)."""
-    # the stage lines on stderr (none under --quiet); the libraries' bars and known warnings: silent unless --verbose
     require_local(source, "SOURCE")  # a mistyped path answers before torch is imported
     say = stage_echo(quiet, verbose)
     from ..runs.reproduce import reproduce as reproduce_lock

@@ -87,10 +87,8 @@ def _refuse_nul(data: Any, where: str, at: str = "") -> None:
 
 def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, where: str = "recipe") -> Recipe:
     """Validate plain data (e.g. parsed YAML; not modified) as a :class:`Recipe`, after applying ``key.path=value``
-    overrides (values parsed as YAML scalars: ``edit.scale=1.2``). ``where`` starts each error message (the file).
-
-    Raises:
-        InputError: every problem at once, each with its dotted path.
+    overrides (values parsed as YAML scalars: ``edit.scale=1.2``). A bad recipe is one :class:`InputError` naming
+    every problem with its dotted path, after ``where`` (the file).
 
     Example:
         >>> r = recipe_from_dict({"base": {"model": "organism"}, "data": {"math": "organism:math",
@@ -113,11 +111,8 @@ def recipe_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), *, whe
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """Read a YAML recipe, apply ``key.path=value`` overrides (``edit.scale=1.2``) and validate it. Relative data
-    paths inside it are relative to the working directory.
-
-    Raises:
-        InputError: missing/unreadable file, invalid YAML (with line and column), or every validation problem.
-    """
+    paths inside it are relative to the working directory. A missing or unreadable file, invalid YAML (with line
+    and column) or every validation problem is one :class:`InputError`."""
     p = Path(path)
     try:
         if p.exists() and not p.is_file():  # a FIFO would block, a device never end

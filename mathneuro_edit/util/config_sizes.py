@@ -112,10 +112,7 @@ def _value_problem(key: str, value: Any, vocab: Any) -> str | None:
 
 def check_config_sizes(config: Mapping[str, Any], where: str = "config.json") -> None:
     """Refuse a size of ``config`` (or of a sub-config, e.g. ``text_config``) outside :data:`SIZE_LIMITS`, and a
-    value of :data:`VALUE_KINDS` of the wrong kind.
-
-    Raises:
-        InputError: one line naming the key, its value and the range a model has.
+    value of :data:`VALUE_KINDS` of the wrong kind, in one line naming the key, its value and what it must be.
 
     Example:
         >>> check_config_sizes({"num_hidden_layers": 1e9})

@@ -270,11 +270,8 @@ _PROGRESS_EVERY: float | None = None  # set by the CLI (progress_lines) for the 
 
 def progress_every(quiet: bool) -> float | None:
     """Seconds between the lines that say a stage is still running, for a command whose stderr is not a terminal
-    (a terminal has the bars); ``None`` under ``--quiet``, on a terminal, or with ``MATHNEURO_EDIT_PROGRESS_EVERY=0``.
-
-    Raises:
-        InputError: ``MATHNEURO_EDIT_PROGRESS_EVERY`` is not a number of seconds >= 0.
-    """
+    (a terminal has the bars); ``None`` under ``--quiet``, on a terminal, or with ``MATHNEURO_EDIT_PROGRESS_EVERY=0``
+    (any other value that is not a number of seconds >= 0 is an :class:`InputError`)."""
     if quiet or sys.stderr.isatty():
         return None
     text = os.environ.get(PROGRESS_ENV, "30")

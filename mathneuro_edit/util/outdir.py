@@ -280,10 +280,8 @@ def check_output(
     existing device node, FIFO or socket (``/dev/null``, ``/dev/stdout``) is refused, and so is a folder where a
     file is written (``kind="file"``) or a file where a folder is (``kind="dir"``). ``inputs``: ``(what, path)`` of
     every local input (``("base folder", ...)``, ``("mask", ...)``; a ``None`` path is skipped); ``label``: how the
-    message names the output. Returns ``out`` as an absolute path.
-
-    Raises:
-        InputError: naming the output, the input and what to do.
+    message names the output. Returns ``out`` as an absolute path; a refusal is one :class:`InputError` naming the
+    output, the input and what to do.
 
     Example:
         >>> check_output("/tmp/x/mask.safetensors", [("statistics", "/tmp/x/stats")], kind="file")
