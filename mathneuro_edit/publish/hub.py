@@ -271,17 +271,8 @@ def push_to_hub(
             return replace(result, remote=scrub_token(str(e), token or None))
         return replace(result, remote=state, deletes=deletes)
     with progress_bars_on_a_terminal_only():  # a Ctrl-C or SIGTERM ends the push at once, whatever it waits for
-        url, state, deletes, info = interruptible(_commit, api, result, contents, token or "", timeout)
-    return replace(
-        result,
-        dry_run=False,
-        remote=state,
-        deletes=deletes,
-        repo_url=url,
-        commit_url=info.commit_url,
-        commit_oid=info.oid,
-        pr_url=info.pr_url,
-    )
+        pushed = interruptible(_commit, api, result, contents, token or "", timeout)
+    return pushed
 
 
 def _derived_base(api: HfApi, lock: dict[str, Any], kind: str, base_repo: str | None, timeout: float) -> str | None:
@@ -350,11 +341,8 @@ def artifact_folder(out: Path, asked: Any) -> Path:
     """The folder that holds output ``asked`` (an :class:`~mathneuro_edit.outputs.registry.Output`; ``None``: the
     folder says) given a run folder or an output's own folder: its sub-folder of a run folder when there is one
     (``run/adapter``), else ``out`` itself: a run folder's checkpoint, an ``export`` folder, or the output's own
-    folder given directly (``push run/adapter --adapter``: the folder holds that output's files).
-
-    Raises:
-        InputError: ``asked`` is not the checkpoint, and ``out`` has no sub-folder of it and holds none of its files.
-    """
+    folder given directly (``push run/adapter --adapter``: the folder holds that output's files). An ``asked`` other
+    than the checkpoint with no sub-folder, whose files ``out`` does not hold, is an :class:`InputError`."""
     first = next(iter(OUTPUTS.values()))  # the checkpoint: a run folder's default, an `export` folder's own
     target = asked or first
     sub = out / target.folder
@@ -402,11 +390,9 @@ def hub_target(
     return repo_id, private, revision
 
 
-def _commit(
-    api: HfApi, plan: PushResult, contents: dict[str, Path | bytes], token: str, timeout: float
-) -> tuple[str, str, list[tuple[str, int]], Any]:
-    """The push's requests: the repo (created, its visibility, the branch), its files, then one commit of ``plan``.
-    Returns the repo's URL, its state before (``"new"`` or ``"listed"``), the deletes and the commit's info."""
+def _commit(api: HfApi, plan: PushResult, contents: dict[str, Path | bytes], token: str, timeout: float) -> PushResult:
+    """The push's requests: the repo (created, its visibility, the branch), its files, then one commit of ``plan``;
+    ``plan`` as done: the repo's state before, the deletes and the Hub's URLs."""
     repo_id, branch, private = plan.repo_id or "", plan.revision, plan.private
     with hub_errors(repo_id, branch, token), request_timeouts(timeout):
         try:
@@ -437,4 +423,13 @@ def _commit(
             create_pr=plan.create_pr,
             commit_description="Made with mathneuro-edit; see README.md and mathneuro_recipe.lock.yaml.",
         )
-    return str(url), "new" if existing is None else state, deletes, info
+    return replace(
+        plan,
+        dry_run=False,
+        remote="new" if existing is None else state,
+        deletes=deletes,
+        repo_url=str(url),
+        commit_url=info.commit_url,
+        commit_oid=info.oid,
+        pr_url=info.pr_url,
+    )

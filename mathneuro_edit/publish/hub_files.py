@@ -1,12 +1,11 @@
 """What a push uploads: the files of one artifact, under the names of its repo, checked before any request.
 
-The folder's files without hidden ones, and no symbolic link out of the folder (:func:`folder_files`); each
-output's own files under its repo's names, with the lock (:func:`artifact_files`); every one against the lock's
-sha256, as ``verify`` checks them (:func:`check_artifact_against_lock`); and the uploaded copy of each JSON file
-with its local paths blanked (:func:`uploaded_contents`: only the fields that can hold a path; tokenizer files
-and tokens never, :mod:`mathneuro_edit.util.scrub`). Kept apart from :mod:`mathneuro_edit.publish.hub`
-(the repo, its branch and the one commit) because this part reads only the local folder and its lock: it sends
-nothing, so what leaves the machine is decided, and tested, without the request code.
+The folder's files, never a hidden one or a link out of the folder (:func:`folder_files`); each output's own files
+under its repo's names (:func:`artifact_files`), checked against the lock (:func:`check_artifact_against_lock`);
+each JSON file's uploaded copy with its local paths blanked (:func:`uploaded_contents`; tokenizer files and tokens
+never, :mod:`mathneuro_edit.util.scrub`). Kept apart from :mod:`mathneuro_edit.publish.hub` (the repo, its branch
+and the one commit) because this part only reads the folder and its lock: what leaves the machine is decided, and
+tested, without the request code.
 """
 
 from __future__ import annotations
@@ -105,11 +104,8 @@ def artifact_files(folder: Path, kind: str, lock: dict[str, Any]) -> list[tuple[
 def check_artifact_against_lock(folder: Path, kind: str, lock: dict[str, Any], files: list[tuple[str, Path]]) -> None:
     """The files a push would upload against the lock's sha256, as ``verify`` checks them: every recorded output
     of this artifact present and unchanged, and no file the lock does not list (the card, the lock and
-    ``eval.json`` are written after the lock and are not outputs).
-
-    Raises:
-        InputError: naming each file that is ``changed``, ``missing`` or ``extra``; nothing was sent.
-    """
+    ``eval.json`` are written after the lock and are not outputs). An :class:`InputError` names each file that is
+    ``changed``, ``missing`` or ``extra``; nothing was sent."""
     out = output(kind)
     local = [p.relative_to(folder).as_posix() for _, p in files]  # a GGUF file's name in the folder, not the repo
     present = {rel: sha256_file(folder / rel) for rel in local if rel not in NOT_OUTPUTS}

@@ -155,11 +155,8 @@ def _run_file_records(
 def check_hub_files_against_lock(
     repo_id: str, lock: Mapping[str, Any], *, revision: str | None = None, token: str | None = None
 ) -> FileCheck:
-    """Check a Hub repo's files (one artifact, as ``push`` publishes it) against the lock's ``outputs``.
-
-    Raises:
-        InputError: the repo cannot be read (not found, no access, offline), naming the repo.
-    """
+    """Check a Hub repo's files (one artifact, as ``push`` publishes it) against the lock's ``outputs``; a repo
+    that cannot be read is one line naming it (:func:`_hub_read`)."""
     from huggingface_hub import HfApi, hf_hub_download
 
     with _hub_read(repo_id, token, "read", "the repo's file list"):

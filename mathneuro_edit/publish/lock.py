@@ -293,11 +293,8 @@ def write_lock(out_dir: str | Path, lock: Mapping[str, Any]) -> Path:
 
 
 def read_lock(path_or_dir: str | Path) -> dict[str, Any]:
-    """Read a lock file (or the one inside an output folder).
-
-    Raises:
-        InputError: missing file, invalid YAML, or not a mathneuro-edit lock.
-    """
+    """Read a lock file (or the one inside an output folder): a missing file, invalid YAML or a file that is not a
+    mathneuro-edit lock is an :class:`InputError`."""
     p = Path(path_or_dir)
     if p.is_dir():
         p = p / LOCK_NAME

@@ -203,12 +203,8 @@ def _recipe_data_paths(public: Mapping[str, Any]) -> dict[str, str]:
 
 
 def lock_base(lock: Mapping[str, Any], base: str | None) -> str | None:
-    """The base a command may read for a lock: ``--base`` when given, else the lock's Hub id or ``organism``.
-
-    Raises:
-        InputError: the lock names a local folder (a lock written by mathneuro-edit redacts it to ``<local>``):
-            a lock never chooses a local path to read; pass ``--base PATH``.
-    """
+    """The base a command may read for a lock: ``--base`` when given, else the lock's Hub id or ``organism``; a
+    local folder named by the lock is refused (:func:`refused_lock_settings`: pass ``--base PATH``)."""
     if base is not None:
         return base
     recipe = lock.get("recipe") if isinstance(lock.get("recipe"), Mapping) else {}
