@@ -14,12 +14,9 @@ mathneuro-edit is needed):
 - ``dtype`` (``outputs.dtype``) casts every F32/BF16/F16 tensor to that type after the edit (made in the base's
   own type), and ``config.json`` then names that dtype; without it every tensor keeps its type;
 - every other file of the base folder is copied (config.json, generation_config.json, tokenizer files, chat
-  templates, subfolders), byte for byte, except that :func:`published_bytes` removes the keys of a
-  ``tokenizer_config.json`` that only describe the local copy it was saved from (``is_local``,
-  ``local_files_only``, transformers' "no limit" ``model_max_length`` of 1e30), and sets ``config.json``'s dtype
-  under ``dtype``; not copied: names starting with ``.``; the top-level ``README.md`` (the model-card step
-  writes its own); weights in other formats (:data:`~mathneuro_edit.weights.checkpoint.SKIPPED_WEIGHT_PATTERNS`:
-  ``*.bin *.pt *.pth *.ckpt *.msgpack *.h5 *.onnx *.gguf *.tflite``), other ``*.safetensors`` files such as
+  templates, subfolders), byte for byte except what :func:`published_bytes` rewrites; not copied: names starting
+  with ``.``; the top-level ``README.md`` (the model-card step writes its own); weights in other formats
+  (:data:`~mathneuro_edit.weights.checkpoint.SKIPPED_WEIGHT_PATTERNS`), other ``*.safetensors`` files such as
   Mistral's ``consolidated.safetensors``, and other ``*.index.json`` files: copies of those would silently
   disagree with the edited weights. Skipped files are logged (``logging`` at INFO).
 
@@ -118,8 +115,7 @@ def export_checkpoint(
         workers: output shards written at once (threads); the files are byte-identical whatever the number.
             Peak memory grows with N (see the module docstring); 1 writes one shard after another.
         trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
-        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``: every F32/BF16/F16 tensor is written in that type
-            (the edit is made in the base's type, then cast) and config.json names it; ``None`` keeps each
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (see the module docstring); ``None`` keeps each
             tensor's type (unedited tensors byte-identical to the base's).
 
     Raises:

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -173,12 +174,7 @@ def _libraries_bar_switch() -> Iterator[None]:
     if original is None or not are_progress_bars_disabled():
         yield
         return
-
-    def silent(*args: Any, **kwargs: Any) -> Any:
-        kwargs["disable"] = True
-        return original(*args, **kwargs)
-
-    loader.tqdm = silent  # type: ignore[attr-defined]
+    loader.tqdm = functools.partial(original, disable=True)  # type: ignore[attr-defined]
     try:
         yield
     finally:

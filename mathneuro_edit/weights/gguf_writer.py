@@ -1,19 +1,14 @@
 """GGUF export: write a baked checkpoint as one GGUF file for llama.cpp, Ollama and LM Studio (``outputs.gguf``).
 
 The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with the ``gguf`` package (extra
-``gguf``), for the families registered in :mod:`.gguf_arch` (one :class:`~.gguf_arch.Family` per ``model_type``:
-its architecture, whether q/k rows are permuted to llama.cpp's interleaved rotary, its one-to-many tensors, keys,
-rotary dimensions and refusal; this module asks the family and never tests a ``model_type``). The file is the
-model's keys (:mod:`.gguf_keys`: the hyperparameters, Llama-3 ``rope_freqs``, Phi-3's longrope factors,
-linear/YaRN scaling keys, the family's own keys, ``general.*``), the tokenizer (``tokenizer.ggml.*``,
-:mod:`.gguf_vocab`: byte-level BPE or SentencePiece-style) and the chat template, then the tensors
-(:mod:`.gguf_tensors`: gguf's tensor name map, MoE experts stacked, no ``output.weight`` when embeddings are tied),
-each encoded here. docs/formats.md lists every key and the type of every tensor (1-D: F32; 4/5-bit types keep the
-embedding/output at Q8_0).
+``gguf``), for the families registered in :mod:`.gguf_arch` (this module asks the model's
+:class:`~.gguf_arch.Family` and never tests a ``model_type``). The file is the model's keys (:mod:`.gguf_keys`),
+the tokenizer and chat template (:mod:`.gguf_vocab`), then the tensors (:mod:`.gguf_tensors`), each encoded here.
+docs/formats.md lists every key and the type of every tensor.
 
 Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
-rows (peak memory: about one checkpoint tensor plus ~16 MiB, :func:`~.gguf_tensors.tensor_rows`).
-Deterministic: same checkpoint and type -> byte-identical file (fixed key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
+rows (:func:`~.gguf_tensors.tensor_rows`). Deterministic: same checkpoint and type -> byte-identical file (fixed
+key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
 
 Example:
     >>> write_gguf("out/run/checkpoint", "out/run/checkpoint/model-Q8_0.gguf", "Q8_0")  # doctest: +SKIP

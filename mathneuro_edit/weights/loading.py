@@ -66,8 +66,14 @@ def _config_errors() -> type[BaseException]:
     return StrictDataclassError
 
 
-def _config_is_the_cause(path: str, kwargs: Mapping[str, Any]) -> bool:
-    """Whether transformers cannot read the model's config.json as a causal LM's config.
+# what building a model from a config.json it does not fit raises inside transformers (a `text_config` mapping on
+# a family without one: AttributeError; a value no layer takes: TypeError, KeyError, AssertionError)
+_BUILD_ERRORS = (AttributeError, KeyError, TypeError, AssertionError, IndexError)
+
+
+def _config_is_the_cause(path: str, kwargs: Mapping[str, Any], build: bool = False) -> bool:
+    """Whether transformers cannot read the model's config.json as a causal LM's config (``build``: or cannot
+    build its model on the meta device, no weights read).
 
     Why asked again after a failed load: only then is "check its config.json" the right advice; a failure
     elsewhere (Hub kernels, a weight, the network) named config.json once (issue 40) and sent users astray.
@@ -76,29 +82,13 @@ def _config_is_the_cause(path: str, kwargs: Mapping[str, Any]) -> bool:
 
     try:
         config = AutoConfig.from_pretrained(path, **kwargs)  # cached by the failed load: no request
-    except (ValueError, OSError, KeyError, TypeError, _config_errors()):
+        if build:
+            with torch.device("meta"):
+                AutoModelForCausalLM.from_config(config, trust_remote_code=bool(kwargs.get("trust_remote_code")))
+    except (ValueError, OSError, _config_errors(), *_BUILD_ERRORS):
         return True
     # a config transformers reads but has no causal-LM class for (T5's): the config is still the cause
     return getattr(config, "auto_map", None) is None and type(config) not in AutoModelForCausalLM._model_mapping
-
-
-# what building a model from a config.json it does not fit raises inside transformers (a `text_config` mapping on
-# a family without one: AttributeError; a value no layer takes: TypeError, KeyError, AssertionError)
-_BUILD_ERRORS = (AttributeError, KeyError, TypeError, AssertionError, IndexError)
-
-
-def _config_builds(path: str, kwargs: Mapping[str, Any]) -> bool:
-    """Whether transformers builds the model of ``path``'s config.json on the meta device (no weights read):
-    when it does not, the config is the cause of a failed load."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    try:
-        config = AutoConfig.from_pretrained(path, **kwargs)
-        with torch.device("meta"):
-            AutoModelForCausalLM.from_config(config, trust_remote_code=bool(kwargs.get("trust_remote_code")))
-    except (ValueError, OSError, _config_errors(), *_BUILD_ERRORS):
-        return False
-    return True
 
 
 _KERNELS = re.compile(r"\bkernels?\b", re.IGNORECASE)
@@ -123,7 +113,7 @@ def _load_error(ref: str, e: BaseException, path: str, kwargs: Mapping[str, Any]
             f"base.model {ref!r}: cannot load it ({cause}); check its config.json (it needs model_type, or "
             "architectures transformers knows)"
         )
-    if isinstance(e, _BUILD_ERRORS) and not _config_builds(path, kwargs):
+    if isinstance(e, _BUILD_ERRORS) and _config_is_the_cause(path, kwargs, build=True):
         return InputError(
             f"base.model {ref!r}: cannot load it ({type(e).__name__}: {cause}); transformers cannot build a model "
             "from its config.json; this config.json is corrupt or edited: use the model's own"

@@ -1,10 +1,6 @@
-"""DeepSeek-V3 for llama.cpp's deepseek2, which runs MLA absorbed: :func:`views` splits each ``kv_b_proj`` per head
-into ``k_b`` (transposed) and ``v_b`` (a :class:`~.common.View` with ``heads``), and :func:`add_keys` writes MLA
-as one KV head of ``kv_lora + rope`` keys (the family's ``mla``: the writer leaves its own KV head count and
-lengths to these), the real head lengths as ``*_mla``, the leading dense layers and the router (sigmoid, selection bias,
-groups, normalization, routed scaling). transformers' interleaved rotary (``rope_interleave``) is llama.cpp's:
-no permutation. What llama.cpp's deepseek2 hard-codes (silu, no attention biases, interleaved rotary, the
-low-rank q, its Lite layer counts, YaRN with ``mscale == mscale_all_dim``) is refused otherwise (:func:`refusal`).
+"""DeepSeek-V3 for llama.cpp's deepseek2, which runs MLA absorbed: each ``kv_b_proj`` split per head (:func:`views`),
+MLA's keys (:func:`add_keys`; the family's ``mla``: the writer leaves its own KV head count and lengths to these),
+and what deepseek2 hard-codes refused otherwise (:func:`refusal`); the family's ``doc`` says each in full.
 """
 
 from __future__ import annotations

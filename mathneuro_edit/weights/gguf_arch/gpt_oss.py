@@ -1,9 +1,6 @@
-"""gpt-oss, written as llama.cpp's converter writes it: the fused experts split (gate/up de-interleaved) and
-transposed (:func:`views`), sinks and biases F32, the per-layer sliding pattern (:func:`add_keys`). llama.cpp's
-openai-moe hard-codes the swiglu (:data:`GPT_OSS_SWIGLU`) and YaRN's attention factor, so other values are
-refused (:func:`refusal`); it also always rounds YaRN's correction range (:func:`~.rope.yarn_ramp_bounds`),
-which the released ``truncate: false`` does not: written, with a warning, since no GGUF key can express it and
-llama.cpp's own conversion differs from transformers the same way.
+"""gpt-oss, written as llama.cpp's converter writes it: the fused experts split and transposed (:func:`views`), the
+sliding pattern (:func:`add_keys`), and what llama.cpp's openai-moe hard-codes refused otherwise (:func:`refusal`;
+YaRN's rounded correction range is warned about, :func:`~.rope.yarn_ramp_bounds`); the family's ``doc`` says why.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Llama 4 (text), written as llama.cpp's converter writes it: its fused experts split in halves (gate, up) and
-transposed (:func:`views`), the dense layers' width from ``intermediate_size_mlp`` (:func:`feed_forward_length`),
-the interleave step and expert width keys (:func:`add_keys`). llama.cpp's llama4 hard-codes the NoPE period
-(:data:`LLAMA4_NOPE_PERIOD`), the chunk size and temperature tuning (:data:`LLAMA4_FIXED`), q/k norm unless 128
-experts, and experts every ``interleave_moe_layer_step``-th layer, so other values are refused (:func:`refusal`).
+"""Llama 4 (text), written as llama.cpp's converter writes it: its fused experts split in halves and transposed
+(:func:`views`), the dense layers' width (:func:`feed_forward_length`), its keys (:func:`add_keys`), and what
+llama.cpp's llama4 hard-codes (:data:`LLAMA4_NOPE_PERIOD`, :data:`LLAMA4_FIXED`) refused otherwise (:func:`refusal`).
 """
 
 from __future__ import annotations
