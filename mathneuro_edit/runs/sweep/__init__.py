@@ -4,7 +4,7 @@ One public face for the family of modules that share the sweep's private names (
 
 - :mod:`.search`: :func:`run_sweep`, the composition (the run's load, calibrate and mask steps, then the
   selection rounds and the confirmation) and the sweep folder; :mod:`.optuna_search`, ``sweep.search: optuna``;
-- :mod:`.stages`: what both searches share (the inputs, the base, the candidate, its confirmation, the result);
+- :mod:`.stages`: what both searches share (the inputs, the base, the candidate, the result);
 - :mod:`.problems`: the selection, confirmation and worked-example problems, disjoint;
 - :mod:`.grid`: the variants, one arm per ``(variant, top_k, scale)`` and each arm's point;
 - :mod:`.calibration`: each distinct calibration set once, kept under its content key;

@@ -9,7 +9,9 @@ from typing import Any
 
 from ...data.sources import problem_sha256
 from ...engine.apply import ReversibleEdit, round_weights_
+from ...engine.edit_map import show_setting
 from ...evaluation.prompts import answer_form, operation_of
+from ...util.console import Stages
 from ..steps.export import release_dtype
 from ..steps.mask import Statistics, recipe_masks
 from .evaluator import _blocks, _Context, _Evaluator, _general_change
@@ -43,7 +45,7 @@ def _control_masks(recipe: Any, weights: Any, stats: Statistics, candidate: _Can
             recipe, stats, [candidate.point.top_k], weights, method=method, seed=recipe.sweep.control_seed
         )
         control = _variant_mask(control, keep)
-        if control.counts() != {n: c for n, c in mask.counts().items()}:
+        if control.counts() != mask.counts():
             raise RuntimeError(f"control {name}: its counts per matrix differ from the candidate's")
         out.append((name, method, control))
     return out
@@ -90,20 +92,11 @@ def _rounded_edits(
     return edits, (str(store).removeprefix("torch.") if rounded else None)
 
 
-def _outcome(name: str, correct: list[bool], completions: list[str], probs: list[dict[str, Any]]) -> ArmOutcome:
-    """An arm's flags with each completion's answer form and each problem's operation."""
-    return ArmOutcome(
-        name,
-        tuple(correct),
-        tuple(answer_form(t, q.get("prefill")) for t, q in zip(completions, probs)),
-        tuple(operation_of(q) for q in probs),
-    )
-
-
 def _format_outcomes(
     ev: _Evaluator, label: str, probs: list[dict[str, Any]], names: list[str], edits: dict[str, Any], scale: float
 ) -> dict[str, ArmOutcome]:
-    """Each named arm (the base: no edit) on one prompt format's problems, block by block through the cache."""
+    """Each named arm (the base: no edit) on one prompt format's problems, block by block through the cache: its
+    flags, each completion's answer form and each problem's operation."""
     outcomes = {}
     for name in names:
         ev.echo(f"      {label}: {name} on {len(probs)} problems" + (f" ({ev.weights} weights)" if ev.weights else ""))
@@ -114,7 +107,8 @@ def _format_outcomes(
             c, t = ev.outcomes(probs[a:b], mask, scale, edit)
             correct += c
             completions += t
-        outcomes[name] = _outcome(name, correct, completions, probs)
+        forms = tuple(answer_form(t, q.get("prefill")) for t, q in zip(completions, probs))
+        outcomes[name] = ArmOutcome(name, tuple(correct), forms, tuple(operation_of(q) for q in probs))
     return outcomes
 
 
@@ -145,17 +139,29 @@ def _format_record(
 def _confirm(
     ctx: _Context,
     evaluator: _Evaluator,
-    candidate: _Candidate,
-    controls: list[tuple[str, str, Any]],
+    candidate: _Candidate | None,
+    scored: tuple[Statistics, Any] | None,
     problems: list[dict[str, Any]],
     shots: list[dict[str, Any]],
-) -> Confirmation:
-    """The candidate, the base and the controls on the confirmation problems, under the recipe's prompt and each
-    ``sweep.confirmation_formats`` entry, measured on the weights the release stores.
+    stages: Stages,
+) -> Confirmation | None:
+    """The confirmation stage: the candidate, the base and two control edits (made from the candidate's statistics
+    group and the weights it was scored on, ``scored``) on the confirmation problems, under the recipe's prompt and
+    each ``sweep.confirmation_formats`` entry, measured on the weights the release stores; a line saying that
+    nothing is tested when there is no candidate.
 
     Why rounded weights: the release stores ``outputs.dtype`` (bfloat16 for a GGUF base) while the sweep's model is
     float32 (:func:`_rounded_edits`). The general costs are measured before, on the selection's unrounded model.
     """
+    if candidate is None or scored is None:
+        stages.start("confirm: no candidate (no finalist gains within the KL budget); nothing is tested")
+        return None
+    stages.start(
+        f"confirm {candidate.variant.prefix}top_k={show_setting(candidate.point.top_k)} "
+        f"scale={show_setting(candidate.point.scale)} on {len(problems)} other problems, against the base and two "
+        "control edits"
+    )
+    controls = _control_masks(ctx.run.recipe, scored[1], scored[0], candidate)
     sw, arm = ctx.run.recipe.sweep, candidate.arm
     other_shots = format_shots(ctx.run.recipe)
     general = _general_costs(ctx, evaluator, arm, controls)

@@ -14,7 +14,7 @@ TPE sampler choose the trials (one study, stored in ``DIR/optuna.sqlite3``):
   trials, so a search killed in a trial and run again draws exactly the trials an uninterrupted one draws (the cut
   trial is marked failed and ignored); ``--more-trials N`` raises the study's budget by N (:func:`study_target`);
 - the one candidate is chosen by the grid's rule (:func:`~.procedure.select_candidate`) among the trials that saw
-  every selection problem, and goes through the grid's confirmation unchanged (:func:`~.stages._confirm_stage`:
+  every selection problem, and goes through the grid's confirmation unchanged (:func:`~.confirmation._confirm`:
   held-out problems, the base, the controls of the same shape, every prompt format, the stored weights).
 
 Optuna is imported by this module only, which :func:`~.search.run_sweep` imports only for this search.
@@ -48,11 +48,12 @@ from ..steps.mask import compose_masks, load_step, recipe_masks
 from ..steps.record import RunRecord
 from .cache import key_sha256
 from .calibration import _group_statistics, _set_count
+from .confirmation import _confirm
 from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
 from .grid import _Arm, _sweep_point
 from .procedure import halving_schedule, pareto_front, with_holm
 from .result import SweepResult
-from .stages import _base_stage, _candidate, _confirm_stage, _inputs, _open_folder, _result, _rounds, _write
+from .stages import _base_stage, _candidate, _inputs, _open_folder, _result, _rounds, _write
 
 __all__ = ["run_optuna_search", "SearchSpace", "band_edges", "promoted", "study_target", "STUDY_NAME"]
 
@@ -333,7 +334,7 @@ def run_optuna_search(
         finalists = [i for i, (_, done) in enumerate(arms) if done]
         chosen = _candidate(grid, points, finalists, sum(base_sel), sw.kl_budget)
         scored = None if chosen is None else (stats, weights)
-        confirmation = _confirm_stage(ctx, evaluator, chosen, scored, (confirmation_problems, shots), stages)
+        confirmation = _confirm(ctx, evaluator, chosen, scored, confirmation_problems, shots, stages)
         decided = (None if chosen is None else chosen.index, confirmation)
         rounds = _rounds(grid.arms, cuts)
         result = _result(recipe, grid, points, (base_sel, base_general), decided, selection, rounds, len(texts))

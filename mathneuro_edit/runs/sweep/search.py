@@ -45,6 +45,7 @@ from ..steps.export import base_identity
 from ..steps.mask import Statistics, load_step, recipe_masks
 from ..steps.record import RunRecord
 from .calibration import _group_statistics, _set_count
+from .confirmation import _confirm
 from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
 from .grid import _arms, _Grid, _sweep_point
 from .procedure import halving_schedule, promote, with_holm
@@ -52,7 +53,6 @@ from .result import SweepResult, _plot
 from .stages import (
     _base_stage,
     _candidate,
-    _confirm_stage,
     _inputs,
     _is_regular,
     _open_folder,
@@ -285,7 +285,7 @@ def run_sweep(
         points = with_holm([_sweep_point(a, grid.name(a), base_sel, base_general) for a in grid.arms])
         chosen = _candidate(grid, points, finalists, sum(base_sel), sw.kl_budget)
         scored = None if chosen is None else (stats[chosen.variant.group], weights)
-        confirmation = _confirm_stage(ctx, evaluator, chosen, scored, (confirmation_problems, shots), stages)
+        confirmation = _confirm(ctx, evaluator, chosen, scored, confirmation_problems, shots, stages)
         decided = (None if chosen is None else chosen.index, confirmation)
         result = _result(recipe, grid, points, (base_sel, base_general), decided, selection, rounds, len(texts))
         result.base_identity = identity

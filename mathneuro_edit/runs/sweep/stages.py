@@ -1,6 +1,6 @@
 """The stages every sweep shares, whichever search chose its points (the grid, :mod:`.search`, or Optuna,
-:mod:`.optuna_search`): the sweep folder and its cache, the one candidate (the grid's rule), its confirmation
-stage (:mod:`.confirmation`, unchanged) and the :class:`~.result.SweepResult`."""
+:mod:`.optuna_search`): the inputs, the sweep folder and its cache, the base, the one candidate (the grid's rule;
+its confirmation: :func:`~.confirmation._confirm`) and the :class:`~.result.SweepResult` and its files."""
 
 from __future__ import annotations
 
@@ -11,16 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from ...data.sources import load_set, problem_sha256
-from ...engine.edit_map import show_setting
 from ...evaluation.significance import wilson_interval
 from ...layout import SWEEP_CSV, SWEEP_JSON, SWEEP_MARKER
 from ...recipe.schema import Recipe, recipe_sha256
 from ...util.console import Stages
 from ...util.files import write_json_atomic, write_text_atomic
-from ..steps.mask import Statistics
 from .cache import ResultCache
-from .confirmation import _Candidate, _confirm, _control_masks
-from .evaluator import _blocks, _Context, _Evaluator, _general_result
+from .confirmation import _Candidate
+from .evaluator import _blocks, _Evaluator, _general_result
 from .grid import _Arm, _Grid, _variants
 from .problems import sweep_problems
 from .procedure import Confirmation, SweepPoint, pareto_front, recommend, select_candidate
@@ -106,30 +104,6 @@ def _candidate(
     index = finalists[pick]
     arm = grid.arms[index]
     return _Candidate(index, arm, points[index], grid.variants[arm.variant])
-
-
-def _confirm_stage(
-    ctx: _Context,
-    evaluator: _Evaluator,
-    chosen: _Candidate | None,
-    scored: tuple[Statistics, Any] | None,
-    problems: tuple[list[dict[str, Any]], list[dict[str, Any]]],
-    stages: Stages,
-) -> Confirmation | None:
-    """The confirmation stage: the candidate and two control edits (made from its statistics group and the weights
-    it was scored on, ``scored``) against the base on the confirmation problems (``problems``: those and the
-    worked examples); a line saying that nothing is tested when there is no candidate."""
-    if chosen is None or scored is None:
-        stages.start("confirm: no candidate (no finalist gains within the KL budget); nothing is tested")
-        return None
-    confirmation_problems, shots = problems
-    stages.start(
-        f"confirm {chosen.variant.prefix}top_k={show_setting(chosen.point.top_k)} "
-        f"scale={show_setting(chosen.point.scale)} on {len(confirmation_problems)} other problems, against the base and two "
-        "control edits"
-    )
-    controls = _control_masks(ctx.run.recipe, scored[1], scored[0], chosen)
-    return _confirm(ctx, evaluator, chosen, controls, confirmation_problems, shots)
 
 
 def _result(
