@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import json
 import math
 import os
@@ -177,6 +178,7 @@ def sweep_stale(parent: Path) -> None:
         candidates = sorted(p for p in parent.iterdir() if p.name.startswith(".") and ".tmp-" in p.name and p.is_dir())
     except OSError:
         return
+    say = functools.partial(print, file=sys.stderr)
     for p in candidates:
         rec = _read(p / OWNER_MARKER)
         if rec is None:
@@ -184,27 +186,28 @@ def sweep_stale(parent: Path) -> None:
         alive = _alive(rec)
         if alive is False:
             shutil.rmtree(p, ignore_errors=True)
-            print(
-                f"note: removed {p}, a temporary folder left by pid {rec.get('pid')} (no longer running)",
-                file=sys.stderr,
-            )
+            say(f"note: removed {p}, a temporary folder left by pid {rec.get('pid')} (no longer running)")
         elif alive is None:
-            print(
+            say(
                 f"note: {p} is a temporary folder of a run on host {rec.get('host')} (pid {rec.get('pid')}); "
-                "delete it if that run is over",
-                file=sys.stderr,
+                "delete it if that run is over"
             )
+
+
+def _stats(path: Path, follow: bool = False) -> Iterator[os.stat_result]:
+    """The ``stat`` (``lstat`` unless ``follow``) of ``path`` when it is a file, else of every file in the folder;
+    a file that cannot be examined (removed meanwhile) is skipped."""
+    files = [path] if path.is_file() else (os.path.join(root, f) for root, _, names in os.walk(path) for f in names)
+    for f in files:
+        try:
+            st = os.stat(f) if follow else os.lstat(f)
+        except OSError:
+            continue
+        yield st
 
 
 def _tree_size(path: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
-    return total
+    return sum(st.st_size for st in _stats(path))
 
 
 def space_message(exc: OSError, out: str | Path, needed: int | None = None) -> str | None:
@@ -257,13 +260,8 @@ def refuse_overlap(out: str | Path, protect: Sequence[str | Path]) -> None:
 
 def _inodes(path: Path, limit: int = 20_000) -> set[tuple[int, int]]:
     """``(device, inode)`` of a file, or of every file in a folder (the first ``limit``): to see hard links."""
-    files = [path] if path.is_file() else (os.path.join(root, f) for root, _, names in os.walk(path) for f in names)
     found: set[tuple[int, int]] = set()
-    for f in files:
-        try:
-            st = os.stat(f)
-        except OSError:
-            continue
+    for st in _stats(path, follow=True):
         found.add((st.st_dev, st.st_ino))
         if len(found) >= limit:
             break
