@@ -183,10 +183,7 @@ class SweepEvidence:
                 "n": len(self.selection_sha256),
                 "problems_sha256": list(self.selection_sha256),
                 "base_correct": self.selection_base_correct,
-                **{
-                    k: self.selection_point.get(k)
-                    for k in ("math_correct", "math_total", "mcnemar_p", "holm_p", "general_kl")
-                },
+                **{k: self.selection_point.get(k) for k in _SELECTION_KEYS},
             },
             "confirmation": {k: c.get(k) for k in _CONFIRMATION_KEYS}
             | {"compute_dtype": c.get("compute_dtype") or recipe_compute_dtype(self.recipe)},
@@ -200,7 +197,9 @@ class SweepEvidence:
         }
 
 
-# what the lock and the card keep of a confirmation and of an arm (their per-problem data stays in the sweep folder)
+# what the lock and the card keep of the chosen point, the confirmation and an arm (their per-problem data stays in
+# the sweep folder)
+_SELECTION_KEYS = ("math_correct", "math_total", "mcnemar_p", "holm_p", "general_kl")
 _CONFIRMATION_KEYS = (
     "n base_correct edited_correct base_only edited_only mcnemar_p alpha confirmed mask_sha256 problems_sha256 verdict "
     "weights_dtype general"

@@ -54,14 +54,6 @@ class _Grid:
     variants: list[_Variant]
     arms: list[_Arm]
 
-    def name(self, arm: _Arm) -> str:
-        """The variant name of ``arm`` (``""``: the recipe itself)."""
-        return self.variants[arm.variant].name
-
-    def label(self, arm: _Arm) -> str:
-        """The variant's :attr:`_Variant.prefix` before ``arm``'s settings in the sweep's lines."""
-        return self.variants[arm.variant].prefix
-
 
 def _sweep_point(arm: _Arm, name: str, base_correct: Sequence[bool], base_general: dict[str, Any]) -> SweepPoint:
     """A :class:`SweepPoint` from an arm's flags (paired with the base's first ``len(flags)``) and general result."""

@@ -176,7 +176,7 @@ def _select(
         arm = arms[i]
         if arm.general is None:
             ctx.echo(
-                "      general KL of " + grid.label(arm) + f"top_k={arm.top_k:g} "
+                "      general KL of " + grid.variants[arm.variant].prefix + f"top_k={arm.top_k:g} "
                 f"scale={arm.scale:g} on {len(evaluator.texts)} texts"
             )
             arm.general = evaluator.general(arm.mask, arm.scale)
@@ -212,7 +212,7 @@ def _run_rounds(
             arm = arms[i]
             ctx.echo(
                 f"      round {r + 1}/{len(schedule)}, point {j + 1}/{len(active)}: "
-                + grid.label(arm)
+                + grid.variants[arm.variant].prefix
                 + f"top_k={arm.top_k:g} scale={arm.scale:g} "
                 f"(problems {start + 1}-{end})"
             )
@@ -282,7 +282,7 @@ def run_sweep(
         weights = _masks(ctx, stats, top_ks, scales, grid, stages)
         evaluator = _Evaluator(ctx, shots, texts)
         base_sel, base_general, rounds, finalists = _select(ctx, evaluator, grid, selection, stages)
-        points = with_holm([_sweep_point(a, grid.name(a), base_sel, base_general) for a in grid.arms])
+        points = with_holm([_sweep_point(a, grid.variants[a.variant].name, base_sel, base_general) for a in grid.arms])
         chosen = _candidate(grid, points, finalists, sum(base_sel), sw.kl_budget)
         scored = None if chosen is None else (stats[chosen.variant.group], weights)
         confirmation = _confirm(ctx, evaluator, chosen, scored, confirmation_problems, shots, stages)
