@@ -70,16 +70,13 @@ def _problem(err: Any) -> str:
 def _refuse_nul(data: Any, where: str, at: str = "") -> None:
     """Refuse a NUL character in any key or value: no path or name holds one (the OS refuses it as a path, which
     would otherwise surface as an internal error when the file is opened)."""
-    if isinstance(data, dict):
-        for k, v in data.items():
-            key = f"{at}.{k}" if at else str(k)
-            if isinstance(k, str) and "\x00" in k:
-                raise InputError(f"{where}: {key!r}: a key holding a NUL character; fix the recipe")
-            _refuse_nul(v, where, key)
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            _refuse_nul(v, where, f"{at}.{i}")
-    elif isinstance(data, str) and "\x00" in data:
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:  # (a list is never the top level: its items' keys are ``at.i``)
+        key = f"{at}.{k}" if at else str(k)
+        if isinstance(k, str) and "\x00" in k:
+            raise InputError(f"{where}: {key!r}: a key holding a NUL character; fix the recipe")
+        _refuse_nul(v, where, key)
+    if isinstance(data, str) and "\x00" in data:
         raise InputError(
             f"{where}: {at}: {data[:80]!r} holds a NUL character, which no path or name may hold; fix the value"
         )
