@@ -307,12 +307,8 @@ def shira_layers(plan: EditPlan, mask: Any) -> list[ShiraLayer]:
             problems.append(f"{name} (stored in another layout)")
         elif plan.edits[plan.direct[name][0]] != [name]:
             problems.append(f"{name} (its tensor is also edited by {plan.edits[plan.direct[name][0]]})")
-        elif counts[name][0]:
-            layers.append(
-                ShiraLayer(
-                    name, mod_name, plan.direct[name][0], module.out_features, module.in_features, counts[name][0]
-                )
-            )
+        elif n := counts[name][0]:
+            layers.append(ShiraLayer(name, mod_name, plan.direct[name][0], module.out_features, module.in_features, n))
     if problems:
         shown = ", ".join(problems[:4]) + (f" and {len(problems) - 4} more" if len(problems) > 4 else "")
         raise InputError(
@@ -343,10 +339,8 @@ def peft_merge_exact(w: torch.Tensor, e_vals: torch.Tensor, idx: torch.Tensor, d
 
 def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str = "weight") -> torch.Tensor:
     """``(k,)`` deltas ``d`` in ``w.dtype`` such that PEFT's ``w += d`` gives the edited weight ``e`` (same shape and
-    dtype) bit for bit at the ``(k, 2)`` positions ``idx`` (row, col).
-
-    Raises:
-        InputError: some entry has no exact delta in the base dtype.
+    dtype) bit for bit at the ``(k, 2)`` positions ``idx`` (row, col); an InputError when some entry has no exact
+    delta in the base dtype.
 
     Example:
         >>> w = torch.tensor([[1.0, -2.0]], dtype=torch.bfloat16)
@@ -435,7 +429,8 @@ def _base_path(base: str | Path | BaseConfig, kwargs: dict[str, Any]) -> str:
 def load_edited(
     base: str | Path | BaseConfig | nn.Module, adapter_dir: str | Path, **from_pretrained_kwargs: Any
 ) -> nn.Module:
-    """Load the base and apply an adapter written by :func:`export_adapter` (either format): the edited model.
+    """Load the base and apply an adapter written by :func:`export_adapter` (either format): the edited model (PEFT
+    adapters merged and unloaded).
 
     Args:
         base: every base :func:`~.loading.load_model` accepts: ``"organism"``, a model folder, a local ``.gguf``
@@ -443,12 +438,6 @@ def load_edited(
             or a loaded model (edited in place).
         **from_pretrained_kwargs: passed to ``from_pretrained`` (keep the default ``dtype="auto"`` for exactness;
             ``trust_remote_code`` and ``use_kernels`` are ``False`` unless given).
-
-    Returns:
-        The edited transformers model (PEFT adapters merged and unloaded).
-
-    Example:
-        >>> model = load_edited("base_dir", "adapter_dir")  # doctest: +SKIP
     """
     adapter_dir = Path(adapter_dir)
     peft_cfg, ours = adapter_dir / "adapter_config.json", adapter_dir / MATHNEURO_CONFIG

@@ -107,9 +107,6 @@ def verify(
         device: where a checkpoint's edited tensors are recomputed and compared, a block of rows at a time
             (``"auto"``: the GPU when there is one, :func:`~mathneuro_edit.engine.devices.selection_device`); the
             edit is elementwise, so the expected bits are the same on every device.
-
-    Example:
-        >>> assert verify(out, base, mask, 1.1).ok  # doctest: +SKIP
     """
     scale = check_scale(scale)
     mask = as_mask(mask)

@@ -22,10 +22,6 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
     """A local folder as is, or a Hub id resolved through huggingface_hub's cache (``snapshot_download``);
     ``organism`` is the shipped model's folder, a local ``.gguf`` file its dequantized safetensors folder
     (:func:`~mathneuro_edit.weights.gguf_reader.dequantize_gguf`). A path never falls back to the Hub.
-
-    Example:
-        >>> resolve_base("/path/to/model")  # doctest: +SKIP
-        PosixPath('/path/to/model')
     """
     if str(base) == ORGANISM:  # the shipped model, as everywhere a base is accepted
         return organism_path().resolve()
@@ -64,10 +60,6 @@ def resolve_model_path(model: str | Path) -> str:
         InputError: a local path that does not exist or is not a model folder; a Hub id not in the cache while
             ``HF_HUB_OFFLINE`` is set.
         MathNeuroEditError: a Hub id not in the cache while the Hub cannot be reached.
-
-    Example:
-        >>> resolve_model_path("meta-llama/Llama-3.2-1B")  # needs the Hub, or the repo in its cache  # doctest: +SKIP
-        'meta-llama/Llama-3.2-1B'
     """
     if str(model) == ORGANISM:
         path = organism_path()
@@ -111,10 +103,8 @@ def base_reference(base: BaseConfig) -> str:
 
 def hub_commit(repo_id: str, revision: str | None = None) -> str:
     """The commit a Hub model's ``revision`` (default: main) resolves to, from its ``config.json`` alone (fetched
-    or cached): the name of the snapshot folder :func:`resolve_base` gives, without downloading the weights.
-
-    Raises:
-        InputError: offline and not cached, or the Hub cannot give the file (one line).
+    or cached): the name of the snapshot folder :func:`resolve_base` gives, without downloading the weights; one
+    line when offline and not cached, or when the Hub cannot give the file.
     """
     from huggingface_hub import hf_hub_download
 

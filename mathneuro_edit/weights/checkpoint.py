@@ -224,11 +224,8 @@ def check_config_shapes(ckpt: Checkpoint, model: Any) -> None:
 
 
 def open_checkpoint(folder: Path, *, allow_pickle: bool = False) -> Checkpoint:
-    """Index the weights of a base folder: ``model.safetensors(.index.json)``, else (if allowed) pickles.
-
-    Raises:
-        InputError: no weights; pickle weights without ``allow_pickle``; a shard named by the index is missing.
-    """
+    """Index the weights of a base folder: ``model.safetensors(.index.json)``, else (if allowed) pickles; refused:
+    no weights, pickle weights without ``allow_pickle``, a shard named by the index missing."""
     folder = Path(folder)
     if (folder / SAFE_INDEX).is_file() or (folder / SAFE_SINGLE).is_file():
         kind, index_name, single = "safetensors", SAFE_INDEX, SAFE_SINGLE

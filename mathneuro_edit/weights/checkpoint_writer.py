@@ -122,10 +122,6 @@ def export_checkpoint(
         InputError: ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without
             ``allow_pickle``; a mask entry that does not fit the base or cannot be mapped to its tensors;
             ``workers`` is not an integer >= 1.
-
-    Example:
-        >>> export_checkpoint("Qwen/Qwen2.5-Math-1.5B", mask, 1.1, "out/boosted")  # doctest: +SKIP
-        PosixPath('out/boosted')
     """
     scale = check_scale(scale)
     if dtype is not None and dtype not in FLOAT_CODES:

@@ -87,9 +87,7 @@ def _sha256(path: Path) -> str:
 def gguf_source(model: str, gguf_file: str | None = None, revision: str | None = None) -> tuple[Path, str | None]:
     """The local path of a GGUF base, and the Hub commit it came from (``None`` for a local file): ``model`` a local
     ``.gguf`` file; or a Hub repo id or a local folder holding ``gguf_file`` (the recipe's ``base.gguf_file``).
-
-    Raises:
-        InputError: a missing file, or a Hub file that cannot be downloaded.
+    A missing file, or a Hub file that cannot be downloaded, is one line.
 
     Example:
         >>> gguf_source("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q8_0.gguf")  # doctest: +SKIP
@@ -126,14 +124,8 @@ def gguf_source(model: str, gguf_file: str | None = None, revision: str | None =
 def dequantize_gguf(gguf: str | Path, *, cache_dir: str | Path | None = None) -> Path:
     """The dequantized safetensors folder ``<cache_dir>/gguf/<sha256>`` of a local ``.gguf`` file (cache_dir default:
     :func:`cache_root`), created the first time: config.json, generation_config.json, model.safetensors, tokenizer
-    files with the chat template, README.md naming the source.
-
-    Raises:
-        InputError: a missing file, a missing ``gguf`` package, or a GGUF transformers cannot read.
-
-    Example:
-        >>> dequantize_gguf("SmolLM2-135M-Instruct.Q4_1.gguf").name  # doctest: +SKIP
-        '3f0c...'
+    files with the chat template, README.md naming the source. Refused in one line: a missing file, a missing
+    ``gguf`` package, a GGUF transformers cannot read.
     """
     path = Path(gguf).expanduser()
     if not path.is_file():
@@ -323,10 +315,8 @@ def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str |
     it (SmolLM2's ``smollm`` comes back as a plain ByteLevel ``gpt-2``), and llama.cpp picks its pre-tokenizer
     regex by this name, so writing the converted one would change how the edited model splits digits.
 
-    ``pre`` is ``None`` for a base that is not a GGUF (read from tokenizer.json then).
-
-    Raises:
-        InputError: ``"base"`` on a base whose type the gguf package cannot write (e.g. ``Q4_K_M``).
+    ``pre`` is ``None`` for a base that is not a GGUF (read from tokenizer.json then). ``"base"`` on a base whose
+    type the gguf package cannot write (e.g. ``Q4_K_M``) is refused.
 
     Example:
         >>> gguf_output(recipe.base, "base")  # doctest: +SKIP

@@ -29,7 +29,7 @@ from ..util.outdir import as_space_error
 from ..util.paths import is_local_path
 from .gguf_header import check_gguf_header
 from .gguf_keys import add_general, add_model_keys, gguf_package, read_config
-from .gguf_tensors import GGUF_TYPES, check_type, gguf_plan, tensor_rows
+from .gguf_tensors import GGUF_TYPES, gguf_plan, tensor_rows
 from .gguf_vocab import add_vocab, check_vocab
 
 __all__ = ["gguf_public_name", "gguf_filename", "check_gguf", "write_gguf", "gguf_file_type", "audit_gguf"]
@@ -97,9 +97,6 @@ def write_gguf(
 
     Raises:
         InputError: missing gguf package, unsupported architecture, rope scaling, tokenizer or type.
-
-    Example:
-        >>> write_gguf("out/checkpoint", "out/checkpoint/model-F16.gguf", "F16")  # doctest: +SKIP
     """
     gguf, folder, out = gguf_package(), Path(checkpoint), Path(out_path)
     plan = gguf_plan(folder, qtype)
@@ -177,8 +174,7 @@ def export_gguf(
         PosixPath('out/quickstart/checkpoint/model-Q8_0.gguf')
     """
     folder = Path(checkpoint)
-    check_type(qtype)
-    check_gguf(folder, qtype, name=name)
+    check_gguf(folder, qtype, name=name)  # the type first (gguf_plan), then the model and tokenizer
     out = Path(out_path) if out_path is not None else folder / gguf_filename(qtype)
     return write_gguf(folder, out, qtype, name=name, pre=pre, meta=meta)
 
@@ -197,10 +193,6 @@ def gguf_public_name(base: str | Path) -> str:
 def gguf_file_type(path: str | Path) -> str:
     """The dominant tensor type of a GGUF file (``"Q4_1"``, ``"F16"``...): ``general.file_type`` when set, else
     the type holding most matrix entries. Whether :func:`write_gguf` can write it: ``in GGUF_TYPES``.
-
-    Example:
-        >>> gguf_file_type("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
-        'Q4_1'
     """
     gguf = gguf_package()
     check_gguf_header(path)  # counts, lengths and nesting bounded by the file before gguf allocates from them
@@ -229,14 +221,12 @@ _STEP = {"Q8_0": 1 / 127, "Q4_0": 1 / 8, "Q4_1": 2 / 15, "Q5_0": 1 / 16, "Q5_1":
 
 
 def audit_gguf(path: str | Path, checkpoint: str | Path) -> tuple[int, list[str]]:
-    """Check a GGUF against the baked checkpoint it was written from, one tensor at a time.
+    """Check a GGUF against the baked checkpoint it was written from, one tensor at a time: ``(tensors checked,
+    ["name: why" for each mismatch])``.
 
     Every planned tensor must be present with its shape and type; F32 must equal the checkpoint, F16/BF16 its
     rounding, quantized tensors must be byte-identical to quantizing the checkpoint's (permuted) tensor and their
     dequantized values within one quantization step of it (:data:`_STEP`, relative to each block's largest entry).
-
-    Returns:
-        ``(tensors checked, ["name: why" for each mismatch])``.
     """
     gguf, folder = gguf_package(), Path(checkpoint)
     try:

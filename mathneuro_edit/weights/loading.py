@@ -336,9 +336,6 @@ def model_weights(model: nn.Module) -> Mapping[str, torch.Tensor]:
     """A model's parameters (``device_map`` may have offloaded some to CPU or disk) as a lazy read-only mapping
     ``named_parameters() name -> tensor``: resident parameters as they are, offloaded ones (meta tensors) read back
     from accelerate's offload on each access, in the model's dtype; ``.shape_of(name)`` costs nothing.
-
-    Example:
-        >>> mask = find_math_params(model_weights(model), math_stats, general_stats, top_k=0.05)  # doctest: +SKIP
     """
     return _ModelWeights(model)
 

@@ -10,9 +10,6 @@
 
 Threads, not processes: the work is file reads, ``copy_file_range``, torch elementwise ops and file writes, which
 all release the GIL; threads also share the mask and the plan without pickling them.
-
-Example:
-    >>> run_jobs(["a", "b"], lambda job, stop: print(job), workers=2)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -122,10 +119,6 @@ def write_safetensors(
 
     The format is an 8-byte little-endian header size, a JSON header (dtype, shape, data offsets per tensor,
     and ``__metadata__``), then the data; so the header can be written first when the sizes are known.
-
-    Example:
-        >>> write_safetensors(Path("x.safetensors"), [("w", "F32", (2,), 8)],
-        ...                   lambda name, f: write_all(f, bytes(8)), {"format": "pt"})  # doctest: +SKIP
     """
     header: dict[str, Any] = {"__metadata__": metadata}
     offset = 0
