@@ -34,7 +34,8 @@ def license_from_base(base: str | Path, revision: str | None = None) -> str | No
 
 
 def base_card_fields(base: str | Path, revision: str | None = None) -> dict[str, Any]:
-    """The metadata (of those the module docstring names) a derived model's card carries from its base's card.
+    """The metadata a derived model's card carries from its base's card: each key the module docstring names that
+    the base card has.
 
     Example:
         >>> base_card_fields("/nonexistent/folder")

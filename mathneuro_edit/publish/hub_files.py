@@ -109,7 +109,7 @@ def check_artifact_against_lock(folder: Path, kind: str, lock: dict[str, Any], f
     out = output(kind)
     local = [p.relative_to(folder).as_posix() for _, p in files]  # a GGUF file's name in the folder, not the repo
     present = {rel: sha256_file(folder / rel) for rel in local if rel not in NOT_OUTPUTS}
-    states = compare_files(present, own_files(out, lock))  # the lock's outputs checked by validate_lock
+    states = compare_files(present, own_files(out, lock))  # the lock's outputs: their paths checked by validate_lock
     bad = {f"{out.folder}/{p}": s for p, s in states.items() if s != "match"}
     if bad:
         listed = ", ".join(f"{p} ({s})" for p, s in sorted(bad.items())[:10]) + (" ..." if len(bad) > 10 else "")

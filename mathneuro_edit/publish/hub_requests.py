@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, wait
+from concurrent import futures
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -130,7 +130,7 @@ def retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return call(*args, **kwargs)  # the last try: its failure is raised as it came
 
 
-_LEFT_RUNNING: list[Future[Any]] = []  # the calls an interrupt stopped waiting for
+_LEFT_RUNNING: list[futures.Future[Any]] = []  # the calls an interrupt stopped waiting for
 
 
 def interruptible(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -144,7 +144,7 @@ def interruptible(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """
     if threading.current_thread() is not threading.main_thread():  # signals reach only the main thread
         return call(*args, **kwargs)
-    future: Future[Any] = Future()
+    future: futures.Future[Any] = futures.Future()
 
     def target() -> None:
         try:
@@ -154,7 +154,7 @@ def interruptible(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
     threading.Thread(target=target, name="mathneuro-edit-hub", daemon=True).start()
     try:
-        while not wait([future], timeout=0.1).done:  # a timed wait is interrupted by a signal's handler
+        while not futures.wait([future], timeout=0.1).done:  # a timed wait is interrupted by a signal's handler
             pass
     except BaseException:
         _LEFT_RUNNING.append(future)

@@ -3,11 +3,10 @@
 A lock (or a card, or a downloaded repo) comes from someone else. :func:`refused_lock_settings` lists what a lock
 may never choose: running the base's code (``base.trust_remote_code``) or the Hub's compiled kernels
 (``base.use_kernels``), a local file or folder to read or write, an lm-eval task folder (whose task YAMLs can run
-Python); each is taken only from the user's command line (``--trust-remote-code``, ``--base PATH``, ``--set
-KEY=VALUE``). :func:`validate_lock` checks every field against
-the recipe hash before anything runs: an edited field is :class:`~mathneuro_edit.errors.LockMismatchError` (exit
-1) naming it. :func:`lock_base` is the base a command may read for a lock. The lock's format, reading and writing:
-:mod:`.lock`.
+Python); each is taken only from the user's command line (``--trust-remote-code``, ``--base PATH``,
+``--set KEY=VALUE``). :func:`validate_lock` checks every field against the recipe hash before anything runs: an
+edited field is :class:`~mathneuro_edit.errors.LockMismatchError` (exit 1) naming it. :func:`lock_base` is the base
+a command may read for a lock. The lock's format, reading and writing: :mod:`.lock`.
 """
 
 from __future__ import annotations
