@@ -138,11 +138,6 @@ def run_recipe(
         check_mask: called with the mask's sha256 as soon as it is computed; a line it returns refuses the run
             (:class:`~mathneuro_edit.errors.InputError`) and nothing is written (``run --from-sweep``:
             :func:`~mathneuro_edit.runs.sweep.evidence.mask_refusal`, the mask the confirmation tested).
-
-    Example:
-        >>> from mathneuro_edit.recipe.io import quickstart_recipe
-        >>> run_recipe(quickstart_recipe(), "out/quickstart")  # doctest: +SKIP
-        >>> run_recipe("recipes/quickstart.yaml", "out/quickstart")  # doctest: +SKIP
     """
     inputs = [*inputs, *([("recipe", recipe)] if isinstance(recipe, (str, Path)) else [])]  # never written over
     recipe = as_recipe(recipe)
@@ -205,9 +200,6 @@ def export_recipe(
     ``outputs`` hold this folder's files under ``checkpoint/`` or ``adapter/``, as in a run's lock) and the card;
     no evaluation (``eval`` writes it). Written atomically. ``echo`` receives the stage lines, as ``run``'s
     (``[1/2] export checkpoint/ + model-Q8_0.gguf``, ``[2/2] write lock and model card``).
-
-    Example:
-        >>> export_recipe(quickstart_recipe(), "mask.safetensors", "out/checkpoint")  # doctest: +SKIP
     """
     import math
 

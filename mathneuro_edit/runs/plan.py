@@ -398,9 +398,6 @@ def plan_from_config(
         max_memory: per-device caps; accelerate's ``infer_auto_device_map`` then places the weights.
         mask_file: a saved mask (or :class:`~mathneuro_edit.engine.mask.Mask`) of this base: its exact counts
             replace the top-K bound in the mask size, the adapter's size and the adapter commands' memory.
-
-    Example:
-        >>> print(plan_from_config("meta-llama/Llama-3.1-8B", PlanSettings(dtype="bfloat16")).to_text())  # doctest: +SKIP
     """
     from ..engine.targets import find_targets
 
@@ -567,9 +564,6 @@ def _mask_counts(mask_file: Any, targets: dict[str, Any]) -> dict[str, int]:
 def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
     """Plan a recipe's run: its base model's config, dtype, placement, calibration and mask settings (and the
     counts of ``mask_file``, a saved mask of this base, when given).
-
-    Example:
-        >>> print(plan_recipe(load_recipe("recipes/quickstart.yaml")).to_text())  # doctest: +SKIP
     """
     from ..weights.base import base_reference
 
@@ -609,13 +603,12 @@ def plan_recipe(recipe: Any, mask_file: Any = None) -> Plan:
 
 def _survival(plan: Plan) -> str:
     """``Q4_0 99.98% (estimated), Q4_K_M measured after quantizing`` of :attr:`Plan.gguf_survival`."""
-    parts = []
-    for t, v in plan.gguf_survival.items():
-        if v.get("survived_share") is not None:
-            parts.append(f"{t} {v['survived_share']:.2%} of {int(v['edited']):,} (estimated with the gguf package)")
-        else:
-            parts.append(f"{t}: {v.get('note', 'no edited weight')}")
-    return "; ".join(parts)
+    return "; ".join(
+        f"{t} {v['survived_share']:.2%} of {int(v['edited']):,} (estimated with the gguf package)"
+        if v.get("survived_share") is not None
+        else f"{t}: {v.get('note', 'no edited weight')}"
+        for t, v in plan.gguf_survival.items()
+    )
 
 
 def _evaluation_settings(recipe: Any) -> dict[str, int] | None:

@@ -50,8 +50,8 @@ class ResultCache:
     """Content-keyed JSON results under ``folder/cache``.
 
     Example:
-        >>> c = ResultCache(tmp_path)  # doctest: +SKIP
-        >>> c.put({"what": "base"}, {"correct": [True]}); c.get({"what": "base"})  # doctest: +SKIP
+        >>> import tempfile; c = ResultCache(tempfile.mkdtemp())
+        >>> c.put({"what": "base"}, {"correct": [True]}); c.get({"what": "base"})
         {'correct': [True]}
     """
 
