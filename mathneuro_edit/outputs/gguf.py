@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from ..errors import InputError
@@ -165,13 +166,6 @@ def gguf_meta(recipe: Any, n_params: int, base: BaseRecord) -> dict[str, Any]:
     return gguf_general({**parts, "edit_summary": {"model_params": n_params}}, base.card_fields)
 
 
-def _gguf_type(recipe: Any) -> tuple[str | None, str | None]:
-    """``(first type, tokenizer.ggml.pre)`` of ``outputs.gguf`` (``base``: the GGUF base's own type and
-    pre-tokenizer)."""
-    types, pre = _gguf_types(recipe)
-    return (types[0] if types else None), pre
-
-
 def _gguf_types(recipe: Any) -> tuple[list[str], str | None]:
     """``(types, tokenizer.ggml.pre)`` of ``outputs.gguf``, one type or a list (``base``: the GGUF base's own)."""
     from ..weights.gguf_reader import gguf_output
@@ -269,15 +263,15 @@ def _llama_cpp_task(job: RunView) -> Any:
 
 
 def _tokenizer_and_eos(folder: Path, trust_remote_code: bool) -> tuple[Any, list[int]]:
-    """The checkpoint's tokenizer and its end-of-sequence ids with the generation config's (as the evaluation
-    stops: :func:`~..evaluation.runtime.special_ids`)."""
+    """The checkpoint's tokenizer and its end-of-sequence ids with the generation config's, as the evaluation
+    stops (:func:`~..evaluation.runtime.special_ids`, which the run's evaluation already passed)."""
     from transformers import AutoTokenizer, GenerationConfig
+
+    from ..evaluation.runtime import special_ids
 
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     gen = GenerationConfig.from_pretrained(folder) if (folder / "generation_config.json").is_file() else None
-    eos = [tok.eos_token_id, getattr(gen, "eos_token_id", None)]
-    flat = [e for x in eos for e in (x if isinstance(x, (list, tuple)) else [x]) if e is not None]
-    return tok, list(dict.fromkeys(int(e) for e in flat))
+    return tok, special_ids(SimpleNamespace(generation_config=gen), tok)[1]
 
 
 def _source(dest: Path, recipe: Any) -> str:
@@ -411,10 +405,8 @@ def estimate_gguf_survival(recipe: Any, mask: Any, folder: Path) -> dict[str, An
     """``plan --mask``'s estimate of the edit's survival in each GGUF type of ``outputs.gguf``, before anything is
     written: for the gguf package's quantized types, the base's edited matrices (read from ``folder``, edited and
     cast as the export does) quantized as the run would (:func:`~..weights.gguf_survival.estimate_survival`); a
-    float type keeps every edit; a llama.cpp type says it is measured after quantizing.
-
-    Returns:
-        ``{type: total counts and shares, or {"note": "..."}}``.
+    float type keeps every edit; a llama.cpp type says it is measured after quantizing: ``{type: total counts and
+    shares, or {"note": "..."}}``.
     """
     from ..engine.mask import as_mask
     from ..weights.checkpoint import open_checkpoint
@@ -433,7 +425,6 @@ def estimate_gguf_survival(recipe: Any, mask: Any, folder: Path) -> dict[str, An
             out[t] = {"note": "a float type: every edited weight is kept"}
             continue
         stored = {src: qt for _, src, _, qt in gguf_plan(folder, t) if isinstance(src, str)}
-
         out[t] = estimate_survival(_edited_matrices(ckpt, mask, stored, recipe.edit.effective_scale, dtype))
     return out
 
@@ -551,20 +542,12 @@ def gguf_eval_section(files: Mapping[str, str], found: Mapping[str, Any] | None,
         r = ((found or {}).get("files") or {}).get(f)
         if r is None:
             continue
-        cells = []
-        for arm in ("base", "edited"):
-            a = r[arm]
-            cells.append(
-                format_accuracy(
-                    {
-                        "math_accuracy": a["accuracy"],
-                        "math_correct": a["correct"],
-                        "math_total": r["n"],
-                        "math_ci95_low": a["wilson95"][0],
-                        "math_ci95_high": a["wilson95"][1],
-                    }
-                )
-            )
+        keys = ("math_accuracy", "math_correct", "math_ci95_low", "math_ci95_high")
+        arms = [
+            dict(zip(keys, (a["accuracy"], a["correct"], *a["wilson95"])), math_total=r["n"])
+            for a in (r["base"], r["edited"])
+        ]
+        cells = [format_accuracy(a) for a in arms]
         verdict = "significant gain" if r["significant"] else "significant loss" if r["worse"] else "not significant"
         change = f"{r['difference_pp']:+.1f} pp, {format_p(r['mcnemar_p'])} ({verdict})"
         d = r["discordant"]

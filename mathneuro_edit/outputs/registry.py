@@ -51,13 +51,10 @@ class CardView:
         files: the output's own files in the card's folder (``{name in the folder: sha256}``, :func:`own_files`).
         base_repo: the Hub repo of the output this one is made from (:attr:`Output.derived_from`), when known.
         chat: the model's tokenizer has a chat template (an instruct model): the snippet generates a chat reply.
-        prompt: the prompt the card's math figures were measured under (``n_shot``, ``chat_template``,
-            ``prompt_style``, ``max_new_tokens``, ``prefill``: the problems start the answer, as arithmetic's
-            do), for the snippet to prompt the same way (:func:`~.common.usage_prompt`); ``None``: a chat turn.
+        prompt: the prompt the card's math figures were measured under, for the snippet to prompt the same way
+            (:func:`~.common.usage_prompt`); ``None``: a chat turn.
         load_dtype: the dtype the card's figures were computed in, when a default load computes in another (the
             stored weights' dtype): the snippet loads in it.
-        gguf_survival: the edit's survival in each quantized GGUF file, as the run measured it (the GGUF card's
-            table).
     """
 
     repo: str | None
@@ -67,7 +64,7 @@ class CardView:
     chat: bool = False
     prompt: Mapping[str, Any] | None = None
     load_dtype: str | None = None
-    gguf_survival: Mapping[str, Any] | None = None  # the GGUF files' gguf_survival.json, when the folder has one
+    gguf_survival: Mapping[str, Any] | None = None  # the folder's gguf_survival.json (the GGUF card's table)
 
 
 @dataclass(frozen=True)
@@ -87,17 +84,9 @@ class BaseRecord:
 class RunView(Protocol):
     """What an output's step reads of the run: the one run record
     (:class:`~mathneuro_edit.runs.steps.record.RunRecord`) once the mask is made and the base recorded. A protocol,
-    not the record itself: this layer sits below ``runs`` and an output reads nothing else of it.
-
-    Attributes:
-        recipe: the validated recipe.
-        base: what the exports record about the base.
-        mask: the edit's mask.
-        n_params: the model's parameter count (the card's and the GGUF's size figures).
-        progress: draw progress bars.
-        workers: checkpoint shards written at once.
-        stages: the stage printer (``None``: silent).
-        tasks: the evaluation tasks (the GGUF files' own evaluation reruns the math one in llama.cpp).
+    not the record itself: this layer sits below ``runs`` and an output reads nothing else of it. ``workers``:
+    checkpoint shards written at once; ``stages``: the stage printer (``None``: silent); ``tasks``: the evaluation
+    tasks (the GGUF files' own evaluation reruns the math one in llama.cpp).
     """
 
     recipe: Any
@@ -112,18 +101,16 @@ class RunView(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Output:
-    """One published output.
+    """One published output (``name``: what recipes, the command line and cards call it).
 
     Attributes:
-        name: what recipes, the command line and cards call it.
         folder: the run folder's subfolder that holds it: its name unless given (an output made from another is
             written into that output's folder).
         gguf_files: whether its files are the ``.gguf`` files of ``folder`` (True), every other file of it (False),
             or all of them (None).
         repo_suffix: its Hub repo is ``<hub.repo_id><repo_suffix>`` (one repo per output).
-        library: the card's ``library_name`` (what loads it).
-        relation: the card's ``base_model_relation`` to the base (and its ``base_model:<relation>:<id>`` tag).
-        tags: tags its card adds (what its repo holds: ``gguf`` only on the repo of GGUF files).
+        library, relation, tags: its card's ``library_name``, ``base_model_relation`` to the base (and its
+            ``base_model:<relation>:<id>`` tag) and its own tags (``gguf`` only on the repo of GGUF files).
         holds: the card's first sentence, "This <holds> a MathNeuro edit of ...".
         evaluated: whether its card carries the evaluation as Hub ``model-index`` results.
         usage: its card's "How to use" snippet, ``usage(output, view)``.
@@ -197,19 +184,15 @@ class Output:
         return self.gguf_files is None or path.endswith(".gguf") == self.gguf_files
 
     def detect(self, folder: str | Path) -> bool:
-        """Whether ``folder`` holds one of this output's :attr:`markers`."""
         return any((Path(folder) / m).is_file() for m in self.markers)
 
     def name_in_repo(self, lock: Mapping[str, Any], name: str) -> str:
-        """The name file ``name`` of its folder gets in its Hub repo (:attr:`repo_file_name`)."""
         return self.repo_file_name(lock, name) if self.repo_file_name is not None else name
 
     def how_to_use(self, view: CardView) -> str:
-        """Its card's "How to use" snippet (:attr:`usage`)."""
         return self.usage(self, view)
 
     def is_asked(self, recipe: Any) -> bool:
-        """Whether ``recipe`` asks for it (:attr:`asked`, default its ``outputs.<name>``)."""
         return bool(self.asked(recipe) if self.asked is not None else getattr(recipe.outputs, self.name, None))
 
 

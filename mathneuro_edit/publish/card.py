@@ -11,14 +11,10 @@ PEFT adapter, ``quantized`` for the GGUF repo, whose ``base_model`` is the edite
 the base card's ``license``, ``license_name``, ``license_link`` and ``language``
 (:func:`~.base_card.base_card_fields`), ``pipeline_tag: text-generation``, and the evaluation of the edited model as Hub
 evaluation results (``model-index``, built with huggingface_hub's ``EvalResult``; it parses back with
-``ModelCard.load``; a release from a sweep lists the sweep's confirmation instead of its own math accuracy). Body:
-what was edited (base, method and paper, top_k, scale, % of weights), the data with its sha256, the base (Hub id +
-revision, or a local base's file hashes), the before/after evaluation, how to load it (in the dtype its figures
-were computed in, prompted as they were measured), how to install mathneuro-edit and reproduce the edit (the exact
-command), the library versions, the recipe, the full lock file, the paper's citation, and limitations. The data
-drawn from the lock alone comes from :mod:`mathneuro_edit.publish.card_sections`, the ``model-index`` from
-:mod:`mathneuro_edit.publish.model_index`, and the paragraphs on a GGUF base, a cast dtype and GGUF files beside a
-checkpoint in :mod:`mathneuro_edit.publish.card_weights`.
+``ModelCard.load``; a release from a sweep lists the sweep's confirmation instead of its own math accuracy). The
+body is the template's, top to bottom. The data drawn from the lock alone comes from
+:mod:`mathneuro_edit.publish.card_sections`, the ``model-index`` from :mod:`mathneuro_edit.publish.model_index`,
+and the paragraphs on a GGUF base and a cast dtype from :mod:`mathneuro_edit.publish.card_weights`.
 
 One card per folder, rendered from the folder itself (:func:`card_for_folder`: its lock and ``eval.json``), so
 ``push`` renders it again for the target repo: the published card loads ``from_pretrained("user/name")``; a card
@@ -32,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -92,15 +89,8 @@ def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) 
     """Group a mask's ``counts()`` by module type, for the card's "what was edited" table.
 
     The module type is the parameter name's last part without ``.weight``/``.bias``
-    (``model.layers.0.self_attn.q_proj.weight`` -> ``q_proj``; fused experts keep ``gate_up_proj``).
-
-    Args:
-        counts: ``{parameter name: (selected, total)}`` (:meth:`Mask.counts`).
-        model_params: number of parameters of the whole model (for "fraction of the model").
-
-    Returns:
-        ``{"selected", "targeted", "matrices", "model_params", "by_module": {type: {"matrices", "selected",
-        "total"}}}``.
+    (``model.layers.0.self_attn.q_proj.weight`` -> ``q_proj``; fused experts keep ``gate_up_proj``); ``counts`` is
+    :meth:`Mask.counts`, ``model_params`` the whole model's parameter count (for "fraction of the model").
 
     Example:
         >>> s = summarize_edit({"m.0.q_proj.weight": (2, 8), "m.1.q_proj.weight": (1, 8)}, model_params=100)
@@ -124,36 +114,19 @@ def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) 
     }
 
 
-def _share(part: int, whole: int) -> str:
-    """The card's share of the weights edited (three significant digits)."""
-    return sections.pct(part, whole, ".3g", "n/a")
-
-
-def beside(out: Output, repo: str | None, lock: Mapping[str, Any]) -> str:
-    """The paragraphs the card of ``out``'s folder gives the files of the other outputs written into it (the
-    checkpoint's card: the GGUF files beside it)."""
-    others = [o for o in OUTPUTS.values() if o is not out and o.folder == out.folder and o.beside is not None]
-    return "".join(o.beside(repo, own_files(o, lock), lock) for o in others)  # type: ignore[misc]
-
-
 @dataclass(frozen=True)
 class CardSource:
     """What a card is built from: the run (its recipe, lock, edit summary and evaluation) and what the output's
     folder says of itself.
 
     Attributes:
-        recipe: the recipe that ran.
-        lock: the run's lock (:func:`mathneuro_edit.publish.lock.build_lock`).
-        edit_summary: :func:`summarize_edit` output.
         eval_results: eval.json's dict (:meth:`~mathneuro_edit.evaluation.results.EvalResults.to_dict`): ``{task:
-            {"base": {...}, "edited": {...}, "comparison": {...}}}``; any part may be missing. A math comparison
-            that is not significant is said in the card's first paragraph.
+            {"base": {...}, "edited": {...}, "comparison": {...}}}``; any part may be missing.
         license: license id for the metadata (see :func:`~.base_card.license_from_base`), or the base card's
             fields (:func:`~.base_card.base_card_fields`: license, license_name, license_link, language, datasets).
-        lock_sha256: the sha256 of the folder's ``mathneuro_recipe.lock.yaml`` (the card names the file and this
-            hash instead of embedding the lock).
-        weights_dtype: the dtype the checkpoint's config.json names (:func:`folder_dtype`), for the sentence on
-            ``outputs.dtype`` and the files row.
+        lock_sha256: the sha256 of the folder's lock file (the card names the file and this hash instead of
+            embedding the lock).
+        weights_dtype: the dtype the checkpoint's config.json names (:func:`folder_dtype`).
         chat: the model's tokenizer has a chat template (:func:`has_chat_template`): the snippet generates a chat
             reply.
     """
@@ -178,21 +151,16 @@ def build_card(
     repo_id: str | None = None,
     base_repo: str | None = None,
 ) -> ModelCard:
-    """Build the model card of one output of an edited model.
+    """Build the model card of the registered output ``kind`` (:mod:`mathneuro_edit.outputs`); save it with
+    :func:`write_card`.
 
     Args:
-        source: what the card is built from (:class:`CardSource`).
-        kind: the registered output whose card it is (:mod:`mathneuro_edit.outputs`: ``"checkpoint"``,
-            ``"adapter"`` or ``"gguf"``, the GGUF repo).
         base_model_id: the base's Hub id, or ``None`` for a local base (then no ``base_model`` metadata).
         repo_id: the Hub repo the card is published in (``push`` passes it); default the recipe's
             ``hub.repo_id``; ``None`` for a card in a local folder (its snippets then load ``"."``).
         base_repo: for an output made from another (:attr:`~mathneuro_edit.outputs.registry.Output.derived_from`:
             the GGUF), that output's Hub repo (the GGUF's ``base_model``: the edited checkpoint's; default the
             original base).
-
-    Returns:
-        The card; save it with :func:`write_card`.
 
     Raises:
         InputError: ``kind`` unknown, or ``base_model_id`` not a Hub repo id.
@@ -327,6 +295,9 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
     escaped (:func:`~.card_sections.card_text`), the per-output snippets and paragraphs already written by the
     output's entry."""
     recipe, lock, s = source.recipe, source.lock, source.edit_summary
+    share = partial(sections.pct, digits=".3g", none="n/a")  # the share of the weights edited: 3 digits
+    # the files of the other outputs written into its folder (the checkpoint's card: the GGUF files beside it)
+    beside = [o for o in OUTPUTS.values() if o is not out and o.folder == out.folder and o.beside is not None]
     sweep = sections.sweep_facts(lock, source.chat)
     overlap = (sweep or {}).get("overlap") or {}
     reused = isinstance(overlap.get("selection"), int) and overlap["selection"] > 0
@@ -365,8 +336,8 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "edited": {
             "selected": f"{s['selected']:,}",
             "targeted": f"{s['targeted']:,}",
-            "of_scored": _share(s["selected"], s["targeted"]),
-            "of_model": _share(s["selected"], s["model_params"]),
+            "of_scored": share(s["selected"], s["targeted"]),
+            "of_model": share(s["selected"], s["model_params"]),
             "model_params": f"{s['model_params']:,}",
             "matrices": s["matrices"],
         },
@@ -378,7 +349,7 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
                 "matrices": r["matrices"],
                 "selected": f"{r['selected']:,}",
                 "total": f"{r['total']:,}",
-                "fraction": _share(r["selected"], r["total"]),
+                "fraction": share(r["selected"], r["total"]),
             }
             for k, r in s["by_module"].items()
         ],
@@ -391,7 +362,8 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "reused": reused,
         "overlap": overlap,
         "not_a_test": NOT_A_TEST,
-        "usage": out.how_to_use(view) + beside(out, view.repo, view.lock),
+        "usage": out.how_to_use(view)
+        + "".join(o.beside(view.repo, own_files(o, view.lock), view.lock) for o in beside),  # type: ignore[misc]
         "where_it_loads": jinja2.Template(out.loaders).render(run_repo=_run_repo(view.repo, out)),
         "repo": view.repo,
         "reproduce_args": sections.reproduce_args(view.repo, view.lock),
@@ -404,11 +376,7 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
 
 
 def write_card(out_dir: str | Path, card: ModelCard) -> Path:
-    """Write ``out_dir/README.md`` atomically (temp file in the same folder, then rename).
-
-    Returns:
-        The written path.
-    """
+    """Write ``out_dir/README.md`` atomically (temp file in the same folder, then rename); returns its path."""
     return write_text_atomic(Path(out_dir) / "README.md", card.content)
 
 
@@ -427,7 +395,6 @@ def card_for_folder(
     changing the local folder; rendered with the local folder's own values it gives the card ``run`` wrote.
 
     Args:
-        folder: the folder holding ``mathneuro_recipe.lock.yaml``.
         repo_id: the Hub repo the card is for (``None``: the recipe's ``hub.repo_id``, else a local folder).
         license: the license id or the base card's fields (:func:`base_card_fields`); default: those of the
             folder's current card, if any.
@@ -435,12 +402,8 @@ def card_for_folder(
             holds (:func:`~.outputs.output_of_folder`: ``adapter`` for an adapter folder, else ``checkpoint``).
         base_repo: for ``kind="gguf"``: the edited checkpoint's repo (see :func:`build_card`).
 
-    Returns:
-        The card.
-
     Raises:
-        InputError: no lock, or a lock without ``edit_summary`` (written by an older version: rewrite the
-            cards with ``mathneuro-edit card RUN_DIR`` first).
+        InputError: no lock, or a lock without ``edit_summary`` (written by an older version).
 
     Example:
         >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-prune")  # doctest: +SKIP

@@ -235,15 +235,18 @@ def gain_operations(formats: list[Mapping[str, Any]]) -> list[str]:
         >>> gain_operations([{"primary": True, "arms": {"base": arm(142, 36), "candidate": arm(168, 35)}}])
         ['addition']
     """
-    if not formats:
-        return []
-    primary = next((f for f in formats if f.get("primary")), formats[0])
-    arms = primary.get("arms") if isinstance(primary.get("arms"), Mapping) else {}
-    base = (arms.get("base") or {}).get("by_operation") or {}
-    cand = (arms.get("candidate") or {}).get("by_operation") or {}
+    base, cand = _by_operation(formats)
     ops = sorted(set(base) & set(cand))
-    up = [op for op in ops if int(cand[op].get("correct") or 0) > int(base[op].get("correct") or 0)]
-    return [_OPERATIONS.get(_op(op), "?") for op in up]
+    return [
+        _OPERATIONS.get(op, "?") for op in ops if int(cand[op].get("correct") or 0) > int(base[op].get("correct") or 0)
+    ]
+
+
+def _by_operation(formats: list[Mapping[str, Any]]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """The per-operation records of the base and candidate arms of the recipe's prompt format (else the first)."""
+    primary = next((f for f in formats if f.get("primary")), formats[0] if formats else {})
+    arms = primary.get("arms") if isinstance(primary.get("arms"), Mapping) else {}
+    return (arms.get("base") or {}).get("by_operation") or {}, (arms.get("candidate") or {}).get("by_operation") or {}
 
 
 def _setting(value: Any) -> Any:
@@ -270,12 +273,7 @@ def sweep_facts(lock: Mapping[str, Any], chat: bool = False) -> dict[str, Any] |
     n, bc, ec = int(c.get("n") or 0), int(c.get("base_correct") or 0), int(c.get("edited_correct") or 0)
     formats = [f for f in sw.get("formats") or [] if isinstance(f, Mapping)]
     recipe_format = next((f for f in formats if f.get("primary")), None)
-    primary = recipe_format or (formats[0] if formats else {})
-    arms = primary.get("arms") if isinstance(primary.get("arms"), Mapping) else {}
-    base, cand = (
-        (arms.get("base") or {}).get("by_operation") or {},
-        (arms.get("candidate") or {}).get("by_operation") or {},
-    )
+    base, cand = _by_operation(formats)
     by_operation = []
     for op in sorted(set(base) & set(cand)):
         b, e = base[op], cand[op]

@@ -2,9 +2,8 @@
 computed in (what its snippet loads in); the paragraphs' words are the card's template's.
 
 Each is empty unless the run made that form (a GGUF base, ``outputs.dtype`` other than the base's), so most cards
-show neither. Kept apart from :mod:`mathneuro_edit.publish.card` (the card's assembly) because they depend on the
-lock and the output only, not on the recipe, and their exact text is tested on its own. What differs per output
-(its sentence on a GGUF base) is its entry's (:attr:`~mathneuro_edit.outputs.registry.Output.on_gguf_base`).
+show neither. They read the lock and the output only, not the recipe. What differs per output (its sentence on a
+GGUF base) is its entry's (:attr:`~mathneuro_edit.outputs.registry.Output.on_gguf_base`).
 """
 
 from __future__ import annotations
@@ -35,13 +34,10 @@ def gguf_base(lock: Mapping[str, Any], out: Output, weights_dtype: str | None = 
         return None
     stored = weights_dtype or "float32"
     cast = (
-        ""
-        if stored == "float32"
-        else (
-            f", then stored in {stored} (`outputs.dtype`; the evaluation below ran on these {stored} weights, in float32)"
-        )
+        f", then stored in {stored} (`outputs.dtype`; the evaluation below ran on these {stored} weights, in float32)"
     )
-    return {"file": gguf["file"], "sha256": gguf["sha256"], "what": out.on_gguf_base(cast, own_files(out, lock))}
+    what = out.on_gguf_base(cast if stored != "float32" else "", own_files(out, lock))
+    return {"file": gguf["file"], "sha256": gguf["sha256"], "what": what}
 
 
 _FLOATS = ("float32", "bfloat16", "float16")
@@ -59,7 +55,7 @@ def compute_dtype(lock: Mapping[str, Any]) -> str | None:
         'float32'
     """
     sweep = lock.get("sweep") if isinstance(lock.get("sweep"), Mapping) else {}
-    confirmed = (sweep.get("confirmation") or {}).get("compute_dtype") if isinstance(sweep, Mapping) else None
+    confirmed = (sweep.get("confirmation") or {}).get("compute_dtype")
     if confirmed in _FLOATS:
         return str(confirmed)
     base = ((lock.get("recipe") or {}).get("base")) or {}
