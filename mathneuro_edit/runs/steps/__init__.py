@@ -20,6 +20,5 @@ nothing of its own unless it is given a folder; the statistics have one layout (
 
 import lazy_loader
 
-# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
-# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+# __init__.pyi's imports (one list, type checkers read it too), each loaded on first access: no torch at import
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

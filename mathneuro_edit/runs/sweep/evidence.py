@@ -110,7 +110,7 @@ def base_difference(mine: Mapping[str, Any], theirs: Mapping[str, Any], model: s
     if dict(mine) == dict(theirs):
         return None
     return (
-        f"the recipe's base.model ({_whole(model)}: {_identity_text(mine)}) is not the model the sweep measured "
+        f"the recipe's base.model ({_shown(model, None)}: {_identity_text(mine)}) is not the model the sweep measured "
         f"({_identity_text(theirs)})"
     )
 
@@ -140,12 +140,6 @@ def mask_refusal(mask_sha256: str, confirmed: str | None) -> str | None:
         "a selection threshold; run on the sweep's data files and device, re-run the sweep on these, or release "
         "without --from-sweep (which makes no confirmed claim)"
     )
-
-
-def _whole(value: Any) -> str:
-    """A recipe value in full, on one line: ``repr`` escapes every character that is not printable (a newline of
-    a template, ESC, bidi overrides), so two values that differ never print alike."""
-    return repr(value)
 
 
 @dataclass(frozen=True)
@@ -268,9 +262,10 @@ _POINT_NUMBERS = (
 )
 
 
-def _shown(value: Any, limit: int = 80) -> str:
-    """A value of a shared file as one safe line of at most ``limit`` characters: ``repr`` escapes every character
-    that is not printable (ESC, the other controls, bidi overrides), so none is shown raw."""
+def _shown(value: Any, limit: int | None = 80) -> str:
+    """A value as one safe line of at most ``limit`` characters: ``repr`` escapes every character that is not
+    printable (a newline of a template, ESC, the other controls, bidi overrides), so none is shown raw. A recipe's
+    own value is shown whole (``limit=None``), so two values that differ never print alike."""
     return repr(value)[:limit]
 
 
@@ -622,7 +617,7 @@ def recipe_from_sweep(
     if found is not None:
         name, a, b = found
         raise InputError(
-            f"{where}: the recipe's {name} differs from the sweep's ({_whole(a)} vs {_whole(b)}); the "
+            f"{where}: the recipe's {name} differs from the sweep's ({_shown(a, None)} vs {_shown(b, None)}); the "
             "confirmed setting holds only for the sweep's recipe: use it, or sweep this one"
         )
     model = recipe.base.model + (f" ({recipe.base.gguf_file})" if recipe.base.gguf_file else "")
