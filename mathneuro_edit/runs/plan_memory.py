@@ -126,20 +126,10 @@ def weights_placement(model: torch.nn.Module, dtype_name: str, device_map: Any, 
 @dataclass(frozen=True)
 class JobSizes:
     """The byte counts of one planned job that the per-command figures combine (:func:`~.plan.plan_from_config`
-    derives them from ``config.json``; the module docstring names each).
-
-    Attributes:
-        nbytes: bytes per weight element (``b``).
-        weights: every weight at that dtype.
-        activation: calibration's activations on one device.
-        stats: the statistics files of every set (math and general).
-        mask: the mask in memory (``M``).
-        largest: entries of the largest scored weight (``L``).
-        selected_largest: the mask's selected entries in it (``s``).
-        stored_largest: the SHiRA entries stored for it (``k``).
-        evaluation: the larger evaluation batch's bytes beyond the weights (``None``: the recipe evaluates
-            nothing, no ``eval`` figure).
-    """
+    derives them from ``config.json``): the module docstring's ``b`` (``nbytes``), ``M`` (``mask``), ``L``
+    (``largest``), ``s`` (``selected_largest``) and ``k`` (``stored_largest``); every weight at that dtype, the
+    calibration's activations on one device, the statistics files of every set, and the larger evaluation batch's
+    bytes beyond the weights (``None``: the recipe evaluates nothing, no ``eval`` figure)."""
 
     nbytes: int
     weights: int

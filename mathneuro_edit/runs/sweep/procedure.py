@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Any
 
 from ...engine.edit_map import show_setting
@@ -523,10 +524,4 @@ def promote(
         (i for i, c in enumerate(correct) if c is not None),
         key=lambda i: (-int(correct[i] or 0), size[i] if size is not None else 0.0, i),
     )
-    chosen: list[int] = []
-    for i in order:
-        if len(chosen) >= keep:
-            break
-        if kl_of(i) <= kl_budget:
-            chosen.append(i)
-    return sorted(chosen)
+    return sorted(islice((i for i in order if kl_of(i) <= kl_budget), keep))  # asks no KL past the keep-th
