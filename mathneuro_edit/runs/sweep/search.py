@@ -50,16 +50,7 @@ from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
 from .grid import _arms, _Grid, _sweep_point
 from .procedure import halving_schedule, promote, with_holm
 from .result import SweepResult, _plot
-from .stages import (
-    _base_stage,
-    _candidate,
-    _inputs,
-    _is_regular,
-    _open_folder,
-    _result,
-    _rounds,
-    _write,
-)
+from .stages import _base_stage, _candidate, _inputs, _is_regular, _open_folder, _result, _rounds, _write
 
 __all__ = ["run_sweep", "check_sweep_folder", "DEFAULT_TOP_KS", "DEFAULT_SCALES"]
 
