@@ -75,14 +75,8 @@ def _rounds(arms: list[_Arm], cuts: list[int]) -> list[dict[str, Any]]:
     out, start = [], 0
     for r, end in enumerate(cuts):
         reached = [i for i, a in enumerate(arms) if a.round > r]
-        out.append(
-            {
-                "round": r + 1,
-                "problems": [start, end],
-                "points": reached,
-                "correct": [sum(arms[i].correct[:end]) for i in reached],
-            }
-        )
+        correct = [sum(arms[i].correct[:end]) for i in reached]
+        out.append({"round": r + 1, "problems": [start, end], "points": reached, "correct": correct})
         start = end
     return out
 
