@@ -120,19 +120,13 @@ def _module_type(name: str) -> str:
     return ".".join(parts[:-1][-2:] if parts[-1] == "weight" else parts[-2:])
 
 
-def _layer(name: str) -> int | None:
-    m = _LAYER.search(name)
-    return int(m.group(1)) if m else None
-
-
 def layer_fractions(mask: Any) -> dict[str, dict[int, float]]:
     """Selected fraction per module type and layer: ``{module type: {layer: fraction}}`` (layer-less tensors skipped)."""
     sel: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for name, (s, t) in mask.counts().items():
-        layer = _layer(name)
-        if layer is None:
+        if (m := _LAYER.search(name)) is None:
             continue
-        cell = sel[_module_type(name)][layer]
+        cell = sel[_module_type(name)][int(m.group(1))]
         cell[0] += s
         cell[1] += t
     return {mt: {layer: s / t for layer, (s, t) in sorted(d.items())} for mt, d in sel.items()}

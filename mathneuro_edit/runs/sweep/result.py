@@ -123,7 +123,8 @@ class SweepResult:
             acc = f"{100 * p.math_accuracy:.1f}% ({100 * p.math_ci95_low:.1f}-{100 * p.math_ci95_high:.1f})"
             setting = [p.variant or "-", show_setting(p.top_k), show_setting(p.scale), f"{p.selected:,}"]
             found = [f"{p.math_total}", acc, f"{gain:+.1f}", f"{p.mcnemar_p:.3g}", f"{p.holm_p:.3g}"]
-            rows.append(setting + found + [_kl_text(p.general_kl), mark.strip()])
+            kl = f"{p.general_kl:.3g}" if math.isfinite(p.general_kl) else "-"
+            rows.append(setting + found + [kl, mark.strip()])
         c = self.confirmation
         if c is not None:
             lo, hi = wilson_interval(c.edited_correct, c.n)
@@ -147,10 +148,6 @@ class SweepResult:
 
 
 _HEAD = ["variant", "top_k", "scale", "weights", "n", "math (95% CI)", "gain (pp)", "p", "Holm p", "general KL", "mark"]
-
-
-def _kl_text(kl: float) -> str:
-    return f"{kl:.3g}" if math.isfinite(kl) else "-"
 
 
 def _num(x: Any) -> float:
