@@ -2,8 +2,7 @@
 
 Its entry, its run step (:func:`write_adapter`, pinned to the base it was computed against: :func:`adapter_base`),
 its model check (:func:`check_adapter_support`: PEFT holds an exact delta of a plain ``nn.Linear`` only; the
-refusal names the recipe line) and its card snippets (loading over a Hub, local, organism or GGUF base; where it
-loads and where it does not).
+refusal names the recipe line) and its card snippets.
 """
 
 from __future__ import annotations
@@ -67,74 +66,57 @@ def check_adapter_support(recipe: Any, model: Any) -> None:
     """Refuse ``outputs.adapter`` when a target is not a plain ``nn.Linear`` (PEFT cannot express it exactly):
     the family gets a checkpoint only, and the message names the recipe line. ``model`` may be on the meta device."""
     from ..engine.targets import find_targets
-    from ..weights.support import adapter_refusal
 
-    t = recipe.targets
-    targets = find_targets(model, include=t.include or None, exclude=t.exclude or None)
-    refusal = adapter_refusal(model, targets, str(getattr(model.config, "model_type", "?")))
+    targets = find_targets(model, include=recipe.targets.include or None, exclude=recipe.targets.exclude or None)
+    refusal = _refusal(model, targets, {"model_type": getattr(model.config, "model_type", "?")})
     if refusal is not None:
         raise InputError(refusal)
 
 
 def peft_usage(out: Output, view: CardView) -> str:
-    """The loading snippet of the adapter over its base (Hub id, organism, or local)."""
-    lock = view.lock
-    where = where_loaded(view.repo)
-    base, kind = lock_base(lock), base_kind(lock)
-    if base.get("gguf") and kind != "organism":  # deltas to a dequantized GGUF: loaded from that file
-        hub = (str(base["model"]), base.get("revision")) if kind == "hub" else None
-        return _gguf_base_peft_usage(where, base["gguf"], hub, usage_prompt(view.prompt, view.chat))
-    if kind == "organism":
-        imports, setup, base_expr = "from mathneuro_edit.organism import organism_path\n", "", "organism_path()"
-    elif kind == "local":
-        imports, base_expr = "import os\n\n", "base_dir"
-        setup = f'base_dir = os.environ["{BASE_ENV}"]  # your copy of the base model (sha256 under "Base model")\n'
-    else:
-        imports, setup, base_expr = "", "", f'"{base["model"]}"'
-    origin, revision = hub_origin(lock)
-    if kind == "local" and origin:  # the adapter names base.hub_id
-        rev = f', revision="{revision}"' if revision else ""
-        imports, setup, base_expr = "", "", f'"{origin}"{rev}'
-    return f"""```python
-{imports}from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-{setup}base = AutoModelForCausalLM.from_pretrained({base_expr})
-model = PeftModel.from_pretrained(base, {where})
-model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
-tokenizer = AutoTokenizer.from_pretrained({base_expr}){usage_prompt(view.prompt, view.chat)}
-```"""
-
-
-def _gguf_base_peft_usage(where: str, gguf: Mapping[str, Any], hub: tuple[str, str | None] | None, prompt: str) -> str:
-    """The adapter of a GGUF base, loaded with transformers and PEFT only: the base dequantized from its .gguf file
-    by transformers, in float32, as the edit was made (``mathneuro-edit dequantize`` writes the same weights); the
-    file from its Hub repo (``hub``: id and revision), else the user's copy (:data:`BASE_GGUF_ENV`); ``prompt``: the lines that prompt it (:func:`~.common.usage_prompt`)."""
-    if hub is not None:
-        rev = f', revision="{hub[1]}"' if hub[1] else ""
-        names = f"{json.dumps(hub[0])}, {json.dumps(str(gguf.get('file')))}"  # Python literals, escaped
-        imports, setup = "", f"folder, name = {names}  # the Hub repo and its GGUF file\n"
-        load = f"folder, gguf_file=name{rev}"
-    else:
-        imports = "import os\n\n"
+    """The loading snippet of the adapter over its base: a Hub id, the organism, a local folder (by its
+    ``base.hub_id`` when named), or a GGUF file, loaded with transformers and PEFT only: dequantized by
+    transformers in float32, as the edit was made (``mathneuro-edit dequantize`` writes the same weights), the file
+    from its Hub repo, else the user's copy (:data:`BASE_GGUF_ENV`)."""
+    base, kind = lock_base(view.lock), base_kind(view.lock)
+    origin, revision = hub_origin(view.lock)
+    gguf = base.get("gguf") if kind != "organism" else None  # deltas to a dequantized GGUF: loaded from that file
+    imports, setup, intro = "", "", ""
+    if gguf and kind == "hub":
+        rev = f', revision="{base["revision"]}"' if base.get("revision") else ""
+        names = f"{json.dumps(str(base['model']))}, {json.dumps(str(gguf.get('file')))}"  # Python literals, escaped
+        setup, load = f"folder, name = {names}  # the Hub repo and its GGUF file\n", f"folder, gguf_file=name{rev}"
+    elif gguf:
+        imports, load = "import os\n\n", "folder, gguf_file=name"
         setup = (
             f'gguf = os.path.abspath(os.environ["{BASE_GGUF_ENV}"])  # your copy of the GGUF file named above\n'
             "folder, name = os.path.split(gguf)\n"
         )
-        load = "folder, gguf_file=name"
-    return f"""The adapter holds deltas to the weights of the GGUF file `{gguf.get("file")}` (sha256 `{gguf.get("sha256")}`) \
+    elif kind == "organism":
+        imports, load = "from mathneuro_edit.organism import organism_path\n", "organism_path()"
+    elif kind == "local" and origin:  # the adapter names base.hub_id
+        load = f'"{origin}"' + (f', revision="{revision}"' if revision else "")
+    elif kind == "local":
+        imports, load = "import os\n\n", "base_dir"
+        setup = f'base_dir = os.environ["{BASE_ENV}"]  # your copy of the base model (sha256 under "Base model")\n'
+    else:
+        load = f'"{base["model"]}"'
+    base_args = f"{load})"
+    if gguf:
+        intro = f"""The adapter holds deltas to the weights of the GGUF file `{gguf.get("file")}` (sha256 `{gguf.get("sha256")}`) \
 as transformers dequantizes them, in float32; over other weights (the Hub model's own) it gives another model. \
 With transformers, PEFT and the `gguf` package (`pip install gguf`), no mathneuro-edit:
 
-```python
-{imports}import torch
-from peft import PeftModel
+"""
+        imports, base_args = imports + "import torch\n", f"{load}, dtype=torch.float32)  # dequantized, float32"
+    return f"""{intro}```python
+{imports}from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-{setup}base = AutoModelForCausalLM.from_pretrained({load}, dtype=torch.float32)  # dequantized, float32
-model = PeftModel.from_pretrained(base, {where})
+{setup}base = AutoModelForCausalLM.from_pretrained({base_args}
+model = PeftModel.from_pretrained(base, {where_loaded(view.repo)})
 model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
-tokenizer = AutoTokenizer.from_pretrained({load}){prompt}
+tokenizer = AutoTokenizer.from_pretrained({load}){usage_prompt(view.prompt, view.chat)}
 ```"""
 
 

@@ -6,7 +6,6 @@ snippets (loading with transformers, where it loads, its files cell and its sent
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +90,6 @@ TRANSFORMERS_LOADERS = """## Where it loads
   PEFT adapter too (PEFT only)."""
 
 
-def _files_cell(weights_dtype: str | None, files: Mapping[str, str]) -> str:
-    return f"safetensors, {weights_dtype or 'the base model dtype'} (not quantized)"
-
-
-def _on_gguf_base(cast: str, files: Mapping[str, str]) -> str:
-    return f"These weights are that dequantized model with the edit (computed in float32{cast}; safetensors, not quantized)"
-
-
 CHECKPOINT = register_output(
     Output(
         name="checkpoint",
@@ -111,8 +102,13 @@ CHECKPOINT = register_output(
         evaluated=True,
         usage=transformers_usage,
         loaders=TRANSFORMERS_LOADERS,
-        files_cell=_files_cell,
-        on_gguf_base=_on_gguf_base,
+        files_cell=lambda weights_dtype, files: (
+            f"safetensors, {weights_dtype or 'the base model dtype'} (not quantized)"
+        ),
+        on_gguf_base=lambda cast, files: (
+            f"These weights are that dequantized model with the edit (computed in float32{cast}; safetensors, not "
+            "quantized)"
+        ),
         write=write_checkpoint,
         stage=lambda recipe: f"export {CHECKPOINT.folder}/",
         audit=audit_weights,

@@ -142,13 +142,12 @@ def gguf_general(lock: Mapping[str, Any], fields: Mapping[str, Any] | None = Non
     if fields.get("language") or own.get("languages"):
         meta["languages"] = fields.get("language") or own["languages"]
     model = hub_origin(lock)[0] or str((lock.get("base") or {}).get("model") or "")
-    if model.count("/") == 1 and not is_local_path(model):
-        meta["organization"] = model.split("/")[0]
+    if model.count("/") == 1 and not is_local_path(model):  # a Hub id (the organism and <local> have no "/")
+        org, name = model.split("/")
+        meta["organization"] = org
+        meta["base_models"] = [{"name": name, "organization": org, "repo_url": f"https://huggingface.co/{model}"}]
     elif own.get("organization"):
         meta["organization"] = own["organization"]
-    if model and model not in (LOCAL, "organism") and not is_local_path(model) and model.count("/") == 1:
-        org, name = model.split("/")
-        meta["base_models"] = [{"name": name, "organization": org, "repo_url": f"https://huggingface.co/{model}"}]
     edit = (lock.get("recipe") or {}).get("edit") or {}
     meta["tags"] = ["mathneuro", "mathneuro-edit", "model-editing", "math"] + (["pruning"] if edit.get("prune") else [])
     return meta
@@ -214,22 +213,29 @@ def write_gguf_step(job: RunView, dest: Path) -> None:
     from ..weights.gguf_survival import SURVIVAL_NAME, gone_line, measure_survival
     from .checkpoint import output_dtype
 
-    types, pre = _gguf_types(job.recipe)
-    meta = gguf_meta(job.recipe, job.n_params, job.base)
-    how = {"name": _public_name(job.recipe), "pre": pre, "meta": meta}
-    source = _source(dest, job.recipe)
-    files = write_gguf_types(dest, types, source=source, **how)  # the gguf package's types: as they always were
-    task = _llama_cpp_task(job)
+    recipe, ev = job.recipe, job.recipe.evaluation
+    types, pre = _gguf_types(recipe)
+    meta, source = gguf_meta(recipe, job.n_params, job.base), _source(dest, recipe)
+    # the gguf package's types: as they always were
+    files = write_gguf_types(dest, types, source=source, name=_public_name(recipe), pre=pre, meta=meta)
+    # the run's math task when evaluation.llama_cpp asks for each GGUF file's own evaluation
+    task = next(t for t in job.tasks if t.name == "math") if ev is not None and ev.llama_cpp else None
     if task is None and all(t in UNQUANTIZED for t in files):
         return
+    note = job.stages.note if job.stages is not None else None
     evaluated: dict[str, Any] = {}
 
     def evaluate(base_files: Mapping[str, Path]) -> None:  # each file against the base's file of its type
-        from ..evaluation.llama_cpp import evaluate_gguf_pairs
+        from transformers import AutoTokenizer, GenerationConfig
 
-        tok, eos_ids = _tokenizer_and_eos(dest, job.recipe.base.trust_remote_code)
+        from ..evaluation.llama_cpp import evaluate_gguf_pairs
+        from ..evaluation.runtime import special_ids
+
+        tok = AutoTokenizer.from_pretrained(dest, trust_remote_code=recipe.base.trust_remote_code)
+        gen = GenerationConfig.from_pretrained(dest) if (dest / "generation_config.json").is_file() else None
+        # the eos ids the evaluation stops at (the run's evaluation already passed this check on this tokenizer)
+        eos_ids = special_ids(SimpleNamespace(generation_config=gen), tok)[1]
         pairs = {files[t].name: (t, base_files[t], files[t]) for t in files}
-        note = job.stages.note if job.stages is not None else None
         evaluated.update(evaluate_gguf_pairs(pairs, tok, task, eos_ids, note=note))
 
     found = measure_survival(
@@ -238,8 +244,8 @@ def write_gguf_step(job: RunView, dest: Path) -> None:
         job.mask,
         files,
         source=source,
-        dtype=output_dtype(job.recipe),
-        trust_remote_code=job.recipe.base.trust_remote_code,
+        dtype=output_dtype(recipe),
+        trust_remote_code=recipe.base.trust_remote_code,
         with_base=evaluate if task is not None else None,
     )
     if found["files"]:
@@ -250,28 +256,8 @@ def write_gguf_step(job: RunView, dest: Path) -> None:
         write_json_atomic(dest / GGUF_EVAL_NAME, evaluated)
     for name, entry in found["files"].items():
         line = gone_line(entry["type"], entry["total"])
-        if line is not None and job.stages is not None:
-            job.stages.note(f"{name}: {line}")
-
-
-def _llama_cpp_task(job: RunView) -> Any:
-    """The run's math task when ``evaluation.llama_cpp`` asks for each GGUF file's own evaluation, else ``None``."""
-    ev = job.recipe.evaluation
-    if ev is None or not ev.llama_cpp:
-        return None
-    return next(t for t in job.tasks if t.name == "math")
-
-
-def _tokenizer_and_eos(folder: Path, trust_remote_code: bool) -> tuple[Any, list[int]]:
-    """The checkpoint's tokenizer and its end-of-sequence ids with the generation config's, as the evaluation
-    stops (:func:`~..evaluation.runtime.special_ids`, which the run's evaluation already passed)."""
-    from transformers import AutoTokenizer, GenerationConfig
-
-    from ..evaluation.runtime import special_ids
-
-    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
-    gen = GenerationConfig.from_pretrained(folder) if (folder / "generation_config.json").is_file() else None
-    return tok, special_ids(SimpleNamespace(generation_config=gen), tok)[1]
+        if line is not None and note is not None:
+            note(f"{name}: {line}")
 
 
 def _source(dest: Path, recipe: Any) -> str:

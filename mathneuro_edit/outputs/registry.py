@@ -1,10 +1,7 @@
 """The registry of outputs: one :class:`Output` per kind a run can write, registered by its own module.
 
-Everything that differs between outputs lives in their entry: the run folder they are written to, which of the
-lock's files are theirs, how a folder is recognised as one, their Hub repo's suffix and file names, the output
-they are made from, their model card's library, relation to the base, tags, first sentence, snippets and notes,
-and their run step (what the recipe asks of it, its check before any weight is read, its model check, its
-write). The card, the push, the release, the plan and the CLI read this one table instead of naming a kind.
+Everything that differs between outputs lives in their entry (its files, folder, Hub repo, card and run step):
+the card, the push, the release, the plan and the CLI read this one table instead of naming a kind.
 
 A new output is one module of this package calling :func:`register_output` (like PEFT's
 ``register_peft_method``), imported by the package's ``__init__`` (or by whoever adds it), plus its writer in
@@ -123,22 +120,20 @@ class Output:
         stage: its part of the export stage's line, ``stage(recipe)`` (an output made from another adds its part
             to that output's line).
         markers: files whose presence makes a folder this output (:meth:`detect`, :func:`output_of_folder`).
-        deltas: it holds deltas to the base's weights, not weights: it applies only to the weights it was
-            computed against (a GGUF base's dequantized folder, not the Hub model named as its origin), its card
-            carries the ``base_model:<relation>:<id>`` tag and no ``outputs.dtype`` sentence.
+        deltas: it holds deltas to the base's weights, not weights (it applies only to the weights it was
+            computed against): its card has no ``outputs.dtype`` sentence.
         derived_from: the output it is made from: its step runs after that output's, into that output's folder,
             and its card's ``base_model`` is that output's Hub repo (``push`` looks it up).
         repo_file_name: the name one of its files gets in its Hub repo, ``repo_file_name(lock, name in folder)``;
-            ``None``: its name in the folder. An output with names of its own is published as those files beside
-            the lock (its card is rendered for the repo).
+            ``None``: its name in the folder.
         beside: the paragraph the card of the folder it lies in (another output's) gives its files,
             ``beside(repo, its own files, lock)``.
         absent: what to do when a folder holds none of its files (said by ``push``).
         asked: what the recipe asks of it, ``asked(recipe)`` (falsy: not written); default its ``outputs.<name>``.
-        prepare: its check from the recipe and the base's folder alone, before the model loads (the GGUF's type,
-            architecture and tokenizer), ``prepare(recipe, folder)``.
-        check: its model check, ``check(recipe, model)``: refuses a model it cannot express, from a model on the
-            meta device (before any weight is read) or a loaded one.
+        prepare: its check from the recipe and the base's folder alone, before the model loads,
+            ``prepare(recipe, folder)``.
+        check: its model check, ``check(recipe, model)``: refuses a model it cannot express (on the meta device
+            or loaded).
         refusal: what ``plan`` says of a family, ``refusal(model, targets, config)``: ``None`` when the family
             gets it, else one line (a meta-device model is enough).
         audit: what ``verify`` checks of its folder beyond the lock's sha256, ``audit(folder, base, mask, scale,

@@ -1,20 +1,14 @@
 """The model card (README.md) of an edited model: its text is one template, ``card_template.md`` (top to bottom,
 rendered by huggingface_hub's ``ModelCard.from_template``); this module gives it the metadata and the data.
 
-Three kinds, one per Hub repo: ``checkpoint`` (a transformers folder), ``adapter`` (the PEFT SHiRA adapter) and
-``gguf`` (the checkpoint's GGUF files, named by llama.cpp's convention, :func:`~.gguf_naming.gguf_repo_name`).
-
-Metadata: ``base_model`` (Hub ids only), ``base_model_relation`` (``finetune`` for a checkpoint, ``adapter`` for a
-PEFT adapter, ``quantized`` for the GGUF repo, whose ``base_model`` is the edited checkpoint's repo when pushed),
-``library_name`` (``transformers`` / ``peft`` / ``gguf``), ``tags`` (the adapter's as PEFT writes them:
-``base_model:adapter:<id>``, the method), ``datasets`` (Hub ids of the calibration data, and the base card's),
-the base card's ``license``, ``license_name``, ``license_link`` and ``language``
-(:func:`~.base_card.base_card_fields`), ``pipeline_tag: text-generation``, and the evaluation of the edited model as Hub
-evaluation results (``model-index``, built with huggingface_hub's ``EvalResult``; it parses back with
-``ModelCard.load``; a release from a sweep lists the sweep's confirmation instead of its own math accuracy). The
-body is the template's, top to bottom. The data drawn from the lock alone comes from
-:mod:`mathneuro_edit.publish.card_sections`, the ``model-index`` from :mod:`mathneuro_edit.publish.model_index`,
-and the paragraphs on a GGUF base and a cast dtype from :mod:`mathneuro_edit.publish.card_weights`.
+One kind per Hub repo, each a registered output (:mod:`mathneuro_edit.outputs`): ``checkpoint``, ``adapter`` and
+``gguf`` (the checkpoint's GGUF files). Its metadata: ``base_model`` (Hub ids only; the GGUF repo's is the edited
+checkpoint's repo when pushed) with the output's ``base_model_relation``, ``library_name`` and tags (the
+``base_model:<relation>:<id>`` tag as PEFT writes it), ``datasets`` (Hub ids of the calibration data, and the base
+card's), the base card's license fields and ``language`` (:func:`~.base_card.base_card_fields`), and the
+evaluation as Hub evaluation results (``model-index``: :mod:`mathneuro_edit.publish.model_index`). The data drawn
+from the lock alone comes from :mod:`mathneuro_edit.publish.card_sections`, the paragraphs on a GGUF base and a
+cast dtype from :mod:`mathneuro_edit.publish.card_weights`.
 
 One card per folder, rendered from the folder itself (:func:`card_for_folder`: its lock and ``eval.json``), so
 ``push`` renders it again for the target repo: the published card loads ``from_pretrained("user/name")``; a card

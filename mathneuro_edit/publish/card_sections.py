@@ -61,8 +61,7 @@ def base_sentence(lock: Mapping[str, Any]) -> str:
     """The base model in a few words, for the card's first paragraph."""
     base, kind = lock_base(lock), base_kind(lock)
     if kind == "hub":
-        rev = f" (revision `{base['revision'][:12]}`)" if base.get("revision") else ""
-        return f"[{base['model']}](https://huggingface.co/{base['model']}){rev}"
+        return _hub_link(base["model"], base["revision"][:12] if base.get("revision") else None)
     what = _described(lock)
     if kind == "organism":
         return "the model organism shipped with mathneuro-edit" + (f" ({what})" if what else "")

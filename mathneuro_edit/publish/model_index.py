@@ -9,9 +9,7 @@ may have been chosen on) stays in the card's text only. Why the base's value is 
 dataset config and a metric name that say "base model": the Hub (and ``ModelCard.load``) reads every result of a
 card's ``model-index`` as a result of the card's model, and groups results by task, dataset type, config, split and
 revision, so a base value that shared the edited one's would be shown as a second value of this model. The run's
-own evaluation lists this model's values only (its base values are in the card's table). Kept apart from
-:mod:`mathneuro_edit.publish.card` (the card's assembly and prose) because it is metadata only: it reads
-``eval.json``, the lock's ``sweep`` section and the public recipe, and writes no text of the card's body.
+own evaluation lists this model's values only (its base values are in the card's table).
 """
 
 from __future__ import annotations
@@ -103,8 +101,7 @@ def prompt_format(prompt: Mapping[str, Any] | None, chat: bool) -> str:
     """
     if not isinstance(prompt, Mapping):
         return "the recipe's prompt"
-    n = prompt.get("n_shot")
-    shots = f"{n}-shot" if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else "?-shot"
+    shots = f"{prompt['n_shot']}-shot" if _count(prompt.get("n_shot")) is not None else "?-shot"
     setting = prompt.get("chat_template", "auto")
     if setting is True or (setting == "auto" and chat):
         return f"{shots}, chat template"
@@ -201,12 +198,10 @@ def eval_results_metadata(
     sources = {"math": ev.get("math"), "general": general[0] if general else None}
     found = []
     for task, parts in eval_results.items():
-        if not isinstance(parts, Mapping):
-            continue
-        dataset = _dataset(sources.get(task), task, ev.get("seed"))
-        values = parts.get("edited")
+        values = parts.get("edited") if isinstance(parts, Mapping) else None
         if not isinstance(values, Mapping):
             continue
+        dataset = _dataset(sources.get(task), task, ev.get("seed"))
         for key, value in values.items():
             if confirmed and key == "math_accuracy":
                 continue  # the confirmation's accuracy is the release's number (above)
