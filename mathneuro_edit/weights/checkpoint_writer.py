@@ -287,13 +287,7 @@ def support_files(folder: Path, ckpt: Checkpoint) -> tuple[list[str], list[str]]
             rel = (Path(root) / fn).relative_to(folder).as_posix()
             if rel in weights:
                 continue
-            if (
-                fn.startswith(".")
-                or rel == "README.md"
-                or fn.endswith((".safetensors", ".index.json"))
-                or any(fnmatch.fnmatch(fn, p) for p in SKIPPED_WEIGHT_PATTERNS)
-            ):
-                skipped.append(rel)
-            else:
-                copied.append(rel)
+            skip = fn.startswith(".") or rel == "README.md" or fn.endswith((".safetensors", ".index.json"))
+            skip = skip or any(fnmatch.fnmatch(fn, p) for p in SKIPPED_WEIGHT_PATTERNS)
+            (skipped if skip else copied).append(rel)
     return copied, skipped

@@ -115,7 +115,7 @@ def longrope_factors(cfg: dict[str, Any], family: Family) -> tuple[np.ndarray, n
 def add_model_keys(w: Any, gguf: Any, cfg: dict[str, Any], family: Family) -> None:
     """The model's keys, in llama.cpp's converter's order: llama's hyperparameters (LayerNorm's epsilon instead of
     the rope keys for a family without rotary), the key/value length when it is not hidden/heads, the rope
-    scaling, then the family's own keys (:meth:`~.gguf_arch.Family.add_keys`)."""
+    scaling, then the family's own keys (:attr:`~.gguf_arch.Family.key_writers`)."""
     n_head, head = int(cfg["num_attention_heads"]), head_dim(cfg)
     theta, scaling = rope_settings(cfg)
     w.add_context_length(int(cfg["max_position_embeddings"]))
@@ -158,7 +158,8 @@ def add_model_keys(w: Any, gguf: Any, cfg: dict[str, Any], family: Family) -> No
         w.add_rope_scaling_orig_ctx_len(
             int(scaling.get("original_max_position_embeddings") or cfg["original_max_position_embeddings"])
         )
-    family.add_keys(w, cfg)  # a family's own keys (Granite's multipliers): weights/gguf_arch/
+    for add in family.key_writers:  # a family's own keys (Granite's multipliers): weights/gguf_arch/
+        add(w, cfg)
 
 
 def add_general(w: Any, meta: Mapping[str, Any]) -> None:

@@ -19,9 +19,6 @@ with one line (:func:`spm_refusal`). gguf's ``LlamaHfVocab`` is not used: it giv
 so llama.cpp would merge left to right instead of by rank, and marks the unknown token CONTROL.
 
 Special ids, ``add_bos_token``/``add_eos_token`` and the chat template come from gguf's ``SpecialVocab`` for both.
-
-Example:
-    >>> check_vocab("out/run/checkpoint", "local model", 49152)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -182,13 +182,15 @@ def load_model(
         >>> big, tok = load_model("meta-llama/Llama-3.1-70B", dtype="bfloat16", device_map="auto",
         ...     max_memory={0: "70GiB", "cpu": "200GiB"}, offload_folder="/scratch/off")  # doctest: +SKIP
     """
-    opts = _LoadOptions(dtype, device, device_map, max_memory, offload_folder, trust_remote_code, revision, use_kernels)
+    # the options by name (None: not given), which are the recipe's base keys: a base section gives the defaults
+    given = {k: v for k, v in locals().items() if k != "base_cfg_or_path"}
+    opts = SimpleNamespace(**given)
     if isinstance(base_cfg_or_path, BaseConfig):
         b = base_cfg_or_path
-        opts = opts.defaults_from(b)
+        opts = SimpleNamespace(**{k: getattr(b, k) if v is None else v for k, v in given.items()})
         base_cfg_or_path = base_reference(b)  # a GGUF base: its dequantized folder (docs/gguf.md)
         if b.is_gguf:  # the revision was the GGUF repo's; the folder is local
-            opts = replace(opts, revision=None)
+            opts.revision = None
     if opts.device_map is not None and opts.device not in (None, "auto"):
         raise InputError(f"base: set device or device_map, not both (got device={opts.device!r}); drop one of them")
     if (opts.max_memory is not None or opts.offload_folder is not None) and opts.device_map is None:
@@ -209,27 +211,7 @@ def load_model(
     return model, tokenizer
 
 
-@dataclass(frozen=True)
-class _LoadOptions:
-    """:func:`load_model`'s options (``None``: not given); their names are the recipe's ``base`` keys."""
-
-    dtype: str | torch.dtype | None
-    device: str | None
-    device_map: str | dict[str, Any] | None
-    max_memory: dict[Any, str] | None
-    offload_folder: str | Path | None
-    trust_remote_code: bool | None
-    revision: str | None
-    use_kernels: bool | None
-
-    def defaults_from(self, b: BaseConfig) -> _LoadOptions:
-        """Each option not given takes the value of the recipe's ``base`` section."""
-        return _LoadOptions(
-            *(getattr(b, f.name) if getattr(self, f.name) is None else getattr(self, f.name) for f in fields(self))
-        )
-
-
-def _load_weights(path: str, ref: str, opts: _LoadOptions, kwargs: dict[str, Any]) -> nn.Module:
+def _load_weights(path: str, ref: str, opts: SimpleNamespace, kwargs: dict[str, Any]) -> nn.Module:
     """The model through transformers, placed as asked; a failed load, or weights missing from the checkpoint,
     is one line naming the cause."""
     torch_dtype = _torch_dtype(opts.dtype)
@@ -287,9 +269,6 @@ def _load_tokenizer(path: str, base: Any, kwargs: dict[str, Any]) -> Any:
             f"base.model {str(base)!r}: cannot load its tokenizer ({type(e).__name__}: {_first_line(e)}); the folder "
             "needs the tokenizer files save_pretrained writes"
         ) from None
-
-
-# ---------------------------------------------------------------------------------------------- weights
 
 
 class _LazyWeights(Mapping[str, torch.Tensor]):

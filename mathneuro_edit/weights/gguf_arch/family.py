@@ -98,11 +98,6 @@ class Family:
         """What llama.cpp adds to a checkpoint tensor's values (:attr:`norm_shift` for a ``*norm.weight``)."""
         return self.norm_shift if hf_name.endswith("norm.weight") else 0.0
 
-    def add_keys(self, writer: Any, cfg: Config) -> None:
-        """The hyperparameters this family has beyond the llama set the writer writes for all."""
-        for add in self.key_writers:
-            add(writer, cfg)
-
 
 FAMILIES: dict[str, Family] = {}  # model_type -> its family, filled by the family modules as they are imported
 
