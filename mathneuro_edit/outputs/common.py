@@ -79,7 +79,7 @@ def hub_origin(lock: Mapping[str, Any]) -> tuple[str | None, str | None]:
 def where_loaded(view_repo: str | None) -> str:
     """What a snippet loads: the repo the card is published in, or ``"."`` (this folder, until ``push`` renders
     the card for its repo)."""
-    return f'"{view_repo}"' if view_repo else '"."'
+    return f'"{view_repo or "."}"'
 
 
 # worked examples for a snippet's few-shot arithmetic prompt (the evaluation draws its own from the same generator)
@@ -116,9 +116,6 @@ def usage_prompt(prompt: Mapping[str, Any] | None, chat: bool) -> str:
     tokens = prompt.get("max_new_tokens") if isinstance(prompt.get("max_new_tokens"), int) else 8
     setting = prompt.get("chat_template", "auto")
     use_chat = setting is True or (setting == "auto" and chat)
-    what = f"{len(shots)}-shot" + (
-        ": worked examples like those the evaluation drew from its generator" if shots else ""
-    )
     if use_chat:
         turns = "".join(
             f'    {{"role": "user", "content": "What is {q}?"}},\n    {{"role": "assistant", "content": "{q} = {a}"}},\n'
@@ -129,7 +126,6 @@ def usage_prompt(prompt: Mapping[str, Any] | None, chat: bool) -> str:
             'text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + "27 + 15 = "\n'
             'inputs = tokenizer(text, add_special_tokens=False, return_tensors="pt")  # the template wrote them'
         )
-        how = f"chat template, {what}; the answer started"
     else:
         if prompt.get("prompt_style") == "equations":
             text = "".join(f"{q} = {a}\\n" for q, a in shots) + "27 + 15 = "
@@ -137,9 +133,10 @@ def usage_prompt(prompt: Mapping[str, Any] | None, chat: bool) -> str:
             text = "".join(f"Question: What is {q}?\\nAnswer: {q} = {a}\\n\\n" for q, a in shots)
             text += "Question: What is 27 + 15?\\nAnswer: 27 + 15 = "
         build = f'text = "{text}"\ninputs = tokenizer(text, return_tensors="pt")'
-        how = f"plain text, {what}; the answer started"
+    how = f"{'chat template' if use_chat else 'plain text'}, {len(shots)}-shot"
+    how += ": worked examples like those the evaluation drew from its generator" if shots else ""
     return f"""
-# the prompt the math figures above were measured under ({how}); greedy, the first number is the answer
+# the prompt the math figures above were measured under ({how}; the answer started); greedy, the first number is the answer
 {build}
 output = model.generate(**inputs, max_new_tokens={tokens}, do_sample=False)
 print(tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))"""

@@ -79,30 +79,26 @@ def gguf_naming(lock: Mapping[str, Any]) -> dict[str, str | None]:
         else f"MathNeuro-Scale{float(scale):g}"
     )
     if model == LOCAL and own.get("basename"):  # the GGUF's own names, as its converter wrote them
-        parts = {
-            k: re.sub(r"[^A-Za-z0-9.-]+", "-", str(own[k])).strip("-") or None
-            for k in ("basename", "size_label", "finetune")
-            if own.get(k)
-        }
-        return {
-            "basename": parts.get("basename") or "Model",
-            "size_label": parts.get("size_label"),
-            "finetune": "-".join(p for p in (parts.get("finetune"), variant) if p),
-        }
-    if model == LOCAL:
-        arch = str((base.get("description") or {}).get("architecture") or "Model")
-        name = re.sub(r"(ForCausalLM|LMHeadModel|Model)$", "", arch) or "Model"
+        head, size, rest = (_name_part(own.get(k)) for k in ("basename", "size_label", "finetune"))
     else:
-        name = model.rstrip("/").split("/")[-1].removesuffix(".gguf")
-        name = name[:1].upper() + name[1:]
-    name = re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-") or "Model"
-    m = _SIZE.match(name)
-    if m:
-        head, size, rest = m.group("name"), m.group("size"), m.group("rest")
-    else:
-        params = int((lock.get("edit_summary") or {}).get("model_params") or 0)
-        head, size, rest = name, (_size_label(params) if params else None), None
-    return {"basename": head, "size_label": size, "finetune": "-".join(p for p in (rest, variant) if p)}
+        if model == LOCAL:
+            arch = str((base.get("description") or {}).get("architecture") or "Model")
+            name = re.sub(r"(ForCausalLM|LMHeadModel|Model)$", "", arch)
+        else:
+            name = model.rstrip("/").split("/")[-1].removesuffix(".gguf")
+            name = name[:1].upper() + name[1:]
+        name = _name_part(name) or "Model"
+        if m := _SIZE.match(name):
+            head, size, rest = m.groups()
+        else:
+            params = int((lock.get("edit_summary") or {}).get("model_params") or 0)
+            head, size, rest = name, (_size_label(params) if params else None), None
+    return {"basename": head or "Model", "size_label": size, "finetune": "-".join(p for p in (rest, variant) if p)}
+
+
+def _name_part(x: Any) -> str | None:
+    """A part of a GGUF file's name: letters, digits, ``.`` and ``-`` (``None`` for an empty one)."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", str(x)).strip("-") or None if x else None
 
 
 def gguf_types(files: Mapping[str, str] | list[str]) -> list[str]:

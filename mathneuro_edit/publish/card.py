@@ -468,14 +468,9 @@ def _non_default(d: Mapping[str, Any], prefix: str, defaults: Mapping[str, Any])
         elif key not in defaults:
             if v is not None and v != []:  # an optional section left out, a list section left empty: defaults
                 out[k] = v
-        elif defaults[key] == "(required)" or v != _json(defaults[key]):
+        elif (d := defaults[key]) == "(required)" or v != (list(d) if isinstance(d, tuple) else d):  # tuples: lists
             out[k] = v
     return out
-
-
-def _json(value: Any) -> Any:
-    """A default as the public recipe writes it (tuples as lists)."""
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _eval_json(path: Path) -> dict[str, Any]:

@@ -1,13 +1,8 @@
 """What the model card shows from the lock alone: the base, the data, reproducing, versions, a sweep's evidence.
 
-The card's text is its template (``card_template.md``); these functions give it data: rows and facts with every
-text taken from a file escaped (:func:`card_text`), and the few paragraphs whose wording follows the figures (the
-sweep's effect and evidence). Every function reads the lock's public form (no local path can reach the card
-through here). The snippets that differ per output live in that output's module (:mod:`mathneuro_edit.outputs`);
-the card calls them through its entry.
-
-``repo`` is the Hub repo the card is published in (``mathneuro-edit push`` renders the card again for it), or
-``None`` for a card that still lives in a local output folder: then the snippets load ``"."``, this folder.
+The card's text is its template (``card_template.md``); these functions give it data, every text taken from a
+file escaped (:func:`card_text`). Every function reads the lock's public form (no local path can reach the card
+through here); the snippets that differ per output live in that output's module (:mod:`mathneuro_edit.outputs`).
 """
 
 from __future__ import annotations
@@ -172,9 +167,9 @@ def _shell(arg: str) -> str:
 
 
 def reproduce_args(repo: str | None, lock: Mapping[str, Any]) -> str:
-    """The arguments of the card's ``mathneuro-edit reproduce`` command: the repo (or ``.``), then ``--base`` and
-    ``--set`` for the local paths the public lock redacts, each shell-quoted (a data file name holding ``;``, a
-    space or a newline stays one argument)."""
+    """The arguments of the card's ``mathneuro-edit reproduce`` command: the repo (``None``: ``.``, a card in its
+    local folder), then ``--base`` and ``--set`` for the local paths the public lock redacts, each shell-quoted (a
+    data file name holding ``;``, a space or a newline stays one argument)."""
     args = [repo or "."]
     if base_kind(lock) == "local":
         args.append(f'--base "${BASE_GGUF_ENV if lock_base(lock).get("gguf") else BASE_ENV}"')
