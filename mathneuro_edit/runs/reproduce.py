@@ -191,8 +191,7 @@ class ReproduceReport:
         lines.append(f"re-run against the lock: mask {'match' if self.mask_match else 'DIFFERS'}")
         lines += [f"  {state:8s} {terminal_safe(path)}" for path, state in sorted(self.files.items())]
         lines.append(self.stats.clause(devices_note(self.made_on, self.checked_on), self.across_devices))
-        for lib, (was, now) in self.version_changes.items():
-            lines.append(f"note: {lib} was {was}, now {now}")
+        lines += [f"note: {lib} was {was}, now {now}" for lib, (was, now) in self.version_changes.items()]
         where = str(self.out_dir) if self.kept else "re-run deleted; --keep or --out keeps it"
         lines.append(f"reproduced: {self.verdict()} ({where})")
         return "\n".join(lines)
@@ -204,8 +203,7 @@ class ReproduceReport:
         return reproduce_verdict(recorded, found, rerun, self.made_on, self.checked_on)
 
     def verdict(self) -> str:
-        """What held, in words: never ``yes`` when a file, the mask or an output differs, never a bare ``NO`` when
-        only the statistics' float sums do on another device."""
+        """What held, in words (:meth:`decide`'s)."""
         return self.decide().text
 
     @property

@@ -374,7 +374,6 @@ def _search_line(space: SearchSpace, target: int, study: Any, cuts: list[int]) -
 
 def _search_record(study: Any, space: SearchSpace, trials: list[Any], target: int) -> dict[str, Any]:
     """``sweep.json``'s ``search``: the sampler, seed, budget, study file, space and each point's trial number."""
-    sw_seed = study.user_attrs.get("seed")
     return {
         "method": "optuna",
         "sampler": "TPE (constraint: general KL within sweep.kl_budget)",
@@ -382,7 +381,7 @@ def _search_record(study: Any, space: SearchSpace, trials: list[Any], target: in
         "study": OPTUNA_STUDY,
         "trials": target,
         "pruned": sum(1 for t in trials if t.state == TrialState.PRUNED),
-        "seed": sw_seed,
+        "seed": study.user_attrs.get("seed"),
         "space": {
             "top_k": list(space.top_ks),
             "scale": [space.low, space.high],
