@@ -220,13 +220,12 @@ def _survival(out: Path, folder: Path, mask: Any, dtype: str | None) -> dict[str
     files = {gguf_file_type(p): p for p in sorted(out.glob("*.gguf"))}
     if not any(t not in ("F32", "F16", "BF16") for t in files):
         return {}
-    return measure_survival(out, folder, mask, files, source=source_type(dtype or _config_dtype(out)), dtype=dtype)
-
-
-def _config_dtype(out: Path) -> str | None:
-    cfg = read_model_json(out / "config.json") or {}
-    value = cfg.get("dtype") or cfg.get("torch_dtype")
-    return value if isinstance(value, str) else None
+    source = dtype
+    if source is None:  # outputs.dtype kept each tensor's type: the checkpoint's config.json names it
+        cfg = read_model_json(out / "config.json") or {}
+        written = cfg.get("dtype") or cfg.get("torch_dtype")
+        source = written if isinstance(written, str) else None
+    return measure_survival(out, folder, mask, files, source=source_type(source), dtype=dtype)
 
 
 def _check_records(report: VerifyReport, out: Path, got: Checkpoint, mask: Any, scale: Setting) -> None:

@@ -349,12 +349,8 @@ def spm_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], 
     for i in range(max(n_vocab, len(by_id))):
         t = by_id.get(i)
         if t is None:  # ids the model has but the tokenizer lacks (padded embeddings): llama.cpp's converter's
-            tokens.append(f"[PAD{i}]")
-            scores.append(-10000.0)
-            types.append(gguf.TokenType.UNUSED)
-            continue
-        tokens.append(t)
-        if i == unk:
+            t, kind, score = f"[PAD{i}]", gguf.TokenType.UNUSED, -10000.0
+        elif i == unk:
             kind, score = gguf.TokenType.UNKNOWN, 0.0
         elif i in added and added[i].get("special"):
             kind, score = gguf.TokenType.CONTROL, 0.0
@@ -365,6 +361,7 @@ def spm_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], 
         else:  # a piece; also an added "▁▁" (Gemma's whitespace runs) that is a piece: llama.cpp renders
             # USER_DEFINED text as it is, NORMAL with "▁" as spaces (transformers' decoder does); merges reach both
             kind, score = gguf.TokenType.NORMAL, -float(ranks[t]) if t in ranks else 0.0
+        tokens.append(t)
         scores.append(score)
         types.append(kind)
     return tokens, scores, types

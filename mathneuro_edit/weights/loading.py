@@ -3,14 +3,10 @@
 - :func:`load_model`: a recipe's ``base`` section -> ``(model, tokenizer)`` through plain transformers
   (``from_pretrained`` with ``use_safetensors=True``; ``device_map`` / ``max_memory`` / ``offload_folder`` are
   handed to accelerate's big-model placement, nothing home-made).
-- :func:`model_weights`: a model's parameters as a lazy ``name -> tensor`` mapping in which parameters offloaded
-  by accelerate (meta tensors in ``named_parameters()``) are read back through transformers' own
-  ``load_offloaded_parameter`` (the function ``save_pretrained`` uses).
-- :func:`weights_from_checkpoint`: the target weights read straight from a checkpoint's safetensors files, under
-  the names transformers gives them once loaded (renamed, and re-laid-out for fused MoE experts), without
-  loading the model at all.
-
-Both mappings can be passed to :func:`~mathneuro_edit.engine.mask.find_math_params` in place of a model.
+- :func:`model_weights` (offloaded parameters read back through transformers' own ``load_offloaded_parameter``,
+  the function ``save_pretrained`` uses) and :func:`weights_from_checkpoint` (a checkpoint's safetensors files
+  under the names transformers gives them once loaded, without loading the model): lazy ``name -> tensor``
+  mappings that :func:`~mathneuro_edit.engine.mask.find_math_params` takes in place of a model.
 """
 
 from __future__ import annotations

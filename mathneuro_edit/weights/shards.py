@@ -1,12 +1,8 @@
-"""Writing safetensors shards, streamed tensor by tensor, and several shards at once (for :mod:`.export`).
-
-- :func:`write_safetensors`: a safetensors file written header first, then each tensor's bytes in turn (so no
-  tensor needs to be whole in memory);
-- :func:`write_shard`: one output shard of a baked export: unedited tensors copied byte for byte (kernel-side
-  ``copy_file_range`` where possible), edited ones read, edited and written in blocks of rows;
-- :func:`run_jobs`: run independent jobs (one per output shard) on at most ``workers`` threads; the first error
-  stops the other jobs (they check a stop flag between tensors and blocks), every thread is joined, and only
-  then is the error raised, so the caller's temporary folder can be removed with nothing still writing into it.
+"""Writing safetensors shards, streamed tensor by tensor, and several shards at once (for
+:mod:`.checkpoint_writer`): :func:`write_safetensors` (header first, then each tensor's bytes: no tensor whole in
+memory), :func:`write_shard` (unedited tensors copied byte for byte, kernel-side ``copy_file_range`` where
+possible; edited ones in blocks of rows) and :func:`run_jobs` (one job per output shard on threads, all stopped
+and joined on the first error).
 
 Threads, not processes: the work is file reads, ``copy_file_range``, torch elementwise ops and file writes, which
 all release the GIL; threads also share the mask and the plan without pickling them.
