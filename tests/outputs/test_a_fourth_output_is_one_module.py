@@ -107,7 +107,6 @@ NOT_A_KIND = {
     "publish/card_weights.py": (3, "base.gguf: the lock's entry of a GGUF base"),
     "weights/gguf_reader.py": (3, "the gguf package and a GGUF base's cache folder"),
     "weights/audit.py": (1, "the report kind of a checkpoint audit"),
-    "util/scrub.py": (1, "a path word that is never private"),
     "recipe/io.py": (2, "the quickstart recipe's outputs keys"),
     "recipe/edit_sections.py": (13, "the recipe's outputs section: its own keys and their checks"),
     "runs/steps/seal.py": (1, "base.gguf: the record of a GGUF base"),
