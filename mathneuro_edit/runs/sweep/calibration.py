@@ -85,13 +85,8 @@ def _calibrated_set(ctx: _Context, recipe: Recipe, source: Any, what: str, folde
     texts, calibration settings, targets): variants that share a set (the general texts) share its statistics."""
     d = recipe.data
     loaded = load_texts(source, d.samples, d.seed)
-    key = {
-        "model": ctx.fingerprint,
-        "texts": loaded.record["sha256"],
-        "calibration": recipe.resolved_dict()["calibration"],
-        "targets": recipe.resolved_dict()["targets"],
-        "format": "stats/1",
-    }
+    settings = {k: v for k, v in recipe.resolved_dict().items() if k in ("calibration", "targets")}
+    key = {"model": ctx.fingerprint, "texts": loaded.record["sha256"], **settings, "format": "stats/1"}
     path = _stored(folder, key)
     if path is not None:
         stages.start(f"calibrate {what}: reused ({len(loaded.texts)} texts)")

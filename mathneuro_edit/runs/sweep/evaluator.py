@@ -119,12 +119,8 @@ class _Evaluator:
         """``(correct flags, completions)`` of the base or the edit on ``problems`` (one block), cached. ``edit``:
         a prepared :class:`~mathneuro_edit.engine.apply.ReversibleEdit` of ``mask`` and ``scale`` (one that writes
         the release's stored values), used instead of a new one."""
-        key = {
-            "what": "math",
-            **self.prompt_key,
-            **self._state(mask, scale),
-            "problems": [problem_sha256(p) for p in problems],
-        }
+        hashes = [problem_sha256(p) for p in problems]
+        key = {"what": "math", **self.prompt_key, **self._state(mask, scale), "problems": hashes}
         hit = self.cache.get(key)
         if hit is None:
             cpu = time.process_time()
@@ -168,12 +164,8 @@ class _Evaluator:
             support = self.support()
             with ReversibleEdit(self.model, mask, scale):
                 g = edited_general(self.model, support)
-            hit = {
-                "loss_sums": list(g.loss_sums),
-                "kl": g.kl,
-                "tail_mass": g.tail_mass,
-                "cpu_s": round(time.process_time() - cpu, 3),
-            }
+            cpu_s = round(time.process_time() - cpu, 3)
+            hit = {"loss_sums": list(g.loss_sums), "kl": g.kl, "tail_mass": g.tail_mass, "cpu_s": cpu_s}
             self.cache.put(key, hit)
         return hit
 
