@@ -1,8 +1,7 @@
 """What the outputs' card snippets and metadata share: the lock's base as they read it, its Hub origin, the fields
 a derived card carries from the base's card, the variables a snippet reads a local base from, the chat turn.
 
-Every function reads the lock's public form (no local path can reach a card through here). The model card's own
-sections (:mod:`mathneuro_edit.publish.card_sections`) read the same helpers.
+Every function reads the lock's public form (no local path can reach a card through here).
 """
 
 from __future__ import annotations

@@ -322,7 +322,7 @@ LM Studio: search for `{repo}` in its model browser, or `lms get {repo}`.
         if repo
         else ""
     )
-    survival = view.gguf_survival
+    survival = view.gguf_survival  # the edit in each file, as the run measured it
     table = survival_table(dict(view.files), survival, dict(zip(view.files, files))) if survival else ""
     return f"""Written by mathneuro-edit from {source}, {requantized(types)}.
 
@@ -402,12 +402,11 @@ def estimate_gguf_survival(recipe: Any, mask: Any, folder: Path) -> dict[str, An
     for t in _gguf_types(recipe)[0]:
         if t in LLAMA_CPP_TYPES:
             out[t] = {"note": "made by llama.cpp's quantizer: measured after quantizing (gguf_survival.json, verify)"}
-            continue
-        if t in UNQUANTIZED:
+        elif t in UNQUANTIZED:
             out[t] = {"note": "a float type: every edited weight is kept"}
-            continue
-        stored = {src: qt for _, src, _, qt in gguf_plan(folder, t) if isinstance(src, str)}
-        out[t] = estimate_survival(_edited_matrices(ckpt, mask, stored, recipe.edit.effective_scale, dtype))
+        else:
+            stored = {src: qt for _, src, _, qt in gguf_plan(folder, t) if isinstance(src, str)}
+            out[t] = estimate_survival(_edited_matrices(ckpt, mask, stored, recipe.edit.effective_scale, dtype))
     return out
 
 
@@ -459,13 +458,12 @@ def survival_table(files: Mapping[str, str], survival: Mapping[str, Any] | None,
     change it delivers); a line under it for each type where most of the edit is gone."""
     from ..weights.gguf_survival import gone_line
 
-    measured = dict((survival or {}).get("files") or {})
-    sizes = dict((survival or {}).get("bytes") or {})
+    survival = survival or {}
+    measured, sizes = dict(survival.get("files") or {}), dict(survival.get("bytes") or {})
     rows, gone = [], []
     for f in files:
         t = gguf_types([f])[0]
-        entry = measured.get(f) or {}
-        total = entry.get("total") or {}
+        total = (measured.get(f) or {}).get("total") or {}
         size = f"{sizes[f] / 1e6:,.1f} MB" if f in sizes else "-"
         if total.get("survived_share") is not None:
             kept = f"{total['survived']:,} of {total['edited']:,} ({total['survived_share']:.2%})"
@@ -475,9 +473,9 @@ def survival_table(files: Mapping[str, str], survival: Mapping[str, Any] | None,
         rows.append(f"| `{names.get(f, f)}` | {t} | {size} | {_KEEPS.get(t, '-')} | {kept} | {delivered} |")
         line = gone_line(t, total) if total else None
         gone += [f"**{line}.**"] if line else []
-    made_by = f", K-quants by {survival['quantizer']}" if (survival or {}).get("quantizer") else ""
+    made_by = f", K-quants by {survival['quantizer']}" if survival.get("quantizer") else ""
     return f"""The edit in each file (measured by mathneuro-edit after quantizing: the base quantized the same way from
-its {(survival or {}).get("source", "float")} GGUF{made_by}; `mathneuro-edit verify` measures it again):
+its {survival.get("source", "float")} GGUF{made_by}; `mathneuro-edit verify` measures it again):
 
 | file | type | size | keeps | edited weights that still differ from the base's | intended change delivered |
 |---|---|---|---|---|---|

@@ -114,15 +114,13 @@ class CardSource:
     folder says of itself.
 
     Attributes:
-        eval_results: eval.json's dict (:meth:`~mathneuro_edit.evaluation.results.EvalResults.to_dict`): ``{task:
-            {"base": {...}, "edited": {...}, "comparison": {...}}}``; any part may be missing.
+        eval_results: eval.json's dict (:meth:`~mathneuro_edit.evaluation.results.EvalResults.to_dict`); any part
+            may be missing.
         license: license id for the metadata (see :func:`~.base_card.license_from_base`), or the base card's
-            fields (:func:`~.base_card.base_card_fields`: license, license_name, license_link, language, datasets).
+            fields (:func:`~.base_card.base_card_fields`).
         lock_sha256: the sha256 of the folder's lock file (the card names the file and this hash instead of
             embedding the lock).
-        weights_dtype: the dtype the checkpoint's config.json names (:func:`folder_dtype`).
-        chat: the model's tokenizer has a chat template (:func:`has_chat_template`): the snippet generates a chat
-            reply.
+        weights_dtype, chat: :func:`folder_dtype`, :func:`has_chat_template` of the folder.
     """
 
     recipe: Recipe
@@ -226,13 +224,11 @@ def _action(recipe: Recipe) -> str:
 
 def _base_name(lock: Mapping[str, Any], base_model_id: str | None, recipe: Recipe) -> str:
     """The base's short name in a local card's title: its Hub origin's, a GGUF base's file's, or "local model"."""
-    origin = hub_origin(lock)[0]
-    gguf_base = (lock.get("base") or {}).get("gguf") or {}
-    local_base = lock.get("recipe", {}).get("base", {}).get("model") == LOCAL
+    origin, gguf = hub_origin(lock)[0], (lock.get("base") or {}).get("gguf")
     if origin:
         return origin.split("/")[-1]
-    if local_base:
-        return str(gguf_base.get("file", "local GGUF")).removesuffix(".gguf") if gguf_base else "local model"
+    if lock.get("recipe", {}).get("base", {}).get("model") == LOCAL:
+        return str(gguf.get("file", "local GGUF")).removesuffix(".gguf") if gguf else "local model"
     return (base_model_id or recipe.base.model).split("/")[-1]
 
 
@@ -402,7 +398,6 @@ def card_for_folder(
     Example:
         >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-prune")  # doctest: +SKIP
     """
-
     folder = Path(folder)
     lock = read_lock(folder)
     summary = lock.get("edit_summary")
@@ -476,10 +471,7 @@ def _non_default(d: Mapping[str, Any], prefix: str, defaults: Mapping[str, Any])
 def _eval_json(path: Path) -> dict[str, Any]:
     """A folder's ``eval.json`` as the card reads it. It is outside the lock (anyone can edit it): read through the
     one regular-file reader, and it must be a JSON object of tasks (a FIFO, a deep or a non-object file was an
-    internal error or a hang of ``push``).
-
-    Raises:
-        InputError: naming the file and the fix.
+    internal error or a hang of ``push``): an :class:`InputError` names the file and the fix.
     """
     fix = "re-run the evaluation (mathneuro-edit eval) or remove the file"
     try:
@@ -496,7 +488,6 @@ def _eval_json(path: Path) -> dict[str, Any]:
 def has_chat_template(folder: str | Path) -> bool:
     """Whether the model of an output folder has a chat template: in its tokenizer files, or for an adapter folder
     (no tokenizer) in its run's other output folders beside it (``checkpoint/``)."""
-
     folder = Path(folder)
     for where in (folder, *(folder.parent / d for d in output_dirs())):
         if (where / "chat_template.jinja").is_file() or (where / "chat_template.json").is_file():
@@ -509,7 +500,6 @@ def has_chat_template(folder: str | Path) -> bool:
 
 def folder_dtype(folder: str | Path) -> str | None:
     """The dtype a model folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
-
     path = Path(folder) / "config.json"
     cfg = (model_json_object(path) if path.is_file() else None) or {}
     value = cfg.get("dtype") or cfg.get("torch_dtype")
