@@ -95,11 +95,8 @@ class ResultCache:
         """Store ``result`` under ``key`` atomically (a kill leaves the whole entry or none)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(key)
-        body = {
-            "key": key,
-            "result": result,
-            "result_sha256": hashlib.sha256(_canonical(result, True).encode()).hexdigest(),
-        }
+        result_sha256 = hashlib.sha256(_canonical(result, True).encode()).hexdigest()
+        body = {"key": key, "result": result, "result_sha256": result_sha256}
         # an exclusive temporary file, synced before the rename: a power cut leaves no empty entry, and a link
         # planted in the cache folder is never written through
         write_bytes_atomic(path, (_canonical(body, True) + "\n").encode("utf-8"))

@@ -349,15 +349,10 @@ def run_optuna_search(
 def _measures(evaluator: _Evaluator, by_value: Mapping[float, Any], selection: list[Any], cuts: list[int]) -> str:
     """sha256 of what every trial's values depend on besides its parameters: the model's weights and the prompt
     (the evaluator's cache keys), the general texts, each top_k value's mask, the selection problems and the cuts."""
-    return key_sha256(
-        {
-            "prompt": evaluator.prompt_key,
-            "general": evaluator.general_key,
-            "masks": {f"{k!r}": m.sha256 for k, m in sorted(by_value.items())},
-            "selection": [problem_sha256(q) for q in selection],
-            "cuts": cuts,
-        }
-    )
+    masks = {f"{k!r}": m.sha256 for k, m in sorted(by_value.items())}
+    problems = [problem_sha256(q) for q in selection]
+    prompt, general = evaluator.prompt_key, evaluator.general_key
+    return key_sha256({"prompt": prompt, "general": general, "masks": masks, "selection": problems, "cuts": cuts})
 
 
 def _search_line(space: SearchSpace, target: int, study: Any, cuts: list[int]) -> str:
