@@ -106,12 +106,8 @@ def weights_placement(model: torch.nn.Module, dtype_name: str, device_map: Any, 
         level = quiet.level
         quiet.setLevel(logging.ERROR)
         try:
-            placed = infer_auto_device_map(
-                model,
-                max_memory=caps,
-                dtype=dtype,
-                no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []),
-            )
+            no_split = list(getattr(model, "_no_split_modules", None) or [])
+            placed = infer_auto_device_map(model, max_memory=caps, dtype=dtype, no_split_module_classes=no_split)
         finally:
             quiet.setLevel(level)
     else:

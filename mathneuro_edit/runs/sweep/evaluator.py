@@ -171,16 +171,10 @@ class _Evaluator:
 
 
 def _general_result(sums: Sequence[float], tokens: Sequence[int], kl: float = 0.0) -> GeneralResult:
-    pairs = [(s, t) for s, t in zip(sums, tokens) if t > 0]
-    n = sum(t for _, t in pairs)
-    return GeneralResult(
-        sum(s for s, _ in pairs) / n if n else math.nan,
-        n,
-        kl,
-        "",
-        tuple(s for s, _ in pairs),
-        tuple(t for _, t in pairs),
-    )
+    pairs = [(s, t) for s, t in zip(sums, tokens) if t > 0]  # texts with a token to predict
+    kept_sums, kept_tokens = tuple(s for s, _ in pairs), tuple(t for _, t in pairs)
+    n = sum(kept_tokens)
+    return GeneralResult(sum(kept_sums) / n if n else math.nan, n, kl, "", kept_sums, kept_tokens)
 
 
 def _general_change(base_general: dict[str, Any], g: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
