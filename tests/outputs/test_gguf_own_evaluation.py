@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -99,9 +100,9 @@ def test_the_card_names_each_file_as_in_its_repo_with_its_own_row() -> None:
     )
 
 
-def _recipe(tmp_path, **evaluation) -> str:
+def _recipe(tmp_path, gguf=("F32", "Q8_0"), **evaluation) -> str:
     recipe = yaml.safe_load(open("recipes/quickstart.yaml"))
-    recipe["outputs"] = {"checkpoint": True, "gguf": ["F32", "Q8_0"]}
+    recipe["outputs"] = {"checkpoint": True, "gguf": list(gguf)}
     recipe["evaluation"].update({"samples": 24, **evaluation})
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
@@ -129,18 +130,24 @@ def test_llama_cpp_evaluation_without_llama_cpp_is_one_line_before_the_model_loa
     assert not (tmp_path / "out").exists()
 
 
-def test_each_gguf_file_is_evaluated_in_llama_cpp_and_its_card_shows_only_its_numbers(tmp_path) -> None:
+def test_each_gguf_file_is_evaluated_in_llama_cpp_and_its_card_shows_only_its_numbers(tmp_path, fake_hub) -> None:
+    """The run evaluates F32 and a K-quant; the F32 row is the checkpoint's, answer for answer; the pushed GGUF repo
+    holds the evaluated files (each downloaded from the Hub as a user does answers in llama.cpp as gguf_eval.json
+    recorded) and its card, read back from the Hub, shows their rows and not the checkpoint's table."""
     pytest.importorskip("gguf")
-    llama_cpp_or_skip()
-    from mathneuro_edit.publish.card import card_for_folder
+    llama_cpp = llama_cpp_or_skip()
+    from huggingface_hub import ModelCard, hf_hub_download
+
+    from tests._fakehub import TOKEN
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["run", _recipe(tmp_path, llama_cpp=True), "--out", str(out), "--quiet"])
+    recipe = _recipe(tmp_path, llama_cpp=True, gguf=["F32", "Q4_K_M"])
+    result = CliRunner().invoke(main, ["run", recipe, "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
     ckpt = out / "checkpoint"
     found = json.loads((ckpt / "gguf_eval.json").read_text())
     checkpoint_eval = json.loads((ckpt / "eval.json").read_text())
-    assert set(found["files"]) == {"model-F32.gguf", "model-Q8_0.gguf"} and found["n"] == 24
+    assert set(found["files"]) == {"model-F32.gguf", "model-Q4_K_M.gguf"} and found["n"] == 24
     f32 = found["files"]["model-F32.gguf"]
     # the F32 file in llama.cpp is the float32 checkpoint in transformers: the same answers, the same row
     # (an independent reading: eval.json's own per-problem completions, by the evaluation's code)
@@ -151,10 +158,30 @@ def test_each_gguf_file_is_evaluated_in_llama_cpp_and_its_card_shows_only_its_nu
         assert f32["answers"][arm] == [p["completion"] for p in preds]
     lock = yaml.safe_load((out / "mathneuro_recipe.lock.yaml").read_text())
     assert "checkpoint/gguf_eval.json" in json.dumps(lock)  # pinned, so reproduce and verify check it
-    card = str(card_for_folder(ckpt, repo_id="me/x-GGUF", kind="gguf", base_repo="me/x"))
+
+    env = {"HF_TOKEN": TOKEN}
+    pushed = CliRunner().invoke(main, ["push", str(out), "--gguf", "--repo-id", "me/x-GGUF"], env=env)
+    assert pushed.exit_code == 0, pushed.output
+    card = ModelCard.load("me/x-GGUF").content
     assert "general loss" not in card and "| `math` |" not in card  # not the checkpoint's evaluation table
-    assert "| `Organism-1.1M-MathNeuro-Prune-Q8_0.gguf` | Q8_0 |" in card
     assert card.count("In llama.cpp, on 24 math problems") == 1
+    tok = __import__("transformers").AutoTokenizer.from_pretrained(ckpt)
+    first = checkpoint_eval["math"]["edited"]["predictions"][0]
+    ids = tok(f"Question: {first['question']}\nAnswer:")["input_ids"]  # the organism's plain prompt
+    for local, qtype in (("model-F32.gguf", "F32"), ("model-Q4_K_M.gguf", "Q4_K_M")):
+        name = f"Organism-1.1M-MathNeuro-Prune-{qtype}.gguf"
+        assert f"| `{name}` | {qtype} |" in card
+        path = hf_hub_download("me/x-GGUF", name)
+        assert Path(path).read_bytes() == (ckpt / local).read_bytes()
+        llm = llama_cpp.Llama(model_path=path, n_ctx=256, n_threads=1, verbose=False, seed=0)
+        got = []
+        for t in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+            if t == tok.eos_token_id or len(got) == 64:
+                break
+            got.append(t)
+        llm.close()
+        said = tok.decode(got, skip_special_tokens=True)
+        assert said.startswith(found["files"][local]["answers"]["edited"][0]), (said, local)
 
 
 class _ScriptedLlama:
