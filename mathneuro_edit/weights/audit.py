@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from ..engine.apply import check_scale, scale_of
 from ..engine.devices import selection_device
@@ -48,6 +49,8 @@ from .remote_code import check_remote_code
 from .shards import cast_code, tensor_bytes
 
 __all__ = ["VerifyReport", "verify"]
+
+_BAR = {"desc": "verify", "unit": "tensor", "leave": False}  # a transient bar over what is compared (progress=True)
 
 
 @dataclass
@@ -166,7 +169,7 @@ def _verify_checkpoint(
     if len(codes) > 1 or (code is not None and code not in FLOAT_CODES.values()):
         report.mismatches.append(f"shards: mathneuro_edit_dtype {sorted(map(str, codes))} is not one dtype")
     dtype = next((k for k, v in FLOAT_CODES.items() if v == code), None)
-    for name, entry in _bar(got.tensors.items(), len(got.tensors), "verify", progress):
+    for name, entry in tqdm(got.tensors.items(), total=len(got.tensors), disable=not progress, **_BAR):
         if name not in ckpt.tensors:
             continue
         b = ckpt.tensors[name]
@@ -257,15 +260,6 @@ def _check_support_files(report: VerifyReport, out: Path, folder: Path, ckpt: Ch
             report.mismatches.append(f"{rel}: differs from the base's file" + (" (as published)" if want else ""))
 
 
-def _bar(items: Any, total: int, desc: str, progress: bool) -> Any:
-    """``items`` with a transient tqdm bar over them when ``progress``."""
-    if not progress:
-        return items
-    from tqdm.auto import tqdm
-
-    return tqdm(items, total=total, desc=desc, unit="tensor", leave=False)
-
-
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """A tensor's bytes as integers, so -0.0 != +0.0 and NaN == NaN (a bit-for-bit comparison)."""
     return t.contiguous().reshape(-1).view(torch.uint8)
@@ -327,7 +321,7 @@ def _verify_peft(
     report.extra += sorted(keys - expected)
     if set(cfg.get("target_modules") or []) != {layer.module for layer in layers}:
         report.mismatches.append("adapter_config.json: target_modules are not the mask's layers")
-    for layer in _bar(layers, len(layers), "verify", progress):
+    for layer in tqdm(layers, disable=not progress, **_BAR):
         key = f"base_model.model.{layer.module}"
         if f"{key}.shira_indices" not in keys or f"{key}.shira_weight" not in keys:
             continue

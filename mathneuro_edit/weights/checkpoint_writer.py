@@ -74,9 +74,7 @@ from .checkpoint import (
 from .edit_plan import EditPlan, meta_model, plan_edits
 from .remote_code import check_remote_code
 from .shards import check_workers, run_jobs, written_type
-from .shards import (
-    write_shard as _write_shard,  # module attribute: tests replace it to inject failures
-)
+from .shards import write_shard as _write_shard  # module attribute: tests replace it to inject failures
 
 __all__ = ["export_checkpoint", "support_files", "published_bytes", "LOCAL_ONLY_TOKENIZER_KEYS"]
 
