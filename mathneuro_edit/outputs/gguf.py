@@ -3,10 +3,8 @@ per type of ``outputs.gguf`` (llama.cpp's quantizer makes the K-quants: :mod:`~.
 edit's survival in each quantized file (``gguf_survival.json``: :mod:`~..weights.gguf_survival`).
 
 Its entry, its run step (after the checkpoint's, from the finished checkpoint folder; checked once, before the
-model loads: :func:`prepare_gguf`), its naming (llama.cpp's convention ``<Base>-<Size>-<Variant>-<Type>.gguf`` and
-the ``general.*`` metadata: :func:`gguf_naming`, :func:`gguf_repo_name`, :func:`gguf_general`, all from the lock's
-public form: the same lock always gives the same names, and never a local path) and its card snippets (its own
-repo's files and loaders, and the paragraph the checkpoint's card gives the files beside it).
+model loads: :func:`prepare_gguf`), its naming (llama.cpp's convention and the ``general.*`` metadata, from the
+lock's public form: the same lock always gives the same names, and never a local path) and its card snippets.
 """
 
 from __future__ import annotations

@@ -398,8 +398,8 @@ def figures_prompt(lock: Mapping[str, Any]) -> dict[str, Any] | None:
     """
     sw = lock.get("sweep")
     if isinstance(sw, Mapping):
-        primary = next((f for f in sw.get("formats") or [] if isinstance(f, Mapping) and f.get("primary")), None)
-        prompt = primary.get("prompt") if primary is not None else None
+        formats = [f for f in sw.get("formats") or [] if isinstance(f, Mapping)]
+        prompt = next((f.get("prompt") for f in formats if f.get("primary")), None)
         problems = sw.get("problems") if isinstance(sw.get("problems"), Mapping) else {}
         source = problems.get("source") if isinstance(problems.get("source"), Mapping) else {}
         if isinstance(prompt, Mapping):

@@ -56,12 +56,9 @@ def compute_dtype(lock: Mapping[str, Any]) -> str | None:
     """
     sweep = lock.get("sweep") if isinstance(lock.get("sweep"), Mapping) else {}
     confirmed = (sweep.get("confirmation") or {}).get("compute_dtype")
-    if confirmed in _FLOATS:
-        return str(confirmed)
-    base = ((lock.get("recipe") or {}).get("base")) or {}
-    if base.get("dtype") in _FLOATS:
-        return str(base["dtype"])
-    return "float32" if (lock.get("base") or {}).get("gguf") else None
+    asked = ((lock.get("recipe") or {}).get("base") or {}).get("dtype")
+    found = next((str(d) for d in (confirmed, asked) if d in _FLOATS), None)
+    return found or ("float32" if (lock.get("base") or {}).get("gguf") else None)
 
 
 def load_dtype(lock: Mapping[str, Any], weights_dtype: str | None) -> str | None:
