@@ -497,8 +497,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "r4-sweep-promote-budget-strict": (
         "mathneuro_edit/runs/sweep/procedure.py",
-        "if kl_of(i) <= kl_budget:",
-        "if kl_of(i) < kl_budget:",
+        "if kl_of(i) <= kl_budget), keep))",
+        "if kl_of(i) < kl_budget), keep))",
         [
             "tests/runs/test_sweep_boundaries.py",
             "tests/runs/test_sweep_procedure.py::test_halving_schedule_and_promotion_by_hand",
@@ -860,8 +860,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "lm-eval-key-left-out": (
         "mathneuro_edit/runs/steps/evaluate.py",
-        'LmEvalTask("lm_eval", **lm.model_dump())',
-        'LmEvalTask("lm_eval", **lm.model_dump(exclude={"num_fewshot"}))',
+        'LmEvalTask("lm_eval", **ev.lm_eval.model_dump())',
+        'LmEvalTask("lm_eval", **ev.lm_eval.model_dump(exclude={"num_fewshot"}))',
         ["tests/evaluation/test_lm_eval.py::test_every_lm_eval_key_of_a_recipe_reaches_the_harness_task"],
     ),
     "output-folder-not-its-name": (
