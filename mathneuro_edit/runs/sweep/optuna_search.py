@@ -398,8 +398,8 @@ def _plots(out: Path, result: SweepResult, study: Any) -> list[Path]:
     written = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Optuna's plots are marked experimental
-        ax = ovm.plot_optimization_history(study)
-        ax.set_ylabel("math gain over the base (fraction)")
+        ax = ovm.plot_optimization_history(study)  # a trial's value is a fraction (Optuna's best-value line kept)
+        ax.set_ylabel("math gain over the base (fraction: 0.01 = 1 point)")
         written.append(save_figure(ax.figure, out / OPTUNA_PNGS[0]))
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if len(complete) >= 2:
