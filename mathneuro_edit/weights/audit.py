@@ -328,7 +328,7 @@ def _verify_peft(
         report.checked += 1
         report.edited += 1
         idx, d = _read(weights, f"{key}.shira_indices").long(), _read(weights, f"{key}.shira_weight")  # (2, k), (k,)
-        dtype = ckpt.tensors[layer.ckpt].torch_dtype
+        dtype = DTYPE_OF_CODE.get(ckpt.tensors[layer.ckpt].dtype)
         k = cfg.get("r", 0) * (layer.rows + layer.cols)
         if d.dim() != 1 or len(d) != k or d.dtype != dtype or tuple(idx.shape) != (2, len(d)):
             report.mismatches.append(

@@ -46,11 +46,6 @@ class TensorEntry:
     end: int
 
     @property
-    def torch_dtype(self) -> torch.dtype | None:
-        """The torch dtype of :attr:`dtype` (None for a code torch has no type for)."""
-        return DTYPE_OF_CODE.get(self.dtype)
-
-    @property
     def nbytes(self) -> int:
         return self.end - self.start
 
