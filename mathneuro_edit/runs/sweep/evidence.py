@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
-import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,6 +30,7 @@ from ...recipe.io import as_recipe, recipe_from_dict
 from ...recipe.overrides import public_override
 from ...recipe.schema import Recipe, release_rule
 from ...util.outdir import check_output
+from ...util.reading import open_regular
 from ..pipeline import run_recipe
 from ..steps.export import base_identity
 
@@ -302,17 +303,20 @@ def _count(c: Mapping[str, Any], key: str, most: int, where: str) -> int:
     return v
 
 
+def _is_number(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _nonnegative(v: Any, where: str) -> Any:
+    if not (_is_number(v) and v >= 0):
+        raise _edited(f"{where}: must be a finite number >= 0, got {_shown(v)}")
+    return v
+
+
 def _fraction(v: Any, where: str, low_open: bool = False, high_open: bool = False, optional: bool = False) -> Any:
     if v is None and optional:
         return v
-    ok = (
-        not isinstance(v, bool)
-        and isinstance(v, (int, float))
-        and math.isfinite(v)
-        and (0 < v if low_open else 0 <= v)
-        and (v < 1 if high_open else v <= 1)
-    )
-    if not ok:
+    if not (_is_number(v) and (0 < v if low_open else 0 <= v) and (v < 1 if high_open else v <= 1)):
         interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
         raise _edited(f"{where}: must be a number in {interval}, got {_shown(v)}")
     return v
@@ -331,21 +335,19 @@ def _point(p: Any, where: str) -> dict[str, Any]:
         v = p.get(key)
         if key in ("top_k", "scale") and isinstance(v, dict):  # an Optuna trial's map: its values are the numbers
             _setting(v, f"{where}.{key}", key)
-            continue
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
-            raise _edited(f"{where}.{key}: must be a finite number >= 0, got {_shown(v)}")
+        elif v is not None:
+            _nonnegative(v, f"{where}.{key}")
     return p
 
 
 def _setting(value: Any, where: str, key: str) -> Any:
     """A confirmed ``top_k`` or ``scale``: a number (a fraction in (0, 1], a finite number >= 0), or a map of them
     per layer band and component (:mod:`~mathneuro_edit.engine.edit_map`: ``default`` and keys of its forms)."""
-    values = value.values() if isinstance(value, dict) else [value]
-    for v in values:
+    for v in value.values() if isinstance(value, dict) else [value]:
         if key == "top_k":
             _fraction(v, where, low_open=True)
-        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
-            raise _edited(f"{where}: must be a finite number >= 0, got {_shown(v)}")
+        else:
+            _nonnegative(v, where)
     if isinstance(value, dict):
         try:
             check_map(value)
@@ -376,22 +378,17 @@ def _load(path: Path) -> tuple[bytes, Any]:
     """The bytes and JSON of a shared ``sweep.json``: a regular file (a FIFO would block, a device never end) of at
     most :data:`MAX_SWEEP_BYTES`, nested no deeper than the parser allows."""
     try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(
-                f"{path}: not a regular file (a FIFO, device or folder); pass the --out folder of a "
-                "`mathneuro-edit sweep`"
-            )
-        if st.st_size > MAX_SWEEP_BYTES:
-            raise InputError(
-                f"{path}: {st.st_size:,} bytes, more than a sweep.json holds ({MAX_SWEEP_BYTES:,}); re-run the sweep"
-            )
-        with open(path, "rb") as f:
+        fd, st = open_regular(path, "pass the --out folder of a `mathneuro-edit sweep`")
+        with os.fdopen(fd, "rb") as f:
+            if st.st_size > MAX_SWEEP_BYTES:
+                raise InputError(
+                    f"{path}: {st.st_size:,} bytes, more than a sweep.json holds ({MAX_SWEEP_BYTES:,}); re-run the sweep"
+                )
             raw = f.read(MAX_SWEEP_BYTES + 1)
         if len(raw) > MAX_SWEEP_BYTES:
             raise InputError(f"{path}: more than a sweep.json holds ({MAX_SWEEP_BYTES:,} bytes); re-run the sweep")
         return raw, json.loads(raw)
-    except InputError:
+    except InputError:  # a ValueError too
         raise
     except FileNotFoundError:
         raise InputError(f"{path}: not found; pass the --out folder of a `mathneuro-edit sweep`") from None
