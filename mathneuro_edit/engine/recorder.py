@@ -166,23 +166,19 @@ class Recorder:
         index = {name: i for i, name in enumerate(self.acc)}
         for mod_name, ts in by_module.items():
             module = modules[mod_name]
-            if ts[0].kind == "experts" and is_parallel_experts(module):
-                parent, _, _ = mod_name.rpartition(".")
-                router = modules.get(f"{parent}.router" if parent else "router")
+            if ts[0].kind != "experts":
+                self.handles.append(module.register_forward_pre_hook(self._dense_hook(ts[0], index[ts[0].name])))
+                continue
+            layout = "dense" if is_dense_dispatch_experts(module) else "routed"
+            parent = mod_name.rpartition(".")[0]
+            if is_parallel_experts(module):
+                layout, router = "parallel", modules.get(f"{parent}.router" if parent else "router")
                 if router is None:
-                    raise InputError(
-                        f"{mod_name}: experts without a sibling router; this MoE layout is not "
-                        "supported: exclude its experts"
-                    )
+                    raise _unsupported(mod_name, "experts without a sibling router")
                 if parent not in self._routed:
                     self._routed[parent] = None
                     self.handles.append(router.register_forward_hook(self._router_hook(parent)))
-                hook = self._parallel_hook(ts[0], parent)
-            elif ts[0].kind == "experts":
-                hook = (self._dense_dispatch_hook if is_dense_dispatch_experts(module) else self._experts_hook)(ts)
-            else:
-                self.handles.append(module.register_forward_pre_hook(self._dense_hook(ts[0], index[ts[0].name])))
-                continue
+            hook = self._experts_hook(ts, layout, parent)
             self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
 
     def remove(self) -> None:
@@ -283,103 +279,81 @@ class Recorder:
 
         return hook
 
-    def _experts_hook(self, targets: list[Target]):
-        accs = {t.role: self.acc[t.name] for t in targets}
-
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            hidden = args[0] if args else kwargs["hidden_states"]  # (batch * tokens, hidden)
-            top_k_index = args[1] if len(args) > 1 else kwargs["top_k_index"]  # (batch * tokens, k)
-            b, t = self.token_mask.shape
-            if hidden.shape[0] != b * t:
-                raise InputError(
-                    f"{targets[0].module_name}: experts received {hidden.shape[0]} tokens, not the batch's {b * t}; "
-                    "this MoE layout is not supported: exclude its experts"
-                )
-            valid = self.token_mask.reshape(-1).to(hidden.device) > 0
-            sample_of = self.sample_of.to(hidden.device)
-            up_name = "gate_up_proj" if module.has_gate else "up_proj"
-            if "down" in accs:  # the down_proj input needs the up weights: real tensors, also when offloaded
-                w_up = _live_param(module, up_name)
-                b_up = _live_param(module, f"{up_name}_bias") if module.has_bias else None
-            for e in range(module.num_experts):
-                # only the tokens routed to expert e (and not padding): each expert is scored like its own Linear
-                rows = (((top_k_index == e).any(dim=-1)) & valid).nonzero().squeeze(1)  # (n_e,)
-                if rows.numel() == 0:
-                    continue
-                x = hidden[rows]  # (n_e, hidden)
-                if "up" in accs:
-                    accs["up"].add(e, self._grouped_sq(x, sample_of[rows], b), rows.numel())
-                if "down" in accs:
-                    w = w_up[e].to(x.device)
-                    h = x @ w if module.is_transposed else nn.functional.linear(x, w)  # (n_e, inter[*2])
-                    if b_up is not None:
-                        h = h + b_up[e].to(x.device)
-                    h = module._apply_gate(h) if module.has_gate else module.act_fn(h)  # the down_proj input
-                    accs["down"].add(e, self._grouped_sq(h, sample_of[rows], b), rows.numel())
-
-        return hook
-
     def _router_hook(self, parent: str):
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             self._routed[parent] = output[1]  # (index_sorted_experts, batch_index, gates, expert_size, logits)
 
         return hook
 
-    def _parallel_hook(self, target: Target, parent: str):
-        """JetMoE: rows sorted by expert (``expert_size`` of them each), row ``i`` is token ``batch_index[i]``; the
-        input is what the expert multiplies (the routed hidden state, or the gated intermediate)."""
-        acc = self.acc[target.name]
+    def _experts_hook(self, targets: list[Target], layout: str, parent: str = ""):
+        """MoE experts fused into one module: each expert is scored like its own Linear, on the tokens routed to it
+        (padding left out) and the input it really multiplies; its ``down_proj`` on the gated intermediate, computed
+        from the up weights (real tensors, also when offloaded). ``layout`` says which input rows expert ``e`` gets:
+
+        - ``"routed"`` (transformers' fused experts): input ``(batch * tokens, hidden)``, the rows whose
+          ``top_k_index`` names ``e``;
+        - ``"dense"`` (Llama 4): input ``(E * tokens, d_in)``, expert ``e``'s block holds every token times its
+          router score (exactly 0 when not routed): the block's non-zero rows;
+        - ``"parallel"`` (JetMoE, one target per module, scored on its own input): rows sorted by expert
+          (``expert_size`` of them each), row ``i`` is token ``batch_index[i]`` of the sibling router's output.
+        """
+        accs = {t.role or "up": self.acc[t.name] for t in targets}
+        name = targets[0].module_name
 
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            inputs = args[0] if args else kwargs["inputs"]
-            sizes = args[1] if len(args) > 1 else kwargs["expert_size"]
-            tokens = self._routed.get(parent)
-            b = self.token_mask.shape[0]
-            if tokens is None or tokens.shape[0] != inputs.shape[0]:
-                raise InputError(
-                    f"{target.module_name}: its rows do not match its router's tokens; this MoE layout is not supported: exclude its experts"
-                )
-            tokens = tokens.to(inputs.device)
-            valid = self.token_mask.reshape(-1).to(inputs.device)[tokens] > 0
-            sample_of = self.sample_of.to(inputs.device)[tokens]
-            start = 0
-            for e, n in enumerate(int(x) for x in sizes):
-                keep = valid[start : start + n].nonzero().squeeze(1) + start
-                start += n
-                if keep.numel():
-                    acc.add(e, self._grouped_sq(inputs[keep], sample_of[keep], b), keep.numel())
-
-        return hook
-
-    def _dense_dispatch_hook(self, targets: list[Target]):
-        """Llama 4's experts: input ``(E * tokens, d_in)``, expert ``e``'s block holds every token times its router
-        score (exactly 0 when not routed). Each expert is scored on its routed tokens (non-zero rows), with the
-        input it really multiplies (the scaled hidden state), and its ``down_proj`` on ``up * act(gate)``."""
-        accs = {t.role: self.acc[t.name] for t in targets}
-
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            hidden = args[0] if args else kwargs["hidden_states"]
+            x = args[0] if args else kwargs["inputs" if layout == "parallel" else "hidden_states"]
             b, t = self.token_mask.shape
-            n_exp = module.num_experts
-            if hidden.shape[0] != n_exp * b * t:
-                raise InputError(
-                    f"{targets[0].module_name}: experts received {hidden.shape[0]} rows, not experts x the batch's "
-                    f"tokens ({n_exp} x {b * t}); this MoE layout is not supported: exclude its experts"
-                )
-            blocks = hidden.reshape(n_exp, b * t, -1)
-            valid = self.token_mask.reshape(-1).to(hidden.device) > 0
-            sample_of = self.sample_of.to(hidden.device)
-            w_up = _live_param(module, "gate_up_proj") if "down" in accs else None
+            valid = self.token_mask.reshape(-1).to(x.device) > 0
+            sample_of = self.sample_of.to(x.device)
+            blocks = None  # Llama 4: each expert's own rows
+            if layout == "parallel":
+                tokens = self._routed.get(parent)
+                if tokens is None or tokens.shape[0] != x.shape[0]:
+                    raise _unsupported(name, "its rows do not match its router's tokens")
+                tokens = tokens.to(x.device)
+                valid, sample_of = valid[tokens], sample_of[tokens]
+                sizes = [int(n) for n in (args[1] if len(args) > 1 else kwargs["expert_size"])]
+                expert_of_row = torch.repeat_interleave(torch.tensor(sizes, device=x.device))
+                n_exp, routed = len(sizes), lambda e, xe: expert_of_row == e
+            elif layout == "dense":
+                n_exp = module.num_experts
+                if x.shape[0] != n_exp * b * t:
+                    raise _unsupported(
+                        name,
+                        f"experts received {x.shape[0]} rows, not experts x the batch's tokens ({n_exp} x {b * t})",
+                    )
+                blocks = x.reshape(n_exp, b * t, -1)
+                routed = lambda e, xe: (xe != 0).any(dim=-1)  # noqa: E731
+                w_up = _live_param(module, "gate_up_proj") if "down" in accs else None
+            else:
+                top_k_index = args[1] if len(args) > 1 else kwargs["top_k_index"]  # (batch * tokens, k)
+                if x.shape[0] != b * t:
+                    raise _unsupported(name, f"experts received {x.shape[0]} tokens, not the batch's {b * t}")
+                n_exp, routed = module.num_experts, lambda e, xe: (top_k_index == e).any(dim=-1)
+                up_name = "gate_up_proj" if module.has_gate else "up_proj"
+                if "down" in accs:
+                    w_up = _live_param(module, up_name)
+                    b_up = _live_param(module, f"{up_name}_bias") if module.has_bias else None
             for e in range(n_exp):
-                rows = ((blocks[e] != 0).any(dim=-1) & valid).nonzero().squeeze(1)
+                xe = x if blocks is None else blocks[e]
+                rows = (routed(e, xe) & valid).nonzero().squeeze(1)  # (n_e,)
                 if rows.numel() == 0:
                     continue
-                x = blocks[e][rows]
+                xr, samples = xe[rows], sample_of[rows]
                 if "up" in accs:
-                    accs["up"].add(e, self._grouped_sq(x, sample_of[rows], b), rows.numel())
-                if "down" in accs:
-                    gate, up = (x @ w_up[e].to(x.device)).chunk(2, dim=-1)  # the module's own order and math
-                    accs["down"].add(e, self._grouped_sq(up * module.act_fn(gate), sample_of[rows], b), rows.numel())
+                    accs["up"].add(e, self._grouped_sq(xr, samples, b), rows.numel())
+                if "down" not in accs:
+                    continue
+                w = w_up[e].to(xr.device)
+                if layout == "dense":
+                    gate, up = (xr @ w).chunk(2, dim=-1)  # the module's own order and math
+                    h = up * module.act_fn(gate)
+                else:
+                    h = xr @ w if module.is_transposed else nn.functional.linear(xr, w)  # (n_e, inter[*2])
+                    if b_up is not None:
+                        h = h + b_up[e].to(xr.device)
+                    h = module._apply_gate(h) if module.has_gate else module.act_fn(h)  # the down_proj input
+                accs["down"].add(e, self._grouped_sq(h, samples, b), rows.numel())
 
         return hook
 
@@ -388,6 +362,10 @@ class Recorder:
         """Per-sample sums of squares of flat tokens: ``(batch, d)`` float32."""
         xf = x.to(torch.float32).square()  # (n, d)
         return torch.zeros(batch, x.shape[-1], dtype=torch.float32, device=x.device).index_add_(0, sample_ids, xf)
+
+
+def _unsupported(name: str, why: str) -> InputError:
+    return InputError(f"{name}: {why}; this MoE layout is not supported: exclude its experts")
 
 
 def accelerate_hooks(module: nn.Module) -> list[Any]:

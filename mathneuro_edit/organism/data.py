@@ -213,87 +213,71 @@ def math_texts(n: int, *, seed: int, split: str = "train") -> list[str]:
     return [format_math(p["question"], p["answer"]) for p in math_problems(n, seed=seed, split=split)]
 
 
-# Each general-text kind is a row per sentence: (extra draws, templates). The extra draws (name, pool) are made, in
-# order, just before the sentence's template is chosen; templates are ``str.format`` strings over the text's words.
-_Sentence = tuple[tuple[tuple[str, Sequence[str]], ...], tuple[str, ...]]
-_STORY: tuple[_Sentence, ...] = (
-    (
-        (),
-        (
-            "{a} walks to the {place} with {b}.",
-            "One morning {a} goes to the {place}.",
-            "{a} and {b} spend the day at the {place}.",
-        ),
-    ),
-    (
-        (),
-        (
-            "{He} sees some {adj} {obj} near the gate.",
-            "There {he} finds a box of {adj} {obj}.",
-            "{b} shows {him} the {adj} {obj}.",
-        ),
-    ),
-    (
-        (("other_place", PLACES),),
-        (
-            "{b} smiles and says that the {obj} are lovely.",
-            "They talk about the weather and the {other_place}.",
-            "{a} puts the {obj} in {his} bag and sings a song.",
-        ),
-    ),
-    ((), ("Later they go home for dinner.", "{a} is happy.", "The sun sets behind the hills.", "{b} waves goodbye.")),
-)
-_DESCRIPTION: tuple[_Sentence, ...] = (
-    (
-        (),
-        (
-            "The {place} is {adj} in the morning.",
-            "The {place} near the river is very {adj}.",
-            "Everyone likes the {adj} {place}.",
-        ),
-    ),
-    (
-        (("other_adj", ADJECTIVES),),
-        (
-            "Its paths are lined with {obj} and tall trees.",
-            "People come here to look at the {obj}.",
-            "Birds sing above the {other_adj} {obj}.",
-        ),
-    ),
-    (
-        (),
-        (
-            "{a} visits it when {he} wants to rest.",
-            "{a} often reads there after school.",
-            "{a} says it is the best place in town.",
-        ),
-    ),
-)
-_DIALOGUE: tuple[_Sentence, ...] = (
-    ((), ("Where are the {obj}?", "Do you like the {obj}?", "Shall we go to the {place}?")),
-    (
-        (("other_obj", OBJECTS), ("other_adj", ADJECTIVES)),
-        (
-            "They are in the {place}, next to the {other_obj}.",
-            "Yes, they are {other_adj} and nice.",
-            "Not today, it is raining.",
-        ),
-    ),
-    ((), ("Thank you!", "Let us go then.", "Oh, I see.")),
-)
+# Each general-text kind, one paragraph per sentence, one ``str.format`` template over the text's words per line.
+# A ``+name POOL`` line is an extra draw, made (in order) just before the sentence's template is chosen.
+_STORY = """
+{a} walks to the {place} with {b}.
+One morning {a} goes to the {place}.
+{a} and {b} spend the day at the {place}.
+
+{He} sees some {adj} {obj} near the gate.
+There {he} finds a box of {adj} {obj}.
+{b} shows {him} the {adj} {obj}.
+
++other_place PLACES
+{b} smiles and says that the {obj} are lovely.
+They talk about the weather and the {other_place}.
+{a} puts the {obj} in {his} bag and sings a song.
+
+Later they go home for dinner.
+{a} is happy.
+The sun sets behind the hills.
+{b} waves goodbye.
+"""
+_DESCRIPTION = """
+The {place} is {adj} in the morning.
+The {place} near the river is very {adj}.
+Everyone likes the {adj} {place}.
+
++other_adj ADJECTIVES
+Its paths are lined with {obj} and tall trees.
+People come here to look at the {obj}.
+Birds sing above the {other_adj} {obj}.
+
+{a} visits it when {he} wants to rest.
+{a} often reads there after school.
+{a} says it is the best place in town.
+"""
+_DIALOGUE = """
+Where are the {obj}?
+Do you like the {obj}?
+Shall we go to the {place}?
+
++other_obj OBJECTS
++other_adj ADJECTIVES
+They are in the {place}, next to the {other_obj}.
+Yes, they are {other_adj} and nice.
+Not today, it is raining.
+
+Thank you!
+Let us go then.
+Oh, I see.
+"""
+_POOLS = {"PLACES": PLACES, "ADJECTIVES": ADJECTIVES, "OBJECTS": OBJECTS}
 
 
-def _sentences(pick: _Picker, rows: tuple[_Sentence, ...], words: dict[str, str]) -> list[str]:
-    """One sentence per row: its extra draws (added to ``words``), then a template filled with ``words``."""
+def _sentences(pick: _Picker, kind: str, words: dict[str, str]) -> list[str]:
+    """One sentence per paragraph of ``kind``: its extra draws (added to ``words``), then a template filled in."""
     out = []
-    for draws, templates in rows:
-        words.update((name, pick.choice(pool)) for name, pool in draws)
-        out.append(pick.choice(templates).format(**words))
+    for paragraph in kind.strip().split("\n\n"):
+        lines = paragraph.splitlines()
+        words.update((name, pick.choice(_POOLS[pool])) for name, pool in (x[1:].split() for x in lines if x[0] == "+"))
+        out.append(pick.choice([x for x in lines if x[0] != "+"]).format(**words))
     return out
 
 
 def _story(pick: _Picker) -> str:
-    (a, he, his), b = pick.choice(NAMES), None
+    a, he, his = pick.choice(NAMES)
     b = pick.choice([f for f in NAMES if f[0] != a])
     obj, place, adj = pick.choice(OBJECTS), pick.choice(PLACES), pick.choice(ADJECTIVES)
     words = {"a": a, "b": b[0], "he": he, "He": he.capitalize(), "him": _him(he), "his": his, "obj": obj}
