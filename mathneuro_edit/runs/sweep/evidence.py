@@ -493,11 +493,9 @@ def _chosen_point(
 def _base_correct(path: Path, sel: Mapping[str, Any], n_selection: int) -> Any:
     """The base's correct count on the selection (``None`` in older files), within the selection's size."""
     base = sel.get("base") if isinstance(sel.get("base"), dict) else {}
-    return (
-        None
-        if base.get("math_correct") is None
-        else _count(base, "math_correct", n_selection, f"{path}: selection.base")
-    )
+    if base.get("math_correct") is None:
+        return None
+    return _count(base, "math_correct", n_selection, f"{path}: selection.base")
 
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -507,11 +505,7 @@ _WEIGHTS_FILE = re.compile(r"[^/\\\x00-\x1f\x7f]{1,200}\.safetensors(\.index\.js
 
 def _base_identity(value: Any, path: Path) -> dict[str, Any]:
     """The sweep's ``base_identity``, in one of the three forms
-    :func:`~mathneuro_edit.runs.steps.export.base_identity` writes.
-
-    Raises:
-        InputError: none (a sweep.json written before sweeps recorded their base: how to add it), or another form.
-    """
+    :func:`~mathneuro_edit.runs.steps.export.base_identity` writes (none: how to add it to an older file)."""
     if value is None:
         raise InputError(
             f"{path}: records no base_identity (written before a sweep recorded the model it measured), so its "
@@ -553,11 +547,8 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     """The confirmed setting of a sweep folder. A sweep.json may come from someone else: it is data, checked
     before use (:func:`_load`: a regular file of bounded size; every field the release takes of the right type and
     range: counts within the problems, ``alpha`` in (0, 1), p-values in [0, 1], points of non-negative numbers,
-    problem lists of sha256 that do not overlap), and nothing of it is shown unescaped.
-
-    Raises:
-        InputError: no readable ``sweep.json`` of this contract, a field out of range, or nothing confirmed (one
-            line that says so).
+    problem lists of sha256 that do not overlap), and nothing of it is shown unescaped. Anything else, or nothing
+    confirmed, is an :class:`InputError` line.
     """
     path = Path(sweep_dir) / SWEEP_JSON
     raw, data = _load(path)

@@ -112,33 +112,16 @@ class Confirmation:
     compute_dtype: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        lo_b, hi_b = wilson_interval(self.base_correct, self.n)
-        lo_e, hi_e = wilson_interval(self.edited_correct, self.n)
-        return {
-            "n": self.n,
-            "problems_sha256": list(self.problems_sha256),
-            "top_k": self.top_k,
-            "scale": self.scale,
-            "base_correct": self.base_correct,
-            "edited_correct": self.edited_correct,
-            "mcnemar_p": self.mcnemar_p,
-            "confirmed": self.confirmed,
-            "alpha": self.alpha,
-            "point": self.point,
-            "base_only": self.base_only,
-            "edited_only": self.edited_only,
-            "base_ci95": [lo_b, hi_b],
-            "edited_ci95": [lo_e, hi_e],
-            "mask_sha256": self.mask_sha256,
-            "variant": self.variant,
-            "variant_set": list(self.variant_set),
-            "verdict": self.verdict,
-            "weights_dtype": self.weights_dtype,
-            "compute_dtype": self.compute_dtype,
-            "controls": list(self.controls),
-            "formats": list(self.formats),
-            "general": self.general,
+        """``sweep.json``'s ``confirmation``, in its order: the fields with each count's 95% Wilson interval."""
+        head = "n problems_sha256 top_k scale base_correct edited_correct mcnemar_p confirmed alpha point base_only"
+        tail = "mask_sha256 variant variant_set verdict weights_dtype compute_dtype controls formats general"
+        d = {k: getattr(self, k) for k in [*head.split(), "edited_only"]}
+        d |= {
+            "base_ci95": wilson_interval(self.base_correct, self.n),
+            "edited_ci95": wilson_interval(self.edited_correct, self.n),
         }
+        d |= {k: getattr(self, k) for k in tail.split()}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
 VERDICTS = {
