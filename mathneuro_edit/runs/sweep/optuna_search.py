@@ -141,11 +141,8 @@ class SearchSpace:
 
 def search_space(recipe: Recipe, names: Sequence[str], top_ks: Sequence[float], scales: Sequence[float]) -> SearchSpace:
     """The space over the scored matrices ``names``: their layers cut in ``sweep.bands`` bands, their components
-    (attention, MLP), the grid's top_k values and the range of its scales.
-
-    Raises:
-        InputError: no scored matrix in a layer and a component (nothing to give a scale each), or one scale only.
-    """
+    (attention, MLP), the grid's top_k values and the range of its scales (refused: no scored matrix in a layer's
+    component, or one scale only)."""
     places = [matrix_place(n) for n in names]
     components = tuple(c for c in COMPONENTS if any(p[1] == c for p in places))
     layers = [p[0] for p in places if p[0] is not None and p[1] is not None]
@@ -191,11 +188,8 @@ def _open_study(out: Path, seed: int, space: SearchSpace, pruner: _Halving, meas
 
     ``measures``: the sha256 of what a trial's values depend on besides its parameters (:func:`_measures`). Why
     recorded: the grid's results are cached by content, but a study keeps each trial's values as numbers; a study
-    resumed over other problems, another model or prompt would mix values of two searches.
-
-    Raises:
-        InputError: the folder's study was drawn with another seed, over another space, or measured by another
-            search (its trials would not be this search's).
+    resumed over other problems, another model or prompt would mix values of two searches; a study drawn with
+    another seed or over another space is refused too.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(f"sqlite:///{(out / OPTUNA_STUDY).resolve()}")

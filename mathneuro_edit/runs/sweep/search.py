@@ -17,10 +17,8 @@ says that nothing is confirmed. Why: with a 20-point grid, the best of 20 uncorr
 10% discordance: tests/runs/test_sweep_procedure.py); a test on fresh problems of the one setting chosen beforehand
 has its nominal level.
 
-Outputs (names in :mod:`mathneuro_edit.layout`): ``sweep.json`` (the contract in docs/evaluation.md),
-``sweep.csv`` (one row per point, raw and Holm p), ``sweep.png`` (math gain over the base vs general KL, Pareto front;
-needs matplotlib) and the statistics. Every accuracy carries its 95% Wilson interval. The procedure itself (pure
-functions of the counts): :mod:`.procedure`; from a confirmed sweep to a release: :mod:`.evidence`.
+The files (``sweep.json``, ``sweep.csv``, ``sweep.png``): :mod:`.result`; the procedure itself (pure functions of the
+counts): :mod:`.procedure`; from a confirmed sweep to a release: :mod:`.evidence`.
 """
 
 from __future__ import annotations
@@ -59,15 +57,13 @@ DEFAULT_SCALES = (0.0, 1.05, 1.1, 1.2)
 
 
 def check_sweep_folder(out: Path, overwrite: bool) -> None:
-    """Refuse a sweep's ``--out`` that exists, holds anything, and is not a sweep folder, unless ``overwrite``.
+    """Refuse a sweep's ``--out`` that is a file, or a folder that holds anything and is not a sweep folder, unless
+    ``overwrite``.
 
     A sweep folder holds :data:`~mathneuro_edit.layout.SWEEP_MARKER` (written when a sweep starts) or, from a
     sweep finished by an older version, ``sweep.json``; each must be a regular file. Why not a ``cache/`` folder
     or a ``stats/*.key.json`` file, as before: they are common names, and a sweep resumed into such a folder of
     the user's own wrote its cache and statistics there, replacing files of the same names (issue 41).
-
-    Raises:
-        InputError: a file at ``out``, or a folder that is not a sweep's, without ``overwrite``.
     """
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: is a file; choose a folder for --out")
@@ -224,32 +220,20 @@ def run_sweep(
     echo: Callable[[str], None] = lambda s: None,
     more_trials: int = 0,
 ) -> SweepResult:
-    """Sweep a grid of edits with one model in memory: select (adaptively), then confirm on other problems.
-    Returns the :class:`SweepResult`; ``sweep.search: optuna`` searches an Optuna study instead (:mod:`.optuna_search`).
+    """Sweep a grid of edits with one model in memory: select (adaptively), then confirm on other problems, as the
+    module docstring says; ``sweep.search: optuna`` searches an Optuna study instead (:mod:`.optuna_search`).
 
     The grid is ``variants x top_ks x scales``: the recipe itself and each ``sweep.variants`` entry (another
-    calibration set or target restriction), each with every ``(top_k, scale)``. Each point gets a mask from its
-    variant's statistics and is switched on with :class:`~mathneuro_edit.engine.apply.ReversibleEdit`.
-
-    Selection and confirmation as the module docstring says; with ``sweep.first_round`` the selection is successive
-    halving (:func:`~.procedure.halving_schedule`, :func:`~.procedure.promote`) and the candidate is chosen among
-    the points that reached the last round.
+    calibration set or target restriction), each with every ``(top_k, scale)`` (default: ``sweep.top_k`` and
+    ``sweep.scale``, else :data:`DEFAULT_TOP_KS` and :data:`DEFAULT_SCALES`; scale 1.0 is the base and is skipped).
+    With ``sweep.first_round`` the selection is successive halving (:func:`~.procedure.halving_schedule`,
+    :func:`~.procedure.promote`) and the candidate is chosen among the points that reached the last round.
 
     Resumable: every block of work (the base or a point, on <= 128 problems or on the general texts) is kept in
     ``out_dir/cache`` keyed by its content (:mod:`.cache`); the same command run again after a kill continues where
-    it stopped and writes the same ``sweep.json`` as an uninterrupted run, once the sweep is complete.
-
-    Args:
-        recipe: a recipe (or the path of a recipe file) with an ``evaluation`` section; its ``sweep`` section sets
-            sizes, grid, rounds, budget.
-        out_dir: the sweep folder (created; an existing one is resumed if a sweep made it:
-            :func:`check_sweep_folder`).
-        top_ks: fractions in (0, 1] (default: ``sweep.top_k``, else :data:`DEFAULT_TOP_KS`).
-        scales: numbers >= 0 (0 prunes; 1.0 is the base and is skipped; default ``sweep.scale``, else
-            :data:`DEFAULT_SCALES`).
-        overwrite: allow an existing ``out_dir`` that is not a sweep folder to be written into.
-        echo: receives the stage lines and one line per evaluated point.
-        more_trials: trials added to an Optuna search's budget (``--more-trials``).
+    it stopped and writes the same ``sweep.json`` as an uninterrupted run, once the sweep is complete. An existing
+    ``out_dir`` must be a sweep folder unless ``overwrite`` (:func:`check_sweep_folder`); ``echo`` receives the
+    stage lines and one line per evaluated point.
     """
     recipe = as_recipe(recipe)
     refuse_official(recipe, "sweep")  # its masks come from float32 statistics
