@@ -294,27 +294,22 @@ def mask_difference(lock_mask: Mask, rerun_mask: Mask, limit: int = 3) -> str:
         2 weights selected differently in 1 of 1 matrices (w: 1 only in the lock's mask, 1 only in the re-run's)
     """
     names = sorted(set(lock_mask) | set(rerun_mask))
-    parts: list[str] = []
-    total = changed = 0
+    parts: list[str] = []  # one per matrix that differs
+    total = 0
     for name in names:
         if name not in lock_mask or name not in rerun_mask:
-            changed += 1
             parts.append(f"{name}: only in the {'re-run' if name not in lock_mask else 'lock'}'s mask")
             continue
         a, b = lock_mask[name], rerun_mask[name]
         if a.shape != b.shape:
-            changed += 1
             parts.append(f"{name}: shape {list(a.shape)} in the lock's mask, {list(b.shape)} in the re-run's")
             continue
         only_a, only_b = int((a & ~b).sum()), int((b & ~a).sum())
         if only_a or only_b:
-            changed += 1
             total += only_a + only_b
             parts.append(f"{name}: {only_a} only in the lock's mask, {only_b} only in the re-run's")
-    more = f"; {len(parts) - limit} more" if len(parts) > limit else ""
-    return (
-        f"{total} weights selected differently in {changed} of {len(names)} matrices ({'; '.join(parts[:limit])}{more})"
-    )
+    shown = "; ".join(parts[:limit]) + (f"; {len(parts) - limit} more" if len(parts) > limit else "")
+    return f"{total} weights selected differently in {len(parts)} of {len(names)} matrices ({shown})"
 
 
 def run_files_near(source: str | Path, lock: Mapping[str, Any]) -> tuple[Mask | None, Statistics | None]:
