@@ -4,7 +4,8 @@ edit's survival in each quantized file (``gguf_survival.json``: :mod:`~..weights
 
 Its entry, its run step (after the checkpoint's, from the finished checkpoint folder; checked once, before the
 model loads: :func:`prepare_gguf`), its naming (llama.cpp's convention and the ``general.*`` metadata, from the
-lock's public form: the same lock always gives the same names, and never a local path) and its card snippets.
+lock's public form: the same lock always gives the same names, and never a local path) and its card's data (its
+text is ``card_template.md``'s).
 """
 
 from __future__ import annotations
@@ -34,12 +35,10 @@ __all__ = [
     "prepare_gguf",
     "write_gguf_step",
     "llama_cpp_usage",
-    "LLAMA_CPP_LOADERS",
     "beside_checkpoint",
     "read_survival",
     "read_gguf_eval",
-    "gguf_eval_section",
-    "gguf_effect",
+    "llama_cpp_facts",
     "estimate_gguf_survival",
     "survival_table",
 ]
@@ -287,74 +286,40 @@ def requantized(types: list[str]) -> str:
     return f"quantized to {shown}: close to the checkpoint's numbers, not equal to them"
 
 
-def _download(repo: str | None, first: str) -> str:
-    """The bash lines that fetch (from ``repo``, when published) and run one of the files with llama.cpp."""
-    return f"""```bash
-{f"hf download {repo} {first} --local-dir .{chr(10)}" if repo else ""}llama-cli -m {first}
-```"""
-
-
-def llama_cpp_usage(out: Output, view: CardView) -> str:
-    """The GGUF repo's files (under their names in the repo when the card is for one: ``{name: sha256}``) and how
-    llama.cpp, Ollama and LM Studio load them."""
-    repo = view.repo
+def llama_cpp_usage(out: Output, view: CardView) -> dict[str, Any]:
+    """The data of the GGUF repo's "How to use" (``card_template.md``'s ``gguf_usage``): its files (under their
+    names in the repo when the card is for one) with their types and sha256, the repo, and the edit's survival in
+    each file as the run measured it (:func:`survival_table`)."""
+    repo, survival = view.repo, view.gguf_survival
     files = {out.name_in_repo(view.lock, f) if repo else f: h for f, h in view.files.items()}
-    types = gguf_types(files)
-    rows = "\n".join(f"| `{f}` | {t} | `{h}` |" for (f, h), t in zip(files.items(), types))
-    first = next(iter(files), "MODEL.gguf")
-    qtype = gguf_types([first])[0]
-    source = (
-        f"the edited transformers checkpoint [{view.base_repo}](https://huggingface.co/{view.base_repo})"
-        if view.base_repo
-        else "the edited transformers checkpoint of the same run"
-    )
-    hub = (
-        f"""
-```bash
-llama-cli -hf {repo}:{qtype}          # llama.cpp
-ollama run hf.co/{repo}:{qtype}       # Ollama
-```
-
-LM Studio: search for `{repo}` in its model browser, or `lms get {repo}`.
-"""
-        if repo
-        else ""
-    )
-    survival = view.gguf_survival  # the edit in each file, as the run measured it
-    table = survival_table(dict(view.files), survival, dict(zip(view.files, files))) if survival else ""
-    return f"""Written by mathneuro-edit from {source}, {requantized(types)}.
-
-| file | type | sha256 |
-|---|---|---|
-{rows}
-
-{table}{hub}
-{_download(repo, first)}"""
+    types, first = gguf_types(files), next(iter(files), "MODEL.gguf")
+    return {
+        "source": view.base_repo,
+        "files": [{"name": f, "type": t, "sha256": h} for (f, h), t in zip(files.items(), types)],
+        "requantized": requantized(types),
+        "survival": survival_table(dict(view.files), survival, dict(zip(view.files, files))) if survival else None,
+        "repo": repo,
+        "first": first,
+        "qtype": gguf_types([first])[0],
+    }
 
 
-def beside_checkpoint(repo: str | None, files: Mapping[str, str], lock: Mapping[str, Any] | None = None) -> str:
-    """The llama.cpp paragraph of the checkpoint's card when its folder holds GGUF files (``{file: sha256}``): a
-    local card names the files here; a published one names them in the GGUF repo (``<repo>-GGUF``, their own)."""
+def beside_checkpoint(
+    repo: str | None, files: Mapping[str, str], lock: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The data of the checkpoint card's GGUF paragraph (``card_template.md``'s ``gguf_beside``) when its folder
+    holds GGUF files (``{file: sha256}``): a local card names the files here; a published one names them in the
+    GGUF repo (``<repo>-GGUF``, their own); ``None`` without files."""
     if not files:
-        return ""
+        return None
     gguf_repo = f"{repo}{GGUF.repo_suffix}" if repo else None
     names = {(GGUF.name_in_repo(lock, f) if gguf_repo and lock is not None else f): h for f, h in files.items()}
-    rows = "\n".join(f"| `{f}` | `{h}` |" for f, h in names.items())
-    where = (
-        f"published in their own repo, [{gguf_repo}](https://huggingface.co/{gguf_repo})"
-        if gguf_repo
-        else "in this folder (`mathneuro-edit push OUT --gguf` publishes them in a repo of their own)"
-    )
-    return f"""
-The edit as GGUF, for llama.cpp, Ollama and LM Studio (written by mathneuro-edit from this checkpoint and
-{requantized(gguf_types(files))}; `mathneuro-edit verify` audits it), {where}:
-
-| file | sha256 |
-|---|---|
-{rows}
-
-{_download(gguf_repo, next(iter(names)))}
-"""
+    return {
+        "repo": gguf_repo,
+        "files": [{"name": f, "sha256": h} for f, h in names.items()],
+        "requantized": requantized(gguf_types(files)),
+        "first": next(iter(names)),
+    }
 
 
 # what each type keeps of a weight (llama.cpp's quantize tool; K-quants: super-blocks of 256 entries)
@@ -450,10 +415,13 @@ def _folder_json(path: Path, what: str) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def survival_table(files: Mapping[str, str], survival: Mapping[str, Any] | None, names: Mapping[str, str]) -> str:
-    """The GGUF card's table: each file's type, size, what it keeps, and the edit's survival in it (the share of
-    edited weights whose quantized value differs from the base's in the same type, and the share of the intended
-    change it delivers); a line under it for each type where most of the edit is gone."""
+def survival_table(
+    files: Mapping[str, str], survival: Mapping[str, Any] | None, names: Mapping[str, str]
+) -> dict[str, Any]:
+    """The data of the GGUF card's survival table (``card_template.md``'s ``survival_table``): each file's type,
+    size, what it keeps, and the edit's survival in it (the share of edited weights whose quantized value differs
+    from the base's in the same type, and the share of the intended change it delivers); a line for each type
+    where most of the edit is gone."""
     from ..weights.gguf_survival import gone_line
 
     survival = survival or {}
@@ -468,102 +436,63 @@ def survival_table(files: Mapping[str, str], survival: Mapping[str, Any] | None,
             delivered = f"{total['delivered']:.1%}" if total.get("delivered") is not None else "-"
         else:
             kept, delivered = ("all (a float type)", "100%") if t in UNQUANTIZED else ("not measured", "-")
-        rows.append(f"| `{names.get(f, f)}` | {t} | {size} | {_KEEPS.get(t, '-')} | {kept} | {delivered} |")
-        line = gone_line(t, total) if total else None
-        gone += [f"**{line}.**"] if line else []
-    made_by = f", K-quants by {survival['quantizer']}" if survival.get("quantizer") else ""
-    return f"""The edit in each file (measured by mathneuro-edit after quantizing: the base quantized the same way from
-its {survival.get("source", "float")} GGUF{made_by}; `mathneuro-edit verify` measures it again):
-
-| file | type | size | keeps | edited weights that still differ from the base's | intended change delivered |
-|---|---|---|---|---|---|
-{chr(10).join(rows)}
-{(chr(10) + chr(10).join(gone) + chr(10)) if gone else ""}"""
-
-
-def gguf_effect(found: Mapping[str, Any] | None) -> str:
-    """The GGUF card's first-paragraph sentence on what the files do: each file's change in llama.cpp against the
-    base in the same type, or that they were not evaluated.
-
-    Example:
-        >>> row = {"type": "Q8_0", "n": 200, "base": {"accuracy": 0.1}, "edited": {"accuracy": 0.14},
-        ...        "difference_pp": 4.0, "mcnemar_p": 0.0078, "significant": True, "worse": False}
-        >>> gguf_effect({"n": 200, "files": {"m-Q8_0.gguf": row}})
-        'In llama.cpp, on 200 math problems, against the base written the same way: Q8_0 10.0% -> 14.0% (+4.0 pp, p = 0.0078, significant).'
-    """
-    from ..evaluation.report import format_p
-
-    rows = list(((found or {}).get("files") or {}).values())
-    if not rows:
-        return "These files were not evaluated in llama.cpp: the transformers checkpoint's figures are not theirs."
-    parts = [
-        f"{r['type']} {r['base']['accuracy']:.1%} -> {r['edited']['accuracy']:.1%} ({r['difference_pp']:+.1f} pp, "
-        f"{format_p(r['mcnemar_p'])}, {'significant' if r['significant'] or r['worse'] else 'not significant'})"
-        for r in rows
-    ]
-    return f"In llama.cpp, on {found['n']} math problems, against the base written the same way: {'; '.join(parts)}."  # type: ignore[index]
+        rows.append(
+            {"name": names.get(f, f), "type": t, "size": size, "keeps": _KEEPS.get(t, "-"), "kept": kept}
+            | {"delivered": delivered}
+        )
+        gone += [line] if total and (line := gone_line(t, total)) else []
+    return {
+        "source": survival.get("source", "float"),
+        "quantizer": survival.get("quantizer"),
+        "rows": rows,
+        "gone": gone,
+    }
 
 
-def gguf_eval_section(files: Mapping[str, str], found: Mapping[str, Any] | None, names: Mapping[str, str]) -> str:
-    """The GGUF card's evaluation: each file in llama.cpp against the base written the same way, paired on the
-    run's problems (``gguf_eval.json``), or why there is none. Never the checkpoint's figures: those are
-    transformers' on the unquantized weights, not what these files compute.
+def llama_cpp_facts(
+    files: Mapping[str, str], found: Mapping[str, Any] | None, names: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The data of the GGUF card's own figures (``card_template.md``'s ``gguf_effect``, the first paragraph's
+    sentence, and ``gguf_eval``, its evaluation): each evaluated file in llama.cpp against the base written the
+    same way, paired on the run's problems (``gguf_eval.json``: ``found``; ``None``: not evaluated). Never the
+    checkpoint's figures: those are transformers' on the unquantized weights, not what these files compute.
 
     Example:
-        >>> print(gguf_eval_section({"m-Q8_0.gguf": "h"}, None, {}).splitlines()[0][:60])
-        These files were not evaluated in llama.cpp (a recipe's `eva
+        >>> from mathneuro_edit.evaluation.llama_cpp import pair_row
+        >>> found = {"n": 2, "files": {"m-Q8_0.gguf": pair_row("Q8_0", [False, True], [True, True])}}
+        >>> llama_cpp_facts({}, found, {})["effect"]
+        [{'type': 'Q8_0', 'base': '50.0%', 'edited': '100.0%', 'change': '+50.0', 'p': 'p = 1', 'verdict': 'not significant'}]
     """
     from ..evaluation.report import format_accuracy, format_p
 
+    if found is None:
+        return None
+    evaluated = dict(found.get("files") or {})
+    effect = [
+        {"type": r["type"], "base": f"{r['base']['accuracy']:.1%}", "edited": f"{r['edited']['accuracy']:.1%}"}
+        | {"change": f"{r['difference_pp']:+.1f}", "p": format_p(r["mcnemar_p"])}
+        | {"verdict": "significant" if r["significant"] or r["worse"] else "not significant"}
+        for r in evaluated.values()
+    ]
     rows = []
-    for f in files:
-        r = ((found or {}).get("files") or {}).get(f)
-        if r is None:
-            continue
-        keys = ("math_accuracy", "math_correct", "math_ci95_low", "math_ci95_high")
-        arms = [
-            dict(zip(keys, (a["accuracy"], a["correct"], *a["wilson95"])), math_total=r["n"])
+    for f in (f for f in files if f in evaluated):
+        r, keys = evaluated[f], ("math_accuracy", "math_correct", "math_ci95_low", "math_ci95_high")
+        base, edited = (
+            format_accuracy(dict(zip(keys, (a["accuracy"], a["correct"], *a["wilson95"])), math_total=r["n"]))
             for a in (r["base"], r["edited"])
-        ]
-        cells = [format_accuracy(a) for a in arms]
+        )
         verdict = "significant gain" if r["significant"] else "significant loss" if r["worse"] else "not significant"
-        change = f"{r['difference_pp']:+.1f} pp, {format_p(r['mcnemar_p'])} ({verdict})"
-        d = r["discordant"]
-        rows.append(
-            f"| `{names.get(f, f)}` | {r['type']} | {cells[0]} | {cells[1]} | {change} | "
-            f"{d['base_only']} / {d['edited_only']} |"
-        )
-    if not rows:
-        return (
-            "These files were not evaluated in llama.cpp (a recipe's `evaluation.llama_cpp: true` evaluates each "
-            "file against the base written the same way). The transformers checkpoint's figures are not these "
-            "files' numbers: quantizing changes the weights (the edit's survival in each file is under "
-            '"How to use").'
-        )
-    p = found["prompt"]  # type: ignore[index]
+        rows.append({"name": names.get(f, f), "type": r["type"], "base": base, "edited": edited, "verdict": verdict})
+        rows[-1] |= {"change": f"{r['difference_pp']:+.1f}", "p": format_p(r["mcnemar_p"]), **r["discordant"]}
+    p = found.get("prompt") or {}
     prompt = ", ".join(
         [
-            "the chat template" if p["chat_template"] else f"plain prompts ({p['prompt_style']})",
-            f"{p['n_shot']}-shot",
-            f"greedy, up to {p['max_new_tokens']} new tokens",
+            "the chat template" if p.get("chat_template") else f"plain prompts ({p.get('prompt_style')})",
+            f"{p.get('n_shot')}-shot",
+            f"greedy, up to {p.get('max_new_tokens')} new tokens",
         ]
     )
-    return f"""Each file against the base written the same way (the same float GGUF, the same quantizer), in llama.cpp ({found["engine"]}), paired on the run's {found["n"]} evaluation math problems with the prompts the checkpoint's evaluation used ({prompt}). Accuracy: percent (correct/n, 95% Wilson interval); the change in percentage points with the two-sided exact McNemar test (significant: p < 0.05). General-text loss and KL were measured on the transformers checkpoint only, not on these files.
-
-| file | type | base, same type | edited | change | right only before / only after |
-|---|---|---|---|---|---|
-{chr(10).join(rows)}
-"""
-
-
-# ``## Where it loads`` of the GGUF files: llama.cpp, and what was checked for Ollama and LM Studio
-LLAMA_CPP_LOADERS = """## Where it loads
-
-- **llama.cpp** (`llama-cli`, `llama-server`): mathneuro-edit's tests read these files back with llama.cpp
-  (llama-cpp-python, in the optional GGUF test tier) and with the `gguf` package.
-- **Ollama, LM Studio** (both run llama.cpp): not run by the tests. Checked instead: the file is GGUF v3 with the
-  `general.*` metadata llama.cpp's own converter writes (architecture, name, base model, license, file type), the
-  tensor names and types llama.cpp expects for the architecture, and the tokenizer (`tokenizer.ggml.*`)."""
+    return {"engine": found.get("engine"), "n": found.get("n"), "prompt": prompt, "effect": effect, "rows": rows}
 
 
 def _refusal(model: Any, targets: Any, config: Mapping[str, Any]) -> str | None:
@@ -585,7 +514,7 @@ GGUF = register_output(
         holds="repo holds, as GGUF files for llama.cpp,",
         evaluated=False,
         usage=llama_cpp_usage,
-        loaders=LLAMA_CPP_LOADERS,
+        loaders="",  # card_template.md's own section for the GGUF: llama.cpp, Ollama, LM Studio
         files_cell=lambda weights_dtype, files: "GGUF: " + ", ".join(gguf_types(files) or ["none"]),
         on_gguf_base=lambda cast, files: (
             f"These GGUF files are that dequantized model with the edit (computed in float32{cast}), written from the "

@@ -39,7 +39,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CardView:
-    """What an output's card snippet (:attr:`Output.usage`) is built from.
+    """What an output's card part (:attr:`Output.usage`) is built from.
 
     Attributes:
         repo: the Hub repo the card is published in; ``None`` for a card in a local folder (its snippets load
@@ -110,9 +110,11 @@ class Output:
             ``base_model:<relation>:<id>`` tag) and its own tags (``gguf`` only on the repo of GGUF files).
         holds: the card's first sentence, "This <holds> a MathNeuro edit of ...".
         evaluated: whether its card carries the evaluation as Hub ``model-index`` results.
-        usage: its card's "How to use" snippet, ``usage(output, view)``.
+        usage: its card's "How to use", ``usage(output, view)``: a Markdown snippet, or the data of the template's
+            own part for the output (``card_template.md``: the GGUF's ``gguf_usage``).
         loaders: its card's "Where it loads" section: Markdown, a Jinja snippet rendered with the card's values
-            (``run_repo``: the run's repo, ``hub.repo_id``, when the card's repo is known).
+            (``run_repo``: the run's repo, ``hub.repo_id``, when the card's repo is known); empty where the
+            template has the output's own (the GGUF's).
         files_cell: its card's settings-table ``files`` cell, ``files_cell(weights dtype, its own files)``.
         on_gguf_base: what its files are when the base is a GGUF, ``on_gguf_base(cast, its own files)``.
         write: its run step, ``write(export, dest)``: its files into ``dest``; returns its size as a fraction of
@@ -126,8 +128,8 @@ class Output:
             and its card's ``base_model`` is that output's Hub repo (``push`` looks it up).
         repo_file_name: the name one of its files gets in its Hub repo, ``repo_file_name(lock, name in folder)``;
             ``None``: its name in the folder.
-        beside: the paragraph the card of the folder it lies in (another output's) gives its files,
-            ``beside(repo, its own files, lock)``.
+        beside: the data of the paragraph the card of the folder it lies in (another output's) gives its files
+            (``card_template.md``'s ``gguf_beside``), ``beside(repo, its own files, lock)``; ``None``: no files.
         absent: what to do when a folder holds none of its files (said by ``push``).
         asked: what the recipe asks of it, ``asked(recipe)`` (falsy: not written); default its ``outputs.<name>``.
         prepare: its check from the recipe and the base's folder alone, before the model loads,
@@ -150,7 +152,7 @@ class Output:
     tags: tuple[str, ...]
     holds: str
     evaluated: bool
-    usage: Callable[[Output, CardView], str]
+    usage: Callable[[Output, CardView], Any]
     loaders: str
     files_cell: Callable[[str | None, Mapping[str, str]], str]
     on_gguf_base: Callable[[str, Mapping[str, str]], str]
@@ -160,7 +162,7 @@ class Output:
     deltas: bool = False
     derived_from: str | None = None
     repo_file_name: Callable[[Mapping[str, Any], str], str] | None = None
-    beside: Callable[[str | None, Mapping[str, str], Mapping[str, Any]], str] | None = None
+    beside: Callable[[str | None, Mapping[str, str], Mapping[str, Any]], Any] | None = None
     absent: str = ""
     asked: Callable[[Any], Any] | None = None
     prepare: Callable[[Any, Path], None] | None = None
@@ -184,7 +186,7 @@ class Output:
     def name_in_repo(self, lock: Mapping[str, Any], name: str) -> str:
         return self.repo_file_name(lock, name) if self.repo_file_name is not None else name
 
-    def how_to_use(self, view: CardView) -> str:
+    def how_to_use(self, view: CardView) -> Any:
         return self.usage(self, view)
 
     def is_asked(self, recipe: Any) -> bool:

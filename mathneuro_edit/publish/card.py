@@ -36,7 +36,7 @@ from ..errors import InputError
 from ..evaluation.report import NOT_A_TEST, effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
 from ..outputs.common import card_fields, hub_origin
-from ..outputs.gguf import gguf_effect, gguf_eval_section, read_gguf_eval, read_survival
+from ..outputs.gguf import llama_cpp_facts, read_gguf_eval, read_survival
 from ..outputs.registry import OUTPUTS, CardView, Output, output, output_dirs, output_of_folder, own_files, repo_for
 from ..recipe.io import recipe_fields, recipe_from_dict
 from ..recipe.safe_yaml import dump_yaml
@@ -294,10 +294,8 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
     evaluation = None
     # files made from another output (the GGUF files) compute other numbers than it: their own, never its
     derived = out.derived_from is not None
-    if derived:
-        names = {f: out.name_in_repo(view.lock, f) if view.repo else f for f in view.files}
-        evaluation = gguf_eval_section(dict(view.files), source.gguf_eval, names)
-    elif source.eval_results:
+    names = {f: out.name_in_repo(view.lock, f) if view.repo else f for f in view.files}
+    if source.eval_results and not derived:
         untested = tuple(source.eval_results) if reused else ()
         evaluation = eval_markdown(source.eval_results, sections.card_text, untested=untested)
     return {
@@ -309,9 +307,8 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "action": _action(recipe),
         "tool_version": lock.get("versions", {}).get("tool", ""),
         "version": __version__,
-        "effect": gguf_effect(source.gguf_eval)
-        if derived
-        else effect_sentence(source.eval_results, sections.card_text),  # eval.json's, without a sweep
+        "effect": effect_sentence(source.eval_results, sections.card_text),  # eval.json's, without a sweep
+        "llama_cpp": llama_cpp_facts(dict(view.files), source.gguf_eval, names) if derived else None,
         "derived": derived,
         "derived_from": view.base_repo,
         "gguf_base": gguf_base(lock, out, source.weights_dtype),
@@ -352,8 +349,9 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "reused": reused,
         "overlap": overlap,
         "not_a_test": NOT_A_TEST,
-        "usage": out.how_to_use(view)
-        + "".join(o.beside(view.repo, own_files(o, view.lock), view.lock) for o in beside),  # type: ignore[misc]
+        "kind": out.name,
+        "usage": out.how_to_use(view),
+        "beside": [b for o in beside if (b := o.beside(view.repo, own_files(o, view.lock), view.lock))],  # type: ignore[misc]
         "where_it_loads": jinja2.Template(out.loaders).render(run_repo=_run_repo(view.repo, out)),
         "repo": view.repo,
         "reproduce_args": sections.reproduce_args(view.repo, view.lock),

@@ -14,14 +14,31 @@ import random
 import sys
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from mathneuro_edit.cli.main import main
 from mathneuro_edit.evaluation.llama_cpp import gguf_eval_line, pair_row
-from mathneuro_edit.outputs.gguf import gguf_effect, gguf_eval_section
+from mathneuro_edit.outputs.gguf import llama_cpp_facts
+from mathneuro_edit.publish.card import TEMPLATE
 from tests._llama_cpp import llama_cpp_or_skip
+
+
+def _part(macro: str, files: dict, found: dict | None, names: dict) -> str:
+    """The GGUF card's sentence (``gguf_effect``) or evaluation (``gguf_eval``) from card_template.md, rendered alone
+    from the data the card gives it."""
+    template = jinja2.Environment(undefined=jinja2.ChainableUndefined).from_string(TEMPLATE.read_text())
+    return getattr(template.module, macro)(llama_cpp_facts(files, found, names))
+
+
+def gguf_eval_section(files: dict, found: dict | None, names: dict) -> str:
+    return _part("gguf_eval", files, found, names)
+
+
+def gguf_effect(found: dict | None) -> str:
+    return _part("gguf_effect", {}, found, {})
 
 
 def _binomial_two_sided(b: int, c: int) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import jinja2
 import pytest
 import torch
 import yaml
@@ -29,6 +30,7 @@ from mathneuro_edit.outputs.gguf import beside_checkpoint
 from mathneuro_edit.publish.base_card import license_from_base
 from mathneuro_edit.publish.card import (
     CITATION,
+    TEMPLATE,
     CardSource,
     build_card,
     summarize_edit,
@@ -513,12 +515,18 @@ def test_only_gguf_files_of_the_checkpoint_folder_are_listed_and_only_in_its_car
     assert "The edit as GGUF" not in adapter and "| `m-Q8_0.gguf` |" not in adapter
 
 
+def _part(macro: str, *data: object) -> str:
+    """One part of card_template.md (a macro) rendered alone from its data, as the card renders it."""
+    template = jinja2.Environment(undefined=jinja2.ChainableUndefined).from_string(TEMPLATE.read_text())
+    return getattr(template.module, macro)(*data)
+
+
 def test_gguf_paragraph_and_note_exact_text() -> None:
-    assert beside_checkpoint("me/x", {}) == ""
-    usage = beside_checkpoint("me/x", {"a.gguf": "h1", "b.gguf": "h2"})
+    assert beside_checkpoint("me/x", {}) is None
+    usage = _part("gguf_beside", beside_checkpoint("me/x", {"a.gguf": "h1", "b.gguf": "h2"}))
     assert "| `a.gguf` | `h1` |\n| `b.gguf` | `h2` |\n" in usage
     assert "hf download me/x-GGUF a.gguf --local-dir .\nllama-cli -m a.gguf\n```" in usage  # the GGUF's own repo
-    assert "```bash\nllama-cli -m a.gguf\n```" in beside_checkpoint(None, {"a.gguf": "h1"})
+    assert "```bash\nllama-cli -m a.gguf\n```" in _part("gguf_beside", beside_checkpoint(None, {"a.gguf": "h1"}))
     lock = {"base": {"gguf": {"file": "base.gguf", "sha256": "b"}}}
     assert gguf_base({"base": {}}, CHECKPOINT) is None
     assert gguf_base(lock, CHECKPOINT, "float32") == {
