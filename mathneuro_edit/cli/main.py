@@ -185,20 +185,17 @@ def run(
         else:
             click.echo(p.to_text())
         return
+    job.claim(out, r, "dir", sweep_folder=from_sweep)  # a sweep is an input: never written
+    how = {"overwrite": overwrite, "progress": job.progress, "echo": job.stages(), "workers": workers}
     if from_sweep:
         from ..runs.sweep.evidence import run_from_sweep
 
-        job.claim(out, r, "dir", sweep_folder=from_sweep)  # the sweep is an input: never written
-        result = run_from_sweep(
-            r, from_sweep, out, overwrite=overwrite, progress=job.progress, echo=job.stages(), workers=workers
-        )
+        result = run_from_sweep(r, from_sweep, out, **how)
         shown, note = {"from_sweep": from_sweep}, f" (setting confirmed by {from_sweep})"
     else:
         from ..runs.pipeline import run_recipe
 
-        job.claim(out, r, "dir")
-        echo = job.stages()
-        result = run_recipe(r, out, overwrite=overwrite, progress=job.progress, echo=echo, workers=workers)
+        result = run_recipe(r, out, **how)
         shown, note = {}, ""
     if as_json:
         emit_json({"ok": True, **result.to_dict(), **shown})

@@ -102,12 +102,11 @@ set_opt = click.option(
 verbose_opt = click.option(
     "--verbose", "-v", is_flag=True, help="also the libraries' own progress bars and every warning they print"
 )
-_quiet = click.option("--quiet", "-q", is_flag=True, help="no progress bars or stage lines")
 
 
 def quiet_opt(f: Any) -> Any:
     """``--quiet`` and ``--verbose`` (the command receives both)."""
-    return _quiet(verbose_opt(f))
+    return click.option("--quiet", "-q", is_flag=True, help="no progress bars or stage lines")(verbose_opt(f))
 
 
 def json_option(help_text: str) -> Any:

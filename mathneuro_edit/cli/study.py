@@ -137,25 +137,16 @@ def sweep(
         echo=echo,
         more_trials=more_trials or 0,
     )
+    folder, pngs = Path(out), [f for f in (SWEEP_PNG, *OPTUNA_PNGS) if (Path(out) / f).is_file()]
     if as_json:  # the sweep.json document as written (NaN-free), and where the files are
         import json
 
-        names = (SWEEP_CSV, SWEEP_JSON, SWEEP_PNG, *OPTUNA_PNGS)
-        files = [str(Path(out) / f) for f in names if (Path(out) / f).is_file()]
-        emit_json(
-            {
-                "ok": True,
-                "out_dir": str(out),
-                "files": files,
-                "recommendation": result.recommendation,
-                "sweep": json.loads((Path(out) / SWEEP_JSON).read_text(encoding="utf-8")),
-            }
-        )
+        files = [str(folder / f) for f in (SWEEP_CSV, SWEEP_JSON, *pngs) if (folder / f).is_file()]
+        sweep_json = json.loads((folder / SWEEP_JSON).read_text(encoding="utf-8"))
+        emit_json(dict(ok=True, out_dir=str(out), files=files, recommendation=result.recommendation, sweep=sweep_json))
         return
-    click.echo(result.to_text())
-    click.echo(result.recommendation)
-    pngs = [f for f in (SWEEP_PNG, *OPTUNA_PNGS) if (Path(out) / f).is_file()]
-    click.echo(f"wrote {Path(out) / SWEEP_CSV} (every column), {', '.join([SWEEP_JSON, *pngs])}")
+    click.echo(f"{result.to_text()}\n{result.recommendation}")
+    click.echo(f"wrote {folder / SWEEP_CSV} (every column), {', '.join([SWEEP_JSON, *pngs])}")
 
 
 @click.command()

@@ -32,11 +32,8 @@ _LAYER = re.compile(r"\.(\d+)\.")
 
 
 def pyplot(*, required: bool = True) -> Any:
-    """matplotlib.pyplot on the file-only Agg backend; ``None`` when missing and not ``required``.
-
-    Raises:
-        InputError: matplotlib is missing and ``required`` (names the ``plot`` extra).
-    """
+    """matplotlib.pyplot on the file-only Agg backend; when it is missing, ``None`` or (``required``) an
+    InputError naming the ``plot`` extra."""
     try:
         import matplotlib
 
@@ -91,11 +88,7 @@ def save_figure(fig: Any, path: str | Path) -> Path:
 
 
 def load_artifact(path: str | Path) -> tuple[str, Any]:
-    """Open a mask or statistics file: ``("mask", Mask)`` or ``("stats", ActivationStats)``.
-
-    Raises:
-        InputError: neither (names the file and what was found).
-    """
+    """Open a mask or statistics file: ``("mask", Mask)`` or ``("stats", ActivationStats)``; neither: InputError."""
     from safetensors import SafetensorError, safe_open
 
     p = Path(path)
@@ -201,19 +194,13 @@ def stats_table(stats: Any) -> str:
 
 
 def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = None) -> Path:
-    """Save a PNG of the selected fraction per layer, one line per module type (the paper's layer figure).
-
-    Raises:
-        InputError: matplotlib is not installed (``pip install matplotlib``), or the mask has no layers.
-    """
+    """Save a PNG of the selected fraction per layer, one line per module type (the paper's layer figure)."""
     plt = pyplot()
     fractions = layer_fractions(mask)
     if not fractions:
         raise InputError("the mask has no per-layer tensors to plot")
     fig, ax = plt.subplots(figsize=(8.5, 4.2))
-    colors = plt.get_cmap("tab10")
-    styles = ["-", "--", "-.", ":"]
-    markers = "osD^vP*Xh<>p"
+    colors, styles, markers = plt.get_cmap("tab10"), ["-", "--", "-.", ":"], "osD^vP*Xh<>p"
     # distinguishable lines: colour, dash and marker all change from one module type to the next
     for i, (module_type, by_layer) in enumerate(sorted(fractions.items())):
         style = {"color": colors(i % 10), "ls": styles[i % len(styles)], "marker": markers[i % len(markers)]}

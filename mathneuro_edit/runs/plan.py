@@ -175,31 +175,22 @@ class Plan:
     """Sizes and memory needs of a MathNeuro run (all byte counts are estimates unless said exact).
 
     Attributes:
-        model_type, dtype: the config's family and the dtype planned for.
-        n_params: parameters (tied weights once), exact.
-        n_targets, targets_by_kind: scored weights, exact (``{"linear": 224, ...}``); n_target_params their entries.
-        weights_bytes, stats_bytes, mask_bytes: sizes (stats exact up to the file header; mask an upper bound).
-        activation_bytes, calibration_peak_bytes, mask_peak_bytes, export_peak_bytes: peak memory per step.
-        largest_target: ``(name, entries)`` of the largest scored weight.
+        n_params, n_targets, targets_by_kind, n_target_params: exact (tied weights counted once).
+        stats_bytes, mask_bytes: stats exact up to the file header; mask an upper bound unless ``mask_counted``
+            (the counts of a saved mask, ``plan --mask FILE``, whose own size is ``mask_file_bytes``).
         placement: accelerate's placement ``device -> weight bytes`` when ``max_memory`` or a dict device_map is
             given, else empty.
-        settings: batch_size, max_length, top_k, granularity, general_sets.
-        outputs: ``{"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", "gguf": ...}``:
-            None where this family gets the output, else why not and the recipe line (from the config alone:
-            weights/support.py).
+        outputs: ``{"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", ...}``: None
+            where this family gets the output, else why not and the recipe line (weights/support.py).
+        output_dtype, checkpoint_bytes: the edited checkpoint's dtype (``outputs.dtype``; ``auto`` resolved: the
+            base's own, a GGUF base's source's) and its size at that dtype.
         adapter_bytes, adapter_r: the PEFT SHiRA adapter's size and ``r`` (0 when this family gets no adapter).
-        mask_counted: whether the mask's sizes come from a saved mask's counts (exact) or from ``top_k`` (a bound).
-        mask_file_bytes: the size of the saved mask file given (``plan --mask FILE``, header included), exact;
-            None without one.
-        output_dtype, checkpoint_bytes: the dtype the edited checkpoint is written in (``outputs.dtype``; ``auto``
-            resolved: the base's own, a GGUF base's source's) and the checkpoint's size at that dtype.
-        ram: the peak RSS of each command's own process on a CPU machine (``calibrate``, ``mask``, ``export``,
-            ``export --gguf``, ``export --adapter``, ``verify``, ``reproduce``), with :data:`~.plan_memory.RUNTIME_BYTES` and,
-            with ``max_memory``, only the weights placed in RAM (disk-offloaded layers are read in place;
+        ram: the peak RSS of each command's own process on a CPU machine, with :data:`~.plan_memory.RUNTIME_BYTES`
+            and, with ``max_memory``, only the weights placed in RAM (disk-offloaded layers are read in place;
             docs/scaling.md: the model, what bounds each).
         eval_general_bytes, eval_math_bytes, eval_settings: the evaluation on one device (0: no evaluation
             settings): weights + one general (loss and KL) batch, weights + one math generation batch, and the
-            batch_size, max_length, prompt_tokens and max_new_tokens they assume.
+            settings they assume.
         gguf_survival: ``plan --mask`` with ``outputs.gguf``: type -> the edit's estimated survival
             (:func:`~mathneuro_edit.outputs.gguf.estimate_gguf_survival`).
     """
@@ -337,18 +328,9 @@ def _count(n: int) -> str:
 @dataclass(frozen=True)
 class PlanSettings:
     """What the planned run does, from the recipe's calibration, mask, outputs and evaluation keys (the defaults
-    of :func:`plan_from_config`).
-
-    Attributes:
-        dtype: ``"bfloat16"``, ``"float16"``, ``"float32"`` or ``"auto"`` (the config's dtype).
-        output_dtype: the edited checkpoint's dtype (``outputs.dtype``); ``None`` or ``"auto"``: the config's.
-        top_k: the mask fraction (sets the mask size bound).
-        batch_size, max_length: calibration batch size and tokens per text.
-        granularity: ``"matrix"`` or ``"row"`` (top-K per matrix or per output row).
-        general_sets: number of general sets (one statistics file each).
-        include, exclude: target name patterns, as for calibrate.
-        evaluation: ``{"batch_size", "max_length", "prompt_tokens", "max_new_tokens"}`` of the evaluation to plan
-            (``eval_general_bytes``, ``eval_math_bytes`` and the ``eval`` RAM figure); ``None``: no evaluation.
+    of :func:`plan_from_config`). ``dtype`` and ``output_dtype``: ``"auto"`` (or ``None``) is the config's own;
+    ``evaluation``: ``{"batch_size", "max_length", "prompt_tokens", "max_new_tokens"}`` of the evaluation to plan,
+    ``None`` for none.
     """
 
     dtype: str = "bfloat16"
@@ -388,16 +370,11 @@ def plan_from_config(
     trust_remote_code: bool = False,
     mask_file: Any = None,
 ) -> Plan:
-    """Plan a run (a :class:`Plan`) from the model's config alone (and, once it exists, the mask's per-weight
-    counts).
-
-    Args:
-        config_or_path: what :func:`load_config` reads (only ``config.json`` is fetched).
-        settings: what the run does (:class:`PlanSettings`); ``None``: its defaults.
-        device_map: a dict placement to sum up (``"auto"`` depends on the run machine: give ``max_memory``).
-        max_memory: per-device caps; accelerate's ``infer_auto_device_map`` then places the weights.
-        mask_file: a saved mask (or :class:`~mathneuro_edit.engine.mask.Mask`) of this base: its exact counts
-            replace the top-K bound in the mask size, the adapter's size and the adapter commands' memory.
+    """Plan a run (a :class:`Plan`) from the model's config alone (:func:`load_config`: only ``config.json`` is
+    fetched) and, once it exists, a saved mask of this base (``mask_file``: its exact counts replace the top-K
+    bound in the mask size, the adapter's size and the adapter commands' memory). ``device_map``: a dict placement
+    to sum up (``"auto"`` depends on the run machine: give ``max_memory``, the per-device caps accelerate's
+    ``infer_auto_device_map`` places the weights with).
     """
     from ..engine.targets import find_targets
 
@@ -411,7 +388,10 @@ def plan_from_config(
     n_params = sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
     counts = _mask_counts(mask_file, targets) if mask_file is not None else None
     t = _target_sizes(targets, config, s, counts)
-    shira_r, adapter_bytes, stored_largest = _adapter_sizes(config, t, targets[t.largest[0]].shape, nbytes)
+    # the SHiRA adapter's deltas are in the base's own dtype (its config's), whatever the run loads it in
+    shira_r, adapter_bytes = shira_file_bytes(t.shira_layers, _BYTES.get(_dtype(config, None, ""), nbytes))
+    shape = targets[t.largest[0]].shape  # the adapter stores r x (rows + columns) entries of the largest weight
+    stored_largest = shira_r * (shape[0] + shape[-1]) if len(shape) == 2 else 0
     eval_general, eval_math = _evaluation_bytes(config, s.evaluation, nbytes, t.widest)
     sizes = JobSizes(  # what the per-command memory figures combine
         nbytes=nbytes,
@@ -508,14 +488,6 @@ def _target_sizes(targets: dict[str, Any], config: Any, s: PlanSettings, counts:
         widest = max([widest, *(d for d in (t.d_in, d_out) if d != vocab)])  # the head's V outputs: never computed
     largest = max(((n, math.prod(t.shape)) for n, t in targets.items()), key=lambda x: x[1])
     return _TargetSizes(kinds, entries, stats, mask, widest, largest, selected_of[largest[0]], shira_layers)
-
-
-def _adapter_sizes(config: Any, t: _TargetSizes, largest_shape: tuple[int, ...], nbytes: int) -> tuple[int, int, int]:
-    """The PEFT SHiRA adapter's ``r``, its file's bytes and the entries it stores for the largest weight; its
-    deltas are in the base's own dtype (its config's), whatever the run loads it in."""
-    shira_r, adapter_bytes = shira_file_bytes(t.shira_layers, _BYTES.get(_dtype(config, None, ""), nbytes))
-    stored = shira_r * (largest_shape[0] + largest_shape[-1]) if len(largest_shape) == 2 else 0
-    return shira_r, adapter_bytes, stored
 
 
 def _activation_bytes(config: Any, s: PlanSettings, nbytes: int, widest: int) -> int:

@@ -49,13 +49,9 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
     """Rewrite the model cards (and locks) of a run folder's outputs from its lock, mask and eval.json; returns the
     README.md files written, one per output folder.
 
-    Args:
-        base: a local base folder, when the lock redacted it (only a lock of an older version needs it).
-        sets: ``key=value`` card settings (``hub.*``, ``base.hub_id``, a source's ``hub_dataset``), applied to
-            the lock and the cards (:mod:`.card_sets`).
-
-    Raises:
-        InputError: a ``--set`` key that would change the weights or that no card shows (nothing is written).
+    ``base``: a local base folder the lock redacted (only a lock of an older version needs it); ``sets``: card
+    settings applied to the lock and the cards (:mod:`.card_sets`); a key that would change the weights or that no
+    card shows is an InputError, before anything is written.
     """
     folder = Path(run_dir)
     if not (folder / MASK_NAME).is_file() or not (folder / LOCK_NAME).is_file():
@@ -235,12 +231,8 @@ def verify_run(
     say: Callable[[str], None] = lambda s: None,
 ) -> RunVerification:
     """Audit every output of a run folder tensor by tensor against the base, mask and scale (from the lock unless
-    given), and every file against the lock's sha256.
-
-    Args:
-        trust_remote_code: the command line's own opt-in; never taken from the lock.
-        echo: receives one stage line per audited folder.
-        say: receives each audit's and the file check's report as it is made.
+    given; ``trust_remote_code`` never is), and every file against the lock's sha256. ``echo`` receives one stage
+    line per audited folder, ``say`` each audit's and the file check's report as it is made.
     """
     folder = Path(out)
     targets = [folder / s for s in output_dirs() if (folder / s).is_dir()] or [folder]
@@ -254,9 +246,7 @@ def verify_run(
     ):
         raise InputError(f"{folder}: not a mathneuro-edit output (no model or adapter files); {expected}")
     base, mask_path, scale, lock = _audit_inputs(folder, targets == [folder], base, mask_path, scale, expected)
-    failed = []
-    stages = Stages(len(audited), echo)
-    audits = []
+    failed, audits, stages = [], [], Stages(len(audited), echo)
     mask = Mask.load(mask_path)  # read once: its sha256 is compared with the lock's below
     for t in audited:
         stages.start(f"audit {t.name}/ against the base, mask and scale x{show_setting(scale)}")
@@ -267,9 +257,8 @@ def verify_run(
         if not report.ok:
             failed.append(t.name)
     files = None
-    lock_dir = folder if (folder / LOCK_NAME).is_file() else None
-    if lock_dir is not None:  # the per-file check reproduce makes too: every file against the lock's sha256
-        lock = read_lock(lock_dir)
+    if (folder / LOCK_NAME).is_file():  # the per-file check reproduce makes too: every file against the lock's sha256
+        lock = read_lock(folder)
         files = check_local_files_against_lock(folder, lock)
         say(files.to_text())
         if not files.ok:
@@ -277,6 +266,7 @@ def verify_run(
     lock_mask = lock.get("mask_sha256") if lock is not None else None
     if lock_mask is not None and lock_mask != mask.sha256:  # the weights may match a mask the lock never made
         failed.insert(0, "mask")
-    checked_on = audits[0].device if audits else "cpu"
     made_on = lock.get("device") if lock is not None else None
-    return RunVerification(audits, files, failed, made_on, checked_on, mask.sha256, lock_mask)
+    return RunVerification(
+        audits, files, failed, made_on, audits[0].device if audits else "cpu", mask.sha256, lock_mask
+    )

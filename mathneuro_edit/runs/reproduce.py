@@ -56,11 +56,7 @@ _LOCK_BLOCK = re.compile(r"```yaml\n(lock_version:.*?)\n```", re.DOTALL)
 
 def read_any_lock(source: str | Path) -> dict[str, Any]:
     """Read a lock from an output folder, a ``*.lock.yaml`` file, a model card (``README.md``), or a Hub model
-    repo published by ``mathneuro-edit push`` (``user/name``: its lock file is downloaded).
-
-    Raises:
-        InputError: nothing lock-like there.
-    """
+    repo published by ``mathneuro-edit push`` (``user/name``: its lock file is downloaded); InputError if none."""
     p = Path(source)
     if is_hub_source(source):
         return read_lock(_download_lock(str(source)))
@@ -241,21 +237,15 @@ def reproduce(
     trust_remote_code: bool = False,
     echo: Callable[[str], None] = lambda s: None,
 ) -> ReproduceReport:
-    """Check the files of ``source`` against its lock, then re-run the lock's recipe and compare the mask and
-    output hashes with the recorded ones.
+    """Check the files of ``source`` (an output folder, a lock file, a model card, or a Hub repo id) against its
+    lock, then re-run the lock's recipe and compare the mask and output hashes with the recorded ones; the
+    report's ``ok`` only when the files you have AND the re-run match the lock.
 
-    Args:
-        source: an output folder, a lock file, a model card, or a Hub repo id.
-        out_dir: where to write the re-run (default: a temporary folder, deleted afterwards unless ``keep``).
-        base: a local base folder, for locks whose local base path was redacted (its weights are checked).
-        overrides: ``key=value`` for other redacted paths (``data.math.path=...``).
-        trust_remote_code: the user's own opt-in (``--trust-remote-code``) to run the base repository's code; a
-            lock never turns it on (:func:`~mathneuro_edit.publish.lock_policy.refused_lock_settings`).
-        echo: receives the stage lines (``[1/3] check the files of SOURCE against the lock``, then the re-run's
-            own stages indented under ``[2/3]``; the CLI prints them): a re-run takes minutes, never in silence.
-
-    Returns:
-        A :class:`ReproduceReport`; ``ok`` only when the files you have AND the re-run match the lock.
+    ``base``: a local base folder for a lock whose local base path was redacted (its weights are checked);
+    ``overrides``: ``key=value`` for other redacted paths (``data.math.path=...``); ``trust_remote_code``: the
+    user's own opt-in, which a lock never turns on (:func:`~mathneuro_edit.publish.lock_policy.refused_lock_settings`).
+    ``echo`` receives the stage lines (``[1/3] check the files of SOURCE against the lock``, then the re-run's own
+    stages indented under ``[2/3]``): a re-run takes minutes, never in silence.
     """
     lock = read_any_lock(source)
     validate_lock(lock, f"{source}: lock")  # every field against the recipe hash, before anything runs

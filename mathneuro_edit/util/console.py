@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -365,17 +366,13 @@ def table(header: list[str], rows: list[list[str]], right: set[int] | None = Non
 
 def markdown_table_text(markdown: str) -> str:
     """A markdown table (``| a | b |`` rows and a ``|---|`` rule) as aligned columns; other lines unchanged."""
-    rows, out = [], []
-    for line in markdown.splitlines():
-        if line.startswith("|") and line.endswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if not all(set(c) <= set("-:") and c for c in cells):  # skip the |---| rule
-                rows.append(cells)
+    out: list[str] = []
+    for is_table, lines in itertools.groupby(markdown.splitlines(), lambda s: s.startswith("|") and s.endswith("|")):
+        if not is_table:
+            out += lines
             continue
+        rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+        rows = [cells for cells in rows if not all(set(c) <= set("-:") and c for c in cells)]  # not the |---| rule
         if rows:
             out.append(table(rows[0], rows[1:]))
-            rows = []
-        out.append(line)
-    if rows:
-        out.append(table(rows[0], rows[1:]))
     return "\n".join(out)

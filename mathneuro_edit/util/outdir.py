@@ -86,7 +86,7 @@ def _alive(rec: dict[str, Any]) -> bool | None:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's live process
-        return True
+        pass
     return True
 
 
@@ -98,21 +98,10 @@ def _read(path: Path) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
-def _describe(rec: dict[str, Any] | None) -> str:
-    if not rec:
-        return "another run"
-    return (
-        f"another run (pid {rec.get('pid')} on {rec.get('host')}, started {rec.get('started')}: {rec.get('command')})"
-    )
-
-
 @contextmanager
 def claim(out: str | Path) -> Iterator[Path]:
-    """Hold ``.<out name>.lock`` beside ``out`` exclusively for the duration of the block.
-
-    Raises:
-        OutputBusyError: another live run holds it (the message names that run's pid, host and command).
-    """
+    """Hold ``.<out name>.lock`` beside ``out`` exclusively for the duration of the block; an OutputBusyError
+    naming the holder's pid, host and command when another live run holds it."""
     out = Path(out).expanduser().absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     lock = out.parent / f".{out.name}.lock"
@@ -158,8 +147,14 @@ def _acquire(lock: Path, out: Path) -> int:
                 if rec:
                     break
                 time.sleep(0.01)
+            holder = (
+                f"another run (pid {rec.get('pid')} on {rec.get('host')}, started {rec.get('started')}: "
+                f"{rec.get('command')})"
+                if rec
+                else "another run"
+            )
             raise OutputBusyError(
-                f"{out}: {_describe(rec)} is writing it; wait for it to finish or choose another --out"
+                f"{out}: {holder} is writing it; wait for it to finish or choose another --out"
             ) from None
         try:  # the holder unlinks the file before releasing it: make sure ours is still the one at the path
             same = os.stat(lock).st_ino == os.fstat(fd).st_ino
@@ -330,13 +325,8 @@ def check_output(
 
 @contextmanager
 def install_signal_handlers() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (no-op in other threads);
-    the previous handlers come back afterwards.
-
-    Example:
-        >>> with install_signal_handlers():
-        ...     pass  # a `kill PID` here unwinds like Ctrl-C: temporary folders are removed
-    """
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (no-op in other threads),
+    so a ``kill PID`` unwinds like Ctrl-C (temporary folders are removed); the previous handlers come back after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -367,10 +357,6 @@ def atomic_dir(
     fails naming this one), stale temporary folders of killed runs beside it are removed, and a full or
     read-only disk becomes one :class:`~mathneuro_edit.errors.InputError` (``needed``: the output's bytes, for
     the message, or a function giving them, called only when the disk fills; default what was written so far).
-
-    Example:
-        >>> with atomic_dir("out", overwrite=False) as tmp:  # doctest: +SKIP
-        ...     (tmp / "config.json").write_text("{}")
     """
     out = Path(out_dir).expanduser().absolute()
     refuse_overlap(out, protect)
@@ -385,13 +371,11 @@ def atomic_dir(
             yield tmp
             (tmp / OWNER_MARKER).unlink(missing_ok=True)
             os.chmod(tmp, dir_mode())  # mkdtemp makes it private; a model folder follows the user's umask
-            if out.exists():
-                old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+            old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+            if out.exists():  # replaced only once the new folder is complete
                 out.rename(old)
-                tmp.rename(out)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(out)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
         except BaseException as e:
             # what the output needs: its known size, or what this run wrote before the failure plus what the file
             # that failed needed (a GGUF written into an export folder, a statistics file), whichever is larger:
