@@ -66,11 +66,8 @@ def _recipe_keys() -> tuple[str, ...]:
 
 
 def check_card_sets(sets: Sequence[str]) -> list[str]:
-    """``sets`` when every key is one a card may change (:data:`CARD_KEYS`, a source's ``hub_dataset``).
-
-    Raises:
-        InputError: a key that would change the weights, or that no card shows (one line: which, why, what to do).
-    """
+    """``sets`` when every key is one a card may change (:data:`CARD_KEYS`, a source's ``hub_dataset``); a key that
+    would change the weights, or that no card shows, is refused in one line (which, why, what to do)."""
     for item in sets:
         key = _key(item)
         if key in CARD_KEYS or _HUB_DATASET.match(key):
@@ -94,11 +91,9 @@ def check_card_sets(sets: Sequence[str]) -> list[str]:
 def apply_card_sets(lock: Mapping[str, Any], sets: Sequence[str], where: str) -> dict[str, Any]:
     """The lock with ``sets`` (checked by :func:`check_card_sets`) applied to its recipe (written in its public
     form, every default explicit, as a run writes it), ``recipe_sha256`` re-computed and the data records'
-    ``hub_dataset`` kept in step.
-
-    Raises:
-        InputError: a value the recipe refuses, or a ``base.hub_id`` / ``base.hub_revision`` that an output file
-            records (the GGUF file's name and metadata, an adapter's ``base_model_name_or_path``).
+    ``hub_dataset`` kept in step. A value the recipe refuses is refused, and so is a ``base.hub_id`` /
+    ``base.hub_revision`` that an output file records (the GGUF file's name and metadata, an adapter's
+    ``base_model_name_or_path``: :func:`_check_outputs_unchanged`).
     """
     new = copy.deepcopy(dict(lock))
     before = recipe_from_dict(dict(lock["recipe"]), where=where)

@@ -183,12 +183,10 @@ def reproduce_verdict(
     """The verdict of ``reproduce``: never ``yes`` when a file, the mask or an output differs, nor when the
     statistics differ on the same device; never ``bit for bit`` when a file present could not be checked.
 
-    Args:
-        recorded: ``{path: sha256}`` the lock records of the files checked (``None``: a file the lock should record
-            but does not, as in a lock written before ``run_files``); ``None``: a lock file alone, no files.
-        found: ``{path: sha256}`` of the files present (as :func:`~mathneuro_edit.publish.integrity.compare_files`
-            reads them).
-        made_on: the lock's ``device`` record; ``checked_on``: the re-run's.
+    ``recorded``: ``{path: sha256}`` the lock records of the files checked (a ``None`` value: a file the lock should
+    record but does not, as in a lock written before ``run_files``; ``None``: a lock file alone, no files), against
+    ``found`` (:func:`~mathneuro_edit.publish.integrity.compare_files`); ``made_on``, ``checked_on``: the lock's and
+    the re-run's ``device`` records.
 
     Example:
         >>> rerun = Rerun(True, {"checkpoint/model.safetensors": "match"}, StatsComparison(True, 0.0))
@@ -228,11 +226,8 @@ def reproduce_verdict(
 
 
 def max_relative_difference(a: Statistics, b: Statistics) -> float:
-    """The largest ``|a - b| / max(|a|, |b|)`` over every sum of two runs' statistics (0 where both are 0).
-
-    Raises:
-        InputError: the two are not statistics of the same targets and sets.
-    """
+    """The largest ``|a - b| / max(|a|, |b|)`` over every sum of two runs' statistics (0 where both are 0); two
+    statistics of other targets or sets are refused."""
     pairs = list(zip([a.math, *a.general], [b.math, *b.general]))
     if len(a.general) != len(b.general) or any(x is None or y is None for x, y in pairs):
         raise InputError("the two statistics folders hold different sets; they are not of the same recipe")

@@ -216,9 +216,7 @@ def recipe_masks(
 def compose_masks(top_k: Mapping[str, float], by_value: Mapping[float, Mask]) -> Mask:
     """The mask of a top_k map: each matrix's entry from ``by_value``'s mask at the matrix's own top_k
     (:func:`~mathneuro_edit.engine.edit_map.value_for`); the provenance of those masks, with the map as ``top_k``.
-
-    Raises:
-        InputError: a key of the map that matches no scored matrix (a typo such as ``q_porj``).
+    A key of the map that matches no scored matrix (a typo such as ``q_porj``) is refused.
     """
     first = next(iter(by_value.values()))
     unused = unmatched_keys(top_k, list(first))

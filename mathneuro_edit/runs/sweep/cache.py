@@ -64,11 +64,8 @@ class ResultCache:
         return self.folder / f"{key_sha256(key)}.json"
 
     def get(self, key: Mapping[str, Any]) -> Any | None:
-        """The stored result of ``key``, or ``None`` when there is none.
-
-        Raises:
-            InputError: the entry exists but does not match its key (edited, truncated or from another file).
-        """
+        """The stored result of ``key``, or ``None`` when there is none; an entry that does not match its key
+        (edited, truncated or from another file) is refused."""
         path = self._path(key)
         if not path.is_file():
             self.misses += 1

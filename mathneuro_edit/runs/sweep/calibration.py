@@ -64,10 +64,7 @@ def _stored(folder: Path, key: dict[str, Any]) -> Path | None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         ok = False
     if not ok:
-        raise InputError(
-            f"sweep cache: {path} does not match {key_file.name} (edited or corrupted); delete both "
-            "and run the same command again"
-        )
+        raise InputError(f"sweep cache: {path} does not match {key_file.name} (edited or corrupted); {fix}")
     return path
 
 

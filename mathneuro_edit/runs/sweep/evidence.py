@@ -406,10 +406,8 @@ _REQUIRED_TESTS = (("base", False), ("base", True), ("general-specific", False))
 def _check_controls(c: Mapping[str, Any], n: int, alpha: float, where: str) -> None:
     """A confirmation that says confirmed must show it: its verdict is a math boost and, in the recipe's own prompt
     format, the candidate's counts beat the base, the base among the problems both answered, and the
-    magnitude-matched control, each by an exact McNemar p below ``alpha`` recomputed from the counts here.
-
-    Raises:
-        InputError: a sweep written before the controls, or a verdict its own counts do not support.
+    magnitude-matched control, each by an exact McNemar p below ``alpha`` recomputed from the counts here (a
+    sweep written before the controls, or a verdict its own counts do not support, is refused).
     """
     formats = c.get("formats")
     if not isinstance(formats, list) or not formats or not isinstance(formats[0], dict):
@@ -590,16 +588,10 @@ def recipe_from_sweep(
     recipe: Recipe, evidence: SweepEvidence, where: str = "--from-sweep", *, base: Mapping[str, Any] | None = None
 ) -> Recipe:
     """``recipe`` with the confirmed ``mask.top_k`` and edit (``scale``, or ``prune`` for 0), when its base is the
-    model the sweep measured and every key that decides the weights has the sweep's value.
-
-    Args:
-        base: the recipe's base identity (default: :func:`~mathneuro_edit.runs.steps.export.base_identity` of
-            ``recipe.base``, which hashes its files).
-
-    Raises:
-        InputError: the recipe differs from the sweep's in a key that decides the weights
-            (:func:`release_difference`), its base is another model (:func:`base_difference`), or the sweep's
-            confirmed variant is not one of the recipe's own (:func:`_own_variant`).
+    model the sweep measured (:func:`base_difference`; ``base``: its identity, by default
+    :func:`~mathneuro_edit.runs.steps.export.base_identity`, which hashes its files), every key that decides the
+    weights has the sweep's value (:func:`release_difference`) and the confirmed variant is one of its own
+    (:func:`_own_variant`); else an :class:`InputError` line.
     """
     found = release_difference(recipe.public_dict(), evidence.recipe)
     if found is not None:
@@ -629,10 +621,8 @@ def _own_variant(recipe: Recipe, confirmation: Mapping[str, Any], where: str) ->
     Why from the recipe, never from the file: a sweep.json may be someone else's, and its overrides were applied
     after a prefix check only, so it could make the release read a local file (``data.math.path=/etc/...``),
     hang in a catastrophic ``targets.include`` regex or exhaust memory with a template. The file now only names
-    which of the recipe's variants was confirmed; the recipe's own text is what is applied.
-
-    Raises:
-        InputError: the named variant is not one of the recipe's with exactly those overrides.
+    which of the recipe's variants was confirmed; the recipe's own text is what is applied (a variant the recipe
+    does not have with exactly those overrides is refused).
     """
     name, given = confirmation.get("variant") or "", confirmation.get("variant_set") or []
     if name == "" and given == []:

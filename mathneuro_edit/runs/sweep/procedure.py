@@ -81,7 +81,8 @@ class SweepPoint:
 
 @dataclass(frozen=True)
 class Confirmation:
-    """The one pre-registered test: the candidate and the base on the confirmation problems."""
+    """The one pre-registered test: the candidate and the base on the confirmation problems (``point``: the
+    candidate's index among the selection points; ``variant_set``: its variant's recipe overrides)."""
 
     n: int
     problems_sha256: tuple[str, ...]
@@ -94,10 +95,10 @@ class Confirmation:
     mcnemar_p: float
     confirmed: bool
     alpha: float
-    point: int  # index of the candidate in the selection points
+    point: int
     mask_sha256: str = ""
     variant: str = ""
-    variant_set: tuple[str, ...] = ()  # the recipe overrides of the candidate's variant
+    variant_set: tuple[str, ...] = ()
     # the controls and prompt formats (:func:`format_verdict`): ``verdict`` is the recipe's own format's, and
     # ``confirmed`` is ``verdict == "math-boost"``; ``formats`` holds every format's arms and paired tests,
     # ``controls`` the control edits (method, seed, mask sha256, weights), ``weights_dtype`` the dtype of the
@@ -313,11 +314,9 @@ def select_candidate(points: Sequence[SweepPoint], base_correct: int, kl_budget:
 
 
 def confirm(base: Sequence[bool], edited: Sequence[bool], alpha: float) -> tuple[int, int, float, bool]:
-    """The confirmation test on paired outcomes of the same problems.
-
-    Returns:
-        ``(base_only, edited_only, p, confirmed)``: the discordant counts, the two-sided exact McNemar p and
-        whether it shows a gain (``edited_only > base_only and p < alpha``).
+    """The confirmation test on paired outcomes of the same problems: ``(base_only, edited_only, p, confirmed)``,
+    the discordant counts, the two-sided exact McNemar p and whether it shows a gain (``edited_only > base_only and
+    p < alpha``).
 
     Example:
         >>> confirm([False] * 10, [True] * 8 + [False] * 2, 0.05)
