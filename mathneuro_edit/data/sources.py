@@ -49,17 +49,12 @@ __all__ = ["LoadedTexts", "load_texts", "load_set", "load_math_problems", "probl
 
 @dataclass(frozen=True)
 class LoadedTexts:
-    """Sampled texts and the record of how they were obtained (for the lock file).
-
-    Attributes:
-        texts: the sampled texts, in sampled order.
-        record: ``source`` (public form: local paths redacted), ``n_requested``, ``n_available`` (records in the
-            file/split; for organism sources the number generated), ``n_sampled``, ``n_empty_skipped``, ``seed``,
-            ``sha256`` (:func:`mathneuro_edit.engine.calibration.texts_sha256` of ``texts``, the same fingerprint the
-            statistics carry) and ``file_sha256`` (local files only).
-    """
+    """Sampled texts, in sampled order, and the record of how they were obtained (for the lock file)."""
 
     texts: list[str]
+    # source (public form: local paths redacted), n_requested, n_available (records in the file/split; for organism
+    # sources the number generated), n_sampled, n_empty_skipped, seed, sha256 (texts_sha256 of texts, the
+    # statistics' fingerprint) and file_sha256 (local files only)
     record: dict[str, Any]
 
 
@@ -146,6 +141,8 @@ def _read_local(path: Path, fmt: str | None) -> tuple[Rows, Locate]:
 def _read_parquet(path: Path) -> Rows:
     try:
         import pyarrow.parquet as pq
+
+        read = lambda: pq.read_table(path).to_pylist()  # noqa: E731
     except ImportError:
         try:
             import pandas as pd
@@ -153,13 +150,10 @@ def _read_parquet(path: Path) -> Rows:
             raise InputError(
                 f"{path}: reading .parquet needs pyarrow or pandas; pip install 'datasets>=2.18' (the data extra)"
             ) from None
-        try:
-            return pd.read_parquet(path).to_dict("records")
-        except Exception as e:  # pandas/pyarrow raise library-specific types for corrupt files
-            raise InputError(f"{path}: cannot read the parquet file ({type(e).__name__}: {e})") from None
+        read = lambda: pd.read_parquet(path).to_dict("records")  # noqa: E731
     try:
-        return pq.read_table(path).to_pylist()
-    except Exception as e:  # pyarrow raises ArrowInvalid/OSError for corrupt files
+        return read()
+    except Exception as e:  # pyarrow and pandas raise library-specific types (ArrowInvalid, OSError) for corrupt files
         raise InputError(f"{path}: cannot read the parquet file ({type(e).__name__}: {e})") from None
 
 
@@ -263,11 +257,9 @@ def load_texts(source: Source | str | dict[str, Any], n: int, seed: int) -> Load
     """Load ``n`` texts from one source, sampled reproducibly (see the module docstring).
 
     ``source``: a :class:`~mathneuro_edit.recipe.schema.Source`, a path string, or a source mapping; ``n``: texts
-    wanted (fewer, with a warning, if the source has fewer non-empty records).
-
-    Raises:
-        InputError: missing/unreadable/empty file, bad JSON/CSV line, missing field (naming file and line),
-            missing optional library, or a Hub dataset that cannot be loaded.
+    wanted (fewer, with a warning, if the source has fewer non-empty records). Refused, naming file and line: a
+    missing/unreadable/empty file, a bad JSON/CSV line, a missing field, a missing optional library, or a Hub
+    dataset that cannot be loaded.
 
     Example:
         >>> loaded = load_texts("organism:general", 2, seed=0)
@@ -276,14 +268,12 @@ def load_texts(source: Source | str | dict[str, Any], n: int, seed: int) -> Load
     """
     src = _as_source(source)
     _check_n(n, seed)
-    file_sha = None
+    file_sha, available, empty = None, n, 0  # generated sources: n made, none empty
     if src.kind == "organism":
         generate = math_texts if src.path == "organism:math" else general_texts
         texts = generate(n, seed=seed, split=src.split or "train")
-        available, empty = n, 0
     elif src.kind == "arithmetic":
         texts = [format_math(p["question"], p["answer"]) for p in arithmetic_problems(n, seed)]
-        available, empty = n, 0
     else:
         rows, locate, file_sha = _rows(src)
         texts, empty = _sample(rows, locate, n, seed, src.path, lambda row, where: _text_of(row, src, where))
@@ -336,12 +326,9 @@ def load_math_problems(source: Source | str | dict[str, Any], n: int, seed: int)
     """Load ``n`` math problems for evaluation, in GSM8K format.
 
     ``source``'s records have ``question`` and ``answer`` (ending with ``#### <integer>``); ``organism:math`` uses
-    the held-out ``test`` split unless ``split`` says otherwise; sampled as :func:`load_texts` samples.
-
-    Returns:
-        ``[{"question": str, "answer": str (the full worked answer), "gold": int}]``, plus ``"prefill": str`` where
-        the record has one (``arithmetic`` always does); ``gold`` is the integer after ``#### `` with thousands
-        commas stripped.
+    the held-out ``test`` split unless ``split`` says otherwise; sampled as :func:`load_texts` samples. Each is
+    ``{"question", "answer" (the full worked answer), "gold"}`` plus ``"prefill"`` where the record has one
+    (``arithmetic`` always does); ``gold`` is the integer after ``#### `` with thousands commas stripped.
 
     Example:
         >>> p = load_math_problems("organism:math", 1, seed=0)[0]

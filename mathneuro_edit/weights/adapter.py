@@ -121,17 +121,10 @@ def export_adapter(
     base_model_name_or_path: str | None = None,
     trust_remote_code: bool = False,
 ) -> AdapterExport:
-    """Write the edit as an adapter (see the module docstring for the formats and their guarantees).
-
-    Args:
-        base: a local model folder or a Hub id.
-        mask: a :class:`~mathneuro_edit.engine.mask.Mask` (or a saved mask's path) computed on this base.
-        scale: a finite number >= 0 (0 prunes).
-        format: ``"peft"`` (stock PEFT SHiRA) or ``"mathneuro"`` (ours, loaded with :func:`load_edited`).
-        allow_pickle: read a ``*.bin`` base with ``torch.load(weights_only=True)``.
-        base_model_name_or_path: what the adapter records as its base (default: the Hub id, also for a folder in
-            the Hub cache; ``None`` for a plain local folder, whose path is private and never recorded).
-        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
+    """Write the edit of ``base`` (a local folder or a Hub id) by ``mask`` (a Mask or its file, computed on this
+    base) at ``scale`` (>= 0; 0 prunes) as an adapter (see the module docstring for the formats and their
+    guarantees). ``base_model_name_or_path`` is what the adapter records as its base (default: the Hub id, also
+    for a folder in the Hub cache; ``None`` for a plain local folder, whose path is private and never recorded).
 
     Example:
         >>> info = export_adapter("base_dir", mask, 1.1, "adapter_dir")  # doctest: +SKIP
@@ -255,20 +248,13 @@ def _write_shira_config(job: _AdapterJob, tmp: Path, layers: list[ShiraLayer], r
         init_weights=True,
         inference_mode=True,
     ).save_pretrained(str(tmp))
-    _sort_target_modules(tmp / "adapter_config.json")
-
-
-def _sort_target_modules(config_path: Path) -> None:
-    """Rewrite PEFT's ``adapter_config.json`` with ``target_modules`` sorted.
-
-    Why: PEFT keeps ``target_modules`` as a set and writes ``list(set)``, whose order follows ``PYTHONHASHSEED``;
-    the same edit then gave a different file (and lock, and card) in every process. Same format as PEFT's
-    ``save_pretrained`` (``indent=2, sort_keys=True``), so only the order changes.
-    """
-    cfg = json.loads(config_path.read_text(encoding="utf-8"))
-    if isinstance(cfg.get("target_modules"), list):
-        cfg["target_modules"] = sorted(cfg["target_modules"])
-    write_text_atomic(config_path, json.dumps(cfg, indent=2, sort_keys=True))
+    # Why rewritten with target_modules sorted: PEFT keeps them as a set and writes list(set), whose order follows
+    # PYTHONHASHSEED; the same edit then gave a different file (and lock, and card) in every process. Same format
+    # as PEFT's save_pretrained (indent=2, sort_keys=True), so only the order changes.
+    path = tmp / "adapter_config.json"
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    cfg["target_modules"] = sorted(cfg["target_modules"])  # a list: the one given above
+    write_text_atomic(path, json.dumps(cfg, indent=2, sort_keys=True))
 
 
 def _base_id(base: str | Path, folder: Path) -> str | None:
@@ -412,10 +398,8 @@ def _layer_delta(
 
 
 def _base_path(base: str | Path | BaseConfig, kwargs: dict[str, Any]) -> str:
-    """What ``from_pretrained`` gets for ``base``, resolved as :func:`~.loading.load_model` resolves it: ``organism``
-    (the shipped model's folder), a local folder (checked) or ``.gguf`` file (its dequantized folder), a Hub id,
-    or a recipe's ``base`` section (its GGUF's dequantized folder, else its model, with its revision and
-    ``trust_remote_code`` as defaults in ``kwargs``)."""
+    """What ``from_pretrained`` gets for ``base``, resolved as :func:`~.loading.load_model` resolves it; a recipe's
+    ``base`` section also gives its revision and ``trust_remote_code`` as defaults in ``kwargs``."""
     if isinstance(base, BaseConfig):
         if base.is_gguf:
             return str(base_folder(base))
@@ -430,14 +414,10 @@ def load_edited(
     base: str | Path | BaseConfig | nn.Module, adapter_dir: str | Path, **from_pretrained_kwargs: Any
 ) -> nn.Module:
     """Load the base and apply an adapter written by :func:`export_adapter` (either format): the edited model (PEFT
-    adapters merged and unloaded).
-
-    Args:
-        base: every base :func:`~.loading.load_model` accepts: ``"organism"``, a model folder, a local ``.gguf``
-            file, a Hub id or a recipe's ``base`` section (loaded with ``AutoModelForCausalLM.from_pretrained``);
-            or a loaded model (edited in place).
-        **from_pretrained_kwargs: passed to ``from_pretrained`` (keep the default ``dtype="auto"`` for exactness;
-            ``trust_remote_code`` and ``use_kernels`` are ``False`` unless given).
+    adapters merged and unloaded). ``base``: every base :func:`~.loading.load_model` accepts (loaded with
+    ``AutoModelForCausalLM.from_pretrained(**from_pretrained_kwargs)``: keep the default ``dtype="auto"`` for
+    exactness; ``trust_remote_code`` and ``use_kernels`` are ``False`` unless given), or a loaded model (edited in
+    place).
     """
     adapter_dir = Path(adapter_dir)
     peft_cfg, ours = adapter_dir / "adapter_config.json", adapter_dir / MATHNEURO_CONFIG

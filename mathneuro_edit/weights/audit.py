@@ -101,15 +101,9 @@ def verify(
     device: str | torch.device | None = "auto",
 ) -> VerifyReport:
     """Check an export (baked checkpoint or adapter) against the base (folder or Hub id), the mask (or its file)
-    and the scale it was made from.
-
-    Args:
-        allow_pickle: the base has pickle weights (read with ``torch.load(weights_only=True)``).
-        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
-        progress: a progress bar over the tensors (or adapter layers) being compared.
-        device: where a checkpoint's edited tensors are recomputed and compared, a block of rows at a time
-            (``"auto"``: the GPU when there is one, :func:`~mathneuro_edit.engine.devices.selection_device`); the
-            edit is elementwise, so the expected bits are the same on every device.
+    and the scale it was made from. ``device``: where a checkpoint's edited tensors are recomputed and compared,
+    a block of rows at a time (``"auto"``: :func:`~mathneuro_edit.engine.devices.selection_device`); the edit is
+    elementwise, so the expected bits are the same on every device.
     """
     scale = check_scale(scale)
     mask = as_mask(mask)
@@ -121,12 +115,8 @@ def verify(
     ckpt = open_checkpoint(folder, allow_pickle=allow_pickle)
     peft = (out / "adapter_config.json").is_file()
     check_remote_code(folder, trust_remote_code)
-    plan = plan_edits(
-        ckpt,
-        mask,
-        meta_model(folder, trust_remote_code=trust_remote_code) if peft else None,
-        trust_remote_code=trust_remote_code,
-    )
+    model = meta_model(folder, trust_remote_code=trust_remote_code) if peft else None
+    plan = plan_edits(ckpt, mask, model, trust_remote_code=trust_remote_code)
     if peft:
         return _verify_peft(out, ckpt, plan, mask, scale, progress)
     if (out / MATHNEURO_CONFIG).is_file():
@@ -273,13 +263,8 @@ def _same_bytes(a: Checkpoint, b: Checkpoint, name: str, chunk: int = 1 << 24) -
     with open(ea.file, "rb") as fa, open(eb.file, "rb") as fb:
         fa.seek(ea.start)
         fb.seek(eb.start)
-        left = ea.nbytes
-        while left > 0:
-            n = min(left, chunk)
-            if fa.read(n) != fb.read(n):
-                return False
-            left -= n
-    return True
+        sizes = [min(chunk, ea.nbytes - at) for at in range(0, ea.nbytes, chunk)]
+        return all(fa.read(n) == fb.read(n) for n in sizes)
 
 
 def _peft_config_problems(cfg: dict[str, Any]) -> list[str]:

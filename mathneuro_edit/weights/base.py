@@ -54,12 +54,9 @@ def resolve_base(base: str | Path, *, revision: str | None = None, allow_pickle:
 def resolve_model_path(model: str | Path) -> str:
     """What ``from_pretrained`` gets: the organism's folder, a local folder (checked), a local ``.gguf`` file's
     dequantized folder, or a Hub id unchanged (in the local Hub cache or with the Hub reachable:
-    :func:`~mathneuro_edit.util.hub_online.require_hub`).
-
-    Raises:
-        InputError: a local path that does not exist or is not a model folder; a Hub id not in the cache while
-            ``HF_HUB_OFFLINE`` is set.
-        MathNeuroEditError: a Hub id not in the cache while the Hub cannot be reached.
+    :func:`~mathneuro_edit.util.hub_online.require_hub`). Refused: a local path that does not exist or is not a
+    model folder (InputError); a Hub id not in the cache while ``HF_HUB_OFFLINE`` is set (InputError) or while
+    the Hub cannot be reached (MathNeuroEditError).
     """
     if str(model) == ORGANISM:
         path = organism_path()

@@ -109,17 +109,10 @@ def export_checkpoint(
         scale: a finite number >= 0; masked weights become ``dtype(float32(w) * float32(scale))``.
         overwrite: replace an existing ``out_dir`` (only once the new one is complete).
         max_shard_size: ``None`` keeps the base's shard layout; else bytes or a string like ``"5GB"``.
-        allow_pickle: read a ``*.bin``/``*.pt`` base with ``torch.load(weights_only=True)`` (written as safetensors).
-        workers: output shards written at once (threads); the files are byte-identical whatever the number.
-            Peak memory grows with N (see the module docstring); 1 writes one shard after another.
-        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
-        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (see the module docstring); ``None`` keeps each
-            tensor's type (unedited tensors byte-identical to the base's).
+        workers, dtype: see the module docstring (``dtype=None`` keeps each tensor's type).
 
-    Raises:
-        InputError: ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without
-            ``allow_pickle``; a mask entry that does not fit the base or cannot be mapped to its tensors;
-            ``workers`` is not an integer >= 1.
+    Refused (InputError): ``out_dir`` exists (without ``overwrite``) or overlaps the base; a pickle base without
+    ``allow_pickle``; a mask entry that does not fit the base or cannot be mapped to its tensors.
     """
     scale = check_scale(scale)
     if dtype is not None and dtype not in FLOAT_CODES:

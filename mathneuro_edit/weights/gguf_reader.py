@@ -88,10 +88,6 @@ def gguf_source(model: str, gguf_file: str | None = None, revision: str | None =
     """The local path of a GGUF base, and the Hub commit it came from (``None`` for a local file): ``model`` a local
     ``.gguf`` file; or a Hub repo id or a local folder holding ``gguf_file`` (the recipe's ``base.gguf_file``).
     A missing file, or a Hub file that cannot be downloaded, is one line.
-
-    Example:
-        >>> gguf_source("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q8_0.gguf")  # doctest: +SKIP
-        (PosixPath('.../snapshots/<commit>/smollm2-135m-instruct-q8_0.gguf'), '<commit>')
     """
     if gguf_file is None:
         path = Path(model).expanduser()
@@ -271,27 +267,20 @@ def gguf_identity(path: str | Path) -> dict[str, Any]:
     ``size_label``, ``finetune`` and ``languages``, as llama.cpp's converter wrote them (SmolLM2's Q4_1:
     ``smollm2`` / ``135M`` / ``HuggingFaceTB`` / ``["en"]``). Plain short values only: a value with a ``/`` (a
     path) or control characters is dropped, never published.
-
-    Example:
-        >>> gguf_identity("SmolLM2-135M-Instruct.Q4_1.gguf")["organization"]  # doctest: +SKIP
-        'HuggingFaceTB'
     """
     fields = _fields(path)
     found: dict[str, Any] = {}
     for key in _IDENTITY:
         field = fields.get(f"general.{key}")
-        if field is None:
-            continue
         try:
-            value = field.contents()
+            value = field.contents() if field is not None else None
         except Exception:  # noqa: BLE001 - a malformed field is dropped, not guessed
             continue
         if key == "languages":
-            value = [str(v) for v in value] if isinstance(value, list) else []
-            value = [v for v in value if _ID_VALUE.match(v)]
-            if value:
-                found[key] = value
-        elif isinstance(value, str) and _ID_VALUE.match(value):
+            value = [str(v) for v in value if _ID_VALUE.match(str(v))] if isinstance(value, list) else []
+        elif not (isinstance(value, str) and _ID_VALUE.match(value)):
+            continue
+        if value:
             found[key] = value
     return found
 
@@ -316,11 +305,8 @@ def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str |
     regex by this name, so writing the converted one would change how the edited model splits digits.
 
     ``pre`` is ``None`` for a base that is not a GGUF (read from tokenizer.json then). ``"base"`` on a base whose
-    type the gguf package cannot write (e.g. ``Q4_K_M``) is refused.
-
-    Example:
-        >>> gguf_output(recipe.base, "base")  # doctest: +SKIP
-        ('Q4_1', 'smollm')
+    type the gguf package cannot write (e.g. ``Q4_K_M``) is refused: ``gguf_output(recipe.base, "base")`` gives
+    ``('Q4_1', 'smollm')`` for SmolLM2's Q4_1.
     """
     if requested is None or not getattr(base_cfg, "is_gguf", False):
         return requested, None

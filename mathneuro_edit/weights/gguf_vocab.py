@@ -87,7 +87,7 @@ def _steps(p: Any) -> list[dict[str, Any]]:
     if not isinstance(p, dict):
         return []
     key = "pretokenizers" if "pretokenizers" in p else "normalizers"
-    return [s for s in p.get(key, [])] if p.get("type") == "Sequence" else [p]
+    return list(p.get(key, [])) if p.get("type") == "Sequence" else [p]
 
 
 def pre_name(p: dict[str, Any]) -> str | None:
@@ -108,6 +108,11 @@ def pre_name(p: dict[str, Any]) -> str | None:
     return None
 
 
+def _kinds(p: Any) -> str:
+    """A normalizer's or pre-tokenizer's step types, for a refusal: ``"Prepend+Replace"`` (``"no"`` for none)."""
+    return "+".join(str(s.get("type")) for s in _steps(p)) or "no"
+
+
 def _is_spm(tok: dict[str, Any]) -> bool:
     """A SentencePiece-style tokenizer.json: Unigram, or BPE over ``▁`` (Metaspace, or a Replace(" ", "▁"))."""
     if tok.get("model", {}).get("type") == "Unigram":
@@ -118,10 +123,8 @@ def _is_spm(tok: dict[str, Any]) -> bool:
 
 
 def tokenizer_model(tok: dict[str, Any]) -> str:
-    """llama.cpp's tokenizer model for a tokenizer.json: ``"gpt2"`` (byte-level BPE) or ``"llama"`` (SPM).
-
-    Raises:
-        InputError: neither, or a SentencePiece-style one llama.cpp would tokenize differently (one line).
+    """llama.cpp's tokenizer model for a tokenizer.json: ``"gpt2"`` (byte-level BPE) or ``"llama"`` (SPM); an
+    InputError line for neither, or for a SentencePiece-style one llama.cpp would tokenize differently.
 
     Example:
         >>> tokenizer_model({"model": {"type": "BPE"}, "pre_tokenizer": {"type": "ByteLevel"}})
@@ -137,7 +140,7 @@ def tokenizer_model(tok: dict[str, Any]) -> str:
                 f"outputs.gguf: this SentencePiece-style tokenizer.json cannot be written for llama.cpp: {why}{_NULL}"
             )
         return "llama"
-    kinds = "+".join(str(s.get("type")) for s in _steps(tok.get("pre_tokenizer"))) or "no"
+    kinds = _kinds(tok.get("pre_tokenizer"))
     raise InputError(
         f"outputs.gguf: only byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM2, GPT-2) and "
         f"SentencePiece-style BPE with byte fallback (Llama 2, Mistral v0.1, Gemma, Phi-3) are written; "
@@ -173,10 +176,9 @@ def spm_space_prefix(tok: dict[str, Any]) -> bool | None:
 def _layout(tok: dict[str, Any]) -> str:
     """The normalizer and pre-tokenizer types, for a refusal: ``"Prepend+Replace normalizer, no pre-tokenizer"``."""
     pre = _steps(tok.get("pre_tokenizer"))
-    norm = "+".join(str(s.get("type")) for s in _steps(tok.get("normalizer"))) or "no"
-    kinds = "+".join(str(s.get("type")) for s in pre) or "no"
     schemes = [s.get("prepend_scheme") for s in pre if s.get("type") == "Metaspace" and s.get("prepend_scheme")]
-    return f"{norm} normalizer, {kinds} pre-tokenizer" + (f" (prepend_scheme {schemes[0]!r})" if schemes else "")
+    head = f"{_kinds(tok.get('normalizer'))} normalizer, {_kinds(tok.get('pre_tokenizer'))} pre-tokenizer"
+    return head + (f" (prepend_scheme {schemes[0]!r})" if schemes else "")
 
 
 def tokenizer_shape_problem(tok: dict[str, Any]) -> str | None:
@@ -508,33 +510,25 @@ def add_vocab(
     gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None = None, name: str = "local model"
 ) -> None:
     """Write the ``tokenizer.ggml.*`` keys (and the chat template) of ``folder``'s tokenizer.json with the ``gguf``
-    module's ``writer``, for a model of ``n_vocab`` embedding rows.
-
-    Args:
-        pre: byte-level BPE only: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json.
-        name: the GGUF's ``general.name``, which llama.cpp reads with the vocabulary (:func:`name_refusal`).
-
-    Raises:
-        InputError: :func:`check_vocab`'s refusals.
-
-    Example:
-        >>> add_vocab(gguf, writer, "out/run/checkpoint", 49152)  # doctest: +SKIP
+    module's ``writer``, for a model of ``n_vocab`` embedding rows, or raise :func:`check_vocab`'s InputError.
+    ``pre`` (byte-level BPE only) replaces the ``tokenizer.ggml.pre`` read from tokenizer.json; ``name`` is the
+    GGUF's ``general.name``, which llama.cpp reads with the vocabulary (:func:`name_refusal`).
     """
     folder = Path(folder)
     tok, model = check_vocab(folder, name, n_vocab)
+    scores: list[float] | None = None
     if model == "gpt2":
         tokens, types = bpe_vocab(gguf, tok, n_vocab)
-        writer.add_tokenizer_model("gpt2")
-        writer.add_tokenizer_pre(pre or pre_name(tok.get("pre_tokenizer") or {}))
-        writer.add_token_list(tokens)
-        writer.add_token_types(types)
-        _special(gguf, writer, folder, len(tokens), merges=True)
-        return
-    tokens, scores, types = spm_vocab(gguf, tok, n_vocab)
-    writer.add_tokenizer_model("llama")
-    writer.add_tokenizer_pre("default")
+        pre = pre or pre_name(tok.get("pre_tokenizer") or {})
+    else:
+        tokens, scores, types = spm_vocab(gguf, tok, n_vocab)
+        pre = "default"
+    writer.add_tokenizer_model(model)
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
+    if scores is not None:
+        writer.add_token_scores(scores)
     writer.add_token_types(types)
-    writer.add_add_space_prefix(bool(spm_space_prefix(tok)))  # explicit: llama.cpp's SPM default is True
-    _special(gguf, writer, folder, len(tokens), merges=False)
+    if model == "llama":
+        writer.add_add_space_prefix(bool(spm_space_prefix(tok)))  # explicit: llama.cpp's SPM default is True
+    _special(gguf, writer, folder, len(tokens), merges=model == "gpt2")

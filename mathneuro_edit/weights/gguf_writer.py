@@ -9,9 +9,6 @@ docs/formats.md lists every key and the type of every tensor.
 Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
 rows (:func:`~.gguf_tensors.tensor_rows`). Deterministic: same checkpoint and type -> byte-identical file (fixed
 key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
-
-Example:
-    >>> write_gguf("out/run/checkpoint", "out/run/checkpoint/model-Q8_0.gguf", "Q8_0")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -94,9 +91,6 @@ def write_gguf(
             transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``).
         meta: the ``general.*`` metadata llama.cpp's converter writes (see :func:`~.gguf_keys.add_general`): base name, size
             label, fine-tune, license fields, base model, tags, languages. Never a local path.
-
-    Raises:
-        InputError: missing gguf package, unsupported architecture, rope scaling, tokenizer or type.
     """
     gguf, folder, out = gguf_package(), Path(checkpoint), Path(out_path)
     plan = gguf_plan(folder, qtype)
@@ -162,11 +156,8 @@ def export_gguf(
     output) as a GGUF file for llama.cpp, Ollama and LM Studio: the sibling of ``export_checkpoint`` and
     ``export_adapter`` (``run`` with ``outputs.gguf`` and ``export --gguf TYPE`` call the same writer). The
     arguments are :func:`write_gguf`'s; ``out_path`` defaults to ``<checkpoint>/model-<TYPE>.gguf``, the name a run
-    writes (:func:`gguf_filename`).
-
-    Raises:
-        InputError: an unknown type, a missing gguf package, or an architecture, rope scaling or tokenizer the
-            writer does not support (checked before any tensor is written).
+    writes (:func:`gguf_filename`). Refused before any tensor is written: an unknown type, a missing gguf
+    package, or an architecture, rope scaling or tokenizer the writer does not support.
 
     Example:
         >>> from mathneuro_edit import export_gguf

@@ -129,10 +129,8 @@ def _load_error(ref: str, e: BaseException, path: str, kwargs: Mapping[str, Any]
 def _auto_device(device: str | None) -> torch.device:
     """``"auto"`` -> the first accelerator present (cuda, then mps), else cpu."""
     if device in (None, "auto"):
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        mps = getattr(torch.backends, "mps", None)
-        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
+        mps = torch.backends.mps.is_available()
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
     try:
         return torch.device(device)
     except RuntimeError:
@@ -167,11 +165,8 @@ def load_model(
         use_kernels: let transformers swap layers for compiled kernels downloaded from the Hub (only when asked;
             default ``False``: transformers' own default would fetch and run them on an accelerator).
 
-    Raises:
-        InputError: a missing local folder, an unknown dtype/device, both ``device`` and ``device_map``, a model
-            without safetensors weights, a Hub id that cannot be fetched, a base that needs its own code without
-            ``trust_remote_code``, a corrupt shard (naming file and tensor), weights missing from the checkpoint,
-            or Hub kernels asked for that cannot be had; each names its own cause.
+    Every refusal (a missing folder, an unknown dtype or device, a corrupt shard, a Hub id that cannot be fetched,
+    missing weights or Hub kernels...) is one InputError naming its own cause.
 
     Example:
         >>> model, tok = load_model("organism", dtype="float32", device="cpu")  # doctest: +SKIP
@@ -389,17 +384,10 @@ def weights_from_checkpoint(
     :class:`CheckpointWeights` mapping (read on access, nothing cached).
 
     For models too big to hold: the mask step needs each weight once, so it can read them one at a time from
-    disk instead of from a loaded (possibly offloaded) model.
-
-    Args:
-        model_dir: the model folder (``organism``, a local folder, or a Hub id resolved in the Hub cache).
-        names: parameter names to expose (e.g. ``math_stats.targets``); default: every target of the model.
-        dtype: cast each weight to this dtype, the one the model was calibrated in (``stats.meta["dtype"]``),
-            so that scores equal those of the loaded model; ``None`` keeps the stored dtype.
-        trust_remote_code: allow a base whose config needs its own code (only for repos you trust).
-
-    Raises:
-        InputError: no safetensors weights, a name that is not a parameter, or a weight that cannot be mapped.
+    disk instead of from a loaded (possibly offloaded) model. ``names``: the parameters to expose (default: every
+    target of the model); ``dtype``: the one the model was calibrated in (``stats.meta["dtype"]``), so that scores
+    equal those of the loaded model (``None``: the stored dtype). Refused: no safetensors weights, a name that is
+    not a parameter, a weight that cannot be mapped.
 
     Example:
         >>> w = weights_from_checkpoint("/models/llama", names=math.targets, dtype=math.meta["dtype"])  # doctest: +SKIP

@@ -103,11 +103,8 @@ FAMILIES: dict[str, Family] = {}  # model_type -> its family, filled by the fami
 
 
 def register_family(*families: Family) -> None:
-    """Add families to :data:`FAMILIES` (one per ``model_type``).
-
-    Raises:
-        ValueError: a ``model_type`` is registered already (two modules would each think they write it).
-    """
+    """Add families to :data:`FAMILIES` (one per ``model_type``); a ValueError for a ``model_type`` registered
+    already (two modules would each think they write it)."""
     for family in families:
         if family.model_type in FAMILIES:
             raise ValueError(f"GGUF family {family.model_type!r} is registered twice")
