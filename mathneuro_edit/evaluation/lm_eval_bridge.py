@@ -47,14 +47,6 @@ def _flatten(results: dict[str, dict[str, Any]], n_samples: dict[str, Any]) -> d
     return dict(sorted(out.items()))
 
 
-def _libraries_quiet() -> bool:
-    """Whether the command keeps the libraries quiet (the CLI's default; ``--verbose`` turns it off): the same
-    switch as theirs, huggingface_hub's progress bars."""
-    from huggingface_hub.utils import are_progress_bars_disabled
-
-    return bool(are_progress_bars_disabled())
-
-
 _TQDM_MODULES = ("lm_eval.api.task", "lm_eval.api.model", "lm_eval.models.huggingface")  # their `tqdm` names
 
 
@@ -77,11 +69,9 @@ def _quiet_harness(quiet: bool) -> Iterator[None]:
             for logger in (logging.getLogger(n) for n in ("lm_eval", "lm-eval", "datasets", "evaluate")):
                 undo.callback(logger.setLevel, logger.level)
                 logger.setLevel(logging.ERROR)
-            try:
-                from datasets.utils import logging as ds_logging
-            except ImportError:
-                ds_logging = None
-            if ds_logging is not None and ds_logging.is_progress_bar_enabled():
+            from datasets.utils import logging as ds_logging  # lm_eval.api.task, imported above, needs it
+
+            if ds_logging.is_progress_bar_enabled():
                 ds_logging.disable_progress_bar()
                 undo.callback(ds_logging.enable_progress_bar)
         yield
@@ -121,7 +111,10 @@ def run_lm_eval(
     manager = task_manager(task)  # lm-eval's own tasks are indexed (~30 s) only when one is not in include_path
     specs = task_specs(task, manager)
     device = getattr(model, "device", None) or next(model.parameters()).device
-    quiet = _libraries_quiet()
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    # the CLI keeps the libraries quiet unless --verbose, by the same switch as theirs: huggingface_hub's bars
+    quiet = bool(are_progress_bars_disabled())
     with _quiet_harness(quiet):
         lm = _new_tokens_hflm(hflm_class)(
             pretrained=model,

@@ -37,15 +37,21 @@ def require_lm_eval(task_name: str) -> tuple[Any, Any]:
     return lm_eval, HFLM
 
 
-def _resolve(value: Any, folder: Path) -> Any:
-    """``data_files`` (a str, list or {split: str | list}) with relative local paths made absolute against ``folder``."""
+def _resolve(value: Any, yaml_path: Path) -> Any:
+    """``data_files`` (a str, list or {split: str | list}) with relative local paths made absolute against the YAML's
+    folder; one line for a local file that does not exist."""
     if isinstance(value, str):
         p = Path(value).expanduser()
-        return value if p.is_absolute() or "://" in value else str(folder / p)
+        value = value if p.is_absolute() or "://" in value else str(yaml_path.parent / p)
+        if "://" not in value and not any(c in value for c in "*?[") and not Path(value).is_file():
+            raise InputError(
+                f"{yaml_path.name}: data file {value} does not exist; data_files are relative to the YAML's folder"
+            )
+        return value
     if isinstance(value, list):
-        return [_resolve(v, folder) for v in value]
+        return [_resolve(v, yaml_path) for v in value]
     if isinstance(value, dict):
-        return {k: _resolve(v, folder) for k, v in value.items()}
+        return {k: _resolve(v, yaml_path) for k, v in value.items()}
     return value
 
 
@@ -66,28 +72,13 @@ def task_specs(task: LmEvalTask, manager: Any) -> list[Any]:
             )
             raise InputError(missing_task_message(task, name, local))
         yaml_path = Path(entry.yaml_path).resolve() if entry.yaml_path else None
-        if (
-            root is None
-            or yaml_path is None
-            or not yaml_path.is_relative_to(root)
-            or getattr(entry.kind, "name", "") != "TASK"
-        ):
-            specs.append(name)  # lm-eval's own tasks, groups and tags: as lm-eval resolves them
-            continue
-        cfg = load_yaml(yaml_path, resolve_func=True, recursive=True)
+        own = root and yaml_path and yaml_path.is_relative_to(root) and getattr(entry.kind, "name", "") == "TASK"
+        cfg = load_yaml(yaml_path, resolve_func=True, recursive=True) if own else {}
         kwargs = dict(cfg.get("dataset_kwargs") or {})
-        if "data_files" not in kwargs:
+        if "data_files" not in kwargs:  # lm-eval's own tasks, groups and tags too: as lm-eval resolves them
             specs.append(name)
             continue
-        kwargs["data_files"] = _resolve(kwargs["data_files"], yaml_path.parent)
-        files = kwargs["data_files"]
-        for f in files if isinstance(files, list) else list(files.values()) if isinstance(files, dict) else [files]:
-            for one in f if isinstance(f, list) else [f]:
-                is_local = isinstance(one, str) and "://" not in one and not any(c in one for c in "*?[")
-                if is_local and not Path(one).is_file():
-                    raise InputError(
-                        f"{yaml_path.name}: data file {one} does not exist; data_files are relative to the YAML's folder"
-                    )
+        kwargs["data_files"] = _resolve(kwargs["data_files"], yaml_path)
         specs.append({**cfg, "dataset_kwargs": kwargs})
     return specs
 
