@@ -29,10 +29,8 @@ def sweep_problems(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str,
     ``evaluation.math`` with ``evaluation.seed`` (the arithmetic task generates distinct problems from the seed; a
     file is shuffled by the seed and read without replacement), split in that order. A confirmation problem whose
     prompt text (``question``) repeats an earlier one (a file with duplicate questions) is dropped, so that no
-    prompt is in both sets; the confirmation then holds fewer problems, and the JSON says how many.
-
-    Raises:
-        InputError: no evaluation section, or a source with fewer problems than the sweep needs.
+    prompt is in both sets; the confirmation then holds fewer problems, and the JSON says how many. No evaluation
+    section, or a source with fewer problems than the sweep needs, is refused.
     """
     ev, sw = recipe.evaluation, recipe.sweep
     if ev is None:
@@ -49,22 +47,16 @@ def sweep_problems(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str,
     shots = strip[: ev.n_shot]
     selection = strip[ev.n_shot : ev.n_shot + sw.selection_samples]
     seen = {problem_sha256(p) for p in shots + selection}
-    confirmation = []
+    rest: dict[str, dict[str, Any]] = {}  # each prompt's first occurrence
     for p in strip[ev.n_shot + sw.selection_samples :]:
-        h = problem_sha256(p)
-        if h not in seen:
-            seen.add(h)
-            confirmation.append(p)
-    return shots, selection, confirmation
+        rest.setdefault(problem_sha256(p), p)
+    return shots, selection, [p for h, p in rest.items() if h not in seen]
 
 
 def format_shots(recipe: Recipe) -> list[dict[str, Any]]:
     """The worked examples of the confirmation's other prompt formats (``sweep.confirmation_formats``): drawn
     right after the confirmation problems by the same draw as :func:`sweep_problems` (a longer draw of the same
-    seed starts with the same problems), never one of the sweep's problems.
-
-    Raises:
-        InputError: the source has too few problems for them.
+    seed starts with the same problems), never one of the sweep's problems (a source with too few is refused).
     """
     ev, sw = recipe.evaluation, recipe.sweep
     need = max((f.n_shot for f in sw.confirmation_formats), default=0)

@@ -156,14 +156,9 @@ def _num(x: Any) -> float:
 
 
 def _strict(x: Any) -> Any:
-    """``x`` with non-finite floats as ``None`` (strict JSON, as eval.json)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_strict(v) for v in x]
-    return x
+    """``x`` as JSON data with non-finite floats as ``None`` (strict JSON, as eval.json): Python's JSON writes them
+    as ``NaN``/``Infinity``, which its reader hands to ``parse_constant``."""
+    return json.loads(json.dumps(x), parse_constant=lambda _: None)
 
 
 def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> SweepPoint:
