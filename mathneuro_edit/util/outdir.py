@@ -1,14 +1,10 @@
 """Claiming and writing an output safely: one run per ``--out``, no temporary folder left behind, clear disk errors.
 
-- :func:`claim`: an exclusive lock file ``.<name>.lock`` beside the output (``fcntl.flock``, so a run killed with
-  ``kill -9`` releases it) recording pid, host, start time and command, so the run that loses names the holder.
-- :func:`atomic_dir` / :func:`sweep_stale`: temporary folders ``.<name>.tmp-*`` carry an owner marker
-  (pid + host); the next run into the same parent removes those whose process is gone and reports them.
-- :func:`disk_errors`: ENOSPC / EDQUOT / EROFS while writing become one line naming the output and the space
-  needed.
-- :func:`check_output`: the one output-claiming rule of every writing command (:func:`refuse_overlap`: its
-  base-folder-only form).
-- :func:`install_signal_handlers`: SIGTERM and SIGHUP clean up exactly like Ctrl-C.
+A run's lock file ``.<name>.lock`` beside its output is held with ``fcntl.flock`` (a run killed with ``kill -9``
+releases it) and records pid, host, start time and command, so the run that loses names the holder. Temporary
+folders ``.<name>.tmp-*`` carry an owner marker (pid + host): the next run into the same parent removes those whose
+process is gone. ENOSPC / EDQUOT / EROFS become one line naming the output and the space needed; SIGTERM and SIGHUP
+clean up like Ctrl-C; :func:`check_output` is the one output-claiming rule of every writing command.
 
 POSIX only, as the package is (``fcntl.flock``; :func:`~.files.atomic_writer`'s ``os.fchmod``).
 """
