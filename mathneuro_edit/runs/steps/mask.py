@@ -150,8 +150,7 @@ def mask_step(run: RunRecord, *, weights: Mapping[str, Any] | None = None) -> No
     ``weights`` (e.g. :func:`checkpoint_weights`: read from the base's files one at a time, no model in memory) or
     the loaded ``model``'s (offloaded ones read back from accelerate's offload one at a time). ``mask.reference:
     official`` makes the released script's own batch-1 pass instead (it needs the model and tokenizer), whose sums
-    in the model's dtype are not statistics. Announces the stage, fills the record's ``mask`` and notes the
-    selected count."""
+    in the model's dtype are not statistics. Fills the record's ``mask``."""
     m = run.recipe.mask
     run.start(
         f"mask ({m.method}, top_k={show_setting(m.top_k)}"

@@ -107,10 +107,8 @@ class SweepResult:
         return buf.getvalue()
 
     def to_text(self) -> str:
-        """The console table: the base, one row per point (its variant, the problems it was evaluated on, math with
-        its 95% CI, the gain over the base on those same problems in percentage points, raw and Holm-adjusted
-        McNemar p, general KL; mark ``*``: on the Pareto front of gain vs KL, ``?``: the candidate), then the
-        confirmation row (the CSV holds every column)."""
+        """The console table: the base, one row per point, then the confirmation row, and the legend of its columns
+        and marks (the CSV holds every column)."""
         b = self.base_math
         base_ci = f" ({100 * b['math_ci95_low']:.1f}-{100 * b['math_ci95_high']:.1f})" if "math_ci95_low" in b else ""
         n = len(self.selection_sha256)
