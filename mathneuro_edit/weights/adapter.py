@@ -334,8 +334,7 @@ def exact_delta(w: torch.Tensor, e: torch.Tensor, idx: torch.Tensor, name: str =
         tensor([ 0.1016, -0.2031], dtype=torch.bfloat16)
     """
     w_vals, e_vals = w[idx[:, 0], idx[:, 1]], e[idx[:, 0], idx[:, 1]]
-    # float64 holds e - w exactly for float32/16-bit weights of similar magnitude; rounding once to the weight's
-    # dtype is exact whenever e/2 <= w <= 2e (Sterbenz), i.e. for scales in [0.5, 2], and 0 prunes (d = -w).
+    # why float64, then one rounding: exact for scales in [0.5, 2] and 0 (the module docstring's Sterbenz argument)
     d0 = (e_vals.to(torch.float64) - w_vals.to(torch.float64)).to(w.dtype)
     d0 = torch.where(_same_bits(e_vals, w_vals), torch.tensor(-0.0, dtype=w.dtype), d0)  # w + (-0.0) is w
     d = d0.clone()

@@ -263,8 +263,7 @@ def _layout(ckpt: Checkpoint, max_shard_size: int | str | None, code: str | None
         size += nbytes
     if len(groups) == 1:
         return {SAFE_SINGLE: groups[0]}
-    n = len(groups)
-    return {f"model-{i + 1:05d}-of-{n:05d}.safetensors": g for i, g in enumerate(groups)}
+    return {f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors": g for i, g in enumerate(groups)}
 
 
 def support_files(folder: Path, ckpt: Checkpoint) -> tuple[list[str], list[str]]:

@@ -176,7 +176,6 @@ def add_general(w: Any, meta: Mapping[str, Any]) -> None:
             for key in ("name", "organization", "repo_url"):
                 if b.get(key):
                     getattr(w, f"add_base_model_{key}")(i, str(b[key]))
-    if meta.get("tags"):
-        w.add_tags([str(t) for t in meta["tags"]])
-    if meta.get("languages"):
-        w.add_languages([str(t) for t in meta["languages"]])
+    for key in ("tags", "languages"):
+        if meta.get(key):
+            getattr(w, f"add_{key}")([str(t) for t in meta[key]])
