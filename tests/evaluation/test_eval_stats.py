@@ -9,9 +9,7 @@ import math
 import random
 
 import pytest
-import torch
 
-from mathneuro_edit.engine.mask import Mask
 from mathneuro_edit.evaluation.results import (
     EvalResults,
     GeneralResult,
@@ -26,8 +24,8 @@ from mathneuro_edit.evaluation.significance import (
     significant,
     wilson_interval,
 )
-from mathneuro_edit.runs.sweep.grid import _Arm, _sweep_point
 from mathneuro_edit.runs.sweep.procedure import SweepPoint, recommend, select_candidate
+from mathneuro_edit.runs.sweep.result import _point
 
 scipy_stats = pytest.importorskip("scipy.stats")  # the test extra installs it
 
@@ -115,12 +113,15 @@ def test_sweep_candidate_ignores_the_p_values_and_needs_the_budget() -> None:
     assert best is None and text.startswith("nothing confirmed: the candidate top_k=0.05 scale=1.1")
 
 
-def test_sweep_point_from_an_arm() -> None:
+def test_sweep_point_from_eval_dict() -> None:
     base = [i < 10 for i in range(20)]
-    mask = Mask({"w": torch.tensor([True] * 7 + [False])})
-    arm = _Arm(0, 0.05, 1.1, mask, [True] * 20, {"loss_sums": [4.3, 14.6], "kl": 0.02})
-    p = _sweep_point(arm, "", base, {"loss_sums": [4.0, 14.0], "tokens": [3, 6]})
-    assert (p.math_accuracy, p.math_correct, p.math_total, p.general_kl, p.selected) == (1.0, 20, 20, 0.02, 7)
+    edited = [True] * 20
+    d = EvalResults(
+        {"math": _math(base), "general": GeneralResult(2.0, 9, 0.0, "", (4.0, 14.0), (3, 6))},
+        {"math": _math(edited), "general": GeneralResult(2.1, 9, 0.02, "", (4.3, 14.6), (3, 6))},
+    ).to_dict()
+    p = _point(0.05, 1.1, 7, d)
+    assert (p.math_accuracy, p.math_correct, p.math_total, p.general_kl) == (1.0, 20, 20, 0.02)
     assert p.mcnemar_p == mcnemar_exact(0, 10) and p.significant
     assert (p.math_ci95_low, p.math_ci95_high) == wilson_interval(20, 20)
 

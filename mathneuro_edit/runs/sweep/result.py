@@ -159,6 +159,29 @@ def _strict(x: Any) -> Any:
     return json.loads(json.dumps(x), parse_constant=lambda _: None)
 
 
+def _point(top_k: float, scale: float, selected: int, res: dict[str, Any]) -> SweepPoint:
+    """A :class:`SweepPoint` from one edit's eval dict (``to_dict`` of :func:`~mathneuro_edit.evaluation.runner.evaluate`)."""
+    m, g, c = res["math"]["edited"], res["general"]["edited"], res["math"].get("comparison") or {}
+    gc = res["general"].get("comparison") or {}
+    return SweepPoint(
+        top_k,
+        scale,
+        selected,
+        m["math_accuracy"],
+        g["general_loss"],
+        g["general_kl"],
+        int(m["math_correct"]),
+        int(m["math_total"]),
+        m["math_ci95_low"],
+        m["math_ci95_high"],
+        c.get("mcnemar_p", 1.0),
+        bool(c.get("significant", False)),
+        _num(g.get("general_loss_se")),
+        _num(gc.get("loss_change")),
+        _num(gc.get("loss_change_se")),
+    )
+
+
 def _cell(value: Any) -> Any:
     """A CSV cell of a top_k or scale: the number, or a map (an Optuna trial's) as JSON."""
     return json.dumps(value, sort_keys=False) if isinstance(value, dict) else value
