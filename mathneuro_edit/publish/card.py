@@ -282,8 +282,8 @@ def _top(recipe: Recipe) -> str:
 
 def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[str, Any]:
     """What the card's template (``card_template.md``) shows, as data: every text taken from a file or the lock
-    escaped (:func:`~.card_sections.card_text`), the per-output snippets and paragraphs already written by the
-    output's entry."""
+    escaped (:func:`~.card_sections.card_text`); per output, a snippet its entry writes or the data of the
+    template's own part for it (the GGUF's files, survival and llama.cpp figures)."""
     recipe, lock, s = source.recipe, source.lock, source.edit_summary
     share = partial(sections.pct, digits=".3g", none="n/a")  # the share of the weights edited: 3 digits
     # the files of the other outputs written into its folder (the checkpoint's card: the GGUF files beside it)
