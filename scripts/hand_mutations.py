@@ -821,8 +821,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "r4-gguf-pre-override-ignored": (
         "mathneuro_edit/weights/gguf_vocab.py",
-        "writer.add_tokenizer_pre(pre or pre_name(",
-        "writer.add_tokenizer_pre(pre_name(",
+        "pre = pre or pre_name(",
+        "pre = pre_name(",
         [
             "tests/weights/test_gguf_base.py::test_outputs_gguf_base_is_the_base_s_own_type_and_pre_tokenizer",
             "tests/weights/test_gguf_base.py::test_run_on_a_gguf_base_end_to_end_then_reproduce",
