@@ -159,14 +159,14 @@ def evaluate_gguf_pairs(
 
 
 def gguf_eval_line(row: Mapping[str, Any]) -> str:
-    """One file's result in words: ``base 10.0% -> edited 14.0% (+4.0 pp, McNemar p = 0.0078, n = 200)``.
+    """One file's result in words, with its own (raw) p-value: the card's verdict adjusts it over the run's files.
 
     Example:
         >>> gguf_eval_line(pair_row("Q4_0", [True, False], [True, True]))
-        'llama.cpp, base in Q4_0 50.0% -> edited 100.0% (+50.0 pp, McNemar p = 1, n = 2; not significant)'
+        'llama.cpp, base in Q4_0 50.0% -> edited 100.0% (+50.0 pp, McNemar p = 1 before Holm over the files, n = 2)'
     """
-    verdict = "significant" if row["significant"] else "a significant loss" if row["worse"] else "not significant"
     return (
         f"llama.cpp, base in {row['type']} {row['base']['accuracy']:.1%} -> edited {row['edited']['accuracy']:.1%} "
-        f"({row['difference_pp']:+.1f} pp, McNemar p = {row['mcnemar_p']:.2g}, n = {row['n']}; {verdict})"
+        f"({row['difference_pp']:+.1f} pp, McNemar p = {row['mcnemar_p']:.2g} before Holm over the files, "
+        f"n = {row['n']})"
     )

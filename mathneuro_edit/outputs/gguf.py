@@ -41,6 +41,8 @@ __all__ = [
     "llama_cpp_facts",
     "estimate_gguf_survival",
     "survival_table",
+    "shown_file",
+    "file_verdicts",
 ]
 
 UNQUANTIZED = ("F32", "F16", "BF16")  # GGUF types that store each weight as a float, not in quantized blocks
@@ -292,7 +294,7 @@ def llama_cpp_usage(out: Output, view: CardView) -> dict[str, Any]:
     each file as the run measured it (:func:`survival_table`)."""
     repo, survival = view.repo, view.gguf_survival
     files = {out.name_in_repo(view.lock, f) if repo else f: h for f, h in view.files.items()}
-    types, first = gguf_types(files), next(iter(files), "MODEL.gguf")
+    types, first = gguf_types(files), shown_file(files)
     return {
         "source": view.base_repo,
         "files": [{"name": f, "type": t, "sha256": h} for (f, h), t in zip(files.items(), types)],
@@ -318,8 +320,26 @@ def beside_checkpoint(
         "repo": gguf_repo,
         "files": [{"name": f, "sha256": h} for f, h in names.items()],
         "requantized": requantized(gguf_types(files)),
-        "first": next(iter(names)),
+        "first": shown_file(names),
     }
+
+
+# the type the card's commands show, first present wins: the files most likely to keep the edit (docs/results.md:
+# Q8_0 and Q6_K keep 98-100% of SmolLM2's x1.05 edit and its measured gain; 4- and 5-bit types lose a fifth to a
+# half of the edited weights), the smaller first; then the float types; then the rest as named
+_SHOWN_FIRST = ("Q8_0", "Q6_K", "F16", "BF16", "F32", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S")
+
+
+def shown_file(files: Mapping[str, Any] | list[str]) -> str:
+    """The file the card's llama.cpp commands name (:data:`_SHOWN_FIRST`), else the first (``MODEL.gguf``: none).
+
+    Example:
+        >>> shown_file(["m-Q4_0.gguf", "m-Q4_K_M.gguf", "m-Q8_0.gguf"]), shown_file(["m-Q2_K.gguf"]), shown_file([])
+        ('m-Q8_0.gguf', 'm-Q2_K.gguf', 'MODEL.gguf')
+    """
+    names = list(files)
+    by_type = dict(zip(gguf_types(names), names))
+    return next((by_type[t] for t in _SHOWN_FIRST if t in by_type), names[0] if names else "MODEL.gguf")
 
 
 # what each type keeps of a weight (llama.cpp's quantize tool; K-quants: super-blocks of 256 entries)
@@ -449,6 +469,35 @@ def survival_table(
     }
 
 
+def file_verdicts(evaluated: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """Each evaluated file's p-value text and verdict, Holm-adjusted over the run's files: the card offers several
+    files, and calling the best of five raw tests "significant" would pick a winner by chance (five files each at
+    p < 0.05 under no effect: about 23% for at least one). A gain (loss) is significant when its adjusted p is
+    below 0.05 and the edited (base) file answers more problems the other does not.
+
+    Example:
+        >>> from mathneuro_edit.evaluation.llama_cpp import pair_row
+        >>> a = pair_row("Q8_0", [False] * 9 + [True], [True] * 10)
+        >>> b = pair_row("Q6_K", [False] * 10, [False] * 5 + [True] * 5)
+        >>> v = file_verdicts({"a.gguf": a, "b.gguf": b})
+        >>> v["a.gguf"], v["b.gguf"]["verdict"]
+        ({'p': 'p = 0.00391; Holm over the 2 files 0.00781', 'verdict': 'significant gain'}, 'not significant')
+    """
+    from ..evaluation.report import format_p
+    from ..evaluation.significance import ALPHA, holm_adjust
+
+    names = list(evaluated)
+    adjusted = dict(zip(names, holm_adjust([float(evaluated[f]["mcnemar_p"]) for f in names])))
+    out = {}
+    for f in names:
+        r, p = evaluated[f], adjusted[f]
+        b, c = r["discordant"]["base_only"], r["discordant"]["edited_only"]
+        verdict = "not significant" if p >= ALPHA or b == c else "significant gain" if c > b else "significant loss"
+        text = format_p(r["mcnemar_p"]) + (f"; Holm over the {len(names)} files {p:.3g}" if len(names) > 1 else "")
+        out[f] = {"p": text, "verdict": verdict}
+    return out
+
+
 def llama_cpp_facts(
     files: Mapping[str, str], found: Mapping[str, Any] | None, names: Mapping[str, str]
 ) -> dict[str, Any] | None:
@@ -463,16 +512,17 @@ def llama_cpp_facts(
         >>> llama_cpp_facts({}, found, {})["effect"]
         [{'type': 'Q8_0', 'base': '50.0%', 'edited': '100.0%', 'change': '+50.0', 'p': 'p = 1', 'verdict': 'not significant'}]
     """
-    from ..evaluation.report import format_accuracy, format_p
+    from ..evaluation.report import format_accuracy
 
     if found is None:
         return None
     evaluated = dict(found.get("files") or {})
+    verdicts = file_verdicts(evaluated)
     effect = [
         {"type": r["type"], "base": f"{r['base']['accuracy']:.1%}", "edited": f"{r['edited']['accuracy']:.1%}"}
-        | {"change": f"{r['difference_pp']:+.1f}", "p": format_p(r["mcnemar_p"])}
-        | {"verdict": "significant" if r["significant"] or r["worse"] else "not significant"}
-        for r in evaluated.values()
+        | {"change": f"{r['difference_pp']:+.1f}", "p": verdicts[f]["p"]}
+        | {"verdict": "significant" if verdicts[f]["verdict"] != "not significant" else "not significant"}
+        for f, r in evaluated.items()
     ]
     rows = []
     for f in (f for f in files if f in evaluated):
@@ -481,9 +531,8 @@ def llama_cpp_facts(
             format_accuracy(dict(zip(keys, (a["accuracy"], a["correct"], *a["wilson95"])), math_total=r["n"]))
             for a in (r["base"], r["edited"])
         )
-        verdict = "significant gain" if r["significant"] else "significant loss" if r["worse"] else "not significant"
-        rows.append({"name": names.get(f, f), "type": r["type"], "base": base, "edited": edited, "verdict": verdict})
-        rows[-1] |= {"change": f"{r['difference_pp']:+.1f}", "p": format_p(r["mcnemar_p"]), **r["discordant"]}
+        rows.append({"name": names.get(f, f), "type": r["type"], "base": base, "edited": edited, **verdicts[f]})
+        rows[-1] |= {"change": f"{r['difference_pp']:+.1f}", **r["discordant"]}
     p = found.get("prompt") or {}
     prompt = ", ".join(
         [

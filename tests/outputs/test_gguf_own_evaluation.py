@@ -72,7 +72,7 @@ def test_the_paired_row_equals_an_independent_count(seed: int) -> None:
 def test_a_significant_loss_is_never_called_a_gain() -> None:
     worse = pair_row("Q4_0", [True] * 20, [False] * 20)
     assert (worse["significant"], worse["worse"]) == (False, True)
-    assert "a significant loss" in gguf_eval_line(worse)
+    assert "McNemar p = 1.9e-06 before Holm over the files" in gguf_eval_line(worse)
     assert "significant loss" in gguf_eval_section({"m-Q4_0.gguf": "h"}, _found({"m-Q4_0.gguf": worse}), {})
     better = pair_row("Q8_0", [False] * 20, [True] * 20)
     assert (better["significant"], better["worse"]) == (True, False)
@@ -108,8 +108,8 @@ def test_the_card_names_each_file_as_in_its_repo_with_its_own_row() -> None:
     text = gguf_eval_section({"model-Q4_K_M.gguf": "a", "model-Q8_0.gguf": "b"}, found, names)
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert rows == [
-        "| `X-Q4_K_M.gguf` | Q4_K_M | 10.0% (2/20, 2.8-30.1) | 15.0% (3/20, 5.2-36.0) | +5.0 pp, p = 1 (not significant) | 0 / 1 |",
-        "| `X-Q8_0.gguf` | Q8_0 | 10.0% (2/20, 2.8-30.1) | 30.0% (6/20, 14.5-51.9) | +20.0 pp, p = 0.125 (not significant) | 0 / 4 |",
+        "| `X-Q4_K_M.gguf` | Q4_K_M | 10.0% (2/20, 2.8-30.1) | 15.0% (3/20, 5.2-36.0) | +5.0 pp, p = 1; Holm over the 2 files 1 (not significant) | 0 / 1 |",
+        "| `X-Q8_0.gguf` | Q8_0 | 10.0% (2/20, 2.8-30.1) | 30.0% (6/20, 14.5-51.9) | +20.0 pp, p = 0.125; Holm over the 2 files 0.25 (not significant) | 0 / 4 |",
     ]
     assert "the chat template, 0-shot, greedy, up to 8 new tokens" in text
     assert gguf_effect(found).startswith(
@@ -238,3 +238,39 @@ def test_llama_cpp_completions_stop_where_the_evaluation_stops(monkeypatch, pref
 
     got = module.llama_cpp_completions("m.gguf", [[7, 8]], decode, [prefill], eos, budget)
     assert got == [expected]
+
+
+def test_the_card_calls_a_file_significant_only_after_holm_over_the_run_s_files() -> None:
+    """Five files each tested at 0.05 find a "significant" one by chance about 23% of the time: the card's verdict
+    is Holm-adjusted over the files (SmolLM2's release: Q6_K p = 0.0225 alone, 0.09 adjusted)."""
+    from mathneuro_edit.outputs.gguf import file_verdicts
+
+    q8 = pair_row("Q8_0", [False] * 291 + [True] * 9, [True] * 9 + [False] * 282 + [True] * 9)
+    q6 = pair_row("Q6_K", [False] * 300, [False] * 294 + [True] * 6)
+    flat = {t: pair_row(t, [True] * 10 + [False] * 290, [True] * 10 + [False] * 290) for t in ("Q5_K_M", "Q4_K_M")}
+    loss = pair_row("Q4_0", [True] * 12 + [False] * 288, [False] * 300)
+    files = {"q8": q8, "q6": q6, **flat, "q4": loss}
+    v = file_verdicts(files)
+    raw = {f: r["mcnemar_p"] for f, r in files.items()}
+    # Holm's step-down, written out: the i-th smallest p times (m - i), a running maximum, capped at 1
+    order, holm, top = sorted(raw, key=raw.get), {}, 0.0
+    for i, f in enumerate(order):
+        top = max(top, min(1.0, (len(raw) - i) * raw[f]))
+        holm[f] = top
+    assert raw["q6"] < 0.05 <= holm["q6"]  # significant alone, not after Holm
+    assert v["q6"]["verdict"] == "not significant"
+    assert v["q8"]["verdict"] == "significant gain" and v["q4"]["verdict"] == "significant loss"
+    assert v["Q5_K_M"]["verdict"] == "not significant"
+    assert v["q6"]["p"] == f"p = {raw['q6']:.3g}; Holm over the 5 files {holm['q6']:.3g}"
+    single = file_verdicts({"q6": q6})
+    assert single["q6"] == {"p": f"p = {raw['q6']:.3g}", "verdict": "significant gain"}
+
+
+def test_the_card_s_commands_name_the_file_most_likely_to_keep_the_edit() -> None:
+    from mathneuro_edit.outputs.gguf import shown_file
+
+    assert shown_file(["a-Q4_0.gguf", "a-Q4_K_M.gguf", "a-Q5_K_M.gguf", "a-Q6_K.gguf", "a-Q8_0.gguf"]) == "a-Q8_0.gguf"
+    assert shown_file(["a-Q4_K_M.gguf", "a-Q6_K.gguf"]) == "a-Q6_K.gguf"
+    assert shown_file(["a-Q4_K_M.gguf", "a-F16.gguf"]) == "a-F16.gguf"
+    assert shown_file(["a-Q4_0.gguf", "a-Q4_K_M.gguf"]) == "a-Q4_K_M.gguf"
+    assert shown_file(["a-IQ4_XS.gguf"]) == "a-IQ4_XS.gguf"
