@@ -203,7 +203,8 @@ def write_gguf_step(job: RunView, dest: Path) -> None:
     """The GGUF's step: ``model-TYPE.gguf`` for each type, written from the finished checkpoint folder ``dest``
     (checked before the model loaded: :func:`prepare_gguf`; K-quants by llama.cpp from the float GGUF that holds
     the checkpoint exactly), then the edit's survival in each quantized file, measured against the base written
-    the same way (``gguf_survival.json``; one line where most of the edit is gone)."""
+    the same way (``gguf_survival.json``; one line where most of the edit is gone), and with
+    ``evaluation.llama_cpp`` each file's own evaluation in llama.cpp against that base (``gguf_eval.json``)."""
     from ..weights.gguf_quantize import write_gguf_types
     from ..weights.gguf_survival import SURVIVAL_NAME, gone_line, measure_survival
     from .checkpoint import output_dtype
@@ -213,8 +214,10 @@ def write_gguf_step(job: RunView, dest: Path) -> None:
     meta, source = gguf_meta(recipe, job.n_params, job.base), _source(dest, recipe)
     # the gguf package's types: as they always were
     files = write_gguf_types(dest, types, source=source, name=_public_name(recipe), pre=pre, meta=meta)
-    # the run's math task when evaluation.llama_cpp asks for each GGUF file's own evaluation
-    task = next(t for t in job.tasks if t.name == "math") if ev is not None and ev.llama_cpp else None
+    # the run's math task when evaluation.llama_cpp asks for each GGUF file's own evaluation (``export`` has no
+    # evaluation, so none: its files are evaluated by a run)
+    asked = ev is not None and ev.llama_cpp
+    task = next((t for t in job.tasks if t.name == "math"), None) if asked else None
     if task is None and all(t in UNQUANTIZED for t in files):
         return
     note = job.stages.note if job.stages is not None else None

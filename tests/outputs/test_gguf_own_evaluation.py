@@ -274,3 +274,17 @@ def test_the_card_s_commands_name_the_file_most_likely_to_keep_the_edit() -> Non
     assert shown_file(["a-Q4_K_M.gguf", "a-F16.gguf"]) == "a-F16.gguf"
     assert shown_file(["a-Q4_0.gguf", "a-Q4_K_M.gguf"]) == "a-Q4_K_M.gguf"
     assert shown_file(["a-IQ4_XS.gguf"]) == "a-IQ4_XS.gguf"
+
+
+def test_export_of_a_recipe_asking_llama_cpp_writes_the_files_without_an_evaluation(tmp_path) -> None:
+    """``export`` runs no evaluation (``eval`` and ``run`` do): a recipe with evaluation.llama_cpp still exports its
+    GGUF files, and no gguf_eval.json (was an internal StopIteration: the export's record has no tasks)."""
+    pytest.importorskip("gguf")
+    run = tmp_path / "run"
+    first = CliRunner().invoke(main, ["run", _recipe(tmp_path, gguf=["F32"]), "--out", str(run), "--quiet"])
+    assert first.exit_code == 0, first.output
+    recipe = _recipe(tmp_path, gguf=["F32"], llama_cpp=True)
+    args = ["export", recipe, "--mask", str(run / "mask.safetensors"), "--out", str(tmp_path / "exp"), "--quiet"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "exp" / "model-F32.gguf").is_file() and not (tmp_path / "exp" / "gguf_eval.json").exists()
