@@ -13,7 +13,6 @@ organism's byte-level BPE tokenizer (SmolLM2's pre-tokenizer), exported through 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -370,14 +369,9 @@ def test_gguf_file_type_of_a_llama_cpp_file(smollm2) -> None:  # noqa: F811
 def _llama(path: Path, n_ctx: int = 128):
     """llama.cpp's own loader on ``path``. Skips without llama-cpp-python (the ``gguf-test`` extra), except where
     ``MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1`` (.ci/run sets it when it installed the package): a failure then."""
-    try:
-        import llama_cpp
-    except ImportError:
-        if os.environ.get("MATHNEURO_EDIT_REQUIRE_LLAMA_CPP") == "1":
-            pytest.fail(
-                "MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 but llama_cpp does not import: pip install -e '.[gguf-test]'"
-            )
-        pytest.skip("llama.cpp reader: pip install -e '.[gguf-test]' (builds llama-cpp-python from source)")
+    from tests._llama_cpp import llama_cpp_or_skip
+
+    llama_cpp = llama_cpp_or_skip()
     # type_k/type_v 0 = GGML_TYPE_F32: a float32 KV cache (llama.cpp's default F16 cache would round K and V)
     return llama_cpp.Llama(
         model_path=str(path), n_ctx=n_ctx, n_threads=1, logits_all=True, verbose=False, seed=0, type_k=0, type_v=0

@@ -16,7 +16,6 @@ llama.cpp tier: skips without llama-cpp-python (the ``gguf-test`` extra), fails 
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +26,9 @@ gguf = pytest.importorskip("gguf")
 
 
 def _llama_cpp():
-    try:
-        import llama_cpp
-    except ImportError:
-        if os.environ.get("MATHNEURO_EDIT_REQUIRE_LLAMA_CPP") == "1":
-            pytest.fail(
-                "MATHNEURO_EDIT_REQUIRE_LLAMA_CPP=1 but llama_cpp does not import: pip install -e '.[gguf-test]'"
-            )
-        pytest.skip("llama.cpp's quantizer: pip install -e '.[gguf-test]' (builds llama-cpp-python from source)")
-    return llama_cpp
+    from tests._llama_cpp import llama_cpp_or_skip
+
+    return llama_cpp_or_skip()
 
 
 @pytest.fixture(scope="module")
