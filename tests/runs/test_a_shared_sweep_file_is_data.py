@@ -147,7 +147,9 @@ def test_a_sweep_json_that_is_a_fifo_or_a_device_is_refused(tmp_path: Path) -> N
         start = time.monotonic()
         code, text = _from_sweep(folder, tmp_path)
         assert code == 2, text
-        assert "sweep.json: not a regular file (a FIFO, device or folder)" in _error_line(text), text
+        line = _error_line(text)  # what it is, and how to fix it
+        assert "sweep.json: not a regular file (a FIFO, device or folder); " in line, text
+        assert line.endswith("; pass the --out folder of a `mathneuro-edit sweep`"), line
         assert time.monotonic() - start < 10
 
 
