@@ -16,13 +16,15 @@
 # priority (nice -n 19). Only the lines the selected tests execute are mutated (mutate_only_covered_lines):
 # code those fast tests never run is out of scope here (it is covered by the slow CLI tests). Prints the score
 # per module and lists the survivors; `cd <scratch>/<module> && mutmut show <name>` shows one.
-# Not part of CI: run it before closing an issue that touches one of these modules (docs/testing.md).
+# CI runs a sample (.ci/run: the five fastest decision modules, ~1 min on a quiet machine, MUTATION_MIN=90); the
+# rest: run it before closing an issue that touches one of these modules (docs/testing.md).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="${MUTATION_DIR:-${TMPDIR:-/tmp}/mathneuro-mutation}"
 JOBS="${MUTATION_JOBS:-2}"
 SAMPLE="${MUTATION_SAMPLE:-}"  # an fnmatch pattern on the mutant's name; empty = every mutant
+MIN="${MUTATION_MIN:-}"  # a score in percent below which the script fails (CI's sample: 90); empty = report only
 
 # module -> "files to mutate|fast tests that cover them"
 declare -A SCOPE=(
@@ -84,9 +86,9 @@ for m in "${modules[@]}"; do
      mutmut run --max-children "$JOBS" ${SAMPLE:+"mathneuro_edit.$SAMPLE"} >"$dest/mutmut-run.log" 2>&1) || {
        echo "mutmut failed for $m; see $dest/mutmut-run.log" >&2; tail -20 "$dest/mutmut-run.log" >&2; exit 1; }
   (cd "$dest" && env -u PYTHONPATH mutmut results --all true >"$dest/results.txt" 2>&1 || true)
-  python3 - "$m" "$dest/results.txt" <<'PY'
+  python3 - "$m" "$dest/results.txt" "$MIN" <<'PY'
 import collections, sys
-module, path = sys.argv[1], sys.argv[2]
+module, path, minimum = sys.argv[1], sys.argv[2], sys.argv[3]
 status = collections.Counter()
 survivors = []
 for line in open(path):
@@ -105,5 +107,8 @@ score = f"{100 * killed / scored:.1f}%" if scored else "n/a"
 print(f"{module}: {killed}/{scored} killed ({score}); " + ", ".join(f"{k} {v}" for k, v in sorted(status.items())))
 for s in survivors:
     print(f"  survived: {s}")
+if minimum and (not scored or 100 * killed / scored < float(minimum)):
+    sys.exit(f"{module}: score {score} is below MUTATION_MIN={minimum}%: kill the survivors above with a test, or "
+             "name each equivalent one in docs/testing.md")
 PY
 done
