@@ -261,18 +261,24 @@ def push_to_hub(
         remote="no repo id",
         scrubbed=scrubbed,
     )
-    if dry_run:  # the plan, with the remote's state and deletes read without writing when there is a repo
-        if repo_id is None:
-            return result
-        try:
-            with hub_errors(repo_id, branch, token or ""), request_timeouts(timeout):
-                deletes, state = _remote_deletes(api, repo_id, branch, contents)
-        except MathNeuroEditError as e:  # the plan stands; only its deletes are unknown
-            return replace(result, remote=scrub_token(str(e), token or None))
-        return replace(result, remote=state, deletes=deletes)
+    if dry_run:
+        return _planned(api, result, contents, token, timeout)
     with progress_bars_on_a_terminal_only():  # a Ctrl-C or SIGTERM ends the push at once, whatever it waits for
         pushed = interruptible(_commit, api, result, contents, token or "", timeout)
     return pushed
+
+
+def _planned(api: HfApi, result: PushResult, contents: dict[str, Any], token: str | None, timeout: float) -> PushResult:
+    """A dry run's plan, with the remote's state and deletes read without writing when there is a repo (a Hub
+    failure leaves the plan standing, its deletes unknown and the reason, token scrubbed, as its ``remote``)."""
+    if result.repo_id is None:
+        return result
+    try:
+        with hub_errors(result.repo_id, result.revision, token or ""), request_timeouts(timeout):
+            deletes, state = _remote_deletes(api, result.repo_id, result.revision, contents)
+    except MathNeuroEditError as e:
+        return replace(result, remote=scrub_token(str(e), token or None))
+    return replace(result, remote=state, deletes=deletes)
 
 
 def _derived_base(api: HfApi, lock: dict[str, Any], kind: str, base_repo: str | None, timeout: float) -> str | None:
