@@ -404,9 +404,9 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ],
     ),
     "snippet-loads-in-the-stored-dtype": (
-        "mathneuro_edit/outputs/checkpoint.py",
-        "load_kwargs(view.load_dtype)",
-        "load_kwargs(None)",
+        "mathneuro_edit/outputs/common.py",
+        "dtype = view.load_dtype if view.load_dtype in _FLOATS else None",
+        "dtype = None",
         [
             "tests/publish/test_cards_the_hub_reads_right.py::test_the_card_s_figures_come_back_from_its_files_loaded_as_its_snippet_loads_them",
             "tests/publish/test_model_index.py::test_model_card_load_of_a_release_from_the_smollm2_search_gives_the_confirmed_figures",

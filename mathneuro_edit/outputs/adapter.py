@@ -15,10 +15,10 @@ from typing import Any
 from ..errors import InputError
 from ..layout import MATHNEURO_CONFIG
 from .checkpoint import audit_weights
-from .common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, lock_base, usage_prompt, where_loaded
+from .common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, lock_base, snippet_facts
 from .registry import CardView, Output, RunView, register_output
 
-__all__ = ["ADAPTER", "write_adapter", "check_adapter_support", "adapter_base", "peft_usage", "PEFT_LOADERS"]
+__all__ = ["ADAPTER", "write_adapter", "check_adapter_support", "adapter_base", "peft_usage"]
 
 
 def adapter_base(recipe: Any, revision: str | None) -> tuple[str | None, str | None]:
@@ -73,68 +73,24 @@ def check_adapter_support(recipe: Any, model: Any) -> None:
         raise InputError(refusal)
 
 
-def peft_usage(out: Output, view: CardView) -> str:
-    """The loading snippet of the adapter over its base: a Hub id, the organism, a local folder (by its
-    ``base.hub_id`` when named), or a GGUF file, loaded with transformers and PEFT only: dequantized by
-    transformers in float32, as the edit was made (``mathneuro-edit dequantize`` writes the same weights), the file
-    from its Hub repo, else the user's copy (:data:`BASE_GGUF_ENV`)."""
+def peft_usage(out: Output, view: CardView) -> dict[str, Any]:
+    """The data of the adapter's snippet (``card_template.md``'s ``adapter_usage``): how it loads its base, with
+    transformers and PEFT only: a Hub id, the organism, a local folder (by its ``base.hub_id`` when named), or a
+    GGUF file dequantized by transformers in float32, as the edit was made (``mathneuro-edit dequantize`` writes the
+    same weights), the file from its Hub repo, else the user's copy (:data:`BASE_GGUF_ENV`)."""
     base, kind = lock_base(view.lock), base_kind(view.lock)
     origin, revision = hub_origin(view.lock)
     gguf = base.get("gguf") if kind != "organism" else None  # deltas to a dequantized GGUF: loaded from that file
-    imports, setup, intro = "", "", ""
-    if gguf and kind == "hub":
-        rev = f', revision="{base["revision"]}"' if base.get("revision") else ""
-        names = f"{json.dumps(str(base['model']))}, {json.dumps(str(gguf.get('file')))}"  # Python literals, escaped
-        setup, load = f"folder, name = {names}  # the Hub repo and its GGUF file\n", f"folder, gguf_file=name{rev}"
-    elif gguf:
-        imports, load = "import os\n\n", "folder, gguf_file=name"
-        setup = (
-            f'gguf = os.path.abspath(os.environ["{BASE_GGUF_ENV}"])  # your copy of the GGUF file named above\n'
-            "folder, name = os.path.split(gguf)\n"
-        )
-    elif kind == "organism":
-        imports, load = "from mathneuro_edit.organism import organism_path\n", "organism_path()"
-    elif kind == "local" and origin:  # the adapter names base.hub_id
-        load = f'"{origin}"' + (f', revision="{revision}"' if revision else "")
-    elif kind == "local":
-        imports, load = "import os\n\n", "base_dir"
-        setup = f'base_dir = os.environ["{BASE_ENV}"]  # your copy of the base model (sha256 under "Base model")\n'
-    else:
-        load = f'"{base["model"]}"'
-    base_args = f"{load})"
+    facts: dict[str, Any] = {"model": base.get("model"), "revision": base.get("revision")}
     if gguf:
-        intro = f"""The adapter holds deltas to the weights of the GGUF file `{gguf.get("file")}` (sha256 `{gguf.get("sha256")}`) \
-as transformers dequantizes them, in float32; over other weights (the Hub model's own) it gives another model. \
-With transformers, PEFT and the `gguf` package (`pip install gguf`), no mathneuro-edit:
-
-"""
-        imports, base_args = imports + "import torch\n", f"{load}, dtype=torch.float32)  # dequantized, float32"
-    return f"""{intro}```python
-{imports}from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-{setup}base = AutoModelForCausalLM.from_pretrained({base_args}
-model = PeftModel.from_pretrained(base, {where_loaded(view.repo)})
-model = model.merge_and_unload()  # optional: a plain transformers model with the edit applied
-tokenizer = AutoTokenizer.from_pretrained({load}){usage_prompt(view.prompt, view.chat)}
-```"""
-
-
-# ``## Where it loads`` of the adapter: PEFT only, and what was checked of the loaders that do not take it
-PEFT_LOADERS = """## Where it loads
-
-- **PEFT only**, with `PeftModel.from_pretrained(base, adapter)` as in the code above: this is a SHiRA (sparse)
-  adapter. mathneuro-edit's tests run that code and check that the result equals the edited checkpoint.
-  `AutoPeftModelForCausalLM.from_pretrained(adapter)` works only when `adapter_config.json` names a Hub base
-  (`base_model_name_or_path`): an adapter of a local folder without `base.hub_id`, or of a GGUF base (its deltas
-  are to the dequantized GGUF, not to the Hub model's weights), names none, and PEFT then asks the Hub for `None`;
-  load the base yourself and use `PeftModel` as above.
-- **Not transformers' own adapter loading** (`model.load_adapter(adapter)`, `from_pretrained` on this repo): it
-  does not fail on this adapter, it reports every `shira_indices` key as UNEXPECTED, leaves the weights
-  **unedited**, and the model's next forward pass fails with `KeyError: 'default'` (mathneuro-edit's tests check
-  this symptom, so a change in transformers is noticed).
-- **Not** vLLM, TGI, SGLang or llama.cpp: they load LoRA adapters only. For those,
-  use the edited checkpoint{% if run_repo %} ([{{ run_repo }}](https://huggingface.co/{{ run_repo }})){% endif %}, the same weights as a plain transformers folder."""
+        facts.update(how="hub_gguf" if kind == "hub" else "local_gguf", env=BASE_GGUF_ENV, gguf=gguf)
+        # the Hub repo and its GGUF file as Python literals, escaped
+        facts["names"] = f"{json.dumps(str(base.get('model')))}, {json.dumps(str(gguf.get('file')))}"
+    elif kind == "local" and origin:  # the adapter names base.hub_id
+        facts.update(how="origin", model=origin, revision=revision)
+    else:
+        facts.update(how=kind, env=BASE_ENV)
+    return {**snippet_facts(view), "base": facts}
 
 
 ADAPTER = register_output(
@@ -148,7 +104,6 @@ ADAPTER = register_output(
         holds="PEFT adapter holds",
         evaluated=True,
         usage=peft_usage,
-        loaders=PEFT_LOADERS,
         files_cell=lambda weights_dtype, files: (
             "PEFT SHiRA adapter (safetensors): the edit's deltas at the edited weights"
         ),

@@ -1,7 +1,7 @@
 """The edited checkpoint: a plain transformers folder, streamed from the base's files with the edit baked in.
 
-Its entry, its run step (:func:`write_checkpoint`, at ``outputs.dtype``: :func:`output_dtype`) and its card
-snippets (loading with transformers, where it loads, its files cell and its sentence on a GGUF base).
+Its entry, its run step (:func:`write_checkpoint`, at ``outputs.dtype``: :func:`output_dtype`) and its card's data
+(its snippet's and "Where it loads" words are the card template's; its files cell and its sentence on a GGUF base).
 """
 
 from __future__ import annotations
@@ -9,16 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .common import load_kwargs, usage_prompt, where_loaded
-from .registry import CardView, Output, RunView, register_output
+from .common import snippet_facts
+from .registry import Output, RunView, register_output
 
 __all__ = [
     "CHECKPOINT",
     "write_checkpoint",
     "audit_weights",
     "output_dtype",
-    "transformers_usage",
-    "TRANSFORMERS_LOADERS",
 ]
 
 
@@ -62,34 +60,6 @@ def audit_weights(folder: Path, base: str, mask: Any, scale: float, **how: Any) 
     return verify(folder, base, mask, scale, **how)
 
 
-def transformers_usage(out: Output, view: CardView) -> str:
-    """The loading snippet of a plain transformers folder (the checkpoint): loaded in the dtype the card's figures
-    were computed in when a default load would compute in another (:attr:`CardView.load_dtype`), and prompted as
-    they were measured (:func:`~.common.usage_prompt`)."""
-    where = where_loaded(view.repo)
-    torch_import, dtype = load_kwargs(view.load_dtype)
-    why = "  # the dtype its figures were computed in, over the stored weights" if dtype else ""
-    return f"""```python
-{torch_import}from transformers import AutoModelForCausalLM, AutoTokenizer
-
-model = AutoModelForCausalLM.from_pretrained({where}{dtype}){why}
-tokenizer = AutoTokenizer.from_pretrained({where}){usage_prompt(view.prompt, view.chat)}
-```"""
-
-
-# ``## Where it loads`` of the checkpoint: transformers, and what was checked for the servers
-TRANSFORMERS_LOADERS = """## Where it loads
-
-- **transformers** (`AutoModelForCausalLM.from_pretrained`): mathneuro-edit's tests load the pushed repo this way
-  and run a forward pass.
-- **vLLM, TGI, SGLang**: they serve plain Hugging Face folders like this one; not run by the tests. Checked
-  instead: `config.json` names the architecture (`architectures`, `model_type`) of the base, the weights are
-  safetensors only (no pickle) with the base's tensor names, shapes and dtypes, and the tokenizer files are the
-  base's.
-- The GGUF version of this edit (for llama.cpp, Ollama, LM Studio), when written, has a repo of its own; the
-  PEFT adapter too (PEFT only)."""
-
-
 CHECKPOINT = register_output(
     Output(
         name="checkpoint",
@@ -100,8 +70,7 @@ CHECKPOINT = register_output(
         tags=(),
         holds="model is",
         evaluated=True,
-        usage=transformers_usage,
-        loaders=TRANSFORMERS_LOADERS,
+        usage=lambda out, view: snippet_facts(view),  # card_template.md's checkpoint_usage; where it loads too
         files_cell=lambda weights_dtype, files: (
             f"safetensors, {weights_dtype or 'the base model dtype'} (not quantized)"
         ),

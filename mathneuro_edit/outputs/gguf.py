@@ -566,7 +566,6 @@ GGUF = register_output(
         holds="repo holds, as GGUF files for llama.cpp,",
         evaluated=False,
         usage=llama_cpp_usage,
-        loaders="",  # card_template.md's own section for the GGUF: llama.cpp, Ollama, LM Studio
         files_cell=lambda weights_dtype, files: "GGUF: " + ", ".join(gguf_types(files) or ["none"]),
         on_gguf_base=lambda cast, files: (
             f"These GGUF files are that dequantized model with the edit (computed in float32{cast}), written from the "

@@ -49,7 +49,7 @@ class CardView:
         base_repo: the Hub repo of the output this one is made from (:attr:`Output.derived_from`), when known.
         chat: the model's tokenizer has a chat template (an instruct model): the snippet generates a chat reply.
         prompt: the prompt the card's math figures were measured under, for the snippet to prompt the same way
-            (:func:`~.common.usage_prompt`); ``None``: a chat turn.
+            (:func:`~.common.snippet_prompt`); ``None``: a chat turn.
         load_dtype: the dtype the card's figures were computed in, when a default load computes in another (the
             stored weights' dtype): the snippet loads in it.
     """
@@ -110,11 +110,12 @@ class Output:
             ``base_model:<relation>:<id>`` tag) and its own tags (``gguf`` only on the repo of GGUF files).
         holds: the card's first sentence, "This <holds> a MathNeuro edit of ...".
         evaluated: whether its card carries the evaluation as Hub ``model-index`` results.
-        usage: its card's "How to use", ``usage(output, view)``: a Markdown snippet, or the data of the template's
-            own part for the output (``card_template.md``: the GGUF's ``gguf_usage``).
-        loaders: its card's "Where it loads" section: Markdown, a Jinja snippet rendered with the card's values
-            (``run_repo``: the run's repo, ``hub.repo_id``, when the card's repo is known); empty where the
-            template has the output's own (the GGUF's).
+        usage: its card's "How to use", ``usage(output, view)``: the data of the template's own part for the
+            output (``card_template.md``'s ``checkpoint_usage``, ``adapter_usage``, ``gguf_usage``), or for an
+            output the template does not know, a Markdown snippet.
+        loaders: its card's "Where it loads" section for an output the template does not know: Markdown, a Jinja
+            snippet rendered with the card's values (``run_repo``: the run's repo, ``hub.repo_id``, when the card's
+            repo is known); empty for the template's own (the checkpoint's, the adapter's, the GGUF's).
         files_cell: its card's settings-table ``files`` cell, ``files_cell(weights dtype, its own files)``.
         on_gguf_base: what its files are when the base is a GGUF, ``on_gguf_base(cast, its own files)``.
         write: its run step, ``write(export, dest)``: its files into ``dest``; returns its size as a fraction of
@@ -153,7 +154,7 @@ class Output:
     holds: str
     evaluated: bool
     usage: Callable[[Output, CardView], Any]
-    loaders: str
+    loaders: str = ""
     files_cell: Callable[[str | None, Mapping[str, str]], str]
     on_gguf_base: Callable[[str, Mapping[str, str]], str]
     write: Callable[[RunView, Path], float | None]

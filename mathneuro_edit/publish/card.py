@@ -352,6 +352,7 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "kind": out.name,
         "usage": out.how_to_use(view),
         "beside": [b for o in beside if (b := o.beside(view.repo, own_files(o, view.lock), view.lock))],  # type: ignore[misc]
+        "run_repo": _run_repo(view.repo, out),
         "where_it_loads": jinja2.Template(out.loaders).render(run_repo=_run_repo(view.repo, out)),
         "repo": view.repo,
         "reproduce_args": sections.reproduce_args(view.repo, view.lock),

@@ -15,11 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jinja2
 from huggingface_hub import ModelCard, ModelCardData
 
 from mathneuro_edit.evaluation.report import NOT_A_TEST
-from mathneuro_edit.outputs.common import load_kwargs, usage_prompt
-from mathneuro_edit.publish.card import CardSource, build_card, summarize_edit, write_card
+from mathneuro_edit.outputs.common import snippet_prompt
+from mathneuro_edit.publish.card import TEMPLATE, CardSource, build_card, summarize_edit, write_card
 from mathneuro_edit.publish.card_sections import figures_prompt, gain_operations
 from mathneuro_edit.publish.card_weights import compute_dtype, load_dtype
 from mathneuro_edit.publish.lock import build_lock
@@ -175,7 +176,20 @@ def test_the_dtype_a_snippet_loads_in_is_the_one_the_figures_were_computed_in() 
     assert compute_dtype({"recipe": {"base": {"dtype": "auto"}}, "base": {}}) is None
     assert load_dtype(sweep_lock, "bfloat16") == "float32"  # stored bf16, computed float32: say so
     assert load_dtype(sweep_lock, "float32") is None and load_dtype(sweep_lock, None) is None
-    assert load_kwargs("float32") == ("import torch\n", ", dtype=torch.float32") and load_kwargs("x") == ("", "")
+    view = {"repo": "me/x", "dtype": "float32", "prompt": None}
+    assert 'from_pretrained("me/x", dtype=torch.float32)  # the dtype' in _snippet("checkpoint_usage", view)
+    assert "torch" not in _snippet("checkpoint_usage", {**view, "dtype": None})
+
+
+def _snippet(macro: str, data: Any) -> str:
+    """One of card_template.md's snippet macros rendered on its own (the macros come before the card's text)."""
+    text = TEMPLATE.read_text()
+    return jinja2.Template(text[: text.index("\n---\n")] + f"{{{{ {macro}(data) }}}}").render(data=data)
+
+
+def usage_prompt(prompt: Any, chat: bool) -> str:
+    """The snippet's lines after the model and tokenizer are loaded, as the card renders them."""
+    return _snippet("prompt_lines", snippet_prompt(prompt, chat))
 
 
 def test_the_snippet_prompts_as_the_figures_were_measured() -> None:
