@@ -20,7 +20,7 @@ from typing import Any
 
 from .prompts import completion_done, encode_prompts, extract_prediction, uses_chat_template
 from .results import MathPrediction, extract_answer, truncate_completion
-from .significance import ALPHA, discordant_pairs, mcnemar_exact, wilson_interval
+from .significance import discordant_pairs, mcnemar_exact, wilson_interval
 from .tasks import MathTask
 
 __all__ = [
@@ -37,13 +37,14 @@ GGUF_EVAL_NAME = "gguf_eval.json"  # beside the GGUF files: each file's evaluati
 
 def pair_row(qtype: str, base: Sequence[bool], edited: Sequence[bool]) -> dict[str, Any]:
     """One file's paired result: both accuracies with their 95% Wilson intervals, the change in points, the
-    discordant counts and the two-sided exact McNemar p-value (``significant``: p < 0.05 and the edited file
-    right more often; a significant loss is ``worse``).
+    discordant counts and the two-sided exact McNemar p-value, raw: no verdict, since whether a file's change is
+    significant depends on how many files the run tested (the card's Holm adjustment,
+    :func:`~mathneuro_edit.outputs.gguf.file_verdicts`).
 
     Example:
         >>> r = pair_row("Q8_0", [True, False, False, False], [True, True, True, False])
-        >>> r["base"]["correct"], r["edited"]["correct"], r["difference_pp"], r["discordant"], r["significant"]
-        (1, 3, 50.0, {'base_only': 0, 'edited_only': 2}, False)
+        >>> r["base"]["correct"], r["edited"]["correct"], r["difference_pp"], r["discordant"], r["mcnemar_p"]
+        (1, 3, 50.0, {'base_only': 0, 'edited_only': 2}, 0.5)
     """
     if len(base) != len(edited) or not base:
         raise ValueError(f"pair_row: need two equally long, non-empty outcome lists, got {len(base)} and {len(edited)}")
@@ -58,8 +59,6 @@ def pair_row(qtype: str, base: Sequence[bool], edited: Sequence[bool]) -> dict[s
         "difference_pp": 100 * (ke - kb) / n,
         "discordant": {"base_only": b, "edited_only": c},
         "mcnemar_p": p,
-        "significant": p < ALPHA and c > b,
-        "worse": p < ALPHA and b > c,
     }
 
 
