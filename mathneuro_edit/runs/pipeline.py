@@ -26,8 +26,6 @@ from typing import Any
 
 from ..engine.mask import as_mask
 from ..errors import InputError
-from ..evaluation.lm_eval_index import check_lm_eval_task
-from ..evaluation.lm_eval_task import LmEvalTask
 from ..layout import MASK_NAME, STATS_DIR
 from ..outputs.registry import OUTPUTS, output
 from ..publish.lock import output_hashes
@@ -79,9 +77,6 @@ def _checks_before_loading(recipe: Recipe, folder: Path, kinds: list[str]) -> li
     adapter's support). Returns the evaluation tasks."""
     prepare_outputs(recipe, folder, kinds)  # an unsupported model/tokenizer fails now, not after calibration
     tasks = eval_tasks(recipe)  # a bad evaluation source or lm-eval setting fails now, not after calibration
-    for t in tasks:
-        if isinstance(t, LmEvalTask):
-            check_lm_eval_task(t)  # lm-eval installed and every task known: before the model loads
     checks = output_checks(kinds)
     if checks:  # from config.json alone: before the weights are read or any forward pass
         meta = meta_model(folder, trust_remote_code=recipe.base.trust_remote_code)

@@ -15,8 +15,6 @@ from pathlib import Path
 
 from ..engine.mask import Mask
 from ..errors import InputError
-from ..evaluation.lm_eval_index import check_lm_eval_task
-from ..evaluation.lm_eval_task import LmEvalTask
 from ..evaluation.results import EvalResults
 from ..recipe.schema import Recipe
 from ..util.console import Stages
@@ -127,12 +125,9 @@ def evaluate_recipe(
     Raises:
         InputError: the recipe has no evaluation section.
     """
-    tasks = eval_tasks(recipe)
+    tasks = eval_tasks(recipe)  # an unknown lm-eval task is named before the model loads
     if not tasks:
         raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
-    for task in tasks:
-        if isinstance(task, LmEvalTask):
-            check_lm_eval_task(task)  # an unknown task is named before the model loads
     with claim(out) if out else nullcontext():  # one run per output file
         stages = Stages(stage_count(recipe, ("load", "evaluate"), tasks=tasks), echo)
         run = RunRecord(recipe, stages, progress, tasks=tasks, mask=Mask.load(mask_path) if mask_path else None)
