@@ -1,18 +1,7 @@
 """The whole pipeline of a recipe: data -> calibrate -> mask -> evaluate -> export -> lock + card.
 
-Output folder (written into a temporary folder beside it and renamed when complete):
-
-```
-OUT/
-  checkpoint/                      plain HF model folder (+ README.md card, lock, eval.json)   outputs.checkpoint
-  checkpoint/model-TYPE.gguf       the same weights as one GGUF file for llama.cpp             outputs.gguf
-  adapter/                         stock PEFT SHiRA adapter (+ README.md card, lock, eval.json) outputs.adapter
-  mask.safetensors                 the mask (any top_k can be re-derived from the statistics)
-  stats/math.stats.safetensors     calibration statistics, one file per set
-  stats/general-<i>.stats.safetensors
-  eval.json                        before/after evaluation (when the recipe has an evaluation section)
-  mathneuro_recipe.lock.yaml       the recipe with every default explicit, plus every hash
-```
+The output folder (its layout: :mod:`mathneuro_edit.layout`; a GGUF output is ``checkpoint/model-TYPE.gguf``) is
+written into a temporary folder beside it and renamed when complete.
 """
 
 from __future__ import annotations
@@ -120,7 +109,7 @@ def run_recipe(
     (:mod:`.steps`).
 
     Args:
-        out_dir: the folder to create (see the module docstring for its layout).
+        out_dir: the folder to create (its layout: :mod:`mathneuro_edit.layout`).
         overwrite: replace an existing ``out_dir`` once the new one is complete.
         echo: receives the stage lines (``[2/7] calibrate math (100 texts)`` and notes; the CLI prints them).
         workers: checkpoint shards written at once (see :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`).

@@ -2,32 +2,10 @@
 
 The model is built on the meta device (``torch.device("meta")`` + ``AutoModelForCausalLM.from_config``: shapes,
 no memory), :func:`~mathneuro_edit.engine.targets.find_targets` lists the scored weights, and the sizes follow from
-the file formats and the algorithms (``b`` = bytes per weight element of the chosen dtype, ``B`` = batch size,
-``T`` = max_length, ``H`` = hidden size, ``W`` = the widest target input or output (the MLP width), ``V`` =
-vocabulary, ``h`` = attention heads):
-
-- weights: ``parameters x b``;
-- statistics file: per target ``2 x groups x d_in x 4`` (float32 ``norm_sum``, ``sq_sum``) ``+ groups x 8``
-  (int64 ``token_count``);
-- mask file: per target ``min(ceil(numel / 8), selected x 4)`` (bit-packed or int32 indices, the smaller), with
-  ``selected`` the top-K count ``int(n * top_k)`` per matrix (per row with ``granularity="row"``; an upper bound
-  for mathneuro, exact for wanda);
-- calibration activations (no grad, one layer alive at a time): ``B T (4H + 3W) b`` (residual, norms, q/k/v,
-  attention output, MLP gate/up/product) ``+ B h T^2 b`` (attention scores when materialised: eager attention or
-  CPU; SDPA/flash on GPU need less) ``+ 2 B T W 4`` (our hooks' float32 copy and square); no ``B T V`` logits:
-  the calibration forward stops once the last scored input is recorded (:mod:`~mathneuro_edit.engine.forward_stop`);
-- calibration peak on one device: weights + activations + the float32 statistics;
-- mask selection, weights read one tensor at a time (:func:`~mathneuro_edit.weights.loading.weights_from_checkpoint`):
-  ``largest target x (b + 3 x 4 + 2)`` (the weight, its float32 copy, two float32 score matrices, bool masks)
-  ``+`` the mask ``+`` the statistics;
-- export (streaming, :mod:`~mathneuro_edit.weights.checkpoint_writer`): ``largest edited tensor x (2b + 1)`` (original, edited
-  copy, bool mask) ``+`` the mask in memory; no accelerator.
-- evaluation (with evaluation settings: a recipe's ``evaluation`` section), on one device: weights + one batch of
-  the general loss and KL (``2 B T V b`` logits of the base and the edit at once ``+ 4 T V 4`` one text's float32
-  work + one layer's activations) or of the math generation (``B (P + N) 2 L kv d b`` KV cache + the prompt's
-  activations ``+ 2 B V 4``), with ``B`` the evaluation batch, ``T`` calibration's max_length, ``P`` =
-  :data:`PROMPT_TOKENS` ``x (1 + n_shot)`` (an assumed bound), ``N`` max_new_tokens (formulas:
-  :mod:`~mathneuro_edit.evaluation.memory`, which the evaluation itself uses to lower ``B`` to a GPU's free memory).
+the file formats and the algorithms: docs/scaling.md ("Memory math") gives each formula (weights, the statistics
+and mask files, calibration's activations and peak, mask selection, export, and the evaluation's, which are
+:mod:`~mathneuro_edit.evaluation.memory`'s: the evaluation itself uses them to lower its batch to a GPU's free
+memory); :mod:`.plan_memory` the RAM of each command.
 
 The plan also lists the outputs this family gets (:mod:`~mathneuro_edit.weights.support`: a PEFT adapter needs
 every scored weight to be an ``nn.Linear``; the GGUF families), each ``None`` or its one-line refusal.
@@ -491,7 +469,7 @@ def _target_sizes(targets: dict[str, Any], config: Any, s: PlanSettings, counts:
 
 
 def _activation_bytes(config: Any, s: PlanSettings, nbytes: int, widest: int) -> int:
-    """Calibration's activations on one device (the module docstring's formula)."""
+    """Calibration's activations on one device (docs/scaling.md's formula, term by term)."""
     text = config.get_text_config()
     hidden = int(getattr(text, "hidden_size", 0) or widest)
     heads = int(getattr(text, "num_attention_heads", 0) or 1)
