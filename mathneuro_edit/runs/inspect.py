@@ -193,7 +193,7 @@ def stats_table(stats: Any) -> str:
     return "\n".join(lines)
 
 
-def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = None) -> Path:
+def plot_layer_distribution(mask: Any, path: str | Path) -> Path:
     """Save a PNG of the selected fraction per layer, one line per module type (the paper's layer figure)."""
     plt = pyplot()
     fractions = layer_fractions(mask)
@@ -209,9 +209,7 @@ def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = 
     ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
     ax.set_ylabel("selected (% of the module's weights)")
     ax.set_ylim(bottom=0)
-    ax.set_title(
-        title or f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}: selected weights per layer"
-    )
+    ax.set_title(f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}: selected weights per layer")
     # outside the axes, right: the legend never hides a line
     ax.legend(
         fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, title="module", title_fontsize=7

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,15 +49,8 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (``run --json``): the folder, the mask, every output file's sha256 and the evaluation."""
-        return {
-            "out_dir": str(self.out_dir),
-            "mask_sha256": self.mask_sha256,
-            "selected": self.selected,
-            "total": self.total,
-            "files": dict(self.files),
-            "eval": self.eval_results,
-            "adapter_size_ratio": self.adapter_size_ratio,
-        }
+        data = {("eval" if k == "eval_results" else k): v for k, v in asdict(self).items()}
+        return {**data, "out_dir": str(self.out_dir)}
 
 
 def _checks_before_loading(recipe: Recipe, folder: Path, kinds: list[str]) -> list[Any]:

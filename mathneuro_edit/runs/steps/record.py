@@ -1,8 +1,6 @@
-"""One run's record: the state every step of a job reads and extends (llm-compressor's one ``State``).
-
-A job (``run``, ``export``, ``calibrate``, ``mask``, ``eval``, ``consistency``, ``sweep``) makes one
-:class:`RunRecord` from its recipe and how to report, then hands it to its steps in order; each fills its fields
-(:class:`RunRecord` names which step fills which) and :func:`~.seal.seal_run` reads it all.
+"""One run's record: the state every step of a job reads and extends (llm-compressor's one ``State``): a job makes
+one from its recipe and how to report and hands it to its steps in order (:class:`RunRecord` names which step fills
+which field).
 
 Why one object: the steps used to take 8-15 loose parameters each (the recipe, the model, the tokenizer, the
 statistics, the mask, the tasks, progress, workers, the stage printer, ...), passed again at every call; a step now
