@@ -150,56 +150,43 @@ def meta_model_from_config(config: Any, *, trust_remote_code: bool = False) -> t
 
 @dataclass(frozen=True)
 class Plan:
-    """Sizes and memory needs of a MathNeuro run (all byte counts are estimates unless said exact).
-
-    Attributes:
-        n_params, n_targets, targets_by_kind, n_target_params: exact (tied weights counted once).
-        stats_bytes, mask_bytes: stats exact up to the file header; mask an upper bound unless ``mask_counted``
-            (the counts of a saved mask, ``plan --mask FILE``, whose own size is ``mask_file_bytes``).
-        placement: accelerate's placement ``device -> weight bytes`` when ``max_memory`` or a dict device_map is
-            given, else empty.
-        outputs: ``{"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", ...}``: None
-            where this family gets the output, else why not and the recipe line (weights/support.py).
-        output_dtype, checkpoint_bytes: the edited checkpoint's dtype (``outputs.dtype``; ``auto`` resolved: the
-            base's own, a GGUF base's source's) and its size at that dtype.
-        adapter_bytes, adapter_r: the PEFT SHiRA adapter's size and ``r`` (0 when this family gets no adapter).
-        ram: the peak RSS of each command's own process on a CPU machine, with :data:`~.plan_memory.RUNTIME_BYTES`
-            and, with ``max_memory``, only the weights placed in RAM (disk-offloaded layers are read in place;
-            docs/scaling.md: the model, what bounds each).
-        eval_general_bytes, eval_math_bytes, eval_settings: the evaluation on one device (0: no evaluation
-            settings): weights + one general (loss and KL) batch, weights + one math generation batch, and the
-            settings they assume.
-        gguf_survival: ``plan --mask`` with ``outputs.gguf``: type -> the edit's estimated survival
-            (:func:`~mathneuro_edit.outputs.gguf.estimate_gguf_survival`).
-    """
+    """Sizes and memory needs of a MathNeuro run (all byte counts are estimates unless said exact)."""
 
     model_type: str
     dtype: str
-    n_params: int
+    n_params: int  # exact, as are n_targets, targets_by_kind and n_target_params (tied weights counted once)
     n_targets: int
     targets_by_kind: dict[str, int]
     n_target_params: int
     weights_bytes: int
-    stats_bytes: int
-    mask_bytes: int
+    stats_bytes: int  # exact up to the file header
+    mask_bytes: int  # an upper bound unless mask_counted (a saved mask's counts, `plan --mask FILE`)
     activation_bytes: int
     calibration_peak_bytes: int
     mask_peak_bytes: int
     export_peak_bytes: int
     largest_target: tuple[str, int]
+    # accelerate's placement, device -> weight bytes, when max_memory or a dict device_map is given, else empty
     placement: dict[str, int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    # {"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", ...}: None where this
+    # family gets the output, else why not and the recipe line (weights/support.py)
     outputs: dict[str, str | None] = field(default_factory=dict)
+    # the edited checkpoint's dtype (outputs.dtype; auto resolved: the base's own, a GGUF base's source's) and size
     output_dtype: str = ""
     checkpoint_bytes: int = 0
-    adapter_bytes: int = 0
+    adapter_bytes: int = 0  # the PEFT SHiRA adapter's size and r (0 when this family gets no adapter)
     adapter_r: int = 0
     mask_counted: bool = False
-    mask_file_bytes: int | None = None
+    mask_file_bytes: int | None = None  # the size of the mask file given (`plan --mask FILE`)
+    # the peak RSS of each command's own process on a CPU machine (plan_memory.ram_by_command; docs/scaling.md)
     ram: dict[str, int] = field(default_factory=dict)
+    # the evaluation on one device (0: no evaluation settings): weights + one general (loss and KL) batch, weights +
+    # one math generation batch, and the settings they assume
     eval_general_bytes: int = 0
     eval_math_bytes: int = 0
     eval_settings: dict[str, int] = field(default_factory=dict)
+    # `plan --mask` with outputs.gguf: type -> the edit's estimated survival (outputs.gguf.estimate_gguf_survival)
     gguf_survival: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
