@@ -293,12 +293,9 @@ def _count(n: int) -> str:
 @dataclass(frozen=True)
 class PlanSettings:
     """What the planned run does, from the recipe's calibration, mask, outputs and evaluation keys (the defaults
-    of :func:`plan_from_config`). ``dtype`` and ``output_dtype``: ``"auto"`` (or ``None``) is the config's own;
-    ``evaluation``: ``{"batch_size", "max_length", "prompt_tokens", "max_new_tokens"}`` of the evaluation to plan,
-    ``None`` for none.
-    """
+    of :func:`plan_from_config`)."""
 
-    dtype: str = "bfloat16"
+    dtype: str = "bfloat16"  # "auto" (or None, for output_dtype): the config's own
     output_dtype: str | None = None
     top_k: Setting = 0.05  # or a map per layer band and component (engine.edit_map)
     batch_size: int = 8
@@ -307,7 +304,7 @@ class PlanSettings:
     general_sets: int = 1
     include: list[str] | None = None
     exclude: list[str] | None = None
-    evaluation: dict[str, int] | None = None
+    evaluation: dict[str, int] | None = None  # {batch_size, max_length, prompt_tokens, max_new_tokens}; None: none
 
 
 @dataclass(frozen=True)
