@@ -176,14 +176,14 @@ def stats_dict(stats: Any) -> dict[str, Any]:
 
 def stats_table(stats: Any) -> str:
     """A text table: one row per target (kind, groups x d_in, tokens seen, mean L2 statistic), then provenance."""
-    width = max((len(terminal_safe(n)) for n in stats.targets), default=10)
+    rows = stats_dict(stats)["targets"]  # the same numbers as inspect --json
+    width = max((len(terminal_safe(n)) for n in rows), default=10)
     lines = [f"{'target':<{width}}  {'kind':<8}  {'shape':>10}  {'tokens':>10}  {'mean l2':>10}"]
-    for name, t in stats.targets.items():
-        g, d = t.stat_shape
+    for name, t in rows.items():
+        g, d = t["shape"]
         lines.append(
-            f"{terminal_safe(name):<{width}}  {terminal_safe(str(t.kind)):<8}  {f'{g}x{d}':>10}  "
-            f"{int(stats.token_count[name].sum()):>10,}  "
-            f"{float(stats.norm_sum[name].mean()):>10.4g}"
+            f"{terminal_safe(name):<{width}}  {terminal_safe(str(t['kind'])):<8}  {f'{g}x{d}':>10}  "
+            f"{t['tokens']:>10,}  {t['mean_l2']:>10.4g}"
         )
     s = stats.summary()
     lines.append(
