@@ -340,8 +340,8 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "out-hard-link-accepted": (
         "mathneuro_edit/util/outdir.py",
-        "found.add((st.st_dev, st.st_ino))",
-        "pass",
+        "return {(st.st_dev, st.st_ino) for st in",
+        "return set() if True else {(st.st_dev, st.st_ino) for st in",
         ["tests/test_bad_input_is_one_line.py::test_an_output_folder_holding_a_hard_link_of_an_input_is_refused"],
     ),
     # issue 39 item 6: release behaviours no test saw before (tests/publish/test_release_behaviours.py)

@@ -5,16 +5,9 @@ Here: the error boundary, the group, and the commands that make an edit (``run``
 ``consistency``, ``dequantize``, ``plan``), :mod:`.publish` the publishing ones (``card``, ``push``, ``verify``,
 ``reproduce``), and :mod:`.options` the options and helpers they share.
 
-Exit status (docs/publishing.md), distinct so scripts can tell them apart:
-
-- 0: success;
-- 1: a check found a difference (``verify``, ``reproduce``: the report names what differs);
-- 2: bad input (one line: what, where, how to fix);
-- 3: internal error, or a failure of the environment that is not the input (network, the Hub's 5xx);
-- 130: interrupted (Ctrl-C; 128 + N for signal N, e.g. 143 for SIGTERM).
-
-Tracebacks only with ``MATHNEURO_EDIT_DEBUG=1``; no message ever shows a Hub token. Nothing heavy (torch,
-transformers) is imported before a command runs, so ``--help`` is fast.
+The exit statuses (``EXIT_*``; docs/publishing.md, "Exit codes", says what each means) are distinct so scripts can
+tell them apart. Tracebacks only with ``MATHNEURO_EDIT_DEBUG=1``; no message ever shows a Hub token. Nothing heavy
+(torch, transformers) is imported before a command runs, so ``--help`` is fast.
 """
 
 from __future__ import annotations
@@ -43,16 +36,16 @@ def _error_message(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, LockMismatchError):  # a check found a difference (the lock disagrees with its own hash)
         return EXIT_DIFFERS, str(exc)
     if isinstance(exc, InputError):
-        return 2, str(exc)
+        return EXIT_INPUT, str(exc)
     disk = isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError"  # ENOSPC / EDQUOT / EROFS
     if disk and (space := as_space_error(exc, getattr(exc, "filename", None) or "the output", None)):
-        return 2, str(space)
+        return EXIT_INPUT, str(space)
     if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
-        return 2, f"{exc.filename or exc}: {exc.strerror or 'not found'}; check the path"
+        return EXIT_INPUT, f"{exc.filename or exc}: {exc.strerror or 'not found'}; check the path"
     if isinstance(exc, PermissionError):
-        return 2, f"{exc.filename}: permission denied; choose a writable location"
+        return EXIT_INPUT, f"{exc.filename}: permission denied; choose a writable location"
     if type(exc).__name__ == "SafetensorError":
-        return 2, f"corrupt or unreadable safetensors file ({exc}); re-download or re-create it"
+        return EXIT_INPUT, f"corrupt or unreadable safetensors file ({exc}); re-download or re-create it"
     if isinstance(exc, Terminated):
         import signal
 

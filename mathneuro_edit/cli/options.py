@@ -1,7 +1,5 @@
-"""The options and helpers every command of the CLI shares, one home each: ``recipe_arg``, ``--set``,
-``--quiet``/``--verbose``, ``--json``, ``--workers``; the recipe read, the output claim, the stage printer, the bars;
-:func:`recipe_command`, which gives a recipe command RECIPE, ``--set``, ``--quiet`` and ``--verbose`` as one
-:class:`RecipeJob`.
+"""The options and helpers every command of the CLI shares, one home each (:func:`recipe_command` gives a recipe
+command RECIPE, ``--set``, ``--quiet`` and ``--verbose`` as one :class:`RecipeJob`).
 
 Nothing heavy (torch, transformers) is imported here: each helper imports what it needs when a command calls it.
 """

@@ -1,9 +1,5 @@
-"""The publishing commands of the CLI: ``card``, ``push``, ``verify``, ``reproduce`` (kept apart from
-:mod:`mathneuro_edit.cli.main`, which adds them to the ``mathneuro-edit`` group, so each module stays small).
-
-Each parses, calls one function of :mod:`mathneuro_edit.runs.release` or :mod:`mathneuro_edit.runs.reproduce`,
-and prints what it returns.
-"""
+"""The publishing commands of the CLI: ``card``, ``push``, ``verify``, ``reproduce``; each parses, calls one function
+of :mod:`mathneuro_edit.runs.release` or :mod:`mathneuro_edit.runs.reproduce`, and prints what it returns."""
 
 from __future__ import annotations
 

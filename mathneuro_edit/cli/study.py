@@ -1,9 +1,6 @@
 """The commands that study a model or an edit rather than make one: ``inspect``, ``sweep``, ``consistency``,
-``dequantize``, ``plan`` (:mod:`mathneuro_edit.cli.main` adds them to the ``mathneuro-edit`` group, beside the
-commands that make an edit and :mod:`.publish`'s, which publish one).
-
-Each parses, calls one function of :mod:`mathneuro_edit.runs` (or the GGUF reader), and prints what it returns.
-"""
+``dequantize``, ``plan``; each parses, calls one function of :mod:`mathneuro_edit.runs` (or the GGUF reader), and
+prints what it returns."""
 
 from __future__ import annotations
 

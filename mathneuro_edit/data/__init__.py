@@ -6,6 +6,5 @@ or problems, sampled reproducibly by seed, with a content fingerprint of what wa
 
 import lazy_loader
 
-# the face's names are __init__.pyi's imports (its one list, which type checkers read too), each loaded on first
-# access from the module that defines it: importing the face imports none of the package's modules, and no torch
+# the face's names: __init__.pyi's imports, each loaded on first access (importing the face loads no torch)
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -48,9 +48,7 @@ def shuffled(rng: random.Random, n_items: int) -> Iterator[int]:
 
 
 def arithmetic_problems(n: int, seed: int) -> list[dict[str, str]]:
-    """``n`` distinct arithmetic problems, the same for the same seed.
-
-    ``1 <= n <= POOL_SIZE`` (12,276); the answer is ``"a + b = c\\n#### c"``, the prefill ``"a + b = "``.
+    """``n`` distinct arithmetic problems (``1 <= n <= POOL_SIZE``), the same for the same seed.
 
     Example:
         >>> p = arithmetic_problems(1, seed=3)[0]

@@ -68,9 +68,6 @@ def _as_source(source: Source | str | dict[str, Any]) -> Source:
         raise InputError(f"data source {source!r}: {problems}") from None
 
 
-# ---------------------------------------------------------------------------------------------- reading
-
-
 Rows = Sequence[Any]
 Locate = Callable[[int], str]
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")

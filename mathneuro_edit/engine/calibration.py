@@ -1,16 +1,10 @@
-"""Calibration: forward passes with hooks that accumulate MathNeuro's per-input-feature statistics.
+"""Calibration: forward passes with hooks that accumulate MathNeuro's per-input-feature statistics
+(:class:`~.stats.ActivationStats`: the paper's per-sample L2 norms and Wanda's sums of squares, in float32 whatever
+the model's dtype; O(d_in) per weight).
 
-For every target weight and input feature j we accumulate, in float32 whatever the model's dtype:
-
-- ``norm_sum[j] = sum over samples s of ||X_s[:, j]||_2`` (L2 norm over that sample's tokens; the paper's),
-- ``sq_sum[j] = sum over all tokens of X[t, j]**2`` (Wanda's statistic),
-
-where X is the weight's input. Batches are right-padded and padding tokens are masked out, so with a causal
-model the result equals the batch-size-1 computation up to float32 rounding. Memory is O(d_in) per weight. The
-hooks and the accumulation are in :mod:`~mathneuro_edit.engine.recorder`.
-
-The forward stops once the last scored input has been recorded (:mod:`~mathneuro_edit.engine.forward_stop`): no
-logits are computed, and nothing after the last scored layer runs.
+Batches are right-padded and padding tokens are masked out, so with a causal model the result equals the
+batch-size-1 computation up to float32 rounding. The hooks are in :mod:`.recorder`; the forward stops once the last
+scored input has been recorded (:mod:`.forward_stop`): no logits, nothing after the last scored layer.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ from .recorder import Recorder
 from .stats import ActivationStats
 from .targets import find_targets, model_fingerprint
 
-__all__ = ["calibrate", "tokenize_texts"]
+__all__ = ["calibrate", "checked_texts", "tokenize_texts"]
 
 
 def tokenize_texts(tokenizer: Any, texts: list[str], max_length: int) -> tuple[list[list[int]], int]:
@@ -73,7 +67,9 @@ def calibrate(
     Example:
         >>> stats = calibrate(model, tokenizer, ["Question: 2+3?\\nAnswer: 5"], progress=False)  # doctest: +SKIP
     """
-    texts = _checked_texts(texts, max_length, batch_size)
+    texts = checked_texts(texts)
+    if max_length < 1 or batch_size < 1:
+        raise InputError(f"max_length and batch_size must be >= 1 (got {max_length}, {batch_size})")
     targets = find_targets(model, include=include, exclude=exclude, include_tied_lm_head=include_tied_lm_head)
     ids, truncated = tokenize_texts(tokenizer, texts, max_length)
     pad_id = next((v for v in (tokenizer.pad_token_id, tokenizer.eos_token_id) if v is not None), 0)
@@ -90,18 +86,16 @@ def calibrate(
     return ActivationStats(norm, sq, count, dict(targets), meta)
 
 
-def _checked_texts(texts: Sequence[str], max_length: int, batch_size: int) -> list[str]:
-    """The calibration texts as a list, refused when empty, not text, or with sizes below 1."""
+def checked_texts(texts: Sequence[str], label: str = "texts") -> list[str]:
+    """The texts as a list, refused (one line naming ``label``) when not a list, empty, or holding a non-string."""
     if isinstance(texts, str) or not isinstance(texts, Sequence):
-        raise InputError("texts: must be a list of strings, got a single string or non-sequence; wrap it in a list")
+        raise InputError(f"{label}: must be a list of strings, got a single string or non-sequence; wrap it in a list")
     texts = list(texts)
     if not texts:
-        raise InputError("texts: the calibration set is empty; give at least one sample")
+        raise InputError(f"{label}: the calibration set is empty; give at least one sample")
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise InputError(f"texts[{i}]: must be a string, got {type(t).__name__}")
-    if max_length < 1 or batch_size < 1:
-        raise InputError(f"max_length and batch_size must be >= 1 (got {max_length}, {batch_size})")
+            raise InputError(f"{label}[{i}]: must be a string, got {type(t).__name__}")
     return texts
 
 

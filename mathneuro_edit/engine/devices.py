@@ -37,10 +37,8 @@ def work_device(device: str | torch.device | None = "auto") -> torch.device:
 
 
 def selection_device(device: str | torch.device | None = "auto") -> torch.device:
-    """Where the mask step and the audits compute: :func:`work_device` when it is a CUDA device, else the CPU.
-
-    Why CUDA or CPU only: the same bits are guaranteed on those two (tested on CPU with this code path, measured on
-    an H200); another accelerator (MPS) is not asked to run an integer histogram select.
+    """Where the mask step and the audits compute: :func:`work_device` when it is a CUDA device, else the CPU (the
+    two where the same bits are tested; MPS is not asked to run an integer histogram select).
 
     Example:
         >>> selection_device("cpu").type

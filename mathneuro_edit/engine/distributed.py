@@ -165,9 +165,7 @@ def calibrate_distributed(
             ``progress`` (shown on rank 0 only), as for ``calibrate``.
 
     Returns:
-        On rank 0, the statistics of the full list (equal to single-process ones up to float32 summation order,
-        with the full list's ``texts_sha256``, ``num_samples``, ``num_tokens`` and ``truncated_samples``);
-        ``None`` on the other ranks.
+        On rank 0, the statistics of the full list (module docstring, step 4); ``None`` on the other ranks.
 
     Raises:
         InputError: fewer texts than ranks, or ranks given different texts, models or settings (on every rank).

@@ -61,10 +61,6 @@ class ForwardStop:
 
     Install it AFTER the statistics hooks (hooks run in registration order: they must record first);
     ``module_names``: the modules whose inputs are scored.
-
-    Example:
-        >>> stop = ForwardStop(model, ["model.layers.0.mlp.down_proj"])  # doctest: +SKIP
-        >>> stop.forward(model, input_ids=ids)  # doctest: +SKIP
     """
 
     def __init__(self, model: nn.Module, module_names: list[str]) -> None:
@@ -85,14 +81,9 @@ class ForwardStop:
             if getattr(module, "_hf_hook", None) is not None:
                 self.handles.append(module.register_forward_hook(self._cleanup, always_call=True))
 
-    def new_batch(self) -> None:
-        """Reset the per-batch call counts (call before each forward)."""
-        self.calls = {}
-        self.stopped_in = None
-
     def forward(self, model: nn.Module, **inputs: Any) -> None:
         """One forward pass of ``model`` on ``inputs`` (no cache), stopped once its scored inputs are recorded."""
-        self.new_batch()
+        self.calls, self.stopped_in = {}, None  # a new batch
         try:
             model(**inputs, use_cache=False)
         except StopForward:

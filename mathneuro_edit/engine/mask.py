@@ -3,10 +3,9 @@
 Selection rule (one matrix at a time; an expert of a fused MoE weight counts as its own matrix):
 
 - score = ``|W| * stat`` in float32, ``stat`` the per-input-feature statistic broadcast over rows;
-- top-k: the ``k = int(n * top_k)`` highest scores (the released MathNeuro code's ``keep_num = int(num_params *
-  keep_ratio)``: a Python float multiply, then truncation; ``k = 0`` selects nothing) of the matrix
+- top-k: the ``k = int(n * top_k)`` highest scores (:func:`k_of`, the released code's rule) of the matrix
   (``granularity="matrix"``, the paper's, ``n = d_out * d_in``) or of each output row (``"row"``, Wanda's
-  per-output comparison, ``n = d_in``: the same expression applied to a row);
+  per-output comparison, ``n = d_in``);
 - ties at the threshold are broken by position: the lower flat index (row-major in the canonical
   ``(d_out, d_in)`` view) wins, so the same inputs give the same mask bit for bit on any machine;
 - ``mathneuro``: top-k on math minus the union of top-k on every general set; ``wanda``: top-k on math alone;
@@ -231,12 +230,8 @@ class Mask(Mapping[str, torch.Tensor]):
 
     @classmethod
     def load(cls, path: str | Path) -> Mask:
-        """Read a mask written by :meth:`save`; verifies its content hash.
-
-        Each entry's stored data is checked against its claimed shape before anything is built from the shape
-        (:func:`_entry_count`), and the hash is computed from the stored form (:func:`_stored_sha256`): a forged
-        file costs its own size, never what it claims.
-        """
+        """Read a mask written by :meth:`save`, checked against its claimed shapes (:func:`_entry_count`) and content
+        hash (:func:`_stored_sha256`) before anything is built from them: a forged file costs its own size."""
         tensors, header = read_safetensors_with_meta(path, _FORMAT, "mask")
         mask = cls.__new__(cls)
         try:
@@ -412,8 +407,7 @@ def find_math_params(
             outside the math top-k; with one general set these are exactly its top-k minus the math top-k, the
             *general*-specific weights, of similar magnitude to the math-specific ones).
         granularity: ``"matrix"`` (the paper's) or ``"row"``.
-        statistic: ``"l2"``, the sum over samples of per-sample L2 norms (the paper's), or ``"wanda"``, the
-            square root of the sum of squares over all tokens.
+        statistic: ``"l2"`` (the paper's) or ``"wanda"`` (:meth:`~.stats.ActivationStats.statistic`).
         device: where the scores and the selection are computed, one matrix at a time (``"cuda"``: a GPU's
             milliseconds instead of a CPU's seconds per matrix); ``None``: each weight's own device. The mask is
             the same bits on every device: float32 scores (one exact multiply each), an integer histogram select

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from ..errors import InputError
 from ..util.hashing import texts_sha256
-from .calibration import tokenize_texts
+from .calibration import checked_texts, tokenize_texts
 from .devices import model_device
 from .forward_stop import ForwardStop
 from .mask import Mask, check_mask_args, k_of, random_like
@@ -75,15 +75,6 @@ def official_targets(
             "use the default reference for this model"
         )
     return found
-
-
-def _check_texts(texts: Sequence[str], label: str) -> list[str]:
-    if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
-        raise InputError(f"{label}: must be a non-empty list of strings")
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise InputError(f"{label}[{i}]: must be a string, got {type(t).__name__}")
-    return list(texts)
 
 
 class _Sums:
@@ -178,7 +169,7 @@ def official_set_masks(
         ``(masks, meta)``: ``masks[i][name]`` is the top-``top_ks[i]`` of ``|A|`` of that weight (ties to the
         lower flat index); ``meta`` counts samples, tokens and truncated samples.
     """
-    texts = _check_texts(texts, label)
+    texts = checked_texts(texts, label)
     max_length = run.max_length
     if max_length < 1:
         raise InputError(f"max_length must be >= 1 (got {max_length})")

@@ -28,8 +28,7 @@ from .targets import Target, is_dense_dispatch_experts, is_parallel_experts
 
 __all__ = ["Recorder", "accelerate_hooks", "FUSED_DEVICE_TYPES"]
 
-# device types whose dense inputs are reduced to per-sample L2 norms in one kernel (see the module docstring); the
-# CPU keeps its exact three-step reduction. Tests add "cpu" to run the GPU's code path here.
+# device types on the one-kernel path (module docstring); tests add "cpu" to run it here
 FUSED_DEVICE_TYPES: tuple[str, ...] = ("cuda",)
 
 
@@ -136,12 +135,7 @@ class Recorder:
     """Installs the statistics hooks and holds the current batch's token mask and recorded inputs.
 
     Use: ``set_batch(attention_mask)``, the forward, ``batch_done()`` per batch; ``finish()`` once; ``remove()``.
-    ``targets``: from :func:`~mathneuro_edit.engine.targets.find_targets`.
-
-    Example:
-        >>> rec = Recorder(model, find_targets(model)); rec.set_batch(mask)  # doctest: +SKIP
-        >>> model(ids, attention_mask=mask); rec.batch_done(); rec.finish(); rec.remove()  # doctest: +SKIP
-        >>> rec.acc["model.layers.0.mlp.down_proj.weight"].norm  # (1, d_in) float32  # doctest: +SKIP
+    ``targets``: from :func:`~mathneuro_edit.engine.targets.find_targets`; ``acc``: each target's running sums.
     """
 
     def __init__(self, model: nn.Module, targets: dict[str, Target]) -> None:

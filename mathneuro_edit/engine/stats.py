@@ -25,13 +25,8 @@ _FORMAT = "mathneuro-edit/stats/v1"
 def write_safetensors_with_meta(
     path: str | Path, tensors: dict[str, torch.Tensor], fmt: str, header: dict[str, Any]
 ) -> Path:
-    """Write a mathneuro-edit safetensors artifact (the inverse of :func:`read_safetensors_with_meta`); atomic.
-
-    The tensors and ``{"format": fmt, "mathneuro_edit": json(header)}`` go to an exclusive temporary file beside
-    ``path`` (:func:`~mathneuro_edit.util.files.atomic_writer`: never a symbolic link planted there), renamed onto
-    it when complete; a full or read-only disk is one line naming the file and the bytes it needed, and nothing
-    half-written is left. Returns ``path``.
-    """
+    """Write the tensors and ``{"format": fmt, "mathneuro_edit": json(header)}`` to ``path`` atomically, for
+    :func:`read_safetensors_with_meta` (a full disk is one line: ``util.outdir.disk_errors``); returns ``path``."""
     path = Path(path)
     with disk_errors(path, sum(t.numel() * t.element_size() for t in tensors.values())):
         save_file(tensors, path, metadata={"format": fmt, "mathneuro_edit": json.dumps(header)})
@@ -99,10 +94,6 @@ class ActivationStats:
         token_count: ``name -> (groups,)`` int64: tokens that reached each group.
         targets: ``name -> Target`` (kind, shape, layout).
         meta: provenance: samples, tokens, truncated samples, text and model fingerprints, dtype, versions.
-
-    Example:
-        >>> stats = calibrate(model, tokenizer, ["1 + 1 = 2"])  # doctest: +SKIP
-        >>> stats.save("math.stats.safetensors"); ActivationStats.load("math.stats.safetensors")  # doctest: +SKIP
     """
 
     norm_sum: dict[str, torch.Tensor]

@@ -122,8 +122,8 @@ def _is_fused_experts(module: nn.Module) -> bool:
 
 
 def is_dense_dispatch_experts(module: nn.Module) -> bool:
-    """Llama 4's experts layout: 3-D ``gate_up_proj`` ``(E, d_in, 2 * inter)`` and ``down_proj`` ``(E, inter, d_in)``,
-    called with ``(E * tokens, d_in)`` (each expert's block: the tokens times their router score, 0 if not routed)."""
+    """Llama 4's experts layout (module docstring): ``gate_up_proj`` ``(E, d_in, 2 * inter)``, ``down_proj``
+    ``(E, inter, d_in)``."""
     up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
     return (
         not _is_fused_experts(module)

@@ -8,10 +8,6 @@ Offline use: ``include_path`` is a folder of task YAMLs (``lm_eval.tasks.TaskMan
 shipped ``recipes/lm_eval_tasks/`` (``dataset_path: json`` over vendored JSONL files), its ``data_files`` relative to
 each YAML (:mod:`~mathneuro_edit.evaluation.lm_eval_index`). Every file of the folder is hashed
 (:func:`~mathneuro_edit.evaluation.lm_eval_task.include_path_hashes`) for the task's fingerprint and the run's lock.
-
-This module runs the tasks (:func:`run_lm_eval`: lm-eval's model wrapper on the in-memory model, its output kept
-quiet); the task spec, its result and report are in :mod:`mathneuro_edit.evaluation.lm_eval_task`, lm-eval's task
-index and the checks before a run in :mod:`mathneuro_edit.evaluation.lm_eval_index`.
 """
 
 from __future__ import annotations
@@ -89,15 +85,7 @@ def run_lm_eval(
     """Run one :class:`LmEvalTask` on the in-memory model (its base weights, not reloaded from disk): base (unless
     a cached ``base`` is given), then edited with ``edit`` (a :class:`~mathneuro_edit.engine.apply.ReversibleEdit`,
     restored on return): ``(base, edited)``, ``edited`` ``None`` without an edit. lm-eval gets a deep copy of the
-    tokenizer (it may set a pad token); ``batch_size`` applies when ``task.batch_size`` is ``None``.
-
-    Example:
-        Skipped as a doctest: it needs a loaded model, and a checkout of this repository as the current folder.
-
-        >>> task = LmEvalTask("h", ["arithmetic_local"], limit=20,
-        ...                   include_path="recipes/lm_eval_tasks")  # doctest: +SKIP
-        >>> base, edited = run_lm_eval(model, tok, task, edit=edit)  # doctest: +SKIP
-    """
+    tokenizer (it may set a pad token); ``batch_size`` applies when ``task.batch_size`` is ``None``."""
     lm_eval, hflm_class = require_lm_eval(task.name)
 
     if base is not None and edit is None:

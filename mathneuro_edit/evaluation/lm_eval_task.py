@@ -28,12 +28,7 @@ _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}  # written by Python / Jupyte
 
 def include_path_hashes(folder: str | Path) -> dict[str, str]:
     """The sha256 of every file under a folder of lm-eval task YAMLs and their data, by relative POSIX name,
-    sorted (caches skipped): ``{"arithmetic_local.yaml": "<sha256>", "sub/data.jsonl": ...}``.
-
-    Example:
-        >>> sorted(include_path_hashes("recipes/lm_eval_tasks"))[:2]  # doctest: +SKIP
-        ['LICENSE.gsm8k', 'README.md']
-    """
+    sorted (caches skipped): ``{"arithmetic_local.yaml": "<sha256>", "sub/data.jsonl": ...}``."""
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise InputError(

@@ -73,21 +73,13 @@ def shapes_of(config: Any, nbytes: int, widest: int | None = None) -> EvalShapes
         (100, 128, 2, 16)
     """
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab, layers = (int(getattr(text, key, 0) or 0) for key in ("vocab_size", "num_hidden_layers"))
     hidden = int(getattr(text, "hidden_size", 0) or 0)
     heads = int(getattr(text, "num_attention_heads", 0) or 1)
     kv = int(getattr(text, "num_key_value_heads", 0) or heads)
     head_dim = int(getattr(text, "head_dim", 0) or (hidden // heads if heads else 0))
     wide = widest if widest is not None else int(getattr(text, "intermediate_size", 0) or hidden)
-    return EvalShapes(
-        vocab=int(getattr(text, "vocab_size", 0) or 0),
-        hidden=hidden,
-        widest=max(wide, hidden),
-        heads=heads,
-        layers=int(getattr(text, "num_hidden_layers", 0) or 0),
-        kv_heads=kv,
-        head_dim=head_dim,
-        nbytes=nbytes,
-    )
+    return EvalShapes(vocab, hidden, max(wide, hidden), heads, layers, kv, head_dim, nbytes)
 
 
 def _layer_activations(s: EvalShapes, batch: int, tokens: int) -> int:

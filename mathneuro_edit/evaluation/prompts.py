@@ -256,11 +256,8 @@ def encode_prompts(
     setting: ChatSetting,
     style: PromptStyle = "question-answer",
 ) -> list[list[int]]:
-    """Token ids of every problem's prompt.
-
-    Plain prompts get the tokenizer's usual special tokens (BOS, as in training); chat prompts none, because the
-    template already wrote them.
-    """
+    """Token ids of every problem's prompt: plain prompts with the tokenizer's special tokens (BOS, as in training),
+    chat prompts without (the template wrote them)."""
     chat = uses_chat_template(tokenizer, setting)
     texts = [render_prompt(tokenizer, p, shots, chat, style) for p in problems]
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=not chat)["input_ids"]]

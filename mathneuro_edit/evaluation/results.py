@@ -1,13 +1,8 @@
-"""Evaluation results and the pure text helpers of the GSM8K format (no model code).
-
-- :func:`extract_answer`, :func:`truncate_completion`, :func:`math_prompt`: the ``#### <integer>`` convention;
-- :class:`MathPrediction`, :class:`MathResult`, :class:`GeneralResult` and :class:`EvalResults` (with
-  :meth:`~EvalResults.to_dict`, :meth:`~EvalResults.save_json`, :meth:`~EvalResults.to_markdown`).
+"""Evaluation results and the pure text helpers of the GSM8K ``#### <integer>`` format (no model code: that is
+:mod:`.runner`).
 
 Every accuracy carries its 95% Wilson interval, every general loss its standard error over texts, and a base vs
-edited pair its paired test (:mod:`mathneuro_edit.evaluation.significance`): ``to_dict`` adds a ``comparison`` entry per task.
-
-The model-running code is in :mod:`mathneuro_edit.evaluation.runner`.
+edited pair its paired test (:mod:`.significance`): ``to_dict`` adds a ``comparison`` entry per task.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
-"""Evaluation: judge an edit before publishing it (math accuracy, general-text loss/perplexity, KL side effect).
+"""Evaluation: judge an edit before publishing it, by running the task specs of :mod:`.tasks`.
 
-- math: greedy generation (batched, left-padded) of prompts rendered with the tokenizer's chat template when it
-  has one (:mod:`mathneuro_edit.evaluation.prompts`), exact match of the number read from the completion (after
-  ``####``; else the first number after a prefill; else the last number), with a 95% Wilson interval;
+- math: greedy generation (batched, left-padded) of the prompts of :mod:`.prompts`, exact match of the number read
+  from the completion, with a 95% Wilson interval;
 - general: mean next-token cross entropy over real tokens (with its standard error over texts), perplexity, and
   the mean KL(base || edited) of the next-token distribution, on the same texts;
-- optional lm-evaluation-harness tasks (:mod:`mathneuro_edit.evaluation.lm_eval_bridge`).
+- optional lm-evaluation-harness tasks (:mod:`.lm_eval_bridge`).
 
 With ``edit=ReversibleEdit(model, mask, scale)`` one model in memory is evaluated as base and as edited; it
-always ends in the state it was given in (also on errors), and the user's tokenizer is never modified. The task
-specs (:class:`~mathneuro_edit.evaluation.tasks.MathTask`, :class:`~mathneuro_edit.evaluation.tasks.GeneralTask`)
-are defined in :mod:`mathneuro_edit.evaluation.tasks`; this module runs them.
+always ends in the state it was given in (also on errors), and the user's tokenizer is never modified.
 """
 
 from __future__ import annotations
@@ -245,11 +242,8 @@ def general_loss(
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool = True,
 ) -> GeneralResult:
-    """Mean next-token loss and perplexity on texts; with ``edit``, of the edited model, plus KL(base || edited).
-
-    The model holds its base weights: with ``edit`` (a :class:`~mathneuro_edit.engine.apply.ReversibleEdit`) it
-    is switched per batch and ends as it was given; the tokenizer is not modified. Each text is truncated to
-    ``max_length`` tokens. Returns a :class:`GeneralResult` (``kl`` 0.0 without an edit).
+    """Mean next-token loss and perplexity on texts (each cut to ``max_length`` tokens); with ``edit``, of the
+    edited model, plus KL(base || edited). Returns a :class:`GeneralResult` (``kl`` 0.0 without an edit).
 
     Example:
         >>> general_loss(model, tok, ["The cat sat."], edit=ReversibleEdit(model, mask, 0.0)).kl  # doctest: +SKIP

@@ -1,13 +1,5 @@
-"""Error bars and paired tests for evaluation results (pure Python: no torch, no scipy).
-
-- :func:`wilson_interval`: the 95% Wilson score interval of an accuracy ``k / n``;
-- :func:`mcnemar_exact`: the paired exact McNemar test of base vs edited on the same problems (a two-sided
-  binomial test of the discordant pairs against 1/2);
-- :func:`ratio_se`: the standard error, over texts, of a token-weighted mean (the general loss, its change);
-- :func:`holm_adjust`: Holm-Bonferroni adjusted p-values over a family of tests (a sweep's grid);
-- :func:`mcnemar_power` / :func:`min_detectable_gain`: the power of one exact McNemar test of a gain, and the
-  smallest gain a sample size detects (the sweep's confirmation set; docs/evaluation.md states the assumptions);
-  :func:`detectable_gain`: the same for a test already run, at the share of problems it saw change.
+"""Error bars and paired tests for evaluation results (pure Python: no torch, no scipy): intervals, the paired exact
+McNemar test, standard errors over texts, Holm's adjustment and the power of a test (docs/evaluation.md).
 
 Why these: Wilson's interval keeps its coverage near 0% and 100% (where the textbook ``p +- 1.96 sqrt(p(1-p)/n)``
 collapses to a zero-width interval: 100/100 would read "100-100%"), and McNemar's exact test uses the pairing:

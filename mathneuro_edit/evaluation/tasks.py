@@ -1,7 +1,5 @@
-"""The built-in evaluation tasks as data: :class:`MathTask` (GSM8K-style problems, exact match of a greedy
-completion), :class:`GeneralTask` (texts for loss, perplexity and KL), and ``Task``, any task
-:func:`~mathneuro_edit.evaluation.runner.evaluate` takes (these two and
-:class:`~mathneuro_edit.evaluation.lm_eval_task.LmEvalTask`).
+"""The built-in evaluation tasks as data (:class:`MathTask`, :class:`GeneralTask`), and ``Task``, any task
+:func:`~.runner.evaluate` takes (these two and :class:`~.lm_eval_task.LmEvalTask`).
 
 Apart from :mod:`mathneuro_edit.evaluation.runner` because a task is checked and fingerprinted without a model: its
 ``sha256`` is what a cached base result must match (a sweep's cache, ``base_results``).

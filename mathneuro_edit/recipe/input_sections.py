@@ -6,10 +6,6 @@ what a source or a base may be (the organism, the arithmetic task, ``hf://datase
 file inside a repo, device placement) lives here, next to :meth:`Source.public_path` and
 :meth:`BaseConfig.local_dir`, which :class:`~mathneuro_edit.recipe.schema.Recipe` uses for its public form and its
 list of local inputs.
-
-Special values: ``base.model: organism`` is the model shipped with the package, a data source path
-``organism:math`` / ``organism:general`` is its synthetic data (:mod:`mathneuro_edit.organism.data`), and
-``arithmetic`` is the built-in arithmetic task (:mod:`mathneuro_edit.data.arithmetic`).
 """
 
 from __future__ import annotations

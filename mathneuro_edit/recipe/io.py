@@ -1,9 +1,7 @@
 """Reading recipes: YAML (duplicate keys refused), ``--set key=value`` overrides, and one error listing every problem.
 
-Built on :mod:`mathneuro_edit.recipe.schema` (the validated type); the dependency is one way: ``recipe`` never imports
-this module. The YAML itself is parsed (and locks written) by :mod:`mathneuro_edit.recipe.safe_yaml`, the overrides
-applied by :mod:`mathneuro_edit.recipe.overrides`; this module validates the result, turns pydantic's errors into one
-line, and lists every key for the docs (:func:`recipe_fields`).
+Built on :mod:`.schema` (never the other way round), :mod:`.safe_yaml` and :mod:`.overrides`: this module validates
+the result, turns pydantic's errors into one line, and lists every key for the docs (:func:`recipe_fields`).
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 It is the single source of truth for the YAML files and the CLI options: ``docs/recipes.md`` documents every key
 listed by :func:`~mathneuro_edit.recipe.io.recipe_fields`. :class:`Recipe` assembles the sections, defined by what
 they describe: what a run reads in :mod:`.input_sections`, making and writing the edit in :mod:`.edit_sections`, the
-jobs that judge or publish it in :mod:`.job_sections`. Reading recipes (YAML, ``--set``, the embedded quickstart)
-lives in :mod:`.io`, which imports this module (never the other way round). Every section rejects unknown keys; a bad
-recipe raises ONE :class:`~mathneuro_edit.errors.InputError` listing every problem with its dotted path, e.g.
+jobs that judge or publish it in :mod:`.job_sections`. Every section rejects unknown keys; a bad recipe raises ONE
+:class:`~mathneuro_edit.errors.InputError` (:mod:`.io`) listing every problem with its dotted path, e.g.
 ``recipe.yaml: 2 problems: edit.scale: must be a finite number >= 0 (got nan); mask.top_k: must be in (0, 1] (got
 1.5), did you mean 0.015?`` (one line).
 

@@ -49,13 +49,10 @@ NonNegative = Annotated[StrictInt, value_rule(lambda v: v >= 0, "must be an inte
 MAX_BATCH = 1 << 16
 MAX_TOKENS = 1 << 24
 BatchSize = Annotated[
-    StrictInt,
-    value_rule(lambda v: v >= 1, "must be an integer >= 1"),
-    value_rule(lambda v: v <= MAX_BATCH, f"must be at most {MAX_BATCH:,} (texts in one forward pass)"),
+    Positive, value_rule(lambda v: v <= MAX_BATCH, f"must be at most {MAX_BATCH:,} (texts in one forward pass)")
 ]
 Tokens = Annotated[
-    StrictInt,
-    value_rule(lambda v: v >= 1, "must be an integer >= 1"),
+    Positive,
     value_rule(lambda v: v <= MAX_TOKENS, f"must be at most {MAX_TOKENS:,} tokens (longer than any model's context)"),
 ]
 
@@ -67,10 +64,10 @@ def check_top_k(value: float) -> float:
 
 
 TopK = Annotated[float, AfterValidator(check_top_k)]
+FiniteNonNegative = Annotated[float, value_rule(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
 # the edit is computed in float32 (engine.apply.edited_values): a scale above its largest value is inf there
 Scale = Annotated[
-    float,
-    value_rule(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
+    FiniteNonNegative,
     value_rule(
         lambda v: v <= 3.4028234663852886e38,
         "is inf in float32, the dtype the edit is computed in (at most 3.4e38): choose a smaller scale",
@@ -90,7 +87,6 @@ TopKMap = Annotated[dict[str, TopK], AfterValidator(_map_keys)]
 _BY_SHAPE = Discriminator(lambda v: "[map]" if isinstance(v, dict) else "[number]")  # "[...]": no path part
 ScaleSetting = Annotated[Annotated[Scale, Tag("[number]")] | Annotated[ScaleMap, Tag("[map]")], _BY_SHAPE]
 TopKSetting = Annotated[Annotated[TopK, Tag("[number]")] | Annotated[TopKMap, Tag("[map]")], _BY_SHAPE]
-FiniteNonNegative = Annotated[float, value_rule(lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0")]
 Level = Annotated[float, value_rule(lambda v: 0 < v < 1, "must be in (0, 1), e.g. 0.05")]
 Device = Annotated[str, value_rule(_DEVICE.match, "must be cpu, cuda, cuda:N, mps or auto")]
 ShardSize = Annotated[str, value_rule(_SIZE.match, 'must be a size such as "2GB" or "500MiB"')]

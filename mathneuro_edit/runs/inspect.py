@@ -176,14 +176,14 @@ def stats_dict(stats: Any) -> dict[str, Any]:
 
 def stats_table(stats: Any) -> str:
     """A text table: one row per target (kind, groups x d_in, tokens seen, mean L2 statistic), then provenance."""
-    width = max((len(terminal_safe(n)) for n in stats.targets), default=10)
+    rows = stats_dict(stats)["targets"]  # the same numbers as inspect --json
+    width = max((len(terminal_safe(n)) for n in rows), default=10)
     lines = [f"{'target':<{width}}  {'kind':<8}  {'shape':>10}  {'tokens':>10}  {'mean l2':>10}"]
-    for name, t in stats.targets.items():
-        g, d = t.stat_shape
+    for name, t in rows.items():
+        g, d = t["shape"]
         lines.append(
-            f"{terminal_safe(name):<{width}}  {terminal_safe(str(t.kind)):<8}  {f'{g}x{d}':>10}  "
-            f"{int(stats.token_count[name].sum()):>10,}  "
-            f"{float(stats.norm_sum[name].mean()):>10.4g}"
+            f"{terminal_safe(name):<{width}}  {terminal_safe(str(t['kind'])):<8}  {f'{g}x{d}':>10}  "
+            f"{t['tokens']:>10,}  {t['mean_l2']:>10.4g}"
         )
     s = stats.summary()
     lines.append(
@@ -193,7 +193,7 @@ def stats_table(stats: Any) -> str:
     return "\n".join(lines)
 
 
-def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = None) -> Path:
+def plot_layer_distribution(mask: Any, path: str | Path) -> Path:
     """Save a PNG of the selected fraction per layer, one line per module type (the paper's layer figure)."""
     plt = pyplot()
     fractions = layer_fractions(mask)
@@ -209,9 +209,7 @@ def plot_layer_distribution(mask: Any, path: str | Path, *, title: str | None = 
     ax.xaxis.get_major_locator().set_params(integer=True)  # layers are whole numbers
     ax.set_ylabel("selected (% of the module's weights)")
     ax.set_ylim(bottom=0)
-    ax.set_title(
-        title or f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}: selected weights per layer"
-    )
+    ax.set_title(f"{mask.meta.get('method', 'mask')} top_k={mask.meta.get('top_k')}: selected weights per layer")
     # outside the axes, right: the legend never hides a line
     ax.legend(
         fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, title="module", title_fontsize=7

@@ -1,33 +1,20 @@
 """The whole pipeline of a recipe: data -> calibrate -> mask -> evaluate -> export -> lock + card.
 
-Output folder (written into a temporary folder beside it and renamed when complete):
-
-```
-OUT/
-  checkpoint/                      plain HF model folder (+ README.md card, lock, eval.json)   outputs.checkpoint
-  checkpoint/model-TYPE.gguf       the same weights as one GGUF file for llama.cpp             outputs.gguf
-  adapter/                         stock PEFT SHiRA adapter (+ README.md card, lock, eval.json) outputs.adapter
-  mask.safetensors                 the mask (any top_k can be re-derived from the statistics)
-  stats/math.stats.safetensors     calibration statistics, one file per set
-  stats/general-<i>.stats.safetensors
-  eval.json                        before/after evaluation (when the recipe has an evaluation section)
-  mathneuro_recipe.lock.yaml       the recipe with every default explicit, plus every hash
-```
+The output folder (its layout: :mod:`mathneuro_edit.layout`; a GGUF output is ``checkpoint/model-TYPE.gguf``) is
+written into a temporary folder beside it and renamed when complete.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..engine.mask import as_mask
 from ..errors import InputError
-from ..evaluation.lm_eval_index import check_lm_eval_task
-from ..evaluation.lm_eval_task import LmEvalTask
 from ..layout import MASK_NAME, STATS_DIR
 from ..outputs.registry import OUTPUTS, output
 from ..publish.lock import output_hashes
@@ -62,15 +49,8 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (``run --json``): the folder, the mask, every output file's sha256 and the evaluation."""
-        return {
-            "out_dir": str(self.out_dir),
-            "mask_sha256": self.mask_sha256,
-            "selected": self.selected,
-            "total": self.total,
-            "files": dict(self.files),
-            "eval": self.eval_results,
-            "adapter_size_ratio": self.adapter_size_ratio,
-        }
+        data = {("eval" if k == "eval_results" else k): v for k, v in asdict(self).items()}
+        return {**data, "out_dir": str(self.out_dir)}
 
 
 def _checks_before_loading(recipe: Recipe, folder: Path, kinds: list[str]) -> list[Any]:
@@ -79,9 +59,6 @@ def _checks_before_loading(recipe: Recipe, folder: Path, kinds: list[str]) -> li
     adapter's support). Returns the evaluation tasks."""
     prepare_outputs(recipe, folder, kinds)  # an unsupported model/tokenizer fails now, not after calibration
     tasks = eval_tasks(recipe)  # a bad evaluation source or lm-eval setting fails now, not after calibration
-    for t in tasks:
-        if isinstance(t, LmEvalTask):
-            check_lm_eval_task(t)  # lm-eval installed and every task known: before the model loads
     checks = output_checks(kinds)
     if checks:  # from config.json alone: before the weights are read or any forward pass
         meta = meta_model(folder, trust_remote_code=recipe.base.trust_remote_code)
@@ -125,7 +102,7 @@ def run_recipe(
     (:mod:`.steps`).
 
     Args:
-        out_dir: the folder to create (see the module docstring for its layout).
+        out_dir: the folder to create (its layout: :mod:`mathneuro_edit.layout`).
         overwrite: replace an existing ``out_dir`` once the new one is complete.
         echo: receives the stage lines (``[2/7] calibrate math (100 texts)`` and notes; the CLI prints them).
         workers: checkpoint shards written at once (see :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`).

@@ -2,32 +2,10 @@
 
 The model is built on the meta device (``torch.device("meta")`` + ``AutoModelForCausalLM.from_config``: shapes,
 no memory), :func:`~mathneuro_edit.engine.targets.find_targets` lists the scored weights, and the sizes follow from
-the file formats and the algorithms (``b`` = bytes per weight element of the chosen dtype, ``B`` = batch size,
-``T`` = max_length, ``H`` = hidden size, ``W`` = the widest target input or output (the MLP width), ``V`` =
-vocabulary, ``h`` = attention heads):
-
-- weights: ``parameters x b``;
-- statistics file: per target ``2 x groups x d_in x 4`` (float32 ``norm_sum``, ``sq_sum``) ``+ groups x 8``
-  (int64 ``token_count``);
-- mask file: per target ``min(ceil(numel / 8), selected x 4)`` (bit-packed or int32 indices, the smaller), with
-  ``selected`` the top-K count ``int(n * top_k)`` per matrix (per row with ``granularity="row"``; an upper bound
-  for mathneuro, exact for wanda);
-- calibration activations (no grad, one layer alive at a time): ``B T (4H + 3W) b`` (residual, norms, q/k/v,
-  attention output, MLP gate/up/product) ``+ B h T^2 b`` (attention scores when materialised: eager attention or
-  CPU; SDPA/flash on GPU need less) ``+ 2 B T W 4`` (our hooks' float32 copy and square); no ``B T V`` logits:
-  the calibration forward stops once the last scored input is recorded (:mod:`~mathneuro_edit.engine.forward_stop`);
-- calibration peak on one device: weights + activations + the float32 statistics;
-- mask selection, weights read one tensor at a time (:func:`~mathneuro_edit.weights.loading.weights_from_checkpoint`):
-  ``largest target x (b + 3 x 4 + 2)`` (the weight, its float32 copy, two float32 score matrices, bool masks)
-  ``+`` the mask ``+`` the statistics;
-- export (streaming, :mod:`~mathneuro_edit.weights.checkpoint_writer`): ``largest edited tensor x (2b + 1)`` (original, edited
-  copy, bool mask) ``+`` the mask in memory; no accelerator.
-- evaluation (with evaluation settings: a recipe's ``evaluation`` section), on one device: weights + one batch of
-  the general loss and KL (``2 B T V b`` logits of the base and the edit at once ``+ 4 T V 4`` one text's float32
-  work + one layer's activations) or of the math generation (``B (P + N) 2 L kv d b`` KV cache + the prompt's
-  activations ``+ 2 B V 4``), with ``B`` the evaluation batch, ``T`` calibration's max_length, ``P`` =
-  :data:`PROMPT_TOKENS` ``x (1 + n_shot)`` (an assumed bound), ``N`` max_new_tokens (formulas:
-  :mod:`~mathneuro_edit.evaluation.memory`, which the evaluation itself uses to lower ``B`` to a GPU's free memory).
+the file formats and the algorithms: docs/scaling.md ("Memory math") gives each formula (weights, the statistics
+and mask files, calibration's activations and peak, mask selection, export, and the evaluation's, which are
+:mod:`~mathneuro_edit.evaluation.memory`'s: the evaluation itself uses them to lower its batch to a GPU's free
+memory); :mod:`.plan_memory` the RAM of each command.
 
 The plan also lists the outputs this family gets (:mod:`~mathneuro_edit.weights.support`: a PEFT adapter needs
 every scored weight to be an ``nn.Linear``; the GGUF families), each ``None`` or its one-line refusal.
@@ -172,56 +150,43 @@ def meta_model_from_config(config: Any, *, trust_remote_code: bool = False) -> t
 
 @dataclass(frozen=True)
 class Plan:
-    """Sizes and memory needs of a MathNeuro run (all byte counts are estimates unless said exact).
-
-    Attributes:
-        n_params, n_targets, targets_by_kind, n_target_params: exact (tied weights counted once).
-        stats_bytes, mask_bytes: stats exact up to the file header; mask an upper bound unless ``mask_counted``
-            (the counts of a saved mask, ``plan --mask FILE``, whose own size is ``mask_file_bytes``).
-        placement: accelerate's placement ``device -> weight bytes`` when ``max_memory`` or a dict device_map is
-            given, else empty.
-        outputs: ``{"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", ...}``: None
-            where this family gets the output, else why not and the recipe line (weights/support.py).
-        output_dtype, checkpoint_bytes: the edited checkpoint's dtype (``outputs.dtype``; ``auto`` resolved: the
-            base's own, a GGUF base's source's) and its size at that dtype.
-        adapter_bytes, adapter_r: the PEFT SHiRA adapter's size and ``r`` (0 when this family gets no adapter).
-        ram: the peak RSS of each command's own process on a CPU machine, with :data:`~.plan_memory.RUNTIME_BYTES`
-            and, with ``max_memory``, only the weights placed in RAM (disk-offloaded layers are read in place;
-            docs/scaling.md: the model, what bounds each).
-        eval_general_bytes, eval_math_bytes, eval_settings: the evaluation on one device (0: no evaluation
-            settings): weights + one general (loss and KL) batch, weights + one math generation batch, and the
-            settings they assume.
-        gguf_survival: ``plan --mask`` with ``outputs.gguf``: type -> the edit's estimated survival
-            (:func:`~mathneuro_edit.outputs.gguf.estimate_gguf_survival`).
-    """
+    """Sizes and memory needs of a MathNeuro run (all byte counts are estimates unless said exact)."""
 
     model_type: str
     dtype: str
-    n_params: int
+    n_params: int  # exact, as are n_targets, targets_by_kind and n_target_params (tied weights counted once)
     n_targets: int
     targets_by_kind: dict[str, int]
     n_target_params: int
     weights_bytes: int
-    stats_bytes: int
-    mask_bytes: int
+    stats_bytes: int  # exact up to the file header
+    mask_bytes: int  # an upper bound unless mask_counted (a saved mask's counts, `plan --mask FILE`)
     activation_bytes: int
     calibration_peak_bytes: int
     mask_peak_bytes: int
     export_peak_bytes: int
     largest_target: tuple[str, int]
+    # accelerate's placement, device -> weight bytes, when max_memory or a dict device_map is given, else empty
     placement: dict[str, int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    # {"checkpoint": None, "adapter": "outputs.adapter: ... gets a checkpoint only ...", ...}: None where this
+    # family gets the output, else why not and the recipe line (weights/support.py)
     outputs: dict[str, str | None] = field(default_factory=dict)
+    # the edited checkpoint's dtype (outputs.dtype; auto resolved: the base's own, a GGUF base's source's) and size
     output_dtype: str = ""
     checkpoint_bytes: int = 0
-    adapter_bytes: int = 0
+    adapter_bytes: int = 0  # the PEFT SHiRA adapter's size and r (0 when this family gets no adapter)
     adapter_r: int = 0
     mask_counted: bool = False
-    mask_file_bytes: int | None = None
+    mask_file_bytes: int | None = None  # the size of the mask file given (`plan --mask FILE`)
+    # the peak RSS of each command's own process on a CPU machine (plan_memory.ram_by_command; docs/scaling.md)
     ram: dict[str, int] = field(default_factory=dict)
+    # the evaluation on one device (0: no evaluation settings): weights + one general (loss and KL) batch, weights +
+    # one math generation batch, and the settings they assume
     eval_general_bytes: int = 0
     eval_math_bytes: int = 0
     eval_settings: dict[str, int] = field(default_factory=dict)
+    # `plan --mask` with outputs.gguf: type -> the edit's estimated survival (outputs.gguf.estimate_gguf_survival)
     gguf_survival: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -328,12 +293,9 @@ def _count(n: int) -> str:
 @dataclass(frozen=True)
 class PlanSettings:
     """What the planned run does, from the recipe's calibration, mask, outputs and evaluation keys (the defaults
-    of :func:`plan_from_config`). ``dtype`` and ``output_dtype``: ``"auto"`` (or ``None``) is the config's own;
-    ``evaluation``: ``{"batch_size", "max_length", "prompt_tokens", "max_new_tokens"}`` of the evaluation to plan,
-    ``None`` for none.
-    """
+    of :func:`plan_from_config`)."""
 
-    dtype: str = "bfloat16"
+    dtype: str = "bfloat16"  # "auto" (or None, for output_dtype): the config's own
     output_dtype: str | None = None
     top_k: Setting = 0.05  # or a map per layer band and component (engine.edit_map)
     batch_size: int = 8
@@ -342,7 +304,7 @@ class PlanSettings:
     general_sets: int = 1
     include: list[str] | None = None
     exclude: list[str] | None = None
-    evaluation: dict[str, int] | None = None
+    evaluation: dict[str, int] | None = None  # {batch_size, max_length, prompt_tokens, max_new_tokens}; None: none
 
 
 @dataclass(frozen=True)
@@ -491,7 +453,7 @@ def _target_sizes(targets: dict[str, Any], config: Any, s: PlanSettings, counts:
 
 
 def _activation_bytes(config: Any, s: PlanSettings, nbytes: int, widest: int) -> int:
-    """Calibration's activations on one device (the module docstring's formula)."""
+    """Calibration's activations on one device (docs/scaling.md's formula, term by term)."""
     text = config.get_text_config()
     hidden = int(getattr(text, "hidden_size", 0) or widest)
     heads = int(getattr(text, "num_attention_heads", 0) or 1)

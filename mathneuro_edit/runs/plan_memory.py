@@ -18,7 +18,7 @@ selected entries in it, ``k`` the SHiRA entries stored for it, ``M`` the mask in
   stored rows from the file a block at a time;
 - verify (adapter): ``R + M + L + k x`` :data:`STORED_ENTRY_BYTES` ``+`` blocks;
 - eval (a recipe with an ``evaluation`` section): ``R`` + the weights held in RAM + the larger of one general batch
-  and one generation batch (:mod:`.plan`'s evaluation formulas; on a GPU those bytes are the device's);
+  and one generation batch (:mod:`~mathneuro_edit.evaluation.memory`'s formulas; on a GPU those bytes are the device's);
 - reproduce: a whole run in one process (calibrate, then the mask from the loaded model, then the exports; with an
   evaluation section, the larger of that and eval).
 
@@ -139,12 +139,13 @@ class JobSizes:
 
     @property
     def mask_peak(self) -> int:
-        """Mask selection (:mod:`.plan`'s formula)."""
+        """Mask selection, the weights read one tensor at a time: the largest weight, its float32 copy, two float32
+        score matrices and bool masks, plus the mask and the statistics."""
         return self.largest * (self.nbytes + 3 * 4 + 2) + self.mask + self.stats
 
     @property
     def export_peak(self) -> int:
-        """The streaming export (:mod:`.plan`'s formula)."""
+        """The streaming export: the largest edited tensor twice (original, edited) and its bool mask, plus the mask."""
         return self.largest * (2 * self.nbytes + 1) + self.mask
 
 

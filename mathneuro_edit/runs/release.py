@@ -55,12 +55,11 @@ def rewrite_cards(run_dir: str | Path, base: str | None = None, sets: Sequence[s
     """
     folder = Path(run_dir)
     if not (folder / MASK_NAME).is_file() or not (folder / LOCK_NAME).is_file():
-        raise InputError(
-            f"{folder}: no mask.safetensors and {LOCK_NAME} here{run_folder_hint(folder)}"
-            if run_folder_hint(folder)
-            else f"{folder}: no mask.safetensors and {LOCK_NAME} here; pass the run folder written by "
-            "`mathneuro-edit run` (it holds checkpoint/ or adapter/, the mask and the lock)"
+        hint = run_folder_hint(folder) or (
+            "; pass the run folder written by `mathneuro-edit run` (it holds checkpoint/ or adapter/, the mask and "
+            "the lock)"
         )
+        raise InputError(f"{folder}: no mask.safetensors and {LOCK_NAME} here{hint}")
     lock = read_lock(folder)
     validate_lock(lock, str(folder / LOCK_NAME))  # every field against the recipe hash
     lock_base(lock, base)  # a lock never names a local base folder to read: --base does

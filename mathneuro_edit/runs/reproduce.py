@@ -4,13 +4,9 @@ the files you have, then re-run the lock and compare hashes.
 1. The files you have (:mod:`mathneuro_edit.publish.integrity`, shared with ``verify``), before the re-run: for a
    local folder the sha256 of every file the lock records (the outputs, and its ``run_files``: the mask, the
    statistics, the evaluation, the cards) against the files present; for a Hub repo the LFS sha256 the Hub
-   reports. Missing, extra and changed files are named, the first found first. A tampered folder is never called
-   reproduced; files a lock of an older version records no sha256 of are named as not checked, never "bit for bit".
-2. The re-run: the mask and every output weight file must match the lock bit for bit. The statistics are compared
-   too, but they are not the product: across devices (a run made on a GPU, reproduced on a CPU) their float sums
-   differ in the last bits, which changes no selection unless a weight sits within that rounding of its matrix's
-   threshold. The verdict says which held (:func:`.verdict.reproduce_verdict`; :mod:`.verdict` lists them), and
-   the report which library versions changed.
+   reports. Missing, extra and changed files are named, the first found first.
+2. The re-run: the mask, every output weight file and the statistics against the lock; what each must match across
+   devices, and the verdict's words, are :mod:`.verdict`'s. The report names the library versions that changed.
 
 Without ``out_dir`` the re-run goes to a temporary folder that is deleted afterwards (``keep=True`` keeps it).
 """

@@ -1,10 +1,6 @@
-"""Single stages of a recipe as whole jobs: what ``calibrate``, ``mask`` and ``eval`` run from the command line.
-
-Each function takes a validated :class:`~mathneuro_edit.recipe.schema.Recipe`, composes the steps of :mod:`.steps`
-(load the model, calibrate / derive the mask / evaluate) and writes its output; the CLI only parses, calls one of
-these and prints what they return. :func:`~mathneuro_edit.runs.pipeline.run_recipe` composes the same steps for a
-whole run.
-"""
+"""Single stages of a recipe as whole jobs: what ``calibrate``, ``mask`` and ``eval`` run from the command line,
+each the steps of :mod:`.steps` (as :func:`~mathneuro_edit.runs.pipeline.run_recipe` composes them for a whole run)
+and its output written."""
 
 from __future__ import annotations
 
@@ -15,8 +11,6 @@ from pathlib import Path
 
 from ..engine.mask import Mask
 from ..errors import InputError
-from ..evaluation.lm_eval_index import check_lm_eval_task
-from ..evaluation.lm_eval_task import LmEvalTask
 from ..evaluation.results import EvalResults
 from ..recipe.schema import Recipe
 from ..util.console import Stages
@@ -95,9 +89,6 @@ def mask_from_stats(
 
     The model is not loaded: each scored weight is read from the base's files when the mask needs it
     (MathNeuro's score is ``|W| x`` the statistics), so the memory is about one matrix, not the model.
-
-    Raises:
-        InputError: the folder has no math statistics file.
     """
     refuse_official(recipe, "mask")  # the official selection is not a function of the statistics
     stats = Statistics.load(Path(stats_dir))
@@ -117,22 +108,12 @@ def evaluate_recipe(
     progress: bool = True,
     echo: Echo = print,
 ) -> EvalResults:
-    """Evaluate the recipe's tasks on the base, and with ``mask_path`` on base and edited (paired, with KL).
-
-    Args:
-        recipe: the validated recipe; its ``evaluation`` section names the tasks and ``edit`` the scale.
-        mask_path: a saved mask; without it the base alone is evaluated.
-        out: write the results there as JSON (a file, or a folder for ``eval.json``).
-
-    Raises:
-        InputError: the recipe has no evaluation section.
-    """
-    tasks = eval_tasks(recipe)
+    """Evaluate the recipe's tasks (its ``evaluation`` section) on the base, and with ``mask_path`` on base and
+    edited at the recipe's scale (paired, with KL); ``out``: write the results there as JSON (a file, or a
+    folder for ``eval.json``; lm-eval's own results files beside it)."""
+    tasks = eval_tasks(recipe)  # an unknown lm-eval task is named before the model loads
     if not tasks:
         raise InputError("the recipe has no evaluation section; add one (see docs/recipes.md)")
-    for task in tasks:
-        if isinstance(task, LmEvalTask):
-            check_lm_eval_task(task)  # an unknown task is named before the model loads
     with claim(out) if out else nullcontext():  # one run per output file
         stages = Stages(stage_count(recipe, ("load", "evaluate"), tasks=tasks), echo)
         run = RunRecord(recipe, stages, progress, tasks=tasks, mask=Mask.load(mask_path) if mask_path else None)

@@ -58,12 +58,8 @@ _FINITE = lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and 
 _POSITIVE = ("a positive number", lambda v: _FINITE(v) and v > 0)
 _DTYPE = ("a torch dtype name (bfloat16, float16, float32, ...)", lambda v: isinstance(v, str) and v in _DTYPE_NAMES)
 VALUE_KINDS: dict[str, tuple[str, Any]] = {
-    "rope_theta": _POSITIVE,
-    "rms_norm_eps": _POSITIVE,
-    "layer_norm_eps": _POSITIVE,
-    "layer_norm_epsilon": _POSITIVE,
+    **dict.fromkeys(("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "factor"), _POSITIVE),
     "partial_rotary_factor": ("a number in (0, 1]", lambda v: _FINITE(v) and 0 < v <= 1),
-    "factor": _POSITIVE,
     "model_type": ("a name (a string)", lambda v: isinstance(v, str) and v != ""),
     "architectures": ("a list of class names", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v)),
     "tie_word_embeddings": ("true or false", lambda v: isinstance(v, bool)),
@@ -72,8 +68,7 @@ VALUE_KINDS: dict[str, tuple[str, Any]] = {
         "a rope type transformers knows",
         lambda v: isinstance(v, str) and (v in _ROPE_TYPES or v in known_rope_types()),
     ),
-    "dtype": _DTYPE,
-    "torch_dtype": _DTYPE,
+    **dict.fromkeys(("dtype", "torch_dtype"), _DTYPE),
 }
 
 

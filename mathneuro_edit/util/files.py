@@ -6,9 +6,7 @@ group/others the umask allows, so every file written here gets ``0666 & ~umask``
 as ``open()`` would give. safetensors files with content-determined bytes: :mod:`.tensor_files` (it imports
 torch; this module does not, so claiming ``--out`` and input errors answer before torch loads).
 
-Every file is written through :func:`atomic_writer`: a temporary file created exclusively beside the target (never
-a fixed or predictable name, never through a symbolic link), synced, then renamed onto it. Each writer raises
-:class:`~mathneuro_edit.errors.InputError` when the target's folder does not exist.
+Every file is written through :func:`atomic_writer` (whole or not at all; it says why and how).
 """
 
 from __future__ import annotations

@@ -21,13 +21,13 @@ __all__ = ["require_hub", "PROBE_SECONDS"]
 PROBE_SECONDS = 5.0  # one TCP connect to the endpoint (or its proxy); a name that does not resolve fails at once
 
 
-def _cached(repo_id: str, filename: str | None, revision: str | None, repo_type: str) -> bool:
+def _cached(repo_id: str, filename: str | None, revision: str | None) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
     if filename is None:
         return False
     try:
-        return isinstance(try_to_load_from_cache(repo_id, filename, revision=revision, repo_type=repo_type), str)
+        return isinstance(try_to_load_from_cache(repo_id, filename, revision=revision), str)
     except Exception:  # noqa: BLE001 - an odd cache is "not cached": the download path reports its own errors
         return False
 
@@ -45,14 +45,7 @@ def _probe_target(endpoint: str) -> tuple[str, int, str]:
     return host, url.port or (443 if scheme == "https" else 80), host
 
 
-def require_hub(
-    repo_id: str,
-    *,
-    what: str,
-    filename: str | None = "config.json",
-    revision: str | None = None,
-    repo_type: str = "model",
-) -> None:
+def require_hub(repo_id: str, *, what: str, filename: str | None = "config.json", revision: str | None = None) -> None:
     """Raise one line now when ``repo_id`` would have to be fetched and the Hub cannot be reached. ``what`` names
     it in the message (``"base.model"``); a cached copy of ``filename`` means no request is needed (``None``:
     always probe).
@@ -64,7 +57,7 @@ def require_hub(
     """
     from huggingface_hub import constants
 
-    if _cached(repo_id, filename, revision, repo_type):
+    if _cached(repo_id, filename, revision):
         return
     if constants.HF_HUB_OFFLINE:
         raise InputError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import functools
+import itertools
 import json
 import math
 import os
@@ -249,14 +250,9 @@ def refuse_overlap(out: str | Path, protect: Sequence[str | Path]) -> None:
             )
 
 
-def _inodes(path: Path, limit: int = 20_000) -> set[tuple[int, int]]:
-    """``(device, inode)`` of a file, or of every file in a folder (the first ``limit``): to see hard links."""
-    found: set[tuple[int, int]] = set()
-    for st in _stats(path, follow=True):
-        found.add((st.st_dev, st.st_ino))
-        if len(found) >= limit:
-            break
-    return found
+def _inodes(path: Path) -> set[tuple[int, int]]:
+    """``(device, inode)`` of a file, or of every file in a folder (the first 20,000): to see hard links."""
+    return {(st.st_dev, st.st_ino) for st in itertools.islice(_stats(path, follow=True), 20_000)}
 
 
 def check_output(

@@ -52,8 +52,7 @@ def save_file(
 
     Header: ``__metadata__`` first with its keys sorted, then the tensors ordered as safetensors' reference
     writer orders them (larger element size first, then by name: the data stays aligned), compact JSON padded
-    with spaces to 8 bytes. The file is written through :func:`atomic_writer` (whole or not at all, never through
-    a symbolic link, the umask's mode). Any safetensors reader reads it.
+    with spaces to 8 bytes, through :func:`atomic_writer`. Any safetensors reader reads it.
 
     Example:
         >>> import tempfile; d = tempfile.mkdtemp()

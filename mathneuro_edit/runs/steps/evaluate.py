@@ -1,9 +1,4 @@
-"""The ``evaluate`` stage of a recipe: its tasks, their run on the base and the edit, and where the results go.
-
-:func:`eval_tasks` builds the recipe's tasks (math exact match, general loss/KL, lm-eval), :func:`evaluate_step`
-runs them paired on the base and the edited model, :func:`save_evaluation` writes ``eval.json`` (and lm-eval's
-own results files) and :func:`note_evaluation` prints the table under the stage line.
-"""
+"""The ``evaluate`` stage of a recipe: its tasks, their run on the base and the edit, and where the results go."""
 
 from __future__ import annotations
 
@@ -13,6 +8,7 @@ from typing import Any
 from ...data.sources import load_math_problems, load_set
 from ...engine.apply import ReversibleEdit, round_weights_
 from ...engine.edit_map import show_setting
+from ...evaluation.lm_eval_index import check_lm_eval_task
 from ...evaluation.lm_eval_task import LmEvalTask
 from ...evaluation.results import EvalResults
 from ...evaluation.runner import evaluate
@@ -28,7 +24,8 @@ __all__ = ["eval_tasks", "describe_tasks", "evaluate_step", "save_evaluation", "
 
 
 def eval_tasks(recipe: Recipe) -> list[Any]:
-    """The evaluation tasks of a recipe (math exact match + general loss/KL), or ``[]`` without evaluation."""
+    """The evaluation tasks of a recipe (math exact match + general loss/KL), or ``[]`` without evaluation; an
+    lm-eval task is checked here (lm-eval installed, every task known), so a job names it before the model loads."""
     ev = recipe.evaluation
     if ev is None:
         return []
@@ -38,6 +35,8 @@ def eval_tasks(recipe: Recipe) -> list[Any]:
     texts, _ = load_set(ev.general, ev.samples, ev.seed)
     # the recipe's lm_eval keys are the task's arguments
     harness = [] if ev.lm_eval is None else [LmEvalTask("lm_eval", **ev.lm_eval.model_dump())]
+    for task in harness:
+        check_lm_eval_task(task)
     keys = ("question", "answer", "prefill")
     problems, shots = ([{k: p[k] for k in keys if k in p} for p in ps] for ps in (problems, shots))
     return harness + [

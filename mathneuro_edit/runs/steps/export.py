@@ -1,12 +1,6 @@
-"""The ``export`` stage of a recipe: the outputs of its edit written into their folders, each by its own step.
-
-Each output's step is its entry in the registry (:mod:`mathneuro_edit.outputs`): :func:`output_kinds` lists the
-outputs a recipe asks for that have a folder of their own (the checkpoint, the adapter); :func:`export_step`
-writes one of them and then each output made from it (the GGUF files, from the finished checkpoint folder), on
-one stage line. :func:`prepare_outputs` runs their checks from the recipe and config alone (before the model
-loads), :func:`output_checks` lists their model checks. What the exports, the lock and the cards record about the
-base is one :class:`~mathneuro_edit.outputs.registry.BaseRecord` (:func:`base_record`).
-"""
+"""The ``export`` stage of a recipe: the outputs of its edit written into their folders, each by its own step (its
+entry in the registry, :mod:`mathneuro_edit.outputs`), and what the exports, the lock and the cards record about
+the base (one :class:`~mathneuro_edit.outputs.registry.BaseRecord`)."""
 
 from __future__ import annotations
 

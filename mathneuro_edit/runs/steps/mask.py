@@ -1,10 +1,5 @@
-"""From the base to the mask: the ``load``, ``calibrate`` and ``mask`` stages of a recipe.
-
-:func:`load_step` loads the base, :func:`calibrate_step` records the math set and every general set into
-:class:`Statistics` (the one layout of the statistics files, wherever they are saved), and :func:`mask_step` derives
-the recipe's mask from them (each reads and fills the run's :class:`~.record.RunRecord`), from a loaded model's
-weights or from the base's files one tensor at a time (:func:`checkpoint_weights`). :func:`data_records` gives the lock's record of the sampled data without calibrating.
-"""
+"""From the base to the mask: the ``load``, ``calibrate`` and ``mask`` stages of a recipe, and :class:`Statistics`,
+the one layout of the statistics files wherever they are saved."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""One run's record: the state every step of a job reads and extends (llm-compressor's one ``State``).
-
-A job (``run``, ``export``, ``calibrate``, ``mask``, ``eval``, ``consistency``, ``sweep``) makes one
-:class:`RunRecord` from its recipe and how to report, then hands it to its steps in order; each fills its fields
-(:class:`RunRecord` names which step fills which) and :func:`~.seal.seal_run` reads it all.
+"""One run's record: the state every step of a job reads and extends (llm-compressor's one ``State``): a job makes
+one from its recipe and how to report and hands it to its steps in order (:class:`RunRecord` names which step fills
+which field).
 
 Why one object: the steps used to take 8-15 loose parameters each (the recipe, the model, the tokenizer, the
 statistics, the mask, the tasks, progress, workers, the stage printer, ...), passed again at every call; a step now
@@ -23,42 +21,25 @@ __all__ = ["RunRecord"]
 
 @dataclass
 class RunRecord:
-    """The state of one run, filled in step by step.
+    """The state of one run, filled in step by step (each field says which step fills it)."""
 
-    Attributes:
-        recipe: the validated recipe (never changed by a step).
-        stages: the stage printer (:class:`~mathneuro_edit.util.console.Stages`); ``None``: silent.
-        workers: checkpoint shards written at once (the checkpoint's step).
-        kinds: the outputs written into a folder of their own, in order (:func:`~.export.output_kinds`).
-        tasks: the evaluation tasks (:func:`~.evaluate.eval_tasks`); empty: no evaluation stage.
-        sweep_evidence: the sweep's confirmation of this setting (``run --from-sweep``), for the lock and card.
-        model: the loaded base (``load``); dropped before the exports, which stream from the base's files.
-        tokenizer: its tokenizer (``load``).
-        stats: the calibration statistics (``calibrate``, or loaded from a folder).
-        mask: the edit's mask (``mask``, or loaded from a file).
-        results: the paired evaluation (``evaluate``).
-        evaluation: ``(eval.json's dict, lm-eval's own result files)`` as saved (``None, {}`` without one).
-        n_params: the model's parameter count (from the model, or from the base's files for an export).
-        base: what the exports, the lock and the cards record about the base.
-        written: what each output's step returned, by kind (the adapter: its size as a fraction of the
-            checkpoint's; others ``None``).
-    """
-
-    recipe: Recipe
-    stages: Any = None
+    recipe: Recipe  # validated; never changed by a step
+    stages: Any = None  # the stage printer (util.console.Stages); None: silent
     progress: bool = True
-    workers: int = 1
-    kinds: list[str] = field(default_factory=list)
-    tasks: list[Any] = field(default_factory=list)
-    sweep_evidence: Mapping[str, Any] | None = None
-    model: Any = None
-    tokenizer: Any = None
-    stats: Any = None
-    mask: Any = None
-    results: Any = None
+    workers: int = 1  # checkpoint shards written at once (the checkpoint's step)
+    kinds: list[str] = field(default_factory=list)  # the outputs with a folder of their own, in order (output_kinds)
+    tasks: list[Any] = field(default_factory=list)  # the evaluation tasks (eval_tasks); empty: no evaluation stage
+    sweep_evidence: Mapping[str, Any] | None = None  # the sweep's confirmation (run --from-sweep), for lock and card
+    model: Any = None  # the loaded base (load); dropped before the exports, which stream from the base's files
+    tokenizer: Any = None  # its tokenizer (load)
+    stats: Any = None  # the calibration statistics (calibrate, or loaded from a folder)
+    mask: Any = None  # the edit's mask (mask, or loaded from a file)
+    results: Any = None  # the paired evaluation (evaluate)
+    # (eval.json's dict, lm-eval's own result files) as saved; (None, {}) without an evaluation
     evaluation: tuple[dict[str, Any] | None, Mapping[str, Any]] = field(default_factory=lambda: (None, {}))
-    n_params: int = 0
-    base: Any = None
+    n_params: int = 0  # the model's parameter count (from the model, or from the base's files for an export)
+    base: Any = None  # what the exports, the lock and the cards record about the base (base_record)
+    # what each output's step returned, by kind (the adapter: its size as a fraction of the checkpoint's)
     written: dict[str, float | None] = field(default_factory=dict)
 
     def start(self, line: str) -> None:

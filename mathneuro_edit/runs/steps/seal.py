@@ -1,10 +1,7 @@
 """The ``seal`` stage of a recipe: the lock and, in each output's folder, the lock, the evaluation and the card.
 
-:func:`seal_lock` assembles the lock of a run or an export (every input's and output's hash and the edit's
-summary), :func:`seal_run` hashes a run folder's outputs and writes its lock and every output folder's files
-(:func:`publish_folders`), with a sweep's evidence and its overlap with the run's own evaluation
-(:func:`evidence_with_overlap`). The lock records every file written beside the outputs too (``run_files``: the
-mask, the statistics, the evaluation, the cards; :mod:`mathneuro_edit.publish.run_files`).
+The lock records every file written beside the outputs too (``run_files``: the mask, the statistics, the
+evaluation, the cards; :mod:`mathneuro_edit.publish.run_files`).
 """
 
 from __future__ import annotations
