@@ -1,22 +1,10 @@
 """GGUF bases: a ``.gguf`` file dequantized once into a plain safetensors Hugging Face folder, then used as any base.
 
-Design: every stage of mathneuro-edit (calibration, mask, evaluation, the streaming checkpoint export, the PEFT
-adapter, ``verify``, ``reproduce``) reads a safetensors folder. A GGUF base is therefore *materialised* first:
-
-1. transformers loads the GGUF (``from_pretrained(folder, gguf_file=NAME, dtype=float32)``; its GGUF support
-   needs the ``gguf`` package, the ``gguf`` extra) and dequantizes every tensor;
-2. transformers marks such a model quantized (``hf_quantizer``), so it cannot be ``save_pretrained`` as is: a plain
-   model of the same config (without ``quantization_config``) is built and the state dict copied into it (tied
-   embeddings stay tied: ``lm_head`` is saved once, as ``embed_tokens``);
-3. the model, its generation config and the tokenizer (with the GGUF's chat template) are saved with
-   ``save_pretrained`` into ``<cache>/gguf/<sha256 of the .gguf>/`` (a temporary folder renamed when complete).
-
-The folder is written ONCE per GGUF file (keyed by its sha256) and reused by every later run; its files are the
-same bytes on every run and machine for the same GGUF file and library versions (float32, the exact dequantized
-values; no path or time is written). The cache root is ``$MATHNEURO_EDIT_CACHE``, else
-``$XDG_CACHE_HOME/mathneuro_edit``, else ``~/.cache/mathneuro_edit``. Its ``README.md`` names the source file and
-sha256 (a top-level README.md is never copied into outputs). PEFT users of an adapter made over a GGUF base point
-``from_pretrained`` at this folder (``mathneuro-edit dequantize FILE.gguf`` prints it, creating it if needed).
+Every stage reads a safetensors folder, so a GGUF base is materialised first (:func:`dequantize_gguf`):
+transformers dequantizes every tensor to float32, a plain model of the same config takes the state dict (a model
+transformers marks quantized cannot be ``save_pretrained``), and the model, its generation config and tokenizer
+are saved into ``<cache>/gguf/<sha256 of the .gguf>/`` (:func:`cache_root`): once per file, the same bytes on every
+run and machine. docs/gguf.md tells the whole story (why float32, the cache, PEFT users of such a base).
 
 Example:
     >>> folder = dequantize_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP

@@ -1,14 +1,9 @@
 """Whether the edit survives quantization: the edited GGUF against the base's GGUF of the same type and quantizer.
 
-For each weight matrix, the *edited entries* are those whose value in the edited model's float GGUF (the exact
-values that were quantized) differs from the base's. Of those:
-
-- ``survived``: entries whose dequantized value in the edited quantized file differs from the base's quantized
-  file (the edit still changes that weight in what ships); ``share = survived / edited``;
-- ``delivered``: ``sum(sign(e - b) * (q(e) - q(b))) / sum(|e - b|)`` over the edited entries: the change the
-  quantized file delivers along the intended direction, as a fraction of the intended change (1: all of it; 0:
-  none; above 1: rounding overshoots; negative: it moved the other way);
-- ``collateral``: entries the edit did not touch whose quantized value changed anyway (their block's scale moved).
+The counts, defined in docs/gguf.md ("Survival"): per weight matrix, the *edited* entries (whose value in the
+edited float GGUF differs from the base's), how many of them *survived* quantization (their dequantized values still
+differ from the base's quantized file's), the change *delivered* along the intended direction as a fraction of the
+intended change, and the *collateral* entries the edit did not touch whose quantized value changed anyway.
 
 :func:`survival_counts` is the pure count over four arrays; :func:`gguf_survival` reads four GGUF files and
 dequantizes them with the gguf package (``gguf.quants.dequantize``, which reads every type llama.cpp writes,
@@ -72,11 +67,8 @@ def survival_counts(base: Any, edited: Any, base_q: Any, edited_q: Any) -> dict[
 
 def add_counts(parts: Iterable[Mapping[str, float]]) -> dict[str, float]:
     """The sum of several :func:`survival_counts` (a model's total)."""
-    total: dict[str, float] = {k: 0 for k in _FIELDS}
-    for p in parts:
-        for k in _FIELDS:
-            total[k] += p[k]
-    return total
+    parts = list(parts)
+    return {k: sum(p[k] for p in parts) for k in _FIELDS}
 
 
 def share(counts: Mapping[str, float]) -> dict[str, float | None]:

@@ -55,10 +55,8 @@ def _config_errors() -> type[BaseException]:
     """What transformers 5 raises for a config.json field it validates (``num_attention_heads`` that does not
     divide ``hidden_size``, a string where a float goes): huggingface_hub's strict-dataclass error, which is not a
     ``ValueError`` (it ended as an internal error)."""
-    try:
-        from huggingface_hub.errors import StrictDataclassError
-    except ImportError:  # older huggingface_hub: transformers raised ValueError
-        return ValueError
+    from huggingface_hub.errors import StrictDataclassError  # here: huggingface_hub's errors import its HTTP client
+
     return StrictDataclassError
 
 

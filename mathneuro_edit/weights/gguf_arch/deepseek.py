@@ -94,11 +94,6 @@ def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
         writer.add_rope_scaling_yarn_log_mul(0.1 * float(params["mscale_all_dim"]))
 
 
-def _rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
-    """Only the ``qk_rope_head_dim`` part of each query/key rotates."""
-    return int(cfg["qk_rope_head_dim"])
-
-
 register_family(
     Family(
         "deepseek_v3",
@@ -133,7 +128,7 @@ register_family(
         "tolerance)",
         refusal_reason=refusal,
         tensor_views=views,
-        rope_dims=_rope_dims,
+        rope_dims=lambda cfg, head_dim: int(cfg["qk_rope_head_dim"]),  # only this part of each query/key rotates
         mla=True,
         key_writers=(add_expert_keys, add_keys),
     ),

@@ -33,10 +33,6 @@ CANNOT_RUN = (
 )
 
 
-def _intermediate_size(cfg: Config) -> int:
-    return int(cfg["intermediate_size"])
-
-
 @dataclass(frozen=True)
 class Family:
     """One ``model_type`` as llama.cpp runs it, from ``config.json`` alone.
@@ -84,7 +80,7 @@ class Family:
     norm_shift: float = 0.0
     rotary: bool = True
     rope_dims: Callable[[Config, int], int] = lambda cfg, head_dim: head_dim
-    feed_forward_length: Callable[[Config], int] = _intermediate_size
+    feed_forward_length: Callable[[Config], int] = lambda cfg: int(cfg["intermediate_size"])
     rope_scalings: tuple[str, ...] = LLAMA_ROPE_SCALINGS
     mla: bool = False
     key_writers: tuple[KeyWriter, ...] = ()
