@@ -51,15 +51,14 @@ def source_type(dtype: str | None) -> str:
     return {"bfloat16": "BF16", "float16": "F16"}.get(str(dtype), "F32")
 
 
-def find_quantizer(qtype: str, program: str | None = None) -> str:
-    """``"llama_cpp"`` (llama-cpp-python importable) or the path of a ``llama-quantize`` program (``program``
-    when given, else ``MATHNEURO_EDIT_LLAMA_QUANTIZE``, else on PATH).
+def find_quantizer(qtype: str) -> str:
+    """``"llama_cpp"`` (llama-cpp-python importable) or the path of a ``llama-quantize`` program
+    (``MATHNEURO_EDIT_LLAMA_QUANTIZE``, else on PATH).
 
     Raises:
-        InputError: none found (one line saying how to get one), or ``program`` is not an executable.
+        InputError: none found (one line saying how to get one), or the variable names no executable.
     """
-    program = program or os.environ.get("MATHNEURO_EDIT_LLAMA_QUANTIZE") or None
-    if program is not None:
+    if program := os.environ.get("MATHNEURO_EDIT_LLAMA_QUANTIZE"):
         found = shutil.which(program)
         if found is None:
             raise InputError(f"MATHNEURO_EDIT_LLAMA_QUANTIZE: {program!r} is not an executable program")

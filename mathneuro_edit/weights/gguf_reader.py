@@ -276,8 +276,7 @@ def gguf_identity(path: str | Path) -> dict[str, Any]:
 def gguf_source_dtype(base_cfg: Any) -> str:
     """The dtype a GGUF base's checkpoint is written in by default (``outputs.dtype: auto``): the GGUF's own when
     it holds unquantized weights (``F32``, ``F16``, ``BF16`` file types: the converter's output type), else
-    ``bfloat16`` (a quantized file does not say what it was quantized from; bfloat16 has float32's range, so no
-    dequantized value overflows, at half float32's size)."""
+    ``bfloat16`` (why: docs/gguf.md)."""
     path, _ = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
     own = gguf_writer.gguf_file_type(path)
     return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}.get(own, "bfloat16")
@@ -287,14 +286,10 @@ def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str |
     """The GGUF type to write and the ``tokenizer.ggml.pre`` to keep, for a recipe's ``outputs.gguf`` (a type,
     ``"base"`` or ``None``).
 
-    ``requested="base"`` becomes the GGUF base's own type (:func:`~mathneuro_edit.weights.gguf_writer.gguf_file_type`).
-    A GGUF base also gives its own ``tokenizer.ggml.pre``: transformers' GGUF tokenizer conversion does not keep
-    it (SmolLM2's ``smollm`` comes back as a plain ByteLevel ``gpt-2``), and llama.cpp picks its pre-tokenizer
-    regex by this name, so writing the converted one would change how the edited model splits digits.
-
-    ``pre`` is ``None`` for a base that is not a GGUF (read from tokenizer.json then). ``"base"`` on a base whose
-    type the gguf package cannot write (e.g. ``Q4_K_M``) is refused: ``gguf_output(recipe.base, "base")`` gives
-    ``('Q4_1', 'smollm')`` for SmolLM2's Q4_1.
+    ``requested="base"`` becomes the GGUF base's own type (:func:`~.gguf_writer.gguf_file_type`), refused when the
+    gguf package cannot write it (e.g. ``Q4_K_M``). ``pre`` is the GGUF base's own (why: ``write_gguf``'s ``pre``),
+    ``None`` for a base that is not a GGUF: ``gguf_output(recipe.base, "base")`` gives ``('Q4_1', 'smollm')`` for
+    SmolLM2's Q4_1.
     """
     if requested is None or not getattr(base_cfg, "is_gguf", False):
         return requested, None

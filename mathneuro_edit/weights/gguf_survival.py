@@ -5,10 +5,7 @@ edited float GGUF differs from the base's), how many of them *survived* quantiza
 differ from the base's quantized file's), the change *delivered* along the intended direction as a fraction of the
 intended change, and the *collateral* entries the edit did not touch whose quantized value changed anyway.
 
-:func:`survival_counts` is the pure count over four arrays; :func:`gguf_survival` reads four GGUF files and
-dequantizes them with the gguf package (``gguf.quants.dequantize``, which reads every type llama.cpp writes,
-K-quants included); :func:`estimate_survival` quantizes with the gguf package (the legacy types it can write) to
-estimate it before a file is written.
+Every type llama.cpp writes, K-quants included, is read back by ``gguf.quants.dequantize``.
 """
 
 from __future__ import annotations
@@ -102,12 +99,6 @@ def gone_line(qtype: str, counts: Mapping[str, float]) -> str | None:
     )
 
 
-def _matrices(path: Path) -> dict[str, Any]:
-    import gguf
-
-    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) > 1}
-
-
 def _values(t: Any) -> np.ndarray:
     import gguf
 
@@ -122,7 +113,10 @@ def gguf_survival(base_float: Path, edited_float: Path, base_q: Path, edited_q: 
         ``{"tensors": {gguf name: counts + shares}, "total": counts + shares}`` over the matrices the edit touched
         (the total over every matrix: its collateral too).
     """
-    files = [_matrices(Path(p)) for p in (base_float, edited_float, base_q, edited_q)]
+    import gguf
+
+    paths = (base_float, edited_float, base_q, edited_q)
+    files = [{t.name: t for t in gguf.GGUFReader(str(p)).tensors if len(t.shape) > 1} for p in paths]
     per: dict[str, dict[str, Any]] = {}
     every = []
     for name in files[1]:

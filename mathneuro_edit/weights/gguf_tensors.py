@@ -6,9 +6,7 @@ its one-to-many tensors (a :class:`~.gguf_arch.View` of a checkpoint tensor), wh
 llama.cpp's interleaved rotary, and what is added to its norms. An MoE layer's experts are stacked as llama.cpp
 stacks them, one tensor per projection.
 
-Streaming: each tensor is read by blocks of rows (peak memory: about one checkpoint tensor plus ~16 MiB; an
-expert stack, and a View of a 3-D expert tensor, is read one expert at a time; a per-head View of a 2-D tensor,
-DeepSeek's kv_b, whole).
+Streaming (:func:`tensor_rows`; its memory: docs/formats.md): one checkpoint tensor, or one expert, at a time.
 """
 
 from __future__ import annotations

@@ -243,15 +243,12 @@ def chat_template_problem(config: dict[str, Any]) -> str | None:
     # imported only when there is a template: transformers costs a GGUF export ~20 MB of peak memory otherwise
     from jinja2 import TemplateSyntaxError
 
-    try:  # transformers' own environment: its `generation` tag and loop controls are templates' too
-        from transformers.utils.chat_template_utils import _compile_jinja_template as compile_template
-    except ImportError:  # pragma: no cover - an older transformers: plain Jinja with loop controls
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    # transformers' own environment: its `generation` tag and loop controls are templates' too
+    from transformers.utils.chat_template_utils import _compile_jinja_template
 
-        compile_template = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).from_string
     for what, text in templates:
         try:
-            compile_template(text)
+            _compile_jinja_template(text)
         except TemplateSyntaxError as e:
             return f"{what} is not a Jinja template llama.cpp can read ({e.message}, line {e.lineno})"
     return None
@@ -434,9 +431,7 @@ def vocab_size_refusal(tok: dict[str, Any], n_vocab: int) -> str | None:
     bad = next(((t, i) for t, i in pairs if isinstance(i, bool) or not isinstance(i, int) or i < 0), None)
     if bad is not None:
         return f"tokenizer.json gives token {str(bad[0])[:40]!r} the id {str(bad[1])[:40]!r}, not an integer >= 0"
-    if not pairs:
-        return None
-    token, top = max(pairs, key=lambda p: p[1])
+    token, top = max(pairs, key=lambda p: p[1], default=(None, -1))
     if top < n_vocab:
         return None
     return (

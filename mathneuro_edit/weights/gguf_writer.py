@@ -88,7 +88,8 @@ def write_gguf(
             name holding ``phi3`` / ``phi-3`` makes llama.cpp look up Phi-3's special tokens
             (:func:`~.gguf_vocab.name_refusal`).
         pre: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json (e.g. a GGUF base's own:
-            transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``).
+            transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``, and
+            llama.cpp picks its pre-tokenizer regex by this name: the converted one splits digits otherwise).
         meta: the ``general.*`` metadata llama.cpp's converter writes (see :func:`~.gguf_keys.add_general`): base name, size
             label, fine-tune, license fields, base model, tags, languages. Never a local path.
     """
@@ -107,9 +108,9 @@ def write_gguf(
     add_model_keys(w, gguf, cfg, family)  # hyperparameters, rope, the family's own keys: weights/gguf_keys.py
     add_vocab(gguf, w, folder, int(cfg["vocab_size"]), pre, general_name)  # tokenizer.ggml.*: weights/gguf_vocab.py
     for gname, _, shape, t in plan:
-        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
-        n_bytes = math.prod(shape[:-1]) * (shape[-1] // block) * size
-        w.add_tensor_info(gname, shape, np.dtype(np.float32), n_bytes, raw_dtype=gguf.GGMLQuantizationType[t])
+        qt = gguf.GGMLQuantizationType[t]
+        n_bytes = math.prod(gguf.quants.quant_shape_to_byte_shape(shape, qt))
+        w.add_tensor_info(gname, shape, np.dtype(np.float32), n_bytes, raw_dtype=qt)
     out.parent.mkdir(parents=True, exist_ok=True)
     size: int | None = None  # the whole file's bytes, once its metadata is written (a full disk's message needs it)
     try:

@@ -1,12 +1,10 @@
 """Loading a base model (one device, or placed by accelerate) and reading its weights when they are offloaded.
 
-- :func:`load_model`: a recipe's ``base`` section -> ``(model, tokenizer)`` through plain transformers
-  (``from_pretrained`` with ``use_safetensors=True``; ``device_map`` / ``max_memory`` / ``offload_folder`` are
-  handed to accelerate's big-model placement, nothing home-made).
-- :func:`model_weights` (offloaded parameters read back through transformers' own ``load_offloaded_parameter``,
-  the function ``save_pretrained`` uses) and :func:`weights_from_checkpoint` (a checkpoint's safetensors files
-  under the names transformers gives them once loaded, without loading the model): lazy ``name -> tensor``
-  mappings that :func:`~mathneuro_edit.engine.mask.find_math_params` takes in place of a model.
+Plain transformers and accelerate do the work: :func:`load_model` hands ``device_map`` / ``max_memory`` /
+``offload_folder`` to accelerate's big-model placement (nothing home-made), and offloaded parameters are read back
+through transformers' ``load_offloaded_parameter``, the function ``save_pretrained`` uses. :func:`model_weights` and
+:func:`weights_from_checkpoint` are lazy ``name -> tensor`` mappings that
+:func:`~mathneuro_edit.engine.mask.find_math_params` takes in place of a model.
 """
 
 from __future__ import annotations
