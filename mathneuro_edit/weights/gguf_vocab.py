@@ -1,13 +1,9 @@
 """GGUF vocabulary: the ``tokenizer.ggml.*`` keys of :mod:`.gguf_writer`, read from ``tokenizer.json`` alone.
 
 Two kinds are written, each in the form llama.cpp's own tokenizer reproduces exactly (tested: llama-cpp-python
-tokenizes like transformers, tests/weights/test_gguf_vocab.py and tests/runs/test_families.py):
-
-- byte-level BPE (Llama 3, Qwen2/3, SmolLM2, GPT-2): llama.cpp's ``gpt2`` model, ``tokens``, ``token_type``,
-  ``merges`` and ``pre``, llama.cpp's name for the pre-tokenizer regex;
-- SentencePiece-style BPE with byte fallback over ``▁``-prefixed pieces (Llama 2, Mistral v0.1, Gemma, Phi-3):
-  llama.cpp's ``llama`` (SPM) model, ``tokens``, ``scores``, ``token_type`` (NORMAL, CONTROL, BYTE, UNKNOWN,
-  USER_DEFINED, UNUSED), ``pre = default`` and ``add_space_prefix``.
+tokenizes like transformers, tests/weights/test_gguf_vocab.py and tests/runs/test_families.py): byte-level BPE
+(llama.cpp's ``gpt2`` model) and SentencePiece-style BPE with byte fallback over ``▁``-prefixed pieces (its
+``llama`` SPM model); docs/formats.md lists each key they write and the tokenizers refused.
 
 Why scores from the merges: llama.cpp's SPM tokenizer merges, among adjacent symbols, the pair whose
 concatenation is the vocabulary token of highest score (llama-vocab.cpp, ``llm_tokenizer_spm_session``);
@@ -330,15 +326,9 @@ def spm_refusal(tok: dict[str, Any]) -> str | None:
 
 
 def spm_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], list[float], list[Any]]:
-    """(tokens, scores, token types) by id of a SentencePiece-style BPE tokenizer.json, for llama.cpp's SPM.
-
-    Scores: ``-rank`` of the first merge producing the token (see the module docstring); 0 for the others
-    (characters, bytes, special tokens: SentencePiece's own scores of those); -1000 for non-special added tokens,
-    -10000 for padding ids, as llama.cpp's converter writes them. Types: UNKNOWN for ``unk_token``, CONTROL for
-    special added tokens, BYTE for ``<0xXX>``, USER_DEFINED for other added tokens (llama.cpp matches them in the
-    raw text, as transformers does) except those holding "▁" that are also pieces (NORMAL: llama.cpp would print
-    their "▁" as is), UNUSED for padding ids (past the tokenizer's, up to the model's ``n_vocab``: ``[PAD<id>]``),
-    NORMAL for the rest. ``tok`` is a parsed tokenizer.json that :func:`spm_refusal` accepts.
+    """(tokens, scores, token types) by id of a SentencePiece-style BPE tokenizer.json that :func:`spm_refusal`
+    accepts, for llama.cpp's SPM: the scores and types docs/formats.md lists (why ``-rank`` of the first merge
+    producing the token: the module docstring), padding ids past the tokenizer's up to the model's ``n_vocab``.
     """
     model = tok["model"]
     ranks = _first_rank(_merge_pairs(model))

@@ -307,13 +307,9 @@ def model_weights(model: nn.Module) -> Mapping[str, torch.Tensor]:
 
 
 class CheckpointWeights(_LazyWeights):
-    """Target weights of a checkpoint folder under their loaded (``named_parameters()``) names, read lazily.
-
-    Built by :func:`weights_from_checkpoint`. Each access reads the tensor from the safetensors files
-    (``safe_open``); a fused-experts weight that the checkpoint stores per expert is assembled exactly:
-    transformers' save-time conversion is applied to the *positions* of the fused tensor, which says where each
-    stored entry goes (a pure re-layout, checked to cover every position exactly once).
-    """
+    """Target weights of a checkpoint folder under their loaded (``named_parameters()``) names, read lazily (built
+    by :func:`weights_from_checkpoint`; how a fused-experts weight stored per expert is assembled: docs/scaling.md),
+    each assembled weight checked to cover every position exactly once."""
 
     def __init__(
         self, folder: Path, names: Iterable[str] | None, dtype: torch.dtype | None, trust_remote_code: bool = False

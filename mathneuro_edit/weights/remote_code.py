@@ -1,9 +1,8 @@
 """Repository code never runs without an explicit opt-in (``base.trust_remote_code: true``).
 
-transformers runs a repository's own Python (``auto_map`` in ``config.json`` or ``tokenizer_config.json``) when
-``trust_remote_code=True``, and *asks on the terminal* when it is left unset. mathneuro-edit always passes an
-explicit value (the recipe's, default ``False``) and checks a local folder first, so the user gets one line
-saying what to do instead of a prompt.
+transformers runs a repository's own Python (``auto_map``) when ``trust_remote_code=True`` and asks on the terminal
+when it is unset; mathneuro-edit passes the recipe's value (default ``False``) and checks a local folder first, so
+the user gets one line instead of a prompt (docs/recipes.md, ``base``).
 """
 
 from __future__ import annotations

@@ -67,10 +67,8 @@ def views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | N
 
 
 def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
-    """llama.cpp's deepseek2 keys (its converter's DeepseekV2Model.set_gguf_parameters): MLA as MQA of
-    ``kv_lora + rope`` keys and ``kv_lora`` values, the real head lengths as ``*_mla``, the leading dense layers,
-    the shared experts, the router (sigmoid, selection bias, groups, normalization, routed scaling) and YaRN's
-    mscale_all_dim (as llama.cpp's converter writes it: times 0.1)."""
+    """llama.cpp's deepseek2 keys (its converter's DeepseekV2Model.set_gguf_parameters; the family's ``doc`` says
+    each)."""
     import gguf
 
     kv, rope = int(cfg["kv_lora_rank"]), int(cfg["qk_rope_head_dim"])
