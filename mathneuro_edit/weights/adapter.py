@@ -353,12 +353,8 @@ def shira_layer_rows(
     ckpt: Checkpoint, layer: ShiraLayer, m: torch.Tensor, scale: float
 ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """``(rows, base, edited, mask)`` of a SHiRA layer whose ``(rows, cols)`` bool mask is ``m``, one block of rows
-    at a time (:func:`row_blocks`).
-
-    Why blocks: an edit and PEFT's merge (``dense += sparse``) are elementwise, so a block gives the same deltas
-    and the same merge as the whole matrix, while the whole matrix and its copies (base, edited, merged) made an
-    8B model's lm_head the adapter export's and audit's peak memory.
-    """
+    at a time (why blocks: :data:`~.edit_plan.ROW_BLOCK_BYTES`): PEFT's merge (``dense += sparse``) is elementwise
+    too, so a block gives the same deltas and the same merge as the whole matrix."""
     item = ckpt.tensors[layer.ckpt].nbytes // max(layer.rows * layer.cols, 1)
     for rows in row_blocks((layer.rows, layer.cols), item):
         w, mb = ckpt.read(layer.ckpt, rows=rows), m[rows]

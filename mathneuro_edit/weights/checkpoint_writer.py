@@ -12,14 +12,12 @@ Streaming: one tensor at a time. Unedited bytes go file to file (``copy_file_ran
 edited and written in blocks of rows (~4 MiB), so peak memory is about the largest edited tensor's unpacked mask
 (1 byte per entry) plus a few blocks, not a shard or the model.
 
-Parallel: ``workers=N`` writes up to N output shards at once on threads (:func:`~mathneuro_edit.weights.shards.run_jobs`).
-The files are byte-identical to ``workers=1`` (each shard's bytes depend only on the base, the mask and the
-scale; the index is written once all shards are done). Peak memory grows with N: up to N edited tensors are in
-flight, each with its unpacked mask (1 byte per entry), its blocks and its thread's allocator arena, so budget
-about N x (largest edited tensor's entries in bytes + ~60 MiB); measured: +125 MiB for N=2 on a 0.7 GB bf16
-Llama whose largest edited tensor has 33M entries. The page cache also holds up to N shards being read and
-written; with ``allow_pickle``, each worker memory-maps its own input shard. The speed-up is bounded by the
-disk and the cores: measure with ``benchmarks/bench_export.py --workers N``.
+Parallel: ``workers=N`` writes up to N output shards at once on threads (:func:`~.shards.run_jobs`), byte-identical
+to ``workers=1`` (each shard's bytes depend only on the base, the mask and the scale; the index is written once
+all shards are done). Peak memory grows with N: up to N edited tensors are in flight, each with its unpacked mask
+(1 byte per entry), its blocks and its thread's allocator arena, so budget about N x (largest edited tensor's
+entries in bytes + ~60 MiB; measured: docs/performance.md, ``benchmarks/bench_export.py --workers N``); with
+``allow_pickle``, each worker memory-maps its own input shard.
 
 Atomic: everything is written into a temporary folder beside ``out_dir`` and renamed when complete; on any
 error (in any worker) the other workers are stopped and joined, then the temporary folder is removed; the base

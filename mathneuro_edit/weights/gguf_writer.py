@@ -138,10 +138,9 @@ def write_gguf(
 
 def _file_size(metadata_end: int, names: list[str], w: Any, gguf: Any) -> int:
     """The GGUF file's size: its metadata, then each tensor's bytes padded to the data alignment."""
-    align = int(getattr(w, "data_alignment", None) or gguf.GGUF_DEFAULT_ALIGNMENT)
+    align = int(w.data_alignment or gguf.GGUF_DEFAULT_ALIGNMENT)
     pad = lambda n: -(-n // align) * align  # noqa: E731
-    infos = w.tensors[0] if getattr(w, "tensors", None) else {}
-    return pad(metadata_end) + sum(pad(int(infos[n].nbytes)) for n in names if n in infos)
+    return pad(metadata_end) + sum(pad(int(w.tensors[0][n].nbytes)) for n in names)
 
 
 def export_gguf(

@@ -1,11 +1,8 @@
 """A GGUF family: everything :mod:`..gguf_writer` asks of one ``model_type``, in one object.
 
-As llama.cpp's converter (``convert_hf_to_gguf.py``) registers one class per architecture with
-``@ModelBase.register``, each family module (:mod:`.dense`, :mod:`.gemma`, :mod:`.moe`, :mod:`.gpt_oss`,
-:mod:`.deepseek`, :mod:`.llama4`) registers one :class:`Family` per ``model_type`` it writes with
-:func:`register_family`. The writer looks the family up once (:func:`family_for`) and asks it for its
-architecture, conventions, refusal and keys; it never tests a ``model_type`` itself. A field left at its default
-is llama's convention, so a family states only how it differs.
+As llama.cpp's converter registers one class per architecture, each family module registers one :class:`Family`
+per ``model_type`` it writes (:func:`register_family`); the writer looks it up (:func:`family_for`) and never tests
+a ``model_type`` itself (docs/architecture.md, "GGUF families"). A field left at its default is llama's convention.
 """
 
 from __future__ import annotations
