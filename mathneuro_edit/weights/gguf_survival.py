@@ -164,10 +164,9 @@ def measure_survival(
     with_base: Callable[[Mapping[str, Path]], None] | None = None,
 ) -> dict[str, Any]:
     """The survival of the edit in each quantized file of ``files`` (``{type: path}`` written from
-    ``checkpoint``): the base written the same way (its checkpoint at ``dtype``, through the same float
-    ``source`` GGUF and the same quantizer) into a temporary folder beside the checkpoint, then
-    :func:`gguf_survival` per file. ``with_base`` receives the base's files (``{type: path}``, every type of
-    ``files``) before the folder is removed: the run evaluates each pair in llama.cpp there.
+    ``checkpoint``), measured as docs/gguf.md says (the base written the same way, from the float ``source`` GGUF,
+    at ``dtype``). ``with_base`` receives the base's files (``{type: path}``, every type of ``files``) before their
+    temporary folder is removed: the run evaluates each pair in llama.cpp there.
 
     Returns:
         ``{"source": source, "quantizer": ..., "files": {file name: {"type", "tensors", "total"}}}`` (an empty

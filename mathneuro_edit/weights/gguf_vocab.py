@@ -71,9 +71,8 @@ def read_tokenizer(folder: str | Path) -> dict[str, Any]:
         raise
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise InputError(f"{path}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:100]}); {fix}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a tokenizer.json (a JSON object); {fix}")
-    if (why := tokenizer_shape_problem(data)) is not None:
+    why = tokenizer_shape_problem(data) if isinstance(data, dict) else "not a tokenizer.json (a JSON object)"
+    if why is not None:
         raise InputError(f"{path}: {why}; {fix}")
     return data
 

@@ -6,9 +6,8 @@ The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with
 the tokenizer and chat template (:mod:`.gguf_vocab`), then the tensors (:mod:`.gguf_tensors`), each encoded here.
 docs/formats.md lists every key and the type of every tensor.
 
-Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
-rows (:func:`~.gguf_tensors.tensor_rows`). Deterministic: same checkpoint and type -> byte-identical file (fixed
-key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
+Streaming (:func:`~.gguf_tensors.tensor_rows`), deterministic (same checkpoint and type: the same bytes; no time
+stamps, no paths) and atomic (a temporary file renamed).
 """
 
 from __future__ import annotations
