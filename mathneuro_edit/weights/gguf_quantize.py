@@ -141,14 +141,7 @@ def _in_process(src: Path, dst: Path, qtype: str, nthread: int) -> int:
             log.setLevel(level)
 
 
-def write_gguf_types(
-    checkpoint: str | Path,
-    types: list[str],
-    *,
-    source: str,
-    nthread: int = 1,
-    **how: Any,
-) -> dict[str, Path]:
+def write_gguf_types(checkpoint: str | Path, types: list[str], *, source: str, **how: Any) -> dict[str, Path]:
     """Write ``model-<TYPE>.gguf`` for each of ``types`` into the ``checkpoint`` folder: the gguf package's types
     with :func:`~.gguf_writer.write_gguf` (as a single type always was), llama.cpp's from the ``source`` float GGUF
     (``model-<source>.gguf``, kept when asked for, else written beside and removed).
@@ -171,7 +164,7 @@ def write_gguf_types(
         src = done.get(source) or write_gguf(folder, folder / f".source-{gguf_filename(source)}", source, **how)
         try:
             for t in kquants:
-                done[t] = llama_quantize(src, folder / gguf_filename(t), t, how=quantizer, nthread=nthread)
+                done[t] = llama_quantize(src, folder / gguf_filename(t), t, how=quantizer)
         finally:
             if source not in done:
                 src.unlink(missing_ok=True)
