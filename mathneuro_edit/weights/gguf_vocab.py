@@ -490,9 +490,7 @@ def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) 
         quiet.setLevel(level)
 
 
-def add_vocab(
-    gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None = None, name: str = "local model"
-) -> None:
+def add_vocab(gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None, name: str) -> None:
     """Write the ``tokenizer.ggml.*`` keys (and the chat template) of ``folder``'s tokenizer.json with the ``gguf``
     module's ``writer``, for a model of ``n_vocab`` embedding rows, or raise :func:`check_vocab`'s InputError.
     ``pre`` (byte-level BPE only) replaces the ``tokenizer.ggml.pre`` read from tokenizer.json; ``name`` is the
