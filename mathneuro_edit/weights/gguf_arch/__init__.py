@@ -1,13 +1,10 @@
 """GGUF architectures: per model family, what llama.cpp's converter does and what llama.cpp hard-codes.
 
-Each family the GGUF export writes is one :class:`Family` (:mod:`.family` says how it is registered and asked). A
-family is only added with the test that llama.cpp itself loads its file, tokenizes like transformers, and its
-logits and greedy continuation match transformers' (tests/runs/test_families.py); what llama.cpp computes from
+Each family the GGUF export writes is one :class:`Family` (:mod:`.family`), added only with the test that llama.cpp
+runs its file as transformers runs the model (docs/extending.md, "A GGUF family"); what llama.cpp computes from
 fixed rules instead of reading a key is refused when a config differs, with one line that ``plan`` prints before
-any weight is read (:func:`gguf_refusal`).
-
-Its modules, one per family group each registering its families: docs/architecture.md ("GGUF families"); the
-conventions each follows: docs/formats.md (generated from the registrations by scripts/gguf_families_doc.py).
+any weight is read (:func:`gguf_refusal`). The modules: docs/architecture.md; each family's conventions:
+docs/formats.md (generated from the registrations).
 """
 
 import lazy_loader
