@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import click
 
-from .options import emit_json, json_report_opt, quiet_opt, require_local, set_opt, stage_echo
+from .options import emit_json, json_report_opt, quiet_opt, require_local, set_opt, stage_echo, verbose_opt
 
 __all__ = ["card", "push", "verify", "reproduce"]
 
@@ -34,7 +34,8 @@ card_set_opt = click.option(  # not the recipe's --set: a card changes only what
 @click.argument("run_dir", type=existing_dir)
 @base_opt
 @card_set_opt
-def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
+@verbose_opt
+def card(run_dir: str, base: str | None, sets: tuple[str, ...], verbose: bool) -> None:
     """Rewrite the model cards of a run folder from its lock, mask and eval.json.
 
     --set changes what the cards show (the lock's recipe too, so a push agrees); --base gives back a base the
@@ -42,6 +43,7 @@ def card(run_dir: str, base: str | None, sets: tuple[str, ...]) -> None:
     """
     from ..runs.release import rewrite_cards
 
+    stage_echo(False, verbose)  # a GGUF base dequantized on first use: transformers' bars only with --verbose
     for path in rewrite_cards(run_dir, base, sets):
         click.echo(path)
 

@@ -213,11 +213,14 @@ def dequantize(model: str, gguf_file: str | None, revision: str | None, verbose:
     help="a saved mask of this base: its counts give the exact mask and adapter sizes and their commands' memory",
 )
 @json_opt
-def plan(recipe: str | None, sets: tuple[str, ...], mask_file: str | None, as_json: bool) -> None:
+@verbose_opt
+def plan(recipe: str | None, sets: tuple[str, ...], mask_file: str | None, as_json: bool, verbose: bool) -> None:
     """Estimate parameters, targets, file sizes and peak memory from config.json alone (no weights)."""
     from ..runs.plan import plan_recipe
 
-    result = plan_recipe(read_recipe(recipe, sets), mask_file)
+    parsed = read_recipe(recipe, sets)  # a recipe error answers before huggingface_hub is imported
+    stage_echo(False, verbose)  # a GGUF base dequantized on first use: transformers' bars only with --verbose
+    result = plan_recipe(parsed, mask_file)
     if as_json:
         emit_json(result.to_dict())
     else:

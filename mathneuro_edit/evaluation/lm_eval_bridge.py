@@ -53,9 +53,15 @@ def _silent(tqdm: Any, *args: Any, **kwargs: Any) -> Any:
 @contextlib.contextmanager
 def _quiet_harness(quiet: bool) -> Iterator[None]:
     """lm-eval, datasets and their bars silenced inside the block when ``quiet`` (restored after): lm-eval's
-    loggers at ERROR, the tqdm bars of lm-eval's task, model and harness modules off, datasets' bars off."""
+    loggers at ERROR, the tqdm bars of lm-eval's task, model and harness modules off, datasets' bars off, and no
+    ``git describe`` of the working folder."""
     with contextlib.ExitStack() as undo:
         if quiet:
+            evaluator = importlib.import_module("lm_eval.evaluator")
+            # its results' git_hash (dropped: harness_report) runs `git describe` on the working folder, whose
+            # "fatal: not a git repository" went to the terminal once per run outside a git checkout
+            undo.callback(setattr, evaluator, "get_git_commit_hash", evaluator.get_git_commit_hash)
+            evaluator.get_git_commit_hash = lambda: None
             for name in _TQDM_MODULES:
                 module = importlib.import_module(name)
                 original = getattr(module, "tqdm", None)

@@ -4,9 +4,10 @@ By default a command prints one line per stage (``[2/6] calibrate math (100 text
 progress bar under it when stderr is a terminal; when it is not (a log file, a pipe), a line every 30 s instead while
 a stage runs (``      ... [2/6] calibrate math (100 texts): 1 min 30 s so far``; :func:`progress_lines`,
 ``MATHNEURO_EDIT_PROGRESS_EVERY`` seconds, 0 for none), so a log shows the command is alive. The libraries' own
-bars (transformers' ``Loading weights``, Hub downloads) and the warnings listed in :data:`KNOWN_WARNINGS`
-(understood and harmless) are silenced only inside :func:`quiet_libraries`, which restores every setting on exit:
-a Python caller's own code is never affected after we return. ``-v/--verbose`` keeps the libraries' bars and every warning.
+bars (transformers' ``Loading weights``, Hub downloads), the warnings listed in :data:`KNOWN_WARNINGS` and the log
+lines listed in :data:`KNOWN_LOG_LINES` (understood and harmless) are silenced only inside :func:`quiet_libraries`,
+which restores every setting on exit: a Python caller's own code is never affected after we return.
+``-v/--verbose`` keeps the libraries' bars and every warning.
 
 Example:
     >>> lines = []
@@ -33,6 +34,7 @@ from ..errors import InputError
 
 __all__ = [
     "KNOWN_WARNINGS",
+    "KNOWN_LOG_LINES",
     "Stages",
     "quiet_libraries",
     "known_warnings_silenced",
@@ -149,6 +151,30 @@ KNOWN_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
 )
 
 
+# (logger, start of the message, why it is harmless): a library's log line dropped inside quiet_libraries, filtered
+# on that logger by both. Both come from a base's own generation_config.json (common on the Hub) and name settings
+# evaluation replaces: it decodes greedily (do_sample=False) for evaluation.max_new_tokens tokens.
+KNOWN_LOG_LINES: tuple[tuple[str, str, str], ...] = (
+    (
+        "transformers.generation.configuration_utils",
+        "The following generation flags are not valid and may be ignored",
+        "sampling flags (temperature, top_p) without do_sample; evaluation never samples",
+    ),
+    ("transformers.generation.utils", "Both `max_new_tokens`", "max_length as well; evaluation.max_new_tokens decides"),
+)
+
+
+class _KnownLines(logging.Filter):
+    """Drops the record of one :data:`KNOWN_LOG_LINES` row: its logger's, starting with its message."""
+
+    def __init__(self, start: str) -> None:
+        super().__init__()
+        self.start = start
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.start)
+
+
 @contextmanager
 def known_warnings_silenced() -> Iterator[None]:
     """Ignore only :data:`KNOWN_WARNINGS` (message start + category) inside the block; the caller's filters are
@@ -161,7 +187,8 @@ def known_warnings_silenced() -> Iterator[None]:
 
 @contextmanager
 def quiet_libraries(verbose: bool = False) -> Iterator[None]:
-    """Silence the libraries' progress bars and :data:`KNOWN_WARNINGS` inside the block (nothing when ``verbose``).
+    """Silence the libraries' progress bars, :data:`KNOWN_WARNINGS` and :data:`KNOWN_LOG_LINES` inside the block
+    (nothing when ``verbose``).
 
     transformers reads the Hub's switch once, when it is imported (possibly inside the block), so its own switch
     is restored explicitly on exit to what it was (or would have been) before.
@@ -182,11 +209,16 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
             disable_progress_bars()
     if tf_log is not None:
         tf_log.disable_progress_bar()
+    known_lines = [(logging.getLogger(name), _KnownLines(start)) for name, start, _why in KNOWN_LOG_LINES]
+    for logger, known in known_lines:
+        logger.addFilter(known)
     try:
         with known_warnings_silenced():
             yield
     finally:
         _HOLDING -= 1
+        for logger, known in known_lines:
+            logger.removeFilter(known)
         if not hub_was_disabled and are_progress_bars_disabled():
             enable_progress_bars()
         tf_log = sys.modules.get("transformers.utils.logging")

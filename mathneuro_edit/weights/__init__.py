@@ -1,12 +1,9 @@
 """Every reader and writer of weights: base checkpoints, shards and headers, GGUF in and out, the PEFT adapter.
 
 Contract: a base (:mod:`.base` resolves it: organism, local folder, ``.gguf`` file or Hub id) is read without
-loading the model (:mod:`.checkpoint`, :mod:`.headers`), edited by the one rule of
-:func:`mathneuro_edit.engine.apply.scale_masked` (:mod:`.edit_plan` maps mask names to tensors) and written
-streamed and atomically (:mod:`.checkpoint_writer`, :mod:`.shards`, :mod:`.adapter`, :mod:`.gguf_writer`, whose
-tokenizer keys :mod:`.gguf_vocab` writes);
-:mod:`.audit` recomputes every expected tensor of an export; :mod:`.loading` loads a model for calibration and
-evaluation; :mod:`.remote_code` refuses repository code without an explicit opt-in.
+loading the model, edited by the one rule of :func:`mathneuro_edit.engine.apply.scale_masked` and written
+streamed and atomically; :mod:`.audit` recomputes every expected tensor of an export. Each module's part:
+docs/architecture.md.
 """
 
 import lazy_loader

@@ -1,34 +1,28 @@
 """Sparse delta adapter: the edit as a small PEFT adapter on top of the unchanged base model.
 
-Formats (``export_adapter(..., format=...)``):
+Formats (``export_adapter(..., format=...)``; their files: docs/formats.md, "Adapter"):
 
-- ``"peft"`` (default): a stock PEFT SHiRA adapter (``adapter_config.json`` + ``adapter_model.safetensors``;
-  ``PeftModel.from_pretrained(base_model, dir)`` loads it, nothing of ours needed). For every edited
-  ``nn.Linear`` it stores ``shira_indices`` ``(2, r*(m+n))`` int32 and ``shira_weight`` ``(r*(m+n),)`` in the
-  base's dtype; ``mask_type`` is ``"mathneuro_edit"`` (PEFT reads the indices from the file instead of
-  drawing a random mask per layer first, which takes minutes on a 7B model). SHiRA wants exactly ``r*(m+n)`` entries per layer with one ``r`` for all layers, so ``r`` is the
-  smallest that fits every layer's masked count, and each layer is padded with ``-0.0`` at unmasked positions
-  (``x + (-0.0) == x`` bit for bit, also for ``x = -0.0``). Each delta ``d`` is chosen so that ``w + d``
-  rounds to the edited value exactly: ``d = dtype(e - w)`` computed in float64, then checked with the very
-  operation PEFT's merge and forward use (dense ``+=`` sparse COO), both with the adapter in the base dtype and
-  upcast to float32 (PEFT's default ``autocast_adapter_dtype``), with a fix-up of 1-2 ulps where needed. So
-  ``merge_and_unload()`` gives the baked checkpoint's tensors bit for bit, and the unmerged forward adds the same
-  dense delta. An exact delta always exists for ``scale == 0`` (``d = -w``) and for scales in ``[0.5, 2]``
-  (``e - w`` is then exact in the weight's format, Sterbenz's lemma; this covers MathNeuro's 1.1), except a
-  16-bit subnormal weight whose product underflows to ``-0.0``; other scales often have entries with no exact
-  delta (the sum lands on a rounding tie) and are refused. Exactness holds when the base is loaded in its checkpoint dtype (transformers' default
-  ``dtype="auto"``).
-- ``"mathneuro"``: mathneuro-edit's own format, for what PEFT cannot express: ``mathneuro_edit_adapter.json``
-  (format, scale, mask hash, base id) and ``mathneuro_edit_mask.safetensors`` (the mask, bit-packed); loaded
-  with :func:`load_edited`, which loads the base with transformers and applies the mask (so it is exact by
-  construction, and needs mathneuro-edit). Plain PEFT refuses this folder (no ``adapter_config.json``), so it is
-  never half applied.
+- ``"peft"`` (default): a stock PEFT SHiRA adapter (``PeftModel.from_pretrained(base_model, dir)`` loads it,
+  nothing of ours needed). ``mask_type`` is ``"mathneuro_edit"``: PEFT reads the indices from the file instead of
+  drawing a random mask per layer first, which takes minutes on a 7B model. SHiRA wants exactly ``r*(m+n)``
+  entries per layer with one ``r`` for all layers, so ``r`` is the smallest that fits every layer's masked count,
+  and each layer is padded with ``-0.0`` at unmasked positions (``x + (-0.0) == x`` bit for bit, also for
+  ``x = -0.0``). Each delta ``d`` is chosen so that ``w + d`` rounds to the edited value exactly: ``d = dtype(e -
+  w)`` computed in float64, then checked with the very operation PEFT's merge and forward use (dense ``+=`` sparse
+  COO), both with the adapter in the base dtype and upcast to float32 (PEFT's default ``autocast_adapter_dtype``),
+  with a fix-up of 1-2 ulps where needed. So ``merge_and_unload()`` gives the baked checkpoint's tensors bit for
+  bit, and the unmerged forward adds the same dense delta. An exact delta always exists for ``scale == 0``
+  (``d = -w``) and for scales in ``[0.5, 2]`` (``e - w`` is then exact in the weight's format, Sterbenz's lemma;
+  this covers MathNeuro's 1.1), except a 16-bit subnormal weight whose product underflows to ``-0.0``; other
+  scales often have entries with no exact delta (the sum lands on a rounding tie) and are refused. Exactness holds
+  when the base is loaded in its checkpoint dtype (transformers' default ``dtype="auto"``).
+- ``"mathneuro"``: mathneuro-edit's own format, for what PEFT cannot express: the mask and a small JSON, loaded
+  with :func:`load_edited`, which applies the mask to the base (exact by construction; needs mathneuro-edit).
+  Plain PEFT refuses this folder (no ``adapter_config.json``), so it is never half applied.
 
-Refusals (never approximated silently): with ``format="peft"``, a mask entry that is not the weight of an
-``nn.Linear`` (GPT-2's ``Conv1D``, fused MoE experts, MoE routers), a weight stored in another layout, a tensor
-edited by two entries, or an entry for which no exact delta exists in the base dtype, raises
-:class:`~mathneuro_edit.errors.InputError` naming it and pointing to :func:`~mathneuro_edit.weights.checkpoint_writer.export_checkpoint`
-(the baked model) or ``format="mathneuro"``.
+Refused, never approximated: with ``format="peft"``, a mask entry PEFT cannot hold exactly (:func:`shira_layers`)
+or one with no exact delta in the base dtype (:func:`exact_delta`); the line points to
+:func:`~.checkpoint_writer.export_checkpoint` (the baked model) or ``format="mathneuro"``.
 """
 
 from __future__ import annotations
@@ -242,9 +236,7 @@ def _write_shira_config(job: _AdapterJob, tmp: Path, layers: list[ShiraLayer], r
         base_model_name_or_path=job.base_id,
         revision=job.revision,
         task_type="CAUSAL_LM" if arch.endswith(("ForCausalLM", "LMHeadModel")) else None,
-        # Not "random": stock PEFT would draw a random mask per layer at load time (a randperm over all m*n
-        # entries: seconds per large layer, minutes for a 7B model) only to replace it by the stored indices.
-        mask_type="mathneuro_edit",
+        mask_type="mathneuro_edit",  # not "random": why in the module docstring
         init_weights=True,
         inference_mode=True,
     ).save_pretrained(str(tmp))
@@ -361,12 +353,8 @@ def shira_layer_rows(
     ckpt: Checkpoint, layer: ShiraLayer, m: torch.Tensor, scale: float
 ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """``(rows, base, edited, mask)`` of a SHiRA layer whose ``(rows, cols)`` bool mask is ``m``, one block of rows
-    at a time (:func:`row_blocks`).
-
-    Why blocks: an edit and PEFT's merge (``dense += sparse``) are elementwise, so a block gives the same deltas
-    and the same merge as the whole matrix, while the whole matrix and its copies (base, edited, merged) made an
-    8B model's lm_head the adapter export's and audit's peak memory.
-    """
+    at a time (why blocks: :data:`~.edit_plan.ROW_BLOCK_BYTES`): PEFT's merge (``dense += sparse``) is elementwise
+    too, so a block gives the same deltas and the same merge as the whole matrix."""
     item = ckpt.tensors[layer.ckpt].nbytes // max(layer.rows * layer.cols, 1)
     for rows in row_blocks((layer.rows, layer.cols), item):
         w, mb = ckpt.read(layer.ckpt, rows=rows), m[rows]

@@ -1,37 +1,23 @@
 """Baked checkpoint: write an edited copy of a Hugging Face model folder, streaming, without loading the model.
 
-The output is a plain Hugging Face folder (``AutoModelForCausalLM.from_pretrained(out)`` loads it; nothing of
-mathneuro-edit is needed):
-
-- the same tensor names, shapes, dtypes and shard layout as the base (``model.safetensors`` or
-  ``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json`` with ``total_size``), unless
-  ``max_shard_size`` asks for a new layout; a pickle base (``allow_pickle=True``) is written as safetensors;
-- unedited tensors byte-identical to the base (their bytes are copied, never decoded);
-- edited tensors = :func:`mathneuro_edit.engine.apply.scale_masked` on the masked entries (the one definition of an
-  edited value), mapped to the checkpoint's names and layout by :func:`mathneuro_edit.weights.edit_plan.plan_edits`;
-- each shard's safetensors metadata keeps the base's (``format: pt``) and adds ``mathneuro_edit_version``,
-  ``mathneuro_edit_mask_sha256`` and ``mathneuro_edit_scale``;
-- ``dtype`` (``outputs.dtype``) casts every F32/BF16/F16 tensor to that type after the edit (made in the base's
-  own type), and ``config.json`` then names that dtype; without it every tensor keeps its type;
-- every other file of the base folder is copied (config.json, generation_config.json, tokenizer files, chat
-  templates, subfolders), byte for byte except what :func:`published_bytes` rewrites; not copied: names starting
-  with ``.``; the top-level ``README.md`` (the model-card step writes its own); weights in other formats
-  (:data:`~mathneuro_edit.weights.checkpoint.SKIPPED_WEIGHT_PATTERNS`), other ``*.safetensors`` files such as
-  Mistral's ``consolidated.safetensors``, and other ``*.index.json`` files: copies of those would silently
-  disagree with the edited weights. Skipped files are logged (``logging`` at INFO).
+The output is a plain Hugging Face folder (docs/formats.md, "Baked checkpoint"; nothing of mathneuro-edit is
+needed to load it): the base's tensor names, shapes, dtypes and shard layout (``max_shard_size``: a new layout; a
+pickle base is written as safetensors); unedited tensors' bytes copied, never decoded; edited ones
+:func:`~mathneuro_edit.engine.apply.scale_masked` on the entries :func:`~.edit_plan.plan_edits` maps the mask to,
+then every F32/BF16/F16 tensor cast to ``dtype`` (``outputs.dtype``), which ``config.json`` then names. Every
+other file of the base is copied as :func:`published_bytes` publishes it, but for those :func:`support_files` skips
+(logged at INFO).
 
 Streaming: one tensor at a time. Unedited bytes go file to file (``copy_file_range``); an edited tensor is read,
 edited and written in blocks of rows (~4 MiB), so peak memory is about the largest edited tensor's unpacked mask
 (1 byte per entry) plus a few blocks, not a shard or the model.
 
-Parallel: ``workers=N`` writes up to N output shards at once on threads (:func:`~mathneuro_edit.weights.shards.run_jobs`).
-The files are byte-identical to ``workers=1`` (each shard's bytes depend only on the base, the mask and the
-scale; the index is written once all shards are done). Peak memory grows with N: up to N edited tensors are in
-flight, each with its unpacked mask (1 byte per entry), its blocks and its thread's allocator arena, so budget
-about N x (largest edited tensor's entries in bytes + ~60 MiB); measured: +125 MiB for N=2 on a 0.7 GB bf16
-Llama whose largest edited tensor has 33M entries. The page cache also holds up to N shards being read and
-written; with ``allow_pickle``, each worker memory-maps its own input shard. The speed-up is bounded by the
-disk and the cores: measure with ``benchmarks/bench_export.py --workers N``.
+Parallel: ``workers=N`` writes up to N output shards at once on threads (:func:`~.shards.run_jobs`), byte-identical
+to ``workers=1`` (each shard's bytes depend only on the base, the mask and the scale; the index is written once
+all shards are done). Peak memory grows with N: up to N edited tensors are in flight, each with its unpacked mask
+(1 byte per entry), its blocks and its thread's allocator arena, so budget about N x (largest edited tensor's
+entries in bytes + ~60 MiB; measured: docs/performance.md, ``benchmarks/bench_export.py --workers N``); with
+``allow_pickle``, each worker memory-maps its own input shard.
 
 Atomic: everything is written into a temporary folder beside ``out_dir`` and renamed when complete; on any
 error (in any worker) the other workers are stopped and joined, then the temporary folder is removed; the base
@@ -267,7 +253,10 @@ def _layout(ckpt: Checkpoint, max_shard_size: int | str | None, code: str | None
 
 
 def support_files(folder: Path, ckpt: Checkpoint) -> tuple[list[str], list[str]]:
-    """The base's non-weight files to copy, and those skipped (relative POSIX paths; see the module docstring)."""
+    """The base's non-weight files to copy, and those skipped (relative POSIX paths). Skipped: names starting with
+    ``.``, the top-level ``README.md`` (the model-card step writes its own), weights in other formats
+    (:data:`~.checkpoint.SKIPPED_WEIGHT_PATTERNS`), other ``*.safetensors`` files (Mistral's
+    ``consolidated.safetensors``) and ``*.index.json`` files: copies of those would disagree with the edit."""
     copied: list[str] = []
     skipped: list[str] = []
     weights = set(ckpt.shards) | {n for n in (SAFE_INDEX, PICKLE_INDEX) if (folder / n).is_file()}  # rewritten

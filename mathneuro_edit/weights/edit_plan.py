@@ -18,7 +18,6 @@ itself is read by :mod:`mathneuro_edit.weights.checkpoint`.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ import torch
 from ..engine.apply import check_scale, scale_masked, scale_of
 from ..engine.edit_map import Setting
 from ..errors import InputError
-from ..util.config_sizes import check_config_file_sizes
+from ..util.config_sizes import check_config_file_sizes, model_json_object
 from .checkpoint import Checkpoint
 from .remote_code import check_remote_code
 
@@ -201,10 +200,7 @@ def plan_edits(
 def _needs_model(ckpt: Checkpoint, mask: Any) -> bool:
     """Whether mapping needs the model class (skipping it saves seconds and the transformers import): some entry
     is stored under another name/shape, or the config may tie weights (a tied copy stored twice is edited twice)."""
-    try:
-        tied = json.loads((ckpt.folder / "config.json").read_text()).get("tie_word_embeddings", True)
-    except (OSError, ValueError):
-        tied = True
+    tied = (model_json_object(ckpt.folder / "config.json") or {}).get("tie_word_embeddings", True)
     return tied is not False or any(
         n not in ckpt.tensors or ckpt.tensors[n].shape != tuple(mask.shape_of(n)) for n in mask
     )

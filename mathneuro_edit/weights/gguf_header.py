@@ -1,13 +1,9 @@
 """A GGUF file's header checked against the file's size before gguf's reader allocates anything from it.
 
-gguf's ``GGUFReader`` trusts the header: a tensor or key count of 2**60 makes it loop or allocate until memory runs
-out, an array nested 100,000 deep recurses until ``RecursionError``, a truncated file or a tensor whose data lies
-beyond the end raises whatever numpy raises, and a FIFO in place of the file blocks the memory map forever. A GGUF
-may be someone else's (a base downloaded from the Hub, an export folder handed over for ``verify``), so
-:func:`check_gguf_header` walks the header first, without recursion, with every count bounded by the bytes left
-(each item takes at least one byte, so the walk is linear in the file's size) and every tensor's data inside the
-file; only then does a reader open it. It is the GGUF counterpart of the safetensors header check
-(:mod:`.headers`).
+gguf's ``GGUFReader`` trusts the header (what a hostile or damaged one did to it: docs/reliability.md), and a GGUF
+may be someone else's, so :func:`check_gguf_header` walks the header first, without recursion, every count bounded
+by the bytes left (each item takes at least one byte: the walk is linear in the file's size) and every tensor's
+data inside the file; only then does a reader open it. The safetensors counterpart: :mod:`.headers`.
 """
 
 from __future__ import annotations

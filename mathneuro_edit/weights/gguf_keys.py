@@ -1,10 +1,6 @@
 """What a GGUF says about its model: the ``config.json`` it is written from (read once, refused or looked up as its
-:class:`~.gguf_arch.Family`), and the metadata keys written from it for :mod:`.gguf_writer`: llama's
-hyperparameters, the rope keys (theta, linear/YaRN scaling, Phi-3's longrope attention factor), the family's own
-keys, and the ``general.*`` keys of llama.cpp's converter. The rope factors that are tensors (Llama 3's
-``rope_freqs``, Phi-3's longrope factors) are computed here too, from the same config.
-
-Deterministic: the keys are written in a fixed order, so the same config always gives the same bytes.
+:class:`~.gguf_arch.Family`), the metadata keys written from it in a fixed order (docs/formats.md lists them), and
+the rope factors that are tensors (Llama 3's ``rope_freqs``, Phi-3's longrope factors).
 """
 
 from __future__ import annotations
@@ -88,14 +84,8 @@ def llama3_freqs(cfg: dict[str, Any]) -> np.ndarray:
 
 
 def longrope_factors(cfg: dict[str, Any], family: Family) -> tuple[np.ndarray, np.ndarray, float]:
-    """Phi-3's longrope: (long factors, short factors, attention factor), as transformers computes them.
-
-    transformers multiplies each rotary frequency's wavelength by the short factors up to
-    ``original_max_position_embeddings`` tokens and by the long ones beyond, and cos/sin by the attention factor
-    (given, or ``sqrt(1 + ln(max / original) / ln(original))``). llama.cpp reads both tensors and picks one set
-    for the whole context when it is created (long when ``n_ctx`` exceeds the original context). Refused: factors
-    missing, or not one per rotary frequency.
-    """
+    """Phi-3's longrope: (long factors, short factors, attention factor), as transformers computes them (how each
+    side uses them: the phi3 family's ``doc``). Refused: factors missing, or not one per rotary frequency."""
     s = rope_settings(cfg)[1]
     original = int(s.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") or 0)
     half = family.rope_dims(cfg, head_dim(cfg)) // 2

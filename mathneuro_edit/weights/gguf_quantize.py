@@ -1,17 +1,11 @@
 """K-quants (and llama.cpp's other types) made by llama.cpp's own quantizer from the project's exact float GGUF.
 
-The gguf package writes F32, F16, BF16, Q8_0 and the legacy 4/5-bit types (:data:`~.gguf_tensors.GGUF_TYPES`);
-it cannot write K-quants. These are made the way llama.cpp's users make them: the float GGUF (written by
-:func:`~.gguf_writer.write_gguf` in the float type that holds the checkpoint exactly: :func:`source_type`) is
-quantized by llama.cpp, through llama-cpp-python's ``llama_model_quantize`` when it is installed, else a
-``llama-quantize`` program (``MATHNEURO_EDIT_LLAMA_QUANTIZE``, else found on PATH), else one line saying how to get
-one. Why an environment variable and not a recipe key: the program's place is not a setting of the edit (the
-recipe's hash, which names every lock, would change with every new key), and its version is recorded instead.
-
-Reproducible: the same float GGUF, type and llama.cpp version give the same bytes whatever the thread count
-(tests/weights/test_gguf_kquants.py quantizes with 1 and 2 threads and compares); another llama.cpp version may
-choose other per-tensor types or rounding, so the version is recorded beside the files
-(:func:`quantizer_version`).
+The gguf package cannot write K-quants (:data:`~.gguf_tensors.GGUF_TYPES` are its types): the float GGUF that holds
+the checkpoint exactly (:func:`source_type`, written by :func:`~.gguf_writer.write_gguf`) is quantized by
+llama-cpp-python's ``llama_model_quantize`` when it is installed, else by a ``llama-quantize`` program
+(:func:`find_quantizer`). docs/gguf.md says why the program is named by an environment variable and not a recipe
+key, and why the quantizer's version is recorded beside the files (:func:`quantizer_version`): it decides the bytes,
+which the thread count does not (tests/weights/test_gguf_kquants.py).
 """
 
 from __future__ import annotations
@@ -37,21 +31,9 @@ __all__ = [
     "audit_llama_cpp",
 ]
 
-# llama.cpp's file types (llama.h's ``enum llama_ftype``) that only its quantizer writes, and that need no
-# importance matrix: the K-quants and the two 4-bit non-linear types
-LLAMA_CPP_TYPES = {
-    "Q2_K": 10,
-    "Q3_K_S": 11,
-    "Q3_K_M": 12,
-    "Q3_K_L": 13,
-    "Q4_K_S": 14,
-    "Q4_K_M": 15,
-    "Q5_K_S": 16,
-    "Q5_K_M": 17,
-    "Q6_K": 18,
-    "IQ4_NL": 25,
-    "IQ4_XS": 30,
-}
+# llama.cpp's file types (llama.h's ``enum llama_ftype``, gguf's ``LlamaFileType.MOSTLY_<type>``) that only its
+# quantizer writes, and that need no importance matrix: the K-quants and the two 4-bit non-linear types
+LLAMA_CPP_TYPES = tuple("Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS".split())
 
 _HOW = (
     "outputs.gguf: {qtype} is made by llama.cpp's quantizer, and none was found: pip install llama-cpp-python "
@@ -69,15 +51,14 @@ def source_type(dtype: str | None) -> str:
     return {"bfloat16": "BF16", "float16": "F16"}.get(str(dtype), "F32")
 
 
-def find_quantizer(qtype: str, program: str | None = None) -> str:
-    """``"llama_cpp"`` (llama-cpp-python importable) or the path of a ``llama-quantize`` program (``program``
-    when given, else ``MATHNEURO_EDIT_LLAMA_QUANTIZE``, else on PATH).
+def find_quantizer(qtype: str) -> str:
+    """``"llama_cpp"`` (llama-cpp-python importable) or the path of a ``llama-quantize`` program
+    (``MATHNEURO_EDIT_LLAMA_QUANTIZE``, else on PATH).
 
     Raises:
-        InputError: none found (one line saying how to get one), or ``program`` is not an executable.
+        InputError: none found (one line saying how to get one), or the variable names no executable.
     """
-    program = program or os.environ.get("MATHNEURO_EDIT_LLAMA_QUANTIZE") or None
-    if program is not None:
+    if program := os.environ.get("MATHNEURO_EDIT_LLAMA_QUANTIZE"):
         found = shutil.which(program)
         if found is None:
             raise InputError(f"MATHNEURO_EDIT_LLAMA_QUANTIZE: {program!r} is not an executable program")
@@ -141,10 +122,11 @@ def _in_process(src: Path, dst: Path, qtype: str, nthread: int) -> int:
     """llama-cpp-python's ``llama_model_quantize``, its log quiet unless it fails."""
     import ctypes
 
+    import gguf
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = LLAMA_CPP_TYPES[qtype]
+    params.ftype = int(gguf.LlamaFileType[f"MOSTLY_{qtype}"])
     params.nthread = nthread
     log = logging.getLogger("llama-cpp-python")  # its log callback prints only at this logger's level and above
     level, saved = log.level, os.dup(2)
@@ -159,14 +141,7 @@ def _in_process(src: Path, dst: Path, qtype: str, nthread: int) -> int:
             log.setLevel(level)
 
 
-def write_gguf_types(
-    checkpoint: str | Path,
-    types: list[str],
-    *,
-    source: str,
-    nthread: int = 1,
-    **how: Any,
-) -> dict[str, Path]:
+def write_gguf_types(checkpoint: str | Path, types: list[str], *, source: str, **how: Any) -> dict[str, Path]:
     """Write ``model-<TYPE>.gguf`` for each of ``types`` into the ``checkpoint`` folder: the gguf package's types
     with :func:`~.gguf_writer.write_gguf` (as a single type always was), llama.cpp's from the ``source`` float GGUF
     (``model-<source>.gguf``, kept when asked for, else written beside and removed).
@@ -189,7 +164,7 @@ def write_gguf_types(
         src = done.get(source) or write_gguf(folder, folder / f".source-{gguf_filename(source)}", source, **how)
         try:
             for t in kquants:
-                done[t] = llama_quantize(src, folder / gguf_filename(t), t, how=quantizer, nthread=nthread)
+                done[t] = llama_quantize(src, folder / gguf_filename(t), t, how=quantizer)
         finally:
             if source not in done:
                 src.unlink(missing_ok=True)

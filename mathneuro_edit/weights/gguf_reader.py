@@ -1,22 +1,10 @@
 """GGUF bases: a ``.gguf`` file dequantized once into a plain safetensors Hugging Face folder, then used as any base.
 
-Design: every stage of mathneuro-edit (calibration, mask, evaluation, the streaming checkpoint export, the PEFT
-adapter, ``verify``, ``reproduce``) reads a safetensors folder. A GGUF base is therefore *materialised* first:
-
-1. transformers loads the GGUF (``from_pretrained(folder, gguf_file=NAME, dtype=float32)``; its GGUF support
-   needs the ``gguf`` package, the ``gguf`` extra) and dequantizes every tensor;
-2. transformers marks such a model quantized (``hf_quantizer``), so it cannot be ``save_pretrained`` as is: a plain
-   model of the same config (without ``quantization_config``) is built and the state dict copied into it (tied
-   embeddings stay tied: ``lm_head`` is saved once, as ``embed_tokens``);
-3. the model, its generation config and the tokenizer (with the GGUF's chat template) are saved with
-   ``save_pretrained`` into ``<cache>/gguf/<sha256 of the .gguf>/`` (a temporary folder renamed when complete).
-
-The folder is written ONCE per GGUF file (keyed by its sha256) and reused by every later run; its files are the
-same bytes on every run and machine for the same GGUF file and library versions (float32, the exact dequantized
-values; no path or time is written). The cache root is ``$MATHNEURO_EDIT_CACHE``, else
-``$XDG_CACHE_HOME/mathneuro_edit``, else ``~/.cache/mathneuro_edit``. Its ``README.md`` names the source file and
-sha256 (a top-level README.md is never copied into outputs). PEFT users of an adapter made over a GGUF base point
-``from_pretrained`` at this folder (``mathneuro-edit dequantize FILE.gguf`` prints it, creating it if needed).
+Every stage reads a safetensors folder, so a GGUF base is materialised first (:func:`dequantize_gguf`):
+transformers dequantizes every tensor to float32, a plain model of the same config takes the state dict (a model
+transformers marks quantized cannot be ``save_pretrained``), and the model, its generation config and tokenizer
+are saved into ``<cache>/gguf/<sha256 of the .gguf>/`` (:func:`cache_root`): once per file, the same bytes on every
+run and machine. docs/gguf.md tells the whole story (why float32, the cache, PEFT users of such a base).
 
 Example:
     >>> folder = dequantize_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
@@ -288,8 +276,7 @@ def gguf_identity(path: str | Path) -> dict[str, Any]:
 def gguf_source_dtype(base_cfg: Any) -> str:
     """The dtype a GGUF base's checkpoint is written in by default (``outputs.dtype: auto``): the GGUF's own when
     it holds unquantized weights (``F32``, ``F16``, ``BF16`` file types: the converter's output type), else
-    ``bfloat16`` (a quantized file does not say what it was quantized from; bfloat16 has float32's range, so no
-    dequantized value overflows, at half float32's size)."""
+    ``bfloat16`` (why: docs/gguf.md)."""
     path, _ = gguf_source(base_cfg.model, base_cfg.gguf_file, base_cfg.revision)
     own = gguf_writer.gguf_file_type(path)
     return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}.get(own, "bfloat16")
@@ -299,14 +286,10 @@ def gguf_output(base_cfg: Any, requested: str | None) -> tuple[str | None, str |
     """The GGUF type to write and the ``tokenizer.ggml.pre`` to keep, for a recipe's ``outputs.gguf`` (a type,
     ``"base"`` or ``None``).
 
-    ``requested="base"`` becomes the GGUF base's own type (:func:`~mathneuro_edit.weights.gguf_writer.gguf_file_type`).
-    A GGUF base also gives its own ``tokenizer.ggml.pre``: transformers' GGUF tokenizer conversion does not keep
-    it (SmolLM2's ``smollm`` comes back as a plain ByteLevel ``gpt-2``), and llama.cpp picks its pre-tokenizer
-    regex by this name, so writing the converted one would change how the edited model splits digits.
-
-    ``pre`` is ``None`` for a base that is not a GGUF (read from tokenizer.json then). ``"base"`` on a base whose
-    type the gguf package cannot write (e.g. ``Q4_K_M``) is refused: ``gguf_output(recipe.base, "base")`` gives
-    ``('Q4_1', 'smollm')`` for SmolLM2's Q4_1.
+    ``requested="base"`` becomes the GGUF base's own type (:func:`~.gguf_writer.gguf_file_type`), refused when the
+    gguf package cannot write it (e.g. ``Q4_K_M``). ``pre`` is the GGUF base's own (why: ``write_gguf``'s ``pre``),
+    ``None`` for a base that is not a GGUF: ``gguf_output(recipe.base, "base")`` gives ``('Q4_1', 'smollm')`` for
+    SmolLM2's Q4_1.
     """
     if requested is None or not getattr(base_cfg, "is_gguf", False):
         return requested, None

@@ -1,19 +1,11 @@
 """Whether the edit survives quantization: the edited GGUF against the base's GGUF of the same type and quantizer.
 
-For each weight matrix, the *edited entries* are those whose value in the edited model's float GGUF (the exact
-values that were quantized) differs from the base's. Of those:
+The counts, defined in docs/gguf.md ("Survival"): per weight matrix, the *edited* entries (whose value in the
+edited float GGUF differs from the base's), how many of them *survived* quantization (their dequantized values still
+differ from the base's quantized file's), the change *delivered* along the intended direction as a fraction of the
+intended change, and the *collateral* entries the edit did not touch whose quantized value changed anyway.
 
-- ``survived``: entries whose dequantized value in the edited quantized file differs from the base's quantized
-  file (the edit still changes that weight in what ships); ``share = survived / edited``;
-- ``delivered``: ``sum(sign(e - b) * (q(e) - q(b))) / sum(|e - b|)`` over the edited entries: the change the
-  quantized file delivers along the intended direction, as a fraction of the intended change (1: all of it; 0:
-  none; above 1: rounding overshoots; negative: it moved the other way);
-- ``collateral``: entries the edit did not touch whose quantized value changed anyway (their block's scale moved).
-
-:func:`survival_counts` is the pure count over four arrays; :func:`gguf_survival` reads four GGUF files and
-dequantizes them with the gguf package (``gguf.quants.dequantize``, which reads every type llama.cpp writes,
-K-quants included); :func:`estimate_survival` quantizes with the gguf package (the legacy types it can write) to
-estimate it before a file is written.
+Every type llama.cpp writes, K-quants included, is read back by ``gguf.quants.dequantize``.
 """
 
 from __future__ import annotations
@@ -72,11 +64,8 @@ def survival_counts(base: Any, edited: Any, base_q: Any, edited_q: Any) -> dict[
 
 def add_counts(parts: Iterable[Mapping[str, float]]) -> dict[str, float]:
     """The sum of several :func:`survival_counts` (a model's total)."""
-    total: dict[str, float] = {k: 0 for k in _FIELDS}
-    for p in parts:
-        for k in _FIELDS:
-            total[k] += p[k]
-    return total
+    parts = list(parts)
+    return {k: sum(p[k] for p in parts) for k in _FIELDS}
 
 
 def share(counts: Mapping[str, float]) -> dict[str, float | None]:
@@ -110,12 +99,6 @@ def gone_line(qtype: str, counts: Mapping[str, float]) -> str | None:
     )
 
 
-def _matrices(path: Path) -> dict[str, Any]:
-    import gguf
-
-    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) > 1}
-
-
 def _values(t: Any) -> np.ndarray:
     import gguf
 
@@ -130,7 +113,10 @@ def gguf_survival(base_float: Path, edited_float: Path, base_q: Path, edited_q: 
         ``{"tensors": {gguf name: counts + shares}, "total": counts + shares}`` over the matrices the edit touched
         (the total over every matrix: its collateral too).
     """
-    files = [_matrices(Path(p)) for p in (base_float, edited_float, base_q, edited_q)]
+    import gguf
+
+    paths = (base_float, edited_float, base_q, edited_q)
+    files = [{t.name: t for t in gguf.GGUFReader(str(p)).tensors if len(t.shape) > 1} for p in paths]
     per: dict[str, dict[str, Any]] = {}
     every = []
     for name in files[1]:
@@ -178,10 +164,9 @@ def measure_survival(
     with_base: Callable[[Mapping[str, Path]], None] | None = None,
 ) -> dict[str, Any]:
     """The survival of the edit in each quantized file of ``files`` (``{type: path}`` written from
-    ``checkpoint``): the base written the same way (its checkpoint at ``dtype``, through the same float
-    ``source`` GGUF and the same quantizer) into a temporary folder beside the checkpoint, then
-    :func:`gguf_survival` per file. ``with_base`` receives the base's files (``{type: path}``, every type of
-    ``files``) before the folder is removed: the run evaluates each pair in llama.cpp there.
+    ``checkpoint``), measured as docs/gguf.md says (the base written the same way, from the float ``source`` GGUF,
+    at ``dtype``). ``with_base`` receives the base's files (``{type: path}``, every type of ``files``) before their
+    temporary folder is removed: the run evaluates each pair in llama.cpp there.
 
     Returns:
         ``{"source": source, "quantizer": ..., "files": {file name: {"type", "tensors", "total"}}}`` (an empty

@@ -6,9 +6,7 @@ its one-to-many tensors (a :class:`~.gguf_arch.View` of a checkpoint tensor), wh
 llama.cpp's interleaved rotary, and what is added to its norms. An MoE layer's experts are stacked as llama.cpp
 stacks them, one tensor per projection.
 
-Streaming: each tensor is read by blocks of rows (peak memory: about one checkpoint tensor plus ~16 MiB; an
-expert stack, and a View of a 3-D expert tensor, is read one expert at a time; a per-head View of a 2-D tensor,
-DeepSeek's kv_b, whole).
+Streaming (:func:`tensor_rows`; its memory: docs/formats.md): one checkpoint tensor, or one expert, at a time.
 """
 
 from __future__ import annotations
@@ -38,8 +36,8 @@ _CHUNK = 16 << 20  # bytes of float32 converted at a time: bounds peak memory, a
 # layout of Mixtral, the Qwen MoEs and OLMoE on the Hub, and what transformers' save_pretrained writes for them)
 _EXPERT = re.compile(r"^(?P<stem>.+\.experts)\.(?P<index>\d+)\.(?P<proj>[A-Za-z0-9_]+)\.weight$")
 
-# a plan row's checkpoint tensor(s): one, the experts stacked, a View of one (gpt-oss's split fused experts), or
-# None (computed)
+# a plan row's checkpoint tensor(s): one, the experts stacked, a View of one (Family.tensor_views: split fused
+# experts, DeepSeek's kv_b per head), or None (computed: Llama 3's rope_freqs, Phi-3's longrope factors)
 Source = str | tuple[str, ...] | View | None
 PlanRow = tuple[str, Source, tuple[int, ...], str]  # (gguf name, checkpoint tensor(s), HF shape, GGML type)
 
@@ -87,12 +85,10 @@ def _stacked_experts(tensors: Mapping[str, Any], n_experts: int) -> dict[str, tu
 
 def gguf_plan(folder: str | Path, qtype: str) -> list[PlanRow]:
     """What :func:`~.gguf_writer.write_gguf` writes: ``(gguf name, checkpoint tensor(s), HF shape, GGML type)`` in
-    file order (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint). The
-    checkpoint tensor is a name, a tuple of names (an MoE layer's experts, stacked expert-major: HF shape
-    ``(experts, rows, cols)``), a :class:`~.gguf_arch.View` of one (a slice and/or transposition: gpt-oss's and
-    Llama 4's fused experts split into gate and up, DeepSeek's kv_b into k_b and v_b per head,
-    :attr:`~.gguf_arch.Family.tensor_views`; HF shape: the view's), or None (computed: Llama 3's ``rope_freqs``).
-    Refused: an unsupported model type or rope scaling, or a checkpoint tensor with no GGUF name.
+    file order (the checkpoint's, shard by shard and by offset: deterministic for a given checkpoint); the
+    checkpoint tensor(s) are a :data:`Source` (an MoE layer's experts stacked expert-major: HF shape ``(experts,
+    rows, cols)``; a :class:`~.gguf_arch.View`'s HF shape is the view's). Refused: an unsupported model type or
+    rope scaling, or a checkpoint tensor with no GGUF name.
     """
     gguf, folder, qtype = gguf_package(), Path(folder), check_type(qtype)
     cfg, family = read_config(folder)

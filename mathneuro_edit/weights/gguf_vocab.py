@@ -1,13 +1,9 @@
 """GGUF vocabulary: the ``tokenizer.ggml.*`` keys of :mod:`.gguf_writer`, read from ``tokenizer.json`` alone.
 
 Two kinds are written, each in the form llama.cpp's own tokenizer reproduces exactly (tested: llama-cpp-python
-tokenizes like transformers, tests/weights/test_gguf_vocab.py and tests/runs/test_families.py):
-
-- byte-level BPE (Llama 3, Qwen2/3, SmolLM2, GPT-2): llama.cpp's ``gpt2`` model, ``tokens``, ``token_type``,
-  ``merges`` and ``pre``, llama.cpp's name for the pre-tokenizer regex;
-- SentencePiece-style BPE with byte fallback over ``▁``-prefixed pieces (Llama 2, Mistral v0.1, Gemma, Phi-3):
-  llama.cpp's ``llama`` (SPM) model, ``tokens``, ``scores``, ``token_type`` (NORMAL, CONTROL, BYTE, UNKNOWN,
-  USER_DEFINED, UNUSED), ``pre = default`` and ``add_space_prefix``.
+tokenizes like transformers, tests/weights/test_gguf_vocab.py and tests/runs/test_families.py): byte-level BPE
+(llama.cpp's ``gpt2`` model) and SentencePiece-style BPE with byte fallback over ``▁``-prefixed pieces (its
+``llama`` SPM model); docs/formats.md lists each key they write and the tokenizers refused.
 
 Why scores from the merges: llama.cpp's SPM tokenizer merges, among adjacent symbols, the pair whose
 concatenation is the vocabulary token of highest score (llama-vocab.cpp, ``llm_tokenizer_spm_session``);
@@ -75,9 +71,8 @@ def read_tokenizer(folder: str | Path) -> dict[str, Any]:
         raise
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise InputError(f"{path}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:100]}); {fix}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a tokenizer.json (a JSON object); {fix}")
-    if (why := tokenizer_shape_problem(data)) is not None:
+    why = tokenizer_shape_problem(data) if isinstance(data, dict) else "not a tokenizer.json (a JSON object)"
+    if why is not None:
         raise InputError(f"{path}: {why}; {fix}")
     return data
 
@@ -243,15 +238,12 @@ def chat_template_problem(config: dict[str, Any]) -> str | None:
     # imported only when there is a template: transformers costs a GGUF export ~20 MB of peak memory otherwise
     from jinja2 import TemplateSyntaxError
 
-    try:  # transformers' own environment: its `generation` tag and loop controls are templates' too
-        from transformers.utils.chat_template_utils import _compile_jinja_template as compile_template
-    except ImportError:  # pragma: no cover - an older transformers: plain Jinja with loop controls
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    # transformers' own environment: its `generation` tag and loop controls are templates' too
+    from transformers.utils.chat_template_utils import _compile_jinja_template
 
-        compile_template = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).from_string
     for what, text in templates:
         try:
-            compile_template(text)
+            _compile_jinja_template(text)
         except TemplateSyntaxError as e:
             return f"{what} is not a Jinja template llama.cpp can read ({e.message}, line {e.lineno})"
     return None
@@ -333,15 +325,9 @@ def spm_refusal(tok: dict[str, Any]) -> str | None:
 
 
 def spm_vocab(gguf: Any, tok: dict[str, Any], n_vocab: int) -> tuple[list[str], list[float], list[Any]]:
-    """(tokens, scores, token types) by id of a SentencePiece-style BPE tokenizer.json, for llama.cpp's SPM.
-
-    Scores: ``-rank`` of the first merge producing the token (see the module docstring); 0 for the others
-    (characters, bytes, special tokens: SentencePiece's own scores of those); -1000 for non-special added tokens,
-    -10000 for padding ids, as llama.cpp's converter writes them. Types: UNKNOWN for ``unk_token``, CONTROL for
-    special added tokens, BYTE for ``<0xXX>``, USER_DEFINED for other added tokens (llama.cpp matches them in the
-    raw text, as transformers does) except those holding "▁" that are also pieces (NORMAL: llama.cpp would print
-    their "▁" as is), UNUSED for padding ids (past the tokenizer's, up to the model's ``n_vocab``: ``[PAD<id>]``),
-    NORMAL for the rest. ``tok`` is a parsed tokenizer.json that :func:`spm_refusal` accepts.
+    """(tokens, scores, token types) by id of a SentencePiece-style BPE tokenizer.json that :func:`spm_refusal`
+    accepts, for llama.cpp's SPM: the scores and types docs/formats.md lists (why ``-rank`` of the first merge
+    producing the token: the module docstring), padding ids past the tokenizer's up to the model's ``n_vocab``.
     """
     model = tok["model"]
     ranks = _first_rank(_merge_pairs(model))
@@ -434,9 +420,7 @@ def vocab_size_refusal(tok: dict[str, Any], n_vocab: int) -> str | None:
     bad = next(((t, i) for t, i in pairs if isinstance(i, bool) or not isinstance(i, int) or i < 0), None)
     if bad is not None:
         return f"tokenizer.json gives token {str(bad[0])[:40]!r} the id {str(bad[1])[:40]!r}, not an integer >= 0"
-    if not pairs:
-        return None
-    token, top = max(pairs, key=lambda p: p[1])
+    token, top = max(pairs, key=lambda p: p[1], default=(None, -1))
     if top < n_vocab:
         return None
     return (
@@ -506,9 +490,7 @@ def _special(gguf: Any, writer: Any, folder: Path, n_tokens: int, merges: bool) 
         quiet.setLevel(level)
 
 
-def add_vocab(
-    gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None = None, name: str = "local model"
-) -> None:
+def add_vocab(gguf: Any, writer: Any, folder: str | Path, n_vocab: int, pre: str | None, name: str) -> None:
     """Write the ``tokenizer.ggml.*`` keys (and the chat template) of ``folder``'s tokenizer.json with the ``gguf``
     module's ``writer``, for a model of ``n_vocab`` embedding rows, or raise :func:`check_vocab`'s InputError.
     ``pre`` (byte-level BPE only) replaces the ``tokenizer.ggml.pre`` read from tokenizer.json; ``name`` is the

@@ -6,9 +6,8 @@ The file follows llama.cpp's converter (``convert_hf_to_gguf.py``), written with
 the tokenizer and chat template (:mod:`.gguf_vocab`), then the tensors (:mod:`.gguf_tensors`), each encoded here.
 docs/formats.md lists every key and the type of every tensor.
 
-Streaming: the tensor infos come from the shapes; then each tensor is read, converted and written by blocks of
-rows (:func:`~.gguf_tensors.tensor_rows`). Deterministic: same checkpoint and type -> byte-identical file (fixed
-key and tensor order, no time stamps, no paths). Atomic: temp file + rename.
+Streaming (:func:`~.gguf_tensors.tensor_rows`), deterministic (same checkpoint and type: the same bytes; no time
+stamps, no paths) and atomic (a temporary file renamed).
 """
 
 from __future__ import annotations
@@ -88,7 +87,8 @@ def write_gguf(
             name holding ``phi3`` / ``phi-3`` makes llama.cpp look up Phi-3's special tokens
             (:func:`~.gguf_vocab.name_refusal`).
         pre: ``tokenizer.ggml.pre`` to write instead of the one read from tokenizer.json (e.g. a GGUF base's own:
-            transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``).
+            transformers' GGUF tokenizer conversion turns SmolLM2's ``smollm`` into a plain ByteLevel ``gpt-2``, and
+            llama.cpp picks its pre-tokenizer regex by this name: the converted one splits digits otherwise).
         meta: the ``general.*`` metadata llama.cpp's converter writes (see :func:`~.gguf_keys.add_general`): base name, size
             label, fine-tune, license fields, base model, tags, languages. Never a local path.
     """
@@ -107,9 +107,9 @@ def write_gguf(
     add_model_keys(w, gguf, cfg, family)  # hyperparameters, rope, the family's own keys: weights/gguf_keys.py
     add_vocab(gguf, w, folder, int(cfg["vocab_size"]), pre, general_name)  # tokenizer.ggml.*: weights/gguf_vocab.py
     for gname, _, shape, t in plan:
-        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
-        n_bytes = math.prod(shape[:-1]) * (shape[-1] // block) * size
-        w.add_tensor_info(gname, shape, np.dtype(np.float32), n_bytes, raw_dtype=gguf.GGMLQuantizationType[t])
+        qt = gguf.GGMLQuantizationType[t]
+        n_bytes = math.prod(gguf.quants.quant_shape_to_byte_shape(shape, qt))
+        w.add_tensor_info(gname, shape, np.dtype(np.float32), n_bytes, raw_dtype=qt)
     out.parent.mkdir(parents=True, exist_ok=True)
     size: int | None = None  # the whole file's bytes, once its metadata is written (a full disk's message needs it)
     try:
@@ -137,10 +137,9 @@ def write_gguf(
 
 def _file_size(metadata_end: int, names: list[str], w: Any, gguf: Any) -> int:
     """The GGUF file's size: its metadata, then each tensor's bytes padded to the data alignment."""
-    align = int(getattr(w, "data_alignment", None) or gguf.GGUF_DEFAULT_ALIGNMENT)
+    align = int(w.data_alignment or gguf.GGUF_DEFAULT_ALIGNMENT)
     pad = lambda n: -(-n // align) * align  # noqa: E731
-    infos = w.tensors[0] if getattr(w, "tensors", None) else {}
-    return pad(metadata_end) + sum(pad(int(infos[n].nbytes)) for n in names if n in infos)
+    return pad(metadata_end) + sum(pad(int(w.tensors[0][n].nbytes)) for n in names)
 
 
 def export_gguf(

@@ -43,33 +43,23 @@ def check_entries(path: Path, entries: Iterable[Any], base: int, size: int, fix:
     """Refuse a tensor (``name, dtype, shape, start, end`` as absolute byte offsets) that lies outside the file's
     data, whose byte count is not ``numel x item size``, whose dtype the format does not define, or whose bytes
     overlap another tensor's."""
-    entries = sorted(entries, key=lambda e: (e.start, e.end))
     previous = None
-    for e in entries:
+    for e in sorted(entries, key=lambda e: (e.start, e.end)):
+        at, damage = f"tensor {e.name}", "corrupt"
         if not isinstance(e.dtype, str) or e.dtype not in KNOWN_DTYPES:
-            raise InputError(
-                f"{path}: tensor {e.name} has the unknown dtype {str(e.dtype)[:40]!r}; the file is corrupt "
-                f"or not a safetensors file: {fix}"
-            )
-        if any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in e.shape):
-            raise InputError(
-                f"{path}: tensor {e.name} has an invalid shape {list(e.shape)[:8]}; the file is corrupt: {fix}"
-            )
-        numel = math.prod(e.shape)
-        if not isinstance(e.start, int) or not isinstance(e.end, int) or e.end < e.start or e.start < base:
-            raise InputError(f"{path}: tensor {e.name} has invalid data offsets; the file is corrupt: {fix}")
-        if e.end > size:
-            raise InputError(
-                f"{path}: tensor {e.name} ends at byte {e.end} but the file has {size}; the file is truncated: {fix}"
-            )
-        if e.dtype in ITEM_BYTES and e.end - e.start != numel * ITEM_BYTES[e.dtype]:
-            raise InputError(
-                f"{path}: tensor {e.name} stores {e.end - e.start} bytes but {e.dtype} {list(e.shape)} "
-                f"needs {numel * ITEM_BYTES[e.dtype]}; the file is corrupt: {fix}"
-            )
-        if previous is not None and e.start < previous.end:
-            raise InputError(
-                f"{path}: tensors {previous.name} and {e.name} overlap (bytes {e.start - base}..."
-                f"{previous.end - base} of the data); the file is corrupt: {fix}"
-            )
-        previous = e
+            why, damage = f"has the unknown dtype {str(e.dtype)[:40]!r}", "corrupt or not a safetensors file"
+        elif any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in e.shape):
+            why = f"has an invalid shape {list(e.shape)[:8]}"
+        elif not isinstance(e.start, int) or not isinstance(e.end, int) or e.end < e.start or e.start < base:
+            why = "has invalid data offsets"
+        elif e.end > size:
+            why, damage = f"ends at byte {e.end} but the file has {size}", "truncated"
+        elif e.dtype in ITEM_BYTES and e.end - e.start != (need := math.prod(e.shape) * ITEM_BYTES[e.dtype]):
+            why = f"stores {e.end - e.start} bytes but {e.dtype} {list(e.shape)} needs {need}"
+        elif previous is not None and e.start < previous.end:
+            at = f"tensors {previous.name} and {e.name}"
+            why = f"overlap (bytes {e.start - base}...{previous.end - base} of the data)"
+        else:
+            previous = e
+            continue
+        raise InputError(f"{path}: {at} {why}; the file is {damage}: {fix}")

@@ -1,12 +1,10 @@
 """Loading a base model (one device, or placed by accelerate) and reading its weights when they are offloaded.
 
-- :func:`load_model`: a recipe's ``base`` section -> ``(model, tokenizer)`` through plain transformers
-  (``from_pretrained`` with ``use_safetensors=True``; ``device_map`` / ``max_memory`` / ``offload_folder`` are
-  handed to accelerate's big-model placement, nothing home-made).
-- :func:`model_weights` (offloaded parameters read back through transformers' own ``load_offloaded_parameter``,
-  the function ``save_pretrained`` uses) and :func:`weights_from_checkpoint` (a checkpoint's safetensors files
-  under the names transformers gives them once loaded, without loading the model): lazy ``name -> tensor``
-  mappings that :func:`~mathneuro_edit.engine.mask.find_math_params` takes in place of a model.
+Plain transformers and accelerate do the work: :func:`load_model` hands ``device_map`` / ``max_memory`` /
+``offload_folder`` to accelerate's big-model placement (nothing home-made), and offloaded parameters are read back
+through transformers' ``load_offloaded_parameter``, the function ``save_pretrained`` uses. :func:`model_weights` and
+:func:`weights_from_checkpoint` are lazy ``name -> tensor`` mappings that
+:func:`~mathneuro_edit.engine.mask.find_math_params` takes in place of a model.
 """
 
 from __future__ import annotations
@@ -55,10 +53,8 @@ def _config_errors() -> type[BaseException]:
     """What transformers 5 raises for a config.json field it validates (``num_attention_heads`` that does not
     divide ``hidden_size``, a string where a float goes): huggingface_hub's strict-dataclass error, which is not a
     ``ValueError`` (it ended as an internal error)."""
-    try:
-        from huggingface_hub.errors import StrictDataclassError
-    except ImportError:  # older huggingface_hub: transformers raised ValueError
-        return ValueError
+    from huggingface_hub.errors import StrictDataclassError  # here: huggingface_hub's errors import its HTTP client
+
     return StrictDataclassError
 
 
@@ -311,13 +307,9 @@ def model_weights(model: nn.Module) -> Mapping[str, torch.Tensor]:
 
 
 class CheckpointWeights(_LazyWeights):
-    """Target weights of a checkpoint folder under their loaded (``named_parameters()``) names, read lazily.
-
-    Built by :func:`weights_from_checkpoint`. Each access reads the tensor from the safetensors files
-    (``safe_open``); a fused-experts weight that the checkpoint stores per expert is assembled exactly:
-    transformers' save-time conversion is applied to the *positions* of the fused tensor, which says where each
-    stored entry goes (a pure re-layout, checked to cover every position exactly once).
-    """
+    """Target weights of a checkpoint folder under their loaded (``named_parameters()``) names, read lazily (built
+    by :func:`weights_from_checkpoint`; how a fused-experts weight stored per expert is assembled: docs/scaling.md),
+    each assembled weight checked to cover every position exactly once."""
 
     def __init__(
         self, folder: Path, names: Iterable[str] | None, dtype: torch.dtype | None, trust_remote_code: bool = False

@@ -1,9 +1,8 @@
 """Repository code never runs without an explicit opt-in (``base.trust_remote_code: true``).
 
-transformers runs a repository's own Python (``auto_map`` in ``config.json`` or ``tokenizer_config.json``) when
-``trust_remote_code=True``, and *asks on the terminal* when it is left unset. mathneuro-edit always passes an
-explicit value (the recipe's, default ``False``) and checks a local folder first, so the user gets one line
-saying what to do instead of a prompt.
+transformers runs a repository's own Python (``auto_map``) when ``trust_remote_code=True`` and asks on the terminal
+when it is unset; mathneuro-edit passes the recipe's value (default ``False``) and checks a local folder first, so
+the user gets one line instead of a prompt (docs/recipes.md, ``base``).
 """
 
 from __future__ import annotations
@@ -22,24 +21,16 @@ _FILES = ("config.json", "tokenizer_config.json")
 
 
 def _auto_map(folder: Path) -> str | None:
-    """The file (and sub-config) whose ``auto_map`` asks for the repository's code: a sub-config's too
-    (``text_config.auto_map`` was an internal error instead of this refusal)."""
+    """The file (and sub-config, 8 levels at most) whose first non-empty ``auto_map`` asks for the repository's
+    code: a sub-config's too (``text_config.auto_map`` was an internal error instead of this refusal)."""
     for name in _FILES:
         data = model_json_object(folder / name)  # a FIFO or /dev/zero here: one line, never a hang
-        where = _auto_map_key(data) if data is not None else None
-        if where is not None:
-            return name if where == "auto_map" else f"{name}'s {where.removesuffix('.auto_map')}"
-    return None
-
-
-def _auto_map_key(data: dict) -> str | None:
-    """The dotted key of the first non-empty ``auto_map`` in ``data`` or a sub-config (8 levels at most)."""
-    stack: list[tuple[str, dict, int]] = [("", data, 0)]
-    while stack:
-        prefix, node, depth = stack.pop(0)
-        if node.get("auto_map"):
-            return f"{prefix}auto_map"
-        stack += [(f"{prefix}{k}.", v, depth + 1) for k, v in node.items() if isinstance(v, dict) and depth < 8]
+        stack: list[tuple[str, dict, int]] = [("", data, 0)] if data is not None else []
+        while stack:
+            prefix, node, depth = stack.pop(0)
+            if node.get("auto_map"):
+                return f"{name}'s {prefix.removesuffix('.')}" if prefix else name
+            stack += [(f"{prefix}{k}.", v, depth + 1) for k, v in node.items() if isinstance(v, dict) and depth < 8]
     return None
 
 

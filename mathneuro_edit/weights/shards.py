@@ -1,8 +1,5 @@
-"""Writing safetensors shards, streamed tensor by tensor, and several shards at once (for
-:mod:`.checkpoint_writer`): :func:`write_safetensors` (header first, then each tensor's bytes: no tensor whole in
-memory), :func:`write_shard` (unedited tensors copied byte for byte, kernel-side ``copy_file_range`` where
-possible; edited ones in blocks of rows) and :func:`run_jobs` (one job per output shard on threads, all stopped
-and joined on the first error).
+"""Writing safetensors shards for :mod:`.checkpoint_writer`: streamed tensor by tensor (no tensor whole in memory;
+unedited bytes copied kernel-side), several shards at once.
 
 Threads, not processes: the work is file reads, ``copy_file_range``, torch elementwise ops and file writes, which
 all release the GIL; threads also share the mask and the plan without pickling them.
@@ -252,11 +249,11 @@ def run_jobs(
     workers = check_workers(workers)
     stop = threading.Event()
     n = min(workers, len(jobs))
+    done = done or (lambda job: None)
     if n <= 1:
         for job in jobs:
             fn(job, stop)
-            if done is not None:
-                done(job)
+            done(job)
         return
     pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="mathneuro-edit-shard")
     try:
@@ -266,8 +263,7 @@ def run_jobs(
             for fut in finished:  # a failed job raises here; its error is the one reported
                 job = pending.pop(fut)
                 fut.result()
-                if done is not None:
-                    done(job)
+                done(job)
     except BaseException:
         stop.set()
         raise

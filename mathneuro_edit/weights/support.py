@@ -4,9 +4,8 @@ meta device).
 A stock PEFT SHiRA adapter holds an exact delta only when every scored weight is the weight of a plain
 ``nn.Linear``; PEFT cannot hold an exact delta of GPT-2's ``Conv1D``, fused 3-D MoE experts or a router module (a
 ``*Router`` that returns routing scores, even when it subclasses ``nn.Linear``). Such a family gets a checkpoint
-only, and the refusal names the recipe lines that give a run that works. The adapter output
-(:mod:`mathneuro_edit.outputs.adapter`) asks this; ``plan`` prints every output's answer before any weights are
-read (:func:`mathneuro_edit.outputs.registry.output_support`), and a run checks it before loading the model.
+only, and the refusal names the recipe lines that give a run that works (``plan`` prints it before any weights are
+read: :func:`mathneuro_edit.outputs.registry.output_support`).
 """
 
 from __future__ import annotations

@@ -299,12 +299,14 @@ def test_a_missing_task_is_named_before_the_model_loads(tmp_path: Path, monkeypa
 
 def test_the_lm_eval_path_is_quiet(tmp_path: Path) -> None:
     """A run with an lm-eval task prints only its stage lines: no lm-eval log lines or bars, no datasets bars, no
-    generate warning (the HFLM asks for max_new_tokens, not max_length)."""
+    generate warning (the HFLM asks for max_new_tokens, not max_length), and, from a folder that is not a git
+    checkout, no "fatal: not a git repository" (git's own, twice: lm-eval's git_hash)."""
     import os
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONWARNINGS", "HF_HUB_DISABLE_PROGRESS"))}
+    env.update(GIT_CEILING_DIRECTORIES=str(tmp_path), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     lm = f"evaluation.lm_eval={{tasks: [arithmetic_local], include_path: '{TASKS}', limit: 2}}"
     sets = ["data.samples=4", "evaluation.samples=2", "evaluation.max_new_tokens=4", "outputs.adapter=false", lm]
     proc = subprocess.run(
@@ -320,6 +322,7 @@ def test_the_lm_eval_path_is_quiet(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         env=env,
+        cwd=tmp_path,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr

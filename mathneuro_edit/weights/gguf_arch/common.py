@@ -13,16 +13,10 @@ __all__ = ["View", "expert_count", "add_expert_keys", "layer_types", "SLIDING"]
 @dataclass(frozen=True)
 class View:
     """Part of one checkpoint tensor as llama.cpp stores it: the entries ``start:stop:step`` of its last axis, then
-    its last two axes swapped when ``transpose``. gpt-oss's fused ``gate_up_proj`` ``[experts, hidden, 2 * ff]``
-    interleaves gate (even columns) and up (odd): llama.cpp's ``ffn_gate_exps`` is ``View(t, 0, 2, True)``
-    (``[experts, ff, hidden]``), ``ffn_up_exps`` ``View(t, 1, 2, True)``; Llama 4's puts gate and up in halves:
-    ``View(t, 0, 1, True, stop=ff)`` and ``View(t, ff, 1, True)``. A tensor of 3 or more axes is read and
-    written one index of its first axis (one expert) at a time.
-
-    ``heads`` > 0: a 2-D ``[heads * r, c]`` tensor is viewed as ``[heads, r, c]`` and the slice is of each head's
-    ``r`` rows instead (read whole). DeepSeek's ``kv_b_proj`` ``[heads * (nope + v), kv_lora]``: llama.cpp's
-    ``attn_k_b`` is ``View(t, 0, 1, True, heads, nope)`` (``[heads, kv_lora, nope]``), ``attn_v_b``
-    ``View(t, nope, heads=heads)`` (``[heads, v, kv_lora]``).
+    its last two axes swapped when ``transpose`` (gpt-oss's and Llama 4's fused experts split into gate and up:
+    their modules' ``views``). A tensor of 3 or more axes is read and written one index of its first axis (one
+    expert) at a time. ``heads`` > 0: a 2-D ``[heads * r, c]`` tensor is viewed as ``[heads, r, c]`` and the slice
+    is of each head's ``r`` rows instead, read whole (DeepSeek's ``kv_b_proj`` into ``attn_k_b`` and ``attn_v_b``).
 
     Example:
         >>> View("gate_up_proj", 1, 2, True).shape((4, 64, 128))

@@ -67,10 +67,8 @@ def views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | N
 
 
 def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
-    """llama.cpp's deepseek2 keys (its converter's DeepseekV2Model.set_gguf_parameters): MLA as MQA of
-    ``kv_lora + rope`` keys and ``kv_lora`` values, the real head lengths as ``*_mla``, the leading dense layers,
-    the shared experts, the router (sigmoid, selection bias, groups, normalization, routed scaling) and YaRN's
-    mscale_all_dim (as llama.cpp's converter writes it: times 0.1)."""
+    """llama.cpp's deepseek2 keys (its converter's DeepseekV2Model.set_gguf_parameters; the family's ``doc`` says
+    each)."""
     import gguf
 
     kv, rope = int(cfg["kv_lora_rank"]), int(cfg["qk_rope_head_dim"])
@@ -92,11 +90,6 @@ def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
     kind, params = rope_scaling(cfg)
     if kind == "yarn" and params.get("mscale_all_dim"):
         writer.add_rope_scaling_yarn_log_mul(0.1 * float(params["mscale_all_dim"]))
-
-
-def _rope_dims(cfg: dict[str, Any], head_dim: int) -> int:
-    """Only the ``qk_rope_head_dim`` part of each query/key rotates."""
-    return int(cfg["qk_rope_head_dim"])
 
 
 register_family(
@@ -133,7 +126,7 @@ register_family(
         "tolerance)",
         refusal_reason=refusal,
         tensor_views=views,
-        rope_dims=_rope_dims,
+        rope_dims=lambda cfg, head_dim: int(cfg["qk_rope_head_dim"]),  # only this part of each query/key rotates
         mla=True,
         key_writers=(add_expert_keys, add_keys),
     ),

@@ -1,7 +1,5 @@
-"""The dense families: llama and those that are llama with a convention or two. Llama, Mistral, Qwen2, Qwen3 and
-OLMo 2 differ only in their architecture and rotary; SmolLM3 (NoPE every 4th layer, hard-coded by llama.cpp),
-GPT-2 (other config names, Conv1D weights transposed, no rotary), Phi-3 (part of each head rotates, longrope, its
-window key) and Granite (its multipliers) have rules of their own.
+"""The dense families: llama and those that are llama with a convention or two (each family's ``doc`` says which):
+Llama, Mistral, Qwen2, Qwen3, OLMo 2, SmolLM3, GPT-2, Phi-3 and Granite.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A GGUF family: everything :mod:`..gguf_writer` asks of one ``model_type``, in one object.
 
-As llama.cpp's converter (``convert_hf_to_gguf.py``) registers one class per architecture with
-``@ModelBase.register``, each family module (:mod:`.dense`, :mod:`.gemma`, :mod:`.moe`, :mod:`.gpt_oss`,
-:mod:`.deepseek`, :mod:`.llama4`) registers one :class:`Family` per ``model_type`` it writes with
-:func:`register_family`. The writer looks the family up once (:func:`family_for`) and asks it for its
-architecture, conventions, refusal and keys; it never tests a ``model_type`` itself. A field left at its default
-is llama's convention, so a family states only how it differs.
+As llama.cpp's converter registers one class per architecture, each family module registers one :class:`Family`
+per ``model_type`` it writes (:func:`register_family`); the writer looks it up (:func:`family_for`) and never tests
+a ``model_type`` itself (docs/architecture.md, "GGUF families"). A field left at its default is llama's convention.
 """
 
 from __future__ import annotations
@@ -31,10 +28,6 @@ CANNOT_RUN = (
     "outputs.gguf: this {model_type} config cannot be run by llama.cpp as transformers runs it: {why}; set "
     "outputs.gguf: null (the checkpoint holds the edit)"
 )
-
-
-def _intermediate_size(cfg: Config) -> int:
-    return int(cfg["intermediate_size"])
 
 
 @dataclass(frozen=True)
@@ -84,7 +77,7 @@ class Family:
     norm_shift: float = 0.0
     rotary: bool = True
     rope_dims: Callable[[Config, int], int] = lambda cfg, head_dim: head_dim
-    feed_forward_length: Callable[[Config], int] = _intermediate_size
+    feed_forward_length: Callable[[Config], int] = lambda cfg: int(cfg["intermediate_size"])
     rope_scalings: tuple[str, ...] = LLAMA_ROPE_SCALINGS
     mla: bool = False
     key_writers: tuple[KeyWriter, ...] = ()

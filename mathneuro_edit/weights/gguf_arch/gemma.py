@@ -82,8 +82,7 @@ def gemma3_refusal(cfg: dict[str, Any]) -> str | None:
 
 
 def _add_gemma3_keys(writer: Any, cfg: dict[str, Any]) -> None:
-    """Gemma 3's keys beyond Gemma 2's head length: which layers slide (an array, since llama.cpp's default is
-    every 6th layer global), their window and rope base, and the final soft-capping when the config has one."""
+    """Gemma 3's keys beyond Gemma 2's head length (the family's ``doc`` says each)."""
     kinds = layer_types(cfg)
     if SLIDING in kinds:  # no sliding_window key: llama.cpp runs every layer as a global one, as transformers does
         writer.add_sliding_window(int(cfg["sliding_window"]))

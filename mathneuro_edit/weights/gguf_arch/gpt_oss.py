@@ -44,10 +44,8 @@ def refusal(cfg: dict[str, Any]) -> str | None:
 
 
 def views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | None:
-    """gpt-oss's tensors as llama.cpp's converter writes them (GptOssModel.modify_tensors): ``gate_up_proj`` ->
-    ``gate_proj.weight`` (even columns) and ``up_proj.weight`` (odd), transposed; ``gate_up_proj_bias`` -> their
-    biases; ``down_proj`` -> ``down_proj.weight`` transposed; ``down_proj_bias`` -> ``down_proj.bias``; ``sinks``
-    -> ``sinks.weight``.
+    """gpt-oss's tensors as llama.cpp's converter writes them (GptOssModel.modify_tensors; the family's ``doc``
+    says each).
 
     Example:
         >>> [n.split(".")[-2] for n, _ in views({}, "m.experts.gate_up_proj")]

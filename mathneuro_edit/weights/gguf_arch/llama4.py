@@ -68,9 +68,8 @@ def refusal(cfg: dict[str, Any]) -> str | None:
 
 
 def views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | None:
-    """Llama 4's fused experts as llama.cpp's converter writes them (Llama4Model.modify_tensors): ``gate_up_proj``
-    (gate the first ``intermediate_size`` columns, up the others: transformers' ``chunk(2, dim=-1)``) split in
-    halves and transposed, ``experts.down_proj`` transposed."""
+    """Llama 4's fused experts as llama.cpp's converter writes them (Llama4Model.modify_tensors): split in halves
+    (transformers' ``chunk(2, dim=-1)``) and transposed, as the family's ``doc`` says."""
     stem, _, last = hf_name.rpartition(".")
     ff = int(cfg["intermediate_size"])
     if last == "gate_up_proj":
@@ -84,9 +83,7 @@ def views(cfg: dict[str, Any], hf_name: str) -> list[tuple[str, str | View]] | N
 
 
 def add_keys(writer: Any, cfg: dict[str, Any]) -> None:
-    """Llama 4's keys beyond the experts': their width (``intermediate_size``, the shared expert's too; the dense
-    layers': :func:`feed_forward_length`) and the interleave step (layer ``i`` has experts when ``(i + 1) % step
-    == 0``)."""
+    """Llama 4's keys beyond the experts': their width (the shared expert's too) and the interleave step."""
     writer.add_expert_feed_forward_length(int(cfg["intermediate_size"]))
     writer.add_interleave_moe_layer_step(int(cfg.get("interleave_moe_layer_step") or 1))
 

@@ -2,8 +2,8 @@
 (:func:`gguf_refusal`: the one line ``plan`` and a run's validation print before any weight is read), what llama.cpp
 adds to a tensor (:func:`tensor_shift`), and the written families (:data:`GGUF_WRITTEN`).
 
-Importing this module imports every family module, and each registers its families (:mod:`.family`); the tables
-of the families not written are in :mod:`.table`.
+Importing this module imports every family module, each registering its families; the families not written are
+in :mod:`.table`.
 """
 
 from __future__ import annotations

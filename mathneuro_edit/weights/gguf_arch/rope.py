@@ -25,9 +25,8 @@ def rope_scaling(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def yarn_ramp_bounds(cfg: dict[str, Any]) -> tuple[tuple[float, float], tuple[float, float]] | None:
     """YaRN's correction range (the rotary dimensions where it blends interpolation and extrapolation) as
     transformers computes it for this config, and as llama.cpp does: ``((low, high) of transformers, (low, high)
-    of llama.cpp)``; None without YaRN. llama.cpp always rounds the range outwards (floor/ceil: transformers'
-    ``truncate: true``); gpt-oss is released with ``truncate: false`` (OpenAI's reference, vLLM and SGLang do
-    not round), so llama.cpp's rotary frequencies differ there in the dimensions of the range.
+    of llama.cpp)``; None without YaRN. llama.cpp always rounds the range outwards (transformers' ``truncate:
+    true``), gpt-oss is released with ``truncate: false`` (OpenAI's reference, vLLM and SGLang do not round).
 
     Example:
         >>> yarn_ramp_bounds({"head_dim": 64, "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0,
