@@ -98,7 +98,9 @@ def load_artifact(path: str | Path) -> tuple[str, Any]:
         with safe_open(str(p), framework="pt") as f:
             fmt = (f.metadata() or {}).get("format", "")
     except (SafetensorError, OSError) as e:
-        raise InputError(f"{p}: not a readable safetensors file ({e}); the file is corrupt") from None
+        with p.open("rb") as f:  # a model file given by mistake is named as such, not called corrupt
+            kind = {b"GGUF": "a GGUF model file"}.get(f.read(4), f"not a readable safetensors file ({e})")
+        raise InputError(f"{p}: {kind}; inspect reads a mask (mask.safetensors) or a statistics file") from None
     if fmt.startswith("mathneuro-edit/mask/"):
         return "mask", Mask.load(p)
     if fmt.startswith("mathneuro-edit/stats/"):

@@ -213,3 +213,14 @@ def test_recipe_does_not_import_recipe_io() -> None:
     assert "io" not in imported and "mathneuro_edit.recipe.io" not in imported
     io_tree = ast.parse((ROOT / "mathneuro_edit" / "recipe" / "io.py").read_text())
     assert "schema" in {n.module for n in ast.walk(io_tree) if isinstance(n, ast.ImportFrom)}
+
+
+def test_inspect_of_a_gguf_or_a_broken_file_says_what_it_reads(tmp_path: Path) -> None:
+    """A GGUF model given to inspect by mistake is named as one (it was called "corrupt"); any other unreadable
+    file says what inspect reads."""
+    gguf, junk = tmp_path / "model-Q8_0.gguf", tmp_path / "mask.safetensors"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    junk.write_bytes(b"garbage")
+    fix = "inspect reads a mask (mask.safetensors) or a statistics file"
+    _one_line_error(*_run("inspect", gguf), "model-Q8_0.gguf: a GGUF model file;", fix)
+    _one_line_error(*_run("inspect", junk), "mask.safetensors: not a readable safetensors file (", fix)
