@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..util.files import write_json_atomic
 from ..util.paths import LOCAL, is_local_path
 from .checkpoint import CHECKPOINT
-from .common import card_fields, hub_origin
+from .common import card_fields, folder_dtype, hub_origin
 from .registry import BaseRecord, CardView, Output, RunView, register_output
 
 __all__ = [
@@ -263,17 +263,7 @@ def _source(dest: Path, recipe: Any) -> str:
     from ..weights.gguf_quantize import source_type
     from .checkpoint import output_dtype
 
-    return source_type(output_dtype(recipe) or checkpoint_dtype(dest))
-
-
-def checkpoint_dtype(folder: Path) -> str | None:
-    """The dtype a checkpoint folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
-    from ..util.config_sizes import read_model_json
-
-    path = Path(folder) / "config.json"
-    cfg = (read_model_json(path) if path.is_file() else None) or {}
-    value = cfg.get("dtype") or cfg.get("torch_dtype")
-    return value if isinstance(value, str) else None
+    return source_type(output_dtype(recipe) or folder_dtype(dest))
 
 
 def _stage(recipe: Any) -> str:

@@ -1,21 +1,11 @@
 """The model card (README.md) of an edited model: its text is one template, ``card_template.md`` (top to bottom,
 rendered by huggingface_hub's ``ModelCard.from_template``); this module gives it the metadata and the data.
 
-One kind per Hub repo, each a registered output (:mod:`mathneuro_edit.outputs`): ``checkpoint``, ``adapter`` and
-``gguf`` (the checkpoint's GGUF files). Its metadata: ``base_model`` (Hub ids only; the GGUF repo's is the edited
-checkpoint's repo when pushed) with the output's ``base_model_relation``, ``library_name`` and tags (the
-``base_model:<relation>:<id>`` tag as PEFT writes it), ``datasets`` (Hub ids of the calibration data, and the base
-card's), the base card's license fields and ``language`` (:func:`~.base_card.base_card_fields`), and the
-evaluation as Hub evaluation results (``model-index``: :mod:`mathneuro_edit.publish.model_index`). The data drawn
-from the lock alone comes from :mod:`mathneuro_edit.publish.card_sections`, the paragraphs on a GGUF base and a
-cast dtype from :mod:`mathneuro_edit.publish.card_weights`.
-
-One card per folder, rendered from the folder itself (:func:`card_for_folder`: its lock and ``eval.json``), so
-``push`` renders it again for the target repo: the published card loads ``from_pretrained("user/name")``; a card
-still in a local folder loads ``"."`` (that folder). No placeholder, no timestamp, no local path.
-
-Privacy: a local base path never appears in the card (its lock is the public form, see :mod:`mathneuro_edit.publish.lock`);
-:func:`build_card` checks the finished text and refuses to build a card that would reveal one.
+One kind per Hub repo, each a registered output (:mod:`mathneuro_edit.outputs`); its metadata is :func:`_metadata`'s
+(the evaluation as ``model-index``: :mod:`.model_index`), the data drawn from the lock alone
+:mod:`.card_sections`', the paragraphs on a GGUF base and a cast dtype :mod:`.card_weights`'. One card per folder,
+rendered from the folder itself (:func:`card_for_folder`), so ``push`` renders it again for the target repo. No
+placeholder, no timestamp, no local path: :func:`build_card` refuses a card that would reveal one.
 """
 
 from __future__ import annotations
@@ -35,7 +25,7 @@ from ..engine.edit_map import show_setting
 from ..errors import InputError
 from ..evaluation.report import NOT_A_TEST, effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
-from ..outputs.common import card_fields, hub_origin
+from ..outputs.common import card_fields, folder_dtype, hub_origin
 from ..outputs.gguf import llama_cpp_facts, read_gguf_eval, read_survival
 from ..outputs.registry import OUTPUTS, CardView, Output, output, output_dirs, output_of_folder, own_files, repo_for
 from ..recipe.io import recipe_fields, recipe_from_dict
@@ -63,7 +53,6 @@ __all__ = [
     "summarize_edit",
     "CITATION",
     "lock_file_sha256",
-    "folder_dtype",
     "has_chat_template",
     "short_recipe",
 ]
@@ -157,10 +146,6 @@ def build_card(
     Raises:
         InputError: ``kind`` unknown, or ``base_model_id`` not a Hub repo id.
         MathNeuroEditError: the card would contain a local path of the recipe.
-
-    Example:
-        >>> source = CardSource(r, lock, summarize_edit(mask.counts(), model_params=n))  # doctest: +SKIP
-        >>> card = build_card(source, "checkpoint", base_model_id=None)  # doctest: +SKIP
     """
     out = output(kind)  # InputError for a kind that is not registered
     _check_base_model_id(base_model_id)
@@ -393,9 +378,6 @@ def card_for_folder(
 
     Raises:
         InputError: no lock, or a lock without ``edit_summary`` (written by an older version).
-
-    Example:
-        >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-prune")  # doctest: +SKIP
     """
     folder = Path(folder)
     lock = read_lock(folder)
@@ -495,14 +477,6 @@ def has_chat_template(folder: str | Path) -> bool:
         if cfg is not None and cfg.get("chat_template"):
             return True
     return False
-
-
-def folder_dtype(folder: str | Path) -> str | None:
-    """The dtype a model folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
-    path = Path(folder) / "config.json"
-    cfg = (model_json_object(path) if path.is_file() else None) or {}
-    value = cfg.get("dtype") or cfg.get("torch_dtype")
-    return value if isinstance(value, str) else None
 
 
 def lock_file_sha256(folder: str | Path) -> str | None:

@@ -1,28 +1,11 @@
 """Publish one artifact of a run (checkpoint, adapter or GGUF, with its card and lock) to its own Hub repo, mirrored.
 
-One repo per artifact: ``checkpoint`` (a plain transformers folder), ``adapter`` (the PEFT SHiRA adapter) and
-``gguf`` (the checkpoint's ``*.gguf`` files under llama.cpp's naming, with a card of their own), at ``<id>``,
-``<id>-adapter`` and ``<id>-GGUF`` by default (:func:`~mathneuro_edit.outputs.registry.repo_for`). A push makes the
-repo EQUAL to the artifact: the files the Hub holds that the artifact does not (a stale shard, an old GGUF) are
-deleted in the same commit, and :class:`PushResult` (the dry run too) lists the adds, deletes and sizes.
-``.gitattributes`` (the Hub's own LFS rules) is kept. What files a push uploads, and their checks against the lock:
-:mod:`mathneuro_edit.publish.hub_files`.
-
-One call makes at most four requests that change anything: ``create_repo`` (a new repo) or
-``update_repo_settings`` (``private`` asked for and different), ``create_branch(exist_ok=True)`` when a revision
-other than ``main`` is asked for, and ONE commit holding every add and delete (optionally as a pull request).
-Why ``create_commit`` rather than ``upload_folder``: with ``hf_xet`` installed (a huggingface_hub dependency),
-``upload_folder`` streams through a multi-commit pipeline that may split a folder into several commits (by file
-count, payload size or after 5 minutes), so the repo could briefly hold weights without their card; one commit
-publishes the weights, card and lock together or not at all. Large files still go through Xet/LFS inside it.
-
-The card is rendered again for the target repo (:func:`mathneuro_edit.publish.card.card_for_folder`) and uploaded
-from memory: the published ``README.md`` loads ``from_pretrained("user/name")`` and names the reproduce command for
-that repo, while the local folder is left unchanged.
-
-The token comes from the ``token`` argument, ``HF_TOKEN``, or huggingface_hub's stored login; it is only handed
-to huggingface_hub (which sends it in the ``Authorization`` header) and is never written to disk, logged,
-returned, or kept in an error message.
+One repo per artifact (:func:`~mathneuro_edit.outputs.registry.repo_for`), made EQUAL to it: the files the Hub holds
+that the artifact does not are deleted in the same commit, and :class:`PushResult` (the dry run too) lists the adds,
+deletes and sizes. What a push uploads, checked against the lock: :mod:`.hub_files`. What a push guarantees (one
+commit, not ``upload_folder``'s several; the card rendered again for the repo, from memory; the token only in the
+``Authorization`` header): docs/publishing.md. The requests that change anything: ``create_repo`` or
+``update_repo_settings``, ``create_branch`` for a revision other than ``main``, then the ONE commit (:func:`_commit`).
 """
 
 from __future__ import annotations
@@ -227,9 +210,6 @@ def push_to_hub(
             repo id, no token (all checked before any request), or a Hub answer the user can fix (401, 403, not
             found); see ``_ERROR_TABLE``.
         MathNeuroEditError: other Hub or network failures.
-
-    Example:
-        >>> print(push_to_hub("out", "me/organism-boost", dry_run=True).describe())  # doctest: +SKIP
     """
     out, lock, kind, repo_id, private, branch = _run_artifact(out_dir, kind, repo_id, private, revision, dry_run)
     message = f"{commit_message or 'Upload MathNeuro-edited model'} (recipe sha256 {lock['recipe_sha256']})"
