@@ -105,8 +105,7 @@ class CardSource:
     Attributes:
         eval_results: eval.json's dict (:meth:`~mathneuro_edit.evaluation.results.EvalResults.to_dict`); any part
             may be missing.
-        license: license id for the metadata (see :func:`~.base_card.license_from_base`), or the base card's
-            fields (:func:`~.base_card.base_card_fields`).
+        license: license id for the metadata, or the base card's fields (:func:`~.base_card.base_card_fields`).
         lock_sha256: the sha256 of the folder's lock file (the card names the file and this hash instead of
             embedding the lock).
         weights_dtype, chat: :func:`folder_dtype`, :func:`has_chat_template` of the folder.
@@ -335,7 +334,7 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "overlap": overlap,
         "not_a_test": NOT_A_TEST,
         "kind": out.name,
-        "usage": out.how_to_use(view),
+        "usage": out.usage(out, view),
         "beside": [b for o in beside if (b := o.beside(view.repo, own_files(o, view.lock), view.lock))],  # type: ignore[misc]
         "run_repo": _run_repo(view.repo, out),
         "where_it_loads": jinja2.Template(out.loaders).render(run_repo=_run_repo(view.repo, out)),
@@ -363,10 +362,8 @@ def card_for_folder(
     base_repo: str | None = None,
 ) -> ModelCard:
     """The card of an output folder (``checkpoint/``, ``adapter/`` or an ``export`` folder), rendered from the
-    folder alone: its lock (public recipe, hashes, ``edit_summary``) and ``eval.json``.
-
-    ``push`` uses it to publish the card rendered for the target repo (``from_pretrained("me/name")``) without
-    changing the local folder; rendered with the local folder's own values it gives the card ``run`` wrote.
+    folder alone: its lock (public recipe, hashes, ``edit_summary``) and ``eval.json``; with the folder's own values,
+    the card ``run`` wrote.
 
     Args:
         repo_id: the Hub repo the card is for (``None``: the recipe's ``hub.repo_id``, else a local folder).

@@ -132,10 +132,9 @@ class PushResult:
 
 
 def check_branch(branch: str, where: str = "--branch") -> str:
-    """``branch`` when it is a plain branch name (``main``, ``v1``, ``exp/boost-1.1``), else :class:`InputError`:
-    no ``..``, no component starting with ``.`` or ``-``, no control, space or bidi character, no ``.lock`` ending,
-    at most 200 characters, and not one of the Hub's refs (``refs/pr/3``: a pull request's, which a push would
-    commit into; :func:`~mathneuro_edit.recipe.types.is_hub_ref`).
+    """``branch`` when it is a plain branch name (``main``, ``v1``, ``exp/boost-1.1``: one the Hub takes as written,
+    :func:`~mathneuro_edit.recipe.types.is_well_formed_ref`), and not a pull request's ref (``refs/pr/3``, which a
+    push would commit into), else :class:`InputError`.
 
     Example:
         >>> check_branch("exp/boost-1.1")

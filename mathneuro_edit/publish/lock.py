@@ -34,7 +34,7 @@ from ..recipe.types import is_repo_id, is_well_formed_ref, show_value
 from ..util.files import write_text_atomic
 from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, ORGANISM, is_local_path
-from .lock_policy import refused_lock_settings, settings_refused
+from .lock_policy import recipe_data_paths, refused_lock_settings, settings_refused
 
 __all__ = [
     "LOCK_VERSION",
@@ -81,13 +81,7 @@ def base_description(model_dir: str | Path) -> dict[str, Any]:
 
 def _sources(recipe: Recipe) -> list[tuple[str, str]]:
     """``(recipe key, path)`` of every data source of the recipe (calibration and evaluation)."""
-    found = []
-    for name in ("data", "evaluation"):
-        section = getattr(recipe, name)
-        if section is not None:
-            found.append((f"{name}.math.path", section.math.path))
-            found += [(f"{name}.general.{i}.path", s.path) for i, s in enumerate(section.general)]
-    return found
+    return list(recipe_data_paths(recipe.model_dump()).items())
 
 
 def local_files(recipe: Recipe) -> dict[str, dict[str, str]]:
