@@ -193,16 +193,14 @@ def push_to_hub(
             ``checkpoint/`` or ``adapter/``, or an ``export`` folder.
         repo_id: ``user/name`` (created if missing); default: the output's repo from ``hub.repo_id``; ``None`` with
             none in the recipe only for a dry run.
-        kind: ``checkpoint``, ``adapter`` or ``gguf`` (the folder's ``*.gguf`` files); default: ``adapter`` for a
-            folder holding ``adapter_config.json``, else ``checkpoint``.
+        kind: a registered output (``checkpoint``, ``adapter``, ``gguf``); default: what the folder holds.
         private: ``True``/``False`` sets the repo's visibility (a new repo, or an existing one that differs);
             ``None``: ``hub.private: true`` if set, else an existing repo is left as it is (a new one is public).
         revision: branch to push to (created from main if missing); default ``hub.revision``, else ``main``.
         commit_message: commit summary; the recipe sha256 is always appended.
         dry_run: only compute the plan: nothing is changed (with a repo id, its file list is read to name the
             deletes; no token needed for a public repo).
-        base_repo: for an output made from another (``kind="gguf"``: :attr:`~.outputs.Output.derived_from`), that
-            output's repo, its ``base_model`` (default: that output's default repo if on the Hub, else the base).
+        base_repo: for an output made from another (the GGUF), that output's repo (:func:`_derived_base`).
 
     Raises:
         InputError: not an output folder, a config naming a local path, a symbolic link out of the folder, bad
