@@ -180,7 +180,7 @@ def write_atomic(
 
 def model_card(s: dict, command: str) -> str:
     """The short README.md of the model folder."""
-    # card metadata: the license and tags are what `base_card.license_from_base` and the Hub read
+    # card metadata: the license and tags are what `base_card.base_card_fields` and the Hub read
     return f"""---
 license: apache-2.0
 library_name: transformers

@@ -1,9 +1,6 @@
 """The outputs a run writes and publishes, one module each, registered in :mod:`.registry` when this package is
-imported: :mod:`.checkpoint` (the edited transformers folder), :mod:`.adapter` (the PEFT SHiRA adapter),
-:mod:`.gguf` (the GGUF files for llama.cpp, made from the checkpoint). :mod:`.common` holds what their card
-snippets share. A fourth output is one more module like these, imported for its registration (a worked
-example: tests/outputs/test_a_fourth_output_is_one_module.py registers one and runs it through run, verify, card
-and push --dry-run).
+imported. A fourth output is one more module like these (docs/extending.md; a worked example:
+tests/outputs/test_a_fourth_output_is_one_module.py runs one through run, verify, card and push --dry-run).
 """
 
 from __future__ import annotations

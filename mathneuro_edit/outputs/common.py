@@ -7,8 +7,10 @@ Every function reads the lock's public form (no local path can reach a card thro
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from ..util.config_sizes import model_json_object
 from ..util.paths import LOCAL, ORGANISM
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "BASE_GGUF_ENV",
     "CARD_FIELDS",
     "card_fields",
+    "folder_dtype",
     "lock_base",
     "base_kind",
     "hub_origin",
@@ -43,6 +46,14 @@ def card_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) and key != "license":
             found[key] = list(value)
     return found
+
+
+def folder_dtype(folder: str | Path) -> str | None:
+    """The dtype a model folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
+    path = Path(folder) / "config.json"
+    cfg = (model_json_object(path) if path.is_file() else None) or {}
+    value = cfg.get("dtype") or cfg.get("torch_dtype")
+    return value if isinstance(value, str) else None
 
 
 def lock_base(lock: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..util.files import write_json_atomic
 from ..util.paths import LOCAL, is_local_path
 from .checkpoint import CHECKPOINT
-from .common import card_fields, hub_origin
+from .common import card_fields, folder_dtype, hub_origin
 from .registry import BaseRecord, CardView, Output, RunView, register_output
 
 __all__ = [
@@ -127,9 +127,8 @@ def gguf_repo_name(lock: Mapping[str, Any], local_name: str) -> str:
 
 def gguf_general(lock: Mapping[str, Any], fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``general.*`` metadata of the run's GGUF (for :func:`~mathneuro_edit.weights.gguf_writer.write_gguf`):
-    the names of :func:`gguf_naming`, the organization (the Hub owner of the base or of ``base.hub_id``, else a
-    GGUF base's own), the base card's license fields and languages (else a GGUF base's own languages), the base
-    model (a Hub base, or ``base.hub_id``), and the tags."""
+    the names of :func:`gguf_naming`, the base's Hub owner and id (else a GGUF base's own), license fields,
+    languages and tags."""
     fields = card_fields(dict(fields or {}))
     meta: dict[str, Any] = dict(gguf_naming(lock))
     own = ((lock.get("base") or {}).get("gguf") or {}).get("general") or {}
@@ -168,23 +167,16 @@ def _gguf_types(recipe: Any) -> tuple[list[str], str | None]:
     return [t for t, _ in found if t is not None], next((p for _, p in found if p is not None), None)
 
 
-def _public_name(recipe: Any) -> str:
-    """The GGUF's ``general.name``: from ``base.hub_id`` when set, else ``base.model`` (a local path becomes
-    "local model": :func:`~mathneuro_edit.weights.gguf_writer.gguf_public_name`)."""
-    from ..weights.gguf_writer import gguf_public_name
-
-    return gguf_public_name(recipe.base.hub_id or recipe.base.model)
-
-
 def prepare_gguf(recipe: Any, folder: Path) -> None:
     """The GGUF's one check, before the model loads (and before the long steps): its types (a K-quant: its float
     source and llama.cpp's quantizer), the gguf package, the architecture, rope scaling, tensor names, the
     tokenizer and its ``general.name``, from the base's folder."""
     from ..weights.gguf_quantize import LLAMA_CPP_TYPES, find_quantizer
-    from ..weights.gguf_writer import check_gguf
+    from ..weights.gguf_writer import check_gguf, gguf_public_name
 
+    name = gguf_public_name(recipe.base.hub_id or recipe.base.model)
     for t in _gguf_types(recipe)[0]:
-        check_gguf(folder, "F16" if t in LLAMA_CPP_TYPES else t, name=_public_name(recipe))
+        check_gguf(folder, "F16" if t in LLAMA_CPP_TYPES else t, name=name)
         if t in LLAMA_CPP_TYPES:
             find_quantizer(t)
     if recipe.evaluation is not None and recipe.evaluation.llama_cpp:
@@ -207,13 +199,14 @@ def write_gguf_step(job: RunView, dest: Path) -> None:
     ``evaluation.llama_cpp`` each file's own evaluation in llama.cpp against that base (``gguf_eval.json``)."""
     from ..weights.gguf_quantize import write_gguf_types
     from ..weights.gguf_survival import SURVIVAL_NAME, gone_line, measure_survival
+    from ..weights.gguf_writer import gguf_public_name
     from .checkpoint import output_dtype
 
     recipe, ev = job.recipe, job.recipe.evaluation
     types, pre = _gguf_types(recipe)
     meta, source = gguf_meta(recipe, job.n_params, job.base), _source(dest, recipe)
-    # the gguf package's types: as they always were
-    files = write_gguf_types(dest, types, source=source, name=_public_name(recipe), pre=pre, meta=meta)
+    name = gguf_public_name(recipe.base.hub_id or recipe.base.model)  # general.name: never a local path
+    files = write_gguf_types(dest, types, source=source, name=name, pre=pre, meta=meta)
     # the run's math task when evaluation.llama_cpp asks for each GGUF file's own evaluation (``export`` has no
     # evaluation, so none: its files are evaluated by a run)
     asked = ev is not None and ev.llama_cpp
@@ -263,17 +256,7 @@ def _source(dest: Path, recipe: Any) -> str:
     from ..weights.gguf_quantize import source_type
     from .checkpoint import output_dtype
 
-    return source_type(output_dtype(recipe) or checkpoint_dtype(dest))
-
-
-def checkpoint_dtype(folder: Path) -> str | None:
-    """The dtype a checkpoint folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
-    from ..util.config_sizes import read_model_json
-
-    path = Path(folder) / "config.json"
-    cfg = (read_model_json(path) if path.is_file() else None) or {}
-    value = cfg.get("dtype") or cfg.get("torch_dtype")
-    return value if isinstance(value, str) else None
+    return source_type(output_dtype(recipe) or folder_dtype(dest))
 
 
 def _stage(recipe: Any) -> str:
@@ -371,11 +354,8 @@ _KEEPS = {
 
 def estimate_gguf_survival(recipe: Any, mask: Any, folder: Path) -> dict[str, Any]:
     """``plan --mask``'s estimate of the edit's survival in each GGUF type of ``outputs.gguf``, before anything is
-    written: for the gguf package's quantized types, the base's edited matrices (read from ``folder``, edited and
-    cast as the export does) quantized as the run would (:func:`~..weights.gguf_survival.estimate_survival`); a
-    float type keeps every edit; a llama.cpp type says it is measured after quantizing: ``{type: total counts and
-    shares, or {"note": "..."}}``.
-    """
+    written: the base's edited matrices (from ``folder``, edited and cast as the export does) quantized as the run
+    would (:func:`~..weights.gguf_survival.estimate_survival`), else a note (a float or llama.cpp type)."""
     from ..engine.mask import as_mask
     from ..weights.checkpoint import open_checkpoint
     from ..weights.gguf_quantize import LLAMA_CPP_TYPES

@@ -1,11 +1,9 @@
 """The registry of outputs: one :class:`Output` per kind a run can write, registered by its own module.
 
 Everything that differs between outputs lives in their entry (its files, folder, Hub repo, card and run step):
-the card, the push, the release, the plan and the CLI read this one table instead of naming a kind.
-
-A new output is one module of this package calling :func:`register_output` (like PEFT's
-``register_peft_method``), imported by the package's ``__init__`` (or by whoever adds it), plus its writer in
-:mod:`mathneuro_edit.weights` and its recipe key. Nothing here imports torch: ``plan`` reads the registry.
+the card, the push, the release, the plan and the CLI read this one table instead of naming a kind. A new output
+calls :func:`register_output` (like PEFT's ``register_peft_method``; docs/extending.md). Nothing here imports
+torch: ``plan`` reads the registry.
 
 Example:
     >>> [(o.name, o.repo_suffix, o.library) for o in OUTPUTS.values()]
@@ -186,9 +184,6 @@ class Output:
 
     def name_in_repo(self, lock: Mapping[str, Any], name: str) -> str:
         return self.repo_file_name(lock, name) if self.repo_file_name is not None else name
-
-    def how_to_use(self, view: CardView) -> Any:
-        return self.usage(self, view)
 
     def is_asked(self, recipe: Any) -> bool:
         return bool(self.asked(recipe) if self.asked is not None else getattr(recipe.outputs, self.name, None))

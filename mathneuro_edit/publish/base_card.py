@@ -1,8 +1,8 @@
 """What a derived model's card carries from its base's card: license, license name and link, language, datasets.
 
 Read locally only (a model folder's README.md, or the Hub cache; never downloaded), with huggingface_hub's
-``ModelCard``: :func:`base_card_fields` for the card and the GGUF metadata, :func:`license_from_base` for the
-license alone. A malformed value is dropped, not guessed.
+``ModelCard`` (:func:`base_card_fields`, for the card and the GGUF metadata). A malformed value is dropped, not
+guessed.
 """
 
 from __future__ import annotations
@@ -18,19 +18,7 @@ from ..outputs.common import card_fields
 from ..util.paths import is_local_path
 from ..util.reading import read_regular
 
-__all__ = ["license_from_base", "base_card_fields"]
-
-
-def license_from_base(base: str | Path, revision: str | None = None) -> str | None:
-    """The ``license`` id of a base model's card (e.g. ``"llama3.2"``; ``None``: no card or no license), read
-    locally (a model folder, or the Hub cache): no network.
-
-    Example:
-        >>> license_from_base("/nonexistent/folder") is None
-        True
-    """
-    found = base_card_fields(base, revision).get("license")
-    return found if isinstance(found, str) else None
+__all__ = ["base_card_fields"]
 
 
 def base_card_fields(base: str | Path, revision: str | None = None) -> dict[str, Any]:

@@ -1,21 +1,11 @@
 """The model card (README.md) of an edited model: its text is one template, ``card_template.md`` (top to bottom,
 rendered by huggingface_hub's ``ModelCard.from_template``); this module gives it the metadata and the data.
 
-One kind per Hub repo, each a registered output (:mod:`mathneuro_edit.outputs`): ``checkpoint``, ``adapter`` and
-``gguf`` (the checkpoint's GGUF files). Its metadata: ``base_model`` (Hub ids only; the GGUF repo's is the edited
-checkpoint's repo when pushed) with the output's ``base_model_relation``, ``library_name`` and tags (the
-``base_model:<relation>:<id>`` tag as PEFT writes it), ``datasets`` (Hub ids of the calibration data, and the base
-card's), the base card's license fields and ``language`` (:func:`~.base_card.base_card_fields`), and the
-evaluation as Hub evaluation results (``model-index``: :mod:`mathneuro_edit.publish.model_index`). The data drawn
-from the lock alone comes from :mod:`mathneuro_edit.publish.card_sections`, the paragraphs on a GGUF base and a
-cast dtype from :mod:`mathneuro_edit.publish.card_weights`.
-
-One card per folder, rendered from the folder itself (:func:`card_for_folder`: its lock and ``eval.json``), so
-``push`` renders it again for the target repo: the published card loads ``from_pretrained("user/name")``; a card
-still in a local folder loads ``"."`` (that folder). No placeholder, no timestamp, no local path.
-
-Privacy: a local base path never appears in the card (its lock is the public form, see :mod:`mathneuro_edit.publish.lock`);
-:func:`build_card` checks the finished text and refuses to build a card that would reveal one.
+One kind per Hub repo, each a registered output (:mod:`mathneuro_edit.outputs`); its metadata is :func:`_metadata`'s
+(the evaluation as ``model-index``: :mod:`.model_index`), the data drawn from the lock alone
+:mod:`.card_sections`', the paragraphs on a GGUF base and a cast dtype :mod:`.card_weights`'. One card per folder,
+rendered from the folder itself (:func:`card_for_folder`), so ``push`` renders it again for the target repo. No
+placeholder, no timestamp, no local path: :func:`build_card` refuses a card that would reveal one.
 """
 
 from __future__ import annotations
@@ -35,7 +25,7 @@ from ..engine.edit_map import show_setting
 from ..errors import InputError
 from ..evaluation.report import NOT_A_TEST, effect_sentence, eval_markdown
 from ..layout import EVAL_NAME, LOCK_NAME
-from ..outputs.common import card_fields, hub_origin
+from ..outputs.common import card_fields, folder_dtype, hub_origin
 from ..outputs.gguf import llama_cpp_facts, read_gguf_eval, read_survival
 from ..outputs.registry import OUTPUTS, CardView, Output, output, output_dirs, output_of_folder, own_files, repo_for
 from ..recipe.io import recipe_fields, recipe_from_dict
@@ -63,7 +53,6 @@ __all__ = [
     "summarize_edit",
     "CITATION",
     "lock_file_sha256",
-    "folder_dtype",
     "has_chat_template",
     "short_recipe",
 ]
@@ -116,8 +105,7 @@ class CardSource:
     Attributes:
         eval_results: eval.json's dict (:meth:`~mathneuro_edit.evaluation.results.EvalResults.to_dict`); any part
             may be missing.
-        license: license id for the metadata (see :func:`~.base_card.license_from_base`), or the base card's
-            fields (:func:`~.base_card.base_card_fields`).
+        license: license id for the metadata, or the base card's fields (:func:`~.base_card.base_card_fields`).
         lock_sha256: the sha256 of the folder's lock file (the card names the file and this hash instead of
             embedding the lock).
         weights_dtype, chat: :func:`folder_dtype`, :func:`has_chat_template` of the folder.
@@ -157,10 +145,6 @@ def build_card(
     Raises:
         InputError: ``kind`` unknown, or ``base_model_id`` not a Hub repo id.
         MathNeuroEditError: the card would contain a local path of the recipe.
-
-    Example:
-        >>> source = CardSource(r, lock, summarize_edit(mask.counts(), model_params=n))  # doctest: +SKIP
-        >>> card = build_card(source, "checkpoint", base_model_id=None)  # doctest: +SKIP
     """
     out = output(kind)  # InputError for a kind that is not registered
     _check_base_model_id(base_model_id)
@@ -350,7 +334,7 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "overlap": overlap,
         "not_a_test": NOT_A_TEST,
         "kind": out.name,
-        "usage": out.how_to_use(view),
+        "usage": out.usage(out, view),
         "beside": [b for o in beside if (b := o.beside(view.repo, own_files(o, view.lock), view.lock))],  # type: ignore[misc]
         "run_repo": _run_repo(view.repo, out),
         "where_it_loads": jinja2.Template(out.loaders).render(run_repo=_run_repo(view.repo, out)),
@@ -378,10 +362,8 @@ def card_for_folder(
     base_repo: str | None = None,
 ) -> ModelCard:
     """The card of an output folder (``checkpoint/``, ``adapter/`` or an ``export`` folder), rendered from the
-    folder alone: its lock (public recipe, hashes, ``edit_summary``) and ``eval.json``.
-
-    ``push`` uses it to publish the card rendered for the target repo (``from_pretrained("me/name")``) without
-    changing the local folder; rendered with the local folder's own values it gives the card ``run`` wrote.
+    folder alone: its lock (public recipe, hashes, ``edit_summary``) and ``eval.json``; with the folder's own values,
+    the card ``run`` wrote.
 
     Args:
         repo_id: the Hub repo the card is for (``None``: the recipe's ``hub.repo_id``, else a local folder).
@@ -393,9 +375,6 @@ def card_for_folder(
 
     Raises:
         InputError: no lock, or a lock without ``edit_summary`` (written by an older version).
-
-    Example:
-        >>> card_for_folder("out/quickstart/checkpoint", repo_id="me/organism-prune")  # doctest: +SKIP
     """
     folder = Path(folder)
     lock = read_lock(folder)
@@ -495,14 +474,6 @@ def has_chat_template(folder: str | Path) -> bool:
         if cfg is not None and cfg.get("chat_template"):
             return True
     return False
-
-
-def folder_dtype(folder: str | Path) -> str | None:
-    """The dtype a model folder's ``config.json`` names (``dtype``, else ``torch_dtype``), or ``None``."""
-    path = Path(folder) / "config.json"
-    cfg = (model_json_object(path) if path.is_file() else None) or {}
-    value = cfg.get("dtype") or cfg.get("torch_dtype")
-    return value if isinstance(value, str) else None
 
 
 def lock_file_sha256(folder: str | Path) -> str | None:

@@ -1,9 +1,6 @@
 """What the model card says of the form of the weights (a GGUF base, a cast dtype) and the dtype its figures were
-computed in (what its snippet loads in); the paragraphs' words are the card's template's.
-
-Each is empty unless the run made that form (a GGUF base, ``outputs.dtype`` other than the base's), so most cards
-show neither. They read the lock and the output only, not the recipe. What differs per output (its sentence on a
-GGUF base) is its entry's (:attr:`~mathneuro_edit.outputs.registry.Output.on_gguf_base`).
+computed in (what its snippet loads in); the paragraphs' words are the card's template's. Each is empty unless the
+run made that form, so most cards show neither; they read the lock and the output only, not the recipe.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Publish one artifact of a run (checkpoint, adapter or GGUF, with its card and lock) to its own Hub repo, mirrored.
 
-One repo per artifact: ``checkpoint`` (a plain transformers folder), ``adapter`` (the PEFT SHiRA adapter) and
-``gguf`` (the checkpoint's ``*.gguf`` files under llama.cpp's naming, with a card of their own), at ``<id>``,
-``<id>-adapter`` and ``<id>-GGUF`` by default (:func:`~mathneuro_edit.outputs.registry.repo_for`). A push makes the
-repo EQUAL to the artifact: the files the Hub holds that the artifact does not (a stale shard, an old GGUF) are
-deleted in the same commit, and :class:`PushResult` (the dry run too) lists the adds, deletes and sizes.
-``.gitattributes`` (the Hub's own LFS rules) is kept. What files a push uploads, and their checks against the lock:
-:mod:`mathneuro_edit.publish.hub_files`.
-
-One call makes at most four requests that change anything: ``create_repo`` (a new repo) or
-``update_repo_settings`` (``private`` asked for and different), ``create_branch(exist_ok=True)`` when a revision
-other than ``main`` is asked for, and ONE commit holding every add and delete (optionally as a pull request).
-Why ``create_commit`` rather than ``upload_folder``: with ``hf_xet`` installed (a huggingface_hub dependency),
-``upload_folder`` streams through a multi-commit pipeline that may split a folder into several commits (by file
-count, payload size or after 5 minutes), so the repo could briefly hold weights without their card; one commit
-publishes the weights, card and lock together or not at all. Large files still go through Xet/LFS inside it.
-
-The card is rendered again for the target repo (:func:`mathneuro_edit.publish.card.card_for_folder`) and uploaded
-from memory: the published ``README.md`` loads ``from_pretrained("user/name")`` and names the reproduce command for
-that repo, while the local folder is left unchanged.
-
-The token comes from the ``token`` argument, ``HF_TOKEN``, or huggingface_hub's stored login; it is only handed
-to huggingface_hub (which sends it in the ``Authorization`` header) and is never written to disk, logged,
-returned, or kept in an error message.
+One repo per artifact (:func:`~mathneuro_edit.outputs.registry.repo_for`), made EQUAL to it: the files the Hub holds
+that the artifact does not are deleted in the same commit, and :class:`PushResult` (the dry run too) lists the adds,
+deletes and sizes. What a push uploads, checked against the lock: :mod:`.hub_files`. What a push guarantees (one
+commit, not ``upload_folder``'s several; the card rendered again for the repo, from memory; the token only in the
+``Authorization`` header): docs/publishing.md. The requests that change anything: ``create_repo`` or
+``update_repo_settings``, ``create_branch`` for a revision other than ``main``, then the ONE commit (:func:`_commit`).
 """
 
 from __future__ import annotations
@@ -149,10 +132,9 @@ class PushResult:
 
 
 def check_branch(branch: str, where: str = "--branch") -> str:
-    """``branch`` when it is a plain branch name (``main``, ``v1``, ``exp/boost-1.1``), else :class:`InputError`:
-    no ``..``, no component starting with ``.`` or ``-``, no control, space or bidi character, no ``.lock`` ending,
-    at most 200 characters, and not one of the Hub's refs (``refs/pr/3``: a pull request's, which a push would
-    commit into; :func:`~mathneuro_edit.recipe.types.is_hub_ref`).
+    """``branch`` when it is a plain branch name (``main``, ``v1``, ``exp/boost-1.1``: one the Hub takes as written,
+    :func:`~mathneuro_edit.recipe.types.is_well_formed_ref`), and not a pull request's ref (``refs/pr/3``, which a
+    push would commit into), else :class:`InputError`.
 
     Example:
         >>> check_branch("exp/boost-1.1")
@@ -211,25 +193,20 @@ def push_to_hub(
             ``checkpoint/`` or ``adapter/``, or an ``export`` folder.
         repo_id: ``user/name`` (created if missing); default: the output's repo from ``hub.repo_id``; ``None`` with
             none in the recipe only for a dry run.
-        kind: ``checkpoint``, ``adapter`` or ``gguf`` (the folder's ``*.gguf`` files); default: ``adapter`` for a
-            folder holding ``adapter_config.json``, else ``checkpoint``.
+        kind: a registered output (``checkpoint``, ``adapter``, ``gguf``); default: what the folder holds.
         private: ``True``/``False`` sets the repo's visibility (a new repo, or an existing one that differs);
             ``None``: ``hub.private: true`` if set, else an existing repo is left as it is (a new one is public).
         revision: branch to push to (created from main if missing); default ``hub.revision``, else ``main``.
         commit_message: commit summary; the recipe sha256 is always appended.
         dry_run: only compute the plan: nothing is changed (with a repo id, its file list is read to name the
             deletes; no token needed for a public repo).
-        base_repo: for an output made from another (``kind="gguf"``: :attr:`~.outputs.Output.derived_from`), that
-            output's repo, its ``base_model`` (default: that output's default repo if on the Hub, else the base).
+        base_repo: for an output made from another (the GGUF), that output's repo (:func:`_derived_base`).
 
     Raises:
         InputError: not an output folder, a config naming a local path, a symbolic link out of the folder, bad
             repo id, no token (all checked before any request), or a Hub answer the user can fix (401, 403, not
             found); see ``_ERROR_TABLE``.
         MathNeuroEditError: other Hub or network failures.
-
-    Example:
-        >>> print(push_to_hub("out", "me/organism-boost", dry_run=True).describe())  # doctest: +SKIP
     """
     out, lock, kind, repo_id, private, branch = _run_artifact(out_dir, kind, repo_id, private, revision, dry_run)
     message = f"{commit_message or 'Upload MathNeuro-edited model'} (recipe sha256 {lock['recipe_sha256']})"

@@ -1,11 +1,8 @@
 """What a push uploads: the files of one artifact, under the names of its repo, checked before any request.
 
-The folder's files, never a hidden one or a link out of the folder (:func:`folder_files`); each output's own files
-under its repo's names (:func:`artifact_files`), checked against the lock (:func:`check_artifact_against_lock`);
-each JSON file's uploaded copy with its local paths blanked (:func:`uploaded_contents`; tokenizer files and tokens
-never, :mod:`mathneuro_edit.util.scrub`). Kept apart from :mod:`mathneuro_edit.publish.hub` (the repo, its branch
-and the one commit) because this part only reads the folder and its lock: what leaves the machine is decided, and
-tested, without the request code.
+What a push guarantees of them is docs/publishing.md's. Kept apart from :mod:`.hub` (the repo, its branch and the
+one commit) because this part only reads the folder and its lock: what leaves the machine is decided, and tested,
+without the request code.
 """
 
 from __future__ import annotations

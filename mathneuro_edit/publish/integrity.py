@@ -1,20 +1,11 @@
 """The per-file check that ``verify`` and ``reproduce`` share: the files you have against the sha256 in the lock.
 
-The lock's ``outputs`` hold ``{"checkpoint/<file>" | "adapter/<file>": sha256}``. The files checked are:
-
-- a run folder: every file under ``checkpoint/`` and ``adapter/``;
-- an artifact folder (``checkpoint/``, ``adapter/``, an ``export`` folder): its own files, under its kind's prefix;
-- a Hub repo (one artifact, as ``push`` mirrors it): each file's LFS sha256 as the Hub reports it
-  (``model_info(files_metadata=True)``); a small regular file (config, tokenizer) has no LFS sha256, so it is
-  downloaded and hashed. A GGUF repo's files are matched by their llama.cpp names
-  (:func:`~..outputs.gguf.gguf_repo_name`).
-
-Each recorded file is ``match``, ``changed`` or ``missing``; a file present but not recorded is ``extra``. The card,
-the lock and ``eval.json`` are not outputs: the lock records them under ``run_files`` (:mod:`.run_files`), checked
-here too for a local folder, with the run folder's mask, statistics and evaluation, and each output folder's lock
-against the run folder's (the same file). A run file the lock records no sha256 of (a lock written before
-``run_files``, or an ``eval.json`` that ``eval`` wrote into an export folder) is ``unchecked``: not a difference,
-and never called ``match``. A Hub repo's card is rendered for the repo by ``push``: only its outputs are checked.
+A local folder (a run folder, or one output's folder) is checked on its outputs (the lock's ``outputs``) and on the
+rest of the run (``run_files``: :mod:`.run_files`); a Hub repo (one output, as ``push`` mirrors it) on its outputs
+only, each by the LFS sha256 the Hub reports, else downloaded and hashed (a small git file), under its name in the
+repo. Each recorded file is ``match``, ``changed`` or ``missing``; a file present but not recorded is ``extra``; a
+run file the lock records no sha256 of (a lock written before ``run_files``) is ``unchecked``: not a difference,
+and never called ``match``.
 """
 
 from __future__ import annotations

@@ -2,27 +2,12 @@
 
 It records the resolved recipe (public form), the base model's identity, what data was sampled, the hashes of the
 statistics, the mask, the outputs and every other file of the run (:mod:`.run_files`), the library versions and the
-device (:func:`build_lock`). ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes.
+device (:func:`build_lock`). ``mathneuro-edit reproduce`` re-runs :func:`recipe_from_lock` and compares the hashes;
+what it promises across devices is :mod:`mathneuro_edit.runs.verdict`'s.
 
-What a lock promises across devices: the mask and the output weights are the product, the same bits on a CPU and
-a GPU (float32 scores, a deterministic top-k, elementwise edits); the statistics and the evaluation's numbers are
-float sums whose order differs between devices, so their bits (and the hashes that record them) may differ in
-the last place. ``reproduce`` and ``verify`` say which held, naming both devices.
-
-Machine-independent: every hash in the lock is a content hash, so the same model and data give the same lock
-wherever they live. The base is identified by its Hub id + resolved revision, or (local folder, organism) by the
-sha256 of each ``*.safetensors`` file and of its index, plus its config's architecture; never by a path.
-
-Privacy: the lock is written into the output folder and embedded in the model card, so it never holds a local
-path. A local base model is written as ``"<local>"`` with those sha256 (so a reproducer can check the weights);
-local data files as ``"<local>/NAME"`` with the sampled texts' sha256, and ``files`` keeps each local file's name
-and sha256 under the recipe key that names it (``data.math.path``). To reproduce, pass the paths again
-(``reproduce --base PATH --set data.math.path=PATH``): each file is checked against its sha256 before the run.
-
-A lock is data: what a lock may never choose (running the base's code, a local file or folder to read or write,
-an lm-eval task folder) and whether its fields are the ones the run wrote are :mod:`.lock_policy`'s;
-:func:`recipe_from_lock` applies it, taking those settings only from the command line (``--trust-remote-code``,
-``--base``, ``--set``).
+Every hash is a content hash and no local path is recorded (a local base is ``<local>`` with its weight files'
+sha256, a data file ``<local>/NAME`` with its own; docs/recipes.md, "The lock file and privacy"), so the same model
+and data give the same lock wherever they live. A lock is data: what it may choose is :mod:`.lock_policy`'s.
 """
 
 from __future__ import annotations
@@ -49,7 +34,7 @@ from ..recipe.types import is_repo_id, is_well_formed_ref, show_value
 from ..util.files import write_text_atomic
 from ..util.hashing import sha256_file
 from ..util.paths import LOCAL, ORGANISM, is_local_path
-from .lock_policy import refused_lock_settings, settings_refused
+from .lock_policy import recipe_data_paths, refused_lock_settings, settings_refused
 
 __all__ = [
     "LOCK_VERSION",
@@ -96,13 +81,7 @@ def base_description(model_dir: str | Path) -> dict[str, Any]:
 
 def _sources(recipe: Recipe) -> list[tuple[str, str]]:
     """``(recipe key, path)`` of every data source of the recipe (calibration and evaluation)."""
-    found = []
-    for name in ("data", "evaluation"):
-        section = getattr(recipe, name)
-        if section is not None:
-            found.append((f"{name}.math.path", section.math.path))
-            found += [(f"{name}.general.{i}.path", s.path) for i, s in enumerate(section.general)]
-    return found
+    return list(recipe_data_paths(recipe.model_dump()).items())
 
 
 def local_files(recipe: Recipe) -> dict[str, dict[str, str]]:

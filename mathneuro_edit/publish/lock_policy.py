@@ -24,7 +24,7 @@ from ..recipe.io import recipe_from_dict
 from ..recipe.schema import recipe_sha256
 from ..util.paths import LOCAL, is_local_path
 
-__all__ = ["refused_lock_settings", "settings_refused", "validate_lock", "lock_base"]
+__all__ = ["refused_lock_settings", "settings_refused", "validate_lock", "lock_base", "recipe_data_paths"]
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
@@ -71,7 +71,7 @@ def refused_lock_settings(
             f"base.offload_folder: {str(base['offload_folder'])[:80]!r} (a local folder written to; "
             "pass --set base.offload_folder=PATH)"
         )
-    for key, path in _recipe_data_paths(recipe).items():
+    for key, path in recipe_data_paths(recipe).items():
         if path.startswith(LOCAL) or _given(key, overrides):
             continue
         try:
@@ -165,7 +165,7 @@ def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
         raise mismatch(
             "base.model", f"{str(base['model'])[:80]!r} is not the recipe's base.model {str(base_model)[:80]!r}"
         )
-    keys = _recipe_data_paths(public)
+    keys = recipe_data_paths(public)
     for key, rec in (lock.get("files") or {}).items():
         if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str) or not _SHA.match(rec["sha256"]):
             raise InputError(f"{where}: files.{key}: must hold a file name and its sha256")
@@ -183,7 +183,7 @@ def validate_lock(lock: Mapping[str, Any], where: str = "the lock") -> None:
         )
 
 
-def _recipe_data_paths(public: Mapping[str, Any]) -> dict[str, str]:
+def recipe_data_paths(public: Mapping[str, Any]) -> dict[str, str]:
     """The data files a recipe names (``data.math.path``, ``evaluation.general.0.path``, ...): key -> path."""
     keys: dict[str, str] = {}
     for name in ("data", "evaluation"):

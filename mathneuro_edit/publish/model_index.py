@@ -54,8 +54,7 @@ BUILT_IN = {
 
 def _dataset(src: Mapping[str, Any] | None, task: str, seed: int | None) -> dict[str, Any]:
     """The ``dataset_*`` (and ``source_*``) fields of one model-index entry for an evaluation source (public
-    form): a Hub dataset by its id (``openai/gsm8k``, config, split, revision); a built-in source by a name and
-    the generator that documents it, with its seed; a local file by its name (its sha256 is in the lock)."""
+    form), named as the module docstring says."""
     if src is None:  # lm-eval tasks: the harness's task name
         return {"dataset_type": task, "dataset_name": task}
     path = str(src.get("path"))
@@ -185,11 +184,9 @@ def eval_results_metadata(
     sweep: Mapping[str, Any] | None = None,
     chat: bool = False,
 ) -> list[EvalResult]:
-    """The evaluation as Hub evaluation results (``model-index``): per metric, this (edited) model's value under
-    the metric's plain name (KL(base || edited) included: a property of this model), never the base's; each dataset
-    named by :func:`_dataset` (a Hub dataset by its id). With a lock's ``sweep`` section (a release from a sweep):
-    the confirmation's results (:func:`confirmation_results`) in place of this run's own math accuracy, which may
-    have been measured on problems the setting was chosen on."""
+    """The evaluation as Hub evaluation results (``model-index``), as the module docstring says: this (edited)
+    model's values (KL(base || edited) included: a property of this model); with a lock's ``sweep`` section, the
+    confirmation's results (:func:`confirmation_results`) in place of this run's own math accuracy."""
     confirmed = confirmation_results(sweep, chat) if isinstance(sweep, Mapping) else []
     if not eval_results or recipe.evaluation is None:
         return confirmed

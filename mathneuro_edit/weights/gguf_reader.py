@@ -209,7 +209,7 @@ def _materialise(path: Path, sha: str, out: Path) -> None:
     from importlib.metadata import version
 
     lic = _gguf_license(path)
-    front = f"---\nlicense: {lic}\n---\n" if lic else ""  # read by base_card.license_from_base for the edit's card
+    front = f"---\nlicense: {lic}\n---\n" if lic else ""  # read by base_card.base_card_fields for the edit's card
     (out / "README.md").write_text(
         front + f"# Dequantized GGUF base (written by mathneuro-edit)\n\nSource: `{name}`, sha256 `{sha}`.\n"
         f"Dequantized to float32 by transformers {version('transformers')} (gguf {version('gguf')}); "

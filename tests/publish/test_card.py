@@ -27,7 +27,7 @@ from mathneuro_edit.layout import LOCK_NAME
 from mathneuro_edit.outputs.adapter import ADAPTER
 from mathneuro_edit.outputs.checkpoint import CHECKPOINT
 from mathneuro_edit.outputs.gguf import beside_checkpoint
-from mathneuro_edit.publish.base_card import license_from_base
+from mathneuro_edit.publish.base_card import base_card_fields
 from mathneuro_edit.publish.card import (
     CITATION,
     TEMPLATE,
@@ -274,6 +274,11 @@ def test_a_leaking_lock_is_refused(local_base: Path) -> None:
         _card(recipe, _lock(recipe, data_records=records))
     lock = {**_lock(recipe), "note": f"loaded from {local_base}"}  # the lock is a file, not in the card
     assert str(local_base) not in _card(recipe, lock).text
+
+
+def license_from_base(base: str | Path, revision: str | None = None) -> str | None:
+    """The ``license`` id of a base model's card, as the card carries it."""
+    return base_card_fields(base, revision).get("license")
 
 
 def test_license_from_base(tmp_path: Path, local_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -604,8 +609,6 @@ def _readme(folder, meta: str):  # type: ignore[no-untyped-def]
 
 def test_license_from_a_local_folder_and_from_the_hub_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from huggingface_hub import constants
-
-    from mathneuro_edit.publish.base_card import license_from_base
 
     _readme(tmp_path / "ok", "license: mit\nmodel-index: 5")  # broken eval metadata is ignored, the license read
     assert license_from_base(tmp_path / "ok") == "mit"

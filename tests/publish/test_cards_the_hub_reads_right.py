@@ -24,11 +24,11 @@ import torch
 import yaml
 from huggingface_hub import ModelCard
 
+from mathneuro_edit.outputs.common import folder_dtype
 from mathneuro_edit.publish.card import (
     CardSource,
     build_card,
     card_for_folder,
-    folder_dtype,
     summarize_edit,
     write_card,
 )

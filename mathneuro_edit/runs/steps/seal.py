@@ -13,9 +13,10 @@ from typing import Any
 from ...data.sources import problem_sha256
 from ...evaluation.tasks import MathTask
 from ...layout import EVAL_NAME
+from ...outputs.common import folder_dtype
 from ...outputs.gguf import read_gguf_eval, read_survival
 from ...outputs.registry import output, output_dirs
-from ...publish.card import CardSource, build_card, folder_dtype, has_chat_template, lock_file_sha256, summarize_edit
+from ...publish.card import CardSource, build_card, has_chat_template, lock_file_sha256, summarize_edit
 from ...publish.lock import build_lock, output_hashes
 from ...publish.run_files import RUN_FILES, present_run_files, seal_cards
 from ...util.files import write_json_atomic
