@@ -2,20 +2,12 @@
 
 One calibration, a mask per top_k derived from the saved statistics, each edit switched on with
 :class:`~mathneuro_edit.engine.apply.ReversibleEdit` on one model and evaluated in memory. The math problems of
-``evaluation.math`` are split in two disjoint sets (:func:`~.problems.sweep_problems`):
-
-- **selection** (``sweep.selection_samples``): every ``(top_k, scale)`` point and the base are evaluated on it
-  (math exact match, general loss, KL(base || edited)); each point gets its raw exact McNemar p against the base
-  and its Holm-Bonferroni adjusted p over the grid (:func:`~mathneuro_edit.evaluation.significance.holm_adjust`);
-- **confirmation** (``sweep.confirmation_samples``), never used for choosing: only the single candidate
-  (:func:`~.procedure.select_candidate`: the largest selection gain within ``sweep.kl_budget``) and the base are evaluated on
-  it, with ONE paired exact McNemar test (:func:`~.procedure.confirm`).
-
-A setting is recommended only when that test shows a gain with ``p < sweep.alpha``; otherwise the recommendation
-says that nothing is confirmed. Why: with a 20-point grid, the best of 20 uncorrected tests on the same problems is
-"significant" in about a quarter of sweeps where no edit does anything (25.2% of 1,000 simulated, 300 problems,
-10% discordance: tests/runs/test_sweep_procedure.py); a test on fresh problems of the one setting chosen beforehand
-has its nominal level.
+``evaluation.math`` are split in two disjoint sets (:func:`~.problems.sweep_problems`): every point and the base
+are evaluated on the **selection** problems, and only the one candidate chosen there
+(:func:`~.procedure.select_candidate`) and the base on the **confirmation** problems, with ONE paired exact McNemar
+test (:func:`~.procedure.confirm`); a setting is recommended only when that test shows a gain. Why (the best of a
+grid's uncorrected tests is "significant" in a quarter of sweeps where no edit does anything): docs/evaluation.md,
+"Select, then confirm".
 
 The files (``sweep.json``, ``sweep.csv``, ``sweep.png``): :mod:`.result`; the procedure itself (pure functions of the
 counts): :mod:`.procedure`; from a confirmed sweep to a release: :mod:`.evidence`.
