@@ -127,7 +127,9 @@ def _masks(sweep: _Sweep, top_ks: list[float], scales: list[float]) -> Any:
 
 
 def _select(sweep: _Sweep) -> tuple[tuple[list[bool], dict[str, Any]], list[int], list[int]]:
-    """The base, then every round of the selection (successive halving when ``sweep.first_round`` is set).
+    """The base, then every round of the selection (successive halving when ``sweep.first_round`` is set): each
+    round's points on its problems (each arm's ``correct`` and ``round``); after the first, the best (within the KL
+    budget) are promoted.
 
     Returns ``((the base's flags, the base's general result), the rounds' cuts, the finalists)``; each finalist's
     KL is known (the candidate must be within the KL budget)."""
@@ -152,19 +154,6 @@ def _select(sweep: _Sweep) -> tuple[tuple[list[bool], dict[str, Any]], list[int]
             arm.general = evaluator.general(arm.mask, arm.scale)
         return float(arm.general["kl"])
 
-    _run_rounds(sweep, schedule, kl_of)
-    finalists = [i for i in range(len(arms)) if arms[i].round == len(schedule)]
-    for i in finalists:  # the candidate must be within the KL budget
-        kl_of(i)
-    return base, cuts, finalists
-
-
-def _run_rounds(sweep: _Sweep, schedule: list[tuple[int, int]], kl_of: Callable[[int], float]) -> None:
-    """Each round's points on its problems (each arm's ``correct`` and ``round``); after the first, the best
-    (within the KL budget) are promoted."""
-    sw, grid = sweep.recipe.sweep, sweep.grid
-    arms = grid.arms
-    cuts = [end for _, end in schedule]
     sizes = [a.mask.total()[0] * abs(a.scale - 1.0) for a in arms]  # promotion's tie-break: the smaller edit
     active = list(range(len(arms)))
     start = 0
@@ -174,16 +163,20 @@ def _run_rounds(sweep: _Sweep, schedule: list[tuple[int, int]], kl_of: Callable[
             active = promote(seen, kl_of, sw.kl_budget, n_points, size=sizes)
         for j, i in enumerate(active):
             arm = arms[i]
-            sweep.ctx.echo(
+            ctx.echo(
                 f"      round {r + 1}/{len(schedule)}, point {j + 1}/{len(active)}: "
                 + grid.variants[arm.variant].prefix
                 + f"top_k={arm.top_k:g} scale={arm.scale:g} "
                 f"(problems {start + 1}-{end})"
             )
             for a, b in _blocks(start, end, cuts):
-                arm.correct += sweep.evaluator.math(sweep.selection[a:b], arm.mask, arm.scale)
+                arm.correct += evaluator.math(sweep.selection[a:b], arm.mask, arm.scale)
             arm.round = r + 1
         start = end
+    finalists = [i for i in range(len(arms)) if arms[i].round == len(schedule)]
+    for i in finalists:  # the candidate must be within the KL budget
+        kl_of(i)
+    return base, cuts, finalists
 
 
 def run_sweep(
@@ -206,9 +199,8 @@ def run_sweep(
     With ``sweep.first_round`` the selection is successive halving (:func:`~.procedure.halving_schedule`,
     :func:`~.procedure.promote`) and the candidate is chosen among the points that reached the last round.
 
-    Resumable: every block of work (the base or a point, on <= 128 problems or on the general texts) is kept in
-    ``out_dir/cache`` keyed by its content (:mod:`.cache`); the same command run again after a kill continues where
-    it stopped and writes the same ``sweep.json`` as an uninterrupted run, once the sweep is complete. An existing
+    Resumable (:mod:`.cache`): the same command run again after a kill continues where it stopped and writes the
+    same ``sweep.json`` as an uninterrupted run, once the sweep is complete. An existing
     ``out_dir`` must be a sweep folder unless ``overwrite`` (:func:`check_sweep_folder`); ``echo`` receives the
     stage lines and one line per evaluated point.
     """

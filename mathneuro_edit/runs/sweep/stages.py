@@ -95,13 +95,18 @@ class _Sweep:
         weights: Any,
         search: dict[str, Any] | None = None,
     ) -> SweepResult:
-        """Every arm's point, the one candidate (:func:`_candidate`), its confirmation (controls made from its
+        """Every arm's point, the one candidate (the largest selection gain among the ``finalists`` within
+        ``sweep.kl_budget``: :func:`~.procedure.select_candidate`; none when no finalist gains), its confirmation (controls made from its
         statistics group and the ``weights`` the masks were scored on) and the :class:`SweepResult` (``base``: the
         base's selection flags and general result; ``search``: an Optuna search's record), written to ``sweep.csv``
         and ``sweep.json`` (strict JSON: no NaN), each atomically; the plots are the search's."""
         grid = self.grid
         points = with_holm([_sweep_point(a, grid.variants[a.variant].name, *base) for a in grid.arms])
-        chosen = _candidate(grid, points, finalists, sum(base[0]), self.recipe.sweep.kl_budget)
+        pick = select_candidate([points[i] for i in finalists], sum(base[0]), self.recipe.sweep.kl_budget)
+        chosen = None
+        if pick is not None:
+            arm = grid.arms[finalists[pick]]
+            chosen = _Candidate(finalists[pick], arm, points[finalists[pick]], grid.variants[arm.variant])
         scored = None if chosen is None else (self.stats[chosen.variant.group], weights)
         confirmation = _confirm(self.ctx, self.evaluator, chosen, scored, self.confirmation, self.shots, self.stages)
         result = _result(self, points, base, (None if chosen is None else chosen.index, confirmation), cuts, search)
@@ -146,19 +151,6 @@ def _rounds(arms: list[_Arm], cuts: list[int]) -> list[dict[str, Any]]:
         out.append({"round": r + 1, "problems": [start, end], "points": reached, "correct": correct})
         start = end
     return out
-
-
-def _candidate(
-    grid: _Grid, points: list[SweepPoint], finalists: list[int], base_correct: int, kl_budget: float
-) -> _Candidate | None:
-    """The one setting to confirm: the largest selection gain among the finalists within ``sweep.kl_budget``
-    (:func:`~.procedure.select_candidate`), or ``None`` when no finalist gains."""
-    pick = select_candidate([points[i] for i in finalists], base_correct, kl_budget)
-    if pick is None:
-        return None
-    index = finalists[pick]
-    arm = grid.arms[index]
-    return _Candidate(index, arm, points[index], grid.variants[arm.variant])
 
 
 def _result(
