@@ -127,7 +127,7 @@ def test_a_link_or_a_folder_at_the_marker_is_no_marker(tmp_path: Path) -> None:
 
 
 def test_a_sweep_marks_its_folder_before_it_calibrates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mathneuro_edit.runs.sweep import search as sweep_mod
+    from mathneuro_edit.runs.sweep import stages as sweep_mod  # where the sweep loads its model
 
     def stop(*a, **k):
         raise KeyboardInterrupt  # a kill during the model load: the folder must already say it is a sweep's

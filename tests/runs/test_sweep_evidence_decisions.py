@@ -27,15 +27,6 @@ A, B = "a" * 64, "b" * 64
 # ------------------------------------------------------------------------------------------- small pure parts
 
 
-def test_a_dotted_key_is_read_through_mappings_only() -> None:
-    assert ev._at({"a": {"b": 1}}, "a.b") == 1
-    assert ev._at({"a b": 2}, "a b") == 2  # split on dots, not on spaces
-    assert ev._at({"a": 1}, "a.b") is None  # through a non-mapping: nothing
-    assert ev._at({"a": {"b": 1}}, "a.c") is None
-    assert ev._at({"a": [{"b": 1}, {"b": 2}]}, "a.1.b") == 2  # through a list by index (data.general.0)
-    assert ev._at({"a": [{"b": 1}]}, "a.1.b") is None and ev._at({"a": [1]}, "a.x") is None
-
-
 def test_a_key_only_the_other_recipe_has_is_a_difference() -> None:
     assert list(ev._differences({"a": 1}, {"a": 1, "b": 2})) == [("b", None, 2)]
 

@@ -177,8 +177,7 @@ def _confirm(
         ev = _Evaluator(ctx, fshots, evaluator.texts, fmt, weights)
         outcomes = _format_outcomes(ev, label, probs, names, edits, arm.scale)
         results.append(_format_record(fmt, label, probs, outcomes, controls[0][0], sw.alpha))
-    dtype = weights or str(next(ctx.run.model.parameters()).dtype).removeprefix("torch.")
-    return _confirmation(ctx, candidate, problems, results, controls, general, dtype)
+    return _confirmation(ctx, candidate, problems, results, controls, general, weights)
 
 
 def _confirmation(
@@ -188,11 +187,13 @@ def _confirmation(
     results: list[dict[str, Any]],
     controls: list[tuple[str, str, Any]],
     general: dict[str, dict[str, Any]],
-    dtype: str,
+    weights: str | None,
 ) -> Confirmation:
     """The :class:`Confirmation`: the primary format's one test, every format's record, the controls' masks and
-    general costs, and the dtype of the weights the arms were measured on."""
+    general costs, and the dtype of the weights the arms were measured on (``weights``, the release's when the
+    model was rounded to it, else the model's own)."""
     sw, arm, point, variant = ctx.run.recipe.sweep, candidate.arm, candidate.point, candidate.variant
+    compute_dtype = str(next(ctx.run.model.parameters()).dtype).removeprefix("torch.")
     primary = results[0]
     base, cand = primary["_outcomes"]["base"], primary["_outcomes"]["candidate"]
     b_, c_, pval, _ = confirm(list(base.correct), list(cand.correct), sw.alpha)
@@ -227,7 +228,7 @@ def _confirmation(
             }
             for name, method, mask in controls
         ),
-        weights_dtype=dtype,
+        weights_dtype=weights or compute_dtype,
         general=general["candidate"],
-        compute_dtype=str(next(ctx.run.model.parameters()).dtype).removeprefix("torch."),
+        compute_dtype=compute_dtype,
     )

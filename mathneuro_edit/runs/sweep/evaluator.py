@@ -81,7 +81,7 @@ class _Evaluator:
         ev, sw = recipe.evaluation, recipe.sweep
         assert ev is not None
         src = fmt if fmt is not None else ev
-        self.model, self.tok, self.cache, self.progress = ctx.run.model, ctx.run.tokenizer, ctx.cache, ctx.run.progress
+        self.model, self.tok, self.cache = ctx.run.model, ctx.run.tokenizer, ctx.cache
         self.shots, self.n_shot, self.max_new = shots, src.n_shot, ev.max_new_tokens
         self.chat = uses_chat_template(self.tok, src.chat_template)
         self.style = src.prompt_style

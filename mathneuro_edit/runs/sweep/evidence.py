@@ -45,19 +45,6 @@ __all__ = [
 ]
 
 
-def _at(d: Any, key: str) -> Any:
-    """The value at a dotted recipe key, through mappings and lists (``data.general.0.hub_dataset``); ``None`` where
-    the path ends."""
-    for part in key.split("."):
-        if isinstance(d, Mapping):
-            d = d.get(part)
-        elif isinstance(d, list) and part.isdigit() and int(part) < len(d):
-            d = d[int(part)]
-        else:
-            d = None
-    return d
-
-
 def _differences(mine: Any, theirs: Any, key: str = "") -> Iterator[tuple[str, Any, Any]]:
     """Every key where two recipes differ, as deep as both sides go (``data.math.template``, not ``data``; a list
     of another length as a whole), with both values, in the recipe's order."""
@@ -643,11 +630,13 @@ def _replaced_provenance(resolved: Mapping[str, Any], variant: list[str]) -> lis
     its origin: the recipe's ``hub_dataset`` describes the recipe's file, not the variant's (SmolLM2's
     ``arith-calib`` calibrates on generated arithmetic, not on GSM8K), and a card must not name it."""
     keys = {v.split("=", 1)[0].strip() for v in variant}
-    found = []
-    for prefix in ["data.math", *(f"data.general.{i}" for i in range(len(_at(resolved, "data.general") or [])))]:
-        if f"{prefix}.path" in keys and f"{prefix}.hub_dataset" not in keys and _at(resolved, f"{prefix}.hub_dataset"):
-            found.append(f"{prefix}.hub_dataset=null")
-    return found
+    data = resolved["data"]
+    sources = {"data.math": data["math"], **{f"data.general.{i}": g for i, g in enumerate(data["general"])}}
+    return [
+        f"{prefix}.hub_dataset=null"
+        for prefix, source in sources.items()
+        if f"{prefix}.path" in keys and f"{prefix}.hub_dataset" not in keys and source.get("hub_dataset")
+    ]
 
 
 def run_from_sweep(recipe: Recipe | str | Path, sweep_dir: str | Path, out_dir: str | Path, **kwargs: Any):

@@ -36,24 +36,17 @@ from optuna.trial import TrialState
 from ...data.sources import problem_sha256
 from ...engine.edit_map import COMPONENTS, matrix_place, show_setting
 from ...errors import InputError
-from ...layout import OPTUNA_PNGS, OPTUNA_STUDY, STATS_DIR
+from ...layout import OPTUNA_PNGS, OPTUNA_STUDY
 from ...recipe.schema import Recipe
-from ...util.console import Stages
-from ...util.outdir import claim
 from ...weights.loading import model_weights
 from ..inspect import pyplot, save_figure
-from ..steps.count import stage_count
-from ..steps.export import base_identity
-from ..steps.mask import compose_masks, load_step, recipe_masks
-from ..steps.record import RunRecord
+from ..steps.mask import compose_masks, recipe_masks
 from .cache import key_sha256
-from .calibration import _group_statistics, _set_count
-from .confirmation import _confirm
-from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
-from .grid import _Arm, _sweep_point
-from .procedure import halving_schedule, pareto_front, with_holm
+from .evaluator import _blocks, _Context, _Evaluator
+from .grid import _Arm
+from .procedure import halving_schedule, pareto_front
 from .result import SweepResult
-from .stages import _base_stage, _candidate, _inputs, _open_folder, _result, _rounds, _write
+from .stages import _opened
 
 __all__ = ["run_optuna_search", "SearchSpace", "band_edges", "promoted", "study_target", "STUDY_NAME"]
 
@@ -298,45 +291,28 @@ def run_optuna_search(
             "(or use sweep.search: grid)"
         )
     sw = recipe.sweep
-    grid, shots, selection, confirmation_problems, texts = _inputs(recipe, echo)
-    stages = Stages(stage_count(recipe, ("load", "mask")) + _set_count(grid.variants) + 3, echo)
-    with claim(out):
-        cache = _open_folder(out)
-        run = RunRecord(recipe, stages, progress)
-        load_step(run)
-        identity = base_identity(recipe.base)
-        ctx = _Context(run, model_weights_sha256(run.model), cache, echo)
-        stats = _group_statistics(ctx, grid.variants, out / STATS_DIR, stages)[0]
-        stages.start(f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({recipe.mask.method})")
-        weights = model_weights(run.model)
+    with _opened(recipe, out, progress, echo) as sweep:
+        stats = sweep.stats[0]
+        sweep.stages.start(f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({recipe.mask.method})")
+        weights = model_weights(sweep.ctx.run.model)
         by_value = dict(zip(top_ks, recipe_masks(recipe, stats, top_ks, weights, progress=progress)))
         space = search_space(recipe, list(next(iter(by_value.values()))), top_ks, scales)
-        evaluator = _Evaluator(ctx, shots, texts)
-        cuts = [end for _, end in halving_schedule(1 << 30, len(selection), sw.first_round, sw.eta)]
-        base_sel, base_general = _base_stage(evaluator, selection, cuts, stages)
-        search = _Search(ctx, evaluator, space, by_value, selection, base_sel, cuts)
-        measures = _measures(evaluator, by_value, selection, cuts)
+        cuts = [end for _, end in halving_schedule(1 << 30, len(sweep.selection), sw.first_round, sw.eta)]
+        base = sweep.base(cuts)
+        search = _Search(sweep.ctx, sweep.evaluator, space, by_value, sweep.selection, base[0], cuts)
+        measures = _measures(sweep.evaluator, by_value, sweep.selection, cuts)
         study = _open_study(out, sw.search_seed, space, _Halving(cuts[:-1], sw.eta), measures)
         target = study_target(study.user_attrs.get("target_trials"), sw.trials, more_trials)
         study.set_user_attr("target_trials", target)
-        stages.start(_search_line(space, target, study, cuts))
+        sweep.stages.start(_search_line(space, target, study, cuts))
         search.run(study, target, sw.search_seed)
         trials = sorted(study.get_trials(deepcopy=False, states=_FINISHED), key=lambda t: t.number)
         arms = [search.arm(t) for t in trials]
-        grid.arms = [a for a, _ in arms]
-        points = with_holm([_sweep_point(a, "", base_sel, base_general) for a in grid.arms])
+        sweep.grid.arms = [a for a, _ in arms]
         finalists = [i for i, (_, done) in enumerate(arms) if done]
-        chosen = _candidate(grid, points, finalists, sum(base_sel), sw.kl_budget)
-        scored = None if chosen is None else (stats, weights)
-        confirmation = _confirm(ctx, evaluator, chosen, scored, confirmation_problems, shots, stages)
-        decided = (None if chosen is None else chosen.index, confirmation)
-        rounds = _rounds(grid.arms, cuts)
-        result = _result(recipe, grid, points, (base_sel, base_general), decided, selection, rounds, len(texts))
-        result.base_identity = identity
-        result.search = _search_record(study, space, trials, target)
-        _write(out, result)
+        record = _search_record(study, space, trials, target)
+        result = sweep.finish(base, cuts, finalists, weights, record)
         _plots(out, result, study)
-        stages.note(f"cache: {cache.hits} blocks reused, {cache.misses} computed")
     return result
 
 

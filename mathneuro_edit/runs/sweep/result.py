@@ -207,13 +207,14 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
     gain = all(math.isfinite(p.gain_points) for p in result.points)
     base_y = 0.0 if gain else 100 * result.base_math_accuracy
     colors = plt.get_cmap("tab10")
-    xs, lows, highs = _draw_points(ax, result, keep, merit, colors)
+    ks, ss = sorted({p.top_k for p in result.points}), sorted({p.scale for p in result.points})
+    xs, lows, highs = _draw_points(ax, result, keep, merit, colors, ks, ss)
     _draw_front(ax, result, merit)
     ax.axhline(base_y, color="gray", ls="--", lw=1, zorder=0)
     _fit_axes(ax, xs, [*lows, base_y], [*highs, base_y])
     ax.set_xlabel("general KL(base || edited)")
     ax.set_ylabel("math accuracy - base's, same problems (points)" if gain else "math accuracy (%)")
-    _legend(ax, result, colors)
+    _legend(ax, result, colors, ks, ss)
     left_out = len(result.points) - len(keep)
     ax.set_title(
         "sweep: math accuracy vs general KL (bars: 95% CI)"
@@ -225,12 +226,10 @@ def _plot(result: SweepResult, path: Path) -> Path | None:
 
 
 def _draw_points(
-    ax: Any, result: SweepResult, keep: list[int], merit: list[float], colors: Any
+    ax: Any, result: SweepResult, keep: list[int], merit: list[float], colors: Any, ks: list[Any], ss: list[Any]
 ) -> tuple[list[float], list[float], list[float]]:
-    """Each drawn point at (KL, merit) with its marker and colour, over its error bar; returns the x values and
-    the bars' low and high ends (the axes must hold them)."""
-    ks = sorted({p.top_k for p in result.points})
-    ss = sorted({p.scale for p in result.points})
+    """Each drawn point at (KL, merit) with its marker (by its top_k's place in ``ks``) and colour (its scale's in
+    ``ss``), over its error bar; returns the x values and the bars' low and high ends (the axes must hold them)."""
     pts = [result.points[i] for i in keep]
     ys = [merit[i] for i in keep]
     xs = [p.general_kl for p in pts]
@@ -273,12 +272,10 @@ def _fit_axes(ax: Any, xs: list[float], lows: list[float], highs: list[float]) -
         ax.set_xlim(-0.3 * thresh, max(xs + [thresh]) * 2)
 
 
-def _legend(ax: Any, result: SweepResult, colors: Any) -> None:
+def _legend(ax: Any, result: SweepResult, colors: Any, ks: list[Any], ss: list[Any]) -> None:
     """One legend entry per top_k (its marker), per scale (its colour), the front and the base, outside the axes."""
     from matplotlib.lines import Line2D
 
-    ks = sorted({p.top_k for p in result.points})
-    ss = sorted({p.scale for p in result.points})
     handles = [
         Line2D([], [], ls="", marker=_MARKERS[i % len(_MARKERS)], color="black", label=f"top_k={k:g}")
         for i, k in enumerate(ks)

@@ -2,20 +2,12 @@
 
 One calibration, a mask per top_k derived from the saved statistics, each edit switched on with
 :class:`~mathneuro_edit.engine.apply.ReversibleEdit` on one model and evaluated in memory. The math problems of
-``evaluation.math`` are split in two disjoint sets (:func:`~.problems.sweep_problems`):
-
-- **selection** (``sweep.selection_samples``): every ``(top_k, scale)`` point and the base are evaluated on it
-  (math exact match, general loss, KL(base || edited)); each point gets its raw exact McNemar p against the base
-  and its Holm-Bonferroni adjusted p over the grid (:func:`~mathneuro_edit.evaluation.significance.holm_adjust`);
-- **confirmation** (``sweep.confirmation_samples``), never used for choosing: only the single candidate
-  (:func:`~.procedure.select_candidate`: the largest selection gain within ``sweep.kl_budget``) and the base are evaluated on
-  it, with ONE paired exact McNemar test (:func:`~.procedure.confirm`).
-
-A setting is recommended only when that test shows a gain with ``p < sweep.alpha``; otherwise the recommendation
-says that nothing is confirmed. Why: with a 20-point grid, the best of 20 uncorrected tests on the same problems is
-"significant" in about a quarter of sweeps where no edit does anything (25.2% of 1,000 simulated, 300 problems,
-10% discordance: tests/runs/test_sweep_procedure.py); a test on fresh problems of the one setting chosen beforehand
-has its nominal level.
+``evaluation.math`` are split in two disjoint sets (:func:`~.problems.sweep_problems`): every point and the base
+are evaluated on the **selection** problems, and only the one candidate chosen there
+(:func:`~.procedure.select_candidate`) and the base on the **confirmation** problems, with ONE paired exact McNemar
+test (:func:`~.procedure.confirm`); a setting is recommended only when that test shows a gain. Why (the best of a
+grid's uncorrected tests is "significant" in a quarter of sweeps where no edit does anything): docs/evaluation.md,
+"Select, then confirm".
 
 The files (``sweep.json``, ``sweep.csv``, ``sweep.png``): :mod:`.result`; the procedure itself (pure functions of the
 counts): :mod:`.procedure`; from a confirmed sweep to a release: :mod:`.evidence`.
@@ -30,25 +22,18 @@ from typing import Any
 from ...engine.apply import check_scale
 from ...engine.top_k_rule import top_k_hint
 from ...errors import InputError
-from ...layout import STATS_DIR, SWEEP_JSON, SWEEP_MARKER, SWEEP_PNG
+from ...layout import SWEEP_JSON, SWEEP_MARKER, SWEEP_PNG
 from ...recipe.io import as_recipe
 from ...recipe.schema import Recipe
 from ...recipe.types import check_top_k
-from ...util.console import Stages
-from ...util.outdir import claim
 from ...weights.loading import model_weights
 from ..official_mask import refuse_official
-from ..steps.count import stage_count
-from ..steps.export import base_identity
-from ..steps.mask import Statistics, load_step, recipe_masks
-from ..steps.record import RunRecord
-from .calibration import _group_statistics, _set_count
-from .confirmation import _confirm
-from .evaluator import _blocks, _Context, _Evaluator, model_weights_sha256
-from .grid import _arms, _Grid, _sweep_point
-from .procedure import halving_schedule, promote, with_holm
+from ..steps.mask import recipe_masks
+from .evaluator import _blocks
+from .grid import _arms
+from .procedure import halving_schedule, promote
 from .result import SweepResult, _plot
-from .stages import _base_stage, _candidate, _inputs, _is_regular, _open_folder, _result, _rounds, _write
+from .stages import _is_regular, _opened, _Sweep
 
 __all__ = ["run_sweep", "check_sweep_folder", "DEFAULT_TOP_KS", "DEFAULT_SCALES"]
 
@@ -124,36 +109,36 @@ def _optuna(
     return run_optuna_search(recipe, out, top_ks, scales, more_trials=more_trials, progress=progress, echo=echo)
 
 
-def _masks(
-    ctx: _Context, stats: dict[int, Statistics], top_ks: list[float], scales: list[float], grid: _Grid, stages: Stages
-) -> Any:
+def _masks(sweep: _Sweep, top_ks: list[float], scales: list[float]) -> Any:
     """Every arm's mask through the run's mask rule (one scoring pass per statistics group for all top_k);
-    fills ``grid.arms`` and returns the weights the masks were scored on (the controls use them too)."""
-    m = ctx.run.recipe.mask
+    fills the grid's arms and returns the weights the masks were scored on (the controls use them too)."""
+    run, grid = sweep.ctx.run, sweep.grid
     n = len(grid.variants)
-    stages.start(
-        f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({m.method}), {n} variant{'s' if n > 1 else ''}"
+    sweep.stages.start(
+        f"masks for top_k={','.join(f'{k:g}' for k in top_ks)} ({run.recipe.mask.method}), "
+        f"{n} variant{'s' if n > 1 else ''}"
     )
-    weights = model_weights(ctx.run.model)
+    weights = model_weights(run.model)
     group_masks = {
-        g: recipe_masks(ctx.run.recipe, s, top_ks, weights, progress=ctx.run.progress) for g, s in stats.items()
+        g: recipe_masks(run.recipe, s, top_ks, weights, progress=run.progress) for g, s in sweep.stats.items()
     }
-    grid.arms = _arms(ctx.run.model, grid.variants, group_masks, top_ks, scales)
+    grid.arms = _arms(run.model, grid.variants, group_masks, top_ks, scales)
     return weights
 
 
-def _select(
-    ctx: _Context, evaluator: _Evaluator, grid: _Grid, selection: list[dict[str, Any]], stages: Stages
-) -> tuple[list[bool], dict[str, Any], list[dict[str, Any]], list[int]]:
-    """The base, then every round of the selection (successive halving when ``sweep.first_round`` is set).
+def _select(sweep: _Sweep) -> tuple[tuple[list[bool], dict[str, Any]], list[int], list[int]]:
+    """The base, then every round of the selection (successive halving when ``sweep.first_round`` is set): each
+    round's points on its problems (each arm's ``correct`` and ``round``); after the first, the best (within the KL
+    budget) are promoted.
 
-    Returns ``(the base's flags, the base's general result, the rounds, the finalists)``; each finalist's KL is
-    known (the candidate must be within the KL budget)."""
+    Returns ``((the base's flags, the base's general result), the rounds' cuts, the finalists)``; each finalist's
+    KL is known (the candidate must be within the KL budget)."""
+    ctx, evaluator, grid, stages = sweep.ctx, sweep.evaluator, sweep.grid, sweep.stages
     sw, arms = ctx.run.recipe.sweep, grid.arms
-    schedule = halving_schedule(len(arms), len(selection), sw.first_round, sw.eta)
+    schedule = halving_schedule(len(arms), len(sweep.selection), sw.first_round, sw.eta)
     cuts = [end for _, end in schedule]
-    base_sel, base_general = _base_stage(evaluator, selection, cuts, stages)
-    stages.note(f"math {sum(base_sel)}/{len(base_sel)}; cache {ctx.cache.hits} reused, {ctx.cache.misses} computed")
+    base = sweep.base(cuts)
+    stages.note(f"math {sum(base[0])}/{len(base[0])}; cache {ctx.cache.hits} reused, {ctx.cache.misses} computed")
     stages.start(
         f"select among {len(arms)} points in {len(schedule)} round{'s' if len(schedule) > 1 else ''} "
         f"({', '.join(f'{n} on {e}' for n, e in schedule)})"
@@ -169,25 +154,6 @@ def _select(
             arm.general = evaluator.general(arm.mask, arm.scale)
         return float(arm.general["kl"])
 
-    _run_rounds(ctx, evaluator, grid, selection, schedule, kl_of)
-    finalists = [i for i in range(len(arms)) if arms[i].round == len(schedule)]
-    for i in finalists:  # the candidate must be within the KL budget
-        kl_of(i)
-    return base_sel, base_general, _rounds(arms, cuts), finalists
-
-
-def _run_rounds(
-    ctx: _Context,
-    evaluator: _Evaluator,
-    grid: _Grid,
-    selection: list[dict[str, Any]],
-    schedule: list[tuple[int, int]],
-    kl_of: Callable[[int], float],
-) -> None:
-    """Each round's points on its problems (each arm's ``correct`` and ``round``); after the first, the best
-    (within the KL budget) are promoted."""
-    sw, arms = ctx.run.recipe.sweep, grid.arms
-    cuts = [end for _, end in schedule]
     sizes = [a.mask.total()[0] * abs(a.scale - 1.0) for a in arms]  # promotion's tie-break: the smaller edit
     active = list(range(len(arms)))
     start = 0
@@ -204,9 +170,13 @@ def _run_rounds(
                 f"(problems {start + 1}-{end})"
             )
             for a, b in _blocks(start, end, cuts):
-                arm.correct += evaluator.math(selection[a:b], arm.mask, arm.scale)
+                arm.correct += evaluator.math(sweep.selection[a:b], arm.mask, arm.scale)
             arm.round = r + 1
         start = end
+    finalists = [i for i in range(len(arms)) if arms[i].round == len(schedule)]
+    for i in finalists:  # the candidate must be within the KL budget
+        kl_of(i)
+    return base, cuts, finalists
 
 
 def run_sweep(
@@ -229,9 +199,8 @@ def run_sweep(
     With ``sweep.first_round`` the selection is successive halving (:func:`~.procedure.halving_schedule`,
     :func:`~.procedure.promote`) and the candidate is chosen among the points that reached the last round.
 
-    Resumable: every block of work (the base or a point, on <= 128 problems or on the general texts) is kept in
-    ``out_dir/cache`` keyed by its content (:mod:`.cache`); the same command run again after a kill continues where
-    it stopped and writes the same ``sweep.json`` as an uninterrupted run, once the sweep is complete. An existing
+    Resumable (:mod:`.cache`): the same command run again after a kill continues where it stopped and writes the
+    same ``sweep.json`` as an uninterrupted run, once the sweep is complete. An existing
     ``out_dir`` must be a sweep folder unless ``overwrite`` (:func:`check_sweep_folder`); ``echo`` receives the
     stage lines and one line per evaluated point.
     """
@@ -239,32 +208,13 @@ def run_sweep(
     refuse_official(recipe, "sweep")  # its masks come from float32 statistics
     if recipe.evaluation is None:
         raise InputError("sweep needs an evaluation section in the recipe (see docs/recipes.md)")
-    sw = recipe.sweep
     top_ks, scales = _grid_settings(recipe, top_ks, scales)
     check_sweep_folder(out := Path(out_dir), overwrite)
-    if sw.search == "optuna" or more_trials:
+    if recipe.sweep.search == "optuna" or more_trials:
         return _optuna(recipe, out, top_ks, scales, more_trials, progress, echo)
-    grid, shots, selection, confirmation_problems, texts = _inputs(recipe, echo)
-    # the run's load and mask steps, one calibration line per distinct set, then base, select and confirm
-    stages = Stages(stage_count(recipe, ("load", "mask")) + _set_count(grid.variants) + 3, echo)
-    with claim(out):
-        cache = _open_folder(out)
-        run = RunRecord(recipe, stages, progress)
-        load_step(run)
-        identity = base_identity(recipe.base)  # what a release from this sweep must be (run --from-sweep)
-        ctx = _Context(run, model_weights_sha256(run.model), cache, echo)
-        stats = _group_statistics(ctx, grid.variants, out / STATS_DIR, stages)
-        weights = _masks(ctx, stats, top_ks, scales, grid, stages)
-        evaluator = _Evaluator(ctx, shots, texts)
-        base_sel, base_general, rounds, finalists = _select(ctx, evaluator, grid, selection, stages)
-        points = with_holm([_sweep_point(a, grid.variants[a.variant].name, base_sel, base_general) for a in grid.arms])
-        chosen = _candidate(grid, points, finalists, sum(base_sel), sw.kl_budget)
-        scored = None if chosen is None else (stats[chosen.variant.group], weights)
-        confirmation = _confirm(ctx, evaluator, chosen, scored, confirmation_problems, shots, stages)
-        decided = (None if chosen is None else chosen.index, confirmation)
-        result = _result(recipe, grid, points, (base_sel, base_general), decided, selection, rounds, len(texts))
-        result.base_identity = identity
-        _write(out, result)
+    with _opened(recipe, out, progress, echo) as sweep:
+        weights = _masks(sweep, top_ks, scales)
+        base, cuts, finalists = _select(sweep)
+        result = sweep.finish(base, cuts, finalists, weights)
         _plot(result, out / SWEEP_PNG)
-        stages.note(f"cache: {cache.hits} blocks reused, {cache.misses} computed")
     return result
