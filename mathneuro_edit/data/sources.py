@@ -1,25 +1,9 @@
 """Calibration and evaluation data: read a source, sample it reproducibly, and record what was used.
 
-Sources (see :class:`~mathneuro_edit.recipe.schema.Source`):
-
-- ``organism:math`` / ``organism:general``: the shipped synthetic data, generated from the seed (split ``train``
-  by default for calibration, ``test`` for :func:`load_math_problems`).
-- ``arithmetic``: the built-in arithmetic problems (:mod:`mathneuro_edit.data.arithmetic`), generated from the seed
-  (question, answer and prefill; as calibration texts they read ``"Question: ...\nAnswer: ..."``).
-- ``hf://datasets/OWNER/NAME`` with ``config``/``split`` (default ``train``)/``revision``: read with the optional
-  ``datasets`` library (``pip install 'datasets>=2.18' (the data extra)``).
-- local files, format from ``format`` or the extension: ``.jsonl`` (one JSON object or string per line, blank
-  lines skipped), ``.json`` (a list of objects or strings), ``.csv`` (header row), ``.parquet`` (pyarrow or
-  pandas), ``.txt``: if the file has a blank line, each blank-line-separated block is one sample, otherwise each
-  non-empty line is; samples are stripped of surrounding whitespace.
-
-Text of a record: ``template`` (``"{question}\\n{answer}"``) if given, else ``field``, else GSM8K's
-``question``/``answer`` formatted as ``"Question: {question}\\nAnswer: {answer}"``, else a ``text`` field.
-Empty texts are skipped (and counted).
-
-Sampling (a fixed algorithm, so a seed means the same texts everywhere): record indices are drawn by a lazy
-Fisher-Yates shuffle driven by ``random.Random(seed).randrange``; the first ``n`` non-empty texts are kept, in
-drawn order. Only the drawn records are converted, so a large Hub split costs ``O(n)`` conversions.
+The sources (organism sets, the built-in arithmetic problems, Hub datasets through the optional ``datasets``
+library, local files), how a record becomes a text and the sampling algorithm are docs/recipes.md's "Sources"
+(what a user writes and relies on). Why the sampling is a lazy Fisher-Yates shuffle: only the drawn records are
+converted, so a large Hub split costs ``O(n)`` conversions, and a seed means the same texts on every machine.
 """
 
 from __future__ import annotations
