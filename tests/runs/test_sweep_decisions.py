@@ -17,6 +17,7 @@ docs/testing.md ("Decisions at unit speed") lists the break each test was seen f
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,10 +25,11 @@ from typing import Any
 import pytest
 import torch
 
-from mathneuro_edit.data.sources import problem_sha256
+from mathneuro_edit.data.sources import load_math_problems, problem_sha256
 from mathneuro_edit.engine.apply import ReversibleEdit
 from mathneuro_edit.engine.mask import Mask
 from mathneuro_edit.errors import InputError
+from mathneuro_edit.evaluation.significance import wilson_interval
 from mathneuro_edit.recipe.io import quickstart_recipe
 from mathneuro_edit.runs.steps.record import RunRecord
 
@@ -40,12 +42,15 @@ from mathneuro_edit.runs.sweep.problems import format_shots, sweep_problems
 from mathneuro_edit.runs.sweep.procedure import (
     ArmOutcome,
     Confirmation,
+    SweepPoint,
     confirm,
+    detectable_text,
     evidence_text,
     format_verdict,
     halving_schedule,
     paired_test,
     promote,
+    recommend,
 )
 
 from ._sweep_json import control_evidence
@@ -435,8 +440,6 @@ def test_the_test_a_format_failed_is_found_whatever_the_order_of_its_record() ->
 
 
 def test_what_a_test_that_did_not_show_a_gain_could_detect() -> None:
-    from mathneuro_edit.runs.sweep.procedure import detectable_text
-
     assert detectable_text(100, 3, 3, ALPHA) == (
         "no gain is detectable at 80% power on 100 problems of which 6.0% changed"
     )
@@ -463,3 +466,208 @@ def test_the_three_sets_have_their_sizes_and_no_repeated_question(tmp_path: Path
     shots, selection, confirmation = sweep_problems(recipe)
     questions = [p["question"] for p in confirmation]
     assert len(questions) == len(set(questions)) == 6  # 9 distinct questions, 3 used before
+
+
+# ------------------------------------------------------ what sweep.json records of each arm, format and confirmation
+
+
+def test_an_arm_s_counts_and_rates_are_its_own_overall_and_per_operation() -> None:
+    """sweep.json's arm summary, key by key in its order, against counts made by hand (issue 48's mutation audit)."""
+    w = wilson_interval
+    arm = ArmOutcome(
+        "candidate",
+        (True, False, True, False, True, False, True, False, False),
+        ("answer", "answer", "restart", "none", "answer", "restart", "answer", "restart", "answer"),
+        ("+", "-", "+", "*", "", "+", "-", "*", "+"),
+    )
+
+    def rates(n: int, k: int, answered: int, restarts: int, none: int, right: int) -> dict[str, Any]:
+        return {
+            "n": n,
+            "correct": k,
+            "accuracy": k / n,
+            "ci95": list(w(k, n)),
+            "answered": answered,
+            "restarts": restarts,
+            "no_number": none,
+            "answer_rate": answered / n,
+            "answer_rate_ci95": list(w(answered, n)),
+            "correct_among_answers": right,
+            "accuracy_among_answers": right / answered if answered else 0.0,
+            "accuracy_among_answers_ci95": list(w(right, answered)) if answered else [0.0, 1.0],
+        }
+
+    s = arm.summary()
+    # problems 0-8: right 0 2 4 6; answered 0 1 4 6 8 (right among them: 0 4 6); restarts 2 5 7; no number 3
+    assert s == {
+        "name": "candidate",
+        **rates(9, 4, 5, 3, 1, 3),
+        # "+": problems 0 2 5 8; "-": 1 6; "*": 3 7 (none answered); problem 4 is not arithmetic
+        "by_operation": {"*": rates(2, 0, 0, 1, 1, 0), "+": rates(4, 2, 2, 2, 0, 1), "-": rates(2, 1, 2, 0, 0, 1)},
+    }
+    assert list(s) == ["name", *rates(1, 0, 0, 0, 0, 0), "by_operation"]  # the JSON's key order
+    assert list(s["by_operation"]) == ["*", "+", "-"]
+    assert s["by_operation"]["*"]["accuracy_among_answers_ci95"] == [0.0, 1.0]  # none answered: nothing is known
+    assert all(type(v) is list for v in (s["ci95"], s["answer_rate_ci95"], s["accuracy_among_answers_ci95"]))
+    nothing = [0.0, 1.0]  # no problems: rates of 0, intervals of nothing known
+    assert ArmOutcome("base", (), (), ()).summary() == {
+        "name": "base",
+        **dict.fromkeys(["n", "correct"], 0),
+        **{"accuracy": 0.0, "ci95": nothing, "answered": 0, "restarts": 0, "no_number": 0, "answer_rate": 0.0},
+        **{"answer_rate_ci95": nothing, "correct_among_answers": 0, "accuracy_among_answers": 0.0},
+        **{"accuracy_among_answers_ci95": nothing, "by_operation": {}},
+    }
+
+
+def test_a_format_s_record_holds_its_prompt_problems_verdict_arms_and_every_paired_test() -> None:
+    probs = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(40)]
+    outcomes = {
+        "base": _outcome("base", 0),
+        "candidate": _outcome("candidate", 20),
+        "general-specific": _outcome("general-specific", 1),
+        "random": _outcome("random", 2),
+    }
+    (fmt,) = quickstart_recipe(["sweep.confirmation_formats=[{name: chat, n_shot: 2}]"]).sweep.confirmation_formats
+    primary = confirmation_module._format_record(None, "recipe's prompt", probs, outcomes, "general-specific", ALPHA)
+    other = confirmation_module._format_record(fmt, "chat", probs, outcomes, "general-specific", ALPHA)
+    for record in (primary, other):
+        assert list(record) == [
+            "name", "primary", "prompt", "n", "problems_sha256", "verdict", "confirmed", "arms", "tests", "_outcomes"
+        ]  # fmt: skip
+        assert record["n"] == 40 and record["problems_sha256"] == [problem_sha256(q) for q in probs]
+        assert (record["verdict"], record["confirmed"]) == ("math-boost", True)
+        assert record["arms"] == {name: o.summary() for name, o in outcomes.items()}
+        assert record["_outcomes"] is outcomes  # for the caller's one test, dropped before the JSON
+        # the candidate against the base (all, then both answered), then each control: it against the control,
+        # the control against the base
+        assert [(t["before"], t["after"], t["answered_only"]) for t in record["tests"]] == [
+            ("base", "candidate", False),
+            ("base", "candidate", True),
+            ("general-specific", "candidate", False),
+            ("base", "general-specific", False),
+            ("random", "candidate", False),
+            ("base", "random", False),
+        ]
+    assert (primary["name"], primary["primary"], primary["prompt"]) == ("recipe's prompt", True, None)
+    assert (other["name"], other["primary"]) == ("chat", False)
+    assert other["prompt"] == {"name": "chat", "n_shot": 2, "chat_template": "auto", "prompt_style": "question-answer"}
+    only_one = {**outcomes, "general-specific": _outcome("general-specific", 20)}  # the control gains as much
+    record = confirmation_module._format_record(None, "p", probs, only_one, "general-specific", ALPHA)
+    assert (record["verdict"], record["confirmed"]) == ("not-specific", False)
+
+
+def test_the_confirmation_s_json_is_its_fields_in_order_with_lists_and_both_intervals() -> None:
+    c = Confirmation(
+        10, ("a", "b"), 0.05, 1.1, 3, 8, 1, 6, 0.125, False, 0.05, 2, "m" * 64, "v", ("mask.seed=3",),
+        verdict="no-gain", formats=({"name": "p"},), controls=({"name": "random"},), weights_dtype="bfloat16",
+        general={"kl": 0.01}, compute_dtype="float32",
+    )  # fmt: skip
+    d = c.to_dict()
+    assert d == {
+        "n": 10,
+        "problems_sha256": ["a", "b"],
+        "top_k": 0.05,
+        "scale": 1.1,
+        "base_correct": 3,
+        "edited_correct": 8,
+        "mcnemar_p": 0.125,
+        "confirmed": False,
+        "alpha": 0.05,
+        "point": 2,
+        "base_only": 1,
+        "edited_only": 6,
+        "base_ci95": list(wilson_interval(3, 10)),
+        "edited_ci95": list(wilson_interval(8, 10)),
+        "mask_sha256": "m" * 64,
+        "variant": "v",
+        "variant_set": ["mask.seed=3"],
+        "verdict": "no-gain",
+        "weights_dtype": "bfloat16",
+        "compute_dtype": "float32",
+        "controls": [{"name": "random"}],
+        "formats": [{"name": "p"}],
+        "general": {"kl": 0.01},
+    }
+    assert list(d) == [  # the JSON's key order
+        "n", "problems_sha256", "top_k", "scale", "base_correct", "edited_correct", "mcnemar_p", "confirmed", "alpha",
+        "point", "base_only", "edited_only", "base_ci95", "edited_ci95", "mask_sha256", "variant", "variant_set",
+        "verdict", "weights_dtype", "compute_dtype", "controls", "formats", "general",
+    ]  # fmt: skip
+    assert all(type(d[k]) is list for k in ("problems_sha256", "base_ci95", "variant_set", "controls", "formats"))
+
+
+def test_the_sweep_s_problems_keep_their_prompt_keys_only() -> None:
+    """A problem's prefill starts the model's answer: kept, with the question and the answer; the loader's other keys
+    (the gold number) are not part of a prompt and are dropped."""
+    recipe = quickstart_recipe(
+        [
+            "evaluation.math=arithmetic",
+            "evaluation.n_shot=1",
+            "sweep.selection_samples=3",
+            "sweep.confirmation_samples=4",
+        ]
+    )
+    shots, selection, confirmation = sweep_problems(recipe)
+    drawn = load_math_problems(recipe.evaluation.math, 8, recipe.evaluation.seed)
+    assert all(p.keys() >= {"question", "answer", "gold", "prefill"} for p in drawn)
+    assert shots + selection + confirmation == [
+        {"question": p["question"], "answer": p["answer"], "prefill": p["prefill"]} for p in drawn
+    ]
+    plain = quickstart_recipe(["evaluation.n_shot=1", "sweep.selection_samples=3", "sweep.confirmation_samples=4"])
+    assert all(list(p) == ["question", "answer"] for p in sum(sweep_problems(plain), []))  # no prefill: none added
+
+
+# ------------------------------------------------------------------------------ the recommendation's sentences
+
+
+def _point(correct: int) -> SweepPoint:
+    return SweepPoint(0.05, 1.1, 9, correct / 20, 2.0, 0.01, correct, 20, mcnemar_p=0.5, holm_p=0.75)
+
+
+def test_the_recommendation_counts_one_problem_in_the_singular_and_no_selection_as_zero_percent() -> None:
+    def chosen(correct: int, base: int) -> str:
+        return recommend([_point(correct)], base, 20, 0, None, 0.05)[1]
+
+    assert chosen(6, 5) == (
+        "nothing confirmed: the candidate top_k=0.05 scale=1.1, chosen among 1 settings on 20 selection problems "
+        "(25.0% -> 30.0%, +1 problem, raw p = 0.5, Holm p = 0.75, general KL 0.01, budget 0.05) was not tested on "
+        "confirmation problems"
+    )
+    assert "-> 35.0%, +2 problems, raw" in chosen(7, 5) and "-> 20.0%, -1 problem, raw" in chosen(4, 5)
+    assert "(0.0% -> 5.0%, +1 problem, raw" in chosen(1, 0) and "+3 problems" in chosen(4, 1)
+    assert recommend([], 0, 0, None, None, 0.05)[1] == (
+        "nothing confirmed: no setting within the general-KL budget 0.05 raises math accuracy over the base (0.0% on "
+        "0 selection problems), so none was tested on the confirmation problems; do not publish a boost from this sweep"
+    )
+
+
+def test_a_format_effect_or_an_unspecific_gain_is_named_and_a_no_gain_says_what_it_could_detect() -> None:
+    c = Confirmation(40, (), 0.05, 1.1, 4, 24, 0, 20, 1.9e-6, False, ALPHA, 0)
+    chosen = (
+        "the candidate top_k=0.05 scale=1.1, chosen among 1 settings on 20 selection problems (25.0% -> 30.0%, +1 "
+        "problem, raw p = 0.5, Holm p = 0.75, general KL 0.01, budget 0.05)"
+    )
+    measured = (
+        "on 40 other problems: base 10.0% (4/40, 4.0-23.1) -> 60.0% (24/40, 44.6-73.7), +50.0 points, 0 right only "
+        "before and 20 only after, exact McNemar p < 0.001"
+    )
+    for verdict, meaning in (
+        ("format-effect", "a format effect, not a math boost: the gain is not there among the problems both answer"),
+        ("not-specific", "not specific to the math-specific weights: it does not beat the magnitude-matched control"),
+    ):
+        best, text = recommend([_point(6)], 5, 20, 0, replace(c, verdict=verdict), 0.05)
+        assert best is None and text == (
+            f"nothing confirmed: {chosen} gained {measured}, but it is {meaning}; do not publish a boost from this sweep"
+        )
+    best, text = recommend([_point(6)], 5, 20, 0, replace(c, verdict="no-gain"), 0.05)
+    assert best is None and text == (
+        f"nothing confirmed: {chosen} did not confirm {measured} (a confirmed gain needs p < 0.05; "
+        f"{detectable_text(40, 0, 20, ALPHA)}); do not publish a boost from this sweep"
+    )
+
+
+def test_a_control_arm_without_an_accuracy_reads_zero() -> None:
+    test = {"before": "random", "after": "candidate", "answered_only": False, "after_only": 3, "before_only": 1}
+    f = {"name": "p", "n": 4, "verdict": "math-boost", "arms": {"random": {}}, "tests": [test | {"mcnemar_p": 0.625}]}
+    text = evidence_text(Confirmation(4, (), 0.1, 1.1, 0, 3, 0, 3, 0.25, True, ALPHA, 0, formats=(f,)))
+    assert text.endswith("; vs the random control (0.0%): 3 vs 1, p = 0.625]")

@@ -84,10 +84,8 @@ def _rounded_edits(
     Why this order: the edits are prepared from the unrounded weights (the release computes from them), then the
     model is rounded, so each arm is exactly the checkpoint a user loads. The model is not used afterwards."""
     store = release_dtype(ctx.run.recipe)
-    edits = {
-        name: (mask, ReversibleEdit(ctx.run.model, mask, arm.scale, store_dtype=store))
-        for name, _, mask in [("candidate", "", arm.mask), *controls]
-    }
+    masks = {"candidate": arm.mask} | {name: mask for name, _, mask in controls}
+    edits = {name: (m, ReversibleEdit(ctx.run.model, m, arm.scale, store_dtype=store)) for name, m in masks.items()}
     rounded = round_weights_(ctx.run.model, store)
     return edits, (str(store).removeprefix("torch.") if rounded else None)
 
@@ -125,7 +123,7 @@ def _format_record(
     return {
         "name": label,
         "primary": fmt is None,
-        "prompt": None if fmt is None else fmt.model_dump(mode="json"),
+        "prompt": None if fmt is None else fmt.model_dump(),
         "n": len(probs),
         "problems_sha256": [problem_sha256(q) for q in probs],
         "verdict": verdict,

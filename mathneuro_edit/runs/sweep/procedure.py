@@ -177,7 +177,7 @@ def _rates(correct: Sequence[bool], forms: Sequence[str]) -> dict[str, Any]:
         "answer_rate_ci95": list(wilson_interval(answered, n)),
         "correct_among_answers": right,
         "accuracy_among_answers": right / answered if answered else 0.0,
-        "accuracy_among_answers_ci95": list(wilson_interval(right, answered)) if answered else [0.0, 1.0],
+        "accuracy_among_answers_ci95": list(wilson_interval(right, answered)),  # none answered: [0.0, 1.0]
     }
 
 
@@ -268,8 +268,7 @@ def pareto_front(points: Sequence[SweepPoint]) -> list[int]:
             merit[j] >= merit[i]
             and q.general_kl <= p.general_kl
             and (merit[j] > merit[i] or q.general_kl < p.general_kl)
-            for j, q in enumerate(points)
-            if j != i and math.isfinite(q.general_kl)
+            for j, q in enumerate(points)  # not itself (one comparison is strict), nor a point without a KL (nan)
         )
         if not dominated:
             front.append(i)
@@ -466,9 +465,7 @@ def halving_schedule(n_points: int, n_selection: int, first: int | None, eta: in
         >>> halving_schedule(8, 300, None, 3)
         [(8, 300)]
     """
-    if first is None or first >= n_selection or n_points <= 1:
-        return [(n_points, n_selection)]
-    rounds, points, end = [], n_points, first
+    rounds, points, end = [], n_points, n_selection if first is None else first
     while end < n_selection and points > 1:
         rounds.append((points, end))
         points, end = -(-points // eta), end * eta
