@@ -521,7 +521,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
         ["tests/runs/test_sweep_resume.py", "tests/runs/test_sweep.py"],
     ),
     "r4-evidence-exact-p-one-sided": (
-        "mathneuro_edit/runs/sweep/evidence.py",
+        "mathneuro_edit/evaluation/significance.py",
         "return min(1.0, 2 * tail / 2**n)",
         "return min(1.0, tail / 2**n)",
         [

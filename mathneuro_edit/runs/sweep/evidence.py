@@ -25,6 +25,7 @@ from typing import Any
 from ...engine.edit_map import check_map
 from ...errors import InputError
 from ...evaluation.report import format_p
+from ...evaluation.significance import mcnemar_exact
 from ...layout import SWEEP_JSON
 from ...recipe.io import as_recipe, recipe_from_dict
 from ...recipe.overrides import public_override
@@ -348,19 +349,6 @@ def _override(value: Any) -> str:
     return json.dumps(value) if isinstance(value, dict) else repr(value)
 
 
-def _exact_p(b: int, k: int) -> float:
-    """Two-sided exact McNemar p of ``b`` / ``k`` discordant problems (as
-    :func:`~mathneuro_edit.evaluation.significance.mcnemar_exact`), with the binomial terms built one from the
-    other: milliseconds at the :data:`MAX_PROBLEMS` bound, where a fresh ``comb`` per term takes minutes."""
-    n, term, tail = b + k, 1, 1
-    if n == 0:
-        return 1.0
-    for i in range(min(b, k)):
-        term = term * (n - i) // (i + 1)
-        tail += term
-    return min(1.0, 2 * tail / 2**n)
-
-
 def _load(path: Path) -> tuple[bytes, Any]:
     """The bytes and JSON of a shared ``sweep.json``: a regular file (a FIFO would block, a device never end) of at
     most :data:`MAX_SWEEP_BYTES`, nested no deeper than the parser allows."""
@@ -419,10 +407,10 @@ def _check_controls(c: Mapping[str, Any], n: int, alpha: float, where: str) -> N
         # a test's own n: all problems, or only those both arms answered (never more than the confirmation's)
         tn = _count(t, "n", n, where)
         b, k = _count(t, "before_only", n, where), _count(t, "after_only", n, where)
-        if b + k > tn or not (k > b and _exact_p(b, k) < alpha):
+        if b + k > tn or not (k > b and mcnemar_exact(b, k) < alpha):
             raise _edited(
                 f"{where}: says confirmed, but its test of {label} ({k} vs {b} discordant, "
-                f"{format_p(_exact_p(b, k))}, level {alpha:g}) does not show a gain"
+                f"{format_p(mcnemar_exact(b, k))}, level {alpha:g}) does not show a gain"
             )
 
 
@@ -549,7 +537,7 @@ def read_sweep(sweep_dir: str | Path) -> SweepEvidence:
     base_correct = _base_correct(path, sel, len(selection))
     if not isinstance(data.get("recipe"), dict):
         raise InputError(f"{path}: recipe: must be the sweep's recipe (a mapping); re-run the sweep")
-    p = _exact_p(b, k)
+    p = mcnemar_exact(b, k)
     if not (k > b and p < alpha and set(problems).isdisjoint(selection)):
         raise _edited(
             f"{path}: its confirmation says confirmed, but its counts ({b} right only before, {k} only after: "
