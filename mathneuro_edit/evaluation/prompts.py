@@ -1,25 +1,9 @@
 """Math prompts (plain or through the tokenizer's chat template) and the answer read from a completion.
 
-Prompt (see docs/evaluation.md):
-
-- **chat template** (``evaluation.chat_template: auto`` on a tokenizer that has one, or ``true``): every worked
-  example is an earlier user turn (its question) and assistant turn (its answer: ``prefill + gold`` when the
-  example has a prefill, else its GSM8K answer), then the problem as the last user turn; the template's
-  generation prompt follows, then the item's ``prefill``. The text is tokenized without adding special tokens
-  (the template writes them), as ``apply_chat_template(tokenize=True)`` does.
-- **plain** (``false``, or ``auto`` without a template): the organism's ``"Question: ...\\nAnswer:"`` format
-  (:func:`~mathneuro_edit.evaluation.results.math_prompt`), then ``" " + prefill`` when there is one.
-
-Answer (:func:`extract_prediction`), on the completion cut by
-:func:`~mathneuro_edit.evaluation.results.truncate_completion`, first rule that applies:
-
-1. the number after the first ``####``;
-2. with a prefill: the first number of the completion (the prefill asked for exactly one number);
-3. else the last number of the completion (chat models end a worked answer with its result).
-
-A number is ``-?`` + digits with optional thousands commas (``1,234``) + optional decimals; ``12.0`` equals 12
-(compared as numbers), ``12.5`` is wrong for an integer gold, a trailing period is punctuation. A minus counts
-as a sign only when no digit, letter or ``)`` precedes it (``10-5`` has the numbers 10 and 5, not -5).
+The prompt formats (worked examples as earlier chat turns, the ``prefill``, tokenization without added special
+tokens) and the rules that read the answer (``####``, then the first number after a prefill, else the last; what
+a number is and when a minus is a sign) are docs/evaluation.md's "Prompts" and "Reading the answer": the user's
+contract, which :func:`encode_prompts` and :func:`extract_prediction` implement.
 """
 
 from __future__ import annotations

@@ -285,7 +285,6 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
     return {
         "title": title,
         "holds": out.holds,
-        "base_text": sections.base_sentence(view.lock),
         "paper": PAPER,
         "project_url": sections.PROJECT_URL,
         "action": _action(recipe),

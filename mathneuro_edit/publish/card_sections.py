@@ -21,7 +21,6 @@ from .model_index import prompt_format
 __all__ = [
     "PROJECT_URL",
     "pct",
-    "base_sentence",
     "base_facts",
     "data_rows",
     "reproduce_args",
@@ -36,8 +35,7 @@ __all__ = [
 PROJECT_URL = "https://github.com/mathneuro-edit/mathneuro-edit"  # pyproject.toml's [project.urls] Repository
 
 
-def _hub_link(hub_id: str, revision: str | None) -> str:
-    return f"[{hub_id}](https://huggingface.co/{hub_id})" + (f" (revision `{revision}`)" if revision else "")
+_SHOWN = ("file", "name", "organization")  # a GGUF base's file and what its own metadata names it, in the card
 
 
 def _described(lock: Mapping[str, Any]) -> str:
@@ -52,50 +50,28 @@ def _described(lock: Mapping[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def base_sentence(lock: Mapping[str, Any]) -> str:
-    """The base model in a few words, for the card's first paragraph."""
-    base, kind = lock_base(lock), base_kind(lock)
-    if kind == "hub":
-        return _hub_link(base["model"], base["revision"][:12] if base.get("revision") else None)
-    what = _described(lock)
-    if kind == "organism":
-        return "the model organism shipped with mathneuro-edit" + (f" ({what})" if what else "")
-    origin, revision = hub_origin(lock)
-    gguf = base.get("gguf") or {}
-    if origin:  # the recipe's base.hub_id: what the local folder or GGUF file is a copy or conversion of
-        copy = f"the GGUF file {card_text(gguf.get('file'))} of" if gguf else "a local copy of"
-        return f"{copy} {_hub_link(origin, revision)} (named by the recipe's `base.hub_id`)"
-    if gguf:
-        own = gguf.get("general") or {}
-        said = (f"; its own metadata names it {card_text(own['name'])}" if own.get("name") else "") + (
-            f" by {card_text(own['organization'])}" if own.get("organization") else ""
-        )
-        return (
-            f"the local GGUF file {card_text(gguf.get('file'))}{said} (its Hub origin is not recorded: the recipe "
-            "has no `base.hub_id`)"
-        )
-    return (
-        "a local model folder whose Hub origin is not recorded (the recipe has no `base.hub_id`)"
-        + (f" ({what})" if what else "")
-        + ", identified by the sha256 of its weight files (see *Base model*)"
-    )
-
-
 def base_facts(lock: Mapping[str, Any]) -> dict[str, Any]:
-    """What the card's ``## Base model`` shows: its kind (``hub``, ``organism``, ``local``), a Hub base's id and
-    revision, or the base in a sentence with its weight files' sha256, a local base's variable (``env``), GGUF
-    entry and Hub origin."""
+    """What the card says of the base (``card_template.md``'s ``base_sentence`` and ``## Base model``): its kind
+    (``hub``, ``organism``, ``local``), a Hub base's id and revision, what a local base's config describes, its
+    weight files' sha256, a local base's variable (``env``), GGUF entry (with its own metadata's name and
+    organization) and Hub origin (``base.hub_id``)."""
     base, kind = lock_base(lock), base_kind(lock)
-    sentence, gguf = base_sentence(lock), base.get("gguf") or None
+    gguf, (origin, origin_revision) = base.get("gguf") or None, hub_origin(lock)
+    own = (gguf or {}).get("general") or {}
     return {
         "kind": kind,
         "model": base.get("model"),
         "revision": base.get("revision") or "main (not resolved)",
-        "sentence": sentence[0].upper() + sentence[1:],
+        "short_revision": base["revision"][:12] if base.get("revision") else None,
+        "described": _described(lock),
         "files": [{"name": card_text(n), "sha256": sha} for n, sha in (base.get("weights_sha256") or {}).items()],
         "gguf_file": gguf,
+        "gguf_text": {
+            k: card_text(v) for k, v in (("file", (gguf or {}).get("file")), *own.items()) if v and k in _SHOWN
+        },
         "env": BASE_GGUF_ENV if gguf else BASE_ENV,
-        "hub_id": hub_origin(lock)[0],
+        "hub_id": origin,
+        "hub_revision": origin_revision,
     }
 
 
