@@ -6,6 +6,7 @@ Every function reads the lock's public form (no local path can reach a card thro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "hub_origin",
     "snippet_facts",
     "snippet_prompt",
+    "label",
 ]
 
 BASE_ENV = "BASE_MODEL_DIR"  # the variable the snippets read a local base's folder from (no placeholder path)
@@ -111,3 +113,15 @@ def snippet_prompt(prompt: Mapping[str, Any] | None, chat: bool) -> dict[str, An
         "equations": prompt.get("prompt_style") == "equations",
         "tokens": prompt.get("max_new_tokens") if isinstance(prompt.get("max_new_tokens"), int) else 8,
     }
+
+
+def label(x: Any) -> str:
+    """A name from a file a card reads but may not have written (a shared sweep file, a folder's gguf_eval.json and
+    gguf_survival.json) as card text: letters, digits, spaces and ``_.,+'-():/`` only, so no Markdown or HTML can
+    form, at most 80 characters.
+
+    Example:
+        >>> label("llama-cpp-python 0.3.36"), label("x\\n## Injected <img src=x onerror=alert(1)>")
+        ('llama-cpp-python 0.3.36', 'x Injected img srcx onerroralert(1)')
+    """
+    return re.sub(r"[^A-Za-z0-9 _.,+'():/-]", "", str(x))[:80] or "?"

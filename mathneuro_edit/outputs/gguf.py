@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..util.files import write_json_atomic
 from ..util.paths import LOCAL, is_local_path
 from .checkpoint import CHECKPOINT
-from .common import card_fields, folder_dtype, hub_origin
+from .common import card_fields, folder_dtype, hub_origin, label
 from .registry import BaseRecord, CardView, Output, RunView, register_output
 
 __all__ = [
@@ -445,8 +445,8 @@ def survival_table(
         )
         gone += [line] if total and (line := gone_line(t, total)) else []
     return {
-        "source": survival.get("source", "float"),
-        "quantizer": survival.get("quantizer"),
+        "source": label(survival.get("source", "float")),
+        "quantizer": label(survival["quantizer"]) if survival.get("quantizer") else None,
         "rows": rows,
         "gone": gone,
     }
@@ -499,32 +499,40 @@ def llama_cpp_facts(
 
     if found is None:
         return None
-    evaluated = dict(found.get("files") or {})
-    verdicts = file_verdicts(evaluated)
-    effect = [
-        {"type": r["type"], "base": f"{r['base']['accuracy']:.1%}", "edited": f"{r['edited']['accuracy']:.1%}"}
-        | {"change": f"{r['difference_pp']:+.1f}", "p": verdicts[f]["p"]}
-        | {"verdict": "significant" if verdicts[f]["verdict"] != "not significant" else "not significant"}
-        for f, r in evaluated.items()
-    ]
-    rows = []
-    for f in (f for f in files if f in evaluated):
-        r, keys = evaluated[f], ("math_accuracy", "math_correct", "math_ci95_low", "math_ci95_high")
-        base, edited = (
-            format_accuracy(dict(zip(keys, (a["accuracy"], a["correct"], *a["wilson95"])), math_total=r["n"]))
-            for a in (r["base"], r["edited"])
-        )
-        rows.append({"name": names.get(f, f), "type": r["type"], "base": base, "edited": edited, **verdicts[f]})
-        rows[-1] |= {"change": f"{r['difference_pp']:+.1f}", **r["discordant"]}
-    p = found.get("prompt") or {}
-    prompt = ", ".join(
-        [
-            "the chat template" if p.get("chat_template") else f"plain prompts ({p.get('prompt_style')})",
-            f"{p.get('n_shot')}-shot",
-            f"greedy, up to {p.get('max_new_tokens')} new tokens",
+    try:  # a damaged or edited file (verify compares it with the lock): the card says the files were not evaluated
+        evaluated = dict(found.get("files") or {})
+        verdicts = file_verdicts(evaluated)
+        effect = [
+            {
+                "type": label(r["type"]),
+                "base": f"{r['base']['accuracy']:.1%}",
+                "edited": f"{r['edited']['accuracy']:.1%}",
+            }
+            | {"change": f"{r['difference_pp']:+.1f}", "p": verdicts[f]["p"]}
+            | {"verdict": "significant" if verdicts[f]["verdict"] != "not significant" else "not significant"}
+            for f, r in evaluated.items()
         ]
-    )
-    return {"engine": found.get("engine"), "n": found.get("n"), "prompt": prompt, "effect": effect, "rows": rows}
+        rows = []
+        for f in (f for f in files if f in evaluated):
+            r, keys = evaluated[f], ("math_accuracy", "math_correct", "math_ci95_low", "math_ci95_high")
+            base, edited = (
+                format_accuracy(dict(zip(keys, (a["accuracy"], a["correct"], *a["wilson95"])), math_total=r["n"]))
+                for a in (r["base"], r["edited"])
+            )
+            rows.append(
+                {"name": names.get(f, f), "type": label(r["type"]), "base": base, "edited": edited, **verdicts[f]}
+            )
+            rows[-1] |= {"change": f"{r['difference_pp']:+.1f}"} | {k: label(v) for k, v in r["discordant"].items()}
+        p = found.get("prompt") or {}
+        prompt = {"chat": bool(p.get("chat_template"))} | {
+            k: label(p.get(k)) for k in ("prompt_style", "n_shot", "max_new_tokens")
+        }
+        return {"engine": label(found.get("engine")), "n": label(found.get("n")), "prompt": prompt} | {
+            "effect": effect,
+            "rows": rows,
+        }
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
 
 
 def _refusal(model: Any, targets: Any, config: Mapping[str, Any]) -> str | None:

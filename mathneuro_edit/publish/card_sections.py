@@ -7,7 +7,6 @@ through here); the snippets that differ per output live in that output's module 
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from ..engine.edit_map import show_setting
 from ..evaluation.report import format_p
 from ..evaluation.significance import wilson_interval
-from ..outputs.common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, lock_base
+from ..outputs.common import BASE_ENV, BASE_GGUF_ENV, base_kind, hub_origin, label, lock_base
 from .model_index import prompt_format
 
 __all__ = [
@@ -281,19 +280,19 @@ def sweep_facts(lock: Mapping[str, Any], chat: bool = False) -> dict[str, Any] |
             "edited_only": c.get("edited_only"),
             "p": _p(c.get("mcnemar_p")),
             "alpha": c.get("alpha"),
-            "stored": _label(c.get("weights_dtype")),
-            "computed": _label(c["compute_dtype"]) if c.get("compute_dtype") else None,
+            "stored": label(c.get("weights_dtype")),
+            "computed": label(c["compute_dtype"]) if c.get("compute_dtype") else None,
         },
         "prompt": prompt_format(recipe_format.get("prompt") if recipe_format is not None else None, chat),
         "gain_in": gain_operations(formats),
         "formats": bool(formats),
         "arm_rows": [row for f in formats for row in _arm_rows(f)],
         "others": [
-            {"name": _label(f.get("name")), "n": f.get("n")}
+            {"name": label(f.get("name")), "n": f.get("n")}
             | {
                 "verdict": "confirmed there too"
                 if f.get("verdict") == "math-boost"
-                else f"not confirmed ({_label(f.get('verdict'))})"
+                else f"not confirmed ({label(f.get('verdict'))})"
             }
             for f in formats
             if not f.get("primary")
@@ -329,9 +328,9 @@ def _arm_rows(f: Mapping[str, Any]) -> list[dict[str, Any]]:
         ra, t = int(a.get("correct_among_answers") or 0), tests.get((name, False))
         rows.append(
             {
-                "format": _label(f.get("name")) + (" (the recipe)" if f.get("primary") else ""),
+                "format": label(f.get("name")) + (" (the recipe)" if f.get("primary") else ""),
                 "n": n,
-                "arm": _label(name),
+                "arm": label(name),
                 "accuracy": f"{pct(k, n)} ({_ci(k, n)})",
                 "answered": pct(ans, n),
                 "among": f"{pct(ra, ans)} ({ra}/{ans})",
@@ -344,7 +343,7 @@ def _arm_rows(f: Mapping[str, Any]) -> list[dict[str, Any]]:
     if both is not None:
         rows.append(
             {
-                "verdict": _label(f.get("verdict")),
+                "verdict": label(f.get("verdict")),
                 "both": f"{both.get('after_only')} vs {both.get('before_only')}, {_p(both.get('mcnemar_p'))}",
             }
         )
@@ -354,11 +353,6 @@ def _arm_rows(f: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _op(x: Any) -> str:
     """An operation symbol from a sweep file: one of the task's (``+ - * /``), else ``?``."""
     return x if isinstance(x, str) and len(x) == 1 and x in "+-*/\u00d7\u00f7" else "?"
-
-
-def _label(x: Any) -> str:
-    """A name from a sweep file (someone else's data) as card text: letters, digits and ``_.,+-`` only."""
-    return re.sub(r"[^A-Za-z0-9 _.,+'-]", "", str(x))[:60] or "?"
 
 
 def figures_prompt(lock: Mapping[str, Any]) -> dict[str, Any] | None:

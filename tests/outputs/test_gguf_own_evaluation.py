@@ -285,3 +285,34 @@ def test_export_of_a_recipe_asking_llama_cpp_writes_the_files_without_an_evaluat
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "exp" / "model-F32.gguf").is_file() and not (tmp_path / "exp" / "gguf_eval.json").exists()
+
+
+HOSTILE = "x`\n## Injected <img src=x onerror=alert(1)> [a](javascript:alert(1)) |"
+
+
+def test_a_hostile_gguf_eval_json_puts_no_markup_in_the_card() -> None:
+    """gguf_eval.json and gguf_survival.json are read from the folder push publishes (the lock pins them, but a card
+    is rendered from what is there): every text of theirs the card shows is a label (issue 48: one rule whatever the
+    field); the run's own values show as they were."""
+    from mathneuro_edit.outputs.gguf import survival_table
+
+    row = pair_row(HOSTILE, [False] * 10, [True] * 10)
+    row["discordant"] = {"base_only": 0, "edited_only": 10}
+    prompt = {"chat_template": False, "n_shot": HOSTILE, "prompt_style": HOSTILE, "max_new_tokens": HOSTILE}
+    found = {"engine": HOSTILE, "n": HOSTILE, "prompt": prompt, "files": {"m-Q8_0.gguf": row}}
+    text = gguf_eval_section({"m-Q8_0.gguf": "h"}, found, {}) + gguf_effect(found)
+    survival = survival_table({"m-Q8_0.gguf": "h"}, {"source": HOSTILE, "quantizer": HOSTILE}, {})
+    shown = text + json.dumps(survival)
+    for markup in ("##", "<img", "](", "`x", "\n## "):
+        assert markup not in shown, markup
+    ok = gguf_eval_section({"m-Q8_0.gguf": "h"}, _found({"m-Q8_0.gguf": pair_row("Q8_0", [0] * 4, [1] * 4)}), {})
+    assert "in llama.cpp (llama-cpp-python 0.0.0)" in ok and "(the chat template, 0-shot, greedy, up to 8" in ok
+
+
+def test_a_damaged_gguf_eval_json_is_shown_as_not_evaluated() -> None:
+    """A gguf_eval.json whose p-value is not a number (edited by hand) made the card an internal error; the card now
+    says the files were not evaluated (verify reports the file against the lock)."""
+    row = pair_row("Q8_0", [False] * 4, [True] * 4)
+    row["mcnemar_p"] = "tiny"
+    assert llama_cpp_facts({"m-Q8_0.gguf": "h"}, _found({"m-Q8_0.gguf": row}), {}) is None
+    assert "were not evaluated in llama.cpp" in gguf_eval_section({"m-Q8_0.gguf": "h"}, None, {})
