@@ -254,16 +254,6 @@ def _run_repo(repo: str | None, out: Output) -> str | None:
     return repo.removesuffix(out.repo_suffix) if repo and repo.endswith(out.repo_suffix) else None
 
 
-def _top(recipe: Recipe) -> str:
-    """The share of weights each set keeps, in the words of the card's method paragraph."""
-    mask = recipe.mask
-    if isinstance(mask.top_k, dict):
-        return (
-            f"top fraction of each {mask.granularity} given per layer band and component ({show_setting(mask.top_k)})"
-        )
-    return f"top {mask.top_k * 100:g}% of each {mask.granularity}"
-
-
 def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[str, Any]:
     """What the card's template (``card_template.md``) shows, as data: every text taken from a file or the lock
     escaped (:func:`~.card_sections.card_text`); per output, a snippet its entry writes or the data of the
@@ -297,7 +287,7 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "gguf_base": gguf_base(lock, out, source.weights_dtype),
         "cast_to": cast_dtype(lock, out, source.weights_dtype),
         "method": recipe.mask.method,
-        "top": _top(recipe),
+        "top_share": None if isinstance(recipe.mask.top_k, dict) else f"{recipe.mask.top_k * 100:g}%",
         "top_k": show_setting(recipe.mask.top_k),
         "granularity": recipe.mask.granularity,
         "scale": show_setting(recipe.edit.effective_scale),

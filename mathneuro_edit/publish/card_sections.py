@@ -288,12 +288,8 @@ def sweep_facts(lock: Mapping[str, Any], chat: bool = False) -> dict[str, Any] |
         "formats": bool(formats),
         "arm_rows": [row for f in formats for row in _arm_rows(f)],
         "others": [
-            {"name": label(f.get("name")), "n": f.get("n")}
-            | {
-                "verdict": "confirmed there too"
-                if f.get("verdict") == "math-boost"
-                else f"not confirmed ({label(f.get('verdict'))})"
-            }
+            {"name": label(f.get("name")), "n": f.get("n"), "verdict": label(f.get("verdict"))}
+            | {"confirmed": f.get("verdict") == "math-boost"}
             for f in formats
             if not f.get("primary")
         ],
