@@ -74,9 +74,7 @@ def mcnemar_exact(b: int, c: int) -> float:
     """
     if not (isinstance(b, int) and isinstance(c, int) and b >= 0 and c >= 0):
         raise ValueError(f"mcnemar_exact: need integer counts >= 0, got b={b!r}, c={c!r}")
-    n = b + c
-    if n == 0:
-        return 1.0
+    n = b + c  # none discordant: a tail of 1 of 2**0, capped at 1
     # exact integer tail, then one division: no float underflow for large n (2**-n is 0.0 beyond n ~ 1074); each
     # binomial term built from the one before: milliseconds where a fresh comb per term takes minutes (n ~ 20,000)
     term = tail = 1

@@ -56,6 +56,11 @@ def test_mcnemar_matches_scipy_binomial() -> None:
         assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12), (b, c)
     assert mcnemar_exact(0, 6) == 2 / 64  # all 6 discordant problems the same way: 2 * (1/2)^6
     assert mcnemar_exact(600, 0) > 0.0  # exact integers: no underflow to 0 for large counts
+    for b, c in ((1_500, 1_700), (10, 3_000)):  # past float range (2**1024): the exact integer tail, no float
+        assert mcnemar_exact(b, c) == min(
+            1.0, 2 * sum(math.comb(b + c, i) for i in range(min(b, c) + 1)) / 2 ** (b + c)
+        )
+    assert mcnemar_exact(0, 0) == 1.0 and isinstance(mcnemar_exact(0, 0), float)
     with pytest.raises(ValueError):
         mcnemar_exact(-1, 2)
 
