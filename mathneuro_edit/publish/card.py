@@ -51,21 +51,11 @@ __all__ = [
     "write_card",
     "card_for_folder",
     "summarize_edit",
-    "CITATION",
     "lock_file_sha256",
     "has_chat_template",
     "short_recipe",
 ]
-PAPER = "https://arxiv.org/abs/2410.16930"
 TEMPLATE = Path(__file__).with_name("card_template.md")  # the card's text, top to bottom (package data)
-
-CITATION = """@article{christ2024mathneurosurgery,
-  title   = {Math Neurosurgery: Isolating Language Models' Math Reasoning Abilities Using Only Forward Passes},
-  author  = {Christ, Bryan R. and Gottesman, Zack and Kropko, Jonathan and Hartvigsen, Thomas},
-  journal = {arXiv preprint arXiv:2410.16930},
-  year    = {2024},
-  url     = {https://arxiv.org/abs/2410.16930}
-}"""
 
 
 def summarize_edit(counts: Mapping[str, tuple[int, int]], *, model_params: int) -> dict[str, Any]:
@@ -275,7 +265,6 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
     return {
         "title": title,
         "holds": out.holds,
-        "paper": PAPER,
         "project_url": sections.PROJECT_URL,
         "action": _action(recipe),
         "tool_version": lock.get("versions", {}).get("tool", ""),
@@ -333,7 +322,6 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "versions": sections.version_rows(lock),
         "recipe_yaml": dump_yaml(short_recipe(lock.get("recipe") or recipe.public_dict())).rstrip(),
         "lock_sha256": source.lock_sha256,
-        "citation": CITATION,
     }
 
 

@@ -29,7 +29,6 @@ from mathneuro_edit.outputs.checkpoint import CHECKPOINT
 from mathneuro_edit.outputs.gguf import beside_checkpoint
 from mathneuro_edit.publish.base_card import base_card_fields
 from mathneuro_edit.publish.card import (
-    CITATION,
     TEMPLATE,
     CardSource,
     build_card,
@@ -170,7 +169,7 @@ def test_checkpoint_card_metadata_parses_back(tmp_path: Path) -> None:
     first = text.split("\n# ", 1)[1].split("\n\n", 2)[1]  # the paragraph under the title
     assert "The edit significantly raised math accuracy (62.0% -> 70.0% on 200 problems of `gsm8k`" in first
     assert "no significant effect" not in text
-    assert CITATION in text and "2410.16930" in text and "Hartvigsen" in text
+    assert "@article{christ2024mathneurosurgery," in text and "2410.16930" in text and "Hartvigsen" in text
     # the recipe once, the lock as a file named with its sha256, not embedded
     assert text.count("```yaml\n") == 1 and "lock_version" not in text
     assert "`mathneuro_recipe.lock.yaml` in this repo" in text
