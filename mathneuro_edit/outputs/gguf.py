@@ -328,30 +328,6 @@ def shown_file(files: Mapping[str, Any] | list[str]) -> str:
     return next((by_type[t] for t in _SHOWN_FIRST if t in by_type), names[0] if names else "MODEL.gguf")
 
 
-# what each type keeps of a weight (llama.cpp's quantize tool; K-quants: super-blocks of 256 entries)
-_KEEPS = {
-    "F32": "every weight as float32",
-    "F16": "every weight as float16",
-    "BF16": "every weight as bfloat16",
-    "Q8_0": "8 bits per weight, one scale per 32",
-    "Q6_K": "6 bits per weight (K-quant)",
-    "Q5_K_M": "5 bits (K-quant); attn_v and ffn_down of half the layers 6 bits",
-    "Q5_K_S": "5 bits per weight (K-quant)",
-    "Q5_0": "5 bits per weight, one scale per 32",
-    "Q5_1": "5 bits per weight, scale and offset per 32",
-    "Q4_K_M": "4 bits (K-quant); attn_v and ffn_down of half the layers 6 bits",
-    "Q4_K_S": "4 bits per weight (K-quant)",
-    "Q4_0": "4 bits per weight, one scale per 32",
-    "Q4_1": "4 bits per weight, scale and offset per 32",
-    "IQ4_NL": "4 bits, non-linear levels, blocks of 32",
-    "IQ4_XS": "4.25 bits, non-linear levels (i-quant)",
-    "Q3_K_L": "3 bits (K-quant); attention and ffn_down 5 bits",
-    "Q3_K_M": "3 bits (K-quant); attention and ffn_down 4-5 bits",
-    "Q3_K_S": "3 bits per weight (K-quant)",
-    "Q2_K": "2-4 bits per weight (K-quant)",
-}
-
-
 def estimate_gguf_survival(recipe: Any, mask: Any, folder: Path) -> dict[str, Any]:
     """``plan --mask``'s estimate of the edit's survival in each GGUF type of ``outputs.gguf``, before anything is
     written: the base's edited matrices (from ``folder``, edited and cast as the export does) quantized as the run
@@ -421,8 +397,8 @@ def _folder_json(path: Path, what: str) -> dict[str, Any] | None:
 def survival_table(
     files: Mapping[str, str], survival: Mapping[str, Any] | None, names: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The data of the GGUF card's survival table (``card_template.md``'s ``survival_table``): each file's type,
-    size, what it keeps, and the edit's survival in it (the share of edited weights whose quantized value differs
+    """The data of the GGUF card's survival table (``card_template.md``'s ``survival_table``): each file's type
+    (what a type keeps of a weight is the template's), size, and the edit's survival in it (the share of edited weights whose quantized value differs
     from the base's in the same type, and the share of the intended change it delivers); a line for each type
     where most of the edit is gone."""
     from ..weights.gguf_survival import gone_line
@@ -439,10 +415,7 @@ def survival_table(
             delivered = f"{total['delivered']:.1%}" if total.get("delivered") is not None else "-"
         else:
             kept, delivered = ("all (a float type)", "100%") if t in UNQUANTIZED else ("not measured", "-")
-        rows.append(
-            {"name": names.get(f, f), "type": t, "size": size, "keeps": _KEEPS.get(t, "-"), "kept": kept}
-            | {"delivered": delivered}
-        )
+        rows.append({"name": names.get(f, f), "type": t, "size": size, "kept": kept} | {"delivered": delivered})
         gone += [line] if total and (line := gone_line(t, total)) else []
     return {
         "source": label(survival.get("source", "float")),

@@ -316,3 +316,16 @@ def test_a_damaged_gguf_eval_json_is_shown_as_not_evaluated() -> None:
     row["mcnemar_p"] = "tiny"
     assert llama_cpp_facts({"m-Q8_0.gguf": "h"}, _found({"m-Q8_0.gguf": row}), {}) is None
     assert "were not evaluated in llama.cpp" in gguf_eval_section({"m-Q8_0.gguf": "h"}, None, {})
+
+
+def test_the_survival_table_says_what_each_type_keeps() -> None:
+    """The "keeps" column is the template's table of llama.cpp's types; a type it does not list shows "-"."""
+    from mathneuro_edit.outputs.gguf import survival_table
+
+    text = TEMPLATE.read_text()
+    files = {"m-Q8_0.gguf": "h", "m-Q4_K_M.gguf": "h", "m-XX.gguf": "h"}
+    data = survival_table(files, {"files": {}}, {})
+    shown = jinja2.Template(text[: text.index("\n---\n")] + "{{ survival_table(d) }}").render(d=data)
+    assert "| `m-Q8_0.gguf` | Q8_0 | - | 8 bits per weight, one scale per 32 | not measured | - |" in shown
+    assert "| Q4_K_M | - | 4 bits (K-quant); attn_v and ffn_down of half the layers 6 bits |" in shown
+    assert "| `m-XX.gguf` | XX | - | - | not measured | - |" in shown
