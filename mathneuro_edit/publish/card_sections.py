@@ -234,7 +234,7 @@ def sweep_facts(lock: Mapping[str, Any], chat: bool = False) -> dict[str, Any] |
     "Evidence for the boost": the selection, the confirmation (its prompt format in words, ``chat``: the model's
     tokenizer has a chat template), every prompt format's arms and tests against the controls, the recipe's format
     by operation, the general cost, and how the run's own evaluation overlaps the sweep's problems. Every name taken
-    from the sweep file is a label (:func:`_label`); the run's own evaluation is named a confirmation never."""
+    from the sweep file is a label (:func:`~mathneuro_edit.outputs.common.label`); the run's own evaluation is named a confirmation never."""
     sw = lock.get("sweep")
     if not isinstance(sw, Mapping):
         return None
