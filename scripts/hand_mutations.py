@@ -405,7 +405,7 @@ MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     ),
     "snippet-loads-in-the-stored-dtype": (
         "mathneuro_edit/outputs/common.py",
-        "dtype = view.load_dtype if view.load_dtype in _FLOATS else None",
+        "dtype = view.load_dtype if view.load_dtype in FLOAT_DTYPE_NAMES else None",
         "dtype = None",
         [
             "tests/publish/test_cards_the_hub_reads_right.py::test_the_card_s_figures_come_back_from_its_files_loaded_as_its_snippet_loads_them",

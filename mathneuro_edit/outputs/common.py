@@ -17,6 +17,7 @@ from ..util.paths import LOCAL, ORGANISM
 __all__ = [
     "BASE_ENV",
     "BASE_GGUF_ENV",
+    "FLOAT_DTYPE_NAMES",
     "CARD_FIELDS",
     "card_fields",
     "folder_dtype",
@@ -82,14 +83,16 @@ def hub_origin(lock: Mapping[str, Any]) -> tuple[str | None, str | None]:
 
 # worked examples for a snippet's few-shot arithmetic prompt (the evaluation draws its own from the same generator)
 _SHOTS = (("12 + 34", 46), ("75 - 28", 47), ("6 * 7", 42), ("53 + 19", 72), ("81 - 45", 36), ("4 * 8", 32))
-_FLOATS = ("float32", "bfloat16", "float16")
+# the dtypes a card's figures are computed and loaded in, by name (util.tensor_files.FLOAT_DTYPES maps the same
+# names to torch dtypes; the cards render without torch)
+FLOAT_DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
 def snippet_facts(view: Any) -> dict[str, Any]:
     """What every "How to use" snippet shares (``card_template.md``'s ``prompt_lines``): the repo it loads (``"."``,
     this folder, until ``push`` renders the card for its repo), the dtype to load in when a default load would
     compute in another (:attr:`~.registry.CardView.load_dtype`), and the prompt of :func:`snippet_prompt`."""
-    dtype = view.load_dtype if view.load_dtype in _FLOATS else None
+    dtype = view.load_dtype if view.load_dtype in FLOAT_DTYPE_NAMES else None
     return {"repo": view.repo or ".", "dtype": dtype, "prompt": snippet_prompt(view.prompt, view.chat)}
 
 

@@ -167,14 +167,22 @@ def _gguf_types(recipe: Any) -> tuple[list[str], str | None]:
     return [t for t, _ in found if t is not None], next((p for _, p in found if p is not None), None)
 
 
+def _public_name(recipe: Any) -> str:
+    """The GGUF's ``general.name``, the same in the check and the write: ``base.hub_id`` when set, else
+    ``base.model`` (never a local path: :func:`~mathneuro_edit.weights.gguf_writer.gguf_public_name`)."""
+    from ..weights.gguf_writer import gguf_public_name
+
+    return gguf_public_name(recipe.base.hub_id or recipe.base.model)
+
+
 def prepare_gguf(recipe: Any, folder: Path) -> None:
     """The GGUF's one check, before the model loads (and before the long steps): its types (a K-quant: its float
     source and llama.cpp's quantizer), the gguf package, the architecture, rope scaling, tensor names, the
     tokenizer and its ``general.name``, from the base's folder."""
     from ..weights.gguf_quantize import LLAMA_CPP_TYPES, find_quantizer
-    from ..weights.gguf_writer import check_gguf, gguf_public_name
+    from ..weights.gguf_writer import check_gguf
 
-    name = gguf_public_name(recipe.base.hub_id or recipe.base.model)
+    name = _public_name(recipe)
     for t in _gguf_types(recipe)[0]:
         check_gguf(folder, "F16" if t in LLAMA_CPP_TYPES else t, name=name)
         if t in LLAMA_CPP_TYPES:
@@ -199,14 +207,12 @@ def write_gguf_step(job: RunView, dest: Path) -> None:
     ``evaluation.llama_cpp`` each file's own evaluation in llama.cpp against that base (``gguf_eval.json``)."""
     from ..weights.gguf_quantize import write_gguf_types
     from ..weights.gguf_survival import SURVIVAL_NAME, gone_line, measure_survival
-    from ..weights.gguf_writer import gguf_public_name
     from .checkpoint import output_dtype
 
     recipe, ev = job.recipe, job.recipe.evaluation
     types, pre = _gguf_types(recipe)
     meta, source = gguf_meta(recipe, job.n_params, job.base), _source(dest, recipe)
-    name = gguf_public_name(recipe.base.hub_id or recipe.base.model)  # general.name: never a local path
-    files = write_gguf_types(dest, types, source=source, name=name, pre=pre, meta=meta)
+    files = write_gguf_types(dest, types, source=source, name=_public_name(recipe), pre=pre, meta=meta)
     # the run's math task when evaluation.llama_cpp asks for each GGUF file's own evaluation (``export`` has no
     # evaluation, so none: its files are evaluated by a run)
     asked = ev is not None and ev.llama_cpp
@@ -398,9 +404,9 @@ def survival_table(
     files: Mapping[str, str], survival: Mapping[str, Any] | None, names: Mapping[str, str]
 ) -> dict[str, Any]:
     """The data of the GGUF card's survival table (``card_template.md``'s ``survival_table``): each file's type
-    (what a type keeps of a weight is the template's), size, and the edit's survival in it (the share of edited weights whose quantized value differs
-    from the base's in the same type, and the share of the intended change it delivers); a line for each type
-    where most of the edit is gone."""
+    (what a type keeps of a weight is the template's), size, and the edit's survival in it (the share of edited
+    weights whose quantized value differs from the base's in the same type, and the share of the intended change
+    it delivers); a line for each type where most of the edit is gone."""
     from ..weights.gguf_survival import gone_line
 
     survival = survival or {}

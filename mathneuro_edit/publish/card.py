@@ -259,6 +259,7 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
     # files made from another output (the GGUF files) compute other numbers than it: their own, never its
     derived = out.derived_from is not None
     names = {f: out.name_in_repo(view.lock, f) if view.repo else f for f in view.files}
+    run_repo = _run_repo(view.repo, out)  # the run's repo, for "Where it loads"
     if source.eval_results and not derived:
         untested = tuple(source.eval_results) if reused else ()
         evaluation = eval_markdown(source.eval_results, sections.card_text, untested=untested)
@@ -314,8 +315,8 @@ def _page(source: CardSource, out: Output, view: CardView, title: str) -> dict[s
         "kind": out.name,
         "usage": out.usage(out, view),
         "beside": [b for o in beside if (b := o.beside(view.repo, own_files(o, view.lock), view.lock))],  # type: ignore[misc]
-        "run_repo": _run_repo(view.repo, out),
-        "where_it_loads": jinja2.Template(out.loaders).render(run_repo=_run_repo(view.repo, out)),
+        "run_repo": run_repo,
+        "where_it_loads": jinja2.Template(out.loaders).render(run_repo=run_repo),
         "repo": view.repo,
         "reproduce_args": sections.reproduce_args(view.repo, view.lock),
         "local_files": sections.local_files(view.lock),

@@ -34,9 +34,6 @@ __all__ = [
 PROJECT_URL = "https://github.com/mathneuro-edit/mathneuro-edit"  # pyproject.toml's [project.urls] Repository
 
 
-_SHOWN = ("file", "name", "organization")  # a GGUF base's file and what its own metadata names it, in the card
-
-
 def _described(lock: Mapping[str, Any]) -> str:
     desc = lock_base(lock).get("description") or {}
     arch, mtype = desc.get("architecture"), desc.get("model_type")
@@ -57,6 +54,7 @@ def base_facts(lock: Mapping[str, Any]) -> dict[str, Any]:
     base, kind = lock_base(lock), base_kind(lock)
     gguf, (origin, origin_revision) = base.get("gguf") or None, hub_origin(lock)
     own = (gguf or {}).get("general") or {}
+    shown = {"file": (gguf or {}).get("file"), "name": own.get("name"), "organization": own.get("organization")}
     return {
         "kind": kind,
         "model": base.get("model"),
@@ -65,9 +63,7 @@ def base_facts(lock: Mapping[str, Any]) -> dict[str, Any]:
         "described": _described(lock),
         "files": [{"name": card_text(n), "sha256": sha} for n, sha in (base.get("weights_sha256") or {}).items()],
         "gguf_file": gguf,
-        "gguf_text": {
-            k: card_text(v) for k, v in (("file", (gguf or {}).get("file")), *own.items()) if v and k in _SHOWN
-        },
+        "gguf_text": {k: card_text(v) for k, v in shown.items() if v},  # its file and its own metadata's names
         "env": BASE_GGUF_ENV if gguf else BASE_ENV,
         "hub_id": origin,
         "hub_revision": origin_revision,

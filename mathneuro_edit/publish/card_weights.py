@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..outputs.common import FLOAT_DTYPE_NAMES
 from ..outputs.registry import Output, own_files
 
 __all__ = ["cast_dtype", "gguf_base", "compute_dtype", "load_dtype"]
@@ -37,9 +38,6 @@ def gguf_base(lock: Mapping[str, Any], out: Output, weights_dtype: str | None = 
     return {"file": gguf["file"], "sha256": gguf["sha256"], "what": what}
 
 
-_FLOATS = ("float32", "bfloat16", "float16")
-
-
 def compute_dtype(lock: Mapping[str, Any]) -> str | None:
     """The dtype the card's figures were computed in: a sweep's confirmation's (as recorded, else as its recipe
     says), else the run's model's: ``base.dtype`` when set, float32 for a GGUF base (loaded dequantized to
@@ -54,7 +52,7 @@ def compute_dtype(lock: Mapping[str, Any]) -> str | None:
     sweep = lock.get("sweep") if isinstance(lock.get("sweep"), Mapping) else {}
     confirmed = (sweep.get("confirmation") or {}).get("compute_dtype")
     asked = ((lock.get("recipe") or {}).get("base") or {}).get("dtype")
-    found = next((str(d) for d in (confirmed, asked) if d in _FLOATS), None)
+    found = next((str(d) for d in (confirmed, asked) if d in FLOAT_DTYPE_NAMES), None)
     return found or ("float32" if (lock.get("base") or {}).get("gguf") else None)
 
 
